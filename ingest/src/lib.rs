@@ -1,0 +1,16 @@
+//! Ingest: getting events into the ledger. This crate reads Avro object container files (backfills and
+//! fixtures) and appends them in bounded batches; Kafka consumption joins it in the Kafka ingest issue.
+//!
+//! ```
+//! use ingest::file::{ingest_file, FILE_BATCH_EVENTS};
+//! # let dir = tempfile::tempdir().unwrap();
+//! # let path = dir.path().join("empty.avro");
+//! # let schema = &schemas::Catalog::builtin().current(schemas::EventType::UsageEvent).schema;
+//! # let writer = apache_avro::Writer::new(schema, std::fs::File::create(&path).unwrap()).unwrap();
+//! # writer.into_inner().unwrap();
+//! let mut ledger = ledger::Ledger::open(dir.path().join("ledger.db")).unwrap();
+//! let report = ingest_file(&mut ledger, &path, FILE_BATCH_EVENTS, |_| {}).unwrap();
+//! assert_eq!(report.records, 0);
+//! ```
+
+pub mod file;

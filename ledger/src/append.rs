@@ -1,0 +1,264 @@
+//! `Ledger::append`: one batch, one transaction.
+
+use rusqlite::{OptionalExtension, Transaction, TransactionBehavior, params};
+use schemas::{Catalog, EventType};
+
+use crate::batch::*;
+use crate::chain::{self, ChainedFields, GENESIS, Hash};
+use crate::details;
+use crate::error::AppendError;
+use crate::status::{Totals, read_totals};
+use crate::{Ledger, now_micros};
+
+/// The end of the chain: the last entry's sequence number and hash.
+struct Tip {
+    seq: u64,
+    hash: Hash,
+}
+
+/// Counts of what an append wrote, checked against what the database holds after it.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Written {
+    entries: u64,
+    duplicates: u64,
+    quarantined: u64,
+}
+
+impl Ledger {
+    /// Records a batch in one transaction: its events (each recorded, duplicate or conflicting duplicate), its
+    /// rejected messages (quarantined) and the offsets it covers. Either all of it is recorded or none.
+    pub fn append(&mut self, batch: &Batch) -> Result<AppendReport, AppendError> {
+        // Before the write: the batch is well-formed.
+        for incoming in &batch.events {
+            schemas::validate(&incoming.event).map_err(|source| AppendError::InvalidEvent {
+                event_id: incoming.event.event_id().to_string(),
+                source,
+            })?;
+        }
+        let recorded_at = now_micros();
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let before = read_totals(&tx)?;
+        let mut tip = read_tip(&tx)?;
+        assert_eq!(tip.seq, before.watermark, "the last batch's watermark is the last entry");
+        let ids_before = (max_id(&tx, "duplicates")?, max_id(&tx, "quarantine")?);
+        store_offsets(&tx, &batch.offsets)?;
+        let mut outcomes = Vec::with_capacity(batch.events.len());
+        for incoming in &batch.events {
+            let outcome = append_event(&tx, &self.catalog, &self.detail_insert_sql, &mut tip, incoming, recorded_at)?;
+            outcomes.push(outcome);
+        }
+        for rejected in &batch.rejected {
+            quarantine(&tx, rejected, recorded_at)?;
+        }
+        let report = AppendReport { outcomes, quarantined: batch.rejected.len() as u64, watermark: tip.seq };
+        let after = before.after(&report);
+        insert_batch_row(&tx, &after, recorded_at)?;
+        // After the write, read back: the entries, duplicates and quarantined rows are exactly the batch's.
+        let expected = Written {
+            entries: (report.recorded() + report.conflicts()) as u64,
+            duplicates: report.duplicates() as u64,
+            quarantined: report.quarantined,
+        };
+        let found = read_written(&tx, before.watermark, ids_before)?;
+        assert_eq!(found, expected, "the ledger holds exactly what this batch wrote");
+        assert_eq!(read_tip(&tx)?.seq, after.watermark, "the chain ends at the new watermark");
+        tx.commit()?;
+        Ok(report)
+    }
+}
+
+fn read_tip(tx: &Transaction<'_>) -> rusqlite::Result<Tip> {
+    let tip = tx
+        .query_row("SELECT seq, entry_hash FROM entries ORDER BY seq DESC LIMIT 1", [], |r| {
+            Ok(Tip { seq: r.get::<_, i64>(0)? as u64, hash: r.get(1)? })
+        })
+        .optional()?;
+    Ok(tip.unwrap_or(Tip { seq: 0, hash: GENESIS }))
+}
+
+fn max_id(tx: &Transaction<'_>, table: &str) -> rusqlite::Result<i64> {
+    tx.query_row(&format!("SELECT COALESCE(MAX(id), 0) FROM {table}"), [], |r| r.get(0))
+}
+
+fn read_written(tx: &Transaction<'_>, watermark_before: u64, ids_before: (i64, i64)) -> rusqlite::Result<Written> {
+    let count = |sql: &str, after: i64| tx.query_row(sql, [after], |r| r.get::<_, i64>(0).map(|n| n as u64));
+    Ok(Written {
+        entries: count("SELECT COUNT(*) FROM entries WHERE seq > ?", watermark_before as i64)?,
+        duplicates: count("SELECT COUNT(*) FROM duplicates WHERE id > ?", ids_before.0)?,
+        quarantined: count("SELECT COUNT(*) FROM quarantine WHERE id > ?", ids_before.1)?,
+    })
+}
+
+fn store_offsets(tx: &Transaction<'_>, offsets: &[SourceOffset]) -> Result<(), AppendError> {
+    for offset in offsets {
+        let stored: Option<i64> = tx
+            .prepare_cached("SELECT next_offset FROM offsets WHERE topic = ? AND partition = ?")?
+            .query_row(params![offset.topic, offset.partition], |r| r.get(0))
+            .optional()?;
+        if let Some(stored) = stored.filter(|s| *s > offset.next_offset) {
+            return Err(AppendError::OffsetRegression {
+                topic: offset.topic.clone(),
+                partition: offset.partition,
+                stored,
+                batch: offset.next_offset,
+            });
+        }
+        tx.prepare_cached(
+            "INSERT INTO offsets (topic, partition, next_offset) VALUES (?1, ?2, ?3)
+             ON CONFLICT (topic, partition) DO UPDATE SET next_offset = excluded.next_offset",
+        )?
+        .execute(params![offset.topic, offset.partition, offset.next_offset])?;
+    }
+    Ok(())
+}
+
+/// The entries already holding this event_id: `(seq, payload_hash)`, oldest first. The oldest is the recorded one.
+fn entries_of(tx: &Transaction<'_>, event_id: &str) -> rusqlite::Result<Vec<(u64, Vec<u8>)>> {
+    let mut statement =
+        tx.prepare_cached("SELECT seq, payload_hash FROM entries WHERE event_id = ? ORDER BY seq")?;
+    let rows = statement.query_map([event_id], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?)))?;
+    rows.collect()
+}
+
+fn append_event(
+    tx: &Transaction<'_>,
+    catalog: &Catalog,
+    detail_insert_sql: &[String],
+    tip: &mut Tip,
+    incoming: &Incoming,
+    recorded_at: i64,
+) -> rusqlite::Result<AppendOutcome> {
+    let event = &incoming.event;
+    let event_type = event.event_type();
+    let payload = catalog.encode_body(event);
+    let payload_hash = chain::sha256(&payload);
+    let existing = entries_of(tx, event.event_id())?;
+    if let Some((of, _)) = existing.iter().find(|(_, hash)| hash[..] == payload_hash[..]) {
+        insert_duplicate(tx, *of, &incoming.origin, recorded_at)?;
+        return Ok(AppendOutcome::Duplicate { of: *of });
+    }
+    let duplicate_of = existing.first().map(|(seq, _)| *seq);
+    let fingerprint = catalog.current(event_type).fingerprint;
+    let raw = incoming.raw.as_deref().filter(|raw| !is_single_object_of(raw, fingerprint, &payload));
+    let (origin, origin_stream, origin_partition, origin_offset) = incoming.origin.columns();
+    let seq = tip.seq + 1;
+    let header = event.header();
+    let fields = ChainedFields {
+        seq,
+        event_id: &header.event_id,
+        event_type: event_type.name(),
+        status: if duplicate_of.is_some() { "conflicting_duplicate" } else { "recorded" },
+        duplicate_of,
+        origin,
+        origin_stream,
+        origin_partition,
+        origin_offset,
+        recorded_at,
+        payload_fingerprint: fingerprint as i64,
+        payload_hash: &payload_hash,
+        raw,
+    };
+    let entry_hash = chain::entry_hash(&tip.hash, &fields);
+    tx.prepare_cached(
+        "INSERT INTO entries (seq, event_id, event_type, status, duplicate_of, tenant, subject, metric, source,
+             occurred_at, origin, origin_stream, origin_partition, origin_offset, recorded_at,
+             payload_fingerprint, payload, raw, payload_hash, entry_hash)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
+    )?
+    .execute(params![
+        seq as i64,
+        fields.event_id,
+        fields.event_type,
+        fields.status,
+        duplicate_of.map(|s| s as i64),
+        header.tenant,
+        header.subject,
+        header.metric,
+        header.source,
+        header.occurred_at.micros(),
+        origin,
+        origin_stream,
+        origin_partition,
+        origin_offset,
+        recorded_at,
+        fields.payload_fingerprint,
+        payload,
+        raw,
+        &payload_hash[..],
+        &entry_hash[..],
+    ])?;
+    insert_details(tx, detail_insert_sql, seq, event)?;
+    *tip = Tip { seq, hash: entry_hash };
+    Ok(match duplicate_of {
+        None => AppendOutcome::Recorded { seq },
+        Some(of) => AppendOutcome::ConflictingDuplicate { seq, of },
+    })
+}
+
+/// Whether `raw` is exactly the single-object encoding of `payload` under the current schema.
+fn is_single_object_of(raw: &[u8], fingerprint: u64, payload: &[u8]) -> bool {
+    raw.len() == payload.len() + schemas::catalog::SINGLE_OBJECT_HEADER_BYTES
+        && raw[..2] == schemas::catalog::SINGLE_OBJECT_MAGIC
+        && raw[2..10] == fingerprint.to_le_bytes()
+        && &raw[10..] == payload
+}
+
+fn insert_details(
+    tx: &Transaction<'_>,
+    detail_insert_sql: &[String],
+    seq: u64,
+    event: &schemas::Event,
+) -> rusqlite::Result<()> {
+    let index = EventType::ALL.iter().position(|t| *t == event.event_type()).expect("every type is in ALL");
+    let mut values = vec![rusqlite::types::Value::Integer(seq as i64)];
+    values.extend(details::values(event));
+    tx.prepare_cached(&detail_insert_sql[index])?.execute(rusqlite::params_from_iter(values))?;
+    Ok(())
+}
+
+fn insert_duplicate(tx: &Transaction<'_>, of: u64, origin: &Origin, received_at: i64) -> rusqlite::Result<()> {
+    let (origin, stream, partition, offset) = origin.columns();
+    tx.prepare_cached(
+        "INSERT INTO duplicates (duplicate_of, origin, origin_stream, origin_partition, origin_offset, received_at)
+         VALUES (?, ?, ?, ?, ?, ?)",
+    )?
+    .execute(params![of as i64, origin, stream, partition, offset, received_at])?;
+    Ok(())
+}
+
+fn quarantine(tx: &Transaction<'_>, rejected: &Rejected, quarantined_at: i64) -> rusqlite::Result<()> {
+    let (origin, stream, partition, offset) = rejected.origin.columns();
+    tx.prepare_cached(
+        "INSERT INTO quarantine (origin, origin_stream, origin_partition, origin_offset, raw, reason_code, reason,
+             quarantined_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    )?
+    .execute(params![
+        origin,
+        stream,
+        partition,
+        offset,
+        rejected.raw,
+        rejected.reason_code,
+        rejected.reason,
+        quarantined_at
+    ])?;
+    Ok(())
+}
+
+fn insert_batch_row(tx: &Transaction<'_>, totals: &Totals, committed_at: i64) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO batches (committed_at, watermark, events_recorded_total, duplicates_total, conflicts_total,
+             quarantined_total)
+         VALUES (?, ?, ?, ?, ?, ?)",
+    )?
+    .execute(params![
+        committed_at,
+        totals.watermark as i64,
+        totals.events_recorded as i64,
+        totals.duplicates as i64,
+        totals.conflicts as i64,
+        totals.quarantined as i64
+    ])?;
+    Ok(())
+}

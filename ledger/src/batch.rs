@@ -1,0 +1,104 @@
+//! What an append takes and what it answers.
+
+use schemas::{DecodeError, Event};
+
+/// Where the ledger got a message.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Origin {
+    /// A Kafka message.
+    Kafka { topic: String, partition: i32, offset: i64 },
+    /// A record of an Avro object container file, counted from 0.
+    File { path: String, record: u64 },
+    /// Written by a process of ours (the enforcement hook, reconcile, a test) under that name.
+    Local { name: String },
+}
+
+impl Origin {
+    /// `(origin, origin_stream, origin_partition, origin_offset)` as stored.
+    pub fn columns(&self) -> (&'static str, Option<&str>, Option<i64>, Option<i64>) {
+        match self {
+            Origin::Kafka { topic, partition, offset } => {
+                ("kafka", Some(topic.as_str()), Some(i64::from(*partition)), Some(*offset))
+            }
+            Origin::File { path, record } => {
+                ("file", Some(path.as_str()), None, Some(i64::try_from(*record).unwrap_or(i64::MAX)))
+            }
+            Origin::Local { name } => ("local", Some(name.as_str()), None, None),
+        }
+    }
+}
+
+/// A decoded, validated event to append.
+#[derive(Debug, Clone)]
+pub struct Incoming {
+    pub event: Event,
+    pub origin: Origin,
+    /// The bytes as received (single-object encoding), when there were any.
+    pub raw: Option<Vec<u8>>,
+}
+
+/// A message that failed to decode or validate, to quarantine.
+#[derive(Debug, Clone)]
+pub struct Rejected {
+    pub origin: Origin,
+    pub raw: Vec<u8>,
+    /// Stable code (`DecodeError::code`).
+    pub reason_code: String,
+    /// The specific message.
+    pub reason: String,
+}
+
+impl Rejected {
+    pub fn new(origin: Origin, raw: Vec<u8>, error: &DecodeError) -> Rejected {
+        Rejected { origin, raw, reason_code: error.code().to_string(), reason: error.to_string() }
+    }
+}
+
+/// The next offset to read of one Kafka partition.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub struct SourceOffset {
+    pub topic: String,
+    pub partition: i32,
+    pub next_offset: i64,
+}
+
+/// Everything one append records, in one transaction: events, rejected messages, and the offsets they cover.
+#[derive(Debug, Clone, Default)]
+pub struct Batch {
+    pub events: Vec<Incoming>,
+    pub rejected: Vec<Rejected>,
+    pub offsets: Vec<SourceOffset>,
+}
+
+/// What became of one event of a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppendOutcome {
+    /// A new event_id: recorded and counted, at this ledger sequence number.
+    Recorded { seq: u64 },
+    /// Same event_id and payload as the entry `of`: counted once, only its arrival is kept.
+    Duplicate { of: u64 },
+    /// Same event_id as the recorded entry `of`, different payload: kept at `seq` for audit, never counted.
+    ConflictingDuplicate { seq: u64, of: u64 },
+}
+
+/// The answer of an append.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppendReport {
+    /// One outcome per event, in batch order.
+    pub outcomes: Vec<AppendOutcome>,
+    pub quarantined: u64,
+    /// The last ledger sequence number after the append.
+    pub watermark: u64,
+}
+
+impl AppendReport {
+    pub fn recorded(&self) -> usize {
+        self.outcomes.iter().filter(|o| matches!(o, AppendOutcome::Recorded { .. })).count()
+    }
+    pub fn duplicates(&self) -> usize {
+        self.outcomes.iter().filter(|o| matches!(o, AppendOutcome::Duplicate { .. })).count()
+    }
+    pub fn conflicts(&self) -> usize {
+        self.outcomes.iter().filter(|o| matches!(o, AppendOutcome::ConflictingDuplicate { .. })).count()
+    }
+}

@@ -1,0 +1,137 @@
+//! The type-specific columns of an entry (tables `usage_events`, `decision_events`, ...), derived from the
+//! event. Append inserts them; verify reads them back and compares them with the decoded payload.
+
+use rusqlite::types::Value;
+use schemas::{Event, EventType, Timestamp};
+
+/// The table holding the type-specific columns of an event type.
+pub fn table(event_type: EventType) -> &'static str {
+    match event_type {
+        EventType::UsageEvent => "usage_events",
+        EventType::DecisionEvent => "decision_events",
+        EventType::ReservationEvent => "reservation_events",
+        EventType::GrantEvent => "grant_events",
+        EventType::PolicyEvent => "policy_events",
+        EventType::AdjustmentEvent => "adjustment_events",
+    }
+}
+
+/// The columns of that table after `seq`, in order.
+pub fn columns(event_type: EventType) -> &'static [&'static str] {
+    match event_type {
+        EventType::UsageEvent => &["quantity", "request_id", "attributes"],
+        EventType::DecisionEvent => &[
+            "request_id",
+            "idempotency_key",
+            "amount",
+            "outcome",
+            "reason",
+            "policy_id",
+            "policy_version",
+            "window_start",
+            "window_end",
+            "\"limit\"",
+            "used_before",
+            "remaining",
+            "retry_after_ms",
+        ],
+        EventType::ReservationEvent => &["reservation_id", "action", "amount", "expires_at"],
+        EventType::GrantEvent => &["grant_id", "amount", "valid_from", "valid_until", "reason"],
+        EventType::PolicyEvent => {
+            &["policy_id", "version", "scope", "\"limit\"", "window", "enforcement", "effective_from"]
+        }
+        EventType::AdjustmentEvent => {
+            &["adjustment_id", "kind", "policy_id", "window_start", "window_end", "amount", "refs", "run_id"]
+        }
+    }
+}
+
+/// `INSERT INTO <table> (seq, ...) VALUES (?, ...)`.
+pub fn insert_sql(event_type: EventType) -> String {
+    let columns = columns(event_type);
+    let placeholders = vec!["?"; columns.len() + 1].join(", ");
+    format!("INSERT INTO {} (seq, {}) VALUES ({placeholders})", table(event_type), columns.join(", "))
+}
+
+/// `SELECT ... FROM <table> WHERE seq = ?`.
+pub fn select_sql(event_type: EventType) -> String {
+    format!("SELECT {} FROM {} WHERE seq = ?", columns(event_type).join(", "), table(event_type))
+}
+
+fn text(s: &str) -> Value {
+    Value::Text(s.to_string())
+}
+
+fn opt_text(s: &Option<String>) -> Value {
+    s.as_deref().map_or(Value::Null, text)
+}
+
+fn opt_integer(n: Option<i64>) -> Value {
+    n.map_or(Value::Null, Value::Integer)
+}
+
+fn time(t: Timestamp) -> Value {
+    Value::Integer(t.micros())
+}
+
+fn opt_time(t: Option<Timestamp>) -> Value {
+    opt_integer(t.map(Timestamp::micros))
+}
+
+fn json(value: impl serde::Serialize) -> Value {
+    Value::Text(serde_json::to_string(&value).expect("maps and lists of strings always serialize"))
+}
+
+/// The values of the type-specific columns, in the order of [`columns`].
+pub fn values(event: &Event) -> Vec<Value> {
+    match event {
+        Event::Usage(e) => vec![Value::Integer(e.quantity), opt_text(&e.request_id), json(&e.attributes)],
+        Event::Decision(e) => vec![
+            text(&e.request_id),
+            text(&e.idempotency_key),
+            Value::Integer(e.amount),
+            text(e.outcome.symbol()),
+            text(e.reason.symbol()),
+            opt_text(&e.policy_id),
+            opt_integer(e.policy_version.map(i64::from)),
+            opt_time(e.window_start),
+            opt_time(e.window_end),
+            opt_integer(e.limit),
+            opt_integer(e.used_before),
+            opt_integer(e.remaining),
+            opt_integer(e.retry_after_ms),
+        ],
+        Event::Reservation(e) => vec![
+            text(&e.reservation_id),
+            text(e.action.symbol()),
+            Value::Integer(e.amount),
+            opt_time(e.expires_at),
+        ],
+        Event::Grant(e) => vec![
+            text(&e.grant_id),
+            Value::Integer(e.amount),
+            time(e.valid_from),
+            time(e.valid_until),
+            text(&e.reason),
+        ],
+        Event::Policy(e) => vec![
+            text(&e.policy_id),
+            Value::Integer(i64::from(e.version)),
+            text(e.scope.symbol()),
+            Value::Integer(e.limit),
+            text(e.window.symbol()),
+            text(e.enforcement.symbol()),
+            time(e.effective_from),
+        ],
+        Event::Adjustment(e) => vec![
+            text(&e.adjustment_id),
+            text(e.kind.symbol()),
+            opt_text(&e.policy_id),
+            opt_time(e.window_start),
+            opt_time(e.window_end),
+            Value::Integer(e.amount),
+            json(&e.refs),
+            text(&e.run_id),
+        ],
+    }
+}

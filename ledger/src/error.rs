@@ -1,0 +1,37 @@
+//! One error enum per ledger operation.
+
+use std::path::PathBuf;
+
+/// Opening (and migrating) a ledger file failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    #[error("cannot open ledger {path}: {source}")]
+    Sqlite { path: PathBuf, source: rusqlite::Error },
+    #[error("ledger {path} is at schema version {found}, newer than this binary knows ({known}): upgrade quota-ledger")]
+    TooNew { path: PathBuf, found: i64, known: i64 },
+    #[error("ledger {path}: migration {migration} failed: {source}")]
+    Migration { path: PathBuf, migration: &'static str, source: rusqlite::Error },
+}
+
+/// An append failed; nothing of the batch was recorded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AppendError {
+    #[error("event {event_id:?} of the batch is not valid, nothing appended: {source}")]
+    InvalidEvent { event_id: String, source: schemas::Invalid },
+    #[error("offset of {topic}[{partition}] would move back from {stored} to {batch}, nothing appended")]
+    OffsetRegression { topic: String, partition: i32, stored: i64, batch: i64 },
+    #[error("ledger write failed, nothing appended: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+}
+
+/// Reading the ledger failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadError {
+    #[error("ledger read failed: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("ledger entry {seq}: {message}")]
+    Corrupt { seq: u64, message: String },
+}

@@ -1,0 +1,134 @@
+//! The append-only ledger: a SQLite file (WAL) holding every usage and decision event exactly once, in ledger
+//! sequence order, each entry hashed and chained to the one before (SPEC 4).
+//!
+//! Everything is written by [`Ledger::append`]: a [`Batch`] of decoded events, rejected messages and the Kafka
+//! offsets they cover, recorded in one transaction. Per event it answers recorded, duplicate (same event_id,
+//! same payload: counted once, forever) or conflicting duplicate (same event_id, different payload: kept for
+//! audit, never counted). The database itself refuses UPDATE and DELETE of recorded rows (triggers created by
+//! the migrations in `ddl/`), and [`Ledger::verify`] recomputes the chain.
+//!
+//! One ledger file is one shard: it holds the events of the Kafka partitions whose offsets it stores, and
+//! nothing in its interface assumes it holds all of them.
+//!
+//! ```
+//! use ledger::{Batch, Incoming, Ledger, Origin, AppendOutcome};
+//! use schemas::{Event, EventType};
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let mut ledger = Ledger::open(dir.path().join("ledger.db")).unwrap();
+//! let json = r#"{"event_id":"u-1","occurred_at":"2026-11-02T10:00:00Z","tenant":"org-42",
+//!                "metric":"requests","source":"api","quantity":3}"#;
+//! let event = Event::from_json(EventType::UsageEvent, json).unwrap();
+//! let incoming = Incoming { event, origin: Origin::Local { name: "example".into() }, raw: None };
+//! let batch = Batch { events: vec![incoming.clone(), incoming], ..Batch::default() };
+//! let report = ledger.append(&batch).unwrap();
+//! assert_eq!(report.outcomes, [AppendOutcome::Recorded { seq: 1 }, AppendOutcome::Duplicate { of: 1 }]);
+//! assert_eq!(ledger.status().unwrap().events_recorded, 1);
+//! assert!(ledger.verify().unwrap().first_bad.is_none());
+//! ```
+
+mod append;
+pub mod batch;
+pub mod chain;
+pub mod details;
+pub mod error;
+pub mod migrate;
+mod status;
+mod verify;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+use schemas::{Catalog, EventType};
+
+pub use batch::*;
+pub use error::*;
+pub use status::{QuarantinedMessage, Status};
+pub use verify::{BadEntry, VerifyReport};
+
+/// How long a writer waits for another writer's transaction before failing. Appends are short (one batch), so
+/// a wait this long means something is stuck.
+pub const BUSY_TIMEOUT_MS: u64 = 10_000;
+
+/// An open ledger file.
+pub struct Ledger {
+    conn: Connection,
+    path: PathBuf,
+    catalog: Catalog,
+    /// `INSERT` into each type's detail table, indexed like `EventType::ALL`.
+    detail_insert_sql: Vec<String>,
+}
+
+impl Ledger {
+    /// Opens the ledger at `path` for writing, creating it and applying migrations as needed.
+    pub fn open(path: impl AsRef<Path>) -> Result<Ledger, OpenError> {
+        let path = path.as_ref().to_path_buf();
+        let sqlite = |source| OpenError::Sqlite { path: path.clone(), source };
+        let mut conn = Connection::open(&path).map_err(sqlite)?;
+        configure(&conn).map_err(sqlite)?;
+        // WAL lets readers (status, reports) run while one writer appends. synchronous=FULL makes a committed
+        // batch survive power loss, not only a crash of the process: the enforcement hook answers from it.
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(sqlite)?;
+        conn.pragma_update(None, "synchronous", "FULL").map_err(sqlite)?;
+        check_version(&conn, &path)?;
+        migrate::migrate(&mut conn).map_err(|(migration, source)| OpenError::Migration {
+            path: path.clone(),
+            migration,
+            source,
+        })?;
+        Ok(Ledger::from_connection(conn, path))
+    }
+
+    /// Opens an existing ledger read-only: it must exist and be fully migrated.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Ledger, OpenError> {
+        let path = path.as_ref().to_path_buf();
+        let sqlite = |source| OpenError::Sqlite { path: path.clone(), source };
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
+        let conn = Connection::open_with_flags(&path, flags).map_err(sqlite)?;
+        configure(&conn).map_err(sqlite)?;
+        check_version(&conn, &path)?;
+        Ok(Ledger::from_connection(conn, path))
+    }
+
+    fn from_connection(conn: Connection, path: PathBuf) -> Ledger {
+        let detail_insert_sql = EventType::ALL.iter().map(|t| details::insert_sql(*t)).collect();
+        Ledger { conn, path, catalog: Catalog::builtin(), detail_insert_sql }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// The connection, for read-only queries by reports. Writes are refused by the triggers anyway.
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+}
+
+fn configure(conn: &Connection) -> rusqlite::Result<()> {
+    conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
+    // 64 MiB of page cache: the dedup index of a few million event_ids stays in memory.
+    conn.pragma_update(None, "cache_size", -65_536)?;
+    Ok(())
+}
+
+fn check_version(conn: &Connection, path: &Path) -> Result<(), OpenError> {
+    let found: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(|source| OpenError::Sqlite { path: path.to_path_buf(), source })?;
+    let known = migrate::latest_version();
+    if found > known {
+        return Err(OpenError::TooNew { path: path.to_path_buf(), found, known });
+    }
+    Ok(())
+}
+
+/// Microseconds since the epoch, now.
+pub(crate) fn now_micros() -> i64 {
+    schemas::Timestamp::now().micros()
+}

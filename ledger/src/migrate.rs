@@ -1,0 +1,28 @@
+//! Numbered migrations, applied in order; `PRAGMA user_version` holds how many ran.
+
+use rusqlite::Connection;
+
+/// `ddl/NNN-*.sql`, in order. Append new files, never edit a published one.
+pub const MIGRATIONS: &[(&str, &str)] = &[
+    ("001-entries.sql", include_str!("../ddl/001-entries.sql")),
+    ("002-event-details.sql", include_str!("../ddl/002-event-details.sql")),
+    ("003-quarantine-offsets.sql", include_str!("../ddl/003-quarantine-offsets.sql")),
+];
+
+/// The schema version of a ledger all of whose migrations ran.
+pub fn latest_version() -> i64 {
+    i64::try_from(MIGRATIONS.len()).expect("fewer than 2^63 migrations")
+}
+
+/// Applies the migrations the file has not seen, each in its own transaction.
+/// Returns the failing migration's name with the error.
+pub fn migrate(conn: &mut Connection) -> Result<(), (&'static str, rusqlite::Error)> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(|e| ("(version)", e))?;
+    for (index, (name, sql)) in MIGRATIONS.iter().enumerate().skip(usize::try_from(version).unwrap_or(0)) {
+        let tx = conn.transaction().map_err(|e| (*name, e))?;
+        tx.execute_batch(sql).map_err(|e| (*name, e))?;
+        tx.pragma_update(None, "user_version", index + 1).map_err(|e| (*name, e))?;
+        tx.commit().map_err(|e| (*name, e))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,143 @@
+//! `status` and `quarantine list`: what the ledger holds, read without scanning it.
+
+use rusqlite::{Connection, OptionalExtension};
+use serde::Serialize;
+
+use crate::batch::{AppendReport, SourceOffset};
+use crate::error::ReadError;
+use crate::Ledger;
+
+/// Running totals, as of the last committed batch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Totals {
+    pub watermark: u64,
+    pub events_recorded: u64,
+    pub duplicates: u64,
+    pub conflicts: u64,
+    pub quarantined: u64,
+}
+
+impl Totals {
+    pub fn after(&self, report: &AppendReport) -> Totals {
+        Totals {
+            watermark: report.watermark,
+            events_recorded: self.events_recorded + report.recorded() as u64,
+            duplicates: self.duplicates + report.duplicates() as u64,
+            conflicts: self.conflicts + report.conflicts() as u64,
+            quarantined: self.quarantined + report.quarantined,
+        }
+    }
+}
+
+pub(crate) fn read_totals(conn: &Connection) -> rusqlite::Result<Totals> {
+    let totals = conn
+        .query_row(
+            "SELECT watermark, events_recorded_total, duplicates_total, conflicts_total, quarantined_total
+             FROM batches ORDER BY id DESC LIMIT 1",
+            [],
+            |r| {
+                Ok(Totals {
+                    watermark: r.get::<_, i64>(0)? as u64,
+                    events_recorded: r.get::<_, i64>(1)? as u64,
+                    duplicates: r.get::<_, i64>(2)? as u64,
+                    conflicts: r.get::<_, i64>(3)? as u64,
+                    quarantined: r.get::<_, i64>(4)? as u64,
+                })
+            },
+        )
+        .optional()?;
+    Ok(totals.unwrap_or_default())
+}
+
+/// `status --json` (SPEC 7).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Status {
+    /// Events recorded and counted (one per event_id).
+    pub events_recorded: u64,
+    /// Exact duplicates received (same event_id, same payload), not counted again.
+    pub duplicates: u64,
+    /// Conflicting duplicates kept for audit (same event_id, different payload), never counted.
+    pub conflicts: u64,
+    /// Messages quarantined.
+    pub quarantined: u64,
+    /// The last ledger sequence number.
+    pub watermark: u64,
+    /// Next offset to read per Kafka partition.
+    pub offsets: Vec<SourceOffset>,
+    /// Appends committed.
+    pub batches: u64,
+    /// Path of the ledger file.
+    pub ledger: String,
+}
+
+/// One quarantined message (`quarantine list`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QuarantinedMessage {
+    pub id: i64,
+    pub origin: String,
+    /// Kafka topic or file path.
+    pub topic: Option<String>,
+    pub partition: Option<i64>,
+    /// Kafka offset, or record index in a file.
+    pub offset: Option<i64>,
+    pub reason_code: String,
+    pub reason: String,
+    /// RFC 3339.
+    pub quarantined_at: String,
+    pub raw_bytes: usize,
+    /// The bytes as received, in hexadecimal.
+    pub raw_hex: String,
+}
+
+impl Ledger {
+    /// The counts of SPEC 7 `status`, from the last batch's totals.
+    pub fn status(&self) -> Result<Status, ReadError> {
+        let totals = read_totals(&self.conn)?;
+        let batches: i64 = self.conn.query_row("SELECT COUNT(*) FROM batches", [], |r| r.get(0))?;
+        Ok(Status {
+            events_recorded: totals.events_recorded,
+            duplicates: totals.duplicates,
+            conflicts: totals.conflicts,
+            quarantined: totals.quarantined,
+            watermark: totals.watermark,
+            offsets: self.offsets()?,
+            batches: batches as u64,
+            ledger: self.path.display().to_string(),
+        })
+    }
+
+    /// The next offset to read per Kafka partition, as stored with the events.
+    pub fn offsets(&self) -> Result<Vec<SourceOffset>, ReadError> {
+        let mut statement =
+            self.conn.prepare("SELECT topic, partition, next_offset FROM offsets ORDER BY topic, partition")?;
+        let rows = statement.query_map([], |r| {
+            Ok(SourceOffset { topic: r.get(0)?, partition: r.get(1)?, next_offset: r.get(2)? })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Every quarantined message, oldest first.
+    pub fn quarantined(&self) -> Result<Vec<QuarantinedMessage>, ReadError> {
+        let mut statement = self.conn.prepare(
+            "SELECT id, origin, origin_stream, origin_partition, origin_offset, reason_code, reason, quarantined_at,
+                    raw
+             FROM quarantine ORDER BY id",
+        )?;
+        let rows = statement.query_map([], |r| {
+            let raw: Vec<u8> = r.get(8)?;
+            Ok(QuarantinedMessage {
+                id: r.get(0)?,
+                origin: r.get(1)?,
+                topic: r.get(2)?,
+                partition: r.get(3)?,
+                offset: r.get(4)?,
+                reason_code: r.get(5)?,
+                reason: r.get(6)?,
+                quarantined_at: schemas::Timestamp(r.get(7)?).to_string(),
+                raw_bytes: raw.len(),
+                raw_hex: raw.iter().map(|b| format!("{b:02x}")).collect(),
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}

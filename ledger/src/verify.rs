@@ -1,0 +1,213 @@
+//! `verify`: recompute the hash chain and check every entry against its payload.
+
+use rusqlite::types::Value;
+use schemas::{Event, EventType};
+use serde::Serialize;
+
+use crate::chain::{self, ChainedFields, GENESIS, Hash};
+use crate::details;
+use crate::error::ReadError;
+use crate::status::read_totals;
+use crate::Ledger;
+
+/// The first entry that does not hold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BadEntry {
+    pub seq: u64,
+    pub event_id: String,
+    pub problem: String,
+}
+
+/// What `verify` found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VerifyReport {
+    pub entries_checked: u64,
+    pub watermark: u64,
+    /// `None` when the whole chain holds.
+    pub first_bad: Option<BadEntry>,
+}
+
+/// One row of `entries`, as stored.
+struct StoredEntry {
+    seq: u64,
+    event_id: String,
+    event_type: String,
+    status: String,
+    duplicate_of: Option<u64>,
+    header: [Value; 5],
+    origin: String,
+    origin_stream: Option<String>,
+    origin_partition: Option<i64>,
+    origin_offset: Option<i64>,
+    recorded_at: i64,
+    payload_fingerprint: i64,
+    payload: Vec<u8>,
+    raw: Option<Vec<u8>>,
+    payload_hash: Vec<u8>,
+    entry_hash: Vec<u8>,
+}
+
+impl StoredEntry {
+    fn read(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredEntry> {
+        Ok(StoredEntry {
+            seq: r.get::<_, i64>(0)? as u64,
+            event_id: r.get(1)?,
+            event_type: r.get(2)?,
+            status: r.get(3)?,
+            duplicate_of: r.get::<_, Option<i64>>(4)?.map(|s| s as u64),
+            header: [r.get(5)?, r.get(6)?, r.get(7)?, r.get(8)?, r.get(9)?],
+            origin: r.get(10)?,
+            origin_stream: r.get(11)?,
+            origin_partition: r.get(12)?,
+            origin_offset: r.get(13)?,
+            recorded_at: r.get(14)?,
+            payload_fingerprint: r.get(15)?,
+            payload: r.get(16)?,
+            raw: r.get(17)?,
+            payload_hash: r.get(18)?,
+            entry_hash: r.get(19)?,
+        })
+    }
+
+    fn chained_fields(&self) -> ChainedFields<'_> {
+        ChainedFields {
+            seq: self.seq,
+            event_id: &self.event_id,
+            event_type: &self.event_type,
+            status: &self.status,
+            duplicate_of: self.duplicate_of,
+            origin: &self.origin,
+            origin_stream: self.origin_stream.as_deref(),
+            origin_partition: self.origin_partition,
+            origin_offset: self.origin_offset,
+            recorded_at: self.recorded_at,
+            payload_fingerprint: self.payload_fingerprint,
+            payload_hash: &self.payload_hash,
+            raw: self.raw.as_deref(),
+        }
+    }
+}
+
+fn header_values(event: &Event) -> [Value; 5] {
+    let h = event.header();
+    [
+        Value::Text(h.tenant.clone()),
+        h.subject.clone().map_or(Value::Null, Value::Text),
+        Value::Text(h.metric.clone()),
+        Value::Text(h.source.clone()),
+        Value::Integer(h.occurred_at.micros()),
+    ]
+}
+
+const HEADER_COLUMNS: [&str; 5] = ["tenant", "subject", "metric", "source", "occurred_at"];
+
+impl Ledger {
+    /// Walks the whole ledger in sequence order, in one read transaction: the sequence has no gaps, each
+    /// payload hashes to its stored hash and decodes to the stored columns, each entry hash chains to the
+    /// previous one, and the last batch's totals match the rows. Stops at the first entry that does not hold.
+    pub fn verify(&self) -> Result<VerifyReport, ReadError> {
+        let tx = self.conn.unchecked_transaction()?;
+        let mut statement = tx.prepare(
+            "SELECT seq, event_id, event_type, status, duplicate_of, tenant, subject, metric, source, occurred_at,
+                    origin, origin_stream, origin_partition, origin_offset, recorded_at, payload_fingerprint,
+                    payload, raw, payload_hash, entry_hash
+             FROM entries ORDER BY seq",
+        )?;
+        let mut rows = statement.query([])?;
+        let mut previous: Hash = GENESIS;
+        let mut checked = 0u64;
+        while let Some(row) = rows.next()? {
+            let entry = StoredEntry::read(row)?;
+            if let Err(problem) = self.check_entry(&entry, checked + 1, &previous) {
+                let bad = BadEntry { seq: entry.seq, event_id: entry.event_id, problem };
+                return Ok(VerifyReport { entries_checked: checked, watermark: entry.seq, first_bad: Some(bad) });
+            }
+            previous = entry.entry_hash.as_slice().try_into().expect("checked to be 32 bytes");
+            checked += 1;
+        }
+        let totals = read_totals(&tx)?;
+        let mut report = VerifyReport { entries_checked: checked, watermark: checked, first_bad: None };
+        if totals.watermark != checked {
+            report.first_bad = Some(BadEntry {
+                seq: totals.watermark,
+                event_id: String::new(),
+                problem: format!("the last batch's watermark is {} but the ledger ends at {checked}", totals.watermark),
+            });
+        } else if let Some(problem) = self.check_totals(&tx, totals)? {
+            report.first_bad = Some(BadEntry { seq: checked, event_id: String::new(), problem });
+        }
+        Ok(report)
+    }
+
+    fn check_entry(&self, entry: &StoredEntry, expected_seq: u64, previous: &Hash) -> Result<(), String> {
+        if entry.seq != expected_seq {
+            return Err(format!("sequence gap: expected entry {expected_seq}, found {}", entry.seq));
+        }
+        if chain::sha256(&entry.payload)[..] != entry.payload_hash[..] {
+            return Err("payload does not hash to the stored payload_hash".into());
+        }
+        let event = self
+            .catalog
+            .decode_payload(entry.payload_fingerprint as u64, &entry.payload)
+            .map_err(|e| format!("payload does not decode: {e}"))?;
+        self.check_columns(entry, &event)?;
+        let expected_hash = chain::entry_hash(previous, &entry.chained_fields());
+        if expected_hash[..] != entry.entry_hash[..] {
+            return Err("entry_hash does not match the chain (a chained column was changed)".into());
+        }
+        Ok(())
+    }
+
+    fn check_columns(&self, entry: &StoredEntry, event: &Event) -> Result<(), String> {
+        if event.event_id() != entry.event_id {
+            return Err(format!("event_id column {:?}, payload says {:?}", entry.event_id, event.event_id()));
+        }
+        if event.event_type().name() != entry.event_type {
+            return Err(format!("event_type column {:?}, payload says {}", entry.event_type, event.event_type()));
+        }
+        let expected = header_values(event);
+        for ((column, stored), expected) in HEADER_COLUMNS.iter().zip(&entry.header).zip(&expected) {
+            if stored != expected {
+                return Err(format!("entries.{column} is {stored:?}, payload says {expected:?}"));
+            }
+        }
+        self.check_details(entry.seq, event)
+    }
+
+    fn check_details(&self, seq: u64, event: &Event) -> Result<(), String> {
+        let event_type: EventType = event.event_type();
+        let table = details::table(event_type);
+        let columns = details::columns(event_type);
+        let expected = details::values(event);
+        let stored: Option<Vec<Value>> = self
+            .conn
+            .prepare_cached(&details::select_sql(event_type))
+            .and_then(|mut s| {
+                let mut rows = s.query([seq as i64])?;
+                rows.next()?.map(|r| (0..columns.len()).map(|i| r.get::<_, Value>(i)).collect()).transpose()
+            })
+            .map_err(|e| format!("cannot read {table}: {e}"))?;
+        let stored = stored.ok_or_else(|| format!("no row in {table}"))?;
+        for ((column, stored), expected) in columns.iter().zip(&stored).zip(&expected) {
+            if stored != expected {
+                return Err(format!("{table}.{} is {stored:?}, payload says {expected:?}", column.trim_matches('"')));
+            }
+        }
+        Ok(())
+    }
+
+    /// The last batch's totals against the rows they count.
+    fn check_totals(&self, conn: &rusqlite::Connection, totals: crate::status::Totals) -> rusqlite::Result<Option<String>> {
+        let count = |sql: &str| conn.query_row(sql, [], |r| r.get::<_, i64>(0).map(|n| n as u64));
+        let found = [
+            ("events_recorded", totals.events_recorded, count("SELECT COUNT(*) FROM entries WHERE status = 'recorded'")?),
+            ("conflicts", totals.conflicts, count("SELECT COUNT(*) FROM entries WHERE status <> 'recorded'")?),
+            ("duplicates", totals.duplicates, count("SELECT COUNT(*) FROM duplicates")?),
+            ("quarantined", totals.quarantined, count("SELECT COUNT(*) FROM quarantine")?),
+        ];
+        Ok(found
+            .iter()
+            .find(|(_, total, rows)| total != rows)
+            .map(|(name, total, rows)| format!("the last batch counts {total} {name} but the ledger holds {rows}")))
+    }
+}

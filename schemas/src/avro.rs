@@ -1,0 +1,371 @@
+//! Conversion between the typed events and Avro values of the current (reader) schemas.
+
+use std::collections::{BTreeMap, HashMap};
+
+use apache_avro::types::Value;
+
+use crate::event::*;
+use crate::timestamp::Timestamp;
+
+/// A value read with the current schema that does not have the shape that schema promises (a bug in the
+/// schema files or in this module, since resolution already checked the shape).
+#[derive(Debug, thiserror::Error)]
+#[error("field {field:?}: expected {expected}, found {found}")]
+pub struct ShapeError {
+    pub field: String,
+    pub expected: &'static str,
+    pub found: String,
+}
+
+fn shape(field: &str, expected: &'static str, found: &Value) -> ShapeError {
+    let mut found = format!("{found:?}");
+    found.truncate(80);
+    ShapeError { field: field.to_string(), expected, found }
+}
+
+fn union_null() -> Value {
+    Value::Union(0, Box::new(Value::Null))
+}
+
+fn opt_string(v: &Option<String>) -> Value {
+    match v {
+        None => union_null(),
+        Some(s) => Value::Union(1, Box::new(Value::String(s.clone()))),
+    }
+}
+
+fn opt_long(v: Option<i64>) -> Value {
+    match v {
+        None => union_null(),
+        Some(n) => Value::Union(1, Box::new(Value::Long(n))),
+    }
+}
+
+fn opt_int(v: Option<i32>) -> Value {
+    match v {
+        None => union_null(),
+        Some(n) => Value::Union(1, Box::new(Value::Int(n))),
+    }
+}
+
+fn timestamp(t: Timestamp) -> Value {
+    Value::TimestampMicros(t.0)
+}
+
+fn opt_timestamp(v: Option<Timestamp>) -> Value {
+    match v {
+        None => union_null(),
+        Some(t) => Value::Union(1, Box::new(timestamp(t))),
+    }
+}
+
+fn string(s: &str) -> Value {
+    Value::String(s.to_string())
+}
+
+macro_rules! enum_value {
+    ($e:expr) => {
+        Value::Enum($e.index() as u32, $e.symbol().to_string())
+    };
+}
+
+fn header_fields(h: &Header) -> Vec<(String, Value)> {
+    vec![
+        ("event_id".into(), string(&h.event_id)),
+        ("occurred_at".into(), timestamp(h.occurred_at)),
+        ("tenant".into(), string(&h.tenant)),
+        ("subject".into(), opt_string(&h.subject)),
+        ("metric".into(), string(&h.metric)),
+        ("source".into(), string(&h.source)),
+    ]
+}
+
+/// The Avro value of an event under its current schema.
+pub fn to_value(event: &Event) -> Value {
+    let mut fields = header_fields(event.header());
+    let rest: Vec<(&str, Value)> = match event {
+        Event::Usage(e) => vec![
+            ("quantity", Value::Long(e.quantity)),
+            ("request_id", opt_string(&e.request_id)),
+            (
+                "attributes",
+                Value::Map(e.attributes.iter().map(|(k, v)| (k.clone(), string(v))).collect::<HashMap<_, _>>()),
+            ),
+        ],
+        Event::Decision(e) => vec![
+            ("request_id", string(&e.request_id)),
+            ("idempotency_key", string(&e.idempotency_key)),
+            ("amount", Value::Long(e.amount)),
+            ("outcome", enum_value!(e.outcome)),
+            ("reason", enum_value!(e.reason)),
+            ("policy_id", opt_string(&e.policy_id)),
+            ("policy_version", opt_int(e.policy_version)),
+            ("window_start", opt_timestamp(e.window_start)),
+            ("window_end", opt_timestamp(e.window_end)),
+            ("limit", opt_long(e.limit)),
+            ("used_before", opt_long(e.used_before)),
+            ("remaining", opt_long(e.remaining)),
+            ("retry_after_ms", opt_long(e.retry_after_ms)),
+        ],
+        Event::Reservation(e) => vec![
+            ("reservation_id", string(&e.reservation_id)),
+            ("action", enum_value!(e.action)),
+            ("amount", Value::Long(e.amount)),
+            ("expires_at", opt_timestamp(e.expires_at)),
+        ],
+        Event::Grant(e) => vec![
+            ("grant_id", string(&e.grant_id)),
+            ("amount", Value::Long(e.amount)),
+            ("valid_from", timestamp(e.valid_from)),
+            ("valid_until", timestamp(e.valid_until)),
+            ("reason", string(&e.reason)),
+        ],
+        Event::Policy(e) => vec![
+            ("policy_id", string(&e.policy_id)),
+            ("version", Value::Int(e.version)),
+            ("scope", enum_value!(e.scope)),
+            ("limit", Value::Long(e.limit)),
+            ("window", enum_value!(e.window)),
+            ("enforcement", enum_value!(e.enforcement)),
+            ("effective_from", timestamp(e.effective_from)),
+        ],
+        Event::Adjustment(e) => vec![
+            ("adjustment_id", string(&e.adjustment_id)),
+            ("kind", enum_value!(e.kind)),
+            ("policy_id", opt_string(&e.policy_id)),
+            ("window_start", opt_timestamp(e.window_start)),
+            ("window_end", opt_timestamp(e.window_end)),
+            ("amount", Value::Long(e.amount)),
+            ("refs", Value::Array(e.refs.iter().map(|r| string(r)).collect())),
+            ("run_id", string(&e.run_id)),
+        ],
+    };
+    fields.extend(rest.into_iter().map(|(name, value)| (name.to_string(), value)));
+    Value::Record(fields)
+}
+
+/// The fields of a record value, looked up by name.
+struct Fields<'a>(&'a [(String, Value)]);
+
+impl<'a> Fields<'a> {
+    fn get(&self, name: &str) -> Result<&'a Value, ShapeError> {
+        self.0.iter().find(|(n, _)| n == name).map(|(_, v)| v).ok_or_else(|| ShapeError {
+            field: name.into(),
+            expected: "a field",
+            found: "nothing".into(),
+        })
+    }
+
+    /// The value inside a union, `None` for its null branch.
+    fn optional(&self, name: &str) -> Result<Option<&'a Value>, ShapeError> {
+        match self.get(name)? {
+            Value::Union(_, inner) => match inner.as_ref() {
+                Value::Null => Ok(None),
+                other => Ok(Some(other)),
+            },
+            Value::Null => Ok(None),
+            other => Ok(Some(other)),
+        }
+    }
+
+    fn string(&self, name: &str) -> Result<String, ShapeError> {
+        as_string(name, self.get(name)?)
+    }
+
+    fn long(&self, name: &str) -> Result<i64, ShapeError> {
+        as_long(name, self.get(name)?)
+    }
+
+    fn int(&self, name: &str) -> Result<i32, ShapeError> {
+        as_int(name, self.get(name)?)
+    }
+
+    fn timestamp(&self, name: &str) -> Result<Timestamp, ShapeError> {
+        as_timestamp(name, self.get(name)?)
+    }
+
+    fn opt_string(&self, name: &str) -> Result<Option<String>, ShapeError> {
+        self.optional(name)?.map(|v| as_string(name, v)).transpose()
+    }
+
+    fn opt_long(&self, name: &str) -> Result<Option<i64>, ShapeError> {
+        self.optional(name)?.map(|v| as_long(name, v)).transpose()
+    }
+
+    fn opt_int(&self, name: &str) -> Result<Option<i32>, ShapeError> {
+        self.optional(name)?.map(|v| as_int(name, v)).transpose()
+    }
+
+    fn opt_timestamp(&self, name: &str) -> Result<Option<Timestamp>, ShapeError> {
+        self.optional(name)?.map(|v| as_timestamp(name, v)).transpose()
+    }
+
+    fn symbol(&self, name: &str) -> Result<&'a str, ShapeError> {
+        match self.get(name)? {
+            Value::Enum(_, symbol) => Ok(symbol),
+            other => Err(shape(name, "an enum symbol", other)),
+        }
+    }
+
+    fn header(&self) -> Result<Header, ShapeError> {
+        Ok(Header {
+            event_id: self.string("event_id")?,
+            occurred_at: self.timestamp("occurred_at")?,
+            tenant: self.string("tenant")?,
+            subject: self.opt_string("subject")?,
+            metric: self.string("metric")?,
+            source: self.string("source")?,
+        })
+    }
+}
+
+fn as_string(name: &str, v: &Value) -> Result<String, ShapeError> {
+    match v {
+        Value::String(s) => Ok(s.clone()),
+        other => Err(shape(name, "a string", other)),
+    }
+}
+
+fn as_long(name: &str, v: &Value) -> Result<i64, ShapeError> {
+    match v {
+        Value::Long(n) => Ok(*n),
+        Value::Int(n) => Ok(i64::from(*n)),
+        other => Err(shape(name, "a long", other)),
+    }
+}
+
+fn as_int(name: &str, v: &Value) -> Result<i32, ShapeError> {
+    match v {
+        Value::Int(n) => Ok(*n),
+        other => Err(shape(name, "an int", other)),
+    }
+}
+
+fn as_timestamp(name: &str, v: &Value) -> Result<Timestamp, ShapeError> {
+    match v {
+        Value::TimestampMicros(n) | Value::Long(n) => Ok(Timestamp(*n)),
+        other => Err(shape(name, "a timestamp-micros", other)),
+    }
+}
+
+macro_rules! parse_enum {
+    ($ty:ty, $fields:expr, $name:expr) => {{
+        let symbol = $fields.symbol($name)?;
+        <$ty>::from_symbol(symbol).ok_or_else(|| ShapeError {
+            field: $name.into(),
+            expected: stringify!($ty),
+            found: symbol.to_string(),
+        })?
+    }};
+}
+
+/// The typed event of a value read with (or resolved to) the current schema of `event_type`.
+pub fn from_value(event_type: EventType, value: &Value) -> Result<Event, ShapeError> {
+    let Value::Record(fields) = value else {
+        return Err(shape("(record)", "a record", value));
+    };
+    let f = Fields(fields);
+    let header = f.header()?;
+    Ok(match event_type {
+        EventType::UsageEvent => Event::Usage(UsageEvent {
+            header,
+            quantity: f.long("quantity")?,
+            request_id: f.opt_string("request_id")?,
+            attributes: attributes(f.get("attributes")?)?,
+        }),
+        EventType::DecisionEvent => Event::Decision(DecisionEvent {
+            header,
+            request_id: f.string("request_id")?,
+            idempotency_key: f.string("idempotency_key")?,
+            amount: f.long("amount")?,
+            outcome: parse_enum!(Outcome, f, "outcome"),
+            reason: parse_enum!(Reason, f, "reason"),
+            policy_id: f.opt_string("policy_id")?,
+            policy_version: f.opt_int("policy_version")?,
+            window_start: f.opt_timestamp("window_start")?,
+            window_end: f.opt_timestamp("window_end")?,
+            limit: f.opt_long("limit")?,
+            used_before: f.opt_long("used_before")?,
+            remaining: f.opt_long("remaining")?,
+            retry_after_ms: f.opt_long("retry_after_ms")?,
+        }),
+        EventType::ReservationEvent => Event::Reservation(ReservationEvent {
+            header,
+            reservation_id: f.string("reservation_id")?,
+            action: parse_enum!(ReservationAction, f, "action"),
+            amount: f.long("amount")?,
+            expires_at: f.opt_timestamp("expires_at")?,
+        }),
+        EventType::GrantEvent => Event::Grant(GrantEvent {
+            header,
+            grant_id: f.string("grant_id")?,
+            amount: f.long("amount")?,
+            valid_from: f.timestamp("valid_from")?,
+            valid_until: f.timestamp("valid_until")?,
+            reason: f.string("reason")?,
+        }),
+        EventType::PolicyEvent => Event::Policy(PolicyEvent {
+            header,
+            policy_id: f.string("policy_id")?,
+            version: f.int("version")?,
+            scope: parse_enum!(Scope, f, "scope"),
+            limit: f.long("limit")?,
+            window: parse_enum!(Window, f, "window"),
+            enforcement: parse_enum!(Enforcement, f, "enforcement"),
+            effective_from: f.timestamp("effective_from")?,
+        }),
+        EventType::AdjustmentEvent => Event::Adjustment(AdjustmentEvent {
+            header,
+            adjustment_id: f.string("adjustment_id")?,
+            kind: parse_enum!(AdjustmentKind, f, "kind"),
+            policy_id: f.opt_string("policy_id")?,
+            window_start: f.opt_timestamp("window_start")?,
+            window_end: f.opt_timestamp("window_end")?,
+            amount: f.long("amount")?,
+            refs: refs(f.get("refs")?)?,
+            run_id: f.string("run_id")?,
+        }),
+    })
+}
+
+fn attributes(v: &Value) -> Result<BTreeMap<String, String>, ShapeError> {
+    match v {
+        Value::Map(map) => map.iter().map(|(k, v)| Ok((k.clone(), as_string("attributes", v)?))).collect(),
+        other => Err(shape("attributes", "a map of strings", other)),
+    }
+}
+
+fn refs(v: &Value) -> Result<Vec<String>, ShapeError> {
+    match v {
+        Value::Array(items) => items.iter().map(|v| as_string("refs", v)).collect(),
+        other => Err(shape("refs", "an array of strings", other)),
+    }
+}
+
+/// Appends an Avro map of strings in key order, as one block: count, then key/value pairs, then the 0 that ends
+/// the blocks. Deterministic, unlike encoding a `Value::Map`.
+pub fn write_sorted_map(out: &mut Vec<u8>, map: &BTreeMap<String, String>) {
+    if !map.is_empty() {
+        write_long(out, i64::try_from(map.len()).expect("a map held in memory has fewer than 2^63 entries"));
+        for (key, value) in map {
+            write_string(out, key);
+            write_string(out, value);
+        }
+    }
+    out.push(0);
+}
+
+fn write_string(out: &mut Vec<u8>, s: &str) {
+    write_long(out, i64::try_from(s.len()).expect("a string held in memory is shorter than 2^63 bytes"));
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// Avro `long`: zig-zag, then variable-length base 128.
+fn write_long(out: &mut Vec<u8>, n: i64) {
+    let mut z = ((n << 1) ^ (n >> 63)) as u64;
+    while z >= 0x80 {
+        out.push((z as u8) | 0x80);
+        z >>= 7;
+    }
+    out.push(z as u8);
+}

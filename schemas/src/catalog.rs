@@ -1,0 +1,310 @@
+//! The schema catalog: every writer schema we accept, by CRC-64-AVRO fingerprint, and the current (reader)
+//! schema of each record type. Older versions stay in the catalog so that old producers keep working.
+
+use std::collections::HashMap;
+use std::io::Read;
+
+use apache_avro::rabin::Rabin;
+use apache_avro::reader::datum::GenericDatumReader;
+use apache_avro::types::Value;
+use apache_avro::writer::datum::GenericDatumWriter;
+use apache_avro::{Reader, Schema};
+
+use crate::avro;
+use crate::error::DecodeError;
+use crate::event::{Event, EventType};
+use crate::validate::{self, MAX_MESSAGE_BYTES};
+
+/// The two marker bytes that open Avro single-object encoding.
+pub const SINGLE_OBJECT_MAGIC: [u8; 2] = [0xC3, 0x01];
+/// Largest single allocation apache-avro may make while decoding: a string, an array, or a container file
+/// block. Every message is at most `MAX_MESSAGE_BYTES` (1 MiB); container writers use blocks of 64 KiB (Java)
+/// to a few MiB, so 16 MiB refuses only corrupt lengths.
+pub const MAX_ALLOCATION_BYTES: usize = 16 * 1024 * 1024;
+/// Magic plus the 8-byte fingerprint.
+pub const SINGLE_OBJECT_HEADER_BYTES: usize = 10;
+
+/// `(file name under schemas/avro, record type, current?, schema text)`. The files are the interface handed
+/// to other teams; the binary embeds the same bytes.
+const SCHEMA_FILES: &[(&str, EventType, bool, &str)] = &[
+    ("UsageEvent.avsc", EventType::UsageEvent, true, include_str!("../avro/UsageEvent.avsc")),
+    ("DecisionEvent.avsc", EventType::DecisionEvent, true, include_str!("../avro/DecisionEvent.avsc")),
+    ("ReservationEvent.avsc", EventType::ReservationEvent, true, include_str!("../avro/ReservationEvent.avsc")),
+    ("GrantEvent.avsc", EventType::GrantEvent, true, include_str!("../avro/GrantEvent.avsc")),
+    ("PolicyEvent.avsc", EventType::PolicyEvent, true, include_str!("../avro/PolicyEvent.avsc")),
+    ("AdjustmentEvent.avsc", EventType::AdjustmentEvent, true, include_str!("../avro/AdjustmentEvent.avsc")),
+    ("history/UsageEvent.v1.avsc", EventType::UsageEvent, false, include_str!("../avro/history/UsageEvent.v1.avsc")),
+];
+
+/// One schema of the catalog.
+#[derive(Debug)]
+pub struct CatalogSchema {
+    /// Path under `schemas/avro/`.
+    pub file: &'static str,
+    pub event_type: EventType,
+    /// Whether this is the reader schema of its type (otherwise an older writer schema).
+    pub current: bool,
+    /// CRC-64-AVRO (Rabin) fingerprint of the Parsing Canonical Form.
+    pub fingerprint: u64,
+    pub schema: Schema,
+}
+
+/// A message decoded from single-object encoding or read from a container file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decoded {
+    pub event: Event,
+    /// Fingerprint of the schema the producer wrote with.
+    pub writer_fingerprint: u64,
+}
+
+/// Every schema we accept, indexed by fingerprint.
+#[derive(Debug)]
+pub struct Catalog {
+    schemas: Vec<CatalogSchema>,
+    by_fingerprint: HashMap<u64, usize>,
+}
+
+/// The CRC-64-AVRO fingerprint of a schema's Parsing Canonical Form, as the number whose little-endian bytes
+/// follow the single-object magic.
+pub fn fingerprint(schema: &Schema) -> u64 {
+    let bytes = schema.fingerprint::<Rabin>().bytes;
+    u64::from_le_bytes(bytes.try_into().expect("a Rabin fingerprint is 8 bytes"))
+}
+
+impl Catalog {
+    /// The catalog compiled into this binary from `schemas/avro/`.
+    pub fn builtin() -> Catalog {
+        // A corrupt length prefix must not make apache-avro allocate its default 512 MiB. Process-wide, set once.
+        apache_avro::util::max_allocation_bytes(MAX_ALLOCATION_BYTES);
+        let schemas: Vec<CatalogSchema> = SCHEMA_FILES
+            .iter()
+            .map(|&(file, event_type, current, text)| {
+                let schema = Schema::parse_str(text)
+                    .unwrap_or_else(|e| panic!("schemas/avro/{file} is not a valid Avro schema: {e}"));
+                CatalogSchema { file, event_type, current, fingerprint: fingerprint(&schema), schema }
+            })
+            .collect();
+        let by_fingerprint = schemas.iter().enumerate().map(|(i, s)| (s.fingerprint, i)).collect();
+        let catalog = Catalog { schemas, by_fingerprint };
+        for event_type in EventType::ALL {
+            let current = catalog.schemas.iter().filter(|s| s.event_type == event_type && s.current).count();
+            assert_eq!(current, 1, "exactly one current schema for {event_type}");
+        }
+        catalog
+    }
+
+    pub fn schemas(&self) -> &[CatalogSchema] {
+        &self.schemas
+    }
+
+    /// The current (reader) schema of a record type.
+    pub fn current(&self, event_type: EventType) -> &CatalogSchema {
+        self.schemas
+            .iter()
+            .find(|s| s.event_type == event_type && s.current)
+            .expect("the catalog holds a current schema for every type (checked in builtin)")
+    }
+
+    pub fn by_fingerprint(&self, fingerprint: u64) -> Option<&CatalogSchema> {
+        self.by_fingerprint.get(&fingerprint).map(|&i| &self.schemas[i])
+    }
+
+    /// The Avro binary body of an event under its current schema. Deterministic: the same event always gives the
+    /// same bytes (attributes are sorted), which is what deduplication compares.
+    pub fn encode_body(&self, event: &Event) -> Vec<u8> {
+        let schema = &self.current(event.event_type()).schema;
+        let Event::Usage(usage) = event else {
+            return write_datum(schema, &avro::to_value(event))
+                .unwrap_or_else(|e| panic!("{} does not match its own schema: {e}", event.event_type()));
+        };
+        // apache-avro keeps maps in a HashMap, whose order changes from run to run. `attributes` is the last
+        // field of UsageEvent: encode the record with an empty map (a single 0 byte, the end of blocks), then
+        // write the map in one block in key order.
+        let mut without_attributes = usage.clone();
+        without_attributes.attributes.clear();
+        let mut body = write_datum(schema, &avro::to_value(&Event::Usage(without_attributes)))
+            .unwrap_or_else(|e| panic!("UsageEvent does not match its own schema: {e}"));
+        assert_eq!(body.pop(), Some(0), "an empty Avro map ends the UsageEvent body");
+        avro::write_sorted_map(&mut body, &usage.attributes);
+        body
+    }
+
+    /// Single-object encoding of an event under its current schema.
+    pub fn encode_single_object(&self, event: &Event) -> Vec<u8> {
+        let fingerprint = self.current(event.event_type()).fingerprint;
+        let body = self.encode_body(event);
+        let mut bytes = Vec::with_capacity(SINGLE_OBJECT_HEADER_BYTES + body.len());
+        bytes.extend_from_slice(&SINGLE_OBJECT_MAGIC);
+        bytes.extend_from_slice(&fingerprint.to_le_bytes());
+        bytes.extend_from_slice(&body);
+        bytes
+    }
+
+    /// Decodes and validates a single-object encoded message. `expected`, when given, is the record type the
+    /// message's topic carries.
+    pub fn decode_single_object(&self, bytes: &[u8], expected: Option<EventType>) -> Result<Decoded, DecodeError> {
+        if bytes.len() > MAX_MESSAGE_BYTES {
+            return Err(DecodeError::Oversize { size: bytes.len(), limit: MAX_MESSAGE_BYTES });
+        }
+        if bytes.len() < SINGLE_OBJECT_HEADER_BYTES {
+            return Err(DecodeError::TruncatedHeader { size: bytes.len() });
+        }
+        if bytes[..2] != SINGLE_OBJECT_MAGIC {
+            return Err(DecodeError::BadMagic { found: [bytes[0], bytes[1]] });
+        }
+        let fingerprint = u64::from_le_bytes(bytes[2..10].try_into().expect("8 bytes"));
+        let writer = self.by_fingerprint(fingerprint).ok_or(DecodeError::UnknownFingerprint { fingerprint })?;
+        if let Some(expected) = expected
+            && expected != writer.event_type
+        {
+            return Err(DecodeError::WrongType { expected, found: writer.event_type });
+        }
+        let event = self.decode_body(writer, &bytes[SINGLE_OBJECT_HEADER_BYTES..])?;
+        validate::validate(&event)?;
+        Ok(Decoded { event, writer_fingerprint: fingerprint })
+    }
+
+    /// Decodes a stored payload: an Avro body written with the catalog schema of that fingerprint.
+    pub fn decode_payload(&self, fingerprint: u64, body: &[u8]) -> Result<Event, DecodeError> {
+        let writer = self.by_fingerprint(fingerprint).ok_or(DecodeError::UnknownFingerprint { fingerprint })?;
+        self.decode_body(writer, body)
+    }
+
+    /// Decodes an Avro body written with `writer`, resolved to the current schema of its type.
+    fn decode_body(&self, writer: &CatalogSchema, body: &[u8]) -> Result<Event, DecodeError> {
+        let reader = self.current(writer.event_type);
+        let body_error = |message: String| DecodeError::from_body_error(writer.event_type, writer.fingerprint, message);
+        let datum_reader = GenericDatumReader::builder(&writer.schema)
+            .maybe_reader_schema((!writer.current).then_some(&reader.schema))
+            .build()
+            .map_err(|e| body_error(e.to_string()))?;
+        let mut input = BodyReader { rest: body, read_past_end: false };
+        let value = datum_reader.read_value(&mut input);
+        if input.read_past_end {
+            // Whatever apache-avro made of it (an error, or a record with nulls), the body ended too early.
+            let message = match &value {
+                Err(e) => error_chain(e),
+                Ok(_) => format!("the {}-byte body ends before the record does", body.len()),
+            };
+            return Err(DecodeError::TruncatedBody {
+                event_type: writer.event_type,
+                fingerprint: writer.fingerprint,
+                message,
+            });
+        }
+        let value = value.map_err(|e| body_error(error_chain(&e)))?;
+        if !input.rest.is_empty() {
+            return Err(DecodeError::TrailingBytes { event_type: writer.event_type, trailing: input.rest.len() });
+        }
+        Ok(avro::from_value(writer.event_type, &value)?)
+    }
+
+    /// Reads an Avro object container file of any record type of the catalog. The file's own writer schema is
+    /// resolved to the current reader schema of the record it names.
+    pub fn read_container<R: Read>(&self, input: R) -> Result<ContainerRecords<'_, R>, DecodeError> {
+        let reader = Reader::new(input).map_err(|e| DecodeError::Container { message: error_chain(&e) })?;
+        let writer_schema = reader.writer_schema().clone();
+        let name = match &writer_schema {
+            Schema::Record(record) => record.name.fullname(None),
+            other => format!("{other:?}").chars().take(60).collect(),
+        };
+        let event_type = EventType::from_name(&name).ok_or(DecodeError::UnknownRecord { name })?;
+        let writer_fingerprint = fingerprint(&writer_schema);
+        Ok(ContainerRecords { catalog: self, reader, writer_schema, event_type, writer_fingerprint, index: 0 })
+    }
+}
+
+/// The records of a container file, in order. Each item is the record's index in the file and either the
+/// decoded event with its raw bytes (single-object encoding under the file's writer schema) or why it failed.
+pub struct ContainerRecords<'c, R: Read> {
+    catalog: &'c Catalog,
+    reader: Reader<'static, R>,
+    writer_schema: Schema,
+    pub event_type: EventType,
+    pub writer_fingerprint: u64,
+    index: u64,
+}
+
+/// One record of a container file.
+pub struct ContainerRecord {
+    /// Position of the record in the file, from 0.
+    pub index: u64,
+    /// The record as single-object encoding under the file's writer schema: what the producer wrote.
+    pub raw: Vec<u8>,
+    pub result: Result<Decoded, DecodeError>,
+}
+
+impl<R: Read> Iterator for ContainerRecords<'_, R> {
+    type Item = ContainerRecord;
+
+    fn next(&mut self) -> Option<ContainerRecord> {
+        let value = self.reader.next()?;
+        let index = self.index;
+        self.index += 1;
+        let (raw, result) = match value {
+            Ok(value) => self.resolve(value),
+            Err(e) => (Vec::new(), Err(DecodeError::Container { message: error_chain(&e) })),
+        };
+        Some(ContainerRecord { index, raw, result })
+    }
+}
+
+impl<R: Read> ContainerRecords<'_, R> {
+    fn resolve(&self, writer_value: Value) -> (Vec<u8>, Result<Decoded, DecodeError>) {
+        let mut raw = Vec::new();
+        raw.extend_from_slice(&SINGLE_OBJECT_MAGIC);
+        raw.extend_from_slice(&self.writer_fingerprint.to_le_bytes());
+        if let Ok(body) = write_datum(&self.writer_schema, &writer_value) {
+            raw.extend_from_slice(&body);
+        }
+        let reader_schema = &self.catalog.current(self.event_type).schema;
+        let result = writer_value
+            .resolve(reader_schema)
+            .map_err(|e| DecodeError::from_body_error(self.event_type, self.writer_fingerprint, error_chain(&e)))
+            .and_then(|value| Ok(avro::from_value(self.event_type, &value)?))
+            .and_then(|event| {
+                validate::validate(&event)?;
+                Ok(Decoded { event, writer_fingerprint: self.writer_fingerprint })
+            });
+        if raw.len() > MAX_MESSAGE_BYTES {
+            return (raw.clone(), Err(DecodeError::Oversize { size: raw.len(), limit: MAX_MESSAGE_BYTES }));
+        }
+        (raw, result)
+    }
+}
+
+/// The body of a message, remembering whether the decoder asked for bytes past its end. apache-avro reads a
+/// string or a union index that meets the end of its input as null instead of failing, so a truncated body can
+/// decode to a different, valid-looking record (a DecisionEvent cut short loses its last optional fields);
+/// this tells truncation apart whatever apache-avro returns.
+struct BodyReader<'a> {
+    rest: &'a [u8],
+    read_past_end: bool,
+}
+
+impl Read for BodyReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if !buf.is_empty() && self.rest.is_empty() {
+            self.read_past_end = true;
+        }
+        self.rest.read(buf)
+    }
+}
+
+/// The Avro binary encoding of a value under a schema.
+fn write_datum(schema: &Schema, value: &Value) -> apache_avro::AvroResult<Vec<u8>> {
+    let mut bytes = Vec::new();
+    GenericDatumWriter::builder(schema).build()?.write_value_ref(&mut bytes, value)?;
+    Ok(bytes)
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}

@@ -1,0 +1,321 @@
+//! The six event records of SPEC 3 as Rust types, with their JSON form (the form `schemas encode` reads and
+//! `schemas decode` prints: field names exactly as in the `.avsc` files, timestamps as RFC 3339 strings).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::timestamp::Timestamp;
+
+/// The fields every event record starts with (SPEC 3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Header {
+    /// Unique id chosen by the producer; the deduplication key, forever.
+    pub event_id: String,
+    /// Event time.
+    pub occurred_at: Timestamp,
+    /// The paying organization (`*` on a policy: the plan default).
+    pub tenant: String,
+    /// User, API key or project inside the tenant.
+    #[serde(default)]
+    pub subject: Option<String>,
+    /// What is counted: `requests`, `tokens`, `bytes`, ...
+    pub metric: String,
+    /// The producing service.
+    pub source: String,
+}
+
+/// `UsageEvent` (topic `quota.usage`): consumption.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageEvent {
+    #[serde(flatten)]
+    pub header: Header,
+    pub quantity: i64,
+    #[serde(default)]
+    pub request_id: Option<String>,
+    /// Sorted, so that the canonical encoding of an event does not depend on map order.
+    #[serde(default)]
+    pub attributes: BTreeMap<String, String>,
+}
+
+/// `DecisionEvent` (topic `quota.decisions`): an audit fact, never consumption by itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DecisionEvent {
+    #[serde(flatten)]
+    pub header: Header,
+    pub request_id: String,
+    pub idempotency_key: String,
+    pub amount: i64,
+    pub outcome: Outcome,
+    pub reason: Reason,
+    #[serde(default)]
+    pub policy_id: Option<String>,
+    #[serde(default)]
+    pub policy_version: Option<i32>,
+    #[serde(default)]
+    pub window_start: Option<Timestamp>,
+    #[serde(default)]
+    pub window_end: Option<Timestamp>,
+    #[serde(default)]
+    pub limit: Option<i64>,
+    #[serde(default)]
+    pub used_before: Option<i64>,
+    #[serde(default)]
+    pub remaining: Option<i64>,
+    #[serde(default)]
+    pub retry_after_ms: Option<i64>,
+}
+
+/// `ReservationEvent` (topic `quota.reservations`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReservationEvent {
+    #[serde(flatten)]
+    pub header: Header,
+    pub reservation_id: String,
+    pub action: ReservationAction,
+    /// RESERVE: the upper bound held; COMMIT: the actual consumption; RELEASE: 0.
+    pub amount: i64,
+    /// RESERVE only.
+    #[serde(default)]
+    pub expires_at: Option<Timestamp>,
+}
+
+/// `GrantEvent` (topic `quota.grants`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrantEvent {
+    #[serde(flatten)]
+    pub header: Header,
+    pub grant_id: String,
+    pub amount: i64,
+    pub valid_from: Timestamp,
+    /// Exclusive.
+    pub valid_until: Timestamp,
+    pub reason: String,
+}
+
+/// `PolicyEvent` (topic `quota.policies`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyEvent {
+    #[serde(flatten)]
+    pub header: Header,
+    pub policy_id: String,
+    pub version: i32,
+    pub scope: Scope,
+    pub limit: i64,
+    pub window: Window,
+    pub enforcement: Enforcement,
+    pub effective_from: Timestamp,
+}
+
+/// `AdjustmentEvent` (topic `quota.adjustments`), written by reconcile.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdjustmentEvent {
+    #[serde(flatten)]
+    pub header: Header,
+    pub adjustment_id: String,
+    pub kind: AdjustmentKind,
+    #[serde(default)]
+    pub policy_id: Option<String>,
+    #[serde(default)]
+    pub window_start: Option<Timestamp>,
+    #[serde(default)]
+    pub window_end: Option<Timestamp>,
+    pub amount: i64,
+    pub refs: Vec<String>,
+    pub run_id: String,
+}
+
+/// Generates an Avro enum as a Rust enum with its symbols in schema order.
+macro_rules! avro_enum {
+    ($(#[$doc:meta])* $name:ident { $($symbol:ident),+ $(,)? }) => {
+        $(#[$doc])*
+        // The variants are the SPEC's Avro symbols, spelled as producers in other languages spell them.
+        #[allow(non_camel_case_types)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        pub enum $name { $($symbol),+ }
+
+        impl $name {
+            /// The symbols in the order of the Avro schema (the order gives the encoded index).
+            pub const SYMBOLS: &'static [&'static str] = &[$(stringify!($symbol)),+];
+            const ALL: &'static [$name] = &[$($name::$symbol),+];
+
+            /// The Avro symbol.
+            pub fn symbol(self) -> &'static str {
+                Self::SYMBOLS[self.index()]
+            }
+
+            /// The index of the symbol in the Avro schema.
+            pub fn index(self) -> usize {
+                self as usize
+            }
+
+            /// The value named by an Avro symbol.
+            pub fn from_symbol(symbol: &str) -> Option<Self> {
+                Self::SYMBOLS.iter().position(|s| *s == symbol).map(|i| Self::ALL[i])
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.symbol())
+            }
+        }
+    };
+}
+
+avro_enum!(
+    /// Whether a request may proceed.
+    Outcome { ALLOWED, DENIED }
+);
+avro_enum!(
+    /// Why a decision came out as it did.
+    Reason { WITHIN_LIMIT, QUOTA_EXCEEDED, RATE_LIMITED, CONCURRENCY_LIMITED, NO_POLICY, SHADOW_DENIED, FAIL_OPEN }
+);
+avro_enum!(
+    /// A step of a reservation's life.
+    ReservationAction { RESERVE, COMMIT, RELEASE }
+);
+avro_enum!(
+    /// TENANT policies limit the sum over subjects; SUBJECT policies each subject separately.
+    Scope { TENANT, SUBJECT }
+);
+avro_enum!(
+    /// Calendar-aligned UTC windows.
+    Window { MINUTE, HOUR, DAY, MONTH }
+);
+avro_enum!(
+    /// HARD denies, SOFT bills the excess, SHADOW only reports.
+    Enforcement { HARD, SOFT, SHADOW }
+);
+avro_enum!(
+    /// What reconcile found.
+    AdjustmentKind { CONFLICTING_DUPLICATE, RESERVATION_EXPIRED, REFUSED_TRANSITION, OVERSHOOT, SHADOW_OVER_LIMIT, LATE_USAGE }
+);
+
+/// The record types of SPEC 3, in the order of the topics there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum EventType {
+    UsageEvent,
+    DecisionEvent,
+    ReservationEvent,
+    GrantEvent,
+    PolicyEvent,
+    AdjustmentEvent,
+}
+
+impl EventType {
+    pub const ALL: [EventType; 6] = [
+        EventType::UsageEvent,
+        EventType::DecisionEvent,
+        EventType::ReservationEvent,
+        EventType::GrantEvent,
+        EventType::PolicyEvent,
+        EventType::AdjustmentEvent,
+    ];
+
+    /// The record name, as in the schema (`UsageEvent`).
+    pub fn name(self) -> &'static str {
+        match self {
+            EventType::UsageEvent => "UsageEvent",
+            EventType::DecisionEvent => "DecisionEvent",
+            EventType::ReservationEvent => "ReservationEvent",
+            EventType::GrantEvent => "GrantEvent",
+            EventType::PolicyEvent => "PolicyEvent",
+            EventType::AdjustmentEvent => "AdjustmentEvent",
+        }
+    }
+
+    /// The full Avro name (`quota.v1.UsageEvent`).
+    pub fn full_name(self) -> String {
+        format!("{}.{}", crate::NAMESPACE, self.name())
+    }
+
+    /// The default topic of SPEC 2.
+    pub fn default_topic(self) -> &'static str {
+        match self {
+            EventType::UsageEvent => "quota.usage",
+            EventType::DecisionEvent => "quota.decisions",
+            EventType::ReservationEvent => "quota.reservations",
+            EventType::GrantEvent => "quota.grants",
+            EventType::PolicyEvent => "quota.policies",
+            EventType::AdjustmentEvent => "quota.adjustments",
+        }
+    }
+
+    /// Accepts `UsageEvent` or `quota.v1.UsageEvent`.
+    pub fn from_name(name: &str) -> Option<EventType> {
+        let short = name.strip_prefix("quota.v1.").unwrap_or(name);
+        EventType::ALL.into_iter().find(|t| t.name() == short)
+    }
+}
+
+impl fmt::Display for EventType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Any event of SPEC 3.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    Usage(UsageEvent),
+    Decision(DecisionEvent),
+    Reservation(ReservationEvent),
+    Grant(GrantEvent),
+    Policy(PolicyEvent),
+    Adjustment(AdjustmentEvent),
+}
+
+impl Event {
+    pub fn event_type(&self) -> EventType {
+        match self {
+            Event::Usage(_) => EventType::UsageEvent,
+            Event::Decision(_) => EventType::DecisionEvent,
+            Event::Reservation(_) => EventType::ReservationEvent,
+            Event::Grant(_) => EventType::GrantEvent,
+            Event::Policy(_) => EventType::PolicyEvent,
+            Event::Adjustment(_) => EventType::AdjustmentEvent,
+        }
+    }
+
+    pub fn header(&self) -> &Header {
+        match self {
+            Event::Usage(e) => &e.header,
+            Event::Decision(e) => &e.header,
+            Event::Reservation(e) => &e.header,
+            Event::Grant(e) => &e.header,
+            Event::Policy(e) => &e.header,
+            Event::Adjustment(e) => &e.header,
+        }
+    }
+
+    pub fn event_id(&self) -> &str {
+        &self.header().event_id
+    }
+
+    /// Reads the JSON form of an event of the given type.
+    pub fn from_json(event_type: EventType, json: &str) -> Result<Event, serde_json::Error> {
+        Ok(match event_type {
+            EventType::UsageEvent => Event::Usage(serde_json::from_str(json)?),
+            EventType::DecisionEvent => Event::Decision(serde_json::from_str(json)?),
+            EventType::ReservationEvent => Event::Reservation(serde_json::from_str(json)?),
+            EventType::GrantEvent => Event::Grant(serde_json::from_str(json)?),
+            EventType::PolicyEvent => Event::Policy(serde_json::from_str(json)?),
+            EventType::AdjustmentEvent => Event::Adjustment(serde_json::from_str(json)?),
+        })
+    }
+
+    /// The JSON form of the event (the form `from_json` reads).
+    pub fn to_json(&self) -> serde_json::Value {
+        let value = match self {
+            Event::Usage(e) => serde_json::to_value(e),
+            Event::Decision(e) => serde_json::to_value(e),
+            Event::Reservation(e) => serde_json::to_value(e),
+            Event::Grant(e) => serde_json::to_value(e),
+            Event::Policy(e) => serde_json::to_value(e),
+            Event::Adjustment(e) => serde_json::to_value(e),
+        };
+        value.expect("events hold only strings, integers and string maps, which always serialize")
+    }
+}

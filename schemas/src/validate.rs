@@ -1,0 +1,137 @@
+//! Validation of decoded events: what a well-formed event of SPEC 3 must satisfy before the ledger records it.
+
+use crate::event::*;
+use crate::timestamp::Timestamp;
+
+/// Largest message accepted, in bytes. Kafka's default `message.max.bytes` is about 1 MB; an event is a few
+/// hundred bytes, so anything near this is a producer bug, not usage.
+pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
+
+/// Earliest accepted timestamp: 2000-01-01T00:00:00Z. Fixed bounds rather than "now plus or minus" so that
+/// ingesting the same bytes always gives the same answer.
+pub const TIMESTAMP_MIN: Timestamp = Timestamp(946_684_800_000_000);
+/// First rejected timestamp: 2100-01-01T00:00:00Z.
+pub const TIMESTAMP_MAX: Timestamp = Timestamp(4_102_444_800_000_000);
+
+/// An event that decodes but breaks a rule of SPEC 3.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Invalid {
+    #[error("{field} is empty")]
+    Empty { field: &'static str },
+    #[error("{field} is {value}, must be at least {minimum}")]
+    Negative { field: &'static str, value: i64, minimum: i64 },
+    #[error("{field} {value} is outside the accepted range [{}, {})", TIMESTAMP_MIN, TIMESTAMP_MAX)]
+    TimestampOutOfRange { field: &'static str, value: Timestamp },
+    #[error("{field}: {message}")]
+    Inconsistent { field: &'static str, message: String },
+}
+
+impl Invalid {
+    /// A stable, machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Invalid::Empty { field: "tenant" } => "empty_tenant",
+            Invalid::Empty { .. } => "empty_field",
+            Invalid::Negative { .. } => "negative_quantity",
+            Invalid::TimestampOutOfRange { .. } => "timestamp_out_of_range",
+            Invalid::Inconsistent { .. } => "inconsistent_fields",
+        }
+    }
+}
+
+fn non_empty(field: &'static str, value: &str) -> Result<(), Invalid> {
+    if value.is_empty() { Err(Invalid::Empty { field }) } else { Ok(()) }
+}
+
+fn at_least(field: &'static str, value: i64, minimum: i64) -> Result<(), Invalid> {
+    if value < minimum { Err(Invalid::Negative { field, value, minimum }) } else { Ok(()) }
+}
+
+fn in_range(field: &'static str, value: Timestamp) -> Result<(), Invalid> {
+    if value < TIMESTAMP_MIN || value >= TIMESTAMP_MAX {
+        Err(Invalid::TimestampOutOfRange { field, value })
+    } else {
+        Ok(())
+    }
+}
+
+fn opt_in_range(field: &'static str, value: Option<Timestamp>) -> Result<(), Invalid> {
+    value.map_or(Ok(()), |v| in_range(field, v))
+}
+
+/// Checks an event against the rules of SPEC 3.
+pub fn validate(event: &Event) -> Result<(), Invalid> {
+    let header = event.header();
+    non_empty("event_id", &header.event_id)?;
+    non_empty("tenant", &header.tenant)?;
+    non_empty("metric", &header.metric)?;
+    in_range("occurred_at", header.occurred_at)?;
+    match event {
+        Event::Usage(e) => at_least("quantity", e.quantity, 0),
+        Event::Decision(e) => validate_decision(e),
+        Event::Reservation(e) => validate_reservation(e),
+        Event::Grant(e) => validate_grant(e),
+        Event::Policy(e) => validate_policy(e),
+        Event::Adjustment(e) => validate_adjustment(e),
+    }
+}
+
+fn validate_decision(e: &DecisionEvent) -> Result<(), Invalid> {
+    non_empty("request_id", &e.request_id)?;
+    non_empty("idempotency_key", &e.idempotency_key)?;
+    at_least("amount", e.amount, 0)?;
+    opt_in_range("window_start", e.window_start)?;
+    opt_in_range("window_end", e.window_end)
+}
+
+fn validate_reservation(e: &ReservationEvent) -> Result<(), Invalid> {
+    non_empty("reservation_id", &e.reservation_id)?;
+    at_least("amount", e.amount, 0)?;
+    opt_in_range("expires_at", e.expires_at)?;
+    match (e.action, e.expires_at) {
+        (ReservationAction::RESERVE, None) => {
+            Err(Invalid::Inconsistent { field: "expires_at", message: "a RESERVE must say when it expires".into() })
+        }
+        (ReservationAction::RELEASE, _) if e.amount != 0 => Err(Invalid::Inconsistent {
+            field: "amount",
+            message: format!("a RELEASE carries amount 0, found {}", e.amount),
+        }),
+        _ => Ok(()),
+    }
+}
+
+fn validate_grant(e: &GrantEvent) -> Result<(), Invalid> {
+    non_empty("grant_id", &e.grant_id)?;
+    at_least("amount", e.amount, 1)?;
+    in_range("valid_from", e.valid_from)?;
+    in_range("valid_until", e.valid_until)?;
+    if e.valid_until <= e.valid_from {
+        return Err(Invalid::Inconsistent {
+            field: "valid_until",
+            message: format!("{} is not after valid_from {}", e.valid_until, e.valid_from),
+        });
+    }
+    Ok(())
+}
+
+fn validate_policy(e: &PolicyEvent) -> Result<(), Invalid> {
+    non_empty("policy_id", &e.policy_id)?;
+    at_least("version", i64::from(e.version), 0)?;
+    at_least("limit", e.limit, 0)?;
+    in_range("effective_from", e.effective_from)
+}
+
+fn validate_adjustment(e: &AdjustmentEvent) -> Result<(), Invalid> {
+    non_empty("adjustment_id", &e.adjustment_id)?;
+    non_empty("run_id", &e.run_id)?;
+    opt_in_range("window_start", e.window_start)?;
+    opt_in_range("window_end", e.window_end)?;
+    if e.adjustment_id != e.header.event_id {
+        return Err(Invalid::Inconsistent {
+            field: "adjustment_id",
+            message: format!("{:?} differs from event_id {:?}", e.adjustment_id, e.header.event_id),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,169 @@
+// Proves that data written by old producers with UsageEvent v1 (no request_id, no attributes) still decodes to
+// the current UsageEvent, from a pinned container file and from a single-object message.
+
+use std::fs::File;
+use std::path::PathBuf;
+
+use apache_avro::types::Value;
+use apache_avro::writer::datum::GenericDatumWriter;
+use apache_avro::{Codec, Schema, Writer};
+use schemas::{Catalog, Decoded, Event, EventType, Header, Timestamp, UsageEvent};
+
+/// The old writer schema exactly as it was published.
+const V1_SCHEMA: &str = include_str!("../avro/history/UsageEvent.v1.avsc");
+
+/// The pinned container file written with `V1_SCHEMA` by `write_usage_v1_fixture`. Do not regenerate it: it
+/// stands for files old producers wrote.
+fn fixture_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/usage-v1.avro")
+}
+
+fn v1_schema() -> Schema {
+    Schema::parse_str(V1_SCHEMA).expect("UsageEvent.v1.avsc parses")
+}
+
+/// The fingerprint under which the catalog keeps UsageEvent v1.
+fn v1_fingerprint(catalog: &Catalog) -> u64 {
+    let v1 = catalog
+        .schemas()
+        .iter()
+        .find(|s| s.file == "history/UsageEvent.v1.avsc")
+        .expect("the catalog keeps UsageEvent v1");
+    assert_eq!(v1.event_type, EventType::UsageEvent);
+    assert!(!v1.current, "v1 is an old writer schema, not the reader schema");
+    v1.fingerprint
+}
+
+fn at(rfc3339: &str) -> Timestamp {
+    Timestamp::parse_rfc3339(rfc3339).expect("a valid RFC 3339 literal")
+}
+
+/// The three UsageEvents of the fixture, as the current reader sees them: v1 has no request_id and no
+/// attributes, so they take their defaults (null, empty map).
+fn expected_events() -> Vec<UsageEvent> {
+    let usage = |event_id: &str,
+                 occurred_at: &str,
+                 tenant: &str,
+                 subject: Option<&str>,
+                 metric: &str,
+                 source: &str,
+                 quantity| {
+        UsageEvent {
+            header: Header {
+                event_id: event_id.into(),
+                occurred_at: at(occurred_at),
+                tenant: tenant.into(),
+                subject: subject.map(Into::into),
+                metric: metric.into(),
+                source: source.into(),
+            },
+            quantity,
+            request_id: None,
+            attributes: Default::default(),
+        }
+    };
+    vec![
+        usage("u-v1-1", "2026-11-02T10:00:00Z", "org-42", None, "requests", "api", 3),
+        usage("u-v1-2", "2026-11-15T23:59:59.123456Z", "org-42", Some("user-7"), "tokens", "llm-gateway", 1_500_000),
+        usage("u-v1-3", "2026-11-30T00:00:00Z", "org-7", Some("clé-ü"), "bytes", "storage", 0),
+    ]
+}
+
+/// A UsageEvent as a value of the v1 schema: the fields v1 has, in its order.
+fn v1_value(e: &UsageEvent) -> Value {
+    let subject = match &e.header.subject {
+        None => Value::Union(0, Box::new(Value::Null)),
+        Some(s) => Value::Union(1, Box::new(Value::String(s.clone()))),
+    };
+    Value::Record(vec![
+        ("event_id".into(), Value::String(e.header.event_id.clone())),
+        ("occurred_at".into(), Value::TimestampMicros(e.header.occurred_at.micros())),
+        ("tenant".into(), Value::String(e.header.tenant.clone())),
+        ("subject".into(), subject),
+        ("metric".into(), Value::String(e.header.metric.clone())),
+        ("source".into(), Value::String(e.header.source.clone())),
+        ("quantity".into(), Value::Long(e.quantity)),
+    ])
+}
+
+// Writes the fixture (run once, by hand): `cargo test -p schemas --test old_writers -- --ignored write_usage_v1_fixture`.
+#[test]
+#[ignore = "writes tests/fixtures/usage-v1.avro; run by hand only"]
+fn write_usage_v1_fixture() {
+    let schema = v1_schema();
+    let path = fixture_path();
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let file = File::create(&path).unwrap();
+    let mut writer = Writer::builder()
+        .schema(&schema)
+        .writer(file)
+        .codec(Codec::Null)
+        .marker(*b"quota-ledger-v1!")
+        .build()
+        .expect("a container writer for UsageEvent v1");
+    for e in expected_events() {
+        writer.append_value_ref(&v1_value(&e)).expect("the value matches UsageEvent v1");
+    }
+    writer.flush().unwrap();
+    writer.into_inner().unwrap().sync_all().unwrap();
+}
+
+// Proves that the pinned v1 container file reads back as current UsageEvents with default request_id and
+// attributes, tagged with the v1 fingerprint.
+#[test]
+fn usage_v1_container_decodes_to_current_usage_events() {
+    let catalog = Catalog::builtin();
+    let v1 = v1_fingerprint(&catalog);
+    let file = File::open(fixture_path())
+        .expect("tests/fixtures/usage-v1.avro is missing: run the ignored test write_usage_v1_fixture once");
+    let records = catalog.read_container(file).expect("the fixture is an Avro container file");
+    assert_eq!(records.event_type, EventType::UsageEvent);
+    assert_eq!(records.writer_fingerprint, v1);
+    assert_ne!(records.writer_fingerprint, catalog.current(EventType::UsageEvent).fingerprint);
+
+    let records: Vec<_> = records.collect();
+    let expected = expected_events();
+    assert_eq!(records.len(), expected.len());
+    for (i, (record, expected)) in records.into_iter().zip(expected).enumerate() {
+        assert_eq!(record.index, i as u64);
+        let decoded = record.result.unwrap_or_else(|e| panic!("record {i} does not decode: {e}"));
+        let Event::Usage(usage) = &decoded.event else { panic!("record {i} is not a UsageEvent: {decoded:?}") };
+        assert_eq!(usage.request_id, None, "record {i}");
+        assert!(usage.attributes.is_empty(), "record {i}");
+        assert_eq!(decoded, Decoded { event: Event::Usage(expected), writer_fingerprint: v1 }, "record {i}");
+
+        // The raw bytes kept for the record are the producer's: single-object encoding under v1.
+        assert_eq!(&record.raw[..2], &[0xC3, 0x01]);
+        assert_eq!(&record.raw[2..10], &v1.to_le_bytes());
+        assert_eq!(catalog.decode_single_object(&record.raw, Some(EventType::UsageEvent)), Ok(decoded));
+    }
+}
+
+// Proves that a single-object message from an old producer (magic, v1 fingerprint, v1 body) decodes to the
+// current UsageEvent.
+#[test]
+fn usage_v1_single_object_decodes_to_current_usage_event() {
+    let catalog = Catalog::builtin();
+    let v1 = v1_fingerprint(&catalog);
+    let schema = v1_schema();
+    assert_eq!(schemas::fingerprint(&schema), v1);
+
+    for expected in expected_events() {
+        let body = GenericDatumWriter::builder(&schema)
+            .build()
+            .unwrap()
+            .write_value_to_vec(v1_value(&expected))
+            .expect("the value matches UsageEvent v1");
+        let mut message = vec![0xC3, 0x01];
+        message.extend_from_slice(&v1.to_le_bytes());
+        message.extend_from_slice(&body);
+
+        let decoded = catalog.decode_single_object(&message, Some(EventType::UsageEvent));
+        assert_eq!(decoded, Ok(Decoded { event: Event::Usage(expected.clone()), writer_fingerprint: v1 }));
+
+        // Re-encoded, the event is written with the current schema and reads back the same.
+        let current = catalog.encode_single_object(&Event::Usage(expected.clone()));
+        assert_eq!(&current[2..10], &catalog.current(EventType::UsageEvent).fingerprint.to_le_bytes());
+        assert_eq!(catalog.decode_single_object(&current, None).map(|d| d.event), Ok(Event::Usage(expected)));
+    }
+}

@@ -1,0 +1,320 @@
+// Proves that each kind of bad input (SPEC 4.4) is refused with its own DecodeError variant and stable code.
+
+use apache_avro::Schema;
+use schemas::catalog::SINGLE_OBJECT_HEADER_BYTES;
+use schemas::validate::{TIMESTAMP_MAX, TIMESTAMP_MIN};
+use schemas::{
+    AdjustmentEvent, AdjustmentKind, Catalog, DecisionEvent, DecodeError, Enforcement, Event, EventType, GrantEvent,
+    Header, Invalid, MAX_MESSAGE_BYTES, Outcome, PolicyEvent, Reason, ReservationAction, ReservationEvent, Scope,
+    Timestamp, UsageEvent, Window,
+};
+
+fn at(rfc3339: &str) -> Timestamp {
+    Timestamp::parse_rfc3339(rfc3339).expect("a valid RFC 3339 literal")
+}
+
+fn header(event_id: &str) -> Header {
+    Header {
+        event_id: event_id.into(),
+        occurred_at: at("2026-11-02T10:00:00Z"),
+        tenant: "org-42".into(),
+        subject: Some("user-7".into()),
+        metric: "tokens".into(),
+        source: "api".into(),
+    }
+}
+
+fn usage() -> UsageEvent {
+    UsageEvent {
+        header: header("u-1"),
+        quantity: 12,
+        request_id: Some("req-81f3".into()),
+        attributes: [("model".to_string(), "small".to_string()), ("region".to_string(), "eu".to_string())].into(),
+    }
+}
+
+fn decision() -> DecisionEvent {
+    DecisionEvent {
+        header: header("d-1"),
+        request_id: "req-81f3".into(),
+        idempotency_key: "idem-1".into(),
+        amount: 12,
+        outcome: Outcome::DENIED,
+        reason: Reason::QUOTA_EXCEEDED,
+        policy_id: Some("p-1".into()),
+        policy_version: Some(3),
+        window_start: Some(at("2026-11-01T00:00:00Z")),
+        window_end: Some(at("2026-12-01T00:00:00Z")),
+        limit: Some(1000),
+        used_before: Some(995),
+        remaining: Some(5),
+        retry_after_ms: Some(60_000),
+    }
+}
+
+fn reservation() -> ReservationEvent {
+    ReservationEvent {
+        header: header("r-1"),
+        reservation_id: "res-1".into(),
+        action: ReservationAction::RESERVE,
+        amount: 50,
+        expires_at: Some(at("2026-11-02T10:05:00Z")),
+    }
+}
+
+/// One valid event of every record type, each with every optional field set.
+fn samples() -> Vec<Event> {
+    vec![
+        Event::Usage(usage()),
+        Event::Decision(decision()),
+        Event::Reservation(reservation()),
+        Event::Grant(GrantEvent {
+            header: header("g-1"),
+            grant_id: "g-1".into(),
+            amount: 100,
+            valid_from: at("2026-11-01T00:00:00Z"),
+            valid_until: at("2026-12-01T00:00:00Z"),
+            reason: "support ticket 7".into(),
+        }),
+        Event::Policy(PolicyEvent {
+            header: header("p-1"),
+            policy_id: "p-1".into(),
+            version: 3,
+            scope: Scope::TENANT,
+            limit: 1000,
+            window: Window::MONTH,
+            enforcement: Enforcement::HARD,
+            effective_from: at("2026-11-01T00:00:00Z"),
+        }),
+        Event::Adjustment(AdjustmentEvent {
+            header: header("a-1"),
+            adjustment_id: "a-1".into(),
+            kind: AdjustmentKind::OVERSHOOT,
+            policy_id: Some("p-1".into()),
+            window_start: Some(at("2026-11-01T00:00:00Z")),
+            window_end: Some(at("2026-12-01T00:00:00Z")),
+            amount: 7,
+            refs: vec!["u-1".into(), "u-2".into()],
+            run_id: "run-1".into(),
+        }),
+    ]
+}
+
+/// Decodes a message expected to fail, from the UsageEvent topic unless said otherwise.
+fn refuse(catalog: &Catalog, bytes: &[u8], expected: Option<EventType>) -> DecodeError {
+    match catalog.decode_single_object(bytes, expected) {
+        Ok(decoded) => panic!("{} bytes decoded to {decoded:?}, expected an error", bytes.len()),
+        Err(e) => e,
+    }
+}
+
+// Proves that the samples used below are valid, so that each test's one change is what gets refused.
+#[test]
+fn samples_decode() {
+    let catalog = Catalog::builtin();
+    for e in samples() {
+        let decoded = catalog.decode_single_object(&catalog.encode_single_object(&e), Some(e.event_type()));
+        assert_eq!(decoded.map(|d| d.event), Ok(e));
+    }
+}
+
+// Proves that a message over MAX_MESSAGE_BYTES is refused as "oversize" before anything else is looked at.
+#[test]
+fn oversize() {
+    let catalog = Catalog::builtin();
+    let mut bytes = catalog.encode_single_object(&Event::Usage(usage()));
+    bytes.resize(MAX_MESSAGE_BYTES + 1, 0);
+    let e = refuse(&catalog, &bytes, Some(EventType::UsageEvent));
+    assert_eq!(e, DecodeError::Oversize { size: MAX_MESSAGE_BYTES + 1, limit: MAX_MESSAGE_BYTES });
+    assert_eq!(e.code(), "oversize");
+}
+
+// Proves that a message shorter than the 10-byte single-object header is refused as "truncated".
+#[test]
+fn truncated_header() {
+    let catalog = Catalog::builtin();
+    let bytes = catalog.encode_single_object(&Event::Usage(usage()));
+    let e = refuse(&catalog, &bytes[..5], Some(EventType::UsageEvent));
+    assert_eq!(e, DecodeError::TruncatedHeader { size: 5 });
+    assert_eq!(e.code(), "truncated");
+}
+
+// Proves that a message that does not start with C3 01 is refused as "bad_magic".
+#[test]
+fn bad_magic() {
+    let catalog = Catalog::builtin();
+    let mut bytes = catalog.encode_single_object(&Event::Usage(usage()));
+    bytes[0] = b'{';
+    bytes[1] = b'"';
+    let e = refuse(&catalog, &bytes, Some(EventType::UsageEvent));
+    assert_eq!(e, DecodeError::BadMagic { found: [b'{', b'"'] });
+    assert_eq!(e.code(), "bad_magic");
+}
+
+// Proves that a fingerprint that is not in the catalog is refused as "unknown_fingerprint".
+#[test]
+fn unknown_fingerprint() {
+    let catalog = Catalog::builtin();
+    let mut bytes = catalog.encode_single_object(&Event::Usage(usage()));
+    let unknown = Schema::parse_str(r#"{"type":"record","name":"Other","fields":[{"name":"x","type":"long"}]}"#)
+        .map(|s| schemas::fingerprint(&s))
+        .unwrap();
+    assert!(catalog.by_fingerprint(unknown).is_none());
+    bytes[2..10].copy_from_slice(&unknown.to_le_bytes());
+    let e = refuse(&catalog, &bytes, Some(EventType::UsageEvent));
+    assert_eq!(e, DecodeError::UnknownFingerprint { fingerprint: unknown });
+    assert_eq!(e.code(), "unknown_fingerprint");
+}
+
+// Proves that a DecisionEvent arriving on the UsageEvent topic is refused as "wrong_type".
+#[test]
+fn wrong_type() {
+    let catalog = Catalog::builtin();
+    let bytes = catalog.encode_single_object(&Event::Decision(decision()));
+    let e = refuse(&catalog, &bytes, Some(EventType::UsageEvent));
+    assert_eq!(e, DecodeError::WrongType { expected: EventType::UsageEvent, found: EventType::DecisionEvent });
+    assert_eq!(e.code(), "wrong_type");
+}
+
+// Proves that a valid message cut short by a few bytes is refused as "truncated".
+#[test]
+fn truncated_body() {
+    let catalog = Catalog::builtin();
+    let bytes = catalog.encode_single_object(&Event::Usage(usage()));
+    let e = refuse(&catalog, &bytes[..bytes.len() - 3], Some(EventType::UsageEvent));
+    assert!(
+        matches!(e, DecodeError::TruncatedBody { event_type: EventType::UsageEvent, .. }),
+        "expected TruncatedBody, got {e:?}"
+    );
+    assert_eq!(e.code(), "truncated");
+}
+
+// Proves that every cut of every record type's body, at every length, is refused as "truncated": never decoded
+// to a different event (apache-avro reads a missing union index as null and a missing string as null).
+#[test]
+fn truncated_body_at_every_length() {
+    let catalog = Catalog::builtin();
+    let mut wrong = Vec::new();
+    for event in samples() {
+        let bytes = catalog.encode_single_object(&event);
+        for len in SINGLE_OBJECT_HEADER_BYTES..bytes.len() {
+            let result = catalog.decode_single_object(&bytes[..len], Some(event.event_type()));
+            if !matches!(&result, Err(e @ DecodeError::TruncatedBody { .. }) if e.code() == "truncated") {
+                wrong.push(format!("{} cut to {len} of {} bytes: {result:?}", event.event_type(), bytes.len()));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "cuts not refused as TruncatedBody:\n{}", wrong.join("\n"));
+}
+
+// Proves that bytes after a complete body are refused ("malformed_body") rather than ignored.
+#[test]
+fn trailing_bytes() {
+    let catalog = Catalog::builtin();
+    let mut bytes = catalog.encode_single_object(&Event::Usage(usage()));
+    bytes.extend_from_slice(&[0, 0]);
+    let e = refuse(&catalog, &bytes, Some(EventType::UsageEvent));
+    assert_eq!(e, DecodeError::TrailingBytes { event_type: EventType::UsageEvent, trailing: 2 });
+    assert_eq!(e.code(), "malformed_body");
+}
+
+// Proves that a body that does not follow its schema (an enum index past the last symbol) is "malformed_body".
+#[test]
+fn malformed_body() {
+    let catalog = Catalog::builtin();
+    let mut reservation = reservation();
+    reservation.action = ReservationAction::RELEASE;
+    reservation.amount = 0;
+    reservation.expires_at = None;
+    let mut bytes = catalog.encode_single_object(&Event::Reservation(reservation));
+    // The body ends with: action (enum index 2 = zig-zag 0x04), amount 0 (0x00), expires_at null (0x00).
+    let n = bytes.len();
+    assert_eq!(&bytes[n - 3..], &[0x04, 0x00, 0x00]);
+    bytes[n - 3] = 0x06; // index 3: ReservationAction has three symbols
+    let e = refuse(&catalog, &bytes, Some(EventType::ReservationEvent));
+    assert!(
+        matches!(e, DecodeError::MalformedBody { event_type: EventType::ReservationEvent, .. }),
+        "expected MalformedBody, got {e:?}"
+    );
+    assert_eq!(e.code(), "malformed_body");
+}
+
+// Proves that a UsageEvent with a negative quantity is refused as "negative_quantity".
+#[test]
+fn negative_quantity() {
+    let catalog = Catalog::builtin();
+    let mut event = usage();
+    event.quantity = -1;
+    let e = refuse(&catalog, &catalog.encode_single_object(&Event::Usage(event)), Some(EventType::UsageEvent));
+    assert_eq!(e, DecodeError::Invalid(Invalid::Negative { field: "quantity", value: -1, minimum: 0 }));
+    assert_eq!(e.code(), "negative_quantity");
+}
+
+// Proves that an event with an empty tenant is refused as "empty_tenant".
+#[test]
+fn empty_tenant() {
+    let catalog = Catalog::builtin();
+    let mut event = usage();
+    event.header.tenant = String::new();
+    let e = refuse(&catalog, &catalog.encode_single_object(&Event::Usage(event)), Some(EventType::UsageEvent));
+    assert_eq!(e, DecodeError::Invalid(Invalid::Empty { field: "tenant" }));
+    assert_eq!(e.code(), "empty_tenant");
+}
+
+// Proves that timestamps outside [TIMESTAMP_MIN, TIMESTAMP_MAX) are refused as "timestamp_out_of_range", and
+// that both ends are where the constants say.
+#[test]
+fn timestamp_out_of_range() {
+    let catalog = Catalog::builtin();
+    let with_time = |occurred_at: Timestamp| {
+        let mut event = usage();
+        event.header.occurred_at = occurred_at;
+        catalog.decode_single_object(&catalog.encode_single_object(&Event::Usage(event)), Some(EventType::UsageEvent))
+    };
+    for value in [TIMESTAMP_MAX, Timestamp(TIMESTAMP_MIN.0 - 1), Timestamp(0), Timestamp(i64::MIN)] {
+        let e = with_time(value).expect_err("out of range");
+        assert_eq!(e, DecodeError::Invalid(Invalid::TimestampOutOfRange { field: "occurred_at", value }));
+        assert_eq!(e.code(), "timestamp_out_of_range");
+    }
+    assert!(with_time(TIMESTAMP_MIN).is_ok());
+    assert!(with_time(Timestamp(TIMESTAMP_MAX.0 - 1)).is_ok());
+}
+
+// Proves that a RESERVE without expires_at is refused as "inconsistent_fields".
+#[test]
+fn reserve_without_expires_at() {
+    let catalog = Catalog::builtin();
+    let mut event = reservation();
+    event.expires_at = None;
+    let bytes = catalog.encode_single_object(&Event::Reservation(event));
+    let e = refuse(&catalog, &bytes, Some(EventType::ReservationEvent));
+    assert!(
+        matches!(e, DecodeError::Invalid(Invalid::Inconsistent { field: "expires_at", .. })),
+        "expected Inconsistent expires_at, got {e:?}"
+    );
+    assert_eq!(e.code(), "inconsistent_fields");
+}
+
+// Proves that input that is not an Avro container file is refused as "malformed_container".
+#[test]
+fn not_a_container_file() {
+    let catalog = Catalog::builtin();
+    let e = catalog.read_container(&b"not an avro container file"[..]).err().expect("refused");
+    assert!(matches!(e, DecodeError::Container { .. }), "expected Container, got {e:?}");
+    assert_eq!(e.code(), "malformed_container");
+}
+
+// Proves that a container file of a record that is not in the catalog is refused as "wrong_type".
+#[test]
+fn container_of_unknown_record() {
+    let catalog = Catalog::builtin();
+    let schema =
+        Schema::parse_str(r#"{"type":"record","name":"Other","namespace":"x","fields":[{"name":"a","type":"long"}]}"#)
+            .unwrap();
+    let mut writer = apache_avro::Writer::new(&schema, Vec::new()).unwrap();
+    writer.append_value_ref(&apache_avro::types::Value::Record(vec![("a".into(), 1i64.into())])).unwrap();
+    let bytes = writer.into_inner().unwrap();
+    let e = catalog.read_container(&bytes[..]).err().expect("refused");
+    assert_eq!(e, DecodeError::UnknownRecord { name: "x.Other".into() });
+    assert_eq!(e.code(), "wrong_type");
+}

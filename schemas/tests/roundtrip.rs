@@ -1,0 +1,362 @@
+// Proves that every valid event of the six record types survives single-object encoding and JSON unchanged,
+// that its encoding is deterministic, and that the catalog's fingerprints are the CRC-64-AVRO of the Avro spec.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+use proptest::sample::select;
+use schemas::validate::{TIMESTAMP_MAX, TIMESTAMP_MIN};
+use schemas::{
+    AdjustmentEvent, AdjustmentKind, Catalog, DecisionEvent, DecodeError, Decoded, Enforcement, Event, GrantEvent,
+    Header, Outcome, PolicyEvent, Reason, ReservationAction, ReservationEvent, Scope, Timestamp, UsageEvent, Window,
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// Generators of valid events (the rules of SPEC 3 as `schemas::validate` checks them).
+
+/// A timestamp inside the accepted range.
+fn timestamp() -> impl Strategy<Value = Timestamp> {
+    (TIMESTAMP_MIN.0..TIMESTAMP_MAX.0).prop_map(Timestamp)
+}
+
+/// An id: never empty, any printable characters (producers in other languages send UTF-8 of all kinds).
+fn id() -> impl Strategy<Value = String> {
+    "\\PC{1,16}"
+}
+
+/// A free-form string, possibly empty.
+fn text() -> impl Strategy<Value = String> {
+    "\\PC{0,24}"
+}
+
+/// A value of one of the generated Avro enums, from its symbols.
+fn symbol_of<T: Clone + std::fmt::Debug + 'static>(
+    symbols: &'static [&'static str],
+    from_symbol: fn(&str) -> Option<T>,
+) -> impl Strategy<Value = T> {
+    select(symbols).prop_map(move |s| from_symbol(s).expect("every symbol names a value"))
+}
+
+fn header() -> impl Strategy<Value = Header> {
+    (id(), timestamp(), id(), proptest::option::of(text()), id(), text()).prop_map(
+        |(event_id, occurred_at, tenant, subject, metric, source)| Header {
+            event_id,
+            occurred_at,
+            tenant,
+            subject,
+            metric,
+            source,
+        },
+    )
+}
+
+fn usage() -> impl Strategy<Value = Event> {
+    (header(), 0..=i64::MAX, proptest::option::of(id()), proptest::collection::btree_map(text(), text(), 0..6))
+        .prop_map(|(header, quantity, request_id, attributes)| {
+            Event::Usage(UsageEvent { header, quantity, request_id, attributes })
+        })
+}
+
+fn decision() -> impl Strategy<Value = Event> {
+    let ids = (header(), id(), id(), 0..=i64::MAX);
+    let verdict = (symbol_of(Outcome::SYMBOLS, Outcome::from_symbol), symbol_of(Reason::SYMBOLS, Reason::from_symbol));
+    let policy = (
+        proptest::option::of(id()),
+        proptest::option::of(any::<i32>()),
+        proptest::option::of(timestamp()),
+        proptest::option::of(timestamp()),
+    );
+    let numbers = (
+        proptest::option::of(any::<i64>()),
+        proptest::option::of(any::<i64>()),
+        proptest::option::of(any::<i64>()),
+        proptest::option::of(any::<i64>()),
+    );
+    (ids, verdict, policy, numbers).prop_map(
+        |(
+            (header, request_id, idempotency_key, amount),
+            (outcome, reason),
+            (policy_id, policy_version, window_start, window_end),
+            (limit, used_before, remaining, retry_after_ms),
+        )| {
+            Event::Decision(DecisionEvent {
+                header,
+                request_id,
+                idempotency_key,
+                amount,
+                outcome,
+                reason,
+                policy_id,
+                policy_version,
+                window_start,
+                window_end,
+                limit,
+                used_before,
+                remaining,
+                retry_after_ms,
+            })
+        },
+    )
+}
+
+fn reservation() -> impl Strategy<Value = Event> {
+    (header(), id(), symbol_of(ReservationAction::SYMBOLS, ReservationAction::from_symbol), 0..=i64::MAX, timestamp())
+        .prop_map(|(header, reservation_id, action, amount, expiry)| {
+            // RESERVE holds an amount until it expires; COMMIT carries the consumption; RELEASE carries 0.
+            let (amount, expires_at) = match action {
+                ReservationAction::RESERVE => (amount, Some(expiry)),
+                ReservationAction::COMMIT => (amount, None),
+                ReservationAction::RELEASE => (0, None),
+            };
+            Event::Reservation(ReservationEvent { header, reservation_id, action, amount, expires_at })
+        })
+}
+
+fn grant() -> impl Strategy<Value = Event> {
+    let validity = (TIMESTAMP_MIN.0..TIMESTAMP_MAX.0 - 1)
+        .prop_flat_map(|from| (Just(Timestamp(from)), (from + 1..TIMESTAMP_MAX.0).prop_map(Timestamp)));
+    (header(), id(), 1..=i64::MAX, validity, text()).prop_map(
+        |(header, grant_id, amount, (valid_from, valid_until), reason)| {
+            Event::Grant(GrantEvent { header, grant_id, amount, valid_from, valid_until, reason })
+        },
+    )
+}
+
+fn policy() -> impl Strategy<Value = Event> {
+    (
+        header(),
+        id(),
+        0..=i32::MAX,
+        symbol_of(Scope::SYMBOLS, Scope::from_symbol),
+        0..=i64::MAX,
+        symbol_of(Window::SYMBOLS, Window::from_symbol),
+        symbol_of(Enforcement::SYMBOLS, Enforcement::from_symbol),
+        timestamp(),
+    )
+        .prop_map(|(header, policy_id, version, scope, limit, window, enforcement, effective_from)| {
+            Event::Policy(PolicyEvent { header, policy_id, version, scope, limit, window, enforcement, effective_from })
+        })
+}
+
+fn adjustment() -> impl Strategy<Value = Event> {
+    (
+        header(),
+        symbol_of(AdjustmentKind::SYMBOLS, AdjustmentKind::from_symbol),
+        proptest::option::of(id()),
+        proptest::option::of(timestamp()),
+        proptest::option::of(timestamp()),
+        any::<i64>(),
+        proptest::collection::vec(id(), 0..5),
+        id(),
+    )
+        .prop_map(|(header, kind, policy_id, window_start, window_end, amount, refs, run_id)| {
+            // An adjustment's event_id is its adjustment_id (SPEC 3). Amounts are deltas: any sign.
+            let adjustment_id = header.event_id.clone();
+            Event::Adjustment(AdjustmentEvent {
+                header,
+                adjustment_id,
+                kind,
+                policy_id,
+                window_start,
+                window_end,
+                amount,
+                refs,
+                run_id,
+            })
+        })
+}
+
+/// A valid event of any of the six record types.
+fn event() -> impl Strategy<Value = Event> {
+    prop_oneof![usage(), decision(), reservation(), grant(), policy(), adjustment()]
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Properties.
+
+proptest! {
+    // Proves that the generators make valid events (otherwise the round trips below would prove little).
+    #[test]
+    fn generated_events_are_valid(e in event()) {
+        prop_assert_eq!(schemas::validate(&e), Ok(()));
+    }
+
+    // Proves that single-object encoding then decoding gives back the same event, written with the current schema.
+    #[test]
+    fn single_object_round_trip(e in event()) {
+        let catalog = Catalog::builtin();
+        let bytes = catalog.encode_single_object(&e);
+        let expected = Decoded { event: e.clone(), writer_fingerprint: catalog.current(e.event_type()).fingerprint };
+        prop_assert_eq!(catalog.decode_single_object(&bytes, Some(e.event_type())), Ok(expected.clone()));
+        prop_assert_eq!(catalog.decode_single_object(&bytes, None), Ok(expected));
+    }
+
+    // Proves that the JSON form read back with `from_json` gives the same event.
+    #[test]
+    fn json_round_trip(e in event()) {
+        let json = e.to_json().to_string();
+        let back = Event::from_json(e.event_type(), &json);
+        prop_assert!(back.is_ok(), "{json} does not read back: {:?}", back);
+        prop_assert_eq!(back.unwrap(), e);
+    }
+
+    // Proves that encode_body depends only on the event: the same event twice, a clone whose attributes were
+    // inserted in the opposite order, and the event decoded again all give identical bytes.
+    #[test]
+    fn encode_body_is_deterministic(e in event()) {
+        let catalog = Catalog::builtin();
+        let first = catalog.encode_body(&e);
+        prop_assert_eq!(&catalog.encode_body(&e), &first);
+
+        let mut reordered = e.clone();
+        if let Event::Usage(usage) = &mut reordered {
+            let mut attributes = BTreeMap::new();
+            for (key, value) in usage.attributes.iter().rev() {
+                attributes.insert(key.clone(), value.clone());
+            }
+            usage.attributes = attributes;
+        }
+        prop_assert_eq!(&catalog.encode_body(&reordered), &first);
+
+        let message = catalog.encode_single_object(&e);
+        prop_assert_eq!(&message[schemas::catalog::SINGLE_OBJECT_HEADER_BYTES..], &first[..]);
+        let decoded = catalog.decode_single_object(&message, None).expect("a valid event decodes");
+        prop_assert_eq!(&catalog.encode_body(&decoded.event), &first);
+    }
+}
+
+proptest! {
+    // Proves that a valid message cut anywhere in its body is refused as truncated, never decoded to another event.
+    #[test]
+    fn every_cut_of_a_body_is_truncated(e in event(), cut in any::<proptest::sample::Index>()) {
+        let catalog = Catalog::builtin();
+        let message = catalog.encode_single_object(&e);
+        let header = schemas::catalog::SINGLE_OBJECT_HEADER_BYTES;
+        let len = header + cut.index(message.len() - header);
+        let result = catalog.decode_single_object(&message[..len], Some(e.event_type()));
+        prop_assert!(
+            matches!(&result, Err(error @ DecodeError::TruncatedBody { .. }) if error.code() == "truncated"),
+            "cut to {} of {} bytes: {:?}", len, message.len(), result
+        );
+    }
+}
+
+// Proves that attribute maps with many entries, whose HashMap order inside apache-avro varies, still encode
+// to one and the same byte string.
+#[test]
+fn usage_with_many_attributes_encodes_identically() {
+    let catalog = Catalog::builtin();
+    let attributes: BTreeMap<String, String> = (0..64).map(|i| (format!("key-{i:02}"), format!("value-{i}"))).collect();
+    let event = Event::Usage(UsageEvent {
+        header: Header {
+            event_id: "u-1".into(),
+            occurred_at: Timestamp::parse_rfc3339("2026-11-02T10:00:00Z").unwrap(),
+            tenant: "org-42".into(),
+            subject: Some("user-7".into()),
+            metric: "tokens".into(),
+            source: "api".into(),
+        },
+        quantity: 12,
+        request_id: Some("req-81f3".into()),
+        attributes,
+    });
+    let first = catalog.encode_body(&event);
+    for _ in 0..20 {
+        assert_eq!(catalog.encode_body(&event.clone()), first);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Fingerprints, computed independently of apache-avro from the Avro specification ("Schema Fingerprints").
+
+/// The CRC-64-AVRO empty value of the Avro specification.
+const EMPTY: u64 = 0xc15d_213a_a4d7_a795;
+
+/// The 256-entry table of the Avro specification's fingerprint64.
+fn fingerprint_table() -> [u64; 256] {
+    let mut table = [0u64; 256];
+    for (i, entry) in table.iter_mut().enumerate() {
+        let mut fp = i as u64;
+        for _ in 0..8 {
+            fp = (fp >> 1) ^ (EMPTY & (fp & 1).wrapping_neg());
+        }
+        *entry = fp;
+    }
+    table
+}
+
+/// CRC-64-AVRO (Rabin) of a byte string, as in the Avro specification.
+fn fingerprint64(bytes: &[u8]) -> u64 {
+    let table = fingerprint_table();
+    let mut fp = EMPTY;
+    for &b in bytes {
+        fp = (fp >> 8) ^ table[((fp ^ u64::from(b)) & 0xff) as usize];
+    }
+    fp
+}
+
+// Proves that the independent CRC-64-AVRO gives the Avro project's published fingerprints
+// (share/test/data/schema-tests.txt), so that it can judge the catalog below.
+#[test]
+fn independent_crc64_avro_matches_the_avro_test_vectors() {
+    let vectors: &[(&str, i64)] = &[
+        (r#""null""#, 7195948357588979594),
+        (r#""boolean""#, -6970731678124411036),
+        (r#"{"name":"foo","type":"fixed","size":15}"#, 1756455273707447556),
+    ];
+    for (canonical, expected) in vectors {
+        assert_eq!(fingerprint64(canonical.as_bytes()) as i64, *expected, "fingerprint of {canonical}");
+    }
+}
+
+// Proves that every schema of the catalog has its own fingerprint, equal to the CRC-64-AVRO of its Parsing
+// Canonical Form, and that single-object messages carry it little-endian.
+#[test]
+fn catalog_fingerprints_are_distinct_crc64_avro() {
+    let catalog = Catalog::builtin();
+    let schemas = catalog.schemas();
+    assert_eq!(schemas.len(), 7, "six current schemas and UsageEvent v1");
+    let mut seen = BTreeMap::new();
+    for s in schemas {
+        let canonical = s.schema.canonical_form();
+        assert_eq!(s.fingerprint, fingerprint64(canonical.as_bytes()), "{}: {canonical}", s.file);
+        assert_eq!(schemas::fingerprint(&s.schema), s.fingerprint, "{}", s.file);
+        assert!(catalog.by_fingerprint(s.fingerprint).is_some_and(|found| found.file == s.file), "{}", s.file);
+        if let Some(other) = seen.insert(s.fingerprint, s.file) {
+            panic!("{} and {other} share the fingerprint {:016x}", s.file, s.fingerprint);
+        }
+    }
+    for s in schemas.iter().filter(|s| s.current) {
+        let sample = Event::from_json(s.event_type, &minimal_json(s.event_type)).expect("sample JSON reads");
+        let message = catalog.encode_single_object(&sample);
+        assert_eq!(&message[..2], &[0xC3, 0x01]);
+        assert_eq!(&message[2..10], &s.fingerprint.to_le_bytes(), "{}", s.file);
+    }
+}
+
+/// The JSON of a small valid event of a type.
+fn minimal_json(event_type: schemas::EventType) -> String {
+    let header = r#""event_id":"e-1","occurred_at":"2026-11-02T10:00:00Z","tenant":"org-42","metric":"requests",
+                    "source":"test""#;
+    let rest = match event_type {
+        schemas::EventType::UsageEvent => r#""quantity":1"#,
+        schemas::EventType::DecisionEvent => {
+            r#""request_id":"r","idempotency_key":"k","amount":1,"outcome":"ALLOWED","reason":"WITHIN_LIMIT""#
+        }
+        schemas::EventType::ReservationEvent => {
+            r#""reservation_id":"res","action":"RESERVE","amount":5,"expires_at":"2026-11-02T10:01:00Z""#
+        }
+        schemas::EventType::GrantEvent => {
+            r#""grant_id":"g","amount":5,"valid_from":"2026-11-01T00:00:00Z","valid_until":"2026-12-01T00:00:00Z",
+               "reason":"support""#
+        }
+        schemas::EventType::PolicyEvent => {
+            r#""policy_id":"p","version":1,"scope":"TENANT","limit":100,"window":"MONTH","enforcement":"HARD",
+               "effective_from":"2026-11-01T00:00:00Z""#
+        }
+        schemas::EventType::AdjustmentEvent => {
+            r#""adjustment_id":"e-1","kind":"OVERSHOOT","amount":3,"refs":["u-1"],"run_id":"run-1""#
+        }
+    };
+    format!("{{{header},{rest}}}")
+}

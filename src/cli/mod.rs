@@ -1,0 +1,52 @@
+//! One module per subcommand. Exit codes: 0 ok, 1 found discrepancies (verify, reconcile), 2 error.
+
+pub mod bench;
+pub mod ingest;
+pub mod quarantine;
+pub mod schemas;
+pub mod status;
+pub mod verify;
+
+use std::io::Write;
+
+use anyhow::Context;
+
+/// Exit code of a command that found discrepancies (a broken chain, adjustments to make).
+pub const EXIT_DISCREPANCIES: u8 = 1;
+/// Exit code of a command that failed.
+pub const EXIT_ERROR: u8 = 2;
+
+/// Whether an error is a closed stdout (`quota-ledger status | head`): not a failure, as in ripgrep.
+pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Prints a value as pretty JSON on stdout.
+pub fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer_pretty(&mut out, value).context("cannot write JSON")?;
+    writeln!(out)?;
+    Ok(())
+}
+
+/// Prints rows as a table whose columns are aligned, the header first.
+pub fn print_table(header: &[&str], rows: &[Vec<String>]) -> anyhow::Result<()> {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    let line = |cells: &mut dyn Iterator<Item = &str>| -> String {
+        let cells: Vec<String> = cells.zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        cells.join("  ").trim_end().to_string()
+    };
+    writeln!(out, "{}", line(&mut header.iter().copied()))?;
+    for row in rows {
+        writeln!(out, "{}", line(&mut row.iter().map(String::as_str)))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,59 @@
+//! `quota-ledger`: the command line of the quota and billing ledger (SPEC 7).
+
+mod cli;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Append-only quota and billing ledger: usage and decision events from Kafka, deduplicated, reconciled,
+/// exported and audited.
+#[derive(Debug, Parser)]
+#[command(name = "quota-ledger", version, about)]
+struct Cli {
+    /// The ledger file (SQLite).
+    #[arg(long, global = true, env = "QUOTA_LEDGER_PATH", default_value = "./quota-ledger.db")]
+    ledger: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// The Avro schema catalog: list, and JSON <-> single-object Avro for producer teams.
+    #[command(subcommand)]
+    Schemas(cli::schemas::SchemasCommand),
+    /// Load events into the ledger.
+    Ingest(cli::ingest::IngestArgs),
+    /// What the ledger holds: counts, watermark, Kafka offsets.
+    Status(cli::status::StatusArgs),
+    /// Recompute the hash chain; exit 1 naming the first bad entry.
+    Verify(cli::verify::VerifyArgs),
+    /// Messages that failed to decode or validate.
+    #[command(subcommand)]
+    Quarantine(cli::quarantine::QuarantineCommand),
+    /// Measure the ledger against its floor on this machine.
+    #[command(subcommand)]
+    Bench(cli::bench::BenchCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Schemas(command) => cli::schemas::run(command),
+        Command::Ingest(args) => cli::ingest::run(&cli.ledger, args),
+        Command::Status(args) => cli::status::run(&cli.ledger, args),
+        Command::Verify(args) => cli::verify::run(&cli.ledger, args),
+        Command::Quarantine(command) => cli::quarantine::run(&cli.ledger, command),
+        Command::Bench(command) => cli::bench::run(command),
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) if cli::is_broken_pipe(&error) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("quota-ledger: error: {error:#}");
+            ExitCode::from(cli::EXIT_ERROR)
+        }
+    }
+}
