@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::io::Read;
+use std::sync::OnceLock;
 
 use apache_avro::rabin::Rabin;
 use apache_avro::reader::datum::GenericDatumReader;
@@ -57,11 +58,22 @@ pub struct Decoded {
     pub writer_fingerprint: u64,
 }
 
-/// Every schema we accept, indexed by fingerprint.
-#[derive(Debug)]
+/// Every schema we accept, indexed by fingerprint, with apache-avro's resolved readers and writers built once
+/// (building them resolves the schema's names, which costs more than encoding an event).
 pub struct Catalog {
-    schemas: Vec<CatalogSchema>,
+    schemas: &'static [CatalogSchema],
     by_fingerprint: HashMap<u64, usize>,
+    /// Per schema: reads a body written with it, resolved to the current schema of its type.
+    readers: Vec<GenericDatumReader<'static>>,
+    /// Per schema: writes a value of that schema. Values come from `avro::to_value`, whose shape the round-trip
+    /// tests pin, so writers skip apache-avro's per-value validation.
+    writers: Vec<GenericDatumWriter<'static>>,
+}
+
+impl std::fmt::Debug for Catalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Catalog").field("schemas", &self.schemas).finish_non_exhaustive()
+    }
 }
 
 /// The CRC-64-AVRO fingerprint of a schema's Parsing Canonical Form, as the number whose little-endian bytes
@@ -71,9 +83,15 @@ pub fn fingerprint(schema: &Schema) -> u64 {
     u64::from_le_bytes(bytes.try_into().expect("a Rabin fingerprint is 8 bytes"))
 }
 
+static BUILTIN: OnceLock<Catalog> = OnceLock::new();
+
 impl Catalog {
-    /// The catalog compiled into this binary from `schemas/avro/`.
-    pub fn builtin() -> Catalog {
+    /// The catalog compiled into this binary from `schemas/avro/`, built once per process.
+    pub fn builtin() -> &'static Catalog {
+        BUILTIN.get_or_init(Catalog::load_builtin)
+    }
+
+    fn load_builtin() -> Catalog {
         // A corrupt length prefix must not make apache-avro allocate its default 512 MiB. Process-wide, set once.
         apache_avro::util::max_allocation_bytes(MAX_ALLOCATION_BYTES);
         let schemas: Vec<CatalogSchema> = SCHEMA_FILES
@@ -84,25 +102,49 @@ impl Catalog {
                 CatalogSchema { file, event_type, current, fingerprint: fingerprint(&schema), schema }
             })
             .collect();
-        let by_fingerprint = schemas.iter().enumerate().map(|(i, s)| (s.fingerprint, i)).collect();
-        let catalog = Catalog { schemas, by_fingerprint };
         for event_type in EventType::ALL {
-            let current = catalog.schemas.iter().filter(|s| s.event_type == event_type && s.current).count();
+            let current = schemas.iter().filter(|s| s.event_type == event_type && s.current).count();
             assert_eq!(current, 1, "exactly one current schema for {event_type}");
         }
-        catalog
+        // Built once per process (BUILTIN), so leaking gives the resolved readers and writers their 'static schemas.
+        let schemas: &'static [CatalogSchema] = Box::leak(schemas.into_boxed_slice());
+        let current = |t: EventType| &schemas.iter().find(|s| s.event_type == t && s.current).expect("checked").schema;
+        let readers = schemas
+            .iter()
+            .map(|s| {
+                GenericDatumReader::builder(&s.schema)
+                    .maybe_reader_schema((!s.current).then(|| current(s.event_type)))
+                    .build()
+                    .unwrap_or_else(|e| panic!("schemas/avro/{} does not resolve to the current schema: {e}", s.file))
+            })
+            .collect();
+        let writers = schemas
+            .iter()
+            .map(|s| {
+                GenericDatumWriter::builder(&s.schema)
+                    .validate(false)
+                    .build()
+                    .unwrap_or_else(|e| panic!("schemas/avro/{}: {e}", s.file))
+            })
+            .collect();
+        let by_fingerprint = schemas.iter().enumerate().map(|(i, s)| (s.fingerprint, i)).collect();
+        Catalog { schemas, by_fingerprint, readers, writers }
+    }
+
+    fn index_of_current(&self, event_type: EventType) -> usize {
+        self.schemas
+            .iter()
+            .position(|s| s.event_type == event_type && s.current)
+            .expect("the catalog holds a current schema for every type (checked in load_builtin)")
     }
 
     pub fn schemas(&self) -> &[CatalogSchema] {
-        &self.schemas
+        self.schemas
     }
 
     /// The current (reader) schema of a record type.
     pub fn current(&self, event_type: EventType) -> &CatalogSchema {
-        self.schemas
-            .iter()
-            .find(|s| s.event_type == event_type && s.current)
-            .expect("the catalog holds a current schema for every type (checked in builtin)")
+        &self.schemas[self.index_of_current(event_type)]
     }
 
     pub fn by_fingerprint(&self, fingerprint: u64) -> Option<&CatalogSchema> {
@@ -112,18 +154,23 @@ impl Catalog {
     /// The Avro binary body of an event under its current schema. Deterministic: the same event always gives the
     /// same bytes (attributes are sorted), which is what deduplication compares.
     pub fn encode_body(&self, event: &Event) -> Vec<u8> {
-        let schema = &self.current(event.event_type()).schema;
-        let Event::Usage(usage) = event else {
-            return write_datum(schema, &avro::to_value(event))
+        let writer = &self.writers[self.index_of_current(event.event_type())];
+        let write = |value: &Value| {
+            let mut bytes = Vec::with_capacity(256);
+            writer
+                .write_value_ref(&mut bytes, value)
                 .unwrap_or_else(|e| panic!("{} does not match its own schema: {e}", event.event_type()));
+            bytes
+        };
+        let Event::Usage(usage) = event else {
+            return write(&avro::to_value(event));
         };
         // apache-avro keeps maps in a HashMap, whose order changes from run to run. `attributes` is the last
         // field of UsageEvent: encode the record with an empty map (a single 0 byte, the end of blocks), then
         // write the map in one block in key order.
         let mut without_attributes = usage.clone();
         without_attributes.attributes.clear();
-        let mut body = write_datum(schema, &avro::to_value(&Event::Usage(without_attributes)))
-            .unwrap_or_else(|e| panic!("UsageEvent does not match its own schema: {e}"));
+        let mut body = write(&avro::to_value(&Event::Usage(without_attributes)));
         assert_eq!(body.pop(), Some(0), "an empty Avro map ends the UsageEvent body");
         avro::write_sorted_map(&mut body, &usage.attributes);
         body
@@ -153,31 +200,29 @@ impl Catalog {
             return Err(DecodeError::BadMagic { found: [bytes[0], bytes[1]] });
         }
         let fingerprint = u64::from_le_bytes(bytes[2..10].try_into().expect("8 bytes"));
-        let writer = self.by_fingerprint(fingerprint).ok_or(DecodeError::UnknownFingerprint { fingerprint })?;
+        let index = *self.by_fingerprint.get(&fingerprint).ok_or(DecodeError::UnknownFingerprint { fingerprint })?;
+        let found = self.schemas[index].event_type;
         if let Some(expected) = expected
-            && expected != writer.event_type
+            && expected != found
         {
-            return Err(DecodeError::WrongType { expected, found: writer.event_type });
+            return Err(DecodeError::WrongType { expected, found });
         }
-        let event = self.decode_body(writer, &bytes[SINGLE_OBJECT_HEADER_BYTES..])?;
+        let event = self.decode_body(index, &bytes[SINGLE_OBJECT_HEADER_BYTES..])?;
         validate::validate(&event)?;
         Ok(Decoded { event, writer_fingerprint: fingerprint })
     }
 
     /// Decodes a stored payload: an Avro body written with the catalog schema of that fingerprint.
     pub fn decode_payload(&self, fingerprint: u64, body: &[u8]) -> Result<Event, DecodeError> {
-        let writer = self.by_fingerprint(fingerprint).ok_or(DecodeError::UnknownFingerprint { fingerprint })?;
-        self.decode_body(writer, body)
+        let index = *self.by_fingerprint.get(&fingerprint).ok_or(DecodeError::UnknownFingerprint { fingerprint })?;
+        self.decode_body(index, body)
     }
 
     /// Decodes an Avro body written with `writer`, resolved to the current schema of its type.
-    fn decode_body(&self, writer: &CatalogSchema, body: &[u8]) -> Result<Event, DecodeError> {
-        let reader = self.current(writer.event_type);
+    fn decode_body(&self, index: usize, body: &[u8]) -> Result<Event, DecodeError> {
+        let writer = &self.schemas[index];
         let body_error = |message: String| DecodeError::from_body_error(writer.event_type, writer.fingerprint, message);
-        let datum_reader = GenericDatumReader::builder(&writer.schema)
-            .maybe_reader_schema((!writer.current).then_some(&reader.schema))
-            .build()
-            .map_err(|e| body_error(e.to_string()))?;
+        let datum_reader = &self.readers[index];
         let mut input = BodyReader { rest: body, read_past_end: false };
         let value = datum_reader.read_value(&mut input);
         if input.read_past_end {

@@ -113,7 +113,7 @@ fn write_usage_v1_fixture() {
 #[test]
 fn usage_v1_container_decodes_to_current_usage_events() {
     let catalog = Catalog::builtin();
-    let v1 = v1_fingerprint(&catalog);
+    let v1 = v1_fingerprint(catalog);
     let file = File::open(fixture_path())
         .expect("tests/fixtures/usage-v1.avro is missing: run the ignored test write_usage_v1_fixture once");
     let records = catalog.read_container(file).expect("the fixture is an Avro container file");
@@ -144,7 +144,7 @@ fn usage_v1_container_decodes_to_current_usage_events() {
 #[test]
 fn usage_v1_single_object_decodes_to_current_usage_event() {
     let catalog = Catalog::builtin();
-    let v1 = v1_fingerprint(&catalog);
+    let v1 = v1_fingerprint(catalog);
     let schema = v1_schema();
     assert_eq!(schemas::fingerprint(&schema), v1);
 

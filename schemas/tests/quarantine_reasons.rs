@@ -124,7 +124,7 @@ fn oversize() {
     let catalog = Catalog::builtin();
     let mut bytes = catalog.encode_single_object(&Event::Usage(usage()));
     bytes.resize(MAX_MESSAGE_BYTES + 1, 0);
-    let e = refuse(&catalog, &bytes, Some(EventType::UsageEvent));
+    let e = refuse(catalog, &bytes, Some(EventType::UsageEvent));
     assert_eq!(e, DecodeError::Oversize { size: MAX_MESSAGE_BYTES + 1, limit: MAX_MESSAGE_BYTES });
     assert_eq!(e.code(), "oversize");
 }
@@ -134,7 +134,7 @@ fn oversize() {
 fn truncated_header() {
     let catalog = Catalog::builtin();
     let bytes = catalog.encode_single_object(&Event::Usage(usage()));
-    let e = refuse(&catalog, &bytes[..5], Some(EventType::UsageEvent));
+    let e = refuse(catalog, &bytes[..5], Some(EventType::UsageEvent));
     assert_eq!(e, DecodeError::TruncatedHeader { size: 5 });
     assert_eq!(e.code(), "truncated");
 }
@@ -146,7 +146,7 @@ fn bad_magic() {
     let mut bytes = catalog.encode_single_object(&Event::Usage(usage()));
     bytes[0] = b'{';
     bytes[1] = b'"';
-    let e = refuse(&catalog, &bytes, Some(EventType::UsageEvent));
+    let e = refuse(catalog, &bytes, Some(EventType::UsageEvent));
     assert_eq!(e, DecodeError::BadMagic { found: [b'{', b'"'] });
     assert_eq!(e.code(), "bad_magic");
 }
@@ -161,7 +161,7 @@ fn unknown_fingerprint() {
         .unwrap();
     assert!(catalog.by_fingerprint(unknown).is_none());
     bytes[2..10].copy_from_slice(&unknown.to_le_bytes());
-    let e = refuse(&catalog, &bytes, Some(EventType::UsageEvent));
+    let e = refuse(catalog, &bytes, Some(EventType::UsageEvent));
     assert_eq!(e, DecodeError::UnknownFingerprint { fingerprint: unknown });
     assert_eq!(e.code(), "unknown_fingerprint");
 }
@@ -171,7 +171,7 @@ fn unknown_fingerprint() {
 fn wrong_type() {
     let catalog = Catalog::builtin();
     let bytes = catalog.encode_single_object(&Event::Decision(decision()));
-    let e = refuse(&catalog, &bytes, Some(EventType::UsageEvent));
+    let e = refuse(catalog, &bytes, Some(EventType::UsageEvent));
     assert_eq!(e, DecodeError::WrongType { expected: EventType::UsageEvent, found: EventType::DecisionEvent });
     assert_eq!(e.code(), "wrong_type");
 }
@@ -181,7 +181,7 @@ fn wrong_type() {
 fn truncated_body() {
     let catalog = Catalog::builtin();
     let bytes = catalog.encode_single_object(&Event::Usage(usage()));
-    let e = refuse(&catalog, &bytes[..bytes.len() - 3], Some(EventType::UsageEvent));
+    let e = refuse(catalog, &bytes[..bytes.len() - 3], Some(EventType::UsageEvent));
     assert!(
         matches!(e, DecodeError::TruncatedBody { event_type: EventType::UsageEvent, .. }),
         "expected TruncatedBody, got {e:?}"
@@ -213,7 +213,7 @@ fn trailing_bytes() {
     let catalog = Catalog::builtin();
     let mut bytes = catalog.encode_single_object(&Event::Usage(usage()));
     bytes.extend_from_slice(&[0, 0]);
-    let e = refuse(&catalog, &bytes, Some(EventType::UsageEvent));
+    let e = refuse(catalog, &bytes, Some(EventType::UsageEvent));
     assert_eq!(e, DecodeError::TrailingBytes { event_type: EventType::UsageEvent, trailing: 2 });
     assert_eq!(e.code(), "malformed_body");
 }
@@ -231,7 +231,7 @@ fn malformed_body() {
     let n = bytes.len();
     assert_eq!(&bytes[n - 3..], &[0x04, 0x00, 0x00]);
     bytes[n - 3] = 0x06; // index 3: ReservationAction has three symbols
-    let e = refuse(&catalog, &bytes, Some(EventType::ReservationEvent));
+    let e = refuse(catalog, &bytes, Some(EventType::ReservationEvent));
     assert!(
         matches!(e, DecodeError::MalformedBody { event_type: EventType::ReservationEvent, .. }),
         "expected MalformedBody, got {e:?}"
@@ -245,7 +245,7 @@ fn negative_quantity() {
     let catalog = Catalog::builtin();
     let mut event = usage();
     event.quantity = -1;
-    let e = refuse(&catalog, &catalog.encode_single_object(&Event::Usage(event)), Some(EventType::UsageEvent));
+    let e = refuse(catalog, &catalog.encode_single_object(&Event::Usage(event)), Some(EventType::UsageEvent));
     assert_eq!(e, DecodeError::Invalid(Invalid::Negative { field: "quantity", value: -1, minimum: 0 }));
     assert_eq!(e.code(), "negative_quantity");
 }
@@ -256,7 +256,7 @@ fn empty_tenant() {
     let catalog = Catalog::builtin();
     let mut event = usage();
     event.header.tenant = String::new();
-    let e = refuse(&catalog, &catalog.encode_single_object(&Event::Usage(event)), Some(EventType::UsageEvent));
+    let e = refuse(catalog, &catalog.encode_single_object(&Event::Usage(event)), Some(EventType::UsageEvent));
     assert_eq!(e, DecodeError::Invalid(Invalid::Empty { field: "tenant" }));
     assert_eq!(e.code(), "empty_tenant");
 }
@@ -287,7 +287,7 @@ fn reserve_without_expires_at() {
     let mut event = reservation();
     event.expires_at = None;
     let bytes = catalog.encode_single_object(&Event::Reservation(event));
-    let e = refuse(&catalog, &bytes, Some(EventType::ReservationEvent));
+    let e = refuse(catalog, &bytes, Some(EventType::ReservationEvent));
     assert!(
         matches!(e, DecodeError::Invalid(Invalid::Inconsistent { field: "expires_at", .. })),
         "expected Inconsistent expires_at, got {e:?}"
