@@ -16,11 +16,11 @@ pub const FILE_BATCH_EVENTS: usize = 5_000;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum FileIngestError {
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Open { path: PathBuf, source: std::io::Error },
-    #[error("{path} is not a readable Avro object container file of the catalog: {source}")]
+    #[error("{path} is not a readable Avro object container file of the catalog")]
     NotContainer { path: PathBuf, source: DecodeError },
-    #[error("{path}: {source}")]
+    #[error("appending the records of {path} to the ledger failed")]
     Append { path: PathBuf, source: AppendError },
 }
 

@@ -26,8 +26,22 @@ CREATE TABLE entries (
     CHECK ((status = 'recorded') = (duplicate_of IS NULL))
 );
 
--- Deduplication, forever: every entry of an event_id, with its payload hash (the rowid comes along).
-CREATE UNIQUE INDEX entries_by_event_id ON entries (event_id, payload_hash);
+-- Deduplication, forever: every entry by `event_key`, the first 8 bytes of SHA-256(event_id) as a signed
+-- integer (several event_ids may share a key: the entries themselves are compared). Two tiers, a small
+-- log-structured merge: appends insert into `event_keys_recent`, whose few pages stay hot; every
+-- `EVENT_KEYS_RECENT_ENTRIES` entries its keys move, sorted, into `event_keys_sealed`. One index over random
+-- event_ids would dirty about one page per appended event in every commit (measured: 9.7 GB written for a
+-- million events in `bench append`).
+CREATE TABLE event_keys_recent (
+    event_key INTEGER NOT NULL,
+    seq       INTEGER NOT NULL REFERENCES entries (seq),
+    PRIMARY KEY (event_key, seq)
+) WITHOUT ROWID;
+CREATE TABLE event_keys_sealed (
+    event_key INTEGER NOT NULL,
+    seq       INTEGER NOT NULL REFERENCES entries (seq),
+    PRIMARY KEY (event_key, seq)
+) WITHOUT ROWID;
 
 -- Exact duplicates (same event_id, same payload): counted once, so only where each copy came from is kept.
 CREATE TABLE duplicates (

@@ -5,10 +5,10 @@ use schemas::{Catalog, EventType};
 
 use crate::batch::*;
 use crate::chain::{self, ChainedFields, GENESIS, Hash};
-use crate::details;
 use crate::error::AppendError;
 use crate::status::{Totals, read_totals};
 use crate::{Ledger, now_micros};
+use crate::{dedup, details};
 
 /// The end of the chain: the last entry's sequence number and hash.
 struct Tip {
@@ -44,13 +44,14 @@ impl Ledger {
         store_offsets(&tx, &batch.offsets)?;
         let mut outcomes = Vec::with_capacity(batch.events.len());
         for incoming in &batch.events {
-            let outcome = append_event(&tx, &self.catalog, &self.detail_insert_sql, &mut tip, incoming, recorded_at)?;
+            let outcome = append_event(&tx, self.catalog, &self.detail_insert_sql, &mut tip, incoming, recorded_at)?;
             outcomes.push(outcome);
         }
         for rejected in &batch.rejected {
             quarantine(&tx, rejected, recorded_at)?;
         }
         let report = AppendReport { outcomes, quarantined: batch.rejected.len() as u64, watermark: tip.seq };
+        dedup::merge_if_due(&tx, before.watermark, report.watermark)?;
         let after = before.after(&report);
         insert_batch_row(&tx, &after, recorded_at)?;
         // After the write, read back: the entries, duplicates and quarantined rows are exactly the batch's.
@@ -112,14 +113,6 @@ fn store_offsets(tx: &Transaction<'_>, offsets: &[SourceOffset]) -> Result<(), A
     Ok(())
 }
 
-/// The entries already holding this event_id: `(seq, payload_hash)`, oldest first. The oldest is the recorded one.
-fn entries_of(tx: &Transaction<'_>, event_id: &str) -> rusqlite::Result<Vec<(u64, Vec<u8>)>> {
-    let mut statement =
-        tx.prepare_cached("SELECT seq, payload_hash FROM entries WHERE event_id = ? ORDER BY seq")?;
-    let rows = statement.query_map([event_id], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?)))?;
-    rows.collect()
-}
-
 fn append_event(
     tx: &Transaction<'_>,
     catalog: &Catalog,
@@ -132,7 +125,7 @@ fn append_event(
     let event_type = event.event_type();
     let payload = catalog.encode_body(event);
     let payload_hash = chain::sha256(&payload);
-    let existing = entries_of(tx, event.event_id())?;
+    let existing = dedup::entries_of(tx, event.event_id())?;
     if let Some((of, _)) = existing.iter().find(|(_, hash)| hash[..] == payload_hash[..]) {
         insert_duplicate(tx, *of, &incoming.origin, recorded_at)?;
         return Ok(AppendOutcome::Duplicate { of: *of });
@@ -188,6 +181,7 @@ fn append_event(
         &entry_hash[..],
     ])?;
     insert_details(tx, detail_insert_sql, seq, event)?;
+    dedup::insert(tx, &header.event_id, seq)?;
     *tip = Tip { seq, hash: entry_hash };
     Ok(match duplicate_of {
         None => AppendOutcome::Recorded { seq },

@@ -73,6 +73,6 @@ pub fn entry_hash(previous: &Hash, fields: &ChainedFields<'_>) -> Hash {
     hasher.update(fields.recorded_at.to_le_bytes());
     hasher.update(fields.payload_fingerprint.to_le_bytes());
     put_bytes(&mut hasher, fields.payload_hash);
-    put_optional_bytes(&mut hasher, fields.raw.map(|r| sha256(r)).as_ref().map(|h| h.as_slice()));
+    put_optional_bytes(&mut hasher, fields.raw.map(sha256).as_ref().map(|h| h.as_slice()));
     hasher.finalize().into()
 }

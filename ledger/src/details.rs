@@ -101,19 +101,12 @@ pub fn values(event: &Event) -> Vec<Value> {
             opt_integer(e.remaining),
             opt_integer(e.retry_after_ms),
         ],
-        Event::Reservation(e) => vec![
-            text(&e.reservation_id),
-            text(e.action.symbol()),
-            Value::Integer(e.amount),
-            opt_time(e.expires_at),
-        ],
-        Event::Grant(e) => vec![
-            text(&e.grant_id),
-            Value::Integer(e.amount),
-            time(e.valid_from),
-            time(e.valid_until),
-            text(&e.reason),
-        ],
+        Event::Reservation(e) => {
+            vec![text(&e.reservation_id), text(e.action.symbol()), Value::Integer(e.amount), opt_time(e.expires_at)]
+        }
+        Event::Grant(e) => {
+            vec![text(&e.grant_id), Value::Integer(e.amount), time(e.valid_from), time(e.valid_until), text(&e.reason)]
+        }
         Event::Policy(e) => vec![
             text(&e.policy_id),
             Value::Integer(i64::from(e.version)),

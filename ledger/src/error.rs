@@ -6,11 +6,11 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OpenError {
-    #[error("cannot open ledger {path}: {source}")]
+    #[error("cannot open ledger {path}")]
     Sqlite { path: PathBuf, source: rusqlite::Error },
     #[error("ledger {path} is at schema version {found}, newer than this binary knows ({known}): upgrade quota-ledger")]
     TooNew { path: PathBuf, found: i64, known: i64 },
-    #[error("ledger {path}: migration {migration} failed: {source}")]
+    #[error("ledger {path}: migration {migration} failed")]
     Migration { path: PathBuf, migration: &'static str, source: rusqlite::Error },
 }
 
@@ -18,11 +18,11 @@ pub enum OpenError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AppendError {
-    #[error("event {event_id:?} of the batch is not valid, nothing appended: {source}")]
+    #[error("event {event_id:?} of the batch is not valid, nothing appended")]
     InvalidEvent { event_id: String, source: schemas::Invalid },
     #[error("offset of {topic}[{partition}] would move back from {stored} to {batch}, nothing appended")]
     OffsetRegression { topic: String, partition: i32, stored: i64, batch: i64 },
-    #[error("ledger write failed, nothing appended: {0}")]
+    #[error("ledger write failed, nothing appended")]
     Sqlite(#[from] rusqlite::Error),
 }
 
@@ -30,7 +30,7 @@ pub enum AppendError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReadError {
-    #[error("ledger read failed: {0}")]
+    #[error("ledger read failed")]
     Sqlite(#[from] rusqlite::Error),
     #[error("ledger entry {seq}: {message}")]
     Corrupt { seq: u64, message: String },

@@ -30,6 +30,7 @@
 mod append;
 pub mod batch;
 pub mod chain;
+pub mod dedup;
 pub mod details;
 pub mod error;
 pub mod migrate;
@@ -51,11 +52,20 @@ pub use verify::{BadEntry, VerifyReport};
 /// a wait this long means something is stuck.
 pub const BUSY_TIMEOUT_MS: u64 = 10_000;
 
+/// WAL pages before a checkpoint copies them into the database file (SQLite's default is 1,000). A page
+/// dirtied again before the checkpoint is copied once, so a larger WAL (40 MiB) writes less in all.
+pub const WAL_AUTOCHECKPOINT_PAGES: i64 = 10_000;
+
+/// Entries whose dedup keys stay in `event_keys_recent` before they move, sorted, into `event_keys_sealed`.
+/// About 200 pages: a batch of 1,000 events dirties at most those, and a merge rewrites the sealed tier once
+/// per 50,000 entries instead of a page per event per commit.
+pub const EVENT_KEYS_RECENT_ENTRIES: u64 = 50_000;
+
 /// An open ledger file.
 pub struct Ledger {
     conn: Connection,
     path: PathBuf,
-    catalog: Catalog,
+    catalog: &'static Catalog,
     /// `INSERT` into each type's detail table, indexed like `EventType::ALL`.
     detail_insert_sql: Vec<String>,
 }
@@ -71,6 +81,7 @@ impl Ledger {
         // batch survive power loss, not only a crash of the process: the enforcement hook answers from it.
         conn.pragma_update(None, "journal_mode", "WAL").map_err(sqlite)?;
         conn.pragma_update(None, "synchronous", "FULL").map_err(sqlite)?;
+        conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES).map_err(sqlite)?;
         check_version(&conn, &path)?;
         migrate::migrate(&mut conn).map_err(|(migration, source)| OpenError::Migration {
             path: path.clone(),
@@ -100,8 +111,8 @@ impl Ledger {
         &self.path
     }
 
-    pub fn catalog(&self) -> &Catalog {
-        &self.catalog
+    pub fn catalog(&self) -> &'static Catalog {
+        self.catalog
     }
 
     /// The connection, for read-only queries by reports. Writes are refused by the triggers anyway.

@@ -3,9 +3,9 @@
 use rusqlite::{Connection, OptionalExtension};
 use serde::Serialize;
 
+use crate::Ledger;
 use crate::batch::{AppendReport, SourceOffset};
 use crate::error::ReadError;
-use crate::Ledger;
 
 /// Running totals, as of the last committed batch.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -110,9 +110,8 @@ impl Ledger {
     pub fn offsets(&self) -> Result<Vec<SourceOffset>, ReadError> {
         let mut statement =
             self.conn.prepare("SELECT topic, partition, next_offset FROM offsets ORDER BY topic, partition")?;
-        let rows = statement.query_map([], |r| {
-            Ok(SourceOffset { topic: r.get(0)?, partition: r.get(1)?, next_offset: r.get(2)? })
-        })?;
+        let rows = statement
+            .query_map([], |r| Ok(SourceOffset { topic: r.get(0)?, partition: r.get(1)?, next_offset: r.get(2)? }))?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 

@@ -4,11 +4,11 @@ use rusqlite::types::Value;
 use schemas::{Event, EventType};
 use serde::Serialize;
 
+use crate::Ledger;
 use crate::chain::{self, ChainedFields, GENESIS, Hash};
-use crate::details;
 use crate::error::ReadError;
 use crate::status::read_totals;
-use crate::Ledger;
+use crate::{dedup, details};
 
 /// The first entry that does not hold.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -151,6 +151,11 @@ impl Ledger {
             .decode_payload(entry.payload_fingerprint as u64, &entry.payload)
             .map_err(|e| format!("payload does not decode: {e}"))?;
         self.check_columns(entry, &event)?;
+        match dedup::is_indexed(&self.conn, &entry.event_id, entry.seq) {
+            Ok(true) => {}
+            Ok(false) => return Err("missing from the deduplication key index (event_keys_*)".into()),
+            Err(e) => return Err(format!("cannot read the deduplication key index: {e}")),
+        }
         let expected_hash = chain::entry_hash(previous, &entry.chained_fields());
         if expected_hash[..] != entry.entry_hash[..] {
             return Err("entry_hash does not match the chain (a chained column was changed)".into());
@@ -197,10 +202,18 @@ impl Ledger {
     }
 
     /// The last batch's totals against the rows they count.
-    fn check_totals(&self, conn: &rusqlite::Connection, totals: crate::status::Totals) -> rusqlite::Result<Option<String>> {
+    fn check_totals(
+        &self,
+        conn: &rusqlite::Connection,
+        totals: crate::status::Totals,
+    ) -> rusqlite::Result<Option<String>> {
         let count = |sql: &str| conn.query_row(sql, [], |r| r.get::<_, i64>(0).map(|n| n as u64));
         let found = [
-            ("events_recorded", totals.events_recorded, count("SELECT COUNT(*) FROM entries WHERE status = 'recorded'")?),
+            (
+                "events_recorded",
+                totals.events_recorded,
+                count("SELECT COUNT(*) FROM entries WHERE status = 'recorded'")?,
+            ),
             ("conflicts", totals.conflicts, count("SELECT COUNT(*) FROM entries WHERE status <> 'recorded'")?),
             ("duplicates", totals.duplicates, count("SELECT COUNT(*) FROM duplicates")?),
             ("quarantined", totals.quarantined, count("SELECT COUNT(*) FROM quarantine")?),

@@ -1,0 +1,155 @@
+//! Model test: random sequences of batches with duplicates and conflicting duplicates give exactly the
+//! outcomes and `status` counts of a simple in-memory model of deduplication forever.
+
+use std::collections::{BTreeMap, HashMap};
+
+use ledger::{AppendOutcome, Batch, Incoming, Ledger, Origin, Rejected, SourceOffset};
+use proptest::prelude::*;
+use schemas::{Event, Header, ReservationAction, ReservationEvent, Timestamp, UsageEvent};
+
+/// One event of a generated batch: which event_id, which payload variant, which record type.
+#[derive(Debug, Clone)]
+struct Draw {
+    id: u8,
+    variant: u8,
+    reservation: bool,
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    Append {
+        draws: Vec<Draw>,
+        rejected: u8,
+    },
+    /// Close and reopen the ledger file: nothing may depend on memory.
+    Reopen,
+}
+
+fn event(draw: &Draw) -> Event {
+    let header = Header {
+        event_id: format!("e-{}", draw.id),
+        occurred_at: Timestamp(1_793_491_200_000_000 + i64::from(draw.id) * 1_000_000),
+        tenant: "org-1".into(),
+        subject: None,
+        metric: "requests".into(),
+        source: "model".into(),
+    };
+    if draw.reservation {
+        return Event::Reservation(ReservationEvent {
+            header,
+            reservation_id: format!("r-{}", draw.id),
+            action: ReservationAction::COMMIT,
+            amount: i64::from(draw.variant),
+            expires_at: None,
+        });
+    }
+    Event::Usage(UsageEvent {
+        header,
+        quantity: i64::from(draw.variant),
+        request_id: None,
+        attributes: BTreeMap::from([("variant".to_string(), draw.variant.to_string())]),
+    })
+}
+
+/// The model: per event_id, the entries it has (payload as the `Event`, with its sequence number).
+#[derive(Default)]
+struct Model {
+    entries: HashMap<String, Vec<(Event, u64)>>,
+    watermark: u64,
+    recorded: u64,
+    duplicates: u64,
+    conflicts: u64,
+    quarantined: u64,
+}
+
+impl Model {
+    fn append(&mut self, event: Event) -> AppendOutcome {
+        let copies = self.entries.entry(event.event_id().to_string()).or_default();
+        if let Some((_, seq)) = copies.iter().find(|(e, _)| *e == event) {
+            self.duplicates += 1;
+            return AppendOutcome::Duplicate { of: *seq };
+        }
+        self.watermark += 1;
+        let seq = self.watermark;
+        let outcome = match copies.first() {
+            None => {
+                self.recorded += 1;
+                AppendOutcome::Recorded { seq }
+            }
+            Some((_, of)) => {
+                self.conflicts += 1;
+                AppendOutcome::ConflictingDuplicate { seq, of: *of }
+            }
+        };
+        copies.push((event, seq));
+        outcome
+    }
+}
+
+fn draw() -> impl Strategy<Value = Draw> {
+    (0u8..12, 0u8..3, prop::bool::weighted(0.2)).prop_map(|(id, variant, reservation)| Draw {
+        id,
+        variant,
+        reservation,
+    })
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        8 => (prop::collection::vec(draw(), 0..25), 0u8..3).prop_map(|(draws, rejected)| Step::Append { draws, rejected }),
+        1 => Just(Step::Reopen),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn ledger_agrees_with_the_model(steps in prop::collection::vec(step(), 1..16)) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        let mut ledger = Ledger::open(&path).unwrap();
+        let mut model = Model::default();
+        let mut next_offset = 0i64;
+        for step in steps {
+            let (draws, rejected) = match step {
+                Step::Reopen => {
+                    drop(ledger);
+                    ledger = Ledger::open(&path).unwrap();
+                    continue;
+                }
+                Step::Append { draws, rejected } => (draws, rejected),
+            };
+            let origin = |offset: i64| Origin::Kafka { topic: "quota.usage".into(), partition: 0, offset };
+            let mut batch = Batch::default();
+            for draw in &draws {
+                batch.events.push(Incoming { event: event(draw), origin: origin(next_offset), raw: None });
+                next_offset += 1;
+            }
+            for _ in 0..rejected {
+                let error = schemas::DecodeError::TruncatedHeader { size: 3 };
+                batch.rejected.push(Rejected::new(origin(next_offset), vec![0xC3, 0x01, 0x00], &error));
+                next_offset += 1;
+            }
+            batch.offsets.push(SourceOffset { topic: "quota.usage".into(), partition: 0, next_offset });
+            let expected: Vec<AppendOutcome> = batch.events.iter().map(|i| model.append(i.event.clone())).collect();
+            model.quarantined += u64::from(rejected);
+            let report = ledger.append(&batch).unwrap();
+            prop_assert_eq!(report.outcomes, expected);
+            prop_assert_eq!(report.watermark, model.watermark);
+        }
+        let status = ledger.status().unwrap();
+        prop_assert_eq!(status.events_recorded, model.recorded);
+        prop_assert_eq!(status.duplicates, model.duplicates);
+        prop_assert_eq!(status.conflicts, model.conflicts);
+        prop_assert_eq!(status.quarantined, model.quarantined);
+        prop_assert_eq!(status.watermark, model.watermark);
+        let offsets = if next_offset == 0 && status.offsets.is_empty() { vec![] } else {
+            vec![SourceOffset { topic: "quota.usage".into(), partition: 0, next_offset }]
+        };
+        prop_assert_eq!(status.offsets, offsets);
+        let verify = ledger.verify().unwrap();
+        prop_assert_eq!(verify.first_bad, None);
+        prop_assert_eq!(verify.entries_checked, model.watermark);
+    }
+}
