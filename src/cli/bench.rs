@@ -54,10 +54,15 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
     let dir = dir.unwrap_or_else(|| temporary.path().to_path_buf());
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let catalog = Catalog::builtin();
+    for file in ["bench-ledger.db", "bench-bare.db"] {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(dir.join(format!("{file}{suffix}")));
+        }
+    }
     eprintln!("generating {events} UsageEvents ...");
     let usage: Vec<Event> = (0..events).map(usage_event).collect();
-    let ledger_time = time_ledger(&dir.join("bench-ledger.db"), &catalog, &usage, batch_events)?;
-    let bare_time = time_bare_insert(&dir.join("bench-bare.db"), &catalog, &usage, batch_events)?;
+    let ledger_time = time_ledger(&dir.join("bench-ledger.db"), catalog, &usage, batch_events)?;
+    let bare_time = time_bare_insert(&dir.join("bench-bare.db"), catalog, &usage, batch_events)?;
     let rate = |d: Duration| events as f64 / d.as_secs_f64();
     let figures = AppendFigures {
         events,
@@ -72,8 +77,14 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
         super::print_json(&figures)?;
     } else {
         println!("events {events}, {batch_events} per batch, files in {}", dir.display());
-        println!("ledger append  {:8.2} s  {:>10.0} events/s", figures.ledger_seconds, figures.ledger_events_per_second);
-        println!("bare insert    {:8.2} s  {:>10.0} events/s", figures.bare_insert_seconds, figures.bare_insert_events_per_second);
+        println!(
+            "ledger append  {:8.2} s  {:>10.0} events/s",
+            figures.ledger_seconds, figures.ledger_events_per_second
+        );
+        println!(
+            "bare insert    {:8.2} s  {:>10.0} events/s",
+            figures.bare_insert_seconds, figures.bare_insert_events_per_second
+        );
         println!("ratio          {:8.3}  (ledger / bare insert)", figures.ratio);
     }
     Ok(ExitCode::SUCCESS)
@@ -153,6 +164,7 @@ fn time_bare_insert(path: &Path, catalog: &Catalog, usage: &[Event], batch_event
     let mut conn = Connection::open(path)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "wal_autocheckpoint", ledger::WAL_AUTOCHECKPOINT_PAGES)?;
     conn.pragma_update(None, "cache_size", -65_536)?;
     conn.execute_batch(BARE_TABLES)?;
     let payloads: Vec<Vec<u8>> = usage.iter().map(|e| catalog.encode_body(e)).collect();
@@ -184,8 +196,11 @@ fn time_bare_insert(path: &Path, catalog: &Catalog, usage: &[Event], batch_event
                 payload,
                 &hash[..]
             ])?;
-            tx.prepare_cached("INSERT INTO usage_events VALUES (?1, ?2, ?3, '{}')")?
-                .execute(params![seq, u.quantity, u.request_id])?;
+            tx.prepare_cached("INSERT INTO usage_events VALUES (?1, ?2, ?3, '{}')")?.execute(params![
+                seq,
+                u.quantity,
+                u.request_id
+            ])?;
         }
         tx.commit()?;
         bar.inc(chunk.len() as u64);

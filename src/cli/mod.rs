@@ -18,16 +18,18 @@ pub const EXIT_ERROR: u8 = 2;
 
 /// Whether an error is a closed stdout (`quota-ledger status | head`): not a failure, as in ripgrep.
 pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
-    error.chain().any(|cause| {
-        cause.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
-    })
+    error
+        .chain()
+        .any(|cause| cause.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe))
 }
 
 /// Prints a value as pretty JSON on stdout.
 pub fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
-    serde_json::to_writer_pretty(&mut out, value).context("cannot write JSON")?;
-    writeln!(out)?;
+    // Serialized first, written second: a serde_json::Error hides the io::Error it wraps from `source()`, so a
+    // broken pipe met while serializing into stdout would not be seen by `is_broken_pipe` and would exit 2.
+    let mut text = serde_json::to_vec_pretty(value).context("cannot serialize JSON")?;
+    text.push(b'\n');
+    std::io::stdout().lock().write_all(&text)?;
     Ok(())
 }
 

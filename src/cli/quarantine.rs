@@ -40,6 +40,9 @@ pub fn run(ledger_path: &Path, command: QuarantineCommand) -> anyhow::Result<Exi
             ]
         })
         .collect();
-    super::print_table(&["ID", "QUARANTINED AT", "TOPIC/FILE", "PARTITION", "OFFSET", "BYTES", "CODE", "REASON"], &rows)?;
+    super::print_table(
+        &["ID", "QUARANTINED AT", "TOPIC/FILE", "PARTITION", "OFFSET", "BYTES", "CODE", "REASON"],
+        &rows,
+    )?;
     Ok(ExitCode::SUCCESS)
 }

@@ -28,9 +28,9 @@ pub enum SchemasCommand {
 pub fn run(command: SchemasCommand) -> anyhow::Result<ExitCode> {
     let catalog = Catalog::builtin();
     match command {
-        SchemasCommand::List { json } => list(&catalog, json)?,
-        SchemasCommand::Encode { record_type } => encode(&catalog, &record_type)?,
-        SchemasCommand::Decode => decode(&catalog)?,
+        SchemasCommand::List { json } => list(catalog, json)?,
+        SchemasCommand::Encode { record_type } => encode(catalog, &record_type)?,
+        SchemasCommand::Decode => decode(catalog)?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,251 @@
+// Proves that `quota-ledger ingest --file` records, deduplicates and quarantines container files as SPEC 4 says.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use schemas::*;
+use serde_json::Value;
+use support::*;
+
+/// The usage file of the main test, by index: 0..=2 good, 3 an exact duplicate of u-1, 4 a conflicting duplicate
+/// of u-2 (another quantity), 5 a negative quantity, 6 an empty tenant, 7 a timestamp past 2100, 8 good.
+fn mixed_usage_file() -> Vec<Event> {
+    vec![
+        usage("u-1", "2026-11-01T10:00:00Z", "org-1", 10),
+        usage("u-2", "2026-11-02T11:00:00Z", "org-1", 20),
+        usage("u-3", "2026-11-03T12:00:00Z", "org-2", 30),
+        usage("u-1", "2026-11-01T10:00:00Z", "org-1", 10),
+        usage("u-2", "2026-11-02T11:00:00Z", "org-1", 21),
+        usage("u-negative", "2026-11-04T09:00:00Z", "org-2", -5),
+        usage("u-empty-tenant", "2026-11-04T10:00:00Z", "", 1),
+        usage("u-far-future", "2200-01-01T00:00:00Z", "org-2", 1),
+        usage("u-4", "2026-11-05T13:00:00Z", "org-3", 40),
+    ]
+}
+
+fn path_text(path: &Path) -> &str {
+    path.to_str().expect("a UTF-8 temporary path")
+}
+
+// Proves exact counts, quarantine entries and a holding chain for a mixed file, and that re-ingesting it adds no event.
+#[test]
+fn usage_file_is_recorded_deduplicated_and_quarantined() {
+    let ledger = TestLedger::new();
+    let file = ledger.file("usage.avro");
+    write_container(&file, &mixed_usage_file());
+
+    let report = ledger.ingest(&file);
+    assert_eq!(report["file"], path_text(&file));
+    assert_eq!(report["record_type"], "UsageEvent");
+    assert_eq!(report["writer_fingerprint"], current_fingerprint(EventType::UsageEvent));
+    for (key, expected) in [("records", 9), ("recorded", 4), ("duplicates", 1), ("conflicts", 1), ("quarantined", 3)] {
+        assert_eq!(report[key], expected, "ingest report {key}: {report}");
+    }
+    // Four recorded entries and the conflicting duplicate, kept for audit as an entry of its own.
+    assert_eq!(report["watermark"], 5);
+
+    let first = Counts { events_recorded: 4, duplicates: 1, conflicts: 1, quarantined: 3, watermark: 5 };
+    assert_eq!(Counts::of_status(&ledger.status()), first);
+    ledger.assert_verifies();
+    assert_quarantine(&ledger.quarantined(), &file);
+
+    // The same file again: every decodable record is now a duplicate (the conflicting copy duplicates the entry
+    // it became), nothing new is recorded, and the invalid records are quarantined again, with their new copies.
+    let again = ledger.ingest(&file);
+    for (key, expected) in [("records", 9), ("recorded", 0), ("duplicates", 6), ("conflicts", 0), ("quarantined", 3)] {
+        assert_eq!(again[key], expected, "second ingest report {key}: {again}");
+    }
+    let second = Counts { duplicates: 7, quarantined: 6, ..first };
+    assert_eq!(Counts::of_status(&ledger.status()), second);
+    ledger.assert_verifies();
+}
+
+/// The three invalid records of `mixed_usage_file`, each with its reason code, the file as topic and its index in
+/// the file as offset, and its bytes kept as received.
+fn assert_quarantine(quarantined: &[Value], file: &Path) {
+    let expected =
+        [(5, "negative_quantity", "-5"), (6, "empty_tenant", "tenant"), (7, "timestamp_out_of_range", "2200")];
+    assert_eq!(quarantined.len(), expected.len(), "quarantine list --json: {quarantined:?}");
+    for (message, (offset, reason_code, quoted)) in quarantined.iter().zip(expected) {
+        assert_eq!(message["reason_code"], reason_code, "{message}");
+        assert_eq!(message["topic"], path_text(file), "{message}");
+        assert_eq!(message["offset"], offset, "{message}");
+        assert_eq!(message["origin"], "file", "{message}");
+        assert_eq!(message["partition"], Value::Null, "{message}");
+        let reason = message["reason"].as_str().expect("a reason");
+        assert!(reason.contains(quoted), "reason {reason:?} should quote {quoted:?}");
+        // Nothing lost: the record as the producer wrote it, in single-object encoding.
+        let raw_hex = message["raw_hex"].as_str().expect("raw bytes in hexadecimal");
+        assert!(raw_hex.starts_with("c301"), "raw bytes {raw_hex:?} are not single-object encoding");
+        assert_eq!(message["raw_bytes"].as_u64(), Some(raw_hex.len() as u64 / 2), "{message}");
+    }
+}
+
+/// Two valid events of every record type but UsageEvent.
+fn one_file_per_other_type() -> Vec<Vec<Event>> {
+    let with_subject = |event_id: &str, metric: &str| Header {
+        subject: Some("key-1".into()),
+        ..header(event_id, "2026-11-10T08:00:00Z", "org-5", metric)
+    };
+    let decision = |event_id: &str, outcome, reason, remaining| {
+        Event::Decision(DecisionEvent {
+            header: with_subject(event_id, "requests"),
+            request_id: format!("req-{event_id}"),
+            idempotency_key: format!("idem-{event_id}"),
+            amount: 1,
+            outcome,
+            reason,
+            policy_id: Some("p-requests".into()),
+            policy_version: Some(2),
+            window_start: Some(at("2026-11-10T08:00:00Z")),
+            window_end: Some(at("2026-11-10T08:01:00Z")),
+            limit: Some(100),
+            used_before: Some(100 - remaining),
+            remaining: Some(remaining),
+            retry_after_ms: (remaining == 0).then_some(30_000),
+        })
+    };
+    let reservation = |event_id: &str, action, amount, expires_at: Option<&str>| {
+        Event::Reservation(ReservationEvent {
+            header: header(event_id, "2026-11-10T09:00:00Z", "org-5", "tokens"),
+            reservation_id: "r-1".into(),
+            action,
+            amount,
+            expires_at: expires_at.map(at),
+        })
+    };
+    let grant = |event_id: &str, amount| {
+        Event::Grant(GrantEvent {
+            header: header(event_id, "2026-11-01T00:00:00Z", "org-5", "tokens"),
+            grant_id: format!("g-{event_id}"),
+            amount,
+            valid_from: at("2026-11-01T00:00:00Z"),
+            valid_until: at("2026-12-01T00:00:00Z"),
+            reason: "support ticket 4711".into(),
+        })
+    };
+    let policy = |event_id: &str, tenant: &str, version, enforcement| {
+        Event::Policy(PolicyEvent {
+            header: header(event_id, "2026-10-31T00:00:00Z", tenant, "tokens"),
+            policy_id: format!("p-tokens-{tenant}"),
+            version,
+            scope: Scope::TENANT,
+            limit: 1_000_000,
+            window: Window::MONTH,
+            enforcement,
+            effective_from: at("2026-11-01T00:00:00Z"),
+        })
+    };
+    let adjustment = |event_id: &str, kind, amount| {
+        Event::Adjustment(AdjustmentEvent {
+            header: header(event_id, "2026-12-01T00:00:00Z", "org-5", "tokens"),
+            adjustment_id: event_id.into(),
+            kind,
+            policy_id: Some("p-tokens-org-5".into()),
+            window_start: Some(at("2026-11-01T00:00:00Z")),
+            window_end: Some(at("2026-12-01T00:00:00Z")),
+            amount,
+            refs: vec!["u-1".into(), "u-2".into()],
+            run_id: "run-1".into(),
+        })
+    };
+    vec![
+        vec![
+            decision("d-1", Outcome::ALLOWED, Reason::WITHIN_LIMIT, 10),
+            decision("d-2", Outcome::DENIED, Reason::QUOTA_EXCEEDED, 0),
+        ],
+        vec![
+            reservation("r-1-reserve", ReservationAction::RESERVE, 500, Some("2026-11-10T09:05:00Z")),
+            reservation("r-1-commit", ReservationAction::COMMIT, 420, None),
+        ],
+        vec![grant("g-1", 5_000), grant("g-2", 1)],
+        vec![policy("pol-1", "org-5", 1, Enforcement::HARD), policy("pol-2", "*", 0, Enforcement::SOFT)],
+        vec![
+            adjustment("adj-1", AdjustmentKind::OVERSHOOT, 1_200),
+            adjustment("adj-2", AdjustmentKind::CONFLICTING_DUPLICATE, 0),
+        ],
+    ]
+}
+
+// Proves that a container file of each other record type ingests, is reported under its type and is counted.
+#[test]
+fn every_other_record_type_ingests_and_is_counted() {
+    let ledger = TestLedger::new();
+    let mut recorded = 0;
+    for events in one_file_per_other_type() {
+        let event_type = events[0].event_type();
+        let file = ledger.file(&format!("{event_type}.avro"));
+        write_container(&file, &events);
+        let report = ledger.ingest(&file);
+        assert_eq!(report["record_type"], event_type.name(), "{report}");
+        assert_eq!(report["writer_fingerprint"], current_fingerprint(event_type), "{report}");
+        assert_eq!(report["records"], events.len(), "{report}");
+        assert_eq!(report["recorded"], events.len(), "{report}");
+        assert_eq!(report["quarantined"], 0, "{report}");
+        recorded += events.len() as u64;
+        assert_eq!(Counts::of_status(&ledger.status()).events_recorded, recorded, "after {event_type}");
+    }
+    let expected = Counts { events_recorded: 10, duplicates: 0, conflicts: 0, quarantined: 0, watermark: 10 };
+    assert_eq!(Counts::of_status(&ledger.status()), expected);
+    ledger.assert_verifies();
+}
+
+// Proves that a file that is not an Avro container file is an error (exit 2) naming the file, and records nothing.
+#[test]
+fn non_avro_file_exits_2_naming_the_file() {
+    let ledger = TestLedger::new();
+    let file = ledger.file("not-avro.avro");
+    std::fs::write(&file, "tenant,metric,quantity\norg-1,requests,3\n").unwrap();
+    let run = ledger.run(&["ingest", "--file", path_text(&file)]).expect_code(2);
+    assert!(run.stderr.contains(path_text(&file)), "stderr should name {}: {}", file.display(), run.stderr);
+    assert!(run.stderr.contains("not a readable Avro object container file"), "stderr: {}", run.stderr);
+    assert_eq!(Counts::of_status(&ledger.status()).events_recorded, 0);
+}
+
+// Proves that a missing input file is an error (exit 2) naming the file.
+#[test]
+fn missing_file_exits_2_naming_the_file() {
+    let ledger = TestLedger::new();
+    let file = ledger.file("no-such-file.avro");
+    let run = ledger.run(&["ingest", "--file", path_text(&file)]).expect_code(2);
+    assert!(run.stderr.contains(&format!("cannot read {}", file.display())), "stderr: {}", run.stderr);
+}
+
+fn usage_v1_fixture() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("schemas/tests/fixtures/usage-v1.avro")
+}
+
+// Proves that the old-writer fixture (UsageEvent v1) ingests through the binary and its 3 events are counted.
+#[test]
+fn usage_v1_fixture_ingests_and_is_counted() {
+    let fixture = usage_v1_fixture();
+    assert!(fixture.exists(), "{} is missing (written by schemas' old_writers test)", fixture.display());
+    let catalog = Catalog::builtin();
+    let v1 = catalog.schemas().iter().find(|s| s.event_type == EventType::UsageEvent && !s.current).expect("v1");
+
+    let ledger = TestLedger::new();
+    let report = ledger.ingest(&fixture);
+    assert_eq!(report["record_type"], "UsageEvent");
+    assert_eq!(report["writer_fingerprint"], format!("{:016x}", v1.fingerprint));
+    assert_eq!(report["recorded"], 3, "{report}");
+    let expected = Counts { events_recorded: 3, duplicates: 0, conflicts: 0, quarantined: 0, watermark: 3 };
+    assert_eq!(Counts::of_status(&ledger.status()), expected);
+    ledger.assert_verifies();
+}
+
+// Proves that the ledger path can come from QUOTA_LEDGER_PATH instead of --ledger.
+#[test]
+fn ledger_path_from_environment() {
+    let ledger = TestLedger::new();
+    let file = ledger.file("usage.avro");
+    write_container(&file, &[usage("u-env", "2026-11-01T00:00:00Z", "org-1", 1)]);
+    let output = std::process::Command::new(BIN)
+        .args(["ingest", "--file", path_text(&file)])
+        .current_dir(ledger.dir.path())
+        .env("QUOTA_LEDGER_PATH", &ledger.path)
+        .output()
+        .expect("the binary runs");
+    assert!(output.status.success(), "ingest failed: {}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(Counts::of_status(&ledger.status()).events_recorded, 1);
+}

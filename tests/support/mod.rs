@@ -1,0 +1,228 @@
+//! Shared helpers of the end-to-end tests: run the built `quota-ledger` binary against a ledger file in a temporary
+//! directory (as ripgrep's tests run `rg`), read its JSON, and write Avro object container files of events.
+
+// Each test crate includes this module and uses a different part of it.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use apache_avro::{Codec, Writer};
+use schemas::*;
+use serde_json::Value;
+
+/// The binary under test, built by cargo for the integration tests.
+pub const BIN: &str = env!("CARGO_BIN_EXE_quota-ledger");
+
+/// The sync marker of every container file the tests write: fixed, so that the same events give the same bytes.
+pub const CONTAINER_MARKER: [u8; 16] = *b"quota-ledger-e2e";
+
+/// What one run of the binary did.
+#[derive(Debug)]
+pub struct Run {
+    /// The exit code (`None` when a signal ended the process).
+    pub code: Option<i32>,
+    pub stdout: Vec<u8>,
+    pub stderr: String,
+    /// The command line, for failure messages.
+    pub command: String,
+}
+
+impl Run {
+    pub fn stdout_text(&self) -> String {
+        String::from_utf8(self.stdout.clone())
+            .unwrap_or_else(|e| panic!("`{}`: stdout is not UTF-8: {e}", self.command))
+    }
+
+    /// Stdout parsed as JSON.
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.stdout).unwrap_or_else(|e| {
+            panic!("`{}`: stdout is not JSON ({e}):\n{}\nstderr:\n{}", self.command, self.stdout_text(), self.stderr)
+        })
+    }
+
+    /// Panics, showing stdout and stderr, unless the exit code is `expected`.
+    pub fn expect_code(self, expected: i32) -> Run {
+        assert_eq!(
+            self.code,
+            Some(expected),
+            "`{}` exited with {:?}, expected {expected}\nstdout:\n{}\nstderr:\n{}",
+            self.command,
+            self.code,
+            String::from_utf8_lossy(&self.stdout),
+            self.stderr
+        );
+        self
+    }
+
+    pub fn success(self) -> Run {
+        self.expect_code(0)
+    }
+}
+
+/// Runs the binary with `args`, feeding `stdin`, in `dir`, with no ledger path from the environment.
+pub fn run_in(dir: &Path, args: &[&str], stdin: &[u8]) -> Run {
+    let command = format!("quota-ledger {}", args.join(" "));
+    let mut child = Command::new(BIN)
+        .args(args)
+        .current_dir(dir)
+        .env_remove("QUOTA_LEDGER_PATH")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {BIN}: {e}"));
+    let mut input = child.stdin.take().expect("stdin is piped");
+    // A command that does not read stdin may exit before the write: a broken pipe here is not the test's concern.
+    let _ = input.write_all(stdin);
+    drop(input);
+    let output = child.wait_with_output().unwrap_or_else(|e| panic!("`{command}` did not finish: {e}"));
+    Run {
+        code: output.status.code(),
+        stdout: output.stdout,
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        command,
+    }
+}
+
+/// Runs a command that needs no ledger (`schemas ...`) in a fresh temporary directory.
+pub fn run(args: &[&str], stdin: &[u8]) -> Run {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    run_in(dir.path(), args, stdin)
+}
+
+/// A ledger file in its own temporary directory, removed with it.
+pub struct TestLedger {
+    pub dir: tempfile::TempDir,
+    pub path: PathBuf,
+}
+
+impl TestLedger {
+    pub fn new() -> TestLedger {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("ledger.db");
+        TestLedger { dir, path }
+    }
+
+    /// A path in the ledger's directory, for input files.
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Runs the binary with `--ledger` set to this ledger.
+    pub fn run(&self, args: &[&str]) -> Run {
+        let mut all = vec!["--ledger", self.path.to_str().expect("a UTF-8 temporary path")];
+        all.extend_from_slice(args);
+        run_in(self.dir.path(), &all, b"")
+    }
+
+    /// `ingest --file F --json`, which must succeed: the ingest report.
+    pub fn ingest(&self, file: &Path) -> Value {
+        self.run(&["ingest", "--file", file.to_str().expect("a UTF-8 path"), "--json"]).success().json()
+    }
+
+    /// `status --json`.
+    pub fn status(&self) -> Value {
+        self.run(&["status", "--json"]).success().json()
+    }
+
+    /// `quarantine list --json`: the quarantined messages, oldest first.
+    pub fn quarantined(&self) -> Vec<Value> {
+        let listed = self.run(&["quarantine", "list", "--json"]).success().json();
+        listed.as_array().unwrap_or_else(|| panic!("quarantine list --json is not an array: {listed}")).clone()
+    }
+
+    /// `verify --json`, whatever its exit code.
+    pub fn verify(&self) -> Run {
+        self.run(&["verify", "--json"])
+    }
+
+    /// Asserts that `verify` exits 0 and reports no bad entry.
+    pub fn assert_verifies(&self) {
+        let report = self.verify().success().json();
+        assert_eq!(report["first_bad"], Value::Null, "verify found a bad entry: {report}");
+    }
+}
+
+/// The counts of `status --json` that tests compare exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    pub events_recorded: u64,
+    pub duplicates: u64,
+    pub conflicts: u64,
+    pub quarantined: u64,
+    pub watermark: u64,
+}
+
+impl Counts {
+    pub fn of_status(status: &Value) -> Counts {
+        let field = |name: &str| {
+            status[name].as_u64().unwrap_or_else(|| panic!("status --json has no integer {name:?}: {status}"))
+        };
+        Counts {
+            events_recorded: field("events_recorded"),
+            duplicates: field("duplicates"),
+            conflicts: field("conflicts"),
+            quarantined: field("quarantined"),
+            watermark: field("watermark"),
+        }
+    }
+}
+
+/// An RFC 3339 literal as a timestamp.
+pub fn at(rfc3339: &str) -> Timestamp {
+    Timestamp::parse_rfc3339(rfc3339).unwrap_or_else(|e| panic!("{rfc3339:?} is not RFC 3339: {e}"))
+}
+
+/// The common fields, with source `e2e` and no subject.
+pub fn header(event_id: &str, occurred_at: &str, tenant: &str, metric: &str) -> Header {
+    Header {
+        event_id: event_id.to_string(),
+        occurred_at: at(occurred_at),
+        tenant: tenant.to_string(),
+        subject: None,
+        metric: metric.to_string(),
+        source: "e2e".to_string(),
+    }
+}
+
+/// A UsageEvent of `requests` with no request_id and no attributes.
+pub fn usage(event_id: &str, occurred_at: &str, tenant: &str, quantity: i64) -> Event {
+    Event::Usage(UsageEvent {
+        header: header(event_id, occurred_at, tenant, "requests"),
+        quantity,
+        request_id: None,
+        attributes: BTreeMap::new(),
+    })
+}
+
+/// The fingerprint of the current schema of a record type, as the CLI prints it (16 hex digits).
+pub fn current_fingerprint(event_type: EventType) -> String {
+    format!("{:016x}", Catalog::builtin().current(event_type).fingerprint)
+}
+
+/// Writes an Avro object container file of `events` (all of one record type) with the current writer schema,
+/// uncompressed and with a fixed sync marker. Events are written as they are, valid or not: the file is what a
+/// producer sent.
+pub fn write_container(path: &Path, events: &[Event]) {
+    let event_type = events.first().expect("a container file of at least one event").event_type();
+    let catalog = Catalog::builtin();
+    let schema = &catalog.current(event_type).schema;
+    let file = File::create(path).unwrap_or_else(|e| panic!("cannot create {}: {e}", path.display()));
+    let mut writer = Writer::builder()
+        .schema(schema)
+        .writer(file)
+        .codec(Codec::Null)
+        .marker(CONTAINER_MARKER)
+        .build()
+        .expect("a container writer for a catalog schema");
+    for event in events {
+        assert_eq!(event.event_type(), event_type, "one record type per container file");
+        writer.append_value_ref(&schemas::avro::to_value(event)).expect("an event matches its current schema");
+    }
+    let file = writer.into_inner().expect("the container file is written");
+    file.sync_all().expect("the container file reaches the disk");
+}

@@ -1,0 +1,145 @@
+// Proves with the real `sqlite3` CLI that the database refuses tampering and `verify` names what gets through.
+
+mod support;
+
+use std::process::Command;
+
+use serde_json::Value;
+use support::*;
+
+/// Runs SQL on the ledger file with the real `sqlite3` command-line shell: `(succeeded, stdout, stderr)`.
+fn sqlite3(ledger: &TestLedger, sql: &str) -> (bool, String, String) {
+    let output = Command::new("sqlite3").arg(&ledger.path).arg(sql).output().unwrap_or_else(|e| {
+        panic!(
+            "cannot run the sqlite3 command-line shell ({e}). The tamper tests need it for real: install it \
+             (Debian/Ubuntu: apt-get install sqlite3) and put it on PATH"
+        )
+    });
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+    (output.status.success(), text(&output.stdout), text(&output.stderr))
+}
+
+/// SQL that must succeed.
+fn sqlite3_ok(ledger: &TestLedger, sql: &str) -> String {
+    let (succeeded, stdout, stderr) = sqlite3(ledger, sql);
+    assert!(succeeded, "sqlite3 {sql:?} failed: {stderr}");
+    stdout
+}
+
+/// SQL that the ledger's triggers must refuse with the append-only message of `table`.
+fn assert_refused(ledger: &TestLedger, sql: &str, table: &str, verb: &str) {
+    let (succeeded, _, stderr) = sqlite3(ledger, sql);
+    assert!(!succeeded, "sqlite3 {sql:?} succeeded: the database must refuse it");
+    let message = format!("{table} is append-only: {verb} refused");
+    assert!(stderr.contains(&message), "sqlite3 {sql:?} should fail with {message:?}, said: {stderr}");
+}
+
+/// A ledger of five UsageEvents u-1..u-5 at seq 1..5 (quantity 10 * n), whose chain holds.
+fn ledger_of_five() -> TestLedger {
+    let ledger = TestLedger::new();
+    let file = ledger.file("usage.avro");
+    let events: Vec<_> =
+        (1..=5).map(|n| usage(&format!("u-{n}"), &format!("2026-11-0{n}T12:00:00Z"), "org-1", 10 * n)).collect();
+    write_container(&file, &events);
+    assert_eq!(ledger.ingest(&file)["recorded"], 5);
+    ledger.assert_verifies();
+    ledger
+}
+
+/// Runs `verify`, which must exit 1: its JSON report's `first_bad`, after checking that stderr names the entry.
+fn verify_fails(ledger: &TestLedger, seq: u64, event_id: &str) -> Value {
+    let run = ledger.verify().expect_code(1);
+    let first_bad = run.json()["first_bad"].clone();
+    assert_eq!(first_bad["seq"], seq, "verify --json: {first_bad}");
+    assert_eq!(first_bad["event_id"], event_id, "verify --json: {first_bad}");
+    let named = format!("verify: entry {seq} (event_id {event_id}) does not hold");
+    assert!(run.stderr.contains(&named), "stderr should say {named:?}: {}", run.stderr);
+    first_bad
+}
+
+// Proves that, with the triggers in place, UPDATE and DELETE through sqlite3 fail with the append-only message.
+#[test]
+fn database_refuses_update_and_delete() {
+    let ledger = ledger_of_five();
+    assert_refused(&ledger, "UPDATE usage_events SET quantity = 0 WHERE seq = 2", "usage_events", "UPDATE");
+    assert_refused(&ledger, "DELETE FROM entries WHERE seq = 5", "entries", "DELETE");
+    assert_refused(&ledger, "UPDATE entries SET tenant = 'org-2' WHERE seq = 1", "entries", "UPDATE");
+    assert_refused(&ledger, "DELETE FROM usage_events", "usage_events", "DELETE");
+    assert_refused(&ledger, "UPDATE batches SET events_recorded_total = 0", "batches", "UPDATE");
+
+    assert_eq!(sqlite3_ok(&ledger, "SELECT quantity FROM usage_events WHERE seq = 2").trim(), "20");
+    assert_eq!(sqlite3_ok(&ledger, "SELECT COUNT(*) FROM entries").trim(), "5");
+    ledger.assert_verifies();
+}
+
+// Proves that a changed usage_events quantity (trigger dropped) makes verify exit 1 naming its seq and event_id.
+#[test]
+fn changed_quantity_is_named_by_verify() {
+    let ledger = ledger_of_five();
+    sqlite3_ok(&ledger, "DROP TRIGGER usage_events_refuse_update; UPDATE usage_events SET quantity = 31 WHERE seq = 3");
+    let first_bad = verify_fails(&ledger, 3, "u-3");
+    assert!(first_bad["problem"].as_str().unwrap().contains("usage_events.quantity"), "{first_bad}");
+}
+
+// Proves that one changed byte of an entry's payload makes verify exit 1 naming that entry.
+#[test]
+fn changed_payload_byte_is_named_by_verify() {
+    let ledger = ledger_of_five();
+    let payload = sqlite3_ok(&ledger, "SELECT hex(payload) FROM entries WHERE seq = 2");
+    let mut payload: Vec<u8> = (0..payload.trim().len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&payload.trim()[i..i + 2], 16).expect("sqlite3 prints hex"))
+        .collect();
+    // One bit of one byte in the middle of the record (inside the tenant or metric string).
+    let middle = payload.len() / 2;
+    payload[middle] ^= 0x01;
+    let hex: String = payload.iter().map(|b| format!("{b:02X}")).collect();
+    sqlite3_ok(
+        &ledger,
+        &format!("DROP TRIGGER entries_refuse_update; UPDATE entries SET payload = X'{hex}' WHERE seq = 2"),
+    );
+    let first_bad = verify_fails(&ledger, 2, "u-2");
+    assert!(first_bad["problem"].as_str().unwrap().contains("payload"), "{first_bad}");
+}
+
+// Proves that a change to recorded_at, a column only the chain covers, makes verify exit 1 naming the entry.
+#[test]
+fn changed_recorded_at_is_caught_by_the_chain() {
+    let ledger = ledger_of_five();
+    sqlite3_ok(
+        &ledger,
+        "DROP TRIGGER entries_refuse_update; UPDATE entries SET recorded_at = recorded_at - 1 WHERE seq = 4",
+    );
+    let first_bad = verify_fails(&ledger, 4, "u-4");
+    assert!(first_bad["problem"].as_str().unwrap().contains("chain"), "{first_bad}");
+}
+
+// Proves that deleting a middle entry and its usage_events row (triggers dropped) is named as a sequence gap.
+#[test]
+fn deleted_middle_entry_is_a_sequence_gap() {
+    let ledger = ledger_of_five();
+    sqlite3_ok(
+        &ledger,
+        "DROP TRIGGER entries_refuse_delete; DROP TRIGGER usage_events_refuse_delete;
+         DELETE FROM usage_events WHERE seq = 3; DELETE FROM entries WHERE seq = 3",
+    );
+    let run = ledger.verify().expect_code(1);
+    assert!(run.stderr.contains("sequence gap: expected entry 3, found 4"), "stderr: {}", run.stderr);
+    let first_bad = verify_fails(&ledger, 4, "u-4");
+    assert!(first_bad["problem"].as_str().unwrap().contains("sequence gap"), "{first_bad}");
+}
+
+// Proves that deleting the last entry, which leaves no gap, is caught by the last batch's watermark.
+#[test]
+fn deleted_last_entry_is_caught_by_the_watermark() {
+    let ledger = ledger_of_five();
+    sqlite3_ok(
+        &ledger,
+        "DROP TRIGGER entries_refuse_delete; DROP TRIGGER usage_events_refuse_delete;
+         DELETE FROM usage_events WHERE seq = 5; DELETE FROM entries WHERE seq = 5",
+    );
+    let run = ledger.verify().expect_code(1);
+    let first_bad = run.json()["first_bad"].clone();
+    assert_eq!(first_bad["seq"], 5, "{first_bad}");
+    assert!(run.stderr.contains("watermark is 5 but the ledger ends at 4"), "stderr: {}", run.stderr);
+}
