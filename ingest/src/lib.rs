@@ -1,5 +1,6 @@
-//! Ingest: getting events into the ledger. This crate reads Avro object container files (backfills and
-//! fixtures) and appends them in bounded batches; Kafka consumption joins it in the Kafka ingest issue.
+//! Ingest: getting events into the ledger, exactly once. From Kafka ([`kafka::ingest_kafka`]: a consumer
+//! group whose offsets live in the ledger) and from Avro object container files ([`file::ingest_file`]); plus
+//! the producing side used by other teams' tests and the demo ([`produce`], [`generate`]).
 //!
 //! ```
 //! use ingest::file::{ingest_file, FILE_BATCH_EVENTS};
@@ -13,4 +14,10 @@
 //! assert_eq!(report.records, 0);
 //! ```
 
+pub mod admin;
 pub mod file;
+pub mod generate;
+pub mod kafka;
+pub mod lock;
+pub mod produce;
+pub mod topics;

@@ -1,0 +1,81 @@
+//! Creating the topics of SPEC 2 (brokers such as Tansu do not create topics on first use).
+
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+
+/// How long the broker may take to create the topics.
+const CREATE_TIMEOUT_MS: u64 = 30_000;
+
+/// Creating topics failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AdminError {
+    #[error("cannot create the Kafka admin client for {brokers}")]
+    Client { brokers: String, source: KafkaError },
+    #[error("creating topics on {brokers} failed")]
+    Request { brokers: String, source: KafkaError },
+    #[error("topic {topic}: {code}")]
+    Topic { topic: String, code: RDKafkaErrorCode },
+}
+
+/// Creates each topic with `partitions` partitions (replication 1 unless `-X` says otherwise on the broker);
+/// a topic that already exists is left as it is. Returns the topics created.
+pub fn create_topics(
+    brokers: &str,
+    topics: &[&str],
+    partitions: i32,
+    overrides: &[(String, String)],
+) -> Result<Vec<String>, AdminError> {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", brokers);
+    for (key, value) in overrides {
+        config.set(key, value);
+    }
+    let client: AdminClient<DefaultClientContext> =
+        config.create().map_err(|source| AdminError::Client { brokers: brokers.to_string(), source })?;
+    let new_topics: Vec<NewTopic<'_>> =
+        topics.iter().map(|t| NewTopic::new(t, partitions, TopicReplication::Fixed(1))).collect();
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_millis(CREATE_TIMEOUT_MS)));
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().expect("a tokio runtime");
+    let results = runtime
+        .block_on(client.create_topics(&new_topics, &options))
+        .map_err(|source| AdminError::Request { brokers: brokers.to_string(), source })?;
+    let mut created = Vec::new();
+    for result in results {
+        match result {
+            Ok(topic) => created.push(topic),
+            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((topic, code)) => return Err(AdminError::Topic { topic, code }),
+        }
+    }
+    Ok(created)
+}
+
+/// librdkafka's in-process mock cluster (the real Kafka protocol on localhost) with the topics of SPEC 2: the
+/// embedded broker of a first run, the demo and the fast tests. It lives as long as the value.
+pub struct EmbeddedBroker {
+    cluster: rdkafka::mocking::MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+}
+
+impl EmbeddedBroker {
+    /// Starts one mock broker and creates the six topics with `partitions` partitions each.
+    pub fn start(partitions: i32) -> Result<EmbeddedBroker, KafkaError> {
+        let cluster = rdkafka::mocking::MockCluster::new(1)?;
+        let topics = crate::topics::Topics::defaults();
+        let mut names: Vec<&str> = topics.names();
+        names.push(schemas::EventType::AdjustmentEvent.default_topic());
+        for name in names {
+            cluster.create_topic(name, partitions, 1)?;
+        }
+        Ok(EmbeddedBroker { cluster })
+    }
+
+    /// `host:port` to give as `--brokers`.
+    pub fn bootstrap_servers(&self) -> String {
+        self.cluster.bootstrap_servers()
+    }
+}

@@ -1,0 +1,461 @@
+//! `generate`: a realistic synthetic month of traffic, the workload of tests, benchmarks and the demo.
+//!
+//! One seeded ChaCha8 stream drives it, so the same `--seed` always gives the same messages. It emits plan
+//! default and tenant policies (some changing version mid-month), grants, usage (most of the traffic, a few
+//! events late), reservations (committed, some above the reserved amount, released, abandoned, closed after
+//! expiry), decisions (allowed and denied), exact duplicates, conflicting duplicates and malformed messages,
+//! and counts each so that a test can compare the ledger with what was produced.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::{Rng, SeedableRng};
+use schemas::*;
+use serde::Serialize;
+
+/// Recent events kept for duplicates and conflicting duplicates to repeat.
+const RECENT_EVENTS: usize = 1_024;
+const METRICS: [&str; 3] = ["requests", "tokens", "bytes"];
+const MONTH_MICROS: i64 = 30 * 24 * 3_600 * 1_000_000;
+const MINUTE_MICROS: i64 = 60 * 1_000_000;
+
+/// What to generate.
+#[derive(Debug, Clone)]
+pub struct GenerateSettings {
+    pub tenants: u32,
+    /// Messages in all, malformed and duplicates included.
+    pub messages: u64,
+    pub seed: u64,
+    /// Start of the month the traffic falls in.
+    pub month_start: Timestamp,
+    /// Whether malformed messages may be byte-level garbage (Kafka) or only invalid values (container files).
+    pub raw_malformed: bool,
+}
+
+impl GenerateSettings {
+    pub fn new(tenants: u32, messages: u64, seed: u64) -> GenerateSettings {
+        GenerateSettings {
+            tenants: tenants.max(1),
+            messages,
+            seed,
+            month_start: Timestamp::parse_rfc3339("2026-11-01T00:00:00Z").expect("a valid timestamp"),
+            raw_malformed: true,
+        }
+    }
+}
+
+/// One generated message.
+#[derive(Debug, Clone)]
+pub enum Generated {
+    /// A valid event (possibly a duplicate or a conflicting duplicate of an earlier one).
+    Event(Event),
+    /// A value that fails validation (negative quantity, empty tenant): encodable, must be quarantined.
+    Invalid(Event),
+    /// Bytes that are not a valid single-object message, on the topic of `event_type`.
+    Garbage { event_type: EventType, key: String, bytes: Vec<u8> },
+}
+
+/// Counts of what was generated. After ingesting all of it into an empty ledger, `status` must show
+/// `events_recorded = unique_events`, `duplicates`, `conflicts` and `quarantined = malformed`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct GenerateReport {
+    pub messages: u64,
+    pub unique_events: u64,
+    pub duplicates: u64,
+    pub conflicts: u64,
+    pub malformed: u64,
+    /// Unique events per record type.
+    pub by_type: BTreeMap<String, u64>,
+    pub seed: u64,
+}
+
+/// A reservation waiting for its close.
+struct OpenReservation {
+    header: Header,
+    reservation_id: String,
+    amount: i64,
+    expires_at: Timestamp,
+    close_at_message: u64,
+}
+
+/// The generator: an iterator of messages.
+pub struct Generator {
+    settings: GenerateSettings,
+    rng: ChaCha8Rng,
+    report: GenerateReport,
+    next_id: u64,
+    recent: VecDeque<Event>,
+    /// Payload variants already emitted per event_id (to count conflicts exactly).
+    conflicted: BTreeSet<String>,
+    open: VecDeque<OpenReservation>,
+    setup: VecDeque<Event>,
+}
+
+impl Generator {
+    pub fn new(settings: GenerateSettings) -> Generator {
+        let rng = ChaCha8Rng::seed_from_u64(settings.seed);
+        let report = GenerateReport { seed: settings.seed, ..GenerateReport::default() };
+        let mut generator = Generator {
+            settings,
+            rng,
+            report,
+            next_id: 0,
+            recent: VecDeque::new(),
+            conflicted: BTreeSet::new(),
+            open: VecDeque::new(),
+            setup: VecDeque::new(),
+        };
+        generator.setup = generator.policies_and_grants().into();
+        generator
+    }
+
+    pub fn report(&self) -> &GenerateReport {
+        &self.report
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.rng.next_u64() % n.max(1)
+    }
+
+    fn chance(&mut self, per_mille: u64) -> bool {
+        self.below(1_000) < per_mille
+    }
+
+    fn id(&mut self, prefix: &str) -> String {
+        self.next_id += 1;
+        format!("{prefix}-{:x}-{}", self.settings.seed, self.next_id)
+    }
+
+    /// Event time of the message now being generated: the stream walks through the month.
+    fn now(&self) -> Timestamp {
+        let progress = self.report.messages as i64 * MONTH_MICROS / self.settings.messages.max(1) as i64;
+        Timestamp(self.settings.month_start.micros() + progress.min(MONTH_MICROS - 1))
+    }
+
+    fn tenant(&mut self) -> String {
+        // Skewed: tenant k is picked about twice as often as tenant 2k, as real traffic is.
+        let tenants = u64::from(self.settings.tenants);
+        let a = self.below(tenants);
+        let b = self.below(tenants);
+        format!("org-{}", a.min(b) + 1)
+    }
+
+    fn header(&mut self, prefix: &str, tenant: String, metric: &str, occurred_at: Timestamp) -> Header {
+        let subject = if self.chance(700) { Some(format!("key-{}", self.below(5))) } else { None };
+        Header {
+            event_id: self.id(prefix),
+            occurred_at,
+            tenant,
+            subject,
+            metric: metric.into(),
+            source: "generate".into(),
+        }
+    }
+
+    fn policies_and_grants(&mut self) -> Vec<Event> {
+        let start = self.settings.month_start;
+        let mut events = Vec::new();
+        let plan = [
+            ("plan-requests", "requests", 200_000, Enforcement::HARD),
+            ("plan-tokens", "tokens", 5_000_000, Enforcement::SOFT),
+        ];
+        for (policy_id, metric, limit, enforcement) in plan {
+            events.push(self.policy(
+                "*",
+                policy_id,
+                1,
+                metric,
+                Scope::TENANT,
+                limit,
+                Window::MONTH,
+                enforcement,
+                start,
+            ));
+        }
+        for tenant in 1..=self.settings.tenants {
+            let tenant = format!("org-{tenant}");
+            if tenant.ends_with('3') {
+                let policy_id = format!("{tenant}-bytes");
+                let from = Timestamp(start.micros() - MONTH_MICROS);
+                events.push(self.policy(
+                    &tenant,
+                    &policy_id,
+                    1,
+                    "bytes",
+                    Scope::TENANT,
+                    1_000_000,
+                    Window::MONTH,
+                    Enforcement::HARD,
+                    from,
+                ));
+                // A raise mid-month: version 2 applies to the windows that end after it.
+                let mid = Timestamp(start.micros() + MONTH_MICROS / 2);
+                events.push(self.policy(
+                    &tenant,
+                    &policy_id,
+                    2,
+                    "bytes",
+                    Scope::TENANT,
+                    2_000_000,
+                    Window::MONTH,
+                    Enforcement::HARD,
+                    mid,
+                ));
+            }
+            if tenant.ends_with('5') {
+                let policy_id = format!("{tenant}-per-key");
+                events.push(self.policy(
+                    &tenant,
+                    &policy_id,
+                    1,
+                    "requests",
+                    Scope::SUBJECT,
+                    500,
+                    Window::DAY,
+                    Enforcement::SHADOW,
+                    start,
+                ));
+            }
+            if tenant.ends_with('7') {
+                events.push(self.grant(&tenant, "requests", 50_000, start));
+            }
+        }
+        events
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn policy(
+        &mut self,
+        tenant: &str,
+        policy_id: &str,
+        version: i32,
+        metric: &str,
+        scope: Scope,
+        limit: i64,
+        window: Window,
+        enforcement: Enforcement,
+        effective_from: Timestamp,
+    ) -> Event {
+        let mut header = self.header("pol", tenant.to_string(), metric, effective_from);
+        header.subject = None;
+        Event::Policy(PolicyEvent {
+            header,
+            policy_id: policy_id.into(),
+            version,
+            scope,
+            limit,
+            window,
+            enforcement,
+            effective_from,
+        })
+    }
+
+    fn grant(&mut self, tenant: &str, metric: &str, amount: i64, start: Timestamp) -> Event {
+        let mut header = self.header("grant", tenant.to_string(), metric, start);
+        header.subject = None;
+        let grant_id = format!("{}-grant", header.event_id);
+        let valid_until = Timestamp(start.micros() + MONTH_MICROS);
+        Event::Grant(GrantEvent {
+            header,
+            grant_id,
+            amount,
+            valid_from: start,
+            valid_until,
+            reason: "support credit".into(),
+        })
+    }
+
+    fn usage(&mut self) -> Event {
+        let tenant = self.tenant();
+        let metric = METRICS[self.below(3) as usize];
+        let mut occurred_at = self.now();
+        if self.chance(10) {
+            // A late event: it happened up to three days before it was sent.
+            occurred_at = Timestamp(
+                (occurred_at.micros() - self.below(3 * 24 * 60) as i64 * MINUTE_MICROS)
+                    .max(self.settings.month_start.micros()),
+            );
+        }
+        let header = self.header("use", tenant, metric, occurred_at);
+        let quantity = match metric {
+            "requests" => 1 + self.below(5) as i64,
+            "tokens" => 10 + self.below(2_000) as i64,
+            _ => 100 + self.below(100_000) as i64,
+        };
+        let request_id = Some(format!("req-{}", header.event_id));
+        let attributes = BTreeMap::from([("region".to_string(), ["eu", "us"][self.below(2) as usize].to_string())]);
+        Event::Usage(UsageEvent { header, quantity, request_id, attributes })
+    }
+
+    fn decision(&mut self) -> Event {
+        let tenant = self.tenant();
+        let header = self.header("dec", tenant, "requests", self.now());
+        let denied = self.chance(150);
+        let window_start = Timestamp(self.settings.month_start.micros());
+        Event::Decision(DecisionEvent {
+            request_id: format!("req-{}", header.event_id),
+            idempotency_key: format!("idem-{}", header.event_id),
+            header,
+            amount: 1 + self.below(5) as i64,
+            outcome: if denied { Outcome::DENIED } else { Outcome::ALLOWED },
+            reason: if denied { Reason::QUOTA_EXCEEDED } else { Reason::WITHIN_LIMIT },
+            policy_id: Some("plan-requests".into()),
+            policy_version: Some(1),
+            window_start: Some(window_start),
+            window_end: Some(Timestamp(window_start.micros() + MONTH_MICROS)),
+            limit: Some(200_000),
+            used_before: Some(self.below(200_000) as i64),
+            remaining: Some(if denied { 0 } else { self.below(1_000) as i64 }),
+            retry_after_ms: if denied { Some(60_000) } else { None },
+        })
+    }
+
+    fn reserve(&mut self) -> Event {
+        let tenant = self.tenant();
+        let header = self.header("res", tenant, "tokens", self.now());
+        let reservation_id = format!("rsv-{}", header.event_id);
+        let amount = 100 + self.below(1_000) as i64;
+        let ttl_minutes = 5 + self.below(55) as i64;
+        let expires_at = Timestamp(header.occurred_at.micros() + ttl_minutes * MINUTE_MICROS);
+        let close_at_message = self.report.messages + 1 + self.below(50);
+        if !self.chance(50) {
+            // 5 % are abandoned: never closed, reconcile expires them.
+            self.open.push_back(OpenReservation {
+                header: header.clone(),
+                reservation_id: reservation_id.clone(),
+                amount,
+                expires_at,
+                close_at_message,
+            });
+        }
+        Event::Reservation(ReservationEvent {
+            header,
+            reservation_id,
+            action: ReservationAction::RESERVE,
+            amount,
+            expires_at: Some(expires_at),
+        })
+    }
+
+    fn close(&mut self, open: OpenReservation) -> Event {
+        let roll = self.below(100);
+        // 10 % release, 5 % commit after expiry (a refused transition), the rest commit within the TTL, a
+        // fifth of those above the reserved amount (estimate-then-reconcile).
+        let (action, amount, occurred_at) = match roll {
+            0..10 => (ReservationAction::RELEASE, 0, open.header.occurred_at.micros() + MINUTE_MICROS),
+            10..15 => (ReservationAction::COMMIT, open.amount, open.expires_at.micros() + MINUTE_MICROS),
+            15..30 => {
+                (ReservationAction::COMMIT, open.amount + 1 + self.below(200) as i64, open.expires_at.micros() - 1)
+            }
+            _ => (ReservationAction::COMMIT, 1 + self.below(open.amount as u64) as i64, open.expires_at.micros() - 1),
+        };
+        let mut header = self.header("res", open.header.tenant.clone(), &open.header.metric, Timestamp(occurred_at));
+        header.subject = open.header.subject.clone();
+        Event::Reservation(ReservationEvent {
+            header,
+            reservation_id: open.reservation_id,
+            action,
+            amount,
+            expires_at: None,
+        })
+    }
+
+    fn fresh(&mut self) -> Event {
+        if self.open.front().is_some_and(|o| o.close_at_message <= self.report.messages) {
+            let open = self.open.pop_front().expect("checked");
+            return self.close(open);
+        }
+        match self.below(100) {
+            0..80 => self.usage(),
+            80..88 => self.decision(),
+            _ => self.reserve(),
+        }
+    }
+
+    fn count_unique(&mut self, event: &Event) {
+        self.report.unique_events += 1;
+        *self.report.by_type.entry(event.event_type().name().to_string()).or_default() += 1;
+        self.recent.push_back(event.clone());
+        if self.recent.len() > RECENT_EVENTS {
+            self.recent.pop_front();
+        }
+    }
+
+    /// A conflicting duplicate of a recent usage event: same event_id, another quantity. Each event_id is
+    /// given at most one conflicting variant, so that every one is a new conflict.
+    fn conflict(&mut self) -> Option<Event> {
+        let index = self.below(self.recent.len() as u64) as usize;
+        let Event::Usage(mut usage) = self.recent.get(index)?.clone() else { return None };
+        if !self.conflicted.insert(usage.header.event_id.clone()) {
+            return None;
+        }
+        usage.quantity += 1;
+        Some(Event::Usage(usage))
+    }
+
+    fn malformed(&mut self) -> Generated {
+        let mut usage = match self.usage() {
+            Event::Usage(u) => u,
+            _ => unreachable!("usage() makes UsageEvents"),
+        };
+        let catalog = Catalog::builtin();
+        match (self.below(4), self.settings.raw_malformed) {
+            (0, true) => Generated::Garbage {
+                event_type: EventType::UsageEvent,
+                key: usage.header.tenant,
+                bytes: b"{\"not\":\"avro\"}".to_vec(),
+            },
+            (1, true) => {
+                let mut bytes = catalog.encode_single_object(&Event::Usage(usage.clone()));
+                bytes.truncate(bytes.len() - 3);
+                Generated::Garbage { event_type: EventType::UsageEvent, key: usage.header.tenant, bytes }
+            }
+            (2, _) => {
+                usage.header.tenant = String::new();
+                Generated::Invalid(Event::Usage(usage))
+            }
+            _ => {
+                usage.quantity = -usage.quantity;
+                Generated::Invalid(Event::Usage(usage))
+            }
+        }
+    }
+}
+
+impl Iterator for Generator {
+    type Item = Generated;
+
+    fn next(&mut self) -> Option<Generated> {
+        if self.report.messages >= self.settings.messages {
+            return None;
+        }
+        let generated = if let Some(event) = self.setup.pop_front() {
+            self.count_unique(&event);
+            Generated::Event(event)
+        } else {
+            let roll = self.below(1_000);
+            let repeated = if roll < 10 && !self.recent.is_empty() {
+                let index = self.below(self.recent.len() as u64) as usize;
+                self.report.duplicates += 1;
+                Some(Generated::Event(self.recent[index].clone()))
+            } else if roll < 12 && !self.recent.is_empty() {
+                self.conflict().map(|event| {
+                    self.report.conflicts += 1;
+                    Generated::Event(event)
+                })
+            } else if roll < 13 {
+                self.report.malformed += 1;
+                Some(self.malformed())
+            } else {
+                None
+            };
+            repeated.unwrap_or_else(|| {
+                let event = self.fresh();
+                self.count_unique(&event);
+                Generated::Event(event)
+            })
+        };
+        self.report.messages += 1;
+        Some(generated)
+    }
+}

@@ -1,0 +1,413 @@
+//! `ingest --brokers`: a Kafka consumer in a consumer group that puts every message into the ledger exactly
+//! once (SPEC 4.2).
+//!
+//! The ledger owns the offsets. On assignment each partition starts at the next offset stored in the ledger
+//! (the beginning when it has none), not at Kafka's committed offset; messages are decoded, gathered into a
+//! bounded batch and appended with the offsets they cover in one transaction. Only then are the offsets
+//! committed to Kafka, so that lag tools see progress. A crash between the two replays messages the ledger
+//! already holds the offsets of: they are skipped by the seek, never recorded twice.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ledger::{AppendError, Batch, Incoming, Ledger, Origin, Rejected, SourceOffset};
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use schemas::{Catalog, DecodeError};
+use serde::Serialize;
+
+use crate::topics::Topics;
+
+/// Most messages in one ledger append. A batch of this size is a few MB of decoded events and amortises the
+/// commit's fsync; larger batches gain little (see `bench append`).
+pub const BATCH_MAX_EVENTS: usize = 5_000;
+/// Longest a message waits in a partial batch before it is appended: bounds the delay a quiet topic adds.
+pub const BATCH_WAIT_MS: u64 = 500;
+/// How long one poll of the consumer blocks when no message is ready.
+const POLL_TIMEOUT_MS: u64 = 100;
+/// Timeout of the broker requests made for `--until-caught-up` (high watermarks).
+const WATERMARK_TIMEOUT_MS: u64 = 10_000;
+/// `--until-caught-up` gives up when the group assigns no partition for this long.
+pub const ASSIGNMENT_WAIT_MS: u64 = 60_000;
+
+/// Where and how to consume.
+#[derive(Debug, Clone)]
+pub struct KafkaIngestSettings {
+    /// `bootstrap.servers`.
+    pub brokers: String,
+    /// `group.id`.
+    pub group: String,
+    pub topics: Topics,
+    /// Exit once every assigned partition is at its high watermark (a nightly job), instead of running on.
+    pub until_caught_up: bool,
+    pub batch_max_events: usize,
+    pub batch_wait_ms: u64,
+    /// librdkafka settings given with `-X key=value` (SASL, TLS, tuning); applied last, so they win.
+    pub overrides: Vec<(String, String)>,
+}
+
+impl KafkaIngestSettings {
+    pub fn new(brokers: impl Into<String>, group: impl Into<String>) -> KafkaIngestSettings {
+        KafkaIngestSettings {
+            brokers: brokers.into(),
+            group: group.into(),
+            topics: Topics::defaults(),
+            until_caught_up: false,
+            batch_max_events: BATCH_MAX_EVENTS,
+            batch_wait_ms: BATCH_WAIT_MS,
+            overrides: Vec::new(),
+        }
+    }
+}
+
+/// Ingest stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KafkaIngestError {
+    #[error("cannot create the Kafka consumer for {brokers}")]
+    Consumer { brokers: String, source: KafkaError },
+    #[error("cannot subscribe to {topics}")]
+    Subscribe { topics: String, source: KafkaError },
+    #[error("Kafka consumer failed")]
+    Consume(#[source] KafkaError),
+    #[error("no partition of {topics} was assigned within {waited_ms} ms: do the topics exist on {brokers}?")]
+    NoAssignment { topics: String, brokers: String, waited_ms: u64 },
+    #[error("cannot read the high watermark of {topic}[{partition}]")]
+    Watermark { topic: String, partition: i32, source: KafkaError },
+    #[error("ledger append failed")]
+    Append(#[from] AppendError),
+    #[error("cannot read the ledger's offsets")]
+    Offsets(#[from] ledger::ReadError),
+}
+
+/// Progress of a running ingest, for the display.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct KafkaIngestProgress {
+    pub messages: u64,
+    pub recorded: u64,
+    pub duplicates: u64,
+    pub conflicts: u64,
+    pub quarantined: u64,
+    pub batches: u64,
+    pub watermark: u64,
+    /// Times a partition's next message was past the offset expected (the seek position or the previous
+    /// message plus one). Legitimate on compacted or transactional topics; otherwise the broker skipped
+    /// messages, which the ledger cannot record.
+    pub offset_gaps: u64,
+    /// Per assigned partition: `(topic, partition)` -> messages behind the high watermark, when known.
+    #[serde(skip)]
+    pub lag: BTreeMap<(String, i32), i64>,
+}
+
+/// What the rebalance callback and the loop share.
+#[derive(Debug, Default)]
+struct Shared {
+    /// Next offset per partition as committed in the ledger (the loop updates it after each append).
+    ledger_offsets: BTreeMap<(String, i32), i64>,
+    assigned: BTreeSet<(String, i32)>,
+    /// Partitions revoked since the loop last looked: their pending messages are dropped, not appended.
+    revoked: BTreeSet<(String, i32)>,
+}
+
+/// Seeks every assigned partition to the ledger's offset.
+struct IngestContext {
+    shared: Arc<Mutex<Shared>>,
+}
+
+impl ClientContext for IngestContext {}
+
+impl ConsumerContext for IngestContext {
+    fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
+        let mut shared = self.shared.lock().expect("the ingest state is never poisoned: no code panics holding it");
+        let partitions: Vec<(String, i32)> =
+            tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
+        match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                for (topic, partition) in &partitions {
+                    let offset = match shared.ledger_offsets.get(&(topic.clone(), *partition)) {
+                        Some(next) => Offset::Offset(*next),
+                        None => Offset::Beginning,
+                    };
+                    let _ = tpl.set_partition_offset(topic, *partition, offset);
+                }
+                if let Err(e) = consumer.assign(tpl) {
+                    eprintln!("ingest: assigning {partitions:?} failed: {e}");
+                }
+                shared.assigned.extend(partitions);
+            }
+            _ => {
+                for key in &partitions {
+                    shared.assigned.remove(key);
+                    shared.revoked.insert(key.clone());
+                }
+                if let Err(e) = consumer.unassign() {
+                    eprintln!("ingest: unassigning failed: {e}");
+                }
+            }
+        }
+    }
+}
+
+/// Every librdkafka setting of the consumer, in one place; `-X` overrides come last.
+fn consumer_config(settings: &KafkaIngestSettings) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", &settings.brokers)
+        .set("group.id", &settings.group)
+        .set("client.id", "quota-ledger-ingest")
+        // Offsets are the ledger's: never let librdkafka commit or store on its own.
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        // A partition the ledger has never seen starts at its beginning.
+        .set("auto.offset.reset", "earliest")
+        .set("enable.partition.eof", "false")
+        // Eager rebalancing: the callback assigns whole lists (see IngestContext).
+        .set("partition.assignment.strategy", "range,roundrobin")
+        // Producers of ours are idempotent, not transactional; read what is committed to the log.
+        .set("isolation.level", "read_committed")
+        // A dead ingest's partitions move to the others within 10 s instead of librdkafka's 45 s.
+        .set("session.timeout.ms", "10000")
+        .set("heartbeat.interval.ms", "1000")
+        // The loop polls every 100 ms and an append takes well under a second; a consumer silent for 30 s is
+        // stuck. It is also how long a coordinator may wait for a dead member during a rebalance (300 s by
+        // default), which is what a restart after a crash waits for.
+        .set("max.poll.interval.ms", "30000")
+        // Bounds the prefetched queue per partition (librdkafka's default is 64 MiB).
+        .set("queued.max.messages.kbytes", "16384")
+        .set_log_level(RDKafkaLogLevel::Warning);
+    for (key, value) in &settings.overrides {
+        config.set(key, value);
+    }
+    config
+}
+
+/// A message waiting for the next append.
+// Nearly every pending message is an event; boxing it would add an allocation per message for the rare rejection.
+#[allow(clippy::large_enum_variant)]
+enum Pending {
+    Event(Incoming),
+    Rejected(Rejected),
+}
+
+/// Consumes until `stop` is set (or, with `until_caught_up`, until every assigned partition is at its high
+/// watermark), appending bounded batches to the ledger. `on_progress` is called after each append and when
+/// the lag is measured.
+pub fn ingest_kafka(
+    ledger: &mut Ledger,
+    settings: &KafkaIngestSettings,
+    stop: &AtomicBool,
+    mut on_progress: impl FnMut(&KafkaIngestProgress),
+) -> Result<KafkaIngestProgress, KafkaIngestError> {
+    let shared = Arc::new(Mutex::new(Shared::default()));
+    refresh_offsets(ledger, &shared)?;
+    let consumer: BaseConsumer<IngestContext> = consumer_config(settings)
+        .create_with_context(IngestContext { shared: shared.clone() })
+        .map_err(|source| KafkaIngestError::Consumer { brokers: settings.brokers.clone(), source })?;
+    let names = settings.topics.names();
+    consumer
+        .subscribe(&names)
+        .map_err(|source| KafkaIngestError::Subscribe { topics: settings.topics.to_string(), source })?;
+    let catalog = Catalog::builtin();
+    let mut progress = KafkaIngestProgress { watermark: ledger.status()?.watermark, ..KafkaIngestProgress::default() };
+    let mut pending: Vec<Pending> = Vec::new();
+    let mut expected_offsets: BTreeMap<(String, i32), i64> = BTreeMap::new();
+    let mut pending_since: Option<Instant> = None;
+    let started = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        let polled = consumer.poll(Duration::from_millis(POLL_TIMEOUT_MS));
+        let idle = polled.is_none();
+        if let Some(message) = polled {
+            let message = message.map_err(KafkaIngestError::Consume)?;
+            check_gap(&shared, &mut expected_offsets, &message, &mut progress);
+            pending.push(decode(catalog, &settings.topics, &message));
+            pending_since.get_or_insert_with(Instant::now);
+            progress.messages += 1;
+        }
+        if drop_revoked(&shared, &mut pending) {
+            expected_offsets.clear();
+        }
+        let full = pending.len() >= settings.batch_max_events;
+        let waited = pending_since.is_some_and(|t| t.elapsed() >= Duration::from_millis(settings.batch_wait_ms));
+        if !pending.is_empty() && (full || waited || idle) {
+            append(ledger, &consumer, &shared, std::mem::take(&mut pending), &mut progress)?;
+            pending_since = None;
+            on_progress(&progress);
+        }
+        if idle && pending.is_empty() && settings.until_caught_up {
+            if caught_up(&consumer, &shared, &mut progress)? {
+                on_progress(&progress);
+                break;
+            }
+            let assigned = !shared.lock().expect("never poisoned").assigned.is_empty();
+            if !assigned && started.elapsed() > Duration::from_millis(ASSIGNMENT_WAIT_MS) {
+                return Err(KafkaIngestError::NoAssignment {
+                    topics: settings.topics.to_string(),
+                    brokers: settings.brokers.clone(),
+                    waited_ms: ASSIGNMENT_WAIT_MS,
+                });
+            }
+        }
+    }
+    if !pending.is_empty() {
+        append(ledger, &consumer, &shared, pending, &mut progress)?;
+    }
+    Ok(progress)
+}
+
+fn refresh_offsets(ledger: &Ledger, shared: &Mutex<Shared>) -> Result<(), ledger::ReadError> {
+    let offsets = ledger.offsets()?;
+    let mut shared = shared.lock().expect("never poisoned");
+    for offset in offsets {
+        shared.ledger_offsets.insert((offset.topic, offset.partition), offset.next_offset);
+    }
+    Ok(())
+}
+
+fn decode(catalog: &Catalog, topics: &Topics, message: &rdkafka::message::BorrowedMessage<'_>) -> Pending {
+    let origin =
+        Origin::Kafka { topic: message.topic().to_string(), partition: message.partition(), offset: message.offset() };
+    let raw = message.payload().unwrap_or_default().to_vec();
+    let Some(expected) = topics.event_type(message.topic()) else {
+        // Subscribed topics only; a topic we do not know is a configuration bug, not a message to lose.
+        let error = DecodeError::Shape { message: format!("topic {} carries no known record type", message.topic()) };
+        return Pending::Rejected(Rejected::new(origin, raw, &error));
+    };
+    match catalog.decode_single_object(&raw, Some(expected)) {
+        Ok(decoded) => Pending::Event(Incoming { event: decoded.event, origin, raw: Some(raw) }),
+        Err(error) => Pending::Rejected(Rejected::new(origin, raw, &error)),
+    }
+}
+
+fn partition_of(pending: &Pending) -> (&str, i32, i64) {
+    let origin = match pending {
+        Pending::Event(incoming) => &incoming.origin,
+        Pending::Rejected(rejected) => &rejected.origin,
+    };
+    match origin {
+        Origin::Kafka { topic, partition, offset } => (topic.as_str(), *partition, *offset),
+        _ => unreachable!("messages consumed from Kafka have a Kafka origin"),
+    }
+}
+
+/// Counts and reports a message whose offset is past the one expected in its partition: the ledger's offset
+/// for the first message after an assignment, the previous offset plus one after that.
+fn check_gap(
+    shared: &Mutex<Shared>,
+    expected: &mut BTreeMap<(String, i32), i64>,
+    message: &rdkafka::message::BorrowedMessage<'_>,
+    progress: &mut KafkaIngestProgress,
+) {
+    let key = (message.topic().to_string(), message.partition());
+    let want = match expected.get(&key) {
+        Some(next) => Some(*next),
+        None => shared.lock().expect("never poisoned").ledger_offsets.get(&key).copied(),
+    };
+    if let Some(want) = want.filter(|w| message.offset() > *w) {
+        progress.offset_gaps += 1;
+        eprintln!(
+            "ingest: warning: {}[{}] jumped from offset {want} to {}: the broker returned no message for {} \
+             offsets (expected only on compacted or transactional topics)",
+            key.0,
+            key.1,
+            message.offset(),
+            message.offset() - want
+        );
+    }
+    expected.insert(key, message.offset() + 1);
+}
+
+/// Drops pending messages of partitions revoked since the last look: the ledger's offsets do not cover them,
+/// so whoever gets the partition reads them again.
+/// Returns whether any partition was revoked.
+fn drop_revoked(shared: &Mutex<Shared>, pending: &mut Vec<Pending>) -> bool {
+    let revoked = std::mem::take(&mut shared.lock().expect("never poisoned").revoked);
+    if revoked.is_empty() {
+        return false;
+    }
+    pending.retain(|p| {
+        let (topic, partition, _) = partition_of(p);
+        !revoked.contains(&(topic.to_string(), partition))
+    });
+    true
+}
+
+fn append(
+    ledger: &mut Ledger,
+    consumer: &BaseConsumer<IngestContext>,
+    shared: &Mutex<Shared>,
+    pending: Vec<Pending>,
+    progress: &mut KafkaIngestProgress,
+) -> Result<(), KafkaIngestError> {
+    let mut next: BTreeMap<(String, i32), i64> = BTreeMap::new();
+    let mut batch = Batch::default();
+    for item in pending {
+        let (topic, partition, offset) = partition_of(&item);
+        let entry = next.entry((topic.to_string(), partition)).or_insert(offset + 1);
+        *entry = (*entry).max(offset + 1);
+        match item {
+            Pending::Event(incoming) => batch.events.push(incoming),
+            Pending::Rejected(rejected) => batch.rejected.push(rejected),
+        }
+    }
+    batch.offsets = next
+        .iter()
+        .map(|((topic, partition), next_offset)| SourceOffset {
+            topic: topic.clone(),
+            partition: *partition,
+            next_offset: *next_offset,
+        })
+        .collect();
+    let report = ledger.append(&batch)?;
+    progress.recorded += report.recorded() as u64;
+    progress.duplicates += report.duplicates() as u64;
+    progress.conflicts += report.conflicts() as u64;
+    progress.quarantined += report.quarantined;
+    progress.batches += 1;
+    progress.watermark = report.watermark;
+    let mut tpl = TopicPartitionList::new();
+    {
+        let mut shared = shared.lock().expect("never poisoned");
+        for ((topic, partition), next_offset) in next {
+            let _ = tpl.add_partition_offset(&topic, partition, Offset::Offset(next_offset));
+            shared.ledger_offsets.insert((topic, partition), next_offset);
+        }
+    }
+    // For lag tools only: the ledger already holds these offsets, so a failed commit loses nothing.
+    if let Err(e) = consumer.commit(&tpl, CommitMode::Async) {
+        eprintln!("ingest: committing offsets to Kafka failed (the ledger holds them): {e}");
+    }
+    Ok(())
+}
+
+/// Whether every assigned partition's ledger offset has reached its high watermark; records the lag.
+fn caught_up(
+    consumer: &BaseConsumer<IngestContext>,
+    shared: &Mutex<Shared>,
+    progress: &mut KafkaIngestProgress,
+) -> Result<bool, KafkaIngestError> {
+    let (assigned, offsets) = {
+        let shared = shared.lock().expect("never poisoned");
+        (shared.assigned.clone(), shared.ledger_offsets.clone())
+    };
+    if assigned.is_empty() {
+        return Ok(false);
+    }
+    let mut all = true;
+    progress.lag.clear();
+    for (topic, partition) in assigned {
+        let (low, high) = consumer
+            .fetch_watermarks(&topic, partition, Duration::from_millis(WATERMARK_TIMEOUT_MS))
+            .map_err(|source| KafkaIngestError::Watermark { topic: topic.clone(), partition, source })?;
+        let position = offsets.get(&(topic.clone(), partition)).copied().unwrap_or(low);
+        let lag = (high - position).max(0);
+        all &= lag == 0;
+        progress.lag.insert((topic, partition), lag);
+    }
+    Ok(all)
+}

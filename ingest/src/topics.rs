@@ -1,0 +1,70 @@
+//! Which topic carries which record type (SPEC 2), configurable per type.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use schemas::EventType;
+
+/// The input topics and the record type each carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topics {
+    by_name: BTreeMap<String, EventType>,
+}
+
+/// A `--topics` entry that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("topic entry {entry:?}: expected KIND=TOPIC with KIND one of usage, decisions, reservations, grants, policies")]
+pub struct TopicsError {
+    pub entry: String,
+}
+
+/// The kinds of input topic, by the short name used in `--topics`.
+pub const INPUT_KINDS: [(&str, EventType); 5] = [
+    ("usage", EventType::UsageEvent),
+    ("decisions", EventType::DecisionEvent),
+    ("reservations", EventType::ReservationEvent),
+    ("grants", EventType::GrantEvent),
+    ("policies", EventType::PolicyEvent),
+];
+
+impl Topics {
+    /// The five input topics of SPEC 2 under their default names.
+    pub fn defaults() -> Topics {
+        Topics { by_name: INPUT_KINDS.iter().map(|(_, t)| (t.default_topic().to_string(), *t)).collect() }
+    }
+
+    /// Parses `KIND=TOPIC` entries (`usage=quota.usage`); only the given topics are consumed.
+    pub fn parse(entries: &[String]) -> Result<Topics, TopicsError> {
+        let mut by_name = BTreeMap::new();
+        for entry in entries {
+            let error = || TopicsError { entry: entry.clone() };
+            let (kind, name) = entry.split_once('=').ok_or_else(error)?;
+            let (_, event_type) = INPUT_KINDS.iter().find(|(k, _)| *k == kind).ok_or_else(error)?;
+            if name.is_empty() {
+                return Err(error());
+            }
+            by_name.insert(name.to_string(), *event_type);
+        }
+        Ok(Topics { by_name })
+    }
+
+    /// The record type a topic carries.
+    pub fn event_type(&self, topic: &str) -> Option<EventType> {
+        self.by_name.get(topic).copied()
+    }
+
+    pub fn names(&self) -> Vec<&str> {
+        self.by_name.keys().map(String::as_str).collect()
+    }
+
+    /// The topic carrying a record type, if consumed.
+    pub fn topic_of(&self, event_type: EventType) -> Option<&str> {
+        self.by_name.iter().find(|(_, t)| **t == event_type).map(|(n, _)| n.as_str())
+    }
+}
+
+impl fmt::Display for Topics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.names().join(","))
+    }
+}
