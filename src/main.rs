@@ -24,8 +24,18 @@ enum Command {
     /// The Avro schema catalog: list, and JSON <-> single-object Avro for producer teams.
     #[command(subcommand)]
     Schemas(cli::schemas::SchemasCommand),
-    /// Load events into the ledger.
+    /// Load events into the ledger: an Avro container file, or Kafka exactly once.
     Ingest(cli::ingest::IngestArgs),
+    /// JSON lines to single-object Avro on the type's Kafka topic, the tenant as key.
+    Produce(cli::produce::ProduceArgs),
+    /// A realistic synthetic month of traffic, to Kafka or to Avro container files; prints what it made.
+    Generate(cli::generate::GenerateArgs),
+    /// A Kafka broker for a first run and tests: librdkafka's mock cluster.
+    #[command(subcommand)]
+    Broker(cli::broker::BrokerCommand),
+    /// Kafka topics of SPEC 2.
+    #[command(subcommand)]
+    Topics(cli::topics::TopicsCommand),
     /// What the ledger holds: counts, watermark, Kafka offsets.
     Status(cli::status::StatusArgs),
     /// Recompute the hash chain; exit 1 naming the first bad entry.
@@ -43,6 +53,10 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Schemas(command) => cli::schemas::run(command),
         Command::Ingest(args) => cli::ingest::run(&cli.ledger, args),
+        Command::Produce(args) => cli::produce::run(args),
+        Command::Generate(args) => cli::generate::run(args),
+        Command::Topics(command) => cli::topics::run(command),
+        Command::Broker(command) => cli::broker::run(command),
         Command::Status(args) => cli::status::run(&cli.ledger, args),
         Command::Verify(args) => cli::verify::run(&cli.ledger, args),
         Command::Quarantine(command) => cli::quarantine::run(&cli.ledger, command),

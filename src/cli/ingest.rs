@@ -1,38 +1,78 @@
-//! `ingest --file F.avro`.
+//! `ingest --file F.avro` and `ingest --brokers LIST [--group G] [--topics ...] [--until-caught-up]`.
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use ingest::file::{FILE_BATCH_EVENTS, ingest_file};
+use ingest::kafka::{BATCH_MAX_EVENTS, BATCH_WAIT_MS, KafkaIngestProgress, KafkaIngestSettings, ingest_kafka};
+use ingest::lock::IngestLock;
+use ingest::topics::Topics;
 use ledger::Ledger;
+
+use super::kafka_args::parse_setting;
+
+/// Seconds between two progress lines when stderr is not a terminal.
+const LOG_EVERY_SECONDS: u64 = 5;
 
 #[derive(Debug, Args)]
 pub struct IngestArgs {
     /// An Avro object container file of any record type (backfill); its writer schema is resolved to the
     /// current reader schema.
+    #[arg(long, conflicts_with = "brokers", required_unless_present = "brokers")]
+    file: Option<PathBuf>,
+    /// Kafka bootstrap servers: consume the input topics in a consumer group.
+    #[arg(long, env = "QUOTA_LEDGER_BROKERS")]
+    brokers: Option<String>,
+    /// Consumer group.
+    #[arg(long, env = "QUOTA_LEDGER_GROUP", default_value = "quota-ledger")]
+    group: String,
+    /// Topics to consume as KIND=TOPIC (KIND: usage, decisions, reservations, grants, policies); default the
+    /// five of SPEC 2 (quota.usage, quota.decisions, quota.reservations, quota.grants, quota.policies).
+    #[arg(long, value_delimiter = ',')]
+    topics: Vec<String>,
+    /// Exit 0 once every assigned partition is at its high watermark (for nightly jobs).
     #[arg(long)]
-    file: PathBuf,
-    /// Records per ledger transaction.
-    #[arg(long, default_value_t = FILE_BATCH_EVENTS)]
-    batch_events: usize,
-    /// Print the report as JSON.
+    until_caught_up: bool,
+    /// A librdkafka setting, repeatable: -X security.protocol=SASL_SSL.
+    #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = parse_setting)]
+    settings: Vec<(String, String)>,
+    /// Most messages (Kafka) or records (file) per ledger transaction.
+    #[arg(long)]
+    batch_max_events: Option<usize>,
+    /// Longest a Kafka message waits in a partial batch, in milliseconds.
+    #[arg(long, default_value_t = BATCH_WAIT_MS)]
+    batch_wait_ms: u64,
+    /// Print the final report as JSON.
     #[arg(long)]
     json: bool,
 }
 
 pub fn run(ledger_path: &Path, args: IngestArgs) -> anyhow::Result<ExitCode> {
-    anyhow::ensure!(args.batch_events > 0, "--batch-events must be at least 1");
+    match (&args.file, &args.brokers) {
+        (Some(file), _) => run_file(ledger_path, file, &args),
+        (None, Some(brokers)) => run_kafka(ledger_path, brokers, &args),
+        (None, None) => unreachable!("clap requires --file or --brokers"),
+    }
+}
+
+fn run_file(ledger_path: &Path, file: &Path, args: &IngestArgs) -> anyhow::Result<ExitCode> {
+    let batch_events = args.batch_max_events.unwrap_or(FILE_BATCH_EVENTS);
+    anyhow::ensure!(batch_events > 0, "--batch-max-events must be at least 1");
     let mut ledger = Ledger::open(ledger_path)?;
     let progress = ProgressBar::new_spinner()
         .with_style(ProgressStyle::with_template("{spinner} {msg} [{elapsed}]").expect("a valid template"));
-    let report = ingest_file(&mut ledger, &args.file, args.batch_events, |so_far| {
+    let report = ingest_file(&mut ledger, file, batch_events, |so_far| {
         progress.set_message(format!("{} records read, {} recorded", so_far.records, so_far.recorded));
         progress.tick();
     })
-    .with_context(|| format!("ingest of {} stopped", args.file.display()))?;
+    .with_context(|| format!("ingest of {} stopped", file.display()))?;
     progress.finish_and_clear();
     if args.json {
         super::print_json(&report)?;
@@ -50,4 +90,92 @@ pub fn run(ledger_path: &Path, args: IngestArgs) -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn run_kafka(ledger_path: &Path, brokers: &str, args: &IngestArgs) -> anyhow::Result<ExitCode> {
+    let mut settings = KafkaIngestSettings::new(brokers, &args.group);
+    if !args.topics.is_empty() {
+        settings.topics = Topics::parse(&args.topics)?;
+    }
+    settings.until_caught_up = args.until_caught_up;
+    settings.batch_max_events = args.batch_max_events.unwrap_or(BATCH_MAX_EVENTS);
+    anyhow::ensure!(settings.batch_max_events > 0, "--batch-max-events must be at least 1");
+    settings.batch_wait_ms = args.batch_wait_ms;
+    settings.overrides = args.settings.clone();
+    let _lock = IngestLock::acquire(ledger_path)?;
+    let mut ledger = Ledger::open(ledger_path)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, stop.clone()).context("cannot install the signal handler")?;
+    }
+    let mut display = Display::new();
+    let report = ingest_kafka(&mut ledger, &settings, &stop, |progress| display.show(progress))
+        .with_context(|| format!("ingest from {brokers} stopped"))?;
+    display.finish();
+    if args.json {
+        super::print_json(&report)?;
+    } else {
+        println!(
+            "{} messages: {} recorded, {} duplicates, {} conflicting duplicates, {} quarantined; watermark {}",
+            report.messages, report.recorded, report.duplicates, report.conflicts, report.quarantined, report.watermark
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Events per second, lag and quarantined count: a live line on a terminal, a log line every few seconds
+/// otherwise.
+struct Display {
+    bar: Option<ProgressBar>,
+    started: Instant,
+    last_line: Instant,
+}
+
+impl Display {
+    fn new() -> Display {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            ProgressBar::new_spinner()
+                .with_style(ProgressStyle::with_template("{spinner} {msg} [{elapsed}]").expect("a valid template"))
+        });
+        Display { bar, started: Instant::now(), last_line: Instant::now() }
+    }
+
+    fn line(&self, progress: &KafkaIngestProgress) -> String {
+        let rate = progress.messages as f64 / self.started.elapsed().as_secs_f64().max(0.001);
+        let lag: i64 = progress.lag.values().sum();
+        let lag = if progress.lag.is_empty() {
+            String::new()
+        } else {
+            let parts: Vec<String> = progress.lag.iter().map(|((t, p), l)| format!("{t}[{p}]={l}")).collect();
+            format!(", lag {lag} ({})", parts.join(" "))
+        };
+        let gaps = match progress.offset_gaps {
+            0 => String::new(),
+            n => format!(", {n} offset gaps"),
+        };
+        format!(
+            "{} messages ({rate:.0}/s), {} recorded, {} duplicates, {} conflicts, {} quarantined{gaps}{lag}",
+            progress.messages, progress.recorded, progress.duplicates, progress.conflicts, progress.quarantined
+        )
+    }
+
+    fn show(&mut self, progress: &KafkaIngestProgress) {
+        match &self.bar {
+            Some(bar) => {
+                bar.set_message(self.line(progress));
+                bar.tick();
+            }
+            None if self.last_line.elapsed() >= Duration::from_secs(LOG_EVERY_SECONDS) => {
+                eprintln!("ingest: {}", self.line(progress));
+                self.last_line = Instant::now();
+            }
+            None => {}
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
 }

@@ -1,10 +1,15 @@
 //! One module per subcommand. Exit codes: 0 ok, 1 found discrepancies (verify, reconcile), 2 error.
 
 pub mod bench;
+pub mod broker;
+pub mod generate;
 pub mod ingest;
+pub mod kafka_args;
+pub mod produce;
 pub mod quarantine;
 pub mod schemas;
 pub mod status;
+pub mod topics;
 pub mod verify;
 
 use std::io::Write;
