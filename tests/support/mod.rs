@@ -10,6 +10,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+pub mod brokers;
+
 use apache_avro::{Codec, Writer};
 use schemas::*;
 use serde_json::Value;
@@ -158,6 +160,14 @@ pub struct Counts {
 }
 
 impl Counts {
+    /// The counts of a ledger that may not exist yet (all zero then).
+    pub fn of_status_or_zero(ledger: &TestLedger) -> Counts {
+        if !ledger.path.exists() {
+            return Counts { events_recorded: 0, duplicates: 0, conflicts: 0, quarantined: 0, watermark: 0 };
+        }
+        Counts::of_status(&ledger.status())
+    }
+
     pub fn of_status(status: &Value) -> Counts {
         let field = |name: &str| {
             status[name].as_u64().unwrap_or_else(|| panic!("status --json has no integer {name:?}: {status}"))
@@ -225,4 +235,55 @@ pub fn write_container(path: &Path, events: &[Event]) {
     }
     let file = writer.into_inner().expect("the container file is written");
     file.sync_all().expect("the container file reaches the disk");
+}
+
+/// A valid event of any input type, for tests that need one of each.
+pub fn sample_event(event_type: EventType, event_id: &str) -> Event {
+    let header = header(event_id, "2026-11-02T10:00:00Z", "org-poison", "requests");
+    let t = at("2026-11-02T10:00:00Z");
+    match event_type {
+        EventType::UsageEvent => usage(event_id, "2026-11-02T10:00:00Z", "org-poison", 1),
+        EventType::DecisionEvent => Event::Decision(DecisionEvent {
+            header,
+            request_id: format!("req-{event_id}"),
+            idempotency_key: format!("idem-{event_id}"),
+            amount: 1,
+            outcome: Outcome::ALLOWED,
+            reason: Reason::WITHIN_LIMIT,
+            policy_id: None,
+            policy_version: None,
+            window_start: None,
+            window_end: None,
+            limit: None,
+            used_before: None,
+            remaining: None,
+            retry_after_ms: None,
+        }),
+        EventType::ReservationEvent => Event::Reservation(ReservationEvent {
+            header,
+            reservation_id: format!("rsv-{event_id}"),
+            action: ReservationAction::RESERVE,
+            amount: 5,
+            expires_at: Some(Timestamp(t.micros() + 60_000_000)),
+        }),
+        EventType::GrantEvent => Event::Grant(GrantEvent {
+            header,
+            grant_id: format!("grant-{event_id}"),
+            amount: 10,
+            valid_from: t,
+            valid_until: Timestamp(t.micros() + 3_600_000_000),
+            reason: "test".into(),
+        }),
+        EventType::PolicyEvent => Event::Policy(PolicyEvent {
+            header,
+            policy_id: format!("pol-{event_id}"),
+            version: 1,
+            scope: Scope::TENANT,
+            limit: 100,
+            window: Window::DAY,
+            enforcement: Enforcement::HARD,
+            effective_from: t,
+        }),
+        EventType::AdjustmentEvent => unreachable!("adjustments are not an input topic"),
+    }
 }

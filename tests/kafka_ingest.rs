@@ -1,0 +1,183 @@
+//! Kafka ingest end to end: the real binary against librdkafka's mock cluster and against Tansu, a real
+//! Kafka-compatible broker process: exactly what was produced is recorded, once; poison messages are
+//! quarantined with their coordinates; one ingest per ledger.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use ingest::produce::KafkaProducer;
+use serde_json::Value;
+use support::brokers::Broker;
+use support::*;
+
+/// `generate --to-kafka`: the report of what was produced.
+pub fn generate_to(broker: &Broker, tenants: u32, events: u64, seed: u64) -> Value {
+    let (tenants, events, seed) = (tenants.to_string(), events.to_string(), seed.to_string());
+    let args =
+        ["generate", "--tenants", &tenants, "--events", &events, "--seed", &seed, "--to-kafka", &broker.bootstrap];
+    run(&args, b"").success().json()
+}
+
+fn ingest_until_caught_up(ledger: &TestLedger, broker: &Broker) -> Value {
+    ledger.run(&["ingest", "--brokers", &broker.bootstrap, "--until-caught-up", "--json"]).success().json()
+}
+
+fn count(report: &Value, field: &str) -> u64 {
+    report[field].as_u64().unwrap_or_else(|| panic!("no integer {field:?} in {report}"))
+}
+
+/// The ledger holds exactly what `generate` reported producing.
+fn assert_ledger_matches(ledger: &TestLedger, report: &Value) {
+    let status = ledger.status();
+    let counts = Counts::of_status(&status);
+    assert_eq!(counts.events_recorded, count(report, "unique_events"), "events recorded; status {status}");
+    assert_eq!(counts.duplicates, count(report, "duplicates"), "duplicates; status {status}");
+    assert_eq!(counts.conflicts, count(report, "conflicts"), "conflicts; status {status}");
+    assert_eq!(counts.quarantined, count(report, "malformed"), "quarantined; status {status}");
+    let offsets: u64 = status["offsets"].as_array().expect("offsets").iter().map(|o| count(o, "next_offset")).sum();
+    assert_eq!(offsets, count(report, "messages"), "the stored offsets cover every message; status {status}");
+    ledger.assert_verifies();
+}
+
+// A generated month through the embedded broker: the ledger equals the generator's report; a second run adds nothing.
+#[test]
+fn mock_broker_ingest_records_exactly_what_generate_produced() {
+    let broker = Broker::mock();
+    let ledger = TestLedger::new();
+    let report = generate_to(&broker, 30, 6_000, 7);
+    ingest_until_caught_up(&ledger, &broker);
+    assert_ledger_matches(&ledger, &report);
+    let again = ingest_until_caught_up(&ledger, &broker);
+    assert_eq!(count(&again, "messages"), 0, "a caught-up ledger reads nothing again: {again}");
+    assert_ledger_matches(&ledger, &report);
+}
+
+// The same against Tansu, a real broker process.
+#[test]
+fn real_broker_ingest_records_exactly_what_generate_produced() {
+    let Some(broker) = Broker::tansu("memory://tansu/", None) else { return };
+    let ledger = TestLedger::new();
+    let report = generate_to(&broker, 30, 6_000, 8);
+    ingest_until_caught_up(&ledger, &broker);
+    assert_ledger_matches(&ledger, &report);
+}
+
+/// Sends, on each input topic and all under one key (one partition, in order): a good event, garbage, an event
+/// of another type, a truncated good event, a good event. Returns the good events' ids.
+fn produce_poison(broker: &Broker) -> Vec<String> {
+    let catalog = schemas::Catalog::builtin();
+    let mut producer = KafkaProducer::new(&broker.bootstrap, &[]).expect("a producer");
+    let mut good_ids = Vec::new();
+    let topics = ["quota.usage", "quota.decisions", "quota.reservations", "quota.grants", "quota.policies"];
+    for (index, topic) in topics.iter().enumerate() {
+        let event_type = ingest::topics::Topics::defaults().event_type(topic).expect("a default topic");
+        let good = |n: u32| sample_event(event_type, &format!("poison-{index}-{n}"));
+        let other_type = if event_type == schemas::EventType::UsageEvent {
+            sample_event(schemas::EventType::GrantEvent, &format!("poison-{index}-other"))
+        } else {
+            sample_event(schemas::EventType::UsageEvent, &format!("poison-{index}-other"))
+        };
+        let mut truncated = catalog.encode_single_object(&good(9));
+        truncated.truncate(truncated.len() - 2);
+        let messages = [
+            catalog.encode_single_object(&good(1)),
+            b"not avro at all".to_vec(),
+            catalog.encode_single_object(&other_type),
+            truncated,
+            catalog.encode_single_object(&good(2)),
+        ];
+        for bytes in &messages {
+            producer.send(topic, "org-poison", bytes).expect("send");
+        }
+        good_ids.extend([good(1).event_id().to_string(), good(2).event_id().to_string()]);
+    }
+    producer.finish().expect("every message acknowledged");
+    good_ids
+}
+
+fn check_poison(broker: &Broker) {
+    let ledger = TestLedger::new();
+    let good_ids = produce_poison(broker);
+    ingest_until_caught_up(&ledger, broker);
+    let counts = Counts::of_status(&ledger.status());
+    assert_eq!((counts.events_recorded, counts.quarantined), (10, 15), "{} broker: {counts:?}", broker.kind);
+    let quarantined = ledger.quarantined();
+    for topic in ["quota.usage", "quota.decisions", "quota.reservations", "quota.grants", "quota.policies"] {
+        let mut found: Vec<(i64, String)> = quarantined
+            .iter()
+            .filter(|q| q["topic"] == topic)
+            .map(|q| (q["offset"].as_i64().expect("an offset"), q["reason_code"].as_str().expect("a code").to_string()))
+            .collect();
+        found.sort();
+        let partitions: Vec<&Value> =
+            quarantined.iter().filter(|q| q["topic"] == topic).map(|q| &q["partition"]).collect();
+        assert!(partitions.windows(2).all(|w| w[0] == w[1]), "one key, one partition: {partitions:?}");
+        let expected = [(1, "bad_magic"), (2, "wrong_type"), (3, "truncated")].map(|(o, c)| (o, c.to_string()));
+        assert_eq!(found, expected, "{} broker, topic {topic}", broker.kind);
+    }
+    let recorded = ledger.run(&["status", "--json"]).success().json();
+    assert_eq!(count(&recorded, "events_recorded"), good_ids.len() as u64);
+    ledger.assert_verifies();
+}
+
+// Garbage, a wrong record type and a truncated body on every topic are quarantined with topic, partition, offset and reason; the events around them are recorded.
+#[test]
+fn poison_messages_are_quarantined_and_their_neighbours_recorded() {
+    check_poison(&Broker::mock());
+    if let Some(broker) = Broker::tansu("memory://tansu/", None) {
+        check_poison(&broker);
+    }
+}
+
+// Two ingest processes sharing a ledger: the second is refused at once, naming the first; after the first stops, the second takes over.
+#[test]
+fn a_second_ingest_on_the_same_ledger_is_refused() {
+    let broker = Broker::mock();
+    let ledger = TestLedger::new();
+    let report = generate_to(&broker, 5, 500, 3);
+    let ledger_path = ledger.path.to_str().expect("UTF-8").to_string();
+    let mut first = std::process::Command::new(BIN)
+        .args(["--ledger", &ledger_path, "ingest", "--brokers", &broker.bootstrap])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the first ingest starts");
+    let lock = ledger.file("ledger.db.ingest.lock");
+    let started = Instant::now();
+    while !std::fs::read_to_string(&lock).unwrap_or_default().starts_with("pid") {
+        assert!(started.elapsed() < Duration::from_secs(30), "the first ingest never took the lock");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let second = ledger.run(&["ingest", "--brokers", &broker.bootstrap, "--until-caught-up"]).expect_code(2);
+    assert!(second.stderr.contains("another ingest (pid"), "the refusal names the holder: {}", second.stderr);
+    // SAFETY: kill(2) on a child this test started.
+    unsafe { libc::kill(first.id() as i32, libc::SIGTERM) };
+    assert!(first.wait().expect("the first ingest exits").success(), "SIGTERM stops ingest cleanly");
+    ingest_until_caught_up(&ledger, &broker);
+    assert_ledger_matches(&ledger, &report);
+}
+
+// `generate --out` writes one container file per record type; ingesting them all gives exactly the report's counts.
+#[test]
+fn generated_container_files_ingest_to_the_reported_counts() {
+    let ledger = TestLedger::new();
+    let out = ledger.file("generated");
+    let out_arg = out.to_str().expect("UTF-8");
+    let report = run(&["generate", "--tenants", "12", "--events", "3000", "--seed", "5", "--out", out_arg], b"")
+        .success()
+        .json();
+    let mut files: Vec<_> =
+        std::fs::read_dir(&out).expect("the output directory").map(|e| e.expect("an entry").path()).collect();
+    files.sort();
+    assert!(files.len() >= 4, "one file per record type generated: {files:?}");
+    for file in &files {
+        ledger.ingest(file);
+    }
+    let counts = Counts::of_status(&ledger.status());
+    assert_eq!(counts.events_recorded, count(&report, "unique_events"));
+    assert_eq!(counts.duplicates, count(&report, "duplicates"));
+    assert_eq!(counts.conflicts, count(&report, "conflicts"));
+    assert_eq!(counts.quarantined, count(&report, "malformed"));
+    ledger.assert_verifies();
+}

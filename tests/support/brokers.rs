@@ -1,0 +1,138 @@
+//! Kafka brokers for the end-to-end tests: librdkafka's mock cluster (`quota-ledger broker mock`, a process of
+//! its own) and Tansu, a real Kafka-compatible broker process, both on loopback.
+
+use std::io::{BufRead, BufReader};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::BIN;
+
+/// The version of Tansu `.ci/run` installs and these tests were written against.
+pub const TANSU_VERSION: &str = "0.6.0";
+/// How long a broker may take to accept connections.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A broker process, stopped when dropped.
+pub struct Broker {
+    child: Child,
+    pub bootstrap: String,
+    pub kind: &'static str,
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("a free loopback port").local_addr().expect("an address").port()
+}
+
+fn wait_for_port(address: &str, child: &mut Child, what: &str) {
+    let started = Instant::now();
+    while TcpStream::connect(address).is_err() {
+        if let Some(status) = child.try_wait().expect("the broker's status") {
+            panic!("{what} exited with {status} before accepting connections on {address}");
+        }
+        assert!(
+            started.elapsed() < START_TIMEOUT,
+            "{what} did not accept connections on {address} within {START_TIMEOUT:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+impl Broker {
+    /// `quota-ledger broker mock`: the embedded broker, with the topics of SPEC 2 (3 partitions each).
+    pub fn mock() -> Broker {
+        let mut child = Command::new(BIN)
+            .args(["broker", "mock", "--partitions", "3"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("quota-ledger broker mock starts");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("piped"))
+            .read_line(&mut line)
+            .expect("the broker prints its address");
+        let bootstrap = line.trim().to_string();
+        assert!(!bootstrap.is_empty(), "broker mock printed no address");
+        wait_for_port(bootstrap.split(',').next().expect("an address"), &mut child, "broker mock");
+        Broker { child, bootstrap, kind: "mock" }
+    }
+
+    /// Tansu on loopback with the given storage engine (`memory://tansu/` or `sqlite://FILE`), the topics of
+    /// SPEC 2 created through `quota-ledger topics create`. `None` only when `QUOTA_LEDGER_SKIP_TANSU=1` says to
+    /// skip; a missing `tansu` otherwise fails the test with the command that installs it.
+    pub fn tansu(storage: &str, port: Option<u16>) -> Option<Broker> {
+        Broker::tansu_in(storage, port, None)
+    }
+
+    fn tansu_in(storage: &str, port: Option<u16>, dir: Option<&Path>) -> Option<Broker> {
+        if std::env::var("QUOTA_LEDGER_SKIP_TANSU").is_ok_and(|v| v == "1") {
+            eprintln!("QUOTA_LEDGER_SKIP_TANSU=1: skipping the real-broker part of this test");
+            return None;
+        }
+        let version = Command::new("tansu").arg("--version").output().unwrap_or_else(|e| {
+            panic!(
+                "the real-broker tests need Tansu {TANSU_VERSION} on PATH ({e}): \
+                 cargo install tansu --version {TANSU_VERSION} --locked --features dynostore,libsql \
+                 (or QUOTA_LEDGER_SKIP_TANSU=1 to skip them)"
+            )
+        });
+        let version = String::from_utf8_lossy(&version.stdout).to_string();
+        assert!(version.contains(TANSU_VERSION), "tansu --version says {version:?}, expected {TANSU_VERSION}");
+        let port = port.unwrap_or_else(free_port);
+        let url = format!("tcp://127.0.0.1:{port}");
+        let mut command = Command::new("tansu");
+        if let Some(dir) = dir {
+            command.current_dir(dir);
+        }
+        let mut child = command
+            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url, "--storage-engine", storage])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("tansu starts");
+        let bootstrap = format!("127.0.0.1:{port}");
+        wait_for_port(&bootstrap, &mut child, "tansu");
+        let broker = Broker { child, bootstrap, kind: "tansu" };
+        broker.create_topics();
+        Some(broker)
+    }
+
+    /// Tansu keeping its data in a SQLite file, so that a restart on the same port finds it again. Tansu 0.6.0
+    /// reads the path after `sqlite://` relative to its working directory, so it runs in the file's directory.
+    pub fn tansu_sqlite(file: &Path, port: Option<u16>) -> Option<Broker> {
+        let name = file.file_name().expect("a file name").to_str().expect("UTF-8");
+        Broker::tansu_in(&format!("sqlite://{name}"), port, file.parent())
+    }
+
+    pub fn port(&self) -> u16 {
+        self.bootstrap.rsplit(':').next().and_then(|p| p.parse().ok()).expect("host:port")
+    }
+
+    fn create_topics(&self) {
+        let started = Instant::now();
+        loop {
+            let output = Command::new(BIN)
+                .args(["topics", "create", "--brokers", &self.bootstrap, "--partitions", "3"])
+                .output()
+                .expect("quota-ledger topics create runs");
+            if output.status.success() {
+                return;
+            }
+            assert!(
+                started.elapsed() < START_TIMEOUT,
+                "topics create on {} failed: {}",
+                self.bootstrap,
+                String::from_utf8_lossy(&output.stderr)
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+}
