@@ -6,6 +6,8 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OpenError {
+    #[error("no ledger at {path} (ingest creates it; --ledger or QUOTA_LEDGER_PATH names another)")]
+    Missing { path: PathBuf },
     #[error("cannot open ledger {path}")]
     Sqlite { path: PathBuf, source: rusqlite::Error },
     #[error("ledger {path} is at schema version {found}, newer than this binary knows ({known}): upgrade quota-ledger")]

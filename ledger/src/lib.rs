@@ -94,6 +94,9 @@ impl Ledger {
     /// Opens an existing ledger read-only: it must exist and be fully migrated.
     pub fn open_read_only(path: impl AsRef<Path>) -> Result<Ledger, OpenError> {
         let path = path.as_ref().to_path_buf();
+        if !path.exists() {
+            return Err(OpenError::Missing { path });
+        }
         let sqlite = |source| OpenError::Sqlite { path: path.clone(), source };
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
         let conn = Connection::open_with_flags(&path, flags).map_err(sqlite)?;
