@@ -15,22 +15,30 @@ pub fn event_key(event_id: &str) -> i64 {
 /// The entries already holding `event_id`: `(seq, payload_hash)`, oldest first. The oldest is the recorded
 /// one; the others are conflicting duplicates.
 pub fn entries_of(conn: &Connection, event_id: &str) -> rusqlite::Result<Vec<(u64, Vec<u8>)>> {
-    let mut statement = conn.prepare_cached(
-        "SELECT e.seq, e.event_id, e.payload_hash
-         FROM (SELECT seq FROM event_keys_recent WHERE event_key = ?1
-               UNION ALL SELECT seq FROM event_keys_sealed WHERE event_key = ?1) k
-         JOIN entries e ON e.seq = k.seq
-         ORDER BY e.seq",
-    )?;
-    let rows = statement.query_map([event_key(event_id)], |r| {
-        Ok((r.get::<_, i64>(0)? as u64, r.get::<_, String>(1)?, r.get::<_, Vec<u8>>(2)?))
-    })?;
+    let key = event_key(event_id);
+    // Almost every event_id is new: two point probes, and the entries are read only on a hit.
+    let mut seqs: Vec<i64> = Vec::new();
+    for sql in [
+        "SELECT seq FROM event_keys_recent WHERE event_key = ?",
+        "SELECT seq FROM event_keys_sealed WHERE event_key = ?",
+    ] {
+        let mut statement = conn.prepare_cached(sql)?;
+        let rows = statement.query_map([key], |r| r.get(0))?;
+        for seq in rows {
+            seqs.push(seq?);
+        }
+    }
+    if seqs.is_empty() {
+        return Ok(Vec::new());
+    }
+    seqs.sort_unstable();
     let mut found = Vec::new();
-    for row in rows {
-        let (seq, id, payload_hash) = row?;
+    let mut statement = conn.prepare_cached("SELECT event_id, payload_hash FROM entries WHERE seq = ?")?;
+    for seq in seqs {
+        let (id, payload_hash): (String, Vec<u8>) = statement.query_row([seq], |r| Ok((r.get(0)?, r.get(1)?)))?;
         // Two event_ids may share a key; only the same event_id counts.
         if id == event_id {
-            found.push((seq, payload_hash));
+            found.push((seq as u64, payload_hash));
         }
     }
     Ok(found)
@@ -70,4 +78,44 @@ pub fn is_indexed(conn: &Connection, event_id: &str, seq: u64) -> rusqlite::Resu
         )?
         .query_row(params![key, seq as i64], |r| r.get(0))?;
     Ok(count == 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use schemas::{Event, Header, Timestamp, UsageEvent};
+
+    use super::*;
+    use crate::{AppendOutcome, Batch, Incoming, Ledger, Origin};
+
+    fn usage(event_id: &str) -> Incoming {
+        let header = Header {
+            event_id: event_id.into(),
+            occurred_at: Timestamp(1_793_491_200_000_000),
+            tenant: "org-1".into(),
+            subject: None,
+            metric: "requests".into(),
+            source: "test".into(),
+        };
+        let event = Event::Usage(UsageEvent { header, quantity: 1, request_id: None, attributes: BTreeMap::new() });
+        Incoming { event, origin: Origin::Local { name: "test".into() }, raw: None }
+    }
+
+    // Proves that an event_id whose key collides with another's is not taken for a duplicate of it.
+    #[test]
+    fn a_key_collision_is_not_a_duplicate() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ledger = Ledger::open(dir.path().join("ledger.db")).unwrap();
+        ledger.append(&Batch { events: vec![usage("a")], ..Batch::default() }).unwrap();
+        // Make "b" collide with "a": a key row for b pointing at a's entry (SHA-256 prefixes never collide by chance).
+        ledger
+            .connection()
+            .execute("INSERT INTO event_keys_sealed (event_key, seq) VALUES (?, 1)", [event_key("b")])
+            .unwrap();
+        assert_eq!(entries_of(ledger.connection(), "b").unwrap(), vec![]);
+        let report = ledger.append(&Batch { events: vec![usage("b")], ..Batch::default() }).unwrap();
+        assert_eq!(report.outcomes, [AppendOutcome::Recorded { seq: 2 }]);
+        assert_eq!(entries_of(ledger.connection(), "b").unwrap().len(), 1);
+    }
 }

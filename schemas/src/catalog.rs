@@ -154,26 +154,19 @@ impl Catalog {
     /// The Avro binary body of an event under its current schema. Deterministic: the same event always gives the
     /// same bytes (attributes are sorted), which is what deduplication compares.
     pub fn encode_body(&self, event: &Event) -> Vec<u8> {
-        let writer = &self.writers[self.index_of_current(event.event_type())];
-        let write = |value: &Value| {
-            let mut bytes = Vec::with_capacity(256);
-            writer
-                .write_value_ref(&mut bytes, value)
-                .unwrap_or_else(|e| panic!("{} does not match its own schema: {e}", event.event_type()));
-            bytes
-        };
-        let Event::Usage(usage) = event else {
-            return write(&avro::to_value(event));
-        };
-        // apache-avro keeps maps in a HashMap, whose order changes from run to run. `attributes` is the last
-        // field of UsageEvent: encode the record with an empty map (a single 0 byte, the end of blocks), then
-        // write the map in one block in key order.
-        let mut without_attributes = usage.clone();
-        without_attributes.attributes.clear();
-        let mut body = write(&avro::to_value(&Event::Usage(without_attributes)));
-        assert_eq!(body.pop(), Some(0), "an empty Avro map ends the UsageEvent body");
-        avro::write_sorted_map(&mut body, &usage.attributes);
+        let mut body = Vec::with_capacity(256);
+        avro::write_body(&mut body, event);
         body
+    }
+
+    /// The body as apache-avro encodes it (attribute maps in hash order): what `encode_body` is checked against.
+    pub fn encode_body_with_apache_avro(&self, event: &Event) -> Vec<u8> {
+        let writer = &self.writers[self.index_of_current(event.event_type())];
+        let mut bytes = Vec::new();
+        writer
+            .write_value_ref(&mut bytes, &avro::to_value(event))
+            .unwrap_or_else(|e| panic!("{} does not match its own schema: {e}", event.event_type()));
+        bytes
     }
 
     /// Single-object encoding of an event under its current schema.
