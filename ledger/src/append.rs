@@ -29,6 +29,10 @@ impl Ledger {
     /// rejected messages (quarantined) and the offsets it covers. Either all of it is recorded or none.
     pub fn append(&mut self, batch: &Batch) -> Result<AppendReport, AppendError> {
         // Before the write: the batch is well-formed.
+        assert!(
+            batch.replayed_from.is_empty() || batch.replayed_from.len() == batch.events.len(),
+            "a replay names the quarantine id of every event"
+        );
         for incoming in &batch.events {
             schemas::validate(&incoming.event).map_err(|source| AppendError::InvalidEvent {
                 event_id: incoming.event.event_id().to_string(),
@@ -50,6 +54,7 @@ impl Ledger {
         for rejected in &batch.rejected {
             quarantine(&tx, rejected, recorded_at)?;
         }
+        record_replays(&tx, &batch.replayed_from, &outcomes, recorded_at)?;
         let report = AppendReport { outcomes, quarantined: batch.rejected.len() as u64, watermark: tip.seq };
         dedup::merge_if_due(&tx, before.watermark, report.watermark)?;
         let after = before.after(&report);
@@ -237,6 +242,26 @@ fn quarantine(tx: &Transaction<'_>, rejected: &Rejected, quarantined_at: i64) ->
         rejected.reason,
         quarantined_at
     ])?;
+    Ok(())
+}
+
+fn record_replays(
+    tx: &Transaction<'_>,
+    replayed_from: &[i64],
+    outcomes: &[AppendOutcome],
+    replayed_at: i64,
+) -> rusqlite::Result<()> {
+    for (quarantine_id, outcome) in replayed_from.iter().zip(outcomes) {
+        let (name, seq) = match *outcome {
+            AppendOutcome::Recorded { seq } => ("recorded", seq),
+            AppendOutcome::Duplicate { of } => ("duplicate", of),
+            AppendOutcome::ConflictingDuplicate { seq, .. } => ("conflicting_duplicate", seq),
+        };
+        tx.prepare_cached(
+            "INSERT INTO quarantine_replays (quarantine_id, replayed_at, outcome, seq) VALUES (?, ?, ?, ?)",
+        )?
+        .execute(params![quarantine_id, replayed_at, name, seq as i64])?;
+    }
     Ok(())
 }
 

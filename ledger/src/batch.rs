@@ -68,6 +68,9 @@ pub struct Batch {
     pub events: Vec<Incoming>,
     pub rejected: Vec<Rejected>,
     pub offsets: Vec<SourceOffset>,
+    /// When the events are quarantined messages replayed after a fix: the quarantine id of each event, in order
+    /// (empty otherwise). The append records each replay, so that none is replayed twice.
+    pub replayed_from: Vec<i64>,
 }
 
 /// What became of one event of a batch.

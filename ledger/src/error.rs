@@ -37,3 +37,19 @@ pub enum ReadError {
     #[error("ledger entry {seq}: {message}")]
     Corrupt { seq: u64, message: String },
 }
+
+/// A replay of quarantined messages failed; nothing of it was recorded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReplayError {
+    #[error("cannot read the quarantine")]
+    Read(#[from] ReadError),
+    #[error("appending the replayed messages failed")]
+    Append(#[from] AppendError),
+}
+
+impl From<rusqlite::Error> for ReplayError {
+    fn from(e: rusqlite::Error) -> ReplayError {
+        ReplayError::Read(ReadError::Sqlite(e))
+    }
+}

@@ -34,6 +34,7 @@ pub mod dedup;
 pub mod details;
 pub mod error;
 pub mod migrate;
+mod replay;
 mod status;
 mod verify;
 
@@ -45,6 +46,7 @@ use schemas::{Catalog, EventType};
 
 pub use batch::*;
 pub use error::*;
+pub use replay::{ReplayReport, StillQuarantined};
 pub use status::{QuarantinedMessage, Status};
 pub use verify::{BadEntry, VerifyReport};
 

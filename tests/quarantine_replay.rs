@@ -1,0 +1,69 @@
+//! `quarantine replay` records the quarantined messages that decode with the current catalog, under their
+//! original coordinates, once; those that still fail stay quarantined with today's reason.
+
+mod support;
+
+use ledger::{Batch, Incoming, Ledger, Origin, Rejected};
+use support::*;
+
+fn kafka(offset: i64) -> Origin {
+    Origin::Kafka { topic: "quota.usage".into(), partition: 1, offset }
+}
+
+// A message quarantined by an older binary (its schema then unknown) is recorded by a replay; an exact copy of a recorded event replays as a duplicate; garbage stays; a second replay does nothing.
+#[test]
+fn replay_records_what_now_decodes_once() {
+    let test = TestLedger::new();
+    let catalog = schemas::Catalog::builtin();
+    let fixed = usage("fixed-1", "2026-11-03T08:00:00Z", "org-7", 4);
+    let recorded = usage("already-1", "2026-11-03T08:00:01Z", "org-7", 2);
+    {
+        let mut ledger = Ledger::open(&test.path).expect("a ledger");
+        let unknown = schemas::DecodeError::UnknownFingerprint { fingerprint: 42 };
+        let garbage = schemas::DecodeError::BadMagic { found: *b"no" };
+        let batch = Batch {
+            events: vec![Incoming { event: recorded.clone(), origin: kafka(10), raw: None }],
+            rejected: vec![
+                Rejected::new(kafka(11), catalog.encode_single_object(&fixed), &unknown),
+                Rejected::new(kafka(12), catalog.encode_single_object(&recorded), &unknown),
+                Rejected::new(kafka(13), b"not avro at all".to_vec(), &garbage),
+            ],
+            ..Batch::default()
+        };
+        ledger.append(&batch).expect("appended");
+    }
+    let report = test.run(&["quarantine", "replay", "--json"]).success().json();
+    assert_eq!(
+        (report["examined"].as_u64(), report["recorded"].as_u64(), report["duplicates"].as_u64()),
+        (Some(3), Some(1), Some(1)),
+        "{report}"
+    );
+    let still = report["still_quarantined"].as_array().expect("a list");
+    assert_eq!(still.len(), 1, "{report}");
+    assert_eq!(still[0]["reason_code"], "bad_magic");
+
+    let status = Counts::of_status(&test.status());
+    assert_eq!(
+        (status.events_recorded, status.duplicates, status.quarantined),
+        (2, 1, 3),
+        "quarantine keeps its history"
+    );
+    let entry = rusqlite::Connection::open(&test.path)
+        .expect("the ledger")
+        .query_row(
+            "SELECT origin, origin_stream, origin_partition, origin_offset FROM entries WHERE event_id = 'fixed-1'",
+            [],
+            |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?)),
+        )
+        .expect("the replayed event is an entry");
+    assert_eq!(
+        entry,
+        ("kafka".to_string(), "quota.usage".to_string(), 1, 11),
+        "recorded under its original coordinates"
+    );
+    test.assert_verifies();
+
+    let again = test.run(&["quarantine", "replay", "--json"]).success().json();
+    assert_eq!((again["examined"].as_u64(), again["recorded"].as_u64()), (Some(1), Some(0)), "{again}");
+    assert_eq!(Counts::of_status(&test.status()).events_recorded, 2);
+}
