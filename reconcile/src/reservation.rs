@@ -1,0 +1,174 @@
+//! The life of one reservation, decided by event time, not arrival order (SPEC 5 "Reservations").
+//!
+//! RESERVE holds its amount while open. The first COMMIT or RELEASE by event time with `occurred_at <=
+//! expires_at` closes it: a COMMIT records its amount as consumption (more than reserved is charged), a RELEASE
+//! nothing. A close after `expires_at`, after the reservation was closed, or for a reservation_id with no
+//! RESERVE is a refused transition. With no valid close, the reservation is expired once `expires_at` is
+//! before the run's `as_of`. (Choice where the SPEC is silent: a second RESERVE of the same reservation_id is a
+//! refused transition too; ties in event time go to the earlier ledger sequence.)
+
+use schemas::{ReservationAction, ReservationEvent, Timestamp};
+
+/// Why a transition was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Refused {
+    NoReserve,
+    AfterExpiry,
+    AlreadyClosed,
+    SecondReserve,
+}
+
+/// What reconcile makes of a reservation's events.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Verdict {
+    /// Ledger sequence number of the RESERVE.
+    pub reserve: Option<u64>,
+    /// The valid close: its sequence number, action and amount.
+    pub close: Option<(u64, ReservationAction, i64)>,
+    /// Refused transitions: sequence number and why.
+    pub refused: Vec<(u64, Refused)>,
+    /// The amount held by a reservation expired as of the run (no valid close, `expires_at` before `as_of`).
+    pub expired: Option<i64>,
+    /// Consumption: the valid COMMIT's amount.
+    pub consumption: i64,
+}
+
+/// Judges the events of one reservation_id (`(ledger seq, event)`, in any order) as of `as_of`.
+pub fn judge(events: &[(u64, &ReservationEvent)], as_of: Timestamp) -> Verdict {
+    let mut ordered: Vec<(u64, &ReservationEvent)> = events.to_vec();
+    ordered.sort_by_key(|(seq, e)| (e.header.occurred_at, *seq));
+    let mut verdict = Verdict::default();
+    let mut reserve: Option<&ReservationEvent> = None;
+    // RESERVEs first: a close may precede its RESERVE in event time only through clock skew, and is then judged
+    // against it all the same.
+    for (seq, event) in ordered.iter().filter(|(_, e)| e.action == ReservationAction::RESERVE) {
+        match reserve {
+            None => {
+                reserve = Some(event);
+                verdict.reserve = Some(*seq);
+            }
+            Some(_) => verdict.refused.push((*seq, Refused::SecondReserve)),
+        }
+    }
+    for (seq, event) in ordered.iter().filter(|(_, e)| e.action != ReservationAction::RESERVE) {
+        let refused = match reserve {
+            None => Some(Refused::NoReserve),
+            Some(r) if r.expires_at.is_some_and(|expiry| event.header.occurred_at > expiry) => {
+                Some(Refused::AfterExpiry)
+            }
+            Some(_) if verdict.close.is_some() => Some(Refused::AlreadyClosed),
+            Some(_) => None,
+        };
+        match refused {
+            Some(why) => verdict.refused.push((*seq, why)),
+            None => {
+                verdict.close = Some((*seq, event.action, event.amount));
+                if event.action == ReservationAction::COMMIT {
+                    verdict.consumption = event.amount;
+                }
+            }
+        }
+    }
+    verdict.refused.sort();
+    if let Some(r) = reserve
+        && verdict.close.is_none()
+        && r.expires_at.is_some_and(|expiry| expiry < as_of)
+    {
+        verdict.expired = Some(r.amount);
+    }
+    verdict
+}
+
+#[cfg(test)]
+mod tests {
+    use schemas::Header;
+
+    use super::*;
+
+    fn at(text: &str) -> Timestamp {
+        Timestamp::parse_rfc3339(text).unwrap()
+    }
+
+    fn event(action: ReservationAction, amount: i64, occurred_at: &str, expires_at: Option<&str>) -> ReservationEvent {
+        ReservationEvent {
+            header: Header {
+                event_id: format!("{action}-{occurred_at}"),
+                occurred_at: at(occurred_at),
+                tenant: "org-1".into(),
+                subject: None,
+                metric: "tokens".into(),
+                source: "test".into(),
+            },
+            reservation_id: "r-1".into(),
+            action,
+            amount,
+            expires_at: expires_at.map(at),
+        }
+    }
+
+    const AS_OF: &str = "2026-11-02T00:00:00Z";
+    const EXPIRY: Option<&str> = Some("2026-11-01T10:10:00Z");
+
+    // SPEC 5: COMMIT closes the reservation and counts its amount, more than reserved included.
+    #[test]
+    fn commit_above_the_reserved_amount_is_charged_in_full() {
+        let reserve = event(ReservationAction::RESERVE, 100, "2026-11-01T10:00:00Z", EXPIRY);
+        let commit = event(ReservationAction::COMMIT, 130, "2026-11-01T10:05:00Z", None);
+        let verdict = judge(&[(1, &reserve), (2, &commit)], at(AS_OF));
+        assert_eq!(verdict.close, Some((2, ReservationAction::COMMIT, 130)));
+        assert_eq!((verdict.consumption, verdict.expired, verdict.refused.len()), (130, None, 0));
+    }
+
+    // SPEC 5: validity by event time: a COMMIT that arrives after a later-dated RELEASE but happened first is the valid close.
+    #[test]
+    fn the_first_close_by_event_time_wins_whatever_the_arrival_order() {
+        let reserve = event(ReservationAction::RESERVE, 100, "2026-11-01T10:00:00Z", EXPIRY);
+        let release = event(ReservationAction::RELEASE, 0, "2026-11-01T10:06:00Z", None);
+        let commit = event(ReservationAction::COMMIT, 40, "2026-11-01T10:05:00Z", None);
+        let verdict = judge(&[(1, &reserve), (2, &release), (3, &commit)], at(AS_OF));
+        assert_eq!(verdict.close, Some((3, ReservationAction::COMMIT, 40)));
+        assert_eq!(verdict.refused, [(2, Refused::AlreadyClosed)]);
+        assert_eq!(verdict.consumption, 40);
+    }
+
+    // SPEC 5: a close after expires_at is refused, and the reservation is expired holding its amount.
+    #[test]
+    fn a_commit_after_expiry_is_refused_and_the_reservation_expires() {
+        let reserve = event(ReservationAction::RESERVE, 100, "2026-11-01T10:00:00Z", EXPIRY);
+        let commit = event(ReservationAction::COMMIT, 100, "2026-11-01T10:11:00Z", None);
+        let verdict = judge(&[(1, &reserve), (2, &commit)], at(AS_OF));
+        assert_eq!(verdict.refused, [(2, Refused::AfterExpiry)]);
+        assert_eq!((verdict.close, verdict.expired, verdict.consumption), (None, Some(100), 0));
+    }
+
+    // SPEC 5: a close at exactly expires_at is valid; a RELEASE consumes nothing.
+    #[test]
+    fn a_release_at_the_expiry_instant_is_valid() {
+        let reserve = event(ReservationAction::RESERVE, 100, "2026-11-01T10:00:00Z", EXPIRY);
+        let release = event(ReservationAction::RELEASE, 0, "2026-11-01T10:10:00Z", None);
+        let verdict = judge(&[(1, &reserve), (2, &release)], at(AS_OF));
+        assert_eq!(
+            (verdict.close, verdict.expired, verdict.consumption),
+            (Some((2, ReservationAction::RELEASE, 0)), None, 0)
+        );
+    }
+
+    // SPEC 5: an unclosed reservation is expired only once expires_at is before the run's as_of.
+    #[test]
+    fn an_open_reservation_expires_only_after_its_expiry() {
+        let reserve = event(ReservationAction::RESERVE, 70, "2026-11-01T10:00:00Z", EXPIRY);
+        assert_eq!(judge(&[(1, &reserve)], at("2026-11-01T10:09:00Z")).expired, None);
+        assert_eq!(judge(&[(1, &reserve)], at(AS_OF)).expired, Some(70));
+    }
+
+    // SPEC 5: a close for a reservation_id with no RESERVE is refused; so is a second RESERVE.
+    #[test]
+    fn closes_without_a_reserve_and_second_reserves_are_refused() {
+        let commit = event(ReservationAction::COMMIT, 5, "2026-11-01T10:05:00Z", None);
+        assert_eq!(judge(&[(7, &commit)], at(AS_OF)).refused, [(7, Refused::NoReserve)]);
+        let first = event(ReservationAction::RESERVE, 10, "2026-11-01T10:00:00Z", EXPIRY);
+        let second = event(ReservationAction::RESERVE, 20, "2026-11-01T10:01:00Z", EXPIRY);
+        let verdict = judge(&[(1, &first), (2, &second)], at("2026-11-01T10:02:00Z"));
+        assert_eq!((verdict.reserve, verdict.refused.clone()), (Some(1), vec![(2, Refused::SecondReserve)]));
+    }
+}
