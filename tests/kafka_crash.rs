@@ -25,16 +25,6 @@ const RESTART_DELAY: Duration = Duration::from_millis(11_000);
 /// Messages generated before each restart, so that every kill lands in the middle of work.
 const MESSAGES_PER_ROUND: u64 = 3_000;
 
-fn generate_to(broker: &Broker, events: u64, seed: u64) -> Value {
-    let (events, seed) = (events.to_string(), seed.to_string());
-    let args = ["generate", "--tenants", "40", "--events", &events, "--seed", &seed, "--to-kafka", &broker.bootstrap];
-    run(&args, b"").success().json()
-}
-
-fn count(report: &Value, field: &str) -> u64 {
-    report[field].as_u64().unwrap_or_else(|| panic!("no integer {field:?} in {report}"))
-}
-
 /// Sums the counts of several `generate` reports.
 fn total(reports: &[Value]) -> [u64; 5] {
     let fields = ["unique_events", "duplicates", "conflicts", "malformed", "messages"];
@@ -88,7 +78,7 @@ fn sigkill_ingest_at_random_instants_against_a_real_broker() {
     let mut random = seed;
     let mut reports = Vec::new();
     for round in 0..KILLS {
-        reports.push(generate_to(&broker, MESSAGES_PER_ROUND, 100 + u64::from(round)));
+        reports.push(generate_to(&broker, 40, MESSAGES_PER_ROUND, 100 + u64::from(round)));
         let before = Counts::of_status_or_zero(&ledger);
         let mut ingest = spawn_ingest(&ledger, &broker);
         // Wait until this ingest has appended something (it joined the group and is working), then a bit more.
@@ -126,11 +116,11 @@ fn a_broker_restart_loses_nothing() {
     let Some(broker) = Broker::tansu_sqlite(&data, None) else { return };
     let port = broker.port();
     let ledger = TestLedger::new();
-    let first = generate_to(&broker, 2_000, 21);
+    let first = generate_to(&broker, 40, 2_000, 21);
     ledger.run(&["ingest", "--brokers", &broker.bootstrap, "--until-caught-up"]).success();
     drop(broker);
     let broker = Broker::tansu_sqlite(&data, Some(port)).expect("Tansu restarts");
-    let second = generate_to(&broker, 2_000, 22);
+    let second = generate_to(&broker, 40, 2_000, 22);
     ledger.run(&["ingest", "--brokers", &broker.bootstrap, "--until-caught-up"]).success();
     assert_ledger_equals(&ledger, &[first, second]);
 }

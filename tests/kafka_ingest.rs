@@ -11,20 +11,8 @@ use serde_json::Value;
 use support::brokers::Broker;
 use support::*;
 
-/// `generate --to-kafka`: the report of what was produced.
-pub fn generate_to(broker: &Broker, tenants: u32, events: u64, seed: u64) -> Value {
-    let (tenants, events, seed) = (tenants.to_string(), events.to_string(), seed.to_string());
-    let args =
-        ["generate", "--tenants", &tenants, "--events", &events, "--seed", &seed, "--to-kafka", &broker.bootstrap];
-    run(&args, b"").success().json()
-}
-
 fn ingest_until_caught_up(ledger: &TestLedger, broker: &Broker) -> Value {
     ledger.run(&["ingest", "--brokers", &broker.bootstrap, "--until-caught-up", "--json"]).success().json()
-}
-
-fn count(report: &Value, field: &str) -> u64 {
-    report[field].as_u64().unwrap_or_else(|| panic!("no integer {field:?} in {report}"))
 }
 
 /// The ledger holds exactly what `generate` reported producing.

@@ -65,10 +65,7 @@ impl EmbeddedBroker {
     /// Starts one mock broker and creates the six topics with `partitions` partitions each.
     pub fn start(partitions: i32) -> Result<EmbeddedBroker, KafkaError> {
         let cluster = rdkafka::mocking::MockCluster::new(1)?;
-        let topics = crate::topics::Topics::defaults();
-        let mut names: Vec<&str> = topics.names();
-        names.push(schemas::EventType::AdjustmentEvent.default_topic());
-        for name in names {
+        for name in crate::topics::all_default_topic_names() {
             cluster.create_topic(name, partitions, 1)?;
         }
         Ok(EmbeddedBroker { cluster })

@@ -85,7 +85,7 @@ pub struct Generator {
     report: GenerateReport,
     next_id: u64,
     recent: VecDeque<Event>,
-    /// Payload variants already emitted per event_id (to count conflicts exactly).
+    /// event_ids already given a conflicting variant: at most one each, so that every one is a new conflict.
     conflicted: BTreeSet<String>,
     open: VecDeque<OpenReservation>,
     setup: VecDeque<Event>,

@@ -63,6 +63,11 @@ impl Topics {
     }
 }
 
+/// Every topic of SPEC 2 under its default name: the five inputs, then `quota.adjustments`.
+pub fn all_default_topic_names() -> Vec<&'static str> {
+    INPUT_KINDS.iter().map(|(_, t)| t.default_topic()).chain([EventType::AdjustmentEvent.default_topic()]).collect()
+}
+
 impl fmt::Display for Topics {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.names().join(","))

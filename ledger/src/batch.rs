@@ -28,6 +28,24 @@ impl Origin {
     }
 }
 
+impl Origin {
+    /// The origin stored as `columns` gave it (the inverse of [`Origin::columns`]).
+    pub fn from_columns(origin: &str, stream: Option<String>, partition: Option<i64>, offset: Option<i64>) -> Origin {
+        let stream = stream.unwrap_or_default();
+        match origin {
+            "kafka" => Origin::Kafka {
+                topic: stream,
+                partition: partition.and_then(|p| i32::try_from(p).ok()).unwrap_or_default(),
+                offset: offset.unwrap_or_default(),
+            },
+            "file" => {
+                Origin::File { path: stream, record: offset.and_then(|o| u64::try_from(o).ok()).unwrap_or_default() }
+            }
+            _ => Origin::Local { name: stream },
+        }
+    }
+}
+
 /// A decoded, validated event to append.
 #[derive(Debug, Clone)]
 pub struct Incoming {

@@ -36,19 +36,6 @@ struct Candidate {
     raw: Vec<u8>,
 }
 
-fn origin_of(kind: &str, stream: Option<String>, partition: Option<i64>, offset: Option<i64>) -> Origin {
-    let stream = stream.unwrap_or_default();
-    match kind {
-        "kafka" => Origin::Kafka {
-            topic: stream,
-            partition: partition.and_then(|p| i32::try_from(p).ok()).unwrap_or_default(),
-            offset: offset.unwrap_or_default(),
-        },
-        "file" => Origin::File { path: stream, record: offset.and_then(|o| u64::try_from(o).ok()).unwrap_or_default() },
-        _ => Origin::Local { name: stream },
-    }
-}
-
 impl Ledger {
     /// Replays the quarantined messages with the given ids (all not yet replayed when `ids` is empty).
     pub fn replay_quarantined(&mut self, ids: &[i64]) -> Result<ReplayReport, ReplayError> {
@@ -99,7 +86,11 @@ impl Ledger {
         let mut statement = self.conn.prepare(&sql)?;
         let rows = statement.query_map(params_from_iter(ids), |r| {
             let kind: String = r.get(1)?;
-            Ok(Candidate { id: r.get(0)?, origin: origin_of(&kind, r.get(2)?, r.get(3)?, r.get(4)?), raw: r.get(5)? })
+            Ok(Candidate {
+                id: r.get(0)?,
+                origin: Origin::from_columns(&kind, r.get(2)?, r.get(3)?, r.get(4)?),
+                raw: r.get(5)?,
+            })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
     }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use ingest::file::{FILE_BATCH_EVENTS, ingest_file};
 use ingest::kafka::{BATCH_MAX_EVENTS, BATCH_WAIT_MS, KafkaIngestProgress, KafkaIngestSettings, ingest_kafka};
 use ingest::lock::IngestLock;
@@ -66,8 +66,7 @@ fn run_file(ledger_path: &Path, file: &Path, args: &IngestArgs) -> anyhow::Resul
     let batch_events = args.batch_max_events.unwrap_or(FILE_BATCH_EVENTS);
     anyhow::ensure!(batch_events > 0, "--batch-max-events must be at least 1");
     let mut ledger = Ledger::open(ledger_path)?;
-    let progress = ProgressBar::new_spinner()
-        .with_style(ProgressStyle::with_template("{spinner} {msg} [{elapsed}]").expect("a valid template"));
+    let progress = super::spinner();
     let report = ingest_file(&mut ledger, file, batch_events, |so_far| {
         progress.set_message(format!("{} records read, {} recorded", so_far.records, so_far.recorded));
         progress.tick();
@@ -133,10 +132,7 @@ struct Display {
 
 impl Display {
     fn new() -> Display {
-        let bar = std::io::stderr().is_terminal().then(|| {
-            ProgressBar::new_spinner()
-                .with_style(ProgressStyle::with_template("{spinner} {msg} [{elapsed}]").expect("a valid template"))
-        });
+        let bar = std::io::stderr().is_terminal().then(super::spinner);
         Display { bar, started: Instant::now(), last_line: Instant::now() }
     }
 

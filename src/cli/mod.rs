@@ -28,6 +28,12 @@ pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
         .any(|cause| cause.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe))
 }
 
+/// A spinner with a message and the elapsed time, for long work on a terminal.
+pub fn spinner() -> indicatif::ProgressBar {
+    let style = indicatif::ProgressStyle::with_template("{spinner} {msg} [{elapsed}]").expect("a valid template");
+    indicatif::ProgressBar::new_spinner().with_style(style)
+}
+
 /// Prints a value as pretty JSON on stdout.
 pub fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
     // Serialized first, written second: a serde_json::Error hides the io::Error it wraps from `source()`, so a

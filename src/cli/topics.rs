@@ -3,8 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use ingest::topics::Topics;
-use schemas::EventType;
+use ingest::topics::all_default_topic_names;
 
 use super::kafka_args::KafkaConnection;
 
@@ -22,9 +21,7 @@ pub enum TopicsCommand {
 
 pub fn run(command: TopicsCommand) -> anyhow::Result<ExitCode> {
     let TopicsCommand::Create { kafka, partitions } = command;
-    let defaults = Topics::defaults();
-    let mut names = defaults.names();
-    names.push(EventType::AdjustmentEvent.default_topic());
+    let names = all_default_topic_names();
     let created = ingest::admin::create_topics(&kafka.brokers, &names, partitions, &kafka.settings)?;
     for name in &names {
         let state = if created.iter().any(|c| c == name) { "created" } else { "exists" };

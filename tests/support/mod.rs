@@ -149,6 +149,19 @@ impl TestLedger {
     }
 }
 
+/// An integer field of a JSON report, or a panic naming it.
+pub fn count(report: &Value, field: &str) -> u64 {
+    report[field].as_u64().unwrap_or_else(|| panic!("no integer {field:?} in {report}"))
+}
+
+/// `generate --to-kafka`: the report of what was produced.
+pub fn generate_to(broker: &brokers::Broker, tenants: u32, events: u64, seed: u64) -> Value {
+    let (tenants, events, seed) = (tenants.to_string(), events.to_string(), seed.to_string());
+    let args =
+        ["generate", "--tenants", &tenants, "--events", &events, "--seed", &seed, "--to-kafka", &broker.bootstrap];
+    run(&args, b"").success().json()
+}
+
 /// The counts of `status --json` that tests compare exactly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Counts {
