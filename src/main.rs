@@ -40,6 +40,8 @@ enum Command {
     Status(cli::status::StatusArgs),
     /// Recompute the hash chain; exit 1 naming the first bad entry.
     Verify(cli::verify::VerifyArgs),
+    /// The nightly job: judge windows, reservations, duplicates and late usage; record adjustments as deltas.
+    Reconcile(cli::reconcile::ReconcileArgs),
     /// Messages that failed to decode or validate.
     #[command(subcommand)]
     Quarantine(cli::quarantine::QuarantineCommand),
@@ -59,6 +61,7 @@ fn main() -> ExitCode {
         Command::Broker(command) => cli::broker::run(command),
         Command::Status(args) => cli::status::run(&cli.ledger, args),
         Command::Verify(args) => cli::verify::run(&cli.ledger, args),
+        Command::Reconcile(args) => cli::reconcile::run(&cli.ledger, args),
         Command::Quarantine(command) => cli::quarantine::run(&cli.ledger, command),
         Command::Bench(command) => cli::bench::run(command),
     };

@@ -19,5 +19,6 @@ pub mod file;
 pub mod generate;
 pub mod kafka;
 pub mod lock;
+pub mod outbox;
 pub mod produce;
 pub mod topics;

@@ -21,8 +21,8 @@ pub struct IngestLock {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
-    #[error("another ingest ({holder}) is writing to this ledger (lock {path}); one ingest process per ledger file")]
-    Held { path: PathBuf, holder: String },
+    #[error("another {role} ({holder}) is writing to this ledger (lock {path}); one {role} process per ledger file")]
+    Held { role: String, path: PathBuf, holder: String },
     #[error("cannot use the lock file {path}")]
     Io { path: PathBuf, source: std::io::Error },
 }
@@ -30,8 +30,14 @@ pub enum LockError {
 impl IngestLock {
     /// Takes the lock of the ledger at `ledger_path` without waiting.
     pub fn acquire(ledger_path: &Path) -> Result<IngestLock, LockError> {
+        IngestLock::acquire_for(ledger_path, "ingest")
+    }
+
+    /// Takes the lock `<ledger>.<role>.lock` without waiting: one process of that role per ledger (`reconcile`
+    /// too, since two runs planned from the same state would record the same deltas twice).
+    pub fn acquire_for(ledger_path: &Path, role: &str) -> Result<IngestLock, LockError> {
         let mut name = ledger_path.as_os_str().to_owned();
-        name.push(".ingest.lock");
+        name.push(format!(".{role}.lock"));
         let path = PathBuf::from(name);
         let io = |source| LockError::Io { path: path.clone(), source };
         let mut file =
@@ -42,7 +48,7 @@ impl IngestLock {
             let mut holder = String::new();
             let _ = file.read_to_string(&mut holder);
             let holder = if holder.trim().is_empty() { "unknown process".into() } else { holder.trim().to_string() };
-            return Err(LockError::Held { path, holder });
+            return Err(LockError::Held { role: role.to_string(), path, holder });
         }
         file.set_len(0).map_err(io)?;
         file.rewind().map_err(io)?;

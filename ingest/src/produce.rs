@@ -69,7 +69,7 @@ pub struct KafkaProducer {
 }
 
 /// Every librdkafka setting of the producer, in one place; `-X` overrides come last.
-fn producer_config(brokers: &str, overrides: &[(String, String)]) -> ClientConfig {
+pub(crate) fn producer_config(brokers: &str, overrides: &[(String, String)]) -> ClientConfig {
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", brokers)

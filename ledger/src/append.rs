@@ -55,6 +55,9 @@ impl Ledger {
             quarantine(&tx, rejected, recorded_at)?;
         }
         record_replays(&tx, &batch.replayed_from, &outcomes, recorded_at)?;
+        if batch.outbox {
+            crate::outbox::enqueue(&tx, &outcomes)?;
+        }
         let report = AppendReport { outcomes, quarantined: batch.rejected.len() as u64, watermark: tip.seq };
         dedup::merge_if_due(&tx, before.watermark, report.watermark)?;
         let after = before.after(&report);

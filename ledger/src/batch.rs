@@ -89,6 +89,9 @@ pub struct Batch {
     /// When the events are quarantined messages replayed after a fix: the quarantine id of each event, in order
     /// (empty otherwise). The append records each replay, so that none is replayed twice.
     pub replayed_from: Vec<i64>,
+    /// Whether the events this batch records must also reach Kafka: each recorded entry joins the outbox in
+    /// the same transaction (adjustments, the hook's decisions). Events that came from Kafka never do.
+    pub outbox: bool,
 }
 
 /// What became of one event of a batch.

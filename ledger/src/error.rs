@@ -53,3 +53,23 @@ impl From<rusqlite::Error> for ReplayError {
         ReplayError::Read(ReadError::Sqlite(e))
     }
 }
+
+/// Closing a period failed; nothing was recorded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CloseError {
+    #[error("period {period} is not over yet (it ends at {ends}): a period closes only after its last instant")]
+    NotOver { period: crate::Period, ends: schemas::Timestamp },
+    #[error("ledger write failed, period not closed")]
+    Sqlite(#[from] rusqlite::Error),
+}
+
+/// Recording outbox acknowledgements failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OutboxError {
+    #[error("ledger entry {seq} is not in the outbox")]
+    NotInOutbox { seq: u64 },
+    #[error("ledger outbox write failed")]
+    Sqlite(#[from] rusqlite::Error),
+}

@@ -34,6 +34,8 @@ pub mod dedup;
 pub mod details;
 pub mod error;
 pub mod migrate;
+mod outbox;
+mod periods;
 mod replay;
 mod status;
 mod verify;
@@ -46,6 +48,8 @@ use schemas::{Catalog, EventType};
 
 pub use batch::*;
 pub use error::*;
+pub use outbox::{OutboxEntry, OutboxStatus};
+pub use periods::{Period, PeriodClose};
 pub use replay::{ReplayReport, StillQuarantined};
 pub use status::{QuarantinedMessage, Status};
 pub use verify::{BadEntry, VerifyReport};

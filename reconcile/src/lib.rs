@@ -15,6 +15,16 @@
 //! assert_eq!(end.to_string(), "2026-12-01T00:00:00Z");
 //! ```
 
+pub mod apply;
+pub mod concern;
+pub mod error;
+pub mod overshoot;
+pub mod plan;
 pub mod policy;
+pub mod read;
 pub mod reservation;
 pub mod window;
+
+pub use apply::apply;
+pub use error::ReconcileError;
+pub use plan::{Plan, PlanCounts, Progress, plan};

@@ -140,3 +140,66 @@ mod tests {
         assert!(applicable(&policies, "org-2", "tokens", t).is_empty(), "another metric has no policy");
     }
 }
+
+/// The policy versions of one policy_id of one owner (a tenant or `*`) and metric.
+#[derive(Debug, Clone)]
+struct PolicyGroup {
+    versions: Vec<usize>,
+}
+
+/// Policies grouped by owner, metric and policy_id, so that finding the applicable ones for an event costs a
+/// few comparisons instead of a pass over every policy. Answers exactly what [`applicable`] answers.
+#[derive(Debug, Clone)]
+pub struct PolicyIndex {
+    policies: Vec<PolicyEvent>,
+    /// (owner, metric) -> groups sorted by policy_id.
+    groups: std::collections::HashMap<(String, String), Vec<PolicyGroup>>,
+}
+
+impl PolicyIndex {
+    pub fn new(policies: Vec<PolicyEvent>) -> PolicyIndex {
+        let mut by_id: BTreeMap<(String, String, String), Vec<usize>> = BTreeMap::new();
+        for (index, p) in policies.iter().enumerate() {
+            let key = (p.header.tenant.clone(), p.header.metric.clone(), p.policy_id.clone());
+            by_id.entry(key).or_default().push(index);
+        }
+        let mut groups: std::collections::HashMap<(String, String), Vec<PolicyGroup>> = Default::default();
+        for ((owner, metric, _), versions) in by_id {
+            groups.entry((owner, metric)).or_default().push(PolicyGroup { versions });
+        }
+        PolicyIndex { policies, groups }
+    }
+
+    pub fn policies(&self) -> &[PolicyEvent] {
+        &self.policies
+    }
+
+    /// Whether any policy names this metric, for this tenant or as a plan default.
+    pub fn has_any(&self, tenant: &str, metric: &str) -> bool {
+        self.groups.contains_key(&(tenant.to_string(), metric.to_string()))
+            || self.groups.contains_key(&(PLAN_DEFAULT_TENANT.to_string(), metric.to_string()))
+    }
+
+    /// Every policy version that applies to `tenant`'s consumption of `metric` at `at`, as [`applicable`].
+    pub fn applicable(&self, tenant: &str, metric: &str, at: Timestamp) -> Vec<Applicable<'_>> {
+        let in_force_of = |owner: &str| -> Vec<Applicable<'_>> {
+            let Some(groups) = self.groups.get(&(owner.to_string(), metric.to_string())) else { return Vec::new() };
+            groups
+                .iter()
+                .filter_map(|g| {
+                    let versions: Vec<&PolicyEvent> = g.versions.iter().map(|i| &self.policies[*i]).collect();
+                    in_force(&versions, at)
+                })
+                .collect()
+        };
+        let own = in_force_of(tenant);
+        let covered: Vec<(Scope, Window)> = own.iter().map(|a| (a.policy.scope, a.policy.window)).collect();
+        let defaults = in_force_of(PLAN_DEFAULT_TENANT)
+            .into_iter()
+            .filter(|a| !covered.contains(&(a.policy.scope, a.policy.window)))
+            .map(|a| Applicable { plan_default: true, ..a });
+        let mut all: Vec<Applicable<'_>> = own.into_iter().chain(defaults).collect();
+        all.sort_by(|a, b| a.policy.policy_id.cmp(&b.policy.policy_id));
+        all
+    }
+}

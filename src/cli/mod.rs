@@ -7,6 +7,7 @@ pub mod ingest;
 pub mod kafka_args;
 pub mod produce;
 pub mod quarantine;
+pub mod reconcile;
 pub mod schemas;
 pub mod status;
 pub mod topics;

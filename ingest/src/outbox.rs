@@ -1,0 +1,162 @@
+//! Publishing the ledger's outbox (adjustments, the hook's decisions and usage) to Kafka: pending entries in
+//! ledger order, single-object Avro on their type's topic with the tenant as key, through an idempotent
+//! producer; each acknowledgement is recorded in the ledger. Unacknowledged entries stay pending and are sent
+//! again by the next publish, so a broker outage delays them and never loses one. An entry acknowledged but not
+//! yet recorded when the process dies is sent twice: consumers deduplicate by event_id (SPEC 4.3).
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use ledger::Ledger;
+use rdkafka::ClientContext;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use schemas::EventType;
+use serde::Serialize;
+
+use crate::produce::producer_config;
+
+/// Entries sent before waiting for their acknowledgements and recording them.
+pub const OUTBOX_CHUNK_ENTRIES: u64 = 1_000;
+/// Wait between two attempts while a broker does not acknowledge.
+pub const OUTBOX_RETRY_WAIT_MS: u64 = 1_000;
+
+/// Publishing failed for a reason retrying cannot fix.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OutboxPublishError {
+    #[error("cannot create the Kafka producer for {brokers}")]
+    Create { brokers: String, source: KafkaError },
+    #[error("no topic is configured for {event_type} entries of the outbox")]
+    NoTopic { event_type: String },
+    #[error("cannot read the outbox")]
+    Read(#[from] ledger::ReadError),
+    #[error("cannot record acknowledgements")]
+    Record(#[from] ledger::OutboxError),
+}
+
+/// The topic each record type of the outbox goes to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxTopics {
+    by_type: Vec<(EventType, String)>,
+}
+
+impl OutboxTopics {
+    /// SPEC 2's default topic of every record type (`quota.adjustments`, `quota.decisions`, ...).
+    pub fn defaults() -> OutboxTopics {
+        OutboxTopics { by_type: EventType::ALL.iter().map(|t| (*t, t.default_topic().to_string())).collect() }
+    }
+
+    /// Sends `event_type` to `topic` instead.
+    pub fn set(&mut self, event_type: EventType, topic: &str) {
+        self.by_type.retain(|(t, _)| *t != event_type);
+        self.by_type.push((event_type, topic.to_string()));
+    }
+
+    pub fn topic_of(&self, event_type: EventType) -> Option<&str> {
+        self.by_type.iter().find(|(t, _)| *t == event_type).map(|(_, name)| name.as_str())
+    }
+}
+
+/// What a publish did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PublishReport {
+    pub published: u64,
+    /// Still pending when the time ran out (sent again by the next publish).
+    pub pending: u64,
+    pub attempts: u64,
+    /// The last delivery error seen, if any.
+    pub last_error: Option<String>,
+}
+
+/// Records which sequence numbers the broker acknowledged.
+#[derive(Default)]
+struct Acknowledged {
+    seqs: Mutex<Vec<u64>>,
+    last_error: Mutex<Option<String>>,
+}
+
+impl ClientContext for Acknowledged {}
+
+impl ProducerContext for Acknowledged {
+    type DeliveryOpaque = Box<u64>;
+    fn delivery(&self, result: &DeliveryResult<'_>, seq: Box<u64>) {
+        match result {
+            Ok(_) => self.seqs.lock().expect("never poisoned").push(*seq),
+            Err((error, _)) => *self.last_error.lock().expect("never poisoned") = Some(error.to_string()),
+        }
+    }
+}
+
+/// Publishes every pending outbox entry, retrying until all are acknowledged or `timeout` has passed.
+pub fn publish(
+    ledger: &mut Ledger,
+    brokers: &str,
+    overrides: &[(String, String)],
+    topics: &OutboxTopics,
+    timeout: Duration,
+) -> Result<PublishReport, OutboxPublishError> {
+    let mut config = producer_config(brokers, overrides);
+    // One attempt lasts at most the time left: an outage ends the attempt, not the entries.
+    let attempt_ms = timeout.as_millis().clamp(1_000, 120_000) as u64;
+    config.set("delivery.timeout.ms", attempt_ms.to_string()).set("client.id", "quota-ledger-outbox");
+    let producer: BaseProducer<Acknowledged> = config
+        .create_with_context(Acknowledged::default())
+        .map_err(|source| OutboxPublishError::Create { brokers: brokers.to_string(), source })?;
+    let started = Instant::now();
+    let mut report = PublishReport::default();
+    loop {
+        let pending = ledger.outbox_pending(OUTBOX_CHUNK_ENTRIES)?;
+        if pending.is_empty() {
+            break;
+        }
+        report.attempts += 1;
+        let acknowledged = send_chunk(&producer, &pending, topics, attempt_ms)?;
+        report.published += acknowledged.len() as u64;
+        ledger.outbox_published(&acknowledged)?;
+        if acknowledged.len() < pending.len() {
+            report.last_error = producer.context().last_error.lock().expect("never poisoned").clone();
+            if started.elapsed() >= timeout {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(OUTBOX_RETRY_WAIT_MS));
+        }
+    }
+    report.pending = ledger.outbox_status()?.pending;
+    Ok(report)
+}
+
+/// Sends one chunk and waits for its acknowledgements: the (seq, topic) of those acknowledged.
+fn send_chunk(
+    producer: &BaseProducer<Acknowledged>,
+    pending: &[ledger::OutboxEntry],
+    topics: &OutboxTopics,
+    attempt_ms: u64,
+) -> Result<Vec<(u64, String)>, OutboxPublishError> {
+    let mut sent: Vec<(u64, String)> = Vec::with_capacity(pending.len());
+    for entry in pending {
+        let topic = topics
+            .topic_of(entry.event_type)
+            .ok_or_else(|| OutboxPublishError::NoTopic { event_type: entry.event_type.name().to_string() })?;
+        let mut record =
+            BaseRecord::with_opaque_to(topic, Box::new(entry.seq)).key(entry.tenant.as_str()).payload(&entry.message);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), returned)) => {
+                    record = returned;
+                    producer.poll(Duration::from_millis(50));
+                }
+                Err((error, _)) => {
+                    *producer.context().last_error.lock().expect("never poisoned") = Some(error.to_string());
+                    break;
+                }
+            }
+        }
+        sent.push((entry.seq, topic.to_string()));
+    }
+    // Errors here are per message and arrive through the delivery callbacks.
+    let _ = producer.flush(Duration::from_millis(attempt_ms + 5_000));
+    let acknowledged: Vec<u64> = std::mem::take(&mut *producer.context().seqs.lock().expect("never poisoned"));
+    Ok(sent.into_iter().filter(|(seq, _)| acknowledged.contains(seq)).collect())
+}

@@ -1,0 +1,50 @@
+//! Recording a plan: its adjustments in one ledger transaction, each also put into the outbox for
+//! `quota.adjustments`.
+
+use ledger::{AppendOutcome, AppendReport, Batch, Incoming, Ledger, Origin};
+use schemas::Event;
+
+use crate::error::ReconcileError;
+use crate::plan::{ADJUSTMENT_SOURCE, Plan};
+
+/// Appends the plan's adjustments in one transaction. Refuses a plan computed before another run recorded
+/// adjustments (its deltas would count twice).
+pub fn apply(ledger: &mut Ledger, plan: &Plan) -> Result<AppendReport, ReconcileError> {
+    // Before the write: ids are unique and every adjustment belongs to this run.
+    let mut ids: Vec<&str> = plan.adjustments.iter().map(|a| a.adjustment_id.as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), plan.adjustments.len(), "a plan never names one adjustment twice");
+    assert!(plan.adjustments.iter().all(|a| a.run_id == plan.run_id), "every adjustment belongs to the run");
+    let found = adjustments_recorded(ledger)?;
+    if found != plan.counts.adjustments_before {
+        return Err(ReconcileError::Stale { planned: plan.counts.adjustments_before, found });
+    }
+    let events = plan
+        .adjustments
+        .iter()
+        .map(|a| Incoming {
+            event: Event::Adjustment(a.clone()),
+            origin: Origin::Local { name: ADJUSTMENT_SOURCE.to_string() },
+            raw: None,
+        })
+        .collect();
+    let report = ledger.append(&Batch { events, outbox: true, ..Batch::default() })?;
+    // After: every adjustment is a new entry (a deterministic id met again would be a bug in the delta rule).
+    assert!(
+        report.outcomes.iter().all(|o| matches!(o, AppendOutcome::Recorded { .. })),
+        "every planned adjustment is new to the ledger: {:?}",
+        report.outcomes
+    );
+    assert_eq!(adjustments_recorded(ledger)?, found + plan.adjustments.len() as u64, "the ledger holds the plan");
+    Ok(report)
+}
+
+fn adjustments_recorded(ledger: &Ledger) -> Result<u64, ReconcileError> {
+    let count: i64 = ledger.connection().query_row(
+        "SELECT COUNT(*) FROM entries WHERE event_type = 'AdjustmentEvent' AND status = 'recorded'",
+        [],
+        |r| r.get(0),
+    )?;
+    Ok(count as u64)
+}

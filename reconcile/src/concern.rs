@@ -1,0 +1,177 @@
+//! What an adjustment is about, and the delta rule (SPEC 5 "Adjustments are deltas").
+//!
+//! Each adjustment concerns one thing: a window of a policy for a tenant and subject, a closed period's late
+//! usage for a tenant and metric, a reservation, a refused transition, or one conflicting copy of an event.
+//! The amounts of a concern's adjustments add up to its current truth; a run writes only the difference, and a
+//! concern that is a discrepancy now but was never reported is reported once even when its amount is 0 (a
+//! refused RELEASE, a conflicting copy of a decision).
+
+use schemas::{AdjustmentEvent, AdjustmentKind, Timestamp};
+use sha2::{Digest, Sha256};
+
+/// The thing one adjustment is about: its identity across runs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Concern {
+    /// OVERSHOOT (HARD) or SHADOW_OVER_LIMIT (SHADOW) of one window of a policy.
+    Window {
+        kind: AdjustmentKind,
+        policy_id: String,
+        tenant: String,
+        /// The subject of a SUBJECT-scope window; none for TENANT scope.
+        subject: Option<String>,
+        metric: String,
+        window_start: Timestamp,
+        window_end: Timestamp,
+    },
+    /// LATE_USAGE: consumption of a closed period recorded after its close.
+    LateUsage { tenant: String, metric: String, period_start: Timestamp, period_end: Timestamp },
+    /// RESERVATION_EXPIRED, named by the RESERVE's event_id.
+    Expiry { reserve_event_id: String },
+    /// REFUSED_TRANSITION, named by the refused event's event_id.
+    Refused { event_id: String },
+    /// CONFLICTING_DUPLICATE: the `ordinal`-th conflicting copy (1, 2, ... in ledger order) of `event_id`.
+    Conflict { event_id: String, ordinal: u32 },
+}
+
+impl Concern {
+    pub fn kind(&self) -> AdjustmentKind {
+        match self {
+            Concern::Window { kind, .. } => *kind,
+            Concern::LateUsage { .. } => AdjustmentKind::LATE_USAGE,
+            Concern::Expiry { .. } => AdjustmentKind::RESERVATION_EXPIRED,
+            Concern::Refused { .. } => AdjustmentKind::REFUSED_TRANSITION,
+            Concern::Conflict { .. } => AdjustmentKind::CONFLICTING_DUPLICATE,
+        }
+    }
+
+    /// The window an adjustment of this concern names (`window_start`, `window_end` of SPEC 3).
+    pub fn window(&self) -> Option<(Timestamp, Timestamp)> {
+        match self {
+            Concern::Window { window_start, window_end, .. } => Some((*window_start, *window_end)),
+            Concern::LateUsage { period_start, period_end, .. } => Some((*period_start, *period_end)),
+            _ => None,
+        }
+    }
+
+    /// The concern a recorded adjustment was about. `ordinal` numbers the conflicting-duplicate adjustments of
+    /// one event_id in ledger order (the caller counts them).
+    pub fn of_adjustment(adjustment: &AdjustmentEvent, ordinal: u32) -> Option<Concern> {
+        let header = &adjustment.header;
+        let first_ref = adjustment.refs.first().cloned();
+        Some(match adjustment.kind {
+            AdjustmentKind::OVERSHOOT | AdjustmentKind::SHADOW_OVER_LIMIT => Concern::Window {
+                kind: adjustment.kind,
+                policy_id: adjustment.policy_id.clone()?,
+                tenant: header.tenant.clone(),
+                subject: header.subject.clone(),
+                metric: header.metric.clone(),
+                window_start: adjustment.window_start?,
+                window_end: adjustment.window_end?,
+            },
+            AdjustmentKind::LATE_USAGE => Concern::LateUsage {
+                tenant: header.tenant.clone(),
+                metric: header.metric.clone(),
+                period_start: adjustment.window_start?,
+                period_end: adjustment.window_end?,
+            },
+            AdjustmentKind::RESERVATION_EXPIRED => Concern::Expiry { reserve_event_id: first_ref? },
+            AdjustmentKind::REFUSED_TRANSITION => Concern::Refused { event_id: first_ref? },
+            AdjustmentKind::CONFLICTING_DUPLICATE => Concern::Conflict { event_id: first_ref?, ordinal },
+        })
+    }
+}
+
+/// What the ledger already holds for a concern: how many adjustments, and the sum of their amounts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recorded {
+    pub count: u64,
+    pub sum: i64,
+}
+
+impl Recorded {
+    pub fn add(&mut self, amount: i64) {
+        self.count += 1;
+        self.sum = self.sum.checked_add(amount).expect("adjustment sums fit in i64");
+    }
+}
+
+/// The current truth about a concern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Truth {
+    pub concern: Concern,
+    /// What the concern's adjustments must add up to now.
+    pub amount: i64,
+    /// Whether it is a discrepancy now (reported at least once, whatever its amount).
+    pub present: bool,
+    /// The tenant, subject and metric the adjustment is written under.
+    pub tenant: String,
+    pub subject: Option<String>,
+    pub metric: String,
+    /// The policy a window concern is judged under.
+    pub policy_id: Option<String>,
+    /// The events that justify the amount (SPEC 3 `refs`): for a window, the events that crossed the limit.
+    pub refs: Vec<String>,
+}
+
+/// The delta a run must write for a concern, if any: `truth - recorded`, or the first report of a discrepancy
+/// whose amount is 0.
+pub fn delta(truth: &Truth, recorded: Recorded) -> Option<i64> {
+    let delta = truth.amount.checked_sub(recorded.sum).expect("adjustment deltas fit in i64");
+    (delta != 0 || (truth.present && recorded.count == 0)).then_some(delta)
+}
+
+/// A deterministic adjustment id: from the concern, how many adjustments it already has, and the delta. The
+/// same ledger and `--as-of` give the same ids; a rerun that finds nothing new writes nothing.
+pub fn adjustment_id(concern: &Concern, recorded: Recorded, delta: i64) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(format!("{concern:?}|{}|{delta}", recorded.count).as_bytes());
+    let digest = hasher.finalize();
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    format!("adj-{hex}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn truth(amount: i64, present: bool) -> Truth {
+        Truth {
+            concern: Concern::Refused { event_id: "c-1".into() },
+            amount,
+            present,
+            tenant: "org-1".into(),
+            subject: None,
+            metric: "tokens".into(),
+            policy_id: None,
+            refs: vec!["c-1".into()],
+        }
+    }
+
+    // SPEC 5 "Adjustments are deltas": only the difference from what is recorded is written.
+    #[test]
+    fn a_run_writes_only_the_difference() {
+        assert_eq!(delta(&truth(30, true), Recorded::default()), Some(30));
+        assert_eq!(delta(&truth(30, true), Recorded { count: 1, sum: 30 }), None);
+        assert_eq!(delta(&truth(45, true), Recorded { count: 1, sum: 30 }), Some(15));
+        assert_eq!(delta(&truth(0, false), Recorded { count: 2, sum: 45 }), Some(-45), "a discrepancy taken back");
+        assert_eq!(delta(&truth(0, false), Recorded::default()), None);
+    }
+
+    // SPEC 5 "Reported once each": a discrepancy of amount 0 is reported once, then never again.
+    #[test]
+    fn a_zero_amount_discrepancy_is_reported_once() {
+        assert_eq!(delta(&truth(0, true), Recorded::default()), Some(0));
+        assert_eq!(delta(&truth(0, true), Recorded { count: 1, sum: 0 }), None);
+    }
+
+    // Proves ids are deterministic and differ with the concern, the count before, and the delta.
+    #[test]
+    fn adjustment_ids_are_deterministic() {
+        let c = Concern::Refused { event_id: "c-1".into() };
+        let r = Recorded::default();
+        assert_eq!(adjustment_id(&c, r, 5), adjustment_id(&c, r, 5));
+        assert_ne!(adjustment_id(&c, r, 5), adjustment_id(&c, r, 6));
+        assert_ne!(adjustment_id(&c, r, 5), adjustment_id(&c, Recorded { count: 1, sum: 5 }, 5));
+        assert_ne!(adjustment_id(&c, r, 5), adjustment_id(&Concern::Refused { event_id: "c-2".into() }, r, 5));
+    }
+}

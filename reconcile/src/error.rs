@@ -1,0 +1,17 @@
+//! One error enum per operation of a reconciliation.
+
+/// Computing or applying a plan failed; nothing was written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReconcileError {
+    #[error("cannot read the ledger")]
+    Read(#[from] ledger::ReadError),
+    #[error("cannot read the ledger")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("cannot record the adjustments, nothing written")]
+    Append(#[from] ledger::AppendError),
+    #[error(
+        "another run recorded adjustments since this plan was computed ({planned} then, {found} now): run reconcile again"
+    )]
+    Stale { planned: u64, found: u64 },
+}

@@ -1,0 +1,131 @@
+//! Effective limit and overshoot of one window (SPEC 5 "Effective limit", "Overshoot").
+
+use schemas::{Enforcement, GrantEvent, Scope, Timestamp};
+
+use crate::window;
+
+/// The policy's limit plus every grant of the same tenant and metric whose `[valid_from, valid_until)` overlaps
+/// the window: a grant with a subject raises that subject's SUBJECT-scope windows, one without raises the
+/// TENANT-scope windows. `grants` are the tenant's grants for the metric.
+pub fn effective_limit(
+    limit: i64,
+    scope: Scope,
+    subject: Option<&str>,
+    grants: &[GrantEvent],
+    window_start: Timestamp,
+    window_end: Timestamp,
+) -> i64 {
+    grants
+        .iter()
+        .filter(|g| match scope {
+            Scope::TENANT => g.header.subject.is_none(),
+            Scope::SUBJECT => g.header.subject.is_some() && g.header.subject.as_deref() == subject,
+        })
+        .filter(|g| window::overlaps(g.valid_from, g.valid_until, window_start, window_end))
+        .try_fold(limit, |sum, g| sum.checked_add(g.amount))
+        .expect("limits and grants fit in i64")
+}
+
+/// max(0, consumption - effective limit).
+pub fn excess(consumption: i64, effective_limit: i64) -> i64 {
+    consumption.saturating_sub(effective_limit).max(0)
+}
+
+/// The adjustment kind an excess is reported as: OVERSHOOT for HARD, SHADOW_OVER_LIMIT for SHADOW; SOFT excess is
+/// billed, not adjusted.
+pub fn excess_kind(enforcement: Enforcement) -> Option<schemas::AdjustmentKind> {
+    match enforcement {
+        Enforcement::HARD => Some(schemas::AdjustmentKind::OVERSHOOT),
+        Enforcement::SHADOW => Some(schemas::AdjustmentKind::SHADOW_OVER_LIMIT),
+        Enforcement::SOFT => None,
+    }
+}
+
+/// One consumption of a window: usage or a valid COMMIT.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Consumed {
+    pub occurred_at: Timestamp,
+    pub seq: u64,
+    pub quantity: i64,
+    pub event_id: String,
+}
+
+/// The events that crossed the limit: in event time order (ties by ledger sequence), each one with a positive
+/// quantity that finds the running consumption above the effective limit once it is added.
+pub fn crossers(consumed: &mut [Consumed], effective_limit: i64) -> Vec<String> {
+    consumed.sort_by_key(|c| (c.occurred_at, c.seq));
+    let mut running: i64 = 0;
+    let mut named = Vec::new();
+    for c in consumed.iter() {
+        running = running.checked_add(c.quantity).expect("consumption fits in i64");
+        if c.quantity > 0 && running > effective_limit {
+            named.push(c.event_id.clone());
+        }
+    }
+    named
+}
+
+#[cfg(test)]
+mod tests {
+    use schemas::Header;
+
+    use super::*;
+
+    fn at(text: &str) -> Timestamp {
+        Timestamp::parse_rfc3339(text).unwrap()
+    }
+
+    fn grant(subject: Option<&str>, amount: i64, from: &str, until: &str) -> GrantEvent {
+        GrantEvent {
+            header: Header {
+                event_id: format!("g-{amount}"),
+                occurred_at: at(from),
+                tenant: "org-1".into(),
+                subject: subject.map(String::from),
+                metric: "tokens".into(),
+                source: "admin".into(),
+            },
+            grant_id: format!("g-{amount}"),
+            amount,
+            valid_from: at(from),
+            valid_until: at(until),
+            reason: "test".into(),
+        }
+    }
+
+    // SPEC 5 "Effective limit": overlapping grants raise the limit; subject grants raise only that subject's windows.
+    #[test]
+    fn grants_raise_the_windows_they_overlap() {
+        let grants = [
+            grant(None, 10, "2026-11-01T00:00:00Z", "2026-11-02T00:00:00Z"),
+            grant(None, 20, "2026-11-05T00:00:00Z", "2026-11-06T00:00:00Z"),
+            grant(Some("alice"), 300, "2026-11-01T00:00:00Z", "2026-12-01T00:00:00Z"),
+        ];
+        let (day_start, day_end) = (at("2026-11-01T00:00:00Z"), at("2026-11-02T00:00:00Z"));
+        assert_eq!(effective_limit(100, Scope::TENANT, None, &grants, day_start, day_end), 110);
+        let (month_start, month_end) = (at("2026-11-01T00:00:00Z"), at("2026-12-01T00:00:00Z"));
+        assert_eq!(effective_limit(100, Scope::TENANT, None, &grants, month_start, month_end), 130);
+        assert_eq!(effective_limit(100, Scope::SUBJECT, Some("alice"), &grants, day_start, day_end), 400);
+        assert_eq!(effective_limit(100, Scope::SUBJECT, Some("bob"), &grants, day_start, day_end), 100);
+    }
+
+    // SPEC 5 "Overshoot": the events named are those that crossed the limit, in event time, not arrival order.
+    #[test]
+    fn the_events_that_crossed_the_limit_are_named_in_event_time() {
+        let c = |id: &str, t: &str, seq: u64, quantity: i64| Consumed {
+            occurred_at: at(t),
+            seq,
+            quantity,
+            event_id: id.into(),
+        };
+        let mut consumed = vec![
+            c("late-arrival-first", "2026-11-01T00:01:00Z", 4, 60),
+            c("second", "2026-11-01T00:02:00Z", 1, 30),
+            c("zero", "2026-11-01T00:03:00Z", 2, 0),
+            c("third", "2026-11-01T00:04:00Z", 3, 20),
+        ];
+        assert_eq!(crossers(&mut consumed, 80), ["second", "third"]);
+        assert_eq!(excess(110, 80), 30);
+        assert_eq!(excess(70, 80), 0);
+    }
+}

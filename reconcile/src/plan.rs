@@ -1,0 +1,592 @@
+//! The plan of a reconciliation run: every adjustment to write, computed from the ledger's reads by the pure
+//! rules of this crate, before anything is written. The report prints it; `apply` records it.
+
+use std::collections::{HashMap, HashSet};
+
+use ledger::{Ledger, Period, PeriodClose};
+use schemas::*;
+use serde::Serialize;
+
+use crate::concern::{self, Concern, Recorded, Truth};
+use crate::error::ReconcileError;
+use crate::overshoot::{self, Consumed};
+use crate::policy::PolicyIndex;
+use crate::read::{self, SequencedReservation, UsageRow};
+use crate::reservation::{self, Verdict};
+
+/// The `source` of every adjustment reconcile writes.
+pub const ADJUSTMENT_SOURCE: &str = "reconcile";
+/// Rows read between two progress reports.
+pub const PROGRESS_EVERY_ROWS: u64 = 100_000;
+
+/// Where a run is, for a progress display.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    Reservations { events: u64 },
+    Usage { events: u64 },
+    Refs { events: u64 },
+}
+
+/// What a run read and judged.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PlanCounts {
+    pub usage_events: u64,
+    pub reservation_events: u64,
+    pub reservations_judged: u64,
+    pub valid_commits: u64,
+    pub windows_judged: u64,
+    pub conflicting_copies: u64,
+    pub adjustments_before: u64,
+}
+
+/// Every adjustment a run writes, with what it was computed from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// `reconcile-<as_of>-w<watermark>`: the same ledger and `--as-of` give the same run.
+    pub run_id: String,
+    pub as_of: Timestamp,
+    /// The last ledger sequence number the plan read.
+    pub watermark: u64,
+    /// Sorted by kind, then what they are about.
+    pub adjustments: Vec<AdjustmentEvent>,
+    pub counts: PlanCounts,
+}
+
+impl Plan {
+    pub fn is_clean(&self) -> bool {
+        self.adjustments.is_empty()
+    }
+}
+
+/// Interned strings: the consumption stream keys windows by small integers instead of owned strings.
+#[derive(Default)]
+struct Interner {
+    ids: HashMap<Box<str>, u32>,
+    names: Vec<Box<str>>,
+}
+
+impl Interner {
+    fn id(&mut self, name: &str) -> u32 {
+        if let Some(id) = self.ids.get(name) {
+            return *id;
+        }
+        let id = u32::try_from(self.names.len()).expect("fewer than 2^32 distinct names");
+        self.ids.insert(name.into(), id);
+        self.names.push(name.into());
+        id
+    }
+    fn name(&self, id: u32) -> &str {
+        &self.names[id as usize]
+    }
+}
+
+/// One window of a policy for a tenant (and subject), by interned names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct WindowKey {
+    tenant: u32,
+    metric: u32,
+    policy_id: u32,
+    subject: Option<u32>,
+    start: i64,
+    end: i64,
+}
+
+/// One closed period's consumption for a tenant and metric, by interned names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct LateKey {
+    tenant: u32,
+    metric: u32,
+    close: usize,
+}
+
+/// Consumption, as the window and late-usage rules see it.
+struct Consumption<'r> {
+    seq: u64,
+    tenant: &'r str,
+    subject: Option<&'r str>,
+    metric: &'r str,
+    occurred_at: Timestamp,
+    quantity: i64,
+    event_id: &'r str,
+    /// Counted now (a UsageEvent, or a COMMIT valid now).
+    counted_now: bool,
+    /// Counted at the close of its period, when that period is closed (entry up to the close's watermark and,
+    /// for a COMMIT, its valid close then).
+    counted_at_close: bool,
+}
+
+/// A COMMIT that is consumption now or was at its period's close.
+struct Commit {
+    seq: u64,
+    event: ReservationEvent,
+    counted_now: bool,
+    counted_at_close: bool,
+}
+
+/// Everything the run holds in memory: small tables, and one number per window.
+struct Run<'p> {
+    as_of: Timestamp,
+    policies: &'p PolicyIndex,
+    grants: HashMap<(String, String), Vec<GrantEvent>>,
+    closes: Vec<PeriodClose>,
+    recorded: HashMap<Concern, Recorded>,
+    names: Interner,
+    windows: HashMap<WindowKey, (i64, PolicyEvent)>,
+    late: HashMap<LateKey, (i64, i64, Vec<(Timestamp, u64, String)>)>,
+    truths: Vec<Truth>,
+    counts: PlanCounts,
+}
+
+/// Computes the plan of `reconcile --as-of as_of` over everything the ledger holds, in one read snapshot.
+pub fn plan(ledger: &Ledger, as_of: Timestamp, progress: &mut dyn FnMut(Progress)) -> Result<Plan, ReconcileError> {
+    let conn = ledger.connection();
+    let snapshot = conn.unchecked_transaction()?;
+    let watermark = ledger.status()?.watermark;
+    let policies = PolicyIndex::new(read::policies(conn)?);
+    let adjustments = read::adjustments(conn)?;
+    let mut run = Run {
+        as_of,
+        policies: &policies,
+        grants: read::grants(conn)?,
+        closes: ledger.period_closes()?,
+        recorded: read::recorded_by_concern(&adjustments),
+        names: Interner::default(),
+        windows: HashMap::new(),
+        late: HashMap::new(),
+        truths: Vec::new(),
+        counts: PlanCounts { adjustments_before: adjustments.len() as u64, ..PlanCounts::default() },
+    };
+    drop(adjustments);
+    let commits = run.judge_reservations(conn, progress)?;
+    run.judge_conflicts(conn)?;
+    run.sum_consumption(conn, &commits, progress)?;
+    let flagged = run.judge_windows();
+    run.judge_late_usage();
+    run.take_back_vanished();
+    run.name_crossers(conn, &commits, &flagged, progress)?;
+    snapshot.finish()?;
+    let run_id = format!("reconcile-{as_of}-w{watermark}");
+    Ok(run.into_plan(run_id, watermark))
+}
+
+impl<'p> Run<'p> {
+    fn judge_reservations(
+        &mut self,
+        conn: &rusqlite::Connection,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<Vec<Commit>, ReconcileError> {
+        let mut commits = Vec::new();
+        let mut events = 0;
+        self.counts.reservation_events = read::for_each_reservation(conn, |group| {
+            events += group.len() as u64;
+            if events / PROGRESS_EVERY_ROWS != (events - group.len() as u64) / PROGRESS_EVERY_ROWS {
+                progress(Progress::Reservations { events });
+            }
+            self.judge_reservation(group, &mut commits);
+            Ok(())
+        })?;
+        self.counts.valid_commits = commits.iter().filter(|c| c.counted_now).count() as u64;
+        Ok(commits)
+    }
+
+    fn judge_reservation(&mut self, group: &[SequencedReservation], commits: &mut Vec<Commit>) {
+        let events: Vec<(u64, &ReservationEvent)> = group.iter().map(|(seq, e)| (*seq, e)).collect();
+        let verdict = reservation::judge(&events, self.as_of);
+        self.collect_commits(group, &events, &verdict, commits);
+        if !self.is_judged(group) {
+            return;
+        }
+        self.counts.reservations_judged += 1;
+        for (seq, event) in group {
+            let refused = verdict.refused.iter().find(|(s, _)| s == seq);
+            if event.action == ReservationAction::RESERVE && verdict.reserve == Some(*seq) {
+                let amount = verdict.expired.unwrap_or(0);
+                let concern = Concern::Expiry { reserve_event_id: event.header.event_id.clone() };
+                self.truths.push(truth_of_event(concern, &event.header, amount, verdict.expired.is_some()));
+            } else {
+                let amount = if refused.is_some() { event.amount } else { 0 };
+                let concern = Concern::Refused { event_id: event.header.event_id.clone() };
+                self.truths.push(truth_of_event(concern, &event.header, amount, refused.is_some()));
+            }
+        }
+    }
+
+    /// A reservation is judged once its RESERVE's `expires_at` is before `as_of`; one with no RESERVE once all
+    /// of its events happened before `as_of` (SPEC 5 "What a run covers").
+    fn is_judged(&self, group: &[SequencedReservation]) -> bool {
+        match group.iter().find(|(_, e)| e.action == ReservationAction::RESERVE) {
+            Some((_, reserve)) => reserve.expires_at.is_some_and(|expiry| expiry < self.as_of),
+            None => group.iter().all(|(_, e)| e.header.occurred_at < self.as_of),
+        }
+    }
+
+    fn collect_commits(
+        &self,
+        group: &[SequencedReservation],
+        events: &[(u64, &ReservationEvent)],
+        verdict: &Verdict,
+        commits: &mut Vec<Commit>,
+    ) {
+        let valid_now = verdict.close.filter(|(_, action, _)| *action == ReservationAction::COMMIT).map(|c| c.0);
+        for (seq, event) in group.iter().filter(|(_, e)| e.action == ReservationAction::COMMIT) {
+            let counted_now = valid_now == Some(*seq);
+            let counted_at_close = self.close_of(event.header.occurred_at).is_some_and(|close| {
+                let seen: Vec<(u64, &ReservationEvent)> =
+                    events.iter().filter(|(s, _)| *s <= close.watermark).copied().collect();
+                let then = reservation::judge(&seen, self.as_of);
+                then.close.is_some_and(|(s, action, _)| s == *seq && action == ReservationAction::COMMIT)
+            });
+            if counted_now || counted_at_close {
+                commits.push(Commit { seq: *seq, event: event.clone(), counted_now, counted_at_close });
+            }
+        }
+    }
+
+    /// The close of the period containing `t`, when that period is closed.
+    fn close_of(&self, t: Timestamp) -> Option<&PeriodClose> {
+        if self.closes.is_empty() {
+            return None;
+        }
+        let period = Period::containing(t);
+        self.closes.iter().find(|c| c.period == period)
+    }
+
+    fn close_index(&self, t: Timestamp) -> Option<usize> {
+        if self.closes.is_empty() {
+            return None;
+        }
+        let period = Period::containing(t);
+        self.closes.iter().position(|c| c.period == period)
+    }
+
+    fn judge_conflicts(&mut self, conn: &rusqlite::Connection) -> Result<(), ReconcileError> {
+        let copies = read::conflicting_copies(conn)?;
+        self.counts.conflicting_copies = copies.len() as u64;
+        let mut ordinals: HashMap<String, u32> = HashMap::new();
+        for copy in copies {
+            let ordinal = ordinals.entry(copy.header.event_id.clone()).or_insert(0);
+            *ordinal += 1;
+            let concern = Concern::Conflict { event_id: copy.header.event_id.clone(), ordinal: *ordinal };
+            self.truths.push(truth_of_event(concern, &copy.header, copy.quantity, true));
+        }
+        Ok(())
+    }
+
+    fn sum_consumption(
+        &mut self,
+        conn: &rusqlite::Connection,
+        commits: &[Commit],
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<(), ReconcileError> {
+        let mut keys = Vec::new();
+        let mut events = 0;
+        self.counts.usage_events = read::for_each_usage(conn, |row| {
+            events += 1;
+            if events % PROGRESS_EVERY_ROWS == 0 {
+                progress(Progress::Usage { events });
+            }
+            let close = self.close_index(row.occurred_at);
+            let counted_at_close = close.is_some_and(|c| row.seq <= self.closes[c].watermark);
+            self.add(&consumption_of_usage(&row, counted_at_close), &mut keys);
+        })?;
+        for commit in commits {
+            self.add(&consumption_of_commit(commit), &mut keys);
+        }
+        Ok(())
+    }
+
+    /// Adds one consumption to the windows it falls in and to its closed period.
+    fn add(&mut self, c: &Consumption<'_>, keys: &mut Vec<(WindowKey, &'p PolicyEvent)>) {
+        if c.counted_now {
+            self.window_keys(c, keys);
+            for (key, policy) in keys.drain(..) {
+                let entry = self.windows.entry(key).or_insert_with(|| (0, policy.clone()));
+                entry.0 = entry.0.checked_add(c.quantity).expect("consumption fits in i64");
+            }
+        }
+        if let Some(close) = self.close_index(c.occurred_at).filter(|i| self.closes[*i].period.end() <= self.as_of) {
+            let key = LateKey { tenant: self.names.id(c.tenant), metric: self.names.id(c.metric), close };
+            let late = self.late.entry(key).or_default();
+            if c.counted_now {
+                late.0 += c.quantity;
+            }
+            if c.counted_at_close {
+                late.1 += c.quantity;
+            }
+            if c.counted_now != c.counted_at_close {
+                late.2.push((c.occurred_at, c.seq, c.event_id.to_string()));
+            }
+        }
+    }
+
+    /// The judged windows (ended by `as_of`, HARD or SHADOW) a consumption falls in, with the policy in force.
+    fn window_keys(&mut self, c: &Consumption<'_>, keys: &mut Vec<(WindowKey, &'p PolicyEvent)>) {
+        if c.occurred_at >= self.as_of {
+            return;
+        }
+        let policies: &'p PolicyIndex = self.policies;
+        for a in policies.applicable(c.tenant, c.metric, c.occurred_at) {
+            if a.window_end > self.as_of || overshoot::excess_kind(a.policy.enforcement).is_none() {
+                continue;
+            }
+            let subject = match a.policy.scope {
+                Scope::TENANT => None,
+                Scope::SUBJECT => Some(c.subject.map_or(u32::MAX, |s| self.names.id(s))),
+            };
+            let key = WindowKey {
+                tenant: self.names.id(c.tenant),
+                metric: self.names.id(c.metric),
+                policy_id: self.names.id(&a.policy.policy_id),
+                subject,
+                start: a.window_start.micros(),
+                end: a.window_end.micros(),
+            };
+            keys.push((key, a.policy));
+        }
+    }
+
+    fn subject_name(&self, subject: Option<u32>) -> Option<String> {
+        subject.filter(|s| *s != u32::MAX).map(|s| self.names.name(s).to_string())
+    }
+
+    fn window_concern(&self, key: &WindowKey, kind: AdjustmentKind) -> Concern {
+        Concern::Window {
+            kind,
+            policy_id: self.names.name(key.policy_id).to_string(),
+            tenant: self.names.name(key.tenant).to_string(),
+            subject: self.subject_name(key.subject),
+            metric: self.names.name(key.metric).to_string(),
+            window_start: Timestamp(key.start),
+            window_end: Timestamp(key.end),
+        }
+    }
+
+    /// Truths of every window with consumption; returns the windows whose adjustment needs the events that
+    /// crossed the limit.
+    fn judge_windows(&mut self) -> HashMap<WindowKey, i64> {
+        let mut flagged = HashMap::new();
+        let mut keys: Vec<&WindowKey> = self.windows.keys().collect();
+        keys.sort();
+        let mut truths = Vec::new();
+        for key in keys {
+            let (consumption, policy) = &self.windows[key];
+            let kind = overshoot::excess_kind(policy.enforcement).expect("only HARD and SHADOW windows are summed");
+            let tenant = self.names.name(key.tenant).to_string();
+            let metric = self.names.name(key.metric).to_string();
+            let subject = self.subject_name(key.subject);
+            let grants = self.grants.get(&(tenant.clone(), metric.clone())).map_or(&[][..], Vec::as_slice);
+            let limit = overshoot::effective_limit(
+                policy.limit,
+                policy.scope,
+                subject.as_deref(),
+                grants,
+                Timestamp(key.start),
+                Timestamp(key.end),
+            );
+            let excess = overshoot::excess(*consumption, limit);
+            let concern = self.window_concern(key, kind);
+            let recorded = self.recorded.get(&concern).copied().unwrap_or_default();
+            let truth = Truth {
+                concern,
+                amount: excess,
+                present: excess > 0,
+                tenant,
+                subject,
+                metric,
+                policy_id: Some(policy.policy_id.clone()),
+                refs: Vec::new(),
+            };
+            if excess > 0 && concern::delta(&truth, recorded).is_some() {
+                flagged.insert(*key, limit);
+            }
+            truths.push(truth);
+        }
+        self.counts.windows_judged = truths.len() as u64;
+        self.truths.extend(truths);
+        flagged
+    }
+
+    fn judge_late_usage(&mut self) {
+        let mut keys: Vec<LateKey> = self.late.keys().copied().collect();
+        keys.sort();
+        for key in keys {
+            let (now, at_close, mut late) = self.late.remove(&key).expect("a key of the map");
+            late.sort();
+            let period = self.closes[key.close].period;
+            let amount = now - at_close;
+            let (tenant, metric) = (self.names.name(key.tenant).to_string(), self.names.name(key.metric).to_string());
+            let concern = Concern::LateUsage {
+                tenant: tenant.clone(),
+                metric: metric.clone(),
+                period_start: period.start(),
+                period_end: period.end(),
+            };
+            let refs = late.into_iter().map(|(_, _, id)| id).collect();
+            let truth =
+                Truth { concern, amount, present: amount != 0, tenant, subject: None, metric, policy_id: None, refs };
+            self.truths.push(truth);
+        }
+    }
+
+    /// Windows and periods with recorded adjustments but no consumption left (a COMMIT invalidated by a late
+    /// close): their truth is 0, so their adjustments are taken back.
+    fn take_back_vanished(&mut self) {
+        let judged: HashSet<&Concern> = self.truths.iter().map(|t| &t.concern).collect();
+        let mut vanished: Vec<Truth> = Vec::new();
+        for concern in self.recorded.keys().filter(|c| !judged.contains(c)) {
+            let (tenant, subject, metric, policy_id, end) = match concern {
+                Concern::Window { tenant, subject, metric, policy_id, window_end, .. } => {
+                    (tenant, subject.clone(), metric, Some(policy_id.clone()), *window_end)
+                }
+                Concern::LateUsage { tenant, metric, period_end, .. } => (tenant, None, metric, None, *period_end),
+                _ => continue,
+            };
+            if end <= self.as_of {
+                vanished.push(Truth {
+                    concern: concern.clone(),
+                    amount: 0,
+                    present: false,
+                    tenant: tenant.clone(),
+                    subject,
+                    metric: metric.clone(),
+                    policy_id,
+                    refs: Vec::new(),
+                });
+            }
+        }
+        self.truths.extend(vanished);
+    }
+
+    /// Second pass, only over windows whose adjustment is written: the events that crossed each limit.
+    fn name_crossers(
+        &mut self,
+        conn: &rusqlite::Connection,
+        commits: &[Commit],
+        flagged: &HashMap<WindowKey, i64>,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<(), ReconcileError> {
+        if flagged.is_empty() {
+            return Ok(());
+        }
+        let mut consumed: HashMap<WindowKey, Vec<Consumed>> = HashMap::new();
+        let mut keys = Vec::new();
+        let mut collect = |run: &mut Run<'p>, c: &Consumption<'_>| {
+            if !c.counted_now {
+                return;
+            }
+            run.window_keys(c, &mut keys);
+            for (key, _) in keys.drain(..) {
+                if flagged.contains_key(&key) {
+                    consumed.entry(key).or_default().push(Consumed {
+                        occurred_at: c.occurred_at,
+                        seq: c.seq,
+                        quantity: c.quantity,
+                        event_id: c.event_id.to_string(),
+                    });
+                }
+            }
+        };
+        let mut events = 0;
+        read::for_each_usage(conn, |row| {
+            events += 1;
+            if events % PROGRESS_EVERY_ROWS == 0 {
+                progress(Progress::Refs { events });
+            }
+            collect(self, &consumption_of_usage(&row, false));
+        })?;
+        for commit in commits {
+            collect(self, &consumption_of_commit(commit));
+        }
+        let mut refs_by_concern: HashMap<Concern, Vec<String>> = HashMap::new();
+        for (key, mut items) in consumed {
+            let limit = flagged[&key];
+            let kind = overshoot::excess_kind(self.windows[&key].1.enforcement).expect("a judged window");
+            refs_by_concern.insert(self.window_concern(&key, kind), overshoot::crossers(&mut items, limit));
+        }
+        for truth in &mut self.truths {
+            if let Some(refs) = refs_by_concern.remove(&truth.concern) {
+                truth.refs = refs;
+            }
+        }
+        Ok(())
+    }
+
+    fn into_plan(mut self, run_id: String, watermark: u64) -> Plan {
+        self.truths.sort_by(|a, b| (a.concern.kind(), &a.concern).cmp(&(b.concern.kind(), &b.concern)));
+        let mut adjustments = Vec::new();
+        for truth in &self.truths {
+            let recorded = self.recorded.get(&truth.concern).copied().unwrap_or_default();
+            if let Some(delta) = concern::delta(truth, recorded) {
+                adjustments.push(adjustment(truth, recorded, delta, self.as_of, &run_id));
+            }
+        }
+        Plan { run_id, as_of: self.as_of, watermark, adjustments, counts: self.counts }
+    }
+}
+
+fn consumption_of_usage<'r>(row: &UsageRow<'r>, counted_at_close: bool) -> Consumption<'r> {
+    Consumption {
+        seq: row.seq,
+        tenant: row.tenant,
+        subject: row.subject,
+        metric: row.metric,
+        occurred_at: row.occurred_at,
+        quantity: row.quantity,
+        event_id: row.event_id,
+        counted_now: true,
+        counted_at_close,
+    }
+}
+
+fn consumption_of_commit(commit: &Commit) -> Consumption<'_> {
+    let header = &commit.event.header;
+    Consumption {
+        seq: commit.seq,
+        tenant: &header.tenant,
+        subject: header.subject.as_deref(),
+        metric: &header.metric,
+        occurred_at: header.occurred_at,
+        quantity: commit.event.amount,
+        event_id: &header.event_id,
+        counted_now: commit.counted_now,
+        counted_at_close: commit.counted_at_close,
+    }
+}
+
+/// The truth about one event's concern (expiry, refused transition, conflicting copy): refs name the event.
+fn truth_of_event(concern: Concern, header: &Header, amount: i64, present: bool) -> Truth {
+    Truth {
+        concern,
+        amount,
+        present,
+        tenant: header.tenant.clone(),
+        subject: header.subject.clone(),
+        metric: header.metric.clone(),
+        policy_id: None,
+        refs: vec![header.event_id.clone()],
+    }
+}
+
+/// The AdjustmentEvent that writes `delta` for a concern.
+fn adjustment(truth: &Truth, recorded: Recorded, delta: i64, as_of: Timestamp, run_id: &str) -> AdjustmentEvent {
+    let adjustment_id = concern::adjustment_id(&truth.concern, recorded, delta);
+    let window = truth.concern.window();
+    AdjustmentEvent {
+        header: Header {
+            event_id: adjustment_id.clone(),
+            occurred_at: as_of,
+            tenant: truth.tenant.clone(),
+            subject: truth.subject.clone(),
+            metric: truth.metric.clone(),
+            source: ADJUSTMENT_SOURCE.to_string(),
+        },
+        adjustment_id,
+        kind: truth.concern.kind(),
+        policy_id: truth.policy_id.clone(),
+        window_start: window.map(|w| w.0),
+        window_end: window.map(|w| w.1),
+        amount: delta,
+        refs: truth.refs.clone(),
+        run_id: run_id.to_string(),
+    }
+}

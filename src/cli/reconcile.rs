@@ -1,0 +1,253 @@
+//! `reconcile --as-of T`: the nightly job (SPEC 5, SPEC 7). Plans every adjustment, records them in one
+//! transaction, publishes them to `quota.adjustments` through the outbox when `--brokers` is given, and prints
+//! a report. Exit 0 when the run wrote nothing (clean), 1 when it wrote adjustments (discrepancies found), 2 on
+//! error.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use ingest::lock::IngestLock;
+use ingest::outbox::{OutboxTopics, PublishReport};
+use ledger::Ledger;
+use reconcile::{Plan, Progress};
+use schemas::{AdjustmentEvent, AdjustmentKind, Event, EventType, Timestamp};
+use serde::Serialize;
+
+use super::kafka_args::parse_setting;
+
+/// How long a run keeps retrying the outbox when a broker does not acknowledge; what is left stays pending.
+pub const PUBLISH_TIMEOUT_MS: u64 = 30_000;
+/// Rows of the "largest overshoots" table.
+const LARGEST_SHOWN: usize = 10;
+/// Rows of the per-tenant table.
+const TENANTS_SHOWN: usize = 20;
+
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    /// Judge windows that ended and reservations that expired by this instant (RFC 3339, UTC).
+    #[arg(long, value_parser = parse_as_of)]
+    as_of: Timestamp,
+    /// Print the run as JSON (SPEC 7).
+    #[arg(long)]
+    json: bool,
+    /// Compute and print the plan, record nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Kafka bootstrap servers to publish the adjustments to; without them they wait in the outbox.
+    #[arg(long, env = "QUOTA_LEDGER_BROKERS")]
+    brokers: Option<String>,
+    /// A librdkafka setting for the outbox producer, repeatable.
+    #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = parse_setting)]
+    settings: Vec<(String, String)>,
+    /// Topic of the adjustments.
+    #[arg(long, default_value = "quota.adjustments")]
+    adjustments_topic: String,
+    /// How long to keep retrying unacknowledged adjustments before leaving them pending.
+    #[arg(long, default_value_t = PUBLISH_TIMEOUT_MS)]
+    publish_timeout_ms: u64,
+}
+
+fn parse_as_of(text: &str) -> Result<Timestamp, String> {
+    let t = Timestamp::parse_rfc3339(text)
+        .map_err(|e| format!("{text:?} is not an RFC 3339 instant such as 2026-12-01T00:00:00Z: {e}"))?;
+    if t < schemas::validate::TIMESTAMP_MIN || t >= schemas::validate::TIMESTAMP_MAX {
+        return Err(format!("{text} is outside the accepted range [2000, 2100)"));
+    }
+    Ok(t)
+}
+
+/// `--json` (SPEC 7): `run_id`, `as_of`, `adjustments_written`, `adjustments_by_kind`, `adjustments`.
+#[derive(Debug, Serialize)]
+struct RunJson {
+    run_id: String,
+    as_of: Timestamp,
+    watermark: u64,
+    dry_run: bool,
+    adjustments_written: u64,
+    adjustments_by_kind: BTreeMap<String, u64>,
+    adjustments: Vec<serde_json::Value>,
+    read: reconcile::PlanCounts,
+    outbox: Option<PublishReport>,
+}
+
+pub fn run(ledger_path: &Path, args: ReconcileArgs) -> anyhow::Result<ExitCode> {
+    if !ledger_path.exists() {
+        Ledger::open_read_only(ledger_path)?;
+    }
+    let _lock = IngestLock::acquire_for(ledger_path, "reconcile")?;
+    let mut ledger = Ledger::open(ledger_path)?;
+    let spinner = super::spinner();
+    spinner.enable_steady_tick(Duration::from_millis(200));
+    spinner.set_message("reading policies, grants and adjustments");
+    let plan = reconcile::plan(&ledger, args.as_of, &mut |p| {
+        spinner.set_message(match p {
+            Progress::Reservations { events } => format!("judging reservations: {events} events"),
+            Progress::Usage { events } => format!("summing consumption per window: {events} usage events"),
+            Progress::Refs { events } => format!("naming the events that crossed limits: {events} usage events"),
+        })
+    })
+    .context("reconcile failed, nothing recorded")?;
+    if !args.dry_run && !plan.is_clean() {
+        spinner.set_message(format!("recording {} adjustments", plan.adjustments.len()));
+        reconcile::apply(&mut ledger, &plan).context("reconcile failed, nothing recorded")?;
+    }
+    let outbox = match (&args.brokers, args.dry_run) {
+        (Some(brokers), false) => {
+            spinner.set_message("publishing adjustments to Kafka");
+            let mut topics = OutboxTopics::defaults();
+            topics.set(EventType::AdjustmentEvent, &args.adjustments_topic);
+            let timeout = Duration::from_millis(args.publish_timeout_ms);
+            Some(ingest::outbox::publish(&mut ledger, brokers, &args.settings, &topics, timeout)?)
+        }
+        _ => None,
+    };
+    spinner.finish_and_clear();
+    let pending = ledger.outbox_status()?.pending;
+    if args.json {
+        super::print_json(&run_json(&plan, args.dry_run, outbox))?;
+    } else {
+        print_report(&plan, args.dry_run, outbox.as_ref(), pending)?;
+    }
+    Ok(if plan.is_clean() { ExitCode::SUCCESS } else { ExitCode::from(super::EXIT_DISCREPANCIES) })
+}
+
+fn by_kind(adjustments: &[AdjustmentEvent]) -> BTreeMap<String, u64> {
+    let mut counts = BTreeMap::new();
+    for a in adjustments {
+        *counts.entry(a.kind.to_string()).or_insert(0) += 1;
+    }
+    counts
+}
+
+fn run_json(plan: &Plan, dry_run: bool, outbox: Option<PublishReport>) -> RunJson {
+    RunJson {
+        run_id: plan.run_id.clone(),
+        as_of: plan.as_of,
+        watermark: plan.watermark,
+        dry_run,
+        adjustments_written: if dry_run { 0 } else { plan.adjustments.len() as u64 },
+        adjustments_by_kind: by_kind(&plan.adjustments),
+        adjustments: plan.adjustments.iter().map(|a| Event::Adjustment(a.clone()).to_json()).collect(),
+        read: plan.counts.clone(),
+        outbox,
+    }
+}
+
+fn print_report(plan: &Plan, dry_run: bool, outbox: Option<&PublishReport>, pending: u64) -> anyhow::Result<()> {
+    let c = &plan.counts;
+    println!("reconcile as of {} (run {}, ledger watermark {})", plan.as_of, plan.run_id, plan.watermark);
+    println!(
+        "read {} usage events, {} reservation events ({} reservations judged, {} valid commits), {} conflicting \
+         copies; judged {} windows; {} adjustments recorded before",
+        c.usage_events,
+        c.reservation_events,
+        c.reservations_judged,
+        c.valid_commits,
+        c.conflicting_copies,
+        c.windows_judged,
+        c.adjustments_before
+    );
+    if plan.is_clean() {
+        println!("clean: nothing to adjust");
+    } else {
+        let verb = if dry_run { "would write (dry run, nothing recorded)" } else { "wrote" };
+        println!("{verb} {} adjustments", plan.adjustments.len());
+        print_by_kind(&plan.adjustments)?;
+        print_by_tenant(&plan.adjustments)?;
+        print_largest(&plan.adjustments)?;
+    }
+    match outbox {
+        Some(report) if report.pending > 0 => println!(
+            "outbox: {} published, {} still pending (broker: {}); the next run or `reconcile --brokers` sends them",
+            report.published,
+            report.pending,
+            report.last_error.as_deref().unwrap_or("no acknowledgement")
+        ),
+        Some(report) => println!("outbox: {} published to Kafka, none pending", report.published),
+        None if pending > 0 => println!("outbox: {pending} entries wait for a run with --brokers"),
+        None => {}
+    }
+    Ok(())
+}
+
+fn print_by_kind(adjustments: &[AdjustmentEvent]) -> anyhow::Result<()> {
+    let mut rows: BTreeMap<AdjustmentKind, (u64, i64)> = BTreeMap::new();
+    for a in adjustments {
+        let row = rows.entry(a.kind).or_default();
+        row.0 += 1;
+        row.1 += a.amount;
+    }
+    let rows: Vec<Vec<String>> =
+        rows.iter().map(|(kind, (n, amount))| vec![kind.to_string(), n.to_string(), amount.to_string()]).collect();
+    println!();
+    super::print_table(&["kind", "adjustments", "amount"], &rows)
+}
+
+/// One row per tenant, most adjustments first: how many of each kind.
+fn print_by_tenant(adjustments: &[AdjustmentEvent]) -> anyhow::Result<()> {
+    let kinds: Vec<AdjustmentKind> =
+        by_kind(adjustments).keys().filter_map(|k| AdjustmentKind::from_symbol(k)).collect();
+    let mut tenants: BTreeMap<&str, BTreeMap<AdjustmentKind, u64>> = BTreeMap::new();
+    for a in adjustments {
+        *tenants.entry(a.header.tenant.as_str()).or_default().entry(a.kind).or_default() += 1;
+    }
+    let mut rows: Vec<(u64, &str, Vec<String>)> = tenants
+        .iter()
+        .map(|(tenant, counts)| {
+            let total: u64 = counts.values().sum();
+            let mut row = vec![tenant.to_string(), total.to_string()];
+            row.extend(kinds.iter().map(|k| counts.get(k).copied().unwrap_or(0).to_string()));
+            (total, *tenant, row)
+        })
+        .collect();
+    rows.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+    let hidden = rows.len().saturating_sub(TENANTS_SHOWN);
+    let rows: Vec<Vec<String>> = rows.into_iter().take(TENANTS_SHOWN).map(|(_, _, row)| row).collect();
+    let kind_names: Vec<String> = kinds.iter().map(|k| k.to_string()).collect();
+    let mut header = vec!["tenant", "adjustments"];
+    header.extend(kind_names.iter().map(String::as_str));
+    println!();
+    super::print_table(&header, &rows)?;
+    if hidden > 0 {
+        println!("... and {hidden} more tenants (--json lists every adjustment)");
+    }
+    Ok(())
+}
+
+fn print_largest(adjustments: &[AdjustmentEvent]) -> anyhow::Result<()> {
+    let mut over: Vec<&AdjustmentEvent> = adjustments
+        .iter()
+        .filter(|a| matches!(a.kind, AdjustmentKind::OVERSHOOT | AdjustmentKind::SHADOW_OVER_LIMIT))
+        .collect();
+    if over.is_empty() {
+        return Ok(());
+    }
+    over.sort_by(|a, b| b.amount.cmp(&a.amount).then_with(|| a.adjustment_id.cmp(&b.adjustment_id)));
+    let rows: Vec<Vec<String>> = over
+        .iter()
+        .take(LARGEST_SHOWN)
+        .map(|a| {
+            let window = match (a.window_start, a.window_end) {
+                (Some(s), Some(e)) => format!("{s} .. {e}"),
+                _ => String::new(),
+            };
+            let first = a.refs.first().map(String::as_str).unwrap_or("");
+            vec![
+                a.header.tenant.clone(),
+                a.header.subject.clone().unwrap_or_default(),
+                a.header.metric.clone(),
+                a.policy_id.clone().unwrap_or_default(),
+                window,
+                a.kind.to_string(),
+                a.amount.to_string(),
+                format!("{} (first: {first})", a.refs.len()),
+            ]
+        })
+        .collect();
+    println!("\nlargest overshoots");
+    super::print_table(&["tenant", "subject", "metric", "policy", "window", "kind", "amount", "events named"], &rows)
+}
