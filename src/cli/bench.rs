@@ -33,6 +33,23 @@ pub enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Generate a month of traffic into a ledger (kept for reuse), then time `reconcile` on it as a child
+    /// process: seconds and peak memory of the first run and of a clean rerun.
+    Reconcile {
+        /// Generated messages (duplicates and conflicting copies included, malformed ones left out).
+        #[arg(long, default_value_t = 10_000_000)]
+        events: u64,
+        /// Tenants of the generated month.
+        #[arg(long, default_value_t = 1_000)]
+        tenants: u32,
+        /// Where the ledger is built and kept (`bench-reconcile-<events>-<tenants>.db`); a temporary directory
+        /// when absent.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Print the figures as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, serde::Serialize)]
@@ -48,7 +65,15 @@ struct AppendFigures {
 }
 
 pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
-    let BenchCommand::Append { events, batch_events, dir, json } = command;
+    match command {
+        BenchCommand::Append { events, batch_events, dir, json } => bench_append(events, batch_events, dir, json),
+        BenchCommand::Reconcile { events, tenants, dir, json } => {
+            super::bench_reconcile::run(events, tenants, dir, json)
+        }
+    }
+}
+
+fn bench_append(events: u64, batch_events: usize, dir: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(batch_events > 0, "--batch-events must be at least 1");
     let temporary = tempfile::tempdir().context("cannot create a temporary directory")?;
     let dir = dir.unwrap_or_else(|| temporary.path().to_path_buf());

@@ -1,0 +1,180 @@
+//! `reconcile --as-of` run as a user runs it: the real binary on a real ledger file, its exit codes, its JSON,
+//! reruns that write nothing, a late event that adds exactly one delta, and the outbox reaching Kafka.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use schemas::*;
+use serde_json::Value;
+use support::brokers::Broker;
+use support::*;
+
+const AS_OF: &str = "2026-11-03T00:00:00Z";
+
+fn hard_daily_policy(limit: i64) -> Event {
+    Event::Policy(PolicyEvent {
+        header: header("policy-daily-v1", "2026-10-01T00:00:00Z", "org-1", "requests"),
+        policy_id: "daily".into(),
+        version: 1,
+        scope: Scope::TENANT,
+        limit,
+        window: Window::DAY,
+        enforcement: Enforcement::HARD,
+        effective_from: at("2026-10-01T00:00:00Z"),
+    })
+}
+
+fn abandoned_reservation() -> Event {
+    Event::Reservation(ReservationEvent {
+        header: header("rsv-1-reserve", "2026-11-02T09:00:00Z", "org-1", "requests"),
+        reservation_id: "rsv-1".into(),
+        action: ReservationAction::RESERVE,
+        amount: 7,
+        expires_at: Some(at("2026-11-02T09:05:00Z")),
+    })
+}
+
+/// A ledger holding a HARD daily limit of 100 for org-1, 60 + 50 requests on Nov 2, and an abandoned reservation.
+fn ledger_with_overshoot() -> TestLedger {
+    let test = TestLedger::new();
+    let files = [
+        ("policies.avro", vec![hard_daily_policy(100)]),
+        (
+            "usage.avro",
+            vec![usage("u-1", "2026-11-02T10:00:00Z", "org-1", 60), usage("u-2", "2026-11-02T11:00:00Z", "org-1", 50)],
+        ),
+        ("reservations.avro", vec![abandoned_reservation()]),
+    ];
+    for (name, events) in files {
+        write_container(&test.file(name), &events);
+        test.ingest(&test.file(name));
+    }
+    test
+}
+
+fn reconcile_json(test: &TestLedger, extra: &[&str], code: i32) -> Value {
+    let mut args = vec!["reconcile", "--as-of", AS_OF, "--json"];
+    args.extend_from_slice(extra);
+    test.run(&args).expect_code(code).json()
+}
+
+fn adjustments(run: &Value) -> &Vec<Value> {
+    run["adjustments"].as_array().unwrap_or_else(|| panic!("no adjustments list in {run}"))
+}
+
+// SPEC 7: the first run finds the overshoot and the expiry (exit 1), names the event that crossed the limit, and three reruns write nothing (exit 0).
+#[test]
+fn a_run_records_deltas_and_reruns_write_nothing() {
+    let test = ledger_with_overshoot();
+    let first = reconcile_json(&test, &[], 1);
+    assert_eq!(count(&first, "adjustments_written"), 2, "{first}");
+    assert_eq!(first["adjustments_by_kind"], serde_json::json!({"OVERSHOOT": 1, "RESERVATION_EXPIRED": 1}));
+    assert_eq!(first["as_of"], AS_OF);
+    let overshoot = adjustments(&first).iter().find(|a| a["kind"] == "OVERSHOOT").expect("an overshoot");
+    assert_eq!(overshoot["amount"], 10);
+    assert_eq!(overshoot["refs"], serde_json::json!(["u-2"]), "u-2 took the day from 60 to 110 over 100");
+    assert_eq!(overshoot["policy_id"], "daily");
+    assert_eq!(
+        (overshoot["window_start"].as_str(), overshoot["window_end"].as_str()),
+        (Some("2026-11-02T00:00:00Z"), Some("2026-11-03T00:00:00Z"))
+    );
+    let expiry = adjustments(&first).iter().find(|a| a["kind"] == "RESERVATION_EXPIRED").expect("an expiry");
+    assert_eq!((expiry["amount"].as_i64(), &expiry["refs"]), (Some(7), &serde_json::json!(["rsv-1-reserve"])));
+    for _ in 0..3 {
+        let rerun = reconcile_json(&test, &[], 0);
+        assert_eq!(count(&rerun, "adjustments_written"), 0, "{rerun}");
+        assert!(adjustments(&rerun).is_empty());
+    }
+    test.assert_verifies();
+}
+
+// SPEC 5 "Adjustments are deltas": one late event in a judged window adds exactly one delta, its amount the change.
+#[test]
+fn a_late_event_adds_exactly_one_delta() {
+    let test = ledger_with_overshoot();
+    reconcile_json(&test, &[], 1);
+    write_container(&test.file("late.avro"), &[usage("u-late", "2026-11-02T09:30:00Z", "org-1", 5)]);
+    test.ingest(&test.file("late.avro"));
+    let run = reconcile_json(&test, &[], 1);
+    let written = adjustments(&run);
+    assert_eq!(written.len(), 1, "{run}");
+    assert_eq!((written[0]["kind"].as_str(), written[0]["amount"].as_i64()), (Some("OVERSHOOT"), Some(5)));
+    assert_eq!(written[0]["refs"], serde_json::json!(["u-2"]), "in event time u-late came first: u-2 still crossed");
+    assert_eq!(count(&reconcile_json(&test, &[], 0), "adjustments_written"), 0);
+}
+
+// A person's report: per kind, per tenant, largest overshoots first; --dry-run records nothing; a bad --as-of is exit 2.
+#[test]
+fn the_report_reads_for_people_and_dry_runs_record_nothing() {
+    let test = ledger_with_overshoot();
+    let dry = test.run(&["reconcile", "--as-of", AS_OF, "--dry-run"]).expect_code(1).stdout_text();
+    assert!(dry.contains("would write (dry run, nothing recorded) 2 adjustments"), "{dry}");
+    let report = test.run(&["reconcile", "--as-of", AS_OF]).expect_code(1).stdout_text();
+    for expected in ["OVERSHOOT", "RESERVATION_EXPIRED", "largest overshoots", "org-1", "1 (first: u-2)"] {
+        assert!(report.contains(expected), "{expected:?} missing from:\n{report}");
+    }
+    assert!(report.contains("entries wait for a run with --brokers"), "{report}");
+    let clean = test.run(&["reconcile", "--as-of", AS_OF]).success().stdout_text();
+    assert!(clean.contains("clean: nothing to adjust"), "{clean}");
+    let bad = test.run(&["reconcile", "--as-of", "yesterday"]).expect_code(2);
+    assert!(bad.stderr.contains("not an RFC 3339 instant"), "{}", bad.stderr);
+}
+
+/// Event ids of every message on `topic`, read from the beginning until `expected` arrived (or 30 s passed).
+fn event_ids_on_topic(bootstrap: &str, topic: &str, expected: usize) -> Vec<String> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "cli-reconcile-test")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("a consumer");
+    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).expect("topic metadata");
+    let mut assignment = TopicPartitionList::new();
+    for partition in metadata.topics()[0].partitions() {
+        assignment.add_partition_offset(topic, partition.id(), Offset::Beginning).expect("an offset");
+    }
+    consumer.assign(&assignment).expect("assigned");
+    let mut ids = Vec::new();
+    let started = Instant::now();
+    while ids.len() < expected && started.elapsed() < Duration::from_secs(30) {
+        if let Some(message) = consumer.poll(Duration::from_millis(200)) {
+            let message = message.expect("a message");
+            let decoded = Catalog::builtin()
+                .decode_single_object(message.payload().expect("a payload"), Some(EventType::AdjustmentEvent))
+                .expect("an AdjustmentEvent");
+            ids.push(decoded.event.event_id().to_string());
+        }
+    }
+    // Anything beyond `expected` would be a message published twice.
+    while let Some(message) = consumer.poll(Duration::from_millis(500)) {
+        let message = message.expect("a message");
+        let decoded = Catalog::builtin().decode_single_object(message.payload().expect("a payload"), None).unwrap();
+        ids.push(decoded.event.event_id().to_string());
+    }
+    ids
+}
+
+// The outbox: with no broker reachable the adjustments are recorded and wait; a later run with the broker publishes each exactly once.
+#[test]
+fn adjustments_reach_kafka_through_the_outbox_after_an_outage() {
+    let test = ledger_with_overshoot();
+    let unreachable = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let outage = reconcile_json(&test, &["--brokers", &unreachable, "--publish-timeout-ms", "1500"], 1);
+    assert_eq!(outage["outbox"]["published"], 0, "{outage}");
+    assert_eq!(outage["outbox"]["pending"], 2, "{outage}");
+    let written: BTreeSet<String> =
+        adjustments(&outage).iter().map(|a| a["adjustment_id"].as_str().unwrap().to_string()).collect();
+    let broker = Broker::mock();
+    let later = reconcile_json(&test, &["--brokers", &broker.bootstrap], 0);
+    assert_eq!((later["outbox"]["published"].as_u64(), later["outbox"]["pending"].as_u64()), (Some(2), Some(0)));
+    let on_topic = event_ids_on_topic(&broker.bootstrap, "quota.adjustments", written.len());
+    assert_eq!(on_topic.len(), written.len(), "each adjustment once: {on_topic:?}");
+    assert_eq!(on_topic.into_iter().collect::<BTreeSet<_>>(), written);
+    let again = reconcile_json(&test, &["--brokers", &broker.bootstrap], 0);
+    assert_eq!(again["outbox"]["published"], 0, "nothing is published twice: {again}");
+}
