@@ -55,6 +55,7 @@ impl Ledger {
             quarantine(&tx, rejected, recorded_at)?;
         }
         record_replays(&tx, &batch.replayed_from, &outcomes, recorded_at)?;
+        crate::usage_totals::add(&tx, &batch.events, &outcomes)?;
         if batch.outbox {
             crate::outbox::enqueue(&tx, &outcomes)?;
         }
@@ -71,6 +72,9 @@ impl Ledger {
         let found = read_written(&tx, before.watermark, ids_before)?;
         assert_eq!(found, expected, "the ledger holds exactly what this batch wrote");
         assert_eq!(read_tip(&tx)?.seq, after.watermark, "the chain ends at the new watermark");
+        if let Some(hook) = self.append_hook.as_mut() {
+            hook.after_append(&tx, after.watermark)?;
+        }
         tx.commit()?;
         Ok(report)
     }

@@ -60,6 +60,8 @@ impl From<rusqlite::Error> for ReplayError {
 pub enum CloseError {
     #[error("period {period} is not over yet (it ends at {ends}): a period closes only after its last instant")]
     NotOver { period: crate::Period, ends: schemas::Timestamp },
+    #[error("computing the export of period {period} failed, period not closed")]
+    Export { period: crate::Period, source: Box<dyn std::error::Error + Send + Sync> },
     #[error("ledger write failed, period not closed")]
     Sqlite(#[from] rusqlite::Error),
 }

@@ -33,11 +33,14 @@ pub mod chain;
 pub mod dedup;
 pub mod details;
 pub mod error;
+pub mod hook;
 pub mod migrate;
 mod outbox;
+mod period_exports;
 mod periods;
 mod replay;
 mod status;
+mod usage_totals;
 mod verify;
 
 use std::path::{Path, PathBuf};
@@ -49,7 +52,8 @@ use schemas::{Catalog, EventType};
 pub use batch::*;
 pub use error::*;
 pub use outbox::{OutboxEntry, OutboxStatus};
-pub use periods::{Period, PeriodClose};
+pub use period_exports::{CloseSnapshot, PeriodExport, PeriodExportRow};
+pub use periods::{Period, PeriodClose, PeriodParseError};
 pub use replay::{ReplayReport, StillQuarantined};
 pub use status::{QuarantinedMessage, Status};
 pub use verify::{BadEntry, VerifyReport};
@@ -74,6 +78,8 @@ pub struct Ledger {
     catalog: &'static Catalog,
     /// `INSERT` into each type's detail table, indexed like `EventType::ALL`.
     detail_insert_sql: Vec<String>,
+    /// Run inside every append's transaction (see [`hook::AppendHook`]).
+    append_hook: Option<Box<dyn hook::AppendHook>>,
 }
 
 impl Ledger {
@@ -113,7 +119,7 @@ impl Ledger {
 
     fn from_connection(conn: Connection, path: PathBuf) -> Ledger {
         let detail_insert_sql = EventType::ALL.iter().map(|t| details::insert_sql(*t)).collect();
-        Ledger { conn, path, catalog: Catalog::builtin(), detail_insert_sql }
+        Ledger { conn, path, catalog: Catalog::builtin(), detail_insert_sql, append_hook: None }
     }
 
     pub fn path(&self) -> &Path {
@@ -122,6 +128,11 @@ impl Ledger {
 
     pub fn catalog(&self) -> &'static Catalog {
         self.catalog
+    }
+
+    /// Installs a hook run inside every later append's transaction.
+    pub fn set_append_hook(&mut self, hook: Box<dyn hook::AppendHook>) {
+        self.append_hook = Some(hook);
     }
 
     /// The connection, for read-only queries by reports. Writes are refused by the triggers anyway.

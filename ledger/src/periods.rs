@@ -136,7 +136,7 @@ impl Ledger {
     }
 }
 
-fn read_close(conn: &rusqlite::Connection, period: Period) -> rusqlite::Result<Option<PeriodClose>> {
+pub(crate) fn read_close(conn: &rusqlite::Connection, period: Period) -> rusqlite::Result<Option<PeriodClose>> {
     conn.query_row(
         "SELECT period, watermark, closed_at FROM period_closes WHERE period = ?",
         [period.to_string()],

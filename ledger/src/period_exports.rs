@@ -1,0 +1,203 @@
+//! Final billing exports (SPEC 5 "Closing a period"): closing a period stores the rows of its export in the
+//! same transaction, so that re-exporting it reproduces them exactly whatever arrives later.
+
+use rusqlite::{Connection, TransactionBehavior, params};
+use schemas::Timestamp;
+use serde::Serialize;
+
+use crate::error::{CloseError, ReadError};
+use crate::periods::read_close;
+use crate::status::read_totals;
+use crate::{Ledger, Period, PeriodClose, now_micros};
+
+/// One row of a billing export (SPEC 7 columns, less `period` and `watermark`, which the export has once).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PeriodExportRow {
+    pub tenant: String,
+    pub metric: String,
+    pub consumption: i64,
+    pub policy_id: Option<String>,
+    pub policy_version: Option<i32>,
+    pub limit: Option<i64>,
+    pub grants: Option<i64>,
+    pub effective_limit: Option<i64>,
+    pub overage: Option<i64>,
+    pub overshoot: Option<i64>,
+    pub late_adjustments: i64,
+}
+
+/// What an export is computed at: the watermark, and the watermark of the last close before it (late
+/// adjustments recorded after that one and up to the watermark are carried into this export).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CloseSnapshot {
+    pub watermark: u64,
+    pub carried_after: u64,
+}
+
+/// A closed period's export.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeriodExport {
+    pub close: PeriodClose,
+    pub rows: Vec<PeriodExportRow>,
+}
+
+/// The export rows computed for a close, or why they could not be.
+pub type ComputeResult = Result<Vec<PeriodExportRow>, Box<dyn std::error::Error + Send + Sync>>;
+
+impl Ledger {
+    /// Closes `period` and stores its export, computed by `compute` at the close's watermark, in one
+    /// transaction: appends wait meanwhile, so the export sees exactly the entries the close covers. A period
+    /// already closed answers its stored export (`rows` empty if it was closed without one) and computes nothing.
+    pub fn close_period_with_export(
+        &mut self,
+        period: Period,
+        compute: impl FnOnce(&Connection, CloseSnapshot) -> ComputeResult,
+    ) -> Result<PeriodExport, CloseError> {
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        if let Some(close) = read_close(&tx, period)? {
+            let rows = read_rows(&tx, period)?;
+            return Ok(PeriodExport { close, rows });
+        }
+        let now = Timestamp(now_micros());
+        if now < period.end() {
+            return Err(CloseError::NotOver { period, ends: period.end() });
+        }
+        let snapshot = CloseSnapshot { watermark: read_totals(&tx)?.watermark, carried_after: last_close_watermark(&tx)? };
+        let rows = compute(&tx, snapshot).map_err(|source| CloseError::Export { period, source })?;
+        tx.execute(
+            "INSERT INTO period_closes (period, period_start, period_end, watermark, closed_at) VALUES (?, ?, ?, ?, ?)",
+            params![period.to_string(), period.start().micros(), period.end().micros(), snapshot.watermark as i64, now.micros()],
+        )?;
+        for (index, row) in rows.iter().enumerate() {
+            insert_row(&tx, period, index, row)?;
+        }
+        // After the write: the stored export reads back exactly as computed.
+        let stored = read_rows(&tx, period)?;
+        assert_eq!(stored, rows, "the stored export is the computed one");
+        let close = read_close(&tx, period)?.expect("the close just inserted");
+        tx.commit()?;
+        Ok(PeriodExport { close, rows })
+    }
+
+    /// The stored export of a closed period; `None` when the period is open. A period closed without an export
+    /// (`close_period`) answers `Some` with no rows.
+    pub fn period_export(&self, period: Period) -> Result<Option<PeriodExport>, ReadError> {
+        let tx = self.conn.unchecked_transaction()?;
+        let Some(close) = read_close(&tx, period)? else { return Ok(None) };
+        let rows = read_rows(&tx, period)?;
+        tx.finish()?;
+        Ok(Some(PeriodExport { close, rows }))
+    }
+
+    /// The snapshot an export of an open period is computed at now: the current watermark, and the last close's.
+    pub fn open_snapshot(conn: &Connection) -> Result<CloseSnapshot, ReadError> {
+        Ok(CloseSnapshot { watermark: read_totals(conn)?.watermark, carried_after: last_close_watermark(conn)? })
+    }
+}
+
+/// The watermark of the latest close, 0 when none: late adjustments recorded after it are not carried yet.
+fn last_close_watermark(conn: &Connection) -> rusqlite::Result<u64> {
+    conn.query_row("SELECT COALESCE(MAX(watermark), 0) FROM period_closes", [], |r| r.get::<_, i64>(0).map(|w| w as u64))
+}
+
+fn insert_row(conn: &Connection, period: Period, index: usize, row: &PeriodExportRow) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO period_exports (period, row_index, tenant, metric, consumption, policy_id, policy_version,
+             \"limit\", grants, effective_limit, overage, overshoot, late_adjustments)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )?
+    .execute(params![
+        period.to_string(),
+        index as i64,
+        row.tenant,
+        row.metric,
+        row.consumption,
+        row.policy_id,
+        row.policy_version,
+        row.limit,
+        row.grants,
+        row.effective_limit,
+        row.overage,
+        row.overshoot,
+        row.late_adjustments
+    ])?;
+    Ok(())
+}
+
+fn read_rows(conn: &Connection, period: Period) -> rusqlite::Result<Vec<PeriodExportRow>> {
+    let mut statement = conn.prepare_cached(
+        "SELECT tenant, metric, consumption, policy_id, policy_version, \"limit\", grants, effective_limit, overage,
+                overshoot, late_adjustments
+         FROM period_exports WHERE period = ? ORDER BY row_index",
+    )?;
+    let rows = statement.query_map([period.to_string()], |r| {
+        Ok(PeriodExportRow {
+            tenant: r.get(0)?,
+            metric: r.get(1)?,
+            consumption: r.get(2)?,
+            policy_id: r.get(3)?,
+            policy_version: r.get(4)?,
+            limit: r.get(5)?,
+            grants: r.get(6)?,
+            effective_limit: r.get(7)?,
+            overage: r.get(8)?,
+            overshoot: r.get(9)?,
+            late_adjustments: r.get(10)?,
+        })
+    })?;
+    rows.collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(tenant: &str, consumption: i64) -> PeriodExportRow {
+        PeriodExportRow {
+            tenant: tenant.into(),
+            metric: "requests".into(),
+            consumption,
+            policy_id: None,
+            policy_version: None,
+            limit: None,
+            grants: None,
+            effective_limit: None,
+            overage: None,
+            overshoot: None,
+            late_adjustments: 0,
+        }
+    }
+
+    // Proves a close stores its export once: a second close answers the stored rows and computes nothing.
+    #[test]
+    fn a_close_stores_its_export_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ledger = Ledger::open(dir.path().join("l.db")).unwrap();
+        let period: Period = "2026-09".parse().unwrap();
+        assert_eq!(ledger.period_export(period).unwrap(), None);
+        let rows = vec![row("org-1", 5), row("org-2", 0)];
+        let first = ledger
+            .close_period_with_export(period, |_, snapshot| {
+                assert_eq!(snapshot, CloseSnapshot { watermark: 0, carried_after: 0 });
+                Ok(rows.clone())
+            })
+            .unwrap();
+        assert_eq!(first.rows, rows);
+        let second = ledger.close_period_with_export(period, |_, _| panic!("a closed period computes nothing")).unwrap();
+        assert_eq!(second, first);
+        assert_eq!(ledger.period_export(period).unwrap(), Some(first));
+        let refused = ledger.connection().execute("UPDATE period_exports SET consumption = 1", []);
+        assert!(refused.unwrap_err().to_string().contains("append-only"));
+    }
+
+    // Proves a failed computation closes nothing.
+    #[test]
+    fn a_failed_export_leaves_the_period_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ledger = Ledger::open(dir.path().join("l.db")).unwrap();
+        let period: Period = "2026-09".parse().unwrap();
+        let failed = ledger.close_period_with_export(period, |_, _| Err("no".into()));
+        assert!(matches!(failed, Err(CloseError::Export { .. })));
+        assert_eq!(ledger.period_export(period).unwrap(), None);
+    }
+}

@@ -1,0 +1,7 @@
+-- Every recorded reservation event up to a watermark, one reservation_id after another (its events in ledger
+-- order), so that each reservation is judged on its own with bounded memory.
+SELECT e.seq, e.event_id, e.occurred_at, e.tenant, e.subject, e.metric, e.source,
+       r.reservation_id, r.action, r.amount, r.expires_at
+FROM reservation_events r JOIN entries e ON e.seq = r.seq
+WHERE e.status = 'recorded' AND r.seq <= ?1
+ORDER BY r.reservation_id, r.seq

@@ -1,0 +1,247 @@
+//! Audit answers in words a support engineer can paste to a customer.
+
+use std::fmt::Write;
+
+use super::tenant::Timeline;
+use super::why::{Unknown, Why};
+
+/// Rows as a table whose columns are aligned, the header first, two spaces apart, indented.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| -> String {
+        let cells: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        format!("  {}\n", cells.join("  ").trim_end())
+    };
+    let mut out = line(header.to_vec());
+    for row in rows {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
+fn or_empty<T: ToString>(value: &Option<T>) -> String {
+    value.as_ref().map_or(String::new(), T::to_string)
+}
+
+/// `audit why` in words.
+pub fn why(w: &Why) -> String {
+    let d = &w.decision;
+    let mut out = String::new();
+    let subject = d.subject.as_deref().map_or(String::new(), |s| format!(", subject {s}"));
+    writeln!(out, "Request {} was {}: {}.", w.request_id, d.outcome, d.reason).unwrap();
+    writeln!(
+        out,
+        "Decided at {} by {} for tenant {}{subject}, metric {}, asking for {}.",
+        d.occurred_at, d.source, d.tenant, d.metric, d.amount
+    )
+    .unwrap();
+    writeln!(out, "Decision event {} (ledger entry {}); answered at ledger watermark {}.", d.event_id, d.seq, w.watermark)
+        .unwrap();
+    if w.decisions_for_request > 1 {
+        writeln!(out, "({} decisions are recorded for this request id; this is the latest.)", w.decisions_for_request)
+            .unwrap();
+    }
+    out.push('\n');
+    policy_paragraph(w, &mut out);
+    counter_paragraph(w, &mut out);
+    consumption_paragraph(w, &mut out);
+    retry_paragraph(w, &mut out);
+    adjustments_paragraph(w, &mut out);
+    out
+}
+
+fn policy_paragraph(w: &Why, out: &mut String) {
+    let d = &w.decision;
+    match (&w.policy, &d.policy_id) {
+        (Some(p), _) => {
+            let owner = if p.owner == "*" { "the plan default (tenant *)".to_string() } else { format!("tenant {}'s own", p.owner) };
+            writeln!(
+                out,
+                "Policy: {} version {}, {owner}, {} scope: at most {} {} per {} window, {} enforcement (effective from {}).",
+                p.policy_id, p.version, p.scope, p.limit, d.metric, p.window, p.enforcement, p.effective_from
+            )
+            .unwrap();
+        }
+        (None, Some(id)) => writeln!(
+            out,
+            "Policy: the decision names {id} version {}, which the ledger does not hold.",
+            or_empty(&d.policy_version)
+        )
+        .unwrap(),
+        (None, None) => writeln!(out, "Policy: the decision names none.").unwrap(),
+    }
+    if let (Some(start), Some(end)) = (d.window_start, d.window_end) {
+        writeln!(out, "Window: {start} to {end}.").unwrap();
+    }
+    if w.policy.is_some() {
+        if w.grants.is_empty() {
+            writeln!(out, "Grants: none applied to this window.").unwrap();
+        } else {
+            let total: i64 = w.grants.iter().map(|g| g.amount).sum();
+            writeln!(out, "Grants: {} applied to this window, adding {total}:", w.grants.len()).unwrap();
+            let rows: Vec<Vec<String>> = w
+                .grants
+                .iter()
+                .map(|g| vec![g.grant_id.clone(), g.amount.to_string(), g.valid_from.to_string(), g.valid_until.to_string(), g.reason.clone()])
+                .collect();
+            out.push_str(&table(&["grant", "amount", "valid from", "valid until", "reason"], &rows));
+        }
+        writeln!(out, "Effective limit: {}.", or_empty(&w.effective_limit)).unwrap();
+    }
+    out.push('\n');
+}
+
+fn counter_paragraph(w: &Why, out: &mut String) {
+    let c = &w.counter;
+    writeln!(
+        out,
+        "Counter at decision time: {} used before, {} remaining (limit {}); {} reservations open, holding {}.",
+        or_empty(&c.used_before),
+        or_empty(&c.remaining),
+        or_empty(&c.limit),
+        c.open_reservations,
+        c.open_reservations_amount
+    )
+    .unwrap();
+    if let (Some(used), Some(limit)) = (c.used_before, c.limit) {
+        let asked = used + c.open_reservations_amount + w.decision.amount;
+        let verdict = if asked > limit { "over the limit" } else { "within the limit" };
+        writeln!(
+            out,
+            "{used} used + {} held + {} asked = {asked}, {verdict} of {limit}.",
+            c.open_reservations_amount, w.decision.amount
+        )
+        .unwrap();
+    }
+    out.push('\n');
+}
+
+fn consumption_paragraph(w: &Why, out: &mut String) {
+    let c = &w.consumption;
+    writeln!(
+        out,
+        "Consumption of this window before the decision, per the ledger: {} {} in {} events.",
+        c.total, w.decision.metric, c.events
+    )
+    .unwrap();
+    if !c.largest.is_empty() {
+        writeln!(out, "Largest first{}:", if c.events as usize > c.largest.len() { format!(" ({} of {})", c.largest.len(), c.events) } else { String::new() }).unwrap();
+        let rows: Vec<Vec<String>> = c
+            .largest
+            .iter()
+            .map(|e| {
+                vec![e.seq.to_string(), e.event_id.clone(), e.kind.to_string(), e.occurred_at.to_string(), or_empty(&e.subject), e.quantity.to_string()]
+            })
+            .collect();
+        out.push_str(&table(&["entry", "event", "kind", "occurred at", "subject", "quantity"], &rows));
+    }
+    out.push('\n');
+}
+
+fn retry_paragraph(w: &Why, out: &mut String) {
+    match w.retry_after_ms {
+        Some(ms) => writeln!(out, "Retry after: {ms} ms ({} s).", ms.div_euclid(1_000)).unwrap(),
+        None => writeln!(out, "Retry after: none given.").unwrap(),
+    }
+    if let Some(reset) = w.resets_at {
+        writeln!(out, "The window resets at {reset}.").unwrap();
+    }
+    out.push('\n');
+}
+
+fn adjustments_paragraph(w: &Why, out: &mut String) {
+    if w.adjustments.is_empty() {
+        writeln!(out, "Adjustments for this window since: none.").unwrap();
+        return;
+    }
+    writeln!(out, "Adjustments for this window since: {}.", w.adjustments.len()).unwrap();
+    let rows: Vec<Vec<String>> = w
+        .adjustments
+        .iter()
+        .map(|a| {
+            let window = match (a.window_start, a.window_end) {
+                (Some(s), Some(e)) => format!("{s} .. {e}"),
+                _ => String::new(),
+            };
+            vec![a.seq.to_string(), a.kind.clone(), or_empty(&a.policy_id), window, a.amount.to_string(), a.run_id.clone()]
+        })
+        .collect();
+    out.push_str(&table(&["entry", "kind", "policy", "window", "amount", "run"], &rows));
+}
+
+/// An unknown request id, with the nearest known ones.
+pub fn unknown(u: &Unknown) -> String {
+    let mut out = format!("No decision is recorded for request id {:?}.\n", u.request_id);
+    if u.nearest.is_empty() {
+        out.push_str("No recorded request id is near it.\n");
+    } else {
+        out.push_str("Nearest recorded request ids:\n");
+        for n in &u.nearest {
+            writeln!(out, "  {n}").unwrap();
+        }
+    }
+    out
+}
+
+/// `audit tenant` in words: the timeline, then consumption per window, reservations, adjustments.
+pub fn timeline(t: &Timeline) -> String {
+    let mut out = String::new();
+    writeln!(out, "Tenant {} from {} to {} (ledger watermark {}).", t.tenant, t.from, t.to, t.watermark).unwrap();
+    writeln!(out, "\nDecisions: {}.", t.decisions.len()).unwrap();
+    if !t.decisions.is_empty() {
+        let rows: Vec<Vec<String>> = t
+            .decisions
+            .iter()
+            .map(|d| {
+                vec![
+                    d.occurred_at.to_string(),
+                    d.request_id.clone(),
+                    or_empty(&d.subject),
+                    d.metric.clone(),
+                    d.amount.to_string(),
+                    d.outcome.clone(),
+                    d.reason.clone(),
+                    format!("{} v{}", or_empty(&d.policy_id), or_empty(&d.policy_version)),
+                ]
+            })
+            .collect();
+        out.push_str(&table(&["occurred at", "request", "subject", "metric", "amount", "outcome", "reason", "policy"], &rows));
+    }
+    writeln!(out, "\nConsumption per day (usage and valid commits):").unwrap();
+    let rows: Vec<Vec<String>> = t
+        .consumption
+        .iter()
+        .map(|c| vec![c.window_start.to_string(), c.metric.clone(), c.usage.to_string(), c.commits.to_string(), c.total.to_string(), c.events.to_string()])
+        .collect();
+    out.push_str(&table(&["day", "metric", "usage", "commits", "consumption", "events"], &rows));
+    writeln!(out, "\nReservations: {}.", t.reservations.len()).unwrap();
+    if !t.reservations.is_empty() {
+        let rows: Vec<Vec<String>> = t
+            .reservations
+            .iter()
+            .map(|r| vec![r.reserved_at.as_ref().map_or(String::new(), ToString::to_string), r.reservation_id.clone(), r.metric.clone(), or_empty(&r.amount_held), r.state.clone(), or_empty(&r.committed)])
+            .collect();
+        out.push_str(&table(&["reserved at", "reservation", "metric", "held", "state", "committed"], &rows));
+    }
+    writeln!(out, "\nAdjustments: {}.", t.adjustments.len()).unwrap();
+    if !t.adjustments.is_empty() {
+        let rows: Vec<Vec<String>> = t
+            .adjustments
+            .iter()
+            .map(|a| {
+                let window = match (a.window_start, a.window_end) {
+                    (Some(s), Some(e)) => format!("{s} .. {e}"),
+                    _ => String::new(),
+                };
+                vec![a.occurred_at.to_string(), a.kind.clone(), a.metric.clone(), or_empty(&a.policy_id), window, a.amount.to_string()]
+            })
+            .collect();
+        out.push_str(&table(&["recorded for", "kind", "metric", "policy", "window", "amount"], &rows));
+    }
+    out
+}

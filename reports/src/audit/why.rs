@@ -1,0 +1,371 @@
+//! `audit why REQUEST_ID`: everything the ledger knows about one decision, gathered with DataFusion queries at
+//! one watermark, then told in words ([`render`]) or as JSON (the [`Why`] struct).
+
+use datafusion::common::ScalarValue;
+use reconcile::window;
+use schemas::{ReservationAction, ReservationEvent, Scope, Timestamp};
+use serde::Serialize;
+
+use super::{Candidates, for_each_frame, frames, reservation_groups, text, time};
+use crate::error::ReportError;
+use crate::session::LedgerSession;
+
+const DECISIONS_OF_REQUEST: &str = include_str!("../../sql/audit_decisions_of_request.sql");
+const REQUEST_IDS: &str = include_str!("../../sql/audit_request_ids.sql");
+const POLICY_VERSION: &str = include_str!("../../sql/audit_policy_version.sql");
+const WINDOW_USAGE: &str = include_str!("../../sql/audit_window_usage.sql");
+const GRANTS: &str = include_str!("../../sql/audit_grants.sql");
+const WINDOW_ADJUSTMENTS: &str = include_str!("../../sql/audit_window_adjustments.sql");
+
+/// Consuming events listed, largest first; the total counts them all.
+pub const LARGEST_SHOWN: usize = 10;
+/// Nearest request_ids offered for an unknown one.
+pub const NEAREST_SHOWN: usize = 5;
+
+/// The answer to "why was this request decided so?".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Why {
+    pub request_id: String,
+    /// The ledger watermark the answer was computed at.
+    pub watermark: u64,
+    pub decision: Decision,
+    /// Decisions recorded for this request_id (the latest is explained).
+    pub decisions_for_request: u64,
+    /// The policy version the decision names, as the ledger holds it.
+    pub policy: Option<PolicyFacts>,
+    pub counter: Counter,
+    pub grants: Vec<GrantFacts>,
+    /// The policy's limit plus the grants that applied to the window.
+    pub effective_limit: Option<i64>,
+    pub consumption: Consumption,
+    pub retry_after_ms: Option<i64>,
+    /// When the window ends and the counter starts again.
+    pub resets_at: Option<Timestamp>,
+    /// Every adjustment recorded for this tenant and metric whose window overlaps the decision's.
+    pub adjustments: Vec<AdjustmentFacts>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Decision {
+    pub seq: u64,
+    pub event_id: String,
+    pub occurred_at: Timestamp,
+    pub tenant: String,
+    pub subject: Option<String>,
+    pub metric: String,
+    pub source: String,
+    pub idempotency_key: String,
+    pub amount: i64,
+    pub outcome: String,
+    pub reason: String,
+    pub policy_id: Option<String>,
+    pub policy_version: Option<i64>,
+    pub window_start: Option<Timestamp>,
+    pub window_end: Option<Timestamp>,
+    /// Shown under `counter` and `retry_after_ms`.
+    #[serde(skip)]
+    pub recorded: (Option<i64>, Option<i64>, Option<i64>, Option<i64>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PolicyFacts {
+    pub policy_id: String,
+    pub version: i64,
+    /// The tenant it belongs to, `*` for the plan default.
+    pub owner: String,
+    pub scope: String,
+    pub limit: i64,
+    pub window: String,
+    pub enforcement: String,
+    pub effective_from: Timestamp,
+}
+
+/// The counter at decision time, as the decision recorded it, and the reservations open then.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Counter {
+    pub limit: Option<i64>,
+    pub used_before: Option<i64>,
+    pub remaining: Option<i64>,
+    pub open_reservations: u64,
+    pub open_reservations_amount: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GrantFacts {
+    pub grant_id: String,
+    pub amount: i64,
+    pub valid_from: Timestamp,
+    pub valid_until: Timestamp,
+    pub reason: String,
+}
+
+/// What had consumed the window before the decision, per the ledger.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Consumption {
+    pub total: i64,
+    pub events: u64,
+    /// The largest, at most [`LARGEST_SHOWN`].
+    pub largest: Vec<Consumed>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Consumed {
+    pub seq: u64,
+    pub event_id: String,
+    /// `usage` or `commit` (a valid COMMIT of a reservation).
+    pub kind: &'static str,
+    pub occurred_at: Timestamp,
+    pub quantity: i64,
+    pub subject: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AdjustmentFacts {
+    pub seq: u64,
+    pub adjustment_id: String,
+    pub kind: String,
+    pub policy_id: Option<String>,
+    pub window_start: Option<Timestamp>,
+    pub window_end: Option<Timestamp>,
+    pub amount: i64,
+    pub run_id: String,
+}
+
+/// A request_id the ledger has no decision for, with the nearest ones it has.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Unknown {
+    pub request_id: String,
+    pub nearest: Vec<String>,
+}
+
+/// Explains the latest decision of `request_id`, or answers the nearest known request_ids.
+pub fn why(session: &LedgerSession, request_id: &str) -> Result<Result<Why, Unknown>, ReportError> {
+    let decisions = decisions(session, request_id)?;
+    let Some(decision) = decisions.last().cloned() else {
+        return Ok(Err(Unknown { request_id: request_id.to_string(), nearest: nearest(session, request_id)? }));
+    };
+    let policy = policy(session, &decision)?;
+    let scope_subject = subject_of_scope(policy.as_ref(), &decision);
+    let grants = grants(session, &decision, policy.as_ref(), scope_subject.as_ref())?;
+    let grants_total: i64 = grants.iter().map(|g| g.amount).sum();
+    let (consumption, open) = consumption(session, request_id, &decision, scope_subject.as_ref())?;
+    let (limit, used_before, remaining, retry_after_ms) = decision.recorded;
+    Ok(Ok(Why {
+        request_id: request_id.to_string(),
+        watermark: session.watermark(),
+        decisions_for_request: decisions.len() as u64,
+        effective_limit: policy.as_ref().map(|p| p.limit + grants_total),
+        policy,
+        counter: Counter { limit, used_before, remaining, open_reservations: open.0, open_reservations_amount: open.1 },
+        grants,
+        consumption,
+        retry_after_ms,
+        resets_at: decision.window_end,
+        adjustments: adjustments(session, &decision)?,
+        decision,
+    }))
+}
+
+/// The subject whose windows a SUBJECT-scope policy counts (`Some(None)` when the decision had no subject);
+/// `None` for TENANT scope, where every subject counts.
+fn subject_of_scope(policy: Option<&PolicyFacts>, decision: &Decision) -> Option<Option<String>> {
+    policy.filter(|p| p.scope == Scope::SUBJECT.symbol()).map(|_| decision.subject.clone())
+}
+
+fn decisions(session: &LedgerSession, request_id: &str) -> Result<Vec<Decision>, ReportError> {
+    let mut found = Vec::new();
+    for f in frames(session, DECISIONS_OF_REQUEST, vec![text(request_id)])? {
+        for r in 0..f.rows() {
+            found.push(Decision {
+                seq: f.i64("seq", r) as u64,
+                event_id: f.str("event_id", r),
+                occurred_at: f.time("occurred_at", r),
+                tenant: f.str("tenant", r),
+                subject: f.opt_str("subject", r),
+                metric: f.str("metric", r),
+                source: f.str("source", r),
+                idempotency_key: f.str("idempotency_key", r),
+                amount: f.i64("amount", r),
+                outcome: f.str("outcome", r),
+                reason: f.str("reason", r),
+                policy_id: f.opt_str("policy_id", r),
+                policy_version: f.opt_i64("policy_version", r),
+                window_start: f.opt_time("window_start", r),
+                window_end: f.opt_time("window_end", r),
+                recorded: (
+                    f.opt_i64("limit", r),
+                    f.opt_i64("used_before", r),
+                    f.opt_i64("remaining", r),
+                    f.opt_i64("retry_after_ms", r),
+                ),
+            });
+        }
+    }
+    Ok(found)
+}
+
+fn policy(session: &LedgerSession, decision: &Decision) -> Result<Option<PolicyFacts>, ReportError> {
+    let (Some(policy_id), Some(version)) = (&decision.policy_id, decision.policy_version) else { return Ok(None) };
+    let params = vec![text(policy_id), ScalarValue::Int32(Some(version as i32)), text(&decision.tenant)];
+    let mut found: Vec<PolicyFacts> = Vec::new();
+    for f in frames(session, POLICY_VERSION, params)? {
+        for r in 0..f.rows() {
+            found.push(PolicyFacts {
+                policy_id: f.str("policy_id", r),
+                version: f.i64("version", r),
+                owner: f.str("tenant", r),
+                scope: f.str("scope", r),
+                limit: f.i64("limit", r),
+                window: f.str("window", r),
+                enforcement: f.str("enforcement", r),
+                effective_from: f.time("effective_from", r),
+            });
+        }
+    }
+    // The tenant's own version before the plan default of the same id.
+    found.sort_by_key(|p| p.owner == reconcile::policy::PLAN_DEFAULT_TENANT);
+    Ok(found.into_iter().next())
+}
+
+fn grants(
+    session: &LedgerSession,
+    decision: &Decision,
+    policy: Option<&PolicyFacts>,
+    scope_subject: Option<&Option<String>>,
+) -> Result<Vec<GrantFacts>, ReportError> {
+    let (Some(_), Some(start), Some(end)) = (policy, decision.window_start, decision.window_end) else {
+        return Ok(Vec::new());
+    };
+    let mut found = Vec::new();
+    for f in frames(session, GRANTS, vec![text(&decision.tenant), text(&decision.metric)])? {
+        for r in 0..f.rows() {
+            let subject = f.opt_str("subject", r);
+            // SPEC 5: a grant with a subject raises that subject's SUBJECT windows, one without the TENANT windows.
+            let applies = match scope_subject {
+                None => subject.is_none(),
+                Some(s) => subject.is_some() && subject == *s,
+            };
+            let (from, until) = (f.time("valid_from", r), f.time("valid_until", r));
+            if applies && window::overlaps(from, until, start, end) {
+                found.push(GrantFacts {
+                    grant_id: f.str("grant_id", r),
+                    amount: f.i64("amount", r),
+                    valid_from: from,
+                    valid_until: until,
+                    reason: f.str("reason", r),
+                });
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Usage and valid COMMITs in the decision's window up to the decision (largest first), and the reservations
+/// open at the decision: (count, amount held).
+fn consumption(
+    session: &LedgerSession,
+    request_id: &str,
+    decision: &Decision,
+    scope_subject: Option<&Option<String>>,
+) -> Result<(Consumption, (u64, i64)), ReportError> {
+    let start = decision.window_start.unwrap_or(decision.occurred_at);
+    let counts = |subject: &Option<String>| scope_subject.is_none_or(|s| s == subject);
+    let mut all: Vec<Consumed> = Vec::new();
+    let params = vec![text(&decision.tenant), text(&decision.metric), time(start), time(decision.occurred_at)];
+    for_each_frame(session, WINDOW_USAGE, params, |f| {
+        for r in 0..f.rows() {
+            let subject = f.opt_str("subject", r);
+            // The request's own usage (recorded with an allowed decision) is not "before" it.
+            let own_request = f.opt_str("request_id", r).as_deref() == Some(request_id);
+            if counts(&subject) && !own_request {
+                all.push(Consumed {
+                    seq: f.i64("seq", r) as u64,
+                    event_id: f.str("event_id", r),
+                    kind: "usage",
+                    occurred_at: f.time("occurred_at", r),
+                    quantity: f.i64("quantity", r),
+                    subject,
+                });
+            }
+        }
+    })?;
+    let mut open = (0, 0);
+    reservation_groups(session, &decision.tenant, Some(&decision.metric), |group| {
+        let events: Vec<(u64, &ReservationEvent)> = group.iter().map(|(s, e)| (*s, e)).collect();
+        let verdict = reconcile::reservation::judge(&events, decision.occurred_at);
+        let Some(reserve) = verdict.reserve.and_then(|s| group.iter().find(|(seq, _)| *seq == s)) else { return };
+        if !counts(&reserve.1.header.subject) {
+            return;
+        }
+        if let Some(amount) = open_at(&reserve.1, verdict.close.map(|c| c.0), group, decision.occurred_at) {
+            open = (open.0 + 1, open.1 + amount);
+        }
+        if let Some((seq, ReservationAction::COMMIT, amount)) = verdict.close {
+            let (_, commit) = group.iter().find(|(s, _)| *s == seq).expect("the close is in its group");
+            let t = commit.header.occurred_at;
+            if t >= start && t <= decision.occurred_at {
+                all.push(Consumed {
+                    seq,
+                    event_id: commit.header.event_id.clone(),
+                    kind: "commit",
+                    occurred_at: t,
+                    quantity: amount,
+                    subject: commit.header.subject.clone(),
+                });
+            }
+        }
+    })?;
+    Ok((largest_first(all), open))
+}
+
+/// The amount a reservation held open at `t`: reserved at or before `t`, not expired, not closed by then.
+fn open_at(reserve: &ReservationEvent, close: Option<u64>, group: &[(u64, ReservationEvent)], t: Timestamp) -> Option<i64> {
+    let closed_by_then = close.and_then(|s| group.iter().find(|(seq, _)| *seq == s)).is_some_and(|(_, c)| c.header.occurred_at <= t);
+    let live = reserve.header.occurred_at <= t && reserve.expires_at.is_some_and(|e| t <= e);
+    (live && !closed_by_then).then_some(reserve.amount)
+}
+
+fn largest_first(mut all: Vec<Consumed>) -> Consumption {
+    let total = all.iter().try_fold(0i64, |sum, c| sum.checked_add(c.quantity)).expect("consumption fits in i64");
+    let events = all.len() as u64;
+    all.sort_by(|a, b| b.quantity.cmp(&a.quantity).then(a.occurred_at.cmp(&b.occurred_at)).then(a.seq.cmp(&b.seq)));
+    all.truncate(LARGEST_SHOWN);
+    Consumption { total, events, largest: all }
+}
+
+fn adjustments(session: &LedgerSession, decision: &Decision) -> Result<Vec<AdjustmentFacts>, ReportError> {
+    let (Some(start), Some(end)) = (decision.window_start, decision.window_end) else { return Ok(Vec::new()) };
+    let params = vec![text(&decision.tenant), text(&decision.metric), time(start), time(end)];
+    let mut found = Vec::new();
+    for f in frames(session, WINDOW_ADJUSTMENTS, params)? {
+        for r in 0..f.rows() {
+            found.push(AdjustmentFacts {
+                seq: f.i64("seq", r) as u64,
+                adjustment_id: f.str("adjustment_id", r),
+                kind: f.str("kind", r),
+                policy_id: f.opt_str("policy_id", r),
+                window_start: f.opt_time("window_start", r),
+                window_end: f.opt_time("window_end", r),
+                amount: f.i64("amount", r),
+                run_id: f.str("run_id", r),
+            });
+        }
+    }
+    Ok(found)
+}
+
+/// The known request_ids nearest to `request_id` (edit distance, at most a third of its length), nearest first.
+fn nearest(session: &LedgerSession, request_id: &str) -> Result<Vec<String>, ReportError> {
+    let budget = (request_id.chars().count() / 3).max(2);
+    let mut candidates = Candidates::new(NEAREST_SHOWN);
+    for_each_frame(session, REQUEST_IDS, Vec::new(), |f| {
+        for r in 0..f.rows() {
+            let known = f.str("request_id", r);
+            let distance = super::edit_distance(request_id, &known);
+            if distance <= budget || known.contains(request_id) {
+                candidates.offer(distance, known);
+            }
+        }
+    })?;
+    Ok(candidates.into_sorted())
+}

@@ -1,0 +1,459 @@
+//! The billing export of a month (SPEC 5 "Billing export", SPEC 7 columns): one row per (tenant, metric).
+//!
+//! Reads, all at one watermark: counted usage of the period (the `usage_totals` kept by every append when the
+//! export is computed at the current watermark, a DataFusion scan of `usage_events` otherwise), every
+//! reservation judged by `reconcile::reservation::judge` (valid COMMITs are consumption), policies and grants,
+//! and the LATE_USAGE adjustments carried (a DataFusion query). Then [`rows`], a pure function, applies the
+//! rules with reconcile's own `applicable`, `effective_limit` and `excess`.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::Path;
+
+use datafusion::common::ScalarValue;
+use ledger::{CloseSnapshot, Period, PeriodClose, PeriodExportRow};
+use reconcile::overshoot;
+use reconcile::policy::PolicyIndex;
+use rusqlite::{Connection, Row};
+use schemas::*;
+
+use crate::columns;
+use crate::commit_totals;
+use crate::error::ReportError;
+use crate::session::LedgerSession;
+
+const USAGE_TOTALS_OF_PERIOD: &str = include_str!("../sql/usage_totals_of_period.sql");
+const RESERVATIONS: &str = include_str!("../sql/reservation_events_by_reservation.sql");
+const POLICIES: &str = include_str!("../sql/policies.sql");
+const GRANTS: &str = include_str!("../sql/grants.sql");
+const LATE_ADJUSTMENTS: &str = include_str!("../sql/late_adjustments.sql");
+const USAGE_OF_PERIOD: &str = include_str!("../sql/usage_of_period.sql");
+
+/// (tenant, metric).
+pub type Key = (String, String);
+
+/// Everything the rows of one period's export are computed from.
+#[derive(Debug, Clone, Default)]
+pub struct BillingInputs {
+    /// Counted usage with occurred_at in the period.
+    pub usage: BTreeMap<Key, i64>,
+    /// Valid COMMIT amounts with occurred_at in the period.
+    pub commits: BTreeMap<Key, i64>,
+    pub policies: Vec<PolicyEvent>,
+    /// The tenant's grants per (tenant, metric).
+    pub grants: HashMap<Key, Vec<GrantEvent>>,
+    /// LATE_USAGE adjustments carried into this export.
+    pub late: BTreeMap<Key, i64>,
+}
+
+/// Where the usage of the period is read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UsageSource {
+    /// `usage_totals` and `commit_totals`, read in the ledger's write transaction with the watermark: only
+    /// for the current watermark.
+    Totals,
+    /// A scan of `usage_events` and every reservation up to the watermark: for a past watermark.
+    Scan,
+}
+
+/// The rows of `period`'s export from its inputs: sorted by tenant then metric; a row for every (tenant,
+/// metric) with consumption in the period, an own TENANT-scope MONTH-window policy in force for it, or late
+/// adjustments carried into it.
+pub fn rows(period: Period, inputs: &BillingInputs) -> Vec<PeriodExportRow> {
+    let index = PolicyIndex::new(inputs.policies.clone());
+    let mut keys: BTreeSet<Key> =
+        inputs.usage.keys().chain(inputs.commits.keys()).chain(inputs.late.keys()).cloned().collect();
+    keys.extend(own_month_policy_keys(&index, period));
+    keys.into_iter().map(|key| row(period, &index, inputs, key)).collect()
+}
+
+/// (tenant, metric) of every tenant's own TENANT-scope MONTH-window policy in force for the period.
+fn own_month_policy_keys(index: &PolicyIndex, period: Period) -> Vec<Key> {
+    let owners: BTreeSet<Key> = index
+        .policies()
+        .iter()
+        .filter(|p| p.header.tenant != reconcile::policy::PLAN_DEFAULT_TENANT)
+        .map(|p| (p.header.tenant.clone(), p.header.metric.clone()))
+        .collect();
+    owners
+        .into_iter()
+        .filter(|(tenant, metric)| month_policy(index, tenant, metric, period).is_some_and(|(_, own)| own))
+        .collect()
+}
+
+/// The TENANT-scope MONTH-window policy version in force for the period (the smallest policy_id when several
+/// apply), and whether it is the tenant's own.
+fn month_policy<'a>(
+    index: &'a PolicyIndex,
+    tenant: &str,
+    metric: &str,
+    period: Period,
+) -> Option<(&'a PolicyEvent, bool)> {
+    index
+        .applicable(tenant, metric, period.start())
+        .into_iter()
+        .find(|a| a.policy.scope == Scope::TENANT && a.policy.window == Window::MONTH)
+        .map(|a| (a.policy, !a.plan_default))
+}
+
+fn row(period: Period, index: &PolicyIndex, inputs: &BillingInputs, key: Key) -> PeriodExportRow {
+    let usage = inputs.usage.get(&key).copied().unwrap_or(0);
+    let commits = inputs.commits.get(&key).copied().unwrap_or(0);
+    let consumption = usage.checked_add(commits).expect("consumption fits in i64");
+    let late_adjustments = inputs.late.get(&key).copied().unwrap_or(0);
+    let mut row = PeriodExportRow {
+        tenant: key.0.clone(),
+        metric: key.1.clone(),
+        consumption,
+        policy_id: None,
+        policy_version: None,
+        limit: None,
+        grants: None,
+        effective_limit: None,
+        overage: None,
+        overshoot: None,
+        late_adjustments,
+    };
+    let Some((policy, _)) = month_policy(index, &key.0, &key.1, period) else { return row };
+    let grants = inputs.grants.get(&key).map_or(&[][..], Vec::as_slice);
+    let effective = overshoot::effective_limit(policy.limit, Scope::TENANT, None, grants, period.start(), period.end());
+    let excess = overshoot::excess(consumption, effective);
+    row.policy_id = Some(policy.policy_id.clone());
+    row.policy_version = Some(policy.version);
+    row.limit = Some(policy.limit);
+    row.grants = Some(effective - policy.limit);
+    row.effective_limit = Some(effective);
+    match policy.enforcement {
+        Enforcement::SOFT => row.overage = Some(excess),
+        Enforcement::HARD => row.overshoot = Some(excess),
+        // SHADOW never denies and bills nothing: both stay empty (reconcile reports SHADOW_OVER_LIMIT).
+        Enforcement::SHADOW => {}
+    }
+    row
+}
+
+/// Computes `period`'s export at `snapshot`, reading through `conn`, which must hold the transaction in which
+/// `snapshot` was read, so that every read sees the same ledger; with [`UsageSource::Totals`] it must be the
+/// ledger's write transaction (the commit totals are caught up in it).
+pub fn compute(
+    conn: &Connection,
+    path: &Path,
+    period: Period,
+    snapshot: CloseSnapshot,
+    source: UsageSource,
+) -> Result<Vec<PeriodExportRow>, ReportError> {
+    let session = LedgerSession::open(path, Some(snapshot.watermark))?;
+    let (usage, commits) = match source {
+        UsageSource::Totals => {
+            commit_totals::catch_up(conn, snapshot.watermark)?;
+            (usage_totals(conn, period)?, commit_totals::of_period(conn, period)?)
+        }
+        UsageSource::Scan => (usage_scan(&session, period)?, valid_commits(conn, period, snapshot.watermark)?),
+    };
+    let inputs = BillingInputs {
+        usage,
+        commits,
+        policies: policies(conn, snapshot.watermark)?,
+        grants: grants(conn, snapshot.watermark)?,
+        late: late_adjustments(&session, snapshot)?,
+    };
+    Ok(rows(period, &inputs))
+}
+
+/// The export of an open period at the ledger's current watermark, with that snapshot. Appends wait meanwhile
+/// (the commit totals are caught up in the same write transaction).
+pub fn compute_open(
+    ledger: &ledger::Ledger,
+    period: Period,
+) -> Result<(CloseSnapshot, Vec<PeriodExportRow>), ReportError> {
+    let tx = rusqlite::Transaction::new_unchecked(ledger.connection(), rusqlite::TransactionBehavior::Immediate)?;
+    let snapshot = ledger::Ledger::open_snapshot(&tx)?;
+    let rows = compute(&tx, ledger.path(), period, snapshot, UsageSource::Totals)?;
+    tx.commit()?;
+    Ok((snapshot, rows))
+}
+
+/// The export of a period closed without a stored one (closed by reconcile's tests or before exports were
+/// stored): recomputed at its close's watermark, usage scanned, carrying what the closes before it left.
+pub fn compute_closed(
+    path: &Path,
+    close: &PeriodClose,
+    closes: &[PeriodClose],
+) -> Result<Vec<PeriodExportRow>, ReportError> {
+    let carried_after = closes
+        .iter()
+        .filter(|c| c.period != close.period && (c.watermark, c.closed_at) < (close.watermark, close.closed_at))
+        .map(|c| c.watermark)
+        .max()
+        .unwrap_or(0);
+    let conn = crate::provider::open_read_only(path)?;
+    let snapshot = CloseSnapshot { watermark: close.watermark, carried_after };
+    compute(&conn, path, close.period, snapshot, UsageSource::Scan)
+}
+
+fn usage_totals(conn: &Connection, period: Period) -> Result<BTreeMap<Key, i64>, ReportError> {
+    let mut statement = conn.prepare(USAGE_TOTALS_OF_PERIOD)?;
+    let rows = statement.query_map([period.to_string()], |r| Ok(((r.get(0)?, r.get(1)?), r.get(2)?)))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+fn timestamp_param(t: Timestamp) -> ScalarValue {
+    ScalarValue::TimestampMicrosecond(Some(t.micros()), Some("UTC".into()))
+}
+
+fn usage_scan(session: &LedgerSession, period: Period) -> Result<BTreeMap<Key, i64>, ReportError> {
+    let params = vec![timestamp_param(period.start()), timestamp_param(period.end())];
+    let batches = session.query(USAGE_OF_PERIOD, params)?;
+    sums_by_key(&batches, "quantity")
+}
+
+fn late_adjustments(session: &LedgerSession, snapshot: CloseSnapshot) -> Result<BTreeMap<Key, i64>, ReportError> {
+    let params = vec![
+        ScalarValue::Int64(Some(snapshot.carried_after as i64)),
+        ScalarValue::Int64(Some(snapshot.watermark as i64)),
+    ];
+    let batches = session.query(LATE_ADJUSTMENTS, params)?;
+    sums_by_key(&batches, "late_adjustments")
+}
+
+fn sums_by_key(batches: &[arrow::array::RecordBatch], value: &str) -> Result<BTreeMap<Key, i64>, ReportError> {
+    let mut sums = BTreeMap::new();
+    for batch in batches {
+        let tenants = columns::text(batch, "tenant")?;
+        let metrics = columns::text(batch, "metric")?;
+        let values = columns::int64(batch, value)?;
+        for i in 0..batch.num_rows() {
+            sums.insert((tenants.value(i).to_string(), metrics.value(i).to_string()), values.value(i));
+        }
+    }
+    Ok(sums)
+}
+
+fn header(row: &Row<'_>, first: usize) -> rusqlite::Result<Header> {
+    Ok(Header {
+        event_id: row.get(first)?,
+        occurred_at: Timestamp(row.get(first + 1)?),
+        tenant: row.get(first + 2)?,
+        subject: row.get(first + 3)?,
+        metric: row.get(first + 4)?,
+        source: row.get(first + 5)?,
+    })
+}
+
+fn symbol<T>(row: &Row<'_>, index: usize, parse: fn(&str) -> Option<T>) -> rusqlite::Result<T> {
+    let text: String = row.get(index)?;
+    parse(&text).ok_or_else(|| {
+        let message = format!("unknown symbol {text:?}");
+        rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Text, message.into())
+    })
+}
+
+/// Every recorded policy version up to `watermark`.
+pub fn policies(conn: &Connection, watermark: u64) -> Result<Vec<PolicyEvent>, ReportError> {
+    let mut statement = conn.prepare(POLICIES)?;
+    let rows = statement.query_map([watermark as i64], |r| {
+        Ok(PolicyEvent {
+            header: header(r, 0)?,
+            policy_id: r.get(6)?,
+            version: r.get(7)?,
+            scope: symbol(r, 8, Scope::from_symbol)?,
+            limit: r.get(9)?,
+            window: symbol(r, 10, Window::from_symbol)?,
+            enforcement: symbol(r, 11, Enforcement::from_symbol)?,
+            effective_from: Timestamp(r.get(12)?),
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Every recorded grant up to `watermark`, by (tenant, metric).
+pub fn grants(conn: &Connection, watermark: u64) -> Result<HashMap<Key, Vec<GrantEvent>>, ReportError> {
+    let mut statement = conn.prepare(GRANTS)?;
+    let rows = statement.query_map([watermark as i64], |r| {
+        Ok(GrantEvent {
+            header: header(r, 0)?,
+            grant_id: r.get(6)?,
+            amount: r.get(7)?,
+            valid_from: Timestamp(r.get(8)?),
+            valid_until: Timestamp(r.get(9)?),
+            reason: r.get(10)?,
+        })
+    })?;
+    let mut by_key: HashMap<Key, Vec<GrantEvent>> = HashMap::new();
+    for grant in rows {
+        let grant = grant?;
+        by_key.entry((grant.header.tenant.clone(), grant.header.metric.clone())).or_default().push(grant);
+    }
+    Ok(by_key)
+}
+
+/// A reservation event from a row of `seq, event_id, occurred_at, tenant, subject, metric, source,
+/// reservation_id, action, amount, expires_at`.
+pub(crate) fn reservation_event(r: &Row<'_>) -> rusqlite::Result<ReservationEvent> {
+    Ok(ReservationEvent {
+        header: header(r, 1)?,
+        reservation_id: r.get(7)?,
+        action: symbol(r, 8, ReservationAction::from_symbol)?,
+        amount: r.get(9)?,
+        expires_at: r.get::<_, Option<i64>>(10)?.map(Timestamp),
+    })
+}
+
+/// Calls `each` with the recorded events (seq, event) of every reservation_id up to `watermark`, one
+/// reservation_id at a time.
+pub fn for_each_reservation(
+    conn: &Connection,
+    watermark: u64,
+    mut each: impl FnMut(&[(u64, ReservationEvent)]),
+) -> Result<(), ReportError> {
+    let mut statement = conn.prepare(RESERVATIONS)?;
+    let mut rows = statement.query([watermark as i64])?;
+    let mut group: Vec<(u64, ReservationEvent)> = Vec::new();
+    while let Some(r) = rows.next()? {
+        let event = reservation_event(r)?;
+        if group.first().is_some_and(|(_, first)| first.reservation_id != event.reservation_id) {
+            each(&group);
+            group.clear();
+        }
+        group.push((r.get::<_, i64>(0)? as u64, event));
+    }
+    if !group.is_empty() {
+        each(&group);
+    }
+    Ok(())
+}
+
+/// Valid COMMIT amounts with occurred_at in the period, per (tenant, metric), judged by reconcile's rules on
+/// every event of each reservation up to `watermark`.
+pub fn valid_commits(conn: &Connection, period: Period, watermark: u64) -> Result<BTreeMap<Key, i64>, ReportError> {
+    let (start, end) = (period.start(), period.end());
+    let mut sums: BTreeMap<Key, i64> = BTreeMap::new();
+    for_each_reservation(conn, watermark, |group| {
+        let events: Vec<(u64, &ReservationEvent)> = group.iter().map(|(seq, e)| (*seq, e)).collect();
+        // `as_of` only decides expiry, which is not consumption: the period's end will do.
+        let verdict = reconcile::reservation::judge(&events, end);
+        let Some((seq, ReservationAction::COMMIT, amount)) = verdict.close else { return };
+        let (_, commit) = group.iter().find(|(s, _)| *s == seq).expect("the close is one of the group");
+        if commit.header.occurred_at >= start && commit.header.occurred_at < end {
+            let sum = sums.entry((commit.header.tenant.clone(), commit.header.metric.clone())).or_insert(0);
+            *sum = sum.checked_add(amount).expect("committed amounts fit in i64");
+        }
+    })?;
+    Ok(sums)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(text: &str) -> Timestamp {
+        Timestamp::parse_rfc3339(text).unwrap()
+    }
+
+    fn header(tenant: &str, metric: &str, t: &str) -> Header {
+        Header {
+            event_id: format!("{tenant}-{metric}-{t}"),
+            occurred_at: at(t),
+            tenant: tenant.into(),
+            subject: None,
+            metric: metric.into(),
+            source: "test".into(),
+        }
+    }
+
+    fn policy(tenant: &str, id: &str, version: i32, metric: &str, limit: i64, enforcement: Enforcement) -> PolicyEvent {
+        PolicyEvent {
+            header: header(tenant, metric, "2026-10-01T00:00:00Z"),
+            policy_id: id.into(),
+            version,
+            scope: Scope::TENANT,
+            limit,
+            window: Window::MONTH,
+            enforcement,
+            effective_from: at("2026-10-01T00:00:00Z"),
+        }
+    }
+
+    fn key(tenant: &str, metric: &str) -> Key {
+        (tenant.into(), metric.into())
+    }
+
+    fn cells(rows: &[PeriodExportRow]) -> Vec<String> {
+        let n = |v: Option<i64>| v.map_or(String::new(), |v| v.to_string());
+        rows.iter()
+            .map(|r| {
+                format!(
+                    "{},{},{},{},{},{},{},{},{},{},{}",
+                    r.tenant,
+                    r.metric,
+                    r.consumption,
+                    r.policy_id.clone().unwrap_or_default(),
+                    n(r.policy_version.map(i64::from)),
+                    n(r.limit),
+                    n(r.grants),
+                    n(r.effective_limit),
+                    n(r.overage),
+                    n(r.overshoot),
+                    r.late_adjustments
+                )
+            })
+            .collect()
+    }
+
+    // SPEC 5: SOFT excess is overage, HARD excess is overshoot, SHADOW neither; grants raise the limit; plan
+    // defaults fill in without creating rows; an own policy creates a row without consumption.
+    #[test]
+    fn rows_apply_the_policy_in_force_with_grants() {
+        let period: Period = "2026-11".parse().unwrap();
+        let mut inputs = BillingInputs {
+            policies: vec![
+                policy("*", "plan-tokens", 1, "tokens", 1_000, Enforcement::SOFT),
+                policy("org-1", "own-bytes", 1, "bytes", 500, Enforcement::HARD),
+                policy("org-1", "own-bytes", 2, "bytes", 600, Enforcement::HARD),
+                policy("org-2", "shadow", 1, "requests", 10, Enforcement::SHADOW),
+                policy("org-3", "idle", 1, "requests", 10, Enforcement::HARD),
+            ],
+            ..BillingInputs::default()
+        };
+        inputs.usage.insert(key("org-1", "bytes"), 650);
+        inputs.commits.insert(key("org-1", "bytes"), 100);
+        inputs.usage.insert(key("org-1", "tokens"), 1_200);
+        inputs.usage.insert(key("org-2", "requests"), 50);
+        inputs.usage.insert(key("org-4", "other"), 7);
+        inputs.late.insert(key("org-5", "tokens"), -3);
+        let grant = GrantEvent {
+            header: header("org-1", "bytes", "2026-11-10T00:00:00Z"),
+            grant_id: "g".into(),
+            amount: 100,
+            valid_from: at("2026-11-10T00:00:00Z"),
+            valid_until: at("2026-11-11T00:00:00Z"),
+            reason: "credit".into(),
+        };
+        inputs.grants.insert(key("org-1", "bytes"), vec![grant]);
+        assert_eq!(
+            cells(&rows(period, &inputs)),
+            [
+                "org-1,bytes,750,own-bytes,2,600,100,700,,50,0",
+                "org-1,tokens,1200,plan-tokens,1,1000,0,1000,200,,0",
+                "org-2,requests,50,shadow,1,10,0,10,,,0",
+                "org-3,requests,0,idle,1,10,0,10,,0,0",
+                "org-4,other,7,,,,,,,,0",
+                "org-5,tokens,0,plan-tokens,1,1000,0,1000,0,,-3",
+            ]
+        );
+    }
+
+    // Choice where the SPEC is silent: when several TENANT MONTH policies apply, the smallest policy_id decides.
+    #[test]
+    fn the_smallest_policy_id_decides_among_several() {
+        let period: Period = "2026-11".parse().unwrap();
+        let mut inputs = BillingInputs {
+            policies: vec![
+                policy("org-1", "b-policy", 1, "tokens", 10, Enforcement::SOFT),
+                policy("org-1", "a-policy", 1, "tokens", 20, Enforcement::SOFT),
+            ],
+            ..BillingInputs::default()
+        };
+        inputs.usage.insert(key("org-1", "tokens"), 25);
+        assert_eq!(cells(&rows(period, &inputs)), ["org-1,tokens,25,a-policy,1,20,0,20,5,,0"]);
+    }
+}

@@ -1,0 +1,128 @@
+//! `commit_totals`: valid COMMIT amounts per (tenant, metric, period), kept in step with the ledger so that a
+//! billing export never judges a month of reservations (SPEC 5 "Reservations": validity is decided by event
+//! time, so a late event can change an earlier COMMIT's verdict; only reservations touched since the last
+//! catch-up are judged again, with reconcile's `judge`).
+//!
+//! [`catch_up`] brings the totals from `commit_totals_state.through_seq` to a watermark: for every
+//! reservation_id with an event in between, its verdict before and after, the difference applied. It runs
+//! inside each append when the process installed [`CommitTotalsHook`], and inside every export otherwise, so
+//! the totals are right whoever appended.
+
+use std::collections::BTreeMap;
+
+use ledger::Period;
+use ledger::hook::AppendHook;
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use schemas::{ReservationAction, ReservationEvent, Timestamp};
+
+use crate::billing::{self, Key};
+use crate::error::ReportError;
+
+const TOUCHED: &str = include_str!("../sql/commit_totals_touched.sql");
+const EVENTS_OF: &str = include_str!("../sql/reservation_events_of.sql");
+const OF_PERIOD: &str = include_str!("../sql/commit_totals_of_period.sql");
+
+/// (tenant, metric, period) -> amount.
+type Deltas = BTreeMap<(String, String, String), i64>;
+
+/// What a catch-up did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CatchUp {
+    pub from_seq: u64,
+    pub to_seq: u64,
+    pub reservations_judged: u64,
+}
+
+/// Installs the catch-up in every append of this process (the ledger's append hook).
+pub struct CommitTotalsHook;
+
+impl AppendHook for CommitTotalsHook {
+    fn after_append(&mut self, tx: &Transaction<'_>, watermark: u64) -> rusqlite::Result<()> {
+        catch_up(tx, watermark).map(|_| ()).map_err(|e| match e {
+            ReportError::Sqlite(e) => e,
+            other => rusqlite::Error::ToSqlConversionFailure(Box::new(other)),
+        })
+    }
+}
+
+/// Brings `commit_totals` to `watermark`. `conn` must hold the ledger's write transaction.
+pub fn catch_up(conn: &Connection, watermark: u64) -> Result<CatchUp, ReportError> {
+    let through: u64 = conn
+        .query_row("SELECT through_seq FROM commit_totals_state WHERE id = 1", [], |r| r.get::<_, i64>(0))
+        .optional()?
+        .map_or(0, |s| s as u64);
+    let mut done = CatchUp { from_seq: through, to_seq: watermark, reservations_judged: 0 };
+    if through >= watermark {
+        return Ok(done);
+    }
+    let mut deltas = Deltas::new();
+    if through == 0 {
+        // Nothing judged yet: one pass over every reservation, one group at a time.
+        billing::for_each_reservation(conn, watermark, |group| {
+            done.reservations_judged += 1;
+            add(&mut deltas, contribution(group, u64::MAX), 1);
+        })?;
+    } else {
+        let touched: Vec<String> = {
+            let mut statement = conn.prepare_cached(TOUCHED)?;
+            let rows = statement.query_map(params![through as i64, watermark as i64], |r| r.get(0))?;
+            rows.collect::<rusqlite::Result<_>>()?
+        };
+        for reservation_id in touched {
+            let group = events_of(conn, &reservation_id, watermark)?;
+            done.reservations_judged += 1;
+            add(&mut deltas, contribution(&group, through), -1);
+            add(&mut deltas, contribution(&group, u64::MAX), 1);
+        }
+    }
+    apply(conn, &deltas, watermark)?;
+    Ok(done)
+}
+
+/// The valid COMMIT of a reservation judged on its events up to `through`: (tenant, metric, period), amount.
+fn contribution(group: &[(u64, ReservationEvent)], through: u64) -> Option<((String, String, String), i64)> {
+    let events: Vec<(u64, &ReservationEvent)> = group.iter().filter(|(s, _)| *s <= through).map(|(s, e)| (*s, e)).collect();
+    // `as_of` only decides expiry, which is never consumption.
+    let verdict = reconcile::reservation::judge(&events, Timestamp(i64::MAX));
+    let (seq, ReservationAction::COMMIT, amount) = verdict.close? else { return None };
+    let commit = &group.iter().find(|(s, _)| *s == seq).expect("the close is one of the group").1;
+    let h = &commit.header;
+    Some(((h.tenant.clone(), h.metric.clone(), Period::containing(h.occurred_at).to_string()), amount))
+}
+
+fn add(deltas: &mut Deltas, contribution: Option<((String, String, String), i64)>, sign: i64) {
+    if let Some((key, amount)) = contribution {
+        let delta = deltas.entry(key).or_insert(0);
+        *delta = delta.checked_add(sign * amount).expect("committed amounts fit in i64");
+    }
+}
+
+fn events_of(conn: &Connection, reservation_id: &str, watermark: u64) -> Result<Vec<(u64, ReservationEvent)>, ReportError> {
+    let mut statement = conn.prepare_cached(EVENTS_OF)?;
+    let rows = statement.query_map(params![reservation_id, watermark as i64], |r| {
+        Ok((r.get::<_, i64>(0)? as u64, billing::reservation_event(r)?))
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+fn apply(conn: &Connection, deltas: &Deltas, watermark: u64) -> Result<(), ReportError> {
+    let mut upsert = conn.prepare_cached(
+        "INSERT INTO commit_totals (tenant, metric, period, amount) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (tenant, metric, period) DO UPDATE SET amount = amount + excluded.amount",
+    )?;
+    for ((tenant, metric, period), delta) in deltas.iter().filter(|(_, d)| **d != 0) {
+        upsert.execute(params![tenant, metric, period, delta])?;
+    }
+    conn.execute("UPDATE commit_totals_state SET through_seq = ?1 WHERE id = 1", [watermark as i64])?;
+    // After the write: no total is negative (a COMMIT taken back was added before).
+    let negative: i64 = conn.query_row("SELECT COUNT(*) FROM commit_totals WHERE amount < 0", [], |r| r.get(0))?;
+    assert_eq!(negative, 0, "commit totals never go below zero");
+    Ok(())
+}
+
+/// The valid COMMIT amounts of `period` per (tenant, metric), as of the last catch-up.
+pub fn of_period(conn: &Connection, period: Period) -> Result<BTreeMap<Key, i64>, ReportError> {
+    let mut statement = conn.prepare_cached(OF_PERIOD)?;
+    let rows = statement.query_map([period.to_string()], |r| Ok(((r.get(0)?, r.get(1)?), r.get(2)?)))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}

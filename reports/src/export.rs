@@ -1,0 +1,275 @@
+//! Writing a billing export as CSV, JSON lines or Parquet, with exactly the columns of SPEC 7, to bytes that
+//! depend only on the rows: the same ledger gives the same file.
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+use ledger::{Period, PeriodExportRow};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::Compression;
+use parquet::file::properties::WriterProperties;
+
+use crate::error::ReportError;
+
+/// SPEC 7: the columns, in order.
+pub const COLUMNS: [&str; 13] = [
+    "tenant",
+    "metric",
+    "period",
+    "consumption",
+    "policy_id",
+    "policy_version",
+    "limit",
+    "grants",
+    "effective_limit",
+    "overage",
+    "overshoot",
+    "late_adjustments",
+    "watermark",
+];
+
+/// The file formats of `export billing`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Csv,
+    Jsonl,
+    Parquet,
+}
+
+/// A billing export: its period, the watermark it was computed at, its rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BillingExport {
+    pub period: Period,
+    pub watermark: u64,
+    pub rows: Vec<PeriodExportRow>,
+}
+
+/// One cell: text, an integer, or empty.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Cell<'a> {
+    Text(&'a str),
+    Integer(i64),
+    Empty,
+}
+
+impl BillingExport {
+    fn cells<'a>(&'a self, row: &'a PeriodExportRow, period: &'a str) -> [Cell<'a>; 13] {
+        let text = |s: Option<&'a String>| s.map_or(Cell::Empty, |s| Cell::Text(s));
+        let int = |n: Option<i64>| n.map_or(Cell::Empty, Cell::Integer);
+        [
+            Cell::Text(&row.tenant),
+            Cell::Text(&row.metric),
+            Cell::Text(period),
+            Cell::Integer(row.consumption),
+            text(row.policy_id.as_ref()),
+            int(row.policy_version.map(i64::from)),
+            int(row.limit),
+            int(row.grants),
+            int(row.effective_limit),
+            int(row.overage),
+            int(row.overshoot),
+            Cell::Integer(row.late_adjustments),
+            Cell::Integer(self.watermark as i64),
+        ]
+    }
+
+    /// The export in `format`.
+    pub fn to_bytes(&self, format: Format) -> Result<Vec<u8>, ReportError> {
+        match format {
+            Format::Csv => Ok(self.to_csv()),
+            Format::Jsonl => Ok(self.to_jsonl()),
+            Format::Parquet => self.to_parquet(),
+        }
+    }
+
+    /// CSV: the header of SPEC 7, one line per row, `\n` line ends, empty cells for missing values; text that a
+    /// spreadsheet would run as a formula is neutralised (see [`csv_text`]); numbers are written as numbers.
+    pub fn to_csv(&self) -> Vec<u8> {
+        let mut out = COLUMNS.join(",");
+        out.push('\n');
+        let period = self.period.to_string();
+        for row in &self.rows {
+            let cells: Vec<String> = self
+                .cells(row, &period)
+                .iter()
+                .map(|c| match c {
+                    Cell::Text(s) => csv_text(s),
+                    Cell::Integer(n) => n.to_string(),
+                    Cell::Empty => String::new(),
+                })
+                .collect();
+            out.push_str(&cells.join(","));
+            out.push('\n');
+        }
+        out.into_bytes()
+    }
+
+    /// JSON lines: one object per row, keys in the order of SPEC 7, numbers as numbers, missing values as null.
+    pub fn to_jsonl(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        let period = self.period.to_string();
+        for row in &self.rows {
+            let mut object = serde_json::Map::new();
+            for (name, cell) in COLUMNS.iter().zip(self.cells(row, &period)) {
+                let value = match cell {
+                    Cell::Text(s) => serde_json::Value::from(s),
+                    Cell::Integer(n) => serde_json::Value::from(n),
+                    Cell::Empty => serde_json::Value::Null,
+                };
+                object.insert(name.to_string(), value);
+            }
+            out.extend(serde_json::to_vec(&object).expect("a map of strings and numbers serializes"));
+            out.push(b'\n');
+        }
+        out
+    }
+
+    /// The export as one Arrow batch: strings, 64-bit integers (`policy_version` 32-bit, as in the event).
+    pub fn to_record_batch(&self) -> Result<RecordBatch, ReportError> {
+        let text = |f: &dyn Fn(&PeriodExportRow) -> Option<String>| -> ArrayRef {
+            Arc::new(self.rows.iter().map(f).collect::<StringArray>())
+        };
+        let int = |f: &dyn Fn(&PeriodExportRow) -> Option<i64>| -> ArrayRef {
+            Arc::new(self.rows.iter().map(f).collect::<Int64Array>())
+        };
+        let period = self.period.to_string();
+        let columns: Vec<ArrayRef> = vec![
+            text(&|r| Some(r.tenant.clone())),
+            text(&|r| Some(r.metric.clone())),
+            text(&|_| Some(period.clone())),
+            int(&|r| Some(r.consumption)),
+            text(&|r| r.policy_id.clone()),
+            Arc::new(self.rows.iter().map(|r| r.policy_version).collect::<Int32Array>()),
+            int(&|r| r.limit),
+            int(&|r| r.grants),
+            int(&|r| r.effective_limit),
+            int(&|r| r.overage),
+            int(&|r| r.overshoot),
+            int(&|r| Some(r.late_adjustments)),
+            int(&|_| Some(self.watermark as i64)),
+        ];
+        Ok(RecordBatch::try_new(schema(), columns)?)
+    }
+
+    /// Parquet, snappy-compressed, one row group.
+    pub fn to_parquet(&self) -> Result<Vec<u8>, ReportError> {
+        let batch = self.to_record_batch()?;
+        let properties = WriterProperties::builder().set_compression(Compression::SNAPPY).build();
+        let mut out = Vec::new();
+        let mut writer = ArrowWriter::try_new(&mut out, batch.schema(), Some(properties))?;
+        writer.write(&batch)?;
+        writer.close()?;
+        Ok(out)
+    }
+}
+
+/// The Arrow schema of an export: SPEC 7 columns, nullable where a value may be missing.
+pub fn schema() -> Arc<Schema> {
+    let field = |name: &str, data_type: DataType, nullable: bool| Field::new(name, data_type, nullable);
+    Arc::new(Schema::new(vec![
+        field("tenant", DataType::Utf8, false),
+        field("metric", DataType::Utf8, false),
+        field("period", DataType::Utf8, false),
+        field("consumption", DataType::Int64, false),
+        field("policy_id", DataType::Utf8, true),
+        field("policy_version", DataType::Int32, true),
+        field("limit", DataType::Int64, true),
+        field("grants", DataType::Int64, true),
+        field("effective_limit", DataType::Int64, true),
+        field("overage", DataType::Int64, true),
+        field("overshoot", DataType::Int64, true),
+        field("late_adjustments", DataType::Int64, false),
+        field("watermark", DataType::Int64, false),
+    ]))
+}
+
+/// A text cell, safe to open in a spreadsheet (OWASP "CSV injection"): one that starts with `=`, `+`, `-`,
+/// `@`, a tab or a carriage return is prefixed with `'`, so that it is shown as text and never run as a
+/// formula; then quoted (RFC 4180) when it holds a comma, a quote or a line break.
+pub fn csv_text(text: &str) -> String {
+    let neutralised =
+        if text.starts_with(['=', '+', '-', '@', '\t', '\r']) { format!("'{text}") } else { text.to_string() };
+    if neutralised.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", neutralised.replace('"', "\"\""))
+    } else {
+        neutralised
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn export() -> BillingExport {
+        let row = |tenant: &str, consumption: i64, late: i64| PeriodExportRow {
+            tenant: tenant.into(),
+            metric: "tokens".into(),
+            consumption,
+            policy_id: Some("plan".into()),
+            policy_version: Some(2),
+            limit: Some(100),
+            grants: Some(0),
+            effective_limit: Some(100),
+            overage: Some(0),
+            overshoot: None,
+            late_adjustments: late,
+        };
+        BillingExport {
+            period: "2026-11".parse().unwrap(),
+            watermark: 42,
+            rows: vec![row("=HYPERLINK(\"x\")", 5, -3), row("org,2", 7, 0)],
+        }
+    }
+
+    // Proves CSV cells that a spreadsheet would run are neutralised and quoted, while negative numbers stay numbers.
+    #[test]
+    fn csv_is_safe_in_a_spreadsheet() {
+        let csv = String::from_utf8(export().to_csv()).unwrap();
+        assert_eq!(
+            csv,
+            "tenant,metric,period,consumption,policy_id,policy_version,limit,grants,effective_limit,overage,overshoot,late_adjustments,watermark\n\
+             \"'=HYPERLINK(\"\"x\"\")\",tokens,2026-11,5,plan,2,100,0,100,0,,-3,42\n\
+             \"org,2\",tokens,2026-11,7,plan,2,100,0,100,0,,0,42\n"
+        );
+        for (text, safe) in [("@SUM(A1)", "'@SUM(A1)"), ("+1", "'+1"), ("-1", "'-1"), ("\tx", "'\tx"), ("org-1", "org-1")] {
+            assert_eq!(csv_text(text), safe);
+        }
+        assert_eq!(csv_text("\rx"), "\"'\rx\"");
+    }
+
+    // Proves JSON lines keep SPEC 7's keys in order, numbers as numbers and missing values as null.
+    #[test]
+    fn jsonl_has_the_columns_in_order() {
+        let jsonl = String::from_utf8(export().to_jsonl()).unwrap();
+        let first = jsonl.lines().next().unwrap();
+        assert_eq!(
+            first,
+            r#"{"tenant":"=HYPERLINK(\"x\")","metric":"tokens","period":"2026-11","consumption":5,"policy_id":"plan","policy_version":2,"limit":100,"grants":0,"effective_limit":100,"overage":0,"overshoot":null,"late_adjustments":-3,"watermark":42}"#
+        );
+    }
+
+    // Proves Parquet reads back with the SPEC 7 columns, integer types and nulls, and is the same bytes twice.
+    #[test]
+    fn parquet_reads_back_typed() {
+        let bytes = export().to_parquet().unwrap();
+        assert_eq!(bytes, export().to_parquet().unwrap());
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(bytes))
+            .unwrap()
+            .build()
+            .unwrap();
+        let batches: Vec<RecordBatch> = reader.map(Result::unwrap).collect();
+        assert_eq!(batches[0].schema(), schema());
+        datafusion::assert_batches_eq!(
+            [
+                "+-----------------+--------+---------+-------------+-----------+----------------+-------+--------+-----------------+---------+-----------+------------------+-----------+",
+                "| tenant          | metric | period  | consumption | policy_id | policy_version | limit | grants | effective_limit | overage | overshoot | late_adjustments | watermark |",
+                "+-----------------+--------+---------+-------------+-----------+----------------+-------+--------+-----------------+---------+-----------+------------------+-----------+",
+                "| =HYPERLINK(\"x\") | tokens | 2026-11 | 5           | plan      | 2              | 100   | 0      | 100             | 0       |           | -3               | 42        |",
+                "| org,2           | tokens | 2026-11 | 7           | plan      | 2              | 100   | 0      | 100             | 0       |           | 0                | 42        |",
+                "+-----------------+--------+---------+-------------+-----------+----------------+-------+--------+-----------------+---------+-----------+------------------+-----------+",
+            ],
+            &batches
+        );
+    }
+}

@@ -1,0 +1,34 @@
+//! Reports (SPEC 5, SPEC 7): billing exports and audit answers, on DataFusion over the ledger.
+//!
+//! The last stage of the pipeline: the ledger holds every event, reconcile has written its adjustments, and
+//! this crate answers finance ("what does each tenant owe for November?", [`billing`] and [`export`]) and
+//! support ("why was this request denied?", [`audit`]). Every ledger table is registered in DataFusion through a
+//! streaming, read-only [`provider`] over SQLite ([`tables`] lists them), so `quota-ledger sql` can ask anything
+//! else. The rules (policy in force, effective limit, reservation verdicts) are reconcile's own functions.
+//!
+//! ```
+//! use ledger::{Ledger, Period};
+//! use reports::billing;
+//! use reports::export::{BillingExport, Format};
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let ledger = Ledger::open(dir.path().join("ledger.db")).unwrap();
+//! let period: Period = "2026-11".parse().unwrap();
+//! let (snapshot, rows) = billing::compute_open(&ledger, period).unwrap();
+//! let export = BillingExport { period, watermark: snapshot.watermark, rows };
+//! let csv = String::from_utf8(export.to_bytes(Format::Csv).unwrap()).unwrap();
+//! assert!(csv.starts_with("tenant,metric,period,consumption,"));
+//! ```
+
+pub mod audit;
+pub mod billing;
+pub mod columns;
+pub mod commit_totals;
+pub mod error;
+pub mod export;
+pub mod provider;
+pub mod session;
+pub mod tables;
+
+pub use error::ReportError;
+pub use session::LedgerSession;

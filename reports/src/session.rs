@@ -1,0 +1,91 @@
+//! A DataFusion session over one ledger file at one watermark: every table of [`crate::tables::TABLES`]
+//! registered through the streaming [`LedgerTable`] provider, queries read-only by construction (read-only
+//! SQLite connections, and DataFusion refuses DDL, DML and statements).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use datafusion::common::ScalarValue;
+use datafusion::execution::context::{SQLOptions, SessionConfig, SessionContext};
+use futures::TryStreamExt;
+
+use crate::error::ReportError;
+use crate::provider::LedgerTable;
+use crate::tables::TABLES;
+
+/// A read-only DataFusion session over a ledger.
+pub struct LedgerSession {
+    context: SessionContext,
+    runtime: tokio::runtime::Runtime,
+    watermark: u64,
+    path: PathBuf,
+}
+
+impl LedgerSession {
+    /// A session showing the ledger's entries up to `watermark` (its current watermark when `None`).
+    pub fn open(path: &Path, watermark: Option<u64>) -> Result<LedgerSession, ReportError> {
+        let watermark = match watermark {
+            Some(w) => w,
+            None => ledger::Ledger::open_read_only(path)?.status()?.watermark,
+        };
+        // One partition per scan and a small batch count: the machine is small and the tables stream.
+        let config = SessionConfig::new().with_information_schema(true);
+        let context = SessionContext::new_with_config(config);
+        for table in TABLES {
+            context.register_table(table.name, Arc::new(LedgerTable::new(path.to_path_buf(), table, watermark)))?;
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread().build().map_err(ReportError::Runtime)?;
+        Ok(LedgerSession { context, runtime, watermark, path: path.to_path_buf() })
+    }
+
+    pub fn watermark(&self) -> u64 {
+        self.watermark
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn context(&self) -> &SessionContext {
+        &self.context
+    }
+
+    /// Runs one read-only SQL query with positional parameters (`$1`, `$2`, ...) and collects its batches.
+    pub fn query(&self, sql: &str, params: Vec<ScalarValue>) -> Result<Vec<RecordBatch>, ReportError> {
+        self.runtime.block_on(async {
+            let mut frame = self.context.sql_with_options(sql, read_only()).await?;
+            if !params.is_empty() {
+                frame = frame.with_param_values(params)?;
+            }
+            Ok(frame.collect().await?)
+        })
+    }
+
+    /// Runs one read-only query and hands each batch to `each` as it arrives (memory follows one batch).
+    /// Answers the result's schema.
+    pub fn for_each_batch_with(
+        &self,
+        sql: &str,
+        params: Vec<ScalarValue>,
+        mut each: impl FnMut(&RecordBatch) -> Result<(), ReportError>,
+    ) -> Result<arrow::datatypes::SchemaRef, ReportError> {
+        self.runtime.block_on(async {
+            let mut frame = self.context.sql_with_options(sql, read_only()).await?;
+            if !params.is_empty() {
+                frame = frame.with_param_values(params)?;
+            }
+            let schema: arrow::datatypes::SchemaRef = Arc::new(frame.schema().as_arrow().clone());
+            let mut stream = frame.execute_stream().await?;
+            while let Some(batch) = stream.try_next().await? {
+                each(&batch)?;
+            }
+            Ok(schema)
+        })
+    }
+}
+
+/// DataFusion refuses DDL (CREATE, DROP), DML (INSERT, UPDATE, DELETE) and statements (SET, transactions).
+fn read_only() -> SQLOptions {
+    SQLOptions::new().with_allow_ddl(false).with_allow_dml(false).with_allow_statements(false)
+}

@@ -1,0 +1,265 @@
+//! The tables DataFusion sees (`sql`, `audit`): one per ledger table, each event table joined with the common
+//! fields of its entry, so that a query never needs to join `entries` by hand. Payloads and hashes are left out
+//! (they are bytes for `verify`, not for reports). These names and columns are the documented interface of
+//! `quota-ledger sql`: add, never rename.
+
+/// How a SQLite column becomes an Arrow column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Int64,
+    Int32,
+    Text,
+    /// Microseconds since the epoch in SQLite; `Timestamp(Microsecond, "UTC")` in Arrow.
+    Timestamp,
+}
+
+/// One column: its name in DataFusion, the SQLite expression that reads it, and its type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Column {
+    pub name: &'static str,
+    pub sql: &'static str,
+    pub kind: Kind,
+    pub nullable: bool,
+}
+
+/// One table: its name, the SQLite `FROM` clause it reads, and the column holding the ledger sequence number
+/// (rows past the session's watermark are never read, so that every table of a query shows one instant).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Table {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub from: &'static str,
+    pub seq: Option<&'static str>,
+    pub columns: &'static [Column],
+}
+
+const fn col(name: &'static str, sql: &'static str, kind: Kind, nullable: bool) -> Column {
+    Column { name, sql, kind, nullable }
+}
+
+use Kind::*;
+
+/// The entry fields every event table starts with.
+macro_rules! entry_columns {
+    ($($rest:expr),* $(,)?) => {
+        &[
+            col("seq", "e.seq", Int64, false),
+            col("event_id", "e.event_id", Text, false),
+            col("status", "e.status", Text, false),
+            col("tenant", "e.tenant", Text, false),
+            col("subject", "e.subject", Text, true),
+            col("metric", "e.metric", Text, false),
+            col("source", "e.source", Text, false),
+            col("occurred_at", "e.occurred_at", Timestamp, false),
+            col("recorded_at", "e.recorded_at", Timestamp, false),
+            $($rest),*
+        ]
+    };
+}
+
+pub const TABLES: &[Table] = &[
+    Table {
+        name: "entries",
+        description: "every entry, recorded or conflicting duplicate, by ledger sequence number",
+        from: "entries e",
+        seq: Some("e.seq"),
+        columns: &[
+            col("seq", "e.seq", Int64, false),
+            col("event_id", "e.event_id", Text, false),
+            col("event_type", "e.event_type", Text, false),
+            col("status", "e.status", Text, false),
+            col("duplicate_of", "e.duplicate_of", Int64, true),
+            col("tenant", "e.tenant", Text, false),
+            col("subject", "e.subject", Text, true),
+            col("metric", "e.metric", Text, false),
+            col("source", "e.source", Text, false),
+            col("occurred_at", "e.occurred_at", Timestamp, false),
+            col("recorded_at", "e.recorded_at", Timestamp, false),
+            col("origin", "e.origin", Text, false),
+            col("origin_stream", "e.origin_stream", Text, true),
+            col("origin_partition", "e.origin_partition", Int64, true),
+            col("origin_offset", "e.origin_offset", Int64, true),
+        ],
+    },
+    Table {
+        name: "usage_events",
+        description: "UsageEvents with their entry fields",
+        from: "usage_events d JOIN entries e ON e.seq = d.seq",
+        seq: Some("d.seq"),
+        columns: entry_columns![
+            col("quantity", "d.quantity", Int64, false),
+            col("request_id", "d.request_id", Text, true),
+            col("attributes", "d.attributes", Text, false),
+        ],
+    },
+    Table {
+        name: "decision_events",
+        description: "DecisionEvents (the enforcement's answers) with their entry fields",
+        from: "decision_events d JOIN entries e ON e.seq = d.seq",
+        seq: Some("d.seq"),
+        columns: entry_columns![
+            col("request_id", "d.request_id", Text, false),
+            col("idempotency_key", "d.idempotency_key", Text, false),
+            col("amount", "d.amount", Int64, false),
+            col("outcome", "d.outcome", Text, false),
+            col("reason", "d.reason", Text, false),
+            col("policy_id", "d.policy_id", Text, true),
+            col("policy_version", "d.policy_version", Int32, true),
+            col("window_start", "d.window_start", Timestamp, true),
+            col("window_end", "d.window_end", Timestamp, true),
+            col("limit", "d.\"limit\"", Int64, true),
+            col("used_before", "d.used_before", Int64, true),
+            col("remaining", "d.remaining", Int64, true),
+            col("retry_after_ms", "d.retry_after_ms", Int64, true),
+        ],
+    },
+    Table {
+        name: "reservation_events",
+        description: "ReservationEvents (RESERVE, COMMIT, RELEASE) with their entry fields",
+        from: "reservation_events d JOIN entries e ON e.seq = d.seq",
+        seq: Some("d.seq"),
+        columns: entry_columns![
+            col("reservation_id", "d.reservation_id", Text, false),
+            col("action", "d.action", Text, false),
+            col("amount", "d.amount", Int64, false),
+            col("expires_at", "d.expires_at", Timestamp, true),
+        ],
+    },
+    Table {
+        name: "grant_events",
+        description: "GrantEvents with their entry fields",
+        from: "grant_events d JOIN entries e ON e.seq = d.seq",
+        seq: Some("d.seq"),
+        columns: entry_columns![
+            col("grant_id", "d.grant_id", Text, false),
+            col("amount", "d.amount", Int64, false),
+            col("valid_from", "d.valid_from", Timestamp, false),
+            col("valid_until", "d.valid_until", Timestamp, false),
+            col("reason", "d.reason", Text, false),
+        ],
+    },
+    Table {
+        name: "policy_events",
+        description: "PolicyEvents (every version) with their entry fields",
+        from: "policy_events d JOIN entries e ON e.seq = d.seq",
+        seq: Some("d.seq"),
+        columns: entry_columns![
+            col("policy_id", "d.policy_id", Text, false),
+            col("version", "d.version", Int32, false),
+            col("scope", "d.scope", Text, false),
+            col("limit", "d.\"limit\"", Int64, false),
+            col("window", "d.window", Text, false),
+            col("enforcement", "d.enforcement", Text, false),
+            col("effective_from", "d.effective_from", Timestamp, false),
+        ],
+    },
+    Table {
+        name: "adjustment_events",
+        description: "AdjustmentEvents written by reconcile, with their entry fields",
+        from: "adjustment_events d JOIN entries e ON e.seq = d.seq",
+        seq: Some("d.seq"),
+        columns: entry_columns![
+            col("adjustment_id", "d.adjustment_id", Text, false),
+            col("kind", "d.kind", Text, false),
+            col("policy_id", "d.policy_id", Text, true),
+            col("window_start", "d.window_start", Timestamp, true),
+            col("window_end", "d.window_end", Timestamp, true),
+            col("amount", "d.amount", Int64, false),
+            col("refs", "d.refs", Text, false),
+            col("run_id", "d.run_id", Text, false),
+        ],
+    },
+    Table {
+        name: "usage_totals",
+        description: "counted usage per tenant, metric and period, maintained by every append",
+        from: "usage_totals t",
+        seq: None,
+        columns: &[
+            col("tenant", "t.tenant", Text, false),
+            col("metric", "t.metric", Text, false),
+            col("period", "t.period", Text, false),
+            col("quantity", "t.quantity", Int64, false),
+        ],
+    },
+    Table {
+        name: "period_closes",
+        description: "closed billing periods and the watermark each was closed at",
+        from: "period_closes c",
+        seq: Some("c.watermark"),
+        columns: &[
+            col("period", "c.period", Text, false),
+            col("period_start", "c.period_start", Timestamp, false),
+            col("period_end", "c.period_end", Timestamp, false),
+            col("watermark", "c.watermark", Int64, false),
+            col("closed_at", "c.closed_at", Timestamp, false),
+        ],
+    },
+    Table {
+        name: "period_exports",
+        description: "the stored rows of every final billing export",
+        from: "period_exports x",
+        seq: None,
+        columns: &[
+            col("period", "x.period", Text, false),
+            col("row_index", "x.row_index", Int64, false),
+            col("tenant", "x.tenant", Text, false),
+            col("metric", "x.metric", Text, false),
+            col("consumption", "x.consumption", Int64, false),
+            col("policy_id", "x.policy_id", Text, true),
+            col("policy_version", "x.policy_version", Int32, true),
+            col("limit", "x.\"limit\"", Int64, true),
+            col("grants", "x.grants", Int64, true),
+            col("effective_limit", "x.effective_limit", Int64, true),
+            col("overage", "x.overage", Int64, true),
+            col("overshoot", "x.overshoot", Int64, true),
+            col("late_adjustments", "x.late_adjustments", Int64, false),
+        ],
+    },
+    Table {
+        name: "duplicates",
+        description: "exact duplicates received: which entry each repeats and where it came from",
+        from: "duplicates u",
+        seq: Some("u.duplicate_of"),
+        columns: &[
+            col("id", "u.id", Int64, false),
+            col("duplicate_of", "u.duplicate_of", Int64, false),
+            col("origin", "u.origin", Text, false),
+            col("origin_stream", "u.origin_stream", Text, true),
+            col("origin_partition", "u.origin_partition", Int64, true),
+            col("origin_offset", "u.origin_offset", Int64, true),
+            col("received_at", "u.received_at", Timestamp, false),
+        ],
+    },
+    Table {
+        name: "quarantine",
+        description: "messages that failed to decode or validate (without their raw bytes)",
+        from: "quarantine q",
+        seq: None,
+        columns: &[
+            col("id", "q.id", Int64, false),
+            col("origin", "q.origin", Text, false),
+            col("origin_stream", "q.origin_stream", Text, true),
+            col("origin_partition", "q.origin_partition", Int64, true),
+            col("origin_offset", "q.origin_offset", Int64, true),
+            col("reason_code", "q.reason_code", Text, false),
+            col("reason", "q.reason", Text, false),
+            col("quarantined_at", "q.quarantined_at", Timestamp, false),
+        ],
+    },
+    Table {
+        name: "offsets",
+        description: "the next Kafka offset per topic and partition",
+        from: "offsets o",
+        seq: None,
+        columns: &[
+            col("topic", "o.topic", Text, false),
+            col("partition", "o.partition", Int64, false),
+            col("next_offset", "o.next_offset", Int64, false),
+        ],
+    },
+];
+
+/// The table named `name`.
+pub fn table(name: &str) -> Option<&'static Table> {
+    TABLES.iter().find(|t| t.name == name)
+}
