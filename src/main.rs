@@ -42,6 +42,14 @@ enum Command {
     Verify(cli::verify::VerifyArgs),
     /// The nightly job: judge windows, reservations, duplicates and late usage; record adjustments as deltas.
     Reconcile(cli::reconcile::ReconcileArgs),
+    /// Billing exports (SPEC 5, SPEC 7).
+    #[command(subcommand)]
+    Export(cli::export::ExportCommand),
+    /// Support's answers: why a request was decided so, a tenant's timeline (SPEC 7).
+    #[command(subcommand)]
+    Audit(cli::audit::AuditCommand),
+    /// Read-only SQL over the ledger's tables (DataFusion); `sql --tables` lists them.
+    Sql(cli::sql::SqlArgs),
     /// Messages that failed to decode or validate.
     #[command(subcommand)]
     Quarantine(cli::quarantine::QuarantineCommand),
@@ -62,6 +70,9 @@ fn main() -> ExitCode {
         Command::Status(args) => cli::status::run(&cli.ledger, args),
         Command::Verify(args) => cli::verify::run(&cli.ledger, args),
         Command::Reconcile(args) => cli::reconcile::run(&cli.ledger, args),
+        Command::Export(command) => cli::export::run(&cli.ledger, command),
+        Command::Audit(command) => cli::audit::run(&cli.ledger, command),
+        Command::Sql(args) => cli::sql::run(&cli.ledger, args),
         Command::Quarantine(command) => cli::quarantine::run(&cli.ledger, command),
         Command::Bench(command) => cli::bench::run(command),
     };

@@ -62,11 +62,18 @@ impl Ledger {
         if now < period.end() {
             return Err(CloseError::NotOver { period, ends: period.end() });
         }
-        let snapshot = CloseSnapshot { watermark: read_totals(&tx)?.watermark, carried_after: last_close_watermark(&tx)? };
+        let snapshot =
+            CloseSnapshot { watermark: read_totals(&tx)?.watermark, carried_after: last_close_watermark(&tx)? };
         let rows = compute(&tx, snapshot).map_err(|source| CloseError::Export { period, source })?;
         tx.execute(
             "INSERT INTO period_closes (period, period_start, period_end, watermark, closed_at) VALUES (?, ?, ?, ?, ?)",
-            params![period.to_string(), period.start().micros(), period.end().micros(), snapshot.watermark as i64, now.micros()],
+            params![
+                period.to_string(),
+                period.start().micros(),
+                period.end().micros(),
+                snapshot.watermark as i64,
+                now.micros()
+            ],
         )?;
         for (index, row) in rows.iter().enumerate() {
             insert_row(&tx, period, index, row)?;
@@ -97,7 +104,9 @@ impl Ledger {
 
 /// The watermark of the latest close, 0 when none: late adjustments recorded after it are not carried yet.
 fn last_close_watermark(conn: &Connection) -> rusqlite::Result<u64> {
-    conn.query_row("SELECT COALESCE(MAX(watermark), 0) FROM period_closes", [], |r| r.get::<_, i64>(0).map(|w| w as u64))
+    conn.query_row("SELECT COALESCE(MAX(watermark), 0) FROM period_closes", [], |r| {
+        r.get::<_, i64>(0).map(|w| w as u64)
+    })
 }
 
 fn insert_row(conn: &Connection, period: Period, index: usize, row: &PeriodExportRow) -> rusqlite::Result<()> {
@@ -183,7 +192,8 @@ mod tests {
             })
             .unwrap();
         assert_eq!(first.rows, rows);
-        let second = ledger.close_period_with_export(period, |_, _| panic!("a closed period computes nothing")).unwrap();
+        let second =
+            ledger.close_period_with_export(period, |_, _| panic!("a closed period computes nothing")).unwrap();
         assert_eq!(second, first);
         assert_eq!(ledger.period_export(period).unwrap(), Some(first));
         let refused = ledger.connection().execute("UPDATE period_exports SET consumption = 1", []);

@@ -16,7 +16,8 @@ pub(crate) fn add(tx: &Transaction<'_>, events: &[Incoming], outcomes: &[AppendO
     let mut sums: BTreeMap<(&str, &str, Period), i64> = BTreeMap::new();
     for (incoming, outcome) in events.iter().zip(outcomes) {
         let (Event::Usage(usage), AppendOutcome::Recorded { .. }) = (&incoming.event, outcome) else { continue };
-        let key = (usage.header.tenant.as_str(), usage.header.metric.as_str(), Period::containing(usage.header.occurred_at));
+        let key =
+            (usage.header.tenant.as_str(), usage.header.metric.as_str(), Period::containing(usage.header.occurred_at));
         let sum = sums.entry(key).or_insert(0);
         *sum = sum.checked_add(usage.quantity).expect("a batch's usage of one key fits in i64");
     }
@@ -45,9 +46,15 @@ mod tests {
     }
 
     fn totals(ledger: &Ledger) -> Vec<(String, String, String, i64)> {
-        let mut statement =
-            ledger.connection().prepare("SELECT tenant, metric, period, quantity FROM usage_totals ORDER BY 1, 2, 3").unwrap();
-        statement.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))).unwrap().map(Result::unwrap).collect()
+        let mut statement = ledger
+            .connection()
+            .prepare("SELECT tenant, metric, period, quantity FROM usage_totals ORDER BY 1, 2, 3")
+            .unwrap();
+        statement
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
     }
 
     // Proves the totals count recorded usage once per key and period, never duplicates or conflicting copies.
@@ -62,10 +69,14 @@ mod tests {
             usage("u-3", "2026-11-02T00:00:00Z", "org-1", 1),
         ];
         ledger.append(&Batch { events: first, ..Batch::default() }).unwrap();
-        let second = vec![usage("u-3", "2026-11-02T00:00:00Z", "org-1", 99), usage("u-4", "2026-11-03T00:00:00Z", "org-2", 2)];
+        let second =
+            vec![usage("u-3", "2026-11-02T00:00:00Z", "org-1", 99), usage("u-4", "2026-11-03T00:00:00Z", "org-2", 2)];
         ledger.append(&Batch { events: second, ..Batch::default() }).unwrap();
         let row = |t: &str, p: &str, q| (t.to_string(), "requests".to_string(), p.to_string(), q);
-        assert_eq!(totals(&ledger), [row("org-1", "2026-10", 5), row("org-1", "2026-11", 8), row("org-2", "2026-11", 2)]);
+        assert_eq!(
+            totals(&ledger),
+            [row("org-1", "2026-10", 5), row("org-1", "2026-11", 8), row("org-2", "2026-11", 2)]
+        );
         let refused = ledger.connection().execute("UPDATE usage_totals SET quantity = 0", []);
         assert!(refused.unwrap_err().to_string().contains("only grow"));
     }

@@ -8,7 +8,12 @@ use arrow::datatypes::{DataType, Int64Type};
 
 use crate::error::ReportError;
 
-fn column(batch: &RecordBatch, name: &str, to: &DataType, expected: &'static str) -> Result<Arc<dyn Array>, ReportError> {
+fn column(
+    batch: &RecordBatch,
+    name: &str,
+    to: &DataType,
+    expected: &'static str,
+) -> Result<Arc<dyn Array>, ReportError> {
     let array = batch.column_by_name(name).ok_or_else(|| ReportError::ColumnType {
         column: name.to_string(),
         found: "missing".to_string(),
@@ -30,7 +35,9 @@ pub fn int64(batch: &RecordBatch, name: &str) -> Result<Int64Array, ReportError>
         expected: "integer",
     })?;
     let array = match array.data_type() {
-        DataType::Timestamp(_, _) => cast(&cast(array, &DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, None))?, &DataType::Int64)?,
+        DataType::Timestamp(_, _) => {
+            cast(&cast(array, &DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, None))?, &DataType::Int64)?
+        }
         _ => column(batch, name, &DataType::Int64, "integer")?,
     };
     Ok(array.as_primitive::<Int64Type>().clone())

@@ -81,7 +81,8 @@ pub fn catch_up(conn: &Connection, watermark: u64) -> Result<CatchUp, ReportErro
 
 /// The valid COMMIT of a reservation judged on its events up to `through`: (tenant, metric, period), amount.
 fn contribution(group: &[(u64, ReservationEvent)], through: u64) -> Option<((String, String, String), i64)> {
-    let events: Vec<(u64, &ReservationEvent)> = group.iter().filter(|(s, _)| *s <= through).map(|(s, e)| (*s, e)).collect();
+    let events: Vec<(u64, &ReservationEvent)> =
+        group.iter().filter(|(s, _)| *s <= through).map(|(s, e)| (*s, e)).collect();
     // `as_of` only decides expiry, which is never consumption.
     let verdict = reconcile::reservation::judge(&events, Timestamp(i64::MAX));
     let (seq, ReservationAction::COMMIT, amount) = verdict.close? else { return None };
@@ -97,7 +98,11 @@ fn add(deltas: &mut Deltas, contribution: Option<((String, String, String), i64)
     }
 }
 
-fn events_of(conn: &Connection, reservation_id: &str, watermark: u64) -> Result<Vec<(u64, ReservationEvent)>, ReportError> {
+fn events_of(
+    conn: &Connection,
+    reservation_id: &str,
+    watermark: u64,
+) -> Result<Vec<(u64, ReservationEvent)>, ReportError> {
     let mut statement = conn.prepare_cached(EVENTS_OF)?;
     let rows = statement.query_map(params![reservation_id, watermark as i64], |r| {
         Ok((r.get::<_, i64>(0)? as u64, billing::reservation_event(r)?))

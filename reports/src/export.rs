@@ -232,7 +232,9 @@ mod tests {
              \"'=HYPERLINK(\"\"x\"\")\",tokens,2026-11,5,plan,2,100,0,100,0,,-3,42\n\
              \"org,2\",tokens,2026-11,7,plan,2,100,0,100,0,,0,42\n"
         );
-        for (text, safe) in [("@SUM(A1)", "'@SUM(A1)"), ("+1", "'+1"), ("-1", "'-1"), ("\tx", "'\tx"), ("org-1", "org-1")] {
+        for (text, safe) in
+            [("@SUM(A1)", "'@SUM(A1)"), ("+1", "'+1"), ("-1", "'-1"), ("\tx", "'\tx"), ("org-1", "org-1")]
+        {
             assert_eq!(csv_text(text), safe);
         }
         assert_eq!(csv_text("\rx"), "\"'\rx\"");

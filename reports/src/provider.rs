@@ -91,8 +91,12 @@ impl LedgerTable {
         }
         let symbol = comparison(*op)?;
         match (left.as_ref(), right.as_ref()) {
-            (Expr::Column(c), Expr::Literal(v, _)) => Some((format!("{} {symbol} ?", self.column_sql(&c.name)?), vec![value(v)?])),
-            (Expr::Literal(v, _), Expr::Column(c)) => Some((format!("? {symbol} {}", self.column_sql(&c.name)?), vec![value(v)?])),
+            (Expr::Column(c), Expr::Literal(v, _)) => {
+                Some((format!("{} {symbol} ?", self.column_sql(&c.name)?), vec![value(v)?]))
+            }
+            (Expr::Literal(v, _), Expr::Column(c)) => {
+                Some((format!("? {symbol} {}", self.column_sql(&c.name)?), vec![value(v)?]))
+            }
             _ => None,
         }
     }
@@ -149,7 +153,10 @@ impl TableProvider for LedgerTable {
         TableType::Base
     }
 
-    fn supports_filters_pushdown(&self, filters: &[&Expr]) -> datafusion::error::Result<Vec<TableProviderFilterPushDown>> {
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> datafusion::error::Result<Vec<TableProviderFilterPushDown>> {
         // Inexact: DataFusion applies the filter again, so a translation never has to be perfect to be right.
         Ok(filters
             .iter()
@@ -204,9 +211,8 @@ impl PartitionStream for SqliteScan {
             (self.path.clone(), self.sql.clone(), self.params.clone(), self.kinds.clone(), Arc::clone(&self.schema));
         builder.spawn_blocking(move || {
             let mut send = |batch: RecordBatch| tx.blocking_send(Ok(batch)).is_ok();
-            stream_query(&path, &sql, &params, &kinds, &schema, &mut send).map_err(|e| {
-                DataFusionError::External(format!("reading the ledger ({sql}): {e}").into())
-            })
+            stream_query(&path, &sql, &params, &kinds, &schema, &mut send)
+                .map_err(|e| DataFusionError::External(format!("reading the ledger ({sql}): {e}").into()))
         });
         builder.build()
     }
@@ -264,9 +270,9 @@ impl ColumnBuilder {
             Kind::Int64 => ColumnBuilder::Int64(Int64Builder::with_capacity(BATCH_ROWS)),
             Kind::Int32 => ColumnBuilder::Int32(Int32Builder::with_capacity(BATCH_ROWS)),
             Kind::Text => ColumnBuilder::Text(StringBuilder::with_capacity(BATCH_ROWS, BATCH_ROWS * 16)),
-            Kind::Timestamp => ColumnBuilder::Timestamp(
-                TimestampMicrosecondBuilder::with_capacity(BATCH_ROWS).with_timezone("UTC"),
-            ),
+            Kind::Timestamp => {
+                ColumnBuilder::Timestamp(TimestampMicrosecondBuilder::with_capacity(BATCH_ROWS).with_timezone("UTC"))
+            }
         }
     }
 

@@ -50,10 +50,19 @@ fn rebuilt(batches: &[Vec<Incoming>]) -> BTreeMap<(String, String), i64> {
 fn hook_catch_up_and_rebuild_agree() {
     use ReservationAction::*;
     let batches = vec![
-        vec![event("a-1", "2026-11-02T10:00:00Z", "a", RESERVE, 50), event("a-2", "2026-11-02T10:01:00Z", "a", COMMIT, 40)],
-        vec![event("b-1", "2026-11-02T11:00:00Z", "b", RESERVE, 30), event("b-2", "2026-11-02T11:20:00Z", "b", COMMIT, 30)],
+        vec![
+            event("a-1", "2026-11-02T10:00:00Z", "a", RESERVE, 50),
+            event("a-2", "2026-11-02T10:01:00Z", "a", COMMIT, 40),
+        ],
+        vec![
+            event("b-1", "2026-11-02T11:00:00Z", "b", RESERVE, 30),
+            event("b-2", "2026-11-02T11:20:00Z", "b", COMMIT, 30),
+        ],
         // b's COMMIT came after its expiry (10 minutes): refused. a: a RELEASE that happened before its COMMIT.
-        vec![event("a-3", "2026-11-02T10:00:30Z", "a", RELEASE, 0), event("c-2", "2026-11-03T09:01:00Z", "c", COMMIT, 7)],
+        vec![
+            event("a-3", "2026-11-02T10:00:30Z", "a", RELEASE, 0),
+            event("c-2", "2026-11-03T09:01:00Z", "c", COMMIT, 7),
+        ],
         vec![event("c-1", "2026-11-03T09:00:00Z", "c", RESERVE, 5)],
     ];
     let expected_after = [40, 40, 0, 7];

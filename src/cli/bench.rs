@@ -50,6 +50,22 @@ pub enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Billing export of a generated month (the `bench reconcile` ledger, copied) as CSV and Parquet, against
+    /// DuckDB summing the same consumption from Parquet: seconds, ratio and peak memory.
+    Export {
+        /// Generated messages of the month.
+        #[arg(long, default_value_t = 10_000_000)]
+        events: u64,
+        /// Tenants of the generated month.
+        #[arg(long, default_value_t = 1_000)]
+        tenants: u32,
+        /// Where the ledger is kept (shared with `bench reconcile`) and the run's files are written.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Print the figures as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, serde::Serialize)]
@@ -70,6 +86,7 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Reconcile { events, tenants, dir, json } => {
             super::bench_reconcile::run(events, tenants, dir, json)
         }
+        BenchCommand::Export { events, tenants, dir, json } => super::bench_export::run(events, tenants, dir, json),
     }
 }
 

@@ -42,15 +42,7 @@ pub fn run(events: u64, tenants: u32, dir: Option<PathBuf>, json: bool) -> anyho
     let temporary = tempfile::tempdir().context("cannot create a temporary directory")?;
     let dir = dir.unwrap_or_else(|| temporary.path().to_path_buf());
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let path = dir.join(format!("bench-reconcile-{events}-{tenants}.db"));
-    let built = path.with_extension("built");
-    if !built.exists() {
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-        }
-        build(&path, events, tenants)?;
-        std::fs::write(&built, b"complete\n")?;
-    }
+    let path = built_ledger(&dir, events, tenants)?;
     // A kept ledger may hold a previous benchmark's adjustments: copy it so every run starts from the same state.
     let run_path = dir.join("bench-reconcile-run.db");
     for suffix in ["", "-wal", "-shm"] {
@@ -93,9 +85,24 @@ pub fn run(events: u64, tenants: u32, dir: Option<PathBuf>, json: bool) -> anyho
     Ok(ExitCode::SUCCESS)
 }
 
+/// The benchmark ledger `bench-reconcile-<events>-<tenants>.db` in `dir`, built first when it is not complete
+/// (`bench export` shares it).
+pub(super) fn built_ledger(dir: &Path, events: u64, tenants: u32) -> anyhow::Result<PathBuf> {
+    let path = dir.join(format!("bench-reconcile-{events}-{tenants}.db"));
+    let built = path.with_extension("built");
+    if !built.exists() {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+        build(&path, events, tenants)?;
+        std::fs::write(&built, b"complete\n")?;
+    }
+    Ok(path)
+}
+
 /// Appends the generator's valid events (malformed ones left out: they only reach the quarantine).
 fn build(path: &Path, events: u64, tenants: u32) -> anyhow::Result<()> {
-    let mut ledger = Ledger::open(path)?;
+    let mut ledger = super::open_for_append(path)?;
     let mut settings = GenerateSettings::new(tenants, events, 1);
     settings.raw_malformed = false;
     let style = ProgressStyle::with_template("{msg:16} {bar:40} {pos}/{len} [{elapsed}]").expect("a valid template");

@@ -14,7 +14,6 @@ use ingest::file::{FILE_BATCH_EVENTS, ingest_file};
 use ingest::kafka::{BATCH_MAX_EVENTS, BATCH_WAIT_MS, KafkaIngestProgress, KafkaIngestSettings, ingest_kafka};
 use ingest::lock::IngestLock;
 use ingest::topics::Topics;
-use ledger::Ledger;
 
 use super::kafka_args::parse_setting;
 
@@ -65,7 +64,7 @@ pub fn run(ledger_path: &Path, args: IngestArgs) -> anyhow::Result<ExitCode> {
 fn run_file(ledger_path: &Path, file: &Path, args: &IngestArgs) -> anyhow::Result<ExitCode> {
     let batch_events = args.batch_max_events.unwrap_or(FILE_BATCH_EVENTS);
     anyhow::ensure!(batch_events > 0, "--batch-max-events must be at least 1");
-    let mut ledger = Ledger::open(ledger_path)?;
+    let mut ledger = super::open_for_append(ledger_path)?;
     let progress = super::spinner();
     let report = ingest_file(&mut ledger, file, batch_events, |so_far| {
         progress.set_message(format!("{} records read, {} recorded", so_far.records, so_far.recorded));
@@ -102,7 +101,7 @@ fn run_kafka(ledger_path: &Path, brokers: &str, args: &IngestArgs) -> anyhow::Re
     settings.batch_wait_ms = args.batch_wait_ms;
     settings.overrides = args.settings.clone();
     let _lock = IngestLock::acquire(ledger_path)?;
-    let mut ledger = Ledger::open(ledger_path)?;
+    let mut ledger = super::open_for_append(ledger_path)?;
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, stop.clone()).context("cannot install the signal handler")?;

@@ -1,8 +1,11 @@
 //! One module per subcommand. Exit codes: 0 ok, 1 found discrepancies (verify, reconcile), 2 error.
 
+pub mod audit;
 pub mod bench;
+pub mod bench_export;
 pub mod bench_reconcile;
 pub mod broker;
+pub mod export;
 pub mod generate;
 pub mod ingest;
 pub mod kafka_args;
@@ -10,6 +13,7 @@ pub mod produce;
 pub mod quarantine;
 pub mod reconcile;
 pub mod schemas;
+pub mod sql;
 pub mod status;
 pub mod topics;
 pub mod verify;
@@ -28,6 +32,14 @@ pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
     error
         .chain()
         .any(|cause| cause.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe))
+}
+
+/// Opens a ledger for appending, with the reports' commit totals kept inside every append's transaction (an
+/// export then judges only reservations touched since; without the hook the next export catches up).
+pub fn open_for_append(path: &std::path::Path) -> anyhow::Result<ledger::Ledger> {
+    let mut ledger = ledger::Ledger::open(path)?;
+    ledger.set_append_hook(Box::new(reports::commit_totals::CommitTotalsHook));
+    Ok(ledger)
 }
 
 /// A spinner with a message and the elapsed time, for long work on a terminal.

@@ -37,7 +37,7 @@ fn replay(ledger_path: &Path, ids: &[i64], json: bool) -> anyhow::Result<ExitCod
     if !ledger_path.exists() {
         Ledger::open_read_only(ledger_path)?;
     }
-    let mut ledger = Ledger::open(ledger_path)?;
+    let mut ledger = super::open_for_append(ledger_path)?;
     let report = ledger.replay_quarantined(ids)?;
     if json {
         super::print_json(&report)?;

@@ -40,8 +40,12 @@ pub fn why(w: &Why) -> String {
         d.occurred_at, d.source, d.tenant, d.metric, d.amount
     )
     .unwrap();
-    writeln!(out, "Decision event {} (ledger entry {}); answered at ledger watermark {}.", d.event_id, d.seq, w.watermark)
-        .unwrap();
+    writeln!(
+        out,
+        "Decision event {} (ledger entry {}); answered at ledger watermark {}.",
+        d.event_id, d.seq, w.watermark
+    )
+    .unwrap();
     if w.decisions_for_request > 1 {
         writeln!(out, "({} decisions are recorded for this request id; this is the latest.)", w.decisions_for_request)
             .unwrap();
@@ -59,7 +63,11 @@ fn policy_paragraph(w: &Why, out: &mut String) {
     let d = &w.decision;
     match (&w.policy, &d.policy_id) {
         (Some(p), _) => {
-            let owner = if p.owner == "*" { "the plan default (tenant *)".to_string() } else { format!("tenant {}'s own", p.owner) };
+            let owner = if p.owner == "*" {
+                "the plan default (tenant *)".to_string()
+            } else {
+                format!("tenant {}'s own", p.owner)
+            };
             writeln!(
                 out,
                 "Policy: {} version {}, {owner}, {} scope: at most {} {} per {} window, {} enforcement (effective from {}).",
@@ -87,7 +95,15 @@ fn policy_paragraph(w: &Why, out: &mut String) {
             let rows: Vec<Vec<String>> = w
                 .grants
                 .iter()
-                .map(|g| vec![g.grant_id.clone(), g.amount.to_string(), g.valid_from.to_string(), g.valid_until.to_string(), g.reason.clone()])
+                .map(|g| {
+                    vec![
+                        g.grant_id.clone(),
+                        g.amount.to_string(),
+                        g.valid_from.to_string(),
+                        g.valid_until.to_string(),
+                        g.reason.clone(),
+                    ]
+                })
                 .collect();
             out.push_str(&table(&["grant", "amount", "valid from", "valid until", "reason"], &rows));
         }
@@ -110,10 +126,17 @@ fn counter_paragraph(w: &Why, out: &mut String) {
     .unwrap();
     if let (Some(used), Some(limit)) = (c.used_before, c.limit) {
         let asked = used + c.open_reservations_amount + w.decision.amount;
-        let verdict = if asked > limit { "over the limit" } else { "within the limit" };
+        let over = asked > limit;
+        let verdict = if over { "over the limit" } else { "within the limit" };
+        // A decision its own counter does not explain is what support most needs to see.
+        let note = match (over, w.decision.outcome.as_str()) {
+            (false, "DENIED") => ": the recorded counter does not explain this denial",
+            (true, "ALLOWED") => ": by the recorded counter this request should have been denied",
+            _ => "",
+        };
         writeln!(
             out,
-            "{used} used + {} held + {} asked = {asked}, {verdict} of {limit}.",
+            "{used} used + {} held + {} asked = {asked}, {verdict} of {limit}{note}.",
             c.open_reservations_amount, w.decision.amount
         )
         .unwrap();
@@ -130,12 +153,28 @@ fn consumption_paragraph(w: &Why, out: &mut String) {
     )
     .unwrap();
     if !c.largest.is_empty() {
-        writeln!(out, "Largest first{}:", if c.events as usize > c.largest.len() { format!(" ({} of {})", c.largest.len(), c.events) } else { String::new() }).unwrap();
+        writeln!(
+            out,
+            "Largest first{}:",
+            if c.events as usize > c.largest.len() {
+                format!(" ({} of {})", c.largest.len(), c.events)
+            } else {
+                String::new()
+            }
+        )
+        .unwrap();
         let rows: Vec<Vec<String>> = c
             .largest
             .iter()
             .map(|e| {
-                vec![e.seq.to_string(), e.event_id.clone(), e.kind.to_string(), e.occurred_at.to_string(), or_empty(&e.subject), e.quantity.to_string()]
+                vec![
+                    e.seq.to_string(),
+                    e.event_id.clone(),
+                    e.kind.to_string(),
+                    e.occurred_at.to_string(),
+                    or_empty(&e.subject),
+                    e.quantity.to_string(),
+                ]
             })
             .collect();
         out.push_str(&table(&["entry", "event", "kind", "occurred at", "subject", "quantity"], &rows));
@@ -168,7 +207,14 @@ fn adjustments_paragraph(w: &Why, out: &mut String) {
                 (Some(s), Some(e)) => format!("{s} .. {e}"),
                 _ => String::new(),
             };
-            vec![a.seq.to_string(), a.kind.clone(), or_empty(&a.policy_id), window, a.amount.to_string(), a.run_id.clone()]
+            vec![
+                a.seq.to_string(),
+                a.kind.clone(),
+                or_empty(&a.policy_id),
+                window,
+                a.amount.to_string(),
+                a.run_id.clone(),
+            ]
         })
         .collect();
     out.push_str(&table(&["entry", "kind", "policy", "window", "amount", "run"], &rows));
@@ -210,13 +256,25 @@ pub fn timeline(t: &Timeline) -> String {
                 ]
             })
             .collect();
-        out.push_str(&table(&["occurred at", "request", "subject", "metric", "amount", "outcome", "reason", "policy"], &rows));
+        out.push_str(&table(
+            &["occurred at", "request", "subject", "metric", "amount", "outcome", "reason", "policy"],
+            &rows,
+        ));
     }
     writeln!(out, "\nConsumption per day (usage and valid commits):").unwrap();
     let rows: Vec<Vec<String>> = t
         .consumption
         .iter()
-        .map(|c| vec![c.window_start.to_string(), c.metric.clone(), c.usage.to_string(), c.commits.to_string(), c.total.to_string(), c.events.to_string()])
+        .map(|c| {
+            vec![
+                c.window_start.to_string(),
+                c.metric.clone(),
+                c.usage.to_string(),
+                c.commits.to_string(),
+                c.total.to_string(),
+                c.events.to_string(),
+            ]
+        })
         .collect();
     out.push_str(&table(&["day", "metric", "usage", "commits", "consumption", "events"], &rows));
     writeln!(out, "\nReservations: {}.", t.reservations.len()).unwrap();
@@ -224,7 +282,16 @@ pub fn timeline(t: &Timeline) -> String {
         let rows: Vec<Vec<String>> = t
             .reservations
             .iter()
-            .map(|r| vec![r.reserved_at.as_ref().map_or(String::new(), ToString::to_string), r.reservation_id.clone(), r.metric.clone(), or_empty(&r.amount_held), r.state.clone(), or_empty(&r.committed)])
+            .map(|r| {
+                vec![
+                    r.reserved_at.as_ref().map_or(String::new(), ToString::to_string),
+                    r.reservation_id.clone(),
+                    r.metric.clone(),
+                    or_empty(&r.amount_held),
+                    r.state.clone(),
+                    or_empty(&r.committed),
+                ]
+            })
             .collect();
         out.push_str(&table(&["reserved at", "reservation", "metric", "held", "state", "committed"], &rows));
     }
@@ -238,7 +305,14 @@ pub fn timeline(t: &Timeline) -> String {
                     (Some(s), Some(e)) => format!("{s} .. {e}"),
                     _ => String::new(),
                 };
-                vec![a.occurred_at.to_string(), a.kind.clone(), a.metric.clone(), or_empty(&a.policy_id), window, a.amount.to_string()]
+                vec![
+                    a.occurred_at.to_string(),
+                    a.kind.clone(),
+                    a.metric.clone(),
+                    or_empty(&a.policy_id),
+                    window,
+                    a.amount.to_string(),
+                ]
             })
             .collect();
         out.push_str(&table(&["recorded for", "kind", "metric", "policy", "window", "amount"], &rows));

@@ -87,7 +87,12 @@ pub struct AdjustmentLine {
 }
 
 /// The timeline of `tenant` over `[from, to)`.
-pub fn timeline(session: &LedgerSession, tenant: &str, from: Timestamp, to: Timestamp) -> Result<Timeline, ReportError> {
+pub fn timeline(
+    session: &LedgerSession,
+    tenant: &str,
+    from: Timestamp,
+    to: Timestamp,
+) -> Result<Timeline, ReportError> {
     let range = vec![text(tenant), time(from), time(to)];
     let mut days: BTreeMap<(Timestamp, String), DayConsumption> = BTreeMap::new();
     for f in frames(session, USAGE_PER_DAY, range.clone())? {
@@ -105,7 +110,9 @@ pub fn timeline(session: &LedgerSession, tenant: &str, from: Timestamp, to: Time
             let commit = &group.iter().find(|(s, _)| *s == seq).expect("the close is in its group").1;
             let t = commit.header.occurred_at;
             if t >= from && t < to {
-                let day = days.entry((window::bounds(Window::DAY, t).0, commit.header.metric.clone())).or_insert_with(DayConsumption::empty);
+                let day = days
+                    .entry((window::bounds(Window::DAY, t).0, commit.header.metric.clone()))
+                    .or_insert_with(DayConsumption::empty);
                 day.commits += amount;
                 day.events += 1;
             }
@@ -161,7 +168,10 @@ fn reservation_line(
     }
 }
 
-fn decisions(session: &LedgerSession, range: Vec<datafusion::common::ScalarValue>) -> Result<Vec<DecisionLine>, ReportError> {
+fn decisions(
+    session: &LedgerSession,
+    range: Vec<datafusion::common::ScalarValue>,
+) -> Result<Vec<DecisionLine>, ReportError> {
     let mut lines = Vec::new();
     for f in frames(session, DECISIONS, range)? {
         for r in 0..f.rows() {
@@ -182,7 +192,10 @@ fn decisions(session: &LedgerSession, range: Vec<datafusion::common::ScalarValue
     Ok(lines)
 }
 
-fn adjustments(session: &LedgerSession, range: Vec<datafusion::common::ScalarValue>) -> Result<Vec<AdjustmentLine>, ReportError> {
+fn adjustments(
+    session: &LedgerSession,
+    range: Vec<datafusion::common::ScalarValue>,
+) -> Result<Vec<AdjustmentLine>, ReportError> {
     let mut lines = Vec::new();
     for f in frames(session, ADJUSTMENTS, range)? {
         for r in 0..f.rows() {

@@ -319,8 +319,14 @@ fn consumption(
 }
 
 /// The amount a reservation held open at `t`: reserved at or before `t`, not expired, not closed by then.
-fn open_at(reserve: &ReservationEvent, close: Option<u64>, group: &[(u64, ReservationEvent)], t: Timestamp) -> Option<i64> {
-    let closed_by_then = close.and_then(|s| group.iter().find(|(seq, _)| *seq == s)).is_some_and(|(_, c)| c.header.occurred_at <= t);
+fn open_at(
+    reserve: &ReservationEvent,
+    close: Option<u64>,
+    group: &[(u64, ReservationEvent)],
+    t: Timestamp,
+) -> Option<i64> {
+    let closed_by_then =
+        close.and_then(|s| group.iter().find(|(seq, _)| *seq == s)).is_some_and(|(_, c)| c.header.occurred_at <= t);
     let live = reserve.header.occurred_at <= t && reserve.expires_at.is_some_and(|e| t <= e);
     (live && !closed_by_then).then_some(reserve.amount)
 }

@@ -1,0 +1,79 @@
+//! `audit why REQUEST_ID [--json]` and `audit tenant TENANT --from RFC3339 --to RFC3339 [--json]` (SPEC 7):
+//! support's answers, in words to paste to a customer or as JSON. An unknown request id exits 1 with the
+//! nearest known ones.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use reports::LedgerSession;
+use reports::audit::{render, tenant, why};
+use schemas::Timestamp;
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Why a request was allowed or denied: decision, policy, counter, consumption, grants, adjustments.
+    Why {
+        /// The request id the decision was recorded with.
+        request_id: String,
+        /// Print JSON instead of words.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A tenant's decisions, consumption per day, reservations and adjustments over a time range.
+    Tenant {
+        tenant: String,
+        /// Start of the range, inclusive (RFC 3339).
+        #[arg(long, value_parser = parse_instant)]
+        from: Timestamp,
+        /// End of the range, exclusive (RFC 3339).
+        #[arg(long, value_parser = parse_instant)]
+        to: Timestamp,
+        /// Print JSON instead of words.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn parse_instant(text: &str) -> Result<Timestamp, String> {
+    Timestamp::parse_rfc3339(text)
+        .map_err(|e| format!("{text:?} is not an RFC 3339 instant such as 2026-11-01T00:00:00Z: {e}"))
+}
+
+pub fn run(ledger_path: &Path, command: AuditCommand) -> anyhow::Result<ExitCode> {
+    let session = LedgerSession::open(ledger_path, None)?;
+    match command {
+        AuditCommand::Why { request_id, json } => match why::why(&session, &request_id)? {
+            Ok(answer) if json => super::print_json(&answer).map(|()| ExitCode::SUCCESS),
+            Ok(answer) => print(&render::why(&answer)).map(|()| ExitCode::SUCCESS),
+            Err(unknown) => {
+                if json {
+                    super::print_json(&serde_json::json!({
+                        "error": "unknown_request_id",
+                        "request_id": unknown.request_id,
+                        "nearest": unknown.nearest,
+                    }))?;
+                } else {
+                    print(&render::unknown(&unknown))?;
+                }
+                Ok(ExitCode::from(super::EXIT_DISCREPANCIES))
+            }
+        },
+        AuditCommand::Tenant { tenant, from, to, json } => {
+            anyhow::ensure!(from < to, "--from {from} must be before --to {to}");
+            let timeline = tenant::timeline(&session, &tenant, from, to)?;
+            if json {
+                super::print_json(&timeline)?;
+            } else {
+                print(&render::timeline(&timeline))?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn print(text: &str) -> anyhow::Result<()> {
+    std::io::stdout().lock().write_all(text.as_bytes())?;
+    Ok(())
+}

@@ -1,0 +1,274 @@
+//! `bench export`: the billing export of a generated month (issue: 10,000,000 events) as CSV and as Parquet,
+//! against DuckDB summing the same consumption from a Parquet file, in one run.
+//!
+//! The ledger is the one `bench reconcile` builds and keeps (`bench-reconcile-<events>-<tenants>.db` in
+//! `--dir`), built here the same way when missing, and copied before use: the kept file is never modified.
+//! Opening the copy applies the billing migration (its `usage_totals` backfill is reported, not timed: a
+//! ledger maintains them as it appends). Each export runs as a child process of the real binary, its peak
+//! memory the child's maximum resident set (`wait4`). The same month's consumption (every counted usage event
+//! and every valid COMMIT, with tenant, metric, occurred_at and quantity) is written to Parquet, and DuckDB
+//! (`python3 -c`, `pip install duckdb`) sums it by tenant and metric; its time is the query's, measured inside
+//! Python, and its sums must equal the export's consumption.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use arrow::array::{Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
+use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use ledger::{Ledger, Period};
+use serde::Serialize;
+
+/// The month the generator writes.
+const PERIOD: &str = "2026-11";
+/// Rows per batch of the consumption Parquet file.
+const PARQUET_BATCH_ROWS: usize = 65_536;
+
+#[derive(Debug, Serialize)]
+struct ExportFigures {
+    events_recorded: u64,
+    tenants: u32,
+    ledger_file_mib: f64,
+    migration_seconds: f64,
+    /// Judging every reservation of a ledger built without the append hook, once (not timed in the exports).
+    commit_totals_seconds: f64,
+    reservations_judged: u64,
+    rows: u64,
+    csv_seconds: f64,
+    csv_peak_memory_mib: f64,
+    parquet_seconds: f64,
+    parquet_peak_memory_mib: f64,
+    consumption_parquet_rows: u64,
+    duckdb_query_seconds: f64,
+    duckdb_process_seconds: f64,
+    duckdb_peak_memory_mib: f64,
+    /// Parquet export seconds / DuckDB query seconds (goal: at most 1.5).
+    ratio_parquet: f64,
+    /// CSV export seconds / DuckDB query seconds.
+    ratio_csv: f64,
+}
+
+/// One timed child process.
+struct ChildRun {
+    elapsed: Duration,
+    peak_memory_mib: f64,
+    stdout: String,
+}
+
+pub fn run(events: u64, tenants: u32, dir: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode> {
+    let temporary = tempfile::tempdir().context("cannot create a temporary directory")?;
+    let dir = dir.unwrap_or_else(|| temporary.path().to_path_buf());
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let kept = super::bench_reconcile::built_ledger(&dir, events, tenants)?;
+    let run_path = dir.join("bench-export-run.db");
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", run_path.display()));
+    }
+    eprintln!("copying {} ...", kept.display());
+    Ledger::open_read_only(&kept)?.connection().execute("VACUUM INTO ?", [run_path.to_string_lossy()])?;
+    eprintln!("migrating the copy (usage_totals backfill) ...");
+    let started = Instant::now();
+    let ledger = Ledger::open(&run_path)?;
+    let migration_seconds = started.elapsed().as_secs_f64();
+    let status = ledger.status()?;
+    eprintln!("judging every reservation once (commit_totals: what appends with the hook keep current) ...");
+    let started = Instant::now();
+    let tx = rusqlite::Transaction::new_unchecked(ledger.connection(), rusqlite::TransactionBehavior::Immediate)?;
+    let caught_up = reports::commit_totals::catch_up(&tx, status.watermark)?;
+    tx.commit()?;
+    let commit_totals_seconds = started.elapsed().as_secs_f64();
+    drop(ledger);
+    let events_recorded = status.events_recorded;
+    let csv_out = dir.join("bench-export.csv");
+    let parquet_out = dir.join("bench-export.parquet");
+    let csv = export_child(&run_path, "csv", &csv_out)?;
+    let parquet = export_child(&run_path, "parquet", &parquet_out)?;
+    let consumption_path = dir.join("bench-consumption.parquet");
+    eprintln!("writing the month's consumption events to {} ...", consumption_path.display());
+    let consumption_parquet_rows = write_consumption_parquet(&run_path, &consumption_path)?;
+    let duckdb = duckdb_child(&consumption_path)?;
+    let (duckdb_query_seconds, duckdb_sums) = parse_duckdb(&duckdb.stdout)?;
+    let export_sums = export_consumption(&csv_out)?;
+    anyhow::ensure!(duckdb_sums == export_sums, "DuckDB's sums differ from the export's consumption");
+    let figures = ExportFigures {
+        events_recorded,
+        tenants,
+        ledger_file_mib: std::fs::metadata(&run_path)?.len() as f64 / (1024.0 * 1024.0),
+        migration_seconds,
+        commit_totals_seconds,
+        reservations_judged: caught_up.reservations_judged,
+        rows: export_sums.len() as u64,
+        csv_seconds: csv.elapsed.as_secs_f64(),
+        csv_peak_memory_mib: csv.peak_memory_mib,
+        parquet_seconds: parquet.elapsed.as_secs_f64(),
+        parquet_peak_memory_mib: parquet.peak_memory_mib,
+        consumption_parquet_rows,
+        duckdb_query_seconds,
+        duckdb_process_seconds: duckdb.elapsed.as_secs_f64(),
+        duckdb_peak_memory_mib: duckdb.peak_memory_mib,
+        ratio_parquet: parquet.elapsed.as_secs_f64() / duckdb_query_seconds,
+        ratio_csv: csv.elapsed.as_secs_f64() / duckdb_query_seconds,
+    };
+    print_figures(&figures, json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_figures(f: &ExportFigures, json: bool) -> anyhow::Result<()> {
+    if json {
+        return super::print_json(f);
+    }
+    println!(
+        "ledger ({:.0} MiB): {} events, {} tenants; migration {:.2} s; commit totals {:.2} s ({} reservations judged)",
+        f.ledger_file_mib,
+        f.events_recorded,
+        f.tenants,
+        f.migration_seconds,
+        f.commit_totals_seconds,
+        f.reservations_judged
+    );
+    println!(
+        "export billing --period {PERIOD} --format csv      {:7.3} s  peak memory {:7.1} MiB  {} rows",
+        f.csv_seconds, f.csv_peak_memory_mib, f.rows
+    );
+    println!(
+        "export billing --period {PERIOD} --format parquet  {:7.3} s  peak memory {:7.1} MiB",
+        f.parquet_seconds, f.parquet_peak_memory_mib
+    );
+    println!(
+        "duckdb: sum of {} consumption rows by tenant, metric  {:7.3} s query ({:.3} s process)  peak memory {:7.1} MiB",
+        f.consumption_parquet_rows, f.duckdb_query_seconds, f.duckdb_process_seconds, f.duckdb_peak_memory_mib
+    );
+    println!(
+        "ratio: parquet export / duckdb {:.2}, csv export / duckdb {:.2} (goal: at most 1.5)",
+        f.ratio_parquet, f.ratio_csv
+    );
+    Ok(())
+}
+
+fn export_child(ledger_path: &Path, format: &str, out: &Path) -> anyhow::Result<ChildRun> {
+    let binary = std::env::current_exe().context("cannot find the quota-ledger binary")?;
+    let mut command = Command::new(binary);
+    command
+        .arg("--ledger")
+        .arg(ledger_path)
+        .args(["export", "billing", "--period", PERIOD, "--format", format, "--out"])
+        .arg(out);
+    timed_child(command)
+}
+
+fn duckdb_child(consumption: &Path) -> anyhow::Result<ChildRun> {
+    let script = format!(
+        "import time, duckdb\n\
+         con = duckdb.connect()\n\
+         start = time.perf_counter()\n\
+         rows = con.execute(\"SELECT tenant, metric, SUM(quantity) FROM read_parquet('{}') \
+         WHERE occurred_at >= TIMESTAMPTZ '2026-11-01 00:00:00+00' AND occurred_at < TIMESTAMPTZ '2026-12-01 00:00:00+00' \
+         GROUP BY tenant, metric ORDER BY tenant, metric\").fetchall()\n\
+         print(time.perf_counter() - start)\n\
+         for tenant, metric, total in rows: print(f'{{tenant}},{{metric}},{{total}}')\n",
+        consumption.display()
+    );
+    let mut command = Command::new("python3");
+    command.args(["-c", &script]);
+    timed_child(command).context("DuckDB failed (pip install duckdb)")
+}
+
+fn timed_child(mut command: Command) -> anyhow::Result<ChildRun> {
+    let started = Instant::now();
+    let child = command.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().context("cannot start the child")?;
+    let pid = child.id() as libc::pid_t;
+    let mut stdout = child.stdout.expect("piped");
+    // The child's output is read to the end before waiting, so that a full pipe never blocks it.
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut text)?;
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is valid; wait4 fills it for the child this function owns.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child, writing into locals that outlive the call.
+    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    anyhow::ensure!(waited == pid, "wait4 failed: {}", std::io::Error::last_os_error());
+    let elapsed = started.elapsed();
+    anyhow::ensure!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "the child failed: {status}");
+    // Linux reports ru_maxrss in KiB.
+    Ok(ChildRun { elapsed, peak_memory_mib: usage.ru_maxrss as f64 / 1024.0, stdout: text })
+}
+
+type Sums = BTreeMap<(String, String), i64>;
+
+fn parse_duckdb(stdout: &str) -> anyhow::Result<(f64, Sums)> {
+    let mut lines = stdout.lines();
+    let seconds: f64 = lines.next().context("DuckDB printed nothing")?.trim().parse()?;
+    let mut sums = Sums::new();
+    for line in lines {
+        let mut cells = line.rsplitn(3, ',');
+        let (total, metric, tenant) = (cells.next(), cells.next(), cells.next());
+        let (Some(total), Some(metric), Some(tenant)) = (total, metric, tenant) else {
+            anyhow::bail!("bad line {line:?}")
+        };
+        sums.insert((tenant.to_string(), metric.to_string()), total.parse()?);
+    }
+    Ok((seconds, sums))
+}
+
+/// The export's nonzero consumption per (tenant, metric), read back from its CSV.
+fn export_consumption(csv: &Path) -> anyhow::Result<Sums> {
+    let text = std::fs::read_to_string(csv)?;
+    let mut sums = Sums::new();
+    for line in text.lines().skip(1) {
+        let cells: Vec<&str> = line.split(',').collect();
+        let consumption: i64 = cells[3].parse()?;
+        if consumption != 0 {
+            sums.insert((cells[0].to_string(), cells[1].to_string()), consumption);
+        }
+    }
+    Ok(sums)
+}
+
+/// Writes every counted usage event and valid COMMIT of the period to Parquet (tenant, metric, occurred_at,
+/// quantity); answers the rows written.
+fn write_consumption_parquet(ledger_path: &Path, out: &Path) -> anyhow::Result<u64> {
+    let period: Period = PERIOD.parse().expect("a valid period");
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("tenant", DataType::Utf8, false),
+        Field::new("metric", DataType::Utf8, false),
+        Field::new("occurred_at", DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), false),
+        Field::new("quantity", DataType::Int64, false),
+    ]));
+    let file = std::fs::File::create(out)?;
+    let mut writer = parquet::arrow::ArrowWriter::try_new(file, Arc::clone(&schema), None)?;
+    let session = reports::LedgerSession::open(ledger_path, None)?;
+    let mut rows = 0u64;
+    let sql = "SELECT tenant, metric, occurred_at, quantity FROM usage_events WHERE status = 'recorded'";
+    session.for_each_batch_with(sql, Vec::new(), |batch| {
+        rows += batch.num_rows() as u64;
+        writer.write(batch).map_err(reports::ReportError::from)
+    })?;
+    let conn = reports::provider::open_read_only(ledger_path)?;
+    let mut commits: Vec<(String, String, i64, i64)> = Vec::new();
+    reports::billing::for_each_reservation(&conn, session.watermark(), |group| {
+        let events: Vec<(u64, &schemas::ReservationEvent)> = group.iter().map(|(s, e)| (*s, e)).collect();
+        let verdict = reconcile::reservation::judge(&events, period.end());
+        if let Some((seq, schemas::ReservationAction::COMMIT, amount)) = verdict.close {
+            let commit = &group.iter().find(|(s, _)| *s == seq).expect("in its group").1;
+            let h = &commit.header;
+            commits.push((h.tenant.clone(), h.metric.clone(), h.occurred_at.micros(), amount));
+        }
+    })?;
+    for chunk in commits.chunks(PARQUET_BATCH_ROWS) {
+        let columns: Vec<arrow::array::ArrayRef> = vec![
+            Arc::new(chunk.iter().map(|c| Some(c.0.as_str())).collect::<StringArray>()),
+            Arc::new(chunk.iter().map(|c| Some(c.1.as_str())).collect::<StringArray>()),
+            Arc::new(
+                TimestampMicrosecondArray::from(chunk.iter().map(|c| c.2).collect::<Vec<_>>()).with_timezone("UTC"),
+            ),
+            Arc::new(Int64Array::from(chunk.iter().map(|c| c.3).collect::<Vec<_>>())),
+        ];
+        writer.write(&RecordBatch::try_new(Arc::clone(&schema), columns)?)?;
+        rows += chunk.len() as u64;
+    }
+    writer.close()?;
+    Ok(rows)
+}

@@ -1,0 +1,115 @@
+//! `export billing --period YYYY-MM --format csv|parquet|jsonl [--final] [--out PATH]` (SPEC 5, SPEC 7).
+//!
+//! An open period is computed at the ledger's current watermark. `--final` closes the period and stores its
+//! rows in the ledger in the same transaction; a closed period is re-exported from those rows, byte for byte,
+//! whatever arrived since.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Subcommand, ValueEnum};
+use ledger::{Ledger, Period};
+use reports::billing::{self, UsageSource};
+use reports::export::{BillingExport, Format};
+
+#[derive(Debug, Subcommand)]
+pub enum ExportCommand {
+    /// Billable usage of a month, one row per (tenant, metric).
+    Billing(BillingArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BillingArgs {
+    /// The billing period, a month in UTC: YYYY-MM.
+    #[arg(long, value_parser = parse_period)]
+    period: Period,
+    /// File format.
+    #[arg(long, value_enum)]
+    format: FormatArg,
+    /// Close the period: the export is stored in the ledger and never changes; later events for it become
+    /// LATE_USAGE adjustments carried into the next period closed.
+    #[arg(long = "final")]
+    final_: bool,
+    /// Write to this file (replaced whole, atomically) instead of stdout.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum FormatArg {
+    Csv,
+    Parquet,
+    Jsonl,
+}
+
+fn parse_period(text: &str) -> Result<Period, String> {
+    text.parse().map_err(|e: ledger::PeriodParseError| e.to_string())
+}
+
+pub fn run(ledger_path: &Path, command: ExportCommand) -> anyhow::Result<ExitCode> {
+    let ExportCommand::Billing(args) = command;
+    // Opening for writing applies migrations (usage_totals) to a ledger written by an older binary.
+    Ledger::open_read_only(ledger_path)?;
+    let mut ledger = Ledger::open(ledger_path)?;
+    let (export, note) = if args.final_ { close(&mut ledger, args.period)? } else { current(&ledger, args.period)? };
+    let format = match args.format {
+        FormatArg::Csv => Format::Csv,
+        FormatArg::Parquet => Format::Parquet,
+        FormatArg::Jsonl => Format::Jsonl,
+    };
+    let bytes = export.to_bytes(format)?;
+    match &args.out {
+        Some(path) => write_atomically(path, &bytes)?,
+        None => std::io::stdout().lock().write_all(&bytes)?,
+    }
+    eprintln!("{note}: {} rows", export.rows.len());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--final`: closes the period (or finds it closed) and answers its stored export.
+fn close(ledger: &mut Ledger, period: Period) -> anyhow::Result<(BillingExport, String)> {
+    let path = ledger.path().to_path_buf();
+    let closed = ledger
+        .close_period_with_export(period, |conn, snapshot| {
+            Ok(billing::compute(conn, &path, period, snapshot, UsageSource::Totals)?)
+        })
+        .with_context(|| format!("cannot close period {period}"))?;
+    let export = stored_or_recomputed(ledger, &closed)?;
+    let note = format!("period {period} closed at watermark {} ({})", closed.close.watermark, closed.close.closed_at);
+    Ok((export, note))
+}
+
+/// Without `--final`: the stored export of a closed period, else the open period at the current watermark.
+fn current(ledger: &Ledger, period: Period) -> anyhow::Result<(BillingExport, String)> {
+    if let Some(closed) = ledger.period_export(period)? {
+        let export = stored_or_recomputed(ledger, &closed)?;
+        let note = format!("period {period} is closed (watermark {}): its final export", closed.close.watermark);
+        return Ok((export, note));
+    }
+    let (snapshot, rows) = billing::compute_open(ledger, period)?;
+    let note = format!("period {period} is open: computed at watermark {}, not final", snapshot.watermark);
+    Ok((BillingExport { period, watermark: snapshot.watermark, rows }, note))
+}
+
+/// A closed period's stored rows; a period closed without stored rows is recomputed at its close's watermark.
+fn stored_or_recomputed(ledger: &Ledger, closed: &ledger::PeriodExport) -> anyhow::Result<BillingExport> {
+    let rows = if closed.rows.is_empty() {
+        billing::compute_closed(ledger.path(), &closed.close, &ledger.period_closes()?)?
+    } else {
+        closed.rows.clone()
+    };
+    Ok(BillingExport { period: closed.close.period, watermark: closed.close.watermark, rows })
+}
+
+/// Writes `bytes` to a temporary file beside `path`, then renames it: a reader never sees half an export.
+fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut file =
+        tempfile::NamedTempFile::new_in(dir).with_context(|| format!("cannot write in {}", dir.display()))?;
+    file.write_all(bytes)?;
+    file.as_file().sync_all()?;
+    file.persist(path).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}

@@ -1,0 +1,100 @@
+//! `sql "SELECT ..." [--format table|csv|json]`: read-only SQL over the ledger's tables, in DataFusion.
+//! `sql --tables` lists the tables and their columns. Nothing can modify the ledger: the connections are
+//! read-only and DataFusion refuses DDL, DML and statements.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use arrow::array::RecordBatch;
+use arrow::util::display::{ArrayFormatter, FormatOptions};
+use clap::{Args, ValueEnum};
+use reports::LedgerSession;
+use reports::tables::TABLES;
+
+#[derive(Debug, Args)]
+pub struct SqlArgs {
+    /// The query (DataFusion SQL): SELECT over the tables `sql --tables` lists.
+    #[arg(required_unless_present = "tables")]
+    query: Option<String>,
+    /// Output: an aligned table, CSV with a header, or a JSON array of objects.
+    #[arg(long, value_enum, default_value = "table")]
+    format: SqlFormat,
+    /// List the tables and their columns instead.
+    #[arg(long)]
+    tables: bool,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum SqlFormat {
+    Table,
+    Csv,
+    Json,
+}
+
+pub fn run(ledger_path: &Path, args: SqlArgs) -> anyhow::Result<ExitCode> {
+    if args.tables {
+        print_tables()?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let query = args.query.expect("clap requires a query without --tables");
+    let session = LedgerSession::open(ledger_path, None)?;
+    match args.format {
+        SqlFormat::Table => {
+            let batches = session.query(&query, Vec::new()).context("query failed")?;
+            print_aligned(&batches)?;
+        }
+        SqlFormat::Csv => {
+            let mut writer = arrow::csv::WriterBuilder::new().with_header(true).build(std::io::stdout().lock());
+            session
+                .for_each_batch_with(&query, Vec::new(), |batch| Ok(writer.write(batch)?))
+                .context("query failed")?;
+        }
+        SqlFormat::Json => {
+            let mut writer = arrow::json::ArrayWriter::new(std::io::stdout().lock());
+            session
+                .for_each_batch_with(&query, Vec::new(), |batch| Ok(writer.write(batch)?))
+                .context("query failed")?;
+            writer.finish()?;
+            let mut out = writer.into_inner();
+            // An empty result is still a JSON array.
+            out.write_all(b"\n")?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_aligned(batches: &[RecordBatch]) -> anyhow::Result<()> {
+    let Some(first) = batches.first() else { return Ok(()) };
+    let schema = first.schema();
+    let header: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+    let options = FormatOptions::default().with_null("");
+    let mut rows = Vec::new();
+    for batch in batches {
+        let formatters: Vec<ArrayFormatter<'_>> =
+            batch.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &options)).collect::<Result<_, _>>()?;
+        for row in 0..batch.num_rows() {
+            rows.push(formatters.iter().map(|f| f.value(row).to_string()).collect());
+        }
+    }
+    super::print_table(&header, &rows)
+}
+
+fn print_tables() -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    for table in TABLES {
+        writeln!(out, "{}: {}", table.name, table.description)?;
+        for column in table.columns {
+            let kind = match column.kind {
+                reports::tables::Kind::Int64 => "BIGINT",
+                reports::tables::Kind::Int32 => "INT",
+                reports::tables::Kind::Text => "VARCHAR",
+                reports::tables::Kind::Timestamp => "TIMESTAMP (UTC, microseconds)",
+            };
+            let null = if column.nullable { ", nullable" } else { "" };
+            writeln!(out, "  {} {kind}{null}", column.name)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,250 @@
+//! `audit why` and `audit tenant` run as support runs them: a denied request of a generated history explained
+//! word for word (golden file), a hand-built denial whose every part is checked, an unknown request id.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use schemas::*;
+use serde_json::Value;
+use support::*;
+
+/// `tests/golden/NAME`; with `UPDATE_GOLDEN=1` the file is rewritten from `found` instead.
+fn assert_golden(name: &str, found: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, found).unwrap();
+    }
+    let expected = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_GOLDEN=1 writes it)", path.display()));
+    assert_eq!(found, expected, "{} differs (UPDATE_GOLDEN=1 rewrites it after a deliberate change)", path.display());
+}
+
+fn generated_ledger() -> TestLedger {
+    let test = TestLedger::new();
+    let out = test.file("generated");
+    run(&["generate", "--tenants", "10", "--events", "3000", "--seed", "11", "--out", out.to_str().unwrap()], b"")
+        .success();
+    let mut files: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    for file in &files {
+        test.ingest(file);
+    }
+    test
+}
+
+// SPEC 1 "Why was request X denied?": on a generated history, the first denial is explained in words that name the policy, version and counter the decision recorded (golden output).
+#[test]
+fn a_generated_denial_is_explained_word_for_word() {
+    let test = generated_ledger();
+    let query = "SELECT request_id, policy_id, policy_version, used_before, remaining FROM decision_events \
+                 WHERE outcome = 'DENIED' ORDER BY seq LIMIT 1";
+    let denial = &test.run(&["sql", "--format", "json", query]).success().json()[0];
+    let request_id = denial["request_id"].as_str().expect("a denied request in the generated history");
+    let text = test.run(&["audit", "why", request_id]).success().stdout_text();
+    assert!(text.contains(&format!("Request {request_id} was DENIED: QUOTA_EXCEEDED.")), "{text}");
+    let policy = format!("Policy: {} version {}", denial["policy_id"].as_str().unwrap(), denial["policy_version"]);
+    assert!(text.contains(&policy), "{policy:?} missing from:\n{text}");
+    let counter =
+        format!("Counter at decision time: {} used before, {} remaining", denial["used_before"], denial["remaining"]);
+    assert!(text.contains(&counter), "{counter:?} missing from:\n{text}");
+    assert_golden("audit_why_generated.txt", &text);
+    let json = test.run(&["audit", "why", request_id, "--json"]).success().json();
+    assert_eq!(json["policy"]["policy_id"], denial["policy_id"]);
+    assert_eq!(json["policy"]["version"], denial["policy_version"]);
+    assert_eq!(json["counter"]["used_before"], denial["used_before"]);
+}
+
+fn decision(request_id: &str, occurred_at: &str, amount: i64, denied: bool) -> Event {
+    Event::Decision(DecisionEvent {
+        header: Header {
+            subject: Some("key-1".into()),
+            ..header(&format!("dec-{request_id}"), occurred_at, "org-9", "requests")
+        },
+        request_id: request_id.into(),
+        idempotency_key: format!("idem-{request_id}"),
+        amount,
+        outcome: if denied { Outcome::DENIED } else { Outcome::ALLOWED },
+        reason: if denied { Reason::QUOTA_EXCEEDED } else { Reason::WITHIN_LIMIT },
+        policy_id: Some("org-9-daily".into()),
+        policy_version: Some(2),
+        window_start: Some(at("2026-10-05T00:00:00Z")),
+        window_end: Some(at("2026-10-06T00:00:00Z")),
+        limit: Some(110),
+        used_before: Some(105),
+        remaining: Some(if denied { 0 } else { 5 }),
+        retry_after_ms: denied.then_some(3_600_000),
+    })
+}
+
+fn daily_policy(version: i32, limit: i64) -> Event {
+    Event::Policy(PolicyEvent {
+        header: header(&format!("org-9-daily-v{version}"), "2026-10-01T00:00:00Z", "org-9", "requests"),
+        policy_id: "org-9-daily".into(),
+        version,
+        scope: Scope::TENANT,
+        limit,
+        window: Window::DAY,
+        enforcement: Enforcement::HARD,
+        effective_from: at("2026-10-01T00:00:00Z"),
+    })
+}
+
+fn usage_of(event_id: &str, occurred_at: &str, quantity: i64, request_id: &str) -> Event {
+    Event::Usage(UsageEvent {
+        header: header(event_id, occurred_at, "org-9", "requests"),
+        quantity,
+        request_id: Some(request_id.into()),
+        attributes: BTreeMap::new(),
+    })
+}
+
+fn reservation(event_id: &str, occurred_at: &str, id: &str, action: ReservationAction, amount: i64) -> Event {
+    Event::Reservation(ReservationEvent {
+        header: header(event_id, occurred_at, "org-9", "requests"),
+        reservation_id: id.into(),
+        action,
+        amount,
+        expires_at: (action == ReservationAction::RESERVE).then(|| Timestamp(at(occurred_at).micros() + 3_600_000_000)),
+    })
+}
+
+/// org-9: a HARD daily limit of 100 (version 2), a grant of 10, 60 + 40 requests and a committed reservation of
+/// 5 before a denial at 12:00 on Oct 5, a reservation of 4 open at that instant, reconciled on Oct 7.
+fn hand_built() -> TestLedger {
+    let test = TestLedger::new();
+    let grant = Event::Grant(GrantEvent {
+        header: header("grant-1", "2026-10-05T00:00:00Z", "org-9", "requests"),
+        grant_id: "grant-1".into(),
+        amount: 10,
+        valid_from: at("2026-10-05T00:00:00Z"),
+        valid_until: at("2026-10-06T00:00:00Z"),
+        reason: "support credit".into(),
+    });
+    let files: Vec<(&str, Vec<Event>)> = vec![
+        ("policies.avro", vec![daily_policy(1, 50), daily_policy(2, 100)]),
+        ("grants.avro", vec![grant]),
+        (
+            "usage.avro",
+            vec![
+                usage_of("u-1", "2026-10-05T08:00:00Z", 60, "req-a"),
+                usage_of("u-2", "2026-10-05T09:00:00Z", 40, "req-b"),
+                usage_of("u-3", "2026-10-05T13:00:00Z", 30, "req-c"),
+            ],
+        ),
+        (
+            "reservations.avro",
+            vec![
+                reservation("r-1", "2026-10-05T10:00:00Z", "rsv-1", ReservationAction::RESERVE, 8),
+                reservation("r-2", "2026-10-05T10:30:00Z", "rsv-1", ReservationAction::COMMIT, 5),
+                reservation("r-3", "2026-10-05T11:30:00Z", "rsv-2", ReservationAction::RESERVE, 4),
+            ],
+        ),
+        ("decisions.avro", vec![decision("req-81f3", "2026-10-05T12:00:00Z", 10, true)]),
+    ];
+    for (name, events) in files {
+        write_container(&test.file(name), &events);
+        test.ingest(&test.file(name));
+    }
+    test.run(&["reconcile", "--as-of", "2026-10-07T00:00:00Z"]).expect_code(1);
+    test
+}
+
+// Every part of the answer on a hand-built denial: decision, policy version in the ledger, counter and open reservations, consumption largest first with its total, grants, retry-after, later adjustments.
+#[test]
+fn a_hand_built_denial_is_explained_in_every_part() {
+    let test = hand_built();
+    let why = test.run(&["audit", "why", "req-81f3", "--json"]).success().json();
+    assert_eq!(
+        (why["decision"]["outcome"].as_str(), why["decision"]["reason"].as_str()),
+        (Some("DENIED"), Some("QUOTA_EXCEEDED"))
+    );
+    assert_eq!(why["decision"]["source"], "e2e");
+    assert_eq!(why["policy"]["version"], 2);
+    assert_eq!((why["policy"]["limit"].as_i64(), why["policy"]["window"].as_str()), (Some(100), Some("DAY")));
+    assert_eq!(why["policy"]["enforcement"], "HARD");
+    assert_eq!(why["effective_limit"], 110, "limit 100 + grant 10");
+    assert_eq!(why["grants"][0]["grant_id"], "grant-1");
+    assert_eq!(why["counter"]["used_before"], 105);
+    assert_eq!(
+        (why["counter"]["open_reservations"].as_u64(), why["counter"]["open_reservations_amount"].as_i64()),
+        (Some(1), Some(4))
+    );
+    let consumption = &why["consumption"];
+    assert_eq!((consumption["total"].as_i64(), consumption["events"].as_u64()), (Some(105), Some(3)), "u-3 came after");
+    let largest: Vec<(&str, &str, i64)> = consumption["largest"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["event_id"].as_str().unwrap(), e["kind"].as_str().unwrap(), e["quantity"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(largest, [("u-1", "usage", 60), ("u-2", "usage", 40), ("r-2", "commit", 5)]);
+    assert_eq!(
+        (why["retry_after_ms"].as_i64(), why["resets_at"].as_str()),
+        (Some(3_600_000), Some("2026-10-06T00:00:00Z"))
+    );
+    let kinds: Vec<&str> = why["adjustments"].as_array().unwrap().iter().map(|a| a["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["OVERSHOOT"], "60 + 40 + 5 + 30 = 135 over 110");
+    assert_eq!(why["adjustments"][0]["amount"], 25);
+    let words = test.run(&["audit", "why", "req-81f3"]).success().stdout_text();
+    for expected in [
+        "Policy: org-9-daily version 2, tenant org-9's own, TENANT scope: at most 100 requests per DAY window, HARD enforcement",
+        "Grants: 1 applied to this window, adding 10:",
+        "Effective limit: 110.",
+        "1 reservations open, holding 4.",
+        "105 used + 4 held + 10 asked = 119, over the limit of 110.",
+        "per the ledger: 105 requests in 3 events.",
+        "Retry after: 3600000 ms (3600 s).",
+        "The window resets at 2026-10-06T00:00:00Z.",
+        "Adjustments for this window since: 1.",
+    ] {
+        assert!(words.contains(expected), "{expected:?} missing from:\n{words}");
+    }
+}
+
+// An unknown request id: a clear message, exit 1, and the nearest recorded ones.
+#[test]
+fn an_unknown_request_id_names_the_nearest() {
+    let test = hand_built();
+    let unknown = test.run(&["audit", "why", "req-81f4"]).expect_code(1).stdout_text();
+    assert_eq!(
+        unknown,
+        "No decision is recorded for request id \"req-81f4\".\nNearest recorded request ids:\n  req-81f3\n"
+    );
+    let json: Value = test.run(&["audit", "why", "nothing-like-it", "--json"]).expect_code(1).json();
+    assert_eq!(
+        json,
+        serde_json::json!({"error": "unknown_request_id", "request_id": "nothing-like-it", "nearest": []})
+    );
+}
+
+// `audit tenant`: decisions, consumption per day (usage and valid commits), reservations with their state, adjustments (the expiry written on Oct 7 included).
+#[test]
+fn a_tenant_timeline_over_a_range() {
+    let test = hand_built();
+    let args = ["audit", "tenant", "org-9", "--from", "2026-10-05T00:00:00Z", "--to", "2026-10-08T00:00:00Z", "--json"];
+    let timeline = test.run(&args).success().json();
+    assert_eq!(timeline["decisions"].as_array().unwrap().len(), 1);
+    let day = &timeline["consumption"][0];
+    assert_eq!(
+        (day["usage"].as_i64(), day["commits"].as_i64(), day["total"].as_i64()),
+        (Some(130), Some(5), Some(135))
+    );
+    let states: Vec<(&str, &str)> = timeline["reservations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["reservation_id"].as_str().unwrap(), r["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(states, [("rsv-1", "committed"), ("rsv-2", "expired")]);
+    let mut kinds: Vec<&str> =
+        timeline["adjustments"].as_array().unwrap().iter().map(|a| a["kind"].as_str().unwrap()).collect();
+    kinds.sort_unstable();
+    assert_eq!(kinds, ["OVERSHOOT", "RESERVATION_EXPIRED"], "in ledger order, whichever reconcile wrote first");
+    let words = test.run(&args[..args.len() - 1]).success().stdout_text();
+    assert!(words.starts_with("Tenant org-9 from 2026-10-05T00:00:00Z to 2026-10-08T00:00:00Z"), "{words}");
+    let bad = test.run(&["audit", "tenant", "org-9", "--from", "2026-10-06T00:00:00Z", "--to", "2026-10-05T00:00:00Z"]);
+    assert!(bad.expect_code(2).stderr.contains("must be before"));
+}

@@ -1,0 +1,87 @@
+//! `sql` run as an analyst runs it: exact expected tables over the documented table names, CSV and JSON
+//! output, and a ledger that no statement can modify.
+
+mod support;
+
+use support::*;
+
+fn ledger_with_usage() -> TestLedger {
+    let test = TestLedger::new();
+    let events = [
+        usage("u-1", "2026-11-02T10:00:00Z", "org-1", 3),
+        usage("u-2", "2026-11-02T11:00:00Z", "org-1", 4),
+        usage("u-3", "2026-11-03T09:00:00Z", "org-2", 5),
+        usage("u-2", "2026-11-02T11:00:00Z", "org-1", 40),
+    ];
+    write_container(&test.file("usage.avro"), &events);
+    test.ingest(&test.file("usage.avro"));
+    test
+}
+
+// A grouped query over usage_events prints exactly this aligned table; the conflicting copy is visible by status.
+#[test]
+fn a_query_prints_an_aligned_table() {
+    let test = ledger_with_usage();
+    let query = "SELECT tenant, status, COUNT(*) AS events, SUM(quantity) AS quantity, MIN(occurred_at) AS first \
+                 FROM usage_events GROUP BY tenant, status ORDER BY tenant, status";
+    let table = test.run(&["sql", query]).success().stdout_text();
+    assert_eq!(
+        table,
+        "tenant  status                 events  quantity  first\n\
+         org-1   conflicting_duplicate  1       40        2026-11-02T11:00:00Z\n\
+         org-1   recorded               2       7         2026-11-02T10:00:00Z\n\
+         org-2   recorded               1       5         2026-11-03T09:00:00Z\n"
+    );
+}
+
+// CSV and JSON outputs; usage_totals is the per-period aggregate the appends maintain (recorded usage only).
+#[test]
+fn csv_and_json_outputs() {
+    let test = ledger_with_usage();
+    let csv = test.run(&["sql", "--format", "csv", "SELECT * FROM usage_totals ORDER BY tenant"]).success();
+    assert_eq!(
+        csv.stdout_text(),
+        "tenant,metric,period,quantity\norg-1,requests,2026-11,7\norg-2,requests,2026-11,5\n"
+    );
+    let json = test.run(&["sql", "--format", "json", "SELECT seq, event_id FROM entries WHERE seq <= 2 ORDER BY seq"]);
+    assert_eq!(
+        json.success().json(),
+        serde_json::json!([{"seq": 1, "event_id": "u-1"}, {"seq": 2, "event_id": "u-2"}])
+    );
+    let empty = test.run(&["sql", "--format", "json", "SELECT seq FROM entries WHERE seq > 100"]).success();
+    assert_eq!(empty.json(), serde_json::json!([]));
+}
+
+// The ledger cannot be modified through `sql`: DDL, DML and statements are refused (exit 2) and the ledger still verifies unchanged.
+#[test]
+fn sql_never_modifies_the_ledger() {
+    let test = ledger_with_usage();
+    let before = test.status();
+    for statement in [
+        "INSERT INTO usage_totals VALUES ('org-x', 'requests', '2026-11', 1)",
+        "DELETE FROM entries",
+        "UPDATE usage_totals SET quantity = 0",
+        "CREATE TABLE stolen AS SELECT * FROM entries",
+        "DROP TABLE entries",
+    ] {
+        let refused = test.run(&["sql", statement]).expect_code(2);
+        assert!(!refused.stderr.is_empty(), "{statement}: a refusal says why");
+    }
+    assert_eq!(test.status(), before);
+    test.assert_verifies();
+}
+
+// `sql --tables` documents every table and its columns.
+#[test]
+fn the_tables_are_listed_with_their_columns() {
+    let listed = TestLedger::new().run(&["sql", "--tables"]).success().stdout_text();
+    for expected in [
+        "usage_events: ",
+        "  quantity BIGINT",
+        "decision_events: ",
+        "  retry_after_ms BIGINT, nullable",
+        "period_exports: ",
+    ] {
+        assert!(listed.contains(expected), "{expected:?} missing from:\n{listed}");
+    }
+}
