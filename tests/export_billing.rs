@@ -47,6 +47,9 @@ struct Reservation {
     expires_at: Option<i64>,
 }
 
+/// A policy version as the independent computation keeps it: (effective_from, version, limit, enforcement).
+type Version = (i64, i64, i64, String);
+
 /// SPEC 5 "Reservations", written again from the text: the first RESERVE holds; the first COMMIT or RELEASE by
 /// event time (ties by ledger order) at or before its expires_at closes it; a COMMIT's amount is consumption.
 fn valid_commit(events: &[Reservation]) -> Option<&Reservation> {
@@ -105,7 +108,7 @@ fn expected_rows(test: &TestLedger, period: (&str, i64, i64), watermark: u64) ->
     }
     // Policies: TENANT scope, MONTH window; per policy_id the version with the greatest (effective_from,
     // version) effective before the period ends; the tenant's own first, else the `*` plan default.
-    let mut versions: BTreeMap<(String, String, String), (i64, i64, i64, String)> = BTreeMap::new();
+    let mut versions: BTreeMap<(String, String, String), Version> = BTreeMap::new();
     let mut statement = conn
         .prepare(
             "SELECT e.tenant, e.metric, p.policy_id, p.version, p.\"limit\", p.enforcement, p.effective_from

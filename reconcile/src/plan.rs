@@ -123,6 +123,9 @@ struct Commit {
     counted_at_close: bool,
 }
 
+/// A closed period's consumption now, at its close, and the events that make the difference.
+type LateSums = (i64, i64, Vec<(Timestamp, u64, String)>);
+
 /// Everything the run holds in memory: small tables, and one number per window.
 struct Run<'p> {
     as_of: Timestamp,
@@ -132,7 +135,7 @@ struct Run<'p> {
     recorded: HashMap<Concern, Recorded>,
     names: Interner,
     windows: HashMap<WindowKey, (i64, PolicyEvent)>,
-    late: HashMap<LateKey, (i64, i64, Vec<(Timestamp, u64, String)>)>,
+    late: HashMap<LateKey, LateSums>,
     truths: Vec<Truth>,
     counts: PlanCounts,
 }

@@ -49,7 +49,7 @@ fn rebuilt(batches: &[Vec<Incoming>]) -> BTreeMap<(String, String), i64> {
 #[test]
 fn hook_catch_up_and_rebuild_agree() {
     use ReservationAction::*;
-    let batches = vec![
+    let batches = [
         vec![
             event("a-1", "2026-11-02T10:00:00Z", "a", RESERVE, 50),
             event("a-2", "2026-11-02T10:01:00Z", "a", COMMIT, 40),

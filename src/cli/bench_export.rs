@@ -7,8 +7,8 @@
 //! ledger maintains them as it appends). Each export runs as a child process of the real binary, its peak
 //! memory the child's maximum resident set (`wait4`). The same month's consumption (every counted usage event
 //! and every valid COMMIT, with tenant, metric, occurred_at and quantity) is written to Parquet, and DuckDB
-//! (`python3 -c`, `pip install duckdb`) sums it by tenant and metric; its time is the query's, measured inside
-//! Python, and its sums must equal the export's consumption.
+//! (`python3 -c`, `pip install duckdb`) sums it by tenant and metric; its time is the best of three runs of
+//! the query, measured inside Python, and its sums must equal the export's consumption.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -24,6 +24,8 @@ use serde::Serialize;
 
 /// The month the generator writes.
 const PERIOD: &str = "2026-11";
+/// DuckDB runs the query this many times and the best time counts (the first pays for reading the file).
+const DUCKDB_RUNS: u32 = 3;
 /// Rows per batch of the consumption Parquet file.
 const PARQUET_BATCH_ROWS: usize = 65_536;
 
@@ -163,11 +165,16 @@ fn duckdb_child(consumption: &Path) -> anyhow::Result<ChildRun> {
     let script = format!(
         "import time, duckdb\n\
          con = duckdb.connect()\n\
-         start = time.perf_counter()\n\
-         rows = con.execute(\"SELECT tenant, metric, SUM(quantity) FROM read_parquet('{}') \
+         query = \"SELECT tenant, metric, SUM(quantity) FROM read_parquet('{}') \
          WHERE occurred_at >= TIMESTAMPTZ '2026-11-01 00:00:00+00' AND occurred_at < TIMESTAMPTZ '2026-12-01 00:00:00+00' \
-         GROUP BY tenant, metric ORDER BY tenant, metric\").fetchall()\n\
-         print(time.perf_counter() - start)\n\
+         GROUP BY tenant, metric ORDER BY tenant, metric\"\n\
+         best = None\n\
+         for _ in range({DUCKDB_RUNS}):\n\
+         \x20   start = time.perf_counter()\n\
+         \x20   rows = con.execute(query).fetchall()\n\
+         \x20   elapsed = time.perf_counter() - start\n\
+         \x20   best = elapsed if best is None else min(best, elapsed)\n\
+         print(best)\n\
          for tenant, metric, total in rows: print(f'{{tenant}},{{metric}},{{total}}')\n",
         consumption.display()
     );
