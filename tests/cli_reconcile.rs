@@ -26,6 +26,7 @@ fn hard_daily_policy(limit: i64) -> Event {
         window: Window::DAY,
         enforcement: Enforcement::HARD,
         effective_from: at("2026-10-01T00:00:00Z"),
+        burst: None,
     })
 }
 

@@ -67,6 +67,16 @@ pub const WAL_AUTOCHECKPOINT_PAGES: i64 = 10_000;
 /// per 50,000 entries instead of a page per event per commit.
 pub const EVENT_KEYS_RECENT_ENTRIES: u64 = 50_000;
 
+/// How far a commit must reach before it returns: [`Ledger::set_durability`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// The disk (`fsync` on every commit).
+    #[default]
+    Full,
+    /// The write-ahead log file (the operating system's page cache).
+    Normal,
+}
+
 /// An open ledger file.
 pub struct Ledger {
     conn: Connection,
@@ -122,6 +132,17 @@ impl Ledger {
 
     pub fn catalog(&self) -> &'static Catalog {
         self.catalog
+    }
+
+    /// Commits wait for the disk (`synchronous=FULL`, the default: a committed batch survives power loss) or
+    /// only for the write-ahead log's write (`NORMAL`: survives a crash of the process; the last commits before
+    /// a power loss may be lost). The enforcement hook lets its operator choose (`serve --durability`).
+    pub fn set_durability(&self, durability: Durability) -> rusqlite::Result<()> {
+        let level = match durability {
+            Durability::Full => "FULL",
+            Durability::Normal => "NORMAL",
+        };
+        self.conn.pragma_update(None, "synchronous", level)
     }
 
     /// The connection, for read-only queries by reports. Writes are refused by the triggers anyway.

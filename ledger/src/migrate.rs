@@ -9,6 +9,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("003-quarantine-offsets.sql", include_str!("../ddl/003-quarantine-offsets.sql")),
     ("004-quarantine-replays.sql", include_str!("../ddl/004-quarantine-replays.sql")),
     ("005-periods-outbox.sql", include_str!("../ddl/005-periods-outbox.sql")),
+    ("006-policy-burst.sql", include_str!("../ddl/006-policy-burst.sql")),
 ];
 
 /// The schema version of a ledger all of whose migrations ran.

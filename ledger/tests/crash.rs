@@ -53,6 +53,7 @@ fn batch(i: u64) -> Batch {
         rejected: vec![],
         offsets: vec![SourceOffset { topic: TOPIC.into(), partition: 0, next_offset: ((i + 1) * BATCH_EVENTS) as i64 }],
         replayed_from: vec![],
+        outbox: false,
     }
 }
 

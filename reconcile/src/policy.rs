@@ -85,6 +85,7 @@ mod tests {
             window,
             enforcement: Enforcement::HARD,
             effective_from: at(effective_from),
+            burst: None,
         }
     }
 

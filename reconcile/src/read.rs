@@ -36,7 +36,8 @@ fn symbol<T>(row: &Row<'_>, index: usize, parse: fn(&str) -> Option<T>) -> rusql
 /// Every recorded policy version.
 pub fn policies(conn: &Connection) -> rusqlite::Result<Vec<PolicyEvent>> {
     let sql = format!(
-        "SELECT {HEADER_COLUMNS}, p.policy_id, p.version, p.scope, p.\"limit\", p.window, p.enforcement, p.effective_from
+        "SELECT {HEADER_COLUMNS}, p.policy_id, p.version, p.scope, p.\"limit\", p.window, p.enforcement, p.effective_from,
+                p.burst
          FROM policy_events p JOIN entries e ON e.seq = p.seq WHERE e.status = 'recorded' ORDER BY e.seq"
     );
     let mut statement = conn.prepare(&sql)?;
@@ -50,6 +51,7 @@ pub fn policies(conn: &Connection) -> rusqlite::Result<Vec<PolicyEvent>> {
             window: symbol(r, 10, Window::from_symbol)?,
             enforcement: symbol(r, 11, Enforcement::from_symbol)?,
             effective_from: Timestamp(r.get(12)?),
+            burst: r.get(13)?,
         })
     })?;
     rows.collect()

@@ -296,6 +296,7 @@ pub fn sample_event(event_type: EventType, event_id: &str) -> Event {
             window: Window::DAY,
             enforcement: Enforcement::HARD,
             effective_from: t,
+            burst: None,
         }),
         EventType::AdjustmentEvent => unreachable!("adjustments are not an input topic"),
     }
