@@ -42,6 +42,8 @@ enum Command {
     Verify(cli::verify::VerifyArgs),
     /// The nightly job: judge windows, reservations, duplicates and late usage; record adjustments as deltas.
     Reconcile(cli::reconcile::ReconcileArgs),
+    /// The enforcement hook over HTTP: check, reserve, commit, release (SPEC 6).
+    Serve(cli::serve::ServeArgs),
     /// Messages that failed to decode or validate.
     #[command(subcommand)]
     Quarantine(cli::quarantine::QuarantineCommand),
@@ -62,6 +64,7 @@ fn main() -> ExitCode {
         Command::Status(args) => cli::status::run(&cli.ledger, args),
         Command::Verify(args) => cli::verify::run(&cli.ledger, args),
         Command::Reconcile(args) => cli::reconcile::run(&cli.ledger, args),
+        Command::Serve(args) => cli::serve::run(&cli.ledger, args),
         Command::Quarantine(command) => cli::quarantine::run(&cli.ledger, command),
         Command::Bench(command) => cli::bench::run(command),
     };

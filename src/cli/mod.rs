@@ -10,6 +10,7 @@ pub mod produce;
 pub mod quarantine;
 pub mod reconcile;
 pub mod schemas;
+pub mod serve;
 pub mod status;
 pub mod topics;
 pub mod verify;
