@@ -193,28 +193,32 @@ impl<'p> Run<'p> {
         let events: Vec<(u64, &ReservationEvent)> = group.iter().map(|(seq, e)| (*seq, e)).collect();
         let verdict = reservation::judge(&events, self.as_of);
         self.collect_commits(group, &events, &verdict, commits);
-        if !self.is_judged(group) {
+        if !self.is_judged(group, &verdict) {
             return;
         }
         self.counts.reservations_judged += 1;
+        // Every event gets its refused-transition concern and every RESERVE its expiry concern, 0 where they do
+        // not apply: when a RESERVE that happened earlier arrives late and becomes "the" RESERVE, the verdicts
+        // about the one it displaced are taken back.
         for (seq, event) in group {
-            let refused = verdict.refused.iter().find(|(s, _)| s == seq);
-            if event.action == ReservationAction::RESERVE && verdict.reserve == Some(*seq) {
-                let amount = verdict.expired.unwrap_or(0);
+            let refused = verdict.refused.iter().any(|(s, _)| s == seq);
+            let amount = if refused { event.amount } else { 0 };
+            let concern = Concern::Refused { event_id: event.header.event_id.clone() };
+            self.truths.push(truth_of_event(concern, &event.header, amount, refused));
+            if event.action == ReservationAction::RESERVE {
+                let expired = verdict.reserve == Some(*seq) && verdict.expired.is_some();
+                let amount = if expired { verdict.expired.unwrap_or(0) } else { 0 };
                 let concern = Concern::Expiry { reserve_event_id: event.header.event_id.clone() };
-                self.truths.push(truth_of_event(concern, &event.header, amount, verdict.expired.is_some()));
-            } else {
-                let amount = if refused.is_some() { event.amount } else { 0 };
-                let concern = Concern::Refused { event_id: event.header.event_id.clone() };
-                self.truths.push(truth_of_event(concern, &event.header, amount, refused.is_some()));
+                self.truths.push(truth_of_event(concern, &event.header, amount, expired));
             }
         }
     }
 
-    /// A reservation is judged once its RESERVE's `expires_at` is before `as_of`; one with no RESERVE once all
-    /// of its events happened before `as_of` (SPEC 5 "What a run covers").
-    fn is_judged(&self, group: &[SequencedReservation]) -> bool {
-        match group.iter().find(|(_, e)| e.action == ReservationAction::RESERVE) {
+    /// A reservation is judged once the `expires_at` of its RESERVE (the first by event time) is before
+    /// `as_of`; one with no RESERVE once all of its events happened before `as_of` (SPEC 5 "What a run
+    /// covers").
+    fn is_judged(&self, group: &[SequencedReservation], verdict: &Verdict) -> bool {
+        match verdict.reserve.and_then(|seq| group.iter().find(|(s, _)| *s == seq)) {
             Some((_, reserve)) => reserve.expires_at.is_some_and(|expiry| expiry < self.as_of),
             None => group.iter().all(|(_, e)| e.header.occurred_at < self.as_of),
         }

@@ -1,6 +1,7 @@
 //! One module per subcommand. Exit codes: 0 ok, 1 found discrepancies (verify, reconcile), 2 error.
 
 pub mod bench;
+pub mod bench_hook;
 pub mod bench_reconcile;
 pub mod broker;
 pub mod generate;
