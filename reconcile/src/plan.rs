@@ -10,7 +10,7 @@ use serde::Serialize;
 use crate::concern::{self, Concern, Recorded, Truth};
 use crate::error::ReconcileError;
 use crate::overshoot::{self, Consumed};
-use crate::policy::PolicyIndex;
+use crate::policy::{Candidates, PolicyIndex};
 use crate::read::{self, SequencedReservation, UsageRow};
 use crate::reservation::{self, Verdict};
 
@@ -99,12 +99,12 @@ struct LateKey {
     close: usize,
 }
 
-/// Consumption, as the window and late-usage rules see it.
+/// Consumption, as the window and late-usage rules see it (names interned).
 struct Consumption<'r> {
     seq: u64,
-    tenant: &'r str,
-    subject: Option<&'r str>,
-    metric: &'r str,
+    tenant: u32,
+    subject: Option<u32>,
+    metric: u32,
     occurred_at: Timestamp,
     quantity: i64,
     event_id: &'r str,
@@ -115,10 +115,15 @@ struct Consumption<'r> {
     counted_at_close: bool,
 }
 
-/// A COMMIT that is consumption now or was at its period's close.
+/// A COMMIT that is consumption now or was at its period's close (names interned: there may be millions).
 struct Commit {
     seq: u64,
-    event: ReservationEvent,
+    tenant: u32,
+    subject: Option<u32>,
+    metric: u32,
+    occurred_at: Timestamp,
+    amount: i64,
+    event_id: String,
     counted_now: bool,
     counted_at_close: bool,
 }
@@ -131,9 +136,14 @@ struct Run<'p> {
     closes: Vec<PeriodClose>,
     recorded: HashMap<Concern, Recorded>,
     names: Interner,
-    windows: HashMap<WindowKey, (i64, PolicyEvent)>,
+    /// The policy groups of each (tenant, metric), looked up once.
+    candidates: HashMap<(u32, u32), Candidates<'p>>,
+    windows: HashMap<WindowKey, (i64, &'p PolicyEvent)>,
     late: HashMap<LateKey, (i64, i64, Vec<(Timestamp, u64, String)>)>,
+    /// Truths that write an adjustment (and windows whose refs are still to be named).
     truths: Vec<Truth>,
+    /// Window and late-usage concerns judged this run that have recorded adjustments.
+    judged: HashSet<Concern>,
     counts: PlanCounts,
 }
 
@@ -151,9 +161,11 @@ pub fn plan(ledger: &Ledger, as_of: Timestamp, progress: &mut dyn FnMut(Progress
         closes: ledger.period_closes()?,
         recorded: read::recorded_by_concern(&adjustments),
         names: Interner::default(),
+        candidates: HashMap::new(),
         windows: HashMap::new(),
         late: HashMap::new(),
         truths: Vec::new(),
+        judged: HashSet::new(),
         counts: PlanCounts { adjustments_before: adjustments.len() as u64, ..PlanCounts::default() },
     };
     drop(adjustments);
@@ -170,6 +182,17 @@ pub fn plan(ledger: &Ledger, as_of: Timestamp, progress: &mut dyn FnMut(Progress
 }
 
 impl<'p> Run<'p> {
+    /// Keeps a truth when it writes an adjustment; remembers judged window and period concerns that have some.
+    fn keep(&mut self, truth: Truth) {
+        let recorded = self.recorded.get(&truth.concern).copied();
+        if recorded.is_some() && matches!(truth.concern, Concern::Window { .. } | Concern::LateUsage { .. }) {
+            self.judged.insert(truth.concern.clone());
+        }
+        if concern::delta(&truth, recorded.unwrap_or_default()).is_some() {
+            self.truths.push(truth);
+        }
+    }
+
     fn judge_reservations(
         &mut self,
         conn: &rusqlite::Connection,
@@ -204,12 +227,12 @@ impl<'p> Run<'p> {
             let refused = verdict.refused.iter().any(|(s, _)| s == seq);
             let amount = if refused { event.amount } else { 0 };
             let concern = Concern::Refused { event_id: event.header.event_id.clone() };
-            self.truths.push(truth_of_event(concern, &event.header, amount, refused));
+            self.keep(truth_of_event(concern, &event.header, amount, refused));
             if event.action == ReservationAction::RESERVE {
                 let expired = verdict.reserve == Some(*seq) && verdict.expired.is_some();
                 let amount = if expired { verdict.expired.unwrap_or(0) } else { 0 };
                 let concern = Concern::Expiry { reserve_event_id: event.header.event_id.clone() };
-                self.truths.push(truth_of_event(concern, &event.header, amount, expired));
+                self.keep(truth_of_event(concern, &event.header, amount, expired));
             }
         }
     }
@@ -225,7 +248,7 @@ impl<'p> Run<'p> {
     }
 
     fn collect_commits(
-        &self,
+        &mut self,
         group: &[SequencedReservation],
         events: &[(u64, &ReservationEvent)],
         verdict: &Verdict,
@@ -241,7 +264,18 @@ impl<'p> Run<'p> {
                 then.close.is_some_and(|(s, action, _)| s == *seq && action == ReservationAction::COMMIT)
             });
             if counted_now || counted_at_close {
-                commits.push(Commit { seq: *seq, event: event.clone(), counted_now, counted_at_close });
+                let header = &event.header;
+                commits.push(Commit {
+                    seq: *seq,
+                    tenant: self.names.id(&header.tenant),
+                    subject: header.subject.as_deref().map(|s| self.names.id(s)),
+                    metric: self.names.id(&header.metric),
+                    occurred_at: header.occurred_at,
+                    amount: event.amount,
+                    event_id: header.event_id.clone(),
+                    counted_now,
+                    counted_at_close,
+                });
             }
         }
     }
@@ -271,7 +305,7 @@ impl<'p> Run<'p> {
             let ordinal = ordinals.entry(copy.header.event_id.clone()).or_insert(0);
             *ordinal += 1;
             let concern = Concern::Conflict { event_id: copy.header.event_id.clone(), ordinal: *ordinal };
-            self.truths.push(truth_of_event(concern, &copy.header, copy.quantity, true));
+            self.keep(truth_of_event(concern, &copy.header, copy.quantity, true));
         }
         Ok(())
     }
@@ -291,7 +325,8 @@ impl<'p> Run<'p> {
             }
             let close = self.close_index(row.occurred_at);
             let counted_at_close = close.is_some_and(|c| row.seq <= self.closes[c].watermark);
-            self.add(&consumption_of_usage(&row, counted_at_close), &mut keys);
+            let c = self.consumption_of_usage(&row, counted_at_close);
+            self.add(&c, &mut keys);
         })?;
         for commit in commits {
             self.add(&consumption_of_commit(commit), &mut keys);
@@ -304,12 +339,12 @@ impl<'p> Run<'p> {
         if c.counted_now {
             self.window_keys(c, keys);
             for (key, policy) in keys.drain(..) {
-                let entry = self.windows.entry(key).or_insert_with(|| (0, policy.clone()));
+                let entry = self.windows.entry(key).or_insert((0, policy));
                 entry.0 = entry.0.checked_add(c.quantity).expect("consumption fits in i64");
             }
         }
         if let Some(close) = self.close_index(c.occurred_at).filter(|i| self.closes[*i].period.end() <= self.as_of) {
-            let key = LateKey { tenant: self.names.id(c.tenant), metric: self.names.id(c.metric), close };
+            let key = LateKey { tenant: c.tenant, metric: c.metric, close };
             let late = self.late.entry(key).or_default();
             if c.counted_now {
                 late.0 += c.quantity;
@@ -329,23 +364,45 @@ impl<'p> Run<'p> {
             return;
         }
         let policies: &'p PolicyIndex = self.policies;
-        for a in policies.applicable(c.tenant, c.metric, c.occurred_at) {
+        let names = &self.names;
+        let candidates = *self
+            .candidates
+            .entry((c.tenant, c.metric))
+            .or_insert_with(|| policies.candidates(names.name(c.tenant), names.name(c.metric)));
+        if candidates.is_empty() {
+            return;
+        }
+        for a in candidates.applicable(c.occurred_at) {
             if a.window_end > self.as_of || overshoot::excess_kind(a.policy.enforcement).is_none() {
                 continue;
             }
             let subject = match a.policy.scope {
                 Scope::TENANT => None,
-                Scope::SUBJECT => Some(c.subject.map_or(u32::MAX, |s| self.names.id(s))),
+                Scope::SUBJECT => Some(c.subject.unwrap_or(u32::MAX)),
             };
             let key = WindowKey {
-                tenant: self.names.id(c.tenant),
-                metric: self.names.id(c.metric),
+                tenant: c.tenant,
+                metric: c.metric,
                 policy_id: self.names.id(&a.policy.policy_id),
                 subject,
                 start: a.window_start.micros(),
                 end: a.window_end.micros(),
             };
             keys.push((key, a.policy));
+        }
+    }
+
+    fn consumption_of_usage<'r>(&mut self, row: &UsageRow<'r>, counted_at_close: bool) -> Consumption<'r> {
+        Consumption {
+            seq: row.seq,
+            tenant: self.names.id(row.tenant),
+            subject: row.subject.map(|s| self.names.id(s)),
+            metric: self.names.id(row.metric),
+            occurred_at: row.occurred_at,
+            quantity: row.quantity,
+            event_id: row.event_id,
+            counted_now: true,
+            counted_at_close,
         }
     }
 
@@ -366,14 +423,14 @@ impl<'p> Run<'p> {
     }
 
     /// Truths of every window with consumption; returns the windows whose adjustment needs the events that
-    /// crossed the limit.
+    /// crossed the limit, with their effective limit.
     fn judge_windows(&mut self) -> HashMap<WindowKey, i64> {
         let mut flagged = HashMap::new();
-        let mut keys: Vec<&WindowKey> = self.windows.keys().collect();
+        let mut keys: Vec<WindowKey> = self.windows.keys().copied().collect();
         keys.sort();
-        let mut truths = Vec::new();
+        self.counts.windows_judged = keys.len() as u64;
         for key in keys {
-            let (consumption, policy) = &self.windows[key];
+            let (consumption, policy) = self.windows[&key];
             let kind = overshoot::excess_kind(policy.enforcement).expect("only HARD and SHADOW windows are summed");
             let tenant = self.names.name(key.tenant).to_string();
             let metric = self.names.name(key.metric).to_string();
@@ -387,8 +444,8 @@ impl<'p> Run<'p> {
                 Timestamp(key.start),
                 Timestamp(key.end),
             );
-            let excess = overshoot::excess(*consumption, limit);
-            let concern = self.window_concern(key, kind);
+            let excess = overshoot::excess(consumption, limit);
+            let concern = self.window_concern(&key, kind);
             let recorded = self.recorded.get(&concern).copied().unwrap_or_default();
             let truth = Truth {
                 concern,
@@ -401,12 +458,10 @@ impl<'p> Run<'p> {
                 refs: Vec::new(),
             };
             if excess > 0 && concern::delta(&truth, recorded).is_some() {
-                flagged.insert(*key, limit);
+                flagged.insert(key, limit);
             }
-            truths.push(truth);
+            self.keep(truth);
         }
-        self.counts.windows_judged = truths.len() as u64;
-        self.truths.extend(truths);
         flagged
     }
 
@@ -428,16 +483,15 @@ impl<'p> Run<'p> {
             let refs = late.into_iter().map(|(_, _, id)| id).collect();
             let truth =
                 Truth { concern, amount, present: amount != 0, tenant, subject: None, metric, policy_id: None, refs };
-            self.truths.push(truth);
+            self.keep(truth);
         }
     }
 
     /// Windows and periods with recorded adjustments but no consumption left (a COMMIT invalidated by a late
     /// close): their truth is 0, so their adjustments are taken back.
     fn take_back_vanished(&mut self) {
-        let judged: HashSet<&Concern> = self.truths.iter().map(|t| &t.concern).collect();
         let mut vanished: Vec<Truth> = Vec::new();
-        for concern in self.recorded.keys().filter(|c| !judged.contains(c)) {
+        for concern in self.recorded.keys().filter(|c| !self.judged.contains(*c)) {
             let (tenant, subject, metric, policy_id, end) = match concern {
                 Concern::Window { tenant, subject, metric, policy_id, window_end, .. } => {
                     (tenant, subject.clone(), metric, Some(policy_id.clone()), *window_end)
@@ -458,7 +512,9 @@ impl<'p> Run<'p> {
                 });
             }
         }
-        self.truths.extend(vanished);
+        for truth in vanished {
+            self.keep(truth);
+        }
     }
 
     /// Second pass, only over windows whose adjustment is written: the events that crossed each limit.
@@ -496,7 +552,8 @@ impl<'p> Run<'p> {
             if events % PROGRESS_EVERY_ROWS == 0 {
                 progress(Progress::Refs { events });
             }
-            collect(self, &consumption_of_usage(&row, false));
+            let c = self.consumption_of_usage(&row, false);
+            collect(self, &c);
         })?;
         for commit in commits {
             collect(self, &consumption_of_commit(commit));
@@ -528,30 +585,15 @@ impl<'p> Run<'p> {
     }
 }
 
-fn consumption_of_usage<'r>(row: &UsageRow<'r>, counted_at_close: bool) -> Consumption<'r> {
-    Consumption {
-        seq: row.seq,
-        tenant: row.tenant,
-        subject: row.subject,
-        metric: row.metric,
-        occurred_at: row.occurred_at,
-        quantity: row.quantity,
-        event_id: row.event_id,
-        counted_now: true,
-        counted_at_close,
-    }
-}
-
 fn consumption_of_commit(commit: &Commit) -> Consumption<'_> {
-    let header = &commit.event.header;
     Consumption {
         seq: commit.seq,
-        tenant: &header.tenant,
-        subject: header.subject.as_deref(),
-        metric: &header.metric,
-        occurred_at: header.occurred_at,
-        quantity: commit.event.amount,
-        event_id: &header.event_id,
+        tenant: commit.tenant,
+        subject: commit.subject,
+        metric: commit.metric,
+        occurred_at: commit.occurred_at,
+        quantity: commit.amount,
+        event_id: &commit.event_id,
         counted_now: commit.counted_now,
         counted_at_close: commit.counted_at_close,
     }
