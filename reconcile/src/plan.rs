@@ -99,6 +99,10 @@ struct LateKey {
     close: usize,
 }
 
+/// A closed period's consumption for a tenant and metric: now, at its close, and the events that differ
+/// (event time, ledger sequence, event_id).
+type LateSums = (i64, i64, Vec<(Timestamp, u64, String)>);
+
 /// Consumption, as the window and late-usage rules see it (names interned).
 struct Consumption<'r> {
     seq: u64,
@@ -139,7 +143,7 @@ struct Run<'p> {
     /// The policy groups of each (tenant, metric), looked up once.
     candidates: HashMap<(u32, u32), Candidates<'p>>,
     windows: HashMap<WindowKey, (i64, &'p PolicyEvent)>,
-    late: HashMap<LateKey, (i64, i64, Vec<(Timestamp, u64, String)>)>,
+    late: HashMap<LateKey, LateSums>,
     /// Truths that write an adjustment (and windows whose refs are still to be named).
     truths: Vec<Truth>,
     /// Window and late-usage concerns judged this run that have recorded adjustments.

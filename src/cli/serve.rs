@@ -170,27 +170,38 @@ fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response
     (status, Json(serde_json::json!({"error": code, "message": message.into()}))).into_response()
 }
 
-fn caller(app: &App, headers: &HeaderMap) -> Result<TenantScope, Response> {
-    let presented = headers
+/// Why a request is not authenticated: answered 401 with `WWW-Authenticate: Bearer`.
+#[derive(Debug, Clone, Copy)]
+enum Unauthorized {
+    Missing,
+    Unknown,
+}
+
+impl IntoResponse for Unauthorized {
+    fn into_response(self) -> Response {
+        let message = match self {
+            Unauthorized::Missing => "send Authorization: Bearer SECRET",
+            Unauthorized::Unknown => "unknown token",
+        };
+        let mut response = error(StatusCode::UNAUTHORIZED, "unauthorized", message);
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        response
+    }
+}
+
+fn caller(app: &App, headers: &HeaderMap) -> Result<TenantScope, Unauthorized> {
+    let secret = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    let Some(secret) = presented else {
-        let mut response = error(StatusCode::UNAUTHORIZED, "unauthorized", "send Authorization: Bearer SECRET");
-        response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        return Err(response);
-    };
+        .map(str::trim)
+        .ok_or(Unauthorized::Missing)?;
     // Compared in constant time per token, so that timing does not reveal a secret's prefix.
-    let found = app.tokens.iter().find(|(s, _)| constant_time_eq(s.as_bytes(), secret.as_bytes()));
-    match found {
-        Some((_, scope)) => Ok(scope.clone()),
-        None => {
-            let mut response = error(StatusCode::UNAUTHORIZED, "unauthorized", "unknown token");
-            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            Err(response)
-        }
-    }
+    app.tokens
+        .iter()
+        .find(|(s, _)| constant_time_eq(s.as_bytes(), secret.as_bytes()))
+        .map(|(_, scope)| scope.clone())
+        .ok_or(Unauthorized::Unknown)
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -287,7 +298,7 @@ async fn check(
 ) -> Response {
     let scope = match caller(&app, &headers) {
         Ok(scope) => scope,
-        Err(response) => return response,
+        Err(unauthorized) => return unauthorized.into_response(),
     };
     let Json(request) = match body {
         Ok(body) => body,
@@ -309,7 +320,7 @@ async fn reserve(
 ) -> Response {
     let scope = match caller(&app, &headers) {
         Ok(scope) => scope,
-        Err(response) => return response,
+        Err(unauthorized) => return unauthorized.into_response(),
     };
     let Json(request) = match body {
         Ok(body) => body,
@@ -338,7 +349,7 @@ async fn commit(
 ) -> Response {
     let scope = match caller(&app, &headers) {
         Ok(scope) => scope,
-        Err(response) => return response,
+        Err(unauthorized) => return unauthorized.into_response(),
     };
     let Json(body) = match body {
         Ok(body) => body,
@@ -350,7 +361,7 @@ async fn commit(
 async fn release(State(app): State<Arc<App>>, UrlPath(id): UrlPath<String>, headers: HeaderMap) -> Response {
     let scope = match caller(&app, &headers) {
         Ok(scope) => scope,
-        Err(response) => return response,
+        Err(unauthorized) => return unauthorized.into_response(),
     };
     close_response(app.hook.close_async(&id, ReservationAction::RELEASE, 0, scope).await)
 }
