@@ -10,6 +10,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("004-quarantine-replays.sql", include_str!("../ddl/004-quarantine-replays.sql")),
     ("005-periods-outbox.sql", include_str!("../ddl/005-periods-outbox.sql")),
     ("006-policy-burst.sql", include_str!("../ddl/006-policy-burst.sql")),
+    ("007-conflicting-index.sql", include_str!("../ddl/007-conflicting-index.sql")),
 ];
 
 /// The schema version of a ledger all of whose migrations ran.

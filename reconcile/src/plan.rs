@@ -3,6 +3,8 @@
 
 use std::collections::{HashMap, HashSet};
 
+use rustc_hash::{FxHashMap, FxHashSet};
+
 use ledger::{Ledger, Period, PeriodClose};
 use schemas::*;
 use serde::Serialize;
@@ -37,6 +39,8 @@ pub struct PlanCounts {
     pub windows_judged: u64,
     pub conflicting_copies: u64,
     pub adjustments_before: u64,
+    /// Milliseconds spent in each step, for the benchmark and for an operator wondering where a night went.
+    pub step_ms: Vec<(&'static str, u64)>,
 }
 
 /// Every adjustment a run writes, with what it was computed from.
@@ -61,7 +65,7 @@ impl Plan {
 /// Interned strings: the consumption stream keys windows by small integers instead of owned strings.
 #[derive(Default)]
 struct Interner {
-    ids: HashMap<Box<str>, u32>,
+    ids: FxHashMap<Box<str>, u32>,
     names: Vec<Box<str>>,
 }
 
@@ -141,9 +145,9 @@ struct Run<'p> {
     recorded: HashMap<Concern, Recorded>,
     names: Interner,
     /// The policy groups of each (tenant, metric), looked up once.
-    candidates: HashMap<(u32, u32), Candidates<'p>>,
-    windows: HashMap<WindowKey, (i64, &'p PolicyEvent)>,
-    late: HashMap<LateKey, LateSums>,
+    candidates: FxHashMap<(u32, u32), Candidates<'p>>,
+    windows: FxHashMap<WindowKey, (i64, &'p PolicyEvent)>,
+    late: FxHashMap<LateKey, LateSums>,
     /// Truths that write an adjustment (and windows whose refs are still to be named).
     truths: Vec<Truth>,
     /// Window and late-usage concerns judged this run that have recorded adjustments.
@@ -157,29 +161,39 @@ pub fn plan(ledger: &Ledger, as_of: Timestamp, progress: &mut dyn FnMut(Progress
     let snapshot = conn.unchecked_transaction()?;
     let watermark = ledger.status()?.watermark;
     let policies = PolicyIndex::new(read::policies(conn)?);
-    let adjustments = read::adjustments(conn)?;
+    let mut clock = std::time::Instant::now();
+    let (recorded, adjustments_before) = read::recorded_by_concern(conn)?;
     let mut run = Run {
         as_of,
         policies: &policies,
         grants: read::grants(conn)?,
         closes: ledger.period_closes()?,
-        recorded: read::recorded_by_concern(&adjustments),
+        recorded,
         names: Interner::default(),
-        candidates: HashMap::new(),
-        windows: HashMap::new(),
-        late: HashMap::new(),
+        candidates: FxHashMap::default(),
+        windows: FxHashMap::default(),
+        late: FxHashMap::default(),
         truths: Vec::new(),
         judged: HashSet::new(),
-        counts: PlanCounts { adjustments_before: adjustments.len() as u64, ..PlanCounts::default() },
+        counts: PlanCounts { adjustments_before, ..PlanCounts::default() },
     };
-    drop(adjustments);
+    let mut step = |run: &mut Run<'_>, name: &'static str| {
+        run.counts.step_ms.push((name, clock.elapsed().as_millis() as u64));
+        clock = std::time::Instant::now();
+    };
+    step(&mut run, "read policies, grants, adjustments");
     let commits = run.judge_reservations(conn, progress)?;
+    step(&mut run, "judge reservations");
     run.judge_conflicts(conn)?;
+    step(&mut run, "judge conflicting duplicates");
     run.sum_consumption(conn, &commits, progress)?;
+    step(&mut run, "sum consumption per window");
     let flagged = run.judge_windows();
     run.judge_late_usage();
     run.take_back_vanished();
+    step(&mut run, "judge windows and late usage");
     run.name_crossers(conn, &commits, &flagged, progress)?;
+    step(&mut run, "name the events that crossed limits");
     snapshot.finish()?;
     let run_id = format!("reconcile-{as_of}-w{watermark}");
     Ok(run.into_plan(run_id, watermark))
@@ -532,10 +546,12 @@ impl<'p> Run<'p> {
         if flagged.is_empty() {
             return Ok(());
         }
-        let mut consumed: HashMap<WindowKey, Vec<Consumed>> = HashMap::new();
+        // Only (event time, sequence, quantity) per event of a flagged window; event_ids only for the crossers.
+        let mut consumed: FxHashMap<WindowKey, Vec<Consumed>> = FxHashMap::default();
+        let flagged_pairs: FxHashSet<(u32, u32)> = flagged.keys().map(|k| (k.tenant, k.metric)).collect();
         let mut keys = Vec::new();
         let mut collect = |run: &mut Run<'p>, c: &Consumption<'_>| {
-            if !c.counted_now {
+            if !c.counted_now || !flagged_pairs.contains(&(c.tenant, c.metric)) {
                 return;
             }
             run.window_keys(c, &mut keys);
@@ -545,7 +561,7 @@ impl<'p> Run<'p> {
                         occurred_at: c.occurred_at,
                         seq: c.seq,
                         quantity: c.quantity,
-                        event_id: c.event_id.to_string(),
+                        event_id: String::new(),
                     });
                 }
             }
@@ -562,11 +578,14 @@ impl<'p> Run<'p> {
         for commit in commits {
             collect(self, &consumption_of_commit(commit));
         }
+        let commit_ids: FxHashMap<u64, &str> = commits.iter().map(|c| (c.seq, c.event_id.as_str())).collect();
         let mut refs_by_concern: HashMap<Concern, Vec<String>> = HashMap::new();
         for (key, mut items) in consumed {
             let limit = flagged[&key];
             let kind = overshoot::excess_kind(self.windows[&key].1.enforcement).expect("a judged window");
-            refs_by_concern.insert(self.window_concern(&key, kind), overshoot::crossers(&mut items, limit));
+            let seqs = overshoot::crossing_seqs(&mut items, limit);
+            let refs = read::event_ids(conn, &seqs, &commit_ids)?;
+            refs_by_concern.insert(self.window_concern(&key, kind), refs);
         }
         for truth in &mut self.truths {
             if let Some(refs) = refs_by_concern.remove(&truth.concern) {
