@@ -199,3 +199,31 @@ fn a_restart_keeps_counters_and_idempotency() {
     assert_eq!(Decision { replayed: false, ..again }, first);
     assert!(!hook.check(ask("k-2", 30)).unwrap().allowed(), "80 of 100 consumed before the restart");
 }
+
+// Usage that another writer (ingest) records while the hook runs counts against the hook's limits at its next decision.
+#[test]
+fn usage_recorded_by_ingest_counts_at_the_next_decision() {
+    let (dir, hook) = hook_with(vec![policy("daily", 100, Window::DAY, Enforcement::HARD, None)]);
+    assert!(hook.check(ask("h-1", 10)).unwrap().allowed());
+    let usage = Event::Usage(UsageEvent {
+        header: Header {
+            event_id: "from-kafka-1".into(),
+            occurred_at: Timestamp::now(),
+            tenant: "org-1".into(),
+            subject: Some("batch-job".into()),
+            metric: "tokens".into(),
+            source: "billing-pipeline".into(),
+        },
+        quantity: 85,
+        request_id: None,
+        attributes: Default::default(),
+    });
+    let incoming = Incoming { event: usage, origin: Origin::Local { name: "ingest".into() }, raw: None };
+    Ledger::open(dir.path().join("ledger.db"))
+        .unwrap()
+        .append(&Batch { events: vec![incoming], ..Batch::default() })
+        .unwrap();
+    let denied = hook.check(ask("h-2", 10)).unwrap();
+    assert_eq!((denied.outcome, denied.used_before, denied.remaining), (Outcome::DENIED, Some(95), Some(5)));
+    assert!(hook.check(ask("h-3", 5)).unwrap().allowed());
+}
