@@ -518,7 +518,7 @@ const ENTRIES_AFTER: &str = "SELECT seq, event_type, payload_fingerprint, payloa
 /// Folds the entries other writers appended after the state's watermark (`own` are this writer's, already
 /// applied), and moves the watermark to the last entry.
 fn catch_up(ledger: &Ledger, state: &mut State, now: Timestamp, own: &[u64]) -> Result<(), Box<dyn std::error::Error>> {
-    let tip = ledger.status()?.watermark;
+    let tip = ledger.watermark()?;
     if tip == state.watermark {
         return Ok(());
     }

@@ -159,7 +159,7 @@ struct Run<'p> {
 pub fn plan(ledger: &Ledger, as_of: Timestamp, progress: &mut dyn FnMut(Progress)) -> Result<Plan, ReconcileError> {
     let conn = ledger.connection();
     let snapshot = conn.unchecked_transaction()?;
-    let watermark = ledger.status()?.watermark;
+    let watermark = ledger.watermark()?;
     let policies = PolicyIndex::new(read::policies(conn)?);
     let mut clock = std::time::Instant::now();
     let (recorded, adjustments_before) = read::recorded_by_concern(conn)?;
