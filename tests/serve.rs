@@ -290,3 +290,26 @@ fn decisions_reach_kafka_exactly_once_across_a_broker_outage() {
     expected.sort();
     assert_eq!(on_topic, expected, "every decision exactly once");
 }
+
+// SPEC 6: what the hook publishes comes back through ingest as exact duplicates of what the ledger holds: nothing counted twice.
+#[test]
+fn ingest_sees_the_hooks_own_events_as_duplicates() {
+    let test = ledger_with(hard_policy(1_000, Window::MONTH));
+    let broker = Broker::mock();
+    let server = Server::start(&test, &["--brokers", &broker.bootstrap]);
+    for i in 0..10 {
+        assert_eq!(server.check(&format!("k-{i}"), 3).0, 200);
+    }
+    let started = std::time::Instant::now();
+    while sql_i64(&test, "SELECT COUNT(*) FROM outbox_published") < 20 {
+        assert!(started.elapsed() < Duration::from_secs(30), "the outbox did not drain");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(server);
+    let before = test.status();
+    let report = test.run(&["ingest", "--brokers", &broker.bootstrap, "--until-caught-up", "--json"]).success().json();
+    let after = test.status();
+    assert_eq!(after["events_recorded"], before["events_recorded"], "nothing new recorded: {report}");
+    assert_eq!(count(&after, "duplicates") - count(&before, "duplicates"), 20, "10 decisions and 10 usage events");
+    assert_eq!(sql_i64(&test, "SELECT COALESCE(SUM(quantity), 0) FROM usage_events"), 30, "counted once");
+}
