@@ -117,8 +117,14 @@ impl Ledger {
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
         let conn = Connection::open_with_flags(&path, flags).map_err(sqlite)?;
         configure(&conn).map_err(sqlite)?;
-        check_version(&conn, &path)?;
-        Ok(Ledger::from_connection(conn, path))
+        match check_version(&conn, &path)? {
+            // A file a writer is creating right now: its migrations are not committed yet.
+            0 => Err(OpenError::Missing { path }),
+            found if found < migrate::latest_version() => {
+                Err(OpenError::NotMigrated { path, found, known: migrate::latest_version() })
+            }
+            _ => Ok(Ledger::from_connection(conn, path)),
+        }
     }
 
     fn from_connection(conn: Connection, path: PathBuf) -> Ledger {
@@ -158,7 +164,8 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
-fn check_version(conn: &Connection, path: &Path) -> Result<(), OpenError> {
+/// The file's schema version, refused when newer than this binary knows.
+fn check_version(conn: &Connection, path: &Path) -> Result<i64, OpenError> {
     let found: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .map_err(|source| OpenError::Sqlite { path: path.to_path_buf(), source })?;
@@ -166,7 +173,7 @@ fn check_version(conn: &Connection, path: &Path) -> Result<(), OpenError> {
     if found > known {
         return Err(OpenError::TooNew { path: path.to_path_buf(), found, known });
     }
-    Ok(())
+    Ok(found)
 }
 
 /// Microseconds since the epoch, now.
