@@ -300,11 +300,7 @@ impl<'p> Run<'p> {
 
     /// The close of the period containing `t`, when that period is closed.
     fn close_of(&self, t: Timestamp) -> Option<&PeriodClose> {
-        if self.closes.is_empty() {
-            return None;
-        }
-        let period = Period::containing(t);
-        self.closes.iter().find(|c| c.period == period)
+        self.close_index(t).map(|i| &self.closes[i])
     }
 
     fn close_index(&self, t: Timestamp) -> Option<usize> {

@@ -291,25 +291,37 @@ fn decision_response(decision: Decision) -> Response {
     (status, headers, Json(body)).into_response()
 }
 
+/// Who may ask, and what: the caller's token, a well-formed body, a tenant the token covers. Nothing reaches the
+/// hook (nothing is consumed or recorded) otherwise.
+fn admit<T>(
+    app: &App,
+    headers: &HeaderMap,
+    body: Result<Json<T>, JsonRejection>,
+    tenant: impl Fn(&T) -> &str,
+) -> Result<T, Response> {
+    let scope = caller(app, headers).map_err(IntoResponse::into_response)?;
+    let Json(request) = body.map_err(bad_json)?;
+    if !scope.covers(tenant(&request)) {
+        return Err(forbidden(tenant(&request)));
+    }
+    Ok(request)
+}
+
+fn answer(result: Result<Decision, HookError>) -> Response {
+    match result {
+        Ok(decision) => decision_response(decision),
+        Err(e) => hook_error(e),
+    }
+}
+
 async fn check(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
     body: Result<Json<CheckRequest>, JsonRejection>,
 ) -> Response {
-    let scope = match caller(&app, &headers) {
-        Ok(scope) => scope,
-        Err(unauthorized) => return unauthorized.into_response(),
-    };
-    let Json(request) = match body {
-        Ok(body) => body,
-        Err(rejection) => return bad_json(rejection),
-    };
-    if !scope.covers(&request.tenant) {
-        return forbidden(&request.tenant);
-    }
-    match app.hook.check_async(request).await {
-        Ok(decision) => decision_response(decision),
-        Err(e) => hook_error(e),
+    match admit(&app, &headers, body, |r: &CheckRequest| &r.tenant) {
+        Ok(request) => answer(app.hook.check_async(request).await),
+        Err(refused) => refused,
     }
 }
 
@@ -318,20 +330,9 @@ async fn reserve(
     headers: HeaderMap,
     body: Result<Json<ReserveRequest>, JsonRejection>,
 ) -> Response {
-    let scope = match caller(&app, &headers) {
-        Ok(scope) => scope,
-        Err(unauthorized) => return unauthorized.into_response(),
-    };
-    let Json(request) = match body {
-        Ok(body) => body,
-        Err(rejection) => return bad_json(rejection),
-    };
-    if !scope.covers(&request.tenant) {
-        return forbidden(&request.tenant);
-    }
-    match app.hook.reserve_async(request).await {
-        Ok(decision) => decision_response(decision),
-        Err(e) => hook_error(e),
+    match admit(&app, &headers, body, |r: &ReserveRequest| &r.tenant) {
+        Ok(request) => answer(app.hook.reserve_async(request).await),
+        Err(refused) => refused,
     }
 }
 
