@@ -298,11 +298,11 @@ fn admit<T>(
     headers: &HeaderMap,
     body: Result<Json<T>, JsonRejection>,
     tenant: impl Fn(&T) -> &str,
-) -> Result<T, Response> {
-    let scope = caller(app, headers).map_err(IntoResponse::into_response)?;
-    let Json(request) = body.map_err(bad_json)?;
+) -> Result<T, Box<Response>> {
+    let scope = caller(app, headers).map_err(|u| Box::new(u.into_response()))?;
+    let Json(request) = body.map_err(|r| Box::new(bad_json(r)))?;
     if !scope.covers(tenant(&request)) {
-        return Err(forbidden(tenant(&request)));
+        return Err(Box::new(forbidden(tenant(&request))));
     }
     Ok(request)
 }
@@ -321,7 +321,7 @@ async fn check(
 ) -> Response {
     match admit(&app, &headers, body, |r: &CheckRequest| &r.tenant) {
         Ok(request) => answer(app.hook.check_async(request).await),
-        Err(refused) => refused,
+        Err(refused) => *refused,
     }
 }
 
@@ -332,7 +332,7 @@ async fn reserve(
 ) -> Response {
     match admit(&app, &headers, body, |r: &ReserveRequest| &r.tenant) {
         Ok(request) => answer(app.hook.reserve_async(request).await),
-        Err(refused) => refused,
+        Err(refused) => *refused,
     }
 }
 
