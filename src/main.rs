@@ -50,6 +50,8 @@ enum Command {
     Audit(cli::audit::AuditCommand),
     /// Read-only SQL over the ledger's tables (DataFusion); `sql --tables` lists them.
     Sql(cli::sql::SqlArgs),
+    /// The enforcement hook over HTTP: check, reserve, commit, release (SPEC 6).
+    Serve(cli::serve::ServeArgs),
     /// Messages that failed to decode or validate.
     #[command(subcommand)]
     Quarantine(cli::quarantine::QuarantineCommand),
@@ -73,6 +75,7 @@ fn main() -> ExitCode {
         Command::Export(command) => cli::export::run(&cli.ledger, command),
         Command::Audit(command) => cli::audit::run(&cli.ledger, command),
         Command::Sql(args) => cli::sql::run(&cli.ledger, args),
+        Command::Serve(args) => cli::serve::run(&cli.ledger, args),
         Command::Quarantine(command) => cli::quarantine::run(&cli.ledger, command),
         Command::Bench(command) => cli::bench::run(command),
     };

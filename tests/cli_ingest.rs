@@ -135,6 +135,7 @@ fn one_file_per_other_type() -> Vec<Vec<Event>> {
             window: Window::MONTH,
             enforcement,
             effective_from: at("2026-11-01T00:00:00Z"),
+            burst: None,
         })
     };
     let adjustment = |event_id: &str, kind, amount| {

@@ -4,14 +4,10 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
 
-use rdkafka::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{Message, Offset, TopicPartitionList};
 use schemas::*;
 use serde_json::Value;
-use support::brokers::Broker;
+use support::brokers::{Broker, event_ids_on_topic};
 use support::*;
 
 const AS_OF: &str = "2026-11-03T00:00:00Z";
@@ -26,6 +22,7 @@ fn hard_daily_policy(limit: i64) -> Event {
         window: Window::DAY,
         enforcement: Enforcement::HARD,
         effective_from: at("2026-10-01T00:00:00Z"),
+        burst: None,
     })
 }
 
@@ -123,40 +120,6 @@ fn the_report_reads_for_people_and_dry_runs_record_nothing() {
     assert!(clean.contains("clean: nothing to adjust"), "{clean}");
     let bad = test.run(&["reconcile", "--as-of", "yesterday"]).expect_code(2);
     assert!(bad.stderr.contains("not an RFC 3339 instant"), "{}", bad.stderr);
-}
-
-/// Event ids of every message on `topic`, read from the beginning until `expected` arrived (or 30 s passed).
-fn event_ids_on_topic(bootstrap: &str, topic: &str, expected: usize) -> Vec<String> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "cli-reconcile-test")
-        .set("enable.auto.commit", "false")
-        .create()
-        .expect("a consumer");
-    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).expect("topic metadata");
-    let mut assignment = TopicPartitionList::new();
-    for partition in metadata.topics()[0].partitions() {
-        assignment.add_partition_offset(topic, partition.id(), Offset::Beginning).expect("an offset");
-    }
-    consumer.assign(&assignment).expect("assigned");
-    let mut ids = Vec::new();
-    let started = Instant::now();
-    while ids.len() < expected && started.elapsed() < Duration::from_secs(30) {
-        if let Some(message) = consumer.poll(Duration::from_millis(200)) {
-            let message = message.expect("a message");
-            let decoded = Catalog::builtin()
-                .decode_single_object(message.payload().expect("a payload"), Some(EventType::AdjustmentEvent))
-                .expect("an AdjustmentEvent");
-            ids.push(decoded.event.event_id().to_string());
-        }
-    }
-    // Anything beyond `expected` would be a message published twice.
-    while let Some(message) = consumer.poll(Duration::from_millis(500)) {
-        let message = message.expect("a message");
-        let decoded = Catalog::builtin().decode_single_object(message.payload().expect("a payload"), None).unwrap();
-        ids.push(decoded.event.event_id().to_string());
-    }
-    ids
 }
 
 // The outbox: with no broker reachable the adjustments are recorded and wait; a later run with the broker publishes each exactly once.

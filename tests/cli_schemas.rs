@@ -9,12 +9,12 @@ use schemas::{Catalog, EventType};
 use serde_json::{Value, json};
 use support::*;
 
-// Proves that `schemas list --json` lists the catalog's 7 schemas, 16-hex-digit fingerprints, one current per type.
+// Proves that `schemas list --json` lists the catalog's 8 schemas, 16-hex-digit fingerprints, one current per type.
 #[test]
-fn list_json_names_seven_schemas_one_current_per_type() {
+fn list_json_names_eight_schemas_one_current_per_type() {
     let listed = run(&["schemas", "list", "--json"], b"").success().json();
     let listed = listed.as_array().unwrap_or_else(|| panic!("schemas list --json is not an array: {listed}"));
-    assert_eq!(listed.len(), 7, "{listed:?}");
+    assert_eq!(listed.len(), 8, "six current schemas, UsageEvent v1 and PolicyEvent v1: {listed:?}");
 
     let catalog = Catalog::builtin();
     let mut current_per_type: BTreeMap<String, usize> = BTreeMap::new();
@@ -38,7 +38,7 @@ fn list_json_names_seven_schemas_one_current_per_type() {
     let mut fingerprints: Vec<&str> = listed.iter().map(|s| s["fingerprint"].as_str().unwrap()).collect();
     fingerprints.sort_unstable();
     fingerprints.dedup();
-    assert_eq!(fingerprints.len(), 7, "fingerprints are distinct");
+    assert_eq!(fingerprints.len(), 8, "fingerprints are distinct");
 }
 
 /// One event of each record type in JSON, every optional field set, in the form `schemas decode` prints.
@@ -100,7 +100,7 @@ fn one_event_per_type() -> Vec<(EventType, Value)> {
                 "p-1",
                 json!({
                     "policy_id": "p-1", "version": 3, "scope": "SUBJECT", "limit": 1000000, "window": "MONTH",
-                    "enforcement": "SOFT", "effective_from": "2026-11-01T00:00:00Z"
+                    "enforcement": "SOFT", "effective_from": "2026-11-01T00:00:00Z", "burst": 500
                 }),
             ),
         ),

@@ -128,7 +128,10 @@ impl Generator {
 
     /// Event time of the message now being generated: the stream walks through the month.
     fn now(&self) -> Timestamp {
-        let progress = self.report.messages as i64 * MONTH_MICROS / self.settings.messages.max(1) as i64;
+        // In i128: messages times a month of microseconds passes i64 beyond 3.5 million messages.
+        let progress =
+            i128::from(self.report.messages) * i128::from(MONTH_MICROS) / i128::from(self.settings.messages.max(1));
+        let progress = i64::try_from(progress).expect("progress is at most a month");
         Timestamp(self.settings.month_start.micros() + progress.min(MONTH_MICROS - 1))
     }
 
@@ -247,6 +250,7 @@ impl Generator {
             window,
             enforcement,
             effective_from,
+            burst: None,
         })
     }
 

@@ -38,7 +38,7 @@ pub fn columns(event_type: EventType) -> &'static [&'static str] {
         EventType::ReservationEvent => &["reservation_id", "action", "amount", "expires_at"],
         EventType::GrantEvent => &["grant_id", "amount", "valid_from", "valid_until", "reason"],
         EventType::PolicyEvent => {
-            &["policy_id", "version", "scope", "\"limit\"", "window", "enforcement", "effective_from"]
+            &["policy_id", "version", "scope", "\"limit\"", "window", "enforcement", "effective_from", "burst"]
         }
         EventType::AdjustmentEvent => {
             &["adjustment_id", "kind", "policy_id", "window_start", "window_end", "amount", "refs", "run_id"]
@@ -115,6 +115,7 @@ pub fn values(event: &Event) -> Vec<Value> {
             text(e.window.symbol()),
             text(e.enforcement.symbol()),
             time(e.effective_from),
+            opt_integer(e.burst),
         ],
         Event::Adjustment(e) => vec![
             text(&e.adjustment_id),

@@ -12,6 +12,11 @@ pub enum OpenError {
     Sqlite { path: PathBuf, source: rusqlite::Error },
     #[error("ledger {path} is at schema version {found}, newer than this binary knows ({known}): upgrade quota-ledger")]
     TooNew { path: PathBuf, found: i64, known: i64 },
+    #[error(
+        "ledger {path} is at schema version {found}, older than this binary's {known}: open it once with a writer \
+         (ingest, reconcile, serve) to migrate it"
+    )]
+    NotMigrated { path: PathBuf, found: i64, known: i64 },
     #[error("ledger {path}: migration {migration} failed")]
     Migration { path: PathBuf, migration: &'static str, source: rusqlite::Error },
 }

@@ -71,6 +71,16 @@ pub const WAL_AUTOCHECKPOINT_PAGES: i64 = 10_000;
 /// per 50,000 entries instead of a page per event per commit.
 pub const EVENT_KEYS_RECENT_ENTRIES: u64 = 50_000;
 
+/// How far a commit must reach before it returns: [`Ledger::set_durability`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// The disk (`fsync` on every commit).
+    #[default]
+    Full,
+    /// The write-ahead log file (the operating system's page cache).
+    Normal,
+}
+
 /// An open ledger file.
 pub struct Ledger {
     conn: Connection,
@@ -113,8 +123,14 @@ impl Ledger {
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
         let conn = Connection::open_with_flags(&path, flags).map_err(sqlite)?;
         configure(&conn).map_err(sqlite)?;
-        check_version(&conn, &path)?;
-        Ok(Ledger::from_connection(conn, path))
+        match check_version(&conn, &path)? {
+            // A file a writer is creating right now: its migrations are not committed yet.
+            0 => Err(OpenError::Missing { path }),
+            found if found < migrate::latest_version() => {
+                Err(OpenError::NotMigrated { path, found, known: migrate::latest_version() })
+            }
+            _ => Ok(Ledger::from_connection(conn, path)),
+        }
     }
 
     fn from_connection(conn: Connection, path: PathBuf) -> Ledger {
@@ -135,6 +151,17 @@ impl Ledger {
         self.append_hook = Some(hook);
     }
 
+    /// Commits wait for the disk (`synchronous=FULL`, the default: a committed batch survives power loss) or
+    /// only for the write-ahead log's write (`NORMAL`: survives a crash of the process; the last commits before
+    /// a power loss may be lost). The enforcement hook lets its operator choose (`serve --durability`).
+    pub fn set_durability(&self, durability: Durability) -> rusqlite::Result<()> {
+        let level = match durability {
+            Durability::Full => "FULL",
+            Durability::Normal => "NORMAL",
+        };
+        self.conn.pragma_update(None, "synchronous", level)
+    }
+
     /// The connection, for read-only queries by reports. Writes are refused by the triggers anyway.
     pub fn connection(&self) -> &Connection {
         &self.conn
@@ -148,7 +175,8 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
-fn check_version(conn: &Connection, path: &Path) -> Result<(), OpenError> {
+/// The file's schema version, refused when newer than this binary knows.
+fn check_version(conn: &Connection, path: &Path) -> Result<i64, OpenError> {
     let found: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .map_err(|source| OpenError::Sqlite { path: path.to_path_buf(), source })?;
@@ -156,7 +184,7 @@ fn check_version(conn: &Connection, path: &Path) -> Result<(), OpenError> {
     if found > known {
         return Err(OpenError::TooNew { path: path.to_path_buf(), found, known });
     }
-    Ok(())
+    Ok(found)
 }
 
 /// Microseconds since the epoch, now.

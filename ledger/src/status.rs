@@ -66,6 +66,8 @@ pub struct Status {
     pub offsets: Vec<SourceOffset>,
     /// Appends committed.
     pub batches: u64,
+    /// Entries written here (adjustments, the hook's decisions and usage) not yet acknowledged by Kafka.
+    pub outbox_pending: u64,
     /// Path of the ledger file.
     pub ledger: String,
 }
@@ -90,6 +92,12 @@ pub struct QuarantinedMessage {
 }
 
 impl Ledger {
+    /// The last ledger sequence number, from the last batch's row: one indexed read, for callers that poll it
+    /// (the hook, before every group of decisions).
+    pub fn watermark(&self) -> Result<u64, ReadError> {
+        Ok(read_totals(&self.conn)?.watermark)
+    }
+
     /// The counts of SPEC 7 `status`, from the last batch's totals.
     pub fn status(&self) -> Result<Status, ReadError> {
         let totals = read_totals(&self.conn)?;
@@ -102,6 +110,7 @@ impl Ledger {
             watermark: totals.watermark,
             offsets: self.offsets()?,
             batches: batches as u64,
+            outbox_pending: self.outbox_status()?.pending,
             ledger: self.path.display().to_string(),
         })
     }

@@ -6,7 +6,7 @@
 //! concern that is a discrepancy now but was never reported is reported once even when its amount is 0 (a
 //! refused RELEASE, a conflicting copy of a decision).
 
-use schemas::{AdjustmentEvent, AdjustmentKind, Timestamp};
+use schemas::{AdjustmentKind, Timestamp};
 use sha2::{Digest, Sha256};
 
 /// The thing one adjustment is about: its identity across runs.
@@ -51,33 +51,6 @@ impl Concern {
             Concern::LateUsage { period_start, period_end, .. } => Some((*period_start, *period_end)),
             _ => None,
         }
-    }
-
-    /// The concern a recorded adjustment was about. `ordinal` numbers the conflicting-duplicate adjustments of
-    /// one event_id in ledger order (the caller counts them).
-    pub fn of_adjustment(adjustment: &AdjustmentEvent, ordinal: u32) -> Option<Concern> {
-        let header = &adjustment.header;
-        let first_ref = adjustment.refs.first().cloned();
-        Some(match adjustment.kind {
-            AdjustmentKind::OVERSHOOT | AdjustmentKind::SHADOW_OVER_LIMIT => Concern::Window {
-                kind: adjustment.kind,
-                policy_id: adjustment.policy_id.clone()?,
-                tenant: header.tenant.clone(),
-                subject: header.subject.clone(),
-                metric: header.metric.clone(),
-                window_start: adjustment.window_start?,
-                window_end: adjustment.window_end?,
-            },
-            AdjustmentKind::LATE_USAGE => Concern::LateUsage {
-                tenant: header.tenant.clone(),
-                metric: header.metric.clone(),
-                period_start: adjustment.window_start?,
-                period_end: adjustment.window_end?,
-            },
-            AdjustmentKind::RESERVATION_EXPIRED => Concern::Expiry { reserve_event_id: first_ref? },
-            AdjustmentKind::REFUSED_TRANSITION => Concern::Refused { event_id: first_ref? },
-            AdjustmentKind::CONFLICTING_DUPLICATE => Concern::Conflict { event_id: first_ref?, ordinal },
-        })
     }
 }
 

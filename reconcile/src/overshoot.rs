@@ -53,16 +53,27 @@ pub struct Consumed {
 /// The events that crossed the limit: in event time order (ties by ledger sequence), each one with a positive
 /// quantity that finds the running consumption above the effective limit once it is added.
 pub fn crossers(consumed: &mut [Consumed], effective_limit: i64) -> Vec<String> {
+    crossing(consumed, effective_limit).into_iter().map(|i| consumed[i].event_id.clone()).collect()
+}
+
+/// The ledger sequence numbers of the events that crossed the limit, in the order of [`crossers`] (for callers
+/// that look the event_ids up afterwards).
+pub fn crossing_seqs(consumed: &mut [Consumed], effective_limit: i64) -> Vec<u64> {
+    crossing(consumed, effective_limit).into_iter().map(|i| consumed[i].seq).collect()
+}
+
+/// Sorts `consumed` by event time and answers the indices of the crossers.
+fn crossing(consumed: &mut [Consumed], effective_limit: i64) -> Vec<usize> {
     consumed.sort_by_key(|c| (c.occurred_at, c.seq));
     let mut running: i64 = 0;
-    let mut named = Vec::new();
-    for c in consumed.iter() {
+    let mut crossing = Vec::new();
+    for (i, c) in consumed.iter().enumerate() {
         running = running.checked_add(c.quantity).expect("consumption fits in i64");
         if c.quantity > 0 && running > effective_limit {
-            named.push(c.event_id.clone());
+            crossing.push(i);
         }
     }
-    named
+    crossing
 }
 
 #[cfg(test)]

@@ -3,6 +3,8 @@
 
 use std::collections::{HashMap, HashSet};
 
+use rustc_hash::{FxHashMap, FxHashSet};
+
 use ledger::{Ledger, Period, PeriodClose};
 use schemas::*;
 use serde::Serialize;
@@ -10,7 +12,7 @@ use serde::Serialize;
 use crate::concern::{self, Concern, Recorded, Truth};
 use crate::error::ReconcileError;
 use crate::overshoot::{self, Consumed};
-use crate::policy::PolicyIndex;
+use crate::policy::{Candidates, PolicyIndex};
 use crate::read::{self, SequencedReservation, UsageRow};
 use crate::reservation::{self, Verdict};
 
@@ -37,6 +39,8 @@ pub struct PlanCounts {
     pub windows_judged: u64,
     pub conflicting_copies: u64,
     pub adjustments_before: u64,
+    /// Milliseconds spent in each step, for the benchmark and for an operator wondering where a night went.
+    pub step_ms: Vec<(&'static str, u64)>,
 }
 
 /// Every adjustment a run writes, with what it was computed from.
@@ -61,7 +65,7 @@ impl Plan {
 /// Interned strings: the consumption stream keys windows by small integers instead of owned strings.
 #[derive(Default)]
 struct Interner {
-    ids: HashMap<Box<str>, u32>,
+    ids: FxHashMap<Box<str>, u32>,
     names: Vec<Box<str>>,
 }
 
@@ -99,12 +103,16 @@ struct LateKey {
     close: usize,
 }
 
-/// Consumption, as the window and late-usage rules see it.
+/// A closed period's consumption for a tenant and metric: now, at its close, and the events that differ
+/// (event time, ledger sequence, event_id).
+type LateSums = (i64, i64, Vec<(Timestamp, u64, String)>);
+
+/// Consumption, as the window and late-usage rules see it (names interned).
 struct Consumption<'r> {
     seq: u64,
-    tenant: &'r str,
-    subject: Option<&'r str>,
-    metric: &'r str,
+    tenant: u32,
+    subject: Option<u32>,
+    metric: u32,
     occurred_at: Timestamp,
     quantity: i64,
     event_id: &'r str,
@@ -115,16 +123,18 @@ struct Consumption<'r> {
     counted_at_close: bool,
 }
 
-/// A COMMIT that is consumption now or was at its period's close.
+/// A COMMIT that is consumption now or was at its period's close (names interned: there may be millions).
 struct Commit {
     seq: u64,
-    event: ReservationEvent,
+    tenant: u32,
+    subject: Option<u32>,
+    metric: u32,
+    occurred_at: Timestamp,
+    amount: i64,
+    event_id: String,
     counted_now: bool,
     counted_at_close: bool,
 }
-
-/// A closed period's consumption now, at its close, and the events that make the difference.
-type LateSums = (i64, i64, Vec<(Timestamp, u64, String)>);
 
 /// Everything the run holds in memory: small tables, and one number per window.
 struct Run<'p> {
@@ -134,9 +144,14 @@ struct Run<'p> {
     closes: Vec<PeriodClose>,
     recorded: HashMap<Concern, Recorded>,
     names: Interner,
-    windows: HashMap<WindowKey, (i64, PolicyEvent)>,
-    late: HashMap<LateKey, LateSums>,
+    /// The policy groups of each (tenant, metric), looked up once.
+    candidates: FxHashMap<(u32, u32), Candidates<'p>>,
+    windows: FxHashMap<WindowKey, (i64, &'p PolicyEvent)>,
+    late: FxHashMap<LateKey, LateSums>,
+    /// Truths that write an adjustment (and windows whose refs are still to be named).
     truths: Vec<Truth>,
+    /// Window and late-usage concerns judged this run that have recorded adjustments.
+    judged: HashSet<Concern>,
     counts: PlanCounts,
 }
 
@@ -144,35 +159,58 @@ struct Run<'p> {
 pub fn plan(ledger: &Ledger, as_of: Timestamp, progress: &mut dyn FnMut(Progress)) -> Result<Plan, ReconcileError> {
     let conn = ledger.connection();
     let snapshot = conn.unchecked_transaction()?;
-    let watermark = ledger.status()?.watermark;
+    let watermark = ledger.watermark()?;
     let policies = PolicyIndex::new(read::policies(conn)?);
-    let adjustments = read::adjustments(conn)?;
+    let mut clock = std::time::Instant::now();
+    let (recorded, adjustments_before) = read::recorded_by_concern(conn)?;
     let mut run = Run {
         as_of,
         policies: &policies,
         grants: read::grants(conn)?,
         closes: ledger.period_closes()?,
-        recorded: read::recorded_by_concern(&adjustments),
+        recorded,
         names: Interner::default(),
-        windows: HashMap::new(),
-        late: HashMap::new(),
+        candidates: FxHashMap::default(),
+        windows: FxHashMap::default(),
+        late: FxHashMap::default(),
         truths: Vec::new(),
-        counts: PlanCounts { adjustments_before: adjustments.len() as u64, ..PlanCounts::default() },
+        judged: HashSet::new(),
+        counts: PlanCounts { adjustments_before, ..PlanCounts::default() },
     };
-    drop(adjustments);
+    let mut step = |run: &mut Run<'_>, name: &'static str| {
+        run.counts.step_ms.push((name, clock.elapsed().as_millis() as u64));
+        clock = std::time::Instant::now();
+    };
+    step(&mut run, "read policies, grants, adjustments");
     let commits = run.judge_reservations(conn, progress)?;
+    step(&mut run, "judge reservations");
     run.judge_conflicts(conn)?;
+    step(&mut run, "judge conflicting duplicates");
     run.sum_consumption(conn, &commits, progress)?;
+    step(&mut run, "sum consumption per window");
     let flagged = run.judge_windows();
     run.judge_late_usage();
     run.take_back_vanished();
+    step(&mut run, "judge windows and late usage");
     run.name_crossers(conn, &commits, &flagged, progress)?;
+    step(&mut run, "name the events that crossed limits");
     snapshot.finish()?;
     let run_id = format!("reconcile-{as_of}-w{watermark}");
     Ok(run.into_plan(run_id, watermark))
 }
 
 impl<'p> Run<'p> {
+    /// Keeps a truth when it writes an adjustment; remembers judged window and period concerns that have some.
+    fn keep(&mut self, truth: Truth) {
+        let recorded = self.recorded.get(&truth.concern).copied();
+        if recorded.is_some() && matches!(truth.concern, Concern::Window { .. } | Concern::LateUsage { .. }) {
+            self.judged.insert(truth.concern.clone());
+        }
+        if concern::delta(&truth, recorded.unwrap_or_default()).is_some() {
+            self.truths.push(truth);
+        }
+    }
+
     fn judge_reservations(
         &mut self,
         conn: &rusqlite::Connection,
@@ -196,35 +234,39 @@ impl<'p> Run<'p> {
         let events: Vec<(u64, &ReservationEvent)> = group.iter().map(|(seq, e)| (*seq, e)).collect();
         let verdict = reservation::judge(&events, self.as_of);
         self.collect_commits(group, &events, &verdict, commits);
-        if !self.is_judged(group) {
+        if !self.is_judged(group, &verdict) {
             return;
         }
         self.counts.reservations_judged += 1;
+        // Every event gets its refused-transition concern and every RESERVE its expiry concern, 0 where they do
+        // not apply: when a RESERVE that happened earlier arrives late and becomes "the" RESERVE, the verdicts
+        // about the one it displaced are taken back.
         for (seq, event) in group {
-            let refused = verdict.refused.iter().find(|(s, _)| s == seq);
-            if event.action == ReservationAction::RESERVE && verdict.reserve == Some(*seq) {
-                let amount = verdict.expired.unwrap_or(0);
+            let refused = verdict.refused.iter().any(|(s, _)| s == seq);
+            let amount = if refused { event.amount } else { 0 };
+            let concern = Concern::Refused { event_id: event.header.event_id.clone() };
+            self.keep(truth_of_event(concern, &event.header, amount, refused));
+            if event.action == ReservationAction::RESERVE {
+                let expired = verdict.reserve == Some(*seq) && verdict.expired.is_some();
+                let amount = if expired { verdict.expired.unwrap_or(0) } else { 0 };
                 let concern = Concern::Expiry { reserve_event_id: event.header.event_id.clone() };
-                self.truths.push(truth_of_event(concern, &event.header, amount, verdict.expired.is_some()));
-            } else {
-                let amount = if refused.is_some() { event.amount } else { 0 };
-                let concern = Concern::Refused { event_id: event.header.event_id.clone() };
-                self.truths.push(truth_of_event(concern, &event.header, amount, refused.is_some()));
+                self.keep(truth_of_event(concern, &event.header, amount, expired));
             }
         }
     }
 
-    /// A reservation is judged once its RESERVE's `expires_at` is before `as_of`; one with no RESERVE once all
-    /// of its events happened before `as_of` (SPEC 5 "What a run covers").
-    fn is_judged(&self, group: &[SequencedReservation]) -> bool {
-        match group.iter().find(|(_, e)| e.action == ReservationAction::RESERVE) {
+    /// A reservation is judged once the `expires_at` of its RESERVE (the first by event time) is before
+    /// `as_of`; one with no RESERVE once all of its events happened before `as_of` (SPEC 5 "What a run
+    /// covers").
+    fn is_judged(&self, group: &[SequencedReservation], verdict: &Verdict) -> bool {
+        match verdict.reserve.and_then(|seq| group.iter().find(|(s, _)| *s == seq)) {
             Some((_, reserve)) => reserve.expires_at.is_some_and(|expiry| expiry < self.as_of),
             None => group.iter().all(|(_, e)| e.header.occurred_at < self.as_of),
         }
     }
 
     fn collect_commits(
-        &self,
+        &mut self,
         group: &[SequencedReservation],
         events: &[(u64, &ReservationEvent)],
         verdict: &Verdict,
@@ -240,18 +282,25 @@ impl<'p> Run<'p> {
                 then.close.is_some_and(|(s, action, _)| s == *seq && action == ReservationAction::COMMIT)
             });
             if counted_now || counted_at_close {
-                commits.push(Commit { seq: *seq, event: event.clone(), counted_now, counted_at_close });
+                let header = &event.header;
+                commits.push(Commit {
+                    seq: *seq,
+                    tenant: self.names.id(&header.tenant),
+                    subject: header.subject.as_deref().map(|s| self.names.id(s)),
+                    metric: self.names.id(&header.metric),
+                    occurred_at: header.occurred_at,
+                    amount: event.amount,
+                    event_id: header.event_id.clone(),
+                    counted_now,
+                    counted_at_close,
+                });
             }
         }
     }
 
     /// The close of the period containing `t`, when that period is closed.
     fn close_of(&self, t: Timestamp) -> Option<&PeriodClose> {
-        if self.closes.is_empty() {
-            return None;
-        }
-        let period = Period::containing(t);
-        self.closes.iter().find(|c| c.period == period)
+        self.close_index(t).map(|i| &self.closes[i])
     }
 
     fn close_index(&self, t: Timestamp) -> Option<usize> {
@@ -270,7 +319,7 @@ impl<'p> Run<'p> {
             let ordinal = ordinals.entry(copy.header.event_id.clone()).or_insert(0);
             *ordinal += 1;
             let concern = Concern::Conflict { event_id: copy.header.event_id.clone(), ordinal: *ordinal };
-            self.truths.push(truth_of_event(concern, &copy.header, copy.quantity, true));
+            self.keep(truth_of_event(concern, &copy.header, copy.quantity, true));
         }
         Ok(())
     }
@@ -290,7 +339,8 @@ impl<'p> Run<'p> {
             }
             let close = self.close_index(row.occurred_at);
             let counted_at_close = close.is_some_and(|c| row.seq <= self.closes[c].watermark);
-            self.add(&consumption_of_usage(&row, counted_at_close), &mut keys);
+            let c = self.consumption_of_usage(&row, counted_at_close);
+            self.add(&c, &mut keys);
         })?;
         for commit in commits {
             self.add(&consumption_of_commit(commit), &mut keys);
@@ -303,12 +353,12 @@ impl<'p> Run<'p> {
         if c.counted_now {
             self.window_keys(c, keys);
             for (key, policy) in keys.drain(..) {
-                let entry = self.windows.entry(key).or_insert_with(|| (0, policy.clone()));
+                let entry = self.windows.entry(key).or_insert((0, policy));
                 entry.0 = entry.0.checked_add(c.quantity).expect("consumption fits in i64");
             }
         }
         if let Some(close) = self.close_index(c.occurred_at).filter(|i| self.closes[*i].period.end() <= self.as_of) {
-            let key = LateKey { tenant: self.names.id(c.tenant), metric: self.names.id(c.metric), close };
+            let key = LateKey { tenant: c.tenant, metric: c.metric, close };
             let late = self.late.entry(key).or_default();
             if c.counted_now {
                 late.0 += c.quantity;
@@ -328,23 +378,45 @@ impl<'p> Run<'p> {
             return;
         }
         let policies: &'p PolicyIndex = self.policies;
-        for a in policies.applicable(c.tenant, c.metric, c.occurred_at) {
+        let names = &self.names;
+        let candidates = *self
+            .candidates
+            .entry((c.tenant, c.metric))
+            .or_insert_with(|| policies.candidates(names.name(c.tenant), names.name(c.metric)));
+        if candidates.is_empty() {
+            return;
+        }
+        for a in candidates.applicable(c.occurred_at) {
             if a.window_end > self.as_of || overshoot::excess_kind(a.policy.enforcement).is_none() {
                 continue;
             }
             let subject = match a.policy.scope {
                 Scope::TENANT => None,
-                Scope::SUBJECT => Some(c.subject.map_or(u32::MAX, |s| self.names.id(s))),
+                Scope::SUBJECT => Some(c.subject.unwrap_or(u32::MAX)),
             };
             let key = WindowKey {
-                tenant: self.names.id(c.tenant),
-                metric: self.names.id(c.metric),
+                tenant: c.tenant,
+                metric: c.metric,
                 policy_id: self.names.id(&a.policy.policy_id),
                 subject,
                 start: a.window_start.micros(),
                 end: a.window_end.micros(),
             };
             keys.push((key, a.policy));
+        }
+    }
+
+    fn consumption_of_usage<'r>(&mut self, row: &UsageRow<'r>, counted_at_close: bool) -> Consumption<'r> {
+        Consumption {
+            seq: row.seq,
+            tenant: self.names.id(row.tenant),
+            subject: row.subject.map(|s| self.names.id(s)),
+            metric: self.names.id(row.metric),
+            occurred_at: row.occurred_at,
+            quantity: row.quantity,
+            event_id: row.event_id,
+            counted_now: true,
+            counted_at_close,
         }
     }
 
@@ -365,14 +437,14 @@ impl<'p> Run<'p> {
     }
 
     /// Truths of every window with consumption; returns the windows whose adjustment needs the events that
-    /// crossed the limit.
+    /// crossed the limit, with their effective limit.
     fn judge_windows(&mut self) -> HashMap<WindowKey, i64> {
         let mut flagged = HashMap::new();
-        let mut keys: Vec<&WindowKey> = self.windows.keys().collect();
+        let mut keys: Vec<WindowKey> = self.windows.keys().copied().collect();
         keys.sort();
-        let mut truths = Vec::new();
+        self.counts.windows_judged = keys.len() as u64;
         for key in keys {
-            let (consumption, policy) = &self.windows[key];
+            let (consumption, policy) = self.windows[&key];
             let kind = overshoot::excess_kind(policy.enforcement).expect("only HARD and SHADOW windows are summed");
             let tenant = self.names.name(key.tenant).to_string();
             let metric = self.names.name(key.metric).to_string();
@@ -386,8 +458,8 @@ impl<'p> Run<'p> {
                 Timestamp(key.start),
                 Timestamp(key.end),
             );
-            let excess = overshoot::excess(*consumption, limit);
-            let concern = self.window_concern(key, kind);
+            let excess = overshoot::excess(consumption, limit);
+            let concern = self.window_concern(&key, kind);
             let recorded = self.recorded.get(&concern).copied().unwrap_or_default();
             let truth = Truth {
                 concern,
@@ -400,12 +472,10 @@ impl<'p> Run<'p> {
                 refs: Vec::new(),
             };
             if excess > 0 && concern::delta(&truth, recorded).is_some() {
-                flagged.insert(*key, limit);
+                flagged.insert(key, limit);
             }
-            truths.push(truth);
+            self.keep(truth);
         }
-        self.counts.windows_judged = truths.len() as u64;
-        self.truths.extend(truths);
         flagged
     }
 
@@ -427,16 +497,15 @@ impl<'p> Run<'p> {
             let refs = late.into_iter().map(|(_, _, id)| id).collect();
             let truth =
                 Truth { concern, amount, present: amount != 0, tenant, subject: None, metric, policy_id: None, refs };
-            self.truths.push(truth);
+            self.keep(truth);
         }
     }
 
     /// Windows and periods with recorded adjustments but no consumption left (a COMMIT invalidated by a late
     /// close): their truth is 0, so their adjustments are taken back.
     fn take_back_vanished(&mut self) {
-        let judged: HashSet<&Concern> = self.truths.iter().map(|t| &t.concern).collect();
         let mut vanished: Vec<Truth> = Vec::new();
-        for concern in self.recorded.keys().filter(|c| !judged.contains(c)) {
+        for concern in self.recorded.keys().filter(|c| !self.judged.contains(*c)) {
             let (tenant, subject, metric, policy_id, end) = match concern {
                 Concern::Window { tenant, subject, metric, policy_id, window_end, .. } => {
                     (tenant, subject.clone(), metric, Some(policy_id.clone()), *window_end)
@@ -457,7 +526,9 @@ impl<'p> Run<'p> {
                 });
             }
         }
-        self.truths.extend(vanished);
+        for truth in vanished {
+            self.keep(truth);
+        }
     }
 
     /// Second pass, only over windows whose adjustment is written: the events that crossed each limit.
@@ -471,10 +542,12 @@ impl<'p> Run<'p> {
         if flagged.is_empty() {
             return Ok(());
         }
-        let mut consumed: HashMap<WindowKey, Vec<Consumed>> = HashMap::new();
+        // Only (event time, sequence, quantity) per event of a flagged window; event_ids only for the crossers.
+        let mut consumed: FxHashMap<WindowKey, Vec<Consumed>> = FxHashMap::default();
+        let flagged_pairs: FxHashSet<(u32, u32)> = flagged.keys().map(|k| (k.tenant, k.metric)).collect();
         let mut keys = Vec::new();
         let mut collect = |run: &mut Run<'p>, c: &Consumption<'_>| {
-            if !c.counted_now {
+            if !c.counted_now || !flagged_pairs.contains(&(c.tenant, c.metric)) {
                 return;
             }
             run.window_keys(c, &mut keys);
@@ -484,7 +557,7 @@ impl<'p> Run<'p> {
                         occurred_at: c.occurred_at,
                         seq: c.seq,
                         quantity: c.quantity,
-                        event_id: c.event_id.to_string(),
+                        event_id: String::new(),
                     });
                 }
             }
@@ -495,16 +568,20 @@ impl<'p> Run<'p> {
             if events % PROGRESS_EVERY_ROWS == 0 {
                 progress(Progress::Refs { events });
             }
-            collect(self, &consumption_of_usage(&row, false));
+            let c = self.consumption_of_usage(&row, false);
+            collect(self, &c);
         })?;
         for commit in commits {
             collect(self, &consumption_of_commit(commit));
         }
+        let commit_ids: FxHashMap<u64, &str> = commits.iter().map(|c| (c.seq, c.event_id.as_str())).collect();
         let mut refs_by_concern: HashMap<Concern, Vec<String>> = HashMap::new();
         for (key, mut items) in consumed {
             let limit = flagged[&key];
             let kind = overshoot::excess_kind(self.windows[&key].1.enforcement).expect("a judged window");
-            refs_by_concern.insert(self.window_concern(&key, kind), overshoot::crossers(&mut items, limit));
+            let seqs = overshoot::crossing_seqs(&mut items, limit);
+            let refs = read::event_ids(conn, &seqs, &commit_ids)?;
+            refs_by_concern.insert(self.window_concern(&key, kind), refs);
         }
         for truth in &mut self.truths {
             if let Some(refs) = refs_by_concern.remove(&truth.concern) {
@@ -527,30 +604,15 @@ impl<'p> Run<'p> {
     }
 }
 
-fn consumption_of_usage<'r>(row: &UsageRow<'r>, counted_at_close: bool) -> Consumption<'r> {
-    Consumption {
-        seq: row.seq,
-        tenant: row.tenant,
-        subject: row.subject,
-        metric: row.metric,
-        occurred_at: row.occurred_at,
-        quantity: row.quantity,
-        event_id: row.event_id,
-        counted_now: true,
-        counted_at_close,
-    }
-}
-
 fn consumption_of_commit(commit: &Commit) -> Consumption<'_> {
-    let header = &commit.event.header;
     Consumption {
         seq: commit.seq,
-        tenant: &header.tenant,
-        subject: header.subject.as_deref(),
-        metric: &header.metric,
-        occurred_at: header.occurred_at,
-        quantity: commit.event.amount,
-        event_id: &header.event_id,
+        tenant: commit.tenant,
+        subject: commit.subject,
+        metric: commit.metric,
+        occurred_at: commit.occurred_at,
+        quantity: commit.amount,
+        event_id: &commit.event_id,
         counted_now: commit.counted_now,
         counted_at_close: commit.counted_at_close,
     }

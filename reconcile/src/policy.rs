@@ -85,6 +85,7 @@ mod tests {
             window,
             enforcement: Enforcement::HARD,
             effective_from: at(effective_from),
+            burst: None,
         }
     }
 
@@ -139,21 +140,43 @@ mod tests {
         );
         assert!(applicable(&policies, "org-2", "tokens", t).is_empty(), "another metric has no policy");
     }
+
+    // Proves the index answers exactly what the reference definition answers, ties and plan defaults included.
+    #[test]
+    fn the_index_agrees_with_the_definition() {
+        let policies = vec![
+            policy("*", "plan", 1, 1_000, Window::MONTH, "2026-01-01T00:00:00Z"),
+            policy("*", "plan-daily", 1, 50, Window::DAY, "2026-01-01T00:00:00Z"),
+            policy("org-1", "own", 1, 5_000, Window::MONTH, "2026-11-15T00:00:00Z"),
+            policy("org-1", "p", 1, 100, Window::DAY, "2026-11-01T00:00:00Z"),
+            policy("org-1", "p", 1, 120, Window::DAY, "2026-11-01T00:00:00Z"),
+            policy("org-1", "p", 2, 150, Window::DAY, "2026-11-02T10:00:00Z"),
+        ];
+        let index = PolicyIndex::new(policies.clone());
+        for tenant in ["org-1", "org-2"] {
+            for t in ["2026-10-31T23:00:00Z", "2026-11-01T00:00:00Z", "2026-11-02T09:00:00Z", "2026-11-20T00:00:00Z"] {
+                let expected = applicable(&policies, tenant, "requests", at(t));
+                assert_eq!(index.applicable(tenant, "requests", at(t)), expected, "{tenant} at {t}");
+            }
+        }
+    }
 }
 
-/// The policy versions of one policy_id of one owner (a tenant or `*`) and metric.
-#[derive(Debug, Clone)]
-struct PolicyGroup {
-    versions: Vec<usize>,
-}
-
-/// Policies grouped by owner, metric and policy_id, so that finding the applicable ones for an event costs a
-/// few comparisons instead of a pass over every policy. Answers exactly what [`applicable`] answers.
+/// Policies grouped by owner (a tenant or `*`), metric and policy_id, so that finding the applicable ones for an
+/// event costs a few comparisons instead of a pass over every policy. Answers exactly what [`applicable`] answers.
 #[derive(Debug, Clone)]
 pub struct PolicyIndex {
     policies: Vec<PolicyEvent>,
-    /// (owner, metric) -> groups sorted by policy_id.
-    groups: std::collections::HashMap<(String, String), Vec<PolicyGroup>>,
+    /// (owner, metric) -> the versions (indices into `policies`) of each policy_id, sorted by policy_id.
+    groups: std::collections::HashMap<(String, String), Vec<Vec<usize>>>,
+}
+
+/// The policy groups that may apply to one tenant's metric: looked up once, asked at every instant.
+#[derive(Debug, Clone, Copy)]
+pub struct Candidates<'a> {
+    policies: &'a [PolicyEvent],
+    own: &'a [Vec<usize>],
+    defaults: &'a [Vec<usize>],
 }
 
 impl PolicyIndex {
@@ -163,9 +186,9 @@ impl PolicyIndex {
             let key = (p.header.tenant.clone(), p.header.metric.clone(), p.policy_id.clone());
             by_id.entry(key).or_default().push(index);
         }
-        let mut groups: std::collections::HashMap<(String, String), Vec<PolicyGroup>> = Default::default();
+        let mut groups: std::collections::HashMap<(String, String), Vec<Vec<usize>>> = Default::default();
         for ((owner, metric, _), versions) in by_id {
-            groups.entry((owner, metric)).or_default().push(PolicyGroup { versions });
+            groups.entry((owner, metric)).or_default().push(versions);
         }
         PolicyIndex { policies, groups }
     }
@@ -174,32 +197,55 @@ impl PolicyIndex {
         &self.policies
     }
 
-    /// Whether any policy names this metric, for this tenant or as a plan default.
-    pub fn has_any(&self, tenant: &str, metric: &str) -> bool {
-        self.groups.contains_key(&(tenant.to_string(), metric.to_string()))
-            || self.groups.contains_key(&(PLAN_DEFAULT_TENANT.to_string(), metric.to_string()))
+    /// The groups that may apply to `tenant`'s consumption of `metric`: its own, and the plan defaults.
+    pub fn candidates(&self, tenant: &str, metric: &str) -> Candidates<'_> {
+        let of = |owner: &str| self.groups.get(&(owner.to_string(), metric.to_string())).map_or(&[][..], Vec::as_slice);
+        Candidates { policies: &self.policies, own: of(tenant), defaults: of(PLAN_DEFAULT_TENANT) }
     }
 
     /// Every policy version that applies to `tenant`'s consumption of `metric` at `at`, as [`applicable`].
     pub fn applicable(&self, tenant: &str, metric: &str, at: Timestamp) -> Vec<Applicable<'_>> {
-        let in_force_of = |owner: &str| -> Vec<Applicable<'_>> {
-            let Some(groups) = self.groups.get(&(owner.to_string(), metric.to_string())) else { return Vec::new() };
-            groups
-                .iter()
-                .filter_map(|g| {
-                    let versions: Vec<&PolicyEvent> = g.versions.iter().map(|i| &self.policies[*i]).collect();
-                    in_force(&versions, at)
-                })
-                .collect()
-        };
-        let own = in_force_of(tenant);
-        let covered: Vec<(Scope, Window)> = own.iter().map(|a| (a.policy.scope, a.policy.window)).collect();
-        let defaults = in_force_of(PLAN_DEFAULT_TENANT)
-            .into_iter()
-            .filter(|a| !covered.contains(&(a.policy.scope, a.policy.window)))
-            .map(|a| Applicable { plan_default: true, ..a });
-        let mut all: Vec<Applicable<'_>> = own.into_iter().chain(defaults).collect();
-        all.sort_by(|a, b| a.policy.policy_id.cmp(&b.policy.policy_id));
+        self.candidates(tenant, metric).applicable(at)
+    }
+}
+
+impl<'a> Candidates<'a> {
+    pub fn is_empty(&self) -> bool {
+        self.own.is_empty() && self.defaults.is_empty()
+    }
+
+    /// The version of one group in force for the window containing `at` (as [`in_force`], without allocating).
+    fn in_force(&self, versions: &[usize], at: Timestamp) -> Option<Applicable<'a>> {
+        let mut best: Option<Applicable<'a>> = None;
+        for p in versions.iter().map(|i| &self.policies[*i]) {
+            let (start, end) = window::bounds(p.window, at);
+            // `>=`: on a tie the later one wins, as `max_by_key` in [`in_force`] answers.
+            let better =
+                best.is_none_or(|b| (p.effective_from, p.version) >= (b.policy.effective_from, b.policy.version));
+            if p.effective_from < end && better {
+                best = Some(Applicable { policy: p, window_start: start, window_end: end, plan_default: false });
+            }
+        }
+        best
+    }
+
+    /// Every policy version that applies at `at`: own policies in force, then plan defaults for the (scope,
+    /// window) the tenant has none of its own for. Sorted by policy_id.
+    pub fn applicable(&self, at: Timestamp) -> Vec<Applicable<'a>> {
+        let mut all: Vec<Applicable<'a>> = self.own.iter().filter_map(|g| self.in_force(g, at)).collect();
+        let own = all.len();
+        for group in self.defaults {
+            if let Some(a) = self.in_force(group, at) {
+                let covered =
+                    all[..own].iter().any(|o| (o.policy.scope, o.policy.window) == (a.policy.scope, a.policy.window));
+                if !covered {
+                    all.push(Applicable { plan_default: true, ..a });
+                }
+            }
+        }
+        if own > 0 && all.len() > own {
+            all.sort_by(|a, b| a.policy.policy_id.cmp(&b.policy.policy_id));
+        }
         all
     }
 }

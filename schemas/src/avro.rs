@@ -128,6 +128,7 @@ pub fn to_value(event: &Event) -> Value {
             ("window", enum_value!(e.window)),
             ("enforcement", enum_value!(e.enforcement)),
             ("effective_from", timestamp(e.effective_from)),
+            ("burst", opt_long(e.burst)),
         ],
         Event::Adjustment(e) => vec![
             ("adjustment_id", string(&e.adjustment_id)),
@@ -313,6 +314,7 @@ pub fn from_value(event_type: EventType, value: &Value) -> Result<Event, ShapeEr
             window: parse_enum!(Window, f, "window"),
             enforcement: parse_enum!(Enforcement, f, "enforcement"),
             effective_from: f.timestamp("effective_from")?,
+            burst: f.opt_long("burst")?,
         }),
         EventType::AdjustmentEvent => Event::Adjustment(AdjustmentEvent {
             header,
@@ -421,6 +423,7 @@ pub fn write_body(out: &mut Vec<u8>, event: &Event) {
             write_long(out, e.window.index() as i64);
             write_long(out, e.enforcement.index() as i64);
             write_long(out, e.effective_from.micros());
+            write_opt_long(out, e.burst);
         }
         Event::Adjustment(e) => write_adjustment(out, e),
     }

@@ -106,6 +106,9 @@ pub struct PolicyEvent {
     pub window: Window,
     pub enforcement: Enforcement,
     pub effective_from: Timestamp,
+    /// A throttle: a token bucket of this capacity refilling `limit` per window (schema v2; absent in v1).
+    #[serde(default)]
+    pub burst: Option<i64>,
 }
 
 /// `AdjustmentEvent` (topic `quota.adjustments`), written by reconcile.

@@ -119,7 +119,11 @@ fn validate_policy(e: &PolicyEvent) -> Result<(), Invalid> {
     non_empty("policy_id", &e.policy_id)?;
     at_least("version", i64::from(e.version), 0)?;
     at_least("limit", e.limit, 0)?;
-    in_range("effective_from", e.effective_from)
+    in_range("effective_from", e.effective_from)?;
+    match e.burst {
+        Some(burst) => at_least("burst", burst, 1),
+        None => Ok(()),
+    }
 }
 
 fn validate_adjustment(e: &AdjustmentEvent) -> Result<(), Invalid> {

@@ -167,3 +167,58 @@ fn usage_v1_single_object_decodes_to_current_usage_event() {
         assert_eq!(catalog.decode_single_object(&current, None).map(|d| d.event), Ok(Event::Usage(expected)));
     }
 }
+
+// Proves that a PolicyEvent from a producer still on v1 (no `burst`) decodes to the current PolicyEvent as a
+// quota (`burst` null), so that adding throttles broke no policy producer.
+#[test]
+fn policy_v1_single_object_decodes_to_a_quota() {
+    use schemas::{Enforcement, PolicyEvent, Scope, Window};
+    let catalog = Catalog::builtin();
+    let v1 = catalog
+        .schemas()
+        .iter()
+        .find(|s| s.file == "history/PolicyEvent.v1.avsc")
+        .expect("the catalog keeps PolicyEvent v1");
+    assert!(!v1.current);
+    let schema = Schema::parse_str(include_str!("../avro/history/PolicyEvent.v1.avsc")).expect("v1 parses");
+    assert_eq!(schemas::fingerprint(&schema), v1.fingerprint);
+    let value = Value::Record(vec![
+        ("event_id".into(), Value::String("pol-v1".into())),
+        ("occurred_at".into(), Value::TimestampMicros(at("2026-11-01T00:00:00Z").micros())),
+        ("tenant".into(), Value::String("org-1".into())),
+        ("subject".into(), Value::Union(0, Box::new(Value::Null))),
+        ("metric".into(), Value::String("requests".into())),
+        ("source".into(), Value::String("admin".into())),
+        ("policy_id".into(), Value::String("daily".into())),
+        ("version".into(), Value::Int(3)),
+        ("scope".into(), Value::Enum(0, "TENANT".into())),
+        ("limit".into(), Value::Long(1_000)),
+        ("window".into(), Value::Enum(2, "DAY".into())),
+        ("enforcement".into(), Value::Enum(0, "HARD".into())),
+        ("effective_from".into(), Value::TimestampMicros(at("2026-11-01T00:00:00Z").micros())),
+    ]);
+    let body = GenericDatumWriter::builder(&schema).build().unwrap().write_value_to_vec(value).expect("a v1 value");
+    let mut message = vec![0xC3, 0x01];
+    message.extend_from_slice(&v1.fingerprint.to_le_bytes());
+    message.extend_from_slice(&body);
+    let decoded = catalog.decode_single_object(&message, Some(EventType::PolicyEvent)).expect("v1 decodes");
+    let expected = PolicyEvent {
+        header: Header {
+            event_id: "pol-v1".into(),
+            occurred_at: at("2026-11-01T00:00:00Z"),
+            tenant: "org-1".into(),
+            subject: None,
+            metric: "requests".into(),
+            source: "admin".into(),
+        },
+        policy_id: "daily".into(),
+        version: 3,
+        scope: Scope::TENANT,
+        limit: 1_000,
+        window: Window::DAY,
+        enforcement: Enforcement::HARD,
+        effective_from: at("2026-11-01T00:00:00Z"),
+        burst: None,
+    };
+    assert_eq!(decoded, Decoded { event: Event::Policy(expected), writer_fingerprint: v1.fingerprint });
+}

@@ -85,6 +85,7 @@ fn samples() -> Vec<Event> {
             window: Window::MONTH,
             enforcement: Enforcement::HARD,
             effective_from: at("2026-11-01T00:00:00Z"),
+            burst: None,
         }),
         Event::Adjustment(AdjustmentEvent {
             header: header("a-1"),

@@ -132,9 +132,20 @@ fn policy() -> impl Strategy<Value = Event> {
         symbol_of(Window::SYMBOLS, Window::from_symbol),
         symbol_of(Enforcement::SYMBOLS, Enforcement::from_symbol),
         timestamp(),
+        proptest::option::of(1..=i64::MAX),
     )
-        .prop_map(|(header, policy_id, version, scope, limit, window, enforcement, effective_from)| {
-            Event::Policy(PolicyEvent { header, policy_id, version, scope, limit, window, enforcement, effective_from })
+        .prop_map(|(header, policy_id, version, scope, limit, window, enforcement, effective_from, burst)| {
+            Event::Policy(PolicyEvent {
+                header,
+                policy_id,
+                version,
+                scope,
+                limit,
+                window,
+                enforcement,
+                effective_from,
+                burst,
+            })
         })
 }
 
@@ -329,7 +340,7 @@ fn independent_crc64_avro_matches_the_avro_test_vectors() {
 fn catalog_fingerprints_are_distinct_crc64_avro() {
     let catalog = Catalog::builtin();
     let schemas = catalog.schemas();
-    assert_eq!(schemas.len(), 7, "six current schemas and UsageEvent v1");
+    assert_eq!(schemas.len(), 8, "six current schemas, UsageEvent v1 and PolicyEvent v1");
     let mut seen = BTreeMap::new();
     for s in schemas {
         let canonical = s.schema.canonical_form();

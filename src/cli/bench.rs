@@ -33,6 +33,15 @@ pub enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Decisions per second and p50/p99 latency of the hook, in-process and over HTTP, beside Redis+Lua.
+    Hook {
+        /// Client threads, one measurement each.
+        #[arg(long, value_delimiter = ',', default_value = "1,8,64")]
+        concurrency: Vec<usize>,
+        /// Print the figures as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Generate a month of traffic into a ledger (kept for reuse), then time `reconcile` on it as a child
     /// process: seconds and peak memory of the first run and of a clean rerun.
     Reconcile {
@@ -83,6 +92,7 @@ struct AppendFigures {
 pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
     match command {
         BenchCommand::Append { events, batch_events, dir, json } => bench_append(events, batch_events, dir, json),
+        BenchCommand::Hook { concurrency, json } => super::bench_hook::run(&concurrency, json),
         BenchCommand::Reconcile { events, tenants, dir, json } => {
             super::bench_reconcile::run(events, tenants, dir, json)
         }

@@ -3,6 +3,7 @@
 pub mod audit;
 pub mod bench;
 pub mod bench_export;
+pub mod bench_hook;
 pub mod bench_reconcile;
 pub mod broker;
 pub mod export;
@@ -14,6 +15,7 @@ pub mod quarantine;
 pub mod reconcile;
 pub mod schemas;
 pub mod sql;
+pub mod serve;
 pub mod status;
 pub mod topics;
 pub mod verify;

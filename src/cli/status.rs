@@ -27,6 +27,9 @@ pub fn run(ledger_path: &Path, args: StatusArgs) -> anyhow::Result<ExitCode> {
     println!("quarantined      {}", status.quarantined);
     println!("watermark        {}", status.watermark);
     println!("batches          {}", status.batches);
+    if status.outbox_pending > 0 {
+        println!("outbox pending   {} (published by reconcile or serve with --brokers)", status.outbox_pending);
+    }
     if !status.offsets.is_empty() {
         println!();
         let rows: Vec<Vec<String>> = status

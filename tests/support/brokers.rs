@@ -136,3 +136,47 @@ impl Broker {
         }
     }
 }
+
+/// Event ids of every message on `topic`, read from the beginning until `expected` arrived (or 30 s passed),
+/// then half a second more: anything beyond `expected` is a message published twice.
+pub fn event_ids_on_topic(bootstrap: &str, topic: &str, expected: usize) -> Vec<String> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("group.id", "e2e-topic-reader")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("a consumer");
+    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).expect("topic metadata");
+    let mut assignment = TopicPartitionList::new();
+    for partition in metadata.topics()[0].partitions() {
+        assignment.add_partition_offset(topic, partition.id(), Offset::Beginning).expect("an offset");
+    }
+    consumer.assign(&assignment).expect("assigned");
+    let catalog = schemas::Catalog::builtin();
+    let mut ids = Vec::new();
+    let started = Instant::now();
+    let mut quiet_since = None;
+    loop {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(message) => {
+                let message = message.expect("a message");
+                let decoded = catalog
+                    .decode_single_object(message.payload().expect("a payload"), None)
+                    .expect("a single-object event");
+                ids.push(decoded.event.event_id().to_string());
+                quiet_since = None;
+            }
+            None if ids.len() >= expected => {
+                let since = *quiet_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > Duration::from_millis(500) {
+                    break;
+                }
+            }
+            None if started.elapsed() > Duration::from_secs(30) => break,
+            None => {}
+        }
+    }
+    ids
+}

@@ -175,10 +175,16 @@ pub struct Counts {
 impl Counts {
     /// The counts of a ledger that may not exist yet (all zero then).
     pub fn of_status_or_zero(ledger: &TestLedger) -> Counts {
+        let zero = Counts { events_recorded: 0, duplicates: 0, conflicts: 0, quarantined: 0, watermark: 0 };
         if !ledger.path.exists() {
-            return Counts { events_recorded: 0, duplicates: 0, conflicts: 0, quarantined: 0, watermark: 0 };
+            return zero;
         }
-        Counts::of_status(&ledger.status())
+        // An ingest may be creating the file right now: until its migrations commit, there is no ledger yet.
+        let status = ledger.run(&["status", "--json"]);
+        if status.code == Some(2) && status.stderr.contains("no ledger at") {
+            return zero;
+        }
+        Counts::of_status(&status.success().json())
     }
 
     pub fn of_status(status: &Value) -> Counts {
@@ -296,6 +302,7 @@ pub fn sample_event(event_type: EventType, event_id: &str) -> Event {
             window: Window::DAY,
             enforcement: Enforcement::HARD,
             effective_from: t,
+            burst: None,
         }),
         EventType::AdjustmentEvent => unreachable!("adjustments are not an input topic"),
     }

@@ -1,0 +1,120 @@
+//! What services send and what the hook answers (SPEC 6, SPEC 7 `serve` bodies).
+
+use schemas::{Outcome, Reason, ReservationAction, Scope, Timestamp};
+use serde::{Deserialize, Serialize};
+
+/// `check(tenant, subject, metric, amount, idempotency_key, request_id)`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckRequest {
+    pub tenant: String,
+    #[serde(default)]
+    pub subject: Option<String>,
+    pub metric: String,
+    pub amount: i64,
+    pub idempotency_key: String,
+    #[serde(default)]
+    pub request_id: Option<String>,
+}
+
+/// `reserve(tenant, subject, metric, amount, ttl, idempotency_key)`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReserveRequest {
+    pub tenant: String,
+    #[serde(default)]
+    pub subject: Option<String>,
+    pub metric: String,
+    pub amount: i64,
+    pub ttl_ms: i64,
+    pub idempotency_key: String,
+    #[serde(default)]
+    pub request_id: Option<String>,
+}
+
+/// The two signals an operator must never confuse (SPEC 6), and `OK`.
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Code {
+    OK,
+    /// Going too fast: capacity exists, retry after a short wait.
+    RATE_LIMITED,
+    CONCURRENCY_LIMITED,
+    /// Out of allowance until `resetsAt`.
+    QUOTA_EXCEEDED,
+}
+
+impl Code {
+    pub fn of(outcome: Outcome, reason: Reason) -> Code {
+        match (outcome, reason) {
+            (Outcome::ALLOWED, _) => Code::OK,
+            (_, Reason::RATE_LIMITED) => Code::RATE_LIMITED,
+            (_, Reason::CONCURRENCY_LIMITED) => Code::CONCURRENCY_LIMITED,
+            _ => Code::QUOTA_EXCEEDED,
+        }
+    }
+}
+
+/// A decision (SPEC 6): outcome, reason, limit, remaining, resets_at, retry_after_ms, policy id and version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Decision {
+    /// The DecisionEvent's event_id in the ledger.
+    pub decision_id: String,
+    pub request_id: String,
+    pub outcome: Outcome,
+    pub reason: Reason,
+    pub code: Code,
+    pub tenant: String,
+    pub subject: Option<String>,
+    pub metric: String,
+    pub amount: i64,
+    pub scope: Option<Scope>,
+    pub policy_id: Option<String>,
+    pub policy_version: Option<i32>,
+    pub limit: Option<i64>,
+    pub used_before: Option<i64>,
+    pub remaining: Option<i64>,
+    pub window_start: Option<Timestamp>,
+    /// When the deciding window resets (its end).
+    pub resets_at: Option<Timestamp>,
+    pub retry_after_ms: Option<i64>,
+    pub decided_at: Timestamp,
+    /// The reservation a RESERVE allowed.
+    pub reservation_id: Option<String>,
+    /// Whether this answer repeats the original decision of the same idempotency key (nothing consumed).
+    pub replayed: bool,
+}
+
+impl Decision {
+    pub fn allowed(&self) -> bool {
+        self.outcome == Outcome::ALLOWED
+    }
+}
+
+/// A reservation closed by `commit` or `release`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Closed {
+    pub reservation_id: String,
+    pub action: ReservationAction,
+    /// COMMIT: the consumption recorded; RELEASE: 0.
+    pub amount: i64,
+    /// What the reservation held.
+    pub reserved: i64,
+    /// COMMIT: what was charged above the reservation (estimate-then-reconcile).
+    pub charged_above_reserved: i64,
+    pub event_id: String,
+}
+
+/// Why a commit or release was refused (nothing recorded, nothing consumed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
+#[serde(tag = "refused", rename_all = "snake_case")]
+pub enum Refusal {
+    #[error("reservation {reservation_id:?} does not exist")]
+    NotFound { reservation_id: String },
+    #[error("reservation {reservation_id:?} is already closed ({by})")]
+    AlreadyClosed { reservation_id: String, by: String },
+    #[error("reservation {reservation_id:?} expired at {expires_at}")]
+    Expired { reservation_id: String, expires_at: Timestamp },
+    #[error("reservation {reservation_id:?} belongs to a tenant this caller may not act for")]
+    Forbidden { reservation_id: String },
+}

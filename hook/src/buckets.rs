@@ -1,0 +1,80 @@
+//! Throttles (issue "enforcement hook"; HBase's throttle quotas): a policy with a `burst` is a token bucket of
+//! that capacity refilling `limit` tokens per window, continuously. Buckets live in the serving process, one per
+//! policy, tenant (and subject, for SUBJECT scope) per server, as HBase keeps one per quota per region server:
+//! they are not in the ledger and start full when the process starts.
+
+use std::collections::HashMap;
+
+use reconcile::window;
+use schemas::{PolicyEvent, Timestamp};
+
+/// Buckets ever created are kept at most this many; the least recently used is dropped (it refills to full,
+/// which only lets a burst through early).
+pub const BUCKETS_MAX: usize = 1_000_000;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Bucket {
+    tokens: f64,
+    at: Timestamp,
+}
+
+type BucketKey = (String, String, Option<String>);
+
+/// Every bucket of the process.
+#[derive(Debug, Default)]
+pub struct Buckets {
+    buckets: HashMap<BucketKey, Bucket>,
+}
+
+/// Tokens per microsecond: `limit` per window length.
+fn rate(policy: &PolicyEvent, now: Timestamp) -> f64 {
+    let (start, end) = window::bounds(policy.window, now);
+    policy.limit as f64 / (end.micros() - start.micros()) as f64
+}
+
+fn key(policy: &PolicyEvent, tenant: &str, subject: Option<&str>) -> BucketKey {
+    (policy.policy_id.clone(), tenant.to_string(), subject.map(String::from))
+}
+
+impl Buckets {
+    fn refilled(&self, policy: &PolicyEvent, tenant: &str, subject: Option<&str>, now: Timestamp) -> f64 {
+        let capacity = policy.burst.unwrap_or(0) as f64;
+        match self.buckets.get(&key(policy, tenant, subject)) {
+            None => capacity,
+            Some(b) => (b.tokens + (now.micros() - b.at.micros()).max(0) as f64 * rate(policy, now)).min(capacity),
+        }
+    }
+
+    /// Whole tokens available now, and when `amount` does not fit, the milliseconds until it would.
+    pub fn look(
+        &self,
+        policy: &PolicyEvent,
+        tenant: &str,
+        subject: Option<&str>,
+        amount: i64,
+        now: Timestamp,
+    ) -> (i64, Option<i64>) {
+        let tokens = self.refilled(policy, tenant, subject, now);
+        if tokens >= amount as f64 {
+            return (tokens.floor() as i64, None);
+        }
+        let rate = rate(policy, now);
+        let capacity = policy.burst.unwrap_or(0);
+        // A request larger than the bucket never fits: say when the bucket is full, the most that can help.
+        let missing = (amount.min(capacity.max(0)) as f64 - tokens).max(0.0);
+        let wait_ms = if rate > 0.0 { (missing / rate / 1_000.0).ceil() as i64 } else { i64::MAX };
+        (tokens.floor() as i64, Some(wait_ms.max(1)))
+    }
+
+    /// Takes `amount` tokens (the request was allowed).
+    pub fn take(&mut self, policy: &PolicyEvent, tenant: &str, subject: Option<&str>, amount: i64, now: Timestamp) {
+        let tokens = self.refilled(policy, tenant, subject, now) - amount as f64;
+        if self.buckets.len() >= BUCKETS_MAX {
+            let oldest = self.buckets.iter().min_by_key(|(_, b)| b.at).map(|(k, _)| k.clone());
+            if let Some(oldest) = oldest {
+                self.buckets.remove(&oldest);
+            }
+        }
+        self.buckets.insert(key(policy, tenant, subject), Bucket { tokens, at: now });
+    }
+}

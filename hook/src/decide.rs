@@ -1,0 +1,117 @@
+//! One decision, as pure functions of the state (SPEC 6): every applicable policy is evaluated before anything
+//! is consumed; the request is allowed only when every HARD limit and every throttle has room for all of it.
+//!
+//! Precedence, where several policies speak: an exhausted HARD quota (QUOTA_EXCEEDED: out of allowance until
+//! the window resets) before an empty throttle bucket (RATE_LIMITED: capacity exists, retry soon), so that a
+//! client is never told to retry in a second when it must wait for the month. A SHADOW policy that would deny
+//! is recorded as SHADOW_DENIED and allows. SOFT limits never deny (their excess is billed). The policy
+//! reported with an allowed request is the one with the least room left.
+
+use reconcile::overshoot;
+use reconcile::policy::Applicable;
+use schemas::*;
+
+use crate::buckets::Buckets;
+use crate::state::State;
+
+/// What a service asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ask<'a> {
+    pub tenant: &'a str,
+    pub subject: Option<&'a str>,
+    pub metric: &'a str,
+    pub amount: i64,
+}
+
+/// One applicable policy's view of the request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Evaluated {
+    pub policy: PolicyEvent,
+    pub window_start: Timestamp,
+    pub window_end: Timestamp,
+    /// Limit plus the grants overlapping the window (for a throttle: the bucket's capacity).
+    pub limit: i64,
+    /// Consumed in the window plus held by open reservations (for a throttle: capacity minus tokens left).
+    pub used_before: i64,
+    /// Whether the request fits.
+    pub fits: bool,
+    /// For a throttle that does not fit: milliseconds until enough tokens refill.
+    pub retry_after_ms: Option<i64>,
+}
+
+impl Evaluated {
+    pub fn remaining_before(&self) -> i64 {
+        (self.limit - self.used_before).max(0)
+    }
+    pub fn is_throttle(&self) -> bool {
+        self.policy.burst.is_some()
+    }
+}
+
+/// The answer: SPEC 6's fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub outcome: Outcome,
+    pub reason: Reason,
+    /// The policy that decided (denied, or left the least room), if any applied.
+    pub deciding: Option<Evaluated>,
+}
+
+/// Evaluates every policy applicable to the ask at `now`.
+pub fn evaluate(state: &State, buckets: &Buckets, ask: &Ask<'_>, now: Timestamp) -> Vec<Evaluated> {
+    let applicable = state.policies.applicable(ask.tenant, ask.metric, now);
+    applicable.iter().map(|a| evaluate_one(state, buckets, ask, a, now)).collect()
+}
+
+fn evaluate_one(state: &State, buckets: &Buckets, ask: &Ask<'_>, a: &Applicable<'_>, now: Timestamp) -> Evaluated {
+    let subject = match a.policy.scope {
+        Scope::TENANT => None,
+        Scope::SUBJECT => ask.subject,
+    };
+    if let Some(burst) = a.policy.burst {
+        let (tokens, retry_after_ms) = buckets.look(a.policy, ask.tenant, subject, ask.amount, now);
+        return Evaluated {
+            policy: a.policy.clone(),
+            window_start: a.window_start,
+            window_end: a.window_end,
+            limit: burst,
+            used_before: burst - tokens,
+            fits: retry_after_ms.is_none(),
+            retry_after_ms,
+        };
+    }
+    let grants = state.grants.get(&(ask.tenant.to_string(), ask.metric.to_string())).map_or(&[][..], Vec::as_slice);
+    let limit =
+        overshoot::effective_limit(a.policy.limit, a.policy.scope, subject, grants, a.window_start, a.window_end);
+    let consumed = state.consumed(ask.tenant, subject, ask.metric, a.policy.window, a.window_start);
+    let used_before = consumed + state.held(ask.tenant, subject, ask.metric, now);
+    Evaluated {
+        policy: a.policy.clone(),
+        window_start: a.window_start,
+        window_end: a.window_end,
+        limit,
+        used_before,
+        fits: used_before.checked_add(ask.amount).is_some_and(|after| after <= limit),
+        retry_after_ms: None,
+    }
+}
+
+/// Decides from the evaluations.
+pub fn decide(evaluated: Vec<Evaluated>) -> Verdict {
+    let denies = |e: &Evaluated| !e.fits && e.policy.enforcement == Enforcement::HARD;
+    let quota = evaluated.iter().find(|e| denies(e) && !e.is_throttle());
+    let throttle = evaluated.iter().find(|e| denies(e) && e.is_throttle());
+    if let Some(e) = quota.or(throttle) {
+        let reason = if e.is_throttle() { Reason::RATE_LIMITED } else { Reason::QUOTA_EXCEEDED };
+        return Verdict { outcome: Outcome::DENIED, reason, deciding: Some(e.clone()) };
+    }
+    if let Some(e) = evaluated.iter().find(|e| !e.fits && e.policy.enforcement == Enforcement::SHADOW) {
+        return Verdict { outcome: Outcome::ALLOWED, reason: Reason::SHADOW_DENIED, deciding: Some(e.clone()) };
+    }
+    let reason = if evaluated.is_empty() { Reason::NO_POLICY } else { Reason::WITHIN_LIMIT };
+    let tightest = evaluated
+        .into_iter()
+        .filter(|e| e.policy.enforcement == Enforcement::HARD)
+        .min_by_key(|e| (e.remaining_before(), e.policy.policy_id.clone()));
+    Verdict { outcome: Outcome::ALLOWED, reason, deciding: tightest }
+}

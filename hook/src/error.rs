@@ -1,0 +1,29 @@
+//! One error enum per operation of the hook.
+
+/// A request could not be decided; nothing was recorded or consumed for it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HookError {
+    #[error("{field}: {message}")]
+    BadRequest { field: &'static str, message: String },
+    #[error("the hook is overloaded: {queued} requests queued (limit {limit}); retry shortly")]
+    Overloaded { queued: usize, limit: usize },
+    #[error("the hook has stopped")]
+    Stopped,
+    #[error("the ledger refused the group of decisions this request was in; nothing of it was recorded: {0}")]
+    Ledger(String),
+}
+
+/// Starting the hook failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    #[error(transparent)]
+    Open(#[from] ledger::OpenError),
+    #[error("cannot read the ledger to build the hook's state")]
+    Read(#[from] ledger::ReadError),
+    #[error("cannot read the ledger to build the hook's state")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("cannot start the hook's writer thread")]
+    Thread(#[from] std::io::Error),
+}

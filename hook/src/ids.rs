@@ -1,0 +1,36 @@
+//! Event ids derived from idempotency keys: the same key always names the same decision, usage and
+//! reservation, so a retried request finds its original and the ledger deduplicates anything sent twice.
+
+use schemas::ReservationAction;
+use sha2::{Digest, Sha256};
+
+pub const DECISION_PREFIX: &str = "dec-";
+
+/// 32 hex digits of SHA-256 over the tenant and the idempotency key (keys are the tenant's own namespace).
+pub fn key_hash(tenant: &str, idempotency_key: &str) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(tenant.as_bytes());
+    hasher.update([0]);
+    hasher.update(idempotency_key.as_bytes());
+    hasher.finalize()[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn decision_id(hash: &str) -> String {
+    format!("{DECISION_PREFIX}{hash}")
+}
+
+pub fn usage_id(hash: &str) -> String {
+    format!("use-{hash}")
+}
+
+pub fn reservation_id(hash: &str) -> String {
+    format!("rsv-{hash}")
+}
+
+pub fn reserve_event_id(reservation_id: &str) -> String {
+    format!("{reservation_id}-reserve")
+}
+
+pub fn close_event_id(reservation_id: &str, action: ReservationAction) -> String {
+    format!("{reservation_id}-{}", action.symbol().to_ascii_lowercase())
+}

@@ -1,0 +1,548 @@
+//! The hook's single writer: one thread owns the ledger connection and the state. Requests wait in a bounded
+//! queue; the writer takes every request queued (up to a group's bound), decides each in turn against the state
+//! as the earlier ones of the group left it (each atomic, all or nothing), records the whole group in one ledger
+//! transaction (group commit: one fsync for many decisions), then answers. A failed transaction answers every
+//! request of the group with an error and rebuilds the state from the ledger: nothing half-applied survives.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+use std::time::{Duration, Instant};
+
+use ledger::{Batch, Incoming, Ledger, Origin};
+use rusqlite::OptionalExtension;
+use schemas::*;
+use tokio::sync::oneshot;
+
+use crate::api::*;
+use crate::buckets::Buckets;
+use crate::decide::{self, Ask, Evaluated, Verdict};
+use crate::error::HookError;
+use crate::state::{self, State};
+use crate::{HookSettings, SOURCE, TenantScope, ids};
+
+/// Decisions remembered for idempotent replies without a ledger read.
+pub const RECENT_DECISIONS_MAX: usize = 100_000;
+/// How far back the state is folded at start: a month and a day covers every window that can contain now.
+const STARTUP_HORIZON_MICROS: i64 = 32 * 24 * 3_600 * 1_000_000;
+
+/// One request and where its answer goes.
+pub enum Work {
+    Check(CheckRequest, oneshot::Sender<Result<Decision, HookError>>),
+    Reserve(ReserveRequest, oneshot::Sender<Result<Decision, HookError>>),
+    Close {
+        reservation_id: String,
+        action: ReservationAction,
+        amount: i64,
+        tenants: TenantScope,
+        reply: oneshot::Sender<Result<Result<Closed, Refusal>, HookError>>,
+    },
+}
+
+/// An answer waiting for its group's commit. Short-lived, one per request of a group: the size difference
+/// between the variants costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
+enum Answer {
+    Decision(oneshot::Sender<Result<Decision, HookError>>, Result<Decision, HookError>),
+    Close(oneshot::Sender<Result<Result<Closed, Refusal>, HookError>>, Result<Result<Closed, Refusal>, HookError>),
+}
+
+/// Recent decisions by decision_id, oldest evicted first.
+#[derive(Default)]
+struct Recent {
+    by_id: HashMap<String, Decision>,
+    order: VecDeque<String>,
+}
+
+impl Recent {
+    fn get(&self, id: &str) -> Option<&Decision> {
+        self.by_id.get(id)
+    }
+    fn insert(&mut self, decision: Decision) {
+        if self.order.len() >= RECENT_DECISIONS_MAX
+            && let Some(oldest) = self.order.pop_front()
+        {
+            self.by_id.remove(&oldest);
+        }
+        self.order.push_back(decision.decision_id.clone());
+        self.by_id.insert(decision.decision_id.clone(), decision);
+    }
+}
+
+pub struct Writer {
+    ledger: Ledger,
+    state: State,
+    buckets: Buckets,
+    recent: Recent,
+    settings: HookSettings,
+}
+
+impl Writer {
+    pub fn new(ledger: Ledger, settings: HookSettings) -> Result<Writer, crate::StartError> {
+        let state = load(&ledger, Timestamp::now())?;
+        Ok(Writer { ledger, state, buckets: Buckets::default(), recent: Recent::default(), settings })
+    }
+
+    /// Serves until every sender is gone.
+    pub fn run(mut self, queue: Receiver<Work>, queued: &std::sync::atomic::AtomicUsize) {
+        while let Ok(first) = queue.recv() {
+            let mut group = vec![first];
+            let deadline = Instant::now() + Duration::from_micros(self.settings.group_wait_us);
+            while group.len() < self.settings.group_max_requests {
+                match queue.try_recv() {
+                    Ok(work) => group.push(work),
+                    Err(TryRecvError::Disconnected) => break,
+                    Err(TryRecvError::Empty) => match deadline.checked_duration_since(Instant::now()) {
+                        Some(left) if !left.is_zero() => match queue.recv_timeout(left) {
+                            Ok(work) => group.push(work),
+                            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
+                        },
+                        _ => break,
+                    },
+                }
+            }
+            queued.fetch_sub(group.len(), std::sync::atomic::Ordering::Relaxed);
+            self.process(group);
+        }
+    }
+
+    fn process(&mut self, group: Vec<Work>) {
+        let now = Timestamp::now();
+        if let Err(error) = catch_up(&self.ledger, &mut self.state, now, &[]) {
+            return fail_all(group, &error.to_string());
+        }
+        self.state.prune(now);
+        let mut events = Vec::new();
+        let mut answers = Vec::with_capacity(group.len());
+        for work in group {
+            answers.push(match work {
+                Work::Check(request, reply) => Answer::Decision(reply, self.check(&request, now, &mut events)),
+                Work::Reserve(request, reply) => Answer::Decision(reply, self.reserve(&request, now, &mut events)),
+                Work::Close { reservation_id, action, amount, tenants, reply } => {
+                    let closed = self.close(&reservation_id, action, amount, &tenants, now, &mut events);
+                    Answer::Close(reply, closed)
+                }
+            });
+        }
+        if !events.is_empty()
+            && let Err(error) = self.record(events, now)
+        {
+            let message = error.to_string();
+            self.reload();
+            answers = answers.into_iter().map(|a| a.failed(&message)).collect();
+        }
+        for answer in answers {
+            answer.send();
+        }
+    }
+
+    /// Appends the group's events in one transaction, then folds what other writers appended meanwhile.
+    fn record(&mut self, events: Vec<Event>, now: Timestamp) -> Result<(), Box<dyn std::error::Error>> {
+        let incoming = events
+            .into_iter()
+            .map(|event| Incoming { event, origin: Origin::Local { name: SOURCE.to_string() }, raw: None })
+            .collect();
+        let report = self.ledger.append(&Batch { events: incoming, outbox: true, ..Batch::default() })?;
+        let own: Vec<u64> = report
+            .outcomes
+            .iter()
+            .filter_map(|o| match o {
+                ledger::AppendOutcome::Recorded { seq } | ledger::AppendOutcome::ConflictingDuplicate { seq, .. } => {
+                    Some(*seq)
+                }
+                ledger::AppendOutcome::Duplicate { .. } => None,
+            })
+            .collect();
+        catch_up(&self.ledger, &mut self.state, now, &own)?;
+        assert!(self.state.watermark >= report.watermark, "the state has seen the ledger up to its new watermark");
+        Ok(())
+    }
+
+    fn reload(&mut self) {
+        self.recent = Recent::default();
+        match load(&self.ledger, Timestamp::now()) {
+            Ok(state) => self.state = state,
+            Err(error) => eprintln!("hook: cannot rebuild the state after a failed commit: {error}"),
+        }
+    }
+
+    fn replayed(&self, decision_id: &str) -> Result<Option<Decision>, HookError> {
+        if let Some(decision) = self.recent.get(decision_id) {
+            return Ok(Some(Decision { replayed: true, ..decision.clone() }));
+        }
+        let found =
+            read_decision(&self.ledger, &self.state, decision_id).map_err(|e| HookError::Ledger(e.to_string()))?;
+        Ok(found.map(|decision| Decision { replayed: true, ..decision }))
+    }
+
+    fn check(
+        &mut self,
+        request: &CheckRequest,
+        now: Timestamp,
+        events: &mut Vec<Event>,
+    ) -> Result<Decision, HookError> {
+        validate_ask(&request.tenant, &request.metric, request.amount, &request.idempotency_key)?;
+        let hash = ids::key_hash(&request.tenant, &request.idempotency_key);
+        if let Some(decision) = self.replayed(&ids::decision_id(&hash))? {
+            return Ok(decision);
+        }
+        let ask = Ask {
+            tenant: &request.tenant,
+            subject: request.subject.as_deref(),
+            metric: &request.metric,
+            amount: request.amount,
+        };
+        let request_id = request.request_id.clone().unwrap_or_else(|| request.idempotency_key.clone());
+        let (decision, header) = self.decide(&ask, &hash, &request_id, &request.idempotency_key, now, events);
+        if decision.allowed() {
+            let usage = UsageEvent {
+                header: Header { event_id: ids::usage_id(&hash), ..header.clone() },
+                quantity: request.amount,
+                request_id: Some(request_id),
+                attributes: Default::default(),
+            };
+            self.state.consume(&usage.header, usage.quantity);
+            events.push(Event::Usage(usage));
+        }
+        self.recent.insert(decision.clone());
+        Ok(decision)
+    }
+
+    fn reserve(
+        &mut self,
+        request: &ReserveRequest,
+        now: Timestamp,
+        events: &mut Vec<Event>,
+    ) -> Result<Decision, HookError> {
+        validate_ask(&request.tenant, &request.metric, request.amount, &request.idempotency_key)?;
+        if request.ttl_ms <= 0 || request.ttl_ms > crate::TTL_MS_MAX {
+            return Err(HookError::BadRequest {
+                field: "ttl_ms",
+                message: format!("{} is outside (0, {}]", request.ttl_ms, crate::TTL_MS_MAX),
+            });
+        }
+        let hash = ids::key_hash(&request.tenant, &request.idempotency_key);
+        if let Some(decision) = self.replayed(&ids::decision_id(&hash))? {
+            return Ok(decision);
+        }
+        let ask = Ask {
+            tenant: &request.tenant,
+            subject: request.subject.as_deref(),
+            metric: &request.metric,
+            amount: request.amount,
+        };
+        let reservation_id = ids::reservation_id(&hash);
+        let request_id = request.request_id.clone().unwrap_or_else(|| reservation_id.clone());
+        let (mut decision, header) = self.decide(&ask, &hash, &request_id, &request.idempotency_key, now, events);
+        if decision.allowed() {
+            let expires_at = Timestamp(now.micros() + request.ttl_ms * 1_000);
+            let reserve = ReservationEvent {
+                header: Header { event_id: ids::reserve_event_id(&reservation_id), ..header },
+                reservation_id: reservation_id.clone(),
+                action: ReservationAction::RESERVE,
+                amount: request.amount,
+                expires_at: Some(expires_at),
+            };
+            self.state
+                .holds
+                .insert(reservation_id.clone(), state::hold_of(&reserve.header, request.amount, expires_at));
+            events.push(Event::Reservation(reserve));
+            decision.reservation_id = Some(reservation_id);
+        }
+        self.recent.insert(decision.clone());
+        Ok(decision)
+    }
+
+    /// Evaluates, decides, takes throttle tokens when allowed, and pushes the DecisionEvent.
+    fn decide(
+        &mut self,
+        ask: &Ask<'_>,
+        hash: &str,
+        request_id: &str,
+        idempotency_key: &str,
+        now: Timestamp,
+        events: &mut Vec<Event>,
+    ) -> (Decision, Header) {
+        let evaluated = decide::evaluate(&self.state, &self.buckets, ask, now);
+        let throttles: Vec<Evaluated> = evaluated.iter().filter(|e| e.is_throttle()).cloned().collect();
+        let verdict = decide::decide(evaluated);
+        if verdict.outcome == Outcome::ALLOWED {
+            for t in &throttles {
+                let subject = if t.policy.scope == Scope::SUBJECT { ask.subject } else { None };
+                self.buckets.take(&t.policy, ask.tenant, subject, ask.amount, now);
+            }
+        }
+        let header = Header {
+            event_id: ids::decision_id(hash),
+            occurred_at: now,
+            tenant: ask.tenant.to_string(),
+            subject: ask.subject.map(String::from),
+            metric: ask.metric.to_string(),
+            source: SOURCE.to_string(),
+        };
+        let event = decision_event(&verdict, &header, request_id, idempotency_key, ask.amount, now);
+        let decision = decision_of(&event, verdict.deciding.as_ref().map(|e| e.policy.scope), false);
+        events.push(Event::Decision(event));
+        (decision, header)
+    }
+
+    fn close(
+        &mut self,
+        reservation_id: &str,
+        action: ReservationAction,
+        amount: i64,
+        tenants: &TenantScope,
+        now: Timestamp,
+        events: &mut Vec<Event>,
+    ) -> Result<Result<Closed, Refusal>, HookError> {
+        if amount < 0 {
+            return Err(HookError::BadRequest { field: "amount", message: format!("{amount} is negative") });
+        }
+        let id = reservation_id.to_string();
+        let Some(hold) = self.state.holds.get(reservation_id).cloned() else {
+            return refusal_from_ledger(&self.ledger, reservation_id, tenants)
+                .map_err(|e| HookError::Ledger(e.to_string()));
+        };
+        if !tenants.covers(&hold.tenant) {
+            return Ok(Err(Refusal::Forbidden { reservation_id: id }));
+        }
+        if hold.expires_at < now {
+            self.state.holds.remove(reservation_id);
+            return Ok(Err(Refusal::Expired { reservation_id: id, expires_at: hold.expires_at }));
+        }
+        let amount = if action == ReservationAction::COMMIT { amount } else { 0 };
+        let header = Header {
+            event_id: ids::close_event_id(reservation_id, action),
+            occurred_at: now,
+            tenant: hold.tenant.clone(),
+            subject: hold.subject.clone(),
+            metric: hold.metric.clone(),
+            source: SOURCE.to_string(),
+        };
+        self.state.holds.remove(reservation_id);
+        if action == ReservationAction::COMMIT {
+            self.state.consume(&header, amount);
+        }
+        let event_id = header.event_id.clone();
+        events.push(Event::Reservation(ReservationEvent {
+            header,
+            reservation_id: id.clone(),
+            action,
+            amount,
+            expires_at: None,
+        }));
+        Ok(Ok(Closed {
+            reservation_id: id,
+            action,
+            amount,
+            reserved: hold.amount,
+            charged_above_reserved: (amount - hold.amount).max(0),
+            event_id,
+        }))
+    }
+}
+
+impl Answer {
+    fn failed(self, message: &str) -> Answer {
+        match self {
+            Answer::Decision(reply, Ok(_)) => Answer::Decision(reply, Err(HookError::Ledger(message.to_string()))),
+            Answer::Close(reply, Ok(Ok(_))) => Answer::Close(reply, Err(HookError::Ledger(message.to_string()))),
+            other => other,
+        }
+    }
+    fn send(self) {
+        // A caller that stopped waiting (a closed HTTP connection) just misses its answer.
+        match self {
+            Answer::Decision(reply, result) => drop(reply.send(result)),
+            Answer::Close(reply, result) => drop(reply.send(result)),
+        }
+    }
+}
+
+fn fail_all(group: Vec<Work>, message: &str) {
+    for work in group {
+        let error = || HookError::Ledger(message.to_string());
+        match work {
+            Work::Check(_, reply) | Work::Reserve(_, reply) => drop(reply.send(Err(error()))),
+            Work::Close { reply, .. } => drop(reply.send(Err(error()))),
+        }
+    }
+}
+
+fn validate_ask(tenant: &str, metric: &str, amount: i64, idempotency_key: &str) -> Result<(), HookError> {
+    let bad = |field, message: &str| Err(HookError::BadRequest { field, message: message.to_string() });
+    if tenant.is_empty() {
+        return bad("tenant", "is empty");
+    }
+    if tenant == reconcile::policy::PLAN_DEFAULT_TENANT {
+        return bad("tenant", "\"*\" names plan defaults, not a tenant");
+    }
+    if metric.is_empty() {
+        return bad("metric", "is empty");
+    }
+    if idempotency_key.is_empty() {
+        return bad("idempotency_key", "is empty");
+    }
+    if amount < 0 {
+        return Err(HookError::BadRequest { field: "amount", message: format!("{amount} is negative") });
+    }
+    Ok(())
+}
+
+fn decision_event(
+    verdict: &Verdict,
+    header: &Header,
+    request_id: &str,
+    idempotency_key: &str,
+    amount: i64,
+    now: Timestamp,
+) -> DecisionEvent {
+    let e = verdict.deciding.as_ref();
+    let allowed = verdict.outcome == Outcome::ALLOWED;
+    let remaining = e.map(|e| if allowed { e.limit - e.used_before - amount } else { e.remaining_before() });
+    let retry_after_ms = match verdict.reason {
+        Reason::QUOTA_EXCEEDED => e.map(|e| ((e.window_end.micros() - now.micros()) / 1_000).max(1)),
+        Reason::RATE_LIMITED => e.and_then(|e| e.retry_after_ms),
+        _ => None,
+    };
+    DecisionEvent {
+        header: header.clone(),
+        request_id: request_id.to_string(),
+        idempotency_key: idempotency_key.to_string(),
+        amount,
+        outcome: verdict.outcome,
+        reason: verdict.reason,
+        policy_id: e.map(|e| e.policy.policy_id.clone()),
+        policy_version: e.map(|e| e.policy.version),
+        window_start: e.map(|e| e.window_start),
+        window_end: e.map(|e| e.window_end),
+        limit: e.map(|e| e.limit),
+        used_before: e.map(|e| e.used_before),
+        remaining: remaining.map(|r| r.max(0)),
+        retry_after_ms,
+    }
+}
+
+fn decision_of(event: &DecisionEvent, scope: Option<Scope>, replayed: bool) -> Decision {
+    Decision {
+        decision_id: event.header.event_id.clone(),
+        request_id: event.request_id.clone(),
+        outcome: event.outcome,
+        reason: event.reason,
+        code: Code::of(event.outcome, event.reason),
+        tenant: event.header.tenant.clone(),
+        subject: event.header.subject.clone(),
+        metric: event.header.metric.clone(),
+        amount: event.amount,
+        scope,
+        policy_id: event.policy_id.clone(),
+        policy_version: event.policy_version,
+        limit: event.limit,
+        used_before: event.used_before,
+        remaining: event.remaining,
+        window_start: event.window_start,
+        resets_at: event.window_end,
+        retry_after_ms: event.retry_after_ms,
+        decided_at: event.header.occurred_at,
+        reservation_id: None,
+        replayed,
+    }
+}
+
+/// The decision recorded under `decision_id`, if any (an idempotency key seen before this process started).
+fn read_decision(
+    ledger: &Ledger,
+    state: &State,
+    decision_id: &str,
+) -> Result<Option<Decision>, Box<dyn std::error::Error>> {
+    let conn = ledger.connection();
+    let Some((seq, _)) = ledger::dedup::entries_of(conn, decision_id)?.into_iter().next() else { return Ok(None) };
+    let (fingerprint, payload): (i64, Vec<u8>) =
+        conn.query_row("SELECT payload_fingerprint, payload FROM entries WHERE seq = ?", [seq as i64], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?;
+    let Event::Decision(event) = ledger.catalog().decode_payload(fingerprint as u64, &payload)? else {
+        return Ok(None);
+    };
+    let scope = event
+        .policy_id
+        .as_ref()
+        .and_then(|id| state.policies.policies().iter().find(|p| &p.policy_id == id).map(|p| p.scope));
+    let mut decision = decision_of(&event, scope, true);
+    if decision.allowed() && decision_id.starts_with(ids::DECISION_PREFIX) {
+        let reservation_id = ids::reservation_id(&decision_id[ids::DECISION_PREFIX.len()..]);
+        let reserved: Option<i64> = conn
+            .query_row("SELECT 1 FROM reservation_events WHERE reservation_id = ? LIMIT 1", [&reservation_id], |r| {
+                r.get(0)
+            })
+            .optional()?;
+        if reserved.is_some() {
+            decision.reservation_id = Some(reservation_id);
+        }
+    }
+    Ok(Some(decision))
+}
+
+/// Why a close of a reservation the state does not hold open is refused, from the ledger.
+fn refusal_from_ledger(
+    ledger: &Ledger,
+    reservation_id: &str,
+    tenants: &TenantScope,
+) -> Result<Result<Closed, Refusal>, rusqlite::Error> {
+    let id = reservation_id.to_string();
+    let mut statement = ledger.connection().prepare_cached(
+        "SELECT r.action, r.expires_at, e.tenant, e.occurred_at FROM reservation_events r JOIN entries e ON e.seq = r.seq
+         WHERE r.reservation_id = ? AND e.status = 'recorded' ORDER BY e.seq",
+    )?;
+    let rows: Vec<(String, Option<i64>, String, i64)> = statement
+        .query_map([reservation_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    let Some((_, expires_at, tenant, _)) = rows.iter().find(|(action, ..)| action == "RESERVE") else {
+        return Ok(Err(Refusal::NotFound { reservation_id: id }));
+    };
+    if !tenants.covers(tenant) {
+        return Ok(Err(Refusal::Forbidden { reservation_id: id }));
+    }
+    let expires_at = Timestamp(expires_at.unwrap_or(i64::MIN));
+    let valid_close = rows.iter().find(|(action, _, _, at)| action != "RESERVE" && Timestamp(*at) <= expires_at);
+    Ok(Err(match valid_close {
+        Some((action, ..)) => Refusal::AlreadyClosed { reservation_id: id, by: action.clone() },
+        None => Refusal::Expired { reservation_id: id, expires_at },
+    }))
+}
+
+/// Entries after the state's watermark that change it (usage, reservations, grants, policies), in order.
+const ENTRIES_AFTER: &str = "SELECT seq, event_type, payload_fingerprint, payload FROM entries
+     WHERE seq > ?1 AND status = 'recorded' AND (occurred_at >= ?2 OR event_type IN ('PolicyEvent', 'GrantEvent'))
+     ORDER BY seq";
+
+/// Folds the entries other writers appended after the state's watermark (`own` are this writer's, already
+/// applied), and moves the watermark to the last entry.
+fn catch_up(ledger: &Ledger, state: &mut State, now: Timestamp, own: &[u64]) -> Result<(), Box<dyn std::error::Error>> {
+    let tip = ledger.watermark()?;
+    if tip == state.watermark {
+        return Ok(());
+    }
+    let horizon = now.micros() - STARTUP_HORIZON_MICROS;
+    let mut statement = ledger.connection().prepare_cached(ENTRIES_AFTER)?;
+    let mut rows = statement.query(rusqlite::params![state.watermark as i64, horizon])?;
+    while let Some(row) = rows.next()? {
+        let seq = row.get::<_, i64>(0)? as u64;
+        let event_type = row.get_ref(1)?.as_str()?;
+        if own.contains(&seq) || matches!(event_type, "DecisionEvent" | "AdjustmentEvent") || seq > tip {
+            continue;
+        }
+        let payload = row.get_ref(3)?.as_blob()?;
+        let event = ledger.catalog().decode_payload(row.get::<_, i64>(2)? as u64, payload)?;
+        state.fold(seq, &event, now);
+    }
+    state.watermark = tip;
+    Ok(())
+}
+
+/// The state of a fresh process: the fold of the ledger's recent entries.
+fn load(ledger: &Ledger, now: Timestamp) -> Result<State, crate::StartError> {
+    let mut state = State::default();
+    catch_up(ledger, &mut state, now, &[])
+        .map_err(|e| crate::StartError::Read(ledger::ReadError::Corrupt { seq: 0, message: e.to_string() }))?;
+    Ok(state)
+}

@@ -1,0 +1,229 @@
+//! The hook as a library, on a real ledger file: contention, idempotency under retries, the reservation
+//! lifecycle, throttles, SHADOW policies and a restart.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hook::*;
+use ledger::{Batch, Incoming, Ledger, Origin};
+use schemas::*;
+
+fn policy(id: &str, limit: i64, window: Window, enforcement: Enforcement, burst: Option<i64>) -> Event {
+    Event::Policy(PolicyEvent {
+        header: Header {
+            event_id: format!("policy-{id}"),
+            occurred_at: Timestamp::parse_rfc3339("2026-01-01T00:00:00Z").unwrap(),
+            tenant: "org-1".into(),
+            subject: None,
+            metric: "tokens".into(),
+            source: "admin".into(),
+        },
+        policy_id: id.into(),
+        version: 1,
+        scope: Scope::TENANT,
+        limit,
+        window,
+        enforcement,
+        effective_from: Timestamp::parse_rfc3339("2026-01-01T00:00:00Z").unwrap(),
+        burst,
+    })
+}
+
+/// A ledger holding these policies, and a hook on it.
+fn hook_with(policies: Vec<Event>) -> (tempfile::TempDir, Hook) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let events =
+        policies.into_iter().map(|event| Incoming { event, origin: Origin::Local { name: "t".into() }, raw: None });
+    Ledger::open(&path).unwrap().append(&Batch { events: events.collect(), ..Batch::default() }).unwrap();
+    let hook = Hook::start(&path, HookSettings::default()).unwrap();
+    (dir, hook)
+}
+
+fn ask(key: &str, amount: i64) -> CheckRequest {
+    CheckRequest {
+        tenant: "org-1".into(),
+        subject: None,
+        metric: "tokens".into(),
+        amount,
+        idempotency_key: key.into(),
+        request_id: Some(format!("req-{key}")),
+    }
+}
+
+fn usage_recorded(dir: &tempfile::TempDir) -> i64 {
+    let ledger = Ledger::open_read_only(dir.path().join("ledger.db")).unwrap();
+    ledger.connection().query_row("SELECT COALESCE(SUM(quantity), 0) FROM usage_events", [], |r| r.get(0)).unwrap()
+}
+
+// SPEC 6: 64 threads with random amounts against one HARD limit: never more than fits, no denial that would have fit, and the ledger agrees.
+#[test]
+fn concurrent_checks_never_consume_more_than_fits() {
+    const LIMIT: i64 = 10_000;
+    let (dir, hook) = hook_with(vec![policy("daily", LIMIT, Window::DAY, Enforcement::HARD, None)]);
+    let hook = Arc::new(hook);
+    let threads: Vec<_> = (0..64u64)
+        .map(|t| {
+            let hook = Arc::clone(&hook);
+            std::thread::spawn(move || {
+                let mut seed = t.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+                (0..40)
+                    .map(|i| {
+                        seed ^= seed << 13;
+                        seed ^= seed >> 7;
+                        seed ^= seed << 17;
+                        let amount = (seed % 97) as i64 + 1;
+                        hook.check(ask(&format!("t{t}-{i}"), amount)).unwrap()
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let decisions: Vec<Decision> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
+    let allowed: i64 = decisions.iter().filter(|d| d.allowed()).map(|d| d.amount).sum();
+    assert!(allowed <= LIMIT, "allowed {allowed} over the limit {LIMIT}");
+    for denied in decisions.iter().filter(|d| !d.allowed()) {
+        assert_eq!(denied.reason, Reason::QUOTA_EXCEEDED);
+        assert!(denied.amount > LIMIT - allowed, "{denied:?} would have fit: only {allowed} was ever allowed");
+    }
+    assert!(decisions.iter().any(|d| !d.allowed()), "2,560 requests of about 49 exceed 10,000");
+    assert_eq!(usage_recorded(&dir), allowed, "the ledger holds exactly the allowed consumption");
+}
+
+// SPEC 6: the same idempotency key sent concurrently yields one consumption and identical decisions.
+#[test]
+fn one_key_sent_concurrently_consumes_once() {
+    let (dir, hook) = hook_with(vec![policy("daily", 1_000, Window::DAY, Enforcement::HARD, None)]);
+    let hook = Arc::new(hook);
+    let threads: Vec<_> = (0..16)
+        .map(|_| {
+            let hook = Arc::clone(&hook);
+            std::thread::spawn(move || hook.check(ask("same-key", 7)).unwrap())
+        })
+        .collect();
+    let decisions: Vec<Decision> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let original = decisions.iter().find(|d| !d.replayed).expect("one original decision");
+    assert_eq!(decisions.iter().filter(|d| !d.replayed).count(), 1);
+    for d in &decisions {
+        assert_eq!(Decision { replayed: false, ..d.clone() }, *original);
+    }
+    assert_eq!(usage_recorded(&dir), 7);
+}
+
+// SPEC 5-6: reserve, commit more than reserved (charged), release, double commit and commit after expiry refused.
+#[test]
+fn the_reservation_lifecycle() {
+    let (dir, hook) = hook_with(vec![policy("daily", 150, Window::DAY, Enforcement::HARD, None)]);
+    let reserve = |key: &str, amount: i64, ttl_ms: i64| {
+        hook.reserve(ReserveRequest {
+            tenant: "org-1".into(),
+            subject: None,
+            metric: "tokens".into(),
+            amount,
+            ttl_ms,
+            idempotency_key: key.into(),
+            request_id: None,
+        })
+        .unwrap()
+    };
+    let held = reserve("r-1", 100, 60_000);
+    let id = held.reservation_id.clone().expect("an allowed RESERVE names its reservation");
+    assert!(!hook.check(ask("c-1", 60)).unwrap().allowed(), "the open reservation holds 100 of 150");
+    let closed = hook.commit(&id, 130).unwrap().expect("a valid commit");
+    assert_eq!((closed.amount, closed.reserved, closed.charged_above_reserved), (130, 100, 30));
+    assert!(!hook.check(ask("c-2", 30)).unwrap().allowed(), "130 consumed: 30 more would pass 150");
+    assert!(hook.check(ask("c-3", 20)).unwrap().allowed());
+    assert!(matches!(hook.commit(&id, 1).unwrap(), Err(Refusal::AlreadyClosed { .. })), "double commit refused");
+    let released = reserve("r-2", 0, 60_000).reservation_id.unwrap();
+    assert_eq!(hook.release(&released).unwrap().unwrap().amount, 0);
+    let short = reserve("r-3", 0, 50).reservation_id.unwrap();
+    std::thread::sleep(Duration::from_millis(120));
+    assert!(matches!(hook.commit(&short, 0).unwrap(), Err(Refusal::Expired { .. })), "commit after expiry");
+    assert!(matches!(hook.commit("rsv-unknown", 1).unwrap(), Err(Refusal::NotFound { .. })));
+    assert_eq!(usage_recorded(&dir), 20, "usage rows: only c-3; the commit is a ReservationEvent");
+}
+
+// Throttles: a bucket of 5 refilling 60 per minute allows 5 at once, then RATE_LIMITED with the wait for one token.
+#[test]
+fn a_throttle_limits_the_rate_not_the_quota() {
+    let (_dir, hook) = hook_with(vec![policy("rate", 60, Window::MINUTE, Enforcement::HARD, Some(5))]);
+    for i in 0..5 {
+        assert!(hook.check(ask(&format!("b{i}"), 1)).unwrap().allowed(), "burst {i}");
+    }
+    let limited = hook.check(ask("b5", 1)).unwrap();
+    assert_eq!((limited.reason, limited.code), (Reason::RATE_LIMITED, Code::RATE_LIMITED));
+    let wait = limited.retry_after_ms.expect("a retry-after");
+    assert!((1..=1_000).contains(&wait), "one token refills in a second at 60 a minute: {wait}");
+    std::thread::sleep(Duration::from_millis(wait as u64 + 20));
+    assert!(hook.check(ask("b6", 1)).unwrap().allowed(), "a token refilled");
+}
+
+// SPEC 6: a SHADOW policy records SHADOW_DENIED and allows; a HARD quota denies QUOTA_EXCEEDED until its window resets.
+#[test]
+fn shadow_policies_allow_and_hard_quotas_deny_until_reset() {
+    let (_dir, hook) = hook_with(vec![
+        policy("shadow", 10, Window::DAY, Enforcement::SHADOW, None),
+        policy("monthly", 30, Window::MONTH, Enforcement::HARD, None),
+    ]);
+    let shadowed = hook.check(ask("s-1", 20)).unwrap();
+    assert_eq!((shadowed.outcome, shadowed.reason), (Outcome::ALLOWED, Reason::SHADOW_DENIED));
+    let denied = hook.check(ask("s-2", 20)).unwrap();
+    assert_eq!(
+        (denied.outcome, denied.reason, denied.code),
+        (Outcome::DENIED, Reason::QUOTA_EXCEEDED, Code::QUOTA_EXCEEDED)
+    );
+    assert_eq!((denied.policy_id.as_deref(), denied.limit, denied.remaining), (Some("monthly"), Some(30), Some(10)));
+    let resets_at = denied.resets_at.expect("the month's end");
+    let wait = denied.retry_after_ms.unwrap();
+    assert!((resets_at.micros() - denied.decided_at.micros()) / 1_000 - wait <= 1, "retry after the reset");
+}
+
+// A restarted hook rebuilds its counters from the ledger and answers an old idempotency key with the original decision.
+#[test]
+fn a_restart_keeps_counters_and_idempotency() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ledger.db");
+    let policies = vec![Incoming {
+        event: policy("daily", 100, Window::DAY, Enforcement::HARD, None),
+        origin: Origin::Local { name: "t".into() },
+        raw: None,
+    }];
+    Ledger::open(&path).unwrap().append(&Batch { events: policies, ..Batch::default() }).unwrap();
+    let first = {
+        let hook = Hook::start(&path, HookSettings::default()).unwrap();
+        hook.check(ask("k-1", 80)).unwrap()
+    };
+    let hook = Hook::start(&path, HookSettings::default()).unwrap();
+    let again = hook.check(ask("k-1", 80)).unwrap();
+    assert!(again.replayed);
+    assert_eq!(Decision { replayed: false, ..again }, first);
+    assert!(!hook.check(ask("k-2", 30)).unwrap().allowed(), "80 of 100 consumed before the restart");
+}
+
+// Usage that another writer (ingest) records while the hook runs counts against the hook's limits at its next decision.
+#[test]
+fn usage_recorded_by_ingest_counts_at_the_next_decision() {
+    let (dir, hook) = hook_with(vec![policy("daily", 100, Window::DAY, Enforcement::HARD, None)]);
+    assert!(hook.check(ask("h-1", 10)).unwrap().allowed());
+    let usage = Event::Usage(UsageEvent {
+        header: Header {
+            event_id: "from-kafka-1".into(),
+            occurred_at: Timestamp::now(),
+            tenant: "org-1".into(),
+            subject: Some("batch-job".into()),
+            metric: "tokens".into(),
+            source: "billing-pipeline".into(),
+        },
+        quantity: 85,
+        request_id: None,
+        attributes: Default::default(),
+    });
+    let incoming = Incoming { event: usage, origin: Origin::Local { name: "ingest".into() }, raw: None };
+    Ledger::open(dir.path().join("ledger.db"))
+        .unwrap()
+        .append(&Batch { events: vec![incoming], ..Batch::default() })
+        .unwrap();
+    let denied = hook.check(ask("h-2", 10)).unwrap();
+    assert_eq!((denied.outcome, denied.used_before, denied.remaining), (Outcome::DENIED, Some(95), Some(5)));
+    assert!(hook.check(ask("h-3", 5)).unwrap().allowed());
+}

@@ -1,0 +1,915 @@
+//! Model test: random ledger histories (policy versions, grants, usage, reservations, duplicates, out-of-order
+//! batches, period closes, runs at rising `--as-of`) reconciled by `reconcile::plan` + `apply` agree with a
+//! deliberately naive in-memory model of SPEC 5 written here, concern by concern, after every run.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::{Datelike, TimeZone, Utc};
+use ledger::{AppendOutcome, Batch, Incoming, Ledger, Origin};
+use proptest::collection::vec;
+use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
+use schemas::{
+    AdjustmentEvent, AdjustmentKind, Enforcement, Event, GrantEvent, Header, PolicyEvent, ReservationAction,
+    ReservationEvent, Scope, Timestamp, UsageEvent, Window,
+};
+
+const MINUTE_MICROS: i64 = 60_000_000;
+const HOUR_MICROS: i64 = 60 * MINUTE_MICROS;
+const DAY_MICROS: i64 = 24 * HOUR_MICROS;
+
+/// Event times are an anchor plus up to 150 minutes: the anchors sit on hour, day and month boundaries
+/// (September into October, October into November) so that every window kind and both past periods fill up.
+const ANCHORS: [&str; 5] = [
+    "2026-09-14T10:00:00Z",
+    "2026-09-30T22:30:00Z",
+    "2026-10-15T11:00:00Z",
+    "2026-10-20T05:00:00Z",
+    "2026-10-31T23:00:00Z",
+];
+/// Before every event: a policy version effective from here governs from the start.
+const EARLY: &str = "2026-08-01T00:00:00Z";
+/// The `--as-of` of runs during the history (each run takes a later or equal one than the run before).
+const AS_OFS: [&str; 7] = [
+    "2026-09-20T00:00:00Z",
+    "2026-10-01T00:00:00Z",
+    "2026-10-01T00:45:00Z",
+    "2026-10-15T12:00:00Z",
+    "2026-11-01T00:00:00Z",
+    "2026-11-01T01:00:00Z",
+    "2026-11-15T00:00:00Z",
+];
+/// The last run: after every window and expiry of the history.
+const FINAL_AS_OF: &str = "2026-11-15T00:00:00Z";
+const TENANTS: [&str; 2] = ["org-a", "org-b"];
+/// Policy owners: `*` is the plan default.
+const OWNERS: [&str; 3] = ["*", "org-a", "org-b"];
+const METRICS: [&str; 2] = ["requests", "tokens"];
+const SUBJECTS: [Option<&str>; 3] = [None, Some("alice"), Some("bob")];
+const PERIODS: [&str; 2] = ["2026-09", "2026-10"];
+
+fn at(text: &str) -> Timestamp {
+    Timestamp::parse_rfc3339(text).unwrap()
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Generation
+// ---------------------------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy)]
+struct Who {
+    tenant: usize,
+    subject: usize,
+    metric: usize,
+}
+
+#[derive(Debug, Clone)]
+struct VersionDraw {
+    limit: i64,
+    effective_from: i64,
+    scope: Scope,
+    enforcement: Enforcement,
+}
+
+#[derive(Debug, Clone)]
+struct PolicyDraw {
+    owner: usize,
+    metric: usize,
+    window: Window,
+    versions: Vec<VersionDraw>,
+}
+
+#[derive(Debug, Clone)]
+struct GrantDraw {
+    who: Who,
+    amount: i64,
+    valid_from: i64,
+    hours: i64,
+}
+
+#[derive(Debug, Clone)]
+struct UsageDraw {
+    who: Who,
+    occurred_at: i64,
+    quantity: i64,
+}
+
+#[derive(Debug, Clone)]
+struct CloseDraw {
+    commit: bool,
+    offset_minutes: i64,
+    amount: i64,
+}
+
+#[derive(Debug, Clone)]
+struct ReservationDraw {
+    who: Who,
+    occurred_at: i64,
+    /// amount, minutes to expiry
+    reserve: Option<(i64, i64)>,
+    /// minutes from the first RESERVE, amount, minutes to expiry
+    second_reserve: Option<(i64, i64, i64)>,
+    closes: Vec<CloseDraw>,
+}
+
+/// What else arrives with an event.
+#[derive(Debug, Clone, Copy)]
+enum Copy {
+    None,
+    /// The same event again: a duplicate.
+    Exact,
+    /// The same event_id with another payload (quantity or COMMIT amount raised by this much, or another source).
+    Conflicting(i64),
+    Both(i64),
+}
+
+/// What happens after a batch is appended.
+#[derive(Debug, Clone)]
+struct StepDraw {
+    close: Option<usize>,
+    run: Option<usize>,
+}
+
+#[derive(Debug, Clone)]
+struct History {
+    batches: Vec<Vec<Event>>,
+    steps: Vec<StepDraw>,
+}
+
+fn time() -> impl Strategy<Value = i64> {
+    (0..ANCHORS.len(), 0i64..150).prop_map(|(a, m)| at(ANCHORS[a]).micros() + m * MINUTE_MICROS)
+}
+
+/// Few distinct values, so that versions tie on effective_from and fall mid-window.
+fn effective_from() -> impl Strategy<Value = i64> {
+    prop_oneof![
+        1 => Just(at(EARLY).micros()),
+        3 => (0..ANCHORS.len(), 0i64..4).prop_map(|(a, k)| at(ANCHORS[a]).micros() + k * 40 * MINUTE_MICROS),
+    ]
+}
+
+fn who() -> impl Strategy<Value = Who> {
+    (0..TENANTS.len(), 0..SUBJECTS.len(), 0..METRICS.len()).prop_map(|(tenant, subject, metric)| Who {
+        tenant,
+        subject,
+        metric,
+    })
+}
+
+fn version_draw() -> impl Strategy<Value = VersionDraw> {
+    let scope = prop_oneof![Just(Scope::TENANT), Just(Scope::SUBJECT)];
+    let enforcement = prop_oneof![Just(Enforcement::HARD), Just(Enforcement::SOFT), Just(Enforcement::SHADOW)];
+    (0i64..60, effective_from(), scope, enforcement).prop_map(|(limit, effective_from, scope, enforcement)| {
+        VersionDraw { limit, effective_from, scope, enforcement }
+    })
+}
+
+fn policy_draw() -> impl Strategy<Value = PolicyDraw> {
+    let window = prop_oneof![Just(Window::HOUR), Just(Window::DAY), Just(Window::MONTH)];
+    (0..OWNERS.len(), 0..METRICS.len(), window, vec(version_draw(), 1..=3))
+        .prop_map(|(owner, metric, window, versions)| PolicyDraw { owner, metric, window, versions })
+}
+
+fn grant_draw() -> impl Strategy<Value = GrantDraw> {
+    (who(), 1i64..40, time(), 1i64..=48).prop_map(|(who, amount, valid_from, hours)| GrantDraw {
+        who,
+        amount,
+        valid_from,
+        hours,
+    })
+}
+
+fn usage_draw() -> impl Strategy<Value = UsageDraw> {
+    (who(), time(), 0i64..20).prop_map(|(who, occurred_at, quantity)| UsageDraw { who, occurred_at, quantity })
+}
+
+fn close_draw() -> impl Strategy<Value = CloseDraw> {
+    (prop::bool::weighted(0.6), -20i64..=180, 0i64..50).prop_map(|(commit, offset_minutes, amount)| CloseDraw {
+        commit,
+        offset_minutes,
+        amount,
+    })
+}
+
+fn reservation_draw() -> impl Strategy<Value = ReservationDraw> {
+    let reserve = prop::option::weighted(0.85, (0i64..40, 1i64..=120));
+    let second = prop::option::weighted(0.15, (-30i64..=30, 0i64..40, 1i64..=120));
+    (who(), time(), reserve, second, vec(close_draw(), 0..=3)).prop_map(
+        |(who, occurred_at, reserve, second_reserve, closes)| ReservationDraw {
+            who,
+            occurred_at,
+            reserve,
+            second_reserve,
+            closes,
+        },
+    )
+}
+
+fn copy() -> impl Strategy<Value = Copy> {
+    prop_oneof![
+        14 => Just(Copy::None),
+        2 => Just(Copy::Exact),
+        2 => (1i64..5).prop_map(Copy::Conflicting),
+        1 => (1i64..5).prop_map(Copy::Both),
+    ]
+}
+
+fn step_draw() -> impl Strategy<Value = StepDraw> {
+    let close = prop::option::weighted(0.35, prop_oneof![3 => Just(0usize), 1 => Just(1usize)]);
+    (close, prop::option::weighted(0.7, 0..AS_OFS.len())).prop_map(|(close, run)| StepDraw { close, run })
+}
+
+fn header(event_id: String, who: Who, occurred_at: i64) -> Header {
+    Header {
+        event_id,
+        occurred_at: Timestamp(occurred_at),
+        tenant: TENANTS[who.tenant].into(),
+        subject: SUBJECTS[who.subject].map(String::from),
+        metric: METRICS[who.metric].into(),
+        source: "model".into(),
+    }
+}
+
+fn policy_events(i: usize, p: &PolicyDraw) -> Vec<Event> {
+    let mut events = Vec::new();
+    for (v, version) in p.versions.iter().enumerate() {
+        let number = v as i32 + 1;
+        let header = Header {
+            event_id: format!("pol{i}-v{number}"),
+            occurred_at: Timestamp(version.effective_from),
+            tenant: OWNERS[p.owner].into(),
+            subject: None,
+            metric: METRICS[p.metric].into(),
+            source: "model".into(),
+        };
+        events.push(Event::Policy(PolicyEvent {
+            header,
+            // Distinct per owner: a plan default and a tenant's own policy never share an id.
+            policy_id: format!("pol{i}"),
+            version: number,
+            scope: version.scope,
+            limit: version.limit,
+            window: p.window,
+            enforcement: version.enforcement,
+            effective_from: Timestamp(version.effective_from),
+            burst: None,
+        }));
+    }
+    events
+}
+
+fn grant_event(i: usize, g: &GrantDraw) -> Event {
+    Event::Grant(GrantEvent {
+        header: header(format!("grant{i}"), g.who, g.valid_from),
+        grant_id: format!("grant{i}"),
+        amount: g.amount,
+        valid_from: Timestamp(g.valid_from),
+        valid_until: Timestamp(g.valid_from + g.hours * HOUR_MICROS),
+        reason: "model".into(),
+    })
+}
+
+fn usage_event(i: usize, u: &UsageDraw) -> Event {
+    Event::Usage(UsageEvent {
+        header: header(format!("u{i}"), u.who, u.occurred_at),
+        quantity: u.quantity,
+        request_id: None,
+        attributes: Default::default(),
+    })
+}
+
+fn reservation_events(i: usize, r: &ReservationDraw) -> Vec<Event> {
+    let id = format!("r{i}");
+    let event = |suffix: &str, action, occurred_at: i64, amount, expires_at: Option<i64>| {
+        Event::Reservation(ReservationEvent {
+            header: header(format!("{id}-{suffix}"), r.who, occurred_at),
+            reservation_id: id.clone(),
+            action,
+            amount,
+            expires_at: expires_at.map(Timestamp),
+        })
+    };
+    let mut events = Vec::new();
+    if let Some((amount, ttl)) = r.reserve {
+        let expires_at = r.occurred_at + ttl * MINUTE_MICROS;
+        events.push(event("reserve", ReservationAction::RESERVE, r.occurred_at, amount, Some(expires_at)));
+    }
+    if let Some((offset, amount, ttl)) = r.second_reserve {
+        let occurred_at = r.occurred_at + offset * MINUTE_MICROS;
+        let expires_at = occurred_at + ttl * MINUTE_MICROS;
+        events.push(event("reserve2", ReservationAction::RESERVE, occurred_at, amount, Some(expires_at)));
+    }
+    for (j, c) in r.closes.iter().enumerate() {
+        let occurred_at = r.occurred_at + c.offset_minutes * MINUTE_MICROS;
+        events.push(match c.commit {
+            true => event(&format!("c{j}"), ReservationAction::COMMIT, occurred_at, c.amount, None),
+            false => event(&format!("c{j}"), ReservationAction::RELEASE, occurred_at, 0, None),
+        });
+    }
+    events
+}
+
+/// Another payload under the same event_id.
+fn conflicting(event: &Event, raise: i64) -> Event {
+    let mut copy = event.clone();
+    match &mut copy {
+        Event::Usage(u) => u.quantity += raise,
+        Event::Reservation(r) if r.action == ReservationAction::COMMIT => r.amount += raise,
+        Event::Reservation(r) => r.header.source = format!("retry-{raise}"),
+        Event::Grant(g) => g.header.source = format!("retry-{raise}"),
+        Event::Policy(p) => p.header.source = format!("retry-{raise}"),
+        other => panic!("not generated: {other:?}"),
+    }
+    copy
+}
+
+fn with_copies(base: Vec<Event>, copies: &[Copy]) -> Vec<Event> {
+    let mut all = Vec::new();
+    for (event, copy) in base.into_iter().zip(copies) {
+        match *copy {
+            Copy::None => {}
+            Copy::Exact => all.push(event.clone()),
+            Copy::Conflicting(raise) => all.push(conflicting(&event, raise)),
+            Copy::Both(raise) => {
+                all.push(event.clone());
+                all.push(conflicting(&event, raise));
+            }
+        }
+        all.push(event);
+    }
+    all
+}
+
+fn history() -> impl Strategy<Value = History> {
+    let parts = (
+        vec(policy_draw(), 1..=4),
+        vec(grant_draw(), 0..=3),
+        vec(usage_draw(), 0..=24),
+        vec(reservation_draw(), 0..=6),
+        vec(step_draw(), 1..=5),
+    );
+    parts
+        .prop_flat_map(|(policies, grants, usage, reservations, steps)| {
+            let mut base = Vec::new();
+            for (i, p) in policies.iter().enumerate() {
+                base.extend(policy_events(i, p));
+            }
+            base.extend(grants.iter().enumerate().map(|(i, g)| grant_event(i, g)));
+            base.extend(usage.iter().enumerate().map(|(i, u)| usage_event(i, u)));
+            for (i, r) in reservations.iter().enumerate() {
+                base.extend(reservation_events(i, r));
+            }
+            let n = base.len();
+            (Just(base), vec(copy(), n), Just(steps))
+        })
+        .prop_flat_map(|(base, copies, steps)| {
+            let all = with_copies(base, &copies);
+            let n = all.len();
+            let cuts = vec(0..=n, steps.len() - 1);
+            (Just(all).prop_shuffle(), cuts, Just(steps))
+        })
+        .prop_map(|(events, mut cuts, mut steps)| {
+            cuts.sort_unstable();
+            cuts.push(events.len());
+            let mut batches = Vec::new();
+            let mut from = 0;
+            for cut in cuts {
+                batches.push(events[from..cut].to_vec());
+                from = cut;
+            }
+            // Runs go forward in time: the k-th run takes the k-th smallest as_of drawn.
+            let mut as_ofs: Vec<usize> = steps.iter().filter_map(|s| s.run).collect();
+            as_ofs.sort_unstable();
+            let mut next = as_ofs.into_iter();
+            for step in &mut steps {
+                if step.run.is_some() {
+                    step.run = next.next();
+                }
+            }
+            History { batches, steps }
+        })
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The model
+// ---------------------------------------------------------------------------------------------------------------
+
+/// What one adjustment is about (the model's own naming of SPEC 5's "thing an adjustment is about").
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Key {
+    Window {
+        kind: AdjustmentKind,
+        policy_id: String,
+        tenant: String,
+        subject: Option<String>,
+        metric: String,
+        start: Timestamp,
+        end: Timestamp,
+    },
+    Late {
+        tenant: String,
+        metric: String,
+        start: Timestamp,
+        end: Timestamp,
+    },
+    Expiry(String),
+    Refused(String),
+    /// The n-th conflicting copy of an event_id, in ledger order.
+    Conflict(String, u32),
+}
+
+/// The key of each recorded adjustment, in ledger order.
+fn keys_of(adjustments: &[AdjustmentEvent]) -> Vec<Key> {
+    let mut ordinals: BTreeMap<String, u32> = BTreeMap::new();
+    adjustments
+        .iter()
+        .map(|a| {
+            let only_ref = || {
+                assert_eq!(a.refs.len(), 1, "an adjustment about one event names it: {a:?}");
+                a.refs[0].clone()
+            };
+            let h = &a.header;
+            match a.kind {
+                AdjustmentKind::OVERSHOOT | AdjustmentKind::SHADOW_OVER_LIMIT => Key::Window {
+                    kind: a.kind,
+                    policy_id: a.policy_id.clone().expect("a window adjustment names its policy"),
+                    tenant: h.tenant.clone(),
+                    subject: h.subject.clone(),
+                    metric: h.metric.clone(),
+                    start: a.window_start.expect("window start"),
+                    end: a.window_end.expect("window end"),
+                },
+                AdjustmentKind::LATE_USAGE => Key::Late {
+                    tenant: h.tenant.clone(),
+                    metric: h.metric.clone(),
+                    start: a.window_start.expect("period start"),
+                    end: a.window_end.expect("period end"),
+                },
+                AdjustmentKind::RESERVATION_EXPIRED => Key::Expiry(only_ref()),
+                AdjustmentKind::REFUSED_TRANSITION => Key::Refused(only_ref()),
+                AdjustmentKind::CONFLICTING_DUPLICATE => {
+                    let id = only_ref();
+                    let ordinal = ordinals.entry(id.clone()).or_insert(0);
+                    *ordinal += 1;
+                    Key::Conflict(id, *ordinal)
+                }
+            }
+        })
+        .collect()
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    seq: u64,
+    event: Event,
+    conflicting: bool,
+}
+
+/// One unit of consumption: a counted UsageEvent or a valid COMMIT.
+#[derive(Debug, Clone)]
+struct Item {
+    tenant: String,
+    subject: Option<String>,
+    metric: String,
+    at: Timestamp,
+    seq: u64,
+    quantity: i64,
+    event_id: String,
+}
+
+/// What the model says is true at one `--as-of`.
+#[derive(Debug, Default)]
+struct Truths {
+    /// Every concern the run judges, with the amount its adjustments must add up to.
+    amounts: BTreeMap<Key, i64>,
+    /// Concerns that are a discrepancy now: reported at least once.
+    present: BTreeSet<Key>,
+    /// The refs a window or late-usage adjustment written now must carry.
+    refs: BTreeMap<Key, Vec<String>>,
+}
+
+/// A closed period's late consumption for one (tenant, metric): the amount, and the events counted now but not
+/// at the close or the other way round, as (occurred_at, seq, event_id).
+type LateSum = (i64, Vec<(Timestamp, u64, String)>);
+
+#[derive(Debug, Default)]
+struct Model {
+    entries: Vec<Entry>,
+    watermark: u64,
+    /// (start, end, watermark) of each closed period.
+    closes: Vec<(Timestamp, Timestamp, u64)>,
+    /// What the recorded adjustments of each concern must add up to after the last run.
+    expected: BTreeMap<Key, i64>,
+}
+
+fn window_bounds(kind: Window, t: Timestamp) -> (Timestamp, Timestamp) {
+    let fixed = |length: i64| {
+        let start = t.micros().div_euclid(length) * length;
+        (Timestamp(start), Timestamp(start + length))
+    };
+    match kind {
+        Window::MINUTE => fixed(MINUTE_MICROS),
+        Window::HOUR => fixed(HOUR_MICROS),
+        Window::DAY => fixed(DAY_MICROS),
+        Window::MONTH => {
+            let d = Utc.timestamp_micros(t.micros()).unwrap();
+            let first = |y: i32, m: u32| Timestamp(Utc.with_ymd_and_hms(y, m, 1, 0, 0, 0).unwrap().timestamp_micros());
+            let next = if d.month() == 12 { first(d.year() + 1, 1) } else { first(d.year(), d.month() + 1) };
+            (first(d.year(), d.month()), next)
+        }
+    }
+}
+
+/// The reservation state machine, naively: (index of THE reserve, index of the valid close, refused flags).
+fn judge(group: &[(u64, &ReservationEvent)]) -> (Option<usize>, Option<usize>, Vec<bool>) {
+    let mut order: Vec<usize> = (0..group.len()).collect();
+    order.sort_by_key(|&i| (group[i].1.header.occurred_at, group[i].0));
+    let reserve = order.iter().copied().find(|&i| group[i].1.action == ReservationAction::RESERVE);
+    let mut close = None;
+    let mut refused = vec![false; group.len()];
+    for &i in &order {
+        let event = group[i].1;
+        if event.action == ReservationAction::RESERVE {
+            refused[i] = Some(i) != reserve;
+            continue;
+        }
+        match reserve {
+            None => refused[i] = true,
+            Some(r) => {
+                let expires_at = group[r].1.expires_at.unwrap();
+                if event.header.occurred_at > expires_at || close.is_some() {
+                    refused[i] = true;
+                } else {
+                    close = Some(i);
+                }
+            }
+        }
+    }
+    (reserve, close, refused)
+}
+
+impl Model {
+    fn append(&mut self, events: &[Event]) -> Vec<AppendOutcome> {
+        let mut outcomes = Vec::new();
+        for event in events {
+            let same_id: Vec<&Entry> = self.entries.iter().filter(|e| e.event.event_id() == event.event_id()).collect();
+            if let Some(equal) = same_id.iter().find(|e| e.event == *event) {
+                outcomes.push(AppendOutcome::Duplicate { of: equal.seq });
+                continue;
+            }
+            self.watermark += 1;
+            let seq = self.watermark;
+            outcomes.push(match same_id.first() {
+                None => AppendOutcome::Recorded { seq },
+                Some(first) => AppendOutcome::ConflictingDuplicate { seq, of: first.seq },
+            });
+            let conflicting = !same_id.is_empty();
+            self.entries.push(Entry { seq, event: event.clone(), conflicting });
+        }
+        outcomes
+    }
+
+    fn recorded(&self) -> impl Iterator<Item = &Entry> {
+        self.entries.iter().filter(|e| !e.conflicting)
+    }
+
+    fn policies(&self) -> Vec<&PolicyEvent> {
+        self.recorded().filter_map(|e| if let Event::Policy(p) = &e.event { Some(p) } else { None }).collect()
+    }
+
+    fn grants(&self) -> Vec<&GrantEvent> {
+        self.recorded().filter_map(|e| if let Event::Grant(g) = &e.event { Some(g) } else { None }).collect()
+    }
+
+    /// Recorded reservation events with seq <= `up_to`, by reservation_id.
+    fn reservation_groups(&self, up_to: u64) -> BTreeMap<String, Vec<(u64, &ReservationEvent)>> {
+        let mut groups: BTreeMap<String, Vec<(u64, &ReservationEvent)>> = BTreeMap::new();
+        for e in self.recorded().filter(|e| e.seq <= up_to) {
+            if let Event::Reservation(r) = &e.event {
+                groups.entry(r.reservation_id.clone()).or_default().push((e.seq, r));
+            }
+        }
+        groups
+    }
+
+    /// Consumption as the ledger held it up to `up_to`: counted usage plus the COMMITs valid then.
+    fn items(&self, up_to: u64) -> Vec<Item> {
+        let item = |seq: u64, h: &Header, quantity: i64| Item {
+            tenant: h.tenant.clone(),
+            subject: h.subject.clone(),
+            metric: h.metric.clone(),
+            at: h.occurred_at,
+            seq,
+            quantity,
+            event_id: h.event_id.clone(),
+        };
+        let mut items = Vec::new();
+        for e in self.recorded().filter(|e| e.seq <= up_to) {
+            if let Event::Usage(u) = &e.event {
+                items.push(item(e.seq, &u.header, u.quantity));
+            }
+        }
+        for group in self.reservation_groups(up_to).values() {
+            if let (_, Some(close), _) = judge(group) {
+                let (seq, event) = group[close];
+                if event.action == ReservationAction::COMMIT {
+                    items.push(item(seq, &event.header, event.amount));
+                }
+            }
+        }
+        items
+    }
+
+    /// The policy versions (with their window) that apply to consumption of `tenant`/`metric` at `t`.
+    fn applicable(&self, tenant: &str, metric: &str, t: Timestamp) -> Vec<(PolicyEvent, Timestamp, Timestamp)> {
+        let policies = self.policies();
+        let in_force = |owner: &str| {
+            let ids: BTreeSet<&str> = policies
+                .iter()
+                .filter(|p| p.header.tenant == owner && p.header.metric == metric)
+                .map(|p| p.policy_id.as_str())
+                .collect();
+            let mut found = Vec::new();
+            for id in ids {
+                let mut best: Option<(&PolicyEvent, Timestamp, Timestamp)> = None;
+                for p in policies.iter().filter(|p| p.header.tenant == owner && p.header.metric == metric) {
+                    let (start, end) = window_bounds(p.window, t);
+                    if p.policy_id != id || p.effective_from >= end {
+                        continue;
+                    }
+                    if best.is_none_or(|(b, _, _)| (p.effective_from, p.version) > (b.effective_from, b.version)) {
+                        best = Some((p, start, end));
+                    }
+                }
+                found.extend(best.map(|(p, s, e)| (p.clone(), s, e)));
+            }
+            found
+        };
+        let own = in_force(tenant);
+        let mut all = own.clone();
+        for default in in_force("*") {
+            if !own.iter().any(|(p, _, _)| p.scope == default.0.scope && p.window == default.0.window) {
+                all.push(default);
+            }
+        }
+        all
+    }
+
+    fn effective_limit(&self, policy: &PolicyEvent, key: &Key) -> i64 {
+        let Key::Window { tenant, subject, metric, start, end, .. } = key else { unreachable!() };
+        let mut limit = policy.limit;
+        for g in self.grants() {
+            let raises = match policy.scope {
+                Scope::TENANT => g.header.subject.is_none(),
+                Scope::SUBJECT => g.header.subject.is_some() && g.header.subject == *subject,
+            };
+            let overlaps = g.valid_from < *end && *start < g.valid_until;
+            if g.header.tenant == *tenant && g.header.metric == *metric && raises && overlaps {
+                limit += g.amount;
+            }
+        }
+        limit
+    }
+
+    fn truths(&self, as_of: Timestamp) -> Truths {
+        let mut truths = Truths::default();
+        self.judge_windows(as_of, &mut truths);
+        self.judge_late_usage(as_of, &mut truths);
+        self.judge_reservations(as_of, &mut truths);
+        let mut ordinals: BTreeMap<&str, u32> = BTreeMap::new();
+        for e in self.entries.iter().filter(|e| e.conflicting) {
+            let ordinal = ordinals.entry(e.event.event_id()).or_insert(0);
+            *ordinal += 1;
+            let amount = if let Event::Usage(u) = &e.event { u.quantity } else { 0 };
+            let key = Key::Conflict(e.event.event_id().to_string(), *ordinal);
+            truths.amounts.insert(key.clone(), amount);
+            truths.present.insert(key);
+        }
+        truths
+    }
+
+    fn judge_windows(&self, as_of: Timestamp, truths: &mut Truths) {
+        let mut windows: BTreeMap<Key, (PolicyEvent, Vec<Item>)> = BTreeMap::new();
+        for item in self.items(u64::MAX).into_iter().filter(|i| i.at < as_of) {
+            for (policy, start, end) in self.applicable(&item.tenant, &item.metric, item.at) {
+                let kind = match policy.enforcement {
+                    Enforcement::HARD => AdjustmentKind::OVERSHOOT,
+                    Enforcement::SHADOW => AdjustmentKind::SHADOW_OVER_LIMIT,
+                    Enforcement::SOFT => continue,
+                };
+                if end > as_of {
+                    continue;
+                }
+                let subject = if policy.scope == Scope::SUBJECT { item.subject.clone() } else { None };
+                let key = Key::Window {
+                    kind,
+                    policy_id: policy.policy_id.clone(),
+                    tenant: item.tenant.clone(),
+                    subject,
+                    metric: item.metric.clone(),
+                    start,
+                    end,
+                };
+                let window = windows.entry(key).or_insert_with(|| (policy.clone(), Vec::new()));
+                assert_eq!(window.0, policy, "one version governs a whole window");
+                window.1.push(item.clone());
+            }
+        }
+        for (key, (policy, mut items)) in windows {
+            let limit = self.effective_limit(&policy, &key);
+            items.sort_by_key(|i| (i.at, i.seq));
+            let mut running = 0;
+            let mut crossers = Vec::new();
+            for i in &items {
+                running += i.quantity;
+                if i.quantity > 0 && running > limit {
+                    crossers.push(i.event_id.clone());
+                }
+            }
+            let excess = (running - limit).max(0);
+            if excess > 0 {
+                truths.present.insert(key.clone());
+            }
+            truths.amounts.insert(key.clone(), excess);
+            truths.refs.insert(key, crossers);
+        }
+        // A judged window with no consumption left is 0.
+        for key in self.expected.keys() {
+            if let Key::Window { end, .. } = key
+                && *end <= as_of
+            {
+                truths.amounts.entry(key.clone()).or_insert(0);
+            }
+        }
+    }
+
+    fn judge_late_usage(&self, as_of: Timestamp, truths: &mut Truths) {
+        let now = self.items(u64::MAX);
+        for &(start, end, watermark) in self.closes.iter().filter(|c| c.1 <= as_of) {
+            let then = self.items(watermark);
+            let mut late: BTreeMap<(String, String), LateSum> = BTreeMap::new();
+            let in_period = |i: &&Item| start <= i.at && i.at < end;
+            for i in now.iter().filter(in_period) {
+                let entry = late.entry((i.tenant.clone(), i.metric.clone())).or_default();
+                entry.0 += i.quantity;
+                if !then.iter().any(|t| t.seq == i.seq) {
+                    entry.1.push((i.at, i.seq, i.event_id.clone()));
+                }
+            }
+            for t in then.iter().filter(in_period) {
+                let entry = late.entry((t.tenant.clone(), t.metric.clone())).or_default();
+                entry.0 -= t.quantity;
+                if !now.iter().any(|i| i.seq == t.seq) {
+                    entry.1.push((t.at, t.seq, t.event_id.clone()));
+                }
+            }
+            for ((tenant, metric), (amount, mut refs)) in late {
+                let key = Key::Late { tenant, metric, start, end };
+                if amount != 0 {
+                    truths.present.insert(key.clone());
+                }
+                refs.sort();
+                truths.amounts.insert(key.clone(), amount);
+                truths.refs.insert(key, refs.into_iter().map(|r| r.2).collect());
+            }
+            for key in self.expected.keys() {
+                if let Key::Late { start: s, end: e, .. } = key
+                    && (*s, *e) == (start, end)
+                {
+                    truths.amounts.entry(key.clone()).or_insert(0);
+                }
+            }
+        }
+    }
+
+    fn judge_reservations(&self, as_of: Timestamp, truths: &mut Truths) {
+        for group in self.reservation_groups(u64::MAX).values() {
+            let (reserve, close, refused) = judge(group);
+            let judged = match reserve {
+                Some(r) => group[r].1.expires_at.unwrap() < as_of,
+                None => group.iter().all(|(_, e)| e.header.occurred_at < as_of),
+            };
+            if !judged {
+                continue;
+            }
+            for (i, (_, event)) in group.iter().enumerate() {
+                let id = event.header.event_id.clone();
+                if event.action == ReservationAction::RESERVE {
+                    let expired = Some(i) == reserve && close.is_none();
+                    truths.amounts.insert(Key::Expiry(id.clone()), if expired { event.amount } else { 0 });
+                    if expired {
+                        truths.present.insert(Key::Expiry(id.clone()));
+                    }
+                }
+                truths.amounts.insert(Key::Refused(id.clone()), if refused[i] { event.amount } else { 0 });
+                if refused[i] {
+                    truths.present.insert(Key::Refused(id));
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The test
+// ---------------------------------------------------------------------------------------------------------------
+
+/// Runs `reconcile --as-of as_of` and checks the ledger against the model.
+fn run_and_check(ledger: &mut Ledger, model: &mut Model, as_of: Timestamp) {
+    let before = reconcile::read::adjustments(ledger.connection()).unwrap();
+    let plan = reconcile::plan(ledger, as_of, &mut |_| {}).unwrap();
+    let report = reconcile::apply(ledger, &plan).unwrap();
+    model.watermark += plan.adjustments.len() as u64;
+    assert_eq!(report.watermark, model.watermark, "adjustments are entries of the ledger");
+
+    let truths = model.truths(as_of);
+    for (key, amount) in &truths.amounts {
+        model.expected.insert(key.clone(), *amount);
+    }
+    let adjustments = reconcile::read::adjustments(ledger.connection()).unwrap();
+    assert_eq!(adjustments.len(), before.len() + plan.adjustments.len());
+    assert_eq!(&adjustments[before.len()..], &plan.adjustments[..], "the ledger holds the plan as planned");
+    let keys = keys_of(&adjustments);
+    let mut sums: BTreeMap<Key, (i64, u64)> = BTreeMap::new();
+    for (key, a) in keys.iter().zip(&adjustments) {
+        let sum = sums.entry(key.clone()).or_default();
+        assert!(a.amount != 0 || sum.1 == 0, "only the first adjustment of a concern has amount 0: {key:?}");
+        sum.0 += a.amount;
+        sum.1 += 1;
+    }
+
+    // Each concern's adjustments add up to the model's truth (concerns not judged now keep their last truth).
+    let all: BTreeSet<&Key> = sums.keys().chain(model.expected.keys()).collect();
+    for key in all {
+        let recorded = sums.get(key).map_or(0, |s| s.0);
+        let expected = model.expected.get(key).copied().unwrap_or(0);
+        let of_key: Vec<(i64, &str)> = keys
+            .iter()
+            .zip(&adjustments)
+            .filter(|(k, _)| *k == key)
+            .map(|(_, a)| (a.amount, a.run_id.as_str()))
+            .collect();
+        assert_eq!(recorded, expected, "as of {as_of}: sum of the adjustments of {key:?}: {of_key:?}");
+    }
+    for key in &truths.present {
+        assert!(sums.contains_key(key), "as of {as_of}: discrepancy {key:?} never reported");
+    }
+
+    // What this run wrote names the right events.
+    for (key, a) in keys[before.len()..].iter().zip(&plan.adjustments) {
+        if matches!(key, Key::Window { .. } | Key::Late { .. }) {
+            let refs = truths.refs.get(key).cloned().unwrap_or_default();
+            assert_eq!(a.refs, refs, "as of {as_of}: refs of {key:?}");
+        }
+    }
+
+    let rerun = reconcile::plan(ledger, as_of, &mut |_| {}).unwrap();
+    assert!(rerun.is_clean(), "a rerun with the same --as-of {as_of} writes nothing: {:#?}", rerun.adjustments);
+}
+
+fn check(history: &History) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ledger = Ledger::open(dir.path().join("ledger.db")).unwrap();
+    let mut model = Model::default();
+    for (batch, step) in history.batches.iter().zip(&history.steps) {
+        if !batch.is_empty() {
+            let events = batch
+                .iter()
+                .map(|event| Incoming {
+                    event: event.clone(),
+                    origin: Origin::Local { name: "model".into() },
+                    raw: None,
+                })
+                .collect();
+            let report = ledger.append(&Batch { events, ..Batch::default() }).unwrap();
+            assert_eq!(report.outcomes, model.append(batch), "deduplication as the model sees it");
+        }
+        if let Some(period) = step.close {
+            let close = ledger.close_period(PERIODS[period].parse().unwrap()).unwrap();
+            if !model.closes.iter().any(|c| c.0 == close.period.start()) {
+                assert_eq!(close.watermark, model.watermark);
+                model.closes.push((close.period.start(), close.period.end(), close.watermark));
+            }
+        }
+        if let Some(as_of) = step.run {
+            run_and_check(&mut ledger, &mut model, at(AS_OFS[as_of]));
+        }
+    }
+    run_and_check(&mut ledger, &mut model, at(FINAL_AS_OF));
+}
+
+proptest! {
+    // The default persistence looks for lib.rs beside tests/ and finds none; this keeps failures where proptest
+    // keeps them for src/ (`reconcile/proptest-regressions/`), relative to the package root cargo runs tests in.
+    #![proptest_config(ProptestConfig {
+        cases: 64,
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct("proptest-regressions/model.txt"))),
+        ..ProptestConfig::default()
+    })]
+
+    // Proves plan + apply agree with the naive model of SPEC 5 for every concern after every run.
+    #[test]
+    fn reconcile_agrees_with_the_model(history in history()) {
+        check(&history);
+    }
+}

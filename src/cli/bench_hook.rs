@@ -1,0 +1,270 @@
+//! `bench hook`: decisions per second and p50/p99 latency of `check`, in-process and over HTTP on loopback, at
+//! several concurrencies, side by side with Redis 7 (Debian's `redis-server`, started here) running a Lua
+//! check-and-consume script with the same semantics (read the counter, compare with the limit, increment, store
+//! the idempotency key), driven by the same client threads at the same concurrency. The hook also records an
+//! audit decision (and the usage) per request in the ledger; Redis records nothing but the counter.
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use hook::{CheckRequest, Hook, HookSettings};
+use ledger::{Batch, Durability, Incoming, Ledger, Origin};
+use schemas::*;
+use serde::Serialize;
+
+/// Requests per client thread in one measurement.
+const REQUESTS_PER_CLIENT_MIN: usize = 200;
+/// Requests of one measurement at least (spread over the clients).
+const REQUESTS_MIN: usize = 20_000;
+/// A limit no benchmark run reaches: every check is allowed and consumes, the costly path.
+const LIMIT: i64 = i64::MAX / 4;
+
+/// The Lua script: the same check-and-consume as the hook's, on one counter.
+const LUA: &str = r#"
+local seen = redis.call('GET', KEYS[2])
+if seen then return tonumber(seen) end
+local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+local amount = tonumber(ARGV[1])
+if used + amount > tonumber(ARGV[2]) then
+  redis.call('SET', KEYS[2], 0)
+  return 0
+end
+redis.call('INCRBY', KEYS[1], amount)
+redis.call('SET', KEYS[2], 1)
+return 1
+"#;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Figures {
+    pub peer: String,
+    pub concurrency: usize,
+    pub requests: usize,
+    pub decisions_per_second: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+}
+
+/// Runs one measurement: `clients` threads each issuing its share of the requests through `call`.
+fn measure(
+    peer: &str,
+    clients: usize,
+    call: Arc<dyn Fn(usize, usize) -> anyhow::Result<()> + Send + Sync>,
+) -> anyhow::Result<Figures> {
+    let per_client = (REQUESTS_MIN / clients).max(REQUESTS_PER_CLIENT_MIN);
+    let started = Instant::now();
+    let threads: Vec<_> = (0..clients)
+        .map(|c| {
+            let call = Arc::clone(&call);
+            std::thread::spawn(move || -> anyhow::Result<Vec<u32>> {
+                let mut latencies = Vec::with_capacity(per_client);
+                for i in 0..per_client {
+                    let t = Instant::now();
+                    call(c, i)?;
+                    latencies.push(t.elapsed().as_micros().min(u32::MAX as u128) as u32);
+                }
+                Ok(latencies)
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    for thread in threads {
+        latencies.extend(thread.join().map_err(|_| anyhow::anyhow!("a client thread panicked"))??);
+    }
+    let elapsed = started.elapsed();
+    latencies.sort_unstable();
+    let at = |q: f64| latencies[((latencies.len() as f64 - 1.0) * q) as usize] as f64;
+    Ok(Figures {
+        peer: peer.to_string(),
+        concurrency: clients,
+        requests: latencies.len(),
+        decisions_per_second: latencies.len() as f64 / elapsed.as_secs_f64(),
+        p50_us: at(0.50),
+        p99_us: at(0.99),
+    })
+}
+
+fn policy_event() -> Event {
+    let start = Timestamp::parse_rfc3339("2026-01-01T00:00:00Z").expect("a valid timestamp");
+    Event::Policy(PolicyEvent {
+        header: Header {
+            event_id: "bench-policy".into(),
+            occurred_at: start,
+            tenant: "org-bench".into(),
+            subject: None,
+            metric: "tokens".into(),
+            source: "bench".into(),
+        },
+        policy_id: "bench-monthly".into(),
+        version: 1,
+        scope: Scope::TENANT,
+        limit: LIMIT,
+        window: Window::MONTH,
+        enforcement: Enforcement::HARD,
+        effective_from: start,
+        burst: None,
+    })
+}
+
+fn fresh_ledger(path: &Path) -> anyhow::Result<()> {
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    let incoming = Incoming { event: policy_event(), origin: Origin::Local { name: "bench".into() }, raw: None };
+    Ledger::open(path)?.append(&Batch { events: vec![incoming], ..Batch::default() })?;
+    Ok(())
+}
+
+fn request(run: usize, c: usize, i: usize) -> CheckRequest {
+    CheckRequest {
+        tenant: "org-bench".into(),
+        subject: None,
+        metric: "tokens".into(),
+        amount: 1,
+        idempotency_key: format!("r{run}-c{c}-i{i}"),
+        request_id: None,
+    }
+}
+
+fn in_process(dir: &Path, run: usize, clients: usize, durability: Durability) -> anyhow::Result<Figures> {
+    let path = dir.join(format!("hook-{run}.db"));
+    fresh_ledger(&path)?;
+    let hook = Hook::start(&path, HookSettings { durability, ..HookSettings::default() })?;
+    let name = format!("hook in-process ({durability:?})");
+    measure(
+        &name,
+        clients,
+        Arc::new(move |c, i| {
+            anyhow::ensure!(hook.check(request(run, c, i))?.allowed(), "every benchmark check is allowed");
+            Ok(())
+        }),
+    )
+}
+
+/// A child process stopped when dropped.
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn over_http(dir: &Path, run: usize, clients: usize, durability: &str) -> anyhow::Result<Figures> {
+    let path = dir.join(format!("hook-{run}.db"));
+    fresh_ledger(&path)?;
+    let tokens = dir.join("tokens.toml");
+    std::fs::write(&tokens, "[[token]]\nsecret = \"bench-secret-0123456789\"\ntenants = [\"*\"]\n")?;
+    let port = free_port()?;
+    let child = Command::new(std::env::current_exe()?)
+        .arg("--ledger")
+        .arg(&path)
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--durability", durability, "--tokens"])
+        .arg(&tokens)
+        .stdout(Stdio::null())
+        .spawn()
+        .context("cannot start serve")?;
+    let _guard = ChildGuard(child);
+    let url = format!("http://127.0.0.1:{port}/v1/check");
+    wait_for(port)?;
+    let config = ureq::Agent::config_builder().max_idle_connections_per_host(clients).build();
+    let agent = ureq::Agent::new_with_config(config);
+    measure(
+        &format!("hook over HTTP ({durability})"),
+        clients,
+        Arc::new(move |c, i| {
+            let body = serde_json::json!({
+                "tenant": "org-bench", "metric": "tokens", "amount": 1, "idempotency_key": format!("r{run}-c{c}-i{i}")
+            });
+            let response =
+                agent.post(&url).header("Authorization", "Bearer bench-secret-0123456789").send_json(body)?;
+            anyhow::ensure!(response.status() == 200, "every benchmark check is allowed: {}", response.status());
+            Ok(())
+        }),
+    )
+}
+
+fn wait_for(port: u16) -> anyhow::Result<()> {
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        anyhow::ensure!(started.elapsed() < Duration::from_secs(20), "nothing listens on port {port}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+fn redis(run: usize, clients: usize, fsync_always: bool) -> anyhow::Result<Figures> {
+    let port = free_port()?;
+    let mut command = Command::new("redis-server");
+    command.args(["--port", &port.to_string(), "--save", "", "--bind", "127.0.0.1"]);
+    if fsync_always {
+        let dir = tempfile::tempdir()?;
+        command.args(["--appendonly", "yes", "--appendfsync", "always", "--dir"]).arg(dir.keep());
+    } else {
+        command.args(["--appendonly", "no"]);
+    }
+    let child =
+        command.stdout(Stdio::null()).spawn().context("cannot start redis-server (apt-get install redis-server)")?;
+    let _guard = ChildGuard(child);
+    wait_for(port)?;
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/"))?;
+    let script = redis::Script::new(LUA);
+    let connections: Vec<std::sync::Mutex<redis::Connection>> =
+        (0..clients).map(|_| client.get_connection().map(std::sync::Mutex::new)).collect::<Result<_, _>>()?;
+    let name = if fsync_always { "redis+lua (appendfsync always)" } else { "redis+lua (no persistence)" };
+    measure(
+        name,
+        clients,
+        Arc::new(move |c, i| {
+            let mut connection = connections[c].lock().expect("one thread per connection");
+            let allowed: i64 = script
+                .key("counter:org-bench:tokens")
+                .key(format!("idem:org-bench:r{run}-c{c}-i{i}"))
+                .arg(1)
+                .arg(LIMIT)
+                .invoke(&mut *connection)?;
+            anyhow::ensure!(allowed == 1, "every benchmark check is allowed");
+            Ok(())
+        }),
+    )
+}
+
+pub fn run(concurrency: &[usize], json: bool) -> anyhow::Result<ExitCode> {
+    let dir = tempfile::tempdir()?;
+    let mut figures = Vec::new();
+    let mut run = 0;
+    for &clients in concurrency {
+        for durability in [Durability::Full, Durability::Normal] {
+            run += 1;
+            figures.push(in_process(dir.path(), run, clients, durability)?);
+        }
+        for durability in ["full", "normal"] {
+            run += 1;
+            figures.push(over_http(dir.path(), run, clients, durability)?);
+        }
+        for fsync_always in [false, true] {
+            run += 1;
+            figures.push(redis(run, clients, fsync_always)?);
+        }
+        if !json {
+            for f in figures.iter().filter(|f| f.concurrency == clients) {
+                println!(
+                    "{:34} c={:<3} {:>8} req  {:>9.0} decisions/s  p50 {:>8.0} us  p99 {:>8.0} us",
+                    f.peer, f.concurrency, f.requests, f.decisions_per_second, f.p50_us, f.p99_us
+                );
+            }
+        }
+    }
+    if json {
+        super::print_json(&figures)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,388 @@
+//! `serve --listen ADDR --tokens FILE`: the enforcement hook over HTTP (SPEC 6, SPEC 7). JSON in and out;
+//! 200 when allowed, 429 when denied with `Retry-After` and `RateLimit-*` headers; 400 for malformed input,
+//! 401 without a valid token, 403 for a tenant the token does not cover (nothing consumed in any of them);
+//! 503 when the hook's queue is full. With `--brokers`, the outbox is published to Kafka every second.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{DefaultBodyLimit, Path as UrlPath, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use clap::Args;
+use hook::{CheckRequest, Closed, Decision, Hook, HookError, HookSettings, Refusal, ReserveRequest, TenantScope};
+use ledger::Durability;
+use schemas::ReservationAction;
+use serde::{Deserialize, Serialize};
+
+use super::kafka_args::parse_setting;
+
+/// Largest request body accepted: a check is about 200 bytes.
+pub const BODY_LIMIT_BYTES: usize = 16 * 1024;
+/// How often the outbox is published when `--brokers` is given.
+pub const OUTBOX_INTERVAL_MS: u64 = 1_000;
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// TOML file of `[[token]]` tables with `secret` and `tenants` (SPEC 7).
+    #[arg(long)]
+    tokens: PathBuf,
+    /// Commit durability: `full` (fsync per group, survives power loss) or `normal` (survives a crash of the
+    /// process; a power loss may lose the last groups).
+    #[arg(long, default_value = "full", value_parser = ["full", "normal"])]
+    durability: String,
+    /// Requests decided in one ledger transaction at most.
+    #[arg(long, default_value_t = HookSettings::default().group_max_requests)]
+    group_max_requests: usize,
+    /// Microseconds the writer waits for more requests after the first of a group (0: only what is queued).
+    #[arg(long, default_value_t = HookSettings::default().group_wait_us)]
+    group_wait_us: u64,
+    /// Kafka bootstrap servers to publish decisions and usage to (the outbox); without them they wait.
+    #[arg(long, env = "QUOTA_LEDGER_BROKERS")]
+    brokers: Option<String>,
+    /// A librdkafka setting for the outbox producer, repeatable.
+    #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = parse_setting)]
+    settings: Vec<(String, String)>,
+}
+
+/// The token file (SPEC 7).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenFile {
+    token: Vec<Token>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Token {
+    /// Sent as `Authorization: Bearer SECRET`.
+    secret: String,
+    /// Tenant names, or `["*"]` for every tenant.
+    tenants: Vec<String>,
+}
+
+fn read_tokens(path: &Path) -> anyhow::Result<Vec<(String, TenantScope)>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read the token file {}", path.display()))?;
+    let file: TokenFile =
+        toml::from_str(&text).with_context(|| format!("token file {} is not valid", path.display()))?;
+    anyhow::ensure!(!file.token.is_empty(), "token file {} has no [[token]]", path.display());
+    file.token
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| {
+            anyhow::ensure!(
+                t.secret.len() >= 16,
+                "token {} of {}: a secret has at least 16 characters",
+                i + 1,
+                path.display()
+            );
+            let scope =
+                if t.tenants.iter().any(|x| x == "*") { TenantScope::All } else { TenantScope::Only(t.tenants) };
+            Ok((t.secret, scope))
+        })
+        .collect()
+}
+
+struct App {
+    hook: Hook,
+    tokens: Vec<(String, TenantScope)>,
+}
+
+pub fn run(ledger_path: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let tokens = read_tokens(&args.tokens)?;
+    let settings = HookSettings {
+        group_max_requests: args.group_max_requests.max(1),
+        group_wait_us: args.group_wait_us,
+        durability: if args.durability == "normal" { Durability::Normal } else { Durability::Full },
+        ..HookSettings::default()
+    };
+    let hook = Hook::start(ledger_path, settings).context("cannot start the hook")?;
+    if let Some(brokers) = args.brokers.clone() {
+        spawn_outbox_publisher(ledger_path.to_path_buf(), brokers, args.settings.clone())?;
+    }
+    let app = Arc::new(App { hook, tokens });
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", args.listen))?;
+        // The first line says where it listens (port 0 picks one), for scripts and tests.
+        println!("listening on http://{}", listener.local_addr()?);
+        axum::serve(listener, router(app)).with_graceful_shutdown(shutdown()).await?;
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn shutdown() {
+    let mut terminate =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("a SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
+}
+
+fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { Json(serde_json::json!({"status": "ok"})) }))
+        .route("/v1/check", post(check))
+        .route("/v1/reservations", post(reserve))
+        .route("/v1/reservations/{id}/commit", post(commit))
+        .route("/v1/reservations/{id}/release", post(release))
+        .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
+        .with_state(app)
+}
+
+/// The publisher thread: its own ledger connection, the outbox published every second.
+fn spawn_outbox_publisher(
+    ledger_path: PathBuf,
+    brokers: String,
+    settings: Vec<(String, String)>,
+) -> anyhow::Result<()> {
+    let mut ledger = ledger::Ledger::open(&ledger_path)?;
+    std::thread::Builder::new().name("outbox".into()).spawn(move || {
+        let topics = ingest::outbox::OutboxTopics::defaults();
+        loop {
+            let timeout = Duration::from_millis(OUTBOX_INTERVAL_MS * 5);
+            if let Err(error) = ingest::outbox::publish(&mut ledger, &brokers, &settings, &topics, timeout) {
+                eprintln!("serve: outbox: {error:#}");
+            }
+            std::thread::sleep(Duration::from_millis(OUTBOX_INTERVAL_MS));
+        }
+    })?;
+    Ok(())
+}
+
+/// An error answer: a status and `{error, message}`.
+fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
+    (status, Json(serde_json::json!({"error": code, "message": message.into()}))).into_response()
+}
+
+/// Why a request is not authenticated: answered 401 with `WWW-Authenticate: Bearer`.
+#[derive(Debug, Clone, Copy)]
+enum Unauthorized {
+    Missing,
+    Unknown,
+}
+
+impl IntoResponse for Unauthorized {
+    fn into_response(self) -> Response {
+        let message = match self {
+            Unauthorized::Missing => "send Authorization: Bearer SECRET",
+            Unauthorized::Unknown => "unknown token",
+        };
+        let mut response = error(StatusCode::UNAUTHORIZED, "unauthorized", message);
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        response
+    }
+}
+
+fn caller(app: &App, headers: &HeaderMap) -> Result<TenantScope, Unauthorized> {
+    let secret = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .ok_or(Unauthorized::Missing)?;
+    // Compared in constant time per token, so that timing does not reveal a secret's prefix.
+    app.tokens
+        .iter()
+        .find(|(s, _)| constant_time_eq(s.as_bytes(), secret.as_bytes()))
+        .map(|(_, scope)| scope.clone())
+        .ok_or(Unauthorized::Unknown)
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn forbidden(tenant: &str) -> Response {
+    error(StatusCode::FORBIDDEN, "forbidden", format!("this token does not cover tenant {tenant:?}"))
+}
+
+fn bad_json(rejection: JsonRejection) -> Response {
+    let status = if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        StatusCode::PAYLOAD_TOO_LARGE
+    } else {
+        StatusCode::BAD_REQUEST
+    };
+    error(status, "bad_request", rejection.body_text())
+}
+
+fn hook_error(e: HookError) -> Response {
+    match e {
+        HookError::BadRequest { .. } => error(StatusCode::BAD_REQUEST, "bad_request", e.to_string()),
+        HookError::Overloaded { .. } => {
+            let mut response = error(StatusCode::SERVICE_UNAVAILABLE, "overloaded", e.to_string());
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            response
+        }
+        HookError::Stopped | HookError::Ledger(_) => error(StatusCode::INTERNAL_SERVER_ERROR, "ledger", e.to_string()),
+        _ => error(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()),
+    }
+}
+
+/// The answer body of SPEC 6, plus identifiers (added, never renamed).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct DecisionBody {
+    code: hook::Code,
+    metric: String,
+    scope: Option<schemas::Scope>,
+    limit: Option<i64>,
+    remaining: Option<i64>,
+    resets_at: Option<schemas::Timestamp>,
+    retry_after_seconds: Option<i64>,
+    policy_version: Option<i32>,
+    policy_id: Option<String>,
+    reason: schemas::Reason,
+    decision_id: String,
+    request_id: String,
+    replayed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reservation_id: Option<String>,
+}
+
+fn decision_response(decision: Decision) -> Response {
+    let retry_after_seconds = decision.retry_after_ms.map(|ms| (ms + 999) / 1_000);
+    let reset_seconds =
+        decision.resets_at.map(|r| ((r.micros() - decision.decided_at.micros()).max(0) + 999_999) / 1_000_000);
+    let status = if decision.allowed() { StatusCode::OK } else { StatusCode::TOO_MANY_REQUESTS };
+    let mut headers = HeaderMap::new();
+    let mut set = |name: &'static str, value: Option<i64>| {
+        if let Some(value) = value {
+            headers.insert(HeaderName::from_static(name), HeaderValue::from(value));
+        }
+    };
+    if !decision.allowed() {
+        set("retry-after", retry_after_seconds);
+    }
+    set("ratelimit-limit", decision.limit);
+    set("ratelimit-remaining", decision.remaining);
+    set("ratelimit-reset", reset_seconds);
+    let body = DecisionBody {
+        code: decision.code,
+        metric: decision.metric,
+        scope: decision.scope,
+        limit: decision.limit,
+        remaining: decision.remaining,
+        resets_at: decision.resets_at,
+        retry_after_seconds,
+        policy_version: decision.policy_version,
+        policy_id: decision.policy_id,
+        reason: decision.reason,
+        decision_id: decision.decision_id,
+        request_id: decision.request_id,
+        replayed: decision.replayed,
+        reservation_id: decision.reservation_id,
+    };
+    (status, headers, Json(body)).into_response()
+}
+
+/// Who may ask, and what: the caller's token, a well-formed body, a tenant the token covers. Nothing reaches the
+/// hook (nothing is consumed or recorded) otherwise.
+fn admit<T>(
+    app: &App,
+    headers: &HeaderMap,
+    body: Result<Json<T>, JsonRejection>,
+    tenant: impl Fn(&T) -> &str,
+) -> Result<T, Box<Response>> {
+    let scope = caller(app, headers).map_err(|u| Box::new(u.into_response()))?;
+    let Json(request) = body.map_err(|r| Box::new(bad_json(r)))?;
+    if !scope.covers(tenant(&request)) {
+        return Err(Box::new(forbidden(tenant(&request))));
+    }
+    Ok(request)
+}
+
+fn answer(result: Result<Decision, HookError>) -> Response {
+    match result {
+        Ok(decision) => decision_response(decision),
+        Err(e) => hook_error(e),
+    }
+}
+
+async fn check(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Result<Json<CheckRequest>, JsonRejection>,
+) -> Response {
+    match admit(&app, &headers, body, |r: &CheckRequest| &r.tenant) {
+        Ok(request) => answer(app.hook.check_async(request).await),
+        Err(refused) => *refused,
+    }
+}
+
+async fn reserve(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Result<Json<ReserveRequest>, JsonRejection>,
+) -> Response {
+    match admit(&app, &headers, body, |r: &ReserveRequest| &r.tenant) {
+        Ok(request) => answer(app.hook.reserve_async(request).await),
+        Err(refused) => *refused,
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CommitBody {
+    amount: i64,
+}
+
+async fn commit(
+    State(app): State<Arc<App>>,
+    UrlPath(id): UrlPath<String>,
+    headers: HeaderMap,
+    body: Result<Json<CommitBody>, JsonRejection>,
+) -> Response {
+    let scope = match caller(&app, &headers) {
+        Ok(scope) => scope,
+        Err(unauthorized) => return unauthorized.into_response(),
+    };
+    let Json(body) = match body {
+        Ok(body) => body,
+        Err(rejection) => return bad_json(rejection),
+    };
+    close_response(app.hook.close_async(&id, ReservationAction::COMMIT, body.amount, scope).await)
+}
+
+async fn release(State(app): State<Arc<App>>, UrlPath(id): UrlPath<String>, headers: HeaderMap) -> Response {
+    let scope = match caller(&app, &headers) {
+        Ok(scope) => scope,
+        Err(unauthorized) => return unauthorized.into_response(),
+    };
+    close_response(app.hook.close_async(&id, ReservationAction::RELEASE, 0, scope).await)
+}
+
+fn close_response(result: Result<Result<Closed, Refusal>, HookError>) -> Response {
+    match result {
+        Ok(Ok(closed)) => (StatusCode::OK, Json(closed)).into_response(),
+        Ok(Err(refusal)) => {
+            let status = match refusal {
+                Refusal::NotFound { .. } => StatusCode::NOT_FOUND,
+                Refusal::AlreadyClosed { .. } => StatusCode::CONFLICT,
+                Refusal::Expired { .. } => StatusCode::GONE,
+                Refusal::Forbidden { .. } => StatusCode::FORBIDDEN,
+            };
+            let message = refusal.to_string();
+            let mut body = serde_json::to_value(&refusal).expect("a refusal serializes");
+            body["error"] = serde_json::json!("refused");
+            body["message"] = serde_json::json!(message);
+            (status, Json(body)).into_response()
+        }
+        Err(e) => hook_error(e),
+    }
+}

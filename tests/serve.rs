@@ -1,0 +1,315 @@
+//! `serve` as services use it: JSON over HTTP on loopback against the real binary and a real ledger file, with
+//! 64 concurrent clients, retries, reservations, bad tokens and bad bodies, and a broker outage.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use schemas::*;
+use serde_json::{Value, json};
+use support::brokers::{Broker, event_ids_on_topic};
+use support::*;
+
+const SECRET: &str = "org-1-secret-0123456789";
+const ADMIN: &str = "admin-secret-0123456789";
+
+/// `quota-ledger serve` on a free port, stopped when dropped.
+struct Server {
+    child: Child,
+    base: String,
+    agent: ureq::Agent,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Server {
+    fn start(test: &TestLedger, extra: &[&str]) -> Server {
+        let tokens = test.file("tokens.toml");
+        std::fs::write(
+            &tokens,
+            format!("[[token]]\nsecret = \"{SECRET}\"\ntenants = [\"org-1\"]\n\n[[token]]\nsecret = \"{ADMIN}\"\ntenants = [\"*\"]\n"),
+        )
+        .unwrap();
+        let mut child = Command::new(BIN)
+            .args(["--ledger", test.path.to_str().unwrap(), "serve", "--listen", "127.0.0.1:0", "--tokens"])
+            .arg(&tokens)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("serve starts");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).expect("serve prints its address");
+        let base =
+            line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("first line: {line:?}")).to_string();
+        let config = ureq::Agent::config_builder().http_status_as_error(false).build();
+        Server { child, base, agent: ureq::Agent::new_with_config(config) }
+    }
+
+    /// POSTs `body` with `secret` (none: no Authorization header): status, headers, JSON body.
+    fn post(&self, path: &str, secret: Option<&str>, body: &Value) -> (u16, ureq::http::HeaderMap, Value) {
+        let mut request = self.agent.post(format!("{}{path}", self.base));
+        if let Some(secret) = secret {
+            request = request.header("Authorization", format!("Bearer {secret}"));
+        }
+        let mut response = request.send_json(body).expect("an HTTP answer");
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let text = response.body_mut().read_to_string().expect("a body");
+        let json = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{status} {text:?} is not JSON: {e}"));
+        (status, headers, json)
+    }
+
+    fn check(&self, key: &str, amount: i64) -> (u16, ureq::http::HeaderMap, Value) {
+        let body = json!({"tenant": "org-1", "metric": "tokens", "amount": amount, "idempotency_key": key});
+        self.post("/v1/check", Some(SECRET), &body)
+    }
+}
+
+fn hard_policy(limit: i64, window: Window) -> Event {
+    Event::Policy(PolicyEvent {
+        header: header("policy-quota-v1", "2026-01-01T00:00:00Z", "org-1", "tokens"),
+        policy_id: "quota".into(),
+        version: 4,
+        scope: Scope::TENANT,
+        limit,
+        window,
+        enforcement: Enforcement::HARD,
+        effective_from: at("2026-01-01T00:00:00Z"),
+        burst: None,
+    })
+}
+
+fn ledger_with(policy: Event) -> TestLedger {
+    let test = TestLedger::new();
+    write_container(&test.file("policy.avro"), &[policy]);
+    test.ingest(&test.file("policy.avro"));
+    test
+}
+
+fn sql_i64(test: &TestLedger, sql: &str) -> i64 {
+    let ledger = ledger::Ledger::open_read_only(&test.path).unwrap();
+    ledger.connection().query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+// SPEC 6: 64 concurrent HTTP clients with random amounts against one HARD limit: never more than fits, no denial that would have fit, and the ledger agrees.
+#[test]
+fn sixty_four_clients_never_get_more_than_fits() {
+    const LIMIT: i64 = 5_000;
+    let test = ledger_with(hard_policy(LIMIT, Window::MONTH));
+    let server = Arc::new(Server::start(&test, &[]));
+    let clients: Vec<_> = (0..64u64)
+        .map(|c| {
+            let server = Arc::clone(&server);
+            std::thread::spawn(move || {
+                let mut seed = (c + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                (0..25)
+                    .map(|i| {
+                        seed ^= seed << 13;
+                        seed ^= seed >> 7;
+                        seed ^= seed << 17;
+                        let amount = (seed % 60) as i64 + 1;
+                        let (status, _, body) = server.check(&format!("c{c}-{i}"), amount);
+                        (status, amount, body)
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let answers: Vec<(u16, i64, Value)> = clients.into_iter().flat_map(|c| c.join().unwrap()).collect();
+    let allowed: i64 = answers.iter().filter(|(s, ..)| *s == 200).map(|(_, a, _)| a).sum();
+    assert!(allowed <= LIMIT, "{allowed} allowed over {LIMIT}");
+    for (status, amount, body) in &answers {
+        assert!(*status == 200 || *status == 429, "{status} {body}");
+        if *status == 429 {
+            assert_eq!(body["code"], "QUOTA_EXCEEDED", "{body}");
+            assert!(*amount > LIMIT - allowed, "a denied {amount} would have fit: {body}");
+        }
+    }
+    assert!(answers.iter().any(|(s, ..)| *s == 429), "1,600 requests of about 30 exceed 5,000");
+    assert_eq!(sql_i64(&test, "SELECT COALESCE(SUM(quantity), 0) FROM usage_events"), allowed, "the ledger agrees");
+    assert_eq!(sql_i64(&test, "SELECT COUNT(*) FROM decision_events"), answers.len() as i64, "one decision each");
+}
+
+// SPEC 6-7: a denial is 429 with Retry-After and RateLimit-* headers and the JSON body of SPEC 6; an allowed answer carries the same fields with code OK.
+#[test]
+fn denials_carry_the_headers_and_body_of_the_spec() {
+    let test = ledger_with(hard_policy(10, Window::DAY));
+    let server = Server::start(&test, &[]);
+    let (status, headers, body) = server.check("a-1", 8);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (body["code"].as_str(), body["remaining"].as_i64(), body["limit"].as_i64()),
+        (Some("OK"), Some(2), Some(10))
+    );
+    assert_eq!(headers["ratelimit-remaining"], "2");
+    let (status, headers, body) = server.check("a-2", 5);
+    assert_eq!(status, 429, "{body}");
+    for field in ["code", "metric", "scope", "limit", "remaining", "resetsAt", "retryAfterSeconds", "policyVersion"] {
+        assert!(body.get(field).is_some(), "{field} missing from {body}");
+    }
+    assert_eq!(
+        (body["code"].as_str(), body["metric"].as_str(), body["scope"].as_str(), body["policyVersion"].as_i64()),
+        (Some("QUOTA_EXCEEDED"), Some("tokens"), Some("TENANT"), Some(4))
+    );
+    assert_eq!((body["limit"].as_i64(), body["remaining"].as_i64()), (Some(10), Some(2)));
+    let retry: i64 = headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert_eq!(Some(retry), body["retryAfterSeconds"].as_i64());
+    assert!((1..=86_400).contains(&retry), "until the day resets: {retry}");
+    assert_eq!(headers["ratelimit-limit"], "10");
+    assert_eq!(headers["ratelimit-remaining"], "2");
+    let reset: i64 = headers["ratelimit-reset"].to_str().unwrap().parse().unwrap();
+    assert!((retry - reset).abs() <= 1, "reset {reset}, retry {retry}");
+}
+
+// SPEC 7: 401 without a valid token, 403 for a tenant the token does not cover, 400 naming the bad field, 413 for a huge body; nothing consumed or recorded by any of them.
+#[test]
+fn bad_callers_and_bad_bodies_consume_nothing() {
+    let test = ledger_with(hard_policy(10, Window::DAY));
+    let server = Server::start(&test, &[]);
+    let ask = json!({"tenant": "org-1", "metric": "tokens", "amount": 1, "idempotency_key": "k"});
+    assert_eq!(server.post("/v1/check", None, &ask).0, 401);
+    assert_eq!(server.post("/v1/check", Some("not-a-token-at-all-123"), &ask).0, 401);
+    let other = json!({"tenant": "org-2", "metric": "tokens", "amount": 1, "idempotency_key": "k"});
+    let (status, _, body) = server.post("/v1/check", Some(SECRET), &other);
+    assert_eq!(status, 403, "{body}");
+    assert!(body["message"].as_str().unwrap().contains("org-2"), "{body}");
+    let (status, _, body) = server.post(
+        "/v1/check",
+        Some(SECRET),
+        &json!({"tenant": "org-1", "metric": "tokens", "amount": "lots", "idempotency_key": "k"}),
+    );
+    assert_eq!(status, 400);
+    assert!(body["message"].as_str().unwrap().contains("amount"), "{body}");
+    let (status, _, body) = server.post(
+        "/v1/check",
+        Some(SECRET),
+        &json!({"tenant": "org-1", "metric": "tokens", "amount": -3, "idempotency_key": "k"}),
+    );
+    assert_eq!(status, 400);
+    assert!(body["message"].as_str().unwrap().contains("amount: -3 is negative"), "{body}");
+    let (status, _, _) = server.post("/v1/check", Some(SECRET), &json!({"tenant": "org-1", "metric": "tokens", "amount": 1, "idempotency_key": "k", "junk": "x".repeat(20_000)}));
+    assert_eq!(status, 413);
+    assert_eq!(sql_i64(&test, "SELECT COUNT(*) FROM decision_events"), 0, "no decision recorded");
+    let (status, _, body) = server.post("/v1/check", Some(ADMIN), &other);
+    assert_eq!(status, 200, "the * token covers org-2: {body}");
+}
+
+// SPEC 6: the same idempotency key sent concurrently by eight clients: one consumption, identical answers.
+#[test]
+fn retries_of_one_key_over_http_consume_once() {
+    let test = ledger_with(hard_policy(100, Window::DAY));
+    let server = Arc::new(Server::start(&test, &[]));
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            let server = Arc::clone(&server);
+            std::thread::spawn(move || server.check("retried", 9))
+        })
+        .collect();
+    let answers: Vec<Value> = clients.into_iter().map(|c| c.join().unwrap().2).collect();
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        v.as_object_mut().unwrap().remove("replayed");
+        v
+    };
+    assert!(answers.iter().all(|a| strip(a) == strip(&answers[0])), "{answers:?}");
+    assert_eq!(answers.iter().filter(|a| a["replayed"] == false).count(), 1);
+    assert_eq!(sql_i64(&test, "SELECT COALESCE(SUM(quantity), 0) FROM usage_events"), 9);
+}
+
+// SPEC 5-7 over HTTP: reserve, commit more than reserved, double commit 409, release, commit after expiry 410.
+#[test]
+fn reservations_over_http() {
+    let test = ledger_with(hard_policy(100, Window::DAY));
+    let server = Server::start(&test, &[]);
+    let reserve = |key: &str, ttl_ms: i64| {
+        let body =
+            json!({"tenant": "org-1", "metric": "tokens", "amount": 40, "ttl_ms": ttl_ms, "idempotency_key": key});
+        let (status, _, body) = server.post("/v1/reservations", Some(SECRET), &body);
+        assert_eq!(status, 200, "{body}");
+        body["reservationId"].as_str().expect("a reservation id").to_string()
+    };
+    let id = reserve("r-1", 60_000);
+    assert_eq!(server.check("c-1", 70).0, 429, "40 held of 100");
+    let (status, _, body) = server.post(&format!("/v1/reservations/{id}/commit"), Some(SECRET), &json!({"amount": 55}));
+    assert_eq!((status, body["charged_above_reserved"].as_i64()), (200, Some(15)), "{body}");
+    let (status, _, body) = server.post(&format!("/v1/reservations/{id}/commit"), Some(SECRET), &json!({"amount": 1}));
+    assert_eq!((status, body["refused"].as_str()), (409, Some("already_closed")), "{body}");
+    let other = reserve("r-2", 60_000);
+    let (status, _, _) = server.post(&format!("/v1/reservations/{other}/release"), Some(ADMIN), &json!({}));
+    assert_eq!(status, 200);
+    let short = reserve("r-3", 50);
+    std::thread::sleep(Duration::from_millis(150));
+    let (status, _, body) =
+        server.post(&format!("/v1/reservations/{short}/commit"), Some(SECRET), &json!({"amount": 1}));
+    assert_eq!((status, body["refused"].as_str()), (410, Some("expired")), "{body}");
+    assert_eq!(server.check("c-2", 45).0, 200, "55 consumed, nothing held");
+}
+
+// SPEC 6 outbox: with the real broker (Tansu, sqlite engine) stopped the hook keeps deciding; once it is back every recorded decision reaches quota.decisions exactly once.
+#[test]
+fn decisions_reach_kafka_exactly_once_across_a_broker_outage() {
+    let test = ledger_with(hard_policy(1_000_000, Window::MONTH));
+    let data = tempfile::tempdir().unwrap();
+    let Some(broker) = Broker::tansu_sqlite(&data.path().join("tansu.db"), None) else { return };
+    let port = broker.port();
+    let server = Server::start(&test, &["--brokers", &broker.bootstrap]);
+    for i in 0..20 {
+        assert_eq!(server.check(&format!("before-{i}"), 1).0, 200);
+    }
+    drop(broker);
+    for i in 0..30 {
+        assert_eq!(server.check(&format!("during-{i}"), 1).0, 200, "the hook decides while the broker is down");
+    }
+    // Long enough for the publisher (every second) to try and fail against the stopped broker.
+    std::thread::sleep(Duration::from_secs(3));
+    let broker = Broker::tansu_sqlite(&data.path().join("tansu.db"), Some(port)).expect("Tansu restarts");
+    let expected: Vec<String> = {
+        let ledger = ledger::Ledger::open_read_only(&test.path).unwrap();
+        let mut statement =
+            ledger.connection().prepare("SELECT event_id FROM entries WHERE event_type = 'DecisionEvent'").unwrap();
+        statement.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
+    };
+    assert_eq!(expected.len(), 50);
+    let started = std::time::Instant::now();
+    while sql_i64(&test, "SELECT COUNT(*) FROM outbox_published") < 100 {
+        assert!(started.elapsed() < Duration::from_secs(60), "the outbox did not drain after the broker came back");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let mut on_topic = event_ids_on_topic(&broker.bootstrap, "quota.decisions", expected.len());
+    on_topic.sort();
+    let mut expected = expected;
+    expected.sort();
+    assert_eq!(on_topic, expected, "every decision exactly once");
+}
+
+// SPEC 6: what the hook publishes comes back through ingest as exact duplicates of what the ledger holds: nothing counted twice.
+#[test]
+fn ingest_sees_the_hooks_own_events_as_duplicates() {
+    let test = ledger_with(hard_policy(1_000, Window::MONTH));
+    let broker = Broker::mock();
+    let server = Server::start(&test, &["--brokers", &broker.bootstrap]);
+    for i in 0..10 {
+        assert_eq!(server.check(&format!("k-{i}"), 3).0, 200);
+    }
+    let started = std::time::Instant::now();
+    while sql_i64(&test, "SELECT COUNT(*) FROM outbox_published") < 20 {
+        assert!(started.elapsed() < Duration::from_secs(30), "the outbox did not drain");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(server);
+    let before = test.status();
+    let report = test.run(&["ingest", "--brokers", &broker.bootstrap, "--until-caught-up", "--json"]).success().json();
+    let after = test.status();
+    assert_eq!(after["events_recorded"], before["events_recorded"], "nothing new recorded: {report}");
+    assert_eq!(count(&after, "duplicates") - count(&before, "duplicates"), 20, "10 decisions and 10 usage events");
+    assert_eq!(sql_i64(&test, "SELECT COALESCE(SUM(quantity), 0) FROM usage_events"), 30, "counted once");
+}
