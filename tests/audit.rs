@@ -89,6 +89,7 @@ fn daily_policy(version: i32, limit: i64) -> Event {
         window: Window::DAY,
         enforcement: Enforcement::HARD,
         effective_from: at("2026-10-01T00:00:00Z"),
+        burst: None,
     })
 }
 

@@ -239,6 +239,7 @@ fn soft_monthly(tenant: &str, limit: i64) -> Event {
         window: Window::MONTH,
         enforcement: Enforcement::SOFT,
         effective_from: at("2026-08-01T00:00:00Z"),
+        burst: None,
     })
 }
 

@@ -260,6 +260,7 @@ pub fn policies(conn: &Connection, watermark: u64) -> Result<Vec<PolicyEvent>, R
             window: symbol(r, 10, Window::from_symbol)?,
             enforcement: symbol(r, 11, Enforcement::from_symbol)?,
             effective_from: Timestamp(r.get(12)?),
+            burst: r.get(13)?,
         })
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -370,6 +371,7 @@ mod tests {
             window: Window::MONTH,
             enforcement,
             effective_from: at("2026-10-01T00:00:00Z"),
+            burst: None,
         }
     }
 
