@@ -55,6 +55,9 @@ enum Command {
     /// Messages that failed to decode or validate.
     #[command(subcommand)]
     Quarantine(cli::quarantine::QuarantineCommand),
+    /// The whole product in one command on an embedded Kafka: traffic, ingest, hook, reconcile, close, export,
+    /// late events, audit, and report.html (into --out; the global --ledger is not used).
+    Demo(cli::demo::DemoArgs),
     /// Measure the ledger against its floor on this machine.
     #[command(subcommand)]
     Bench(cli::bench::BenchCommand),
@@ -77,6 +80,7 @@ fn main() -> ExitCode {
         Command::Sql(args) => cli::sql::run(&cli.ledger, args),
         Command::Serve(args) => cli::serve::run(&cli.ledger, args),
         Command::Quarantine(command) => cli::quarantine::run(&cli.ledger, command),
+        Command::Demo(args) => cli::demo::run(args),
         Command::Bench(command) => cli::bench::run(command),
     };
     match result {

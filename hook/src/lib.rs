@@ -36,7 +36,7 @@ use std::sync::mpsc::{SyncSender, TrySendError};
 pub use api::*;
 pub use error::{HookError, StartError};
 use ledger::{Durability, Ledger};
-use schemas::ReservationAction;
+use schemas::{ReservationAction, Timestamp};
 use tokio::sync::oneshot;
 use writer::{Work, Writer};
 
@@ -45,8 +45,9 @@ pub const SOURCE: &str = "hook";
 /// Longest reservation: a day. Longer holds would keep quota away from everyone else for too long.
 pub const TTL_MS_MAX: i64 = 24 * 3_600 * 1_000;
 
-/// How the writer groups requests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How the writer groups requests, and its clock.
+// Not PartialEq: comparing function pointers (`clock`) is not meaningful.
+#[derive(Debug, Clone, Copy)]
 pub struct HookSettings {
     /// Requests decided in one ledger transaction at most.
     pub group_max_requests: usize,
@@ -56,6 +57,10 @@ pub struct HookSettings {
     /// Requests waiting at most; beyond, `check_async` answers Overloaded at once and `check` waits.
     pub queue_max_requests: usize,
     pub durability: Durability,
+    /// What "now" is for windows, expiries, throttles and the time stamped on what the hook records: the wall
+    /// clock (`Timestamp::now`) unless a caller replays a past month (the `demo` decides inside the month it
+    /// generates, which must be over to be closed). A plain function keeps the settings `Copy`.
+    pub clock: fn() -> Timestamp,
 }
 
 /// Defaults: 512 requests per group (about 1,000 events, the ledger's best batch size measured in
@@ -67,6 +72,7 @@ impl Default for HookSettings {
             group_wait_us: 0,
             queue_max_requests: 8_192,
             durability: Durability::Full,
+            clock: Timestamp::now,
         }
     }
 }

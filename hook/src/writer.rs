@@ -78,7 +78,7 @@ pub struct Writer {
 
 impl Writer {
     pub fn new(ledger: Ledger, settings: HookSettings) -> Result<Writer, crate::StartError> {
-        let state = load(&ledger, Timestamp::now())?;
+        let state = load(&ledger, (settings.clock)())?;
         Ok(Writer { ledger, state, buckets: Buckets::default(), recent: Recent::default(), settings })
     }
 
@@ -106,7 +106,7 @@ impl Writer {
     }
 
     fn process(&mut self, group: Vec<Work>) {
-        let now = Timestamp::now();
+        let now = (self.settings.clock)();
         if let Err(error) = catch_up(&self.ledger, &mut self.state, now, &[]) {
             return fail_all(group, &error.to_string());
         }
@@ -159,7 +159,7 @@ impl Writer {
 
     fn reload(&mut self) {
         self.recent = Recent::default();
-        match load(&self.ledger, Timestamp::now()) {
+        match load(&self.ledger, (self.settings.clock)()) {
             Ok(state) => self.state = state,
             Err(error) => eprintln!("hook: cannot rebuild the state after a failed commit: {error}"),
         }

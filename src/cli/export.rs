@@ -69,7 +69,7 @@ pub fn run(ledger_path: &Path, command: ExportCommand) -> anyhow::Result<ExitCod
 }
 
 /// `--final`: closes the period (or finds it closed) and answers its stored export.
-fn close(ledger: &mut Ledger, period: Period) -> anyhow::Result<(BillingExport, String)> {
+pub(crate) fn close(ledger: &mut Ledger, period: Period) -> anyhow::Result<(BillingExport, String)> {
     let path = ledger.path().to_path_buf();
     let closed = ledger
         .close_period_with_export(period, |conn, snapshot| {
@@ -82,7 +82,7 @@ fn close(ledger: &mut Ledger, period: Period) -> anyhow::Result<(BillingExport, 
 }
 
 /// Without `--final`: the stored export of a closed period, else the open period at the current watermark.
-fn current(ledger: &Ledger, period: Period) -> anyhow::Result<(BillingExport, String)> {
+pub(crate) fn current(ledger: &Ledger, period: Period) -> anyhow::Result<(BillingExport, String)> {
     if let Some(closed) = ledger.period_export(period)? {
         let export = stored_or_recomputed(ledger, &closed)?;
         let note = format!("period {period} is closed (watermark {}): its final export", closed.close.watermark);
@@ -104,7 +104,7 @@ fn stored_or_recomputed(ledger: &Ledger, closed: &ledger::PeriodExport) -> anyho
 }
 
 /// Writes `bytes` to a temporary file beside `path`, then renames it: a reader never sees half an export.
-fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let mut file =
         tempfile::NamedTempFile::new_in(dir).with_context(|| format!("cannot write in {}", dir.display()))?;

@@ -52,16 +52,26 @@ fn to_kafka(generator: &mut Generator, brokers: &str, overrides: &[(String, Stri
     let catalog = Catalog::builtin();
     let mut producer = KafkaProducer::new(brokers, overrides)?;
     for generated in generator.by_ref() {
-        let (event_type, key, bytes) = match generated {
-            Generated::Event(event) | Generated::Invalid(event) => {
-                (event.event_type(), event.header().tenant.clone(), catalog.encode_single_object(&event))
-            }
-            Generated::Garbage { event_type, key, bytes } => (event_type, key, bytes),
-        };
-        producer.send(event_type.default_topic(), &key, &bytes)?;
+        send_generated(&mut producer, catalog, generated)?;
     }
     let report = producer.finish()?;
     eprintln!("generate: {} messages produced to {brokers} and acknowledged", report.delivered);
+    Ok(())
+}
+
+/// Sends one generated message to its type's default topic (SPEC 2), the tenant as key; garbage as it is.
+pub(crate) fn send_generated(
+    producer: &mut KafkaProducer,
+    catalog: &Catalog,
+    generated: Generated,
+) -> anyhow::Result<()> {
+    let (event_type, key, bytes) = match generated {
+        Generated::Event(event) | Generated::Invalid(event) => {
+            (event.event_type(), event.header().tenant.clone(), catalog.encode_single_object(&event))
+        }
+        Generated::Garbage { event_type, key, bytes } => (event_type, key, bytes),
+    };
+    producer.send(event_type.default_topic(), &key, &bytes)?;
     Ok(())
 }
 

@@ -6,6 +6,7 @@ pub mod bench_export;
 pub mod bench_hook;
 pub mod bench_reconcile;
 pub mod broker;
+pub mod demo;
 pub mod export;
 pub mod generate;
 pub mod ingest;
@@ -62,13 +63,17 @@ pub fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
 
 /// Prints rows as a table whose columns are aligned, the header first.
 pub fn print_table(header: &[&str], rows: &[Vec<String>]) -> anyhow::Result<()> {
+    write_table(&mut std::io::stdout().lock(), header, rows)
+}
+
+/// Writes rows as a table whose columns are aligned, the header first.
+pub fn write_table(out: &mut dyn Write, header: &[&str], rows: &[Vec<String>]) -> anyhow::Result<()> {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {
             *width = (*width).max(cell.chars().count());
         }
     }
-    let mut out = std::io::stdout().lock();
     let line = |cells: &mut dyn Iterator<Item = &str>| -> String {
         let cells: Vec<String> = cells.zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
         cells.join("  ").trim_end().to_string()

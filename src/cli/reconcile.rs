@@ -4,6 +4,7 @@
 //! error.
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -62,7 +63,7 @@ fn parse_as_of(text: &str) -> Result<Timestamp, String> {
 
 /// `--json` (SPEC 7): `run_id`, `as_of`, `adjustments_written`, `adjustments_by_kind`, `adjustments`.
 #[derive(Debug, Serialize)]
-struct RunJson {
+pub(crate) struct RunJson {
     run_id: String,
     as_of: Timestamp,
     watermark: u64,
@@ -110,7 +111,7 @@ pub fn run(ledger_path: &Path, args: ReconcileArgs) -> anyhow::Result<ExitCode> 
     if args.json {
         super::print_json(&run_json(&plan, args.dry_run, outbox))?;
     } else {
-        print_report(&plan, args.dry_run, outbox.as_ref(), pending)?;
+        write_report(&mut std::io::stdout().lock(), &plan, args.dry_run, outbox.as_ref(), pending)?;
     }
     Ok(if plan.is_clean() { ExitCode::SUCCESS } else { ExitCode::from(super::EXIT_DISCREPANCIES) })
 }
@@ -123,7 +124,7 @@ fn by_kind(adjustments: &[AdjustmentEvent]) -> BTreeMap<String, u64> {
     counts
 }
 
-fn run_json(plan: &Plan, dry_run: bool, outbox: Option<PublishReport>) -> RunJson {
+pub(crate) fn run_json(plan: &Plan, dry_run: bool, outbox: Option<PublishReport>) -> RunJson {
     RunJson {
         run_id: plan.run_id.clone(),
         as_of: plan.as_of,
@@ -137,10 +138,18 @@ fn run_json(plan: &Plan, dry_run: bool, outbox: Option<PublishReport>) -> RunJso
     }
 }
 
-fn print_report(plan: &Plan, dry_run: bool, outbox: Option<&PublishReport>, pending: u64) -> anyhow::Result<()> {
+/// The report for people: what was read, what was written, by kind, by tenant, the largest overshoots.
+pub(crate) fn write_report(
+    out: &mut dyn Write,
+    plan: &Plan,
+    dry_run: bool,
+    outbox: Option<&PublishReport>,
+    pending: u64,
+) -> anyhow::Result<()> {
     let c = &plan.counts;
-    println!("reconcile as of {} (run {}, ledger watermark {})", plan.as_of, plan.run_id, plan.watermark);
-    println!(
+    writeln!(out, "reconcile as of {} (run {}, ledger watermark {})", plan.as_of, plan.run_id, plan.watermark)?;
+    writeln!(
+        out,
         "read {} usage events, {} reservation events ({} reservations judged, {} valid commits), {} conflicting \
          copies; judged {} windows; {} adjustments recorded before",
         c.usage_events,
@@ -150,31 +159,32 @@ fn print_report(plan: &Plan, dry_run: bool, outbox: Option<&PublishReport>, pend
         c.conflicting_copies,
         c.windows_judged,
         c.adjustments_before
-    );
+    )?;
     if plan.is_clean() {
-        println!("clean: nothing to adjust");
+        writeln!(out, "clean: nothing to adjust")?;
     } else {
         let verb = if dry_run { "would write (dry run, nothing recorded)" } else { "wrote" };
-        println!("{verb} {} adjustments", plan.adjustments.len());
-        print_by_kind(&plan.adjustments)?;
-        print_by_tenant(&plan.adjustments)?;
-        print_largest(&plan.adjustments)?;
+        writeln!(out, "{verb} {} adjustments", plan.adjustments.len())?;
+        print_by_kind(out, &plan.adjustments)?;
+        print_by_tenant(out, &plan.adjustments)?;
+        print_largest(out, &plan.adjustments)?;
     }
     match outbox {
-        Some(report) if report.pending > 0 => println!(
+        Some(report) if report.pending > 0 => writeln!(
+            out,
             "outbox: {} published, {} still pending (broker: {}); the next run or `reconcile --brokers` sends them",
             report.published,
             report.pending,
             report.last_error.as_deref().unwrap_or("no acknowledgement")
         ),
-        Some(report) => println!("outbox: {} published to Kafka, none pending", report.published),
-        None if pending > 0 => println!("outbox: {pending} entries wait for a run with --brokers"),
-        None => {}
-    }
+        Some(report) => writeln!(out, "outbox: {} published to Kafka, none pending", report.published),
+        None if pending > 0 => writeln!(out, "outbox: {pending} entries wait for a run with --brokers"),
+        None => Ok(()),
+    }?;
     Ok(())
 }
 
-fn print_by_kind(adjustments: &[AdjustmentEvent]) -> anyhow::Result<()> {
+fn print_by_kind(out: &mut dyn Write, adjustments: &[AdjustmentEvent]) -> anyhow::Result<()> {
     let mut rows: BTreeMap<AdjustmentKind, (u64, i64)> = BTreeMap::new();
     for a in adjustments {
         let row = rows.entry(a.kind).or_default();
@@ -183,12 +193,12 @@ fn print_by_kind(adjustments: &[AdjustmentEvent]) -> anyhow::Result<()> {
     }
     let rows: Vec<Vec<String>> =
         rows.iter().map(|(kind, (n, amount))| vec![kind.to_string(), n.to_string(), amount.to_string()]).collect();
-    println!();
-    super::print_table(&["kind", "adjustments", "amount"], &rows)
+    writeln!(out)?;
+    super::write_table(out, &["kind", "adjustments", "amount"], &rows)
 }
 
 /// One row per tenant, most adjustments first: how many of each kind.
-fn print_by_tenant(adjustments: &[AdjustmentEvent]) -> anyhow::Result<()> {
+fn print_by_tenant(out: &mut dyn Write, adjustments: &[AdjustmentEvent]) -> anyhow::Result<()> {
     let kinds: Vec<AdjustmentKind> =
         by_kind(adjustments).keys().filter_map(|k| AdjustmentKind::from_symbol(k)).collect();
     let mut tenants: BTreeMap<&str, BTreeMap<AdjustmentKind, u64>> = BTreeMap::new();
@@ -210,15 +220,15 @@ fn print_by_tenant(adjustments: &[AdjustmentEvent]) -> anyhow::Result<()> {
     let kind_names: Vec<String> = kinds.iter().map(|k| k.to_string()).collect();
     let mut header = vec!["tenant", "adjustments"];
     header.extend(kind_names.iter().map(String::as_str));
-    println!();
-    super::print_table(&header, &rows)?;
+    writeln!(out)?;
+    super::write_table(out, &header, &rows)?;
     if hidden > 0 {
-        println!("... and {hidden} more tenants (--json lists every adjustment)");
+        writeln!(out, "... and {hidden} more tenants (--json lists every adjustment)")?;
     }
     Ok(())
 }
 
-fn print_largest(adjustments: &[AdjustmentEvent]) -> anyhow::Result<()> {
+fn print_largest(out: &mut dyn Write, adjustments: &[AdjustmentEvent]) -> anyhow::Result<()> {
     let mut over: Vec<&AdjustmentEvent> = adjustments
         .iter()
         .filter(|a| matches!(a.kind, AdjustmentKind::OVERSHOOT | AdjustmentKind::SHADOW_OVER_LIMIT))
@@ -248,6 +258,10 @@ fn print_largest(adjustments: &[AdjustmentEvent]) -> anyhow::Result<()> {
             ]
         })
         .collect();
-    println!("\nlargest overshoots");
-    super::print_table(&["tenant", "subject", "metric", "policy", "window", "kind", "amount", "events named"], &rows)
+    writeln!(out, "\nlargest overshoots")?;
+    super::write_table(
+        out,
+        &["tenant", "subject", "metric", "policy", "window", "kind", "amount", "events named"],
+        &rows,
+    )
 }

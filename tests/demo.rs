@@ -1,0 +1,219 @@
+//! `demo` end to end: the real binary plays a small month on the embedded broker; every artefact it leaves
+//! agrees with the ledger, and report.html renders in headless Chromium with its charts.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+const MONTH: &str = "2026-10";
+const NEXT: &str = "2026-11";
+/// The SPEC 7 header of a billing CSV.
+const HEADER: &str = "tenant,metric,period,consumption,policy_id,policy_version,limit,grants,effective_limit,overage,\
+overshoot,late_adjustments,watermark";
+/// What the demo's five late events add up to (10, 20, 30, 40 and 50 requests).
+const LATE_QUANTITY: i64 = 150;
+/// Longest a Chromium screenshot may take before the test gives up on it.
+const CHROMIUM_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The demo's output directory and what it printed; played once for the tests of this file.
+struct Played {
+    out: PathBuf,
+    stdout: String,
+}
+
+fn played() -> &'static Played {
+    static PLAYED: OnceLock<Played> = OnceLock::new();
+    PLAYED.get_or_init(|| {
+        // Under target/ (cargo's temporary directory for integration tests), never in the repository.
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("demo-test");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let args = ["demo", "--tenants", "8", "--events", "20000", "--hook-requests", "300", "--month", MONTH];
+        let run = support::run_in(&dir, &[&args[..], &["--out", "out"]].concat(), b"").success();
+        Played { out: dir.join("out"), stdout: run.stdout_text() }
+    })
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+}
+
+/// Billing CSV rows as maps of column to cell.
+fn csv_rows(path: &Path) -> Vec<BTreeMap<String, String>> {
+    let text = read(path);
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some(HEADER), "{} starts with the SPEC 7 header", path.display());
+    let columns: Vec<&str> = HEADER.split(',').collect();
+    lines.map(|line| columns.iter().map(|c| c.to_string()).zip(line.split(',').map(String::from)).collect()).collect()
+}
+
+fn cell(row: &BTreeMap<String, String>, column: &str) -> i64 {
+    row[column].parse().unwrap_or(0)
+}
+
+/// Counted usage per (tenant, metric) with event time in the month, up to the close's watermark: straight from
+/// the ledger's tables.
+fn ledger_usage(ledger: &rusqlite::Connection) -> BTreeMap<(String, String), i64> {
+    let (start, end, watermark): (i64, i64, i64) = ledger
+        .query_row("SELECT period_start, period_end, watermark FROM period_closes WHERE period = ?1", [MONTH], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .expect("the demo closed its month");
+    let mut statement = ledger
+        .prepare(
+            "SELECT e.tenant, e.metric, SUM(u.quantity) FROM entries e JOIN usage_events u ON u.seq = e.seq \
+             WHERE e.status = 'recorded' AND e.seq <= ?1 AND e.occurred_at >= ?2 AND e.occurred_at < ?3 \
+             GROUP BY e.tenant, e.metric",
+        )
+        .unwrap();
+    statement
+        .query_map([watermark, start, end], |r| Ok(((r.get(0)?, r.get(1)?), r.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+#[test]
+fn demo_leaves_every_artefact_and_each_agrees_with_the_ledger() {
+    let played = played();
+    let out = &played.out;
+    for file in ["ledger.db", "reconcile.txt", "reconcile.json", "reconcile-late.json", "report.html", "tokens.toml"] {
+        assert!(out.join(file).is_file(), "{file} is in the demo's output");
+    }
+    let ledger =
+        rusqlite::Connection::open_with_flags(out.join("ledger.db"), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+
+    // Billing: consumption equals the ledger's usage where no reservation adds to it (requests, bytes); tokens
+    // also carry valid commits, so at least the usage.
+    let rows = csv_rows(&out.join(format!("billing-{MONTH}.csv")));
+    let usage = ledger_usage(&ledger);
+    assert!(!usage.is_empty());
+    for ((tenant, metric), quantity) in &usage {
+        let row = rows
+            .iter()
+            .find(|r| r["tenant"] == *tenant && r["metric"] == *metric)
+            .unwrap_or_else(|| panic!("a billing row for {tenant} {metric}"));
+        if metric == "tokens" {
+            assert!(cell(row, "consumption") >= *quantity, "{tenant} tokens: {row:?} below usage {quantity}");
+        } else {
+            assert_eq!(cell(row, "consumption"), *quantity, "{tenant} {metric}: {row:?}");
+        }
+    }
+    assert!(rows.iter().any(|r| cell(r, "overshoot") > 0), "some tenant overshot a HARD limit: {rows:?}");
+    assert!(rows.iter().any(|r| cell(r, "overage") > 0), "some tenant is billed overage: {rows:?}");
+
+    // Parquet holds the same rows.
+    let parquet = std::fs::read(out.join(format!("billing-{MONTH}.parquet"))).unwrap();
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(parquet))
+        .unwrap()
+        .build()
+        .unwrap();
+    let parquet_rows: usize = reader.map(|batch| batch.unwrap().num_rows()).sum();
+    assert_eq!(parquet_rows, rows.len(), "Parquet and CSV hold the same rows");
+
+    // The late events are carried into the next month, once.
+    let next = csv_rows(&out.join(format!("billing-{NEXT}.csv")));
+    let late: i64 = next.iter().map(|r| cell(r, "late_adjustments")).sum();
+    assert_eq!(late, LATE_QUANTITY, "the next month carries the late usage: {next:?}");
+    let late_run: serde_json::Value = serde_json::from_str(&read(&out.join("reconcile-late.json"))).unwrap();
+    assert!(late_run["adjustments_by_kind"]["LATE_USAGE"].as_u64().unwrap_or(0) > 0, "{late_run}");
+
+    // The audit answer names a request the ledger holds as denied.
+    let audit = std::fs::read_dir(out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .find(|name| name.starts_with("audit-why-"))
+        .expect("an audit-why file");
+    let request_id = audit.trim_start_matches("audit-why-").trim_end_matches(".txt");
+    let denied: i64 = ledger
+        .query_row(
+            "SELECT COUNT(*) FROM decision_events WHERE request_id = ?1 AND outcome = 'DENIED'",
+            [request_id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(denied > 0, "{request_id} is a denied request of the ledger");
+    let answer = read(&out.join(&audit));
+    assert!(answer.starts_with(&format!("Request {request_id} was DENIED")), "{answer}");
+    assert!(played.stdout.contains(&format!("audit why {request_id}")), "the commands to paste:\n{}", played.stdout);
+
+    // The page is self-contained, with its four charts.
+    let html = read(&out.join("report.html"));
+    assert!(html.matches("<svg").count() >= 4, "four inline SVG charts");
+    // What remains after the SVG namespace and the `serve` example's local address must not be a URL.
+    let text = html.replace("xmlns=\"http://www.w3.org/2000/svg\"", "").replace("http://127.0.0.1:8080/", "");
+    assert!(!text.contains("http://") && !text.contains("https://"), "no network reference");
+    for loads in ["<script", "<link", "<img", "src=", "href=", "url(", "@import"] {
+        assert!(!html.contains(loads), "nothing to load: {loads}");
+    }
+}
+
+/// `chromium`, or `None` when QUOTA_LEDGER_SKIP_CHROMIUM=1 says to skip; missing otherwise fails with the command
+/// that installs it.
+fn chromium() -> Option<&'static str> {
+    if std::env::var("QUOTA_LEDGER_SKIP_CHROMIUM").is_ok_and(|v| v == "1") {
+        eprintln!("QUOTA_LEDGER_SKIP_CHROMIUM=1: skipping the rendering of report.html");
+        return None;
+    }
+    Command::new("chromium").arg("--version").output().unwrap_or_else(|e| {
+        panic!(
+            "the report test renders report.html in Chromium ({e}): apt-get install -y chromium \
+             (or QUOTA_LEDGER_SKIP_CHROMIUM=1 to skip it)"
+        )
+    });
+    Some("chromium")
+}
+
+#[test]
+fn report_renders_in_headless_chromium_with_its_charts() {
+    let Some(chromium) = chromium() else { return };
+    let page = played().out.join("report.html").canonicalize().unwrap();
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let screenshot = tmp.join("demo-report.png");
+    let profile = tempfile::tempdir_in(tmp).unwrap();
+    let _ = std::fs::remove_file(&screenshot);
+    let mut child = Command::new(chromium)
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run"])
+        .args(["--disable-background-networking", "--disable-component-update", "--disable-sync"])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg("--window-size=1280,2000")
+        .arg(format!("--screenshot={}", screenshot.display()))
+        .arg(format!("file://{}", page.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromium starts");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > CHROMIUM_TIMEOUT {
+            let _ = child.kill();
+            panic!("chromium did not write the screenshot within {CHROMIUM_TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "chromium exited with {status}");
+
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&screenshot).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut pixels = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut pixels).unwrap();
+    assert_eq!((info.width, info.height), (1280, 2000), "the window's size");
+    let channels = info.color_type.samples();
+    let rgb: Vec<[u8; 3]> = pixels[..info.buffer_size()].chunks(channels).map(|p| [p[0], p[1], p[2]]).collect();
+    let not_white = rgb.iter().filter(|p| **p != [255, 255, 255]).count();
+    assert!(not_white * 50 > rgb.len(), "more than 2 % of the page is drawn ({not_white} of {} pixels)", rgb.len());
+    // The charts' own colours: the first metric's bars (blue) and the limit line and denials (red).
+    for (name, colour) in [("blue bars", [31, 119, 180]), ("red limit line", [214, 39, 40])] {
+        let n = rgb.iter().filter(|p| **p == colour).count();
+        assert!(n > 500, "the {name} of the charts are on the screenshot ({n} pixels of {colour:?})");
+    }
+    eprintln!("screenshot of report.html: {}", screenshot.display());
+}
