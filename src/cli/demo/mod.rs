@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -165,8 +165,7 @@ impl Demo {
     }
 
     fn play(&mut self) -> anyhow::Result<()> {
-        self.step("generate", Demo::produce_month)?;
-        self.step("ingest", |d| d.ingest("month").map(|p| ingest_summary(&p)))?;
+        self.step("stream", Demo::stream_month)?;
         self.step("hook", Demo::hook_checks)?;
         self.step("ingest", |d| {
             let p = d.ingest("outbox")?;
@@ -189,28 +188,55 @@ impl Demo {
         settings
     }
 
-    /// The demo's tenant policies and the generated month, to Kafka.
-    fn produce_month(&mut self) -> anyhow::Result<String> {
+    /// The demo's tenant policies and the generated month, produced to Kafka while ingest consumes them: the mock
+    /// cluster keeps only 5 MiB per partition (librdkafka's `rd_kafka_mock_partition_init`), so the producer
+    /// stays at most `IN_FLIGHT_MAX` messages ahead of the ledger, as a month streams in.
+    fn stream_month(&mut self) -> anyhow::Result<String> {
         let settings = self.generate_settings();
         let policies = tenant_policies(self.month, &consumption(&settings));
-        let catalog = Catalog::builtin();
-        let mut producer = KafkaProducer::new(&self.brokers, &[])?;
-        let progress = bar(settings.messages, "producing");
-        for policy in &policies {
-            send_generated(&mut producer, catalog, Generated::Event(policy.clone()))?;
-        }
-        let mut generator = Generator::new(settings);
-        for generated in generator.by_ref() {
-            send_generated(&mut producer, catalog, generated)?;
-            progress.inc(1);
-        }
-        progress.set_message("acknowledging");
-        let delivered = producer.finish()?.delivered;
+        let progress = bar(settings.messages + policies.len() as u64, "streaming");
+        let consumed = AtomicU64::new(0);
+        let delivered = AtomicU64::new(u64::MAX);
+        let stop = AtomicBool::new(false);
+        let brokers = self.brokers.clone();
+        let (produced, ingested) = std::thread::scope(|scope| {
+            let producer = scope.spawn(|| {
+                let produced = produce(&brokers, &policies, settings, &consumed);
+                // No more messages: stop the ingest once it has them all (here, or in its callback if not yet).
+                delivered.store(produced.as_ref().map_or(0, |p| p.0), Ordering::SeqCst);
+                if produced.is_err() || consumed.load(Ordering::SeqCst) >= delivered.load(Ordering::SeqCst) {
+                    stop.store(true, Ordering::SeqCst);
+                }
+                produced
+            });
+            let ingested = self.ingest_with(&stop, |p| {
+                consumed.store(p.messages, Ordering::SeqCst);
+                progress.set_position(p.messages);
+                if p.messages >= delivered.load(Ordering::SeqCst) {
+                    stop.store(true, Ordering::SeqCst);
+                }
+            });
+            if ingested.is_err() {
+                // The producer waits for the ingest to make room: let it see that none will come.
+                consumed.store(u64::MAX / 2, Ordering::SeqCst);
+            }
+            (producer.join().expect("the producer thread does not panic"), ingested)
+        });
         progress.finish_and_clear();
+        let (delivered, report) = produced?;
+        let ingested = ingested?;
+        anyhow::ensure!(
+            ingested.messages == delivered && ingested.offset_gaps == 0,
+            "{delivered} messages produced but {} ingested ({} offset gaps)",
+            ingested.messages,
+            ingested.offset_gaps
+        );
         Ok(format!(
-            "{delivered} messages produced and acknowledged: {} and {} tenant policies (HARD requests, SOFT tokens)",
-            generated_summary(generator.report()),
-            policies.len()
+            "{delivered} messages produced ({}, and {} tenant policies: HARD requests, SOFT tokens) and ingested as \
+             they arrived: {}",
+            generated_summary(&report),
+            policies.len(),
+            ingest_summary(&ingested)
         ))
     }
 
@@ -222,12 +248,9 @@ impl Demo {
         let group = format!("quota-ledger-demo-{}", self.ingest_passes);
         let mut settings = KafkaIngestSettings::new(&self.brokers, group);
         settings.until_caught_up = true;
-        let _lock = IngestLock::acquire(&self.ledger_path)?;
-        let mut ledger = super::open_for_append(&self.ledger_path)?;
-        let stop = AtomicBool::new(false);
         let progress = super::spinner();
         progress.enable_steady_tick(Duration::from_millis(200));
-        let report = ingest_kafka(&mut ledger, &settings, &stop, |p| {
+        let report = self.ingest_settings(&settings, &AtomicBool::new(false), |p| {
             let lag: i64 = p.lag.values().sum();
             progress.set_message(format!(
                 "ingesting the {what}: {} messages, {} recorded, lag {lag}",
@@ -236,6 +259,27 @@ impl Demo {
         })?;
         progress.finish_and_clear();
         Ok(report)
+    }
+
+    /// Kafka into the ledger until `stop` is set.
+    fn ingest_with(
+        &self,
+        stop: &AtomicBool,
+        on_progress: impl FnMut(&KafkaIngestProgress),
+    ) -> anyhow::Result<KafkaIngestProgress> {
+        let settings = KafkaIngestSettings::new(&self.brokers, "quota-ledger-demo-stream");
+        self.ingest_settings(&settings, stop, on_progress)
+    }
+
+    fn ingest_settings(
+        &self,
+        settings: &KafkaIngestSettings,
+        stop: &AtomicBool,
+        on_progress: impl FnMut(&KafkaIngestProgress),
+    ) -> anyhow::Result<KafkaIngestProgress> {
+        let _lock = IngestLock::acquire(&self.ledger_path)?;
+        let mut ledger = super::open_for_append(&self.ledger_path)?;
+        Ok(ingest_kafka(&mut ledger, settings, stop, on_progress)?)
     }
 
     /// Services ask the hook (the library, as `serve` does) on the month's last day, then its outbox goes to Kafka.
@@ -485,6 +529,35 @@ impl Demo {
         }
         Ok(())
     }
+}
+
+/// Most messages produced and not yet ingested: a quarter of what the mock cluster keeps of one partition, were
+/// they all on one (one tenant's traffic is), at about 100 bytes a message.
+const IN_FLIGHT_MAX: u64 = 12_000;
+
+/// Produces the policies, then the generated month, waiting whenever `IN_FLIGHT_MAX` messages wait for the
+/// ingest; answers the messages acknowledged and what was generated.
+fn produce(
+    brokers: &str,
+    policies: &[Event],
+    settings: GenerateSettings,
+    consumed: &AtomicU64,
+) -> anyhow::Result<(u64, GenerateReport)> {
+    let catalog = Catalog::builtin();
+    let mut producer = KafkaProducer::new(brokers, &[])?;
+    for policy in policies {
+        send_generated(&mut producer, catalog, Generated::Event(policy.clone()))?;
+    }
+    let mut sent = policies.len() as u64;
+    let mut generator = Generator::new(settings);
+    for generated in generator.by_ref() {
+        while sent.saturating_sub(consumed.load(Ordering::SeqCst)) >= IN_FLIGHT_MAX {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        send_generated(&mut producer, catalog, generated)?;
+        sent += 1;
+    }
+    Ok((producer.finish()?.delivered, generator.report().clone()))
 }
 
 fn generated_summary(report: &GenerateReport) -> String {
