@@ -548,14 +548,12 @@ fn produce(
     for policy in policies {
         send_generated(&mut producer, catalog, Generated::Event(policy.clone()))?;
     }
-    let mut sent = policies.len() as u64;
     let mut generator = Generator::new(settings);
-    for generated in generator.by_ref() {
+    for (sent, generated) in (policies.len() as u64..).zip(generator.by_ref()) {
         while sent.saturating_sub(consumed.load(Ordering::SeqCst)) >= IN_FLIGHT_MAX {
             std::thread::sleep(Duration::from_millis(10));
         }
         send_generated(&mut producer, catalog, generated)?;
-        sent += 1;
     }
     Ok((producer.finish()?.delivered, generator.report().clone()))
 }
