@@ -110,6 +110,7 @@ impl Writer {
         if let Err(error) = catch_up(&self.ledger, &mut self.state, now, &[]) {
             return fail_all(group, &error.to_string());
         }
+        self.state.expire(now);
         self.state.prune(now);
         let mut events = Vec::new();
         let mut answers = Vec::with_capacity(group.len());
@@ -242,9 +243,7 @@ impl Writer {
                 amount: request.amount,
                 expires_at: Some(expires_at),
             };
-            self.state
-                .holds
-                .insert(reservation_id.clone(), state::hold_of(&reserve.header, request.amount, expires_at));
+            self.state.open_hold(&reservation_id, state::hold_of(&reserve.header, request.amount, expires_at));
             events.push(Event::Reservation(reserve));
             decision.reservation_id = Some(reservation_id);
         }
@@ -298,7 +297,7 @@ impl Writer {
             return Err(HookError::BadRequest { field: "amount", message: format!("{amount} is negative") });
         }
         let id = reservation_id.to_string();
-        let Some(hold) = self.state.holds.get(reservation_id).cloned() else {
+        let Some(hold) = self.state.hold(reservation_id).cloned() else {
             return refusal_from_ledger(&self.ledger, reservation_id, tenants)
                 .map_err(|e| HookError::Ledger(e.to_string()));
         };
@@ -306,7 +305,7 @@ impl Writer {
             return Ok(Err(Refusal::Forbidden { reservation_id: id }));
         }
         if hold.expires_at < now {
-            self.state.holds.remove(reservation_id);
+            self.state.close_hold(reservation_id);
             return Ok(Err(Refusal::Expired { reservation_id: id, expires_at: hold.expires_at }));
         }
         let amount = if action == ReservationAction::COMMIT { amount } else { 0 };
@@ -318,7 +317,7 @@ impl Writer {
             metric: hold.metric.clone(),
             source: SOURCE.to_string(),
         };
-        self.state.holds.remove(reservation_id);
+        self.state.close_hold(reservation_id);
         if action == ReservationAction::COMMIT {
             self.state.consume(&header, amount);
         }
