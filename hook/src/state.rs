@@ -232,11 +232,12 @@ impl State {
 
     /// Closes the reservations that expired before `now`: from now on they hold nothing.
     pub fn expire(&mut self, now: Timestamp) {
-        while let Some((expires_at, reservation_id)) = self.expiries.first().cloned() {
-            if expires_at >= now.micros() {
-                break;
-            }
-            self.close_hold(&reservation_id);
+        while self.expiries.first().is_some_and(|(expires_at, _)| *expires_at < now.micros()) {
+            let (_, reservation_id) = self.expiries.pop_first().expect("a first entry");
+            let hold = self.holds.remove(&reservation_id).expect("the expiry order lists open reservations only");
+            self.update(&hold.tenant, hold.subject.as_deref(), &hold.metric, |c| {
+                c.held = c.held.checked_sub(hold.amount).expect("held amounts fit in i64");
+            });
         }
     }
 
