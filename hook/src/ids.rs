@@ -12,7 +12,13 @@ pub fn key_hash(tenant: &str, idempotency_key: &str) -> String {
     hasher.update(tenant.as_bytes());
     hasher.update([0]);
     hasher.update(idempotency_key.as_bytes());
-    hasher.finalize()[..16].iter().map(|b| format!("{b:02x}")).collect()
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut hex = String::with_capacity(32);
+    for b in &hasher.finalize()[..16] {
+        hex.push(HEX[usize::from(b >> 4)] as char);
+        hex.push(HEX[usize::from(b & 0xf)] as char);
+    }
+    hex
 }
 
 pub fn decision_id(hash: &str) -> String {
@@ -33,4 +39,13 @@ pub fn reserve_event_id(reservation_id: &str) -> String {
 
 pub fn close_event_id(reservation_id: &str, action: ReservationAction) -> String {
     format!("{reservation_id}-{}", action.symbol().to_ascii_lowercase())
+}
+
+#[cfg(test)]
+mod tests {
+    // Proves that ids keep their spelling: a restarted hook finds the decisions an older build recorded.
+    #[test]
+    fn key_hash_is_the_first_16_bytes_of_sha256_in_lowercase_hex() {
+        assert_eq!(super::key_hash("org-1", "k-1"), "8f0be037a14240e8b8b1d5d2b45f3a93");
+    }
 }

@@ -3,25 +3,49 @@
 //! appended since its last look before each group of decisions, and applies its own decisions directly, so
 //! the state always equals a fold of the whole ledger up to its watermark.
 //!
+//! A decision asks, per applicable policy, two numbers: the consumption of the window containing now and what
+//! open reservations hold. Both are kept as running totals per tenant (and subject) and metric, updated when
+//! a reservation opens, closes or expires, so that a decision costs a few hash lookups whatever the number of
+//! open reservations or of tenants. Lookups take `&str`: nothing is allocated to ask.
+//!
 //! Windows that ended are dropped as time passes: the hook only ever asks about the windows containing now.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use reconcile::policy::PolicyIndex;
 use reconcile::window;
+use rustc_hash::FxHashMap;
 use schemas::*;
 
 /// The window kinds counted for every (tenant, subject, metric).
 const WINDOWS: [Window; 4] = [Window::MINUTE, Window::HOUR, Window::DAY, Window::MONTH];
+/// Windows are dropped once they ended a day ago: a decision only asks about windows containing now, the day
+/// leaves room for a clock that steps back.
+const PRUNE_AFTER_MICROS: i64 = 24 * 3_600 * 1_000_000;
+/// Ended windows are looked for at most once a minute (the shortest window): pruning walks every counter, so
+/// doing it before every group would make each group cost as much as the state is large.
+const PRUNE_EVERY_MICROS: i64 = 60 * 1_000_000;
 
-/// Consumption of one window: of a tenant (subject `None`: all its subjects) or of one subject.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct CounterKey {
-    pub tenant: String,
-    pub subject: Option<String>,
-    pub metric: String,
-    pub window: Window,
-    pub start: i64,
+/// What one tenant (all its subjects) or one subject has of one metric.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Counters {
+    /// Consumption by window kind and window start (microseconds).
+    pub consumed: FxHashMap<(Window, i64), i64>,
+    /// What open reservations hold now: the sum of their amounts.
+    pub held: i64,
+}
+
+impl Counters {
+    fn is_empty(&self) -> bool {
+        self.consumed.is_empty() && self.held == 0
+    }
+}
+
+/// One tenant's metric: the tenant's counters and each subject's.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct Usage {
+    tenant: Counters,
+    subjects: FxHashMap<String, Counters>,
 }
 
 /// An open reservation: it holds its amount against every limit of its tenant, subject and metric until it is
@@ -42,9 +66,12 @@ pub struct State {
     pub watermark: u64,
     pub policies: PolicyIndex,
     pub grants: HashMap<(String, String), Vec<GrantEvent>>,
-    pub consumption: HashMap<CounterKey, i64>,
+    /// Tenant -> metric -> counters.
+    usage: FxHashMap<String, FxHashMap<String, Usage>>,
     /// Open reservations by reservation_id.
-    pub holds: HashMap<String, Hold>,
+    holds: FxHashMap<String, Hold>,
+    /// The open reservations by expiry (microseconds), soonest first.
+    expiries: BTreeSet<(i64, String)>,
     /// The earliest window end still counted: windows ending before it are gone.
     pruned_before: i64,
 }
@@ -55,11 +82,20 @@ impl Default for State {
             watermark: 0,
             policies: PolicyIndex::new(Vec::new()),
             grants: HashMap::new(),
-            consumption: HashMap::new(),
-            holds: HashMap::new(),
+            usage: FxHashMap::default(),
+            holds: FxHashMap::default(),
+            expiries: BTreeSet::new(),
             pruned_before: i64::MIN,
         }
     }
+}
+
+/// The value under `key`, created when missing; the key is copied only then.
+fn entry_of<'m, V: Default>(map: &'m mut FxHashMap<String, V>, key: &str) -> &'m mut V {
+    if !map.contains_key(key) {
+        map.insert(key.to_string(), V::default());
+    }
+    map.get_mut(key).expect("just inserted")
 }
 
 impl State {
@@ -87,7 +123,7 @@ impl State {
             ReservationAction::RESERVE => {
                 let expires_at = r.expires_at.unwrap_or(r.header.occurred_at);
                 if expires_at >= now && !self.holds.contains_key(&r.reservation_id) {
-                    self.holds.insert(r.reservation_id.clone(), hold_of(&r.header, r.amount, expires_at));
+                    self.open_hold(&r.reservation_id, hold_of(&r.header, r.amount, expires_at));
                 }
             }
             // A close counts when it closes an open reservation in time; anything else is a refused transition
@@ -95,7 +131,7 @@ impl State {
             ReservationAction::COMMIT | ReservationAction::RELEASE => {
                 let open = self.holds.get(&r.reservation_id).is_some_and(|h| r.header.occurred_at <= h.expires_at);
                 if open {
-                    self.holds.remove(&r.reservation_id);
+                    self.close_hold(&r.reservation_id);
                     if r.action == ReservationAction::COMMIT {
                         self.consume(&r.header, r.amount);
                     }
@@ -104,62 +140,127 @@ impl State {
         }
     }
 
+    /// Applies `change` to the counters of a tenant's metric and, with a subject, to the subject's.
+    fn update(&mut self, tenant: &str, subject: Option<&str>, metric: &str, mut change: impl FnMut(&mut Counters)) {
+        let usage = entry_of(entry_of(&mut self.usage, tenant), metric);
+        change(&mut usage.tenant);
+        if let Some(subject) = subject {
+            change(entry_of(&mut usage.subjects, subject));
+        }
+    }
+
+    /// The counters of a tenant's metric (subject `None`: all its subjects) or of one subject, if any.
+    pub fn counters(&self, tenant: &str, subject: Option<&str>, metric: &str) -> Option<&Counters> {
+        let usage = self.usage.get(tenant)?.get(metric)?;
+        match subject {
+            None => Some(&usage.tenant),
+            Some(subject) => usage.subjects.get(subject),
+        }
+    }
+
     /// Adds consumption to the windows of every kind containing its event time, for the tenant and, when it
     /// has one, its subject.
     pub fn consume(&mut self, header: &Header, quantity: i64) {
+        let mut windows = [(Window::MINUTE, 0); 4];
+        let mut live = 0;
         for window in WINDOWS {
             let (start, end) = window::bounds(window, header.occurred_at);
-            if end.micros() < self.pruned_before {
-                continue;
-            }
-            let subjects = [None, header.subject.clone()];
-            let distinct = if header.subject.is_some() { &subjects[..] } else { &subjects[..1] };
-            for subject in distinct {
-                let key = CounterKey {
-                    tenant: header.tenant.clone(),
-                    subject: subject.clone(),
-                    metric: header.metric.clone(),
-                    window,
-                    start: start.micros(),
-                };
-                let counter = self.consumption.entry(key).or_insert(0);
-                *counter = counter.checked_add(quantity).expect("consumption fits in i64");
+            if end.micros() >= self.pruned_before {
+                windows[live] = (window, start.micros());
+                live += 1;
             }
         }
+        let windows = &windows[..live];
+        self.update(&header.tenant, header.subject.as_deref(), &header.metric, |counters| {
+            for key in windows {
+                let counter = counters.consumed.entry(*key).or_insert(0);
+                *counter = counter.checked_add(quantity).expect("consumption fits in i64");
+            }
+        });
     }
 
     /// Consumption of the window `[start, ..)` of kind `window`.
     pub fn consumed(&self, tenant: &str, subject: Option<&str>, metric: &str, window: Window, start: Timestamp) -> i64 {
-        let key = CounterKey {
-            tenant: tenant.to_string(),
-            subject: subject.map(String::from),
-            metric: metric.to_string(),
-            window,
-            start: start.micros(),
-        };
-        self.consumption.get(&key).copied().unwrap_or(0)
+        let counters = self.counters(tenant, subject, metric);
+        counters.and_then(|c| c.consumed.get(&(window, start.micros())).copied()).unwrap_or(0)
     }
 
-    /// What open reservations hold now against a tenant's (or, with `subject`, a subject's) limits.
+    /// What open reservations hold now against a tenant's (or, with `subject`, a subject's) limits. `now` is the
+    /// instant of the last [`State::expire`]: holds that expired before it were taken out of the totals then.
     pub fn held(&self, tenant: &str, subject: Option<&str>, metric: &str, now: Timestamp) -> i64 {
-        self.holds
-            .values()
-            .filter(|h| h.tenant == tenant && h.metric == metric && h.expires_at >= now)
-            .filter(|h| subject.is_none() || h.subject.as_deref() == subject)
-            .map(|h| h.amount)
-            .sum()
+        debug_assert!(
+            self.expiries.first().is_none_or(|(expires_at, _)| *expires_at >= now.micros()),
+            "expire(now) ran before asking what is held at {now:?}"
+        );
+        self.counters(tenant, subject, metric).map_or(0, |c| c.held)
     }
 
-    /// Drops windows that ended before `now` minus a day and reservations that expired: bounded memory.
+    /// The open reservation `reservation_id`, if any.
+    pub fn hold(&self, reservation_id: &str) -> Option<&Hold> {
+        self.holds.get(reservation_id)
+    }
+
+    /// Open reservations.
+    pub fn holds(&self) -> impl Iterator<Item = (&String, &Hold)> {
+        self.holds.iter()
+    }
+
+    /// Opens a reservation: its amount counts against its tenant's and subject's limits until it closes or
+    /// expires. An open reservation of the same id is replaced.
+    pub fn open_hold(&mut self, reservation_id: &str, hold: Hold) {
+        self.close_hold(reservation_id);
+        let amount = hold.amount;
+        self.update(&hold.tenant, hold.subject.as_deref(), &hold.metric, |c| {
+            c.held = c.held.checked_add(amount).expect("held amounts fit in i64");
+        });
+        self.expiries.insert((hold.expires_at.micros(), reservation_id.to_string()));
+        self.holds.insert(reservation_id.to_string(), hold);
+    }
+
+    /// Closes a reservation (committed, released or expired): its amount stops counting. Returns it, if it was
+    /// open.
+    pub fn close_hold(&mut self, reservation_id: &str) -> Option<Hold> {
+        let hold = self.holds.remove(reservation_id)?;
+        let removed = self.expiries.remove(&(hold.expires_at.micros(), reservation_id.to_string()));
+        assert!(removed, "an open reservation is in the expiry order");
+        let amount = hold.amount;
+        self.update(&hold.tenant, hold.subject.as_deref(), &hold.metric, |c| {
+            c.held = c.held.checked_sub(amount).expect("held amounts fit in i64");
+        });
+        Some(hold)
+    }
+
+    /// Closes the reservations that expired before `now`: from now on they hold nothing.
+    pub fn expire(&mut self, now: Timestamp) {
+        while self.expiries.first().is_some_and(|(expires_at, _)| *expires_at < now.micros()) {
+            let (_, reservation_id) = self.expiries.pop_first().expect("a first entry");
+            let hold = self.holds.remove(&reservation_id).expect("the expiry order lists open reservations only");
+            self.update(&hold.tenant, hold.subject.as_deref(), &hold.metric, |c| {
+                c.held = c.held.checked_sub(hold.amount).expect("held amounts fit in i64");
+            });
+        }
+    }
+
+    /// Drops windows that ended before `now` minus a day (at most once a minute): bounded memory.
     pub fn prune(&mut self, now: Timestamp) {
-        const DAY_MICROS: i64 = 24 * 3_600 * 1_000_000;
-        let horizon = now.micros() - DAY_MICROS;
-        if horizon <= self.pruned_before {
+        let horizon = now.micros() - PRUNE_AFTER_MICROS;
+        if horizon < self.pruned_before.saturating_add(PRUNE_EVERY_MICROS) {
             return;
         }
         self.pruned_before = horizon;
-        self.consumption.retain(|key, _| window::bounds(key.window, Timestamp(key.start)).1.micros() >= horizon);
-        self.holds.retain(|_, h| h.expires_at >= now);
+        let live = |counters: &mut Counters| {
+            counters
+                .consumed
+                .retain(|(window, start), _| window::bounds(*window, Timestamp(*start)).1.micros() >= horizon);
+            !counters.is_empty()
+        };
+        self.usage.retain(|_, metrics| {
+            metrics.retain(|_, usage| {
+                usage.subjects.retain(|_, counters| live(counters));
+                live(&mut usage.tenant) || !usage.subjects.is_empty()
+            });
+            !metrics.is_empty()
+        });
     }
 }
 
@@ -170,5 +271,158 @@ pub fn hold_of(header: &Header, amount: i64, expires_at: Timestamp) -> Hold {
         metric: header.metric.clone(),
         amount,
         expires_at,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const TENANTS: [&str; 2] = ["org-1", "org-2"];
+    const SUBJECTS: [&str; 2] = ["alice", "bob"];
+    const METRICS: [&str; 2] = ["tokens", "requests"];
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Reserve { id: u8, tenant: usize, subject: Option<usize>, metric: usize, amount: i64, ttl_s: i64 },
+        Close { id: u8, commit: bool, amount: i64 },
+        Advance { seconds: i64 },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0..8u8, 0..2usize, proptest::option::of(0..2usize), 0..2usize, 0..100i64, 1..1_800i64).prop_map(
+                |(id, tenant, subject, metric, amount, ttl_s)| Op::Reserve {
+                    id,
+                    tenant,
+                    subject,
+                    metric,
+                    amount,
+                    ttl_s
+                }
+            ),
+            (0..8u8, any::<bool>(), 0..200i64).prop_map(|(id, commit, amount)| Op::Close { id, commit, amount }),
+            (0..900i64).prop_map(|seconds| Op::Advance { seconds }),
+        ]
+    }
+
+    fn header(tenant: &str, subject: Option<&str>, metric: &str, at: Timestamp, event_id: String) -> Header {
+        Header {
+            event_id,
+            occurred_at: at,
+            tenant: tenant.into(),
+            subject: subject.map(String::from),
+            metric: metric.into(),
+            source: "test".into(),
+        }
+    }
+
+    /// The model: open reservations as a plain map, and committed amounts per (tenant, subject, metric, day).
+    #[derive(Default)]
+    struct Model {
+        holds: BTreeMap<String, Hold>,
+        committed: BTreeMap<(String, Option<String>, String, i64), i64>,
+    }
+
+    impl Model {
+        fn held(&self, tenant: &str, subject: Option<&str>, metric: &str, now: Timestamp) -> i64 {
+            let matches = |h: &Hold| h.tenant == tenant && h.metric == metric && h.expires_at >= now;
+            let of_subject = |h: &Hold| subject.is_none() || h.subject.as_deref() == subject;
+            self.holds.values().filter(|h| matches(h) && of_subject(h)).map(|h| h.amount).sum()
+        }
+        fn consumed(&self, tenant: &str, subject: Option<&str>, metric: &str, day: i64) -> i64 {
+            let key = |s: Option<&str>| (tenant.to_string(), s.map(String::from), metric.to_string(), day);
+            match subject {
+                Some(_) => self.committed.get(&key(subject)).copied().unwrap_or(0),
+                None => SUBJECTS
+                    .iter()
+                    .map(|s| Some(*s))
+                    .chain([None])
+                    .map(|s| self.committed.get(&key(s)).copied().unwrap_or(0))
+                    .sum(),
+            }
+        }
+    }
+
+    proptest! {
+        // Proves that the running held totals (and consumption) equal a recomputation from the open reservations
+        // after any sequence of reserve, commit, release and expiry, folded as the writer folds the ledger.
+        #[test]
+        fn held_totals_equal_a_recomputation_from_the_holds(ops in proptest::collection::vec(op(), 1..80)) {
+            let mut state = State::default();
+            let mut model = Model::default();
+            let mut now = Timestamp::parse_rfc3339("2026-11-01T23:00:00Z").unwrap();
+            let mut seq = 0;
+            for op in ops {
+                match op {
+                    Op::Reserve { id, tenant, subject, metric, amount, ttl_s } => {
+                        let (tenant, subject, metric) = (TENANTS[tenant], subject.map(|s| SUBJECTS[s]), METRICS[metric]);
+                        let reservation_id = format!("r{id}");
+                        let expires_at = Timestamp(now.micros() + ttl_s * 1_000_000);
+                        seq += 1;
+                        let event = Event::Reservation(ReservationEvent {
+                            header: header(tenant, subject, metric, now, format!("e{seq}")),
+                            reservation_id: reservation_id.clone(),
+                            action: ReservationAction::RESERVE,
+                            amount,
+                            expires_at: Some(expires_at),
+                        });
+                        state.fold(seq, &event, now);
+                        model.holds.entry(reservation_id).or_insert_with(|| Hold {
+                            tenant: tenant.into(),
+                            subject: subject.map(String::from),
+                            metric: metric.into(),
+                            amount,
+                            expires_at,
+                        });
+                    }
+                    Op::Close { id, commit, amount } => {
+                        let reservation_id = format!("r{id}");
+                        let Some(hold) = model.holds.remove(&reservation_id) else { continue };
+                        let action = if commit { ReservationAction::COMMIT } else { ReservationAction::RELEASE };
+                        let amount = if commit { amount } else { 0 };
+                        seq += 1;
+                        let event = Event::Reservation(ReservationEvent {
+                            header: header(&hold.tenant, hold.subject.as_deref(), &hold.metric, now, format!("e{seq}")),
+                            reservation_id,
+                            action,
+                            amount,
+                            expires_at: None,
+                        });
+                        state.fold(seq, &event, now);
+                        let day = window::bounds(Window::DAY, now).0.micros();
+                        *model.committed.entry((hold.tenant, hold.subject, hold.metric, day)).or_default() += amount;
+                    }
+                    Op::Advance { seconds } => {
+                        now = Timestamp(now.micros() + seconds * 1_000_000);
+                        state.expire(now);
+                        state.prune(now);
+                        model.holds.retain(|_, h| h.expires_at >= now);
+                    }
+                }
+                prop_assert_eq!(state.holds().count(), model.holds.len());
+                let day = window::bounds(Window::DAY, now).0;
+                for tenant in TENANTS {
+                    for metric in METRICS {
+                        for subject in SUBJECTS.iter().map(|s| Some(*s)).chain([None]) {
+                            prop_assert_eq!(
+                                state.held(tenant, subject, metric, now),
+                                model.held(tenant, subject, metric, now),
+                                "held by {} {:?} {}", tenant, subject, metric
+                            );
+                            prop_assert_eq!(
+                                state.consumed(tenant, subject, metric, Window::DAY, day),
+                                model.consumed(tenant, subject, metric, day.micros()),
+                                "consumed by {} {:?} {}", tenant, subject, metric
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 }

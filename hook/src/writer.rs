@@ -4,12 +4,13 @@
 //! transaction (group commit: one fsync for many decisions), then answers. A failed transaction answers every
 //! request of the group with an error and rebuilds the state from the ledger: nothing half-applied survives.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
 use ledger::{Batch, Incoming, Ledger, Origin};
 use rusqlite::OptionalExtension;
+use rustc_hash::FxHashMap;
 use schemas::*;
 use tokio::sync::oneshot;
 
@@ -49,7 +50,7 @@ enum Answer {
 /// Recent decisions by decision_id, oldest evicted first.
 #[derive(Default)]
 struct Recent {
-    by_id: HashMap<String, Decision>,
+    by_id: FxHashMap<String, Decision>,
     order: VecDeque<String>,
 }
 
@@ -74,12 +75,22 @@ pub struct Writer {
     buckets: Buckets,
     recent: Recent,
     settings: HookSettings,
+    /// The ledger's `PRAGMA data_version` when the state last caught up. It changes only when another
+    /// connection commits: while it stays the same there is nothing to fold, and the tip need not be read.
+    seen_version: Option<i64>,
 }
 
 impl Writer {
     pub fn new(ledger: Ledger, settings: HookSettings) -> Result<Writer, crate::StartError> {
         let state = load(&ledger, (settings.clock)())?;
-        Ok(Writer { ledger, state, buckets: Buckets::default(), recent: Recent::default(), settings })
+        Ok(Writer {
+            ledger,
+            state,
+            buckets: Buckets::default(),
+            recent: Recent::default(),
+            settings,
+            seen_version: None,
+        })
     }
 
     /// Serves until every sender is gone.
@@ -107,9 +118,10 @@ impl Writer {
 
     fn process(&mut self, group: Vec<Work>) {
         let now = (self.settings.clock)();
-        if let Err(error) = catch_up(&self.ledger, &mut self.state, now, &[]) {
+        if let Err(error) = self.catch_up_if_changed(now) {
             return fail_all(group, &error.to_string());
         }
+        self.state.expire(now);
         self.state.prune(now);
         let mut events = Vec::new();
         let mut answers = Vec::with_capacity(group.len());
@@ -152,13 +164,34 @@ impl Writer {
                 ledger::AppendOutcome::Duplicate { .. } => None,
             })
             .collect();
-        catch_up(&self.ledger, &mut self.state, now, &own)?;
+        // Almost always nobody else appended since this group's catch-up: the new entries are exactly this group's,
+        // already applied to the state, and reading them back would cost as much as writing them.
+        let before = self.state.watermark;
+        let only_own = report.watermark == before + own.len() as u64
+            && own.iter().zip(before + 1..).all(|(seq, expected)| *seq == expected);
+        if only_own {
+            self.state.watermark = report.watermark;
+        } else {
+            catch_up(&self.ledger, &mut self.state, now, &own)?;
+        }
         assert!(self.state.watermark >= report.watermark, "the state has seen the ledger up to its new watermark");
+        Ok(())
+    }
+
+    /// Folds what other writers appended since the last look, if anything.
+    fn catch_up_if_changed(&mut self, now: Timestamp) -> Result<(), Box<dyn std::error::Error>> {
+        let version: i64 =
+            self.ledger.connection().prepare_cached("PRAGMA data_version")?.query_row([], |r| r.get(0))?;
+        if self.seen_version != Some(version) {
+            catch_up(&self.ledger, &mut self.state, now, &[])?;
+            self.seen_version = Some(version);
+        }
         Ok(())
     }
 
     fn reload(&mut self) {
         self.recent = Recent::default();
+        self.seen_version = None;
         match load(&self.ledger, (self.settings.clock)()) {
             Ok(state) => self.state = state,
             Err(error) => eprintln!("hook: cannot rebuild the state after a failed commit: {error}"),
@@ -242,9 +275,7 @@ impl Writer {
                 amount: request.amount,
                 expires_at: Some(expires_at),
             };
-            self.state
-                .holds
-                .insert(reservation_id.clone(), state::hold_of(&reserve.header, request.amount, expires_at));
+            self.state.open_hold(&reservation_id, state::hold_of(&reserve.header, request.amount, expires_at));
             events.push(Event::Reservation(reserve));
             decision.reservation_id = Some(reservation_id);
         }
@@ -298,7 +329,7 @@ impl Writer {
             return Err(HookError::BadRequest { field: "amount", message: format!("{amount} is negative") });
         }
         let id = reservation_id.to_string();
-        let Some(hold) = self.state.holds.get(reservation_id).cloned() else {
+        let Some(hold) = self.state.hold(reservation_id).cloned() else {
             return refusal_from_ledger(&self.ledger, reservation_id, tenants)
                 .map_err(|e| HookError::Ledger(e.to_string()));
         };
@@ -306,7 +337,7 @@ impl Writer {
             return Ok(Err(Refusal::Forbidden { reservation_id: id }));
         }
         if hold.expires_at < now {
-            self.state.holds.remove(reservation_id);
+            self.state.close_hold(reservation_id);
             return Ok(Err(Refusal::Expired { reservation_id: id, expires_at: hold.expires_at }));
         }
         let amount = if action == ReservationAction::COMMIT { amount } else { 0 };
@@ -318,7 +349,7 @@ impl Writer {
             metric: hold.metric.clone(),
             source: SOURCE.to_string(),
         };
-        self.state.holds.remove(reservation_id);
+        self.state.close_hold(reservation_id);
         if action == ReservationAction::COMMIT {
             self.state.consume(&header, amount);
         }
@@ -516,7 +547,7 @@ const ENTRIES_AFTER: &str = "SELECT seq, event_type, payload_fingerprint, payloa
      ORDER BY seq";
 
 /// Folds the entries other writers appended after the state's watermark (`own` are this writer's, already
-/// applied), and moves the watermark to the last entry.
+/// applied, in ascending order), and moves the watermark to the last entry.
 fn catch_up(ledger: &Ledger, state: &mut State, now: Timestamp, own: &[u64]) -> Result<(), Box<dyn std::error::Error>> {
     let tip = ledger.watermark()?;
     if tip == state.watermark {
@@ -528,7 +559,7 @@ fn catch_up(ledger: &Ledger, state: &mut State, now: Timestamp, own: &[u64]) -> 
     while let Some(row) = rows.next()? {
         let seq = row.get::<_, i64>(0)? as u64;
         let event_type = row.get_ref(1)?.as_str()?;
-        if own.contains(&seq) || matches!(event_type, "DecisionEvent" | "AdjustmentEvent") || seq > tip {
+        if own.binary_search(&seq).is_ok() || matches!(event_type, "DecisionEvent" | "AdjustmentEvent") || seq > tip {
             continue;
         }
         let payload = row.get_ref(3)?.as_blob()?;

@@ -2,7 +2,9 @@
 //! several concurrencies, side by side with Redis 7 (Debian's `redis-server`, started here) running a Lua
 //! check-and-consume script with the same semantics (read the counter, compare with the limit, increment, store
 //! the idempotency key), driven by the same client threads at the same concurrency. The hook also records an
-//! audit decision (and the usage) per request in the ledger; Redis records nothing but the counter.
+//! audit decision (and the usage) per request in the ledger; Redis records nothing but the counter. One more
+//! in-process measurement starts with 10,000 open reservations of other tenants in the ledger: a decision should
+//! not cost more because other requests are in flight.
 
 use std::net::TcpListener;
 use std::path::Path;
@@ -22,6 +24,11 @@ const REQUESTS_PER_CLIENT_MIN: usize = 200;
 const REQUESTS_MIN: usize = 20_000;
 /// A limit no benchmark run reaches: every check is allowed and consumes, the costly path.
 const LIMIT: i64 = i64::MAX / 4;
+/// Open reservations (of other tenants, for an hour) in the ledger of the extra in-process measurement: what a
+/// decision costs while many holds are open (in flight, e.g. model calls holding their token budget).
+const OPEN_HOLDS: usize = 10_000;
+/// Tenants those reservations are spread over.
+const OPEN_HOLD_TENANTS: usize = 100;
 
 /// The Lua script: the same check-and-consume as the hook's, on one counter.
 const LUA: &str = r#"
@@ -109,12 +116,33 @@ fn policy_event() -> Event {
     })
 }
 
-fn fresh_ledger(path: &Path) -> anyhow::Result<()> {
+/// An open reservation of another tenant, expiring in an hour.
+fn hold_event(i: usize) -> Event {
+    let now = Timestamp::now();
+    Event::Reservation(ReservationEvent {
+        header: Header {
+            event_id: format!("bench-hold-{i}"),
+            occurred_at: now,
+            tenant: format!("org-{}", i % OPEN_HOLD_TENANTS),
+            subject: None,
+            metric: "tokens".into(),
+            source: "bench".into(),
+        },
+        reservation_id: format!("bench-hold-{i}"),
+        action: ReservationAction::RESERVE,
+        amount: 1,
+        expires_at: Some(Timestamp(now.micros() + 3_600 * 1_000_000)),
+    })
+}
+
+/// A new ledger holding the benchmark's policy and `open_holds` open reservations.
+fn fresh_ledger(path: &Path, open_holds: usize) -> anyhow::Result<()> {
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }
-    let incoming = Incoming { event: policy_event(), origin: Origin::Local { name: "bench".into() }, raw: None };
-    Ledger::open(path)?.append(&Batch { events: vec![incoming], ..Batch::default() })?;
+    let events = std::iter::once(policy_event()).chain((0..open_holds).map(hold_event));
+    let incoming = events.map(|event| Incoming { event, origin: Origin::Local { name: "bench".into() }, raw: None });
+    Ledger::open(path)?.append(&Batch { events: incoming.collect(), ..Batch::default() })?;
     Ok(())
 }
 
@@ -129,11 +157,20 @@ fn request(run: usize, c: usize, i: usize) -> CheckRequest {
     }
 }
 
-fn in_process(dir: &Path, run: usize, clients: usize, durability: Durability) -> anyhow::Result<Figures> {
+fn in_process(
+    dir: &Path,
+    run: usize,
+    clients: usize,
+    durability: Durability,
+    open_holds: usize,
+) -> anyhow::Result<Figures> {
     let path = dir.join(format!("hook-{run}.db"));
-    fresh_ledger(&path)?;
+    fresh_ledger(&path, open_holds)?;
     let hook = Hook::start(&path, HookSettings { durability, ..HookSettings::default() })?;
-    let name = format!("hook in-process ({durability:?})");
+    let name = match open_holds {
+        0 => format!("hook in-process ({durability:?})"),
+        n => format!("hook in-process ({durability:?}, {n} holds)"),
+    };
     measure(
         &name,
         clients,
@@ -160,7 +197,7 @@ fn free_port() -> anyhow::Result<u16> {
 
 fn over_http(dir: &Path, run: usize, clients: usize, durability: &str) -> anyhow::Result<Figures> {
     let path = dir.join(format!("hook-{run}.db"));
-    fresh_ledger(&path)?;
+    fresh_ledger(&path, 0)?;
     let tokens = dir.join("tokens.toml");
     std::fs::write(&tokens, "[[token]]\nsecret = \"bench-secret-0123456789\"\ntenants = [\"*\"]\n")?;
     let port = free_port()?;
@@ -244,8 +281,10 @@ pub fn run(concurrency: &[usize], json: bool) -> anyhow::Result<ExitCode> {
     for &clients in concurrency {
         for durability in [Durability::Full, Durability::Normal] {
             run += 1;
-            figures.push(in_process(dir.path(), run, clients, durability)?);
+            figures.push(in_process(dir.path(), run, clients, durability, 0)?);
         }
+        run += 1;
+        figures.push(in_process(dir.path(), run, clients, Durability::Normal, OPEN_HOLDS)?);
         for durability in ["full", "normal"] {
             run += 1;
             figures.push(over_http(dir.path(), run, clients, durability)?);
@@ -257,7 +296,7 @@ pub fn run(concurrency: &[usize], json: bool) -> anyhow::Result<ExitCode> {
         if !json {
             for f in figures.iter().filter(|f| f.concurrency == clients) {
                 println!(
-                    "{:34} c={:<3} {:>8} req  {:>9.0} decisions/s  p50 {:>8.0} us  p99 {:>8.0} us",
+                    "{:42} c={:<3} {:>8} req  {:>9.0} decisions/s  p50 {:>8.0} us  p99 {:>8.0} us",
                     f.peer, f.concurrency, f.requests, f.decisions_per_second, f.p50_us, f.p99_us
                 );
             }
