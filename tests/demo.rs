@@ -217,3 +217,16 @@ fn report_renders_in_headless_chromium_with_its_charts() {
     }
     eprintln!("screenshot of report.html: {}", screenshot.display());
 }
+
+#[test]
+fn a_ledger_the_demo_did_not_write_is_refused_and_kept() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("demo-foreign-ledger");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("out")).unwrap();
+    std::fs::write(dir.join("out/ledger.db"), b"someone's ledger").unwrap();
+    let run =
+        support::run_in(&dir, &["demo", "--tenants", "2", "--events", "1000", "--month", MONTH, "--out", "out"], b"");
+    let run = run.expect_code(2);
+    assert!(run.stderr.contains("that no demo wrote"), "{}", run.stderr);
+    assert_eq!(std::fs::read(dir.join("out/ledger.db")).unwrap(), b"someone's ledger");
+}

@@ -130,9 +130,22 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Creates `out`, removing a previous demo's ledger (its other files are replaced as they are written).
+/// Marks a folder the demo wrote, so that a later demo may replace its ledger.
+const MARKER_FILE: &str = ".quota-ledger-demo";
+
+/// Creates `out`, removing a previous demo's ledger (its other files are replaced as they are written). A ledger
+/// in a folder the demo did not write is someone's data: refused, never removed.
 fn prepare_out(out: &Path) -> anyhow::Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let marker = out.join(MARKER_FILE);
+    if out.join(LEDGER_FILE).exists() && !marker.exists() {
+        anyhow::bail!(
+            "{} holds a {LEDGER_FILE} that no demo wrote; the demo will not replace it: choose another --out",
+            out.display()
+        );
+    }
+    std::fs::write(&marker, "written by `quota-ledger demo`; its ledger is replaced by the next demo\n")
+        .with_context(|| format!("cannot write {}", marker.display()))?;
     for entry in std::fs::read_dir(out)? {
         let entry = entry?;
         if entry.file_name().to_string_lossy().starts_with(LEDGER_FILE) {
