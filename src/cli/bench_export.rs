@@ -70,7 +70,12 @@ pub fn run(events: u64, tenants: u32, dir: Option<PathBuf>, json: bool) -> anyho
         let _ = std::fs::remove_file(format!("{}{suffix}", run_path.display()));
     }
     eprintln!("copying {} ...", kept.display());
-    Ledger::open_read_only(&kept)?.connection().execute("VACUUM INTO ?", [run_path.to_string_lossy()])?;
+    // A plain read-only connection: the kept ledger may be of an older schema (built by an older binary), which
+    // the copy's migration brings up to date; the kept file itself is never migrated or written.
+    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    rusqlite::Connection::open_with_flags(&kept, flags)
+        .and_then(|source| source.execute("VACUUM INTO ?", [run_path.to_string_lossy()]))
+        .with_context(|| format!("cannot copy {}", kept.display()))?;
     eprintln!("migrating the copy (usage_totals backfill) ...");
     let started = Instant::now();
     let ledger = Ledger::open(&run_path)?;
