@@ -28,12 +28,12 @@
 //! ```
 
 mod append;
+pub mod append_hook;
 pub mod batch;
 pub mod chain;
 pub mod dedup;
 pub mod details;
 pub mod error;
-pub mod hook;
 pub mod migrate;
 mod outbox;
 mod period_exports;
@@ -88,8 +88,8 @@ pub struct Ledger {
     catalog: &'static Catalog,
     /// `INSERT` into each type's detail table, indexed like `EventType::ALL`.
     detail_insert_sql: Vec<String>,
-    /// Run inside every append's transaction (see [`hook::AppendHook`]).
-    append_hook: Option<Box<dyn hook::AppendHook>>,
+    /// Run inside every append's transaction (see [`append_hook::AppendHook`]).
+    append_hook: Option<Box<dyn append_hook::AppendHook>>,
 }
 
 impl Ledger {
@@ -147,7 +147,7 @@ impl Ledger {
     }
 
     /// Installs a hook run inside every later append's transaction.
-    pub fn set_append_hook(&mut self, hook: Box<dyn hook::AppendHook>) {
+    pub fn set_append_hook(&mut self, hook: Box<dyn append_hook::AppendHook>) {
         self.append_hook = Some(hook);
     }
 

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use ledger::Period;
-use ledger::hook::AppendHook;
+use ledger::append_hook::AppendHook;
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use schemas::{ReservationAction, ReservationEvent, Timestamp};
 
