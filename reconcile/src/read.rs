@@ -9,7 +9,8 @@ use schemas::*;
 
 use crate::concern::{Concern, Recorded};
 
-fn header(row: &Row<'_>, first: usize) -> rusqlite::Result<Header> {
+/// The six header fields, from `first` on (the order of `HEADER_COLUMNS`).
+pub fn header(row: &Row<'_>, first: usize) -> rusqlite::Result<Header> {
     Ok(Header {
         event_id: row.get(first)?,
         occurred_at: Timestamp(row.get(first + 1)?),
@@ -20,9 +21,15 @@ fn header(row: &Row<'_>, first: usize) -> rusqlite::Result<Header> {
     })
 }
 
+/// A watermark as SQLite's signed integer (sequences stay far below 2^63).
+fn watermark_param(watermark: u64) -> i64 {
+    i64::try_from(watermark).unwrap_or(i64::MAX)
+}
+
 const HEADER_COLUMNS: &str = "e.event_id, e.occurred_at, e.tenant, e.subject, e.metric, e.source";
 
-fn symbol<T>(row: &Row<'_>, index: usize, parse: fn(&str) -> Option<T>) -> rusqlite::Result<T> {
+/// An Avro enum symbol stored as text.
+pub fn symbol<T>(row: &Row<'_>, index: usize, parse: fn(&str) -> Option<T>) -> rusqlite::Result<T> {
     let text: String = row.get(index)?;
     parse(&text).ok_or_else(|| {
         rusqlite::Error::FromSqlConversionFailure(
@@ -35,13 +42,19 @@ fn symbol<T>(row: &Row<'_>, index: usize, parse: fn(&str) -> Option<T>) -> rusql
 
 /// Every recorded policy version.
 pub fn policies(conn: &Connection) -> rusqlite::Result<Vec<PolicyEvent>> {
+    policies_through(conn, i64::MAX as u64)
+}
+
+/// Every recorded policy version up to a watermark (a report's snapshot), in ledger order.
+pub fn policies_through(conn: &Connection, watermark: u64) -> rusqlite::Result<Vec<PolicyEvent>> {
     let sql = format!(
         "SELECT {HEADER_COLUMNS}, p.policy_id, p.version, p.scope, p.\"limit\", p.window, p.enforcement, p.effective_from,
                 p.burst
-         FROM policy_events p CROSS JOIN entries e ON e.seq = p.seq WHERE e.status = 'recorded' ORDER BY e.seq"
+         FROM policy_events p CROSS JOIN entries e ON e.seq = p.seq
+         WHERE e.status = 'recorded' AND p.seq <= ?1 ORDER BY e.seq"
     );
     let mut statement = conn.prepare(&sql)?;
-    let rows = statement.query_map([], |r| {
+    let rows = statement.query_map([watermark_param(watermark)], |r| {
         Ok(PolicyEvent {
             header: header(r, 0)?,
             policy_id: r.get(6)?,
@@ -59,12 +72,21 @@ pub fn policies(conn: &Connection) -> rusqlite::Result<Vec<PolicyEvent>> {
 
 /// Every recorded grant, by (tenant, metric).
 pub fn grants(conn: &Connection) -> rusqlite::Result<HashMap<(String, String), Vec<GrantEvent>>> {
+    grants_through(conn, i64::MAX as u64)
+}
+
+/// Every recorded grant up to a watermark (a report's snapshot), by (tenant, metric), in ledger order.
+pub fn grants_through(
+    conn: &Connection,
+    watermark: u64,
+) -> rusqlite::Result<HashMap<(String, String), Vec<GrantEvent>>> {
     let sql = format!(
         "SELECT {HEADER_COLUMNS}, g.grant_id, g.amount, g.valid_from, g.valid_until, g.reason
-         FROM grant_events g CROSS JOIN entries e ON e.seq = g.seq WHERE e.status = 'recorded' ORDER BY e.seq"
+         FROM grant_events g CROSS JOIN entries e ON e.seq = g.seq
+         WHERE e.status = 'recorded' AND g.seq <= ?1 ORDER BY e.seq"
     );
     let mut statement = conn.prepare(&sql)?;
-    let rows = statement.query_map([], |r| {
+    let rows = statement.query_map([watermark_param(watermark)], |r| {
         Ok(GrantEvent {
             header: header(r, 0)?,
             grant_id: r.get(6)?,

@@ -13,6 +13,7 @@ use datafusion::common::ScalarValue;
 use ledger::{CloseSnapshot, Period, PeriodClose, PeriodExportRow};
 use reconcile::overshoot;
 use reconcile::policy::PolicyIndex;
+use reconcile::read::{header, symbol};
 use rusqlite::{Connection, Row};
 use schemas::*;
 
@@ -23,8 +24,6 @@ use crate::session::LedgerSession;
 
 const USAGE_TOTALS_OF_PERIOD: &str = include_str!("../sql/usage_totals_of_period.sql");
 const RESERVATIONS: &str = include_str!("../sql/reservation_events_by_reservation.sql");
-const POLICIES: &str = include_str!("../sql/policies.sql");
-const GRANTS: &str = include_str!("../sql/grants.sql");
 const LATE_ADJUSTMENTS: &str = include_str!("../sql/late_adjustments.sql");
 const USAGE_OF_PERIOD: &str = include_str!("../sql/usage_of_period.sql");
 
@@ -228,63 +227,14 @@ fn sums_by_key(batches: &[arrow::array::RecordBatch], value: &str) -> Result<BTr
     Ok(sums)
 }
 
-fn header(row: &Row<'_>, first: usize) -> rusqlite::Result<Header> {
-    Ok(Header {
-        event_id: row.get(first)?,
-        occurred_at: Timestamp(row.get(first + 1)?),
-        tenant: row.get(first + 2)?,
-        subject: row.get(first + 3)?,
-        metric: row.get(first + 4)?,
-        source: row.get(first + 5)?,
-    })
-}
-
-fn symbol<T>(row: &Row<'_>, index: usize, parse: fn(&str) -> Option<T>) -> rusqlite::Result<T> {
-    let text: String = row.get(index)?;
-    parse(&text).ok_or_else(|| {
-        let message = format!("unknown symbol {text:?}");
-        rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Text, message.into())
-    })
-}
-
 /// Every recorded policy version up to `watermark`.
 pub fn policies(conn: &Connection, watermark: u64) -> Result<Vec<PolicyEvent>, ReportError> {
-    let mut statement = conn.prepare(POLICIES)?;
-    let rows = statement.query_map([watermark as i64], |r| {
-        Ok(PolicyEvent {
-            header: header(r, 0)?,
-            policy_id: r.get(6)?,
-            version: r.get(7)?,
-            scope: symbol(r, 8, Scope::from_symbol)?,
-            limit: r.get(9)?,
-            window: symbol(r, 10, Window::from_symbol)?,
-            enforcement: symbol(r, 11, Enforcement::from_symbol)?,
-            effective_from: Timestamp(r.get(12)?),
-            burst: r.get(13)?,
-        })
-    })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(reconcile::read::policies_through(conn, watermark)?)
 }
 
 /// Every recorded grant up to `watermark`, by (tenant, metric).
 pub fn grants(conn: &Connection, watermark: u64) -> Result<HashMap<Key, Vec<GrantEvent>>, ReportError> {
-    let mut statement = conn.prepare(GRANTS)?;
-    let rows = statement.query_map([watermark as i64], |r| {
-        Ok(GrantEvent {
-            header: header(r, 0)?,
-            grant_id: r.get(6)?,
-            amount: r.get(7)?,
-            valid_from: Timestamp(r.get(8)?),
-            valid_until: Timestamp(r.get(9)?),
-            reason: r.get(10)?,
-        })
-    })?;
-    let mut by_key: HashMap<Key, Vec<GrantEvent>> = HashMap::new();
-    for grant in rows {
-        let grant = grant?;
-        by_key.entry((grant.header.tenant.clone(), grant.header.metric.clone())).or_default().push(grant);
-    }
-    Ok(by_key)
+    Ok(reconcile::read::grants_through(conn, watermark)?)
 }
 
 /// A reservation event from a row of `seq, event_id, occurred_at, tenant, subject, metric, source,
