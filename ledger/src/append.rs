@@ -44,7 +44,7 @@ impl Ledger {
         let before = read_totals(&tx)?;
         let mut tip = read_tip(&tx)?;
         assert_eq!(tip.seq, before.watermark, "the last batch's watermark is the last entry");
-        let ids_before = (max_id(&tx, "duplicates")?, max_id(&tx, "quarantine")?);
+        let ids_before = max_ids(&tx)?;
         store_offsets(&tx, &batch.offsets)?;
         let mut outcomes = Vec::with_capacity(batch.events.len());
         for incoming in &batch.events {
@@ -82,19 +82,23 @@ impl Ledger {
 
 fn read_tip(tx: &Transaction<'_>) -> rusqlite::Result<Tip> {
     let tip = tx
-        .query_row("SELECT seq, entry_hash FROM entries ORDER BY seq DESC LIMIT 1", [], |r| {
-            Ok(Tip { seq: r.get::<_, i64>(0)? as u64, hash: r.get(1)? })
-        })
+        .prepare_cached("SELECT seq, entry_hash FROM entries ORDER BY seq DESC LIMIT 1")?
+        .query_row([], |r| Ok(Tip { seq: r.get::<_, i64>(0)? as u64, hash: r.get(1)? }))
         .optional()?;
     Ok(tip.unwrap_or(Tip { seq: 0, hash: GENESIS }))
 }
 
-fn max_id(tx: &Transaction<'_>, table: &str) -> rusqlite::Result<i64> {
-    tx.query_row(&format!("SELECT COALESCE(MAX(id), 0) FROM {table}"), [], |r| r.get(0))
+/// The last id of `duplicates` and of `quarantine`.
+fn max_ids(tx: &Transaction<'_>) -> rusqlite::Result<(i64, i64)> {
+    tx.prepare_cached(
+        "SELECT (SELECT COALESCE(MAX(id), 0) FROM duplicates), (SELECT COALESCE(MAX(id), 0) FROM quarantine)",
+    )?
+    .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
 }
 
 fn read_written(tx: &Transaction<'_>, watermark_before: u64, ids_before: (i64, i64)) -> rusqlite::Result<Written> {
-    let count = |sql: &str, after: i64| tx.query_row(sql, [after], |r| r.get::<_, i64>(0).map(|n| n as u64));
+    let count =
+        |sql: &str, after: i64| tx.prepare_cached(sql)?.query_row([after], |r| r.get::<_, i64>(0).map(|n| n as u64));
     Ok(Written {
         entries: count("SELECT COUNT(*) FROM entries WHERE seq > ?", watermark_before as i64)?,
         duplicates: count("SELECT COUNT(*) FROM duplicates WHERE id > ?", ids_before.0)?,

@@ -31,20 +31,19 @@ impl Totals {
 
 pub(crate) fn read_totals(conn: &Connection) -> rusqlite::Result<Totals> {
     let totals = conn
-        .query_row(
+        .prepare_cached(
             "SELECT watermark, events_recorded_total, duplicates_total, conflicts_total, quarantined_total
              FROM batches ORDER BY id DESC LIMIT 1",
-            [],
-            |r| {
-                Ok(Totals {
-                    watermark: r.get::<_, i64>(0)? as u64,
-                    events_recorded: r.get::<_, i64>(1)? as u64,
-                    duplicates: r.get::<_, i64>(2)? as u64,
-                    conflicts: r.get::<_, i64>(3)? as u64,
-                    quarantined: r.get::<_, i64>(4)? as u64,
-                })
-            },
-        )
+        )?
+        .query_row([], |r| {
+            Ok(Totals {
+                watermark: r.get::<_, i64>(0)? as u64,
+                events_recorded: r.get::<_, i64>(1)? as u64,
+                duplicates: r.get::<_, i64>(2)? as u64,
+                conflicts: r.get::<_, i64>(3)? as u64,
+                quarantined: r.get::<_, i64>(4)? as u64,
+            })
+        })
         .optional()?;
     Ok(totals.unwrap_or_default())
 }
