@@ -78,11 +78,15 @@ pub struct Writer {
     /// The ledger's `PRAGMA data_version` when the state last caught up. It changes only when another
     /// connection commits: while it stays the same there is nothing to fold, and the tip need not be read.
     seen_version: Option<i64>,
+    /// Checkpoints the ledger's log off this thread, so that no group waits for one (stopped with the writer).
+    _checkpointer: ledger::Checkpointer,
 }
 
 impl Writer {
-    pub fn new(ledger: Ledger, settings: HookSettings) -> Result<Writer, crate::StartError> {
+    pub fn new(mut ledger: Ledger, settings: HookSettings) -> Result<Writer, crate::StartError> {
+        ledger.keep_key_filter()?;
         let state = load(&ledger, (settings.clock)())?;
+        let checkpointer = ledger.checkpoint_in_background()?;
         Ok(Writer {
             ledger,
             state,
@@ -90,6 +94,7 @@ impl Writer {
             recent: Recent::default(),
             settings,
             seen_version: None,
+            _checkpointer: checkpointer,
         })
     }
 
@@ -183,6 +188,7 @@ impl Writer {
         let version: i64 =
             self.ledger.connection().prepare_cached("PRAGMA data_version")?.query_row([], |r| r.get(0))?;
         if self.seen_version != Some(version) {
+            self.ledger.refresh_key_filter()?;
             catch_up(&self.ledger, &mut self.state, now, &[])?;
             self.seen_version = Some(version);
         }
@@ -485,6 +491,9 @@ fn read_decision(
     state: &State,
     decision_id: &str,
 ) -> Result<Option<Decision>, Box<dyn std::error::Error>> {
+    if !ledger.may_hold(decision_id) {
+        return Ok(None);
+    }
     let conn = ledger.connection();
     let Some((seq, _)) = ledger::dedup::entries_of(conn, decision_id)?.into_iter().next() else { return Ok(None) };
     let (fingerprint, payload): (i64, Vec<u8>) =

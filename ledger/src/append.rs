@@ -6,6 +6,7 @@ use schemas::{Catalog, EventType};
 use crate::batch::*;
 use crate::chain::{self, ChainedFields, GENESIS, Hash};
 use crate::error::AppendError;
+use crate::key_filter::KeyFilter;
 use crate::status::{Totals, read_totals};
 use crate::{Ledger, now_micros};
 use crate::{dedup, details};
@@ -44,11 +45,22 @@ impl Ledger {
         let before = read_totals(&tx)?;
         let mut tip = read_tip(&tx)?;
         assert_eq!(tip.seq, before.watermark, "the last batch's watermark is the last entry");
+        if let Some(filter) = self.key_filter.as_mut() {
+            filter.catch_up(&tx, tip.seq)?;
+        }
         let ids_before = max_ids(&tx)?;
         store_offsets(&tx, &batch.offsets)?;
         let mut outcomes = Vec::with_capacity(batch.events.len());
         for incoming in &batch.events {
-            let outcome = append_event(&tx, self.catalog, &self.detail_insert_sql, &mut tip, incoming, recorded_at)?;
+            let outcome = append_event(
+                &tx,
+                self.catalog,
+                &self.detail_insert_sql,
+                self.key_filter.as_mut(),
+                &mut tip,
+                incoming,
+                recorded_at,
+            )?;
             outcomes.push(outcome);
         }
         for rejected in &batch.rejected {
@@ -76,6 +88,9 @@ impl Ledger {
             hook.after_append(&tx, after.watermark)?;
         }
         tx.commit()?;
+        if let Some(filter) = self.key_filter.as_mut() {
+            filter.set_through(report.watermark);
+        }
         Ok(report)
     }
 }
@@ -133,6 +148,7 @@ fn append_event(
     tx: &Transaction<'_>,
     catalog: &Catalog,
     detail_insert_sql: &[String],
+    key_filter: Option<&mut KeyFilter>,
     tip: &mut Tip,
     incoming: &Incoming,
     recorded_at: i64,
@@ -141,7 +157,12 @@ fn append_event(
     let event_type = event.event_type();
     let payload = catalog.encode_body(event);
     let payload_hash = chain::sha256(&payload);
-    let existing = dedup::entries_of(tx, event.event_id())?;
+    let key = dedup::event_key(event.event_id());
+    // The filter has seen every entry up to the tip (and this batch's so far): a key it never saw is new.
+    let existing = match key_filter.as_deref() {
+        Some(filter) if !filter.may_hold(key) => Vec::new(),
+        _ => dedup::entries_of(tx, event.event_id())?,
+    };
     if let Some((of, _)) = existing.iter().find(|(_, hash)| hash[..] == payload_hash[..]) {
         insert_duplicate(tx, *of, &incoming.origin, recorded_at)?;
         return Ok(AppendOutcome::Duplicate { of: *of });
@@ -198,6 +219,9 @@ fn append_event(
     ])?;
     insert_details(tx, detail_insert_sql, seq, event)?;
     dedup::insert(tx, &header.event_id, seq)?;
+    if let Some(filter) = key_filter {
+        filter.insert(key);
+    }
     *tip = Tip { seq, hash: entry_hash };
     Ok(match duplicate_of {
         None => AppendOutcome::Recorded { seq },

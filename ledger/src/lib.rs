@@ -31,9 +31,11 @@ mod append;
 pub mod append_hook;
 pub mod batch;
 pub mod chain;
+mod checkpoint;
 pub mod dedup;
 pub mod details;
 pub mod error;
+pub mod key_filter;
 pub mod migrate;
 mod outbox;
 mod period_exports;
@@ -50,6 +52,7 @@ use rusqlite::{Connection, OpenFlags};
 use schemas::{Catalog, EventType};
 
 pub use batch::*;
+pub use checkpoint::{CHECKPOINT_INTERVAL_MS, Checkpointer};
 pub use error::*;
 pub use outbox::{OutboxEntry, OutboxStatus};
 pub use period_exports::{CloseSnapshot, PeriodExport, PeriodExportRow};
@@ -106,6 +109,8 @@ pub struct Ledger {
     detail_insert_sql: Vec<String>,
     /// Run inside every append's transaction (see [`append_hook::AppendHook`]).
     append_hook: Option<Box<dyn append_hook::AppendHook>>,
+    /// Every dedup key, for a long-running writer ([`Ledger::keep_key_filter`]).
+    key_filter: Option<key_filter::KeyFilter>,
 }
 
 impl Ledger {
@@ -152,7 +157,7 @@ impl Ledger {
 
     fn from_connection(conn: Connection, path: PathBuf) -> Ledger {
         let detail_insert_sql = EventType::ALL.iter().map(|t| details::insert_sql(*t)).collect();
-        Ledger { conn, path, catalog: Catalog::builtin(), detail_insert_sql, append_hook: None }
+        Ledger { conn, path, catalog: Catalog::builtin(), detail_insert_sql, append_hook: None, key_filter: None }
     }
 
     pub fn path(&self) -> &Path {
@@ -166,6 +171,30 @@ impl Ledger {
     /// Installs a hook run inside every later append's transaction.
     pub fn set_append_hook(&mut self, hook: Box<dyn append_hook::AppendHook>) {
         self.append_hook = Some(hook);
+    }
+
+    /// Keeps a Bloom filter of every dedup key in memory from now on (read once here: a few seconds for tens of
+    /// millions of entries, about 1.8 bytes per key), so that appends skip the dedup probe of an event_id the
+    /// ledger certainly does not hold. For a long-running writer whose events are almost all new: the hook.
+    pub fn keep_key_filter(&mut self) -> rusqlite::Result<()> {
+        self.key_filter = Some(key_filter::KeyFilter::load(&self.conn)?);
+        Ok(())
+    }
+
+    /// Adds to the key filter (if kept) what other connections appended since: call when they may have
+    /// (`PRAGMA data_version` changed) before asking [`Ledger::may_hold`]. Appends catch up by themselves.
+    pub fn refresh_key_filter(&mut self) -> rusqlite::Result<()> {
+        let Some(filter) = self.key_filter.as_mut() else { return Ok(()) };
+        let tx = self.conn.unchecked_transaction()?;
+        let tip: i64 = tx.prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM entries")?.query_row([], |r| r.get(0))?;
+        filter.catch_up(&tx, tip as u64)?;
+        tx.commit()
+    }
+
+    /// Whether the ledger may hold an entry of `event_id`: false only when the key filter is kept and has never
+    /// seen its key (as of the last append or refresh). Without a filter, always true.
+    pub fn may_hold(&self, event_id: &str) -> bool {
+        self.key_filter.as_ref().is_none_or(|f| f.may_hold(dedup::event_key(event_id)))
     }
 
     /// Commits wait for the disk (`synchronous=FULL`, the default: a committed batch survives power loss) or

@@ -1,5 +1,7 @@
 //! Model test: random sequences of batches with duplicates and conflicting duplicates give exactly the
-//! outcomes and `status` counts of a simple in-memory model of deduplication forever.
+//! outcomes and `status` counts of a simple in-memory model of deduplication forever. Two connections append
+//! in turn, as the enforcement hook (keeping the key filter) and ingest (not) do on one ledger file: the
+//! filter must never hide an entry the other appended.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -20,6 +22,8 @@ enum Step {
     Append {
         draws: Vec<Draw>,
         rejected: u8,
+        /// Appended by the second connection, which keeps no key filter.
+        by_other: bool,
     },
     /// Close and reopen the ledger file: nothing may depend on memory.
     Reopen,
@@ -96,7 +100,8 @@ fn draw() -> impl Strategy<Value = Draw> {
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        8 => (prop::collection::vec(draw(), 0..25), 0u8..3).prop_map(|(draws, rejected)| Step::Append { draws, rejected }),
+        8 => (prop::collection::vec(draw(), 0..25), 0u8..3, prop::bool::weighted(0.3))
+            .prop_map(|(draws, rejected, by_other)| Step::Append { draws, rejected, by_other }),
         1 => Just(Step::Reopen),
     ]
 }
@@ -108,17 +113,24 @@ proptest! {
     fn ledger_agrees_with_the_model(steps in prop::collection::vec(step(), 1..16)) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ledger.db");
-        let mut ledger = Ledger::open(&path).unwrap();
+        let open = |filtered: bool| {
+            let mut ledger = Ledger::open(&path).unwrap();
+            if filtered {
+                ledger.keep_key_filter().unwrap();
+            }
+            ledger
+        };
+        let (mut ledger, mut other) = (open(true), open(false));
         let mut model = Model::default();
         let mut next_offset = 0i64;
         for step in steps {
-            let (draws, rejected) = match step {
+            let (draws, rejected, by_other) = match step {
                 Step::Reopen => {
-                    drop(ledger);
-                    ledger = Ledger::open(&path).unwrap();
+                    drop((ledger, other));
+                    (ledger, other) = (open(true), open(false));
                     continue;
                 }
-                Step::Append { draws, rejected } => (draws, rejected),
+                Step::Append { draws, rejected, by_other } => (draws, rejected, by_other),
             };
             let origin = |offset: i64| Origin::Kafka { topic: "quota.usage".into(), partition: 0, offset };
             let mut batch = Batch::default();
@@ -134,7 +146,8 @@ proptest! {
             batch.offsets.push(SourceOffset { topic: "quota.usage".into(), partition: 0, next_offset });
             let expected: Vec<AppendOutcome> = batch.events.iter().map(|i| model.append(i.event.clone())).collect();
             model.quarantined += u64::from(rejected);
-            let report = ledger.append(&batch).unwrap();
+            let writer = if by_other { &mut other } else { &mut ledger };
+            let report = writer.append(&batch).unwrap();
             prop_assert_eq!(report.outcomes, expected);
             prop_assert_eq!(report.watermark, model.watermark);
         }

@@ -1,0 +1,116 @@
+//! Checkpoints off the writer's path. A WAL checkpoint copies committed pages from the write-ahead log into the
+//! database file and (at any durability) syncs that file. Run by the committing connection, as SQLite does by
+//! default (`wal_autocheckpoint`), it stalls that commit: in the enforcement hook every request waiting for
+//! the group behind it waits too. [`Ledger::checkpoint_in_background`] moves the work to a thread with its own
+//! connection that checkpoints `PASSIVE`ly (never waiting for, nor blocking, the writer or readers) every
+//! [`CHECKPOINT_INTERVAL_MS`]. The writer keeps its automatic checkpoint as the backstop: it finds little left to
+//! copy, and only its commit lets the log restart from its beginning.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+
+use crate::{Ledger, OpenError};
+
+/// How often the background thread checkpoints: a few hundred pages at the hook's full rate.
+pub const CHECKPOINT_INTERVAL_MS: u64 = 20;
+
+/// The background checkpoint thread; stopped (after its current checkpoint) when dropped.
+pub struct Checkpointer {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Ledger {
+    /// Starts a thread that checkpoints this ledger's write-ahead log every [`CHECKPOINT_INTERVAL_MS`], so that
+    /// this connection's commits rarely copy pages themselves. Keep the returned handle as long as the ledger.
+    pub fn checkpoint_in_background(&self) -> Result<Checkpointer, OpenError> {
+        let conn = open_checkpoint_connection(&self.path)
+            .map_err(|source| OpenError::Sqlite { path: self.path.clone(), source })?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("ledger-checkpoint".into())
+            .spawn(move || {
+                while !stopping.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(CHECKPOINT_INTERVAL_MS));
+                    // PASSIVE never waits: busy (another checkpoint running) is tried again next time. An error
+                    // here loses nothing (the pages stay in the log); the writer's own checkpoint still runs.
+                    if let Err(error) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+                        eprintln!("ledger: background checkpoint: {error}");
+                        std::thread::sleep(Duration::from_secs(1));
+                    }
+                }
+            })
+            // What `std::thread::spawn` does too: a process that cannot start a thread cannot go on.
+            .expect("the operating system starts a thread");
+        Ok(Checkpointer { stop, thread: Some(thread) })
+    }
+}
+
+fn open_checkpoint_connection(path: &Path) -> rusqlite::Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
+    let conn = Connection::open_with_flags(path, flags)?;
+    // Checkpoints sync the database file as the ledger's commits do (FULL unless a caller lowered it; the
+    // checkpoint's sync is what makes the log's pages safe to overwrite, at either level).
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    Ok(conn)
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use schemas::{Event, Header, Timestamp, UsageEvent};
+
+    use crate::{Batch, Incoming, Ledger, Origin};
+
+    fn usage(i: usize) -> Incoming {
+        let header = Header {
+            event_id: format!("u-{i}"),
+            occurred_at: Timestamp(1_793_491_200_000_000),
+            tenant: "org-1".into(),
+            subject: None,
+            metric: "requests".into(),
+            source: "test".into(),
+        };
+        let event = Event::Usage(UsageEvent { header, quantity: 1, request_id: None, attributes: BTreeMap::new() });
+        Incoming { event, origin: Origin::Local { name: "test".into() }, raw: None }
+    }
+
+    // Proves the background thread copies committed pages into the database file without the writer's help.
+    #[test]
+    fn the_background_thread_checkpoints_what_the_writer_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ledger = Ledger::open(dir.path().join("ledger.db")).unwrap();
+        ledger.connection().pragma_update(None, "wal_autocheckpoint", 0).unwrap();
+        ledger.append(&Batch { events: (0..100).map(usage).collect(), ..Batch::default() }).unwrap();
+        // The database file's own header says how many pages it holds (bytes 28..32); a checkpoint grows it.
+        let database_pages = || {
+            let bytes = std::fs::read(dir.path().join("ledger.db")).unwrap();
+            bytes.get(28..32).map_or(0, |b| u32::from_be_bytes(b.try_into().unwrap()))
+        };
+        let pages_before = database_pages();
+        let checkpointer = ledger.checkpoint_in_background().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::time::Instant::now() < deadline && database_pages() == pages_before {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(database_pages() > pages_before, "the database file grew by the checkpointed pages");
+        drop(checkpointer);
+        assert_eq!(ledger.status().unwrap().events_recorded, 100);
+    }
+}
