@@ -15,6 +15,7 @@ use axum::extract::{DefaultBodyLimit, Path as UrlPath, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use axum::{Json, Router};
 use clap::Args;
 use hook::{CheckRequest, Closed, Decision, Hook, HookError, HookSettings, Refusal, ReserveRequest, TenantScope};
@@ -119,6 +120,12 @@ pub fn run(ledger_path: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("cannot listen on {}", args.listen))?;
         // The first line says where it listens (port 0 picks one), for scripts and tests.
         println!("listening on http://{}", listener.local_addr()?);
+        // Answers leave at once: without TCP_NODELAY a small answer may wait for the client's delayed ACK.
+        let listener = listener.tap_io(|stream| {
+            if let Err(error) = stream.set_nodelay(true) {
+                eprintln!("serve: cannot set TCP_NODELAY on a connection: {error}");
+            }
+        });
         axum::serve(listener, router(app)).with_graceful_shutdown(shutdown()).await?;
         anyhow::Ok(())
     })?;
