@@ -73,24 +73,8 @@ impl Drop for Checkpointer {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
-    use schemas::{Event, Header, Timestamp, UsageEvent};
-
-    use crate::{Batch, Incoming, Ledger, Origin};
-
-    fn usage(i: usize) -> Incoming {
-        let header = Header {
-            event_id: format!("u-{i}"),
-            occurred_at: Timestamp(1_793_491_200_000_000),
-            tenant: "org-1".into(),
-            subject: None,
-            metric: "requests".into(),
-            source: "test".into(),
-        };
-        let event = Event::Usage(UsageEvent { header, quantity: 1, request_id: None, attributes: BTreeMap::new() });
-        Incoming { event, origin: Origin::Local { name: "test".into() }, raw: None }
-    }
+    use crate::dedup::tests::usage;
+    use crate::{Batch, Ledger};
 
     // Proves the background thread copies committed pages into the database file without the writer's help.
     #[test]
@@ -98,7 +82,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut ledger = Ledger::open(dir.path().join("ledger.db")).unwrap();
         ledger.connection().pragma_update(None, "wal_autocheckpoint", 0).unwrap();
-        ledger.append(&Batch { events: (0..100).map(usage).collect(), ..Batch::default() }).unwrap();
+        ledger
+            .append(&Batch { events: (0..100).map(|i| usage(&format!("u-{i}"))).collect(), ..Batch::default() })
+            .unwrap();
         // The database file's own header says how many pages it holds (bytes 28..32); a checkpoint grows it.
         let database_pages = || {
             let bytes = std::fs::read(dir.path().join("ledger.db")).unwrap();

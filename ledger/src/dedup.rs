@@ -81,7 +81,7 @@ pub fn is_indexed(conn: &Connection, event_id: &str, seq: u64) -> rusqlite::Resu
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::BTreeMap;
 
     use schemas::{Event, Header, Timestamp, UsageEvent};
@@ -89,7 +89,8 @@ mod tests {
     use super::*;
     use crate::{AppendOutcome, Batch, Incoming, Ledger, Origin};
 
-    fn usage(event_id: &str) -> Incoming {
+    /// A UsageEvent of `event_id`, written locally (the other modules' tests use it too).
+    pub(crate) fn usage(event_id: &str) -> Incoming {
         let header = Header {
             event_id: event_id.into(),
             occurred_at: Timestamp(1_793_491_200_000_000),

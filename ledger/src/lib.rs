@@ -173,9 +173,10 @@ impl Ledger {
         self.append_hook = Some(hook);
     }
 
-    /// Keeps a Bloom filter of every dedup key in memory from now on (read once here: a few seconds for tens of
-    /// millions of entries, about 1.8 bytes per key), so that appends skip the dedup probe of an event_id the
-    /// ledger certainly does not hold. For a long-running writer whose events are almost all new: the hook.
+    /// Keeps a Bloom filter of every dedup key in memory from now on (read once here, one pass over the key
+    /// index; about 1.8 bytes per key, room for twice the keys held), so that appends skip the dedup probe of an
+    /// event_id the ledger certainly does not hold. For a long-running writer whose events are almost all new:
+    /// the hook.
     pub fn keep_key_filter(&mut self) -> rusqlite::Result<()> {
         self.key_filter = Some(key_filter::KeyFilter::load(&self.conn)?);
         Ok(())
