@@ -218,7 +218,6 @@ fn time_bare_insert(path: &Path, catalog: &Catalog, usage: &[Event], batch_event
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "wal_autocheckpoint", ledger::WAL_AUTOCHECKPOINT_PAGES)?;
     conn.pragma_update(None, "cache_size", -ledger::CACHE_KIB)?;
-    conn.pragma_update(None, "mmap_size", ledger::MMAP_BYTES)?;
     conn.execute_batch(BARE_TABLES)?;
     let payloads: Vec<Vec<u8>> = usage.iter().map(|e| catalog.encode_body(e)).collect();
     let fingerprint = catalog.current(schemas::EventType::UsageEvent).fingerprint as i64;
