@@ -161,7 +161,7 @@ fn append_event(
     // The filter has seen every entry up to the tip (and this batch's so far): a key it never saw is new.
     let existing = match key_filter.as_deref() {
         Some(filter) if !filter.may_hold(key) => Vec::new(),
-        _ => dedup::entries_of(tx, event.event_id())?,
+        _ => dedup::entries_of_key(tx, event.event_id(), key)?,
     };
     if let Some((of, _)) = existing.iter().find(|(_, hash)| hash[..] == payload_hash[..]) {
         insert_duplicate(tx, *of, &incoming.origin, recorded_at)?;
@@ -218,7 +218,7 @@ fn append_event(
         &entry_hash[..],
     ])?;
     insert_details(tx, detail_insert_sql, seq, event)?;
-    dedup::insert(tx, &header.event_id, seq)?;
+    dedup::insert(tx, key, seq)?;
     if let Some(filter) = key_filter {
         filter.insert(key);
     }

@@ -15,7 +15,11 @@ pub fn event_key(event_id: &str) -> i64 {
 /// The entries already holding `event_id`: `(seq, payload_hash)`, oldest first. The oldest is the recorded
 /// one; the others are conflicting duplicates.
 pub fn entries_of(conn: &Connection, event_id: &str) -> rusqlite::Result<Vec<(u64, Vec<u8>)>> {
-    let key = event_key(event_id);
+    entries_of_key(conn, event_id, event_key(event_id))
+}
+
+/// [`entries_of`] for a caller that has the key already (`key` is `event_key(event_id)`).
+pub(crate) fn entries_of_key(conn: &Connection, event_id: &str, key: i64) -> rusqlite::Result<Vec<(u64, Vec<u8>)>> {
     // Almost every event_id is new: two point probes, and the entries are read only on a hit.
     let mut seqs: Vec<i64> = Vec::new();
     for sql in [
@@ -44,10 +48,10 @@ pub fn entries_of(conn: &Connection, event_id: &str) -> rusqlite::Result<Vec<(u6
     Ok(found)
 }
 
-/// Indexes a new entry.
-pub fn insert(conn: &Connection, event_id: &str, seq: u64) -> rusqlite::Result<()> {
+/// Indexes a new entry under its key (`event_key` of its event_id).
+pub(crate) fn insert(conn: &Connection, key: i64, seq: u64) -> rusqlite::Result<()> {
     conn.prepare_cached("INSERT INTO event_keys_recent (event_key, seq) VALUES (?, ?)")?
-        .execute(params![event_key(event_id), seq as i64])?;
+        .execute(params![key, seq as i64])?;
     Ok(())
 }
 
