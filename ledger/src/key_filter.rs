@@ -12,6 +12,7 @@ use fastbloom::BloomFilter;
 use rusqlite::Connection;
 
 use crate::dedup::event_key;
+use crate::status::read_totals;
 
 /// False positives of each Bloom filter when full: one new event in 1,000 is probed anyway.
 pub const FALSE_POSITIVE_RATE: f64 = 0.001;
@@ -28,11 +29,11 @@ pub struct KeyFilter {
 }
 
 impl KeyFilter {
-    /// The filter of every key in the dedup index, read in one snapshot (call inside a transaction, or on a
-    /// connection no other statement runs on): `(seq of the last entry, keys)`.
+    /// The filter of every key in the dedup index, read in one read transaction (on a connection with none
+    /// open), up to the last committed batch's watermark.
     pub(crate) fn load(conn: &Connection) -> rusqlite::Result<KeyFilter> {
         let tx = conn.unchecked_transaction()?;
-        let through: i64 = tx.query_row("SELECT COALESCE(MAX(seq), 0) FROM entries", [], |r| r.get(0))?;
+        let through = read_totals(&tx)?.watermark;
         let keys: i64 = tx.query_row(
             "SELECT (SELECT COUNT(*) FROM event_keys_recent) + (SELECT COUNT(*) FROM event_keys_sealed)",
             [],
@@ -46,7 +47,7 @@ impl KeyFilter {
                 filter.insert(row.get(0)?);
             }
         }
-        filter.through = through as u64;
+        filter.through = through;
         tx.commit()?;
         Ok(filter)
     }

@@ -183,8 +183,7 @@ impl Ledger {
     pub fn refresh_key_filter(&mut self) -> rusqlite::Result<()> {
         let Some(filter) = self.key_filter.as_mut() else { return Ok(()) };
         let tx = self.conn.unchecked_transaction()?;
-        let tip: i64 = tx.prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM entries")?.query_row([], |r| r.get(0))?;
-        filter.catch_up(&tx, tip as u64)?;
+        filter.catch_up(&tx, status::read_totals(&tx)?.watermark)?;
         tx.commit()
     }
 
