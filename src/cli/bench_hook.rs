@@ -255,27 +255,27 @@ impl HttpConnection {
         self.stream.write_all(request.as_bytes())?;
         self.buffer.clear();
         let mut chunk = [0u8; 4_096];
-        loop {
+        // Read until the head parses and the body it announces has arrived.
+        let mut complete: Option<(u16, usize)> = None;
+        while complete.is_none_or(|(_, total)| self.buffer.len() < total) {
             let read = self.stream.read(&mut chunk)?;
             anyhow::ensure!(read > 0, "the server closed the connection");
             self.buffer.extend_from_slice(&chunk[..read]);
-            let mut headers = [httparse::EMPTY_HEADER; 32];
-            let mut response = httparse::Response::new(&mut headers);
-            let httparse::Status::Complete(head) = response.parse(&self.buffer)? else { continue };
-            let length = response
-                .headers
-                .iter()
-                .find(|h| h.name.eq_ignore_ascii_case("content-length"))
-                .and_then(|h| std::str::from_utf8(h.value).ok()?.parse::<usize>().ok())
-                .context("a response without Content-Length")?;
-            let status = response.code.context("a response without a status")?;
-            while self.buffer.len() < head + length {
-                let read = self.stream.read(&mut chunk)?;
-                anyhow::ensure!(read > 0, "the server closed the connection");
-                self.buffer.extend_from_slice(&chunk[..read]);
+            if complete.is_none() {
+                let mut headers = [httparse::EMPTY_HEADER; 32];
+                let mut response = httparse::Response::new(&mut headers);
+                if let httparse::Status::Complete(head) = response.parse(&self.buffer)? {
+                    let length = response
+                        .headers
+                        .iter()
+                        .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                        .and_then(|h| std::str::from_utf8(h.value).ok()?.parse::<usize>().ok())
+                        .context("a response without Content-Length")?;
+                    complete = Some((response.code.context("a response without a status")?, head + length));
+                }
             }
-            return Ok(status);
         }
+        Ok(complete.expect("the loop ends with a complete response").0)
     }
 }
 
