@@ -1,10 +1,14 @@
-//! Deduplication forever: finding the entries that already hold an event_id, through the two-tier key index
-//! of `ddl/001-entries.sql` (`event_keys_recent`, merged into `event_keys_sealed`).
+//! Deduplication forever: finding the entries that already hold an event_id, through the three-tier key index
+//! of `ddl/001-entries.sql` and `ddl/009-dedup-middle-tier.sql` (`event_keys_recent`, moved into
+//! `event_keys_middle`, moved into `event_keys_sealed`).
 
 use rusqlite::{Connection, params};
 
-use crate::EVENT_KEYS_RECENT_ENTRIES;
 use crate::chain;
+use crate::{EVENT_KEYS_MIDDLE_ENTRIES, EVENT_KEYS_RECENT_ENTRIES};
+
+/// The tiers of the key index, newest first.
+pub(crate) const TIERS: [&str; 3] = ["event_keys_recent", "event_keys_middle", "event_keys_sealed"];
 
 /// The dedup key of an event_id: the first 8 bytes of its SHA-256, as a signed integer.
 pub fn event_key(event_id: &str) -> i64 {
@@ -20,10 +24,11 @@ pub fn entries_of(conn: &Connection, event_id: &str) -> rusqlite::Result<Vec<(u6
 
 /// [`entries_of`] for a caller that has the key already (`key` is `event_key(event_id)`).
 pub(crate) fn entries_of_key(conn: &Connection, event_id: &str, key: i64) -> rusqlite::Result<Vec<(u64, Vec<u8>)>> {
-    // Almost every event_id is new: two point probes, and the entries are read only on a hit.
+    // Almost every event_id is new: a point probe per tier, and the entries are read only on a hit.
     let mut seqs: Vec<i64> = Vec::new();
     for sql in [
         "SELECT seq FROM event_keys_recent WHERE event_key = ?",
+        "SELECT seq FROM event_keys_middle WHERE event_key = ?",
         "SELECT seq FROM event_keys_sealed WHERE event_key = ?",
     ] {
         let mut statement = conn.prepare_cached(sql)?;
@@ -55,19 +60,33 @@ pub(crate) fn insert(conn: &Connection, key: i64, seq: u64) -> rusqlite::Result<
     Ok(())
 }
 
-/// Moves the recent keys, sorted, into the sealed tier when this append crossed a multiple of
-/// `EVENT_KEYS_RECENT_ENTRIES` entries. Returns the keys moved.
-pub fn merge_if_due(conn: &Connection, watermark_before: u64, watermark_after: u64) -> rusqlite::Result<usize> {
-    if watermark_before / EVENT_KEYS_RECENT_ENTRIES == watermark_after / EVENT_KEYS_RECENT_ENTRIES {
-        return Ok(0);
+/// Moves the recent keys, sorted, into the middle tier when this append crossed a multiple of
+/// `EVENT_KEYS_RECENT_ENTRIES` entries, then the middle tier into the sealed one when it crossed a multiple of
+/// `EVENT_KEYS_MIDDLE_ENTRIES`. Returns the keys moved.
+pub(crate) fn merge_if_due(conn: &Connection, watermark_before: u64, watermark_after: u64) -> rusqlite::Result<usize> {
+    merge_tiers_if_due(conn, watermark_before, watermark_after, [EVENT_KEYS_RECENT_ENTRIES, EVENT_KEYS_MIDDLE_ENTRIES])
+}
+
+/// [`merge_if_due`] with the tiers' sizes in entries (recent, middle) given.
+fn merge_tiers_if_due(conn: &Connection, before: u64, after: u64, sizes: [u64; 2]) -> rusqlite::Result<usize> {
+    let mut moved = 0;
+    for (size, [from, into]) in sizes.into_iter().zip([[TIERS[0], TIERS[1]], [TIERS[1], TIERS[2]]]) {
+        if before / size != after / size {
+            moved += move_tier(conn, from, into)?;
+        }
     }
-    let moved = conn.execute(
-        "INSERT INTO event_keys_sealed (event_key, seq)
-         SELECT event_key, seq FROM event_keys_recent ORDER BY event_key, seq",
-        [],
-    )?;
-    let deleted = conn.execute("DELETE FROM event_keys_recent", [])?;
-    assert_eq!(moved, deleted, "every recent key moved to the sealed tier");
+    Ok(moved)
+}
+
+/// Moves every key of the tier `from`, sorted, into the tier `into`.
+fn move_tier(conn: &Connection, from: &str, into: &str) -> rusqlite::Result<usize> {
+    let moved = conn
+        .prepare_cached(&format!(
+            "INSERT INTO {into} (event_key, seq) SELECT event_key, seq FROM {from} ORDER BY event_key, seq"
+        ))?
+        .execute([])?;
+    let deleted = conn.prepare_cached(&format!("DELETE FROM {from}"))?.execute([])?;
+    assert_eq!(moved, deleted, "every key of {from} moved to {into}");
     Ok(moved)
 }
 
@@ -78,6 +97,7 @@ pub fn is_indexed(conn: &Connection, event_id: &str, seq: u64) -> rusqlite::Resu
     let count: i64 = conn
         .prepare_cached(
             "SELECT (SELECT COUNT(*) FROM event_keys_recent WHERE event_key = ?1 AND seq = ?2)
+              + (SELECT COUNT(*) FROM event_keys_middle WHERE event_key = ?1 AND seq = ?2)
               + (SELECT COUNT(*) FROM event_keys_sealed WHERE event_key = ?1 AND seq = ?2)",
         )?
         .query_row(params![key, seq as i64], |r| r.get(0))?;
@@ -105,6 +125,33 @@ pub(crate) mod tests {
         };
         let event = Event::Usage(UsageEvent { header, quantity: 1, request_id: None, attributes: BTreeMap::new() });
         Incoming { event, origin: Origin::Local { name: "test".into() }, raw: None }
+    }
+
+    // Proves that the keys stay found through both moves (recent to middle, middle to sealed), and that an event
+    // seen before still is a duplicate wherever its key now is.
+    #[test]
+    fn keys_are_found_in_every_tier() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ledger = Ledger::open(dir.path().join("ledger.db")).unwrap();
+        let ids: Vec<String> = (0..7).map(|i| format!("e-{i}")).collect();
+        for (id, watermark) in ids.iter().zip(1u64..) {
+            ledger.append(&Batch { events: vec![usage(id)], ..Batch::default() }).unwrap();
+            // Tiny tiers: the recent one moves every 2 entries, the middle one every 4.
+            merge_tiers_if_due(ledger.connection(), watermark - 1, watermark, [2, 4]).unwrap();
+        }
+        let count = |table: &str| -> i64 {
+            ledger.connection().query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0)).unwrap()
+        };
+        // Entries 1-4 were sealed at 4, entries 5-6 moved to the middle tier at 6, entry 7 is recent.
+        assert_eq!(TIERS.map(count), [1, 2, 4]);
+        for (id, seq) in ids.iter().zip(1u64..) {
+            assert_eq!(entries_of(ledger.connection(), id).unwrap().len(), 1, "{id}");
+            assert!(is_indexed(ledger.connection(), id, seq).unwrap(), "{id}");
+        }
+        for id in ["e-0", "e-5", "e-6"] {
+            let report = ledger.append(&Batch { events: vec![usage(id)], ..Batch::default() }).unwrap();
+            assert!(matches!(report.outcomes[..], [AppendOutcome::Duplicate { .. }]), "{id}");
+        }
     }
 
     // Proves that an event_id whose key collides with another's is not taken for a duplicate of it.

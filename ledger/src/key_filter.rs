@@ -11,7 +11,7 @@
 use fastbloom::BloomFilter;
 use rusqlite::Connection;
 
-use crate::dedup::event_key;
+use crate::dedup::{self, event_key};
 use crate::status::read_totals;
 
 /// False positives of each Bloom filter when full: one new event in 1,000 is probed anyway.
@@ -34,13 +34,12 @@ impl KeyFilter {
     pub(crate) fn load(conn: &Connection) -> rusqlite::Result<KeyFilter> {
         let tx = conn.unchecked_transaction()?;
         let through = read_totals(&tx)?.watermark;
-        let keys: i64 = tx.query_row(
-            "SELECT (SELECT COUNT(*) FROM event_keys_recent) + (SELECT COUNT(*) FROM event_keys_sealed)",
-            [],
-            |r| r.get(0),
-        )?;
+        let mut keys: i64 = 0;
+        for table in dedup::TIERS {
+            keys += tx.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get::<_, i64>(0))?;
+        }
         let mut filter = KeyFilter::with_capacity((keys as usize).saturating_mul(2).max(FIRST_CAPACITY_MIN));
-        for table in ["event_keys_sealed", "event_keys_recent"] {
+        for table in dedup::TIERS {
             let mut statement = tx.prepare(&format!("SELECT event_key FROM {table}"))?;
             let mut rows = statement.query([])?;
             while let Some(row) = rows.next()? {

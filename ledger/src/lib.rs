@@ -69,10 +69,16 @@ pub const BUSY_TIMEOUT_MS: u64 = 10_000;
 /// dirtied again before the checkpoint is copied once, so a larger WAL (40 MiB) writes less in all.
 pub const WAL_AUTOCHECKPOINT_PAGES: i64 = 10_000;
 
-/// Entries whose dedup keys stay in `event_keys_recent` before they move, sorted, into `event_keys_sealed`.
-/// About 200 pages: a batch of 1,000 events dirties at most those, and a merge rewrites the sealed tier once
-/// per 50,000 entries instead of a page per event per commit.
-pub const EVENT_KEYS_RECENT_ENTRIES: u64 = 50_000;
+/// Entries whose dedup keys stay in `event_keys_recent` before they move, sorted, into `event_keys_middle`.
+/// About a dozen pages: a commit's random inserts dirty at most those (with 50,000 keys, about 200 pages, they
+/// were two thirds of the pages each of the hook's commits wrote), and a move rewrites the middle tier's pages
+/// once per 2,000 entries.
+pub const EVENT_KEYS_RECENT_ENTRIES: u64 = 2_000;
+
+/// Entries whose dedup keys stay in `event_keys_middle` (at most about 300 pages) before they move, sorted, into
+/// `event_keys_sealed`: the sealed tier is rewritten once per 50,000 entries instead of a page per event per
+/// commit.
+pub const EVENT_KEYS_MIDDLE_ENTRIES: u64 = 50_000;
 
 /// Page cache per connection, in KiB: small on purpose. SQLite scans its whole page cache at the end of a write
 /// transaction after a b-tree rebalance that swapped sibling pages (`balance_nonroot` renumbers them through
