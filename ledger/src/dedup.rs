@@ -1,14 +1,20 @@
-//! Deduplication forever: finding the entries that already hold an event_id, through the three-tier key index
-//! of `ddl/001-entries.sql` and `ddl/009-dedup-middle-tier.sql` (`event_keys_recent`, moved into
-//! `event_keys_middle`, moved into `event_keys_sealed`).
+//! Deduplication forever: finding the entries that already hold an event_id, through the tiered key index of
+//! `ddl/001-entries.sql` and `ddl/009-dedup-tiers.sql` (`event_keys_recent`, moved into `event_keys_middle`,
+//! into `event_keys_large`, into `event_keys_sealed`).
+
+use std::sync::LazyLock;
 
 use rusqlite::{Connection, params};
 
+use crate::EVENT_KEYS_MOVE_EVERY;
 use crate::chain;
-use crate::{EVENT_KEYS_MIDDLE_ENTRIES, EVENT_KEYS_RECENT_ENTRIES};
 
 /// The tiers of the key index, newest first.
-pub(crate) const TIERS: [&str; 3] = ["event_keys_recent", "event_keys_middle", "event_keys_sealed"];
+pub(crate) const TIERS: [&str; 4] = ["event_keys_recent", "event_keys_middle", "event_keys_large", "event_keys_sealed"];
+
+/// The point probe of each tier.
+static PROBES: LazyLock<[String; 4]> =
+    LazyLock::new(|| TIERS.map(|tier| format!("SELECT seq FROM {tier} WHERE event_key = ?")));
 
 /// The dedup key of an event_id: the first 8 bytes of its SHA-256, as a signed integer.
 pub fn event_key(event_id: &str) -> i64 {
@@ -26,11 +32,7 @@ pub fn entries_of(conn: &Connection, event_id: &str) -> rusqlite::Result<Vec<(u6
 pub(crate) fn entries_of_key(conn: &Connection, event_id: &str, key: i64) -> rusqlite::Result<Vec<(u64, Vec<u8>)>> {
     // Almost every event_id is new: a point probe per tier, and the entries are read only on a hit.
     let mut seqs: Vec<i64> = Vec::new();
-    for sql in [
-        "SELECT seq FROM event_keys_recent WHERE event_key = ?",
-        "SELECT seq FROM event_keys_middle WHERE event_key = ?",
-        "SELECT seq FROM event_keys_sealed WHERE event_key = ?",
-    ] {
+    for sql in PROBES.iter() {
         let mut statement = conn.prepare_cached(sql)?;
         let rows = statement.query_map([key], |r| r.get(0))?;
         for seq in rows {
@@ -60,19 +62,18 @@ pub(crate) fn insert(conn: &Connection, key: i64, seq: u64) -> rusqlite::Result<
     Ok(())
 }
 
-/// Moves the recent keys, sorted, into the middle tier when this append crossed a multiple of
-/// `EVENT_KEYS_RECENT_ENTRIES` entries, then the middle tier into the sealed one when it crossed a multiple of
-/// `EVENT_KEYS_MIDDLE_ENTRIES`. Returns the keys moved.
+/// Moves each tier's keys, sorted, into the next one when this append crossed a multiple of that tier's
+/// `EVENT_KEYS_MOVE_EVERY` entries, newest tier first. Returns the keys moved.
 pub(crate) fn merge_if_due(conn: &Connection, watermark_before: u64, watermark_after: u64) -> rusqlite::Result<usize> {
-    merge_tiers_if_due(conn, watermark_before, watermark_after, [EVENT_KEYS_RECENT_ENTRIES, EVENT_KEYS_MIDDLE_ENTRIES])
+    merge_tiers_if_due(conn, watermark_before, watermark_after, EVENT_KEYS_MOVE_EVERY)
 }
 
-/// [`merge_if_due`] with the tiers' sizes in entries (recent, middle) given.
-fn merge_tiers_if_due(conn: &Connection, before: u64, after: u64, sizes: [u64; 2]) -> rusqlite::Result<usize> {
+/// [`merge_if_due`] with the tiers' sizes in entries given.
+fn merge_tiers_if_due(conn: &Connection, before: u64, after: u64, every: [u64; 3]) -> rusqlite::Result<usize> {
     let mut moved = 0;
-    for (size, [from, into]) in sizes.into_iter().zip([[TIERS[0], TIERS[1]], [TIERS[1], TIERS[2]]]) {
-        if before / size != after / size {
-            moved += move_tier(conn, from, into)?;
+    for (tier, every) in every.into_iter().enumerate() {
+        if before / every != after / every {
+            moved += move_tier(conn, TIERS[tier], TIERS[tier + 1])?;
         }
     }
     Ok(moved)
@@ -94,13 +95,12 @@ fn move_tier(conn: &Connection, from: &str, into: &str) -> rusqlite::Result<usiz
 /// duplicate of it be counted again).
 pub fn is_indexed(conn: &Connection, event_id: &str, seq: u64) -> rusqlite::Result<bool> {
     let key = event_key(event_id);
-    let count: i64 = conn
-        .prepare_cached(
-            "SELECT (SELECT COUNT(*) FROM event_keys_recent WHERE event_key = ?1 AND seq = ?2)
-              + (SELECT COUNT(*) FROM event_keys_middle WHERE event_key = ?1 AND seq = ?2)
-              + (SELECT COUNT(*) FROM event_keys_sealed WHERE event_key = ?1 AND seq = ?2)",
-        )?
-        .query_row(params![key, seq as i64], |r| r.get(0))?;
+    let mut count: i64 = 0;
+    for tier in TIERS {
+        count += conn
+            .prepare_cached(&format!("SELECT COUNT(*) FROM {tier} WHERE event_key = ? AND seq = ?"))?
+            .query_row(params![key, seq as i64], |r| r.get::<_, i64>(0))?;
+    }
     Ok(count == 1)
 }
 
@@ -133,22 +133,23 @@ pub(crate) mod tests {
     fn keys_are_found_in_every_tier() {
         let dir = tempfile::tempdir().unwrap();
         let mut ledger = Ledger::open(dir.path().join("ledger.db")).unwrap();
-        let ids: Vec<String> = (0..7).map(|i| format!("e-{i}")).collect();
+        let ids: Vec<String> = (0..11).map(|i| format!("e-{i}")).collect();
         for (id, watermark) in ids.iter().zip(1u64..) {
             ledger.append(&Batch { events: vec![usage(id)], ..Batch::default() }).unwrap();
-            // Tiny tiers: the recent one moves every 2 entries, the middle one every 4.
-            merge_tiers_if_due(ledger.connection(), watermark - 1, watermark, [2, 4]).unwrap();
+            // Tiny tiers: the recent one moves every 2 entries, the middle one every 4, the large one every 8.
+            merge_tiers_if_due(ledger.connection(), watermark - 1, watermark, [2, 4, 8]).unwrap();
         }
         let count = |table: &str| -> i64 {
             ledger.connection().query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0)).unwrap()
         };
-        // Entries 1-4 were sealed at 4, entries 5-6 moved to the middle tier at 6, entry 7 is recent.
-        assert_eq!(TIERS.map(count), [1, 2, 4]);
+        // At 8 entries 1-8 were sealed; 9-10 moved to the middle tier at 10; 11 is recent. Nothing is large yet:
+        // it moved at 8, after the middle tier (5-8) moved into it.
+        assert_eq!(TIERS.map(count), [1, 2, 0, 8]);
         for (id, seq) in ids.iter().zip(1u64..) {
             assert_eq!(entries_of(ledger.connection(), id).unwrap().len(), 1, "{id}");
             assert!(is_indexed(ledger.connection(), id, seq).unwrap(), "{id}");
         }
-        for id in ["e-0", "e-5", "e-6"] {
+        for id in ["e-0", "e-9", "e-10"] {
             let report = ledger.append(&Batch { events: vec![usage(id)], ..Batch::default() }).unwrap();
             assert!(matches!(report.outcomes[..], [AppendOutcome::Duplicate { .. }]), "{id}");
         }

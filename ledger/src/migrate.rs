@@ -12,7 +12,7 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
     ("006-policy-burst.sql", include_str!("../ddl/006-policy-burst.sql")),
     ("007-conflicting-index.sql", include_str!("../ddl/007-conflicting-index.sql")),
     ("008-billing.sql", include_str!("../ddl/008-billing.sql")),
-    ("009-dedup-middle-tier.sql", include_str!("../ddl/009-dedup-middle-tier.sql")),
+    ("009-dedup-tiers.sql", include_str!("../ddl/009-dedup-tiers.sql")),
 ];
 
 /// The schema version of a ledger all of whose migrations ran.
