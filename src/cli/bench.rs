@@ -178,6 +178,8 @@ fn progress(label: &str, total: u64) -> ProgressBar {
 
 fn time_ledger(path: &Path, catalog: &Catalog, usage: &[Event], batch_events: usize) -> anyhow::Result<Duration> {
     let mut ledger = Ledger::open(path)?;
+    // As ingest from Kafka appends.
+    ledger.keep_key_filter()?;
     let batches: Vec<Batch> = usage
         .chunks(batch_events)
         .map(|chunk| Batch {

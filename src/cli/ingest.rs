@@ -102,6 +102,8 @@ fn run_kafka(ledger_path: &Path, brokers: &str, args: &IngestArgs) -> anyhow::Re
     settings.overrides = args.settings.clone();
     let _lock = IngestLock::acquire(ledger_path)?;
     let mut ledger = super::open_for_append(ledger_path)?;
+    // A consumer runs for long and most of what it reads is new: the filter spares those the dedup probes.
+    ledger.keep_key_filter().context("cannot read the dedup keys into the key filter")?;
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, stop.clone()).context("cannot install the signal handler")?;
