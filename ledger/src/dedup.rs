@@ -6,8 +6,8 @@ use std::sync::LazyLock;
 
 use rusqlite::{Connection, params};
 
-use crate::EVENT_KEYS_MOVE_EVERY;
 use crate::chain;
+use crate::{EVENT_KEYS_MOVE_EVERY, EVENT_KEYS_SLICES};
 
 /// The tiers of the key index, newest first.
 pub(crate) const TIERS: [&str; 4] = ["event_keys_recent", "event_keys_middle", "event_keys_large", "event_keys_sealed"];
@@ -62,32 +62,53 @@ pub(crate) fn insert(conn: &Connection, key: i64, seq: u64) -> rusqlite::Result<
     Ok(())
 }
 
-/// Moves each tier's keys, sorted, into the next one when this append crossed a multiple of that tier's
-/// `EVENT_KEYS_MOVE_EVERY` entries, newest tier first. Returns the keys moved.
+/// Moves keys down the tiers for each multiple of `EVENT_KEYS_MOVE_EVERY` entries this append crossed: the
+/// whole recent tier into the middle one, then one slice of the middle tier into the large one, then one slice
+/// of the large tier into the sealed one (`EVENT_KEYS_SLICES`, taken in turn). Returns the keys moved.
 pub(crate) fn merge_if_due(conn: &Connection, watermark_before: u64, watermark_after: u64) -> rusqlite::Result<usize> {
-    merge_tiers_if_due(conn, watermark_before, watermark_after, EVENT_KEYS_MOVE_EVERY)
+    merge_tiers_if_due(conn, watermark_before, watermark_after, EVENT_KEYS_MOVE_EVERY, EVENT_KEYS_SLICES)
 }
 
-/// [`merge_if_due`] with the tiers' sizes in entries given.
-fn merge_tiers_if_due(conn: &Connection, before: u64, after: u64, every: [u64; 3]) -> rusqlite::Result<usize> {
+/// [`merge_if_due`] with how often and in how many slices given.
+fn merge_tiers_if_due(
+    conn: &Connection,
+    before: u64,
+    after: u64,
+    every: u64,
+    slices: [u64; 2],
+) -> rusqlite::Result<usize> {
     let mut moved = 0;
-    for (tier, every) in every.into_iter().enumerate() {
-        if before / every != after / every {
-            moved += move_tier(conn, TIERS[tier], TIERS[tier + 1])?;
+    for crossed in before / every + 1..=after / every {
+        moved += move_keys(conn, TIERS[0], TIERS[1], (i64::MIN, i64::MAX))?;
+        for (tier, slices) in slices.into_iter().enumerate() {
+            let range = slice_range(crossed % slices, slices);
+            moved += move_keys(conn, TIERS[tier + 1], TIERS[tier + 2], range)?;
         }
     }
     Ok(moved)
 }
 
-/// Moves every key of the tier `from`, sorted, into the tier `into`.
-fn move_tier(conn: &Connection, from: &str, into: &str) -> rusqlite::Result<usize> {
+/// The keys of slice `slice` of `slices` equal slices of the key space, inclusive at both ends (keys are
+/// uniform: they are hash prefixes).
+fn slice_range(slice: u64, slices: u64) -> (i64, i64) {
+    let width = (1i128 << 64) / i128::from(slices);
+    let low = i128::from(i64::MIN) + i128::from(slice) * width;
+    let high = if slice + 1 == slices { i128::from(i64::MAX) } else { low + width - 1 };
+    (low as i64, high as i64)
+}
+
+/// Moves the keys of the tier `from` in `range` (inclusive), sorted, into the tier `into`.
+fn move_keys(conn: &Connection, from: &str, into: &str, (low, high): (i64, i64)) -> rusqlite::Result<usize> {
     let moved = conn
         .prepare_cached(&format!(
-            "INSERT INTO {into} (event_key, seq) SELECT event_key, seq FROM {from} ORDER BY event_key, seq"
+            "INSERT INTO {into} (event_key, seq) SELECT event_key, seq FROM {from}
+             WHERE event_key BETWEEN ?1 AND ?2 ORDER BY event_key, seq"
         ))?
-        .execute([])?;
-    let deleted = conn.prepare_cached(&format!("DELETE FROM {from}"))?.execute([])?;
-    assert_eq!(moved, deleted, "every key of {from} moved to {into}");
+        .execute(params![low, high])?;
+    let deleted = conn
+        .prepare_cached(&format!("DELETE FROM {from} WHERE event_key BETWEEN ?1 AND ?2"))?
+        .execute(params![low, high])?;
+    assert_eq!(moved, deleted, "every key of {from} in the range moved to {into}");
     Ok(moved)
 }
 
@@ -127,31 +148,54 @@ pub(crate) mod tests {
         Incoming { event, origin: Origin::Local { name: "test".into() }, raw: None }
     }
 
-    // Proves that the keys stay found through both moves (recent to middle, middle to sealed), and that an event
-    // seen before still is a duplicate wherever its key now is.
+    // Proves that every key stays in exactly one tier and is found through all the moves, that a key waits in the
+    // middle and the large tier no longer than their slices allow, and that an event seen before still is a
+    // duplicate wherever its key now is.
     #[test]
-    fn keys_are_found_in_every_tier() {
+    fn keys_move_down_the_tiers_and_stay_found() {
         let dir = tempfile::tempdir().unwrap();
         let mut ledger = Ledger::open(dir.path().join("ledger.db")).unwrap();
-        let ids: Vec<String> = (0..11).map(|i| format!("e-{i}")).collect();
+        let ids: Vec<String> = (0..30).map(|i| format!("e-{i}")).collect();
+        let (every, slices) = (2, [2, 3]);
         for (id, watermark) in ids.iter().zip(1u64..) {
             ledger.append(&Batch { events: vec![usage(id)], ..Batch::default() }).unwrap();
-            // Tiny tiers: the recent one moves every 2 entries, the middle one every 4, the large one every 8.
-            merge_tiers_if_due(ledger.connection(), watermark - 1, watermark, [2, 4, 8]).unwrap();
+            merge_tiers_if_due(ledger.connection(), watermark - 1, watermark, every, slices).unwrap();
         }
-        let count = |table: &str| -> i64 {
-            ledger.connection().query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0)).unwrap()
+        let seqs = |tier: &str| -> Vec<i64> {
+            let mut statement = ledger.connection().prepare(&format!("SELECT seq FROM {tier}")).unwrap();
+            statement.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
         };
-        // At 8 entries 1-8 were sealed; 9-10 moved to the middle tier at 10; 11 is recent. Nothing is large yet:
-        // it moved at 8, after the middle tier (5-8) moved into it.
-        assert_eq!(TIERS.map(count), [1, 2, 0, 8]);
+        let [recent, middle, large, sealed] = TIERS.map(seqs);
+        assert_eq!(recent.len() + middle.len() + large.len() + sealed.len(), ids.len());
+        assert!(!sealed.is_empty(), "keys reached the sealed tier");
+        // 30 entries are 15 moves; move m takes the recent tier's entries (2m - 1, 2m) into the middle one. A key
+        // leaves the middle tier by move m + 1 (2 slices), then the large one 2 moves later at most (3 slices).
+        assert!(recent.is_empty(), "30 is a multiple of 2: the recent tier just moved");
+        assert!(middle.iter().all(|&seq| seq > 14 * 2), "only move 15's keys may wait in the middle tier: {middle:?}");
+        assert!(
+            large.iter().all(|&seq| seq > 12 * 2),
+            "only moves 13 to 15's keys may wait in the large tier: {large:?}"
+        );
         for (id, seq) in ids.iter().zip(1u64..) {
             assert_eq!(entries_of(ledger.connection(), id).unwrap().len(), 1, "{id}");
             assert!(is_indexed(ledger.connection(), id, seq).unwrap(), "{id}");
         }
-        for id in ["e-0", "e-9", "e-10"] {
+        for id in &ids {
             let report = ledger.append(&Batch { events: vec![usage(id)], ..Batch::default() }).unwrap();
             assert!(matches!(report.outcomes[..], [AppendOutcome::Duplicate { .. }]), "{id}");
+        }
+    }
+
+    // Proves that the slices cover the key space exactly: adjacent, in order, from the least key to the greatest.
+    #[test]
+    fn slices_cover_the_key_space() {
+        for slices in [1, 2, 3, 25, 625] {
+            let ranges: Vec<(i64, i64)> = (0..slices).map(|slice| slice_range(slice, slices)).collect();
+            assert_eq!(ranges[0].0, i64::MIN);
+            assert_eq!(ranges[ranges.len() - 1].1, i64::MAX);
+            for pair in ranges.windows(2) {
+                assert!(pair[0].0 <= pair[0].1 && pair[0].1 + 1 == pair[1].0, "{slices}: {pair:?}");
+            }
         }
     }
 

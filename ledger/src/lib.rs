@@ -69,14 +69,22 @@ pub const BUSY_TIMEOUT_MS: u64 = 10_000;
 /// dirtied again before the checkpoint is copied once, so a larger WAL (40 MiB) writes less in all.
 pub const WAL_AUTOCHECKPOINT_PAGES: i64 = 10_000;
 
-/// Every how many entries each tier of the dedup key index but the last (recent, middle, large) moves, sorted,
-/// into the next one (middle, large, sealed). A commit's random key inserts dirty only the recent tier's dozen
-/// pages, and a move rewrites only the pages of the next tier its keys land in: with about 25 times more keys
-/// in each tier than in the one before, every key is rewritten a handful of times, in pages of others.
+/// Every how many entries the dedup key index moves keys down its tiers: the whole recent tier, sorted, into the
+/// middle one, and one slice of the key space of each deeper tier (middle, large) into the next (large,
+/// sealed). A commit's random key inserts dirty only the recent tier's dozen pages, and a move rewrites only the
+/// pages its keys land in.
 /// Measured on the enforcement hook: with two tiers (50,000 recent keys, about 200 pages) the recent tier was
 /// 36 of the 54 pages each commit wrote; on a 10-million-event ledger each move of 50,000 keys into the sealed
 /// tier rewrote most of its 40,000 pages (the writer wrote 23.5 KB per decision).
-pub const EVENT_KEYS_MOVE_EVERY: [u64; 3] = [2_000, 50_000, 1_250_000];
+pub const EVENT_KEYS_MOVE_EVERY: u64 = 2_000;
+
+/// Slices of the key space of the middle and the large tier: one slice of each moves every
+/// `EVENT_KEYS_MOVE_EVERY` entries, so a key stays in the middle tier for at most 25 moves (50,000 entries) and
+/// in the large one for at most 625 (1,250,000 entries). Each tier holds about 25 times the keys of the one
+/// before, so a key is rewritten a few times in all, in pages shared with many others; and no move is larger
+/// than a slice (whole-tier moves into the sealed tier stopped the hook's writer for seconds on 10 million
+/// events).
+pub const EVENT_KEYS_SLICES: [u64; 2] = [25, 625];
 
 /// Page cache per connection, in KiB: small on purpose. SQLite scans its whole page cache at the end of a write
 /// transaction after a b-tree rebalance that swapped sibling pages (`balance_nonroot` renumbers them through
