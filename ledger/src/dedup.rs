@@ -31,14 +31,7 @@ pub fn entries_of(conn: &Connection, event_id: &str) -> rusqlite::Result<Vec<(u6
 /// [`entries_of`] for a caller that has the key already (`key` is `event_key(event_id)`).
 pub(crate) fn entries_of_key(conn: &Connection, event_id: &str, key: i64) -> rusqlite::Result<Vec<(u64, Vec<u8>)>> {
     // Almost every event_id is new: a point probe per tier, and the entries are read only on a hit.
-    let mut seqs: Vec<i64> = Vec::new();
-    for sql in PROBES.iter() {
-        let mut statement = conn.prepare_cached(sql)?;
-        let rows = statement.query_map([key], |r| r.get(0))?;
-        for seq in rows {
-            seqs.push(seq?);
-        }
-    }
+    let mut seqs = seqs_of_key(conn, key)?;
     if seqs.is_empty() {
         return Ok(Vec::new());
     }
@@ -53,6 +46,19 @@ pub(crate) fn entries_of_key(conn: &Connection, event_id: &str, key: i64) -> rus
         }
     }
     Ok(found)
+}
+
+/// The entries indexed under `key`, in every tier.
+fn seqs_of_key(conn: &Connection, key: i64) -> rusqlite::Result<Vec<i64>> {
+    let mut seqs = Vec::new();
+    for sql in PROBES.iter() {
+        let mut statement = conn.prepare_cached(sql)?;
+        let rows = statement.query_map([key], |r| r.get(0))?;
+        for seq in rows {
+            seqs.push(seq?);
+        }
+    }
+    Ok(seqs)
 }
 
 /// Indexes a new entry under its key (`event_key` of its event_id).
@@ -115,14 +121,8 @@ fn move_keys(conn: &Connection, from: &str, into: &str, (low, high): (i64, i64))
 /// Whether the entry `seq` of `event_id` is in the key index (`verify`: an entry missing there would let a
 /// duplicate of it be counted again).
 pub fn is_indexed(conn: &Connection, event_id: &str, seq: u64) -> rusqlite::Result<bool> {
-    let key = event_key(event_id);
-    let mut count: i64 = 0;
-    for tier in TIERS {
-        count += conn
-            .prepare_cached(&format!("SELECT COUNT(*) FROM {tier} WHERE event_key = ? AND seq = ?"))?
-            .query_row(params![key, seq as i64], |r| r.get::<_, i64>(0))?;
-    }
-    Ok(count == 1)
+    let seqs = seqs_of_key(conn, event_key(event_id))?;
+    Ok(seqs.iter().filter(|&&s| s == seq as i64).count() == 1)
 }
 
 #[cfg(test)]
