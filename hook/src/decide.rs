@@ -23,6 +23,12 @@ pub struct Ask<'a> {
     pub amount: i64,
 }
 
+impl<'a> Ask<'a> {
+    pub fn new(tenant: &'a str, subject: Option<&'a str>, metric: &'a str, amount: i64) -> Ask<'a> {
+        Ask { tenant, subject, metric, amount }
+    }
+}
+
 /// One applicable policy's view of the request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Evaluated {

@@ -132,30 +132,39 @@ impl Hook {
         sent
     }
 
+    /// Sends `work` and waits for its answer (and for room in the queue).
+    fn call<T>(&self, work: impl FnOnce(oneshot::Sender<Result<T, HookError>>) -> Work) -> Result<T, HookError> {
+        let (reply, answer) = oneshot::channel();
+        self.enqueue(work(reply), true)?;
+        answer.blocking_recv().map_err(|_| HookError::Stopped)?
+    }
+
+    /// [`Hook::call`] from async code: never blocks a runtime thread; a full queue answers Overloaded.
+    async fn call_async<T>(
+        &self,
+        work: impl FnOnce(oneshot::Sender<Result<T, HookError>>) -> Work,
+    ) -> Result<T, HookError> {
+        let (reply, answer) = oneshot::channel();
+        self.enqueue(work(reply), false)?;
+        answer.await.map_err(|_| HookError::Stopped)?
+    }
+
     /// `check`, waiting for the answer (and for room in the queue).
     pub fn check(&self, request: CheckRequest) -> Result<Decision, HookError> {
-        let (reply, answer) = oneshot::channel();
-        self.enqueue(Work::Check(request, reply), true)?;
-        answer.blocking_recv().map_err(|_| HookError::Stopped)?
+        self.call(|reply| Work::Check(request, reply))
     }
 
     /// `check` from async code: never blocks a runtime thread; a full queue answers Overloaded.
     pub async fn check_async(&self, request: CheckRequest) -> Result<Decision, HookError> {
-        let (reply, answer) = oneshot::channel();
-        self.enqueue(Work::Check(request, reply), false)?;
-        answer.await.map_err(|_| HookError::Stopped)?
+        self.call_async(|reply| Work::Check(request, reply)).await
     }
 
     pub fn reserve(&self, request: ReserveRequest) -> Result<Decision, HookError> {
-        let (reply, answer) = oneshot::channel();
-        self.enqueue(Work::Reserve(request, reply), true)?;
-        answer.blocking_recv().map_err(|_| HookError::Stopped)?
+        self.call(|reply| Work::Reserve(request, reply))
     }
 
     pub async fn reserve_async(&self, request: ReserveRequest) -> Result<Decision, HookError> {
-        let (reply, answer) = oneshot::channel();
-        self.enqueue(Work::Reserve(request, reply), false)?;
-        answer.await.map_err(|_| HookError::Stopped)?
+        self.call_async(|reply| Work::Reserve(request, reply)).await
     }
 
     /// `commit(reservation_id, actual)`: the actual consumption, more than reserved included.
@@ -175,10 +184,8 @@ impl Hook {
         amount: i64,
         tenants: TenantScope,
     ) -> Result<Result<Closed, Refusal>, HookError> {
-        let (reply, answer) = oneshot::channel();
         let reservation_id = reservation_id.to_string();
-        self.enqueue(Work::Close { reservation_id, action, amount, tenants, reply }, true)?;
-        answer.blocking_recv().map_err(|_| HookError::Stopped)?
+        self.call(|reply| Work::Close { reservation_id, action, amount, tenants, reply })
     }
 
     /// `commit` or `release` from async code, for a caller allowed to act for `tenants` only.
@@ -189,9 +196,7 @@ impl Hook {
         amount: i64,
         tenants: TenantScope,
     ) -> Result<Result<Closed, Refusal>, HookError> {
-        let (reply, answer) = oneshot::channel();
         let reservation_id = reservation_id.to_string();
-        self.enqueue(Work::Close { reservation_id, action, amount, tenants, reply }, false)?;
-        answer.await.map_err(|_| HookError::Stopped)?
+        self.call_async(|reply| Work::Close { reservation_id, action, amount, tenants, reply }).await
     }
 }

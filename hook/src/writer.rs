@@ -47,6 +47,12 @@ enum Answer {
     Close(oneshot::Sender<Result<Result<Closed, Refusal>, HookError>>, Result<Result<Closed, Refusal>, HookError>),
 }
 
+/// A valid ask: new (with its idempotency key's hash), or a repeated key (with the original decision).
+enum Admitted {
+    New { hash: String },
+    Replayed(Box<Decision>),
+}
+
 /// Recent decisions by decision_id, oldest evicted first.
 #[derive(Default)]
 struct Recent {
@@ -213,22 +219,26 @@ impl Writer {
         Ok(found.map(|decision| Decision { replayed: true, ..decision }))
     }
 
+    /// Validates an ask, and answers a repeated idempotency key with the decision recorded for it.
+    fn admit(&self, ask: &Ask<'_>, idempotency_key: &str) -> Result<Admitted, HookError> {
+        validate_ask(ask.tenant, ask.metric, ask.amount, idempotency_key)?;
+        let hash = ids::key_hash(ask.tenant, idempotency_key);
+        Ok(match self.replayed(&ids::decision_id(&hash))? {
+            Some(decision) => Admitted::Replayed(Box::new(decision)),
+            None => Admitted::New { hash },
+        })
+    }
+
     fn check(
         &mut self,
         request: &CheckRequest,
         now: Timestamp,
         events: &mut Vec<Event>,
     ) -> Result<Decision, HookError> {
-        validate_ask(&request.tenant, &request.metric, request.amount, &request.idempotency_key)?;
-        let hash = ids::key_hash(&request.tenant, &request.idempotency_key);
-        if let Some(decision) = self.replayed(&ids::decision_id(&hash))? {
-            return Ok(decision);
-        }
-        let ask = Ask {
-            tenant: &request.tenant,
-            subject: request.subject.as_deref(),
-            metric: &request.metric,
-            amount: request.amount,
+        let ask = Ask::new(&request.tenant, request.subject.as_deref(), &request.metric, request.amount);
+        let hash = match self.admit(&ask, &request.idempotency_key)? {
+            Admitted::New { hash } => hash,
+            Admitted::Replayed(decision) => return Ok(*decision),
         };
         let request_id = request.request_id.clone().unwrap_or_else(|| request.idempotency_key.clone());
         let (decision, header) = self.decide(&ask, &hash, &request_id, &request.idempotency_key, now, events);
@@ -252,22 +262,16 @@ impl Writer {
         now: Timestamp,
         events: &mut Vec<Event>,
     ) -> Result<Decision, HookError> {
-        validate_ask(&request.tenant, &request.metric, request.amount, &request.idempotency_key)?;
         if request.ttl_ms <= 0 || request.ttl_ms > crate::TTL_MS_MAX {
             return Err(HookError::BadRequest {
                 field: "ttl_ms",
                 message: format!("{} is outside (0, {}]", request.ttl_ms, crate::TTL_MS_MAX),
             });
         }
-        let hash = ids::key_hash(&request.tenant, &request.idempotency_key);
-        if let Some(decision) = self.replayed(&ids::decision_id(&hash))? {
-            return Ok(decision);
-        }
-        let ask = Ask {
-            tenant: &request.tenant,
-            subject: request.subject.as_deref(),
-            metric: &request.metric,
-            amount: request.amount,
+        let ask = Ask::new(&request.tenant, request.subject.as_deref(), &request.metric, request.amount);
+        let hash = match self.admit(&ask, &request.idempotency_key)? {
+            Admitted::New { hash } => hash,
+            Admitted::Replayed(decision) => return Ok(*decision),
         };
         let reservation_id = ids::reservation_id(&hash);
         let request_id = request.request_id.clone().unwrap_or_else(|| reservation_id.clone());
