@@ -169,23 +169,16 @@ impl Hook {
 
     /// `commit(reservation_id, actual)`: the actual consumption, more than reserved included.
     pub fn commit(&self, reservation_id: &str, actual: i64) -> Result<Result<Closed, Refusal>, HookError> {
-        self.close_blocking(reservation_id, ReservationAction::COMMIT, actual, TenantScope::All)
+        let (reservation_id, action, tenants) =
+            (reservation_id.to_string(), ReservationAction::COMMIT, TenantScope::All);
+        self.call(|reply| Work::Close { reservation_id, action, amount: actual, tenants, reply })
     }
 
     /// `release(reservation_id)`: closes it, consuming nothing.
     pub fn release(&self, reservation_id: &str) -> Result<Result<Closed, Refusal>, HookError> {
-        self.close_blocking(reservation_id, ReservationAction::RELEASE, 0, TenantScope::All)
-    }
-
-    fn close_blocking(
-        &self,
-        reservation_id: &str,
-        action: ReservationAction,
-        amount: i64,
-        tenants: TenantScope,
-    ) -> Result<Result<Closed, Refusal>, HookError> {
-        let reservation_id = reservation_id.to_string();
-        self.call(|reply| Work::Close { reservation_id, action, amount, tenants, reply })
+        let (reservation_id, action, tenants) =
+            (reservation_id.to_string(), ReservationAction::RELEASE, TenantScope::All);
+        self.call(|reply| Work::Close { reservation_id, action, amount: 0, tenants, reply })
     }
 
     /// `commit` or `release` from async code, for a caller allowed to act for `tenants` only.
