@@ -34,11 +34,8 @@ impl KeyFilter {
     pub(crate) fn load(conn: &Connection) -> rusqlite::Result<KeyFilter> {
         let tx = conn.unchecked_transaction()?;
         let through = read_totals(&tx)?.watermark;
-        let mut keys: i64 = 0;
-        for table in dedup::TIERS {
-            keys += tx.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get::<_, i64>(0))?;
-        }
-        let mut filter = KeyFilter::with_capacity((keys as usize).saturating_mul(2).max(FIRST_CAPACITY_MIN));
+        // The index holds one key per entry (`verify` checks it): as many keys as the watermark, no count needed.
+        let mut filter = KeyFilter::with_capacity((through as usize).saturating_mul(2).max(FIRST_CAPACITY_MIN));
         for table in dedup::TIERS {
             let mut statement = tx.prepare(&format!("SELECT event_key FROM {table}"))?;
             let mut rows = statement.query([])?;

@@ -184,7 +184,7 @@ impl Ledger {
     /// Keeps a Bloom filter of every dedup key in memory from now on (read once here, one pass over the key
     /// index; about 1.8 bytes per key, room for twice the keys held), so that appends skip the dedup probe of an
     /// event_id the ledger certainly does not hold. For a long-running writer whose events are almost all new:
-    /// the hook.
+    /// the hook, ingest from Kafka.
     pub fn keep_key_filter(&mut self) -> rusqlite::Result<()> {
         self.key_filter = Some(key_filter::KeyFilter::load(&self.conn)?);
         Ok(())
