@@ -143,3 +143,16 @@ fn deleted_last_entry_is_caught_by_the_watermark() {
     assert_eq!(first_bad["seq"], 5, "{first_bad}");
     assert!(run.stderr.contains("watermark is 5 but the ledger ends at 4"), "stderr: {}", run.stderr);
 }
+
+// Proves that a dedup key referring to no entry (written with sqlite3, which checks no references) is named by
+// verify: the schema's references are checked there, not at every insert.
+#[test]
+fn key_of_no_entry_is_named_by_verify() {
+    let ledger = ledger_of_five();
+    sqlite3_ok(&ledger, "INSERT INTO event_keys_recent (event_key, seq) VALUES (42, 6)");
+    let run = ledger.verify().expect_code(1);
+    let first_bad = run.json()["first_bad"].clone();
+    let problem = first_bad["problem"].as_str().unwrap();
+    assert_eq!(problem, "event_keys_recent holds a row that refers to no row of entries", "{first_bad}");
+    assert!(run.stderr.contains(problem), "stderr: {}", run.stderr);
+}

@@ -104,7 +104,8 @@ const HEADER_COLUMNS: [&str; 5] = ["tenant", "subject", "metric", "source", "occ
 impl Ledger {
     /// Walks the whole ledger in sequence order, in one read transaction: the sequence has no gaps, each
     /// payload hashes to its stored hash and decodes to the stored columns, each entry hash chains to the
-    /// previous one, and the last batch's totals match the rows. Stops at the first entry that does not hold.
+    /// previous one, the last batch's totals match the rows, and every row referring to an entry refers to one the
+    /// ledger holds. Stops at the first entry that does not hold.
     pub fn verify(&self) -> Result<VerifyReport, ReadError> {
         let tx = self.conn.unchecked_transaction()?;
         let mut statement = tx.prepare(
@@ -133,8 +134,12 @@ impl Ledger {
                 event_id: String::new(),
                 problem: format!("the last batch's watermark is {} but the ledger ends at {checked}", totals.watermark),
             });
-        } else if let Some(problem) = self.check_totals(&tx, totals)? {
-            report.first_bad = Some(BadEntry { seq: checked, event_id: String::new(), problem });
+        } else {
+            let problem = match self.check_totals(&tx, totals)? {
+                found @ Some(_) => found,
+                None => check_references(&tx)?,
+            };
+            report.first_bad = problem.map(|problem| BadEntry { seq: checked, event_id: String::new(), problem });
         }
         Ok(report)
     }
@@ -223,4 +228,15 @@ impl Ledger {
             .find(|(_, total, rows)| total != rows)
             .map(|(name, total, rows)| format!("the last batch counts {total} {name} but the ledger holds {rows}")))
     }
+}
+
+/// Every row referring to an entry (`REFERENCES entries (seq)`: type-specific fields, dedup keys, outbox, ...)
+/// refers to one the ledger holds. Checked here, once, rather than by SQLite at every insert (`configure`).
+fn check_references(conn: &rusqlite::Connection) -> rusqlite::Result<Option<String>> {
+    let mut statement = conn.prepare("PRAGMA foreign_key_check")?;
+    let mut rows = statement.query([])?;
+    let Some(row) = rows.next()? else { return Ok(None) };
+    let (table, rowid, parent): (String, Option<i64>, String) = (row.get(0)?, row.get(1)?, row.get(2)?);
+    let row = rowid.map_or_else(|| "a row".to_string(), |id| format!("row {id}"));
+    Ok(Some(format!("{table} holds {row} that refers to no row of {parent}")))
 }
