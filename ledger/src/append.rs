@@ -1,6 +1,6 @@
 //! `Ledger::append`: one batch, one transaction.
 
-use rusqlite::{OptionalExtension, Transaction, TransactionBehavior, params};
+use rusqlite::{CachedStatement, OptionalExtension, Transaction, TransactionBehavior, params};
 use schemas::{Catalog, EventType};
 
 use crate::batch::*;
@@ -51,11 +51,12 @@ impl Ledger {
         let ids_before = max_ids(&tx)?;
         store_offsets(&tx, &batch.offsets)?;
         let mut outcomes = Vec::with_capacity(batch.events.len());
+        let mut inserts = Inserts::new(&tx, &self.detail_insert_sql)?;
         for incoming in &batch.events {
             let outcome = append_event(
                 &tx,
+                &mut inserts,
                 self.catalog,
-                &self.detail_insert_sql,
                 self.key_filter.as_mut(),
                 &mut tip,
                 incoming,
@@ -63,6 +64,7 @@ impl Ledger {
             )?;
             outcomes.push(outcome);
         }
+        drop(inserts);
         for rejected in &batch.rejected {
             quarantine(&tx, rejected, recorded_at)?;
         }
@@ -144,10 +146,49 @@ fn store_offsets(tx: &Transaction<'_>, offsets: &[SourceOffset]) -> Result<(), A
     Ok(())
 }
 
-fn append_event(
-    tx: &Transaction<'_>,
+/// The inserts every event of a batch runs, taken from the statement cache once per batch: the cache finds a
+/// statement by hashing its SQL, which cost as much as binding the entry's twenty values.
+struct Inserts<'tx> {
+    entry: CachedStatement<'tx>,
+    key: CachedStatement<'tx>,
+    /// By position in `EventType::ALL`, each taken at its type's first event.
+    details: Vec<Option<CachedStatement<'tx>>>,
+    detail_sql: &'tx [String],
+}
+
+impl<'tx> Inserts<'tx> {
+    fn new(tx: &'tx Transaction<'_>, detail_sql: &'tx [String]) -> rusqlite::Result<Inserts<'tx>> {
+        Ok(Inserts {
+            entry: tx.prepare_cached(INSERT_ENTRY)?,
+            key: tx.prepare_cached(dedup::INSERT_KEY)?,
+            details: detail_sql.iter().map(|_| None).collect(),
+            detail_sql,
+        })
+    }
+
+    fn details(
+        &mut self,
+        tx: &'tx Transaction<'_>,
+        event_type: EventType,
+    ) -> rusqlite::Result<&mut CachedStatement<'tx>> {
+        let index = EventType::ALL.iter().position(|t| *t == event_type).expect("every type is in ALL");
+        if self.details[index].is_none() {
+            self.details[index] = Some(tx.prepare_cached(&self.detail_sql[index])?);
+        }
+        Ok(self.details[index].as_mut().expect("taken just above"))
+    }
+}
+
+const INSERT_ENTRY: &str =
+    "INSERT INTO entries (seq, event_id, event_type, status, duplicate_of, tenant, subject, metric,
+         source, occurred_at, origin, origin_stream, origin_partition, origin_offset, recorded_at, payload_fingerprint,
+         payload, raw, payload_hash, entry_hash)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)";
+
+fn append_event<'tx>(
+    tx: &'tx Transaction<'_>,
+    inserts: &mut Inserts<'tx>,
     catalog: &Catalog,
-    detail_insert_sql: &[String],
     key_filter: Option<&mut KeyFilter>,
     tip: &mut Tip,
     incoming: &Incoming,
@@ -189,13 +230,7 @@ fn append_event(
         raw,
     };
     let entry_hash = chain::entry_hash(&tip.hash, &fields);
-    tx.prepare_cached(
-        "INSERT INTO entries (seq, event_id, event_type, status, duplicate_of, tenant, subject, metric, source,
-             occurred_at, origin, origin_stream, origin_partition, origin_offset, recorded_at,
-             payload_fingerprint, payload, raw, payload_hash, entry_hash)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
-    )?
-    .execute(params![
+    inserts.entry.execute(params![
         seq as i64,
         fields.event_id,
         fields.event_type,
@@ -217,8 +252,10 @@ fn append_event(
         &payload_hash[..],
         &entry_hash[..],
     ])?;
-    insert_details(tx, detail_insert_sql, seq, event)?;
-    dedup::insert(tx, key, seq)?;
+    let mut values = vec![rusqlite::types::Value::Integer(seq as i64)];
+    values.extend(details::values(event));
+    inserts.details(tx, event_type)?.execute(rusqlite::params_from_iter(values))?;
+    inserts.key.execute(params![key, seq as i64])?;
     if let Some(filter) = key_filter {
         filter.insert(key);
     }
@@ -235,19 +272,6 @@ fn is_single_object_of(raw: &[u8], fingerprint: u64, payload: &[u8]) -> bool {
         && raw[..2] == schemas::catalog::SINGLE_OBJECT_MAGIC
         && raw[2..10] == fingerprint.to_le_bytes()
         && &raw[10..] == payload
-}
-
-fn insert_details(
-    tx: &Transaction<'_>,
-    detail_insert_sql: &[String],
-    seq: u64,
-    event: &schemas::Event,
-) -> rusqlite::Result<()> {
-    let index = EventType::ALL.iter().position(|t| *t == event.event_type()).expect("every type is in ALL");
-    let mut values = vec![rusqlite::types::Value::Integer(seq as i64)];
-    values.extend(details::values(event));
-    tx.prepare_cached(&detail_insert_sql[index])?.execute(rusqlite::params_from_iter(values))?;
-    Ok(())
 }
 
 fn insert_duplicate(tx: &Transaction<'_>, of: u64, origin: &Origin, received_at: i64) -> rusqlite::Result<()> {

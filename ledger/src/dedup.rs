@@ -61,12 +61,8 @@ fn seqs_of_key(conn: &Connection, key: i64) -> rusqlite::Result<Vec<i64>> {
     Ok(seqs)
 }
 
-/// Indexes a new entry under its key (`event_key` of its event_id).
-pub(crate) fn insert(conn: &Connection, key: i64, seq: u64) -> rusqlite::Result<()> {
-    conn.prepare_cached("INSERT INTO event_keys_recent (event_key, seq) VALUES (?, ?)")?
-        .execute(params![key, seq as i64])?;
-    Ok(())
-}
+/// Indexes a new entry under its key (`event_key` of its event_id): `(key, seq)`.
+pub(crate) const INSERT_KEY: &str = "INSERT INTO event_keys_recent (event_key, seq) VALUES (?, ?)";
 
 /// Moves keys down the tiers for each multiple of `EVENT_KEYS_MOVE_EVERY` entries this append crossed: the
 /// whole recent tier into the middle one, then one slice of the middle tier into the large one, then one slice

@@ -32,9 +32,10 @@ pub struct OutboxStatus {
 
 /// Puts the entries an append recorded into the outbox (called inside the append's transaction).
 pub(crate) fn enqueue(tx: &Transaction<'_>, outcomes: &[AppendOutcome]) -> rusqlite::Result<()> {
+    let mut insert = tx.prepare_cached("INSERT INTO outbox (seq) VALUES (?)")?;
     for outcome in outcomes {
         if let AppendOutcome::Recorded { seq } = outcome {
-            tx.prepare_cached("INSERT INTO outbox (seq) VALUES (?)")?.execute([*seq as i64])?;
+            insert.execute([*seq as i64])?;
         }
     }
     Ok(())
