@@ -153,6 +153,18 @@ fn key_of_no_entry_is_named_by_verify() {
     let run = ledger.verify().expect_code(1);
     let first_bad = run.json()["first_bad"].clone();
     let problem = first_bad["problem"].as_str().unwrap();
-    assert_eq!(problem, "event_keys_recent holds a row that refers to no row of entries", "{first_bad}");
+    assert_eq!(problem, "event_keys_recent.seq refers to entry 6, but the entries are 1 to 5", "{first_bad}");
     assert!(run.stderr.contains(problem), "stderr: {}", run.stderr);
+}
+
+// Proves that a reference to another table than entries is checked too: an acknowledgement of an entry that was
+// never in the outbox.
+#[test]
+fn acknowledgement_of_nothing_in_the_outbox_is_named_by_verify() {
+    let ledger = ledger_of_five();
+    sqlite3_ok(&ledger, "INSERT INTO outbox_published (seq, topic, published_at) VALUES (3, 'quota.usage', 0)");
+    let run = ledger.verify().expect_code(1);
+    let problem = run.json()["first_bad"]["problem"].as_str().unwrap().to_string();
+    assert_eq!(problem, "outbox_published holds row 3 that refers to no row of outbox");
+    assert!(run.stderr.contains(&problem), "stderr: {}", run.stderr);
 }

@@ -228,7 +228,7 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
     // The schema's `REFERENCES entries (seq)` hold by construction: every row referring to an entry is written
     // in the transaction that appends it, and entries are never deleted (triggers). SQLite's bundled default
     // would check each at insert, a lookup in `entries` per row (per key, at every move between dedup tiers:
-    // 15% of the hook's throughput); `verify` checks them all instead (`PRAGMA foreign_key_check`).
+    // 15% of the hook's throughput); `verify` checks them all instead (`check_references`).
     conn.pragma_update(None, "foreign_keys", false)?;
     // An append runs about 20 distinct statements (more with the hook's reads); rusqlite keeps 16 prepared by
     // default, and one more evicts another, which is then compiled again on its next use.

@@ -137,7 +137,7 @@ impl Ledger {
         } else {
             let problem = match self.check_totals(&tx, totals)? {
                 found @ Some(_) => found,
-                None => check_references(&tx)?,
+                None => check_references(&tx, checked)?,
             };
             report.first_bad = problem.map(|problem| BadEntry { seq: checked, event_id: String::new(), problem });
         }
@@ -230,13 +230,37 @@ impl Ledger {
     }
 }
 
-/// Every row referring to an entry (`REFERENCES entries (seq)`: type-specific fields, dedup keys, outbox, ...)
-/// refers to one the ledger holds. Checked here, once, rather than by SQLite at every insert (`configure`).
-fn check_references(conn: &rusqlite::Connection) -> rusqlite::Result<Option<String>> {
-    let mut statement = conn.prepare("PRAGMA foreign_key_check")?;
-    let mut rows = statement.query([])?;
-    let Some(row) = rows.next()? else { return Ok(None) };
-    let (table, rowid, parent): (String, Option<i64>, String) = (row.get(0)?, row.get(1)?, row.get(2)?);
-    let row = rowid.map_or_else(|| "a row".to_string(), |id| format!("row {id}"));
-    Ok(Some(format!("{table} holds {row} that refers to no row of {parent}")))
+/// Every row referring to another (the schema's `REFERENCES`, which SQLite does not check at insert: see
+/// `configure`) refers to one that exists. The entries are exactly 1..=`watermark` (the walk checked it), so a
+/// reference to an entry needs only its table's least and greatest value (two index lookups when the column is
+/// the table's key); the few references to other tables are checked by SQLite's `foreign_key_check`.
+fn check_references(conn: &rusqlite::Connection, watermark: u64) -> rusqlite::Result<Option<String>> {
+    let mut statement = conn.prepare(
+        "SELECT m.name, f.\"from\", f.\"table\", f.\"to\" FROM sqlite_master m, pragma_foreign_key_list(m.name) f
+         WHERE m.type = 'table' ORDER BY m.name, f.id",
+    )?;
+    let references: Vec<(String, String, String, Option<String>)> =
+        statement.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?.collect::<Result<_, _>>()?;
+    for (table, column, parent, to) in references {
+        if parent == "entries" && to.as_deref() == Some("seq") {
+            let (least, greatest): (Option<i64>, Option<i64>) =
+                conn.query_row(&format!("SELECT MIN(\"{column}\"), MAX(\"{column}\") FROM \"{table}\""), [], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })?;
+            if let Some(outside) = [least, greatest].into_iter().flatten().find(|s| *s < 1 || *s as u64 > watermark) {
+                return Ok(Some(format!(
+                    "{table}.{column} refers to entry {outside}, but the entries are 1 to {watermark}"
+                )));
+            }
+        } else {
+            let mut check = conn.prepare(&format!("PRAGMA foreign_key_check(\"{table}\")"))?;
+            let mut rows = check.query([])?;
+            if let Some(row) = rows.next()? {
+                let rowid: Option<i64> = row.get(1)?;
+                let row = rowid.map_or_else(|| "a row".to_string(), |id| format!("row {id}"));
+                return Ok(Some(format!("{table} holds {row} that refers to no row of {parent}")));
+            }
+        }
+    }
+    Ok(None)
 }
