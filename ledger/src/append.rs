@@ -1,7 +1,7 @@
 //! `Ledger::append`: one batch, one transaction.
 
 use rusqlite::{CachedStatement, OptionalExtension, Transaction, TransactionBehavior, params};
-use schemas::{Catalog, EventType};
+use schemas::{Catalog, Event, EventType};
 
 use crate::batch::*;
 use crate::chain::{self, ChainedFields, GENESIS, Hash};
@@ -151,6 +151,7 @@ fn store_offsets(tx: &Transaction<'_>, offsets: &[SourceOffset]) -> Result<(), A
 struct Inserts<'tx> {
     entry: CachedStatement<'tx>,
     key: CachedStatement<'tx>,
+    request_key: CachedStatement<'tx>,
     /// By position in `EventType::ALL`, each taken at its type's first event.
     details: Vec<Option<CachedStatement<'tx>>>,
     detail_sql: &'tx [String],
@@ -160,7 +161,8 @@ impl<'tx> Inserts<'tx> {
     fn new(tx: &'tx Transaction<'_>, detail_sql: &'tx [String]) -> rusqlite::Result<Inserts<'tx>> {
         Ok(Inserts {
             entry: tx.prepare_cached(INSERT_ENTRY)?,
-            key: tx.prepare_cached(dedup::INSERT_KEY)?,
+            key: tx.prepare_cached(&dedup::INSERT_EVENT_KEY)?,
+            request_key: tx.prepare_cached(&dedup::INSERT_REQUEST_KEY)?,
             details: detail_sql.iter().map(|_| None).collect(),
             detail_sql,
         })
@@ -256,6 +258,9 @@ fn append_event<'tx>(
     values.extend(details::values(event));
     inserts.details(tx, event_type)?.execute(rusqlite::params_from_iter(values))?;
     inserts.key.execute(params![key, seq as i64])?;
+    if let Event::Decision(decision) = event {
+        inserts.request_key.execute(params![dedup::request_key(&decision.request_id), seq as i64])?;
+    }
     if let Some(filter) = key_filter {
         filter.insert(key);
     }

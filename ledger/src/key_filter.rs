@@ -36,7 +36,7 @@ impl KeyFilter {
         let through = read_totals(&tx)?.watermark;
         // The index holds one key per entry (`verify` checks it): as many keys as the watermark, no count needed.
         let mut filter = KeyFilter::with_capacity((through as usize).saturating_mul(2).max(FIRST_CAPACITY_MIN));
-        for table in dedup::TIERS {
+        for table in dedup::EVENT_KEYS.tiers {
             let mut statement = tx.prepare(&format!("SELECT event_key FROM {table}"))?;
             let mut rows = statement.query([])?;
             while let Some(row) = rows.next()? {

@@ -2,17 +2,21 @@
 
 use rusqlite::Connection;
 
-/// `ddl/NNN-*.sql`, in order. Append new files, never edit a published one.
-pub const MIGRATIONS: &[(&str, &str)] = &[
-    ("001-entries.sql", include_str!("../ddl/001-entries.sql")),
-    ("002-event-details.sql", include_str!("../ddl/002-event-details.sql")),
-    ("003-quarantine-offsets.sql", include_str!("../ddl/003-quarantine-offsets.sql")),
-    ("004-quarantine-replays.sql", include_str!("../ddl/004-quarantine-replays.sql")),
-    ("005-periods-outbox.sql", include_str!("../ddl/005-periods-outbox.sql")),
-    ("006-policy-burst.sql", include_str!("../ddl/006-policy-burst.sql")),
-    ("007-conflicting-index.sql", include_str!("../ddl/007-conflicting-index.sql")),
-    ("008-billing.sql", include_str!("../ddl/008-billing.sql")),
-    ("009-dedup-tiers.sql", include_str!("../ddl/009-dedup-tiers.sql")),
+/// What a migration computes in code after its SQL ran, in the same transaction (a hash SQLite cannot compute).
+pub type Fill = fn(&Connection) -> rusqlite::Result<()>;
+
+/// `ddl/NNN-*.sql`, in order, each with its fill. Append new files, never edit a published one.
+pub const MIGRATIONS: &[(&str, &str, Option<Fill>)] = &[
+    ("001-entries.sql", include_str!("../ddl/001-entries.sql"), None),
+    ("002-event-details.sql", include_str!("../ddl/002-event-details.sql"), None),
+    ("003-quarantine-offsets.sql", include_str!("../ddl/003-quarantine-offsets.sql"), None),
+    ("004-quarantine-replays.sql", include_str!("../ddl/004-quarantine-replays.sql"), None),
+    ("005-periods-outbox.sql", include_str!("../ddl/005-periods-outbox.sql"), None),
+    ("006-policy-burst.sql", include_str!("../ddl/006-policy-burst.sql"), None),
+    ("007-conflicting-index.sql", include_str!("../ddl/007-conflicting-index.sql"), None),
+    ("008-billing.sql", include_str!("../ddl/008-billing.sql"), None),
+    ("009-dedup-tiers.sql", include_str!("../ddl/009-dedup-tiers.sql"), None),
+    ("010-request-keys.sql", include_str!("../ddl/010-request-keys.sql"), Some(crate::dedup::index_recorded_requests)),
 ];
 
 /// The schema version of a ledger all of whose migrations ran.
@@ -25,14 +29,17 @@ pub fn latest_version() -> i64 {
 /// Returns the failing migration's name with the error.
 pub fn migrate(conn: &mut Connection) -> Result<(), (&'static str, rusqlite::Error)> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(|e| ("(version)", e))?;
-    let pending: Vec<(usize, &(&str, &str))> =
+    let pending: Vec<(usize, &(&str, &str, Option<Fill>))> =
         MIGRATIONS.iter().enumerate().skip(usize::try_from(version).unwrap_or(0)).collect();
     if pending.is_empty() {
         return Ok(());
     }
     let tx = conn.transaction().map_err(|e| ("(begin)", e))?;
-    for (index, (name, sql)) in pending {
+    for (index, (name, sql, fill)) in pending {
         tx.execute_batch(sql).map_err(|e| (*name, e))?;
+        if let Some(fill) = fill {
+            fill(&tx).map_err(|e| (*name, e))?;
+        }
         tx.pragma_update(None, "user_version", index + 1).map_err(|e| (*name, e))?;
     }
     tx.commit().map_err(|e| ("(commit)", e))?;

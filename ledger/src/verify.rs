@@ -161,6 +161,13 @@ impl Ledger {
             Ok(false) => return Err("missing from the deduplication key index (event_keys_*)".into()),
             Err(e) => return Err(format!("cannot read the deduplication key index: {e}")),
         }
+        if let Event::Decision(decision) = &event {
+            match dedup::is_request_indexed(&self.conn, &decision.request_id, entry.seq) {
+                Ok(true) => {}
+                Ok(false) => return Err("missing from the request key index (request_keys_*)".into()),
+                Err(e) => return Err(format!("cannot read the request key index: {e}")),
+            }
+        }
         let expected_hash = chain::entry_hash(previous, &entry.chained_fields());
         if expected_hash[..] != entry.entry_hash[..] {
             return Err("entry_hash does not match the chain (a chained column was changed)".into());

@@ -1,5 +1,5 @@
--- Every recorded decision of one request_id ($1), oldest first (DataFusion; the request_id filter reaches the
--- SQLite index decision_events_by_request_id).
+-- Every recorded decision of one request_id ($1), oldest first (DataFusion; the request_id filter reaches
+-- SQLite as a probe of the ledger's request key index, `request_keys_*`).
 SELECT seq, event_id, tenant, subject, metric, source, occurred_at, request_id, idempotency_key, amount, outcome,
        reason, policy_id, policy_version, window_start, window_end, "limit", used_before, remaining, retry_after_ms
 FROM decision_events

@@ -2,7 +2,8 @@
 //! read-only connection in a blocking task and sends Arrow batches of [`BATCH_ROWS`] rows through a channel of
 //! [`CHANNEL_BATCHES`], so memory follows the batch size, not the table. Projections and simple comparisons
 //! (`column <op> literal`, joined by AND) are pushed down into the SQLite query, so that an indexed lookup
-//! (`request_id = 'req-1'`) stays one. Rows past the session's watermark are never read.
+//! stays one (`request_id = 'req-1'` becomes a probe of the ledger's request key index). Rows past the session's
+//! watermark are never read.
 //!
 //! Why not `datafusion-table-providers` (sqlite feature): its DataFusion (55.2) and rusqlite (0.37) fit, but
 //! its `query_arrow` collects the whole result into one batch before DataFusion sees a row, and it infers
@@ -27,7 +28,7 @@ use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use rusqlite::types::{Value, ValueRef};
 use rusqlite::{Connection, OpenFlags};
 
-use crate::tables::{Kind, Table};
+use crate::tables::{Column, Kind, Table};
 
 /// Rows per Arrow batch: DataFusion's default batch size.
 pub const BATCH_ROWS: usize = 8_192;
@@ -90,19 +91,32 @@ impl LedgerTable {
             return Some((format!("({l} AND {r})"), lp));
         }
         let symbol = comparison(*op)?;
-        match (left.as_ref(), right.as_ref()) {
+        let (column, literal, condition) = match (left.as_ref(), right.as_ref()) {
             (Expr::Column(c), Expr::Literal(v, _)) => {
-                Some((format!("{} {symbol} ?", self.column_sql(&c.name)?), vec![value(v)?]))
+                let column = self.column(&c.name)?;
+                (column, v, format!("{} {symbol} ?", column.sql))
             }
             (Expr::Literal(v, _), Expr::Column(c)) => {
-                Some((format!("? {symbol} {}", self.column_sql(&c.name)?), vec![value(v)?]))
+                let column = self.column(&c.name)?;
+                (column, v, format!("? {symbol} {}", column.sql))
             }
-            _ => None,
+            _ => return None,
+        };
+        let value = value(literal)?;
+        match (&value, *op, self.table.seq) {
+            // The request key index finds the few entries first; the comparison then checks each one's request_id.
+            (Value::Text(request_id), Operator::Eq, Some(seq)) if column.request_keyed => {
+                let key = Value::Integer(ledger::dedup::request_key(request_id));
+                let probe = ledger::dedup::REQUEST_KEYS.condition(seq);
+                let probes = vec![key; ledger::dedup::REQUEST_KEYS.tiers.len()];
+                Some((format!("({probe} AND {condition})"), [probes, vec![value]].concat()))
+            }
+            _ => Some((condition, vec![value])),
         }
     }
 
-    fn column_sql(&self, name: &str) -> Option<&'static str> {
-        self.table.columns.iter().find(|c| c.name == name).map(|c| c.sql)
+    fn column(&self, name: &str) -> Option<&'static Column> {
+        self.table.columns.iter().find(|c| c.name == name)
     }
 }
 
@@ -314,5 +328,34 @@ impl Builders {
         let arrays: Vec<ArrayRef> = self.0.iter_mut().map(ColumnBuilder::finish).collect();
         let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(rows));
         RecordBatch::try_new_with_options(Arc::clone(schema), arrays, &options)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::prelude::{col, lit};
+
+    use super::*;
+
+    // Proves that `request_id = 'literal'` on decisions reaches SQLite as a probe of the request key index (there is
+    // no other index of request ids: without it, `audit why` reads every decision), and that a comparison of
+    // another kind, or on another column, stays a plain comparison.
+    #[test]
+    fn a_request_id_filter_probes_the_request_key_index() {
+        let table = LedgerTable::new(PathBuf::from("unused.db"), crate::tables::table("decision_events").unwrap(), 9);
+        let key = Value::Integer(ledger::dedup::request_key("req-1"));
+        let (sql, params) = table.query(&[0], &[col("request_id").eq(lit("req-1"))], None);
+        let probe = ledger::dedup::REQUEST_KEYS.condition("d.seq");
+        assert_eq!(
+            sql,
+            format!("SELECT e.seq FROM {} WHERE d.seq <= ? AND ({probe} AND d.request_id = ?)", table.table.from)
+        );
+        let mut expected = vec![Value::Integer(9)];
+        expected.extend(std::iter::repeat_n(key, 4));
+        expected.push(Value::Text("req-1".into()));
+        assert_eq!(params, expected);
+
+        let (sql, _) = table.query(&[0], &[col("request_id").gt(lit("req-1")), col("reason").eq(lit("x"))], None);
+        assert!(!sql.contains("request_keys"), "{sql}");
     }
 }

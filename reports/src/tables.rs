@@ -20,6 +20,9 @@ pub struct Column {
     pub sql: &'static str,
     pub kind: Kind,
     pub nullable: bool,
+    /// A request_id the ledger indexes by request key (`ledger::dedup::REQUEST_KEYS`): a `column = 'literal'`
+    /// filter is pushed down as a probe of that index (its key) besides the comparison itself.
+    pub request_keyed: bool,
 }
 
 /// One table: its name, the SQLite `FROM` clause it reads, and the column holding the ledger sequence number
@@ -34,7 +37,7 @@ pub struct Table {
 }
 
 const fn col(name: &'static str, sql: &'static str, kind: Kind, nullable: bool) -> Column {
-    Column { name, sql, kind, nullable }
+    Column { name, sql, kind, nullable, request_keyed: false }
 }
 
 use Kind::*;
@@ -98,7 +101,7 @@ pub const TABLES: &[Table] = &[
         from: "decision_events d JOIN entries e ON e.seq = d.seq",
         seq: Some("d.seq"),
         columns: entry_columns![
-            col("request_id", "d.request_id", Text, false),
+            Column { request_keyed: true, ..col("request_id", "d.request_id", Text, false) },
             col("idempotency_key", "d.idempotency_key", Text, false),
             col("amount", "d.amount", Int64, false),
             col("outcome", "d.outcome", Text, false),
