@@ -5,8 +5,11 @@ use rusqlite::Connection;
 /// What a migration computes in code after its SQL ran, in the same transaction (a hash SQLite cannot compute).
 pub type Fill = fn(&Connection) -> rusqlite::Result<()>;
 
+/// A migration: its file's name, its SQL, and its fill if it has one.
+pub type Migration = (&'static str, &'static str, Option<Fill>);
+
 /// `ddl/NNN-*.sql`, in order, each with its fill. Append new files, never edit a published one.
-pub const MIGRATIONS: &[(&str, &str, Option<Fill>)] = &[
+pub const MIGRATIONS: &[Migration] = &[
     ("001-entries.sql", include_str!("../ddl/001-entries.sql"), None),
     ("002-event-details.sql", include_str!("../ddl/002-event-details.sql"), None),
     ("003-quarantine-offsets.sql", include_str!("../ddl/003-quarantine-offsets.sql"), None),
@@ -29,7 +32,7 @@ pub fn latest_version() -> i64 {
 /// Returns the failing migration's name with the error.
 pub fn migrate(conn: &mut Connection) -> Result<(), (&'static str, rusqlite::Error)> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(|e| ("(version)", e))?;
-    let pending: Vec<(usize, &(&str, &str, Option<Fill>))> =
+    let pending: Vec<(usize, &Migration)> =
         MIGRATIONS.iter().enumerate().skip(usize::try_from(version).unwrap_or(0)).collect();
     if pending.is_empty() {
         return Ok(());
