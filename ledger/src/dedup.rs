@@ -59,9 +59,9 @@ impl KeyIndex {
         format!("{seq_column} IN ({})", probes.join(" UNION ALL "))
     }
 
-    /// The statement indexing a new entry: `(key, seq)` into the recent tier.
-    fn insert_sql(&self) -> String {
-        format!("INSERT INTO {} ({}, seq) VALUES (?, ?)", self.tiers[0], self.key_column)
+    /// The statement indexing an entry: `(key, seq)` into tier `tier` (new entries go into the recent one, 0).
+    fn insert_sql(&self, tier: usize) -> String {
+        format!("INSERT INTO {} ({}, seq) VALUES (?, ?)", self.tiers[tier], self.key_column)
     }
 }
 
@@ -108,10 +108,10 @@ pub(crate) fn entries_of_key(conn: &Connection, event_id: &str, key: i64) -> rus
 }
 
 /// Indexes a new entry under its key (`event_key` of its event_id): `(key, seq)`.
-pub(crate) static INSERT_EVENT_KEY: LazyLock<String> = LazyLock::new(|| EVENT_KEYS.insert_sql());
+pub(crate) static INSERT_EVENT_KEY: LazyLock<String> = LazyLock::new(|| EVENT_KEYS.insert_sql(0));
 
 /// Indexes a new DecisionEvent entry under its key (`request_key` of its request_id): `(key, seq)`.
-pub(crate) static INSERT_REQUEST_KEY: LazyLock<String> = LazyLock::new(|| REQUEST_KEYS.insert_sql());
+pub(crate) static INSERT_REQUEST_KEY: LazyLock<String> = LazyLock::new(|| REQUEST_KEYS.insert_sql(0));
 
 /// Moves keys down the tiers of both indexes for each multiple of `EVENT_KEYS_MOVE_EVERY` entries this append
 /// crossed: the whole recent tier into the middle one, then one slice of the middle tier into the large one, then
@@ -192,8 +192,7 @@ pub(crate) fn index_recorded_requests(conn: &Connection) -> rusqlite::Result<()>
         keys.push((request_key(row.get_ref(1)?.as_str()?), row.get::<_, i64>(0)?));
     }
     keys.sort_unstable();
-    let mut insert = conn
-        .prepare(&format!("INSERT INTO {} ({}, seq) VALUES (?, ?)", REQUEST_KEYS.tiers[3], REQUEST_KEYS.key_column))?;
+    let mut insert = conn.prepare(&REQUEST_KEYS.insert_sql(3))?;
     for (key, seq) in keys {
         insert.execute(params![key, seq])?;
     }
@@ -304,7 +303,7 @@ pub(crate) mod tests {
         let mut ledger = Ledger::open(dir.path().join("ledger.db")).unwrap();
         let (every, slices) = (2, [2, 3]);
         for i in 0..30u64 {
-            // Every third entry is usage; decisions 0 and 1 of each pair of requests share a request_id.
+            // Request r's two decisions are entries 3r + 1 and 3r + 2; entry 3r + 3 is usage.
             let incoming = if i % 3 == 2 {
                 usage(&format!("u-{i}"))
             } else {

@@ -69,7 +69,8 @@ pub const BUSY_TIMEOUT_MS: u64 = 10_000;
 /// dirtied again before the checkpoint is copied once, so a larger WAL (40 MiB) writes less in all.
 pub const WAL_AUTOCHECKPOINT_PAGES: i64 = 10_000;
 
-/// Every how many entries the dedup key index moves keys down its tiers: the whole recent tier, sorted, into the
+/// Every how many entries the dedup key index (and the request key index, at the same appends) moves keys down
+/// its tiers: the whole recent tier, sorted, into the
 /// middle one, and one slice of the key space of each deeper tier (middle, large) into the next (large,
 /// sealed). A commit's random key inserts dirty only the recent tier's dozen pages, and a move rewrites only the
 /// pages its keys land in.
