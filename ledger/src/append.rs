@@ -93,6 +93,7 @@ impl Ledger {
         if let Some(filter) = self.key_filter.as_mut() {
             filter.set_through(report.watermark);
         }
+        self.checkpoint_if_asked();
         Ok(report)
     }
 }

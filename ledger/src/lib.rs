@@ -52,7 +52,7 @@ use rusqlite::{Connection, OpenFlags};
 use schemas::{Catalog, EventType};
 
 pub use batch::*;
-pub use checkpoint::{CHECKPOINT_INTERVAL_MS, Checkpointer};
+pub use checkpoint::{CHECKPOINT_INTERVAL_MS, Checkpointer, WRITER_CHECKPOINT_FRAMES};
 pub use error::*;
 pub use outbox::{OutboxEntry, OutboxStatus};
 pub use period_exports::{CloseSnapshot, PeriodExport, PeriodExportRow};
@@ -121,6 +121,9 @@ pub struct Ledger {
     append_hook: Option<Box<dyn append_hook::AppendHook>>,
     /// Every dedup key, for a long-running writer ([`Ledger::keep_key_filter`]).
     key_filter: Option<key_filter::KeyFilter>,
+    /// Set by the background checkpoint thread when the writer should checkpoint after its next commit
+    /// ([`Ledger::checkpoint_in_background`]).
+    checkpoint_asked: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Ledger {
@@ -166,7 +169,15 @@ impl Ledger {
 
     fn from_connection(conn: Connection, path: PathBuf) -> Ledger {
         let detail_insert_sql = EventType::ALL.iter().map(|t| details::insert_sql(*t)).collect();
-        Ledger { conn, path, catalog: Catalog::builtin(), detail_insert_sql, append_hook: None, key_filter: None }
+        Ledger {
+            conn,
+            path,
+            catalog: Catalog::builtin(),
+            detail_insert_sql,
+            append_hook: None,
+            key_filter: None,
+            checkpoint_asked: None,
+        }
     }
 
     pub fn path(&self) -> &Path {
