@@ -146,15 +146,28 @@ fn fresh_ledger(path: &Path, open_holds: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn request(run: usize, c: usize, i: usize) -> CheckRequest {
+fn request(run: usize, c: usize, i: usize, random_ids: bool) -> CheckRequest {
     CheckRequest {
         tenant: "org-bench".into(),
         subject: None,
         metric: "tokens".into(),
         amount: 1,
         idempotency_key: format!("r{run}-c{c}-i{i}"),
-        request_id: None,
+        request_id: random_ids.then(|| random_request_id(run, c, i)),
     }
+}
+
+/// A request_id as random as a UUID's 32 hex digits (where the ledger's indexes see random keys), the same for
+/// the same request: splitmix64 of its run, client and number.
+fn random_request_id(run: usize, c: usize, i: usize) -> String {
+    let mix = |mut x: u64| {
+        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        x ^ (x >> 31)
+    };
+    let seed = mix(run as u64) ^ mix((c as u64) << 32 | i as u64);
+    format!("{:016x}{:016x}", mix(seed), mix(seed ^ 1))
 }
 
 fn in_process(
@@ -163,6 +176,7 @@ fn in_process(
     clients: usize,
     durability: Durability,
     open_holds: usize,
+    random_ids: bool,
 ) -> anyhow::Result<Figures> {
     let path = dir.join(format!("hook-{run}.db"));
     fresh_ledger(&path, open_holds)?;
@@ -175,7 +189,8 @@ fn in_process(
         &name,
         clients,
         Arc::new(move |c, i| {
-            anyhow::ensure!(hook.check(request(run, c, i))?.allowed(), "every benchmark check is allowed");
+            let allowed = hook.check(request(run, c, i, random_ids))?.allowed();
+            anyhow::ensure!(allowed, "every benchmark check is allowed");
             Ok(())
         }),
     )
@@ -195,7 +210,7 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn over_http(dir: &Path, run: usize, clients: usize, durability: &str) -> anyhow::Result<Figures> {
+fn over_http(dir: &Path, run: usize, clients: usize, durability: &str, random_ids: bool) -> anyhow::Result<Figures> {
     let path = dir.join(format!("hook-{run}.db"));
     fresh_ledger(&path, 0)?;
     let tokens = dir.join("tokens.toml");
@@ -217,8 +232,10 @@ fn over_http(dir: &Path, run: usize, clients: usize, durability: &str) -> anyhow
         &format!("hook over HTTP ({durability})"),
         clients,
         Arc::new(move |c, i| {
+            let request_id =
+                if random_ids { format!(r#","request_id":"{}""#, random_request_id(run, c, i)) } else { String::new() };
             let body = format!(
-                r#"{{"tenant":"org-bench","metric":"tokens","amount":1,"idempotency_key":"r{run}-c{c}-i{i}"}}"#
+                r#"{{"tenant":"org-bench","metric":"tokens","amount":1,"idempotency_key":"r{run}-c{c}-i{i}"{request_id}}}"#
             );
             let mut connection = connections[c].lock().expect("one thread per connection");
             let status = connection.post("/v1/check", "bench-secret-0123456789", &body)?;
@@ -324,20 +341,20 @@ fn redis(run: usize, clients: usize, fsync_always: bool) -> anyhow::Result<Figur
     )
 }
 
-pub fn run(concurrency: &[usize], json: bool) -> anyhow::Result<ExitCode> {
+pub fn run(concurrency: &[usize], random_ids: bool, json: bool) -> anyhow::Result<ExitCode> {
     let dir = tempfile::tempdir()?;
     let mut figures = Vec::new();
     let mut run = 0;
     for &clients in concurrency {
         for durability in [Durability::Full, Durability::Normal] {
             run += 1;
-            figures.push(in_process(dir.path(), run, clients, durability, 0)?);
+            figures.push(in_process(dir.path(), run, clients, durability, 0, random_ids)?);
         }
         run += 1;
-        figures.push(in_process(dir.path(), run, clients, Durability::Normal, OPEN_HOLDS)?);
+        figures.push(in_process(dir.path(), run, clients, Durability::Normal, OPEN_HOLDS, random_ids)?);
         for durability in ["full", "normal"] {
             run += 1;
-            figures.push(over_http(dir.path(), run, clients, durability)?);
+            figures.push(over_http(dir.path(), run, clients, durability, random_ids)?);
         }
         for fsync_always in [false, true] {
             run += 1;
