@@ -27,14 +27,14 @@ pub struct KeyIndex {
 pub static EVENT_KEYS: KeyIndex = KeyIndex {
     tiers: ["event_keys_recent", "event_keys_middle", "event_keys_large", "event_keys_sealed"],
     key_column: "event_key",
-    probes: LazyLock::new(|| EVENT_KEYS.tiers.map(|tier| format!("SELECT seq FROM {tier} WHERE event_key = ?"))),
+    probes: LazyLock::new(|| EVENT_KEYS.probe_sql()),
 };
 
 /// The request key index: every DecisionEvent entry under [`request_key`] of its request_id.
 pub static REQUEST_KEYS: KeyIndex = KeyIndex {
     tiers: ["request_keys_recent", "request_keys_middle", "request_keys_large", "request_keys_sealed"],
     key_column: "request_key",
-    probes: LazyLock::new(|| REQUEST_KEYS.tiers.map(|tier| format!("SELECT seq FROM {tier} WHERE request_key = ?"))),
+    probes: LazyLock::new(|| REQUEST_KEYS.probe_sql()),
 };
 
 impl KeyIndex {
@@ -55,8 +55,12 @@ impl KeyIndex {
     /// each with its own `?` for the key (bind it `tiers.len()` times). For a caller that looks entries up by name
     /// inside a larger query.
     pub fn condition(&self, seq_column: &str) -> String {
-        let probes = self.tiers.map(|tier| format!("SELECT seq FROM {tier} WHERE {} = ?", self.key_column));
-        format!("{seq_column} IN ({})", probes.join(" UNION ALL "))
+        format!("{seq_column} IN ({})", self.probes.join(" UNION ALL "))
+    }
+
+    /// The point probe of each tier: the entries under the key bound to its `?`.
+    fn probe_sql(&self) -> [String; 4] {
+        self.tiers.map(|tier| format!("SELECT seq FROM {tier} WHERE {} = ?", self.key_column))
     }
 
     /// The statement indexing an entry: `(key, seq)` into tier `tier` (new entries go into the recent one, 0).

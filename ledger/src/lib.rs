@@ -70,9 +70,8 @@ pub const BUSY_TIMEOUT_MS: u64 = 10_000;
 pub const WAL_AUTOCHECKPOINT_PAGES: i64 = 10_000;
 
 /// Every how many entries the dedup key index (and the request key index, at the same appends) moves keys down
-/// its tiers: the whole recent tier, sorted, into the
-/// middle one, and one slice of the key space of each deeper tier (middle, large) into the next (large,
-/// sealed). A commit's random key inserts dirty only the recent tier's dozen pages, and a move rewrites only the
+/// its tiers: the whole recent tier, sorted, into the middle one, and one slice of the key space of each deeper
+/// tier (middle, large) into the next (large, sealed). A commit's random key inserts dirty only the recent tier's dozen pages, and a move rewrites only the
 /// pages its keys land in.
 /// Measured on the enforcement hook: with two tiers (50,000 recent keys, about 200 pages) the recent tier was
 /// 36 of the 54 pages each commit wrote; on a 10-million-event ledger each move of 50,000 keys into the sealed

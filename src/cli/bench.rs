@@ -149,7 +149,7 @@ fn bench_append(events: u64, batch_events: usize, dir: Option<PathBuf>, json: bo
 }
 
 /// splitmix64: a deterministic spread of bits for ids that look random, as producers' UUIDs do.
-fn mix(mut x: u64) -> u64 {
+pub(super) fn mix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);

@@ -158,14 +158,9 @@ fn request(run: usize, c: usize, i: usize, random_ids: bool) -> CheckRequest {
 }
 
 /// A request_id as random as a UUID's 32 hex digits (where the ledger's indexes see random keys), the same for
-/// the same request: splitmix64 of its run, client and number.
+/// the same request: `bench append`'s splitmix64 of its run, client and number.
 fn random_request_id(run: usize, c: usize, i: usize) -> String {
-    let mix = |mut x: u64| {
-        x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        x ^ (x >> 31)
-    };
+    use super::bench::mix;
     let seed = mix(run as u64) ^ mix((c as u64) << 32 | i as u64);
     format!("{:016x}{:016x}", mix(seed), mix(seed ^ 1))
 }
