@@ -117,43 +117,48 @@ pub(crate) static INSERT_EVENT_KEY: LazyLock<String> = LazyLock::new(|| EVENT_KE
 /// Indexes a new DecisionEvent entry under its key (`request_key` of its request_id): `(key, seq)`.
 pub(crate) static INSERT_REQUEST_KEY: LazyLock<String> = LazyLock::new(|| REQUEST_KEYS.insert_sql(0));
 
-/// Moves keys down the tiers of both indexes for each multiple of `EVENT_KEYS_MOVE_EVERY` entries this append
-/// crossed: the whole recent tier into the middle one, then one slice of the middle tier into the large one, then
-/// one slice of the large tier into the sealed one (`EVENT_KEYS_SLICES`, taken in turn). Returns the keys moved.
+/// Moves keys down the tiers of both indexes, each move once every `EVENT_KEYS_MOVE_EVERY` entries: the whole
+/// recent tier, sorted, into the middle one, then one slice of the middle tier into the large one, then one slice
+/// of the large tier into the sealed one (`EVENT_KEYS_SLICES`, taken in turn). The six moves (three per index) run
+/// at six evenly spaced watermarks, so that a commit runs one of them, not all six. Returns the keys moved.
 pub(crate) fn merge_if_due(conn: &Connection, watermark_before: u64, watermark_after: u64) -> rusqlite::Result<usize> {
+    move_keys_due(
+        conn,
+        &[&EVENT_KEYS, &REQUEST_KEYS],
+        watermark_before,
+        watermark_after,
+        EVENT_KEYS_MOVE_EVERY,
+        EVENT_KEYS_SLICES,
+    )
+}
+
+/// [`merge_if_due`] for `indexes`, with how often and in how many slices given. Move `m` of the `3 * n` moves
+/// (the indexes' recent tiers first, then their middle ones, then their large ones) runs when the watermark
+/// passes `k * every + m * every / (3 * n)`: the moves of one period of `every` entries are spread over it.
+fn move_keys_due(
+    conn: &Connection,
+    indexes: &[&KeyIndex],
+    before: u64,
+    after: u64,
+    every: u64,
+    slices: [u64; 2],
+) -> rusqlite::Result<usize> {
+    let moves = 3 * indexes.len() as u64;
     let mut moved = 0;
-    for index in [&EVENT_KEYS, &REQUEST_KEYS] {
-        moved += index.merge_tiers_if_due(
-            conn,
-            watermark_before,
-            watermark_after,
-            EVENT_KEYS_MOVE_EVERY,
-            EVENT_KEYS_SLICES,
-        )?;
+    for tier in 0..3usize {
+        for (position, index) in indexes.iter().enumerate() {
+            let offset = (tier as u64 * indexes.len() as u64 + position as u64) * every / moves;
+            // The periods whose watermark `k * every + offset` this append passed, numbered from 1.
+            for period in (before + every - offset) / every + 1..=(after + every - offset) / every {
+                let range = tier.checked_sub(1).map(|deeper| slice_range(period % slices[deeper], slices[deeper]));
+                moved += index.move_keys(conn, tier, range)?;
+            }
+        }
     }
     Ok(moved)
 }
 
 impl KeyIndex {
-    /// [`merge_if_due`] for one index, with how often and in how many slices given.
-    fn merge_tiers_if_due(
-        &self,
-        conn: &Connection,
-        before: u64,
-        after: u64,
-        every: u64,
-        slices: [u64; 2],
-    ) -> rusqlite::Result<usize> {
-        let mut moved = 0;
-        for crossed in before / every + 1..=after / every {
-            moved += self.move_keys(conn, 0, None)?;
-            for (tier, slices) in slices.into_iter().enumerate() {
-                moved += self.move_keys(conn, tier + 1, Some(slice_range(crossed % slices, slices)))?;
-            }
-        }
-        Ok(moved)
-    }
-
     /// Moves the keys of tier `from` in `range` (inclusive; `None`: all of them), sorted, into the next tier.
     fn move_keys(&self, conn: &Connection, from: usize, range: Option<(i64, i64)>) -> rusqlite::Result<usize> {
         let (key, into, from) = (self.key_column, self.tiers[from + 1], self.tiers[from]);
@@ -254,7 +259,7 @@ pub(crate) mod tests {
         let (every, slices) = (2, [2, 3]);
         for (id, watermark) in ids.iter().zip(1u64..) {
             ledger.append(&Batch { events: vec![usage(id)], ..Batch::default() }).unwrap();
-            EVENT_KEYS.merge_tiers_if_due(ledger.connection(), watermark - 1, watermark, every, slices).unwrap();
+            move_keys_due(ledger.connection(), &[&EVENT_KEYS], watermark - 1, watermark, every, slices).unwrap();
         }
         let seqs = |tier: &str| -> Vec<i64> {
             let mut statement = ledger.connection().prepare(&format!("SELECT seq FROM {tier}")).unwrap();
@@ -319,7 +324,7 @@ pub(crate) mod tests {
                 decision(&format!("d-{i}"), &format!("req-{}", i / 3))
             };
             ledger.append(&Batch { events: vec![incoming], ..Batch::default() }).unwrap();
-            REQUEST_KEYS.merge_tiers_if_due(ledger.connection(), i, i + 1, every, slices).unwrap();
+            move_keys_due(ledger.connection(), &[&REQUEST_KEYS], i, i + 1, every, slices).unwrap();
         }
         let count = |tier: &str| -> i64 {
             ledger.connection().query_row(&format!("SELECT COUNT(*) FROM {tier}"), [], |r| r.get(0)).unwrap()
@@ -374,6 +379,48 @@ pub(crate) mod tests {
             })
             .unwrap();
         assert_eq!(index, 0, "the index of the request_id text is gone");
+        assert!(ledger.verify().unwrap().first_bad.is_none());
+    }
+
+    // Proves that the six moves of the two indexes run in six different appends of each period, each once: no
+    // commit of the hook's writer runs them all.
+    #[test]
+    fn the_moves_of_a_period_run_in_different_appends() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ledger = Ledger::open(dir.path().join("ledger.db")).unwrap();
+        let indexes = [&EVENT_KEYS, &REQUEST_KEYS];
+        // Whole tiers as one slice each, so that every move of a tier that holds keys empties it.
+        let (every, slices) = (6, [1, 1]);
+        let count = |ledger: &Ledger, tier: &str| -> i64 {
+            ledger.connection().query_row(&format!("SELECT COUNT(*) FROM {tier}"), [], |r| r.get(0)).unwrap()
+        };
+        let mut emptied_in_period = Vec::new();
+        for i in 0..18u64 {
+            // Decisions: each entry has a key in both indexes.
+            ledger
+                .append(&Batch { events: vec![decision(&format!("d-{i}"), &format!("r-{i}"))], ..Batch::default() })
+                .unwrap();
+            let sources: Vec<&str> = indexes.iter().flat_map(|index| index.tiers[..3].to_vec()).collect();
+            let before: Vec<i64> = sources.iter().map(|tier| count(&ledger, tier)).collect();
+            move_keys_due(ledger.connection(), &indexes, i, i + 1, every, slices).unwrap();
+            let emptied: Vec<&str> = sources
+                .iter()
+                .zip(&before)
+                .filter(|(tier, before)| **before > 0 && count(&ledger, tier) == 0)
+                .map(|(tier, _)| *tier)
+                .collect();
+            assert!(emptied.len() <= 1, "watermark {}: one move at most, not {emptied:?}", i + 1);
+            if i >= 6 {
+                emptied_in_period.extend(emptied);
+            }
+        }
+        // The last two periods (watermarks 7 to 18), when every tier holds keys at its move: each tier emptied
+        // once per period.
+        emptied_in_period.sort_unstable();
+        let mut expected: Vec<&str> =
+            indexes.iter().flat_map(|index| index.tiers[..3].to_vec()).flat_map(|tier| [tier, tier]).collect();
+        expected.sort_unstable();
+        assert_eq!(emptied_in_period, expected);
         assert!(ledger.verify().unwrap().first_bad.is_none());
     }
 

@@ -69,10 +69,11 @@ pub const BUSY_TIMEOUT_MS: u64 = 10_000;
 /// dirtied again before the checkpoint is copied once, so a larger WAL (40 MiB) writes less in all.
 pub const WAL_AUTOCHECKPOINT_PAGES: i64 = 10_000;
 
-/// Every how many entries the dedup key index (and the request key index, at the same appends) moves keys down
-/// its tiers: the whole recent tier, sorted, into the middle one, and one slice of the key space of each deeper
-/// tier (middle, large) into the next (large, sealed). A commit's random key inserts dirty only the recent tier's dozen pages, and a move rewrites only the
-/// pages its keys land in.
+/// Every how many entries the dedup key index (and the request key index) moves keys down its tiers: the whole
+/// recent tier, sorted, into the middle one, and one slice of the key space of each deeper tier (middle, large)
+/// into the next (large, sealed), each move at its own point of the period (`dedup::merge_if_due`). A commit's
+/// random key inserts dirty only the recent tier's dozen pages, and a move rewrites only the pages its keys land
+/// in.
 /// Measured on the enforcement hook: with two tiers (50,000 recent keys, about 200 pages) the recent tier was
 /// 36 of the 54 pages each commit wrote; on a 10-million-event ledger each move of 50,000 keys into the sealed
 /// tier rewrote most of its 40,000 pages (the writer wrote 23.5 KB per decision).
