@@ -7,9 +7,9 @@
 //!
 //! Only a checkpoint that leaves nothing uncopied lets the log restart from its beginning (at the next write),
 //! and under a steady stream of commits the thread's never does: the writer commits while it copies. So when the
-//! log has grown past [`WRITER_CHECKPOINT_FRAMES`], the thread asks the writer, after a checkpoint of its own, to
-//! checkpoint once right after its next commit: what is left to copy is then only what was committed since the
-//! thread's checkpoint began. Without the request the writer's automatic checkpoint fired at
+//! log has grown past [`WRITER_CHECKPOINT_FRAMES`], the thread asks the writer, after checkpoints of its own (each
+//! copying what was committed during the one before, until one is short), to checkpoint once right after its next
+//! commit: what is left to copy is then only what was committed since the thread's last checkpoint began. Without the request the writer's automatic checkpoint fired at
 //! `WAL_AUTOCHECKPOINT_PAGES` and copied everything committed since the thread's last checkpoint, up to
 //! [`CHECKPOINT_INTERVAL_MS`] of commits (commits of 25 to 58 ms on a 20-million-event ledger). The automatic
 //! checkpoint stays as the backstop.
@@ -32,6 +32,13 @@ pub const CHECKPOINT_INTERVAL_MS: u64 = 250;
 /// the writer's automatic checkpoint, so that the request comes first.
 pub const WRITER_CHECKPOINT_FRAMES: i64 = crate::WAL_AUTOCHECKPOINT_PAGES / 2;
 
+/// Frames a round of the background thread may copy and still leave the writer's checkpoint short: what the
+/// writer then copies is what it committed during that round.
+pub const CATCH_UP_FRAMES: i64 = 1_000;
+
+/// Rounds of one cycle of the background thread at most (each syncs the database file).
+pub const CATCH_UP_ROUNDS: usize = 6;
+
 /// The background checkpoint thread; stopped (after its current checkpoint) when dropped.
 pub struct Checkpointer {
     stop: Arc<AtomicBool>,
@@ -53,17 +60,10 @@ impl Ledger {
             .spawn(move || {
                 while !stopping.load(Ordering::Relaxed) {
                     std::thread::sleep(Duration::from_millis(CHECKPOINT_INTERVAL_MS));
-                    // PASSIVE never waits: busy (another checkpoint running) is tried again next time. An error
-                    // here loses nothing (the pages stay in the log); the writer's own checkpoint still runs.
-                    // The answer: whether it was busy, the frames in the log, the frames copied.
-                    let checkpoint = |r: &rusqlite::Row<'_>| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?));
-                    match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], checkpoint) {
-                        Ok((0, frames)) if frames >= WRITER_CHECKPOINT_FRAMES => asked.store(true, Ordering::Relaxed),
-                        Ok(_) => {}
-                        Err(error) => {
-                            eprintln!("ledger: background checkpoint: {error}");
-                            std::thread::sleep(Duration::from_secs(1));
-                        }
+                    if let Err(error) = catch_up(&conn, &asked) {
+                        // Nothing is lost: the pages stay in the log, and the writer's own checkpoint still runs.
+                        eprintln!("ledger: background checkpoint: {error}");
+                        std::thread::sleep(Duration::from_secs(1));
                     }
                 }
             })
@@ -71,6 +71,31 @@ impl Ledger {
             .expect("the operating system starts a thread");
         Ok(Checkpointer { stop, thread: Some(thread) })
     }
+}
+
+/// One cycle of the background thread: a PASSIVE checkpoint (it never waits: busy, another checkpoint running,
+/// is tried again next cycle). Once the log is long enough for the writer to restart it, further rounds copy what
+/// the writer committed during the round before, each shorter, until a round copied fewer than
+/// [`CATCH_UP_FRAMES`] (or after [`CATCH_UP_ROUNDS`]); then the writer is asked to checkpoint after its next
+/// commit, and copies only what came during that last short round.
+fn catch_up(conn: &Connection, asked: &AtomicBool) -> rusqlite::Result<()> {
+    let mut copied_before = 0;
+    for _ in 0..CATCH_UP_ROUNDS {
+        // Whether it was busy, the frames in the log, the frames copied into the database file so far.
+        let (busy, log, copied) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+        })?;
+        if busy != 0 || log < WRITER_CHECKPOINT_FRAMES {
+            return Ok(());
+        }
+        let this_round = copied - copied_before;
+        copied_before = copied;
+        if this_round < CATCH_UP_FRAMES {
+            break;
+        }
+    }
+    asked.store(true, Ordering::Relaxed);
+    Ok(())
 }
 
 fn open_checkpoint_connection(path: &Path) -> rusqlite::Result<Connection> {
@@ -139,6 +164,38 @@ mod tests {
         assert!(database_pages(&path) > pages_before, "asked: the commit's pages reached the database file");
         assert!(!asked.load(Ordering::Relaxed), "the request is taken once");
         assert_eq!(ledger.status().unwrap().events_recorded, 300);
+    }
+
+    // Proves that a cycle of the background thread asks the writer for a checkpoint only once the log is long
+    // enough to restart, and then only after its own rounds have copied the whole log (no writer runs meanwhile).
+    #[test]
+    fn the_thread_asks_the_writer_once_its_rounds_caught_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ledger.db");
+        let mut ledger = Ledger::open(&path).unwrap();
+        ledger.connection().pragma_update(None, "wal_autocheckpoint", 0).unwrap();
+        let conn = open_checkpoint_connection(&path).unwrap();
+        let asked = AtomicBool::new(false);
+        // The log's frames from its size (a checkpoint to count them would let the next append restart it): a
+        // 32-byte header, then each frame a 24-byte header and a page.
+        let page_size: u64 = ledger.connection().query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap();
+        let wal = dir.path().join("ledger.db-wal");
+        let log_frames = || ((std::fs::metadata(&wal).unwrap().len().saturating_sub(32)) / (page_size + 24)) as i64;
+        ledger.append(&batch(0)).unwrap();
+        catch_up(&conn, &asked).unwrap();
+        assert!(!asked.load(Ordering::Relaxed), "a short log is left to the thread");
+        let mut from = 100;
+        while log_frames() < WRITER_CHECKPOINT_FRAMES {
+            ledger.append(&batch(from)).unwrap();
+            from += 100;
+        }
+        let pages_before = database_pages(&path);
+        catch_up(&conn, &asked).unwrap();
+        assert!(asked.load(Ordering::Relaxed), "a long log: the writer is asked to restart it");
+        assert!(database_pages(&path) >= pages_before);
+        let (log, copied): (i64, i64) =
+            conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| Ok((r.get(1)?, r.get(2)?))).unwrap();
+        assert_eq!(log, copied, "the thread's rounds left nothing for the writer to copy");
     }
 
     // Proves the background thread copies committed pages into the database file without the writer's help.

@@ -52,7 +52,9 @@ use rusqlite::{Connection, OpenFlags};
 use schemas::{Catalog, EventType};
 
 pub use batch::*;
-pub use checkpoint::{CHECKPOINT_INTERVAL_MS, Checkpointer, WRITER_CHECKPOINT_FRAMES};
+pub use checkpoint::{
+    CATCH_UP_FRAMES, CATCH_UP_ROUNDS, CHECKPOINT_INTERVAL_MS, Checkpointer, WRITER_CHECKPOINT_FRAMES,
+};
 pub use error::*;
 pub use outbox::{OutboxEntry, OutboxStatus};
 pub use period_exports::{CloseSnapshot, PeriodExport, PeriodExportRow};
