@@ -9,10 +9,10 @@
 //! and under a steady stream of commits the thread's never does: the writer commits while it copies. So when the
 //! log has grown past [`WRITER_CHECKPOINT_FRAMES`], the thread asks the writer, after checkpoints of its own (each
 //! copying what was committed during the one before, until one is short), to checkpoint once right after its next
-//! commit: what is left to copy is then only what was committed since the thread's last checkpoint began. Without the request the writer's automatic checkpoint fired at
-//! `WAL_AUTOCHECKPOINT_PAGES` and copied everything committed since the thread's last checkpoint, up to
-//! [`CHECKPOINT_INTERVAL_MS`] of commits (commits of 25 to 58 ms on a 20-million-event ledger). The automatic
-//! checkpoint stays as the backstop.
+//! commit: what is left to copy is then only what was committed since the thread's last checkpoint began. Without
+//! the request the writer's automatic checkpoint fired at `WAL_AUTOCHECKPOINT_PAGES` and copied everything
+//! committed since the thread's last checkpoint, up to [`CHECKPOINT_INTERVAL_MS`] of commits (commits of 25 to 58
+//! ms on a 20-million-event ledger). The automatic checkpoint stays as the backstop.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -75,9 +75,10 @@ impl Ledger {
 
 /// One cycle of the background thread: a PASSIVE checkpoint (it never waits: busy, another checkpoint running,
 /// is tried again next cycle). Once the log is long enough for the writer to restart it, further rounds copy what
-/// the writer committed during the round before, each shorter, until a round copied fewer than
+/// the writer committed during the round before, each shorter, until a round after the first copied fewer than
 /// [`CATCH_UP_FRAMES`] (or after [`CATCH_UP_ROUNDS`]); then the writer is asked to checkpoint after its next
-/// commit, and copies only what came during that last short round.
+/// commit, and copies only what came during that last short round. (What the first round copied is not known
+/// apart from what earlier cycles copied: the answer counts every frame copied since the log restarted.)
 fn catch_up(conn: &Connection, asked: &AtomicBool) -> rusqlite::Result<()> {
     let mut copied_before = 0;
     for _ in 0..CATCH_UP_ROUNDS {
