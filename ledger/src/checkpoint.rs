@@ -146,14 +146,20 @@ mod tests {
         Batch { events: (from..from + 100).map(|i| usage(&format!("u-{i}"))).collect(), ..Batch::default() }
     }
 
+    /// A new ledger in `dir` whose writer never checkpoints by itself, so that only what a test runs copies pages.
+    fn ledger_without_autocheckpoint(dir: &tempfile::TempDir) -> (std::path::PathBuf, Ledger) {
+        let path = dir.path().join("ledger.db");
+        let ledger = Ledger::open(&path).unwrap();
+        ledger.connection().pragma_update(None, "wal_autocheckpoint", 0).unwrap();
+        (path, ledger)
+    }
+
     // Proves that the writer checkpoints right after a commit when the background thread asked it to, once, and
     // not otherwise.
     #[test]
     fn the_writer_checkpoints_after_its_commit_when_asked() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("ledger.db");
-        let mut ledger = Ledger::open(&path).unwrap();
-        ledger.connection().pragma_update(None, "wal_autocheckpoint", 0).unwrap();
+        let (path, mut ledger) = ledger_without_autocheckpoint(&dir);
         let asked = Arc::new(AtomicBool::new(false));
         ledger.checkpoint_asked = Some(Arc::clone(&asked));
         ledger.append(&batch(0)).unwrap();
@@ -172,9 +178,7 @@ mod tests {
     #[test]
     fn the_thread_asks_the_writer_once_its_rounds_caught_up() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("ledger.db");
-        let mut ledger = Ledger::open(&path).unwrap();
-        ledger.connection().pragma_update(None, "wal_autocheckpoint", 0).unwrap();
+        let (path, mut ledger) = ledger_without_autocheckpoint(&dir);
         let conn = open_checkpoint_connection(&path).unwrap();
         let asked = AtomicBool::new(false);
         // The log's frames from its size (a checkpoint to count them would let the next append restart it): a
@@ -203,10 +207,9 @@ mod tests {
     #[test]
     fn the_background_thread_checkpoints_what_the_writer_commits() {
         let dir = tempfile::tempdir().unwrap();
-        let mut ledger = Ledger::open(dir.path().join("ledger.db")).unwrap();
-        ledger.connection().pragma_update(None, "wal_autocheckpoint", 0).unwrap();
+        let (path, mut ledger) = ledger_without_autocheckpoint(&dir);
         ledger.append(&batch(0)).unwrap();
-        let database_pages = || database_pages(&dir.path().join("ledger.db"));
+        let database_pages = || database_pages(&path);
         let pages_before = database_pages();
         let checkpointer = ledger.checkpoint_in_background().unwrap();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
