@@ -38,6 +38,12 @@ pub enum Work {
     },
 }
 
+/// A request in the queue, and whether its caller polls for the answer (a lone caller of the blocking API).
+pub struct Queued {
+    pub work: Work,
+    pub caller_polls: bool,
+}
+
 /// An answer waiting for its group's commit. Short-lived, one per request of a group: the size difference
 /// between the variants costs nothing worth a box.
 #[allow(clippy::large_enum_variant)]
@@ -135,17 +141,33 @@ impl Writer {
     }
 
     /// Serves until every sender is gone.
-    pub fn run(mut self, queue: Receiver<Work>, queued: &std::sync::atomic::AtomicUsize) {
-        while let Ok(first) = queue.recv() {
-            let mut group = vec![first];
+    pub fn run(mut self, queue: Receiver<Queued>, queued: &std::sync::atomic::AtomicUsize) {
+        let polling = Duration::from_micros(self.settings.poll_us);
+        // After a group of one request whose caller polls for its answer, the writer polls the queue as long
+        // before it sleeps: that caller's next request then needs no wake-up through the kernel (see
+        // `Hook::call`). After any other group it sleeps at once, leaving the cores to the callers it answered
+        // (polling after groups of one from HTTP callers, which cannot poll, cost about 5% of the throughput at 8
+        // HTTP clients, durability full).
+        let next = |queue: &Receiver<Queued>, poll: Duration| match crate::poll_for(poll, || match queue.try_recv() {
+            Ok(queued) => Some(Some(queued)),
+            Err(TryRecvError::Empty) => None,
+            Err(TryRecvError::Disconnected) => Some(None),
+        }) {
+            Some(polled) => polled,
+            None => queue.recv().ok(),
+        };
+        let mut poll_next = Duration::ZERO;
+        while let Some(first) = next(&queue, poll_next) {
+            let caller_polls = first.caller_polls;
+            let mut group = vec![first.work];
             let deadline = Instant::now() + Duration::from_micros(self.settings.group_wait_us);
             while group.len() < self.settings.group_max_requests {
                 match queue.try_recv() {
-                    Ok(work) => group.push(work),
+                    Ok(queued) => group.push(queued.work),
                     Err(TryRecvError::Disconnected) => break,
                     Err(TryRecvError::Empty) => match deadline.checked_duration_since(Instant::now()) {
                         Some(left) if !left.is_zero() => match queue.recv_timeout(left) {
-                            Ok(work) => group.push(work),
+                            Ok(queued) => group.push(queued.work),
                             Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
                         },
                         _ => break,
@@ -153,6 +175,7 @@ impl Writer {
                 }
             }
             queued.fetch_sub(group.len(), std::sync::atomic::Ordering::Relaxed);
+            poll_next = if group.len() == 1 && caller_polls { polling } else { Duration::ZERO };
             self.process(group);
         }
     }
