@@ -174,19 +174,14 @@ impl Hook {
     fn call<T>(&self, work: impl FnOnce(oneshot::Sender<Result<T, HookError>>) -> Work) -> Result<T, HookError> {
         let (reply, mut answer) = oneshot::channel();
         let alone = self.waiting.fetch_add(1, Ordering::Relaxed) == 0;
-        let polls = alone && !self.poll.is_zero();
-        let waited = self.enqueue(work(reply), true, polls).and_then(|()| {
-            if polls {
-                let answered = poll_for(self.poll, || match answer.try_recv() {
-                    Ok(result) => Some(Ok(result)),
-                    Err(oneshot::error::TryRecvError::Empty) => None,
-                    Err(oneshot::error::TryRecvError::Closed) => Some(Err(HookError::Stopped)),
-                });
-                if let Some(answered) = answered {
-                    return answered;
-                }
-            }
-            answer.blocking_recv().map_err(|_| HookError::Stopped)
+        let poll = if alone { self.poll } else { Duration::ZERO };
+        let waited = self.enqueue(work(reply), true, !poll.is_zero()).and_then(|()| {
+            poll_for(poll, || match answer.try_recv() {
+                Ok(result) => Some(Ok(result)),
+                Err(oneshot::error::TryRecvError::Empty) => None,
+                Err(oneshot::error::TryRecvError::Closed) => Some(Err(HookError::Stopped)),
+            })
+            .unwrap_or_else(|| answer.blocking_recv().map_err(|_| HookError::Stopped))
         });
         self.waiting.fetch_sub(1, Ordering::Relaxed);
         waited?

@@ -148,16 +148,16 @@ impl Writer {
         // `Hook::call`). After any other group it sleeps at once, leaving the cores to the callers it answered
         // (polling after groups of one from HTTP callers, which cannot poll, cost about 5% of the throughput at 8
         // HTTP clients, durability full).
-        let next = |queue: &Receiver<Queued>, poll: Duration| match crate::poll_for(poll, || match queue.try_recv() {
-            Ok(queued) => Some(Some(queued)),
-            Err(TryRecvError::Empty) => None,
-            Err(TryRecvError::Disconnected) => Some(None),
-        }) {
-            Some(polled) => polled,
-            None => queue.recv().ok(),
+        let next = |poll: Duration| {
+            crate::poll_for(poll, || match queue.try_recv() {
+                Ok(queued) => Some(Some(queued)),
+                Err(TryRecvError::Empty) => None,
+                Err(TryRecvError::Disconnected) => Some(None),
+            })
+            .unwrap_or_else(|| queue.recv().ok())
         };
         let mut poll_next = Duration::ZERO;
-        while let Some(first) = next(&queue, poll_next) {
+        while let Some(first) = next(poll_next) {
             let caller_polls = first.caller_polls;
             let mut group = vec![first.work];
             let deadline = Instant::now() + Duration::from_micros(self.settings.group_wait_us);
