@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use ledger::{Batch, Incoming, Ledger, Origin, SourceOffset};
@@ -156,19 +158,35 @@ fn sigkill_at_random_instants_loses_nothing_and_doubles_nothing() {
         assert!(restarts < KILLS * 4, "the child finished too often before being killed: raise BATCHES");
         let mut child = spawn_child(&path);
         let stdout = child.stdout.take().unwrap();
+        // The batches this child reported committed, counted as they are printed.
+        let progress = Arc::new(AtomicU64::new(0));
+        let seen = Arc::clone(&progress);
         let reader = std::thread::spawn(move || {
             BufReader::new(stdout)
                 .lines()
                 .map_while(Result::ok)
                 .filter_map(|l| l.strip_prefix("committed ")?.parse().ok())
+                .inspect(|_| {
+                    seen.fetch_add(1, Ordering::Relaxed);
+                })
                 .last()
         });
-        // Wait until the child has committed something or a random delay passed, then kill it.
-        let delay = Duration::from_millis(20 + next_random(&mut random) % 400);
-        let start = Instant::now();
-        while start.elapsed() < delay && child.try_wait().unwrap().is_none() {
-            std::thread::sleep(Duration::from_millis(2));
+        // Kill after a random number of this child's batches (a machine's speed does not change how many kills
+        // land before the stream ends), then up to 3 ms more (into the next batch); one kill in eight comes
+        // before the first batch, while the child starts and opens (and recovers) the ledger.
+        let after_batches = match next_random(&mut random) % 8 {
+            0 => 0,
+            _ => 1 + next_random(&mut random) % (BATCHES / KILLS as u64),
+        };
+        let delay = Duration::from_micros(next_random(&mut random) % 3_000);
+        let give_up = Instant::now() + Duration::from_secs(60);
+        while progress.load(Ordering::Relaxed) < after_batches
+            && child.try_wait().unwrap().is_none()
+            && Instant::now() < give_up
+        {
+            std::thread::sleep(Duration::from_micros(200));
         }
+        std::thread::sleep(delay);
         let still_running = child.try_wait().unwrap().is_none();
         child.kill().unwrap(); // SIGKILL on Unix
         child.wait().unwrap();
@@ -176,7 +194,7 @@ fn sigkill_at_random_instants_loses_nothing_and_doubles_nothing() {
         let committed = check_ledger(&path, printed);
         if still_running && committed < BATCHES {
             kills += 1;
-            eprintln!("kill {kills}: after {delay:?}, {committed} batches committed");
+            eprintln!("kill {kills}: after {after_batches} batches and {delay:?}, {committed} batches committed");
         } else {
             break;
         }
