@@ -38,6 +38,9 @@ pub enum BenchCommand {
         /// Client threads, one measurement each.
         #[arg(long, value_delimiter = ',', default_value = "1,8,64")]
         concurrency: Vec<usize>,
+        /// Seconds each measurement counts, after half a second of warm-up.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
         /// Send each check a random request_id (32 hex digits, as a UUID's) instead of none (then the hook
         /// uses the idempotency key, and the ids of one client sort together).
         #[arg(long)]
@@ -96,8 +99,8 @@ struct AppendFigures {
 pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
     match command {
         BenchCommand::Append { events, batch_events, dir, json } => bench_append(events, batch_events, dir, json),
-        BenchCommand::Hook { concurrency, random_request_ids, json } => {
-            super::bench_hook::run(&concurrency, random_request_ids, json)
+        BenchCommand::Hook { concurrency, seconds, random_request_ids, json } => {
+            super::bench_hook::run(&concurrency, seconds, random_request_ids, json)
         }
         BenchCommand::Reconcile { events, tenants, dir, json } => {
             super::bench_reconcile::run(events, tenants, dir, json)

@@ -18,10 +18,8 @@ use ledger::{Batch, Durability, Incoming, Ledger, Origin};
 use schemas::*;
 use serde::Serialize;
 
-/// Requests per client thread in one measurement.
-const REQUESTS_PER_CLIENT_MIN: usize = 200;
-/// Requests of one measurement at least (spread over the clients).
-const REQUESTS_MIN: usize = 20_000;
+/// Time each measurement runs before it counts: connections warm, the writer's first groups, the page cache.
+const WARM_UP: Duration = Duration::from_millis(500);
 /// A limit no benchmark run reaches: every check is allowed and consumes, the costly path.
 const LIMIT: i64 = i64::MAX / 4;
 /// Open reservations (of other tenants, for an hour) in the ledger of the extra in-process measurement: what a
@@ -55,23 +53,35 @@ pub struct Figures {
     pub p99_us: f64,
 }
 
-/// Runs one measurement: `clients` threads each issuing its share of the requests through `call`.
+/// Runs one measurement: `clients` threads each issuing requests through `call` (its client number and the
+/// request's), for [`WARM_UP`] and then `seconds` more. Only the requests sent and answered within those
+/// `seconds` count: a fixed duration, not a fixed count, so that fast and slow peers are measured over the same
+/// time, long enough that a stall or a checkpoint shows in their figures (with a fixed 20,000 requests, a fast
+/// peer was measured over a fifth of a second).
 fn measure(
     peer: &str,
     clients: usize,
+    seconds: f64,
     call: Arc<dyn Fn(usize, usize) -> anyhow::Result<()> + Send + Sync>,
 ) -> anyhow::Result<Figures> {
-    let per_client = (REQUESTS_MIN / clients).max(REQUESTS_PER_CLIENT_MIN);
-    let started = Instant::now();
+    let window = Duration::from_secs_f64(seconds);
+    let from = Instant::now() + WARM_UP;
+    let until = from + window;
     let threads: Vec<_> = (0..clients)
         .map(|c| {
             let call = Arc::clone(&call);
             std::thread::spawn(move || -> anyhow::Result<Vec<u32>> {
-                let mut latencies = Vec::with_capacity(per_client);
-                for i in 0..per_client {
-                    let t = Instant::now();
+                let mut latencies = Vec::new();
+                for i in 0.. {
+                    let sent = Instant::now();
+                    if sent >= until {
+                        break;
+                    }
                     call(c, i)?;
-                    latencies.push(t.elapsed().as_micros().min(u32::MAX as u128) as u32);
+                    let answered = Instant::now();
+                    if sent >= from && answered <= until {
+                        latencies.push((answered - sent).as_micros().min(u32::MAX as u128) as u32);
+                    }
                 }
                 Ok(latencies)
             })
@@ -81,14 +91,14 @@ fn measure(
     for thread in threads {
         latencies.extend(thread.join().map_err(|_| anyhow::anyhow!("a client thread panicked"))??);
     }
-    let elapsed = started.elapsed();
+    anyhow::ensure!(!latencies.is_empty(), "{peer}: no request was answered within {seconds} s");
     latencies.sort_unstable();
     let at = |q: f64| latencies[((latencies.len() as f64 - 1.0) * q) as usize] as f64;
     Ok(Figures {
         peer: peer.to_string(),
         concurrency: clients,
         requests: latencies.len(),
-        decisions_per_second: latencies.len() as f64 / elapsed.as_secs_f64(),
+        decisions_per_second: latencies.len() as f64 / window.as_secs_f64(),
         p50_us: at(0.50),
         p99_us: at(0.99),
     })
@@ -172,6 +182,7 @@ fn in_process(
     durability: Durability,
     open_holds: usize,
     random_ids: bool,
+    seconds: f64,
 ) -> anyhow::Result<Figures> {
     let path = dir.join(format!("hook-{run}.db"));
     fresh_ledger(&path, open_holds)?;
@@ -183,6 +194,7 @@ fn in_process(
     measure(
         &name,
         clients,
+        seconds,
         Arc::new(move |c, i| {
             let allowed = hook.check(request(run, c, i, random_ids))?.allowed();
             anyhow::ensure!(allowed, "every benchmark check is allowed");
@@ -205,7 +217,14 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-fn over_http(dir: &Path, run: usize, clients: usize, durability: &str, random_ids: bool) -> anyhow::Result<Figures> {
+fn over_http(
+    dir: &Path,
+    run: usize,
+    clients: usize,
+    durability: &str,
+    random_ids: bool,
+    seconds: f64,
+) -> anyhow::Result<Figures> {
     let path = dir.join(format!("hook-{run}.db"));
     fresh_ledger(&path, 0)?;
     let tokens = dir.join("tokens.toml");
@@ -226,6 +245,7 @@ fn over_http(dir: &Path, run: usize, clients: usize, durability: &str, random_id
     measure(
         &format!("hook over HTTP ({durability})"),
         clients,
+        seconds,
         Arc::new(move |c, i| {
             let request_id =
                 if random_ids { format!(r#","request_id":"{}""#, random_request_id(run, c, i)) } else { String::new() };
@@ -300,7 +320,7 @@ fn wait_for(port: u16) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn redis(run: usize, clients: usize, fsync_always: bool) -> anyhow::Result<Figures> {
+fn redis(run: usize, clients: usize, fsync_always: bool, seconds: f64) -> anyhow::Result<Figures> {
     let port = free_port()?;
     let mut command = Command::new("redis-server");
     command.args(["--port", &port.to_string(), "--save", "", "--bind", "127.0.0.1"]);
@@ -322,6 +342,7 @@ fn redis(run: usize, clients: usize, fsync_always: bool) -> anyhow::Result<Figur
     measure(
         name,
         clients,
+        seconds,
         Arc::new(move |c, i| {
             let mut connection = connections[c].lock().expect("one thread per connection");
             let allowed: i64 = script
@@ -336,24 +357,25 @@ fn redis(run: usize, clients: usize, fsync_always: bool) -> anyhow::Result<Figur
     )
 }
 
-pub fn run(concurrency: &[usize], random_ids: bool, json: bool) -> anyhow::Result<ExitCode> {
+pub fn run(concurrency: &[usize], seconds: f64, random_ids: bool, json: bool) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(seconds.is_finite() && seconds > 0.0, "--seconds must be positive, not {seconds}");
     let dir = tempfile::tempdir()?;
     let mut figures = Vec::new();
     let mut run = 0;
     for &clients in concurrency {
         for durability in [Durability::Full, Durability::Normal] {
             run += 1;
-            figures.push(in_process(dir.path(), run, clients, durability, 0, random_ids)?);
+            figures.push(in_process(dir.path(), run, clients, durability, 0, random_ids, seconds)?);
         }
         run += 1;
-        figures.push(in_process(dir.path(), run, clients, Durability::Normal, OPEN_HOLDS, random_ids)?);
+        figures.push(in_process(dir.path(), run, clients, Durability::Normal, OPEN_HOLDS, random_ids, seconds)?);
         for durability in ["full", "normal"] {
             run += 1;
-            figures.push(over_http(dir.path(), run, clients, durability, random_ids)?);
+            figures.push(over_http(dir.path(), run, clients, durability, random_ids, seconds)?);
         }
         for fsync_always in [false, true] {
             run += 1;
-            figures.push(redis(run, clients, fsync_always)?);
+            figures.push(redis(run, clients, fsync_always, seconds)?);
         }
         if !json {
             for f in figures.iter().filter(|f| f.concurrency == clients) {
