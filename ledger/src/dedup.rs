@@ -13,7 +13,7 @@ use std::sync::LazyLock;
 use rusqlite::{Connection, params};
 
 use crate::chain;
-use crate::{EVENT_KEYS_MOVE_EVERY, EVENT_KEYS_SLICES};
+use crate::{EVENT_KEYS_MOVE_EVERY, EVENT_KEYS_MOVE_PARTS, EVENT_KEYS_SLICES};
 
 /// One tiered key index: its tables, newest first, and their key column.
 pub struct KeyIndex {
@@ -119,39 +119,61 @@ pub(crate) static INSERT_REQUEST_KEY: LazyLock<String> = LazyLock::new(|| REQUES
 
 /// Moves keys down the tiers of both indexes, each move once every `EVENT_KEYS_MOVE_EVERY` entries: the whole
 /// recent tier, sorted, into the middle one, then one slice of the middle tier into the large one, then one slice
-/// of the large tier into the sealed one (`EVENT_KEYS_SLICES`, taken in turn). The six moves (three per index) run
-/// at six evenly spaced watermarks, so that a commit runs one of them, not all six. Returns the keys moved.
+/// of the large tier into the sealed one (`EVENT_KEYS_SLICES`, taken in turn). Each move runs in
+/// `EVENT_KEYS_MOVE_PARTS` parts of its key range, and the 24 parts of the six moves (three per index) at 24 evenly
+/// spaced watermarks, so that a commit runs a part of one move, not six moves. Returns the keys moved.
 pub(crate) fn merge_if_due(conn: &Connection, watermark_before: u64, watermark_after: u64) -> rusqlite::Result<usize> {
     move_keys_due(
         conn,
         &[&EVENT_KEYS, &REQUEST_KEYS],
         watermark_before,
         watermark_after,
-        EVENT_KEYS_MOVE_EVERY,
-        EVENT_KEYS_SLICES,
+        Schedule { every: EVENT_KEYS_MOVE_EVERY, slices: EVENT_KEYS_SLICES, parts: EVENT_KEYS_MOVE_PARTS },
     )
 }
 
-/// [`merge_if_due`] for `indexes`, with how often and in how many slices given. Move `m` of the `3 * n` moves
-/// (the indexes' recent tiers first, then their middle ones, then their large ones) runs when the watermark
-/// passes `k * every + m * every / (3 * n)`: the moves of one period of `every` entries are spread over it.
+/// When keys move down the tiers: every how many entries each tier moves, in how many slices the middle and the
+/// large tier's key space is taken in turn, and in how many parts of its key range each move runs.
+#[derive(Debug, Clone, Copy)]
+struct Schedule {
+    every: u64,
+    slices: [u64; 2],
+    parts: u64,
+}
+
+/// [`merge_if_due`] for `indexes` on `schedule`. Part `p` of move `m` (of the `3 * n` moves: the indexes' recent
+/// tiers first, then their middle ones, then their large ones) is step `s = m * parts + p` of the period, and runs
+/// when the watermark passes `k * every + s * every / (3 * n * parts)`: the steps of one period of `every`
+/// entries are spread over it. Part `p` of a move takes the `p`-th of `parts` equal ranges of the keys that move
+/// would take whole, so the parts of a move write, together, about the pages the whole move would (each lands
+/// in its own range of the next tier), while no commit waits for more than one part.
 fn move_keys_due(
     conn: &Connection,
     indexes: &[&KeyIndex],
     before: u64,
     after: u64,
-    every: u64,
-    slices: [u64; 2],
+    schedule: Schedule,
 ) -> rusqlite::Result<usize> {
-    let moves = 3 * indexes.len() as u64;
+    let Schedule { every, slices, parts } = schedule;
+    let steps = 3 * indexes.len() as u64 * parts;
     let mut moved = 0;
     for tier in 0..3usize {
         for (position, index) in indexes.iter().enumerate() {
-            let offset = (tier as u64 * indexes.len() as u64 + position as u64) * every / moves;
-            // The periods whose watermark `k * every + offset` this append passed, numbered from 1.
-            for period in (before + every - offset) / every + 1..=(after + every - offset) / every {
-                let range = tier.checked_sub(1).map(|deeper| slice_range(period % slices[deeper], slices[deeper]));
-                moved += index.move_keys(conn, tier, range)?;
+            for part in 0..parts {
+                let step = (tier as u64 * indexes.len() as u64 + position as u64) * parts + part;
+                let offset = step * every / steps;
+                // The periods whose watermark `k * every + offset` this append passed, numbered from 1.
+                for period in (before + every - offset) / every + 1..=(after + every - offset) / every {
+                    let range = match tier.checked_sub(1) {
+                        // The recent tier: whole, or its part's range.
+                        None => (parts > 1).then(|| slice_range(part, parts)),
+                        Some(deeper) => {
+                            let slice = period % slices[deeper];
+                            Some(slice_range(slice * parts + part, slices[deeper] * parts))
+                        }
+                    };
+                    moved += index.move_keys(conn, tier, range)?;
+                }
             }
         }
     }
@@ -256,10 +278,10 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut ledger = Ledger::open(dir.path().join("ledger.db")).unwrap();
         let ids: Vec<String> = (0..30).map(|i| format!("e-{i}")).collect();
-        let (every, slices) = (2, [2, 3]);
+        let schedule = Schedule { every: 2, slices: [2, 3], parts: 1 };
         for (id, watermark) in ids.iter().zip(1u64..) {
             ledger.append(&Batch { events: vec![usage(id)], ..Batch::default() }).unwrap();
-            move_keys_due(ledger.connection(), &[&EVENT_KEYS], watermark - 1, watermark, every, slices).unwrap();
+            move_keys_due(ledger.connection(), &[&EVENT_KEYS], watermark - 1, watermark, schedule).unwrap();
         }
         let seqs = |tier: &str| -> Vec<i64> {
             let mut statement = ledger.connection().prepare(&format!("SELECT seq FROM {tier}")).unwrap();
@@ -315,7 +337,7 @@ pub(crate) mod tests {
     fn decisions_are_found_by_request_id_through_the_moves() {
         let dir = tempfile::tempdir().unwrap();
         let mut ledger = Ledger::open(dir.path().join("ledger.db")).unwrap();
-        let (every, slices) = (2, [2, 3]);
+        let schedule = Schedule { every: 2, slices: [2, 3], parts: 1 };
         for i in 0..30u64 {
             // Request r's two decisions are entries 3r + 1 and 3r + 2; entry 3r + 3 is usage.
             let incoming = if i % 3 == 2 {
@@ -324,7 +346,7 @@ pub(crate) mod tests {
                 decision(&format!("d-{i}"), &format!("req-{}", i / 3))
             };
             ledger.append(&Batch { events: vec![incoming], ..Batch::default() }).unwrap();
-            move_keys_due(ledger.connection(), &[&REQUEST_KEYS], i, i + 1, every, slices).unwrap();
+            move_keys_due(ledger.connection(), &[&REQUEST_KEYS], i, i + 1, schedule).unwrap();
         }
         let count = |tier: &str| -> i64 {
             ledger.connection().query_row(&format!("SELECT COUNT(*) FROM {tier}"), [], |r| r.get(0)).unwrap()
@@ -390,7 +412,7 @@ pub(crate) mod tests {
         let mut ledger = Ledger::open(dir.path().join("ledger.db")).unwrap();
         let indexes = [&EVENT_KEYS, &REQUEST_KEYS];
         // Whole tiers as one slice each, so that every move of a tier that holds keys empties it.
-        let (every, slices) = (6, [1, 1]);
+        let schedule = Schedule { every: 6, slices: [1, 1], parts: 1 };
         let count = |ledger: &Ledger, tier: &str| -> i64 {
             ledger.connection().query_row(&format!("SELECT COUNT(*) FROM {tier}"), [], |r| r.get(0)).unwrap()
         };
@@ -403,7 +425,7 @@ pub(crate) mod tests {
                 .append(&Batch { events: vec![decision(&format!("d-{i}"), &format!("r-{i}"))], ..Batch::default() })
                 .unwrap();
             let before: Vec<i64> = sources.iter().map(|tier| count(&ledger, tier)).collect();
-            move_keys_due(ledger.connection(), &indexes, i, i + 1, every, slices).unwrap();
+            move_keys_due(ledger.connection(), &indexes, i, i + 1, schedule).unwrap();
             let emptied: Vec<&str> = sources
                 .iter()
                 .zip(&before)
@@ -421,6 +443,48 @@ pub(crate) mod tests {
         let mut expected: Vec<&str> = sources.iter().flat_map(|&tier| [tier, tier]).collect();
         expected.sort_unstable();
         assert_eq!(emptied_in_period, expected);
+        assert!(ledger.verify().unwrap().first_bad.is_none());
+    }
+
+    // Proves that a move in parts takes one range of keys per append, its part's, and that a key still waits in
+    // the recent tier no longer than a period: the parts of a period together move what the whole move would.
+    #[test]
+    fn a_move_in_parts_takes_one_range_of_keys_per_append() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ledger = Ledger::open(dir.path().join("ledger.db")).unwrap();
+        // Six steps of two entries each: the recent tier's part 0 (negative keys) moves at watermarks 12, 24, ...;
+        // its part 1 (the others) at 2, 14, 26, ...; then the middle tier's two parts, then the large tier's.
+        let schedule = Schedule { every: 12, slices: [1, 1], parts: 2 };
+        let keys = |ledger: &Ledger, tier: &str| -> Vec<(i64, i64)> {
+            let sql = format!("SELECT event_key, seq FROM {tier}");
+            let mut statement = ledger.connection().prepare(&sql).unwrap();
+            statement.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect()
+        };
+        let ids: Vec<String> = (0..48).map(|i| format!("e-{i}")).collect();
+        for (id, watermark) in ids.iter().zip(1u64..) {
+            ledger.append(&Batch { events: vec![usage(id)], ..Batch::default() }).unwrap();
+            let before: Vec<Vec<(i64, i64)>> = EVENT_KEYS.tiers[..3].iter().map(|t| keys(&ledger, t)).collect();
+            move_keys_due(ledger.connection(), &[&EVENT_KEYS], watermark - 1, watermark, schedule).unwrap();
+            let after: Vec<Vec<(i64, i64)>> = EVENT_KEYS.tiers[..3].iter().map(|t| keys(&ledger, t)).collect();
+            let left: Vec<(usize, bool)> = before
+                .iter()
+                .zip(&after)
+                .enumerate()
+                .flat_map(|(tier, (b, a))| b.iter().filter(|k| !a.contains(k)).map(move |k| (tier, k.0 >= 0)))
+                .collect();
+            let mut moves = left.clone();
+            moves.dedup();
+            assert!(moves.len() <= 1, "watermark {watermark}: one part of one move at most, not {moves:?}");
+        }
+        // Watermark 48: part 0 of the recent tier just ran, part 1 last ran at 38.
+        let recent = keys(&ledger, EVENT_KEYS.tiers[0]);
+        assert!(recent.iter().all(|&(key, seq)| key >= 0 && seq > 38), "waited longer than a period: {recent:?}");
+        assert!(!keys(&ledger, EVENT_KEYS.tiers[3]).is_empty(), "keys reached the sealed tier");
+        let all: usize = EVENT_KEYS.tiers.iter().map(|t| keys(&ledger, t).len()).sum();
+        assert_eq!(all, ids.len(), "every key is in exactly one tier");
+        for (id, seq) in ids.iter().zip(1u64..) {
+            assert!(is_indexed(ledger.connection(), id, seq).unwrap(), "{id}");
+        }
         assert!(ledger.verify().unwrap().first_bad.is_none());
     }
 
