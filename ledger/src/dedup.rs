@@ -146,7 +146,7 @@ struct Schedule {
 /// when the watermark passes `k * every + s * every / (3 * n * parts)`: the steps of one period of `every`
 /// entries are spread over it. Part `p` of a move takes the `p`-th of `parts` equal ranges of the keys that move
 /// would take whole, so the parts of a move write, together, about the pages the whole move would (each lands
-/// in its own range of the next tier), while no commit waits for more than one part.
+/// in its own range of the next tier), while a commit of fewer entries than a step waits for one part at most.
 fn move_keys_due(
     conn: &Connection,
     indexes: &[&KeyIndex],
@@ -157,24 +157,21 @@ fn move_keys_due(
     let Schedule { every, slices, parts } = schedule;
     let steps = 3 * indexes.len() as u64 * parts;
     let mut moved = 0;
-    for tier in 0..3usize {
-        for (position, index) in indexes.iter().enumerate() {
-            for part in 0..parts {
-                let step = (tier as u64 * indexes.len() as u64 + position as u64) * parts + part;
-                let offset = step * every / steps;
-                // The periods whose watermark `k * every + offset` this append passed, numbered from 1.
-                for period in (before + every - offset) / every + 1..=(after + every - offset) / every {
-                    let range = match tier.checked_sub(1) {
-                        // The recent tier: whole, or its part's range.
-                        None => (parts > 1).then(|| slice_range(part, parts)),
-                        Some(deeper) => {
-                            let slice = period % slices[deeper];
-                            Some(slice_range(slice * parts + part, slices[deeper] * parts))
-                        }
-                    };
-                    moved += index.move_keys(conn, tier, range)?;
+    for step in 0..steps {
+        let (each_move, part) = ((step / parts) as usize, step % parts);
+        let (tier, index) = (each_move / indexes.len(), indexes[each_move % indexes.len()]);
+        let offset = step * every / steps;
+        // The periods whose watermark `k * every + offset` this append passed, numbered from 1.
+        for period in (before + every - offset) / every + 1..=(after + every - offset) / every {
+            let range = match tier.checked_sub(1) {
+                // The recent tier: whole, or its part's range.
+                None => (parts > 1).then(|| slice_range(part, parts)),
+                Some(deeper) => {
+                    let slice = period % slices[deeper];
+                    Some(slice_range(slice * parts + part, slices[deeper] * parts))
                 }
-            }
+            };
+            moved += index.move_keys(conn, tier, range)?;
         }
     }
     Ok(moved)
