@@ -53,7 +53,8 @@ use schemas::{Catalog, EventType};
 
 pub use batch::*;
 pub use checkpoint::{
-    CATCH_UP_FRAMES, CATCH_UP_ROUNDS, CHECKPOINT_INTERVAL_MS, Checkpointer, WRITER_CHECKPOINT_FRAMES,
+    CATCH_UP_FRAMES, CATCH_UP_ROUNDS, CHECKPOINT_INTERVAL_MS, Checkpointer, WRITER_BACKSTOP_FRAMES,
+    WRITER_CHECKPOINT_FRAMES,
 };
 pub use error::*;
 pub use outbox::{OutboxEntry, OutboxStatus};
@@ -68,7 +69,8 @@ pub use verify::{BadEntry, VerifyReport};
 pub const BUSY_TIMEOUT_MS: u64 = 10_000;
 
 /// WAL pages before a checkpoint copies them into the database file (SQLite's default is 1,000). A page
-/// dirtied again before the checkpoint is copied once, so a larger WAL (40 MiB) writes less in all.
+/// dirtied again before the checkpoint is copied once, so a larger WAL (40 MiB) writes less in all. A writer
+/// with a background checkpoint thread checkpoints itself only much later ([`WRITER_BACKSTOP_FRAMES`]).
 pub const WAL_AUTOCHECKPOINT_PAGES: i64 = 10_000;
 
 /// Every how many entries the dedup key index (and the request key index) moves keys down its tiers: the whole
