@@ -38,6 +38,7 @@ pub const WRITER_CHECKPOINT_FRAMES: i64 = crate::WAL_AUTOCHECKPOINT_PAGES;
 /// (400 MiB of log at 4 KiB pages) does a commit copy the log itself. On a 10-million-event ledger at 8 clients
 /// the thread kept the log under 28,000 frames.
 pub const WRITER_BACKSTOP_FRAMES: i64 = 10 * WRITER_CHECKPOINT_FRAMES;
+const _: () = assert!(WRITER_BACKSTOP_FRAMES > WRITER_CHECKPOINT_FRAMES, "the thread asks before the backstop");
 
 /// Frames a round of the background thread may copy and still leave the writer's checkpoint short: what the
 /// writer then copies is what it committed during that round.
@@ -212,8 +213,8 @@ mod tests {
         assert_eq!(log, copied, "the thread's rounds left nothing for the writer to copy");
     }
 
-    // Proves that starting the thread moves the writer's own automatic checkpoint out to the backstop, past the log
-    // length at which the thread asks the writer to checkpoint.
+    // Proves that starting the thread moves the writer's own automatic checkpoint out to the backstop (past the log
+    // length at which the thread asks the writer to checkpoint, asserted where the constants are).
     #[test]
     fn the_thread_leaves_the_writer_its_automatic_checkpoint_as_a_backstop() {
         let dir = tempfile::tempdir().unwrap();
@@ -224,7 +225,6 @@ mod tests {
         assert_eq!(autocheckpoint(&ledger), crate::WAL_AUTOCHECKPOINT_PAGES);
         let _checkpointer = ledger.checkpoint_in_background().unwrap();
         assert_eq!(autocheckpoint(&ledger), WRITER_BACKSTOP_FRAMES);
-        assert!(WRITER_BACKSTOP_FRAMES > WRITER_CHECKPOINT_FRAMES);
     }
 
     // Proves the background thread copies committed pages into the database file without the writer's help.
