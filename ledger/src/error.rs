@@ -19,6 +19,8 @@ pub enum OpenError {
     NotMigrated { path: PathBuf, found: i64, known: i64 },
     #[error("ledger {path}: migration {migration} failed")]
     Migration { path: PathBuf, migration: &'static str, source: rusqlite::Error },
+    #[error("cannot open the ledger's write-ahead log {path}")]
+    Log { path: PathBuf, source: std::io::Error },
 }
 
 /// An append failed; nothing of the batch was recorded.

@@ -36,6 +36,7 @@ pub mod dedup;
 pub mod details;
 pub mod error;
 pub mod key_filter;
+mod log_sync;
 pub mod migrate;
 mod outbox;
 mod period_exports;
@@ -57,6 +58,7 @@ pub use checkpoint::{
     WRITER_CHECKPOINT_FRAMES,
 };
 pub use error::*;
+pub use log_sync::LogSync;
 pub use outbox::{OutboxEntry, OutboxStatus};
 pub use period_exports::{CloseSnapshot, PeriodExport, PeriodExportRow};
 pub use periods::{Period, PeriodClose, PeriodParseError};
