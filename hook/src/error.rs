@@ -12,6 +12,11 @@ pub enum HookError {
     Stopped,
     #[error("the ledger refused the group of decisions this request was in; nothing of it was recorded: {0}")]
     Ledger(String),
+    #[error(
+        "the ledger's log could not be synced, so this request's decision is not known to be on the disk (it may be \
+         recorded: after the hook restarts, the same idempotency key answers it): {0}"
+    )]
+    NotDurable(String),
 }
 
 /// Starting the hook failed.

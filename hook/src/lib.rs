@@ -26,6 +26,7 @@ pub mod decide;
 pub mod error;
 pub mod ids;
 pub mod state;
+pub mod sync;
 pub mod writer;
 
 use std::path::Path;

@@ -1,13 +1,15 @@
 //! The hook's single writer: one thread owns the ledger connection and the state. Requests wait in a bounded
 //! queue; the writer takes every request queued (up to a group's bound), decides each in turn against the state
 //! as the earlier ones of the group left it (each atomic, all or nothing), records the whole group in one ledger
-//! transaction (group commit: one fsync for many decisions), then answers. A failed transaction answers every
-//! request of the group with an error and rebuilds the state from the ledger: nothing half-applied survives.
+//! transaction (group commit: one fsync for many decisions), then answers; at durability full the answers leave
+//! from the [`crate::sync`] stage once the log is on the disk, while this thread decides the next group. A failed
+//! transaction answers every request of the group with an error and rebuilds the state from the ledger: nothing
+//! half-applied survives.
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
-use ledger::{Batch, Incoming, Ledger, Origin};
+use ledger::{Batch, Durability, Incoming, Ledger, Origin};
 use rusqlite::OptionalExtension;
 use rustc_hash::FxHashMap;
 use schemas::*;
@@ -18,6 +20,7 @@ use crate::buckets::Buckets;
 use crate::decide::{self, Ask, Evaluated, Verdict};
 use crate::error::HookError;
 use crate::state::{self, State};
+use crate::sync::Syncer;
 use crate::{HookSettings, SOURCE, TenantScope, ids};
 
 /// Decisions remembered for idempotent replies without a ledger read.
@@ -44,10 +47,10 @@ pub struct Queued {
     pub caller_polls: bool,
 }
 
-/// An answer waiting for its group's commit. Short-lived, one per request of a group: the size difference
-/// between the variants costs nothing worth a box.
+/// An answer waiting for its group's commit (and, at durability full, its sync). Short-lived, one per request of a
+/// group: the size difference between the variants costs nothing worth a box.
 #[allow(clippy::large_enum_variant)]
-enum Answer {
+pub enum Answer {
     Decision(oneshot::Sender<Result<Decision, HookError>>, Result<Decision, HookError>),
     Close(oneshot::Sender<Result<Result<Closed, Refusal>, HookError>>, Result<Result<Closed, Refusal>, HookError>),
 }
@@ -112,6 +115,10 @@ fn id_hash(id: &str) -> u64 {
 }
 
 pub struct Writer {
+    /// At durability full: syncs the ledger's log and answers the groups it covers, while this thread decides the
+    /// next group. Declared first, so dropped first: every group handed to it is answered before the connection
+    /// closes.
+    syncer: Option<Syncer>,
     ledger: Ledger,
     state: State,
     buckets: Buckets,
@@ -129,7 +136,12 @@ impl Writer {
         ledger.keep_key_filter()?;
         let state = load(&ledger, (settings.clock)())?;
         let checkpointer = ledger.checkpoint_in_background()?;
+        let syncer = match settings.durability {
+            Durability::Full => Some(Syncer::start(ledger.sync_log_apart()?)?),
+            Durability::Normal => None,
+        };
         Ok(Writer {
+            syncer,
             ledger,
             state,
             buckets: Buckets::default(),
@@ -176,14 +188,19 @@ impl Writer {
             }
             queued.fetch_sub(group.len(), std::sync::atomic::Ordering::Relaxed);
             poll_next = if group.len() == 1 && caller_polls { polling } else { Duration::ZERO };
-            self.process(group);
+            self.process(group, queued);
         }
     }
 
-    fn process(&mut self, group: Vec<Work>) {
+    /// Decides and records a group; `queued` counts the requests waiting behind it.
+    fn process(&mut self, group: Vec<Work>, queued: &std::sync::atomic::AtomicUsize) {
+        if let Some(failure) = self.syncer.as_ref().and_then(Syncer::failure) {
+            return fail_all(group, || crate::sync::not_durable(failure));
+        }
         let now = (self.settings.clock)();
         if let Err(error) = self.catch_up_if_changed(now) {
-            return fail_all(group, &error.to_string());
+            let message = error.to_string();
+            return fail_all(group, || HookError::Ledger(message.clone()));
         }
         self.state.expire(now);
         self.state.prune(now);
@@ -206,8 +223,11 @@ impl Writer {
             self.reload();
             answers = answers.into_iter().map(|a| a.failed(&message)).collect();
         }
-        for answer in answers {
-            answer.send();
+        match &self.syncer {
+            // Requests are waiting: decide them during the sync.
+            Some(syncer) if queued.load(std::sync::atomic::Ordering::Relaxed) > 0 => syncer.answer_after_sync(answers),
+            Some(syncer) => syncer.sync_and_answer(answers),
+            None => answers.into_iter().for_each(Answer::send),
         }
     }
 
@@ -437,13 +457,24 @@ impl Writer {
 
 impl Answer {
     fn failed(self, message: &str) -> Answer {
+        self.replaced(|| HookError::Ledger(message.to_string()))
+    }
+
+    /// Its group was committed but no sync covered it.
+    pub(crate) fn not_durable(self, message: &str) -> Answer {
+        self.replaced(|| crate::sync::not_durable(message))
+    }
+
+    /// An error in place of a decision (a request that failed already keeps its own error).
+    fn replaced(self, error: impl Fn() -> HookError) -> Answer {
         match self {
-            Answer::Decision(reply, Ok(_)) => Answer::Decision(reply, Err(HookError::Ledger(message.to_string()))),
-            Answer::Close(reply, Ok(Ok(_))) => Answer::Close(reply, Err(HookError::Ledger(message.to_string()))),
+            Answer::Decision(reply, Ok(_)) => Answer::Decision(reply, Err(error())),
+            Answer::Close(reply, Ok(Ok(_))) => Answer::Close(reply, Err(error())),
             other => other,
         }
     }
-    fn send(self) {
+
+    pub(crate) fn send(self) {
         // A caller that stopped waiting (a closed HTTP connection) just misses its answer.
         match self {
             Answer::Decision(reply, result) => drop(reply.send(result)),
@@ -452,9 +483,8 @@ impl Answer {
     }
 }
 
-fn fail_all(group: Vec<Work>, message: &str) {
+fn fail_all(group: Vec<Work>, error: impl Fn() -> HookError) {
     for work in group {
-        let error = || HookError::Ledger(message.to_string());
         match work {
             Work::Check(_, reply) | Work::Reserve(_, reply) => drop(reply.send(Err(error()))),
             Work::Close { reply, .. } => drop(reply.send(Err(error()))),

@@ -236,7 +236,9 @@ fn hook_error(e: HookError) -> Response {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             response
         }
-        HookError::Stopped | HookError::Ledger(_) => error(StatusCode::INTERNAL_SERVER_ERROR, "ledger", e.to_string()),
+        HookError::Stopped | HookError::Ledger(_) | HookError::NotDurable(_) => {
+            error(StatusCode::INTERNAL_SERVER_ERROR, "ledger", e.to_string())
+        }
         _ => error(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()),
     }
 }
