@@ -33,6 +33,8 @@ pub enum OutboxPublishError {
     Read(#[from] ledger::ReadError),
     #[error("cannot record acknowledgements")]
     Record(#[from] ledger::OutboxError),
+    #[error("cannot sync the ledger's log before publishing what it holds")]
+    SyncLog(#[source] std::io::Error),
 }
 
 /// The topic each record type of the outbox goes to.
@@ -110,6 +112,11 @@ pub fn publish(
         if pending.is_empty() {
             break;
         }
+        // In the ledger first, on the disk too: the enforcement hook answers a group only once a sync covered it,
+        // but its commits are visible to this connection a moment before (`Ledger::sync_log_apart`). A decision
+        // published and then lost from the ledger by a power loss would be an event Kafka holds that the ledger
+        // never answered.
+        ledger.sync_log().map_err(OutboxPublishError::SyncLog)?;
         report.attempts += 1;
         let acknowledged = send_chunk(&producer, &pending, topics, attempt_ms)?;
         report.published += acknowledged.len() as u64;
