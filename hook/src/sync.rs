@@ -12,7 +12,7 @@
 //! afresh.
 
 use std::sync::mpsc::{Receiver, SyncSender};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 
 use ledger::LogSync;
@@ -28,35 +28,33 @@ pub const GROUPS_AWAITING_SYNC_MAX: usize = 64;
 /// answered) when dropped.
 pub struct Syncer {
     groups: Option<SyncSender<Vec<Answer>>>,
-    sync: Sync,
-    name: Arc<str>,
-    failed: Arc<OnceLock<String>>,
+    stage: Arc<Stage>,
     thread: Option<JoinHandle<()>>,
 }
 
-/// Makes everything committed before it began durable: [`LogSync::sync`] (a stand-in in the tests). Called from
-/// the sync stage's thread and from the writer's.
-pub type Sync = Arc<dyn Fn() -> std::io::Result<()> + Send + std::marker::Sync>;
+/// Makes everything committed before it began durable: [`LogSync::sync`] (a stand-in in the tests).
+pub type SyncLog = Box<dyn Fn() -> std::io::Result<()> + Send + Sync>;
 
 impl Syncer {
     /// The sync stage of a ledger whose commits no longer sync ([`ledger::Ledger::sync_log_apart`]).
     pub fn start(log: LogSync) -> Result<Syncer, std::io::Error> {
         let name = format!("the ledger's log {}", log.path().display());
-        Syncer::with(Arc::new(move || log.sync()), &name)
+        Syncer::with(Box::new(move || log.sync()), name)
     }
 
-    fn with(sync: Sync, name: &str) -> Result<Syncer, std::io::Error> {
+    fn with(sync: SyncLog, name: String) -> Result<Syncer, std::io::Error> {
         let (groups, committed) = std::sync::mpsc::sync_channel(GROUPS_AWAITING_SYNC_MAX);
-        let name: Arc<str> = name.into();
-        let failed = Arc::new(OnceLock::new());
-        let stage = Stage { sync: Arc::clone(&sync), name: Arc::clone(&name), failed: Arc::clone(&failed) };
-        let thread = std::thread::Builder::new().name("hook-sync".into()).spawn(move || stage.run(&committed))?;
-        Ok(Syncer { groups: Some(groups), sync, name, failed, thread: Some(thread) })
+        let stage = Arc::new(Stage { sync, name, one_at_a_time: Mutex::new(()), failed: OnceLock::new() });
+        let thread = {
+            let stage = Arc::clone(&stage);
+            std::thread::Builder::new().name("hook-sync".into()).spawn(move || stage.run(&committed))?
+        };
+        Ok(Syncer { groups: Some(groups), stage, thread: Some(thread) })
     }
 
     /// Why the log could not be synced, once it could not.
     pub fn failure(&self) -> Option<&str> {
-        self.failed.get().map(String::as_str)
+        self.stage.failed.get().map(String::as_str)
     }
 
     /// Syncs on the calling thread, then sends a committed group's answers: for the writer when no request is
@@ -64,9 +62,7 @@ impl Syncer {
     /// thread's wake-up (through the kernel, 50 to 100 us on these machines) to its wait. Answers of groups
     /// handed over earlier may leave after these: this sync covers them too, and their own follows.
     pub fn sync_and_answer(&self, answers: Vec<Answer>) {
-        let stage =
-            Stage { sync: Arc::clone(&self.sync), name: Arc::clone(&self.name), failed: Arc::clone(&self.failed) };
-        stage.sync_and_answer(vec![answers]);
+        self.stage.sync_and_answer(vec![answers]);
     }
 
     /// Sends a committed group's answers once a sync that began after its commit has returned.
@@ -92,9 +88,12 @@ impl Drop for Syncer {
 
 /// What a sync needs, on either thread.
 struct Stage {
-    sync: Sync,
-    name: Arc<str>,
-    failed: Arc<OnceLock<String>>,
+    sync: SyncLog,
+    name: String,
+    /// One sync at a time. Linux reports a failed write-back once per open file: of two syncs running together,
+    /// one may see the error and the other return clean although the pages of its groups were lost.
+    one_at_a_time: Mutex<()>,
+    failed: OnceLock<String>,
 }
 
 impl Stage {
@@ -108,10 +107,13 @@ impl Stage {
     }
 
     fn sync_and_answer(&self, groups: Vec<Vec<Answer>>) {
-        if self.failed.get().is_none()
-            && let Err(error) = (self.sync)()
         {
-            let _ = self.failed.set(format!("cannot sync {}: {error}", self.name));
+            let _one = self.one_at_a_time.lock().unwrap_or_else(PoisonError::into_inner);
+            if self.failed.get().is_none()
+                && let Err(error) = (self.sync)()
+            {
+                let _ = self.failed.set(format!("cannot sync {}: {error}", self.name));
+            }
         }
         for answer in groups.into_iter().flatten() {
             match self.failed.get() {
@@ -161,12 +163,12 @@ mod tests {
         let (begun, sync_begun) = channel();
         let (release, released) = channel::<()>();
         let released = std::sync::Mutex::new(released);
-        let sync: Sync = Arc::new(move || {
+        let sync: SyncLog = Box::new(move || {
             begun.send(()).unwrap();
             released.lock().unwrap().recv().unwrap();
             Ok(())
         });
-        let syncer = Syncer::with(sync, "a gated sync").unwrap();
+        let syncer = Syncer::with(sync, "a gated sync".into()).unwrap();
         let (answers, mut first) = group("r-1");
         syncer.answer_after_sync(answers);
         sync_begun.recv().unwrap();
@@ -190,11 +192,11 @@ mod tests {
         // the log is not synced again (a sync after a failed one may report clean pages the kernel dropped).
         let syncs = Arc::new(AtomicUsize::new(0));
         let counted = Arc::clone(&syncs);
-        let sync: Sync = Arc::new(move || {
+        let sync: SyncLog = Box::new(move || {
             counted.fetch_add(1, Ordering::Relaxed);
             Err(std::io::Error::other("EIO"))
         });
-        let syncer = Syncer::with(sync, "a failing disk").unwrap();
+        let syncer = Syncer::with(sync, "a failing disk".into()).unwrap();
         let (answers, first) = group("r-1");
         syncer.answer_after_sync(answers);
         let error = first.blocking_recv().unwrap().unwrap_err();
