@@ -12,7 +12,7 @@
 //! afresh.
 
 use std::sync::mpsc::{Receiver, SyncSender};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 
 use ledger::LogSync;
@@ -57,16 +57,23 @@ impl Syncer {
         self.stage.failed.get().map(String::as_str)
     }
 
-    /// Syncs on the calling thread, then sends a committed group's answers: for the writer when no request is
-    /// waiting, when there is nothing to decide during the sync and handing the group over would only add a
-    /// thread's wake-up (through the kernel, 50 to 100 us on these machines) to its wait. Answers of groups
-    /// handed over earlier may leave after these: this sync covers them too, and their own follows.
-    pub fn sync_and_answer(&self, answers: Vec<Answer>) {
-        self.stage.sync_and_answer(vec![answers]);
+    /// Sends a committed group's answers once a sync that began after its commit has returned. With requests
+    /// waiting the group goes to the sync thread, and the caller (the writer) decides them meanwhile. With none
+    /// it syncs on the calling thread, unless a sync is running: there is nothing to decide during the sync, and
+    /// handing the group over would only add the sync thread's wake-up (through the kernel, 50 to 100 us on
+    /// these machines) to its wait; but behind a running sync it would wait for that one and then its own, where
+    /// the sync thread, awake, takes it right after. Answers of groups handed over earlier may leave after these:
+    /// this sync covers them too, and their own follows.
+    pub fn answer(&self, answers: Vec<Answer>, requests_waiting: bool) {
+        if !requests_waiting && let Ok(one) = self.stage.one_at_a_time.try_lock() {
+            self.stage.sync(one);
+            self.stage.answer(vec![answers]);
+        } else {
+            self.answer_after_sync(answers);
+        }
     }
 
-    /// Sends a committed group's answers once a sync that began after its commit has returned.
-    pub fn answer_after_sync(&self, answers: Vec<Answer>) {
+    fn answer_after_sync(&self, answers: Vec<Answer>) {
         let groups = self.groups.as_ref().expect("the queue lives until the syncer is dropped");
         // The thread ends only when the queue closes, or if it panicked: then nothing syncs these any more.
         if let Err(returned) = groups.send(answers) {
@@ -100,21 +107,22 @@ impl Stage {
     fn run(&self, committed: &Receiver<Vec<Answer>>) {
         while let Ok(first) = committed.recv() {
             // Every group committed so far: one sync answers them all.
-            self.sync_and_answer(
-                std::iter::once(first).chain(committed.try_iter().take(GROUPS_AWAITING_SYNC_MAX)).collect(),
-            );
+            let groups = std::iter::once(first).chain(committed.try_iter().take(GROUPS_AWAITING_SYNC_MAX)).collect();
+            self.sync(self.one_at_a_time.lock().unwrap_or_else(PoisonError::into_inner));
+            self.answer(groups);
         }
     }
 
-    fn sync_and_answer(&self, groups: Vec<Vec<Answer>>) {
+    /// Syncs, holding the right to (the guard), unless a sync failed before.
+    fn sync(&self, _one: MutexGuard<'_, ()>) {
+        if self.failed.get().is_none()
+            && let Err(error) = (self.sync)()
         {
-            let _one = self.one_at_a_time.lock().unwrap_or_else(PoisonError::into_inner);
-            if self.failed.get().is_none()
-                && let Err(error) = (self.sync)()
-            {
-                let _ = self.failed.set(format!("cannot sync {}: {error}", self.name));
-            }
+            let _ = self.failed.set(format!("cannot sync {}: {error}", self.name));
         }
+    }
+
+    fn answer(&self, groups: Vec<Vec<Answer>>) {
         for answer in groups.into_iter().flatten() {
             match self.failed.get() {
                 None => answer.send(),
@@ -170,11 +178,11 @@ mod tests {
         });
         let syncer = Syncer::with(sync, "a gated sync".into()).unwrap();
         let (answers, mut first) = group("r-1");
-        syncer.answer_after_sync(answers);
+        syncer.answer(answers, true);
         sync_begun.recv().unwrap();
         // Handed over while the first sync runs: the first sync does not cover it.
         let (answers, mut second) = group("r-2");
-        syncer.answer_after_sync(answers);
+        syncer.answer(answers, true);
         std::thread::sleep(Duration::from_millis(50));
         assert!(first.try_recv().is_err(), "no answer while its sync runs");
         release.send(()).unwrap();
@@ -198,15 +206,15 @@ mod tests {
         });
         let syncer = Syncer::with(sync, "a failing disk".into()).unwrap();
         let (answers, first) = group("r-1");
-        syncer.answer_after_sync(answers);
+        syncer.answer(answers, true);
         let error = first.blocking_recv().unwrap().unwrap_err();
         assert!(matches!(error, HookError::NotDurable(ref m) if m == "cannot sync a failing disk: EIO"), "{error}");
         assert_eq!(syncer.failure(), Some("cannot sync a failing disk: EIO"));
         let (answers, second) = group("r-2");
-        syncer.answer_after_sync(answers);
+        syncer.answer(answers, true);
         assert!(matches!(second.blocking_recv().unwrap(), Err(HookError::NotDurable(_))));
         let (answers, third) = group("r-3");
-        syncer.sync_and_answer(answers);
+        syncer.answer(answers, false);
         assert!(matches!(third.blocking_recv().unwrap(), Err(HookError::NotDurable(_))), "on the writer's thread too");
         drop(syncer);
         assert_eq!(syncs.load(Ordering::Relaxed), 1);

@@ -224,9 +224,7 @@ impl Writer {
             answers = answers.into_iter().map(|a| a.failed(&message)).collect();
         }
         match &self.syncer {
-            // Requests are waiting: decide them during the sync.
-            Some(syncer) if queued.load(std::sync::atomic::Ordering::Relaxed) > 0 => syncer.answer_after_sync(answers),
-            Some(syncer) => syncer.sync_and_answer(answers),
+            Some(syncer) => syncer.answer(answers, queued.load(std::sync::atomic::Ordering::Relaxed) > 0),
             None => answers.into_iter().for_each(Answer::send),
         }
     }
