@@ -133,7 +133,6 @@ impl Hook {
     /// Opens the ledger, folds its recent entries into the state, and starts the writer thread.
     pub fn start(ledger_path: impl AsRef<Path>, settings: HookSettings) -> Result<Hook, StartError> {
         let ledger = Ledger::open(ledger_path)?;
-        ledger.set_durability(settings.durability)?;
         let writer = Writer::new(ledger, settings)?;
         let (queue, receiver) = std::sync::mpsc::sync_channel(settings.queue_max_requests);
         let queued = Arc::new(AtomicUsize::new(0));

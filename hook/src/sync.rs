@@ -8,7 +8,7 @@
 //!
 //! A failed sync is not retried: after a failed `fsync` the kernel may have dropped the pages it could not write
 //! and report the next sync clean (PostgreSQL panics on one since 2018's "fsyncgate"). The groups it covered, and
-//! every later request, are answered [`HookError::NotDurable`] until the hook restarts and reads the ledger
+//! every later request, are answered [`crate::HookError::NotDurable`] until the hook restarts and reads the ledger
 //! afresh.
 
 use std::sync::mpsc::{Receiver, SyncSender};
@@ -17,7 +17,6 @@ use std::thread::JoinHandle;
 
 use ledger::LogSync;
 
-use crate::error::HookError;
 use crate::writer::Answer;
 
 /// Committed groups waiting for a sync, at most. The writer waits when they are this many (the disk is then the
@@ -132,11 +131,6 @@ impl Stage {
     }
 }
 
-/// The error of a request whose group a failed sync covered, or that came after one.
-pub fn not_durable(message: &str) -> HookError {
-    HookError::NotDurable(message.to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -148,6 +142,7 @@ mod tests {
 
     use super::*;
     use crate::api::Closed;
+    use crate::error::HookError;
 
     type Reply = oneshot::Receiver<Result<Result<Closed, crate::Refusal>, HookError>>;
 

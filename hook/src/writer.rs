@@ -136,9 +136,13 @@ impl Writer {
         ledger.keep_key_filter()?;
         let state = load(&ledger, (settings.clock)())?;
         let checkpointer = ledger.checkpoint_in_background()?;
+        // The connection's durability is set here only: at full its commits write the log and the syncer syncs it.
         let syncer = match settings.durability {
             Durability::Full => Some(Syncer::start(ledger.sync_log_apart()?)?),
-            Durability::Normal => None,
+            Durability::Normal => {
+                ledger.set_durability(Durability::Normal)?;
+                None
+            }
         };
         Ok(Writer {
             syncer,
@@ -195,7 +199,7 @@ impl Writer {
     /// Decides and records a group; `queued` counts the requests waiting behind it.
     fn process(&mut self, group: Vec<Work>, queued: &std::sync::atomic::AtomicUsize) {
         if let Some(failure) = self.syncer.as_ref().and_then(Syncer::failure) {
-            return fail_all(group, || crate::sync::not_durable(failure));
+            return fail_all(group, || HookError::NotDurable(failure.to_string()));
         }
         let now = (self.settings.clock)();
         if let Err(error) = self.catch_up_if_changed(now) {
@@ -460,7 +464,7 @@ impl Answer {
 
     /// Its group was committed but no sync covered it.
     pub(crate) fn not_durable(self, message: &str) -> Answer {
-        self.replaced(|| crate::sync::not_durable(message))
+        self.replaced(|| HookError::NotDurable(message.to_string()))
     }
 
     /// An error in place of a decision (a request that failed already keeps its own error).

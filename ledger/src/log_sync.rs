@@ -30,9 +30,7 @@ impl Ledger {
     pub fn sync_log_apart(&self) -> Result<LogSync, OpenError> {
         let log = log_path(self);
         // The log exists once the connection has opened the ledger in WAL mode, which `Ledger::open` does.
-        // Opened for writing, never written: `fsync` of a descriptor opened read-only is not portable.
-        let file =
-            File::options().write(true).open(&log).map_err(|source| OpenError::Log { path: log.clone(), source })?;
+        let file = open_log(&log).map_err(|source| OpenError::Log { path: log.clone(), source })?;
         self.set_durability(crate::Durability::Normal)
             .map_err(|source| OpenError::Sqlite { path: self.path.clone(), source })?;
         Ok(LogSync { log: file, path: log })
@@ -42,7 +40,7 @@ impl Ledger {
     /// that publishes what it read (the outbox) calls it after reading and before publishing. A ledger whose log
     /// is gone holds everything in its database file, which every checkpoint syncs.
     pub fn sync_log(&self) -> std::io::Result<()> {
-        match File::options().write(true).open(log_path(self)) {
+        match open_log(&log_path(self)) {
             Ok(log) => log.sync_data(),
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(error) => Err(error),
@@ -61,6 +59,11 @@ impl LogSync {
     pub fn path(&self) -> &std::path::Path {
         &self.path
     }
+}
+
+/// Opened for writing, never written: `fsync` of a descriptor opened read-only is not portable.
+fn open_log(path: &std::path::Path) -> std::io::Result<File> {
+    File::options().write(true).open(path)
 }
 
 /// SQLite's name for a database's write-ahead log.
