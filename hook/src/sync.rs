@@ -200,10 +200,16 @@ mod tests {
             Err(std::io::Error::other("EIO"))
         });
         let syncer = Syncer::with(sync, "a failing disk".into()).unwrap();
-        let (answers, first) = group("r-1");
+        let (mut answers, first) = group("r-1");
+        // A second close of r-1 in the same group, refused as already closed by the first: that close is not
+        // durable, so neither is the refusal.
+        let (reply, refused) = oneshot::channel();
+        let by = "COMMIT".to_string();
+        answers.push(Answer::Close(reply, Ok(Err(crate::Refusal::AlreadyClosed { reservation_id: "r-1".into(), by }))));
         syncer.answer(answers, true);
         let error = first.blocking_recv().unwrap().unwrap_err();
         assert!(matches!(error, HookError::NotDurable(ref m) if m == "cannot sync a failing disk: EIO"), "{error}");
+        assert!(matches!(refused.blocking_recv().unwrap(), Err(HookError::NotDurable(_))), "the refusal too");
         assert_eq!(syncer.failure(), Some("cannot sync a failing disk: EIO"));
         let (answers, second) = group("r-2");
         syncer.answer(answers, true);

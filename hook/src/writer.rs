@@ -467,11 +467,13 @@ impl Answer {
         self.replaced(|| HookError::NotDurable(message.to_string()))
     }
 
-    /// An error in place of a decision (a request that failed already keeps its own error).
+    /// An error in place of a decision, a close or a refusal to close (a request that failed already keeps its
+    /// own error). A refusal too: it records nothing, but it may rest on what the group or an earlier one did
+    /// (a close refused as already closed by a close that the failed commit or sync did not keep).
     fn replaced(self, error: impl Fn() -> HookError) -> Answer {
         match self {
             Answer::Decision(reply, Ok(_)) => Answer::Decision(reply, Err(error())),
-            Answer::Close(reply, Ok(Ok(_))) => Answer::Close(reply, Err(error())),
+            Answer::Close(reply, Ok(_)) => Answer::Close(reply, Err(error())),
             other => other,
         }
     }
