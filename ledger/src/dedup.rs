@@ -120,8 +120,8 @@ pub(crate) static INSERT_REQUEST_KEY: LazyLock<String> = LazyLock::new(|| REQUES
 /// Moves keys down the tiers of both indexes, each move once every `EVENT_KEYS_MOVE_EVERY` entries: the whole
 /// recent tier, sorted, into the middle one, then one slice of the middle tier into the large one, then one slice
 /// of the large tier into the sealed one (`EVENT_KEYS_SLICES`, taken in turn). Each move runs in
-/// `EVENT_KEYS_MOVE_PARTS` parts of its key range, and the 24 parts of the six moves (three per index) at 24 evenly
-/// spaced watermarks, so that a commit runs a part of one move, not six moves. Returns the keys moved.
+/// `EVENT_KEYS_MOVE_PARTS` parts of its key range, and the parts of the six moves (three per index) at as many
+/// evenly spaced watermarks, so that a commit runs a part of one move, not six moves. Returns the keys moved.
 pub(crate) fn merge_if_due(conn: &Connection, watermark_before: u64, watermark_after: u64) -> rusqlite::Result<usize> {
     move_keys_due(
         conn,

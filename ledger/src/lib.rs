@@ -94,13 +94,20 @@ pub const EVENT_KEYS_MOVE_EVERY: u64 = 2_000;
 pub const EVENT_KEYS_SLICES: [u64; 2] = [25, 625];
 
 /// Parts each move between key tiers runs in, each a range of the key space of its own, at its own point of the
-/// period (`dedup::merge_if_due`): a small commit waits for a quarter of a move, not a whole one. A move of 2,000
-/// keys took about 1 ms of the hook's writer, and with eight clients the requests that waited for one set p99
-/// (1.6 to 1.8 ms; in four parts 0.85 to 0.92 ms, `bench hook`). The parts of a move together write about the
-/// pages the whole move would, as each lands in its own range of the next tier. Moving every 500 entries instead
-/// did as well on a new ledger, but each move would then land as many keys into a slice of the sealed tier that
-/// is just as large: four times the pages rewritten per entry once that tier is large.
-pub const EVENT_KEYS_MOVE_PARTS: u64 = 4;
+/// period (`dedup::merge_if_due`): a small commit waits for a sixteenth of a move, not a whole one. A move of
+/// 2,000 keys took about 1 ms of the hook's writer, and with eight clients the requests that waited for one set
+/// p99 (1.6 to 1.8 ms; in four parts 0.85 to 0.92 ms, `bench hook`). On a machine where a quarter of a move took
+/// 0.35 ms, one request in 40 at one client waited for one, and they set p99 there (0.97 to 1.07 ms in-process,
+/// durability normal; in sixteen parts of 0.12 to 0.17 ms, 0.60 to 0.78 ms; in 32, no better). The parts of a
+/// move together write about the pages the whole move would, as each lands in its own range of the next tier.
+/// Moving every 500 entries instead did as well on a new ledger, but each move would then land as many keys into
+/// a slice of the sealed tier that is just as large: four times the pages rewritten per entry once that tier is
+/// large.
+pub const EVENT_KEYS_MOVE_PARTS: u64 = 16;
+const _: () = assert!(
+    3 * 2 * EVENT_KEYS_MOVE_PARTS <= EVENT_KEYS_MOVE_EVERY,
+    "each part of the two indexes' three moves has a watermark of its own in the period"
+);
 
 /// Page cache per connection, in KiB: small on purpose. SQLite scans its whole page cache at the end of a write
 /// transaction after a b-tree rebalance that swapped sibling pages (`balance_nonroot` renumbers them through
