@@ -98,7 +98,7 @@ pub const EVENT_KEYS_SLICES: [u64; 2] = [25, 625];
 /// 2,000 keys took about 1 ms of the hook's writer, and with eight clients the requests that waited for one set
 /// p99 (1.6 to 1.8 ms; in four parts 0.85 to 0.92 ms, `bench hook`). On a machine where a quarter of a move took
 /// 0.35 ms, one request in 40 at one client waited for one, and they set p99 there (0.97 to 1.07 ms in-process,
-/// durability normal; in sixteen parts of 0.12 to 0.17 ms, 0.60 to 0.78 ms; in 32, no better). The parts of a
+/// durability normal; in sixteen parts of 0.12 to 0.17 ms, 0.64 to 0.78 ms; in 32, no better). The parts of a
 /// move together write about the pages the whole move would, as each lands in its own range of the next tier.
 /// Moving every 500 entries instead did as well on a new ledger, but each move would then land as many keys into
 /// a slice of the sealed tier that is just as large: four times the pages rewritten per entry once that tier is
