@@ -117,6 +117,14 @@ pub(crate) static INSERT_EVENT_KEY: LazyLock<String> = LazyLock::new(|| EVENT_KE
 /// Indexes a new DecisionEvent entry under its key (`request_key` of its request_id): `(key, seq)`.
 pub(crate) static INSERT_REQUEST_KEY: LazyLock<String> = LazyLock::new(|| REQUEST_KEYS.insert_sql(0));
 
+/// The tiered key indexes whose keys [`merge_if_due`] moves; the array's length is their count.
+static KEY_INDEXES: [&KeyIndex; KEY_INDEX_COUNT] = [&EVENT_KEYS, &REQUEST_KEYS];
+const KEY_INDEX_COUNT: usize = 2;
+const _: () = assert!(
+    3 * KEY_INDEX_COUNT as u64 * EVENT_KEYS_MOVE_PARTS <= EVENT_KEYS_MOVE_EVERY,
+    "each part of the indexes' three moves has a watermark of its own in the period"
+);
+
 /// Moves keys down the tiers of both indexes, each move once every `EVENT_KEYS_MOVE_EVERY` entries: the whole
 /// recent tier, sorted, into the middle one, then one slice of the middle tier into the large one, then one slice
 /// of the large tier into the sealed one (`EVENT_KEYS_SLICES`, taken in turn). Each move runs in
@@ -125,7 +133,7 @@ pub(crate) static INSERT_REQUEST_KEY: LazyLock<String> = LazyLock::new(|| REQUES
 pub(crate) fn merge_if_due(conn: &Connection, watermark_before: u64, watermark_after: u64) -> rusqlite::Result<usize> {
     move_keys_due(
         conn,
-        &[&EVENT_KEYS, &REQUEST_KEYS],
+        &KEY_INDEXES,
         watermark_before,
         watermark_after,
         Schedule { every: EVENT_KEYS_MOVE_EVERY, slices: EVENT_KEYS_SLICES, parts: EVENT_KEYS_MOVE_PARTS },

@@ -104,10 +104,6 @@ pub const EVENT_KEYS_SLICES: [u64; 2] = [25, 625];
 /// a slice of the sealed tier that is just as large: four times the pages rewritten per entry once that tier is
 /// large.
 pub const EVENT_KEYS_MOVE_PARTS: u64 = 16;
-const _: () = assert!(
-    3 * 2 * EVENT_KEYS_MOVE_PARTS <= EVENT_KEYS_MOVE_EVERY,
-    "each part of the two indexes' three moves has a watermark of its own in the period"
-);
 
 /// Page cache per connection, in KiB: small on purpose. SQLite scans its whole page cache at the end of a write
 /// transaction after a b-tree rebalance that swapped sibling pages (`balance_nonroot` renumbers them through
