@@ -8,8 +8,9 @@
 //! Only a checkpoint that leaves nothing uncopied lets the log restart from its beginning (at the next write),
 //! and under a steady stream of commits the thread's never does: the writer commits while it copies. So when the
 //! log has grown past [`WRITER_CHECKPOINT_FRAMES`], the thread asks the writer, after checkpoints of its own (each
-//! copying what was committed during the one before, until one is short), to checkpoint once right after its next
-//! commit: what is left to copy is then only what was committed since the thread's last checkpoint began.
+//! copying what was committed during the one before, until one is short) and a sync of the database file, to
+//! checkpoint once right after its next commit: what is left to copy and sync is then only what was committed
+//! since the thread's last checkpoint began.
 //!
 //! The writer's automatic checkpoint stays as the backstop, moved out to [`WRITER_BACKSTOP_FRAMES`]: at the
 //! ledger's usual 10,000 frames it fired first on a large ledger (the log grew 10,000 frames in 170 ms at 8
@@ -86,9 +87,10 @@ impl Ledger {
 /// One cycle of the background thread: a PASSIVE checkpoint (it never waits: busy, another checkpoint running,
 /// is tried again next cycle). Once the log is long enough for the writer to restart it, further rounds copy what
 /// the writer committed during the round before, each shorter, until a round after the first copied fewer than
-/// [`CATCH_UP_FRAMES`] (or after [`CATCH_UP_ROUNDS`]); then the writer is asked to checkpoint after its next
-/// commit, and copies only what came during that last short round. (What the first round copied is not known
-/// apart from what earlier cycles copied: the answer counts every frame copied since the log restarted.)
+/// [`CATCH_UP_FRAMES`] (or after [`CATCH_UP_ROUNDS`]); then the thread syncs the database file, and the writer
+/// is asked to checkpoint after its next commit, and copies (and syncs) only what came during that last short
+/// round. (What the first round copied is not known apart from what earlier cycles copied: the answer counts
+/// every frame copied since the log restarted.)
 fn catch_up(conn: &Connection, asked: &AtomicBool) -> rusqlite::Result<()> {
     let mut copied_before = 0;
     for _ in 0..CATCH_UP_ROUNDS {
@@ -105,7 +107,46 @@ fn catch_up(conn: &Connection, asked: &AtomicBool) -> rusqlite::Result<()> {
             break;
         }
     }
+    sync_database_file(conn)?;
     asked.store(true, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Syncs the database file through the connection's own handle of it. A checkpoint that leaves frames uncopied
+/// (the thread's always do, the writer committing meanwhile) does not sync the database file: the frames it
+/// copied stay in the log until one that copies everything, so the writer's asked checkpoint used to sync all
+/// the pages the thread's rounds had written since the last one. Synced here first, that sync is left only the
+/// writer's pages: on a 10-million-event ledger at 8 clients (`strace`, 20 s) the writer's syncs of the database
+/// file took 19.6 ms on average (30 of them, up to 31.6 ms) before, 2.6 ms (29, up to 6.1 ms) after.
+/// (A file of our own on the database would not do: closing it drops every POSIX lock the process holds on it.)
+fn sync_database_file(conn: &Connection) -> rusqlite::Result<()> {
+    use rusqlite::ffi;
+    let failed = |code| rusqlite::Error::SqliteFailure(ffi::Error::new(code), Some("sync of the database file".into()));
+    let mut file: *mut ffi::sqlite3_file = std::ptr::null_mut();
+    // SAFETY: the handle is this open connection's, used by this thread only; SQLITE_FCNTL_FILE_POINTER writes
+    // the main database's `sqlite3_file` (owned by the connection, open as long as it is) into `file`.
+    let code = unsafe {
+        ffi::sqlite3_file_control(
+            conn.handle(),
+            c"main".as_ptr(),
+            ffi::SQLITE_FCNTL_FILE_POINTER,
+            (&raw mut file).cast(),
+        )
+    };
+    if code != ffi::SQLITE_OK {
+        return Err(failed(code));
+    }
+    // SAFETY: an open file's methods are set, and `xSync` is one every VFS provides; nothing else uses the file
+    // meanwhile (the connection is this thread's, between statements).
+    let code = unsafe {
+        match (*file).pMethods.as_ref().and_then(|methods| methods.xSync) {
+            Some(sync) => sync(file, ffi::SQLITE_SYNC_NORMAL),
+            None => ffi::SQLITE_MISUSE,
+        }
+    };
+    if code != ffi::SQLITE_OK {
+        return Err(failed(code));
+    }
     Ok(())
 }
 
