@@ -133,11 +133,12 @@ fn sync_database_file(conn: &Connection) -> rusqlite::Result<()> {
             (&raw mut file).cast(),
         )
     };
-    if code != ffi::SQLITE_OK {
-        return Err(failed(code));
+    if code != ffi::SQLITE_OK || file.is_null() {
+        return Err(failed(if code == ffi::SQLITE_OK { ffi::SQLITE_MISUSE } else { code }));
     }
-    // SAFETY: an open file's methods are set, and `xSync` is one every VFS provides; nothing else uses the file
-    // meanwhile (the connection is this thread's, between statements).
+    // SAFETY: `file` is the connection's open database file (not null, checked above); an open file's methods
+    // are set, and `xSync` is one every VFS provides; nothing else uses the file meanwhile (the connection is
+    // this thread's, between statements).
     let code = unsafe {
         match (*file).pMethods.as_ref().and_then(|methods| methods.xSync) {
             Some(sync) => sync(file, ffi::SQLITE_SYNC_NORMAL),
