@@ -131,13 +131,44 @@ const _: () = assert!(
 /// `EVENT_KEYS_MOVE_PARTS` parts of its key range, and the parts of the six moves (three per index) at as many
 /// evenly spaced watermarks, so that a commit runs a part of one move, not six moves. Returns the keys moved.
 pub(crate) fn merge_if_due(conn: &Connection, watermark_before: u64, watermark_after: u64) -> rusqlite::Result<usize> {
-    move_keys_due(
-        conn,
-        &KEY_INDEXES,
-        watermark_before,
-        watermark_after,
-        Schedule { every: EVENT_KEYS_MOVE_EVERY, slices: EVENT_KEYS_SLICES, parts: EVENT_KEYS_MOVE_PARTS },
-    )
+    move_keys_due(conn, &KEY_INDEXES, watermark_before, watermark_after, SCHEDULE)
+}
+
+/// The ledger's [`Schedule`].
+const SCHEDULE: Schedule =
+    Schedule { every: EVENT_KEYS_MOVE_EVERY, slices: EVENT_KEYS_SLICES, parts: EVENT_KEYS_MOVE_PARTS };
+
+/// Reads, without writing, the pages of the large and the sealed tiers that the moves [`merge_if_due`] will run
+/// between two watermarks take keys from and land keys in: a range of keys in each, visited in one query. Those
+/// pages are read rarely (a slice of the sealed tier once every 1,250,000 entries), so on a large ledger the
+/// operating system may have dropped them from its page cache, and a move then waits for the disk inside the
+/// writer's commit. Run on another connection (the checkpoint thread's) ahead of the writer, the reads warm the
+/// page cache instead. Returns the keys read.
+pub(crate) fn warm_moves_due(conn: &Connection, watermark_from: u64, watermark_to: u64) -> rusqlite::Result<usize> {
+    warm_keys_due(conn, &KEY_INDEXES, watermark_from, watermark_to, SCHEDULE)
+}
+
+/// [`warm_moves_due`] for `indexes` on `schedule`.
+fn warm_keys_due(
+    conn: &Connection,
+    indexes: &[&KeyIndex],
+    before: u64,
+    after: u64,
+    schedule: Schedule,
+) -> rusqlite::Result<usize> {
+    let mut read = 0;
+    for due in moves_due(indexes, before, after, schedule) {
+        // The recent and the middle tiers are small and written in every period: their pages stay cached.
+        if let (1.., Some((low, high))) = (due.tier, due.range) {
+            for tier in &due.index.tiers[due.tier..=due.tier + 1] {
+                let key = due.index.key_column;
+                read += conn
+                    .prepare_cached(&format!("SELECT COUNT(*) FROM {tier} WHERE {key} BETWEEN ?1 AND ?2"))?
+                    .query_row([low, high], |r| r.get::<_, i64>(0))? as usize;
+            }
+        }
+    }
+    Ok(read)
 }
 
 /// When keys move down the tiers: every how many entries each tier moves, in how many slices the middle and the
@@ -149,12 +180,15 @@ struct Schedule {
     parts: u64,
 }
 
-/// [`merge_if_due`] for `indexes` on `schedule`. Part `p` of move `m` (of the `3 * n` moves: the indexes' recent
-/// tiers first, then their middle ones, then their large ones) is step `s = m * parts + p` of the period, and runs
-/// when the watermark passes `k * every + s * every / (3 * n * parts)`: the steps of one period of `every`
-/// entries are spread over it. Part `p` of a move takes the `p`-th of `parts` equal ranges of the keys that move
-/// would take whole, so the parts of a move write, together, about the pages the whole move would (each lands
-/// in its own range of the next tier), while a commit of fewer entries than a step waits for one part at most.
+/// A move that is due: the keys of `index`'s tier `tier` in `range` (inclusive; `None`: all of them), into the
+/// next tier.
+struct Move<'a> {
+    index: &'a KeyIndex,
+    tier: usize,
+    range: Option<(i64, i64)>,
+}
+
+/// [`merge_if_due`] for `indexes` on `schedule`: runs the [`moves_due`].
 fn move_keys_due(
     conn: &Connection,
     indexes: &[&KeyIndex],
@@ -162,9 +196,24 @@ fn move_keys_due(
     after: u64,
     schedule: Schedule,
 ) -> rusqlite::Result<usize> {
+    let mut moved = 0;
+    for due in moves_due(indexes, before, after, schedule) {
+        moved += due.index.move_keys(conn, due.tier, due.range)?;
+    }
+    Ok(moved)
+}
+
+/// The moves due when the watermark goes from `before` to `after`, in the order they run. Part `p` of move `m`
+/// (of the `3 * n` moves: the indexes' recent tiers first, then their middle ones, then their large ones) is step
+/// `s = m * parts + p` of the period, and runs when the watermark passes `k * every + s * every / (3 * n *
+/// parts)`: the steps of one period of `every` entries are spread over it. Part `p` of a move takes the `p`-th of
+/// `parts` equal ranges of the keys that move would take whole, so the parts of a move write, together, about
+/// the pages the whole move would (each lands in its own range of the next tier), while a commit of fewer entries
+/// than a step waits for one part at most.
+fn moves_due<'a>(indexes: &[&'a KeyIndex], before: u64, after: u64, schedule: Schedule) -> Vec<Move<'a>> {
     let Schedule { every, slices, parts } = schedule;
     let steps = 3 * indexes.len() as u64 * parts;
-    let mut moved = 0;
+    let mut due = Vec::new();
     for step in 0..steps {
         let (each_move, part) = ((step / parts) as usize, step % parts);
         let (tier, index) = (each_move / indexes.len(), indexes[each_move % indexes.len()]);
@@ -179,10 +228,10 @@ fn move_keys_due(
                     Some(slice_range(slice * parts + part, slices[deeper] * parts))
                 }
             };
-            moved += index.move_keys(conn, tier, range)?;
+            due.push(Move { index, tier, range });
         }
     }
-    Ok(moved)
+    due
 }
 
 impl KeyIndex {
@@ -311,6 +360,40 @@ pub(crate) mod tests {
             let report = ledger.append(&Batch { events: vec![usage(id)], ..Batch::default() }).unwrap();
             assert!(matches!(report.outcomes[..], [AppendOutcome::Duplicate { .. }]), "{id}");
         }
+    }
+
+    // Proves that warming the moves due reads the keys of their ranges in the large and the sealed tiers (the
+    // ones a later move takes or lands among), nothing outside the window, and writes nothing.
+    #[test]
+    fn warming_the_moves_due_reads_their_ranges_and_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ledger = Ledger::open(dir.path().join("ledger.db")).unwrap();
+        let schedule = Schedule { every: 2, slices: [2, 3], parts: 1 };
+        for watermark in 1..=30u64 {
+            ledger.append(&Batch { events: vec![usage(&format!("e-{watermark}"))], ..Batch::default() }).unwrap();
+            move_keys_due(ledger.connection(), &[&EVENT_KEYS], watermark - 1, watermark, schedule).unwrap();
+        }
+        let tiers = |ledger: &Ledger| -> [Vec<(i64, i64)>; 4] {
+            let rows = |tier: &str| {
+                let mut statement = ledger.connection().prepare(&format!("SELECT * FROM {tier}")).unwrap();
+                statement.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect()
+            };
+            EVENT_KEYS.tiers.map(rows)
+        };
+        let before = tiers(&ledger);
+        let conn = ledger.connection();
+        let changes = conn.total_changes();
+        assert_eq!(warm_keys_due(conn, &[&EVENT_KEYS], 30, 30, schedule).unwrap(), 0, "an empty window");
+        // The large tier's slices (3) and the middle tier's (2) cover every key within 6 entries.
+        let read = warm_keys_due(conn, &[&EVENT_KEYS], 30, 36, schedule).unwrap();
+        // Each move reads its source and its target range: the large tier's moves (3 periods) take every slice
+        // once, the middle tier's (3 periods of 2 slices) one of them twice.
+        let [_, middle, large, sealed] = before.each_ref().map(Vec::len);
+        assert!(sealed > 0 && large > 0, "keys reached the deeper tiers");
+        assert!(read >= middle + 2 * large + sealed, "every range read: {read}");
+        assert!(read <= 2 * middle + 3 * large + sealed, "one middle slice twice at most: {read}");
+        assert_eq!(conn.total_changes(), changes, "nothing written");
+        assert_eq!(tiers(&ledger), before);
     }
 
     /// A DecisionEvent of `event_id` for `request_id`, written locally.

@@ -54,7 +54,7 @@ use schemas::{Catalog, EventType};
 
 pub use batch::*;
 pub use checkpoint::{
-    CATCH_UP_FRAMES, CATCH_UP_ROUNDS, CHECKPOINT_INTERVAL_MS, Checkpointer, WRITER_BACKSTOP_FRAMES,
+    CATCH_UP_FRAMES, CATCH_UP_ROUNDS, CHECKPOINT_INTERVAL_MS, Checkpointer, WARM_AHEAD_ENTRIES, WRITER_BACKSTOP_FRAMES,
     WRITER_CHECKPOINT_FRAMES,
 };
 pub use error::*;
