@@ -169,7 +169,7 @@ pub const WARM_AHEAD_ENTRIES: u64 = 32_000;
 /// Warms the pages the moves of the next [`WARM_AHEAD_ENTRIES`] entries will read, those not warmed in an
 /// earlier cycle (`warmed_through`, the watermark warmed up to).
 fn warm_next_moves(conn: &Connection, warmed_through: &mut u64) -> rusqlite::Result<()> {
-    let watermark = conn.query_row("SELECT COALESCE(MAX(seq), 0) FROM entries", [], |r| r.get::<_, i64>(0))? as u64;
+    let watermark = crate::status::read_totals(conn)?.watermark;
     let ahead = watermark + WARM_AHEAD_ENTRIES;
     crate::dedup::warm_moves_due(conn, (*warmed_through).max(watermark), ahead)?;
     *warmed_through = ahead;

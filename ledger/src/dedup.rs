@@ -145,19 +145,14 @@ const SCHEDULE: Schedule =
 /// writer's commit. Run on another connection (the checkpoint thread's) ahead of the writer, the reads warm the
 /// page cache instead. Returns the keys read.
 pub(crate) fn warm_moves_due(conn: &Connection, watermark_from: u64, watermark_to: u64) -> rusqlite::Result<usize> {
-    warm_keys_due(conn, &KEY_INDEXES, watermark_from, watermark_to, SCHEDULE)
+    warm(conn, moves_due(&KEY_INDEXES, watermark_from, watermark_to, SCHEDULE))
 }
 
-/// [`warm_moves_due`] for `indexes` on `schedule`.
-fn warm_keys_due(
-    conn: &Connection,
-    indexes: &[&KeyIndex],
-    before: u64,
-    after: u64,
-    schedule: Schedule,
-) -> rusqlite::Result<usize> {
+/// Reads the ranges of `moves` into the large and the sealed tier, in the tier each takes keys from and the one
+/// it lands them in; the keys read.
+fn warm(conn: &Connection, moves: Vec<Move<'_>>) -> rusqlite::Result<usize> {
     let mut read = 0;
-    for due in moves_due(indexes, before, after, schedule) {
+    for due in moves {
         // The recent and the middle tiers are small and written in every period: their pages stay cached.
         if let (1.., Some((low, high))) = (due.tier, due.range) {
             for tier in &due.index.tiers[due.tier..=due.tier + 1] {
@@ -383,9 +378,9 @@ pub(crate) mod tests {
         let before = tiers(&ledger);
         let conn = ledger.connection();
         let changes = conn.total_changes();
-        assert_eq!(warm_keys_due(conn, &[&EVENT_KEYS], 30, 30, schedule).unwrap(), 0, "an empty window");
+        assert_eq!(warm(conn, moves_due(&[&EVENT_KEYS], 30, 30, schedule)).unwrap(), 0, "an empty window");
         // The large tier's slices (3) and the middle tier's (2) cover every key within 6 entries.
-        let read = warm_keys_due(conn, &[&EVENT_KEYS], 30, 36, schedule).unwrap();
+        let read = warm(conn, moves_due(&[&EVENT_KEYS], 30, 36, schedule)).unwrap();
         // Each move reads its source and its target range: the large tier's moves (3 periods) take every slice
         // once, the middle tier's (3 periods of 2 slices) one of them twice.
         let [_, middle, large, sealed] = before.each_ref().map(Vec::len);
