@@ -2,6 +2,7 @@
 //! lifecycle, throttles, SHADOW policies and a restart.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use hook::*;
@@ -31,12 +32,16 @@ fn policy(id: &str, limit: i64, window: Window, enforcement: Enforcement, burst:
 
 /// A ledger holding these policies, and a hook on it.
 fn hook_with(policies: Vec<Event>) -> (tempfile::TempDir, Hook) {
+    hook_with_settings(policies, HookSettings::default())
+}
+
+fn hook_with_settings(policies: Vec<Event>, settings: HookSettings) -> (tempfile::TempDir, Hook) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ledger.db");
     let events =
         policies.into_iter().map(|event| Incoming { event, origin: Origin::Local { name: "t".into() }, raw: None });
     Ledger::open(&path).unwrap().append(&Batch { events: events.collect(), ..Batch::default() }).unwrap();
-    let hook = Hook::start(&path, HookSettings::default()).unwrap();
+    let hook = Hook::start(&path, settings).unwrap();
     (dir, hook)
 }
 
@@ -143,19 +148,34 @@ fn the_reservation_lifecycle() {
     assert_eq!(usage_recorded(&dir), 20, "usage rows: only c-3; the commit is a ReservationEvent");
 }
 
-// Throttles: a bucket of 5 refilling 60 per minute allows 5 at once, then RATE_LIMITED with the wait for one token.
+/// The throttle test's clock: it moves only when the test moves it, so a slow machine (a CI runner syncing the
+/// ledger on every commit) cannot refill a token between two checks.
+static THROTTLE_CLOCK_MICROS: AtomicI64 = AtomicI64::new(0);
+
+fn throttle_clock() -> Timestamp {
+    Timestamp(THROTTLE_CLOCK_MICROS.load(Ordering::Relaxed))
+}
+
+// Throttles: a bucket of 5 refilling 60 per minute allows 5 at once, then RATE_LIMITED with the wait for one token,
+// and a retry after exactly that wait is allowed.
 #[test]
 fn a_throttle_limits_the_rate_not_the_quota() {
-    let (_dir, hook) = hook_with(vec![policy("rate", 60, Window::MINUTE, Enforcement::HARD, Some(5))]);
+    let start = Timestamp::parse_rfc3339("2026-06-01T12:00:30Z").unwrap();
+    THROTTLE_CLOCK_MICROS.store(start.micros(), Ordering::Relaxed);
+    let settings = HookSettings { clock: throttle_clock, ..HookSettings::default() };
+    let (_dir, hook) =
+        hook_with_settings(vec![policy("rate", 60, Window::MINUTE, Enforcement::HARD, Some(5))], settings);
     for i in 0..5 {
         assert!(hook.check(ask(&format!("b{i}"), 1)).unwrap().allowed(), "burst {i}");
     }
     let limited = hook.check(ask("b5", 1)).unwrap();
     assert_eq!((limited.reason, limited.code), (Reason::RATE_LIMITED, Code::RATE_LIMITED));
     let wait = limited.retry_after_ms.expect("a retry-after");
-    assert!((1..=1_000).contains(&wait), "one token refills in a second at 60 a minute: {wait}");
-    std::thread::sleep(Duration::from_millis(wait as u64 + 20));
-    assert!(hook.check(ask("b6", 1)).unwrap().allowed(), "a token refilled");
+    assert!((1_000..=1_001).contains(&wait), "one token refills in a second at 60 a minute: {wait}");
+    THROTTLE_CLOCK_MICROS.fetch_add((wait - 1) * 1_000, Ordering::Relaxed);
+    assert!(!hook.check(ask("b6", 1)).unwrap().allowed(), "a millisecond early");
+    THROTTLE_CLOCK_MICROS.fetch_add(1_000, Ordering::Relaxed);
+    assert!(hook.check(ask("b7", 1)).unwrap().allowed(), "a token refilled after the wait it named");
 }
 
 // SPEC 6: a SHADOW policy records SHADOW_DENIED and allows; a HARD quota denies QUOTA_EXCEEDED until its window resets.
