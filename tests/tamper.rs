@@ -168,3 +168,18 @@ fn acknowledgement_of_nothing_in_the_outbox_is_named_by_verify() {
     assert_eq!(problem, "outbox_published holds row 3 that refers to no row of outbox");
     assert!(run.stderr.contains(&problem), "stderr: {}", run.stderr);
 }
+
+// Proves that a cursor past an entry still pending is named by verify: the publisher never reads below the cursor,
+// so that entry would never reach Kafka.
+#[test]
+fn outbox_cursor_past_a_pending_entry_is_named_by_verify() {
+    let ledger = ledger_of_five();
+    sqlite3_ok(&ledger, "INSERT INTO outbox (seq) VALUES (3), (4)");
+    sqlite3_ok(&ledger, "INSERT INTO outbox_published (seq, topic, published_at) VALUES (4, 'quota.usage', 0)");
+    ledger.verify().success();
+    sqlite3_ok(&ledger, "INSERT INTO outbox_cursor (next_seq, recorded_at) VALUES (5, 0)");
+    let run = ledger.verify().expect_code(1);
+    let problem = run.json()["first_bad"]["problem"].as_str().unwrap().to_string();
+    assert_eq!(problem, "outbox_cursor starts the pending entries at 5, but outbox entry 3 below it is not published");
+    assert!(run.stderr.contains(&problem), "stderr: {}", run.stderr);
+}

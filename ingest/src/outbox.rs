@@ -4,6 +4,7 @@
 //! again by the next publish, so a broker outage delays them and never loses one. An entry acknowledged but not
 //! yet recorded when the process dies is sent twice: consumers deduplicate by event_id (SPEC 4.3).
 
+use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -129,7 +130,7 @@ pub fn publish(
             std::thread::sleep(Duration::from_millis(OUTBOX_RETRY_WAIT_MS));
         }
     }
-    report.pending = ledger.outbox_status()?.pending;
+    report.pending = ledger.outbox_pending_count()?;
     Ok(report)
 }
 
@@ -164,6 +165,7 @@ fn send_chunk(
     }
     // Errors here are per message and arrive through the delivery callbacks.
     let _ = producer.flush(Duration::from_millis(attempt_ms + 5_000));
-    let acknowledged: Vec<u64> = std::mem::take(&mut *producer.context().seqs.lock().expect("never poisoned"));
+    let acknowledged: HashSet<u64> =
+        std::mem::take(&mut *producer.context().seqs.lock().expect("never poisoned")).into_iter().collect();
     Ok(sent.into_iter().filter(|(seq, _)| acknowledged.contains(seq)).collect())
 }

@@ -20,6 +20,7 @@ pub const MIGRATIONS: &[Migration] = &[
     ("008-billing.sql", include_str!("../ddl/008-billing.sql"), None),
     ("009-dedup-tiers.sql", include_str!("../ddl/009-dedup-tiers.sql"), None),
     ("010-request-keys.sql", include_str!("../ddl/010-request-keys.sql"), Some(crate::dedup::index_recorded_requests)),
+    ("011-outbox-cursor.sql", include_str!("../ddl/011-outbox-cursor.sql"), None),
 ];
 
 /// The schema version of a ledger all of whose migrations ran.

@@ -109,7 +109,7 @@ impl Ledger {
             watermark: totals.watermark,
             offsets: self.offsets()?,
             batches: batches as u64,
-            outbox_pending: self.outbox_status()?.pending,
+            outbox_pending: self.outbox_pending_count()?,
             ledger: self.path.display().to_string(),
         })
     }

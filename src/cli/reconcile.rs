@@ -107,7 +107,7 @@ pub fn run(ledger_path: &Path, args: ReconcileArgs) -> anyhow::Result<ExitCode> 
         _ => None,
     };
     spinner.finish_and_clear();
-    let pending = ledger.outbox_status()?.pending;
+    let pending = ledger.outbox_pending_count()?;
     if args.json {
         super::print_json(&run_json(&plan, args.dry_run, outbox))?;
     } else {
