@@ -229,6 +229,14 @@ impl Hook {
         self.call(|reply| Work::Close { reservation_id, action, amount: 0, tenants, reply })
     }
 
+    /// Records that a broker acknowledged these outbox entries (`serve`'s publisher), through the writer thread:
+    /// the ledger's one writer then never waits for its write lock behind the publisher, nor the publisher
+    /// behind it (SQLite's busy handler sleeps up to 100 ms between tries, and the writer, committing group after
+    /// group, left the publisher a fraction of the acknowledgements it had to record).
+    pub fn record_published(&self, acknowledged: Vec<(u64, String)>) -> Result<(), HookError> {
+        self.call(|reply| Work::Published { acknowledged, reply })
+    }
+
     /// `commit` or `release` from async code, for a caller allowed to act for `tenants` only.
     pub async fn close_async(
         &self,

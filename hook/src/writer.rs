@@ -39,6 +39,11 @@ pub enum Work {
         tenants: TenantScope,
         reply: oneshot::Sender<Result<Result<Closed, Refusal>, HookError>>,
     },
+    /// Outbox entries a broker acknowledged, recorded by the writer (`Hook::record_published`).
+    Published {
+        acknowledged: Vec<(u64, String)>,
+        reply: oneshot::Sender<Result<(), HookError>>,
+    },
 }
 
 /// A request in the queue, and whether its caller polls for the answer (a lone caller of the blocking API).
@@ -217,6 +222,13 @@ impl Writer {
                 Work::Close { reservation_id, action, amount, tenants, reply } => {
                     let closed = self.close(&reservation_id, action, amount, &tenants, now, &mut events);
                     Answer::Close(reply, closed)
+                }
+                Work::Published { acknowledged, reply } => {
+                    // A transaction of its own, answered at once: nothing decided rests on it, and losing it to a
+                    // crash only publishes those entries again.
+                    let recorded = self.ledger.outbox_published(&acknowledged);
+                    drop(reply.send(recorded.map_err(|error| HookError::Ledger(error.to_string()))));
+                    continue;
                 }
             });
         }
@@ -492,6 +504,7 @@ fn fail_all(group: Vec<Work>, error: impl Fn() -> HookError) {
         match work {
             Work::Check(_, reply) | Work::Reserve(_, reply) => drop(reply.send(Err(error()))),
             Work::Close { reply, .. } => drop(reply.send(Err(error()))),
+            Work::Published { reply, .. } => drop(reply.send(Err(error()))),
         }
     }
 }

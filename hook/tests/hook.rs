@@ -247,3 +247,31 @@ fn usage_recorded_by_ingest_counts_at_the_next_decision() {
     assert_eq!((denied.outcome, denied.used_before, denied.remaining), (Outcome::DENIED, Some(95), Some(5)));
     assert!(hook.check(ask("h-3", 5)).unwrap().allowed());
 }
+
+// Serve's outbox: the decisions and usage the hook recorded are pending; acknowledgements recorded through the
+// hook's writer take them out, and one of no outbox entry is refused with nothing recorded.
+#[test]
+fn acknowledgements_recorded_through_the_writer_leave_the_outbox() {
+    let (dir, hook) = hook_with(vec![policy("daily", 100, Window::DAY, Enforcement::HARD, None)]);
+    for i in 0..3 {
+        assert!(hook.check(ask(&format!("o-{i}"), 1)).unwrap().allowed());
+    }
+    let reader = Ledger::open_read_only(dir.path().join("ledger.db")).unwrap();
+    let pending = reader.outbox_pending(100).unwrap();
+    assert_eq!(pending.len(), 6, "a DecisionEvent and a UsageEvent per check");
+    let acknowledged: Vec<(u64, String)> = pending.iter().map(|e| (e.seq, "quota.decisions".to_string())).collect();
+    let refused = hook.record_published(vec![(acknowledged[0].0, "x".into()), (1, "quota.decisions".into())]);
+    assert!(
+        matches!(refused, Err(HookError::Ledger(ref message)) if message.contains("not in the outbox")),
+        "{refused:?}"
+    );
+    assert_eq!(reader.outbox_pending_count().unwrap(), 6, "the refused acknowledgements recorded nothing");
+    hook.record_published(acknowledged[..4].to_vec()).unwrap();
+    assert_eq!(
+        reader.outbox_pending(100).unwrap().iter().map(|e| e.seq).collect::<Vec<_>>(),
+        [pending[4].seq, pending[5].seq]
+    );
+    hook.record_published(acknowledged[4..].to_vec()).unwrap();
+    assert_eq!(reader.outbox_pending_count().unwrap(), 0);
+    assert!(hook.check(ask("o-after", 1)).unwrap().allowed(), "the writer goes on deciding");
+}
