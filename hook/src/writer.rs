@@ -216,7 +216,7 @@ impl Writer {
         let mut events = Vec::new();
         let mut answers = Vec::with_capacity(group.len());
         for work in group {
-            answers.push(match work {
+            let answer = match work {
                 Work::Check(request, reply) => Answer::Decision(reply, self.check(&request, now, &mut events)),
                 Work::Reserve(request, reply) => Answer::Decision(reply, self.reserve(&request, now, &mut events)),
                 Work::Close { reservation_id, action, amount, tenants, reply } => {
@@ -230,7 +230,8 @@ impl Writer {
                     drop(reply.send(recorded.map_err(|error| HookError::Ledger(error.to_string()))));
                     continue;
                 }
-            });
+            };
+            answers.push(answer);
         }
         if !events.is_empty()
             && let Err(error) = self.record(events, now)

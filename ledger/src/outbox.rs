@@ -14,6 +14,14 @@ use crate::batch::AppendOutcome;
 use crate::error::{OutboxError, ReadError};
 use crate::{Ledger, now_micros};
 
+/// What "not yet published" means, for an outbox row `o`; each query of pending entries says it with this.
+macro_rules! unpublished {
+    () => {
+        "NOT EXISTS (SELECT 1 FROM outbox_published p WHERE p.seq = o.seq)"
+    };
+}
+pub(crate) use unpublished;
+
 /// An outbox entry not yet acknowledged by a broker.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutboxEntry {
@@ -49,12 +57,13 @@ impl Ledger {
     /// Up to `limit` pending outbox entries, oldest first.
     pub fn outbox_pending(&self, limit: u64) -> Result<Vec<OutboxEntry>, ReadError> {
         let from = cursor(&self.conn)?;
-        let mut statement = self.conn.prepare_cached(
+        let mut statement = self.conn.prepare_cached(concat!(
             "SELECT e.seq, e.event_type, e.event_id, e.tenant, e.payload_fingerprint, e.payload
              FROM outbox o JOIN entries e ON e.seq = o.seq
-             WHERE o.seq >= ?1 AND NOT EXISTS (SELECT 1 FROM outbox_published p WHERE p.seq = o.seq)
-             ORDER BY o.seq LIMIT ?2",
-        )?;
+             WHERE o.seq >= ?1 AND ",
+            unpublished!(),
+            " ORDER BY o.seq LIMIT ?2"
+        ))?;
         let rows = statement.query_map(params![from, limit as i64], |r| {
             let seq = r.get::<_, i64>(0)? as u64;
             let type_name: String = r.get(1)?;
@@ -100,8 +109,7 @@ impl Ledger {
     pub fn outbox_pending_count(&self) -> Result<u64, ReadError> {
         let from = cursor(&self.conn)?;
         let pending: i64 = self.conn.query_row(
-            "SELECT COUNT(*) FROM outbox o
-             WHERE o.seq >= ?1 AND NOT EXISTS (SELECT 1 FROM outbox_published p WHERE p.seq = o.seq)",
+            concat!("SELECT COUNT(*) FROM outbox o WHERE o.seq >= ?1 AND ", unpublished!()),
             [from],
             |r| r.get(0),
         )?;
@@ -128,12 +136,11 @@ pub(crate) fn cursor(conn: &Connection) -> rusqlite::Result<i64> {
 fn advance_cursor(tx: &Transaction<'_>, recorded_at: i64) -> rusqlite::Result<()> {
     let from = cursor(tx)?;
     let next: i64 = tx.query_row(
-        "SELECT COALESCE(
-             (SELECT o.seq FROM outbox o
-              WHERE o.seq >= ?1 AND NOT EXISTS (SELECT 1 FROM outbox_published p WHERE p.seq = o.seq)
-              ORDER BY o.seq LIMIT 1),
-             (SELECT MAX(seq) + 1 FROM outbox),
-             0)",
+        concat!(
+            "SELECT COALESCE((SELECT o.seq FROM outbox o WHERE o.seq >= ?1 AND ",
+            unpublished!(),
+            " ORDER BY o.seq LIMIT 1), (SELECT MAX(seq) + 1 FROM outbox), 0)"
+        ),
         [from],
         |r| r.get(0),
     )?;

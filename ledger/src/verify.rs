@@ -283,9 +283,11 @@ fn check_outbox_cursor(conn: &rusqlite::Connection) -> rusqlite::Result<Option<S
     let cursor = crate::outbox::cursor(conn)?;
     let skipped: Option<i64> = conn
         .query_row(
-            "SELECT o.seq FROM outbox o
-             WHERE o.seq < ?1 AND NOT EXISTS (SELECT 1 FROM outbox_published p WHERE p.seq = o.seq)
-             ORDER BY o.seq LIMIT 1",
+            concat!(
+                "SELECT o.seq FROM outbox o WHERE o.seq < ?1 AND ",
+                crate::outbox::unpublished!(),
+                " ORDER BY o.seq LIMIT 1"
+            ),
             [cursor],
             |r| r.get(0),
         )
