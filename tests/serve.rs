@@ -265,12 +265,19 @@ fn decisions_reach_kafka_exactly_once_across_a_broker_outage() {
     for i in 0..20 {
         assert_eq!(server.check(&format!("before-{i}"), 1).0, 200);
     }
+    // Published before the outage, so that the outage meets a producer the broker knows.
+    let started = std::time::Instant::now();
+    while sql_i64(&test, "SELECT COUNT(*) FROM outbox_published") < 40 {
+        assert!(started.elapsed() < Duration::from_secs(30), "the outbox did not publish before the outage");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     drop(broker);
     for i in 0..30 {
         assert_eq!(server.check(&format!("during-{i}"), 1).0, 200, "the hook decides while the broker is down");
     }
-    // Long enough for the publisher (every second) to try and fail against the stopped broker.
-    std::thread::sleep(Duration::from_secs(3));
+    // Longer than one attempt of the publisher (5 s): its messages time out, and the producer that sent them is
+    // replaced (a kept one published nothing more to Tansu, which refuses the epoch librdkafka then gives itself).
+    std::thread::sleep(Duration::from_secs(8));
     let broker = Broker::tansu_sqlite(&data.path().join("tansu.db"), Some(port)).expect("Tansu restarts");
     let expected: Vec<String> = {
         let ledger = ledger::Ledger::open_read_only(&test.path).unwrap();

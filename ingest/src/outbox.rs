@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use ledger::Ledger;
 use rdkafka::ClientContext;
+use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use schemas::EventType;
@@ -43,8 +44,9 @@ pub enum OutboxPublishError {
     SyncLog(#[source] std::io::Error),
 }
 
-/// Where [`publish`] reads the pending entries and records their acknowledgements: a [`Ledger`] connection, or
-/// (`serve`) a connection that reads and the enforcement hook's writer, the ledger's one writer, that records.
+/// Where [`Publisher::publish`] reads the pending entries and records their acknowledgements: a [`Ledger`]
+/// connection, or (`serve`) a connection that reads and the enforcement hook's writer, the ledger's one writer, that
+/// records.
 pub trait Outbox {
     /// Up to `limit` pending entries, oldest first.
     fn pending(&self, limit: u64) -> Result<Vec<ledger::OutboxEntry>, ledger::ReadError>;
@@ -115,7 +117,13 @@ struct Acknowledged {
     last_error: Mutex<Option<String>>,
 }
 
-impl ClientContext for Acknowledged {}
+impl ClientContext for Acknowledged {
+    // librdkafka's warnings and errors (`producer_config`'s level) on stderr, where `serve` reports: no logger is
+    // installed, and an outbox that does not publish must say why.
+    fn log(&self, _level: RDKafkaLogLevel, facility: &str, message: &str) {
+        eprintln!("outbox: librdkafka {facility}: {message}");
+    }
+}
 
 impl ProducerContext for Acknowledged {
     type DeliveryOpaque = Box<u64>;
@@ -127,7 +135,9 @@ impl ProducerContext for Acknowledged {
     }
 }
 
-/// Publishes every pending outbox entry, retrying until all are acknowledged or `timeout` has passed.
+/// Publishes every pending outbox entry, retrying until all are acknowledged or `timeout` has passed, through a
+/// producer of its own: for a publish now and then (`reconcile`, the demo). A process that publishes again and again
+/// keeps a [`Publisher`].
 pub fn publish(
     outbox: &mut impl Outbox,
     brokers: &str,
@@ -135,41 +145,92 @@ pub fn publish(
     topics: &OutboxTopics,
     timeout: Duration,
 ) -> Result<PublishReport, OutboxPublishError> {
-    let mut config = producer_config(brokers, overrides);
-    // One attempt lasts at most the time left: an outage ends the attempt, not the entries.
-    let attempt_ms = timeout.as_millis().clamp(1_000, 120_000) as u64;
-    config.set("delivery.timeout.ms", attempt_ms.to_string()).set("client.id", "quota-ledger-outbox");
-    let producer: BaseProducer<Acknowledged> = config
-        .create_with_context(Acknowledged::default())
-        .map_err(|source| OutboxPublishError::Create { brokers: brokers.to_string(), source })?;
-    let started = Instant::now();
-    let mut report = PublishReport::default();
-    loop {
-        let pending = outbox.pending(OUTBOX_CHUNK_ENTRIES)?;
-        if pending.is_empty() {
-            break;
-        }
-        // In the ledger first, on the disk too: the enforcement hook answers a group only once a sync covered it,
-        // but its commits are visible to this connection a moment before (`Ledger::sync_log_apart`). A decision
-        // published and then lost from the ledger by a power loss would be an event Kafka holds that the ledger
-        // never answered.
-        outbox.sync_log().map_err(OutboxPublishError::SyncLog)?;
-        report.attempts += 1;
-        let acknowledged = send_chunk(&producer, &pending, topics, attempt_ms)?;
-        report.published += acknowledged.len() as u64;
-        for part in acknowledged.chunks(OUTBOX_RECORD_ENTRIES) {
-            outbox.record(part).map_err(OutboxPublishError::Record)?;
-        }
-        if acknowledged.len() < pending.len() {
-            report.last_error = producer.context().last_error.lock().expect("never poisoned").clone();
-            if started.elapsed() >= timeout {
+    Publisher::new(brokers, overrides, timeout)?.publish(outbox, topics, timeout)
+}
+
+/// An idempotent producer kept from one publish to the next (`serve` publishes every second). A producer per
+/// publish opened new connections to the brokers each time and asked them for a new producer id, which a broker
+/// keeps: Tansu 0.6.0 stored one more at nearly every publish that had something to send (10 in 20 s of `serve`
+/// answering a check a second).
+///
+/// A producer that did not have all of a chunk acknowledged is replaced before the next attempt. After an outage
+/// librdkafka gives an idempotent producer whose messages timed out a new epoch of its own; Tansu 0.6.0 refuses
+/// every message of that epoch ("Unknown broker error") and the producer bumps again, for ever: a kept producer
+/// published nothing more after outages of 6, 12 and 20 s. A new producer asks the broker for its id, which every
+/// broker accepts.
+pub struct Publisher {
+    config: ClientConfig,
+    producer: BaseProducer<Acknowledged>,
+    brokers: String,
+    /// How long one attempt waits for the broker (librdkafka's `delivery.timeout.ms`).
+    attempt_ms: u64,
+}
+
+impl Publisher {
+    /// A producer whose attempts last at most `attempt`: an outage ends the attempt, not the entries.
+    pub fn new(
+        brokers: &str,
+        overrides: &[(String, String)],
+        attempt: Duration,
+    ) -> Result<Publisher, OutboxPublishError> {
+        let mut config = producer_config(brokers, overrides);
+        let attempt_ms = attempt.as_millis().clamp(1_000, 120_000) as u64;
+        config.set("delivery.timeout.ms", attempt_ms.to_string()).set("client.id", "quota-ledger-outbox");
+        let producer = create(&config, brokers)?;
+        Ok(Publisher { config, producer, brokers: brokers.to_string(), attempt_ms })
+    }
+
+    /// Publishes every pending outbox entry, retrying until all are acknowledged or `timeout` has passed.
+    pub fn publish(
+        &mut self,
+        outbox: &mut impl Outbox,
+        topics: &OutboxTopics,
+        timeout: Duration,
+    ) -> Result<PublishReport, OutboxPublishError> {
+        let started = Instant::now();
+        let mut report = PublishReport::default();
+        loop {
+            let pending = outbox.pending(OUTBOX_CHUNK_ENTRIES)?;
+            if pending.is_empty() {
                 break;
             }
-            std::thread::sleep(Duration::from_millis(OUTBOX_RETRY_WAIT_MS));
+            // In the ledger first, on the disk too: the enforcement hook answers a group only once a sync covered
+            // it, but its commits are visible to this connection a moment before (`Ledger::sync_log_apart`). A
+            // decision published and then lost from the ledger by a power loss would be an event Kafka holds that
+            // the ledger never answered.
+            outbox.sync_log().map_err(OutboxPublishError::SyncLog)?;
+            report.attempts += 1;
+            let acknowledged = send_chunk(&self.producer, &pending, topics, self.attempt_ms)?;
+            report.published += acknowledged.len() as u64;
+            for part in acknowledged.chunks(OUTBOX_RECORD_ENTRIES) {
+                outbox.record(part).map_err(OutboxPublishError::Record)?;
+            }
+            if acknowledged.len() < pending.len() {
+                let error = self.producer.context().last_error.lock().expect("never poisoned").take();
+                report.last_error = Some(error.unwrap_or_else(|| {
+                    format!(
+                        "{} of {} entries not acknowledged within {} ms",
+                        pending.len() - acknowledged.len(),
+                        pending.len(),
+                        self.attempt_ms
+                    )
+                }));
+                self.producer = create(&self.config, &self.brokers)?;
+                if started.elapsed() >= timeout {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(OUTBOX_RETRY_WAIT_MS));
+            }
         }
+        report.pending = outbox.pending_count()?;
+        Ok(report)
     }
-    report.pending = outbox.pending_count()?;
-    Ok(report)
+}
+
+fn create(config: &ClientConfig, brokers: &str) -> Result<BaseProducer<Acknowledged>, OutboxPublishError> {
+    config
+        .create_with_context(Acknowledged::default())
+        .map_err(|source| OutboxPublishError::Create { brokers: brokers.to_string(), source })
 }
 
 /// Sends one chunk and waits for its acknowledgements: the (seq, topic) of those acknowledged.

@@ -161,12 +161,17 @@ fn spawn_outbox_publisher(
     settings: Vec<(String, String)>,
 ) -> anyhow::Result<()> {
     let mut outbox = HookOutbox { reader: ledger::Ledger::open(&ledger_path)?, hook };
+    let timeout = Duration::from_millis(OUTBOX_INTERVAL_MS * 5);
+    let mut publisher = ingest::outbox::Publisher::new(&brokers, &settings, timeout)?;
     std::thread::Builder::new().name("outbox".into()).spawn(move || {
         let topics = ingest::outbox::OutboxTopics::defaults();
         loop {
-            let timeout = Duration::from_millis(OUTBOX_INTERVAL_MS * 5);
-            if let Err(error) = ingest::outbox::publish(&mut outbox, &brokers, &settings, &topics, timeout) {
-                eprintln!("serve: outbox: {error:#}");
+            match publisher.publish(&mut outbox, &topics, timeout) {
+                Ok(ingest::outbox::PublishReport { pending, last_error: Some(error), .. }) if pending > 0 => {
+                    eprintln!("serve: outbox: {pending} entries wait for the broker: {error}")
+                }
+                Ok(_) => {}
+                Err(error) => eprintln!("serve: outbox: {:#}", anyhow::Error::new(error)),
             }
             std::thread::sleep(Duration::from_millis(OUTBOX_INTERVAL_MS));
         }
