@@ -68,6 +68,13 @@ impl Server {
         (status, headers, json)
     }
 
+    /// `GET /healthz`: its JSON body, after asserting 200.
+    fn health(&self) -> Value {
+        let mut response = self.agent.get(format!("{}/healthz", self.base)).call().expect("an HTTP answer");
+        assert_eq!(response.status().as_u16(), 200);
+        serde_json::from_str(&response.body_mut().read_to_string().expect("a body")).expect("JSON")
+    }
+
     fn check(&self, key: &str, amount: i64) -> (u16, ureq::http::HeaderMap, Value) {
         let body = json!({"tenant": "org-1", "metric": "tokens", "amount": amount, "idempotency_key": key});
         self.post("/v1/check", Some(SECRET), &body)
@@ -278,6 +285,19 @@ fn decisions_reach_kafka_exactly_once_across_a_broker_outage() {
     // Longer than one attempt of the publisher (5 s): its messages time out, and the producer that sent them is
     // replaced (a kept one published nothing more to Tansu, which refuses the epoch librdkafka then gives itself).
     std::thread::sleep(Duration::from_secs(8));
+    // The server stays healthy (it decides), and says, once the publisher's attempt has failed, how much waits
+    // and why.
+    let started = std::time::Instant::now();
+    let health = loop {
+        let health = server.health();
+        assert_eq!(health["status"], "ok", "{health}");
+        if health["outbox"]["last_error"].is_string() {
+            break health;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "healthz names no error: {health}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(health["outbox"]["pending"], 60, "30 decisions and their usage wait: {health}");
     let broker = Broker::tansu_sqlite(&data.path().join("tansu.db"), Some(port)).expect("Tansu restarts");
     let expected: Vec<String> = {
         let ledger = ledger::Ledger::open_read_only(&test.path).unwrap();
@@ -296,6 +316,12 @@ fn decisions_reach_kafka_exactly_once_across_a_broker_outage() {
     let mut expected = expected;
     expected.sort();
     assert_eq!(on_topic, expected, "every decision exactly once");
+    let started = std::time::Instant::now();
+    while server.health()["outbox"]["pending"] != 0 {
+        assert!(started.elapsed() < Duration::from_secs(10), "healthz still counts entries: {}", server.health());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(server.health()["outbox"]["last_error"], Value::Null);
 }
 
 // SPEC 6: what the hook publishes comes back through ingest as exact duplicates of what the ledger holds: nothing counted twice.

@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -19,6 +19,7 @@ use axum::serve::ListenerExt;
 use axum::{Json, Router};
 use clap::Args;
 use hook::{CheckRequest, Closed, Decision, Hook, HookError, HookSettings, Refusal, ReserveRequest, TenantScope};
+use ingest::outbox::Outbox;
 use ledger::Durability;
 use schemas::ReservationAction;
 use serde::{Deserialize, Serialize};
@@ -98,6 +99,28 @@ fn read_tokens(path: &Path) -> anyhow::Result<Vec<(String, TenantScope)>> {
 struct App {
     hook: Hook,
     tokens: Vec<(String, TenantScope)>,
+    /// With `--brokers`: the outbox as the publisher last saw it, for `/healthz`.
+    outbox: Option<Arc<Mutex<OutboxHealth>>>,
+}
+
+/// What `/healthz` says of the outbox, as of the publisher's last pass. The status stays "ok" while a broker is
+/// away: the hook decides without it by design, and a liveness probe must not restart a server for it; the
+/// pending entries and the error say how far behind Kafka is, and why.
+#[derive(Debug, Clone, Serialize)]
+struct OutboxHealth {
+    /// Entries no broker has acknowledged yet.
+    pending: u64,
+    /// When they were counted (RFC 3339, UTC).
+    as_of: String,
+    /// Why entries wait: what the broker or librdkafka said in that pass; null when it published all it sent.
+    last_error: Option<String>,
+}
+
+impl OutboxHealth {
+    fn now(pending: u64, last_error: Option<String>) -> OutboxHealth {
+        let as_of = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        OutboxHealth { pending, as_of, last_error }
+    }
 }
 
 pub fn run(ledger_path: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -109,10 +132,13 @@ pub fn run(ledger_path: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
         ..HookSettings::default()
     };
     let hook = Hook::start(ledger_path, settings).context("cannot start the hook")?;
-    if let Some(brokers) = args.brokers.clone() {
-        spawn_outbox_publisher(ledger_path.to_path_buf(), hook.clone(), brokers, args.settings.clone())?;
-    }
-    let app = Arc::new(App { hook, tokens });
+    let outbox = match args.brokers.clone() {
+        Some(brokers) => {
+            Some(spawn_outbox_publisher(ledger_path.to_path_buf(), hook.clone(), brokers, args.settings.clone())?)
+        }
+        None => None,
+    };
+    let app = Arc::new(App { hook, tokens, outbox });
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(args.listen)
@@ -143,7 +169,7 @@ async fn shutdown() {
 
 fn router(app: Arc<App>) -> Router {
     Router::new()
-        .route("/healthz", get(|| async { Json(serde_json::json!({"status": "ok"})) }))
+        .route("/healthz", get(healthz))
         .route("/v1/check", post(check))
         .route("/v1/reservations", post(reserve))
         .route("/v1/reservations/{id}/commit", post(commit))
@@ -152,31 +178,50 @@ fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
+/// `GET /healthz`: "ok" while the server answers; with `--brokers`, the outbox too ([`OutboxHealth`]).
+async fn healthz(State(app): State<Arc<App>>) -> Json<serde_json::Value> {
+    Json(match &app.outbox {
+        Some(outbox) => serde_json::json!({"status": "ok", "outbox": *outbox.lock().expect("never poisoned")}),
+        None => serde_json::json!({"status": "ok"}),
+    })
+}
+
 /// The publisher thread, the outbox published every second: read through a connection of its own, the
-/// acknowledgements recorded by the hook's writer.
+/// acknowledgements recorded by the hook's writer. Returns where it leaves what it saw in its last pass.
 fn spawn_outbox_publisher(
     ledger_path: PathBuf,
     hook: Hook,
     brokers: String,
     settings: Vec<(String, String)>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Arc<Mutex<OutboxHealth>>> {
     let mut outbox = HookOutbox { reader: ledger::Ledger::open(&ledger_path)?, hook };
     let timeout = Duration::from_millis(OUTBOX_INTERVAL_MS * 5);
     let mut publisher = ingest::outbox::Publisher::new(&brokers, &settings, timeout)?;
+    let health = Arc::new(Mutex::new(OutboxHealth::now(outbox.pending_count()?, None)));
+    let seen = Arc::clone(&health);
     std::thread::Builder::new().name("outbox".into()).spawn(move || {
         let topics = ingest::outbox::OutboxTopics::defaults();
         loop {
-            match publisher.publish(&mut outbox, &topics, timeout) {
-                Ok(ingest::outbox::PublishReport { pending, last_error: Some(error), .. }) if pending > 0 => {
-                    eprintln!("serve: outbox: {pending} entries wait for the broker: {error}")
+            let pass = match publisher.publish(&mut outbox, &topics, timeout) {
+                Ok(report) => {
+                    let last_error = report.last_error.filter(|_| report.pending > 0);
+                    if let Some(error) = &last_error {
+                        eprintln!("serve: outbox: {} entries wait for the broker: {error}", report.pending);
+                    }
+                    OutboxHealth::now(report.pending, last_error)
                 }
-                Ok(_) => {}
-                Err(error) => eprintln!("serve: outbox: {:#}", anyhow::Error::new(error)),
-            }
+                Err(error) => {
+                    let error = format!("{:#}", anyhow::Error::new(error));
+                    eprintln!("serve: outbox: {error}");
+                    let pending = seen.lock().expect("never poisoned").pending;
+                    OutboxHealth::now(outbox.pending_count().unwrap_or(pending), Some(error))
+                }
+            };
+            *seen.lock().expect("never poisoned") = pass;
             std::thread::sleep(Duration::from_millis(OUTBOX_INTERVAL_MS));
         }
     })?;
-    Ok(())
+    Ok(health)
 }
 
 /// `serve`'s outbox: read through its own connection, written by the hook's writer. Recording acknowledgements
@@ -189,7 +234,7 @@ struct HookOutbox {
     hook: Hook,
 }
 
-impl ingest::outbox::Outbox for HookOutbox {
+impl Outbox for HookOutbox {
     fn pending(&self, limit: u64) -> Result<Vec<ledger::OutboxEntry>, ledger::ReadError> {
         self.reader.outbox_pending(limit)
     }
