@@ -324,6 +324,33 @@ fn decisions_reach_kafka_exactly_once_across_a_broker_outage() {
     assert_eq!(server.health()["outbox"]["last_error"], Value::Null);
 }
 
+// SPEC 6 outbox, for the on-call engineer: on a broker that does not create topics, an outbox topic that is
+// missing is named (librdkafka itself only says that the messages timed out), and the rest is published.
+#[test]
+fn a_missing_topic_is_named_and_the_others_are_published() {
+    let test = ledger_with(hard_policy(1_000, Window::MONTH));
+    let Some(broker) = Broker::tansu_with_only(&["quota.decisions"]) else { return };
+    let server = Server::start(&test, &["--brokers", &broker.bootstrap]);
+    assert_eq!(server.check("k-1", 3).0, 200);
+    let started = std::time::Instant::now();
+    let error = loop {
+        let health = server.health();
+        if let Some(error) = health["outbox"]["last_error"].as_str() {
+            assert_eq!(health["outbox"]["pending"], 1, "the usage event waits: {health}");
+            break error.to_string();
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "healthz names no error: {health}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(error.starts_with("quota.usage does not exist on "), "{error}");
+    assert!(error.contains("quota-ledger topics create"), "{error}");
+    assert_eq!(
+        sql_i64(&test, "SELECT COUNT(*) FROM outbox_published WHERE topic = 'quota.decisions'"),
+        1,
+        "the decision was published"
+    );
+}
+
 // SPEC 6: what the hook publishes comes back through ingest as exact duplicates of what the ledger holds: nothing counted twice.
 #[test]
 fn ingest_sees_the_hooks_own_events_as_duplicates() {

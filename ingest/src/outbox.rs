@@ -25,6 +25,8 @@ pub const OUTBOX_CHUNK_ENTRIES: u64 = 10_000;
 /// Acknowledgements recorded per transaction: `serve` records them through the hook's writer, and each such
 /// transaction holds up the next group of decisions.
 pub const OUTBOX_RECORD_ENTRIES: usize = 1_000;
+/// How long a failed attempt waits for the brokers' list of topics, to name those missing.
+const METADATA_WAIT_MS: u64 = 2_000;
 /// Wait between two attempts while a broker does not acknowledge.
 pub const OUTBOX_RETRY_WAIT_MS: u64 = 1_000;
 
@@ -207,7 +209,7 @@ impl Publisher {
             }
             if acknowledged.len() < pending.len() {
                 let error = self.producer.context().last_error.lock().expect("never poisoned").take();
-                report.last_error = Some(error.unwrap_or_else(|| {
+                report.last_error = Some(self.missing_topics(&pending, topics).or(error).unwrap_or_else(|| {
                     format!(
                         "{} of {} entries not acknowledged within {} ms",
                         pending.len() - acknowledged.len(),
@@ -224,6 +226,26 @@ impl Publisher {
         }
         report.pending = outbox.pending_count()?;
         Ok(report)
+    }
+
+    /// Names the topics of `pending` the brokers do not have, if they answer: to librdkafka a message for a topic
+    /// that does not exist on a broker that does not create topics only times out, the same error as an outage.
+    fn missing_topics(&self, pending: &[ledger::OutboxEntry], topics: &OutboxTopics) -> Option<String> {
+        let metadata = self.producer.client().fetch_metadata(None, Duration::from_millis(METADATA_WAIT_MS)).ok()?;
+        let known: HashSet<&str> = metadata.topics().iter().filter(|t| t.error().is_none()).map(|t| t.name()).collect();
+        let mut missing: Vec<&str> =
+            pending.iter().filter_map(|e| topics.topic_of(e.event_type)).filter(|t| !known.contains(t)).collect();
+        missing.sort_unstable();
+        missing.dedup();
+        (!missing.is_empty()).then(|| {
+            format!(
+                "{} {} not exist on {} (`quota-ledger topics create --brokers {}` creates them)",
+                missing.join(", "),
+                if missing.len() == 1 { "does" } else { "do" },
+                self.brokers,
+                self.brokers
+            )
+        })
     }
 }
 

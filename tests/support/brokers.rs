@@ -72,7 +72,25 @@ impl Broker {
         Broker::tansu_in(storage, port, None)
     }
 
+    /// Tansu on its memory engine with only the topics `names` (created through the admin API): a broker that
+    /// lacks some of SPEC 2's topics and, as Tansu does, does not create them on first use.
+    pub fn tansu_with_only(names: &[&str]) -> Option<Broker> {
+        let broker = Broker::tansu_without_topics("memory://tansu/", None, None)?;
+        let started = Instant::now();
+        while let Err(error) = ingest::admin::create_topics(&broker.bootstrap, names, 3, &[]) {
+            assert!(started.elapsed() < START_TIMEOUT, "creating {names:?} on {} failed: {error}", broker.bootstrap);
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Some(broker)
+    }
+
     fn tansu_in(storage: &str, port: Option<u16>, dir: Option<&Path>) -> Option<Broker> {
+        let broker = Broker::tansu_without_topics(storage, port, dir)?;
+        broker.create_topics();
+        Some(broker)
+    }
+
+    fn tansu_without_topics(storage: &str, port: Option<u16>, dir: Option<&Path>) -> Option<Broker> {
         if std::env::var("QUOTA_LEDGER_SKIP_TANSU").is_ok_and(|v| v == "1") {
             eprintln!("QUOTA_LEDGER_SKIP_TANSU=1: skipping the real-broker part of this test");
             return None;
@@ -100,9 +118,7 @@ impl Broker {
             .expect("tansu starts");
         let bootstrap = format!("127.0.0.1:{port}");
         wait_for_port(&bootstrap, &mut child, "tansu");
-        let broker = Broker { child, bootstrap, kind: "tansu" };
-        broker.create_topics();
-        Some(broker)
+        Some(Broker { child, bootstrap, kind: "tansu" })
     }
 
     /// Tansu keeping its data in a SQLite file, so that a restart on the same port finds it again. Tansu 0.6.0
