@@ -232,7 +232,8 @@ impl Publisher {
     /// that does not exist on a broker that does not create topics only times out, the same error as an outage.
     fn missing_topics(&self, pending: &[ledger::OutboxEntry], topics: &OutboxTopics) -> Option<String> {
         let metadata = self.producer.client().fetch_metadata(None, Duration::from_millis(METADATA_WAIT_MS)).ok()?;
-        let known: HashSet<&str> = metadata.topics().iter().filter(|t| t.error().is_none()).map(|t| t.name()).collect();
+        // Listed is there, even while its partitions have no leader: a broker lists every topic it has.
+        let known: HashSet<&str> = metadata.topics().iter().map(|t| t.name()).collect();
         let mut missing: Vec<&str> =
             pending.iter().filter_map(|e| topics.topic_of(e.event_type)).filter(|t| !known.contains(t)).collect();
         missing.sort_unstable();

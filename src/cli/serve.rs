@@ -1,7 +1,8 @@
 //! `serve --listen ADDR --tokens FILE`: the enforcement hook over HTTP (SPEC 6, SPEC 7). JSON in and out;
 //! 200 when allowed, 429 when denied with `Retry-After` and `RateLimit-*` headers; 400 for malformed input,
 //! 401 without a valid token, 403 for a tenant the token does not cover (nothing consumed in any of them);
-//! 503 when the hook's queue is full. With `--brokers`, the outbox is published to Kafka every second.
+//! 503 when the hook's queue is full. With `--brokers`, the outbox is published to Kafka every second, and
+//! `/healthz` says how much of it waits and why.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -106,7 +107,7 @@ struct App {
 /// What `/healthz` says of the outbox, as of the publisher's last pass. The status stays "ok" while a broker is
 /// away: the hook decides without it by design, and a liveness probe must not restart a server for it; the
 /// pending entries and the error say how far behind Kafka is, and why.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Serialize)]
 struct OutboxHealth {
     /// Entries no broker has acknowledged yet.
     pending: u64,
