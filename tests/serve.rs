@@ -324,6 +324,29 @@ fn decisions_reach_kafka_exactly_once_across_a_broker_outage() {
     assert_eq!(server.health()["outbox"]["last_error"], Value::Null);
 }
 
+// SPEC 6 outbox: one idempotent producer publishes every pass. A producer per pass asked the broker for a
+// producer id each second it had something to send, and a broker keeps every one (Tansu in its `producer` table).
+#[test]
+fn one_producer_publishes_pass_after_pass() {
+    let test = ledger_with(hard_policy(1_000_000, Window::MONTH));
+    let data = tempfile::tempdir().unwrap();
+    let Some(broker) = Broker::tansu_sqlite(&data.path().join("tansu.db"), None) else { return };
+    let server = Server::start(&test, &["--brokers", &broker.bootstrap]);
+    for i in 0..8 {
+        assert_eq!(server.check(&format!("k-{i}"), 1).0, 200);
+        let started = std::time::Instant::now();
+        while sql_i64(&test, "SELECT COUNT(*) FROM outbox_published") < 2 * (i + 1) {
+            assert!(started.elapsed() < Duration::from_secs(30), "the outbox did not publish check {i}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let tansu =
+        rusqlite::Connection::open_with_flags(data.path().join("tansu.db"), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    let producers: i64 = tansu.query_row("SELECT COUNT(*) FROM producer", [], |r| r.get(0)).unwrap();
+    assert_eq!(producers, 1, "eight passes published through one producer id");
+}
+
 // SPEC 6 outbox, for the on-call engineer: on a broker that does not create topics, an outbox topic that is
 // missing is named (librdkafka itself only says that the messages timed out), and the rest is published.
 #[test]
