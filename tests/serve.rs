@@ -107,6 +107,23 @@ fn sql_i64(test: &TestLedger, sql: &str) -> i64 {
     ledger.connection().query_row(sql, [], |r| r.get(0)).unwrap()
 }
 
+/// Asks `probe` every 100 ms until it answers, for `limit_secs` at most; then fails, saying `what` did not happen.
+fn eventually<T>(limit_secs: u64, what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(answer) = probe() {
+            return answer;
+        }
+        assert!(started.elapsed() < Duration::from_secs(limit_secs), "{what} within {limit_secs} s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits until the serving process's publisher has recorded `entries` acknowledgements.
+fn wait_published(test: &TestLedger, entries: i64, limit_secs: u64, what: &str) {
+    eventually(limit_secs, what, || (sql_i64(test, "SELECT COUNT(*) FROM outbox_published") >= entries).then_some(()))
+}
+
 // SPEC 6: 64 concurrent HTTP clients with random amounts against one HARD limit: never more than fits, no denial that would have fit, and the ledger agrees.
 #[test]
 fn sixty_four_clients_never_get_more_than_fits() {
@@ -273,11 +290,7 @@ fn decisions_reach_kafka_exactly_once_across_a_broker_outage() {
         assert_eq!(server.check(&format!("before-{i}"), 1).0, 200);
     }
     // Published before the outage, so that the outage meets a producer the broker knows.
-    let started = std::time::Instant::now();
-    while sql_i64(&test, "SELECT COUNT(*) FROM outbox_published") < 40 {
-        assert!(started.elapsed() < Duration::from_secs(30), "the outbox did not publish before the outage");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_published(&test, 40, 30, "the outbox published before the outage");
     drop(broker);
     for i in 0..30 {
         assert_eq!(server.check(&format!("during-{i}"), 1).0, 200, "the hook decides while the broker is down");
@@ -287,16 +300,11 @@ fn decisions_reach_kafka_exactly_once_across_a_broker_outage() {
     std::thread::sleep(Duration::from_secs(8));
     // The server stays healthy (it decides), and says, once the publisher's attempt has failed, how much waits
     // and why.
-    let started = std::time::Instant::now();
-    let health = loop {
+    let health = eventually(30, "healthz named an error", || {
         let health = server.health();
         assert_eq!(health["status"], "ok", "{health}");
-        if health["outbox"]["last_error"].is_string() {
-            break health;
-        }
-        assert!(started.elapsed() < Duration::from_secs(30), "healthz names no error: {health}");
-        std::thread::sleep(Duration::from_millis(200));
-    };
+        health["outbox"]["last_error"].is_string().then_some(health)
+    });
     assert_eq!(health["outbox"]["pending"], 60, "30 decisions and their usage wait: {health}");
     let broker = Broker::tansu_sqlite(&data.path().join("tansu.db"), Some(port)).expect("Tansu restarts");
     let expected: Vec<String> = {
@@ -306,22 +314,17 @@ fn decisions_reach_kafka_exactly_once_across_a_broker_outage() {
         statement.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
     };
     assert_eq!(expected.len(), 50);
-    let started = std::time::Instant::now();
-    while sql_i64(&test, "SELECT COUNT(*) FROM outbox_published") < 100 {
-        assert!(started.elapsed() < Duration::from_secs(60), "the outbox did not drain after the broker came back");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_published(&test, 100, 60, "the outbox drained after the broker came back");
     let mut on_topic = event_ids_on_topic(&broker.bootstrap, "quota.decisions", expected.len());
     on_topic.sort();
     let mut expected = expected;
     expected.sort();
     assert_eq!(on_topic, expected, "every decision exactly once");
-    let started = std::time::Instant::now();
-    while server.health()["outbox"]["pending"] != 0 {
-        assert!(started.elapsed() < Duration::from_secs(10), "healthz still counts entries: {}", server.health());
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    assert_eq!(server.health()["outbox"]["last_error"], Value::Null);
+    let health = eventually(10, "healthz counted no entry pending", || {
+        let health = server.health();
+        (health["outbox"]["pending"] == 0).then_some(health)
+    });
+    assert_eq!(health["outbox"]["last_error"], Value::Null, "{health}");
 }
 
 // SPEC 6 outbox: one idempotent producer publishes every pass. A producer per pass asked the broker for a
@@ -334,11 +337,7 @@ fn one_producer_publishes_pass_after_pass() {
     let server = Server::start(&test, &["--brokers", &broker.bootstrap]);
     for i in 0..8 {
         assert_eq!(server.check(&format!("k-{i}"), 1).0, 200);
-        let started = std::time::Instant::now();
-        while sql_i64(&test, "SELECT COUNT(*) FROM outbox_published") < 2 * (i + 1) {
-            assert!(started.elapsed() < Duration::from_secs(30), "the outbox did not publish check {i}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_published(&test, 2 * (i + 1), 30, &format!("the outbox published check {i}"));
     }
     let tansu =
         rusqlite::Connection::open_with_flags(data.path().join("tansu.db"), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
@@ -355,16 +354,12 @@ fn a_missing_topic_is_named_and_the_others_are_published() {
     let Some(broker) = Broker::tansu_with_only(&["quota.decisions"]) else { return };
     let server = Server::start(&test, &["--brokers", &broker.bootstrap]);
     assert_eq!(server.check("k-1", 3).0, 200);
-    let started = std::time::Instant::now();
-    let error = loop {
+    let health = eventually(30, "healthz named an error", || {
         let health = server.health();
-        if let Some(error) = health["outbox"]["last_error"].as_str() {
-            assert_eq!(health["outbox"]["pending"], 1, "the usage event waits: {health}");
-            break error.to_string();
-        }
-        assert!(started.elapsed() < Duration::from_secs(30), "healthz names no error: {health}");
-        std::thread::sleep(Duration::from_millis(200));
-    };
+        health["outbox"]["last_error"].is_string().then_some(health)
+    });
+    assert_eq!(health["outbox"]["pending"], 1, "the usage event waits: {health}");
+    let error = health["outbox"]["last_error"].as_str().unwrap();
     assert!(error.starts_with("quota.usage does not exist on "), "{error}");
     assert!(error.contains("quota-ledger topics create"), "{error}");
     assert_eq!(
@@ -383,11 +378,7 @@ fn ingest_sees_the_hooks_own_events_as_duplicates() {
     for i in 0..10 {
         assert_eq!(server.check(&format!("k-{i}"), 3).0, 200);
     }
-    let started = std::time::Instant::now();
-    while sql_i64(&test, "SELECT COUNT(*) FROM outbox_published") < 20 {
-        assert!(started.elapsed() < Duration::from_secs(30), "the outbox did not drain");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_published(&test, 20, 30, "the outbox drained");
     drop(server);
     let before = test.status();
     let report = test.run(&["ingest", "--brokers", &broker.bootstrap, "--until-caught-up", "--json"]).success().json();

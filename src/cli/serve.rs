@@ -214,8 +214,9 @@ fn spawn_outbox_publisher(
                 Err(error) => {
                     let error = format!("{:#}", anyhow::Error::new(error));
                     eprintln!("serve: outbox: {error}");
-                    let pending = seen.lock().expect("never poisoned").pending;
-                    OutboxHealth::now(outbox.pending_count().unwrap_or(pending), Some(error))
+                    let pending =
+                        outbox.pending_count().unwrap_or_else(|_| seen.lock().expect("never poisoned").pending);
+                    OutboxHealth::now(pending, Some(error))
                 }
             };
             *seen.lock().expect("never poisoned") = pass;
