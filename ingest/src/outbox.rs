@@ -4,7 +4,7 @@
 //! again by the next publish, so a broker outage delays them and never loses one. An entry acknowledged but not
 //! yet recorded when the process dies is sent twice: consumers deduplicate by event_id (SPEC 4.3).
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -50,8 +50,8 @@ pub enum OutboxPublishError {
 /// connection, or (`serve`) a connection that reads and the enforcement hook's writer, the ledger's one writer, that
 /// records.
 pub trait Outbox {
-    /// Up to `limit` pending entries, oldest first.
-    fn pending(&self, limit: u64) -> Result<Vec<ledger::OutboxEntry>, ledger::ReadError>;
+    /// Up to `limit` pending entries after `after` (from the first when `None`), oldest first.
+    fn pending(&self, after: Option<u64>, limit: u64) -> Result<Vec<ledger::OutboxEntry>, ledger::ReadError>;
     /// Makes everything committed so far durable, before what was read is published ([`Ledger::sync_log`]).
     fn sync_log(&self) -> std::io::Result<()>;
     /// Records that a broker acknowledged these (seq, topic).
@@ -61,8 +61,8 @@ pub trait Outbox {
 }
 
 impl Outbox for Ledger {
-    fn pending(&self, limit: u64) -> Result<Vec<ledger::OutboxEntry>, ledger::ReadError> {
-        self.outbox_pending(limit)
+    fn pending(&self, after: Option<u64>, limit: u64) -> Result<Vec<ledger::OutboxEntry>, ledger::ReadError> {
+        self.outbox_pending_after(after, limit)
     }
 
     fn sync_log(&self) -> std::io::Result<()> {
@@ -166,6 +166,9 @@ pub struct Publisher {
     brokers: String,
     /// How long one attempt waits for the broker (librdkafka's `delivery.timeout.ms`).
     attempt_ms: u64,
+    /// Topics the brokers did not have at the last look: their entries wait, and are not sent until the brokers
+    /// list them (looked up again at the start of every publish).
+    missing: BTreeSet<String>,
 }
 
 impl Publisher {
@@ -179,10 +182,12 @@ impl Publisher {
         let attempt_ms = attempt.as_millis().clamp(1_000, 120_000) as u64;
         config.set("delivery.timeout.ms", attempt_ms.to_string()).set("client.id", "quota-ledger-outbox");
         let producer = create(&config, brokers)?;
-        Ok(Publisher { config, producer, brokers: brokers.to_string(), attempt_ms })
+        Ok(Publisher { config, producer, brokers: brokers.to_string(), attempt_ms, missing: BTreeSet::new() })
     }
 
-    /// Publishes every pending outbox entry, retrying until all are acknowledged or `timeout` has passed.
+    /// Publishes every pending outbox entry, retrying until all are acknowledged or `timeout` has passed. Entries
+    /// for a topic the brokers do not have are left pending, and the pass reads on past them: the rest is published
+    /// whatever waits ahead of it, and the pass ends once only such entries are left.
     pub fn publish(
         &mut self,
         outbox: &mut impl Outbox,
@@ -191,10 +196,24 @@ impl Publisher {
     ) -> Result<PublishReport, OutboxPublishError> {
         let started = Instant::now();
         let mut report = PublishReport::default();
+        if !self.missing.is_empty() {
+            // Created since the last pass? Asked once per pass, not for every entry that waits.
+            if let Some(known) = self.known_topics() {
+                self.missing.retain(|topic| !known.contains(topic));
+            }
+        }
+        // The last entry read in this pass: the next chunk starts after it, past the entries left pending.
+        let mut after = None;
         loop {
-            let pending = outbox.pending(OUTBOX_CHUNK_ENTRIES)?;
+            let read = outbox.pending(after, OUTBOX_CHUNK_ENTRIES)?;
+            let Some(last) = read.last() else { break };
+            after = Some(last.seq);
+            let pending: Vec<_> = read
+                .into_iter()
+                .filter(|e| topics.topic_of(e.event_type).is_none_or(|t| !self.missing.contains(t)))
+                .collect();
             if pending.is_empty() {
-                break;
+                continue;
             }
             // In the ledger first, on the disk too: the enforcement hook answers a group only once a sync covered
             // it, but its commits are visible to this connection a moment before (`Ledger::sync_log_apart`). A
@@ -209,7 +228,15 @@ impl Publisher {
             }
             if acknowledged.len() < pending.len() {
                 let error = self.producer.context().last_error.lock().expect("never poisoned").take();
-                report.last_error = Some(self.missing_topics(&pending, topics).or(error).unwrap_or_else(|| {
+                self.producer = create(&self.config, &self.brokers)?;
+                let missing = self.missing_topics(&pending, topics);
+                if !missing.is_empty() {
+                    // The entries for those topics wait; the next chunk reads on past them at once.
+                    self.missing.extend(missing);
+                    continue;
+                }
+                // An outage, or a broker slower than the attempt: everything from the first entry again.
+                report.last_error = Some(error.unwrap_or_else(|| {
                     format!(
                         "{} of {} entries not acknowledged within {} ms",
                         pending.len() - acknowledged.len(),
@@ -217,7 +244,7 @@ impl Publisher {
                         self.attempt_ms
                     )
                 }));
-                self.producer = create(&self.config, &self.brokers)?;
+                after = None;
                 if started.elapsed() >= timeout {
                     break;
                 }
@@ -225,28 +252,40 @@ impl Publisher {
             }
         }
         report.pending = outbox.pending_count()?;
+        if report.pending > 0 && !self.missing.is_empty() {
+            report.last_error = Some(self.missing_message());
+        }
         Ok(report)
     }
 
-    /// Names the topics of `pending` the brokers do not have, if they answer: to librdkafka a message for a topic
-    /// that does not exist on a broker that does not create topics only times out, the same error as an outage.
-    fn missing_topics(&self, pending: &[ledger::OutboxEntry], topics: &OutboxTopics) -> Option<String> {
+    /// The topics the brokers list, if they answer.
+    fn known_topics(&self) -> Option<HashSet<String>> {
         let metadata = self.producer.client().fetch_metadata(None, Duration::from_millis(METADATA_WAIT_MS)).ok()?;
         // Listed is there, even while its partitions have no leader: a broker lists every topic it has.
-        let known: HashSet<&str> = metadata.topics().iter().map(|t| t.name()).collect();
-        let mut missing: Vec<&str> =
-            pending.iter().filter_map(|e| topics.topic_of(e.event_type)).filter(|t| !known.contains(t)).collect();
-        missing.sort_unstable();
-        missing.dedup();
-        (!missing.is_empty()).then(|| {
-            format!(
-                "{} {} not exist on {} (`quota-ledger topics create --brokers {}` creates them)",
-                missing.join(", "),
-                if missing.len() == 1 { "does" } else { "do" },
-                self.brokers,
-                self.brokers
-            )
-        })
+        Some(metadata.topics().iter().map(|t| t.name().to_string()).collect())
+    }
+
+    /// The topics of `pending` the brokers do not have, if they answer: to librdkafka a message for a topic that
+    /// does not exist on a broker that does not create topics only times out, the same error as an outage.
+    fn missing_topics(&self, pending: &[ledger::OutboxEntry], topics: &OutboxTopics) -> BTreeSet<String> {
+        let Some(known) = self.known_topics() else { return BTreeSet::new() };
+        pending
+            .iter()
+            .filter_map(|e| topics.topic_of(e.event_type))
+            .filter(|t| !known.contains(*t))
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// What an operator reads while entries wait for missing topics, and how to mend it.
+    fn missing_message(&self) -> String {
+        format!(
+            "{} {} not exist on {} (`quota-ledger topics create --brokers {}` creates them)",
+            self.missing.iter().map(String::as_str).collect::<Vec<_>>().join(", "),
+            if self.missing.len() == 1 { "does" } else { "do" },
+            self.brokers,
+            self.brokers
+        )
     }
 }
 

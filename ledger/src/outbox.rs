@@ -56,7 +56,13 @@ pub(crate) fn enqueue(tx: &Transaction<'_>, outcomes: &[AppendOutcome]) -> rusql
 impl Ledger {
     /// Up to `limit` pending outbox entries, oldest first.
     pub fn outbox_pending(&self, limit: u64) -> Result<Vec<OutboxEntry>, ReadError> {
-        let from = cursor(&self.conn)?;
+        self.outbox_pending_after(None, limit)
+    }
+
+    /// Up to `limit` pending outbox entries after `after` (from the first when `None`), oldest first: a publisher
+    /// that leaves some entries pending reads on past them.
+    pub fn outbox_pending_after(&self, after: Option<u64>, limit: u64) -> Result<Vec<OutboxEntry>, ReadError> {
+        let from = cursor(&self.conn)?.max(after.map_or(0, |seq| seq as i64 + 1));
         let mut statement = self.conn.prepare_cached(concat!(
             "SELECT e.seq, e.event_type, e.event_id, e.tenant, e.payload_fingerprint, e.payload
              FROM outbox o JOIN entries e ON e.seq = o.seq
@@ -163,19 +169,21 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(32))]
         // Proves that, whatever the broker acknowledges in whatever order, the pending entries and their count are
-        // exactly those enqueued and not acknowledged (entries outside the outbox never among them), that the
-        // cursor never passes a pending entry, and that it reaches past the last entry once all are published.
+        // exactly those enqueued and not acknowledged (entries outside the outbox never among them), that those read
+        // after any sequence number are exactly the pending ones above it, that the cursor never passes a pending
+        // entry, and that it reaches past the last entry once all are published.
         #[test]
         fn pending_is_what_was_enqueued_and_not_acknowledged(
             rounds in prop::collection::vec(
-                (1usize..6, any::<bool>(), prop::collection::vec(any::<prop::sample::Index>(), 0..6)), 1..12),
+                (1usize..6, any::<bool>(), prop::collection::vec(any::<prop::sample::Index>(), 0..6),
+                 any::<prop::sample::Index>()), 1..12),
         ) {
             let dir = tempfile::tempdir().unwrap();
             let mut ledger = Ledger::open(dir.path().join("ledger.db")).unwrap();
             let mut enqueued = BTreeSet::new();
             let mut published = BTreeSet::new();
             let mut next_id = 0;
-            for (events, outbox, acks) in rounds {
+            for (events, outbox, acks, after) in rounds {
                 let incoming = (0..events).map(|_| { next_id += 1; usage(&format!("e-{next_id}")) }).collect();
                 let report = ledger.append(&Batch { events: incoming, outbox, ..Batch::default() }).unwrap();
                 if outbox {
@@ -190,6 +198,12 @@ mod tests {
                 let expected: Vec<u64> = enqueued.difference(&published).copied().collect();
                 let read: Vec<u64> = ledger.outbox_pending(1_000).unwrap().iter().map(|e| e.seq).collect();
                 prop_assert_eq!(&read, &expected);
+                // Read on past any sequence number: what is pending after it, whether or not it is pending itself.
+                let after = after.index(next_id as usize + 1) as u64;
+                let read_after: Vec<u64> =
+                    ledger.outbox_pending_after(Some(after), 1_000).unwrap().iter().map(|e| e.seq).collect();
+                let expected_after: Vec<u64> = expected.iter().copied().filter(|seq| *seq > after).collect();
+                prop_assert_eq!(read_after, expected_after);
                 prop_assert_eq!(ledger.outbox_pending_count().unwrap(), expected.len() as u64);
                 prop_assert_eq!(ledger.outbox_status().unwrap().pending, expected.len() as u64);
                 let cursor = super::cursor(ledger.connection()).unwrap() as u64;

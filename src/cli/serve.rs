@@ -237,8 +237,8 @@ struct HookOutbox {
 }
 
 impl Outbox for HookOutbox {
-    fn pending(&self, limit: u64) -> Result<Vec<ledger::OutboxEntry>, ledger::ReadError> {
-        self.reader.outbox_pending(limit)
+    fn pending(&self, after: Option<u64>, limit: u64) -> Result<Vec<ledger::OutboxEntry>, ledger::ReadError> {
+        self.reader.outbox_pending_after(after, limit)
     }
 
     fn sync_log(&self) -> std::io::Result<()> {
