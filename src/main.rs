@@ -65,6 +65,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    init_logging();
     let result = match cli.command {
         Command::Schemas(command) => cli::schemas::run(command),
         Command::Ingest(args) => cli::ingest::run(&cli.ledger, args),
@@ -91,4 +92,21 @@ fn main() -> ExitCode {
             ExitCode::from(cli::EXIT_ERROR)
         }
     }
+}
+
+/// Log lines on stderr: librdkafka's warnings and errors, named after the client that wrote them (`outbox:
+/// librdkafka FAIL: ...`). rdkafka's own (its "Global error" lines repeat librdkafka's) and every other crate's
+/// are off. `QUOTA_LEDGER_LOG` takes `RUST_LOG`'s syntax for more, e.g. `librdkafka=debug` with `-X
+/// debug=broker,protocol` (the log level of the Kafka clients follows it), or `rdkafka=warn`.
+fn init_logging() {
+    use std::io::Write;
+    env_logger::Builder::new()
+        .filter_level(log::LevelFilter::Off)
+        .filter_module("librdkafka", log::LevelFilter::Warn)
+        .parse_env(env_logger::Env::new().filter("QUOTA_LEDGER_LOG"))
+        .format(|out, record| match record.target() {
+            "librdkafka" => writeln!(out, "{}", record.args()),
+            target => writeln!(out, "{target} {}: {}", record.level(), record.args()),
+        })
+        .init();
 }

@@ -9,6 +9,8 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 /// How long the broker may take to create the topics.
 const CREATE_TIMEOUT_MS: u64 = 30_000;
+/// How long the brokers may take to answer at all.
+const REACH_TIMEOUT_MS: u64 = 10_000;
 
 /// Creating topics failed.
 #[derive(Debug, thiserror::Error)]
@@ -16,6 +18,8 @@ const CREATE_TIMEOUT_MS: u64 = 30_000;
 pub enum AdminError {
     #[error("cannot create the Kafka admin client for {brokers}")]
     Client { brokers: String, source: KafkaError },
+    #[error("no broker at {brokers} answered within {timeout_ms} ms")]
+    Unreachable { brokers: String, timeout_ms: u64, source: KafkaError },
     #[error("creating topics on {brokers} failed")]
     Request { brokers: String, source: KafkaError },
     #[error("topic {topic}: {code}")]
@@ -37,6 +41,11 @@ pub fn create_topics(
     }
     let client: AdminClient<DefaultClientContext> =
         config.create().map_err(|source| AdminError::Client { brokers: brokers.to_string(), source })?;
+    // Without a broker, the create request waits a minute in silence and ends as "Timed out" (librdkafka's lines
+    // that say why never reach an admin client's caller): the brokers' metadata, asked first, fails sooner.
+    client.inner().fetch_metadata(None, Duration::from_millis(REACH_TIMEOUT_MS)).map_err(|source| {
+        AdminError::Unreachable { brokers: brokers.to_string(), timeout_ms: REACH_TIMEOUT_MS, source }
+    })?;
     let new_topics: Vec<NewTopic<'_>> =
         topics.iter().map(|t| NewTopic::new(t, partitions, TopicReplication::Fixed(1))).collect();
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_millis(CREATE_TIMEOUT_MS)));

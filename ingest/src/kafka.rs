@@ -120,7 +120,11 @@ struct IngestContext {
     shared: Arc<Mutex<Shared>>,
 }
 
-impl ClientContext for IngestContext {}
+impl ClientContext for IngestContext {
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        crate::log_librdkafka("ingest", level, facility, message);
+    }
+}
 
 impl ConsumerContext for IngestContext {
     fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
@@ -179,8 +183,8 @@ fn consumer_config(settings: &KafkaIngestSettings) -> ClientConfig {
         // default), which is what a restart after a crash waits for.
         .set("max.poll.interval.ms", "30000")
         // Bounds the prefetched queue per partition (librdkafka's default is 64 MiB).
-        .set("queued.max.messages.kbytes", "16384")
-        .set_log_level(RDKafkaLogLevel::Warning);
+        .set("queued.max.messages.kbytes", "16384");
+    // The log level follows the binary's logger (warnings by default, `QUOTA_LEDGER_LOG` for more).
     for (key, value) in &settings.overrides {
         config.set(key, value);
     }

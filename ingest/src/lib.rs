@@ -22,3 +22,20 @@ pub mod lock;
 pub mod outbox;
 pub mod produce;
 pub mod topics;
+
+use rdkafka::config::RDKafkaLogLevel;
+
+/// librdkafka's log lines through the `log` crate (target `librdkafka`), named after the client that wrote them:
+/// rdkafka's own forwarding does not say which client of a process a line came from. The binary prints warnings
+/// and errors on stderr.
+pub(crate) fn log_librdkafka(client: &str, level: RDKafkaLogLevel, facility: &str, message: &str) {
+    let level = match level {
+        RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error => {
+            log::Level::Error
+        }
+        RDKafkaLogLevel::Warning => log::Level::Warn,
+        RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => log::Level::Info,
+        RDKafkaLogLevel::Debug => log::Level::Debug,
+    };
+    log::log!(target: "librdkafka", level, "{client}: librdkafka {facility}: {message}");
+}

@@ -120,10 +120,9 @@ struct Acknowledged {
 }
 
 impl ClientContext for Acknowledged {
-    // librdkafka's warnings and errors (`producer_config`'s level) on stderr, where `serve` reports: no logger is
-    // installed, and an outbox that does not publish must say why.
-    fn log(&self, _level: RDKafkaLogLevel, facility: &str, message: &str) {
-        eprintln!("outbox: librdkafka {facility}: {message}");
+    // An outbox that does not publish must say why: librdkafka's warnings reach `serve`'s stderr.
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        crate::log_librdkafka("outbox", level, facility, message);
     }
 }
 

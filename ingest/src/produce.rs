@@ -38,7 +38,11 @@ struct DeliveryCounter {
     first_error: std::sync::Mutex<Option<String>>,
 }
 
-impl ClientContext for DeliveryCounter {}
+impl ClientContext for DeliveryCounter {
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        crate::log_librdkafka("produce", level, facility, message);
+    }
+}
 
 impl ProducerContext for DeliveryCounter {
     type DeliveryOpaque = ();
@@ -79,8 +83,8 @@ pub(crate) fn producer_config(brokers: &str, overrides: &[(String, String)]) -> 
         .set("acks", "all")
         .set("delivery.timeout.ms", DELIVERY_TIMEOUT_MS.to_string())
         .set("queue.buffering.max.messages", QUEUE_MAX_MESSAGES.to_string())
-        .set("linger.ms", "5")
-        .set_log_level(RDKafkaLogLevel::Warning);
+        .set("linger.ms", "5");
+    // The log level follows the binary's logger (warnings by default, `QUOTA_LEDGER_LOG` for more).
     for (key, value) in overrides {
         config.set(key, value);
     }
