@@ -1,0 +1,88 @@
+//! The `bench` subcommands run as a user runs them, at sizes a test can afford: each finishes and prints the
+//! figures its README section reports, for every peer. No figure's value is asserted (performance is measured
+//! by running the benchmarks, never by timing a test), only that each is there and makes sense.
+
+mod support;
+
+use std::process::Command;
+
+use serde_json::Value;
+use support::*;
+
+fn bench_json(args: &[&str]) -> Value {
+    let mut all = vec!["bench"];
+    all.extend_from_slice(args);
+    all.push("--json");
+    run(&all, b"").success().json()
+}
+
+fn positive(value: &Value, field: &str) -> f64 {
+    let number = value[field].as_f64().unwrap_or_else(|| panic!("{field} is not a number: {value}"));
+    assert!(number > 0.0, "{field} is {number}: {value}");
+    number
+}
+
+#[test]
+fn bench_append_measures_the_ledger_beside_bare_inserts() {
+    let figures = bench_json(&["append", "--events", "2000"]);
+    assert_eq!(figures["events"], 2000, "{figures}");
+    let ledger = positive(&figures, "ledger_events_per_second");
+    let bare = positive(&figures, "bare_insert_events_per_second");
+    let ratio = positive(&figures, "ratio");
+    assert!((ratio - ledger / bare).abs() < 1e-9, "ratio is the ledger's rate over the bare inserts': {figures}");
+}
+
+#[test]
+fn bench_reconcile_times_a_first_run_and_a_rerun() {
+    let figures = bench_json(&["reconcile", "--events", "20000", "--tenants", "10"]);
+    assert_eq!(figures["tenants"], 10, "{figures}");
+    // The generated month holds duplicates, which are not recorded as new events.
+    let recorded = positive(&figures, "events_recorded");
+    assert!(recorded <= 20_000.0, "{figures}");
+    for field in ["first_run_seconds", "first_run_peak_memory_mib", "rerun_seconds", "rerun_peak_memory_mib"] {
+        positive(&figures, field);
+    }
+    positive(&figures, "adjustments_written");
+}
+
+// Issue 6's benchmark: every peer at every concurrency, Redis+Lua included (Debian's redis-server, which
+// `.ci/run` installs; `QUOTA_LEDGER_SKIP_REDIS=1` skips this test explicitly).
+#[test]
+fn bench_hook_measures_every_peer_beside_redis() {
+    if std::env::var("QUOTA_LEDGER_SKIP_REDIS").is_ok_and(|v| v == "1") {
+        eprintln!("QUOTA_LEDGER_SKIP_REDIS=1: skipping bench hook");
+        return;
+    }
+    if let Err(error) = Command::new("redis-server").arg("--version").output() {
+        panic!(
+            "bench hook needs redis-server on PATH ({error}): apt-get install redis-server (or QUOTA_LEDGER_SKIP_REDIS=1)"
+        );
+    }
+    let figures = bench_json(&["hook", "--concurrency", "1,2", "--seconds", "0.3"]);
+    let figures = figures.as_array().expect("an array of measurements");
+    let peers = [
+        "hook in-process (Full)",
+        "hook in-process (Normal)",
+        "hook in-process (Normal, 10000 holds)",
+        "hook over HTTP (full)",
+        "hook over HTTP (normal)",
+        "hook over HTTP (normal, publishing)",
+        "redis+lua (no persistence)",
+        "redis+lua (appendfsync always)",
+    ];
+    for clients in [1, 2] {
+        for peer in peers {
+            let found: Vec<&Value> =
+                figures.iter().filter(|f| f["peer"] == peer && f["concurrency"] == clients).collect();
+            assert_eq!(found.len(), 1, "one measurement of {peer} at {clients} clients: {figures:?}");
+            let f = found[0];
+            positive(f, "requests");
+            positive(f, "decisions_per_second");
+            let (p50, p99) = (positive(f, "p50_us"), positive(f, "p99_us"));
+            assert!(p50 <= p99, "p50 at most p99: {f}");
+            // Only the publishing peer says when its outbox caught up.
+            assert_eq!(f.get("outbox_caught_up_ms").is_some(), peer.ends_with("publishing)"), "{f}");
+        }
+    }
+    assert_eq!(figures.len(), 2 * peers.len(), "nothing else measured: {figures:?}");
+}
