@@ -146,6 +146,21 @@ fn a_second_ingest_on_the_same_ledger_is_refused() {
     assert_ledger_matches(&ledger, &report);
 }
 
+// For the on-call engineer: ingest on a broker that lacks some of its topics (Tansu does not create them) stops
+// naming exactly those, with the command that creates them, where librdkafka says only "Unknown topic or partition".
+#[test]
+fn ingest_names_the_topics_the_broker_lacks() {
+    let Some(broker) = Broker::tansu_with_only(&["quota.usage", "quota.policies"]) else { return };
+    let ledger = TestLedger::new();
+    let refused = ledger.run(&["ingest", "--brokers", &broker.bootstrap, "--until-caught-up"]).expect_code(2);
+    let named = format!(
+        "quota.decisions, quota.grants, quota.reservations do not exist on {0} \
+         (`quota-ledger topics create --brokers {0}` creates them)",
+        broker.bootstrap
+    );
+    assert!(refused.stderr.contains(&named), "stderr should say {named:?}: {}", refused.stderr);
+}
+
 // `generate --out` writes one container file per record type; ingesting them all gives exactly the report's counts.
 #[test]
 fn generated_container_files_ingest_to_the_reported_counts() {

@@ -15,14 +15,14 @@ use std::time::{Duration, Instant};
 use ledger::{AppendError, Batch, Incoming, Ledger, Origin, Rejected, SourceOffset};
 use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use schemas::{Catalog, DecodeError};
 use serde::Serialize;
 
-use crate::topics::Topics;
+use crate::topics::{Topics, missing_topics};
 
 /// Most messages in one ledger append. A batch of this size is a few MB of decoded events and amortises the
 /// commit's fsync; larger batches gain little (see `bench append`).
@@ -76,6 +76,8 @@ pub enum KafkaIngestError {
     Subscribe { topics: String, source: KafkaError },
     #[error("Kafka consumer failed")]
     Consume(#[source] KafkaError),
+    #[error("{}", crate::topics::missing_topics_message(missing, brokers))]
+    MissingTopics { missing: BTreeSet<String>, brokers: String },
     #[error("no partition of {topics} was assigned within {waited_ms} ms: do the topics exist on {brokers}?")]
     NoAssignment { topics: String, brokers: String, waited_ms: u64 },
     #[error("cannot read the high watermark of {topic}[{partition}]")]
@@ -84,6 +86,22 @@ pub enum KafkaIngestError {
     Append(#[from] AppendError),
     #[error("cannot read the ledger's offsets")]
     Offsets(#[from] ledger::ReadError),
+}
+
+/// A consumer's error, naming the subscribed topics the brokers do not have when that is what it is: librdkafka
+/// says "Unknown topic or partition" without naming it.
+fn consume_error(
+    consumer: &BaseConsumer<IngestContext>,
+    settings: &KafkaIngestSettings,
+    error: KafkaError,
+) -> KafkaIngestError {
+    if error.rdkafka_error_code() == Some(RDKafkaErrorCode::UnknownTopicOrPartition)
+        && let Some(missing) = missing_topics(consumer.client(), settings.topics.names())
+        && !missing.is_empty()
+    {
+        return KafkaIngestError::MissingTopics { missing, brokers: settings.brokers.clone() };
+    }
+    KafkaIngestError::Consume(error)
 }
 
 /// Progress of a running ingest, for the display.
@@ -227,7 +245,7 @@ pub fn ingest_kafka(
         let polled = consumer.poll(Duration::from_millis(POLL_TIMEOUT_MS));
         let idle = polled.is_none();
         if let Some(message) = polled {
-            let message = message.map_err(KafkaIngestError::Consume)?;
+            let message = message.map_err(|error| consume_error(&consumer, settings, error))?;
             check_gap(&shared, &mut expected_offsets, &message, &mut progress);
             pending.push(decode(catalog, &settings.topics, &message));
             pending_since.get_or_insert_with(Instant::now);

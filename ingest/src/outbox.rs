@@ -17,6 +17,7 @@ use schemas::EventType;
 use serde::Serialize;
 
 use crate::produce::producer_config;
+use crate::topics::{missing_topics, missing_topics_message};
 
 /// Entries sent before waiting for their acknowledgements and recording them. Each chunk waits for its last
 /// acknowledgement: chunks of 1,000 published at most about 8,000 entries a second (to the mock broker on the same
@@ -25,8 +26,6 @@ pub const OUTBOX_CHUNK_ENTRIES: u64 = 10_000;
 /// Acknowledgements recorded per transaction: `serve` records them through the hook's writer, and each such
 /// transaction holds up the next group of decisions.
 pub const OUTBOX_RECORD_ENTRIES: usize = 1_000;
-/// How long a failed attempt waits for the brokers' list of topics, to name those missing.
-const METADATA_WAIT_MS: u64 = 2_000;
 /// Wait between two attempts while a broker does not acknowledge.
 pub const OUTBOX_RETRY_WAIT_MS: u64 = 1_000;
 
@@ -197,8 +196,9 @@ impl Publisher {
         let mut report = PublishReport::default();
         if !self.missing.is_empty() {
             // Created since the last pass? Asked once per pass, not for every entry that waits.
-            if let Some(known) = self.known_topics() {
-                self.missing.retain(|topic| !known.contains(topic));
+            let client = self.producer.client();
+            if let Some(still) = missing_topics(client, self.missing.iter().map(String::as_str)) {
+                self.missing = still;
             }
         }
         // The last entry read in this pass: the next chunk starts after it, past the entries left pending.
@@ -228,7 +228,8 @@ impl Publisher {
             if acknowledged.len() < pending.len() {
                 let error = self.producer.context().last_error.lock().expect("never poisoned").take();
                 self.producer = create(&self.config, &self.brokers)?;
-                let missing = self.missing_topics(&pending, topics);
+                let wanted = pending.iter().filter_map(|e| topics.topic_of(e.event_type));
+                let missing = missing_topics(self.producer.client(), wanted).unwrap_or_default();
                 if !missing.is_empty() {
                     // The entries for those topics wait; the next chunk reads on past them at once.
                     self.missing.extend(missing);
@@ -252,39 +253,9 @@ impl Publisher {
         }
         report.pending = outbox.pending_count()?;
         if report.pending > 0 && !self.missing.is_empty() {
-            report.last_error = Some(self.missing_message());
+            report.last_error = Some(missing_topics_message(&self.missing, &self.brokers));
         }
         Ok(report)
-    }
-
-    /// The topics the brokers list, if they answer.
-    fn known_topics(&self) -> Option<HashSet<String>> {
-        let metadata = self.producer.client().fetch_metadata(None, Duration::from_millis(METADATA_WAIT_MS)).ok()?;
-        // Listed is there, even while its partitions have no leader: a broker lists every topic it has.
-        Some(metadata.topics().iter().map(|t| t.name().to_string()).collect())
-    }
-
-    /// The topics of `pending` the brokers do not have, if they answer: to librdkafka a message for a topic that
-    /// does not exist on a broker that does not create topics only times out, the same error as an outage.
-    fn missing_topics(&self, pending: &[ledger::OutboxEntry], topics: &OutboxTopics) -> BTreeSet<String> {
-        let Some(known) = self.known_topics() else { return BTreeSet::new() };
-        pending
-            .iter()
-            .filter_map(|e| topics.topic_of(e.event_type))
-            .filter(|t| !known.contains(*t))
-            .map(str::to_string)
-            .collect()
-    }
-
-    /// What an operator reads while entries wait for missing topics, and how to mend it.
-    fn missing_message(&self) -> String {
-        format!(
-            "{} {} not exist on {} (`quota-ledger topics create --brokers {}` creates them)",
-            self.missing.iter().map(String::as_str).collect::<Vec<_>>().join(", "),
-            if self.missing.len() == 1 { "does" } else { "do" },
-            self.brokers,
-            self.brokers
-        )
     }
 }
 

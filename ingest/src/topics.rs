@@ -1,9 +1,14 @@
 //! Which topic carries which record type (SPEC 2), configurable per type.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::time::Duration;
 
+use rdkafka::client::{Client, ClientContext};
 use schemas::EventType;
+
+/// How long naming the missing topics waits for the brokers' list of topics.
+const METADATA_WAIT_MS: u64 = 2_000;
 
 /// The input topics and the record type each carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,4 +77,26 @@ impl fmt::Display for Topics {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.names().join(","))
     }
+}
+
+/// Which of `wanted` the brokers do not have, if they answer. On a broker that does not create topics (Tansu), a
+/// missing topic shows to a producer only as messages that time out, the same error as an outage, and to a
+/// consumer as "Unknown topic or partition" without its name.
+pub fn missing_topics<'a, C: ClientContext>(
+    client: &Client<C>,
+    wanted: impl IntoIterator<Item = &'a str>,
+) -> Option<BTreeSet<String>> {
+    let metadata = client.fetch_metadata(None, Duration::from_millis(METADATA_WAIT_MS)).ok()?;
+    // Listed is there, even while its partitions have no leader: a broker lists every topic it has.
+    let known: BTreeSet<&str> = metadata.topics().iter().map(|t| t.name()).collect();
+    Some(wanted.into_iter().filter(|t| !known.contains(t)).map(str::to_string).collect())
+}
+
+/// Names topics the brokers at `brokers` do not have, and how to create them.
+pub fn missing_topics_message(missing: &BTreeSet<String>, brokers: &str) -> String {
+    format!(
+        "{} {} not exist on {brokers} (`quota-ledger topics create --brokers {brokers}` creates them)",
+        missing.iter().map(String::as_str).collect::<Vec<_>>().join(", "),
+        if missing.len() == 1 { "does" } else { "do" },
+    )
 }
