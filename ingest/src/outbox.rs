@@ -167,6 +167,10 @@ pub struct Publisher {
     /// Topics the brokers did not have at the last look: their entries wait, and are not sent until the brokers
     /// list them (looked up again at the start of every publish).
     missing: BTreeSet<String>,
+    /// Every entry still pending up to this sequence number waits for a topic of `missing`, so a publish starts
+    /// after it: a backlog that grows while a topic is missing is not read again, payloads and all, at every
+    /// publish. Forgotten as soon as a missing topic appears.
+    skipped_through: Option<u64>,
 }
 
 impl Publisher {
@@ -180,7 +184,14 @@ impl Publisher {
         let attempt_ms = attempt.as_millis().clamp(1_000, 120_000) as u64;
         config.set("delivery.timeout.ms", attempt_ms.to_string()).set("client.id", "quota-ledger-outbox");
         let producer = create(&config, brokers)?;
-        Ok(Publisher { config, producer, brokers: brokers.to_string(), attempt_ms, missing: BTreeSet::new() })
+        Ok(Publisher {
+            config,
+            producer,
+            brokers: brokers.to_string(),
+            attempt_ms,
+            missing: BTreeSet::new(),
+            skipped_through: None,
+        })
     }
 
     /// Publishes every pending outbox entry, retrying until all are acknowledged or `timeout` has passed. Entries
@@ -198,14 +209,22 @@ impl Publisher {
             // Created since the last pass? Asked once per pass, not for every entry that waits.
             let client = self.producer.client();
             if let Some(still) = missing_topics(client, self.missing.iter().map(String::as_str)) {
+                if still.len() < self.missing.len() {
+                    self.skipped_through = None;
+                }
                 self.missing = still;
             }
         }
         // The last entry read in this pass: the next chunk starts after it, past the entries left pending.
-        let mut after = None;
+        let mut after = self.skipped_through;
         loop {
             let read = outbox.pending(after, OUTBOX_CHUNK_ENTRIES)?;
-            let Some(last) = read.last() else { break };
+            let Some(last) = read.last() else {
+                // Every entry up to `after` was published or waits for a missing topic.
+                self.skipped_through = after.filter(|_| !self.missing.is_empty());
+                break;
+            };
+            let chunk_from = after;
             after = Some(last.seq);
             let pending: Vec<_> = read
                 .into_iter()
@@ -231,8 +250,10 @@ impl Publisher {
                 let wanted = pending.iter().filter_map(|e| topics.topic_of(e.event_type));
                 let missing = missing_topics(self.producer.client(), wanted).unwrap_or_default();
                 if !missing.is_empty() {
-                    // The entries for those topics wait; the next chunk reads on past them at once.
+                    // The chunk again, at once: its entries for those topics wait, its others not acknowledged are
+                    // sent again.
                     self.missing.extend(missing);
+                    after = chunk_from;
                     continue;
                 }
                 // An outage, or a broker slower than the attempt: everything from the first entry again.
@@ -244,7 +265,7 @@ impl Publisher {
                         self.attempt_ms
                     )
                 }));
-                after = None;
+                after = self.skipped_through;
                 if started.elapsed() >= timeout {
                     break;
                 }
