@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 use axum::extract::rejection::JsonRejection;
@@ -31,9 +31,6 @@ use super::kafka_args::parse_setting;
 pub const BODY_LIMIT_BYTES: usize = 16 * 1024;
 /// How often the outbox is published when `--brokers` is given.
 pub const OUTBOX_INTERVAL_MS: u64 = 1_000;
-/// How often stderr repeats an unchanged reason why outbox entries wait (every publish said it: a line a
-/// second for as long as a topic is missing).
-const OUTBOX_REPEAT_SECS: u64 = 60;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -205,25 +202,20 @@ fn spawn_outbox_publisher(
     let seen = Arc::clone(&health);
     std::thread::Builder::new().name("outbox".into()).spawn(move || {
         let topics = ingest::outbox::OutboxTopics::defaults();
-        // The reason last printed, and when: said again when it changes, or once a minute.
-        let mut said: Option<(String, Instant)> = None;
+        let mut said = ingest::Said::default();
         loop {
             let pass = match publisher.publish(&mut outbox, &topics, timeout) {
                 Ok(report) => {
                     let last_error = report.last_error.filter(|_| report.pending > 0);
                     match &last_error {
-                        Some(error) => {
-                            let repeat = Duration::from_secs(OUTBOX_REPEAT_SECS);
-                            if said.as_ref().is_none_or(|(text, at)| text != error || at.elapsed() >= repeat) {
-                                eprintln!("serve: outbox: {} entries wait for the broker: {error}", report.pending);
-                                said = Some((error.clone(), Instant::now()));
-                            }
+                        Some(error) if said.again(error) => {
+                            eprintln!("serve: outbox: {} entries wait for the broker: {error}", report.pending);
                         }
-                        None => {
-                            if said.take().is_some() {
-                                eprintln!("serve: outbox: publishing again, {} entries pending", report.pending);
-                            }
+                        Some(_) => {}
+                        None if said.over() => {
+                            eprintln!("serve: outbox: publishing again, {} entries pending", report.pending);
                         }
+                        None => {}
                     }
                     OutboxHealth::now(report.pending, last_error)
                 }
