@@ -161,6 +161,87 @@ fn ingest_names_the_topics_the_broker_lacks() {
     assert!(refused.stderr.contains(&named), "stderr should say {named:?}: {}", refused.stderr);
 }
 
+/// `ingest` on `ledger` as a child process, its stderr into the file `ingest.err` of the ledger's directory.
+fn spawn_ingest(ledger: &TestLedger, broker: &str, extra: &[&str]) -> std::process::Child {
+    let ledger_path = ledger.path.to_str().expect("UTF-8").to_string();
+    let stderr = std::fs::File::create(ledger.file("ingest.err")).expect("a file for ingest's stderr");
+    std::process::Command::new(BIN)
+        .args(["--ledger", &ledger_path, "ingest", "--brokers", broker])
+        .args(extra)
+        .stdout(std::process::Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .expect("ingest starts")
+}
+
+/// Waits until the ledger holds `events` events (60 s at most).
+fn wait_recorded(ledger: &TestLedger, events: u64, what: &str) {
+    let started = Instant::now();
+    while Counts::of_status_or_zero(ledger).events_recorded < events {
+        assert!(started.elapsed() < Duration::from_secs(60), "{what}: {:?}", Counts::of_status_or_zero(ledger));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+// For the on-call engineer: a running ingest rides out a restart of its broker (librdkafka reconnects), where it
+// used to stop with "All broker connections are down"; what was produced on either side of the outage is
+// recorded, each event once, and stderr says why it waited and when the broker was back.
+#[test]
+fn a_running_ingest_rides_out_a_broker_restart() {
+    let data = tempfile::tempdir().unwrap();
+    let Some(broker) = Broker::tansu_sqlite(&data.path().join("tansu.db"), None) else { return };
+    let (port, bootstrap) = (broker.port(), broker.bootstrap.clone());
+    let ledger = TestLedger::new();
+    let before = generate_to(&broker, 5, 500, 21);
+    let mut ingest = spawn_ingest(&ledger, &bootstrap, &[]);
+    wait_recorded(&ledger, count(&before, "unique_events"), "ingest recorded what came before the outage");
+    drop(broker);
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(ingest.try_wait().expect("ingest's status").is_none(), "ingest still runs while the broker is away");
+    let broker = Broker::tansu_sqlite(&data.path().join("tansu.db"), Some(port)).expect("Tansu restarts");
+    let after = generate_to(&broker, 5, 500, 22);
+    let total = count(&before, "unique_events") + count(&after, "unique_events");
+    wait_recorded(&ledger, total, "ingest recorded what came after the outage");
+    // SAFETY: kill(2) on a child this test started.
+    unsafe { libc::kill(ingest.id() as i32, libc::SIGTERM) };
+    assert!(ingest.wait().expect("ingest exits").success(), "SIGTERM stops ingest cleanly");
+    let counts = Counts::of_status(&ledger.status());
+    assert_eq!(counts.events_recorded, total, "each event once");
+    assert_eq!(counts.duplicates, count(&before, "duplicates") + count(&after, "duplicates"));
+    ledger.assert_verifies();
+    let stderr = std::fs::read_to_string(ledger.file("ingest.err")).expect("ingest's stderr");
+    assert!(stderr.contains(&format!("ingest: waiting for the brokers at {bootstrap}")), "{stderr}");
+    assert!(stderr.contains(&format!("ingest: the brokers at {bootstrap} answer again")), "{stderr}");
+}
+
+// For the nightly job: `--until-caught-up` started while its broker is away waits for it (a minute at most), then
+// catches up and exits 0, rather than failing at the first refused connection.
+#[test]
+fn a_nightly_ingest_waits_for_its_broker() {
+    let data = tempfile::tempdir().unwrap();
+    let Some(broker) = Broker::tansu_sqlite(&data.path().join("tansu.db"), None) else { return };
+    let (port, bootstrap) = (broker.port(), broker.bootstrap.clone());
+    let report = generate_to(&broker, 5, 500, 23);
+    drop(broker);
+    let ledger = TestLedger::new();
+    let mut ingest = spawn_ingest(&ledger, &bootstrap, &["--until-caught-up"]);
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(ingest.try_wait().expect("ingest's status").is_none(), "ingest waits while the broker is away");
+    let _broker = Broker::tansu_sqlite(&data.path().join("tansu.db"), Some(port)).expect("Tansu restarts");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = ingest.try_wait().expect("ingest's status") {
+            break status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(90), "ingest did not catch up after the broker came back");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let stderr = std::fs::read_to_string(ledger.file("ingest.err")).expect("ingest's stderr");
+    assert!(status.success(), "ingest caught up once the broker was back: {stderr}");
+    assert!(stderr.contains(&format!("ingest: waiting for the brokers at {bootstrap}")), "{stderr}");
+    assert_ledger_matches(&ledger, &report);
+}
+
 // `generate --out` writes one container file per record type; ingesting them all gives exactly the report's counts.
 #[test]
 fn generated_container_files_ingest_to_the_reported_counts() {

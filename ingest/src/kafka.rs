@@ -35,6 +35,9 @@ const POLL_TIMEOUT_MS: u64 = 100;
 const WATERMARK_TIMEOUT_MS: u64 = 10_000;
 /// `--until-caught-up` gives up when the group assigns no partition for this long.
 pub const ASSIGNMENT_WAIT_MS: u64 = 60_000;
+/// `--until-caught-up` gives up when the brokers stay away this long. A running ingest waits for them as long as
+/// it takes: librdkafka reconnects on its own.
+pub const BROKERS_WAIT_MS: u64 = 60_000;
 
 /// Where and how to consume.
 #[derive(Debug, Clone)]
@@ -78,8 +81,14 @@ pub enum KafkaIngestError {
     Consume(#[source] KafkaError),
     #[error("{}", crate::topics::missing_topics_message(missing, brokers))]
     MissingTopics { missing: BTreeSet<String>, brokers: String },
-    #[error("no partition of {topics} was assigned within {waited_ms} ms: do the topics exist on {brokers}?")]
-    NoAssignment { topics: String, brokers: String, waited_ms: u64 },
+    #[error("the brokers at {brokers} did not answer for {waited_ms} ms: {last}")]
+    Unreachable { brokers: String, waited_ms: u64, last: String },
+    #[error(
+        "no partition of {topics} was assigned to group {group} within {waited_ms} ms, although the brokers at \
+         {brokers} have the topics: other members of the group may hold every partition (a group has at most as \
+         many busy members as its topics have partitions)"
+    )]
+    NoAssignment { topics: String, group: String, brokers: String, waited_ms: u64 },
     #[error("cannot read the high watermark of {topic}[{partition}]")]
     Watermark { topic: String, partition: i32, source: KafkaError },
     #[error("ledger append failed")]
@@ -88,20 +97,98 @@ pub enum KafkaIngestError {
     Offsets(#[from] ledger::ReadError),
 }
 
-/// A consumer's error, naming the subscribed topics the brokers do not have when that is what it is: librdkafka
-/// says "Unknown topic or partition" without naming it.
+/// What a consumer's error means: `Ok` with what to tell the user when librdkafka rides it out ([`transient`]),
+/// or why ingest stops. A subscribed topic the brokers lack is named: librdkafka says "Unknown topic or
+/// partition" without its name.
 fn consume_error(
     consumer: &BaseConsumer<IngestContext>,
     settings: &KafkaIngestSettings,
     error: KafkaError,
-) -> KafkaIngestError {
-    if error.rdkafka_error_code() == Some(RDKafkaErrorCode::UnknownTopicOrPartition)
-        && let Some(missing) = missing_topics(consumer.client(), settings.topics.names())
-        && !missing.is_empty()
-    {
-        return KafkaIngestError::MissingTopics { missing, brokers: settings.brokers.clone() };
+) -> Result<String, KafkaIngestError> {
+    // Fatal errors (`MessageConsumptionFatal`) and those of a message stop ingest whatever their code.
+    let KafkaError::MessageConsumption(code) = error else { return Err(KafkaIngestError::Consume(error)) };
+    if code == RDKafkaErrorCode::UnknownTopicOrPartition {
+        return match missing_topics(consumer.client(), settings.topics.names()) {
+            Some(missing) if !missing.is_empty() => {
+                Err(KafkaIngestError::MissingTopics { missing, brokers: settings.brokers.clone() })
+            }
+            Some(_) => Err(KafkaIngestError::Consume(error)),
+            // No broker answered the question: the brokers are away, not the topics.
+            None => Ok(code.to_string()),
+        };
     }
-    KafkaIngestError::Consume(error)
+    if transient(code) { Ok(code.to_string()) } else { Err(KafkaIngestError::Consume(error)) }
+}
+
+/// The brokers away, or a partition's leader or the group's coordinator moving: librdkafka reconnects and retries
+/// on its own, so ingest waits rather than stops. A broker restart used to stop a running ingest with "All
+/// broker connections are down".
+fn transient(code: RDKafkaErrorCode) -> bool {
+    use RDKafkaErrorCode as C;
+    matches!(
+        code,
+        C::BrokerTransportFailure
+            | C::AllBrokersDown
+            | C::Resolve
+            | C::OperationTimedOut
+            | C::RequestTimedOut
+            | C::NetworkException
+            | C::BrokerNotAvailable
+            | C::LeaderNotAvailable
+            | C::NotLeaderForPartition
+            | C::CoordinatorLoadInProgress
+            | C::CoordinatorNotAvailable
+            | C::NotCoordinator
+    )
+}
+
+/// Ingest waiting for its brokers: since when, why, and what stderr said of it.
+#[derive(Debug, Default)]
+struct Waiting {
+    since: Option<Instant>,
+    reason: String,
+    said: crate::Said,
+}
+
+impl Waiting {
+    /// Another sign that the brokers are away; says so on stderr when the wait begins, and once a minute (the
+    /// reason itself alternates: librdkafka reports each failed connection, then that all brokers are down).
+    fn saw(&mut self, brokers: &str, reason: String) {
+        let since = *self.since.get_or_insert_with(Instant::now);
+        if self.said.again(brokers) {
+            let so_far = match since.elapsed().as_secs() {
+                0 => String::new(),
+                seconds => format!(" ({seconds} s so far)"),
+            };
+            eprintln!(
+                "ingest: waiting for the brokers at {brokers}{so_far}: {reason}; librdkafka reconnects on its own"
+            );
+        }
+        self.reason = reason;
+    }
+
+    /// The brokers answered.
+    fn over(&mut self, brokers: &str) {
+        if let Some(since) = self.since.take()
+            && self.said.over()
+        {
+            eprintln!("ingest: the brokers at {brokers} answer again, after {:.1} s", since.elapsed().as_secs_f64());
+        }
+    }
+
+    /// Gives up once the brokers have been away for [`BROKERS_WAIT_MS`].
+    fn give_up(&self, brokers: &str) -> Result<(), KafkaIngestError> {
+        match self.since {
+            Some(since) if since.elapsed() >= Duration::from_millis(BROKERS_WAIT_MS) => {
+                Err(KafkaIngestError::Unreachable {
+                    brokers: brokers.to_string(),
+                    waited_ms: BROKERS_WAIT_MS,
+                    last: self.reason.clone(),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 /// Progress of a running ingest, for the display.
@@ -240,16 +327,25 @@ pub fn ingest_kafka(
     let mut pending: Vec<Pending> = Vec::new();
     let mut expected_offsets: BTreeMap<(String, i32), i64> = BTreeMap::new();
     let mut pending_since: Option<Instant> = None;
-    let started = Instant::now();
+    let mut waiting = Waiting::default();
+    // Since when no partition is assigned: from the start, and again whenever a rebalance revokes them all.
+    let mut unassigned_since = Instant::now();
     while !stop.load(Ordering::Relaxed) {
         let polled = consumer.poll(Duration::from_millis(POLL_TIMEOUT_MS));
         let idle = polled.is_none();
-        if let Some(message) = polled {
-            let message = message.map_err(|error| consume_error(&consumer, settings, error))?;
-            check_gap(&shared, &mut expected_offsets, &message, &mut progress);
-            pending.push(decode(catalog, &settings.topics, &message));
-            pending_since.get_or_insert_with(Instant::now);
-            progress.messages += 1;
+        match polled {
+            Some(Ok(message)) => {
+                waiting.over(&settings.brokers);
+                check_gap(&shared, &mut expected_offsets, &message, &mut progress);
+                pending.push(decode(catalog, &settings.topics, &message));
+                pending_since.get_or_insert_with(Instant::now);
+                progress.messages += 1;
+            }
+            Some(Err(error)) => {
+                let reason = consume_error(&consumer, settings, error)?;
+                waiting.saw(&settings.brokers, reason);
+            }
+            None => {}
         }
         if drop_revoked(&shared, &mut pending) {
             expected_offsets.clear();
@@ -261,18 +357,50 @@ pub fn ingest_kafka(
             pending_since = None;
             on_progress(&progress);
         }
-        if idle && pending.is_empty() && settings.until_caught_up {
-            if caught_up(&consumer, &shared, &mut progress)? {
-                on_progress(&progress);
-                break;
+        if !settings.until_caught_up {
+            continue;
+        }
+        // A nightly job waits for the brokers only so long.
+        waiting.give_up(&settings.brokers)?;
+        if !(idle && pending.is_empty()) {
+            continue;
+        }
+        match caught_up(&consumer, &shared, &mut progress) {
+            Ok(Some(done)) => {
+                waiting.over(&settings.brokers);
+                if done {
+                    on_progress(&progress);
+                    break;
+                }
             }
-            let assigned = !shared.lock().expect("never poisoned").assigned.is_empty();
-            if !assigned && started.elapsed() > Duration::from_millis(ASSIGNMENT_WAIT_MS) {
-                return Err(KafkaIngestError::NoAssignment {
-                    topics: settings.topics.to_string(),
-                    brokers: settings.brokers.clone(),
-                    waited_ms: ASSIGNMENT_WAIT_MS,
-                });
+            Ok(None) => {}
+            Err((topic, partition, source)) => match source.rdkafka_error_code().filter(|code| transient(*code)) {
+                Some(code) => {
+                    waiting.saw(&settings.brokers, format!("the high watermark of {topic}[{partition}]: {code}"))
+                }
+                None => return Err(KafkaIngestError::Watermark { topic, partition, source }),
+            },
+        }
+        if !shared.lock().expect("never poisoned").assigned.is_empty() {
+            unassigned_since = Instant::now();
+        } else if waiting.since.is_some() || unassigned_since.elapsed() > Duration::from_millis(ASSIGNMENT_WAIT_MS) {
+            // Nothing assigned, and nothing said why: the brokers away, a topic missing, or the partitions held.
+            match missing_topics(consumer.client(), settings.topics.names()) {
+                None => waiting.saw(&settings.brokers, "no answer to a request for the topics".to_string()),
+                Some(missing) if !missing.is_empty() => {
+                    return Err(KafkaIngestError::MissingTopics { missing, brokers: settings.brokers.clone() });
+                }
+                Some(_) => {
+                    waiting.over(&settings.brokers);
+                    if unassigned_since.elapsed() > Duration::from_millis(ASSIGNMENT_WAIT_MS) {
+                        return Err(KafkaIngestError::NoAssignment {
+                            topics: settings.topics.to_string(),
+                            group: settings.group.clone(),
+                            brokers: settings.brokers.clone(),
+                            waited_ms: ASSIGNMENT_WAIT_MS,
+                        });
+                    }
+                }
             }
         }
     }
@@ -407,29 +535,32 @@ fn append(
     Ok(())
 }
 
-/// Whether every assigned partition's ledger offset has reached its high watermark; records the lag.
+/// Whether every assigned partition's ledger offset has reached its high watermark (`None` with no partition
+/// assigned); records the lag. A watermark the brokers did not give is the error, with its partition.
 fn caught_up(
     consumer: &BaseConsumer<IngestContext>,
     shared: &Mutex<Shared>,
     progress: &mut KafkaIngestProgress,
-) -> Result<bool, KafkaIngestError> {
+) -> Result<Option<bool>, (String, i32, KafkaError)> {
     let (assigned, offsets) = {
         let shared = shared.lock().expect("never poisoned");
         (shared.assigned.clone(), shared.ledger_offsets.clone())
     };
     if assigned.is_empty() {
-        return Ok(false);
+        return Ok(None);
     }
     let mut all = true;
     progress.lag.clear();
     for (topic, partition) in assigned {
-        let (low, high) = consumer
-            .fetch_watermarks(&topic, partition, Duration::from_millis(WATERMARK_TIMEOUT_MS))
-            .map_err(|source| KafkaIngestError::Watermark { topic: topic.clone(), partition, source })?;
+        let (low, high) =
+            match consumer.fetch_watermarks(&topic, partition, Duration::from_millis(WATERMARK_TIMEOUT_MS)) {
+                Ok(watermarks) => watermarks,
+                Err(error) => return Err((topic, partition, error)),
+            };
         let position = offsets.get(&(topic.clone(), partition)).copied().unwrap_or(low);
         let lag = (high - position).max(0);
         all &= lag == 0;
         progress.lag.insert((topic, partition), lag);
     }
-    Ok(all)
+    Ok(Some(all))
 }
