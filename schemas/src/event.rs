@@ -175,6 +175,39 @@ avro_enum!(
     /// Why a decision came out as it did.
     Reason { WITHIN_LIMIT, QUOTA_EXCEEDED, RATE_LIMITED, CONCURRENCY_LIMITED, NO_POLICY, SHADOW_DENIED, FAIL_OPEN }
 );
+
+impl Reason {
+    /// What the reason means, in words support can paste to a customer (SPEC 6 keeps apart going too fast and
+    /// being out of allowance). Decisions of other enforcement points arrive through Kafka with any reason, so
+    /// every reason has words, whether or not this hook decides it.
+    pub fn in_words(self) -> &'static str {
+        match self {
+            Reason::WITHIN_LIMIT => "The request was within every limit that applied to it.",
+            Reason::QUOTA_EXCEEDED => {
+                "Out of allowance: the quota of the window was used up. Requests pass again when the window resets, \
+                 or sooner if the quota is raised or a grant is added."
+            }
+            Reason::RATE_LIMITED => {
+                "Going too fast: the rate limit's burst was spent, but allowance remains. A retry after the wait \
+                 given should pass."
+            }
+            Reason::CONCURRENCY_LIMITED => {
+                "Too many requests in flight at once: allowance remains. A retry after a short wait, once others \
+                 have finished, should pass."
+            }
+            Reason::NO_POLICY => "No policy applied to this tenant and metric, so nothing limited the request.",
+            Reason::SHADOW_DENIED => {
+                "A SHADOW policy would have denied the request. Shadow policies only record what they would do, \
+                 so it was allowed."
+            }
+            Reason::FAIL_OPEN => {
+                "The enforcement point could not decide (its quota state was out of reach) and let the request \
+                 through rather than fail it."
+            }
+        }
+    }
+}
+
 avro_enum!(
     /// A step of a reservation's life.
     ReservationAction { RESERVE, COMMIT, RELEASE }

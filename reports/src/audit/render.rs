@@ -34,6 +34,9 @@ pub fn why(w: &Why) -> String {
     let mut out = String::new();
     let subject = d.subject.as_deref().map_or(String::new(), |s| format!(", subject {s}"));
     writeln!(out, "Request {} was {}: {}.", w.request_id, d.outcome, d.reason).unwrap();
+    if let Some(reason) = schemas::Reason::from_symbol(&d.reason) {
+        writeln!(out, "{}", reason.in_words()).unwrap();
+    }
     writeln!(
         out,
         "Decided at {} by {} for tenant {}{subject}, metric {}, asking for {}.",
