@@ -3,10 +3,10 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use schemas::*;
 use serde_json::{Value, json};
@@ -465,4 +465,23 @@ fn a_killed_server_keeps_every_answered_decision_and_retries_consume_nothing_twi
     }
     assert_eq!(sql_i64(&test, "SELECT COUNT(*) FROM decision_events"), sent.len() as i64, "one decision per key");
     assert_eq!(sql_i64(&test, "SELECT SUM(quantity) FROM usage_events"), sent.len() as i64, "one consumption per key");
+}
+
+// For the on-call engineer: a client that opens a connection and never finishes its request header is closed
+// after `--header-timeout-ms` (it held the connection, and one of the server's file descriptors, for ever), and
+// other clients are answered meanwhile.
+#[test]
+fn a_connection_that_never_finishes_its_header_is_closed() {
+    let test = ledger_with(hard_policy(1_000_000, Window::MONTH));
+    let server = Server::start(&test, &["--header-timeout-ms", "1000"]);
+    let address = server.base.strip_prefix("http://").expect("an http:// address");
+    let mut slow = std::net::TcpStream::connect(address).expect("a connection");
+    slow.write_all(b"POST /v1/check HTTP/1.1\r\nHost: test\r\n").expect("half a header sent");
+    let started = Instant::now();
+    assert_eq!(server.check("meanwhile", 1).0, 200, "others are answered meanwhile");
+    slow.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut buffer = [0u8; 256];
+    let read = slow.read(&mut buffer).expect("the server closes the connection before the read times out");
+    assert_eq!(read, 0, "closed without an answer: {:?}", String::from_utf8_lossy(&buffer[..read]));
+    assert!(started.elapsed() >= Duration::from_millis(900), "not before the timeout: {:?}", started.elapsed());
 }

@@ -16,7 +16,6 @@ use axum::extract::{DefaultBodyLimit, Path as UrlPath, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
 use axum::{Json, Router};
 use clap::Args;
 use hook::{CheckRequest, Closed, Decision, Hook, HookError, HookSettings, Refusal, ReserveRequest, TenantScope};
@@ -31,6 +30,12 @@ use super::kafka_args::parse_setting;
 pub const BODY_LIMIT_BYTES: usize = 16 * 1024;
 /// How often the outbox is published when `--brokers` is given.
 pub const OUTBOX_INTERVAL_MS: u64 = 1_000;
+/// How long a client may take to send a request's header, and how long a kept-alive connection may wait idle for
+/// the next one: a client that opens connections and never finishes a header would otherwise hold each for ever,
+/// until `serve` runs out of file descriptors. hyper's default.
+pub const HEADER_TIMEOUT_MS: u64 = 30_000;
+/// How long `serve` waits, on SIGTERM or Ctrl-C, for the requests in flight before it exits.
+const SHUTDOWN_WAIT_MS: u64 = 10_000;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -56,6 +61,10 @@ pub struct ServeArgs {
     /// A librdkafka setting for the outbox producer, repeatable.
     #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = parse_setting)]
     settings: Vec<(String, String)>,
+    /// Milliseconds a client may take to send a request's header, or leave a kept-alive connection idle, before
+    /// the connection is closed.
+    #[arg(long, default_value_t = HEADER_TIMEOUT_MS)]
+    header_timeout_ms: u64,
 }
 
 /// The token file (SPEC 7).
@@ -141,22 +150,57 @@ pub fn run(ledger_path: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
     };
     let app = Arc::new(App { hook, tokens, outbox });
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let header_timeout = Duration::from_millis(args.header_timeout_ms.max(1));
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
         // The first line says where it listens (port 0 picks one), for scripts and tests.
         println!("listening on http://{}", listener.local_addr()?);
-        // Answers leave at once: without TCP_NODELAY a small answer may wait for the client's delayed ACK.
-        let listener = listener.tap_io(|stream| {
-            if let Err(error) = stream.set_nodelay(true) {
-                eprintln!("serve: cannot set TCP_NODELAY on a connection: {error}");
-            }
-        });
-        axum::serve(listener, router(app)).with_graceful_shutdown(shutdown()).await?;
+        serve_connections(listener, router(app), header_timeout).await;
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Accepts and serves HTTP/1 connections until SIGTERM or Ctrl-C, then lets the requests in flight finish (for
+/// [`SHUTDOWN_WAIT_MS`] at most). What `axum::serve` does, plus the header timeout, which needs a timer that
+/// `axum::serve` does not give hyper.
+async fn serve_connections(listener: tokio::net::TcpListener, router: Router, header_timeout: Duration) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut stop = std::pin::pin!(shutdown());
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    // Out of file descriptors, or a connection reset before it was accepted: the next may work.
+                    eprintln!("serve: cannot accept a connection: {error}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            _ = &mut stop => break,
+        };
+        // Answers leave at once: without TCP_NODELAY a small answer may wait for the client's delayed ACK.
+        if let Err(error) = stream.set_nodelay(true) {
+            eprintln!("serve: cannot set TCP_NODELAY on a connection: {error}");
+        }
+        let service = hyper_util::service::TowerToHyperService::new(router.clone());
+        let connection = builder.serve_connection(TokioIo::new(stream), service);
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            // A client that goes away or times out ends its connection; nothing to tell the operator.
+            let _ = connection.await;
+        });
+    }
+    if tokio::time::timeout(Duration::from_millis(SHUTDOWN_WAIT_MS), graceful.shutdown()).await.is_err() {
+        eprintln!("serve: requests still in flight after {SHUTDOWN_WAIT_MS} ms; exiting without them");
+    }
 }
 
 async fn shutdown() {
