@@ -468,20 +468,40 @@ fn a_killed_server_keeps_every_answered_decision_and_retries_consume_nothing_twi
 }
 
 // For the on-call engineer: a client that opens a connection and never finishes its request header is closed
-// after `--header-timeout-ms` (it held the connection, and one of the server's file descriptors, for ever), and
-// other clients are answered meanwhile.
+// after `--read-timeout-ms` (it held the connection, and one of the server's file descriptors, for ever), one whose
+// body pauses as long is answered 408 and closed, nothing is recorded for either, and other clients are answered
+// meanwhile.
 #[test]
-fn a_connection_that_never_finishes_its_header_is_closed() {
+fn a_connection_that_never_finishes_its_request_is_closed() {
     let test = ledger_with(hard_policy(1_000_000, Window::MONTH));
-    let server = Server::start(&test, &["--header-timeout-ms", "1000"]);
+    let server = Server::start(&test, &["--read-timeout-ms", "1000"]);
     let address = server.base.strip_prefix("http://").expect("an http:// address");
-    let mut slow = std::net::TcpStream::connect(address).expect("a connection");
-    slow.write_all(b"POST /v1/check HTTP/1.1\r\nHost: test\r\n").expect("half a header sent");
+    let mut half_header = std::net::TcpStream::connect(address).expect("a connection");
+    half_header.write_all(b"POST /v1/check HTTP/1.1\r\nHost: test\r\n").expect("half a header sent");
+    let body = json!({"tenant": "org-1", "metric": "requests", "amount": 1, "idempotency_key": "paused"}).to_string();
+    let mut half_body = std::net::TcpStream::connect(address).expect("a connection");
+    let head = format!(
+        "POST /v1/check HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {SECRET}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    half_body.write_all(head.as_bytes()).and_then(|()| half_body.write_all(&body.as_bytes()[..10])).unwrap();
     let started = Instant::now();
     assert_eq!(server.check("meanwhile", 1).0, 200, "others are answered meanwhile");
-    slow.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let mut buffer = [0u8; 256];
-    let read = slow.read(&mut buffer).expect("the server closes the connection before the read times out");
-    assert_eq!(read, 0, "closed without an answer: {:?}", String::from_utf8_lossy(&buffer[..read]));
+    let answer = |stream: &mut std::net::TcpStream| {
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).expect("the server closes the connection before the read times out");
+        String::from_utf8_lossy(&answer).to_string()
+    };
+    assert_eq!(answer(&mut half_header), "", "a half header is closed without an answer");
+    let paused = answer(&mut half_body);
+    assert!(paused.starts_with("HTTP/1.1 408 "), "a paused body is answered 408: {paused:?}");
+    assert!(paused.contains("request_timeout"), "{paused:?}");
     assert!(started.elapsed() >= Duration::from_millis(900), "not before the timeout: {:?}", started.elapsed());
+    let recorded: i64 = rusqlite::Connection::open(&test.path)
+        .unwrap()
+        .query_row("SELECT COUNT(*) FROM decision_events", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(recorded, 1, "only the answered check is recorded");
 }

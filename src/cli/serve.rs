@@ -30,10 +30,10 @@ use super::kafka_args::parse_setting;
 pub const BODY_LIMIT_BYTES: usize = 16 * 1024;
 /// How often the outbox is published when `--brokers` is given.
 pub const OUTBOX_INTERVAL_MS: u64 = 1_000;
-/// How long a client may take to send a request's header, and how long a kept-alive connection may wait idle for
-/// the next one: a client that opens connections and never finishes a header would otherwise hold each for ever,
-/// until `serve` runs out of file descriptors. hyper's default.
-pub const HEADER_TIMEOUT_MS: u64 = 30_000;
+/// How long a client may take to send a request's header, pause while it sends the body, or leave a kept-alive
+/// connection idle: a client that opens connections and never finishes a request would otherwise hold each for
+/// ever, until `serve` runs out of file descriptors. hyper's default for the header.
+pub const READ_TIMEOUT_MS: u64 = 30_000;
 /// How long `serve` waits, on SIGTERM or Ctrl-C, for the requests in flight before it exits.
 const SHUTDOWN_WAIT_MS: u64 = 10_000;
 
@@ -61,10 +61,10 @@ pub struct ServeArgs {
     /// A librdkafka setting for the outbox producer, repeatable.
     #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = parse_setting)]
     settings: Vec<(String, String)>,
-    /// Milliseconds a client may take to send a request's header, or leave a kept-alive connection idle, before
-    /// the connection is closed.
-    #[arg(long, default_value_t = HEADER_TIMEOUT_MS)]
-    header_timeout_ms: u64,
+    /// Milliseconds a client may take to send a request's header, pause while sending its body, or leave a
+    /// kept-alive connection idle; then the connection is closed (a body that paused is answered 408 first).
+    #[arg(long, default_value_t = READ_TIMEOUT_MS)]
+    read_timeout_ms: u64,
 }
 
 /// The token file (SPEC 7).
@@ -150,22 +150,22 @@ pub fn run(ledger_path: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
     };
     let app = Arc::new(App { hook, tokens, outbox });
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let header_timeout = Duration::from_millis(args.header_timeout_ms.max(1));
+    let read_timeout = Duration::from_millis(args.read_timeout_ms.max(1));
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
         // The first line says where it listens (port 0 picks one), for scripts and tests.
         println!("listening on http://{}", listener.local_addr()?);
-        serve_connections(listener, router(app), header_timeout).await;
+        serve_connections(listener, router(app, read_timeout), read_timeout).await;
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// Accepts and serves HTTP/1 connections until SIGTERM or Ctrl-C, then lets the requests in flight finish (for
-/// [`SHUTDOWN_WAIT_MS`] at most). What `axum::serve` does, plus the header timeout, which needs a timer that
-/// `axum::serve` does not give hyper.
+/// [`SHUTDOWN_WAIT_MS`] at most). What `axum::serve` does, plus a timeout on the request header, which needs a
+/// timer that `axum::serve` does not give hyper.
 async fn serve_connections(listener: tokio::net::TcpListener, router: Router, header_timeout: Duration) {
     use hyper_util::rt::{TokioIo, TokioTimer};
 
@@ -212,7 +212,7 @@ async fn shutdown() {
     }
 }
 
-fn router(app: Arc<App>) -> Router {
+fn router(app: Arc<App>, read_timeout: Duration) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/v1/check", post(check))
@@ -220,6 +220,7 @@ fn router(app: Arc<App>) -> Router {
         .route("/v1/reservations/{id}/commit", post(commit))
         .route("/v1/reservations/{id}/release", post(release))
         .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(read_timeout))
         .with_state(app)
 }
 
@@ -354,12 +355,33 @@ fn forbidden(tenant: &str) -> Response {
 }
 
 fn bad_json(rejection: JsonRejection) -> Response {
+    if paused(&rejection) {
+        let mut response = error(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            "the request body paused longer than the server's read timeout",
+        );
+        response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return response;
+    }
     let status = if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
         StatusCode::PAYLOAD_TOO_LARGE
     } else {
         StatusCode::BAD_REQUEST
     };
     error(status, "bad_request", rejection.body_text())
+}
+
+/// Whether the body could not be read because it paused longer than the read timeout.
+fn paused(rejection: &JsonRejection) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(rejection);
+    while let Some(error) = source {
+        if error.is::<tower_http::timeout::TimeoutError>() {
+            return true;
+        }
+        source = error.source();
+    }
+    false
 }
 
 fn hook_error(e: HookError) -> Response {
