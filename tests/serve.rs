@@ -32,6 +32,16 @@ impl Drop for Server {
 
 impl Server {
     fn start(test: &TestLedger, extra: &[&str]) -> Server {
+        Server::start_with(test, extra, Stdio::inherit())
+    }
+
+    /// A server whose stderr goes to the ledger directory's `serve.err` ([`Server::stderr`]).
+    fn start_logged(test: &TestLedger, extra: &[&str]) -> Server {
+        let stderr = std::fs::File::create(test.file("serve.err")).expect("a file for serve's stderr");
+        Server::start_with(test, extra, Stdio::from(stderr))
+    }
+
+    fn start_with(test: &TestLedger, extra: &[&str], stderr: Stdio) -> Server {
         let tokens = test.file("tokens.toml");
         std::fs::write(
             &tokens,
@@ -43,7 +53,7 @@ impl Server {
             .arg(&tokens)
             .args(extra)
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("serve starts");
         let mut line = String::new();
@@ -52,6 +62,11 @@ impl Server {
             line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("first line: {line:?}")).to_string();
         let config = ureq::Agent::config_builder().http_status_as_error(false).build();
         Server { child, base, agent: ureq::Agent::new_with_config(config) }
+    }
+
+    /// What a server started with [`Server::start_logged`] wrote to stderr so far.
+    fn stderr(test: &TestLedger) -> String {
+        std::fs::read_to_string(test.file("serve.err")).expect("serve's stderr")
     }
 
     /// POSTs `body` with `secret` (none: no Authorization header): status, headers, JSON body.
@@ -365,7 +380,7 @@ fn a_missing_topic_is_named_and_the_others_are_published() {
     ledger.append(&ledger::Batch { events, outbox: true, ..ledger::Batch::default() }).unwrap();
     drop(ledger);
     let Some(broker) = Broker::tansu_with_only(&["quota.decisions"]) else { return };
-    let server = Server::start(&test, &["--brokers", &broker.bootstrap]);
+    let server = Server::start_logged(&test, &["--brokers", &broker.bootstrap]);
     assert_eq!(server.check("k-1", 3).0, 200);
     wait_published(&test, 1, 60, "the decision was published");
     assert_eq!(sql_i64(&test, "SELECT COUNT(*) FROM outbox_published WHERE topic = 'quota.decisions'"), 1);
@@ -386,6 +401,16 @@ fn a_missing_topic_is_named_and_the_others_are_published() {
     test.run(&["topics", "create", "--brokers", &broker.bootstrap]).success();
     wait_published(&test, waiting as i64 + 4, 60, "the waiting usage events were published");
     eventually(10, "healthz cleared the error", || server.health()["outbox"]["last_error"].is_null().then_some(()));
+
+    // stderr said why once, not at each of the passes (one a second) while the topic was missing, and said when
+    // the entries went out again.
+    let stderr = eventually(10, "stderr said publishing again", || {
+        let stderr = Server::stderr(&test);
+        stderr.contains("serve: outbox: publishing again").then_some(stderr)
+    });
+    let said: Vec<&str> = stderr.lines().filter(|l| l.contains("entries wait for the broker")).collect();
+    assert!(!said.is_empty() && said.len() <= 2, "the reason said once (twice if it changed): {stderr}");
+    assert!(said.iter().any(|l| l.contains("quota.usage does not exist on")), "{stderr}");
 }
 
 // SPEC 6: what the hook publishes comes back through ingest as exact duplicates of what the ledger holds: nothing counted twice.
