@@ -357,6 +357,16 @@ pub fn ingest_kafka(
             pending_since = None;
             on_progress(&progress);
         }
+        if idle && waiting.since.is_some() {
+            // Do the brokers answer again? An idle topic brings no message to say so.
+            match missing_topics(consumer.client(), settings.topics.names()) {
+                None => waiting.saw(&settings.brokers, "no answer to a request for the topics".to_string()),
+                Some(missing) if !missing.is_empty() => {
+                    return Err(KafkaIngestError::MissingTopics { missing, brokers: settings.brokers.clone() });
+                }
+                Some(_) => waiting.over(&settings.brokers),
+            }
+        }
         if !settings.until_caught_up {
             continue;
         }
@@ -383,7 +393,7 @@ pub fn ingest_kafka(
         }
         if !shared.lock().expect("never poisoned").assigned.is_empty() {
             unassigned_since = Instant::now();
-        } else if waiting.since.is_some() || unassigned_since.elapsed() > Duration::from_millis(ASSIGNMENT_WAIT_MS) {
+        } else if waiting.since.is_none() && unassigned_since.elapsed() > Duration::from_millis(ASSIGNMENT_WAIT_MS) {
             // Nothing assigned, and nothing said why: the brokers away, a topic missing, or the partitions held.
             match missing_topics(consumer.client(), settings.topics.names()) {
                 None => waiting.saw(&settings.brokers, "no answer to a request for the topics".to_string()),
@@ -391,15 +401,12 @@ pub fn ingest_kafka(
                     return Err(KafkaIngestError::MissingTopics { missing, brokers: settings.brokers.clone() });
                 }
                 Some(_) => {
-                    waiting.over(&settings.brokers);
-                    if unassigned_since.elapsed() > Duration::from_millis(ASSIGNMENT_WAIT_MS) {
-                        return Err(KafkaIngestError::NoAssignment {
-                            topics: settings.topics.to_string(),
-                            group: settings.group.clone(),
-                            brokers: settings.brokers.clone(),
-                            waited_ms: ASSIGNMENT_WAIT_MS,
-                        });
-                    }
+                    return Err(KafkaIngestError::NoAssignment {
+                        topics: settings.topics.to_string(),
+                        group: settings.group.clone(),
+                        brokers: settings.brokers.clone(),
+                        waited_ms: ASSIGNMENT_WAIT_MS,
+                    });
                 }
             }
         }
