@@ -100,14 +100,16 @@ fn run_kafka(ledger_path: &Path, brokers: &str, args: &IngestArgs) -> anyhow::Re
     anyhow::ensure!(settings.batch_max_events > 0, "--batch-max-events must be at least 1");
     settings.batch_wait_ms = args.batch_wait_ms;
     settings.overrides = args.settings.clone();
-    let _lock = IngestLock::acquire(ledger_path)?;
-    let mut ledger = super::open_for_append(ledger_path)?;
-    // A consumer runs for long and most of what it reads is new: the filter spares those the dedup probes.
-    ledger.keep_key_filter().context("cannot read the dedup keys into the key filter")?;
+    // Before anything that takes time (the lock, the ledger's migrations, the key filter): a SIGTERM then stops
+    // ingest cleanly, where it killed the process while it was starting.
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, stop.clone()).context("cannot install the signal handler")?;
     }
+    let _lock = IngestLock::acquire(ledger_path)?;
+    let mut ledger = super::open_for_append(ledger_path)?;
+    // A consumer runs for long and most of what it reads is new: the filter spares those the dedup probes.
+    ledger.keep_key_filter().context("cannot read the dedup keys into the key filter")?;
     let mut display = Display::new();
     let report = ingest_kafka(&mut ledger, &settings, &stop, |progress| display.show(progress))
         .with_context(|| format!("ingest from {brokers} stopped"))?;
