@@ -1,8 +1,9 @@
 //! `serve --listen ADDR --tokens FILE`: the enforcement hook over HTTP (SPEC 6, SPEC 7). JSON in and out;
 //! 200 when allowed, 429 when denied with `Retry-After` and `RateLimit-*` headers; 400 for malformed input,
 //! 401 without a valid token, 403 for a tenant the token does not cover (nothing consumed in any of them);
-//! 503 when the hook's queue is full. With `--brokers`, the outbox is published to Kafka every second, and
-//! `/healthz` says how much of it waits and why.
+//! 503 when the hook's queue is full; 408 for a body that pauses past `--read-timeout-ms`, and a connection
+//! that does not finish its request header in that time is closed. With `--brokers`, the outbox is published
+//! to Kafka every second, and `/healthz` says how much of it waits and why.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -173,19 +174,27 @@ async fn serve_connections(listener: tokio::net::TcpListener, router: Router, he
     builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut stop = std::pin::pin!(shutdown());
+    // Out of file descriptors, accept fails ten times a second until one is closed: said once, not each time.
+    let mut said = ingest::Said::default();
     loop {
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
                 Err(error) => {
                     // Out of file descriptors, or a connection reset before it was accepted: the next may work.
-                    eprintln!("serve: cannot accept a connection: {error}");
+                    let error = error.to_string();
+                    if said.again(&error) {
+                        eprintln!("serve: cannot accept a connection: {error}");
+                    }
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
             },
             _ = &mut stop => break,
         };
+        if said.over() {
+            eprintln!("serve: accepting connections again");
+        }
         // Answers leave at once: without TCP_NODELAY a small answer may wait for the client's delayed ACK.
         if let Err(error) = stream.set_nodelay(true) {
             eprintln!("serve: cannot set TCP_NODELAY on a connection: {error}");
