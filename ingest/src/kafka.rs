@@ -142,6 +142,25 @@ fn transient(code: RDKafkaErrorCode) -> bool {
     )
 }
 
+/// Asks the brokers for the subscribed topics: `true` when they answer and have them all; `false` when none
+/// answered, which `waiting` notes; the missing topics' error when some are missing.
+fn ask_for_topics(
+    consumer: &BaseConsumer<IngestContext>,
+    settings: &KafkaIngestSettings,
+    waiting: &mut Waiting,
+) -> Result<bool, KafkaIngestError> {
+    match missing_topics(consumer.client(), settings.topics.names()) {
+        None => {
+            waiting.saw(&settings.brokers, "no answer to a request for the topics".to_string());
+            Ok(false)
+        }
+        Some(missing) if !missing.is_empty() => {
+            Err(KafkaIngestError::MissingTopics { missing, brokers: settings.brokers.clone() })
+        }
+        Some(_) => Ok(true),
+    }
+}
+
 /// Ingest waiting for its brokers: since when, why, and what stderr said of it.
 #[derive(Debug, Default)]
 struct Waiting {
@@ -357,15 +376,9 @@ pub fn ingest_kafka(
             pending_since = None;
             on_progress(&progress);
         }
-        if idle && waiting.since.is_some() {
-            // Do the brokers answer again? An idle topic brings no message to say so.
-            match missing_topics(consumer.client(), settings.topics.names()) {
-                None => waiting.saw(&settings.brokers, "no answer to a request for the topics".to_string()),
-                Some(missing) if !missing.is_empty() => {
-                    return Err(KafkaIngestError::MissingTopics { missing, brokers: settings.brokers.clone() });
-                }
-                Some(_) => waiting.over(&settings.brokers),
-            }
+        // Do the brokers answer again? An idle topic brings no message to say so.
+        if idle && waiting.since.is_some() && ask_for_topics(&consumer, settings, &mut waiting)? {
+            waiting.over(&settings.brokers);
         }
         if !settings.until_caught_up {
             continue;
@@ -393,22 +406,17 @@ pub fn ingest_kafka(
         }
         if !shared.lock().expect("never poisoned").assigned.is_empty() {
             unassigned_since = Instant::now();
-        } else if waiting.since.is_none() && unassigned_since.elapsed() > Duration::from_millis(ASSIGNMENT_WAIT_MS) {
+        } else if waiting.since.is_none()
+            && unassigned_since.elapsed() > Duration::from_millis(ASSIGNMENT_WAIT_MS)
             // Nothing assigned, and nothing said why: the brokers away, a topic missing, or the partitions held.
-            match missing_topics(consumer.client(), settings.topics.names()) {
-                None => waiting.saw(&settings.brokers, "no answer to a request for the topics".to_string()),
-                Some(missing) if !missing.is_empty() => {
-                    return Err(KafkaIngestError::MissingTopics { missing, brokers: settings.brokers.clone() });
-                }
-                Some(_) => {
-                    return Err(KafkaIngestError::NoAssignment {
-                        topics: settings.topics.to_string(),
-                        group: settings.group.clone(),
-                        brokers: settings.brokers.clone(),
-                        waited_ms: ASSIGNMENT_WAIT_MS,
-                    });
-                }
-            }
+            && ask_for_topics(&consumer, settings, &mut waiting)?
+        {
+            return Err(KafkaIngestError::NoAssignment {
+                topics: settings.topics.to_string(),
+                group: settings.group.clone(),
+                brokers: settings.brokers.clone(),
+                waited_ms: ASSIGNMENT_WAIT_MS,
+            });
         }
     }
     if !pending.is_empty() {
