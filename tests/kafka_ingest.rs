@@ -124,13 +124,7 @@ fn a_second_ingest_on_the_same_ledger_is_refused() {
     let broker = Broker::mock();
     let ledger = TestLedger::new();
     let report = generate_to(&broker, 5, 500, 3);
-    let ledger_path = ledger.path.to_str().expect("UTF-8").to_string();
-    let mut first = std::process::Command::new(BIN)
-        .args(["--ledger", &ledger_path, "ingest", "--brokers", &broker.bootstrap])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("the first ingest starts");
+    let mut first = spawn_ingest(&ledger, &broker.bootstrap, &[]);
     let lock = ledger.file("ledger.db.ingest.lock");
     let started = Instant::now();
     while !std::fs::read_to_string(&lock).unwrap_or_default().starts_with("pid") {
@@ -141,7 +135,9 @@ fn a_second_ingest_on_the_same_ledger_is_refused() {
     assert!(second.stderr.contains("another ingest (pid"), "the refusal names the holder: {}", second.stderr);
     // SAFETY: kill(2) on a child this test started.
     unsafe { libc::kill(first.id() as i32, libc::SIGTERM) };
-    assert!(first.wait().expect("the first ingest exits").success(), "SIGTERM stops ingest cleanly");
+    let status = first.wait().expect("the first ingest exits");
+    let stderr = std::fs::read_to_string(ledger.file("ingest.err")).unwrap_or_default();
+    assert!(status.success(), "SIGTERM stops ingest cleanly: {status}, stderr {stderr}");
     ingest_until_caught_up(&ledger, &broker);
     assert_ledger_matches(&ledger, &report);
 }
