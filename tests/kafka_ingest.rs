@@ -172,11 +172,7 @@ fn spawn_ingest(ledger: &TestLedger, broker: &str, extra: &[&str]) -> std::proce
 
 /// Waits until the ledger holds `events` events (60 s at most).
 fn wait_recorded(ledger: &TestLedger, events: u64, what: &str) {
-    let started = Instant::now();
-    while Counts::of_status_or_zero(ledger).events_recorded < events {
-        assert!(started.elapsed() < Duration::from_secs(60), "{what}: {:?}", Counts::of_status_or_zero(ledger));
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    eventually(60, what, || (Counts::of_status_or_zero(ledger).events_recorded >= events).then_some(()));
 }
 
 // For the on-call engineer: a running ingest rides out a restart of its broker (librdkafka reconnects), where it
@@ -224,14 +220,8 @@ fn a_nightly_ingest_waits_for_its_broker() {
     std::thread::sleep(Duration::from_secs(4));
     assert!(ingest.try_wait().expect("ingest's status").is_none(), "ingest waits while the broker is away");
     let _broker = Broker::tansu_sqlite(&data.path().join("tansu.db"), Some(port)).expect("Tansu restarts");
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = ingest.try_wait().expect("ingest's status") {
-            break status;
-        }
-        assert!(started.elapsed() < Duration::from_secs(90), "ingest did not catch up after the broker came back");
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let status =
+        eventually(90, "ingest caught up after the broker came back", || ingest.try_wait().expect("ingest's status"));
     let stderr = std::fs::read_to_string(ledger.file("ingest.err")).expect("ingest's stderr");
     assert!(status.success(), "ingest caught up once the broker was back: {stderr}");
     assert!(stderr.contains(&format!("ingest: waiting for the brokers at {bootstrap}")), "{stderr}");

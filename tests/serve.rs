@@ -122,18 +122,6 @@ fn sql_i64(test: &TestLedger, sql: &str) -> i64 {
     ledger.connection().query_row(sql, [], |r| r.get(0)).unwrap()
 }
 
-/// Asks `probe` every 100 ms until it answers, for `limit_secs` at most; then fails, saying `what` did not happen.
-fn eventually<T>(limit_secs: u64, what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
-    let started = std::time::Instant::now();
-    loop {
-        if let Some(answer) = probe() {
-            return answer;
-        }
-        assert!(started.elapsed() < Duration::from_secs(limit_secs), "{what} within {limit_secs} s");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// Waits until the serving process's publisher has recorded `entries` acknowledgements.
 fn wait_published(test: &TestLedger, entries: i64, limit_secs: u64, what: &str) {
     eventually(limit_secs, what, || (sql_i64(test, "SELECT COUNT(*) FROM outbox_published") >= entries).then_some(()))

@@ -149,6 +149,18 @@ impl TestLedger {
     }
 }
 
+/// Asks `probe` every 100 ms until it answers, for `limit_secs` at most; then fails, saying `what` did not happen.
+pub fn eventually<T>(limit_secs: u64, what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(answer) = probe() {
+            return answer;
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(limit_secs), "{what} within {limit_secs} s");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 /// An integer field of a JSON report, or a panic naming it.
 pub fn count(report: &Value, field: &str) -> u64 {
     report[field].as_u64().unwrap_or_else(|| panic!("no integer {field:?} in {report}"))
