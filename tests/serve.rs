@@ -482,8 +482,8 @@ fn a_killed_server_keeps_every_answered_decision_and_retries_consume_nothing_twi
 
 // For the on-call engineer: a client that opens a connection and never finishes its request header is closed
 // after `--read-timeout-ms` (it held the connection, and one of the server's file descriptors, for ever), one whose
-// body pauses as long is answered 408 and closed, nothing is recorded for either, and other clients are answered
-// meanwhile.
+// body has not all arrived that long after its header (paused, or trickling a byte at a time) is answered 408 and
+// closed, nothing is recorded for any of them, and other clients are answered meanwhile.
 #[test]
 fn a_connection_that_never_finishes_its_request_is_closed() {
     let test = ledger_with(hard_policy(1_000_000, Window::MONTH));
@@ -499,6 +499,20 @@ fn a_connection_that_never_finishes_its_request_is_closed() {
         body.len()
     );
     half_body.write_all(head.as_bytes()).and_then(|()| half_body.write_all(&body.as_bytes()[..10])).unwrap();
+    // A byte every 200 ms never pauses past the timeout, but the whole body would take 40 s.
+    let slow = format!("{}{body}", " ".repeat(200 - body.len()));
+    let mut trickle = std::net::TcpStream::connect(address).expect("a connection");
+    let head = head.replace(&format!("Content-Length: {}", body.len()), &format!("Content-Length: {}", slow.len()));
+    trickle.write_all(head.as_bytes()).expect("a header sent");
+    let mut trickling = trickle.try_clone().expect("a second handle");
+    std::thread::spawn(move || {
+        for byte in slow.as_bytes() {
+            std::thread::sleep(Duration::from_millis(200));
+            if trickling.write_all(&[*byte]).is_err() {
+                return; // closed by the server
+            }
+        }
+    });
     let started = Instant::now();
     assert_eq!(server.check("meanwhile", 1).0, 200, "others are answered meanwhile");
     let answer = |stream: &mut std::net::TcpStream| {
@@ -511,6 +525,8 @@ fn a_connection_that_never_finishes_its_request_is_closed() {
     let paused = answer(&mut half_body);
     assert!(paused.starts_with("HTTP/1.1 408 "), "a paused body is answered 408: {paused:?}");
     assert!(paused.contains("request_timeout"), "{paused:?}");
+    let slow = answer(&mut trickle);
+    assert!(slow.starts_with("HTTP/1.1 408 "), "a body that never arrives whole is answered 408: {slow:?}");
     assert!(started.elapsed() >= Duration::from_millis(900), "not before the timeout: {:?}", started.elapsed());
     let recorded: i64 = rusqlite::Connection::open(&test.path)
         .unwrap()

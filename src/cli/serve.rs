@@ -1,8 +1,8 @@
 //! `serve --listen ADDR --tokens FILE`: the enforcement hook over HTTP (SPEC 6, SPEC 7). JSON in and out;
 //! 200 when allowed, 429 when denied with `Retry-After` and `RateLimit-*` headers; 400 for malformed input,
 //! 401 without a valid token, 403 for a tenant the token does not cover (nothing consumed in any of them);
-//! 503 when the hook's queue is full; 408 for a body that pauses past `--read-timeout-ms`, and a connection
-//! that does not finish its request header in that time is closed. With `--brokers`, the outbox is published
+//! 503 when the hook's queue is full; 408 for a body that has not all arrived `--read-timeout-ms` after its
+//! header, and a connection that does not finish its request header in that time is closed. With `--brokers`, the outbox is published
 //! to Kafka every second, and `/healthz` says how much of it waits and why.
 
 use std::net::SocketAddr;
@@ -12,9 +12,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
+use axum::body::Body;
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{DefaultBodyLimit, Path as UrlPath, State};
+use axum::extract::{Path as UrlPath, Request, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -31,8 +33,8 @@ use super::kafka_args::parse_setting;
 pub const BODY_LIMIT_BYTES: usize = 16 * 1024;
 /// How often the outbox is published when `--brokers` is given.
 pub const OUTBOX_INTERVAL_MS: u64 = 1_000;
-/// How long a client may take to send a request's header, pause while it sends the body, or leave a kept-alive
-/// connection idle: a client that opens connections and never finishes a request would otherwise hold each for
+/// How long a client may take to send a request's header, then its body, or leave a kept-alive connection
+/// idle: a client that opens connections and never finishes a request would otherwise hold each for
 /// ever, until `serve` runs out of file descriptors. hyper's default for the header.
 pub const READ_TIMEOUT_MS: u64 = 30_000;
 /// How long `serve` waits, on SIGTERM or Ctrl-C, for the requests in flight before it exits.
@@ -62,8 +64,8 @@ pub struct ServeArgs {
     /// A librdkafka setting for the outbox producer, repeatable.
     #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = parse_setting)]
     settings: Vec<(String, String)>,
-    /// Milliseconds a client may take to send a request's header, pause while sending its body, or leave a
-    /// kept-alive connection idle; then the connection is closed (a body that paused is answered 408 first).
+    /// Milliseconds a client may take to send a request's header, then its body, or leave a kept-alive
+    /// connection idle; then the connection is closed (a late body is answered 408 first).
     #[arg(long, default_value_t = READ_TIMEOUT_MS)]
     read_timeout_ms: u64,
 }
@@ -228,9 +230,47 @@ fn router(app: Arc<App>, read_timeout: Duration) -> Router {
         .route("/v1/reservations", post(reserve))
         .route("/v1/reservations/{id}/commit", post(commit))
         .route("/v1/reservations/{id}/release", post(release))
-        .layer(DefaultBodyLimit::max(BODY_LIMIT_BYTES))
-        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(read_timeout))
+        .layer(axum::middleware::from_fn(move |request, next| read_body(read_timeout, request, next)))
         .with_state(app)
+}
+
+/// Reads a request's body before its handler runs: all of it within `deadline` of the header (Go's
+/// `http.Server.ReadTimeout` counts the same way), else 408 and the connection is closed. A deadline between
+/// reads only (nginx's `client_body_timeout`) would let a client that sends a byte now and then hold the
+/// connection for days. Above [`BODY_LIMIT_BYTES`], 413. The body arrives with its header in one packet from
+/// every ordinary client: then nothing waits and no timer is set.
+async fn read_body(deadline: Duration, request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    match tokio::time::timeout(deadline, axum::body::to_bytes(body, BODY_LIMIT_BYTES)).await {
+        Ok(Ok(bytes)) => next.run(Request::from_parts(parts, Body::from(bytes))).await,
+        Ok(Err(e)) if too_large(&e) => error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "bad_request",
+            format!("the request body is larger than {BODY_LIMIT_BYTES} bytes"),
+        ),
+        Ok(Err(e)) => error(StatusCode::BAD_REQUEST, "bad_request", format!("cannot read the request body: {e}")),
+        Err(_) => {
+            let mut response = error(
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                format!("the request body did not arrive within {} ms of its header", deadline.as_millis()),
+            );
+            response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+            response
+        }
+    }
+}
+
+/// Whether reading a body failed on [`BODY_LIMIT_BYTES`], rather than on the connection.
+fn too_large(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(error) = source {
+        if error.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = error.source();
+    }
+    false
 }
 
 /// `GET /healthz`: "ok" while the server answers; with `--brokers`, the outbox too ([`OutboxHealth`]).
@@ -364,33 +404,7 @@ fn forbidden(tenant: &str) -> Response {
 }
 
 fn bad_json(rejection: JsonRejection) -> Response {
-    if paused(&rejection) {
-        let mut response = error(
-            StatusCode::REQUEST_TIMEOUT,
-            "request_timeout",
-            "the request body paused longer than the server's read timeout",
-        );
-        response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
-        return response;
-    }
-    let status = if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        StatusCode::PAYLOAD_TOO_LARGE
-    } else {
-        StatusCode::BAD_REQUEST
-    };
-    error(status, "bad_request", rejection.body_text())
-}
-
-/// Whether the body could not be read because it paused longer than the read timeout.
-fn paused(rejection: &JsonRejection) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(rejection);
-    while let Some(error) = source {
-        if error.is::<tower_http::timeout::TimeoutError>() {
-            return true;
-        }
-        source = error.source();
-    }
-    false
+    error(StatusCode::BAD_REQUEST, "bad_request", rejection.body_text())
 }
 
 fn hook_error(e: HookError) -> Response {
