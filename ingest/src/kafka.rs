@@ -38,6 +38,8 @@ pub const ASSIGNMENT_WAIT_MS: u64 = 60_000;
 /// `--until-caught-up` gives up when the brokers stay away this long. A running ingest waits for them as long as
 /// it takes: librdkafka reconnects on its own.
 pub const BROKERS_WAIT_MS: u64 = 60_000;
+/// While the brokers are away, how often ingest asks them for the topics, to learn that they answer again.
+const ASK_EVERY_MS: u64 = 1_000;
 
 /// Where and how to consume.
 #[derive(Debug, Clone)]
@@ -167,9 +169,22 @@ struct Waiting {
     since: Option<Instant>,
     reason: String,
     said: crate::Said,
+    /// When the brokers were last asked whether they answer again.
+    asked: Option<Instant>,
 }
 
 impl Waiting {
+    /// Whether to ask the brokers again whether they answer: once a second while waiting. A message is no sign
+    /// that they do: librdkafka hands out what it fetched before they went away (ingest said "answer again"
+    /// there, and "waiting" half a second later).
+    fn ask_now(&mut self) -> bool {
+        let due = self.since.is_some() && self.asked.is_none_or(|t| t.elapsed() >= Duration::from_millis(ASK_EVERY_MS));
+        if due {
+            self.asked = Some(Instant::now());
+        }
+        due
+    }
+
     /// Another sign that the brokers are away; says so on stderr when the wait begins, and once a minute (the
     /// reason itself alternates: librdkafka reports each failed connection, then that all brokers are down).
     fn saw(&mut self, brokers: &str, reason: String) {
@@ -354,7 +369,6 @@ pub fn ingest_kafka(
         let idle = polled.is_none();
         match polled {
             Some(Ok(message)) => {
-                waiting.over(&settings.brokers);
                 check_gap(&shared, &mut expected_offsets, &message, &mut progress);
                 pending.push(decode(catalog, &settings.topics, &message));
                 pending_since.get_or_insert_with(Instant::now);
@@ -376,8 +390,7 @@ pub fn ingest_kafka(
             pending_since = None;
             on_progress(&progress);
         }
-        // Do the brokers answer again? An idle topic brings no message to say so.
-        if idle && waiting.since.is_some() && ask_for_topics(&consumer, settings, &mut waiting)? {
+        if waiting.ask_now() && ask_for_topics(&consumer, settings, &mut waiting)? {
             waiting.over(&settings.brokers);
         }
         if !settings.until_caught_up {
@@ -385,18 +398,17 @@ pub fn ingest_kafka(
         }
         // A nightly job waits for the brokers only so long.
         waiting.give_up(&settings.brokers)?;
-        if !(idle && pending.is_empty()) {
+        // While the brokers are away, asking for the topics says when they answer again; a watermark request
+        // would block for its whole timeout, and a SIGTERM with it.
+        if !(idle && pending.is_empty()) || waiting.since.is_some() {
             continue;
         }
         match caught_up(&consumer, &shared, &mut progress) {
-            Ok(Some(done)) => {
-                waiting.over(&settings.brokers);
-                if done {
-                    on_progress(&progress);
-                    break;
-                }
+            Ok(Some(true)) => {
+                on_progress(&progress);
+                break;
             }
-            Ok(None) => {}
+            Ok(Some(false) | None) => {}
             Err((topic, partition, source)) => match source.rdkafka_error_code().filter(|code| transient(*code)) {
                 Some(code) => {
                     waiting.saw(&settings.brokers, format!("the high watermark of {topic}[{partition}]: {code}"))
