@@ -12,7 +12,7 @@ use reconcile::policy::Applicable;
 use schemas::*;
 
 use crate::buckets::Buckets;
-use crate::state::State;
+use crate::state::{State, Whose};
 
 /// What a service asked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,8 +89,9 @@ fn evaluate_one(state: &State, buckets: &Buckets, ask: &Ask<'_>, a: &Applicable<
     let grants = state.grants.get(&(ask.tenant.to_string(), ask.metric.to_string())).map_or(&[][..], Vec::as_slice);
     let limit =
         overshoot::effective_limit(a.policy.limit, a.policy.scope, subject, grants, a.window_start, a.window_end);
-    let consumed = state.consumed(ask.tenant, subject, ask.metric, a.policy.window, a.window_start);
-    let used_before = consumed + state.held(ask.tenant, subject, ask.metric, now);
+    let whose = Whose::of(a.policy.scope, subject);
+    let consumed = state.consumed(ask.tenant, whose, ask.metric, a.policy.window, a.window_start);
+    let used_before = consumed + state.held(ask.tenant, whose, ask.metric, now);
     Evaluated {
         policy: a.policy.clone(),
         window_start: a.window_start,

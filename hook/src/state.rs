@@ -41,11 +41,30 @@ impl Counters {
     }
 }
 
-/// One tenant's metric: the tenant's counters and each subject's.
+/// One tenant's metric: the tenant's counters, each subject's, and those of what carries no subject.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 struct Usage {
     tenant: Counters,
     subjects: FxHashMap<String, Counters>,
+    no_subject: Counters,
+}
+
+/// Whose counters a policy asks for: a TENANT policy the tenant's (all its subjects and what carries none), a
+/// SUBJECT policy one subject's, or, for a request without a subject, those of everything without one: a group
+/// of its own, as reconcile judges it (SPEC 3: a SUBJECT policy applies to every subject separately).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Whose<'a> {
+    Tenant,
+    Subject(Option<&'a str>),
+}
+
+impl<'a> Whose<'a> {
+    pub fn of(scope: Scope, subject: Option<&'a str>) -> Whose<'a> {
+        match scope {
+            Scope::TENANT => Whose::Tenant,
+            Scope::SUBJECT => Whose::Subject(subject),
+        }
+    }
 }
 
 /// An open reservation: it holds its amount against every limit of its tenant, subject and metric until it is
@@ -140,21 +159,23 @@ impl State {
         }
     }
 
-    /// Applies `change` to the counters of a tenant's metric and, with a subject, to the subject's.
+    /// Applies `change` to the counters of a tenant's metric and to its subject's (or to those without one).
     fn update(&mut self, tenant: &str, subject: Option<&str>, metric: &str, mut change: impl FnMut(&mut Counters)) {
         let usage = entry_of(entry_of(&mut self.usage, tenant), metric);
         change(&mut usage.tenant);
-        if let Some(subject) = subject {
-            change(entry_of(&mut usage.subjects, subject));
+        match subject {
+            Some(subject) => change(entry_of(&mut usage.subjects, subject)),
+            None => change(&mut usage.no_subject),
         }
     }
 
-    /// The counters of a tenant's metric (subject `None`: all its subjects) or of one subject, if any.
-    pub fn counters(&self, tenant: &str, subject: Option<&str>, metric: &str) -> Option<&Counters> {
+    /// The counters of a tenant's metric, of one subject, or of what carries no subject, if any.
+    pub fn counters(&self, tenant: &str, whose: Whose<'_>, metric: &str) -> Option<&Counters> {
         let usage = self.usage.get(tenant)?.get(metric)?;
-        match subject {
-            None => Some(&usage.tenant),
-            Some(subject) => usage.subjects.get(subject),
+        match whose {
+            Whose::Tenant => Some(&usage.tenant),
+            Whose::Subject(Some(subject)) => usage.subjects.get(subject),
+            Whose::Subject(None) => Some(&usage.no_subject),
         }
     }
 
@@ -180,19 +201,19 @@ impl State {
     }
 
     /// Consumption of the window `[start, ..)` of kind `window`.
-    pub fn consumed(&self, tenant: &str, subject: Option<&str>, metric: &str, window: Window, start: Timestamp) -> i64 {
-        let counters = self.counters(tenant, subject, metric);
+    pub fn consumed(&self, tenant: &str, whose: Whose<'_>, metric: &str, window: Window, start: Timestamp) -> i64 {
+        let counters = self.counters(tenant, whose, metric);
         counters.and_then(|c| c.consumed.get(&(window, start.micros())).copied()).unwrap_or(0)
     }
 
-    /// What open reservations hold now against a tenant's (or, with `subject`, a subject's) limits. `now` is the
+    /// What open reservations hold now against a tenant's, a subject's, or the subjectless' limits. `now` is the
     /// instant of the last [`State::expire`]: holds that expired before it were taken out of the totals then.
-    pub fn held(&self, tenant: &str, subject: Option<&str>, metric: &str, now: Timestamp) -> i64 {
+    pub fn held(&self, tenant: &str, whose: Whose<'_>, metric: &str, now: Timestamp) -> i64 {
         debug_assert!(
             self.expiries.first().is_none_or(|(expires_at, _)| *expires_at >= now.micros()),
             "expire(now) ran before asking what is held at {now:?}"
         );
-        self.counters(tenant, subject, metric).map_or(0, |c| c.held)
+        self.counters(tenant, whose, metric).map_or(0, |c| c.held)
     }
 
     /// The open reservation `reservation_id`, if any.
@@ -257,7 +278,8 @@ impl State {
         self.usage.retain(|_, metrics| {
             metrics.retain(|_, usage| {
                 usage.subjects.retain(|_, counters| live(counters));
-                live(&mut usage.tenant) || !usage.subjects.is_empty()
+                let no_subject = live(&mut usage.no_subject);
+                live(&mut usage.tenant) || no_subject || !usage.subjects.is_empty()
             });
             !metrics.is_empty()
         });
@@ -329,16 +351,19 @@ mod tests {
     }
 
     impl Model {
-        fn held(&self, tenant: &str, subject: Option<&str>, metric: &str, now: Timestamp) -> i64 {
+        fn held(&self, tenant: &str, whose: Whose<'_>, metric: &str, now: Timestamp) -> i64 {
             let matches = |h: &Hold| h.tenant == tenant && h.metric == metric && h.expires_at >= now;
-            let of_subject = |h: &Hold| subject.is_none() || h.subject.as_deref() == subject;
+            let of_subject = |h: &Hold| match whose {
+                Whose::Tenant => true,
+                Whose::Subject(subject) => h.subject.as_deref() == subject,
+            };
             self.holds.values().filter(|h| matches(h) && of_subject(h)).map(|h| h.amount).sum()
         }
-        fn consumed(&self, tenant: &str, subject: Option<&str>, metric: &str, day: i64) -> i64 {
+        fn consumed(&self, tenant: &str, whose: Whose<'_>, metric: &str, day: i64) -> i64 {
             let key = |s: Option<&str>| (tenant.to_string(), s.map(String::from), metric.to_string(), day);
-            match subject {
-                Some(_) => self.committed.get(&key(subject)).copied().unwrap_or(0),
-                None => SUBJECTS
+            match whose {
+                Whose::Subject(subject) => self.committed.get(&key(subject)).copied().unwrap_or(0),
+                Whose::Tenant => SUBJECTS
                     .iter()
                     .map(|s| Some(*s))
                     .chain([None])
@@ -408,16 +433,17 @@ mod tests {
                 let day = window::bounds(Window::DAY, now).0;
                 for tenant in TENANTS {
                     for metric in METRICS {
-                        for subject in SUBJECTS.iter().map(|s| Some(*s)).chain([None]) {
+                        let subjects = SUBJECTS.iter().map(|s| Whose::Subject(Some(*s)));
+                        for whose in subjects.chain([Whose::Subject(None), Whose::Tenant]) {
                             prop_assert_eq!(
-                                state.held(tenant, subject, metric, now),
-                                model.held(tenant, subject, metric, now),
-                                "held by {} {:?} {}", tenant, subject, metric
+                                state.held(tenant, whose, metric, now),
+                                model.held(tenant, whose, metric, now),
+                                "held by {} {:?} {}", tenant, whose, metric
                             );
                             prop_assert_eq!(
-                                state.consumed(tenant, subject, metric, Window::DAY, day),
-                                model.consumed(tenant, subject, metric, day.micros()),
-                                "consumed by {} {:?} {}", tenant, subject, metric
+                                state.consumed(tenant, whose, metric, Window::DAY, day),
+                                model.consumed(tenant, whose, metric, day.micros()),
+                                "consumed by {} {:?} {}", tenant, whose, metric
                             );
                         }
                     }

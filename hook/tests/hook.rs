@@ -275,3 +275,25 @@ fn acknowledgements_recorded_through_the_writer_leave_the_outbox() {
     assert_eq!(reader.outbox_pending_count().unwrap(), 0);
     assert!(hook.check(ask("o-after", 1)).unwrap().allowed(), "the writer goes on deciding");
 }
+
+// SPEC 3: a SUBJECT policy applies to every subject separately; requests without a subject are a group of their own
+// (as reconcile judges them), not the tenant's sum.
+#[test]
+fn a_subject_policy_counts_requests_without_a_subject_apart() {
+    let Event::Policy(mut per_subject) = policy("per-subject", 5, Window::DAY, Enforcement::HARD, None) else {
+        unreachable!()
+    };
+    per_subject.scope = Scope::SUBJECT;
+    let (_dir, hook) = hook_with(vec![Event::Policy(per_subject)]);
+    let of = |subject: Option<&str>, key: &str, amount: i64| {
+        hook.check(CheckRequest { subject: subject.map(String::from), ..ask(key, amount) }).unwrap()
+    };
+    assert!(of(Some("alice"), "a-1", 5).allowed(), "alice's whole limit");
+    assert!(!of(Some("alice"), "a-2", 1).allowed(), "alice is out");
+    let without = of(None, "n-1", 1);
+    assert!(without.allowed(), "alice's use is not charged to requests without a subject: {without:?}");
+    assert_eq!(without.remaining, Some(4));
+    assert!(of(None, "n-2", 4).allowed());
+    assert!(!of(None, "n-3", 1).allowed(), "requests without a subject share one limit of their own");
+    assert_eq!(of(Some("bob"), "b-1", 1).remaining, Some(4), "bob is charged for none of it");
+}
