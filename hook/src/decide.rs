@@ -3,7 +3,8 @@
 //!
 //! Precedence, where several policies speak: an exhausted HARD quota (QUOTA_EXCEEDED: out of allowance until
 //! the window resets) before an empty throttle bucket (RATE_LIMITED: capacity exists, retry soon), so that a
-//! client is never told to retry in a second when it must wait for the month. A SHADOW policy that would deny
+//! client is never told to retry in a second when it must wait for the month; of several exhausted quotas, the
+//! one that resets last, and of several empty buckets, the one that refills last. A SHADOW policy that would deny
 //! is recorded as SHADOW_DENIED and allows. SOFT limits never deny (their excess is billed). The policy
 //! reported with an allowed request is the one with the least room left.
 
@@ -106,8 +107,16 @@ fn evaluate_one(state: &State, buckets: &Buckets, ask: &Ask<'_>, a: &Applicable<
 /// Decides from the evaluations.
 pub fn decide(evaluated: Vec<Evaluated>) -> Verdict {
     let denies = |e: &Evaluated| !e.fits && e.policy.enforcement == Enforcement::HARD;
-    let quota = evaluated.iter().find(|e| denies(e) && !e.is_throttle());
-    let throttle = evaluated.iter().find(|e| denies(e) && e.is_throttle());
+    // Of several that deny, the one with the longest wait: told to wait for the minute's end, a client would find
+    // the month's quota still exhausted then.
+    let quota = evaluated
+        .iter()
+        .filter(|e| denies(e) && !e.is_throttle())
+        .max_by_key(|e| (e.window_end, std::cmp::Reverse(&e.policy.policy_id)));
+    let throttle = evaluated
+        .iter()
+        .filter(|e| denies(e) && e.is_throttle())
+        .max_by_key(|e| (e.retry_after_ms, std::cmp::Reverse(&e.policy.policy_id)));
     if let Some(e) = quota.or(throttle) {
         let reason = if e.is_throttle() { Reason::RATE_LIMITED } else { Reason::QUOTA_EXCEEDED };
         return Verdict { outcome: Outcome::DENIED, reason, deciding: Some(e.clone()) };

@@ -395,7 +395,10 @@ impl Writer {
         let throttles: Vec<Evaluated> = evaluated.iter().filter(|e| e.is_throttle()).cloned().collect();
         let verdict = decide::decide(evaluated);
         if verdict.outcome == Outcome::ALLOWED {
-            for t in &throttles {
+            // Only from buckets that had the tokens: a SHADOW (or SOFT) bucket that did not fit takes nothing, as a
+            // HARD one would have denied and taken nothing. Emptied below zero, it said SHADOW_DENIED long after a
+            // HARD bucket would have refilled.
+            for t in throttles.iter().filter(|t| t.fits) {
                 let subject = if t.policy.scope == Scope::SUBJECT { ask.subject } else { None };
                 self.buckets.take(&t.policy, ask.tenant, subject, ask.amount, now);
             }

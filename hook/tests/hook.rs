@@ -297,3 +297,41 @@ fn a_subject_policy_counts_requests_without_a_subject_apart() {
     assert!(!of(None, "n-3", 1).allowed(), "requests without a subject share one limit of their own");
     assert_eq!(of(Some("bob"), "b-1", 1).remaining, Some(4), "bob is charged for none of it");
 }
+
+// Of two exhausted HARD quotas, the denial names the one that resets last: told to wait for the minute's end, a
+// client would find the month still exhausted then.
+#[test]
+fn a_denial_names_the_quota_that_resets_last() {
+    let (_dir, hook) = hook_with(vec![
+        policy("minute-cap", 2, Window::MINUTE, Enforcement::HARD, None),
+        policy("month-cap", 2, Window::MONTH, Enforcement::HARD, None),
+    ]);
+    assert!(hook.check(ask("m-1", 2)).unwrap().allowed());
+    let denied = hook.check(ask("m-2", 1)).unwrap();
+    assert_eq!((denied.reason, denied.policy_id.as_deref()), (Reason::QUOTA_EXCEEDED, Some("month-cap")));
+    let month_end = reconcile::window::bounds(Window::MONTH, denied.decided_at).1;
+    assert_eq!(denied.resets_at, Some(month_end));
+}
+
+static SHADOW_CLOCK_MICROS: AtomicI64 = AtomicI64::new(0);
+
+fn shadow_clock() -> Timestamp {
+    Timestamp(SHADOW_CLOCK_MICROS.load(Ordering::Relaxed))
+}
+
+// A SHADOW throttle says what a HARD one would have done: a request it would have denied takes no tokens, so after
+// the bucket's refill time it has room again, as a HARD bucket would.
+#[test]
+fn a_shadow_throttle_refills_as_a_hard_one_would() {
+    let start = Timestamp::parse_rfc3339("2026-06-01T12:00:30Z").unwrap();
+    SHADOW_CLOCK_MICROS.store(start.micros(), Ordering::Relaxed);
+    let settings = HookSettings { clock: shadow_clock, ..HookSettings::default() };
+    let (_dir, hook) =
+        hook_with_settings(vec![policy("shadow-rate", 60, Window::MINUTE, Enforcement::SHADOW, Some(2))], settings);
+    let reasons: Vec<Reason> = (0..20).map(|i| hook.check(ask(&format!("s{i}"), 1)).unwrap().reason).collect();
+    assert_eq!(reasons.iter().filter(|r| **r == Reason::WITHIN_LIMIT).count(), 2, "{reasons:?}");
+    assert_eq!(reasons.iter().filter(|r| **r == Reason::SHADOW_DENIED).count(), 18, "{reasons:?}");
+    SHADOW_CLOCK_MICROS.fetch_add(2_000_000, Ordering::Relaxed);
+    let refilled = hook.check(ask("s-later", 2)).unwrap();
+    assert_eq!(refilled.reason, Reason::WITHIN_LIMIT, "two tokens refill in two seconds: {refilled:?}");
+}
