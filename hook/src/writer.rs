@@ -431,6 +431,13 @@ impl Writer {
         }
         let id = reservation_id.to_string();
         let Some(hold) = self.state.hold(reservation_id).cloned() else {
+            // Closed earlier in this group: not in the ledger yet, which would call it expired.
+            if let Some(close) = closed_in_group(events, reservation_id) {
+                return Ok(Err(match tenants.covers(&close.header.tenant) {
+                    true => Refusal::AlreadyClosed { reservation_id: id, by: close.action.symbol().to_string() },
+                    false => Refusal::Forbidden { reservation_id: id },
+                }));
+            }
             return refusal_from_ledger(&self.ledger, reservation_id, tenants)
                 .map_err(|e| HookError::Ledger(e.to_string()));
         };
@@ -631,6 +638,16 @@ fn read_decision(
 }
 
 /// Why a close of a reservation the state does not hold open is refused, from the ledger.
+/// The close of `reservation_id` decided earlier in the group whose events these are, if any.
+fn closed_in_group<'e>(events: &'e [Event], reservation_id: &str) -> Option<&'e ReservationEvent> {
+    events.iter().rev().find_map(|event| match event {
+        Event::Reservation(r) if r.reservation_id == reservation_id && r.action != ReservationAction::RESERVE => {
+            Some(r)
+        }
+        _ => None,
+    })
+}
+
 fn refusal_from_ledger(
     ledger: &Ledger,
     reservation_id: &str,

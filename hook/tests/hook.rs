@@ -335,3 +335,42 @@ fn a_shadow_throttle_refills_as_a_hard_one_would() {
     let refilled = hook.check(ask("s-later", 2)).unwrap();
     assert_eq!(refilled.reason, Reason::WITHIN_LIMIT, "two tokens refill in two seconds: {refilled:?}");
 }
+
+// Closes of one reservation decided in the same group: the first closes it, every other is refused as already
+// closed, none as expired (the ledger, which holds no close yet, said so for a live reservation).
+#[test]
+fn closes_in_one_group_after_the_first_are_already_closed() {
+    let settings = HookSettings { group_wait_us: 20_000, ..HookSettings::default() };
+    let (_dir, hook) = hook_with_settings(vec![policy("daily", 1_000, Window::DAY, Enforcement::HARD, None)], settings);
+    let hook = Arc::new(hook);
+    for round in 0..5 {
+        let reserved = hook
+            .reserve(ReserveRequest {
+                tenant: "org-1".into(),
+                subject: None,
+                metric: "tokens".into(),
+                amount: 1,
+                ttl_ms: 600_000,
+                idempotency_key: format!("r-{round}"),
+                request_id: None,
+            })
+            .unwrap();
+        let id = reserved.reservation_id.unwrap();
+        let barrier = Arc::new(std::sync::Barrier::new(4));
+        let closes: Vec<_> = (0..4)
+            .map(|_| {
+                let (hook, id, barrier) = (hook.clone(), id.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    hook.release(&id).unwrap()
+                })
+            })
+            .collect();
+        let answers: Vec<_> = closes.into_iter().map(|t| t.join().unwrap()).collect();
+        assert_eq!(answers.iter().filter(|a| a.is_ok()).count(), 1, "round {round}: {answers:?}");
+        assert!(
+            answers.iter().all(|a| matches!(a, Ok(_) | Err(Refusal::AlreadyClosed { .. }))),
+            "round {round}: {answers:?}"
+        );
+    }
+}
