@@ -51,7 +51,7 @@ impl Evaluated {
         (self.limit - self.used_before).max(0)
     }
     pub fn is_throttle(&self) -> bool {
-        self.policy.burst.is_some()
+        self.policy.is_throttle()
     }
 }
 

@@ -387,7 +387,10 @@ impl<'p> Run<'p> {
             return;
         }
         for a in candidates.applicable(c.occurred_at) {
-            if a.window_end > self.as_of || overshoot::excess_kind(a.policy.enforcement).is_none() {
+            if a.window_end > self.as_of
+                || overshoot::excess_kind(a.policy.enforcement).is_none()
+                || a.policy.is_throttle()
+            {
                 continue;
             }
             let subject = match a.policy.scope {

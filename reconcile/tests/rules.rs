@@ -466,6 +466,16 @@ fn shadow_policies_report_shadow_over_limit() {
     assert_eq!(f.run(AS_OF), [expected]);
 }
 
+// A throttle (a policy with a burst) limits a rate, not an allowance: its bucket lets burst plus limit through in
+// a window by design, so reconcile judges none of its windows (it reported OVERSHOOT for what the hook allowed).
+#[test]
+fn throttles_are_not_judged_as_quotas() {
+    let mut f = Fixture::new();
+    f.policies(vec![PolicyEvent { burst: Some(20), ..policy("throttle", 10) }]);
+    f.append(vec![usage("u-1", "2026-10-03T10:00:00Z", 25)]);
+    assert_eq!(f.run(AS_OF), []);
+}
+
 // SPEC 5 "Overshoot": a SOFT policy's excess is billed, never adjusted.
 #[test]
 fn soft_policies_produce_nothing() {

@@ -90,7 +90,7 @@ fn month_policy<'a>(
     index
         .applicable(tenant, metric, period.start())
         .into_iter()
-        .find(|a| a.policy.scope == Scope::TENANT && a.policy.window == Window::MONTH)
+        .find(|a| a.policy.scope == Scope::TENANT && a.policy.window == Window::MONTH && !a.policy.is_throttle())
         .map(|a| (a.policy, !a.plan_default))
 }
 
@@ -407,5 +407,29 @@ mod tests {
         };
         inputs.usage.insert(key("org-1", "tokens"), 25);
         assert_eq!(cells(&rows(period, &inputs)), ["org-1,tokens,25,a-policy,1,20,0,20,5,,0"]);
+    }
+
+    // A throttle (a policy with a burst) limits a rate, not the month's allowance: never the quota billed against.
+    #[test]
+    fn a_throttle_is_not_the_monthly_quota() {
+        let period: Period = "2026-11".parse().unwrap();
+        let throttle = |tenant: &str| PolicyEvent {
+            burst: Some(50),
+            ..policy(tenant, "a-throttle", 1, "tokens", 10, Enforcement::HARD)
+        };
+        let mut inputs = BillingInputs {
+            policies: vec![
+                throttle("org-1"),
+                policy("org-1", "b-quota", 1, "tokens", 20, Enforcement::SOFT),
+                throttle("org-2"),
+            ],
+            ..BillingInputs::default()
+        };
+        inputs.usage.insert(key("org-1", "tokens"), 25);
+        inputs.usage.insert(key("org-2", "tokens"), 25);
+        assert_eq!(
+            cells(&rows(period, &inputs)),
+            ["org-1,tokens,25,b-quota,1,20,0,20,5,,0", "org-2,tokens,25,,,,,,,,0"]
+        );
     }
 }

@@ -111,6 +111,15 @@ pub struct PolicyEvent {
     pub burst: Option<i64>,
 }
 
+impl PolicyEvent {
+    /// A throttle limits a rate, not an allowance: a bucket of `burst` lets up to `burst` plus `limit` through in
+    /// one window by design, so its window's total is no limit. Reconcile judges no throttle's windows, and
+    /// billing takes no throttle for a tenant's monthly quota; the hook keeps its buckets.
+    pub fn is_throttle(&self) -> bool {
+        self.burst.is_some()
+    }
+}
+
 /// `AdjustmentEvent` (topic `quota.adjustments`), written by reconcile.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AdjustmentEvent {
