@@ -91,6 +91,10 @@ pub struct State {
     holds: FxHashMap<String, Hold>,
     /// The open reservations by expiry (microseconds), soonest first.
     expiries: BTreeSet<(i64, String)>,
+    /// Reservations that expired with no close: a close with an event time at or before `expires_at` that
+    /// arrives late (from another enforcer, through ingest) is still valid, and a COMMIT then counts (SPEC 5).
+    /// Kept while the month of their expiry is counted.
+    expired: FxHashMap<String, Hold>,
     /// The earliest window end still counted: windows ending before it are gone.
     pruned_before: i64,
 }
@@ -104,6 +108,7 @@ impl Default for State {
             usage: FxHashMap::default(),
             holds: FxHashMap::default(),
             expiries: BTreeSet::new(),
+            expired: FxHashMap::default(),
             pruned_before: i64::MIN,
         }
     }
@@ -141,19 +146,31 @@ impl State {
         match r.action {
             ReservationAction::RESERVE => {
                 let expires_at = r.expires_at.unwrap_or(r.header.occurred_at);
-                if expires_at >= now && !self.holds.contains_key(&r.reservation_id) {
-                    self.open_hold(&r.reservation_id, hold_of(&r.header, r.amount, expires_at));
+                if self.holds.contains_key(&r.reservation_id) || self.expired.contains_key(&r.reservation_id) {
+                    return;
+                }
+                let hold = hold_of(&r.header, r.amount, expires_at);
+                if expires_at >= now {
+                    self.open_hold(&r.reservation_id, hold);
+                } else if self.counted(expires_at) {
+                    self.expired.insert(r.reservation_id.clone(), hold);
                 }
             }
-            // A close counts when it closes an open reservation in time; anything else is a refused transition
-            // for reconcile to report, and consumes nothing here.
+            // A close counts when it closes a reservation in time, open or expired since (it arrived late);
+            // anything else is a refused transition for reconcile to report, and consumes nothing here.
             ReservationAction::COMMIT | ReservationAction::RELEASE => {
-                let open = self.holds.get(&r.reservation_id).is_some_and(|h| r.header.occurred_at <= h.expires_at);
-                if open {
+                let in_time = |h: &Hold| r.header.occurred_at <= h.expires_at;
+                let valid = if self.holds.get(&r.reservation_id).is_some_and(in_time) {
                     self.close_hold(&r.reservation_id);
-                    if r.action == ReservationAction::COMMIT {
-                        self.consume(&r.header, r.amount);
-                    }
+                    true
+                } else if self.expired.get(&r.reservation_id).is_some_and(in_time) {
+                    self.expired.remove(&r.reservation_id);
+                    true
+                } else {
+                    false
+                };
+                if valid && r.action == ReservationAction::COMMIT {
+                    self.consume(&r.header, r.amount);
                 }
             }
         }
@@ -251,7 +268,8 @@ impl State {
         Some(hold)
     }
 
-    /// Closes the reservations that expired before `now`: from now on they hold nothing.
+    /// Closes the reservations that expired before `now`: from now on they hold nothing, and only a late close
+    /// with an event time before their expiry can still close them.
     pub fn expire(&mut self, now: Timestamp) {
         while self.expiries.first().is_some_and(|(expires_at, _)| *expires_at < now.micros()) {
             let (_, reservation_id) = self.expiries.pop_first().expect("a first entry");
@@ -259,7 +277,15 @@ impl State {
             self.update(&hold.tenant, hold.subject.as_deref(), &hold.metric, |c| {
                 c.held = c.held.checked_sub(hold.amount).expect("held amounts fit in i64");
             });
+            if self.counted(hold.expires_at) {
+                self.expired.insert(reservation_id, hold);
+            }
         }
+    }
+
+    /// Whether a late close at `expires_at` could still change a counted window: its month has not been pruned.
+    fn counted(&self, expires_at: Timestamp) -> bool {
+        window::bounds(Window::MONTH, expires_at).1.micros() >= self.pruned_before
     }
 
     /// Drops windows that ended before `now` minus a day (at most once a minute): bounded memory.
@@ -269,6 +295,7 @@ impl State {
             return;
         }
         self.pruned_before = horizon;
+        self.expired.retain(|_, hold| window::bounds(Window::MONTH, hold.expires_at).1.micros() >= horizon);
         let live = |counters: &mut Counters| {
             counters
                 .consumed
@@ -347,6 +374,8 @@ mod tests {
     #[derive(Default)]
     struct Model {
         holds: BTreeMap<String, Hold>,
+        /// Expired with no close: a late close dated before the expiry still closes them.
+        expired: BTreeMap<String, Hold>,
         committed: BTreeMap<(String, Option<String>, String, i64), i64>,
     }
 
@@ -397,6 +426,10 @@ mod tests {
                             expires_at: Some(expires_at),
                         });
                         state.fold(seq, &event, now);
+                        // A reservation that expired keeps its id: a RESERVE of it again opens nothing.
+                        if model.expired.contains_key(&reservation_id) {
+                            continue;
+                        }
                         model.holds.entry(reservation_id).or_insert_with(|| Hold {
                             tenant: tenant.into(),
                             subject: subject.map(String::from),
@@ -407,26 +440,42 @@ mod tests {
                     }
                     Op::Close { id, commit, amount } => {
                         let reservation_id = format!("r{id}");
-                        let Some(hold) = model.holds.remove(&reservation_id) else { continue };
+                        // An open reservation closed now, or an expired one by a close that arrives late, dated at
+                        // its expiry (SPEC 5: valid by event time).
+                        let (hold, at) = match model.holds.remove(&reservation_id) {
+                            Some(hold) => (hold, now),
+                            None => match model.expired.remove(&reservation_id) {
+                                Some(hold) => {
+                                    let at = hold.expires_at;
+                                    (hold, at)
+                                }
+                                None => continue,
+                            },
+                        };
                         let action = if commit { ReservationAction::COMMIT } else { ReservationAction::RELEASE };
                         let amount = if commit { amount } else { 0 };
                         seq += 1;
                         let event = Event::Reservation(ReservationEvent {
-                            header: header(&hold.tenant, hold.subject.as_deref(), &hold.metric, now, format!("e{seq}")),
+                            header: header(&hold.tenant, hold.subject.as_deref(), &hold.metric, at, format!("e{seq}")),
                             reservation_id,
                             action,
                             amount,
                             expires_at: None,
                         });
                         state.fold(seq, &event, now);
-                        let day = window::bounds(Window::DAY, now).0.micros();
+                        let day = window::bounds(Window::DAY, at).0.micros();
                         *model.committed.entry((hold.tenant, hold.subject, hold.metric, day)).or_default() += amount;
                     }
                     Op::Advance { seconds } => {
                         now = Timestamp(now.micros() + seconds * 1_000_000);
                         state.expire(now);
                         state.prune(now);
-                        model.holds.retain(|_, h| h.expires_at >= now);
+                        let expired: Vec<String> =
+                            model.holds.iter().filter(|(_, h)| h.expires_at < now).map(|(id, _)| id.clone()).collect();
+                        for id in expired {
+                            let hold = model.holds.remove(&id).expect("listed");
+                            model.expired.insert(id, hold);
+                        }
                     }
                 }
                 prop_assert_eq!(state.holds().count(), model.holds.len());

@@ -374,3 +374,51 @@ fn closes_in_one_group_after_the_first_are_already_closed() {
         );
     }
 }
+
+// SPEC 5: a COMMIT dated at or before its reservation's expiry is valid even when it arrives after the expiry (from
+// another enforcer, through ingest), and its amount is consumption the next decision counts; one dated after the
+// expiry is refused and counts nothing.
+#[test]
+fn a_late_but_valid_commit_from_ingest_counts() {
+    let (dir, hook) = hook_with(vec![policy("daily", 10, Window::DAY, Enforcement::HARD, None)]);
+    assert_eq!(hook.check(ask("before", 0)).unwrap().remaining, Some(10));
+    let now = Timestamp::now().micros();
+    let at = |seconds_ago: i64| Timestamp(now - seconds_ago * 1_000_000);
+    let header = |event_id: &str, occurred_at: Timestamp| Header {
+        event_id: event_id.into(),
+        occurred_at,
+        tenant: "org-1".into(),
+        subject: None,
+        metric: "tokens".into(),
+        source: "other-enforcer".into(),
+    };
+    let reservation = |event_id: &str, id: &str, action, occurred_at, amount, expires_at| {
+        Event::Reservation(ReservationEvent {
+            header: header(event_id, occurred_at),
+            reservation_id: id.into(),
+            action,
+            amount,
+            expires_at,
+        })
+    };
+    let events = vec![
+        // Expired a second ago; its COMMIT is dated before that.
+        reservation("r1-reserve", "r1", ReservationAction::RESERVE, at(3), 6, Some(at(1))),
+        reservation("r1-commit", "r1", ReservationAction::COMMIT, at(2), 6, None),
+        // Expired a second ago; its COMMIT is dated after that: refused.
+        reservation("r2-reserve", "r2", ReservationAction::RESERVE, at(3), 3, Some(at(1))),
+        reservation("r2-commit", "r2", ReservationAction::COMMIT, at(0), 3, None),
+    ];
+    let incoming =
+        events.into_iter().map(|event| Incoming { event, origin: Origin::Local { name: "ingest".into() }, raw: None });
+    Ledger::open(dir.path().join("ledger.db"))
+        .unwrap()
+        .append(&Batch { events: incoming.collect(), ..Batch::default() })
+        .unwrap();
+    let after = hook.check(ask("after", 0)).unwrap();
+    assert_eq!((after.used_before, after.remaining), (Some(6), Some(4)), "r1's commit counts, r2's does not");
+    drop(hook);
+    let restarted = Hook::start(dir.path().join("ledger.db"), HookSettings::default()).unwrap();
+    let again = restarted.check(ask("after-restart", 0)).unwrap();
+    assert_eq!(again.used_before, Some(6), "the same from a fold of the ledger at start");
+}
