@@ -197,6 +197,42 @@ fn denials_carry_the_headers_and_body_of_the_spec() {
     assert!((retry - reset).abs() <= 1, "reset {reset}, retry {retry}");
 }
 
+// What a client acts on: a SHADOW policy that would deny sets no RateLimit headers (it limits nobody; the body
+// still says SHADOW_DENIED), and a replayed denial counts its Retry-After and RateLimit-Reset from now.
+#[test]
+fn shadow_answers_set_no_headers_and_replays_count_from_now() {
+    let test = TestLedger::new();
+    let Event::Policy(hard) = hard_policy(10, Window::DAY) else { unreachable!() };
+    let shadow = PolicyEvent {
+        header: header("policy-shadow-v1", "2026-01-01T00:00:00Z", "org-1", "tokens"),
+        policy_id: "shadow".into(),
+        version: 1,
+        limit: 1,
+        window: Window::MINUTE,
+        enforcement: Enforcement::SHADOW,
+        ..hard.clone()
+    };
+    write_container(&test.file("policy.avro"), &[Event::Policy(hard), Event::Policy(shadow)]);
+    test.ingest(&test.file("policy.avro"));
+    let server = Server::start(&test, &[]);
+    let (status, headers, body) = server.check("s-1", 2);
+    assert_eq!((status, body["reason"].as_str()), (200, Some("SHADOW_DENIED")), "{body}");
+    for name in ["ratelimit-limit", "ratelimit-remaining", "ratelimit-reset"] {
+        assert!(headers.get(name).is_none(), "{name} of a shadow policy: {headers:?}");
+    }
+    let seconds =
+        |headers: &ureq::http::HeaderMap, name: &str| -> i64 { headers[name].to_str().unwrap().parse().unwrap() };
+    let (status, first, _) = server.check("a-2", 9);
+    assert_eq!(status, 429);
+    std::thread::sleep(Duration::from_millis(2_100));
+    let (status, replayed, body) = server.check("a-2", 9);
+    assert_eq!((status, body["replayed"].as_bool()), (429, Some(true)), "{body}");
+    for name in ["retry-after", "ratelimit-reset"] {
+        let (then, now) = (seconds(&first, name), seconds(&replayed, name));
+        assert!(now <= then - 2, "{name}: {then} s when decided, {now} s two seconds later");
+    }
+}
+
 // SPEC 7: 401 without a valid token, 403 for a tenant the token does not cover, 400 naming the bad field, 413 for a huge body; nothing consumed or recorded by any of them.
 #[test]
 fn bad_callers_and_bad_bodies_consume_nothing() {

@@ -172,6 +172,8 @@ fn a_throttle_limits_the_rate_not_the_quota() {
     assert_eq!((limited.reason, limited.code), (Reason::RATE_LIMITED, Code::RATE_LIMITED));
     let wait = limited.retry_after_ms.expect("a retry-after");
     assert!((1_000..=1_001).contains(&wait), "one token refills in a second at 60 a minute: {wait}");
+    let room_at = Timestamp(limited.decided_at.micros() + wait * 1_000);
+    assert_eq!(limited.resets_at, Some(room_at), "when the bucket has room, not the calendar minute's end");
     THROTTLE_CLOCK_MICROS.fetch_add((wait - 1) * 1_000, Ordering::Relaxed);
     assert!(!hook.check(ask("b6", 1)).unwrap().allowed(), "a millisecond early");
     THROTTLE_CLOCK_MICROS.fetch_add(1_000, Ordering::Relaxed);

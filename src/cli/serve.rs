@@ -24,7 +24,7 @@ use clap::Args;
 use hook::{CheckRequest, Closed, Decision, Hook, HookError, HookSettings, Refusal, ReserveRequest, TenantScope};
 use ingest::outbox::Outbox;
 use ledger::Durability;
-use schemas::ReservationAction;
+use schemas::{Reason, ReservationAction, Timestamp};
 use serde::{Deserialize, Serialize};
 
 use super::kafka_args::parse_setting;
@@ -435,7 +435,7 @@ struct DecisionBody {
     retry_after_seconds: Option<i64>,
     policy_version: Option<i32>,
     policy_id: Option<String>,
-    reason: schemas::Reason,
+    reason: Reason,
     decision_id: String,
     request_id: String,
     replayed: bool,
@@ -444,9 +444,14 @@ struct DecisionBody {
 }
 
 fn decision_response(decision: Decision) -> Response {
-    let retry_after_seconds = decision.retry_after_ms.map(|ms| (ms + 999) / 1_000);
-    let reset_seconds =
-        decision.resets_at.map(|r| ((r.micros() - decision.decided_at.micros()).max(0) + 999_999) / 1_000_000);
+    // A replay answers now: its waits count from now, not from when it was first decided.
+    let at = match decision.replayed {
+        true => Timestamp::now().max(decision.decided_at),
+        false => decision.decided_at,
+    };
+    let since_ms = (at.micros() - decision.decided_at.micros()) / 1_000;
+    let retry_after_seconds = decision.retry_after_ms.map(|ms| ((ms - since_ms).max(0) + 999) / 1_000);
+    let reset_seconds = decision.resets_at.map(|r| ((r.micros() - at.micros()).max(0) + 999_999) / 1_000_000);
     let status = if decision.allowed() { StatusCode::OK } else { StatusCode::TOO_MANY_REQUESTS };
     let mut headers = HeaderMap::new();
     let mut set = |name: &'static str, value: Option<i64>| {
@@ -457,9 +462,13 @@ fn decision_response(decision: Decision) -> Response {
     if !decision.allowed() {
         set("retry-after", retry_after_seconds);
     }
-    set("ratelimit-limit", decision.limit);
-    set("ratelimit-remaining", decision.remaining);
-    set("ratelimit-reset", reset_seconds);
+    // A SHADOW policy limits nobody: its numbers are in the body, as in the DecisionEvent, but not in the headers
+    // that client libraries act on (a client read `RateLimit-Remaining: 0` of a dry run and backed off).
+    if decision.reason != Reason::SHADOW_DENIED {
+        set("ratelimit-limit", decision.limit);
+        set("ratelimit-remaining", decision.remaining);
+        set("ratelimit-reset", reset_seconds);
+    }
     let body = DecisionBody {
         code: decision.code,
         metric: decision.metric,
