@@ -73,8 +73,9 @@ fn decision(request_id: &str, occurred_at: &str, amount: i64, denied: bool) -> E
         window_start: Some(at("2026-10-05T00:00:00Z")),
         window_end: Some(at("2026-10-06T00:00:00Z")),
         limit: Some(110),
-        used_before: Some(105),
-        remaining: Some(if denied { 0 } else { 5 }),
+        // As the hook records it: consumed 105 plus the 4 held by the reservation open then.
+        used_before: Some(109),
+        remaining: Some(if denied { 1 } else { 0 }),
         retry_after_ms: denied.then_some(3_600_000),
     })
 }
@@ -168,7 +169,8 @@ fn a_hand_built_denial_is_explained_in_every_part() {
     assert_eq!(why["policy"]["enforcement"], "HARD");
     assert_eq!(why["effective_limit"], 110, "limit 100 + grant 10");
     assert_eq!(why["grants"][0]["grant_id"], "grant-1");
-    assert_eq!(why["counter"]["used_before"], 105);
+    assert_eq!(why["counter"]["used_before"], 109);
+    assert_eq!(why["consumption"]["used_before"], 109, "the ledger's account: 105 consumed + 4 held");
     assert_eq!(
         (why["counter"]["open_reservations"].as_u64(), why["counter"]["open_reservations_amount"].as_i64()),
         (Some(1), Some(4))
@@ -194,9 +196,9 @@ fn a_hand_built_denial_is_explained_in_every_part() {
         "Policy: org-9-daily version 2, tenant org-9's own, TENANT scope: at most 100 requests per DAY window, HARD enforcement",
         "Grants: 1 applied to this window, adding 10:",
         "Effective limit: 110.",
-        "1 reservations open, holding 4.",
-        "105 used + 4 held + 10 asked = 119, over the limit of 110.",
-        "per the ledger: 105 requests in 3 events.",
+        "Counter at decision time: 109 used before (which includes the 4 held by 1 reservation open then), 1 remaining (limit 110).",
+        "109 used + 10 asked = 119, over the limit of 110.",
+        "per the ledger: 105 requests in 3 events, and 4 held by 1 open reservation: 109 used before.",
         "Retry after: 3600000 ms (3600 s).",
         "The window resets at 2026-10-06T00:00:00Z.",
         "Adjustments for this window since: 1.",
@@ -248,4 +250,209 @@ fn a_tenant_timeline_over_a_range() {
     assert!(words.starts_with("Tenant org-9 from 2026-10-05T00:00:00Z to 2026-10-08T00:00:00Z"), "{words}");
     let bad = test.run(&["audit", "tenant", "org-9", "--from", "2026-10-06T00:00:00Z", "--to", "2026-10-05T00:00:00Z"]);
     assert!(bad.expect_code(2).stderr.contains("must be before"));
+}
+
+/// Ingests `events`, one container file per event (in order: each file is one ledger entry, so that ledger order
+/// is the order given, as the hook appends).
+fn ingest_in_order(test: &TestLedger, events: Vec<Event>) {
+    for (index, event) in events.into_iter().enumerate() {
+        let file = test.file(&format!("in-order-{index}.avro"));
+        write_container(&file, &[event]);
+        test.ingest(&file);
+    }
+}
+
+/// What the hook decides and records for org-s (TENANT MONTH HARD limit 100): reserve 50 (the decision, then its
+/// RESERVE at the same instant), then check 40 (recorded with `used_before` 50: consumed 0 + held 50).
+fn reserved_then_checked() -> TestLedger {
+    let test = TestLedger::new();
+    let policy = Event::Policy(PolicyEvent {
+        header: header("org-s-requests-v1", "2026-11-01T00:00:00Z", "org-s", "requests"),
+        policy_id: "org-s-requests".into(),
+        version: 1,
+        scope: Scope::TENANT,
+        limit: 100,
+        window: Window::MONTH,
+        enforcement: Enforcement::HARD,
+        effective_from: at("2026-11-01T00:00:00Z"),
+        burst: None,
+    });
+    let allowed = |request_id: &str, occurred_at: &str, amount: i64, used_before: i64| {
+        Event::Decision(DecisionEvent {
+            header: header(&format!("dec-{request_id}"), occurred_at, "org-s", "requests"),
+            request_id: request_id.into(),
+            idempotency_key: format!("idem-{request_id}"),
+            amount,
+            outcome: Outcome::ALLOWED,
+            reason: Reason::WITHIN_LIMIT,
+            policy_id: Some("org-s-requests".into()),
+            policy_version: Some(1),
+            window_start: Some(at("2026-11-01T00:00:00Z")),
+            window_end: Some(at("2026-12-01T00:00:00Z")),
+            limit: Some(100),
+            used_before: Some(used_before),
+            remaining: Some(100 - used_before - amount),
+            retry_after_ms: None,
+        })
+    };
+    let reserve = Event::Reservation(ReservationEvent {
+        header: header("rsv-s-reserve", "2026-11-10T10:00:00Z", "org-s", "requests"),
+        reservation_id: "rsv-s".into(),
+        action: ReservationAction::RESERVE,
+        amount: 50,
+        expires_at: Some(at("2026-11-10T10:05:00Z")),
+    });
+    let usage = Event::Usage(UsageEvent {
+        header: header("use-req-check", "2026-11-10T10:01:00Z", "org-s", "requests"),
+        quantity: 40,
+        request_id: Some("req-check".into()),
+        attributes: BTreeMap::new(),
+    });
+    ingest_in_order(
+        &test,
+        vec![
+            policy,
+            allowed("req-reserve", "2026-11-10T10:00:00Z", 50, 0),
+            reserve,
+            allowed("req-check", "2026-11-10T10:01:00Z", 40, 50),
+            usage,
+        ],
+    );
+    test
+}
+
+// Review item 1: the recorded used_before already includes what open reservations held, so a check allowed with 50 used (all held) and 40 asked is within 100, and the ledger's own account (consumption + held, its own RESERVE not counted) gives the same 50 and 0.
+#[test]
+fn why_counts_held_reservations_once() {
+    let test = reserved_then_checked();
+    let words = test.run(&["audit", "why", "req-check"]).success().stdout_text();
+    for expected in [
+        "Counter at decision time: 50 used before (which includes the 50 held by 1 reservation open then), 10 remaining (limit 100).",
+        "50 used + 40 asked = 90, within the limit of 100.",
+        "per the ledger: 0 requests in 0 events, and 50 held by 1 open reservation: 50 used before.",
+    ] {
+        assert!(words.contains(expected), "{expected:?} missing from:\n{words}");
+    }
+    assert!(!words.contains("should have been denied"), "{words}");
+    for request_id in ["req-check", "req-reserve"] {
+        let why = test.run(&["audit", "why", request_id, "--json"]).success().json();
+        assert_eq!(why["consumption"]["used_before"], why["counter"]["used_before"], "{request_id}: {why}");
+    }
+    let reserve = test.run(&["audit", "why", "req-reserve", "--json"]).success().json();
+    assert_eq!(reserve["counter"]["open_reservations"], 0, "its own RESERVE came after the decision: {reserve}");
+}
+
+/// org-t: reservations expired, a refused COMMIT and a conflicting copy, judged by a run inside November
+/// (as of Nov 20) and by the month-end run dated exactly at the range's end (as of Dec 1).
+fn reconciled_at_month_end() -> TestLedger {
+    let test = TestLedger::new();
+    let reservation = |event_id: &str, occurred_at: &str, id: &str, action: ReservationAction| {
+        Event::Reservation(ReservationEvent {
+            header: header(event_id, occurred_at, "org-t", "requests"),
+            reservation_id: id.into(),
+            action,
+            amount: if action == ReservationAction::RELEASE { 0 } else { 10 },
+            expires_at: (action == ReservationAction::RESERVE)
+                .then(|| Timestamp(at(occurred_at).micros() + 3_600_000_000)),
+        })
+    };
+    use ReservationAction::*;
+    // Reserved on Oct 31 and Nov 10, both expired by the run of Nov 20.
+    ingest_in_order(
+        &test,
+        vec![
+            reservation("rsv-z-reserve", "2026-10-31T23:00:00Z", "rsv-z", RESERVE),
+            reservation("rsv-a-reserve", "2026-11-10T10:00:00Z", "rsv-a", RESERVE),
+        ],
+    );
+    test.run(&["reconcile", "--as-of", "2026-11-20T00:00:00Z"]).expect_code(1);
+    ingest_in_order(
+        &test,
+        vec![
+            reservation("rsv-b-reserve", "2026-11-25T10:00:00Z", "rsv-b", RESERVE),
+            reservation("rsv-b-release", "2026-11-25T10:10:00Z", "rsv-b", RELEASE),
+            reservation("rsv-b-commit", "2026-11-25T10:20:00Z", "rsv-b", COMMIT),
+            reservation("rsv-e-reserve", "2026-11-28T10:00:00Z", "rsv-e", RESERVE),
+            usage("use-1", "2026-11-26T10:00:00Z", "org-t", 5),
+            usage("use-1", "2026-11-26T10:00:00Z", "org-t", 7),
+        ],
+    );
+    test.run(&["reconcile", "--as-of", "2026-12-01T00:00:00Z"]).expect_code(1);
+    test
+}
+
+/// `audit tenant org-t --json` over [from, to): the (kind, refs) of its adjustments, sorted.
+fn adjustments_of(test: &TestLedger, from: &str, to: &str) -> Vec<(String, String)> {
+    let timeline = test.run(&["audit", "tenant", "org-t", "--from", from, "--to", to, "--json"]).success().json();
+    let mut found: Vec<(String, String)> = timeline["adjustments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (a["kind"].as_str().unwrap().to_string(), a["refs"].to_string()))
+        .collect();
+    found.sort();
+    found
+}
+
+// Review item 2: adjustments without a window belong to the range their events happened in (the RESERVE, the refused close, the conflicting copy), not to the run's --as-of: a month-end run dated exactly at `to` is in the month, an October reservation expired by a November run is not.
+#[test]
+fn tenant_adjustments_without_a_window_follow_their_events() {
+    let test = reconciled_at_month_end();
+    let pair = |kind: &str, event_id: &str| (kind.to_string(), format!("[\"{event_id}\"]"));
+    assert_eq!(
+        adjustments_of(&test, "2026-11-01T00:00:00Z", "2026-12-01T00:00:00Z"),
+        [
+            pair("CONFLICTING_DUPLICATE", "use-1"),
+            pair("REFUSED_TRANSITION", "rsv-b-commit"),
+            pair("RESERVATION_EXPIRED", "rsv-a-reserve"),
+            pair("RESERVATION_EXPIRED", "rsv-e-reserve"),
+        ]
+    );
+    assert_eq!(
+        adjustments_of(&test, "2026-10-01T00:00:00Z", "2026-11-01T00:00:00Z"),
+        [pair("RESERVATION_EXPIRED", "rsv-z-reserve")]
+    );
+    assert_eq!(
+        adjustments_of(&test, "2026-11-26T00:00:00Z", "2026-11-27T00:00:00Z"),
+        [pair("CONFLICTING_DUPLICATE", "use-1")]
+    );
+}
+
+// Review item 3: a reservation's state is as of `to`: committed at 10:30, it is open in a range ending at 10:15.
+#[test]
+fn tenant_reservation_state_is_as_of_the_end_of_the_range() {
+    let test = hand_built();
+    let states = |to: &str| -> Vec<(String, String, Value)> {
+        let args = ["audit", "tenant", "org-9", "--from", "2026-10-05T00:00:00Z", "--to", to, "--json"];
+        let timeline = test.run(&args).success().json();
+        timeline["reservations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["reservation_id"].as_str().unwrap().into(),
+                    r["state"].as_str().unwrap().into(),
+                    r["committed"].clone(),
+                )
+            })
+            .collect()
+    };
+    let line = |id: &str, state: &str, committed: Value| (id.to_string(), state.to_string(), committed);
+    assert_eq!(states("2026-10-05T10:15:00Z"), [line("rsv-1", "open", Value::Null)]);
+    assert_eq!(
+        states("2026-10-05T12:00:00Z"),
+        [line("rsv-1", "committed", 5.into()), line("rsv-2", "open", Value::Null)]
+    );
+}
+
+// Review item 4: the retry time in seconds is rounded up, as the Retry-After header is: 86356.8 s is 86357 s.
+#[test]
+fn why_rounds_the_retry_seconds_up() {
+    let test = TestLedger::new();
+    let Event::Decision(mut denial) = decision("req-retry", "2026-10-05T12:00:00Z", 10, true) else { unreachable!() };
+    denial.retry_after_ms = Some(86_356_800);
+    ingest_in_order(&test, vec![Event::Decision(denial)]);
+    let words = test.run(&["audit", "why", "req-retry"]).success().stdout_text();
+    assert!(words.contains("Retry after: 86356800 ms (86357 s)."), "{words}");
 }

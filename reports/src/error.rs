@@ -20,6 +20,8 @@ pub enum ReportError {
     Runtime(#[source] std::io::Error),
     #[error("ledger entry {seq}: unknown {what} {value:?}")]
     UnknownSymbol { seq: u64, what: &'static str, value: String },
+    #[error("ledger entry {seq}: refs {value:?} is not a JSON array of event_ids")]
+    Refs { seq: u64, value: String },
     #[error("query answered column {column:?} as {found}, expected {expected}")]
     ColumnType { column: String, found: String, expected: &'static str },
 }

@@ -117,18 +117,22 @@ fn policy_paragraph(w: &Why, out: &mut String) {
 
 fn counter_paragraph(w: &Why, out: &mut String) {
     let c = &w.counter;
+    // The hook's used_before is consumption plus what open reservations held (SPEC 6): the holds are in it,
+    // never to be added again.
+    let held = match c.open_reservations {
+        0 => String::new(),
+        n => format!(" (which includes the {} held by {n} {} open then)", c.open_reservations_amount, reservations(n)),
+    };
     writeln!(
         out,
-        "Counter at decision time: {} used before, {} remaining (limit {}); {} reservations open, holding {}.",
+        "Counter at decision time: {} used before{held}, {} remaining (limit {}).",
         or_empty(&c.used_before),
         or_empty(&c.remaining),
         or_empty(&c.limit),
-        c.open_reservations,
-        c.open_reservations_amount
     )
     .unwrap();
     if let (Some(used), Some(limit)) = (c.used_before, c.limit) {
-        let asked = used + c.open_reservations_amount + w.decision.amount;
+        let asked = used.checked_add(w.decision.amount).expect("a recorded counter fits in i64");
         let over = asked > limit;
         let verdict = if over { "over the limit" } else { "within the limit" };
         // A decision its own counter does not explain is what support most needs to see.
@@ -137,22 +141,27 @@ fn counter_paragraph(w: &Why, out: &mut String) {
             (true, "ALLOWED") => ": by the recorded counter this request should have been denied",
             _ => "",
         };
-        writeln!(
-            out,
-            "{used} used + {} held + {} asked = {asked}, {verdict} of {limit}{note}.",
-            c.open_reservations_amount, w.decision.amount
-        )
-        .unwrap();
+        writeln!(out, "{used} used + {} asked = {asked}, {verdict} of {limit}{note}.", w.decision.amount).unwrap();
     }
     out.push('\n');
 }
 
+fn reservations(count: u64) -> &'static str {
+    if count == 1 { "reservation" } else { "reservations" }
+}
+
 fn consumption_paragraph(w: &Why, out: &mut String) {
     let c = &w.consumption;
+    // Holds count as the hook counts them, so that this figure and the recorded "used before" compare.
+    let held = match w.counter.open_reservations {
+        0 => "no reservation open".to_string(),
+        n => format!("{} held by {n} open {}", w.counter.open_reservations_amount, reservations(n)),
+    };
     writeln!(
         out,
-        "Consumption of this window before the decision, per the ledger: {} {} in {} events.",
-        c.total, w.decision.metric, c.events
+        "Consumption of this window before the decision, per the ledger: {} {} in {} events, and {held}: {} used \
+         before.",
+        c.total, w.decision.metric, c.events, c.used_before
     )
     .unwrap();
     if !c.largest.is_empty() {
@@ -187,13 +196,18 @@ fn consumption_paragraph(w: &Why, out: &mut String) {
 
 fn retry_paragraph(w: &Why, out: &mut String) {
     match w.retry_after_ms {
-        Some(ms) => writeln!(out, "Retry after: {ms} ms ({} s).", ms.div_euclid(1_000)).unwrap(),
+        Some(ms) => writeln!(out, "Retry after: {ms} ms ({} s).", retry_after_seconds(ms)).unwrap(),
         None => writeln!(out, "Retry after: none given.").unwrap(),
     }
     if let Some(reset) = w.resets_at {
         writeln!(out, "The window resets at {reset}.").unwrap();
     }
     out.push('\n');
+}
+
+/// Whole seconds, rounded up as the `Retry-After` header is: a client that waits them is not early.
+fn retry_after_seconds(ms: i64) -> i64 {
+    ms.div_euclid(1_000) + i64::from(ms.rem_euclid(1_000) > 0)
 }
 
 fn adjustments_paragraph(w: &Why, out: &mut String) {
@@ -314,11 +328,27 @@ pub fn timeline(t: &Timeline) -> String {
                     a.metric.clone(),
                     or_empty(&a.policy_id),
                     window,
+                    or_empty(&a.event_occurred_at),
                     a.amount.to_string(),
                 ]
             })
             .collect();
-        out.push_str(&table(&["recorded for", "kind", "metric", "policy", "window", "amount"], &rows));
+        let header = ["recorded for", "kind", "metric", "policy", "window", "event at", "amount"];
+        out.push_str(&table(&header, &rows));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Proves the retry time in seconds is rounded up, never down (a client told 86356 s would come back early).
+    #[test]
+    fn retry_seconds_round_up() {
+        let cases = [(0, 0), (1, 1), (999, 1), (1_000, 1), (1_001, 2), (60_000, 60), (86_356_800, 86_357)];
+        for (ms, seconds) in cases {
+            assert_eq!(retry_after_seconds(ms), seconds, "{ms} ms");
+        }
+    }
 }

@@ -1,19 +1,20 @@
 //! `audit tenant TENANT --from .. --to ..`: a tenant's decisions, consumption per UTC day, reservations and
 //! adjustments over a time range, at one watermark.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use reconcile::window;
-use schemas::{ReservationAction, ReservationEvent, Timestamp, Window};
+use schemas::{AdjustmentKind, ReservationAction, ReservationEvent, Timestamp, Window};
 use serde::Serialize;
 
-use super::{frames, reservation_groups, text, time};
+use super::{for_each_frame, frames, reservation_groups, text, time};
 use crate::error::ReportError;
 use crate::session::LedgerSession;
 
 const DECISIONS: &str = include_str!("../../sql/tenant_decisions.sql");
 const USAGE_PER_DAY: &str = include_str!("../../sql/tenant_usage_per_day.sql");
 const ADJUSTMENTS: &str = include_str!("../../sql/tenant_adjustments.sql");
+const CONFLICTING_COPIES: &str = include_str!("../../sql/tenant_conflicting_copies.sql");
 
 /// A tenant's history over `[from, to)`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -27,6 +28,8 @@ pub struct Timeline {
     pub consumption: Vec<DayConsumption>,
     /// Reservations whose RESERVE occurred in the range.
     pub reservations: Vec<ReservationLine>,
+    /// Adjustments whose window overlaps the range, and those without a window (expiries, refused transitions,
+    /// conflicting duplicates) about an event that occurred in it.
     pub adjustments: Vec<AdjustmentLine>,
 }
 
@@ -68,7 +71,8 @@ pub struct ReservationLine {
     pub metric: String,
     pub reserved_at: Option<Timestamp>,
     pub amount_held: Option<i64>,
-    /// committed, released, expired or open, as of `to`; `+ N refused` when transitions were refused.
+    /// committed, released, expired or open, as of `to` (judged on the events before it); `+ N refused` when
+    /// transitions before `to` were refused.
     pub state: String,
     pub committed: Option<i64>,
 }
@@ -76,6 +80,7 @@ pub struct ReservationLine {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AdjustmentLine {
     pub seq: u64,
+    /// The `--as-of` of the reconcile run that wrote it.
     pub occurred_at: Timestamp,
     pub kind: String,
     pub metric: String,
@@ -84,6 +89,11 @@ pub struct AdjustmentLine {
     pub window_start: Option<Timestamp>,
     pub window_end: Option<Timestamp>,
     pub amount: i64,
+    /// The event_ids it is about.
+    pub refs: Vec<String>,
+    /// Without a window: when the event it is about occurred (the reservation's RESERVE, the refused event, the
+    /// conflicting copy), which puts it in the range.
+    pub event_occurred_at: Option<Timestamp>,
 }
 
 /// The timeline of `tenant` over `[from, to)`.
@@ -102,9 +112,12 @@ pub fn timeline(
             day.events += f.i64("events", r) as u64;
         }
     }
+    let mut adjustments = Adjustments::read(session, range.clone())?;
     let mut reservations = Vec::new();
     reservation_groups(session, tenant, None, |group| {
+        adjustments.note_reservation_events(group);
         let events: Vec<(u64, &ReservationEvent)> = group.iter().map(|(s, e)| (*s, e)).collect();
+        // Consumption counts a COMMIT as reconcile does, judged on every event; the state is as of `to`.
         let verdict = reconcile::reservation::judge(&events, to);
         if let Some((seq, ReservationAction::COMMIT, amount)) = verdict.close {
             let commit = &group.iter().find(|(s, _)| *s == seq).expect("the close is in its group").1;
@@ -117,11 +130,21 @@ pub fn timeline(
                 day.events += 1;
             }
         }
-        let reserve = verdict.reserve.and_then(|s| group.iter().find(|(seq, _)| *seq == s)).map(|(_, e)| e);
-        if reserve.is_some_and(|r| r.header.occurred_at >= from && r.header.occurred_at < to) {
-            reservations.push(reservation_line(group, &verdict, reserve));
+        let before_to: Vec<(u64, &ReservationEvent)> =
+            events.into_iter().filter(|(_, e)| e.header.occurred_at < to).collect();
+        let as_of_to = reconcile::reservation::judge(&before_to, to);
+        let reserve = as_of_to.reserve.and_then(|s| group.iter().find(|(seq, _)| *seq == s)).map(|(_, e)| e);
+        if reserve.is_some_and(|r| r.header.occurred_at >= from) {
+            reservations.push(reservation_line(group, &as_of_to, reserve));
         }
     })?;
+    if adjustments.wants_conflicting_copies() {
+        for_each_frame(session, CONFLICTING_COPIES, vec![text(tenant)], |f| {
+            for r in 0..f.rows() {
+                adjustments.note_conflicting_copy(f.str("event_id", r), f.time("occurred_at", r));
+            }
+        })?;
+    }
     reservations.sort_by(|a, b| (a.reserved_at, &a.reservation_id).cmp(&(b.reserved_at, &b.reservation_id)));
     let consumption = days
         .into_iter()
@@ -140,7 +163,7 @@ pub fn timeline(
         decisions: decisions(session, range.clone())?,
         consumption,
         reservations,
-        adjustments: adjustments(session, range)?,
+        adjustments: adjustments.in_range(from, to),
     })
 }
 
@@ -192,25 +215,105 @@ fn decisions(
     Ok(lines)
 }
 
-fn adjustments(
-    session: &LedgerSession,
-    range: Vec<datafusion::common::ScalarValue>,
-) -> Result<Vec<AdjustmentLine>, ReportError> {
-    let mut lines = Vec::new();
-    for f in frames(session, ADJUSTMENTS, range)? {
-        for r in 0..f.rows() {
-            lines.push(AdjustmentLine {
-                seq: f.i64("seq", r) as u64,
-                occurred_at: f.time("occurred_at", r),
-                kind: f.str("kind", r),
-                metric: f.str("metric", r),
-                subject: f.opt_str("subject", r),
-                policy_id: f.opt_str("policy_id", r),
-                window_start: f.opt_time("window_start", r),
-                window_end: f.opt_time("window_end", r),
-                amount: f.i64("amount", r),
-            });
+/// The adjustments a timeline may show, and the event times of the events those without a window are about.
+/// Reconcile dates an adjustment at its run's `--as-of` (a month-end run exactly at the month's end), so
+/// without a window only the events it names (`refs`) place it in time: a RESERVATION_EXPIRED or
+/// REFUSED_TRANSITION names a reservation event of the tenant (found in the scan of its reservations the
+/// timeline makes anyway), a CONFLICTING_DUPLICATE the event_id of a conflicting copy (found by the ledger's
+/// small index of them).
+struct Adjustments {
+    lines: Vec<AdjustmentLine>,
+    /// event_id -> event time, for the refs of adjustments without a window; `None` until found.
+    reservation_events: HashMap<String, Option<Timestamp>>,
+    /// event_id -> the event times of its conflicting copies.
+    conflicting_copies: HashMap<String, Vec<Timestamp>>,
+}
+
+impl Adjustments {
+    fn read(session: &LedgerSession, range: Vec<datafusion::common::ScalarValue>) -> Result<Adjustments, ReportError> {
+        let mut lines = Vec::new();
+        for f in frames(session, ADJUSTMENTS, range)? {
+            for r in 0..f.rows() {
+                let seq = f.i64("seq", r) as u64;
+                let refs = f.str("refs", r);
+                let refs: Vec<String> =
+                    serde_json::from_str(&refs).map_err(|_| ReportError::Refs { seq, value: refs.clone() })?;
+                lines.push(AdjustmentLine {
+                    seq,
+                    occurred_at: f.time("occurred_at", r),
+                    kind: f.str("kind", r),
+                    metric: f.str("metric", r),
+                    subject: f.opt_str("subject", r),
+                    policy_id: f.opt_str("policy_id", r),
+                    window_start: f.opt_time("window_start", r),
+                    window_end: f.opt_time("window_end", r),
+                    amount: f.i64("amount", r),
+                    refs,
+                    event_occurred_at: None,
+                });
+            }
+        }
+        let (mut reservation_events, mut conflicting_copies) = (HashMap::new(), HashMap::new());
+        for line in lines.iter().filter(|l| l.window_start.is_none()) {
+            for event_id in &line.refs {
+                if is_conflict(line) {
+                    conflicting_copies.insert(event_id.clone(), Vec::new());
+                } else {
+                    reservation_events.insert(event_id.clone(), None);
+                }
+            }
+        }
+        Ok(Adjustments { lines, reservation_events, conflicting_copies })
+    }
+
+    fn note_reservation_events(&mut self, group: &[(u64, ReservationEvent)]) {
+        for (_, event) in group {
+            if let Some(time) = self.reservation_events.get_mut(&event.header.event_id) {
+                *time = Some(event.header.occurred_at);
+            }
         }
     }
-    Ok(lines)
+
+    fn wants_conflicting_copies(&self) -> bool {
+        !self.conflicting_copies.is_empty()
+    }
+
+    fn note_conflicting_copy(&mut self, event_id: String, occurred_at: Timestamp) {
+        if let Some(times) = self.conflicting_copies.get_mut(&event_id) {
+            times.push(occurred_at);
+        }
+    }
+
+    /// The adjustments whose window overlaps `[from, to)`, or, without a window, about an event in it, in
+    /// ledger order.
+    fn in_range(self, from: Timestamp, to: Timestamp) -> Vec<AdjustmentLine> {
+        let within = |t: &Timestamp| *t >= from && *t < to;
+        let mut kept = Vec::new();
+        for mut line in self.lines {
+            if line.window_start.is_some() {
+                kept.push(line);
+                continue;
+            }
+            let times: Vec<Timestamp> = line
+                .refs
+                .iter()
+                .flat_map(|id| match is_conflict(&line) {
+                    // Several copies of one event_id are told apart by nothing the adjustment holds: any will do.
+                    true => self.conflicting_copies.get(id).cloned().unwrap_or_default(),
+                    false => self.reservation_events.get(id).copied().flatten().into_iter().collect(),
+                })
+                .collect();
+            let found = times.iter().copied().find(within).or(times.first().copied());
+            // No event found (a kind this version does not know): the time the run wrote it for.
+            if within(&found.unwrap_or(line.occurred_at)) {
+                line.event_occurred_at = found;
+                kept.push(line);
+            }
+        }
+        kept
+    }
+}
+
+fn is_conflict(line: &AdjustmentLine) -> bool {
+    line.kind == AdjustmentKind::CONFLICTING_DUPLICATE.symbol()
 }

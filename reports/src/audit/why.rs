@@ -104,6 +104,9 @@ pub struct GrantFacts {
 pub struct Consumption {
     pub total: i64,
     pub events: u64,
+    /// `total` plus what the reservations open at the decision held: the ledger's account of the recorded
+    /// `counter.used_before`, which counts holds the same way (SPEC 6).
+    pub used_before: i64,
     /// The largest, at most [`LARGEST_SHOWN`].
     pub largest: Vec<Consumed>,
 }
@@ -204,6 +207,14 @@ fn decisions(session: &LedgerSession, request_id: &str) -> Result<Vec<Decision>,
     Ok(found)
 }
 
+impl Decision {
+    /// Whether this decision came after an event (its event time and ledger sequence number): the event is
+    /// earlier in event time, or at the same instant and earlier in the ledger.
+    fn is_after(&self, occurred_at: Timestamp, seq: u64) -> bool {
+        (occurred_at, seq) < (self.occurred_at, self.seq)
+    }
+}
+
 fn policy(session: &LedgerSession, decision: &Decision) -> Result<Option<PolicyFacts>, ReportError> {
     let (Some(policy_id), Some(version)) = (&decision.policy_id, decision.policy_version) else { return Ok(None) };
     let params = vec![text(policy_id), ScalarValue::Int32(Some(version as i32)), text(&decision.tenant)];
@@ -260,8 +271,10 @@ fn grants(
     Ok(found)
 }
 
-/// Usage and valid COMMITs in the decision's window up to the decision (largest first), and the reservations
-/// open at the decision: (count, amount held).
+/// Usage and valid COMMITs in the decision's window before the decision (largest first), and the reservations
+/// open at the decision: (count, amount held). "Before" is as the hook saw it: earlier in event time, or at the
+/// same instant and earlier in the ledger (the hook appends a decision before the RESERVE or usage it allows,
+/// so the request's own are not before it).
 fn consumption(
     session: &LedgerSession,
     request_id: &str,
@@ -274,69 +287,60 @@ fn consumption(
     let params = vec![text(&decision.tenant), text(&decision.metric), time(start), time(decision.occurred_at)];
     for_each_frame(session, WINDOW_USAGE, params, |f| {
         for r in 0..f.rows() {
-            let subject = f.opt_str("subject", r);
+            let (seq, occurred_at, subject) =
+                (f.i64("seq", r) as u64, f.time("occurred_at", r), f.opt_str("subject", r));
             // The request's own usage (recorded with an allowed decision) is not "before" it.
             let own_request = f.opt_str("request_id", r).as_deref() == Some(request_id);
-            if counts(&subject) && !own_request {
-                all.push(Consumed {
-                    seq: f.i64("seq", r) as u64,
-                    event_id: f.str("event_id", r),
-                    kind: "usage",
-                    occurred_at: f.time("occurred_at", r),
-                    quantity: f.i64("quantity", r),
-                    subject,
-                });
+            if counts(&subject) && !own_request && decision.is_after(occurred_at, seq) {
+                let (event_id, quantity) = (f.str("event_id", r), f.i64("quantity", r));
+                all.push(Consumed { seq, event_id, kind: "usage", occurred_at, quantity, subject });
             }
         }
     })?;
-    let mut open = (0, 0);
+    let mut open: (u64, i64) = (0, 0);
     reservation_groups(session, &decision.tenant, Some(&decision.metric), |group| {
-        let events: Vec<(u64, &ReservationEvent)> = group.iter().map(|(s, e)| (*s, e)).collect();
-        let verdict = reconcile::reservation::judge(&events, decision.occurred_at);
-        let Some(reserve) = verdict.reserve.and_then(|s| group.iter().find(|(seq, _)| *seq == s)) else { return };
+        let before: Vec<(u64, &ReservationEvent)> = group
+            .iter()
+            .filter(|(seq, e)| decision.is_after(e.header.occurred_at, *seq))
+            .map(|(s, e)| (*s, e))
+            .collect();
+        let verdict = reconcile::reservation::judge(&before, decision.occurred_at);
+        let Some(reserve) = verdict.reserve.and_then(|s| before.iter().find(|(seq, _)| *seq == s)) else { return };
         if !counts(&reserve.1.header.subject) {
             return;
         }
-        if let Some(amount) = open_at(&reserve.1, verdict.close.map(|c| c.0), group, decision.occurred_at) {
-            open = (open.0 + 1, open.1 + amount);
-        }
-        if let Some((seq, ReservationAction::COMMIT, amount)) = verdict.close {
-            let (_, commit) = group.iter().find(|(s, _)| *s == seq).expect("the close is in its group");
-            let t = commit.header.occurred_at;
-            if t >= start && t <= decision.occurred_at {
-                all.push(Consumed {
-                    seq,
-                    event_id: commit.header.event_id.clone(),
-                    kind: "commit",
-                    occurred_at: t,
-                    quantity: amount,
-                    subject: commit.header.subject.clone(),
-                });
+        match verdict.close {
+            // As the hook holds it: until it closes, through its expires_at.
+            None if reserve.1.expires_at.is_some_and(|e| decision.occurred_at <= e) => {
+                open = (open.0 + 1, open.1.checked_add(reserve.1.amount).expect("held amounts fit in i64"));
             }
+            Some((seq, ReservationAction::COMMIT, amount)) => {
+                let (_, commit) = before.iter().find(|(s, _)| *s == seq).expect("the close is in its group");
+                if commit.header.occurred_at >= start {
+                    all.push(Consumed {
+                        seq,
+                        event_id: commit.header.event_id.clone(),
+                        kind: "commit",
+                        occurred_at: commit.header.occurred_at,
+                        quantity: amount,
+                        subject: commit.header.subject.clone(),
+                    });
+                }
+            }
+            _ => {}
         }
     })?;
-    Ok((largest_first(all), open))
+    let consumption = largest_first(all, open.1);
+    Ok((consumption, open))
 }
 
-/// The amount a reservation held open at `t`: reserved at or before `t`, not expired, not closed by then.
-fn open_at(
-    reserve: &ReservationEvent,
-    close: Option<u64>,
-    group: &[(u64, ReservationEvent)],
-    t: Timestamp,
-) -> Option<i64> {
-    let closed_by_then =
-        close.and_then(|s| group.iter().find(|(seq, _)| *seq == s)).is_some_and(|(_, c)| c.header.occurred_at <= t);
-    let live = reserve.header.occurred_at <= t && reserve.expires_at.is_some_and(|e| t <= e);
-    (live && !closed_by_then).then_some(reserve.amount)
-}
-
-fn largest_first(mut all: Vec<Consumed>) -> Consumption {
+fn largest_first(mut all: Vec<Consumed>, held: i64) -> Consumption {
     let total = all.iter().try_fold(0i64, |sum, c| sum.checked_add(c.quantity)).expect("consumption fits in i64");
+    let used_before = total.checked_add(held).expect("consumption and holds fit in i64");
     let events = all.len() as u64;
     all.sort_by(|a, b| b.quantity.cmp(&a.quantity).then(a.occurred_at.cmp(&b.occurred_at)).then(a.seq.cmp(&b.seq)));
     all.truncate(LARGEST_SHOWN);
-    Consumption { total, events, largest: all }
+    Consumption { total, events, used_before, largest: all }
 }
 
 fn adjustments(session: &LedgerSession, decision: &Decision) -> Result<Vec<AdjustmentFacts>, ReportError> {
