@@ -48,6 +48,8 @@ pub struct CatalogSchema {
     pub current: bool,
     /// CRC-64-AVRO (Rabin) fingerprint of the Parsing Canonical Form.
     pub fingerprint: u64,
+    /// What this catalog called it until 2026-12-02 ([`legacy_fingerprint`]), still accepted when reading.
+    pub legacy_fingerprint: u64,
     pub schema: Schema,
 }
 
@@ -77,11 +79,52 @@ impl std::fmt::Debug for Catalog {
     }
 }
 
-/// The CRC-64-AVRO fingerprint of a schema's Parsing Canonical Form, as the number whose little-endian bytes
-/// follow the single-object magic.
+/// The CRC-64-AVRO fingerprint of a schema's Parsing Canonical Form as the Avro specification defines it, as
+/// the number whose little-endian bytes follow the single-object magic: what the Java, Python and fastavro
+/// encoders of other teams' producers write.
 pub fn fingerprint(schema: &Schema) -> u64 {
+    rabin(canonical_form(schema).as_bytes())
+}
+
+/// The fingerprint apache-avro 0.22 computes, which the catalog used until 2026-12-02: its canonical form writes a
+/// primitive with a logical type (`{"type": "long", "logicalType": "timestamp-micros"}`) as `{"type":"long"}`
+/// where the specification's [PRIMITIVES] rule writes `"long"`, so every schema of ours, all having timestamps,
+/// had a fingerprint no other encoder computes, and their producers' messages were quarantined as of an unknown
+/// writer schema. Still accepted when reading: topics and ledgers written before carry it.
+pub fn legacy_fingerprint(schema: &Schema) -> u64 {
     let bytes = schema.fingerprint::<Rabin>().bytes;
     u64::from_le_bytes(bytes.try_into().expect("a Rabin fingerprint is 8 bytes"))
+}
+
+/// The Parsing Canonical Form: apache-avro's, with every `{"type": PRIMITIVE}` left after its [STRIP] written as
+/// the bare primitive name.
+pub fn canonical_form(schema: &Schema) -> String {
+    let mut form: serde_json::Value =
+        serde_json::from_str(&schema.canonical_form()).expect("apache-avro writes its canonical form as JSON");
+    bare_primitives(&mut form);
+    serde_json::to_string(&form).expect("a JSON value serializes")
+}
+
+fn bare_primitives(form: &mut serde_json::Value) {
+    const PRIMITIVES: [&str; 8] = ["null", "boolean", "int", "long", "float", "double", "bytes", "string"];
+    match form {
+        serde_json::Value::Object(map) => {
+            if let (1, Some(serde_json::Value::String(name))) = (map.len(), map.get("type"))
+                && PRIMITIVES.contains(&name.as_str())
+            {
+                *form = serde_json::Value::String(name.clone());
+                return;
+            }
+            map.values_mut().for_each(bare_primitives);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(bare_primitives),
+        _ => {}
+    }
+}
+
+fn rabin(bytes: &[u8]) -> u64 {
+    use digest::Digest;
+    u64::from_le_bytes(Rabin::digest(bytes).into())
 }
 
 static BUILTIN: OnceLock<Catalog> = OnceLock::new();
@@ -100,7 +143,8 @@ impl Catalog {
             .map(|&(file, event_type, current, text)| {
                 let schema = Schema::parse_str(text)
                     .unwrap_or_else(|e| panic!("schemas/avro/{file} is not a valid Avro schema: {e}"));
-                CatalogSchema { file, event_type, current, fingerprint: fingerprint(&schema), schema }
+                let (fingerprint, legacy_fingerprint) = (fingerprint(&schema), legacy_fingerprint(&schema));
+                CatalogSchema { file, event_type, current, fingerprint, legacy_fingerprint, schema }
             })
             .collect();
         for event_type in EventType::ALL {
@@ -128,7 +172,8 @@ impl Catalog {
                     .unwrap_or_else(|e| panic!("schemas/avro/{}: {e}", s.file))
             })
             .collect();
-        let by_fingerprint = schemas.iter().enumerate().map(|(i, s)| (s.fingerprint, i)).collect();
+        let by_fingerprint =
+            schemas.iter().enumerate().flat_map(|(i, s)| [(s.fingerprint, i), (s.legacy_fingerprint, i)]).collect();
         Catalog { schemas, by_fingerprint, readers, writers }
     }
 

@@ -1,0 +1,77 @@
+// Proves that the catalog's fingerprints are the Avro specification's, the ones other teams' encoders put in
+// their single-object messages (Java's SchemaNormalization, Python's avro, fastavro), and that messages under the
+// fingerprints this catalog used until 2026-12-02 (apache-avro 0.22's, which keeps `{"type":"long"}` for a
+// timestamp in the canonical form) still decode.
+
+use schemas::catalog::{canonical_form, legacy_fingerprint};
+use schemas::{Catalog, Event, EventType, Header, Timestamp, UsageEvent};
+
+/// Computed outside this codebase from the files under `schemas/avro/`: fastavro's `to_parsing_canonical_form`
+/// and CRC-64-AVRO for UsageEvent, DecisionEvent and PolicyEvent; the others with a separate implementation of
+/// the specification's rules (Python). Both agree where both were run.
+const PUBLISHED: [(&str, u64); 8] = [
+    ("UsageEvent.avsc", 0xa81167332c60b12c),
+    ("DecisionEvent.avsc", 0x0b29ffbeda815cef),
+    ("ReservationEvent.avsc", 0x77c5cb05e89c39c6),
+    ("GrantEvent.avsc", 0x37b6d2cc1e5b52f5),
+    ("PolicyEvent.avsc", 0x022a04edb1695548),
+    ("AdjustmentEvent.avsc", 0x67c71f7cf397d05e),
+    ("history/UsageEvent.v1.avsc", 0x8860840d2e402f4b),
+    ("history/PolicyEvent.v1.avsc", 0x9df89f040761b669),
+];
+
+#[test]
+fn the_catalog_has_the_fingerprints_other_encoders_compute() {
+    let catalog = Catalog::builtin();
+    for (file, published) in PUBLISHED {
+        let schema =
+            catalog.schemas().iter().find(|s| s.file == file).unwrap_or_else(|| panic!("{file} in the catalog"));
+        assert_eq!(schema.fingerprint, published, "{file}: {:016x}, published {published:016x}", schema.fingerprint);
+        assert_eq!(catalog.by_fingerprint(published).map(|s| s.file), Some(file));
+    }
+}
+
+// SPEC 3's timestamps are longs with a logical type: [STRIP] drops the logicalType, [PRIMITIVES] then writes the
+// bare primitive.
+#[test]
+fn a_logical_type_is_its_bare_primitive_in_the_canonical_form() {
+    let schema = apache_avro::Schema::parse_str(
+        r#"{"type": "record", "name": "T", "namespace": "n", "doc": "x", "fields": [
+            {"name": "at", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+            {"name": "maybe", "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}], "default": null}
+        ]}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        canonical_form(&schema),
+        r#"{"name":"n.T","type":"record","fields":[{"name":"at","type":"long"},{"name":"maybe","type":["null","long"]}]}"#
+    );
+}
+
+#[test]
+fn messages_under_the_old_fingerprints_still_decode() {
+    let catalog = Catalog::builtin();
+    let event = Event::Usage(UsageEvent {
+        header: Header {
+            event_id: "u-1".into(),
+            occurred_at: Timestamp::parse_rfc3339("2026-11-02T10:00:00Z").unwrap(),
+            tenant: "org-1".into(),
+            subject: None,
+            metric: "tokens".into(),
+            source: "svc".into(),
+        },
+        quantity: 7,
+        request_id: None,
+        attributes: Default::default(),
+    });
+    let current = catalog.current(EventType::UsageEvent);
+    assert_ne!(current.legacy_fingerprint, current.fingerprint);
+    assert_eq!(current.legacy_fingerprint, legacy_fingerprint(&current.schema));
+    let mut message = catalog.encode_single_object(&event);
+    assert_eq!(&message[2..10], &current.fingerprint.to_le_bytes(), "written under the specification's");
+    message[2..10].copy_from_slice(&current.legacy_fingerprint.to_le_bytes());
+    let decoded = catalog.decode_single_object(&message, Some(EventType::UsageEvent)).expect("an old message");
+    assert_eq!(decoded.event, event);
+    let stored = catalog.decode_payload(current.legacy_fingerprint, &message[10..]).expect("an old ledger entry");
+    assert_eq!(stored, event);
+}
