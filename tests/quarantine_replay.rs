@@ -4,6 +4,7 @@
 mod support;
 
 use ledger::{Batch, Incoming, Ledger, Origin, Rejected};
+use schemas::Event;
 use support::*;
 
 fn kafka(offset: i64) -> Origin {
@@ -66,4 +67,56 @@ fn replay_records_what_now_decodes_once() {
     let again = test.run(&["quarantine", "replay", "--json"]).success().json();
     assert_eq!((again["examined"].as_u64(), again["recorded"].as_u64()), (Some(1), Some(0)), "{again}");
     assert_eq!(Counts::of_status(&test.status()).events_recorded, 2);
+}
+
+// SPEC 2: a topic carries one record type. A message of another type on it, quarantined as wrong_type, stays so
+// in a replay; a message from a topic the replay is not told the type of stays quarantined, until it is told
+// (`--topics`, as given to ingest).
+#[test]
+fn replay_keeps_each_topic_to_its_record_type() {
+    let test = TestLedger::new();
+    let catalog = schemas::Catalog::builtin();
+    let usage_event = usage("custom-1", "2026-11-03T08:00:00Z", "org-7", 4);
+    let Event::Usage(u) = usage("d-1", "2026-11-03T08:00:00Z", "org-7", 1) else { unreachable!() };
+    let decision = Event::Decision(schemas::DecisionEvent {
+        header: u.header,
+        request_id: "req-1".into(),
+        idempotency_key: "k-1".into(),
+        amount: 1,
+        outcome: schemas::Outcome::ALLOWED,
+        reason: schemas::Reason::WITHIN_LIMIT,
+        policy_id: None,
+        policy_version: None,
+        window_start: None,
+        window_end: None,
+        limit: None,
+        used_before: None,
+        remaining: None,
+        retry_after_ms: None,
+    });
+    {
+        let mut ledger = Ledger::open(&test.path).expect("a ledger");
+        let wrong = schemas::DecodeError::WrongType {
+            expected: schemas::EventType::UsageEvent,
+            found: schemas::EventType::DecisionEvent,
+        };
+        let unknown = schemas::DecodeError::UnknownFingerprint { fingerprint: 42 };
+        let custom = Origin::Kafka { topic: "custom.usage".into(), partition: 0, offset: 5 };
+        let batch = Batch {
+            rejected: vec![
+                Rejected::new(kafka(20), catalog.encode_single_object(&decision), &wrong),
+                Rejected::new(custom, catalog.encode_single_object(&usage_event), &unknown),
+            ],
+            ..Batch::default()
+        };
+        ledger.append(&batch).expect("appended");
+    }
+    let report = test.run(&["quarantine", "replay", "--json"]).success().json();
+    assert_eq!(report["recorded"].as_u64(), Some(0), "{report}");
+    let codes: Vec<&str> =
+        report["still_quarantined"].as_array().unwrap().iter().map(|s| s["reason_code"].as_str().unwrap()).collect();
+    assert_eq!(codes, ["wrong_type", "unknown_topic"], "{report}");
+    let told = test.run(&["quarantine", "replay", "--topics", "usage=custom.usage", "--json"]).success().json();
+    assert_eq!(told["recorded"].as_u64(), Some(1), "{told}");
+    assert_eq!(Counts::of_status(&test.status()).events_recorded, 1, "only the usage event, from its topic");
 }

@@ -3,6 +3,7 @@
 //! coordinates; each quarantined message is replayed at most once (`quarantine_replays`).
 
 use rusqlite::params_from_iter;
+use schemas::EventType;
 use serde::Serialize;
 
 use crate::Ledger;
@@ -38,12 +39,27 @@ struct Candidate {
 
 impl Ledger {
     /// Replays the quarantined messages with the given ids (all not yet replayed when `ids` is empty).
-    pub fn replay_quarantined(&mut self, ids: &[i64]) -> Result<ReplayReport, ReplayError> {
+    /// `expected` says which record type a message's origin carries (a Kafka topic carries one, SPEC 2): `Ok(None)`
+    /// for any, `Err` with why it cannot be told (the message then stays quarantined, reason code
+    /// `unknown_topic`). A message of another type stays quarantined as `wrong_type`, as ingest found it.
+    pub fn replay_quarantined(
+        &mut self,
+        ids: &[i64],
+        expected: impl Fn(&Origin) -> Result<Option<EventType>, String>,
+    ) -> Result<ReplayReport, ReplayError> {
         let candidates = self.replay_candidates(ids)?;
         let mut report = ReplayReport { examined: candidates.len() as u64, ..ReplayReport::default() };
         let mut batch = Batch::default();
         for candidate in candidates {
-            match self.catalog.decode_single_object(&candidate.raw, None) {
+            let expected = match expected(&candidate.origin) {
+                Ok(expected) => expected,
+                Err(reason) => {
+                    let id = candidate.id;
+                    report.still_quarantined.push(StillQuarantined { id, reason_code: "unknown_topic".into(), reason });
+                    continue;
+                }
+            };
+            match self.catalog.decode_single_object(&candidate.raw, expected) {
                 Ok(decoded) => {
                     batch.events.push(Incoming {
                         event: decoded.event,

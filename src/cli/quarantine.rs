@@ -4,7 +4,8 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use ledger::Ledger;
+use ingest::topics::Topics;
+use ledger::{Ledger, Origin};
 
 #[derive(Debug, Subcommand)]
 pub enum QuarantineCommand {
@@ -20,6 +21,10 @@ pub enum QuarantineCommand {
         /// Replay only these quarantine ids (default: every one not replayed yet).
         #[arg(long = "id")]
         ids: Vec<i64>,
+        /// Which record type each input topic carries, as given to `ingest` (`KIND=TOPIC`, repeatable; default
+        /// the names of SPEC 2): a message from a topic is recorded only if it is of that topic's type.
+        #[arg(long, value_name = "KIND=TOPIC")]
+        topics: Vec<String>,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -29,16 +34,24 @@ pub enum QuarantineCommand {
 pub fn run(ledger_path: &Path, command: QuarantineCommand) -> anyhow::Result<ExitCode> {
     match command {
         QuarantineCommand::List { json } => list(ledger_path, json),
-        QuarantineCommand::Replay { ids, json } => replay(ledger_path, &ids, json),
+        QuarantineCommand::Replay { ids, topics, json } => replay(ledger_path, &ids, &topics, json),
     }
 }
 
-fn replay(ledger_path: &Path, ids: &[i64], json: bool) -> anyhow::Result<ExitCode> {
+fn replay(ledger_path: &Path, ids: &[i64], topics: &[String], json: bool) -> anyhow::Result<ExitCode> {
+    let topics = if topics.is_empty() { Topics::defaults() } else { Topics::parse(topics)? };
     if !ledger_path.exists() {
         Ledger::open_read_only(ledger_path)?;
     }
     let mut ledger = super::open_for_append(ledger_path)?;
-    let report = ledger.replay_quarantined(ids)?;
+    // A topic carries one record type (SPEC 2): a message of another is not recorded by a replay either.
+    let expected = |origin: &Origin| match origin {
+        Origin::Kafka { topic, .. } => topics.event_type(topic).map(Some).ok_or_else(|| {
+            format!("topic {topic:?} is not among the input topics {topics}; pass the --topics that ingest used")
+        }),
+        Origin::File { .. } | Origin::Local { .. } => Ok(None),
+    };
+    let report = ledger.replay_quarantined(ids, expected)?;
     if json {
         super::print_json(&report)?;
         return Ok(ExitCode::SUCCESS);
