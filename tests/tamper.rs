@@ -66,6 +66,14 @@ fn database_refuses_update_and_delete() {
     assert_refused(&ledger, "UPDATE entries SET tenant = 'org-2' WHERE seq = 1", "entries", "UPDATE");
     assert_refused(&ledger, "DELETE FROM usage_events", "usage_events", "DELETE");
     assert_refused(&ledger, "UPDATE batches SET events_recorded_total = 0", "batches", "UPDATE");
+    // REPLACE deletes the row it replaces without firing a delete trigger: refused as an insert over a row.
+    let (replaced, _, stderr) = sqlite3(
+        &ledger,
+        "INSERT OR REPLACE INTO entries SELECT seq, 'evil' || event_id, event_type, status, duplicate_of, \
+         tenant, subject, metric, source, occurred_at, origin, origin_stream, origin_partition, origin_offset, \
+         recorded_at, payload_fingerprint, payload, raw, payload_hash, entry_hash FROM entries WHERE seq = 1",
+    );
+    assert!(!replaced && stderr.contains("entries is append-only: a row is never replaced"), "{stderr}");
 
     assert_eq!(sqlite3_ok(&ledger, "SELECT quantity FROM usage_events WHERE seq = 2").trim(), "20");
     assert_eq!(sqlite3_ok(&ledger, "SELECT COUNT(*) FROM entries").trim(), "5");

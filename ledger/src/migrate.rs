@@ -21,6 +21,7 @@ pub const MIGRATIONS: &[Migration] = &[
     ("009-dedup-tiers.sql", include_str!("../ddl/009-dedup-tiers.sql"), None),
     ("010-request-keys.sql", include_str!("../ddl/010-request-keys.sql"), Some(crate::dedup::index_recorded_requests)),
     ("011-outbox-cursor.sql", include_str!("../ddl/011-outbox-cursor.sql"), None),
+    ("012-refuse-replace.sql", include_str!("../ddl/012-refuse-replace.sql"), None),
 ];
 
 /// The schema version of a ledger all of whose migrations ran.
