@@ -4,7 +4,6 @@
 mod support;
 
 use ledger::{Batch, Incoming, Ledger, Origin, Rejected};
-use schemas::Event;
 use support::*;
 
 fn kafka(offset: i64) -> Origin {
@@ -77,23 +76,7 @@ fn replay_keeps_each_topic_to_its_record_type() {
     let test = TestLedger::new();
     let catalog = schemas::Catalog::builtin();
     let usage_event = usage("custom-1", "2026-11-03T08:00:00Z", "org-7", 4);
-    let Event::Usage(u) = usage("d-1", "2026-11-03T08:00:00Z", "org-7", 1) else { unreachable!() };
-    let decision = Event::Decision(schemas::DecisionEvent {
-        header: u.header,
-        request_id: "req-1".into(),
-        idempotency_key: "k-1".into(),
-        amount: 1,
-        outcome: schemas::Outcome::ALLOWED,
-        reason: schemas::Reason::WITHIN_LIMIT,
-        policy_id: None,
-        policy_version: None,
-        window_start: None,
-        window_end: None,
-        limit: None,
-        used_before: None,
-        remaining: None,
-        retry_after_ms: None,
-    });
+    let decision = sample_event(schemas::EventType::DecisionEvent, "d-1");
     {
         let mut ledger = Ledger::open(&test.path).expect("a ledger");
         let wrong = schemas::DecodeError::WrongType {
