@@ -11,6 +11,8 @@ use schemas::{PolicyEvent, Timestamp};
 /// Buckets ever created are kept at most this many; the least recently used is dropped (it refills to full,
 /// which only lets a burst through early).
 pub const BUCKETS_MAX: usize = 1_000_000;
+/// The longest wait a bucket names: the longest window, a month of 31 days.
+pub const RETRY_AFTER_MAX_MS: i64 = 31 * 24 * 3_600 * 1_000;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Bucket {
@@ -62,8 +64,9 @@ impl Buckets {
         let capacity = policy.burst.unwrap_or(0);
         // A request larger than the bucket never fits: say when the bucket is full, the most that can help.
         let missing = (amount.min(capacity.max(0)) as f64 - tokens).max(0.0);
-        let wait_ms = if rate > 0.0 { (missing / rate / 1_000.0).ceil() as i64 } else { i64::MAX };
-        (tokens.floor() as i64, Some(wait_ms.max(1)))
+        // A bucket that refills slower than a month (or never: limit 0) says a month, the longest window.
+        let wait_ms = if rate > 0.0 { (missing / rate / 1_000.0).ceil() as i64 } else { RETRY_AFTER_MAX_MS };
+        (tokens.floor() as i64, Some(wait_ms.clamp(1, RETRY_AFTER_MAX_MS)))
     }
 
     /// Takes `amount` tokens (the request was allowed).

@@ -424,3 +424,17 @@ fn a_late_but_valid_commit_from_ingest_counts() {
     let again = restarted.check(ask("after-restart", 0)).unwrap();
     assert_eq!(again.used_before, Some(6), "the same from a fold of the ledger at start");
 }
+
+// A throttle that never refills (limit 0) names the longest wait, a month, and the hook goes on deciding: the
+// retry's instant overflowed and stopped the writer thread.
+#[test]
+fn a_throttle_that_never_refills_names_a_month() {
+    let (_dir, hook) = hook_with(vec![policy("zero-rate", 0, Window::MINUTE, Enforcement::HARD, Some(2))]);
+    assert!(hook.check(ask("z-1", 2)).unwrap().allowed());
+    let limited = hook.check(ask("z-2", 1)).unwrap();
+    assert_eq!(
+        (limited.reason, limited.retry_after_ms),
+        (Reason::RATE_LIMITED, Some(hook::buckets::RETRY_AFTER_MAX_MS))
+    );
+    assert!(hook.check(ask("z-2", 1)).unwrap().replayed, "the writer still answers");
+}

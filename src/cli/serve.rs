@@ -450,8 +450,11 @@ fn decision_response(decision: Decision) -> Response {
         false => decision.decided_at,
     };
     let since_ms = (at.micros() - decision.decided_at.micros()) / 1_000;
-    let retry_after_seconds = decision.retry_after_ms.map(|ms| ((ms - since_ms).max(0) + 999) / 1_000);
-    let reset_seconds = decision.resets_at.map(|r| ((r.micros() - at.micros()).max(0) + 999_999) / 1_000_000);
+    // Saturating: a producer's recorded decision, replayed, may carry any retry.
+    let retry_after_seconds =
+        decision.retry_after_ms.map(|ms| ms.saturating_sub(since_ms).max(0).saturating_add(999) / 1_000);
+    let reset_seconds =
+        decision.resets_at.map(|r| r.micros().saturating_sub(at.micros()).max(0).saturating_add(999_999) / 1_000_000);
     let status = if decision.allowed() { StatusCode::OK } else { StatusCode::TOO_MANY_REQUESTS };
     let mut headers = HeaderMap::new();
     let mut set = |name: &'static str, value: Option<i64>| {
