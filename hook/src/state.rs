@@ -25,6 +25,10 @@ const PRUNE_AFTER_MICROS: i64 = 24 * 3_600 * 1_000_000;
 /// Ended windows are looked for at most once a minute (the shortest window): pruning walks every counter, so
 /// doing it before every group would make each group cost as much as the state is large.
 const PRUNE_EVERY_MICROS: i64 = 60 * 1_000_000;
+/// Reservations that expired with no close, kept for a late close, at most this many (about 150 MB): beyond it
+/// those that expired first are forgotten, and a late close of one then counts only for reconcile, which reports
+/// the overshoot the hook let through.
+pub const EXPIRED_MAX: usize = 1_000_000;
 
 /// What one tenant (all its subjects) or one subject has of one metric.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -93,8 +97,10 @@ pub struct State {
     expiries: BTreeSet<(i64, String)>,
     /// Reservations that expired with no close: a close with an event time at or before `expires_at` that
     /// arrives late (from another enforcer, through ingest) is still valid, and a COMMIT then counts (SPEC 5).
-    /// Kept while the month of their expiry is counted.
+    /// Kept while the month of their expiry is counted, [`EXPIRED_MAX`] at most.
     expired: FxHashMap<String, Hold>,
+    /// The same by expiry (microseconds), soonest first: pruning and the cap take from the front.
+    expired_order: BTreeSet<(i64, String)>,
     /// The earliest window end still counted: windows ending before it are gone.
     pruned_before: i64,
 }
@@ -109,6 +115,7 @@ impl Default for State {
             holds: FxHashMap::default(),
             expiries: BTreeSet::new(),
             expired: FxHashMap::default(),
+            expired_order: BTreeSet::new(),
             pruned_before: i64::MIN,
         }
     }
@@ -152,8 +159,8 @@ impl State {
                 let hold = hold_of(&r.header, r.amount, expires_at);
                 if expires_at >= now {
                     self.open_hold(&r.reservation_id, hold);
-                } else if self.counted(expires_at) {
-                    self.expired.insert(r.reservation_id.clone(), hold);
+                } else {
+                    self.keep_expired(r.reservation_id.clone(), hold);
                 }
             }
             // A close counts when it closes a reservation in time, open or expired since (it arrived late);
@@ -164,7 +171,7 @@ impl State {
                     self.close_hold(&r.reservation_id);
                     true
                 } else if self.expired.get(&r.reservation_id).is_some_and(in_time) {
-                    self.expired.remove(&r.reservation_id);
+                    self.take_expired(&r.reservation_id);
                     true
                 } else {
                     false
@@ -277,10 +284,28 @@ impl State {
             self.update(&hold.tenant, hold.subject.as_deref(), &hold.metric, |c| {
                 c.held = c.held.checked_sub(hold.amount).expect("held amounts fit in i64");
             });
-            if self.counted(hold.expires_at) {
-                self.expired.insert(reservation_id, hold);
-            }
+            self.keep_expired(reservation_id, hold);
         }
+    }
+
+    /// Keeps a reservation that expired with no close, for a late close ([`EXPIRED_MAX`] at most).
+    fn keep_expired(&mut self, reservation_id: String, hold: Hold) {
+        if !self.counted(hold.expires_at) {
+            return;
+        }
+        self.expired_order.insert((hold.expires_at.micros(), reservation_id.clone()));
+        self.expired.insert(reservation_id, hold);
+        while self.expired.len() > EXPIRED_MAX {
+            let (_, first) = self.expired_order.pop_first().expect("the order lists every kept reservation");
+            self.expired.remove(&first);
+        }
+    }
+
+    /// Takes a reservation that expired out of those kept: a late close closed it.
+    fn take_expired(&mut self, reservation_id: &str) -> Option<Hold> {
+        let hold = self.expired.remove(reservation_id)?;
+        self.expired_order.remove(&(hold.expires_at.micros(), reservation_id.to_string()));
+        Some(hold)
     }
 
     /// Whether a late close at `expires_at` could still change a counted window: its month has not been pruned.
@@ -295,7 +320,13 @@ impl State {
             return;
         }
         self.pruned_before = horizon;
-        self.expired.retain(|_, hold| window::bounds(Window::MONTH, hold.expires_at).1.micros() >= horizon);
+        // Soonest first, and a month's end never comes before an earlier expiry's: only what is dropped is read.
+        while let Some((expires_at, _)) = self.expired_order.first()
+            && window::bounds(Window::MONTH, Timestamp(*expires_at)).1.micros() < horizon
+        {
+            let (_, reservation_id) = self.expired_order.pop_first().expect("a first entry");
+            self.expired.remove(&reservation_id);
+        }
         let live = |counters: &mut Counters| {
             counters
                 .consumed
@@ -400,6 +431,27 @@ mod tests {
                     .sum(),
             }
         }
+    }
+
+    // Proves that reservations kept for a late close are dropped once the month of their expiry is no longer
+    // counted, and only then.
+    #[test]
+    fn expired_reservations_are_kept_for_their_month_only() {
+        let at = |text: &str| Timestamp::parse_rfc3339(text).unwrap();
+        let mut state = State::default();
+        let reserve = Event::Reservation(ReservationEvent {
+            header: header("org-1", None, "tokens", at("2026-10-10T00:00:00Z"), "e1".into()),
+            reservation_id: "r1".into(),
+            action: ReservationAction::RESERVE,
+            amount: 5,
+            expires_at: Some(at("2026-10-10T01:00:00Z")),
+        });
+        state.fold(1, &reserve, at("2026-10-20T00:00:00Z"));
+        assert_eq!((state.holds().count(), state.expired.len()), (0, 1), "expired when folded: kept");
+        state.prune(at("2026-11-01T12:00:00Z"));
+        assert_eq!(state.expired.len(), 1, "October's windows are counted until a day after its end");
+        state.prune(at("2026-11-02T12:00:00Z"));
+        assert!(state.expired.is_empty() && state.expired_order.is_empty());
     }
 
     proptest! {
