@@ -132,7 +132,8 @@ fn counter_paragraph(w: &Why, out: &mut String) {
     )
     .unwrap();
     if let (Some(used), Some(limit)) = (c.used_before, c.limit) {
-        let asked = used.checked_add(w.decision.amount).expect("a recorded counter fits in i64");
+        // Producers' decisions are not bounded: a counter near i64::MAX is shown, not a crash.
+        let asked = used.saturating_add(w.decision.amount);
         let over = asked > limit;
         let verdict = if over { "over the limit" } else { "within the limit" };
         // A decision its own counter does not explain is what support most needs to see.

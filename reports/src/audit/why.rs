@@ -163,7 +163,13 @@ pub fn why(session: &LedgerSession, request_id: &str) -> Result<Result<Why, Unkn
         grants,
         consumption,
         retry_after_ms,
-        resets_at: decision.window_end,
+        // As the hook answered it: a throttle's bucket has room after the retry, its calendar window says nothing.
+        resets_at: match (decision.reason.as_str(), retry_after_ms) {
+            ("RATE_LIMITED", Some(ms)) => {
+                Some(Timestamp(decision.occurred_at.micros().saturating_add(ms.saturating_mul(1_000))))
+            }
+            _ => decision.window_end,
+        },
         adjustments: adjustments(session, &decision)?,
         decision,
     }))
@@ -312,7 +318,7 @@ fn consumption(
         match verdict.close {
             // As the hook holds it: until it closes, through its expires_at.
             None if reserve.1.expires_at.is_some_and(|e| decision.occurred_at <= e) => {
-                open = (open.0 + 1, open.1.checked_add(reserve.1.amount).expect("held amounts fit in i64"));
+                open = (open.0 + 1, open.1.saturating_add(reserve.1.amount));
             }
             Some((seq, ReservationAction::COMMIT, amount)) => {
                 let (_, commit) = before.iter().find(|(s, _)| *s == seq).expect("the close is in its group");
@@ -335,8 +341,9 @@ fn consumption(
 }
 
 fn largest_first(mut all: Vec<Consumed>, held: i64) -> Consumption {
-    let total = all.iter().try_fold(0i64, |sum, c| sum.checked_add(c.quantity)).expect("consumption fits in i64");
-    let used_before = total.checked_add(held).expect("consumption and holds fit in i64");
+    // Sums of what producers sent: shown saturated rather than crashing the answer.
+    let total = all.iter().fold(0i64, |sum, c| sum.saturating_add(c.quantity));
+    let used_before = total.saturating_add(held);
     let events = all.len() as u64;
     all.sort_by(|a, b| b.quantity.cmp(&a.quantity).then(a.occurred_at.cmp(&b.occurred_at)).then(a.seq.cmp(&b.seq)));
     all.truncate(LARGEST_SHOWN);
