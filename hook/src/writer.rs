@@ -592,14 +592,7 @@ fn decision_of(event: &DecisionEvent, scope: Option<Scope>, replayed: bool) -> D
         used_before: event.used_before,
         remaining: event.remaining,
         window_start: event.window_start,
-        // A throttle's calendar window says nothing of when its bucket has room: a retry of the same amount fits
-        // after `retry_after_ms` (a month-window throttle said "resets in weeks" next to "retry in 3 s").
-        resets_at: match (event.reason, event.retry_after_ms) {
-            (Reason::RATE_LIMITED, Some(ms)) => {
-                Some(Timestamp(event.header.occurred_at.micros().saturating_add(ms.saturating_mul(1_000))))
-            }
-            _ => event.window_end,
-        },
+        resets_at: event.reason.resets_at(event.header.occurred_at, event.window_end, event.retry_after_ms),
         retry_after_ms: event.retry_after_ms,
         decided_at: event.header.occurred_at,
         reservation_id: None,

@@ -186,6 +186,24 @@ avro_enum!(
 );
 
 impl Reason {
+    /// When a decision with this reason, decided at `decided_at`, has room again: for RATE_LIMITED when a retry
+    /// of the same amount fits, `retry_after_ms` later (a throttle's calendar window says nothing of when its
+    /// bucket has room: a month-window throttle said "resets in weeks" next to "retry in 3 s"); otherwise the
+    /// end of the decision's window.
+    pub fn resets_at(
+        self,
+        decided_at: Timestamp,
+        window_end: Option<Timestamp>,
+        retry_after_ms: Option<i64>,
+    ) -> Option<Timestamp> {
+        match (self, retry_after_ms) {
+            (Reason::RATE_LIMITED, Some(ms)) => {
+                Some(Timestamp(decided_at.micros().saturating_add(ms.saturating_mul(1_000))))
+            }
+            _ => window_end,
+        }
+    }
+
     /// What the reason means, in words support can paste to a customer (SPEC 6 keeps apart going too fast and
     /// being out of allowance). Decisions of other enforcement points arrive through Kafka with any reason, so
     /// every reason has words, whether or not this hook decides it.

@@ -3,7 +3,7 @@
 
 use datafusion::common::ScalarValue;
 use reconcile::window;
-use schemas::{ReservationAction, ReservationEvent, Scope, Timestamp};
+use schemas::{Reason, ReservationAction, ReservationEvent, Scope, Timestamp};
 use serde::Serialize;
 
 use super::{Candidates, for_each_frame, frames, reservation_groups, text, time};
@@ -163,12 +163,10 @@ pub fn why(session: &LedgerSession, request_id: &str) -> Result<Result<Why, Unkn
         grants,
         consumption,
         retry_after_ms,
-        // As the hook answered it: a throttle's bucket has room after the retry, its calendar window says nothing.
-        resets_at: match (decision.reason.as_str(), retry_after_ms) {
-            ("RATE_LIMITED", Some(ms)) => {
-                Some(Timestamp(decision.occurred_at.micros().saturating_add(ms.saturating_mul(1_000))))
-            }
-            _ => decision.window_end,
+        // As the hook answered it (a reason this version does not know: the window's end).
+        resets_at: match Reason::from_symbol(&decision.reason) {
+            Some(reason) => reason.resets_at(decision.occurred_at, decision.window_end, retry_after_ms),
+            None => decision.window_end,
         },
         adjustments: adjustments(session, &decision)?,
         decision,
