@@ -92,8 +92,7 @@ pub fn fingerprint(schema: &Schema) -> u64 {
 /// had a fingerprint no other encoder computes, and their producers' messages were quarantined as of an unknown
 /// writer schema. Still accepted when reading: topics and ledgers written before carry it.
 pub fn legacy_fingerprint(schema: &Schema) -> u64 {
-    let bytes = schema.fingerprint::<Rabin>().bytes;
-    u64::from_le_bytes(bytes.try_into().expect("a Rabin fingerprint is 8 bytes"))
+    rabin(schema.canonical_form().as_bytes())
 }
 
 /// The Parsing Canonical Form: apache-avro's, with every `{"type": PRIMITIVE}` left after its [STRIP] written as
