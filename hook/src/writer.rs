@@ -25,7 +25,8 @@ use crate::{HookSettings, SOURCE, TenantScope, ids};
 
 /// Decisions remembered for idempotent replies without a ledger read.
 pub const RECENT_DECISIONS_MAX: usize = 100_000;
-/// How far back the state is folded at start: a month and a day covers every window that can contain now.
+/// How far back usage is folded: a month and a day covers every window that can contain now. Reservations are
+/// folded by when they expire (see [`ENTRIES_AT_START`]).
 const STARTUP_HORIZON_MICROS: i64 = 32 * 24 * 3_600 * 1_000_000;
 
 /// One request and where its answer goes.
@@ -675,20 +676,44 @@ fn refusal_from_ledger(
     }))
 }
 
-/// Entries after the state's watermark that change it (usage, reservations, grants, policies), in order.
+/// Entries after the state's watermark that change it (usage, reservations, grants, policies), in order. Usage
+/// that happened before the horizon is in no window that can contain now; a reservation's events count whatever
+/// their date, since a reservation from another enforcer may hold for longer than a month and a close dated long
+/// ago may still be valid (SPEC 5).
 const ENTRIES_AFTER: &str = "SELECT seq, event_type, payload_fingerprint, payload FROM entries
-     WHERE seq > ?1 AND status = 'recorded' AND (occurred_at >= ?2 OR event_type IN ('PolicyEvent', 'GrantEvent'))
+     WHERE seq > ?1 AND status = 'recorded'
+       AND (occurred_at >= ?2 OR event_type IN ('PolicyEvent', 'GrantEvent', 'ReservationEvent'))
+     ORDER BY seq";
+/// The same at start, when every entry is after the watermark: of the reservations, only the events of those
+/// whose RESERVE expires after the horizon (it could still hold now, or be closed late), or that happened after
+/// it, which keeps the fold of a large ledger from reading every reservation it ever held.
+const ENTRIES_AT_START: &str = "SELECT seq, event_type, payload_fingerprint, payload FROM entries
+     WHERE seq > ?1 AND status = 'recorded'
+       AND (occurred_at >= ?2 OR event_type IN ('PolicyEvent', 'GrantEvent')
+            OR (event_type = 'ReservationEvent' AND seq IN (
+                SELECT seq FROM reservation_events WHERE reservation_id IN (
+                    SELECT reservation_id FROM reservation_events WHERE action = 'RESERVE' AND expires_at >= ?2))))
      ORDER BY seq";
 
 /// Folds the entries other writers appended after the state's watermark (`own` are this writer's, already
 /// applied, in ascending order), and moves the watermark to the last entry.
 fn catch_up(ledger: &Ledger, state: &mut State, now: Timestamp, own: &[u64]) -> Result<(), Box<dyn std::error::Error>> {
+    fold_after(ledger, state, now, own, ENTRIES_AFTER)
+}
+
+fn fold_after(
+    ledger: &Ledger,
+    state: &mut State,
+    now: Timestamp,
+    own: &[u64],
+    query: &str,
+) -> Result<(), Box<dyn std::error::Error>> {
     let tip = ledger.watermark()?;
     if tip == state.watermark {
         return Ok(());
     }
     let horizon = now.micros() - STARTUP_HORIZON_MICROS;
-    let mut statement = ledger.connection().prepare_cached(ENTRIES_AFTER)?;
+    let mut statement = ledger.connection().prepare_cached(query)?;
     let mut rows = statement.query(rusqlite::params![state.watermark as i64, horizon])?;
     while let Some(row) = rows.next()? {
         let seq = row.get::<_, i64>(0)? as u64;
@@ -707,7 +732,7 @@ fn catch_up(ledger: &Ledger, state: &mut State, now: Timestamp, own: &[u64]) -> 
 /// The state of a fresh process: the fold of the ledger's recent entries.
 fn load(ledger: &Ledger, now: Timestamp) -> Result<State, crate::StartError> {
     let mut state = State::default();
-    catch_up(ledger, &mut state, now, &[])
+    fold_after(ledger, &mut state, now, &[], ENTRIES_AT_START)
         .map_err(|e| crate::StartError::Read(ledger::ReadError::Corrupt { seq: 0, message: e.to_string() }))?;
     // The first prune drops most windows the fold read (74 ms on a 17-million-event ledger): here, not in the
     // first group's answers.

@@ -438,3 +438,52 @@ fn a_throttle_that_never_refills_names_a_month() {
     );
     assert!(hook.check(ask("z-2", 1)).unwrap().replayed, "the writer still answers");
 }
+
+// A reservation from another enforcer may hold for longer than the month and a day of usage the hook folds at
+// start, and a close of it dated that long ago is still valid when it came in time (SPEC 5): a restarted hook
+// counts the open one and not the closed one, and a late release of the open one, dated 39 days ago, frees it.
+// The fold at start skipped every reservation event older than 32 days, and the fold while running skipped such
+// closes.
+#[test]
+fn reservations_older_than_a_month_hold_until_they_close() {
+    let (dir, hook) = hook_with(vec![policy("daily", 10, Window::DAY, Enforcement::HARD, None)]);
+    drop(hook);
+    let now = Timestamp::now().micros();
+    let days_ago = |days: i64| Timestamp(now - days * 24 * 3_600 * 1_000_000);
+    let reservation = |event_id: &str, id: &str, action, occurred_at, amount, expires_at| {
+        Event::Reservation(ReservationEvent {
+            header: Header {
+                event_id: event_id.into(),
+                occurred_at,
+                tenant: "org-1".into(),
+                subject: None,
+                metric: "tokens".into(),
+                source: "other-enforcer".into(),
+            },
+            reservation_id: id.into(),
+            action,
+            amount,
+            expires_at,
+        })
+    };
+    let append = |events: Vec<Event>| {
+        let incoming = events
+            .into_iter()
+            .map(|event| Incoming { event, origin: Origin::Local { name: "ingest".into() }, raw: None });
+        Ledger::open(dir.path().join("ledger.db"))
+            .unwrap()
+            .append(&Batch { events: incoming.collect(), ..Batch::default() })
+            .unwrap();
+    };
+    append(vec![
+        reservation("open-reserve", "open", ReservationAction::RESERVE, days_ago(40), 7, Some(days_ago(-10))),
+        reservation("closed-reserve", "closed", ReservationAction::RESERVE, days_ago(40), 3, Some(days_ago(-10))),
+        reservation("closed-commit", "closed", ReservationAction::COMMIT, days_ago(35), 3, None),
+    ]);
+    let hook = Hook::start(dir.path().join("ledger.db"), HookSettings::default()).unwrap();
+    let started = hook.check(ask("started", 0)).unwrap();
+    assert_eq!((started.used_before, started.remaining), (Some(7), Some(3)), "the open reservation holds 7");
+    append(vec![reservation("open-release", "open", ReservationAction::RELEASE, days_ago(39), 0, None)]);
+    let released = hook.check(ask("released", 0)).unwrap();
+    assert_eq!((released.used_before, released.remaining), (Some(0), Some(10)), "the late release freed it");
+}
