@@ -33,6 +33,8 @@ pub const BATCH_WAIT_MS: u64 = 500;
 const POLL_TIMEOUT_MS: u64 = 100;
 /// Timeout of the broker requests made for `--until-caught-up` (high watermarks).
 const WATERMARK_TIMEOUT_MS: u64 = 10_000;
+/// Watermark requests in flight at once, each from a thread of its own (see `caught_up`).
+const WATERMARK_REQUESTS_AT_ONCE: usize = 64;
 /// `--until-caught-up` gives up when the group assigns no partition for this long.
 pub const ASSIGNMENT_WAIT_MS: u64 = 60_000;
 /// `--until-caught-up` gives up when the brokers stay away this long. A running ingest waits for them as long as
@@ -564,6 +566,11 @@ fn append(
 
 /// Whether every assigned partition's ledger offset has reached its high watermark (`None` with no partition
 /// assigned); records the lag. A watermark the brokers did not give is the error, with its partition.
+///
+/// A broker answers the requests of one connection in order, so a request for a watermark waits behind the
+/// consumer's long-polling fetch (up to `fetch.wait.max.ms`, 500 ms) on the same connection: asked one partition
+/// after another, 15 partitions took 7 s, during which the loop did not poll; 60 would have outlasted
+/// `max.poll.interval.ms`. They are asked for every partition at once, which takes one such wait.
 fn caught_up(
     consumer: &BaseConsumer<IngestContext>,
     shared: &Mutex<Shared>,
@@ -576,18 +583,29 @@ fn caught_up(
     if assigned.is_empty() {
         return Ok(None);
     }
+    let lag = |key: &(String, i32), (low, high): (i64, i64)| (high - offsets.get(key).copied().unwrap_or(low)).max(0);
+    let assigned: Vec<(String, i32)> = assigned.into_iter().collect();
+    let mut asked: Vec<Result<(i64, i64), KafkaError>> = Vec::with_capacity(assigned.len());
+    for some in assigned.chunks(WATERMARK_REQUESTS_AT_ONCE) {
+        std::thread::scope(|scope| {
+            let asking: Vec<_> = some
+                .iter()
+                .map(|(topic, partition)| {
+                    scope.spawn(move || {
+                        consumer.fetch_watermarks(topic, *partition, Duration::from_millis(WATERMARK_TIMEOUT_MS))
+                    })
+                })
+                .collect();
+            asked.extend(asking.into_iter().map(|one| one.join().expect("a watermark request does not panic")));
+        });
+    }
     let mut all = true;
     progress.lag.clear();
-    for (topic, partition) in assigned {
-        let (low, high) =
-            match consumer.fetch_watermarks(&topic, partition, Duration::from_millis(WATERMARK_TIMEOUT_MS)) {
-                Ok(watermarks) => watermarks,
-                Err(error) => return Err((topic, partition, error)),
-            };
-        let position = offsets.get(&(topic.clone(), partition)).copied().unwrap_or(low);
-        let lag = (high - position).max(0);
+    for (key, asked) in assigned.into_iter().zip(asked) {
+        let watermarks = asked.map_err(|error| (key.0.clone(), key.1, error))?;
+        let lag = lag(&key, watermarks);
         all &= lag == 0;
-        progress.lag.insert((topic, partition), lag);
+        progress.lag.insert(key, lag);
     }
     Ok(Some(all))
 }
