@@ -206,6 +206,42 @@ fn a_running_ingest_rides_out_a_broker_restart() {
     assert!(stderr.contains(&format!("ingest: the brokers at {bootstrap} answer again")), "{stderr}");
 }
 
+// For the on-call engineer: an append that outlasts `max.poll.interval.ms` (here another writer holds the ledger
+// for 6 s, against 3 s; the mock cluster's join needs 3 s) makes librdkafka leave the group. Ingest used to stop there with "Kafka consumer failed"; it
+// now says why, rejoins, and records what was produced before, during and after the stall, each event once.
+#[test]
+fn an_append_that_outlasts_the_poll_interval_rejoins_the_group() {
+    let broker = Broker::mock();
+    let ledger = TestLedger::new();
+    let before = generate_to(&broker, 5, 500, 31);
+    let overrides = ["max.poll.interval.ms=3000", "session.timeout.ms=3000", "heartbeat.interval.ms=500"];
+    let args: Vec<&str> = overrides.iter().flat_map(|o| ["-X", *o]).collect();
+    let mut ingest = spawn_ingest(&ledger, &broker.bootstrap, &args);
+    wait_recorded(&ledger, count(&before, "unique_events"), "ingest recorded what came before the stall");
+    let writer = rusqlite::Connection::open(&ledger.path).expect("the ledger opens");
+    writer.execute_batch("BEGIN IMMEDIATE").expect("another writer takes the ledger");
+    let during = generate_to(&broker, 5, 500, 32);
+    std::thread::sleep(Duration::from_secs(5));
+    writer.execute_batch("COMMIT").expect("the other writer lets go");
+    drop(writer);
+    let after = generate_to(&broker, 5, 500, 33);
+    let reports = [&before, &during, &after];
+    let total: u64 = reports.iter().map(|r| count(r, "unique_events")).sum();
+    let stderr = || std::fs::read_to_string(ledger.file("ingest.err")).expect("ingest's stderr");
+    eventually(60, "ingest recorded what came during and after the stall", || {
+        assert!(ingest.try_wait().expect("ingest's status").is_none(), "ingest stopped: {}", stderr());
+        (Counts::of_status(&ledger.status()).events_recorded >= total).then_some(())
+    });
+    // SAFETY: kill(2) on a child this test started.
+    unsafe { libc::kill(ingest.id() as i32, libc::SIGTERM) };
+    assert!(ingest.wait().expect("ingest exits").success(), "SIGTERM stops ingest cleanly: {}", stderr());
+    let counts = Counts::of_status(&ledger.status());
+    assert_eq!(counts.events_recorded, total, "each event once");
+    assert_eq!(counts.duplicates, reports.iter().map(|r| count(r, "duplicates")).sum::<u64>());
+    ledger.assert_verifies();
+    assert!(stderr().contains("longer than max.poll.interval.ms, so it left group"), "{}", stderr());
+}
+
 // For the nightly job: `--until-caught-up` started while its broker is away waits for it (a minute at most), then
 // catches up and exits 0, rather than failing at the first refused connection.
 #[test]

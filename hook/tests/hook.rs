@@ -467,9 +467,11 @@ fn reservations_older_than_a_month_hold_until_they_close() {
         })
     };
     let append = |events: Vec<Event>| {
-        let incoming = events
-            .into_iter()
-            .map(|event| Incoming { event, origin: Origin::Local { name: "ingest".into() }, raw: None });
+        let incoming = events.into_iter().map(|event| Incoming {
+            event,
+            origin: Origin::Local { name: "ingest".into() },
+            raw: None,
+        });
         Ledger::open(dir.path().join("ledger.db"))
             .unwrap()
             .append(&Batch { events: incoming.collect(), ..Batch::default() })

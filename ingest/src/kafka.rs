@@ -241,6 +241,8 @@ pub struct KafkaIngestProgress {
     /// message plus one). Legitimate on compacted or transactional topics; otherwise the broker skipped
     /// messages, which the ledger cannot record.
     pub offset_gaps: u64,
+    /// Times ingest left its group because an append outlasted `max.poll.interval.ms`, and rejoined.
+    pub rejoins: u64,
     /// Per assigned partition: `(topic, partition)` -> messages behind the high watermark, when known.
     #[serde(skip)]
     pub lag: BTreeMap<(String, i32), i64>,
@@ -375,6 +377,18 @@ pub fn ingest_kafka(
                 pending.push(decode(catalog, &settings.topics, &message));
                 pending_since.get_or_insert_with(Instant::now);
                 progress.messages += 1;
+            }
+            // An append (a ledger busy with another writer, a disk stalling) kept the loop from polling for
+            // longer than max.poll.interval.ms: librdkafka left the group, which gave the partitions to other
+            // members. Polling again rejoins, and the assignment seeks to the ledger's offsets, so nothing is
+            // lost or recorded twice; ingest used to stop here.
+            Some(Err(KafkaError::MessageConsumption(RDKafkaErrorCode::PollExceeded))) => {
+                eprintln!(
+                    "ingest: an append kept the consumer from polling for longer than max.poll.interval.ms, so it \
+                     left group {}; rejoining, each partition resumes at the ledger's offset",
+                    settings.group
+                );
+                progress.rejoins += 1;
             }
             Some(Err(error)) => {
                 let reason = consume_error(&consumer, settings, error)?;

@@ -152,8 +152,12 @@ impl Display {
             0 => String::new(),
             n => format!(", {n} offset gaps"),
         };
+        let rejoins = match progress.rejoins {
+            0 => String::new(),
+            n => format!(", {n} rejoins"),
+        };
         format!(
-            "{} messages ({rate:.0}/s), {} recorded, {} duplicates, {} conflicts, {} quarantined{gaps}{lag}",
+            "{} messages ({rate:.0}/s), {} recorded, {} duplicates, {} conflicts, {} quarantined{gaps}{rejoins}{lag}",
             progress.messages, progress.recorded, progress.duplicates, progress.conflicts, progress.quarantined
         )
     }
