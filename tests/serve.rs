@@ -266,6 +266,38 @@ fn bad_callers_and_bad_bodies_consume_nothing() {
     assert_eq!(status, 200, "the * token covers org-2: {body}");
 }
 
+// A mistyped --ledger: serve used to create an empty ledger there, find no policy and allow everything (fail-open).
+// It now refuses to start, names the path, and creates nothing.
+#[test]
+fn serve_refuses_a_ledger_that_is_not_there() {
+    let test = TestLedger::new();
+    let tokens = test.file("tokens.toml");
+    std::fs::write(&tokens, format!("[[token]]\nsecret = \"{SECRET}\"\ntenants = [\"*\"]\n")).unwrap();
+    let mut serve = Command::new(BIN)
+        .args(["--ledger", test.path.to_str().unwrap(), "serve", "--listen", "127.0.0.1:0", "--tokens"])
+        .arg(&tokens)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("serve starts");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = serve.try_wait().expect("serve's status") {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            serve.kill().unwrap();
+            panic!("serve started on a ledger that is not there");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    serve.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(&format!("no ledger at {}", test.path.display())), "{stderr}");
+    assert!(!test.path.exists(), "no ledger created");
+}
+
 // SPEC 6: the same idempotency key sent concurrently by eight clients: one consumption, identical answers.
 #[test]
 fn retries_of_one_key_over_http_consume_once() {
@@ -298,7 +330,9 @@ fn reservations_over_http() {
             json!({"tenant": "org-1", "metric": "tokens", "amount": 40, "ttl_ms": ttl_ms, "idempotency_key": key});
         let (status, _, body) = server.post("/v1/reservations", Some(SECRET), &body);
         assert_eq!(status, 200, "{body}");
-        body["reservationId"].as_str().expect("a reservation id").to_string()
+        // SPEC 7: `-> {reservation_id, ...}`; `reservationId` stays for the clients written to it.
+        assert_eq!(body["reservation_id"], body["reservationId"], "{body}");
+        body["reservation_id"].as_str().expect("a reservation id").to_string()
     };
     let id = reserve("r-1", 60_000);
     assert_eq!(server.check("c-1", 70).0, 429, "40 held of 100");

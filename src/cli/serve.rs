@@ -23,7 +23,7 @@ use axum::{Json, Router};
 use clap::Args;
 use hook::{CheckRequest, Closed, Decision, Hook, HookError, HookSettings, Refusal, ReserveRequest, TenantScope};
 use ingest::outbox::Outbox;
-use ledger::Durability;
+use ledger::{Durability, Ledger};
 use schemas::{Reason, ReservationAction, Timestamp};
 use serde::{Deserialize, Serialize};
 
@@ -137,6 +137,11 @@ impl OutboxHealth {
 }
 
 pub fn run(ledger_path: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
+    // A hook on a ledger that is not there would create an empty one, find no policy, and allow everything: a
+    // mistyped --ledger, or a start from the wrong directory, must stop here instead.
+    if !ledger_path.exists() {
+        Ledger::open_read_only(ledger_path)?;
+    }
     let tokens = read_tokens(&args.tokens)?;
     let settings = HookSettings {
         group_max_requests: args.group_max_requests.max(1),
@@ -439,8 +444,12 @@ struct DecisionBody {
     decision_id: String,
     request_id: String,
     replayed: bool,
+    /// `reservationId`, as the other identifiers of this body are spelled: kept for the clients written to it.
     #[serde(skip_serializing_if = "Option::is_none")]
     reservation_id: Option<String>,
+    /// SPEC 7's spelling (`-> {reservation_id, ...}`), which the commit and release answers use too.
+    #[serde(rename = "reservation_id", skip_serializing_if = "Option::is_none")]
+    reservation_id_spec: Option<String>,
 }
 
 fn decision_response(decision: Decision) -> Response {
@@ -486,6 +495,7 @@ fn decision_response(decision: Decision) -> Response {
         decision_id: decision.decision_id,
         request_id: decision.request_id,
         replayed: decision.replayed,
+        reservation_id_spec: decision.reservation_id.clone(),
         reservation_id: decision.reservation_id,
     };
     (status, headers, Json(body)).into_response()
