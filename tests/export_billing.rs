@@ -308,3 +308,31 @@ fn only_a_finished_period_can_be_closed() {
     let bad = test.run(&["export", "billing", "--period", "2026-13", "--format", "csv"]).expect_code(2);
     assert!(bad.stderr.contains("YYYY-MM"), "{}", bad.stderr);
 }
+
+// For finance: a close cannot be undone, so the command refuses one that would put money in the wrong month: an
+// earlier month after a later one (it carried the later month's late usage into the earlier bill), a month that
+// skips one, and a close whose --out cannot be written (it used to close, then fail to write, exit 2).
+#[test]
+fn closes_go_in_order_and_only_with_a_writable_out() {
+    let test = TestLedger::new();
+    ingest_events(&test, "policies.avro", &[soft_monthly("org-1", 100)]);
+    ingest_events(&test, "usage.avro", &[tokens("s-1", "2026-09-03T00:00:00Z", "org-1", 80)]);
+    let closes = || test.run(&["sql", "--format", "csv", "SELECT period FROM period_closes ORDER BY period"]).success();
+    let missing = test.file("no-such-dir").join("september.csv");
+    let out = missing.to_str().unwrap();
+    let refused = test.run(&["export", "billing", "--period", "2026-09", "--format", "csv", "--final", "--out", out]);
+    let refused = refused.expect_code(2);
+    assert!(refused.stderr.contains("there is no directory"), "{}", refused.stderr);
+    let dir = test.file("").to_str().unwrap().to_string();
+    let refused = test.run(&["export", "billing", "--period", "2026-09", "--format", "csv", "--final", "--out", &dir]);
+    assert!(refused.expect_code(2).stderr.contains("is a directory"));
+    let count = test.run(&["sql", "--format", "csv", "SELECT COUNT(*) AS closes FROM period_closes"]).success();
+    assert_eq!(count.stdout_text(), "closes\n0\n", "nothing closed");
+    export(&test, "2026-09", "csv", &["--final"]);
+    let skipping = test.run(&["export", "billing", "--period", "2026-11", "--format", "csv", "--final"]).expect_code(2);
+    assert!(skipping.stderr.contains("cannot be closed before 2026-10"), "{}", skipping.stderr);
+    let earlier = test.run(&["export", "billing", "--period", "2026-08", "--format", "csv", "--final"]).expect_code(2);
+    assert!(earlier.stderr.contains("2026-09 is closed already"), "{}", earlier.stderr);
+    assert_eq!(closes().stdout_text(), "period\n2026-09\n");
+    export(&test, "2026-08", "csv", &[]);
+}

@@ -67,6 +67,17 @@ impl From<rusqlite::Error> for ReplayError {
 pub enum CloseError {
     #[error("period {period} is not over yet (it ends at {ends}): a period closes only after its last instant")]
     NotOver { period: crate::Period, ends: schemas::Timestamp },
+    #[error(
+        "period {period} cannot be closed: {last} is closed already, and billing periods close in order (the late \
+         usage recorded since {last} closed belongs to the next month's export; closing {period} now would bill it \
+         there). `export billing --period {period}` without --final shows its figures"
+    )]
+    AfterLater { period: crate::Period, last: crate::Period },
+    #[error(
+        "period {period} cannot be closed before {next}: billing periods close one after another, and the last one \
+         closed is {last}"
+    )]
+    Skips { period: crate::Period, next: crate::Period, last: crate::Period },
     #[error("computing the export of period {period} failed, period not closed")]
     Export { period: crate::Period, source: Box<dyn std::error::Error + Send + Sync> },
     #[error("ledger write failed, period not closed")]

@@ -62,6 +62,16 @@ impl Ledger {
         if now < period.end() {
             return Err(CloseError::NotOver { period, ends: period.end() });
         }
+        // In order, one after another: each final export carries the late adjustments recorded since the close
+        // before it, which are the previous month's only when that close was of the previous month.
+        if let Some(last) = last_closed(&tx)? {
+            if period < last {
+                return Err(CloseError::AfterLater { period, last });
+            }
+            if period > last.next() {
+                return Err(CloseError::Skips { period, next: last.next(), last });
+            }
+        }
         let snapshot =
             CloseSnapshot { watermark: read_totals(&tx)?.watermark, carried_after: last_close_watermark(&tx)? };
         let rows = compute(&tx, snapshot).map_err(|source| CloseError::Export { period, source })?;
@@ -107,6 +117,16 @@ fn last_close_watermark(conn: &Connection) -> rusqlite::Result<u64> {
     conn.query_row("SELECT COALESCE(MAX(watermark), 0) FROM period_closes", [], |r| {
         r.get::<_, i64>(0).map(|w| w as u64)
     })
+}
+
+/// The latest period closed, if any.
+fn last_closed(conn: &Connection) -> Result<Option<Period>, CloseError> {
+    let text: Option<String> = conn.query_row("SELECT MAX(period) FROM period_closes", [], |r| r.get(0))?;
+    let parse = |text: String| {
+        text.parse::<Period>()
+            .map_err(|e| rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e)).into())
+    };
+    text.map(parse).transpose()
 }
 
 fn insert_row(conn: &Connection, period: Period, index: usize, row: &PeriodExportRow) -> rusqlite::Result<()> {
@@ -198,6 +218,29 @@ mod tests {
         assert_eq!(ledger.period_export(period).unwrap(), Some(first));
         let refused = ledger.connection().execute("UPDATE period_exports SET consumption = 1", []);
         assert!(refused.unwrap_err().to_string().contains("append-only"));
+    }
+
+    // Proves billing periods close in order, one after another: an earlier month after a later one would carry
+    // the later month's late usage, and a skipped month could never close.
+    #[test]
+    fn periods_close_one_after_another() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ledger = Ledger::open(dir.path().join("l.db")).unwrap();
+        let close = |ledger: &mut Ledger, period: &str| {
+            ledger.close_period_with_export(period.parse().unwrap(), |_, _| Ok(vec![row("org-1", 1)]))
+        };
+        close(&mut ledger, "2026-08").unwrap();
+        let earlier = close(&mut ledger, "2026-07").unwrap_err();
+        assert!(matches!(earlier, CloseError::AfterLater { .. }), "{earlier}");
+        assert!(earlier.to_string().contains("2026-08 is closed already"), "{earlier}");
+        let skipping = close(&mut ledger, "2026-10").unwrap_err();
+        assert!(matches!(skipping, CloseError::Skips { .. }), "{skipping}");
+        assert!(skipping.to_string().contains("cannot be closed before 2026-09"), "{skipping}");
+        close(&mut ledger, "2026-09").unwrap();
+        close(&mut ledger, "2026-10").unwrap();
+        assert_eq!(close(&mut ledger, "2026-08").unwrap().rows, [row("org-1", 1)], "a closed one answers its export");
+        let closed: Vec<String> = ledger.period_closes().unwrap().iter().map(|c| c.period.to_string()).collect();
+        assert_eq!(closed, ["2026-08", "2026-09", "2026-10"]);
     }
 
     // Proves a failed computation closes nothing.

@@ -52,6 +52,11 @@ pub fn run(ledger_path: &Path, command: ExportCommand) -> anyhow::Result<ExitCod
     let ExportCommand::Billing(args) = command;
     // Opening for writing applies migrations (usage_totals) to a ledger written by an older binary.
     Ledger::open_read_only(ledger_path)?;
+    // A close cannot be undone: an --out that cannot be written stops the command before anything is closed (it
+    // used to fail after the close, and the user took the period for still open).
+    if let Some(path) = &args.out {
+        check_writable(path)?;
+    }
     let mut ledger = Ledger::open(ledger_path)?;
     let (export, note) = if args.final_ { close(&mut ledger, args.period)? } else { current(&ledger, args.period)? };
     let format = match args.format {
@@ -101,6 +106,19 @@ fn stored_or_recomputed(ledger: &Ledger, closed: &ledger::PeriodExport) -> anyho
         closed.rows.clone()
     };
     Ok(BillingExport { period: closed.close.period, watermark: closed.close.watermark, rows })
+}
+
+/// Whether a file can be written at `path`: its directory exists and takes a new file, and it is not a directory.
+fn check_writable(path: &Path) -> anyhow::Result<()> {
+    if path.is_dir() {
+        anyhow::bail!("--out {} is a directory: name the export's file", path.display());
+    }
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if !dir.is_dir() {
+        anyhow::bail!("cannot write {}: there is no directory {}", path.display(), dir.display());
+    }
+    tempfile::NamedTempFile::new_in(dir).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
 }
 
 /// Writes `bytes` to a temporary file beside `path`, then renames it: a reader never sees half an export.
