@@ -250,3 +250,28 @@ fn ledger_path_from_environment() {
     assert!(output.status.success(), "ingest failed: {}", String::from_utf8_lossy(&output.stderr));
     assert_eq!(Counts::of_status(&ledger.status()).events_recorded, 1);
 }
+
+// QUOTA_LEDGER_BROKERS, set in an operator's environment for the Kafka commands, used to make `ingest --file` fail
+// with "--file cannot be used with --brokers" although no --brokers was typed. A file now wins over the
+// environment; both flags typed together are still refused.
+#[test]
+fn a_broker_address_from_the_environment_does_not_stop_a_file_ingest() {
+    let test = TestLedger::new();
+    let file = test.file("usage.avro");
+    write_container(&file, &[usage("u-1", "2026-11-01T10:00:00Z", "org-1", 10)]);
+    let ingest = |extra: &[&str]| {
+        std::process::Command::new(BIN)
+            .args(["--ledger", path_text(&test.path), "ingest", "--file", path_text(&file)])
+            .args(extra)
+            .env("QUOTA_LEDGER_BROKERS", "127.0.0.1:9")
+            .output()
+            .expect("ingest runs")
+    };
+    let from_env = ingest(&[]);
+    assert!(from_env.status.success(), "{}", String::from_utf8_lossy(&from_env.stderr));
+    assert_eq!(count(&test.status(), "events_recorded"), 1);
+    let both = ingest(&["--brokers", "127.0.0.1:19"]);
+    assert_eq!(both.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&both.stderr);
+    assert!(stderr.contains("--file and --brokers cannot be used together"), "{stderr}");
+}

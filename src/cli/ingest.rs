@@ -24,7 +24,7 @@ const LOG_EVERY_SECONDS: u64 = 5;
 pub struct IngestArgs {
     /// An Avro object container file of any record type (backfill); its writer schema is resolved to the
     /// current reader schema.
-    #[arg(long, conflicts_with = "brokers", required_unless_present = "brokers")]
+    #[arg(long, required_unless_present = "brokers")]
     file: Option<PathBuf>,
     /// Kafka bootstrap servers: consume the input topics in a consumer group.
     #[arg(long, env = "QUOTA_LEDGER_BROKERS")]
@@ -55,6 +55,10 @@ pub struct IngestArgs {
 
 pub fn run(ledger_path: &Path, args: IngestArgs) -> anyhow::Result<ExitCode> {
     match (&args.file, &args.brokers) {
+        // QUOTA_LEDGER_BROKERS, set for the Kafka commands, must not stop a backfill from a file.
+        (Some(_), Some(brokers)) if std::env::var("QUOTA_LEDGER_BROKERS").ok().as_ref() != Some(brokers) => {
+            anyhow::bail!("--file and --brokers cannot be used together: ingest reads a file or consumes Kafka")
+        }
         (Some(file), _) => run_file(ledger_path, file, &args),
         (None, Some(brokers)) => run_kafka(ledger_path, brokers, &args),
         (None, None) => unreachable!("clap requires --file or --brokers"),
