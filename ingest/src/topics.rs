@@ -95,7 +95,8 @@ pub fn missing_topics<'a, C: ClientContext>(
 /// Names topics the brokers at `brokers` do not have, and how to create them.
 pub fn missing_topics_message(missing: &BTreeSet<String>, brokers: &str) -> String {
     format!(
-        "{} {} not exist on {brokers} (`quota-ledger topics create --brokers {brokers}` creates them)",
+        "{} {} not exist on {brokers} (`quota-ledger topics create --brokers {brokers}` creates them; with \
+         `--topics KIND=TOPIC,...` under other names)",
         missing.iter().map(String::as_str).collect::<Vec<_>>().join(", "),
         if missing.len() == 1 { "does" } else { "do" },
     )

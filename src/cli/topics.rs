@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use ingest::topics::all_default_topic_names;
+use ingest::topics::Topics;
 
 use super::kafka_args::KafkaConnection;
 
@@ -16,12 +16,21 @@ pub enum TopicsCommand {
         /// Partitions per topic: the unit of scale (one ledger shard per group of partitions).
         #[arg(long, default_value_t = 3)]
         partitions: i32,
+        /// Input topics under other names, as KIND=TOPIC (KIND: usage, decisions, reservations, grants,
+        /// policies), as `ingest --topics` takes them; default the five of SPEC 2.
+        #[arg(long, value_delimiter = ',')]
+        topics: Vec<String>,
+        /// The topic reconcile publishes adjustments to.
+        #[arg(long, default_value = "quota.adjustments")]
+        adjustments_topic: String,
     },
 }
 
 pub fn run(command: TopicsCommand) -> anyhow::Result<ExitCode> {
-    let TopicsCommand::Create { kafka, partitions } = command;
-    let names = all_default_topic_names();
+    let TopicsCommand::Create { kafka, partitions, topics, adjustments_topic } = command;
+    let inputs = if topics.is_empty() { Topics::defaults() } else { Topics::parse(&topics)? };
+    let mut names = inputs.names();
+    names.push(&adjustments_topic);
     let created = ingest::admin::create_topics(&kafka.brokers, &names, partitions, &kafka.settings)?;
     for name in &names {
         let state = if created.iter().any(|c| c == name) { "created" } else { "exists" };
