@@ -274,4 +274,7 @@ fn a_broker_address_from_the_environment_does_not_stop_a_file_ingest() {
     assert_eq!(both.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&both.stderr);
     assert!(stderr.contains("--file and --brokers cannot be used together"), "{stderr}");
+    // Neither: both are named as the choice (it used to say only that --file was required).
+    let neither = test.run(&["ingest"]).expect_code(2);
+    assert!(neither.stderr.contains("<--file <FILE>|--brokers <BROKERS>>"), "{}", neither.stderr);
 }

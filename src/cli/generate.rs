@@ -13,6 +13,7 @@ use schemas::{Catalog, EventType};
 use super::kafka_args::parse_setting;
 
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("destination").args(["to_kafka", "out"]).required(true)))]
 pub struct GenerateArgs {
     /// Tenants (org-1 ... org-N).
     #[arg(long, default_value_t = 100)]
@@ -24,7 +25,7 @@ pub struct GenerateArgs {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Produce to Kafka (the topics of SPEC 2, the tenant as key).
-    #[arg(long, value_name = "BROKERS", conflicts_with = "out", required_unless_present = "out")]
+    #[arg(long, value_name = "BROKERS")]
     to_kafka: Option<String>,
     /// Write one Avro object container file per record type into this directory (`UsageEvent.avro`, ...).
     /// Container files hold records, not bytes, so malformed messages are invalid values there.

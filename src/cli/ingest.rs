@@ -21,10 +21,11 @@ use super::kafka_args::parse_setting;
 const LOG_EVERY_SECONDS: u64 = 5;
 
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("source").args(["file", "brokers"]).required(true).multiple(true)))]
 pub struct IngestArgs {
     /// An Avro object container file of any record type (backfill); its writer schema is resolved to the
     /// current reader schema.
-    #[arg(long, required_unless_present = "brokers")]
+    #[arg(long)]
     file: Option<PathBuf>,
     /// Kafka bootstrap servers: consume the input topics in a consumer group.
     #[arg(long, env = "QUOTA_LEDGER_BROKERS")]
