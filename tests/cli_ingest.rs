@@ -278,3 +278,32 @@ fn a_broker_address_from_the_environment_does_not_stop_a_file_ingest() {
     let neither = test.run(&["ingest"]).expect_code(2);
     assert!(neither.stderr.contains("<--file <FILE>|--brokers <BROKERS>>"), "{}", neither.stderr);
 }
+
+// A reader who cannot write in the ledger's directory (another account, on a shared host): SQLite needs the WAL's
+// -shm file even to read, and said "attempt to write a readonly database" for `status`. The error now says why
+// and what to do. Runs only as root, which can run the binary as `nobody`.
+#[test]
+fn a_reader_who_cannot_write_beside_the_ledger_is_told_why() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    // SAFETY: getuid(2) has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("not root: skipping the run as another user");
+        return;
+    }
+    let test = TestLedger::new();
+    let file = test.file("usage.avro");
+    write_container(&file, &[usage("u-1", "2026-11-01T10:00:00Z", "org-1", 10)]);
+    test.ingest(&file);
+    std::fs::set_permissions(test.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&test.path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let output = std::process::Command::new(BIN)
+        .args(["--ledger", path_text(&test.path), "status"])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .expect("status runs as nobody");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("SQLite creates") && stderr.contains("this user cannot write in"), "{stderr}");
+}

@@ -10,6 +10,11 @@ pub enum OpenError {
     Missing { path: PathBuf },
     #[error("cannot open ledger {path}")]
     Sqlite { path: PathBuf, source: rusqlite::Error },
+    #[error(
+        "cannot read ledger {path}: SQLite creates {path}-shm beside it even to read (the ledger is in WAL mode), and \
+         this user cannot write in {dir}: run as a user who can (the ledger's owner), or copy the ledger elsewhere"
+    )]
+    DirectoryNotWritable { path: PathBuf, dir: PathBuf },
     #[error("ledger {path} is at schema version {found}, newer than this binary knows ({known}): upgrade quota-ledger")]
     TooNew { path: PathBuf, found: i64, known: i64 },
     #[error(

@@ -171,7 +171,7 @@ impl Ledger {
         if !path.exists() {
             return Err(OpenError::Missing { path });
         }
-        let sqlite = |source| OpenError::Sqlite { path: path.clone(), source };
+        let sqlite = |source| open_error(&path, source);
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
         let conn = Connection::open_with_flags(&path, flags).map_err(sqlite)?;
         configure(&conn).map_err(sqlite)?;
@@ -268,14 +268,25 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
 
 /// The file's schema version, refused when newer than this binary knows.
 fn check_version(conn: &Connection, path: &Path) -> Result<i64, OpenError> {
-    let found: i64 = conn
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .map_err(|source| OpenError::Sqlite { path: path.to_path_buf(), source })?;
+    let found: i64 =
+        conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(|source| open_error(path, source))?;
     let known = migrate::latest_version();
     if found > known {
         return Err(OpenError::TooNew { path: path.to_path_buf(), found, known });
     }
     Ok(found)
+}
+
+/// Why SQLite could not open the ledger: a directory the user cannot write, where WAL mode needs the `-shm`
+/// file even to read, is said in words (SQLite says "attempt to write a readonly database" to a reader).
+fn open_error(path: &Path, source: rusqlite::Error) -> OpenError {
+    match source.sqlite_error() {
+        Some(e) if e.extended_code == rusqlite::ffi::SQLITE_READONLY_DIRECTORY => {
+            let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            OpenError::DirectoryNotWritable { path: path.to_path_buf(), dir: dir.to_path_buf() }
+        }
+        _ => OpenError::Sqlite { path: path.to_path_buf(), source },
+    }
 }
 
 /// Microseconds since the epoch, now.
