@@ -1,5 +1,8 @@
 //! `quota-ledger`: the command line of the quota and billing ledger (SPEC 7).
 
+// Output goes through `cli::stdout()`: `println!` panics on a closed pipe (`quota-ledger status | head -1`).
+#![deny(clippy::print_stdout)]
+
 mod cli;
 
 use std::path::PathBuf;
@@ -86,7 +89,6 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
-        Err(error) if cli::is_broken_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("quota-ledger: error: {error:#}");
             ExitCode::from(cli::EXIT_ERROR)

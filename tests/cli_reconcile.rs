@@ -122,6 +122,22 @@ fn the_report_reads_for_people_and_dry_runs_record_nothing() {
     assert!(bad.stderr.contains("not an RFC 3339 instant"), "{}", bad.stderr);
 }
 
+// SPEC 7's exit codes stand when stdout is a closed pipe (`reconcile | head -1`): 1 for the run that wrote
+// adjustments (as a report or as JSON), 0 for the clean rerun, never a panic; the adjustments are recorded.
+#[test]
+fn a_closed_stdout_keeps_the_exit_code() {
+    for json in [&[][..], &["--json"]] {
+        let test = ledger_with_overshoot();
+        let mut args = vec!["reconcile", "--as-of", AS_OF];
+        args.extend_from_slice(json);
+        for code in [1, 0] {
+            let run = test.run_into_closed_pipe(&args).expect_code(code);
+            assert!(run.stderr.is_empty(), "`{}`: {}", run.command, run.stderr);
+        }
+        assert_eq!(count(&reconcile_json(&test, &[], 0), "adjustments_written"), 0, "the first run recorded them");
+    }
+}
+
 // The outbox: with no broker reachable the adjustments are recorded and wait; a later run with the broker publishes each exactly once.
 #[test]
 fn adjustments_reach_kafka_through_the_outbox_after_an_outage() {

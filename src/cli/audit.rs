@@ -74,6 +74,6 @@ pub fn run(ledger_path: &Path, command: AuditCommand) -> anyhow::Result<ExitCode
 }
 
 fn print(text: &str) -> anyhow::Result<()> {
-    std::io::stdout().lock().write_all(text.as_bytes())?;
+    super::stdout().write_all(text.as_bytes())?;
     Ok(())
 }

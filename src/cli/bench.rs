@@ -5,6 +5,7 @@
 //! encoded before the clock starts. The ledger's append does all of that work inside the clock.
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -137,16 +138,19 @@ fn bench_append(events: u64, batch_events: usize, dir: Option<PathBuf>, json: bo
     if json {
         super::print_json(&figures)?;
     } else {
-        println!("events {events}, {batch_events} per batch, files in {}", dir.display());
-        println!(
+        let mut out = super::stdout();
+        writeln!(out, "events {events}, {batch_events} per batch, files in {}", dir.display())?;
+        writeln!(
+            out,
             "ledger append  {:8.2} s  {:>10.0} events/s",
             figures.ledger_seconds, figures.ledger_events_per_second
-        );
-        println!(
+        )?;
+        writeln!(
+            out,
             "bare insert    {:8.2} s  {:>10.0} events/s",
             figures.bare_insert_seconds, figures.bare_insert_events_per_second
-        );
-        println!("ratio          {:8.3}  (ledger / bare insert)", figures.ratio);
+        )?;
+        writeln!(out, "ratio          {:8.3}  (ledger / bare insert)", figures.ratio)?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -11,6 +11,7 @@
 //! the query, measured inside Python, and its sums must equal the export's consumption.
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
@@ -127,7 +128,9 @@ fn print_figures(f: &ExportFigures, json: bool) -> anyhow::Result<()> {
     if json {
         return super::print_json(f);
     }
-    println!(
+    let mut out = super::stdout();
+    writeln!(
+        out,
         "ledger ({:.0} MiB): {} events, {} tenants; migration {:.2} s; commit totals {:.2} s ({} reservations judged)",
         f.ledger_file_mib,
         f.events_recorded,
@@ -135,23 +138,27 @@ fn print_figures(f: &ExportFigures, json: bool) -> anyhow::Result<()> {
         f.migration_seconds,
         f.commit_totals_seconds,
         f.reservations_judged
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "export billing --period {PERIOD} --format csv      {:7.3} s  peak memory {:7.1} MiB  {} rows",
         f.csv_seconds, f.csv_peak_memory_mib, f.rows
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "export billing --period {PERIOD} --format parquet  {:7.3} s  peak memory {:7.1} MiB",
         f.parquet_seconds, f.parquet_peak_memory_mib
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "duckdb: sum of {} consumption rows by tenant, metric  {:7.3} s query ({:.3} s process)  peak memory {:7.1} MiB",
         f.consumption_parquet_rows, f.duckdb_query_seconds, f.duckdb_process_seconds, f.duckdb_peak_memory_mib
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "ratio: parquet export / duckdb {:.2}, csv export / duckdb {:.2} (goal: at most 1.5)",
         f.ratio_parquet, f.ratio_csv
-    );
+    )?;
     Ok(())
 }
 

@@ -7,6 +7,7 @@
 //! not cost more because other requests are in flight. One more over HTTP publishes the outbox to the embedded
 //! broker, as `serve --brokers` does in production, and says how long after the load the publisher caught up.
 
+use std::io::Write;
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -428,10 +429,16 @@ pub fn run(concurrency: &[usize], seconds: f64, random_ids: bool, json: bool) ->
                     Some(ms) => format!("  outbox published {ms} ms after"),
                     None => String::new(),
                 };
-                println!(
+                writeln!(
+                    super::stdout(),
                     "{:42} c={:<3} {:>8} req  {:>9.0} decisions/s  p50 {:>8.0} us  p99 {:>8.0} us{caught_up}",
-                    f.peer, f.concurrency, f.requests, f.decisions_per_second, f.p50_us, f.p99_us
-                );
+                    f.peer,
+                    f.concurrency,
+                    f.requests,
+                    f.decisions_per_second,
+                    f.p50_us,
+                    f.p99_us
+                )?;
             }
         }
     }

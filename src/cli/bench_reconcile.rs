@@ -4,6 +4,7 @@
 //! `--dir` for reruns. `reconcile` then runs as a child process of the real binary, so that its peak memory
 //! (the child's maximum resident set, from `wait4`) is its own and not the generator's.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -69,19 +70,23 @@ pub fn run(events: u64, tenants: u32, dir: Option<PathBuf>, json: bool) -> anyho
     if json {
         super::print_json(&figures)?;
     } else {
-        println!(
+        let mut out = super::stdout();
+        writeln!(
+            out,
             "ledger {} ({:.0} MiB): {events_recorded} events, {tenants} tenants",
             path.display(),
             figures.ledger_file_mib
-        );
-        println!(
+        )?;
+        writeln!(
+            out,
             "reconcile --as-of {AS_OF}   {:7.2} s  peak memory {:7.1} MiB  {adjustments_written} adjustments written",
             figures.first_run_seconds, figures.first_run_peak_memory_mib
-        );
-        println!(
+        )?;
+        writeln!(
+            out,
             "rerun (clean)                              {:7.2} s  peak memory {:7.1} MiB",
             figures.rerun_seconds, figures.rerun_peak_memory_mib
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -28,7 +28,7 @@ pub fn run(command: BrokerCommand) -> anyhow::Result<ExitCode> {
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, stop.clone()).context("cannot install the signal handler")?;
     }
-    let mut out = std::io::stdout().lock();
+    let mut out = super::stdout();
     writeln!(out, "{}", broker.bootstrap_servers())?;
     out.flush()?;
     drop(out);

@@ -67,7 +67,7 @@ pub fn run(ledger_path: &Path, command: ExportCommand) -> anyhow::Result<ExitCod
     let bytes = export.to_bytes(format)?;
     match &args.out {
         Some(path) => write_atomically(path, &bytes)?,
-        None => std::io::stdout().lock().write_all(&bytes)?,
+        None => super::stdout().write_all(&bytes)?,
     }
     eprintln!("{note}: {} rows", export.rows.len());
     Ok(ExitCode::SUCCESS)

@@ -1,6 +1,6 @@
 //! `ingest --file F.avro` and `ingest --brokers LIST [--group G] [--topics ...] [--until-caught-up]`.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -80,7 +80,8 @@ fn run_file(ledger_path: &Path, file: &Path, args: &IngestArgs) -> anyhow::Resul
     if args.json {
         super::print_json(&report)?;
     } else {
-        println!(
+        writeln!(
+            super::stdout(),
             "{}: {} {} records: {} recorded, {} duplicates, {} conflicting duplicates, {} quarantined; watermark {}",
             report.file,
             report.records,
@@ -90,7 +91,7 @@ fn run_file(ledger_path: &Path, file: &Path, args: &IngestArgs) -> anyhow::Resul
             report.conflicts,
             report.quarantined,
             report.watermark
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -122,10 +123,16 @@ fn run_kafka(ledger_path: &Path, brokers: &str, args: &IngestArgs) -> anyhow::Re
     if args.json {
         super::print_json(&report)?;
     } else {
-        println!(
+        writeln!(
+            super::stdout(),
             "{} messages: {} recorded, {} duplicates, {} conflicting duplicates, {} quarantined; watermark {}",
-            report.messages, report.recorded, report.duplicates, report.conflicts, report.quarantined, report.watermark
-        );
+            report.messages,
+            report.recorded,
+            report.duplicates,
+            report.conflicts,
+            report.quarantined,
+            report.watermark
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }

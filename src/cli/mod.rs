@@ -22,6 +22,7 @@ pub mod topics;
 pub mod verify;
 
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context;
 
@@ -30,11 +31,53 @@ pub const EXIT_DISCREPANCIES: u8 = 1;
 /// Exit code of a command that failed.
 pub const EXIT_ERROR: u8 = 2;
 
-/// Whether an error is a closed stdout (`quota-ledger status | head`): not a failure, as in ripgrep.
-pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
-    error
-        .chain()
-        .any(|cause| cause.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe))
+/// Set once a write to stdout met a closed pipe.
+static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// Where every command writes its output (`println!` would panic on a closed pipe). A closed stdout
+/// (`quota-ledger status | head -1`) is not an error, as in ripgrep: the rest of the output is dropped, the
+/// command runs to its end and exits with its own code, so reconcile still exits 1 when it wrote adjustments
+/// whoever stopped reading its report.
+pub fn stdout() -> Stdout {
+    Stdout(std::io::stdout().lock())
+}
+
+/// Whether a write to stdout already met a closed pipe: later writes are dropped without trying.
+fn stdout_closed() -> bool {
+    STDOUT_CLOSED.load(Ordering::Relaxed)
+}
+
+/// Stdout, locked, whose broken pipe is swallowed (see [`stdout`]). Writers that wrap it (Arrow's CSV and JSON
+/// writers, which turn an io::Error into text) therefore never see one either.
+pub struct Stdout(std::io::StdoutLock<'static>);
+
+impl Stdout {
+    /// `result` unless it is a broken pipe, which is remembered and answered with `closed`.
+    fn unless_closed<T>(result: std::io::Result<T>, closed: T) -> std::io::Result<T> {
+        match result {
+            Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {
+                STDOUT_CLOSED.store(true, Ordering::Relaxed);
+                Ok(closed)
+            }
+            other => other,
+        }
+    }
+}
+
+impl Write for Stdout {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if stdout_closed() {
+            return Ok(buf.len());
+        }
+        Stdout::unless_closed(self.0.write(buf), buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if stdout_closed() {
+            return Ok(());
+        }
+        Stdout::unless_closed(self.0.flush(), ())
+    }
 }
 
 /// Opens a ledger for appending, with the reports' commit totals kept inside every append's transaction (an
@@ -53,17 +96,16 @@ pub fn spinner() -> indicatif::ProgressBar {
 
 /// Prints a value as pretty JSON on stdout.
 pub fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
-    // Serialized first, written second: a serde_json::Error hides the io::Error it wraps from `source()`, so a
-    // broken pipe met while serializing into stdout would not be seen by `is_broken_pipe` and would exit 2.
+    // Serialized first, written second: a value that cannot be serialized prints nothing rather than half.
     let mut text = serde_json::to_vec_pretty(value).context("cannot serialize JSON")?;
     text.push(b'\n');
-    std::io::stdout().lock().write_all(&text)?;
+    stdout().write_all(&text)?;
     Ok(())
 }
 
 /// Prints rows as a table whose columns are aligned, the header first.
 pub fn print_table(header: &[&str], rows: &[Vec<String>]) -> anyhow::Result<()> {
-    write_table(&mut std::io::stdout().lock(), header, rows)
+    write_table(&mut stdout(), header, rows)
 }
 
 /// Writes rows as a table whose columns are aligned, the header first.

@@ -1,6 +1,6 @@
 //! `produce --type T --file events.jsonl --brokers ...`: JSON lines to single-object Avro on Kafka.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -62,7 +62,7 @@ pub fn run(args: ProduceArgs) -> anyhow::Result<ExitCode> {
     if args.json {
         super::print_json(&report)?;
     } else {
-        println!("{} {event_type}s produced to {topic} and acknowledged", report.delivered);
+        writeln!(super::stdout(), "{} {event_type}s produced to {topic} and acknowledged", report.delivered)?;
     }
     Ok(ExitCode::SUCCESS)
 }

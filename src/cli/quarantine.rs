@@ -1,5 +1,6 @@
 //! `quarantine list [--json]`.
 
+use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -56,7 +57,9 @@ fn replay(ledger_path: &Path, ids: &[i64], topics: &[String], json: bool) -> any
         super::print_json(&report)?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    let mut out = super::stdout();
+    writeln!(
+        out,
         "{} quarantined messages replayed: {} recorded, {} duplicates, {} conflicting duplicates, {} still quarantined; \
          watermark {}",
         report.examined,
@@ -65,9 +68,9 @@ fn replay(ledger_path: &Path, ids: &[i64], topics: &[String], json: bool) -> any
         report.conflicts,
         report.still_quarantined.len(),
         report.watermark
-    );
+    )?;
     for still in &report.still_quarantined {
-        println!("  {}  {}  {}", still.id, still.reason_code, still.reason);
+        writeln!(out, "  {}  {}  {}", still.id, still.reason_code, still.reason)?;
     }
     Ok(ExitCode::SUCCESS)
 }

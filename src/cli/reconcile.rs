@@ -111,7 +111,7 @@ pub fn run(ledger_path: &Path, args: ReconcileArgs) -> anyhow::Result<ExitCode> 
     if args.json {
         super::print_json(&run_json(&plan, args.dry_run, outbox))?;
     } else {
-        write_report(&mut std::io::stdout().lock(), &plan, args.dry_run, outbox.as_ref(), pending)?;
+        write_report(&mut super::stdout(), &plan, args.dry_run, outbox.as_ref(), pending)?;
     }
     Ok(if plan.is_clean() { ExitCode::SUCCESS } else { ExitCode::from(super::EXIT_DISCREPANCIES) })
 }

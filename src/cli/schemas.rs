@@ -77,7 +77,7 @@ fn encode(catalog: &Catalog, record_type: &str) -> anyhow::Result<()> {
     let event = Event::from_json(event_type, &json).with_context(|| format!("stdin is not a {event_type} in JSON"))?;
     schemas::validate(&event).with_context(|| format!("{event_type} {:?} is not valid", event.event_id()))?;
     let bytes = catalog.encode_single_object(&event);
-    std::io::stdout().lock().write_all(&bytes).context("cannot write stdout")?;
+    super::stdout().write_all(&bytes).context("cannot write stdout")?;
     Ok(())
 }
 

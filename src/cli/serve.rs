@@ -5,6 +5,7 @@
 //! header, and a connection that does not finish its request header in that time is closed. With `--brokers`, the outbox is published
 //! to Kafka every second, and `/healthz` says how much of it waits and why.
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -164,7 +165,7 @@ pub fn run(ledger_path: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
         // The first line says where it listens (port 0 picks one), for scripts and tests.
-        println!("listening on http://{}", listener.local_addr()?);
+        writeln!(super::stdout(), "listening on http://{}", listener.local_addr()?)?;
         serve_connections(listener, router(app, read_timeout), read_timeout).await;
         anyhow::Ok(())
     })?;

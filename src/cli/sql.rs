@@ -46,13 +46,13 @@ pub fn run(ledger_path: &Path, args: SqlArgs) -> anyhow::Result<ExitCode> {
             print_aligned(&batches)?;
         }
         SqlFormat::Csv => {
-            let mut writer = arrow::csv::WriterBuilder::new().with_header(true).build(std::io::stdout().lock());
+            let mut writer = arrow::csv::WriterBuilder::new().with_header(true).build(super::stdout());
             session
                 .for_each_batch_with(&query, Vec::new(), |batch| Ok(writer.write(batch)?))
                 .context("query failed")?;
         }
         SqlFormat::Json => {
-            let mut writer = arrow::json::ArrayWriter::new(std::io::stdout().lock());
+            let mut writer = arrow::json::ArrayWriter::new(super::stdout());
             session
                 .for_each_batch_with(&query, Vec::new(), |batch| Ok(writer.write(batch)?))
                 .context("query failed")?;
@@ -82,7 +82,7 @@ fn print_aligned(batches: &[RecordBatch]) -> anyhow::Result<()> {
 }
 
 fn print_tables() -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
+    let mut out = super::stdout();
     for table in TABLES {
         writeln!(out, "{}: {}", table.name, table.description)?;
         for column in table.columns {

@@ -1,5 +1,6 @@
 //! `status [--json]`.
 
+use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -20,24 +21,25 @@ pub fn run(ledger_path: &Path, args: StatusArgs) -> anyhow::Result<ExitCode> {
         super::print_json(&status)?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!("ledger           {}", status.ledger);
-    println!("events recorded  {}", status.events_recorded);
-    println!("duplicates       {}", status.duplicates);
-    println!("conflicts        {}", status.conflicts);
-    println!("quarantined      {}", status.quarantined);
-    println!("watermark        {}", status.watermark);
-    println!("batches          {}", status.batches);
+    let mut out = super::stdout();
+    writeln!(out, "ledger           {}", status.ledger)?;
+    writeln!(out, "events recorded  {}", status.events_recorded)?;
+    writeln!(out, "duplicates       {}", status.duplicates)?;
+    writeln!(out, "conflicts        {}", status.conflicts)?;
+    writeln!(out, "quarantined      {}", status.quarantined)?;
+    writeln!(out, "watermark        {}", status.watermark)?;
+    writeln!(out, "batches          {}", status.batches)?;
     if status.outbox_pending > 0 {
-        println!("outbox pending   {} (published by reconcile or serve with --brokers)", status.outbox_pending);
+        writeln!(out, "outbox pending   {} (published by reconcile or serve with --brokers)", status.outbox_pending)?;
     }
     if !status.offsets.is_empty() {
-        println!();
+        writeln!(out)?;
         let rows: Vec<Vec<String>> = status
             .offsets
             .iter()
             .map(|o| vec![o.topic.clone(), o.partition.to_string(), o.next_offset.to_string()])
             .collect();
-        super::print_table(&["TOPIC", "PARTITION", "NEXT OFFSET"], &rows)?;
+        super::write_table(&mut out, &["TOPIC", "PARTITION", "NEXT OFFSET"], &rows)?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,5 +1,6 @@
 //! `topics create`: the topics of SPEC 2, for brokers that do not create topics on first use (Tansu).
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Subcommand;
@@ -34,7 +35,7 @@ pub fn run(command: TopicsCommand) -> anyhow::Result<ExitCode> {
     let created = ingest::admin::create_topics(&kafka.brokers, &names, partitions, &kafka.settings)?;
     for name in &names {
         let state = if created.iter().any(|c| c == name) { "created" } else { "exists" };
-        println!("{name}  {state}");
+        writeln!(super::stdout(), "{name}  {state}")?;
     }
     Ok(ExitCode::SUCCESS)
 }

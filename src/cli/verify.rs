@@ -1,5 +1,6 @@
 //! `verify`: exit 0 when the chain holds, 1 naming the first bad entry.
 
+use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -22,7 +23,12 @@ pub fn run(ledger_path: &Path, args: VerifyArgs) -> anyhow::Result<ExitCode> {
     match &report.first_bad {
         None => {
             if !args.json {
-                println!("ok: {} entries, chain holds up to watermark {}", report.entries_checked, report.watermark);
+                writeln!(
+                    super::stdout(),
+                    "ok: {} entries, chain holds up to watermark {}",
+                    report.entries_checked,
+                    report.watermark
+                )?;
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -90,6 +90,29 @@ pub fn run_in(dir: &Path, args: &[&str], stdin: &[u8]) -> Run {
     }
 }
 
+/// Runs the binary with `args` in `dir` as `quota-ledger ARGS | head -0` would once `head` is gone: its stdout is
+/// a pipe whose read end was closed before it started, so its first write to stdout meets a broken pipe.
+pub fn run_into_closed_pipe_in(dir: &Path, args: &[&str]) -> Run {
+    let command = format!("quota-ledger {} | (a closed pipe)", args.join(" "));
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let output = Command::new(BIN)
+        .args(args)
+        .current_dir(dir)
+        .env_remove("QUOTA_LEDGER_PATH")
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap_or_else(|e| panic!("`{command}` did not run: {e}"));
+    Run {
+        code: output.status.code(),
+        stdout: output.stdout,
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        command,
+    }
+}
+
 /// Runs a command that needs no ledger (`schemas ...`) in a fresh temporary directory.
 pub fn run(args: &[&str], stdin: &[u8]) -> Run {
     let dir = tempfile::tempdir().expect("a temporary directory");
@@ -119,6 +142,13 @@ impl TestLedger {
         let mut all = vec!["--ledger", self.path.to_str().expect("a UTF-8 temporary path")];
         all.extend_from_slice(args);
         run_in(self.dir.path(), &all, b"")
+    }
+
+    /// Runs the binary with `--ledger` set to this ledger, its stdout a pipe already closed.
+    pub fn run_into_closed_pipe(&self, args: &[&str]) -> Run {
+        let mut all = vec!["--ledger", self.path.to_str().expect("a UTF-8 temporary path")];
+        all.extend_from_slice(args);
+        run_into_closed_pipe_in(self.dir.path(), &all)
     }
 
     /// `ingest --file F --json`, which must succeed: the ingest report.

@@ -120,7 +120,12 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         closed: None,
         ingest_passes: 0,
     };
-    println!("quota-ledger demo: {month}, {} tenants, into {}", demo.args.tenants, demo.args.out.display());
+    writeln!(
+        super::stdout(),
+        "quota-ledger demo: {month}, {} tenants, into {}",
+        demo.args.tenants,
+        demo.args.out.display()
+    )?;
     demo.step("broker", |d| {
         Ok(format!("librdkafka mock cluster on {}: the six topics of SPEC 2, {PARTITIONS} partitions each", d.brokers))
     })?;
@@ -168,7 +173,7 @@ impl Demo {
         let started = Instant::now();
         let summary = body(self).with_context(|| format!("demo step {name:?} failed"))?;
         let seconds = started.elapsed().as_secs_f64();
-        println!("{:>2}. {name:<12} {summary} [{seconds:.1} s]", self.steps.len() + 1);
+        writeln!(super::stdout(), "{:>2}. {name:<12} {summary} [{seconds:.1} s]", self.steps.len() + 1)?;
         self.steps.push(page::Step { name: name.to_string(), summary, seconds });
         Ok(())
     }
@@ -531,7 +536,7 @@ impl Demo {
     }
 
     fn print_commands(&self) -> anyhow::Result<()> {
-        let mut out = std::io::stdout().lock();
+        let mut out = super::stdout();
         writeln!(
             out,
             "\nEverything is in {}. Try (from a checkout: cargo run --release -- ...):\n",
