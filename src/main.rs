@@ -90,7 +90,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("quota-ledger: error: {error:#}");
+            eprintln!("quota-ledger: error: {}", cli::error_line(&error));
             ExitCode::from(cli::EXIT_ERROR)
         }
     }

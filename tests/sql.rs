@@ -71,6 +71,20 @@ fn sql_never_modifies_the_ledger() {
     test.assert_verifies();
 }
 
+// A query on a table that does not exist says so once, for every format (DataFusion's error repeated itself).
+#[test]
+fn an_unknown_table_is_named_once() {
+    let test = ledger_with_usage();
+    for format in ["table", "csv", "json"] {
+        let failed = test.run(&["sql", "--format", format, "SELECT * FROM nope"]).expect_code(2);
+        assert_eq!(
+            failed.stderr,
+            "quota-ledger: error: query failed: Error during planning: table 'datafusion.public.nope' not found\n",
+            "--format {format}"
+        );
+    }
+}
+
 // `sql --tables` documents every table and its columns.
 #[test]
 fn the_tables_are_listed_with_their_columns() {

@@ -31,6 +31,24 @@ pub const EXIT_DISCREPANCIES: u8 = 1;
 /// Exit code of a command that failed.
 pub const EXIT_ERROR: u8 = 2;
 
+/// An error and its causes on one line, as `{:#}` prints them, less each cause that the line already ends with:
+/// DataFusion's errors (and tempfile's) print their source and answer it from `source()` too, which made "query
+/// failed: Error during planning: table 'x' not found: Error during planning: table 'x' not found".
+pub fn error_line(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if line.ends_with(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
 /// Set once a write to stdout met a closed pipe.
 static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
 

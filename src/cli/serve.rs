@@ -320,7 +320,7 @@ fn spawn_outbox_publisher(
                     OutboxHealth::now(report.pending, last_error)
                 }
                 Err(error) => {
-                    let error = format!("{:#}", anyhow::Error::new(error));
+                    let error = super::error_line(&anyhow::Error::new(error));
                     eprintln!("serve: outbox: {error}");
                     let pending =
                         outbox.pending_count().unwrap_or_else(|_| seen.lock().expect("never poisoned").pending);

@@ -6,7 +6,6 @@ use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::Context;
 use arrow::array::RecordBatch;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use clap::{Args, ValueEnum};
@@ -42,20 +41,16 @@ pub fn run(ledger_path: &Path, args: SqlArgs) -> anyhow::Result<ExitCode> {
     let session = LedgerSession::open(ledger_path, None)?;
     match args.format {
         SqlFormat::Table => {
-            let batches = session.query(&query, Vec::new()).context("query failed")?;
+            let batches = session.query(&query, Vec::new())?;
             print_aligned(&batches)?;
         }
         SqlFormat::Csv => {
             let mut writer = arrow::csv::WriterBuilder::new().with_header(true).build(super::stdout());
-            session
-                .for_each_batch_with(&query, Vec::new(), |batch| Ok(writer.write(batch)?))
-                .context("query failed")?;
+            session.for_each_batch_with(&query, Vec::new(), |batch| Ok(writer.write(batch)?))?;
         }
         SqlFormat::Json => {
             let mut writer = arrow::json::ArrayWriter::new(super::stdout());
-            session
-                .for_each_batch_with(&query, Vec::new(), |batch| Ok(writer.write(batch)?))
-                .context("query failed")?;
+            session.for_each_batch_with(&query, Vec::new(), |batch| Ok(writer.write(batch)?))?;
             writer.finish()?;
             let mut out = writer.into_inner();
             // An empty result is still a JSON array.
