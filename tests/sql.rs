@@ -48,8 +48,19 @@ fn csv_and_json_outputs() {
         json.success().json(),
         serde_json::json!([{"seq": 1, "event_id": "u-1"}, {"seq": 2, "event_id": "u-2"}])
     );
-    let empty = test.run(&["sql", "--format", "json", "SELECT seq FROM entries WHERE seq > 100"]).success();
-    assert_eq!(empty.json(), serde_json::json!([]));
+}
+
+// An empty result still names its columns: the CSV header, the table's header line, an empty JSON array.
+#[test]
+fn an_empty_result_keeps_its_header() {
+    let test = ledger_with_usage();
+    let query = "SELECT seq, tenant FROM entries WHERE seq < 0";
+    let csv = test.run(&["sql", "--format", "csv", query]).success();
+    assert_eq!(csv.stdout_text(), "seq,tenant\n");
+    let table = test.run(&["sql", query]).success();
+    assert_eq!(table.stdout_text(), "seq  tenant\n");
+    let json = test.run(&["sql", "--format", "json", query]).success();
+    assert_eq!(json.json(), serde_json::json!([]));
 }
 
 // The ledger cannot be modified through `sql`: DDL, DML and statements are refused (exit 2) and the ledger still verifies unchanged.

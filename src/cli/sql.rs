@@ -41,12 +41,22 @@ pub fn run(ledger_path: &Path, args: SqlArgs) -> anyhow::Result<ExitCode> {
     let session = LedgerSession::open(ledger_path, None)?;
     match args.format {
         SqlFormat::Table => {
-            let batches = session.query(&query, Vec::new())?;
-            print_aligned(&batches)?;
+            let mut rows = Vec::new();
+            let schema = session.for_each_batch_with(&query, Vec::new(), |batch| Ok(push_rows(batch, &mut rows)?))?;
+            let header: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+            super::print_table(&header, &rows)?;
         }
         SqlFormat::Csv => {
             let mut writer = arrow::csv::WriterBuilder::new().with_header(true).build(super::stdout());
-            session.for_each_batch_with(&query, Vec::new(), |batch| Ok(writer.write(batch)?))?;
+            let mut written = false;
+            let schema = session.for_each_batch_with(&query, Vec::new(), |batch| {
+                written = true;
+                Ok(writer.write(batch)?)
+            })?;
+            if !written {
+                // Arrow writes the header with the first batch, and an empty result may have none.
+                writer.write(&RecordBatch::new_empty(schema))?;
+            }
         }
         SqlFormat::Json => {
             let mut writer = arrow::json::ArrayWriter::new(super::stdout());
@@ -60,20 +70,15 @@ pub fn run(ledger_path: &Path, args: SqlArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_aligned(batches: &[RecordBatch]) -> anyhow::Result<()> {
-    let Some(first) = batches.first() else { return Ok(()) };
-    let schema = first.schema();
-    let header: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+/// Appends a batch's rows as text (nulls empty) to `rows`.
+fn push_rows(batch: &RecordBatch, rows: &mut Vec<Vec<String>>) -> Result<(), arrow::error::ArrowError> {
     let options = FormatOptions::default().with_null("");
-    let mut rows = Vec::new();
-    for batch in batches {
-        let formatters: Vec<ArrayFormatter<'_>> =
-            batch.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &options)).collect::<Result<_, _>>()?;
-        for row in 0..batch.num_rows() {
-            rows.push(formatters.iter().map(|f| f.value(row).to_string()).collect());
-        }
+    let formatters: Vec<ArrayFormatter<'_>> =
+        batch.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &options)).collect::<Result<_, _>>()?;
+    for row in 0..batch.num_rows() {
+        rows.push(formatters.iter().map(|f| f.value(row).to_string()).collect());
     }
-    super::print_table(&header, &rows)
+    Ok(())
 }
 
 fn print_tables() -> anyhow::Result<()> {
