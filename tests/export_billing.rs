@@ -296,6 +296,38 @@ fn a_closed_period_reexports_byte_for_byte_and_late_usage_moves_to_the_next_clos
     test.assert_verifies();
 }
 
+/// The permission bits of `path`, in octal.
+fn mode(path: &std::path::Path) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    format!("{:o}", std::fs::metadata(path).unwrap().permissions().mode() & 0o777)
+}
+
+// An export file gets the mode File::create gives (0666 less the umask), not tempfile's 0600, and a file it
+// replaces keeps its own mode.
+#[test]
+fn an_export_file_gets_the_usual_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let test = TestLedger::new();
+    ingest_events(&test, "policies.avro", &[soft_monthly("org-1", 100)]);
+    let out = test.file("billing.csv");
+    let export_under_umask_027 = || {
+        let args = ["--ledger", test.path.to_str().unwrap(), "export", "billing", "--period", "2026-11"];
+        let status = std::process::Command::new("sh")
+            .args(["-c", "umask 027 && exec \"$@\"", "sh", BIN])
+            .args(args)
+            .args(["--format", "csv", "--out", out.to_str().unwrap()])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "export --out exited with {status}");
+    };
+    export_under_umask_027();
+    assert_eq!(mode(&out), "640", "0666 less the umask 027");
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o604)).unwrap();
+    export_under_umask_027();
+    assert_eq!(mode(&out), "604", "the replaced file's mode, as File::create keeps it");
+}
+
 // A period that is not over cannot be closed (exit 2, nothing recorded); a bad period is refused by name.
 #[test]
 fn only_a_finished_period_can_be_closed() {

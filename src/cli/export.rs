@@ -121,11 +121,19 @@ fn check_writable(path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Writes `bytes` to a temporary file beside `path`, then renames it: a reader never sees half an export.
+/// Writes `bytes` to a temporary file beside `path`, then renames it: a reader never sees half an export. The file
+/// gets the mode `File::create` would give it (an existing file's, else 0666 less the umask), not tempfile's 0600
+/// that hid exports from the group reading them.
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let mut file =
-        tempfile::NamedTempFile::new_in(dir).with_context(|| format!("cannot write in {}", dir.display()))?;
+    let existing = std::fs::metadata(path).ok().map(|found| found.permissions());
+    let mut file = tempfile::Builder::new()
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
+        .tempfile_in(dir)
+        .with_context(|| format!("cannot write in {}", dir.display()))?;
+    if let Some(permissions) = existing {
+        file.as_file().set_permissions(permissions)?;
+    }
     file.write_all(bytes)?;
     file.as_file().sync_all()?;
     file.persist(path).with_context(|| format!("cannot write {}", path.display()))?;
