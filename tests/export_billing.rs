@@ -328,6 +328,30 @@ fn an_export_file_gets_the_usual_mode() {
     assert_eq!(mode(&out), "604", "the replaced file's mode, as File::create keeps it");
 }
 
+// An --out that cannot be written is named as given, with why (tempfile's "failed to persist temporary file" and
+// its internal .tmpXXXX path said neither), and nothing is left behind.
+#[test]
+fn an_unwritable_out_says_which_path_and_why() {
+    let test = TestLedger::new();
+    ingest_events(&test, "policies.avro", &[soft_monthly("org-1", 100)]);
+    std::fs::create_dir(test.file("exports")).unwrap();
+    std::fs::write(test.file("a-file"), b"").unwrap();
+    let before: BTreeSet<_> = std::fs::read_dir(test.dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    for (out, why) in [
+        ("exports", "it is a directory"),
+        ("exports/", "it is a directory"),
+        ("missing/", "a file name cannot end with /"),
+        ("missing/billing.csv", "directory missing does not exist"),
+        ("a-file/billing.csv", "a-file is not a directory"),
+    ] {
+        let failed =
+            test.run(&["export", "billing", "--period", "2026-11", "--format", "csv", "--out", out]).expect_code(2);
+        assert_eq!(failed.stderr, format!("quota-ledger: error: cannot write {out}: {why}\n"));
+    }
+    let after: BTreeSet<_> = std::fs::read_dir(test.dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(after, before, "no file written");
+}
+
 // A period that is not over cannot be closed (exit 2, nothing recorded); a bad period is refused by name.
 #[test]
 fn only_a_finished_period_can_be_closed() {

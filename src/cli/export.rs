@@ -123,19 +123,37 @@ fn check_writable(path: &Path) -> anyhow::Result<()> {
 
 /// Writes `bytes` to a temporary file beside `path`, then renames it: a reader never sees half an export. The file
 /// gets the mode `File::create` would give it (an existing file's, else 0666 less the umask), not tempfile's 0600
-/// that hid exports from the group reading them.
+/// that hid exports from the group reading them. Errors name `path`, never the temporary file's `.tmpXXXX`.
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let cannot = |why: String| anyhow::anyhow!("cannot write {}: {why}", path.display());
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if path.is_dir() {
+        return Err(cannot("it is a directory".into()));
+    }
+    if path.as_os_str().as_encoded_bytes().ends_with(b"/") {
+        return Err(cannot("a file name cannot end with /".into()));
+    }
+    match std::fs::metadata(dir) {
+        Ok(found) if found.is_dir() => {}
+        Ok(_) => return Err(cannot(format!("{} is not a directory", dir.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(cannot(format!("directory {} does not exist", dir.display())));
+        }
+        Err(e) => return Err(cannot(format!("{}: {e}", dir.display()))),
+    }
     let existing = std::fs::metadata(path).ok().map(|found| found.permissions());
     let mut file = tempfile::Builder::new()
         .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
         .tempfile_in(dir)
-        .with_context(|| format!("cannot write in {}", dir.display()))?;
+        // tempfile's error names its `.tmpXXXX`: its kind alone says why.
+        .map_err(|e| {
+            cannot(format!("cannot create a file in {}: {}", dir.display(), std::io::Error::from(e.kind())))
+        })?;
     if let Some(permissions) = existing {
-        file.as_file().set_permissions(permissions)?;
+        file.as_file().set_permissions(permissions).map_err(|e| cannot(e.to_string()))?;
     }
-    file.write_all(bytes)?;
-    file.as_file().sync_all()?;
-    file.persist(path).with_context(|| format!("cannot write {}", path.display()))?;
+    file.write_all(bytes).map_err(|e| cannot(e.to_string()))?;
+    file.as_file().sync_all().map_err(|e| cannot(e.to_string()))?;
+    file.persist(path).map_err(|e| cannot(e.error.to_string()))?;
     Ok(())
 }
