@@ -378,10 +378,10 @@ fn closes_go_in_order_and_only_with_a_writable_out() {
     let out = missing.to_str().unwrap();
     let refused = test.run(&["export", "billing", "--period", "2026-09", "--format", "csv", "--final", "--out", out]);
     let refused = refused.expect_code(2);
-    assert!(refused.stderr.contains("there is no directory"), "{}", refused.stderr);
+    assert!(refused.stderr.contains("does not exist"), "{}", refused.stderr);
     let dir = test.file("").to_str().unwrap().to_string();
     let refused = test.run(&["export", "billing", "--period", "2026-09", "--format", "csv", "--final", "--out", &dir]);
-    assert!(refused.expect_code(2).stderr.contains("is a directory"));
+    assert!(refused.expect_code(2).stderr.contains("it is a directory"));
     let count = test.run(&["sql", "--format", "csv", "SELECT COUNT(*) AS closes FROM period_closes"]).success();
     assert_eq!(count.stdout_text(), "closes\n0\n", "nothing closed");
     export(&test, "2026-09", "csv", &["--final"]);

@@ -50,13 +50,13 @@ fn parse_period(text: &str) -> Result<Period, String> {
 
 pub fn run(ledger_path: &Path, command: ExportCommand) -> anyhow::Result<ExitCode> {
     let ExportCommand::Billing(args) = command;
-    // Opening for writing applies migrations (usage_totals) to a ledger written by an older binary.
-    Ledger::open_read_only(ledger_path)?;
     // A close cannot be undone: an --out that cannot be written stops the command before anything is closed (it
     // used to fail after the close, and the user took the period for still open).
     if let Some(path) = &args.out {
         check_writable(path)?;
     }
+    // Opening for writing applies migrations (usage_totals) to a ledger written by an older binary.
+    Ledger::open_read_only(ledger_path)?;
     let mut ledger = Ledger::open(ledger_path)?;
     let (export, note) = if args.final_ { close(&mut ledger, args.period)? } else { current(&ledger, args.period)? };
     let format = match args.format {
@@ -108,23 +108,26 @@ fn stored_or_recomputed(ledger: &Ledger, closed: &ledger::PeriodExport) -> anyho
     Ok(BillingExport { period: closed.close.period, watermark: closed.close.watermark, rows })
 }
 
-/// Whether a file can be written at `path`: its directory exists and takes a new file, and it is not a directory.
+/// Whether a file can be written at `path`, asked before anything that cannot be undone.
 fn check_writable(path: &Path) -> anyhow::Result<()> {
-    if path.is_dir() {
-        anyhow::bail!("--out {} is a directory: name the export's file", path.display());
-    }
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    if !dir.is_dir() {
-        anyhow::bail!("cannot write {}: there is no directory {}", path.display(), dir.display());
-    }
-    tempfile::NamedTempFile::new_in(dir).with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
+    temporary_beside(path).map(drop)
 }
 
 /// Writes `bytes` to a temporary file beside `path`, then renames it: a reader never sees half an export. The file
 /// gets the mode `File::create` would give it (an existing file's, else 0666 less the umask), not tempfile's 0600
 /// that hid exports from the group reading them. Errors name `path`, never the temporary file's `.tmpXXXX`.
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let cannot = |why: String| anyhow::anyhow!("cannot write {}: {why}", path.display());
+    let mut file = temporary_beside(path)?;
+    file.write_all(bytes).map_err(|e| cannot(e.to_string()))?;
+    file.as_file().sync_all().map_err(|e| cannot(e.to_string()))?;
+    file.persist(path).map_err(|e| cannot(e.error.to_string()))?;
+    Ok(())
+}
+
+/// A new temporary file in `path`'s directory, with the mode `File::create` would give `path`; or why `path`
+/// cannot be written, in words that name it (never the temporary file).
+fn temporary_beside(path: &Path) -> anyhow::Result<tempfile::NamedTempFile> {
     let cannot = |why: String| anyhow::anyhow!("cannot write {}: {why}", path.display());
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     if path.is_dir() {
@@ -142,7 +145,7 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> 
         Err(e) => return Err(cannot(format!("{}: {e}", dir.display()))),
     }
     let existing = std::fs::metadata(path).ok().map(|found| found.permissions());
-    let mut file = tempfile::Builder::new()
+    let file = tempfile::Builder::new()
         .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
         .tempfile_in(dir)
         // tempfile's error names its `.tmpXXXX`: its kind alone says why.
@@ -152,8 +155,5 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> 
     if let Some(permissions) = existing {
         file.as_file().set_permissions(permissions).map_err(|e| cannot(e.to_string()))?;
     }
-    file.write_all(bytes).map_err(|e| cannot(e.to_string()))?;
-    file.as_file().sync_all().map_err(|e| cannot(e.to_string()))?;
-    file.persist(path).map_err(|e| cannot(e.error.to_string()))?;
-    Ok(())
+    Ok(file)
 }
