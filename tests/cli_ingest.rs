@@ -307,3 +307,35 @@ fn a_reader_who_cannot_write_beside_the_ledger_is_told_why() {
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("SQLite creates") && stderr.contains("this user cannot write in"), "{stderr}");
 }
+
+// Review of 2026-12-02, defect 1: another application's SQLite database given as --ledger is refused by every
+// command, naming what it holds (status called it "no ledger", ingest turned it into a ledger), and not a byte of
+// it changes.
+#[test]
+fn a_foreign_sqlite_database_is_refused_by_every_command() {
+    let ledger = TestLedger::new();
+    let conn = rusqlite::Connection::open(&ledger.path).unwrap();
+    conn.execute_batch("CREATE TABLE customers (id INTEGER); INSERT INTO customers VALUES (42);").unwrap();
+    drop(conn);
+    let before = std::fs::read(&ledger.path).unwrap();
+    let file = ledger.file("usage.avro");
+    write_container(&file, &[usage("u-foreign", "2026-11-01T00:00:00Z", "org-1", 1)]);
+    let expected = format!(
+        "{} is a SQLite database but not a quota-ledger ledger: it holds table customers",
+        ledger.path.display()
+    );
+    let commands: [&[&str]; 7] = [
+        &["status"],
+        &["ingest", "--file", path_text(&file)],
+        &["verify"],
+        &["quarantine", "list"],
+        &["quarantine", "replay"],
+        &["reconcile", "--as-of", "2026-12-01T00:00:00Z"],
+        &["audit", "tenant", "org-1", "--from", "2026-11-01T00:00:00Z", "--to", "2026-12-01T00:00:00Z"],
+    ];
+    for args in commands {
+        let run = ledger.run(args).expect_code(2);
+        assert!(run.stderr.contains(&expected), "`{}`: stderr: {}", run.command, run.stderr);
+    }
+    assert_eq!(std::fs::read(&ledger.path).unwrap(), before, "the foreign database was written to");
+}

@@ -15,6 +15,16 @@ pub enum OpenError {
          this user cannot write in {dir}: run as a user who can (the ledger's owner), or copy the ledger elsewhere"
     )]
     DirectoryNotWritable { path: PathBuf, dir: PathBuf },
+    #[error(
+        "{path} is a SQLite database but not a quota-ledger ledger: it holds {}; nothing was written to it \
+         (--ledger or QUOTA_LEDGER_PATH names another)",
+        describe_objects(objects)
+    )]
+    NotALedger {
+        path: PathBuf,
+        /// Its schema objects as (type, name): tables first, then indexes, triggers and views.
+        objects: Vec<(String, String)>,
+    },
     #[error("ledger {path} is at schema version {found}, newer than this binary knows ({known}): upgrade quota-ledger")]
     TooNew { path: PathBuf, found: i64, known: i64 },
     #[error(
@@ -26,6 +36,37 @@ pub enum OpenError {
     Migration { path: PathBuf, migration: &'static str, source: rusqlite::Error },
     #[error("cannot open the ledger's write-ahead log {path}")]
     Log { path: PathBuf, source: std::io::Error },
+}
+
+/// Objects of a foreign database named in [`OpenError::NotALedger`], at most this many (the rest counted).
+pub const FOREIGN_OBJECTS_NAMED: usize = 10;
+
+/// `tables customers, orders; views totals`, grouped by type in the order given, at most
+/// [`FOREIGN_OBJECTS_NAMED`] names, then how many more.
+fn describe_objects(objects: &[(String, String)]) -> String {
+    let mut groups: Vec<(&str, Vec<&str>)> = Vec::new();
+    for (kind, name) in objects.iter().take(FOREIGN_OBJECTS_NAMED) {
+        match groups.last_mut() {
+            Some((last, names)) if last == kind => names.push(name),
+            _ => groups.push((kind, vec![name])),
+        }
+    }
+    let mut text: Vec<String> = groups
+        .iter()
+        .map(|(kind, names)| {
+            // SQLite's type names: table, index, trigger, view.
+            let kind = match (*kind, names.len()) {
+                (kind, 1) => kind.to_string(),
+                ("index", _) => "indexes".to_string(),
+                (kind, _) => format!("{kind}s"),
+            };
+            format!("{kind} {}", names.join(", "))
+        })
+        .collect();
+    if objects.len() > FOREIGN_OBJECTS_NAMED {
+        text.push(format!("and {} more", objects.len() - FOREIGN_OBJECTS_NAMED));
+    }
+    text.join("; ")
 }
 
 /// An append failed; nothing of the batch was recorded.

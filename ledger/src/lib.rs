@@ -151,12 +151,14 @@ impl Ledger {
         let sqlite = |source| OpenError::Sqlite { path: path.clone(), source };
         let mut conn = Connection::open(&path).map_err(sqlite)?;
         configure(&conn).map_err(sqlite)?;
+        // Before anything that writes (switching to WAL rewrites the file's header): another application's
+        // database is refused untouched.
+        check_version(&conn, &path)?;
         // WAL lets readers (status, reports) run while one writer appends. synchronous=FULL makes a committed
         // batch survive power loss, not only a crash of the process: the enforcement hook answers from it.
         conn.pragma_update(None, "journal_mode", "WAL").map_err(sqlite)?;
         conn.pragma_update(None, "synchronous", "FULL").map_err(sqlite)?;
         conn.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT_PAGES).map_err(sqlite)?;
-        check_version(&conn, &path)?;
         migrate::migrate(&mut conn).map_err(|(migration, source)| OpenError::Migration {
             path: path.clone(),
             migration,
@@ -266,13 +268,21 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
-/// The file's schema version, refused when newer than this binary knows.
+/// The file's schema version, refused when newer than this binary knows, or when it is 0 (no migration ran) but
+/// the file already holds tables of its own: another application's SQLite database, never to be converted into
+/// a ledger. Version 0 with nothing in it is a new or empty file, which a writer makes a ledger.
 fn check_version(conn: &Connection, path: &Path) -> Result<i64, OpenError> {
-    let found: i64 =
-        conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(|source| open_error(path, source))?;
+    let sqlite = |source| open_error(path, source);
+    let found: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(sqlite)?;
     let known = migrate::latest_version();
     if found > known {
         return Err(OpenError::TooNew { path: path.to_path_buf(), found, known });
+    }
+    if found == 0 {
+        let objects = schema_objects(conn).map_err(sqlite)?;
+        if !objects.is_empty() {
+            return Err(OpenError::NotALedger { path: path.to_path_buf(), objects });
+        }
     }
     Ok(found)
 }
@@ -287,6 +297,17 @@ fn open_error(path: &Path, source: rusqlite::Error) -> OpenError {
         }
         _ => OpenError::Sqlite { path: path.to_path_buf(), source },
     }
+}
+
+/// The file's own schema objects as (type, name), tables first, by name; SQLite's internal ones
+/// (`sqlite_sequence`, `sqlite_autoindex_*`, ...) left out.
+fn schema_objects(conn: &Connection) -> rusqlite::Result<Vec<(String, String)>> {
+    let mut statement = conn.prepare(
+        "SELECT type, name FROM sqlite_schema WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\'
+         ORDER BY type <> 'table', type, name",
+    )?;
+    let rows = statement.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    rows.collect()
 }
 
 /// Microseconds since the epoch, now.
