@@ -192,7 +192,8 @@ fn every_other_record_type_ingests_and_is_counted() {
     ledger.assert_verifies();
 }
 
-// Proves that a file that is not an Avro container file is an error (exit 2) naming the file, and records nothing.
+// Proves that a file that is not an Avro container file is an error (exit 2) naming the file, and records nothing:
+// an existing ledger is unchanged, and no new ledger is created.
 #[test]
 fn non_avro_file_exits_2_naming_the_file() {
     let ledger = TestLedger::new();
@@ -201,16 +202,24 @@ fn non_avro_file_exits_2_naming_the_file() {
     let run = ledger.run(&["ingest", "--file", path_text(&file)]).expect_code(2);
     assert!(run.stderr.contains(path_text(&file)), "stderr should name {}: {}", file.display(), run.stderr);
     assert!(run.stderr.contains("not a readable Avro object container file"), "stderr: {}", run.stderr);
-    assert_eq!(Counts::of_status(&ledger.status()).events_recorded, 0);
+    assert!(!ledger.path.exists(), "a failed ingest left a new ledger at {}", ledger.path.display());
+    let good = ledger.file("usage.avro");
+    write_container(&good, &[usage("u-1", "2026-11-01T00:00:00Z", "org-1", 1)]);
+    ledger.ingest(&good);
+    ledger.run(&["ingest", "--file", path_text(&file)]).expect_code(2);
+    assert_eq!(Counts::of_status(&ledger.status()).events_recorded, 1);
 }
 
-// Proves that a missing input file is an error (exit 2) naming the file.
+// Proves that a missing input file is an error (exit 2) naming the file, and (review of 2026-12-02, defect 2) that
+// it leaves no new, empty ledger behind.
 #[test]
 fn missing_file_exits_2_naming_the_file() {
     let ledger = TestLedger::new();
     let file = ledger.file("no-such-file.avro");
     let run = ledger.run(&["ingest", "--file", path_text(&file)]).expect_code(2);
     assert!(run.stderr.contains(&format!("cannot read {}", file.display())), "stderr: {}", run.stderr);
+    let left: Vec<_> = std::fs::read_dir(ledger.dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(left.is_empty(), "a failed ingest left files behind: {left:?}");
 }
 
 fn usage_v1_fixture() -> PathBuf {

@@ -5,6 +5,7 @@ use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
 use ledger::{AppendError, AppendReport, Batch, Incoming, Ledger, Origin, Rejected};
+use schemas::catalog::ContainerRecords;
 use schemas::{DecodeError, EventType};
 use serde::Serialize;
 
@@ -49,48 +50,72 @@ impl FileIngestReport {
     }
 }
 
-/// Reads `path` and appends its records in batches of `batch_events`; records that fail to decode or validate
-/// are quarantined with their index in the file. `on_batch` sees each append's report (for progress).
+/// An Avro object container file, opened and its header read (the record type and the writer schema), not yet
+/// appended. Opening it before the ledger means a missing or unreadable file fails before a new ledger file is
+/// created: a typo in `--file` leaves no empty ledger behind.
+pub struct ContainerFile {
+    path: PathBuf,
+    records: ContainerRecords<'static, BufReader<File>>,
+}
+
+impl ContainerFile {
+    pub fn open(path: &Path) -> Result<ContainerFile, FileIngestError> {
+        let file = File::open(path).map_err(|source| FileIngestError::Open { path: path.to_path_buf(), source })?;
+        let records = schemas::Catalog::builtin()
+            .read_container(BufReader::new(file))
+            .map_err(|source| FileIngestError::NotContainer { path: path.to_path_buf(), source })?;
+        Ok(ContainerFile { path: path.to_path_buf(), records })
+    }
+
+    /// Appends the file's records in batches of `batch_events`; records that fail to decode or validate are
+    /// quarantined with their index in the file. `on_batch` sees each append's report (for progress).
+    pub fn ingest(
+        self,
+        ledger: &mut Ledger,
+        batch_events: usize,
+        mut on_batch: impl FnMut(&FileIngestReport),
+    ) -> Result<FileIngestReport, FileIngestError> {
+        let ContainerFile { path, records } = self;
+        let display = path.display().to_string();
+        let mut report = FileIngestReport {
+            file: display.clone(),
+            record_type: records.event_type.name().to_string(),
+            writer_fingerprint: format!("{:016x}", records.writer_fingerprint),
+            ..FileIngestReport::default()
+        };
+        let expected_type: EventType = records.event_type;
+        let mut batch = Batch::default();
+        for record in records {
+            let origin = Origin::File { path: display.clone(), record: record.index };
+            match record.result {
+                Ok(decoded) if decoded.event.event_type() == expected_type => {
+                    batch.events.push(Incoming { event: decoded.event, origin, raw: Some(record.raw) })
+                }
+                Ok(decoded) => {
+                    let error = DecodeError::WrongType { expected: expected_type, found: decoded.event.event_type() };
+                    batch.rejected.push(Rejected::new(origin, record.raw, &error));
+                }
+                Err(error) => batch.rejected.push(Rejected::new(origin, record.raw, &error)),
+            }
+            if batch.events.len() + batch.rejected.len() >= batch_events {
+                append(ledger, &path, &mut batch, &mut report)?;
+                on_batch(&report);
+            }
+        }
+        append(ledger, &path, &mut batch, &mut report)?;
+        on_batch(&report);
+        Ok(report)
+    }
+}
+
+/// Reads `path` and appends its records ([`ContainerFile::open`], then [`ContainerFile::ingest`]).
 pub fn ingest_file(
     ledger: &mut Ledger,
     path: &Path,
     batch_events: usize,
-    mut on_batch: impl FnMut(&FileIngestReport),
+    on_batch: impl FnMut(&FileIngestReport),
 ) -> Result<FileIngestReport, FileIngestError> {
-    let file = File::open(path).map_err(|source| FileIngestError::Open { path: path.to_path_buf(), source })?;
-    let catalog = schemas::Catalog::builtin();
-    let records = catalog
-        .read_container(BufReader::new(file))
-        .map_err(|source| FileIngestError::NotContainer { path: path.to_path_buf(), source })?;
-    let display = path.display().to_string();
-    let mut report = FileIngestReport {
-        file: display.clone(),
-        record_type: records.event_type.name().to_string(),
-        writer_fingerprint: format!("{:016x}", records.writer_fingerprint),
-        ..FileIngestReport::default()
-    };
-    let expected_type: EventType = records.event_type;
-    let mut batch = Batch::default();
-    for record in records {
-        let origin = Origin::File { path: display.clone(), record: record.index };
-        match record.result {
-            Ok(decoded) if decoded.event.event_type() == expected_type => {
-                batch.events.push(Incoming { event: decoded.event, origin, raw: Some(record.raw) })
-            }
-            Ok(decoded) => {
-                let error = DecodeError::WrongType { expected: expected_type, found: decoded.event.event_type() };
-                batch.rejected.push(Rejected::new(origin, record.raw, &error));
-            }
-            Err(error) => batch.rejected.push(Rejected::new(origin, record.raw, &error)),
-        }
-        if batch.events.len() + batch.rejected.len() >= batch_events {
-            append(ledger, path, &mut batch, &mut report)?;
-            on_batch(&report);
-        }
-    }
-    append(ledger, path, &mut batch, &mut report)?;
-    on_batch(&report);
-    Ok(report)
+    ContainerFile::open(path)?.ingest(ledger, batch_events, on_batch)
 }
 
 fn append(

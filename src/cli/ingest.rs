@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use indicatif::ProgressBar;
-use ingest::file::{FILE_BATCH_EVENTS, ingest_file};
+use ingest::file::{ContainerFile, FILE_BATCH_EVENTS};
 use ingest::kafka::{BATCH_MAX_EVENTS, BATCH_WAIT_MS, KafkaIngestProgress, KafkaIngestSettings, ingest_kafka};
 use ingest::lock::IngestLock;
 use ingest::topics::Topics;
@@ -69,13 +69,17 @@ pub fn run(ledger_path: &Path, args: IngestArgs) -> anyhow::Result<ExitCode> {
 fn run_file(ledger_path: &Path, file: &Path, args: &IngestArgs) -> anyhow::Result<ExitCode> {
     let batch_events = args.batch_max_events.unwrap_or(FILE_BATCH_EVENTS);
     anyhow::ensure!(batch_events > 0, "--batch-max-events must be at least 1");
+    let stopped = || format!("ingest of {} stopped", file.display());
+    // The input first: a file that cannot be read must not leave a new, empty ledger behind.
+    let container = ContainerFile::open(file).with_context(stopped)?;
     let mut ledger = super::open_for_append(ledger_path)?;
     let progress = super::spinner();
-    let report = ingest_file(&mut ledger, file, batch_events, |so_far| {
-        progress.set_message(format!("{} records read, {} recorded", so_far.records, so_far.recorded));
-        progress.tick();
-    })
-    .with_context(|| format!("ingest of {} stopped", file.display()))?;
+    let report = container
+        .ingest(&mut ledger, batch_events, |so_far| {
+            progress.set_message(format!("{} records read, {} recorded", so_far.records, so_far.recorded));
+            progress.tick();
+        })
+        .with_context(stopped)?;
     progress.finish_and_clear();
     if args.json {
         super::print_json(&report)?;
