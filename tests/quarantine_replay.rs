@@ -103,3 +103,30 @@ fn replay_keeps_each_topic_to_its_record_type() {
     assert_eq!(told["recorded"].as_u64(), Some(1), "{told}");
     assert_eq!(Counts::of_status(&test.status()).events_recorded, 1, "only the usage event, from its topic");
 }
+
+// Review of 2026-12-02, defect 3: an id that is not in the quarantine is an error (exit 2) naming it, and nothing
+// of that call is replayed, not even its valid ids (all or nothing); the same valid id alone then replays.
+#[test]
+fn replay_of_an_unknown_id_fails_and_replays_nothing() {
+    let test = TestLedger::new();
+    let catalog = schemas::Catalog::builtin();
+    let fixed = usage("fixed-1", "2026-11-03T08:00:00Z", "org-7", 4);
+    {
+        let mut ledger = Ledger::open(&test.path).expect("a ledger");
+        let unknown = schemas::DecodeError::UnknownFingerprint { fingerprint: 42 };
+        let rejected = vec![Rejected::new(kafka(11), catalog.encode_single_object(&fixed), &unknown)];
+        ledger.append(&Batch { rejected, ..Batch::default() }).expect("appended");
+    }
+    let id = test.quarantined()[0]["id"].as_i64().expect("an id").to_string();
+    let run = test.run(&["quarantine", "replay", "--id", &id, "--id", "999", "--id", "1000"]).expect_code(2);
+    assert!(run.stdout.is_empty(), "nothing reported as replayed: {}", run.stdout_text());
+    assert!(
+        run.stderr.contains("no quarantined message has id 999, 1000") && run.stderr.contains("nothing replayed"),
+        "stderr: {}",
+        run.stderr
+    );
+    assert_eq!(Counts::of_status(&test.status()).events_recorded, 0, "the valid id was replayed anyway");
+
+    let report = test.run(&["quarantine", "replay", "--id", &id, "--json"]).success().json();
+    assert_eq!((report["examined"].as_u64(), report["recorded"].as_u64()), (Some(1), Some(1)), "{report}");
+}

@@ -95,6 +95,11 @@ pub enum ReadError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReplayError {
+    #[error(
+        "no quarantined message has id {} (`quarantine list` shows the ids); nothing replayed",
+        ids.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")
+    )]
+    NotQuarantined { ids: Vec<i64> },
     #[error("cannot read the quarantine")]
     Read(#[from] ReadError),
     #[error("appending the replayed messages failed")]

@@ -38,7 +38,9 @@ struct Candidate {
 }
 
 impl Ledger {
-    /// Replays the quarantined messages with the given ids (all not yet replayed when `ids` is empty).
+    /// Replays the quarantined messages with the given ids (all not yet replayed when `ids` is empty). All or
+    /// nothing: when any id is not in the quarantine, nothing is replayed (`ReplayError::NotQuarantined` names
+    /// them); an id already replayed is skipped, so that a replay can be run again.
     /// `expected` says which record type a message's origin carries (a Kafka topic carries one, SPEC 2): `Ok(None)`
     /// for any, `Err` with why it cannot be told (the message then stays quarantined, reason code
     /// `unknown_topic`). A message of another type stays quarantined as `wrong_type`, as ingest found it.
@@ -47,6 +49,10 @@ impl Ledger {
         ids: &[i64],
         expected: impl Fn(&Origin) -> Result<Option<EventType>, String>,
     ) -> Result<ReplayReport, ReplayError> {
+        let unknown = self.not_quarantined(ids)?;
+        if !unknown.is_empty() {
+            return Err(ReplayError::NotQuarantined { ids: unknown });
+        }
         let candidates = self.replay_candidates(ids)?;
         let mut report = ReplayReport { examined: candidates.len() as u64, ..ReplayReport::default() };
         let mut batch = Batch::default();
@@ -89,6 +95,20 @@ impl Ledger {
         }
         report.watermark = appended.watermark;
         Ok(report)
+    }
+
+    /// The ids among `ids` that name no quarantined message, sorted, each once.
+    fn not_quarantined(&self, ids: &[i64]) -> Result<Vec<i64>, ReplayError> {
+        let mut statement = self.conn.prepare_cached("SELECT 1 FROM quarantine WHERE id = ?")?;
+        let mut unknown = Vec::new();
+        for id in ids {
+            if !statement.exists([id])? {
+                unknown.push(*id);
+            }
+        }
+        unknown.sort_unstable();
+        unknown.dedup();
+        Ok(unknown)
     }
 
     fn replay_candidates(&self, ids: &[i64]) -> Result<Vec<Candidate>, ReplayError> {
