@@ -223,6 +223,39 @@ fn an_unknown_request_id_names_the_nearest() {
     );
 }
 
+// Review of 2026-12-02, defect 4: the nearest request ids are found whatever the case typed.
+#[test]
+fn an_unknown_request_id_in_another_case_names_the_nearest() {
+    let test = hand_built();
+    let unknown = test.run(&["audit", "why", "REQ-81F3"]).expect_code(1).stdout_text();
+    assert_eq!(
+        unknown,
+        "No decision is recorded for request id \"REQ-81F3\".\nNearest recorded request ids:\n  req-81f3\n"
+    );
+}
+
+// Review of 2026-12-02, defect 4: a tenant the ledger holds no event of is said to be unknown, with the nearest
+// known tenants, exit 1 (as `audit why` for an unknown request id); a known tenant with nothing in the range
+// still gets its empty timeline, exit 0.
+#[test]
+fn an_unknown_tenant_names_the_nearest() {
+    let test = hand_built();
+    let range = ["--from", "2026-10-05T00:00:00Z", "--to", "2026-10-08T00:00:00Z"];
+    let unknown = test.run(&[&["audit", "tenant", "org-999"][..], &range].concat()).expect_code(1).stdout_text();
+    assert_eq!(unknown, "No event is recorded for tenant \"org-999\".\nNearest recorded tenants:\n  org-9\n");
+    let in_capitals = test.run(&[&["audit", "tenant", "ORG-9"][..], &range].concat()).expect_code(1).stdout_text();
+    assert!(in_capitals.ends_with("Nearest recorded tenants:\n  org-9\n"), "{in_capitals}");
+    let json: Value =
+        test.run(&[&["audit", "tenant", "nothing-like-it"][..], &range, &["--json"]].concat()).expect_code(1).json();
+    assert_eq!(json, serde_json::json!({"error": "unknown_tenant", "tenant": "nothing-like-it", "nearest": []}));
+
+    let quiet = ["audit", "tenant", "org-9", "--from", "2026-01-01T00:00:00Z", "--to", "2026-01-02T00:00:00Z"];
+    let timeline = test.run(&[&quiet[..], &["--json"]].concat()).success().json();
+    for part in ["decisions", "consumption", "reservations", "adjustments"] {
+        assert_eq!(timeline[part], serde_json::json!([]), "{part}: {timeline}");
+    }
+}
+
 // `audit tenant`: decisions, consumption per day (usage and valid commits), reservations with their state, adjustments (the expiry written on Oct 7 included).
 #[test]
 fn a_tenant_timeline_over_a_range() {

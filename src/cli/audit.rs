@@ -1,6 +1,6 @@
 //! `audit why REQUEST_ID [--json]` and `audit tenant TENANT --from RFC3339 --to RFC3339 [--json]` (SPEC 7):
-//! support's answers, in words to paste to a customer or as JSON. An unknown request id exits 1 with the
-//! nearest known ones.
+//! support's answers, in words to paste to a customer or as JSON. An unknown request id, or a tenant the ledger
+//! holds no event of, exits 1 with the nearest known ones.
 
 use std::io::Write;
 use std::path::Path;
@@ -62,13 +62,22 @@ pub fn run(ledger_path: &Path, command: AuditCommand) -> anyhow::Result<ExitCode
         },
         AuditCommand::Tenant { tenant, from, to, json } => {
             anyhow::ensure!(from < to, "--from {from} must be before --to {to}");
-            let timeline = tenant::timeline(&session, &tenant, from, to)?;
-            if json {
-                super::print_json(&timeline)?;
-            } else {
-                print(&render::timeline(&timeline))?;
+            match tenant::timeline(&session, &tenant, from, to)? {
+                Ok(timeline) if json => super::print_json(&timeline).map(|()| ExitCode::SUCCESS),
+                Ok(timeline) => print(&render::timeline(&timeline)).map(|()| ExitCode::SUCCESS),
+                Err(unknown) => {
+                    if json {
+                        super::print_json(&serde_json::json!({
+                            "error": "unknown_tenant",
+                            "tenant": unknown.tenant,
+                            "nearest": unknown.nearest,
+                        }))?;
+                    } else {
+                        print(&render::unknown_tenant(&unknown))?;
+                    }
+                    Ok(ExitCode::from(super::EXIT_DISCREPANCIES))
+                }
             }
-            Ok(ExitCode::SUCCESS)
         }
     }
 }

@@ -95,6 +95,29 @@ fn reservation_groups(
     Ok(())
 }
 
+/// Nearest names (request ids, tenants) offered for an unknown one.
+pub const NEAREST_SHOWN: usize = 5;
+
+/// The values of `column` in the rows of `sql` nearest to `wanted`, nearest first, at most [`NEAREST_SHOWN`]:
+/// those within an edit distance of a third of its length (at least 2), or that contain it. Compared without
+/// case, so that `REQ-DEMO-1-1` finds `req-demo-1-1` (ids are typed by hand, read over the phone).
+fn nearest(session: &LedgerSession, sql: &str, column: &str, wanted: &str) -> Result<Vec<String>, ReportError> {
+    let wanted_folded = wanted.to_lowercase();
+    let budget = (wanted_folded.chars().count() / 3).max(2);
+    let mut candidates = Candidates::new(NEAREST_SHOWN);
+    for_each_frame(session, sql, Vec::new(), |f| {
+        for r in 0..f.rows() {
+            let known = f.str(column, r);
+            let known_folded = known.to_lowercase();
+            let distance = edit_distance(&wanted_folded, &known_folded);
+            if distance <= budget || known_folded.contains(&wanted_folded) {
+                candidates.offer(distance, known);
+            }
+        }
+    })?;
+    Ok(candidates.into_sorted())
+}
+
 /// The `limit` best (smallest distance, then alphabetical) distinct candidates offered.
 struct Candidates {
     limit: usize,

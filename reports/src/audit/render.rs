@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use super::tenant::Timeline;
+use super::tenant::{Timeline, UnknownTenant};
 use super::why::{Unknown, Why};
 
 /// Rows as a table whose columns are aligned, the header first, two spaces apart, indented.
@@ -245,6 +245,20 @@ pub fn unknown(u: &Unknown) -> String {
         out.push_str("No recorded request id is near it.\n");
     } else {
         out.push_str("Nearest recorded request ids:\n");
+        for n in &u.nearest {
+            writeln!(out, "  {n}").unwrap();
+        }
+    }
+    out
+}
+
+/// A tenant the ledger holds no event of, with the nearest known ones.
+pub fn unknown_tenant(u: &UnknownTenant) -> String {
+    let mut out = format!("No event is recorded for tenant {:?}.\n", u.tenant);
+    if u.nearest.is_empty() {
+        out.push_str("No recorded tenant is near it.\n");
+    } else {
+        out.push_str("Nearest recorded tenants:\n");
         for n in &u.nearest {
             writeln!(out, "  {n}").unwrap();
         }

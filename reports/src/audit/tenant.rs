@@ -15,6 +15,8 @@ const DECISIONS: &str = include_str!("../../sql/tenant_decisions.sql");
 const USAGE_PER_DAY: &str = include_str!("../../sql/tenant_usage_per_day.sql");
 const ADJUSTMENTS: &str = include_str!("../../sql/tenant_adjustments.sql");
 const CONFLICTING_COPIES: &str = include_str!("../../sql/tenant_conflicting_copies.sql");
+const KNOWN: &str = include_str!("../../sql/tenant_known.sql");
+const TENANTS: &str = include_str!("../../sql/tenant_names.sql");
 
 /// A tenant's history over `[from, to)`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -31,6 +33,22 @@ pub struct Timeline {
     /// Adjustments whose window overlaps the range, and those without a window (expiries, refused transitions,
     /// conflicting duplicates) about an event that occurred in it.
     pub adjustments: Vec<AdjustmentLine>,
+}
+
+impl Timeline {
+    fn is_empty(&self) -> bool {
+        self.decisions.is_empty()
+            && self.consumption.is_empty()
+            && self.reservations.is_empty()
+            && self.adjustments.is_empty()
+    }
+}
+
+/// A tenant the ledger holds no event of, with the nearest tenants it has.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UnknownTenant {
+    pub tenant: String,
+    pub nearest: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -96,8 +114,24 @@ pub struct AdjustmentLine {
     pub event_occurred_at: Option<Timestamp>,
 }
 
-/// The timeline of `tenant` over `[from, to)`.
+/// The timeline of `tenant` over `[from, to)`; for a tenant the ledger holds no event of at all (a typo, most
+/// likely), the nearest tenants it has instead. A known tenant with nothing in the range gets its empty timeline.
 pub fn timeline(
+    session: &LedgerSession,
+    tenant: &str,
+    from: Timestamp,
+    to: Timestamp,
+) -> Result<Result<Timeline, UnknownTenant>, ReportError> {
+    let timeline = read_timeline(session, tenant, from, to)?;
+    // Only an empty timeline asks whether the tenant is known: a tenant with events in the range is.
+    if !timeline.is_empty() || frames(session, KNOWN, vec![text(tenant)])?.iter().any(|f| f.rows() > 0) {
+        return Ok(Ok(timeline));
+    }
+    let nearest = super::nearest(session, TENANTS, "tenant", tenant)?;
+    Ok(Err(UnknownTenant { tenant: tenant.to_string(), nearest }))
+}
+
+fn read_timeline(
     session: &LedgerSession,
     tenant: &str,
     from: Timestamp,

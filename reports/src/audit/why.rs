@@ -6,7 +6,7 @@ use reconcile::window;
 use schemas::{Reason, ReservationAction, ReservationEvent, Scope, Timestamp};
 use serde::Serialize;
 
-use super::{Candidates, for_each_frame, frames, reservation_groups, text, time};
+use super::{for_each_frame, frames, reservation_groups, text, time};
 use crate::error::ReportError;
 use crate::session::LedgerSession;
 
@@ -19,8 +19,6 @@ const WINDOW_ADJUSTMENTS: &str = include_str!("../../sql/audit_window_adjustment
 
 /// Consuming events listed, largest first; the total counts them all.
 pub const LARGEST_SHOWN: usize = 10;
-/// Nearest request_ids offered for an unknown one.
-pub const NEAREST_SHOWN: usize = 5;
 
 /// The answer to "why was this request decided so?".
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -369,18 +367,7 @@ fn adjustments(session: &LedgerSession, decision: &Decision) -> Result<Vec<Adjus
     Ok(found)
 }
 
-/// The known request_ids nearest to `request_id` (edit distance, at most a third of its length), nearest first.
+/// The known request_ids nearest to `request_id` ([`super::nearest`]).
 fn nearest(session: &LedgerSession, request_id: &str) -> Result<Vec<String>, ReportError> {
-    let budget = (request_id.chars().count() / 3).max(2);
-    let mut candidates = Candidates::new(NEAREST_SHOWN);
-    for_each_frame(session, REQUEST_IDS, Vec::new(), |f| {
-        for r in 0..f.rows() {
-            let known = f.str("request_id", r);
-            let distance = super::edit_distance(request_id, &known);
-            if distance <= budget || known.contains(request_id) {
-                candidates.offer(distance, known);
-            }
-        }
-    })?;
-    Ok(candidates.into_sorted())
+    super::nearest(session, REQUEST_IDS, "request_id", request_id)
 }
