@@ -86,3 +86,25 @@ fn bench_hook_measures_every_peer_beside_redis() {
     }
     assert_eq!(figures.len(), 2 * peers.len(), "nothing else measured: {figures:?}");
 }
+
+// Review of 2026-12-02, defect 5: `bench export` without DuckDB fails at once, before it builds its ledger (which
+// takes minutes at the default size), with the message that says how to install it. DuckDB is made absent
+// whatever is installed: python3 is not on the PATH given.
+#[test]
+fn bench_export_without_duckdb_fails_before_building_anything() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let empty_path = tempfile::tempdir().expect("a directory with no programs");
+    let output = Command::new(BIN)
+        .args(["bench", "export", "--events", "2000", "--tenants", "5", "--dir"])
+        .arg(dir.path())
+        .env("PATH", empty_path.path())
+        .env_remove("QUOTA_LEDGER_PATH")
+        .current_dir(dir.path())
+        .output()
+        .expect("the binary runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "stderr: {stderr}");
+    assert!(stderr.contains("DuckDB failed (pip install duckdb)"), "stderr: {stderr}");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(left.is_empty(), "bench export built or wrote something before failing: {left:?}");
+}

@@ -27,6 +27,8 @@ use serde::Serialize;
 const PERIOD: &str = "2026-11";
 /// DuckDB runs the query this many times and the best time counts (the first pays for reading the file).
 const DUCKDB_RUNS: u32 = 3;
+/// What the run says when DuckDB cannot run, before building anything or after.
+const DUCKDB_MISSING: &str = "DuckDB failed (pip install duckdb)";
 /// Rows per batch of the consumption Parquet file.
 const PARQUET_BATCH_ROWS: usize = 65_536;
 
@@ -62,6 +64,9 @@ struct ChildRun {
 }
 
 pub fn run(events: u64, tenants: u32, dir: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode> {
+    // Every external peer first: building the ledger can take minutes (10 million events: about 6), and a
+    // missing DuckDB used to fail only after it.
+    require_duckdb()?;
     let temporary = tempfile::tempdir().context("cannot create a temporary directory")?;
     let dir = dir.unwrap_or_else(|| temporary.path().to_path_buf());
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -173,6 +178,22 @@ fn export_child(ledger_path: &Path, format: &str, out: &Path) -> anyhow::Result<
     timed_child(command)
 }
 
+/// Fails at once, with the message a failed DuckDB run gives, unless `python3` can import `duckdb`.
+fn require_duckdb() -> anyhow::Result<()> {
+    let output = Command::new("python3")
+        .args(["-c", "import duckdb"])
+        .stdin(Stdio::null())
+        .output()
+        .context("cannot start python3")
+        .context(DUCKDB_MISSING)?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let last = stderr.lines().last().unwrap_or_default().trim().to_string();
+        return Err(anyhow::anyhow!("python3 -c 'import duckdb' {}: {last}", output.status)).context(DUCKDB_MISSING);
+    }
+    Ok(())
+}
+
 fn duckdb_child(consumption: &Path) -> anyhow::Result<ChildRun> {
     let script = format!(
         "import time, duckdb\n\
@@ -192,7 +213,7 @@ fn duckdb_child(consumption: &Path) -> anyhow::Result<ChildRun> {
     );
     let mut command = Command::new("python3");
     command.args(["-c", &script]);
-    timed_child(command).context("DuckDB failed (pip install duckdb)")
+    timed_child(command).context(DUCKDB_MISSING)
 }
 
 fn timed_child(mut command: Command) -> anyhow::Result<ChildRun> {
