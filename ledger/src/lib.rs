@@ -273,16 +273,23 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
 /// a ledger. Version 0 with nothing in it is a new or empty file, which a writer makes a ledger.
 fn check_version(conn: &Connection, path: &Path) -> Result<i64, OpenError> {
     let sqlite = |source| open_error(path, source);
-    let found: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(sqlite)?;
+    // One statement, one snapshot: read apart, a writer creating the ledger between the two reads (its migrations
+    // commit with their user_version) made a real ledger look like another application's database.
+    let (found, has_objects): (i64, bool) = conn
+        .query_row(
+            "SELECT (SELECT user_version FROM pragma_user_version),
+                    EXISTS (SELECT 1 FROM sqlite_schema WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\')",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .map_err(sqlite)?;
     let known = migrate::latest_version();
     if found > known {
         return Err(OpenError::TooNew { path: path.to_path_buf(), found, known });
     }
-    if found == 0 {
+    if found == 0 && has_objects {
         let objects = schema_objects(conn).map_err(sqlite)?;
-        if !objects.is_empty() {
-            return Err(OpenError::NotALedger { path: path.to_path_buf(), objects });
-        }
+        return Err(OpenError::NotALedger { path: path.to_path_buf(), objects });
     }
     Ok(found)
 }
