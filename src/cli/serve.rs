@@ -139,9 +139,11 @@ impl OutboxHealth {
 
 pub fn run(ledger_path: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
     // A hook on a ledger that is not there would create an empty one, find no policy, and allow everything: a
-    // mistyped --ledger, or a start from the wrong directory, must stop here instead.
-    if !ledger_path.exists() {
-        Ledger::open_read_only(ledger_path)?;
+    // mistyped --ledger, a start from the wrong directory, an empty file or a ledger not created yet must stop
+    // here instead. An older ledger is fine: the hook migrates it.
+    match Ledger::open_read_only(ledger_path) {
+        Ok(_) | Err(ledger::OpenError::NotMigrated { .. }) => {}
+        Err(e) => return Err(e.into()),
     }
     let tokens = read_tokens(&args.tokens)?;
     let settings = HookSettings {
