@@ -66,7 +66,11 @@ pub fn run(ledger_path: &Path, command: ExportCommand) -> anyhow::Result<ExitCod
     };
     let bytes = export.to_bytes(format)?;
     match &args.out {
-        Some(path) => write_atomically(path, &bytes)?,
+        // Past the check above (a full disk, say): a --final run has closed the period, which must be said.
+        Some(path) => write_atomically(path, &bytes).with_context(|| match args.final_ {
+            true => format!("{note}, but its export was not written: run the same command again to write it"),
+            false => "the export was not written".to_string(),
+        })?,
         None => super::stdout().write_all(&bytes)?,
     }
     eprintln!("{note}: {} rows", export.rows.len());
