@@ -67,11 +67,13 @@ pub fn run(ledger_path: &Path, command: AuditCommand) -> anyhow::Result<ExitCode
                 Ok(timeline) => print(&render::timeline(&timeline)).map(|()| ExitCode::SUCCESS),
                 Err(unknown) => {
                     if json {
-                        super::print_json(&serde_json::json!({
-                            "error": "unknown_tenant",
-                            "tenant": unknown.tenant,
-                            "nearest": unknown.nearest,
-                        }))?;
+                        // The empty timeline's keys, as for a known tenant (add, never rename), and why.
+                        let mut answer = serde_json::to_value(&unknown.timeline)?;
+                        if let Some(object) = answer.as_object_mut() {
+                            object.insert("error".into(), "unknown_tenant".into());
+                            object.insert("nearest".into(), serde_json::json!(unknown.nearest));
+                        }
+                        super::print_json(&answer)?;
                     } else {
                         print(&render::unknown_tenant(&unknown))?;
                     }

@@ -49,6 +49,8 @@ impl Timeline {
 pub struct UnknownTenant {
     pub tenant: String,
     pub nearest: Vec<String>,
+    /// The (empty) timeline all the same: `--json` keeps every key a script reads for a known tenant.
+    pub timeline: Timeline,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -128,7 +130,7 @@ pub fn timeline(
         return Ok(Ok(timeline));
     }
     let nearest = super::nearest(session, TENANTS, "tenant", tenant)?;
-    Ok(Err(UnknownTenant { tenant: tenant.to_string(), nearest }))
+    Ok(Err(UnknownTenant { tenant: tenant.to_string(), nearest, timeline }))
 }
 
 fn read_timeline(
