@@ -231,7 +231,7 @@ fn a_running_ingest_rides_out_a_broker_restart() {
 }
 
 // For the on-call engineer: an append that outlasts `max.poll.interval.ms` (here another writer holds the ledger
-// for 6 s, against 3 s; the mock cluster's join needs 3 s) makes librdkafka leave the group. Ingest used to stop there with "Kafka consumer failed"; it
+// for 6.5 s, against an interval of 3 s; the mock cluster's join needs 3 s) makes librdkafka leave the group. Ingest used to stop there with "Kafka consumer failed"; it
 // now says why, rejoins, and records what was produced before, during and after the stall, each event once.
 #[test]
 fn an_append_that_outlasts_the_poll_interval_rejoins_the_group() {
@@ -244,8 +244,12 @@ fn an_append_that_outlasts_the_poll_interval_rejoins_the_group() {
     wait_recorded(&ledger, count(&before, "unique_events"), "ingest recorded what came before the stall");
     let writer = rusqlite::Connection::open(&ledger.path).expect("the ledger opens");
     writer.execute_batch("BEGIN IMMEDIATE").expect("another writer takes the ledger");
+    let held_since = Instant::now();
     let during = generate_to(&broker, 5, 500, 32);
-    std::thread::sleep(Duration::from_secs(5));
+    // Held 6.5 s from the start, however long producing took: the append, which waits from the first message on,
+    // outlasts the 3 s interval (librdkafka checks it once a second), and gives up only after the ledger's 10 s busy
+    // timeout. librdkafka's "leaving group" line reaches stderr only once the append is over, so it cannot say when.
+    std::thread::sleep(Duration::from_millis(6_500).saturating_sub(held_since.elapsed()));
     writer.execute_batch("COMMIT").expect("the other writer lets go");
     drop(writer);
     let after = generate_to(&broker, 5, 500, 33);

@@ -378,8 +378,9 @@ pub fn ingest_kafka(
                 pending_since.get_or_insert_with(Instant::now);
                 progress.messages += 1;
             }
-            // An append (a ledger busy with another writer, a disk stalling) kept the loop from polling for
-            // longer than max.poll.interval.ms: librdkafka left the group, which gave the partitions to other
+            // An append (a stalling disk, a large batch; or, with -X max.poll.interval.ms below the ledger's 10 s
+            // busy timeout, another writer holding the ledger) kept the loop from polling for longer than
+            // max.poll.interval.ms: librdkafka left the group, which gave the partitions to other
             // members. Polling again rejoins, and the assignment seeks to the ledger's offsets, so nothing is
             // lost or recorded twice; ingest used to stop here.
             Some(Err(KafkaError::MessageConsumption(RDKafkaErrorCode::PollExceeded))) => {
