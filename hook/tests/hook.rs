@@ -56,6 +56,41 @@ fn ask(key: &str, amount: i64) -> CheckRequest {
     }
 }
 
+/// A ReservationEvent of org-1's tokens from another enforcer (it reaches the ledger through ingest).
+fn foreign_reservation(
+    event_id: &str,
+    reservation_id: &str,
+    action: ReservationAction,
+    occurred_at: Timestamp,
+    amount: i64,
+    expires_at: Option<Timestamp>,
+) -> Event {
+    Event::Reservation(ReservationEvent {
+        header: Header {
+            event_id: event_id.into(),
+            occurred_at,
+            tenant: "org-1".into(),
+            subject: None,
+            metric: "tokens".into(),
+            source: "other-enforcer".into(),
+        },
+        reservation_id: reservation_id.into(),
+        action,
+        amount,
+        expires_at,
+    })
+}
+
+/// Appends `events` to the ledger in `dir` as another writer (ingest) does.
+fn append_as_ingest(dir: &tempfile::TempDir, events: Vec<Event>) {
+    let incoming =
+        events.into_iter().map(|event| Incoming { event, origin: Origin::Local { name: "ingest".into() }, raw: None });
+    Ledger::open(dir.path().join("ledger.db"))
+        .unwrap()
+        .append(&Batch { events: incoming.collect(), ..Batch::default() })
+        .unwrap();
+}
+
 fn usage_recorded(dir: &tempfile::TempDir) -> i64 {
     let ledger = Ledger::open_read_only(dir.path().join("ledger.db")).unwrap();
     ledger.connection().query_row("SELECT COALESCE(SUM(quantity), 0) FROM usage_events", [], |r| r.get(0)).unwrap()
@@ -386,37 +421,18 @@ fn a_late_but_valid_commit_from_ingest_counts() {
     assert_eq!(hook.check(ask("before", 0)).unwrap().remaining, Some(10));
     let now = Timestamp::now().micros();
     let at = |seconds_ago: i64| Timestamp(now - seconds_ago * 1_000_000);
-    let header = |event_id: &str, occurred_at: Timestamp| Header {
-        event_id: event_id.into(),
-        occurred_at,
-        tenant: "org-1".into(),
-        subject: None,
-        metric: "tokens".into(),
-        source: "other-enforcer".into(),
-    };
-    let reservation = |event_id: &str, id: &str, action, occurred_at, amount, expires_at| {
-        Event::Reservation(ReservationEvent {
-            header: header(event_id, occurred_at),
-            reservation_id: id.into(),
-            action,
-            amount,
-            expires_at,
-        })
-    };
-    let events = vec![
-        // Expired a second ago; its COMMIT is dated before that.
-        reservation("r1-reserve", "r1", ReservationAction::RESERVE, at(3), 6, Some(at(1))),
-        reservation("r1-commit", "r1", ReservationAction::COMMIT, at(2), 6, None),
-        // Expired a second ago; its COMMIT is dated after that: refused.
-        reservation("r2-reserve", "r2", ReservationAction::RESERVE, at(3), 3, Some(at(1))),
-        reservation("r2-commit", "r2", ReservationAction::COMMIT, at(0), 3, None),
-    ];
-    let incoming =
-        events.into_iter().map(|event| Incoming { event, origin: Origin::Local { name: "ingest".into() }, raw: None });
-    Ledger::open(dir.path().join("ledger.db"))
-        .unwrap()
-        .append(&Batch { events: incoming.collect(), ..Batch::default() })
-        .unwrap();
+    let reservation = foreign_reservation;
+    append_as_ingest(
+        &dir,
+        vec![
+            // Expired a second ago; its COMMIT is dated before that.
+            reservation("r1-reserve", "r1", ReservationAction::RESERVE, at(3), 6, Some(at(1))),
+            reservation("r1-commit", "r1", ReservationAction::COMMIT, at(2), 6, None),
+            // Expired a second ago; its COMMIT is dated after that: refused.
+            reservation("r2-reserve", "r2", ReservationAction::RESERVE, at(3), 3, Some(at(1))),
+            reservation("r2-commit", "r2", ReservationAction::COMMIT, at(0), 3, None),
+        ],
+    );
     let after = hook.check(ask("after", 0)).unwrap();
     assert_eq!((after.used_before, after.remaining), (Some(6), Some(4)), "r1's commit counts, r2's does not");
     drop(hook);
@@ -450,33 +466,8 @@ fn reservations_older_than_a_month_hold_until_they_close() {
     drop(hook);
     let now = Timestamp::now().micros();
     let days_ago = |days: i64| Timestamp(now - days * 24 * 3_600 * 1_000_000);
-    let reservation = |event_id: &str, id: &str, action, occurred_at, amount, expires_at| {
-        Event::Reservation(ReservationEvent {
-            header: Header {
-                event_id: event_id.into(),
-                occurred_at,
-                tenant: "org-1".into(),
-                subject: None,
-                metric: "tokens".into(),
-                source: "other-enforcer".into(),
-            },
-            reservation_id: id.into(),
-            action,
-            amount,
-            expires_at,
-        })
-    };
-    let append = |events: Vec<Event>| {
-        let incoming = events.into_iter().map(|event| Incoming {
-            event,
-            origin: Origin::Local { name: "ingest".into() },
-            raw: None,
-        });
-        Ledger::open(dir.path().join("ledger.db"))
-            .unwrap()
-            .append(&Batch { events: incoming.collect(), ..Batch::default() })
-            .unwrap();
-    };
+    let reservation = foreign_reservation;
+    let append = |events| append_as_ingest(&dir, events);
     append(vec![
         reservation("open-reserve", "open", ReservationAction::RESERVE, days_ago(40), 7, Some(days_ago(-10))),
         reservation("closed-reserve", "closed", ReservationAction::RESERVE, days_ago(40), 3, Some(days_ago(-10))),
