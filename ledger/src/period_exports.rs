@@ -6,7 +6,7 @@ use schemas::Timestamp;
 use serde::Serialize;
 
 use crate::error::{CloseError, ReadError};
-use crate::periods::read_close;
+use crate::periods::{latest_close, read_close};
 use crate::status::read_totals;
 use crate::{Ledger, Period, PeriodClose, now_micros};
 
@@ -64,7 +64,7 @@ impl Ledger {
         }
         // In order, one after another: each final export carries the late adjustments recorded since the close
         // before it, which are the previous month's only when that close was of the previous month.
-        if let Some(last) = last_closed(&tx)? {
+        if let Some(last) = latest_close(&tx)?.map(|c| c.period) {
             if period < last {
                 return Err(CloseError::AfterLater { period, last });
             }
@@ -117,16 +117,6 @@ fn last_close_watermark(conn: &Connection) -> rusqlite::Result<u64> {
     conn.query_row("SELECT COALESCE(MAX(watermark), 0) FROM period_closes", [], |r| {
         r.get::<_, i64>(0).map(|w| w as u64)
     })
-}
-
-/// The latest period closed, if any.
-fn last_closed(conn: &Connection) -> Result<Option<Period>, CloseError> {
-    let text: Option<String> = conn.query_row("SELECT MAX(period) FROM period_closes", [], |r| r.get(0))?;
-    let parse = |text: String| {
-        text.parse::<Period>()
-            .map_err(|e| rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e)).into())
-    };
-    text.map(parse).transpose()
 }
 
 fn insert_row(conn: &Connection, period: Period, index: usize, row: &PeriodExportRow) -> rusqlite::Result<()> {

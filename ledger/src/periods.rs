@@ -145,6 +145,16 @@ pub(crate) fn read_close(conn: &rusqlite::Connection, period: Period) -> rusqlit
     .optional()
 }
 
+/// The close of the latest period closed, if any.
+pub(crate) fn latest_close(conn: &rusqlite::Connection) -> rusqlite::Result<Option<PeriodClose>> {
+    conn.query_row(
+        "SELECT period, watermark, closed_at FROM period_closes ORDER BY period DESC LIMIT 1",
+        [],
+        close_from_row,
+    )
+    .optional()
+}
+
 fn close_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<PeriodClose> {
     let text: String = row.get(0)?;
     let period = text
