@@ -33,15 +33,39 @@ pub struct Verdict {
     pub consumption: i64,
 }
 
+/// What judging needs of a reservation event: the event itself, or what a caller keeps of it (the hook keeps
+/// no more than this of the reservations it folds).
+pub trait Transition {
+    fn action(&self) -> ReservationAction;
+    fn occurred_at(&self) -> Timestamp;
+    fn amount(&self) -> i64;
+    fn expires_at(&self) -> Option<Timestamp>;
+}
+
+impl Transition for ReservationEvent {
+    fn action(&self) -> ReservationAction {
+        self.action
+    }
+    fn occurred_at(&self) -> Timestamp {
+        self.header.occurred_at
+    }
+    fn amount(&self) -> i64 {
+        self.amount
+    }
+    fn expires_at(&self) -> Option<Timestamp> {
+        self.expires_at
+    }
+}
+
 /// Judges the events of one reservation_id (`(ledger seq, event)`, in any order) as of `as_of`.
-pub fn judge(events: &[(u64, &ReservationEvent)], as_of: Timestamp) -> Verdict {
-    let mut ordered: Vec<(u64, &ReservationEvent)> = events.to_vec();
-    ordered.sort_by_key(|(seq, e)| (e.header.occurred_at, *seq));
+pub fn judge<T: Transition>(events: &[(u64, &T)], as_of: Timestamp) -> Verdict {
+    let mut ordered: Vec<(u64, &T)> = events.to_vec();
+    ordered.sort_by_key(|(seq, e)| (e.occurred_at(), *seq));
     let mut verdict = Verdict::default();
-    let mut reserve: Option<&ReservationEvent> = None;
+    let mut reserve: Option<&T> = None;
     // RESERVEs first: a close may precede its RESERVE in event time only through clock skew, and is then judged
     // against it all the same.
-    for (seq, event) in ordered.iter().filter(|(_, e)| e.action == ReservationAction::RESERVE) {
+    for (seq, event) in ordered.iter().filter(|(_, e)| e.action() == ReservationAction::RESERVE) {
         match reserve {
             None => {
                 reserve = Some(event);
@@ -50,21 +74,19 @@ pub fn judge(events: &[(u64, &ReservationEvent)], as_of: Timestamp) -> Verdict {
             Some(_) => verdict.refused.push((*seq, Refused::SecondReserve)),
         }
     }
-    for (seq, event) in ordered.iter().filter(|(_, e)| e.action != ReservationAction::RESERVE) {
+    for (seq, event) in ordered.iter().filter(|(_, e)| e.action() != ReservationAction::RESERVE) {
         let refused = match reserve {
             None => Some(Refused::NoReserve),
-            Some(r) if r.expires_at.is_some_and(|expiry| event.header.occurred_at > expiry) => {
-                Some(Refused::AfterExpiry)
-            }
+            Some(r) if r.expires_at().is_some_and(|expiry| event.occurred_at() > expiry) => Some(Refused::AfterExpiry),
             Some(_) if verdict.close.is_some() => Some(Refused::AlreadyClosed),
             Some(_) => None,
         };
         match refused {
             Some(why) => verdict.refused.push((*seq, why)),
             None => {
-                verdict.close = Some((*seq, event.action, event.amount));
-                if event.action == ReservationAction::COMMIT {
-                    verdict.consumption = event.amount;
+                verdict.close = Some((*seq, event.action(), event.amount()));
+                if event.action() == ReservationAction::COMMIT {
+                    verdict.consumption = event.amount();
                 }
             }
         }
@@ -72,9 +94,9 @@ pub fn judge(events: &[(u64, &ReservationEvent)], as_of: Timestamp) -> Verdict {
     verdict.refused.sort();
     if let Some(r) = reserve
         && verdict.close.is_none()
-        && r.expires_at.is_some_and(|expiry| expiry < as_of)
+        && r.expires_at().is_some_and(|expiry| expiry < as_of)
     {
-        verdict.expired = Some(r.amount);
+        verdict.expired = Some(r.amount());
     }
     verdict
 }
