@@ -9,10 +9,17 @@
 //! open reservations or of tenants. Lookups take `&str`: nothing is allocated to ask.
 //!
 //! Windows that ended are dropped as time passes: the hook only ever asks about the windows containing now.
+//!
+//! Reservations are judged as reconcile judges them (`reconcile::reservation::judge`: by event time, whatever
+//! order their events arrive in): the hook keeps what judging needs of each reservation's events while a late
+//! event could still change what it holds or consumes, and applies the difference each new event makes to the
+//! verdict. So a close that arrives before its RESERVE counts, a second RESERVE of a closed reservation opens
+//! nothing, and of two closes the earlier by event time is the one that counts, in the hook as in reconcile.
 
 use std::collections::{BTreeSet, HashMap};
 
 use reconcile::policy::PolicyIndex;
+use reconcile::reservation::{self, Transition};
 use reconcile::window;
 use rustc_hash::FxHashMap;
 use schemas::*;
@@ -25,10 +32,14 @@ const PRUNE_AFTER_MICROS: i64 = 24 * 3_600 * 1_000_000;
 /// Ended windows are looked for at most once a minute (the shortest window): pruning walks every counter, so
 /// doing it before every group would make each group cost as much as the state is large.
 const PRUNE_EVERY_MICROS: i64 = 60 * 1_000_000;
-/// Reservations that expired with no close, kept for a late close, at most this many (about 150 MB): beyond it
-/// those that expired first are forgotten, and a late close of one then counts only for reconcile, which reports
-/// the overshoot the hook let through.
-pub const EXPIRED_MAX: usize = 1_000_000;
+/// Reservations of other enforcers that hold nothing now (closed, expired, or a close whose RESERVE has not
+/// arrived), kept for a late event, at most this many (about 600 bytes each: 573 MiB measured for a million
+/// with 36-character ids): beyond it those that stopped mattering first are forgotten, and a late event of one
+/// then counts only for reconcile (which reports what the hook let through).
+pub const RESTING_MAX: usize = 500_000;
+/// Sequence numbers of this writer's own events before the ledger numbers them: above every real one, in the
+/// order the group decided them ([`State::number_own`] puts the real one in their place).
+pub const PROVISIONAL_SEQ: u64 = u64::MAX / 2;
 
 /// What one tenant (all its subjects) or one subject has of one metric.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -82,6 +93,87 @@ pub struct Hold {
     pub expires_at: Timestamp,
 }
 
+/// Whose a reservation event is: the counters its hold or its COMMIT's consumption go to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Owner {
+    tenant: String,
+    subject: Option<String>,
+    metric: String,
+}
+
+impl Owner {
+    fn of(header: &Header) -> Owner {
+        Owner { tenant: header.tenant.clone(), subject: header.subject.clone(), metric: header.metric.clone() }
+    }
+
+    fn is(&self, header: &Header) -> bool {
+        self.tenant == header.tenant && self.subject == header.subject && self.metric == header.metric
+    }
+}
+
+/// What the hook keeps of one reservation event: what judging it needs, and whose it is.
+#[derive(Debug, Clone)]
+struct Step {
+    seq: u64,
+    action: ReservationAction,
+    occurred_at: Timestamp,
+    amount: i64,
+    expires_at: Option<Timestamp>,
+    /// Set only when the event's tenant, subject or metric differ from its reservation's first event's.
+    owner: Option<Box<Owner>>,
+}
+
+impl Transition for Step {
+    fn action(&self) -> ReservationAction {
+        self.action
+    }
+    fn occurred_at(&self) -> Timestamp {
+        self.occurred_at
+    }
+    fn amount(&self) -> i64 {
+        self.amount
+    }
+    fn expires_at(&self) -> Option<Timestamp> {
+        self.expires_at
+    }
+}
+
+/// The events of one reservation_id folded so far, and what their verdict put in the counters.
+#[derive(Debug)]
+struct Life {
+    /// Whose its first event folded is: almost always every event's.
+    owner: Owner,
+    steps: Vec<Step>,
+    /// The RESERVE whose amount the verdict holds (no valid close; held until it expires), by sequence number.
+    holding: Option<u64>,
+    /// The valid COMMIT, whose amount is consumption, by sequence number.
+    committed: Option<u64>,
+    /// Every event is this writer's own: nobody else closes its reservations, so it is forgotten once it holds
+    /// nothing.
+    own: bool,
+    /// When it holds nothing now: the last instant an event of it could matter to (its key in `resting`).
+    resting_until: Option<i64>,
+}
+
+impl Life {
+    fn step(&self, seq: u64) -> &Step {
+        self.steps.iter().find(|s| s.seq == seq).expect("a verdict names one of the events judged")
+    }
+
+    fn owner_of<'l>(&'l self, step: &'l Step) -> &'l Owner {
+        step.owner.as_deref().unwrap_or(&self.owner)
+    }
+
+    /// The last instant an event of it could matter to: a valid close happens by its RESERVE's expiry.
+    fn matters_until(&self) -> Timestamp {
+        let instant = |s: &Step| match s.action {
+            ReservationAction::RESERVE => s.expires_at.unwrap_or(s.occurred_at),
+            _ => s.occurred_at,
+        };
+        self.steps.iter().map(instant).max().expect("a life has an event")
+    }
+}
+
 /// The fold.
 #[derive(Debug)]
 pub struct State {
@@ -95,12 +187,13 @@ pub struct State {
     holds: FxHashMap<String, Hold>,
     /// The open reservations by expiry (microseconds), soonest first.
     expiries: BTreeSet<(i64, String)>,
-    /// Reservations that expired with no close: a close with an event time at or before `expires_at` that
-    /// arrives late (from another enforcer, through ingest) is still valid, and a COMMIT then counts (SPEC 5).
-    /// Kept while the month of their expiry is counted, [`EXPIRED_MAX`] at most.
-    expired: FxHashMap<String, Hold>,
-    /// The same by expiry (microseconds), soonest first: pruning and the cap take from the front.
-    expired_order: BTreeSet<(i64, String)>,
+    /// The events of every reservation that holds now, and of other enforcers' reservations that hold nothing
+    /// now while a late event of theirs could still change a counted window (a close dated at or before the
+    /// expiry is valid whenever it arrives, SPEC 5), [`RESTING_MAX`] of those at most.
+    lives: FxHashMap<String, Box<Life>>,
+    /// Those that hold nothing now, by the last instant an event of theirs could matter to, soonest first:
+    /// pruning (once that instant's month is no longer counted) and the cap take from the front.
+    resting: BTreeSet<(i64, String)>,
     /// The earliest window end still counted: windows ending before it are gone.
     pruned_before: i64,
 }
@@ -114,8 +207,8 @@ impl Default for State {
             usage: FxHashMap::default(),
             holds: FxHashMap::default(),
             expiries: BTreeSet::new(),
-            expired: FxHashMap::default(),
-            expired_order: BTreeSet::new(),
+            lives: FxHashMap::default(),
+            resting: BTreeSet::new(),
             pruned_before: i64::MIN,
         }
     }
@@ -136,7 +229,7 @@ impl State {
         self.watermark = seq;
         match event {
             Event::Usage(u) => self.consume(&u.header, u.quantity),
-            Event::Reservation(r) => self.fold_reservation(r, now),
+            Event::Reservation(r) => self.fold_reservation(seq, r, false, now),
             Event::Grant(g) => {
                 self.grants.entry((g.header.tenant.clone(), g.header.metric.clone())).or_default().push(g.clone())
             }
@@ -149,38 +242,148 @@ impl State {
         }
     }
 
-    fn fold_reservation(&mut self, r: &ReservationEvent, now: Timestamp) {
-        match r.action {
-            ReservationAction::RESERVE => {
-                let expires_at = r.expires_at.unwrap_or(r.header.occurred_at);
-                if self.holds.contains_key(&r.reservation_id) || self.expired.contains_key(&r.reservation_id) {
-                    return;
-                }
-                let hold = hold_of(&r.header, r.amount, expires_at);
-                if expires_at >= now {
-                    self.open_hold(&r.reservation_id, hold);
-                } else {
-                    self.keep_expired(r.reservation_id.clone(), hold);
-                }
-            }
-            // A close counts when it closes a reservation in time, open or expired since (it arrived late);
-            // anything else is a refused transition for reconcile to report, and consumes nothing here.
-            ReservationAction::COMMIT | ReservationAction::RELEASE => {
-                let in_time = |h: &Hold| r.header.occurred_at <= h.expires_at;
-                let valid = if self.holds.get(&r.reservation_id).is_some_and(in_time) {
-                    self.close_hold(&r.reservation_id);
-                    true
-                } else if self.expired.get(&r.reservation_id).is_some_and(in_time) {
-                    self.take_expired(&r.reservation_id);
-                    true
-                } else {
-                    false
+    /// Applies a reservation event this writer decided, numbered `PROVISIONAL_SEQ + n` (its place in the group's
+    /// events) until the ledger numbers it.
+    pub fn fold_own(&mut self, provisional: u64, r: &ReservationEvent, now: Timestamp) {
+        debug_assert!(provisional >= PROVISIONAL_SEQ);
+        self.fold_reservation(provisional, r, true, now);
+    }
+
+    /// Puts the ledger's sequence number in place of an own event's provisional one, or, when the ledger did not
+    /// record it as an event that counts (a copy of one it holds), takes the event back out of the verdict.
+    pub fn number_own(&mut self, reservation_id: &str, provisional: u64, recorded: Option<u64>, now: Timestamp) {
+        let Some(mut life) = self.take_life(reservation_id) else { return };
+        match recorded {
+            Some(seq) => {
+                let renumber = |s: &mut Option<u64>| {
+                    if *s == Some(provisional) {
+                        *s = Some(seq);
+                    }
                 };
-                if valid && r.action == ReservationAction::COMMIT {
-                    self.consume(&r.header, r.amount);
+                life.steps.iter_mut().filter(|s| s.seq == provisional).for_each(|s| s.seq = seq);
+                renumber(&mut life.holding);
+                renumber(&mut life.committed);
+            }
+            None => {
+                // Taken out of the counters as the verdict had it, then judged again without it.
+                self.apply(reservation_id, &mut life, None, None, now);
+                life.steps.retain(|s| s.seq != provisional);
+                if life.steps.is_empty() {
+                    return;
                 }
             }
         }
+        self.settle(reservation_id, life, now);
+    }
+
+    fn fold_reservation(&mut self, seq: u64, r: &ReservationEvent, own: bool, now: Timestamp) {
+        let mut life = self.take_life(&r.reservation_id).unwrap_or_else(|| {
+            Box::new(Life {
+                owner: Owner::of(&r.header),
+                steps: Vec::new(),
+                holding: None,
+                committed: None,
+                own,
+                resting_until: None,
+            })
+        });
+        let owner = (!life.owner.is(&r.header)).then(|| Box::new(Owner::of(&r.header)));
+        // Most reservations have two events: room for exactly those, not the four a first push makes.
+        life.steps.reserve_exact(1);
+        life.steps.push(Step {
+            seq,
+            action: r.action,
+            occurred_at: r.header.occurred_at,
+            amount: r.amount,
+            expires_at: r.expires_at,
+            owner,
+        });
+        life.own &= own;
+        self.settle(&r.reservation_id, life, now);
+    }
+
+    /// Judges a reservation's events again, applies what the verdict changes, and keeps the reservation while it
+    /// matters.
+    fn settle(&mut self, reservation_id: &str, mut life: Box<Life>, now: Timestamp) {
+        let events: Vec<(u64, &Step)> = life.steps.iter().map(|s| (s.seq, s)).collect();
+        let verdict = reservation::judge(&events, now);
+        let holding = verdict.reserve.filter(|_| verdict.close.is_none());
+        let committed = verdict.close.filter(|(_, action, _)| *action == ReservationAction::COMMIT).map(|c| c.0);
+        self.apply(reservation_id, &mut life, holding, committed, now);
+        self.keep(reservation_id, life);
+    }
+
+    /// Moves the counters from what `life` applied to what the verdict `holding`, `committed` says.
+    fn apply(
+        &mut self,
+        reservation_id: &str,
+        life: &mut Life,
+        holding: Option<u64>,
+        committed: Option<u64>,
+        now: Timestamp,
+    ) {
+        if committed != life.committed {
+            let change = |seq: Option<u64>, sign: i64| {
+                seq.map(|seq| {
+                    let step = life.step(seq);
+                    (life.owner_of(step).clone(), step.occurred_at, sign * step.amount)
+                })
+            };
+            for (owner, occurred_at, amount) in [change(life.committed, -1), change(committed, 1)].into_iter().flatten()
+            {
+                self.consume_by(&owner, occurred_at, amount);
+            }
+            life.committed = committed;
+        }
+        if holding != life.holding {
+            self.close_hold(reservation_id);
+            if let Some(seq) = holding {
+                let step = life.step(seq);
+                let owner = life.owner_of(step);
+                let expires_at = step.expires_at.unwrap_or(step.occurred_at);
+                if expires_at >= now {
+                    let hold = Hold {
+                        tenant: owner.tenant.clone(),
+                        subject: owner.subject.clone(),
+                        metric: owner.metric.clone(),
+                        amount: step.amount,
+                        expires_at,
+                    };
+                    self.open_hold(reservation_id, hold);
+                }
+            }
+            life.holding = holding;
+        }
+    }
+
+    /// Keeps a reservation: while it holds, always; once it holds nothing, while a late event of it could still
+    /// change a counted window, unless it is this writer's own, [`RESTING_MAX`] of those at most.
+    fn keep(&mut self, reservation_id: &str, mut life: Box<Life>) {
+        life.resting_until = None;
+        if !self.holds.contains_key(reservation_id) {
+            let until = life.matters_until().micros();
+            // Own, once the ledger numbered every event of it (until then an event may still be taken back).
+            let numbered = || life.steps.iter().all(|s| s.seq < PROVISIONAL_SEQ);
+            if (life.own && numbered()) || !self.counted(until) {
+                return;
+            }
+            life.resting_until = Some(until);
+            self.resting.insert((until, reservation_id.to_string()));
+        }
+        self.lives.insert(reservation_id.to_string(), life);
+        while self.resting.len() > RESTING_MAX {
+            let (_, first) = self.resting.pop_first().expect("more than none");
+            self.lives.remove(&first);
+        }
+    }
+
+    /// Takes a reservation out of those kept, to change it.
+    fn take_life(&mut self, reservation_id: &str) -> Option<Box<Life>> {
+        let life = self.lives.remove(reservation_id)?;
+        if let Some(until) = life.resting_until {
+            self.resting.remove(&(until, reservation_id.to_string()));
+        }
+        Some(life)
     }
 
     /// Applies `change` to the counters of a tenant's metric and to its subject's (or to those without one).
@@ -206,17 +409,25 @@ impl State {
     /// Adds consumption to the windows of every kind containing its event time, for the tenant and, when it
     /// has one, its subject.
     pub fn consume(&mut self, header: &Header, quantity: i64) {
+        self.consume_at(&header.tenant, header.subject.as_deref(), &header.metric, header.occurred_at, quantity);
+    }
+
+    fn consume_by(&mut self, owner: &Owner, occurred_at: Timestamp, quantity: i64) {
+        self.consume_at(&owner.tenant, owner.subject.as_deref(), &owner.metric, occurred_at, quantity);
+    }
+
+    fn consume_at(&mut self, tenant: &str, subject: Option<&str>, metric: &str, at: Timestamp, quantity: i64) {
         let mut windows = [(Window::MINUTE, 0); 4];
         let mut live = 0;
         for window in WINDOWS {
-            let (start, end) = window::bounds(window, header.occurred_at);
+            let (start, end) = window::bounds(window, at);
             if end.micros() >= self.pruned_before {
                 windows[live] = (window, start.micros());
                 live += 1;
             }
         }
         let windows = &windows[..live];
-        self.update(&header.tenant, header.subject.as_deref(), &header.metric, |counters| {
+        self.update(tenant, subject, metric, |counters| {
             for key in windows {
                 let counter = counters.consumed.entry(*key).or_insert(0);
                 *counter = counter.checked_add(quantity).expect("consumption fits in i64");
@@ -252,7 +463,7 @@ impl State {
 
     /// Opens a reservation: its amount counts against its tenant's and subject's limits until it closes or
     /// expires. An open reservation of the same id is replaced.
-    pub fn open_hold(&mut self, reservation_id: &str, hold: Hold) {
+    fn open_hold(&mut self, reservation_id: &str, hold: Hold) {
         self.close_hold(reservation_id);
         let amount = hold.amount;
         self.update(&hold.tenant, hold.subject.as_deref(), &hold.metric, |c| {
@@ -264,7 +475,7 @@ impl State {
 
     /// Closes a reservation (committed, released or expired): its amount stops counting. Returns it, if it was
     /// open.
-    pub fn close_hold(&mut self, reservation_id: &str) -> Option<Hold> {
+    fn close_hold(&mut self, reservation_id: &str) -> Option<Hold> {
         let hold = self.holds.remove(reservation_id)?;
         let removed = self.expiries.remove(&(hold.expires_at.micros(), reservation_id.to_string()));
         assert!(removed, "an open reservation is in the expiry order");
@@ -279,38 +490,17 @@ impl State {
     /// with an event time before their expiry can still close them.
     pub fn expire(&mut self, now: Timestamp) {
         while self.expiries.first().is_some_and(|(expires_at, _)| *expires_at < now.micros()) {
-            let (_, reservation_id) = self.expiries.pop_first().expect("a first entry");
-            let hold = self.holds.remove(&reservation_id).expect("the expiry order lists open reservations only");
-            self.update(&hold.tenant, hold.subject.as_deref(), &hold.metric, |c| {
-                c.held = c.held.checked_sub(hold.amount).expect("held amounts fit in i64");
-            });
-            self.keep_expired(reservation_id, hold);
+            let (_, reservation_id) = self.expiries.first().cloned().expect("a first entry");
+            self.close_hold(&reservation_id);
+            if let Some(life) = self.take_life(&reservation_id) {
+                self.keep(&reservation_id, life);
+            }
         }
     }
 
-    /// Keeps a reservation that expired with no close, for a late close ([`EXPIRED_MAX`] at most).
-    fn keep_expired(&mut self, reservation_id: String, hold: Hold) {
-        if !self.counted(hold.expires_at) {
-            return;
-        }
-        self.expired_order.insert((hold.expires_at.micros(), reservation_id.clone()));
-        self.expired.insert(reservation_id, hold);
-        while self.expired.len() > EXPIRED_MAX {
-            let (_, first) = self.expired_order.pop_first().expect("the order lists every kept reservation");
-            self.expired.remove(&first);
-        }
-    }
-
-    /// Takes a reservation that expired out of those kept: a late close closed it.
-    fn take_expired(&mut self, reservation_id: &str) -> Option<Hold> {
-        let hold = self.expired.remove(reservation_id)?;
-        self.expired_order.remove(&(hold.expires_at.micros(), reservation_id.to_string()));
-        Some(hold)
-    }
-
-    /// Whether a late close at `expires_at` could still change a counted window: its month has not been pruned.
-    fn counted(&self, expires_at: Timestamp) -> bool {
-        window::bounds(Window::MONTH, expires_at).1.micros() >= self.pruned_before
+    /// Whether an event at `micros` could still change a counted window: its month has not been pruned.
+    fn counted(&self, micros: i64) -> bool {
+        window::bounds(Window::MONTH, Timestamp(micros)).1.micros() >= self.pruned_before
     }
 
     /// Drops windows that ended before `now` minus a day (at most once a minute): bounded memory.
@@ -320,12 +510,11 @@ impl State {
             return;
         }
         self.pruned_before = horizon;
-        // Soonest first, and a month's end never comes before an earlier expiry's: only what is dropped is read.
-        while let Some((expires_at, _)) = self.expired_order.first()
-            && window::bounds(Window::MONTH, Timestamp(*expires_at)).1.micros() < horizon
-        {
-            let (_, reservation_id) = self.expired_order.pop_first().expect("a first entry");
-            self.expired.remove(&reservation_id);
+        // Soonest first, and a later instant's month never ends before an earlier one's: only what is dropped is
+        // read.
+        while self.resting.first().is_some_and(|(until, _)| !self.counted(*until)) {
+            let (_, reservation_id) = self.resting.pop_first().expect("a first entry");
+            self.lives.remove(&reservation_id);
         }
         let live = |counters: &mut Counters| {
             counters
@@ -341,16 +530,6 @@ impl State {
             });
             !metrics.is_empty()
         });
-    }
-}
-
-pub fn hold_of(header: &Header, amount: i64, expires_at: Timestamp) -> Hold {
-    Hold {
-        tenant: header.tenant.clone(),
-        subject: header.subject.clone(),
-        metric: header.metric.clone(),
-        amount,
-        expires_at,
     }
 }
 
@@ -407,6 +586,8 @@ mod tests {
         holds: BTreeMap<String, Hold>,
         /// Expired with no close: a late close dated before the expiry still closes them.
         expired: BTreeMap<String, Hold>,
+        /// Closed: a RESERVE of them again is a refused transition.
+        closed: std::collections::BTreeSet<String>,
         committed: BTreeMap<(String, Option<String>, String, i64), i64>,
     }
 
@@ -433,8 +614,8 @@ mod tests {
         }
     }
 
-    // Proves that reservations kept for a late close are dropped once the month of their expiry is no longer
-    // counted, and only then.
+    // Proves that other enforcers' reservations kept for a late close are dropped once the month of their expiry
+    // is no longer counted, and only then.
     #[test]
     fn expired_reservations_are_kept_for_their_month_only() {
         let at = |text: &str| Timestamp::parse_rfc3339(text).unwrap();
@@ -447,11 +628,53 @@ mod tests {
             expires_at: Some(at("2026-10-10T01:00:00Z")),
         });
         state.fold(1, &reserve, at("2026-10-20T00:00:00Z"));
-        assert_eq!((state.holds().count(), state.expired.len()), (0, 1), "expired when folded: kept");
+        assert_eq!((state.holds().count(), state.lives.len()), (0, 1), "expired when folded: kept");
         state.prune(at("2026-11-01T12:00:00Z"));
-        assert_eq!(state.expired.len(), 1, "October's windows are counted until a day after its end");
+        assert_eq!(state.lives.len(), 1, "October's windows are counted until a day after its end");
         state.prune(at("2026-11-02T12:00:00Z"));
-        assert!(state.expired.is_empty() && state.expired_order.is_empty());
+        assert!(state.lives.is_empty() && state.resting.is_empty());
+    }
+
+    // Proves that the hook's own reservations are forgotten once they hold nothing (nobody else closes them),
+    // and that an own event the ledger did not record is taken back out of the counters.
+    #[test]
+    fn own_reservations_are_forgotten_once_closed_and_unrecorded_ones_taken_back() {
+        let at = |text: &str| Timestamp::parse_rfc3339(text).unwrap();
+        let now = at("2026-11-10T00:00:00Z");
+        let mut state = State::default();
+        let event = |action, amount, id: &str| ReservationEvent {
+            header: header("org-1", None, "tokens", now, id.into()),
+            reservation_id: "r1".into(),
+            action,
+            amount,
+            expires_at: (action == ReservationAction::RESERVE).then(|| at("2026-11-10T01:00:00Z")),
+        };
+        state.fold_own(PROVISIONAL_SEQ, &event(ReservationAction::RESERVE, 5, "e1"), now);
+        state.number_own("r1", PROVISIONAL_SEQ, Some(1), now);
+        assert_eq!(state.held("org-1", Whose::Tenant, "tokens", now), 5);
+        state.fold_own(PROVISIONAL_SEQ, &event(ReservationAction::COMMIT, 7, "e2"), now);
+        assert_eq!(state.held("org-1", Whose::Tenant, "tokens", now), 0);
+        assert_eq!(state.consumed("org-1", Whose::Tenant, "tokens", Window::DAY, now), 7);
+        state.number_own("r1", PROVISIONAL_SEQ, None, now);
+        assert_eq!(state.held("org-1", Whose::Tenant, "tokens", now), 5, "the COMMIT not recorded: held again");
+        assert_eq!(state.consumed("org-1", Whose::Tenant, "tokens", Window::DAY, now), 0);
+        state.fold_own(PROVISIONAL_SEQ, &event(ReservationAction::RELEASE, 0, "e3"), now);
+        state.number_own("r1", PROVISIONAL_SEQ, Some(2), now);
+        assert_eq!(state.held("org-1", Whose::Tenant, "tokens", now), 0);
+        assert!(state.lives.is_empty() && state.resting.is_empty(), "closed, and nobody else closes it");
+    }
+
+    /// A reservation event of a generated history: (reservation, action, minutes after the base, amount, TTL in
+    /// minutes, whether its subject differs from its reservation's).
+    type Generated = (u8, ReservationAction, i64, i64, i64, bool);
+
+    fn generated_event() -> impl Strategy<Value = Generated> {
+        let action = prop_oneof![
+            Just(ReservationAction::RESERVE),
+            Just(ReservationAction::COMMIT),
+            Just(ReservationAction::RELEASE)
+        ];
+        (0..4u8, action, 0..180i64, 0..50i64, 0..90i64, proptest::bool::weighted(0.2))
     }
 
     proptest! {
@@ -478,8 +701,8 @@ mod tests {
                             expires_at: Some(expires_at),
                         });
                         state.fold(seq, &event, now);
-                        // A reservation that expired keeps its id: a RESERVE of it again opens nothing.
-                        if model.expired.contains_key(&reservation_id) {
+                        // A reservation that expired or closed keeps its id: a RESERVE of it again opens nothing.
+                        if model.expired.contains_key(&reservation_id) || model.closed.contains(&reservation_id) {
                             continue;
                         }
                         model.holds.entry(reservation_id).or_insert_with(|| Hold {
@@ -504,6 +727,7 @@ mod tests {
                                 None => continue,
                             },
                         };
+                        model.closed.insert(reservation_id.clone());
                         let action = if commit { ReservationAction::COMMIT } else { ReservationAction::RELEASE };
                         let amount = if commit { amount } else { 0 };
                         seq += 1;
@@ -547,6 +771,88 @@ mod tests {
                                 "consumed by {} {:?} {}", tenant, whose, metric
                             );
                         }
+                    }
+                }
+            }
+        }
+
+        // Proves that the hook's fold of other enforcers' reservation events, dated in any order and with time
+        // passing between arrivals, holds and consumes exactly what reconcile's judgement of all of them says
+        // (SPEC 5: validity by event time, not arrival order): a close that arrives before its RESERVE, a second
+        // RESERVE, two closes, a close after the expiry, a COMMIT of another subject.
+        #[test]
+        fn reservations_fold_to_reconciles_verdict_whatever_the_arrival_order(
+            history in proptest::collection::vec(generated_event(), 1..24),
+            advances in proptest::collection::vec(0..40i64, 24),
+        ) {
+            let base = Timestamp::parse_rfc3339("2026-11-10T00:00:00Z").unwrap();
+            let minutes = |m: i64| Timestamp(base.micros() + m * 60_000_000);
+            let events: Vec<(u64, ReservationEvent)> = history
+                .iter()
+                .enumerate()
+                .map(|(n, (id, action, at, amount, ttl, other_subject))| {
+                    let subject = if *other_subject { "bob" } else { "alice" };
+                    let tenant = TENANTS[usize::from(*id) % 2];
+                    let reserve = *action == ReservationAction::RESERVE;
+                    (n as u64 + 1, ReservationEvent {
+                        header: header(tenant, Some(subject), "tokens", minutes(*at), format!("e{n}")),
+                        reservation_id: format!("r{id}"),
+                        action: *action,
+                        amount: if *action == ReservationAction::RELEASE { 0 } else { *amount },
+                        expires_at: reserve.then(|| minutes(at + ttl)),
+                    })
+                })
+                .collect();
+            let mut state = State::default();
+            let mut now = base;
+            for ((seq, event), advance) in events.iter().zip(&advances) {
+                now = Timestamp(now.micros() + advance * 60_000_000);
+                state.expire(now);
+                state.fold(*seq, &Event::Reservation(event.clone()), now);
+            }
+            state.expire(now);
+            // What reconcile says of all of them.
+            let mut held: BTreeMap<(String, String), i64> = BTreeMap::new();
+            let mut consumed: BTreeMap<(String, String, i64), i64> = BTreeMap::new();
+            for id in 0..4u8 {
+                let of_id: Vec<(u64, &ReservationEvent)> = events
+                    .iter()
+                    .filter(|(_, e)| e.reservation_id == format!("r{id}"))
+                    .map(|(seq, e)| (*seq, e))
+                    .collect();
+                if of_id.is_empty() {
+                    continue;
+                }
+                let verdict = reservation::judge(&of_id, now);
+                let event = |seq: u64| of_id.iter().find(|(s, _)| *s == seq).expect("judged").1;
+                if let (Some(reserve), None) = (verdict.reserve, verdict.close) {
+                    let reserve = event(reserve);
+                    if reserve.expires_at.expect("a RESERVE expires") >= now {
+                        let h = &reserve.header;
+                        *held.entry((h.tenant.clone(), h.subject.clone().unwrap())).or_default() += reserve.amount;
+                    }
+                }
+                if let Some((seq, ReservationAction::COMMIT, amount)) = verdict.close {
+                    let h = &event(seq).header;
+                    let hour = window::bounds(Window::HOUR, h.occurred_at).0.micros();
+                    *consumed.entry((h.tenant.clone(), h.subject.clone().unwrap(), hour)).or_default() += amount;
+                }
+            }
+            for tenant in TENANTS {
+                for subject in SUBJECTS {
+                    let whose = Whose::Subject(Some(subject));
+                    let key = (tenant.to_string(), subject.to_string());
+                    prop_assert_eq!(
+                        state.held(tenant, whose, "tokens", now), held.get(&key).copied().unwrap_or(0),
+                        "held by {} {}", tenant, subject
+                    );
+                    for hour in 0..6 {
+                        let start = minutes(hour * 60);
+                        prop_assert_eq!(
+                            state.consumed(tenant, whose, "tokens", Window::HOUR, start),
+                            consumed.get(&(tenant.to_string(), subject.to_string(), start.micros())).copied().unwrap_or(0),
+                            "consumed by {} {} in hour {}", tenant, subject, hour
+                        );
                     }
                 }
             }

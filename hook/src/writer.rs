@@ -249,6 +249,14 @@ impl Writer {
 
     /// Appends the group's events in one transaction, then folds what other writers appended meanwhile.
     fn record(&mut self, events: Vec<Event>, now: Timestamp) -> Result<(), Box<dyn std::error::Error>> {
+        let reservations: Vec<(usize, String)> = events
+            .iter()
+            .enumerate()
+            .filter_map(|(n, event)| match event {
+                Event::Reservation(r) => Some((n, r.reservation_id.clone())),
+                _ => None,
+            })
+            .collect();
         let incoming = events
             .into_iter()
             .map(|event| Incoming { event, origin: Origin::Local { name: SOURCE.to_string() }, raw: None })
@@ -264,6 +272,13 @@ impl Writer {
                 ledger::AppendOutcome::Duplicate { .. } => None,
             })
             .collect();
+        for (n, reservation_id) in reservations {
+            let recorded = match report.outcomes[n] {
+                ledger::AppendOutcome::Recorded { seq } => Some(seq),
+                ledger::AppendOutcome::ConflictingDuplicate { .. } | ledger::AppendOutcome::Duplicate { .. } => None,
+            };
+            self.state.number_own(&reservation_id, state::PROVISIONAL_SEQ + n as u64, recorded, now);
+        }
         // Almost always nobody else appended since this group's catch-up: the new entries are exactly this group's,
         // already applied to the state, and reading them back would cost as much as writing them.
         let before = self.state.watermark;
@@ -374,7 +389,7 @@ impl Writer {
                 amount: request.amount,
                 expires_at: Some(expires_at),
             };
-            self.state.open_hold(&reservation_id, state::hold_of(&reserve.header, request.amount, expires_at));
+            self.state.fold_own(state::PROVISIONAL_SEQ + events.len() as u64, &reserve, now);
             events.push(Event::Reservation(reserve));
             decision.reservation_id = Some(reservation_id);
         }
@@ -446,7 +461,6 @@ impl Writer {
             return Ok(Err(Refusal::Forbidden { reservation_id: id }));
         }
         if hold.expires_at < now {
-            self.state.close_hold(reservation_id);
             return Ok(Err(Refusal::Expired { reservation_id: id, expires_at: hold.expires_at }));
         }
         let amount = if action == ReservationAction::COMMIT { amount } else { 0 };
@@ -458,18 +472,11 @@ impl Writer {
             metric: hold.metric.clone(),
             source: SOURCE.to_string(),
         };
-        self.state.close_hold(reservation_id);
-        if action == ReservationAction::COMMIT {
-            self.state.consume(&header, amount);
-        }
         let event_id = header.event_id.clone();
-        events.push(Event::Reservation(ReservationEvent {
-            header,
-            reservation_id: id.clone(),
-            action,
-            amount,
-            expires_at: None,
-        }));
+        let close = ReservationEvent { header, reservation_id: id.clone(), action, amount, expires_at: None };
+        // Open and closed in time: the verdict takes the hold back and, for a COMMIT, counts the amount.
+        self.state.fold_own(state::PROVISIONAL_SEQ + events.len() as u64, &close, now);
+        events.push(Event::Reservation(close));
         Ok(Ok(Closed {
             reservation_id: id,
             action,
@@ -656,24 +663,63 @@ fn refusal_from_ledger(
 ) -> Result<Result<Closed, Refusal>, rusqlite::Error> {
     let id = reservation_id.to_string();
     let mut statement = ledger.connection().prepare_cached(
-        "SELECT r.action, r.expires_at, e.tenant, e.occurred_at FROM reservation_events r JOIN entries e ON e.seq = r.seq
-         WHERE r.reservation_id = ? AND e.status = 'recorded' ORDER BY e.seq",
+        "SELECT e.seq, r.action, r.amount, r.expires_at, e.tenant, e.occurred_at
+         FROM reservation_events r JOIN entries e ON e.seq = r.seq
+         WHERE r.reservation_id = ? AND e.status = 'recorded'",
     )?;
-    let rows: Vec<(String, Option<i64>, String, i64)> = statement
-        .query_map([reservation_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+    let rows: Vec<(u64, Recorded)> = statement
+        .query_map([reservation_id], |r| {
+            let symbol = r.get_ref(1)?.as_str()?;
+            let action = ReservationAction::from_symbol(symbol).ok_or_else(|| {
+                rusqlite::Error::FromSqlConversionFailure(1, rusqlite::types::Type::Text, symbol.to_string().into())
+            })?;
+            let recorded = Recorded {
+                action,
+                amount: r.get(2)?,
+                expires_at: r.get::<_, Option<i64>>(3)?.map(Timestamp),
+                tenant: r.get(4)?,
+                occurred_at: Timestamp(r.get(5)?),
+            };
+            Ok((r.get::<_, i64>(0)? as u64, recorded))
+        })?
         .collect::<rusqlite::Result<_>>()?;
-    let Some((_, expires_at, tenant, _)) = rows.iter().find(|(action, ..)| action == "RESERVE") else {
+    // Judged as reconcile judges it (and as the state folded it): by event time.
+    let events: Vec<(u64, &Recorded)> = rows.iter().map(|(seq, r)| (*seq, r)).collect();
+    let verdict = reconcile::reservation::judge(&events, Timestamp(i64::MAX));
+    let Some(reserve) = verdict.reserve.and_then(|seq| rows.iter().find(|(s, _)| *s == seq)).map(|(_, r)| r) else {
         return Ok(Err(Refusal::NotFound { reservation_id: id }));
     };
-    if !tenants.covers(tenant) {
+    if !tenants.covers(&reserve.tenant) {
         return Ok(Err(Refusal::Forbidden { reservation_id: id }));
     }
-    let expires_at = Timestamp(expires_at.unwrap_or(i64::MIN));
-    let valid_close = rows.iter().find(|(action, _, _, at)| action != "RESERVE" && Timestamp(*at) <= expires_at);
-    Ok(Err(match valid_close {
-        Some((action, ..)) => Refusal::AlreadyClosed { reservation_id: id, by: action.clone() },
-        None => Refusal::Expired { reservation_id: id, expires_at },
+    Ok(Err(match verdict.close {
+        Some((_, action, _)) => Refusal::AlreadyClosed { reservation_id: id, by: action.symbol().to_string() },
+        None => Refusal::Expired { reservation_id: id, expires_at: reserve.expires_at.unwrap_or(Timestamp(i64::MIN)) },
     }))
+}
+
+/// A reservation event as the ledger's tables hold it: what judging it and naming its tenant need.
+struct Recorded {
+    action: ReservationAction,
+    amount: i64,
+    expires_at: Option<Timestamp>,
+    tenant: String,
+    occurred_at: Timestamp,
+}
+
+impl reconcile::reservation::Transition for Recorded {
+    fn action(&self) -> ReservationAction {
+        self.action
+    }
+    fn occurred_at(&self) -> Timestamp {
+        self.occurred_at
+    }
+    fn amount(&self) -> i64 {
+        self.amount
+    }
+    fn expires_at(&self) -> Option<Timestamp> {
+        self.expires_at
+    }
 }
 
 /// Entries after the state's watermark that change it (usage, reservations, grants, policies), in order. Usage

@@ -480,3 +480,57 @@ fn reservations_older_than_a_month_hold_until_they_close() {
     let released = hook.check(ask("released", 0)).unwrap();
     assert_eq!((released.used_before, released.remaining), (Some(0), Some(10)), "the late release freed it");
 }
+
+// SPEC 5: reservations are judged by event time, not arrival order, in the hook as in reconcile. Through ingest: a
+// COMMIT that arrives before its RESERVE counts and the RESERVE then holds nothing; a second RESERVE of a closed
+// reservation holds nothing; of two closes the earlier by event time counts, though it arrives second. The hook
+// judged in ledger order: it held 5 + 4 and counted 2 instead of counting 3 + 9, so it denied what fit and would
+// have allowed what did not.
+#[test]
+fn reservations_from_ingest_are_judged_by_event_time() {
+    let (dir, hook) = hook_with(vec![policy("daily", 20, Window::DAY, Enforcement::HARD, None)]);
+    let now = Timestamp::now().micros();
+    let at = |seconds_ago: i64| Timestamp(now - seconds_ago * 1_000_000);
+    let in_an_hour = Some(at(-3_600));
+    let reservation = foreign_reservation;
+    append_as_ingest(
+        &dir,
+        vec![
+            reservation("a-commit", "a", ReservationAction::COMMIT, at(5), 3, None),
+            reservation("b-reserve", "b", ReservationAction::RESERVE, at(9), 4, in_an_hour),
+            reservation("b-release", "b", ReservationAction::RELEASE, at(8), 0, None),
+            reservation("c-reserve", "c", ReservationAction::RESERVE, at(9), 6, in_an_hour),
+            reservation("c-commit-late", "c", ReservationAction::COMMIT, at(4), 2, None),
+            reservation("d-reserve", "d", ReservationAction::RESERVE, at(9), 1, in_an_hour),
+            reservation("d-release", "d", ReservationAction::RELEASE, at(3), 0, None),
+        ],
+    );
+    assert_eq!(hook.check(ask("first", 0)).unwrap().used_before, Some(2), "c's late-dated commit, for now");
+    append_as_ingest(
+        &dir,
+        vec![
+            reservation("a-reserve", "a", ReservationAction::RESERVE, at(9), 5, in_an_hour),
+            reservation("b-reserve-again", "b", ReservationAction::RESERVE, at(7), 4, in_an_hour),
+            reservation("c-commit-early", "c", ReservationAction::COMMIT, at(6), 9, None),
+            reservation("d-commit-early", "d", ReservationAction::COMMIT, at(4), 0, None),
+        ],
+    );
+    let expected = Some(3 + 9);
+    assert_eq!(hook.check(ask("running", 0)).unwrap().used_before, expected, "a's 3 and c's earlier 9, nothing held");
+    let ledger = Ledger::open_read_only(dir.path().join("ledger.db")).unwrap();
+    // As of when every reservation expired: reconcile judges them then.
+    let plan = reconcile::plan(&ledger, at(-7_200), &mut |_| {}).unwrap();
+    drop(hook);
+    let restarted = Hook::start(dir.path().join("ledger.db"), HookSettings::default()).unwrap();
+    assert_eq!(restarted.check(ask("restarted", 0)).unwrap().used_before, expected, "the same folded at start");
+    let refusal = restarted.release("d").unwrap().unwrap_err();
+    assert_eq!(refusal, Refusal::AlreadyClosed { reservation_id: "d".into(), by: "COMMIT".into() }, "by event time");
+    let mut refused: Vec<&str> = plan
+        .adjustments
+        .iter()
+        .filter(|a| a.kind == AdjustmentKind::REFUSED_TRANSITION)
+        .flat_map(|a| a.refs.iter().map(String::as_str))
+        .collect();
+    refused.sort();
+    assert_eq!(refused, ["b-reserve-again", "c-commit-late", "d-release"], "reconcile refuses the same");
+}
