@@ -5,6 +5,7 @@ use schemas::ReservationAction;
 use sha2::{Digest, Sha256};
 
 pub const DECISION_PREFIX: &str = "dec-";
+pub const RESERVATION_PREFIX: &str = "rsv-";
 
 /// 32 hex digits of SHA-256 over the tenant and the idempotency key (keys are the tenant's own namespace).
 pub fn key_hash(tenant: &str, idempotency_key: &str) -> String {
@@ -30,15 +31,21 @@ pub fn usage_id(hash: &str) -> String {
 }
 
 pub fn reservation_id(hash: &str) -> String {
-    format!("rsv-{hash}")
+    format!("{RESERVATION_PREFIX}{hash}")
 }
 
 pub fn reserve_event_id(reservation_id: &str) -> String {
     format!("{reservation_id}-reserve")
 }
 
-pub fn close_event_id(reservation_id: &str, action: ReservationAction) -> String {
-    format!("{reservation_id}-{}", action.symbol().to_ascii_lowercase())
+/// The close of a reservation this hook issued (`rsv-…`, whose id already names its tenant), or of another
+/// enforcer's, whose id may be another tenant's too: the tenant's key hash then keeps their closes apart.
+pub fn close_event_id(tenant: &str, reservation_id: &str, action: ReservationAction) -> String {
+    let action = action.symbol().to_ascii_lowercase();
+    match reservation_id.starts_with(RESERVATION_PREFIX) {
+        true => format!("{reservation_id}-{action}"),
+        false => format!("{reservation_id}-{action}-{}", &key_hash(tenant, reservation_id)[..16]),
+    }
 }
 
 #[cfg(test)]

@@ -138,7 +138,16 @@ impl Transition for Step {
     }
 }
 
-/// The events of one reservation_id folded so far, and what their verdict put in the counters.
+/// A reservation: its tenant and its reservation_id. Another tenant's events with the same reservation_id are
+/// another reservation, as reconcile judges them: producers of other teams choose their ids, and one tenant's
+/// events never change what another's hold or consume.
+pub type Key = (String, String);
+
+fn key_of(r: &ReservationEvent) -> Key {
+    (r.header.tenant.clone(), r.reservation_id.clone())
+}
+
+/// The events of one reservation folded so far, and what their verdict put in the counters.
 #[derive(Debug)]
 struct Life {
     /// Whose its first event folded is: almost always every event's.
@@ -183,17 +192,17 @@ pub struct State {
     pub grants: HashMap<(String, String), Vec<GrantEvent>>,
     /// Tenant -> metric -> counters.
     usage: FxHashMap<String, FxHashMap<String, Usage>>,
-    /// Open reservations by reservation_id.
-    holds: FxHashMap<String, Hold>,
+    /// Open reservations by reservation_id: one per tenant holding that id (almost always one).
+    holds: FxHashMap<String, Vec<Hold>>,
     /// The open reservations by expiry (microseconds), soonest first.
-    expiries: BTreeSet<(i64, String)>,
+    expiries: BTreeSet<(i64, Key)>,
     /// The events of every reservation that holds now, and of other enforcers' reservations that hold nothing
     /// now while a late event of theirs could still change a counted window (a close dated at or before the
     /// expiry is valid whenever it arrives, SPEC 5), [`RESTING_MAX`] of those at most.
-    lives: FxHashMap<String, Box<Life>>,
+    lives: FxHashMap<Key, Box<Life>>,
     /// Those that hold nothing now, by the last instant an event of theirs could matter to, soonest first:
     /// pruning (once that instant's month is no longer counted) and the cap take from the front.
-    resting: BTreeSet<(i64, String)>,
+    resting: BTreeSet<(i64, Key)>,
     /// The earliest window end still counted: windows ending before it are gone.
     pruned_before: i64,
 }
@@ -251,8 +260,8 @@ impl State {
 
     /// Puts the ledger's sequence number in place of an own event's provisional one, or, when the ledger did not
     /// record it as an event that counts (a copy of one it holds), takes the event back out of the verdict.
-    pub fn number_own(&mut self, reservation_id: &str, provisional: u64, recorded: Option<u64>, now: Timestamp) {
-        let Some(mut life) = self.take_life(reservation_id) else { return };
+    pub fn number_own(&mut self, key: &Key, provisional: u64, recorded: Option<u64>, now: Timestamp) {
+        let Some(mut life) = self.take_life(key) else { return };
         match recorded {
             Some(seq) => {
                 let renumber = |s: &mut Option<u64>| {
@@ -266,18 +275,19 @@ impl State {
             }
             None => {
                 // Taken out of the counters as the verdict had it, then judged again without it.
-                self.apply(reservation_id, &mut life, None, None, now);
+                self.apply(key, &mut life, None, None, now);
                 life.steps.retain(|s| s.seq != provisional);
                 if life.steps.is_empty() {
                     return;
                 }
             }
         }
-        self.settle(reservation_id, life, now);
+        self.settle(key, life, now);
     }
 
     fn fold_reservation(&mut self, seq: u64, r: &ReservationEvent, own: bool, now: Timestamp) {
-        let mut life = self.take_life(&r.reservation_id).unwrap_or_else(|| {
+        let key = key_of(r);
+        let mut life = self.take_life(&key).unwrap_or_else(|| {
             Box::new(Life {
                 owner: Owner::of(&r.header),
                 steps: Vec::new(),
@@ -299,29 +309,22 @@ impl State {
             owner,
         });
         life.own &= own;
-        self.settle(&r.reservation_id, life, now);
+        self.settle(&key, life, now);
     }
 
     /// Judges a reservation's events again, applies what the verdict changes, and keeps the reservation while it
     /// matters.
-    fn settle(&mut self, reservation_id: &str, mut life: Box<Life>, now: Timestamp) {
+    fn settle(&mut self, key: &Key, mut life: Box<Life>, now: Timestamp) {
         let events: Vec<(u64, &Step)> = life.steps.iter().map(|s| (s.seq, s)).collect();
         let verdict = reservation::judge(&events, now);
         let holding = verdict.reserve.filter(|_| verdict.close.is_none());
         let committed = verdict.close.filter(|(_, action, _)| *action == ReservationAction::COMMIT).map(|c| c.0);
-        self.apply(reservation_id, &mut life, holding, committed, now);
-        self.keep(reservation_id, life);
+        self.apply(key, &mut life, holding, committed, now);
+        self.keep(key, life);
     }
 
     /// Moves the counters from what `life` applied to what the verdict `holding`, `committed` says.
-    fn apply(
-        &mut self,
-        reservation_id: &str,
-        life: &mut Life,
-        holding: Option<u64>,
-        committed: Option<u64>,
-        now: Timestamp,
-    ) {
+    fn apply(&mut self, key: &Key, life: &mut Life, holding: Option<u64>, committed: Option<u64>, now: Timestamp) {
         if committed != life.committed {
             let change = |seq: Option<u64>, sign: i64| {
                 seq.map(|seq| {
@@ -336,7 +339,7 @@ impl State {
             life.committed = committed;
         }
         if holding != life.holding {
-            self.close_hold(reservation_id);
+            self.close_hold(key);
             if let Some(seq) = holding {
                 let step = life.step(seq);
                 let owner = life.owner_of(step);
@@ -349,7 +352,7 @@ impl State {
                         amount: step.amount,
                         expires_at,
                     };
-                    self.open_hold(reservation_id, hold);
+                    self.open_hold(key, hold);
                 }
             }
             life.holding = holding;
@@ -358,9 +361,9 @@ impl State {
 
     /// Keeps a reservation: while it holds, always; once it holds nothing, while a late event of it could still
     /// change a counted window, unless it is this writer's own, [`RESTING_MAX`] of those at most.
-    fn keep(&mut self, reservation_id: &str, mut life: Box<Life>) {
+    fn keep(&mut self, key: &Key, mut life: Box<Life>) {
         life.resting_until = None;
-        if !self.holds.contains_key(reservation_id) {
+        if !self.is_open(key) {
             let until = life.matters_until().micros();
             // Own, once the ledger numbered every event of it (until then an event may still be taken back).
             let numbered = || life.steps.iter().all(|s| s.seq < PROVISIONAL_SEQ);
@@ -368,9 +371,9 @@ impl State {
                 return;
             }
             life.resting_until = Some(until);
-            self.resting.insert((until, reservation_id.to_string()));
+            self.resting.insert((until, key.clone()));
         }
-        self.lives.insert(reservation_id.to_string(), life);
+        self.lives.insert(key.clone(), life);
         while self.resting.len() > RESTING_MAX {
             let (_, first) = self.resting.pop_first().expect("more than none");
             self.lives.remove(&first);
@@ -378,10 +381,10 @@ impl State {
     }
 
     /// Takes a reservation out of those kept, to change it.
-    fn take_life(&mut self, reservation_id: &str) -> Option<Box<Life>> {
-        let life = self.lives.remove(reservation_id)?;
+    fn take_life(&mut self, key: &Key) -> Option<Box<Life>> {
+        let life = self.lives.remove(key)?;
         if let Some(until) = life.resting_until {
-            self.resting.remove(&(until, reservation_id.to_string()));
+            self.resting.remove(&(until, key.clone()));
         }
         Some(life)
     }
@@ -451,33 +454,43 @@ impl State {
         self.counters(tenant, whose, metric).map_or(0, |c| c.held)
     }
 
-    /// The open reservation `reservation_id`, if any.
-    pub fn hold(&self, reservation_id: &str) -> Option<&Hold> {
-        self.holds.get(reservation_id)
+    /// The open reservations of id `reservation_id`: one per tenant holding it (almost always one, or none).
+    pub fn holds_of(&self, reservation_id: &str) -> &[Hold] {
+        self.holds.get(reservation_id).map_or(&[], Vec::as_slice)
     }
 
     /// Open reservations.
-    pub fn holds(&self) -> impl Iterator<Item = (&String, &Hold)> {
-        self.holds.iter()
+    pub fn holds(&self) -> impl Iterator<Item = &Hold> {
+        self.holds.values().flatten()
+    }
+
+    fn is_open(&self, (tenant, reservation_id): &Key) -> bool {
+        self.holds_of(reservation_id).iter().any(|h| &h.tenant == tenant)
     }
 
     /// Opens a reservation: its amount counts against its tenant's and subject's limits until it closes or
-    /// expires. An open reservation of the same id is replaced.
-    fn open_hold(&mut self, reservation_id: &str, hold: Hold) {
-        self.close_hold(reservation_id);
+    /// expires. An open reservation of the same key is replaced.
+    fn open_hold(&mut self, key: &Key, hold: Hold) {
+        debug_assert_eq!(hold.tenant, key.0);
+        self.close_hold(key);
         let amount = hold.amount;
         self.update(&hold.tenant, hold.subject.as_deref(), &hold.metric, |c| {
             c.held = c.held.checked_add(amount).expect("held amounts fit in i64");
         });
-        self.expiries.insert((hold.expires_at.micros(), reservation_id.to_string()));
-        self.holds.insert(reservation_id.to_string(), hold);
+        self.expiries.insert((hold.expires_at.micros(), key.clone()));
+        self.holds.entry(key.1.clone()).or_default().push(hold);
     }
 
     /// Closes a reservation (committed, released or expired): its amount stops counting. Returns it, if it was
     /// open.
-    fn close_hold(&mut self, reservation_id: &str) -> Option<Hold> {
-        let hold = self.holds.remove(reservation_id)?;
-        let removed = self.expiries.remove(&(hold.expires_at.micros(), reservation_id.to_string()));
+    fn close_hold(&mut self, key: &Key) -> Option<Hold> {
+        let (tenant, reservation_id) = key;
+        let holds = self.holds.get_mut(reservation_id)?;
+        let hold = holds.swap_remove(holds.iter().position(|h| &h.tenant == tenant)?);
+        if holds.is_empty() {
+            self.holds.remove(reservation_id);
+        }
+        let removed = self.expiries.remove(&(hold.expires_at.micros(), key.clone()));
         assert!(removed, "an open reservation is in the expiry order");
         let amount = hold.amount;
         self.update(&hold.tenant, hold.subject.as_deref(), &hold.metric, |c| {
@@ -490,10 +503,10 @@ impl State {
     /// with an event time before their expiry can still close them.
     pub fn expire(&mut self, now: Timestamp) {
         while self.expiries.first().is_some_and(|(expires_at, _)| *expires_at < now.micros()) {
-            let (_, reservation_id) = self.expiries.first().cloned().expect("a first entry");
-            self.close_hold(&reservation_id);
-            if let Some(life) = self.take_life(&reservation_id) {
-                self.keep(&reservation_id, life);
+            let (_, key) = self.expiries.first().cloned().expect("a first entry");
+            self.close_hold(&key);
+            if let Some(life) = self.take_life(&key) {
+                self.keep(&key, life);
             }
         }
     }
@@ -513,8 +526,8 @@ impl State {
         // Soonest first, and a later instant's month never ends before an earlier one's: only what is dropped is
         // read.
         while self.resting.first().is_some_and(|(until, _)| !self.counted(*until)) {
-            let (_, reservation_id) = self.resting.pop_first().expect("a first entry");
-            self.lives.remove(&reservation_id);
+            let (_, key) = self.resting.pop_first().expect("a first entry");
+            self.lives.remove(&key);
         }
         let live = |counters: &mut Counters| {
             counters
@@ -547,23 +560,15 @@ mod tests {
 
     #[derive(Debug, Clone)]
     enum Op {
-        Reserve { id: u8, tenant: usize, subject: Option<usize>, metric: usize, amount: i64, ttl_s: i64 },
+        Reserve { id: u8, subject: Option<usize>, metric: usize, amount: i64, ttl_s: i64 },
         Close { id: u8, commit: bool, amount: i64 },
         Advance { seconds: i64 },
     }
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            (0..8u8, 0..2usize, proptest::option::of(0..2usize), 0..2usize, 0..100i64, 1..1_800i64).prop_map(
-                |(id, tenant, subject, metric, amount, ttl_s)| Op::Reserve {
-                    id,
-                    tenant,
-                    subject,
-                    metric,
-                    amount,
-                    ttl_s
-                }
-            ),
+            (0..8u8, proptest::option::of(0..2usize), 0..2usize, 0..100i64, 1..1_800i64)
+                .prop_map(|(id, subject, metric, amount, ttl_s)| Op::Reserve { id, subject, metric, amount, ttl_s }),
             (0..8u8, any::<bool>(), 0..200i64).prop_map(|(id, commit, amount)| Op::Close { id, commit, amount }),
             (0..900i64).prop_map(|seconds| Op::Advance { seconds }),
         ]
@@ -650,23 +655,24 @@ mod tests {
             expires_at: (action == ReservationAction::RESERVE).then(|| at("2026-11-10T01:00:00Z")),
         };
         state.fold_own(PROVISIONAL_SEQ, &event(ReservationAction::RESERVE, 5, "e1"), now);
-        state.number_own("r1", PROVISIONAL_SEQ, Some(1), now);
+        let key = ("org-1".to_string(), "r1".to_string());
+        state.number_own(&key, PROVISIONAL_SEQ, Some(1), now);
         assert_eq!(state.held("org-1", Whose::Tenant, "tokens", now), 5);
         state.fold_own(PROVISIONAL_SEQ, &event(ReservationAction::COMMIT, 7, "e2"), now);
         assert_eq!(state.held("org-1", Whose::Tenant, "tokens", now), 0);
         assert_eq!(state.consumed("org-1", Whose::Tenant, "tokens", Window::DAY, now), 7);
-        state.number_own("r1", PROVISIONAL_SEQ, None, now);
+        state.number_own(&key, PROVISIONAL_SEQ, None, now);
         assert_eq!(state.held("org-1", Whose::Tenant, "tokens", now), 5, "the COMMIT not recorded: held again");
         assert_eq!(state.consumed("org-1", Whose::Tenant, "tokens", Window::DAY, now), 0);
         state.fold_own(PROVISIONAL_SEQ, &event(ReservationAction::RELEASE, 0, "e3"), now);
-        state.number_own("r1", PROVISIONAL_SEQ, Some(2), now);
+        state.number_own(&key, PROVISIONAL_SEQ, Some(2), now);
         assert_eq!(state.held("org-1", Whose::Tenant, "tokens", now), 0);
         assert!(state.lives.is_empty() && state.resting.is_empty(), "closed, and nobody else closes it");
     }
 
-    /// A reservation event of a generated history: (reservation, action, minutes after the base, amount, TTL in
-    /// minutes, whether its subject differs from its reservation's).
-    type Generated = (u8, ReservationAction, i64, i64, i64, bool);
+    /// A reservation event of a generated history: (reservation_id, tenant, action, minutes after the base,
+    /// amount, TTL in minutes, whether its subject differs from its reservation's).
+    type Generated = (u8, usize, ReservationAction, i64, i64, i64, bool);
 
     fn generated_event() -> impl Strategy<Value = Generated> {
         let action = prop_oneof![
@@ -674,7 +680,7 @@ mod tests {
             Just(ReservationAction::COMMIT),
             Just(ReservationAction::RELEASE)
         ];
-        (0..4u8, action, 0..180i64, 0..50i64, 0..90i64, proptest::bool::weighted(0.2))
+        (0..4u8, 0..2usize, action, 0..180i64, 0..50i64, 0..90i64, proptest::bool::weighted(0.2))
     }
 
     proptest! {
@@ -688,7 +694,10 @@ mod tests {
             let mut seq = 0;
             for op in ops {
                 match op {
-                    Op::Reserve { id, tenant, subject, metric, amount, ttl_s } => {
+                    Op::Reserve { id, subject, metric, amount, ttl_s } => {
+                        // An id stays with one tenant here (the model keys reservations by id alone); another
+                        // tenant's id is another reservation, which the property below covers.
+                        let tenant = usize::from(id) % 2;
                         let (tenant, subject, metric) = (TENANTS[tenant], subject.map(|s| SUBJECTS[s]), METRICS[metric]);
                         let reservation_id = format!("r{id}");
                         let expires_at = Timestamp(now.micros() + ttl_s * 1_000_000);
@@ -779,7 +788,8 @@ mod tests {
         // Proves that the hook's fold of other enforcers' reservation events, dated in any order and with time
         // passing between arrivals, holds and consumes exactly what reconcile's judgement of all of them says
         // (SPEC 5: validity by event time, not arrival order): a close that arrives before its RESERVE, a second
-        // RESERVE, two closes, a close after the expiry, a COMMIT of another subject.
+        // RESERVE, two closes, a close after the expiry, a COMMIT of another subject, and the same reservation_id
+        // in two tenants, two reservations.
         #[test]
         fn reservations_fold_to_reconciles_verdict_whatever_the_arrival_order(
             history in proptest::collection::vec(generated_event(), 1..24),
@@ -790,9 +800,9 @@ mod tests {
             let events: Vec<(u64, ReservationEvent)> = history
                 .iter()
                 .enumerate()
-                .map(|(n, (id, action, at, amount, ttl, other_subject))| {
+                .map(|(n, (id, tenant, action, at, amount, ttl, other_subject))| {
                     let subject = if *other_subject { "bob" } else { "alice" };
-                    let tenant = TENANTS[usize::from(*id) % 2];
+                    let tenant = TENANTS[*tenant];
                     let reserve = *action == ReservationAction::RESERVE;
                     (n as u64 + 1, ReservationEvent {
                         header: header(tenant, Some(subject), "tokens", minutes(*at), format!("e{n}")),
@@ -814,10 +824,10 @@ mod tests {
             // What reconcile says of all of them.
             let mut held: BTreeMap<(String, String), i64> = BTreeMap::new();
             let mut consumed: BTreeMap<(String, String, i64), i64> = BTreeMap::new();
-            for id in 0..4u8 {
+            for (id, tenant) in (0..4u8).flat_map(|id| TENANTS.map(|tenant| (id, tenant))) {
                 let of_id: Vec<(u64, &ReservationEvent)> = events
                     .iter()
-                    .filter(|(_, e)| e.reservation_id == format!("r{id}"))
+                    .filter(|(_, e)| e.reservation_id == format!("r{id}") && e.header.tenant == tenant)
                     .map(|(seq, e)| (*seq, e))
                     .collect();
                 if of_id.is_empty() {

@@ -249,11 +249,11 @@ impl Writer {
 
     /// Appends the group's events in one transaction, then folds what other writers appended meanwhile.
     fn record(&mut self, events: Vec<Event>, now: Timestamp) -> Result<(), Box<dyn std::error::Error>> {
-        let reservations: Vec<(usize, String)> = events
+        let reservations: Vec<(usize, state::Key)> = events
             .iter()
             .enumerate()
             .filter_map(|(n, event)| match event {
-                Event::Reservation(r) => Some((n, r.reservation_id.clone())),
+                Event::Reservation(r) => Some((n, (r.header.tenant.clone(), r.reservation_id.clone()))),
                 _ => None,
             })
             .collect();
@@ -272,12 +272,12 @@ impl Writer {
                 ledger::AppendOutcome::Duplicate { .. } => None,
             })
             .collect();
-        for (n, reservation_id) in reservations {
+        for (n, key) in reservations {
             let recorded = match report.outcomes[n] {
                 ledger::AppendOutcome::Recorded { seq } => Some(seq),
                 ledger::AppendOutcome::ConflictingDuplicate { .. } | ledger::AppendOutcome::Duplicate { .. } => None,
             };
-            self.state.number_own(&reservation_id, state::PROVISIONAL_SEQ + n as u64, recorded, now);
+            self.state.number_own(&key, state::PROVISIONAL_SEQ + n as u64, recorded, now);
         }
         // Almost always nobody else appended since this group's catch-up: the new entries are exactly this group's,
         // already applied to the state, and reading them back would cost as much as writing them.
@@ -446,7 +446,13 @@ impl Writer {
             return Err(HookError::BadRequest { field: "amount", message: format!("{amount} is negative") });
         }
         let id = reservation_id.to_string();
-        let Some(hold) = self.state.hold(reservation_id).cloned() else {
+        let holds = self.state.holds_of(reservation_id);
+        // Other enforcers' reservations of two tenants may share an id: the caller's, the first by tenant name.
+        let covered = holds.iter().filter(|h| tenants.covers(&h.tenant)).min_by(|a, b| a.tenant.cmp(&b.tenant));
+        let Some(hold) = covered.cloned() else {
+            if !holds.is_empty() {
+                return Ok(Err(Refusal::Forbidden { reservation_id: id }));
+            }
             // Closed earlier in this group: not in the ledger yet, which would call it expired.
             if let Some(close) = closed_in_group(events, reservation_id) {
                 return Ok(Err(match tenants.covers(&close.header.tenant) {
@@ -457,15 +463,12 @@ impl Writer {
             return refusal_from_ledger(&self.ledger, reservation_id, tenants)
                 .map_err(|e| HookError::Ledger(e.to_string()));
         };
-        if !tenants.covers(&hold.tenant) {
-            return Ok(Err(Refusal::Forbidden { reservation_id: id }));
-        }
         if hold.expires_at < now {
             return Ok(Err(Refusal::Expired { reservation_id: id, expires_at: hold.expires_at }));
         }
         let amount = if action == ReservationAction::COMMIT { amount } else { 0 };
         let header = Header {
-            event_id: ids::close_event_id(reservation_id, action),
+            event_id: ids::close_event_id(&hold.tenant, reservation_id, action),
             occurred_at: now,
             tenant: hold.tenant.clone(),
             subject: hold.subject.clone(),
@@ -683,15 +686,22 @@ fn refusal_from_ledger(
             Ok((r.get::<_, i64>(0)? as u64, recorded))
         })?
         .collect::<rusqlite::Result<_>>()?;
-    // Judged as reconcile judges it (and as the state folded it): by event time.
-    let events: Vec<(u64, &Recorded)> = rows.iter().map(|(seq, r)| (*seq, r)).collect();
-    let verdict = reconcile::reservation::judge(&events, Timestamp(i64::MAX));
-    let Some(reserve) = verdict.reserve.and_then(|seq| rows.iter().find(|(s, _)| *s == seq)).map(|(_, r)| r) else {
+    // A reservation per tenant with a RESERVE (other enforcers' may share an id): the caller's, the first by tenant
+    // name, judged as reconcile judges it (and as the state folded it): by event time.
+    let mut reserved: Vec<&str> =
+        rows.iter().filter(|(_, r)| r.action == ReservationAction::RESERVE).map(|(_, r)| r.tenant.as_str()).collect();
+    reserved.sort_unstable();
+    if reserved.is_empty() {
         return Ok(Err(Refusal::NotFound { reservation_id: id }));
-    };
-    if !tenants.covers(&reserve.tenant) {
-        return Ok(Err(Refusal::Forbidden { reservation_id: id }));
     }
+    let Some(tenant) = reserved.into_iter().find(|t| tenants.covers(t)) else {
+        return Ok(Err(Refusal::Forbidden { reservation_id: id }));
+    };
+    let events: Vec<(u64, &Recorded)> =
+        rows.iter().filter(|(_, r)| r.tenant == tenant).map(|(seq, r)| (*seq, r)).collect();
+    let verdict = reconcile::reservation::judge(&events, Timestamp(i64::MAX));
+    let reserve = verdict.reserve.and_then(|seq| events.iter().find(|(s, _)| *s == seq)).map(|(_, r)| *r);
+    let reserve = reserve.expect("a tenant with a RESERVE has one in its verdict");
     Ok(Err(match verdict.close {
         Some((_, action, _)) => Refusal::AlreadyClosed { reservation_id: id, by: action.symbol().to_string() },
         None => Refusal::Expired { reservation_id: id, expires_at: reserve.expires_at.unwrap_or(Timestamp(i64::MIN)) },

@@ -534,3 +534,36 @@ fn reservations_from_ingest_are_judged_by_event_time() {
     refused.sort();
     assert_eq!(refused, ["b-reserve-again", "c-commit-late", "d-release"], "reconcile refuses the same");
 }
+
+// A reservation is a tenant's: another tenant's events with the same reservation_id (producers of other teams
+// choose their ids) are another reservation, as reconcile judges them. org-2's RESERVE and COMMIT of `r-1` leave
+// org-1's `r-1` alone: org-1's own COMMIT of 90 counts. The hook judged them as one reservation: org-2's COMMIT
+// closed org-1's, and org-1's was refused, so the hook counted nothing for org-1.
+#[test]
+fn another_tenants_reservation_of_the_same_id_is_another_reservation() {
+    let (dir, hook) = hook_with(vec![policy("daily", 100, Window::DAY, Enforcement::HARD, None)]);
+    let now = Timestamp::now().micros();
+    let at = |seconds_ago: i64| Timestamp(now - seconds_ago * 1_000_000);
+    let in_an_hour = Some(at(-3_600));
+    let of_org_2 = |mut event: Event| {
+        if let Event::Reservation(r) = &mut event {
+            r.header.tenant = "org-2".into();
+        }
+        event
+    };
+    let reservation = foreign_reservation;
+    append_as_ingest(
+        &dir,
+        vec![
+            reservation("a-reserve", "r-1", ReservationAction::RESERVE, at(10), 100, in_an_hour),
+            of_org_2(reservation("b-reserve", "r-1", ReservationAction::RESERVE, at(9), 50, in_an_hour)),
+            of_org_2(reservation("b-commit", "r-1", ReservationAction::COMMIT, at(8), 40, None)),
+            reservation("a-commit", "r-1", ReservationAction::COMMIT, at(7), 90, None),
+        ],
+    );
+    let running = hook.check(ask("running", 0)).unwrap();
+    assert_eq!((running.used_before, running.remaining), (Some(90), Some(10)), "org-1's commit, nothing held");
+    drop(hook);
+    let restarted = Hook::start(dir.path().join("ledger.db"), HookSettings::default()).unwrap();
+    assert_eq!(restarted.check(ask("restarted", 0)).unwrap().used_before, Some(90), "the same folded at start");
+}
