@@ -110,3 +110,15 @@ fn the_tables_are_listed_with_their_columns() {
         assert!(listed.contains(expected), "{expected:?} missing from:\n{listed}");
     }
 }
+
+// A cell longer than a format width can be (65,535) is printed whole and the next column still aligned: the table
+// padded with `{:<width$}`, whose width is a u16, and panicked.
+#[test]
+fn a_cell_longer_than_a_format_width_is_printed() {
+    let test = ledger_with_usage();
+    let query = "SELECT repeat('x', 70000) AS cell, 1 AS n UNION ALL SELECT 'y', 22";
+    let table = test.run(&["sql", query]).success().stdout_text();
+    let cell = "x".repeat(70_000);
+    let expected = format!("cell{}  n\n{cell}  1\ny{}  22\n", " ".repeat(70_000 - 4), " ".repeat(70_000 - 1));
+    assert!(table == expected, "the table differs from the one expected (first 200 bytes: {:?})", &table[..200]);
+}

@@ -128,15 +128,23 @@ pub fn print_table(header: &[&str], rows: &[Vec<String>]) -> anyhow::Result<()> 
 
 /// Writes rows as a table whose columns are aligned, the header first.
 pub fn write_table(out: &mut dyn Write, header: &[&str], rows: &[Vec<String>]) -> anyhow::Result<()> {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {
             *width = (*width).max(cell.chars().count());
         }
     }
     let line = |cells: &mut dyn Iterator<Item = &str>| -> String {
-        let cells: Vec<String> = cells.zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
-        cells.join("  ").trim_end().to_string()
+        let mut line = String::new();
+        for (column, (cell, width)) in cells.zip(&widths).enumerate() {
+            if column > 0 {
+                line.push_str("  ");
+            }
+            line.push_str(cell);
+            // Padded by hand: a format width (`{cell:<width$}`) is a u16, and `sql` prints cells of any length.
+            line.extend(std::iter::repeat_n(' ', width.saturating_sub(cell.chars().count())));
+        }
+        line.trim_end().to_string()
     };
     writeln!(out, "{}", line(&mut header.iter().copied()))?;
     for row in rows {
