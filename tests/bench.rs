@@ -108,3 +108,37 @@ fn bench_export_without_duckdb_fails_before_building_anything() {
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert!(left.is_empty(), "bench export built or wrote something before failing: {left:?}");
 }
+
+// `bench hook` without redis-server fails at once, before its first measurement, naming what to install: it
+// found out only at the Redis peer, after six other peers at each concurrency (minutes at the defaults).
+// redis-server is made absent whatever is installed: the PATH given holds no programs. Each measurement here
+// would last an hour, so a run that measures before it checks is still running when the test gives up on it.
+#[test]
+fn bench_hook_without_redis_fails_before_measuring_anything() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let empty_path = tempfile::tempdir().expect("a directory with no programs");
+    let mut child = Command::new(BIN)
+        .args(["bench", "hook", "--concurrency", "1", "--seconds", "3600"])
+        .env("PATH", empty_path.path())
+        .env_remove("QUOTA_LEDGER_PATH")
+        .env_remove("QUOTA_LEDGER_BROKERS")
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let started = std::time::Instant::now();
+    while child.try_wait().expect("the child can be waited for").is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("bench hook without redis-server still ran after 60 s: it measures before it checks");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let output = child.wait_with_output().expect("the child's output");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "stderr: {stderr}");
+    assert!(stderr.contains("cannot start redis-server (apt-get install redis-server)"), "stderr: {stderr}");
+    assert!(output.stdout.is_empty(), "nothing measured: {}", String::from_utf8_lossy(&output.stdout));
+}

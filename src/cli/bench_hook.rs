@@ -32,6 +32,8 @@ const LIMIT: i64 = i64::MAX / 4;
 const OPEN_HOLDS: usize = 10_000;
 /// Tenants those reservations are spread over.
 const OPEN_HOLD_TENANTS: usize = 100;
+/// What the run says when `redis-server` cannot be started, before measuring anything or after.
+const REDIS_MISSING: &str = "cannot start redis-server (apt-get install redis-server)";
 
 /// The Lua script: the same check-and-consume as the hook's, on one counter.
 const LUA: &str = r#"
@@ -372,8 +374,7 @@ fn redis(run: usize, clients: usize, fsync_always: bool, seconds: f64) -> anyhow
     } else {
         command.args(["--appendonly", "no"]);
     }
-    let child =
-        command.stdout(Stdio::null()).spawn().context("cannot start redis-server (apt-get install redis-server)")?;
+    let child = command.stdout(Stdio::null()).spawn().context(REDIS_MISSING)?;
     let _guard = ChildGuard(child);
     wait_for(port)?;
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}/"))?;
@@ -399,8 +400,18 @@ fn redis(run: usize, clients: usize, fsync_always: bool, seconds: f64) -> anyhow
     )
 }
 
+/// Fails at once, with the message a failed start of the Redis peer gives, unless `redis-server` runs.
+fn require_redis() -> anyhow::Result<()> {
+    let output = Command::new("redis-server").arg("--version").stdin(Stdio::null()).output().context(REDIS_MISSING)?;
+    anyhow::ensure!(output.status.success(), "{REDIS_MISSING}: redis-server --version {}", output.status);
+    Ok(())
+}
+
 pub fn run(concurrency: &[usize], seconds: f64, random_ids: bool, json: bool) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(seconds.is_finite() && seconds > 0.0, "--seconds must be positive, not {seconds}");
+    // Every external peer first: Redis is measured last at each concurrency, after six peers of `seconds` each
+    // (minutes at the defaults), and a missing redis-server used to fail only there.
+    require_redis()?;
     let dir = tempfile::tempdir()?;
     // For the peer that publishes its outbox: the embedded broker, in this process (a tenth of a second of CPU
     // in a run).
