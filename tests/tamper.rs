@@ -46,12 +46,16 @@ fn ledger_of_five() -> TestLedger {
     ledger
 }
 
-/// Runs `verify`, which must exit 1: its JSON report's `first_bad`, after checking that stderr names the entry.
+/// Runs `verify`, which must exit 1: its JSON report's `first_bad`, after checking that stderr names the entry and
+/// that the report says where the walk stopped apart from the ledger's watermark.
 fn verify_fails(ledger: &TestLedger, seq: u64, event_id: &str) -> Value {
     let run = ledger.verify().expect_code(1);
-    let first_bad = run.json()["first_bad"].clone();
+    let report = run.json();
+    let first_bad = report["first_bad"].clone();
     assert_eq!(first_bad["seq"], seq, "verify --json: {first_bad}");
     assert_eq!(first_bad["event_id"], event_id, "verify --json: {first_bad}");
+    assert_eq!(report["walk_stopped_at"], seq, "verify --json: {report}");
+    assert_eq!(report["watermark"], ledger.status()["watermark"], "verify --json: {report}");
     let named = format!("verify: entry {seq} (event_id {event_id}) does not hold");
     assert!(run.stderr.contains(&named), "stderr should say {named:?}: {}", run.stderr);
     first_bad
@@ -190,4 +194,34 @@ fn outbox_cursor_past_a_pending_entry_is_named_by_verify() {
     let problem = run.json()["first_bad"]["problem"].as_str().unwrap().to_string();
     assert_eq!(problem, "outbox_cursor starts the pending entries at 5, but outbox entry 3 below it is not published");
     assert!(run.stderr.contains(&problem), "stderr: {}", run.stderr);
+}
+
+// Proves that `verify --json`'s `watermark` is the ledger's, as `status --json` says, whether the chain holds or
+// not, and that where the walk stopped is `walk_stopped_at`: on a bad entry, `watermark` used to be that entry's.
+#[test]
+fn verify_reports_the_ledgers_watermark_and_where_the_walk_stopped() {
+    let holds = ledger_of_five();
+    let report = holds.verify().success().json();
+    assert_eq!((&report["watermark"], &report["walk_stopped_at"]), (&Value::from(5), &Value::from(5)), "{report}");
+
+    let bad_entry = ledger_of_five();
+    sqlite3_ok(
+        &bad_entry,
+        "DROP TRIGGER usage_events_refuse_update; UPDATE usage_events SET quantity = 1 WHERE seq = 2",
+    );
+    let report = bad_entry.verify().expect_code(1).json();
+    assert_eq!(bad_entry.status()["watermark"], 5);
+    assert_eq!((&report["watermark"], &report["walk_stopped_at"]), (&Value::from(5), &Value::from(2)), "{report}");
+    assert_eq!(report["entries_checked"], 1, "{report}");
+
+    // The last entry deleted: the walk reads 4 entries that hold, and the ledger (its last batch) says 5.
+    let last_deleted = ledger_of_five();
+    sqlite3_ok(
+        &last_deleted,
+        "DROP TRIGGER entries_refuse_delete; DROP TRIGGER usage_events_refuse_delete;
+         DELETE FROM usage_events WHERE seq = 5; DELETE FROM entries WHERE seq = 5",
+    );
+    let report = last_deleted.verify().expect_code(1).json();
+    assert_eq!(last_deleted.status()["watermark"], 5);
+    assert_eq!((&report["watermark"], &report["walk_stopped_at"]), (&Value::from(5), &Value::from(4)), "{report}");
 }

@@ -22,8 +22,14 @@ pub struct BadEntry {
 /// What `verify` found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct VerifyReport {
+    /// Entries that hold, from the first: every entry 1 to this one was checked good.
     pub entries_checked: u64,
+    /// The ledger's watermark, as `status` reports it (the last batch's), in the snapshot the walk read: the same
+    /// whether the chain holds or not.
     pub watermark: u64,
+    /// The sequence number where the walk stopped: the first bad entry's, or the last entry's when every entry
+    /// holds (0 for an empty ledger). Until 2026-12-02 `watermark` carried this.
+    pub walk_stopped_at: u64,
     /// `None` when the whole chain holds.
     pub first_bad: Option<BadEntry>,
 }
@@ -116,20 +122,29 @@ impl Ledger {
                     payload, raw, payload_hash, entry_hash
              FROM entries ORDER BY seq",
         )?;
+        let totals = read_totals(&tx)?;
         let mut rows = statement.query([])?;
         let mut previous: Hash = GENESIS;
         let mut checked = 0u64;
         while let Some(row) = rows.next()? {
             let entry = StoredEntry::read(row)?;
             if let Err(problem) = self.check_entry(&entry, checked + 1, &previous) {
-                let bad = BadEntry { seq: entry.seq, event_id: entry.event_id, problem };
-                return Ok(VerifyReport { entries_checked: checked, watermark: entry.seq, first_bad: Some(bad) });
+                return Ok(VerifyReport {
+                    entries_checked: checked,
+                    watermark: totals.watermark,
+                    walk_stopped_at: entry.seq,
+                    first_bad: Some(BadEntry { seq: entry.seq, event_id: entry.event_id, problem }),
+                });
             }
             previous = entry.entry_hash.as_slice().try_into().expect("checked to be 32 bytes");
             checked += 1;
         }
-        let totals = read_totals(&tx)?;
-        let mut report = VerifyReport { entries_checked: checked, watermark: checked, first_bad: None };
+        let mut report = VerifyReport {
+            entries_checked: checked,
+            watermark: totals.watermark,
+            walk_stopped_at: checked,
+            first_bad: None,
+        };
         if totals.watermark != checked {
             report.first_bad = Some(BadEntry {
                 seq: totals.watermark,
