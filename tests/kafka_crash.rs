@@ -9,7 +9,6 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -29,17 +28,6 @@ const MESSAGES_PER_ROUND: u64 = 3_000;
 fn total(reports: &[Value]) -> [u64; 5] {
     let fields = ["unique_events", "duplicates", "conflicts", "malformed", "messages"];
     fields.map(|f| reports.iter().map(|r| count(r, f)).sum())
-}
-
-fn spawn_ingest(ledger: &TestLedger, broker: &Broker) -> Child {
-    Command::new(BIN)
-        .args(["--ledger", ledger.path.to_str().expect("UTF-8"), "ingest", "--brokers", &broker.bootstrap])
-        // Small batches: more commits for a kill to fall between.
-        .args(["--batch-max-events", "200", "--batch-wait-ms", "50"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("ingest starts")
 }
 
 fn assert_ledger_equals(ledger: &TestLedger, reports: &[Value]) {
@@ -80,7 +68,9 @@ fn sigkill_ingest_at_random_instants_against_a_real_broker() {
     for round in 0..KILLS {
         reports.push(generate_to(&broker, 40, MESSAGES_PER_ROUND, 100 + u64::from(round)));
         let before = Counts::of_status_or_zero(&ledger);
-        let mut ingest = spawn_ingest(&ledger, &broker);
+        // Small batches: more commits for a kill to fall between.
+        let mut ingest =
+            ledger.spawn_ingest(&broker.bootstrap, &["--batch-max-events", "200", "--batch-wait-ms", "50"]);
         // Wait until this ingest has appended something (it joined the group and is working), then a bit more.
         let started = Instant::now();
         while Counts::of_status_or_zero(&ledger).watermark == before.watermark {

@@ -124,7 +124,7 @@ fn a_second_ingest_on_the_same_ledger_is_refused() {
     let broker = Broker::mock();
     let ledger = TestLedger::new();
     let report = generate_to(&broker, 5, 500, 3);
-    let mut first = spawn_ingest(&ledger, &broker.bootstrap, &[]);
+    let mut first = ledger.spawn_ingest(&broker.bootstrap, &[]);
     let lock = ledger.file("ledger.db.ingest.lock");
     let started = Instant::now();
     while !std::fs::read_to_string(&lock).unwrap_or_default().starts_with("pid") {
@@ -181,17 +181,35 @@ fn topics_create_on_a_broker_that_has_them_asks_nothing() {
     assert!(said.lines().all(|l| l.ends_with("  exists")), "{said}");
 }
 
-/// `ingest` on `ledger` as a child process, its stderr into the file `ingest.err` of the ledger's directory.
-fn spawn_ingest(ledger: &TestLedger, broker: &str, extra: &[&str]) -> std::process::Child {
-    let ledger_path = ledger.path.to_str().expect("UTF-8").to_string();
-    let stderr = std::fs::File::create(ledger.file("ingest.err")).expect("a file for ingest's stderr");
-    std::process::Command::new(BIN)
-        .args(["--ledger", &ledger_path, "ingest", "--brokers", broker])
-        .args(extra)
-        .stdout(std::process::Stdio::null())
-        .stderr(stderr)
-        .spawn()
-        .expect("ingest starts")
+// A test that panics while its ingest runs leaves no ingest behind: `spawn_ingest`'s guard kills and reaps it as
+// the panic unwinds. A plain `Child` is neither killed nor waited for when dropped: the ingest ran on after the
+// test had failed, holding its ledger, its lock and a member of its consumer group.
+#[test]
+fn a_test_that_panics_leaves_no_ingest_running() {
+    let ledger = TestLedger::new();
+    let pid = std::sync::Mutex::new(None);
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // Nothing listens on the discard port: a running ingest waits for its brokers as long as it takes.
+        let ingest = ledger.spawn_ingest("127.0.0.1:9", &[]);
+        *pid.lock().unwrap() = Some(ingest.id() as i32);
+        let lock = ledger.file("ledger.db.ingest.lock");
+        eventually(30, "ingest took its lock", || {
+            std::fs::read_to_string(&lock).unwrap_or_default().starts_with("pid").then_some(())
+        });
+        panic!("this test panics here on purpose, with ingest running");
+    }));
+    assert!(unwound.is_err(), "the closure panicked");
+    let pid = pid.lock().unwrap().expect("ingest started");
+    // SAFETY: signal 0 only asks whether the process exists (a zombie, not yet reaped, still does).
+    let alive = unsafe { libc::kill(pid, 0) } == 0;
+    if alive {
+        // SAFETY: kill(2) and waitpid(2) on a child this test started, so that a failure leaves nothing either.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, std::ptr::null_mut(), 0);
+        }
+    }
+    assert!(!alive, "ingest (pid {pid}) outlived the test that panicked");
 }
 
 /// Waits until the ledger holds `events` events (60 s at most).
@@ -209,7 +227,7 @@ fn a_running_ingest_rides_out_a_broker_restart() {
     let (port, bootstrap) = (broker.port(), broker.bootstrap.clone());
     let ledger = TestLedger::new();
     let before = generate_to(&broker, 5, 500, 21);
-    let mut ingest = spawn_ingest(&ledger, &bootstrap, &[]);
+    let mut ingest = ledger.spawn_ingest(&bootstrap, &[]);
     wait_recorded(&ledger, count(&before, "unique_events"), "ingest recorded what came before the outage");
     drop(broker);
     std::thread::sleep(Duration::from_secs(4));
@@ -240,7 +258,7 @@ fn an_append_that_outlasts_the_poll_interval_rejoins_the_group() {
     let before = generate_to(&broker, 5, 500, 31);
     let overrides = ["max.poll.interval.ms=3000", "session.timeout.ms=3000", "heartbeat.interval.ms=500"];
     let args: Vec<&str> = overrides.iter().flat_map(|o| ["-X", *o]).collect();
-    let mut ingest = spawn_ingest(&ledger, &broker.bootstrap, &args);
+    let mut ingest = ledger.spawn_ingest(&broker.bootstrap, &args);
     wait_recorded(&ledger, count(&before, "unique_events"), "ingest recorded what came before the stall");
     let writer = rusqlite::Connection::open(&ledger.path).expect("the ledger opens");
     writer.execute_batch("BEGIN IMMEDIATE").expect("another writer takes the ledger");
@@ -280,7 +298,7 @@ fn a_nightly_ingest_waits_for_its_broker() {
     let report = generate_to(&broker, 5, 500, 23);
     drop(broker);
     let ledger = TestLedger::new();
-    let mut ingest = spawn_ingest(&ledger, &bootstrap, &["--until-caught-up"]);
+    let mut ingest = ledger.spawn_ingest(&bootstrap, &["--until-caught-up"]);
     std::thread::sleep(Duration::from_secs(4));
     assert!(ingest.try_wait().expect("ingest's status").is_none(), "ingest waits while the broker is away");
     let _broker = Broker::tansu_sqlite(&data.path().join("tansu.db"), Some(port)).expect("Tansu restarts");

@@ -4,7 +4,7 @@
 mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,16 +18,9 @@ const ADMIN: &str = "admin-secret-0123456789";
 
 /// `quota-ledger serve` on a free port, stopped when dropped.
 struct Server {
-    child: Child,
+    child: ChildGuard,
     base: String,
     agent: ureq::Agent,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Server {
@@ -48,14 +41,16 @@ impl Server {
             format!("[[token]]\nsecret = \"{SECRET}\"\ntenants = [\"org-1\"]\n\n[[token]]\nsecret = \"{ADMIN}\"\ntenants = [\"*\"]\n"),
         )
         .unwrap();
-        let mut child = Command::new(BIN)
-            .args(["--ledger", test.path.to_str().unwrap(), "serve", "--listen", "127.0.0.1:0", "--tokens"])
-            .arg(&tokens)
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .expect("serve starts");
+        let mut child = ChildGuard::new(
+            Command::new(BIN)
+                .args(["--ledger", test.path.to_str().unwrap(), "serve", "--listen", "127.0.0.1:0", "--tokens"])
+                .arg(&tokens)
+                .args(extra)
+                .stdout(Stdio::piped())
+                .stderr(stderr)
+                .spawn()
+                .expect("serve starts"),
+        );
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).expect("serve prints its address");
         let base =

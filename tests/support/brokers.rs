@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::BIN;
+use super::{BIN, ChildGuard};
 
 /// The version of Tansu `.ci/run` installs and these tests were written against.
 pub const TANSU_VERSION: &str = "0.6.0";
@@ -16,16 +16,9 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A broker process, stopped when dropped.
 pub struct Broker {
-    child: Child,
+    _child: ChildGuard,
     pub bootstrap: String,
     pub kind: &'static str,
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn free_port() -> u16 {
@@ -49,12 +42,14 @@ fn wait_for_port(address: &str, child: &mut Child, what: &str) {
 impl Broker {
     /// `quota-ledger broker mock`: the embedded broker, with the topics of SPEC 2 (3 partitions each).
     pub fn mock() -> Broker {
-        let mut child = Command::new(BIN)
-            .args(["broker", "mock", "--partitions", "3"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("quota-ledger broker mock starts");
+        let mut child = ChildGuard::new(
+            Command::new(BIN)
+                .args(["broker", "mock", "--partitions", "3"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("quota-ledger broker mock starts"),
+        );
         let mut line = String::new();
         BufReader::new(child.stdout.take().expect("piped"))
             .read_line(&mut line)
@@ -62,7 +57,7 @@ impl Broker {
         let bootstrap = line.trim().to_string();
         assert!(!bootstrap.is_empty(), "broker mock printed no address");
         wait_for_port(bootstrap.split(',').next().expect("an address"), &mut child, "broker mock");
-        Broker { child, bootstrap, kind: "mock" }
+        Broker { _child: child, bootstrap, kind: "mock" }
     }
 
     /// Tansu on loopback with the given storage engine (`memory://tansu/` or `sqlite://FILE`), the topics of
@@ -110,15 +105,25 @@ impl Broker {
         if let Some(dir) = dir {
             command.current_dir(dir);
         }
-        let mut child = command
-            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url, "--storage-engine", storage])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("tansu starts");
+        let mut child = ChildGuard::new(
+            command
+                .args([
+                    "broker",
+                    "--listener-url",
+                    &url,
+                    "--advertised-listener-url",
+                    &url,
+                    "--storage-engine",
+                    storage,
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("tansu starts"),
+        );
         let bootstrap = format!("127.0.0.1:{port}");
         wait_for_port(&bootstrap, &mut child, "tansu");
-        Some(Broker { child, bootstrap, kind: "tansu" })
+        Some(Broker { _child: child, bootstrap, kind: "tansu" })
     }
 
     /// Tansu keeping its data in a SQLite file, so that a restart on the same port finds it again. Tansu 0.6.0

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
 pub mod brokers;
 
@@ -117,6 +117,40 @@ pub fn run_into_closed_pipe_in(dir: &Path, args: &[&str]) -> Run {
     }
 }
 
+/// A child process that is killed (SIGKILL) and reaped when dropped, so that a test that panics while it runs
+/// (a failed assertion, an `expect`) leaves no process behind: a long-running `ingest` would otherwise outlive the
+/// test and hold its ledger, its lock and a consumer group member. Derefs to the [`Child`], so that a test can
+/// still signal it, wait for it or kill it itself.
+pub struct ChildGuard(Child);
+
+impl ChildGuard {
+    pub fn new(child: Child) -> ChildGuard {
+        ChildGuard(child)
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        // Both answer Ok, or an error to ignore, when the test already waited for the child.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl std::ops::Deref for ChildGuard {
+    type Target = Child;
+
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for ChildGuard {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
 /// Runs a command that needs no ledger (`schemas ...`) in a fresh temporary directory.
 pub fn run(args: &[&str], stdin: &[u8]) -> Run {
     let dir = tempfile::tempdir().expect("a temporary directory");
@@ -153,6 +187,25 @@ impl TestLedger {
         let mut all = vec!["--ledger", self.path.to_str().expect("a UTF-8 temporary path")];
         all.extend_from_slice(args);
         run_into_closed_pipe_in(self.dir.path(), &all)
+    }
+
+    /// `ingest --brokers BROKERS EXTRA...` on this ledger as a child process, killed when dropped, its stderr into
+    /// the file `ingest.err` of the ledger's directory.
+    pub fn spawn_ingest(&self, brokers: &str, extra: &[&str]) -> ChildGuard {
+        let stderr = File::create(self.file("ingest.err")).expect("a file for ingest's stderr");
+        let child = Command::new(BIN)
+            .args(["--ledger", self.path.to_str().expect("a UTF-8 temporary path"), "ingest", "--brokers", brokers])
+            .args(extra)
+            .current_dir(self.dir.path())
+            .env_remove("QUOTA_LEDGER_PATH")
+            .env_remove("QUOTA_LEDGER_BROKERS")
+            .env_remove("QUOTA_LEDGER_GROUP")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("ingest starts");
+        ChildGuard::new(child)
     }
 
     /// `ingest --file F --json`, which must succeed: the ingest report.
