@@ -66,6 +66,21 @@ fn commands_that_succeed_exit_0_into_a_closed_pipe() {
     test.assert_verifies();
 }
 
+// A closed stdout stops `sql --format csv|json` from computing rows nobody reads (`sql ... | head -1`), exit 0.
+// This query fails in its seventh batch (a division by zero at row 50,000), so a run that read on to the end,
+// as it used to, exited 2 there.
+#[test]
+fn sql_into_a_closed_pipe_stops_its_query() {
+    let test = ledger_with_usage();
+    let query = "SELECT 1 / (value - 50000) AS x FROM generate_series(1, 100000)";
+    for format in ["csv", "json"] {
+        assert_quietly_done(&test.run_into_closed_pipe(&["sql", "--format", format, query]));
+    }
+    // Read to its end, the query does fail: what the runs above would meet had they read on.
+    let read = test.run(&["sql", "--format", "csv", query]).expect_code(2);
+    assert!(read.stderr.contains("Divide by zero"), "{}", read.stderr);
+}
+
 // A closed pipe stops the output, not the work: `ingest --file F | true` records the file all the same.
 #[test]
 fn ingest_into_a_closed_pipe_records_the_file() {

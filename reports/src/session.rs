@@ -2,6 +2,7 @@
 //! registered through the streaming [`LedgerTable`] provider, queries read-only by construction (read-only
 //! SQLite connections, and DataFusion refuses DDL, DML and statements).
 
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -70,6 +71,17 @@ impl LedgerSession {
         params: Vec<ScalarValue>,
         mut each: impl FnMut(&RecordBatch) -> Result<(), ReportError>,
     ) -> Result<arrow::datatypes::SchemaRef, ReportError> {
+        self.for_each_batch_while(sql, params, |batch| each(batch).map(ControlFlow::Continue))
+    }
+
+    /// As [`LedgerSession::for_each_batch_with`], but stops reading once `each` answers `Break` (its output's
+    /// reader is gone): the rest of the query is not computed, and the scans under it stop at their next batch.
+    pub fn for_each_batch_while(
+        &self,
+        sql: &str,
+        params: Vec<ScalarValue>,
+        mut each: impl FnMut(&RecordBatch) -> Result<ControlFlow<()>, ReportError>,
+    ) -> Result<arrow::datatypes::SchemaRef, ReportError> {
         self.runtime.block_on(async {
             let mut frame = self.context.sql_with_options(sql, read_only()).await?;
             if !params.is_empty() {
@@ -78,7 +90,9 @@ impl LedgerSession {
             let schema: arrow::datatypes::SchemaRef = Arc::new(frame.schema().as_arrow().clone());
             let mut stream = frame.execute_stream().await?;
             while let Some(batch) = stream.try_next().await? {
-                each(&batch)?;
+                if each(&batch)?.is_break() {
+                    break;
+                }
             }
             Ok(schema)
         })

@@ -60,8 +60,9 @@ pub fn stdout() -> Stdout {
     Stdout(std::io::stdout().lock())
 }
 
-/// Whether a write to stdout already met a closed pipe: later writes are dropped without trying.
-fn stdout_closed() -> bool {
+/// Whether a write to stdout already met a closed pipe: later writes are dropped without trying, and output
+/// produced piece by piece (`sql`'s batches) can stop being produced.
+pub fn stdout_closed() -> bool {
     STDOUT_CLOSED.load(Ordering::Relaxed)
 }
 

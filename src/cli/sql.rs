@@ -3,6 +3,7 @@
 //! read-only and DataFusion refuses DDL, DML and statements.
 
 use std::io::Write;
+use std::ops::ControlFlow;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -49,9 +50,10 @@ pub fn run(ledger_path: &Path, args: SqlArgs) -> anyhow::Result<ExitCode> {
         SqlFormat::Csv => {
             let mut writer = arrow::csv::WriterBuilder::new().with_header(true).build(super::stdout());
             let mut written = false;
-            let schema = session.for_each_batch_with(&query, Vec::new(), |batch| {
+            let schema = session.for_each_batch_while(&query, Vec::new(), |batch| {
                 written = true;
-                Ok(writer.write(batch)?)
+                writer.write(batch)?;
+                Ok(while_read())
             })?;
             if !written {
                 // Arrow writes the header with the first batch, and an empty result may have none.
@@ -60,7 +62,10 @@ pub fn run(ledger_path: &Path, args: SqlArgs) -> anyhow::Result<ExitCode> {
         }
         SqlFormat::Json => {
             let mut writer = arrow::json::ArrayWriter::new(super::stdout());
-            session.for_each_batch_with(&query, Vec::new(), |batch| Ok(writer.write(batch)?))?;
+            session.for_each_batch_while(&query, Vec::new(), |batch| {
+                writer.write(batch)?;
+                Ok(while_read())
+            })?;
             writer.finish()?;
             let mut out = writer.into_inner();
             // An empty result is still a JSON array.
@@ -68,6 +73,12 @@ pub fn run(ledger_path: &Path, args: SqlArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether to compute the next batch: not once stdout's reader is gone (`sql ... | head -1`), since everything
+/// written from then on is dropped. The table format cannot stop so: it prints nothing before the last batch.
+fn while_read() -> ControlFlow<()> {
+    if super::stdout_closed() { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
 }
 
 /// Appends a batch's rows as text (nulls empty) to `rows`.
