@@ -496,3 +496,83 @@ fn why_rounds_the_retry_seconds_up() {
     let words = test.run(&["audit", "why", "req-retry"]).success().stdout_text();
     assert!(words.contains("Retry after: 86356800 ms (86357 s)."), "{words}");
 }
+
+/// A decision of org-1 on `requests` (no subject) under `quota` version 1 in November's MONTH window, recorded
+/// with the counter (`limit`, `used_before`): DENIED (QUOTA_EXCEEDED) when it has no room for `amount`.
+fn decision_of_org_1(event_id: &str, request_id: &str, occurred_at: &str, amount: i64, counter: (i64, i64)) -> Event {
+    let (limit, used_before) = counter;
+    let denied = used_before + amount > limit;
+    Event::Decision(DecisionEvent {
+        header: header(event_id, occurred_at, "org-1", "requests"),
+        request_id: request_id.into(),
+        idempotency_key: format!("idem-{event_id}"),
+        amount,
+        outcome: if denied { Outcome::DENIED } else { Outcome::ALLOWED },
+        reason: if denied { Reason::QUOTA_EXCEEDED } else { Reason::WITHIN_LIMIT },
+        policy_id: Some("quota".into()),
+        policy_version: Some(1),
+        window_start: Some(at("2026-11-01T00:00:00Z")),
+        window_end: Some(at("2026-12-01T00:00:00Z")),
+        limit: Some(limit),
+        used_before: Some(used_before),
+        remaining: Some(if denied { limit - used_before } else { limit - used_before - amount }),
+        retry_after_ms: None,
+    })
+}
+
+/// Version 1 of policy `quota`, effective from 2026-01-01 (its event time too), with no burst.
+fn quota_v1(event_id: &str, owner: &str, metric: &str, limit: i64, shape: (Scope, Window, Enforcement)) -> Event {
+    let (scope, window, enforcement) = shape;
+    Event::Policy(PolicyEvent {
+        header: header(event_id, "2026-01-01T00:00:00Z", owner, metric),
+        policy_id: "quota".into(),
+        version: 1,
+        scope,
+        limit,
+        window,
+        enforcement,
+        effective_from: at("2026-01-01T00:00:00Z"),
+        burst: None,
+    })
+}
+
+// Review of 2026-12-02 (audit why), h6: SPEC 5 "Policy in force" is per tenant *and metric*; a denial on `requests`
+// under `quota` v1 is explained with the `*` plan's requests policy and the grants of its TENANT windows, not with
+// org-1's own `quota` v1 of another metric (tokens, SUBJECT scope), which has nothing to do with it.
+#[test]
+fn why_takes_the_policy_of_the_decisions_metric() {
+    let test = TestLedger::new();
+    let grant = Event::Grant(GrantEvent {
+        header: header("grant-nov", "2026-11-01T00:00:00Z", "org-1", "requests"),
+        grant_id: "grant-nov".into(),
+        amount: 20,
+        valid_from: at("2026-11-01T00:00:00Z"),
+        valid_until: at("2026-12-01T00:00:00Z"),
+        reason: "support credit".into(),
+    });
+    ingest_in_order(
+        &test,
+        vec![
+            quota_v1("plan-quota", "*", "requests", 100, (Scope::TENANT, Window::MONTH, Enforcement::HARD)),
+            quota_v1("own-quota", "org-1", "tokens", 5_000, (Scope::SUBJECT, Window::DAY, Enforcement::SOFT)),
+            grant,
+            usage("u-1", "2026-11-10T00:00:00Z", "org-1", 120),
+            decision_of_org_1("d-1", "req-1", "2026-11-10T10:05:00Z", 1, (120, 120)),
+        ],
+    );
+    let why = test.run(&["audit", "why", "req-1", "--json"]).success().json();
+    let policy = &why["policy"];
+    assert_eq!(
+        (policy["owner"].as_str(), policy["limit"].as_i64(), policy["window"].as_str(), policy["scope"].as_str()),
+        (Some("*"), Some(100), Some("MONTH"), Some("TENANT")),
+        "{why}"
+    );
+    assert_eq!(policy["enforcement"], "HARD");
+    let grants: Vec<&str> = why["grants"].as_array().unwrap().iter().map(|g| g["grant_id"].as_str().unwrap()).collect();
+    assert_eq!(grants, ["grant-nov"], "a TENANT policy's window is raised by the grant without subject: {why}");
+    assert_eq!(why["effective_limit"], 120, "limit 100 + grant 20");
+    let words = test.run(&["audit", "why", "req-1"]).success().stdout_text();
+    let expected =
+        "Policy: quota version 1, the plan default (tenant *), TENANT scope: at most 100 requests per MONTH window";
+    assert!(words.contains(expected), "{expected:?} missing from:\n{words}");
+}

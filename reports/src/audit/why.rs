@@ -219,7 +219,8 @@ impl Decision {
 
 fn policy(session: &LedgerSession, decision: &Decision) -> Result<Option<PolicyFacts>, ReportError> {
     let (Some(policy_id), Some(version)) = (&decision.policy_id, decision.policy_version) else { return Ok(None) };
-    let params = vec![text(policy_id), ScalarValue::Int32(Some(version as i32)), text(&decision.tenant)];
+    let version = ScalarValue::Int32(Some(version as i32));
+    let params = vec![text(policy_id), version, text(&decision.metric), text(&decision.tenant)];
     let mut found: Vec<PolicyFacts> = Vec::new();
     for f in frames(session, POLICY_VERSION, params)? {
         for r in 0..f.rows() {
@@ -235,7 +236,7 @@ fn policy(session: &LedgerSession, decision: &Decision) -> Result<Option<PolicyF
             });
         }
     }
-    // The tenant's own version before the plan default of the same id.
+    // The tenant's own version before the plan default of the same id (both of the decision's metric).
     found.sort_by_key(|p| p.owner == reconcile::policy::PLAN_DEFAULT_TENANT);
     Ok(found.into_iter().next())
 }
