@@ -576,3 +576,52 @@ fn why_takes_the_policy_of_the_decisions_metric() {
         "Policy: quota version 1, the plan default (tenant *), TENANT scope: at most 100 requests per MONTH window";
     assert!(words.contains(expected), "{expected:?} missing from:\n{words}");
 }
+
+/// Usage of org-1's `requests` recorded for `request_id`.
+fn usage_of_org_1(event_id: &str, occurred_at: &str, quantity: i64, request_id: &str) -> Event {
+    Event::Usage(UsageEvent {
+        header: header(event_id, occurred_at, "org-1", "requests"),
+        quantity,
+        request_id: Some(request_id.into()),
+        attributes: BTreeMap::new(),
+    })
+}
+
+// Review of 2026-12-02 (audit why), h7: a request_id decided twice (allowed 8 at 10:00, denied at 10:05 with 8 used
+// before) is explained by its latest decision, and the usage its first decision recorded is "before" the second
+// (SPEC 5 consumption): 8 used before, as recorded. Only usage of the request at the explained decision's own
+// instant is its own, whichever the ledger holds first (req-2's usage reached the ledger before its decision).
+#[test]
+fn why_counts_the_usage_of_an_earlier_decision_of_the_same_request() {
+    let test = TestLedger::new();
+    let own_monthly = (Scope::TENANT, Window::MONTH, Enforcement::HARD);
+    ingest_in_order(
+        &test,
+        vec![
+            quota_v1("own-quota", "org-1", "requests", 10, own_monthly),
+            decision_of_org_1("d-1", "req-1", "2026-11-10T10:00:00Z", 8, (10, 0)),
+            usage_of_org_1("u-1", "2026-11-10T10:00:00Z", 8, "req-1"),
+            decision_of_org_1("d-2", "req-1", "2026-11-10T10:05:00Z", 8, (10, 8)),
+            usage_of_org_1("u-2", "2026-11-10T10:10:00Z", 1, "req-2"),
+            decision_of_org_1("d-3", "req-2", "2026-11-10T10:10:00Z", 1, (10, 8)),
+        ],
+    );
+    let why = test.run(&["audit", "why", "req-1", "--json"]).success().json();
+    assert_eq!((why["decision"]["event_id"].as_str(), why["decisions_for_request"].as_u64()), (Some("d-2"), Some(2)));
+    let consumption = &why["consumption"];
+    assert_eq!(
+        (consumption["total"].as_i64(), consumption["events"].as_u64(), consumption["used_before"].as_i64()),
+        (Some(8), Some(1), Some(8)),
+        "{why}"
+    );
+    assert_eq!(consumption["largest"][0]["event_id"], "u-1");
+    let words = test.run(&["audit", "why", "req-1"]).success().stdout_text();
+    for expected in [
+        "(2 decisions are recorded for this request id; this is the latest.)",
+        "per the ledger: 8 requests in 1 events, and no reservation open: 8 used before.",
+    ] {
+        assert!(words.contains(expected), "{expected:?} missing from:\n{words}");
+    }
+    let own_first = test.run(&["audit", "why", "req-2", "--json"]).success().json();
+    assert_eq!(own_first["consumption"]["used_before"], 8, "u-2 is req-2's own: {own_first}");
+}

@@ -27,7 +27,7 @@ pub struct Why {
     /// The ledger watermark the answer was computed at.
     pub watermark: u64,
     pub decision: Decision,
-    /// Decisions recorded for this request_id (the latest is explained).
+    /// Decisions recorded for this request_id (the latest in event time, then ledger order, is explained).
     pub decisions_for_request: u64,
     /// The policy version the decision names, as the ledger holds it.
     pub policy: Option<PolicyFacts>,
@@ -292,9 +292,12 @@ fn consumption(
         for r in 0..f.rows() {
             let (seq, occurred_at, subject) =
                 (f.i64("seq", r) as u64, f.time("occurred_at", r), f.opt_str("subject", r));
-            // The request's own usage (recorded with an allowed decision) is not "before" it.
-            let own_request = f.opt_str("request_id", r).as_deref() == Some(request_id);
-            if counts(&subject) && !own_request && decision.is_after(occurred_at, seq) {
+            // The usage this decision allowed is not "before" it: the hook appends it after the decision at the same
+            // instant (`is_after` leaves it out), another enforcement point's may reach the ledger first. Usage of
+            // the same request_id at an earlier instant is an earlier decision's (a retry) and did consume the window.
+            let own_usage =
+                occurred_at == decision.occurred_at && f.opt_str("request_id", r).as_deref() == Some(request_id);
+            if counts(&subject) && !own_usage && decision.is_after(occurred_at, seq) {
                 let (event_id, quantity) = (f.str("event_id", r), f.i64("quantity", r));
                 all.push(Consumed { seq, event_id, kind: "usage", occurred_at, quantity, subject });
             }
