@@ -625,3 +625,40 @@ fn why_counts_the_usage_of_an_earlier_decision_of_the_same_request() {
     let own_first = test.run(&["audit", "why", "req-2", "--json"]).success().json();
     assert_eq!(own_first["consumption"]["used_before"], 8, "u-2 is req-2's own: {own_first}");
 }
+
+// Review of 2026-12-02 (audit why), h10: a version published twice (`quota` v1 with limit 10, then again with 20)
+// is shown as the copy the hook, reconcile and billing apply (SPEC 5 "Policy in force", reconcile::policy's tie
+// rule: the later one), so the answer agrees with the recorded limit 20 and with reconcile finding no overshoot.
+#[test]
+fn why_shows_the_copy_of_a_republished_version_that_reconcile_applies() {
+    let test = TestLedger::new();
+    let own_monthly = (Scope::TENANT, Window::MONTH, Enforcement::HARD);
+    ingest_in_order(
+        &test,
+        vec![
+            quota_v1("quota-a", "org-1", "requests", 10, own_monthly),
+            quota_v1("quota-b", "org-1", "requests", 20, own_monthly),
+            usage("u-1", "2026-11-10T00:00:00Z", "org-1", 15),
+            decision_of_org_1("d-1", "req-1", "2026-11-10T10:05:00Z", 5, (20, 15)),
+        ],
+    );
+    let why = test.run(&["audit", "why", "req-1", "--json"]).success().json();
+    let policy = &why["policy"];
+    assert_eq!(
+        (policy["limit"].as_i64(), policy["seq"].as_u64(), policy["copies"].as_u64()),
+        (Some(20), Some(2), Some(2)),
+        "{why}"
+    );
+    assert_eq!(why["effective_limit"], 20);
+    let words = test.run(&["audit", "why", "req-1"]).success().stdout_text();
+    for expected in
+        ["at most 20 requests per MONTH window", "This version was published 2 times; shown is ledger entry 2"]
+    {
+        assert!(words.contains(expected), "{expected:?} missing from:\n{words}");
+    }
+    // Reconcile and billing read the same copy: 15 within 20, no overshoot to report.
+    test.run(&["reconcile", "--as-of", "2026-12-01T00:00:00Z"]).expect_code(0);
+    let billing = test.run(&["export", "billing", "--period", "2026-11", "--format", "jsonl"]).success().stdout_text();
+    let row: Value = serde_json::from_str(billing.lines().next().expect("org-1's requests row")).unwrap();
+    assert_eq!((row["limit"].as_i64(), row["overshoot"].as_i64()), (Some(20), Some(0)), "{billing}");
+}

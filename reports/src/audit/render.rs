@@ -77,6 +77,15 @@ fn policy_paragraph(w: &Why, out: &mut String) {
                 p.policy_id, p.version, p.scope, p.limit, d.metric, p.window, p.enforcement, p.effective_from
             )
             .unwrap();
+            if p.copies > 1 {
+                writeln!(
+                    out,
+                    "(This version was published {} times; shown is ledger entry {}, the copy the hook, reconcile and \
+                     billing apply: the latest effective_from, then the last recorded.)",
+                    p.copies, p.seq
+                )
+                .unwrap();
+            }
         }
         (None, Some(id)) => writeln!(
             out,

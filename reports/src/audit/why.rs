@@ -3,10 +3,11 @@
 
 use datafusion::common::ScalarValue;
 use reconcile::window;
-use schemas::{Reason, ReservationAction, ReservationEvent, Scope, Timestamp};
+use schemas::{Enforcement, PolicyEvent, Reason, ReservationAction, ReservationEvent, Scope, Timestamp, Window};
 use serde::Serialize;
 
 use super::{for_each_frame, frames, reservation_groups, text, time};
+use crate::columns::Frame;
 use crate::error::ReportError;
 use crate::session::LedgerSession;
 
@@ -76,6 +77,10 @@ pub struct PolicyFacts {
     pub window: String,
     pub enforcement: String,
     pub effective_from: Timestamp,
+    /// The ledger entry of the copy shown.
+    pub seq: u64,
+    /// How many copies of this version (same owner) the ledger holds: more than 1 when it was published again.
+    pub copies: u64,
 }
 
 /// The counter at decision time, as the decision recorded it, and the reservations open then.
@@ -221,24 +226,76 @@ fn policy(session: &LedgerSession, decision: &Decision) -> Result<Option<PolicyF
     let (Some(policy_id), Some(version)) = (&decision.policy_id, decision.policy_version) else { return Ok(None) };
     let version = ScalarValue::Int32(Some(version as i32));
     let params = vec![text(policy_id), version, text(&decision.metric), text(&decision.tenant)];
-    let mut found: Vec<PolicyFacts> = Vec::new();
+    let mut seqs: Vec<u64> = Vec::new();
+    let mut copies: Vec<PolicyEvent> = Vec::new();
     for f in frames(session, POLICY_VERSION, params)? {
         for r in 0..f.rows() {
-            found.push(PolicyFacts {
-                policy_id: f.str("policy_id", r),
-                version: f.i64("version", r),
-                owner: f.str("tenant", r),
-                scope: f.str("scope", r),
-                limit: f.i64("limit", r),
-                window: f.str("window", r),
-                enforcement: f.str("enforcement", r),
-                effective_from: f.time("effective_from", r),
-            });
+            let seq = f.i64("seq", r) as u64;
+            copies.push(policy_event(&f, r, seq)?);
+            seqs.push(seq);
         }
     }
-    // The tenant's own version before the plan default of the same id (both of the decision's metric).
-    found.sort_by_key(|p| p.owner == reconcile::policy::PLAN_DEFAULT_TENANT);
-    Ok(found.into_iter().next())
+    let Some(chosen) = copy_applied(&copies, decision) else { return Ok(None) };
+    let index = copies.iter().position(|p| std::ptr::eq(p, chosen)).expect("chosen among the copies");
+    Ok(Some(PolicyFacts {
+        policy_id: chosen.policy_id.clone(),
+        version: i64::from(chosen.version),
+        owner: chosen.header.tenant.clone(),
+        scope: chosen.scope.symbol().to_string(),
+        limit: chosen.limit,
+        window: chosen.window.symbol().to_string(),
+        enforcement: chosen.enforcement.symbol().to_string(),
+        effective_from: chosen.effective_from,
+        seq: seqs[index],
+        copies: copies.iter().filter(|p| p.header.tenant == chosen.header.tenant).count() as u64,
+    }))
+}
+
+/// The copy of the decision's policy version it was made under (`copies` in ledger order, all of that version):
+/// the one `reconcile::policy::applicable` answers over them, as the hook, reconcile and billing pick among
+/// versions: the tenant's own in force before the plan default, the greatest `effective_from`, and on a tie the
+/// later in the ledger. A version not yet in force at the decision (an enforcement point ahead of the ledger) is
+/// answered by the same rule at its latest `effective_from`, where every copy is.
+fn copy_applied<'a>(copies: &'a [PolicyEvent], decision: &Decision) -> Option<&'a PolicyEvent> {
+    let applied = |at: Timestamp| {
+        reconcile::policy::applicable(copies, &decision.tenant, &decision.metric, at).first().map(|a| a.policy)
+    };
+    applied(decision.occurred_at).or_else(|| applied(copies.iter().map(|p| p.effective_from).max()?))
+}
+
+fn policy_event(f: &Frame, r: usize, seq: u64) -> Result<PolicyEvent, ReportError> {
+    Ok(PolicyEvent {
+        header: schemas::Header {
+            event_id: f.str("event_id", r),
+            occurred_at: f.time("occurred_at", r),
+            tenant: f.str("tenant", r),
+            subject: f.opt_str("subject", r),
+            metric: f.str("metric", r),
+            source: f.str("source", r),
+        },
+        policy_id: f.str("policy_id", r),
+        // An Int32 column (PolicyEvent's `int`).
+        version: f.i64("version", r) as i32,
+        scope: symbol(f, r, seq, "scope", Scope::from_symbol)?,
+        limit: f.i64("limit", r),
+        window: symbol(f, r, seq, "window", Window::from_symbol)?,
+        enforcement: symbol(f, r, seq, "enforcement", Enforcement::from_symbol)?,
+        effective_from: f.time("effective_from", r),
+        // Not in the `policy_events` table, and no part of which version or copy applies.
+        burst: None,
+    })
+}
+
+/// A policy's symbol column, parsed.
+fn symbol<T>(
+    f: &Frame,
+    r: usize,
+    seq: u64,
+    column: &'static str,
+    parse: fn(&str) -> Option<T>,
+) -> Result<T, ReportError> {
+    let value = f.str(column, r);
+    parse(&value).ok_or(ReportError::UnknownSymbol { seq, what: column, value })
 }
 
 fn grants(
@@ -374,4 +431,79 @@ fn adjustments(session: &LedgerSession, decision: &Decision) -> Result<Vec<Adjus
 /// The known request_ids nearest to `request_id` ([`super::nearest`]).
 fn nearest(session: &LedgerSession, request_id: &str) -> Result<Vec<String>, ReportError> {
     super::nearest(session, REQUEST_IDS, "request_id", request_id)
+}
+
+#[cfg(test)]
+mod tests {
+    use schemas::Header;
+
+    use super::*;
+
+    fn at(text: &str) -> Timestamp {
+        Timestamp::parse_rfc3339(text).unwrap()
+    }
+
+    fn copy(owner: &str, limit: i64, effective_from: &str) -> PolicyEvent {
+        PolicyEvent {
+            header: Header {
+                event_id: format!("{owner}-{limit}"),
+                occurred_at: at(effective_from),
+                tenant: owner.into(),
+                subject: None,
+                metric: "requests".into(),
+                source: "test".into(),
+            },
+            policy_id: "quota".into(),
+            version: 1,
+            scope: Scope::TENANT,
+            limit,
+            window: Window::MONTH,
+            enforcement: Enforcement::HARD,
+            effective_from: at(effective_from),
+            burst: None,
+        }
+    }
+
+    fn decided_at(occurred_at: &str) -> Decision {
+        Decision {
+            seq: 100,
+            event_id: "d".into(),
+            occurred_at: at(occurred_at),
+            tenant: "org-1".into(),
+            subject: None,
+            metric: "requests".into(),
+            source: "test".into(),
+            idempotency_key: "k".into(),
+            amount: 1,
+            outcome: "ALLOWED".into(),
+            reason: "WITHIN_LIMIT".into(),
+            policy_id: Some("quota".into()),
+            policy_version: Some(1),
+            window_start: None,
+            window_end: None,
+            recorded: (None, None, None, None),
+        }
+    }
+
+    fn limit_applied(copies: &[PolicyEvent], occurred_at: &str) -> Option<i64> {
+        copy_applied(copies, &decided_at(occurred_at)).map(|p| p.limit)
+    }
+
+    // SPEC 5 "Policy in force", as reconcile::policy picks it among the copies of one version: the latest
+    // effective_from, a tie to the later in the ledger, the tenant's own before the plan default.
+    #[test]
+    fn the_copy_applied_is_reconciles() {
+        let nov = "2026-11-10T10:00:00Z";
+        let tie = [copy("org-1", 10, "2026-01-01T00:00:00Z"), copy("org-1", 20, "2026-01-01T00:00:00Z")];
+        assert_eq!(limit_applied(&tie, nov), Some(20));
+        let later_effective_first =
+            [copy("org-1", 30, "2026-06-01T00:00:00Z"), copy("org-1", 20, "2026-01-01T00:00:00Z")];
+        assert_eq!(limit_applied(&later_effective_first, nov), Some(30));
+        let plan_and_own = [copy("*", 100, "2026-01-01T00:00:00Z"), copy("org-1", 40, "2026-01-01T00:00:00Z")];
+        assert_eq!(limit_applied(&plan_and_own, nov), Some(40));
+        // Effective only from December: in force for no November window, still the copy the decision names.
+        let ahead = [copy("org-1", 50, "2026-12-01T00:00:00Z"), copy("*", 60, "2026-12-01T00:00:00Z")];
+        assert_eq!(limit_applied(&ahead, nov), Some(50));
+        assert_eq!(limit_applied(&[], nov), None);
+    }
 }
