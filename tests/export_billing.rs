@@ -106,14 +106,16 @@ fn expected_rows(test: &TestLedger, period: (&str, i64, i64), watermark: u64) ->
             *consumption.entry((commit.tenant.clone(), commit.metric.clone())).or_default() += commit.amount;
         }
     }
-    // Policies: TENANT scope, MONTH window; per policy_id the version with the greatest (effective_from,
-    // version) effective before the period ends; the tenant's own first, else the `*` plan default.
+    // Policies: TENANT scope, MONTH window, quotas only (a throttle, with a burst, is never billed and does not
+    // cover the plan's quota); per policy_id the version with the greatest (effective_from, version) effective
+    // before the period ends; the tenant's own first, else the `*` plan default.
     let mut versions: BTreeMap<(String, String, String), Version> = BTreeMap::new();
     let mut statement = conn
         .prepare(
             "SELECT e.tenant, e.metric, p.policy_id, p.version, p.\"limit\", p.enforcement, p.effective_from
              FROM policy_events p JOIN entries e ON e.seq = p.seq
-             WHERE e.status = 'recorded' AND p.scope = 'TENANT' AND p.window = 'MONTH' AND p.effective_from < ?",
+             WHERE e.status = 'recorded' AND p.scope = 'TENANT' AND p.window = 'MONTH' AND p.burst IS NULL
+               AND p.effective_from < ?",
         )
         .unwrap();
     let rows = statement

@@ -30,6 +30,14 @@ fn policy(id: &str, limit: i64, window: Window, enforcement: Enforcement, burst:
     })
 }
 
+/// `policy` as the plan default (tenant `*`).
+fn plan_default(policy: Event) -> Event {
+    let Event::Policy(mut policy) = policy else { unreachable!("`policy` builds a PolicyEvent") };
+    policy.header.tenant = reconcile::policy::PLAN_DEFAULT_TENANT.into();
+    policy.header.event_id = format!("plan-{}", policy.header.event_id);
+    Event::Policy(policy)
+}
+
 /// A ledger holding these policies, and a hook on it.
 fn hook_with(policies: Vec<Event>) -> (tempfile::TempDir, Hook) {
     hook_with_settings(policies, HookSettings::default())
@@ -566,4 +574,34 @@ fn another_tenants_reservation_of_the_same_id_is_another_reservation() {
     drop(hook);
     let restarted = Hook::start(dir.path().join("ledger.db"), HookSettings::default()).unwrap();
     assert_eq!(restarted.check(ask("restarted", 0)).unwrap().used_before, Some(90), "the same folded at start");
+}
+
+// SPEC 3 "no policy of its own for the same metric, scope and window", for quotas: the tenant's own MONTH throttle
+// is no quota, so the plan's HARD MONTH quota still denies once exhausted (review of 2026-12-02: the throttle
+// covered it and the tenant had the throttle's burst as its only limit).
+#[test]
+fn an_own_throttle_leaves_the_plan_quota_enforced() {
+    let (_dir, hook) = hook_with(vec![
+        plan_default(policy("plan-monthly", 5, Window::MONTH, Enforcement::HARD, None)),
+        policy("own-rate", 1_000, Window::MONTH, Enforcement::HARD, Some(100)),
+    ]);
+    assert!(hook.check(ask("p-1", 5)).unwrap().allowed(), "the plan's whole quota, within the bucket");
+    let denied = hook.check(ask("p-2", 1)).unwrap();
+    assert_eq!(
+        (denied.reason, denied.policy_id.as_deref(), denied.limit, denied.remaining),
+        (Reason::QUOTA_EXCEEDED, Some("plan-monthly"), Some(5), Some(0))
+    );
+}
+
+// The same rule for throttles: the tenant's own quota is no throttle, so the plan's throttle of the same scope and
+// window still limits its rate.
+#[test]
+fn an_own_quota_leaves_the_plan_throttle_enforced() {
+    let (_dir, hook) = hook_with(vec![
+        plan_default(policy("plan-rate", 0, Window::MONTH, Enforcement::HARD, Some(2))),
+        policy("own-monthly", 1_000, Window::MONTH, Enforcement::HARD, None),
+    ]);
+    assert!(hook.check(ask("r-1", 2)).unwrap().allowed(), "the plan's burst, within the own quota");
+    let limited = hook.check(ask("r-2", 1)).unwrap();
+    assert_eq!((limited.reason, limited.policy_id.as_deref()), (Reason::RATE_LIMITED, Some("plan-rate")));
 }

@@ -3,12 +3,15 @@
 //! For each policy_id on its own: the version with the greatest (`effective_from`, `version`) whose
 //! `effective_from` is before the end of its window containing the instant. A policy of tenant `*` is the plan
 //! default: it applies to a tenant with no policy of its own in force for the same metric, scope and window.
-//! (Choice where the SPEC is silent: "of its own" means in force for that window, so a tenant policy that only
-//! starts next month leaves this month to the plan default.)
+//! Choices where the SPEC is silent: "of its own" means in force for that window, so a tenant policy that only
+//! starts next month leaves this month to the plan default; and a policy of its own covers only plan defaults of
+//! its kind ([`covers`]): a quota (no `burst`) only quotas, a throttle (a `burst`, this project's extension,
+//! which SPEC 3 does not know) only throttles. A tenant's own SHADOW quota covers as any quota does: a trial of a
+//! policy for that tenant.
 
 use std::collections::BTreeMap;
 
-use schemas::{PolicyEvent, Scope, Timestamp, Window};
+use schemas::{PolicyEvent, Timestamp};
 
 use crate::window;
 
@@ -37,8 +40,16 @@ pub fn in_force<'a>(versions: &[&'a PolicyEvent], at: Timestamp) -> Option<Appli
         .map(|(p, start, end)| Applicable { policy: p, window_start: start, window_end: end, plan_default: false })
 }
 
+/// Whether a tenant's own policy `own` covers the plan default `default` of the same metric (SPEC 3: "no policy
+/// of its own for the same metric, scope and window"): the same scope and window, and the same kind. A throttle
+/// limits a rate and a quota an allowance, so neither stands in for the other: a tenant's own throttle covering
+/// the plan's quota made the plan's HARD quota go unenforced and its SOFT quota unbilled for that tenant.
+pub fn covers(own: &PolicyEvent, default: &PolicyEvent) -> bool {
+    (own.scope, own.window, own.is_throttle()) == (default.scope, default.window, default.is_throttle())
+}
+
 /// Every policy version that applies to `tenant`'s consumption of `metric` at `at`: its own policies in force,
-/// then the plan defaults for the (scope, window) it has none of its own for. Sorted by policy_id.
+/// then the plan defaults it has none of its own covering ([`covers`]). Sorted by policy_id.
 pub fn applicable<'a>(policies: &'a [PolicyEvent], tenant: &str, metric: &str, at: Timestamp) -> Vec<Applicable<'a>> {
     let in_force_of = |owner: &str| -> Vec<Applicable<'a>> {
         let mut by_id: BTreeMap<&str, Vec<&'a PolicyEvent>> = BTreeMap::new();
@@ -48,11 +59,11 @@ pub fn applicable<'a>(policies: &'a [PolicyEvent], tenant: &str, metric: &str, a
         by_id.values().filter_map(|versions| in_force(versions, at)).collect()
     };
     let own = in_force_of(tenant);
-    let covered: Vec<(Scope, Window)> = own.iter().map(|a| (a.policy.scope, a.policy.window)).collect();
     let defaults = in_force_of(PLAN_DEFAULT_TENANT)
         .into_iter()
-        .filter(|a| !covered.contains(&(a.policy.scope, a.policy.window)))
-        .map(|a| Applicable { plan_default: true, ..a });
+        .filter(|a| !own.iter().any(|o| covers(o.policy, a.policy)))
+        .map(|a| Applicable { plan_default: true, ..a })
+        .collect::<Vec<_>>();
     let mut all: Vec<Applicable<'a>> = own.into_iter().chain(defaults).collect();
     all.sort_by(|a, b| a.policy.policy_id.cmp(&b.policy.policy_id));
     all
@@ -60,7 +71,7 @@ pub fn applicable<'a>(policies: &'a [PolicyEvent], tenant: &str, metric: &str, a
 
 #[cfg(test)]
 mod tests {
-    use schemas::{Enforcement, Header};
+    use schemas::{Enforcement, Header, Scope, Window};
 
     use super::*;
 
@@ -141,12 +152,50 @@ mod tests {
         assert!(applicable(&policies, "org-2", "tokens", t).is_empty(), "another metric has no policy");
     }
 
+    // Choice where the SPEC is silent (SPEC 3 knows no throttles): a tenant's own throttle covers only the plan's
+    // throttles, its own quota only the plan's quotas, of the same scope and window; a SHADOW quota of its own covers
+    // the plan's quota (a trial of a policy for that tenant). An own MONTH throttle hid the plan's MONTH quota.
+    #[test]
+    fn own_policies_cover_only_plan_defaults_of_their_kind() {
+        let throttle = |p: PolicyEvent| PolicyEvent { burst: Some(50), ..p };
+        let from = "2026-01-01T00:00:00Z";
+        let policies = [
+            policy("*", "plan-quota", 1, 1_000, Window::MONTH, from),
+            throttle(policy("*", "plan-rate", 1, 100, Window::DAY, from)),
+            throttle(policy("org-1", "own-rate", 1, 10, Window::MONTH, from)),
+            policy("org-1", "own-quota", 1, 500, Window::DAY, from),
+            throttle(policy("org-2", "own-rate", 1, 20, Window::DAY, from)),
+            PolicyEvent { enforcement: Enforcement::SHADOW, ..policy("org-2", "trial", 1, 5, Window::MONTH, from) },
+        ];
+        let t = at("2026-11-02T10:00:00Z");
+        assert_eq!(
+            limits(&applicable(&policies, "org-1", "requests", t)),
+            [
+                ("own-quota".into(), 500, false),
+                ("own-rate".into(), 10, false),
+                ("plan-quota".into(), 1_000, true),
+                ("plan-rate".into(), 100, true)
+            ]
+        );
+        assert_eq!(
+            limits(&applicable(&policies, "org-2", "requests", t)),
+            [("own-rate".into(), 20, false), ("trial".into(), 5, false)]
+        );
+        let index = PolicyIndex::new(policies.to_vec());
+        for tenant in ["org-1", "org-2"] {
+            assert_eq!(index.applicable(tenant, "requests", t), applicable(&policies, tenant, "requests", t));
+        }
+    }
+
     // Proves the index answers exactly what the reference definition answers, ties and plan defaults included.
     #[test]
     fn the_index_agrees_with_the_definition() {
+        let throttle = |p: PolicyEvent| PolicyEvent { burst: Some(5), ..p };
         let policies = vec![
             policy("*", "plan", 1, 1_000, Window::MONTH, "2026-01-01T00:00:00Z"),
             policy("*", "plan-daily", 1, 50, Window::DAY, "2026-01-01T00:00:00Z"),
+            throttle(policy("*", "plan-rate", 1, 60, Window::DAY, "2026-01-01T00:00:00Z")),
+            throttle(policy("org-1", "own-rate", 1, 10, Window::MONTH, "2026-11-01T00:00:00Z")),
             policy("org-1", "own", 1, 5_000, Window::MONTH, "2026-11-15T00:00:00Z"),
             policy("org-1", "p", 1, 100, Window::DAY, "2026-11-01T00:00:00Z"),
             policy("org-1", "p", 1, 120, Window::DAY, "2026-11-01T00:00:00Z"),
@@ -229,18 +278,16 @@ impl<'a> Candidates<'a> {
         best
     }
 
-    /// Every policy version that applies at `at`: own policies in force, then plan defaults for the (scope,
-    /// window) the tenant has none of its own for. Sorted by policy_id.
+    /// Every policy version that applies at `at`: own policies in force, then the plan defaults the tenant has
+    /// none of its own covering ([`covers`]). Sorted by policy_id.
     pub fn applicable(&self, at: Timestamp) -> Vec<Applicable<'a>> {
         let mut all: Vec<Applicable<'a>> = self.own.iter().filter_map(|g| self.in_force(g, at)).collect();
         let own = all.len();
         for group in self.defaults {
-            if let Some(a) = self.in_force(group, at) {
-                let covered =
-                    all[..own].iter().any(|o| (o.policy.scope, o.policy.window) == (a.policy.scope, a.policy.window));
-                if !covered {
-                    all.push(Applicable { plan_default: true, ..a });
-                }
+            if let Some(a) = self.in_force(group, at)
+                && !all[..own].iter().any(|o| covers(o.policy, a.policy))
+            {
+                all.push(Applicable { plan_default: true, ..a });
             }
         }
         if own > 0 && all.len() > own {

@@ -476,6 +476,20 @@ fn throttles_are_not_judged_as_quotas() {
     assert_eq!(f.run(AS_OF), []);
 }
 
+// SPEC 3 "no policy of its own for the same metric, scope and window", for quotas: a tenant's own throttle is no
+// quota, so the plan's HARD quota of the same scope and window still judges its windows (review of 2026-12-02:
+// an own throttle made the plan's quota vanish, for reconcile and the hook alike).
+#[test]
+fn an_own_throttle_leaves_the_plan_quota_in_force() {
+    let mut f = Fixture::new();
+    f.policies(vec![
+        owned_by(policy("plan-day", 20), "*"),
+        PolicyEvent { burst: Some(50), ..policy("own-rate", 1_000) },
+    ]);
+    f.append(vec![usage("u-1", "2026-10-03T10:00:00Z", 30)]);
+    assert_eq!(f.run(AS_OF), [overshoot("plan-day", OCT_3, 10, &["u-1"])]);
+}
+
 // SPEC 5 "Overshoot": a SOFT policy's excess is billed, never adjusted.
 #[test]
 fn soft_policies_produce_nothing() {

@@ -432,4 +432,24 @@ mod tests {
             ["org-1,tokens,25,b-quota,1,20,0,20,5,,0", "org-2,tokens,25,,,,,,,,0"]
         );
     }
+
+    // SPEC 3/5, quotas and throttles apart: a tenant's own MONTH throttle is no quota of its own, so the plan's
+    // SOFT MONTH quota is still the policy billed and its overage billed (review of 2026-12-02: the row had no
+    // policy and no overage).
+    #[test]
+    fn an_own_throttle_leaves_the_plan_quota_billed() {
+        let period: Period = "2026-11".parse().unwrap();
+        let mut inputs = BillingInputs {
+            policies: vec![
+                policy("*", "plan", 1, "requests", 10, Enforcement::SOFT),
+                PolicyEvent {
+                    burst: Some(50),
+                    ..policy("org-t", "own-throttle", 1, "requests", 1_000, Enforcement::HARD)
+                },
+            ],
+            ..BillingInputs::default()
+        };
+        inputs.usage.insert(key("org-t", "requests"), 30);
+        assert_eq!(cells(&rows(period, &inputs)), ["org-t,requests,30,plan,1,10,0,10,20,,0"]);
+    }
 }
