@@ -130,10 +130,15 @@ fn expected_rows(test: &TestLedger, period: (&str, i64, i64), watermark: u64) ->
             *entry = version;
         }
     }
+    // Of several: an enforcing one (SOFT or HARD) before a SHADOW one, then the smallest policy_id.
     let policy_of = |tenant: &str, metric: &str| {
-        let own = versions.iter().find(|((t, m, _), _)| t == tenant && m == metric);
-        let chosen = own.or_else(|| versions.iter().find(|((t, m, _), _)| t == "*" && m == metric));
-        chosen.map(|((_, _, id), v)| (id.clone(), v.clone()))
+        let of = |owner: &str| {
+            versions
+                .iter()
+                .filter(|((t, m, _), _)| t == owner && m == metric)
+                .min_by_key(|((_, _, id), v)| (v.3 == "SHADOW", id.clone()))
+        };
+        of(tenant).or_else(|| of("*")).map(|((_, _, id), v)| (id.clone(), v.clone()))
     };
     let mut keys: BTreeSet<(String, String)> = consumption.keys().cloned().collect();
     keys.extend(versions.keys().filter(|(t, _, _)| t != "*").map(|(t, m, _)| (t.clone(), m.clone())));

@@ -79,8 +79,10 @@ fn own_month_policy_keys(index: &PolicyIndex, period: Period) -> Vec<Key> {
         .collect()
 }
 
-/// The TENANT-scope MONTH-window policy version in force for the period (the smallest policy_id when several
-/// apply), and whether it is the tenant's own.
+/// The TENANT-scope MONTH-window quota version in force for the period, and whether it is the tenant's own.
+/// When several apply: an enforcing one (SOFT or HARD) before a SHADOW one, then the smallest policy_id. A
+/// SHADOW policy is a trial that bills nothing: taken for the row beside a SOFT quota, it lost that quota's
+/// overage. A throttle is never the billed policy: it limits a rate, not the month's allowance.
 fn month_policy<'a>(
     index: &'a PolicyIndex,
     tenant: &str,
@@ -90,7 +92,8 @@ fn month_policy<'a>(
     index
         .applicable(tenant, metric, period.start())
         .into_iter()
-        .find(|a| a.policy.scope == Scope::TENANT && a.policy.window == Window::MONTH && !a.policy.is_throttle())
+        .filter(|a| a.policy.scope == Scope::TENANT && a.policy.window == Window::MONTH && !a.policy.is_throttle())
+        .min_by_key(|a| (a.policy.enforcement == Enforcement::SHADOW, a.policy.policy_id.as_str()))
         .map(|a| (a.policy, !a.plan_default))
 }
 
@@ -430,6 +433,41 @@ mod tests {
         assert_eq!(
             cells(&rows(period, &inputs)),
             ["org-1,tokens,25,b-quota,1,20,0,20,5,,0", "org-2,tokens,25,,,,,,,,0"]
+        );
+    }
+
+    // Choice where the SPEC is silent: of several TENANT MONTH policies in force, an enforcing quota (SOFT or HARD)
+    // is billed before a SHADOW trial, then the smallest policy_id; a SHADOW policy of its own still replaces the
+    // plan's quota (SPEC 3). Review of 2026-12-02 (h11.py): a SHADOW trial starting mid-month took the row from
+    // the SOFT quota, and its overage of 20 was lost.
+    #[test]
+    fn an_enforcing_quota_is_billed_before_a_shadow_one() {
+        let period: Period = "2026-11".parse().unwrap();
+        let trial = |tenant: &str, id: &str| PolicyEvent {
+            effective_from: at("2026-11-20T00:00:00Z"),
+            ..policy(tenant, id, 1, "requests", 5, Enforcement::SHADOW)
+        };
+        let mut inputs = BillingInputs {
+            policies: vec![
+                policy("*", "plan", 1, "requests", 10, Enforcement::SOFT),
+                policy("org-1", "quota", 1, "requests", 10, Enforcement::SOFT),
+                trial("org-1", "a-shadow-trial"),
+                policy("org-2", "z-hard", 1, "requests", 10, Enforcement::HARD),
+                trial("org-2", "a-shadow-trial"),
+                trial("org-3", "shadow-trial"),
+            ],
+            ..BillingInputs::default()
+        };
+        for tenant in ["org-1", "org-2", "org-3"] {
+            inputs.usage.insert(key(tenant, "requests"), 30);
+        }
+        assert_eq!(
+            cells(&rows(period, &inputs)),
+            [
+                "org-1,requests,30,quota,1,10,0,10,20,,0",
+                "org-2,requests,30,z-hard,1,10,0,10,,20,0",
+                "org-3,requests,30,shadow-trial,1,5,0,5,,,0",
+            ]
         );
     }
 
