@@ -1,5 +1,9 @@
 //! The life of one reservation, decided by event time, not arrival order (SPEC 5 "Reservations").
 //!
+//! A reservation is identified by (tenant, reservation_id) ([`same_reservation`]; choice where the SPEC is
+//! silent): producers of other teams choose their own ids, and one tenant's events must never change another
+//! tenant's verdicts, so events of another tenant with the same reservation_id are another reservation.
+//!
 //! RESERVE holds its amount while open. The first COMMIT or RELEASE by event time with `occurred_at <=
 //! expires_at` closes it: a COMMIT records its amount as consumption (more than reserved is charged), a RELEASE
 //! nothing. A close after `expires_at`, after the reservation was closed, or for a reservation_id with no
@@ -57,7 +61,14 @@ impl Transition for ReservationEvent {
     }
 }
 
-/// Judges the events of one reservation_id (`(ledger seq, event)`, in any order) as of `as_of`.
+/// Whether two events are about the same reservation: the same tenant and the same reservation_id. Callers
+/// group the events they judge with this, so that every reader of the ledger agrees on what one reservation is.
+pub fn same_reservation(a: &ReservationEvent, b: &ReservationEvent) -> bool {
+    a.reservation_id == b.reservation_id && a.header.tenant == b.header.tenant
+}
+
+/// Judges the events of one reservation (`(ledger seq, event)`, in any order; see [`same_reservation`]) as of
+/// `as_of`.
 pub fn judge<T: Transition>(events: &[(u64, &T)], as_of: Timestamp) -> Verdict {
     let mut ordered: Vec<(u64, &T)> = events.to_vec();
     ordered.sort_by_key(|(seq, e)| (e.occurred_at(), *seq));

@@ -278,12 +278,12 @@ fn usage_event(i: usize, u: &UsageDraw) -> Event {
     })
 }
 
-fn reservation_events(i: usize, r: &ReservationDraw) -> Vec<Event> {
-    let id = format!("r{i}");
+/// The events of the i-th reservation drawn, under `id` (event_ids stay per draw, so shared ids never collide).
+fn reservation_events(i: usize, r: &ReservationDraw, id: &str) -> Vec<Event> {
     let event = |suffix: &str, action, occurred_at: i64, amount, expires_at: Option<i64>| {
         Event::Reservation(ReservationEvent {
-            header: header(format!("{id}-{suffix}"), r.who, occurred_at),
-            reservation_id: id.clone(),
+            header: header(format!("r{i}-{suffix}"), r.who, occurred_at),
+            reservation_id: id.to_string(),
             action,
             amount,
             expires_at: expires_at.map(Timestamp),
@@ -357,7 +357,10 @@ fn history() -> impl Strategy<Value = History> {
             base.extend(grants.iter().enumerate().map(|(i, g)| grant_event(i, g)));
             base.extend(usage.iter().enumerate().map(|(i, u)| usage_event(i, u)));
             for (i, r) in reservations.iter().enumerate() {
-                base.extend(reservation_events(i, r));
+                // An odd draw takes the reservation_id of the draw before when their tenants differ: producers
+                // choose their own ids, and another tenant's reservation under the same id is another one.
+                let shares = i % 2 == 1 && reservations[i - 1].who.tenant != r.who.tenant;
+                base.extend(reservation_events(i, r, &format!("r{}", if shares { i - 1 } else { i })));
             }
             let n = base.len();
             (Just(base), vec(copy(), n), Just(steps))
@@ -581,12 +584,13 @@ impl Model {
         self.recorded().filter_map(|e| if let Event::Grant(g) = &e.event { Some(g) } else { None }).collect()
     }
 
-    /// Recorded reservation events with seq <= `up_to`, by reservation_id.
-    fn reservation_groups(&self, up_to: u64) -> BTreeMap<String, Vec<(u64, &ReservationEvent)>> {
-        let mut groups: BTreeMap<String, Vec<(u64, &ReservationEvent)>> = BTreeMap::new();
+    /// Recorded reservation events with seq <= `up_to`, by reservation: (tenant, reservation_id).
+    fn reservation_groups(&self, up_to: u64) -> BTreeMap<(String, String), Vec<(u64, &ReservationEvent)>> {
+        let mut groups: BTreeMap<(String, String), Vec<(u64, &ReservationEvent)>> = BTreeMap::new();
         for e in self.recorded().filter(|e| e.seq <= up_to) {
             if let Event::Reservation(r) = &e.event {
-                groups.entry(r.reservation_id.clone()).or_default().push((e.seq, r));
+                let key = (r.header.tenant.clone(), r.reservation_id.clone());
+                groups.entry(key).or_default().push((e.seq, r));
             }
         }
         groups

@@ -338,6 +338,34 @@ fn late_valid_close_takes_the_expiry_back() {
     assert_eq!(f.run(AS_OF), []);
 }
 
+/// `event` (a reservation event) recorded by another tenant.
+fn of_tenant(tenant: &str, event: Event) -> Event {
+    let Event::Reservation(r) = event else { panic!("a reservation event") };
+    Event::Reservation(ReservationEvent { header: Header { tenant: tenant.into(), ..r.header }, ..r })
+}
+
+// README "Reconciliation" (choice where SPEC 3 is silent): a reservation is (tenant, reservation_id), so two tenants
+// whose producers both chose `r-1` hold two reservations; neither refuses nor expires the other's (review h1).
+#[test]
+fn a_reservation_id_shared_by_two_tenants_is_two_reservations() {
+    let mut f = Fixture::new();
+    f.policies(vec![owned_by(policy("p-a", 50), "org-a"), owned_by(policy("p-b", 10), "org-b")]);
+    f.append(vec![
+        of_tenant("org-a", reserve("a-reserve", "r-1", "2026-11-10T10:00:00Z", 100, "2026-11-10T10:10:00Z")),
+        of_tenant("org-b", reserve("b-reserve", "r-1", "2026-11-10T10:01:00Z", 50, "2026-11-10T10:11:00Z")),
+        of_tenant("org-b", commit("b-commit", "r-1", "2026-11-10T10:02:00Z", 40)),
+        of_tenant("org-a", commit("a-commit", "r-1", "2026-11-10T10:03:00Z", 90)),
+    ]);
+    let nov_10 = ("2026-11-10T00:00:00Z", "2026-11-11T00:00:00Z");
+    // Each valid COMMIT counts for its own tenant: the HARD day limits show both in full.
+    let expected = sorted(vec![
+        Adj { tenant: "org-a".into(), ..overshoot("p-a", nov_10, 40, &["a-commit"]) },
+        Adj { tenant: "org-b".into(), ..overshoot("p-b", nov_10, 30, &["b-commit"]) },
+    ]);
+    assert_eq!(f.run("2026-12-01T00:00:00Z"), expected);
+    assert_eq!(f.run("2026-12-01T00:00:00Z"), [], "a rerun writes nothing");
+}
+
 // SPEC 5 "Policy in force": the version with the greatest (effective_from, version) effective before the window's
 // end governs the whole window, whatever the arrival order of the versions.
 #[test]
