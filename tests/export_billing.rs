@@ -76,7 +76,8 @@ fn expected_rows(test: &TestLedger, period: (&str, i64, i64), watermark: u64) ->
         let (tenant, metric, quantity) = row.unwrap();
         *consumption.entry((tenant, metric)).or_default() += quantity;
     }
-    let mut reservations: BTreeMap<String, Vec<Reservation>> = BTreeMap::new();
+    // A reservation is (tenant, reservation_id): README "Reconciliation".
+    let mut reservations: BTreeMap<(String, String), Vec<Reservation>> = BTreeMap::new();
     let mut statement = conn
         .prepare(
             "SELECT r.reservation_id, e.seq, e.occurred_at, e.tenant, e.metric, r.action, r.amount, r.expires_at
@@ -99,7 +100,7 @@ fn expected_rows(test: &TestLedger, period: (&str, i64, i64), watermark: u64) ->
         .unwrap();
     for row in rows {
         let (id, event) = row.unwrap();
-        reservations.entry(id).or_default().push(event);
+        reservations.entry((event.tenant.clone(), id)).or_default().push(event);
     }
     for events in reservations.values() {
         if let Some(commit) = valid_commit(events).filter(|c| c.occurred_at >= start && c.occurred_at < end) {
@@ -301,6 +302,46 @@ fn a_closed_period_reexports_byte_for_byte_and_late_usage_moves_to_the_next_clos
     let november = csv_lines(&export(&test, "2026-11", "csv", &[]));
     assert_eq!(november[1..], [format!("org-1,tokens,2026-11,0,org-1-tokens,1,100,0,100,0,,0,{now}")], "carried once");
     test.assert_verifies();
+}
+
+fn reservation(
+    event_id: &str,
+    tenant: &str,
+    action: ReservationAction,
+    occurred_at: &str,
+    amount: i64,
+    expires_at: Option<&str>,
+) -> Event {
+    Event::Reservation(ReservationEvent {
+        header: header(event_id, occurred_at, tenant, "tokens"),
+        reservation_id: "r-1".into(),
+        action,
+        amount,
+        expires_at: expires_at.map(at),
+    })
+}
+
+// README "Reconciliation" (a reservation is (tenant, reservation_id)): the producers of org-a and org-b both chose
+// `r-1`; each tenant is billed its own valid COMMIT, open and closed (review h1: org-a's 90 was not billed).
+#[test]
+fn a_reservation_id_shared_by_two_tenants_bills_each_tenant_its_own_commit() {
+    use ReservationAction::*;
+    let test = TestLedger::new();
+    let events = [
+        reservation("a-res", "org-a", RESERVE, "2026-11-10T10:00:00Z", 100, Some("2026-11-10T10:10:00Z")),
+        reservation("b-res", "org-b", RESERVE, "2026-11-10T10:01:00Z", 50, Some("2026-11-10T10:11:00Z")),
+        reservation("b-com", "org-b", COMMIT, "2026-11-10T10:02:00Z", 40, None),
+        reservation("a-com", "org-a", COMMIT, "2026-11-10T10:03:00Z", 90, None),
+    ];
+    ingest_events(&test, "reservations.avro", &events);
+    let watermark = count(&test.status(), "watermark");
+    let expected = [
+        HEADER.to_string(),
+        format!("org-a,tokens,2026-11,90,,,,,,,,0,{watermark}"),
+        format!("org-b,tokens,2026-11,40,,,,,,,,0,{watermark}"),
+    ];
+    assert_eq!(csv_lines(&export(&test, "2026-11", "csv", &[])), expected);
+    assert_eq!(csv_lines(&export(&test, "2026-11", "csv", &["--final"])), expected);
 }
 
 /// The permission bits of `path`, in octal.

@@ -14,6 +14,7 @@ use ledger::{CloseSnapshot, Period, PeriodClose, PeriodExportRow};
 use reconcile::overshoot;
 use reconcile::policy::PolicyIndex;
 use reconcile::read::{header, symbol};
+use reconcile::reservation::same_reservation;
 use rusqlite::{Connection, Row};
 use schemas::*;
 
@@ -252,8 +253,8 @@ pub(crate) fn reservation_event(r: &Row<'_>) -> rusqlite::Result<ReservationEven
     })
 }
 
-/// Calls `each` with the recorded events (seq, event) of every reservation_id up to `watermark`, one
-/// reservation_id at a time.
+/// Calls `each` with the recorded events (seq, event) of every reservation up to `watermark`, one (tenant,
+/// reservation_id) at a time (`reconcile::reservation::same_reservation`), its events in ledger order.
 pub fn for_each_reservation(
     conn: &Connection,
     watermark: u64,
@@ -264,7 +265,7 @@ pub fn for_each_reservation(
     let mut group: Vec<(u64, ReservationEvent)> = Vec::new();
     while let Some(r) = rows.next()? {
         let event = reservation_event(r)?;
-        if group.first().is_some_and(|(_, first)| first.reservation_id != event.reservation_id) {
+        if group.first().is_some_and(|(_, first)| !same_reservation(first, &event)) {
             each(&group);
             group.clear();
         }
