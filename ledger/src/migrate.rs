@@ -22,6 +22,7 @@ pub const MIGRATIONS: &[Migration] = &[
     ("010-request-keys.sql", include_str!("../ddl/010-request-keys.sql"), Some(crate::dedup::index_recorded_requests)),
     ("011-outbox-cursor.sql", include_str!("../ddl/011-outbox-cursor.sql"), None),
     ("012-refuse-replace.sql", include_str!("../ddl/012-refuse-replace.sql"), None),
+    ("013-commit-totals-by-tenant.sql", include_str!("../ddl/013-commit-totals-by-tenant.sql"), None),
 ];
 
 /// The schema version of a ledger all of whose migrations ran.

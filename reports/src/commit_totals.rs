@@ -3,10 +3,10 @@
 //! time, so a late event can change an earlier COMMIT's verdict; only reservations touched since the last
 //! catch-up are judged again, with reconcile's `judge`).
 //!
-//! [`catch_up`] brings the totals from `commit_totals_state.through_seq` to a watermark: for every
-//! reservation_id with an event in between, its verdict before and after, the difference applied. It runs
-//! inside each append when the process installed [`CommitTotalsHook`], and inside every export otherwise, so
-//! the totals are right whoever appended.
+//! [`catch_up`] brings the totals from `commit_totals_state.through_seq` to a watermark: for every reservation
+//! (tenant, reservation_id: `reconcile::reservation::same_reservation`) with an event in between, its verdict
+//! before and after, the difference applied. It runs inside each append when the process installed
+//! [`CommitTotalsHook`], and inside every export otherwise, so the totals are right whoever appended.
 
 use std::collections::BTreeMap;
 
@@ -63,13 +63,14 @@ pub fn catch_up(conn: &Connection, watermark: u64) -> Result<CatchUp, ReportErro
             add(&mut deltas, contribution(group, u64::MAX), 1);
         })?;
     } else {
-        let touched: Vec<String> = {
+        let touched: Vec<(String, String)> = {
             let mut statement = conn.prepare_cached(TOUCHED)?;
-            let rows = statement.query_map(params![through as i64, watermark as i64], |r| r.get(0))?;
+            let rows =
+                statement.query_map(params![through as i64, watermark as i64], |r| Ok((r.get(0)?, r.get(1)?)))?;
             rows.collect::<rusqlite::Result<_>>()?
         };
-        for reservation_id in touched {
-            let group = events_of(conn, &reservation_id, watermark)?;
+        for (reservation_id, tenant) in touched {
+            let group = events_of(conn, &reservation_id, &tenant, watermark)?;
             done.reservations_judged += 1;
             add(&mut deltas, contribution(&group, through), -1);
             add(&mut deltas, contribution(&group, u64::MAX), 1);
@@ -98,13 +99,15 @@ fn add(deltas: &mut Deltas, contribution: Option<((String, String, String), i64)
     }
 }
 
+/// The recorded events of one reservation (its reservation_id and tenant) up to `watermark`.
 fn events_of(
     conn: &Connection,
     reservation_id: &str,
+    tenant: &str,
     watermark: u64,
 ) -> Result<Vec<(u64, ReservationEvent)>, ReportError> {
     let mut statement = conn.prepare_cached(EVENTS_OF)?;
-    let rows = statement.query_map(params![reservation_id, watermark as i64], |r| {
+    let rows = statement.query_map(params![reservation_id, tenant, watermark as i64], |r| {
         Ok((r.get::<_, i64>(0)? as u64, billing::reservation_event(r)?))
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)

@@ -1,9 +1,11 @@
 //! The commit totals kept by the append hook, caught up by an export, and rebuilt from scratch agree, batch
-//! after batch, including when a late event takes a COMMIT's validity back.
+//! after batch, including when a late event takes a COMMIT's validity back and when two tenants share a
+//! reservation_id; and the billing scan (`billing::valid_commits`) agrees with them.
 
 use std::collections::BTreeMap;
 
 use ledger::{Batch, Incoming, Ledger, Origin, Period};
+use reports::billing;
 use reports::commit_totals::{self, CommitTotalsHook};
 use schemas::*;
 
@@ -11,13 +13,22 @@ fn at(text: &str) -> Timestamp {
     Timestamp::parse_rfc3339(text).unwrap()
 }
 
+fn november() -> Period {
+    "2026-11".parse::<Period>().unwrap()
+}
+
+/// A reservation event of org-1.
 fn event(id: &str, t: &str, reservation: &str, action: ReservationAction, amount: i64) -> Incoming {
+    event_of("org-1", id, t, reservation, action, amount)
+}
+
+fn event_of(tenant: &str, id: &str, t: &str, reservation: &str, action: ReservationAction, amount: i64) -> Incoming {
     let expires_at = (action == ReservationAction::RESERVE).then(|| Timestamp(at(t).micros() + 600_000_000));
     let event = Event::Reservation(ReservationEvent {
         header: Header {
             event_id: id.into(),
             occurred_at: at(t),
-            tenant: "org-1".into(),
+            tenant: tenant.into(),
             subject: None,
             metric: "tokens".into(),
             source: "test".into(),
@@ -30,57 +41,110 @@ fn event(id: &str, t: &str, reservation: &str, action: ReservationAction, amount
     Incoming { event, origin: Origin::Local { name: "test".into() }, raw: None }
 }
 
+fn append(ledger: &mut Ledger, events: &[Incoming]) {
+    ledger.append(&Batch { events: events.to_vec(), ..Batch::default() }).unwrap();
+}
+
 fn totals(ledger: &Ledger) -> BTreeMap<(String, String), i64> {
-    commit_totals::of_period(ledger.connection(), "2026-11".parse::<Period>().unwrap()).unwrap()
+    commit_totals::of_period(ledger.connection(), november()).unwrap()
 }
 
 fn rebuilt(batches: &[Vec<Incoming>]) -> BTreeMap<(String, String), i64> {
     let dir = tempfile::tempdir().unwrap();
     let mut ledger = Ledger::open(dir.path().join("plain.db")).unwrap();
     for events in batches {
-        ledger.append(&Batch { events: events.clone(), ..Batch::default() }).unwrap();
+        append(&mut ledger, events);
     }
     let watermark = ledger.status().unwrap().watermark;
     commit_totals::catch_up(ledger.connection(), watermark).unwrap();
     totals(&ledger)
 }
 
-// Proves hook, catch-up and rebuild agree after every batch, and a late RELEASE that happened first takes a COMMIT back.
+/// Totals of November's tokens per tenant, without the zeros (`commit_totals` keeps no row for them).
+fn tokens(per_tenant: &[(&str, i64)]) -> BTreeMap<(String, String), i64> {
+    per_tenant.iter().filter(|(_, n)| *n != 0).map(|(t, n)| ((t.to_string(), "tokens".to_string()), *n)).collect()
+}
+
+// Proves hook, catch-up, rebuild and the billing scan agree after every batch; a late RELEASE that happened first
+// takes org-1's COMMIT back; org-2's reservations under org-1's ids `a` and `c` are its own (review h1).
 #[test]
 fn hook_catch_up_and_rebuild_agree() {
     use ReservationAction::*;
     let batches = [
         vec![
             event("a-1", "2026-11-02T10:00:00Z", "a", RESERVE, 50),
+            event_of("org-2", "a-org-2-1", "2026-11-02T10:00:10Z", "a", RESERVE, 20),
+            event_of("org-2", "a-org-2-2", "2026-11-02T10:00:20Z", "a", COMMIT, 15),
             event("a-2", "2026-11-02T10:01:00Z", "a", COMMIT, 40),
         ],
         vec![
             event("b-1", "2026-11-02T11:00:00Z", "b", RESERVE, 30),
             event("b-2", "2026-11-02T11:20:00Z", "b", COMMIT, 30),
+            event_of("org-2", "c-org-2-1", "2026-11-03T08:59:00Z", "c", RESERVE, 9),
         ],
         // b's COMMIT came after its expiry (10 minutes): refused. a: a RELEASE that happened before its COMMIT.
+        // c: org-1's COMMIT has no RESERVE of org-1 yet (org-2's does not count).
         vec![
             event("a-3", "2026-11-02T10:00:30Z", "a", RELEASE, 0),
             event("c-2", "2026-11-03T09:01:00Z", "c", COMMIT, 7),
         ],
         vec![event("c-1", "2026-11-03T09:00:00Z", "c", RESERVE, 5)],
     ];
-    let expected_after = [40, 40, 0, 7];
+    let expected_after = [[40, 15], [40, 15], [0, 15], [7, 15]];
     let dir = tempfile::tempdir().unwrap();
     let mut hooked = Ledger::open(dir.path().join("hooked.db")).unwrap();
     hooked.set_append_hook(Box::new(CommitTotalsHook));
     let mut plain = Ledger::open(dir.path().join("plain.db")).unwrap();
     for (i, events) in batches.iter().enumerate() {
-        hooked.append(&Batch { events: events.clone(), ..Batch::default() }).unwrap();
-        plain.append(&Batch { events: events.clone(), ..Batch::default() }).unwrap();
+        append(&mut hooked, events);
+        append(&mut plain, events);
         let watermark = plain.status().unwrap().watermark;
         commit_totals::catch_up(plain.connection(), watermark).unwrap();
-        let expected: BTreeMap<(String, String), i64> = match expected_after[i] {
-            0 => BTreeMap::new(),
-            n => BTreeMap::from([(("org-1".to_string(), "tokens".to_string()), n)]),
-        };
+        let [org_1, org_2] = expected_after[i];
+        let expected = tokens(&[("org-1", org_1), ("org-2", org_2)]);
         assert_eq!(totals(&hooked), expected, "hook after batch {i}");
         assert_eq!(totals(&plain), expected, "catch-up after batch {i}");
         assert_eq!(rebuilt(&batches[..=i]), expected, "rebuild after batch {i}");
+        let scanned = billing::valid_commits(plain.connection(), november(), watermark).unwrap();
+        assert_eq!(scanned, expected, "billing scan after batch {i}");
     }
+}
+
+// Proves migration 013 rebuilds totals kept while reservations were grouped by reservation_id alone, so that a
+// later event of such a reservation neither keeps the old verdict nor takes back one never added.
+#[test]
+fn totals_kept_by_reservation_id_alone_are_rebuilt_by_the_migration() {
+    use ReservationAction::*;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hooked.db");
+    let mut ledger = Ledger::open(&path).unwrap();
+    ledger.set_append_hook(Box::new(CommitTotalsHook));
+    append(
+        &mut ledger,
+        &[
+            event_of("org-a", "a-res", "2026-11-10T10:00:00Z", "r-1", RESERVE, 100),
+            event_of("org-b", "b-res", "2026-11-10T10:01:00Z", "r-1", RESERVE, 50),
+            event_of("org-b", "b-com", "2026-11-10T10:02:00Z", "r-1", COMMIT, 40),
+            event_of("org-a", "a-com", "2026-11-10T10:03:00Z", "r-1", COMMIT, 90),
+        ],
+    );
+    assert_eq!(totals(&ledger), tokens(&[("org-a", 90), ("org-b", 40)]));
+    // What a binary before migration 013 left: one reservation r-1, closed by org-b's COMMIT, org-a's refused.
+    ledger
+        .connection()
+        .execute_batch(
+            "DELETE FROM commit_totals;
+             INSERT INTO commit_totals (tenant, metric, period, amount) VALUES ('org-b', 'tokens', '2026-11', 40);
+             PRAGMA user_version = 12;",
+        )
+        .unwrap();
+    drop(ledger);
+    let mut ledger = Ledger::open(&path).unwrap();
+    ledger.set_append_hook(Box::new(CommitTotalsHook));
+    // Refused (org-a's r-1 is closed already): it changes no verdict, but makes the catch-up judge org-a's r-1.
+    append(&mut ledger, &[event_of("org-a", "a-rel", "2026-11-10T10:05:00Z", "r-1", RELEASE, 0)]);
+    assert_eq!(totals(&ledger), tokens(&[("org-a", 90), ("org-b", 40)]));
+    // A RELEASE that happened before org-a's COMMIT takes it back, and only org-a's.
+    append(&mut ledger, &[event_of("org-a", "a-rel-first", "2026-11-10T10:02:30Z", "r-1", RELEASE, 0)]);
+    assert_eq!(totals(&ledger), tokens(&[("org-b", 40)]));
 }
