@@ -662,3 +662,41 @@ fn why_shows_the_copy_of_a_republished_version_that_reconcile_applies() {
     let row: Value = serde_json::from_str(billing.lines().next().expect("org-1's requests row")).unwrap();
     assert_eq!((row["limit"].as_i64(), row["overshoot"].as_i64()), (Some(20), Some(0)), "{billing}");
 }
+
+// README "Reconciliation" (a reservation is (tenant, reservation_id)): org-a and org-b both chose `r-1`; each
+// tenant's timeline shows its own reservation committed, and reconcile refused nothing for audit to list (review h1).
+#[test]
+fn tenants_sharing_a_reservation_id_each_see_their_own_reservation() {
+    let test = TestLedger::new();
+    let of = |tenant: &str, event_id: &str, occurred_at: &str, action: ReservationAction, amount: i64| {
+        let expires_at =
+            (action == ReservationAction::RESERVE).then(|| Timestamp(at(occurred_at).micros() + 600_000_000));
+        let header = header(event_id, occurred_at, tenant, "requests");
+        Event::Reservation(ReservationEvent { header, reservation_id: "r-1".into(), action, amount, expires_at })
+    };
+    use ReservationAction::*;
+    ingest_in_order(
+        &test,
+        vec![
+            of("org-a", "a-res", "2026-11-10T10:00:00Z", RESERVE, 100),
+            of("org-b", "b-res", "2026-11-10T10:01:00Z", RESERVE, 50),
+            of("org-b", "b-com", "2026-11-10T10:02:00Z", COMMIT, 40),
+            of("org-a", "a-com", "2026-11-10T10:03:00Z", COMMIT, 90),
+        ],
+    );
+    test.run(&["reconcile", "--as-of", "2026-12-01T00:00:00Z"]).success();
+    for (tenant, committed) in [("org-a", 90), ("org-b", 40)] {
+        let args =
+            ["audit", "tenant", tenant, "--from", "2026-11-10T00:00:00Z", "--to", "2026-11-11T00:00:00Z", "--json"];
+        let timeline = test.run(&args).success().json();
+        let lines: Vec<(&str, &str, Value)> = timeline["reservations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["reservation_id"].as_str().unwrap(), r["state"].as_str().unwrap(), r["committed"].clone()))
+            .collect();
+        assert_eq!(lines, [("r-1", "committed", committed.into())], "{tenant}");
+        assert_eq!(timeline["adjustments"], serde_json::json!([]), "{tenant}: nothing refused, nothing expired");
+        assert_eq!(timeline["consumption"][0]["commits"].as_i64(), Some(committed), "{tenant}");
+    }
+}

@@ -7,6 +7,7 @@ pub mod tenant;
 pub mod why;
 
 use datafusion::common::ScalarValue;
+use reconcile::reservation::same_reservation;
 use schemas::{ReservationAction, ReservationEvent, Timestamp};
 
 use crate::columns::Frame;
@@ -44,7 +45,8 @@ fn for_each_frame(
 }
 
 /// Calls `each` with the recorded events of every reservation of a tenant (and metric, when given), one
-/// reservation_id at a time, each with its ledger sequence number.
+/// reservation at a time (`reconcile::reservation::same_reservation`: the queries select one tenant, so one
+/// reservation_id), each with its ledger sequence number.
 fn reservation_groups(
     session: &LedgerSession,
     tenant: &str,
@@ -79,7 +81,7 @@ fn reservation_groups(
                 amount: f.i64("amount", r),
                 expires_at: f.opt_time("expires_at", r),
             };
-            if group.first().is_some_and(|(_, first)| first.reservation_id != event.reservation_id) {
+            if group.first().is_some_and(|(_, first)| !same_reservation(first, &event)) {
                 each(&group);
                 group.clear();
             }
