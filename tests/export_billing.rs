@@ -131,13 +131,13 @@ fn expected_rows(test: &TestLedger, period: (&str, i64, i64), watermark: u64) ->
             *entry = version;
         }
     }
-    // Of several: an enforcing one (SOFT or HARD) before a SHADOW one, then the smallest policy_id.
+    // Of several: a SOFT one, then a HARD one, then a SHADOW one, then the smallest policy_id.
     let policy_of = |tenant: &str, metric: &str| {
         let of = |owner: &str| {
             versions
                 .iter()
                 .filter(|((t, m, _), _)| t == owner && m == metric)
-                .min_by_key(|((_, _, id), v)| (v.3 == "SHADOW", id.clone()))
+                .min_by_key(|((_, _, id), v)| (["SOFT", "HARD", "SHADOW"].iter().position(|e| *e == v.3), id.clone()))
         };
         of(tenant).or_else(|| of("*")).map(|((_, _, id), v)| (id.clone(), v.clone()))
     };

@@ -81,9 +81,10 @@ fn own_month_policy_keys(index: &PolicyIndex, period: Period) -> Vec<Key> {
 }
 
 /// The TENANT-scope MONTH-window quota version in force for the period, and whether it is the tenant's own.
-/// When several apply: an enforcing one (SOFT or HARD) before a SHADOW one, then the smallest policy_id. A
-/// SHADOW policy is a trial that bills nothing: taken for the row beside a SOFT quota, it lost that quota's
-/// overage. A throttle is never the billed policy: it limits a rate, not the month's allowance.
+/// When several apply: a SOFT one, then a HARD one, then a SHADOW one, then the smallest policy_id. The row is
+/// a bill: a SOFT quota's excess is billed (overage), a HARD one's is an enforcement miss (overshoot, reported by
+/// reconcile too) and a SHADOW policy bills nothing, so taken for the row beside a SOFT quota either lost that
+/// quota's overage. A throttle is never the billed policy: it limits a rate, not the month's allowance.
 fn month_policy<'a>(
     index: &'a PolicyIndex,
     tenant: &str,
@@ -94,8 +95,17 @@ fn month_policy<'a>(
         .applicable(tenant, metric, period.start())
         .into_iter()
         .filter(|a| a.policy.scope == Scope::TENANT && a.policy.window == Window::MONTH && !a.policy.is_throttle())
-        .min_by_key(|a| (a.policy.enforcement == Enforcement::SHADOW, a.policy.policy_id.as_str()))
+        .min_by_key(|a| (billing_rank(a.policy.enforcement), a.policy.policy_id.as_str()))
         .map(|a| (a.policy, !a.plan_default))
+}
+
+/// Which enforcement a row takes first: what bills before what does not.
+fn billing_rank(enforcement: Enforcement) -> u8 {
+    match enforcement {
+        Enforcement::SOFT => 0,
+        Enforcement::HARD => 1,
+        Enforcement::SHADOW => 2,
+    }
 }
 
 fn row(period: Period, index: &PolicyIndex, inputs: &BillingInputs, key: Key) -> PeriodExportRow {
@@ -437,8 +447,9 @@ mod tests {
         );
     }
 
-    // Choice where the SPEC is silent: of several TENANT MONTH policies in force, an enforcing quota (SOFT or HARD)
-    // is billed before a SHADOW trial, then the smallest policy_id; a SHADOW policy of its own still replaces the
+    // Choice where the SPEC is silent: of several TENANT MONTH policies in force, a SOFT quota is billed before a
+    // HARD one before a SHADOW trial, then the smallest policy_id (org-4: a HARD quota sorting first lost the SOFT
+    // one's overage); a SHADOW policy of its own still replaces the
     // plan's quota (SPEC 3). Review of 2026-12-02 (h11.py): a SHADOW trial starting mid-month took the row from
     // the SOFT quota, and its overage of 20 was lost.
     #[test]
@@ -456,10 +467,12 @@ mod tests {
                 policy("org-2", "z-hard", 1, "requests", 10, Enforcement::HARD),
                 trial("org-2", "a-shadow-trial"),
                 trial("org-3", "shadow-trial"),
+                policy("org-4", "a-hard", 1, "requests", 100, Enforcement::HARD),
+                policy("org-4", "b-soft", 1, "requests", 10, Enforcement::SOFT),
             ],
             ..BillingInputs::default()
         };
-        for tenant in ["org-1", "org-2", "org-3"] {
+        for tenant in ["org-1", "org-2", "org-3", "org-4"] {
             inputs.usage.insert(key(tenant, "requests"), 30);
         }
         assert_eq!(
@@ -468,6 +481,7 @@ mod tests {
                 "org-1,requests,30,quota,1,10,0,10,20,,0",
                 "org-2,requests,30,z-hard,1,10,0,10,,20,0",
                 "org-3,requests,30,shadow-trial,1,5,0,5,,,0",
+                "org-4,requests,30,b-soft,1,10,0,10,20,,0",
             ]
         );
     }
