@@ -38,11 +38,13 @@ pub fn reserve_event_id(reservation_id: &str) -> String {
     format!("{reservation_id}-reserve")
 }
 
-/// The close of a reservation this hook issued (`rsv-…`, whose id already names its tenant), or of another
-/// enforcer's, whose id may be another tenant's too: the tenant's key hash then keeps their closes apart.
-pub fn close_event_id(tenant: &str, reservation_id: &str, action: ReservationAction) -> String {
+/// The close of a reservation this hook issued (`own`: its `rsv-…` id already names its tenant), or of another
+/// enforcer's, whose id may be another tenant's too: the tenant's key hash then keeps their closes apart. After a
+/// restart the hook's earlier reservations are folded from the ledger like any other, so their closes carry the
+/// hash too: either way two closes are two ids.
+pub fn close_event_id(tenant: &str, reservation_id: &str, action: ReservationAction, own: bool) -> String {
     let action = action.symbol().to_ascii_lowercase();
-    match reservation_id.starts_with(RESERVATION_PREFIX) {
+    match own {
         true => format!("{reservation_id}-{action}"),
         false => format!("{reservation_id}-{action}-{}", &key_hash(tenant, reservation_id)[..16]),
     }

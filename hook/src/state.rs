@@ -464,6 +464,11 @@ impl State {
         self.holds.values().flatten()
     }
 
+    /// Whether every event of the reservation is this writer's own (it issued it, and nobody else wrote to it).
+    pub fn is_own(&self, tenant: &str, reservation_id: &str) -> bool {
+        self.lives.get(&(tenant.to_string(), reservation_id.to_string())).is_some_and(|life| life.own)
+    }
+
     fn is_open(&self, (tenant, reservation_id): &Key) -> bool {
         self.holds_of(reservation_id).iter().any(|h| &h.tenant == tenant)
     }
@@ -543,6 +548,30 @@ impl State {
             });
             !metrics.is_empty()
         });
+    }
+}
+
+#[cfg(test)]
+impl State {
+    /// Panics unless the reservation bookkeeping agrees with itself: every hold has its reservation and its place
+    /// in the expiry order, and every reservation kept that holds nothing is resting, and only those.
+    fn check_bookkeeping(&self) {
+        let holds: Vec<&Hold> = self.holds().collect();
+        assert_eq!(holds.len(), self.expiries.len(), "one expiry per hold");
+        for (expires_at, key) in &self.expiries {
+            let hold = self.holds_of(&key.1).iter().find(|h| h.tenant == key.0).expect("an expiry of a hold");
+            assert_eq!(hold.expires_at.micros(), *expires_at);
+            let life = self.lives.get(key).expect("a hold's reservation is kept");
+            assert!(life.holding.is_some() && life.resting_until.is_none(), "{key:?} holds");
+        }
+        for (until, key) in &self.resting {
+            let life = self.lives.get(key).expect("a resting key's reservation is kept");
+            assert_eq!(life.resting_until, Some(*until), "{key:?}");
+            assert!(!self.is_open(key), "{key:?} rests while it holds");
+        }
+        let resting = self.lives.values().filter(|life| life.resting_until.is_some()).count();
+        assert_eq!(resting, self.resting.len(), "every reservation that holds nothing rests");
+        assert_eq!(self.lives.len(), self.resting.len() + self.expiries.len(), "every other one holds");
     }
 }
 
@@ -763,6 +792,7 @@ mod tests {
                         }
                     }
                 }
+                state.check_bookkeeping();
                 prop_assert_eq!(state.holds().count(), model.holds.len());
                 let day = window::bounds(Window::DAY, now).0;
                 for tenant in TENANTS {
@@ -819,6 +849,7 @@ mod tests {
                 now = Timestamp(now.micros() + advance * 60_000_000);
                 state.expire(now);
                 state.fold(*seq, &Event::Reservation(event.clone()), now);
+                state.check_bookkeeping();
             }
             state.expire(now);
             // What reconcile says of all of them.

@@ -447,9 +447,28 @@ impl Writer {
         }
         let id = reservation_id.to_string();
         let holds = self.state.holds_of(reservation_id);
-        // Other enforcers' reservations of two tenants may share an id: the caller's, the first by tenant name.
-        let covered = holds.iter().filter(|h| tenants.covers(&h.tenant)).min_by(|a, b| a.tenant.cmp(&b.tenant));
-        let Some(hold) = covered.cloned() else {
+        // Other enforcers' reservations of two tenants may share an id, and a close names no tenant: of those the
+        // caller may close, this hook's own, or the only one; never a guess.
+        let covered: Vec<&state::Hold> = holds.iter().filter(|h| tenants.covers(&h.tenant)).collect();
+        let own: Vec<&state::Hold> =
+            covered.iter().copied().filter(|h| self.state.is_own(&h.tenant, reservation_id)).collect();
+        let chosen = match (own.as_slice(), covered.as_slice()) {
+            ([hold], _) | ([], [hold]) => Some(*hold),
+            (_, []) => None,
+            _ => {
+                let tenants: Vec<&str> = covered.iter().map(|h| h.tenant.as_str()).collect();
+                return Err(HookError::BadRequest {
+                    field: "reservation_id",
+                    message: format!(
+                        "{reservation_id} names open reservations of {} tenants ({}): close it through the enforcer \
+                         that holds it, or with a token of one tenant",
+                        tenants.len(),
+                        tenants.join(", ")
+                    ),
+                });
+            }
+        };
+        let Some(hold) = chosen.cloned() else {
             if !holds.is_empty() {
                 return Ok(Err(Refusal::Forbidden { reservation_id: id }));
             }
@@ -468,7 +487,7 @@ impl Writer {
         }
         let amount = if action == ReservationAction::COMMIT { amount } else { 0 };
         let header = Header {
-            event_id: ids::close_event_id(&hold.tenant, reservation_id, action),
+            event_id: ids::close_event_id(&hold.tenant, reservation_id, action, own.len() == 1),
             occurred_at: now,
             tenant: hold.tenant.clone(),
             subject: hold.subject.clone(),

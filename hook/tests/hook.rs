@@ -605,3 +605,27 @@ fn an_own_quota_leaves_the_plan_throttle_enforced() {
     let limited = hook.check(ask("r-2", 1)).unwrap();
     assert_eq!((limited.reason, limited.policy_id.as_deref()), (Reason::RATE_LIMITED, Some("plan-rate")));
 }
+
+// A close names no tenant: when other enforcers' open reservations of two tenants share the id and the caller may
+// close either (the library, a `*` token), the hook refuses to guess (it closed the first by tenant name, charging
+// one tenant another's commit) and closes nothing; a caller of one tenant closes that tenant's.
+#[test]
+fn a_close_of_an_id_two_tenants_hold_open_is_not_a_guess() {
+    let (dir, hook) = hook_with(vec![policy("daily", 100, Window::DAY, Enforcement::HARD, None)]);
+    let now = Timestamp::now().micros();
+    let at = |seconds_ago: i64| Timestamp(now - seconds_ago * 1_000_000);
+    let mut org_2 = foreign_reservation("b-reserve", "r-1", ReservationAction::RESERVE, at(5), 50, Some(at(-3_600)));
+    if let Event::Reservation(r) = &mut org_2 {
+        r.header.tenant = "org-2".into();
+    }
+    let org_1 = foreign_reservation("a-reserve", "r-1", ReservationAction::RESERVE, at(5), 30, Some(at(-3_600)));
+    append_as_ingest(&dir, vec![org_1, org_2]);
+    assert_eq!(hook.check(ask("before", 0)).unwrap().used_before, Some(30), "org-1's hold");
+    match hook.commit("r-1", 7) {
+        Err(HookError::BadRequest { field: "reservation_id", message }) => {
+            assert!(message.contains("2 tenants (org-1, org-2)"), "{message}")
+        }
+        other => panic!("a guess: {other:?}"),
+    }
+    assert_eq!(hook.check(ask("after", 0)).unwrap().used_before, Some(30), "nothing closed");
+}
