@@ -225,3 +225,17 @@ fn verify_reports_the_ledgers_watermark_and_where_the_walk_stopped() {
     assert_eq!(last_deleted.status()["watermark"], 5);
     assert_eq!((&report["watermark"], &report["walk_stopped_at"]), (&Value::from(5), &Value::from(4)), "{report}");
 }
+
+// Proves that a row of totals that does not read does not hide the first bad entry: verify read the totals before
+// its walk (since the watermark change of 2026-12-02) and exited 2 without naming the entry.
+#[test]
+fn unreadable_totals_do_not_hide_the_first_bad_entry() {
+    let ledger = ledger_of_five();
+    sqlite3_ok(
+        &ledger,
+        "DROP TRIGGER usage_events_refuse_update; UPDATE usage_events SET quantity = 1 WHERE seq = 2;
+         DROP TRIGGER batches_refuse_update; UPDATE batches SET watermark = 'x'",
+    );
+    let run = ledger.verify().expect_code(1);
+    assert!(run.stderr.contains("verify: entry 2 (event_id u-2) does not hold"), "{}", run.stderr);
+}

@@ -122,7 +122,9 @@ impl Ledger {
                     payload, raw, payload_hash, entry_hash
              FROM entries ORDER BY seq",
         )?;
-        let totals = read_totals(&tx)?;
+        // Read before the walk (the same snapshot), but a row of totals that does not read must not hide the
+        // first bad entry: it is reported after the walk, as before.
+        let totals = read_totals(&tx);
         let mut rows = statement.query([])?;
         let mut previous: Hash = GENESIS;
         let mut checked = 0u64;
@@ -131,7 +133,7 @@ impl Ledger {
             if let Err(problem) = self.check_entry(&entry, checked + 1, &previous) {
                 return Ok(VerifyReport {
                     entries_checked: checked,
-                    watermark: totals.watermark,
+                    watermark: totals.as_ref().map_or(entry.seq, |t| t.watermark),
                     walk_stopped_at: entry.seq,
                     first_bad: Some(BadEntry { seq: entry.seq, event_id: entry.event_id, problem }),
                 });
@@ -139,6 +141,7 @@ impl Ledger {
             previous = entry.entry_hash.as_slice().try_into().expect("checked to be 32 bytes");
             checked += 1;
         }
+        let totals = totals?;
         let mut report = VerifyReport {
             entries_checked: checked,
             watermark: totals.watermark,
