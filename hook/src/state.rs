@@ -709,7 +709,7 @@ mod tests {
             Just(ReservationAction::COMMIT),
             Just(ReservationAction::RELEASE)
         ];
-        (0..4u8, 0..2usize, action, 0..180i64, 0..50i64, 0..90i64, proptest::bool::weighted(0.2))
+        (0..6u8, 0..2usize, action, 0..180i64, 0..50i64, 0..90i64, proptest::bool::weighted(0.2))
     }
 
     proptest! {
@@ -824,10 +824,11 @@ mod tests {
         fn reservations_fold_to_reconciles_verdict_whatever_the_arrival_order(
             history in proptest::collection::vec(generated_event(), 1..24),
             advances in proptest::collection::vec(0..40i64, 24),
+            unrecorded in proptest::collection::vec(proptest::bool::weighted(0.2), 24),
         ) {
             let base = Timestamp::parse_rfc3339("2026-11-10T00:00:00Z").unwrap();
             let minutes = |m: i64| Timestamp(base.micros() + m * 60_000_000);
-            let events: Vec<(u64, ReservationEvent)> = history
+            let mut events: Vec<(u64, ReservationEvent)> = history
                 .iter()
                 .enumerate()
                 .map(|(n, (id, tenant, action, at, amount, ttl, other_subject))| {
@@ -843,21 +844,47 @@ mod tests {
                     })
                 })
                 .collect();
+            // Reservations r4 and r5 are this writer's own, as its API makes them (nobody else writes to them): a
+            // RESERVE now, of an id never issued before; a close now, of one it holds open. Each is applied with a provisional number, then
+            // numbered by the ledger or taken back when the ledger did not record it.
+            let own = |e: &ReservationEvent| e.reservation_id == "r4" || e.reservation_id == "r5";
+            let mut counted = vec![true; events.len()];
+            let mut issued = std::collections::BTreeSet::new();
             let mut state = State::default();
             let mut now = base;
-            for ((seq, event), advance) in events.iter().zip(&advances) {
+            for (n, (advance, unrecorded)) in advances.iter().zip(&unrecorded).enumerate().take(events.len()) {
                 now = Timestamp(now.micros() + advance * 60_000_000);
                 state.expire(now);
-                state.fold(*seq, &Event::Reservation(event.clone()), now);
+                let (seq, event) = &mut events[n];
+                if own(event) {
+                    let ttl = event.expires_at.map(|e| e.micros() - event.header.occurred_at.micros());
+                    event.header.occurred_at = now;
+                    event.expires_at = ttl.map(|ttl| Timestamp(now.micros() + ttl));
+                    let key = key_of(event);
+                    let allowed = match event.action {
+                        ReservationAction::RESERVE => issued.insert(key.clone()),
+                        _ => state.is_open(&key),
+                    };
+                    counted[n] = allowed && !unrecorded;
+                    if allowed {
+                        let provisional = PROVISIONAL_SEQ + *seq;
+                        state.fold_own(provisional, event, now);
+                        state.number_own(&key, provisional, (!unrecorded).then_some(*seq), now);
+                    }
+                } else {
+                    state.fold(*seq, &Event::Reservation(event.clone()), now);
+                }
                 state.check_bookkeeping();
             }
+            let recorded = |(seq, _): &&(u64, ReservationEvent)| counted[*seq as usize - 1];
             state.expire(now);
             // What reconcile says of all of them.
             let mut held: BTreeMap<(String, String), i64> = BTreeMap::new();
             let mut consumed: BTreeMap<(String, String, i64), i64> = BTreeMap::new();
-            for (id, tenant) in (0..4u8).flat_map(|id| TENANTS.map(|tenant| (id, tenant))) {
+            for (id, tenant) in (0..6u8).flat_map(|id| TENANTS.map(|tenant| (id, tenant))) {
                 let of_id: Vec<(u64, &ReservationEvent)> = events
                     .iter()
+                    .filter(recorded)
                     .filter(|(_, e)| e.reservation_id == format!("r{id}") && e.header.tenant == tenant)
                     .map(|(seq, e)| (*seq, e))
                     .collect();
