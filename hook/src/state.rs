@@ -19,7 +19,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use reconcile::policy::PolicyIndex;
-use reconcile::reservation::{self, Transition};
+use reconcile::reservation::{self, Facts};
 use reconcile::window;
 use rustc_hash::FxHashMap;
 use schemas::*;
@@ -115,27 +115,9 @@ impl Owner {
 #[derive(Debug, Clone)]
 struct Step {
     seq: u64,
-    action: ReservationAction,
-    occurred_at: Timestamp,
-    amount: i64,
-    expires_at: Option<Timestamp>,
+    facts: Facts,
     /// Set only when the event's tenant, subject or metric differ from its reservation's first event's.
     owner: Option<Box<Owner>>,
-}
-
-impl Transition for Step {
-    fn action(&self) -> ReservationAction {
-        self.action
-    }
-    fn occurred_at(&self) -> Timestamp {
-        self.occurred_at
-    }
-    fn amount(&self) -> i64 {
-        self.amount
-    }
-    fn expires_at(&self) -> Option<Timestamp> {
-        self.expires_at
-    }
 }
 
 /// A reservation: its tenant and its reservation_id. Another tenant's events with the same reservation_id are
@@ -175,9 +157,9 @@ impl Life {
 
     /// The last instant an event of it could matter to: a valid close happens by its RESERVE's expiry.
     fn matters_until(&self) -> Timestamp {
-        let instant = |s: &Step| match s.action {
-            ReservationAction::RESERVE => s.expires_at.unwrap_or(s.occurred_at),
-            _ => s.occurred_at,
+        let instant = |s: &Step| match s.facts.action {
+            ReservationAction::RESERVE => s.facts.expires_at.unwrap_or(s.facts.occurred_at),
+            _ => s.facts.occurred_at,
         };
         self.steps.iter().map(instant).max().expect("a life has an event")
     }
@@ -300,14 +282,7 @@ impl State {
         let owner = (!life.owner.is(&r.header)).then(|| Box::new(Owner::of(&r.header)));
         // Most reservations have two events: room for exactly those, not the four a first push makes.
         life.steps.reserve_exact(1);
-        life.steps.push(Step {
-            seq,
-            action: r.action,
-            occurred_at: r.header.occurred_at,
-            amount: r.amount,
-            expires_at: r.expires_at,
-            owner,
-        });
+        life.steps.push(Step { seq, facts: Facts::of(r), owner });
         life.own &= own;
         self.settle(&key, life, now);
     }
@@ -315,7 +290,7 @@ impl State {
     /// Judges a reservation's events again, applies what the verdict changes, and keeps the reservation while it
     /// matters.
     fn settle(&mut self, key: &Key, mut life: Box<Life>, now: Timestamp) {
-        let events: Vec<(u64, &Step)> = life.steps.iter().map(|s| (s.seq, s)).collect();
+        let events: Vec<(u64, &Facts)> = life.steps.iter().map(|s| (s.seq, &s.facts)).collect();
         let verdict = reservation::judge(&events, now);
         let holding = verdict.reserve.filter(|_| verdict.close.is_none());
         let committed = verdict.close.filter(|(_, action, _)| *action == ReservationAction::COMMIT).map(|c| c.0);
@@ -329,7 +304,7 @@ impl State {
             let change = |seq: Option<u64>, sign: i64| {
                 seq.map(|seq| {
                     let step = life.step(seq);
-                    (life.owner_of(step).clone(), step.occurred_at, sign * step.amount)
+                    (life.owner_of(step).clone(), step.facts.occurred_at, sign * step.facts.amount)
                 })
             };
             for (owner, occurred_at, amount) in [change(life.committed, -1), change(committed, 1)].into_iter().flatten()
@@ -343,13 +318,13 @@ impl State {
             if let Some(seq) = holding {
                 let step = life.step(seq);
                 let owner = life.owner_of(step);
-                let expires_at = step.expires_at.unwrap_or(step.occurred_at);
+                let expires_at = step.facts.expires_at.unwrap_or(step.facts.occurred_at);
                 if expires_at >= now {
                     let hold = Hold {
                         tenant: owner.tenant.clone(),
                         subject: owner.subject.clone(),
                         metric: owner.metric.clone(),
-                        amount: step.amount,
+                        amount: step.facts.amount,
                         expires_at,
                     };
                     self.open_hold(key, hold);

@@ -10,6 +10,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
 use ledger::{Batch, Durability, Incoming, Ledger, Origin};
+use reconcile::reservation::Facts;
 use rusqlite::OptionalExtension;
 use rustc_hash::FxHashMap;
 use schemas::*;
@@ -689,26 +690,29 @@ fn refusal_from_ledger(
          FROM reservation_events r JOIN entries e ON e.seq = r.seq
          WHERE r.reservation_id = ? AND e.status = 'recorded'",
     )?;
-    let rows: Vec<(u64, Recorded)> = statement
+    // (seq, tenant, what judging reads).
+    let rows: Vec<(u64, String, Facts)> = statement
         .query_map([reservation_id], |r| {
             let symbol = r.get_ref(1)?.as_str()?;
             let action = ReservationAction::from_symbol(symbol).ok_or_else(|| {
                 rusqlite::Error::FromSqlConversionFailure(1, rusqlite::types::Type::Text, symbol.to_string().into())
             })?;
-            let recorded = Recorded {
+            let facts = Facts {
                 action,
                 amount: r.get(2)?,
                 expires_at: r.get::<_, Option<i64>>(3)?.map(Timestamp),
-                tenant: r.get(4)?,
                 occurred_at: Timestamp(r.get(5)?),
             };
-            Ok((r.get::<_, i64>(0)? as u64, recorded))
+            Ok((r.get::<_, i64>(0)? as u64, r.get(4)?, facts))
         })?
         .collect::<rusqlite::Result<_>>()?;
     // A reservation per tenant with a RESERVE (other enforcers' may share an id): the caller's, the first by tenant
     // name, judged as reconcile judges it (and as the state folded it): by event time.
-    let mut reserved: Vec<&str> =
-        rows.iter().filter(|(_, r)| r.action == ReservationAction::RESERVE).map(|(_, r)| r.tenant.as_str()).collect();
+    let mut reserved: Vec<&str> = rows
+        .iter()
+        .filter(|(_, _, f)| f.action == ReservationAction::RESERVE)
+        .map(|(_, tenant, _)| tenant.as_str())
+        .collect();
     reserved.sort_unstable();
     if reserved.is_empty() {
         return Ok(Err(Refusal::NotFound { reservation_id: id }));
@@ -716,39 +720,15 @@ fn refusal_from_ledger(
     let Some(tenant) = reserved.into_iter().find(|t| tenants.covers(t)) else {
         return Ok(Err(Refusal::Forbidden { reservation_id: id }));
     };
-    let events: Vec<(u64, &Recorded)> =
-        rows.iter().filter(|(_, r)| r.tenant == tenant).map(|(seq, r)| (*seq, r)).collect();
+    let events: Vec<(u64, &Facts)> =
+        rows.iter().filter(|(_, t, _)| t == tenant).map(|(seq, _, facts)| (*seq, facts)).collect();
     let verdict = reconcile::reservation::judge(&events, Timestamp(i64::MAX));
-    let reserve = verdict.reserve.and_then(|seq| events.iter().find(|(s, _)| *s == seq)).map(|(_, r)| *r);
+    let reserve = verdict.reserve.and_then(|seq| events.iter().find(|(s, _)| *s == seq)).map(|(_, f)| *f);
     let reserve = reserve.expect("a tenant with a RESERVE has one in its verdict");
     Ok(Err(match verdict.close {
         Some((_, action, _)) => Refusal::AlreadyClosed { reservation_id: id, by: action.symbol().to_string() },
         None => Refusal::Expired { reservation_id: id, expires_at: reserve.expires_at.unwrap_or(Timestamp(i64::MIN)) },
     }))
-}
-
-/// A reservation event as the ledger's tables hold it: what judging it and naming its tenant need.
-struct Recorded {
-    action: ReservationAction,
-    amount: i64,
-    expires_at: Option<Timestamp>,
-    tenant: String,
-    occurred_at: Timestamp,
-}
-
-impl reconcile::reservation::Transition for Recorded {
-    fn action(&self) -> ReservationAction {
-        self.action
-    }
-    fn occurred_at(&self) -> Timestamp {
-        self.occurred_at
-    }
-    fn amount(&self) -> i64 {
-        self.amount
-    }
-    fn expires_at(&self) -> Option<Timestamp> {
-        self.expires_at
-    }
 }
 
 /// Entries after the state's watermark that change it (usage, reservations, grants, policies), in order. Usage

@@ -67,6 +67,42 @@ pub fn same_reservation(a: &ReservationEvent, b: &ReservationEvent) -> bool {
     a.reservation_id == b.reservation_id && a.header.tenant == b.header.tenant
 }
 
+/// What judging reads of a reservation event, for callers that keep no more of it (the hook's fold, a close
+/// refused from the ledger's tables).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Facts {
+    pub action: ReservationAction,
+    pub occurred_at: Timestamp,
+    pub amount: i64,
+    pub expires_at: Option<Timestamp>,
+}
+
+impl Facts {
+    pub fn of(event: &ReservationEvent) -> Facts {
+        Facts {
+            action: event.action,
+            occurred_at: event.header.occurred_at,
+            amount: event.amount,
+            expires_at: event.expires_at,
+        }
+    }
+}
+
+impl Transition for Facts {
+    fn action(&self) -> ReservationAction {
+        self.action
+    }
+    fn occurred_at(&self) -> Timestamp {
+        self.occurred_at
+    }
+    fn amount(&self) -> i64 {
+        self.amount
+    }
+    fn expires_at(&self) -> Option<Timestamp> {
+        self.expires_at
+    }
+}
+
 /// Judges the events of one reservation (`(ledger seq, event)`, in any order; see [`same_reservation`]) as of
 /// `as_of`.
 pub fn judge<T: Transition>(events: &[(u64, &T)], as_of: Timestamp) -> Verdict {
