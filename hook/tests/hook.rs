@@ -89,6 +89,14 @@ fn foreign_reservation(
     })
 }
 
+/// The same event, of org-2.
+fn of_org_2(mut event: Event) -> Event {
+    if let Event::Reservation(r) = &mut event {
+        r.header.tenant = "org-2".into();
+    }
+    event
+}
+
 /// Appends `events` to the ledger in `dir` as another writer (ingest) does.
 fn append_as_ingest(dir: &tempfile::TempDir, events: Vec<Event>) {
     let incoming =
@@ -553,12 +561,6 @@ fn another_tenants_reservation_of_the_same_id_is_another_reservation() {
     let now = Timestamp::now().micros();
     let at = |seconds_ago: i64| Timestamp(now - seconds_ago * 1_000_000);
     let in_an_hour = Some(at(-3_600));
-    let of_org_2 = |mut event: Event| {
-        if let Event::Reservation(r) = &mut event {
-            r.header.tenant = "org-2".into();
-        }
-        event
-    };
     let reservation = foreign_reservation;
     append_as_ingest(
         &dir,
@@ -614,10 +616,8 @@ fn a_close_of_an_id_two_tenants_hold_open_is_not_a_guess() {
     let (dir, hook) = hook_with(vec![policy("daily", 100, Window::DAY, Enforcement::HARD, None)]);
     let now = Timestamp::now().micros();
     let at = |seconds_ago: i64| Timestamp(now - seconds_ago * 1_000_000);
-    let mut org_2 = foreign_reservation("b-reserve", "r-1", ReservationAction::RESERVE, at(5), 50, Some(at(-3_600)));
-    if let Event::Reservation(r) = &mut org_2 {
-        r.header.tenant = "org-2".into();
-    }
+    let org_2 =
+        of_org_2(foreign_reservation("b-reserve", "r-1", ReservationAction::RESERVE, at(5), 50, Some(at(-3_600))));
     let org_1 = foreign_reservation("a-reserve", "r-1", ReservationAction::RESERVE, at(5), 30, Some(at(-3_600)));
     append_as_ingest(&dir, vec![org_1, org_2]);
     assert_eq!(hook.check(ask("before", 0)).unwrap().used_before, Some(30), "org-1's hold");
