@@ -108,4 +108,16 @@ impl Frame {
     pub fn time(&self, name: &str, row: usize) -> schemas::Timestamp {
         schemas::Timestamp(self.i64(name, row))
     }
+
+    /// The fields every event starts with (SPEC 3), from a row that selected them under their own names.
+    pub fn header(&self, row: usize) -> schemas::Header {
+        schemas::Header {
+            event_id: self.str("event_id", row),
+            occurred_at: self.time("occurred_at", row),
+            tenant: self.str("tenant", row),
+            subject: self.opt_str("subject", row),
+            metric: self.str("metric", row),
+            source: self.str("source", row),
+        }
+    }
 }

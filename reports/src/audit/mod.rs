@@ -68,14 +68,7 @@ fn reservation_groups(
                 return;
             };
             let event = ReservationEvent {
-                header: schemas::Header {
-                    event_id: f.str("event_id", r),
-                    occurred_at: f.time("occurred_at", r),
-                    tenant: f.str("tenant", r),
-                    subject: f.opt_str("subject", r),
-                    metric: f.str("metric", r),
-                    source: f.str("source", r),
-                },
+                header: f.header(r),
                 reservation_id: f.str("reservation_id", r),
                 action,
                 amount: f.i64("amount", r),

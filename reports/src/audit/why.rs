@@ -265,14 +265,7 @@ fn copy_applied<'a>(copies: &'a [PolicyEvent], decision: &Decision) -> Option<&'
 
 fn policy_event(f: &Frame, r: usize, seq: u64) -> Result<PolicyEvent, ReportError> {
     Ok(PolicyEvent {
-        header: schemas::Header {
-            event_id: f.str("event_id", r),
-            occurred_at: f.time("occurred_at", r),
-            tenant: f.str("tenant", r),
-            subject: f.opt_str("subject", r),
-            metric: f.str("metric", r),
-            source: f.str("source", r),
-        },
+        header: f.header(r),
         policy_id: f.str("policy_id", r),
         // An Int32 column (PolicyEvent's `int`).
         version: f.i64("version", r) as i32,
