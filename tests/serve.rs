@@ -217,6 +217,11 @@ fn shadow_answers_set_no_headers_and_replays_count_from_now() {
     }
     let seconds =
         |headers: &ureq::http::HeaderMap, name: &str| -> i64 { headers[name].to_str().unwrap().parse().unwrap() };
+    // Support's answer: over the SHADOW policy's limit and allowed, as SHADOW allows (until 2026-12-02 `audit why`
+    // said the request should have been denied).
+    let words = test.run(&["audit", "why", "s-1"]).success().stdout_text();
+    assert!(words.contains("0 used + 2 asked = 2, over the limit of 1."), "{words}");
+    assert!(!words.contains("should have been denied"), "{words}");
     let (status, first, _) = server.check("a-2", 9);
     assert_eq!(status, 429);
     std::thread::sleep(Duration::from_millis(2_100));
@@ -226,6 +231,58 @@ fn shadow_answers_set_no_headers_and_replays_count_from_now() {
         let (then, now) = (seconds(&first, name), seconds(&replayed, name));
         assert!(now <= then - 2, "{name}: {then} s when decided, {now} s two seconds later");
     }
+}
+
+// Support's answer for a throttle: the bucket the serving process held when it denied (capacity, tokens left), which
+// no grant raises, not an allowance per window. Until 2026-12-02 `audit why` read every policy as a quota: "at
+// most 1 per HOUR window", an effective limit of 1 + the grant, and a counter it said did not explain the denial.
+#[test]
+fn why_explains_a_rate_limited_request_by_its_bucket() {
+    let Event::Policy(hard) = hard_policy(1_000, Window::DAY) else { unreachable!() };
+    let throttle = PolicyEvent {
+        header: header("policy-throttle-v1", "2026-01-01T00:00:00Z", "org-1", "tokens"),
+        policy_id: "throttle".into(),
+        version: 1,
+        limit: 1,
+        window: Window::HOUR,
+        burst: Some(5),
+        ..hard
+    };
+    let grant = GrantEvent {
+        header: header("grant-1", "2026-01-01T00:00:00Z", "org-1", "tokens"),
+        grant_id: "grant-1".into(),
+        amount: 100,
+        valid_from: at("2026-01-01T00:00:00Z"),
+        valid_until: at("2100-01-01T00:00:00Z"),
+        reason: "support credit".into(),
+    };
+    let test = TestLedger::new();
+    write_container(&test.file("policy.avro"), &[Event::Policy(throttle)]);
+    write_container(&test.file("grant.avro"), &[Event::Grant(grant)]);
+    test.ingest(&test.file("policy.avro"));
+    test.ingest(&test.file("grant.avro"));
+    let server = Server::start(&test, &[]);
+    assert_eq!(server.check("t-1", 4).0, 200);
+    let (status, _, body) = server.check("t-2", 3);
+    assert_eq!((status, body["code"].as_str()), (429, Some("RATE_LIMITED")), "{body}");
+    let words = test.run(&["audit", "why", "t-2"]).success().stdout_text();
+    for expected in [
+        "a throttle, a token bucket of 5 tokens refilled continuously at 1 per HOUR window, HARD enforcement",
+        "Grants: they raise quotas, not a throttle's bucket.",
+        "Effective limit: 5 (the bucket's capacity).",
+        "Bucket at decision time, in the serving process: 1 of 5 tokens left (4 taken and not yet refilled).",
+        "3 asked, 1 left: too few tokens.",
+        "Retry after: 7199",
+        "The bucket holds enough tokens for this amount again at",
+        "For context only: a throttle decides by its bucket",
+    ] {
+        assert!(words.contains(expected), "{expected:?} missing from:\n{words}");
+    }
+    assert!(!words.contains("does not explain") && !words.contains("window resets"), "{words}");
+    let why = test.run(&["audit", "why", "t-2", "--json"]).success().json();
+    assert_eq!((why["policy"]["burst"].as_i64(), why["effective_limit"].as_i64()), (Some(5), Some(5)), "{why}");
+    assert_eq!(why["grants"], json!([]), "{why}");
+    drop(server);
 }
 
 // SPEC 7: 401 without a valid token, 403 for a tenant the token does not cover, 400 naming the bad field, 413 for a huge body; nothing consumed or recorded by any of them.

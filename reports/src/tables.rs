@@ -154,6 +154,8 @@ pub const TABLES: &[Table] = &[
             col("window", "d.window", Text, false),
             col("enforcement", "d.enforcement", Text, false),
             col("effective_from", "d.effective_from", Timestamp, false),
+            // A throttle's token bucket capacity (PolicyEvent v2); null for a quota.
+            col("burst", "d.burst", Int64, true),
         ],
     },
     Table {

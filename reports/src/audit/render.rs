@@ -71,10 +71,17 @@ fn policy_paragraph(w: &Why, out: &mut String) {
             } else {
                 format!("tenant {}'s own", p.owner)
             };
+            let rule = match p.burst {
+                None => format!("at most {} {} per {} window", p.limit, d.metric, p.window),
+                Some(burst) => format!(
+                    "a throttle, a token bucket of {burst} {} refilled continuously at {} per {} window",
+                    d.metric, p.limit, p.window
+                ),
+            };
             writeln!(
                 out,
-                "Policy: {} version {}, {owner}, {} scope: at most {} {} per {} window, {} enforcement (effective from {}).",
-                p.policy_id, p.version, p.scope, p.limit, d.metric, p.window, p.enforcement, p.effective_from
+                "Policy: {} version {}, {owner}, {} scope: {rule}, {} enforcement (effective from {}).",
+                p.policy_id, p.version, p.scope, p.enforcement, p.effective_from
             )
             .unwrap();
             if p.copies > 1 {
@@ -98,7 +105,10 @@ fn policy_paragraph(w: &Why, out: &mut String) {
     if let (Some(start), Some(end)) = (d.window_start, d.window_end) {
         writeln!(out, "Window: {start} to {end}.").unwrap();
     }
-    if w.policy.is_some() {
+    if w.by_throttle() {
+        writeln!(out, "Grants: they raise quotas, not a throttle's bucket.").unwrap();
+        writeln!(out, "Effective limit: {} (the bucket's capacity).", or_empty(&w.effective_limit)).unwrap();
+    } else if w.policy.is_some() {
         if w.grants.is_empty() {
             writeln!(out, "Grants: none applied to this window.").unwrap();
         } else {
@@ -125,6 +135,9 @@ fn policy_paragraph(w: &Why, out: &mut String) {
 }
 
 fn counter_paragraph(w: &Why, out: &mut String) {
+    if w.by_throttle() {
+        return bucket_paragraph(w, out);
+    }
     let c = &w.counter;
     // The hook's used_before is consumption plus what open reservations held (SPEC 6): the holds are in it,
     // never to be added again.
@@ -145,15 +158,42 @@ fn counter_paragraph(w: &Why, out: &mut String) {
         let asked = used.saturating_add(w.decision.amount);
         let over = asked > limit;
         let verdict = if over { "over the limit" } else { "within the limit" };
-        // A decision its own counter does not explain is what support most needs to see.
-        let note = match (over, w.decision.outcome.as_str()) {
-            (false, "DENIED") => ": the recorded counter does not explain this denial",
-            (true, "ALLOWED") => ": by the recorded counter this request should have been denied",
-            _ => "",
-        };
+        let note = unexplained(w, over, "counter");
         writeln!(out, "{used} used + {} asked = {asked}, {verdict} of {limit}{note}.", w.decision.amount).unwrap();
     }
     out.push('\n');
+}
+
+/// A throttle's recorded counter: the bucket as the serving process held it (capacity, tokens taken, left).
+fn bucket_paragraph(w: &Why, out: &mut String) {
+    let c = &w.counter;
+    writeln!(
+        out,
+        "Bucket at decision time, in the serving process: {} of {} tokens left ({} taken and not yet refilled).",
+        or_empty(&c.remaining),
+        or_empty(&c.limit),
+        or_empty(&c.used_before),
+    )
+    .unwrap();
+    if let Some(left) = c.remaining {
+        let asked = w.decision.amount;
+        let over = asked > left;
+        let verdict = if over { "too few tokens" } else { "enough tokens" };
+        let note = unexplained(w, over, "bucket");
+        writeln!(out, "{asked} asked, {left} left: {verdict}{note}.").unwrap();
+    }
+    out.push('\n');
+}
+
+/// A decision its own recorded counter does not explain is what support most needs to see. Over the limit and
+/// allowed is expected of a SHADOW or SOFT policy (SHADOW_DENIED allows; SOFT excess is billed), not of a HARD one.
+fn unexplained(w: &Why, over: bool, counter: &str) -> String {
+    let hard = w.policy.as_ref().is_none_or(|p| p.enforcement == schemas::Enforcement::HARD.symbol());
+    match (over, w.decision.outcome.as_str()) {
+        (false, "DENIED") => format!(": the recorded {counter} does not explain this denial"),
+        (true, "ALLOWED") if hard => format!(": by the recorded {counter} this request should have been denied"),
+        _ => String::new(),
+    }
 }
 
 fn reservations(count: u64) -> &'static str {
@@ -174,6 +214,14 @@ fn consumption_paragraph(w: &Why, out: &mut String) {
         c.total, w.decision.metric, c.events, c.used_before
     )
     .unwrap();
+    if w.by_throttle() {
+        writeln!(
+            out,
+            "(For context only: a throttle decides by its bucket, which refills continuously, counts no reservation \
+             and starts full when the serving process starts; buckets are not in the ledger.)"
+        )
+        .unwrap();
+    }
     if !c.largest.is_empty() {
         writeln!(
             out,
@@ -209,8 +257,13 @@ fn retry_paragraph(w: &Why, out: &mut String) {
         Some(ms) => writeln!(out, "Retry after: {ms} ms ({} s).", retry_after_seconds(ms)).unwrap(),
         None => writeln!(out, "Retry after: none given.").unwrap(),
     }
-    if let Some(reset) = w.resets_at {
-        writeln!(out, "The window resets at {reset}.").unwrap();
+    match (w.resets_at, w.by_throttle()) {
+        // A bucket has no reset: it refills continuously. What the hook answered is when this amount fits again.
+        (Some(at), true) if w.retry_after_ms.is_some() => {
+            writeln!(out, "The bucket holds enough tokens for this amount again at {at}.").unwrap()
+        }
+        (Some(reset), false) => writeln!(out, "The window resets at {reset}.").unwrap(),
+        _ => {}
     }
     out.push('\n');
 }

@@ -34,7 +34,8 @@ pub struct Why {
     pub policy: Option<PolicyFacts>,
     pub counter: Counter,
     pub grants: Vec<GrantFacts>,
-    /// The policy's limit plus the grants that applied to the window.
+    /// The policy's limit plus the grants that applied to the window; for a throttle, its bucket's capacity
+    /// (grants raise quotas, not buckets).
     pub effective_limit: Option<i64>,
     pub consumption: Consumption,
     pub retry_after_ms: Option<i64>,
@@ -77,10 +78,26 @@ pub struct PolicyFacts {
     pub window: String,
     pub enforcement: String,
     pub effective_from: Timestamp,
+    /// A throttle's token bucket capacity (refilled `limit` per `window`); `None` for a quota.
+    pub burst: Option<i64>,
     /// The ledger entry of the copy shown.
     pub seq: u64,
     /// How many copies of this version (same owner) the ledger holds: more than 1 when it was published again.
     pub copies: u64,
+}
+
+impl PolicyFacts {
+    /// A token bucket (a policy with a burst), not an allowance per window.
+    pub fn is_throttle(&self) -> bool {
+        self.burst.is_some()
+    }
+}
+
+impl Why {
+    /// Whether the decision's policy is a throttle: its recorded counter is the serving process's bucket.
+    pub fn by_throttle(&self) -> bool {
+        self.policy.as_ref().is_some_and(PolicyFacts::is_throttle)
+    }
 }
 
 /// The counter at decision time, as the decision recorded it, and the reservations open then.
@@ -152,7 +169,9 @@ pub fn why(session: &LedgerSession, request_id: &str) -> Result<Result<Why, Unkn
     };
     let policy = policy(session, &decision)?;
     let scope_subject = subject_of_scope(policy.as_ref(), &decision);
-    let grants = grants(session, &decision, policy.as_ref(), scope_subject.as_ref())?;
+    // A throttle is decided by its bucket, which no grant raises (the hook's `evaluate_one`).
+    let quota = policy.as_ref().filter(|p| p.burst.is_none());
+    let grants = grants(session, &decision, quota, scope_subject.as_ref())?;
     let grants_total: i64 = grants.iter().map(|g| g.amount).sum();
     let (consumption, open) = consumption(session, request_id, &decision, scope_subject.as_ref())?;
     let (limit, used_before, remaining, retry_after_ms) = decision.recorded;
@@ -160,7 +179,7 @@ pub fn why(session: &LedgerSession, request_id: &str) -> Result<Result<Why, Unkn
         request_id: request_id.to_string(),
         watermark: session.watermark(),
         decisions_for_request: decisions.len() as u64,
-        effective_limit: policy.as_ref().map(|p| p.limit + grants_total),
+        effective_limit: policy.as_ref().map(|p| p.burst.unwrap_or(p.limit.saturating_add(grants_total))),
         policy,
         counter: Counter { limit, used_before, remaining, open_reservations: open.0, open_reservations_amount: open.1 },
         grants,
@@ -246,6 +265,7 @@ fn policy(session: &LedgerSession, decision: &Decision) -> Result<Option<PolicyF
         window: chosen.window.symbol().to_string(),
         enforcement: chosen.enforcement.symbol().to_string(),
         effective_from: chosen.effective_from,
+        burst: chosen.burst,
         seq: seqs[index],
         copies: copies.iter().filter(|p| p.header.tenant == chosen.header.tenant).count() as u64,
     }))
@@ -274,8 +294,8 @@ fn policy_event(f: &Frame, r: usize, seq: u64) -> Result<PolicyEvent, ReportErro
         window: symbol(f, r, seq, "window", Window::from_symbol)?,
         enforcement: symbol(f, r, seq, "enforcement", Enforcement::from_symbol)?,
         effective_from: f.time("effective_from", r),
-        // Not in the `policy_events` table, and no part of which version or copy applies.
-        burst: None,
+        // Which copy applies depends on it: a tenant's own throttle never covers the plan's quota.
+        burst: f.opt_i64("burst", r),
     })
 }
 
