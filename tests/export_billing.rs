@@ -103,7 +103,9 @@ fn expected_rows(test: &TestLedger, period: (&str, i64, i64), watermark: u64) ->
         reservations.entry((event.tenant.clone(), id)).or_default().push(event);
     }
     for events in reservations.values() {
-        if let Some(commit) = valid_commit(events).filter(|c| c.occurred_at >= start && c.occurred_at < end) {
+        // A COMMIT of 0 consumed nothing, as a RELEASE: no row of its own (README "export billing").
+        let in_period = |c: &&Reservation| c.amount != 0 && c.occurred_at >= start && c.occurred_at < end;
+        if let Some(commit) = valid_commit(events).filter(in_period) {
             *consumption.entry((commit.tenant.clone(), commit.metric.clone())).or_default() += commit.amount;
         }
     }
@@ -342,6 +344,24 @@ fn a_reservation_id_shared_by_two_tenants_bills_each_tenant_its_own_commit() {
     ];
     assert_eq!(csv_lines(&export(&test, "2026-11", "csv", &[])), expected);
     assert_eq!(csv_lines(&export(&test, "2026-11", "csv", &["--final"])), expected);
+}
+
+// A valid COMMIT of 0 as a tenant's only consumption of the month makes no row, open or closed, as a RELEASE would
+// not. Until 2026-12-02 the open export had no row, while `--final` stored none and then printed one, recomputed
+// by the scan that a closed period without stored rows falls back to.
+#[test]
+fn a_commit_of_nothing_makes_no_row_open_or_closed() {
+    use ReservationAction::*;
+    let test = TestLedger::new();
+    let events = [
+        reservation("z-res", "org-z", RESERVE, "2026-10-10T10:00:00Z", 100, Some("2026-10-10T10:10:00Z")),
+        reservation("z-com", "org-z", COMMIT, "2026-10-10T10:02:00Z", 0, None),
+    ];
+    ingest_events(&test, "reservations.avro", &events);
+    let expected = [HEADER.to_string()];
+    assert_eq!(csv_lines(&export(&test, "2026-10", "csv", &[])), expected, "open");
+    assert_eq!(csv_lines(&export(&test, "2026-10", "csv", &["--final"])), expected, "closing");
+    assert_eq!(csv_lines(&export(&test, "2026-10", "csv", &[])), expected, "closed");
 }
 
 /// The permission bits of `path`, in octal.

@@ -288,7 +288,9 @@ pub fn for_each_reservation(
 }
 
 /// Valid COMMIT amounts with occurred_at in the period, per (tenant, metric), judged by reconcile's rules on
-/// every event of each reservation up to `watermark`.
+/// every event of each reservation up to `watermark`. A COMMIT of 0 consumed nothing, as a RELEASE, and makes no
+/// key by itself, as in `commit_totals` (which keeps no total of 0): the scan of a closed period and the totals of
+/// an open one give the same rows.
 pub fn valid_commits(conn: &Connection, period: Period, watermark: u64) -> Result<BTreeMap<Key, i64>, ReportError> {
     let (start, end) = (period.start(), period.end());
     let mut sums: BTreeMap<Key, i64> = BTreeMap::new();
@@ -298,7 +300,7 @@ pub fn valid_commits(conn: &Connection, period: Period, watermark: u64) -> Resul
         let verdict = reconcile::reservation::judge(&events, end);
         let Some((seq, ReservationAction::COMMIT, amount)) = verdict.close else { return };
         let (_, commit) = group.iter().find(|(s, _)| *s == seq).expect("the close is one of the group");
-        if commit.header.occurred_at >= start && commit.header.occurred_at < end {
+        if amount != 0 && commit.header.occurred_at >= start && commit.header.occurred_at < end {
             let sum = sums.entry((commit.header.tenant.clone(), commit.header.metric.clone())).or_insert(0);
             *sum = sum.checked_add(amount).expect("committed amounts fit in i64");
         }
