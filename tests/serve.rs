@@ -403,6 +403,49 @@ fn reservations_over_http() {
     assert_eq!(server.check("c-2", 45).0, 200, "55 consumed, nothing held");
 }
 
+// Another tenant's producer may choose the same reservation id (README "Reconciliation"): org-1's own reservation,
+// committed by another enforcer or expired, answers org-1's close (409, 410) while org-2's of the same id is open.
+// Until 2026-12-02 an open reservation of any other tenant answered 403, as if the id were not org-1's to close.
+#[test]
+fn a_close_answers_for_the_callers_reservation_when_another_tenant_holds_the_id() {
+    use ReservationAction::*;
+    let test = ledger_with(hard_policy(1_000, Window::DAY));
+    let now = Timestamp::now().micros();
+    let ago = |seconds: i64| Timestamp(now - seconds * 1_000_000);
+    let event = |event_id: &str, tenant: &str, id: &str, action: ReservationAction, at: Timestamp, expires: i64| {
+        Event::Reservation(ReservationEvent {
+            header: Header { source: "other-enforcer".into(), ..header(event_id, &at.to_string(), tenant, "tokens") },
+            reservation_id: id.into(),
+            action,
+            amount: 10,
+            expires_at: (action == RESERVE).then(|| ago(-expires)),
+        })
+    };
+    let events = [
+        event("a-reserve", "org-1", "shared", RESERVE, ago(30), 3_600),
+        event("a-commit", "org-1", "shared", COMMIT, ago(20), 0),
+        event("b-reserve", "org-2", "shared", RESERVE, ago(25), 3_600),
+        event("a-short", "org-1", "lapsed", RESERVE, ago(30), -10),
+        event("b-lapsed", "org-2", "lapsed", RESERVE, ago(25), 3_600),
+        event("b-only", "org-2", "theirs", RESERVE, ago(25), 3_600),
+    ];
+    write_container(&test.file("reservations.avro"), &events);
+    test.ingest(&test.file("reservations.avro"));
+    let server = Server::start(&test, &[]);
+    let close = |id: &str, action: &str| {
+        let (status, _, body) =
+            server.post(&format!("/v1/reservations/{id}/{action}"), Some(SECRET), &json!({"amount": 5}));
+        (status, body["refused"].as_str().map(String::from))
+    };
+    assert_eq!(close("shared", "commit"), (409, Some("already_closed".into())));
+    assert_eq!(close("shared", "release"), (409, Some("already_closed".into())));
+    assert_eq!(close("lapsed", "commit"), (410, Some("expired".into())));
+    assert_eq!(close("theirs", "commit").0, 403, "org-2's only");
+    assert_eq!(close("unknown", "commit").0, 404);
+    let before = sql_i64(&test, "SELECT COUNT(*) FROM reservation_events");
+    assert_eq!(before, 6, "no close recorded");
+}
+
 // SPEC 6 outbox: with the real broker (Tansu, sqlite engine) stopped the hook keeps deciding; once it is back every recorded decision reaches quota.decisions exactly once.
 #[test]
 fn decisions_reach_kafka_exactly_once_across_a_broker_outage() {

@@ -470,18 +470,22 @@ impl Writer {
             }
         };
         let Some(hold) = chosen.cloned() else {
-            if !holds.is_empty() {
-                return Ok(Err(Refusal::Forbidden { reservation_id: id }));
-            }
+            // The caller's own reservation of this id, closed, expired or never made, answers before another
+            // tenant's that is open: a tenant retrying a commit of its reservation another enforcer committed hears
+            // 409, not 403 because another tenant's producer chose the same id.
             // Closed earlier in this group: not in the ledger yet, which would call it expired.
-            if let Some(close) = closed_in_group(events, reservation_id) {
-                return Ok(Err(match tenants.covers(&close.header.tenant) {
-                    true => Refusal::AlreadyClosed { reservation_id: id, by: close.action.symbol().to_string() },
-                    false => Refusal::Forbidden { reservation_id: id },
-                }));
+            if let Some(close) = closed_in_group(events, reservation_id, tenants) {
+                let by = close.action.symbol().to_string();
+                return Ok(Err(Refusal::AlreadyClosed { reservation_id: id, by }));
             }
-            return refusal_from_ledger(&self.ledger, reservation_id, tenants)
-                .map_err(|e| HookError::Ledger(e.to_string()));
+            let refusal = refusal_from_ledger(&self.ledger, reservation_id, tenants)
+                .map_err(|e| HookError::Ledger(e.to_string()))?;
+            // Held, or closed in this group, by tenants the caller does not cover only (not in the ledger yet).
+            let others = !holds.is_empty() || events.iter().any(|e| is_close_of(e, reservation_id));
+            return Ok(match refusal {
+                Err(Refusal::NotFound { .. }) if others => Err(Refusal::Forbidden { reservation_id: id }),
+                refusal => refusal,
+            });
         };
         if hold.expires_at < now {
             return Ok(Err(Refusal::Expired { reservation_id: id, expires_at: hold.expires_at }));
@@ -670,13 +674,21 @@ fn read_decision(
 
 /// Why a close of a reservation the state does not hold open is refused, from the ledger.
 /// The close of `reservation_id` decided earlier in the group whose events these are, if any.
-fn closed_in_group<'e>(events: &'e [Event], reservation_id: &str) -> Option<&'e ReservationEvent> {
+/// The close of `reservation_id` of a tenant the caller covers recorded earlier in this group, if any.
+fn closed_in_group<'e>(
+    events: &'e [Event],
+    reservation_id: &str,
+    tenants: &TenantScope,
+) -> Option<&'e ReservationEvent> {
     events.iter().rev().find_map(|event| match event {
-        Event::Reservation(r) if r.reservation_id == reservation_id && r.action != ReservationAction::RESERVE => {
-            Some(r)
-        }
+        Event::Reservation(r) if is_close_of(event, reservation_id) && tenants.covers(&r.header.tenant) => Some(r),
         _ => None,
     })
+}
+
+/// Whether `event` is a COMMIT or RELEASE of `reservation_id` (of any tenant).
+fn is_close_of(event: &Event, reservation_id: &str) -> bool {
+    matches!(event, Event::Reservation(r) if r.reservation_id == reservation_id && r.action != ReservationAction::RESERVE)
 }
 
 fn refusal_from_ledger(
