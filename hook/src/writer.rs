@@ -672,9 +672,8 @@ fn read_decision(
     Ok(Some(decision))
 }
 
-/// Why a close of a reservation the state does not hold open is refused, from the ledger.
-/// The close of `reservation_id` decided earlier in the group whose events these are, if any.
-/// The close of `reservation_id` of a tenant the caller covers recorded earlier in this group, if any.
+/// The close of `reservation_id` of a tenant the caller covers decided earlier in the group whose events these
+/// are, if any.
 fn closed_in_group<'e>(
     events: &'e [Event],
     reservation_id: &str,
@@ -691,6 +690,7 @@ fn is_close_of(event: &Event, reservation_id: &str) -> bool {
     matches!(event, Event::Reservation(r) if r.reservation_id == reservation_id && r.action != ReservationAction::RESERVE)
 }
 
+/// Why a close of a reservation the state does not hold open (for the caller) is refused, from the ledger.
 fn refusal_from_ledger(
     ledger: &Ledger,
     reservation_id: &str,
