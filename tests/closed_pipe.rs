@@ -66,14 +66,15 @@ fn commands_that_succeed_exit_0_into_a_closed_pipe() {
     test.assert_verifies();
 }
 
-// A closed stdout stops `sql --format csv|json` from computing rows nobody reads (`sql ... | head -1`), exit 0.
-// This query fails in its seventh batch (a division by zero at row 50,000), so a run that read on to the end,
-// as it used to, exited 2 there.
+// A closed stdout stops `sql` from computing rows nobody reads (`sql ... | head -1`), exit 0, in every format: the
+// table prints its rows 10,000 at a time. This query fails in its seventh batch (a division by zero at row 50,000),
+// so a run that read on to the end, as CSV and JSON did until 2026-12-02 and the table until later that day (it
+// read every row before printing any), exited 2 there.
 #[test]
 fn sql_into_a_closed_pipe_stops_its_query() {
     let test = ledger_with_usage();
     let query = "SELECT 1 / (value - 50000) AS x FROM generate_series(1, 100000)";
-    for format in ["csv", "json"] {
+    for format in ["csv", "json", "table"] {
         assert_quietly_done(&test.run_into_closed_pipe(&["sql", "--format", format, query]));
     }
     // Read to its end, the query does fail: what the runs above would meet had they read on.

@@ -35,6 +35,20 @@ fn a_query_prints_an_aligned_table() {
 }
 
 // CSV and JSON outputs; usage_totals is the per-period aggregate the appends maintain (recorded usage only).
+// README "sql": a table longer than 10,000 rows prints in chunks, each aligned on the widest cells seen so far; the
+// first chunk does not wait for a longer cell of a later one.
+#[test]
+fn a_long_table_prints_in_chunks_aligned_so_far() {
+    let test = ledger_with_usage();
+    let query = "SELECT CASE WHEN value > 10000 THEN 'longer-cell' ELSE 'a' END AS c, value AS n \
+                 FROM generate_series(1, 10001) ORDER BY value";
+    let text = test.run(&["sql", query]).success().stdout_text();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 10_002, "the header and every row");
+    assert_eq!((lines[0], lines[1], lines[10_000]), ("c  n", "a  1", "a  10000"));
+    assert_eq!(lines[10_001], "longer-cell  10001");
+}
+
 #[test]
 fn csv_and_json_outputs() {
     let test = ledger_with_usage();

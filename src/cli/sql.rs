@@ -42,10 +42,23 @@ pub fn run(ledger_path: &Path, args: SqlArgs) -> anyhow::Result<ExitCode> {
     let session = LedgerSession::open(ledger_path, None)?;
     match args.format {
         SqlFormat::Table => {
-            let mut rows = Vec::new();
-            let schema = session.for_each_batch_with(&query, Vec::new(), |batch| Ok(push_rows(batch, &mut rows)?))?;
-            let header: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
-            super::print_table(&header, &rows)?;
+            let mut out = super::stdout();
+            let mut table: Option<super::TableWriter> = None;
+            let mut failed: Option<std::io::Error> = None;
+            let schema = session.for_each_batch_while(&query, Vec::new(), |batch| {
+                let table = table.get_or_insert_with(|| super::TableWriter::new(&names(&batch.schema())));
+                for row in rows_of(batch)? {
+                    if let Err(e) = table.push(&mut out, row) {
+                        failed = Some(e);
+                        return Ok(ControlFlow::Break(()));
+                    }
+                }
+                Ok(while_read())
+            })?;
+            if let Some(e) = failed {
+                return Err(e.into());
+            }
+            table.unwrap_or_else(|| super::TableWriter::new(&names(&schema))).finish(&mut out)?;
         }
         SqlFormat::Csv => {
             let mut writer = arrow::csv::WriterBuilder::new().with_header(true).build(super::stdout());
@@ -76,20 +89,21 @@ pub fn run(ledger_path: &Path, args: SqlArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Whether to compute the next batch: not once stdout's reader is gone (`sql ... | head -1`), since everything
-/// written from then on is dropped. The table format cannot stop so: it prints nothing before the last batch.
+/// written from then on is dropped.
 fn while_read() -> ControlFlow<()> {
     if super::stdout_closed() { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
 }
 
-/// Appends a batch's rows as text (nulls empty) to `rows`.
-fn push_rows(batch: &RecordBatch, rows: &mut Vec<Vec<String>>) -> Result<(), arrow::error::ArrowError> {
+/// A batch's rows as text (nulls empty).
+fn rows_of(batch: &RecordBatch) -> Result<Vec<Vec<String>>, arrow::error::ArrowError> {
     let options = FormatOptions::default().with_null("");
     let formatters: Vec<ArrayFormatter<'_>> =
         batch.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &options)).collect::<Result<_, _>>()?;
-    for row in 0..batch.num_rows() {
-        rows.push(formatters.iter().map(|f| f.value(row).to_string()).collect());
-    }
-    Ok(())
+    Ok((0..batch.num_rows()).map(|row| formatters.iter().map(|f| f.value(row).to_string()).collect()).collect())
+}
+
+fn names(schema: &arrow::datatypes::Schema) -> Vec<&str> {
+    schema.fields().iter().map(|f| f.name().as_str()).collect()
 }
 
 fn print_tables() -> anyhow::Result<()> {
