@@ -149,6 +149,7 @@ fn one_file_per_other_type() -> Vec<Vec<Event>> {
             amount,
             refs: vec!["u-1".into(), "u-2".into()],
             run_id: "run-1".into(),
+            scope: Some(Scope::TENANT),
         })
     };
     vec![

@@ -90,6 +90,96 @@ fn a_run_records_deltas_and_reruns_write_nothing() {
     test.assert_verifies();
 }
 
+/// The plan's TENANT policy `quota` and org-1's own SUBJECT policy `quota` of `requests`, both HARD and daily (a
+/// SUBJECT policy does not cover a TENANT one: both apply), and 15 requests of org-1 without a subject on Nov 2.
+fn two_scopes_sharing_a_policy_id(subject_limit: i64) -> TestLedger {
+    let Event::Policy(plan) = hard_daily_policy(10) else { unreachable!() };
+    let plan = PolicyEvent {
+        header: header("policy-plan-quota", "2026-10-01T00:00:00Z", "*", "requests"),
+        policy_id: "quota".into(),
+        ..plan
+    };
+    let own = PolicyEvent {
+        header: header("policy-own-quota", "2026-10-01T00:00:00Z", "org-1", "requests"),
+        scope: Scope::SUBJECT,
+        limit: subject_limit,
+        ..plan.clone()
+    };
+    let test = TestLedger::new();
+    write_container(&test.file("policies.avro"), &[Event::Policy(plan), Event::Policy(own)]);
+    write_container(&test.file("usage.avro"), &[usage("u-1", "2026-11-02T10:00:00Z", "org-1", 15)]);
+    test.ingest(&test.file("policies.avro"));
+    test.ingest(&test.file("usage.avro"));
+    test
+}
+
+// README "Reconciliation": each window is its own concern, also when the plan's TENANT policy and a tenant's SUBJECT
+// policy share a policy_id and the requests have no subject (both windows have subject null). Until 2026-12-02 the
+// two shared one running total: each run took back what the one before wrote and wrote it again (exit 1 forever),
+// and with equal amounts two adjustments got one id and reconcile panicked (exit 101), recording nothing at all.
+#[test]
+fn windows_of_two_scopes_sharing_a_policy_id_are_two_concerns() {
+    for (subject_limit, subject_excess) in [(12, 3), (10, 5)] {
+        let test = two_scopes_sharing_a_policy_id(subject_limit);
+        let first = reconcile_json(&test, &[], 1);
+        let mut found: Vec<(String, i64, Vec<Value>)> = adjustments(&first)
+            .iter()
+            .map(|a| {
+                (
+                    a["scope"].as_str().unwrap_or("none").to_string(),
+                    a["amount"].as_i64().unwrap(),
+                    a["refs"].as_array().unwrap().clone(),
+                )
+            })
+            .collect();
+        found.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            found,
+            vec![
+                ("SUBJECT".to_string(), subject_excess, vec![serde_json::json!("u-1")]),
+                ("TENANT".to_string(), 5, vec![serde_json::json!("u-1")]),
+            ],
+            "{first}"
+        );
+        for _ in 0..3 {
+            assert_eq!(count(&reconcile_json(&test, &[], 0), "adjustments_written"), 0);
+        }
+        test.assert_verifies();
+    }
+}
+
+// A window adjustment recorded before AdjustmentEvent v2 carries no scope: one without a subject takes the scope of
+// the policies of its id, so a SUBJECT policy's window of requests without a subject, reported by an older binary,
+// is not taken back and reported again after the upgrade.
+#[test]
+fn a_window_adjustment_without_a_scope_is_read_as_its_policys() {
+    let Event::Policy(daily) = hard_daily_policy(10) else { unreachable!() };
+    let test = TestLedger::new();
+    write_container(&test.file("policies.avro"), &[Event::Policy(PolicyEvent { scope: Scope::SUBJECT, ..daily })]);
+    write_container(&test.file("usage.avro"), &[usage("u-1", "2026-11-02T10:00:00Z", "org-1", 15)]);
+    let before_v2 = AdjustmentEvent {
+        header: Header {
+            source: "reconcile".into(),
+            ..header("adj-before-v2", "2026-11-03T00:00:00Z", "org-1", "requests")
+        },
+        adjustment_id: "adj-before-v2".into(),
+        kind: AdjustmentKind::OVERSHOOT,
+        policy_id: Some("daily".into()),
+        window_start: Some(at("2026-11-02T00:00:00Z")),
+        window_end: Some(at("2026-11-03T00:00:00Z")),
+        amount: 5,
+        refs: vec!["u-1".into()],
+        run_id: "reconcile-before-v2".into(),
+        scope: None,
+    };
+    write_container(&test.file("adjustments.avro"), &[Event::Adjustment(before_v2)]);
+    for name in ["policies.avro", "usage.avro", "adjustments.avro"] {
+        test.ingest(&test.file(name));
+    }
+    let run = reconcile_json(&test, &[], 0);
+    assert_eq!(count(&run, "adjustments_written"), 0, "{run}");
+}
+
 // SPEC 5 "Adjustments are deltas": one late event in a judged window adds exactly one delta, its amount the change.
 #[test]
 fn a_late_event_adds_exactly_one_delta() {

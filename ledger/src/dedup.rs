@@ -466,9 +466,9 @@ pub(crate) mod tests {
         let mut ledger = Ledger::open(&path).unwrap();
         let events = vec![decision("d-1", "req-b"), usage("u-1"), decision("d-2", "req-a"), decision("d-3", "req-b")];
         ledger.append(&Batch { events, ..Batch::default() }).unwrap();
-        // Migration 011 undone too: its table.
+        // Migrations 011 and 014 undone too: their table and column.
         let mut version_9 = REQUEST_KEYS.tiers.map(|tier| format!("DROP TABLE {tier};")).concat();
-        version_9.push_str("DROP TABLE outbox_cursor;");
+        version_9.push_str("DROP TABLE outbox_cursor; ALTER TABLE adjustment_events DROP COLUMN scope;");
         version_9.push_str(
             "CREATE INDEX decision_events_by_request_id ON decision_events (request_id); PRAGMA user_version = 9;",
         );

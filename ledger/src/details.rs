@@ -41,7 +41,7 @@ pub fn columns(event_type: EventType) -> &'static [&'static str] {
             &["policy_id", "version", "scope", "\"limit\"", "window", "enforcement", "effective_from", "burst"]
         }
         EventType::AdjustmentEvent => {
-            &["adjustment_id", "kind", "policy_id", "window_start", "window_end", "amount", "refs", "run_id"]
+            &["adjustment_id", "kind", "policy_id", "window_start", "window_end", "amount", "refs", "run_id", "scope"]
         }
     }
 }
@@ -126,6 +126,7 @@ pub fn values(event: &Event) -> Vec<Value> {
             Value::Integer(e.amount),
             json(&e.refs),
             text(&e.run_id),
+            e.scope.map_or(Value::Null, |scope| text(scope.symbol())),
         ],
     }
 }

@@ -10,11 +10,15 @@ use crate::plan::{ADJUSTMENT_SOURCE, Plan};
 /// Appends the plan's adjustments in one transaction. Refuses a plan computed before another run recorded
 /// adjustments (its deltas would count twice).
 pub fn apply(ledger: &mut Ledger, plan: &Plan) -> Result<AppendReport, ReconcileError> {
-    // Before the write: ids are unique and every adjustment belongs to this run.
+    // Before the write: ids are unique and every adjustment belongs to this run. Two concerns that are one for the
+    // delta rule (two windows told apart by nothing they record) would keep rewriting each other: refused, exit 2,
+    // naming the id, rather than a panic (until 2026-12-02 a tenant's SUBJECT policy and the plan's TENANT policy
+    // sharing a policy_id did that).
     let mut ids: Vec<&str> = plan.adjustments.iter().map(|a| a.adjustment_id.as_str()).collect();
     ids.sort_unstable();
-    ids.dedup();
-    assert_eq!(ids.len(), plan.adjustments.len(), "a plan never names one adjustment twice");
+    if let Some(twice) = ids.windows(2).find(|pair| pair[0] == pair[1]) {
+        return Err(ReconcileError::SameAdjustment { adjustment_id: twice[0].to_string() });
+    }
     assert!(plan.adjustments.iter().all(|a| a.run_id == plan.run_id), "every adjustment belongs to the run");
     let found = adjustments_recorded(ledger)?;
     if found != plan.counts.adjustments_before {

@@ -6,7 +6,7 @@
 //! concern that is a discrepancy now but was never reported is reported once even when its amount is 0 (a
 //! refused RELEASE, a conflicting copy of a decision).
 
-use schemas::{AdjustmentKind, Timestamp};
+use schemas::{AdjustmentKind, Scope, Timestamp};
 use sha2::{Digest, Sha256};
 
 /// The thing one adjustment is about: its identity across runs.
@@ -16,8 +16,11 @@ pub enum Concern {
     Window {
         kind: AdjustmentKind,
         policy_id: String,
+        /// The policy's scope: a tenant's own SUBJECT policy and the plan's TENANT policy may share a policy_id,
+        /// and the SUBJECT window of requests without a subject has no subject, as a TENANT window.
+        scope: Scope,
         tenant: String,
-        /// The subject of a SUBJECT-scope window; none for TENANT scope.
+        /// The subject of a SUBJECT-scope window (none for requests without one); none for TENANT scope.
         subject: Option<String>,
         metric: String,
         window_start: Timestamp,
@@ -34,6 +37,14 @@ pub enum Concern {
 }
 
 impl Concern {
+    /// The scope an adjustment of this concern is written with: a window's policy's, none for the other kinds.
+    pub fn scope(&self) -> Option<Scope> {
+        match self {
+            Concern::Window { scope, .. } => Some(*scope),
+            _ => None,
+        }
+    }
+
     pub fn kind(&self) -> AdjustmentKind {
         match self {
             Concern::Window { kind, .. } => *kind,

@@ -14,4 +14,8 @@ pub enum ReconcileError {
         "another run recorded adjustments since this plan was computed ({planned} then, {found} now): run reconcile again"
     )]
     Stale { planned: u64, found: u64 },
+    #[error(
+        "two adjustments of this run have the id {adjustment_id}: two concerns are not told apart (a bug; please report it with the ledger)"
+    )]
+    SameAdjustment { adjustment_id: String },
 }

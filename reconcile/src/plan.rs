@@ -162,7 +162,8 @@ pub fn plan(ledger: &Ledger, as_of: Timestamp, progress: &mut dyn FnMut(Progress
     let watermark = ledger.watermark()?;
     let policies = PolicyIndex::new(read::policies(conn)?);
     let mut clock = std::time::Instant::now();
-    let (recorded, adjustments_before) = read::recorded_by_concern(conn)?;
+    let (recorded, adjustments_before) =
+        read::recorded_by_concern(conn, &|tenant, metric, policy_id| policies.scope_of(tenant, metric, policy_id))?;
     let mut run = Run {
         as_of,
         policies: &policies,
@@ -431,6 +432,8 @@ impl<'p> Run<'p> {
         Concern::Window {
             kind,
             policy_id: self.names.name(key.policy_id).to_string(),
+            // A SUBJECT window has a subject in its key, u32::MAX for requests without one.
+            scope: if key.subject.is_some() { Scope::SUBJECT } else { Scope::TENANT },
             tenant: self.names.name(key.tenant).to_string(),
             subject: self.subject_name(key.subject),
             metric: self.names.name(key.metric).to_string(),
@@ -656,5 +659,6 @@ fn adjustment(truth: &Truth, recorded: Recorded, delta: i64, as_of: Timestamp, r
         amount: delta,
         refs: truth.refs.clone(),
         run_id: run_id.to_string(),
+        scope: truth.concern.scope(),
     }
 }

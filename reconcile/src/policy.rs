@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use schemas::{PolicyEvent, Timestamp};
+use schemas::{PolicyEvent, Scope, Timestamp};
 
 use crate::window;
 
@@ -244,6 +244,21 @@ impl PolicyIndex {
 
     pub fn policies(&self) -> &[PolicyEvent] {
         &self.policies
+    }
+
+    /// The scope of `policy_id` for `tenant`'s `metric`, as its versions (the tenant's own and the plan's) give it:
+    /// for window adjustments written before they carried one. TENANT when they disagree or none is known.
+    pub fn scope_of(&self, tenant: &str, metric: &str, policy_id: &str) -> Scope {
+        let mut scopes = self
+            .policies
+            .iter()
+            .filter(|p| p.policy_id == policy_id && p.header.metric == metric)
+            .filter(|p| p.header.tenant == tenant || p.header.tenant == PLAN_DEFAULT_TENANT)
+            .map(|p| p.scope);
+        match scopes.next() {
+            Some(first) if scopes.all(|scope| scope == first) => first,
+            _ => Scope::TENANT,
+        }
     }
 
     /// The groups that may apply to `tenant`'s consumption of `metric`: its own, and the plan defaults.

@@ -41,6 +41,14 @@ pub fn symbol<T>(row: &Row<'_>, index: usize, parse: fn(&str) -> Option<T>) -> r
     })
 }
 
+/// A nullable symbol column, parsed.
+pub fn optional_symbol<T>(row: &Row<'_>, index: usize, parse: fn(&str) -> Option<T>) -> rusqlite::Result<Option<T>> {
+    match row.get::<_, Option<String>>(index)? {
+        None => Ok(None),
+        Some(_) => symbol(row, index, parse).map(Some),
+    }
+}
+
 /// Every recorded policy version.
 pub fn policies(conn: &Connection) -> rusqlite::Result<Vec<PolicyEvent>> {
     policies_through(conn, i64::MAX as u64)
@@ -109,7 +117,7 @@ pub fn grants_through(
 pub fn adjustments(conn: &Connection) -> rusqlite::Result<Vec<AdjustmentEvent>> {
     let sql = format!(
         "SELECT {HEADER_COLUMNS}, a.adjustment_id, a.kind, a.policy_id, a.window_start, a.window_end, a.amount,
-                a.refs, a.run_id
+                a.refs, a.run_id, a.scope
          FROM adjustment_events a CROSS JOIN entries e ON e.seq = a.seq WHERE e.status = 'recorded' ORDER BY e.seq"
     );
     let mut statement = conn.prepare(&sql)?;
@@ -127,6 +135,7 @@ pub fn adjustments(conn: &Connection) -> rusqlite::Result<Vec<AdjustmentEvent>> 
             amount: r.get(11)?,
             refs,
             run_id: r.get(13)?,
+            scope: optional_symbol(r, 14, Scope::from_symbol)?,
         })
     })?;
     rows.collect()
@@ -134,10 +143,16 @@ pub fn adjustments(conn: &Connection) -> rusqlite::Result<Vec<AdjustmentEvent>> 
 
 /// What the recorded adjustments add up to, per concern: read column by column (the first ref only), never
 /// decoding whole adjustments, whose refs may name thousands of events.
-pub fn recorded_by_concern(conn: &Connection) -> rusqlite::Result<(HashMap<Concern, Recorded>, u64)> {
+///
+/// A window adjustment written before AdjustmentEvent v2 has no scope: one with a subject is a SUBJECT window's,
+/// one without takes `legacy_scope(tenant, metric, policy_id)`, the scope of the policies of that id.
+pub fn recorded_by_concern(
+    conn: &Connection,
+    legacy_scope: &dyn Fn(&str, &str, &str) -> Scope,
+) -> rusqlite::Result<(HashMap<Concern, Recorded>, u64)> {
     let mut statement = conn.prepare(
         "SELECT e.tenant, e.subject, e.metric, a.kind, a.policy_id, a.window_start, a.window_end, a.amount,
-                json_extract(a.refs, '$[0]')
+                json_extract(a.refs, '$[0]'), a.scope
          FROM adjustment_events a CROSS JOIN entries e ON e.seq = a.seq
          WHERE e.status = 'recorded' ORDER BY a.seq",
     )?;
@@ -153,12 +168,19 @@ pub fn recorded_by_concern(conn: &Connection) -> rusqlite::Result<(HashMap<Conce
         let concern = match (kind, window, first_ref) {
             (AdjustmentKind::OVERSHOOT | AdjustmentKind::SHADOW_OVER_LIMIT, (Some(start), Some(end)), _) => {
                 let Some(policy_id) = r.get::<_, Option<String>>(4)? else { continue };
+                let (tenant, subject, metric): (String, Option<String>, String) = (r.get(0)?, r.get(1)?, r.get(2)?);
+                let scope = match optional_symbol(r, 9, Scope::from_symbol)? {
+                    Some(scope) => scope,
+                    None if subject.is_some() => Scope::SUBJECT,
+                    None => legacy_scope(&tenant, &metric, &policy_id),
+                };
                 Concern::Window {
                     kind,
                     policy_id,
-                    tenant: r.get(0)?,
-                    subject: r.get(1)?,
-                    metric: r.get(2)?,
+                    scope,
+                    tenant,
+                    subject,
+                    metric,
                     window_start: start,
                     window_end: end,
                 }

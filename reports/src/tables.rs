@@ -172,6 +172,8 @@ pub const TABLES: &[Table] = &[
             col("amount", "d.amount", Int64, false),
             col("refs", "d.refs", Text, false),
             col("run_id", "d.run_id", Text, false),
+            // OVERSHOOT and SHADOW_OVER_LIMIT: the scope of the policy whose window it is (AdjustmentEvent v2).
+            col("scope", "d.scope", Text, true),
         ],
     },
     Table {

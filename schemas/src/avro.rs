@@ -139,6 +139,7 @@ pub fn to_value(event: &Event) -> Value {
             ("amount", Value::Long(e.amount)),
             ("refs", Value::Array(e.refs.iter().map(|r| string(r)).collect())),
             ("run_id", string(&e.run_id)),
+            ("scope", e.scope.map_or_else(union_null, |scope| Value::Union(1, Box::new(enum_value!(scope))))),
         ],
     };
     fields.extend(rest.into_iter().map(|(name, value)| (name.to_string(), value)));
@@ -201,6 +202,14 @@ impl<'a> Fields<'a> {
         self.optional(name)?.map(|v| as_timestamp(name, v)).transpose()
     }
 
+    fn opt_symbol(&self, name: &str) -> Result<Option<&'a str>, ShapeError> {
+        match self.optional(name)? {
+            None => Ok(None),
+            Some(Value::Enum(_, symbol)) => Ok(Some(symbol)),
+            Some(other) => Err(shape(name, "an enum symbol", other)),
+        }
+    }
+
     fn symbol(&self, name: &str) -> Result<&'a str, ShapeError> {
         match self.get(name)? {
             Value::Enum(_, symbol) => Ok(symbol),
@@ -247,6 +256,16 @@ fn as_timestamp(name: &str, v: &Value) -> Result<Timestamp, ShapeError> {
         Value::TimestampMicros(n) | Value::Long(n) => Ok(Timestamp(*n)),
         other => Err(shape(name, "a timestamp-micros", other)),
     }
+}
+
+/// An enum's symbol parsed, or the shape error naming the field.
+fn parse_symbol<T>(
+    field: &str,
+    expected: &'static str,
+    symbol: &str,
+    parse: fn(&str) -> Option<T>,
+) -> Result<T, ShapeError> {
+    parse(symbol).ok_or_else(|| ShapeError { field: field.into(), expected, found: symbol.to_string() })
 }
 
 macro_rules! parse_enum {
@@ -326,6 +345,7 @@ pub fn from_value(event_type: EventType, value: &Value) -> Result<Event, ShapeEr
             amount: f.long("amount")?,
             refs: refs(f.get("refs")?)?,
             run_id: f.string("run_id")?,
+            scope: f.opt_symbol("scope")?.map(|s| parse_symbol("scope", "Scope", s, Scope::from_symbol)).transpose()?,
         }),
     })
 }
@@ -444,6 +464,13 @@ fn write_adjustment(out: &mut Vec<u8>, e: &AdjustmentEvent) {
     }
     out.push(0);
     write_string(out, &e.run_id);
+    match e.scope {
+        None => write_long(out, 0),
+        Some(scope) => {
+            write_long(out, 1);
+            write_long(out, scope.index() as i64);
+        }
+    }
 }
 
 fn write_header(out: &mut Vec<u8>, h: &Header) {

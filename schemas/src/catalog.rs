@@ -36,6 +36,12 @@ const SCHEMA_FILES: &[(&str, EventType, bool, &str)] = &[
     ("AdjustmentEvent.avsc", EventType::AdjustmentEvent, true, include_str!("../avro/AdjustmentEvent.avsc")),
     ("history/UsageEvent.v1.avsc", EventType::UsageEvent, false, include_str!("../avro/history/UsageEvent.v1.avsc")),
     ("history/PolicyEvent.v1.avsc", EventType::PolicyEvent, false, include_str!("../avro/history/PolicyEvent.v1.avsc")),
+    (
+        "history/AdjustmentEvent.v1.avsc",
+        EventType::AdjustmentEvent,
+        false,
+        include_str!("../avro/history/AdjustmentEvent.v1.avsc"),
+    ),
 ];
 
 /// One schema of the catalog.

@@ -136,6 +136,10 @@ pub struct AdjustmentEvent {
     pub amount: i64,
     pub refs: Vec<String>,
     pub run_id: String,
+    /// OVERSHOOT and SHADOW_OVER_LIMIT: the scope of the policy whose window it is; `None` for the other kinds and
+    /// for adjustments written before v2 (reconcile then reads it from the policy, `reconcile::read`).
+    #[serde(default)]
+    pub scope: Option<Scope>,
 }
 
 /// Generates an Avro enum as a Rust enum with its symbols in schema order.

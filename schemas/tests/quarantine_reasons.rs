@@ -97,6 +97,7 @@ fn samples() -> Vec<Event> {
             amount: 7,
             refs: vec!["u-1".into(), "u-2".into()],
             run_id: "run-1".into(),
+            scope: None,
         }),
     ]
 }

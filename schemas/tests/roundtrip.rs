@@ -158,9 +158,9 @@ fn adjustment() -> impl Strategy<Value = Event> {
         proptest::option::of(timestamp()),
         any::<i64>(),
         proptest::collection::vec(id(), 0..5),
-        id(),
+        (id(), proptest::option::of(symbol_of(Scope::SYMBOLS, Scope::from_symbol))),
     )
-        .prop_map(|(header, kind, policy_id, window_start, window_end, amount, refs, run_id)| {
+        .prop_map(|(header, kind, policy_id, window_start, window_end, amount, refs, (run_id, scope))| {
             // An adjustment's event_id is its adjustment_id (SPEC 3). Amounts are deltas: any sign.
             let adjustment_id = header.event_id.clone();
             Event::Adjustment(AdjustmentEvent {
@@ -173,6 +173,7 @@ fn adjustment() -> impl Strategy<Value = Event> {
                 amount,
                 refs,
                 run_id,
+                scope,
             })
         })
 }
