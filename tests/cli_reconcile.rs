@@ -180,6 +180,43 @@ fn a_window_adjustment_without_a_scope_is_read_as_its_policys() {
     assert_eq!(count(&run, "adjustments_written"), 0, "{run}");
 }
 
+// SPEC 5: a COMMIT with no RESERVE is a refused transition; a RESERVE that arrives late, dated before it, makes it
+// valid. The run that starts counting the COMMIT as consumption takes its REFUSED_TRANSITION back, although the
+// reservation is not judged for expiry until its RESERVE expires (until 2026-12-02 the take-back waited for that:
+// meanwhile the ledger both counted the COMMIT and called it refused).
+#[test]
+fn a_late_reserve_takes_back_the_refusal_of_the_commit_it_makes_valid() {
+    let reservation = |event_id: &str, occurred_at: &str, action, amount, expires_at: Option<&str>| {
+        Event::Reservation(ReservationEvent {
+            header: header(event_id, occurred_at, "org-1", "requests"),
+            reservation_id: "r-late".into(),
+            action,
+            amount,
+            expires_at: expires_at.map(at),
+        })
+    };
+    let test = TestLedger::new();
+    write_container(&test.file("policies.avro"), &[hard_daily_policy(5)]);
+    let commit = reservation("c-1", "2026-11-02T10:30:00Z", ReservationAction::COMMIT, 7, None);
+    write_container(&test.file("commit.avro"), &[commit]);
+    test.ingest(&test.file("policies.avro"));
+    test.ingest(&test.file("commit.avro"));
+    let first = reconcile_json(&test, &[], 1);
+    assert_eq!(first["adjustments_by_kind"], serde_json::json!({"REFUSED_TRANSITION": 1}), "{first}");
+    let reserve =
+        reservation("r-1", "2026-11-02T10:00:00Z", ReservationAction::RESERVE, 10, Some("2026-11-10T00:00:00Z"));
+    write_container(&test.file("reserve.avro"), &[reserve]);
+    test.ingest(&test.file("reserve.avro"));
+    let second = reconcile_json(&test, &[], 1);
+    let mut written: Vec<(String, i64)> = adjustments(&second)
+        .iter()
+        .map(|a| (a["kind"].as_str().unwrap().to_string(), a["amount"].as_i64().unwrap()))
+        .collect();
+    written.sort();
+    assert_eq!(written, vec![("OVERSHOOT".to_string(), 2), ("REFUSED_TRANSITION".to_string(), -7)], "{second}");
+    assert_eq!(count(&reconcile_json(&test, &[], 0), "adjustments_written"), 0);
+}
+
 // SPEC 5 "Adjustments are deltas": one late event in a judged window adds exactly one delta, its amount the change.
 #[test]
 fn a_late_event_adds_exactly_one_delta() {

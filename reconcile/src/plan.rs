@@ -235,10 +235,14 @@ impl<'p> Run<'p> {
         let events: Vec<(u64, &ReservationEvent)> = group.iter().map(|(seq, e)| (*seq, e)).collect();
         let verdict = reservation::judge(&events, self.as_of);
         self.collect_commits(group, &events, &verdict, commits);
-        if !self.is_judged(group, &verdict) {
-            return;
+        // Not judged yet (SPEC 5 "What a run covers"): nothing new is reported of it, but what earlier runs
+        // reported of its events follows the current verdict. A late RESERVE that makes a refused COMMIT valid
+        // takes the REFUSED_TRANSITION back in the run that starts counting the COMMIT (until 2026-12-02, only once
+        // the new RESERVE expired: meanwhile the ledger counted the COMMIT and called it refused).
+        let judged = self.is_judged(group, &verdict);
+        if judged {
+            self.counts.reservations_judged += 1;
         }
-        self.counts.reservations_judged += 1;
         // Every event gets its refused-transition concern and every RESERVE its expiry concern, 0 where they do
         // not apply: when a RESERVE that happened earlier arrives late and becomes "the" RESERVE, the verdicts
         // about the one it displaced are taken back.
@@ -246,12 +250,16 @@ impl<'p> Run<'p> {
             let refused = verdict.refused.iter().any(|(s, _)| s == seq);
             let amount = if refused { event.amount } else { 0 };
             let concern = Concern::Refused { event_id: event.header.event_id.clone() };
-            self.keep(truth_of_event(concern, &event.header, amount, refused));
+            if judged || self.recorded.contains_key(&concern) {
+                self.keep(truth_of_event(concern, &event.header, amount, refused));
+            }
             if event.action == ReservationAction::RESERVE {
                 let expired = verdict.reserve == Some(*seq) && verdict.expired.is_some();
                 let amount = if expired { verdict.expired.unwrap_or(0) } else { 0 };
                 let concern = Concern::Expiry { reserve_event_id: event.header.event_id.clone() };
-                self.keep(truth_of_event(concern, &event.header, amount, expired));
+                if judged || self.recorded.contains_key(&concern) {
+                    self.keep(truth_of_event(concern, &event.header, amount, expired));
+                }
             }
         }
     }
