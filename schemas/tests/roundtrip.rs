@@ -343,7 +343,7 @@ fn independent_crc64_avro_matches_the_avro_test_vectors() {
 fn catalog_fingerprints_are_distinct_crc64_avro() {
     let catalog = Catalog::builtin();
     let schemas = catalog.schemas();
-    assert_eq!(schemas.len(), 8, "six current schemas, UsageEvent v1 and PolicyEvent v1");
+    assert_eq!(schemas.len(), 9, "six current schemas, UsageEvent, PolicyEvent and AdjustmentEvent v1");
     let mut seen = BTreeMap::new();
     for s in schemas {
         let canonical = schemas::catalog::canonical_form(&s.schema);
