@@ -356,3 +356,27 @@ fn a_foreign_sqlite_database_is_refused_by_every_command() {
     }
     assert_eq!(std::fs::read(&ledger.path).unwrap(), before, "the foreign database was written to");
 }
+
+// A quantity above 2^53 - 1 is quarantined (`quantity_too_large`) and the rest of the file is recorded, and the
+// month's billing export reads. Until 2026-12-02 two usage events of 2^62 of one tenant and month made every ingest
+// of their batch panic (exit 101, nothing recorded, the same again on every retry: a blocked partition), and one
+// of 2^63 - 1 followed by any other turned the month's usage total into a float that failed every export.
+#[test]
+fn quantities_that_would_overflow_a_total_are_quarantined() {
+    let test = TestLedger::new();
+    let events = [
+        usage("big-1", "2026-11-02T10:00:00Z", "org-1", 1 << 62),
+        usage("big-2", "2026-11-02T11:00:00Z", "org-1", 1 << 62),
+        usage("max", "2026-11-02T12:00:00Z", "org-1", i64::MAX),
+        usage("small", "2026-11-02T13:00:00Z", "org-2", 1),
+        usage("largest", "2026-11-02T14:00:00Z", "org-1", schemas::validate::AMOUNT_MAX),
+    ];
+    write_container(&test.file("usage.avro"), &events);
+    let report = test.ingest(&test.file("usage.avro"));
+    assert_eq!((count(&report, "recorded"), count(&report, "quarantined")), (2, 3), "{report}");
+    let reasons: Vec<Value> = test.quarantined().iter().map(|q| q["reason_code"].clone()).collect();
+    assert_eq!(reasons, vec![serde_json::json!("quantity_too_large"); 3]);
+    let export = test.run(&["export", "billing", "--period", "2026-11", "--format", "csv"]).success().stdout_text();
+    assert!(export.contains(&format!("org-1,requests,2026-11,{},", schemas::validate::AMOUNT_MAX)), "{export}");
+    assert!(export.contains("org-2,requests,2026-11,1,"), "{export}");
+}

@@ -303,6 +303,9 @@ mod tests {
         assert!(hook.check(ask(1)).unwrap().allowed());
         assert_eq!(hook.waiting.load(Ordering::Relaxed), 0);
         assert!(matches!(hook.check(ask(-1)), Err(HookError::BadRequest { field: "amount", .. })));
+        // More than the ledger accepts from any producer (2^53 - 1): a 400, not an amount its totals cannot sum.
+        let too_large = ask(schemas::validate::AMOUNT_MAX + 1);
+        assert!(matches!(hook.check(too_large), Err(HookError::BadRequest { field: "amount", .. })));
         assert_eq!(hook.waiting.load(Ordering::Relaxed), 0);
 
         // A handle whose writer is gone: its queue's receiver dropped.

@@ -443,9 +443,7 @@ impl Writer {
         now: Timestamp,
         events: &mut Vec<Event>,
     ) -> Result<Result<Closed, Refusal>, HookError> {
-        if amount < 0 {
-            return Err(HookError::BadRequest { field: "amount", message: format!("{amount} is negative") });
-        }
+        check_amount(amount)?;
         let id = reservation_id.to_string();
         let holds = self.state.holds_of(reservation_id);
         // Other enforcers' reservations of two tenants may share an id, and a close names no tenant: of those the
@@ -569,8 +567,17 @@ fn validate_ask(tenant: &str, metric: &str, amount: i64, idempotency_key: &str) 
     if idempotency_key.is_empty() {
         return bad("idempotency_key", "is empty");
     }
+    check_amount(amount)
+}
+
+/// An amount the ledger accepts from producers too: at least 0, at most `schemas::validate::AMOUNT_MAX`.
+fn check_amount(amount: i64) -> Result<(), HookError> {
     if amount < 0 {
         return Err(HookError::BadRequest { field: "amount", message: format!("{amount} is negative") });
+    }
+    if amount > schemas::validate::AMOUNT_MAX {
+        let message = format!("{amount} is more than {}", schemas::validate::AMOUNT_MAX);
+        return Err(HookError::BadRequest { field: "amount", message });
     }
     Ok(())
 }

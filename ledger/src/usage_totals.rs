@@ -19,7 +19,13 @@ pub(crate) fn add(tx: &Transaction<'_>, events: &[Incoming], outcomes: &[AppendO
         let key =
             (usage.header.tenant.as_str(), usage.header.metric.as_str(), Period::containing(usage.header.occurred_at));
         let sum = sums.entry(key).or_insert(0);
-        *sum = sum.checked_add(usage.quantity).expect("a batch's usage of one key fits in i64");
+        // An error naming the key, not a panic: every retry of the batch would panic again, blocking its partition.
+        *sum = sum.checked_add(usage.quantity).ok_or_else(|| {
+            let (tenant, metric, period) = key;
+            rusqlite::Error::ToSqlConversionFailure(
+                format!("the usage of {tenant} {metric} in {period} passes 2^63 - 1 within one batch").into(),
+            )
+        })?;
     }
     let mut upsert = tx.prepare_cached(
         "INSERT INTO usage_totals (tenant, metric, period, quantity) VALUES (?1, ?2, ?3, ?4)
@@ -34,6 +40,7 @@ pub(crate) fn add(tx: &Transaction<'_>, events: &[Incoming], outcomes: &[AppendO
 #[cfg(test)]
 mod tests {
     use schemas::EventType;
+    use schemas::validate::AMOUNT_MAX;
 
     use crate::{Batch, Incoming, Ledger, Origin};
 
@@ -79,5 +86,28 @@ mod tests {
         );
         let refused = ledger.connection().execute("UPDATE usage_totals SET quantity = 0", []);
         assert!(refused.unwrap_err().to_string().contains("only grow"));
+    }
+
+    // Proves that a total past i64 fails the append, within one batch or across two, records nothing of it and
+    // leaves the total an integer: it panicked within a batch, and became a float (breaking the month's export)
+    // across two. A quantity is at most `AMOUNT_MAX` (2^53 - 1), so this takes 1,025 of the largest.
+    #[test]
+    fn a_total_past_i64_fails_the_append_and_records_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ledger = Ledger::open(dir.path().join("l.db")).unwrap();
+        let largest = |from: usize, count: usize| -> Vec<Incoming> {
+            (from..from + count)
+                .map(|i| usage(&format!("u-{i}"), "2026-11-02T00:00:00Z", "org-1", AMOUNT_MAX))
+                .collect()
+        };
+        let error = ledger.append(&Batch { events: largest(0, 1_025), ..Batch::default() }).unwrap_err();
+        assert!(format!("{error:?}").contains("passes 2^63 - 1 within one batch"), "{error:?}");
+        ledger.append(&Batch { events: largest(0, 1_024), ..Batch::default() }).unwrap();
+        let last = vec![usage("u-last", "2026-11-02T00:00:00Z", "org-1", 1_024)];
+        let error = ledger.append(&Batch { events: last, ..Batch::default() }).unwrap_err();
+        assert!(format!("{error:?}").contains("would pass 2^63 - 1"), "{error:?}");
+        let row = ("org-1".to_string(), "requests".to_string(), "2026-11".to_string(), AMOUNT_MAX * 1_024);
+        assert_eq!(totals(&ledger), [row]);
+        assert_eq!(ledger.watermark().unwrap(), 1_024, "only the batch that fits is recorded");
     }
 }

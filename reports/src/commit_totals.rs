@@ -58,10 +58,16 @@ pub fn catch_up(conn: &Connection, watermark: u64) -> Result<CatchUp, ReportErro
     let mut deltas = Deltas::new();
     if through == 0 {
         // Nothing judged yet: one pass over every reservation, one group at a time.
+        let mut overflow = None;
         billing::for_each_reservation(conn, watermark, |group| {
             done.reservations_judged += 1;
-            add(&mut deltas, contribution(group, u64::MAX), 1);
+            if let Err(e) = add(&mut deltas, contribution(group, u64::MAX), 1) {
+                overflow.get_or_insert(e);
+            }
         })?;
+        if let Some(e) = overflow {
+            return Err(e);
+        }
     } else {
         let touched: Vec<(String, String)> = {
             let mut statement = conn.prepare_cached(TOUCHED)?;
@@ -72,8 +78,8 @@ pub fn catch_up(conn: &Connection, watermark: u64) -> Result<CatchUp, ReportErro
         for (reservation_id, tenant) in touched {
             let group = events_of(conn, &reservation_id, &tenant, watermark)?;
             done.reservations_judged += 1;
-            add(&mut deltas, contribution(&group, through), -1);
-            add(&mut deltas, contribution(&group, u64::MAX), 1);
+            add(&mut deltas, contribution(&group, through), -1)?;
+            add(&mut deltas, contribution(&group, u64::MAX), 1)?;
         }
     }
     apply(conn, &deltas, watermark)?;
@@ -92,11 +98,23 @@ fn contribution(group: &[(u64, ReservationEvent)], through: u64) -> Option<((Str
     Some(((h.tenant.clone(), h.metric.clone(), Period::containing(h.occurred_at).to_string()), amount))
 }
 
-fn add(deltas: &mut Deltas, contribution: Option<((String, String, String), i64)>, sign: i64) {
+/// Adds a reservation's contribution to the deltas; a sum past i64 is an error naming its key, not a panic (every
+/// append would panic again: migration 015 refuses a total that leaves i64 too).
+fn add(
+    deltas: &mut Deltas,
+    contribution: Option<((String, String, String), i64)>,
+    sign: i64,
+) -> Result<(), ReportError> {
     if let Some((key, amount)) = contribution {
-        let delta = deltas.entry(key).or_insert(0);
-        *delta = delta.checked_add(sign * amount).expect("committed amounts fit in i64");
+        let delta = deltas.entry(key.clone()).or_insert(0);
+        *delta = delta.checked_add(sign * amount).ok_or_else(|| ReportError::TotalOverflow {
+            what: "committed amounts",
+            tenant: key.0,
+            metric: key.1,
+            period: key.2,
+        })?;
     }
+    Ok(())
 }
 
 /// The recorded events of one reservation (its reservation_id and tenant) up to `watermark`.

@@ -22,6 +22,8 @@ pub enum ReportError {
     UnknownSymbol { seq: u64, what: &'static str, value: String },
     #[error("ledger entry {seq}: refs {value:?} is not a JSON array of event_ids")]
     Refs { seq: u64, value: String },
+    #[error("the {what} of {tenant} {metric} in {period} pass 2^63 - 1")]
+    TotalOverflow { what: &'static str, tenant: String, metric: String, period: String },
     #[error("query answered column {column:?} as {found}, expected {expected}")]
     ColumnType { column: String, found: String, expected: &'static str },
 }

@@ -13,6 +13,12 @@ pub const TIMESTAMP_MIN: Timestamp = Timestamp(946_684_800_000_000);
 /// First rejected timestamp: 2100-01-01T00:00:00Z.
 pub const TIMESTAMP_MAX: Timestamp = Timestamp(4_102_444_800_000_000);
 
+/// Largest quantity or amount accepted (2^53 - 1: the largest integer a JSON reader such as JavaScript's holds
+/// exactly). Sums of them (a month's usage, a window's consumption, a limit plus grants) then need more than a
+/// thousand such events to leave i64; until 2026-12-02 two usage events of 2^62 made every append of their batch
+/// panic, blocking their partition for good, and an upsert past i64 turned the month's total into a float.
+pub const AMOUNT_MAX: i64 = (1 << 53) - 1;
+
 /// An event that decodes but breaks a rule of SPEC 3.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -21,6 +27,8 @@ pub enum Invalid {
     Empty { field: &'static str },
     #[error("{field} is {value}, must be at least {minimum}")]
     Negative { field: &'static str, value: i64, minimum: i64 },
+    #[error("{field} is {value}, must be at most {maximum}")]
+    TooLarge { field: &'static str, value: i64, maximum: i64 },
     #[error("{field} {value} is outside the accepted range [{}, {})", TIMESTAMP_MIN, TIMESTAMP_MAX)]
     TimestampOutOfRange { field: &'static str, value: Timestamp },
     #[error("{field}: {message}")]
@@ -34,6 +42,7 @@ impl Invalid {
             Invalid::Empty { field: "tenant" } => "empty_tenant",
             Invalid::Empty { .. } => "empty_field",
             Invalid::Negative { .. } => "negative_quantity",
+            Invalid::TooLarge { .. } => "quantity_too_large",
             Invalid::TimestampOutOfRange { .. } => "timestamp_out_of_range",
             Invalid::Inconsistent { .. } => "inconsistent_fields",
         }
@@ -44,8 +53,16 @@ fn non_empty(field: &'static str, value: &str) -> Result<(), Invalid> {
     if value.is_empty() { Err(Invalid::Empty { field }) } else { Ok(()) }
 }
 
+/// At least `minimum`, and at most [`AMOUNT_MAX`]: every number this is asked of is a quantity, an amount, a
+/// limit, a capacity or a version.
 fn at_least(field: &'static str, value: i64, minimum: i64) -> Result<(), Invalid> {
-    if value < minimum { Err(Invalid::Negative { field, value, minimum }) } else { Ok(()) }
+    if value < minimum {
+        Err(Invalid::Negative { field, value, minimum })
+    } else if value > AMOUNT_MAX {
+        Err(Invalid::TooLarge { field, value, maximum: AMOUNT_MAX })
+    } else {
+        Ok(())
+    }
 }
 
 fn in_range(field: &'static str, value: Timestamp) -> Result<(), Invalid> {

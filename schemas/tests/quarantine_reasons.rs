@@ -2,7 +2,7 @@
 
 use apache_avro::Schema;
 use schemas::catalog::SINGLE_OBJECT_HEADER_BYTES;
-use schemas::validate::{TIMESTAMP_MAX, TIMESTAMP_MIN};
+use schemas::validate::{AMOUNT_MAX, TIMESTAMP_MAX, TIMESTAMP_MIN};
 use schemas::{
     AdjustmentEvent, AdjustmentKind, Catalog, DecisionEvent, DecodeError, Enforcement, Event, EventType, GrantEvent,
     Header, Invalid, MAX_MESSAGE_BYTES, Outcome, PolicyEvent, Reason, ReservationAction, ReservationEvent, Scope,
@@ -250,6 +250,23 @@ fn negative_quantity() {
     let e = refuse(catalog, &catalog.encode_single_object(&Event::Usage(event)), Some(EventType::UsageEvent));
     assert_eq!(e, DecodeError::Invalid(Invalid::Negative { field: "quantity", value: -1, minimum: 0 }));
     assert_eq!(e.code(), "negative_quantity");
+}
+
+// Proves that a quantity above 2^53 - 1 is refused as "quantity_too_large", and 2^53 - 1 itself accepted: sums of
+// such quantities overflowed the ledger's 64-bit totals.
+#[test]
+fn quantity_too_large() {
+    let catalog = Catalog::builtin();
+    let mut event = usage();
+    event.quantity = AMOUNT_MAX + 1;
+    let e = refuse(catalog, &catalog.encode_single_object(&Event::Usage(event.clone())), Some(EventType::UsageEvent));
+    assert_eq!(
+        e,
+        DecodeError::Invalid(Invalid::TooLarge { field: "quantity", value: AMOUNT_MAX + 1, maximum: AMOUNT_MAX })
+    );
+    assert_eq!(e.code(), "quantity_too_large");
+    event.quantity = AMOUNT_MAX;
+    assert!(schemas::validate::validate(&Event::Usage(event)).is_ok());
 }
 
 // Proves that an event with an empty tenant is refused as "empty_tenant".
