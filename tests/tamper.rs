@@ -239,3 +239,35 @@ fn unreadable_totals_do_not_hide_the_first_bad_entry() {
     let run = ledger.verify().expect_code(1);
     assert!(run.stderr.contains("verify: entry 2 (event_id u-2) does not hold"), "{}", run.stderr);
 }
+
+// Proves that what the triggers let through into what billing reads is named by verify: a usage total raised by
+// hand (usage_totals may grow) and a usage_events row added under an entry of another type (no trigger refuses an
+// INSERT). Until 2026-12-02 verify passed both, and `export billing --final` billed the raised total.
+#[test]
+fn a_raised_usage_total_and_an_extra_detail_row_are_named_by_verify() {
+    let raised = ledger_of_five();
+    sqlite3_ok(&raised, "UPDATE usage_totals SET quantity = quantity + 1000 WHERE period = '2026-11'");
+    let report = raised.verify().expect_code(1).json();
+    let problem = report["first_bad"]["problem"].as_str().unwrap_or_default().to_string();
+    assert!(problem.contains("usage_totals holds a total of 1150 for org-1 requests 2026-11"), "{report}");
+    assert!(problem.contains("sum to 150"), "{report}");
+
+    let extra = ledger_of_five();
+    let grant = schemas::Event::Grant(schemas::GrantEvent {
+        header: header("g-1", "2026-11-06T12:00:00Z", "org-1", "requests"),
+        grant_id: "g-1".into(),
+        amount: 5,
+        valid_from: at("2026-11-01T00:00:00Z"),
+        valid_until: at("2026-12-01T00:00:00Z"),
+        reason: "credit".into(),
+    });
+    write_container(&extra.file("grant.avro"), &[grant]);
+    extra.ingest(&extra.file("grant.avro"));
+    sqlite3_ok(
+        &extra,
+        "INSERT INTO usage_events (seq, quantity, request_id, attributes) VALUES (6, 100000, NULL, '{}')",
+    );
+    let report = extra.verify().expect_code(1).json();
+    let problem = report["first_bad"]["problem"].as_str().unwrap_or_default().to_string();
+    assert!(problem.contains("usage_events holds 6 rows, but the ledger has 5 UsageEvent entries"), "{report}");
+}

@@ -159,7 +159,13 @@ impl Ledger {
                 found @ Some(_) => found,
                 None => match check_references(&tx, checked)? {
                     found @ Some(_) => found,
-                    None => check_outbox_cursor(&tx)?,
+                    None => match check_outbox_cursor(&tx)? {
+                        found @ Some(_) => found,
+                        None => match check_detail_counts(&tx)? {
+                            found @ Some(_) => found,
+                            None => check_usage_totals(&tx)?,
+                        },
+                    },
                 },
             };
             report.first_bad = problem.map(|problem| BadEntry { seq: checked, event_id: String::new(), problem });
@@ -313,6 +319,68 @@ fn check_outbox_cursor(conn: &rusqlite::Connection) -> rusqlite::Result<Option<S
     Ok(skipped.map(|seq| {
         format!(
             "outbox_cursor starts the pending entries at {cursor}, but outbox entry {seq} below it is not published"
+        )
+    }))
+}
+
+/// Every detail table holds exactly one row per entry of its type: the walk found each entry's row, so a count
+/// above it is a row added under an entry of another type (counted as usage by every report reading the table;
+/// no trigger refuses an INSERT, and until 2026-12-02 `verify` did not see one).
+fn check_detail_counts(conn: &rusqlite::Connection) -> rusqlite::Result<Option<String>> {
+    for event_type in schemas::EventType::ALL {
+        let table = crate::details::table(event_type);
+        let rows: i64 = conn.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))?;
+        let entries: i64 =
+            conn.query_row("SELECT COUNT(*) FROM entries WHERE event_type = ?1", [event_type.name()], |r| r.get(0))?;
+        if rows != entries {
+            return Ok(Some(format!(
+                "{table} holds {rows} rows, but the ledger has {entries} {} entries",
+                event_type.name()
+            )));
+        }
+    }
+    Ok(None)
+}
+
+/// `usage_totals` is the sum of the recorded usage of each tenant, metric and month: the billing export reads it,
+/// so a total raised by hand (its trigger lets it grow) would bill what no event says. Until 2026-12-02 `verify`
+/// did not compare them. One pass over the usage entries.
+fn check_usage_totals(conn: &rusqlite::Connection) -> rusqlite::Result<Option<String>> {
+    let mut statement = conn.prepare(
+        "WITH summed AS (
+             SELECT e.tenant, e.metric, strftime('%Y-%m', e.occurred_at / 1000000, 'unixepoch') AS period,
+                    SUM(u.quantity) AS quantity
+             FROM usage_events u JOIN entries e ON e.seq = u.seq WHERE e.status = 'recorded'
+             GROUP BY 1, 2, 3)
+         SELECT t.tenant, t.metric, t.period, t.quantity, s.quantity FROM usage_totals t
+         LEFT JOIN summed s ON s.tenant = t.tenant AND s.metric = t.metric AND s.period = t.period
+         WHERE s.quantity IS NOT t.quantity
+         UNION ALL
+         SELECT s.tenant, s.metric, s.period, NULL, s.quantity FROM summed s
+         WHERE NOT EXISTS (SELECT 1 FROM usage_totals t WHERE t.tenant = s.tenant AND t.metric = s.metric
+                           AND t.period = s.period)
+         LIMIT 1",
+    )?;
+    let found = statement
+        .query_row([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, Option<rusqlite::types::Value>>(3)?,
+                r.get::<_, Option<i64>>(4)?,
+            ))
+        })
+        .optional()?;
+    Ok(found.map(|(tenant, metric, period, total, summed)| {
+        let total = match total {
+            None => "no total".to_string(),
+            Some(rusqlite::types::Value::Integer(n)) => format!("a total of {n}"),
+            Some(other) => format!("a total of {other:?}"),
+        };
+        format!(
+            "usage_totals holds {total} for {tenant} {metric} {period}, but its recorded usage entries sum to {}",
+            summed.unwrap_or(0)
         )
     }))
 }
