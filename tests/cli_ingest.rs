@@ -380,3 +380,26 @@ fn quantities_that_would_overflow_a_total_are_quarantined() {
     assert!(export.contains(&format!("org-1,requests,2026-11,{},", schemas::validate::AMOUNT_MAX)), "{export}");
     assert!(export.contains("org-2,requests,2026-11,1,"), "{export}");
 }
+
+// A container file damaged part way (here cut short in its last blocks): the records before the damage are
+// recorded, the report names the record where reading stopped, and ingest exits 2 saying so; the repaired file,
+// ingested again, records only the rest. Until 2026-12-02 such an ingest exited 0 and the records after the damage
+// were dropped without a word.
+#[test]
+fn a_damaged_file_exits_2_naming_where_it_stopped() {
+    let test = TestLedger::new();
+    let events: Vec<Event> = (0..3_000).map(|i| usage(&format!("u-{i}"), "2026-11-02T10:00:00Z", "org-1", 1)).collect();
+    let path = test.file("usage.avro");
+    write_container(&path, &events);
+    let whole = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &whole[..whole.len() * 3 / 4]).unwrap();
+    let run = test.run(&["ingest", "--file", path.to_str().unwrap(), "--json"]).expect_code(2);
+    let report = run.json();
+    let recorded = count(&report, "recorded");
+    assert!(recorded > 0 && recorded < 3_000, "{report}");
+    assert_eq!(report["damaged"]["record"], recorded, "{report}");
+    assert!(run.stderr.contains("is damaged: it cannot be read past record"), "{}", run.stderr);
+    std::fs::write(&path, &whole).unwrap();
+    let again = test.ingest(&path);
+    assert_eq!((count(&again, "recorded"), count(&again, "duplicates")), (3_000 - recorded, recorded), "{again}");
+}

@@ -37,6 +37,18 @@ pub struct FileIngestReport {
     pub conflicts: u64,
     pub quarantined: u64,
     pub watermark: u64,
+    /// The file could not be read past this record (its index; quarantined as `malformed_container`, without
+    /// bytes: the damage has none of its own to keep), and why. The records after it, whether sound or not, were
+    /// not read: the file must be repaired and ingested again (what was recorded is then a duplicate).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub damaged: Option<Damage>,
+}
+
+/// Where a container file stopped being readable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Damage {
+    pub record: u64,
+    pub message: String,
 }
 
 impl FileIngestReport {
@@ -95,7 +107,12 @@ impl ContainerFile {
                     let error = DecodeError::WrongType { expected: expected_type, found: decoded.event.event_type() };
                     batch.rejected.push(Rejected::new(origin, record.raw, &error));
                 }
-                Err(error) => batch.rejected.push(Rejected::new(origin, record.raw, &error)),
+                Err(error) => {
+                    if let DecodeError::Container { message } = &error {
+                        report.damaged = Some(Damage { record: record.index, message: message.clone() });
+                    }
+                    batch.rejected.push(Rejected::new(origin, record.raw, &error))
+                }
             }
             if batch.events.len() + batch.rejected.len() >= batch_events {
                 append(ledger, &path, &mut batch, &mut report)?;
