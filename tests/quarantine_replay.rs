@@ -4,6 +4,7 @@
 mod support;
 
 use ledger::{Batch, Incoming, Ledger, Origin, Rejected};
+use serde_json::{Value, json};
 use support::*;
 
 fn kafka(offset: i64) -> Origin {
@@ -48,6 +49,15 @@ fn replay_records_what_now_decodes_once() {
         (2, 1, 3),
         "quarantine keeps its history"
     );
+    // What an operator still has to look at, after the replay (until 2026-12-02 only another replay said it):
+    // status counts it, list says what became of each, and sql reads the replays.
+    assert_eq!(test.status()["quarantine_pending"], 1, "only the bad magic");
+    let replayed: Vec<Value> = test.quarantined().iter().map(|q| q["replayed"]["outcome"].clone()).collect();
+    assert_eq!(replayed, vec![json!("recorded"), json!("duplicate"), Value::Null]);
+    let words = test.run(&["quarantine", "list"]).success().stdout_text();
+    assert!(words.contains("REPLAYED") && words.contains("duplicate (entry 1)"), "{words}");
+    let sql = test.run(&["sql", "--format", "csv", "SELECT outcome FROM quarantine_replays ORDER BY quarantine_id"]);
+    assert_eq!(sql.success().stdout_text(), "outcome\nrecorded\nduplicate\n");
     let entry = rusqlite::Connection::open(&test.path)
         .expect("the ledger")
         .query_row(

@@ -59,6 +59,9 @@ pub struct Status {
     pub conflicts: u64,
     /// Messages quarantined.
     pub quarantined: u64,
+    /// Of those, the ones no `quarantine replay` has recorded yet (as an event, a duplicate or a conflicting
+    /// duplicate): what an operator still has to look at.
+    pub quarantine_pending: u64,
     /// The last ledger sequence number.
     pub watermark: u64,
     /// Next offset to read per Kafka partition.
@@ -88,6 +91,19 @@ pub struct QuarantinedMessage {
     pub raw_bytes: usize,
     /// The bytes as received, in hexadecimal.
     pub raw_hex: String,
+    /// What `quarantine replay` made of it, if it has been replayed into the ledger; `None` while pending.
+    pub replayed: Option<Replayed>,
+}
+
+/// A quarantined message replayed after a fix (`quarantine_replays`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Replayed {
+    /// `recorded`, `duplicate` or `conflicting_duplicate`.
+    pub outcome: String,
+    /// The entry it became or repeats.
+    pub seq: u64,
+    /// RFC 3339.
+    pub replayed_at: String,
 }
 
 impl Ledger {
@@ -106,6 +122,12 @@ impl Ledger {
             duplicates: totals.duplicates,
             conflicts: totals.conflicts,
             quarantined: totals.quarantined,
+            quarantine_pending: self.conn.query_row(
+                "SELECT COUNT(*) FROM quarantine q
+                 WHERE NOT EXISTS (SELECT 1 FROM quarantine_replays r WHERE r.quarantine_id = q.id)",
+                [],
+                |r| r.get::<_, i64>(0).map(|n| n as u64),
+            )?,
             watermark: totals.watermark,
             offsets: self.offsets()?,
             batches: batches as u64,
@@ -126,9 +148,9 @@ impl Ledger {
     /// Every quarantined message, oldest first.
     pub fn quarantined(&self) -> Result<Vec<QuarantinedMessage>, ReadError> {
         let mut statement = self.conn.prepare(
-            "SELECT id, origin, origin_stream, origin_partition, origin_offset, reason_code, reason, quarantined_at,
-                    raw
-             FROM quarantine ORDER BY id",
+            "SELECT q.id, q.origin, q.origin_stream, q.origin_partition, q.origin_offset, q.reason_code, q.reason,
+                    q.quarantined_at, q.raw, r.outcome, r.seq, r.replayed_at
+             FROM quarantine q LEFT JOIN quarantine_replays r ON r.quarantine_id = q.id ORDER BY q.id",
         )?;
         let rows = statement.query_map([], |r| {
             let raw: Vec<u8> = r.get(8)?;
@@ -143,6 +165,14 @@ impl Ledger {
                 quarantined_at: schemas::Timestamp(r.get(7)?).to_string(),
                 raw_bytes: raw.len(),
                 raw_hex: raw.iter().map(|b| format!("{b:02x}")).collect(),
+                replayed: match r.get::<_, Option<String>>(9)? {
+                    None => None,
+                    Some(outcome) => Some(Replayed {
+                        outcome,
+                        seq: r.get::<_, i64>(10)? as u64,
+                        replayed_at: schemas::Timestamp(r.get(11)?).to_string(),
+                    }),
+                },
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)

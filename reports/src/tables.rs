@@ -254,6 +254,18 @@ pub const TABLES: &[Table] = &[
         ],
     },
     Table {
+        name: "quarantine_replays",
+        description: "quarantined messages replayed after a fix, with what each became",
+        from: "quarantine_replays r",
+        seq: None,
+        columns: &[
+            col("quarantine_id", "r.quarantine_id", Int64, false),
+            col("replayed_at", "r.replayed_at", Timestamp, false),
+            col("outcome", "r.outcome", Text, false),
+            col("seq", "r.seq", Int64, false),
+        ],
+    },
+    Table {
         name: "offsets",
         description: "the next Kafka offset per topic and partition",
         from: "offsets o",

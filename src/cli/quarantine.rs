@@ -94,12 +94,13 @@ fn list(ledger_path: &Path, json: bool) -> anyhow::Result<ExitCode> {
                 optional(&m.offset),
                 m.raw_bytes.to_string(),
                 m.reason_code.clone(),
+                m.replayed.as_ref().map_or_else(String::new, |r| format!("{} (entry {})", r.outcome, r.seq)),
                 m.reason.clone(),
             ]
         })
         .collect();
     super::print_table(
-        &["ID", "QUARANTINED AT", "TOPIC/FILE", "PARTITION", "OFFSET", "BYTES", "CODE", "REASON"],
+        &["ID", "QUARANTINED AT", "TOPIC/FILE", "PARTITION", "OFFSET", "BYTES", "CODE", "REPLAYED", "REASON"],
         &rows,
     )?;
     Ok(ExitCode::SUCCESS)

@@ -26,7 +26,7 @@ pub fn run(ledger_path: &Path, args: StatusArgs) -> anyhow::Result<ExitCode> {
     writeln!(out, "events recorded  {}", status.events_recorded)?;
     writeln!(out, "duplicates       {}", status.duplicates)?;
     writeln!(out, "conflicts        {}", status.conflicts)?;
-    writeln!(out, "quarantined      {}", status.quarantined)?;
+    writeln!(out, "quarantined      {} ({} not replayed)", status.quarantined, status.quarantine_pending)?;
     writeln!(out, "watermark        {}", status.watermark)?;
     writeln!(out, "batches          {}", status.batches)?;
     if status.outbox_pending > 0 {
