@@ -223,6 +223,21 @@ fn missing_file_exits_2_naming_the_file() {
     assert!(left.is_empty(), "a failed ingest left files behind: {left:?}");
 }
 
+// A directory given as the ledger is named as one, by readers and writers alike (SQLite said "disk I/O error").
+#[test]
+fn a_directory_as_the_ledger_is_named() {
+    let test = TestLedger::new();
+    let dir = path_text(test.dir.path()).to_string();
+    let good = test.file("usage.avro");
+    write_container(&good, &[usage("u-1", "2026-11-01T00:00:00Z", "org-1", 1)]);
+    for args in [vec!["status"], vec!["ingest", "--file", path_text(&good)]] {
+        let mut all = vec!["--ledger", dir.as_str()];
+        all.extend(args);
+        let run = run(&all, b"").expect_code(2);
+        assert!(run.stderr.contains(&format!("{dir} is a directory, not a ledger file")), "{}", run.stderr);
+    }
+}
+
 fn usage_v1_fixture() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("schemas/tests/fixtures/usage-v1.avro")
 }

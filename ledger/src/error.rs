@@ -11,6 +11,10 @@ pub enum OpenError {
     #[error("cannot open ledger {path}")]
     Sqlite { path: PathBuf, source: rusqlite::Error },
     #[error(
+        "{path} is a directory, not a ledger file (--ledger or QUOTA_LEDGER_PATH names the file, e.g. {path}/quota-ledger.db)"
+    )]
+    IsADirectory { path: PathBuf },
+    #[error(
         "cannot read ledger {path}: SQLite creates {path}-shm beside it even to read (the ledger is in WAL mode), and \
          this user cannot write in {dir}: run as a user who can (the ledger's owner), or copy the ledger elsewhere"
     )]

@@ -148,6 +148,10 @@ impl Ledger {
     /// Opens the ledger at `path` for writing, creating it and applying migrations as needed.
     pub fn open(path: impl AsRef<Path>) -> Result<Ledger, OpenError> {
         let path = path.as_ref().to_path_buf();
+        // SQLite says only "disk I/O error" of a directory.
+        if path.is_dir() {
+            return Err(OpenError::IsADirectory { path });
+        }
         let sqlite = |source| OpenError::Sqlite { path: path.clone(), source };
         let mut conn = Connection::open(&path).map_err(sqlite)?;
         configure(&conn).map_err(sqlite)?;
@@ -172,6 +176,9 @@ impl Ledger {
         let path = path.as_ref().to_path_buf();
         if !path.exists() {
             return Err(OpenError::Missing { path });
+        }
+        if path.is_dir() {
+            return Err(OpenError::IsADirectory { path });
         }
         let sqlite = |source| open_error(&path, source);
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
