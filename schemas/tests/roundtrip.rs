@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use proptest::sample::select;
-use schemas::validate::{TIMESTAMP_MAX, TIMESTAMP_MIN};
+use schemas::validate::{AMOUNT_MAX, TIMESTAMP_MAX, TIMESTAMP_MIN};
 use schemas::{
     AdjustmentEvent, AdjustmentKind, Catalog, DecisionEvent, DecodeError, Decoded, Enforcement, Event, GrantEvent,
     Header, Outcome, PolicyEvent, Reason, ReservationAction, ReservationEvent, Scope, Timestamp, UsageEvent, Window,
@@ -51,14 +51,14 @@ fn header() -> impl Strategy<Value = Header> {
 }
 
 fn usage() -> impl Strategy<Value = Event> {
-    (header(), 0..=i64::MAX, proptest::option::of(id()), proptest::collection::btree_map(text(), text(), 0..6))
+    (header(), 0..=AMOUNT_MAX, proptest::option::of(id()), proptest::collection::btree_map(text(), text(), 0..6))
         .prop_map(|(header, quantity, request_id, attributes)| {
             Event::Usage(UsageEvent { header, quantity, request_id, attributes })
         })
 }
 
 fn decision() -> impl Strategy<Value = Event> {
-    let ids = (header(), id(), id(), 0..=i64::MAX);
+    let ids = (header(), id(), id(), 0..=AMOUNT_MAX);
     let verdict = (symbol_of(Outcome::SYMBOLS, Outcome::from_symbol), symbol_of(Reason::SYMBOLS, Reason::from_symbol));
     let policy = (
         proptest::option::of(id()),
@@ -100,7 +100,7 @@ fn decision() -> impl Strategy<Value = Event> {
 }
 
 fn reservation() -> impl Strategy<Value = Event> {
-    (header(), id(), symbol_of(ReservationAction::SYMBOLS, ReservationAction::from_symbol), 0..=i64::MAX, timestamp())
+    (header(), id(), symbol_of(ReservationAction::SYMBOLS, ReservationAction::from_symbol), 0..=AMOUNT_MAX, timestamp())
         .prop_map(|(header, reservation_id, action, amount, expiry)| {
             // RESERVE holds an amount until it expires; COMMIT carries the consumption; RELEASE carries 0.
             let (amount, expires_at) = match action {
@@ -115,7 +115,7 @@ fn reservation() -> impl Strategy<Value = Event> {
 fn grant() -> impl Strategy<Value = Event> {
     let validity = (TIMESTAMP_MIN.0..TIMESTAMP_MAX.0 - 1)
         .prop_flat_map(|from| (Just(Timestamp(from)), (from + 1..TIMESTAMP_MAX.0).prop_map(Timestamp)));
-    (header(), id(), 1..=i64::MAX, validity, text()).prop_map(
+    (header(), id(), 1..=AMOUNT_MAX, validity, text()).prop_map(
         |(header, grant_id, amount, (valid_from, valid_until), reason)| {
             Event::Grant(GrantEvent { header, grant_id, amount, valid_from, valid_until, reason })
         },
@@ -128,11 +128,11 @@ fn policy() -> impl Strategy<Value = Event> {
         id(),
         0..=i32::MAX,
         symbol_of(Scope::SYMBOLS, Scope::from_symbol),
-        0..=i64::MAX,
+        0..=AMOUNT_MAX,
         symbol_of(Window::SYMBOLS, Window::from_symbol),
         symbol_of(Enforcement::SYMBOLS, Enforcement::from_symbol),
         timestamp(),
-        proptest::option::of(1..=i64::MAX),
+        proptest::option::of(1..=AMOUNT_MAX),
     )
         .prop_map(|(header, policy_id, version, scope, limit, window, enforcement, effective_from, burst)| {
             Event::Policy(PolicyEvent {

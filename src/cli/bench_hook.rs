@@ -25,8 +25,9 @@ use serde::Serialize;
 const OUTBOX_CATCH_UP_LIMIT: Duration = Duration::from_secs(30);
 /// Time each measurement runs before it counts: connections warm, the writer's first groups, the page cache.
 const WARM_UP: Duration = Duration::from_millis(500);
-/// A limit no benchmark run reaches: every check is allowed and consumes, the costly path.
-const LIMIT: i64 = i64::MAX / 4;
+/// A limit no benchmark run reaches (the largest the ledger accepts): every check is allowed and consumes, the
+/// costly path.
+const LIMIT: i64 = schemas::validate::AMOUNT_MAX;
 /// Open reservations (of other tenants, for an hour) in the ledger of the extra in-process measurement: what a
 /// decision costs while many holds are open (in flight, e.g. model calls holding their token budget).
 const OPEN_HOLDS: usize = 10_000;
