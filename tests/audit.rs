@@ -367,7 +367,7 @@ fn why_counts_held_reservations_once() {
     let test = reserved_then_checked();
     let words = test.run(&["audit", "why", "req-check"]).success().stdout_text();
     for expected in [
-        "Counter at decision time: 50 used before (which includes the 50 held by 1 reservation open then), 10 remaining (limit 100).",
+        "Counter at decision time: 50 used before (which includes the 50 held by 1 reservation open then), 10 remaining after it (limit 100).",
         "50 used + 40 asked = 90, within the limit of 100.",
         "per the ledger: 0 requests in 0 events, and 50 held by 1 open reservation: 50 used before.",
     ] {
@@ -698,5 +698,78 @@ fn tenants_sharing_a_reservation_id_each_see_their_own_reservation() {
         assert_eq!(lines, [("r-1", "committed", committed.into())], "{tenant}");
         assert_eq!(timeline["adjustments"], serde_json::json!([]), "{tenant}: nothing refused, nothing expired");
         assert_eq!(timeline["consumption"][0]["commits"].as_i64(), Some(committed), "{tenant}");
+    }
+}
+
+// Review of 2026-12-02 (audit why, third review): under a SUBJECT-scope policy only the decision's subject's events
+// and grants count, and so only its adjustments are listed: bob's OVERSHOOT of `quota` read as alice's, in a table
+// with no subject column. Adjustments now carry their subject (text and `--json`).
+#[test]
+fn why_lists_only_the_decisions_subjects_adjustments() {
+    let test = TestLedger::new();
+    let with_subject = |event: Event, subject: &str| match event {
+        Event::Usage(mut u) => {
+            u.header.subject = Some(subject.into());
+            Event::Usage(u)
+        }
+        Event::Decision(mut d) => {
+            d.header.subject = Some(subject.into());
+            Event::Decision(d)
+        }
+        other => other,
+    };
+    let Event::Decision(denied) = decision_of_org_1("d-alice", "req-alice", "2026-11-10T10:00:00Z", 5, (4, 0)) else {
+        unreachable!()
+    };
+    let denied = Event::Decision(DecisionEvent {
+        window_start: Some(at("2026-11-10T00:00:00Z")),
+        window_end: Some(at("2026-11-11T00:00:00Z")),
+        ..denied
+    });
+    ingest_in_order(
+        &test,
+        vec![
+            quota_v1("own-quota", "org-1", "requests", 4, (Scope::SUBJECT, Window::DAY, Enforcement::HARD)),
+            with_subject(usage("u-bob", "2026-11-10T09:00:00Z", "org-1", 10), "bob"),
+            with_subject(denied, "alice"),
+        ],
+    );
+    test.run(&["reconcile", "--as-of", "2026-11-12T00:00:00Z"]).expect_code(1);
+    let bob = test.run(&["sql", "--format", "csv", "SELECT subject, amount FROM adjustment_events"]).success();
+    assert_eq!(bob.stdout_text(), "subject,amount\nbob,6\n", "bob's overshoot is recorded");
+    let why = test.run(&["audit", "why", "req-alice", "--json"]).success().json();
+    assert_eq!(why["adjustments"], serde_json::json!([]), "{why}");
+    let words = test.run(&["audit", "why", "req-alice"]).success().stdout_text();
+    assert!(words.contains("Adjustments for this window since: none."), "{words}");
+}
+
+// Third review of 2026-12-02: a decision of another enforcement point that names no policy, limit or window (here
+// CONCURRENCY_LIMITED) is said to have none, instead of a counter line of blanks and "0 requests in 0 events" of a
+// window it never named.
+#[test]
+fn why_says_a_decision_names_no_limit_and_no_window() {
+    let test = TestLedger::new();
+    let Event::Decision(decision) = decision_of_org_1("d-c", "req-c", "2026-11-10T10:00:00Z", 1, (10, 0)) else {
+        unreachable!()
+    };
+    let concurrency = Event::Decision(DecisionEvent {
+        outcome: Outcome::DENIED,
+        reason: Reason::CONCURRENCY_LIMITED,
+        policy_id: None,
+        policy_version: None,
+        window_start: None,
+        window_end: None,
+        limit: None,
+        used_before: None,
+        remaining: None,
+        ..decision
+    });
+    ingest_in_order(&test, vec![usage("u-1", "2026-11-10T09:00:00Z", "org-1", 40), concurrency]);
+    let words = test.run(&["audit", "why", "req-c"]).success().stdout_text();
+    for expected in [
+        "Counter at decision time: none recorded (the decision names no limit).",
+        "Consumption: the decision names no window, so none is counted against it.",
+    ] {
+        assert!(words.contains(expected), "{expected:?} missing from:\n{words}");
     }
 }

@@ -282,6 +282,14 @@ fn why_explains_a_rate_limited_request_by_its_bucket() {
     let why = test.run(&["audit", "why", "t-2", "--json"]).success().json();
     assert_eq!((why["policy"]["burst"].as_i64(), why["effective_limit"].as_i64()), (Some(5), Some(5)), "{why}");
     assert_eq!(why["grants"], json!([]), "{why}");
+    // The last token, taken: allowed, and explained by the bucket before it (the recorded `remaining` of an allowed
+    // decision is after it; until 2026-12-02 this answer said the request should have been denied).
+    assert_eq!(server.check("t-3", 1).0, 200);
+    let words = test.run(&["audit", "why", "t-3"]).success().stdout_text();
+    for expected in ["1 of 5 tokens left (4 taken and not yet refilled)", "1 asked, 1 left: enough tokens."] {
+        assert!(words.contains(expected), "{expected:?} missing from:\n{words}");
+    }
+    assert!(!words.contains("should have been denied"), "{words}");
     drop(server);
 }
 

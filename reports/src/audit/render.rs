@@ -145,9 +145,16 @@ fn counter_paragraph(w: &Why, out: &mut String) {
         0 => String::new(),
         n => format!(" (which includes the {} held by {n} {} open then)", c.open_reservations_amount, reservations(n)),
     };
+    if c.limit.is_none() && c.used_before.is_none() && c.remaining.is_none() {
+        writeln!(out, "Counter at decision time: none recorded (the decision names no limit).").unwrap();
+        out.push('\n');
+        return;
+    }
+    // The hook records what remains after an allowed request (what it answered), before a denied one.
+    let after = if w.decision.outcome == "ALLOWED" { " after it" } else { "" };
     writeln!(
         out,
-        "Counter at decision time: {} used before{held}, {} remaining (limit {}).",
+        "Counter at decision time: {} used before{held}, {} remaining{after} (limit {}).",
         or_empty(&c.used_before),
         or_empty(&c.remaining),
         or_empty(&c.limit),
@@ -167,15 +174,18 @@ fn counter_paragraph(w: &Why, out: &mut String) {
 /// A throttle's recorded counter: the bucket as the serving process held it (capacity, tokens taken, left).
 fn bucket_paragraph(w: &Why, out: &mut String) {
     let c = &w.counter;
+    // Tokens before the request: capacity less what was taken. The recorded `remaining` is after the request for
+    // an allowed one (what the hook answered), before it for a denied one.
+    let left = c.limit.zip(c.used_before).map(|(limit, used)| limit.saturating_sub(used));
     writeln!(
         out,
         "Bucket at decision time, in the serving process: {} of {} tokens left ({} taken and not yet refilled).",
-        or_empty(&c.remaining),
+        or_empty(&left),
         or_empty(&c.limit),
         or_empty(&c.used_before),
     )
     .unwrap();
-    if let Some(left) = c.remaining {
+    if let Some(left) = left {
         let asked = w.decision.amount;
         let over = asked > left;
         let verdict = if over { "too few tokens" } else { "enough tokens" };
@@ -201,6 +211,11 @@ fn reservations(count: u64) -> &'static str {
 }
 
 fn consumption_paragraph(w: &Why, out: &mut String) {
+    if w.decision.window_start.is_none() {
+        writeln!(out, "Consumption: the decision names no window, so none is counted against it.").unwrap();
+        out.push('\n');
+        return;
+    }
     let c = &w.consumption;
     // Holds count as the hook counts them, so that this figure and the recorded "used before" compare.
     let held = match w.counter.open_reservations {
@@ -291,13 +306,14 @@ fn adjustments_paragraph(w: &Why, out: &mut String) {
                 a.seq.to_string(),
                 a.kind.clone(),
                 or_empty(&a.policy_id),
+                or_empty(&a.subject),
                 window,
                 a.amount.to_string(),
                 a.run_id.clone(),
             ]
         })
         .collect();
-    out.push_str(&table(&["entry", "kind", "policy", "window", "amount", "run"], &rows));
+    out.push_str(&table(&["entry", "kind", "policy", "subject", "window", "amount", "run"], &rows));
 }
 
 /// An unknown request id, with the nearest known ones.
@@ -346,7 +362,11 @@ pub fn timeline(t: &Timeline) -> String {
                     d.amount.to_string(),
                     d.outcome.clone(),
                     d.reason.clone(),
-                    format!("{} v{}", or_empty(&d.policy_id), or_empty(&d.policy_version)),
+                    match (&d.policy_id, d.policy_version) {
+                        (Some(id), Some(version)) => format!("{id} v{version}"),
+                        (Some(id), None) => id.clone(),
+                        (None, _) => String::new(),
+                    },
                 ]
             })
             .collect();
@@ -404,13 +424,14 @@ pub fn timeline(t: &Timeline) -> String {
                     a.kind.clone(),
                     a.metric.clone(),
                     or_empty(&a.policy_id),
+                    or_empty(&a.subject),
                     window,
                     or_empty(&a.event_occurred_at),
                     a.amount.to_string(),
                 ]
             })
             .collect();
-        let header = ["recorded for", "kind", "metric", "policy", "window", "event at", "amount"];
+        let header = ["recorded for", "kind", "metric", "policy", "subject", "window", "event at", "amount"];
         out.push_str(&table(&header, &rows));
     }
     out

@@ -148,6 +148,8 @@ pub struct AdjustmentFacts {
     pub adjustment_id: String,
     pub kind: String,
     pub policy_id: Option<String>,
+    /// The subject of a SUBJECT window's adjustment; none for the tenant's windows and late usage.
+    pub subject: Option<String>,
     pub window_start: Option<Timestamp>,
     pub window_end: Option<Timestamp>,
     pub amount: i64,
@@ -190,7 +192,7 @@ pub fn why(session: &LedgerSession, request_id: &str) -> Result<Result<Why, Unkn
             Some(reason) => reason.resets_at(decision.occurred_at, decision.window_end, retry_after_ms),
             None => decision.window_end,
         },
-        adjustments: adjustments(session, &decision)?,
+        adjustments: adjustments(session, &decision, scope_subject.as_ref())?,
         decision,
     }))
 }
@@ -420,17 +422,29 @@ fn largest_first(mut all: Vec<Consumed>, held: i64) -> Consumption {
     Consumption { total, events, used_before, largest: all }
 }
 
-fn adjustments(session: &LedgerSession, decision: &Decision) -> Result<Vec<AdjustmentFacts>, ReportError> {
+/// Adjustments of the decision's tenant and metric whose window overlaps its window. Under a SUBJECT-scope policy,
+/// not those of another subject (as its events and grants do not count): another subject's OVERSHOOT read as this
+/// one's until 2026-12-02. Those without a subject (the tenant's windows, late usage) stay, as context.
+fn adjustments(
+    session: &LedgerSession,
+    decision: &Decision,
+    scope_subject: Option<&Option<String>>,
+) -> Result<Vec<AdjustmentFacts>, ReportError> {
     let (Some(start), Some(end)) = (decision.window_start, decision.window_end) else { return Ok(Vec::new()) };
     let params = vec![text(&decision.tenant), text(&decision.metric), time(start), time(end)];
     let mut found = Vec::new();
     for f in frames(session, WINDOW_ADJUSTMENTS, params)? {
         for r in 0..f.rows() {
+            let subject = f.opt_str("subject", r);
+            if subject.is_some() && scope_subject.is_some_and(|s| *s != subject) {
+                continue;
+            }
             found.push(AdjustmentFacts {
                 seq: f.i64("seq", r) as u64,
                 adjustment_id: f.str("adjustment_id", r),
                 kind: f.str("kind", r),
                 policy_id: f.opt_str("policy_id", r),
+                subject,
                 window_start: f.opt_time("window_start", r),
                 window_end: f.opt_time("window_end", r),
                 amount: f.i64("amount", r),
