@@ -749,23 +749,12 @@ fn why_lists_only_the_decisions_subjects_adjustments() {
 #[test]
 fn why_says_a_decision_names_no_limit_and_no_window() {
     let test = TestLedger::new();
-    let Event::Decision(decision) = decision_of_org_1("d-c", "req-c", "2026-11-10T10:00:00Z", 1, (10, 0)) else {
-        unreachable!()
-    };
-    let concurrency = Event::Decision(DecisionEvent {
-        outcome: Outcome::DENIED,
-        reason: Reason::CONCURRENCY_LIMITED,
-        policy_id: None,
-        policy_version: None,
-        window_start: None,
-        window_end: None,
-        limit: None,
-        used_before: None,
-        remaining: None,
-        ..decision
-    });
-    ingest_in_order(&test, vec![usage("u-1", "2026-11-10T09:00:00Z", "org-1", 40), concurrency]);
-    let words = test.run(&["audit", "why", "req-c"]).success().stdout_text();
+    // A decision naming no policy, limit or window, as `sample_event` makes one.
+    let Event::Decision(sample) = sample_event(EventType::DecisionEvent, "d-c") else { unreachable!() };
+    let concurrency =
+        Event::Decision(DecisionEvent { outcome: Outcome::DENIED, reason: Reason::CONCURRENCY_LIMITED, ..sample });
+    ingest_in_order(&test, vec![usage("u-1", "2026-11-02T09:00:00Z", "org-poison", 40), concurrency]);
+    let words = test.run(&["audit", "why", "req-d-c"]).success().stdout_text();
     for expected in [
         "Counter at decision time: none recorded (the decision names no limit).",
         "Consumption: the decision names no window, so none is counted against it.",
