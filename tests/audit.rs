@@ -618,7 +618,7 @@ fn why_counts_the_usage_of_an_earlier_decision_of_the_same_request() {
     let words = test.run(&["audit", "why", "req-1"]).success().stdout_text();
     for expected in [
         "(2 decisions are recorded for this request id; this is the latest.)",
-        "per the ledger: 8 requests in 1 events, and no reservation open: 8 used before.",
+        "per the ledger: 8 requests in 1 event, and no reservation open: 8 used before.",
     ] {
         assert!(words.contains(expected), "{expected:?} missing from:\n{words}");
     }

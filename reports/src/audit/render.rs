@@ -224,9 +224,13 @@ fn consumption_paragraph(w: &Why, out: &mut String) {
     };
     writeln!(
         out,
-        "Consumption of this window before the decision, per the ledger: {} {} in {} events, and {held}: {} used \
+        "Consumption of this window before the decision, per the ledger: {} {} in {} {}, and {held}: {} used \
          before.",
-        c.total, w.decision.metric, c.events, c.used_before
+        c.total,
+        w.decision.metric,
+        c.events,
+        if c.events == 1 { "event" } else { "events" },
+        c.used_before
     )
     .unwrap();
     if w.by_throttle() {
