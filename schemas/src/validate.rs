@@ -84,6 +84,15 @@ pub fn validate(event: &Event) -> Result<(), Invalid> {
     non_empty("tenant", &header.tenant)?;
     non_empty("metric", &header.metric)?;
     in_range("occurred_at", header.occurred_at)?;
+    // `*` names the plan defaults (SPEC 3, PolicyEvent). Usage, a decision, a reservation or a grant of "tenant *"
+    // was billed as a tenant of its own, under the plan default as if that were its own policy, and a grant to `*`
+    // raised nobody's limit; the hook refuses `*` as a tenant too.
+    if header.tenant == "*" && !matches!(event, Event::Policy(_) | Event::Adjustment(_)) {
+        return Err(Invalid::Inconsistent {
+            field: "tenant",
+            message: "\"*\" names the plan defaults, which only a PolicyEvent may carry: not a tenant".into(),
+        });
+    }
     match event {
         Event::Usage(e) => at_least("quantity", e.quantity, 0),
         Event::Decision(e) => validate_decision(e),

@@ -269,6 +269,17 @@ fn quantity_too_large() {
     assert!(schemas::validate::validate(&Event::Usage(event)).is_ok());
 }
 
+// Proves that usage, decisions, reservations and grants of tenant "*" (the plan defaults' name) are refused as
+// "inconsistent_fields", and a PolicyEvent of "*" is not.
+#[test]
+fn the_plan_default_tenant_carries_only_policies() {
+    let mut event = usage();
+    event.header.tenant = "*".into();
+    let e = schemas::validate::validate(&Event::Usage(event)).unwrap_err();
+    assert_eq!(e.code(), "inconsistent_fields");
+    assert!(e.to_string().contains("names the plan defaults"), "{e}");
+}
+
 // Proves that an event with an empty tenant is refused as "empty_tenant".
 #[test]
 fn empty_tenant() {
