@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use reconcile::window;
-use schemas::{PolicyEvent, Timestamp};
+use schemas::{PolicyEvent, Timestamp, Window};
 
 /// Buckets ever created are kept at most this many; the least recently used is dropped (it refills to full,
 /// which only lets a burst through early).
@@ -20,7 +20,9 @@ struct Bucket {
     at: Timestamp,
 }
 
-type BucketKey = (String, String, Option<String>);
+/// (policy_id, window kind, tenant, subject): a policy_id whose versions change the window kind mid-window has a
+/// window of each kind in force for a while (see `reconcile::policy`), each a bucket of its own.
+type BucketKey = (String, Window, String, Option<String>);
 
 /// Every bucket of the process.
 #[derive(Debug, Default)]
@@ -35,7 +37,7 @@ fn rate(policy: &PolicyEvent, now: Timestamp) -> f64 {
 }
 
 fn key(policy: &PolicyEvent, tenant: &str, subject: Option<&str>) -> BucketKey {
-    (policy.policy_id.clone(), tenant.to_string(), subject.map(String::from))
+    (policy.policy_id.clone(), policy.window, tenant.to_string(), subject.map(String::from))
 }
 
 impl Buckets {

@@ -1,17 +1,23 @@
 //! Which policy versions apply to a tenant's consumption at an instant (SPEC 5 "Policy in force").
 //!
-//! For each policy_id on its own: the version with the greatest (`effective_from`, `version`) whose
-//! `effective_from` is before the end of its window containing the instant. A policy of tenant `*` is the plan
-//! default: it applies to a tenant with no policy of its own in force for the same metric, scope and window.
-//! Choices where the SPEC is silent: "of its own" means in force for that window, so a tenant policy that only
-//! starts next month leaves this month to the plan default; and a policy of its own covers only plan defaults of
-//! its kind ([`covers`]): a quota (no `burst`) only quotas, a throttle (a `burst`, this project's extension,
-//! which SPEC 3 does not know) only throttles. A tenant's own SHADOW quota covers as any quota does: a trial of a
-//! policy for that tenant.
+//! For each policy_id on its own, and each window kind its versions use: the window of that kind containing the
+//! instant is a window of the policy when the version in force for it (the greatest (`effective_from`,
+//! `version`) whose `effective_from` is before the window's end) has that kind. Whether a window is the
+//! policy's, and under which version, so depends on the window alone, never on the instant inside it: every
+//! event of a window is judged under the same version, whatever order they arrive in. A version that changes the
+//! window kind mid-month (MONTH to DAY on the 15th) governs the whole month: the month is not a MONTH window of
+//! the policy, and neither are the days before the 15th DAY windows of it (the version in force for each of them
+//! is the MONTH one); a DAY to MONTH change makes the month a MONTH window, beside the DAY windows before the
+//! change. A policy of tenant `*` is the plan default: it applies to a tenant with no policy of its own in force
+//! for the same metric, scope and window. Choices where the SPEC is silent: "of its own" means in force for that
+//! window, so a tenant policy that only starts next month leaves this month to the plan default; and a policy of
+//! its own covers only plan defaults of its kind ([`covers`]): a quota (no `burst`) only quotas, a throttle (a
+//! `burst`, this project's extension, which SPEC 3 does not know) only throttles. A tenant's own SHADOW quota
+//! covers as any quota does: a trial of a policy for that tenant.
 
 use std::collections::BTreeMap;
 
-use schemas::{PolicyEvent, Scope, Timestamp};
+use schemas::{PolicyEvent, Scope, Timestamp, Window};
 
 use crate::window;
 
@@ -28,16 +34,38 @@ pub struct Applicable<'a> {
     pub plan_default: bool,
 }
 
-/// The version of one policy_id in force for the window containing `at`, with that window.
-pub fn in_force<'a>(versions: &[&'a PolicyEvent], at: Timestamp) -> Option<Applicable<'a>> {
-    versions
-        .iter()
-        .filter_map(|p| {
-            let (start, end) = window::bounds(p.window, at);
-            (p.effective_from < end).then_some((p, start, end))
-        })
-        .max_by_key(|(p, _, _)| (p.effective_from, p.version))
-        .map(|(p, start, end)| Applicable { policy: p, window_start: start, window_end: end, plan_default: false })
+/// The window kinds, shortest first.
+const KINDS: [Window; 4] = [Window::MINUTE, Window::HOUR, Window::DAY, Window::MONTH];
+
+fn kind_bit(kind: Window) -> u8 {
+    match kind {
+        Window::MINUTE => 1,
+        Window::HOUR => 2,
+        Window::DAY => 4,
+        Window::MONTH => 8,
+    }
+}
+
+/// The versions of one policy_id in force at `at`: for each window kind its versions use, the window of that kind
+/// containing `at` with the version in force for it, when that version has that kind (see the module's words).
+/// On a tie of (`effective_from`, `version`) the later in `versions` wins.
+pub fn in_force<'a>(versions: &[&'a PolicyEvent], at: Timestamp) -> Vec<Applicable<'a>> {
+    let mut found = Vec::new();
+    for kind in KINDS.into_iter().filter(|k| versions.iter().any(|p| p.window == *k)) {
+        let (start, end) = window::bounds(kind, at);
+        let governing = versions
+            .iter()
+            .filter(|p| p.effective_from < end)
+            .max_by_key(|p| (p.effective_from, p.version))
+            .filter(|p| p.window == kind);
+        found.extend(governing.map(|p| Applicable {
+            policy: p,
+            window_start: start,
+            window_end: end,
+            plan_default: false,
+        }));
+    }
+    found
 }
 
 /// Whether a tenant's own policy `own` covers the plan default `default` of the same metric (SPEC 3: "no policy
@@ -56,7 +84,7 @@ pub fn applicable<'a>(policies: &'a [PolicyEvent], tenant: &str, metric: &str, a
         for p in policies.iter().filter(|p| p.header.tenant == owner && p.header.metric == metric) {
             by_id.entry(p.policy_id.as_str()).or_default().push(p);
         }
-        by_id.values().filter_map(|versions| in_force(versions, at)).collect()
+        by_id.values().flat_map(|versions| in_force(versions, at)).collect()
     };
     let own = in_force_of(tenant);
     let defaults = in_force_of(PLAN_DEFAULT_TENANT)
@@ -118,6 +146,59 @@ mod tests {
         assert_eq!(limits(&december), [("p".into(), 300, false)]);
         let october = applicable(&policies, "org-1", "requests", at("2026-10-03T00:00:00Z"));
         assert_eq!(limits(&october), [("p".into(), 100, false)]);
+    }
+
+    fn windows(applicable: &[Applicable<'_>]) -> Vec<(String, i32, Window, Timestamp, bool)> {
+        applicable
+            .iter()
+            .map(|a| (a.policy.policy_id.clone(), a.policy.version, a.policy.window, a.window_start, a.plan_default))
+            .collect()
+    }
+
+    // SPEC 5 per window: a version that changes the window kind mid-month governs every window whose end it is
+    // effective before. MONTH to DAY on the 15th: November is no MONTH window of the policy (its version in force is
+    // the DAY one) and the days before the 15th no DAY windows of it (theirs is the MONTH one), so the plan's MONTH
+    // quota covers the tenant for the whole month, and the policy's DAY windows start on the 15th. Until 2026-12-03
+    // the version was picked by the instant: the month was the policy's MONTH window until the 15th and the plan's
+    // after, each summing part of November, and billing and the hook each read a third answer.
+    #[test]
+    fn a_window_kind_change_governs_every_window_it_is_in_force_for() {
+        let policies = [
+            policy("*", "plan", 1, 60, Window::MONTH, "2026-01-01T00:00:00Z"),
+            policy("org-1", "p", 1, 1_000, Window::MONTH, "2026-10-01T00:00:00Z"),
+            policy("org-1", "p", 2, 50, Window::DAY, "2026-11-15T00:00:00Z"),
+            policy("org-2", "q", 1, 50, Window::DAY, "2026-10-01T00:00:00Z"),
+            policy("org-2", "q", 2, 1_000, Window::MONTH, "2026-11-15T00:00:00Z"),
+        ];
+        let index = PolicyIndex::new(policies.to_vec());
+        let check = |tenant: &str, t: &str, expected: Vec<(String, i32, Window, Timestamp, bool)>| {
+            let found = applicable(&policies, tenant, "requests", at(t));
+            assert_eq!(windows(&found), expected, "{tenant} at {t}");
+            assert_eq!(index.applicable(tenant, "requests", at(t)), found, "the index agrees, {tenant} at {t}");
+        };
+        let november = at("2026-11-01T00:00:00Z");
+        for t in ["2026-11-01T00:00:00Z", "2026-11-03T12:00:00Z", "2026-11-14T23:59:59Z"] {
+            check("org-1", t, vec![("plan".into(), 1, Window::MONTH, november, true)]);
+        }
+        check(
+            "org-1",
+            "2026-11-20T08:00:00Z",
+            vec![
+                ("p".into(), 2, Window::DAY, at("2026-11-20T00:00:00Z"), false),
+                ("plan".into(), 1, Window::MONTH, november, true),
+            ],
+        );
+        check("org-1", "2026-10-20T08:00:00Z", vec![("p".into(), 1, Window::MONTH, at("2026-10-01T00:00:00Z"), false)]);
+        // DAY to MONTH on the 15th: the days before it stay DAY windows, and the whole month is the MONTH window.
+        check(
+            "org-2",
+            "2026-11-03T12:00:00Z",
+            vec![
+                ("q".into(), 1, Window::DAY, at("2026-11-03T00:00:00Z"), false),
+                ("q".into(), 2, Window::MONTH, november, false),
+            ],
+        );
+        check("org-2", "2026-11-20T08:00:00Z", vec![("q".into(), 2, Window::MONTH, november, false)]);
     }
 
     // SPEC 5: equal effective_from, the greater version wins; each policy_id is evaluated on its own.
@@ -278,31 +359,45 @@ impl<'a> Candidates<'a> {
         self.own.is_empty() && self.defaults.is_empty()
     }
 
-    /// The version of one group in force for the window containing `at` (as [`in_force`], without allocating).
-    fn in_force(&self, versions: &[usize], at: Timestamp) -> Option<Applicable<'a>> {
-        let mut best: Option<Applicable<'a>> = None;
-        for p in versions.iter().map(|i| &self.policies[*i]) {
-            let (start, end) = window::bounds(p.window, at);
-            // `>=`: on a tie the later one wins, as `max_by_key` in [`in_force`] answers.
-            let better =
-                best.is_none_or(|b| (p.effective_from, p.version) >= (b.policy.effective_from, b.policy.version));
-            if p.effective_from < end && better {
-                best = Some(Applicable { policy: p, window_start: start, window_end: end, plan_default: false });
+    /// The versions of one group in force at `at`, pushed onto `found` (as [`in_force`], without allocating).
+    fn in_force(&self, versions: &[usize], at: Timestamp, found: &mut Vec<Applicable<'a>>) {
+        let policies = || versions.iter().map(|i| &self.policies[*i]);
+        let kinds = policies().fold(0u8, |kinds, p| kinds | kind_bit(p.window));
+        for kind in KINDS.into_iter().filter(|k| kinds & kind_bit(*k) != 0) {
+            let (start, end) = window::bounds(kind, at);
+            let mut best: Option<&'a PolicyEvent> = None;
+            for p in policies() {
+                // `>=`: on a tie the later one wins, as `max_by_key` in [`in_force`] answers.
+                if p.effective_from < end
+                    && best.is_none_or(|b| (p.effective_from, p.version) >= (b.effective_from, b.version))
+                {
+                    best = Some(p);
+                }
+            }
+            if let Some(p) = best.filter(|p| p.window == kind) {
+                found.push(Applicable { policy: p, window_start: start, window_end: end, plan_default: false });
             }
         }
-        best
     }
 
     /// Every policy version that applies at `at`: own policies in force, then the plan defaults the tenant has
     /// none of its own covering ([`covers`]). Sorted by policy_id.
     pub fn applicable(&self, at: Timestamp) -> Vec<Applicable<'a>> {
-        let mut all: Vec<Applicable<'a>> = self.own.iter().filter_map(|g| self.in_force(g, at)).collect();
+        let mut all: Vec<Applicable<'a>> = Vec::new();
+        for group in self.own {
+            self.in_force(group, at, &mut all);
+        }
         let own = all.len();
         for group in self.defaults {
-            if let Some(a) = self.in_force(group, at)
-                && !all[..own].iter().any(|o| covers(o.policy, a.policy))
-            {
-                all.push(Applicable { plan_default: true, ..a });
+            let mut n = all.len();
+            self.in_force(group, at, &mut all);
+            while n < all.len() {
+                if all[..own].iter().any(|o| covers(o.policy, all[n].policy)) {
+                    all.remove(n);
+                } else {
+                    all[n].plan_default = true;
+                    n += 1;
+                }
             }
         }
         if own > 0 && all.len() > own {

@@ -1,7 +1,6 @@
 //! `audit why REQUEST_ID`: everything the ledger knows about one decision, gathered with DataFusion queries at
 //! one watermark, then told in words ([`render`]) or as JSON (the [`Why`] struct).
 
-use datafusion::common::ScalarValue;
 use reconcile::window;
 use schemas::{Enforcement, PolicyEvent, Reason, ReservationAction, ReservationEvent, Scope, Timestamp, Window};
 use serde::Serialize;
@@ -13,7 +12,7 @@ use crate::session::LedgerSession;
 
 const DECISIONS_OF_REQUEST: &str = include_str!("../../sql/audit_decisions_of_request.sql");
 const REQUEST_IDS: &str = include_str!("../../sql/audit_request_ids.sql");
-const POLICY_VERSION: &str = include_str!("../../sql/audit_policy_version.sql");
+const POLICY_VERSIONS: &str = include_str!("../../sql/audit_policy_versions.sql");
 const WINDOW_USAGE: &str = include_str!("../../sql/audit_window_usage.sql");
 const GRANTS: &str = include_str!("../../sql/audit_grants.sql");
 const WINDOW_ADJUSTMENTS: &str = include_str!("../../sql/audit_window_adjustments.sql");
@@ -244,20 +243,20 @@ impl Decision {
 }
 
 fn policy(session: &LedgerSession, decision: &Decision) -> Result<Option<PolicyFacts>, ReportError> {
-    let (Some(policy_id), Some(version)) = (&decision.policy_id, decision.policy_version) else { return Ok(None) };
-    let version = ScalarValue::Int32(Some(version as i32));
-    let params = vec![text(policy_id), version, text(&decision.metric), text(&decision.tenant)];
+    let (Some(policy_id), Some(_)) = (&decision.policy_id, decision.policy_version) else { return Ok(None) };
+    let params = vec![text(policy_id), text(&decision.metric), text(&decision.tenant)];
     let mut seqs: Vec<u64> = Vec::new();
-    let mut copies: Vec<PolicyEvent> = Vec::new();
-    for f in frames(session, POLICY_VERSION, params)? {
+    let mut versions: Vec<PolicyEvent> = Vec::new();
+    for f in frames(session, POLICY_VERSIONS, params)? {
         for r in 0..f.rows() {
             let seq = f.i64("seq", r) as u64;
-            copies.push(policy_event(&f, r, seq)?);
+            versions.push(policy_event(&f, r, seq)?);
             seqs.push(seq);
         }
     }
-    let Some(chosen) = copy_applied(&copies, decision) else { return Ok(None) };
-    let index = copies.iter().position(|p| std::ptr::eq(p, chosen)).expect("chosen among the copies");
+    let Some(index) = copy_applied(&versions, decision) else { return Ok(None) };
+    let chosen = &versions[index];
+    let copies = versions.iter().filter(|p| p.header.tenant == chosen.header.tenant && p.version == chosen.version);
     Ok(Some(PolicyFacts {
         policy_id: chosen.policy_id.clone(),
         version: i64::from(chosen.version),
@@ -269,20 +268,38 @@ fn policy(session: &LedgerSession, decision: &Decision) -> Result<Option<PolicyF
         effective_from: chosen.effective_from,
         burst: chosen.burst,
         seq: seqs[index],
-        copies: copies.iter().filter(|p| p.header.tenant == chosen.header.tenant).count() as u64,
+        copies: copies.count() as u64,
     }))
 }
 
-/// The copy of the decision's policy version it was made under (`copies` in ledger order, all of that version):
-/// the one `reconcile::policy::applicable` answers over them, as the hook, reconcile and billing pick among
-/// versions: the tenant's own in force before the plan default, the greatest `effective_from`, and on a tie the
-/// later in the ledger. A version not yet in force at the decision (an enforcement point ahead of the ledger) is
-/// answered by the same rule at its latest `effective_from`, where every copy is.
-fn copy_applied<'a>(copies: &'a [PolicyEvent], decision: &Decision) -> Option<&'a PolicyEvent> {
+/// Which of `versions` (every version of the decision's policy_id, the tenant's own and the plan's, in ledger order)
+/// the decision was made under, by its index: the copy of the decided version that `reconcile::policy::applicable`
+/// answers over them all at the decision's instant, as the hook, reconcile and billing pick (the tenant's own in
+/// force before the plan default, the greatest `effective_from`, on a tie the later in the ledger), and of its
+/// windows the one the decision names. All versions, because the others decide which copy applies: the tenant's own
+/// v1 is no longer in force once its v2 changed scope, so the plan's v1 decided (until 2026-12-03 `audit why` chose
+/// among the copies of v1 alone, and named the tenant's own 1,000 for a denial under the plan's 60). A version not in
+/// force at the decision (an enforcement point ahead of or behind the ledger) is answered by the same rule among its
+/// own copies, at the decision and else at their latest `effective_from`, where every copy is.
+fn copy_applied(versions: &[PolicyEvent], decision: &Decision) -> Option<usize> {
+    let decided = |p: &PolicyEvent| Some(i64::from(p.version)) == decision.policy_version;
+    let position = |among: &[PolicyEvent], p: &PolicyEvent| among.iter().position(|q| std::ptr::eq(q, p));
+    let in_force = reconcile::policy::applicable(versions, &decision.tenant, &decision.metric, decision.occurred_at);
+    let named = (decision.window_start, decision.window_end);
+    let mut candidates = in_force.iter().filter(|a| decided(a.policy));
+    let chosen =
+        candidates.clone().find(|a| (Some(a.window_start), Some(a.window_end)) == named).or_else(|| candidates.next());
+    if let Some(a) = chosen {
+        return position(versions, a.policy);
+    }
+    let indices: Vec<usize> = (0..versions.len()).filter(|i| decided(&versions[*i])).collect();
+    let copies: Vec<PolicyEvent> = indices.iter().map(|i| versions[*i].clone()).collect();
     let applied = |at: Timestamp| {
-        reconcile::policy::applicable(copies, &decision.tenant, &decision.metric, at).first().map(|a| a.policy)
+        let found = reconcile::policy::applicable(&copies, &decision.tenant, &decision.metric, at);
+        found.first().and_then(|a| position(&copies, a.policy))
     };
-    applied(decision.occurred_at).or_else(|| applied(copies.iter().map(|p| p.effective_from).max()?))
+    let latest = copies.iter().map(|p| p.effective_from).max()?;
+    applied(decision.occurred_at).or_else(|| applied(latest)).map(|i| indices[i])
 }
 
 fn policy_event(f: &Frame, r: usize, seq: u64) -> Result<PolicyEvent, ReportError> {
@@ -512,8 +529,8 @@ mod tests {
         }
     }
 
-    fn limit_applied(copies: &[PolicyEvent], occurred_at: &str) -> Option<i64> {
-        copy_applied(copies, &decided_at(occurred_at)).map(|p| p.limit)
+    fn limit_applied(versions: &[PolicyEvent], occurred_at: &str) -> Option<i64> {
+        copy_applied(versions, &decided_at(occurred_at)).map(|i| versions[i].limit)
     }
 
     // SPEC 5 "Policy in force", as reconcile::policy picks it among the copies of one version: the latest
@@ -532,5 +549,17 @@ mod tests {
         let ahead = [copy("org-1", 50, "2026-12-01T00:00:00Z"), copy("*", 60, "2026-12-01T00:00:00Z")];
         assert_eq!(limit_applied(&ahead, nov), Some(50));
         assert_eq!(limit_applied(&[], nov), None);
+    }
+
+    // The other versions decide which copy applies: the tenant's own v1 no longer covers the plan's v1 once its own
+    // v2 (SUBJECT scope) is in force for December, so a December decision under "quota" v1 was the plan's 60, as
+    // the hook, reconcile and billing have it. Until 2026-12-03 audit why chose among the copies of v1 alone and
+    // named the tenant's own 1,000.
+    #[test]
+    fn a_later_version_of_its_own_leaves_the_decision_to_the_plans_copy() {
+        let own_v2 = PolicyEvent { version: 2, scope: Scope::SUBJECT, ..copy("org-1", 1_000, "2026-12-02T00:00:00Z") };
+        let versions = [copy("*", 60, "2026-01-01T00:00:00Z"), copy("org-1", 1_000, "2026-01-01T00:00:00Z"), own_v2];
+        assert_eq!(limit_applied(&versions, "2026-12-03T10:00:00Z"), Some(60));
+        assert_eq!(limit_applied(&versions, "2026-11-03T10:00:00Z"), Some(1_000), "November: its own v1");
     }
 }
