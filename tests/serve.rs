@@ -326,12 +326,9 @@ fn bad_callers_and_bad_bodies_consume_nothing() {
     assert_eq!(status, 200, "the * token covers org-2: {body}");
 }
 
-// A mistyped --ledger: serve used to create an empty ledger there, find no policy and allow everything (fail-open).
-// It now refuses to start, names the path, and creates nothing.
-#[test]
-fn serve_refuses_a_ledger_that_is_not_there() {
-    let test = TestLedger::new();
-    let tokens = test.file("tokens.toml");
+/// `serve` on `test`'s ledger with a `*` token, expected to refuse to start: its exit code and stderr.
+fn serve_refused(test: &TestLedger, what: &str) -> (Option<i32>, String) {
+    let tokens = test.file("tokens-refused.toml");
     std::fs::write(&tokens, format!("[[token]]\nsecret = \"{SECRET}\"\ntenants = [\"*\"]\n")).unwrap();
     let mut serve = Command::new(BIN)
         .args(["--ledger", test.path.to_str().unwrap(), "serve", "--listen", "127.0.0.1:0", "--tokens"])
@@ -347,15 +344,63 @@ fn serve_refuses_a_ledger_that_is_not_there() {
         }
         if started.elapsed() > Duration::from_secs(30) {
             serve.kill().unwrap();
-            panic!("serve started on a ledger that is not there");
+            panic!("serve started {what}");
         }
         std::thread::sleep(Duration::from_millis(50));
     };
     let mut stderr = String::new();
     serve.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
-    assert_eq!(status.code(), Some(2), "{stderr}");
+    (status.code(), stderr)
+}
+
+// A mistyped --ledger: serve used to create an empty ledger there, find no policy and allow everything (fail-open).
+// It now refuses to start, names the path, and creates nothing.
+#[test]
+fn serve_refuses_a_ledger_that_is_not_there() {
+    let test = TestLedger::new();
+    let (code, stderr) = serve_refused(&test, "on a ledger that is not there");
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains(&format!("no ledger at {}", test.path.display())), "{stderr}");
     assert!(!test.path.exists(), "no ledger created");
+}
+
+// SPEC 6, one hook per ledger: a hook decides against its own state of the ledger and appends afterwards, so a second
+// `serve` on the same file would allow what the first had already consumed (until 2026-12-03 two of them together
+// allowed up to twice a HARD limit). The second is refused, naming the first; the first goes on deciding, and once it
+// is gone (killed: the lock goes with the process) a new one starts and knows what the first consumed.
+#[test]
+fn a_second_serve_on_the_same_ledger_is_refused() {
+    let test = ledger_with(hard_policy(100, Window::MONTH));
+    let first = Server::start(&test, &[]);
+    assert_eq!(first.check("before", 60).0, 200);
+
+    let (code, stderr) = serve_refused(&test, "beside another serve on the same ledger");
+    assert_eq!(code, Some(2), "{stderr}");
+    let holder = format!("another hook (pid {})", first.child.id());
+    assert!(stderr.contains(&holder) && stderr.contains("one hook process per ledger file"), "{stderr}");
+
+    assert_eq!(first.check("after", 40).0, 200, "the first still decides: 60 + 40 fit 100");
+    drop(first);
+    let next = Server::start(&test, &[]);
+    let (status, _, body) = next.check("next", 1);
+    assert_eq!((status, &body["remaining"]), (429, &json!(0)), "100 of 100 consumed by the first: {body}");
+}
+
+// For the on-call engineer, who symlinks data files: a ledger reached through a symbolic link is served at the
+// default durability (full), and it is the same ledger for the hook's lock. Until 2026-12-03 `serve` opened the
+// write-ahead log beside the link, where SQLite never puts it, and refused to start; and a second `serve` on the real
+// path took a lock of its own, the two together allowing 30,021 of a HARD limit of 30,000 in a review's run.
+#[test]
+fn a_ledger_reached_through_a_link_is_served_and_locked_as_itself() {
+    let test = ledger_with(hard_policy(100, Window::MONTH));
+    let links = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(&test.path, links.path().join("ledger.db")).unwrap();
+    let linked = TestLedger { path: links.path().join("ledger.db"), dir: links };
+    let server = Server::start(&linked, &[]);
+    assert_eq!(server.check("through-the-link", 60).0, 200);
+    let (code, stderr) = serve_refused(&test, "on the real file beside a serve through a link");
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains(&format!("another hook (pid {})", server.child.id())), "{stderr}");
 }
 
 // SPEC 6: the same idempotency key sent concurrently by eight clients: one consumption, identical answers.

@@ -25,6 +25,9 @@ pub enum HookError {
 pub enum StartError {
     #[error(transparent)]
     Open(#[from] ledger::OpenError),
+    /// Another hook (a `serve`, or a library caller) decides on this ledger already.
+    #[error(transparent)]
+    Lock(#[from] ledger::LockError),
     #[error("cannot read the ledger to build the hook's state")]
     Read(#[from] ledger::ReadError),
     #[error("cannot read the ledger to build the hook's state")]

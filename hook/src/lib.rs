@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 pub use api::*;
 pub use error::{HookError, StartError};
-use ledger::{Durability, Ledger};
+use ledger::{Durability, Ledger, ProcessLock};
 use schemas::{ReservationAction, Timestamp};
 use tokio::sync::oneshot;
 use writer::{Queued, Work, Writer};
@@ -127,12 +127,17 @@ pub struct Hook {
     waiting: Arc<AtomicUsize>,
     limit: usize,
     poll: Duration,
+    /// `<ledger>.hook.lock`, let go with the last handle: one hook per ledger file, since each decides against
+    /// its own state and appends afterwards (two would each allow what one HARD limit fits).
+    _lock: Arc<ProcessLock>,
 }
 
 impl Hook {
-    /// Opens the ledger, folds its recent entries into the state, and starts the writer thread.
+    /// Opens the ledger, takes its hook lock (refused while another hook holds it, in this process or another),
+    /// folds its recent entries into the state, and starts the writer thread.
     pub fn start(ledger_path: impl AsRef<Path>, settings: HookSettings) -> Result<Hook, StartError> {
-        let ledger = Ledger::open(ledger_path)?;
+        let ledger = Ledger::open(ledger_path.as_ref())?;
+        let lock = ProcessLock::acquire(ledger_path.as_ref(), "hook")?;
         let writer = Writer::new(ledger, settings)?;
         let (queue, receiver) = std::sync::mpsc::sync_channel(settings.queue_max_requests);
         let queued = Arc::new(AtomicUsize::new(0));
@@ -144,6 +149,7 @@ impl Hook {
             waiting: Arc::new(AtomicUsize::new(0)),
             limit: settings.queue_max_requests,
             poll: Duration::from_micros(settings.poll_us),
+            _lock: Arc::new(lock),
         })
     }
 

@@ -273,6 +273,25 @@ fn a_restart_keeps_counters_and_idempotency() {
     assert!(!hook.check(ask("k-2", 30)).unwrap().allowed(), "80 of 100 consumed before the restart");
 }
 
+// One hook per ledger file: a second one, in this process or another, would decide against a state that misses the
+// first one's decisions. It is refused while any handle of the first lives, and starts once the last is dropped.
+#[test]
+fn a_second_hook_on_the_same_ledger_is_refused() {
+    let (dir, hook) = hook_with(vec![policy("daily", 100, Window::DAY, Enforcement::HARD, None)]);
+    let path = dir.path().join("ledger.db");
+    let handle = hook.clone();
+    drop(hook);
+    let refused = Hook::start(&path, HookSettings::default()).err().expect("a second hook is refused");
+    assert!(
+        matches!(&refused, StartError::Lock(ledger::LockError::Held { role, .. }) if role == "hook"),
+        "{refused:?}"
+    );
+    assert!(handle.check(ask("k-1", 80)).unwrap().allowed(), "the first goes on deciding");
+    drop(handle);
+    let next = Hook::start(&path, HookSettings::default()).unwrap();
+    assert!(!next.check(ask("k-2", 30)).unwrap().allowed(), "80 of 100 consumed by the first");
+}
+
 // Usage that another writer (ingest) records while the hook runs counts against the hook's limits at its next decision.
 #[test]
 fn usage_recorded_by_ingest_counts_at_the_next_decision() {

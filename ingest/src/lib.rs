@@ -18,7 +18,6 @@ pub mod admin;
 pub mod file;
 pub mod generate;
 pub mod kafka;
-pub mod lock;
 pub mod outbox;
 pub mod produce;
 pub mod topics;

@@ -36,6 +36,7 @@ pub mod dedup;
 pub mod details;
 pub mod error;
 pub mod key_filter;
+pub mod lock;
 mod log_sync;
 pub mod migrate;
 mod outbox;
@@ -58,6 +59,7 @@ pub use checkpoint::{
     WRITER_CHECKPOINT_FRAMES,
 };
 pub use error::*;
+pub use lock::{LockError, ProcessLock};
 pub use log_sync::LogSync;
 pub use outbox::{OutboxEntry, OutboxStatus};
 pub use period_exports::{CloseSnapshot, PeriodExport, PeriodExportRow};

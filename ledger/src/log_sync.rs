@@ -66,9 +66,11 @@ fn open_log(path: &std::path::Path) -> std::io::Result<File> {
     File::options().write(true).open(path)
 }
 
-/// SQLite's name for a database's write-ahead log.
+/// SQLite's name for a database's write-ahead log: beside the database's real file, whatever symbolic links lead
+/// to it (until 2026-12-03 this named the log beside the path as typed, and `serve` at durability full refused a
+/// ledger reached through a link: "cannot open the ledger's write-ahead log").
 fn log_path(ledger: &Ledger) -> PathBuf {
-    let mut path = ledger.path.clone().into_os_string();
+    let mut path = crate::lock::real_path(&ledger.path).into_os_string();
     path.push("-wal");
     PathBuf::from(path)
 }

@@ -12,8 +12,8 @@ use clap::Args;
 use indicatif::ProgressBar;
 use ingest::file::{ContainerFile, FILE_BATCH_EVENTS};
 use ingest::kafka::{BATCH_MAX_EVENTS, BATCH_WAIT_MS, KafkaIngestProgress, KafkaIngestSettings, ingest_kafka};
-use ingest::lock::IngestLock;
 use ingest::topics::Topics;
+use ledger::ProcessLock;
 
 use super::kafka_args::parse_setting;
 
@@ -127,7 +127,7 @@ fn run_kafka(ledger_path: &Path, brokers: &str, args: &IngestArgs) -> anyhow::Re
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, stop.clone()).context("cannot install the signal handler")?;
     }
-    let _lock = IngestLock::acquire(ledger_path)?;
+    let _lock = ProcessLock::acquire(ledger_path, "ingest")?;
     let mut ledger = super::open_for_append(ledger_path)?;
     // A consumer runs for long and most of what it reads is new: the filter spares those the dedup probes.
     ledger.keep_key_filter().context("cannot read the dedup keys into the key filter")?;

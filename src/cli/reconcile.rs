@@ -11,9 +11,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use ingest::lock::IngestLock;
 use ingest::outbox::{OutboxTopics, PublishReport};
-use ledger::Ledger;
+use ledger::{Ledger, ProcessLock};
 use reconcile::{Plan, Progress};
 use schemas::{AdjustmentEvent, AdjustmentKind, Event, EventType, Timestamp};
 use serde::Serialize;
@@ -79,7 +78,7 @@ pub fn run(ledger_path: &Path, args: ReconcileArgs) -> anyhow::Result<ExitCode> 
     if !ledger_path.exists() {
         Ledger::open_read_only(ledger_path)?;
     }
-    let _lock = IngestLock::acquire_for(ledger_path, "reconcile")?;
+    let _lock = ProcessLock::acquire(ledger_path, "reconcile")?;
     let mut ledger = Ledger::open(ledger_path)?;
     let spinner = super::spinner();
     spinner.enable_steady_tick(Duration::from_millis(200));

@@ -21,10 +21,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use ingest::admin::EmbeddedBroker;
 use ingest::generate::{GenerateReport, GenerateSettings, Generated, Generator};
 use ingest::kafka::{KafkaIngestProgress, KafkaIngestSettings, ingest_kafka};
-use ingest::lock::IngestLock;
 use ingest::outbox::{OutboxTopics, PublishReport};
 use ingest::produce::KafkaProducer;
-use ledger::{Durability, Ledger, Period, PeriodExportRow};
+use ledger::{Durability, Ledger, Period, PeriodExportRow, ProcessLock};
 use reports::LedgerSession;
 use reports::export::{BillingExport, Format};
 use schemas::*;
@@ -295,7 +294,7 @@ impl Demo {
         stop: &AtomicBool,
         on_progress: impl FnMut(&KafkaIngestProgress),
     ) -> anyhow::Result<KafkaIngestProgress> {
-        let _lock = IngestLock::acquire(&self.ledger_path)?;
+        let _lock = ProcessLock::acquire(&self.ledger_path, "ingest")?;
         let mut ledger = super::open_for_append(&self.ledger_path)?;
         Ok(ingest_kafka(&mut ledger, settings, stop, on_progress)?)
     }
@@ -356,7 +355,7 @@ impl Demo {
     fn reconcile(&mut self, name: &str) -> anyhow::Result<String> {
         let as_of = self.month.end();
         let plan = {
-            let _lock = IngestLock::acquire_for(&self.ledger_path, "reconcile")?;
+            let _lock = ProcessLock::acquire(&self.ledger_path, "reconcile")?;
             let mut ledger = Ledger::open(&self.ledger_path)?;
             let spinner = super::spinner();
             spinner.enable_steady_tick(Duration::from_millis(200));
