@@ -418,3 +418,23 @@ fn a_damaged_file_exits_2_naming_where_it_stopped() {
     let again = test.ingest(&path);
     assert_eq!((count(&again, "recorded"), count(&again, "duplicates")), (3_000 - recorded, recorded), "{again}");
 }
+
+// For the on-call engineer: a command that waited longer than the busy timeout (10 s) for another process's write
+// transaction says so, and that running it again is safe, where it printed only SQLite's "database is locked";
+// nothing of it was recorded, and once the other writer is done the same command records the file.
+#[test]
+fn a_ledger_held_by_another_writer_is_named_busy() {
+    let ledger = TestLedger::new();
+    let file = ledger.file("usage.avro");
+    write_container(&file, &[usage("u-1", "2026-11-01T00:00:00Z", "org-1", 1)]);
+    ledger.ingest(&file);
+    let other = rusqlite::Connection::open(&ledger.path).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    write_container(&file, &[usage("u-2", "2026-11-02T00:00:00Z", "org-1", 2)]);
+    let run = ledger.run(&["ingest", "--file", path_text(&file)]).expect_code(2);
+    assert!(run.stderr.contains("database is locked"), "{}", run.stderr);
+    assert!(run.stderr.contains(ledger::BUSY_HINT), "{}", run.stderr);
+    other.execute_batch("ROLLBACK").unwrap();
+    assert_eq!(Counts::of_status(&ledger.status()).events_recorded, 1, "nothing of the refused file recorded");
+    assert_eq!(ledger.ingest(&file)["recorded"], 1, "the same command, once the other writer is done");
+}

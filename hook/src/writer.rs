@@ -210,7 +210,7 @@ impl Writer {
         }
         let now = (self.settings.clock)();
         if let Err(error) = self.catch_up_if_changed(now) {
-            let message = error.to_string();
+            let message = failure(&*error, "reading what other writers appended", group.len());
             return fail_all(group, || HookError::Ledger(message.clone()));
         }
         self.state.expire(now);
@@ -238,7 +238,7 @@ impl Writer {
         if !events.is_empty()
             && let Err(error) = self.record(events, now)
         {
-            let message = error.to_string();
+            let message = failure(&*error, "recording", answers.len());
             self.reload();
             answers = answers.into_iter().map(|a| a.failed(&message)).collect();
         }
@@ -814,9 +814,51 @@ fn load(ledger: &Ledger, now: Timestamp) -> Result<State, crate::StartError> {
     Ok(state)
 }
 
+/// What a group's callers are told when the ledger refused it, said on stderr too (an operator sees the cause, where
+/// the callers see a 500): the error with every cause (until 2026-12-03 only the outermost, "ledger write failed,
+/// nothing appended", without "database is locked"), and when another process held the write lock too long, so.
+fn failure(error: &(dyn std::error::Error + 'static), doing: &str, requests: usize) -> String {
+    let mut message = String::new();
+    let mut cause = Some(error);
+    while let Some(error) = cause {
+        let text = error.to_string();
+        if !message.ends_with(&text) {
+            if !message.is_empty() {
+                message.push_str(": ");
+            }
+            message.push_str(&text);
+        }
+        cause = error.source();
+    }
+    if ledger::is_busy(error) {
+        message.push_str(&format!(
+            " (another process held the ledger's write lock for more than {} s: a long export, reconcile or \
+             ingest)",
+            ledger::BUSY_TIMEOUT_MS / 1_000
+        ));
+    }
+    eprintln!("hook: {doing} a group of {requests} requests failed, nothing of it recorded: {message}");
+    message
+}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Proves a refused group is told every cause, and when another process held the write lock, so (the 500's body
+    // used to end at "ledger write failed, nothing appended").
+    #[test]
+    fn a_refused_group_is_told_every_cause() {
+        let code = rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY);
+        let busy = rusqlite::Error::SqliteFailure(code, Some("database is locked".into()));
+        let error = ledger::AppendError::from(busy);
+        let message = failure(&error, "recording", 3);
+        assert!(message.starts_with("ledger write failed, nothing appended: database is locked"), "{message}");
+        assert!(
+            message.ends_with("held the ledger's write lock for more than 10 s: a long export, reconcile or ingest)")
+        );
+        let other = ledger::AppendError::from(rusqlite::Error::InvalidQuery);
+        assert!(!failure(&other, "recording", 1).contains("write lock"));
+    }
 
     fn decision(n: usize) -> Decision {
         Decision {

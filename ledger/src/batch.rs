@@ -106,7 +106,7 @@ pub enum AppendOutcome {
 }
 
 /// The answer of an append.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AppendReport {
     /// One outcome per event, in batch order.
     pub outcomes: Vec<AppendOutcome>,

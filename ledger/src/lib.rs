@@ -72,6 +72,26 @@ pub use verify::{BadEntry, VerifyReport};
 /// a wait this long means something is stuck.
 pub const BUSY_TIMEOUT_MS: u64 = 10_000;
 
+/// Whether `error`, or any error it was caused by, is SQLite's "database is locked": another connection held the
+/// ledger's write lock for longer than [`BUSY_TIMEOUT_MS`].
+pub fn is_busy(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(error) = cause {
+        if let Some(sqlite) = error.downcast_ref::<rusqlite::Error>()
+            && sqlite.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy)
+        {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
+}
+
+/// What to tell a user whose command met [`is_busy`]: SQLite's own words name neither the cause nor what to do.
+pub const BUSY_HINT: &str = "the ledger is busy: another process (an ingest, reconcile, export, quarantine replay or \
+    serve) held its write lock for more than 10 s; what this command had not committed was not written, and running \
+    it again is safe";
+
 /// WAL pages before a checkpoint copies them into the database file (SQLite's default is 1,000). A page
 /// dirtied again before the checkpoint is copied once, so a larger WAL (40 MiB) writes less in all. A writer
 /// with a background checkpoint thread checkpoints itself only much later ([`WRITER_BACKSTOP_FRAMES`]).

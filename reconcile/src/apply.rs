@@ -1,5 +1,5 @@
-//! Recording a plan: its adjustments in one ledger transaction, each also put into the outbox for
-//! `quota.adjustments`.
+//! Recording a plan: its adjustments in transactions of at most [`ADJUSTMENTS_PER_TRANSACTION`], each also put
+//! into the outbox for `quota.adjustments`.
 
 use ledger::{AppendOutcome, AppendReport, Batch, Incoming, Ledger, Origin};
 use schemas::Event;
@@ -7,8 +7,15 @@ use schemas::Event;
 use crate::error::ReconcileError;
 use crate::plan::{ADJUSTMENT_SOURCE, Plan};
 
-/// Appends the plan's adjustments in one transaction. Refuses a plan computed before another run recorded
-/// adjustments (its deltas would count twice).
+/// Adjustments appended per transaction. Other writers of the ledger wait for one transaction at most: the hook
+/// (`serve`) fails a group of decisions after waiting 10 s for the write lock, and a run of 485,590 adjustments in
+/// one transaction held it about 50 s in a review's debug build (until 2026-12-03). A run stopped between two
+/// transactions leaves what it recorded, all of it right: each adjustment is a delta against what was recorded
+/// before it, and a rerun with the same `--as-of` writes exactly the rest, under the same ids.
+pub const ADJUSTMENTS_PER_TRANSACTION: usize = 10_000;
+
+/// Appends the plan's adjustments, [`ADJUSTMENTS_PER_TRANSACTION`] at a time. Refuses a plan computed before another
+/// run recorded adjustments (its deltas would count twice).
 pub fn apply(ledger: &mut Ledger, plan: &Plan) -> Result<AppendReport, ReconcileError> {
     // Before the write: ids are unique and every adjustment belongs to this run. Two concerns that are one for the
     // delta rule (two windows told apart by nothing they record) would keep rewriting each other: refused, exit 2,
@@ -24,16 +31,23 @@ pub fn apply(ledger: &mut Ledger, plan: &Plan) -> Result<AppendReport, Reconcile
     if found != plan.counts.adjustments_before {
         return Err(ReconcileError::Stale { planned: plan.counts.adjustments_before, found });
     }
-    let events = plan
-        .adjustments
-        .iter()
-        .map(|a| Incoming {
-            event: Event::Adjustment(a.clone()),
-            origin: Origin::Local { name: ADJUSTMENT_SOURCE.to_string() },
-            raw: None,
-        })
-        .collect();
-    let report = ledger.append(&Batch { events, outbox: true, ..Batch::default() })?;
+    let mut report = AppendReport { watermark: ledger.status()?.watermark, ..AppendReport::default() };
+    for chunk in plan.adjustments.chunks(ADJUSTMENTS_PER_TRANSACTION) {
+        let events = chunk
+            .iter()
+            .map(|a| Incoming {
+                event: Event::Adjustment(a.clone()),
+                origin: Origin::Local { name: ADJUSTMENT_SOURCE.to_string() },
+                raw: None,
+            })
+            .collect();
+        let appended = ledger.append(&Batch { events, outbox: true, ..Batch::default() }).map_err(|source| {
+            ReconcileError::Append { recorded: report.outcomes.len(), planned: plan.adjustments.len(), source }
+        })?;
+        report.outcomes.extend(appended.outcomes);
+        report.quarantined += appended.quarantined;
+        report.watermark = appended.watermark;
+    }
     // After: every adjustment is a new entry (a deterministic id met again would be a bug in the delta rule).
     assert!(
         report.outcomes.iter().all(|o| matches!(o, AppendOutcome::Recorded { .. })),

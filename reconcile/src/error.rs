@@ -1,6 +1,7 @@
 //! One error enum per operation of a reconciliation.
 
-/// Computing or applying a plan failed; nothing was written.
+/// Computing or applying a plan failed. Nothing was written, except by [`ReconcileError::Append`], which says how
+/// much.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReconcileError {
@@ -8,8 +9,11 @@ pub enum ReconcileError {
     Read(#[from] ledger::ReadError),
     #[error("cannot read the ledger")]
     Sqlite(#[from] rusqlite::Error),
-    #[error("cannot record the adjustments, nothing written")]
-    Append(#[from] ledger::AppendError),
+    #[error(
+        "cannot record the adjustments: {recorded} of {planned} were recorded before the failure, and stay (each is a \
+         delta against what was recorded before it); run reconcile again with the same --as-of to record the rest"
+    )]
+    Append { recorded: usize, planned: usize, source: ledger::AppendError },
     #[error(
         "another run recorded adjustments since this plan was computed ({planned} then, {found} now): run reconcile again"
     )]

@@ -25,6 +25,6 @@ pub mod read;
 pub mod reservation;
 pub mod window;
 
-pub use apply::apply;
+pub use apply::{ADJUSTMENTS_PER_TRANSACTION, apply};
 pub use error::ReconcileError;
 pub use plan::{Plan, PlanCounts, Progress, plan};

@@ -595,6 +595,44 @@ fn idempotence_reruns_write_nothing_and_a_late_event_adds_one_delta() {
     assert_eq!(f.adjustments_recorded(), 2);
 }
 
+// A large run goes in transactions of 10,000 adjustments (the hook waits for one, not for the run), and a run
+// stopped between two of them leaves right adjustments: the next run with the same --as-of records exactly the rest,
+// under the ids they had in the whole plan, and then nothing more.
+#[test]
+fn a_run_records_in_bounded_transactions_and_a_stopped_one_is_finished_by_the_next() {
+    let mut f = Fixture::new();
+    let planned = reconcile::ADJUSTMENTS_PER_TRANSACTION + 5;
+    // COMMITs of reservations that never had a RESERVE: one REFUSED_TRANSITION each.
+    f.append((0..planned).map(|i| commit(&format!("c-{i}"), &format!("r-{i}"), "2026-10-03T10:00:00Z", 1)).collect());
+    let whole = reconcile::plan(&f.ledger, at(AS_OF), &mut |_| {}).unwrap();
+    assert_eq!(whole.adjustments.len(), planned);
+
+    // Stopped after its first transaction: as if only the first 10,000 had been planned.
+    let mut first = whole.clone();
+    first.adjustments.truncate(reconcile::ADJUSTMENTS_PER_TRANSACTION);
+    let batches = |f: &Fixture| f.ledger.status().unwrap().batches;
+    let before = batches(&f);
+    reconcile::apply(&mut f.ledger, &first).unwrap();
+    assert_eq!(batches(&f), before + 1, "one transaction for 10,000");
+
+    let rest = reconcile::plan(&f.ledger, at(AS_OF), &mut |_| {}).unwrap();
+    let ids = |plan: &reconcile::Plan| plan.adjustments.iter().map(|a| a.adjustment_id.clone()).collect::<Vec<_>>();
+    assert_eq!(ids(&rest), ids(&whole)[reconcile::ADJUSTMENTS_PER_TRANSACTION..], "exactly the rest, same ids");
+    reconcile::apply(&mut f.ledger, &rest).unwrap();
+    assert_eq!(f.adjustments_recorded(), planned);
+    assert!(reconcile::plan(&f.ledger, at(AS_OF), &mut |_| {}).unwrap().is_clean(), "then nothing more");
+
+    // A whole plan of more than 10,000 on another ledger: two transactions.
+    let mut g = Fixture::new();
+    g.append((0..planned).map(|i| commit(&format!("c-{i}"), &format!("r-{i}"), "2026-10-03T10:00:00Z", 1)).collect());
+    let plan = reconcile::plan(&g.ledger, at(AS_OF), &mut |_| {}).unwrap();
+    let before = batches(&g);
+    let report = reconcile::apply(&mut g.ledger, &plan).unwrap();
+    assert_eq!((report.recorded(), batches(&g)), (planned, before + 2));
+    assert_eq!(g.adjustments_recorded(), planned);
+    assert!(reconcile::plan(&g.ledger, at(AS_OF), &mut |_| {}).unwrap().is_clean(), "a rerun writes nothing");
+}
+
 // SPEC 5 "Reported once each" + "Adjustments are deltas": when a RESERVE that happened first arrives late, it
 // becomes the reservation's RESERVE, and the expiry reported under the other one is taken back (found by the
 // model test: the reservation ended up expired for both amounts).

@@ -173,11 +173,13 @@ pub fn compute(
 }
 
 /// The export of an open period at the ledger's current watermark, with that snapshot. Appends wait meanwhile
-/// (the commit totals are caught up in the same write transaction).
+/// (the commit totals are caught up in the same write transaction, after [`commit_totals::catch_up_in_steps`]
+/// brought them near it).
 pub fn compute_open(
     ledger: &ledger::Ledger,
     period: Period,
 ) -> Result<(CloseSnapshot, Vec<PeriodExportRow>), ReportError> {
+    commit_totals::catch_up_in_steps(ledger.connection())?;
     let tx = rusqlite::Transaction::new_unchecked(ledger.connection(), rusqlite::TransactionBehavior::Immediate)?;
     let snapshot = ledger::Ledger::open_snapshot(&tx)?;
     let rows = compute(&tx, ledger.path(), period, snapshot, UsageSource::Totals)?;

@@ -150,3 +150,37 @@ fn totals_kept_by_reservation_id_alone_are_rebuilt_by_the_migration() {
     append(&mut ledger, &[event_of("org-a", "a-rel-first", "2026-11-10T10:02:30Z", "r-1", RELEASE, 0)]);
     assert_eq!(totals(&ledger), tokens(&[("org-b", 40)]));
 }
+
+// Proves a catch-up in steps (short write transactions, so that the hook waits for one at most) ends where one
+// catch-up ends: reservations whose events straddle the steps (a RESERVE in one, its COMMIT in the next; a COMMIT
+// before its RESERVE; a late RELEASE that happened first and takes a COMMIT back) are judged again in each.
+#[test]
+fn a_catch_up_in_steps_ends_where_one_catch_up_ends() {
+    use ReservationAction::*;
+    let step = commit_totals::CATCH_UP_STEP_ENTRIES as usize;
+    let count = step + step / 2;
+    let reserves: Vec<Incoming> =
+        (0..count).map(|i| event(&format!("r-{i}"), "2026-11-02T10:00:00Z", &format!("x{i}"), RESERVE, 9)).collect();
+    let mut later: Vec<Incoming> = (0..count)
+        .map(|i| event(&format!("c-{i}"), "2026-11-02T10:01:00Z", &format!("x{i}"), COMMIT, (i % 7) as i64))
+        .collect();
+    later.push(event("early-commit", "2026-11-02T10:05:00Z", "y", COMMIT, 11));
+    later.push(event("early-release", "2026-11-02T10:00:30Z", "x3", RELEASE, 0));
+    let last = vec![event("late-reserve", "2026-11-02T10:04:00Z", "y", RESERVE, 11)];
+    let batches = [reserves, later, last];
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut ledger = Ledger::open(dir.path().join("steps.db")).unwrap();
+    for events in &batches {
+        append(&mut ledger, events);
+    }
+    let steps = commit_totals::catch_up_in_steps(ledger.connection()).unwrap();
+    assert_eq!(steps, 3, "{} entries, steps of {step}, the last {step} or fewer left to the export", 2 * count + 3);
+    let watermark = ledger.status().unwrap().watermark;
+    commit_totals::catch_up(ledger.connection(), watermark).unwrap();
+    let expected = rebuilt(&batches);
+    assert_eq!(totals(&ledger), expected);
+    // x3's COMMIT of 3 % 7 = 3 taken back by its earlier RELEASE.
+    let all: i64 = (0..count as i64).map(|i| i % 7).sum::<i64>() - 3 + 11;
+    assert_eq!(expected, tokens(&[("org-1", all)]), "x3 released first; y's early COMMIT valid");
+}

@@ -80,6 +80,11 @@ pub fn run(ledger_path: &Path, command: ExportCommand) -> anyhow::Result<ExitCod
 /// `--final`: closes the period (or finds it closed) and answers its stored export.
 pub(crate) fn close(ledger: &mut Ledger, period: Period) -> anyhow::Result<(BillingExport, String)> {
     let path = ledger.path().to_path_buf();
+    // Most of the commit totals' catch-up before the close's own transaction, in short ones: the hook and ingest
+    // wait for the close meanwhile.
+    if ledger.period_export(period)?.is_none() {
+        reports::commit_totals::catch_up_in_steps(ledger.connection())?;
+    }
     let closed = ledger
         .close_period_with_export(period, |conn, snapshot| {
             Ok(billing::compute(conn, &path, period, snapshot, UsageSource::Totals)?)

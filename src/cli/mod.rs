@@ -46,6 +46,11 @@ pub fn error_line(error: &anyhow::Error) -> String {
         }
         line.push_str(&text);
     }
+    if error.chain().any(ledger::is_busy) {
+        line.push_str(" (");
+        line.push_str(ledger::BUSY_HINT);
+        line.push(')');
+    }
     line
 }
 

@@ -93,7 +93,8 @@ pub fn run(ledger_path: &Path, args: ReconcileArgs) -> anyhow::Result<ExitCode> 
     .context("reconcile failed, nothing recorded")?;
     if !args.dry_run && !plan.is_clean() {
         spinner.set_message(format!("recording {} adjustments", plan.adjustments.len()));
-        reconcile::apply(&mut ledger, &plan).context("reconcile failed, nothing recorded")?;
+        // The error says what was recorded: the adjustments go in transactions of 10,000.
+        reconcile::apply(&mut ledger, &plan).context("reconcile failed")?;
     }
     let outbox = match (&args.brokers, args.dry_run) {
         (Some(brokers), false) => {
