@@ -310,6 +310,52 @@ fn a_nightly_ingest_waits_for_its_broker() {
     assert_ledger_matches(&ledger, &report);
 }
 
+// For the nightly job: `--until-caught-up` against producers that never pause exits once it holds what the topics
+// held when it first asked; what arrives after is the next run's. Until 2026-12-03 it waited for a lag of 0 against
+// the current high watermark, asked only when the consumer went idle, and so never exited while producers worked.
+#[test]
+fn a_nightly_ingest_ends_while_producers_keep_producing() {
+    let broker = Broker::mock();
+    let ledger = TestLedger::new();
+    let before = generate_to(&broker, 5, 1_000, 31);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let producing = std::thread::spawn({
+        let (bootstrap, stop) = (broker.bootstrap.clone(), stop.clone());
+        move || {
+            let catalog = schemas::Catalog::builtin();
+            let mut producer = KafkaProducer::new(&bootstrap, &[]).expect("a producer");
+            let mut sent = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let event = sample_event(schemas::EventType::UsageEvent, &format!("live-{sent}"));
+                producer.send("quota.usage", "org-live", &catalog.encode_single_object(&event)).expect("send");
+                sent += 1;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            producer.finish().expect("every message acknowledged");
+            sent
+        }
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let mut ingest = ledger.spawn_ingest(&broker.bootstrap, &["--until-caught-up"]);
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = ingest.try_wait().expect("ingest's status") {
+            break status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(90), "ingest --until-caught-up still runs after 90 s");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let stderr = std::fs::read_to_string(ledger.file("ingest.err")).expect("ingest's stderr");
+    assert!(status.success(), "{status}: {stderr}");
+    assert!(!producing.is_finished(), "the producer was still at work when ingest exited");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let sent = producing.join().expect("the producer thread");
+    let recorded = Counts::of_status(&ledger.status()).events_recorded;
+    let generated = count(&before, "unique_events");
+    assert!(recorded > generated && recorded < generated + sent, "{recorded} recorded, {generated} + {sent} produced");
+    ledger.assert_verifies();
+}
+
 // `generate --out` writes one container file per record type; ingesting them all gives exactly the report's counts.
 #[test]
 fn generated_container_files_ingest_to_the_reported_counts() {

@@ -33,6 +33,9 @@ pub const BATCH_WAIT_MS: u64 = 500;
 const POLL_TIMEOUT_MS: u64 = 100;
 /// Timeout of the broker requests made for `--until-caught-up` (high watermarks).
 const WATERMARK_TIMEOUT_MS: u64 = 10_000;
+/// How often `--until-caught-up` asks for the watermarks while messages keep arriving (when the consumer goes
+/// idle it asks at once).
+const CAUGHT_UP_ASK_MS: u64 = 2_000;
 /// Watermark requests in flight at once, each from a thread of its own (see `caught_up`).
 const WATERMARK_REQUESTS_AT_ONCE: usize = 64;
 /// `--until-caught-up` gives up when the group assigns no partition for this long.
@@ -368,6 +371,10 @@ pub fn ingest_kafka(
     let mut waiting = Waiting::default();
     // Since when no partition is assigned: from the start, and again whenever a rebalance revokes them all.
     let mut unassigned_since = Instant::now();
+    // `--until-caught-up`: the high watermark each partition had when first asked is the end of this run's work;
+    // producers that keep producing move the watermark on, and a job that chased it would never end.
+    let mut targets: BTreeMap<(String, i32), i64> = BTreeMap::new();
+    let mut last_asked: Option<Instant> = None;
     while !stop.load(Ordering::Relaxed) {
         let polled = consumer.poll(Duration::from_millis(POLL_TIMEOUT_MS));
         let idle = polled.is_none();
@@ -416,11 +423,14 @@ pub fn ingest_kafka(
         // A nightly job waits for the brokers only so long.
         waiting.give_up(&settings.brokers)?;
         // While the brokers are away, asking for the topics says when they answer again; a watermark request
-        // would block for its whole timeout, and a SIGTERM with it.
-        if !(idle && pending.is_empty()) || waiting.since.is_some() {
+        // would block for its whole timeout, and a SIGTERM with it. Asked when the consumer is idle, and on topics
+        // that are never idle (producers at work) after an append, at most every `CAUGHT_UP_ASK_MS`.
+        let due = last_asked.is_none_or(|t| t.elapsed() >= Duration::from_millis(CAUGHT_UP_ASK_MS));
+        if !pending.is_empty() || !(idle || due) || waiting.since.is_some() {
             continue;
         }
-        match caught_up(&consumer, &shared, &mut progress) {
+        last_asked = Some(Instant::now());
+        match caught_up(&consumer, &shared, &mut targets, &mut progress) {
             Ok(Some(true)) => {
                 on_progress(&progress);
                 break;
@@ -579,8 +589,11 @@ fn append(
     Ok(())
 }
 
-/// Whether every assigned partition's ledger offset has reached its high watermark (`None` with no partition
-/// assigned); records the lag. A watermark the brokers did not give is the error, with its partition.
+/// Whether every assigned partition's ledger offset has reached its target: the high watermark it had when first
+/// asked in this run (`targets`), so that messages produced since do not keep the job running for ever (until
+/// 2026-12-03 it chased the current watermark, and against producers at work never exited). `None` with no
+/// partition assigned. Records the lag behind the current watermark. A watermark the brokers did not give is the
+/// error, with its partition.
 ///
 /// A broker answers the requests of one connection in order, so a request for a watermark waits behind the
 /// consumer's long-polling fetch (up to `fetch.wait.max.ms`, 500 ms) on the same connection: asked one partition
@@ -589,6 +602,7 @@ fn append(
 fn caught_up(
     consumer: &BaseConsumer<IngestContext>,
     shared: &Mutex<Shared>,
+    targets: &mut BTreeMap<(String, i32), i64>,
     progress: &mut KafkaIngestProgress,
 ) -> Result<Option<bool>, (String, i32, KafkaError)> {
     let (assigned, offsets) = {
@@ -598,7 +612,7 @@ fn caught_up(
     if assigned.is_empty() {
         return Ok(None);
     }
-    let lag = |key: &(String, i32), (low, high): (i64, i64)| (high - offsets.get(key).copied().unwrap_or(low)).max(0);
+    let position = |key: &(String, i32), low: i64| offsets.get(key).copied().unwrap_or(low);
     let assigned: Vec<(String, i32)> = assigned.into_iter().collect();
     let mut asked: Vec<Result<(i64, i64), KafkaError>> = Vec::with_capacity(assigned.len());
     for some in assigned.chunks(WATERMARK_REQUESTS_AT_ONCE) {
@@ -617,10 +631,10 @@ fn caught_up(
     let mut all = true;
     progress.lag.clear();
     for (key, asked) in assigned.into_iter().zip(asked) {
-        let watermarks = asked.map_err(|error| (key.0.clone(), key.1, error))?;
-        let lag = lag(&key, watermarks);
-        all &= lag == 0;
-        progress.lag.insert(key, lag);
+        let (low, high) = asked.map_err(|error| (key.0.clone(), key.1, error))?;
+        let target = *targets.entry(key.clone()).or_insert(high);
+        all &= position(&key, low) >= target.min(high);
+        progress.lag.insert(key.clone(), (high - position(&key, low)).max(0));
     }
     Ok(Some(all))
 }
