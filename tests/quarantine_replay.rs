@@ -140,3 +140,25 @@ fn replay_of_an_unknown_id_fails_and_replays_nothing() {
     let report = test.run(&["quarantine", "replay", "--id", &id, "--json"]).success().json();
     assert_eq!((report["examined"].as_u64(), report["recorded"].as_u64()), (Some(1), Some(1)), "{report}");
 }
+
+// One replay at a time: a second, while another runs, is refused at once naming it (two read the same messages, and
+// the second's append was refused by quarantine_replays' append-only trigger in words that read like tampering).
+#[test]
+fn a_second_replay_is_refused_while_one_runs() {
+    let test = TestLedger::new();
+    let catalog = schemas::Catalog::builtin();
+    let fixed = usage("fixed-2", "2026-11-03T08:00:00Z", "org-7", 4);
+    {
+        let mut ledger = Ledger::open(&test.path).expect("a ledger");
+        let unknown = schemas::DecodeError::UnknownFingerprint { fingerprint: 42 };
+        let rejected = vec![Rejected::new(kafka(12), catalog.encode_single_object(&fixed), &unknown)];
+        ledger.append(&Batch { rejected, ..Batch::default() }).expect("appended");
+    }
+    let running = ledger::ProcessLock::acquire(&test.path, "replay").expect("the lock of a replay at work");
+    let run = test.run(&["quarantine", "replay"]).expect_code(2);
+    let holder = format!("another replay (pid {}) is writing to this ledger", std::process::id());
+    assert!(run.stderr.contains(&holder), "stderr: {}", run.stderr);
+    assert_eq!(Counts::of_status(&test.status()).events_recorded, 0);
+    drop(running);
+    assert_eq!(test.run(&["quarantine", "replay", "--json"]).success().json()["recorded"], 1);
+}

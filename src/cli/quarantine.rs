@@ -1,4 +1,4 @@
-//! `quarantine list [--json]`.
+//! `quarantine list [--json]` and `quarantine replay`.
 
 use std::io::Write;
 use std::path::Path;
@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 use ingest::topics::Topics;
-use ledger::{Ledger, Origin};
+use ledger::{Ledger, Origin, ProcessLock};
 
 #[derive(Debug, Subcommand)]
 pub enum QuarantineCommand {
@@ -44,6 +44,9 @@ fn replay(ledger_path: &Path, ids: &[i64], topics: &[String], json: bool) -> any
     if !ledger_path.exists() {
         Ledger::open_read_only(ledger_path)?;
     }
+    // One replay at a time: two read the same candidates, and the second's append was refused by the
+    // append-only trigger of quarantine_replays, in words that read like tampering (nothing was lost).
+    let _lock = ProcessLock::acquire(ledger_path, "replay")?;
     let mut ledger = super::open_for_append(ledger_path)?;
     // A topic carries one record type (SPEC 2): a message of another is not recorded by a replay either.
     let expected = |origin: &Origin| match origin {
