@@ -48,6 +48,9 @@ pub enum Work {
     },
 }
 
+/// Busy timeouts (10 s each) a group waits through for another process's write lock before it fails.
+const BUSY_WAITS: u64 = 3;
+
 /// A request in the queue, and whether its caller polls for the answer (a lone caller of the blocking API).
 pub struct Queued {
     pub work: Work,
@@ -262,7 +265,25 @@ impl Writer {
             .into_iter()
             .map(|event| Incoming { event, origin: Origin::Local { name: SOURCE.to_string() }, raw: None })
             .collect();
-        let report = self.ledger.append(&Batch { events: incoming, outbox: true, ..Batch::default() })?;
+        let batch = Batch { events: incoming, outbox: true, ..Batch::default() };
+        // Another process holding the write lock past the busy timeout (10 s) leaves the state as right as it was:
+        // the group's decisions stand against it, as they would have had the other transaction come a moment later.
+        // Waiting again beats failing the group, since a failed group rebuilds the state from the ledger, which on a
+        // large one takes as long as a start.
+        let mut waits = 1;
+        let report = loop {
+            match self.ledger.append(&batch) {
+                Err(error) if waits < BUSY_WAITS && ledger::is_busy(&error) => {
+                    eprintln!(
+                        "hook: another process has held the ledger's write lock for {} s; a group of {} events waits for it",
+                        waits * ledger::BUSY_TIMEOUT_MS / 1_000,
+                        batch.events.len()
+                    );
+                    waits += 1;
+                }
+                answer => break answer?,
+            }
+        };
         let own: Vec<u64> = report
             .outcomes
             .iter()

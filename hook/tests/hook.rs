@@ -273,6 +273,32 @@ fn a_restart_keeps_counters_and_idempotency() {
     assert!(!hook.check(ask("k-2", 30)).unwrap().allowed(), "80 of 100 consumed before the restart");
 }
 
+// Another process holding the ledger's write lock past the busy timeout (10 s; a long transaction of an older
+// reconcile or export) delays the decisions it holds up instead of failing them: failing a group rebuilt the state
+// from the ledger, as long as a start on a large one. Here the lock is held 12 s: the check waits and is recorded.
+#[test]
+fn a_write_lock_held_past_the_busy_timeout_delays_decisions_without_failing_them() {
+    let (dir, hook) = hook_with(vec![policy("daily", 100, Window::DAY, Enforcement::HARD, None)]);
+    let other = rusqlite::Connection::open(dir.path().join("ledger.db")).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let releases = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(12));
+        other.execute_batch("ROLLBACK").unwrap();
+    });
+    let started = std::time::Instant::now();
+    let decision = hook.check(ask("held-up", 30)).unwrap();
+    assert!(decision.allowed(), "{decision:?}");
+    assert!(started.elapsed() >= Duration::from_secs(10), "it waited for the lock: {:?}", started.elapsed());
+    releases.join().unwrap();
+    assert!(!hook.check(ask("after", 71)).unwrap().allowed(), "the 30 are counted: 30 + 71 > 100");
+    let recorded: i64 = Ledger::open_read_only(dir.path().join("ledger.db"))
+        .unwrap()
+        .connection()
+        .query_row("SELECT COUNT(*) FROM entries WHERE event_type = 'UsageEvent'", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(recorded, 1);
+}
+
 // One hook per ledger file: a second one, in this process or another, would decide against a state that misses the
 // first one's decisions. It is refused while any handle of the first lives, and starts once the last is dropped.
 #[test]
