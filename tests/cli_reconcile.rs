@@ -284,3 +284,26 @@ fn adjustments_reach_kafka_through_the_outbox_after_an_outage() {
     let again = reconcile_json(&test, &["--brokers", &broker.bootstrap], 0);
     assert_eq!(again["outbox"]["published"], 0, "nothing is published twice: {again}");
 }
+
+// One publisher per ledger: while another process publishes its outbox (a `serve --brokers`, here the lock it holds)
+// a run records its adjustments, says who publishes them, and sends nothing itself (two publishers sent every
+// pending entry twice); once that process is gone a run publishes them.
+#[test]
+fn a_run_leaves_the_outbox_to_the_process_publishing_it() {
+    let test = ledger_with_overshoot();
+    let broker = Broker::mock();
+    let serving = ledger::ProcessLock::acquire(&test.path, "publisher").expect("the lock a serve --brokers holds");
+    let mut args = vec!["reconcile", "--as-of", AS_OF, "--json", "--brokers", broker.bootstrap.as_str()];
+    let run = test.run(&args).expect_code(1);
+    let holder = format!("the outbox is published by another process (pid {}", std::process::id());
+    assert!(run.stderr.contains(&holder), "{}", run.stderr);
+    let first = run.json();
+    assert_eq!(adjustments(&first).len(), 2, "recorded: {first}");
+    assert!(first["outbox"].is_null(), "nothing published by the run: {first}");
+    assert_eq!(test.status()["outbox_pending"], 2);
+    drop(serving);
+    args.truncate(4);
+    args.extend(["--brokers", broker.bootstrap.as_str()]);
+    let later = test.run(&args).expect_code(0).json();
+    assert_eq!((later["outbox"]["published"].as_u64(), later["outbox"]["pending"].as_u64()), (Some(2), Some(0)));
+}

@@ -97,13 +97,25 @@ pub fn run(ledger_path: &Path, args: ReconcileArgs) -> anyhow::Result<ExitCode> 
         reconcile::apply(&mut ledger, &plan).context("reconcile failed")?;
     }
     let outbox = match (&args.brokers, args.dry_run) {
-        (Some(brokers), false) => {
-            spinner.set_message("publishing adjustments to Kafka");
-            let mut topics = OutboxTopics::defaults();
-            topics.set(EventType::AdjustmentEvent, &args.adjustments_topic);
-            let timeout = Duration::from_millis(args.publish_timeout_ms);
-            Some(ingest::outbox::publish(&mut ledger, brokers, &args.settings, &topics, timeout)?)
-        }
+        // One publisher per ledger: a `serve --brokers` on it publishes the whole outbox, these adjustments too, and
+        // two publishers sent every pending entry twice.
+        (Some(brokers), false) => match ProcessLock::acquire(ledger_path, "publisher") {
+            Ok(_publisher) => {
+                spinner.set_message("publishing adjustments to Kafka");
+                let mut topics = OutboxTopics::defaults();
+                topics.set(EventType::AdjustmentEvent, &args.adjustments_topic);
+                let timeout = Duration::from_millis(args.publish_timeout_ms);
+                Some(ingest::outbox::publish(&mut ledger, brokers, &args.settings, &topics, timeout)?)
+            }
+            Err(ledger::LockError::Held { holder, .. }) => {
+                eprintln!(
+                    "reconcile: the outbox is published by another process ({holder}: a serve --brokers), which \
+                     publishes these adjustments too"
+                );
+                None
+            }
+            Err(error) => return Err(error.into()),
+        },
         _ => None,
     };
     spinner.finish_and_clear();

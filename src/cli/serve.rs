@@ -305,7 +305,21 @@ fn spawn_outbox_publisher(
     std::thread::Builder::new().name("outbox".into()).spawn(move || {
         let topics = ingest::outbox::OutboxTopics::defaults();
         let mut said = ingest::Said::default();
+        // One publisher per ledger (a `reconcile --brokers` publishes the outbox too): a pass is skipped while
+        // another holds the ledger's publisher lock, and the lock is kept once taken.
+        let mut lock: Option<ledger::ProcessLock> = None;
         loop {
+            if lock.is_none() {
+                match ledger::ProcessLock::acquire(&ledger_path, "publisher") {
+                    Ok(taken) => lock = Some(taken),
+                    Err(error) => {
+                        let pending = outbox.pending_count().unwrap_or(0);
+                        *seen.lock().expect("never poisoned") = OutboxHealth::now(pending, Some(error.to_string()));
+                        std::thread::sleep(Duration::from_millis(OUTBOX_INTERVAL_MS));
+                        continue;
+                    }
+                }
+            }
             let pass = match publisher.publish(&mut outbox, &topics, timeout) {
                 Ok(report) => {
                     let last_error = report.last_error.filter(|_| report.pending > 0);
