@@ -102,6 +102,22 @@ pub(crate) fn poll_for<T>(time: Duration, mut ready: impl FnMut() -> Option<T>) 
     }
 }
 
+/// The hook lock of the ledger at `path`; held by this process, waited for a moment (a hook stopping).
+fn acquire_lock(path: &Path) -> Result<ProcessLock, ledger::LockError> {
+    let started = Instant::now();
+    let ours = format!("pid {}", std::process::id());
+    loop {
+        match ProcessLock::acquire(path, "hook") {
+            Err(ledger::LockError::Held { holder, .. })
+                if holder == ours && started.elapsed() < OWN_STOPPING_HOOK_WAIT =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            taken => return taken,
+        }
+    }
+}
+
 /// Which tenants a caller may act for (a token's `tenants`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TenantScope {
@@ -127,29 +143,34 @@ pub struct Hook {
     waiting: Arc<AtomicUsize>,
     limit: usize,
     poll: Duration,
-    /// `<ledger>.hook.lock`, let go with the last handle: one hook per ledger file, since each decides against
-    /// its own state and appends afterwards (two would each allow what one HARD limit fits).
-    _lock: Arc<ProcessLock>,
 }
 
+/// How long [`Hook::start`] waits for the hook lock held by this very process: a hook whose last handle was just
+/// dropped lets it go once its writer has answered what was queued and closed the ledger.
+const OWN_STOPPING_HOOK_WAIT: Duration = Duration::from_secs(2);
+
 impl Hook {
-    /// Opens the ledger, takes its hook lock (refused while another hook holds it, in this process or another),
-    /// folds its recent entries into the state, and starts the writer thread.
+    /// Opens the ledger, takes its hook lock `<ledger>.hook.lock` (refused while another hook holds it, in this
+    /// process or another: each decides against its own state and appends afterwards, so two would each allow what
+    /// one HARD limit fits), folds its recent entries into the state, and starts the writer thread, which holds the
+    /// lock until it stops: after the last handle is dropped, once it has recorded what was queued.
     pub fn start(ledger_path: impl AsRef<Path>, settings: HookSettings) -> Result<Hook, StartError> {
         let ledger = Ledger::open(ledger_path.as_ref())?;
-        let lock = ProcessLock::acquire(ledger_path.as_ref(), "hook")?;
+        let lock = acquire_lock(ledger_path.as_ref())?;
         let writer = Writer::new(ledger, settings)?;
         let (queue, receiver) = std::sync::mpsc::sync_channel(settings.queue_max_requests);
         let queued = Arc::new(AtomicUsize::new(0));
         let counter = Arc::clone(&queued);
-        std::thread::Builder::new().name("hook-writer".into()).spawn(move || writer.run(receiver, &counter))?;
+        std::thread::Builder::new().name("hook-writer".into()).spawn(move || {
+            writer.run(receiver, &counter);
+            drop(lock);
+        })?;
         Ok(Hook {
             queue,
             queued,
             waiting: Arc::new(AtomicUsize::new(0)),
             limit: settings.queue_max_requests,
             poll: Duration::from_micros(settings.poll_us),
-            _lock: Arc::new(lock),
         })
     }
 
