@@ -37,8 +37,14 @@ pub struct CatchUp {
 pub struct CommitTotalsHook;
 
 impl AppendHook for CommitTotalsHook {
+    /// Catches up to the append's watermark, or [`CATCH_UP_STEP_ENTRIES`] further when more is behind (what `serve`
+    /// appended, since it keeps no totals): the first ingest after a busy day judged every reservation of the day
+    /// inside its append, holding the write lock as long as an export once did. What is left is caught up by the
+    /// next appends and by every export, which catches up to its own watermark whatever the totals' position.
     fn after_append(&mut self, tx: &Transaction<'_>, watermark: u64) -> rusqlite::Result<()> {
-        catch_up(tx, watermark).map(|_| ()).map_err(|e| match e {
+        let through = through_seq(tx)?;
+        let to = watermark.min(through.saturating_add(CATCH_UP_STEP_ENTRIES));
+        catch_up(tx, to).map(|_| ()).map_err(|e| match e {
             ReportError::Sqlite(e) => e,
             other => rusqlite::Error::ToSqlConversionFailure(Box::new(other)),
         })

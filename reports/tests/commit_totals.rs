@@ -184,3 +184,44 @@ fn a_catch_up_in_steps_ends_where_one_catch_up_ends() {
     let all: i64 = (0..count as i64).map(|i| i % 7).sum::<i64>() - 3 + 11;
     assert_eq!(expected, tokens(&[("org-1", all)]), "x3 released first; y's early COMMIT valid");
 }
+
+// Proves an append that finds the totals far behind (serve keeps none) catches up one step of them, not all: the
+// first ingest after a busy day of the hook judged every reservation of the day inside its append. The rest is
+// caught up by the appends after it and by exports, which end where one catch-up ends.
+#[test]
+fn an_append_catches_up_one_step_of_what_it_finds_behind() {
+    use ReservationAction::*;
+    let step = commit_totals::CATCH_UP_STEP_ENTRIES;
+    let count = step as usize + 10;
+    let served: Vec<Incoming> = (0..count)
+        .flat_map(|i| {
+            let id = format!("s{i}");
+            [
+                event(&format!("{id}-r"), "2026-11-02T10:00:00Z", &id, RESERVE, 5),
+                event(&format!("{id}-c"), "2026-11-02T10:01:00Z", &id, COMMIT, 2),
+            ]
+        })
+        .collect();
+    let ingested = vec![
+        event("i-r", "2026-11-03T10:00:00Z", "i", RESERVE, 5),
+        event("i-c", "2026-11-03T10:01:00Z", "i", COMMIT, 3),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let mut ledger = Ledger::open(dir.path().join("behind.db")).unwrap();
+    append(&mut ledger, &served);
+    ledger.set_append_hook(Box::new(CommitTotalsHook));
+    append(&mut ledger, &ingested);
+    let through: i64 = ledger
+        .connection()
+        .query_row("SELECT through_seq FROM commit_totals_state WHERE id = 1", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(through as u64, step, "one step of the {} entries behind", 2 * count + 2);
+    append(&mut ledger, &[event("j-r", "2026-11-04T10:00:00Z", "j", RESERVE, 1)]);
+    let watermark = ledger.status().unwrap().watermark;
+    commit_totals::catch_up(ledger.connection(), watermark).unwrap();
+    assert_eq!(totals(&ledger), tokens(&[("org-1", 2 * count as i64 + 3)]));
+    assert_eq!(
+        totals(&ledger),
+        rebuilt(&[served, ingested, vec![event("j-r", "2026-11-04T10:00:00Z", "j", RESERVE, 1)]])
+    );
+}
