@@ -87,6 +87,23 @@ pub fn is_busy(error: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// SQLite's busy handler for every connection of the ledger: try again every millisecond, for [`BUSY_TIMEOUT_MS`]
+/// (each try sleeps at least a millisecond). SQLite's own `busy_timeout` backs off to 100 ms between tries, and a
+/// writer that commits in short steps (an export's catch-up, reconcile's adjustments) took the lock again within a
+/// millisecond of letting it go: in a review's run the hook, waiting beside an export that committed every 50 to
+/// 100 ms, never got the lock in 8 s. The stepping writers also pause between their steps ([`STEP_PAUSE`]).
+pub fn poll_while_busy(tries: i32) -> bool {
+    if tries as u64 >= BUSY_TIMEOUT_MS {
+        return false;
+    }
+    std::thread::sleep(Duration::from_millis(1));
+    true
+}
+
+/// How long a writer that holds the lock in a series of short transactions lets it go between two of them, so that
+/// a writer waiting in [`poll_while_busy`] takes it.
+pub const STEP_PAUSE: Duration = Duration::from_millis(5);
+
 /// What to tell a user whose command met [`is_busy`]: SQLite's own words name neither the cause nor what to do.
 pub const BUSY_HINT: &str = "the ledger is busy: another process (an ingest, reconcile, export, quarantine replay or \
     serve) held its write lock for more than 10 s; what this command had not committed was not written, and running \
@@ -284,7 +301,7 @@ impl Ledger {
 }
 
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
-    conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
+    conn.busy_handler(Some(poll_while_busy))?;
     conn.pragma_update(None, "cache_size", -CACHE_KIB)?;
     // The schema's `REFERENCES entries (seq)` hold by construction: every row referring to an entry is written
     // in the transaction that appends it, and entries are never deleted (triggers). SQLite's bundled default

@@ -32,7 +32,10 @@ pub fn apply(ledger: &mut Ledger, plan: &Plan) -> Result<AppendReport, Reconcile
         return Err(ReconcileError::Stale { planned: plan.counts.adjustments_before, found });
     }
     let mut report = AppendReport { watermark: ledger.status()?.watermark, ..AppendReport::default() };
-    for chunk in plan.adjustments.chunks(ADJUSTMENTS_PER_TRANSACTION) {
+    for (n, chunk) in plan.adjustments.chunks(ADJUSTMENTS_PER_TRANSACTION).enumerate() {
+        if n > 0 {
+            std::thread::sleep(ledger::STEP_PAUSE);
+        }
         let events = chunk
             .iter()
             .map(|a| Incoming {

@@ -73,6 +73,7 @@ pub fn catch_up_in_steps(conn: &Connection) -> Result<u64, ReportError> {
         catch_up(&tx, through + CATCH_UP_STEP_ENTRIES)?;
         tx.commit()?;
         steps += 1;
+        std::thread::sleep(ledger::STEP_PAUSE);
     }
 }
 

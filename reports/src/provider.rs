@@ -12,7 +12,6 @@
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use arrow::array::{ArrayRef, Int32Builder, Int64Builder, RecordBatch, StringBuilder, TimestampMicrosecondBuilder};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
@@ -236,7 +235,7 @@ impl PartitionStream for SqliteScan {
 pub fn open_read_only(path: &std::path::Path) -> rusqlite::Result<Connection> {
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
     let conn = Connection::open_with_flags(path, flags)?;
-    conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))?;
+    conn.busy_handler(Some(ledger::poll_while_busy))?;
     conn.pragma_update(None, "query_only", true)?;
     Ok(conn)
 }
