@@ -271,12 +271,13 @@ impl Writer {
         // Waiting again beats failing the group, since a failed group rebuilds the state from the ledger, which on a
         // large one takes as long as a start.
         let mut waits = 1;
+        let waiting_since = std::time::Instant::now();
         let report = loop {
             match self.ledger.append(&batch) {
                 Err(error) if waits < BUSY_WAITS && ledger::is_busy(&error) => {
                     eprintln!(
                         "hook: another process has held the ledger's write lock for {} s; a group of {} events waits for it",
-                        waits * ledger::BUSY_TIMEOUT_MS / 1_000,
+                        waiting_since.elapsed().as_secs(),
                         batch.events.len()
                     );
                     waits += 1;
@@ -853,8 +854,9 @@ fn failure(error: &(dyn std::error::Error + 'static), doing: &str, requests: usi
     }
     if ledger::is_busy(error) {
         message.push_str(&format!(
-            " (another process held the ledger's write lock for more than {} s: a long export, reconcile or \
-             ingest)",
+            " (another process held the ledger's write lock for longer than the hook waits, {} busy timeouts of {} s: \
+             a long export, reconcile or ingest)",
+            BUSY_WAITS,
             ledger::BUSY_TIMEOUT_MS / 1_000
         ));
     }
@@ -874,9 +876,7 @@ mod tests {
         let error = ledger::AppendError::from(busy);
         let message = failure(&error, "recording", 3);
         assert!(message.starts_with("ledger write failed, nothing appended: database is locked"), "{message}");
-        assert!(
-            message.ends_with("held the ledger's write lock for more than 10 s: a long export, reconcile or ingest)")
-        );
+        assert!(message.ends_with("3 busy timeouts of 10 s: a long export, reconcile or ingest)"), "{message}");
         let other = ledger::AppendError::from(rusqlite::Error::InvalidQuery);
         assert!(!failure(&other, "recording", 1).contains("write lock"));
     }
