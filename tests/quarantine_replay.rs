@@ -114,19 +114,23 @@ fn replay_keeps_each_topic_to_its_record_type() {
     assert_eq!(Counts::of_status(&test.status()).events_recorded, 1, "only the usage event, from its topic");
 }
 
+/// A ledger holding one good usage event, quarantined at `offset` as if its schema had been unknown.
+fn with_one_quarantined(event_id: &str, offset: i64) -> TestLedger {
+    let test = TestLedger::new();
+    let catalog = schemas::Catalog::builtin();
+    let fixed = usage(event_id, "2026-11-03T08:00:00Z", "org-7", 4);
+    let mut ledger = Ledger::open(&test.path).expect("a ledger");
+    let unknown = schemas::DecodeError::UnknownFingerprint { fingerprint: 42 };
+    let rejected = vec![Rejected::new(kafka(offset), catalog.encode_single_object(&fixed), &unknown)];
+    ledger.append(&Batch { rejected, ..Batch::default() }).expect("appended");
+    test
+}
+
 // Review of 2026-12-02, defect 3: an id that is not in the quarantine is an error (exit 2) naming it, and nothing
 // of that call is replayed, not even its valid ids (all or nothing); the same valid id alone then replays.
 #[test]
 fn replay_of_an_unknown_id_fails_and_replays_nothing() {
-    let test = TestLedger::new();
-    let catalog = schemas::Catalog::builtin();
-    let fixed = usage("fixed-1", "2026-11-03T08:00:00Z", "org-7", 4);
-    {
-        let mut ledger = Ledger::open(&test.path).expect("a ledger");
-        let unknown = schemas::DecodeError::UnknownFingerprint { fingerprint: 42 };
-        let rejected = vec![Rejected::new(kafka(11), catalog.encode_single_object(&fixed), &unknown)];
-        ledger.append(&Batch { rejected, ..Batch::default() }).expect("appended");
-    }
+    let test = with_one_quarantined("fixed-1", 11);
     let id = test.quarantined()[0]["id"].as_i64().expect("an id").to_string();
     let run = test.run(&["quarantine", "replay", "--id", &id, "--id", "999", "--id", "1000"]).expect_code(2);
     assert!(run.stdout.is_empty(), "nothing reported as replayed: {}", run.stdout_text());
@@ -145,15 +149,7 @@ fn replay_of_an_unknown_id_fails_and_replays_nothing() {
 // the second's append was refused by quarantine_replays' append-only trigger in words that read like tampering).
 #[test]
 fn a_second_replay_is_refused_while_one_runs() {
-    let test = TestLedger::new();
-    let catalog = schemas::Catalog::builtin();
-    let fixed = usage("fixed-2", "2026-11-03T08:00:00Z", "org-7", 4);
-    {
-        let mut ledger = Ledger::open(&test.path).expect("a ledger");
-        let unknown = schemas::DecodeError::UnknownFingerprint { fingerprint: 42 };
-        let rejected = vec![Rejected::new(kafka(12), catalog.encode_single_object(&fixed), &unknown)];
-        ledger.append(&Batch { rejected, ..Batch::default() }).expect("appended");
-    }
+    let test = with_one_quarantined("fixed-2", 12);
     let running = ledger::ProcessLock::acquire(&test.path, "replay").expect("the lock of a replay at work");
     let run = test.run(&["quarantine", "replay"]).expect_code(2);
     let holder = format!("another replay (pid {}) is writing to this ledger", std::process::id());

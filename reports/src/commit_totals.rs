@@ -65,8 +65,11 @@ pub fn catch_up_in_steps(conn: &Connection) -> Result<u64, ReportError> {
     loop {
         let tx = rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)?;
         let through = through_seq(&tx)?;
-        // The watermark when the first step began: appends made meanwhile are the export's own catch-up.
-        let target = *target.get_or_insert(ledger::Ledger::open_snapshot(&tx)?.watermark);
+        // The watermark when the first step began (read once): appends made meanwhile are the export's own catch-up.
+        let target = match target {
+            Some(target) => target,
+            None => *target.insert(ledger::Ledger::open_snapshot(&tx)?.watermark),
+        };
         if target.saturating_sub(through) <= CATCH_UP_STEP_ENTRIES {
             return Ok(steps);
         }
