@@ -24,6 +24,13 @@ struct Bucket {
 /// window of each kind in force for a while (see `reconcile::policy`), each a bucket of its own.
 type BucketKey = (String, Window, String, Option<String>);
 
+/// A bucket as it was before a take: what puts it back when the take's group is not recorded.
+#[derive(Debug)]
+pub struct Taken {
+    key: BucketKey,
+    before: Option<Bucket>,
+}
+
 /// Every bucket of the process.
 #[derive(Debug, Default)]
 pub struct Buckets {
@@ -71,8 +78,15 @@ impl Buckets {
         (tokens.floor() as i64, Some(wait_ms.clamp(1, RETRY_AFTER_MAX_MS)))
     }
 
-    /// Takes `amount` tokens (the request was allowed).
-    pub fn take(&mut self, policy: &PolicyEvent, tenant: &str, subject: Option<&str>, amount: i64, now: Timestamp) {
+    /// Takes `amount` tokens (the request was allowed), answering the bucket as it was.
+    pub fn take(
+        &mut self,
+        policy: &PolicyEvent,
+        tenant: &str,
+        subject: Option<&str>,
+        amount: i64,
+        now: Timestamp,
+    ) -> Taken {
         let tokens = self.refilled(policy, tenant, subject, now) - amount as f64;
         if self.buckets.len() >= BUCKETS_MAX {
             let oldest = self.buckets.iter().min_by_key(|(_, b)| b.at).map(|(k, _)| k.clone());
@@ -80,6 +94,19 @@ impl Buckets {
                 self.buckets.remove(&oldest);
             }
         }
-        self.buckets.insert(key(policy, tenant, subject), Bucket { tokens, at: now });
+        let key = key(policy, tenant, subject);
+        let before = self.buckets.insert(key.clone(), Bucket { tokens, at: now });
+        Taken { key, before }
+    }
+
+    /// Puts buckets back as they were before `taken` (in the order taken), the last take first. A bucket evicted
+    /// meanwhile stays evicted (it refills to full, as it would have).
+    pub fn put_back(&mut self, taken: Vec<Taken>) {
+        for Taken { key, before } in taken.into_iter().rev() {
+            match before {
+                Some(bucket) => self.buckets.insert(key, bucket),
+                None => self.buckets.remove(&key),
+            };
+        }
     }
 }

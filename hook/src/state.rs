@@ -125,7 +125,7 @@ struct Step {
 /// events never change what another's hold or consume.
 pub type Key = (String, String);
 
-fn key_of(r: &ReservationEvent) -> Key {
+pub(crate) fn key_of(r: &ReservationEvent) -> Key {
     (r.header.tenant.clone(), r.reservation_id.clone())
 }
 
@@ -265,6 +265,16 @@ impl State {
             }
         }
         self.settle(key, life, now);
+    }
+
+    /// Takes an own event the ledger did not record back out of the state: its consumption, or its step of a
+    /// reservation (applied as `provisional`, judged again without it), in any order.
+    pub fn take_back(&mut self, provisional: u64, event: &Event, now: Timestamp) {
+        match event {
+            Event::Usage(u) => self.consume(&u.header, -u.quantity),
+            Event::Reservation(r) => self.number_own(&key_of(r), provisional, None, now),
+            Event::Decision(_) | Event::Grant(_) | Event::Policy(_) | Event::Adjustment(_) => {}
+        }
     }
 
     fn fold_reservation(&mut self, seq: u64, r: &ReservationEvent, own: bool, now: Timestamp) {
@@ -800,6 +810,7 @@ mod tests {
             history in proptest::collection::vec(generated_event(), 1..24),
             advances in proptest::collection::vec(0..40i64, 24),
             unrecorded in proptest::collection::vec(proptest::bool::weighted(0.2), 24),
+            group_ends in proptest::collection::vec(proptest::bool::weighted(0.5), 24),
         ) {
             let base = Timestamp::parse_rfc3339("2026-11-10T00:00:00Z").unwrap();
             let minutes = |m: i64| Timestamp(base.micros() + m * 60_000_000);
@@ -820,18 +831,41 @@ mod tests {
                 })
                 .collect();
             // Reservations r4 and r5 are this writer's own, as its API makes them (nobody else writes to them): a
-            // RESERVE now, of an id never issued before; a close now, of one it holds open. Each is applied with a provisional number, then
-            // numbered by the ledger or taken back when the ledger did not record it.
+            // RESERVE now, of an id never issued before; a close now, of one it holds open (a RESERVE of the same
+            // group included). Each is applied with a provisional number; at the end of its group the ledger numbers
+            // all of the group's events, or records none of them and they are taken back, the last first. Time
+            // passes, and other writers' events are folded, between groups only.
             let own = |e: &ReservationEvent| e.reservation_id == "r4" || e.reservation_id == "r5";
             let mut counted = vec![true; events.len()];
             let mut issued = std::collections::BTreeSet::new();
             let mut state = State::default();
             let mut now = base;
-            for (n, (advance, unrecorded)) in advances.iter().zip(&unrecorded).enumerate().take(events.len()) {
-                now = Timestamp(now.micros() + advance * 60_000_000);
-                state.expire(now);
+            let mut group: Vec<(u64, u64, Event)> = Vec::new();
+            let mut group_unrecorded = false;
+            fn end_group(state: &mut State, group: &mut Vec<(u64, u64, Event)>, unrecorded: bool, now: Timestamp) {
+                if unrecorded {
+                    for (provisional, _, event) in group.iter().rev() {
+                        state.take_back(*provisional, event, now);
+                    }
+                } else {
+                    for (provisional, seq, event) in group.iter() {
+                        let Event::Reservation(r) = event else { unreachable!("the groups here hold reservations") };
+                        state.number_own(&key_of(r), *provisional, Some(*seq), now);
+                    }
+                }
+                group.clear();
+                state.check_bookkeeping();
+            }
+            for n in 0..events.len() {
+                let own_event = own(&events[n].1);
+                if !own_event || group.is_empty() {
+                    end_group(&mut state, &mut group, group_unrecorded, now);
+                    now = Timestamp(now.micros() + advances[n] * 60_000_000);
+                    state.expire(now);
+                    group_unrecorded = unrecorded[n];
+                }
                 let (seq, event) = &mut events[n];
-                if own(event) {
+                if own_event {
                     let ttl = event.expires_at.map(|e| e.micros() - event.header.occurred_at.micros());
                     event.header.occurred_at = now;
                     event.expires_at = ttl.map(|ttl| Timestamp(now.micros() + ttl));
@@ -840,17 +874,21 @@ mod tests {
                         ReservationAction::RESERVE => issued.insert(key.clone()),
                         _ => state.is_open(&key),
                     };
-                    counted[n] = allowed && !unrecorded;
+                    counted[n] = allowed && !group_unrecorded;
                     if allowed {
                         let provisional = PROVISIONAL_SEQ + *seq;
                         state.fold_own(provisional, event, now);
-                        state.number_own(&key, provisional, (!unrecorded).then_some(*seq), now);
+                        group.push((provisional, *seq, Event::Reservation(event.clone())));
                     }
                 } else {
                     state.fold(*seq, &Event::Reservation(event.clone()), now);
                 }
                 state.check_bookkeeping();
+                if group_ends[n] {
+                    end_group(&mut state, &mut group, group_unrecorded, now);
+                }
             }
+            end_group(&mut state, &mut group, group_unrecorded, now);
             let recorded = |(seq, _): &&(u64, ReservationEvent)| counted[*seq as usize - 1];
             state.expire(now);
             // What reconcile says of all of them.

@@ -3,13 +3,13 @@
 //! as the earlier ones of the group left it (each atomic, all or nothing), records the whole group in one ledger
 //! transaction (group commit: one fsync for many decisions), then answers; at durability full the answers leave
 //! from the [`crate::sync`] stage once the log is on the disk, while this thread decides the next group. A failed
-//! transaction answers every request of the group with an error and rebuilds the state from the ledger: nothing
-//! half-applied survives.
+//! transaction answers every request of the group with an error and takes the group's decisions back out of the
+//! state, the throttle buckets and the recent decisions: nothing of a group the ledger did not record counts.
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
-use ledger::{Batch, Durability, Incoming, Ledger, Origin};
+use ledger::{AppendReport, Batch, Durability, Incoming, Ledger, Origin};
 use reconcile::reservation::Facts;
 use rusqlite::OptionalExtension;
 use rustc_hash::FxHashMap;
@@ -17,7 +17,7 @@ use schemas::*;
 use tokio::sync::oneshot;
 
 use crate::api::*;
-use crate::buckets::Buckets;
+use crate::buckets::{Buckets, Taken};
 use crate::decide::{self, Ask, Evaluated, Verdict};
 use crate::error::HookError;
 use crate::state::{self, State};
@@ -117,6 +117,16 @@ impl Recent {
         };
         self.slots.insert(hash, slot as u32);
     }
+
+    /// Forgets a decision that was not recorded after all (its slot is reused in its turn).
+    fn forget(&mut self, id: &str) {
+        let hash = id_hash(id);
+        if let Some(&slot) = self.slots.get(&hash)
+            && self.ring[slot as usize].decision_id == id
+        {
+            self.slots.remove(&hash);
+        }
+    }
 }
 
 fn id_hash(id: &str) -> u64 {
@@ -132,11 +142,16 @@ pub struct Writer {
     ledger: Ledger,
     state: State,
     buckets: Buckets,
+    /// What the group being decided took from the buckets, to put back if its transaction fails.
+    taken: Vec<Taken>,
     recent: Recent,
     settings: HookSettings,
     /// The ledger's `PRAGMA data_version` when the state last caught up. It changes only when another
     /// connection commits: while it stays the same there is nothing to fold, and the tip need not be read.
     seen_version: Option<i64>,
+    /// Set when the state may differ from what the ledger holds (a fold of other writers' entries stopped halfway):
+    /// the next group rebuilds it from the ledger before deciding anything, and fails while it cannot.
+    rebuild: bool,
     /// Checkpoints the ledger's log off this thread, so that no group waits for one (stopped with the writer).
     _checkpointer: ledger::Checkpointer,
 }
@@ -159,9 +174,11 @@ impl Writer {
             ledger,
             state,
             buckets: Buckets::default(),
+            taken: Vec::new(),
             recent: Recent::default(),
             settings,
             seen_version: None,
+            rebuild: false,
             _checkpointer: checkpointer,
         })
     }
@@ -212,10 +229,18 @@ impl Writer {
             return fail_all(group, || HookError::NotDurable(failure.to_string()));
         }
         let now = (self.settings.clock)();
-        if let Err(error) = self.catch_up_if_changed(now) {
-            let message = failure(&*error, "reading what other writers appended", group.len());
+        if self.rebuild
+            && let Err(error) = self.reload(now)
+        {
+            let message = failure(&error, "rebuilding the state from the ledger for", group.len());
             return fail_all(group, || HookError::Ledger(message.clone()));
         }
+        if let Err(error) = self.catch_up_if_changed(now) {
+            self.rebuild = true;
+            let message = failure(&*error, "reading what other writers appended for", group.len());
+            return fail_all(group, || HookError::Ledger(message.clone()));
+        }
+        self.taken.clear();
         self.state.expire(now);
         self.state.prune(now);
         let mut events = Vec::new();
@@ -238,12 +263,30 @@ impl Writer {
             };
             answers.push(answer);
         }
-        if !events.is_empty()
-            && let Err(error) = self.record(events, now)
-        {
-            let message = failure(&*error, "recording", answers.len());
-            self.reload();
-            answers = answers.into_iter().map(|a| a.failed(&message)).collect();
+        if !events.is_empty() {
+            let incoming = events
+                .into_iter()
+                .map(|event| Incoming { event, origin: Origin::Local { name: SOURCE.to_string() }, raw: None })
+                .collect();
+            let batch = Batch { events: incoming, outbox: true, ..Batch::default() };
+            match self.append(&batch) {
+                Ok(report) => {
+                    if let Err(error) = self.follow(&batch.events, &report, now) {
+                        // Recorded: the answers stand. The state is what may be wrong now.
+                        eprintln!(
+                            "hook: a group of {} requests is recorded, but folding what other writers appended failed \
+                             ({error}): the state is rebuilt from the ledger before the next group",
+                            answers.len()
+                        );
+                        self.rebuild = true;
+                    }
+                }
+                Err(error) => {
+                    let message = failure(&error, "recording", answers.len());
+                    self.take_back(&batch.events, now);
+                    answers = answers.into_iter().map(|a| a.failed(&message)).collect();
+                }
+            }
         }
         match &self.syncer {
             Some(syncer) => syncer.answer(answers, queued.load(std::sync::atomic::Ordering::Relaxed) > 0),
@@ -251,29 +294,16 @@ impl Writer {
         }
     }
 
-    /// Appends the group's events in one transaction, then folds what other writers appended meanwhile.
-    fn record(&mut self, events: Vec<Event>, now: Timestamp) -> Result<(), Box<dyn std::error::Error>> {
-        let reservations: Vec<(usize, state::Key)> = events
-            .iter()
-            .enumerate()
-            .filter_map(|(n, event)| match event {
-                Event::Reservation(r) => Some((n, (r.header.tenant.clone(), r.reservation_id.clone()))),
-                _ => None,
-            })
-            .collect();
-        let incoming = events
-            .into_iter()
-            .map(|event| Incoming { event, origin: Origin::Local { name: SOURCE.to_string() }, raw: None })
-            .collect();
-        let batch = Batch { events: incoming, outbox: true, ..Batch::default() };
+    /// Appends a group's events in one transaction, waiting through [`BUSY_WAITS`] busy timeouts for another
+    /// process's write lock.
+    fn append(&mut self, batch: &Batch) -> Result<AppendReport, ledger::AppendError> {
         // Another process holding the write lock past the busy timeout (10 s) leaves the state as right as it was:
         // the group's decisions stand against it, as they would have had the other transaction come a moment later.
-        // Waiting again beats failing the group, since a failed group rebuilds the state from the ledger, which on a
-        // large one takes as long as a start.
+        // Waiting again beats failing the group and its callers.
         let mut waits = 1;
         let waiting_since = std::time::Instant::now();
-        let report = loop {
-            match self.ledger.append(&batch) {
+        loop {
+            match self.ledger.append(batch) {
                 Err(error) if waits < BUSY_WAITS && ledger::is_busy(&error) => {
                     eprintln!(
                         "hook: another process has held the ledger's write lock for {} s; a group of {} events waits for it",
@@ -282,9 +312,19 @@ impl Writer {
                     );
                     waits += 1;
                 }
-                answer => break answer?,
+                answer => return answer,
             }
-        };
+        }
+    }
+
+    /// After a group is recorded: numbers its reservation events as the ledger did, then folds what other writers
+    /// appended meanwhile.
+    fn follow(
+        &mut self,
+        events: &[Incoming],
+        report: &AppendReport,
+        now: Timestamp,
+    ) -> Result<(), Box<dyn std::error::Error>> {
         let own: Vec<u64> = report
             .outcomes
             .iter()
@@ -295,12 +335,16 @@ impl Writer {
                 ledger::AppendOutcome::Duplicate { .. } => None,
             })
             .collect();
-        for (n, key) in reservations {
-            let recorded = match report.outcomes[n] {
-                ledger::AppendOutcome::Recorded { seq } => Some(seq),
-                ledger::AppendOutcome::ConflictingDuplicate { .. } | ledger::AppendOutcome::Duplicate { .. } => None,
-            };
-            self.state.number_own(&key, state::PROVISIONAL_SEQ + n as u64, recorded, now);
+        for (n, incoming) in events.iter().enumerate() {
+            if let Event::Reservation(r) = &incoming.event {
+                let recorded = match report.outcomes[n] {
+                    ledger::AppendOutcome::Recorded { seq } => Some(seq),
+                    ledger::AppendOutcome::ConflictingDuplicate { .. } | ledger::AppendOutcome::Duplicate { .. } => {
+                        None
+                    }
+                };
+                self.state.number_own(&state::key_of(r), state::PROVISIONAL_SEQ + n as u64, recorded, now);
+            }
         }
         // Almost always nobody else appended since this group's catch-up: the new entries are exactly this group's,
         // already applied to the state, and reading them back would cost as much as writing them.
@@ -316,6 +360,20 @@ impl Writer {
         Ok(())
     }
 
+    /// Takes back what deciding a group changed outside the ledger, after its transaction failed: nothing of it was
+    /// recorded, so none of it counts, and a retry of its idempotency keys decides afresh. Until 2026-12-03 a failed
+    /// group rebuilt the whole state from the ledger instead (about 27 s on a ledger of 10 million events), and did
+    /// so for every group as long as the failure lasted (a full disk).
+    fn take_back(&mut self, events: &[Incoming], now: Timestamp) {
+        for (n, incoming) in events.iter().enumerate().rev() {
+            if let Event::Decision(d) = &incoming.event {
+                self.recent.forget(&d.header.event_id);
+            }
+            self.state.take_back(state::PROVISIONAL_SEQ + n as u64, &incoming.event, now);
+        }
+        self.buckets.put_back(std::mem::take(&mut self.taken));
+    }
+
     /// Folds what other writers appended since the last look, if anything.
     fn catch_up_if_changed(&mut self, now: Timestamp) -> Result<(), Box<dyn std::error::Error>> {
         let version: i64 =
@@ -328,13 +386,13 @@ impl Writer {
         Ok(())
     }
 
-    fn reload(&mut self) {
-        self.recent = Recent::default();
+    /// Rebuilds the state from the ledger, as a start does. The recent decisions stay: every one is recorded.
+    fn reload(&mut self, now: Timestamp) -> Result<(), crate::StartError> {
+        self.state = load(&self.ledger, now)?;
         self.seen_version = None;
-        match load(&self.ledger, (self.settings.clock)()) {
-            Ok(state) => self.state = state,
-            Err(error) => eprintln!("hook: cannot rebuild the state after a failed commit: {error}"),
-        }
+        self.rebuild = false;
+        eprintln!("hook: the state is rebuilt from the ledger (up to entry {})", self.state.watermark);
+        Ok(())
     }
 
     fn replayed(&self, decision_id: &str) -> Result<Option<Decision>, HookError> {
@@ -439,7 +497,7 @@ impl Writer {
             // HARD bucket would have refilled.
             for t in throttles.iter().filter(|t| t.fits) {
                 let subject = if t.policy.scope == Scope::SUBJECT { ask.subject } else { None };
-                self.buckets.take(&t.policy, ask.tenant, subject, ask.amount, now);
+                self.taken.push(self.buckets.take(&t.policy, ask.tenant, subject, ask.amount, now));
             }
         }
         let header = Header {

@@ -274,8 +274,8 @@ fn a_restart_keeps_counters_and_idempotency() {
 }
 
 // Another process holding the ledger's write lock past the busy timeout (10 s; a long transaction of an older
-// reconcile or export) delays the decisions it holds up instead of failing them: failing a group rebuilt the state
-// from the ledger, as long as a start on a large one. Here the lock is held 12 s: the check waits and is recorded.
+// reconcile or export) delays the decisions it holds up instead of failing them (their callers would get an error
+// for what a moment's wait records). Here the lock is held 12 s: the check waits and is recorded.
 #[test]
 fn a_write_lock_held_past_the_busy_timeout_delays_decisions_without_failing_them() {
     let (dir, hook) = hook_with(vec![policy("daily", 100, Window::DAY, Enforcement::HARD, None)]);
@@ -297,6 +297,54 @@ fn a_write_lock_held_past_the_busy_timeout_delays_decisions_without_failing_them
         .query_row("SELECT COUNT(*) FROM entries WHERE event_type = 'UsageEvent'", [], |r| r.get(0))
         .unwrap();
     assert_eq!(recorded, 1);
+}
+
+// A group the ledger refuses (here a trigger another process adds makes every insert fail, as a full disk would)
+// counts for nothing: its consumption, its reservations and closes, its throttle tokens and its idempotency keys are
+// taken back, and once the ledger takes writes again a retry of the same key decides afresh.
+#[test]
+fn a_group_the_ledger_refuses_is_taken_back() {
+    let (dir, hook) = hook_with(vec![
+        policy("daily", 100, Window::DAY, Enforcement::HARD, None),
+        // A throttle of 100 tokens that refills one a day: what the failed requests took would still be missing.
+        policy("rate", 1, Window::DAY, Enforcement::HARD, Some(100)),
+    ]);
+    let reserve = |key: &str, amount: i64| {
+        hook.reserve(ReserveRequest {
+            tenant: "org-1".into(),
+            subject: None,
+            metric: "tokens".into(),
+            amount,
+            ttl_ms: 600_000,
+            idempotency_key: key.into(),
+            request_id: None,
+        })
+    };
+    assert!(hook.check(ask("k-1", 30)).unwrap().allowed());
+    let held = reserve("r-1", 20).unwrap().reservation_id.expect("an allowed RESERVE names its reservation");
+    let other = rusqlite::Connection::open(dir.path().join("ledger.db")).unwrap();
+    other
+        .execute_batch(
+            "CREATE TRIGGER injected BEFORE INSERT ON entries BEGIN SELECT RAISE(ABORT, 'injected failure'); END",
+        )
+        .unwrap();
+    let refused = |result: Result<String, HookError>| match result {
+        Err(HookError::Ledger(message)) => assert!(message.contains("injected failure"), "{message}"),
+        other => panic!("the ledger refuses every group: {other:?}"),
+    };
+    refused(hook.check(ask("k-2", 40)).map(|d| format!("{d:?}")));
+    refused(reserve("r-2", 10).map(|d| format!("{d:?}")));
+    refused(hook.commit(&held, 20).map(|c| format!("{c:?}")));
+    other.execute_batch("DROP TRIGGER injected").unwrap();
+
+    let retried = hook.check(ask("k-2", 40)).unwrap();
+    assert!(retried.allowed() && !retried.replayed, "decided afresh, with the 40 and the 10 given back: {retried:?}");
+    assert_eq!(retried.remaining, Some(10), "30 consumed, 20 held, 40 now");
+    assert!(hook.commit(&held, 20).unwrap().is_ok(), "the reservation is still open");
+    assert!(hook.check(ask("k-3", 10)).unwrap().allowed(), "the bucket has the 10 the failed reserve took back");
+    let denied = hook.check(ask("k-4", 1)).unwrap();
+    assert!(!denied.allowed(), "30 + 40 + 20 committed + 10 = 100: {denied:?}");
+    assert_eq!(usage_recorded(&dir), 80, "k-1, k-2 and k-3; the commit is a ReservationEvent");
 }
 
 // One hook per ledger file: a second one, in this process or another, would decide against a state that misses the
