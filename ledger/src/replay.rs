@@ -10,6 +10,12 @@ use crate::Ledger;
 use crate::batch::{AppendOutcome, Batch, Incoming, Origin};
 use crate::error::ReplayError;
 
+/// Quarantined messages replayed per transaction (and held in memory at once): a replay of millions (a producer's
+/// unknown schema for a day) holds the write lock for one chunk at a time, with [`crate::STEP_PAUSE`] between chunks
+/// for other writers (`serve`). A replay stopped between chunks has recorded the chunks before; run again, it goes on
+/// with the rest.
+pub const REPLAYED_PER_TRANSACTION: usize = 10_000;
+
 /// A quarantined message that still does not decode or validate.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StillQuarantined {
@@ -38,9 +44,10 @@ struct Candidate {
 }
 
 impl Ledger {
-    /// Replays the quarantined messages with the given ids (all not yet replayed when `ids` is empty). All or
-    /// nothing: when any id is not in the quarantine, nothing is replayed (`ReplayError::NotQuarantined` names
-    /// them); an id already replayed is skipped, so that a replay can be run again.
+    /// Replays the quarantined messages with the given ids (all not yet replayed when `ids` is empty), in order of
+    /// id, [`REPLAYED_PER_TRANSACTION`] per transaction. When any id is not in the quarantine, nothing is replayed
+    /// (`ReplayError::NotQuarantined` names them); an id already replayed is skipped, so that a replay can be run
+    /// again.
     /// `expected` says which record type a message's origin carries (a Kafka topic carries one, SPEC 2): `Ok(None)`
     /// for any, `Err` with why it cannot be told (the message then stays quarantined, reason code
     /// `unknown_topic`). A message of another type stays quarantined as `wrong_type`, as ingest found it.
@@ -53,8 +60,28 @@ impl Ledger {
         if !unknown.is_empty() {
             return Err(ReplayError::NotQuarantined { ids: unknown });
         }
-        let candidates = self.replay_candidates(ids)?;
-        let mut report = ReplayReport { examined: candidates.len() as u64, ..ReplayReport::default() };
+        let mut report = ReplayReport { watermark: self.status()?.watermark, ..ReplayReport::default() };
+        let mut after = 0;
+        loop {
+            let candidates = self.replay_candidates(ids, after)?;
+            let Some(last) = candidates.last() else { break };
+            if after > 0 {
+                std::thread::sleep(crate::STEP_PAUSE);
+            }
+            after = last.id;
+            report.examined += candidates.len() as u64;
+            self.replay_chunk(candidates, &expected, &mut report)?;
+        }
+        Ok(report)
+    }
+
+    /// Decodes one chunk of candidates again and appends those that now decode, in one transaction.
+    fn replay_chunk(
+        &mut self,
+        candidates: Vec<Candidate>,
+        expected: &impl Fn(&Origin) -> Result<Option<EventType>, String>,
+        report: &mut ReplayReport,
+    ) -> Result<(), ReplayError> {
         let mut batch = Batch::default();
         for candidate in candidates {
             let expected = match expected(&candidate.origin) {
@@ -81,9 +108,8 @@ impl Ledger {
                 }),
             }
         }
-        report.watermark = self.status()?.watermark;
         if batch.events.is_empty() {
-            return Ok(report);
+            return Ok(());
         }
         let appended = self.append(&batch)?;
         for outcome in &appended.outcomes {
@@ -94,7 +120,7 @@ impl Ledger {
             }
         }
         report.watermark = appended.watermark;
-        Ok(report)
+        Ok(())
     }
 
     /// The ids among `ids` that name no quarantined message, sorted, each once.
@@ -111,16 +137,22 @@ impl Ledger {
         Ok(unknown)
     }
 
-    fn replay_candidates(&self, ids: &[i64]) -> Result<Vec<Candidate>, ReplayError> {
-        let filter =
-            if ids.is_empty() { String::new() } else { format!("AND q.id IN ({})", vec!["?"; ids.len()].join(", ")) };
+    /// The next chunk of quarantined messages not replayed yet, of ids after `after` (among `ids`, unless empty).
+    fn replay_candidates(&self, ids: &[i64], after: i64) -> Result<Vec<Candidate>, ReplayError> {
+        let filter = if ids.is_empty() {
+            String::new()
+        } else {
+            let numbered: Vec<String> = (0..ids.len()).map(|n| format!("?{}", n + 3)).collect();
+            format!("AND q.id IN ({})", numbered.join(", "))
+        };
         let sql = format!(
             "SELECT q.id, q.origin, q.origin_stream, q.origin_partition, q.origin_offset, q.raw
              FROM quarantine q LEFT JOIN quarantine_replays r ON r.quarantine_id = q.id
-             WHERE r.quarantine_id IS NULL {filter} ORDER BY q.id"
+             WHERE r.quarantine_id IS NULL AND q.id > ?1 {filter} ORDER BY q.id LIMIT ?2"
         );
         let mut statement = self.conn.prepare(&sql)?;
-        let rows = statement.query_map(params_from_iter(ids), |r| {
+        let parameters = [after, REPLAYED_PER_TRANSACTION as i64].into_iter().chain(ids.iter().copied());
+        let rows = statement.query_map(params_from_iter(parameters), |r| {
             let kind: String = r.get(1)?;
             Ok(Candidate {
                 id: r.get(0)?,
