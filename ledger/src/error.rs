@@ -15,6 +15,12 @@ pub enum OpenError {
     )]
     IsADirectory { path: PathBuf },
     #[error(
+        "{path} has {links} hard links: SQLite keeps a ledger's write-ahead log beside the name it is opened by, so \
+         writers through two names of one file corrupt it, and the one-hook-per-ledger lock is per name too; keep \
+         one name and remove the others (find / -xdev -samefile {path}), or use a symbolic link"
+    )]
+    HardLinked { path: PathBuf, links: u64 },
+    #[error(
         "cannot read ledger {path}: SQLite creates {path}-shm beside it even to read (the ledger is in WAL mode), and \
          this user cannot write in {dir}: run as a user who can (the ledger's owner), or copy the ledger elsewhere"
     )]

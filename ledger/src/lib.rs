@@ -191,6 +191,7 @@ impl Ledger {
         if path.is_dir() {
             return Err(OpenError::IsADirectory { path });
         }
+        refuse_hard_links(&path)?;
         let sqlite = |source| OpenError::Sqlite { path: path.clone(), source };
         let mut conn = Connection::open(&path).map_err(sqlite)?;
         configure(&conn).map_err(sqlite)?;
@@ -219,6 +220,7 @@ impl Ledger {
         if path.is_dir() {
             return Err(OpenError::IsADirectory { path });
         }
+        refuse_hard_links(&path)?;
         let sqlite = |source| open_error(&path, source);
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
         let conn = Connection::open_with_flags(&path, flags).map_err(sqlite)?;
@@ -338,6 +340,21 @@ fn check_version(conn: &Connection, path: &Path) -> Result<i64, OpenError> {
         return Err(OpenError::NotALedger { path: path.to_path_buf(), objects });
     }
     Ok(found)
+}
+
+/// A ledger file with more than one name is refused, for reading too: SQLite keeps the write-ahead log (`-wal`) and
+/// its index (`-shm`) beside the name a database is opened by, so processes that open one file by two names use two
+/// logs for one database, which corrupts it ("How To Corrupt An SQLite Database File", 2.5), and a reader through the
+/// other name misses what the log holds. The process locks (`ProcessLock`) are per name too. A symbolic link is fine:
+/// SQLite and the locks resolve it.
+fn refuse_hard_links(path: &Path) -> Result<(), OpenError> {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::metadata(path) {
+        Ok(metadata) if metadata.nlink() > 1 => {
+            Err(OpenError::HardLinked { path: path.to_path_buf(), links: metadata.nlink() })
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Why SQLite could not open the ledger: a directory the user cannot write, where WAL mode needs the `-shm`
