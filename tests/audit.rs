@@ -575,6 +575,12 @@ fn why_takes_the_policy_of_the_decisions_metric() {
     let expected =
         "Policy: quota version 1, the plan default (tenant *), TENANT scope: at most 100 requests per MONTH window";
     assert!(words.contains(expected), "{expected:?} missing from:\n{words}");
+    // The tenant's timeline says whose copy too (until 2026-12-03 it named `quota v1` alone, as org-1's own might be).
+    let range = ["--from", "2026-11-10T00:00:00Z", "--to", "2026-11-11T00:00:00Z"];
+    let timeline = test.run(&[&["audit", "tenant", "org-1"][..], &range, &["--json"]].concat()).success().json();
+    assert_eq!(timeline["decisions"][0]["policy_owner"], "*", "{timeline}");
+    let words = test.run(&[&["audit", "tenant", "org-1"][..], &range].concat()).success().stdout_text();
+    assert!(words.contains("quota v1 (plan default)"), "{words}");
 }
 
 /// Usage of org-1's `requests` recorded for `request_id`.
@@ -650,6 +656,9 @@ fn why_shows_the_copy_of_a_republished_version_that_reconcile_applies() {
         "{why}"
     );
     assert_eq!(why["effective_limit"], 20);
+    let range = ["--from", "2026-11-10T00:00:00Z", "--to", "2026-11-11T00:00:00Z", "--json"];
+    let timeline = test.run(&[&["audit", "tenant", "org-1"][..], &range].concat()).success().json();
+    assert_eq!(timeline["decisions"][0]["policy_owner"], "org-1", "{timeline}");
     let words = test.run(&["audit", "why", "req-1"]).success().stdout_text();
     for expected in
         ["at most 20 requests per MONTH window", "This version was published 2 times; shown is ledger entry 2"]

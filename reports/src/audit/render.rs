@@ -366,10 +366,13 @@ pub fn timeline(t: &Timeline) -> String {
                     d.amount.to_string(),
                     d.outcome.clone(),
                     d.reason.clone(),
-                    match (&d.policy_id, d.policy_version) {
-                        (Some(id), Some(version)) => format!("{id} v{version}"),
-                        (Some(id), None) => id.clone(),
-                        (None, _) => String::new(),
+                    match (&d.policy_id, d.policy_version, d.policy_owner.as_deref()) {
+                        (Some(id), Some(version), Some(reconcile::policy::PLAN_DEFAULT_TENANT)) => {
+                            format!("{id} v{version} (plan default)")
+                        }
+                        (Some(id), Some(version), _) => format!("{id} v{version}"),
+                        (Some(id), None, _) => id.clone(),
+                        (None, _, _) => String::new(),
                     },
                 ]
             })

@@ -65,6 +65,9 @@ pub struct DecisionLine {
     pub reason: String,
     pub policy_id: Option<String>,
     pub policy_version: Option<i64>,
+    /// Whose copy of the policy the decision was made under: the tenant's own (its name) or the plan default (`*`),
+    /// as `audit why` tells it; `None` without a policy, or when the ledger holds no such version.
+    pub policy_owner: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -196,7 +199,7 @@ fn read_timeline(
         from,
         to,
         watermark: session.watermark(),
-        decisions: decisions(session, range.clone())?,
+        decisions: decisions(session, tenant, range.clone())?,
         consumption,
         reservations,
         adjustments: adjustments.in_range(from, to),
@@ -227,14 +230,18 @@ fn reservation_line(
     }
 }
 
+/// The tenant's decisions in the range, each with the owner of the policy copy it was made under (the versions of
+/// each policy_id read once).
 fn decisions(
     session: &LedgerSession,
+    tenant: &str,
     range: Vec<datafusion::common::ScalarValue>,
 ) -> Result<Vec<DecisionLine>, ReportError> {
     let mut lines = Vec::new();
+    let mut versions: HashMap<(String, String), Vec<schemas::PolicyEvent>> = HashMap::new();
     for f in frames(session, DECISIONS, range)? {
         for r in 0..f.rows() {
-            lines.push(DecisionLine {
+            let mut line = DecisionLine {
                 seq: f.i64("seq", r) as u64,
                 occurred_at: f.time("occurred_at", r),
                 request_id: f.str("request_id", r),
@@ -245,7 +252,28 @@ fn decisions(
                 reason: f.str("reason", r),
                 policy_id: f.opt_str("policy_id", r),
                 policy_version: f.opt_i64("policy_version", r),
-            });
+                policy_owner: None,
+            };
+            if let Some(policy_id) = &line.policy_id {
+                let key = (policy_id.clone(), line.metric.clone());
+                let versions = match versions.entry(key) {
+                    std::collections::hash_map::Entry::Occupied(known) => known.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(new) => {
+                        new.insert(super::why::policy_versions(session, policy_id, &line.metric, tenant)?.0)
+                    }
+                };
+                let named = super::why::Named {
+                    tenant,
+                    metric: &line.metric,
+                    occurred_at: line.occurred_at,
+                    version: line.policy_version,
+                    window_start: f.opt_time("window_start", r),
+                    window_end: f.opt_time("window_end", r),
+                };
+                line.policy_owner =
+                    super::why::copy_applied(versions, &named).map(|i| versions[i].header.tenant.clone());
+            }
+            lines.push(line);
         }
     }
     Ok(lines)

@@ -242,9 +242,38 @@ impl Decision {
     }
 }
 
-fn policy(session: &LedgerSession, decision: &Decision) -> Result<Option<PolicyFacts>, ReportError> {
-    let (Some(policy_id), Some(_)) = (&decision.policy_id, decision.policy_version) else { return Ok(None) };
-    let params = vec![text(policy_id), text(&decision.metric), text(&decision.tenant)];
+/// What a decision names of its policy: enough to tell which copy of it applied.
+pub(super) struct Named<'a> {
+    pub tenant: &'a str,
+    pub metric: &'a str,
+    pub occurred_at: Timestamp,
+    pub version: Option<i64>,
+    pub window_start: Option<Timestamp>,
+    pub window_end: Option<Timestamp>,
+}
+
+impl Decision {
+    fn named(&self) -> Named<'_> {
+        Named {
+            tenant: &self.tenant,
+            metric: &self.metric,
+            occurred_at: self.occurred_at,
+            version: self.policy_version,
+            window_start: self.window_start,
+            window_end: self.window_end,
+        }
+    }
+}
+
+/// Every version of `policy_id` for a tenant's metric, its own and the plan's, in ledger order, with their sequence
+/// numbers.
+pub(super) fn policy_versions(
+    session: &LedgerSession,
+    policy_id: &str,
+    metric: &str,
+    tenant: &str,
+) -> Result<(Vec<PolicyEvent>, Vec<u64>), ReportError> {
+    let params = vec![text(policy_id), text(metric), text(tenant)];
     let mut seqs: Vec<u64> = Vec::new();
     let mut versions: Vec<PolicyEvent> = Vec::new();
     for f in frames(session, POLICY_VERSIONS, params)? {
@@ -254,7 +283,13 @@ fn policy(session: &LedgerSession, decision: &Decision) -> Result<Option<PolicyF
             seqs.push(seq);
         }
     }
-    let Some(index) = copy_applied(&versions, decision) else { return Ok(None) };
+    Ok((versions, seqs))
+}
+
+fn policy(session: &LedgerSession, decision: &Decision) -> Result<Option<PolicyFacts>, ReportError> {
+    let (Some(policy_id), Some(_)) = (&decision.policy_id, decision.policy_version) else { return Ok(None) };
+    let (versions, seqs) = policy_versions(session, policy_id, &decision.metric, &decision.tenant)?;
+    let Some(index) = copy_applied(&versions, &decision.named()) else { return Ok(None) };
     let chosen = &versions[index];
     let copies = versions.iter().filter(|p| p.header.tenant == chosen.header.tenant && p.version == chosen.version);
     Ok(Some(PolicyFacts {
@@ -281,10 +316,10 @@ fn policy(session: &LedgerSession, decision: &Decision) -> Result<Option<PolicyF
 /// among the copies of v1 alone, and named the tenant's own 1,000 for a denial under the plan's 60). A version not in
 /// force at the decision (an enforcement point ahead of or behind the ledger) is answered by the same rule among its
 /// own copies, at the decision and else at their latest `effective_from`, where every copy is.
-fn copy_applied(versions: &[PolicyEvent], decision: &Decision) -> Option<usize> {
-    let decided = |p: &PolicyEvent| Some(i64::from(p.version)) == decision.policy_version;
+pub(super) fn copy_applied(versions: &[PolicyEvent], decision: &Named<'_>) -> Option<usize> {
+    let decided = |p: &PolicyEvent| Some(i64::from(p.version)) == decision.version;
     let position = |among: &[PolicyEvent], p: &PolicyEvent| among.iter().position(|q| std::ptr::eq(q, p));
-    let in_force = reconcile::policy::applicable(versions, &decision.tenant, &decision.metric, decision.occurred_at);
+    let in_force = reconcile::policy::applicable(versions, decision.tenant, decision.metric, decision.occurred_at);
     let named = (decision.window_start, decision.window_end);
     let mut candidates = in_force.iter().filter(|a| decided(a.policy));
     let chosen =
@@ -295,7 +330,7 @@ fn copy_applied(versions: &[PolicyEvent], decision: &Decision) -> Option<usize> 
     let indices: Vec<usize> = (0..versions.len()).filter(|i| decided(&versions[*i])).collect();
     let copies: Vec<PolicyEvent> = indices.iter().map(|i| versions[*i].clone()).collect();
     let applied = |at: Timestamp| {
-        let found = reconcile::policy::applicable(&copies, &decision.tenant, &decision.metric, at);
+        let found = reconcile::policy::applicable(&copies, decision.tenant, decision.metric, at);
         found.first().and_then(|a| position(&copies, a.policy))
     };
     let latest = copies.iter().map(|p| p.effective_from).max()?;
@@ -530,7 +565,7 @@ mod tests {
     }
 
     fn limit_applied(versions: &[PolicyEvent], occurred_at: &str) -> Option<i64> {
-        copy_applied(versions, &decided_at(occurred_at)).map(|i| versions[i].limit)
+        copy_applied(versions, &decided_at(occurred_at).named()).map(|i| versions[i].limit)
     }
 
     // SPEC 5 "Policy in force", as reconcile::policy picks it among the copies of one version: the latest
