@@ -306,6 +306,31 @@ fn a_closed_period_reexports_byte_for_byte_and_late_usage_moves_to_the_next_clos
     test.assert_verifies();
 }
 
+// Review of 2026-12-03 (finance, an independent oracle of SPEC 5): a close carries the late usage recorded before it
+// whether or not a reconcile ran since it arrived (until then it waited for the close after the next reconcile), and
+// an open month's export shows the late adjustments not carried yet only if it is the month that will carry them.
+#[test]
+fn a_close_carries_late_usage_no_reconcile_has_seen_and_only_its_preview_shows_them() {
+    let test = TestLedger::new();
+    ingest_events(&test, "policies.avro", &[soft_monthly("org-1", 100)]);
+    ingest_events(&test, "september.avro", &[tokens("s-1", "2026-09-03T00:00:00Z", "org-1", 80)]);
+    export(&test, "2026-09", "csv", &["--final"]);
+    ingest_events(&test, "late-1.avro", &[tokens("s-late-1", "2026-09-29T00:00:00Z", "org-1", 7)]);
+    test.run(&["reconcile", "--as-of", "2026-10-01T00:00:00Z"]).expect_code(1);
+    let late_adjustments = |lines: &[String]| lines[1].split(',').nth(11).unwrap().to_string();
+    let preview = |period: &str| late_adjustments(&csv_lines(&export(&test, period, "csv", &[])));
+    assert_eq!(preview("2026-10"), "7", "the next month to close carries it");
+    assert_eq!(preview("2026-11"), "0", "a later month will not");
+    ingest_events(&test, "late-2.avro", &[tokens("s-late-2", "2026-09-30T00:00:00Z", "org-1", 300)]);
+    let october = csv_lines(&export(&test, "2026-10", "csv", &["--final"]));
+    assert_eq!(late_adjustments(&october), "307", "no reconcile saw the 300, the close recorded it: {october:?}");
+    let rerun = test.run(&["reconcile", "--as-of", "2026-11-01T00:00:00Z", "--json"]).expect_code(0).json();
+    assert_eq!(rerun["adjustments_written"], 0, "the close's LATE_USAGE is reconcile's own: {rerun}");
+    assert_eq!(csv_lines(&export(&test, "2026-10", "csv", &[])), october);
+    assert_eq!(preview("2026-11"), "0", "carried once");
+    test.assert_verifies();
+}
+
 fn reservation(
     event_id: &str,
     tenant: &str,

@@ -10,9 +10,10 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
-use ledger::{Ledger, Period};
+use ledger::{Ledger, Period, ProcessLock};
 use reports::billing::{self, UsageSource};
 use reports::export::{BillingExport, Format};
+use schemas::{AdjustmentKind, Timestamp};
 
 #[derive(Debug, Subcommand)]
 pub enum ExportCommand {
@@ -80,9 +81,10 @@ pub fn run(ledger_path: &Path, command: ExportCommand) -> anyhow::Result<ExitCod
 /// `--final`: closes the period (or finds it closed) and answers its stored export.
 pub(crate) fn close(ledger: &mut Ledger, period: Period) -> anyhow::Result<(BillingExport, String)> {
     let path = ledger.path().to_path_buf();
-    // Most of the commit totals' catch-up before the close's own transaction, in short ones: the hook and ingest
-    // wait for the close meanwhile.
-    if ledger.period_export(period)?.is_none() {
+    if ledger.period_export(period)?.is_none() && period.end() <= Timestamp::now() {
+        record_late_usage(ledger)?;
+        // Most of the commit totals' catch-up before the close's own transaction, in short ones: the hook and ingest
+        // wait for the close meanwhile.
         reports::commit_totals::catch_up_in_steps(ledger.connection())?;
     }
     let closed = ledger
@@ -93,6 +95,24 @@ pub(crate) fn close(ledger: &mut Ledger, period: Period) -> anyhow::Result<(Bill
     let export = stored_or_recomputed(ledger, &closed)?;
     let note = format!("period {period} closed at watermark {} ({})", closed.close.watermark, closed.close.closed_at);
     Ok((export, note))
+}
+
+/// Records the late usage of the months closed before, as `reconcile` would (its LATE_USAGE adjustments only, the
+/// same concerns and ids): a close carries every late event recorded before it, whether or not a reconcile ran since
+/// it arrived (until 2026-12-03 only those a reconcile had recorded, and the rest waited for the next close). The
+/// reconcile lock keeps it from running beside a reconcile, whose plan it would make stale.
+fn record_late_usage(ledger: &mut Ledger) -> anyhow::Result<()> {
+    let _lock = ProcessLock::acquire(ledger.path(), "reconcile")
+        .context("--final records late usage as reconcile does, and a reconcile is running: close after it ends")?;
+    let plan = reconcile::plan(ledger, Timestamp::now(), &mut |_| {}).context("cannot judge late usage")?;
+    let late: Vec<_> = plan.adjustments.into_iter().filter(|a| a.kind == AdjustmentKind::LATE_USAGE).collect();
+    if late.is_empty() {
+        return Ok(());
+    }
+    let recorded = late.len();
+    reconcile::apply(ledger, &reconcile::Plan { adjustments: late, ..plan }).context("cannot record late usage")?;
+    eprintln!("late usage of closed periods: {recorded} LATE_USAGE adjustments recorded for this close to carry");
+    Ok(())
 }
 
 /// Without `--final`: the stored export of a closed period, else the open period at the current watermark.
