@@ -480,8 +480,39 @@ fn closes_go_in_order_and_only_with_a_writable_out() {
     export(&test, "2026-09", "csv", &["--final"]);
     let skipping = test.run(&["export", "billing", "--period", "2026-11", "--format", "csv", "--final"]).expect_code(2);
     assert!(skipping.stderr.contains("cannot be closed before 2026-10"), "{}", skipping.stderr);
-    let earlier = test.run(&["export", "billing", "--period", "2026-08", "--format", "csv", "--final"]).expect_code(2);
-    assert!(earlier.stderr.contains("2026-09 is closed already"), "{}", earlier.stderr);
+    // An earlier month was closed with the first close: --final answers its export, and closes nothing more.
+    let earlier = test.run(&["export", "billing", "--period", "2026-08", "--format", "csv", "--final"]).success();
+    assert!(earlier.stderr.contains("with the ledger's first close"), "{}", earlier.stderr);
     assert_eq!(closes().stdout_text(), "period\n2026-09\n");
-    export(&test, "2026-08", "csv", &[]);
+    assert_eq!(export(&test, "2026-08", "csv", &[]), earlier.stdout);
+}
+
+// Review of 2026-12-03 (finance): the first close of a ledger may be any month that is over, and months close in
+// order, so a month before the first close could never close: its late usage was never billed anywhere. The first
+// close closes every month before it too: their exports are computed at its watermark, and their late usage is
+// carried into the next close like any closed month's.
+#[test]
+fn months_before_the_first_close_are_closed_with_it_and_their_late_usage_is_carried() {
+    let test = TestLedger::new();
+    ingest_events(&test, "policies.avro", &[soft_monthly("org-1", 100)]);
+    ingest_events(
+        &test,
+        "usage.avro",
+        &[tokens("a-1", "2026-08-10T00:00:00Z", "org-1", 40), tokens("s-1", "2026-09-03T00:00:00Z", "org-1", 80)],
+    );
+    let watermark = count(&test.status(), "watermark");
+    export(&test, "2026-09", "csv", &["--final"]);
+    let august = export(&test, "2026-08", "csv", &[]);
+    assert_eq!(
+        csv_lines(&august)[1..],
+        [format!("org-1,tokens,2026-08,40,org-1-tokens,1,100,0,100,0,,0,{watermark}")],
+        "computed at the first close's watermark"
+    );
+    ingest_events(&test, "late.avro", &[tokens("a-late", "2026-08-20T00:00:00Z", "org-1", 1_000)]);
+    assert_eq!(export(&test, "2026-08", "csv", &["--final"]), august, "closed: the late 1,000 does not change it");
+    let reconciled = test.run(&["reconcile", "--as-of", "2026-10-01T00:00:00Z", "--json"]).expect_code(1).json();
+    assert_eq!(reconciled["adjustments_by_kind"]["LATE_USAGE"], 1, "{reconciled}");
+    let october = csv_lines(&export(&test, "2026-10", "csv", &["--final"]));
+    assert_eq!(october[1].split(',').nth(11), Some("1000"), "carried into the next close: {october:?}");
+    test.assert_verifies();
 }

@@ -63,7 +63,7 @@ pub use lock::{LockError, ProcessLock};
 pub use log_sync::LogSync;
 pub use outbox::{OutboxEntry, OutboxStatus};
 pub use period_exports::{CloseSnapshot, PeriodExport, PeriodExportRow};
-pub use periods::{Period, PeriodClose, PeriodParseError};
+pub use periods::{Period, PeriodClose, PeriodParseError, covering_close};
 pub use replay::{REPLAYED_PER_TRANSACTION, ReplayReport, StillQuarantined};
 pub use status::{QuarantinedMessage, Status};
 pub use verify::{BadEntry, VerifyReport};

@@ -6,7 +6,7 @@ use schemas::Timestamp;
 use serde::Serialize;
 
 use crate::error::{CloseError, ReadError};
-use crate::periods::{latest_close, read_close};
+use crate::periods::{latest_close, read_close, read_covering_close};
 use crate::status::read_totals;
 use crate::{Ledger, Period, PeriodClose, now_micros};
 
@@ -54,7 +54,8 @@ impl Ledger {
         compute: impl FnOnce(&Connection, CloseSnapshot) -> ComputeResult,
     ) -> Result<PeriodExport, CloseError> {
         let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        if let Some(close) = read_close(&tx, period)? {
+        // Closed already, or before the first close and closed with it (no rows stored: computed at its watermark).
+        if let Some(close) = read_covering_close(&tx, period)? {
             let rows = read_rows(&tx, period)?;
             return Ok(PeriodExport { close, rows });
         }
@@ -97,10 +98,11 @@ impl Ledger {
     }
 
     /// The stored export of a closed period; `None` when the period is open. A period closed without an export
-    /// (`close_period`) answers `Some` with no rows.
+    /// (`close_period`), or before the ledger's first close and closed with it ([`crate::covering_close`]), answers
+    /// `Some` with no rows.
     pub fn period_export(&self, period: Period) -> Result<Option<PeriodExport>, ReadError> {
         let tx = self.conn.unchecked_transaction()?;
-        let Some(close) = read_close(&tx, period)? else { return Ok(None) };
+        let Some(close) = read_covering_close(&tx, period)? else { return Ok(None) };
         let rows = read_rows(&tx, period)?;
         tx.finish()?;
         Ok(Some(PeriodExport { close, rows }))
@@ -210,8 +212,9 @@ mod tests {
         assert!(refused.unwrap_err().to_string().contains("append-only"));
     }
 
-    // Proves billing periods close in order, one after another: an earlier month after a later one would carry
-    // the later month's late usage, and a skipped month could never close.
+    // Proves billing periods close in order, one after another: a skipped month could never close, and a month
+    // before the first close was closed with it (an earlier month closed after a later one would carry the later
+    // month's late usage).
     #[test]
     fn periods_close_one_after_another() {
         let dir = tempfile::tempdir().unwrap();
@@ -219,10 +222,11 @@ mod tests {
         let close = |ledger: &mut Ledger, period: &str| {
             ledger.close_period_with_export(period.parse().unwrap(), |_, _| Ok(vec![row("org-1", 1)]))
         };
-        close(&mut ledger, "2026-08").unwrap();
-        let earlier = close(&mut ledger, "2026-07").unwrap_err();
-        assert!(matches!(earlier, CloseError::AfterLater { .. }), "{earlier}");
-        assert!(earlier.to_string().contains("2026-08 is closed already"), "{earlier}");
+        let first = close(&mut ledger, "2026-08").unwrap();
+        let earlier = close(&mut ledger, "2026-07").unwrap();
+        assert_eq!(earlier.close, PeriodClose { period: "2026-07".parse().unwrap(), ..first.close.clone() });
+        assert!(earlier.rows.is_empty(), "closed with the first close, with no export of its own stored");
+        assert_eq!(ledger.period_export("2026-07".parse().unwrap()).unwrap(), Some(earlier));
         let skipping = close(&mut ledger, "2026-10").unwrap_err();
         assert!(matches!(skipping, CloseError::Skips { .. }), "{skipping}");
         assert!(skipping.to_string().contains("cannot be closed before 2026-09"), "{skipping}");

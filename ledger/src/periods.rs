@@ -100,6 +100,18 @@ pub struct PeriodClose {
     pub closed_at: Timestamp,
 }
 
+/// The close `period` is judged by, among `closes`: its own, or, for a month before the earliest month closed, that
+/// close's watermark and time. The ledger's first close closes every month before it too (choice where the SPEC is
+/// silent): closes go in order, so those months can never close on their own, and their late usage would otherwise
+/// never be billed; closed with the first, it is carried into the next close like any closed month's.
+pub fn covering_close(closes: &[PeriodClose], period: Period) -> Option<PeriodClose> {
+    if let Some(own) = closes.iter().find(|c| c.period == period) {
+        return Some(own.clone());
+    }
+    let first = closes.iter().min_by_key(|c| c.period)?;
+    (period < first.period).then(|| PeriodClose { period, ..first.clone() })
+}
+
 impl Ledger {
     /// Closes `period` at the current watermark, or answers the close already recorded (closing twice is a
     /// no-op: the first close stands).
@@ -146,6 +158,20 @@ pub(crate) fn read_close(conn: &rusqlite::Connection, period: Period) -> rusqlit
 }
 
 /// The close of the latest period closed, if any.
+/// The close `period` is judged by ([`covering_close`]), read from the ledger.
+pub(crate) fn read_covering_close(
+    conn: &rusqlite::Connection,
+    period: Period,
+) -> rusqlite::Result<Option<PeriodClose>> {
+    if let Some(own) = read_close(conn, period)? {
+        return Ok(Some(own));
+    }
+    let earliest = conn
+        .query_row("SELECT period, watermark, closed_at FROM period_closes ORDER BY period LIMIT 1", [], close_from_row)
+        .optional()?;
+    Ok(earliest.and_then(|first| covering_close(&[first], period)))
+}
+
 pub(crate) fn latest_close(conn: &rusqlite::Connection) -> rusqlite::Result<Option<PeriodClose>> {
     conn.query_row(
         "SELECT period, watermark, closed_at FROM period_closes ORDER BY period DESC LIMIT 1",

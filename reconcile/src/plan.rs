@@ -100,7 +100,7 @@ struct WindowKey {
 struct LateKey {
     tenant: u32,
     metric: u32,
-    close: usize,
+    period: Period,
 }
 
 /// A closed period's consumption for a tenant and metric: now, at its close, and the events that differ
@@ -307,17 +307,13 @@ impl<'p> Run<'p> {
         }
     }
 
-    /// The close of the period containing `t`, when that period is closed.
-    fn close_of(&self, t: Timestamp) -> Option<&PeriodClose> {
-        self.close_index(t).map(|i| &self.closes[i])
-    }
-
-    fn close_index(&self, t: Timestamp) -> Option<usize> {
+    /// The close of the period containing `t`, when that period is closed: by its own close, or, before the
+    /// ledger's first close, with it (`ledger::covering_close`).
+    fn close_of(&self, t: Timestamp) -> Option<PeriodClose> {
         if self.closes.is_empty() {
             return None;
         }
-        let period = Period::containing(t);
-        self.closes.iter().position(|c| c.period == period)
+        ledger::covering_close(&self.closes, Period::containing(t))
     }
 
     fn judge_conflicts(&mut self, conn: &rusqlite::Connection) -> Result<(), ReconcileError> {
@@ -346,8 +342,7 @@ impl<'p> Run<'p> {
             if events % PROGRESS_EVERY_ROWS == 0 {
                 progress(Progress::Usage { events });
             }
-            let close = self.close_index(row.occurred_at);
-            let counted_at_close = close.is_some_and(|c| row.seq <= self.closes[c].watermark);
+            let counted_at_close = self.close_of(row.occurred_at).is_some_and(|c| row.seq <= c.watermark);
             let c = self.consumption_of_usage(&row, counted_at_close);
             self.add(&c, &mut keys);
         })?;
@@ -366,8 +361,8 @@ impl<'p> Run<'p> {
                 entry.0 = entry.0.checked_add(c.quantity).expect("consumption fits in i64");
             }
         }
-        if let Some(close) = self.close_index(c.occurred_at).filter(|i| self.closes[*i].period.end() <= self.as_of) {
-            let key = LateKey { tenant: c.tenant, metric: c.metric, close };
+        if let Some(close) = self.close_of(c.occurred_at).filter(|close| close.period.end() <= self.as_of) {
+            let key = LateKey { tenant: c.tenant, metric: c.metric, period: close.period };
             let late = self.late.entry(key).or_default();
             if c.counted_now {
                 late.0 += c.quantity;
@@ -499,7 +494,7 @@ impl<'p> Run<'p> {
         for key in keys {
             let (now, at_close, mut late) = self.late.remove(&key).expect("a key of the map");
             late.sort();
-            let period = self.closes[key.close].period;
+            let period = key.period;
             let amount = now - at_close;
             let (tenant, metric) = (self.names.name(key.tenant).to_string(), self.names.name(key.metric).to_string());
             let concern = Concern::LateUsage {

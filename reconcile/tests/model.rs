@@ -778,7 +778,18 @@ impl Model {
 
     fn judge_late_usage(&self, as_of: Timestamp, truths: &mut Truths) {
         let now = self.items(u64::MAX);
-        for &(start, end, watermark) in self.closes.iter().filter(|c| c.1 <= as_of) {
+        // Months before the first month closed are closed with it (`ledger::covering_close`), at its watermark.
+        let mut closes = self.closes.clone();
+        if let Some(&(first, _, watermark)) = self.closes.iter().min_by_key(|c| c.0) {
+            let months: BTreeSet<(Timestamp, Timestamp)> = now
+                .iter()
+                .chain(self.items(watermark).iter())
+                .map(|i| window_bounds(Window::MONTH, i.at))
+                .filter(|(start, _)| *start < first)
+                .collect();
+            closes.extend(months.into_iter().map(|(start, end)| (start, end, watermark)));
+        }
+        for &(start, end, watermark) in closes.iter().filter(|c| c.1 <= as_of) {
             let then = self.items(watermark);
             let mut late: BTreeMap<(String, String), LateSum> = BTreeMap::new();
             let in_period = |i: &&Item| start <= i.at && i.at < end;

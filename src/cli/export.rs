@@ -93,7 +93,12 @@ pub(crate) fn close(ledger: &mut Ledger, period: Period) -> anyhow::Result<(Bill
         })
         .with_context(|| format!("cannot close period {period}"))?;
     let export = stored_or_recomputed(ledger, &closed)?;
-    let note = format!("period {period} closed at watermark {} ({})", closed.close.watermark, closed.close.closed_at);
+    let note = format!(
+        "period {period} closed at watermark {} ({}){}",
+        closed.close.watermark,
+        closed.close.closed_at,
+        with_first_close(ledger, period)?
+    );
     Ok((export, note))
 }
 
@@ -119,12 +124,24 @@ fn record_late_usage(ledger: &mut Ledger) -> anyhow::Result<()> {
 pub(crate) fn current(ledger: &Ledger, period: Period) -> anyhow::Result<(BillingExport, String)> {
     if let Some(closed) = ledger.period_export(period)? {
         let export = stored_or_recomputed(ledger, &closed)?;
-        let note = format!("period {period} is closed (watermark {}): its final export", closed.close.watermark);
+        let note = format!(
+            "period {period} is closed (watermark {}){}: its final export",
+            closed.close.watermark,
+            with_first_close(ledger, period)?
+        );
         return Ok((export, note));
     }
     let (snapshot, rows) = billing::compute_open(ledger, period)?;
     let note = format!("period {period} is open: computed at watermark {}, not final", snapshot.watermark);
     Ok((BillingExport { period, watermark: snapshot.watermark, rows }, note))
+}
+
+/// Said of a month closed with the ledger's first close ([`ledger::covering_close`]), which has no close of its own.
+fn with_first_close(ledger: &Ledger, period: Period) -> anyhow::Result<&'static str> {
+    Ok(match ledger.period_close(period)? {
+        Some(_) => "",
+        None => ", with the ledger's first close, which closed every month before it",
+    })
 }
 
 /// A closed period's stored rows; a period closed without stored rows is recomputed at its close's watermark.
