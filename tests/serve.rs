@@ -161,6 +161,42 @@ fn sixty_four_clients_never_get_more_than_fits() {
     assert_eq!(sql_i64(&test, "SELECT COUNT(*) FROM decision_events"), answers.len() as i64, "one decision each");
 }
 
+// An on-call engineer's view of a ledger that refuses writes (a full disk; here a trigger another connection adds):
+// checks answer 500 with the cause and /healthz says recording fails; once the ledger takes writes again the next
+// check is recorded, /healthz says ok and counts the failed groups, and the failed requests consumed nothing.
+#[test]
+fn a_ledger_that_refuses_writes_is_named_in_answers_and_healthz_until_it_takes_them_again() {
+    let test = ledger_with(hard_policy(100, Window::DAY));
+    let server = Server::start(&test, &[]);
+    assert_eq!(server.health()["hook"]["recording"], "ok");
+    let other = rusqlite::Connection::open(&test.path).unwrap();
+    other
+        .execute_batch(
+            "CREATE TRIGGER full BEFORE INSERT ON entries BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END",
+        )
+        .unwrap();
+    for key in ["f-1", "f-2"] {
+        let (status, _, body) = server.check(key, 60);
+        assert_eq!(status, 500, "{body}");
+        assert!(body["message"].as_str().unwrap().contains("database or disk is full"), "{body}");
+    }
+    let health = server.health();
+    assert_eq!(
+        (&health["status"], &health["hook"]["recording"], &health["hook"]["failed_groups"]),
+        (&json!("ok"), &json!("failing"), &json!(2)),
+        "{health}"
+    );
+    assert!(
+        health["hook"]["last_failure"]["message"].as_str().unwrap().contains("database or disk is full"),
+        "{health}"
+    );
+    other.execute_batch("DROP TRIGGER full").unwrap();
+    let (status, _, body) = server.check("f-1", 60);
+    assert_eq!((status, &body["remaining"]), (200, &json!(40)), "the failed 60s took nothing: {body}");
+    let health = server.health();
+    assert_eq!((&health["hook"]["recording"], &health["hook"]["failed_groups"]), (&json!("ok"), &json!(2)), "{health}");
+}
+
 // SPEC 6-7: a denial is 429 with Retry-After and RateLimit-* headers and the JSON body of SPEC 6; an allowed answer carries the same fields with code OK.
 #[test]
 fn denials_carry_the_headers_and_body_of_the_spec() {

@@ -24,6 +24,7 @@ pub mod api;
 pub mod buckets;
 pub mod decide;
 pub mod error;
+pub mod health;
 pub mod ids;
 pub mod state;
 pub mod sync;
@@ -143,6 +144,7 @@ pub struct Hook {
     waiting: Arc<AtomicUsize>,
     limit: usize,
     poll: Duration,
+    health: Arc<health::Health>,
 }
 
 /// How long [`Hook::start`] waits for the hook lock held by this very process: a hook whose last handle was just
@@ -157,7 +159,8 @@ impl Hook {
     pub fn start(ledger_path: impl AsRef<Path>, settings: HookSettings) -> Result<Hook, StartError> {
         let ledger = Ledger::open(ledger_path.as_ref())?;
         let lock = acquire_lock(ledger_path.as_ref())?;
-        let writer = Writer::new(ledger, settings)?;
+        let health = Arc::new(health::Health::default());
+        let writer = Writer::new(ledger, settings, Arc::clone(&health))?;
         let (queue, receiver) = std::sync::mpsc::sync_channel(settings.queue_max_requests);
         let queued = Arc::new(AtomicUsize::new(0));
         let counter = Arc::clone(&queued);
@@ -171,7 +174,13 @@ impl Hook {
             waiting: Arc::new(AtomicUsize::new(0)),
             limit: settings.queue_max_requests,
             poll: Duration::from_micros(settings.poll_us),
+            health,
         })
+    }
+
+    /// Whether recording fails now, how many groups failed, and the last failure (for `/healthz`).
+    pub fn health(&self) -> health::HealthReport {
+        self.health.report()
     }
 
     fn enqueue(&self, work: Work, wait: bool, caller_polls: bool) -> Result<(), HookError> {

@@ -152,12 +152,18 @@ pub struct Writer {
     /// Set when the state may differ from what the ledger holds (a fold of other writers' entries stopped halfway):
     /// the next group rebuilds it from the ledger before deciding anything, and fails while it cannot.
     rebuild: bool,
+    /// What `/healthz` says of the groups recorded and failed.
+    health: std::sync::Arc<crate::health::Health>,
     /// Checkpoints the ledger's log off this thread, so that no group waits for one (stopped with the writer).
     _checkpointer: ledger::Checkpointer,
 }
 
 impl Writer {
-    pub fn new(mut ledger: Ledger, settings: HookSettings) -> Result<Writer, crate::StartError> {
+    pub fn new(
+        mut ledger: Ledger,
+        settings: HookSettings,
+        health: std::sync::Arc<crate::health::Health>,
+    ) -> Result<Writer, crate::StartError> {
         ledger.keep_key_filter()?;
         let state = load(&ledger, (settings.clock)())?;
         let checkpointer = ledger.checkpoint_in_background()?;
@@ -179,6 +185,7 @@ impl Writer {
             settings,
             seen_version: None,
             rebuild: false,
+            health,
             _checkpointer: checkpointer,
         })
     }
@@ -225,19 +232,22 @@ impl Writer {
 
     /// Decides and records a group; `queued` counts the requests waiting behind it.
     fn process(&mut self, group: Vec<Work>, queued: &std::sync::atomic::AtomicUsize) {
+        let now = (self.settings.clock)();
         if let Some(failure) = self.syncer.as_ref().and_then(Syncer::failure) {
+            self.health.failed(failure, group.len(), now);
             return fail_all(group, || HookError::NotDurable(failure.to_string()));
         }
-        let now = (self.settings.clock)();
         if self.rebuild
             && let Err(error) = self.reload(now)
         {
             let message = failure(&error, "rebuilding the state from the ledger for", group.len());
+            self.health.failed(&message, group.len(), now);
             return fail_all(group, || HookError::Ledger(message.clone()));
         }
         if let Err(error) = self.catch_up_if_changed(now) {
             self.rebuild = true;
             let message = failure(&*error, "reading what other writers appended for", group.len());
+            self.health.failed(&message, group.len(), now);
             return fail_all(group, || HookError::Ledger(message.clone()));
         }
         self.taken.clear();
@@ -271,6 +281,7 @@ impl Writer {
             let batch = Batch { events: incoming, outbox: true, ..Batch::default() };
             match self.append(&batch) {
                 Ok(report) => {
+                    self.health.recorded();
                     if let Err(error) = self.follow(&batch.events, &report, now) {
                         // Recorded: the answers stand. The state is what may be wrong now.
                         eprintln!(
@@ -283,6 +294,7 @@ impl Writer {
                 }
                 Err(error) => {
                     let message = failure(&error, "recording", answers.len());
+                    self.health.failed(&message, answers.len(), now);
                     self.take_back(&batch.events, now);
                     answers = answers.into_iter().map(|a| a.failed(&message)).collect();
                 }

@@ -335,6 +335,10 @@ fn a_group_the_ledger_refuses_is_taken_back() {
     refused(hook.check(ask("k-2", 40)).map(|d| format!("{d:?}")));
     refused(reserve("r-2", 10).map(|d| format!("{d:?}")));
     refused(hook.commit(&held, 20).map(|c| format!("{c:?}")));
+    let failing = hook.health();
+    assert_eq!((failing.recording, failing.failed_groups), ("failing", 3), "{failing:?}");
+    let last = failing.last_failure.expect("the last failure");
+    assert!(last.message.contains("injected failure") && last.requests == 1, "{last:?}");
     other.execute_batch("DROP TRIGGER injected").unwrap();
 
     let retried = hook.check(ask("k-2", 40)).unwrap();
@@ -345,6 +349,8 @@ fn a_group_the_ledger_refuses_is_taken_back() {
     let denied = hook.check(ask("k-4", 1)).unwrap();
     assert!(!denied.allowed(), "30 + 40 + 20 committed + 10 = 100: {denied:?}");
     assert_eq!(usage_recorded(&dir), 80, "k-1, k-2 and k-3; the commit is a ReservationEvent");
+    let recovered = hook.health();
+    assert_eq!((recovered.recording, recovered.failed_groups), ("ok", 3), "{recovered:?}");
 }
 
 // One hook per ledger file: a second one, in this process or another, would decide against a state that misses the

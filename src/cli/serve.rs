@@ -281,11 +281,16 @@ fn too_large(e: &axum::Error) -> bool {
     false
 }
 
-/// `GET /healthz`: "ok" while the server answers; with `--brokers`, the outbox too ([`OutboxHealth`]).
+/// `GET /healthz`: "ok" while the server answers; the hook's recording ([`hook::health::HealthReport`]: `failing`
+/// while the ledger refuses its groups, a full disk, say); with `--brokers`, the outbox too ([`OutboxHealth`]).
+/// The status stays "ok" either way: a restart would not bring the disk back, and would cost a state rebuild.
 async fn healthz(State(app): State<Arc<App>>) -> Json<serde_json::Value> {
+    let hook = app.hook.health();
     Json(match &app.outbox {
-        Some(outbox) => serde_json::json!({"status": "ok", "outbox": *outbox.lock().expect("never poisoned")}),
-        None => serde_json::json!({"status": "ok"}),
+        Some(outbox) => {
+            serde_json::json!({"status": "ok", "hook": hook, "outbox": *outbox.lock().expect("never poisoned")})
+        }
+        None => serde_json::json!({"status": "ok", "hook": hook}),
     })
 }
 

@@ -1,0 +1,59 @@
+//! What the writer says of the groups it records, for `serve`'s `/healthz`: whether recording fails now (the
+//! last group that had anything to record failed), how many groups failed since the start, and the last failure.
+//! A full disk or a failing one answers every request with an error; stderr says each failure, and this says
+//! whether it still lasts.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use schemas::Timestamp;
+use serde::Serialize;
+
+/// Shared by the writer thread, which writes it, and the handles, which read it.
+#[derive(Debug, Default)]
+pub struct Health {
+    failing: AtomicBool,
+    failed_groups: AtomicU64,
+    last_failure: Mutex<Option<Failure>>,
+}
+
+/// A failed group: when, how many requests it answered with the error, and the error with its causes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Failure {
+    pub at: Timestamp,
+    pub requests: usize,
+    pub message: String,
+}
+
+/// [`Health`] as read at one moment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HealthReport {
+    /// `ok`, or `failing` while the last group with anything to record failed.
+    pub recording: &'static str,
+    pub failed_groups: u64,
+    pub last_failure: Option<Failure>,
+}
+
+impl Health {
+    /// A group was recorded.
+    pub(crate) fn recorded(&self) {
+        self.failing.store(false, Ordering::Relaxed);
+    }
+
+    /// A group of `requests` failed with `message`.
+    pub(crate) fn failed(&self, message: &str, requests: usize, at: Timestamp) {
+        *self.last_failure.lock().expect("never poisoned") =
+            Some(Failure { at, requests, message: message.to_string() });
+        self.failed_groups.fetch_add(1, Ordering::Relaxed);
+        self.failing.store(true, Ordering::Relaxed);
+    }
+
+    pub fn report(&self) -> HealthReport {
+        let last_failure = self.last_failure.lock().expect("never poisoned").clone();
+        HealthReport {
+            recording: if self.failing.load(Ordering::Relaxed) { "failing" } else { "ok" },
+            failed_groups: self.failed_groups.load(Ordering::Relaxed),
+            last_failure,
+        }
+    }
+}
