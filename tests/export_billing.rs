@@ -478,8 +478,12 @@ fn closes_go_in_order_and_only_with_a_writable_out() {
     let count = test.run(&["sql", "--format", "csv", "SELECT COUNT(*) AS closes FROM period_closes"]).success();
     assert_eq!(count.stdout_text(), "closes\n0\n", "nothing closed");
     export(&test, "2026-09", "csv", &["--final"]);
+    ingest_events(&test, "late.avro", &[tokens("s-late", "2026-09-20T00:00:00Z", "org-1", 50)]);
     let skipping = test.run(&["export", "billing", "--period", "2026-11", "--format", "csv", "--final"]).expect_code(2);
     assert!(skipping.stderr.contains("cannot be closed before 2026-10"), "{}", skipping.stderr);
+    // A refused close records nothing, not even the late usage a close records first (a review found it did).
+    let adjustments = test.run(&["sql", "--format", "csv", "SELECT COUNT(*) AS n FROM adjustment_events"]).success();
+    assert_eq!(adjustments.stdout_text(), "n\n0\n", "{}", skipping.stderr);
     // An earlier month was closed with the first close: --final answers its export, and closes nothing more.
     let earlier = test.run(&["export", "billing", "--period", "2026-08", "--format", "csv", "--final"]).success();
     assert!(earlier.stderr.contains("with the ledger's first close"), "{}", earlier.stderr);

@@ -59,20 +59,8 @@ impl Ledger {
             let rows = read_rows(&tx, period)?;
             return Ok(PeriodExport { close, rows });
         }
+        refuse_close(&tx, period)?;
         let now = Timestamp(now_micros());
-        if now < period.end() {
-            return Err(CloseError::NotOver { period, ends: period.end() });
-        }
-        // In order, one after another: each final export carries the late adjustments recorded since the close
-        // before it, which are the previous month's only when that close was of the previous month.
-        if let Some(last) = latest_close(&tx)?.map(|c| c.period) {
-            if period < last {
-                return Err(CloseError::AfterLater { period, last });
-            }
-            if period > last.next() {
-                return Err(CloseError::Skips { period, next: last.next(), last });
-            }
-        }
         let snapshot =
             CloseSnapshot { watermark: read_totals(&tx)?.watermark, carried_after: last_close_watermark(&tx)? };
         let rows = compute(&tx, snapshot).map_err(|source| CloseError::Export { period, source })?;
@@ -97,6 +85,13 @@ impl Ledger {
         Ok(PeriodExport { close, rows })
     }
 
+    /// Refuses a close of `period`, not closed yet, that `close_period_with_export` would refuse now (not over, or
+    /// out of order), before work that must not be done for a refused close. The close checks again in its own
+    /// transaction.
+    pub fn refuse_close(&self, period: Period) -> Result<(), CloseError> {
+        refuse_close(&self.conn, period)
+    }
+
     /// The stored export of a closed period; `None` when the period is open. A period closed without an export
     /// (`close_period`), or before the ledger's first close and closed with it ([`crate::covering_close`]), answers
     /// `Some` with no rows.
@@ -112,6 +107,24 @@ impl Ledger {
     pub fn open_snapshot(conn: &Connection) -> Result<CloseSnapshot, ReadError> {
         Ok(CloseSnapshot { watermark: read_totals(conn)?.watermark, carried_after: last_close_watermark(conn)? })
     }
+}
+
+/// A close of `period` refused: not over yet, or not the month after the last one closed. In order, one after
+/// another: each final export carries the late adjustments recorded since the close before it, which are the
+/// previous month's only when that close was of the previous month.
+fn refuse_close(conn: &Connection, period: Period) -> Result<(), CloseError> {
+    if Timestamp(now_micros()) < period.end() {
+        return Err(CloseError::NotOver { period, ends: period.end() });
+    }
+    if let Some(last) = latest_close(conn)?.map(|c| c.period) {
+        if period < last {
+            return Err(CloseError::AfterLater { period, last });
+        }
+        if period > last.next() {
+            return Err(CloseError::Skips { period, next: last.next(), last });
+        }
+    }
+    Ok(())
 }
 
 /// The watermark of the latest close, 0 when none: late adjustments recorded after it are not carried yet.

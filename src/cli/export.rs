@@ -13,7 +13,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use ledger::{Ledger, Period, ProcessLock};
 use reports::billing::{self, UsageSource};
 use reports::export::{BillingExport, Format};
-use schemas::{AdjustmentKind, Timestamp};
+use schemas::{AdjustmentEvent, AdjustmentKind, Timestamp};
 
 #[derive(Debug, Subcommand)]
 pub enum ExportCommand {
@@ -81,8 +81,10 @@ pub fn run(ledger_path: &Path, command: ExportCommand) -> anyhow::Result<ExitCod
 /// `--final`: closes the period (or finds it closed) and answers its stored export.
 pub(crate) fn close(ledger: &mut Ledger, period: Period) -> anyhow::Result<(BillingExport, String)> {
     let path = ledger.path().to_path_buf();
-    if ledger.period_export(period)?.is_none() && period.end() <= Timestamp::now() {
-        record_late_usage(ledger)?;
+    if ledger.period_export(period)?.is_none() {
+        // A close refused records nothing, the late usage included.
+        ledger.refuse_close(period).with_context(|| format!("cannot close period {period}"))?;
+        record_late_usage(ledger, period)?;
         // Most of the commit totals' catch-up before the close's own transaction, in short ones: the hook and ingest
         // wait for the close meanwhile.
         reports::commit_totals::catch_up_in_steps(ledger.connection())?;
@@ -106,16 +108,26 @@ pub(crate) fn close(ledger: &mut Ledger, period: Period) -> anyhow::Result<(Bill
 /// same concerns and ids): a close carries every late event recorded before it, whether or not a reconcile ran since
 /// it arrived (until 2026-12-03 only those a reconcile had recorded, and the rest waited for the next close). The
 /// reconcile lock keeps it from running beside a reconcile, whose plan it would make stale.
-fn record_late_usage(ledger: &mut Ledger) -> anyhow::Result<()> {
-    let _lock = ProcessLock::acquire(ledger.path(), "reconcile")
-        .context("--final records late usage as reconcile does, and a reconcile is running: close after it ends")?;
+fn record_late_usage(ledger: &mut Ledger, period: Period) -> anyhow::Result<()> {
+    let _lock = ProcessLock::acquire(ledger.path(), "reconcile").context(
+        "--final records late usage as reconcile does, under its lock, which another process holds (a reconcile, \
+             or another --final): close after it ends",
+    )?;
     let plan = reconcile::plan(ledger, Timestamp::now(), &mut |_| {}).context("cannot judge late usage")?;
-    let late: Vec<_> = plan.adjustments.into_iter().filter(|a| a.kind == AdjustmentKind::LATE_USAGE).collect();
+    // The run says it was the close's: `close-2026-10-reconcile-<as_of>-w<watermark>`.
+    let run_id = format!("close-{period}-{}", plan.run_id);
+    let late: Vec<_> = plan
+        .adjustments
+        .into_iter()
+        .filter(|a| a.kind == AdjustmentKind::LATE_USAGE)
+        .map(|a| AdjustmentEvent { run_id: run_id.clone(), ..a })
+        .collect();
     if late.is_empty() {
         return Ok(());
     }
     let recorded = late.len();
-    reconcile::apply(ledger, &reconcile::Plan { adjustments: late, ..plan }).context("cannot record late usage")?;
+    let plan = reconcile::Plan { run_id, adjustments: late, ..plan };
+    reconcile::apply(ledger, &plan).context("cannot record late usage")?;
     eprintln!("late usage of closed periods: {recorded} LATE_USAGE adjustments recorded for this close to carry");
     Ok(())
 }
@@ -161,7 +173,7 @@ fn check_writable(path: &Path) -> anyhow::Result<()> {
 
 /// Writes `bytes` to a temporary file beside `path`, then renames it: a reader never sees half an export. The file
 /// gets the mode `File::create` would give it (an existing file's, else 0666 less the umask), not tempfile's 0600
-/// that hid exports from the group reading them. Errors name `path`, never the temporary file's `.tmpXXXX`.
+/// that hid exports from the group reading them. Errors name `path`, never the temporary file.
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     let cannot = |why: String| anyhow::anyhow!("cannot write {}: {why}", path.display());
     let mut file = temporary_beside(path)?;
@@ -191,10 +203,13 @@ fn temporary_beside(path: &Path) -> anyhow::Result<tempfile::NamedTempFile> {
         Err(e) => return Err(cannot(format!("{}: {e}", dir.display()))),
     }
     let existing = std::fs::metadata(path).ok().map(|found| found.permissions());
+    // Named after the export, so that one a kill left behind says what it was (`.november.csv.partial-XXXXXX`).
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let file = tempfile::Builder::new()
+        .prefix(&format!(".{name}.partial-"))
         .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
         .tempfile_in(dir)
-        // tempfile's error names its `.tmpXXXX`: its kind alone says why.
+        // tempfile's error names its temporary file: its kind alone says why.
         .map_err(|e| {
             cannot(format!("cannot create a file in {}: {}", dir.display(), std::io::Error::from(e.kind())))
         })?;
