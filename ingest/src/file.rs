@@ -36,6 +36,8 @@ pub struct FileIngestReport {
     pub duplicates: u64,
     pub conflicts: u64,
     pub quarantined: u64,
+    /// Bad records the quarantine held already, from an earlier ingest of this file at the same place.
+    pub already_quarantined: u64,
     pub watermark: u64,
     /// The file could not be read past this record (its index; quarantined as `malformed_container`, without
     /// bytes: the damage has none of its own to keep), and why. The records after it, whether sound or not, were
@@ -57,7 +59,8 @@ impl FileIngestReport {
         self.duplicates += report.duplicates() as u64;
         self.conflicts += report.conflicts() as u64;
         self.quarantined += report.quarantined;
-        self.records += (report.outcomes.len() as u64) + report.quarantined;
+        self.already_quarantined += report.already_quarantined;
+        self.records += (report.outcomes.len() as u64) + report.quarantined + report.already_quarantined;
         self.watermark = report.watermark;
     }
 }

@@ -65,15 +65,17 @@ impl Ledger {
             outcomes.push(outcome);
         }
         drop(inserts);
+        let mut quarantined = 0;
         for rejected in &batch.rejected {
-            quarantine(&tx, rejected, recorded_at)?;
+            quarantined += u64::from(quarantine(&tx, rejected, recorded_at)?);
         }
         record_replays(&tx, &batch.replayed_from, &outcomes, recorded_at)?;
         crate::usage_totals::add(&tx, &batch.events, &outcomes)?;
         if batch.outbox {
             crate::outbox::enqueue(&tx, &outcomes)?;
         }
-        let report = AppendReport { outcomes, quarantined: batch.rejected.len() as u64, watermark: tip.seq };
+        let already_quarantined = batch.rejected.len() as u64 - quarantined;
+        let report = AppendReport { outcomes, quarantined, already_quarantined, watermark: tip.seq };
         dedup::merge_if_due(&tx, before.watermark, report.watermark)?;
         let after = before.after(&report);
         insert_batch_row(&tx, &after, recorded_at)?;
@@ -290,8 +292,19 @@ fn insert_duplicate(tx: &Transaction<'_>, of: u64, origin: &Origin, received_at:
     Ok(())
 }
 
-fn quarantine(tx: &Transaction<'_>, rejected: &Rejected, quarantined_at: i64) -> rusqlite::Result<()> {
+/// Quarantines a rejected message, unless the quarantine holds it already: the same bytes from the same place (a file
+/// ingested again). Answers whether it added a row.
+fn quarantine(tx: &Transaction<'_>, rejected: &Rejected, quarantined_at: i64) -> rusqlite::Result<bool> {
     let (origin, stream, partition, offset) = rejected.origin.columns();
+    let held = tx
+        .prepare_cached(
+            "SELECT 1 FROM quarantine WHERE origin_stream IS ?2 AND origin_offset IS ?4 AND origin = ?1
+               AND origin_partition IS ?3 AND raw = ?5",
+        )?
+        .exists(params![origin, stream, partition, offset, rejected.raw])?;
+    if held {
+        return Ok(false);
+    }
     tx.prepare_cached(
         "INSERT INTO quarantine (origin, origin_stream, origin_partition, origin_offset, raw, reason_code, reason,
              quarantined_at)
@@ -307,7 +320,7 @@ fn quarantine(tx: &Transaction<'_>, rejected: &Rejected, quarantined_at: i64) ->
         rejected.reason,
         quarantined_at
     ])?;
-    Ok(())
+    Ok(true)
 }
 
 fn record_replays(

@@ -110,7 +110,10 @@ pub enum AppendOutcome {
 pub struct AppendReport {
     /// One outcome per event, in batch order.
     pub outcomes: Vec<AppendOutcome>,
+    /// Rejected messages added to the quarantine.
     pub quarantined: u64,
+    /// Rejected messages the quarantine held already (the same bytes from the same place: a file ingested again).
+    pub already_quarantined: u64,
     /// The last ledger sequence number after the append.
     pub watermark: u64,
 }

@@ -86,7 +86,7 @@ fn run_file(ledger_path: &Path, file: &Path, args: &IngestArgs) -> anyhow::Resul
     } else {
         writeln!(
             super::stdout(),
-            "{}: {} {} records: {} recorded, {} duplicates, {} conflicting duplicates, {} quarantined; watermark {}",
+            "{}: {} {} records: {} recorded, {} duplicates, {} conflicting duplicates, {} quarantined{}; watermark {}",
             report.file,
             report.records,
             report.record_type,
@@ -94,6 +94,10 @@ fn run_file(ledger_path: &Path, file: &Path, args: &IngestArgs) -> anyhow::Resul
             report.duplicates,
             report.conflicts,
             report.quarantined,
+            match report.already_quarantined {
+                0 => String::new(),
+                n => format!(" ({n} more quarantined already, by an earlier ingest of this file)"),
+            },
             report.watermark
         )?;
     }
