@@ -910,18 +910,7 @@ fn load(ledger: &Ledger, now: Timestamp) -> Result<State, crate::StartError> {
 /// the callers see a 500): the error with every cause (until 2026-12-03 only the outermost, "ledger write failed,
 /// nothing appended", without "database is locked"), and when another process held the write lock too long, so.
 fn failure(error: &(dyn std::error::Error + 'static), doing: &str, requests: usize) -> String {
-    let mut message = String::new();
-    let mut cause = Some(error);
-    while let Some(error) = cause {
-        let text = error.to_string();
-        if !message.ends_with(&text) {
-            if !message.is_empty() {
-                message.push_str(": ");
-            }
-            message.push_str(&text);
-        }
-        cause = error.source();
-    }
+    let mut message = ledger::causes(error);
     if ledger::is_busy(error) {
         message.push_str(&format!(
             " (another process held the ledger's write lock for longer than the hook waits, {} busy timeouts of {} s: \

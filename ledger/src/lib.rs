@@ -87,6 +87,24 @@ pub fn is_busy(error: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// `error` and every error it was caused by, joined with ": ", each said once (a wrapper that repeats its cause's
+/// words at its end adds nothing): what the CLI prints and what the hook tells the callers of a failed group.
+pub fn causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = String::new();
+    let mut cause = Some(error);
+    while let Some(error) = cause {
+        let text = error.to_string();
+        if !line.ends_with(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+        cause = error.source();
+    }
+    line
+}
+
 /// SQLite's busy handler for every connection of the ledger: try again every millisecond, for [`BUSY_TIMEOUT_MS`]
 /// (each try sleeps at least a millisecond). SQLite's own `busy_timeout` backs off to 100 ms between tries, and a
 /// writer that commits in short steps (an export's catch-up, reconcile's adjustments) took the lock again within a

@@ -35,17 +35,7 @@ pub const EXIT_ERROR: u8 = 2;
 /// DataFusion's errors (and tempfile's) print their source and answer it from `source()` too, which made "query
 /// failed: Error during planning: table 'x' not found: Error during planning: table 'x' not found".
 pub fn error_line(error: &anyhow::Error) -> String {
-    let mut line = String::new();
-    for cause in error.chain() {
-        let text = cause.to_string();
-        if line.ends_with(&text) {
-            continue;
-        }
-        if !line.is_empty() {
-            line.push_str(": ");
-        }
-        line.push_str(&text);
-    }
+    let mut line = ledger::causes(error.as_ref());
     if error.chain().any(ledger::is_busy) {
         line.push_str(" (");
         line.push_str(ledger::BUSY_HINT);
