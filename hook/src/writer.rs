@@ -296,7 +296,15 @@ impl Writer {
                     let message = failure(&error, "recording", answers.len());
                     self.health.failed(&message, answers.len(), now);
                     self.take_back(&batch.events, now);
-                    answers = answers.into_iter().map(|a| a.failed(&message)).collect();
+                    let taken_back: std::collections::HashSet<&str> = batch
+                        .events
+                        .iter()
+                        .filter_map(|i| match &i.event {
+                            Event::Decision(d) => Some(d.header.event_id.as_str()),
+                            _ => None,
+                        })
+                        .collect();
+                    answers = answers.into_iter().map(|a| a.failed(&message, &taken_back)).collect();
                 }
             }
         }
@@ -606,8 +614,18 @@ impl Writer {
 }
 
 impl Answer {
-    fn failed(self, message: &str) -> Answer {
-        self.replaced(|| HookError::Ledger(message.to_string()))
+    /// Its group failed: an error in its place, unless it replays a decision recorded before the group (a replay
+    /// of one the group itself decided, now `taken_back`, fails with it). Until 2026-12-03 such a replay answered
+    /// 500, "nothing of it was recorded", of a decision that was.
+    fn failed(self, message: &str, taken_back: &std::collections::HashSet<&str>) -> Answer {
+        match self {
+            Answer::Decision(reply, Ok(decision))
+                if decision.replayed && !taken_back.contains(decision.decision_id.as_str()) =>
+            {
+                Answer::Decision(reply, Ok(decision))
+            }
+            other => other.replaced(|| HookError::Ledger(message.to_string())),
+        }
     }
 
     /// Its group was committed but no sync covered it.

@@ -353,6 +353,44 @@ fn a_group_the_ledger_refuses_is_taken_back() {
     assert_eq!((recovered.recording, recovered.failed_groups), ("ok", 3), "{recovered:?}");
 }
 
+// A replay of a decision recorded before is an answer of the ledger's, whatever the group it shares: when new requests
+// of its group make the ledger refuse the group, the replay still answers the recorded decision (a review saw it
+// answered 500, "nothing of it was recorded"). The restarted hook's writer waits for groups of eight, so the eight
+// calls share one.
+#[test]
+fn a_replay_in_a_refused_group_answers_the_recorded_decision() {
+    let (dir, hook) = hook_with(vec![policy("daily", 1_000, Window::DAY, Enforcement::HARD, None)]);
+    let first = hook.check(ask("k-1", 10)).unwrap();
+    drop(hook);
+    let settings = HookSettings { group_wait_us: 10_000_000, group_max_requests: 8, ..HookSettings::default() };
+    let hook = Hook::start(dir.path().join("ledger.db"), settings).unwrap();
+    let other = rusqlite::Connection::open(dir.path().join("ledger.db")).unwrap();
+    other
+        .execute_batch(
+            "CREATE TRIGGER injected BEFORE INSERT ON entries BEGIN SELECT RAISE(ABORT, 'injected failure'); END",
+        )
+        .unwrap();
+    let hook = Arc::new(hook);
+    let calls: Vec<_> = (0..8)
+        .map(|n| {
+            let hook = Arc::clone(&hook);
+            let key = if n % 2 == 0 { "k-1".to_string() } else { format!("new-{n}") };
+            std::thread::spawn(move || (key.clone(), hook.check(ask(&key, 10))))
+        })
+        .collect();
+    for call in calls {
+        match call.join().unwrap() {
+            (key, Ok(replay)) if key == "k-1" => {
+                assert!(replay.replayed && replay.decision_id == first.decision_id, "{replay:?}")
+            }
+            (key, Err(HookError::Ledger(_))) if key != "k-1" => {}
+            (key, answer) => panic!("{key}: {answer:?}"),
+        }
+    }
+    assert_eq!(hook.health().failed_groups, 1, "the eight calls shared one group");
+    other.execute_batch("DROP TRIGGER injected").unwrap();
+}
+
 // One hook per ledger file: a second one, in this process or another, would decide against a state that misses the
 // first one's decisions. It is refused while any handle of the first lives, and starts once the last is dropped.
 #[test]
