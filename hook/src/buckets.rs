@@ -99,8 +99,8 @@ impl Buckets {
         Taken { key, before }
     }
 
-    /// Puts buckets back as they were before `taken` (in the order taken), the last take first. A bucket evicted
-    /// meanwhile stays evicted (it refills to full, as it would have).
+    /// Puts buckets back as they were before `taken` (in the order taken), the last take first. A bucket evicted to
+    /// make room (at [`BUCKETS_MAX`]) meanwhile, the taken one's included, comes back full, as any evicted bucket.
     pub fn put_back(&mut self, taken: Vec<Taken>) {
         for Taken { key, before } in taken.into_iter().rev() {
             match before {

@@ -1,7 +1,8 @@
 //! What the writer says of the groups it records, for `serve`'s `/healthz`: whether recording fails now (the
 //! last group that had anything to record failed), how many groups failed since the start, and the last failure.
 //! A full disk or a failing one answers every request with an error; stderr says each failure, and this says
-//! whether it still lasts.
+//! whether it still lasts. A failed sync of the log (durability full) is final until the hook restarts: this says
+//! so apart (`not_durable`), since only a restart ends it.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -13,11 +14,13 @@ use serde::Serialize;
 #[derive(Debug, Default)]
 pub struct Health {
     failing: AtomicBool,
+    not_durable: AtomicBool,
     failed_groups: AtomicU64,
     last_failure: Mutex<Option<Failure>>,
 }
 
-/// A failed group: when, how many requests it answered with the error, and the error with its causes.
+/// A failed group: when, how many requests it had (those that were told the error, and any that failed on their
+/// own or replayed a decision recorded before), and the error with its causes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Failure {
     pub at: Timestamp,
@@ -28,7 +31,8 @@ pub struct Failure {
 /// [`Health`] as read at one moment.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct HealthReport {
-    /// `ok`, or `failing` while the last group with anything to record failed.
+    /// `ok`; `failing` while the last group with anything to record failed; `not_durable` once a sync of the log
+    /// failed (durability full), until the hook restarts.
     pub recording: &'static str,
     pub failed_groups: u64,
     pub last_failure: Option<Failure>,
@@ -48,12 +52,20 @@ impl Health {
         self.failing.store(true, Ordering::Relaxed);
     }
 
+    /// A sync of the log failed: every request fails from now on, until the hook restarts.
+    pub(crate) fn not_durable(&self, message: &str) {
+        self.not_durable.store(true, Ordering::Relaxed);
+        let at = Timestamp::now();
+        *self.last_failure.lock().expect("never poisoned") = Some(Failure { at, requests: 0, message: message.into() });
+    }
+
     pub fn report(&self) -> HealthReport {
         let last_failure = self.last_failure.lock().expect("never poisoned").clone();
-        HealthReport {
-            recording: if self.failing.load(Ordering::Relaxed) { "failing" } else { "ok" },
-            failed_groups: self.failed_groups.load(Ordering::Relaxed),
-            last_failure,
-        }
+        let recording = match (self.not_durable.load(Ordering::Relaxed), self.failing.load(Ordering::Relaxed)) {
+            (true, _) => "not_durable",
+            (false, true) => "failing",
+            (false, false) => "ok",
+        };
+        HealthReport { recording, failed_groups: self.failed_groups.load(Ordering::Relaxed), last_failure }
     }
 }

@@ -17,6 +17,7 @@ use std::thread::JoinHandle;
 
 use ledger::LogSync;
 
+use crate::health::Health;
 use crate::writer::Answer;
 
 /// Committed groups waiting for a sync, at most. The writer waits when they are this many (the disk is then the
@@ -36,14 +37,15 @@ pub type SyncLog = Box<dyn Fn() -> std::io::Result<()> + Send + Sync>;
 
 impl Syncer {
     /// The sync stage of a ledger whose commits no longer sync ([`ledger::Ledger::sync_log_apart`]).
-    pub fn start(log: LogSync) -> Result<Syncer, std::io::Error> {
+    /// A failed sync is said to `health` (`/healthz`) as it happens.
+    pub fn start(log: LogSync, health: Arc<Health>) -> Result<Syncer, std::io::Error> {
         let name = format!("the ledger's log {}", log.path().display());
-        Syncer::with(Box::new(move || log.sync()), name)
+        Syncer::with(Box::new(move || log.sync()), name, health)
     }
 
-    fn with(sync: SyncLog, name: String) -> Result<Syncer, std::io::Error> {
+    fn with(sync: SyncLog, name: String, health: Arc<Health>) -> Result<Syncer, std::io::Error> {
         let (groups, committed) = std::sync::mpsc::sync_channel(GROUPS_AWAITING_SYNC_MAX);
-        let stage = Arc::new(Stage { sync, name, one_at_a_time: Mutex::new(()), failed: OnceLock::new() });
+        let stage = Arc::new(Stage { sync, name, one_at_a_time: Mutex::new(()), failed: OnceLock::new(), health });
         let thread = {
             let stage = Arc::clone(&stage);
             std::thread::Builder::new().name("hook-sync".into()).spawn(move || stage.run(&committed))?
@@ -100,6 +102,7 @@ struct Stage {
     /// one may see the error and the other return clean although the pages of its groups were lost.
     one_at_a_time: Mutex<()>,
     failed: OnceLock<String>,
+    health: Arc<Health>,
 }
 
 impl Stage {
@@ -117,7 +120,9 @@ impl Stage {
         if self.failed.get().is_none()
             && let Err(error) = (self.sync)()
         {
-            let _ = self.failed.set(format!("cannot sync {}: {error}", self.name));
+            let message = format!("cannot sync {}: {error}", self.name);
+            self.health.not_durable(&message);
+            let _ = self.failed.set(message);
         }
     }
 
@@ -171,7 +176,7 @@ mod tests {
             released.lock().unwrap().recv().unwrap();
             Ok(())
         });
-        let syncer = Syncer::with(sync, "a gated sync".into()).unwrap();
+        let syncer = Syncer::with(sync, "a gated sync".into(), Arc::default()).unwrap();
         let (answers, mut first) = group("r-1");
         syncer.answer(answers, true);
         sync_begun.recv().unwrap();
@@ -199,7 +204,8 @@ mod tests {
             counted.fetch_add(1, Ordering::Relaxed);
             Err(std::io::Error::other("EIO"))
         });
-        let syncer = Syncer::with(sync, "a failing disk".into()).unwrap();
+        let health = Arc::new(Health::default());
+        let syncer = Syncer::with(sync, "a failing disk".into(), Arc::clone(&health)).unwrap();
         let (mut answers, first) = group("r-1");
         // A second close of r-1 in the same group, refused as already closed by the first: that close is not
         // durable, so neither is the refusal.
@@ -211,6 +217,9 @@ mod tests {
         assert!(matches!(error, HookError::NotDurable(ref m) if m == "cannot sync a failing disk: EIO"), "{error}");
         assert!(matches!(refused.blocking_recv().unwrap(), Err(HookError::NotDurable(_))), "the refusal too");
         assert_eq!(syncer.failure(), Some("cannot sync a failing disk: EIO"));
+        let report = health.report();
+        assert_eq!(report.recording, "not_durable", "said as it happens, until a restart: {report:?}");
+        assert_eq!(report.last_failure.map(|f| f.message).as_deref(), Some("cannot sync a failing disk: EIO"));
         let (answers, second) = group("r-2");
         syncer.answer(answers, true);
         assert!(matches!(second.blocking_recv().unwrap(), Err(HookError::NotDurable(_))));

@@ -149,8 +149,9 @@ pub struct Writer {
     /// The ledger's `PRAGMA data_version` when the state last caught up. It changes only when another
     /// connection commits: while it stays the same there is nothing to fold, and the tip need not be read.
     seen_version: Option<i64>,
-    /// Set when the state may differ from what the ledger holds (a fold of other writers' entries stopped halfway):
-    /// the next group rebuilds it from the ledger before deciding anything, and fails while it cannot.
+    /// Set when the state may differ from what the ledger holds: a group was recorded but the fold of what other
+    /// writers appended meanwhile stopped halfway (going on from there would fold the group's own entries again).
+    /// The next group rebuilds it from the ledger before deciding anything, and fails while it cannot.
     rebuild: bool,
     /// What `/healthz` says of the groups recorded and failed.
     health: std::sync::Arc<crate::health::Health>,
@@ -169,7 +170,7 @@ impl Writer {
         let checkpointer = ledger.checkpoint_in_background()?;
         // The connection's durability is set here only: at full its commits write the log and the syncer syncs it.
         let syncer = match settings.durability {
-            Durability::Full => Some(Syncer::start(ledger.sync_log_apart()?)?),
+            Durability::Full => Some(Syncer::start(ledger.sync_log_apart()?, std::sync::Arc::clone(&health))?),
             Durability::Normal => {
                 ledger.set_durability(Durability::Normal)?;
                 None
@@ -244,8 +245,9 @@ impl Writer {
             self.health.failed(&message, group.len(), now);
             return fail_all(group, || HookError::Ledger(message.clone()));
         }
+        // A catch-up that fails halfway leaves the state at the last entry it folded (each fold moves the state's
+        // watermark): the next group's catch-up goes on from there.
         if let Err(error) = self.catch_up_if_changed(now) {
-            self.rebuild = true;
             let message = failure(&*error, "reading what other writers appended for", group.len());
             self.health.failed(&message, group.len(), now);
             return fail_all(group, || HookError::Ledger(message.clone()));
@@ -274,43 +276,50 @@ impl Writer {
             answers.push(answer);
         }
         if !events.is_empty() {
-            let incoming = events
-                .into_iter()
-                .map(|event| Incoming { event, origin: Origin::Local { name: SOURCE.to_string() }, raw: None })
-                .collect();
-            let batch = Batch { events: incoming, outbox: true, ..Batch::default() };
-            match self.append(&batch) {
-                Ok(report) => {
-                    self.health.recorded();
-                    if let Err(error) = self.follow(&batch.events, &report, now) {
-                        // Recorded: the answers stand. The state is what may be wrong now.
-                        eprintln!(
-                            "hook: a group of {} requests is recorded, but folding what other writers appended failed \
-                             ({error}): the state is rebuilt from the ledger before the next group",
-                            answers.len()
-                        );
-                        self.rebuild = true;
-                    }
-                }
-                Err(error) => {
-                    let message = failure(&error, "recording", answers.len());
-                    self.health.failed(&message, answers.len(), now);
-                    self.take_back(&batch.events, now);
-                    let taken_back: std::collections::HashSet<&str> = batch
-                        .events
-                        .iter()
-                        .filter_map(|i| match &i.event {
-                            Event::Decision(d) => Some(d.header.event_id.as_str()),
-                            _ => None,
-                        })
-                        .collect();
-                    answers = answers.into_iter().map(|a| a.failed(&message, &taken_back)).collect();
-                }
-            }
+            answers = self.record(events, answers, now);
         }
         match &self.syncer {
             Some(syncer) => syncer.answer(answers, queued.load(std::sync::atomic::Ordering::Relaxed) > 0),
             None => answers.into_iter().for_each(Answer::send),
+        }
+    }
+
+    /// Records a group's events in one transaction; when the ledger refuses them, takes the group back and answers
+    /// its requests with the error.
+    fn record(&mut self, events: Vec<Event>, answers: Vec<Answer>, now: Timestamp) -> Vec<Answer> {
+        let incoming = events
+            .into_iter()
+            .map(|event| Incoming { event, origin: Origin::Local { name: SOURCE.to_string() }, raw: None })
+            .collect();
+        let batch = Batch { events: incoming, outbox: true, ..Batch::default() };
+        match self.append(&batch) {
+            Ok(report) => {
+                self.health.recorded();
+                if let Err(error) = self.follow(&batch.events, &report, now) {
+                    // Recorded: the answers stand. The state is what may be wrong now.
+                    eprintln!(
+                        "hook: a group of {} requests is recorded, but folding what other writers appended failed \
+                         ({error}): the state is rebuilt from the ledger before the next group",
+                        answers.len()
+                    );
+                    self.rebuild = true;
+                }
+                answers
+            }
+            Err(error) => {
+                let message = failure(&error, "recording", answers.len());
+                self.health.failed(&message, answers.len(), now);
+                self.take_back(&batch.events, now);
+                let taken_back: std::collections::HashSet<&str> = batch
+                    .events
+                    .iter()
+                    .filter_map(|i| match &i.event {
+                        Event::Decision(d) => Some(d.header.event_id.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                answers.into_iter().map(|a| a.failed(&message, &taken_back)).collect()
+            }
         }
     }
 
@@ -898,6 +907,8 @@ fn fold_after(
     }
     let horizon = now.micros() - STARTUP_HORIZON_MICROS;
     let mut statement = ledger.connection().prepare_cached(query)?;
+    // `State::fold` moves the state's watermark to each entry it folds: a read that fails halfway leaves the state
+    // at the last one, and the next catch-up goes on from there.
     let mut rows = statement.query(rusqlite::params![state.watermark as i64, horizon])?;
     while let Some(row) = rows.next()? {
         let seq = row.get::<_, i64>(0)? as u64;

@@ -283,15 +283,22 @@ fn too_large(e: &axum::Error) -> bool {
 
 /// `GET /healthz`: "ok" while the server answers; the hook's recording ([`hook::health::HealthReport`]: `failing`
 /// while the ledger refuses its groups, a full disk, say); with `--brokers`, the outbox too ([`OutboxHealth`]).
-/// The status stays "ok" either way: a restart would not bring the disk back, and would cost a state rebuild.
-async fn healthz(State(app): State<Arc<App>>) -> Json<serde_json::Value> {
+/// The status stays "ok" through those: a restart would not bring the disk or the broker back, and would cost a
+/// state rebuild. Only a failed sync of the log (durability full) answers 503, status "not_durable": every request
+/// fails from then on, and a restart is what ends it.
+async fn healthz(State(app): State<Arc<App>>) -> (axum::http::StatusCode, Json<serde_json::Value>) {
     let hook = app.hook.health();
-    Json(match &app.outbox {
+    let (code, status) = match hook.recording {
+        "not_durable" => (axum::http::StatusCode::SERVICE_UNAVAILABLE, "not_durable"),
+        _ => (axum::http::StatusCode::OK, "ok"),
+    };
+    let body = match &app.outbox {
         Some(outbox) => {
-            serde_json::json!({"status": "ok", "hook": hook, "outbox": *outbox.lock().expect("never poisoned")})
+            serde_json::json!({"status": status, "hook": hook, "outbox": *outbox.lock().expect("never poisoned")})
         }
-        None => serde_json::json!({"status": "ok", "hook": hook}),
-    })
+        None => serde_json::json!({"status": status, "hook": hook}),
+    };
+    (code, Json(body))
 }
 
 /// The publisher thread, the outbox published every second: read through a connection of its own, the
