@@ -26,8 +26,9 @@ pub struct PeriodExportRow {
     pub late_adjustments: i64,
 }
 
-/// What an export is computed at: the watermark, and the watermark of the last close before it (late
-/// adjustments recorded after that one and up to the watermark are carried into this export).
+/// What an export is computed at: the watermark, and the watermark after which the late adjustments it carries were
+/// recorded (up to the watermark): the last close's before it; the watermark itself for a preview that carries
+/// none ([`Ledger::preview_snapshot`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CloseSnapshot {
     pub watermark: u64,
@@ -107,6 +108,19 @@ impl Ledger {
     pub fn open_snapshot(conn: &Connection) -> Result<CloseSnapshot, ReadError> {
         Ok(CloseSnapshot { watermark: read_totals(conn)?.watermark, carried_after: last_close_watermark(conn)? })
     }
+
+    /// [`Ledger::open_snapshot`] for the preview of `period` (open): the late adjustments not carried yet go into
+    /// the next month to close only, so the preview of a later month carries none (until 2026-12-03 every open
+    /// month showed them, and previews added up counted them several times).
+    pub fn preview_snapshot(conn: &Connection, period: Period) -> Result<CloseSnapshot, ReadError> {
+        let snapshot = Ledger::open_snapshot(conn)?;
+        Ok(match latest_close(conn)? {
+            Some(last) if period != last.period.next() => {
+                CloseSnapshot { carried_after: snapshot.watermark, ..snapshot }
+            }
+            _ => snapshot,
+        })
+    }
 }
 
 /// A close of `period` refused: not over yet, or not the month after the last one closed. In order, one after
@@ -117,6 +131,8 @@ fn refuse_close(conn: &Connection, period: Period) -> Result<(), CloseError> {
         return Err(CloseError::NotOver { period, ends: period.end() });
     }
     if let Some(last) = latest_close(conn)?.map(|c| c.period) {
+        // Defensive: a month before the last close is closed, or covered by the first close, unless closes were
+        // made out of order below this check (`close_period`).
         if period < last {
             return Err(CloseError::AfterLater { period, last });
         }

@@ -157,7 +157,6 @@ pub(crate) fn read_close(conn: &rusqlite::Connection, period: Period) -> rusqlit
     .optional()
 }
 
-/// The close of the latest period closed, if any.
 /// The close `period` is judged by ([`covering_close`]), read from the ledger.
 pub(crate) fn read_covering_close(
     conn: &rusqlite::Connection,
@@ -172,6 +171,7 @@ pub(crate) fn read_covering_close(
     Ok(earliest.and_then(|first| covering_close(&[first], period)))
 }
 
+/// The close of the latest period closed, if any.
 pub(crate) fn latest_close(conn: &rusqlite::Connection) -> rusqlite::Result<Option<PeriodClose>> {
     conn.query_row(
         "SELECT period, watermark, closed_at FROM period_closes ORDER BY period DESC LIMIT 1",

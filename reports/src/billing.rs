@@ -181,13 +181,7 @@ pub fn compute_open(
 ) -> Result<(CloseSnapshot, Vec<PeriodExportRow>), ReportError> {
     commit_totals::catch_up_in_steps(ledger.connection())?;
     let tx = rusqlite::Transaction::new_unchecked(ledger.connection(), rusqlite::TransactionBehavior::Immediate)?;
-    let mut snapshot = ledger::Ledger::open_snapshot(&tx)?;
-    // The late adjustments not carried yet go into the next month to close only: the preview of a later month shows
-    // none (until 2026-12-03 every open month showed them, and previews added up counted them several times).
-    let closes = ledger.period_closes()?;
-    if closes.last().is_some_and(|last| period != last.period.next()) {
-        snapshot.carried_after = snapshot.watermark;
-    }
+    let snapshot = ledger::Ledger::preview_snapshot(&tx, period)?;
     let rows = compute(&tx, ledger.path(), period, snapshot, UsageSource::Totals)?;
     tx.commit()?;
     Ok((snapshot, rows))

@@ -109,10 +109,17 @@ pub(crate) fn close(ledger: &mut Ledger, period: Period) -> anyhow::Result<(Bill
 /// it arrived (until 2026-12-03 only those a reconcile had recorded, and the rest waited for the next close). The
 /// reconcile lock keeps it from running beside a reconcile, whose plan it would make stale.
 fn record_late_usage(ledger: &mut Ledger, period: Period) -> anyhow::Result<()> {
-    let _lock = ProcessLock::acquire(ledger.path(), "reconcile").context(
-        "--final records late usage as reconcile does, under its lock, which another process holds (a reconcile, \
+    // A first close has no closed month before it whose usage could be late.
+    if ledger.period_closes()?.is_empty() {
+        return Ok(());
+    }
+    let _lock = ProcessLock::acquire(ledger.path(), "reconcile").map_err(|error| match error {
+        held @ ledger::LockError::Held { .. } => anyhow::Error::new(held).context(
+            "--final records late usage as reconcile does, under its lock, which another process holds (a reconcile, \
              or another --final): close after it ends",
-    )?;
+        ),
+        other => other.into(),
+    })?;
     let plan = reconcile::plan(ledger, Timestamp::now(), &mut |_| {}).context("cannot judge late usage")?;
     // The run says it was the close's: `close-2026-10-reconcile-<as_of>-w<watermark>`.
     let run_id = format!("close-{period}-{}", plan.run_id);
