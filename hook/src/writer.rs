@@ -309,15 +309,7 @@ impl Writer {
             Err(error) => {
                 let message = failure(&error, "recording", answers.len());
                 self.health.failed(&message, answers.len(), now);
-                self.take_back(&batch.events, now);
-                let taken_back: std::collections::HashSet<&str> = batch
-                    .events
-                    .iter()
-                    .filter_map(|i| match &i.event {
-                        Event::Decision(d) => Some(d.header.event_id.as_str()),
-                        _ => None,
-                    })
-                    .collect();
+                let taken_back = self.take_back(&batch.events, now);
                 answers.into_iter().map(|a| a.failed(&message, &taken_back)).collect()
             }
         }
@@ -393,14 +385,18 @@ impl Writer {
     /// recorded, so none of it counts, and a retry of its idempotency keys decides afresh. Until 2026-12-03 a failed
     /// group rebuilt the whole state from the ledger instead (about 27 s on a ledger of 10 million events), and did
     /// so for every group as long as the failure lasted (a full disk).
-    fn take_back(&mut self, events: &[Incoming], now: Timestamp) {
+    /// Answers the ids of the decisions taken back.
+    fn take_back<'e>(&mut self, events: &'e [Incoming], now: Timestamp) -> std::collections::HashSet<&'e str> {
+        let mut decisions = std::collections::HashSet::new();
         for (n, incoming) in events.iter().enumerate().rev() {
             if let Event::Decision(d) = &incoming.event {
                 self.recent.forget(&d.header.event_id);
+                decisions.insert(d.header.event_id.as_str());
             }
             self.state.take_back(state::PROVISIONAL_SEQ + n as u64, &incoming.event, now);
         }
         self.buckets.put_back(std::mem::take(&mut self.taken));
+        decisions
     }
 
     /// Folds what other writers appended since the last look, if anything.
