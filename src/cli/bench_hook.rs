@@ -1,7 +1,7 @@
 //! `bench hook`: decisions per second and p50/p99 latency of `check`, in-process and over HTTP on loopback, at
 //! several concurrencies, side by side with Redis 7 (Debian's `redis-server`, started here) running a Lua
 //! check-and-consume script with the same semantics (read the counter, compare with the limit, increment, store
-//! the idempotency key), driven by the same client threads at the same concurrency. The hook also records an
+//! the idempotency key), driven by the same client (one event loop, a connection per client) at the same concurrency. The hook also records an
 //! audit decision (and the usage) per request in the ledger; Redis records nothing but the counter. One more
 //! in-process measurement starts with 10,000 open reservations of other tenants in the ledger: a decision should
 //! not cost more because other requests are in flight. One more over HTTP publishes the outbox to the embedded
@@ -65,56 +65,77 @@ pub struct Figures {
     pub outbox_caught_up_ms: Option<u64>,
 }
 
-/// Runs one measurement: `clients` threads each issuing requests through `call` (its client number and the
-/// request's), for [`WARM_UP`] and then `seconds` more. Only the requests sent and answered within those
-/// `seconds` count: a fixed duration, not a fixed count, so that fast and slow peers are measured over the same
-/// time, long enough that a stall or a checkpoint shows in their figures (with a fixed 20,000 requests, a fast
-/// peer was measured over a fifth of a second).
-fn measure(
-    peer: &str,
-    clients: usize,
+/// One client of a measurement: a kept-alive connection (or the hook's handle) sending one request at a time.
+trait Client {
+    /// Sends request `i` and waits for its answer.
+    async fn call(&mut self, i: usize) -> anyhow::Result<()>;
+}
+
+/// The benchmark's client side: one thread running every client as a task on one event loop, as `wrk` and
+/// `redis-benchmark` do, for the same `seconds` per measurement. Until 2026-12-03 each client was a thread of its
+/// own, blocking on its socket (the benchmark log, 2026-12-03, compares the two).
+struct Driver {
+    runtime: tokio::runtime::Runtime,
     seconds: f64,
-    call: Arc<dyn Fn(usize, usize) -> anyhow::Result<()> + Send + Sync>,
-) -> anyhow::Result<Figures> {
-    let window = Duration::from_secs_f64(seconds);
-    let from = Instant::now() + WARM_UP;
-    let until = from + window;
-    let threads: Vec<_> = (0..clients)
-        .map(|c| {
-            let call = Arc::clone(&call);
-            std::thread::spawn(move || -> anyhow::Result<Vec<u32>> {
-                let mut latencies = Vec::new();
-                for i in 0.. {
-                    let sent = Instant::now();
-                    if sent >= until {
-                        break;
-                    }
-                    call(c, i)?;
-                    let answered = Instant::now();
-                    if sent >= from && answered <= until {
-                        latencies.push((answered - sent).as_micros().min(u32::MAX as u128) as u32);
-                    }
-                }
-                Ok(latencies)
-            })
-        })
-        .collect();
-    let mut latencies = Vec::new();
-    for thread in threads {
-        latencies.extend(thread.join().map_err(|_| anyhow::anyhow!("a client thread panicked"))??);
+}
+
+impl Driver {
+    fn new(seconds: f64) -> anyhow::Result<Driver> {
+        Ok(Driver { runtime: tokio::runtime::Builder::new_current_thread().enable_all().build()?, seconds })
     }
-    anyhow::ensure!(!latencies.is_empty(), "{peer}: no request was answered within {seconds} s");
-    latencies.sort_unstable();
-    let at = |q: f64| latencies[((latencies.len() as f64 - 1.0) * q) as usize] as f64;
-    Ok(Figures {
-        peer: peer.to_string(),
-        concurrency: clients,
-        requests: latencies.len(),
-        decisions_per_second: latencies.len() as f64 / window.as_secs_f64(),
-        p50_us: at(0.50),
-        p99_us: at(0.99),
-        outbox_caught_up_ms: None,
-    })
+
+    /// Runs one measurement: every client sending requests through [`Client::call`], for [`WARM_UP`] and then
+    /// `seconds` more. Only the requests sent and answered within those `seconds` count: a fixed duration, not a
+    /// fixed count, so that fast and slow peers are measured over the same time, long enough that a stall or a
+    /// checkpoint shows in their figures (with a fixed 20,000 requests, a fast peer was measured over a fifth of a
+    /// second).
+    fn measure<C: Client + 'static>(&self, peer: &str, clients: Vec<C>) -> anyhow::Result<Figures> {
+        let (runtime, seconds) = (&self.runtime, self.seconds);
+        let concurrency = clients.len();
+        let window = Duration::from_secs_f64(seconds);
+        let from = Instant::now() + WARM_UP;
+        let until = from + window;
+        let tasks = tokio::task::LocalSet::new();
+        let handles: Vec<_> = clients
+            .into_iter()
+            .map(|mut client| {
+                tasks.spawn_local(async move {
+                    let mut latencies = Vec::new();
+                    for i in 0.. {
+                        let sent = Instant::now();
+                        if sent >= until {
+                            break;
+                        }
+                        client.call(i).await?;
+                        let answered = Instant::now();
+                        if sent >= from && answered <= until {
+                            latencies.push((answered - sent).as_micros().min(u32::MAX as u128) as u32);
+                        }
+                    }
+                    anyhow::Ok(latencies)
+                })
+            })
+            .collect();
+        let mut latencies = Vec::new();
+        tasks.block_on(runtime, async {
+            for handle in handles {
+                latencies.extend(handle.await.context("a client task panicked")??);
+            }
+            anyhow::Ok(())
+        })?;
+        anyhow::ensure!(!latencies.is_empty(), "{peer}: no request was answered within {seconds} s");
+        latencies.sort_unstable();
+        let at = |q: f64| latencies[((latencies.len() as f64 - 1.0) * q) as usize] as f64;
+        Ok(Figures {
+            peer: peer.to_string(),
+            concurrency,
+            requests: latencies.len(),
+            decisions_per_second: latencies.len() as f64 / window.as_secs_f64(),
+            p50_us: at(0.50),
+            p99_us: at(0.99),
+            outbox_caught_up_ms: None,
+        })
+    }
 }
 
 fn policy_event() -> Event {
@@ -188,32 +209,40 @@ fn random_request_id(run: usize, c: usize, i: usize) -> String {
     format!("{:016x}{:016x}", mix(seed), mix(seed ^ 1))
 }
 
+/// The library's `check`, called from the client's tasks as `serve` calls it.
+struct InProcess {
+    hook: Arc<Hook>,
+    run: usize,
+    client: usize,
+    random_ids: bool,
+}
+
+impl Client for InProcess {
+    async fn call(&mut self, i: usize) -> anyhow::Result<()> {
+        let decision = self.hook.check_async(request(self.run, self.client, i, self.random_ids)).await?;
+        anyhow::ensure!(decision.allowed(), "every benchmark check is allowed");
+        Ok(())
+    }
+}
+
 fn in_process(
+    driver: &Driver,
     dir: &Path,
     run: usize,
     clients: usize,
     durability: Durability,
     open_holds: usize,
     random_ids: bool,
-    seconds: f64,
 ) -> anyhow::Result<Figures> {
     let path = dir.join(format!("hook-{run}.db"));
     fresh_ledger(&path, open_holds)?;
-    let hook = Hook::start(&path, HookSettings { durability, ..HookSettings::default() })?;
+    let hook = Arc::new(Hook::start(&path, HookSettings { durability, ..HookSettings::default() })?);
     let name = match open_holds {
         0 => format!("hook in-process ({durability:?})"),
         n => format!("hook in-process ({durability:?}, {n} holds)"),
     };
-    measure(
-        &name,
-        clients,
-        seconds,
-        Arc::new(move |c, i| {
-            let allowed = hook.check(request(run, c, i, random_ids))?.allowed();
-            anyhow::ensure!(allowed, "every benchmark check is allowed");
-            Ok(())
-        }),
-    )
+    let clients = (0..clients).map(|client| InProcess { hook: Arc::clone(&hook), run, client, random_ids }).collect();
+    driver.measure(&name, clients)
 }
 
 /// A child process stopped when dropped.
@@ -232,18 +261,18 @@ fn free_port() -> anyhow::Result<u16> {
 
 /// `serve` as a child process, driven over HTTP; with `brokers`, publishing its outbox to them.
 fn over_http(
+    driver: &Driver,
     dir: &Path,
     run: usize,
     clients: usize,
     durability: &str,
     brokers: Option<&str>,
     random_ids: bool,
-    seconds: f64,
 ) -> anyhow::Result<Figures> {
     let path = dir.join(format!("hook-{run}.db"));
     fresh_ledger(&path, 0)?;
     let tokens = dir.join("tokens.toml");
-    std::fs::write(&tokens, "[[token]]\nsecret = \"bench-secret-0123456789\"\ntenants = [\"*\"]\n")?;
+    std::fs::write(&tokens, format!("[[token]]\nsecret = \"{TOKEN}\"\ntenants = [\"*\"]\n"))?;
     let port = free_port()?;
     let mut command = Command::new(std::env::current_exe()?);
     command
@@ -258,28 +287,18 @@ fn over_http(
     let child = command.spawn().context("cannot start serve")?;
     let _guard = ChildGuard(child);
     wait_for(port)?;
-    let connections: Vec<std::sync::Mutex<HttpConnection>> =
-        (0..clients).map(|_| HttpConnection::connect(port).map(std::sync::Mutex::new)).collect::<Result<_, _>>()?;
+    let clients = driver.runtime.block_on(async {
+        let mut connected = Vec::with_capacity(clients);
+        for client in 0..clients {
+            connected.push(HttpCheck { connection: Connection::open(port).await?, run, client, random_ids });
+        }
+        anyhow::Ok(connected)
+    })?;
     let peer = match brokers {
         Some(_) => format!("hook over HTTP ({durability}, publishing)"),
         None => format!("hook over HTTP ({durability})"),
     };
-    let mut figures = measure(
-        &peer,
-        clients,
-        seconds,
-        Arc::new(move |c, i| {
-            let request_id =
-                if random_ids { format!(r#","request_id":"{}""#, random_request_id(run, c, i)) } else { String::new() };
-            let body = format!(
-                r#"{{"tenant":"org-bench","metric":"tokens","amount":1,"idempotency_key":"r{run}-c{c}-i{i}"{request_id}}}"#
-            );
-            let mut connection = connections[c].lock().expect("one thread per connection");
-            let status = connection.post("/v1/check", "bench-secret-0123456789", &body)?;
-            anyhow::ensure!(status == 200, "every benchmark check is allowed: {status}");
-            Ok(())
-        }),
-    )?;
+    let mut figures = driver.measure(&peer, clients)?;
     if brokers.is_some() {
         figures.outbox_caught_up_ms = Some(outbox_caught_up(&path)?.as_millis() as u64);
     }
@@ -305,54 +324,150 @@ fn outbox_caught_up(path: &Path) -> anyhow::Result<Duration> {
     }
 }
 
-/// One kept-alive HTTP/1.1 connection, written by hand and read with `httparse`: a client as light as
-/// redis-rs's synchronous connection, so that the two peers' figures compare servers, not client libraries.
-/// (ureq, tried first, let the client threads cost more than the server: 5,000 checks/s where `wrk` drove the
-/// same server to 14,000.)
-struct HttpConnection {
-    stream: std::net::TcpStream,
+/// One kept-alive connection on loopback, requests written by hand: to `serve` HTTP/1.1 (responses read with
+/// `httparse`), to Redis its protocol, RESP. The same few lines of client for both peers, so that the figures
+/// compare servers, not client libraries. (ureq, tried first, let the client cost more than the server: 5,000
+/// checks/s where `wrk` drove the same server to 14,000.)
+struct Connection {
+    stream: tokio::net::TcpStream,
     buffer: Vec<u8>,
 }
 
-impl HttpConnection {
-    fn connect(port: u16) -> anyhow::Result<HttpConnection> {
-        let stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
+impl Connection {
+    async fn open(port: u16) -> anyhow::Result<Connection> {
+        let stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
         stream.set_nodelay(true)?;
-        Ok(HttpConnection { stream, buffer: Vec::with_capacity(4_096) })
+        Ok(Connection { stream, buffer: Vec::with_capacity(4_096) })
+    }
+
+    /// Sends `request` and reads until `complete` finds a whole answer at the start of what arrived; answers
+    /// `complete`'s value.
+    async fn exchange<T>(
+        &mut self,
+        request: &[u8],
+        complete: impl Fn(&[u8]) -> anyhow::Result<Option<T>>,
+    ) -> anyhow::Result<T> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        self.stream.write_all(request).await?;
+        self.buffer.clear();
+        loop {
+            if let Some(answer) = complete(&self.buffer)? {
+                return Ok(answer);
+            }
+            let read = self.stream.read_buf(&mut self.buffer).await?;
+            anyhow::ensure!(read > 0, "the server closed the connection");
+        }
     }
 
     /// POSTs a JSON body and answers the response's status, after reading the whole response.
-    fn post(&mut self, path: &str, token: &str, body: &str) -> anyhow::Result<u16> {
-        use std::io::{Read, Write};
+    async fn post(&mut self, path: &str, token: &str, body: &str) -> anyhow::Result<u16> {
         let request = format!(
             "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\
              Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         );
-        self.stream.write_all(request.as_bytes())?;
-        self.buffer.clear();
-        let mut chunk = [0u8; 4_096];
-        // Read until the head parses and the body it announces has arrived.
-        let mut complete: Option<(u16, usize)> = None;
-        while complete.is_none_or(|(_, total)| self.buffer.len() < total) {
-            let read = self.stream.read(&mut chunk)?;
-            anyhow::ensure!(read > 0, "the server closed the connection");
-            self.buffer.extend_from_slice(&chunk[..read]);
-            if complete.is_none() {
-                let mut headers = [httparse::EMPTY_HEADER; 32];
-                let mut response = httparse::Response::new(&mut headers);
-                if let httparse::Status::Complete(head) = response.parse(&self.buffer)? {
-                    let length = response
-                        .headers
-                        .iter()
-                        .find(|h| h.name.eq_ignore_ascii_case("content-length"))
-                        .and_then(|h| std::str::from_utf8(h.value).ok()?.parse::<usize>().ok())
-                        .context("a response without Content-Length")?;
-                    complete = Some((response.code.context("a response without a status")?, head + length));
-                }
-            }
+        self.exchange(request.as_bytes(), |received| {
+            let mut headers = [httparse::EMPTY_HEADER; 32];
+            let mut response = httparse::Response::new(&mut headers);
+            let httparse::Status::Complete(head) = response.parse(received)? else { return Ok(None) };
+            let length = response
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                .and_then(|h| std::str::from_utf8(h.value).ok()?.parse::<usize>().ok())
+                .context("a response without Content-Length")?;
+            let status = response.code.context("a response without a status")?;
+            Ok((received.len() >= head + length).then_some(status))
+        })
+        .await
+    }
+
+    /// Sends one Redis command and answers its reply.
+    async fn command(&mut self, arguments: &[&[u8]]) -> anyhow::Result<Reply> {
+        let mut request = format!("*{}\r\n", arguments.len()).into_bytes();
+        for argument in arguments {
+            request.extend_from_slice(format!("${}\r\n", argument.len()).as_bytes());
+            request.extend_from_slice(argument);
+            request.extend_from_slice(b"\r\n");
         }
-        Ok(complete.expect("the loop ends with a complete response").0)
+        self.exchange(&request, Reply::parse).await
+    }
+}
+
+/// A Redis reply of the kinds the benchmark's commands answer.
+#[derive(Debug, PartialEq, Eq)]
+enum Reply {
+    Integer(i64),
+    Bulk(Option<Vec<u8>>),
+}
+
+impl Reply {
+    /// The reply at the start of `received`, if it arrived whole; an error reply (`-ERR ...`) is an error.
+    fn parse(received: &[u8]) -> anyhow::Result<Option<Reply>> {
+        let Some(end) = received.windows(2).position(|w| w == b"\r\n") else { return Ok(None) };
+        let line = std::str::from_utf8(&received[1..end])?;
+        match received[0] {
+            b':' => Ok(Some(Reply::Integer(line.parse()?))),
+            b'$' if line == "-1" => Ok(Some(Reply::Bulk(None))),
+            b'$' => {
+                let length: usize = line.parse()?;
+                let body = end + 2;
+                Ok((received.len() >= body + length + 2)
+                    .then(|| Reply::Bulk(Some(received[body..body + length].to_vec()))))
+            }
+            b'-' => anyhow::bail!("redis answered {line}"),
+            other => anyhow::bail!("an unexpected redis reply: {:?}", other as char),
+        }
+    }
+}
+
+/// The bearer token of the benchmark's `serve`.
+const TOKEN: &str = "bench-secret-0123456789";
+
+/// One client's checks over HTTP.
+struct HttpCheck {
+    connection: Connection,
+    run: usize,
+    client: usize,
+    random_ids: bool,
+}
+
+impl Client for HttpCheck {
+    async fn call(&mut self, i: usize) -> anyhow::Result<()> {
+        let (run, c) = (self.run, self.client);
+        let request_id = if self.random_ids {
+            format!(r#","request_id":"{}""#, random_request_id(run, c, i))
+        } else {
+            String::new()
+        };
+        let body = format!(
+            r#"{{"tenant":"org-bench","metric":"tokens","amount":1,"idempotency_key":"r{run}-c{c}-i{i}"{request_id}}}"#
+        );
+        let status = self.connection.post("/v1/check", TOKEN, &body).await?;
+        anyhow::ensure!(status == 200, "every benchmark check is allowed: {status}");
+        Ok(())
+    }
+}
+
+/// One client's check-and-consume calls of the Lua script, by its SHA-1 (`EVALSHA`).
+struct RedisCheck {
+    connection: Connection,
+    script: Vec<u8>,
+    run: usize,
+    client: usize,
+}
+
+const COUNTER: &str = "counter:org-bench:tokens";
+
+impl Client for RedisCheck {
+    async fn call(&mut self, i: usize) -> anyhow::Result<()> {
+        let key = format!("idem:org-bench:r{}-c{}-i{i}", self.run, self.client);
+        let (amount, limit) = ("1", LIMIT.to_string());
+        let arguments: [&[u8]; 7] =
+            [b"EVALSHA", &self.script, b"2", COUNTER.as_bytes(), key.as_bytes(), amount.as_bytes(), limit.as_bytes()];
+        let reply = self.connection.command(&arguments).await?;
+        anyhow::ensure!(reply == Reply::Integer(1), "every benchmark check is allowed: {reply:?}");
+        Ok(())
     }
 }
 
@@ -365,7 +480,7 @@ fn wait_for(port: u16) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn redis(run: usize, clients: usize, fsync_always: bool, seconds: f64) -> anyhow::Result<Figures> {
+fn redis(driver: &Driver, run: usize, clients: usize, fsync_always: bool) -> anyhow::Result<Figures> {
     let port = free_port()?;
     let mut command = Command::new("redis-server");
     command.args(["--port", &port.to_string(), "--save", "", "--bind", "127.0.0.1"]);
@@ -378,27 +493,32 @@ fn redis(run: usize, clients: usize, fsync_always: bool, seconds: f64) -> anyhow
     let child = command.stdout(Stdio::null()).spawn().context(REDIS_MISSING)?;
     let _guard = ChildGuard(child);
     wait_for(port)?;
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/"))?;
-    let script = redis::Script::new(LUA);
-    let connections: Vec<std::sync::Mutex<redis::Connection>> =
-        (0..clients).map(|_| client.get_connection().map(std::sync::Mutex::new)).collect::<Result<_, _>>()?;
+    let (mut control, clients) = driver.runtime.block_on(async {
+        let mut control = Connection::open(port).await?;
+        let Reply::Bulk(Some(script)) = control.command(&[b"SCRIPT", b"LOAD", LUA.as_bytes()]).await? else {
+            anyhow::bail!("SCRIPT LOAD answered no SHA-1");
+        };
+        let mut connected = Vec::with_capacity(clients);
+        for client in 0..clients {
+            connected.push(RedisCheck {
+                connection: Connection::open(port).await?,
+                script: script.clone(),
+                run,
+                client,
+            });
+        }
+        anyhow::Ok((control, connected))
+    })?;
     let name = if fsync_always { "redis+lua (appendfsync always)" } else { "redis+lua (no persistence)" };
-    measure(
-        name,
-        clients,
-        seconds,
-        Arc::new(move |c, i| {
-            let mut connection = connections[c].lock().expect("one thread per connection");
-            let allowed: i64 = script
-                .key("counter:org-bench:tokens")
-                .key(format!("idem:org-bench:r{run}-c{c}-i{i}"))
-                .arg(1)
-                .arg(LIMIT)
-                .invoke(&mut *connection)?;
-            anyhow::ensure!(allowed == 1, "every benchmark check is allowed");
-            Ok(())
-        }),
-    )
+    let figures = driver.measure(name, clients)?;
+    // The script did consume: the counter holds at least every answered check (those after the window too).
+    let counted = driver.runtime.block_on(control.command(&[b"GET", COUNTER.as_bytes()]))?;
+    let counted: usize = match counted {
+        Reply::Bulk(Some(value)) => std::str::from_utf8(&value)?.parse()?,
+        other => anyhow::bail!("GET {COUNTER} answered {other:?}"),
+    };
+    anyhow::ensure!(counted >= figures.requests, "redis counted {counted} checks, {} were answered", figures.requests);
+    Ok(figures)
 }
 
 /// Fails at once, with the message a failed start of the Redis peer gives, unless `redis-server` runs.
@@ -418,22 +538,23 @@ pub fn run(concurrency: &[usize], seconds: f64, random_ids: bool, json: bool) ->
     // in a run).
     let broker = EmbeddedBroker::start(3).context("cannot start the mock Kafka cluster")?;
     let brokers = broker.bootstrap_servers();
+    let driver = Driver::new(seconds)?;
     let mut figures = Vec::new();
     let mut run = 0;
     for &clients in concurrency {
         for durability in [Durability::Full, Durability::Normal] {
             run += 1;
-            figures.push(in_process(dir.path(), run, clients, durability, 0, random_ids, seconds)?);
+            figures.push(in_process(&driver, dir.path(), run, clients, durability, 0, random_ids)?);
         }
         run += 1;
-        figures.push(in_process(dir.path(), run, clients, Durability::Normal, OPEN_HOLDS, random_ids, seconds)?);
+        figures.push(in_process(&driver, dir.path(), run, clients, Durability::Normal, OPEN_HOLDS, random_ids)?);
         for (durability, brokers) in [("full", None), ("normal", None), ("normal", Some(brokers.as_str()))] {
             run += 1;
-            figures.push(over_http(dir.path(), run, clients, durability, brokers, random_ids, seconds)?);
+            figures.push(over_http(&driver, dir.path(), run, clients, durability, brokers, random_ids)?);
         }
         for fsync_always in [false, true] {
             run += 1;
-            figures.push(redis(run, clients, fsync_always, seconds)?);
+            figures.push(redis(&driver, run, clients, fsync_always)?);
         }
         if !json {
             for f in figures.iter().filter(|f| f.concurrency == clients) {
