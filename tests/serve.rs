@@ -734,6 +734,34 @@ fn a_killed_server_keeps_every_answered_decision_and_retries_consume_nothing_twi
     assert_eq!(sql_i64(&test, "SELECT SUM(quantity) FROM usage_events"), sent.len() as i64, "one consumption per key");
 }
 
+// For backups: `serve` stopped by SIGTERM leaves a ledger file that holds every decision alone. Its writer closes the
+// ledger before the process exits (after the outbox publisher stops), and SQLite then folds the write-ahead log into
+// the file and removes it. Until 2026-12-03 the process exited at once and left the log beside the file (70 MB after
+// a minute of load): a copy of the file alone missed the decisions since the last checkpoint.
+#[test]
+fn a_stopped_server_leaves_every_decision_in_the_ledger_file_alone() {
+    let test = ledger_with(hard_policy(1_000_000, Window::MONTH));
+    let broker = Broker::mock();
+    let mut server = Server::start(&test, &["--durability", "normal", "--brokers", &broker.bootstrap]);
+    for i in 0..200 {
+        assert_eq!(server.check(&format!("k-{i}"), 1).0, 200);
+    }
+    let wal = std::path::PathBuf::from(format!("{}-wal", test.path.display()));
+    assert!(wal.exists(), "the decisions are in the log while the server runs");
+    let stopping = Instant::now();
+    unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) };
+    let status = server.child.wait().expect("serve exits");
+    assert!(status.success(), "SIGTERM stops serve cleanly: {status}");
+    assert!(stopping.elapsed() < Duration::from_secs(10), "serve stopped in {:?}", stopping.elapsed());
+    assert!(!wal.exists(), "the log is folded into the ledger file and removed");
+    let copy = test.file("backup.db");
+    std::fs::copy(&test.path, &copy).unwrap();
+    let ledger = ledger::Ledger::open_read_only(&copy).unwrap();
+    let decisions: i64 =
+        ledger.connection().query_row("SELECT COUNT(*) FROM decision_events", [], |r| r.get(0)).unwrap();
+    assert_eq!(decisions, 200, "a copy of the ledger file alone holds every decision");
+}
+
 // For the on-call engineer: a client that opens a connection and never finishes its request header is closed
 // after `--read-timeout-ms` (it held the connection, and one of the server's file descriptors, for ever), one whose
 // body has not all arrived that long after its header (paused, or trickling a byte at a time) is answered 408 and

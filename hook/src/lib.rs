@@ -145,6 +145,31 @@ pub struct Hook {
     limit: usize,
     poll: Duration,
     health: Arc<health::Health>,
+    stopped: Stopped,
+}
+
+/// Tells when a hook's writer has stopped: after the last handle is dropped it records what was queued, closes the
+/// ledger and lets the hook lock go. SQLite folds the write-ahead log into the ledger file and removes it when the
+/// last connection to the file closes, so a process that waits for this before it exits leaves a ledger file that
+/// holds everything alone (what a copy of only that file, a backup, needs).
+#[derive(Clone, Default)]
+pub struct Stopped(Arc<(std::sync::Mutex<bool>, std::sync::Condvar)>);
+
+impl Stopped {
+    fn set(&self) {
+        let (stopped, changed) = &*self.0;
+        *stopped.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        changed.notify_all();
+    }
+
+    /// Waits at most `timeout` for the writer to stop; answers whether it has.
+    pub fn wait(&self, timeout: Duration) -> bool {
+        let (stopped, changed) = &*self.0;
+        let guard = stopped.lock().unwrap_or_else(|e| e.into_inner());
+        let (guard, _) =
+            changed.wait_timeout_while(guard, timeout, |stopped| !*stopped).unwrap_or_else(|e| e.into_inner());
+        *guard
+    }
 }
 
 /// How long [`Hook::start`] waits for the hook lock held by this very process: a hook whose last handle was just
@@ -164,9 +189,13 @@ impl Hook {
         let (queue, receiver) = std::sync::mpsc::sync_channel(settings.queue_max_requests);
         let queued = Arc::new(AtomicUsize::new(0));
         let counter = Arc::clone(&queued);
+        let stopped = Stopped::default();
+        let done = stopped.clone();
         std::thread::Builder::new().name("hook-writer".into()).spawn(move || {
+            // `run` ends once every handle is dropped, and drops the writer and its ledger.
             writer.run(receiver, &counter);
             drop(lock);
+            done.set();
         })?;
         Ok(Hook {
             queue,
@@ -175,7 +204,13 @@ impl Hook {
             limit: settings.queue_max_requests,
             poll: Duration::from_micros(settings.poll_us),
             health,
+            stopped,
         })
+    }
+
+    /// What tells when the writer has stopped, once every handle is dropped.
+    pub fn stopped(&self) -> Stopped {
+        self.stopped.clone()
     }
 
     /// Whether recording fails now, how many groups failed, and the last failure (for `/healthz`).

@@ -153,12 +153,14 @@ pub fn run(ledger_path: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
         ..HookSettings::default()
     };
     let hook = Hook::start(ledger_path, settings).context("cannot start the hook")?;
-    let outbox = match args.brokers.clone() {
+    let stopped = hook.stopped();
+    let publisher = match args.brokers.clone() {
         Some(brokers) => {
             Some(spawn_outbox_publisher(ledger_path.to_path_buf(), hook.clone(), brokers, args.settings.clone())?)
         }
         None => None,
     };
+    let outbox = publisher.as_ref().map(|p| Arc::clone(&p.health));
     let app = Arc::new(App { hook, tokens, outbox });
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let read_timeout = Duration::from_millis(args.read_timeout_ms.max(1));
@@ -171,6 +173,17 @@ pub fn run(ledger_path: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
         serve_connections(listener, router(app, read_timeout), read_timeout).await;
         anyhow::Ok(())
     })?;
+    // Stopping: the runtime's tasks hold the last handles to the hook, the publisher one more. Once all are dropped
+    // the writer records what was queued and closes the ledger, and SQLite folds the write-ahead log into the ledger
+    // file and removes it: the file alone then holds every decision (a backup copying only it loses none). Exiting
+    // without waiting left the log beside it, 70 MB after a minute of load.
+    drop(runtime);
+    if let Some(publisher) = publisher {
+        publisher.stop();
+    }
+    if !stopped.wait(Duration::from_millis(SHUTDOWN_WAIT_MS)) {
+        eprintln!("serve: the hook's writer had not stopped after {SHUTDOWN_WAIT_MS} ms; exiting without it");
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -301,20 +314,46 @@ async fn healthz(State(app): State<Arc<App>>) -> (axum::http::StatusCode, Json<s
     (code, Json(body))
 }
 
+/// The outbox publisher's thread, and where it leaves what it saw in its last pass.
+struct Publisher {
+    health: Arc<Mutex<OutboxHealth>>,
+    /// Dropped to stop the thread: it waits on the other end between passes.
+    stop: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Publisher {
+    /// Stops the thread after the pass it is in (a pass waits for the broker 5 s at most), and waits for it.
+    fn stop(self) {
+        drop(self.stop);
+        if self.thread.join().is_err() {
+            eprintln!("serve: the outbox publisher panicked");
+        }
+    }
+}
+
 /// The publisher thread, the outbox published every second: read through a connection of its own, the
-/// acknowledgements recorded by the hook's writer. Returns where it leaves what it saw in its last pass.
+/// acknowledgements recorded by the hook's writer.
 fn spawn_outbox_publisher(
     ledger_path: PathBuf,
     hook: Hook,
     brokers: String,
     settings: Vec<(String, String)>,
-) -> anyhow::Result<Arc<Mutex<OutboxHealth>>> {
+) -> anyhow::Result<Publisher> {
     let mut outbox = HookOutbox { reader: ledger::Ledger::open(&ledger_path)?, hook };
     let timeout = Duration::from_millis(OUTBOX_INTERVAL_MS * 5);
     let mut publisher = ingest::outbox::Publisher::new(&brokers, &settings, timeout)?;
     let health = Arc::new(Mutex::new(OutboxHealth::now(outbox.pending_count()?, None)));
     let seen = Arc::clone(&health);
-    std::thread::Builder::new().name("outbox".into()).spawn(move || {
+    let (stop, stopping) = std::sync::mpsc::channel::<()>();
+    // The pause between passes; false once the publisher is told to stop.
+    let pause = move || {
+        matches!(
+            stopping.recv_timeout(Duration::from_millis(OUTBOX_INTERVAL_MS)),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+        )
+    };
+    let thread = std::thread::Builder::new().name("outbox".into()).spawn(move || {
         let topics = ingest::outbox::OutboxTopics::defaults();
         let mut said = ingest::Said::default();
         // One publisher per ledger (a `reconcile --brokers` publishes the outbox too): a pass is skipped while
@@ -327,7 +366,9 @@ fn spawn_outbox_publisher(
                     Err(error) => {
                         let pending = outbox.pending_count().unwrap_or(0);
                         *seen.lock().expect("never poisoned") = OutboxHealth::now(pending, Some(error.to_string()));
-                        std::thread::sleep(Duration::from_millis(OUTBOX_INTERVAL_MS));
+                        if !pause() {
+                            return;
+                        }
                         continue;
                     }
                 }
@@ -356,10 +397,12 @@ fn spawn_outbox_publisher(
                 }
             };
             *seen.lock().expect("never poisoned") = pass;
-            std::thread::sleep(Duration::from_millis(OUTBOX_INTERVAL_MS));
+            if !pause() {
+                return;
+            }
         }
     })?;
-    Ok(health)
+    Ok(Publisher { health, stop, thread })
 }
 
 /// `serve`'s outbox: read through its own connection, written by the hook's writer. Recording acknowledgements
