@@ -50,21 +50,133 @@ fn usage_file_is_recorded_deduplicated_and_quarantined() {
     ledger.assert_verifies();
     assert_quarantine(&ledger.quarantined(), &file);
 
-    // The same file again (a rerun after a crash, say): every decodable record is now a duplicate (the conflicting
-    // copy duplicates the entry it became), nothing new is recorded, and the invalid records are the messages the
-    // quarantine holds already, the same bytes from the same place: not quarantined twice (until 2026-12-03 they
-    // were, and `quarantine list` showed each bad record once per ingest).
+    // The same file again (a rerun after a crash, say): the ledger knows how far the last ingest of this file got,
+    // and nothing of it is read into the ledger again (until 2026-12-03 every record was, each a duplicate).
     let again = ledger.ingest(&file);
-    let expected = [("records", 9), ("recorded", 0), ("duplicates", 6), ("quarantined", 0), ("already_quarantined", 3)];
+    let expected = [("records", 0), ("resumed_after", 9), ("recorded", 0), ("duplicates", 0), ("quarantined", 0)];
     for (key, expected) in expected {
         assert_eq!(again[key], expected, "second ingest report {key}: {again}");
+    }
+    assert_eq!(again["watermark"], 5, "{again}");
+    assert_eq!(Counts::of_status(&ledger.status()), first);
+
+    // The same records in a file written again (repaired, or exported again: another sync marker) are read whole:
+    // every decodable record is now a duplicate (the conflicting copy duplicates the entry it became), nothing new
+    // is recorded, and the invalid records are the messages the quarantine holds already, the same bytes from the
+    // same place: not quarantined twice (until 2026-12-03 they were, and `quarantine list` showed each bad record
+    // once per ingest).
+    write_container_marked(&file, &mixed_usage_file(), *b"written-again-16");
+    let rewritten = ledger.ingest(&file);
+    let expected = [("records", 9), ("recorded", 0), ("duplicates", 6), ("quarantined", 0), ("already_quarantined", 3)];
+    for (key, expected) in expected {
+        assert_eq!(rewritten[key], expected, "ingest report of the file written again, {key}: {rewritten}");
     }
     let second = Counts { duplicates: 7, ..first };
     assert_eq!(Counts::of_status(&ledger.status()), second);
     assert_quarantine(&ledger.quarantined(), &file);
     ledger.assert_verifies();
+    write_container_marked(&file, &mixed_usage_file(), *b"written-3rd-time");
     let words = ledger.run(&["ingest", "--file", file.to_str().unwrap()]).success().stdout_text();
     assert!(words.contains("0 quarantined (3 more quarantined already, by an earlier ingest of this file)"), "{words}");
+}
+
+// A backfill killed halfway (SIGKILL, no shutdown of any kind) and run again resumes after the last batch it
+// committed: each batch records how far into the file it reaches in its own transaction. Nothing is appended twice
+// (no duplicate), nothing is missed.
+#[test]
+fn a_killed_file_ingest_resumes_after_its_last_committed_batch() {
+    let ledger = TestLedger::new();
+    let file = ledger.file("backfill.avro");
+    let total: u64 = 40_000;
+    let events: Vec<Event> =
+        (0..total).map(|i| usage(&format!("u-{i}"), "2026-11-01T10:00:00Z", &format!("org-{}", i % 7), 1)).collect();
+    write_container(&file, &events);
+    let mut first = ChildGuard::new(
+        std::process::Command::new(BIN)
+            .args([
+                "--ledger",
+                path_text(&ledger.path),
+                "ingest",
+                "--file",
+                path_text(&file),
+                "--batch-max-events",
+                "20",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("ingest starts"),
+    );
+    let watermark = || {
+        let open = ledger::Ledger::open_read_only(&ledger.path).ok()?;
+        open.watermark().ok().filter(|w| *w > 0)
+    };
+    eventually(60, "the first batches committed", watermark);
+    unsafe { libc::kill(first.id() as i32, libc::SIGKILL) };
+    first.wait().expect("the killed ingest is reaped");
+    let recorded_before = watermark().expect("batches committed before the kill");
+    assert!(recorded_before < total, "the kill came before the end: {recorded_before} of {total} recorded");
+
+    let rerun = ledger.ingest(&file);
+    assert_eq!(rerun["resumed_after"], recorded_before, "{rerun}");
+    assert_eq!(rerun["records"], total - recorded_before, "{rerun}");
+    assert_eq!(rerun["recorded"], total - recorded_before, "{rerun}");
+    assert_eq!(rerun["duplicates"], 0, "{rerun}");
+    let expected = Counts { events_recorded: total, duplicates: 0, conflicts: 0, quarantined: 0, watermark: total };
+    assert_eq!(Counts::of_status(&ledger.status()), expected);
+    ledger.assert_verifies();
+}
+
+// A file that grew (records appended to it, as Avro writers can: the same sync marker) resumes after what an
+// earlier ingest appended; another file that carries the same marker but other records is not trusted: it is read
+// whole, and the operator is told why.
+#[test]
+fn a_file_is_resumed_only_where_it_begins_with_what_was_appended() {
+    let ledger = TestLedger::new();
+    let file = ledger.file("usage.avro");
+    let marker = *b"one-marker-16-by";
+    let usage_of = |i: u32| usage(&format!("u-{i}"), "2026-11-01T10:00:00Z", "org-1", 1);
+    write_container_marked(&file, &(0..300).map(usage_of).collect::<Vec<_>>(), marker);
+    assert_eq!(ledger.ingest(&file)["recorded"], 300);
+
+    write_container_marked(&file, &(0..500).map(usage_of).collect::<Vec<_>>(), marker);
+    let grown = ledger.ingest(&file);
+    for (key, expected) in [("resumed_after", 300), ("records", 200), ("recorded", 200), ("duplicates", 0)] {
+        assert_eq!(grown[key], expected, "{key}: {grown}");
+    }
+    assert!(grown.get("resume_refused").is_none(), "{grown}");
+
+    // Other records under the same marker: the first 500 differ from what was appended.
+    let other = ledger.file("other.avro");
+    let others: Vec<Event> =
+        (0..600).map(|i| usage(&format!("other-{i}"), "2026-11-02T10:00:00Z", "org-2", 2)).collect();
+    write_container_marked(&other, &others, marker);
+    // In batches of 100: its first batches reach less far than the progress the marker held (500), which they
+    // replace.
+    let run = ledger.run(&["ingest", "--file", path_text(&other), "--batch-max-events", "100", "--json"]).success();
+    let whole = run.json();
+    for (key, expected) in [("resumed_after", 0), ("records", 600), ("recorded", 600), ("duplicates", 0)] {
+        assert_eq!(whole[key], expected, "{key}: {whole}");
+    }
+    let refused = whole["resume_refused"].as_str().expect("the report says why it read the file whole");
+    assert!(
+        refused.contains("appended its first 500 records") && refused.contains("begins with other records"),
+        "{refused}"
+    );
+    let stderr = &run.stderr;
+    assert!(stderr.contains("warning:") && stderr.contains("it was ingested whole"), "{stderr}");
+    assert_eq!(Counts::of_status(&ledger.status()).events_recorded, 1_100);
+    // What an operator reads of it: the marker's progress, now that file's.
+    let progress = ledger
+        .run(&["sql", "--format", "csv", "SELECT sync_marker, records, path FROM file_progress"])
+        .success()
+        .stdout_text();
+    let expected = format!("sync_marker,records,path\n{},600,{}\n", hex(&marker), path_text(&other));
+    assert_eq!(progress, expected);
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The three invalid records of `mixed_usage_file`, each with its reason code, the file as topic and its index in
@@ -404,8 +516,9 @@ fn quantities_that_would_overflow_a_total_are_quarantined() {
 
 // A container file damaged part way (here cut short in its last blocks): the records before the damage are
 // recorded, the report names the record where reading stopped, and ingest exits 2 saying so; the repaired file,
-// ingested again, records only the rest. Until 2026-12-02 such an ingest exited 0 and the records after the damage
-// were dropped without a word.
+// ingested again, resumes at the damaged record and records only the rest (no duplicate: until 2026-12-03 the
+// records before the damage were read again, each a duplicate). Until 2026-12-02 such an ingest exited 0 and the
+// records after the damage were dropped without a word.
 #[test]
 fn a_damaged_file_exits_2_naming_where_it_stopped() {
     let test = TestLedger::new();
@@ -422,7 +535,8 @@ fn a_damaged_file_exits_2_naming_where_it_stopped() {
     assert!(run.stderr.contains("is damaged: it cannot be read past record"), "{}", run.stderr);
     std::fs::write(&path, &whole).unwrap();
     let again = test.ingest(&path);
-    assert_eq!((count(&again, "recorded"), count(&again, "duplicates")), (3_000 - recorded, recorded), "{again}");
+    let counts = (count(&again, "resumed_after"), count(&again, "recorded"), count(&again, "duplicates"));
+    assert_eq!(counts, (recorded, 3_000 - recorded, 0), "{again}");
 }
 
 // For the on-call engineer: a command that waited longer than the busy timeout (10 s) for another process's write

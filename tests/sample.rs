@@ -8,6 +8,9 @@ use std::path::PathBuf;
 use schemas::{Event, Header, Timestamp, UsageEvent};
 use support::*;
 
+/// The committed sample's sync marker, as it was written (the tests' other files draw theirs from their events).
+const SAMPLE_MARKER: [u8; 16] = *b"quota-ledger-e2e";
+
 /// Distinct valid UsageEvents in the sample: what `events_recorded` counts.
 const UNIQUE_EVENTS: u64 = 1_975;
 /// Exact redeliveries of earlier events.
@@ -110,7 +113,7 @@ fn sample_records() -> Vec<Event> {
 fn write_sample() {
     let path = sample_path();
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    write_container(&path, &sample_records());
+    write_container_marked(&path, &sample_records(), SAMPLE_MARKER);
 }
 
 // Proves that the sample ingests with the binary to its exact counts and reasons, and that verify accepts it.
@@ -149,7 +152,7 @@ fn sample_ingests_to_documented_counts() {
 fn sample_is_what_write_sample_writes() {
     let dir = tempfile::tempdir().unwrap();
     let fresh = dir.path().join("usage-2026-11.avro");
-    write_container(&fresh, &sample_records());
+    write_container_marked(&fresh, &sample_records(), SAMPLE_MARKER);
     let committed = std::fs::read(sample_path()).expect("the sample exists (see write_sample)");
     assert!(
         std::fs::read(&fresh).unwrap() == committed,

@@ -50,6 +50,9 @@ impl Ledger {
         }
         let ids_before = max_ids(&tx)?;
         store_offsets(&tx, &batch.offsets)?;
+        if let Some(progress) = &batch.file_progress {
+            store_file_progress(&tx, progress, recorded_at)?;
+        }
         let mut outcomes = Vec::with_capacity(batch.events.len());
         let mut inserts = Inserts::new(&tx, &self.detail_insert_sql)?;
         for incoming in &batch.events {
@@ -146,6 +149,16 @@ fn store_offsets(tx: &Transaction<'_>, offsets: &[SourceOffset]) -> Result<(), A
         )?
         .execute(params![offset.topic, offset.partition, offset.next_offset])?;
     }
+    Ok(())
+}
+
+fn store_file_progress(tx: &Transaction<'_>, progress: &FileProgress, updated_at: i64) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO file_progress (sync_marker, path, records, digest, updated_at) VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (sync_marker) DO UPDATE
+         SET path = excluded.path, records = excluded.records, digest = excluded.digest, updated_at = excluded.updated_at",
+    )?
+    .execute(params![&progress.sync_marker[..], progress.path, progress.records as i64, &progress.digest[..], updated_at])?;
     Ok(())
 }
 

@@ -80,6 +80,16 @@ pub struct SourceOffset {
     pub next_offset: i64,
 }
 
+/// How far an ingest got in one Avro object container file (`file_progress`): the first `records` records, whose
+/// digest is `digest`, are appended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileProgress {
+    pub sync_marker: [u8; 16],
+    pub path: String,
+    pub records: u64,
+    pub digest: [u8; 32],
+}
+
 /// Everything one append records, in one transaction: events, rejected messages, and the offsets they cover.
 #[derive(Debug, Clone, Default)]
 pub struct Batch {
@@ -92,6 +102,8 @@ pub struct Batch {
     /// Whether the events this batch records must also reach Kafka: each recorded entry joins the outbox in
     /// the same transaction (adjustments, the hook's decisions). Events that came from Kafka never do.
     pub outbox: bool,
+    /// When the batch comes from a container file: how far into the file it reaches.
+    pub file_progress: Option<FileProgress>,
 }
 
 /// What became of one event of a batch.

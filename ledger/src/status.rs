@@ -4,7 +4,7 @@ use rusqlite::{Connection, OptionalExtension};
 use serde::Serialize;
 
 use crate::Ledger;
-use crate::batch::{AppendReport, SourceOffset};
+use crate::batch::{AppendReport, FileProgress, SourceOffset};
 use crate::error::ReadError;
 
 /// Running totals, as of the last committed batch.
@@ -149,6 +149,24 @@ impl Ledger {
         let rows = statement
             .query_map([], |r| Ok(SourceOffset { topic: r.get(0)?, partition: r.get(1)?, next_offset: r.get(2)? }))?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// How far an earlier ingest got in the container file with this sync marker, if one did.
+    pub fn file_progress(&self, sync_marker: &[u8; 16]) -> Result<Option<FileProgress>, ReadError> {
+        let mut statement =
+            self.conn.prepare_cached("SELECT path, records, digest FROM file_progress WHERE sync_marker = ?")?;
+        let progress = statement
+            .query_row([&sync_marker[..]], |r| {
+                let digest: Vec<u8> = r.get(2)?;
+                Ok(FileProgress {
+                    sync_marker: *sync_marker,
+                    path: r.get(0)?,
+                    records: r.get::<_, i64>(1)? as u64,
+                    digest: digest.try_into().unwrap_or([0; 32]),
+                })
+            })
+            .optional()?;
+        Ok(progress)
     }
 
     /// Every quarantined message, oldest first.

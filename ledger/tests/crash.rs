@@ -56,6 +56,7 @@ fn batch(i: u64) -> Batch {
         offsets: vec![SourceOffset { topic: TOPIC.into(), partition: 0, next_offset: ((i + 1) * BATCH_EVENTS) as i64 }],
         replayed_from: vec![],
         outbox: false,
+        file_progress: None,
     }
 }
 

@@ -276,6 +276,18 @@ pub const TABLES: &[Table] = &[
             col("next_offset", "o.next_offset", Int64, false),
         ],
     },
+    Table {
+        name: "file_progress",
+        description: "how far `ingest --file` got in each container file, known by its sync marker",
+        from: "file_progress f",
+        seq: None,
+        columns: &[
+            col("sync_marker", "lower(hex(f.sync_marker))", Text, false),
+            col("path", "f.path", Text, false),
+            col("records", "f.records", Int64, false),
+            col("updated_at", "f.updated_at", Timestamp, false),
+        ],
+    },
 ];
 
 /// The table named `name`.

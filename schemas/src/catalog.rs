@@ -303,6 +303,24 @@ impl Catalog {
     }
 }
 
+/// The sync marker of an Avro object container file: the 16 bytes its writer drew at random and wrote after the
+/// header and after every block. A file appended to keeps its marker; two files written apart have different ones.
+pub fn container_sync_marker<R: Read>(mut input: R) -> Result<[u8; 16], DecodeError> {
+    let container = |message: String| DecodeError::Container { message };
+    let mut magic = [0u8; 4];
+    input.read_exact(&mut magic).map_err(|e| container(format!("cannot read the header: {e}")))?;
+    if magic != *b"Obj\x01" {
+        return Err(container("not an Avro object container file (no `Obj` magic)".into()));
+    }
+    // The metadata (the writer schema, the codec, ...), a map of bytes: skipped, apache-avro's reader reads it.
+    let metadata = Schema::parse_str(r#"{"type": "map", "values": "bytes"}"#).expect("a valid schema");
+    let reader = GenericDatumReader::builder(&metadata).build().map_err(|e| container(error_chain(&e)))?;
+    reader.read_value(&mut input).map_err(|e| container(error_chain(&e)))?;
+    let mut marker = [0u8; 16];
+    input.read_exact(&mut marker).map_err(|e| container(format!("cannot read the sync marker: {e}")))?;
+    Ok(marker)
+}
+
 /// The records of a container file, in order. Each item is the record's index in the file and either the
 /// decoded event with its raw bytes (single-object encoding under the file's writer schema) or why it failed.
 pub struct ContainerRecords<'c, R: Read> {

@@ -108,6 +108,18 @@ fn write_usage_v1_fixture() {
     writer.into_inner().unwrap().sync_all().unwrap();
 }
 
+// Proves that a container file's sync marker is read from its header: the pinned fixture was written with
+// `quota-ledger-v1!`, and every block ends with it too. Bytes that are not a container file are refused.
+#[test]
+fn the_sync_marker_is_read_from_the_header() {
+    let bytes = std::fs::read(fixture_path()).expect("tests/fixtures/usage-v1.avro");
+    let marker = schemas::catalog::container_sync_marker(&bytes[..]).expect("a container file");
+    assert_eq!(&marker, b"quota-ledger-v1!");
+    assert_eq!(bytes[bytes.len() - 16..], marker, "the last block ends with the marker");
+    let error = schemas::catalog::container_sync_marker(&b"PAR1 not avro"[..]).unwrap_err();
+    assert!(error.to_string().contains("magic"), "{error}");
+}
+
 // Proves that the pinned v1 container file reads back as current UsageEvents with default request_id and
 // attributes, tagged with the v1 fingerprint.
 #[test]

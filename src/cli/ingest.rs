@@ -100,15 +100,25 @@ fn run_file(ledger_path: &Path, file: &Path, args: &IngestArgs) -> anyhow::Resul
             },
             report.watermark
         )?;
+        if report.resumed_after > 0 {
+            writeln!(
+                super::stdout(),
+                "resumed after record {}: an earlier ingest of this file appended the records before it",
+                report.resumed_after
+            )?;
+        }
+    }
+    if let Some(refused) = &report.resume_refused {
+        eprintln!("warning: {}: {refused}", report.file);
     }
     // Recorded is recorded; the rest of a damaged file was never read, which the caller must hear (exit 2), not
     // find out from a record count (until 2026-12-02 such an ingest exited 0).
     if let Some(damage) = &report.damaged {
         eprintln!(
             "error: {} is damaged: it cannot be read past record {} ({}); the records before it are recorded, \
-             the rest was not read. Repair the file (or get it again) and ingest it again: what is recorded now \
-             counts as duplicates.",
-            report.file, damage.record, damage.message
+             the rest was not read. Repair the file (or get it again) and ingest it again: it resumes at record \
+             {} if the file still begins with what is recorded (otherwise what is recorded counts as duplicates).",
+            report.file, damage.record, damage.message, damage.record
         );
         return Ok(ExitCode::from(2));
     }

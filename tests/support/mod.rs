@@ -19,9 +19,6 @@ use serde_json::Value;
 /// The binary under test, built by cargo for the integration tests.
 pub const BIN: &str = env!("CARGO_BIN_EXE_quota-ledger");
 
-/// The sync marker of every container file the tests write: fixed, so that the same events give the same bytes.
-pub const CONTAINER_MARKER: [u8; 16] = *b"quota-ledger-e2e";
-
 /// What one run of the binary did.
 #[derive(Debug)]
 pub struct Run {
@@ -333,9 +330,18 @@ pub fn current_fingerprint(event_type: EventType) -> String {
 }
 
 /// Writes an Avro object container file of `events` (all of one record type) with the current writer schema,
-/// uncompressed and with a fixed sync marker. Events are written as they are, valid or not: the file is what a
-/// producer sent.
+/// uncompressed. Events are written as they are, valid or not: the file is what a producer sent. Its sync marker is
+/// drawn from the events, not at random as writers do, so that the same events give the same bytes and other events
+/// another marker (`ingest --file` knows a file by its marker).
 pub fn write_container(path: &Path, events: &[Event]) {
+    let catalog = Catalog::builtin();
+    let encoded: Vec<u8> = events.iter().flat_map(|e| catalog.encode_single_object(e)).collect();
+    let marker = ledger::chain::sha256(&encoded)[..16].try_into().expect("16 bytes");
+    write_container_marked(path, events, marker);
+}
+
+/// [`write_container`] with the sync marker given.
+pub fn write_container_marked(path: &Path, events: &[Event], marker: [u8; 16]) {
     let event_type = events.first().expect("a container file of at least one event").event_type();
     let catalog = Catalog::builtin();
     let schema = &catalog.current(event_type).schema;
@@ -344,7 +350,7 @@ pub fn write_container(path: &Path, events: &[Event]) {
         .schema(schema)
         .writer(file)
         .codec(Codec::Null)
-        .marker(CONTAINER_MARKER)
+        .marker(marker)
         .build()
         .expect("a container writer for a catalog schema");
     for event in events {
