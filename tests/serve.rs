@@ -736,8 +736,8 @@ fn a_killed_server_keeps_every_answered_decision_and_retries_consume_nothing_twi
 
 // For backups: `serve` stopped by SIGTERM leaves a ledger file that holds every decision alone. Its writer closes the
 // ledger before the process exits (after the outbox publisher stops), and SQLite then folds the write-ahead log into
-// the file and removes it. Until 2026-12-03 the process exited at once and left the log beside the file (70 MB after
-// a minute of load): a copy of the file alone missed the decisions since the last checkpoint.
+// the file and removes it. Until 2026-12-03 the process exited at once and left the log beside the file (about 70 MB
+// under load): a copy of the file alone missed the decisions since the last checkpoint.
 #[test]
 fn a_stopped_server_leaves_every_decision_in_the_ledger_file_alone() {
     let test = ledger_with(hard_policy(1_000_000, Window::MONTH));

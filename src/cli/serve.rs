@@ -176,7 +176,7 @@ pub fn run(ledger_path: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
     // Stopping: the runtime's tasks hold the last handles to the hook, the publisher one more. Once all are dropped
     // the writer records what was queued and closes the ledger, and SQLite folds the write-ahead log into the ledger
     // file and removes it: the file alone then holds every decision (a backup copying only it loses none). Exiting
-    // without waiting left the log beside it, 70 MB after a minute of load.
+    // without waiting left the log beside it, about 70 MB under load.
     drop(runtime);
     if let Some(publisher) = publisher {
         publisher.stop();
