@@ -85,8 +85,17 @@ impl Default for HookSettings {
     }
 }
 
-/// One caller counted in [`Hook::waiting`] while it waits, taken off when dropped: an async caller's future may be
-/// dropped while it waits (its client went away).
+/// The writer's answer if it has come (the reply dropped unanswered: the hook stopped).
+fn try_answer<T>(answer: &mut oneshot::Receiver<T>) -> Option<Result<T, HookError>> {
+    match answer.try_recv() {
+        Ok(result) => Some(Ok(result)),
+        Err(oneshot::error::TryRecvError::Empty) => None,
+        Err(oneshot::error::TryRecvError::Closed) => Some(Err(HookError::Stopped)),
+    }
+}
+
+/// One caller counted in [`Hook::waiting`] while it waits, taken off when dropped (by either API: an async caller's
+/// future may be dropped while it waits, its client gone).
 struct Waiting<'a> {
     count: &'a AtomicUsize,
     /// No other caller was waiting when this one came.
@@ -274,17 +283,13 @@ impl Hook {
     /// more callers waiting they sleep at once, leaving the cores to the writer.
     fn call<T>(&self, work: impl FnOnce(oneshot::Sender<Result<T, HookError>>) -> Work) -> Result<T, HookError> {
         let (reply, mut answer) = oneshot::channel();
-        let alone = self.waiting.fetch_add(1, Ordering::Relaxed) == 0;
-        let poll = if alone { self.poll } else { Duration::ZERO };
+        let waiting = Waiting::count(&self.waiting);
+        let poll = if waiting.alone { self.poll } else { Duration::ZERO };
         let waited = self.enqueue(work(reply), true, !poll.is_zero()).and_then(|()| {
-            poll_for(poll, || match answer.try_recv() {
-                Ok(result) => Some(Ok(result)),
-                Err(oneshot::error::TryRecvError::Empty) => None,
-                Err(oneshot::error::TryRecvError::Closed) => Some(Err(HookError::Stopped)),
-            })
-            .unwrap_or_else(|| answer.blocking_recv().map_err(|_| HookError::Stopped))
+            poll_for(poll, || try_answer(&mut answer))
+                .unwrap_or_else(|| answer.blocking_recv().map_err(|_| HookError::Stopped))
         });
-        self.waiting.fetch_sub(1, Ordering::Relaxed);
+        drop(waiting);
         waited?
     }
 
@@ -310,12 +315,7 @@ impl Hook {
         };
         let poll = if streak >= ALONE_STREAK && self.async_polls { self.poll } else { Duration::ZERO };
         self.enqueue(work(reply), false, false)?;
-        let polled = poll_for(poll, || match answer.try_recv() {
-            Ok(result) => Some(Ok(result)),
-            Err(oneshot::error::TryRecvError::Empty) => None,
-            Err(oneshot::error::TryRecvError::Closed) => Some(Err(HookError::Stopped)),
-        });
-        let answered = match polled {
+        let answered = match poll_for(poll, || try_answer(&mut answer)) {
             Some(answered) => answered,
             None => answer.await.map_err(|_| HookError::Stopped),
         };
