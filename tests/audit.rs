@@ -633,7 +633,7 @@ fn why_counts_the_usage_of_an_earlier_decision_of_the_same_request() {
 }
 
 // Review of 2026-12-02 (audit why), h10: a version published twice (`quota` v1 with limit 10, then again with 20)
-// is shown as the copy the hook, reconcile and billing apply (SPEC 5 "Policy in force", reconcile::policy's tie
+// is shown as the copy the hook, reconcile and billing apply (SPEC 5 "Policy in force", rules::policy's tie
 // rule: the later one), so the answer agrees with the recorded limit 20 and with reconcile finding no overshoot.
 #[test]
 fn why_shows_the_copy_of_a_republished_version_that_reconcile_applies() {

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use reconcile::window;
+use rules::window;
 use schemas::{PolicyEvent, Timestamp, Window};
 
 /// Buckets ever created are kept at most this many; the least recently used is dropped (it refills to full,
@@ -21,7 +21,7 @@ struct Bucket {
 }
 
 /// (policy_id, window kind, tenant, subject): a policy_id whose versions change the window kind mid-window has a
-/// window of each kind in force for a while (see `reconcile::policy`), each a bucket of its own.
+/// window of each kind in force for a while (see `rules::policy`), each a bucket of its own.
 type BucketKey = (String, Window, String, Option<String>);
 
 /// A bucket as it was before a take: what puts it back when the take's group is not recorded.

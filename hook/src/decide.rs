@@ -8,8 +8,8 @@
 //! is recorded as SHADOW_DENIED and allows. SOFT limits never deny (their excess is billed). The policy
 //! reported with an allowed request is the one with the least room left.
 
-use reconcile::overshoot;
-use reconcile::policy::Applicable;
+use rules::overshoot;
+use rules::policy::Applicable;
 use schemas::*;
 
 use crate::buckets::Buckets;

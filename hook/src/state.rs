@@ -10,7 +10,7 @@
 //!
 //! Windows that ended are dropped as time passes: the hook only ever asks about the windows containing now.
 //!
-//! Reservations are judged as reconcile judges them (`reconcile::reservation::judge`: by event time, whatever
+//! Reservations are judged as reconcile judges them (`rules::reservation::judge`: by event time, whatever
 //! order their events arrive in): the hook keeps what judging needs of each reservation's events while a late
 //! event could still change what it holds or consumes, and applies the difference each new event makes to the
 //! verdict. So a close that arrives before its RESERVE counts, a second RESERVE of a closed reservation opens
@@ -18,9 +18,9 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use reconcile::policy::PolicyIndex;
-use reconcile::reservation::{self, Facts};
-use reconcile::window;
+use rules::policy::PolicyIndex;
+use rules::reservation::{self, Facts};
+use rules::window;
 use rustc_hash::FxHashMap;
 use schemas::*;
 

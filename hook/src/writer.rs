@@ -10,7 +10,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
 use ledger::{AppendReport, Batch, Durability, Incoming, Ledger, Origin};
-use reconcile::reservation::Facts;
+use rules::reservation::Facts;
 use rusqlite::OptionalExtension;
 use rustc_hash::FxHashMap;
 use schemas::*;
@@ -673,7 +673,7 @@ fn validate_ask(tenant: &str, metric: &str, amount: i64, idempotency_key: &str) 
     if tenant.is_empty() {
         return bad("tenant", "is empty");
     }
-    if tenant == reconcile::policy::PLAN_DEFAULT_TENANT {
+    if tenant == rules::policy::PLAN_DEFAULT_TENANT {
         return bad("tenant", "\"*\" names plan defaults, not a tenant");
     }
     if metric.is_empty() {
@@ -856,7 +856,7 @@ fn refusal_from_ledger(
     };
     let events: Vec<(u64, &Facts)> =
         rows.iter().filter(|(_, t, _)| t == tenant).map(|(seq, _, facts)| (*seq, facts)).collect();
-    let verdict = reconcile::reservation::judge(&events, Timestamp(i64::MAX));
+    let verdict = rules::reservation::judge(&events, Timestamp(i64::MAX));
     let reserve = verdict.reserve.and_then(|seq| events.iter().find(|(s, _)| *s == seq)).map(|(_, f)| *f);
     let reserve = reserve.expect("a tenant with a RESERVE has one in its verdict");
     Ok(Err(match verdict.close {

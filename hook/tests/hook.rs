@@ -33,7 +33,7 @@ fn policy(id: &str, limit: i64, window: Window, enforcement: Enforcement, burst:
 /// `policy` as the plan default (tenant `*`).
 fn plan_default(policy: Event) -> Event {
     let Event::Policy(mut policy) = policy else { unreachable!("`policy` builds a PolicyEvent") };
-    policy.header.tenant = reconcile::policy::PLAN_DEFAULT_TENANT.into();
+    policy.header.tenant = rules::policy::PLAN_DEFAULT_TENANT.into();
     policy.header.event_id = format!("plan-{}", policy.header.event_id);
     Event::Policy(policy)
 }
@@ -499,7 +499,7 @@ fn a_denial_names_the_quota_that_resets_last() {
     assert!(hook.check(ask("m-1", 2)).unwrap().allowed());
     let denied = hook.check(ask("m-2", 1)).unwrap();
     assert_eq!((denied.reason, denied.policy_id.as_deref()), (Reason::QUOTA_EXCEEDED, Some("month-cap")));
-    let month_end = reconcile::window::bounds(Window::MONTH, denied.decided_at).1;
+    let month_end = rules::window::bounds(Window::MONTH, denied.decided_at).1;
     assert_eq!(denied.resets_at, Some(month_end));
 }
 

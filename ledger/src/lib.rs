@@ -42,6 +42,9 @@ pub mod migrate;
 mod outbox;
 mod period_exports;
 mod periods;
+// Public for the reports' raw reads until they read through the ledger's own API.
+#[doc(hidden)]
+pub mod read;
 mod replay;
 mod status;
 mod usage_totals;
@@ -64,6 +67,7 @@ pub use log_sync::LogSync;
 pub use outbox::{OutboxEntry, OutboxStatus};
 pub use period_exports::{CloseSnapshot, PeriodExport, PeriodExportRow};
 pub use periods::{Period, PeriodClose, PeriodParseError, covering_close};
+pub use read::{AdjustmentSummary, ConflictingCopy, ReadSnapshot, SequencedReservation, UsageRow};
 pub use replay::{REPLAYED_PER_TRANSACTION, ReplayReport, StillQuarantined};
 pub use status::{QuarantinedMessage, Status};
 pub use verify::{BadEntry, VerifyReport};

@@ -6,6 +6,9 @@
 //! concern that is a discrepancy now but was never reported is reported once even when its amount is 0 (a
 //! refused RELEASE, a conflicting copy of a decision).
 
+use std::collections::HashMap;
+
+use ledger::{AdjustmentSummary, Ledger, ReadError};
 use schemas::{AdjustmentKind, Scope, Timestamp};
 use sha2::{Digest, Sha256};
 
@@ -112,6 +115,59 @@ pub fn adjustment_id(concern: &Concern, recorded: Recorded, delta: i64) -> Strin
     let digest = hasher.finalize();
     let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
     format!("adj-{hex}")
+}
+
+/// What the recorded adjustments add up to, per concern, and how many adjustments there are.
+///
+/// A window adjustment written before AdjustmentEvent v2 has no scope: one with a subject is a SUBJECT window's,
+/// one without takes `legacy_scope(tenant, metric, policy_id)`, the scope of the policies of that id.
+pub fn recorded(
+    ledger: &Ledger,
+    legacy_scope: &dyn Fn(&str, &str, &str) -> Scope,
+) -> Result<(HashMap<Concern, Recorded>, u64), ReadError> {
+    let mut conflict_ordinals: HashMap<String, u32> = HashMap::new();
+    let mut recorded: HashMap<Concern, Recorded> = HashMap::new();
+    let count = ledger.adjustment_summaries(|summary| {
+        let amount = summary.amount;
+        if let Some(concern) = concern_of(summary, legacy_scope, &mut conflict_ordinals) {
+            recorded.entry(concern).or_default().add(amount);
+        }
+    })?;
+    Ok((recorded, count))
+}
+
+/// The concern a recorded adjustment is about; none for one that names no window or event it could be about.
+fn concern_of(
+    summary: AdjustmentSummary,
+    legacy_scope: &dyn Fn(&str, &str, &str) -> Scope,
+    conflict_ordinals: &mut HashMap<String, u32>,
+) -> Option<Concern> {
+    let AdjustmentSummary {
+        tenant, subject, metric, kind, policy_id, window_start, window_end, first_ref, scope, ..
+    } = summary;
+    let concern = match (kind, window_start.zip(window_end), first_ref) {
+        (AdjustmentKind::OVERSHOOT | AdjustmentKind::SHADOW_OVER_LIMIT, Some((start, end)), _) => {
+            let policy_id = policy_id?;
+            let scope = match scope {
+                Some(scope) => scope,
+                None if subject.is_some() => Scope::SUBJECT,
+                None => legacy_scope(&tenant, &metric, &policy_id),
+            };
+            Concern::Window { kind, policy_id, scope, tenant, subject, metric, window_start: start, window_end: end }
+        }
+        (AdjustmentKind::LATE_USAGE, Some((start, end)), _) => {
+            Concern::LateUsage { tenant, metric, period_start: start, period_end: end }
+        }
+        (AdjustmentKind::RESERVATION_EXPIRED, _, Some(id)) => Concern::Expiry { reserve_event_id: id },
+        (AdjustmentKind::REFUSED_TRANSITION, _, Some(id)) => Concern::Refused { event_id: id },
+        (AdjustmentKind::CONFLICTING_DUPLICATE, _, Some(id)) => {
+            let ordinal = conflict_ordinals.entry(id.clone()).or_insert(0);
+            *ordinal += 1;
+            Concern::Conflict { event_id: id, ordinal: *ordinal }
+        }
+        _ => return None,
+    };
+    Some(concern)
 }
 
 #[cfg(test)]

@@ -5,16 +5,15 @@ use std::collections::{HashMap, HashSet};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use ledger::{Ledger, Period, PeriodClose};
+use ledger::{Ledger, Period, PeriodClose, SequencedReservation, UsageRow};
 use schemas::*;
 use serde::Serialize;
 
 use crate::concern::{self, Concern, Recorded, Truth};
 use crate::error::ReconcileError;
-use crate::overshoot::{self, Consumed};
-use crate::policy::{Candidates, PolicyIndex};
-use crate::read::{self, SequencedReservation, UsageRow};
-use crate::reservation::{self, Verdict};
+use rules::overshoot::{self, Consumed};
+use rules::policy::{Candidates, PolicyIndex};
+use rules::reservation::{self, Verdict};
 
 /// The `source` of every adjustment reconcile writes.
 pub const ADJUSTMENT_SOURCE: &str = "reconcile";
@@ -157,17 +156,16 @@ struct Run<'p> {
 
 /// Computes the plan of `reconcile --as-of as_of` over everything the ledger holds, in one read snapshot.
 pub fn plan(ledger: &Ledger, as_of: Timestamp, progress: &mut dyn FnMut(Progress)) -> Result<Plan, ReconcileError> {
-    let conn = ledger.connection();
-    let snapshot = conn.unchecked_transaction()?;
+    let snapshot = ledger.read_snapshot()?;
     let watermark = ledger.watermark()?;
-    let policies = PolicyIndex::new(read::policies(conn)?);
+    let policies = PolicyIndex::new(ledger.policies()?);
     let mut clock = std::time::Instant::now();
     let (recorded, adjustments_before) =
-        read::recorded_by_concern(conn, &|tenant, metric, policy_id| policies.scope_of(tenant, metric, policy_id))?;
+        concern::recorded(ledger, &|tenant, metric, policy_id| policies.scope_of(tenant, metric, policy_id))?;
     let mut run = Run {
         as_of,
         policies: &policies,
-        grants: read::grants(conn)?,
+        grants: ledger.grants()?,
         closes: ledger.period_closes()?,
         recorded,
         names: Interner::default(),
@@ -183,17 +181,17 @@ pub fn plan(ledger: &Ledger, as_of: Timestamp, progress: &mut dyn FnMut(Progress
         clock = std::time::Instant::now();
     };
     step(&mut run, "read policies, grants, adjustments");
-    let commits = run.judge_reservations(conn, progress)?;
+    let commits = run.judge_reservations(ledger, progress)?;
     step(&mut run, "judge reservations");
-    run.judge_conflicts(conn)?;
+    run.judge_conflicts(ledger)?;
     step(&mut run, "judge conflicting duplicates");
-    run.sum_consumption(conn, &commits, progress)?;
+    run.sum_consumption(ledger, &commits, progress)?;
     step(&mut run, "sum consumption per window");
     let flagged = run.judge_windows();
     run.judge_late_usage();
     run.take_back_vanished();
     step(&mut run, "judge windows and late usage");
-    run.name_crossers(conn, &commits, &flagged, progress)?;
+    run.name_crossers(ledger, &commits, &flagged, progress)?;
     step(&mut run, "name the events that crossed limits");
     snapshot.finish()?;
     let run_id = format!("reconcile-{as_of}-w{watermark}");
@@ -214,18 +212,17 @@ impl<'p> Run<'p> {
 
     fn judge_reservations(
         &mut self,
-        conn: &rusqlite::Connection,
+        ledger: &Ledger,
         progress: &mut dyn FnMut(Progress),
     ) -> Result<Vec<Commit>, ReconcileError> {
         let mut commits = Vec::new();
         let mut events = 0;
-        self.counts.reservation_events = read::for_each_reservation(conn, |group| {
+        self.counts.reservation_events = ledger.for_each_reservation(|group| {
             events += group.len() as u64;
             if events / PROGRESS_EVERY_ROWS != (events - group.len() as u64) / PROGRESS_EVERY_ROWS {
                 progress(Progress::Reservations { events });
             }
             self.judge_reservation(group, &mut commits);
-            Ok(())
         })?;
         self.counts.valid_commits = commits.iter().filter(|c| c.counted_now).count() as u64;
         Ok(commits)
@@ -316,8 +313,8 @@ impl<'p> Run<'p> {
         ledger::covering_close(&self.closes, Period::containing(t))
     }
 
-    fn judge_conflicts(&mut self, conn: &rusqlite::Connection) -> Result<(), ReconcileError> {
-        let copies = read::conflicting_copies(conn)?;
+    fn judge_conflicts(&mut self, ledger: &Ledger) -> Result<(), ReconcileError> {
+        let copies = ledger.conflicting_copies()?;
         self.counts.conflicting_copies = copies.len() as u64;
         let mut ordinals: HashMap<String, u32> = HashMap::new();
         for copy in copies {
@@ -331,13 +328,13 @@ impl<'p> Run<'p> {
 
     fn sum_consumption(
         &mut self,
-        conn: &rusqlite::Connection,
+        ledger: &Ledger,
         commits: &[Commit],
         progress: &mut dyn FnMut(Progress),
     ) -> Result<(), ReconcileError> {
         let mut keys = Vec::new();
         let mut events = 0;
-        self.counts.usage_events = read::for_each_usage(conn, |row| {
+        self.counts.usage_events = ledger.for_each_usage(|row| {
             events += 1;
             if events % PROGRESS_EVERY_ROWS == 0 {
                 progress(Progress::Usage { events });
@@ -543,7 +540,7 @@ impl<'p> Run<'p> {
     /// Second pass, only over windows whose adjustment is written: the events that crossed each limit.
     fn name_crossers(
         &mut self,
-        conn: &rusqlite::Connection,
+        ledger: &Ledger,
         commits: &[Commit],
         flagged: &HashMap<WindowKey, i64>,
         progress: &mut dyn FnMut(Progress),
@@ -572,7 +569,7 @@ impl<'p> Run<'p> {
             }
         };
         let mut events = 0;
-        read::for_each_usage(conn, |row| {
+        ledger.for_each_usage(|row| {
             events += 1;
             if events % PROGRESS_EVERY_ROWS == 0 {
                 progress(Progress::Refs { events });
@@ -589,7 +586,7 @@ impl<'p> Run<'p> {
             let limit = flagged[&key];
             let kind = overshoot::excess_kind(self.windows[&key].1.enforcement).expect("a judged window");
             let seqs = overshoot::crossing_seqs(&mut items, limit);
-            let refs = read::event_ids(conn, &seqs, &commit_ids)?;
+            let refs = ledger.event_ids(&seqs, &commit_ids)?;
             refs_by_concern.insert(self.window_concern(&key, kind), refs);
         }
         for truth in &mut self.truths {

@@ -861,7 +861,7 @@ impl Model {
 
 /// Runs `reconcile --as-of as_of` and checks the ledger against the model.
 fn run_and_check(ledger: &mut Ledger, model: &mut Model, as_of: Timestamp) {
-    let before = reconcile::read::adjustments(ledger.connection()).unwrap();
+    let before = ledger.adjustments().unwrap();
     let plan = reconcile::plan(ledger, as_of, &mut |_| {}).unwrap();
     let report = reconcile::apply(ledger, &plan).unwrap();
     model.watermark += plan.adjustments.len() as u64;
@@ -871,7 +871,7 @@ fn run_and_check(ledger: &mut Ledger, model: &mut Model, as_of: Timestamp) {
     for (key, amount) in &truths.amounts {
         model.expected.insert(key.clone(), *amount);
     }
-    let adjustments = reconcile::read::adjustments(ledger.connection()).unwrap();
+    let adjustments = ledger.adjustments().unwrap();
     assert_eq!(adjustments.len(), before.len() + plan.adjustments.len());
     assert_eq!(&adjustments[before.len()..], &plan.adjustments[..], "the ledger holds the plan as planned");
     let keys = keys_of(&adjustments);

@@ -210,7 +210,7 @@ impl Fixture {
     }
 
     fn adjustments_recorded(&self) -> usize {
-        reconcile::read::adjustments(self.ledger.connection()).unwrap().len()
+        self.ledger.adjustments().unwrap().len()
     }
 }
 

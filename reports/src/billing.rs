@@ -2,7 +2,7 @@
 //!
 //! Reads, all at one watermark: counted usage of the period (the `usage_totals` kept by every append when the
 //! export is computed at the current watermark, a DataFusion scan of `usage_events` otherwise), every
-//! reservation judged by `reconcile::reservation::judge` (valid COMMITs are consumption), policies and grants,
+//! reservation judged by `rules::reservation::judge` (valid COMMITs are consumption), policies and grants,
 //! and the LATE_USAGE adjustments carried (a DataFusion query). Then [`rows`], a pure function, applies the
 //! rules with reconcile's own `applicable`, `effective_limit` and `excess`.
 
@@ -10,11 +10,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 use datafusion::common::ScalarValue;
+use ledger::read::{header, symbol};
 use ledger::{CloseSnapshot, Period, PeriodClose, PeriodExportRow};
-use reconcile::overshoot;
-use reconcile::policy::PolicyIndex;
-use reconcile::read::{header, symbol};
-use reconcile::reservation::same_reservation;
+use rules::overshoot;
+use rules::policy::PolicyIndex;
+use rules::reservation::same_reservation;
 use rusqlite::{Connection, Row};
 use schemas::*;
 
@@ -71,7 +71,7 @@ fn own_month_policy_keys(index: &PolicyIndex, period: Period) -> Vec<Key> {
     let owners: BTreeSet<Key> = index
         .policies()
         .iter()
-        .filter(|p| p.header.tenant != reconcile::policy::PLAN_DEFAULT_TENANT)
+        .filter(|p| p.header.tenant != rules::policy::PLAN_DEFAULT_TENANT)
         .map(|p| (p.header.tenant.clone(), p.header.metric.clone()))
         .collect();
     owners
@@ -245,12 +245,12 @@ fn sums_by_key(batches: &[arrow::array::RecordBatch], value: &str) -> Result<BTr
 
 /// Every recorded policy version up to `watermark`.
 pub fn policies(conn: &Connection, watermark: u64) -> Result<Vec<PolicyEvent>, ReportError> {
-    Ok(reconcile::read::policies_through(conn, watermark)?)
+    Ok(ledger::read::policies_through(conn, watermark)?)
 }
 
 /// Every recorded grant up to `watermark`, by (tenant, metric).
 pub fn grants(conn: &Connection, watermark: u64) -> Result<HashMap<Key, Vec<GrantEvent>>, ReportError> {
-    Ok(reconcile::read::grants_through(conn, watermark)?)
+    Ok(ledger::read::grants_through(conn, watermark)?)
 }
 
 /// A reservation event from a row of `seq, event_id, occurred_at, tenant, subject, metric, source,
@@ -266,7 +266,7 @@ pub(crate) fn reservation_event(r: &Row<'_>) -> rusqlite::Result<ReservationEven
 }
 
 /// Calls `each` with the recorded events (seq, event) of every reservation up to `watermark`, one (tenant,
-/// reservation_id) at a time (`reconcile::reservation::same_reservation`), its events in ledger order.
+/// reservation_id) at a time (`rules::reservation::same_reservation`), its events in ledger order.
 pub fn for_each_reservation(
     conn: &Connection,
     watermark: u64,
@@ -299,7 +299,7 @@ pub fn valid_commits(conn: &Connection, period: Period, watermark: u64) -> Resul
     for_each_reservation(conn, watermark, |group| {
         let events: Vec<(u64, &ReservationEvent)> = group.iter().map(|(seq, e)| (*seq, e)).collect();
         // `as_of` only decides expiry, which is not consumption: the period's end will do.
-        let verdict = reconcile::reservation::judge(&events, end);
+        let verdict = rules::reservation::judge(&events, end);
         let Some((seq, ReservationAction::COMMIT, amount)) = verdict.close else { return };
         let (_, commit) = group.iter().find(|(s, _)| *s == seq).expect("the close is one of the group");
         if amount != 0 && commit.header.occurred_at >= start && commit.header.occurred_at < end {

@@ -4,7 +4,7 @@
 //! catch-up are judged again, with reconcile's `judge`).
 //!
 //! [`catch_up`] brings the totals from `commit_totals_state.through_seq` to a watermark: for every reservation
-//! (tenant, reservation_id: `reconcile::reservation::same_reservation`) with an event in between, its verdict
+//! (tenant, reservation_id: `rules::reservation::same_reservation`) with an event in between, its verdict
 //! before and after, the difference applied. It runs inside each append when the process installed
 //! [`CommitTotalsHook`], and inside every export otherwise, so the totals are right whoever appended.
 
@@ -130,7 +130,7 @@ fn contribution(group: &[(u64, ReservationEvent)], through: u64) -> Option<((Str
     let events: Vec<(u64, &ReservationEvent)> =
         group.iter().filter(|(s, _)| *s <= through).map(|(s, e)| (*s, e)).collect();
     // `as_of` only decides expiry, which is never consumption.
-    let verdict = reconcile::reservation::judge(&events, Timestamp(i64::MAX));
+    let verdict = rules::reservation::judge(&events, Timestamp(i64::MAX));
     let (seq, ReservationAction::COMMIT, amount) = verdict.close? else { return None };
     let commit = &group.iter().find(|(s, _)| *s == seq).expect("the close is one of the group").1;
     let h = &commit.header;

@@ -290,7 +290,7 @@ fn write_consumption_parquet(ledger_path: &Path, out: &Path) -> anyhow::Result<u
     let mut commits: Vec<(String, String, i64, i64)> = Vec::new();
     reports::billing::for_each_reservation(&conn, session.watermark(), |group| {
         let events: Vec<(u64, &schemas::ReservationEvent)> = group.iter().map(|(s, e)| (*s, e)).collect();
-        let verdict = reconcile::reservation::judge(&events, period.end());
+        let verdict = rules::reservation::judge(&events, period.end());
         if let Some((seq, schemas::ReservationAction::COMMIT, amount)) = verdict.close {
             let commit = &group.iter().find(|(s, _)| *s == seq).expect("in its group").1;
             let h = &commit.header;

@@ -7,7 +7,7 @@ pub mod tenant;
 pub mod why;
 
 use datafusion::common::ScalarValue;
-use reconcile::reservation::same_reservation;
+use rules::reservation::same_reservation;
 use schemas::{ReservationAction, ReservationEvent, Timestamp};
 
 use crate::columns::Frame;
@@ -45,7 +45,7 @@ fn for_each_frame(
 }
 
 /// Calls `each` with the recorded events of every reservation of a tenant (and metric, when given), one
-/// reservation at a time (`reconcile::reservation::same_reservation`: the queries select one tenant, so one
+/// reservation at a time (`rules::reservation::same_reservation`: the queries select one tenant, so one
 /// reservation_id), each with its ledger sequence number.
 fn reservation_groups(
     session: &LedgerSession,

@@ -367,7 +367,7 @@ pub fn timeline(t: &Timeline) -> String {
                     d.outcome.clone(),
                     d.reason.clone(),
                     match (&d.policy_id, d.policy_version, d.policy_owner.as_deref()) {
-                        (Some(id), Some(version), Some(reconcile::policy::PLAN_DEFAULT_TENANT)) => {
+                        (Some(id), Some(version), Some(rules::policy::PLAN_DEFAULT_TENANT)) => {
                             format!("{id} v{version} (plan default)")
                         }
                         (Some(id), Some(version), _) => format!("{id} v{version}"),

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use reconcile::window;
+use rules::window;
 use schemas::{AdjustmentKind, ReservationAction, ReservationEvent, Timestamp, Window};
 use serde::Serialize;
 
@@ -157,7 +157,7 @@ fn read_timeline(
         adjustments.note_reservation_events(group);
         let events: Vec<(u64, &ReservationEvent)> = group.iter().map(|(s, e)| (*s, e)).collect();
         // Consumption counts a COMMIT as reconcile does, judged on every event; the state is as of `to`.
-        let verdict = reconcile::reservation::judge(&events, to);
+        let verdict = rules::reservation::judge(&events, to);
         if let Some((seq, ReservationAction::COMMIT, amount)) = verdict.close {
             let commit = &group.iter().find(|(s, _)| *s == seq).expect("the close is in its group").1;
             let t = commit.header.occurred_at;
@@ -171,7 +171,7 @@ fn read_timeline(
         }
         let before_to: Vec<(u64, &ReservationEvent)> =
             events.into_iter().filter(|(_, e)| e.header.occurred_at < to).collect();
-        let as_of_to = reconcile::reservation::judge(&before_to, to);
+        let as_of_to = rules::reservation::judge(&before_to, to);
         let reserve = as_of_to.reserve.and_then(|s| group.iter().find(|(seq, _)| *seq == s)).map(|(_, e)| e);
         if reserve.is_some_and(|r| r.header.occurred_at >= from) {
             reservations.push(reservation_line(group, &as_of_to, reserve));
@@ -208,7 +208,7 @@ fn read_timeline(
 
 fn reservation_line(
     group: &[(u64, ReservationEvent)],
-    verdict: &reconcile::reservation::Verdict,
+    verdict: &rules::reservation::Verdict,
     reserve: Option<&ReservationEvent>,
 ) -> ReservationLine {
     let (mut state, committed) = match (verdict.close, verdict.expired) {

@@ -1,7 +1,7 @@
 //! `audit why REQUEST_ID`: everything the ledger knows about one decision, gathered with DataFusion queries at
 //! one watermark, then told in words ([`render`]) or as JSON (the [`Why`] struct).
 
-use reconcile::window;
+use rules::window;
 use schemas::{Enforcement, PolicyEvent, Reason, ReservationAction, ReservationEvent, Scope, Timestamp, Window};
 use serde::Serialize;
 
@@ -308,7 +308,7 @@ fn policy(session: &LedgerSession, decision: &Decision) -> Result<Option<PolicyF
 }
 
 /// Which of `versions` (every version of the decision's policy_id, the tenant's own and the plan's, in ledger order)
-/// the decision was made under, by its index: the copy of the decided version that `reconcile::policy::applicable`
+/// the decision was made under, by its index: the copy of the decided version that `rules::policy::applicable`
 /// answers over them all at the decision's instant, as the hook, reconcile and billing pick (the tenant's own in
 /// force before the plan default, the greatest `effective_from`, on a tie the later in the ledger), and of its
 /// windows the one the decision names. All versions, because the others decide which copy applies: the tenant's own
@@ -319,7 +319,7 @@ fn policy(session: &LedgerSession, decision: &Decision) -> Result<Option<PolicyF
 pub(super) fn copy_applied(versions: &[PolicyEvent], decision: &Named<'_>) -> Option<usize> {
     let decided = |p: &PolicyEvent| Some(i64::from(p.version)) == decision.version;
     let position = |among: &[PolicyEvent], p: &PolicyEvent| among.iter().position(|q| std::ptr::eq(q, p));
-    let in_force = reconcile::policy::applicable(versions, decision.tenant, decision.metric, decision.occurred_at);
+    let in_force = rules::policy::applicable(versions, decision.tenant, decision.metric, decision.occurred_at);
     let named = (decision.window_start, decision.window_end);
     let mut candidates = in_force.iter().filter(|a| decided(a.policy));
     let chosen =
@@ -330,7 +330,7 @@ pub(super) fn copy_applied(versions: &[PolicyEvent], decision: &Named<'_>) -> Op
     let indices: Vec<usize> = (0..versions.len()).filter(|i| decided(&versions[*i])).collect();
     let copies: Vec<PolicyEvent> = indices.iter().map(|i| versions[*i].clone()).collect();
     let applied = |at: Timestamp| {
-        let found = reconcile::policy::applicable(&copies, decision.tenant, decision.metric, at);
+        let found = rules::policy::applicable(&copies, decision.tenant, decision.metric, at);
         found.first().and_then(|a| position(&copies, a.policy))
     };
     let latest = copies.iter().map(|p| p.effective_from).max()?;
@@ -434,7 +434,7 @@ fn consumption(
             .filter(|(seq, e)| decision.is_after(e.header.occurred_at, *seq))
             .map(|(s, e)| (*s, e))
             .collect();
-        let verdict = reconcile::reservation::judge(&before, decision.occurred_at);
+        let verdict = rules::reservation::judge(&before, decision.occurred_at);
         let Some(reserve) = verdict.reserve.and_then(|s| before.iter().find(|(seq, _)| *seq == s)) else { return };
         if !counts(&reserve.1.header.subject) {
             return;
@@ -568,7 +568,7 @@ mod tests {
         copy_applied(versions, &decided_at(occurred_at).named()).map(|i| versions[i].limit)
     }
 
-    // SPEC 5 "Policy in force", as reconcile::policy picks it among the copies of one version: the latest
+    // SPEC 5 "Policy in force", as rules::policy picks it among the copies of one version: the latest
     // effective_from, a tie to the later in the ledger, the tenant's own before the plan default.
     #[test]
     fn the_copy_applied_is_reconciles() {

@@ -1,14 +1,28 @@
-//! Ledger reads for a reconciliation: the small tables whole (policies, grants, adjustments, period closes),
-//! the large ones as streams (reservation events grouped by reservation, usage in ledger order), so that
-//! memory follows the number of windows and reservations, never the number of events.
+//! Typed reads of the recorded events, for reconcile, the reports and the hook: the small tables whole
+//! (policies, grants, adjustments), the large ones as streams (reservation events grouped by reservation, usage
+//! in ledger order), so that memory follows the number of windows and reservations, never the number of events.
+//! Several reads see one state of the ledger while a [`ReadSnapshot`] is held.
 
 use std::collections::HashMap;
 
+use rules::reservation::same_reservation;
 use rusqlite::{Connection, Row};
 use schemas::*;
 
-use crate::concern::{Concern, Recorded};
-use crate::reservation::same_reservation;
+use crate::Ledger;
+use crate::error::ReadError;
+
+/// One state of the ledger for every read made through it while held (an SQLite read transaction): appends by
+/// other connections after it began are not seen. Dropped or [`ReadSnapshot::finish`]ed, reads see the ledger
+/// as it is again.
+pub struct ReadSnapshot<'l>(rusqlite::Transaction<'l>);
+
+impl ReadSnapshot<'_> {
+    /// Ends the snapshot.
+    pub fn finish(self) -> Result<(), ReadError> {
+        Ok(self.0.finish()?)
+    }
+}
 
 /// The six header fields, from `first` on (the order of `HEADER_COLUMNS`).
 pub fn header(row: &Row<'_>, first: usize) -> rusqlite::Result<Header> {
@@ -23,11 +37,11 @@ pub fn header(row: &Row<'_>, first: usize) -> rusqlite::Result<Header> {
 }
 
 /// A watermark as SQLite's signed integer (sequences stay far below 2^63).
-fn watermark_param(watermark: u64) -> i64 {
+pub(crate) fn watermark_param(watermark: u64) -> i64 {
     i64::try_from(watermark).unwrap_or(i64::MAX)
 }
 
-const HEADER_COLUMNS: &str = "e.event_id, e.occurred_at, e.tenant, e.subject, e.metric, e.source";
+pub(crate) const HEADER_COLUMNS: &str = "e.event_id, e.occurred_at, e.tenant, e.subject, e.metric, e.source";
 
 /// An Avro enum symbol stored as text.
 pub fn symbol<T>(row: &Row<'_>, index: usize, parse: fn(&str) -> Option<T>) -> rusqlite::Result<T> {
@@ -42,16 +56,15 @@ pub fn symbol<T>(row: &Row<'_>, index: usize, parse: fn(&str) -> Option<T>) -> r
 }
 
 /// A nullable symbol column, parsed.
-pub fn optional_symbol<T>(row: &Row<'_>, index: usize, parse: fn(&str) -> Option<T>) -> rusqlite::Result<Option<T>> {
+pub(crate) fn optional_symbol<T>(
+    row: &Row<'_>,
+    index: usize,
+    parse: fn(&str) -> Option<T>,
+) -> rusqlite::Result<Option<T>> {
     match row.get::<_, Option<String>>(index)? {
         None => Ok(None),
         Some(_) => symbol(row, index, parse).map(Some),
     }
-}
-
-/// Every recorded policy version.
-pub fn policies(conn: &Connection) -> rusqlite::Result<Vec<PolicyEvent>> {
-    policies_through(conn, i64::MAX as u64)
 }
 
 /// Every recorded policy version up to a watermark (a report's snapshot), in ledger order.
@@ -77,11 +90,6 @@ pub fn policies_through(conn: &Connection, watermark: u64) -> rusqlite::Result<V
         })
     })?;
     rows.collect()
-}
-
-/// Every recorded grant, by (tenant, metric).
-pub fn grants(conn: &Connection) -> rusqlite::Result<HashMap<(String, String), Vec<GrantEvent>>> {
-    grants_through(conn, i64::MAX as u64)
 }
 
 /// Every recorded grant up to a watermark (a report's snapshot), by (tenant, metric), in ledger order.
@@ -114,7 +122,7 @@ pub fn grants_through(
 }
 
 /// Every recorded adjustment, in ledger order.
-pub fn adjustments(conn: &Connection) -> rusqlite::Result<Vec<AdjustmentEvent>> {
+fn adjustments(conn: &Connection) -> rusqlite::Result<Vec<AdjustmentEvent>> {
     let sql = format!(
         "SELECT {HEADER_COLUMNS}, a.adjustment_id, a.kind, a.policy_id, a.window_start, a.window_end, a.amount,
                 a.refs, a.run_id, a.scope
@@ -141,15 +149,33 @@ pub fn adjustments(conn: &Connection) -> rusqlite::Result<Vec<AdjustmentEvent>> 
     rows.collect()
 }
 
-/// What the recorded adjustments add up to, per concern: read column by column (the first ref only), never
-/// decoding whole adjustments, whose refs may name thousands of events.
-///
-/// A window adjustment written before AdjustmentEvent v2 has no scope: one with a subject is a SUBJECT window's,
-/// one without takes `legacy_scope(tenant, metric, policy_id)`, the scope of the policies of that id.
-pub fn recorded_by_concern(
-    conn: &Connection,
-    legacy_scope: &dyn Fn(&str, &str, &str) -> Scope,
-) -> rusqlite::Result<(HashMap<Concern, Recorded>, u64)> {
+/// What a recorded adjustment is about and its amount, read column by column (the first ref only), never
+/// decoding the whole adjustment, whose refs may name thousands of events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdjustmentSummary {
+    /// The tenant it is about.
+    pub tenant: String,
+    /// The subject of a SUBJECT window, else none.
+    pub subject: Option<String>,
+    /// The metric it is about.
+    pub metric: String,
+    /// What kind of discrepancy it records.
+    pub kind: AdjustmentKind,
+    /// The policy of a window adjustment.
+    pub policy_id: Option<String>,
+    /// The window (or period) it is about, when it is about one.
+    pub window_start: Option<Timestamp>,
+    /// The end of that window.
+    pub window_end: Option<Timestamp>,
+    /// Its amount (a delta).
+    pub amount: i64,
+    /// The first event it refers to.
+    pub first_ref: Option<String>,
+    /// The scope of a window adjustment; none in those written before AdjustmentEvent v2.
+    pub scope: Option<Scope>,
+}
+
+fn adjustment_summaries(conn: &Connection, mut each: impl FnMut(AdjustmentSummary)) -> rusqlite::Result<u64> {
     let mut statement = conn.prepare(
         "SELECT e.tenant, e.subject, e.metric, a.kind, a.policy_id, a.window_start, a.window_end, a.amount,
                 json_extract(a.refs, '$[0]'), a.scope
@@ -157,61 +183,32 @@ pub fn recorded_by_concern(
          WHERE e.status = 'recorded' ORDER BY a.seq",
     )?;
     let mut rows = statement.query([])?;
-    let mut conflict_ordinals: HashMap<String, u32> = HashMap::new();
-    let mut recorded: HashMap<Concern, Recorded> = HashMap::new();
     let mut count = 0;
     while let Some(r) = rows.next()? {
         count += 1;
-        let kind = symbol(r, 3, AdjustmentKind::from_symbol)?;
-        let first_ref: Option<String> = r.get(8)?;
-        let window = (r.get::<_, Option<i64>>(5)?.map(Timestamp), r.get::<_, Option<i64>>(6)?.map(Timestamp));
-        let concern = match (kind, window, first_ref) {
-            (AdjustmentKind::OVERSHOOT | AdjustmentKind::SHADOW_OVER_LIMIT, (Some(start), Some(end)), _) => {
-                let Some(policy_id) = r.get::<_, Option<String>>(4)? else { continue };
-                let (tenant, subject, metric): (String, Option<String>, String) = (r.get(0)?, r.get(1)?, r.get(2)?);
-                let scope = match optional_symbol(r, 9, Scope::from_symbol)? {
-                    Some(scope) => scope,
-                    None if subject.is_some() => Scope::SUBJECT,
-                    None => legacy_scope(&tenant, &metric, &policy_id),
-                };
-                Concern::Window {
-                    kind,
-                    policy_id,
-                    scope,
-                    tenant,
-                    subject,
-                    metric,
-                    window_start: start,
-                    window_end: end,
-                }
-            }
-            (AdjustmentKind::LATE_USAGE, (Some(start), Some(end)), _) => {
-                Concern::LateUsage { tenant: r.get(0)?, metric: r.get(2)?, period_start: start, period_end: end }
-            }
-            (AdjustmentKind::RESERVATION_EXPIRED, _, Some(id)) => Concern::Expiry { reserve_event_id: id },
-            (AdjustmentKind::REFUSED_TRANSITION, _, Some(id)) => Concern::Refused { event_id: id },
-            (AdjustmentKind::CONFLICTING_DUPLICATE, _, Some(id)) => {
-                let ordinal = conflict_ordinals.entry(id.clone()).or_insert(0);
-                *ordinal += 1;
-                Concern::Conflict { event_id: id, ordinal: *ordinal }
-            }
-            _ => continue,
-        };
-        recorded.entry(concern).or_default().add(r.get(7)?);
+        each(AdjustmentSummary {
+            tenant: r.get(0)?,
+            subject: r.get(1)?,
+            metric: r.get(2)?,
+            kind: symbol(r, 3, AdjustmentKind::from_symbol)?,
+            policy_id: r.get(4)?,
+            window_start: r.get::<_, Option<i64>>(5)?.map(Timestamp),
+            window_end: r.get::<_, Option<i64>>(6)?.map(Timestamp),
+            amount: r.get(7)?,
+            first_ref: r.get(8)?,
+            scope: optional_symbol(r, 9, Scope::from_symbol)?,
+        });
     }
-    Ok((recorded, count))
+    Ok(count)
 }
 
 /// One reservation event with its ledger sequence number.
 pub type SequencedReservation = (u64, ReservationEvent);
 
 /// Calls `each` with the recorded events of every reservation, one (tenant, reservation_id) at a time
-/// ([`crate::reservation::same_reservation`]), its events in ledger order. The tenant only breaks ties between
+/// ([`rules::reservation::same_reservation`]), its events in ledger order. The tenant only breaks ties between
 /// tenants sharing a reservation_id, so the one sort SQLite makes costs what it did when it sorted by id alone.
-pub fn for_each_reservation(
-    conn: &Connection,
-    mut each: impl FnMut(&[SequencedReservation]) -> rusqlite::Result<()>,
-) -> rusqlite::Result<u64> {
+fn for_each_reservation(conn: &Connection, mut each: impl FnMut(&[SequencedReservation])) -> rusqlite::Result<u64> {
     let sql = format!(
         "SELECT e.seq, {HEADER_COLUMNS}, r.reservation_id, r.action, r.amount, r.expires_at
          FROM reservation_events r NOT INDEXED CROSS JOIN entries e ON e.seq = r.seq
@@ -230,14 +227,14 @@ pub fn for_each_reservation(
             expires_at: r.get::<_, Option<i64>>(10)?.map(Timestamp),
         };
         if group.first().is_some_and(|(_, first)| !same_reservation(first, &event)) {
-            each(&group)?;
+            each(&group);
             group.clear();
         }
         group.push((r.get::<_, i64>(0)? as u64, event));
         events += 1;
     }
     if !group.is_empty() {
-        each(&group)?;
+        each(&group);
     }
     Ok(events)
 }
@@ -245,14 +242,16 @@ pub fn for_each_reservation(
 /// A conflicting copy of an event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConflictingCopy {
+    /// Its ledger sequence number.
     pub seq: u64,
+    /// Its common fields.
     pub header: Header,
     /// Its quantity when it is a UsageEvent, else 0 (SPEC 5 "amount = its quantity or 0").
     pub quantity: i64,
 }
 
 /// Every conflicting duplicate, in ledger order.
-pub fn conflicting_copies(conn: &Connection) -> rusqlite::Result<Vec<ConflictingCopy>> {
+fn conflicting_copies(conn: &Connection) -> rusqlite::Result<Vec<ConflictingCopy>> {
     let sql = format!(
         "SELECT e.seq, {HEADER_COLUMNS}, COALESCE(u.quantity, 0)
          FROM entries e INDEXED BY entries_conflicting LEFT JOIN usage_events u ON u.seq = e.seq
@@ -266,6 +265,7 @@ pub fn conflicting_copies(conn: &Connection) -> rusqlite::Result<Vec<Conflicting
 }
 
 /// One counted UsageEvent, as the consumption stream reads it (strings borrowed from the row).
+#[allow(missing_docs)] // The UsageEvent's own fields, by their SPEC 3 names.
 pub struct UsageRow<'r> {
     pub seq: u64,
     pub tenant: &'r str,
@@ -279,7 +279,7 @@ pub struct UsageRow<'r> {
 /// Calls `each` with every counted UsageEvent, in ledger order. Two scans in sequence order, merged here: the
 /// usage rows and the recorded UsageEvent entries. A join would probe one table once per row of the other
 /// (measured: 10 million B-tree searches on a 10M-event ledger).
-pub fn for_each_usage(conn: &Connection, mut each: impl FnMut(UsageRow<'_>)) -> rusqlite::Result<u64> {
+fn for_each_usage(conn: &Connection, mut each: impl FnMut(UsageRow<'_>)) -> rusqlite::Result<u64> {
     let mut quantities = conn.prepare("SELECT seq, quantity FROM usage_events ORDER BY seq")?;
     let mut quantities = quantities.query([])?;
     let mut entries = conn.prepare(
@@ -325,10 +325,10 @@ fn missing_usage_row(seq: i64) -> rusqlite::Error {
 }
 
 /// The event_ids of these entries, in the order of `seqs` (those of COMMITs already known are not read again).
-pub fn event_ids(
+fn event_ids<S: std::hash::BuildHasher>(
     conn: &Connection,
     seqs: &[u64],
-    known: &rustc_hash::FxHashMap<u64, &str>,
+    known: &HashMap<u64, &str, S>,
 ) -> rusqlite::Result<Vec<String>> {
     let mut statement = conn.prepare_cached("SELECT event_id FROM entries WHERE seq = ?")?;
     seqs.iter()
@@ -337,4 +337,67 @@ pub fn event_ids(
             None => statement.query_row([*seq as i64], |r| r.get(0)),
         })
         .collect()
+}
+
+/// Reads of the recorded events, typed.
+impl Ledger {
+    /// Holds one state of the ledger for the reads made until the snapshot is dropped or finished.
+    pub fn read_snapshot(&self) -> Result<ReadSnapshot<'_>, ReadError> {
+        Ok(ReadSnapshot(self.conn.unchecked_transaction()?))
+    }
+
+    /// Every recorded policy version, in ledger order.
+    pub fn policies(&self) -> Result<Vec<PolicyEvent>, ReadError> {
+        self.policies_through(u64::MAX)
+    }
+
+    /// Every policy version recorded up to `watermark` (a report's snapshot), in ledger order.
+    pub fn policies_through(&self, watermark: u64) -> Result<Vec<PolicyEvent>, ReadError> {
+        Ok(policies_through(&self.conn, watermark)?)
+    }
+
+    /// Every recorded grant, by (tenant, metric), in ledger order.
+    pub fn grants(&self) -> Result<HashMap<(String, String), Vec<GrantEvent>>, ReadError> {
+        self.grants_through(u64::MAX)
+    }
+
+    /// Every grant recorded up to `watermark` (a report's snapshot), by (tenant, metric), in ledger order.
+    pub fn grants_through(&self, watermark: u64) -> Result<HashMap<(String, String), Vec<GrantEvent>>, ReadError> {
+        Ok(grants_through(&self.conn, watermark)?)
+    }
+
+    /// Every recorded adjustment, in ledger order.
+    pub fn adjustments(&self) -> Result<Vec<AdjustmentEvent>, ReadError> {
+        Ok(adjustments(&self.conn)?)
+    }
+
+    /// Calls `each` with what every recorded adjustment is about, in ledger order; answers how many there were.
+    pub fn adjustment_summaries(&self, each: impl FnMut(AdjustmentSummary)) -> Result<u64, ReadError> {
+        Ok(adjustment_summaries(&self.conn, each)?)
+    }
+
+    /// Calls `each` with the recorded events of every reservation, one (tenant, reservation_id) at a time, its
+    /// events in ledger order; answers how many events there were.
+    pub fn for_each_reservation(&self, each: impl FnMut(&[SequencedReservation])) -> Result<u64, ReadError> {
+        Ok(for_each_reservation(&self.conn, each)?)
+    }
+
+    /// Every conflicting duplicate, in ledger order.
+    pub fn conflicting_copies(&self) -> Result<Vec<ConflictingCopy>, ReadError> {
+        Ok(conflicting_copies(&self.conn)?)
+    }
+
+    /// Calls `each` with every counted UsageEvent, in ledger order; answers how many there were.
+    pub fn for_each_usage(&self, each: impl FnMut(UsageRow<'_>)) -> Result<u64, ReadError> {
+        Ok(for_each_usage(&self.conn, each)?)
+    }
+
+    /// The event_ids of these entries, in the order of `seqs`; those in `known` are not read again.
+    pub fn event_ids<S: std::hash::BuildHasher>(
+        &self,
+        seqs: &[u64],
+        known: &HashMap<u64, &str, S>,
+    ) -> Result<Vec<String>, ReadError> {
+        Ok(event_ids(&self.conn, seqs, known)?)
+    }
 }

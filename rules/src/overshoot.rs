@@ -44,9 +44,13 @@ pub fn excess_kind(enforcement: Enforcement) -> Option<schemas::AdjustmentKind> 
 /// One consumption of a window: usage or a valid COMMIT.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Consumed {
+    /// When it happened (event time).
     pub occurred_at: Timestamp,
+    /// Its ledger sequence number, which breaks ties in event time.
     pub seq: u64,
+    /// What it consumed.
     pub quantity: i64,
+    /// Its event_id, to name it among the events that crossed.
     pub event_id: String,
 }
 

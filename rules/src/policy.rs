@@ -27,8 +27,11 @@ pub const PLAN_DEFAULT_TENANT: &str = "*";
 /// A policy version that applies, with the window it applies to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Applicable<'a> {
+    /// The version in force.
     pub policy: &'a PolicyEvent,
+    /// The start of the window of the policy's kind that contains the instant asked about.
     pub window_start: Timestamp,
+    /// Its end (exclusive).
     pub window_end: Timestamp,
     /// Whether it applies as the plan default (`*`).
     pub plan_default: bool,
@@ -310,6 +313,7 @@ pub struct Candidates<'a> {
 }
 
 impl PolicyIndex {
+    /// Indexes every recorded policy version.
     pub fn new(policies: Vec<PolicyEvent>) -> PolicyIndex {
         let mut by_id: BTreeMap<(String, String, String), Vec<usize>> = BTreeMap::new();
         for (index, p) in policies.iter().enumerate() {
@@ -323,6 +327,7 @@ impl PolicyIndex {
         PolicyIndex { policies, groups }
     }
 
+    /// Every version indexed, in the order given.
     pub fn policies(&self) -> &[PolicyEvent] {
         &self.policies
     }
@@ -355,6 +360,7 @@ impl PolicyIndex {
 }
 
 impl<'a> Candidates<'a> {
+    /// Whether no policy at all may apply.
     pub fn is_empty(&self) -> bool {
         self.own.is_empty() && self.defaults.is_empty()
     }

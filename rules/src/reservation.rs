@@ -16,9 +16,13 @@ use schemas::{ReservationAction, ReservationEvent, Timestamp};
 /// Why a transition was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Refused {
+    /// A COMMIT or RELEASE of a reservation_id with no RESERVE.
     NoReserve,
+    /// A COMMIT or RELEASE that happened after the RESERVE's `expires_at`.
     AfterExpiry,
+    /// A COMMIT or RELEASE after the reservation was closed.
     AlreadyClosed,
+    /// A RESERVE of a reservation that has one already.
     SecondReserve,
 }
 
@@ -39,6 +43,7 @@ pub struct Verdict {
 
 /// What judging needs of a reservation event: the event itself, or what a caller keeps of it (the hook keeps
 /// no more than this of the reservations it folds).
+#[allow(missing_docs)] // The ReservationEvent's own fields, by their SPEC 3 names.
 pub trait Transition {
     fn action(&self) -> ReservationAction;
     fn occurred_at(&self) -> Timestamp;
@@ -70,6 +75,7 @@ pub fn same_reservation(a: &ReservationEvent, b: &ReservationEvent) -> bool {
 /// What judging reads of a reservation event, for callers that keep no more of it (the hook's fold, a close
 /// refused from the ledger's tables).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(missing_docs)] // The ReservationEvent's own fields, by their SPEC 3 names.
 pub struct Facts {
     pub action: ReservationAction,
     pub occurred_at: Timestamp,
@@ -78,6 +84,7 @@ pub struct Facts {
 }
 
 impl Facts {
+    /// What judging reads of `event`.
     pub fn of(event: &ReservationEvent) -> Facts {
         Facts {
             action: event.action,

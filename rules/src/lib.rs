@@ -1,0 +1,26 @@
+//! The quota rules (SPEC 5), as pure functions over events: what the enforcement hook decides with, what
+//! reconcile judges by, and what the billing export and audit answers explain. No I/O: every rule takes events
+//! and instants and answers values, so the three agree by construction and each rule is tested on hand-written
+//! histories without a database.
+//!
+//! - [`window`]: calendar-aligned UTC windows (MINUTE, HOUR, DAY, MONTH) and their overlaps.
+//! - [`policy`]: the policy version in force for a window, with `*` plan defaults.
+//! - [`reservation`]: the life of a reservation decided by event time (valid close, refused transition, expiry).
+//! - [`overshoot`]: effective limits (limit plus grants), the excess over them and the events that crossed.
+//!
+//! ```
+//! use rules::window::bounds;
+//! use schemas::{Timestamp, Window};
+//!
+//! let t = Timestamp::parse_rfc3339("2026-11-17T13:45:10Z").unwrap();
+//! let (start, end) = bounds(Window::MONTH, t);
+//! assert_eq!(start.to_string(), "2026-11-01T00:00:00Z");
+//! assert_eq!(end.to_string(), "2026-12-01T00:00:00Z");
+//! ```
+
+#![deny(missing_docs)]
+
+pub mod overshoot;
+pub mod policy;
+pub mod reservation;
+pub mod window;
