@@ -161,9 +161,9 @@ mod tests {
     // SPEC 5 per window: a version that changes the window kind mid-month governs every window whose end it is
     // effective before. MONTH to DAY on the 15th: November is no MONTH window of the policy (its version in force is
     // the DAY one) and the days before the 15th no DAY windows of it (theirs is the MONTH one), so the plan's MONTH
-    // quota covers the tenant for the whole month, and the policy's DAY windows start on the 15th. Until 2026-12-03
-    // the version was picked by the instant: the month was the policy's MONTH window until the 15th and the plan's
-    // after, each summing part of November, and billing and the hook each read a third answer.
+    // quota covers the tenant for the whole month, and the policy's DAY windows start on the 15th. Picked by the
+    // instant instead, the month would be the policy's MONTH window until the 15th and the plan's after, each
+    // summing part of November, and billing and the hook could each read a third answer.
     #[test]
     fn a_window_kind_change_governs_every_window_it_is_in_force_for() {
         let policies = [

@@ -12,8 +12,11 @@ use crate::timestamp::Timestamp;
 #[derive(Debug, thiserror::Error)]
 #[error("field {field:?}: expected {expected}, found {found}")]
 pub struct ShapeError {
+    /// The field whose value was off.
     pub field: String,
+    /// The Avro type the schema promises.
     pub expected: &'static str,
+    /// What was found instead.
     pub found: String,
 }
 

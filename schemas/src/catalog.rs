@@ -49,19 +49,23 @@ const SCHEMA_FILES: &[(&str, EventType, bool, &str)] = &[
 pub struct CatalogSchema {
     /// Path under `schemas/avro/`.
     pub file: &'static str,
+    /// The record type it writes or reads.
     pub event_type: EventType,
     /// Whether this is the reader schema of its type (otherwise an older writer schema).
     pub current: bool,
     /// CRC-64-AVRO (Rabin) fingerprint of the Parsing Canonical Form.
     pub fingerprint: u64,
-    /// What this catalog called it until 2026-12-02 ([`legacy_fingerprint`]), still accepted when reading.
+    /// The fingerprint apache-avro computes ([`legacy_fingerprint`]), which earlier versions of this catalog
+    /// wrote; still accepted when reading.
     pub legacy_fingerprint: u64,
+    /// The parsed schema.
     pub schema: Schema,
 }
 
 /// A message decoded from single-object encoding or read from a container file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decoded {
+    /// The event, resolved to the current reader schema.
     pub event: Event,
     /// Fingerprint of the schema the producer wrote with.
     pub writer_fingerprint: u64,
@@ -92,11 +96,11 @@ pub fn fingerprint(schema: &Schema) -> u64 {
     rabin(canonical_form(schema).as_bytes())
 }
 
-/// The fingerprint apache-avro 0.22 computes, which the catalog used until 2026-12-02: its canonical form writes a
+/// The fingerprint apache-avro 0.22 computes, which earlier versions of this catalog wrote: its canonical form writes a
 /// primitive with a logical type (`{"type": "long", "logicalType": "timestamp-micros"}`) as `{"type":"long"}`
 /// where the specification's [PRIMITIVES] rule writes `"long"`, so every schema of ours, all having timestamps,
 /// had a fingerprint no other encoder computes, and their producers' messages were quarantined as of an unknown
-/// writer schema. Still accepted when reading: topics and ledgers written before carry it.
+/// writer schema. Still accepted when reading: topics and ledgers written by those versions carry it.
 pub fn legacy_fingerprint(schema: &Schema) -> u64 {
     rabin(schema.canonical_form().as_bytes())
 }
@@ -189,6 +193,7 @@ impl Catalog {
             .expect("the catalog holds a current schema for every type (checked in load_builtin)")
     }
 
+    /// Every schema of the catalog: the current one of each type, then the older writer schemas.
     pub fn schemas(&self) -> &[CatalogSchema] {
         self.schemas
     }
@@ -198,6 +203,7 @@ impl Catalog {
         &self.schemas[self.index_of_current(event_type)]
     }
 
+    /// The schema a producer wrote with, by its fingerprint (or its legacy one).
     pub fn by_fingerprint(&self, fingerprint: u64) -> Option<&CatalogSchema> {
         self.by_fingerprint.get(&fingerprint).map(|&i| &self.schemas[i])
     }
@@ -327,7 +333,9 @@ pub struct ContainerRecords<'c, R: Read> {
     catalog: &'c Catalog,
     reader: Reader<'static, R>,
     writer_schema: Schema,
+    /// The record type of the file's writer schema.
     pub event_type: EventType,
+    /// The fingerprint of the file's writer schema.
     pub writer_fingerprint: u64,
     index: u64,
 }
@@ -338,6 +346,7 @@ pub struct ContainerRecord {
     pub index: u64,
     /// The record as single-object encoding under the file's writer schema: what the producer wrote.
     pub raw: Vec<u8>,
+    /// The event, or why the record could not become one.
     pub result: Result<Decoded, DecodeError>,
 }
 

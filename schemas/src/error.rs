@@ -7,6 +7,7 @@ use crate::validate::Invalid;
 /// A message that failed to decode or validate.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
+#[allow(missing_docs)] // Each variant's #[error] message says what it means and quotes its fields.
 pub enum DecodeError {
     #[error("message of {size} bytes exceeds the limit of {limit} bytes")]
     Oversize { size: usize, limit: usize },

@@ -29,9 +29,12 @@ pub struct Header {
 /// `UsageEvent` (topic `quota.usage`): consumption.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UsageEvent {
+    /// The fields every event starts with.
     #[serde(flatten)]
     pub header: Header,
+    /// What was consumed, in the metric's unit (at least 0).
     pub quantity: i64,
+    /// The request that consumed it, when known: what `audit why` looks up.
     #[serde(default)]
     pub request_id: Option<String>,
     /// Sorted, so that the canonical encoding of an event does not depend on map order.
@@ -42,27 +45,41 @@ pub struct UsageEvent {
 /// `DecisionEvent` (topic `quota.decisions`): an audit fact, never consumption by itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DecisionEvent {
+    /// The fields every event starts with.
     #[serde(flatten)]
     pub header: Header,
+    /// The request decided.
     pub request_id: String,
+    /// The caller's key: the same key answers the same decision.
     pub idempotency_key: String,
+    /// What the request asked to consume.
     pub amount: i64,
+    /// Allowed or denied.
     pub outcome: Outcome,
+    /// Why.
     pub reason: Reason,
+    /// The policy that decided (the one that denied, or the tightest that allowed).
     #[serde(default)]
     pub policy_id: Option<String>,
+    /// Its version.
     #[serde(default)]
     pub policy_version: Option<i32>,
+    /// The start of that policy's window.
     #[serde(default)]
     pub window_start: Option<Timestamp>,
+    /// Its end (exclusive).
     #[serde(default)]
     pub window_end: Option<Timestamp>,
+    /// The effective limit of that window (limit plus grants).
     #[serde(default)]
     pub limit: Option<i64>,
+    /// What the window had consumed and held before this request.
     #[serde(default)]
     pub used_before: Option<i64>,
+    /// What the window has left after this decision.
     #[serde(default)]
     pub remaining: Option<i64>,
+    /// When a denied request may pass, for RATE_LIMITED: milliseconds after the decision.
     #[serde(default)]
     pub retry_after_ms: Option<i64>,
 }
@@ -70,9 +87,12 @@ pub struct DecisionEvent {
 /// `ReservationEvent` (topic `quota.reservations`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReservationEvent {
+    /// The fields every event starts with.
     #[serde(flatten)]
     pub header: Header,
+    /// The reservation (with the tenant: one reservation).
     pub reservation_id: String,
+    /// RESERVE, COMMIT or RELEASE.
     pub action: ReservationAction,
     /// RESERVE: the upper bound held; COMMIT: the actual consumption; RELEASE: 0.
     pub amount: i64,
@@ -84,27 +104,40 @@ pub struct ReservationEvent {
 /// `GrantEvent` (topic `quota.grants`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GrantEvent {
+    /// The fields every event starts with.
     #[serde(flatten)]
     pub header: Header,
+    /// The grant.
     pub grant_id: String,
+    /// What it adds to the limit (more than 0).
     pub amount: i64,
+    /// When it starts to count.
     pub valid_from: Timestamp,
     /// Exclusive.
     pub valid_until: Timestamp,
+    /// Why it was given, for people.
     pub reason: String,
 }
 
 /// `PolicyEvent` (topic `quota.policies`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PolicyEvent {
+    /// The fields every event starts with.
     #[serde(flatten)]
     pub header: Header,
+    /// The policy; its versions share it.
     pub policy_id: String,
+    /// Grows per policy_id.
     pub version: i32,
+    /// TENANT (the tenant's sum) or SUBJECT (each subject separately).
     pub scope: Scope,
+    /// What a window may consume (a throttle: what refills per window).
     pub limit: i64,
+    /// The window the limit holds over.
     pub window: Window,
+    /// HARD, SOFT or SHADOW.
     pub enforcement: Enforcement,
+    /// When this version starts to govern: every window ending after it.
     pub effective_from: Timestamp,
     /// A throttle: a token bucket of this capacity refilling `limit` per window (schema v2; absent in v1).
     #[serde(default)]
@@ -123,21 +156,30 @@ impl PolicyEvent {
 /// `AdjustmentEvent` (topic `quota.adjustments`), written by reconcile.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AdjustmentEvent {
+    /// The fields every event starts with.
     #[serde(flatten)]
     pub header: Header,
+    /// Deterministic from its inputs, so a rerun writes nothing new; also its event_id.
     pub adjustment_id: String,
+    /// What reconcile found.
     pub kind: AdjustmentKind,
+    /// The policy of a window adjustment.
     #[serde(default)]
     pub policy_id: Option<String>,
+    /// The window (or period) it is about, when it is about one.
     #[serde(default)]
     pub window_start: Option<Timestamp>,
+    /// Its end (exclusive).
     #[serde(default)]
     pub window_end: Option<Timestamp>,
+    /// A delta: the adjustments of one concern add up to its current truth.
     pub amount: i64,
+    /// The event_ids it is about (for an overshoot, the events that crossed the limit).
     pub refs: Vec<String>,
+    /// The reconcile run that wrote it.
     pub run_id: String,
     /// OVERSHOOT and SHADOW_OVER_LIMIT: the scope of the policy whose window it is; `None` for the other kinds and
-    /// for adjustments written before v2 (reconcile then reads it from the policy, `reconcile::read`).
+    /// for adjustments written before v2 (reconcile then reads it from the policy).
     #[serde(default)]
     pub scope: Option<Scope>,
 }
@@ -146,8 +188,9 @@ pub struct AdjustmentEvent {
 macro_rules! avro_enum {
     ($(#[$doc:meta])* $name:ident { $($symbol:ident),+ $(,)? }) => {
         $(#[$doc])*
-        // The variants are the SPEC's Avro symbols, spelled as producers in other languages spell them.
-        #[allow(non_camel_case_types)]
+        // The variants are the SPEC's Avro symbols, spelled as producers in other languages spell them, and
+        // documented by the enum's own doc.
+        #[allow(non_camel_case_types, missing_docs)]
         #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
         pub enum $name { $($symbol),+ }
 
@@ -262,6 +305,7 @@ avro_enum!(
 
 /// The record types of SPEC 3, in the order of the topics there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[allow(missing_docs)] // The record names of SPEC 3.
 pub enum EventType {
     UsageEvent,
     DecisionEvent,
@@ -272,6 +316,7 @@ pub enum EventType {
 }
 
 impl EventType {
+    /// Every record type, in the order of their topics.
     pub const ALL: [EventType; 6] = [
         EventType::UsageEvent,
         EventType::DecisionEvent,
@@ -325,6 +370,7 @@ impl fmt::Display for EventType {
 
 /// Any event of SPEC 3.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)] // One variant per record type, named after it.
 pub enum Event {
     Usage(UsageEvent),
     Decision(DecisionEvent),
@@ -335,6 +381,7 @@ pub enum Event {
 }
 
 impl Event {
+    /// Its record type.
     pub fn event_type(&self) -> EventType {
         match self {
             Event::Usage(_) => EventType::UsageEvent,
@@ -346,6 +393,7 @@ impl Event {
         }
     }
 
+    /// The fields every event starts with.
     pub fn header(&self) -> &Header {
         match self {
             Event::Usage(e) => &e.header,
@@ -357,6 +405,7 @@ impl Event {
         }
     }
 
+    /// Its deduplication key.
     pub fn event_id(&self) -> &str {
         &self.header().event_id
     }

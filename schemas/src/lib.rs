@@ -18,6 +18,8 @@
 //! assert_eq!(decoded.event, event);
 //! ```
 
+#![deny(missing_docs)]
+
 pub mod avro;
 pub mod catalog;
 pub mod error;

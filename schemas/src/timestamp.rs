@@ -11,6 +11,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 pub struct Timestamp(pub i64);
 
 impl Timestamp {
+    /// Microseconds since the epoch.
     pub fn micros(self) -> i64 {
         self.0
     }
@@ -20,6 +21,7 @@ impl Timestamp {
         DateTime::from_timestamp_micros(self.0)
     }
 
+    /// The instant of a chrono date.
     pub fn from_datetime(datetime: DateTime<Utc>) -> Timestamp {
         Timestamp(datetime.timestamp_micros())
     }
@@ -30,6 +32,7 @@ impl Timestamp {
         Ok(Timestamp::from_datetime(datetime.with_timezone(&Utc)))
     }
 
+    /// The wall clock.
     pub fn now() -> Timestamp {
         Timestamp::from_datetime(Utc::now())
     }

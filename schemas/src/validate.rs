@@ -15,13 +15,15 @@ pub const TIMESTAMP_MAX: Timestamp = Timestamp(4_102_444_800_000_000);
 
 /// Largest quantity or amount accepted (2^53 - 1: the largest integer a JSON reader such as JavaScript's holds
 /// exactly). Sums of them (a month's usage, a window's consumption, a limit plus grants) then need more than a
-/// thousand such events to leave i64; until 2026-12-02 two usage events of 2^62 made every append of their batch
-/// panic, blocking their partition for good, and an upsert past i64 turned the month's total into a float.
+/// thousand such events to leave i64. Without this bound, two usage events of 2^62 would make every append of
+/// their batch overflow, blocking their partition for good, and an upsert past i64 would turn a month's total into
+/// a float.
 pub const AMOUNT_MAX: i64 = (1 << 53) - 1;
 
 /// An event that decodes but breaks a rule of SPEC 3.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
+#[allow(missing_docs)] // Each variant's #[error] message says what it means and quotes its fields.
 pub enum Invalid {
     #[error("{field} is empty")]
     Empty { field: &'static str },
