@@ -20,6 +20,13 @@ pub const TIMESTAMP_MAX: Timestamp = Timestamp(4_102_444_800_000_000);
 /// a float.
 pub const AMOUNT_MAX: i64 = (1 << 53) - 1;
 
+/// Longest tenant, subject or metric, in bytes of UTF-8 (SPEC 9.2): names that services and reports carry in every
+/// key and row; a producer's mistake (a whole request body as a tenant) must not become every row's size.
+pub const NAME_BYTES_MAX: usize = 128;
+/// Longest idempotency_key or request_id, in bytes of UTF-8 (SPEC 9.2): room for a UUID with a prefix or a
+/// signed token, not for a payload.
+pub const ID_BYTES_MAX: usize = 256;
+
 /// An event that decodes but breaks a rule of SPEC 3.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -35,6 +42,10 @@ pub enum Invalid {
     TimestampOutOfRange { field: &'static str, value: Timestamp },
     #[error("{field}: {message}")]
     Inconsistent { field: &'static str, message: String },
+    #[error("{field} is {bytes} bytes long, longer than the {maximum} bytes allowed")]
+    TooLong { field: &'static str, bytes: usize, maximum: usize },
+    #[error("{field} holds a control character (U+{code_point:04X}) at byte {at}")]
+    ControlCharacter { field: &'static str, code_point: u32, at: usize },
 }
 
 impl Invalid {
@@ -47,12 +58,38 @@ impl Invalid {
             Invalid::TooLarge { .. } => "quantity_too_large",
             Invalid::TimestampOutOfRange { .. } => "timestamp_out_of_range",
             Invalid::Inconsistent { .. } => "inconsistent_fields",
+            Invalid::TooLong { .. } => "field_too_long",
+            Invalid::ControlCharacter { .. } => "control_character",
         }
     }
 }
 
 fn non_empty(field: &'static str, value: &str) -> Result<(), Invalid> {
     if value.is_empty() { Err(Invalid::Empty { field }) } else { Ok(()) }
+}
+
+/// A tenant, subject or metric: 1 to [`NAME_BYTES_MAX`] bytes without control characters (SPEC 9.2). What the
+/// hook checks of a request before it decides, and ingest of an event before it records it.
+pub fn check_name(field: &'static str, value: &str) -> Result<(), Invalid> {
+    non_empty(field, value)?;
+    bounded(field, value, NAME_BYTES_MAX)
+}
+
+/// An idempotency_key or request_id: at most [`ID_BYTES_MAX`] bytes without control characters (SPEC 9.2).
+pub fn check_id(field: &'static str, value: &str) -> Result<(), Invalid> {
+    bounded(field, value, ID_BYTES_MAX)
+}
+
+/// At most `maximum` bytes, and no control character: those (a newline, an escape sequence) would let a
+/// producer forge lines in `status`, `audit` and the CSV exports that support and finance read.
+fn bounded(field: &'static str, value: &str, maximum: usize) -> Result<(), Invalid> {
+    if value.len() > maximum {
+        return Err(Invalid::TooLong { field, bytes: value.len(), maximum });
+    }
+    match value.char_indices().find(|(_, c)| c.is_control()) {
+        Some((at, c)) => Err(Invalid::ControlCharacter { field, code_point: u32::from(c), at }),
+        None => Ok(()),
+    }
 }
 
 /// At least `minimum`, and at most [`AMOUNT_MAX`]: every number this is asked of is a quantity, an amount, a
@@ -83,8 +120,11 @@ fn opt_in_range(field: &'static str, value: Option<Timestamp>) -> Result<(), Inv
 pub fn validate(event: &Event) -> Result<(), Invalid> {
     let header = event.header();
     non_empty("event_id", &header.event_id)?;
-    non_empty("tenant", &header.tenant)?;
-    non_empty("metric", &header.metric)?;
+    check_name("tenant", &header.tenant)?;
+    if let Some(subject) = &header.subject {
+        check_name("subject", subject)?;
+    }
+    check_name("metric", &header.metric)?;
     in_range("occurred_at", header.occurred_at)?;
     // `*` names the plan defaults (SPEC 3, PolicyEvent). Usage, a decision, a reservation or a grant of "tenant *"
     // was billed as a tenant of its own, under the plan default as if that were its own policy, and a grant to `*`
@@ -96,7 +136,7 @@ pub fn validate(event: &Event) -> Result<(), Invalid> {
         });
     }
     match event {
-        Event::Usage(e) => at_least("quantity", e.quantity, 0),
+        Event::Usage(e) => validate_usage(e),
         Event::Decision(e) => validate_decision(e),
         Event::Reservation(e) => validate_reservation(e),
         Event::Grant(e) => validate_grant(e),
@@ -105,9 +145,18 @@ pub fn validate(event: &Event) -> Result<(), Invalid> {
     }
 }
 
+fn validate_usage(e: &UsageEvent) -> Result<(), Invalid> {
+    if let Some(request_id) = &e.request_id {
+        check_id("request_id", request_id)?;
+    }
+    at_least("quantity", e.quantity, 0)
+}
+
 fn validate_decision(e: &DecisionEvent) -> Result<(), Invalid> {
     non_empty("request_id", &e.request_id)?;
+    check_id("request_id", &e.request_id)?;
     non_empty("idempotency_key", &e.idempotency_key)?;
+    check_id("idempotency_key", &e.idempotency_key)?;
     at_least("amount", e.amount, 0)?;
     opt_in_range("window_start", e.window_start)?;
     opt_in_range("window_end", e.window_end)

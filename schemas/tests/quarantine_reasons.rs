@@ -348,3 +348,65 @@ fn container_of_unknown_record() {
     assert_eq!(e, DecodeError::UnknownRecord { name: "x.Other".into() });
     assert_eq!(e.code(), "wrong_type");
 }
+
+// Proves SPEC 9.2's bounds: a tenant, subject or metric longer than 128 bytes, or an idempotency_key or request_id
+// longer than 256, is refused as "field_too_long", and exactly the limit passes.
+#[test]
+fn field_too_long() {
+    use schemas::validate::{ID_BYTES_MAX, NAME_BYTES_MAX};
+    let catalog = Catalog::builtin();
+    let decode = |event: Event| catalog.decode_single_object(&catalog.encode_single_object(&event), None);
+    let names: [(&str, fn(&mut UsageEvent, String)); 3] = [
+        ("tenant", |e, v| e.header.tenant = v),
+        ("subject", |e, v| e.header.subject = Some(v)),
+        ("metric", |e, v| e.header.metric = v),
+    ];
+    for (field, set) in names {
+        let mut fits = usage();
+        set(&mut fits, "é".repeat(NAME_BYTES_MAX / 2));
+        assert!(decode(Event::Usage(fits)).is_ok(), "{field} of exactly {NAME_BYTES_MAX} bytes passes");
+        let mut long = usage();
+        set(&mut long, "x".repeat(NAME_BYTES_MAX + 1));
+        let e = decode(Event::Usage(long)).unwrap_err();
+        assert_eq!(
+            e,
+            DecodeError::Invalid(Invalid::TooLong { field, bytes: NAME_BYTES_MAX + 1, maximum: NAME_BYTES_MAX })
+        );
+        assert_eq!(e.code(), "field_too_long");
+    }
+    let ids: [(&str, fn(&mut DecisionEvent, String)); 2] =
+        [("request_id", |e, v| e.request_id = v), ("idempotency_key", |e, v| e.idempotency_key = v)];
+    for (field, set) in ids {
+        let mut fits = decision();
+        set(&mut fits, "k".repeat(ID_BYTES_MAX));
+        assert!(decode(Event::Decision(fits)).is_ok(), "{field} of exactly {ID_BYTES_MAX} bytes passes");
+        let mut long = decision();
+        set(&mut long, "k".repeat(ID_BYTES_MAX + 1));
+        assert_eq!(decode(Event::Decision(long)).unwrap_err().code(), "field_too_long", "{field}");
+    }
+    let mut usage_id = usage();
+    usage_id.request_id = Some("r".repeat(ID_BYTES_MAX + 1));
+    assert_eq!(decode(Event::Usage(usage_id)).unwrap_err().code(), "field_too_long", "a usage event's request_id");
+}
+
+// Proves that a control character in a name or id (a newline that would forge a line of `status` or of a CSV, an
+// escape sequence for a terminal) is refused as "control_character", naming the field and where.
+#[test]
+fn control_character() {
+    let catalog = Catalog::builtin();
+    let decode = |event: Event| catalog.decode_single_object(&catalog.encode_single_object(&event), None);
+    let mut tenant = usage();
+    tenant.header.tenant = "org-42\nTOTAL,0".into();
+    let e = decode(Event::Usage(tenant)).unwrap_err();
+    assert_eq!(e, DecodeError::Invalid(Invalid::ControlCharacter { field: "tenant", code_point: 0x0A, at: 6 }));
+    assert_eq!(e.code(), "control_character");
+    let mut metric = usage();
+    metric.header.metric = "tokens\u{1b}[2J".into();
+    assert_eq!(decode(Event::Usage(metric)).unwrap_err().code(), "control_character");
+    let mut key = decision();
+    key.idempotency_key = "k\u{7f}".into();
+    assert_eq!(decode(Event::Decision(key)).unwrap_err().code(), "control_character");
+    let mut subject = usage();
+    subject.header.subject = Some(String::new());
+    assert_eq!(decode(Event::Usage(subject)).unwrap_err(), DecodeError::Invalid(Invalid::Empty { field: "subject" }));
+}
