@@ -356,7 +356,8 @@ fn field_too_long() {
     use schemas::validate::{ID_BYTES_MAX, NAME_BYTES_MAX};
     let catalog = Catalog::builtin();
     let decode = |event: Event| catalog.decode_single_object(&catalog.encode_single_object(&event), None);
-    let names: [(&str, fn(&mut UsageEvent, String)); 3] = [
+    type Set<E> = fn(&mut E, String);
+    let names: [(&str, Set<UsageEvent>); 3] = [
         ("tenant", |e, v| e.header.tenant = v),
         ("subject", |e, v| e.header.subject = Some(v)),
         ("metric", |e, v| e.header.metric = v),
@@ -374,7 +375,7 @@ fn field_too_long() {
         );
         assert_eq!(e.code(), "field_too_long");
     }
-    let ids: [(&str, fn(&mut DecisionEvent, String)); 2] =
+    let ids: [(&str, Set<DecisionEvent>); 2] =
         [("request_id", |e, v| e.request_id = v), ("idempotency_key", |e, v| e.idempotency_key = v)];
     for (field, set) in ids {
         let mut fits = decision();
