@@ -3,19 +3,12 @@
 //! in turn, as the enforcement hook (keeping the key filter) and ingest (not) do on one ledger file: the
 //! filter must never hide an entry the other appended.
 
-use std::collections::{BTreeMap, HashMap};
-
 use ledger::{AppendOutcome, Batch, Incoming, Ledger, Origin, Rejected, SourceOffset};
 use proptest::prelude::*;
-use schemas::{Event, Header, ReservationAction, ReservationEvent, Timestamp, UsageEvent};
 
-/// One event of a generated batch: which event_id, which payload variant, which record type.
-#[derive(Debug, Clone)]
-struct Draw {
-    id: u8,
-    variant: u8,
-    reservation: bool,
-}
+mod support;
+
+use support::model::{Draw, Model, event};
 
 #[derive(Debug, Clone)]
 enum Step {
@@ -27,67 +20,6 @@ enum Step {
     },
     /// Close and reopen the ledger file: nothing may depend on memory.
     Reopen,
-}
-
-fn event(draw: &Draw) -> Event {
-    let header = Header {
-        event_id: format!("e-{}", draw.id),
-        occurred_at: Timestamp(1_793_491_200_000_000 + i64::from(draw.id) * 1_000_000),
-        tenant: "org-1".into(),
-        subject: None,
-        metric: "requests".into(),
-        source: "model".into(),
-    };
-    if draw.reservation {
-        return Event::Reservation(ReservationEvent {
-            header,
-            reservation_id: format!("r-{}", draw.id),
-            action: ReservationAction::COMMIT,
-            amount: i64::from(draw.variant),
-            expires_at: None,
-        });
-    }
-    Event::Usage(UsageEvent {
-        header,
-        quantity: i64::from(draw.variant),
-        request_id: None,
-        attributes: BTreeMap::from([("variant".to_string(), draw.variant.to_string())]),
-    })
-}
-
-/// The model: per event_id, the entries it has (payload as the `Event`, with its sequence number).
-#[derive(Default)]
-struct Model {
-    entries: HashMap<String, Vec<(Event, u64)>>,
-    watermark: u64,
-    recorded: u64,
-    duplicates: u64,
-    conflicts: u64,
-    quarantined: u64,
-}
-
-impl Model {
-    fn append(&mut self, event: Event) -> AppendOutcome {
-        let copies = self.entries.entry(event.event_id().to_string()).or_default();
-        if let Some((_, seq)) = copies.iter().find(|(e, _)| *e == event) {
-            self.duplicates += 1;
-            return AppendOutcome::Duplicate { of: *seq };
-        }
-        self.watermark += 1;
-        let seq = self.watermark;
-        let outcome = match copies.first() {
-            None => {
-                self.recorded += 1;
-                AppendOutcome::Recorded { seq }
-            }
-            Some((_, of)) => {
-                self.conflicts += 1;
-                AppendOutcome::ConflictingDuplicate { seq, of: *of }
-            }
-        };
-        copies.push((event, seq));
-        outcome
-    }
 }
 
 fn draw() -> impl Strategy<Value = Draw> {

@@ -1,0 +1,3 @@
+//! What the ledger's integration tests share.
+
+pub mod model;
