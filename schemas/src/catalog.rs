@@ -105,8 +105,46 @@ pub fn legacy_fingerprint(schema: &Schema) -> u64 {
     rabin(schema.canonical_form().as_bytes())
 }
 
+/// Why a schema read from a producer's file has no Parsing Canonical Form that apache-avro can compute: a key the
+/// form keeps (`name`, `type`, `fields`, `symbols`, `items`, `values`, `size`) whose value is not a schema, a list
+/// or a name (`"symbols": null` in a field, `"size": "x"`). apache-avro parses such a schema, keeping the key as a
+/// custom attribute, and then panics computing its canonical form; the form of a schema of the catalog never has
+/// one.
+pub fn canonical_form_refusal(schema: &Schema) -> Option<String> {
+    let json = serde_json::to_value(schema).ok()?;
+    not_canonicalizable(&json, "schema")
+}
+
+fn not_canonicalizable(json: &serde_json::Value, path: &str) -> Option<String> {
+    const KEPT: [&str; 7] = ["name", "type", "fields", "symbols", "items", "values", "size"];
+    match json {
+        serde_json::Value::Object(map) => map.iter().find_map(|(key, value)| {
+            let kept = KEPT.contains(&key.as_str());
+            let path = format!("{path}.{key}");
+            match value {
+                serde_json::Value::Number(_) if key == "size" => None,
+                serde_json::Value::String(s) if key == "size" && s.parse::<i64>().is_err() => {
+                    Some(format!("{path} is {s:?}, not a number"))
+                }
+                serde_json::Value::String(_) => None,
+                serde_json::Value::Object(_) | serde_json::Value::Array(_) if kept => not_canonicalizable(value, &path),
+                _ if kept => Some(format!("{path} is {value}, not a schema, a list or a name")),
+                _ => None,
+            }
+        }),
+        serde_json::Value::Array(items) => items.iter().enumerate().find_map(|(i, item)| match item {
+            serde_json::Value::Object(_) | serde_json::Value::Array(_) => {
+                not_canonicalizable(item, &format!("{path}[{i}]"))
+            }
+            serde_json::Value::String(_) => None,
+            other => Some(format!("{path}[{i}] is {other}, not a schema or a name")),
+        }),
+        _ => None,
+    }
+}
+
 /// The Parsing Canonical Form: apache-avro's, with every `{"type": PRIMITIVE}` left after its [STRIP] written as
-/// the bare primitive name.
+/// the bare primitive name. The schema must pass [`canonical_form_refusal`] (every schema of the catalog does).
 pub fn canonical_form(schema: &Schema) -> String {
     let mut form: serde_json::Value =
         serde_json::from_str(&schema.canonical_form()).expect("apache-avro writes its canonical form as JSON");
@@ -304,6 +342,11 @@ impl Catalog {
             other => format!("{other:?}").chars().take(60).collect(),
         };
         let event_type = EventType::from_name(&name).ok_or(DecodeError::UnknownRecord { name })?;
+        if let Some(refusal) = canonical_form_refusal(&writer_schema) {
+            return Err(DecodeError::Container {
+                message: format!("the file's writer schema is not valid: {refusal}"),
+            });
+        }
         let writer_fingerprint = fingerprint(&writer_schema);
         Ok(ContainerRecords { catalog: self, reader, writer_schema, event_type, writer_fingerprint, index: 0 })
     }

@@ -411,3 +411,17 @@ fn control_character() {
     subject.header.subject = Some(String::new());
     assert_eq!(decode(Event::Usage(subject)).unwrap_err(), DecodeError::Invalid(Invalid::Empty { field: "subject" }));
 }
+
+// Regression (found by the container_file fuzz target): a container file whose writer schema has a null where
+// the canonical form expects a schema (`"symbols": null` in a field) panicked inside apache-avro while its
+// fingerprint was computed, stopping `ingest --file`. It is refused as a malformed container, naming the key.
+#[test]
+fn fuzz_writer_schema_without_canonical_form() {
+    let bytes = include_bytes!("fixtures/fuzz-writer-schema-null-symbols.avro");
+    let error = match Catalog::builtin().read_container(&bytes[..]) {
+        Ok(_) => panic!("a writer schema without a canonical form is refused"),
+        Err(error) => error,
+    };
+    assert_eq!(error.code(), "malformed_container");
+    assert!(error.to_string().contains("symbols is null"), "{error}");
+}

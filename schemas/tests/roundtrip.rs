@@ -40,7 +40,7 @@ fn symbol_of<T: Clone + std::fmt::Debug + 'static>(
 fn header() -> impl Strategy<Value = Header> {
     // Any tenant but `*`, the plan defaults' name, which only a PolicyEvent may carry.
     let tenant = id().prop_filter("* names the plan defaults", |t| t != "*");
-    (id(), timestamp(), tenant, proptest::option::of(text()), id(), text()).prop_map(
+    (id(), timestamp(), tenant, proptest::option::of(id()), id(), text()).prop_map(
         |(event_id, occurred_at, tenant, subject, metric, source)| Header {
             event_id,
             occurred_at,
