@@ -30,8 +30,6 @@ pub enum StartError {
     Lock(#[from] ledger::LockError),
     #[error("cannot read the ledger to build the hook's state")]
     Read(#[from] ledger::ReadError),
-    #[error("cannot read the ledger to build the hook's state")]
-    Sqlite(#[from] rusqlite::Error),
     #[error("cannot start the hook's writer thread")]
     Thread(#[from] std::io::Error),
 }

@@ -9,9 +9,8 @@
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
-use ledger::{AppendReport, Batch, Durability, Incoming, Ledger, Origin};
+use ledger::{AppendReport, Batch, Durability, Fold, Incoming, Ledger, Origin, ReadError};
 use rules::reservation::Facts;
-use rusqlite::OptionalExtension;
 use rustc_hash::FxHashMap;
 use schemas::*;
 use tokio::sync::oneshot;
@@ -27,7 +26,7 @@ use crate::{HookSettings, SOURCE, TenantScope, ids};
 /// Decisions remembered for idempotent replies without a ledger read.
 pub const RECENT_DECISIONS_MAX: usize = 100_000;
 /// How far back usage is folded: a month and a day covers every window that can contain now. Reservations are
-/// folded by when they expire (see [`ENTRIES_AT_START`]).
+/// folded by when they expire (see [`Fold::AtStart`]).
 const STARTUP_HORIZON_MICROS: i64 = 32 * 24 * 3_600 * 1_000_000;
 
 /// One request and where its answer goes.
@@ -248,7 +247,7 @@ impl Writer {
         // A catch-up that fails halfway leaves the state at the last entry it folded (each fold moves the state's
         // watermark): the next group's catch-up goes on from there.
         if let Err(error) = self.catch_up_if_changed(now) {
-            let message = failure(&*error, "reading what other writers appended for", group.len());
+            let message = failure(&error, "reading what other writers appended for", group.len());
             self.health.failed(&message, group.len(), now);
             return fail_all(group, || HookError::Ledger(message.clone()));
         }
@@ -340,12 +339,7 @@ impl Writer {
 
     /// After a group is recorded: numbers its reservation events as the ledger did, then folds what other writers
     /// appended meanwhile.
-    fn follow(
-        &mut self,
-        events: &[Incoming],
-        report: &AppendReport,
-        now: Timestamp,
-    ) -> Result<(), Box<dyn std::error::Error>> {
+    fn follow(&mut self, events: &[Incoming], report: &AppendReport, now: Timestamp) -> Result<(), ReadError> {
         let own: Vec<u64> = report
             .outcomes
             .iter()
@@ -400,9 +394,8 @@ impl Writer {
     }
 
     /// Folds what other writers appended since the last look, if anything.
-    fn catch_up_if_changed(&mut self, now: Timestamp) -> Result<(), Box<dyn std::error::Error>> {
-        let version: i64 =
-            self.ledger.connection().prepare_cached("PRAGMA data_version")?.query_row([], |r| r.get(0))?;
+    fn catch_up_if_changed(&mut self, now: Timestamp) -> Result<(), ReadError> {
+        let version = self.ledger.data_version()?;
         if self.seen_version != Some(version) {
             self.ledger.refresh_key_filter()?;
             catch_up(&self.ledger, &mut self.state, now, &[])?;
@@ -425,7 +418,7 @@ impl Writer {
             return Ok(Some(Decision { replayed: true, ..decision.clone() }));
         }
         let found =
-            read_decision(&self.ledger, &self.state, decision_id).map_err(|e| HookError::Ledger(e.to_string()))?;
+            read_decision(&self.ledger, &self.state, decision_id).map_err(|e| HookError::Ledger(ledger::causes(&e)))?;
         Ok(found.map(|decision| Decision { replayed: true, ..decision }))
     }
 
@@ -582,7 +575,7 @@ impl Writer {
                 return Ok(Err(Refusal::AlreadyClosed { reservation_id: id, by }));
             }
             let refusal = refusal_from_ledger(&self.ledger, reservation_id, tenants)
-                .map_err(|e| HookError::Ledger(e.to_string()))?;
+                .map_err(|e| HookError::Ledger(ledger::causes(&e)))?;
             // Held, or closed in this group, by tenants the caller does not cover only (not in the ledger yet).
             let others = !holds.is_empty() || events.iter().any(|e| is_close_of(e, reservation_id));
             return Ok(match refusal {
@@ -758,23 +751,8 @@ fn decision_of(event: &DecisionEvent, scope: Option<Scope>, replayed: bool) -> D
 }
 
 /// The decision recorded under `decision_id`, if any (an idempotency key seen before this process started).
-fn read_decision(
-    ledger: &Ledger,
-    state: &State,
-    decision_id: &str,
-) -> Result<Option<Decision>, Box<dyn std::error::Error>> {
-    if !ledger.may_hold(decision_id) {
-        return Ok(None);
-    }
-    let conn = ledger.connection();
-    let Some((seq, _)) = ledger::dedup::entries_of(conn, decision_id)?.into_iter().next() else { return Ok(None) };
-    let (fingerprint, payload): (i64, Vec<u8>) =
-        conn.query_row("SELECT payload_fingerprint, payload FROM entries WHERE seq = ?", [seq as i64], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })?;
-    let Event::Decision(event) = ledger.catalog().decode_payload(fingerprint as u64, &payload)? else {
-        return Ok(None);
-    };
+fn read_decision(ledger: &Ledger, state: &State, decision_id: &str) -> Result<Option<Decision>, ReadError> {
+    let Some(Event::Decision(event)) = ledger.recorded_event(decision_id)? else { return Ok(None) };
     let scope = event
         .policy_id
         .as_ref()
@@ -782,12 +760,7 @@ fn read_decision(
     let mut decision = decision_of(&event, scope, true);
     if decision.allowed() && decision_id.starts_with(ids::DECISION_PREFIX) {
         let reservation_id = ids::reservation_id(&decision_id[ids::DECISION_PREFIX.len()..]);
-        let reserved: Option<i64> = conn
-            .query_row("SELECT 1 FROM reservation_events WHERE reservation_id = ? LIMIT 1", [&reservation_id], |r| {
-                r.get(0)
-            })
-            .optional()?;
-        if reserved.is_some() {
+        if ledger.has_reservation_events(&reservation_id)? {
             decision.reservation_id = Some(reservation_id);
         }
     }
@@ -817,35 +790,15 @@ fn refusal_from_ledger(
     ledger: &Ledger,
     reservation_id: &str,
     tenants: &TenantScope,
-) -> Result<Result<Closed, Refusal>, rusqlite::Error> {
+) -> Result<Result<Closed, Refusal>, ReadError> {
     let id = reservation_id.to_string();
-    let mut statement = ledger.connection().prepare_cached(
-        "SELECT e.seq, r.action, r.amount, r.expires_at, e.tenant, e.occurred_at
-         FROM reservation_events r JOIN entries e ON e.seq = r.seq
-         WHERE r.reservation_id = ? AND e.status = 'recorded'",
-    )?;
-    // (seq, tenant, what judging reads).
-    let rows: Vec<(u64, String, Facts)> = statement
-        .query_map([reservation_id], |r| {
-            let symbol = r.get_ref(1)?.as_str()?;
-            let action = ReservationAction::from_symbol(symbol).ok_or_else(|| {
-                rusqlite::Error::FromSqlConversionFailure(1, rusqlite::types::Type::Text, symbol.to_string().into())
-            })?;
-            let facts = Facts {
-                action,
-                amount: r.get(2)?,
-                expires_at: r.get::<_, Option<i64>>(3)?.map(Timestamp),
-                occurred_at: Timestamp(r.get(5)?),
-            };
-            Ok((r.get::<_, i64>(0)? as u64, r.get(4)?, facts))
-        })?
-        .collect::<rusqlite::Result<_>>()?;
+    let rows = ledger.reservation_facts(reservation_id)?;
     // A reservation per tenant with a RESERVE (other enforcers' may share an id): the caller's, the first by tenant
     // name, judged as reconcile judges it (and as the state folded it): by event time.
     let mut reserved: Vec<&str> = rows
         .iter()
-        .filter(|(_, _, f)| f.action == ReservationAction::RESERVE)
-        .map(|(_, tenant, _)| tenant.as_str())
+        .filter(|row| row.facts.action == ReservationAction::RESERVE)
+        .map(|row| row.tenant.as_str())
         .collect();
     reserved.sort_unstable();
     if reserved.is_empty() {
@@ -855,7 +808,7 @@ fn refusal_from_ledger(
         return Ok(Err(Refusal::Forbidden { reservation_id: id }));
     };
     let events: Vec<(u64, &Facts)> =
-        rows.iter().filter(|(_, t, _)| t == tenant).map(|(seq, _, facts)| (*seq, facts)).collect();
+        rows.iter().filter(|row| row.tenant == tenant).map(|row| (row.seq, &row.facts)).collect();
     let verdict = rules::reservation::judge(&events, Timestamp(i64::MAX));
     let reserve = verdict.reserve.and_then(|seq| events.iter().find(|(s, _)| *s == seq)).map(|(_, f)| *f);
     let reserve = reserve.expect("a tenant with a RESERVE has one in its verdict");
@@ -865,57 +818,28 @@ fn refusal_from_ledger(
     }))
 }
 
-/// Entries after the state's watermark that change it (usage, reservations, grants, policies), in order. Usage
-/// that happened before the horizon is in no window that can contain now; a reservation's events count whatever
-/// their date, since a reservation from another enforcer may hold for longer than a month and a close dated long
-/// ago may still be valid (SPEC 5).
-const ENTRIES_AFTER: &str = "SELECT seq, event_type, payload_fingerprint, payload FROM entries
-     WHERE seq > ?1 AND status = 'recorded'
-       AND (occurred_at >= ?2 OR event_type IN ('PolicyEvent', 'GrantEvent', 'ReservationEvent'))
-     ORDER BY seq";
-/// The same at start, when every entry is after the watermark: of the reservations, only the events of those
-/// whose RESERVE expires after the horizon (it could still hold now, or be closed late), or that happened after
-/// it, which keeps the fold of a large ledger from reading every reservation it ever held.
-const ENTRIES_AT_START: &str = "SELECT seq, event_type, payload_fingerprint, payload FROM entries
-     WHERE seq > ?1 AND status = 'recorded'
-       AND (occurred_at >= ?2 OR event_type IN ('PolicyEvent', 'GrantEvent')
-            OR (event_type = 'ReservationEvent' AND seq IN (
-                SELECT seq FROM reservation_events WHERE reservation_id IN (
-                    SELECT reservation_id FROM reservation_events WHERE action = 'RESERVE' AND expires_at >= ?2))))
-     ORDER BY seq";
-
 /// Folds the entries other writers appended after the state's watermark (`own` are this writer's, already
 /// applied, in ascending order), and moves the watermark to the last entry.
-fn catch_up(ledger: &Ledger, state: &mut State, now: Timestamp, own: &[u64]) -> Result<(), Box<dyn std::error::Error>> {
-    fold_after(ledger, state, now, own, ENTRIES_AFTER)
+fn catch_up(ledger: &Ledger, state: &mut State, now: Timestamp, own: &[u64]) -> Result<(), ReadError> {
+    fold_after(ledger, state, now, own, Fold::After)
 }
 
-fn fold_after(
-    ledger: &Ledger,
-    state: &mut State,
-    now: Timestamp,
-    own: &[u64],
-    query: &str,
-) -> Result<(), Box<dyn std::error::Error>> {
+fn fold_after(ledger: &Ledger, state: &mut State, now: Timestamp, own: &[u64], fold: Fold) -> Result<(), ReadError> {
     let tip = ledger.watermark()?;
     if tip == state.watermark {
         return Ok(());
     }
-    let horizon = now.micros() - STARTUP_HORIZON_MICROS;
-    let mut statement = ledger.connection().prepare_cached(query)?;
+    let horizon = Timestamp(now.micros() - STARTUP_HORIZON_MICROS);
     // `State::fold` moves the state's watermark to each entry it folds: a read that fails halfway leaves the state
     // at the last one, and the next catch-up goes on from there.
-    let mut rows = statement.query(rusqlite::params![state.watermark as i64, horizon])?;
-    while let Some(row) = rows.next()? {
-        let seq = row.get::<_, i64>(0)? as u64;
-        let event_type = row.get_ref(1)?.as_str()?;
-        if own.binary_search(&seq).is_ok() || matches!(event_type, "DecisionEvent" | "AdjustmentEvent") || seq > tip {
-            continue;
+    ledger.for_each_entry_after(state.watermark, horizon, fold, |entry| {
+        let skipped = matches!(entry.event_type, EventType::DecisionEvent | EventType::AdjustmentEvent);
+        if skipped || own.binary_search(&entry.seq).is_ok() || entry.seq > tip {
+            return Ok(());
         }
-        let payload = row.get_ref(3)?.as_blob()?;
-        let event = ledger.catalog().decode_payload(row.get::<_, i64>(2)? as u64, payload)?;
-        state.fold(seq, &event, now);
-    }
+        state.fold(entry.seq, &entry.event()?, now);
+        Ok(())
+    })?;
     state.watermark = tip;
     Ok(())
 }
@@ -923,8 +847,7 @@ fn fold_after(
 /// The state of a fresh process: the fold of the ledger's recent entries.
 fn load(ledger: &Ledger, now: Timestamp) -> Result<State, crate::StartError> {
     let mut state = State::default();
-    fold_after(ledger, &mut state, now, &[], ENTRIES_AT_START)
-        .map_err(|e| crate::StartError::Read(ledger::ReadError::Corrupt { seq: 0, message: e.to_string() }))?;
+    fold_after(ledger, &mut state, now, &[], Fold::AtStart)?;
     // The first prune drops most windows the fold read (74 ms on a 17-million-event ledger): here, not in the
     // first group's answers.
     state.prune(now);

@@ -87,7 +87,7 @@ pub fn request_key(request_id: &str) -> i64 {
 
 /// The entries already holding `event_id`: `(seq, payload_hash)`, oldest first. The oldest is the recorded
 /// one; the others are conflicting duplicates.
-pub fn entries_of(conn: &Connection, event_id: &str) -> rusqlite::Result<Vec<(u64, Vec<u8>)>> {
+pub(crate) fn entries_of(conn: &Connection, event_id: &str) -> rusqlite::Result<Vec<(u64, Vec<u8>)>> {
     entries_of_key(conn, event_id, event_key(event_id))
 }
 

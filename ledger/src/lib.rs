@@ -35,9 +35,11 @@ mod checkpoint;
 pub mod dedup;
 pub mod details;
 pub mod error;
+mod follow;
 pub mod key_filter;
 pub mod lock;
 mod log_sync;
+mod lookup;
 pub mod migrate;
 mod outbox;
 mod period_exports;
@@ -62,8 +64,10 @@ pub use checkpoint::{
     WRITER_CHECKPOINT_FRAMES,
 };
 pub use error::*;
+pub use follow::{Fold, FoldEntry};
 pub use lock::{LockError, ProcessLock};
 pub use log_sync::LogSync;
+pub use lookup::ReservationFacts;
 pub use outbox::{OutboxEntry, OutboxStatus};
 pub use period_exports::{CloseSnapshot, PeriodExport, PeriodExportRow};
 pub use periods::{Period, PeriodClose, PeriodParseError, covering_close};
@@ -287,18 +291,18 @@ impl Ledger {
     /// index; about 1.8 bytes per key, room for twice the keys held), so that appends skip the dedup probe of an
     /// event_id the ledger certainly does not hold. For a long-running writer whose events are almost all new:
     /// the hook, ingest from Kafka.
-    pub fn keep_key_filter(&mut self) -> rusqlite::Result<()> {
+    pub fn keep_key_filter(&mut self) -> Result<(), ReadError> {
         self.key_filter = Some(key_filter::KeyFilter::load(&self.conn)?);
         Ok(())
     }
 
     /// Adds to the key filter (if kept) what other connections appended since: call when they may have
     /// (`PRAGMA data_version` changed) before asking [`Ledger::may_hold`]. Appends catch up by themselves.
-    pub fn refresh_key_filter(&mut self) -> rusqlite::Result<()> {
+    pub fn refresh_key_filter(&mut self) -> Result<(), ReadError> {
         let Some(filter) = self.key_filter.as_mut() else { return Ok(()) };
         let tx = self.conn.unchecked_transaction()?;
         filter.catch_up(&tx, status::read_totals(&tx)?.watermark)?;
-        tx.commit()
+        Ok(tx.commit()?)
     }
 
     /// Whether the ledger may hold an entry of `event_id`: false only when the key filter is kept and has never
@@ -310,12 +314,14 @@ impl Ledger {
     /// Commits wait for the disk (`synchronous=FULL`, the default: a committed batch survives power loss) or
     /// only for the write-ahead log's write (`NORMAL`: survives a crash of the process; the last commits before
     /// a power loss may be lost). The enforcement hook lets its operator choose (`serve --durability`).
-    pub fn set_durability(&self, durability: Durability) -> rusqlite::Result<()> {
+    pub fn set_durability(&self, durability: Durability) -> Result<(), OpenError> {
         let level = match durability {
             Durability::Full => "FULL",
             Durability::Normal => "NORMAL",
         };
-        self.conn.pragma_update(None, "synchronous", level)
+        self.conn
+            .pragma_update(None, "synchronous", level)
+            .map_err(|source| OpenError::Sqlite { path: self.path.clone(), source })
     }
 
     /// The connection, for read-only queries by reports. Writes are refused by the triggers anyway.

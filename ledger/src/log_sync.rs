@@ -31,8 +31,7 @@ impl Ledger {
         let log = log_path(self);
         // The log exists once the connection has opened the ledger in WAL mode, which `Ledger::open` does.
         let file = open_log(&log).map_err(|source| OpenError::Log { path: log.clone(), source })?;
-        self.set_durability(crate::Durability::Normal)
-            .map_err(|source| OpenError::Sqlite { path: self.path.clone(), source })?;
+        self.set_durability(crate::Durability::Normal)?;
         Ok(LogSync { log: file, path: log })
     }
 

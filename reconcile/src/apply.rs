@@ -27,7 +27,7 @@ pub fn apply(ledger: &mut Ledger, plan: &Plan) -> Result<AppendReport, Reconcile
         return Err(ReconcileError::SameAdjustment { adjustment_id: twice[0].to_string() });
     }
     assert!(plan.adjustments.iter().all(|a| a.run_id == plan.run_id), "every adjustment belongs to the run");
-    let found = adjustments_recorded(ledger)?;
+    let found = ledger.adjustments_recorded()?;
     if found != plan.counts.adjustments_before {
         return Err(ReconcileError::Stale { planned: plan.counts.adjustments_before, found });
     }
@@ -57,15 +57,6 @@ pub fn apply(ledger: &mut Ledger, plan: &Plan) -> Result<AppendReport, Reconcile
         "every planned adjustment is new to the ledger: {:?}",
         report.outcomes
     );
-    assert_eq!(adjustments_recorded(ledger)?, found + plan.adjustments.len() as u64, "the ledger holds the plan");
+    assert_eq!(ledger.adjustments_recorded()?, found + plan.adjustments.len() as u64, "the ledger holds the plan");
     Ok(report)
-}
-
-fn adjustments_recorded(ledger: &Ledger) -> Result<u64, ReconcileError> {
-    let count: i64 = ledger.connection().query_row(
-        "SELECT COUNT(*) FROM entries WHERE event_type = 'AdjustmentEvent' AND status = 'recorded'",
-        [],
-        |r| r.get(0),
-    )?;
-    Ok(count as u64)
 }

@@ -7,8 +7,6 @@
 pub enum ReconcileError {
     #[error("cannot read the ledger")]
     Read(#[from] ledger::ReadError),
-    #[error("cannot read the ledger")]
-    Sqlite(#[from] rusqlite::Error),
     #[error(
         "cannot record the adjustments: {recorded} of {planned} were recorded before the failure, and stay (each is a \
          delta against what was recorded before it); run reconcile again with the same --as-of to record the rest"
