@@ -8,9 +8,11 @@
 
 use std::collections::HashMap;
 
-use ledger::{AdjustmentSummary, Ledger, ReadError};
+use ledger::{AdjustmentSummary, ReadError};
 use schemas::{AdjustmentKind, Scope, Timestamp};
 use sha2::{Digest, Sha256};
+
+use crate::inputs::PlanInputs;
 
 /// The thing one adjustment is about: its identity across runs.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -122,12 +124,12 @@ pub fn adjustment_id(concern: &Concern, recorded: Recorded, delta: i64) -> Strin
 /// A window adjustment written before AdjustmentEvent v2 has no scope: one with a subject is a SUBJECT window's,
 /// one without takes `legacy_scope(tenant, metric, policy_id)`, the scope of the policies of that id.
 pub fn recorded(
-    ledger: &Ledger,
+    inputs: &impl PlanInputs,
     legacy_scope: &dyn Fn(&str, &str, &str) -> Scope,
 ) -> Result<(HashMap<Concern, Recorded>, u64), ReadError> {
     let mut conflict_ordinals: HashMap<String, u32> = HashMap::new();
     let mut recorded: HashMap<Concern, Recorded> = HashMap::new();
-    let count = ledger.adjustment_summaries(|summary| {
+    let count = inputs.adjustment_summaries(|summary| {
         let amount = summary.amount;
         if let Some(concern) = concern_of(summary, legacy_scope, &mut conflict_ordinals) {
             recorded.entry(concern).or_default().add(amount);

@@ -8,8 +8,10 @@
 pub mod apply;
 pub mod concern;
 pub mod error;
+pub mod inputs;
 pub mod plan;
 
 pub use apply::{ADJUSTMENTS_PER_TRANSACTION, apply};
 pub use error::ReconcileError;
-pub use plan::{Plan, PlanCounts, Progress, plan};
+pub use inputs::PlanInputs;
+pub use plan::{Plan, PlanCounts, Progress, plan, plan_from};
