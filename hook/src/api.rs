@@ -1,6 +1,6 @@
 //! What services send and what the hook answers (SPEC 6, SPEC 7 `serve` bodies).
 
-use schemas::{Outcome, Reason, ReservationAction, Scope, Timestamp};
+use schemas::{DecisionEvent, Outcome, Reason, ReservationAction, Scope, Timestamp};
 use serde::{Deserialize, Serialize};
 
 /// `check(tenant, subject, metric, amount, idempotency_key, request_id)`.
@@ -88,6 +88,33 @@ pub struct Decision {
 impl Decision {
     pub fn allowed(&self) -> bool {
         self.outcome == Outcome::ALLOWED
+    }
+
+    /// The decision a DecisionEvent records; `scope` is its deciding policy's, which the event does not hold.
+    pub(crate) fn of_event(event: &DecisionEvent, scope: Option<Scope>, replayed: bool) -> Decision {
+        Decision {
+            decision_id: event.header.event_id.clone(),
+            request_id: event.request_id.clone(),
+            outcome: event.outcome,
+            reason: event.reason,
+            code: Code::of(event.outcome, event.reason),
+            tenant: event.header.tenant.clone(),
+            subject: event.header.subject.clone(),
+            metric: event.header.metric.clone(),
+            amount: event.amount,
+            scope,
+            policy_id: event.policy_id.clone(),
+            policy_version: event.policy_version,
+            limit: event.limit,
+            used_before: event.used_before,
+            remaining: event.remaining,
+            window_start: event.window_start,
+            resets_at: event.reason.resets_at(event.header.occurred_at, event.window_end, event.retry_after_ms),
+            retry_after_ms: event.retry_after_ms,
+            decided_at: event.header.occurred_at,
+            reservation_id: None,
+            replayed,
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 //! A repeated idempotency key answers the original decision and consumes nothing more.
 //!
 //! One writer thread owns the ledger connection and an in-memory fold of it ([`state`]); concurrent requests
-//! are grouped into one transaction each ([`writer`]).
+//! are grouped into one transaction each (the writer's group commit).
 //!
 //! ```
 //! use hook::{CheckRequest, Hook, HookSettings};
@@ -20,15 +20,17 @@
 //! assert!(hook.check(ask).unwrap().replayed, "the same key answers the original decision");
 //! ```
 
+mod answer;
 pub mod api;
 pub mod buckets;
 pub mod decide;
 pub mod error;
 pub mod health;
 pub mod ids;
+mod queue;
 pub mod state;
-pub mod sync;
-pub mod writer;
+mod sync;
+mod writer;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -39,9 +41,10 @@ use std::time::{Duration, Instant};
 pub use api::*;
 pub use error::{HookError, StartError};
 use ledger::{Durability, Ledger, ProcessLock};
+use queue::{Queued, Work};
 use schemas::{ReservationAction, Timestamp};
 use tokio::sync::oneshot;
-use writer::{Queued, Work, Writer};
+use writer::Writer;
 
 /// The `source` of every event the hook records.
 pub const SOURCE: &str = "hook";
