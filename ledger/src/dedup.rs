@@ -17,7 +17,9 @@ use crate::{EVENT_KEYS_MOVE_EVERY, EVENT_KEYS_MOVE_PARTS, EVENT_KEYS_SLICES};
 
 /// One tiered key index: its tables, newest first, and their key column.
 pub struct KeyIndex {
+    /// Its tables, newest (the recent tier) first, sealed last.
     pub tiers: [&'static str; 4],
+    /// The column holding the key in every tier.
     pub key_column: &'static str,
     /// The point probe of each tier.
     probes: LazyLock<[String; 4]>,

@@ -27,6 +27,8 @@
 //! assert!(ledger.verify().unwrap().first_bad.is_none());
 //! ```
 
+#![deny(missing_docs)]
+
 mod append;
 pub mod append_hook;
 pub mod batch;
@@ -274,10 +276,12 @@ impl Ledger {
         }
     }
 
+    /// The ledger file's path, as it was opened.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// The Avro schemas the ledger decodes its payloads with.
     pub fn catalog(&self) -> &'static Catalog {
         self.catalog
     }

@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 #[derive(Debug)]
 pub struct ProcessLock {
     _file: File,
+    /// The lock file, `<ledger>.<role>.lock` beside the ledger's real file.
     pub path: PathBuf,
 }
 
@@ -26,10 +27,24 @@ pub struct ProcessLock {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
+    /// Another process holds the lock.
     #[error("another {role} ({holder}) is writing to this ledger (lock {path}); one {role} process per ledger file")]
-    Held { role: String, path: PathBuf, holder: String },
+    Held {
+        /// The role the lock is for (`hook`, ...).
+        role: String,
+        /// The lock file.
+        path: PathBuf,
+        /// Who holds it, as the lock file says (`pid 1234`).
+        holder: String,
+    },
+    /// The lock file cannot be created or locked.
     #[error("cannot use the lock file {path}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        /// The lock file.
+        path: PathBuf,
+        /// The error using it.
+        source: std::io::Error,
+    },
 }
 
 impl ProcessLock {

@@ -77,17 +77,23 @@ pub struct Status {
 /// One quarantined message (`quarantine list`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct QuarantinedMessage {
+    /// Its quarantine id (what `quarantine replay` takes).
     pub id: i64,
+    /// `kafka`, `file` or `local`.
     pub origin: String,
     /// Kafka topic or file path.
     pub topic: Option<String>,
+    /// Kafka partition.
     pub partition: Option<i64>,
     /// Kafka offset, or record index in a file.
     pub offset: Option<i64>,
+    /// Why it was quarantined, as a stable code (`DecodeError::code`).
     pub reason_code: String,
+    /// Why, in words.
     pub reason: String,
     /// RFC 3339.
     pub quarantined_at: String,
+    /// How many bytes were received.
     pub raw_bytes: usize,
     /// The bytes as received, in hexadecimal.
     pub raw_hex: String,

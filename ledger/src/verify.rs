@@ -14,8 +14,11 @@ use crate::{dedup, details};
 /// The first entry that does not hold.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct BadEntry {
+    /// Its ledger sequence number.
     pub seq: u64,
+    /// Its event_id.
     pub event_id: String,
+    /// What does not hold, in words.
     pub problem: String,
 }
 

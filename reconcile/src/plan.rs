@@ -24,20 +24,39 @@ pub const PROGRESS_EVERY_ROWS: u64 = 100_000;
 /// Where a run is, for a progress display.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Progress {
-    Reservations { events: u64 },
-    Usage { events: u64 },
-    Refs { events: u64 },
+    /// Judging reservations.
+    Reservations {
+        /// Reservation events read so far.
+        events: u64,
+    },
+    /// Summing consumption per window.
+    Usage {
+        /// UsageEvents read so far.
+        events: u64,
+    },
+    /// Naming the events that crossed a limit (a second pass over usage).
+    Refs {
+        /// UsageEvents read so far in this pass.
+        events: u64,
+    },
 }
 
 /// What a run read and judged.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct PlanCounts {
+    /// Counted UsageEvents read.
     pub usage_events: u64,
+    /// Recorded reservation events read.
     pub reservation_events: u64,
+    /// Reservations judged this run (SPEC 5 "What a run covers": its RESERVE expired before `as_of`).
     pub reservations_judged: u64,
+    /// COMMITs counted as consumption.
     pub valid_commits: u64,
+    /// Windows of HARD and SHADOW policies, ended by `as_of`, with consumption.
     pub windows_judged: u64,
+    /// Conflicting duplicates read.
     pub conflicting_copies: u64,
+    /// Adjustments recorded before this run: `apply` refuses the plan if another run recorded some since.
     pub adjustments_before: u64,
     /// Milliseconds spent in each step, for the benchmark and for an operator wondering where a night went.
     pub step_ms: Vec<(&'static str, u64)>,
@@ -48,15 +67,18 @@ pub struct PlanCounts {
 pub struct Plan {
     /// `reconcile-<as_of>-w<watermark>`: the same ledger and `--as-of` give the same run.
     pub run_id: String,
+    /// The instant the run judges as of (`--as-of`): windows and reservations ended by then.
     pub as_of: Timestamp,
     /// The last ledger sequence number the plan read.
     pub watermark: u64,
     /// Sorted by kind, then what they are about.
     pub adjustments: Vec<AdjustmentEvent>,
+    /// What the run read and judged.
     pub counts: PlanCounts,
 }
 
 impl Plan {
+    /// Whether the run found nothing to adjust (`reconcile` exits 0).
     pub fn is_clean(&self) -> bool {
         self.adjustments.is_empty()
     }
