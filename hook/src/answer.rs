@@ -19,8 +19,8 @@ pub enum Answer {
 
 impl Answer {
     /// Its group failed: an error in its place, unless it replays a decision recorded before the group (a replay
-    /// of one the group itself decided, now `taken_back`, fails with it). Until 2026-12-03 such a replay answered
-    /// 500, "nothing of it was recorded", of a decision that was.
+    /// of one the group itself decided, now `taken_back`, fails with it): a 500 saying "nothing of it was
+    /// recorded" would be false of a decision that was.
     pub(crate) fn failed(self, message: &str, taken_back: &HashSet<&str>) -> Answer {
         match self {
             Answer::Decision(reply, Ok(decision))

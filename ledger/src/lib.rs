@@ -118,8 +118,8 @@ pub fn causes(error: &(dyn std::error::Error + 'static)) -> String {
 /// SQLite's busy handler for every connection of the ledger: try again every millisecond, for [`BUSY_TIMEOUT_MS`]
 /// (each try sleeps at least a millisecond). SQLite's own `busy_timeout` backs off to 100 ms between tries, and a
 /// writer that commits in short steps (an export's catch-up, reconcile's adjustments) took the lock again within a
-/// millisecond of letting it go: in a review's run the hook, waiting beside an export that committed every 50 to
-/// 100 ms, never got the lock in 8 s. The stepping writers also pause between their steps ([`STEP_PAUSE`]).
+/// millisecond of letting it go: the hook, waiting so beside an export that committed every 50 to 100 ms, never
+/// got the lock in 8 s. The stepping writers also pause between their steps ([`STEP_PAUSE`]).
 pub fn poll_while_busy(tries: i32) -> bool {
     if tries as u64 >= BUSY_TIMEOUT_MS {
         return false;

@@ -115,8 +115,8 @@ impl Ledger {
     }
 
     /// [`Ledger::open_snapshot`] for the preview of `period` (open): the late adjustments not carried yet go into
-    /// the next month to close only, so the preview of a later month carries none (until 2026-12-03 every open
-    /// month showed them, and previews added up counted them several times).
+    /// the next month to close only, so the preview of a later month carries none (shown in every open month,
+    /// they would count several times in previews added up).
     pub fn preview_snapshot(conn: &Connection, period: Period) -> Result<CloseSnapshot, ReadError> {
         let snapshot = Ledger::open_snapshot(conn)?;
         Ok(match latest_close(conn)? {

@@ -121,9 +121,8 @@ impl Ledger {
 
     /// The counts of SPEC 7 `status`, from the last batch's totals.
     pub fn status(&self) -> Result<Status, ReadError> {
-        // One snapshot for every figure: read one after another as appends commit, `quarantine_pending` came out
-        // above `quarantined` in a review's run (until 2026-12-03), and the offsets, outbox and watermark could
-        // each be of another instant.
+        // One snapshot for every figure: read one after another as appends commit, `quarantine_pending` can come
+        // out above `quarantined`, and the offsets, outbox and watermark each be of another instant.
         let snapshot = self.conn.unchecked_transaction()?;
         let totals = read_totals(&self.conn)?;
         let batches: i64 = self.conn.query_row("SELECT COUNT(*) FROM batches", [], |r| r.get(0))?;

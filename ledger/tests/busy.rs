@@ -10,7 +10,7 @@ use ledger::{Batch, Ledger};
 
 // Proves a writer waiting in `poll_while_busy` takes the lock within the first steps of a stepping writer: with
 // SQLite's own busy timeout (tries backing off to 100 ms apart) and no pause, the hook beside an export in steps
-// never got the lock in 8 s (a review's run), and failed its group after 10.
+// never got the lock in 8 s, and failed its group after 10.
 #[test]
 fn a_waiting_writer_gets_in_between_the_steps_of_another() {
     let dir = tempfile::tempdir().unwrap();

@@ -268,8 +268,8 @@ impl<'p> Run<'p> {
         self.collect_commits(group, &events, &verdict, commits);
         // Not judged yet (SPEC 5 "What a run covers"): nothing new is reported of it, but what earlier runs
         // reported of its events follows the current verdict. A late RESERVE that makes a refused COMMIT valid
-        // takes the REFUSED_TRANSITION back in the run that starts counting the COMMIT (until 2026-12-02, only once
-        // the new RESERVE expired: meanwhile the ledger counted the COMMIT and called it refused).
+        // takes the REFUSED_TRANSITION back in the run that starts counting the COMMIT, not once the new RESERVE
+        // expires: meanwhile the ledger would count the COMMIT and call it refused.
         let judged = self.is_judged(group, &verdict);
         if judged {
             self.counts.reservations_judged += 1;

@@ -298,10 +298,9 @@ impl Writer {
     }
 
     /// Takes back what deciding a group changed outside the ledger, after its transaction failed: nothing of it was
-    /// recorded, so none of it counts, and a retry of its idempotency keys decides afresh. Until 2026-12-03 a failed
-    /// group rebuilt the whole state from the ledger instead (about 27 s on a ledger of 10 million events), and did
-    /// so for every group as long as the failure lasted (a full disk).
-    /// Answers the ids of the decisions taken back.
+    /// recorded, so none of it counts, and a retry of its idempotency keys decides afresh. Rebuilding the whole
+    /// state from the ledger instead takes about 27 s on a ledger of 10 million events, and would be done for
+    /// every group as long as the failure lasts (a full disk). Answers the ids of the decisions taken back.
     fn take_back<'e>(&mut self, events: &'e [Incoming], now: Timestamp) -> HashSet<&'e str> {
         let mut decisions = HashSet::new();
         for (n, incoming) in events.iter().enumerate().rev() {
@@ -337,8 +336,8 @@ impl Writer {
 }
 
 /// What a group's callers are told when the ledger refused it, logged too (an operator sees the cause, where
-/// the callers see a 500): the error with every cause (until 2026-12-03 only the outermost, "ledger write failed,
-/// nothing appended", without "database is locked"), and when another process held the write lock too long, so.
+/// the callers see a 500): the error with every cause (the outermost alone, "ledger write failed, nothing
+/// appended", hides "database is locked"), and when another process held the write lock too long, so.
 fn failure(error: &(dyn std::error::Error + 'static), doing: &str, requests: usize) -> String {
     let mut message = ledger::causes(error);
     if ledger::is_busy(error) {
@@ -357,8 +356,7 @@ fn failure(error: &(dyn std::error::Error + 'static), doing: &str, requests: usi
 mod tests {
     use super::*;
 
-    // Proves a refused group is told every cause, and when another process held the write lock, so (the 500's body
-    // used to end at "ledger write failed, nothing appended").
+    // Proves a refused group is told every cause, and when another process held the write lock, so.
     #[test]
     fn a_refused_group_is_told_every_cause() {
         let code = rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY);
