@@ -1,7 +1,7 @@
 //! What a plan reads ([`PlanInputs`]): the small tables whole, the large ones (reservation events, usage) as
 //! streams, so that a run's memory follows the number of windows and reservations, never the number of events.
-//! The ledger provides them from one read snapshot ([`crate::plan`]); a test provides them from vectors
-//! ([`crate::plan_from`]).
+//! The ledger provides them from one read snapshot ([`crate::plan()`]); a test provides them from vectors
+//! ([`crate::plan_from()`]).
 
 use std::collections::HashMap;
 
@@ -9,7 +9,7 @@ use ledger::{AdjustmentSummary, ConflictingCopy, Ledger, PeriodClose, ReadError,
 use rustc_hash::FxHashMap;
 use schemas::{GrantEvent, PolicyEvent};
 
-/// Everything [`crate::plan_from`] reads, in the order and grouping the rules need.
+/// Everything [`crate::plan_from()`] reads, in the order and grouping the rules need.
 pub trait PlanInputs {
     /// The last ledger sequence number the inputs hold (a run's id names it).
     fn watermark(&self) -> Result<u64, ReadError>;
@@ -43,7 +43,7 @@ pub trait PlanInputs {
     fn event_ids(&self, seqs: &[u64], known: &FxHashMap<u64, &str>) -> Result<Vec<String>, ReadError>;
 }
 
-/// The ledger's typed reads; [`crate::plan`] holds one read snapshot across them.
+/// The ledger's typed reads; [`crate::plan()`] holds one read snapshot across them.
 impl PlanInputs for Ledger {
     fn watermark(&self) -> Result<u64, ReadError> {
         Ledger::watermark(self)

@@ -1,9 +1,9 @@
 //! Reconciliation (SPEC 5): what the ledger's adjustments must become, and recording them. The nightly
-//! `reconcile` command computes a [`plan`] (every adjustment to write, and why) and [`apply`]s it to the ledger.
+//! `reconcile` command computes a [`plan()`] (every adjustment to write, and why) and [`apply()`]s it to the ledger.
 //!
 //! The plan is pure: [`plan_from`] reads its inputs through [`PlanInputs`] (policies, grants, period closes,
 //! recorded adjustments, the reservation and usage streams, conflicting copies), which the ledger implements
-//! with its typed reads, held in one read snapshot by [`plan`], and a test implements over vectors. The rules
+//! with its typed reads, held in one read snapshot by [`plan()`], and a test implements over vectors. The rules
 //! every adjustment is computed from (windows, the policy in force, reservation verdicts, effective limits) live
 //! in the `rules` crate, which the hook and the reports share.
 //!
