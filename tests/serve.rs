@@ -112,9 +112,15 @@ fn ledger_with(policy: Event) -> TestLedger {
     test
 }
 
+/// A read-only connection of the test's own to a ledger file, for what no ledger read answers.
+fn read_only(path: &std::path::Path) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    conn.busy_timeout(Duration::from_millis(ledger::BUSY_TIMEOUT_MS)).unwrap();
+    conn
+}
+
 fn sql_i64(test: &TestLedger, sql: &str) -> i64 {
-    let ledger = ledger::Ledger::open_read_only(&test.path).unwrap();
-    ledger.connection().query_row(sql, [], |r| r.get(0)).unwrap()
+    read_only(&test.path).query_row(sql, [], |r| r.get(0)).unwrap()
 }
 
 /// Waits until the serving process's publisher has recorded `entries` acknowledgements.
@@ -565,9 +571,8 @@ fn decisions_reach_kafka_exactly_once_across_a_broker_outage() {
     assert_eq!(health["outbox"]["pending"], 60, "30 decisions and their usage wait: {health}");
     let broker = Broker::tansu_sqlite(&data.path().join("tansu.db"), Some(port)).expect("Tansu restarts");
     let expected: Vec<String> = {
-        let ledger = ledger::Ledger::open_read_only(&test.path).unwrap();
-        let mut statement =
-            ledger.connection().prepare("SELECT event_id FROM entries WHERE event_type = 'DecisionEvent'").unwrap();
+        let conn = read_only(&test.path);
+        let mut statement = conn.prepare("SELECT event_id FROM entries WHERE event_type = 'DecisionEvent'").unwrap();
         statement.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
     };
     assert_eq!(expected.len(), 50);
@@ -714,8 +719,8 @@ fn a_killed_server_keeps_every_answered_decision_and_retries_consume_nothing_twi
     assert!(answered.len() > 100, "the clients were answered before the kill: {}", answered.len());
 
     let recorded: std::collections::HashSet<String> = {
-        let ledger = ledger::Ledger::open_read_only(&test.path).unwrap();
-        let mut keys = ledger.connection().prepare("SELECT idempotency_key FROM decision_events").unwrap();
+        let conn = read_only(&test.path);
+        let mut keys = conn.prepare("SELECT idempotency_key FROM decision_events").unwrap();
         keys.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
     };
     for (key, _) in &answered {
@@ -756,9 +761,8 @@ fn a_stopped_server_leaves_every_decision_in_the_ledger_file_alone() {
     assert!(!wal.exists(), "the log is folded into the ledger file and removed");
     let copy = test.file("backup.db");
     std::fs::copy(&test.path, &copy).unwrap();
-    let ledger = ledger::Ledger::open_read_only(&copy).unwrap();
-    let decisions: i64 =
-        ledger.connection().query_row("SELECT COUNT(*) FROM decision_events", [], |r| r.get(0)).unwrap();
+    ledger::Ledger::open_read_only(&copy).expect("the copy alone is a ledger");
+    let decisions: i64 = read_only(&copy).query_row("SELECT COUNT(*) FROM decision_events", [], |r| r.get(0)).unwrap();
     assert_eq!(decisions, 200, "a copy of the ledger file alone holds every decision");
 }
 

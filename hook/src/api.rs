@@ -1,11 +1,12 @@
 //! What services send and what the hook answers (SPEC 6, SPEC 7 `serve` bodies).
 
-use schemas::{Outcome, Reason, ReservationAction, Scope, Timestamp};
+use schemas::{DecisionEvent, Outcome, Reason, ReservationAction, Scope, Timestamp};
 use serde::{Deserialize, Serialize};
 
 /// `check(tenant, subject, metric, amount, idempotency_key, request_id)`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[allow(missing_docs)] // SPEC 6 `check`'s arguments, by their names.
 pub struct CheckRequest {
     pub tenant: String,
     #[serde(default)]
@@ -20,6 +21,7 @@ pub struct CheckRequest {
 /// `reserve(tenant, subject, metric, amount, ttl, idempotency_key)`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[allow(missing_docs)] // SPEC 6 `reserve`'s arguments, by their names (`ttl_ms`: the SPEC's `ttl`, in milliseconds).
 pub struct ReserveRequest {
     pub tenant: String,
     #[serde(default)]
@@ -36,15 +38,18 @@ pub struct ReserveRequest {
 #[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Code {
+    /// Allowed.
     OK,
     /// Going too fast: capacity exists, retry after a short wait.
     RATE_LIMITED,
+    /// Too many reservations open at once: retry once one closes.
     CONCURRENCY_LIMITED,
     /// Out of allowance until `resetsAt`.
     QUOTA_EXCEEDED,
 }
 
 impl Code {
+    /// The code of a decision's outcome and reason.
     pub fn of(outcome: Outcome, reason: Reason) -> Code {
         match (outcome, reason) {
             (Outcome::ALLOWED, _) => Code::OK,
@@ -57,6 +62,7 @@ impl Code {
 
 /// A decision (SPEC 6): outcome, reason, limit, remaining, resets_at, retry_after_ms, policy id and version.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[allow(missing_docs)] // The SPEC 6 decision's fields and the DecisionEvent's (SPEC 3), by their names.
 pub struct Decision {
     /// The DecisionEvent's event_id in the ledger.
     pub decision_id: String,
@@ -86,15 +92,45 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// Whether the request may proceed.
     pub fn allowed(&self) -> bool {
         self.outcome == Outcome::ALLOWED
+    }
+
+    /// The decision a DecisionEvent records; `scope` is its deciding policy's, which the event does not hold.
+    pub(crate) fn of_event(event: &DecisionEvent, scope: Option<Scope>, replayed: bool) -> Decision {
+        Decision {
+            decision_id: event.header.event_id.clone(),
+            request_id: event.request_id.clone(),
+            outcome: event.outcome,
+            reason: event.reason,
+            code: Code::of(event.outcome, event.reason),
+            tenant: event.header.tenant.clone(),
+            subject: event.header.subject.clone(),
+            metric: event.header.metric.clone(),
+            amount: event.amount,
+            scope,
+            policy_id: event.policy_id.clone(),
+            policy_version: event.policy_version,
+            limit: event.limit,
+            used_before: event.used_before,
+            remaining: event.remaining,
+            window_start: event.window_start,
+            resets_at: event.reason.resets_at(event.header.occurred_at, event.window_end, event.retry_after_ms),
+            retry_after_ms: event.retry_after_ms,
+            decided_at: event.header.occurred_at,
+            reservation_id: None,
+            replayed,
+        }
     }
 }
 
 /// A reservation closed by `commit` or `release`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Closed {
+    /// The reservation closed.
     pub reservation_id: String,
+    /// COMMIT or RELEASE.
     pub action: ReservationAction,
     /// COMMIT: the consumption recorded; RELEASE: 0.
     pub amount: i64,
@@ -102,6 +138,7 @@ pub struct Closed {
     pub reserved: i64,
     /// COMMIT: what was charged above the reservation (estimate-then-reconcile).
     pub charged_above_reserved: i64,
+    /// The event_id of the COMMIT or RELEASE recorded.
     pub event_id: String,
 }
 
@@ -109,12 +146,32 @@ pub struct Closed {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
 #[serde(tag = "refused", rename_all = "snake_case")]
 pub enum Refusal {
+    /// No RESERVE of that id is recorded.
     #[error("reservation {reservation_id:?} does not exist")]
-    NotFound { reservation_id: String },
+    NotFound {
+        /// The id asked for.
+        reservation_id: String,
+    },
+    /// A COMMIT or RELEASE closed it already.
     #[error("reservation {reservation_id:?} is already closed ({by})")]
-    AlreadyClosed { reservation_id: String, by: String },
+    AlreadyClosed {
+        /// The id asked for.
+        reservation_id: String,
+        /// The action that closed it.
+        by: String,
+    },
+    /// It expired before this close.
     #[error("reservation {reservation_id:?} expired at {expires_at}")]
-    Expired { reservation_id: String, expires_at: Timestamp },
+    Expired {
+        /// The id asked for.
+        reservation_id: String,
+        /// When it expired.
+        expires_at: Timestamp,
+    },
+    /// It is another tenant's.
     #[error("reservation {reservation_id:?} belongs to a tenant this caller may not act for")]
-    Forbidden { reservation_id: String },
+    Forbidden {
+        /// The id asked for.
+        reservation_id: String,
+    },
 }

@@ -17,6 +17,7 @@ use crate::state::{State, Whose};
 
 /// What a service asked.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)] // SPEC 6 `check`'s arguments, by their names.
 pub struct Ask<'a> {
     pub tenant: &'a str,
     pub subject: Option<&'a str>,
@@ -25,6 +26,7 @@ pub struct Ask<'a> {
 }
 
 impl<'a> Ask<'a> {
+    /// An ask of `amount` of `metric` for `tenant` (and `subject`).
     pub fn new(tenant: &'a str, subject: Option<&'a str>, metric: &'a str, amount: i64) -> Ask<'a> {
         Ask { tenant, subject, metric, amount }
     }
@@ -33,8 +35,11 @@ impl<'a> Ask<'a> {
 /// One applicable policy's view of the request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Evaluated {
+    /// The policy version in force.
     pub policy: PolicyEvent,
+    /// The window of the policy that contains now.
     pub window_start: Timestamp,
+    /// The first instant after that window.
     pub window_end: Timestamp,
     /// Limit plus the grants overlapping the window (for a throttle: the bucket's capacity).
     pub limit: i64,
@@ -47,9 +52,11 @@ pub struct Evaluated {
 }
 
 impl Evaluated {
+    /// What was left before the request (never below 0).
     pub fn remaining_before(&self) -> i64 {
         (self.limit - self.used_before).max(0)
     }
+    /// Whether the policy is a throttle (a token bucket) rather than a quota.
     pub fn is_throttle(&self) -> bool {
         self.policy.is_throttle()
     }
@@ -58,7 +65,9 @@ impl Evaluated {
 /// The answer: SPEC 6's fields.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {
+    /// ALLOWED or DENIED.
     pub outcome: Outcome,
+    /// Why.
     pub reason: Reason,
     /// The policy that decided (denied, or left the least room), if any applied.
     pub deciding: Option<Evaluated>,

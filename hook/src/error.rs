@@ -4,14 +4,29 @@
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum HookError {
+    /// The request is malformed: a 400, nothing decided.
     #[error("{field}: {message}")]
-    BadRequest { field: &'static str, message: String },
+    BadRequest {
+        /// The field at fault.
+        field: &'static str,
+        /// What is wrong with it, quoting the value.
+        message: String,
+    },
+    /// The bounded queue is full (async callers only): retry shortly.
     #[error("the hook is overloaded: {queued} requests queued (limit {limit}); retry shortly")]
-    Overloaded { queued: usize, limit: usize },
+    Overloaded {
+        /// Requests queued.
+        queued: usize,
+        /// The queue's bound.
+        limit: usize,
+    },
+    /// The writer has stopped (every handle was dropped, or it panicked).
     #[error("the hook has stopped")]
     Stopped,
+    /// The ledger refused the group, or could not be read: the message says why.
     #[error("the ledger refused the group of decisions this request was in; nothing of it was recorded: {0}")]
     Ledger(String),
+    /// The log could not be synced after the group's commit (a failed sync is final until a restart).
     #[error(
         "the ledger's log could not be synced, so this request's decision is not known to be on the disk (it may be \
          recorded: after the hook restarts, the same idempotency key answers it): {0}"
@@ -23,15 +38,16 @@ pub enum HookError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StartError {
+    /// The ledger could not be opened.
     #[error(transparent)]
     Open(#[from] ledger::OpenError),
     /// Another hook (a `serve`, or a library caller) decides on this ledger already.
     #[error(transparent)]
     Lock(#[from] ledger::LockError),
+    /// The ledger could not be read to build the state.
     #[error("cannot read the ledger to build the hook's state")]
     Read(#[from] ledger::ReadError),
-    #[error("cannot read the ledger to build the hook's state")]
-    Sqlite(#[from] rusqlite::Error),
+    /// The writer thread could not be started.
     #[error("cannot start the hook's writer thread")]
     Thread(#[from] std::io::Error),
 }

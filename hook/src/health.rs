@@ -23,8 +23,11 @@ pub struct Health {
 /// own or replayed a decision recorded before), and the error with its causes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Failure {
+    /// When it failed.
     pub at: Timestamp,
+    /// How many requests the group had (0 for a failed sync).
     pub requests: usize,
+    /// The error with its causes.
     pub message: String,
 }
 
@@ -34,7 +37,9 @@ pub struct HealthReport {
     /// `ok`; `failing` while the last group with anything to record failed; `not_durable` once a sync of the log
     /// failed (durability full), until the hook restarts.
     pub recording: &'static str,
+    /// Groups failed since the hook started.
     pub failed_groups: u64,
+    /// The last failure, of a group or of a sync.
     pub last_failure: Option<Failure>,
 }
 
@@ -59,6 +64,7 @@ impl Health {
         *self.last_failure.lock().expect("never poisoned") = Some(Failure { at, requests: 0, message: message.into() });
     }
 
+    /// What `/healthz` says now.
     pub fn report(&self) -> HealthReport {
         let last_failure = self.last_failure.lock().expect("never poisoned").clone();
         let recording = match (self.not_durable.load(Ordering::Relaxed), self.failing.load(Ordering::Relaxed)) {

@@ -4,7 +4,9 @@
 use schemas::ReservationAction;
 use sha2::{Digest, Sha256};
 
+/// What the event_id of every DecisionEvent the hook records begins with.
 pub const DECISION_PREFIX: &str = "dec-";
+/// What the id of every reservation the hook makes begins with.
 pub const RESERVATION_PREFIX: &str = "rsv-";
 
 /// 32 hex digits of SHA-256 over the tenant and the idempotency key (keys are the tenant's own namespace).
@@ -22,18 +24,22 @@ pub fn key_hash(tenant: &str, idempotency_key: &str) -> String {
     hex
 }
 
+/// The event_id of the DecisionEvent of the key whose [`key_hash`] is `hash`.
 pub fn decision_id(hash: &str) -> String {
     format!("{DECISION_PREFIX}{hash}")
 }
 
+/// The event_id of the UsageEvent an allowed `check` of that key records.
 pub fn usage_id(hash: &str) -> String {
     format!("use-{hash}")
 }
 
+/// The reservation_id an allowed `reserve` of that key makes.
 pub fn reservation_id(hash: &str) -> String {
     format!("{RESERVATION_PREFIX}{hash}")
 }
 
+/// The event_id of the RESERVE of `reservation_id`.
 pub fn reserve_event_id(reservation_id: &str) -> String {
     format!("{reservation_id}-reserve")
 }

@@ -5,7 +5,7 @@
 //! A repeated idempotency key answers the original decision and consumes nothing more.
 //!
 //! One writer thread owns the ledger connection and an in-memory fold of it ([`state`]); concurrent requests
-//! are grouped into one transaction each ([`writer`]).
+//! are grouped into one transaction each (the writer's group commit).
 //!
 //! ```
 //! use hook::{CheckRequest, Hook, HookSettings};
@@ -20,15 +20,19 @@
 //! assert!(hook.check(ask).unwrap().replayed, "the same key answers the original decision");
 //! ```
 
+#![deny(missing_docs)]
+
+mod answer;
 pub mod api;
 pub mod buckets;
 pub mod decide;
 pub mod error;
 pub mod health;
 pub mod ids;
+mod queue;
 pub mod state;
-pub mod sync;
-pub mod writer;
+mod sync;
+mod writer;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -39,9 +43,10 @@ use std::time::{Duration, Instant};
 pub use api::*;
 pub use error::{HookError, StartError};
 use ledger::{Durability, Ledger, ProcessLock};
+use queue::{Queued, Work};
 use schemas::{ReservationAction, Timestamp};
 use tokio::sync::oneshot;
-use writer::{Queued, Work, Writer};
+use writer::Writer;
 
 /// The `source` of every event the hook records.
 pub const SOURCE: &str = "hook";
@@ -59,6 +64,8 @@ pub struct HookSettings {
     pub group_wait_us: u64,
     /// Requests waiting at most; beyond, `check_async` answers Overloaded at once and `check` waits.
     pub queue_max_requests: usize,
+    /// Whether a commit waits for the disk before its answers leave (full) or only for the write-ahead log's
+    /// write (normal: a power loss may lose the last decisions answered).
     pub durability: Durability,
     /// How long a caller of the blocking API waiting alone polls for its answer before it sleeps, and how long
     /// the writer, after that caller's request, polls its queue for the next (0: both sleep at once).
@@ -152,11 +159,14 @@ fn acquire_lock(path: &Path) -> Result<ProcessLock, ledger::LockError> {
 /// Which tenants a caller may act for (a token's `tenants`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TenantScope {
+    /// Every tenant (an operator's token).
     All,
+    /// Only these.
     Only(Vec<String>),
 }
 
 impl TenantScope {
+    /// Whether the caller may act for `tenant`.
     pub fn covers(&self, tenant: &str) -> bool {
         match self {
             TenantScope::All => true,
@@ -333,10 +343,13 @@ impl Hook {
         self.call_async(|reply| Work::Check(request, reply)).await
     }
 
+    /// `reserve`, waiting for the answer (and for room in the queue): an allowed decision holds its amount until
+    /// `ttl_ms` from now, under the reservation_id it answers.
     pub fn reserve(&self, request: ReserveRequest) -> Result<Decision, HookError> {
         self.call(|reply| Work::Reserve(request, reply))
     }
 
+    /// `reserve` from async code: never blocks a runtime thread; a full queue answers Overloaded.
     pub async fn reserve_async(&self, request: ReserveRequest) -> Result<Decision, HookError> {
         self.call_async(|reply| Work::Reserve(request, reply)).await
     }

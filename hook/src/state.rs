@@ -69,11 +69,14 @@ struct Usage {
 /// of its own, as reconcile judges it (SPEC 3: a SUBJECT policy applies to every subject separately).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Whose<'a> {
+    /// The tenant's, for a TENANT policy.
     Tenant,
+    /// One subject's (or, with none, those of what carries no subject), for a SUBJECT policy.
     Subject(Option<&'a str>),
 }
 
 impl<'a> Whose<'a> {
+    /// Whose counters a policy of `scope` asks for, for a request of `subject`.
     pub fn of(scope: Scope, subject: Option<&'a str>) -> Whose<'a> {
         match scope {
             Scope::TENANT => Whose::Tenant,
@@ -85,6 +88,7 @@ impl<'a> Whose<'a> {
 /// An open reservation: it holds its amount against every limit of its tenant, subject and metric until it is
 /// committed, released or expires.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)] // The RESERVE's own fields, by their SPEC 3 names.
 pub struct Hold {
     pub tenant: String,
     pub subject: Option<String>,
@@ -170,7 +174,9 @@ impl Life {
 pub struct State {
     /// Last ledger sequence number folded.
     pub watermark: u64,
+    /// Every policy version folded.
     pub policies: PolicyIndex,
+    /// Every grant folded, by (tenant, metric).
     pub grants: HashMap<(String, String), Vec<GrantEvent>>,
     /// Tenant -> metric -> counters.
     usage: FxHashMap<String, FxHashMap<String, Usage>>,

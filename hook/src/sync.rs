@@ -17,8 +17,8 @@ use std::thread::JoinHandle;
 
 use ledger::LogSync;
 
+use crate::answer::Answer;
 use crate::health::Health;
-use crate::writer::Answer;
 
 /// Committed groups waiting for a sync, at most. The writer waits when they are this many (the disk is then the
 /// limit): a sync of 0.15 to 0.8 ms on the machines measured, a group of a few requests 30 us or more.

@@ -107,9 +107,16 @@ fn append_as_ingest(dir: &tempfile::TempDir, events: Vec<Event>) {
         .unwrap();
 }
 
+/// A number the test reads from the ledger in `dir` through a read-only connection of its own.
+fn sql_i64(dir: &tempfile::TempDir, sql: &str) -> i64 {
+    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
+    let conn = rusqlite::Connection::open_with_flags(dir.path().join("ledger.db"), flags).unwrap();
+    conn.busy_timeout(Duration::from_millis(ledger::BUSY_TIMEOUT_MS)).unwrap();
+    conn.query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
 fn usage_recorded(dir: &tempfile::TempDir) -> i64 {
-    let ledger = Ledger::open_read_only(dir.path().join("ledger.db")).unwrap();
-    ledger.connection().query_row("SELECT COALESCE(SUM(quantity), 0) FROM usage_events", [], |r| r.get(0)).unwrap()
+    sql_i64(dir, "SELECT COALESCE(SUM(quantity), 0) FROM usage_events")
 }
 
 // SPEC 6: 64 threads with random amounts against one HARD limit: never more than fits, no denial that would have fit, and the ledger agrees.
@@ -291,12 +298,7 @@ fn a_write_lock_held_past_the_busy_timeout_delays_decisions_without_failing_them
     assert!(started.elapsed() >= Duration::from_secs(10), "it waited for the lock: {:?}", started.elapsed());
     releases.join().unwrap();
     assert!(!hook.check(ask("after", 71)).unwrap().allowed(), "the 30 are counted: 30 + 71 > 100");
-    let recorded: i64 = Ledger::open_read_only(dir.path().join("ledger.db"))
-        .unwrap()
-        .connection()
-        .query_row("SELECT COUNT(*) FROM entries WHERE event_type = 'UsageEvent'", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(recorded, 1);
+    assert_eq!(sql_i64(&dir, "SELECT COUNT(*) FROM entries WHERE event_type = 'UsageEvent'"), 1);
 }
 
 // A group the ledger refuses (here a trigger another process adds makes every insert fail, as a full disk would)

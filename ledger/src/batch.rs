@@ -6,11 +6,26 @@ use schemas::{DecodeError, Event};
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Origin {
     /// A Kafka message.
-    Kafka { topic: String, partition: i32, offset: i64 },
+    Kafka {
+        /// The topic it was read from.
+        topic: String,
+        /// Its partition of the topic.
+        partition: i32,
+        /// Its offset in the partition.
+        offset: i64,
+    },
     /// A record of an Avro object container file, counted from 0.
-    File { path: String, record: u64 },
+    File {
+        /// The file as it was named to ingest.
+        path: String,
+        /// The record's place in the file, from 0.
+        record: u64,
+    },
     /// Written by a process of ours (the enforcement hook, reconcile, a test) under that name.
-    Local { name: String },
+    Local {
+        /// The writer's name (`hook`, `reconcile`, ...).
+        name: String,
+    },
 }
 
 impl Origin {
@@ -49,7 +64,9 @@ impl Origin {
 /// A decoded, validated event to append.
 #[derive(Debug, Clone)]
 pub struct Incoming {
+    /// The event, decoded and valid.
     pub event: Event,
+    /// Where it came from.
     pub origin: Origin,
     /// The bytes as received (single-object encoding), when there were any.
     pub raw: Option<Vec<u8>>,
@@ -58,7 +75,9 @@ pub struct Incoming {
 /// A message that failed to decode or validate, to quarantine.
 #[derive(Debug, Clone)]
 pub struct Rejected {
+    /// Where it came from (SPEC 4.4: topic, partition, offset).
     pub origin: Origin,
+    /// The bytes as received, kept so that a replay after a fix decodes them again.
     pub raw: Vec<u8>,
     /// Stable code (`DecodeError::code`).
     pub reason_code: String,
@@ -67,6 +86,7 @@ pub struct Rejected {
 }
 
 impl Rejected {
+    /// A message from `origin` whose bytes `raw` failed to decode or validate with `error`.
     pub fn new(origin: Origin, raw: Vec<u8>, error: &DecodeError) -> Rejected {
         Rejected { origin, raw, reason_code: error.code().to_string(), reason: error.to_string() }
     }
@@ -75,8 +95,11 @@ impl Rejected {
 /// The next offset to read of one Kafka partition.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 pub struct SourceOffset {
+    /// The topic.
     pub topic: String,
+    /// The partition of the topic.
     pub partition: i32,
+    /// The offset of the first message not yet recorded (Kafka's committed-offset convention).
     pub next_offset: i64,
 }
 
@@ -84,17 +107,25 @@ pub struct SourceOffset {
 /// digest is `digest`, are appended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileProgress {
+    /// The file's sync marker: what names one container file, whatever its path.
     pub sync_marker: [u8; 16],
+    /// The path it was last ingested by.
     pub path: String,
+    /// How many records, from the first, are appended.
     pub records: u64,
+    /// The SHA-256 of those records (each one's length, then its bytes): a file whose first records changed since
+    /// is told apart from the one ingested.
     pub digest: [u8; 32],
 }
 
 /// Everything one append records, in one transaction: events, rejected messages, and the offsets they cover.
 #[derive(Debug, Clone, Default)]
 pub struct Batch {
+    /// The events to record, in order: each is recorded, a duplicate, or a conflicting duplicate.
     pub events: Vec<Incoming>,
+    /// The messages to quarantine.
     pub rejected: Vec<Rejected>,
+    /// The Kafka offsets the events and rejected messages cover, stored in the same transaction (SPEC 4.2).
     pub offsets: Vec<SourceOffset>,
     /// When the events are quarantined messages replayed after a fix: the quarantine id of each event, in order
     /// (empty otherwise). The append records each replay, so that none is replayed twice.
@@ -110,11 +141,22 @@ pub struct Batch {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AppendOutcome {
     /// A new event_id: recorded and counted, at this ledger sequence number.
-    Recorded { seq: u64 },
+    Recorded {
+        /// Its ledger sequence number.
+        seq: u64,
+    },
     /// Same event_id and payload as the entry `of`: counted once, only its arrival is kept.
-    Duplicate { of: u64 },
+    Duplicate {
+        /// The recorded entry it repeats.
+        of: u64,
+    },
     /// Same event_id as the recorded entry `of`, different payload: kept at `seq` for audit, never counted.
-    ConflictingDuplicate { seq: u64, of: u64 },
+    ConflictingDuplicate {
+        /// Its own ledger sequence number.
+        seq: u64,
+        /// The recorded entry whose event_id it shares.
+        of: u64,
+    },
 }
 
 /// The answer of an append.
@@ -131,12 +173,15 @@ pub struct AppendReport {
 }
 
 impl AppendReport {
+    /// How many events were recorded.
     pub fn recorded(&self) -> usize {
         self.outcomes.iter().filter(|o| matches!(o, AppendOutcome::Recorded { .. })).count()
     }
+    /// How many events were duplicates.
     pub fn duplicates(&self) -> usize {
         self.outcomes.iter().filter(|o| matches!(o, AppendOutcome::Duplicate { .. })).count()
     }
+    /// How many events were conflicting duplicates.
     pub fn conflicts(&self) -> usize {
         self.outcomes.iter().filter(|o| matches!(o, AppendOutcome::ConflictingDuplicate { .. })).count()
     }

@@ -11,6 +11,7 @@ pub const GENESIS: Hash = [0; 32];
 
 /// Everything an entry's hash covers, besides the previous hash.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)] // The `entries` columns of the same names (ddl/), which `verify` reads back.
 pub struct ChainedFields<'a> {
     pub seq: u64,
     pub event_id: &'a str,
@@ -27,6 +28,7 @@ pub struct ChainedFields<'a> {
     pub raw: Option<&'a [u8]>,
 }
 
+/// The SHA-256 of `bytes`.
 pub fn sha256(bytes: &[u8]) -> Hash {
     Sha256::digest(bytes).into()
 }

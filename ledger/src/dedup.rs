@@ -17,7 +17,9 @@ use crate::{EVENT_KEYS_MOVE_EVERY, EVENT_KEYS_MOVE_PARTS, EVENT_KEYS_SLICES};
 
 /// One tiered key index: its tables, newest first, and their key column.
 pub struct KeyIndex {
+    /// Its tables, newest (the recent tier) first, sealed last.
     pub tiers: [&'static str; 4],
+    /// The column holding the key in every tier.
     pub key_column: &'static str,
     /// The point probe of each tier.
     probes: LazyLock<[String; 4]>,
@@ -87,7 +89,7 @@ pub fn request_key(request_id: &str) -> i64 {
 
 /// The entries already holding `event_id`: `(seq, payload_hash)`, oldest first. The oldest is the recorded
 /// one; the others are conflicting duplicates.
-pub fn entries_of(conn: &Connection, event_id: &str) -> rusqlite::Result<Vec<(u64, Vec<u8>)>> {
+pub(crate) fn entries_of(conn: &Connection, event_id: &str) -> rusqlite::Result<Vec<(u64, Vec<u8>)>> {
     entries_of_key(conn, event_id, event_key(event_id))
 }
 

@@ -6,46 +6,104 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OpenError {
+    /// No ledger file at the path (a reader does not create one).
     #[error("no ledger at {path} (ingest creates it; --ledger or QUOTA_LEDGER_PATH names another)")]
-    Missing { path: PathBuf },
+    Missing {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// SQLite could not open or configure the file.
     #[error("cannot open ledger {path}")]
-    Sqlite { path: PathBuf, source: rusqlite::Error },
+    Sqlite {
+        /// The ledger file.
+        path: PathBuf,
+        /// SQLite's error.
+        source: rusqlite::Error,
+    },
+    /// The path names a directory.
     #[error(
         "{path} is a directory, not a ledger file (--ledger or QUOTA_LEDGER_PATH names the file, e.g. {path}/quota-ledger.db)"
     )]
-    IsADirectory { path: PathBuf },
+    IsADirectory {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// The file has more than one name, which would give it two write-ahead logs.
     #[error(
         "{path} has {links} hard links: SQLite keeps a ledger's write-ahead log beside the name it is opened by, so \
          writers through two names of one file corrupt it, and the one-hook-per-ledger lock is per name too; keep \
          one name and remove the others (find / -xdev -samefile {path}), or use a symbolic link"
     )]
-    HardLinked { path: PathBuf, links: u64 },
+    HardLinked {
+        /// The path given.
+        path: PathBuf,
+        /// How many names the file has.
+        links: u64,
+    },
+    /// The ledger's directory refuses the `-shm` file a reader needs.
     #[error(
         "cannot read ledger {path}: SQLite creates {path}-shm beside it even to read (the ledger is in WAL mode), and \
          this user cannot write in {dir}: run as a user who can (the ledger's owner), or copy the ledger elsewhere"
     )]
-    DirectoryNotWritable { path: PathBuf, dir: PathBuf },
+    DirectoryNotWritable {
+        /// The ledger file.
+        path: PathBuf,
+        /// Its directory.
+        dir: PathBuf,
+    },
+    /// Another application's SQLite database, left untouched.
     #[error(
         "{path} is a SQLite database but not a quota-ledger ledger: it holds {}; nothing was written to it \
          (--ledger or QUOTA_LEDGER_PATH names another)",
         describe_objects(objects)
     )]
     NotALedger {
+        /// The file.
         path: PathBuf,
         /// Its schema objects as (type, name): tables first, then indexes, triggers and views.
         objects: Vec<(String, String)>,
     },
+    /// A ledger migrated by a newer binary.
     #[error("ledger {path} is at schema version {found}, newer than this binary knows ({known}): upgrade quota-ledger")]
-    TooNew { path: PathBuf, found: i64, known: i64 },
+    TooNew {
+        /// The ledger file.
+        path: PathBuf,
+        /// The file's schema version.
+        found: i64,
+        /// The latest this binary knows.
+        known: i64,
+    },
+    /// A ledger a reader cannot use before a writer migrates it.
     #[error(
         "ledger {path} is at schema version {found}, older than this binary's {known}: open it once with a writer \
          (ingest, reconcile, serve) to migrate it"
     )]
-    NotMigrated { path: PathBuf, found: i64, known: i64 },
+    NotMigrated {
+        /// The ledger file.
+        path: PathBuf,
+        /// The file's schema version.
+        found: i64,
+        /// This binary's.
+        known: i64,
+    },
+    /// A migration failed; its transaction left the file as it was.
     #[error("ledger {path}: migration {migration} failed")]
-    Migration { path: PathBuf, migration: &'static str, source: rusqlite::Error },
+    Migration {
+        /// The ledger file.
+        path: PathBuf,
+        /// The migration's file name.
+        migration: &'static str,
+        /// SQLite's error.
+        source: rusqlite::Error,
+    },
+    /// The write-ahead log file, synced apart from commits, cannot be opened.
     #[error("cannot open the ledger's write-ahead log {path}")]
-    Log { path: PathBuf, source: std::io::Error },
+    Log {
+        /// The log file.
+        path: PathBuf,
+        /// The error opening it.
+        source: std::io::Error,
+    },
 }
 
 /// Objects of a foreign database named in [`OpenError::NotALedger`], at most this many (the rest counted).
@@ -83,10 +141,27 @@ fn describe_objects(objects: &[(String, String)]) -> String {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AppendError {
+    /// An event of the batch does not validate (SPEC 4.4): nothing of the batch is appended.
     #[error("event {event_id:?} of the batch is not valid, nothing appended")]
-    InvalidEvent { event_id: String, source: schemas::Invalid },
+    InvalidEvent {
+        /// Its event_id.
+        event_id: String,
+        /// What is wrong with it.
+        source: schemas::Invalid,
+    },
+    /// The batch's offset of a partition is before the stored one: appending would count messages twice.
     #[error("offset of {topic}[{partition}] would move back from {stored} to {batch}, nothing appended")]
-    OffsetRegression { topic: String, partition: i32, stored: i64, batch: i64 },
+    OffsetRegression {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The next offset stored.
+        stored: i64,
+        /// The batch's.
+        batch: i64,
+    },
+    /// SQLite failed; the transaction rolled back.
     #[error("ledger write failed, nothing appended")]
     Sqlite(#[from] rusqlite::Error),
 }
@@ -95,23 +170,36 @@ pub enum AppendError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReadError {
+    /// SQLite failed to read.
     #[error("ledger read failed")]
     Sqlite(#[from] rusqlite::Error),
+    /// A stored entry cannot be read back as what it says it is.
     #[error("ledger entry {seq}: {message}")]
-    Corrupt { seq: u64, message: String },
+    Corrupt {
+        /// Its ledger sequence number (0 when not known).
+        seq: u64,
+        /// What is wrong.
+        message: String,
+    },
 }
 
 /// A replay of quarantined messages failed; nothing of it was recorded.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReplayError {
+    /// An id asked for names no quarantined message.
     #[error(
         "no quarantined message has id {} (`quarantine list` shows the ids); nothing replayed",
         ids.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")
     )]
-    NotQuarantined { ids: Vec<i64> },
+    NotQuarantined {
+        /// The ids not found.
+        ids: Vec<i64>,
+    },
+    /// Reading the ledger failed.
     #[error("cannot read the quarantine")]
     Read(#[from] ReadError),
+    /// Appending failed.
     #[error("appending the replayed messages failed")]
     Append(#[from] AppendError),
 }
@@ -126,21 +214,48 @@ impl From<rusqlite::Error> for ReplayError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CloseError {
+    /// The period has not ended yet.
     #[error("period {period} is not over yet (it ends at {ends}): a period closes only after its last instant")]
-    NotOver { period: crate::Period, ends: schemas::Timestamp },
+    NotOver {
+        /// The period.
+        period: crate::Period,
+        /// When it ends.
+        ends: schemas::Timestamp,
+    },
+    /// A later period is closed already.
     #[error(
         "period {period} cannot be closed: {last} is closed already, and billing periods close in order (the late \
          usage recorded since {last} closed belongs to the next month's export; closing {period} now would bill it \
          there). `export billing --period {period}` without --final shows its figures"
     )]
-    AfterLater { period: crate::Period, last: crate::Period },
+    AfterLater {
+        /// The period.
+        period: crate::Period,
+        /// The last period closed.
+        last: crate::Period,
+    },
+    /// An earlier period is still open.
     #[error(
         "period {period} cannot be closed before {next}: billing periods close one after another, and the last one \
          closed is {last}"
     )]
-    Skips { period: crate::Period, next: crate::Period, last: crate::Period },
+    Skips {
+        /// The period.
+        period: crate::Period,
+        /// The next period to close.
+        next: crate::Period,
+        /// The last period closed.
+        last: crate::Period,
+    },
+    /// The period's billing export could not be computed.
     #[error("computing the export of period {period} failed, period not closed")]
-    Export { period: crate::Period, source: Box<dyn std::error::Error + Send + Sync> },
+    Export {
+        /// The period.
+        period: crate::Period,
+        /// The export's error.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// SQLite failed; the transaction rolled back.
     #[error("ledger write failed, period not closed")]
     Sqlite(#[from] rusqlite::Error),
 }
@@ -149,8 +264,13 @@ pub enum CloseError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OutboxError {
+    /// An acknowledged entry is not in the outbox.
     #[error("ledger entry {seq} is not in the outbox")]
-    NotInOutbox { seq: u64 },
+    NotInOutbox {
+        /// Its ledger sequence number.
+        seq: u64,
+    },
+    /// SQLite failed; nothing was recorded.
     #[error("ledger outbox write failed")]
     Sqlite(#[from] rusqlite::Error),
 }

@@ -1,8 +1,8 @@
 //! A Bloom filter of every dedup key the ledger holds, for a long-running writer (the enforcement hook, ingest
 //! from Kafka) whose events are almost all new: an event_id the filter has never seen is new for certain, and
-//! its dedup probe (a lookup per tier of the key index, [`crate::dedup::entries_of`]) is skipped. A key the
+//! its dedup probe (a lookup per tier of the key index, `dedup::entries_of`) is skipped. A key the
 //! filter may hold is probed as before, so a false positive costs one probe and nothing else; a false negative
-//! is impossible while the filter has seen every entry up to the ledger's tip, which [`KeyFilter::catch_up`]
+//! is impossible while the filter has seen every entry up to the ledger's tip, which `KeyFilter::catch_up`
 //! ensures inside each append's transaction (other processes append too: ingest, reconcile).
 //!
 //! The filter grows without a rebuild: when the newest of its Bloom filters is full, a twice larger one takes

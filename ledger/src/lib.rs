@@ -27,6 +27,8 @@
 //! assert!(ledger.verify().unwrap().first_bad.is_none());
 //! ```
 
+#![deny(missing_docs)]
+
 mod append;
 pub mod append_hook;
 pub mod batch;
@@ -35,9 +37,11 @@ mod checkpoint;
 pub mod dedup;
 pub mod details;
 pub mod error;
+mod follow;
 pub mod key_filter;
 pub mod lock;
 mod log_sync;
+mod lookup;
 pub mod migrate;
 mod outbox;
 mod period_exports;
@@ -62,8 +66,10 @@ pub use checkpoint::{
     WRITER_CHECKPOINT_FRAMES,
 };
 pub use error::*;
+pub use follow::{Fold, FoldEntry};
 pub use lock::{LockError, ProcessLock};
 pub use log_sync::LogSync;
+pub use lookup::ReservationFacts;
 pub use outbox::{OutboxEntry, OutboxStatus};
 pub use period_exports::{CloseSnapshot, PeriodExport, PeriodExportRow};
 pub use periods::{Period, PeriodClose, PeriodParseError, covering_close};
@@ -112,8 +118,8 @@ pub fn causes(error: &(dyn std::error::Error + 'static)) -> String {
 /// SQLite's busy handler for every connection of the ledger: try again every millisecond, for [`BUSY_TIMEOUT_MS`]
 /// (each try sleeps at least a millisecond). SQLite's own `busy_timeout` backs off to 100 ms between tries, and a
 /// writer that commits in short steps (an export's catch-up, reconcile's adjustments) took the lock again within a
-/// millisecond of letting it go: in a review's run the hook, waiting beside an export that committed every 50 to
-/// 100 ms, never got the lock in 8 s. The stepping writers also pause between their steps ([`STEP_PAUSE`]).
+/// millisecond of letting it go: the hook, waiting so beside an export that committed every 50 to 100 ms, never
+/// got the lock in 8 s. The stepping writers also pause between their steps ([`STEP_PAUSE`]).
 pub fn poll_while_busy(tries: i32) -> bool {
     if tries as u64 >= BUSY_TIMEOUT_MS {
         return false;
@@ -270,10 +276,12 @@ impl Ledger {
         }
     }
 
+    /// The ledger file's path, as it was opened.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// The Avro schemas the ledger decodes its payloads with.
     pub fn catalog(&self) -> &'static Catalog {
         self.catalog
     }
@@ -287,18 +295,18 @@ impl Ledger {
     /// index; about 1.8 bytes per key, room for twice the keys held), so that appends skip the dedup probe of an
     /// event_id the ledger certainly does not hold. For a long-running writer whose events are almost all new:
     /// the hook, ingest from Kafka.
-    pub fn keep_key_filter(&mut self) -> rusqlite::Result<()> {
+    pub fn keep_key_filter(&mut self) -> Result<(), ReadError> {
         self.key_filter = Some(key_filter::KeyFilter::load(&self.conn)?);
         Ok(())
     }
 
     /// Adds to the key filter (if kept) what other connections appended since: call when they may have
     /// (`PRAGMA data_version` changed) before asking [`Ledger::may_hold`]. Appends catch up by themselves.
-    pub fn refresh_key_filter(&mut self) -> rusqlite::Result<()> {
+    pub fn refresh_key_filter(&mut self) -> Result<(), ReadError> {
         let Some(filter) = self.key_filter.as_mut() else { return Ok(()) };
         let tx = self.conn.unchecked_transaction()?;
         filter.catch_up(&tx, status::read_totals(&tx)?.watermark)?;
-        tx.commit()
+        Ok(tx.commit()?)
     }
 
     /// Whether the ledger may hold an entry of `event_id`: false only when the key filter is kept and has never
@@ -310,12 +318,14 @@ impl Ledger {
     /// Commits wait for the disk (`synchronous=FULL`, the default: a committed batch survives power loss) or
     /// only for the write-ahead log's write (`NORMAL`: survives a crash of the process; the last commits before
     /// a power loss may be lost). The enforcement hook lets its operator choose (`serve --durability`).
-    pub fn set_durability(&self, durability: Durability) -> rusqlite::Result<()> {
+    pub fn set_durability(&self, durability: Durability) -> Result<(), OpenError> {
         let level = match durability {
             Durability::Full => "FULL",
             Durability::Normal => "NORMAL",
         };
-        self.conn.pragma_update(None, "synchronous", level)
+        self.conn
+            .pragma_update(None, "synchronous", level)
+            .map_err(|source| OpenError::Sqlite { path: self.path.clone(), source })
     }
 
     /// The connection, for read-only queries by reports. Writes are refused by the triggers anyway.

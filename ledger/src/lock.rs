@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 #[derive(Debug)]
 pub struct ProcessLock {
     _file: File,
+    /// The lock file, `<ledger>.<role>.lock` beside the ledger's real file.
     pub path: PathBuf,
 }
 
@@ -26,16 +27,30 @@ pub struct ProcessLock {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
+    /// Another process holds the lock.
     #[error("another {role} ({holder}) is writing to this ledger (lock {path}); one {role} process per ledger file")]
-    Held { role: String, path: PathBuf, holder: String },
+    Held {
+        /// The role the lock is for (`hook`, ...).
+        role: String,
+        /// The lock file.
+        path: PathBuf,
+        /// Who holds it, as the lock file says (`pid 1234`).
+        holder: String,
+    },
+    /// The lock file cannot be created or locked.
     #[error("cannot use the lock file {path}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        /// The lock file.
+        path: PathBuf,
+        /// The error using it.
+        source: std::io::Error,
+    },
 }
 
 impl ProcessLock {
     /// Takes the lock `<ledger>.<role>.lock` without waiting: one holder of that role per ledger file. The lock
-    /// sits beside the ledger's real file, whatever symbolic links lead to it (until 2026-12-03 it sat beside the
-    /// path as typed, and a `serve` reached through a link took a lock of its own beside a `serve` on the file).
+    /// sits beside the ledger's real file, whatever symbolic links lead to it: a `serve` reached through a link
+    /// takes the same lock as a `serve` on the file, not one of its own.
     pub fn acquire(ledger_path: &Path, role: &str) -> Result<ProcessLock, LockError> {
         let mut name = real_path(ledger_path).into_os_string();
         name.push(format!(".{role}.lock"));
@@ -47,7 +62,7 @@ impl ProcessLock {
         let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
         if !locked {
             // The holder writes its pid just after taking the lock: a process refused in between reads nothing yet
-            // (a review saw "unknown process" in 3 of 10 simultaneous starts), so it reads again for a moment.
+            // (3 of 10 simultaneous starts said "unknown process" without this), so it reads again for a moment.
             let mut holder = String::new();
             for _ in 0..50 {
                 holder.clear();

@@ -31,8 +31,7 @@ impl Ledger {
         let log = log_path(self);
         // The log exists once the connection has opened the ledger in WAL mode, which `Ledger::open` does.
         let file = open_log(&log).map_err(|source| OpenError::Log { path: log.clone(), source })?;
-        self.set_durability(crate::Durability::Normal)
-            .map_err(|source| OpenError::Sqlite { path: self.path.clone(), source })?;
+        self.set_durability(crate::Durability::Normal)?;
         Ok(LogSync { log: file, path: log })
     }
 
@@ -67,8 +66,8 @@ fn open_log(path: &std::path::Path) -> std::io::Result<File> {
 }
 
 /// SQLite's name for a database's write-ahead log: beside the database's real file, whatever symbolic links lead
-/// to it (until 2026-12-03 this named the log beside the path as typed, and `serve` at durability full refused a
-/// ledger reached through a link: "cannot open the ledger's write-ahead log").
+/// to it (SQLite resolves them). The log beside the path as typed would not exist for a ledger reached through a
+/// link, and `serve` at durability full would refuse it ("cannot open the ledger's write-ahead log").
 fn log_path(ledger: &Ledger) -> PathBuf {
     let mut path = crate::lock::real_path(&ledger.path).into_os_string();
     path.push("-wal");

@@ -25,8 +25,11 @@ pub(crate) use unpublished;
 /// An outbox entry not yet acknowledged by a broker.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutboxEntry {
+    /// Its ledger sequence number: what the broker's acknowledgement is recorded under.
     pub seq: u64,
+    /// The type of its event, which names its topic.
     pub event_type: EventType,
+    /// Its event_id.
     pub event_id: String,
     /// The message key (SPEC 2): the tenant.
     pub tenant: String,
@@ -37,8 +40,11 @@ pub struct OutboxEntry {
 /// How far the outbox got.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct OutboxStatus {
+    /// Entries ever put in the outbox.
     pub enqueued: u64,
+    /// Of those, the ones a broker acknowledged.
     pub published: u64,
+    /// The ones still waiting for a broker.
     pub pending: u64,
 }
 

@@ -12,6 +12,7 @@ use crate::{Ledger, Period, PeriodClose, now_micros};
 
 /// One row of a billing export (SPEC 7 columns, less `period` and `watermark`, which the export has once).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[allow(missing_docs)] // The SPEC 7 billing export's columns, by their names.
 pub struct PeriodExportRow {
     pub tenant: String,
     pub metric: String,
@@ -31,14 +32,18 @@ pub struct PeriodExportRow {
 /// none ([`Ledger::preview_snapshot`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CloseSnapshot {
+    /// The last ledger sequence number the export reads.
     pub watermark: u64,
+    /// The late adjustments it carries are those recorded after this, up to `watermark`.
     pub carried_after: u64,
 }
 
 /// A closed period's export.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeriodExport {
+    /// The close it was computed at.
     pub close: PeriodClose,
+    /// Its rows, one per (tenant, metric).
     pub rows: Vec<PeriodExportRow>,
 }
 
@@ -110,8 +115,8 @@ impl Ledger {
     }
 
     /// [`Ledger::open_snapshot`] for the preview of `period` (open): the late adjustments not carried yet go into
-    /// the next month to close only, so the preview of a later month carries none (until 2026-12-03 every open
-    /// month showed them, and previews added up counted them several times).
+    /// the next month to close only, so the preview of a later month carries none (shown in every open month,
+    /// they would count several times in previews added up).
     pub fn preview_snapshot(conn: &Connection, period: Period) -> Result<CloseSnapshot, ReadError> {
         let snapshot = Ledger::open_snapshot(conn)?;
         Ok(match latest_close(conn)? {

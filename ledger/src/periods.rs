@@ -16,6 +16,7 @@ use crate::{Ledger, now_micros};
 /// A billing period: one calendar month, UTC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Period {
+    /// The calendar year.
     pub year: i32,
     /// 1 to 12.
     pub month: u32,
@@ -73,6 +74,7 @@ impl Period {
         self.next().start()
     }
 
+    /// The month after.
     pub fn next(self) -> Period {
         if self.month == 12 {
             Period { year: self.year + 1, month: 1 }
@@ -81,6 +83,7 @@ impl Period {
         }
     }
 
+    /// The month before.
     pub fn previous(self) -> Period {
         if self.month == 1 {
             Period { year: self.year - 1, month: 12 }
@@ -93,6 +96,7 @@ impl Period {
 /// A closed period.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PeriodClose {
+    /// The period closed.
     pub period: Period,
     /// The last ledger sequence number the close covers.
     pub watermark: u64,

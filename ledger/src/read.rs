@@ -149,6 +149,9 @@ fn adjustments(conn: &Connection) -> rusqlite::Result<Vec<AdjustmentEvent>> {
     rows.collect()
 }
 
+const ADJUSTMENTS_RECORDED: &str =
+    "SELECT COUNT(*) FROM entries WHERE event_type = 'AdjustmentEvent' AND status = 'recorded'";
+
 /// What a recorded adjustment is about and its amount, read column by column (the first ref only), never
 /// decoding the whole adjustment, whose refs may name thousands of events.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -369,6 +372,13 @@ impl Ledger {
     /// Every recorded adjustment, in ledger order.
     pub fn adjustments(&self) -> Result<Vec<AdjustmentEvent>, ReadError> {
         Ok(adjustments(&self.conn)?)
+    }
+
+    /// How many adjustments are recorded: a run compares it before it writes with what its plan read, so that
+    /// a plan computed before another run recorded adjustments is not applied (its deltas would count twice).
+    pub fn adjustments_recorded(&self) -> Result<u64, ReadError> {
+        let count: i64 = self.conn.prepare_cached(ADJUSTMENTS_RECORDED)?.query_row([], |r| r.get(0))?;
+        Ok(count as u64)
     }
 
     /// Calls `each` with what every recorded adjustment is about, in ledger order; answers how many there were.

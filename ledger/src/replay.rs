@@ -19,8 +19,11 @@ pub const REPLAYED_PER_TRANSACTION: usize = 10_000;
 /// A quarantined message that still does not decode or validate.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StillQuarantined {
+    /// Its quarantine id.
     pub id: i64,
+    /// Why it still fails, as a stable code (`DecodeError::code`).
     pub reason_code: String,
+    /// Why, in words.
     pub reason: String,
 }
 
@@ -29,10 +32,15 @@ pub struct StillQuarantined {
 pub struct ReplayReport {
     /// Quarantined messages not replayed before, among those asked for.
     pub examined: u64,
+    /// Of those, the ones recorded as new events.
     pub recorded: u64,
+    /// The ones the ledger held already (same event_id and payload).
     pub duplicates: u64,
+    /// The ones kept as conflicting duplicates.
     pub conflicts: u64,
+    /// The ones that still do not decode or validate: they stay quarantined.
     pub still_quarantined: Vec<StillQuarantined>,
+    /// The last ledger sequence number after the replay.
     pub watermark: u64,
 }
 

@@ -77,17 +77,23 @@ pub struct Status {
 /// One quarantined message (`quarantine list`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct QuarantinedMessage {
+    /// Its quarantine id (what `quarantine replay` takes).
     pub id: i64,
+    /// `kafka`, `file` or `local`.
     pub origin: String,
     /// Kafka topic or file path.
     pub topic: Option<String>,
+    /// Kafka partition.
     pub partition: Option<i64>,
     /// Kafka offset, or record index in a file.
     pub offset: Option<i64>,
+    /// Why it was quarantined, as a stable code (`DecodeError::code`).
     pub reason_code: String,
+    /// Why, in words.
     pub reason: String,
     /// RFC 3339.
     pub quarantined_at: String,
+    /// How many bytes were received.
     pub raw_bytes: usize,
     /// The bytes as received, in hexadecimal.
     pub raw_hex: String,
@@ -115,9 +121,8 @@ impl Ledger {
 
     /// The counts of SPEC 7 `status`, from the last batch's totals.
     pub fn status(&self) -> Result<Status, ReadError> {
-        // One snapshot for every figure: read one after another as appends commit, `quarantine_pending` came out
-        // above `quarantined` in a review's run (until 2026-12-03), and the offsets, outbox and watermark could
-        // each be of another instant.
+        // One snapshot for every figure: read one after another as appends commit, `quarantine_pending` can come
+        // out above `quarantined`, and the offsets, outbox and watermark each be of another instant.
         let snapshot = self.conn.unchecked_transaction()?;
         let totals = read_totals(&self.conn)?;
         let batches: i64 = self.conn.query_row("SELECT COUNT(*) FROM batches", [], |r| r.get(0))?;

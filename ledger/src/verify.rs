@@ -14,8 +14,11 @@ use crate::{dedup, details};
 /// The first entry that does not hold.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct BadEntry {
+    /// Its ledger sequence number.
     pub seq: u64,
+    /// Its event_id.
     pub event_id: String,
+    /// What does not hold, in words.
     pub problem: String,
 }
 
@@ -28,7 +31,7 @@ pub struct VerifyReport {
     /// whether the chain holds or not.
     pub watermark: u64,
     /// The sequence number where the walk stopped: the first bad entry's, or the last entry's when every entry
-    /// holds (0 for an empty ledger). Until 2026-12-02 `watermark` carried this.
+    /// holds (0 for an empty ledger).
     pub walk_stopped_at: u64,
     /// `None` when the whole chain holds.
     pub first_bad: Option<BadEntry>,
@@ -325,7 +328,7 @@ fn check_outbox_cursor(conn: &rusqlite::Connection) -> rusqlite::Result<Option<S
 
 /// Every detail table holds exactly one row per entry of its type: the walk found each entry's row, so a count
 /// above it is a row added under an entry of another type (counted as usage by every report reading the table;
-/// no trigger refuses an INSERT, and until 2026-12-02 `verify` did not see one).
+/// no trigger refuses an INSERT, so only this check sees one).
 fn check_detail_counts(conn: &rusqlite::Connection) -> rusqlite::Result<Option<String>> {
     for event_type in schemas::EventType::ALL {
         let table = crate::details::table(event_type);
@@ -343,8 +346,8 @@ fn check_detail_counts(conn: &rusqlite::Connection) -> rusqlite::Result<Option<S
 }
 
 /// `usage_totals` is the sum of the recorded usage of each tenant, metric and month: the billing export reads it,
-/// so a total raised by hand (its trigger lets it grow) would bill what no event says. Until 2026-12-02 `verify`
-/// did not compare them. One pass over the usage entries.
+/// so a total raised by hand (its trigger lets it grow) would bill what no event says. One pass over the usage
+/// entries.
 fn check_usage_totals(conn: &rusqlite::Connection) -> rusqlite::Result<Option<String>> {
     let mut statement = conn.prepare(
         "WITH summed AS (

@@ -97,14 +97,13 @@ fn expected(batches: u64) -> Expected {
 }
 
 fn recorded_events(ledger: &Ledger) -> BTreeMap<String, i64> {
-    let mut statement = ledger
-        .connection()
-        .prepare(
-            "SELECT e.event_id, u.quantity FROM entries e JOIN usage_events u USING (seq)
-             WHERE e.status = 'recorded'",
-        )
+    let mut recorded = BTreeMap::new();
+    ledger
+        .for_each_usage(|row| {
+            recorded.insert(row.event_id.to_string(), row.quantity);
+        })
         .unwrap();
-    statement.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect()
+    recorded
 }
 
 fn check_ledger(path: &Path, printed_committed: Option<u64>) -> u64 {

@@ -9,7 +9,7 @@ use crate::plan::{ADJUSTMENT_SOURCE, Plan};
 
 /// Adjustments appended per transaction. Other writers of the ledger wait for one transaction at most: the hook
 /// (`serve`) fails a group of decisions after waiting 10 s for the write lock, and a run of 485,590 adjustments in
-/// one transaction held it about 50 s in a review's debug build (until 2026-12-03). A run stopped between two
+/// one transaction held it about 50 s (a debug build). A run stopped between two
 /// transactions leaves what it recorded, all of it right: each adjustment is a delta against what was recorded
 /// before it, and a rerun with the same `--as-of` writes exactly the rest, under the same ids.
 pub const ADJUSTMENTS_PER_TRANSACTION: usize = 10_000;
@@ -19,15 +19,14 @@ pub const ADJUSTMENTS_PER_TRANSACTION: usize = 10_000;
 pub fn apply(ledger: &mut Ledger, plan: &Plan) -> Result<AppendReport, ReconcileError> {
     // Before the write: ids are unique and every adjustment belongs to this run. Two concerns that are one for the
     // delta rule (two windows told apart by nothing they record) would keep rewriting each other: refused, exit 2,
-    // naming the id, rather than a panic (until 2026-12-02 a tenant's SUBJECT policy and the plan's TENANT policy
-    // sharing a policy_id did that).
+    // naming the id, rather than a panic.
     let mut ids: Vec<&str> = plan.adjustments.iter().map(|a| a.adjustment_id.as_str()).collect();
     ids.sort_unstable();
     if let Some(twice) = ids.windows(2).find(|pair| pair[0] == pair[1]) {
         return Err(ReconcileError::SameAdjustment { adjustment_id: twice[0].to_string() });
     }
     assert!(plan.adjustments.iter().all(|a| a.run_id == plan.run_id), "every adjustment belongs to the run");
-    let found = adjustments_recorded(ledger)?;
+    let found = ledger.adjustments_recorded()?;
     if found != plan.counts.adjustments_before {
         return Err(ReconcileError::Stale { planned: plan.counts.adjustments_before, found });
     }
@@ -57,15 +56,6 @@ pub fn apply(ledger: &mut Ledger, plan: &Plan) -> Result<AppendReport, Reconcile
         "every planned adjustment is new to the ledger: {:?}",
         report.outcomes
     );
-    assert_eq!(adjustments_recorded(ledger)?, found + plan.adjustments.len() as u64, "the ledger holds the plan");
+    assert_eq!(ledger.adjustments_recorded()?, found + plan.adjustments.len() as u64, "the ledger holds the plan");
     Ok(report)
-}
-
-fn adjustments_recorded(ledger: &Ledger) -> Result<u64, ReconcileError> {
-    let count: i64 = ledger.connection().query_row(
-        "SELECT COUNT(*) FROM entries WHERE event_type = 'AdjustmentEvent' AND status = 'recorded'",
-        [],
-        |r| r.get(0),
-    )?;
-    Ok(count as u64)
 }

@@ -8,14 +8,17 @@
 
 use std::collections::HashMap;
 
-use ledger::{AdjustmentSummary, Ledger, ReadError};
+use ledger::{AdjustmentSummary, ReadError};
 use schemas::{AdjustmentKind, Scope, Timestamp};
 use sha2::{Digest, Sha256};
+
+use crate::inputs::PlanInputs;
 
 /// The thing one adjustment is about: its identity across runs.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Concern {
     /// OVERSHOOT (HARD) or SHADOW_OVER_LIMIT (SHADOW) of one window of a policy.
+    #[allow(missing_docs)] // The AdjustmentEvent fields it is written with, by their SPEC 3 names.
     Window {
         kind: AdjustmentKind,
         policy_id: String,
@@ -30,13 +33,33 @@ pub enum Concern {
         window_end: Timestamp,
     },
     /// LATE_USAGE: consumption of a closed period recorded after its close.
-    LateUsage { tenant: String, metric: String, period_start: Timestamp, period_end: Timestamp },
+    LateUsage {
+        /// The tenant.
+        tenant: String,
+        /// The metric.
+        metric: String,
+        /// The closed period's first instant.
+        period_start: Timestamp,
+        /// The first instant after it.
+        period_end: Timestamp,
+    },
     /// RESERVATION_EXPIRED, named by the RESERVE's event_id.
-    Expiry { reserve_event_id: String },
+    Expiry {
+        /// The event_id of the reservation's RESERVE.
+        reserve_event_id: String,
+    },
     /// REFUSED_TRANSITION, named by the refused event's event_id.
-    Refused { event_id: String },
+    Refused {
+        /// The event_id of the refused COMMIT, RELEASE or RESERVE.
+        event_id: String,
+    },
     /// CONFLICTING_DUPLICATE: the `ordinal`-th conflicting copy (1, 2, ... in ledger order) of `event_id`.
-    Conflict { event_id: String, ordinal: u32 },
+    Conflict {
+        /// The event_id the copies share.
+        event_id: String,
+        /// Which copy, from 1, in ledger order.
+        ordinal: u32,
+    },
 }
 
 impl Concern {
@@ -48,6 +71,7 @@ impl Concern {
         }
     }
 
+    /// The kind of adjustment written for it.
     pub fn kind(&self) -> AdjustmentKind {
         match self {
             Concern::Window { kind, .. } => *kind,
@@ -71,11 +95,14 @@ impl Concern {
 /// What the ledger already holds for a concern: how many adjustments, and the sum of their amounts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Recorded {
+    /// How many adjustments.
     pub count: u64,
+    /// The sum of their amounts.
     pub sum: i64,
 }
 
 impl Recorded {
+    /// Counts one more adjustment of `amount`.
     pub fn add(&mut self, amount: i64) {
         self.count += 1;
         self.sum = self.sum.checked_add(amount).expect("adjustment sums fit in i64");
@@ -85,14 +112,17 @@ impl Recorded {
 /// The current truth about a concern.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Truth {
+    /// What it is about.
     pub concern: Concern,
     /// What the concern's adjustments must add up to now.
     pub amount: i64,
     /// Whether it is a discrepancy now (reported at least once, whatever its amount).
     pub present: bool,
-    /// The tenant, subject and metric the adjustment is written under.
+    /// The tenant the adjustment is written under.
     pub tenant: String,
+    /// The subject it is written under, if any.
     pub subject: Option<String>,
+    /// The metric it is written under.
     pub metric: String,
     /// The policy a window concern is judged under.
     pub policy_id: Option<String>,
@@ -122,12 +152,12 @@ pub fn adjustment_id(concern: &Concern, recorded: Recorded, delta: i64) -> Strin
 /// A window adjustment written before AdjustmentEvent v2 has no scope: one with a subject is a SUBJECT window's,
 /// one without takes `legacy_scope(tenant, metric, policy_id)`, the scope of the policies of that id.
 pub fn recorded(
-    ledger: &Ledger,
+    inputs: &impl PlanInputs,
     legacy_scope: &dyn Fn(&str, &str, &str) -> Scope,
 ) -> Result<(HashMap<Concern, Recorded>, u64), ReadError> {
     let mut conflict_ordinals: HashMap<String, u32> = HashMap::new();
     let mut recorded: HashMap<Concern, Recorded> = HashMap::new();
-    let count = ledger.adjustment_summaries(|summary| {
+    let count = inputs.adjustment_summaries(|summary| {
         let amount = summary.amount;
         if let Some(concern) = concern_of(summary, legacy_scope, &mut conflict_ordinals) {
             recorded.entry(concern).or_default().add(amount);

@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use crate::concern::{self, Concern, Recorded, Truth};
 use crate::error::ReconcileError;
+use crate::inputs::PlanInputs;
 use rules::overshoot::{self, Consumed};
 use rules::policy::{Candidates, PolicyIndex};
 use rules::reservation::{self, Verdict};
@@ -23,20 +24,39 @@ pub const PROGRESS_EVERY_ROWS: u64 = 100_000;
 /// Where a run is, for a progress display.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Progress {
-    Reservations { events: u64 },
-    Usage { events: u64 },
-    Refs { events: u64 },
+    /// Judging reservations.
+    Reservations {
+        /// Reservation events read so far.
+        events: u64,
+    },
+    /// Summing consumption per window.
+    Usage {
+        /// UsageEvents read so far.
+        events: u64,
+    },
+    /// Naming the events that crossed a limit (a second pass over usage).
+    Refs {
+        /// UsageEvents read so far in this pass.
+        events: u64,
+    },
 }
 
 /// What a run read and judged.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct PlanCounts {
+    /// Counted UsageEvents read.
     pub usage_events: u64,
+    /// Recorded reservation events read.
     pub reservation_events: u64,
+    /// Reservations judged this run (SPEC 5 "What a run covers": its RESERVE expired before `as_of`).
     pub reservations_judged: u64,
+    /// COMMITs counted as consumption.
     pub valid_commits: u64,
+    /// Windows of HARD and SHADOW policies, ended by `as_of`, with consumption.
     pub windows_judged: u64,
+    /// Conflicting duplicates read.
     pub conflicting_copies: u64,
+    /// Adjustments recorded before this run: `apply` refuses the plan if another run recorded some since.
     pub adjustments_before: u64,
     /// Milliseconds spent in each step, for the benchmark and for an operator wondering where a night went.
     pub step_ms: Vec<(&'static str, u64)>,
@@ -47,15 +67,18 @@ pub struct PlanCounts {
 pub struct Plan {
     /// `reconcile-<as_of>-w<watermark>`: the same ledger and `--as-of` give the same run.
     pub run_id: String,
+    /// The instant the run judges as of (`--as-of`): windows and reservations ended by then.
     pub as_of: Timestamp,
     /// The last ledger sequence number the plan read.
     pub watermark: u64,
     /// Sorted by kind, then what they are about.
     pub adjustments: Vec<AdjustmentEvent>,
+    /// What the run read and judged.
     pub counts: PlanCounts,
 }
 
 impl Plan {
+    /// Whether the run found nothing to adjust (`reconcile` exits 0).
     pub fn is_clean(&self) -> bool {
         self.adjustments.is_empty()
     }
@@ -157,16 +180,28 @@ struct Run<'p> {
 /// Computes the plan of `reconcile --as-of as_of` over everything the ledger holds, in one read snapshot.
 pub fn plan(ledger: &Ledger, as_of: Timestamp, progress: &mut dyn FnMut(Progress)) -> Result<Plan, ReconcileError> {
     let snapshot = ledger.read_snapshot()?;
-    let watermark = ledger.watermark()?;
-    let policies = PolicyIndex::new(ledger.policies()?);
+    let plan = plan_from(ledger, as_of, progress)?;
+    snapshot.finish()?;
+    Ok(plan)
+}
+
+/// Computes the plan of `reconcile --as-of as_of` over `inputs`: pure, given the same inputs it gives the same
+/// plan. The usage stream is read twice when a window's adjustment must name the events that crossed its limit.
+pub fn plan_from(
+    inputs: &impl PlanInputs,
+    as_of: Timestamp,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Plan, ReconcileError> {
+    let watermark = inputs.watermark()?;
+    let policies = PolicyIndex::new(inputs.policies()?);
     let mut clock = std::time::Instant::now();
     let (recorded, adjustments_before) =
-        concern::recorded(ledger, &|tenant, metric, policy_id| policies.scope_of(tenant, metric, policy_id))?;
+        concern::recorded(inputs, &|tenant, metric, policy_id| policies.scope_of(tenant, metric, policy_id))?;
     let mut run = Run {
         as_of,
         policies: &policies,
-        grants: ledger.grants()?,
-        closes: ledger.period_closes()?,
+        grants: inputs.grants()?,
+        closes: inputs.period_closes()?,
         recorded,
         names: Interner::default(),
         candidates: FxHashMap::default(),
@@ -181,19 +216,18 @@ pub fn plan(ledger: &Ledger, as_of: Timestamp, progress: &mut dyn FnMut(Progress
         clock = std::time::Instant::now();
     };
     step(&mut run, "read policies, grants, adjustments");
-    let commits = run.judge_reservations(ledger, progress)?;
+    let commits = run.judge_reservations(inputs, progress)?;
     step(&mut run, "judge reservations");
-    run.judge_conflicts(ledger)?;
+    run.judge_conflicts(inputs)?;
     step(&mut run, "judge conflicting duplicates");
-    run.sum_consumption(ledger, &commits, progress)?;
+    run.sum_consumption(inputs, &commits, progress)?;
     step(&mut run, "sum consumption per window");
     let flagged = run.judge_windows();
     run.judge_late_usage();
     run.take_back_vanished();
     step(&mut run, "judge windows and late usage");
-    run.name_crossers(ledger, &commits, &flagged, progress)?;
+    run.name_crossers(inputs, &commits, &flagged, progress)?;
     step(&mut run, "name the events that crossed limits");
-    snapshot.finish()?;
     let run_id = format!("reconcile-{as_of}-w{watermark}");
     Ok(run.into_plan(run_id, watermark))
 }
@@ -212,12 +246,12 @@ impl<'p> Run<'p> {
 
     fn judge_reservations(
         &mut self,
-        ledger: &Ledger,
+        inputs: &impl PlanInputs,
         progress: &mut dyn FnMut(Progress),
     ) -> Result<Vec<Commit>, ReconcileError> {
         let mut commits = Vec::new();
         let mut events = 0;
-        self.counts.reservation_events = ledger.for_each_reservation(|group| {
+        self.counts.reservation_events = inputs.for_each_reservation(|group| {
             events += group.len() as u64;
             if events / PROGRESS_EVERY_ROWS != (events - group.len() as u64) / PROGRESS_EVERY_ROWS {
                 progress(Progress::Reservations { events });
@@ -234,8 +268,8 @@ impl<'p> Run<'p> {
         self.collect_commits(group, &events, &verdict, commits);
         // Not judged yet (SPEC 5 "What a run covers"): nothing new is reported of it, but what earlier runs
         // reported of its events follows the current verdict. A late RESERVE that makes a refused COMMIT valid
-        // takes the REFUSED_TRANSITION back in the run that starts counting the COMMIT (until 2026-12-02, only once
-        // the new RESERVE expired: meanwhile the ledger counted the COMMIT and called it refused).
+        // takes the REFUSED_TRANSITION back in the run that starts counting the COMMIT, not once the new RESERVE
+        // expires: meanwhile the ledger would count the COMMIT and call it refused.
         let judged = self.is_judged(group, &verdict);
         if judged {
             self.counts.reservations_judged += 1;
@@ -313,8 +347,8 @@ impl<'p> Run<'p> {
         ledger::covering_close(&self.closes, Period::containing(t))
     }
 
-    fn judge_conflicts(&mut self, ledger: &Ledger) -> Result<(), ReconcileError> {
-        let copies = ledger.conflicting_copies()?;
+    fn judge_conflicts(&mut self, inputs: &impl PlanInputs) -> Result<(), ReconcileError> {
+        let copies = inputs.conflicting_copies()?;
         self.counts.conflicting_copies = copies.len() as u64;
         let mut ordinals: HashMap<String, u32> = HashMap::new();
         for copy in copies {
@@ -328,13 +362,13 @@ impl<'p> Run<'p> {
 
     fn sum_consumption(
         &mut self,
-        ledger: &Ledger,
+        inputs: &impl PlanInputs,
         commits: &[Commit],
         progress: &mut dyn FnMut(Progress),
     ) -> Result<(), ReconcileError> {
         let mut keys = Vec::new();
         let mut events = 0;
-        self.counts.usage_events = ledger.for_each_usage(|row| {
+        self.counts.usage_events = inputs.for_each_usage(|row| {
             events += 1;
             if events % PROGRESS_EVERY_ROWS == 0 {
                 progress(Progress::Usage { events });
@@ -540,7 +574,7 @@ impl<'p> Run<'p> {
     /// Second pass, only over windows whose adjustment is written: the events that crossed each limit.
     fn name_crossers(
         &mut self,
-        ledger: &Ledger,
+        inputs: &impl PlanInputs,
         commits: &[Commit],
         flagged: &HashMap<WindowKey, i64>,
         progress: &mut dyn FnMut(Progress),
@@ -569,7 +603,7 @@ impl<'p> Run<'p> {
             }
         };
         let mut events = 0;
-        ledger.for_each_usage(|row| {
+        inputs.for_each_usage(|row| {
             events += 1;
             if events % PROGRESS_EVERY_ROWS == 0 {
                 progress(Progress::Refs { events });
@@ -586,7 +620,7 @@ impl<'p> Run<'p> {
             let limit = flagged[&key];
             let kind = overshoot::excess_kind(self.windows[&key].1.enforcement).expect("a judged window");
             let seqs = overshoot::crossing_seqs(&mut items, limit);
-            let refs = ledger.event_ids(&seqs, &commit_ids)?;
+            let refs = inputs.event_ids(&seqs, &commit_ids)?;
             refs_by_concern.insert(self.window_concern(&key, kind), refs);
         }
         for truth in &mut self.truths {
@@ -662,3 +696,6 @@ fn adjustment(truth: &Truth, recorded: Recorded, delta: i64, as_of: Timestamp, r
         scope: truth.concern.scope(),
     }
 }
+
+#[cfg(test)]
+mod tests;

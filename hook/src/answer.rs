@@ -1,0 +1,58 @@
+//! The answer to one request of a group: where it goes and what it says, held until the group is recorded (and,
+//! at durability full, synced by [`crate::sync`]), then sent. A group that fails replaces its answers with the
+//! error.
+
+use std::collections::HashSet;
+
+use tokio::sync::oneshot;
+
+use crate::api::{Closed, Decision, Refusal};
+use crate::error::HookError;
+
+/// An answer waiting for its group's commit (and, at durability full, its sync). Short-lived, one per request of a
+/// group: the size difference between the variants costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
+pub enum Answer {
+    Decision(oneshot::Sender<Result<Decision, HookError>>, Result<Decision, HookError>),
+    Close(oneshot::Sender<Result<Result<Closed, Refusal>, HookError>>, Result<Result<Closed, Refusal>, HookError>),
+}
+
+impl Answer {
+    /// Its group failed: an error in its place, unless it replays a decision recorded before the group (a replay
+    /// of one the group itself decided, now `taken_back`, fails with it): a 500 saying "nothing of it was
+    /// recorded" would be false of a decision that was.
+    pub(crate) fn failed(self, message: &str, taken_back: &HashSet<&str>) -> Answer {
+        match self {
+            Answer::Decision(reply, Ok(decision))
+                if decision.replayed && !taken_back.contains(decision.decision_id.as_str()) =>
+            {
+                Answer::Decision(reply, Ok(decision))
+            }
+            other => other.replaced(|| HookError::Ledger(message.to_string())),
+        }
+    }
+
+    /// Its group was committed but no sync covered it.
+    pub(crate) fn not_durable(self, message: &str) -> Answer {
+        self.replaced(|| HookError::NotDurable(message.to_string()))
+    }
+
+    /// An error in place of a decision, a close or a refusal to close (a request that failed already keeps its
+    /// own error). A refusal too: it records nothing, but it may rest on what the group or an earlier one did
+    /// (a close refused as already closed by a close that the failed commit or sync did not keep).
+    fn replaced(self, error: impl Fn() -> HookError) -> Answer {
+        match self {
+            Answer::Decision(reply, Ok(_)) => Answer::Decision(reply, Err(error())),
+            Answer::Close(reply, Ok(_)) => Answer::Close(reply, Err(error())),
+            other => other,
+        }
+    }
+
+    pub(crate) fn send(self) {
+        // A caller that stopped waiting (a closed HTTP connection) just misses its answer.
+        match self {
+            Answer::Decision(reply, result) => drop(reply.send(result)),
+            Answer::Close(reply, result) => drop(reply.send(result)),
+        }
+    }
+}

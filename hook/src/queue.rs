@@ -1,0 +1,44 @@
+//! What callers put in the writer's bounded queue ([`crate::Hook`] sends, the writer takes groups of them): a
+//! request and where its answer goes.
+
+use schemas::ReservationAction;
+use tokio::sync::oneshot;
+
+use crate::TenantScope;
+use crate::api::{CheckRequest, Closed, Decision, Refusal, ReserveRequest};
+use crate::error::HookError;
+
+/// One request and where its answer goes.
+pub enum Work {
+    Check(CheckRequest, oneshot::Sender<Result<Decision, HookError>>),
+    Reserve(ReserveRequest, oneshot::Sender<Result<Decision, HookError>>),
+    Close {
+        reservation_id: String,
+        action: ReservationAction,
+        amount: i64,
+        tenants: TenantScope,
+        reply: oneshot::Sender<Result<Result<Closed, Refusal>, HookError>>,
+    },
+    /// Outbox entries a broker acknowledged, recorded by the writer (`Hook::record_published`).
+    Published {
+        acknowledged: Vec<(u64, String)>,
+        reply: oneshot::Sender<Result<(), HookError>>,
+    },
+}
+
+/// A request in the queue, and whether its caller polls for the answer (a lone caller of the blocking API).
+pub struct Queued {
+    pub work: Work,
+    pub caller_polls: bool,
+}
+
+impl Work {
+    /// Answers `error` to the caller, for a request not decided (its group failed before deciding anything).
+    pub fn fail(self, error: HookError) {
+        match self {
+            Work::Check(_, reply) | Work::Reserve(_, reply) => drop(reply.send(Err(error))),
+            Work::Close { reply, .. } => drop(reply.send(Err(error))),
+            Work::Published { reply, .. } => drop(reply.send(Err(error))),
+        }
+    }
+}

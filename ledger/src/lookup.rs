@@ -1,0 +1,72 @@
+//! Point reads by an id, for a writer answering one request (the enforcement hook): the event recorded under an
+//! event_id (an idempotency key seen before the writer started), and the events of one reservation (why a close
+//! is refused). Each is a few index probes, prepared once per connection.
+
+use rules::reservation::Facts;
+use schemas::{Event, ReservationAction, Timestamp};
+
+use crate::Ledger;
+use crate::dedup;
+use crate::error::ReadError;
+use crate::read::symbol;
+
+/// The stored payload of one entry, to decode.
+const PAYLOAD_OF_ENTRY: &str = "SELECT payload_fingerprint, payload FROM entries WHERE seq = ?";
+
+/// Whether any event of a reservation_id is stored (recorded or a conflicting copy).
+const RESERVATION_HAS_EVENTS: &str = "SELECT 1 FROM reservation_events WHERE reservation_id = ? LIMIT 1";
+
+/// The recorded events of a reservation_id, of every tenant, with what judging reads of them.
+const RESERVATION_EVENTS: &str = "SELECT e.seq, r.action, r.amount, r.expires_at, e.tenant, e.occurred_at
+         FROM reservation_events r JOIN entries e ON e.seq = r.seq
+         WHERE r.reservation_id = ? AND e.status = 'recorded'";
+
+/// One recorded event of a reservation_id, as judging a close reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReservationFacts {
+    /// Its ledger sequence number.
+    pub seq: u64,
+    /// The tenant whose reservation it is about: reservations of two tenants may share an id.
+    pub tenant: String,
+    /// What judging reads of it.
+    pub facts: Facts,
+}
+
+impl Ledger {
+    /// The event recorded under `event_id` (the first entry holding it; later ones are conflicting copies), if
+    /// any. An id the key filter (when kept) has never seen is answered at once, without a probe.
+    pub fn recorded_event(&self, event_id: &str) -> Result<Option<Event>, ReadError> {
+        if !self.may_hold(event_id) {
+            return Ok(None);
+        }
+        let Some((seq, _)) = dedup::entries_of(&self.conn, event_id)?.into_iter().next() else { return Ok(None) };
+        let (fingerprint, payload): (i64, Vec<u8>) =
+            self.conn.prepare_cached(PAYLOAD_OF_ENTRY)?.query_row([seq as i64], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let event = self
+            .catalog
+            .decode_payload(fingerprint as u64, &payload)
+            .map_err(|e| ReadError::Corrupt { seq, message: e.to_string() })?;
+        Ok(Some(event))
+    }
+
+    /// Whether the ledger stores any event of `reservation_id` (recorded or a conflicting copy, of any tenant).
+    pub fn has_reservation_events(&self, reservation_id: &str) -> Result<bool, ReadError> {
+        let mut statement = self.conn.prepare_cached(RESERVATION_HAS_EVENTS)?;
+        Ok(statement.exists([reservation_id])?)
+    }
+
+    /// The recorded events of `reservation_id`, of every tenant, in no particular order.
+    pub fn reservation_facts(&self, reservation_id: &str) -> Result<Vec<ReservationFacts>, ReadError> {
+        let mut statement = self.conn.prepare_cached(RESERVATION_EVENTS)?;
+        let rows = statement.query_map([reservation_id], |r| {
+            let facts = Facts {
+                action: symbol(r, 1, ReservationAction::from_symbol)?,
+                amount: r.get(2)?,
+                expires_at: r.get::<_, Option<i64>>(3)?.map(Timestamp),
+                occurred_at: Timestamp(r.get(5)?),
+            };
+            Ok(ReservationFacts { seq: r.get::<_, i64>(0)? as u64, tenant: r.get(4)?, facts })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+}

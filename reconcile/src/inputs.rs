@@ -1,0 +1,83 @@
+//! What a plan reads ([`PlanInputs`]): the small tables whole, the large ones (reservation events, usage) as
+//! streams, so that a run's memory follows the number of windows and reservations, never the number of events.
+//! The ledger provides them from one read snapshot ([`crate::plan()`]); a test provides them from vectors
+//! ([`crate::plan_from()`]).
+
+use std::collections::HashMap;
+
+use ledger::{AdjustmentSummary, ConflictingCopy, Ledger, PeriodClose, ReadError, SequencedReservation, UsageRow};
+use rustc_hash::FxHashMap;
+use schemas::{GrantEvent, PolicyEvent};
+
+/// Everything [`crate::plan_from()`] reads, in the order and grouping the rules need.
+pub trait PlanInputs {
+    /// The last ledger sequence number the inputs hold (a run's id names it).
+    fn watermark(&self) -> Result<u64, ReadError>;
+
+    /// Every recorded policy version, in ledger order.
+    fn policies(&self) -> Result<Vec<PolicyEvent>, ReadError>;
+
+    /// Every recorded grant, by (tenant, metric), in ledger order.
+    fn grants(&self) -> Result<HashMap<(String, String), Vec<GrantEvent>>, ReadError>;
+
+    /// Every period close, oldest first.
+    fn period_closes(&self) -> Result<Vec<PeriodClose>, ReadError>;
+
+    /// Calls `each` with what every recorded adjustment is about, in ledger order; answers how many there were.
+    fn adjustment_summaries(&self, each: impl FnMut(AdjustmentSummary)) -> Result<u64, ReadError>;
+
+    /// Calls `each` with the recorded events of every reservation, one (tenant, reservation_id) at a time
+    /// ([`rules::reservation::same_reservation`]), its events in ledger order; answers how many events there
+    /// were.
+    fn for_each_reservation(&self, each: impl FnMut(&[SequencedReservation])) -> Result<u64, ReadError>;
+
+    /// Every conflicting duplicate, in ledger order.
+    fn conflicting_copies(&self) -> Result<Vec<ConflictingCopy>, ReadError>;
+
+    /// Calls `each` with every counted UsageEvent, in ledger order; answers how many there were. Called twice
+    /// by a run that names the events that crossed a limit.
+    fn for_each_usage(&self, each: impl FnMut(UsageRow<'_>)) -> Result<u64, ReadError>;
+
+    /// The event_ids of the entries `seqs`, in their order; those in `known` (the COMMITs a run holds) are not
+    /// read again.
+    fn event_ids(&self, seqs: &[u64], known: &FxHashMap<u64, &str>) -> Result<Vec<String>, ReadError>;
+}
+
+/// The ledger's typed reads; [`crate::plan()`] holds one read snapshot across them.
+impl PlanInputs for Ledger {
+    fn watermark(&self) -> Result<u64, ReadError> {
+        Ledger::watermark(self)
+    }
+
+    fn policies(&self) -> Result<Vec<PolicyEvent>, ReadError> {
+        Ledger::policies(self)
+    }
+
+    fn grants(&self) -> Result<HashMap<(String, String), Vec<GrantEvent>>, ReadError> {
+        Ledger::grants(self)
+    }
+
+    fn period_closes(&self) -> Result<Vec<PeriodClose>, ReadError> {
+        Ledger::period_closes(self)
+    }
+
+    fn adjustment_summaries(&self, each: impl FnMut(AdjustmentSummary)) -> Result<u64, ReadError> {
+        Ledger::adjustment_summaries(self, each)
+    }
+
+    fn for_each_reservation(&self, each: impl FnMut(&[SequencedReservation])) -> Result<u64, ReadError> {
+        Ledger::for_each_reservation(self, each)
+    }
+
+    fn conflicting_copies(&self) -> Result<Vec<ConflictingCopy>, ReadError> {
+        Ledger::conflicting_copies(self)
+    }
+
+    fn for_each_usage(&self, each: impl FnMut(UsageRow<'_>)) -> Result<u64, ReadError> {
+        Ledger::for_each_usage(self, each)
+    }
+
+    fn event_ids(&self, seqs: &[u64], known: &FxHashMap<u64, &str>) -> Result<Vec<String>, ReadError> {
+        Ledger::event_ids(self, seqs, known)
+    }
+}

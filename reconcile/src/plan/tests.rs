@@ -1,0 +1,283 @@
+//! The plan over inputs held in vectors ([`Memory`]): each rule of SPEC 5 judged without a ledger file.
+
+use std::collections::{BTreeMap, HashMap};
+
+use ledger::{AdjustmentSummary, ConflictingCopy, PeriodClose, ReadError, SequencedReservation, UsageRow};
+use rules::reservation::same_reservation;
+use rustc_hash::FxHashMap;
+use schemas::*;
+
+use crate::inputs::PlanInputs;
+use crate::plan::{Plan, plan_from};
+
+const TENANT: &str = "org-1";
+const METRIC: &str = "tokens";
+/// Late enough that every window and reservation below is judged.
+const AS_OF: &str = "2026-11-15T00:00:00Z";
+
+fn at(text: &str) -> Timestamp {
+    Timestamp::parse_rfc3339(text).unwrap()
+}
+
+fn header(event_id: &str, occurred_at: &str) -> Header {
+    Header {
+        event_id: event_id.into(),
+        occurred_at: at(occurred_at),
+        tenant: TENANT.into(),
+        subject: None,
+        metric: METRIC.into(),
+        source: "plan-tests".into(),
+    }
+}
+
+fn usage(event_id: &str, occurred_at: &str, quantity: i64) -> Event {
+    Event::Usage(UsageEvent {
+        header: header(event_id, occurred_at),
+        quantity,
+        request_id: None,
+        attributes: BTreeMap::new(),
+    })
+}
+
+fn reservation(event_id: &str, action: ReservationAction, occurred_at: &str, amount: i64) -> ReservationEvent {
+    ReservationEvent {
+        header: header(event_id, occurred_at),
+        reservation_id: "r-1".into(),
+        action,
+        amount,
+        expires_at: None,
+    }
+}
+
+/// Version 1 of a TENANT-scope HARD DAY policy, effective since September.
+fn hard_daily_limit(limit: i64) -> Event {
+    Event::Policy(PolicyEvent {
+        header: header("p-1-v1", "2026-09-01T00:00:00Z"),
+        policy_id: "p-1".into(),
+        version: 1,
+        scope: Scope::TENANT,
+        limit,
+        window: Window::DAY,
+        enforcement: Enforcement::HARD,
+        effective_from: at("2026-09-01T00:00:00Z"),
+        burst: None,
+    })
+}
+
+/// A ledger's entries in memory: each event with its sequence number (its place, from 1), and whether it is a
+/// conflicting copy of an earlier one.
+#[derive(Default)]
+struct Memory {
+    entries: Vec<(u64, Event, bool)>,
+    closes: Vec<PeriodClose>,
+}
+
+impl Memory {
+    fn record(&mut self, event: Event) -> u64 {
+        self.push(event, false)
+    }
+
+    fn conflicting_copy(&mut self, event: Event) -> u64 {
+        self.push(event, true)
+    }
+
+    fn push(&mut self, event: Event, conflicting: bool) -> u64 {
+        let seq = self.entries.len() as u64 + 1;
+        self.entries.push((seq, event, conflicting));
+        seq
+    }
+
+    /// What a run records: its adjustments, as new entries.
+    fn apply(&mut self, plan: &Plan) {
+        for adjustment in &plan.adjustments {
+            self.record(Event::Adjustment(adjustment.clone()));
+        }
+    }
+
+    fn recorded(&self) -> impl Iterator<Item = (u64, &Event)> {
+        self.entries.iter().filter(|(_, _, conflicting)| !conflicting).map(|(seq, event, _)| (*seq, event))
+    }
+}
+
+impl PlanInputs for Memory {
+    fn watermark(&self) -> Result<u64, ReadError> {
+        Ok(self.entries.len() as u64)
+    }
+
+    fn policies(&self) -> Result<Vec<PolicyEvent>, ReadError> {
+        Ok(self.recorded().filter_map(|(_, e)| if let Event::Policy(p) = e { Some(p.clone()) } else { None }).collect())
+    }
+
+    fn grants(&self) -> Result<HashMap<(String, String), Vec<GrantEvent>>, ReadError> {
+        let mut grants: HashMap<(String, String), Vec<GrantEvent>> = HashMap::new();
+        for (_, event) in self.recorded() {
+            if let Event::Grant(g) = event {
+                grants.entry((g.header.tenant.clone(), g.header.metric.clone())).or_default().push(g.clone());
+            }
+        }
+        Ok(grants)
+    }
+
+    fn period_closes(&self) -> Result<Vec<PeriodClose>, ReadError> {
+        Ok(self.closes.clone())
+    }
+
+    fn adjustment_summaries(&self, mut each: impl FnMut(AdjustmentSummary)) -> Result<u64, ReadError> {
+        let mut count = 0;
+        for (_, event) in self.recorded() {
+            if let Event::Adjustment(a) = event {
+                count += 1;
+                each(AdjustmentSummary {
+                    tenant: a.header.tenant.clone(),
+                    subject: a.header.subject.clone(),
+                    metric: a.header.metric.clone(),
+                    kind: a.kind,
+                    policy_id: a.policy_id.clone(),
+                    window_start: a.window_start,
+                    window_end: a.window_end,
+                    amount: a.amount,
+                    first_ref: a.refs.first().cloned(),
+                    scope: a.scope,
+                });
+            }
+        }
+        Ok(count)
+    }
+
+    fn for_each_reservation(&self, mut each: impl FnMut(&[SequencedReservation])) -> Result<u64, ReadError> {
+        let mut events: Vec<SequencedReservation> = self
+            .recorded()
+            .filter_map(|(seq, e)| if let Event::Reservation(r) = e { Some((seq, r.clone())) } else { None })
+            .collect();
+        events.sort_by(|(a_seq, a), (b_seq, b)| {
+            (&a.reservation_id, &a.header.tenant, a_seq).cmp(&(&b.reservation_id, &b.header.tenant, b_seq))
+        });
+        for group in events.chunk_by(|(_, a), (_, b)| same_reservation(a, b)) {
+            each(group);
+        }
+        Ok(events.len() as u64)
+    }
+
+    fn conflicting_copies(&self) -> Result<Vec<ConflictingCopy>, ReadError> {
+        let copies = self.entries.iter().filter(|(_, _, conflicting)| *conflicting);
+        Ok(copies
+            .map(|(seq, event, _)| ConflictingCopy {
+                seq: *seq,
+                header: event.header().clone(),
+                quantity: if let Event::Usage(u) = event { u.quantity } else { 0 },
+            })
+            .collect())
+    }
+
+    fn for_each_usage(&self, mut each: impl FnMut(UsageRow<'_>)) -> Result<u64, ReadError> {
+        let mut count = 0;
+        for (seq, event) in self.recorded() {
+            if let Event::Usage(u) = event {
+                count += 1;
+                each(UsageRow {
+                    seq,
+                    tenant: &u.header.tenant,
+                    subject: u.header.subject.as_deref(),
+                    metric: &u.header.metric,
+                    occurred_at: u.header.occurred_at,
+                    quantity: u.quantity,
+                    event_id: &u.header.event_id,
+                });
+            }
+        }
+        Ok(count)
+    }
+
+    fn event_ids(&self, seqs: &[u64], known: &FxHashMap<u64, &str>) -> Result<Vec<String>, ReadError> {
+        Ok(seqs
+            .iter()
+            .map(|seq| match known.get(seq) {
+                Some(id) => id.to_string(),
+                None => self.entries[*seq as usize - 1].1.header().event_id.clone(),
+            })
+            .collect())
+    }
+}
+
+fn plan(memory: &Memory) -> Plan {
+    plan_from(memory, at(AS_OF), &mut |_| {}).unwrap()
+}
+
+/// (kind, amount, refs) of each adjustment, in the plan's order.
+fn adjustments(plan: &Plan) -> Vec<(AdjustmentKind, i64, Vec<&str>)> {
+    plan.adjustments.iter().map(|a| (a.kind, a.amount, a.refs.iter().map(String::as_str).collect())).collect()
+}
+
+// Proves SPEC 5 "Overshoot": a HARD window's consumption above its limit is one OVERSHOOT of the difference,
+// naming the event that crossed the limit.
+#[test]
+fn a_window_over_its_hard_limit_is_an_overshoot_naming_the_crosser() {
+    let mut memory = Memory::default();
+    memory.record(hard_daily_limit(10));
+    memory.record(usage("u-1", "2026-10-03T09:00:00Z", 6));
+    memory.record(usage("u-2", "2026-10-03T10:00:00Z", 6));
+    memory.record(usage("u-3", "2026-10-04T10:00:00Z", 6));
+    let plan = plan(&memory);
+    assert_eq!(adjustments(&plan), [(AdjustmentKind::OVERSHOOT, 2, vec!["u-2"])]);
+    let overshoot = &plan.adjustments[0];
+    assert_eq!(
+        (overshoot.window_start, overshoot.window_end),
+        (Some(at("2026-10-03T00:00:00Z")), Some(at("2026-10-04T00:00:00Z")))
+    );
+    assert_eq!(plan.counts.usage_events, 3);
+    assert_eq!(plan.counts.windows_judged, 2);
+    assert_eq!(plan.watermark, 4);
+}
+
+// Proves SPEC 5 "Reservations": a RESERVE with no valid close by its expiry is expired, for the amount it held,
+// and a COMMIT after the expiry is a refused transition, not consumption.
+#[test]
+fn a_reservation_never_closed_in_time_expires() {
+    let mut memory = Memory::default();
+    memory.record(hard_daily_limit(10));
+    let reserve = reservation("res-1", ReservationAction::RESERVE, "2026-10-03T09:00:00Z", 8);
+    memory.record(Event::Reservation(ReservationEvent { expires_at: Some(at("2026-10-03T09:05:00Z")), ..reserve }));
+    memory.record(Event::Reservation(reservation("com-1", ReservationAction::COMMIT, "2026-10-03T09:10:00Z", 20)));
+    let plan = plan(&memory);
+    assert_eq!(
+        adjustments(&plan),
+        [
+            (AdjustmentKind::RESERVATION_EXPIRED, 8, vec!["res-1"]),
+            (AdjustmentKind::REFUSED_TRANSITION, 20, vec!["com-1"]),
+        ]
+    );
+    assert_eq!((plan.counts.reservation_events, plan.counts.valid_commits), (2, 0));
+}
+
+// Proves SPEC 4.3 and 5 "Reported once each": a conflicting copy is reported with its quantity and never counted,
+// so it pushes no window over its limit.
+#[test]
+fn a_conflicting_duplicate_is_reported_not_counted() {
+    let mut memory = Memory::default();
+    memory.record(hard_daily_limit(10));
+    memory.record(usage("u-1", "2026-10-03T09:00:00Z", 6));
+    memory.conflicting_copy(usage("u-1", "2026-10-03T09:00:00Z", 9));
+    let plan = plan(&memory);
+    assert_eq!(adjustments(&plan), [(AdjustmentKind::CONFLICTING_DUPLICATE, 9, vec!["u-1"])]);
+    assert_eq!(plan.counts.conflicting_copies, 1);
+}
+
+// Proves SPEC 3 "a rerun writes nothing new": once a run's adjustments are recorded, the same inputs and as_of
+// plan nothing, and a new event adds only its delta.
+#[test]
+fn a_rerun_writes_nothing_and_a_later_event_only_its_delta() {
+    let mut memory = Memory::default();
+    memory.record(hard_daily_limit(10));
+    memory.record(usage("u-1", "2026-10-03T09:00:00Z", 12));
+    memory.conflicting_copy(usage("u-1", "2026-10-03T09:00:00Z", 1));
+    let first = plan(&memory);
+    assert_eq!(first.adjustments.len(), 2);
+    memory.apply(&first);
+    let rerun = plan(&memory);
+    assert!(rerun.is_clean(), "{:?}", rerun.adjustments);
+    assert_eq!(rerun.counts.adjustments_before, 2);
+
+    memory.record(usage("u-2", "2026-10-03T11:00:00Z", 3));
+    // The adjustment names every event over the limit: the crosser, and the new one above it.
+    assert_eq!(adjustments(&plan(&memory)), [(AdjustmentKind::OVERSHOOT, 3, vec!["u-1", "u-2"])]);
+}
