@@ -109,10 +109,20 @@ pub fn legacy_fingerprint(schema: &Schema) -> u64 {
 /// form keeps (`name`, `type`, `fields`, `symbols`, `items`, `values`, `size`) whose value is not a schema, a list
 /// or a name (`"symbols": null` in a field, `"size": "x"`). apache-avro parses such a schema, keeping the key as a
 /// custom attribute, and then panics computing its canonical form; the form of a schema of the catalog never has
-/// one.
+/// one. Likewise a name or symbol holding a quote or a control character, which apache-avro accepts and writes into
+/// the form unescaped, so that the form is not JSON.
 pub fn canonical_form_refusal(schema: &Schema) -> Option<String> {
-    let json = serde_json::to_value(schema).ok()?;
-    not_canonicalizable(&json, "schema")
+    let json = match serde_json::to_value(schema) {
+        Ok(json) => json,
+        Err(error) => return Some(format!("it does not serialize: {error}")),
+    };
+    if let Some(refusal) = not_canonicalizable(&json, "schema") {
+        return Some(refusal);
+    }
+    match serde_json::from_str::<serde_json::Value>(&schema.canonical_form()) {
+        Ok(_) => None,
+        Err(error) => Some(format!("a name or symbol in it is not plain text ({error})")),
+    }
 }
 
 fn not_canonicalizable(json: &serde_json::Value, path: &str) -> Option<String> {

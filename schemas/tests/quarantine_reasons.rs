@@ -412,16 +412,20 @@ fn control_character() {
     assert_eq!(decode(Event::Usage(subject)).unwrap_err(), DecodeError::Invalid(Invalid::Empty { field: "subject" }));
 }
 
-// Regression (found by the container_file fuzz target): a container file whose writer schema has a null where
-// the canonical form expects a schema (`"symbols": null` in a field) panicked inside apache-avro while its
-// fingerprint was computed, stopping `ingest --file`. It is refused as a malformed container, naming the key.
+// Regressions (found by the container_file fuzz target): a container file whose writer schema has a null where
+// the canonical form expects a schema (`"symbols": null` in a field) panicked inside apache-avro, and one with a
+// control character in a name panicked reading apache-avro's canonical form back as JSON, both while its
+// fingerprint was computed, stopping `ingest --file`. Each is refused as a malformed container, saying why.
 #[test]
 fn fuzz_writer_schema_without_canonical_form() {
-    let bytes = include_bytes!("fixtures/fuzz-writer-schema-null-symbols.avro");
-    let error = match Catalog::builtin().read_container(&bytes[..]) {
+    let refuse = |bytes: &[u8]| match Catalog::builtin().read_container(bytes) {
         Ok(_) => panic!("a writer schema without a canonical form is refused"),
         Err(error) => error,
     };
+    let error = refuse(include_bytes!("fixtures/fuzz-writer-schema-null-symbols.avro"));
     assert_eq!(error.code(), "malformed_container");
     assert!(error.to_string().contains("symbols is null"), "{error}");
+    let error = refuse(include_bytes!("fixtures/fuzz-writer-schema-control-character.avro"));
+    assert_eq!(error.code(), "malformed_container");
+    assert!(error.to_string().contains("not plain text"), "{error}");
 }
