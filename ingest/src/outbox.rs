@@ -16,8 +16,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, Prod
 use schemas::EventType;
 use serde::Serialize;
 
-use crate::produce::producer_config;
-use crate::topics::{missing_topics, missing_topics_message};
+use kafka::topics::{missing_topics, missing_topics_message};
 
 /// Entries sent before waiting for their acknowledgements and recording them. Each chunk waits for its last
 /// acknowledgement: chunks of 1,000 published at most about 8,000 entries a second (to the mock broker on the same
@@ -121,7 +120,7 @@ struct Acknowledged {
 impl ClientContext for Acknowledged {
     // An outbox that does not publish must say why: librdkafka's warnings reach `serve`'s stderr.
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
-        crate::log_librdkafka("outbox", level, facility, message);
+        kafka::log_librdkafka("outbox", level, facility, message);
     }
 }
 
@@ -180,9 +179,9 @@ impl Publisher {
         overrides: &[(String, String)],
         attempt: Duration,
     ) -> Result<Publisher, OutboxPublishError> {
-        let mut config = producer_config(brokers, overrides);
-        let attempt_ms = attempt.as_millis().clamp(1_000, 120_000) as u64;
-        config.set("delivery.timeout.ms", attempt_ms.to_string()).set("client.id", "quota-ledger-outbox");
+        let requested_ms = u64::try_from(attempt.as_millis()).unwrap_or(u64::MAX);
+        let config = kafka::config::outbox_producer(brokers, overrides, requested_ms);
+        let attempt_ms = kafka::config::outbox_attempt_ms(requested_ms);
         let producer = create(&config, brokers)?;
         Ok(Publisher {
             config,

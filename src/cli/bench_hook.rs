@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use hook::{CheckRequest, Hook, HookSettings};
-use ingest::admin::EmbeddedBroker;
+use kafka::admin::EmbeddedBroker;
 use ledger::{Batch, Durability, Incoming, Ledger, Origin};
 use schemas::*;
 use serde::Serialize;

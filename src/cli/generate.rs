@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 use ingest::generate::{GenerateSettings, Generated, Generator};
-use ingest::produce::KafkaProducer;
+use kafka::producer::KafkaProducer;
 use schemas::{Catalog, EventType};
 
 use super::kafka_args::parse_setting;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use ingest::produce::KafkaProducer;
+use kafka::producer::KafkaProducer;
 use schemas::{Catalog, Event, EventType};
 
 use super::kafka_args::KafkaConnection;

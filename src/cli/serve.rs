@@ -198,7 +198,7 @@ async fn serve_connections(listener: tokio::net::TcpListener, router: Router, he
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut stop = std::pin::pin!(shutdown());
     // Out of file descriptors, accept fails ten times a second until one is closed: said once, not each time.
-    let mut said = ingest::Said::default();
+    let mut said = kafka::Said::default();
     loop {
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -355,7 +355,7 @@ fn spawn_outbox_publisher(
     };
     let thread = std::thread::Builder::new().name("outbox".into()).spawn(move || {
         let topics = ingest::outbox::OutboxTopics::defaults();
-        let mut said = ingest::Said::default();
+        let mut said = kafka::Said::default();
         // One publisher per ledger (a `reconcile --brokers` publishes the outbox too): a pass is skipped while
         // another holds the ledger's publisher lock, and the lock is kept once taken.
         let mut lock: Option<ledger::ProcessLock> = None;

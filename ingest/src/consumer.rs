@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ledger::{AppendError, Batch, Incoming, Ledger, Origin, Rejected, SourceOffset};
-use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
@@ -22,7 +22,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use schemas::{Catalog, DecodeError};
 use serde::Serialize;
 
-use crate::topics::{Topics, missing_topics};
+use kafka::topics::{Topics, missing_topics};
 
 /// Most messages in one ledger append. A batch of this size is a few MB of decoded events and amortises the
 /// commit's fsync; larger batches gain little (see `bench append`).
@@ -86,7 +86,7 @@ pub enum KafkaIngestError {
     Subscribe { topics: String, source: KafkaError },
     #[error("Kafka consumer failed")]
     Consume(#[source] KafkaError),
-    #[error("{}", crate::topics::missing_topics_message(missing, brokers))]
+    #[error("{}", kafka::topics::missing_topics_message(missing, brokers))]
     MissingTopics { missing: BTreeSet<String>, brokers: String },
     #[error("the brokers at {brokers} did not answer for {waited_ms} ms: {last}")]
     Unreachable { brokers: String, waited_ms: u64, last: String },
@@ -173,7 +173,7 @@ fn ask_for_topics(
 struct Waiting {
     since: Option<Instant>,
     reason: String,
-    said: crate::Said,
+    said: kafka::Said,
     /// When the brokers were last asked whether they answer again.
     asked: Option<Instant>,
 }
@@ -268,7 +268,7 @@ struct IngestContext {
 
 impl ClientContext for IngestContext {
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
-        crate::log_librdkafka("ingest", level, facility, message);
+        kafka::log_librdkafka("ingest", level, facility, message);
     }
 }
 
@@ -304,39 +304,6 @@ impl ConsumerContext for IngestContext {
     }
 }
 
-/// Every librdkafka setting of the consumer, in one place; `-X` overrides come last.
-fn consumer_config(settings: &KafkaIngestSettings) -> ClientConfig {
-    let mut config = ClientConfig::new();
-    config
-        .set("bootstrap.servers", &settings.brokers)
-        .set("group.id", &settings.group)
-        .set("client.id", "quota-ledger-ingest")
-        // Offsets are the ledger's: never let librdkafka commit or store on its own.
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        // A partition the ledger has never seen starts at its beginning.
-        .set("auto.offset.reset", "earliest")
-        .set("enable.partition.eof", "false")
-        // Eager rebalancing: the callback assigns whole lists (see IngestContext).
-        .set("partition.assignment.strategy", "range,roundrobin")
-        // Producers of ours are idempotent, not transactional; read what is committed to the log.
-        .set("isolation.level", "read_committed")
-        // A dead ingest's partitions move to the others within 10 s instead of librdkafka's 45 s.
-        .set("session.timeout.ms", "10000")
-        .set("heartbeat.interval.ms", "1000")
-        // The loop polls every 100 ms and an append takes well under a second; a consumer silent for 30 s is
-        // stuck. It is also how long a coordinator may wait for a dead member during a rebalance (300 s by
-        // default), which is what a restart after a crash waits for.
-        .set("max.poll.interval.ms", "30000")
-        // Bounds the prefetched queue per partition (librdkafka's default is 64 MiB).
-        .set("queued.max.messages.kbytes", "16384");
-    // The log level follows the binary's logger (warnings by default, `QUOTA_LEDGER_LOG` for more).
-    for (key, value) in &settings.overrides {
-        config.set(key, value);
-    }
-    config
-}
-
 /// A message waiting for the next append.
 // Nearly every pending message is an event; boxing it would add an allocation per message for the rare rejection.
 #[allow(clippy::large_enum_variant)]
@@ -356,9 +323,10 @@ pub fn ingest_kafka(
 ) -> Result<KafkaIngestProgress, KafkaIngestError> {
     let shared = Arc::new(Mutex::new(Shared::default()));
     refresh_offsets(ledger, &shared)?;
-    let consumer: BaseConsumer<IngestContext> = consumer_config(settings)
-        .create_with_context(IngestContext { shared: shared.clone() })
-        .map_err(|source| KafkaIngestError::Consumer { brokers: settings.brokers.clone(), source })?;
+    let consumer: BaseConsumer<IngestContext> =
+        kafka::config::consumer(&settings.brokers, &settings.group, &settings.overrides)
+            .create_with_context(IngestContext { shared: shared.clone() })
+            .map_err(|source| KafkaIngestError::Consumer { brokers: settings.brokers.clone(), source })?;
     let names = settings.topics.names();
     consumer
         .subscribe(&names)
