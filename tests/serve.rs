@@ -610,7 +610,7 @@ fn one_producer_publishes_pass_after_pass() {
 #[test]
 fn a_missing_topic_is_named_and_the_others_are_published() {
     let test = ledger_with(hard_policy(1_000_000, Window::MONTH));
-    let waiting = ingest::outbox::OUTBOX_CHUNK_ENTRIES + 1_000;
+    let waiting = outbox::OUTBOX_CHUNK_ENTRIES + 1_000;
     let mut ledger = ledger::Ledger::open(&test.path).unwrap();
     let events = (0..waiting)
         .map(|i| ledger::Incoming {

@@ -16,4 +16,3 @@
 pub mod consumer;
 pub mod file;
 pub mod generate;
-pub mod outbox;

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use ingest::outbox::{OutboxTopics, PublishReport};
 use ledger::{Ledger, ProcessLock};
+use outbox::{OutboxTopics, PublishReport};
 use reconcile::{Plan, Progress};
 use schemas::{AdjustmentEvent, AdjustmentKind, Event, EventType, Timestamp};
 use serde::Serialize;
@@ -105,7 +105,7 @@ pub fn run(ledger_path: &Path, args: ReconcileArgs) -> anyhow::Result<ExitCode> 
                 let mut topics = OutboxTopics::defaults();
                 topics.set(EventType::AdjustmentEvent, &args.adjustments_topic);
                 let timeout = Duration::from_millis(args.publish_timeout_ms);
-                Some(ingest::outbox::publish(&mut ledger, brokers, &args.settings, &topics, timeout)?)
+                Some(outbox::publish(&mut ledger, brokers, &args.settings, &topics, timeout)?)
             }
             Err(ledger::LockError::Held { holder, .. }) => {
                 eprintln!(

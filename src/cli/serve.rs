@@ -9,7 +9,7 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -23,8 +23,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use clap::Args;
 use hook::{CheckRequest, Closed, Decision, Hook, HookError, HookSettings, Refusal, ReserveRequest, TenantScope};
-use ingest::outbox::Outbox;
 use ledger::{Durability, Ledger};
+use outbox::Outbox;
 use schemas::{Reason, ReservationAction, Timestamp};
 use serde::{Deserialize, Serialize};
 
@@ -32,8 +32,6 @@ use super::kafka_args::parse_setting;
 
 /// Largest request body accepted: a check is about 200 bytes.
 pub const BODY_LIMIT_BYTES: usize = 16 * 1024;
-/// How often the outbox is published when `--brokers` is given.
-pub const OUTBOX_INTERVAL_MS: u64 = 1_000;
 /// How long a client may take to send a request's header, then its body, or leave a kept-alive connection
 /// idle: a client that opens connections and never finishes a request would otherwise hold each for
 /// ever, until `serve` runs out of file descriptors. hyper's default for the header.
@@ -114,27 +112,7 @@ struct App {
     hook: Hook,
     tokens: Vec<(String, TenantScope)>,
     /// With `--brokers`: the outbox as the publisher last saw it, for `/healthz`.
-    outbox: Option<Arc<Mutex<OutboxHealth>>>,
-}
-
-/// What `/healthz` says of the outbox, as of the publisher's last pass. The status stays "ok" while a broker is
-/// away: the hook decides without it by design, and a liveness probe must not restart a server for it; the
-/// pending entries and the error say how far behind Kafka is, and why.
-#[derive(Debug, Serialize)]
-struct OutboxHealth {
-    /// Entries no broker has acknowledged yet.
-    pending: u64,
-    /// When they were counted (RFC 3339, UTC).
-    as_of: String,
-    /// Why entries wait: what the broker or librdkafka said in that pass; null when it published all it sent.
-    last_error: Option<String>,
-}
-
-impl OutboxHealth {
-    fn now(pending: u64, last_error: Option<String>) -> OutboxHealth {
-        let as_of = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-        OutboxHealth { pending, as_of, last_error }
-    }
+    outbox: Option<outbox::HealthWatch>,
 }
 
 pub fn run(ledger_path: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -154,13 +132,16 @@ pub fn run(ledger_path: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
     };
     let hook = Hook::start(ledger_path, settings).context("cannot start the hook")?;
     let stopped = hook.stopped();
-    let publisher = match args.brokers.clone() {
+    let publisher = match &args.brokers {
         Some(brokers) => {
-            Some(spawn_outbox_publisher(ledger_path.to_path_buf(), hook.clone(), brokers, args.settings.clone())?)
+            // Read through a connection of its own, the acknowledgements recorded by the hook's writer.
+            let outbox = HookOutbox { reader: Ledger::open(ledger_path)?, hook: hook.clone() };
+            let path = ledger_path.to_path_buf();
+            Some(outbox::PublisherThread::spawn("serve", path, brokers, &args.settings, outbox)?)
         }
         None => None,
     };
-    let outbox = publisher.as_ref().map(|p| Arc::clone(&p.health));
+    let outbox = publisher.as_ref().map(outbox::PublisherThread::health);
     let app = Arc::new(App { hook, tokens, outbox });
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let read_timeout = Duration::from_millis(args.read_timeout_ms.max(1));
@@ -295,7 +276,7 @@ fn too_large(e: &axum::Error) -> bool {
 }
 
 /// `GET /healthz`: "ok" while the server answers; the hook's recording ([`hook::health::HealthReport`]: `failing`
-/// while the ledger refuses its groups, a full disk, say); with `--brokers`, the outbox too ([`OutboxHealth`]).
+/// while the ledger refuses its groups, a full disk, say); with `--brokers`, the outbox too ([`outbox::OutboxHealth`]).
 /// The status stays "ok" through those: a restart would not bring the disk or the broker back, and would cost a
 /// state rebuild. Only a failed sync of the log (durability full) answers 503, status "not_durable": every request
 /// fails from then on, and a restart is what ends it.
@@ -307,102 +288,11 @@ async fn healthz(State(app): State<Arc<App>>) -> (axum::http::StatusCode, Json<s
     };
     let body = match &app.outbox {
         Some(outbox) => {
-            serde_json::json!({"status": status, "hook": hook, "outbox": *outbox.lock().expect("never poisoned")})
+            serde_json::json!({"status": status, "hook": hook, "outbox": outbox.latest()})
         }
         None => serde_json::json!({"status": status, "hook": hook}),
     };
     (code, Json(body))
-}
-
-/// The outbox publisher's thread, and where it leaves what it saw in its last pass.
-struct Publisher {
-    health: Arc<Mutex<OutboxHealth>>,
-    /// Dropped to stop the thread: it waits on the other end between passes.
-    stop: std::sync::mpsc::Sender<()>,
-    thread: std::thread::JoinHandle<()>,
-}
-
-impl Publisher {
-    /// Stops the thread after the pass it is in (a pass waits for the broker 5 s at most), and waits for it.
-    fn stop(self) {
-        drop(self.stop);
-        if self.thread.join().is_err() {
-            eprintln!("serve: the outbox publisher panicked");
-        }
-    }
-}
-
-/// The publisher thread, the outbox published every second: read through a connection of its own, the
-/// acknowledgements recorded by the hook's writer.
-fn spawn_outbox_publisher(
-    ledger_path: PathBuf,
-    hook: Hook,
-    brokers: String,
-    settings: Vec<(String, String)>,
-) -> anyhow::Result<Publisher> {
-    let mut outbox = HookOutbox { reader: ledger::Ledger::open(&ledger_path)?, hook };
-    let timeout = Duration::from_millis(OUTBOX_INTERVAL_MS * 5);
-    let mut publisher = ingest::outbox::Publisher::new(&brokers, &settings, timeout)?;
-    let health = Arc::new(Mutex::new(OutboxHealth::now(outbox.pending_count()?, None)));
-    let seen = Arc::clone(&health);
-    let (stop, stopping) = std::sync::mpsc::channel::<()>();
-    // The pause between passes; false once the publisher is told to stop.
-    let pause = move || {
-        matches!(
-            stopping.recv_timeout(Duration::from_millis(OUTBOX_INTERVAL_MS)),
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout)
-        )
-    };
-    let thread = std::thread::Builder::new().name("outbox".into()).spawn(move || {
-        let topics = ingest::outbox::OutboxTopics::defaults();
-        let mut said = kafka::Said::default();
-        // One publisher per ledger (a `reconcile --brokers` publishes the outbox too): a pass is skipped while
-        // another holds the ledger's publisher lock, and the lock is kept once taken.
-        let mut lock: Option<ledger::ProcessLock> = None;
-        loop {
-            if lock.is_none() {
-                match ledger::ProcessLock::acquire(&ledger_path, "publisher") {
-                    Ok(taken) => lock = Some(taken),
-                    Err(error) => {
-                        let pending = outbox.pending_count().unwrap_or(0);
-                        *seen.lock().expect("never poisoned") = OutboxHealth::now(pending, Some(error.to_string()));
-                        if !pause() {
-                            return;
-                        }
-                        continue;
-                    }
-                }
-            }
-            let pass = match publisher.publish(&mut outbox, &topics, timeout) {
-                Ok(report) => {
-                    let last_error = report.last_error.filter(|_| report.pending > 0);
-                    match &last_error {
-                        Some(error) if said.again(error) => {
-                            eprintln!("serve: outbox: {} entries wait for the broker: {error}", report.pending);
-                        }
-                        Some(_) => {}
-                        None if said.over() => {
-                            eprintln!("serve: outbox: publishing again, {} entries pending", report.pending);
-                        }
-                        None => {}
-                    }
-                    OutboxHealth::now(report.pending, last_error)
-                }
-                Err(error) => {
-                    let error = super::error_line(&anyhow::Error::new(error));
-                    eprintln!("serve: outbox: {error}");
-                    let pending =
-                        outbox.pending_count().unwrap_or_else(|_| seen.lock().expect("never poisoned").pending);
-                    OutboxHealth::now(pending, Some(error))
-                }
-            };
-            *seen.lock().expect("never poisoned") = pass;
-            if !pause() {
-                return;
-            }
-        }
-    })?;
-    Ok(Publisher { health, stop, thread })
 }
 
 /// `serve`'s outbox: read through its own connection, written by the hook's writer. Recording acknowledgements

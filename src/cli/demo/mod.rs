@@ -20,10 +20,10 @@ use hook::{CheckRequest, Hook, HookSettings};
 use indicatif::{ProgressBar, ProgressStyle};
 use ingest::consumer::{KafkaIngestProgress, KafkaIngestSettings, ingest_kafka};
 use ingest::generate::{GenerateReport, GenerateSettings, Generated, Generator};
-use ingest::outbox::{OutboxTopics, PublishReport};
 use kafka::admin::EmbeddedBroker;
 use kafka::producer::KafkaProducer;
 use ledger::{Durability, Ledger, Period, PeriodExportRow, ProcessLock};
+use outbox::{OutboxTopics, PublishReport};
 use reports::LedgerSession;
 use reports::export::{BillingExport, Format};
 use schemas::*;
@@ -346,7 +346,7 @@ impl Demo {
     fn publish_outbox(&self) -> anyhow::Result<PublishReport> {
         let mut ledger = Ledger::open(&self.ledger_path)?;
         let timeout = Duration::from_millis(super::reconcile::PUBLISH_TIMEOUT_MS);
-        let report = ingest::outbox::publish(&mut ledger, &self.brokers, &[], &OutboxTopics::defaults(), timeout)?;
+        let report = outbox::publish(&mut ledger, &self.brokers, &[], &OutboxTopics::defaults(), timeout)?;
         anyhow::ensure!(report.pending == 0, "the mock broker left {} outbox entries unacknowledged", report.pending);
         Ok(report)
     }

@@ -1,8 +1,40 @@
-//! Publishing the ledger's outbox (adjustments, the hook's decisions and usage) to Kafka: pending entries in
-//! ledger order, single-object Avro on their type's topic with the tenant as key, through an idempotent
-//! producer; each acknowledgement is recorded in the ledger. Unacknowledged entries stay pending and are sent
-//! again by the next publish, so a broker outage delays them and never loses one. An entry acknowledged but not
-//! yet recorded when the process dies is sent twice: consumers deduplicate by event_id (SPEC 4.3).
+//! The outbox: what the ledger records for others reaches Kafka. Reconcile's adjustments and the enforcement hook's
+//! decisions and usage are written to the ledger's outbox in the transaction that records them (SPEC 6); this crate
+//! publishes them: pending entries in ledger order, single-object Avro on their type's topic with the tenant as
+//! key, through an idempotent producer; each acknowledgement is recorded in the ledger. Unacknowledged entries stay
+//! pending and are sent again by the next publish, so a broker outage delays them and never loses one. An entry
+//! acknowledged but not yet recorded when the process dies is sent twice: consumers deduplicate by event_id
+//! (SPEC 4.3).
+//!
+//! A command publishes now and then with [`publish`] (`reconcile --brokers`, the demo); a server keeps a
+//! [`PublisherThread`] that publishes every [`PUBLISH_INTERVAL_MS`] (`serve --brokers`).
+//!
+//! ```
+//! use std::time::Duration;
+//! use outbox::OutboxTopics;
+//!
+//! # let dir = tempfile::tempdir().unwrap();
+//! # let path = dir.path().join("ledger.db");
+//! let hook = hook::Hook::start(&path, hook::HookSettings::default()).unwrap();
+//! let ask = hook::CheckRequest {
+//!     tenant: "org-42".into(), subject: None, metric: "requests".into(), amount: 1,
+//!     idempotency_key: "k-1".into(), request_id: None,
+//! };
+//! assert!(hook.check(ask).unwrap().allowed());
+//! drop(hook);
+//! let broker = kafka::admin::EmbeddedBroker::start(1).unwrap();
+//! let mut ledger = ledger::Ledger::open(&path).unwrap();
+//! let topics = OutboxTopics::defaults();
+//! let report = outbox::publish(&mut ledger, &broker.bootstrap_servers(), &[], &topics, Duration::from_secs(10))
+//!     .unwrap();
+//! assert_eq!((report.published, report.pending), (2, 0), "the decision and its usage");
+//! ```
+
+#![deny(missing_docs)]
+
+mod thread;
+
+pub use thread::{HealthWatch, OutboxHealth, PUBLISH_INTERVAL_MS, PublisherThread, StartError};
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Mutex;
@@ -32,14 +64,27 @@ pub const OUTBOX_RETRY_WAIT_MS: u64 = 1_000;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OutboxPublishError {
+    /// librdkafka refused the producer's configuration (a bad `-X` setting, say).
     #[error("cannot create the Kafka producer for {brokers}")]
-    Create { brokers: String, source: KafkaError },
+    Create {
+        /// `bootstrap.servers`.
+        brokers: String,
+        /// librdkafka's reason.
+        source: KafkaError,
+    },
+    /// An entry's record type has no topic in the [`OutboxTopics`].
     #[error("no topic is configured for {event_type} entries of the outbox")]
-    NoTopic { event_type: String },
+    NoTopic {
+        /// The record type's name.
+        event_type: String,
+    },
+    /// Reading the pending entries failed.
     #[error("cannot read the outbox")]
     Read(#[from] ledger::ReadError),
+    /// Recording acknowledgements failed: they are sent again by the next publish.
     #[error("cannot record acknowledgements")]
     Record(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The ledger's log could not be made durable, so nothing it holds is published.
     #[error("cannot sync the ledger's log before publishing what it holds")]
     SyncLog(#[source] std::io::Error),
 }
@@ -94,6 +139,7 @@ impl OutboxTopics {
         self.by_type.push((event_type, topic.to_string()));
     }
 
+    /// The topic of `event_type`, if it has one.
     pub fn topic_of(&self, event_type: EventType) -> Option<&str> {
         self.by_type.iter().find(|(t, _)| *t == event_type).map(|(_, name)| name.as_str())
     }
@@ -102,9 +148,11 @@ impl OutboxTopics {
 /// What a publish did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct PublishReport {
+    /// Entries acknowledged by the brokers and recorded as published.
     pub published: u64,
     /// Still pending when the time ran out (sent again by the next publish).
     pub pending: u64,
+    /// Chunks sent, first attempts and retries.
     pub attempts: u64,
     /// The last delivery error seen, if any.
     pub last_error: Option<String>,
