@@ -13,6 +13,9 @@
 //! assert_eq!(report.records, 0);
 //! ```
 
+#![deny(missing_docs)]
+
 pub mod consumer;
 pub mod file;
+#[allow(missing_docs)] // moves to the tools crate next
 pub mod generate;
