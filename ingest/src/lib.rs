@@ -17,5 +17,3 @@
 
 pub mod consumer;
 pub mod file;
-#[allow(missing_docs)] // moves to the tools crate next
-pub mod generate;

@@ -59,6 +59,9 @@ pub const OUTBOX_CHUNK_ENTRIES: u64 = 10_000;
 pub const OUTBOX_RECORD_ENTRIES: usize = 1_000;
 /// Wait between two attempts while a broker does not acknowledge.
 pub const OUTBOX_RETRY_WAIT_MS: u64 = 1_000;
+/// How long a command that publishes now and then (`reconcile --brokers`, the demo) keeps retrying the outbox when a
+/// broker does not acknowledge; what is left stays pending for the next.
+pub const PUBLISH_TIMEOUT_MS: u64 = 30_000;
 
 /// Publishing failed for a reason retrying cannot fix.
 #[derive(Debug, thiserror::Error)]

@@ -19,8 +19,6 @@ use serde::Serialize;
 
 use super::kafka_args::parse_setting;
 
-/// How long a run keeps retrying the outbox when a broker does not acknowledge; what is left stays pending.
-pub const PUBLISH_TIMEOUT_MS: u64 = 30_000;
 /// Rows of the "largest overshoots" table.
 const LARGEST_SHOWN: usize = 10;
 /// Rows of the per-tenant table.
@@ -47,7 +45,7 @@ pub struct ReconcileArgs {
     #[arg(long, default_value = "quota.adjustments")]
     adjustments_topic: String,
     /// How long to keep retrying unacknowledged adjustments before leaving them pending.
-    #[arg(long, default_value_t = PUBLISH_TIMEOUT_MS)]
+    #[arg(long, default_value_t = outbox::PUBLISH_TIMEOUT_MS)]
     publish_timeout_ms: u64,
 }
 
