@@ -1,6 +1,6 @@
 //! Tools: what developers, testers and a first-time reader run around the pipeline, not the pipeline itself. A
 //! realistic synthetic month of traffic ([`generate`]), events from JSON lines to Kafka ([`produce`]), the
-//! benchmarks that measure each stage against a floor or a peer on this machine ([`bench`]), and the demo that
+//! benchmarks that measure each stage against a floor or a peer on this machine ([`bench`](mod@bench)), and the demo that
 //! plays the whole pipeline on an embedded broker and draws `report.html` ([`demo`]).
 //!
 //! Every tool calls the same library code as the command that does the work alone (ingest, the hook, reconcile,

@@ -85,3 +85,30 @@ pub fn produce_events(
     }
     producer.finish()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const USAGE: &str = r#"{"event_id": "u-1", "occurred_at": "2026-11-02T10:00:00Z", "tenant": "org-42", "subject": null, "metric": "tokens", "source": "test", "quantity": QUANTITY, "request_id": null, "attributes": {}}"#;
+
+    fn usage(quantity: i64) -> String {
+        USAGE.replace("QUANTITY", &quantity.to_string())
+    }
+
+    #[test]
+    fn every_line_is_an_event_and_blank_lines_are_skipped() {
+        let text = format!("{}\n\n{}\n", usage(1), usage(2));
+        let events = read_events(text.as_bytes(), EventType::UsageEvent, "usage.jsonl").unwrap();
+        assert_eq!(events.len(), 2);
+    }
+
+    #[test]
+    fn a_bad_line_stops_the_input_naming_the_line() {
+        let text = format!("{}\n{}\n", usage(1), usage(-3));
+        let error = read_events(text.as_bytes(), EventType::UsageEvent, "usage.jsonl").unwrap_err();
+        assert_eq!(error.to_string(), "usage.jsonl line 2 is not a valid UsageEvent");
+        let error = read_events("{\"tenant\": 1}\n".as_bytes(), EventType::UsageEvent, "-").unwrap_err();
+        assert!(matches!(error, JsonLinesError::NotEvent { line: 1, .. }), "{error}");
+    }
+}

@@ -201,7 +201,7 @@ fn prepare_out(out: &Path) -> anyhow::Result<()> {
 }
 
 impl<'a> Demo<'a> {
-    /// Runs one step, timed, and prints what it did.
+    /// Runs one step, timed, and shows what it did.
     fn step(&mut self, name: &str, body: impl FnOnce(&mut Self) -> anyhow::Result<String>) -> anyhow::Result<()> {
         let started = Instant::now();
         let summary = body(self).with_context(|| format!("demo step {name:?} failed"))?;
