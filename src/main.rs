@@ -96,19 +96,32 @@ fn main() -> ExitCode {
     }
 }
 
-/// Log lines on stderr: librdkafka's warnings and errors, named after the client that wrote them (`outbox:
-/// librdkafka FAIL: ...`). rdkafka's own (its "Global error" lines repeat librdkafka's) and every other crate's
-/// are off. `QUOTA_LEDGER_LOG` takes `RUST_LOG`'s syntax for more, e.g. `librdkafka=debug` with `-X
-/// debug=broker,protocol` (the log level of the Kafka clients follows it), or `rdkafka=warn`.
+/// The workspace's library crates: their log lines are the operator's messages (`ingest: waiting for the brokers
+/// at ...`, `serve: outbox: ...`), shown from level info and printed as they are, each saying who speaks.
+const WORKSPACE_CRATES: [&str; 10] =
+    ["schemas", "ledger", "kafka", "ingest", "outbox", "reconcile", "reports", "hook", "serve", "tools"];
+
+/// Log lines on stderr: the workspace crates' from level info, and librdkafka's warnings and errors, named after the
+/// client that wrote them (`outbox: librdkafka FAIL: ...`), both printed as bare messages. rdkafka's own (its
+/// "Global error" lines repeat librdkafka's) and every other crate's are off. `QUOTA_LEDGER_LOG` takes `RUST_LOG`'s
+/// syntax for more, e.g. `librdkafka=debug` with `-X debug=broker,protocol` (the log level of the Kafka clients
+/// follows it), or `rdkafka=warn`; or less, e.g. `ingest=warn`.
 fn init_logging() {
     use std::io::Write;
-    env_logger::Builder::new()
-        .filter_level(log::LevelFilter::Off)
-        .filter_module("librdkafka", log::LevelFilter::Warn)
+    let mut builder = env_logger::Builder::new();
+    builder.filter_level(log::LevelFilter::Off).filter_module("librdkafka", log::LevelFilter::Warn);
+    for name in WORKSPACE_CRATES {
+        builder.filter_module(name, log::LevelFilter::Info);
+    }
+    builder
         .parse_env(env_logger::Env::new().filter("QUOTA_LEDGER_LOG"))
-        .format(|out, record| match record.target() {
-            "librdkafka" => writeln!(out, "{}", record.args()),
-            target => writeln!(out, "{target} {}: {}", record.level(), record.args()),
+        .format(|out, record| {
+            let target = record.target();
+            let crate_name = target.split("::").next().unwrap_or(target);
+            match crate_name == "librdkafka" || WORKSPACE_CRATES.contains(&crate_name) {
+                true => writeln!(out, "{}", record.args()),
+                false => writeln!(out, "{target} {}: {}", record.level(), record.args()),
+            }
         })
         .init();
 }

@@ -6,7 +6,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use ingest::produce::KafkaProducer;
+use kafka::producer::KafkaProducer;
 use serde_json::Value;
 use support::brokers::Broker;
 use support::*;
@@ -59,7 +59,7 @@ fn produce_poison(broker: &Broker) -> Vec<String> {
     let mut good_ids = Vec::new();
     let topics = ["quota.usage", "quota.decisions", "quota.reservations", "quota.grants", "quota.policies"];
     for (index, topic) in topics.iter().enumerate() {
-        let event_type = ingest::topics::Topics::defaults().event_type(topic).expect("a default topic");
+        let event_type = kafka::topics::Topics::defaults().event_type(topic).expect("a default topic");
         let good = |n: u32| sample_event(event_type, &format!("poison-{index}-{n}"));
         let other_type = if event_type == schemas::EventType::UsageEvent {
             sample_event(schemas::EventType::GrantEvent, &format!("poison-{index}-other"))

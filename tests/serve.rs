@@ -615,7 +615,7 @@ fn one_producer_publishes_pass_after_pass() {
 #[test]
 fn a_missing_topic_is_named_and_the_others_are_published() {
     let test = ledger_with(hard_policy(1_000_000, Window::MONTH));
-    let waiting = ingest::outbox::OUTBOX_CHUNK_ENTRIES + 1_000;
+    let waiting = outbox::OUTBOX_CHUNK_ENTRIES + 1_000;
     let mut ledger = ledger::Ledger::open(&test.path).unwrap();
     let events = (0..waiting)
         .map(|i| ledger::Incoming {
@@ -658,6 +658,24 @@ fn a_missing_topic_is_named_and_the_others_are_published() {
     let said: Vec<&str> = stderr.lines().filter(|l| l.contains("entries wait for the broker")).collect();
     assert!(!said.is_empty() && said.len() <= 2, "the reason said once (twice if it changed): {stderr}");
     assert!(said.iter().any(|l| l.contains("quota.usage does not exist on")), "{stderr}");
+}
+
+// The outbox's lines are log records of the outbox crate since the services left the binary: by default they reach
+// serve's stderr with the same words as before, and the wait's reason is said once, not at every pass.
+#[test]
+fn with_no_broker_stderr_says_once_why_the_outbox_waits() {
+    let test = ledger_with(hard_policy(1_000_000, Window::MONTH));
+    let nobody = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let server = Server::start_logged(&test, &["--brokers", &nobody]);
+    assert_eq!(server.check("k-1", 3).0, 200);
+    let stderr = eventually(30, "stderr said why the outbox waits", || {
+        let stderr = Server::stderr(&test);
+        stderr.contains("serve: outbox: 2 entries wait for the broker: ").then_some(stderr)
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let said = Server::stderr(&test).lines().filter(|l| l.contains("entries wait for the broker")).count();
+    assert!((1..=2).contains(&said), "the reason said once (twice if it changed), not at every pass: {stderr}");
+    assert_eq!(server.health()["outbox"]["pending"], 2, "the decision and its usage wait");
 }
 
 // SPEC 6: what the hook publishes comes back through ingest as exact duplicates of what the ledger holds: nothing counted twice.

@@ -18,29 +18,62 @@ pub const FILE_BATCH_EVENTS: usize = 5_000;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum FileIngestError {
+    /// The file cannot be opened or read.
     #[error("cannot read {path}")]
-    Open { path: PathBuf, source: std::io::Error },
+    Open {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's reason.
+        source: std::io::Error,
+    },
+    /// The file's header is not an Avro object container file of a record type of the catalog.
     #[error("{path} is not a readable Avro object container file of the catalog")]
-    NotContainer { path: PathBuf, source: DecodeError },
+    NotContainer {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong with it.
+        source: DecodeError,
+    },
+    /// The ledger refused a batch.
     #[error("appending the records of {path} to the ledger failed")]
-    Append { path: PathBuf, source: AppendError },
+    Append {
+        /// The file.
+        path: PathBuf,
+        /// The ledger's reason.
+        source: AppendError,
+    },
+    /// The progress of an earlier ingest of the file could not be read.
     #[error("reading how far an earlier ingest of {path} got failed")]
-    Progress { path: PathBuf, source: ReadError },
+    Progress {
+        /// The file.
+        path: PathBuf,
+        /// The ledger's reason.
+        source: ReadError,
+    },
 }
 
 /// What an ingest of one file did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct FileIngestReport {
+    /// The file, as given.
     pub file: String,
+    /// The record type of its records.
     pub record_type: String,
+    /// The CRC-64-AVRO fingerprint of its writer schema, in hex.
     pub writer_fingerprint: String,
+    /// Records read in this run.
     pub records: u64,
+    /// Events recorded as new.
     pub recorded: u64,
+    /// Exact duplicates of events recorded before.
     pub duplicates: u64,
+    /// Conflicting duplicates: kept for audit, never counted.
     pub conflicts: u64,
+    /// Records quarantined (they failed to decode or validate).
     pub quarantined: u64,
     /// Bad records the quarantine held already, from an earlier ingest of this file at the same place.
     pub already_quarantined: u64,
+    /// The ledger's watermark after the last append.
     pub watermark: u64,
     /// Records not appended again: an earlier ingest of this file (the same sync marker, the same records) had
     /// appended them, up to its last committed batch. `records` counts the others.
@@ -60,7 +93,9 @@ pub struct FileIngestReport {
 /// Where a container file stopped being readable.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Damage {
+    /// The index of the first record that could not be read.
     pub record: u64,
+    /// Why.
     pub message: String,
 }
 
@@ -106,6 +141,7 @@ impl Prefix {
 }
 
 impl ContainerFile {
+    /// Opens the file at `path` and reads its header: a missing or unreadable file fails here.
     pub fn open(path: &Path) -> Result<ContainerFile, FileIngestError> {
         let open = || File::open(path).map_err(|source| FileIngestError::Open { path: path.to_path_buf(), source });
         let not_container = |source| FileIngestError::NotContainer { path: path.to_path_buf(), source };

@@ -1,21 +1,19 @@
-//! `bench append`: the ledger's append against the floor of this disk, in one run.
-//!
-//! The floor is a bare SQLite insert of the same rows (same tables and columns, same batches, same WAL and
-//! synchronous settings) with no deduplication index, no hash chain, no triggers and no checks, its payloads
-//! encoded before the clock starts. The ledger's append does all of that work inside the clock.
+//! `bench append|hook|reconcile|export`: the benchmarks of the `tools` crate, their figures printed as aligned lines
+//! or, with `--json`, as JSON.
 
-use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use clap::Subcommand;
-use indicatif::{ProgressBar, ProgressStyle};
-use ledger::{Batch, Incoming, Ledger, Origin};
-use rusqlite::{Connection, params};
-use schemas::{Catalog, Event, Header, Timestamp, UsageEvent};
+use tools::bench::append::{AppendFigures, AppendSettings};
+use tools::bench::export::{ExportBenchSettings, ExportFigures, PERIOD};
+use tools::bench::hook::{Figures, HookBenchSettings};
+use tools::bench::reconcile::{AS_OF, ReconcileBenchSettings, ReconcileFigures};
+
+/// Progress bars of the benchmarks' long steps.
+const BAR_TEMPLATE: &str = "{msg:16} {bar:40} {pos}/{len} [{elapsed}]";
 
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
@@ -85,194 +83,145 @@ pub enum BenchCommand {
     },
 }
 
-#[derive(Debug, serde::Serialize)]
-struct AppendFigures {
-    events: u64,
-    batch_events: usize,
-    ledger_seconds: f64,
-    ledger_events_per_second: f64,
-    bare_insert_seconds: f64,
-    bare_insert_events_per_second: f64,
-    /// ledger rate / bare insert rate.
-    ratio: f64,
-}
-
 pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
+    let display = super::ProgressDisplay::new(BAR_TEMPLATE);
+    let progress = |p| display.show(p);
     match command {
-        BenchCommand::Append { events, batch_events, dir, json } => bench_append(events, batch_events, dir, json),
+        BenchCommand::Append { events, batch_events, dir, json } => {
+            let figures = tools::bench::append::run(&AppendSettings { events, batch_events, dir }, &progress)?;
+            print(&figures, json, print_append)
+        }
         BenchCommand::Hook { concurrency, seconds, random_request_ids, json } => {
-            super::bench_hook::run(&concurrency, seconds, random_request_ids, json)
+            let settings = HookBenchSettings { concurrency, seconds, random_request_ids, binary: binary()? };
+            // Each concurrency's lines as they come: a run at the defaults takes minutes.
+            let figures =
+                tools::bench::hook::run(&settings, &mut |measured| if json { Ok(()) } else { print_hook(measured) })?;
+            if json {
+                super::print_json(&figures)?;
+            }
+            Ok(ExitCode::SUCCESS)
         }
         BenchCommand::Reconcile { events, tenants, dir, json } => {
-            super::bench_reconcile::run(events, tenants, dir, json)
+            let settings = ReconcileBenchSettings { events, tenants, dir, binary: binary()? };
+            print(&tools::bench::reconcile::run(&settings, &progress)?, json, print_reconcile)
         }
-        BenchCommand::Export { events, tenants, dir, json } => super::bench_export::run(events, tenants, dir, json),
+        BenchCommand::Export { events, tenants, dir, json } => {
+            let settings = ExportBenchSettings { events, tenants, dir, binary: binary()? };
+            print(&tools::bench::export::run(&settings, &progress)?, json, print_export)
+        }
     }
 }
 
-fn bench_append(events: u64, batch_events: usize, dir: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode> {
-    anyhow::ensure!(batch_events > 0, "--batch-events must be at least 1");
-    let temporary = tempfile::tempdir().context("cannot create a temporary directory")?;
-    let dir = dir.unwrap_or_else(|| temporary.path().to_path_buf());
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let catalog = Catalog::builtin();
-    for file in ["bench-ledger.db", "bench-bare.db"] {
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(dir.join(format!("{file}{suffix}")));
-        }
-    }
-    eprintln!("generating {events} UsageEvents ...");
-    let usage: Vec<Event> = (0..events).map(usage_event).collect();
-    let ledger_time = time_ledger(&dir.join("bench-ledger.db"), catalog, &usage, batch_events)?;
-    let bare_time = time_bare_insert(&dir.join("bench-bare.db"), catalog, &usage, batch_events)?;
-    let rate = |d: Duration| events as f64 / d.as_secs_f64();
-    let figures = AppendFigures {
-        events,
-        batch_events,
-        ledger_seconds: ledger_time.as_secs_f64(),
-        ledger_events_per_second: rate(ledger_time),
-        bare_insert_seconds: bare_time.as_secs_f64(),
-        bare_insert_events_per_second: rate(bare_time),
-        ratio: rate(ledger_time) / rate(bare_time),
-    };
+/// This binary: the benchmarks run its commands as child processes.
+fn binary() -> anyhow::Result<PathBuf> {
+    std::env::current_exe().context("cannot find the quota-ledger binary")
+}
+
+/// Figures as JSON, or as lines for people.
+fn print<F: serde::Serialize>(
+    figures: &F,
+    json: bool,
+    for_people: fn(&F) -> anyhow::Result<()>,
+) -> anyhow::Result<ExitCode> {
     if json {
-        super::print_json(&figures)?;
+        super::print_json(figures)?
     } else {
-        let mut out = super::stdout();
-        writeln!(out, "events {events}, {batch_events} per batch, files in {}", dir.display())?;
-        writeln!(
-            out,
-            "ledger append  {:8.2} s  {:>10.0} events/s",
-            figures.ledger_seconds, figures.ledger_events_per_second
-        )?;
-        writeln!(
-            out,
-            "bare insert    {:8.2} s  {:>10.0} events/s",
-            figures.bare_insert_seconds, figures.bare_insert_events_per_second
-        )?;
-        writeln!(out, "ratio          {:8.3}  (ledger / bare insert)", figures.ratio)?;
+        for_people(figures)?
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// splitmix64: a deterministic spread of bits for ids that look random, as producers' UUIDs do.
-pub(super) fn mix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
+fn print_append(figures: &AppendFigures) -> anyhow::Result<()> {
+    let mut out = super::stdout();
+    let (events, batch_events) = (figures.events, figures.batch_events);
+    writeln!(out, "events {events}, {batch_events} per batch, files in {}", figures.dir.display())?;
+    writeln!(
+        out,
+        "ledger append  {:8.2} s  {:>10.0} events/s",
+        figures.ledger_seconds, figures.ledger_events_per_second
+    )?;
+    writeln!(
+        out,
+        "bare insert    {:8.2} s  {:>10.0} events/s",
+        figures.bare_insert_seconds, figures.bare_insert_events_per_second
+    )?;
+    writeln!(out, "ratio          {:8.3}  (ledger / bare insert)", figures.ratio)?;
+    Ok(())
 }
 
-/// The i-th UsageEvent of the benchmark: 1,000 tenants, three metrics, one November.
-fn usage_event(i: u64) -> Event {
-    const METRICS: [&str; 3] = ["requests", "tokens", "bytes"];
-    let bits = mix(i);
-    let november_2026 = Timestamp::parse_rfc3339("2026-11-01T00:00:00Z").expect("a valid timestamp").micros();
-    let month_micros = 30 * 24 * 3_600 * 1_000_000i64;
-    Event::Usage(UsageEvent {
-        header: Header {
-            event_id: format!("{:016x}{:016x}", bits, mix(bits)),
-            occurred_at: Timestamp(november_2026 + (bits % month_micros as u64) as i64),
-            tenant: format!("org-{}", bits % 1_000),
-            subject: Some(format!("key-{}", (bits >> 20) % 10)),
-            metric: METRICS[(bits >> 40) as usize % METRICS.len()].to_string(),
-            source: "bench".to_string(),
-        },
-        quantity: (bits >> 8) as i64 % 1_000,
-        request_id: Some(format!("req-{i}")),
-        attributes: BTreeMap::new(),
-    })
-}
-
-fn progress(label: &str, total: u64) -> ProgressBar {
-    let style = ProgressStyle::with_template("{msg:14} {bar:40} {pos}/{len} [{elapsed}]").expect("a valid template");
-    ProgressBar::new(total).with_style(style).with_message(label.to_string())
-}
-
-fn time_ledger(path: &Path, catalog: &Catalog, usage: &[Event], batch_events: usize) -> anyhow::Result<Duration> {
-    let mut ledger = Ledger::open(path)?;
-    // As ingest from Kafka appends.
-    ledger.keep_key_filter()?;
-    let batches: Vec<Batch> = usage
-        .chunks(batch_events)
-        .map(|chunk| Batch {
-            events: chunk
-                .iter()
-                .map(|event| Incoming {
-                    event: event.clone(),
-                    origin: Origin::Local { name: "bench".into() },
-                    raw: Some(catalog.encode_single_object(event)),
-                })
-                .collect(),
-            ..Batch::default()
-        })
-        .collect();
-    let bar = progress("ledger append", usage.len() as u64);
-    let start = Instant::now();
-    for batch in &batches {
-        ledger.append(batch)?;
-        bar.inc(batch.events.len() as u64);
+fn print_hook(measured: &[Figures]) -> anyhow::Result<()> {
+    for f in measured {
+        let caught_up = match f.outbox_caught_up_ms {
+            Some(ms) => format!("  outbox published {ms} ms after"),
+            None => String::new(),
+        };
+        writeln!(
+            super::stdout(),
+            "{:42} c={:<3} {:>8} req  {:>9.0} decisions/s  p50 {:>8.0} us  p99 {:>8.0} us{caught_up}",
+            f.peer,
+            f.concurrency,
+            f.requests,
+            f.decisions_per_second,
+            f.p50_us,
+            f.p99_us
+        )?;
     }
-    let elapsed = start.elapsed();
-    bar.finish_and_clear();
-    anyhow::ensure!(ledger.status()?.events_recorded == usage.len() as u64, "every benchmark event is recorded");
-    Ok(elapsed)
+    Ok(())
 }
 
-const BARE_TABLES: &str = "
-    CREATE TABLE entries (
-        seq INTEGER PRIMARY KEY, event_id TEXT, event_type TEXT, status TEXT, duplicate_of INTEGER, tenant TEXT,
-        subject TEXT, metric TEXT, source TEXT, occurred_at INTEGER, origin TEXT, origin_stream TEXT,
-        origin_partition INTEGER, origin_offset INTEGER, recorded_at INTEGER, payload_fingerprint INTEGER,
-        payload BLOB, raw BLOB, payload_hash BLOB, entry_hash BLOB);
-    CREATE TABLE usage_events (seq INTEGER PRIMARY KEY, quantity INTEGER, request_id TEXT, attributes TEXT);";
+fn print_reconcile(figures: &ReconcileFigures) -> anyhow::Result<()> {
+    let mut out = super::stdout();
+    let (events_recorded, tenants) = (figures.events_recorded, figures.tenants);
+    writeln!(
+        out,
+        "ledger {} ({:.0} MiB): {events_recorded} events, {tenants} tenants",
+        figures.ledger.display(),
+        figures.ledger_file_mib
+    )?;
+    writeln!(
+        out,
+        "reconcile --as-of {AS_OF}   {:7.2} s  peak memory {:7.1} MiB  {} adjustments written",
+        figures.first_run_seconds, figures.first_run_peak_memory_mib, figures.adjustments_written
+    )?;
+    writeln!(
+        out,
+        "rerun (clean)                              {:7.2} s  peak memory {:7.1} MiB",
+        figures.rerun_seconds, figures.rerun_peak_memory_mib
+    )?;
+    Ok(())
+}
 
-fn time_bare_insert(path: &Path, catalog: &Catalog, usage: &[Event], batch_events: usize) -> anyhow::Result<Duration> {
-    let mut conn = Connection::open(path)?;
-    conn.pragma_update(None, "journal_mode", "WAL")?;
-    conn.pragma_update(None, "synchronous", "FULL")?;
-    conn.pragma_update(None, "wal_autocheckpoint", ledger::WAL_AUTOCHECKPOINT_PAGES)?;
-    conn.pragma_update(None, "cache_size", -ledger::CACHE_KIB)?;
-    conn.execute_batch(BARE_TABLES)?;
-    let payloads: Vec<Vec<u8>> = usage.iter().map(|e| catalog.encode_body(e)).collect();
-    let fingerprint = catalog.current(schemas::EventType::UsageEvent).fingerprint as i64;
-    let hash = [0u8; 32];
-    let bar = progress("bare insert", usage.len() as u64);
-    let start = Instant::now();
-    let mut seq = 0i64;
-    for (chunk, payload_chunk) in usage.chunks(batch_events).zip(payloads.chunks(batch_events)) {
-        let tx = conn.transaction()?;
-        for (event, payload) in chunk.iter().zip(payload_chunk) {
-            let Event::Usage(u) = event else { unreachable!("the benchmark appends UsageEvents") };
-            seq += 1;
-            let h = &u.header;
-            tx.prepare_cached(
-                "INSERT INTO entries VALUES (?1, ?2, 'UsageEvent', 'recorded', NULL, ?3, ?4, ?5, ?6, ?7, 'local',
-                 'bench', NULL, NULL, ?8, ?9, ?10, NULL, ?11, ?11)",
-            )?
-            .execute(params![
-                seq,
-                h.event_id,
-                h.tenant,
-                h.subject,
-                h.metric,
-                h.source,
-                h.occurred_at.micros(),
-                seq,
-                fingerprint,
-                payload,
-                &hash[..]
-            ])?;
-            tx.prepare_cached("INSERT INTO usage_events VALUES (?1, ?2, ?3, '{}')")?.execute(params![
-                seq,
-                u.quantity,
-                u.request_id
-            ])?;
-        }
-        tx.commit()?;
-        bar.inc(chunk.len() as u64);
-    }
-    let elapsed = start.elapsed();
-    bar.finish_and_clear();
-    Ok(elapsed)
+fn print_export(f: &ExportFigures) -> anyhow::Result<()> {
+    let mut out = super::stdout();
+    writeln!(
+        out,
+        "ledger ({:.0} MiB): {} events, {} tenants; migration {:.2} s; commit totals {:.2} s ({} reservations judged)",
+        f.ledger_file_mib,
+        f.events_recorded,
+        f.tenants,
+        f.migration_seconds,
+        f.commit_totals_seconds,
+        f.reservations_judged
+    )?;
+    writeln!(
+        out,
+        "export billing --period {PERIOD} --format csv      {:7.3} s  peak memory {:7.1} MiB  {} rows",
+        f.csv_seconds, f.csv_peak_memory_mib, f.rows
+    )?;
+    writeln!(
+        out,
+        "export billing --period {PERIOD} --format parquet  {:7.3} s  peak memory {:7.1} MiB",
+        f.parquet_seconds, f.parquet_peak_memory_mib
+    )?;
+    writeln!(
+        out,
+        "duckdb: sum of {} consumption rows by tenant, metric  {:7.3} s query ({:.3} s process)  peak memory {:7.1} MiB",
+        f.consumption_parquet_rows, f.duckdb_query_seconds, f.duckdb_process_seconds, f.duckdb_peak_memory_mib
+    )?;
+    writeln!(
+        out,
+        "ratio: parquet export / duckdb {:.2}, csv export / duckdb {:.2} (goal: at most 1.5)",
+        f.ratio_parquet, f.ratio_csv
+    )?;
+    Ok(())
 }

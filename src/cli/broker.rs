@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Subcommand;
-use ingest::admin::EmbeddedBroker;
+use kafka::admin::EmbeddedBroker;
 
 #[derive(Debug, Subcommand)]
 pub enum BrokerCommand {

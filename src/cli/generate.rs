@@ -1,14 +1,10 @@
 //! `generate --tenants N --events M --seed S [--to-kafka BROKERS | --out DIR]`.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::Args;
-use ingest::generate::{GenerateSettings, Generated, Generator};
-use ingest::produce::KafkaProducer;
-use schemas::{Catalog, EventType};
+use tools::generate::{self, GenerateSettings, Generator};
 
 use super::kafka_args::parse_setting;
 
@@ -41,66 +37,16 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
     settings.raw_malformed = args.to_kafka.is_some();
     let mut generator = Generator::new(settings);
     match (&args.to_kafka, &args.out) {
-        (Some(brokers), _) => to_kafka(&mut generator, brokers, &args.settings)?,
-        (None, Some(dir)) => to_files(&mut generator, dir)?,
+        (Some(brokers), _) => {
+            let report = generate::to_kafka(&mut generator, brokers, &args.settings)?;
+            eprintln!("generate: {} messages produced to {brokers} and acknowledged", report.delivered);
+        }
+        (None, Some(dir)) => {
+            generate::to_files(&mut generator, dir)?;
+            eprintln!("generate: files written to {}", dir.display());
+        }
         (None, None) => unreachable!("clap requires --to-kafka or --out"),
     }
     super::print_json(generator.report())?;
     Ok(ExitCode::SUCCESS)
-}
-
-fn to_kafka(generator: &mut Generator, brokers: &str, overrides: &[(String, String)]) -> anyhow::Result<()> {
-    let catalog = Catalog::builtin();
-    let mut producer = KafkaProducer::new(brokers, overrides)?;
-    for generated in generator.by_ref() {
-        send_generated(&mut producer, catalog, generated)?;
-    }
-    let report = producer.finish()?;
-    eprintln!("generate: {} messages produced to {brokers} and acknowledged", report.delivered);
-    Ok(())
-}
-
-/// Sends one generated message to its type's default topic (SPEC 2), the tenant as key; garbage as it is.
-pub(crate) fn send_generated(
-    producer: &mut KafkaProducer,
-    catalog: &Catalog,
-    generated: Generated,
-) -> anyhow::Result<()> {
-    let (event_type, key, bytes) = match generated {
-        Generated::Event(event) | Generated::Invalid(event) => {
-            (event.event_type(), event.header().tenant.clone(), catalog.encode_single_object(&event))
-        }
-        Generated::Garbage { event_type, key, bytes } => (event_type, key, bytes),
-    };
-    producer.send(event_type.default_topic(), &key, &bytes)?;
-    Ok(())
-}
-
-fn to_files(generator: &mut Generator, dir: &std::path::Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let catalog = Catalog::builtin();
-    let mut writers: BTreeMap<EventType, apache_avro::Writer<'static, std::io::BufWriter<std::fs::File>>> =
-        BTreeMap::new();
-    for generated in generator.by_ref() {
-        let event = match generated {
-            Generated::Event(event) | Generated::Invalid(event) => event,
-            Generated::Garbage { .. } => unreachable!("raw_malformed is off for files"),
-        };
-        let event_type = event.event_type();
-        let writer = match writers.entry(event_type) {
-            std::collections::btree_map::Entry::Occupied(entry) => entry.into_mut(),
-            std::collections::btree_map::Entry::Vacant(entry) => {
-                let path = dir.join(format!("{}.avro", event_type.name()));
-                let file = std::fs::File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
-                let schema = &catalog.current(event_type).schema;
-                entry.insert(apache_avro::Writer::new(schema, std::io::BufWriter::new(file))?)
-            }
-        };
-        writer.append_value(schemas::avro::to_value(&event))?;
-    }
-    for (_, writer) in writers {
-        writer.into_inner()?;
-    }
-    eprintln!("generate: files written to {}", dir.display());
-    Ok(())
 }

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use indicatif::ProgressBar;
+use ingest::consumer::{BATCH_MAX_EVENTS, BATCH_WAIT_MS, KafkaIngestProgress, KafkaIngestSettings, ingest_kafka};
 use ingest::file::{ContainerFile, FILE_BATCH_EVENTS};
-use ingest::kafka::{BATCH_MAX_EVENTS, BATCH_WAIT_MS, KafkaIngestProgress, KafkaIngestSettings, ingest_kafka};
-use ingest::topics::Topics;
+use kafka::topics::Topics;
 use ledger::ProcessLock;
 
 use super::kafka_args::parse_setting;

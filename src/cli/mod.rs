@@ -2,9 +2,6 @@
 
 pub mod audit;
 pub mod bench;
-pub mod bench_export;
-pub mod bench_hook;
-pub mod bench_reconcile;
 pub mod broker;
 pub mod demo;
 pub mod export;
@@ -106,6 +103,57 @@ pub fn open_for_append(path: &std::path::Path) -> anyhow::Result<ledger::Ledger>
 pub fn spinner() -> indicatif::ProgressBar {
     let style = indicatif::ProgressStyle::with_template("{spinner} {msg} [{elapsed}]").expect("a valid template");
     indicatif::ProgressBar::new_spinner().with_style(style)
+}
+
+/// Shows the [`tools::Progress`] of a tool's long steps on stderr: a bar in `bar_style` for a step of known length,
+/// a spinner otherwise (indicatif draws nothing when stderr is not a terminal); notes as lines.
+pub struct ProgressDisplay {
+    bar_style: indicatif::ProgressStyle,
+    shown: std::cell::RefCell<Option<indicatif::ProgressBar>>,
+}
+
+impl ProgressDisplay {
+    /// Steps of known length drawn with `bar_template` (indicatif's template syntax).
+    pub fn new(bar_template: &str) -> ProgressDisplay {
+        let bar_style = indicatif::ProgressStyle::with_template(bar_template).expect("a valid template");
+        ProgressDisplay { bar_style, shown: std::cell::RefCell::new(None) }
+    }
+
+    /// The same, the bar drawn with `chars` (filled, tip, empty).
+    pub fn with_chars(mut self, chars: &str) -> ProgressDisplay {
+        self.bar_style = self.bar_style.progress_chars(chars);
+        self
+    }
+
+    /// Shows one report of a step's progress.
+    pub fn show(&self, progress: tools::Progress) {
+        use tools::Progress;
+        let mut shown = self.shown.borrow_mut();
+        match progress {
+            Progress::Begin { step, total: Some(total) } => {
+                let bar = indicatif::ProgressBar::new(total).with_style(self.bar_style.clone()).with_message(step);
+                replace(&mut shown, bar);
+            }
+            Progress::Begin { step, total: None } => {
+                let bar = spinner();
+                bar.enable_steady_tick(std::time::Duration::from_millis(200));
+                bar.set_message(step);
+                replace(&mut shown, bar);
+            }
+            Progress::At(done) => shown.iter().for_each(|bar| bar.set_position(done)),
+            Progress::Doing(text) => shown.iter().for_each(|bar| bar.set_message(text.clone())),
+            Progress::End => shown.take().iter().for_each(|bar| bar.finish_and_clear()),
+            Progress::Note(text) => eprintln!("{text}"),
+            _ => {}
+        }
+    }
+}
+
+/// Clears the bar shown, if any, and shows `bar` instead.
+fn replace(shown: &mut Option<indicatif::ProgressBar>, bar: indicatif::ProgressBar) {
+    if let Some(old) = shown.replace(bar) {
+        old.finish_and_clear();
+    }
 }
 
 /// Prints a value as pretty JSON on stdout.

@@ -6,8 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use ingest::produce::KafkaProducer;
-use schemas::{Catalog, Event, EventType};
+use schemas::EventType;
 
 use super::kafka_args::KafkaConnection;
 
@@ -40,25 +39,8 @@ pub fn run(args: ProduceArgs) -> anyhow::Result<ExitCode> {
         let file = std::fs::File::open(&args.file).with_context(|| format!("cannot read {}", args.file.display()))?;
         Box::new(BufReader::new(file))
     };
-    // Every line is checked before the first is sent: a bad line stops the whole file, naming it.
-    let mut events = Vec::new();
-    for (index, line) in input.lines().enumerate() {
-        let line = line.with_context(|| format!("cannot read {}", args.file.display()))?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let place = || format!("{} line {}", args.file.display(), index + 1);
-        let event =
-            Event::from_json(event_type, &line).with_context(|| format!("{} is not a {event_type}", place()))?;
-        schemas::validate(&event).with_context(|| format!("{} is not a valid {event_type}", place()))?;
-        events.push(event);
-    }
-    let catalog = Catalog::builtin();
-    let mut producer = KafkaProducer::new(&args.kafka.brokers, &args.kafka.settings)?;
-    for event in &events {
-        producer.send(&topic, &event.header().tenant, &catalog.encode_single_object(event))?;
-    }
-    let report = producer.finish()?;
+    let events = tools::produce::read_events(input, event_type, &args.file.display().to_string())?;
+    let report = tools::produce::produce_events(&args.kafka.brokers, &args.kafka.settings, &topic, &events)?;
     if args.json {
         super::print_json(&report)?;
     } else {

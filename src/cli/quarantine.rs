@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use ingest::topics::Topics;
+use kafka::topics::Topics;
 use ledger::{Ledger, Origin, ProcessLock};
 
 #[derive(Debug, Subcommand)]

@@ -11,16 +11,14 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use ingest::outbox::{OutboxTopics, PublishReport};
 use ledger::{Ledger, ProcessLock};
+use outbox::{OutboxTopics, PublishReport};
 use reconcile::{Plan, Progress};
 use schemas::{AdjustmentEvent, AdjustmentKind, Event, EventType, Timestamp};
 use serde::Serialize;
 
 use super::kafka_args::parse_setting;
 
-/// How long a run keeps retrying the outbox when a broker does not acknowledge; what is left stays pending.
-pub const PUBLISH_TIMEOUT_MS: u64 = 30_000;
 /// Rows of the "largest overshoots" table.
 const LARGEST_SHOWN: usize = 10;
 /// Rows of the per-tenant table.
@@ -47,7 +45,7 @@ pub struct ReconcileArgs {
     #[arg(long, default_value = "quota.adjustments")]
     adjustments_topic: String,
     /// How long to keep retrying unacknowledged adjustments before leaving them pending.
-    #[arg(long, default_value_t = PUBLISH_TIMEOUT_MS)]
+    #[arg(long, default_value_t = outbox::PUBLISH_TIMEOUT_MS)]
     publish_timeout_ms: u64,
 }
 
@@ -105,7 +103,7 @@ pub fn run(ledger_path: &Path, args: ReconcileArgs) -> anyhow::Result<ExitCode> 
                 let mut topics = OutboxTopics::defaults();
                 topics.set(EventType::AdjustmentEvent, &args.adjustments_topic);
                 let timeout = Duration::from_millis(args.publish_timeout_ms);
-                Some(ingest::outbox::publish(&mut ledger, brokers, &args.settings, &topics, timeout)?)
+                Some(outbox::publish(&mut ledger, brokers, &args.settings, &topics, timeout)?)
             }
             Err(ledger::LockError::Held { holder, .. }) => {
                 eprintln!(

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use ingest::topics::Topics;
+use kafka::topics::Topics;
 
 use super::kafka_args::KafkaConnection;
 
@@ -32,7 +32,7 @@ pub fn run(command: TopicsCommand) -> anyhow::Result<ExitCode> {
     let inputs = if topics.is_empty() { Topics::defaults() } else { Topics::parse(&topics)? };
     let mut names = inputs.names();
     names.push(&adjustments_topic);
-    let created = ingest::admin::create_topics(&kafka.brokers, &names, partitions, &kafka.settings)?;
+    let created = kafka::admin::create_topics(&kafka.brokers, &names, partitions, &kafka.settings)?;
     for name in &names {
         let state = if created.iter().any(|c| c == name) { "created" } else { "exists" };
         writeln!(super::stdout(), "{name}  {state}")?;

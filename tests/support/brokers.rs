@@ -72,7 +72,7 @@ impl Broker {
     pub fn tansu_with_only(names: &[&str]) -> Option<Broker> {
         let broker = Broker::tansu_without_topics("memory://tansu/", None, None)?;
         let started = Instant::now();
-        while let Err(error) = ingest::admin::create_topics(&broker.bootstrap, names, 3, &[]) {
+        while let Err(error) = kafka::admin::create_topics(&broker.bootstrap, names, 3, &[]) {
             assert!(started.elapsed() < START_TIMEOUT, "creating {names:?} on {} failed: {error}", broker.bootstrap);
             std::thread::sleep(Duration::from_millis(200));
         }

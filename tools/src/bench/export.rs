@@ -11,11 +11,10 @@
 //! the query, measured inside Python, and its sums must equal the export's consumption.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Context;
 use arrow::array::{Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
@@ -23,8 +22,11 @@ use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use ledger::{Ledger, Period};
 use serde::Serialize;
 
+use super::ChildRun;
+use crate::Progress;
+
 /// The month the generator writes.
-const PERIOD: &str = "2026-11";
+pub const PERIOD: &str = "2026-11";
 /// DuckDB runs the query this many times and the best time counts (the first pays for reading the file).
 const DUCKDB_RUNS: u32 = 3;
 /// What the run says when DuckDB cannot run, before building anything or after.
@@ -32,82 +34,107 @@ const DUCKDB_MISSING: &str = "DuckDB failed (pip install duckdb)";
 /// Rows per batch of the consumption Parquet file.
 const PARQUET_BATCH_ROWS: usize = 65_536;
 
-#[derive(Debug, Serialize)]
-struct ExportFigures {
-    events_recorded: u64,
-    tenants: u32,
-    ledger_file_mib: f64,
-    migration_seconds: f64,
+/// What to generate and where.
+#[derive(Debug, Clone)]
+pub struct ExportBenchSettings {
+    /// Generated messages of the month.
+    pub events: u64,
+    /// Tenants of the generated month.
+    pub tenants: u32,
+    /// Where the ledger is kept (shared with `bench reconcile`) and the run's files are written; a temporary
+    /// directory when absent.
+    pub dir: Option<PathBuf>,
+    /// The `quota-ledger` binary whose `export billing` is timed.
+    pub binary: PathBuf,
+}
+
+/// The figures of one run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExportFigures {
+    /// Events in the ledger.
+    pub events_recorded: u64,
+    /// Tenants of the generated month.
+    pub tenants: u32,
+    /// Size of the ledger file, in MiB.
+    pub ledger_file_mib: f64,
+    /// Seconds the copy's migration took (its `usage_totals` backfill).
+    pub migration_seconds: f64,
     /// Judging every reservation of a ledger built without the append hook, once (not timed in the exports).
-    commit_totals_seconds: f64,
-    reservations_judged: u64,
-    rows: u64,
-    csv_seconds: f64,
-    csv_peak_memory_mib: f64,
-    parquet_seconds: f64,
-    parquet_peak_memory_mib: f64,
-    consumption_parquet_rows: u64,
-    duckdb_query_seconds: f64,
-    duckdb_process_seconds: f64,
-    duckdb_peak_memory_mib: f64,
+    pub commit_totals_seconds: f64,
+    /// Reservations that judging covered.
+    pub reservations_judged: u64,
+    /// Rows of the export with consumption.
+    pub rows: u64,
+    /// Seconds of the CSV export.
+    pub csv_seconds: f64,
+    /// Peak resident memory of the CSV export, in MiB.
+    pub csv_peak_memory_mib: f64,
+    /// Seconds of the Parquet export.
+    pub parquet_seconds: f64,
+    /// Peak resident memory of the Parquet export, in MiB.
+    pub parquet_peak_memory_mib: f64,
+    /// Rows of the consumption file DuckDB sums.
+    pub consumption_parquet_rows: u64,
+    /// DuckDB's best time of the query, in seconds.
+    pub duckdb_query_seconds: f64,
+    /// Seconds of DuckDB's whole process.
+    pub duckdb_process_seconds: f64,
+    /// Peak resident memory of DuckDB's process, in MiB.
+    pub duckdb_peak_memory_mib: f64,
     /// Parquet export seconds / DuckDB query seconds (goal: at most 1.5).
-    ratio_parquet: f64,
+    pub ratio_parquet: f64,
     /// CSV export seconds / DuckDB query seconds.
-    ratio_csv: f64,
+    pub ratio_csv: f64,
 }
 
-/// One timed child process.
-struct ChildRun {
-    elapsed: Duration,
-    peak_memory_mib: f64,
-    stdout: String,
-}
-
-pub fn run(events: u64, tenants: u32, dir: Option<PathBuf>, json: bool) -> anyhow::Result<ExitCode> {
+/// Copies the month's ledger (built first when it is not kept yet), times its billing export as CSV and as Parquet,
+/// and DuckDB's sums of the same consumption, which must equal the export's. Fails at once, before building
+/// anything, without DuckDB.
+pub fn run(settings: &ExportBenchSettings, progress: &dyn Fn(Progress)) -> anyhow::Result<ExportFigures> {
+    let ExportBenchSettings { events, tenants, .. } = *settings;
     // Every external peer first: building the ledger can take minutes (10 million events: about 6), and a
     // missing DuckDB used to fail only after it.
     require_duckdb()?;
     let temporary = tempfile::tempdir().context("cannot create a temporary directory")?;
-    let dir = dir.unwrap_or_else(|| temporary.path().to_path_buf());
+    let dir = settings.dir.clone().unwrap_or_else(|| temporary.path().to_path_buf());
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let kept = super::bench_reconcile::built_ledger(&dir, events, tenants)?;
+    let kept = super::reconcile::built_ledger(&dir, events, tenants, progress)?;
     let run_path = dir.join("bench-export-run.db");
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", run_path.display()));
-    }
-    eprintln!("copying {} ...", kept.display());
+    super::remove_database(&run_path);
+    progress(Progress::Note(format!("copying {} ...", kept.display())));
     // A plain read-only connection: the kept ledger may be of an older schema (built by an older binary), which
     // the copy's migration brings up to date; the kept file itself is never migrated or written.
     let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
     rusqlite::Connection::open_with_flags(&kept, flags)
         .and_then(|source| source.execute("VACUUM INTO ?", [run_path.to_string_lossy()]))
         .with_context(|| format!("cannot copy {}", kept.display()))?;
-    eprintln!("migrating the copy (usage_totals backfill) ...");
+    progress(Progress::Note("migrating the copy (usage_totals backfill) ...".into()));
     let started = Instant::now();
     let ledger = Ledger::open(&run_path)?;
     let migration_seconds = started.elapsed().as_secs_f64();
     let status = ledger.status()?;
-    eprintln!("judging every reservation once (commit_totals: what appends with the hook keep current) ...");
+    progress(Progress::Note(
+        "judging every reservation once (commit_totals: what appends with the hook keep current) ...".into(),
+    ));
     let started = Instant::now();
     let tx = rusqlite::Transaction::new_unchecked(ledger.connection(), rusqlite::TransactionBehavior::Immediate)?;
     let caught_up = reports::commit_totals::catch_up(&tx, status.watermark)?;
     tx.commit()?;
     let commit_totals_seconds = started.elapsed().as_secs_f64();
     drop(ledger);
-    let events_recorded = status.events_recorded;
     let csv_out = dir.join("bench-export.csv");
     let parquet_out = dir.join("bench-export.parquet");
-    let csv = export_child(&run_path, "csv", &csv_out)?;
-    let parquet = export_child(&run_path, "parquet", &parquet_out)?;
+    let csv = export_child(&settings.binary, &run_path, "csv", &csv_out)?;
+    let parquet = export_child(&settings.binary, &run_path, "parquet", &parquet_out)?;
     let consumption_path = dir.join("bench-consumption.parquet");
-    eprintln!("writing the month's consumption events to {} ...", consumption_path.display());
+    progress(Progress::Note(format!("writing the month's consumption events to {} ...", consumption_path.display())));
     let consumption_parquet_rows = write_consumption_parquet(&run_path, &consumption_path)?;
     let duckdb = duckdb_child(&consumption_path)?;
     let (duckdb_query_seconds, duckdb_sums) = parse_duckdb(&duckdb.stdout)?;
     let export_sums = export_consumption(&csv_out)?;
     anyhow::ensure!(duckdb_sums == export_sums, "DuckDB's sums differ from the export's consumption");
-    let figures = ExportFigures {
-        events_recorded,
+    Ok(ExportFigures {
+        events_recorded: status.events_recorded,
         tenants,
         ledger_file_mib: std::fs::metadata(&run_path)?.len() as f64 / (1024.0 * 1024.0),
         migration_seconds,
@@ -124,51 +151,10 @@ pub fn run(events: u64, tenants: u32, dir: Option<PathBuf>, json: bool) -> anyho
         duckdb_peak_memory_mib: duckdb.peak_memory_mib,
         ratio_parquet: parquet.elapsed.as_secs_f64() / duckdb_query_seconds,
         ratio_csv: csv.elapsed.as_secs_f64() / duckdb_query_seconds,
-    };
-    print_figures(&figures, json)?;
-    Ok(ExitCode::SUCCESS)
+    })
 }
 
-fn print_figures(f: &ExportFigures, json: bool) -> anyhow::Result<()> {
-    if json {
-        return super::print_json(f);
-    }
-    let mut out = super::stdout();
-    writeln!(
-        out,
-        "ledger ({:.0} MiB): {} events, {} tenants; migration {:.2} s; commit totals {:.2} s ({} reservations judged)",
-        f.ledger_file_mib,
-        f.events_recorded,
-        f.tenants,
-        f.migration_seconds,
-        f.commit_totals_seconds,
-        f.reservations_judged
-    )?;
-    writeln!(
-        out,
-        "export billing --period {PERIOD} --format csv      {:7.3} s  peak memory {:7.1} MiB  {} rows",
-        f.csv_seconds, f.csv_peak_memory_mib, f.rows
-    )?;
-    writeln!(
-        out,
-        "export billing --period {PERIOD} --format parquet  {:7.3} s  peak memory {:7.1} MiB",
-        f.parquet_seconds, f.parquet_peak_memory_mib
-    )?;
-    writeln!(
-        out,
-        "duckdb: sum of {} consumption rows by tenant, metric  {:7.3} s query ({:.3} s process)  peak memory {:7.1} MiB",
-        f.consumption_parquet_rows, f.duckdb_query_seconds, f.duckdb_process_seconds, f.duckdb_peak_memory_mib
-    )?;
-    writeln!(
-        out,
-        "ratio: parquet export / duckdb {:.2}, csv export / duckdb {:.2} (goal: at most 1.5)",
-        f.ratio_parquet, f.ratio_csv
-    )?;
-    Ok(())
-}
-
-fn export_child(ledger_path: &Path, format: &str, out: &Path) -> anyhow::Result<ChildRun> {
-    let binary = std::env::current_exe().context("cannot find the quota-ledger binary")?;
+fn export_child(binary: &Path, ledger_path: &Path, format: &str, out: &Path) -> anyhow::Result<ChildRun> {
     let mut command = Command::new(binary);
     command
         .arg("--ledger")
@@ -216,24 +202,11 @@ fn duckdb_child(consumption: &Path) -> anyhow::Result<ChildRun> {
     timed_child(command).context(DUCKDB_MISSING)
 }
 
-fn timed_child(mut command: Command) -> anyhow::Result<ChildRun> {
-    let started = Instant::now();
-    let child = command.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().context("cannot start the child")?;
-    let pid = child.id() as libc::pid_t;
-    let mut stdout = child.stdout.expect("piped");
-    // The child's output is read to the end before waiting, so that a full pipe never blocks it.
-    let mut text = String::new();
-    std::io::Read::read_to_string(&mut stdout, &mut text)?;
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is valid; wait4 fills it for the child this function owns.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: waits for our own child, writing into locals that outlive the call.
-    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    anyhow::ensure!(waited == pid, "wait4 failed: {}", std::io::Error::last_os_error());
-    let elapsed = started.elapsed();
-    anyhow::ensure!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "the child failed: {status}");
-    // Linux reports ru_maxrss in KiB.
-    Ok(ChildRun { elapsed, peak_memory_mib: usage.ru_maxrss as f64 / 1024.0, stdout: text })
+/// `command` timed, its stdout kept; an exit other than 0 is an error.
+fn timed_child(command: Command) -> anyhow::Result<ChildRun> {
+    let run = super::timed_child(command, true)?;
+    anyhow::ensure!(run.exit_code == 0, "the child failed: exit code {}", run.exit_code);
+    Ok(run)
 }
 
 type Sums = BTreeMap<(String, String), i64>;

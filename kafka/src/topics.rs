@@ -20,6 +20,7 @@ pub struct Topics {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("topic entry {entry:?}: expected KIND=TOPIC with KIND one of usage, decisions, reservations, grants, policies")]
 pub struct TopicsError {
+    /// The entry as given.
     pub entry: String,
 }
 
@@ -58,6 +59,7 @@ impl Topics {
         self.by_name.get(topic).copied()
     }
 
+    /// The topics' names, sorted.
     pub fn names(&self) -> Vec<&str> {
         self.by_name.keys().map(String::as_str).collect()
     }

@@ -64,8 +64,11 @@ pub struct Overshoot {
 /// A step of the demo and what it did, in one line.
 #[derive(Debug, Clone)]
 pub struct Step {
+    /// Its name (`stream`, `hook`, `reconcile`, ...).
     pub name: String,
+    /// What it did, in one line.
     pub summary: String,
+    /// How long it took.
     pub seconds: f64,
 }
 

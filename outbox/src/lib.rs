@@ -1,8 +1,40 @@
-//! Publishing the ledger's outbox (adjustments, the hook's decisions and usage) to Kafka: pending entries in
-//! ledger order, single-object Avro on their type's topic with the tenant as key, through an idempotent
-//! producer; each acknowledgement is recorded in the ledger. Unacknowledged entries stay pending and are sent
-//! again by the next publish, so a broker outage delays them and never loses one. An entry acknowledged but not
-//! yet recorded when the process dies is sent twice: consumers deduplicate by event_id (SPEC 4.3).
+//! The outbox: what the ledger records for others reaches Kafka. Reconcile's adjustments and the enforcement hook's
+//! decisions and usage are written to the ledger's outbox in the transaction that records them (SPEC 6); this crate
+//! publishes them: pending entries in ledger order, single-object Avro on their type's topic with the tenant as
+//! key, through an idempotent producer; each acknowledgement is recorded in the ledger. Unacknowledged entries stay
+//! pending and are sent again by the next publish, so a broker outage delays them and never loses one. An entry
+//! acknowledged but not yet recorded when the process dies is sent twice: consumers deduplicate by event_id
+//! (SPEC 4.3).
+//!
+//! A command publishes now and then with [`publish`] (`reconcile --brokers`, the demo); a server keeps a
+//! [`PublisherThread`] that publishes every [`PUBLISH_INTERVAL_MS`] (`serve --brokers`).
+//!
+//! ```
+//! use std::time::Duration;
+//! use outbox::OutboxTopics;
+//!
+//! # let dir = tempfile::tempdir().unwrap();
+//! # let path = dir.path().join("ledger.db");
+//! let hook = hook::Hook::start(&path, hook::HookSettings::default()).unwrap();
+//! let ask = hook::CheckRequest {
+//!     tenant: "org-42".into(), subject: None, metric: "requests".into(), amount: 1,
+//!     idempotency_key: "k-1".into(), request_id: None,
+//! };
+//! assert!(hook.check(ask).unwrap().allowed());
+//! drop(hook);
+//! let broker = kafka::admin::EmbeddedBroker::start(1).unwrap();
+//! let mut ledger = ledger::Ledger::open(&path).unwrap();
+//! let topics = OutboxTopics::defaults();
+//! let report = outbox::publish(&mut ledger, &broker.bootstrap_servers(), &[], &topics, Duration::from_secs(10))
+//!     .unwrap();
+//! assert_eq!((report.published, report.pending), (2, 0), "the decision and its usage");
+//! ```
+
+#![deny(missing_docs)]
+
+mod thread;
+
+pub use thread::{HealthWatch, OutboxHealth, PUBLISH_INTERVAL_MS, PublisherThread, StartError};
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Mutex;
@@ -16,8 +48,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, Prod
 use schemas::EventType;
 use serde::Serialize;
 
-use crate::produce::producer_config;
-use crate::topics::{missing_topics, missing_topics_message};
+use kafka::topics::{missing_topics, missing_topics_message};
 
 /// Entries sent before waiting for their acknowledgements and recording them. Each chunk waits for its last
 /// acknowledgement: chunks of 1,000 published at most about 8,000 entries a second (to the mock broker on the same
@@ -28,19 +59,35 @@ pub const OUTBOX_CHUNK_ENTRIES: u64 = 10_000;
 pub const OUTBOX_RECORD_ENTRIES: usize = 1_000;
 /// Wait between two attempts while a broker does not acknowledge.
 pub const OUTBOX_RETRY_WAIT_MS: u64 = 1_000;
+/// How long a command that publishes now and then (`reconcile --brokers`, the demo) keeps retrying the outbox when a
+/// broker does not acknowledge; what is left stays pending for the next.
+pub const PUBLISH_TIMEOUT_MS: u64 = 30_000;
 
 /// Publishing failed for a reason retrying cannot fix.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum OutboxPublishError {
+    /// librdkafka refused the producer's configuration (a bad `-X` setting, say).
     #[error("cannot create the Kafka producer for {brokers}")]
-    Create { brokers: String, source: KafkaError },
+    Create {
+        /// `bootstrap.servers`.
+        brokers: String,
+        /// librdkafka's reason.
+        source: KafkaError,
+    },
+    /// An entry's record type has no topic in the [`OutboxTopics`].
     #[error("no topic is configured for {event_type} entries of the outbox")]
-    NoTopic { event_type: String },
+    NoTopic {
+        /// The record type's name.
+        event_type: String,
+    },
+    /// Reading the pending entries failed.
     #[error("cannot read the outbox")]
     Read(#[from] ledger::ReadError),
+    /// Recording acknowledgements failed: they are sent again by the next publish.
     #[error("cannot record acknowledgements")]
     Record(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The ledger's log could not be made durable, so nothing it holds is published.
     #[error("cannot sync the ledger's log before publishing what it holds")]
     SyncLog(#[source] std::io::Error),
 }
@@ -95,6 +142,7 @@ impl OutboxTopics {
         self.by_type.push((event_type, topic.to_string()));
     }
 
+    /// The topic of `event_type`, if it has one.
     pub fn topic_of(&self, event_type: EventType) -> Option<&str> {
         self.by_type.iter().find(|(t, _)| *t == event_type).map(|(_, name)| name.as_str())
     }
@@ -103,9 +151,11 @@ impl OutboxTopics {
 /// What a publish did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct PublishReport {
+    /// Entries acknowledged by the brokers and recorded as published.
     pub published: u64,
     /// Still pending when the time ran out (sent again by the next publish).
     pub pending: u64,
+    /// Chunks sent, first attempts and retries.
     pub attempts: u64,
     /// The last delivery error seen, if any.
     pub last_error: Option<String>,
@@ -121,7 +171,7 @@ struct Acknowledged {
 impl ClientContext for Acknowledged {
     // An outbox that does not publish must say why: librdkafka's warnings reach `serve`'s stderr.
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
-        crate::log_librdkafka("outbox", level, facility, message);
+        kafka::log_librdkafka("outbox", level, facility, message);
     }
 }
 
@@ -180,9 +230,9 @@ impl Publisher {
         overrides: &[(String, String)],
         attempt: Duration,
     ) -> Result<Publisher, OutboxPublishError> {
-        let mut config = producer_config(brokers, overrides);
-        let attempt_ms = attempt.as_millis().clamp(1_000, 120_000) as u64;
-        config.set("delivery.timeout.ms", attempt_ms.to_string()).set("client.id", "quota-ledger-outbox");
+        let requested_ms = u64::try_from(attempt.as_millis()).unwrap_or(u64::MAX);
+        let config = kafka::config::outbox_producer(brokers, overrides, requested_ms);
+        let attempt_ms = kafka::config::outbox_attempt_ms(requested_ms);
         let producer = create(&config, brokers)?;
         Ok(Publisher {
             config,

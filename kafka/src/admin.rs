@@ -4,7 +4,6 @@ use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 /// How long the broker may take to create the topics.
@@ -16,14 +15,40 @@ const REACH_TIMEOUT_MS: u64 = 10_000;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AdminError {
+    /// librdkafka refused the admin client's configuration (a bad `-X` setting, say).
     #[error("cannot create the Kafka admin client for {brokers}")]
-    Client { brokers: String, source: KafkaError },
+    Client {
+        /// `bootstrap.servers`.
+        brokers: String,
+        /// librdkafka's reason.
+        source: KafkaError,
+    },
+    /// No broker answered a request for the topics' metadata.
     #[error("no broker at {brokers} answered within {timeout_ms} ms")]
-    Unreachable { brokers: String, timeout_ms: u64, source: KafkaError },
+    Unreachable {
+        /// `bootstrap.servers`.
+        brokers: String,
+        /// How long the request waited.
+        timeout_ms: u64,
+        /// librdkafka's reason.
+        source: KafkaError,
+    },
+    /// The create request as a whole failed.
     #[error("creating topics on {brokers} failed")]
-    Request { brokers: String, source: KafkaError },
+    Request {
+        /// `bootstrap.servers`.
+        brokers: String,
+        /// librdkafka's reason.
+        source: KafkaError,
+    },
+    /// The broker refused to create one topic.
     #[error("topic {topic}: {code}")]
-    Topic { topic: String, code: RDKafkaErrorCode },
+    Topic {
+        /// The topic refused.
+        topic: String,
+        /// The broker's error code.
+        code: RDKafkaErrorCode,
+    },
 }
 
 /// Creates each topic with `partitions` partitions (replication 1 unless `-X` says otherwise on the broker);
@@ -34,13 +59,9 @@ pub fn create_topics(
     partitions: i32,
     overrides: &[(String, String)],
 ) -> Result<Vec<String>, AdminError> {
-    let mut config = ClientConfig::new();
-    config.set("bootstrap.servers", brokers);
-    for (key, value) in overrides {
-        config.set(key, value);
-    }
-    let client: AdminClient<DefaultClientContext> =
-        config.create().map_err(|source| AdminError::Client { brokers: brokers.to_string(), source })?;
+    let client: AdminClient<DefaultClientContext> = crate::config::admin(brokers, overrides)
+        .create()
+        .map_err(|source| AdminError::Client { brokers: brokers.to_string(), source })?;
     // Without a broker, the create request waits a minute in silence and ends as "Timed out" (librdkafka's lines
     // that say why never reach an admin client's caller): the brokers' metadata, asked first, fails sooner.
     let metadata = client.inner().fetch_metadata(None, Duration::from_millis(REACH_TIMEOUT_MS)).map_err(|source| {

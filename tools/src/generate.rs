@@ -4,10 +4,15 @@
 //! default and tenant policies (some changing version mid-month), grants, usage (most of the traffic, a few
 //! events late), reservations (committed, some above the reserved amount, released, abandoned, closed after
 //! expiry), decisions (allowed and denied), exact duplicates, conflicting duplicates and malformed messages,
-//! and counts each so that a test can compare the ledger with what was produced.
+//! and counts each so that a test can compare the ledger with what was produced. [`to_kafka`] produces the stream
+//! to SPEC 2's topics; [`to_files`] writes it as Avro object container files, one per record type.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
 
+use kafka::producer::{KafkaProducer, ProduceError, ProduceReport};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use schemas::*;
@@ -22,9 +27,11 @@ const MINUTE_MICROS: i64 = 60 * 1_000_000;
 /// What to generate.
 #[derive(Debug, Clone)]
 pub struct GenerateSettings {
+    /// Tenants, `org-1` ... `org-N`.
     pub tenants: u32,
     /// Messages in all, malformed and duplicates included.
     pub messages: u64,
+    /// The same seed gives the same stream.
     pub seed: u64,
     /// Start of the month the traffic falls in.
     pub month_start: Timestamp,
@@ -33,6 +40,7 @@ pub struct GenerateSettings {
 }
 
 impl GenerateSettings {
+    /// `messages` for `tenants` tenants (at least one) from `seed`, in November 2026, garbage bytes allowed.
     pub fn new(tenants: u32, messages: u64, seed: u64) -> GenerateSettings {
         GenerateSettings {
             tenants: tenants.max(1),
@@ -52,20 +60,33 @@ pub enum Generated {
     /// A value that fails validation (negative quantity, empty tenant): encodable, must be quarantined.
     Invalid(Event),
     /// Bytes that are not a valid single-object message, on the topic of `event_type`.
-    Garbage { event_type: EventType, key: String, bytes: Vec<u8> },
+    Garbage {
+        /// The record type whose topic carries the bytes.
+        event_type: EventType,
+        /// The message key (a tenant).
+        key: String,
+        /// The bytes.
+        bytes: Vec<u8>,
+    },
 }
 
 /// Counts of what was generated. After ingesting all of it into an empty ledger, `status` must show
 /// `events_recorded = unique_events`, `duplicates`, `conflicts` and `quarantined = malformed`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct GenerateReport {
+    /// Messages generated.
     pub messages: u64,
+    /// Distinct valid events.
     pub unique_events: u64,
+    /// Exact copies of an earlier event.
     pub duplicates: u64,
+    /// Copies of an earlier event with another payload.
     pub conflicts: u64,
+    /// Messages that fail to decode or validate.
     pub malformed: u64,
     /// Unique events per record type.
     pub by_type: BTreeMap<String, u64>,
+    /// The seed of the stream.
     pub seed: u64,
 }
 
@@ -92,6 +113,7 @@ pub struct Generator {
 }
 
 impl Generator {
+    /// The stream `settings` describe, starting with the policies and grants.
     pub fn new(settings: GenerateSettings) -> Generator {
         let rng = ChaCha8Rng::seed_from_u64(settings.seed);
         let report = GenerateReport { seed: settings.seed, ..GenerateReport::default() };
@@ -109,6 +131,7 @@ impl Generator {
         generator
     }
 
+    /// What was generated so far.
     pub fn report(&self) -> &GenerateReport {
         &self.report
     }
@@ -462,4 +485,107 @@ impl Iterator for Generator {
         self.report.messages += 1;
         Some(generated)
     }
+}
+
+/// Writing generated messages to files failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GenerateFilesError {
+    /// The directory cannot be created.
+    #[error("cannot create {}", dir.display())]
+    CreateDir {
+        /// The directory.
+        dir: PathBuf,
+        /// The operating system's reason.
+        source: std::io::Error,
+    },
+    /// A file cannot be created.
+    #[error("cannot create {}", path.display())]
+    CreateFile {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's reason.
+        source: std::io::Error,
+    },
+    /// A file cannot be written.
+    #[error("cannot write {}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Avro's reason.
+        source: Box<apache_avro::Error>,
+    },
+}
+
+/// Produces what `generator` generates to SPEC 2's default topics, the tenant as key, and waits for every
+/// acknowledgement.
+pub fn to_kafka(
+    generator: &mut Generator,
+    brokers: &str,
+    overrides: &[(String, String)],
+) -> Result<ProduceReport, ProduceError> {
+    let catalog = Catalog::builtin();
+    let mut producer = KafkaProducer::new(brokers, overrides)?;
+    for generated in generator.by_ref() {
+        send_generated(&mut producer, catalog, generated)?;
+    }
+    producer.finish()
+}
+
+/// Sends one generated message to its type's default topic (SPEC 2), the tenant as key; garbage as it is.
+pub fn send_generated(
+    producer: &mut KafkaProducer,
+    catalog: &Catalog,
+    generated: Generated,
+) -> Result<(), ProduceError> {
+    let (event_type, key, bytes) = match generated {
+        Generated::Event(event) | Generated::Invalid(event) => {
+            (event.event_type(), event.header().tenant.clone(), catalog.encode_single_object(&event))
+        }
+        Generated::Garbage { event_type, key, bytes } => (event_type, key, bytes),
+    };
+    producer.send(event_type.default_topic(), &key, &bytes)
+}
+
+/// Writes what `generator` generates into `dir`, one Avro object container file per record type
+/// (`UsageEvent.avro`, ...). Container files hold records, not bytes: the generator must not make garbage
+/// ([`GenerateSettings::raw_malformed`] off), only invalid values.
+pub fn to_files(generator: &mut Generator, dir: &Path) -> Result<(), GenerateFilesError> {
+    std::fs::create_dir_all(dir).map_err(|source| GenerateFilesError::CreateDir { dir: dir.into(), source })?;
+    let catalog = Catalog::builtin();
+    let mut writers: BTreeMap<EventType, (PathBuf, apache_avro::Writer<'static, BufWriter<File>>)> = BTreeMap::new();
+    for generated in generator.by_ref() {
+        let event = match generated {
+            Generated::Event(event) | Generated::Invalid(event) => event,
+            Generated::Garbage { .. } => unreachable!("raw_malformed is off for files"),
+        };
+        let event_type = event.event_type();
+        let (path, writer) = match writers.entry(event_type) {
+            std::collections::btree_map::Entry::Occupied(entry) => entry.into_mut(),
+            std::collections::btree_map::Entry::Vacant(entry) => {
+                let path = dir.join(format!("{}.avro", event_type.name()));
+                let writer = container_writer(catalog, event_type, &path)?;
+                entry.insert((path, writer))
+            }
+        };
+        writer.append_value(schemas::avro::to_value(&event)).map_err(|e| write_error(path, e))?;
+    }
+    for (_, (path, writer)) in writers {
+        writer.into_inner().map_err(|e| write_error(&path, e))?;
+    }
+    Ok(())
+}
+
+fn container_writer(
+    catalog: &'static Catalog,
+    event_type: EventType,
+    path: &Path,
+) -> Result<apache_avro::Writer<'static, BufWriter<File>>, GenerateFilesError> {
+    let file = File::create(path).map_err(|source| GenerateFilesError::CreateFile { path: path.into(), source })?;
+    let schema = &catalog.current(event_type).schema;
+    apache_avro::Writer::new(schema, BufWriter::new(file)).map_err(|e| write_error(path, e))
+}
+
+fn write_error(path: &Path, source: apache_avro::Error) -> GenerateFilesError {
+    GenerateFilesError::Write { path: path.into(), source: Box::new(source) }
 }

@@ -1,33 +1,58 @@
-//! Producing events to Kafka: single-object Avro on the record type's topic, the tenant as key (SPEC 2), with
-//! an idempotent producer. Used by `produce` (JSON lines), `generate --to-kafka` and the tests.
+//! Producing messages to Kafka through an idempotent producer: the callers send single-object Avro on the record
+//! type's topic, the tenant as key (SPEC 2). Used by `produce` (JSON lines), `generate --to-kafka`, the demo and the
+//! tests.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientContext;
-use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use serde::Serialize;
 
-/// How long `finish` waits for outstanding deliveries. librdkafka retries within `delivery.timeout.ms`
-/// (set to the same), so after this every message is either acknowledged or reported failed.
-pub const DELIVERY_TIMEOUT_MS: u64 = 120_000;
-/// Messages librdkafka may hold unacknowledged; `send` waits (polling for acknowledgements) when full.
-pub const QUEUE_MAX_MESSAGES: u32 = 100_000;
+use crate::config::DELIVERY_TIMEOUT_MS;
 
 /// Producing failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ProduceError {
+    /// librdkafka refused the producer's configuration (a bad `-X` setting, say).
     #[error("cannot create the Kafka producer for {brokers}")]
-    Create { brokers: String, source: KafkaError },
+    Create {
+        /// `bootstrap.servers`.
+        brokers: String,
+        /// librdkafka's reason.
+        source: KafkaError,
+    },
+    /// A message could not be queued for sending (too large, an unknown partition, ...).
     #[error("cannot send to {topic}")]
-    Send { topic: String, source: KafkaError },
+    Send {
+        /// The topic of the message.
+        topic: String,
+        /// librdkafka's reason.
+        source: KafkaError,
+    },
+    /// Some messages were never acknowledged within librdkafka's retries.
     #[error("{failed} of {sent} messages were not acknowledged by {brokers} (first error: {first_error})")]
-    Undelivered { brokers: String, sent: u64, failed: u64, first_error: String },
+    Undelivered {
+        /// `bootstrap.servers`.
+        brokers: String,
+        /// Messages sent.
+        sent: u64,
+        /// Messages not acknowledged.
+        failed: u64,
+        /// The first delivery error reported.
+        first_error: String,
+    },
+    /// The final flush gave up while deliveries were still outstanding.
     #[error("messages still unacknowledged after {timeout_ms} ms")]
-    FlushTimeout { timeout_ms: u64, source: KafkaError },
+    FlushTimeout {
+        /// How long the flush waited.
+        timeout_ms: u64,
+        /// librdkafka's reason.
+        source: KafkaError,
+    },
 }
 
 /// Counts acknowledgements.
@@ -61,7 +86,9 @@ impl ProducerContext for DeliveryCounter {
 /// What a producer sent.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ProduceReport {
+    /// Messages sent.
     pub sent: u64,
+    /// Messages the brokers acknowledged: all of them, when [`KafkaProducer::finish`] answers this.
     pub delivered: u64,
 }
 
@@ -72,28 +99,11 @@ pub struct KafkaProducer {
     sent: u64,
 }
 
-/// Every librdkafka setting of the producer, in one place; `-X` overrides come last.
-pub(crate) fn producer_config(brokers: &str, overrides: &[(String, String)]) -> ClientConfig {
-    let mut config = ClientConfig::new();
-    config
-        .set("bootstrap.servers", brokers)
-        .set("client.id", "quota-ledger-produce")
-        // Retries never duplicate or reorder a message within a partition.
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .set("delivery.timeout.ms", DELIVERY_TIMEOUT_MS.to_string())
-        .set("queue.buffering.max.messages", QUEUE_MAX_MESSAGES.to_string())
-        .set("linger.ms", "5");
-    // The log level follows the binary's logger (warnings by default, `QUOTA_LEDGER_LOG` for more).
-    for (key, value) in overrides {
-        config.set(key, value);
-    }
-    config
-}
-
 impl KafkaProducer {
+    /// A producer for `brokers` with the settings of [`config::producer`](crate::config::producer), `overrides`
+    /// (`-X key=value`) last.
     pub fn new(brokers: &str, overrides: &[(String, String)]) -> Result<KafkaProducer, ProduceError> {
-        let producer = producer_config(brokers, overrides)
+        let producer = crate::config::producer(brokers, overrides)
             .create_with_context(DeliveryCounter::default())
             .map_err(|source| ProduceError::Create { brokers: brokers.to_string(), source })?;
         Ok(KafkaProducer { producer, brokers: brokers.to_string(), sent: 0 })

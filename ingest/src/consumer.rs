@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ledger::{AppendError, Batch, Incoming, Ledger, Origin, Rejected, SourceOffset};
-use rdkafka::config::{ClientConfig, RDKafkaLogLevel};
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
@@ -22,7 +22,7 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use schemas::{Catalog, DecodeError};
 use serde::Serialize;
 
-use crate::topics::{Topics, missing_topics};
+use kafka::topics::{Topics, missing_topics};
 
 /// Most messages in one ledger append. A batch of this size is a few MB of decoded events and amortises the
 /// commit's fsync; larger batches gain little (see `bench append`).
@@ -53,16 +53,20 @@ pub struct KafkaIngestSettings {
     pub brokers: String,
     /// `group.id`.
     pub group: String,
+    /// The topics consumed, and the record type each carries.
     pub topics: Topics,
     /// Exit once every assigned partition is at its high watermark (a nightly job), instead of running on.
     pub until_caught_up: bool,
+    /// Most messages in one ledger append ([`BATCH_MAX_EVENTS`] by default).
     pub batch_max_events: usize,
+    /// Longest a message waits in a partial batch ([`BATCH_WAIT_MS`] by default).
     pub batch_wait_ms: u64,
     /// librdkafka settings given with `-X key=value` (SASL, TLS, tuning); applied last, so they win.
     pub overrides: Vec<(String, String)>,
 }
 
 impl KafkaIngestSettings {
+    /// Consuming SPEC 2's five input topics from `brokers` in group `group`, running on, with the default batches.
     pub fn new(brokers: impl Into<String>, group: impl Into<String>) -> KafkaIngestSettings {
         KafkaIngestSettings {
             brokers: brokers.into(),
@@ -80,26 +84,73 @@ impl KafkaIngestSettings {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum KafkaIngestError {
+    /// librdkafka refused the consumer's configuration (a bad `-X` setting, say).
     #[error("cannot create the Kafka consumer for {brokers}")]
-    Consumer { brokers: String, source: KafkaError },
+    Consumer {
+        /// `bootstrap.servers`.
+        brokers: String,
+        /// librdkafka's reason.
+        source: KafkaError,
+    },
+    /// Subscribing to the topics failed.
     #[error("cannot subscribe to {topics}")]
-    Subscribe { topics: String, source: KafkaError },
+    Subscribe {
+        /// The topics, comma-separated.
+        topics: String,
+        /// librdkafka's reason.
+        source: KafkaError,
+    },
+    /// The consumer failed for a reason librdkafka does not ride out.
     #[error("Kafka consumer failed")]
     Consume(#[source] KafkaError),
-    #[error("{}", crate::topics::missing_topics_message(missing, brokers))]
-    MissingTopics { missing: BTreeSet<String>, brokers: String },
+    /// The brokers answer but lack subscribed topics.
+    #[error("{}", kafka::topics::missing_topics_message(missing, brokers))]
+    MissingTopics {
+        /// The topics the brokers do not have.
+        missing: BTreeSet<String>,
+        /// `bootstrap.servers`.
+        brokers: String,
+    },
+    /// With `until_caught_up`: the brokers stayed away for [`BROKERS_WAIT_MS`].
     #[error("the brokers at {brokers} did not answer for {waited_ms} ms: {last}")]
-    Unreachable { brokers: String, waited_ms: u64, last: String },
+    Unreachable {
+        /// `bootstrap.servers`.
+        brokers: String,
+        /// How long ingest waited.
+        waited_ms: u64,
+        /// The last reason librdkafka gave.
+        last: String,
+    },
+    /// With `until_caught_up`: the group assigned no partition for [`ASSIGNMENT_WAIT_MS`].
     #[error(
         "no partition of {topics} was assigned to group {group} within {waited_ms} ms, although the brokers at \
          {brokers} have the topics: other members of the group may hold every partition (a group has at most as \
          many busy members as its topics have partitions)"
     )]
-    NoAssignment { topics: String, group: String, brokers: String, waited_ms: u64 },
+    NoAssignment {
+        /// The topics, comma-separated.
+        topics: String,
+        /// `group.id`.
+        group: String,
+        /// `bootstrap.servers`.
+        brokers: String,
+        /// How long ingest waited.
+        waited_ms: u64,
+    },
+    /// With `until_caught_up`: a partition's high watermark could not be read.
     #[error("cannot read the high watermark of {topic}[{partition}]")]
-    Watermark { topic: String, partition: i32, source: KafkaError },
+    Watermark {
+        /// The partition's topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// librdkafka's reason.
+        source: KafkaError,
+    },
+    /// The ledger refused a batch; what was appended before stays appended.
     #[error("ledger append failed")]
     Append(#[from] AppendError),
+    /// The ledger's offsets could not be read.
     #[error("cannot read the ledger's offsets")]
     Offsets(#[from] ledger::ReadError),
 }
@@ -173,7 +224,7 @@ fn ask_for_topics(
 struct Waiting {
     since: Option<Instant>,
     reason: String,
-    said: crate::Said,
+    said: kafka::Said,
     /// When the brokers were last asked whether they answer again.
     asked: Option<Instant>,
 }
@@ -199,7 +250,7 @@ impl Waiting {
                 0 => String::new(),
                 seconds => format!(" ({seconds} s so far)"),
             };
-            eprintln!(
+            log::warn!(
                 "ingest: waiting for the brokers at {brokers}{so_far}: {reason}; librdkafka reconnects on its own"
             );
         }
@@ -211,7 +262,7 @@ impl Waiting {
         if let Some(since) = self.since.take()
             && self.said.over()
         {
-            eprintln!("ingest: the brokers at {brokers} answer again, after {:.1} s", since.elapsed().as_secs_f64());
+            log::info!("ingest: the brokers at {brokers} answer again, after {:.1} s", since.elapsed().as_secs_f64());
         }
     }
 
@@ -233,12 +284,19 @@ impl Waiting {
 /// Progress of a running ingest, for the display.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct KafkaIngestProgress {
+    /// Messages consumed.
     pub messages: u64,
+    /// Events recorded as new.
     pub recorded: u64,
+    /// Exact duplicates of events recorded before.
     pub duplicates: u64,
+    /// Conflicting duplicates: kept for audit, never counted.
     pub conflicts: u64,
+    /// Messages quarantined (they failed to decode or validate).
     pub quarantined: u64,
+    /// Ledger appends.
     pub batches: u64,
+    /// The ledger's watermark after the last append.
     pub watermark: u64,
     /// Times a partition's next message was past the offset expected (the seek position or the previous
     /// message plus one). Legitimate on compacted or transactional topics; otherwise the broker skipped
@@ -268,7 +326,7 @@ struct IngestContext {
 
 impl ClientContext for IngestContext {
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
-        crate::log_librdkafka("ingest", level, facility, message);
+        kafka::log_librdkafka("ingest", level, facility, message);
     }
 }
 
@@ -287,7 +345,7 @@ impl ConsumerContext for IngestContext {
                     let _ = tpl.set_partition_offset(topic, *partition, offset);
                 }
                 if let Err(e) = consumer.assign(tpl) {
-                    eprintln!("ingest: assigning {partitions:?} failed: {e}");
+                    log::error!("ingest: assigning {partitions:?} failed: {e}");
                 }
                 shared.assigned.extend(partitions);
             }
@@ -297,44 +355,11 @@ impl ConsumerContext for IngestContext {
                     shared.revoked.insert(key.clone());
                 }
                 if let Err(e) = consumer.unassign() {
-                    eprintln!("ingest: unassigning failed: {e}");
+                    log::error!("ingest: unassigning failed: {e}");
                 }
             }
         }
     }
-}
-
-/// Every librdkafka setting of the consumer, in one place; `-X` overrides come last.
-fn consumer_config(settings: &KafkaIngestSettings) -> ClientConfig {
-    let mut config = ClientConfig::new();
-    config
-        .set("bootstrap.servers", &settings.brokers)
-        .set("group.id", &settings.group)
-        .set("client.id", "quota-ledger-ingest")
-        // Offsets are the ledger's: never let librdkafka commit or store on its own.
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        // A partition the ledger has never seen starts at its beginning.
-        .set("auto.offset.reset", "earliest")
-        .set("enable.partition.eof", "false")
-        // Eager rebalancing: the callback assigns whole lists (see IngestContext).
-        .set("partition.assignment.strategy", "range,roundrobin")
-        // Producers of ours are idempotent, not transactional; read what is committed to the log.
-        .set("isolation.level", "read_committed")
-        // A dead ingest's partitions move to the others within 10 s instead of librdkafka's 45 s.
-        .set("session.timeout.ms", "10000")
-        .set("heartbeat.interval.ms", "1000")
-        // The loop polls every 100 ms and an append takes well under a second; a consumer silent for 30 s is
-        // stuck. It is also how long a coordinator may wait for a dead member during a rebalance (300 s by
-        // default), which is what a restart after a crash waits for.
-        .set("max.poll.interval.ms", "30000")
-        // Bounds the prefetched queue per partition (librdkafka's default is 64 MiB).
-        .set("queued.max.messages.kbytes", "16384");
-    // The log level follows the binary's logger (warnings by default, `QUOTA_LEDGER_LOG` for more).
-    for (key, value) in &settings.overrides {
-        config.set(key, value);
-    }
-    config
 }
 
 /// A message waiting for the next append.
@@ -356,9 +381,10 @@ pub fn ingest_kafka(
 ) -> Result<KafkaIngestProgress, KafkaIngestError> {
     let shared = Arc::new(Mutex::new(Shared::default()));
     refresh_offsets(ledger, &shared)?;
-    let consumer: BaseConsumer<IngestContext> = consumer_config(settings)
-        .create_with_context(IngestContext { shared: shared.clone() })
-        .map_err(|source| KafkaIngestError::Consumer { brokers: settings.brokers.clone(), source })?;
+    let consumer: BaseConsumer<IngestContext> =
+        kafka::config::consumer(&settings.brokers, &settings.group, &settings.overrides)
+            .create_with_context(IngestContext { shared: shared.clone() })
+            .map_err(|source| KafkaIngestError::Consumer { brokers: settings.brokers.clone(), source })?;
     let names = settings.topics.names();
     consumer
         .subscribe(&names)
@@ -391,7 +417,7 @@ pub fn ingest_kafka(
             // members. Polling again rejoins, and the assignment seeks to the ledger's offsets, so nothing is
             // lost or recorded twice; ingest used to stop here.
             Some(Err(KafkaError::MessageConsumption(RDKafkaErrorCode::PollExceeded))) => {
-                eprintln!(
+                log::warn!(
                     "ingest: an append kept the consumer from polling for longer than max.poll.interval.ms, so it \
                      left group {}; rejoining, each partition resumes at the ledger's offset",
                     settings.group
@@ -514,7 +540,7 @@ fn check_gap(
     };
     if let Some(want) = want.filter(|w| message.offset() > *w) {
         progress.offset_gaps += 1;
-        eprintln!(
+        log::warn!(
             "ingest: warning: {}[{}] jumped from offset {want} to {}: the broker returned no message for {} \
              offsets (expected only on compacted or transactional topics)",
             key.0,
@@ -584,7 +610,7 @@ fn append(
     }
     // For lag tools only: the ledger already holds these offsets, so a failed commit loses nothing.
     if let Err(e) = consumer.commit(&tpl, CommitMode::Async) {
-        eprintln!("ingest: committing offsets to Kafka failed (the ledger holds them): {e}");
+        log::warn!("ingest: committing offsets to Kafka failed (the ledger holds them): {e}");
     }
     Ok(())
 }

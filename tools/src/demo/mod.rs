@@ -1,35 +1,37 @@
-//! `demo [--tenants N] [--events M] [--month YYYY-MM] [--out DIR]`: the whole product in one command, on
-//! librdkafka's in-process mock cluster (nothing to install). A month of generated traffic and each tenant's own
-//! monthly plan go through Kafka into a fresh ledger; services ask the enforcement hook (the library) on the
-//! month's last day; the nightly reconciliation runs; the month is closed and exported for billing; a few late
-//! events arrive and are carried into the next month; support asks why a request was denied; and `report.html`
-//! shows it all. Every step calls the same library code as the command that does it alone.
+//! The demo: the whole product in one run, on librdkafka's in-process mock cluster (nothing to install). A month of
+//! generated traffic and each tenant's own monthly plan go through Kafka into a fresh ledger; services ask the
+//! enforcement hook (the library) on the month's last day; the nightly reconciliation runs; the month is closed and
+//! exported for billing; a few late events arrive and are carried into the next month; support asks why a request was
+//! denied; and `report.html` shows it all. Every step calls the same library code as the command that does
+//! it alone; what only the binary's commands do yet (closing a period, the reconcile report) the binary lends through
+//! [`Commands`].
 
+mod figures;
 mod page;
+mod traffic;
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use clap::Args;
 use hook::{CheckRequest, Hook, HookSettings};
-use indicatif::{ProgressBar, ProgressStyle};
-use ingest::admin::EmbeddedBroker;
-use ingest::generate::{GenerateReport, GenerateSettings, Generated, Generator};
-use ingest::kafka::{KafkaIngestProgress, KafkaIngestSettings, ingest_kafka};
-use ingest::outbox::{OutboxTopics, PublishReport};
-use ingest::produce::KafkaProducer;
+use ingest::consumer::{KafkaIngestProgress, KafkaIngestSettings, ingest_kafka};
+use kafka::admin::EmbeddedBroker;
+use kafka::producer::KafkaProducer;
 use ledger::{Durability, Ledger, Period, PeriodExportRow, ProcessLock};
+use outbox::{OutboxTopics, PublishReport};
 use reports::LedgerSession;
 use reports::export::{BillingExport, Format};
 use schemas::*;
 
-use super::export::write_atomically;
-use super::generate::send_generated;
+use crate::Progress;
+use crate::generate::{GenerateSettings, Generated, send_generated};
+use figures::*;
+use traffic::*;
+
+pub use page::Step;
 
 /// Tenants by default: enough for every kind of policy the generator makes (org-3's bytes, org-5's per-key
 /// SHADOW limit, org-7's grant) to appear several times.
@@ -38,46 +40,81 @@ pub const DEFAULT_TENANTS: u32 = 50;
 pub const DEFAULT_EVENTS: u64 = 300_000;
 /// Checks the services send to the hook by default, spread over the month's last day.
 pub const DEFAULT_HOOK_REQUESTS: u32 = 2_000;
+/// Fewest messages a month is generated with.
+pub const EVENTS_MIN: u64 = 1_000;
 /// Usage events that arrive after the month is closed.
 const LATE_EVENTS: i64 = 5;
 /// Partitions per topic on the mock cluster (`broker mock`'s default).
 const PARTITIONS: i32 = 3;
-/// The ledger file inside `--out`.
+/// The ledger file inside the output directory.
 const LEDGER_FILE: &str = "ledger.db";
-/// A tenant's own monthly limit is its generated consumption times one of these, in turn: a factor below 1 is a
-/// tenant that uses more than its plan (HARD: overshoot and denials; SOFT: billed overage).
-const LIMIT_FACTORS: [f64; 5] = [0.8, 1.3, 0.9, 1.6, 1.15];
-/// Metrics given a tenant policy by the demo, and how it is enforced.
-const PLAN_METRICS: [(&str, Enforcement); 2] = [("requests", Enforcement::HARD), ("tokens", Enforcement::SOFT)];
 /// The secret of the `tokens.toml` written for `serve` (a demo ledger only: never reuse it).
 const DEMO_TOKEN: &str = "demo-secret-0123456789abcdef";
 const HOUR_MICROS: i64 = 3_600 * 1_000_000;
 const DAY_MICROS: i64 = 24 * HOUR_MICROS;
 
-#[derive(Debug, Args)]
-pub struct DemoArgs {
+/// What the demo plays, and where its files go.
+#[derive(Debug, Clone)]
+pub struct DemoSettings {
     /// Tenants (org-1 ... org-N).
-    #[arg(long, default_value_t = DEFAULT_TENANTS)]
-    tenants: u32,
-    /// Messages generated for the month (usage, reservations, decisions, duplicates, malformed).
-    #[arg(long, default_value_t = DEFAULT_EVENTS)]
-    events: u64,
+    pub tenants: u32,
+    /// Messages generated for the month (usage, reservations, decisions, duplicates, malformed); at least
+    /// [`EVENTS_MIN`].
+    pub events: u64,
     /// Checks services send to the enforcement hook on the month's last day.
-    #[arg(long, default_value_t = DEFAULT_HOOK_REQUESTS)]
-    hook_requests: u32,
-    /// The month played, YYYY-MM; it must be over, since the demo closes it. Default: the last month that ended.
-    #[arg(long, value_parser = parse_period)]
-    month: Option<Period>,
+    pub hook_requests: u32,
+    /// The month played; it must be over, since the demo closes it. `None`: the last month that ended.
+    pub month: Option<Period>,
     /// The same seed gives the same traffic.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    pub seed: u64,
     /// Where the ledger, exports, reports and report.html go (a previous demo's ledger there is replaced).
-    #[arg(long, default_value = "demo-out")]
-    out: PathBuf,
+    pub out: PathBuf,
 }
 
-fn parse_period(text: &str) -> Result<Period, String> {
-    text.parse().map_err(|e: ledger::PeriodParseError| e.to_string())
+/// What the demo runs of the binary's commands: their logic lives there, and the demo must do exactly what they do.
+pub trait Commands {
+    /// `export billing --period P --final`: closes `period` (or finds it closed); its export, and a note that says
+    /// what was closed.
+    fn close_period(&self, ledger: &mut Ledger, period: Period) -> anyhow::Result<(BillingExport, String)>;
+    /// `export billing --period P`: the stored export of a closed period, else the open period now; and a note.
+    fn current_export(&self, ledger: &Ledger, period: Period) -> anyhow::Result<(BillingExport, String)>;
+    /// `reconcile`'s report of a run whose adjustments went through the outbox, as text and as `--json`.
+    fn reconcile_report(&self, plan: &reconcile::Plan, outbox: &PublishReport) -> anyhow::Result<(Vec<u8>, Vec<u8>)>;
+    /// Writes `bytes` to `path` whole or not at all, as `export --out` does.
+    fn write_file(&self, path: &Path, bytes: &[u8]) -> anyhow::Result<()>;
+}
+
+/// What the demo has to show while it plays.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Shown<'a> {
+    /// The demo begins: the month it plays, its tenants, where its files go.
+    Playing {
+        /// The month played.
+        month: Period,
+        /// Tenants.
+        tenants: u32,
+        /// Where the files go.
+        out: &'a Path,
+    },
+    /// A step is done.
+    Step {
+        /// Its number, from 1.
+        number: usize,
+        /// What it did.
+        step: &'a Step,
+    },
+    /// How far the step at work is.
+    Progress(Progress),
+}
+
+/// What a played demo leaves for its reader.
+#[derive(Debug, Clone)]
+pub struct Played {
+    /// Where everything is.
+    pub out: PathBuf,
+    /// Commands to paste next, against the demo's ledger (`#` lines say who asks).
+    pub commands: Vec<String>,
 }
 
 /// The hook's clock during the demo: the instant of the check being sent, inside the demo month.
@@ -88,8 +125,10 @@ fn hook_clock() -> Timestamp {
 }
 
 /// What the steps found that later steps and the page need.
-struct Demo {
-    args: DemoArgs,
+struct Demo<'a> {
+    settings: DemoSettings,
+    commands: &'a dyn Commands,
+    show: &'a dyn Fn(Shown),
     month: Period,
     ledger_path: PathBuf,
     brokers: String,
@@ -99,39 +138,41 @@ struct Demo {
     ingest_passes: u32,
 }
 
-pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
-    let month = args.month.unwrap_or_else(|| Period::containing(Timestamp::now()).previous());
+/// Plays the demo into `settings.out`: `commands` runs what the binary's commands do, `show` is told the steps as
+/// they end and how far the one at work is.
+pub fn run(settings: DemoSettings, commands: &dyn Commands, show: &dyn Fn(Shown)) -> anyhow::Result<Played> {
+    let month = settings.month.unwrap_or_else(|| Period::containing(Timestamp::now()).previous());
     anyhow::ensure!(
         month.end() <= Timestamp::now(),
         "--month {month} is not over yet (it ends {}): the demo closes the month it plays",
         month.end()
     );
-    anyhow::ensure!(args.events >= 1_000, "--events {} is too few for a month: at least 1000", args.events);
-    prepare_out(&args.out)?;
+    anyhow::ensure!(
+        settings.events >= EVENTS_MIN,
+        "--events {} is too few for a month: at least {EVENTS_MIN}",
+        settings.events
+    );
+    prepare_out(&settings.out)?;
     let broker = EmbeddedBroker::start(PARTITIONS).context("cannot start the mock Kafka cluster")?;
     let mut demo = Demo {
-        ledger_path: args.out.join(LEDGER_FILE),
+        ledger_path: settings.out.join(LEDGER_FILE),
         brokers: broker.bootstrap_servers(),
-        args,
+        settings,
+        commands,
+        show,
         month,
         steps: Vec::new(),
         denied_request: None,
         closed: None,
         ingest_passes: 0,
     };
-    writeln!(
-        super::stdout(),
-        "quota-ledger demo: {month}, {} tenants, into {}",
-        demo.args.tenants,
-        demo.args.out.display()
-    )?;
+    show(Shown::Playing { month, tenants: demo.settings.tenants, out: &demo.settings.out });
     demo.step("broker", |d| {
         Ok(format!("librdkafka mock cluster on {}: the six topics of SPEC 2, {PARTITIONS} partitions each", d.brokers))
     })?;
     demo.play()?;
     drop(broker);
-    demo.print_commands()?;
-    Ok(ExitCode::SUCCESS)
+    Ok(Played { out: demo.settings.out.clone(), commands: demo.commands() })
 }
 
 /// Marks a folder the demo wrote, so that a later demo may replace its ledger.
@@ -159,26 +200,25 @@ fn prepare_out(out: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn bar(len: u64, message: &str) -> ProgressBar {
-    let style = ProgressStyle::with_template("{msg:<10} [{bar:40}] {pos}/{len} ({per_sec}, {eta} left)")
-        .expect("a valid template")
-        .progress_chars("=> ");
-    ProgressBar::new(len).with_style(style).with_message(message.to_string())
-}
-
-impl Demo {
-    /// Runs one step, timed, and prints what it did.
-    fn step(&mut self, name: &str, body: impl FnOnce(&mut Demo) -> anyhow::Result<String>) -> anyhow::Result<()> {
+impl<'a> Demo<'a> {
+    /// Runs one step, timed, and shows what it did.
+    fn step(&mut self, name: &str, body: impl FnOnce(&mut Self) -> anyhow::Result<String>) -> anyhow::Result<()> {
         let started = Instant::now();
         let summary = body(self).with_context(|| format!("demo step {name:?} failed"))?;
         let seconds = started.elapsed().as_secs_f64();
-        writeln!(super::stdout(), "{:>2}. {name:<12} {summary} [{seconds:.1} s]", self.steps.len() + 1)?;
-        self.steps.push(page::Step { name: name.to_string(), summary, seconds });
+        let step = page::Step { name: name.to_string(), summary, seconds };
+        (self.show)(Shown::Step { number: self.steps.len() + 1, step: &step });
+        self.steps.push(step);
         Ok(())
     }
 
     fn out(&self, file: &str) -> PathBuf {
-        self.args.out.join(file)
+        self.settings.out.join(file)
+    }
+
+    /// Writes `file` in the output directory, whole or not at all.
+    fn write(&self, file: &str, bytes: &[u8]) -> anyhow::Result<()> {
+        self.commands.write_file(&self.out(file), bytes)
     }
 
     fn play(&mut self) -> anyhow::Result<()> {
@@ -200,7 +240,7 @@ impl Demo {
     }
 
     fn generate_settings(&self) -> GenerateSettings {
-        let mut settings = GenerateSettings::new(self.args.tenants, self.args.events, self.args.seed);
+        let mut settings = GenerateSettings::new(self.settings.tenants, self.settings.events, self.settings.seed);
         settings.month_start = self.month.start();
         settings
     }
@@ -211,7 +251,9 @@ impl Demo {
     fn stream_month(&mut self) -> anyhow::Result<String> {
         let settings = self.generate_settings();
         let policies = tenant_policies(self.month, &consumption(&settings));
-        let progress = bar(settings.messages + policies.len() as u64, "streaming");
+        let show = self.show;
+        let total = settings.messages + policies.len() as u64;
+        show(Shown::Progress(Progress::Begin { step: "streaming".into(), total: Some(total) }));
         let consumed = AtomicU64::new(0);
         let delivered = AtomicU64::new(u64::MAX);
         let stop = AtomicBool::new(false);
@@ -228,7 +270,7 @@ impl Demo {
             });
             let ingested = self.ingest_with(&stop, |p| {
                 consumed.store(p.messages, Ordering::SeqCst);
-                progress.set_position(p.messages);
+                show(Shown::Progress(Progress::At(p.messages)));
                 if p.messages >= delivered.load(Ordering::SeqCst) {
                     stop.store(true, Ordering::SeqCst);
                 }
@@ -239,7 +281,7 @@ impl Demo {
             }
             (producer.join().expect("the producer thread does not panic"), ingested)
         });
-        progress.finish_and_clear();
+        show(Shown::Progress(Progress::End));
         let (delivered, report) = produced?;
         let ingested = ingested?;
         anyhow::ensure!(
@@ -265,16 +307,16 @@ impl Demo {
         let group = format!("quota-ledger-demo-{}", self.ingest_passes);
         let mut settings = KafkaIngestSettings::new(&self.brokers, group);
         settings.until_caught_up = true;
-        let progress = super::spinner();
-        progress.enable_steady_tick(Duration::from_millis(200));
+        let show = self.show;
+        show(Shown::Progress(Progress::Begin { step: format!("ingesting the {what}"), total: None }));
         let report = self.ingest_settings(&settings, &AtomicBool::new(false), |p| {
             let lag: i64 = p.lag.values().sum();
-            progress.set_message(format!(
+            show(Shown::Progress(Progress::Doing(format!(
                 "ingesting the {what}: {} messages, {} recorded, lag {lag}",
                 p.messages, p.recorded
-            ));
+            ))));
         })?;
-        progress.finish_and_clear();
+        show(Shown::Progress(Progress::End));
         Ok(report)
     }
 
@@ -295,19 +337,20 @@ impl Demo {
         on_progress: impl FnMut(&KafkaIngestProgress),
     ) -> anyhow::Result<KafkaIngestProgress> {
         let _lock = ProcessLock::acquire(&self.ledger_path, "ingest")?;
-        let mut ledger = super::open_for_append(&self.ledger_path)?;
+        let mut ledger = crate::open_for_append(&self.ledger_path)?;
         Ok(ingest_kafka(&mut ledger, settings, stop, on_progress)?)
     }
 
     /// Services ask the hook (the library, as `serve` does) on the month's last day, then its outbox goes to Kafka.
     fn hook_checks(&mut self) -> anyhow::Result<String> {
-        let requests = i64::from(self.args.hook_requests.max(1));
+        let requests = i64::from(self.settings.hook_requests.max(1));
         let day_start = self.month.end().micros() - DAY_MICROS;
         HOOK_CLOCK_MICROS.store(day_start, Ordering::Relaxed);
         // Normal durability: the demo's ledger is rebuilt by running it again; fsync per group would only slow it.
         let settings = HookSettings { durability: Durability::Normal, clock: hook_clock, ..HookSettings::default() };
         let hook = Hook::start(&self.ledger_path, settings)?;
-        let progress = bar(requests as u64, "hook");
+        let show = self.show;
+        show(Shown::Progress(Progress::Begin { step: "hook".into(), total: Some(requests as u64) }));
         let mut outcomes: BTreeMap<String, u64> = BTreeMap::new();
         for i in 0..requests {
             HOOK_CLOCK_MICROS.store(day_start + i * (DAY_MICROS / requests), Ordering::Relaxed);
@@ -316,9 +359,9 @@ impl Demo {
             if !decision.allowed() && self.denied_request.is_none() {
                 self.denied_request = Some(decision.request_id.clone());
             }
-            progress.inc(1);
+            show(Shown::Progress(Progress::At(i as u64 + 1)));
         }
-        progress.finish_and_clear();
+        show(Shown::Progress(Progress::End));
         drop(hook);
         let published = self.publish_outbox()?;
         let outcomes: Vec<String> = outcomes.iter().map(|(k, n)| format!("{n} {k}")).collect();
@@ -332,21 +375,21 @@ impl Demo {
 
     /// The i-th check: tenants in turn (a stride so that neighbours differ), a few API keys, 1 to 5 requests.
     fn check_request(&self, i: i64) -> CheckRequest {
-        let tenants = i64::from(self.args.tenants.max(1));
+        let tenants = i64::from(self.settings.tenants.max(1));
         CheckRequest {
             tenant: format!("org-{}", (i * 7) % tenants + 1),
             subject: Some(format!("key-{}", i % 5)),
             metric: "requests".into(),
             amount: 1 + i % 5,
-            idempotency_key: format!("demo-{}-{i}", self.args.seed),
-            request_id: Some(format!("req-demo-{}-{i}", self.args.seed)),
+            idempotency_key: format!("demo-{}-{i}", self.settings.seed),
+            request_id: Some(format!("req-demo-{}-{i}", self.settings.seed)),
         }
     }
 
     fn publish_outbox(&self) -> anyhow::Result<PublishReport> {
         let mut ledger = Ledger::open(&self.ledger_path)?;
-        let timeout = Duration::from_millis(super::reconcile::PUBLISH_TIMEOUT_MS);
-        let report = ingest::outbox::publish(&mut ledger, &self.brokers, &[], &OutboxTopics::defaults(), timeout)?;
+        let timeout = Duration::from_millis(outbox::PUBLISH_TIMEOUT_MS);
+        let report = outbox::publish(&mut ledger, &self.brokers, &[], &OutboxTopics::defaults(), timeout)?;
         anyhow::ensure!(report.pending == 0, "the mock broker left {} outbox entries unacknowledged", report.pending);
         Ok(report)
     }
@@ -357,22 +400,19 @@ impl Demo {
         let plan = {
             let _lock = ProcessLock::acquire(&self.ledger_path, "reconcile")?;
             let mut ledger = Ledger::open(&self.ledger_path)?;
-            let spinner = super::spinner();
-            spinner.enable_steady_tick(Duration::from_millis(200));
-            spinner.set_message(format!("reconciling as of {as_of}"));
+            let show = self.show;
+            show(Shown::Progress(Progress::Begin { step: format!("reconciling as of {as_of}"), total: None }));
             let plan = reconcile::plan(&ledger, as_of, &mut |_| {})?;
             if !plan.is_clean() {
                 reconcile::apply(&mut ledger, &plan)?;
             }
-            spinner.finish_and_clear();
+            show(Shown::Progress(Progress::End));
             plan
         };
         let outbox = self.publish_outbox()?;
-        let mut text = Vec::new();
-        super::reconcile::write_report(&mut text, &plan, false, Some(&outbox), outbox.pending)?;
-        write_atomically(&self.out(&format!("{name}.txt")), &text)?;
-        let json = serde_json::to_vec_pretty(&super::reconcile::run_json(&plan, false, Some(outbox)))?;
-        write_atomically(&self.out(&format!("{name}.json")), &json)?;
+        let (text, json) = self.commands.reconcile_report(&plan, &outbox)?;
+        self.write(&format!("{name}.txt"), &text)?;
+        self.write(&format!("{name}.json"), &json)?;
         let mut by_kind: BTreeMap<String, u64> = BTreeMap::new();
         for adjustment in &plan.adjustments {
             *by_kind.entry(adjustment.kind.to_string()).or_default() += 1;
@@ -388,10 +428,10 @@ impl Demo {
     /// `export billing --period M --final` as CSV and Parquet.
     fn close_month(&mut self) -> anyhow::Result<String> {
         let mut ledger = Ledger::open(&self.ledger_path)?;
-        let (export, note) = super::export::close(&mut ledger, self.month)?;
+        let (export, note) = self.commands.close_period(&mut ledger, self.month)?;
         let csv = format!("billing-{}.csv", self.month);
-        write_atomically(&self.out(&csv), &export.to_bytes(Format::Csv)?)?;
-        write_atomically(&self.out(&format!("billing-{}.parquet", self.month)), &export.to_bytes(Format::Parquet)?)?;
+        self.write(&csv, &export.to_bytes(Format::Csv)?)?;
+        self.write(&format!("billing-{}.parquet", self.month), &export.to_bytes(Format::Parquet)?)?;
         let over =
             |f: fn(&PeriodExportRow) -> Option<i64>| export.rows.iter().filter(|r| f(r).unwrap_or(0) > 0).count();
         let summary = format!(
@@ -411,7 +451,7 @@ impl Demo {
         let mut producer = KafkaProducer::new(&self.brokers, &[])?;
         let mut quantity = 0;
         for k in 1..=LATE_EVENTS {
-            let event = late_usage(self.month, self.args.seed, k, self.args.tenants);
+            let event = late_usage(self.month, self.settings.seed, k, self.settings.tenants);
             quantity += event.quantity;
             send_generated(&mut producer, catalog, Generated::Event(Event::Usage(event)))?;
         }
@@ -429,11 +469,11 @@ impl Demo {
     fn next_month(&mut self) -> anyhow::Result<String> {
         let next = self.month.next();
         let ledger = Ledger::open(&self.ledger_path)?;
-        let (export, note) = super::export::current(&ledger, next)?;
+        let (export, note) = self.commands.current_export(&ledger, next)?;
         let csv = format!("billing-{next}.csv");
-        write_atomically(&self.out(&csv), &export.to_bytes(Format::Csv)?)?;
+        self.write(&csv, &export.to_bytes(Format::Csv)?)?;
         let late: i64 = export.rows.iter().map(|r| r.late_adjustments).sum();
-        let (again, _) = super::export::current(&ledger, self.month)?;
+        let (again, _) = self.commands.current_export(&ledger, self.month)?;
         let closed = self.closed.as_ref().context("the month was closed")?;
         let same = again.to_bytes(Format::Csv)? == closed.to_bytes(Format::Csv)?;
         anyhow::ensure!(same, "the export of the closed month {} changed after late events", self.month);
@@ -455,7 +495,7 @@ impl Demo {
             Err(unknown) => anyhow::bail!("audit why does not find {}", unknown.request_id),
         };
         let file = format!("audit-why-{request_id}.txt");
-        write_atomically(&self.out(&file), answer.as_bytes())?;
+        self.write(&file, answer.as_bytes())?;
         self.denied_request = Some(request_id);
         Ok(format!("{} ({file})", answer.lines().next().unwrap_or_default()))
     }
@@ -488,7 +528,7 @@ impl Demo {
             commands: self.commands(),
         };
         std::fs::write(self.out("tokens.toml"), format!("[[token]]\nsecret = \"{DEMO_TOKEN}\"\ntenants = [\"*\"]\n"))?;
-        write_atomically(&self.out("report.html"), page::render(&page)?.as_bytes())?;
+        self.write("report.html", page::render(&page)?.as_bytes())?;
         Ok(format!("{} (open it in a browser; it needs no network)", self.out("report.html").display()))
     }
 
@@ -533,53 +573,6 @@ impl Demo {
         let i: i64 = id.rsplit('-').next()?.parse().ok()?;
         Some(self.check_request(i).tenant)
     }
-
-    fn print_commands(&self) -> anyhow::Result<()> {
-        let mut out = super::stdout();
-        writeln!(
-            out,
-            "\nEverything is in {}. Try (from a checkout: cargo run --release -- ...):\n",
-            self.args.out.display()
-        )?;
-        for command in self.commands() {
-            writeln!(out, "  {command}")?;
-        }
-        Ok(())
-    }
-}
-
-/// Most messages produced and not yet ingested: a quarter of what the mock cluster keeps of one partition, were
-/// they all on one (one tenant's traffic is), at about 100 bytes a message.
-const IN_FLIGHT_MAX: u64 = 12_000;
-
-/// Produces the policies, then the generated month, waiting whenever `IN_FLIGHT_MAX` messages wait for the
-/// ingest; answers the messages acknowledged and what was generated.
-fn produce(
-    brokers: &str,
-    policies: &[Event],
-    settings: GenerateSettings,
-    consumed: &AtomicU64,
-) -> anyhow::Result<(u64, GenerateReport)> {
-    let catalog = Catalog::builtin();
-    let mut producer = KafkaProducer::new(brokers, &[])?;
-    for policy in policies {
-        send_generated(&mut producer, catalog, Generated::Event(policy.clone()))?;
-    }
-    let mut generator = Generator::new(settings);
-    for (sent, generated) in (policies.len() as u64..).zip(generator.by_ref()) {
-        while sent.saturating_sub(consumed.load(Ordering::SeqCst)) >= IN_FLIGHT_MAX {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        send_generated(&mut producer, catalog, generated)?;
-    }
-    Ok((producer.finish()?.delivered, generator.report().clone()))
-}
-
-fn generated_summary(report: &GenerateReport) -> String {
-    format!(
-        "{} events, {} exact duplicates, {} conflicting duplicates, {} malformed",
-        report.unique_events, report.duplicates, report.conflicts, report.malformed
-    )
 }
 
 fn ingest_summary(p: &KafkaIngestProgress) -> String {
@@ -587,180 +580,4 @@ fn ingest_summary(p: &KafkaIngestProgress) -> String {
         "{} messages: {} recorded, {} duplicates, {} conflicting duplicates, {} quarantined; watermark {}",
         p.messages, p.recorded, p.duplicates, p.conflicts, p.quarantined, p.watermark
     )
-}
-
-/// Usage per (tenant, metric) the generator will produce: a dry run of the same seed, to size the plans.
-fn consumption(settings: &GenerateSettings) -> BTreeMap<(String, String), i64> {
-    let mut sums = BTreeMap::new();
-    for generated in Generator::new(settings.clone()) {
-        if let Generated::Event(Event::Usage(u)) = generated {
-            *sums.entry((u.header.tenant, u.header.metric)).or_default() += u.quantity;
-        }
-    }
-    sums
-}
-
-/// Each tenant's own monthly plan (TENANT scope, MONTH window), sized around its traffic: the generator's plan
-/// defaults are far above a demo-sized month, and a demo where nobody reaches a limit shows nothing.
-fn tenant_policies(month: Period, consumption: &BTreeMap<(String, String), i64>) -> Vec<Event> {
-    let mut policies = Vec::new();
-    for (i, ((tenant, metric), used)) in consumption.iter().enumerate() {
-        let Some((_, enforcement)) = PLAN_METRICS.iter().find(|(m, _)| m == metric) else { continue };
-        let limit = round_limit(*used as f64 * LIMIT_FACTORS[i % LIMIT_FACTORS.len()]);
-        let header = Header {
-            event_id: format!("demo-policy-{tenant}-{metric}"),
-            occurred_at: month.start(),
-            tenant: tenant.clone(),
-            subject: None,
-            metric: metric.clone(),
-            source: "demo".into(),
-        };
-        policies.push(Event::Policy(PolicyEvent {
-            header,
-            policy_id: format!("{tenant}-{metric}-monthly"),
-            version: 1,
-            scope: Scope::TENANT,
-            limit,
-            window: Window::MONTH,
-            enforcement: *enforcement,
-            effective_from: month.start(),
-            burst: None,
-        }));
-    }
-    policies
-}
-
-/// A limit as a plan would state it: two significant digits, at least 10.
-fn round_limit(value: f64) -> i64 {
-    let magnitude = 10f64.powi((value.max(10.0).log10().floor() as i32 - 1).max(0));
-    ((value / magnitude).round() * magnitude).max(10.0) as i64
-}
-
-/// The k-th late usage event: requests of a tenant, in the closed month's last hours.
-fn late_usage(month: Period, seed: u64, k: i64, tenants: u32) -> UsageEvent {
-    let tenant = format!("org-{}", (k - 1) % i64::from(tenants.max(1)) + 1);
-    UsageEvent {
-        header: Header {
-            event_id: format!("demo-late-{seed}-{k}"),
-            occurred_at: Timestamp(month.end().micros() - k * HOUR_MICROS),
-            tenant,
-            subject: None,
-            metric: "requests".into(),
-            source: "demo-late".into(),
-        },
-        quantity: 10 * k,
-        request_id: None,
-        attributes: BTreeMap::new(),
-    }
-}
-
-fn usage_of(rows: &[PeriodExportRow]) -> Vec<page::Usage> {
-    rows.iter()
-        .filter_map(|r| {
-            Some(page::Usage {
-                tenant: r.tenant.clone(),
-                metric: r.metric.clone(),
-                consumption: r.consumption,
-                effective_limit: r.effective_limit.filter(|l| *l > 0)?,
-            })
-        })
-        .collect()
-}
-
-/// The export as cells, header first, as in the CSV.
-fn billing_cells(export: &BillingExport) -> anyhow::Result<Vec<Vec<String>>> {
-    let csv = String::from_utf8(export.to_bytes(Format::Csv)?)?;
-    // No cell of these rows holds a comma or a quote (tenants and metrics are the generator's names).
-    Ok(csv.lines().map(|line| line.split(',').map(String::from).collect()).collect())
-}
-
-/// One query's rows as text cells.
-fn query_cells(session: &LedgerSession, sql: &str) -> anyhow::Result<Vec<Vec<String>>> {
-    let mut rows = Vec::new();
-    for batch in session.query(sql, Vec::new())? {
-        for row in 0..batch.num_rows() {
-            let cells = batch
-                .columns()
-                .iter()
-                .map(|column| arrow::util::display::array_value_to_string(column, row))
-                .collect::<Result<Vec<String>, _>>()?;
-            rows.push(cells);
-        }
-    }
-    Ok(rows)
-}
-
-fn number(cell: &str) -> i64 {
-    cell.parse().unwrap_or(0)
-}
-
-fn first_denial(session: &LedgerSession) -> anyhow::Result<Option<String>> {
-    let sql = "SELECT request_id FROM decision_events WHERE outcome = 'DENIED' ORDER BY seq LIMIT 1";
-    Ok(query_cells(session, sql)?.into_iter().next().and_then(|row| row.into_iter().next()))
-}
-
-fn decisions_by_day(session: &LedgerSession, month: Period) -> anyhow::Result<Vec<page::DayDecisions>> {
-    let sql = "SELECT CAST(CAST(occurred_at AS DATE) AS VARCHAR) AS day, outcome, count(*) AS decisions \
-               FROM decision_events WHERE status = 'recorded' GROUP BY 1, 2 ORDER BY 1, 2";
-    let mut days: BTreeMap<String, page::DayDecisions> = BTreeMap::new();
-    let prefix = month.to_string();
-    for row in query_cells(session, sql)? {
-        let [day, outcome, n] = <[String; 3]>::try_from(row).map_err(|_| anyhow::anyhow!("three columns"))?;
-        if !day.starts_with(&prefix) {
-            continue;
-        }
-        let entry = days.entry(day.clone()).or_insert(page::DayDecisions { day, allowed: 0, denied: 0 });
-        let n = number(&n) as u64;
-        if outcome == "DENIED" {
-            entry.denied += n;
-        } else {
-            entry.allowed += n;
-        }
-    }
-    Ok(days.into_values().collect())
-}
-
-fn adjustments_by_kind(session: &LedgerSession) -> anyhow::Result<Vec<page::KindTotal>> {
-    let sql = "SELECT kind, count(*), sum(amount) FROM adjustment_events GROUP BY kind ORDER BY kind";
-    Ok(query_cells(session, sql)?
-        .into_iter()
-        .map(|row| page::KindTotal {
-            kind: row[0].clone(),
-            adjustments: number(&row[1]) as u64,
-            amount: number(&row[2]),
-        })
-        .collect())
-}
-
-/// The windows most over their limit now: each concern's adjustments add up to its current overshoot.
-fn largest_overshoots(session: &LedgerSession) -> anyhow::Result<Vec<page::Overshoot>> {
-    let sql = format!(
-        "SELECT tenant, subject, metric, policy_id, CAST(window_start AS BIGINT), CAST(window_end AS BIGINT), \
-         sum(amount) AS overshoot FROM adjustment_events WHERE kind = 'OVERSHOOT' \
-         GROUP BY tenant, subject, metric, policy_id, window_start, window_end HAVING sum(amount) > 0 \
-         ORDER BY overshoot DESC, tenant, metric LIMIT {}",
-        page::OVERSHOOTS_SHOWN
-    );
-    Ok(query_cells(session, &sql)?
-        .into_iter()
-        .map(|row| page::Overshoot {
-            tenant: row[0].clone(),
-            subject: Some(row[1].clone()).filter(|s| !s.is_empty()),
-            metric: row[2].clone(),
-            policy_id: row[3].clone(),
-            window: window_label(Timestamp(number(&row[4])), Timestamp(number(&row[5]))),
-            amount: number(&row[6]),
-        })
-        .collect())
-}
-
-/// A window as people name it: the month, the day, or its start.
-fn window_label(start: Timestamp, end: Timestamp) -> String {
-    let period = Period::containing(start);
-    let text = start.to_string();
-    match end.micros() - start.micros() {
-        _ if period.start() == start && period.end() == end => period.to_string(),
-        DAY_MICROS => text.get(..10).unwrap_or_default().to_string(),
-        _ => text.get(..16).unwrap_or_default().to_string(),
-    }
 }

@@ -7,19 +7,20 @@
 //! not cost more because other requests are in flight. One more over HTTP publishes the outbox to the embedded
 //! broker, as `serve --brokers` does in production, and says how long after the load the publisher caught up.
 
-use std::io::Write;
 use std::net::TcpListener;
-use std::path::Path;
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use hook::{CheckRequest, Hook, HookSettings};
-use ingest::admin::EmbeddedBroker;
+use kafka::admin::EmbeddedBroker;
 use ledger::{Batch, Durability, Incoming, Ledger, Origin};
 use schemas::*;
 use serde::Serialize;
+
+use super::client::{Connection, Reply};
 
 /// How long after the load stops the publishing peer's outbox must be published.
 const OUTBOX_CATCH_UP_LIMIT: Duration = Duration::from_secs(30);
@@ -51,13 +52,34 @@ redis.call('SET', KEYS[2], 1)
 return 1
 "#;
 
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct HookBenchSettings {
+    /// Clients of each measurement, one measurement each.
+    pub concurrency: Vec<usize>,
+    /// Seconds each measurement counts, after half a second of warm-up.
+    pub seconds: f64,
+    /// Send each check a random request_id (32 hex digits, as a UUID's) instead of none (then the hook uses the
+    /// idempotency key, and the ids of one client sort together).
+    pub random_request_ids: bool,
+    /// The `quota-ledger` binary whose `serve` is measured over HTTP.
+    pub binary: PathBuf,
+}
+
+/// One measurement: a peer at a concurrency.
 #[derive(Debug, Clone, Serialize)]
 pub struct Figures {
+    /// Which peer: `hook in-process (Full)`, `hook over HTTP (normal)`, `redis+lua (no persistence)`, ...
     pub peer: String,
+    /// Clients, each with one request at a time.
     pub concurrency: usize,
+    /// Requests answered within the measured seconds.
     pub requests: usize,
+    /// Requests answered per second.
     pub decisions_per_second: f64,
+    /// Median latency, in microseconds.
     pub p50_us: f64,
+    /// 99th percentile latency, in microseconds.
     pub p99_us: f64,
     /// The peer that publishes its outbox to Kafka: how long after the load stopped the last decision was
     /// published (the publisher's lag behind the hook).
@@ -204,7 +226,7 @@ fn request(run: usize, c: usize, i: usize, random_ids: bool) -> CheckRequest {
 /// A request_id as random as a UUID's 32 hex digits (where the ledger's indexes see random keys), the same for
 /// the same request: `bench append`'s splitmix64 of its run, client and number.
 fn random_request_id(run: usize, c: usize, i: usize) -> String {
-    use super::bench::mix;
+    use super::mix;
     let seed = mix(run as u64) ^ mix((c as u64) << 32 | i as u64);
     format!("{:016x}{:016x}", mix(seed), mix(seed ^ 1))
 }
@@ -259,22 +281,23 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-/// `serve` as a child process, driven over HTTP; with `brokers`, publishing its outbox to them.
+/// `serve` as a child process of the settings' binary, driven over HTTP; with `brokers`, publishing its outbox to
+/// them.
 fn over_http(
+    settings: &HookBenchSettings,
     driver: &Driver,
     dir: &Path,
     run: usize,
     clients: usize,
     durability: &str,
     brokers: Option<&str>,
-    random_ids: bool,
 ) -> anyhow::Result<Figures> {
     let path = dir.join(format!("hook-{run}.db"));
     fresh_ledger(&path, 0)?;
     let tokens = dir.join("tokens.toml");
     std::fs::write(&tokens, format!("[[token]]\nsecret = \"{TOKEN}\"\ntenants = [\"*\"]\n"))?;
     let port = free_port()?;
-    let mut command = Command::new(std::env::current_exe()?);
+    let (random_ids, mut command) = (settings.random_request_ids, Command::new(&settings.binary));
     command
         .arg("--ledger")
         .arg(&path)
@@ -321,103 +344,6 @@ fn outbox_caught_up(path: &Path) -> anyhow::Result<Duration> {
             OUTBOX_CATCH_UP_LIMIT.as_secs()
         );
         std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// One kept-alive connection on loopback, requests written by hand: to `serve` HTTP/1.1 (responses read with
-/// `httparse`), to Redis its protocol, RESP. The same few lines of client for both peers, so that the figures
-/// compare servers, not client libraries. (ureq, tried first, let the client cost more than the server: 5,000
-/// checks/s where `wrk` drove the same server to 14,000.)
-struct Connection {
-    stream: tokio::net::TcpStream,
-    buffer: Vec<u8>,
-}
-
-impl Connection {
-    async fn open(port: u16) -> anyhow::Result<Connection> {
-        let stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-        stream.set_nodelay(true)?;
-        Ok(Connection { stream, buffer: Vec::with_capacity(4_096) })
-    }
-
-    /// Sends `request` and reads until `complete` finds a whole answer at the start of what arrived; answers
-    /// `complete`'s value.
-    async fn exchange<T>(
-        &mut self,
-        request: &[u8],
-        complete: impl Fn(&[u8]) -> anyhow::Result<Option<T>>,
-    ) -> anyhow::Result<T> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        self.stream.write_all(request).await?;
-        self.buffer.clear();
-        loop {
-            if let Some(answer) = complete(&self.buffer)? {
-                return Ok(answer);
-            }
-            let read = self.stream.read_buf(&mut self.buffer).await?;
-            anyhow::ensure!(read > 0, "the server closed the connection");
-        }
-    }
-
-    /// POSTs a JSON body and answers the response's status, after reading the whole response.
-    async fn post(&mut self, path: &str, token: &str, body: &str) -> anyhow::Result<u16> {
-        let request = format!(
-            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\
-             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        self.exchange(request.as_bytes(), |received| {
-            let mut headers = [httparse::EMPTY_HEADER; 32];
-            let mut response = httparse::Response::new(&mut headers);
-            let httparse::Status::Complete(head) = response.parse(received)? else { return Ok(None) };
-            let length = response
-                .headers
-                .iter()
-                .find(|h| h.name.eq_ignore_ascii_case("content-length"))
-                .and_then(|h| std::str::from_utf8(h.value).ok()?.parse::<usize>().ok())
-                .context("a response without Content-Length")?;
-            let status = response.code.context("a response without a status")?;
-            Ok((received.len() >= head + length).then_some(status))
-        })
-        .await
-    }
-
-    /// Sends one Redis command and answers its reply.
-    async fn command(&mut self, arguments: &[&[u8]]) -> anyhow::Result<Reply> {
-        let mut request = format!("*{}\r\n", arguments.len()).into_bytes();
-        for argument in arguments {
-            request.extend_from_slice(format!("${}\r\n", argument.len()).as_bytes());
-            request.extend_from_slice(argument);
-            request.extend_from_slice(b"\r\n");
-        }
-        self.exchange(&request, Reply::parse).await
-    }
-}
-
-/// A Redis reply of the kinds the benchmark's commands answer.
-#[derive(Debug, PartialEq, Eq)]
-enum Reply {
-    Integer(i64),
-    Bulk(Option<Vec<u8>>),
-}
-
-impl Reply {
-    /// The reply at the start of `received`, if it arrived whole; an error reply (`-ERR ...`) is an error.
-    fn parse(received: &[u8]) -> anyhow::Result<Option<Reply>> {
-        let Some(end) = received.windows(2).position(|w| w == b"\r\n") else { return Ok(None) };
-        let line = std::str::from_utf8(&received[1..end])?;
-        match received[0] {
-            b':' => Ok(Some(Reply::Integer(line.parse()?))),
-            b'$' if line == "-1" => Ok(Some(Reply::Bulk(None))),
-            b'$' => {
-                let length: usize = line.parse()?;
-                let body = end + 2;
-                Ok((received.len() >= body + length + 2)
-                    .then(|| Reply::Bulk(Some(received[body..body + length].to_vec()))))
-            }
-            b'-' => anyhow::bail!("redis answered {line}"),
-            other => anyhow::bail!("an unexpected redis reply: {:?}", other as char),
-        }
     }
 }
 
@@ -528,7 +454,14 @@ fn require_redis() -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn run(concurrency: &[usize], seconds: f64, random_ids: bool, json: bool) -> anyhow::Result<ExitCode> {
+/// Measures every peer at each concurrency of `settings`; `measured` is given each concurrency's figures as they
+/// come (a run at the defaults takes minutes), and its error stops the run. Fails at once, before measuring
+/// anything, without `redis-server`.
+pub fn run(
+    settings: &HookBenchSettings,
+    measured: &mut dyn FnMut(&[Figures]) -> anyhow::Result<()>,
+) -> anyhow::Result<Vec<Figures>> {
+    let (seconds, random_ids) = (settings.seconds, settings.random_request_ids);
     anyhow::ensure!(seconds.is_finite() && seconds > 0.0, "--seconds must be positive, not {seconds}");
     // Every external peer first: Redis is measured last at each concurrency, after six peers of `seconds` each
     // (minutes at the defaults), and a missing redis-server used to fail only there.
@@ -541,7 +474,8 @@ pub fn run(concurrency: &[usize], seconds: f64, random_ids: bool, json: bool) ->
     let driver = Driver::new(seconds)?;
     let mut figures = Vec::new();
     let mut run = 0;
-    for &clients in concurrency {
+    for &clients in &settings.concurrency {
+        let first = figures.len();
         for durability in [Durability::Full, Durability::Normal] {
             run += 1;
             figures.push(in_process(&driver, dir.path(), run, clients, durability, 0, random_ids)?);
@@ -550,33 +484,13 @@ pub fn run(concurrency: &[usize], seconds: f64, random_ids: bool, json: bool) ->
         figures.push(in_process(&driver, dir.path(), run, clients, Durability::Normal, OPEN_HOLDS, random_ids)?);
         for (durability, brokers) in [("full", None), ("normal", None), ("normal", Some(brokers.as_str()))] {
             run += 1;
-            figures.push(over_http(&driver, dir.path(), run, clients, durability, brokers, random_ids)?);
+            figures.push(over_http(settings, &driver, dir.path(), run, clients, durability, brokers)?);
         }
         for fsync_always in [false, true] {
             run += 1;
             figures.push(redis(&driver, run, clients, fsync_always)?);
         }
-        if !json {
-            for f in figures.iter().filter(|f| f.concurrency == clients) {
-                let caught_up = match f.outbox_caught_up_ms {
-                    Some(ms) => format!("  outbox published {ms} ms after"),
-                    None => String::new(),
-                };
-                writeln!(
-                    super::stdout(),
-                    "{:42} c={:<3} {:>8} req  {:>9.0} decisions/s  p50 {:>8.0} us  p99 {:>8.0} us{caught_up}",
-                    f.peer,
-                    f.concurrency,
-                    f.requests,
-                    f.decisions_per_second,
-                    f.p50_us,
-                    f.p99_us
-                )?;
-            }
-        }
+        measured(&figures[first..])?;
     }
-    if json {
-        super::print_json(&figures)?;
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(figures)
 }

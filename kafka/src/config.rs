@@ -1,0 +1,111 @@
+//! Every librdkafka setting of every client, in one place: the consumer of `ingest`, the producer of `produce` and
+//! `generate`, the outbox's producer and the admin client. `-X key=value` overrides (SASL, TLS, tuning) come last,
+//! so they win, except where a setting below says otherwise.
+//!
+//! The log level of every client follows the binary's logger (warnings by default, `QUOTA_LEDGER_LOG` for more):
+//! rdkafka sets librdkafka's `log_level` from the `log` crate's maximum level.
+
+use rdkafka::config::ClientConfig;
+
+/// How long [`KafkaProducer::finish`](crate::producer::KafkaProducer::finish) waits for outstanding deliveries.
+/// librdkafka retries within `delivery.timeout.ms` (set to the same), so after this every message is either
+/// acknowledged or reported failed.
+pub const DELIVERY_TIMEOUT_MS: u64 = 120_000;
+/// Messages librdkafka may hold unacknowledged; a producer's `send` waits (polling for acknowledgements) when full.
+pub const QUEUE_MAX_MESSAGES: u32 = 100_000;
+/// Shortest and longest attempt of the outbox's producer ([`outbox_producer`]): below a second an attempt ends before
+/// a broker on another machine answers; librdkafka's own default `delivery.timeout.ms` is the longest.
+pub const OUTBOX_ATTEMPT_MS: std::ops::RangeInclusive<u64> = 1_000..=120_000;
+
+/// The idempotent producer of `produce`, `generate --to-kafka`, the demo and the tests.
+pub fn producer(brokers: &str, overrides: &[(String, String)]) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", brokers)
+        .set("client.id", "quota-ledger-produce")
+        // Retries never duplicate or reorder a message within a partition.
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("delivery.timeout.ms", DELIVERY_TIMEOUT_MS.to_string())
+        .set("queue.buffering.max.messages", QUEUE_MAX_MESSAGES.to_string())
+        .set("linger.ms", "5");
+    overrides_last(config, overrides)
+}
+
+/// The outbox's producer: [`producer`]'s settings, but an attempt lasts [`outbox_attempt_ms`] of `attempt_ms` so
+/// that an outage ends the attempt, not the entries; and its own `client.id`. These two are set after the
+/// overrides: the publisher's retries count on the attempt's length.
+pub fn outbox_producer(brokers: &str, overrides: &[(String, String)], attempt_ms: u64) -> ClientConfig {
+    let mut config = producer(brokers, overrides);
+    config
+        .set("delivery.timeout.ms", outbox_attempt_ms(attempt_ms).to_string())
+        .set("client.id", "quota-ledger-outbox");
+    config
+}
+
+/// How long an attempt of the outbox's producer lasts when `requested_ms` is asked for: clamped to
+/// [`OUTBOX_ATTEMPT_MS`].
+pub fn outbox_attempt_ms(requested_ms: u64) -> u64 {
+    requested_ms.clamp(*OUTBOX_ATTEMPT_MS.start(), *OUTBOX_ATTEMPT_MS.end())
+}
+
+/// `ingest`'s consumer in group `group`: the ledger owns the offsets, librdkafka never commits or stores them.
+pub fn consumer(brokers: &str, group: &str, overrides: &[(String, String)]) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .set("client.id", "quota-ledger-ingest")
+        // Offsets are the ledger's: never let librdkafka commit or store on its own.
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        // A partition the ledger has never seen starts at its beginning.
+        .set("auto.offset.reset", "earliest")
+        .set("enable.partition.eof", "false")
+        // Eager rebalancing: ingest's rebalance callback assigns whole lists.
+        .set("partition.assignment.strategy", "range,roundrobin")
+        // Producers of ours are idempotent, not transactional; read what is committed to the log.
+        .set("isolation.level", "read_committed")
+        // A dead ingest's partitions move to the others within 10 s instead of librdkafka's 45 s.
+        .set("session.timeout.ms", "10000")
+        .set("heartbeat.interval.ms", "1000")
+        // The loop polls every 100 ms and an append takes well under a second; a consumer silent for 30 s is
+        // stuck. It is also how long a coordinator may wait for a dead member during a rebalance (300 s by
+        // default), which is what a restart after a crash waits for.
+        .set("max.poll.interval.ms", "30000")
+        // Bounds the prefetched queue per partition (librdkafka's default is 64 MiB).
+        .set("queued.max.messages.kbytes", "16384");
+    overrides_last(config, overrides)
+}
+
+/// The admin client of `topics create`: librdkafka's defaults.
+pub fn admin(brokers: &str, overrides: &[(String, String)]) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", brokers);
+    overrides_last(config, overrides)
+}
+
+fn overrides_last(mut config: ClientConfig, overrides: &[(String, String)]) -> ClientConfig {
+    for (key, value) in overrides {
+        config.set(key, value);
+    }
+    config
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overrides_win_except_for_the_outbox_attempt() {
+        let overrides = [("linger.ms".to_string(), "50".to_string()), ("client.id".to_string(), "mine".to_string())];
+        let produce = producer("b:9092", &overrides);
+        assert_eq!(produce.get("linger.ms"), Some("50"));
+        assert_eq!(produce.get("client.id"), Some("mine"));
+        let outbox = outbox_producer("b:9092", &overrides, 5_000);
+        assert_eq!(outbox.get("linger.ms"), Some("50"));
+        assert_eq!(outbox.get("client.id"), Some("quota-ledger-outbox"));
+        assert_eq!(outbox.get("delivery.timeout.ms"), Some("5000"));
+        assert_eq!(outbox_producer("b:9092", &[], 10).get("delivery.timeout.ms"), Some("1000"), "clamped");
+    }
+}

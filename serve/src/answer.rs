@@ -1,0 +1,126 @@
+//! The answers of the HTTP layer: a decision as SPEC 6 spells it (status, `Retry-After` and `RateLimit-*`
+//! headers, the JSON body), a reservation's close, and errors as `{error, message}`.
+
+use axum::Json;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use hook::{Closed, Decision, HookError, Refusal};
+use schemas::{Reason, Timestamp};
+use serde::Serialize;
+
+/// An error answer: a status and `{error, message}`.
+pub(crate) fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
+    (status, Json(serde_json::json!({"error": code, "message": message.into()}))).into_response()
+}
+
+/// The hook's error as an answer: 400 for a malformed request, 503 (retry in a second) when its queue is full, 500
+/// when the ledger fails.
+pub(crate) fn hook_error(e: HookError) -> Response {
+    match e {
+        HookError::BadRequest { .. } => error(StatusCode::BAD_REQUEST, "bad_request", e.to_string()),
+        HookError::Overloaded { .. } => {
+            let mut response = error(StatusCode::SERVICE_UNAVAILABLE, "overloaded", e.to_string());
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            response
+        }
+        HookError::Stopped | HookError::Ledger(_) | HookError::NotDurable(_) => {
+            error(StatusCode::INTERNAL_SERVER_ERROR, "ledger", e.to_string())
+        }
+        _ => error(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()),
+    }
+}
+
+/// The answer body of SPEC 6, plus identifiers (added, never renamed).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct DecisionBody {
+    code: hook::Code,
+    metric: String,
+    scope: Option<schemas::Scope>,
+    limit: Option<i64>,
+    remaining: Option<i64>,
+    resets_at: Option<schemas::Timestamp>,
+    retry_after_seconds: Option<i64>,
+    policy_version: Option<i32>,
+    policy_id: Option<String>,
+    reason: Reason,
+    decision_id: String,
+    request_id: String,
+    replayed: bool,
+    /// `reservationId`, as the other identifiers of this body are spelled: kept for the clients written to it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reservation_id: Option<String>,
+    /// SPEC 7's spelling (`-> {reservation_id, ...}`), which the commit and release answers use too.
+    #[serde(rename = "reservation_id", skip_serializing_if = "Option::is_none")]
+    reservation_id_spec: Option<String>,
+}
+
+pub(crate) fn decision_response(decision: Decision) -> Response {
+    // A replay answers now: its waits count from now, not from when it was first decided.
+    let at = match decision.replayed {
+        true => Timestamp::now().max(decision.decided_at),
+        false => decision.decided_at,
+    };
+    let since_ms = (at.micros() - decision.decided_at.micros()) / 1_000;
+    // Saturating: a producer's recorded decision, replayed, may carry any retry.
+    let retry_after_seconds =
+        decision.retry_after_ms.map(|ms| ms.saturating_sub(since_ms).max(0).saturating_add(999) / 1_000);
+    let reset_seconds =
+        decision.resets_at.map(|r| r.micros().saturating_sub(at.micros()).max(0).saturating_add(999_999) / 1_000_000);
+    let status = if decision.allowed() { StatusCode::OK } else { StatusCode::TOO_MANY_REQUESTS };
+    let mut headers = HeaderMap::new();
+    let mut set = |name: &'static str, value: Option<i64>| {
+        if let Some(value) = value {
+            headers.insert(HeaderName::from_static(name), HeaderValue::from(value));
+        }
+    };
+    if !decision.allowed() {
+        set("retry-after", retry_after_seconds);
+    }
+    // A SHADOW policy limits nobody: its numbers are in the body, as in the DecisionEvent, but not in the headers
+    // that client libraries act on (a client read `RateLimit-Remaining: 0` of a dry run and backed off).
+    if decision.reason != Reason::SHADOW_DENIED {
+        set("ratelimit-limit", decision.limit);
+        set("ratelimit-remaining", decision.remaining);
+        set("ratelimit-reset", reset_seconds);
+    }
+    let body = DecisionBody {
+        code: decision.code,
+        metric: decision.metric,
+        scope: decision.scope,
+        limit: decision.limit,
+        remaining: decision.remaining,
+        resets_at: decision.resets_at,
+        retry_after_seconds,
+        policy_version: decision.policy_version,
+        policy_id: decision.policy_id,
+        reason: decision.reason,
+        decision_id: decision.decision_id,
+        request_id: decision.request_id,
+        replayed: decision.replayed,
+        reservation_id_spec: decision.reservation_id.clone(),
+        reservation_id: decision.reservation_id,
+    };
+    (status, headers, Json(body)).into_response()
+}
+
+/// A reservation's commit or release: 200 with what was closed, or why not (404, 409, 410, 403).
+pub(crate) fn close_response(result: Result<Result<Closed, Refusal>, HookError>) -> Response {
+    match result {
+        Ok(Ok(closed)) => (StatusCode::OK, Json(closed)).into_response(),
+        Ok(Err(refusal)) => {
+            let status = match refusal {
+                Refusal::NotFound { .. } => StatusCode::NOT_FOUND,
+                Refusal::AlreadyClosed { .. } => StatusCode::CONFLICT,
+                Refusal::Expired { .. } => StatusCode::GONE,
+                Refusal::Forbidden { .. } => StatusCode::FORBIDDEN,
+            };
+            let message = refusal.to_string();
+            let mut body = serde_json::to_value(&refusal).expect("a refusal serializes");
+            body["error"] = serde_json::json!("refused");
+            body["message"] = serde_json::json!(message);
+            (status, Json(body)).into_response()
+        }
+        Err(e) => hook_error(e),
+    }
+}

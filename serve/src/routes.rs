@@ -1,0 +1,184 @@
+//! The HTTP layer of the hook: the routes of SPEC 7, each request's body read within its deadline and its size
+//! limit, the caller's token checked, then the hook asked.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path as UrlPath, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use hook::{CheckRequest, Decision, Hook, HookError, ReserveRequest};
+use schemas::ReservationAction;
+use serde::Deserialize;
+
+use crate::BODY_LIMIT_BYTES;
+use crate::answer::{close_response, decision_response, error, hook_error};
+use crate::tokens::Tokens;
+
+/// What every handler shares.
+pub(crate) struct App {
+    pub(crate) hook: Hook,
+    pub(crate) tokens: Tokens,
+    /// With brokers: the outbox as the publisher last saw it, for `/healthz`.
+    pub(crate) outbox: Option<outbox::HealthWatch>,
+}
+
+/// The routes, every body read first by [`read_body`].
+pub(crate) fn router(app: Arc<App>, read_timeout: Duration) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/v1/check", post(check))
+        .route("/v1/reservations", post(reserve))
+        .route("/v1/reservations/{id}/commit", post(commit))
+        .route("/v1/reservations/{id}/release", post(release))
+        .layer(axum::middleware::from_fn(move |request, next| read_body(read_timeout, request, next)))
+        .with_state(app)
+}
+
+/// Reads a request's body before its handler runs: all of it within `deadline` of the header (Go's
+/// `http.Server.ReadTimeout` counts the same way), else 408 and the connection is closed. A deadline between
+/// reads only (nginx's `client_body_timeout`) would let a client that sends a byte now and then hold the
+/// connection for days. Above [`BODY_LIMIT_BYTES`], 413. The body arrives with its header in one packet from
+/// every ordinary client: then nothing waits and no timer is set.
+async fn read_body(deadline: Duration, request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    match tokio::time::timeout(deadline, axum::body::to_bytes(body, BODY_LIMIT_BYTES)).await {
+        Ok(Ok(bytes)) => next.run(Request::from_parts(parts, Body::from(bytes))).await,
+        Ok(Err(e)) if too_large(&e) => error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "bad_request",
+            format!("the request body is larger than {BODY_LIMIT_BYTES} bytes"),
+        ),
+        Ok(Err(e)) => error(StatusCode::BAD_REQUEST, "bad_request", format!("cannot read the request body: {e}")),
+        Err(_) => {
+            let mut response = error(
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                format!("the request body did not arrive within {} ms of its header", deadline.as_millis()),
+            );
+            response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+            response
+        }
+    }
+}
+
+/// Whether reading a body failed on [`BODY_LIMIT_BYTES`], rather than on the connection.
+fn too_large(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(error) = source {
+        if error.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = error.source();
+    }
+    false
+}
+
+/// `GET /healthz`: "ok" while the server answers; the hook's recording ([`hook::health::HealthReport`]: `failing`
+/// while the ledger refuses its groups, a full disk, say); with `--brokers`, the outbox too ([`outbox::OutboxHealth`]).
+/// The status stays "ok" through those: a restart would not bring the disk or the broker back, and would cost a
+/// state rebuild. Only a failed sync of the log (durability full) answers 503, status "not_durable": every request
+/// fails from then on, and a restart is what ends it.
+async fn healthz(State(app): State<Arc<App>>) -> (axum::http::StatusCode, Json<serde_json::Value>) {
+    let hook = app.hook.health();
+    let (code, status) = match hook.recording {
+        "not_durable" => (axum::http::StatusCode::SERVICE_UNAVAILABLE, "not_durable"),
+        _ => (axum::http::StatusCode::OK, "ok"),
+    };
+    let body = match &app.outbox {
+        Some(outbox) => {
+            serde_json::json!({"status": status, "hook": hook, "outbox": outbox.latest()})
+        }
+        None => serde_json::json!({"status": status, "hook": hook}),
+    };
+    (code, Json(body))
+}
+
+fn forbidden(tenant: &str) -> Response {
+    error(StatusCode::FORBIDDEN, "forbidden", format!("this token does not cover tenant {tenant:?}"))
+}
+
+fn bad_json(rejection: JsonRejection) -> Response {
+    error(StatusCode::BAD_REQUEST, "bad_request", rejection.body_text())
+}
+
+/// Who may ask, and what: the caller's token, a well-formed body, a tenant the token covers. Nothing reaches the
+/// hook (nothing is consumed or recorded) otherwise.
+fn admit<T>(
+    app: &App,
+    headers: &HeaderMap,
+    body: Result<Json<T>, JsonRejection>,
+    tenant: impl Fn(&T) -> &str,
+) -> Result<T, Box<Response>> {
+    let scope = app.tokens.caller(headers).map_err(|u| Box::new(u.into_response()))?;
+    let Json(request) = body.map_err(|r| Box::new(bad_json(r)))?;
+    if !scope.covers(tenant(&request)) {
+        return Err(Box::new(forbidden(tenant(&request))));
+    }
+    Ok(request)
+}
+
+fn decided(result: Result<Decision, HookError>) -> Response {
+    match result {
+        Ok(decision) => decision_response(decision),
+        Err(e) => hook_error(e),
+    }
+}
+
+async fn check(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Result<Json<CheckRequest>, JsonRejection>,
+) -> Response {
+    match admit(&app, &headers, body, |r: &CheckRequest| &r.tenant) {
+        Ok(request) => decided(app.hook.check_async(request).await),
+        Err(refused) => *refused,
+    }
+}
+
+async fn reserve(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Result<Json<ReserveRequest>, JsonRejection>,
+) -> Response {
+    match admit(&app, &headers, body, |r: &ReserveRequest| &r.tenant) {
+        Ok(request) => decided(app.hook.reserve_async(request).await),
+        Err(refused) => *refused,
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CommitBody {
+    amount: i64,
+}
+
+async fn commit(
+    State(app): State<Arc<App>>,
+    UrlPath(id): UrlPath<String>,
+    headers: HeaderMap,
+    body: Result<Json<CommitBody>, JsonRejection>,
+) -> Response {
+    let scope = match app.tokens.caller(&headers) {
+        Ok(scope) => scope,
+        Err(unauthorized) => return unauthorized.into_response(),
+    };
+    let Json(body) = match body {
+        Ok(body) => body,
+        Err(rejection) => return bad_json(rejection),
+    };
+    close_response(app.hook.close_async(&id, ReservationAction::COMMIT, body.amount, scope).await)
+}
+
+async fn release(State(app): State<Arc<App>>, UrlPath(id): UrlPath<String>, headers: HeaderMap) -> Response {
+    let scope = match app.tokens.caller(&headers) {
+        Ok(scope) => scope,
+        Err(unauthorized) => return unauthorized.into_response(),
+    };
+    close_response(app.hook.close_async(&id, ReservationAction::RELEASE, 0, scope).await)
+}

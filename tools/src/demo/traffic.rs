@@ -1,0 +1,118 @@
+//! The demo's traffic: each tenant's own monthly plan sized around its generated usage, the month produced to Kafka
+//! no faster than ingest takes it, and the late events that arrive after the close.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use kafka::producer::KafkaProducer;
+use ledger::Period;
+use schemas::*;
+
+use super::HOUR_MICROS;
+use crate::generate::{GenerateReport, GenerateSettings, Generated, Generator, send_generated};
+
+/// A tenant's own monthly limit is its generated consumption times one of these, in turn: a factor below 1 is a
+/// tenant that uses more than its plan (HARD: overshoot and denials; SOFT: billed overage).
+const LIMIT_FACTORS: [f64; 5] = [0.8, 1.3, 0.9, 1.6, 1.15];
+/// Metrics given a tenant policy by the demo, and how it is enforced.
+const PLAN_METRICS: [(&str, Enforcement); 2] = [("requests", Enforcement::HARD), ("tokens", Enforcement::SOFT)];
+
+/// Most messages produced and not yet ingested: a quarter of what the mock cluster keeps of one partition, were
+/// they all on one (one tenant's traffic is), at about 100 bytes a message.
+const IN_FLIGHT_MAX: u64 = 12_000;
+
+/// Produces the policies, then the generated month, waiting whenever `IN_FLIGHT_MAX` messages wait for the
+/// ingest; answers the messages acknowledged and what was generated.
+pub(super) fn produce(
+    brokers: &str,
+    policies: &[Event],
+    settings: GenerateSettings,
+    consumed: &AtomicU64,
+) -> anyhow::Result<(u64, GenerateReport)> {
+    let catalog = Catalog::builtin();
+    let mut producer = KafkaProducer::new(brokers, &[])?;
+    for policy in policies {
+        send_generated(&mut producer, catalog, Generated::Event(policy.clone()))?;
+    }
+    let mut generator = Generator::new(settings);
+    for (sent, generated) in (policies.len() as u64..).zip(generator.by_ref()) {
+        while sent.saturating_sub(consumed.load(Ordering::SeqCst)) >= IN_FLIGHT_MAX {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        send_generated(&mut producer, catalog, generated)?;
+    }
+    Ok((producer.finish()?.delivered, generator.report().clone()))
+}
+
+pub(super) fn generated_summary(report: &GenerateReport) -> String {
+    format!(
+        "{} events, {} exact duplicates, {} conflicting duplicates, {} malformed",
+        report.unique_events, report.duplicates, report.conflicts, report.malformed
+    )
+}
+
+/// Usage per (tenant, metric) the generator will produce: a dry run of the same seed, to size the plans.
+pub(super) fn consumption(settings: &GenerateSettings) -> BTreeMap<(String, String), i64> {
+    let mut sums = BTreeMap::new();
+    for generated in Generator::new(settings.clone()) {
+        if let Generated::Event(Event::Usage(u)) = generated {
+            *sums.entry((u.header.tenant, u.header.metric)).or_default() += u.quantity;
+        }
+    }
+    sums
+}
+
+/// Each tenant's own monthly plan (TENANT scope, MONTH window), sized around its traffic: the generator's plan
+/// defaults are far above a demo-sized month, and a demo where nobody reaches a limit shows nothing.
+pub(super) fn tenant_policies(month: Period, consumption: &BTreeMap<(String, String), i64>) -> Vec<Event> {
+    let mut policies = Vec::new();
+    for (i, ((tenant, metric), used)) in consumption.iter().enumerate() {
+        let Some((_, enforcement)) = PLAN_METRICS.iter().find(|(m, _)| m == metric) else { continue };
+        let limit = round_limit(*used as f64 * LIMIT_FACTORS[i % LIMIT_FACTORS.len()]);
+        let header = Header {
+            event_id: format!("demo-policy-{tenant}-{metric}"),
+            occurred_at: month.start(),
+            tenant: tenant.clone(),
+            subject: None,
+            metric: metric.clone(),
+            source: "demo".into(),
+        };
+        policies.push(Event::Policy(PolicyEvent {
+            header,
+            policy_id: format!("{tenant}-{metric}-monthly"),
+            version: 1,
+            scope: Scope::TENANT,
+            limit,
+            window: Window::MONTH,
+            enforcement: *enforcement,
+            effective_from: month.start(),
+            burst: None,
+        }));
+    }
+    policies
+}
+
+/// A limit as a plan would state it: two significant digits, at least 10.
+fn round_limit(value: f64) -> i64 {
+    let magnitude = 10f64.powi((value.max(10.0).log10().floor() as i32 - 1).max(0));
+    ((value / magnitude).round() * magnitude).max(10.0) as i64
+}
+
+/// The k-th late usage event: requests of a tenant, in the closed month's last hours.
+pub(super) fn late_usage(month: Period, seed: u64, k: i64, tenants: u32) -> UsageEvent {
+    let tenant = format!("org-{}", (k - 1) % i64::from(tenants.max(1)) + 1);
+    UsageEvent {
+        header: Header {
+            event_id: format!("demo-late-{seed}-{k}"),
+            occurred_at: Timestamp(month.end().micros() - k * HOUR_MICROS),
+            tenant,
+            subject: None,
+            metric: "requests".into(),
+            source: "demo-late".into(),
+        },
+        quantity: 10 * k,
+        request_id: None,
+        attributes: BTreeMap::new(),
+    }
+}
