@@ -423,8 +423,20 @@ impl<R: Read> ContainerRecords<'_, R> {
         let mut raw = Vec::new();
         raw.extend_from_slice(&SINGLE_OBJECT_MAGIC);
         raw.extend_from_slice(&self.writer_fingerprint.to_le_bytes());
-        if let Ok(body) = write_datum(&self.writer_schema, &writer_value) {
-            raw.extend_from_slice(&body);
+        match write_datum(&self.writer_schema, &writer_value) {
+            Ok(body) => raw.extend_from_slice(&body),
+            // apache-avro reads a string or a union that meets the end of its block as null instead of failing, so a
+            // record cut short reads as a value its own schema refuses (`Union(1, Null)` for a string branch): the
+            // event it would resolve to has nulls where the producer wrote values.
+            Err(error) => {
+                let message = format!("the record does not match its writer schema, cut short or damaged: {error}");
+                let error = DecodeError::TruncatedBody {
+                    event_type: self.event_type,
+                    fingerprint: self.writer_fingerprint,
+                    message,
+                };
+                return (raw, Err(error));
+            }
         }
         let reader_schema = &self.catalog.current(self.event_type).schema;
         let result = writer_value

@@ -429,3 +429,15 @@ fn fuzz_writer_schema_without_canonical_form() {
     assert_eq!(error.code(), "malformed_container");
     assert!(error.to_string().contains("not plain text"), "{error}");
 }
+
+// Regression (found by the container_file fuzz target): a container record cut short inside its block read, through
+// apache-avro, as a DecisionEvent whose policy_id branch held null, which resolved to a valid-looking event with
+// the producer's values gone. It is refused as truncated, and never recorded.
+#[test]
+fn fuzz_container_record_cut_short() {
+    let bytes = include_bytes!("fixtures/fuzz-record-cut-short.avro");
+    let records: Vec<_> = Catalog::builtin().read_container(&bytes[..]).expect("a readable header").collect();
+    let error = records[0].result.as_ref().expect_err("the damaged record is refused");
+    assert_eq!(error.code(), "truncated", "{error}");
+    assert!(error.to_string().contains("does not match its writer schema"), "{error}");
+}
