@@ -214,11 +214,11 @@ fn serve_seed(seed: u64, shim: &Shim, template: &Path) -> Figures {
     let journal = scratch.path().join("journal");
     // Half of them the hook's own sync of the log, half any sync (SQLite's of the log or the database file in a
     // background checkpoint too).
-    let call = if seed % (2 * SERVE_FAILED_SYNC_EVERY) == 0 { SyncCall::Any } else { SyncCall::Fdatasync };
+    let call = if seed.is_multiple_of(2 * SERVE_FAILED_SYNC_EVERY) { SyncCall::Any } else { SyncCall::Fdatasync };
     // Which sync: one of the first few (the log new, its pages written for the first time since the last
     // checkpoint) or a later one.
-    let nth = 1 + splitmix(&mut random) % if splitmix(&mut random) % 2 == 0 { 4 } else { 40 };
-    let fail_sync = (seed % SERVE_FAILED_SYNC_EVERY == 0).then_some((nth, call));
+    let nth = 1 + splitmix(&mut random) % if splitmix(&mut random).is_multiple_of(2) { 4 } else { 40 };
+    let fail_sync = (seed.is_multiple_of(SERVE_FAILED_SYNC_EVERY)).then_some((nth, call));
     let env = shim.env(dir.path(), &journal, fail_sync);
     let server = Server::start(&ledger, scratch.path(), &env, &scratch.path().join("serve.err"));
 
@@ -524,9 +524,10 @@ fn ingest_seed(seed: u64, shim: &Shim, template: &Path, input: &Path, events: &[
     let (dir, scratch) = seed_dirs(seed);
     let ledger = dir.path().join("ledger.db");
     // One seed in three lets ingest create the ledger under the shim; the others append to the policy ledger.
-    let base = if seed % 3 == 0 { 0 } else { std::fs::copy(template, &ledger).map(|_| 2).expect("copied") };
+    let base = if seed.is_multiple_of(3) { 0 } else { std::fs::copy(template, &ledger).map(|_| 2).expect("copied") };
     let journal = scratch.path().join("journal");
-    let fail_sync = (seed % INGEST_FAILED_SYNC_EVERY == 0).then(|| (1 + splitmix(&mut random) % 30, SyncCall::Fsync));
+    let fail_sync =
+        (seed.is_multiple_of(INGEST_FAILED_SYNC_EVERY)).then(|| (1 + splitmix(&mut random) % 30, SyncCall::Fsync));
     let batch = ["20", "50", "200"][(splitmix(&mut random) % 3) as usize];
     let args = ["ingest", "--file", input.to_str().unwrap(), "--batch-max-events", batch, "--json"];
     let mut child = ChildGuard::new(
@@ -544,7 +545,7 @@ fn ingest_seed(seed: u64, shim: &Shim, template: &Path, input: &Path, events: &[
     // The kill lands once a reader has seen a seeded number of records committed, a few milliseconds later (or,
     // one seed in eight, at a seeded instant from the start: while the ledger is opened or made).
     let (mut watcher, started) = (Watcher::default(), Instant::now());
-    let (target, early) = (splitmix(&mut random) % INGEST_RECORDS, splitmix(&mut random) % 8 == 0);
+    let (target, early) = (splitmix(&mut random) % INGEST_RECORDS, splitmix(&mut random).is_multiple_of(8));
     let kill_at = Duration::from_millis(splitmix(&mut random) % INGEST_EARLY_KILL_WITHIN_MS);
     let exited = loop {
         watcher.look(&ledger);
