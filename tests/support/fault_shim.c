@@ -1,12 +1,13 @@
 /* An LD_PRELOAD shim for power-cut tests (built by tests/support/fault_fs.rs with `gcc -shared -fPIC`).
  *
  * For every file under the directory QL_FAULT_DIR (except SQLite's `-shm`, which is not durable state) it
- * journals, into the file QL_FAULT_JOURNAL (outside that directory), each write and truncate as it happens: the
- * offset, the new bytes, and the bytes it overwrote or cut, so that a test can take any of them back after the
- * process is killed. Each fsync/fdatasync of such a file adds a marker once it succeeded, naming the journal
- * position at which it began: everything journaled for that file before it is on the disk. The journal is
- * written with plain write(2) calls, so it is in the kernel's hands before the intercepted call returns and
- * survives a SIGKILL of the process (the test simulates the power cut, not the kernel's).
+ * journals, into the file QL_FAULT_JOURNAL (outside that directory), each write and truncate just before it
+ * happens: the offset, the new bytes, and the bytes it will overwrite or cut, so that a test can take any of them
+ * back after the process is killed (a call that then does less is amended). Each fsync/fdatasync of such a file
+ * adds a marker once it succeeded, naming the journal position at which it began: everything journaled for that
+ * file before it is on the disk. The journal is written with plain write(2) calls, so it is in the kernel's hands
+ * before the intercepted call goes on and survives a SIGKILL of the process (the test simulates the power cut,
+ * not the kernel's).
  *
  * QL_FAULT_FAIL_SYNC=N fails the Nth sync (counting those QL_FAULT_FAIL_SYNC_CALL selects: `fsync`,
  * `fdatasync` or `any`) with EIO, without syncing, and journals a failure marker: what that file held unsynced
@@ -37,7 +38,15 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-enum { REC_PATH = 1, REC_WRITE = 2, REC_TRUNCATE = 3, REC_SYNC_OK = 4, REC_SYNC_FAILED = 5, REC_UNLINK = 6 };
+enum {
+    REC_PATH = 1,
+    REC_WRITE = 2,
+    REC_TRUNCATE = 3,
+    REC_SYNC_OK = 4,
+    REC_SYNC_FAILED = 5,
+    REC_UNLINK = 6,
+    REC_AMEND = 7,
+};
 enum { MAX_FDS = 65536, MAX_PATHS = 512 };
 
 static int (*real_open)(const char *, int, ...);
@@ -189,35 +198,39 @@ static void read_back(int fd, char *into, size_t length, off_t offset) {
     memset(into + got, 0, length - got);
 }
 
-/* Journals a write of `data` at `offset` before it happens; the caller then writes and calls `after_write`. */
-static char *before_write(int fd, size_t length, off_t offset, off_t *old_size) {
-    *old_size = size_of(fd);
-    size_t old_length = 0;
-    if (*old_size > offset) old_length = (size_t)(*old_size - offset) < length ? (size_t)(*old_size - offset) : length;
-    char *old = malloc(old_length + 1);
-    read_back(fd, old, old_length, offset);
-    return old;
+/* Journals a write of `data` at `offset` before it happens, with the bytes it will overwrite: a SIGKILL may land
+ * during the write, and the test must be able to take back whatever part of it reached the file. (A SIGKILL
+ * during the journal's own write leaves a record cut short, of a write that never began: the reader drops it.)
+ * Answers the change's number, for `amend`. Called with the lock held. */
+static uint64_t journal_write(int fd, const void *data, size_t length, off_t offset) {
+    off_t old_size = size_of(fd);
+    uint64_t off = (uint64_t)offset, before = (uint64_t)(old_size < 0 ? 0 : old_size);
+    uint32_t new_length = (uint32_t)length;
+    uint32_t old_length = before > off ? (uint32_t)((before - off) < new_length ? before - off : new_length) : 0;
+    size_t size = sizeof(struct head) + 8 + 8 + 4 + 4 + new_length + old_length;
+    char *record = malloc(size), *p = record;
+    uint64_t number = changes++;
+    struct head h = {REC_WRITE, (uint32_t)(fd_path[fd] - 1), number};
+    memcpy(p, &h, sizeof h), p += sizeof h;
+    memcpy(p, &off, 8), p += 8;
+    memcpy(p, &before, 8), p += 8;
+    memcpy(p, &new_length, 4), p += 4;
+    memcpy(p, &old_length, 4), p += 4;
+    memcpy(p, data, new_length), p += new_length;
+    read_back(fd, p, old_length, offset);
+    emit(record, size);
+    free(record);
+    return number;
 }
 
-static void after_write(int fd, const void *data, ssize_t written, off_t offset, off_t old_size, char *old) {
-    if (written > 0) {
-        uint64_t off = (uint64_t)offset, before = (uint64_t)(old_size < 0 ? 0 : old_size);
-        uint32_t new_length = (uint32_t)written;
-        uint32_t old_length = before > off ? (uint32_t)((before - off) < new_length ? before - off : new_length) : 0;
-        size_t size = sizeof(struct head) + 8 + 8 + 4 + 4 + new_length + old_length;
-        char *record = malloc(size), *p = record;
-        struct head h = {REC_WRITE, (uint32_t)(fd_path[fd] - 1), changes++};
-        memcpy(p, &h, sizeof h), p += sizeof h;
-        memcpy(p, &off, 8), p += 8;
-        memcpy(p, &before, 8), p += 8;
-        memcpy(p, &new_length, 4), p += 4;
-        memcpy(p, &old_length, 4), p += 4;
-        memcpy(p, data, new_length), p += new_length;
-        memcpy(p, old, old_length);
-        emit(record, size);
-        free(record);
-    }
-    free(old);
+/* A journaled change did less than it said: `done` bytes of a write (0 when it failed), or a truncate that
+ * failed (0). Called with the lock held, right after the call. */
+static void amend(int fd, uint64_t number, uint64_t done) {
+    char record[sizeof(struct head) + 8];
+    struct head h = {REC_AMEND, (uint32_t)(fd_path[fd] - 1), number};
+    memcpy(record, &h, sizeof h);
+    memcpy(record + sizeof h, &done, 8);
+    emit(record, sizeof record);
 }
 
 static int tracked(int fd) { return fd >= 0 && fd < MAX_FDS && fd_path[fd] != 0; }
@@ -234,25 +247,24 @@ static void track(int fd, const char *path) {
 static int journaled_truncate(int fd, off_t length, int (*truncate_for_real)(int, off_t)) {
     pthread_mutex_lock(&lock);
     off_t old_size = size_of(fd);
-    uint32_t cut = old_size > length ? (uint32_t)(old_size - length) : 0;
-    char *cut_bytes = malloc(cut + 1);
-    read_back(fd, cut_bytes, cut, length);
+    uint64_t before = (uint64_t)(old_size < 0 ? 0 : old_size), after = (uint64_t)length;
+    uint32_t cut = before > after ? (uint32_t)(before - after) : 0;
+    size_t size = sizeof(struct head) + 8 + 8 + 4 + cut;
+    char *record = malloc(size), *p = record;
+    uint64_t number = changes++;
+    struct head h = {REC_TRUNCATE, (uint32_t)(fd_path[fd] - 1), number};
+    memcpy(p, &h, sizeof h), p += sizeof h;
+    memcpy(p, &before, 8), p += 8;
+    memcpy(p, &after, 8), p += 8;
+    memcpy(p, &cut, 4), p += 4;
+    read_back(fd, p, cut, length);
+    emit(record, size);
+    free(record);
     int result = truncate_for_real(fd, length);
-    if (result == 0) {
-        uint64_t before = (uint64_t)(old_size < 0 ? 0 : old_size), after = (uint64_t)length;
-        size_t size = sizeof(struct head) + 8 + 8 + 4 + cut;
-        char *record = malloc(size), *p = record;
-        struct head h = {REC_TRUNCATE, (uint32_t)(fd_path[fd] - 1), changes++};
-        memcpy(p, &h, sizeof h), p += sizeof h;
-        memcpy(p, &before, 8), p += 8;
-        memcpy(p, &after, 8), p += 8;
-        memcpy(p, &cut, 4), p += 4;
-        memcpy(p, cut_bytes, cut);
-        emit(record, size);
-        free(record);
-    }
-    free(cut_bytes);
+    int saved = errno;
+    if (result != 0) amend(fd, number, 0);
     pthread_mutex_unlock(&lock);
+    errno = saved;
     return result;
 }
 
@@ -333,11 +345,10 @@ ssize_t write(int fd, const void *data, size_t length) {
     if (!tracked(fd)) return real_write(fd, data, length);
     pthread_mutex_lock(&lock);
     off_t offset = (fcntl(fd, F_GETFL) & O_APPEND) ? size_of(fd) : lseek(fd, 0, SEEK_CUR);
-    off_t old_size;
-    char *old = before_write(fd, length, offset, &old_size);
+    uint64_t number = journal_write(fd, data, length, offset);
     ssize_t written = real_write(fd, data, length);
     int saved = errno;
-    after_write(fd, data, written, offset, old_size, old);
+    if (written != (ssize_t)length) amend(fd, number, written < 0 ? 0 : (uint64_t)written);
     pthread_mutex_unlock(&lock);
     errno = saved;
     return written;
@@ -347,11 +358,10 @@ static ssize_t pwrite_any(int fd, const void *data, size_t length, off_t offset,
                           ssize_t (*pwrite_for_real)(int, const void *, size_t, off_t)) {
     if (!tracked(fd)) return pwrite_for_real(fd, data, length, offset);
     pthread_mutex_lock(&lock);
-    off_t old_size;
-    char *old = before_write(fd, length, offset, &old_size);
+    uint64_t number = journal_write(fd, data, length, offset);
     ssize_t written = pwrite_for_real(fd, data, length, offset);
     int saved = errno;
-    after_write(fd, data, written, offset, old_size, old);
+    if (written != (ssize_t)length) amend(fd, number, written < 0 ? 0 : (uint64_t)written);
     pthread_mutex_unlock(&lock);
     errno = saved;
     return written;
