@@ -70,12 +70,19 @@ impl Ledger {
         let stopping = Arc::clone(&stop);
         let asked = Arc::new(AtomicBool::new(false));
         self.checkpoint_asked = Some(Arc::clone(&asked));
+        let log_sync_failed = Arc::clone(&self.log_sync_failed);
         let thread = std::thread::Builder::new()
             .name("ledger-checkpoint".into())
             .spawn(move || {
                 let mut warmed_through = 0;
                 while !stopping.load(Ordering::Relaxed) {
                     std::thread::sleep(Duration::from_millis(CHECKPOINT_INTERVAL_MS));
+                    // Once a sync of the log failed, its pages may be missing from the disk: copying them into
+                    // the database file would corrupt the ledger at a power cut (see `log_sync.rs`).
+                    if log_sync_failed.load(Ordering::Relaxed) {
+                        let _ = conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true);
+                        break;
+                    }
                     // Before the checkpoint: its reads must not hold a snapshot while the writer's asked one runs.
                     if let Err(error) = warm_next_moves(&conn, &mut warmed_through) {
                         // Nothing is lost: the writer's moves read what they need themselves.
@@ -188,6 +195,9 @@ fn open_checkpoint_connection(path: &Path) -> rusqlite::Result<Connection> {
 impl Ledger {
     /// The checkpoint the background thread asked for, if it did: run by the writer right after a commit.
     pub(crate) fn checkpoint_if_asked(&self) {
+        if self.log_sync_failed.load(Ordering::Relaxed) {
+            return;
+        }
         if self.checkpoint_asked.as_ref().is_some_and(|asked| asked.swap(false, Ordering::Relaxed)) {
             // The commit before it stands either way; a failure only leaves the pages in the log, for the next
             // checkpoint (the thread's, or the writer's automatic one).

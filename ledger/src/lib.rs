@@ -209,6 +209,9 @@ pub struct Ledger {
     /// Set by the background checkpoint thread when the writer should checkpoint after its next commit
     /// ([`Ledger::checkpoint_in_background`]).
     checkpoint_asked: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// Set once a sync of the log through this ledger's [`LogSync`] failed: from then on none of its connections
+    /// copies the log into the database file, neither the background thread nor a close (see `log_sync.rs`).
+    log_sync_failed: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Ledger {
@@ -273,6 +276,7 @@ impl Ledger {
             append_hook: None,
             key_filter: None,
             checkpoint_asked: None,
+            log_sync_failed: Default::default(),
         }
     }
 

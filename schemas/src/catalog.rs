@@ -472,11 +472,44 @@ impl Read for BodyReader<'_> {
     }
 }
 
-/// The Avro binary encoding of a value under a schema.
+/// The Avro binary encoding of a value under a schema, a record's maps of strings in key order. apache-avro writes
+/// a `Value::Map` in the order of its HashMap, seeded afresh for every map: a record of a container file with two
+/// or more attributes then had other raw bytes on every read, so the digest `ingest --file` keeps of the records
+/// it appended never matched a rerun's, and a rerun after a kill or a full disk read the whole file again,
+/// counting each record appended before as a duplicate. A record without such a map is written as before.
 fn write_datum(schema: &Schema, value: &Value) -> apache_avro::AvroResult<Vec<u8>> {
     let mut bytes = Vec::new();
-    GenericDatumWriter::builder(schema).build()?.write_value_ref(&mut bytes, value)?;
+    match (schema, value) {
+        (Schema::Record(record), Value::Record(fields)) if fields.iter().any(|(_, v)| sorted_map(v).is_some()) => {
+            let names = apache_avro::schema::ResolvedSchema::try_from(schema)?;
+            for (field, (_, value)) in record.fields.iter().zip(fields) {
+                match sorted_map(value) {
+                    Some(map) => avro::write_sorted_map(&mut bytes, &map),
+                    None => GenericDatumWriter::builder(&field.schema)
+                        .resolved_schemata(names.clone())
+                        .build()?
+                        .write_value_ref(&mut bytes, value)
+                        .map(drop)?,
+                }
+            }
+        }
+        _ => GenericDatumWriter::builder(schema).build()?.write_value_ref(&mut bytes, value).map(drop)?,
+    }
     Ok(bytes)
+}
+
+/// A map of two or more strings, in key order (one of fewer has one order already).
+fn sorted_map(value: &Value) -> Option<std::collections::BTreeMap<String, String>> {
+    match value {
+        Value::Map(items) if items.len() > 1 => items
+            .iter()
+            .map(|(key, item)| match item {
+                Value::String(s) => Some((key.clone(), s.clone())),
+                _ => None,
+            })
+            .collect(),
+        _ => None,
+    }
 }
 
 fn error_chain(error: &dyn std::error::Error) -> String {
