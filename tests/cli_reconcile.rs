@@ -307,3 +307,50 @@ fn a_run_leaves_the_outbox_to_the_process_publishing_it() {
     let later = test.run(&args).expect_code(0).json();
     assert_eq!((later["outbox"]["published"].as_u64(), later["outbox"]["pending"].as_u64()), (Some(2), Some(0)));
 }
+
+// Contract §9.5: a grant and a policy raise for October recorded after October was closed never change its bill;
+// reconcile lists them under `after_close` (and in its report for people) with the closed months they would have
+// changed, and they are no adjustments: the exit code and the written count stay those of the run.
+#[test]
+fn policies_and_grants_recorded_after_a_close_are_listed_for_finance() {
+    let test = TestLedger::new();
+    write_container(&test.file("policy.avro"), &[hard_daily_policy(100)]);
+    test.ingest(&test.file("policy.avro"));
+    write_container(&test.file("october.avro"), &[usage("u-oct", "2026-10-20T10:00:00Z", "org-1", 30)]);
+    test.ingest(&test.file("october.avro"));
+    test.run(&["export", "billing", "--period", "2026-10", "--format", "csv", "--final"]).expect_code(0);
+    let grant = Event::Grant(GrantEvent {
+        header: header("grant-oct", "2026-11-02T00:00:00Z", "org-1", "requests"),
+        grant_id: "goodwill".into(),
+        amount: 500,
+        valid_from: at("2026-10-15T00:00:00Z"),
+        valid_until: at("2026-12-01T00:00:00Z"),
+        reason: "outage credit".into(),
+    });
+    let Event::Policy(mut raise) = hard_daily_policy(200) else { unreachable!() };
+    raise.header.event_id = "policy-daily-v2".into();
+    raise.version = 2;
+    raise.effective_from = at("2026-10-10T00:00:00Z");
+    for (name, event) in [("grant.avro", grant), ("raise.avro", Event::Policy(raise))] {
+        write_container(&test.file(name), &[event]);
+        test.ingest(&test.file(name));
+    }
+
+    let run = reconcile_json(&test, &[], 0);
+    assert_eq!(count(&run, "adjustments_written"), 0, "{run}");
+    let listed = run["after_close"].as_array().unwrap_or_else(|| panic!("no after_close in {run}"));
+    let rows: BTreeSet<(String, String, String, String)> = listed
+        .iter()
+        .map(|a| {
+            let field = |k: &str| a[k].as_str().unwrap_or_default().to_string();
+            (field("kind"), field("id"), field("from_period"), field("to_period"))
+        })
+        .collect();
+    let expected = [("grant", "goodwill", "2026-10", "2026-10"), ("policy", "daily", "2026-10", "2026-10")];
+    let expected = expected.map(|(a, b, c, d)| (a.to_string(), b.to_string(), c.to_string(), d.to_string()));
+    assert_eq!(rows, BTreeSet::from(expected), "{run}");
+    assert!(listed.iter().any(|a| a["version"] == 2), "the policy's version is named: {run}");
+    let text = test.run(&["reconcile", "--as-of", AS_OF]).expect_code(0).stdout_text();
+    assert!(text.contains("recorded after the close of a month they change"), "{text}");
+    assert!(text.contains("goodwill") && text.contains("daily v2"), "{text}");
+}

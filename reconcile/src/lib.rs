@@ -32,6 +32,7 @@
 
 #![deny(missing_docs)]
 
+pub mod after_close;
 pub mod apply;
 pub mod concern;
 pub mod error;

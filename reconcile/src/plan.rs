@@ -9,6 +9,7 @@ use ledger::{Ledger, Period, PeriodClose, SequencedReservation, UsageRow};
 use schemas::*;
 use serde::Serialize;
 
+use crate::after_close::{AfterClose, after_close};
 use crate::concern::{self, Concern, Recorded, Truth};
 use crate::error::ReconcileError;
 use crate::inputs::PlanInputs;
@@ -75,6 +76,9 @@ pub struct Plan {
     pub adjustments: Vec<AdjustmentEvent>,
     /// What the run read and judged.
     pub counts: PlanCounts,
+    /// Policies and grants recorded after the close of a month they would change, for finance to settle by hand
+    /// (`--json`: `after_close`); read by [`plan()`], empty from [`plan_from`].
+    pub after_close: Vec<AfterClose>,
 }
 
 impl Plan {
@@ -180,7 +184,8 @@ struct Run<'p> {
 /// Computes the plan of `reconcile --as-of as_of` over everything the ledger holds, in one read snapshot.
 pub fn plan(ledger: &Ledger, as_of: Timestamp, progress: &mut dyn FnMut(Progress)) -> Result<Plan, ReconcileError> {
     let snapshot = ledger.read_snapshot()?;
-    let plan = plan_from(ledger, as_of, progress)?;
+    let mut plan = plan_from(ledger, as_of, progress)?;
+    plan.after_close = after_close(ledger)?;
     snapshot.finish()?;
     Ok(plan)
 }
@@ -640,7 +645,7 @@ impl<'p> Run<'p> {
                 adjustments.push(adjustment(truth, recorded, delta, self.as_of, &run_id));
             }
         }
-        Plan { run_id, as_of: self.as_of, watermark, adjustments, counts: self.counts }
+        Plan { run_id, as_of: self.as_of, watermark, adjustments, counts: self.counts, after_close: Vec::new() }
     }
 }
 

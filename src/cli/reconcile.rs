@@ -70,6 +70,8 @@ pub(crate) struct RunJson {
     adjustments: Vec<serde_json::Value>,
     read: reconcile::PlanCounts,
     outbox: Option<PublishReport>,
+    /// Policies and grants recorded after the close of a month they would change (contract §9.5).
+    after_close: Vec<reconcile::after_close::AfterClose>,
 }
 
 pub fn run(ledger_path: &Path, args: ReconcileArgs) -> anyhow::Result<ExitCode> {
@@ -145,6 +147,7 @@ pub(crate) fn run_json(plan: &Plan, dry_run: bool, outbox: Option<PublishReport>
         adjustments: plan.adjustments.iter().map(|a| Event::Adjustment(a.clone()).to_json()).collect(),
         read: plan.counts.clone(),
         outbox,
+        after_close: plan.after_close.clone(),
     }
 }
 
@@ -179,6 +182,7 @@ pub(crate) fn write_report(
         print_by_tenant(out, &plan.adjustments)?;
         print_largest(out, &plan.adjustments)?;
     }
+    print_after_close(out, &plan.after_close)?;
     match outbox {
         Some(report) if report.pending > 0 => writeln!(
             out,
@@ -236,6 +240,32 @@ fn print_by_tenant(out: &mut dyn Write, adjustments: &[AdjustmentEvent]) -> anyh
         writeln!(out, "... and {hidden} more tenants (--json lists every adjustment)")?;
     }
     Ok(())
+}
+
+/// Policies and grants that came too late for a closed month's bill, one row each.
+fn print_after_close(out: &mut dyn Write, found: &[reconcile::after_close::AfterClose]) -> anyhow::Result<()> {
+    if found.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "\n{} policies or grants were recorded after the close of a month they change; the closed bills stay as \
+         they are, settle these by hand",
+        found.len()
+    )?;
+    let rows: Vec<Vec<String>> = found
+        .iter()
+        .map(|a| {
+            let version = a.version.map(|v| format!(" v{v}")).unwrap_or_default();
+            let months = if a.from_period == a.to_period {
+                a.from_period.to_string()
+            } else {
+                format!("{} .. {}", a.from_period, a.to_period)
+            };
+            vec![a.kind.to_string(), format!("{}{version}", a.id), a.tenant.clone(), a.metric.clone(), months]
+        })
+        .collect();
+    super::write_table(out, &["kind", "id", "tenant", "metric", "closed months"], &rows)
 }
 
 fn print_largest(out: &mut dyn Write, adjustments: &[AdjustmentEvent]) -> anyhow::Result<()> {
