@@ -100,7 +100,7 @@ impl<'c> Recorded<'c> {
     /// `event_id`. Closes go in order and each sees what the one before saw, so those months are the ones up to the
     /// last close that missed it; the months before the first close are closed with it.
     fn late_months(&self, event_id: &str, first: Period, last: Option<Period>) -> Option<(Period, Period)> {
-        let missed_by = self.closes.iter().zip(&self.seen).filter(|(_, seen)| !seen.contains(event_id)).last()?;
+        let missed_by = self.closes.iter().zip(&self.seen).rfind(|(_, seen)| !seen.contains(event_id))?;
         let to = last.map_or(missed_by.0.period, |last| last.min(missed_by.0.period));
         (first <= to).then_some((first, to))
     }
