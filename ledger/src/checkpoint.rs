@@ -89,7 +89,12 @@ impl Ledger {
                         eprintln!("ledger: warming the next moves between key tiers: {error}");
                     }
                     if let Err(error) = catch_up(&conn, &asked) {
-                        // Nothing is lost: the pages stay in the log, and the writer's own checkpoint still runs.
+                        // A busy or interrupted checkpoint loses nothing: the pages stay in the log for the next. A
+                        // failed read or sync of a file may have lost pages the kernel dropped, which the next
+                        // checkpoint would not see: checkpoints stop for good, as after a failed sync of the log.
+                        if is_io_failure(&error) {
+                            log_sync_failed.store(true, Ordering::Relaxed);
+                        }
                         eprintln!("ledger: background checkpoint: {error}");
                         std::thread::sleep(Duration::from_secs(1));
                     }
@@ -196,16 +201,31 @@ impl Ledger {
     /// The checkpoint the background thread asked for, if it did: run by the writer right after a commit.
     pub(crate) fn checkpoint_if_asked(&self) {
         if self.log_sync_failed.load(Ordering::Relaxed) {
+            // SQLite's automatic checkpoint at commit ignores its own failures and would copy the log later.
+            if !self.autocheckpoint_off.replace(true)
+                && let Err(error) = self.conn.pragma_update(None, "wal_autocheckpoint", 0)
+            {
+                eprintln!("ledger: turning the automatic checkpoint off after a failed sync: {error}");
+            }
             return;
         }
         if self.checkpoint_asked.as_ref().is_some_and(|asked| asked.swap(false, Ordering::Relaxed)) {
             // The commit before it stands either way; a failure only leaves the pages in the log, for the next
             // checkpoint (the thread's, or the writer's automatic one).
             if let Err(error) = self.conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+                if is_io_failure(&error) {
+                    self.log_sync_failed.store(true, Ordering::Relaxed);
+                }
                 eprintln!("ledger: checkpoint after a commit: {error}");
             }
         }
     }
+}
+
+/// Whether a checkpoint failed on the disk (SQLite's I/O error family: a failed read, write or sync), as opposed to
+/// finding the ledger busy.
+fn is_io_failure(error: &rusqlite::Error) -> bool {
+    error.sqlite_error_code() == Some(rusqlite::ErrorCode::SystemIoFailure)
 }
 
 impl Drop for Checkpointer {

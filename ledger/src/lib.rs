@@ -209,9 +209,12 @@ pub struct Ledger {
     /// Set by the background checkpoint thread when the writer should checkpoint after its next commit
     /// ([`Ledger::checkpoint_in_background`]).
     checkpoint_asked: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
-    /// Set once a sync of the log through this ledger's [`LogSync`] failed: from then on none of its connections
-    /// copies the log into the database file, neither the background thread nor a close (see `log_sync.rs`).
+    /// Set once a sync of the log failed, through this ledger's [`LogSync`] or inside a checkpoint of the background
+    /// thread: from then on none of its connections copies the log into the database file, neither the background
+    /// thread, nor the writer's own automatic checkpoint, nor a close (see `log_sync.rs`).
     log_sync_failed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Whether this connection's automatic checkpoint is off already, after [`Ledger::log_sync_failed`] was set.
+    autocheckpoint_off: std::cell::Cell<bool>,
 }
 
 impl Ledger {
@@ -277,6 +280,7 @@ impl Ledger {
             key_filter: None,
             checkpoint_asked: None,
             log_sync_failed: Default::default(),
+            autocheckpoint_off: std::cell::Cell::new(false),
         }
     }
 
