@@ -42,12 +42,18 @@ pub const RESTING_MAX: usize = 500_000;
 pub const PROVISIONAL_SEQ: u64 = u64::MAX / 2;
 
 /// What one tenant (all its subjects) or one subject has of one metric.
+///
+/// Sums cannot stop the writer: what other writers recorded is folded whatever it adds up to (the hook cannot
+/// refuse it), and the hook refuses its own requests that would take a sum past i64 ([`State::room`]). Consumption
+/// saturates at `i64::MAX` (more than a thousand of the largest events in one window: above every limit either
+/// way); what open reservations hold is summed in i128, exactly, since holds come and go and a saturated sum would
+/// be wrong once they close.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Counters {
     /// Consumption by window kind and window start (microseconds).
     pub consumed: FxHashMap<(Window, i64), i64>,
     /// What open reservations hold now: the sum of their amounts.
-    pub held: i64,
+    pub held: i128,
 }
 
 impl Counters {
@@ -62,6 +68,39 @@ struct Usage {
     tenant: Counters,
     subjects: FxHashMap<String, Counters>,
     no_subject: Counters,
+}
+
+/// One tenant's metrics, and how many metrics and subjects (of each metric) it has counters for: what the bound
+/// on a tenant's own requests counts ([`State::new_counters`]).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct TenantUsage {
+    metrics: FxHashMap<String, Usage>,
+    /// `metrics.len()` plus every metric's `subjects.len()`.
+    counted: usize,
+}
+
+impl TenantUsage {
+    fn recount(&mut self) {
+        self.counted = self.metrics.len() + self.metrics.values().map(|u| u.subjects.len()).sum::<usize>();
+    }
+}
+
+/// A sum a request would take past i64: which one, for the message that refuses it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoRoom {
+    /// What would overflow, in words ("the consumption of tenant \"org-1\" in its DAY window from ...").
+    pub what: String,
+    /// The sum now.
+    pub now: i128,
+}
+
+/// Which sum a request adds to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Adding {
+    /// Consumption at this instant (a check allowed, a COMMIT): every window containing it.
+    Consumption(Timestamp),
+    /// What open reservations hold (a RESERVE).
+    Held,
 }
 
 /// Whose counters a policy asks for: a TENANT policy the tenant's (all its subjects and what carries none), a
@@ -179,7 +218,7 @@ pub struct State {
     /// Every grant folded, by (tenant, metric).
     pub grants: HashMap<(String, String), Vec<GrantEvent>>,
     /// Tenant -> metric -> counters.
-    usage: FxHashMap<String, FxHashMap<String, Usage>>,
+    usage: FxHashMap<String, TenantUsage>,
     /// Open reservations by reservation_id: one per tenant holding that id (almost always one).
     holds: FxHashMap<String, Vec<Hold>>,
     /// The open reservations by expiry (microseconds), soonest first.
@@ -382,17 +421,82 @@ impl State {
 
     /// Applies `change` to the counters of a tenant's metric and to its subject's (or to those without one).
     fn update(&mut self, tenant: &str, subject: Option<&str>, metric: &str, mut change: impl FnMut(&mut Counters)) {
-        let usage = entry_of(entry_of(&mut self.usage, tenant), metric);
+        let TenantUsage { metrics, counted } = entry_of(&mut self.usage, tenant);
+        if !metrics.contains_key(metric) {
+            *counted += 1;
+        }
+        let usage = entry_of(metrics, metric);
         change(&mut usage.tenant);
         match subject {
-            Some(subject) => change(entry_of(&mut usage.subjects, subject)),
+            Some(subject) => {
+                if !usage.subjects.contains_key(subject) {
+                    *counted += 1;
+                }
+                change(entry_of(&mut usage.subjects, subject))
+            }
             None => change(&mut usage.no_subject),
         }
     }
 
+    /// How many metrics, and subjects of each metric, `tenant` has counters for.
+    pub fn counters_of(&self, tenant: &str) -> usize {
+        self.usage.get(tenant).map_or(0, |t| t.counted)
+    }
+
+    /// How many counters (a metric's, a subject's) a request of `tenant` for `metric` (and `subject`) would add.
+    pub fn new_counters(&self, tenant: &str, subject: Option<&str>, metric: &str) -> usize {
+        let Some(usage) = self.usage.get(tenant).and_then(|t| t.metrics.get(metric)) else {
+            return 1 + usize::from(subject.is_some());
+        };
+        usize::from(subject.is_some_and(|subject| !usage.subjects.contains_key(subject)))
+    }
+
+    /// Whether `amount` more of what `adding` says fits in every sum a request of `tenant` (and `subject`) for
+    /// `metric` would change: the tenant's and the subject's (or the subjectless') consumption in each window
+    /// still counted that contains the instant, or what they hold. Those sums are recorded as `long`s (the
+    /// DecisionEvent's `used_before`, the ledger's totals) and must stay within i64.
+    pub fn room(
+        &self,
+        tenant: &str,
+        subject: Option<&str>,
+        metric: &str,
+        adding: Adding,
+        amount: i64,
+    ) -> Result<(), NoRoom> {
+        let amount = i128::from(amount);
+        let fits = |sum: i128| sum + amount <= i128::from(i64::MAX);
+        for whose in [Whose::Tenant, Whose::Subject(subject)] {
+            let Some(counters) = self.counters(tenant, whose, metric) else { continue };
+            let of = match whose {
+                Whose::Tenant => format!("tenant {tenant:?}"),
+                Whose::Subject(Some(subject)) => format!("subject {subject:?} of tenant {tenant:?}"),
+                Whose::Subject(None) => format!("what carries no subject of tenant {tenant:?}"),
+            };
+            match adding {
+                Adding::Held if !fits(counters.held) => {
+                    let what = format!("what open reservations of {of} hold of {metric:?}");
+                    return Err(NoRoom { what, now: counters.held });
+                }
+                Adding::Held => {}
+                Adding::Consumption(at) => {
+                    for window in WINDOWS {
+                        let start = window::bounds(window, at).0;
+                        let consumed = counters.consumed.get(&(window, start.micros())).copied().unwrap_or(0);
+                        if !fits(i128::from(consumed)) {
+                            let what =
+                                format!("the consumption of {metric:?} by {of} in its {window:?} window from {start}");
+                            return Err(NoRoom { what, now: i128::from(consumed) });
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The counters of a tenant's metric, of one subject, or of what carries no subject, if any.
     pub fn counters(&self, tenant: &str, whose: Whose<'_>, metric: &str) -> Option<&Counters> {
-        let usage = self.usage.get(tenant)?.get(metric)?;
+        let usage = self.usage.get(tenant)?.metrics.get(metric)?;
         match whose {
             Whose::Tenant => Some(&usage.tenant),
             Whose::Subject(Some(subject)) => usage.subjects.get(subject),
@@ -424,7 +528,8 @@ impl State {
         self.update(tenant, subject, metric, |counters| {
             for key in windows {
                 let counter = counters.consumed.entry(*key).or_insert(0);
-                *counter = counter.checked_add(quantity).expect("consumption fits in i64");
+                // Saturating (see `Counters`): the hook's own requests never get here past i64 (`room`).
+                *counter = counter.saturating_add(quantity);
             }
         });
     }
@@ -437,7 +542,7 @@ impl State {
 
     /// What open reservations hold now against a tenant's, a subject's, or the subjectless' limits. `now` is the
     /// instant of the last [`State::expire`]: holds that expired before it were taken out of the totals then.
-    pub fn held(&self, tenant: &str, whose: Whose<'_>, metric: &str, now: Timestamp) -> i64 {
+    pub fn held(&self, tenant: &str, whose: Whose<'_>, metric: &str, now: Timestamp) -> i128 {
         debug_assert!(
             self.expiries.first().is_none_or(|(expires_at, _)| *expires_at >= now.micros()),
             "expire(now) ran before asking what is held at {now:?}"
@@ -469,10 +574,9 @@ impl State {
     fn open_hold(&mut self, key: &Key, hold: Hold) {
         debug_assert_eq!(hold.tenant, key.0);
         self.close_hold(key);
-        let amount = hold.amount;
-        self.update(&hold.tenant, hold.subject.as_deref(), &hold.metric, |c| {
-            c.held = c.held.checked_add(amount).expect("held amounts fit in i64");
-        });
+        let amount = i128::from(hold.amount);
+        // Exact in i128: 2^127 is more than any number of events of at most 2^63 each.
+        self.update(&hold.tenant, hold.subject.as_deref(), &hold.metric, |c| c.held += amount);
         self.expiries.insert((hold.expires_at.micros(), key.clone()));
         self.holds.entry(key.1.clone()).or_default().push(hold);
     }
@@ -488,10 +592,8 @@ impl State {
         }
         let removed = self.expiries.remove(&(hold.expires_at.micros(), key.clone()));
         assert!(removed, "an open reservation is in the expiry order");
-        let amount = hold.amount;
-        self.update(&hold.tenant, hold.subject.as_deref(), &hold.metric, |c| {
-            c.held = c.held.checked_sub(amount).expect("held amounts fit in i64");
-        });
+        let amount = i128::from(hold.amount);
+        self.update(&hold.tenant, hold.subject.as_deref(), &hold.metric, |c| c.held -= amount);
         Some(hold)
     }
 
@@ -531,13 +633,15 @@ impl State {
                 .retain(|(window, start), _| window::bounds(*window, Timestamp(*start)).1.micros() >= horizon);
             !counters.is_empty()
         };
-        self.usage.retain(|_, metrics| {
-            metrics.retain(|_, usage| {
+        self.usage.retain(|_, tenant| {
+            tenant.metrics.retain(|_, usage| {
                 usage.subjects.retain(|_, counters| live(counters));
                 let no_subject = live(&mut usage.no_subject);
                 live(&mut usage.tenant) || no_subject || !usage.subjects.is_empty()
             });
-            !metrics.is_empty()
+            // What aged out no longer counts against the tenant's bound.
+            tenant.recount();
+            !tenant.metrics.is_empty()
         });
     }
 }
@@ -617,13 +721,13 @@ mod tests {
     }
 
     impl Model {
-        fn held(&self, tenant: &str, whose: Whose<'_>, metric: &str, now: Timestamp) -> i64 {
+        fn held(&self, tenant: &str, whose: Whose<'_>, metric: &str, now: Timestamp) -> i128 {
             let matches = |h: &Hold| h.tenant == tenant && h.metric == metric && h.expires_at >= now;
             let of_subject = |h: &Hold| match whose {
                 Whose::Tenant => true,
                 Whose::Subject(subject) => h.subject.as_deref() == subject,
             };
-            self.holds.values().filter(|h| matches(h) && of_subject(h)).map(|h| h.amount).sum()
+            self.holds.values().filter(|h| matches(h) && of_subject(h)).map(|h| i128::from(h.amount)).sum()
         }
         fn consumed(&self, tenant: &str, whose: Whose<'_>, metric: &str, day: i64) -> i64 {
             let key = |s: Option<&str>| (tenant.to_string(), s.map(String::from), metric.to_string(), day);
@@ -898,7 +1002,7 @@ mod tests {
             let recorded = |(seq, _): &&(u64, ReservationEvent)| counted[*seq as usize - 1];
             state.expire(now);
             // What reconcile says of all of them.
-            let mut held: BTreeMap<(String, String), i64> = BTreeMap::new();
+            let mut held: BTreeMap<(String, String), i128> = BTreeMap::new();
             let mut consumed: BTreeMap<(String, String, i64), i64> = BTreeMap::new();
             for (id, tenant) in (0..6u8).flat_map(|id| TENANTS.map(|tenant| (id, tenant))) {
                 let of_id: Vec<(u64, &ReservationEvent)> = events
@@ -916,7 +1020,7 @@ mod tests {
                     let reserve = event(reserve);
                     if reserve.expires_at.expect("a RESERVE expires") >= now {
                         let h = &reserve.header;
-                        *held.entry((h.tenant.clone(), h.subject.clone().unwrap())).or_default() += reserve.amount;
+                        *held.entry((h.tenant.clone(), h.subject.clone().unwrap())).or_default() += i128::from(reserve.amount);
                     }
                 }
                 if let Some((seq, ReservationAction::COMMIT, amount)) = verdict.close {
