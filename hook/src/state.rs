@@ -465,29 +465,31 @@ impl State {
     ) -> Result<(), NoRoom> {
         let amount = i128::from(amount);
         let fits = |sum: i128| sum + amount <= i128::from(i64::MAX);
+        // Said only when refused: a request that fits allocates nothing here.
+        let of = |whose: Whose<'_>| match whose {
+            Whose::Tenant => format!("tenant {tenant:?}"),
+            Whose::Subject(Some(subject)) => format!("subject {subject:?} of tenant {tenant:?}"),
+            Whose::Subject(None) => format!("what carries no subject of tenant {tenant:?}"),
+        };
+        let starts = match adding {
+            Adding::Consumption(at) => Some(WINDOWS.map(|window| (window, window::bounds(window, at).0))),
+            Adding::Held => None,
+        };
         for whose in [Whose::Tenant, Whose::Subject(subject)] {
             let Some(counters) = self.counters(tenant, whose, metric) else { continue };
-            let of = match whose {
-                Whose::Tenant => format!("tenant {tenant:?}"),
-                Whose::Subject(Some(subject)) => format!("subject {subject:?} of tenant {tenant:?}"),
-                Whose::Subject(None) => format!("what carries no subject of tenant {tenant:?}"),
-            };
-            match adding {
-                Adding::Held if !fits(counters.held) => {
-                    let what = format!("what open reservations of {of} hold of {metric:?}");
+            let Some(starts) = starts else {
+                if !fits(counters.held) {
+                    let what = format!("what open reservations of {} hold of {metric:?}", of(whose));
                     return Err(NoRoom { what, now: counters.held });
                 }
-                Adding::Held => {}
-                Adding::Consumption(at) => {
-                    for window in WINDOWS {
-                        let start = window::bounds(window, at).0;
-                        let consumed = counters.consumed.get(&(window, start.micros())).copied().unwrap_or(0);
-                        if !fits(i128::from(consumed)) {
-                            let what =
-                                format!("the consumption of {metric:?} by {of} in its {window:?} window from {start}");
-                            return Err(NoRoom { what, now: i128::from(consumed) });
-                        }
-                    }
+                continue;
+            };
+            for (window, start) in starts {
+                let consumed = counters.consumed.get(&(window, start.micros())).copied().unwrap_or(0);
+                if !fits(i128::from(consumed)) {
+                    let what =
+                        format!("the consumption of {metric:?} by {} in its {window:?} window from {start}", of(whose));
+                    return Err(NoRoom { what, now: i128::from(consumed) });
                 }
             }
         }
@@ -649,7 +651,8 @@ impl State {
 #[cfg(test)]
 impl State {
     /// Panics unless the reservation bookkeeping agrees with itself: every hold has its reservation and its place
-    /// in the expiry order, and every reservation kept that holds nothing is resting, and only those.
+    /// in the expiry order, and every reservation kept that holds nothing is resting, and only those; and each
+    /// tenant's count of counters is what it keeps.
     fn check_bookkeeping(&self) {
         let holds: Vec<&Hold> = self.holds().collect();
         assert_eq!(holds.len(), self.expiries.len(), "one expiry per hold");
@@ -666,6 +669,11 @@ impl State {
         }
         let resting = self.lives.values().filter(|life| life.resting_until.is_some()).count();
         assert_eq!(resting, self.resting.len(), "every reservation that holds nothing rests");
+        for (tenant, usage) in &self.usage {
+            let mut recounted = usage.clone();
+            recounted.recount();
+            assert_eq!(usage.counted, recounted.counted, "{tenant}'s counters are counted as they are kept");
+        }
         assert_eq!(self.lives.len(), self.resting.len() + self.expiries.len(), "every other one holds");
     }
 }
@@ -741,6 +749,44 @@ mod tests {
                     .sum(),
             }
         }
+    }
+
+    // Proves that what other writers record is folded whatever it sums to (consumption saturating at i64::MAX, holds
+    // exact), where it panicked, and that `room` refuses a request that would take either sum past i64.
+    #[test]
+    fn sums_past_i64_are_folded_and_refused_to_new_requests() {
+        let at = |text: &str| Timestamp::parse_rfc3339(text).unwrap();
+        let now = at("2026-11-10T00:00:00Z");
+        let largest = schemas::validate::AMOUNT_MAX;
+        let mut state = State::default();
+        for n in 0..1_025u64 {
+            let usage = UsageEvent {
+                header: header("org-1", Some("alice"), "tokens", now, format!("u{n}")),
+                quantity: largest,
+                request_id: None,
+                attributes: Default::default(),
+            };
+            state.fold(2 * n + 1, &Event::Usage(usage), now);
+            let reserve = ReservationEvent {
+                header: header("org-1", None, "tokens", now, format!("r{n}")),
+                reservation_id: format!("r{n}"),
+                action: ReservationAction::RESERVE,
+                amount: largest,
+                expires_at: Some(at("2026-11-10T01:00:00Z")),
+            };
+            state.fold(2 * n + 2, &Event::Reservation(reserve), now);
+        }
+        assert_eq!(state.consumed("org-1", Whose::Subject(Some("alice")), "tokens", Window::DAY, now), i64::MAX);
+        assert_eq!(state.held("org-1", Whose::Tenant, "tokens", now), 1_025 * i128::from(largest));
+        let consumption = state.room("org-1", Some("alice"), "tokens", Adding::Consumption(now), 1).unwrap_err();
+        assert!(consumption.what.contains("the consumption of \"tokens\" by tenant \"org-1\""), "{consumption:?}");
+        let held = state.room("org-1", None, "tokens", Adding::Held, 0).unwrap_err();
+        assert_eq!(held.now, 1_025 * i128::from(largest));
+        assert!(state.room("org-1", Some("alice"), "requests", Adding::Consumption(now), largest).is_ok());
+        assert_eq!(state.counters_of("org-1"), 2, "the metric and alice");
+        state.expire(at("2026-11-10T02:00:00Z"));
+        assert_eq!(state.held("org-1", Whose::Tenant, "tokens", at("2026-11-10T02:00:00Z")), 0, "every hold expired");
+        state.check_bookkeeping();
     }
 
     // Proves that other enforcers' reservations kept for a late close are dropped once the month of their expiry
