@@ -1,6 +1,7 @@
 //! What the writer reads from the ledger: the fold of recent entries a fresh state starts from, what other writers
 //! appended since (catch-up), a decision recorded before this process started (a repeated idempotency key), and
-//! why a close of a reservation the state does not hold open is refused. Every query is the ledger's own.
+//! how the ledger judges a reservation the state does not hold open (why a close is refused, or the hook's own
+//! close a retry answers again). Every query is the ledger's own.
 
 use ledger::{Fold, Ledger, ReadError};
 use rules::reservation::Facts;
