@@ -558,3 +558,27 @@ fn a_ledger_held_by_another_writer_is_named_busy() {
     assert_eq!(Counts::of_status(&ledger.status()).events_recorded, 1, "nothing of the refused file recorded");
     assert_eq!(ledger.ingest(&file)["recorded"], 1, "the same command, once the other writer is done");
 }
+
+// The "trust" issue: usage that would take its tenant's month total past 2^63 - 1 (1,025 of the largest quantities)
+// is quarantined as `total_overflow`, once, and the rest of its file is recorded; the month's export goes on. Until
+// this issue the whole append failed, so the same file (or Kafka batch) failed on every retry, for good.
+#[test]
+fn usage_past_a_total_of_i64_is_quarantined_and_the_rest_recorded() {
+    let test = TestLedger::new();
+    let largest = schemas::validate::AMOUNT_MAX;
+    let mut events: Vec<Event> =
+        (0..1_025).map(|i| usage(&format!("u-{i}"), "2026-11-02T10:00:00Z", "org-1", largest)).collect();
+    events.push(usage("other", "2026-11-02T10:00:00Z", "org-2", 3));
+    write_container(&test.file("usage.avro"), &events);
+    let report = test.ingest(&test.file("usage.avro"));
+    let counts = (count(&report, "records"), count(&report, "recorded"), count(&report, "quarantined"));
+    assert_eq!(counts, (1_026, 1_025, 1), "{report}");
+    let quarantined = test.quarantined();
+    assert_eq!((quarantined.len(), quarantined[0]["reason_code"].as_str()), (1, Some("total_overflow")));
+    assert_eq!(quarantined[0]["offset"], 1_024, "the event that did not fit: {}", quarantined[0]);
+    assert_eq!(count(&test.ingest(&test.file("usage.avro")), "quarantined"), 0, "a rerun adds nothing");
+    let export = test.run(&["export", "billing", "--period", "2026-11", "--format", "csv"]).success().stdout_text();
+    assert!(export.contains(&format!("org-1,requests,2026-11,{},", 1_024 * largest)), "{export}");
+    assert!(export.contains("org-2,requests,2026-11,3,"), "{export}");
+    test.assert_verifies();
+}

@@ -168,12 +168,13 @@ fn sixty_four_clients_never_get_more_than_fits() {
 }
 
 // An on-call engineer's view of a ledger that refuses writes (a full disk; here a trigger another connection adds):
-// checks answer 500 with the cause and /healthz says recording fails; once the ledger takes writes again the next
-// check is recorded, /healthz says ok and counts the failed groups, and the failed requests consumed nothing.
+// checks answer 500 with an error id whose cause is in serve's log (the caller sees no path or SQLite's words) and
+// /healthz says recording fails, naming the cause; once the ledger takes writes again the next check is recorded,
+// /healthz says ok and counts the failed groups, and the failed requests consumed nothing.
 #[test]
-fn a_ledger_that_refuses_writes_is_named_in_answers_and_healthz_until_it_takes_them_again() {
+fn a_ledger_that_refuses_writes_is_named_in_the_log_and_healthz_until_it_takes_them_again() {
     let test = ledger_with(hard_policy(100, Window::DAY));
-    let server = Server::start(&test, &[]);
+    let server = Server::start_logged(&test, &[]);
     assert_eq!(server.health()["hook"]["recording"], "ok");
     let other = rusqlite::Connection::open(&test.path).unwrap();
     other
@@ -183,8 +184,12 @@ fn a_ledger_that_refuses_writes_is_named_in_answers_and_healthz_until_it_takes_t
         .unwrap();
     for key in ["f-1", "f-2"] {
         let (status, _, body) = server.check(key, 60);
-        assert_eq!(status, 500, "{body}");
-        assert!(body["message"].as_str().unwrap().contains("database or disk is full"), "{body}");
+        assert_eq!((status, body["error"].as_str()), (500, Some("ledger")), "{body}");
+        let error_id = body["error_id"].as_str().expect("an error id");
+        assert!(!body["message"].as_str().unwrap().contains("database or disk is full"), "{body}");
+        let logged = Server::stderr(&test);
+        let line = logged.lines().find(|l| l.contains(error_id)).unwrap_or_else(|| panic!("{error_id}: {logged}"));
+        assert!(line.contains("database or disk is full"), "{line}");
     }
     let health = server.health();
     assert_eq!(

@@ -22,13 +22,25 @@ impl Answer {
     /// of one the group itself decided, now `taken_back`, fails with it): a 500 saying "nothing of it was
     /// recorded" would be false of a decision that was.
     pub(crate) fn failed(self, message: &str, taken_back: &HashSet<&str>) -> Answer {
+        let error = || HookError::Ledger(message.to_string());
         match self {
             Answer::Decision(reply, Ok(decision))
                 if decision.replayed && !taken_back.contains(decision.decision_id.as_str()) =>
             {
                 Answer::Decision(reply, Ok(decision))
             }
-            other => other.replaced(|| HookError::Ledger(message.to_string())),
+            Answer::Close(reply, Ok(Ok(closed)))
+                if closed.replayed && !taken_back.contains(closed.event_id.as_str()) =>
+            {
+                Answer::Close(reply, Ok(Ok(closed)))
+            }
+            // A key refused as reused for a decision of this group: that decision is not recorded after all.
+            Answer::Decision(reply, Err(HookError::IdempotencyKeyReused { decision_id, .. }))
+                if taken_back.contains(decision_id.as_str()) =>
+            {
+                Answer::Decision(reply, Err(error()))
+            }
+            other => other.replaced(error),
         }
     }
 

@@ -140,6 +140,9 @@ pub struct Closed {
     pub charged_above_reserved: i64,
     /// The event_id of the COMMIT or RELEASE recorded.
     pub event_id: String,
+    /// Whether this answer repeats the original close of a retried commit or release with the same body (SPEC 9.1):
+    /// nothing recorded again.
+    pub replayed: bool,
 }
 
 /// Why a commit or release was refused (nothing recorded, nothing consumed).

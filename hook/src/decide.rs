@@ -54,7 +54,7 @@ pub struct Evaluated {
 impl Evaluated {
     /// What was left before the request (never below 0).
     pub fn remaining_before(&self) -> i64 {
-        (self.limit - self.used_before).max(0)
+        self.limit.saturating_sub(self.used_before).max(0)
     }
     /// Whether the policy is a throttle (a token bucket) rather than a quota.
     pub fn is_throttle(&self) -> bool {
@@ -101,14 +101,16 @@ fn evaluate_one(state: &State, buckets: &Buckets, ask: &Ask<'_>, a: &Applicable<
         overshoot::effective_limit(a.policy.limit, a.policy.scope, subject, grants, a.window_start, a.window_end);
     let whose = Whose::of(a.policy.scope, subject);
     let consumed = state.consumed(ask.tenant, whose, ask.metric, a.policy.window, a.window_start);
-    let used_before = consumed + state.held(ask.tenant, whose, ask.metric, now);
+    // In i128: what other writers recorded may hold and consume more than i64 together (see `state::Counters`).
+    let used_before = i128::from(consumed) + state.held(ask.tenant, whose, ask.metric, now);
     Evaluated {
         policy: a.policy.clone(),
         window_start: a.window_start,
         window_end: a.window_end,
         limit,
-        used_before,
-        fits: used_before.checked_add(ask.amount).is_some_and(|after| after <= limit),
+        // A `long` in the DecisionEvent: past i64 it says i64::MAX, which is above every limit as the truth is.
+        used_before: i64::try_from(used_before).unwrap_or(i64::MAX),
+        fits: used_before + i128::from(ask.amount) <= i128::from(limit),
         retry_after_ms: None,
     }
 }

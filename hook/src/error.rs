@@ -12,6 +12,18 @@ pub enum HookError {
         /// What is wrong with it, quoting the value.
         message: String,
     },
+    /// The idempotency key was used before for another request (SPEC 9.1): a 409, nothing decided or consumed.
+    #[error("{message}")]
+    IdempotencyKeyReused {
+        /// The field that differs from the original request's (`subject`, `metric`, `amount`, or `kind` for a check
+        /// answered by a reservation's decision or the other way round), or `idempotency_key` when its decision
+        /// id holds an event this hook did not record for this tenant and key.
+        field: &'static str,
+        /// What differs, quoting both values.
+        message: String,
+        /// The decision recorded for the key (an id `audit why` does not need: the message says what differs).
+        decision_id: String,
+    },
     /// The bounded queue is full (async callers only): retry shortly.
     #[error("the hook is overloaded: {queued} requests queued (limit {limit}); retry shortly")]
     Overloaded {
@@ -20,7 +32,8 @@ pub enum HookError {
         /// The queue's bound.
         limit: usize,
     },
-    /// The writer has stopped (every handle was dropped, or it panicked).
+    /// The writer has stopped (every handle was dropped, or it panicked: [`crate::Hook::health`] then says
+    /// `stopped`).
     #[error("the hook has stopped")]
     Stopped,
     /// The ledger refused the group, or could not be read: the message says why.

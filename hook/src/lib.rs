@@ -2,7 +2,11 @@
 //! ledger. `check` evaluates every applicable policy (tenant and subject scope, `*` plan defaults, grants, open
 //! reservations, throttles) before consuming any, then consumes all or nothing, recording the DecisionEvent
 //! and, when allowed, the UsageEvent (or ReservationEvent) in one ledger transaction, in the outbox for Kafka.
-//! A repeated idempotency key answers the original decision and consumes nothing more.
+//! A repeated idempotency key with the same request answers the original decision and consumes nothing more; with
+//! another request it is refused ([`HookError::IdempotencyKeyReused`]). Nothing a caller sends stops the writer or
+//! fails the other requests of its group: fields are checked against SPEC 9.2 before deciding, and a request that
+//! would take a sum past i64, or its tenant past [`HookSettings::counters_per_tenant_max`], is refused. A writer
+//! that stops on a panic (a bug, a broken invariant of the ledger) says so in [`Hook::health`] at once.
 //!
 //! One writer thread owns the ledger connection and an in-memory fold of it ([`state`]); concurrent requests
 //! are grouped into one transaction each (the writer's group commit).
@@ -52,6 +56,13 @@ use writer::Writer;
 pub const SOURCE: &str = "hook";
 /// Longest reservation: a day. Longer holds would keep quota away from everyone else for too long.
 pub const TTL_MS_MAX: i64 = 24 * 3_600 * 1_000;
+/// Default of [`HookSettings::counters_per_tenant_max`]. A metric or subject costs a few hundred bytes of counters
+/// (a month's, a day's, an hour's and the last day's minutes it was used in): a million is a few hundred MB for one
+/// tenant at most, while the largest tenants seen have tens of thousands of API keys and users in a month.
+pub const COUNTERS_PER_TENANT_MAX: usize = 1_000_000;
+/// How long a caller whose answer was dropped waits for the writer to say it stopped (it unwinds a panic), so that
+/// health says so before the caller answers: its next `/healthz` must not say ok.
+const STOPPED_SAY_WAIT: Duration = Duration::from_secs(1);
 
 /// How the writer groups requests, and its clock.
 // Not PartialEq: comparing function pointers (`clock`) is not meaningful.
@@ -74,6 +85,13 @@ pub struct HookSettings {
     /// clock (`Timestamp::now`) unless a caller replays a past month (the `demo` decides inside the month it
     /// generates, which must be over to be closed). A plain function keeps the settings `Copy`.
     pub clock: fn() -> Timestamp,
+    /// Distinct metrics, and subjects of each metric, that one tenant may have counters for in memory before its
+    /// requests for another are refused (400 naming `metric` or `subject`): a caller inventing a subject per
+    /// request would otherwise grow the writer's memory without end. Counters live while a window they count is
+    /// current or ended less than a day ago, or while they hold a reservation: a metric or subject used once
+    /// counts until a day after its month ends, then ages out and frees its place. What other writers (ingest)
+    /// record is counted but never refused.
+    pub counters_per_tenant_max: usize,
 }
 
 /// Defaults: 512 requests per group (about 1,000 events, the ledger's best batch size measured in
@@ -88,16 +106,17 @@ impl Default for HookSettings {
             durability: Durability::Full,
             poll_us: 200,
             clock: Timestamp::now,
+            counters_per_tenant_max: COUNTERS_PER_TENANT_MAX,
         }
     }
 }
 
 /// The writer's answer if it has come (the reply dropped unanswered: the hook stopped).
-fn try_answer<T>(answer: &mut oneshot::Receiver<T>) -> Option<Result<T, HookError>> {
+fn try_answer<T>(answer: &mut oneshot::Receiver<T>) -> Option<Result<T, ()>> {
     match answer.try_recv() {
         Ok(result) => Some(Ok(result)),
         Err(oneshot::error::TryRecvError::Empty) => None,
-        Err(oneshot::error::TryRecvError::Closed) => Some(Err(HookError::Stopped)),
+        Err(oneshot::error::TryRecvError::Closed) => Some(Err(())),
     }
 }
 
@@ -153,6 +172,15 @@ fn acquire_lock(path: &Path) -> Result<ProcessLock, ledger::LockError> {
             }
             taken => return taken,
         }
+    }
+}
+
+/// What a panic said, for the log and `/healthz`.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(message), _) => message,
+        (_, Some(message)) => message,
+        _ => "(no message)",
     }
 }
 
@@ -238,9 +266,16 @@ impl Hook {
         let counter = Arc::clone(&queued);
         let stopped = Stopped::default();
         let done = stopped.clone();
+        let said = Arc::clone(&health);
         std::thread::Builder::new().name("hook-writer".into()).spawn(move || {
-            // `run` ends once every handle is dropped, and drops the writer and its ledger.
-            writer.run(receiver, &counter);
+            // `run` ends once every handle is dropped, and drops the writer and its ledger. A panic (an invariant of
+            // the ledger that does not hold, a bug) ends it too: health says so, for good, and every request fails.
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| writer.run(receiver, &counter)));
+            if let Err(panic) = ran {
+                let message = format!("the hook's writer stopped on a panic: {}", panic_message(&*panic));
+                log::error!("hook: {message}; every request fails until the hook restarts");
+                said.writer_stopped(&message);
+            }
             drop(lock);
             done.set();
         })?;
@@ -265,6 +300,12 @@ impl Hook {
     /// Whether recording fails now, how many groups failed, and the last failure (for `/healthz`).
     pub fn health(&self) -> health::HealthReport {
         self.health.report()
+    }
+
+    /// Answers once the writer (or its sync thread) has stopped on a panic, never while it runs: a server stops
+    /// then, so that a supervisor starts a new one.
+    pub async fn writer_stopped(&self) {
+        self.health.stopped().await
     }
 
     fn enqueue(&self, work: Work, wait: bool, caller_polls: bool) -> Result<(), HookError> {
@@ -297,10 +338,20 @@ impl Hook {
         let poll = if waiting.alone { self.poll } else { Duration::ZERO };
         let waited = self.enqueue(work(reply), true, !poll.is_zero()).and_then(|()| {
             poll_for(poll, || try_answer(&mut answer))
-                .unwrap_or_else(|| answer.blocking_recv().map_err(|_| HookError::Stopped))
+                .unwrap_or_else(|| answer.blocking_recv().map_err(|_| ()))
+                .map_err(|()| self.stopped_said())
         });
         drop(waiting);
         waited?
+    }
+
+    /// A caller's answer was dropped unanswered while it held a handle: the writer is unwinding a panic. Waits (a
+    /// moment at most) until health says the writer stopped, so that nobody hears "stopped" while `/healthz` still
+    /// says ok.
+    fn stopped_said(&self) -> HookError {
+        let until = Instant::now() + STOPPED_SAY_WAIT;
+        while !self.health.is_stopped() && !self.stopped.wait(Duration::from_millis(1)) && Instant::now() < until {}
+        HookError::Stopped
     }
 
     /// [`Hook::call`] from async code; a full queue answers Overloaded. At durability normal a caller alone, after
@@ -327,10 +378,14 @@ impl Hook {
         self.enqueue(work(reply), false, false)?;
         let answered = match poll_for(poll, || try_answer(&mut answer)) {
             Some(answered) => answered,
-            None => answer.await.map_err(|_| HookError::Stopped),
+            None => answer.await.map_err(|_| ()),
         };
         drop(waiting);
-        answered?
+        match answered {
+            Ok(answer) => answer,
+            // Health says so as the writer unwinds, before it drops what it was answering: a short wait.
+            Err(()) => Err(self.stopped_said()),
+        }
     }
 
     /// `check`, waiting for the answer (and for room in the queue).

@@ -42,12 +42,18 @@ pub const RESTING_MAX: usize = 500_000;
 pub const PROVISIONAL_SEQ: u64 = u64::MAX / 2;
 
 /// What one tenant (all its subjects) or one subject has of one metric.
+///
+/// Sums cannot stop the writer: what other writers recorded is folded whatever it adds up to (the hook cannot
+/// refuse it), and the hook refuses its own requests that would take a sum past i64 ([`State::room`]). Consumption
+/// saturates at `i64::MAX` (more than a thousand of the largest events in one window: above every limit either
+/// way); what open reservations hold is summed in i128, exactly, since holds come and go and a saturated sum would
+/// be wrong once they close.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Counters {
     /// Consumption by window kind and window start (microseconds).
     pub consumed: FxHashMap<(Window, i64), i64>,
     /// What open reservations hold now: the sum of their amounts.
-    pub held: i64,
+    pub held: i128,
 }
 
 impl Counters {
@@ -62,6 +68,39 @@ struct Usage {
     tenant: Counters,
     subjects: FxHashMap<String, Counters>,
     no_subject: Counters,
+}
+
+/// One tenant's metrics, and how many metrics and subjects (of each metric) it has counters for: what the bound
+/// on a tenant's own requests counts ([`State::new_counters`]).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct TenantUsage {
+    metrics: FxHashMap<String, Usage>,
+    /// `metrics.len()` plus every metric's `subjects.len()`.
+    counted: usize,
+}
+
+impl TenantUsage {
+    fn recount(&mut self) {
+        self.counted = self.metrics.len() + self.metrics.values().map(|u| u.subjects.len()).sum::<usize>();
+    }
+}
+
+/// A sum a request would take past i64: which one, for the message that refuses it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoRoom {
+    /// What would overflow, in words ("the consumption of tenant \"org-1\" in its DAY window from ...").
+    pub what: String,
+    /// The sum now.
+    pub now: i128,
+}
+
+/// Which sum a request adds to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Adding {
+    /// Consumption at this instant (a check allowed, a COMMIT): every window containing it.
+    Consumption(Timestamp),
+    /// What open reservations hold (a RESERVE).
+    Held,
 }
 
 /// Whose counters a policy asks for: a TENANT policy the tenant's (all its subjects and what carries none), a
@@ -179,7 +218,7 @@ pub struct State {
     /// Every grant folded, by (tenant, metric).
     pub grants: HashMap<(String, String), Vec<GrantEvent>>,
     /// Tenant -> metric -> counters.
-    usage: FxHashMap<String, FxHashMap<String, Usage>>,
+    usage: FxHashMap<String, TenantUsage>,
     /// Open reservations by reservation_id: one per tenant holding that id (almost always one).
     holds: FxHashMap<String, Vec<Hold>>,
     /// The open reservations by expiry (microseconds), soonest first.
@@ -382,17 +421,84 @@ impl State {
 
     /// Applies `change` to the counters of a tenant's metric and to its subject's (or to those without one).
     fn update(&mut self, tenant: &str, subject: Option<&str>, metric: &str, mut change: impl FnMut(&mut Counters)) {
-        let usage = entry_of(entry_of(&mut self.usage, tenant), metric);
+        let TenantUsage { metrics, counted } = entry_of(&mut self.usage, tenant);
+        if !metrics.contains_key(metric) {
+            *counted += 1;
+        }
+        let usage = entry_of(metrics, metric);
         change(&mut usage.tenant);
         match subject {
-            Some(subject) => change(entry_of(&mut usage.subjects, subject)),
+            Some(subject) => {
+                if !usage.subjects.contains_key(subject) {
+                    *counted += 1;
+                }
+                change(entry_of(&mut usage.subjects, subject))
+            }
             None => change(&mut usage.no_subject),
         }
     }
 
+    /// How many metrics, and subjects of each metric, `tenant` has counters for.
+    pub fn counters_of(&self, tenant: &str) -> usize {
+        self.usage.get(tenant).map_or(0, |t| t.counted)
+    }
+
+    /// How many counters (a metric's, a subject's) a request of `tenant` for `metric` (and `subject`) would add.
+    pub fn new_counters(&self, tenant: &str, subject: Option<&str>, metric: &str) -> usize {
+        let Some(usage) = self.usage.get(tenant).and_then(|t| t.metrics.get(metric)) else {
+            return 1 + usize::from(subject.is_some());
+        };
+        usize::from(subject.is_some_and(|subject| !usage.subjects.contains_key(subject)))
+    }
+
+    /// Whether `amount` more of what `adding` says fits in every sum a request of `tenant` (and `subject`) for
+    /// `metric` would change: the tenant's and the subject's (or the subjectless') consumption in each window
+    /// still counted that contains the instant, or what they hold. Those sums are recorded as `long`s (the
+    /// DecisionEvent's `used_before`, the ledger's totals) and must stay within i64.
+    pub fn room(
+        &self,
+        tenant: &str,
+        subject: Option<&str>,
+        metric: &str,
+        adding: Adding,
+        amount: i64,
+    ) -> Result<(), NoRoom> {
+        let amount = i128::from(amount);
+        let fits = |sum: i128| sum + amount <= i128::from(i64::MAX);
+        // Said only when refused: a request that fits allocates nothing here.
+        let of = |whose: Whose<'_>| match whose {
+            Whose::Tenant => format!("tenant {tenant:?}"),
+            Whose::Subject(Some(subject)) => format!("subject {subject:?} of tenant {tenant:?}"),
+            Whose::Subject(None) => format!("what carries no subject of tenant {tenant:?}"),
+        };
+        let starts = match adding {
+            Adding::Consumption(at) => Some(WINDOWS.map(|window| (window, window::bounds(window, at).0))),
+            Adding::Held => None,
+        };
+        for whose in [Whose::Tenant, Whose::Subject(subject)] {
+            let Some(counters) = self.counters(tenant, whose, metric) else { continue };
+            let Some(starts) = starts else {
+                if !fits(counters.held) {
+                    let what = format!("what open reservations of {} hold of {metric:?}", of(whose));
+                    return Err(NoRoom { what, now: counters.held });
+                }
+                continue;
+            };
+            for (window, start) in starts {
+                let consumed = counters.consumed.get(&(window, start.micros())).copied().unwrap_or(0);
+                if !fits(i128::from(consumed)) {
+                    let what =
+                        format!("the consumption of {metric:?} by {} in its {window:?} window from {start}", of(whose));
+                    return Err(NoRoom { what, now: i128::from(consumed) });
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The counters of a tenant's metric, of one subject, or of what carries no subject, if any.
     pub fn counters(&self, tenant: &str, whose: Whose<'_>, metric: &str) -> Option<&Counters> {
-        let usage = self.usage.get(tenant)?.get(metric)?;
+        let usage = self.usage.get(tenant)?.metrics.get(metric)?;
         match whose {
             Whose::Tenant => Some(&usage.tenant),
             Whose::Subject(Some(subject)) => usage.subjects.get(subject),
@@ -424,7 +530,8 @@ impl State {
         self.update(tenant, subject, metric, |counters| {
             for key in windows {
                 let counter = counters.consumed.entry(*key).or_insert(0);
-                *counter = counter.checked_add(quantity).expect("consumption fits in i64");
+                // Saturating (see `Counters`): the hook's own requests never get here past i64 (`room`).
+                *counter = counter.saturating_add(quantity);
             }
         });
     }
@@ -437,7 +544,7 @@ impl State {
 
     /// What open reservations hold now against a tenant's, a subject's, or the subjectless' limits. `now` is the
     /// instant of the last [`State::expire`]: holds that expired before it were taken out of the totals then.
-    pub fn held(&self, tenant: &str, whose: Whose<'_>, metric: &str, now: Timestamp) -> i64 {
+    pub fn held(&self, tenant: &str, whose: Whose<'_>, metric: &str, now: Timestamp) -> i128 {
         debug_assert!(
             self.expiries.first().is_none_or(|(expires_at, _)| *expires_at >= now.micros()),
             "expire(now) ran before asking what is held at {now:?}"
@@ -469,10 +576,9 @@ impl State {
     fn open_hold(&mut self, key: &Key, hold: Hold) {
         debug_assert_eq!(hold.tenant, key.0);
         self.close_hold(key);
-        let amount = hold.amount;
-        self.update(&hold.tenant, hold.subject.as_deref(), &hold.metric, |c| {
-            c.held = c.held.checked_add(amount).expect("held amounts fit in i64");
-        });
+        let amount = i128::from(hold.amount);
+        // Exact in i128: 2^127 is more than any number of events of at most 2^63 each.
+        self.update(&hold.tenant, hold.subject.as_deref(), &hold.metric, |c| c.held += amount);
         self.expiries.insert((hold.expires_at.micros(), key.clone()));
         self.holds.entry(key.1.clone()).or_default().push(hold);
     }
@@ -488,10 +594,8 @@ impl State {
         }
         let removed = self.expiries.remove(&(hold.expires_at.micros(), key.clone()));
         assert!(removed, "an open reservation is in the expiry order");
-        let amount = hold.amount;
-        self.update(&hold.tenant, hold.subject.as_deref(), &hold.metric, |c| {
-            c.held = c.held.checked_sub(amount).expect("held amounts fit in i64");
-        });
+        let amount = i128::from(hold.amount);
+        self.update(&hold.tenant, hold.subject.as_deref(), &hold.metric, |c| c.held -= amount);
         Some(hold)
     }
 
@@ -531,13 +635,15 @@ impl State {
                 .retain(|(window, start), _| window::bounds(*window, Timestamp(*start)).1.micros() >= horizon);
             !counters.is_empty()
         };
-        self.usage.retain(|_, metrics| {
-            metrics.retain(|_, usage| {
+        self.usage.retain(|_, tenant| {
+            tenant.metrics.retain(|_, usage| {
                 usage.subjects.retain(|_, counters| live(counters));
                 let no_subject = live(&mut usage.no_subject);
                 live(&mut usage.tenant) || no_subject || !usage.subjects.is_empty()
             });
-            !metrics.is_empty()
+            // What aged out no longer counts against the tenant's bound.
+            tenant.recount();
+            !tenant.metrics.is_empty()
         });
     }
 }
@@ -545,7 +651,8 @@ impl State {
 #[cfg(test)]
 impl State {
     /// Panics unless the reservation bookkeeping agrees with itself: every hold has its reservation and its place
-    /// in the expiry order, and every reservation kept that holds nothing is resting, and only those.
+    /// in the expiry order, and every reservation kept that holds nothing is resting, and only those; and each
+    /// tenant's count of counters is what it keeps.
     fn check_bookkeeping(&self) {
         let holds: Vec<&Hold> = self.holds().collect();
         assert_eq!(holds.len(), self.expiries.len(), "one expiry per hold");
@@ -562,6 +669,11 @@ impl State {
         }
         let resting = self.lives.values().filter(|life| life.resting_until.is_some()).count();
         assert_eq!(resting, self.resting.len(), "every reservation that holds nothing rests");
+        for (tenant, usage) in &self.usage {
+            let mut recounted = usage.clone();
+            recounted.recount();
+            assert_eq!(usage.counted, recounted.counted, "{tenant}'s counters are counted as they are kept");
+        }
         assert_eq!(self.lives.len(), self.resting.len() + self.expiries.len(), "every other one holds");
     }
 }
@@ -617,13 +729,13 @@ mod tests {
     }
 
     impl Model {
-        fn held(&self, tenant: &str, whose: Whose<'_>, metric: &str, now: Timestamp) -> i64 {
+        fn held(&self, tenant: &str, whose: Whose<'_>, metric: &str, now: Timestamp) -> i128 {
             let matches = |h: &Hold| h.tenant == tenant && h.metric == metric && h.expires_at >= now;
             let of_subject = |h: &Hold| match whose {
                 Whose::Tenant => true,
                 Whose::Subject(subject) => h.subject.as_deref() == subject,
             };
-            self.holds.values().filter(|h| matches(h) && of_subject(h)).map(|h| h.amount).sum()
+            self.holds.values().filter(|h| matches(h) && of_subject(h)).map(|h| i128::from(h.amount)).sum()
         }
         fn consumed(&self, tenant: &str, whose: Whose<'_>, metric: &str, day: i64) -> i64 {
             let key = |s: Option<&str>| (tenant.to_string(), s.map(String::from), metric.to_string(), day);
@@ -637,6 +749,44 @@ mod tests {
                     .sum(),
             }
         }
+    }
+
+    // Proves that what other writers record is folded whatever it sums to (consumption saturating at i64::MAX, holds
+    // exact), where it panicked, and that `room` refuses a request that would take either sum past i64.
+    #[test]
+    fn sums_past_i64_are_folded_and_refused_to_new_requests() {
+        let at = |text: &str| Timestamp::parse_rfc3339(text).unwrap();
+        let now = at("2026-11-10T00:00:00Z");
+        let largest = schemas::validate::AMOUNT_MAX;
+        let mut state = State::default();
+        for n in 0..1_025u64 {
+            let usage = UsageEvent {
+                header: header("org-1", Some("alice"), "tokens", now, format!("u{n}")),
+                quantity: largest,
+                request_id: None,
+                attributes: Default::default(),
+            };
+            state.fold(2 * n + 1, &Event::Usage(usage), now);
+            let reserve = ReservationEvent {
+                header: header("org-1", None, "tokens", now, format!("r{n}")),
+                reservation_id: format!("r{n}"),
+                action: ReservationAction::RESERVE,
+                amount: largest,
+                expires_at: Some(at("2026-11-10T01:00:00Z")),
+            };
+            state.fold(2 * n + 2, &Event::Reservation(reserve), now);
+        }
+        assert_eq!(state.consumed("org-1", Whose::Subject(Some("alice")), "tokens", Window::DAY, now), i64::MAX);
+        assert_eq!(state.held("org-1", Whose::Tenant, "tokens", now), 1_025 * i128::from(largest));
+        let consumption = state.room("org-1", Some("alice"), "tokens", Adding::Consumption(now), 1).unwrap_err();
+        assert!(consumption.what.contains("the consumption of \"tokens\" by tenant \"org-1\""), "{consumption:?}");
+        let held = state.room("org-1", None, "tokens", Adding::Held, 0).unwrap_err();
+        assert_eq!(held.now, 1_025 * i128::from(largest));
+        assert!(state.room("org-1", Some("alice"), "requests", Adding::Consumption(now), largest).is_ok());
+        assert_eq!(state.counters_of("org-1"), 2, "the metric and alice");
+        state.expire(at("2026-11-10T02:00:00Z"));
+        assert_eq!(state.held("org-1", Whose::Tenant, "tokens", at("2026-11-10T02:00:00Z")), 0, "every hold expired");
+        state.check_bookkeeping();
     }
 
     // Proves that other enforcers' reservations kept for a late close are dropped once the month of their expiry
@@ -898,7 +1048,7 @@ mod tests {
             let recorded = |(seq, _): &&(u64, ReservationEvent)| counted[*seq as usize - 1];
             state.expire(now);
             // What reconcile says of all of them.
-            let mut held: BTreeMap<(String, String), i64> = BTreeMap::new();
+            let mut held: BTreeMap<(String, String), i128> = BTreeMap::new();
             let mut consumed: BTreeMap<(String, String, i64), i64> = BTreeMap::new();
             for (id, tenant) in (0..6u8).flat_map(|id| TENANTS.map(|tenant| (id, tenant))) {
                 let of_id: Vec<(u64, &ReservationEvent)> = events
@@ -916,7 +1066,7 @@ mod tests {
                     let reserve = event(reserve);
                     if reserve.expires_at.expect("a RESERVE expires") >= now {
                         let h = &reserve.header;
-                        *held.entry((h.tenant.clone(), h.subject.clone().unwrap())).or_default() += reserve.amount;
+                        *held.entry((h.tenant.clone(), h.subject.clone().unwrap())).or_default() += i128::from(reserve.amount);
                     }
                 }
                 if let Some((seq, ReservationAction::COMMIT, amount)) = verdict.close {

@@ -48,7 +48,18 @@ impl Syncer {
         let stage = Arc::new(Stage { sync, name, one_at_a_time: Mutex::new(()), failed: OnceLock::new(), health });
         let thread = {
             let stage = Arc::clone(&stage);
-            std::thread::Builder::new().name("hook-sync".into()).spawn(move || stage.run(&committed))?
+            std::thread::Builder::new().name("hook-sync".into()).spawn(move || {
+                // A panic here would leave the writer handing groups to nobody: every later one is not durable, and
+                // health says the hook stopped, as for the writer itself.
+                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| stage.run(&committed)));
+                if let Err(panic) = ran {
+                    let message =
+                        format!("the hook's sync thread stopped on a panic: {}", crate::panic_message(&*panic));
+                    log::error!("hook: {message}; every request fails until the hook restarts");
+                    let _ = stage.failed.set(message.clone());
+                    stage.health.writer_stopped(&message);
+                }
+            })?
         };
         Ok(Syncer { groups: Some(groups), stage, thread: Some(thread) })
     }
@@ -161,6 +172,7 @@ mod tests {
             reserved: 1,
             charged_above_reserved: 0,
             event_id: format!("{id}-commit"),
+            replayed: false,
         };
         (vec![Answer::Close(reply, Ok(Ok(closed)))], answer)
     }

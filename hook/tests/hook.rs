@@ -528,10 +528,11 @@ fn a_shadow_throttle_refills_as_a_hard_one_would() {
     assert_eq!(refilled.reason, Reason::WITHIN_LIMIT, "two tokens refill in two seconds: {refilled:?}");
 }
 
-// Closes of one reservation decided in the same group: the first closes it, every other is refused as already
-// closed, none as expired (the ledger, which holds no close yet, said so for a live reservation).
+// Closes of one reservation decided in the same group: the first closes it, every other (the same release, retried)
+// answers it again (SPEC 9.1), none is refused as expired (the ledger, which holds no close yet, said so for a live
+// reservation), and a commit after them is refused as already closed.
 #[test]
-fn closes_in_one_group_after_the_first_are_already_closed() {
+fn closes_in_one_group_after_the_first_answer_it_again() {
     let settings = HookSettings { group_wait_us: 20_000, ..HookSettings::default() };
     let (_dir, hook) = hook_with_settings(vec![policy("daily", 1_000, Window::DAY, Enforcement::HARD, None)], settings);
     let hook = Arc::new(hook);
@@ -559,11 +560,18 @@ fn closes_in_one_group_after_the_first_are_already_closed() {
             })
             .collect();
         let answers: Vec<_> = closes.into_iter().map(|t| t.join().unwrap()).collect();
-        assert_eq!(answers.iter().filter(|a| a.is_ok()).count(), 1, "round {round}: {answers:?}");
-        assert!(
-            answers.iter().all(|a| matches!(a, Ok(_) | Err(Refusal::AlreadyClosed { .. }))),
+        let original = answers.iter().find(|a| matches!(a, Ok(c) if !c.replayed)).expect("one close").clone();
+        assert_eq!(
+            answers.iter().filter(|a| matches!(a, Ok(c) if !c.replayed)).count(),
+            1,
             "round {round}: {answers:?}"
         );
+        let again = |a: &Result<Closed, Refusal>| match (a, &original) {
+            (Ok(a), Ok(o)) => a.replayed && Closed { replayed: false, ..a.clone() } == *o,
+            _ => false,
+        };
+        assert_eq!(answers.iter().filter(|a| again(a)).count(), 3, "round {round}: {answers:?}");
+        assert!(matches!(hook.commit(&id, 1).unwrap(), Err(Refusal::AlreadyClosed { .. })), "round {round}");
     }
 }
 

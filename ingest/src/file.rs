@@ -106,7 +106,9 @@ impl FileIngestReport {
         self.conflicts += report.conflicts() as u64;
         self.quarantined += report.quarantined;
         self.already_quarantined += report.already_quarantined;
-        self.records += (report.outcomes.len() as u64) + report.quarantined + report.already_quarantined;
+        // Every event has an outcome; the events quarantined by the append are counted in the quarantine's counts too.
+        let rejected = report.quarantined + report.already_quarantined - report.quarantined_events() as u64;
+        self.records += report.outcomes.len() as u64 + rejected;
         self.watermark = report.watermark;
     }
 }

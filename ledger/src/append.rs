@@ -8,6 +8,7 @@ use crate::chain::{self, ChainedFields, GENESIS, Hash};
 use crate::error::AppendError;
 use crate::key_filter::KeyFilter;
 use crate::status::{Totals, read_totals};
+use crate::usage_totals::UsageTotals;
 use crate::{Ledger, now_micros};
 use crate::{dedup, details};
 
@@ -55,29 +56,48 @@ impl Ledger {
         }
         let mut outcomes = Vec::with_capacity(batch.events.len());
         let mut inserts = Inserts::new(&tx, &self.detail_insert_sql)?;
+        let mut totals = UsageTotals::default();
+        // Quarantine rows added, and messages the quarantine held already.
+        let (mut quarantined, mut already_quarantined) = (0, 0);
+        let mut count_quarantined = |added: bool| match added {
+            true => quarantined += 1,
+            false => already_quarantined += 1,
+        };
         for incoming in &batch.events {
-            let outcome = append_event(
+            let placed = append_event(
                 &tx,
                 &mut inserts,
                 self.catalog,
                 self.key_filter.as_mut(),
                 &mut tip,
+                &mut totals,
                 incoming,
                 recorded_at,
             )?;
+            let outcome = match placed {
+                Placed::Outcome(outcome) => outcome,
+                Placed::TotalOverflow(reason) => {
+                    let rejected = Rejected {
+                        origin: incoming.origin.clone(),
+                        raw: raw_of(self.catalog, incoming),
+                        reason_code: TOTAL_OVERFLOW.to_string(),
+                        reason,
+                    };
+                    count_quarantined(quarantine(&tx, &rejected, recorded_at)?);
+                    AppendOutcome::Quarantined { reason_code: TOTAL_OVERFLOW }
+                }
+            };
             outcomes.push(outcome);
         }
         drop(inserts);
-        let mut quarantined = 0;
         for rejected in &batch.rejected {
-            quarantined += u64::from(quarantine(&tx, rejected, recorded_at)?);
+            count_quarantined(quarantine(&tx, rejected, recorded_at)?);
         }
         record_replays(&tx, &batch.replayed_from, &outcomes, recorded_at)?;
-        crate::usage_totals::add(&tx, &batch.events, &outcomes)?;
+        totals.write(&tx)?;
         if batch.outbox {
             crate::outbox::enqueue(&tx, &outcomes)?;
         }
-        let already_quarantined = batch.rejected.len() as u64 - quarantined;
         let report = AppendReport { outcomes, quarantined, already_quarantined, watermark: tip.seq };
         dedup::merge_if_due(&tx, before.watermark, report.watermark)?;
         let after = before.after(&report);
@@ -203,15 +223,25 @@ const INSERT_ENTRY: &str =
          payload, raw, payload_hash, entry_hash)
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)";
 
-fn append_event<'tx>(
+/// What became of one event of a batch: an outcome, or the reason a usage event must be quarantined instead.
+enum Placed {
+    Outcome(AppendOutcome),
+    /// Its usage total would pass 2^63 - 1: nothing of it is written.
+    TotalOverflow(String),
+}
+
+// One argument more than clippy's limit: each is a part of the append this event joins.
+#[allow(clippy::too_many_arguments)]
+fn append_event<'tx, 'b>(
     tx: &'tx Transaction<'_>,
     inserts: &mut Inserts<'tx>,
     catalog: &Catalog,
     key_filter: Option<&mut KeyFilter>,
     tip: &mut Tip,
-    incoming: &Incoming,
+    totals: &mut UsageTotals<'b>,
+    incoming: &'b Incoming,
     recorded_at: i64,
-) -> rusqlite::Result<AppendOutcome> {
+) -> rusqlite::Result<Placed> {
     let event = &incoming.event;
     let event_type = event.event_type();
     let payload = catalog.encode_body(event);
@@ -224,9 +254,15 @@ fn append_event<'tx>(
     };
     if let Some((of, _)) = existing.iter().find(|(_, hash)| hash[..] == payload_hash[..]) {
         insert_duplicate(tx, *of, &incoming.origin, recorded_at)?;
-        return Ok(AppendOutcome::Duplicate { of: *of });
+        return Ok(Placed::Outcome(AppendOutcome::Duplicate { of: *of }));
     }
     let duplicate_of = existing.first().map(|(seq, _)| *seq);
+    // Usage that counts (not a copy of any kind) joins its total, or is quarantined if the total cannot hold it.
+    if let (Event::Usage(usage), None) = (event, duplicate_of)
+        && let Err(reason) = totals.count(tx, usage)?
+    {
+        return Ok(Placed::TotalOverflow(reason));
+    }
     let fingerprint = catalog.current(event_type).fingerprint;
     let raw = incoming.raw.as_deref().filter(|raw| !is_single_object_of(raw, fingerprint, &payload));
     let (origin, origin_stream, origin_partition, origin_offset) = incoming.origin.columns();
@@ -281,10 +317,16 @@ fn append_event<'tx>(
         filter.insert(key);
     }
     *tip = Tip { seq, hash: entry_hash };
-    Ok(match duplicate_of {
+    Ok(Placed::Outcome(match duplicate_of {
         None => AppendOutcome::Recorded { seq },
         Some(of) => AppendOutcome::ConflictingDuplicate { seq, of },
-    })
+    }))
+}
+
+/// The bytes an event is quarantined with: as received, or, from a writer of ours, its single-object encoding (what
+/// `quarantine replay` decodes).
+fn raw_of(catalog: &Catalog, incoming: &Incoming) -> Vec<u8> {
+    incoming.raw.clone().unwrap_or_else(|| catalog.encode_single_object(&incoming.event))
 }
 
 /// Whether `raw` is exactly the single-object encoding of `payload` under the current schema.
@@ -347,6 +389,8 @@ fn record_replays(
             AppendOutcome::Recorded { seq } => ("recorded", seq),
             AppendOutcome::Duplicate { of } => ("duplicate", of),
             AppendOutcome::ConflictingDuplicate { seq, .. } => ("conflicting_duplicate", seq),
+            // Still not recordable: it stays in the quarantine, pending (its bytes and place are those of its row).
+            AppendOutcome::Quarantined { .. } => continue,
         };
         tx.prepare_cached(
             "INSERT INTO quarantine_replays (quarantine_id, replayed_at, outcome, seq) VALUES (?, ?, ?, ?)",

@@ -137,6 +137,10 @@ pub struct Batch {
     pub file_progress: Option<FileProgress>,
 }
 
+/// The quarantine reason of a usage event that would take its (tenant, metric, period) usage total past 2^63 - 1
+/// ([`AppendOutcome::Quarantined`]).
+pub const TOTAL_OVERFLOW: &str = "total_overflow";
+
 /// What became of one event of a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AppendOutcome {
@@ -157,6 +161,13 @@ pub enum AppendOutcome {
         /// The recorded entry whose event_id it shares.
         of: u64,
     },
+    /// Not recorded: quarantined with its raw bytes (or, for a writer of ours, its encoding), as a message that
+    /// fails to validate is. Only a usage event that would take its usage total past 2^63 - 1 ([`TOTAL_OVERFLOW`]):
+    /// failing the batch instead would fail every retry of it.
+    Quarantined {
+        /// Why ([`TOTAL_OVERFLOW`]).
+        reason_code: &'static str,
+    },
 }
 
 /// The answer of an append.
@@ -164,9 +175,11 @@ pub enum AppendOutcome {
 pub struct AppendReport {
     /// One outcome per event, in batch order.
     pub outcomes: Vec<AppendOutcome>,
-    /// Rejected messages added to the quarantine.
+    /// Messages added to the quarantine: rejected ones, and events quarantined by the append
+    /// ([`AppendOutcome::Quarantined`]).
     pub quarantined: u64,
-    /// Rejected messages the quarantine held already (the same bytes from the same place: a file ingested again).
+    /// Messages the quarantine held already (the same bytes from the same place: a file ingested again, a
+    /// quarantined message replayed that still cannot be recorded).
     pub already_quarantined: u64,
     /// The last ledger sequence number after the append.
     pub watermark: u64,
@@ -184,5 +197,9 @@ impl AppendReport {
     /// How many events were conflicting duplicates.
     pub fn conflicts(&self) -> usize {
         self.outcomes.iter().filter(|o| matches!(o, AppendOutcome::ConflictingDuplicate { .. })).count()
+    }
+    /// How many events were quarantined by the append (counted in `quarantined` or `already_quarantined` too).
+    pub fn quarantined_events(&self) -> usize {
+        self.outcomes.iter().filter(|o| matches!(o, AppendOutcome::Quarantined { .. })).count()
     }
 }

@@ -120,11 +120,16 @@ impl Ledger {
             return Ok(());
         }
         let appended = self.append(&batch)?;
-        for outcome in &appended.outcomes {
+        for (id, outcome) in batch.replayed_from.iter().zip(&appended.outcomes) {
             match outcome {
                 AppendOutcome::Recorded { .. } => report.recorded += 1,
                 AppendOutcome::Duplicate { .. } => report.duplicates += 1,
                 AppendOutcome::ConflictingDuplicate { .. } => report.conflicts += 1,
+                AppendOutcome::Quarantined { reason_code } => report.still_quarantined.push(StillQuarantined {
+                    id: *id,
+                    reason_code: reason_code.to_string(),
+                    reason: "it decodes, but its usage total would pass 2^63 - 1".into(),
+                }),
             }
         }
         report.watermark = appended.watermark;

@@ -7,6 +7,13 @@ use crate::window;
 /// The policy's limit plus every grant of the same tenant and metric whose `[valid_from, valid_until)` overlaps
 /// the window: a grant with a subject raises that subject's SUBJECT-scope windows, one without raises the
 /// TENANT-scope windows. `grants` are the tenant's grants for the metric.
+///
+/// Saturates at `i64::MAX`: each grant is at most 2^53 - 1 (`schemas::validate::AMOUNT_MAX`), so only more than a
+/// thousand of the largest overlapping one window pass it, and a limit of `i64::MAX` already holds more than any
+/// window's consumption can (the ledger keeps every total within i64): the hook allows, reconcile finds no
+/// overshoot and billing no overage, exactly as with the true sum. A panic here stopped the hook's writer, every
+/// reconcile and every export of that month for good, and a refusal would have no one to refuse: the grants are
+/// recorded already.
 pub fn effective_limit(
     limit: i64,
     scope: Scope,
@@ -22,8 +29,7 @@ pub fn effective_limit(
             Scope::SUBJECT => g.header.subject.is_some() && g.header.subject.as_deref() == subject,
         })
         .filter(|g| window::overlaps(g.valid_from, g.valid_until, window_start, window_end))
-        .try_fold(limit, |sum, g| sum.checked_add(g.amount))
-        .expect("limits and grants fit in i64")
+        .fold(limit, |sum, g| sum.saturating_add(g.amount))
 }
 
 /// max(0, consumption - effective limit).
@@ -72,7 +78,9 @@ fn crossing(consumed: &mut [Consumed], effective_limit: i64) -> Vec<usize> {
     let mut running: i64 = 0;
     let mut crossing = Vec::new();
     for (i, c) in consumed.iter().enumerate() {
-        running = running.checked_add(c.quantity).expect("consumption fits in i64");
+        // Saturating, as the effective limit does: a running sum held at i64::MAX stays above every limit below it,
+        // and never passes a limit saturated there itself (a sum that large is beyond any limit's true value too).
+        running = running.saturating_add(c.quantity);
         if c.quantity > 0 && running > effective_limit {
             crossing.push(i);
         }
@@ -122,6 +130,28 @@ mod tests {
         assert_eq!(effective_limit(100, Scope::TENANT, None, &grants, month_start, month_end), 130);
         assert_eq!(effective_limit(100, Scope::SUBJECT, Some("alice"), &grants, day_start, day_end), 400);
         assert_eq!(effective_limit(100, Scope::SUBJECT, Some("bob"), &grants, day_start, day_end), 100);
+    }
+
+    // Proves that grants whose sum leaves i64 raise the limit to i64::MAX instead of panicking (it stopped the hook's
+    // writer, reconcile and the month's export), and that a window's consumption summed past i64 still names the
+    // events that crossed a lower limit.
+    #[test]
+    fn sums_past_i64_saturate() {
+        let largest = schemas::validate::AMOUNT_MAX;
+        let grants: Vec<GrantEvent> =
+            (0..1_025).map(|_| grant(None, largest, "2026-11-01T00:00:00Z", "2026-12-01T00:00:00Z")).collect();
+        let (start, end) = (at("2026-11-01T00:00:00Z"), at("2026-12-01T00:00:00Z"));
+        assert_eq!(effective_limit(largest, Scope::TENANT, None, &grants, start, end), i64::MAX);
+        let mut consumed: Vec<Consumed> = (0..1_026)
+            .map(|n| Consumed {
+                occurred_at: at("2026-11-02T00:00:00Z"),
+                seq: n,
+                quantity: largest,
+                event_id: format!("u-{n}"),
+            })
+            .collect();
+        assert_eq!(crossers(&mut consumed, 2 * largest).len(), 1_024, "every event after the second crossed");
+        assert!(crossers(&mut consumed, i64::MAX).is_empty(), "nothing passes a saturated limit");
     }
 
     // SPEC 5 "Overshoot": the events named are those that crossed the limit, in event time, not arrival order.

@@ -1,6 +1,8 @@
 //! The answers of the HTTP layer: a decision as SPEC 6 spells it (status, `Retry-After` and `RateLimit-*`
 //! headers, the JSON body), a reservation's close, and errors as `{error, message}`.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use axum::Json;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -13,21 +15,50 @@ pub(crate) fn error(status: StatusCode, code: &str, message: impl Into<String>) 
     (status, Json(serde_json::json!({"error": code, "message": message.into()}))).into_response()
 }
 
-/// The hook's error as an answer: 400 for a malformed request, 503 (retry in a second) when its queue is full, 500
-/// when the ledger fails.
+/// The hook's error as an answer: 400 for a malformed request (naming the field), 409 for an idempotency key used
+/// before with another request, 503 (retry in a second) when its queue is full, 500 when the ledger fails.
 pub(crate) fn hook_error(e: HookError) -> Response {
     match e {
-        HookError::BadRequest { .. } => error(StatusCode::BAD_REQUEST, "bad_request", e.to_string()),
+        HookError::BadRequest { field, .. } => {
+            let body = serde_json::json!({"error": "bad_request", "message": e.to_string(), "field": field});
+            (StatusCode::BAD_REQUEST, Json(body)).into_response()
+        }
+        HookError::IdempotencyKeyReused { field, ref decision_id, ref message } => {
+            let body = serde_json::json!({
+                "error": "idempotency_key_reused",
+                "code": "IDEMPOTENCY_KEY_REUSED",
+                "message": message,
+                "field": field,
+                "decisionId": decision_id,
+            });
+            (StatusCode::CONFLICT, Json(body)).into_response()
+        }
         HookError::Overloaded { .. } => {
             let mut response = error(StatusCode::SERVICE_UNAVAILABLE, "overloaded", e.to_string());
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             response
         }
-        HookError::Stopped | HookError::Ledger(_) | HookError::NotDurable(_) => {
-            error(StatusCode::INTERNAL_SERVER_ERROR, "ledger", e.to_string())
-        }
-        _ => error(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()),
+        HookError::Stopped | HookError::Ledger(_) | HookError::NotDurable(_) => internal("ledger", &e),
+        _ => internal("internal", &e),
     }
+}
+
+/// Error ids of this process: one per 500 answered.
+static ERRORS_ANSWERED: AtomicU64 = AtomicU64::new(0);
+
+/// A 500: a generic message and an error id for the caller, the detail (a path, SQLite's words, a panic) in the
+/// log under the same id, where the operator finds it. Retrying with the same idempotency key is always safe: a
+/// decision that was recorded answers again.
+fn internal(code: &str, e: &HookError) -> Response {
+    let n = ERRORS_ANSWERED.fetch_add(1, Ordering::Relaxed);
+    let error_id = format!("e-{:x}-{n}", Timestamp::now().micros());
+    log::error!("serve: error {error_id}: {e}");
+    let message = format!(
+        "the request could not be decided or recorded (error id {error_id}, in the server's log); retry with the \
+         same idempotency key"
+    );
+    let body = serde_json::json!({"error": code, "message": message, "error_id": error_id});
+    (StatusCode::INTERNAL_SERVER_ERROR, Json(body)).into_response()
 }
 
 /// The answer body of SPEC 6, plus identifiers (added, never renamed).
@@ -44,6 +75,8 @@ struct DecisionBody {
     policy_version: Option<i32>,
     policy_id: Option<String>,
     reason: Reason,
+    /// The amount asked: a replay repeats the original's.
+    amount: i64,
     decision_id: String,
     request_id: String,
     replayed: bool,
@@ -95,6 +128,7 @@ pub(crate) fn decision_response(decision: Decision) -> Response {
         policy_version: decision.policy_version,
         policy_id: decision.policy_id,
         reason: decision.reason,
+        amount: decision.amount,
         decision_id: decision.decision_id,
         request_id: decision.request_id,
         replayed: decision.replayed,

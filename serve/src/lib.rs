@@ -52,6 +52,10 @@ pub const READ_TIMEOUT_MS: u64 = 30_000;
 /// How long `serve` waits, on SIGTERM or Ctrl-C, for the requests in flight before it exits, and then for the hook's
 /// writer to close the ledger (SPEC 9.5).
 pub const SHUTDOWN_WAIT_MS: u64 = 10_000;
+/// How long `serve` goes on answering once the hook's writer stopped on a panic (every request then fails, and
+/// `/healthz` answers 503 `stopped`) before it stops and exits 2: long enough for a probe or a load balancer to
+/// see why and take it out, short enough that a supervisor restarts it at once.
+pub const WRITER_STOPPED_EXIT_MS: u64 = 1_000;
 
 /// Where to listen, who may ask, and how the hook records.
 #[derive(Debug, Clone)]
@@ -116,6 +120,10 @@ pub enum ServeError {
     /// Saying where the server listens failed.
     #[error("cannot say where the server listens")]
     Announce(#[source] std::io::Error),
+    /// The hook's writer stopped on a panic: nothing could be decided any more, so the server stopped, to be
+    /// restarted (the ledger holds everything answered).
+    #[error("{0}; serve stopped so that it can be restarted")]
+    WriterStopped(String),
 }
 
 /// Serves the hook on the ledger at `ledger_path` until SIGTERM or Ctrl-C. `listening` is told the address once the
@@ -136,22 +144,33 @@ pub fn run(
     }
     let tokens = Tokens::read(&settings.tokens)?;
     let hook = Hook::start(ledger_path, settings.hook).map_err(ServeError::Hook)?;
-    let stopped = hook.stopped();
+    let writer = hook.stopped();
     let publisher = match &settings.brokers {
         Some(brokers) => Some(start_publisher(ledger_path, &hook, brokers, &settings.overrides)?),
         None => None,
     };
+    let watched = hook.clone();
     let app = Arc::new(App { hook, tokens, outbox: publisher.as_ref().map(PublisherThread::health) });
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(ServeError::Runtime)?;
     let read_timeout = Duration::from_millis(settings.read_timeout_ms.max(1));
     let address = settings.listen;
-    runtime.block_on(async move {
+    let served = runtime.block_on(async move {
         let listener =
             tokio::net::TcpListener::bind(address).await.map_err(|source| ServeError::Listen { address, source })?;
         listening(listener.local_addr().map_err(ServeError::Announce)?).map_err(ServeError::Announce)?;
-        connections::serve_connections(listener, routes::router(app, read_timeout), read_timeout).await;
-        Ok::<(), ServeError>(())
-    })?;
+        let writer_stopped = async move {
+            watched.writer_stopped().await;
+            log::error!(
+                "serve: the hook's writer stopped: every request fails and /healthz answers 503; stopping in \
+                 {WRITER_STOPPED_EXIT_MS} ms, to be restarted"
+            );
+            tokio::time::sleep(Duration::from_millis(WRITER_STOPPED_EXIT_MS)).await;
+        };
+        let router = routes::router(Arc::clone(&app), read_timeout);
+        let stopped = connections::serve_connections(listener, router, read_timeout, writer_stopped).await;
+        Ok::<_, ServeError>((stopped, app.hook.health()))
+    });
+    let (stopped, health) = served?;
     // Stopping: the runtime's tasks hold the last handles to the hook, the publisher one more. Once all are dropped
     // the writer records what was queued and closes the ledger, and SQLite folds the write-ahead log into the ledger
     // file and removes it: the file alone then holds every decision (a backup copying only it loses none). Exiting
@@ -160,10 +179,16 @@ pub fn run(
     if let Some(publisher) = publisher {
         publisher.stop();
     }
-    if !stopped.wait(Duration::from_millis(SHUTDOWN_WAIT_MS)) {
+    if !writer.wait(Duration::from_millis(SHUTDOWN_WAIT_MS)) {
         log::warn!("serve: the hook's writer had not stopped after {SHUTDOWN_WAIT_MS} ms; exiting without it");
     }
-    Ok(())
+    match stopped {
+        connections::Stop::Signal => Ok(()),
+        connections::Stop::Asked => {
+            let why = health.last_failure.map_or_else(|| "the hook's writer stopped".to_string(), |f| f.message);
+            Err(ServeError::WriterStopped(why))
+        }
+    }
 }
 
 /// The outbox's publisher thread: the outbox read through a connection of its own, the acknowledgements recorded

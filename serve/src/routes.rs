@@ -82,12 +82,14 @@ fn too_large(e: &axum::Error) -> bool {
 /// `GET /healthz`: "ok" while the server answers; the hook's recording ([`hook::health::HealthReport`]: `failing`
 /// while the ledger refuses its groups, a full disk, say); with `--brokers`, the outbox too ([`outbox::OutboxHealth`]).
 /// The status stays "ok" through those: a restart would not bring the disk or the broker back, and would cost a
-/// state rebuild. Only a failed sync of the log (durability full) answers 503, status "not_durable": every request
-/// fails from then on, and a restart is what ends it.
+/// state rebuild. A failed sync of the log (durability full) answers 503, status "not_durable", and a writer stopped
+/// on a panic 503, status "stopped": every request fails from then on, and a restart is what ends it.
 async fn healthz(State(app): State<Arc<App>>) -> (axum::http::StatusCode, Json<serde_json::Value>) {
     let hook = app.hook.health();
     let (code, status) = match hook.recording {
         "not_durable" => (axum::http::StatusCode::SERVICE_UNAVAILABLE, "not_durable"),
+        // The writer is gone: nothing is decided any more, and `serve` is exiting so that it is restarted.
+        "stopped" => (axum::http::StatusCode::SERVICE_UNAVAILABLE, "stopped"),
         _ => (axum::http::StatusCode::OK, "ok"),
     };
     let body = match &app.outbox {

@@ -40,6 +40,10 @@ pub struct ServeArgs {
     /// connection idle; then the connection is closed (a late body is answered 408 first).
     #[arg(long, default_value_t = serve::READ_TIMEOUT_MS)]
     read_timeout_ms: u64,
+    /// Distinct metrics, and subjects of each metric, one tenant may have counters for in memory; a request for
+    /// another is refused (400) until old ones age out (a day after the month they were last used in).
+    #[arg(long, default_value_t = hook::COUNTERS_PER_TENANT_MAX)]
+    counters_per_tenant_max: usize,
 }
 
 pub fn run(ledger_path: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -47,6 +51,7 @@ pub fn run(ledger_path: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
         group_max_requests: args.group_max_requests.max(1),
         group_wait_us: args.group_wait_us,
         durability: if args.durability == "normal" { Durability::Normal } else { Durability::Full },
+        counters_per_tenant_max: args.counters_per_tenant_max,
         ..HookSettings::default()
     };
     let settings = serve::ServeSettings {

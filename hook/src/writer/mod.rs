@@ -52,6 +52,8 @@ pub struct Writer {
     buckets: Buckets,
     /// What the group being decided took from the buckets, to put back if its transaction fails.
     taken: Vec<Taken>,
+    /// The closes the group being decided made: a retry of one in the same group answers it again.
+    group_closes: Vec<crate::api::Closed>,
     recent: Recent,
     settings: HookSettings,
     /// The ledger's `PRAGMA data_version` when the state last caught up. It changes only when another
@@ -88,6 +90,7 @@ impl Writer {
             state,
             buckets: Buckets::default(),
             taken: Vec::new(),
+            group_closes: Vec::new(),
             recent: Recent::default(),
             settings,
             seen_version: None,
@@ -152,6 +155,7 @@ impl Writer {
             return group.into_iter().for_each(|work| work.fail(error(message.clone())));
         }
         self.taken.clear();
+        self.group_closes.clear();
         self.state.expire(now);
         self.state.prune(now);
         let (events, mut answers) = self.decide_group(group, now);
@@ -271,16 +275,31 @@ impl Writer {
             .iter()
             .filter_map(|o| match o {
                 AppendOutcome::Recorded { seq } | AppendOutcome::ConflictingDuplicate { seq, .. } => Some(*seq),
-                AppendOutcome::Duplicate { .. } => None,
+                AppendOutcome::Duplicate { .. } | AppendOutcome::Quarantined { .. } => None,
             })
             .collect();
         for (n, incoming) in events.iter().enumerate() {
-            if let Event::Reservation(r) = &incoming.event {
-                let recorded = match report.outcomes[n] {
-                    AppendOutcome::Recorded { seq } => Some(seq),
-                    AppendOutcome::ConflictingDuplicate { .. } | AppendOutcome::Duplicate { .. } => None,
-                };
-                self.state.number_own(&state::key_of(r), state::PROVISIONAL_SEQ + n as u64, recorded, now);
+            let recorded = match report.outcomes[n] {
+                AppendOutcome::Recorded { seq } => Some(seq),
+                AppendOutcome::ConflictingDuplicate { .. }
+                | AppendOutcome::Duplicate { .. }
+                | AppendOutcome::Quarantined { .. } => None,
+            };
+            match &incoming.event {
+                Event::Reservation(r) => {
+                    self.state.number_own(&state::key_of(r), state::PROVISIONAL_SEQ + n as u64, recorded, now)
+                }
+                // Usage the ledger did not count (its id taken by another producer's event, or its month's total
+                // full since the state last looked): the state follows the ledger, which counts it nowhere.
+                Event::Usage(u) if recorded.is_none() => {
+                    log::warn!(
+                        "hook: the ledger did not count usage {} of an allowed request ({:?}): not counted here either",
+                        u.header.event_id,
+                        report.outcomes[n]
+                    );
+                    self.state.consume(&u.header, -u.quantity);
+                }
+                _ => {}
             }
         }
         // Almost always nobody else appended since this group's catch-up: the new entries are exactly this group's,
@@ -300,13 +319,20 @@ impl Writer {
     /// Takes back what deciding a group changed outside the ledger, after its transaction failed: nothing of it was
     /// recorded, so none of it counts, and a retry of its idempotency keys decides afresh. Rebuilding the whole
     /// state from the ledger instead takes about 27 s on a ledger of 10 million events, and would be done for
-    /// every group as long as the failure lasts (a full disk). Answers the ids of the decisions taken back.
+    /// every group as long as the failure lasts (a full disk). Answers the ids of the decisions and closes taken back.
     fn take_back<'e>(&mut self, events: &'e [Incoming], now: Timestamp) -> HashSet<&'e str> {
         let mut decisions = HashSet::new();
         for (n, incoming) in events.iter().enumerate().rev() {
-            if let Event::Decision(d) = &incoming.event {
-                self.recent.forget(&d.header.event_id);
-                decisions.insert(d.header.event_id.as_str());
+            match &incoming.event {
+                Event::Decision(d) => {
+                    self.recent.forget(&d.header.event_id);
+                    decisions.insert(d.header.event_id.as_str());
+                }
+                // A retried close answered with this one in the same group was not recorded either.
+                Event::Reservation(r) if r.action != schemas::ReservationAction::RESERVE => {
+                    decisions.insert(r.header.event_id.as_str());
+                }
+                _ => {}
             }
             self.state.take_back(state::PROVISIONAL_SEQ + n as u64, &incoming.event, now);
         }
@@ -332,6 +358,16 @@ impl Writer {
         self.rebuild = false;
         log::warn!("hook: the state is rebuilt from the ledger (up to entry {})", self.state.watermark);
         Ok(())
+    }
+}
+
+/// A writer unwinding a panic says so before its fields (the ledger, the sync and checkpoint threads) are dropped,
+/// which may take a while: its last callers, whose answers were dropped first, find health saying it.
+impl Drop for Writer {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.health.writer_stopped("the hook's writer stopped on a panic");
+        }
     }
 }
 

@@ -1,22 +1,47 @@
 //! What the writer reads from the ledger: the fold of recent entries a fresh state starts from, what other writers
 //! appended since (catch-up), a decision recorded before this process started (a repeated idempotency key), and
-//! why a close of a reservation the state does not hold open is refused. Every query is the ledger's own.
+//! how the ledger judges a reservation the state does not hold open (why a close is refused, or the hook's own
+//! close a retry answers again). Every query is the ledger's own.
 
 use ledger::{Fold, Ledger, ReadError};
 use rules::reservation::Facts;
 use schemas::{Event, EventType, ReservationAction, Timestamp};
 
-use crate::api::{Closed, Decision, Refusal};
+use crate::api::Decision;
 use crate::state::State;
-use crate::{StartError, TenantScope, ids};
+use crate::{SOURCE, StartError, TenantScope, ids};
 
 /// How far back usage is folded: a month and a day covers every window that can contain now. Reservations are
 /// folded by when they expire (see [`Fold::AtStart`]).
 const STARTUP_HORIZON_MICROS: i64 = 32 * 24 * 3_600 * 1_000_000;
 
-/// The decision recorded under `decision_id`, if any (an idempotency key seen before this process started).
-pub(super) fn read_decision(ledger: &Ledger, state: &State, decision_id: &str) -> Result<Option<Decision>, ReadError> {
-    let Some(Event::Decision(event)) = ledger.recorded_event(decision_id)? else { return Ok(None) };
+/// What the ledger holds under a key's decision id.
+pub(super) enum Recorded {
+    /// The decision this hook recorded for that tenant and key.
+    Own(Box<Decision>),
+    /// An event of another writer (a DecisionEvent another producer sent through ingest, of any tenant, or another
+    /// type of event): never answered as the hook's decision.
+    Foreign,
+}
+
+/// The decision recorded under `decision_id`, if any (an idempotency key seen before this process started): this
+/// hook's, for `tenant` and `idempotency_key`, or another writer's event that took the id.
+pub(super) fn read_decision(
+    ledger: &Ledger,
+    state: &State,
+    decision_id: &str,
+    tenant: &str,
+    idempotency_key: &str,
+) -> Result<Option<Recorded>, ReadError> {
+    let Some(event) = ledger.recorded_event(decision_id)? else { return Ok(None) };
+    let event = match event {
+        Event::Decision(d)
+            if d.header.source == SOURCE && d.header.tenant == tenant && d.idempotency_key == idempotency_key =>
+        {
+            d
+        }
+        _ => return Ok(Some(Recorded::Foreign)),
+    };
     let scope = event
         .policy_id
         .as_ref()
@@ -28,16 +53,36 @@ pub(super) fn read_decision(ledger: &Ledger, state: &State, decision_id: &str) -
             decision.reservation_id = Some(reservation_id);
         }
     }
-    Ok(Some(decision))
+    Ok(Some(Recorded::Own(Box::new(decision))))
 }
 
-/// Why a close of a reservation the state does not hold open (for the caller) is refused, from the ledger.
-pub(super) fn refusal_from_ledger(
+/// How the ledger judges a reservation that the state does not hold open for a caller.
+pub(super) enum Judged {
+    /// No RESERVE of that id is recorded.
+    NotFound,
+    /// Only other tenants' reservations have that id.
+    Forbidden,
+    /// The caller's reservation of that id expired before any valid close.
+    Expired(Timestamp),
+    /// The caller's reservation of that id was closed.
+    Closed {
+        /// Its tenant.
+        tenant: String,
+        /// What its RESERVE held.
+        reserved: i64,
+        /// The valid close: its action and amount, and when it happened.
+        action: ReservationAction,
+        amount: i64,
+        occurred_at: Timestamp,
+    },
+}
+
+/// How the ledger judges a reservation the state does not hold open (for the caller).
+pub(super) fn judge_from_ledger(
     ledger: &Ledger,
     reservation_id: &str,
     tenants: &TenantScope,
-) -> Result<Result<Closed, Refusal>, ReadError> {
-    let id = reservation_id.to_string();
+) -> Result<Judged, ReadError> {
     let rows = ledger.reservation_facts(reservation_id)?;
     // A reservation per tenant with a RESERVE (other enforcers' may share an id): the caller's, the first by tenant
     // name, judged as reconcile judges it (and as the state folded it): by event time.
@@ -48,20 +93,49 @@ pub(super) fn refusal_from_ledger(
         .collect();
     reserved.sort_unstable();
     if reserved.is_empty() {
-        return Ok(Err(Refusal::NotFound { reservation_id: id }));
+        return Ok(Judged::NotFound);
     }
     let Some(tenant) = reserved.into_iter().find(|t| tenants.covers(t)) else {
-        return Ok(Err(Refusal::Forbidden { reservation_id: id }));
+        return Ok(Judged::Forbidden);
     };
     let events: Vec<(u64, &Facts)> =
         rows.iter().filter(|row| row.tenant == tenant).map(|row| (row.seq, &row.facts)).collect();
     let verdict = rules::reservation::judge(&events, Timestamp(i64::MAX));
-    let reserve = verdict.reserve.and_then(|seq| events.iter().find(|(s, _)| *s == seq)).map(|(_, f)| *f);
-    let reserve = reserve.expect("a tenant with a RESERVE has one in its verdict");
-    Ok(Err(match verdict.close {
-        Some((_, action, _)) => Refusal::AlreadyClosed { reservation_id: id, by: action.symbol().to_string() },
-        None => Refusal::Expired { reservation_id: id, expires_at: reserve.expires_at.unwrap_or(Timestamp(i64::MIN)) },
-    }))
+    let facts = |seq: u64| events.iter().find(|(s, _)| *s == seq).map(|(_, f)| *f);
+    let reserve = verdict.reserve.and_then(facts).expect("a tenant with a RESERVE has one in its verdict");
+    Ok(match verdict.close {
+        Some((seq, action, amount)) => Judged::Closed {
+            tenant: tenant.to_string(),
+            reserved: reserve.amount,
+            action,
+            amount,
+            occurred_at: facts(seq).expect("the close is one of the events judged").occurred_at,
+        },
+        None => Judged::Expired(reserve.expires_at.unwrap_or(Timestamp(i64::MIN))),
+    })
+}
+
+/// The close this hook recorded of `tenant`'s reservation `reservation_id`, if the valid close the ledger judged
+/// (`action`, `amount`, at `occurred_at`) is it: the event_id a retry of that close is answered with.
+pub(super) fn own_close(
+    ledger: &Ledger,
+    tenant: &str,
+    reservation_id: &str,
+    (action, amount, occurred_at): (ReservationAction, i64, Timestamp),
+) -> Result<Option<String>, ReadError> {
+    // The hook's close of its own reservation, or of another enforcer's (or of its own after a restart): two ids.
+    for own in [true, false] {
+        let event_id = ids::close_event_id(tenant, reservation_id, action, own);
+        if let Some(Event::Reservation(r)) = ledger.recorded_event(&event_id)?
+            && r.header.source == SOURCE
+            && r.header.tenant == tenant
+            && r.reservation_id == reservation_id
+            && (r.action, r.amount, r.header.occurred_at) == (action, amount, occurred_at)
+        {
+            return Ok(Some(event_id));
+        }
+    }
+    Ok(None)
 }
 
 /// Folds the entries other writers appended after the state's watermark (`own` are this writer's, already

@@ -1,22 +1,34 @@
 //! The request rules of the writer: each request of a group validated, replayed (a repeated idempotency key answers
-//! its original decision) or decided against the state as the group's earlier requests left it, and the events
-//! that record it built: a DecisionEvent, and when allowed the UsageEvent or the RESERVE; a close checked against
-//! the holds it names and recorded as a COMMIT or RELEASE.
+//! its original decision, a repeated close its original close) or refused as a reuse of its key for another
+//! request, or decided against the state as the group's earlier requests left it, and the events that record it
+//! built: a DecisionEvent, and when allowed the UsageEvent or the RESERVE; a close checked against the holds it
+//! names and recorded as a COMMIT or RELEASE.
+//!
+//! Nothing a caller sends stops the writer or fails the other requests of its group: every field the ledger checks
+//! of an event is checked here first (a refused event would fail the group's whole append), and every sum a request
+//! adds to must stay within i64.
 
 use schemas::*;
 
 use super::Writer;
-use super::reads::{read_decision, refusal_from_ledger};
+use super::reads::{Judged, Recorded, judge_from_ledger, own_close, read_decision};
 use crate::api::*;
 use crate::decide::{self, Ask, Evaluated, Verdict};
 use crate::error::HookError;
-use crate::state::{self, Hold};
+use crate::state::{self, Adding, Hold};
 use crate::{SOURCE, TenantScope, ids};
 
 /// A valid ask: new (with its idempotency key's hash), or a repeated key (with the original decision).
 enum Admitted {
     New { hash: String },
     Replayed(Box<Decision>),
+}
+
+/// Which request an idempotency key was sent with: a reservation's decision answers only a reserve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Check,
+    Reserve,
 }
 
 /// The open reservation a close applies to, chosen among the holds of its id.
@@ -27,24 +39,82 @@ struct Chosen {
 }
 
 impl Writer {
-    /// The decision already made for `decision_id`: one of the last ones, or one the ledger holds.
-    fn replayed(&self, decision_id: &str) -> Result<Option<Decision>, HookError> {
+    /// What is recorded under `decision_id` for `tenant`'s `idempotency_key`: one of the last decisions, or what the
+    /// ledger holds.
+    fn replayed(&self, decision_id: &str, tenant: &str, idempotency_key: &str) -> Result<Option<Recorded>, HookError> {
         if let Some(decision) = self.recent.get(decision_id) {
-            return Ok(Some(Decision { replayed: true, ..decision.clone() }));
+            return Ok(Some(Recorded::Own(Box::new(Decision { replayed: true, ..decision.clone() }))));
         }
-        let found =
-            read_decision(&self.ledger, &self.state, decision_id).map_err(|e| HookError::Ledger(ledger::causes(&e)))?;
-        Ok(found.map(|decision| Decision { replayed: true, ..decision }))
+        let found = read_decision(&self.ledger, &self.state, decision_id, tenant, idempotency_key)
+            .map_err(|e| HookError::Ledger(ledger::causes(&e)))?;
+        Ok(found.map(|recorded| match recorded {
+            Recorded::Own(decision) => Recorded::Own(Box::new(Decision { replayed: true, ..*decision })),
+            foreign => foreign,
+        }))
     }
 
-    /// Validates an ask, and answers a repeated idempotency key with the decision recorded for it.
-    fn admit(&self, ask: &Ask<'_>, idempotency_key: &str) -> Result<Admitted, HookError> {
-        validate_ask(ask.tenant, ask.metric, ask.amount, idempotency_key)?;
+    /// Validates an ask, answers a repeated idempotency key with the decision recorded for it (SPEC 9.1: the same
+    /// request, or 409), and refuses a new one that would take a sum past i64 or the tenant past its bound of
+    /// counters.
+    fn admit(
+        &self,
+        ask: &Ask<'_>,
+        idempotency_key: &str,
+        request_id: Option<&str>,
+        kind: Kind,
+        now: Timestamp,
+    ) -> Result<Admitted, HookError> {
+        validate_ask(ask, idempotency_key, request_id)?;
         let hash = ids::key_hash(ask.tenant, idempotency_key);
-        Ok(match self.replayed(&ids::decision_id(&hash))? {
-            Some(decision) => Admitted::Replayed(Box::new(decision)),
-            None => Admitted::New { hash },
-        })
+        let decision_id = ids::decision_id(&hash);
+        match self.replayed(&decision_id, ask.tenant, idempotency_key)? {
+            Some(Recorded::Own(decision)) => {
+                same_request(&decision, ask, idempotency_key, kind)?;
+                return Ok(Admitted::Replayed(decision));
+            }
+            Some(Recorded::Foreign) => {
+                return Err(HookError::IdempotencyKeyReused {
+                    field: "idempotency_key",
+                    message: format!(
+                        "idempotency_key {idempotency_key:?}: its decision id {decision_id} is held by an event this \
+                         hook did not record for this tenant and key; nothing was decided: use another key"
+                    ),
+                    decision_id,
+                });
+            }
+            None => {}
+        }
+        let adding = match kind {
+            Kind::Check => Adding::Consumption(now),
+            Kind::Reserve => Adding::Held,
+        };
+        self.has_room(ask, adding)?;
+        Ok(Admitted::New { hash })
+    }
+
+    /// Whether a new request of `ask` fits: in the tenant's bound of counters, and in every sum it adds to.
+    fn has_room(&self, ask: &Ask<'_>, adding: Adding) -> Result<(), HookError> {
+        let new = self.state.new_counters(ask.tenant, ask.subject, ask.metric);
+        let held = self.state.counters_of(ask.tenant);
+        let bound = self.settings.counters_per_tenant_max;
+        if new > 0 && held.saturating_add(new) > bound {
+            let (field, value) = match (new, ask.subject) {
+                (1, Some(subject)) => ("subject", subject),
+                _ => ("metric", ask.metric),
+            };
+            return Err(HookError::BadRequest {
+                field,
+                message: format!(
+                    "{value:?} would be a new {field} of tenant {:?}, which has counters for {held} metrics and \
+                     subjects in memory, its bound ({bound}): nothing was decided; they age out a day after the \
+                     month they were last used in",
+                    ask.tenant
+                ),
+            });
+        }
+        self.state
+            .room(ask.tenant, ask.subject, ask.metric, adding, ask.amount)
+            .map_err(|no_room| too_much(ask.amount, no_room))
     }
 
     /// `check`: decides the ask and, when allowed, consumes it (a UsageEvent).
@@ -55,7 +125,7 @@ impl Writer {
         events: &mut Vec<Event>,
     ) -> Result<Decision, HookError> {
         let ask = Ask::new(&request.tenant, request.subject.as_deref(), &request.metric, request.amount);
-        let hash = match self.admit(&ask, &request.idempotency_key)? {
+        let hash = match self.admit(&ask, &request.idempotency_key, request.request_id.as_deref(), Kind::Check, now)? {
             Admitted::New { hash } => hash,
             Admitted::Replayed(decision) => return Ok(*decision),
         };
@@ -89,10 +159,11 @@ impl Writer {
             });
         }
         let ask = Ask::new(&request.tenant, request.subject.as_deref(), &request.metric, request.amount);
-        let hash = match self.admit(&ask, &request.idempotency_key)? {
-            Admitted::New { hash } => hash,
-            Admitted::Replayed(decision) => return Ok(*decision),
-        };
+        let hash =
+            match self.admit(&ask, &request.idempotency_key, request.request_id.as_deref(), Kind::Reserve, now)? {
+                Admitted::New { hash } => hash,
+                Admitted::Replayed(decision) => return Ok(*decision),
+            };
         let reservation_id = ids::reservation_id(&hash);
         let request_id = request.request_id.clone().unwrap_or_else(|| reservation_id.clone());
         let (mut decision, header) = self.decide(&ask, &hash, &request_id, &request.idempotency_key, now, events);
@@ -160,14 +231,19 @@ impl Writer {
         events: &mut Vec<Event>,
     ) -> Result<Result<Closed, Refusal>, HookError> {
         check_amount(amount)?;
+        let amount = if action == ReservationAction::COMMIT { amount } else { 0 };
         let Some(Chosen { hold, own }) = self.choose_hold(reservation_id, tenants)? else {
-            return self.refuse_close(reservation_id, tenants, events);
+            return self.refuse_close(reservation_id, action, amount, tenants, events);
         };
         let id = reservation_id.to_string();
         if hold.expires_at < now {
             return Ok(Err(Refusal::Expired { reservation_id: id, expires_at: hold.expires_at }));
         }
-        let amount = if action == ReservationAction::COMMIT { amount } else { 0 };
+        if action == ReservationAction::COMMIT {
+            let consumption = Adding::Consumption(now);
+            let room = self.state.room(&hold.tenant, hold.subject.as_deref(), &hold.metric, consumption, amount);
+            room.map_err(|no_room| too_much(amount, no_room))?;
+        }
         let header = Header {
             event_id: ids::close_event_id(&hold.tenant, reservation_id, action, own),
             occurred_at: now,
@@ -181,14 +257,17 @@ impl Writer {
         // Open and closed in time: the verdict takes the hold back and, for a COMMIT, counts the amount.
         self.state.fold_own(state::PROVISIONAL_SEQ + events.len() as u64, &close, now);
         events.push(Event::Reservation(close));
-        Ok(Ok(Closed {
+        let closed = Closed {
             reservation_id: id,
             action,
             amount,
             reserved: hold.amount,
-            charged_above_reserved: (amount - hold.amount).max(0),
+            charged_above_reserved: amount.saturating_sub(hold.amount).max(0),
             event_id,
-        }))
+            replayed: false,
+        };
+        self.group_closes.push(closed.clone());
+        Ok(Ok(closed))
     }
 
     /// The open hold of `reservation_id` a close by a caller covering `tenants` applies to, if any.
@@ -218,10 +297,13 @@ impl Writer {
         }
     }
 
-    /// Why a close of a reservation the caller holds no open hold of is refused.
+    /// A close of a reservation the caller holds no open hold of: the original answer of the same close retried
+    /// (SPEC 9.1: the same action, and for a COMMIT the same amount, that this hook recorded), or why it is refused.
     fn refuse_close(
         &self,
         reservation_id: &str,
+        action: ReservationAction,
+        amount: i64,
         tenants: &TenantScope,
         events: &[Event],
     ) -> Result<Result<Closed, Refusal>, HookError> {
@@ -231,38 +313,136 @@ impl Writer {
         // 409, not 403 because another tenant's producer chose the same id.
         // Closed earlier in this group: not in the ledger yet, which would call it expired.
         if let Some(close) = closed_in_group(events, reservation_id, tenants) {
+            let original = self.group_closes.iter().find(|c| c.event_id == close.header.event_id);
+            if let Some(original) = original.filter(|c| (c.action, c.amount) == (action, amount)) {
+                return Ok(Ok(Closed { replayed: true, ..original.clone() }));
+            }
             let by = close.action.symbol().to_string();
             return Ok(Err(Refusal::AlreadyClosed { reservation_id: id, by }));
         }
-        let refusal = refusal_from_ledger(&self.ledger, reservation_id, tenants)
-            .map_err(|e| HookError::Ledger(ledger::causes(&e)))?;
+        let ledger_error = |e: ledger::ReadError| HookError::Ledger(ledger::causes(&e));
+        let judged = judge_from_ledger(&self.ledger, reservation_id, tenants).map_err(ledger_error)?;
         // Held, or closed in this group, by tenants the caller does not cover only (not in the ledger yet).
         let others =
             !self.state.holds_of(reservation_id).is_empty() || events.iter().any(|e| is_close_of(e, reservation_id));
-        Ok(match refusal {
-            Err(Refusal::NotFound { .. }) if others => Err(Refusal::Forbidden { reservation_id: id }),
-            refusal => refusal,
-        })
+        Ok(Err(match judged {
+            Judged::NotFound if others => Refusal::Forbidden { reservation_id: id },
+            Judged::NotFound => Refusal::NotFound { reservation_id: id },
+            Judged::Forbidden => Refusal::Forbidden { reservation_id: id },
+            Judged::Expired(expires_at) => Refusal::Expired { reservation_id: id, expires_at },
+            Judged::Closed { tenant, reserved, action: by, amount: closed, occurred_at } => {
+                let close = (by, closed, occurred_at);
+                if (by, closed) == (action, amount)
+                    && let Some(event_id) =
+                        own_close(&self.ledger, &tenant, reservation_id, close).map_err(ledger_error)?
+                {
+                    let charged_above_reserved = amount.saturating_sub(reserved).max(0);
+                    let replayed = true;
+                    return Ok(Ok(Closed {
+                        reservation_id: id,
+                        action,
+                        amount,
+                        reserved,
+                        charged_above_reserved,
+                        event_id,
+                        replayed,
+                    }));
+                }
+                Refusal::AlreadyClosed { reservation_id: id, by: by.symbol().to_string() }
+            }
+        }))
     }
 }
 
-/// An ask the ledger can record: a tenant (not the plan default's `*`), a metric, an idempotency key, an amount it
-/// accepts.
-fn validate_ask(tenant: &str, metric: &str, amount: i64, idempotency_key: &str) -> Result<(), HookError> {
-    let bad = |field, message: &str| Err(HookError::BadRequest { field, message: message.to_string() });
-    if tenant.is_empty() {
-        return bad("tenant", "is empty");
+/// Whether a repeated idempotency key comes with the request it was first used for (SPEC 9.1): the same tenant,
+/// subject, metric and amount, and a reserve for a reservation's decision (an allowed one names its reservation).
+/// Otherwise 409: the original answer would not answer this request, and deciding it afresh would give one key two
+/// decisions.
+fn same_request(original: &Decision, ask: &Ask<'_>, idempotency_key: &str, kind: Kind) -> Result<(), HookError> {
+    let differs = |field: &'static str, first: String, now: String| HookError::IdempotencyKeyReused {
+        field,
+        message: format!(
+            "idempotency_key {idempotency_key:?} was first used with {field} {first} (decision {}), this request has \
+             {now}: nothing was decided; send a new request with a new key",
+            original.decision_id
+        ),
+        decision_id: original.decision_id.clone(),
+    };
+    if original.tenant != ask.tenant {
+        return Err(differs("tenant", format!("{:?}", original.tenant), format!("{:?}", ask.tenant)));
     }
-    if tenant == rules::policy::PLAN_DEFAULT_TENANT {
-        return bad("tenant", "\"*\" names plan defaults, not a tenant");
+    if original.subject.as_deref() != ask.subject {
+        return Err(differs("subject", format!("{:?}", original.subject), format!("{:?}", ask.subject)));
     }
-    if metric.is_empty() {
-        return bad("metric", "is empty");
+    if original.metric != ask.metric {
+        return Err(differs("metric", format!("{:?}", original.metric), format!("{:?}", ask.metric)));
     }
+    if original.amount != ask.amount {
+        return Err(differs("amount", original.amount.to_string(), ask.amount.to_string()));
+    }
+    // A denied check and a denied reserve record the same decision; an allowed one says which it was.
+    let was = match (original.allowed(), original.reservation_id.is_some()) {
+        (true, true) => Some(Kind::Reserve),
+        (true, false) => Some(Kind::Check),
+        (false, _) => None,
+    };
+    match was {
+        Some(was) if was != kind => {
+            let name = |kind: Kind| if kind == Kind::Check { "a check" } else { "a reserve" };
+            Err(differs("kind", name(was).to_string(), name(kind).to_string()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The 400 of a request that would take a sum past i64.
+fn too_much(amount: i64, no_room: state::NoRoom) -> HookError {
+    HookError::BadRequest {
+        field: "amount",
+        message: format!(
+            "{amount} more would take {} past 2^63 - 1 (it is {} now): nothing was decided",
+            no_room.what, no_room.now
+        ),
+    }
+}
+
+/// An ask the ledger can record (SPEC 9.2): a tenant (not the plan default's `*`), subject and metric of 1 to 128
+/// bytes, an idempotency key and request id of at most 256 (the key not empty), none with a control character,
+/// and an amount it accepts. Checked before anything is decided: the ledger refuses an event that breaks them, and
+/// with it the whole group's append, every other caller's decision included.
+fn validate_ask(ask: &Ask<'_>, idempotency_key: &str, request_id: Option<&str>) -> Result<(), HookError> {
+    let invalid = |e: schemas::validate::Invalid| {
+        let field = match &e {
+            schemas::validate::Invalid::Empty { field }
+            | schemas::validate::Invalid::TooLong { field, .. }
+            | schemas::validate::Invalid::ControlCharacter { field, .. } => *field,
+            _ => "request",
+        };
+        // The message names the field already ("tenant is 300 bytes long, ..."): said once, after it.
+        let message = e.to_string();
+        let message = message.strip_prefix(field).map_or(message.clone(), |m| m.trim_start().to_string());
+        HookError::BadRequest { field, message }
+    };
+    schemas::validate::check_name("tenant", ask.tenant).map_err(invalid)?;
+    if ask.tenant == rules::policy::PLAN_DEFAULT_TENANT {
+        let message = "\"*\" names plan defaults, not a tenant".to_string();
+        return Err(HookError::BadRequest { field: "tenant", message });
+    }
+    if let Some(subject) = ask.subject {
+        schemas::validate::check_name("subject", subject).map_err(invalid)?;
+    }
+    schemas::validate::check_name("metric", ask.metric).map_err(invalid)?;
     if idempotency_key.is_empty() {
-        return bad("idempotency_key", "is empty");
+        return Err(HookError::BadRequest { field: "idempotency_key", message: "is empty".into() });
     }
-    check_amount(amount)
+    schemas::validate::check_id("idempotency_key", idempotency_key).map_err(invalid)?;
+    if let Some(request_id) = request_id {
+        if request_id.is_empty() {
+            return Err(HookError::BadRequest { field: "request_id", message: "is empty".into() });
+        }
+        schemas::validate::check_id("request_id", request_id).map_err(invalid)?;
+    }
+    check_amount(ask.amount)
 }
 
 /// An amount the ledger accepts from producers too: at least 0, at most `schemas::validate::AMOUNT_MAX`.
@@ -288,7 +468,10 @@ fn decision_event(
 ) -> DecisionEvent {
     let e = verdict.deciding.as_ref();
     let allowed = verdict.outcome == Outcome::ALLOWED;
-    let remaining = e.map(|e| if allowed { e.limit - e.used_before - amount } else { e.remaining_before() });
+    // Saturating: a SHADOW policy that would deny allows with its used_before above its limit, perhaps far above.
+    let remaining = e.map(|e| {
+        if allowed { e.limit.saturating_sub(e.used_before).saturating_sub(amount) } else { e.remaining_before() }
+    });
     let retry_after_ms = match verdict.reason {
         Reason::QUOTA_EXCEEDED => e.map(|e| ((e.window_end.micros() - now.micros()) / 1_000).max(1)),
         Reason::RATE_LIMITED => e.and_then(|e| e.retry_after_ms),

@@ -1,0 +1,428 @@
+//! `serve` against callers it must not trust (the "trust" issue): sums past i64, a writer that dies, reused
+//! idempotency keys, retried closes, another producer's decision under a key's id, fields past their bounds in a
+//! group of good requests, a tenant inventing subjects, and 500s that keep their detail in the log. Each drives the
+//! real binary over HTTP on a real ledger file, as a caller would.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use schemas::validate::AMOUNT_MAX;
+use schemas::*;
+use serde_json::{Value, json};
+use support::*;
+
+const SECRET: &str = "org-1-secret-0123456789";
+const ADMIN: &str = "admin-secret-0123456789";
+
+/// `quota-ledger serve` on a free port, its stderr in the ledger directory's `serve.err`, killed when dropped.
+struct Server {
+    child: ChildGuard,
+    base: String,
+    agent: ureq::Agent,
+}
+
+impl Server {
+    fn start(test: &TestLedger, extra: &[&str]) -> Server {
+        let tokens = test.file("tokens.toml");
+        std::fs::write(
+            &tokens,
+            format!("[[token]]\nsecret = \"{SECRET}\"\ntenants = [\"org-1\"]\n\n[[token]]\nsecret = \"{ADMIN}\"\ntenants = [\"*\"]\n"),
+        )
+        .unwrap();
+        let stderr = std::fs::File::create(test.file("serve.err")).expect("a file for serve's stderr");
+        let mut child = ChildGuard::new(
+            Command::new(BIN)
+                .args(["--ledger", test.path.to_str().unwrap(), "serve", "--listen", "127.0.0.1:0", "--tokens"])
+                .arg(&tokens)
+                .args(extra)
+                .stdout(Stdio::piped())
+                .stderr(stderr)
+                .spawn()
+                .expect("serve starts"),
+        );
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).expect("serve prints its address");
+        let base = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("first line: {line:?}")).into();
+        let config = ureq::Agent::config_builder().http_status_as_error(false).build();
+        Server { child, base, agent: ureq::Agent::new_with_config(config) }
+    }
+
+    /// POSTs `body` with `secret`: status and JSON body.
+    fn post(&self, path: &str, secret: &str, body: &Value) -> (u16, Value) {
+        let request =
+            self.agent.post(format!("{}{path}", self.base)).header("Authorization", format!("Bearer {secret}"));
+        let mut response = request.send_json(body).expect("an HTTP answer");
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string().expect("a body");
+        (status, serde_json::from_str(&text).unwrap_or_else(|e| panic!("{status} {text:?} is not JSON: {e}")))
+    }
+
+    fn check(&self, body: Value) -> (u16, Value) {
+        self.post("/v1/check", ADMIN, &body)
+    }
+
+    fn reserve(&self, body: Value) -> (u16, Value) {
+        self.post("/v1/reservations", ADMIN, &body)
+    }
+
+    fn close(&self, id: &str, action: &str, amount: i64) -> (u16, Value) {
+        self.post(&format!("/v1/reservations/{id}/{action}"), ADMIN, &json!({"amount": amount}))
+    }
+
+    /// `GET /healthz`: status and JSON body.
+    fn health(&self) -> (u16, Value) {
+        let mut response = self.agent.get(format!("{}/healthz", self.base)).call().expect("an HTTP answer");
+        let status = response.status().as_u16();
+        (status, serde_json::from_str(&response.body_mut().read_to_string().expect("a body")).expect("JSON"))
+    }
+
+    /// Waits for the process to exit by itself (at most `limit`): its exit code.
+    fn exit_code(&mut self, limit: Duration) -> Option<i32> {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("serve's status") {
+                return status.code();
+            }
+            assert!(started.elapsed() < limit, "serve still runs after {limit:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// What a server started on `test` wrote to stderr so far.
+fn stderr_of(test: &TestLedger) -> String {
+    std::fs::read_to_string(test.file("serve.err")).expect("serve's stderr")
+}
+
+fn policy(tenant: &str, metric: &str, limit: i64, window: Window) -> Event {
+    Event::Policy(PolicyEvent {
+        header: header(&format!("policy-{tenant}-{metric}"), "2026-01-01T00:00:00Z", tenant, metric),
+        policy_id: format!("quota-{metric}"),
+        version: 1,
+        scope: Scope::TENANT,
+        limit,
+        window,
+        enforcement: Enforcement::HARD,
+        effective_from: at("2026-01-01T00:00:00Z"),
+        burst: None,
+    })
+}
+
+/// A ledger holding `events` (of one type), ingested from a container file.
+fn ledger_with(events: &[Event]) -> TestLedger {
+    let test = TestLedger::new();
+    write_container(&test.file("setup.avro"), events);
+    test.ingest(&test.file("setup.avro"));
+    test
+}
+
+fn sql_i64(test: &TestLedger, sql: &str) -> i64 {
+    let conn = rusqlite::Connection::open_with_flags(&test.path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    conn.busy_timeout(Duration::from_millis(ledger::BUSY_TIMEOUT_MS)).unwrap();
+    conn.query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+fn ask(tenant: &str, metric: &str, amount: i64, key: &str) -> Value {
+    json!({"tenant": tenant, "metric": metric, "amount": amount, "idempotency_key": key})
+}
+
+// Point 1: checks and reservations that would take a window's consumption or what is held past i64 are refused with
+// 400 naming `amount`, and the writer goes on deciding. Until this issue the 1,025th of the largest amounts (with no
+// policy, so all allowed) panicked the writer: every later request answered 500 and /healthz still said ok.
+#[test]
+fn sums_past_i64_are_refused_with_400_and_the_writer_goes_on() {
+    let test = ledger_with(&[policy("org-1", "other", 10, Window::DAY)]);
+    let server = Server::start(&test, &["--durability", "normal"]);
+    for n in 0..1_024 {
+        let (status, body) = server.check(ask("org-1", "tokens", AMOUNT_MAX, &format!("c-{n}")));
+        assert_eq!(status, 200, "check {n}: {body}");
+    }
+    let (status, body) = server.check(ask("org-1", "tokens", AMOUNT_MAX, "c-over"));
+    assert_eq!((status, body["field"].as_str()), (400, Some("amount")), "{body}");
+    let message = body["message"].as_str().unwrap();
+    assert!(message.starts_with("amount: ") && message.contains("past 2^63 - 1"), "{message}");
+    for n in 0..1_024 {
+        let body = json!({"tenant": "org-1", "metric": "held", "amount": AMOUNT_MAX, "ttl_ms": 600_000, "idempotency_key": format!("r-{n}")});
+        let (status, body) = server.reserve(body);
+        assert_eq!(status, 200, "reserve {n}: {body}");
+    }
+    let body = json!({"tenant": "org-1", "metric": "held", "amount": AMOUNT_MAX, "ttl_ms": 600_000, "idempotency_key": "r-over"});
+    let (status, body) = server.reserve(body);
+    assert_eq!((status, body["field"].as_str()), (400, Some("amount")), "{body}");
+    assert!(body["message"].as_str().unwrap().contains("what open reservations"), "{body}");
+    let (status, body) = server.check(ask("org-1", "other", 1, "still-deciding"));
+    assert_eq!((status, body["code"].as_str()), (200, Some("OK")), "the writer still decides: {body}");
+    let (status, health) = server.health();
+    assert_eq!((status, &health["hook"]["recording"]), (200, &json!("ok")), "{health}");
+    let recorded = sql_i64(&test, "SELECT COUNT(*) FROM decision_events");
+    assert_eq!(recorded, 2 * 1_024 + 1, "nothing recorded for the refused requests");
+}
+
+// Point 1: grants whose sum leaves i64 raise the effective limit to i64::MAX: the hook allows, reconcile and the
+// month's export run. Until this issue `effective_limit` panicked in all three (the writer died, reconcile and export
+// exited 101).
+#[test]
+fn grants_summing_past_i64_saturate_in_the_hook_reconcile_and_billing() {
+    let grants: Vec<Event> = (0..1_025)
+        .map(|n| {
+            Event::Grant(GrantEvent {
+                header: header(&format!("grant-{n}"), "2026-01-01T00:00:00Z", "org-1", "tokens"),
+                grant_id: format!("grant-{n}"),
+                amount: AMOUNT_MAX,
+                valid_from: at("2000-01-01T00:00:00Z"),
+                valid_until: at("2099-12-31T00:00:00Z"),
+                reason: "a generous support team".into(),
+            })
+        })
+        .collect();
+    let test = ledger_with(&[policy("org-1", "tokens", 100, Window::MONTH)]);
+    write_container(&test.file("grants.avro"), &grants);
+    test.ingest(&test.file("grants.avro"));
+    let server = Server::start(&test, &[]);
+    let (status, body) = server.check(ask("org-1", "tokens", 1_000, "k-1"));
+    assert_eq!((status, body["limit"].as_i64()), (200, Some(i64::MAX)), "{body}");
+    drop(server);
+    let now = Timestamp::now().to_string();
+    let reconciled = test.run(&["reconcile", "--as-of", &now, "--json"]);
+    assert!(matches!(reconciled.code, Some(0 | 1)), "reconcile: {:?}\n{}", reconciled.code, reconciled.stderr);
+    let period = &now[..7];
+    let export = test.run(&["export", "billing", "--period", period, "--format", "jsonl"]).success();
+    let row: Value = serde_json::from_str(export.stdout_text().lines().next().expect("a row")).unwrap();
+    assert_eq!((row["effective_limit"].as_i64(), row["overshoot"].as_i64()), (Some(i64::MAX), Some(0)), "{row}");
+}
+
+// Point 1: a writer that dies (here an invariant of the ledger that no longer holds: another connection added a
+// trigger that writes a quarantine row with every entry, so the append's read-back assertion fails) turns /healthz
+// to 503 at once, answers 500 with an error id whose detail is only in the log, and `serve` exits 2 by itself so
+// that a supervisor restarts it. Until this issue /healthz said ok in front of the dead writer, for good.
+#[test]
+fn a_writer_that_dies_answers_503_and_serve_exits_non_zero() {
+    let test = ledger_with(&[policy("org-1", "tokens", 100, Window::DAY)]);
+    let mut server = Server::start(&test, &[]);
+    assert_eq!(server.check(ask("org-1", "tokens", 1, "before")).0, 200);
+    let other = rusqlite::Connection::open(&test.path).unwrap();
+    other
+        .execute_batch(
+            "CREATE TRIGGER tamper AFTER INSERT ON entries BEGIN
+                 INSERT INTO quarantine (origin, origin_stream, origin_partition, origin_offset, raw, reason_code,
+                     reason, quarantined_at)
+                 VALUES ('local', 'tamper', NULL, NULL, x'00', 'tamper', 'tamper', 0);
+             END",
+        )
+        .unwrap();
+    drop(other);
+    let (status, body) = server.check(ask("org-1", "tokens", 1, "dies"));
+    assert_eq!((status, body["error"].as_str()), (500, Some("ledger")), "{body}");
+    let (status, health) = server.health();
+    assert_eq!((status, &health["status"]), (503, &json!("stopped")), "{health}");
+    assert_eq!(health["hook"]["recording"], "stopped", "{health}");
+    let error_id = body["error_id"].as_str().expect("an error id").to_string();
+    assert!(body["message"].as_str().unwrap().contains(&error_id), "{body}");
+    assert!(!body["message"].as_str().unwrap().contains("panic"), "the detail stays in the log: {body}");
+    assert_eq!(server.exit_code(Duration::from_secs(30)), Some(2), "serve exits non-zero");
+    let stderr = stderr_of(&test);
+    assert!(stderr.contains(&format!("error {error_id}: the hook has stopped")), "{stderr}");
+    assert!(stderr.contains("the hook's writer stopped on a panic"), "{stderr}");
+    assert!(stderr.contains("quota-ledger: error: the hook's writer stopped"), "{stderr}");
+}
+
+// Point 2: an idempotency key reused with another subject, metric, amount or kind of request answers 409
+// IDEMPOTENCY_KEY_REUSED and consumes nothing; the same request answers the original decision, `amount` included.
+// Until this issue every reuse got the original answer, replayed, as if it had been decided.
+#[test]
+fn a_reused_idempotency_key_answers_409_and_consumes_nothing() {
+    let test = ledger_with(&[policy("org-1", "tokens", 100, Window::DAY)]);
+    let server = Server::start(&test, &[]);
+    let first = json!({"tenant": "org-1", "subject": "alice", "metric": "tokens", "amount": 5, "idempotency_key": "k"});
+    let (status, original) = server.check(first.clone());
+    assert_eq!((status, original["replayed"].as_bool()), (200, Some(false)), "{original}");
+    for (field, value) in [("amount", json!(6)), ("subject", json!("bob")), ("metric", json!("requests"))] {
+        let mut reused = first.clone();
+        reused[field] = value;
+        let (status, body) = server.check(reused);
+        assert_eq!(
+            (status, body["code"].as_str(), body["field"].as_str()),
+            (409, Some("IDEMPOTENCY_KEY_REUSED"), Some(field)),
+            "{body}"
+        );
+        assert_eq!(body["decisionId"], original["decisionId"], "{body}");
+    }
+    let (status, again) = server.check(first.clone());
+    assert_eq!((status, again["replayed"].as_bool()), (200, Some(true)), "{again}");
+    assert_eq!((&again["decisionId"], again["amount"].as_i64()), (&original["decisionId"], Some(5)), "{again}");
+    let mut without_subject = first.clone();
+    without_subject.as_object_mut().unwrap().remove("subject");
+    assert_eq!(server.check(without_subject).0, 409, "no subject is another subject");
+    let reserve = json!({"tenant": "org-1", "subject": "alice", "metric": "tokens", "amount": 5, "ttl_ms": 60_000, "idempotency_key": "k"});
+    let (status, body) = server.reserve(reserve);
+    assert_eq!((status, body["field"].as_str()), (409, Some("kind")), "a check's key is no reservation: {body}");
+    assert_eq!(sql_i64(&test, "SELECT SUM(quantity) FROM usage_events"), 5, "consumed once");
+    assert_eq!(sql_i64(&test, "SELECT COUNT(*) FROM decision_events"), 1, "decided once");
+}
+
+// Point 2: a retried commit or release with the same body answers the original close (200, replayed), also after a
+// restart; a commit with another amount, or a release after a commit, answers 409 and records nothing. Until this
+// issue every retry of a close answered 409 already_closed, so a client whose first answer was lost could not tell
+// its commit from another's.
+#[test]
+fn retried_closes_answer_their_original_and_other_closes_409() {
+    let test = ledger_with(&[policy("org-1", "tokens", 1_000, Window::DAY)]);
+    let server = Server::start(&test, &[]);
+    let reserve = |key: &str| {
+        let body =
+            json!({"tenant": "org-1", "metric": "tokens", "amount": 40, "ttl_ms": 600_000, "idempotency_key": key});
+        let (status, body) = server.reserve(body);
+        assert_eq!(status, 200, "{body}");
+        body["reservation_id"].as_str().unwrap().to_string()
+    };
+    let committed = reserve("r-1");
+    let (status, original) = server.close(&committed, "commit", 55);
+    assert_eq!(status, 200, "{original}");
+    let (status, again) = server.close(&committed, "commit", 55);
+    assert_eq!((status, again["replayed"].as_bool()), (200, Some(true)), "{again}");
+    assert_eq!(original["replayed"], false, "{original}");
+    for field in ["reservation_id", "action", "amount", "reserved", "charged_above_reserved", "event_id"] {
+        assert_eq!(again[field], original[field], "{field}: {again}");
+    }
+    let (status, body) = server.close(&committed, "commit", 56);
+    assert_eq!((status, body["refused"].as_str()), (409, Some("already_closed")), "{body}");
+    let (status, body) = server.close(&committed, "release", 0);
+    assert_eq!((status, body["refused"].as_str()), (409, Some("already_closed")), "{body}");
+    let released = reserve("r-2");
+    assert_eq!(server.close(&released, "release", 0).0, 200);
+    let (status, body) = server.close(&released, "release", 0);
+    assert_eq!((status, body["replayed"].as_bool()), (200, Some(true)), "{body}");
+    drop(server);
+    let server = Server::start(&test, &[]);
+    let (status, body) = server.close(&committed, "commit", 55);
+    assert_eq!((status, body["replayed"].as_bool(), &body["event_id"]), (200, Some(true), &original["event_id"]));
+    let (status, _) = server.close(&committed, "commit", 54);
+    assert_eq!(status, 409, "after a restart too");
+    assert_eq!(
+        sql_i64(&test, "SELECT COUNT(*) FROM reservation_events WHERE action <> 'RESERVE'"),
+        2,
+        "one close each"
+    );
+}
+
+// Point 2: a DecisionEvent another producer sent through Kafka (here a file) under the id a tenant's key derives to
+// is never answered as the hook's decision: the key answers 409 and nothing is consumed. Until this issue the hook
+// answered it as a replay, another tenant's numbers included.
+#[test]
+fn another_producers_decision_under_a_keys_id_is_never_replayed() {
+    let test = ledger_with(&[policy("org-1", "tokens", 100, Window::DAY)]);
+    let forged = Event::Decision(DecisionEvent {
+        header: Header {
+            source: "someone-else".into(),
+            ..header(
+                &hook::ids::decision_id(&hook::ids::key_hash("org-1", "k-taken")),
+                "2026-11-02T10:00:00Z",
+                "org-2",
+                "tokens",
+            )
+        },
+        request_id: "theirs".into(),
+        idempotency_key: "k-taken".into(),
+        amount: 7,
+        outcome: Outcome::ALLOWED,
+        reason: Reason::WITHIN_LIMIT,
+        policy_id: Some("org-2-secret-plan".into()),
+        policy_version: Some(3),
+        window_start: None,
+        window_end: None,
+        limit: Some(123_456),
+        used_before: Some(99),
+        remaining: Some(123_350),
+        retry_after_ms: None,
+    });
+    write_container(&test.file("forged.avro"), &[forged]);
+    test.ingest(&test.file("forged.avro"));
+    let server = Server::start(&test, &[]);
+    let (status, body) = server.post("/v1/check", SECRET, &ask("org-1", "tokens", 7, "k-taken"));
+    assert_eq!((status, body["field"].as_str()), (409, Some("idempotency_key")), "{body}");
+    assert!(!body.to_string().contains("org-2") && !body.to_string().contains("123456"), "nothing of it leaks: {body}");
+    assert_eq!(sql_i64(&test, "SELECT COUNT(*) FROM usage_events"), 0, "nothing consumed");
+    assert_eq!(server.post("/v1/check", SECRET, &ask("org-1", "tokens", 7, "k-free")).0, 200);
+}
+
+// Point 3: fields past their bounds (a 200-byte tenant, a subject with a newline, a 300-byte request_id) are refused
+// with 400 naming the field before anything is decided, and the other requests of their group are decided and
+// recorded. Until this issue the ledger refused the group's whole append for the one bad event: every request of
+// the group answered 500.
+#[test]
+fn a_field_past_its_bound_never_fails_the_other_requests_of_its_group() {
+    let test = ledger_with(&[policy("org-1", "tokens", 1_000, Window::DAY)]);
+    // A group waits 300 ms for more after its first request: the requests sent together share one.
+    let server = Arc::new(Server::start(&test, &["--group-wait-us", "300000"]));
+    let long = "t".repeat(200);
+    let bad: Vec<(Value, &str)> = vec![
+        (ask(&long, "tokens", 1, "bad-tenant"), "tenant"),
+        (
+            json!({"tenant": "org-1", "subject": "alice\nforged line", "metric": "tokens", "amount": 1, "idempotency_key": "bad-subject"}),
+            "subject",
+        ),
+        (
+            json!({"tenant": "org-1", "metric": "tokens", "amount": 1, "idempotency_key": "bad-request-id", "request_id": "r".repeat(300)}),
+            "request_id",
+        ),
+        (ask("org-1", &"m".repeat(129), 1, "bad-metric"), "metric"),
+        (ask("org-1", "tokens", 1, &"k".repeat(257)), "idempotency_key"),
+    ];
+    let good: Vec<Value> = (0..8).map(|n| ask("org-1", "tokens", 1, &format!("good-{n}"))).collect();
+    let sent: Vec<(Value, Option<&'static str>)> = bad
+        .into_iter()
+        .map(|(body, field)| (body, Some(field)))
+        .chain(good.into_iter().map(|body| (body, None)))
+        .collect();
+    let clients: Vec<_> = sent
+        .into_iter()
+        .map(|(body, field)| {
+            let server = Arc::clone(&server);
+            std::thread::spawn(move || (field, server.check(body)))
+        })
+        .collect();
+    for (field, (status, body)) in clients.into_iter().map(|c| c.join().unwrap()) {
+        match field {
+            Some(field) => {
+                assert_eq!((status, body["field"].as_str()), (400, Some(field)), "{body}");
+                assert!(body["message"].as_str().unwrap().starts_with(&format!("{field}: ")), "{body}");
+            }
+            None => assert_eq!(status, 200, "a good request of the group: {body}"),
+        }
+    }
+    assert_eq!(sql_i64(&test, "SELECT COUNT(*) FROM decision_events"), 8, "the good ones, recorded");
+    test.assert_verifies();
+}
+
+// Point 3: a tenant that keeps inventing subjects or metrics is refused (400 naming the field) once it has counters
+// for `--counters-per-tenant-max` of them in memory; those it has go on, and other tenants are not affected. Until
+// this issue there was no bound (nor the flag): every new subject grew the writer's memory.
+#[test]
+fn a_tenant_past_its_bound_of_subjects_and_metrics_is_refused() {
+    let test = ledger_with(&[policy("org-1", "tokens", 1_000, Window::DAY)]);
+    let server = Server::start(&test, &["--counters-per-tenant-max", "3"]);
+    let of = |subject: &str, metric: &str, key: &str| json!({"tenant": "org-1", "subject": subject, "metric": metric, "amount": 1, "idempotency_key": key});
+    // The metric and two subjects of it: three.
+    assert_eq!(server.check(of("alice", "tokens", "k-1")).0, 200);
+    assert_eq!(server.check(of("bob", "tokens", "k-2")).0, 200);
+    let (status, body) = server.check(of("carol", "tokens", "k-3"));
+    assert_eq!((status, body["field"].as_str()), (400, Some("subject")), "{body}");
+    assert!(body["message"].as_str().unwrap().contains("bound (3)"), "{body}");
+    let (status, body) = server.check(ask("org-1", "requests", 1, "k-4"));
+    assert_eq!((status, body["field"].as_str()), (400, Some("metric")), "{body}");
+    assert_eq!(server.check(of("alice", "tokens", "k-5")).0, 200, "a subject it has goes on");
+    assert_eq!(server.check(ask("org-1", "tokens", 1, "k-6")).0, 200, "no subject is no new subject");
+    assert_eq!(
+        server
+            .check(
+                json!({"tenant": "org-2", "subject": "dave", "metric": "tokens", "amount": 1, "idempotency_key": "k-7"})
+            )
+            .0,
+        200
+    );
+    assert_eq!(sql_i64(&test, "SELECT COUNT(*) FROM decision_events"), 5, "nothing recorded for the refused");
+}
