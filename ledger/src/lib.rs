@@ -30,8 +30,10 @@
 mod append;
 pub mod append_hook;
 pub mod batch;
+mod billing_reads;
 pub mod chain;
 mod checkpoint;
+mod commit_totals;
 pub mod dedup;
 pub mod details;
 pub mod error;
@@ -42,9 +44,7 @@ pub mod migrate;
 mod outbox;
 mod period_exports;
 mod periods;
-// Public for the reports' raw reads until they read through the ledger's own API.
-#[doc(hidden)]
-pub mod read;
+mod read;
 mod replay;
 mod status;
 mod usage_totals;
@@ -57,15 +57,17 @@ use rusqlite::{Connection, OpenFlags};
 use schemas::{Catalog, EventType};
 
 pub use batch::*;
+pub use billing_reads::MetricTotal;
 pub use checkpoint::{
     CATCH_UP_FRAMES, CATCH_UP_ROUNDS, CHECKPOINT_INTERVAL_MS, Checkpointer, WARM_AHEAD_ENTRIES, WRITER_BACKSTOP_FRAMES,
     WRITER_CHECKPOINT_FRAMES,
 };
+pub use commit_totals::{CATCH_UP_STEP_ENTRIES, CatchUp, TotalsError};
 pub use error::*;
 pub use lock::{LockError, ProcessLock};
 pub use log_sync::LogSync;
 pub use outbox::{OutboxEntry, OutboxStatus};
-pub use period_exports::{CloseSnapshot, PeriodExport, PeriodExportRow};
+pub use period_exports::{CloseSnapshot, ComputeResult, PeriodExport, PeriodExportRow, PreviewError};
 pub use periods::{Period, PeriodClose, PeriodParseError, covering_close};
 pub use read::{AdjustmentSummary, ConflictingCopy, ReadSnapshot, SequencedReservation, UsageRow};
 pub use replay::{REPLAYED_PER_TRANSACTION, ReplayReport, StillQuarantined};

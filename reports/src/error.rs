@@ -8,6 +8,10 @@ pub enum ReportError {
     Open(#[from] ledger::OpenError),
     #[error("cannot read the ledger")]
     Read(#[from] ledger::ReadError),
+    #[error("cannot bring the commit totals up to date")]
+    Totals(#[from] ledger::TotalsError),
+    #[error("cannot compute the export")]
+    Preview(#[from] ledger::PreviewError),
     #[error("ledger query failed")]
     Sqlite(#[from] rusqlite::Error),
     #[error("query failed")]
@@ -22,8 +26,6 @@ pub enum ReportError {
     UnknownSymbol { seq: u64, what: &'static str, value: String },
     #[error("ledger entry {seq}: refs {value:?} is not a JSON array of event_ids")]
     Refs { seq: u64, value: String },
-    #[error("the {what} of {tenant} {metric} in {period} pass 2^63 - 1")]
-    TotalOverflow { what: &'static str, tenant: String, metric: String, period: String },
     #[error("query answered column {column:?} as {found}, expected {expected}")]
     ColumnType { column: String, found: String, expected: &'static str },
 }

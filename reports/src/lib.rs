@@ -23,7 +23,6 @@
 pub mod audit;
 pub mod billing;
 pub mod columns;
-pub mod commit_totals;
 pub mod error;
 pub mod export;
 pub mod provider;
