@@ -46,7 +46,9 @@ mod period_exports;
 mod periods;
 mod read;
 mod replay;
+pub mod scan;
 mod status;
+pub mod tables;
 mod usage_totals;
 mod verify;
 
@@ -71,6 +73,7 @@ pub use period_exports::{CloseSnapshot, ComputeResult, PeriodExport, PeriodExpor
 pub use periods::{Period, PeriodClose, PeriodParseError, covering_close};
 pub use read::{AdjustmentSummary, ConflictingCopy, ReadSnapshot, SequencedReservation, UsageRow};
 pub use replay::{REPLAYED_PER_TRANSACTION, ReplayReport, StillQuarantined};
+pub use scan::ScanError;
 pub use status::{QuarantinedMessage, Status};
 pub use verify::{BadEntry, VerifyReport};
 

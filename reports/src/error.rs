@@ -12,8 +12,6 @@ pub enum ReportError {
     Totals(#[from] ledger::TotalsError),
     #[error("cannot compute the export")]
     Preview(#[from] ledger::PreviewError),
-    #[error("ledger query failed")]
-    Sqlite(#[from] rusqlite::Error),
     #[error("query failed")]
     Query(#[from] datafusion::error::DataFusionError),
     #[error("cannot build the Arrow batch")]

@@ -2,9 +2,10 @@
 //!
 //! The last stage of the pipeline: the ledger holds every event, reconcile has written its adjustments, and
 //! this crate answers finance ("what does each tenant owe for November?", [`billing`] and [`export`]) and
-//! support ("why was this request denied?", [`audit`]). Every ledger table is registered in DataFusion through a
-//! streaming, read-only [`provider`] over SQLite ([`tables`] lists them), so `quota-ledger sql` can ask anything
-//! else. The rules (policy in force, effective limit, reservation verdicts) are reconcile's own functions.
+//! support ("why was this request denied?", [`audit`]). The tables the ledger shows to SQL (`ledger::tables`) are
+//! registered in DataFusion through a streaming, read-only [`provider`] over the ledger's scans, so
+//! `quota-ledger sql` can ask anything else. The rules (policy in force, effective limit, reservation verdicts) are
+//! the `rules` crate's.
 //!
 //! ```
 //! use ledger::{Ledger, Period};
@@ -27,7 +28,6 @@ pub mod error;
 pub mod export;
 pub mod provider;
 pub mod session;
-pub mod tables;
 
 pub use error::ReportError;
 pub use session::LedgerSession;
