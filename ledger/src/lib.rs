@@ -29,6 +29,7 @@
 
 mod append;
 pub mod append_hook;
+mod audit_reads;
 pub mod batch;
 mod billing_reads;
 pub mod chain;
@@ -58,6 +59,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags};
 use schemas::{Catalog, EventType};
 
+pub use audit_reads::{AdjustmentRecord, DayUsage, DecisionRecord, UsageRecord};
 pub use batch::*;
 pub use billing_reads::MetricTotal;
 pub use checkpoint::{

@@ -1,11 +1,12 @@
-//! Reports (SPEC 5, SPEC 7): billing exports and audit answers, on DataFusion over the ledger.
+//! Reports (SPEC 5, SPEC 7): billing exports and audit answers, computed from the ledger's typed reads.
 //!
 //! The last stage of the pipeline: the ledger holds every event, reconcile has written its adjustments, and
 //! this crate answers finance ("what does each tenant owe for November?", [`billing`] and [`export`]) and
-//! support ("why was this request denied?", [`audit`]). The tables the ledger shows to SQL (`ledger::tables`) are
-//! registered in DataFusion through a streaming, read-only [`provider`] over the ledger's scans, so
-//! `quota-ledger sql` can ask anything else. The rules (policy in force, effective limit, reservation verdicts) are
-//! the `rules` crate's.
+//! support ("why was this request denied?", [`audit`]). It never writes SQL: the ledger owns its tables, their
+//! queries and its derived totals, and this crate applies the rules (`rules`: policy in force, effective limit,
+//! reservation verdicts) to what it reads. The tables the ledger shows to SQL are registered in DataFusion through
+//! a streaming, read-only [`provider`] over the ledger's scans ([`session`]), so `quota-ledger sql` can ask
+//! anything else.
 //!
 //! ```
 //! use ledger::{Ledger, Period};
@@ -23,7 +24,6 @@
 
 pub mod audit;
 pub mod billing;
-pub mod columns;
 pub mod error;
 pub mod export;
 pub mod provider;
