@@ -22,6 +22,8 @@
 //! assert!(csv.starts_with("tenant,metric,period,consumption,"));
 //! ```
 
+#![deny(missing_docs)]
+
 pub mod audit;
 pub mod billing;
 pub mod error;
