@@ -257,7 +257,7 @@ mod tests {
     fn ledger_without_autocheckpoint(dir: &tempfile::TempDir) -> (std::path::PathBuf, Ledger) {
         let path = dir.path().join("ledger.db");
         let ledger = Ledger::open(&path).unwrap();
-        ledger.connection().pragma_update(None, "wal_autocheckpoint", 0).unwrap();
+        ledger.conn.pragma_update(None, "wal_autocheckpoint", 0).unwrap();
         (path, ledger)
     }
 
@@ -290,7 +290,7 @@ mod tests {
         let asked = AtomicBool::new(false);
         // The log's frames from its size (a checkpoint to count them would let the next append restart it): a
         // 32-byte header, then each frame a 24-byte header and a page.
-        let page_size: u64 = ledger.connection().query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap();
+        let page_size: u64 = ledger.conn.query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap();
         let wal = dir.path().join("ledger.db-wal");
         let log_frames = || ((std::fs::metadata(&wal).unwrap().len().saturating_sub(32)) / (page_size + 24)) as i64;
         ledger.append(&batch(0)).unwrap();
@@ -332,9 +332,8 @@ mod tests {
     fn the_thread_leaves_the_writer_its_automatic_checkpoint_as_a_backstop() {
         let dir = tempfile::tempdir().unwrap();
         let mut ledger = Ledger::open(dir.path().join("ledger.db")).unwrap();
-        let autocheckpoint = |ledger: &Ledger| -> i64 {
-            ledger.connection().query_row("PRAGMA wal_autocheckpoint", [], |r| r.get(0)).unwrap()
-        };
+        let autocheckpoint =
+            |ledger: &Ledger| -> i64 { ledger.conn.query_row("PRAGMA wal_autocheckpoint", [], |r| r.get(0)).unwrap() };
         assert_eq!(autocheckpoint(&ledger), crate::WAL_AUTOCHECKPOINT_PAGES);
         let _checkpointer = ledger.checkpoint_in_background().unwrap();
         assert_eq!(autocheckpoint(&ledger), WRITER_BACKSTOP_FRAMES);

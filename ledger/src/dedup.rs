@@ -332,10 +332,10 @@ pub(crate) mod tests {
         let schedule = Schedule { every: 2, slices: [2, 3], parts: 1 };
         for (id, watermark) in ids.iter().zip(1u64..) {
             ledger.append(&Batch { events: vec![usage(id)], ..Batch::default() }).unwrap();
-            move_keys_due(ledger.connection(), &[&EVENT_KEYS], watermark - 1, watermark, schedule).unwrap();
+            move_keys_due(&ledger.conn, &[&EVENT_KEYS], watermark - 1, watermark, schedule).unwrap();
         }
         let seqs = |tier: &str| -> Vec<i64> {
-            let mut statement = ledger.connection().prepare(&format!("SELECT seq FROM {tier}")).unwrap();
+            let mut statement = ledger.conn.prepare(&format!("SELECT seq FROM {tier}")).unwrap();
             statement.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
         };
         let [recent, middle, large, sealed] = EVENT_KEYS.tiers.map(seqs);
@@ -350,8 +350,8 @@ pub(crate) mod tests {
             "only moves 13 to 15's keys may wait in the large tier: {large:?}"
         );
         for (id, seq) in ids.iter().zip(1u64..) {
-            assert_eq!(entries_of(ledger.connection(), id).unwrap().len(), 1, "{id}");
-            assert!(is_indexed(ledger.connection(), id, seq).unwrap(), "{id}");
+            assert_eq!(entries_of(&ledger.conn, id).unwrap().len(), 1, "{id}");
+            assert!(is_indexed(&ledger.conn, id, seq).unwrap(), "{id}");
         }
         for id in &ids {
             let report = ledger.append(&Batch { events: vec![usage(id)], ..Batch::default() }).unwrap();
@@ -368,17 +368,17 @@ pub(crate) mod tests {
         let schedule = Schedule { every: 2, slices: [2, 3], parts: 1 };
         for watermark in 1..=30u64 {
             ledger.append(&Batch { events: vec![usage(&format!("e-{watermark}"))], ..Batch::default() }).unwrap();
-            move_keys_due(ledger.connection(), &[&EVENT_KEYS], watermark - 1, watermark, schedule).unwrap();
+            move_keys_due(&ledger.conn, &[&EVENT_KEYS], watermark - 1, watermark, schedule).unwrap();
         }
         let tiers = |ledger: &Ledger| -> [Vec<(i64, i64)>; 4] {
             let rows = |tier: &str| {
-                let mut statement = ledger.connection().prepare(&format!("SELECT * FROM {tier}")).unwrap();
+                let mut statement = ledger.conn.prepare(&format!("SELECT * FROM {tier}")).unwrap();
                 statement.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect()
             };
             EVENT_KEYS.tiers.map(rows)
         };
         let before = tiers(&ledger);
-        let conn = ledger.connection();
+        let conn = &ledger.conn;
         let changes = conn.total_changes();
         assert_eq!(warm(conn, moves_due(&[&EVENT_KEYS], 30, 30, schedule)).unwrap(), 0, "an empty window");
         // The large tier's slices (3) and the middle tier's (2) cover every key within 6 entries.
@@ -411,7 +411,7 @@ pub(crate) mod tests {
             REQUEST_KEYS.condition("d.seq")
         );
         let key = request_key(request_id);
-        let mut statement = ledger.connection().prepare(&sql).unwrap();
+        let mut statement = ledger.conn.prepare(&sql).unwrap();
         let rows = statement.query_map(params![key, key, key, key, request_id], |r| r.get(0)).unwrap();
         rows.map(Result::unwrap).collect()
     }
@@ -431,10 +431,10 @@ pub(crate) mod tests {
                 decision(&format!("d-{i}"), &format!("req-{}", i / 3))
             };
             ledger.append(&Batch { events: vec![incoming], ..Batch::default() }).unwrap();
-            move_keys_due(ledger.connection(), &[&REQUEST_KEYS], i, i + 1, schedule).unwrap();
+            move_keys_due(&ledger.conn, &[&REQUEST_KEYS], i, i + 1, schedule).unwrap();
         }
         let count = |tier: &str| -> i64 {
-            ledger.connection().query_row(&format!("SELECT COUNT(*) FROM {tier}"), [], |r| r.get(0)).unwrap()
+            ledger.conn.query_row(&format!("SELECT COUNT(*) FROM {tier}"), [], |r| r.get(0)).unwrap()
         };
         assert!(count(REQUEST_KEYS.tiers[3]) > 0, "keys reached the sealed tier");
         assert_eq!(REQUEST_KEYS.tiers.map(count).iter().sum::<i64>(), 20, "one key per decision, none for usage");
@@ -453,7 +453,7 @@ pub(crate) mod tests {
         let mut ledger = Ledger::open(dir.path().join("ledger.db")).unwrap();
         let events = vec![usage("u-1"), decision("d-1", "req-1"), decision("d-2", "req-2")];
         ledger.append(&Batch { events, ..Batch::default() }).unwrap();
-        ledger.connection().execute("DELETE FROM request_keys_recent WHERE seq = 3", []).unwrap();
+        ledger.conn.execute("DELETE FROM request_keys_recent WHERE seq = 3", []).unwrap();
         let bad = ledger.verify().unwrap().first_bad.expect("verify finds the missing key");
         assert_eq!((bad.seq, bad.problem.as_str()), (3, "missing from the request key index (request_keys_*)"));
     }
@@ -474,16 +474,15 @@ pub(crate) mod tests {
         version_9.push_str(
             "CREATE INDEX decision_events_by_request_id ON decision_events (request_id); PRAGMA user_version = 9;",
         );
-        ledger.connection().execute_batch(&version_9).unwrap();
+        ledger.conn.execute_batch(&version_9).unwrap();
         drop(ledger);
         let ledger = Ledger::open(&path).unwrap();
         assert_eq!(seqs_of_request(&ledger, "req-b"), vec![1, 4]);
         assert_eq!(seqs_of_request(&ledger, "req-a"), vec![3]);
-        let sealed: i64 =
-            ledger.connection().query_row("SELECT COUNT(*) FROM request_keys_sealed", [], |r| r.get(0)).unwrap();
+        let sealed: i64 = ledger.conn.query_row("SELECT COUNT(*) FROM request_keys_sealed", [], |r| r.get(0)).unwrap();
         assert_eq!(sealed, 3);
         let index: i64 = ledger
-            .connection()
+            .conn
             .query_row("SELECT COUNT(*) FROM sqlite_schema WHERE name = 'decision_events_by_request_id'", [], |r| {
                 r.get(0)
             })
@@ -502,7 +501,7 @@ pub(crate) mod tests {
         // Whole tiers as one slice each, so that every move of a tier that holds keys empties it.
         let schedule = Schedule { every: 6, slices: [1, 1], parts: 1 };
         let count = |ledger: &Ledger, tier: &str| -> i64 {
-            ledger.connection().query_row(&format!("SELECT COUNT(*) FROM {tier}"), [], |r| r.get(0)).unwrap()
+            ledger.conn.query_row(&format!("SELECT COUNT(*) FROM {tier}"), [], |r| r.get(0)).unwrap()
         };
         // The tiers a move empties: every tier but the sealed one, of both indexes.
         let sources: Vec<&str> = indexes.iter().flat_map(|index| index.tiers[..3].to_vec()).collect();
@@ -513,7 +512,7 @@ pub(crate) mod tests {
                 .append(&Batch { events: vec![decision(&format!("d-{i}"), &format!("r-{i}"))], ..Batch::default() })
                 .unwrap();
             let before: Vec<i64> = sources.iter().map(|tier| count(&ledger, tier)).collect();
-            move_keys_due(ledger.connection(), &indexes, i, i + 1, schedule).unwrap();
+            move_keys_due(&ledger.conn, &indexes, i, i + 1, schedule).unwrap();
             let emptied: Vec<&str> = sources
                 .iter()
                 .zip(&before)
@@ -545,14 +544,14 @@ pub(crate) mod tests {
         let schedule = Schedule { every: 12, slices: [1, 1], parts: 2 };
         let keys = |ledger: &Ledger, tier: &str| -> Vec<(i64, i64)> {
             let sql = format!("SELECT event_key, seq FROM {tier}");
-            let mut statement = ledger.connection().prepare(&sql).unwrap();
+            let mut statement = ledger.conn.prepare(&sql).unwrap();
             statement.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect()
         };
         let ids: Vec<String> = (0..48).map(|i| format!("e-{i}")).collect();
         for (id, watermark) in ids.iter().zip(1u64..) {
             ledger.append(&Batch { events: vec![usage(id)], ..Batch::default() }).unwrap();
             let before: Vec<Vec<(i64, i64)>> = EVENT_KEYS.tiers[..3].iter().map(|t| keys(&ledger, t)).collect();
-            move_keys_due(ledger.connection(), &[&EVENT_KEYS], watermark - 1, watermark, schedule).unwrap();
+            move_keys_due(&ledger.conn, &[&EVENT_KEYS], watermark - 1, watermark, schedule).unwrap();
             let after: Vec<Vec<(i64, i64)>> = EVENT_KEYS.tiers[..3].iter().map(|t| keys(&ledger, t)).collect();
             let left: Vec<(usize, bool)> = before
                 .iter()
@@ -571,7 +570,7 @@ pub(crate) mod tests {
         let all: usize = EVENT_KEYS.tiers.iter().map(|t| keys(&ledger, t).len()).sum();
         assert_eq!(all, ids.len(), "every key is in exactly one tier");
         for (id, seq) in ids.iter().zip(1u64..) {
-            assert!(is_indexed(ledger.connection(), id, seq).unwrap(), "{id}");
+            assert!(is_indexed(&ledger.conn, id, seq).unwrap(), "{id}");
         }
         assert!(ledger.verify().unwrap().first_bad.is_none());
     }
@@ -596,13 +595,10 @@ pub(crate) mod tests {
         let mut ledger = Ledger::open(dir.path().join("ledger.db")).unwrap();
         ledger.append(&Batch { events: vec![usage("a")], ..Batch::default() }).unwrap();
         // Make "b" collide with "a": a key row for b pointing at a's entry (SHA-256 prefixes never collide by chance).
-        ledger
-            .connection()
-            .execute("INSERT INTO event_keys_sealed (event_key, seq) VALUES (?, 1)", [event_key("b")])
-            .unwrap();
-        assert_eq!(entries_of(ledger.connection(), "b").unwrap(), vec![]);
+        ledger.conn.execute("INSERT INTO event_keys_sealed (event_key, seq) VALUES (?, 1)", [event_key("b")]).unwrap();
+        assert_eq!(entries_of(&ledger.conn, "b").unwrap(), vec![]);
         let report = ledger.append(&Batch { events: vec![usage("b")], ..Batch::default() }).unwrap();
         assert_eq!(report.outcomes, [AppendOutcome::Recorded { seq: 2 }]);
-        assert_eq!(entries_of(ledger.connection(), "b").unwrap().len(), 1);
+        assert_eq!(entries_of(&ledger.conn, "b").unwrap().len(), 1);
     }
 }

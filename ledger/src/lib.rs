@@ -31,9 +31,12 @@
 
 mod append;
 pub mod append_hook;
+mod audit_reads;
 pub mod batch;
+mod billing_reads;
 pub mod chain;
 mod checkpoint;
+mod commit_totals;
 pub mod dedup;
 pub mod details;
 pub mod error;
@@ -46,11 +49,11 @@ pub mod migrate;
 mod outbox;
 mod period_exports;
 mod periods;
-// Public for the reports' raw reads until they read through the ledger's own API.
-#[doc(hidden)]
-pub mod read;
+mod read;
 mod replay;
+pub mod scan;
 mod status;
+pub mod tables;
 mod usage_totals;
 mod verify;
 
@@ -60,21 +63,25 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags};
 use schemas::{Catalog, EventType};
 
+pub use audit_reads::{AdjustmentRecord, DayUsage, DecisionRecord, UsageRecord};
 pub use batch::*;
+pub use billing_reads::MetricTotal;
 pub use checkpoint::{
     CATCH_UP_FRAMES, CATCH_UP_ROUNDS, CHECKPOINT_INTERVAL_MS, Checkpointer, WARM_AHEAD_ENTRIES, WRITER_BACKSTOP_FRAMES,
     WRITER_CHECKPOINT_FRAMES,
 };
+pub use commit_totals::{CATCH_UP_STEP_ENTRIES, CatchUp, TotalsError};
 pub use error::*;
 pub use follow::{Fold, FoldEntry};
 pub use lock::{LockError, ProcessLock};
 pub use log_sync::LogSync;
 pub use lookup::ReservationFacts;
 pub use outbox::{OutboxEntry, OutboxStatus};
-pub use period_exports::{CloseSnapshot, PeriodExport, PeriodExportRow};
+pub use period_exports::{CloseSnapshot, ComputeResult, PeriodExport, PeriodExportRow, PreviewError};
 pub use periods::{Period, PeriodClose, PeriodParseError, covering_close};
 pub use read::{AdjustmentSummary, ConflictingCopy, ReadSnapshot, SequencedReservation, UsageRow};
 pub use replay::{REPLAYED_PER_TRANSACTION, ReplayReport, StillQuarantined};
+pub use scan::ScanError;
 pub use status::{QuarantinedMessage, Status};
 pub use verify::{BadEntry, VerifyReport};
 
@@ -336,9 +343,11 @@ impl Ledger {
             .map_err(|source| OpenError::Sqlite { path: self.path.clone(), source })
     }
 
-    /// The connection, for read-only queries by reports. Writes are refused by the triggers anyway.
-    pub fn connection(&self) -> &Connection {
-        &self.conn
+    /// Writes a consistent copy of the ledger, as of now, to a new file at `path` (SQLite's `VACUUM INTO`): a
+    /// compact copy that other connections may go on appending beside.
+    pub fn copy_into(&self, path: &Path) -> Result<(), ReadError> {
+        self.conn.execute("VACUUM INTO ?", [path.to_string_lossy()])?;
+        Ok(())
     }
 }
 

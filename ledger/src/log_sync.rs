@@ -114,7 +114,7 @@ mod tests {
         // very file SQLite writes the log to.
         let dir = tempfile::tempdir().unwrap();
         let mut ledger = Ledger::open(dir.path().join("ledger.db")).unwrap();
-        let level = |l: &Ledger| l.connection().query_row("PRAGMA synchronous", [], |r| r.get::<_, i64>(0)).unwrap();
+        let level = |l: &Ledger| l.conn.query_row("PRAGMA synchronous", [], |r| r.get::<_, i64>(0)).unwrap();
         assert_eq!(level(&ledger), 2, "FULL before");
         let log = ledger.sync_log_apart().unwrap();
         assert_eq!(level(&ledger), 1, "NORMAL after: the commit only writes the log");

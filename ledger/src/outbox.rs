@@ -212,7 +212,7 @@ mod tests {
                 prop_assert_eq!(read_after, expected_after);
                 prop_assert_eq!(ledger.outbox_pending_count().unwrap(), expected.len() as u64);
                 prop_assert_eq!(ledger.outbox_status().unwrap().pending, expected.len() as u64);
-                let cursor = super::cursor(ledger.connection()).unwrap() as u64;
+                let cursor = super::cursor(&ledger.conn).unwrap() as u64;
                 prop_assert!(expected.first().is_none_or(|first| cursor <= *first), "cursor {} passed {:?}", cursor, expected);
             }
             let rest: Vec<(u64, String)> =
@@ -220,7 +220,7 @@ mod tests {
             ledger.outbox_published(&rest).unwrap();
             prop_assert_eq!(ledger.outbox_pending_count().unwrap(), 0);
             if let Some(last) = enqueued.last() {
-                prop_assert_eq!(super::cursor(ledger.connection()).unwrap() as u64, last + 1);
+                prop_assert_eq!(super::cursor(&ledger.conn).unwrap() as u64, last + 1);
             }
         }
     }

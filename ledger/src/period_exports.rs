@@ -1,10 +1,11 @@
 //! Final billing exports (SPEC 5 "Closing a period"): closing a period stores the rows of its export in the
 //! same transaction, so that re-exporting it reproduces them exactly whatever arrives later.
 
-use rusqlite::{Connection, TransactionBehavior, params};
+use rusqlite::{Connection, Transaction, TransactionBehavior, params};
 use schemas::Timestamp;
 use serde::Serialize;
 
+use crate::commit_totals::{self, TotalsError};
 use crate::error::{CloseError, ReadError};
 use crate::periods::{latest_close, read_close, read_covering_close};
 use crate::status::read_totals;
@@ -12,7 +13,7 @@ use crate::{Ledger, Period, PeriodClose, now_micros};
 
 /// One row of a billing export (SPEC 7 columns, less `period` and `watermark`, which the export has once).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[allow(missing_docs)] // The SPEC 7 billing export's columns, by their names.
+#[allow(missing_docs)] // SPEC 7's columns, by their names there.
 pub struct PeriodExportRow {
     pub tenant: String,
     pub metric: String,
@@ -29,37 +30,59 @@ pub struct PeriodExportRow {
 
 /// What an export is computed at: the watermark, and the watermark after which the late adjustments it carries were
 /// recorded (up to the watermark): the last close's before it; the watermark itself for a preview that carries
-/// none ([`Ledger::preview_snapshot`]).
+/// none ([`Ledger::preview_period_export`] of a month after the next one to close).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CloseSnapshot {
-    /// The last ledger sequence number the export reads.
+    /// The last ledger sequence number the export sees.
     pub watermark: u64,
-    /// The late adjustments it carries are those recorded after this, up to `watermark`.
+    /// Late adjustments recorded after this one (up to `watermark`) are carried.
     pub carried_after: u64,
 }
 
 /// A closed period's export.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeriodExport {
-    /// The close it was computed at.
+    /// The close.
     pub close: PeriodClose,
-    /// Its rows, one per (tenant, metric).
+    /// Its stored rows, in export order.
     pub rows: Vec<PeriodExportRow>,
 }
 
 /// The export rows computed for a close, or why they could not be.
 pub type ComputeResult = Result<Vec<PeriodExportRow>, Box<dyn std::error::Error + Send + Sync>>;
 
+/// Computing the export of an open period failed; nothing was exported (commit totals caught up meanwhile stay).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PreviewError {
+    /// The commit totals could not be brought to the export's watermark.
+    #[error("bringing the commit totals to the ledger's watermark failed, nothing exported")]
+    Totals(#[from] TotalsError),
+    /// The computation failed.
+    #[error("computing the export of period {period} failed")]
+    Export {
+        /// The period.
+        period: Period,
+        /// Why.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// SQLite failed.
+    #[error("ledger read failed, nothing exported")]
+    Sqlite(#[from] rusqlite::Error),
+}
+
 impl Ledger {
     /// Closes `period` and stores its export, computed by `compute` at the close's watermark, in one
-    /// transaction: appends wait meanwhile, so the export sees exactly the entries the close covers. A period
-    /// already closed answers its stored export (`rows` empty if it was closed without one) and computes nothing.
+    /// transaction: appends wait meanwhile, so the export sees exactly the entries the close covers, its commit
+    /// totals brought to that watermark first. `compute` reads through the ledger it is given. A period already
+    /// closed answers its stored export (`rows` empty if it was closed without one) and computes nothing.
     pub fn close_period_with_export(
         &mut self,
         period: Period,
-        compute: impl FnOnce(&Connection, CloseSnapshot) -> ComputeResult,
+        compute: impl FnOnce(&Ledger, CloseSnapshot) -> ComputeResult,
     ) -> Result<PeriodExport, CloseError> {
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let ledger: &Ledger = self;
+        let tx = Transaction::new_unchecked(&ledger.conn, TransactionBehavior::Immediate)?;
         // Closed already, or before the first close and closed with it (no rows stored: computed at its watermark).
         if let Some(close) = read_covering_close(&tx, period)? {
             let rows = read_rows(&tx, period)?;
@@ -67,9 +90,10 @@ impl Ledger {
         }
         refuse_close(&tx, period)?;
         let now = Timestamp(now_micros());
-        let snapshot =
-            CloseSnapshot { watermark: read_totals(&tx)?.watermark, carried_after: last_close_watermark(&tx)? };
-        let rows = compute(&tx, snapshot).map_err(|source| CloseError::Export { period, source })?;
+        let snapshot = open_snapshot(&tx)?;
+        let failed = |source: Box<dyn std::error::Error + Send + Sync>| CloseError::Export { period, source };
+        commit_totals::catch_up(&tx, snapshot.watermark).map_err(|e| failed(Box::new(e)))?;
+        let rows = compute(ledger, snapshot).map_err(failed)?;
         tx.execute(
             "INSERT INTO period_closes (period, period_start, period_end, watermark, closed_at) VALUES (?, ?, ?, ?, ?)",
             params![
@@ -91,6 +115,26 @@ impl Ledger {
         Ok(PeriodExport { close, rows })
     }
 
+    /// Computes the export of `period` (open) at the ledger's current watermark, and answers it with the snapshot it
+    /// was computed at. The commit totals are brought near the watermark in short steps first
+    /// ([`Ledger::catch_up_commit_totals_in_steps`]), then `compute` runs in one write transaction with them caught
+    /// up to it: appends wait meanwhile, so that every read `compute` makes through the ledger it is given sees that
+    /// one state. The late adjustments not carried yet go into the next month to close only: a later month's preview
+    /// carries none, so that previews added up count each once.
+    pub fn preview_period_export(
+        &self,
+        period: Period,
+        compute: impl FnOnce(&Ledger, CloseSnapshot) -> ComputeResult,
+    ) -> Result<(CloseSnapshot, Vec<PeriodExportRow>), PreviewError> {
+        self.catch_up_commit_totals_in_steps()?;
+        let tx = Transaction::new_unchecked(&self.conn, TransactionBehavior::Immediate)?;
+        let snapshot = preview_snapshot(&tx, period)?;
+        commit_totals::catch_up(&tx, snapshot.watermark)?;
+        let rows = compute(self, snapshot).map_err(|source| PreviewError::Export { period, source })?;
+        tx.commit()?;
+        Ok((snapshot, rows))
+    }
+
     /// Refuses a close of `period`, not closed yet, that `close_period_with_export` would refuse now (not over, or
     /// out of order), before work that must not be done for a refused close. The close checks again in its own
     /// transaction.
@@ -108,24 +152,22 @@ impl Ledger {
         tx.finish()?;
         Ok(Some(PeriodExport { close, rows }))
     }
+}
 
-    /// The snapshot an export of an open period is computed at now: the current watermark, and the last close's.
-    pub fn open_snapshot(conn: &Connection) -> Result<CloseSnapshot, ReadError> {
-        Ok(CloseSnapshot { watermark: read_totals(conn)?.watermark, carried_after: last_close_watermark(conn)? })
-    }
+/// The snapshot an export of an open period is computed at now: the current watermark, and the last close's.
+fn open_snapshot(conn: &Connection) -> rusqlite::Result<CloseSnapshot> {
+    Ok(CloseSnapshot { watermark: read_totals(conn)?.watermark, carried_after: last_close_watermark(conn)? })
+}
 
-    /// [`Ledger::open_snapshot`] for the preview of `period` (open): the late adjustments not carried yet go into
-    /// the next month to close only, so the preview of a later month carries none (shown in every open month,
-    /// they would count several times in previews added up).
-    pub fn preview_snapshot(conn: &Connection, period: Period) -> Result<CloseSnapshot, ReadError> {
-        let snapshot = Ledger::open_snapshot(conn)?;
-        Ok(match latest_close(conn)? {
-            Some(last) if period != last.period.next() => {
-                CloseSnapshot { carried_after: snapshot.watermark, ..snapshot }
-            }
-            _ => snapshot,
-        })
-    }
+/// [`open_snapshot`] for the preview of `period` (open): the late adjustments not carried yet go into the next month
+/// to close only, so the preview of a later month carries none (shown in every open month, they would count several
+/// times in previews added up).
+fn preview_snapshot(conn: &Connection, period: Period) -> rusqlite::Result<CloseSnapshot> {
+    let snapshot = open_snapshot(conn)?;
+    Ok(match latest_close(conn)? {
+        Some(last) if period != last.period.next() => CloseSnapshot { carried_after: snapshot.watermark, ..snapshot },
+        _ => snapshot,
+    })
 }
 
 /// A close of `period` refused: not over yet, or not the month after the last one closed. In order, one after
@@ -242,7 +284,7 @@ mod tests {
             ledger.close_period_with_export(period, |_, _| panic!("a closed period computes nothing")).unwrap();
         assert_eq!(second, first);
         assert_eq!(ledger.period_export(period).unwrap(), Some(first));
-        let refused = ledger.connection().execute("UPDATE period_exports SET consumption = 1", []);
+        let refused = ledger.conn.execute("UPDATE period_exports SET consumption = 1", []);
         assert!(refused.unwrap_err().to_string().contains("append-only"));
     }
 

@@ -25,7 +25,7 @@ impl ReadSnapshot<'_> {
 }
 
 /// The six header fields, from `first` on (the order of `HEADER_COLUMNS`).
-pub fn header(row: &Row<'_>, first: usize) -> rusqlite::Result<Header> {
+pub(crate) fn header(row: &Row<'_>, first: usize) -> rusqlite::Result<Header> {
     Ok(Header {
         event_id: row.get(first)?,
         occurred_at: Timestamp(row.get(first + 1)?),
@@ -44,7 +44,7 @@ pub(crate) fn watermark_param(watermark: u64) -> i64 {
 pub(crate) const HEADER_COLUMNS: &str = "e.event_id, e.occurred_at, e.tenant, e.subject, e.metric, e.source";
 
 /// An Avro enum symbol stored as text.
-pub fn symbol<T>(row: &Row<'_>, index: usize, parse: fn(&str) -> Option<T>) -> rusqlite::Result<T> {
+pub(crate) fn symbol<T>(row: &Row<'_>, index: usize, parse: fn(&str) -> Option<T>) -> rusqlite::Result<T> {
     let text: String = row.get(index)?;
     parse(&text).ok_or_else(|| {
         rusqlite::Error::FromSqlConversionFailure(
@@ -68,7 +68,7 @@ pub(crate) fn optional_symbol<T>(
 }
 
 /// Every recorded policy version up to a watermark (a report's snapshot), in ledger order.
-pub fn policies_through(conn: &Connection, watermark: u64) -> rusqlite::Result<Vec<PolicyEvent>> {
+fn policies_through(conn: &Connection, watermark: u64) -> rusqlite::Result<Vec<PolicyEvent>> {
     let sql = format!(
         "SELECT {HEADER_COLUMNS}, p.policy_id, p.version, p.scope, p.\"limit\", p.window, p.enforcement, p.effective_from,
                 p.burst
@@ -93,10 +93,7 @@ pub fn policies_through(conn: &Connection, watermark: u64) -> rusqlite::Result<V
 }
 
 /// Every recorded grant up to a watermark (a report's snapshot), by (tenant, metric), in ledger order.
-pub fn grants_through(
-    conn: &Connection,
-    watermark: u64,
-) -> rusqlite::Result<HashMap<(String, String), Vec<GrantEvent>>> {
+fn grants_through(conn: &Connection, watermark: u64) -> rusqlite::Result<HashMap<(String, String), Vec<GrantEvent>>> {
     let sql = format!(
         "SELECT {HEADER_COLUMNS}, g.grant_id, g.amount, g.valid_from, g.valid_until, g.reason
          FROM grant_events g CROSS JOIN entries e ON e.seq = g.seq

@@ -97,10 +97,8 @@ mod tests {
     }
 
     fn totals(ledger: &Ledger) -> Vec<(String, String, String, i64)> {
-        let mut statement = ledger
-            .connection()
-            .prepare("SELECT tenant, metric, period, quantity FROM usage_totals ORDER BY 1, 2, 3")
-            .unwrap();
+        let mut statement =
+            ledger.conn.prepare("SELECT tenant, metric, period, quantity FROM usage_totals ORDER BY 1, 2, 3").unwrap();
         statement
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
             .unwrap()
@@ -128,7 +126,7 @@ mod tests {
             totals(&ledger),
             [row("org-1", "2026-10", 5), row("org-1", "2026-11", 8), row("org-2", "2026-11", 2)]
         );
-        let refused = ledger.connection().execute("UPDATE usage_totals SET quantity = 0", []);
+        let refused = ledger.conn.execute("UPDATE usage_totals SET quantity = 0", []);
         assert!(refused.unwrap_err().to_string().contains("only grow"));
     }
 

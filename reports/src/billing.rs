@@ -1,32 +1,19 @@
 //! The billing export of a month (SPEC 5 "Billing export", SPEC 7 columns): one row per (tenant, metric).
 //!
-//! Reads, all at one watermark: counted usage of the period (the `usage_totals` kept by every append when the
-//! export is computed at the current watermark, a DataFusion scan of `usage_events` otherwise), every
-//! reservation judged by `rules::reservation::judge` (valid COMMITs are consumption), policies and grants,
-//! and the LATE_USAGE adjustments carried (a DataFusion query). Then [`rows`], a pure function, applies the
-//! rules with reconcile's own `applicable`, `effective_limit` and `excess`.
+//! Reads, all at one watermark, through the ledger's typed reads: counted usage of the period (the totals every
+//! append keeps when the export is computed at the current watermark, a scan of the usage events otherwise), valid
+//! COMMITs (the commit totals the ledger keeps, or every reservation judged by `rules::reservation::judge`),
+//! policies and grants, and the LATE_USAGE adjustments carried. Then [`rows`], a pure function, applies the rules
+//! with `rules`' own `applicable`, `effective_limit` and `excess`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::Path;
 
-use datafusion::common::ScalarValue;
-use ledger::read::{header, symbol};
-use ledger::{CloseSnapshot, Period, PeriodClose, PeriodExportRow};
+use ledger::{CloseSnapshot, Ledger, MetricTotal, Period, PeriodClose, PeriodExportRow};
 use rules::overshoot;
 use rules::policy::PolicyIndex;
-use rules::reservation::same_reservation;
-use rusqlite::{Connection, Row};
 use schemas::*;
 
-use crate::columns;
-use crate::commit_totals;
 use crate::error::ReportError;
-use crate::session::LedgerSession;
-
-const USAGE_TOTALS_OF_PERIOD: &str = include_str!("../sql/usage_totals_of_period.sql");
-const RESERVATIONS: &str = include_str!("../sql/reservation_events_by_reservation.sql");
-const LATE_ADJUSTMENTS: &str = include_str!("../sql/late_adjustments.sql");
-const USAGE_OF_PERIOD: &str = include_str!("../sql/usage_of_period.sql");
 
 /// (tenant, metric).
 pub type Key = (String, String);
@@ -38,6 +25,7 @@ pub struct BillingInputs {
     pub usage: BTreeMap<Key, i64>,
     /// Valid COMMIT amounts with occurred_at in the period.
     pub commits: BTreeMap<Key, i64>,
+    /// Every policy version recorded up to the export's watermark.
     pub policies: Vec<PolicyEvent>,
     /// The tenant's grants per (tenant, metric).
     pub grants: HashMap<Key, Vec<GrantEvent>>,
@@ -48,10 +36,10 @@ pub struct BillingInputs {
 /// Where the usage of the period is read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UsageSource {
-    /// `usage_totals` and `commit_totals`, read in the ledger's write transaction with the watermark: only
-    /// for the current watermark.
+    /// The usage and commit totals the ledger keeps, read inside the ledger's write transaction that caught them up
+    /// to the watermark (a close's, a preview's): only for the current watermark.
     Totals,
-    /// A scan of `usage_events` and every reservation up to the watermark: for a past watermark.
+    /// A scan of the usage events and every reservation up to the watermark: for a past watermark.
     Scan,
 }
 
@@ -144,53 +132,45 @@ fn row(period: Period, index: &PolicyIndex, inputs: &BillingInputs, key: Key) ->
     row
 }
 
-/// Computes `period`'s export at `snapshot`, reading through `conn`, which must hold the transaction in which
-/// `snapshot` was read, so that every read sees the same ledger; with [`UsageSource::Totals`] it must be the
-/// ledger's write transaction (the commit totals are caught up in it).
+/// Computes `period`'s export at `snapshot`, reading through `ledger`. With [`UsageSource::Totals`] it must run
+/// inside the write transaction of [`Ledger::close_period_with_export`] or [`Ledger::preview_period_export`], which
+/// bring the commit totals to the snapshot's watermark and hold the ledger at it.
 pub fn compute(
-    conn: &Connection,
-    path: &Path,
+    ledger: &Ledger,
     period: Period,
     snapshot: CloseSnapshot,
     source: UsageSource,
 ) -> Result<Vec<PeriodExportRow>, ReportError> {
-    let session = LedgerSession::open(path, Some(snapshot.watermark))?;
     let (usage, commits) = match source {
         UsageSource::Totals => {
-            commit_totals::catch_up(conn, snapshot.watermark)?;
-            (usage_totals(conn, period)?, commit_totals::of_period(conn, period)?)
+            (by_key(ledger.usage_totals_of_period(period)?), by_key(ledger.commit_totals_of_period(period)?))
         }
-        UsageSource::Scan => (usage_scan(&session, period)?, valid_commits(conn, period, snapshot.watermark)?),
+        UsageSource::Scan => (
+            by_key(ledger.usage_of_period(period, snapshot.watermark)?),
+            valid_commits(ledger, period, snapshot.watermark)?,
+        ),
     };
     let inputs = BillingInputs {
         usage,
         commits,
-        policies: policies(conn, snapshot.watermark)?,
-        grants: grants(conn, snapshot.watermark)?,
-        late: late_adjustments(&session, snapshot)?,
+        policies: ledger.policies_through(snapshot.watermark)?,
+        grants: ledger.grants_through(snapshot.watermark)?,
+        late: by_key(ledger.late_usage_carried(snapshot)?),
     };
     Ok(rows(period, &inputs))
 }
 
 /// The export of an open period at the ledger's current watermark, with that snapshot. Appends wait meanwhile
-/// (the commit totals are caught up in the same write transaction, after [`commit_totals::catch_up_in_steps`]
-/// brought them near it).
-pub fn compute_open(
-    ledger: &ledger::Ledger,
-    period: Period,
-) -> Result<(CloseSnapshot, Vec<PeriodExportRow>), ReportError> {
-    commit_totals::catch_up_in_steps(ledger.connection())?;
-    let tx = rusqlite::Transaction::new_unchecked(ledger.connection(), rusqlite::TransactionBehavior::Immediate)?;
-    let snapshot = ledger::Ledger::preview_snapshot(&tx, period)?;
-    let rows = compute(&tx, ledger.path(), period, snapshot, UsageSource::Totals)?;
-    tx.commit()?;
-    Ok((snapshot, rows))
+/// ([`Ledger::preview_period_export`]).
+pub fn compute_open(ledger: &Ledger, period: Period) -> Result<(CloseSnapshot, Vec<PeriodExportRow>), ReportError> {
+    let compute = |ledger: &Ledger, snapshot| Ok(compute(ledger, period, snapshot, UsageSource::Totals)?);
+    Ok(ledger.preview_period_export(period, compute)?)
 }
 
 /// The export of a period closed without a stored one (closed by reconcile's tests or before exports were
 /// stored): recomputed at its close's watermark, usage scanned, carrying what the closes before it left.
 pub fn compute_closed(
-    path: &Path,
+    ledger: &Ledger,
     close: &PeriodClose,
     closes: &[PeriodClose],
 ) -> Result<Vec<PeriodExportRow>, ReportError> {
@@ -200,103 +180,22 @@ pub fn compute_closed(
         .map(|c| c.watermark)
         .max()
         .unwrap_or(0);
-    let conn = crate::provider::open_read_only(path)?;
     let snapshot = CloseSnapshot { watermark: close.watermark, carried_after };
-    compute(&conn, path, close.period, snapshot, UsageSource::Scan)
+    compute(ledger, close.period, snapshot, UsageSource::Scan)
 }
 
-fn usage_totals(conn: &Connection, period: Period) -> Result<BTreeMap<Key, i64>, ReportError> {
-    let mut statement = conn.prepare(USAGE_TOTALS_OF_PERIOD)?;
-    let rows = statement.query_map([period.to_string()], |r| Ok(((r.get(0)?, r.get(1)?), r.get(2)?)))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+fn by_key(totals: Vec<MetricTotal>) -> BTreeMap<Key, i64> {
+    totals.into_iter().map(|t| ((t.tenant, t.metric), t.amount)).collect()
 }
 
-fn timestamp_param(t: Timestamp) -> ScalarValue {
-    ScalarValue::TimestampMicrosecond(Some(t.micros()), Some("UTC".into()))
-}
-
-fn usage_scan(session: &LedgerSession, period: Period) -> Result<BTreeMap<Key, i64>, ReportError> {
-    let params = vec![timestamp_param(period.start()), timestamp_param(period.end())];
-    let batches = session.query(USAGE_OF_PERIOD, params)?;
-    sums_by_key(&batches, "quantity")
-}
-
-fn late_adjustments(session: &LedgerSession, snapshot: CloseSnapshot) -> Result<BTreeMap<Key, i64>, ReportError> {
-    let params = vec![
-        ScalarValue::Int64(Some(snapshot.carried_after as i64)),
-        ScalarValue::Int64(Some(snapshot.watermark as i64)),
-    ];
-    let batches = session.query(LATE_ADJUSTMENTS, params)?;
-    sums_by_key(&batches, "late_adjustments")
-}
-
-fn sums_by_key(batches: &[arrow::array::RecordBatch], value: &str) -> Result<BTreeMap<Key, i64>, ReportError> {
-    let mut sums = BTreeMap::new();
-    for batch in batches {
-        let tenants = columns::text(batch, "tenant")?;
-        let metrics = columns::text(batch, "metric")?;
-        let values = columns::int64(batch, value)?;
-        for i in 0..batch.num_rows() {
-            sums.insert((tenants.value(i).to_string(), metrics.value(i).to_string()), values.value(i));
-        }
-    }
-    Ok(sums)
-}
-
-/// Every recorded policy version up to `watermark`.
-pub fn policies(conn: &Connection, watermark: u64) -> Result<Vec<PolicyEvent>, ReportError> {
-    Ok(ledger::read::policies_through(conn, watermark)?)
-}
-
-/// Every recorded grant up to `watermark`, by (tenant, metric).
-pub fn grants(conn: &Connection, watermark: u64) -> Result<HashMap<Key, Vec<GrantEvent>>, ReportError> {
-    Ok(ledger::read::grants_through(conn, watermark)?)
-}
-
-/// A reservation event from a row of `seq, event_id, occurred_at, tenant, subject, metric, source,
-/// reservation_id, action, amount, expires_at`.
-pub(crate) fn reservation_event(r: &Row<'_>) -> rusqlite::Result<ReservationEvent> {
-    Ok(ReservationEvent {
-        header: header(r, 1)?,
-        reservation_id: r.get(7)?,
-        action: symbol(r, 8, ReservationAction::from_symbol)?,
-        amount: r.get(9)?,
-        expires_at: r.get::<_, Option<i64>>(10)?.map(Timestamp),
-    })
-}
-
-/// Calls `each` with the recorded events (seq, event) of every reservation up to `watermark`, one (tenant,
-/// reservation_id) at a time (`rules::reservation::same_reservation`), its events in ledger order.
-pub fn for_each_reservation(
-    conn: &Connection,
-    watermark: u64,
-    mut each: impl FnMut(&[(u64, ReservationEvent)]),
-) -> Result<(), ReportError> {
-    let mut statement = conn.prepare(RESERVATIONS)?;
-    let mut rows = statement.query([watermark as i64])?;
-    let mut group: Vec<(u64, ReservationEvent)> = Vec::new();
-    while let Some(r) = rows.next()? {
-        let event = reservation_event(r)?;
-        if group.first().is_some_and(|(_, first)| !same_reservation(first, &event)) {
-            each(&group);
-            group.clear();
-        }
-        group.push((r.get::<_, i64>(0)? as u64, event));
-    }
-    if !group.is_empty() {
-        each(&group);
-    }
-    Ok(())
-}
-
-/// Valid COMMIT amounts with occurred_at in the period, per (tenant, metric), judged by reconcile's rules on
+/// Valid COMMIT amounts with occurred_at in the period, per (tenant, metric), judged by `rules`' reservation rules on
 /// every event of each reservation up to `watermark`. A COMMIT of 0 consumed nothing, as a RELEASE, and makes no
-/// key by itself, as in `commit_totals` (which keeps no total of 0): the scan of a closed period and the totals of
+/// key by itself, as in the commit totals (which keep no total of 0): the scan of a closed period and the totals of
 /// an open one give the same rows.
-pub fn valid_commits(conn: &Connection, period: Period, watermark: u64) -> Result<BTreeMap<Key, i64>, ReportError> {
+pub fn valid_commits(ledger: &Ledger, period: Period, watermark: u64) -> Result<BTreeMap<Key, i64>, ReportError> {
     let (start, end) = (period.start(), period.end());
     let mut sums: BTreeMap<Key, i64> = BTreeMap::new();
-    for_each_reservation(conn, watermark, |group| {
+    ledger.for_each_reservation_through(watermark, |group| {
         let events: Vec<(u64, &ReservationEvent)> = group.iter().map(|(seq, e)| (*seq, e)).collect();
         // `as_of` only decides expiry, which is not consumption: the period's end will do.
         let verdict = rules::reservation::judge(&events, end);
@@ -453,9 +352,8 @@ mod tests {
 
     // Choice where the SPEC is silent: of several TENANT MONTH policies in force, a SOFT quota is billed before a
     // HARD one before a SHADOW trial, then the smallest policy_id (org-4: a HARD quota sorting first lost the SOFT
-    // one's overage); a SHADOW policy of its own still replaces the
-    // plan's quota (SPEC 3). Review of 2026-12-02 (h11.py): a SHADOW trial starting mid-month took the row from
-    // the SOFT quota, and its overage of 20 was lost.
+    // one's overage); a SHADOW policy of its own still replaces the plan's quota (SPEC 3). A SHADOW trial starting
+    // mid-month must not take the row from the SOFT quota, whose overage of 20 would be lost.
     #[test]
     fn an_enforcing_quota_is_billed_before_a_shadow_one() {
         let period: Period = "2026-11".parse().unwrap();
@@ -491,8 +389,7 @@ mod tests {
     }
 
     // SPEC 3/5, quotas and throttles apart: a tenant's own MONTH throttle is no quota of its own, so the plan's
-    // SOFT MONTH quota is still the policy billed and its overage billed (review of 2026-12-02: the row had no
-    // policy and no overage).
+    // SOFT MONTH quota is still the policy billed and its overage billed (not a row without policy or overage).
     #[test]
     fn an_own_throttle_leaves_the_plan_quota_billed() {
         let period: Period = "2026-11".parse().unwrap();

@@ -4,26 +4,28 @@
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReportError {
+    /// The ledger could not be opened.
     #[error("cannot open the ledger")]
     Open(#[from] ledger::OpenError),
+    /// A read of the ledger failed.
     #[error("cannot read the ledger")]
     Read(#[from] ledger::ReadError),
-    #[error("ledger query failed")]
-    Sqlite(#[from] rusqlite::Error),
+    /// The commit totals could not be brought up to date.
+    #[error("cannot bring the commit totals up to date")]
+    Totals(#[from] ledger::TotalsError),
+    /// The export of an open period could not be computed.
+    #[error("cannot compute the export")]
+    Preview(#[from] ledger::PreviewError),
+    /// A DataFusion query failed.
     #[error("query failed")]
     Query(#[from] datafusion::error::DataFusionError),
+    /// An Arrow batch could not be built.
     #[error("cannot build the Arrow batch")]
     Arrow(#[from] arrow::error::ArrowError),
+    /// Parquet could not be written.
     #[error("cannot write Parquet")]
     Parquet(#[from] parquet::errors::ParquetError),
+    /// DataFusion's runtime could not start.
     #[error("cannot start the query runtime")]
     Runtime(#[source] std::io::Error),
-    #[error("ledger entry {seq}: unknown {what} {value:?}")]
-    UnknownSymbol { seq: u64, what: &'static str, value: String },
-    #[error("ledger entry {seq}: refs {value:?} is not a JSON array of event_ids")]
-    Refs { seq: u64, value: String },
-    #[error("the {what} of {tenant} {metric} in {period} pass 2^63 - 1")]
-    TotalOverflow { what: &'static str, tenant: String, metric: String, period: String },
-    #[error("query answered column {column:?} as {found}, expected {expected}")]
-    ColumnType { column: String, found: String, expected: &'static str },
 }

@@ -32,16 +32,22 @@ pub const COLUMNS: [&str; 13] = [
 /// The file formats of `export billing`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
+    /// CSV with SPEC 7's header.
     Csv,
+    /// One JSON object per line.
     Jsonl,
+    /// Parquet, snappy-compressed.
     Parquet,
 }
 
 /// A billing export: its period, the watermark it was computed at, its rows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BillingExport {
+    /// The month.
     pub period: Period,
+    /// The ledger watermark the rows were computed at.
     pub watermark: u64,
+    /// The rows, by tenant then metric.
     pub rows: Vec<PeriodExportRow>,
 }
 

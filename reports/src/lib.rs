@@ -1,10 +1,12 @@
-//! Reports (SPEC 5, SPEC 7): billing exports and audit answers, on DataFusion over the ledger.
+//! Reports (SPEC 5, SPEC 7): billing exports and audit answers, computed from the ledger's typed reads.
 //!
 //! The last stage of the pipeline: the ledger holds every event, reconcile has written its adjustments, and
 //! this crate answers finance ("what does each tenant owe for November?", [`billing`] and [`export`]) and
-//! support ("why was this request denied?", [`audit`]). Every ledger table is registered in DataFusion through a
-//! streaming, read-only [`provider`] over SQLite ([`tables`] lists them), so `quota-ledger sql` can ask anything
-//! else. The rules (policy in force, effective limit, reservation verdicts) are reconcile's own functions.
+//! support ("why was this request denied?", [`audit`]). It never writes SQL: the ledger owns its tables, their
+//! queries and its derived totals, and this crate applies the rules (`rules`: policy in force, effective limit,
+//! reservation verdicts) to what it reads. The tables the ledger shows to SQL are registered in DataFusion through
+//! a streaming, read-only [`provider`] over the ledger's scans ([`session`]), so `quota-ledger sql` can ask
+//! anything else.
 //!
 //! ```
 //! use ledger::{Ledger, Period};
@@ -20,15 +22,14 @@
 //! assert!(csv.starts_with("tenant,metric,period,consumption,"));
 //! ```
 
+#![deny(missing_docs)]
+
 pub mod audit;
 pub mod billing;
-pub mod columns;
-pub mod commit_totals;
 pub mod error;
 pub mod export;
 pub mod provider;
 pub mod session;
-pub mod tables;
 
 pub use error::ReportError;
 pub use session::LedgerSession;

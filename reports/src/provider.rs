@@ -1,15 +1,16 @@
-//! A DataFusion `TableProvider` over one ledger table, streaming: each scan runs one SQLite query on its own
-//! read-only connection in a blocking task and sends Arrow batches of [`BATCH_ROWS`] rows through a channel of
-//! [`CHANNEL_BATCHES`], so memory follows the batch size, not the table. Projections and simple comparisons
-//! (`column <op> literal`, joined by AND) are pushed down into the SQLite query, so that an indexed lookup
-//! stays one (`request_id = 'req-1'` becomes a probe of the ledger's request key index). Rows past the session's
-//! watermark are never read.
+//! A DataFusion `TableProvider` over one of the tables the ledger shows to SQL ([`ledger::tables`]), streaming:
+//! each scan opens the ledger read-only in a blocking task, reads it through [`ledger::Ledger::scan`] and sends
+//! Arrow batches of [`BATCH_ROWS`] rows through a channel of [`CHANNEL_BATCHES`], so memory follows the batch
+//! size, not the table. Projections, simple comparisons (`column <op> literal`, joined by AND) and limits are
+//! handed to the ledger's scan, so that an indexed lookup stays one (`request_id = 'req-1'` is a probe of the
+//! ledger's request key index). Rows past the session's watermark are never read.
 //!
-//! Why not `datafusion-table-providers` (sqlite feature): its DataFusion (55.2) and rusqlite (0.37) fit, but
-//! its `query_arrow` collects the whole result into one batch before DataFusion sees a row, and it infers
-//! column types from the first row of each table; this file is what the ledger needs and nothing more.
+//! Why not `datafusion-table-providers` (sqlite feature): its `query_arrow` collects the whole result into one
+//! batch before DataFusion sees a row, and it infers column types from the first row of each table; and the SQL
+//! on the ledger's tables is the ledger's own.
 
 use std::fmt;
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -24,98 +25,61 @@ use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPu
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::stream::RecordBatchReceiverStreamBuilder;
 use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
-use rusqlite::types::{Value, ValueRef};
-use rusqlite::{Connection, OpenFlags};
-
-use crate::tables::{Column, Kind, Table};
+use ledger::scan::{Comparison, Filter, Literal, Scan, ScanRow, Value};
+use ledger::tables::{Kind, Table};
+use schemas::Timestamp;
 
 /// Rows per Arrow batch: DataFusion's default batch size.
 pub const BATCH_ROWS: usize = 8_192;
 /// Batches a scan may run ahead of its consumer before it waits (bounded: a slow consumer slows the scan).
 pub const CHANNEL_BATCHES: usize = 2;
-/// How long a scan waits for a writer's lock (WAL readers rarely wait at all).
-pub const BUSY_TIMEOUT_MS: u64 = ledger::BUSY_TIMEOUT_MS;
 
 /// One ledger table as DataFusion sees it.
 #[derive(Debug)]
 pub struct LedgerTable {
     path: PathBuf,
     table: &'static Table,
-    /// Rows whose sequence column is above this are not read.
+    /// Rows of entries past this are not read.
     watermark: u64,
     schema: SchemaRef,
 }
 
 impl LedgerTable {
+    /// The table `table` of the ledger at `path`, as of `watermark`.
     pub fn new(path: PathBuf, table: &'static Table, watermark: u64) -> LedgerTable {
         let fields: Vec<Field> =
             table.columns.iter().map(|c| Field::new(c.name, data_type(c.kind), c.nullable)).collect();
         LedgerTable { path, table, watermark, schema: Arc::new(Schema::new(fields)) }
     }
 
-    /// `SELECT <projected columns> FROM ... WHERE <watermark> AND <pushed filters> [LIMIT n]` and its parameters.
-    fn query(&self, projection: &[usize], filters: &[Expr], limit: Option<usize>) -> (String, Vec<Value>) {
-        let columns: Vec<&str> = projection.iter().map(|i| self.table.columns[*i].sql).collect();
-        let select = if columns.is_empty() { "1".to_string() } else { columns.join(", ") };
-        let mut conditions = Vec::new();
-        let mut params = Vec::new();
-        if let Some(seq) = self.table.seq {
-            conditions.push(format!("{seq} <= ?"));
-            params.push(Value::Integer(self.watermark as i64));
-        }
-        for filter in filters {
-            if let Some((condition, values)) = self.translate(filter) {
-                conditions.push(condition);
-                params.extend(values);
-            }
-        }
-        let mut sql = format!("SELECT {select} FROM {}", self.table.from);
-        if !conditions.is_empty() {
-            sql.push_str(" WHERE ");
-            sql.push_str(&conditions.join(" AND "));
-        }
-        if let Some(limit) = limit {
-            sql.push_str(&format!(" LIMIT {limit}"));
-        }
-        (sql, params)
-    }
-
-    /// A filter as a SQLite condition, when it is `column <op> literal` (either side) or an AND of such.
-    fn translate(&self, filter: &Expr) -> Option<(String, Vec<Value>)> {
+    /// The ledger's filters for a DataFusion filter, when it is `column <op> literal` (either side) or an AND of
+    /// such; `None` when any part is not.
+    fn translate(&self, filter: &Expr) -> Option<Vec<Filter>> {
         let Expr::BinaryExpr(BinaryExpr { left, op, right }) = filter else { return None };
         if *op == Operator::And {
-            let (l, mut lp) = self.translate(left)?;
-            let (r, rp) = self.translate(right)?;
-            lp.extend(rp);
-            return Some((format!("({l} AND {r})"), lp));
+            let mut filters = self.translate(left)?;
+            filters.extend(self.translate(right)?);
+            return Some(filters);
         }
-        let symbol = comparison(*op)?;
-        let (column, literal, condition) = match (left.as_ref(), right.as_ref()) {
-            (Expr::Column(c), Expr::Literal(v, _)) => {
-                let column = self.column(&c.name)?;
-                (column, v, format!("{} {symbol} ?", column.sql))
-            }
-            (Expr::Literal(v, _), Expr::Column(c)) => {
-                let column = self.column(&c.name)?;
-                (column, v, format!("? {symbol} {}", column.sql))
-            }
+        let comparison = comparison(*op)?;
+        let (column, literal, comparison) = match (left.as_ref(), right.as_ref()) {
+            (Expr::Column(c), Expr::Literal(v, _)) => (&c.name, v, comparison),
+            (Expr::Literal(v, _), Expr::Column(c)) => (&c.name, v, flipped(comparison)),
             _ => return None,
         };
-        let value = value(literal)?;
-        match (&value, *op, self.table.seq) {
-            // The request key index finds the few entries first; the comparison then checks each one's request_id.
-            (Value::Text(request_id), Operator::Eq, Some(seq)) if column.request_keyed => {
-                let key = Value::Integer(ledger::dedup::request_key(request_id));
-                let probe = ledger::dedup::REQUEST_KEYS.condition(seq);
-                let probes = vec![key; ledger::dedup::REQUEST_KEYS.tiers.len()];
-                Some((format!("({probe} AND {condition})"), [probes, vec![value]].concat()))
-            }
-            _ => Some((condition, vec![value])),
-        }
+        let column = self.table.column_index(column)?;
+        Some(vec![Filter { column, comparison, literal: literal_of(literal)? }])
     }
 
-    fn column(&self, name: &str) -> Option<&'static Column> {
-        self.table.columns.iter().find(|c| c.name == name)
+    /// The scan DataFusion asks for, as the ledger's.
+    fn scan_of(&self, projection: &[usize], filters: &[Expr], limit: Option<usize>) -> Scan {
+        Scan {
+            table: self.table,
+            projection: projection.to_vec(),
+            filters: filters.iter().filter_map(|f| self.translate(f)).flatten().collect(),
+            limit: limit.map(|n| n as u64),
+            watermark: self.watermark,
+        }
     }
 }
 
@@ -128,30 +92,41 @@ fn data_type(kind: Kind) -> DataType {
     }
 }
 
-fn comparison(op: Operator) -> Option<&'static str> {
+fn comparison(op: Operator) -> Option<Comparison> {
     Some(match op {
-        Operator::Eq => "=",
-        Operator::NotEq => "<>",
-        Operator::Lt => "<",
-        Operator::LtEq => "<=",
-        Operator::Gt => ">",
-        Operator::GtEq => ">=",
+        Operator::Eq => Comparison::Eq,
+        Operator::NotEq => Comparison::NotEq,
+        Operator::Lt => Comparison::Lt,
+        Operator::LtEq => Comparison::LtEq,
+        Operator::Gt => Comparison::Gt,
+        Operator::GtEq => Comparison::GtEq,
         _ => return None,
     })
 }
 
-/// A literal as SQLite stores it (timestamps as microseconds); `None` for NULL and other types.
-fn value(v: &ScalarValue) -> Option<Value> {
+/// The comparison with its sides swapped: `literal < column` is `column > literal`.
+fn flipped(comparison: Comparison) -> Comparison {
+    match comparison {
+        Comparison::Lt => Comparison::Gt,
+        Comparison::LtEq => Comparison::GtEq,
+        Comparison::Gt => Comparison::Lt,
+        Comparison::GtEq => Comparison::LtEq,
+        same => same,
+    }
+}
+
+/// A DataFusion literal as the ledger compares it; `None` for NULL and other types.
+fn literal_of(v: &ScalarValue) -> Option<Literal> {
     Some(match v {
-        ScalarValue::Int64(Some(n)) => Value::Integer(*n),
-        ScalarValue::Int32(Some(n)) => Value::Integer(i64::from(*n)),
-        ScalarValue::UInt32(Some(n)) => Value::Integer(i64::from(*n)),
+        ScalarValue::Int64(Some(n)) => Literal::Integer(*n),
+        ScalarValue::Int32(Some(n)) => Literal::Integer(i64::from(*n)),
+        ScalarValue::UInt32(Some(n)) => Literal::Integer(i64::from(*n)),
         ScalarValue::Utf8(Some(s)) | ScalarValue::LargeUtf8(Some(s)) | ScalarValue::Utf8View(Some(s)) => {
-            Value::Text(s.clone())
+            Literal::Text(s.clone())
         }
-        ScalarValue::TimestampMicrosecond(Some(t), _) => Value::Integer(*t),
-        ScalarValue::TimestampSecond(Some(t), _) => Value::Integer(t.checked_mul(1_000_000)?),
-        ScalarValue::TimestampMillisecond(Some(t), _) => Value::Integer(t.checked_mul(1_000)?),
+        ScalarValue::TimestampMicrosecond(Some(t), _) => Literal::Timestamp(Timestamp(*t)),
+        ScalarValue::TimestampSecond(Some(t), _) => Literal::Timestamp(Timestamp(t.checked_mul(1_000_000)?)),
+        ScalarValue::TimestampMillisecond(Some(t), _) => Literal::Timestamp(Timestamp(t.checked_mul(1_000)?)),
         _ => return None,
     })
 }
@@ -189,30 +164,27 @@ impl TableProvider for LedgerTable {
     ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
         let projection: Vec<usize> = projection.cloned().unwrap_or_else(|| (0..self.table.columns.len()).collect());
         let schema = Arc::new(self.schema.project(&projection)?);
-        let kinds = projection.iter().map(|i| self.table.columns[*i].kind).collect();
-        let (sql, params) = self.query(&projection, filters, limit);
-        let partition = SqliteScan { path: self.path.clone(), sql, params, kinds, schema: Arc::clone(&schema) };
+        let scan = self.scan_of(&projection, filters, limit);
+        let partition = LedgerScan { path: self.path.clone(), scan, schema: Arc::clone(&schema) };
         let exec = StreamingTableExec::try_new(schema, vec![Arc::new(partition)], None, [], false, limit)?;
         Ok(Arc::new(exec))
     }
 }
 
-/// One SQLite query, streamed as Arrow batches.
-struct SqliteScan {
+/// One scan of the ledger, streamed as Arrow batches.
+struct LedgerScan {
     path: PathBuf,
-    sql: String,
-    params: Vec<Value>,
-    kinds: Vec<Kind>,
+    scan: Scan,
     schema: SchemaRef,
 }
 
-impl fmt::Debug for SqliteScan {
+impl fmt::Debug for LedgerScan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SqliteScan").field("sql", &self.sql).field("params", &self.params).finish()
+        f.debug_struct("LedgerScan").field("table", &self.scan.table.name).field("filters", &self.scan.filters).finish()
     }
 }
 
-impl PartitionStream for SqliteScan {
+impl PartitionStream for LedgerScan {
     fn schema(&self) -> &SchemaRef {
         &self.schema
     }
@@ -220,50 +192,56 @@ impl PartitionStream for SqliteScan {
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
         let mut builder = RecordBatchReceiverStreamBuilder::new(Arc::clone(&self.schema), CHANNEL_BATCHES);
         let tx = builder.tx();
-        let (path, sql, params, kinds, schema) =
-            (self.path.clone(), self.sql.clone(), self.params.clone(), self.kinds.clone(), Arc::clone(&self.schema));
+        let (path, scan, schema) = (self.path.clone(), self.scan.clone(), Arc::clone(&self.schema));
         builder.spawn_blocking(move || {
             let mut send = |batch: RecordBatch| tx.blocking_send(Ok(batch)).is_ok();
-            stream_query(&path, &sql, &params, &kinds, &schema, &mut send)
-                .map_err(|e| DataFusionError::External(format!("reading the ledger ({sql}): {e}").into()))
+            stream_scan(&path, &scan, &schema, &mut send).map_err(|e| {
+                let causes = ledger::causes(&*e);
+                DataFusionError::External(format!("reading the ledger's {}: {causes}", scan.table.name).into())
+            })
         });
         builder.build()
     }
 }
 
-/// Opens a read-only connection to the ledger: reports can never write.
-pub fn open_read_only(path: &std::path::Path) -> rusqlite::Result<Connection> {
-    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
-    let conn = Connection::open_with_flags(path, flags)?;
-    conn.busy_handler(Some(ledger::poll_while_busy))?;
-    conn.pragma_update(None, "query_only", true)?;
-    Ok(conn)
-}
-
-/// Runs `sql` and hands its rows to `send` in batches; stops early when `send` answers false (the consumer is
-/// gone).
-fn stream_query(
+/// Reads `scan` on a read-only ledger and hands its rows to `send` in batches; stops early when `send` answers
+/// false (the consumer is gone).
+fn stream_scan(
     path: &std::path::Path,
-    sql: &str,
-    params: &[Value],
-    kinds: &[Kind],
+    scan: &Scan,
     schema: &SchemaRef,
     send: &mut dyn FnMut(RecordBatch) -> bool,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let conn = open_read_only(path)?;
-    let mut statement = conn.prepare(sql)?;
-    let mut rows = statement.query(rusqlite::params_from_iter(params))?;
-    let mut columns = Builders::new(kinds);
-    while let Some(row) = rows.next()? {
-        for (index, builder) in columns.0.iter_mut().enumerate() {
-            builder.append(row.get_ref(index)?)?;
+    let ledger = ledger::Ledger::open_read_only(path)?;
+    let kinds: Vec<Kind> = scan.projection.iter().map(|i| scan.table.columns[*i].kind).collect();
+    let mut columns = Builders::new(&kinds);
+    let mut failed: Option<Box<dyn std::error::Error + Send + Sync>> = None;
+    let mut consumer_gone = false;
+    ledger.scan(scan, |row| {
+        if let Err(e) = columns.append(row) {
+            failed = Some(e);
+            return ControlFlow::Break(());
         }
-        columns.1 += 1;
-        if columns.1 == BATCH_ROWS && !send(columns.finish(schema)?) {
-            return Ok(());
+        if columns.rows < BATCH_ROWS {
+            return ControlFlow::Continue(());
         }
+        let batch = match columns.finish(schema) {
+            Ok(batch) => batch,
+            Err(e) => {
+                failed = Some(e.into());
+                return ControlFlow::Break(());
+            }
+        };
+        if send(batch) {
+            return ControlFlow::Continue(());
+        }
+        consumer_gone = true;
+        ControlFlow::Break(())
+    })?;
+    if let Some(e) = failed {
+        return Err(e);
     }
-    if columns.1 > 0 || schema.fields().is_empty() {
+    if !consumer_gone && (columns.rows > 0 || schema.fields().is_empty()) {
         send(columns.finish(schema)?);
     }
     Ok(())
@@ -289,17 +267,17 @@ impl ColumnBuilder {
         }
     }
 
-    fn append(&mut self, value: ValueRef<'_>) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    fn append(&mut self, value: Value<'_>) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         match (self, value) {
-            (ColumnBuilder::Int64(b), ValueRef::Null) => b.append_null(),
-            (ColumnBuilder::Int32(b), ValueRef::Null) => b.append_null(),
-            (ColumnBuilder::Text(b), ValueRef::Null) => b.append_null(),
-            (ColumnBuilder::Timestamp(b), ValueRef::Null) => b.append_null(),
-            (ColumnBuilder::Int64(b), ValueRef::Integer(n)) => b.append_value(n),
-            (ColumnBuilder::Int32(b), ValueRef::Integer(n)) => b.append_value(i32::try_from(n)?),
-            (ColumnBuilder::Timestamp(b), ValueRef::Integer(n)) => b.append_value(n),
-            (ColumnBuilder::Text(b), ValueRef::Text(t)) => b.append_value(std::str::from_utf8(t)?),
-            (_, other) => return Err(format!("unexpected SQLite value {other:?}").into()),
+            (ColumnBuilder::Int64(b), Value::Null) => b.append_null(),
+            (ColumnBuilder::Int32(b), Value::Null) => b.append_null(),
+            (ColumnBuilder::Text(b), Value::Null) => b.append_null(),
+            (ColumnBuilder::Timestamp(b), Value::Null) => b.append_null(),
+            (ColumnBuilder::Int64(b), Value::Int64(n)) => b.append_value(n),
+            (ColumnBuilder::Int32(b), Value::Int32(n)) => b.append_value(n),
+            (ColumnBuilder::Timestamp(b), Value::Timestamp(t)) => b.append_value(t.micros()),
+            (ColumnBuilder::Text(b), Value::Text(t)) => b.append_value(t),
+            (_, other) => return Err(format!("unexpected ledger value {other:?}").into()),
         }
         Ok(())
     }
@@ -315,16 +293,27 @@ impl ColumnBuilder {
 }
 
 /// The builders of a batch and how many rows it holds.
-struct Builders(Vec<ColumnBuilder>, usize);
+struct Builders {
+    columns: Vec<ColumnBuilder>,
+    rows: usize,
+}
 
 impl Builders {
     fn new(kinds: &[Kind]) -> Builders {
-        Builders(kinds.iter().map(|k| ColumnBuilder::new(*k)).collect(), 0)
+        Builders { columns: kinds.iter().map(|k| ColumnBuilder::new(*k)).collect(), rows: 0 }
+    }
+
+    fn append(&mut self, row: &ScanRow<'_>) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        for (index, builder) in self.columns.iter_mut().enumerate() {
+            builder.append(row.value(index)?)?;
+        }
+        self.rows += 1;
+        Ok(())
     }
 
     fn finish(&mut self, schema: &SchemaRef) -> Result<RecordBatch, arrow::error::ArrowError> {
-        let rows = std::mem::take(&mut self.1);
-        let arrays: Vec<ArrayRef> = self.0.iter_mut().map(ColumnBuilder::finish).collect();
+        let rows = std::mem::take(&mut self.rows);
+        let arrays: Vec<ArrayRef> = self.columns.iter_mut().map(ColumnBuilder::finish).collect();
         let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(rows));
         RecordBatch::try_new_with_options(Arc::clone(schema), arrays, &options)
     }
@@ -336,25 +325,28 @@ mod tests {
 
     use super::*;
 
-    // Proves that `request_id = 'literal'` on decisions reaches SQLite as a probe of the request key index (there is
-    // no other index of request ids: without it, `audit why` reads every decision), and that a comparison of
-    // another kind, or on another column, stays a plain comparison.
+    // Proves DataFusion's filters reach the ledger's scan as its own: `request_id = 'req-1'` (which the ledger probes
+    // in its request key index), a literal on the left with its comparison turned around, ANDs flattened; and that a
+    // filter of another shape is left to DataFusion.
     #[test]
-    fn a_request_id_filter_probes_the_request_key_index() {
-        let table = LedgerTable::new(PathBuf::from("unused.db"), crate::tables::table("decision_events").unwrap(), 9);
-        let key = Value::Integer(ledger::dedup::request_key("req-1"));
-        let (sql, params) = table.query(&[0], &[col("request_id").eq(lit("req-1"))], None);
-        let probe = ledger::dedup::REQUEST_KEYS.condition("d.seq");
+    fn filters_reach_the_ledgers_scan() {
+        let table = LedgerTable::new(PathBuf::from("unused.db"), ledger::tables::table("decision_events").unwrap(), 9);
+        let column = |name: &str| table.table.column_index(name).unwrap();
+        let request = col("request_id").eq(lit("req-1"));
+        let amount = lit(5i64).lt(col("amount"));
+        let scan = table.scan_of(&[0], &[request.and(amount), col("reason").like(lit("x%"))], Some(3));
         assert_eq!(
-            sql,
-            format!("SELECT e.seq FROM {} WHERE d.seq <= ? AND ({probe} AND d.request_id = ?)", table.table.from)
+            scan.filters,
+            [
+                Filter {
+                    column: column("request_id"),
+                    comparison: Comparison::Eq,
+                    literal: Literal::Text("req-1".into())
+                },
+                Filter { column: column("amount"), comparison: Comparison::Gt, literal: Literal::Integer(5) },
+            ]
         );
-        let mut expected = vec![Value::Integer(9)];
-        expected.extend(std::iter::repeat_n(key, 4));
-        expected.push(Value::Text("req-1".into()));
-        assert_eq!(params, expected);
-
-        let (sql, _) = table.query(&[0], &[col("request_id").gt(lit("req-1")), col("reason").eq(lit("x"))], None);
-        assert!(!sql.contains("request_keys"), "{sql}");
+        assert_eq!((scan.projection, scan.limit, scan.watermark), (vec![0], Some(3), 9));
+        assert!(table.translate(&col("reason").like(lit("x%"))).is_none());
     }
 }

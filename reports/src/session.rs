@@ -1,6 +1,6 @@
-//! A DataFusion session over one ledger file at one watermark: every table of [`crate::tables::TABLES`]
+//! A DataFusion session over one ledger file at one watermark: every table of [`ledger::tables::TABLES`]
 //! registered through the streaming [`LedgerTable`] provider, queries read-only by construction (read-only
-//! SQLite connections, and DataFusion refuses DDL, DML and statements).
+//! ledgers, and DataFusion refuses DDL, DML and statements).
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -10,10 +10,10 @@ use arrow::array::RecordBatch;
 use datafusion::common::ScalarValue;
 use datafusion::execution::context::{SQLOptions, SessionConfig, SessionContext};
 use futures::TryStreamExt;
+use ledger::tables::TABLES;
 
 use crate::error::ReportError;
 use crate::provider::LedgerTable;
-use crate::tables::TABLES;
 
 /// A read-only DataFusion session over a ledger.
 pub struct LedgerSession {
@@ -40,14 +40,17 @@ impl LedgerSession {
         Ok(LedgerSession { context, runtime, watermark, path: path.to_path_buf() })
     }
 
+    /// The watermark every table of the session stops at.
     pub fn watermark(&self) -> u64 {
         self.watermark
     }
 
+    /// The ledger file.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// DataFusion's context, with the ledger's tables registered.
     pub fn context(&self) -> &SessionContext {
         &self.context
     }

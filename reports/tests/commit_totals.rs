@@ -4,9 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use ledger::{Batch, Incoming, Ledger, Origin, Period};
+use ledger::{Batch, CATCH_UP_STEP_ENTRIES, Incoming, Ledger, Origin, Period};
 use reports::billing;
-use reports::commit_totals::{self, CommitTotalsHook};
 use schemas::*;
 
 fn at(text: &str) -> Timestamp {
@@ -46,7 +45,8 @@ fn append(ledger: &mut Ledger, events: &[Incoming]) {
 }
 
 fn totals(ledger: &Ledger) -> BTreeMap<(String, String), i64> {
-    commit_totals::of_period(ledger.connection(), november()).unwrap()
+    let totals = ledger.commit_totals_of_period(november()).unwrap();
+    totals.into_iter().map(|t| ((t.tenant, t.metric), t.amount)).collect()
 }
 
 fn rebuilt(batches: &[Vec<Incoming>]) -> BTreeMap<(String, String), i64> {
@@ -56,7 +56,7 @@ fn rebuilt(batches: &[Vec<Incoming>]) -> BTreeMap<(String, String), i64> {
         append(&mut ledger, events);
     }
     let watermark = ledger.status().unwrap().watermark;
-    commit_totals::catch_up(ledger.connection(), watermark).unwrap();
+    ledger.catch_up_commit_totals(watermark).unwrap();
     totals(&ledger)
 }
 
@@ -93,19 +93,19 @@ fn hook_catch_up_and_rebuild_agree() {
     let expected_after = [[40, 15], [40, 15], [0, 15], [7, 15]];
     let dir = tempfile::tempdir().unwrap();
     let mut hooked = Ledger::open(dir.path().join("hooked.db")).unwrap();
-    hooked.set_append_hook(Box::new(CommitTotalsHook));
+    hooked.keep_commit_totals();
     let mut plain = Ledger::open(dir.path().join("plain.db")).unwrap();
     for (i, events) in batches.iter().enumerate() {
         append(&mut hooked, events);
         append(&mut plain, events);
         let watermark = plain.status().unwrap().watermark;
-        commit_totals::catch_up(plain.connection(), watermark).unwrap();
+        plain.catch_up_commit_totals(watermark).unwrap();
         let [org_1, org_2] = expected_after[i];
         let expected = tokens(&[("org-1", org_1), ("org-2", org_2)]);
         assert_eq!(totals(&hooked), expected, "hook after batch {i}");
         assert_eq!(totals(&plain), expected, "catch-up after batch {i}");
         assert_eq!(rebuilt(&batches[..=i]), expected, "rebuild after batch {i}");
-        let scanned = billing::valid_commits(plain.connection(), november(), watermark).unwrap();
+        let scanned = billing::valid_commits(&plain, november(), watermark).unwrap();
         assert_eq!(scanned, expected, "billing scan after batch {i}");
     }
 }
@@ -118,7 +118,7 @@ fn totals_kept_by_reservation_id_alone_are_rebuilt_by_the_migration() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("hooked.db");
     let mut ledger = Ledger::open(&path).unwrap();
-    ledger.set_append_hook(Box::new(CommitTotalsHook));
+    ledger.keep_commit_totals();
     append(
         &mut ledger,
         &[
@@ -131,8 +131,9 @@ fn totals_kept_by_reservation_id_alone_are_rebuilt_by_the_migration() {
     assert_eq!(totals(&ledger), tokens(&[("org-a", 90), ("org-b", 40)]));
     // What a binary before migration 013 left: one reservation r-1, closed by org-b's COMMIT, org-a's refused
     // (and no column of migration 014, which runs again).
-    ledger
-        .connection()
+    drop(ledger);
+    rusqlite::Connection::open(&path)
+        .unwrap()
         .execute_batch(
             "DELETE FROM commit_totals;
              INSERT INTO commit_totals (tenant, metric, period, amount) VALUES ('org-b', 'tokens', '2026-11', 40);
@@ -140,9 +141,8 @@ fn totals_kept_by_reservation_id_alone_are_rebuilt_by_the_migration() {
              PRAGMA user_version = 12;",
         )
         .unwrap();
-    drop(ledger);
     let mut ledger = Ledger::open(&path).unwrap();
-    ledger.set_append_hook(Box::new(CommitTotalsHook));
+    ledger.keep_commit_totals();
     // Refused (org-a's r-1 is closed already): it changes no verdict, but makes the catch-up judge org-a's r-1.
     append(&mut ledger, &[event_of("org-a", "a-rel", "2026-11-10T10:05:00Z", "r-1", RELEASE, 0)]);
     assert_eq!(totals(&ledger), tokens(&[("org-a", 90), ("org-b", 40)]));
@@ -157,7 +157,7 @@ fn totals_kept_by_reservation_id_alone_are_rebuilt_by_the_migration() {
 #[test]
 fn a_catch_up_in_steps_ends_where_one_catch_up_ends() {
     use ReservationAction::*;
-    let step = commit_totals::CATCH_UP_STEP_ENTRIES as usize;
+    let step = CATCH_UP_STEP_ENTRIES as usize;
     let count = step + step / 2;
     let reserves: Vec<Incoming> =
         (0..count).map(|i| event(&format!("r-{i}"), "2026-11-02T10:00:00Z", &format!("x{i}"), RESERVE, 9)).collect();
@@ -174,10 +174,10 @@ fn a_catch_up_in_steps_ends_where_one_catch_up_ends() {
     for events in &batches {
         append(&mut ledger, events);
     }
-    let steps = commit_totals::catch_up_in_steps(ledger.connection()).unwrap();
+    let steps = ledger.catch_up_commit_totals_in_steps().unwrap();
     assert_eq!(steps, 3, "{} entries, steps of {step}, the last {step} or fewer left to the export", 2 * count + 3);
     let watermark = ledger.status().unwrap().watermark;
-    commit_totals::catch_up(ledger.connection(), watermark).unwrap();
+    ledger.catch_up_commit_totals(watermark).unwrap();
     let expected = rebuilt(&batches);
     assert_eq!(totals(&ledger), expected);
     // x3's COMMIT of 3 % 7 = 3 taken back by its earlier RELEASE.
@@ -191,7 +191,7 @@ fn a_catch_up_in_steps_ends_where_one_catch_up_ends() {
 #[test]
 fn an_append_catches_up_one_step_of_what_it_finds_behind() {
     use ReservationAction::*;
-    let step = commit_totals::CATCH_UP_STEP_ENTRIES;
+    let step = CATCH_UP_STEP_ENTRIES;
     let count = step as usize + 10;
     let served: Vec<Incoming> = (0..count)
         .flat_map(|i| {
@@ -209,16 +209,13 @@ fn an_append_catches_up_one_step_of_what_it_finds_behind() {
     let dir = tempfile::tempdir().unwrap();
     let mut ledger = Ledger::open(dir.path().join("behind.db")).unwrap();
     append(&mut ledger, &served);
-    ledger.set_append_hook(Box::new(CommitTotalsHook));
+    ledger.keep_commit_totals();
     append(&mut ledger, &ingested);
-    let through: i64 = ledger
-        .connection()
-        .query_row("SELECT through_seq FROM commit_totals_state WHERE id = 1", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(through as u64, step, "one step of the {} entries behind", 2 * count + 2);
+    let through = ledger.commit_totals_through().unwrap();
+    assert_eq!(through, step, "one step of the {} entries behind", 2 * count + 2);
     append(&mut ledger, &[event("j-r", "2026-11-04T10:00:00Z", "j", RESERVE, 1)]);
     let watermark = ledger.status().unwrap().watermark;
-    commit_totals::catch_up(ledger.connection(), watermark).unwrap();
+    ledger.catch_up_commit_totals(watermark).unwrap();
     assert_eq!(totals(&ledger), tokens(&[("org-1", 2 * count as i64 + 3)]));
     assert_eq!(
         totals(&ledger),

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Subcommand;
-use reports::LedgerSession;
+use ledger::Ledger;
 use reports::audit::{render, tenant, why};
 use schemas::Timestamp;
 
@@ -42,9 +42,9 @@ fn parse_instant(text: &str) -> Result<Timestamp, String> {
 }
 
 pub fn run(ledger_path: &Path, command: AuditCommand) -> anyhow::Result<ExitCode> {
-    let session = LedgerSession::open(ledger_path, None)?;
+    let ledger = Ledger::open_read_only(ledger_path)?;
     match command {
-        AuditCommand::Why { request_id, json } => match why::why(&session, &request_id)? {
+        AuditCommand::Why { request_id, json } => match why::why(&ledger, &request_id)? {
             Ok(answer) if json => super::print_json(&answer).map(|()| ExitCode::SUCCESS),
             Ok(answer) => print(&render::why(&answer)).map(|()| ExitCode::SUCCESS),
             Err(unknown) => {
@@ -62,7 +62,7 @@ pub fn run(ledger_path: &Path, command: AuditCommand) -> anyhow::Result<ExitCode
         },
         AuditCommand::Tenant { tenant, from, to, json } => {
             anyhow::ensure!(from < to, "--from {from} must be before --to {to}");
-            match tenant::timeline(&session, &tenant, from, to)? {
+            match tenant::timeline(&ledger, &tenant, from, to)? {
                 Ok(timeline) if json => super::print_json(&timeline).map(|()| ExitCode::SUCCESS),
                 Ok(timeline) => print(&render::timeline(&timeline)).map(|()| ExitCode::SUCCESS),
                 Err(unknown) => {

@@ -51,8 +51,8 @@ fn parse_period(text: &str) -> Result<Period, String> {
 
 pub fn run(ledger_path: &Path, command: ExportCommand) -> anyhow::Result<ExitCode> {
     let ExportCommand::Billing(args) = command;
-    // A close cannot be undone: an --out that cannot be written stops the command before anything is closed (it
-    // used to fail after the close, and the user took the period for still open).
+    // A close cannot be undone: an --out that cannot be written stops the command before anything is closed (failing
+    // after the close, it would leave the user taking the period for still open).
     if let Some(path) = &args.out {
         check_writable(path)?;
     }
@@ -80,18 +80,17 @@ pub fn run(ledger_path: &Path, command: ExportCommand) -> anyhow::Result<ExitCod
 
 /// `--final`: closes the period (or finds it closed) and answers its stored export.
 pub(crate) fn close(ledger: &mut Ledger, period: Period) -> anyhow::Result<(BillingExport, String)> {
-    let path = ledger.path().to_path_buf();
     if ledger.period_export(period)?.is_none() {
         // A close refused records nothing, the late usage included.
         ledger.refuse_close(period).with_context(|| format!("cannot close period {period}"))?;
         record_late_usage(ledger, period)?;
         // Most of the commit totals' catch-up before the close's own transaction, in short ones: the hook and ingest
         // wait for the close meanwhile.
-        reports::commit_totals::catch_up_in_steps(ledger.connection())?;
+        ledger.catch_up_commit_totals_in_steps()?;
     }
     let closed = ledger
-        .close_period_with_export(period, |conn, snapshot| {
-            Ok(billing::compute(conn, &path, period, snapshot, UsageSource::Totals)?)
+        .close_period_with_export(period, |ledger, snapshot| {
+            Ok(billing::compute(ledger, period, snapshot, UsageSource::Totals)?)
         })
         .with_context(|| format!("cannot close period {period}"))?;
     let export = stored_or_recomputed(ledger, &closed)?;
@@ -106,8 +105,8 @@ pub(crate) fn close(ledger: &mut Ledger, period: Period) -> anyhow::Result<(Bill
 
 /// Records the late usage of the months closed before, as `reconcile` would (its LATE_USAGE adjustments only, the
 /// same concerns and ids): a close carries every late event recorded before it, whether or not a reconcile ran since
-/// it arrived (until 2026-12-03 only those a reconcile had recorded, and the rest waited for the next close). The
-/// reconcile lock keeps it from running beside a reconcile, whose plan it would make stale.
+/// it arrived (not only those a reconcile had recorded, leaving the rest to wait for the next close). The reconcile
+/// lock keeps it from running beside a reconcile, whose plan it would make stale.
 fn record_late_usage(ledger: &mut Ledger, period: Period) -> anyhow::Result<()> {
     // A first close has no closed month before it whose usage could be late.
     if ledger.period_closes()?.is_empty() {
@@ -166,7 +165,7 @@ fn with_first_close(ledger: &Ledger, period: Period) -> anyhow::Result<&'static 
 /// A closed period's stored rows; a period closed without stored rows is recomputed at its close's watermark.
 fn stored_or_recomputed(ledger: &Ledger, closed: &ledger::PeriodExport) -> anyhow::Result<BillingExport> {
     let rows = if closed.rows.is_empty() {
-        billing::compute_closed(ledger.path(), &closed.close, &ledger.period_closes()?)?
+        billing::compute_closed(ledger, &closed.close, &ledger.period_closes()?)?
     } else {
         closed.rows.clone()
     };

@@ -95,7 +95,7 @@ impl Write for Stdout {
 /// export then judges only reservations touched since; without the hook the next export catches up).
 pub fn open_for_append(path: &std::path::Path) -> anyhow::Result<ledger::Ledger> {
     let mut ledger = ledger::Ledger::open(path)?;
-    ledger.set_append_hook(Box::new(reports::commit_totals::CommitTotalsHook));
+    ledger.keep_commit_totals();
     Ok(ledger)
 }
 

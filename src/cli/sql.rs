@@ -10,8 +10,8 @@ use std::process::ExitCode;
 use arrow::array::RecordBatch;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use clap::{Args, ValueEnum};
+use ledger::tables::{Kind, TABLES};
 use reports::LedgerSession;
-use reports::tables::TABLES;
 
 #[derive(Debug, Args)]
 pub struct SqlArgs {
@@ -112,10 +112,10 @@ fn print_tables() -> anyhow::Result<()> {
         writeln!(out, "{}: {}", table.name, table.description)?;
         for column in table.columns {
             let kind = match column.kind {
-                reports::tables::Kind::Int64 => "BIGINT",
-                reports::tables::Kind::Int32 => "INT",
-                reports::tables::Kind::Text => "VARCHAR",
-                reports::tables::Kind::Timestamp => "TIMESTAMP (UTC, microseconds)",
+                Kind::Int64 => "BIGINT",
+                Kind::Int32 => "INT",
+                Kind::Text => "VARCHAR",
+                Kind::Timestamp => "TIMESTAMP (UTC, microseconds)",
             };
             let null = if column.nullable { ", nullable" } else { "" };
             writeln!(out, "  {} {kind}{null}", column.name)?;

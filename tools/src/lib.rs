@@ -52,10 +52,10 @@ pub enum Progress {
     Note(String),
 }
 
-/// Opens a ledger for appending as the binary's `ingest` does: with the reports' commit totals kept inside every
-/// append's transaction, so that an export later judges only the reservations touched since.
+/// Opens a ledger for appending as the binary's `ingest` does: with the commit totals kept inside every append's
+/// transaction, so that an export later judges only the reservations touched since.
 pub(crate) fn open_for_append(path: &Path) -> Result<ledger::Ledger, ledger::OpenError> {
     let mut ledger = ledger::Ledger::open(path)?;
-    ledger.set_append_hook(Box::new(reports::commit_totals::CommitTotalsHook));
+    ledger.keep_commit_totals();
     Ok(ledger)
 }

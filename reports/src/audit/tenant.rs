@@ -1,30 +1,28 @@
 //! `audit tenant TENANT --from .. --to ..`: a tenant's decisions, consumption per UTC day, reservations and
-//! adjustments over a time range, at one watermark.
+//! adjustments over a time range, read at one watermark through the ledger's typed reads.
 
 use std::collections::{BTreeMap, HashMap};
 
+use ledger::{AdjustmentRecord, Ledger};
 use rules::window;
 use schemas::{AdjustmentKind, ReservationAction, ReservationEvent, Timestamp, Window};
 use serde::Serialize;
 
-use super::{for_each_frame, frames, reservation_groups, text, time};
+use super::why::At;
 use crate::error::ReportError;
-use crate::session::LedgerSession;
-
-const DECISIONS: &str = include_str!("../../sql/tenant_decisions.sql");
-const USAGE_PER_DAY: &str = include_str!("../../sql/tenant_usage_per_day.sql");
-const ADJUSTMENTS: &str = include_str!("../../sql/tenant_adjustments.sql");
-const CONFLICTING_COPIES: &str = include_str!("../../sql/tenant_conflicting_copies.sql");
-const KNOWN: &str = include_str!("../../sql/tenant_known.sql");
-const TENANTS: &str = include_str!("../../sql/tenant_names.sql");
 
 /// A tenant's history over `[from, to)`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Timeline {
+    /// The tenant asked about.
     pub tenant: String,
+    /// The range's start, included.
     pub from: Timestamp,
+    /// The range's end, excluded.
     pub to: Timestamp,
+    /// The ledger watermark the answer was computed at.
     pub watermark: u64,
+    /// The tenant's decisions in the range, in event time.
     pub decisions: Vec<DecisionLine>,
     /// Per UTC day and metric.
     pub consumption: Vec<DayConsumption>,
@@ -47,13 +45,17 @@ impl Timeline {
 /// A tenant the ledger holds no event of, with the nearest tenants it has.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct UnknownTenant {
+    /// The tenant asked about.
     pub tenant: String,
+    /// The nearest tenants the ledger holds, nearest first.
     pub nearest: Vec<String>,
     /// The (empty) timeline all the same: `--json` keeps every key a script reads for a known tenant.
     pub timeline: Timeline,
 }
 
+/// One decision of the timeline (SPEC 3 `DecisionEvent`), with its ledger sequence number.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[allow(missing_docs)] // The DecisionEvent's own fields, by their SPEC 3 names.
 pub struct DecisionLine {
     pub seq: u64,
     pub occurred_at: Timestamp,
@@ -70,13 +72,18 @@ pub struct DecisionLine {
     pub policy_owner: Option<String>,
 }
 
+/// The consumption of one UTC day and metric.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DayConsumption {
+    /// The day's first instant.
     pub window_start: Timestamp,
+    /// The metric.
     pub metric: String,
+    /// Counted usage.
     pub usage: i64,
     /// Valid COMMITs of reservations.
     pub commits: i64,
+    /// Usage and commits.
     pub total: i64,
     /// Usage events and commits.
     pub events: u64,
@@ -88,29 +95,44 @@ impl DayConsumption {
     }
 }
 
+/// One reservation of the timeline.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ReservationLine {
+    /// Its reservation_id.
     pub reservation_id: String,
+    /// Its metric.
     pub metric: String,
+    /// When its RESERVE occurred.
     pub reserved_at: Option<Timestamp>,
+    /// What its RESERVE held.
     pub amount_held: Option<i64>,
     /// committed, released, expired or open, as of `to` (judged on the events before it); `+ N refused` when
     /// transitions before `to` were refused.
     pub state: String,
+    /// What its valid COMMIT consumed.
     pub committed: Option<i64>,
 }
 
+/// One adjustment of the timeline (SPEC 3 `AdjustmentEvent`), with its ledger sequence number.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AdjustmentLine {
+    /// Its ledger sequence number.
     pub seq: u64,
     /// The `--as-of` of the reconcile run that wrote it.
     pub occurred_at: Timestamp,
+    /// Its kind, as stored.
     pub kind: String,
+    /// Its metric.
     pub metric: String,
+    /// The subject of a SUBJECT window.
     pub subject: Option<String>,
+    /// The policy whose window it is about.
     pub policy_id: Option<String>,
+    /// The window it is about.
     pub window_start: Option<Timestamp>,
+    /// Its end.
     pub window_end: Option<Timestamp>,
+    /// Its amount (a delta).
     pub amount: i64,
     /// The event_ids it is about.
     pub refs: Vec<String>,
@@ -122,38 +144,31 @@ pub struct AdjustmentLine {
 /// The timeline of `tenant` over `[from, to)`; for a tenant the ledger holds no event of at all (a typo, most
 /// likely), the nearest tenants it has instead. A known tenant with nothing in the range gets its empty timeline.
 pub fn timeline(
-    session: &LedgerSession,
+    ledger: &Ledger,
     tenant: &str,
     from: Timestamp,
     to: Timestamp,
 ) -> Result<Result<Timeline, UnknownTenant>, ReportError> {
-    let timeline = read_timeline(session, tenant, from, to)?;
+    let at = At { ledger, watermark: ledger.watermark()? };
+    let timeline = read_timeline(&at, tenant, from, to)?;
     // Only an empty timeline asks whether the tenant is known: a tenant with events in the range is.
-    if !timeline.is_empty() || frames(session, KNOWN, vec![text(tenant)])?.iter().any(|f| f.rows() > 0) {
+    if !timeline.is_empty() || ledger.holds_tenant(tenant, at.watermark)? {
         return Ok(Ok(timeline));
     }
-    let nearest = super::nearest(session, TENANTS, "tenant", tenant)?;
+    let nearest = super::nearest(tenant, |offer| Ok(ledger.for_each_tenant(at.watermark, offer)?))?;
     Ok(Err(UnknownTenant { tenant: tenant.to_string(), nearest, timeline }))
 }
 
-fn read_timeline(
-    session: &LedgerSession,
-    tenant: &str,
-    from: Timestamp,
-    to: Timestamp,
-) -> Result<Timeline, ReportError> {
-    let range = vec![text(tenant), time(from), time(to)];
+fn read_timeline(at: &At<'_>, tenant: &str, from: Timestamp, to: Timestamp) -> Result<Timeline, ReportError> {
     let mut days: BTreeMap<(Timestamp, String), DayConsumption> = BTreeMap::new();
-    for f in frames(session, USAGE_PER_DAY, range.clone())? {
-        for r in 0..f.rows() {
-            let day = days.entry((f.time("day", r), f.str("metric", r))).or_insert_with(DayConsumption::empty);
-            day.usage = f.i64("usage", r);
-            day.events += f.i64("events", r) as u64;
-        }
+    for usage in at.ledger.tenant_usage_per_day(tenant, (from, to), at.watermark)? {
+        let day = days.entry((usage.day, usage.metric)).or_insert_with(DayConsumption::empty);
+        day.usage = usage.quantity;
+        day.events += usage.events;
     }
-    let mut adjustments = Adjustments::read(session, range.clone())?;
+    let mut adjustments = Adjustments::new(at.ledger.tenant_adjustments(tenant, (from, to), at.watermark)?);
     let mut reservations = Vec::new();
-    reservation_groups(session, tenant, None, |group| {
+    at.ledger.for_each_reservation_of(tenant, None, at.watermark, |group| {
         adjustments.note_reservation_events(group);
         let events: Vec<(u64, &ReservationEvent)> = group.iter().map(|(s, e)| (*s, e)).collect();
         // Consumption counts a COMMIT as reconcile does, judged on every event; the state is as of `to`.
@@ -178,11 +193,9 @@ fn read_timeline(
         }
     })?;
     if adjustments.wants_conflicting_copies() {
-        for_each_frame(session, CONFLICTING_COPIES, vec![text(tenant)], |f| {
-            for r in 0..f.rows() {
-                adjustments.note_conflicting_copy(f.str("event_id", r), f.time("occurred_at", r));
-            }
-        })?;
+        for copy in at.ledger.conflicting_copies_of(tenant, at.watermark)? {
+            adjustments.note_conflicting_copy(copy.header.event_id, copy.header.occurred_at);
+        }
     }
     reservations.sort_by(|a, b| (a.reserved_at, &a.reservation_id).cmp(&(b.reserved_at, &b.reservation_id)));
     let consumption = days
@@ -198,8 +211,8 @@ fn read_timeline(
         tenant: tenant.to_string(),
         from,
         to,
-        watermark: session.watermark(),
-        decisions: decisions(session, tenant, range.clone())?,
+        watermark: at.watermark,
+        decisions: decisions(at, tenant, (from, to))?,
         consumption,
         reservations,
         adjustments: adjustments.in_range(from, to),
@@ -232,49 +245,42 @@ fn reservation_line(
 
 /// The tenant's decisions in the range, each with the owner of the policy copy it was made under (the versions of
 /// each policy_id read once).
-fn decisions(
-    session: &LedgerSession,
-    tenant: &str,
-    range: Vec<datafusion::common::ScalarValue>,
-) -> Result<Vec<DecisionLine>, ReportError> {
+fn decisions(at: &At<'_>, tenant: &str, range: (Timestamp, Timestamp)) -> Result<Vec<DecisionLine>, ReportError> {
     let mut lines = Vec::new();
     let mut versions: HashMap<(String, String), Vec<schemas::PolicyEvent>> = HashMap::new();
-    for f in frames(session, DECISIONS, range)? {
-        for r in 0..f.rows() {
-            let mut line = DecisionLine {
-                seq: f.i64("seq", r) as u64,
-                occurred_at: f.time("occurred_at", r),
-                request_id: f.str("request_id", r),
-                subject: f.opt_str("subject", r),
-                metric: f.str("metric", r),
-                amount: f.i64("amount", r),
-                outcome: f.str("outcome", r),
-                reason: f.str("reason", r),
-                policy_id: f.opt_str("policy_id", r),
-                policy_version: f.opt_i64("policy_version", r),
-                policy_owner: None,
+    for d in at.ledger.tenant_decisions(tenant, range, at.watermark)? {
+        let mut line = DecisionLine {
+            seq: d.seq,
+            occurred_at: d.header.occurred_at,
+            request_id: d.request_id,
+            subject: d.header.subject,
+            metric: d.header.metric,
+            amount: d.amount,
+            outcome: d.outcome,
+            reason: d.reason,
+            policy_id: d.policy_id,
+            policy_version: d.policy_version.map(i64::from),
+            policy_owner: None,
+        };
+        if let Some(policy_id) = &line.policy_id {
+            let key = (policy_id.clone(), line.metric.clone());
+            let versions = match versions.entry(key) {
+                std::collections::hash_map::Entry::Occupied(known) => known.into_mut(),
+                std::collections::hash_map::Entry::Vacant(new) => {
+                    new.insert(super::why::policy_versions(at, policy_id, &line.metric, tenant)?.0)
+                }
             };
-            if let Some(policy_id) = &line.policy_id {
-                let key = (policy_id.clone(), line.metric.clone());
-                let versions = match versions.entry(key) {
-                    std::collections::hash_map::Entry::Occupied(known) => known.into_mut(),
-                    std::collections::hash_map::Entry::Vacant(new) => {
-                        new.insert(super::why::policy_versions(session, policy_id, &line.metric, tenant)?.0)
-                    }
-                };
-                let named = super::why::Named {
-                    tenant,
-                    metric: &line.metric,
-                    occurred_at: line.occurred_at,
-                    version: line.policy_version,
-                    window_start: f.opt_time("window_start", r),
-                    window_end: f.opt_time("window_end", r),
-                };
-                line.policy_owner =
-                    super::why::copy_applied(versions, &named).map(|i| versions[i].header.tenant.clone());
-            }
-            lines.push(line);
+            let named = super::why::Named {
+                tenant,
+                metric: &line.metric,
+                occurred_at: line.occurred_at,
+                version: line.policy_version,
+                window_start: d.window_start,
+                window_end: d.window_end,
+            };
+            line.policy_owner = super::why::copy_applied(versions, &named).map(|i| versions[i].header.tenant.clone());
         }
+        lines.push(line);
     }
     Ok(lines)
 }
@@ -294,29 +300,23 @@ struct Adjustments {
 }
 
 impl Adjustments {
-    fn read(session: &LedgerSession, range: Vec<datafusion::common::ScalarValue>) -> Result<Adjustments, ReportError> {
-        let mut lines = Vec::new();
-        for f in frames(session, ADJUSTMENTS, range)? {
-            for r in 0..f.rows() {
-                let seq = f.i64("seq", r) as u64;
-                let refs = f.str("refs", r);
-                let refs: Vec<String> =
-                    serde_json::from_str(&refs).map_err(|_| ReportError::Refs { seq, value: refs.clone() })?;
-                lines.push(AdjustmentLine {
-                    seq,
-                    occurred_at: f.time("occurred_at", r),
-                    kind: f.str("kind", r),
-                    metric: f.str("metric", r),
-                    subject: f.opt_str("subject", r),
-                    policy_id: f.opt_str("policy_id", r),
-                    window_start: f.opt_time("window_start", r),
-                    window_end: f.opt_time("window_end", r),
-                    amount: f.i64("amount", r),
-                    refs,
-                    event_occurred_at: None,
-                });
-            }
-        }
+    fn new(records: Vec<AdjustmentRecord>) -> Adjustments {
+        let lines: Vec<AdjustmentLine> = records
+            .into_iter()
+            .map(|a| AdjustmentLine {
+                seq: a.seq,
+                occurred_at: a.header.occurred_at,
+                kind: a.kind,
+                metric: a.header.metric,
+                subject: a.header.subject,
+                policy_id: a.policy_id,
+                window_start: a.window_start,
+                window_end: a.window_end,
+                amount: a.amount,
+                refs: a.refs,
+                event_occurred_at: None,
+            })
+            .collect();
         let (mut reservation_events, mut conflicting_copies) = (HashMap::new(), HashMap::new());
         for line in lines.iter().filter(|l| l.window_start.is_none()) {
             for event_id in &line.refs {
@@ -327,7 +327,7 @@ impl Adjustments {
                 }
             }
         }
-        Ok(Adjustments { lines, reservation_events, conflicting_copies })
+        Adjustments { lines, reservation_events, conflicting_copies }
     }
 
     fn note_reservation_events(&mut self, group: &[(u64, ReservationEvent)]) {

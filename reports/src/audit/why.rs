@@ -1,21 +1,12 @@
-//! `audit why REQUEST_ID`: everything the ledger knows about one decision, gathered with DataFusion queries at
-//! one watermark, then told in words ([`render`]) or as JSON (the [`Why`] struct).
+//! `audit why REQUEST_ID`: everything the ledger knows about one decision, gathered with the ledger's typed reads
+//! at one watermark, then told in words ([`super::render`]) or as JSON (the [`Why`] struct).
 
+use ledger::{DecisionRecord, Ledger};
 use rules::window;
-use schemas::{Enforcement, PolicyEvent, Reason, ReservationAction, ReservationEvent, Scope, Timestamp, Window};
+use schemas::{PolicyEvent, Reason, ReservationAction, ReservationEvent, Scope, Timestamp};
 use serde::Serialize;
 
-use super::{for_each_frame, frames, reservation_groups, text, time};
-use crate::columns::Frame;
 use crate::error::ReportError;
-use crate::session::LedgerSession;
-
-const DECISIONS_OF_REQUEST: &str = include_str!("../../sql/audit_decisions_of_request.sql");
-const REQUEST_IDS: &str = include_str!("../../sql/audit_request_ids.sql");
-const POLICY_VERSIONS: &str = include_str!("../../sql/audit_policy_versions.sql");
-const WINDOW_USAGE: &str = include_str!("../../sql/audit_window_usage.sql");
-const GRANTS: &str = include_str!("../../sql/audit_grants.sql");
-const WINDOW_ADJUSTMENTS: &str = include_str!("../../sql/audit_window_adjustments.sql");
 
 /// Consuming events listed, largest first; the total counts them all.
 pub const LARGEST_SHOWN: usize = 10;
@@ -23,20 +14,26 @@ pub const LARGEST_SHOWN: usize = 10;
 /// The answer to "why was this request decided so?".
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Why {
+    /// The request id asked about.
     pub request_id: String,
     /// The ledger watermark the answer was computed at.
     pub watermark: u64,
+    /// The decision explained.
     pub decision: Decision,
     /// Decisions recorded for this request_id (the latest in event time, then ledger order, is explained).
     pub decisions_for_request: u64,
     /// The policy version the decision names, as the ledger holds it.
     pub policy: Option<PolicyFacts>,
+    /// The counter the decision recorded, and the reservations open then.
     pub counter: Counter,
+    /// The grants that raised the decision's window.
     pub grants: Vec<GrantFacts>,
     /// The policy's limit plus the grants that applied to the window; for a throttle, its bucket's capacity
     /// (grants raise quotas, not buckets).
     pub effective_limit: Option<i64>,
+    /// What had consumed the window before the decision, per the ledger.
     pub consumption: Consumption,
+    /// The wait the decision recorded for a retry.
     pub retry_after_ms: Option<i64>,
     /// When the window ends and the counter starts again.
     pub resets_at: Option<Timestamp>,
@@ -44,7 +41,9 @@ pub struct Why {
     pub adjustments: Vec<AdjustmentFacts>,
 }
 
+/// A recorded decision (SPEC 3 `DecisionEvent`), with its ledger sequence number.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[allow(missing_docs)] // The DecisionEvent's own fields, by their SPEC 3 names.
 pub struct Decision {
     pub seq: u64,
     pub event_id: String,
@@ -66,16 +65,24 @@ pub struct Decision {
     pub recorded: (Option<i64>, Option<i64>, Option<i64>, Option<i64>),
 }
 
+/// The policy version a decision was made under, as the ledger holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PolicyFacts {
+    /// Its policy_id.
     pub policy_id: String,
+    /// Its version.
     pub version: i64,
     /// The tenant it belongs to, `*` for the plan default.
     pub owner: String,
+    /// `TENANT` or `SUBJECT`.
     pub scope: String,
+    /// Its limit per window (a throttle's refill per window).
     pub limit: i64,
+    /// `MINUTE`, `HOUR`, `DAY` or `MONTH`.
     pub window: String,
+    /// `HARD`, `SOFT` or `SHADOW`.
     pub enforcement: String,
+    /// When it takes effect.
     pub effective_from: Timestamp,
     /// A throttle's token bucket capacity (refilled `limit` per `window`); `None` for a quota.
     pub burst: Option<i64>,
@@ -102,14 +109,21 @@ impl Why {
 /// The counter at decision time, as the decision recorded it, and the reservations open then.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Counter {
+    /// The limit the decision recorded.
     pub limit: Option<i64>,
+    /// What the decision recorded as used before it.
     pub used_before: Option<i64>,
+    /// What the decision recorded as remaining after it.
     pub remaining: Option<i64>,
+    /// Reservations of the window open at the decision, per the ledger.
     pub open_reservations: u64,
+    /// What they held.
     pub open_reservations_amount: i64,
 }
 
+/// A grant that raised the decision's window (SPEC 3 `GrantEvent`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[allow(missing_docs)] // The GrantEvent's own fields, by their SPEC 3 names.
 pub struct GrantFacts {
     pub grant_id: String,
     pub amount: i64,
@@ -121,7 +135,9 @@ pub struct GrantFacts {
 /// What had consumed the window before the decision, per the ledger.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Consumption {
+    /// The sum of the consuming events.
     pub total: i64,
+    /// How many there were.
     pub events: u64,
     /// `total` plus what the reservations open at the decision held: the ledger's account of the recorded
     /// `counter.used_before`, which counts holds the same way (SPEC 6).
@@ -130,55 +146,75 @@ pub struct Consumption {
     pub largest: Vec<Consumed>,
 }
 
+/// One consuming event: a usage event, or the valid COMMIT of a reservation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Consumed {
+    /// Its ledger sequence number.
     pub seq: u64,
+    /// Its event_id.
     pub event_id: String,
     /// `usage` or `commit` (a valid COMMIT of a reservation).
     pub kind: &'static str,
+    /// Its event time.
     pub occurred_at: Timestamp,
+    /// What it consumed.
     pub quantity: i64,
+    /// Its subject.
     pub subject: Option<String>,
 }
 
+/// An adjustment about the decision's window (SPEC 3 `AdjustmentEvent`), with its ledger sequence number.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AdjustmentFacts {
+    /// Its ledger sequence number.
     pub seq: u64,
+    /// Its adjustment_id.
     pub adjustment_id: String,
+    /// Its kind, as stored.
     pub kind: String,
+    /// The policy whose window it is about.
     pub policy_id: Option<String>,
     /// The subject of a SUBJECT window's adjustment; none for the tenant's windows and late usage.
     pub subject: Option<String>,
+    /// The window it is about.
     pub window_start: Option<Timestamp>,
+    /// Its end.
     pub window_end: Option<Timestamp>,
+    /// Its amount (a delta).
     pub amount: i64,
+    /// The reconcile run that wrote it.
     pub run_id: String,
 }
 
 /// A request_id the ledger has no decision for, with the nearest ones it has.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Unknown {
+    /// The request id asked about.
     pub request_id: String,
+    /// The nearest known ones, nearest first.
     pub nearest: Vec<String>,
 }
 
 /// Explains the latest decision of `request_id`, or answers the nearest known request_ids.
-pub fn why(session: &LedgerSession, request_id: &str) -> Result<Result<Why, Unknown>, ReportError> {
-    let decisions = decisions(session, request_id)?;
+pub fn why(ledger: &Ledger, request_id: &str) -> Result<Result<Why, Unknown>, ReportError> {
+    let watermark = ledger.watermark()?;
+    let at = At { ledger, watermark };
+    let decisions: Vec<Decision> =
+        ledger.decisions_of_request(request_id, watermark)?.into_iter().map(Decision::from).collect();
     let Some(decision) = decisions.last().cloned() else {
-        return Ok(Err(Unknown { request_id: request_id.to_string(), nearest: nearest(session, request_id)? }));
+        return Ok(Err(Unknown { request_id: request_id.to_string(), nearest: nearest(&at, request_id)? }));
     };
-    let policy = policy(session, &decision)?;
+    let policy = policy(&at, &decision)?;
     let scope_subject = subject_of_scope(policy.as_ref(), &decision);
     // A throttle is decided by its bucket, which no grant raises (the hook's `evaluate_one`).
     let quota = policy.as_ref().filter(|p| p.burst.is_none());
-    let grants = grants(session, &decision, quota, scope_subject.as_ref())?;
+    let grants = grants(&at, &decision, quota, scope_subject.as_ref())?;
     let grants_total: i64 = grants.iter().map(|g| g.amount).sum();
-    let (consumption, open) = consumption(session, request_id, &decision, scope_subject.as_ref())?;
+    let (consumption, open) = consumption(&at, request_id, &decision, scope_subject.as_ref())?;
     let (limit, used_before, remaining, retry_after_ms) = decision.recorded;
     Ok(Ok(Why {
         request_id: request_id.to_string(),
-        watermark: session.watermark(),
+        watermark,
         decisions_for_request: decisions.len() as u64,
         effective_limit: policy.as_ref().map(|p| p.burst.unwrap_or(p.limit.saturating_add(grants_total))),
         policy,
@@ -191,7 +227,7 @@ pub fn why(session: &LedgerSession, request_id: &str) -> Result<Result<Why, Unkn
             Some(reason) => reason.resets_at(decision.occurred_at, decision.window_end, retry_after_ms),
             None => decision.window_end,
         },
-        adjustments: adjustments(session, &decision, scope_subject.as_ref())?,
+        adjustments: adjustments(&at, &decision, scope_subject.as_ref())?,
         decision,
     }))
 }
@@ -202,36 +238,33 @@ fn subject_of_scope(policy: Option<&PolicyFacts>, decision: &Decision) -> Option
     policy.filter(|p| p.scope == Scope::SUBJECT.symbol()).map(|_| decision.subject.clone())
 }
 
-fn decisions(session: &LedgerSession, request_id: &str) -> Result<Vec<Decision>, ReportError> {
-    let mut found = Vec::new();
-    for f in frames(session, DECISIONS_OF_REQUEST, vec![text(request_id)])? {
-        for r in 0..f.rows() {
-            found.push(Decision {
-                seq: f.i64("seq", r) as u64,
-                event_id: f.str("event_id", r),
-                occurred_at: f.time("occurred_at", r),
-                tenant: f.str("tenant", r),
-                subject: f.opt_str("subject", r),
-                metric: f.str("metric", r),
-                source: f.str("source", r),
-                idempotency_key: f.str("idempotency_key", r),
-                amount: f.i64("amount", r),
-                outcome: f.str("outcome", r),
-                reason: f.str("reason", r),
-                policy_id: f.opt_str("policy_id", r),
-                policy_version: f.opt_i64("policy_version", r),
-                window_start: f.opt_time("window_start", r),
-                window_end: f.opt_time("window_end", r),
-                recorded: (
-                    f.opt_i64("limit", r),
-                    f.opt_i64("used_before", r),
-                    f.opt_i64("remaining", r),
-                    f.opt_i64("retry_after_ms", r),
-                ),
-            });
+/// The ledger an answer reads, and the watermark it reads it at.
+pub(super) struct At<'l> {
+    pub ledger: &'l Ledger,
+    pub watermark: u64,
+}
+
+impl From<DecisionRecord> for Decision {
+    fn from(d: DecisionRecord) -> Decision {
+        Decision {
+            seq: d.seq,
+            event_id: d.header.event_id,
+            occurred_at: d.header.occurred_at,
+            tenant: d.header.tenant,
+            subject: d.header.subject,
+            metric: d.header.metric,
+            source: d.header.source,
+            idempotency_key: d.idempotency_key,
+            amount: d.amount,
+            outcome: d.outcome,
+            reason: d.reason,
+            policy_id: d.policy_id,
+            policy_version: d.policy_version.map(i64::from),
+            window_start: d.window_start,
+            window_end: d.window_end,
+            recorded: (d.limit, d.used_before, d.remaining, d.retry_after_ms),
         }
     }
-    Ok(found)
 }
 
 impl Decision {
@@ -268,27 +301,18 @@ impl Decision {
 /// Every version of `policy_id` for a tenant's metric, its own and the plan's, in ledger order, with their sequence
 /// numbers.
 pub(super) fn policy_versions(
-    session: &LedgerSession,
+    at: &At<'_>,
     policy_id: &str,
     metric: &str,
     tenant: &str,
 ) -> Result<(Vec<PolicyEvent>, Vec<u64>), ReportError> {
-    let params = vec![text(policy_id), text(metric), text(tenant)];
-    let mut seqs: Vec<u64> = Vec::new();
-    let mut versions: Vec<PolicyEvent> = Vec::new();
-    for f in frames(session, POLICY_VERSIONS, params)? {
-        for r in 0..f.rows() {
-            let seq = f.i64("seq", r) as u64;
-            versions.push(policy_event(&f, r, seq)?);
-            seqs.push(seq);
-        }
-    }
-    Ok((versions, seqs))
+    let versions = at.ledger.policy_versions(policy_id, metric, tenant, at.watermark)?;
+    Ok(versions.into_iter().map(|(seq, policy)| (policy, seq)).unzip())
 }
 
-fn policy(session: &LedgerSession, decision: &Decision) -> Result<Option<PolicyFacts>, ReportError> {
+fn policy(at: &At<'_>, decision: &Decision) -> Result<Option<PolicyFacts>, ReportError> {
     let (Some(policy_id), Some(_)) = (&decision.policy_id, decision.policy_version) else { return Ok(None) };
-    let (versions, seqs) = policy_versions(session, policy_id, &decision.metric, &decision.tenant)?;
+    let (versions, seqs) = policy_versions(at, policy_id, &decision.metric, &decision.tenant)?;
     let Some(index) = copy_applied(&versions, &decision.named()) else { return Ok(None) };
     let chosen = &versions[index];
     let copies = versions.iter().filter(|p| p.header.tenant == chosen.header.tenant && p.version == chosen.version);
@@ -312,9 +336,8 @@ fn policy(session: &LedgerSession, decision: &Decision) -> Result<Option<PolicyF
 /// answers over them all at the decision's instant, as the hook, reconcile and billing pick (the tenant's own in
 /// force before the plan default, the greatest `effective_from`, on a tie the later in the ledger), and of its
 /// windows the one the decision names. All versions, because the others decide which copy applies: the tenant's own
-/// v1 is no longer in force once its v2 changed scope, so the plan's v1 decided (until 2026-12-03 `audit why` chose
-/// among the copies of v1 alone, and named the tenant's own 1,000 for a denial under the plan's 60). A version not in
-/// force at the decision (an enforcement point ahead of or behind the ledger) is answered by the same rule among its
+/// v1 is no longer in force once its v2 changed scope, so the plan's v1 decided (chosen among the copies of v1 alone,
+/// the tenant's own 1,000 would be named for a denial under the plan's 60). A version not in force at the decision (an enforcement point ahead of or behind the ledger) is answered by the same rule among its
 /// own copies, at the decision and else at their latest `effective_from`, where every copy is.
 pub(super) fn copy_applied(versions: &[PolicyEvent], decision: &Named<'_>) -> Option<usize> {
     let decided = |p: &PolicyEvent| Some(i64::from(p.version)) == decision.version;
@@ -337,36 +360,8 @@ pub(super) fn copy_applied(versions: &[PolicyEvent], decision: &Named<'_>) -> Op
     applied(decision.occurred_at).or_else(|| applied(latest)).map(|i| indices[i])
 }
 
-fn policy_event(f: &Frame, r: usize, seq: u64) -> Result<PolicyEvent, ReportError> {
-    Ok(PolicyEvent {
-        header: f.header(r),
-        policy_id: f.str("policy_id", r),
-        // An Int32 column (PolicyEvent's `int`).
-        version: f.i64("version", r) as i32,
-        scope: symbol(f, r, seq, "scope", Scope::from_symbol)?,
-        limit: f.i64("limit", r),
-        window: symbol(f, r, seq, "window", Window::from_symbol)?,
-        enforcement: symbol(f, r, seq, "enforcement", Enforcement::from_symbol)?,
-        effective_from: f.time("effective_from", r),
-        // Which copy applies depends on it: a tenant's own throttle never covers the plan's quota.
-        burst: f.opt_i64("burst", r),
-    })
-}
-
-/// A policy's symbol column, parsed.
-fn symbol<T>(
-    f: &Frame,
-    r: usize,
-    seq: u64,
-    column: &'static str,
-    parse: fn(&str) -> Option<T>,
-) -> Result<T, ReportError> {
-    let value = f.str(column, r);
-    parse(&value).ok_or(ReportError::UnknownSymbol { seq, what: column, value })
-}
-
 fn grants(
-    session: &LedgerSession,
+    at: &At<'_>,
     decision: &Decision,
     policy: Option<&PolicyFacts>,
     scope_subject: Option<&Option<String>>,
@@ -375,24 +370,21 @@ fn grants(
         return Ok(Vec::new());
     };
     let mut found = Vec::new();
-    for f in frames(session, GRANTS, vec![text(&decision.tenant), text(&decision.metric)])? {
-        for r in 0..f.rows() {
-            let subject = f.opt_str("subject", r);
-            // SPEC 5: a grant with a subject raises that subject's SUBJECT windows, one without the TENANT windows.
-            let applies = match scope_subject {
-                None => subject.is_none(),
-                Some(s) => subject.is_some() && subject == *s,
-            };
-            let (from, until) = (f.time("valid_from", r), f.time("valid_until", r));
-            if applies && window::overlaps(from, until, start, end) {
-                found.push(GrantFacts {
-                    grant_id: f.str("grant_id", r),
-                    amount: f.i64("amount", r),
-                    valid_from: from,
-                    valid_until: until,
-                    reason: f.str("reason", r),
-                });
-            }
+    for grant in at.ledger.grants_of(&decision.tenant, &decision.metric, at.watermark)? {
+        let subject = grant.header.subject;
+        // SPEC 5: a grant with a subject raises that subject's SUBJECT windows, one without the TENANT windows.
+        let applies = match scope_subject {
+            None => subject.is_none(),
+            Some(s) => subject.is_some() && subject == *s,
+        };
+        if applies && window::overlaps(grant.valid_from, grant.valid_until, start, end) {
+            found.push(GrantFacts {
+                grant_id: grant.grant_id,
+                amount: grant.amount,
+                valid_from: grant.valid_from,
+                valid_until: grant.valid_until,
+                reason: grant.reason,
+            });
         }
     }
     Ok(found)
@@ -403,7 +395,7 @@ fn grants(
 /// same instant and earlier in the ledger (the hook appends a decision before the RESERVE or usage it allows,
 /// so the request's own are not before it).
 fn consumption(
-    session: &LedgerSession,
+    at: &At<'_>,
     request_id: &str,
     decision: &Decision,
     scope_subject: Option<&Option<String>>,
@@ -411,24 +403,20 @@ fn consumption(
     let start = decision.window_start.unwrap_or(decision.occurred_at);
     let counts = |subject: &Option<String>| scope_subject.is_none_or(|s| s == subject);
     let mut all: Vec<Consumed> = Vec::new();
-    let params = vec![text(&decision.tenant), text(&decision.metric), time(start), time(decision.occurred_at)];
-    for_each_frame(session, WINDOW_USAGE, params, |f| {
-        for r in 0..f.rows() {
-            let (seq, occurred_at, subject) =
-                (f.i64("seq", r) as u64, f.time("occurred_at", r), f.opt_str("subject", r));
-            // The usage this decision allowed is not "before" it: the hook appends it after the decision at the same
-            // instant (`is_after` leaves it out), another enforcement point's may reach the ledger first. Usage of
-            // the same request_id at an earlier instant is an earlier decision's (a retry) and did consume the window.
-            let own_usage =
-                occurred_at == decision.occurred_at && f.opt_str("request_id", r).as_deref() == Some(request_id);
-            if counts(&subject) && !own_usage && decision.is_after(occurred_at, seq) {
-                let (event_id, quantity) = (f.str("event_id", r), f.i64("quantity", r));
-                all.push(Consumed { seq, event_id, kind: "usage", occurred_at, quantity, subject });
-            }
+    let window = (start, decision.occurred_at);
+    at.ledger.for_each_usage_between(&decision.tenant, &decision.metric, window, at.watermark, |usage| {
+        let (seq, occurred_at) = (usage.seq, usage.header.occurred_at);
+        // The usage this decision allowed is not "before" it: the hook appends it after the decision at the same
+        // instant (`is_after` leaves it out), another enforcement point's may reach the ledger first. Usage of the
+        // same request_id at an earlier instant is an earlier decision's (a retry) and did consume the window.
+        let own_usage = occurred_at == decision.occurred_at && usage.request_id.as_deref() == Some(request_id);
+        if counts(&usage.header.subject) && !own_usage && decision.is_after(occurred_at, seq) {
+            let (event_id, quantity, subject) = (usage.header.event_id, usage.quantity, usage.header.subject);
+            all.push(Consumed { seq, event_id, kind: "usage", occurred_at, quantity, subject });
         }
     })?;
     let mut open: (u64, i64) = (0, 0);
-    reservation_groups(session, &decision.tenant, Some(&decision.metric), |group| {
+    at.ledger.for_each_reservation_of(&decision.tenant, Some(&decision.metric), at.watermark, |group| {
         let before: Vec<(u64, &ReservationEvent)> = group
             .iter()
             .filter(|(seq, e)| decision.is_after(e.header.occurred_at, *seq))
@@ -475,46 +463,43 @@ fn largest_first(mut all: Vec<Consumed>, held: i64) -> Consumption {
 }
 
 /// Adjustments of the decision's tenant and metric whose window overlaps its window. Under a SUBJECT-scope policy,
-/// not those of another subject (as its events and grants do not count): another subject's OVERSHOOT read as this
-/// one's until 2026-12-02. Those without a subject (the tenant's windows, late usage) stay, as context.
+/// not those of another subject (as its events and grants do not count): another subject's OVERSHOOT would read as
+/// this one's. Those without a subject (the tenant's windows, late usage) stay, as context.
 fn adjustments(
-    session: &LedgerSession,
+    at: &At<'_>,
     decision: &Decision,
     scope_subject: Option<&Option<String>>,
 ) -> Result<Vec<AdjustmentFacts>, ReportError> {
     let (Some(start), Some(end)) = (decision.window_start, decision.window_end) else { return Ok(Vec::new()) };
-    let params = vec![text(&decision.tenant), text(&decision.metric), time(start), time(end)];
     let mut found = Vec::new();
-    for f in frames(session, WINDOW_ADJUSTMENTS, params)? {
-        for r in 0..f.rows() {
-            let subject = f.opt_str("subject", r);
-            if subject.is_some() && scope_subject.is_some_and(|s| *s != subject) {
-                continue;
-            }
-            found.push(AdjustmentFacts {
-                seq: f.i64("seq", r) as u64,
-                adjustment_id: f.str("adjustment_id", r),
-                kind: f.str("kind", r),
-                policy_id: f.opt_str("policy_id", r),
-                subject,
-                window_start: f.opt_time("window_start", r),
-                window_end: f.opt_time("window_end", r),
-                amount: f.i64("amount", r),
-                run_id: f.str("run_id", r),
-            });
+    for a in at.ledger.window_adjustments(&decision.tenant, &decision.metric, (start, end), at.watermark)? {
+        let subject = a.header.subject;
+        if subject.is_some() && scope_subject.is_some_and(|s| *s != subject) {
+            continue;
         }
+        found.push(AdjustmentFacts {
+            seq: a.seq,
+            adjustment_id: a.adjustment_id,
+            kind: a.kind,
+            policy_id: a.policy_id,
+            subject,
+            window_start: a.window_start,
+            window_end: a.window_end,
+            amount: a.amount,
+            run_id: a.run_id,
+        });
     }
     Ok(found)
 }
 
 /// The known request_ids nearest to `request_id` ([`super::nearest`]).
-fn nearest(session: &LedgerSession, request_id: &str) -> Result<Vec<String>, ReportError> {
-    super::nearest(session, REQUEST_IDS, "request_id", request_id)
+fn nearest(at: &At<'_>, request_id: &str) -> Result<Vec<String>, ReportError> {
+    super::nearest(request_id, |offer| Ok(at.ledger.for_each_request_id(at.watermark, offer)?))
 }
 
 #[cfg(test)]
 mod tests {
-    use schemas::Header;
+    use schemas::{Enforcement, Header, Window};
 
     use super::*;
 
@@ -588,8 +573,8 @@ mod tests {
 
     // The other versions decide which copy applies: the tenant's own v1 no longer covers the plan's v1 once its own
     // v2 (SUBJECT scope) is in force for December, so a December decision under "quota" v1 was the plan's 60, as
-    // the hook, reconcile and billing have it. Until 2026-12-03 audit why chose among the copies of v1 alone and
-    // named the tenant's own 1,000.
+    // the hook, reconcile and billing have it (chosen among the copies of v1 alone, it would be the tenant's own
+    // 1,000).
     #[test]
     fn a_later_version_of_its_own_leaves_the_decision_to_the_plans_copy() {
         let own_v2 = PolicyEvent { version: 2, scope: Scope::SUBJECT, ..copy("org-1", 1_000, "2026-12-02T00:00:00Z") };

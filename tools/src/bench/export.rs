@@ -117,9 +117,7 @@ pub fn run(settings: &ExportBenchSettings, progress: &dyn Fn(Progress)) -> anyho
         "judging every reservation once (commit_totals: what appends with the hook keep current) ...".into(),
     ));
     let started = Instant::now();
-    let tx = rusqlite::Transaction::new_unchecked(ledger.connection(), rusqlite::TransactionBehavior::Immediate)?;
-    let caught_up = reports::commit_totals::catch_up(&tx, status.watermark)?;
-    tx.commit()?;
+    let caught_up = ledger.catch_up_commit_totals(status.watermark)?;
     let commit_totals_seconds = started.elapsed().as_secs_f64();
     drop(ledger);
     let csv_out = dir.join("bench-export.csv");
@@ -259,9 +257,9 @@ fn write_consumption_parquet(ledger_path: &Path, out: &Path) -> anyhow::Result<u
         rows += batch.num_rows() as u64;
         writer.write(batch).map_err(reports::ReportError::from)
     })?;
-    let conn = reports::provider::open_read_only(ledger_path)?;
+    let ledger = Ledger::open_read_only(ledger_path)?;
     let mut commits: Vec<(String, String, i64, i64)> = Vec::new();
-    reports::billing::for_each_reservation(&conn, session.watermark(), |group| {
+    ledger.for_each_reservation_through(session.watermark(), |group| {
         let events: Vec<(u64, &schemas::ReservationEvent)> = group.iter().map(|(s, e)| (*s, e)).collect();
         let verdict = rules::reservation::judge(&events, period.end());
         if let Some((seq, schemas::ReservationAction::COMMIT, amount)) = verdict.close {

@@ -68,7 +68,7 @@ pub fn run(settings: &ReconcileBenchSettings, progress: &dyn Fn(Progress)) -> an
     // A kept ledger may hold a previous benchmark's adjustments: copy it so every run starts from the same state.
     let run_path = dir.join("bench-reconcile-run.db");
     super::remove_database(&run_path);
-    Ledger::open_read_only(&path)?.connection().execute("VACUUM INTO ?", [run_path.to_string_lossy()])?;
+    Ledger::open_read_only(&path)?.copy_into(&run_path)?;
     // Migrated before the clock starts: a ledger built by an older binary gets its new indexes here.
     let events_recorded = Ledger::open(&run_path)?.status()?.events_recorded;
     let first = reconcile_child(&settings.binary, &run_path)?;

@@ -490,7 +490,7 @@ impl<'a> Demo<'a> {
             Some(id) => id.clone(),
             None => first_denial(&session)?.context("no denied request in the ledger to explain")?,
         };
-        let answer = match reports::audit::why::why(&session, &request_id)? {
+        let answer = match reports::audit::why::why(&Ledger::open_read_only(&self.ledger_path)?, &request_id)? {
             Ok(answer) => reports::audit::render::why(&answer),
             Err(unknown) => anyhow::bail!("audit why does not find {}", unknown.request_id),
         };

@@ -1,39 +1,59 @@
-//! The tables DataFusion sees (`sql`, `audit`): one per ledger table, each event table joined with the common
-//! fields of its entry, so that a query never needs to join `entries` by hand. Payloads and hashes are left out
-//! (they are bytes for `verify`, not for reports). These names and columns are the documented interface of
-//! `quota-ledger sql`: add, never rename.
+//! The tables the ledger shows to SQL (`quota-ledger sql`, through the reports' DataFusion provider and
+//! [`crate::Ledger::scan`]): one per ledger table, each event table joined with the common fields of its entry, so
+//! that a query never needs to join `entries` by hand. Payloads and hashes are left out (they are bytes for
+//! `verify`, not for reports). These names and columns are the documented interface of `quota-ledger sql`: add,
+//! never rename. How each column is read (its SQLite expression) stays inside the ledger.
 
-/// How a SQLite column becomes an Arrow column.
+/// The type of a column's values ([`crate::scan::Value`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// A 64-bit signed integer.
     Int64,
+    /// A 32-bit signed integer (an Avro `int`: a policy's version).
     Int32,
+    /// UTF-8 text.
     Text,
-    /// Microseconds since the epoch in SQLite; `Timestamp(Microsecond, "UTC")` in Arrow.
+    /// An instant, microseconds since the epoch, UTC.
     Timestamp,
 }
 
-/// One column: its name in DataFusion, the SQLite expression that reads it, and its type.
+/// One column: its name, the SQLite expression that reads it, and its type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Column {
+    /// Its name in SQL.
     pub name: &'static str,
-    pub sql: &'static str,
+    /// The type of its values.
     pub kind: Kind,
+    /// Whether a value may be missing.
     pub nullable: bool,
-    /// A request_id the ledger indexes by request key (`ledger::dedup::REQUEST_KEYS`): a `column = 'literal'`
-    /// filter is pushed down as a probe of that index (its key) besides the comparison itself.
-    pub request_keyed: bool,
+    /// The SQLite expression that reads it.
+    pub(crate) sql: &'static str,
+    /// A request_id the ledger indexes by request key (`dedup::REQUEST_KEYS`): a `column = 'literal'` filter is
+    /// pushed down as a probe of that index (its key) besides the comparison itself.
+    pub(crate) request_keyed: bool,
 }
 
 /// One table: its name, the SQLite `FROM` clause it reads, and the column holding the ledger sequence number
-/// (rows past the session's watermark are never read, so that every table of a query shows one instant).
+/// (rows past a scan's watermark are never read, so that every table of a query shows one instant).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Table {
+    /// Its name in SQL.
     pub name: &'static str,
+    /// What it holds, in a few words (`sql --tables`).
     pub description: &'static str,
-    pub from: &'static str,
-    pub seq: Option<&'static str>,
+    /// Its columns, in order.
     pub columns: &'static [Column],
+    /// The SQLite `FROM` clause that reads it.
+    pub(crate) from: &'static str,
+    /// The SQLite expression of the ledger sequence number its rows are bounded by, if any.
+    pub(crate) seq: Option<&'static str>,
+}
+
+impl Table {
+    /// The index of the column named `name`.
+    pub fn column_index(&self, name: &str) -> Option<usize> {
+        self.columns.iter().position(|c| c.name == name)
+    }
 }
 
 const fn col(name: &'static str, sql: &'static str, kind: Kind, nullable: bool) -> Column {
@@ -60,6 +80,7 @@ macro_rules! entry_columns {
     };
 }
 
+/// Every table, in the order `sql --tables` lists them.
 pub const TABLES: &[Table] = &[
     Table {
         name: "entries",

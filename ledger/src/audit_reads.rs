@@ -1,0 +1,390 @@
+//! The reads support's answers are made of (SPEC 1: `audit why REQUEST_ID`, `audit tenant`), each bounded by a
+//! watermark so that an answer reads one instant of the ledger: the decisions of a request, found through the
+//! request key index (`ddl/010-request-keys.sql`); and a tenant's history (usage in a window, decisions and usage
+//! over a range, reservations, adjustments, conflicting copies), found through the index of a tenant's entries in
+//! event time (`ddl/018-entries-by-tenant.sql`), so that an answer reads the entries it tells of, not the ledger.
+//!
+//! Decisions and adjustments keep their enum symbols as stored text ([`DecisionRecord::reason`],
+//! [`AdjustmentRecord::kind`]): an answer still shows a symbol a newer writer recorded and this version does not
+//! know.
+
+use rusqlite::{Row, named_params};
+use schemas::{Enforcement, GrantEvent, Header, PolicyEvent, Scope, Timestamp, Window};
+
+use crate::Ledger;
+use crate::billing_reads::group_reservations;
+use crate::dedup::request_key;
+use crate::error::ReadError;
+use crate::read::{ConflictingCopy, SequencedReservation, header, symbol, watermark_param};
+
+const DECISIONS_OF_REQUEST: &str = include_str!("../queries/decisions_of_request.sql");
+const REQUEST_IDS: &str = include_str!("../queries/request_ids.sql");
+const POLICY_VERSIONS: &str = include_str!("../queries/policy_versions.sql");
+const GRANTS_OF_TENANT_METRIC: &str = include_str!("../queries/grants_of_tenant_metric.sql");
+const WINDOW_USAGE: &str = include_str!("../queries/window_usage.sql");
+const WINDOW_ADJUSTMENTS: &str = include_str!("../queries/window_adjustments.sql");
+const RESERVATION_EVENTS_OF_TENANT: &str = include_str!("../queries/reservation_events_of_tenant.sql");
+const TENANT_DECISIONS: &str = include_str!("../queries/tenant_decisions.sql");
+const TENANT_USAGE_PER_DAY: &str = include_str!("../queries/tenant_usage_per_day.sql");
+const TENANT_ADJUSTMENTS: &str = include_str!("../queries/tenant_adjustments.sql");
+const TENANT_CONFLICTING_COPIES: &str = include_str!("../queries/tenant_conflicting_copies.sql");
+const TENANT_KNOWN: &str = include_str!("../queries/tenant_known.sql");
+const TENANT_NAMES: &str = include_str!("../queries/tenant_names.sql");
+
+/// Microseconds in a UTC day.
+const DAY_MICROS: i64 = 86_400_000_000;
+
+/// A recorded DecisionEvent, with its ledger sequence number (SPEC 3 names its fields).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)] // The DecisionEvent's own fields, by their SPEC 3 names.
+pub struct DecisionRecord {
+    pub seq: u64,
+    pub header: Header,
+    pub request_id: String,
+    pub idempotency_key: String,
+    pub amount: i64,
+    /// The `Outcome` symbol, as stored.
+    pub outcome: String,
+    /// The `Reason` symbol, as stored.
+    pub reason: String,
+    pub policy_id: Option<String>,
+    pub policy_version: Option<i32>,
+    pub window_start: Option<Timestamp>,
+    pub window_end: Option<Timestamp>,
+    pub limit: Option<i64>,
+    pub used_before: Option<i64>,
+    pub remaining: Option<i64>,
+    pub retry_after_ms: Option<i64>,
+}
+
+/// A recorded UsageEvent (its attributes left out), with its ledger sequence number.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)] // The UsageEvent's own fields, by their SPEC 3 names.
+pub struct UsageRecord {
+    pub seq: u64,
+    pub header: Header,
+    pub quantity: i64,
+    pub request_id: Option<String>,
+}
+
+/// A recorded AdjustmentEvent, with its ledger sequence number (its scope left out).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)] // The AdjustmentEvent's own fields, by their SPEC 3 names.
+pub struct AdjustmentRecord {
+    pub seq: u64,
+    /// `occurred_at` is the `--as-of` of the reconcile run that wrote it.
+    pub header: Header,
+    pub adjustment_id: String,
+    /// The `AdjustmentKind` symbol, as stored.
+    pub kind: String,
+    pub policy_id: Option<String>,
+    pub window_start: Option<Timestamp>,
+    pub window_end: Option<Timestamp>,
+    pub amount: i64,
+    /// The event_ids it is about.
+    pub refs: Vec<String>,
+    pub run_id: String,
+}
+
+/// Counted usage of one tenant, UTC day and metric.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DayUsage {
+    /// The day's first instant.
+    pub day: Timestamp,
+    /// The metric.
+    pub metric: String,
+    /// The sum of the day's quantities.
+    pub quantity: i64,
+    /// How many usage events.
+    pub events: u64,
+}
+
+impl Ledger {
+    /// Every decision recorded for `request_id` up to `watermark`, oldest first (event time, then ledger order).
+    pub fn decisions_of_request(&self, request_id: &str, watermark: u64) -> Result<Vec<DecisionRecord>, ReadError> {
+        let mut statement = self.conn.prepare_cached(DECISIONS_OF_REQUEST)?;
+        let params = named_params! {
+            ":request_key": request_key(request_id),
+            ":request_id": request_id,
+            ":watermark": watermark_param(watermark),
+        };
+        let rows = statement.query_map(params, decision_record)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Calls `each` with the request_id of every decision recorded up to `watermark` (a scan of every decision).
+    pub fn for_each_request_id(&self, watermark: u64, mut each: impl FnMut(&str)) -> Result<(), ReadError> {
+        let mut statement = self.conn.prepare_cached(REQUEST_IDS)?;
+        let mut rows = statement.query(named_params! { ":watermark": watermark_param(watermark) })?;
+        while let Some(row) = rows.next()? {
+            each(row.get_ref(0)?.as_str().map_err(rusqlite::Error::from)?);
+        }
+        Ok(())
+    }
+
+    /// Every version of `policy_id` for `metric` recorded up to `watermark`, of `tenant`'s own and of the plan
+    /// default (`*`), in ledger order, each with its ledger sequence number.
+    pub fn policy_versions(
+        &self,
+        policy_id: &str,
+        metric: &str,
+        tenant: &str,
+        watermark: u64,
+    ) -> Result<Vec<(u64, PolicyEvent)>, ReadError> {
+        let mut statement = self.conn.prepare_cached(POLICY_VERSIONS)?;
+        let params = named_params! {
+            ":policy_id": policy_id,
+            ":metric": metric,
+            ":tenant": tenant,
+            ":watermark": watermark_param(watermark),
+        };
+        let rows = statement.query_map(params, |r| {
+            let policy = PolicyEvent {
+                header: header(r, 1)?,
+                policy_id: r.get(7)?,
+                version: r.get(8)?,
+                scope: symbol(r, 9, Scope::from_symbol)?,
+                limit: r.get(10)?,
+                window: symbol(r, 11, Window::from_symbol)?,
+                enforcement: symbol(r, 12, Enforcement::from_symbol)?,
+                effective_from: Timestamp(r.get(13)?),
+                burst: r.get(14)?,
+            };
+            Ok((r.get::<_, i64>(0)? as u64, policy))
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Every grant of `tenant` and `metric` recorded up to `watermark`, in ledger order.
+    pub fn grants_of(&self, tenant: &str, metric: &str, watermark: u64) -> Result<Vec<GrantEvent>, ReadError> {
+        let mut statement = self.conn.prepare_cached(GRANTS_OF_TENANT_METRIC)?;
+        let params = named_params! { ":tenant": tenant, ":metric": metric, ":watermark": watermark_param(watermark) };
+        let rows = statement.query_map(params, |r| {
+            Ok(GrantEvent {
+                header: header(r, 1)?,
+                grant_id: r.get(7)?,
+                amount: r.get(8)?,
+                valid_from: Timestamp(r.get(9)?),
+                valid_until: Timestamp(r.get(10)?),
+                reason: r.get(11)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Calls `each` with the counted usage of `tenant` and `metric` that occurred in `[from, through]` (both
+    /// included), recorded up to `watermark`, in no particular order.
+    pub fn for_each_usage_between(
+        &self,
+        tenant: &str,
+        metric: &str,
+        (from, through): (Timestamp, Timestamp),
+        watermark: u64,
+        mut each: impl FnMut(UsageRecord),
+    ) -> Result<(), ReadError> {
+        let mut statement = self.conn.prepare_cached(WINDOW_USAGE)?;
+        let params = named_params! {
+            ":tenant": tenant,
+            ":metric": metric,
+            ":from": from.micros(),
+            ":through": through.micros(),
+            ":watermark": watermark_param(watermark),
+        };
+        let mut rows = statement.query(params)?;
+        while let Some(r) = rows.next()? {
+            each(UsageRecord {
+                seq: r.get::<_, i64>(0)? as u64,
+                header: header(r, 1)?,
+                quantity: r.get(7)?,
+                request_id: r.get(8)?,
+            });
+        }
+        Ok(())
+    }
+
+    /// Calls `each` with the recorded events of every reservation of `tenant` (of `metric` only, when given) up to
+    /// `watermark`, one reservation at a time, its events in ledger order; answers how many events there were.
+    pub fn for_each_reservation_of(
+        &self,
+        tenant: &str,
+        metric: Option<&str>,
+        watermark: u64,
+        each: impl FnMut(&[SequencedReservation]),
+    ) -> Result<u64, ReadError> {
+        let mut statement = self.conn.prepare_cached(RESERVATION_EVENTS_OF_TENANT)?;
+        let params = named_params! { ":tenant": tenant, ":metric": metric, ":watermark": watermark_param(watermark) };
+        let mut rows = statement.query(params)?;
+        Ok(group_reservations(&mut rows, each)?)
+    }
+
+    /// The adjustments of `tenant` and `metric` recorded up to `watermark` whose window overlaps `[start, end)`,
+    /// in ledger order.
+    pub fn window_adjustments(
+        &self,
+        tenant: &str,
+        metric: &str,
+        (start, end): (Timestamp, Timestamp),
+        watermark: u64,
+    ) -> Result<Vec<AdjustmentRecord>, ReadError> {
+        let mut statement = self.conn.prepare_cached(WINDOW_ADJUSTMENTS)?;
+        let params = named_params! {
+            ":tenant": tenant,
+            ":metric": metric,
+            ":start": start.micros(),
+            ":end": end.micros(),
+            ":watermark": watermark_param(watermark),
+        };
+        let rows = statement.query_and_then(params, adjustment_record)?;
+        rows.collect()
+    }
+
+    /// The decisions of `tenant` that occurred in `[from, to)`, recorded up to `watermark`, in event time then
+    /// ledger order.
+    pub fn tenant_decisions(
+        &self,
+        tenant: &str,
+        (from, to): (Timestamp, Timestamp),
+        watermark: u64,
+    ) -> Result<Vec<DecisionRecord>, ReadError> {
+        let mut statement = self.conn.prepare_cached(TENANT_DECISIONS)?;
+        let params = named_params! {
+            ":tenant": tenant,
+            ":from": from.micros(),
+            ":to": to.micros(),
+            ":watermark": watermark_param(watermark),
+        };
+        let rows = statement.query_map(params, decision_record)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// The counted usage of `tenant` that occurred in `[from, to)`, recorded up to `watermark`, per UTC day and
+    /// metric, by day then metric.
+    pub fn tenant_usage_per_day(
+        &self,
+        tenant: &str,
+        (from, to): (Timestamp, Timestamp),
+        watermark: u64,
+    ) -> Result<Vec<DayUsage>, ReadError> {
+        let mut statement = self.conn.prepare_cached(TENANT_USAGE_PER_DAY)?;
+        let params = named_params! {
+            ":tenant": tenant,
+            ":from": from.micros(),
+            ":to": to.micros(),
+            ":watermark": watermark_param(watermark),
+            ":day_micros": DAY_MICROS,
+        };
+        let rows = statement.query_map(params, |r| {
+            Ok(DayUsage {
+                day: Timestamp(r.get(0)?),
+                metric: r.get(1)?,
+                quantity: r.get(2)?,
+                events: r.get::<_, i64>(3)? as u64,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// The adjustments of `tenant` recorded up to `watermark` whose window overlaps `[from, to)`, and all of those
+    /// without a window, in ledger order.
+    pub fn tenant_adjustments(
+        &self,
+        tenant: &str,
+        (from, to): (Timestamp, Timestamp),
+        watermark: u64,
+    ) -> Result<Vec<AdjustmentRecord>, ReadError> {
+        let mut statement = self.conn.prepare_cached(TENANT_ADJUSTMENTS)?;
+        let params = named_params! {
+            ":tenant": tenant,
+            ":from": from.micros(),
+            ":to": to.micros(),
+            ":watermark": watermark_param(watermark),
+        };
+        let rows = statement.query_and_then(params, adjustment_record)?;
+        rows.collect()
+    }
+
+    /// The conflicting copies of `tenant`'s events recorded up to `watermark`, in ledger order.
+    pub fn conflicting_copies_of(&self, tenant: &str, watermark: u64) -> Result<Vec<ConflictingCopy>, ReadError> {
+        let mut statement = self.conn.prepare_cached(TENANT_CONFLICTING_COPIES)?;
+        let params = named_params! { ":tenant": tenant, ":watermark": watermark_param(watermark) };
+        let rows = statement.query_map(params, |r| {
+            Ok(ConflictingCopy { seq: r.get::<_, i64>(0)? as u64, header: header(r, 1)?, quantity: r.get(7)? })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Whether the ledger holds an entry of `tenant` up to `watermark`.
+    pub fn holds_tenant(&self, tenant: &str, watermark: u64) -> Result<bool, ReadError> {
+        let mut statement = self.conn.prepare_cached(TENANT_KNOWN)?;
+        let mut rows =
+            statement.query(named_params! { ":tenant": tenant, ":watermark": watermark_param(watermark) })?;
+        Ok(rows.next()?.is_some())
+    }
+
+    /// Calls `each` with every tenant the ledger holds an entry of up to `watermark`, each once.
+    pub fn for_each_tenant(&self, watermark: u64, mut each: impl FnMut(&str)) -> Result<(), ReadError> {
+        let mut statement = self.conn.prepare_cached(TENANT_NAMES)?;
+        let mut rows = statement.query(named_params! { ":watermark": watermark_param(watermark) })?;
+        while let Some(row) = rows.next()? {
+            each(row.get_ref(0)?.as_str().map_err(rusqlite::Error::from)?);
+        }
+        Ok(())
+    }
+}
+
+/// A decision from a row of `seq`, the header columns, then the decision's own in SPEC 3 order.
+fn decision_record(r: &Row<'_>) -> rusqlite::Result<DecisionRecord> {
+    Ok(DecisionRecord {
+        seq: r.get::<_, i64>(0)? as u64,
+        header: header(r, 1)?,
+        request_id: r.get(7)?,
+        idempotency_key: r.get(8)?,
+        amount: r.get(9)?,
+        outcome: r.get(10)?,
+        reason: r.get(11)?,
+        policy_id: r.get(12)?,
+        policy_version: r.get(13)?,
+        window_start: r.get::<_, Option<i64>>(14)?.map(Timestamp),
+        window_end: r.get::<_, Option<i64>>(15)?.map(Timestamp),
+        limit: r.get(16)?,
+        used_before: r.get(17)?,
+        remaining: r.get(18)?,
+        retry_after_ms: r.get(19)?,
+    })
+}
+
+/// An adjustment from a row of `seq`, the header columns, then the adjustment's own in SPEC 3 order (no scope).
+fn adjustment_record(r: &Row<'_>) -> Result<AdjustmentRecord, ReadError> {
+    let seq = r.get::<_, i64>(0)? as u64;
+    let refs: String = r.get(13)?;
+    let refs = serde_json::from_str(&refs)
+        .map_err(|_| ReadError::Corrupt { seq, message: format!("refs {refs:?} is not a JSON array of event_ids") })?;
+    Ok(AdjustmentRecord {
+        seq,
+        header: header(r, 1)?,
+        adjustment_id: r.get(7)?,
+        kind: r.get(8)?,
+        policy_id: r.get(9)?,
+        window_start: r.get::<_, Option<i64>>(10)?.map(Timestamp),
+        window_end: r.get::<_, Option<i64>>(11)?.map(Timestamp),
+        amount: r.get(12)?,
+        refs,
+        run_id: r.get(14)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::dedup::REQUEST_KEYS;
+
+    // Proves the request lookup probes every tier of the request key index: a tier added to the index and missing
+    // here would hide the decisions it holds.
+    #[test]
+    fn the_request_lookup_probes_every_tier() {
+        for tier in REQUEST_KEYS.tiers {
+            let probe = format!("SELECT seq FROM {tier} WHERE {} = :request_key", REQUEST_KEYS.key_column);
+            assert!(super::DECISIONS_OF_REQUEST.contains(&probe), "{probe}");
+        }
+        assert_eq!(super::DECISIONS_OF_REQUEST.matches("= :request_key").count(), REQUEST_KEYS.tiers.len());
+    }
+}
