@@ -98,8 +98,8 @@ fn main() -> ExitCode {
 
 /// The workspace's library crates: their log lines are the operator's messages (`ingest: waiting for the brokers
 /// at ...`, `serve: outbox: ...`), shown from level info and printed as they are, each saying who speaks.
-const WORKSPACE_CRATES: [&str; 10] =
-    ["schemas", "ledger", "kafka", "ingest", "outbox", "reconcile", "reports", "hook", "serve", "tools"];
+const WORKSPACE_CRATES: [&str; 11] =
+    ["schemas", "rules", "ledger", "kafka", "ingest", "outbox", "reconcile", "reports", "hook", "serve", "tools"];
 
 /// Log lines on stderr: the workspace crates' from level info, and librdkafka's warnings and errors, named after the
 /// client that wrote them (`outbox: librdkafka FAIL: ...`), both printed as bare messages. rdkafka's own (its

@@ -136,3 +136,29 @@ fn a_cell_longer_than_a_format_width_is_printed() {
     let expected = format!("cell{}  n\n{cell}  1\ny{}  22\n", " ".repeat(70_000 - 4), " ".repeat(70_000 - 1));
     assert!(table == expected, "the table differs from the one expected (first 200 bytes: {:?})", &table[..200]);
 }
+
+// Trust issue, point 7: output is safe to open. An event id a producer chose to run as a spreadsheet formula is
+// neutralised in `sql --format csv` as in the billing CSV (numbers stay numbers, a negative one unprefixed), and a
+// producer's newline or escape sequence in a source is shown escaped on its own line of the table, never a forged
+// row nor a terminal command.
+#[test]
+fn csv_and_table_output_is_safe_to_open() {
+    let test = TestLedger::new();
+    let mut formula = usage("=HYPERLINK(\"http://x\",\"y\")", "2026-11-02T10:00:00Z", "org-1", 3);
+    let mut forged = usage("u-2", "2026-11-02T11:00:00Z", "org-1", 4);
+    if let (schemas::Event::Usage(a), schemas::Event::Usage(b)) = (&mut formula, &mut forged) {
+        a.header.source = "api".into();
+        b.header.source = "api\norg-9  recorded  999\u{1b}[2J".into();
+    }
+    write_container(&test.file("usage.avro"), &[formula, forged]);
+    test.ingest(&test.file("usage.avro"));
+
+    let query = "SELECT event_id, quantity, 0 - quantity AS negative FROM usage_events ORDER BY seq";
+    let csv = test.run(&["sql", "--format", "csv", query]).success().stdout_text();
+    assert_eq!(csv, "event_id,quantity,negative\n\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")\",3,-3\nu-2,4,-4\n");
+
+    let table = test.run(&["sql", "SELECT event_id, source FROM usage_events ORDER BY seq"]).success().stdout_text();
+    assert_eq!(table.lines().count(), 3, "a header and two rows, whatever the sources hold: {table}");
+    assert!(table.contains("api\\norg-9  recorded  999\\u{1b}[2J"), "{table}");
+    assert!(!table.contains('\u{1b}'), "{table}");
+}

@@ -86,7 +86,7 @@ impl Ledger {
                     // Before the checkpoint: its reads must not hold a snapshot while the writer's asked one runs.
                     if let Err(error) = warm_next_moves(&conn, &mut warmed_through) {
                         // Nothing is lost: the writer's moves read what they need themselves.
-                        eprintln!("ledger: warming the next moves between key tiers: {error}");
+                        log::warn!("ledger: warming the next moves between key tiers: {error}");
                     }
                     if let Err(error) = catch_up(&conn, &asked) {
                         // A busy or interrupted checkpoint loses nothing: the pages stay in the log for the next. A
@@ -95,7 +95,7 @@ impl Ledger {
                         if is_io_failure(&error) {
                             log_sync_failed.store(true, Ordering::Relaxed);
                         }
-                        eprintln!("ledger: background checkpoint: {error}");
+                        log::warn!("ledger: background checkpoint: {error}");
                         std::thread::sleep(Duration::from_secs(1));
                     }
                 }
@@ -205,7 +205,7 @@ impl Ledger {
             if !self.autocheckpoint_off.replace(true)
                 && let Err(error) = self.conn.pragma_update(None, "wal_autocheckpoint", 0)
             {
-                eprintln!("ledger: turning the automatic checkpoint off after a failed sync: {error}");
+                log::error!("ledger: turning the automatic checkpoint off after a failed sync: {error}");
             }
             return;
         }
@@ -216,7 +216,7 @@ impl Ledger {
                 if is_io_failure(&error) {
                     self.log_sync_failed.store(true, Ordering::Relaxed);
                 }
-                eprintln!("ledger: checkpoint after a commit: {error}");
+                log::warn!("ledger: checkpoint after a commit: {error}");
             }
         }
     }

@@ -1,6 +1,7 @@
 //! Writing a billing export as CSV, JSON lines or Parquet, with exactly the columns of SPEC 7, to bytes that
 //! depend only on the rows: the same ledger gives the same file.
 
+use crate::text::csv_text;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray};
@@ -90,7 +91,7 @@ impl BillingExport {
     }
 
     /// CSV: the header of SPEC 7, one line per row, `\n` line ends, empty cells for missing values; text that a
-    /// spreadsheet would run as a formula is neutralised (see [`csv_text`]); numbers are written as numbers.
+    /// spreadsheet would run as a formula is neutralised (see [`crate::text::csv_text`]); numbers are written as numbers.
     pub fn to_csv(&self) -> Vec<u8> {
         let mut out = COLUMNS.join(",");
         out.push('\n');
@@ -188,19 +189,6 @@ pub fn schema() -> Arc<Schema> {
         field("late_adjustments", DataType::Int64, false),
         field("watermark", DataType::Int64, false),
     ]))
-}
-
-/// A text cell, safe to open in a spreadsheet (OWASP "CSV injection"): one that starts with `=`, `+`, `-`,
-/// `@`, a tab or a carriage return is prefixed with `'`, so that it is shown as text and never run as a
-/// formula; then quoted (RFC 4180) when it holds a comma, a quote or a line break.
-pub fn csv_text(text: &str) -> String {
-    let neutralised =
-        if text.starts_with(['=', '+', '-', '@', '\t', '\r']) { format!("'{text}") } else { text.to_string() };
-    if neutralised.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", neutralised.replace('"', "\"\""))
-    } else {
-        neutralised
-    }
 }
 
 #[cfg(test)]

@@ -30,6 +30,7 @@ pub mod error;
 pub mod export;
 pub mod provider;
 pub mod session;
+pub mod text;
 
 pub use error::ReportError;
 pub use session::LedgerSession;

@@ -202,7 +202,15 @@ impl TableWriter {
         }
     }
 
+    /// Adds a row, its control characters escaped (a producer's newline would forge a row of the table).
     pub fn push(&mut self, out: &mut dyn Write, row: Vec<String>) -> std::io::Result<()> {
+        let row = row
+            .into_iter()
+            .map(|cell| match reports::text::printable(&cell) {
+                std::borrow::Cow::Borrowed(_) => cell,
+                std::borrow::Cow::Owned(shown) => shown,
+            })
+            .collect();
         self.pending.push(row);
         if self.pending.len() >= TABLE_CHUNK_ROWS { self.flush(out) } else { Ok(()) }
     }

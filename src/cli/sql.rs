@@ -61,16 +61,28 @@ pub fn run(ledger_path: &Path, args: SqlArgs) -> anyhow::Result<ExitCode> {
             table.unwrap_or_else(|| super::TableWriter::new(&names(&schema))).finish(&mut out)?;
         }
         SqlFormat::Csv => {
-            let mut writer = arrow::csv::WriterBuilder::new().with_header(true).build(super::stdout());
-            let mut written = false;
+            let mut out = super::stdout();
+            let mut header_written = false;
+            let mut failed: Option<std::io::Error> = None;
             let schema = session.for_each_batch_while(&query, Vec::new(), |batch| {
-                written = true;
-                writer.write(batch)?;
+                if !header_written {
+                    header_written = true;
+                    if let Err(e) = write_csv_header(&mut out, &batch.schema()) {
+                        failed = Some(e);
+                        return Ok(ControlFlow::Break(()));
+                    }
+                }
+                if let Err(e) = write_csv_rows(&mut out, batch)? {
+                    failed = Some(e);
+                    return Ok(ControlFlow::Break(()));
+                }
                 Ok(while_read())
             })?;
-            if !written {
-                // Arrow writes the header with the first batch, and an empty result may have none.
-                writer.write(&RecordBatch::new_empty(schema))?;
+            if let Some(e) = failed {
+                return Err(e.into());
+            }
+            if !header_written {
+                write_csv_header(&mut out, &schema)?;
             }
         }
         SqlFormat::Json => {
@@ -100,6 +112,36 @@ fn rows_of(batch: &RecordBatch) -> Result<Vec<Vec<String>>, arrow::error::ArrowE
     let formatters: Vec<ArrayFormatter<'_>> =
         batch.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &options)).collect::<Result<_, _>>()?;
     Ok((0..batch.num_rows()).map(|row| formatters.iter().map(|f| f.value(row).to_string()).collect()).collect())
+}
+
+/// The CSV header: the column names, each a safe CSV text cell.
+fn write_csv_header(out: &mut dyn Write, schema: &arrow::datatypes::Schema) -> std::io::Result<()> {
+    let names: Vec<String> = names(schema).into_iter().map(reports::text::csv_text).collect();
+    writeln!(out, "{}", names.join(","))
+}
+
+/// A batch's rows as CSV, as the billing export writes it: text cells neutralised for spreadsheets (a cell
+/// starting with `=`, `+`, `-` or `@` is never run as a formula) and quoted when they must be, numbers as numbers,
+/// nulls empty. The outer error is Arrow's, the inner one the output's.
+fn write_csv_rows(out: &mut dyn Write, batch: &RecordBatch) -> Result<std::io::Result<()>, arrow::error::ArrowError> {
+    use arrow::datatypes::DataType;
+    let is_text: Vec<bool> = batch
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| matches!(f.data_type(), DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View))
+        .collect();
+    for row in rows_of(batch)? {
+        let cells: Vec<String> = row
+            .into_iter()
+            .zip(&is_text)
+            .map(|(cell, text)| if *text { reports::text::csv_text(&cell) } else { cell })
+            .collect();
+        if let Err(e) = writeln!(out, "{}", cells.join(",")) {
+            return Ok(Err(e));
+        }
+    }
+    Ok(Ok(()))
 }
 
 fn names(schema: &arrow::datatypes::Schema) -> Vec<&str> {
