@@ -338,6 +338,7 @@ fn another_producers_decision_under_a_keys_id_is_never_replayed() {
         used_before: Some(99),
         remaining: Some(123_350),
         retry_after_ms: None,
+        token_name: None,
     });
     write_container(&test.file("forged.avro"), &[forged]);
     test.ingest(&test.file("forged.avro"));
