@@ -36,9 +36,9 @@ impl Server {
 
     fn start_with(test: &TestLedger, extra: &[&str], stderr: Stdio) -> Server {
         let tokens = test.file("tokens.toml");
-        std::fs::write(
+        serve::tokens::write_private(
             &tokens,
-            format!("[[token]]\nsecret = \"{SECRET}\"\ntenants = [\"org-1\"]\n\n[[token]]\nsecret = \"{ADMIN}\"\ntenants = [\"*\"]\n"),
+            &format!("[[token]]\nsecret = \"{SECRET}\"\ntenants = [\"org-1\"]\n\n[[token]]\nsecret = \"{ADMIN}\"\ntenants = [\"*\"]\n"),
         )
         .unwrap();
         let mut child = ChildGuard::new(
@@ -376,7 +376,7 @@ fn bad_callers_and_bad_bodies_consume_nothing() {
 /// `serve` on `test`'s ledger with a `*` token, expected to refuse to start: its exit code and stderr.
 fn serve_refused(test: &TestLedger, what: &str) -> (Option<i32>, String) {
     let tokens = test.file("tokens-refused.toml");
-    std::fs::write(&tokens, format!("[[token]]\nsecret = \"{SECRET}\"\ntenants = [\"*\"]\n")).unwrap();
+    serve::tokens::write_private(&tokens, &format!("[[token]]\nsecret = \"{SECRET}\"\ntenants = [\"*\"]\n")).unwrap();
     let mut serve = Command::new(BIN)
         .args(["--ledger", test.path.to_str().unwrap(), "serve", "--listen", "127.0.0.1:0", "--tokens"])
         .arg(&tokens)

@@ -28,9 +28,9 @@ struct Server {
 impl Server {
     fn start(test: &TestLedger, extra: &[&str]) -> Server {
         let tokens = test.file("tokens.toml");
-        std::fs::write(
+        serve::tokens::write_private(
             &tokens,
-            format!("[[token]]\nsecret = \"{SECRET}\"\ntenants = [\"org-1\"]\n\n[[token]]\nsecret = \"{ADMIN}\"\ntenants = [\"*\"]\n"),
+            &format!("[[token]]\nsecret = \"{SECRET}\"\ntenants = [\"org-1\"]\n\n[[token]]\nsecret = \"{ADMIN}\"\ntenants = [\"*\"]\n"),
         )
         .unwrap();
         let stderr = std::fs::File::create(test.file("serve.err")).expect("a file for serve's stderr");

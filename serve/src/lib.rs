@@ -13,9 +13,12 @@
 //! ```
 //! # let dir = tempfile::tempdir().unwrap();
 //! # let path = dir.path().join("tokens.toml");
-//! std::fs::write(&path, "[[token]]\nsecret = \"0123456789abcdef\"\ntenants = [\"org-42\"]\n").unwrap();
+//! let file = "[[token]]\nname = \"checkout\"\nsecret = \"0123456789abcdef\"\ntenants = [\"org-42\"]\n";
+//! // Only its owner may read it (mode 600): it holds secrets.
+//! serve::tokens::write_private(&path, file).unwrap();
 //! let tokens = serve::tokens::Tokens::read(&path).unwrap();
-//! assert!(tokens.scope_of("0123456789abcdef").unwrap().covers("org-42"));
+//! let caller = tokens.caller_of("0123456789abcdef").unwrap();
+//! assert!(caller.scope.covers("org-42") && caller.name == "checkout");
 //! let settings = serve::ServeSettings::new("127.0.0.1:0".parse().unwrap(), path);
 //! // serve::run(&dir.path().join("ledger.db"), settings, |address| Ok(println!("listening on {address}")))
 //! //     serves until SIGTERM.
