@@ -30,6 +30,7 @@
 mod answer;
 mod connections;
 mod hook_outbox;
+mod limits;
 mod routes;
 pub mod tokens;
 
@@ -46,12 +47,20 @@ use crate::hook_outbox::HookOutbox;
 use crate::routes::App;
 use crate::tokens::{TokenFileError, Tokens};
 
+pub use crate::limits::{CONNECTIONS_MAX_DEFAULT, FILES_RESERVED};
+
 /// Largest request body accepted: a check is about 200 bytes.
 pub const BODY_LIMIT_BYTES: usize = 16 * 1024;
-/// How long a client may take to send a request's header, then its body, or leave a kept-alive connection
-/// idle: a client that opens connections and never finishes a request would otherwise hold each for
-/// ever, until `serve` runs out of file descriptors. hyper's default for the header.
+/// How long a client may take to send a request's body once its header arrived (Go's `http.Server.ReadTimeout` counts
+/// the same way): hyper's default for a header, kept for the body, which an ordinary client sends with its header.
 pub const READ_TIMEOUT_MS: u64 = 30_000;
+/// How long a client may take to send each request header, and how long a kept-alive connection may idle (hyper times the idle wait for the next header as the header itself). Short, since
+/// every connection waiting for a header holds a place in the bound of connections: a client that opens
+/// connections and sends nothing is closed after this, so a new client waits at most this long for a place. An
+/// ordinary client sends its header in one packet right after connecting; 10 s leaves room for a slow link across
+/// the world, and keeps a pooled connection for a client that asks at least every 10 s (Node's
+/// default keep-alive is 5 s, hyper's header timeout 30 s, what `--read-timeout-ms` meant until now).
+pub const HEADER_TIMEOUT_MS: u64 = 10_000;
 /// How long `serve` waits, on SIGTERM or Ctrl-C, for the requests in flight before it exits, and then for the hook's
 /// writer to close the ledger (SPEC 9.5).
 pub const SHUTDOWN_WAIT_MS: u64 = 10_000;
@@ -73,9 +82,16 @@ pub struct ServeSettings {
     pub brokers: Option<String>,
     /// librdkafka settings of the outbox producer (`-X key=value`).
     pub overrides: Vec<(String, String)>,
-    /// Milliseconds a client may take to send a request's header, then its body, or leave a kept-alive connection
-    /// idle; then the connection is closed (a late body is answered 408 first). At least 1.
+    /// Milliseconds a client may take to send a request's body once its header arrived; then it is answered 408 and
+    /// the connection is closed. At least 1.
     pub read_timeout_ms: u64,
+    /// Milliseconds a client may take to send each request header, or leave a kept-alive connection idle; then the
+    /// connection is closed ([`HEADER_TIMEOUT_MS`]). At least 1.
+    pub header_timeout_ms: u64,
+    /// Connections open at once at most; beyond, new ones wait in the backlog until one closes. `None`: the
+    /// open-file limit (raised to its hard limit at start) less [`FILES_RESERVED`], at most
+    /// [`CONNECTIONS_MAX_DEFAULT`].
+    pub connections_max: Option<usize>,
 }
 
 impl ServeSettings {
@@ -89,6 +105,8 @@ impl ServeSettings {
             brokers: None,
             overrides: Vec::new(),
             read_timeout_ms: READ_TIMEOUT_MS,
+            header_timeout_ms: HEADER_TIMEOUT_MS,
+            connections_max: None,
         }
     }
 }
@@ -103,6 +121,20 @@ pub enum ServeError {
     /// The token file cannot be used.
     #[error(transparent)]
     Tokens(#[from] TokenFileError),
+    /// More connections asked for than the open-file limit allows.
+    #[error(
+        "--connections-max {asked} needs {needed} open files (a descriptor per connection and {FILES_RESERVED} \
+         for the ledger, Kafka and the runtime), and the limit is {limit}: raise the hard limit (`ulimit -Hn`, \
+         systemd's LimitNOFILE=) or ask for fewer"
+    )]
+    TooManyConnections {
+        /// The bound asked for.
+        asked: usize,
+        /// What it needs.
+        needed: u64,
+        /// The open-file limit after raising it.
+        limit: u64,
+    },
     /// The hook did not start (another hook decides on this ledger, say).
     #[error("cannot start the hook")]
     Hook(#[source] hook::StartError),
@@ -138,6 +170,8 @@ pub fn run(
     settings: ServeSettings,
     listening: impl FnOnce(SocketAddr) -> std::io::Result<()>,
 ) -> Result<(), ServeError> {
+    let files_limit = limits::raise_open_files();
+    let connections_max = limits::connections_max(settings.connections_max, files_limit)?;
     // A hook on a ledger that is not there would create an empty one, find no policy, and allow everything: a
     // mistyped --ledger, a start from the wrong directory, an empty file or a ledger not created yet must stop
     // here instead. An older ledger is fine: the hook migrates it.
@@ -156,6 +190,10 @@ pub fn run(
     let app = Arc::new(App { hook, tokens, outbox: publisher.as_ref().map(PublisherThread::health) });
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(ServeError::Runtime)?;
     let read_timeout = Duration::from_millis(settings.read_timeout_ms.max(1));
+    let accepting = connections::Accepting {
+        connections_max,
+        header_timeout: Duration::from_millis(settings.header_timeout_ms.max(1)),
+    };
     let address = settings.listen;
     let served = runtime.block_on(async move {
         let listener =
@@ -170,7 +208,7 @@ pub fn run(
             tokio::time::sleep(Duration::from_millis(WRITER_STOPPED_EXIT_MS)).await;
         };
         let router = routes::router(Arc::clone(&app), read_timeout);
-        let stopped = connections::serve_connections(listener, router, read_timeout, writer_stopped).await;
+        let stopped = connections::serve_connections(listener, router, accepting, writer_stopped).await;
         Ok::<_, ServeError>((stopped, app.hook.health()))
     });
     let (stopped, health) = served?;

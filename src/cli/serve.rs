@@ -17,9 +17,14 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// TOML file of `[[token]]` tables with `secret` and `tenants` (SPEC 7).
+    /// TOML file of `[[token]]` tables with `name`, `secret` (or `secret_sha256`) and `tenants` (SPEC 7); only its
+    /// owner may read it (chmod 600).
     #[arg(long)]
     tokens: PathBuf,
+    /// Connections open at once at most; beyond, new ones wait until one closes. Default: the open-file limit
+    /// (raised to its hard limit at start) less 256, at most 10,000.
+    #[arg(long)]
+    connections_max: Option<usize>,
     /// Commit durability: `full` (fsync per group, survives power loss) or `normal` (survives a crash of the
     /// process; a power loss may lose the last groups).
     #[arg(long, default_value = "full", value_parser = ["full", "normal"])]
@@ -36,10 +41,14 @@ pub struct ServeArgs {
     /// A librdkafka setting for the outbox producer, repeatable.
     #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = parse_setting)]
     settings: Vec<(String, String)>,
-    /// Milliseconds a client may take to send a request's header, then its body, or leave a kept-alive
-    /// connection idle; then the connection is closed (a late body is answered 408 first).
+    /// Milliseconds a client may take to send a request's body once its header arrived; then it is answered 408
+    /// and the connection is closed.
     #[arg(long, default_value_t = serve::READ_TIMEOUT_MS)]
     read_timeout_ms: u64,
+    /// Milliseconds a client may take to send each request header, or leave a kept-alive connection idle; then the
+    /// connection is closed.
+    #[arg(long, default_value_t = serve::HEADER_TIMEOUT_MS)]
+    header_timeout_ms: u64,
     /// Distinct metrics, and subjects of each metric, one tenant may have counters for in memory; a request for
     /// another is refused (400) until old ones age out (a day after the month they were last used in).
     #[arg(long, default_value_t = hook::COUNTERS_PER_TENANT_MAX)]
@@ -59,6 +68,8 @@ pub fn run(ledger_path: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
         brokers: args.brokers,
         overrides: args.settings,
         read_timeout_ms: args.read_timeout_ms,
+        header_timeout_ms: args.header_timeout_ms,
+        connections_max: args.connections_max,
         ..serve::ServeSettings::new(args.listen, args.tokens)
     };
     // The first line says where it listens (port 0 picks one), for scripts and tests.
