@@ -1,5 +1,6 @@
-//! The accept loop: HTTP/1 connections, at most a bound of them at once, each with a timer on each request header,
-//! until SIGTERM or Ctrl-C (or until the hook's writer stopped), then a graceful stop.
+//! The accept loop: HTTP/1 connections, over TLS when a certificate is given, at most a bound of them at once, each
+//! with a timer on its TLS handshake and on each request header, until SIGTERM or Ctrl-C (or until the hook's
+//! writer stopped), then a graceful stop.
 //!
 //! Beyond the bound, new connections wait: the loop accepts no more until one closes, and the kernel holds the new
 //! ones in the listening socket's backlog. Not 503: answering one takes what the bound protects (a descriptor, a
@@ -13,8 +14,10 @@ use std::time::Duration;
 
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
 
 use crate::SHUTDOWN_WAIT_MS;
 
@@ -31,14 +34,19 @@ pub(crate) enum Stop {
 pub(crate) struct Accepting {
     /// Connections open at once at most; more wait in the backlog.
     pub(crate) connections_max: usize,
-    /// How long a client may take to send each request header (or leave a kept-alive connection idle: hyper times
-    /// both the same way).
+    /// How long a client may take to finish its TLS handshake, then each request header (or leave a kept-alive
+    /// connection idle: hyper times both the same way).
     pub(crate) header_timeout: Duration,
+    /// TLS, when a certificate was given.
+    pub(crate) tls: Option<TlsAcceptor>,
 }
+
+/// The first byte of a TLS connection: a handshake record (RFC 8446, 5.1).
+const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 
 /// Accepts and serves HTTP/1 connections until SIGTERM or Ctrl-C, or until `also_stop` answers, then lets the
 /// requests in flight finish (for [`SHUTDOWN_WAIT_MS`] at most). What `axum::serve` does, plus a timeout on the
-/// request header (which needs a timer that `axum::serve` does not give hyper), and a bound on connections.
+/// request header (which needs a timer that `axum::serve` does not give hyper), TLS, and a bound on connections.
 pub(crate) async fn serve_connections(
     listener: tokio::net::TcpListener,
     router: Router,
@@ -101,11 +109,20 @@ pub(crate) async fn serve_connections(
         if let Err(error) = stream.set_nodelay(true) {
             log::warn!("serve: cannot set TCP_NODELAY on a connection: {error}");
         }
-        let connection = Connection { builder: builder.clone(), router: router.clone(), watcher: graceful.watcher() };
+        let connection = Connection {
+            builder: builder.clone(),
+            router: router.clone(),
+            watcher: graceful.watcher(),
+            header_timeout: accepting.header_timeout,
+        };
+        let tls = accepting.tls.clone();
         tokio::spawn(async move {
             // The connection's place in the bound, given back when it ends, however it ends.
             let _place = place;
-            connection.serve(stream).await
+            match tls {
+                None => connection.serve(stream).await,
+                Some(tls) => connection.serve_tls(stream, tls).await,
+            }
         });
     };
     if tokio::time::timeout(Duration::from_millis(SHUTDOWN_WAIT_MS), graceful.shutdown()).await.is_err() {
@@ -119,6 +136,7 @@ struct Connection {
     builder: hyper::server::conn::http1::Builder,
     router: Router,
     watcher: hyper_util::server::graceful::Watcher,
+    header_timeout: Duration,
 }
 
 impl Connection {
@@ -129,6 +147,59 @@ impl Connection {
         // A client that goes away or times out ends its connection; nothing to tell the operator.
         let _ = self.watcher.watch(connection).await;
     }
+
+    /// HTTP/1 over TLS. The handshake has the header timeout to finish: a client that connects and sends nothing
+    /// would otherwise hold its place for ever. A client speaking plain HTTP to this port is told so in plain
+    /// HTTP (as nginx does), then the connection is closed.
+    async fn serve_tls(self, stream: TcpStream, tls: TlsAcceptor) {
+        let mut first = [0u8; 1];
+        let opened = tokio::time::timeout(self.header_timeout, async {
+            match stream.peek(&mut first).await {
+                Ok(1) if first[0] == TLS_HANDSHAKE_RECORD => tls.accept(stream).await.map(Some),
+                Ok(1) => {
+                    refuse_plain_http(stream).await;
+                    Ok(None)
+                }
+                Ok(_) => Ok(None),
+                Err(error) => Err(error),
+            }
+        });
+        // A handshake refused (no protocol or cipher in common, a client that does not trust the certificate) or
+        // cut short is the client's to see: nothing to tell the operator for each one.
+        if let Ok(Ok(Some(stream))) = opened.await {
+            self.serve(stream).await;
+        }
+    }
+}
+
+/// How long, and how many bytes at most, the rest of a plain HTTP request is read and dropped after its 400: a
+/// socket closed with unread bytes sends a reset, which may destroy the answer before the client reads it.
+const LINGER: Duration = Duration::from_secs(1);
+const LINGER_BYTES_MAX: usize = crate::BODY_LIMIT_BYTES * 2;
+
+/// Answers a plain HTTP request sent to the TLS port with 400 and closes the connection.
+async fn refuse_plain_http(mut stream: TcpStream) {
+    use tokio::io::AsyncReadExt;
+    let body = r#"{"error":"bad_request","message":"this port speaks HTTPS: send the request over TLS (https://)"}"#;
+    let answer = format!(
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n\
+         {body}",
+        body.len()
+    );
+    // The client may be gone already: nothing to do about it.
+    let _ = stream.write_all(answer.as_bytes()).await;
+    let _ = stream.shutdown().await;
+    let _ = tokio::time::timeout(LINGER, async {
+        let mut dropped = [0u8; 4096];
+        let mut left = LINGER_BYTES_MAX;
+        while let Ok(read @ 1..) = stream.read(&mut dropped).await {
+            left = left.saturating_sub(read);
+            if left == 0 {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 /// Answers at SIGTERM or Ctrl-C.

@@ -32,6 +32,7 @@ mod connections;
 mod hook_outbox;
 mod limits;
 mod routes;
+pub mod tls;
 pub mod tokens;
 
 use std::net::SocketAddr;
@@ -45,6 +46,7 @@ use outbox::PublisherThread;
 
 use crate::hook_outbox::HookOutbox;
 use crate::routes::App;
+use crate::tls::{TlsError, TlsFiles};
 use crate::tokens::{TokenFileError, Tokens};
 
 pub use crate::limits::{CONNECTIONS_MAX_DEFAULT, FILES_RESERVED};
@@ -54,11 +56,12 @@ pub const BODY_LIMIT_BYTES: usize = 16 * 1024;
 /// How long a client may take to send a request's body once its header arrived (Go's `http.Server.ReadTimeout` counts
 /// the same way): hyper's default for a header, kept for the body, which an ordinary client sends with its header.
 pub const READ_TIMEOUT_MS: u64 = 30_000;
-/// How long a client may take to send each request header, and how long a kept-alive connection may idle (hyper times the idle wait for the next header as the header itself). Short, since
+/// How long a client may take to finish its TLS handshake, then to send each request header, and how long a
+/// kept-alive connection may idle (hyper times the idle wait for the next header as the header itself). Short, since
 /// every connection waiting for a header holds a place in the bound of connections: a client that opens
 /// connections and sends nothing is closed after this, so a new client waits at most this long for a place. An
-/// ordinary client sends its header in one packet right after connecting; 10 s leaves room for a slow link across
-/// the world, and keeps a pooled connection for a client that asks at least every 10 s (Node's
+/// ordinary client sends its header in one packet right after connecting; 10 s leaves room for a slow link and a
+/// TLS handshake across the world, and keeps a pooled connection for a client that asks at least every 10 s (Node's
 /// default keep-alive is 5 s, hyper's header timeout 30 s, what `--read-timeout-ms` meant until now).
 pub const HEADER_TIMEOUT_MS: u64 = 10_000;
 /// How long `serve` waits, on SIGTERM or Ctrl-C, for the requests in flight before it exits, and then for the hook's
@@ -85,13 +88,18 @@ pub struct ServeSettings {
     /// Milliseconds a client may take to send a request's body once its header arrived; then it is answered 408 and
     /// the connection is closed. At least 1.
     pub read_timeout_ms: u64,
-    /// Milliseconds a client may take to send each request header, or leave a kept-alive connection idle; then the
-    /// connection is closed ([`HEADER_TIMEOUT_MS`]). At least 1.
+    /// Milliseconds a client may take to finish its TLS handshake, then each request header, or leave a kept-alive
+    /// connection idle; then the connection is closed ([`HEADER_TIMEOUT_MS`]). At least 1.
     pub header_timeout_ms: u64,
     /// Connections open at once at most; beyond, new ones wait in the backlog until one closes. `None`: the
     /// open-file limit (raised to its hard limit at start) less [`FILES_RESERVED`], at most
     /// [`CONNECTIONS_MAX_DEFAULT`].
     pub connections_max: Option<usize>,
+    /// Serve HTTPS with this certificate and key; plain HTTP without.
+    pub tls: Option<TlsFiles>,
+    /// Listen without TLS on an address other machines can reach (behind a TLS-terminating proxy, say): refused
+    /// otherwise, since every request carries a bearer secret.
+    pub insecure_listen: bool,
 }
 
 impl ServeSettings {
@@ -107,7 +115,25 @@ impl ServeSettings {
             read_timeout_ms: READ_TIMEOUT_MS,
             header_timeout_ms: HEADER_TIMEOUT_MS,
             connections_max: None,
+            tls: None,
+            insecure_listen: false,
         }
+    }
+}
+
+/// Where the server listens, as the first line of `serve` says it: `http://ADDR` or `https://ADDR`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listening {
+    /// The address (port 0 asked: the port picked).
+    pub address: SocketAddr,
+    /// Whether it speaks TLS.
+    pub tls: bool,
+}
+
+impl std::fmt::Display for Listening {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let scheme = if self.tls { "https" } else { "http" };
+        write!(f, "{scheme}://{}", self.address)
     }
 }
 
@@ -121,6 +147,19 @@ pub enum ServeError {
     /// The token file cannot be used.
     #[error(transparent)]
     Tokens(#[from] TokenFileError),
+    /// Plain HTTP on an address other machines can reach, without [`ServeSettings::insecure_listen`].
+    #[error(
+        "refusing to listen on {address} without TLS: every request carries a bearer secret, readable by anyone on \
+         the network path; give --tls-cert FILE --tls-key FILE, listen on 127.0.0.1 behind a TLS proxy, or say \
+         --insecure-listen to serve plain HTTP there anyway"
+    )]
+    InsecureListen {
+        /// The address asked for.
+        address: SocketAddr,
+    },
+    /// The certificate or key cannot be used.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
     /// More connections asked for than the open-file limit allows.
     #[error(
         "--connections-max {asked} needs {needed} open files (a descriptor per connection and {FILES_RESERVED} \
@@ -161,15 +200,18 @@ pub enum ServeError {
     WriterStopped(String),
 }
 
-/// Serves the hook on the ledger at `ledger_path` until SIGTERM or Ctrl-C. `listening` is told the address once the
-/// server listens (for scripts and tests, since port 0 picks one). On the signal, the requests in flight are answered
-/// (for [`SHUTDOWN_WAIT_MS`] at most), the outbox's publisher ends its pass, and the hook's writer records what was
+/// Serves the hook on the ledger at `ledger_path` until SIGTERM or Ctrl-C. `listening` is told where once the server
+/// listens (for scripts and tests, since port 0 picks one). On the signal, the requests in flight are answered (for
+/// [`SHUTDOWN_WAIT_MS`] at most), the outbox's publisher ends its pass, and the hook's writer records what was
 /// queued and closes the ledger.
 pub fn run(
     ledger_path: &Path,
     settings: ServeSettings,
-    listening: impl FnOnce(SocketAddr) -> std::io::Result<()>,
+    listening: impl FnOnce(Listening) -> std::io::Result<()>,
 ) -> Result<(), ServeError> {
+    if settings.tls.is_none() && !settings.insecure_listen && !tls::is_loopback(&settings.listen) {
+        return Err(ServeError::InsecureListen { address: settings.listen });
+    }
     let files_limit = limits::raise_open_files();
     let connections_max = limits::connections_max(settings.connections_max, files_limit)?;
     // A hook on a ledger that is not there would create an empty one, find no policy, and allow everything: a
@@ -180,6 +222,7 @@ pub fn run(
         Err(e) => return Err(e.into()),
     }
     let tokens = Tokens::read(&settings.tokens)?;
+    let tls = settings.tls.as_ref().map(tls::acceptor).transpose()?;
     let hook = Hook::start(ledger_path, settings.hook).map_err(ServeError::Hook)?;
     let writer = hook.stopped();
     let publisher = match &settings.brokers {
@@ -193,12 +236,15 @@ pub fn run(
     let accepting = connections::Accepting {
         connections_max,
         header_timeout: Duration::from_millis(settings.header_timeout_ms.max(1)),
+        tls,
     };
     let address = settings.listen;
     let served = runtime.block_on(async move {
         let listener =
             tokio::net::TcpListener::bind(address).await.map_err(|source| ServeError::Listen { address, source })?;
-        listening(listener.local_addr().map_err(ServeError::Announce)?).map_err(ServeError::Announce)?;
+        let at =
+            Listening { address: listener.local_addr().map_err(ServeError::Announce)?, tls: accepting.tls.is_some() };
+        listening(at).map_err(ServeError::Announce)?;
         let writer_stopped = async move {
             watched.writer_stopped().await;
             log::error!(
