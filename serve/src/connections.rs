@@ -3,10 +3,11 @@
 //! writer stopped), then a graceful stop.
 //!
 //! Beyond the bound, new connections wait: the loop accepts no more until one closes, and the kernel holds the new
-//! ones in the listening socket's backlog. Not 503: answering one takes what the bound protects (a descriptor, a
-//! TLS handshake), while waiting costs the server nothing. The wait is short, since every connection that holds a
-//! place without sending a request is closed after the header timeout: a client arriving behind idle connections is
-//! accepted within that time, and a request that already waits in the backlog is answered when it is.
+//! ones in the listening socket's backlog, in the order they came. Not 503: answering one takes what the bound
+//! protects (a descriptor, a TLS handshake), while waiting costs the server nothing. The wait is short, since every
+//! connection that holds a place without sending a request is closed after the header timeout: a client arriving
+//! behind idle connections is accepted after one header timeout for each bound's worth of them ahead of it in the
+//! backlog, and its request, already sent, is then answered at once.
 
 use std::future::Future;
 use std::sync::Arc;

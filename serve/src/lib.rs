@@ -3,12 +3,17 @@
 //! JSON in and out; 200 when allowed, 429 when denied with `Retry-After` and `RateLimit-*` headers; 400 for malformed
 //! input, 401 without a valid token, 403 for a tenant the token does not cover (nothing consumed in any of them);
 //! 503 when the hook's queue is full; 408 for a body that has not all arrived [`ServeSettings::read_timeout_ms`]
-//! after its header, and a connection that does not finish its request header in that time is closed. With brokers,
-//! the outbox is published to Kafka every second ([`outbox::PublisherThread`]), and `/healthz` says how much of it
-//! waits and why.
+//! after its header. With brokers, the outbox is published to Kafka every second ([`outbox::PublisherThread`]), and
+//! `/healthz` says how much of it waits and why.
 //!
-//! Who may ask is in a token file ([`tokens`]); [`run`] serves until SIGTERM or Ctrl-C, then stops cleanly: the
-//! requests in flight are answered and the hook's writer closes the ledger.
+//! On a network: HTTPS from a certificate and key ([`tls`]), and plain HTTP only on a loopback address unless the
+//! operator says otherwise. Connections are bounded ([`ServeSettings::connections_max`], sized to the open-file
+//! limit, which is raised at start); one that does not finish its TLS handshake or a request header within
+//! [`ServeSettings::header_timeout_ms`] is closed, so idle ones cannot hold the places for long.
+//!
+//! Who may ask is in a token file ([`tokens`]), which only its owner may read, and each decision records which token
+//! asked; [`run`] serves until SIGTERM or Ctrl-C, then stops cleanly: the requests in flight are answered and the
+//! hook's writer closes the ledger.
 //!
 //! ```
 //! # let dir = tempfile::tempdir().unwrap();
