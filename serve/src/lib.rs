@@ -54,7 +54,7 @@ use crate::routes::App;
 use crate::tls::{TlsError, TlsFiles};
 use crate::tokens::{TokenFileError, Tokens};
 
-pub use crate::limits::{CONNECTIONS_MAX_DEFAULT, FILES_RESERVED};
+pub use crate::limits::{CONNECTIONS_MAX_DEFAULT, FILES_RESERVED, FILES_RESERVED_MIN};
 
 /// Largest request body accepted: a check is about 200 bytes.
 pub const BODY_LIMIT_BYTES: usize = 16 * 1024;
@@ -97,7 +97,8 @@ pub struct ServeSettings {
     /// connection idle; then the connection is closed ([`HEADER_TIMEOUT_MS`]). At least 1.
     pub header_timeout_ms: u64,
     /// Connections open at once at most; beyond, new ones wait in the backlog until one closes. `None`: the
-    /// open-file limit (raised to its hard limit at start) less [`FILES_RESERVED`], at most
+    /// open-file limit (raised to its hard limit at start) less a quarter of it (between [`FILES_RESERVED_MIN`] and
+    /// [`FILES_RESERVED`]), at most
     /// [`CONNECTIONS_MAX_DEFAULT`].
     pub connections_max: Option<usize>,
     /// Serve HTTPS with this certificate and key; plain HTTP without.
@@ -167,15 +168,17 @@ pub enum ServeError {
     Tls(#[from] TlsError),
     /// More connections asked for than the open-file limit allows.
     #[error(
-        "--connections-max {asked} needs {needed} open files (a descriptor per connection and {FILES_RESERVED} \
-         for the ledger, Kafka and the runtime), and the limit is {limit}: raise the hard limit (`ulimit -Hn`, \
-         systemd's LimitNOFILE=) or ask for fewer"
+        "--connections-max {asked} needs {needed} open files (a descriptor per connection and {reserved} for the \
+         ledger, Kafka and the runtime), and the limit is {limit}: raise the hard limit (`ulimit -Hn`, systemd's \
+         LimitNOFILE=) or ask for fewer"
     )]
     TooManyConnections {
         /// The bound asked for.
         asked: usize,
         /// What it needs.
         needed: u64,
+        /// What is kept for the rest of the server.
+        reserved: u64,
         /// The open-file limit after raising it.
         limit: u64,
     },

@@ -3,11 +3,14 @@
 
 use crate::ServeError;
 
-/// Descriptors kept for everything but connections: the ledger's files (database, write-ahead log, shared memory,
-/// lock) for the writer, the publisher and the reads at start, librdkafka's socket to each broker and its wake-up
-/// pipes, the runtime's and the signal handlers'. About 40 with a three-broker cluster; the rest is room for a
-/// large cluster.
+/// Most descriptors kept for everything but connections: the ledger's files (database, write-ahead log, shared
+/// memory, lock) for the writer, the publisher and the reads at start, librdkafka's socket to each broker and its
+/// wake-up pipes, the runtime's and the signal handlers'. 19 without brokers (counted in /proc), about 40 with a
+/// three-broker cluster; the rest is room for a large cluster.
 pub const FILES_RESERVED: u64 = 256;
+/// Fewest descriptors kept so: a quarter of the open-file limit is kept between the two, so that a small limit (256)
+/// still leaves most of it to connections.
+pub const FILES_RESERVED_MIN: u64 = 64;
 /// Largest default bound of connections, whatever the open-file limit (often a million in containers): an idle
 /// kept-alive connection holds hyper's buffers and a task, 16 KB (23 KB over TLS: measured as serve's resident memory
 /// over 2,000 of them), and one reading a body up to 16 KB more, so 10,000 stay within about 400 MB; a hook deciding
@@ -42,19 +45,26 @@ pub(crate) fn raise_open_files() -> u64 {
     limit.rlim_cur
 }
 
-/// The bound of connections: the one asked for, refused if the open-file limit cannot hold it; else the limit less
-/// [`FILES_RESERVED`], at most [`CONNECTIONS_MAX_DEFAULT`], at least 1.
+/// Descriptors kept for everything but connections under an open-file limit of `files_limit`: a quarter of it,
+/// between [`FILES_RESERVED_MIN`] and [`FILES_RESERVED`].
+pub(crate) fn files_reserved(files_limit: u64) -> u64 {
+    (files_limit / 4).clamp(FILES_RESERVED_MIN, FILES_RESERVED)
+}
+
+/// The bound of connections: the one asked for, refused if the open-file limit cannot hold it besides
+/// [`files_reserved`]; else the room the limit leaves, at most [`CONNECTIONS_MAX_DEFAULT`], at least 1.
 pub(crate) fn connections_max(asked: Option<usize>, files_limit: u64) -> Result<usize, ServeError> {
+    let reserved = files_reserved(files_limit);
     match asked {
         Some(asked) => {
-            let needed = (asked as u64).saturating_add(FILES_RESERVED);
+            let needed = (asked as u64).saturating_add(reserved);
             if asked == 0 || needed > files_limit {
-                return Err(ServeError::TooManyConnections { asked, needed, limit: files_limit });
+                return Err(ServeError::TooManyConnections { asked, needed, reserved, limit: files_limit });
             }
             Ok(asked)
         }
         None => {
-            let room = usize::try_from(files_limit.saturating_sub(FILES_RESERVED)).unwrap_or(usize::MAX);
+            let room = usize::try_from(files_limit.saturating_sub(reserved)).unwrap_or(usize::MAX);
             Ok(room.clamp(1, CONNECTIONS_MAX_DEFAULT))
         }
     }
@@ -64,13 +74,16 @@ pub(crate) fn connections_max(asked: Option<usize>, files_limit: u64) -> Result<
 mod tests {
     use super::*;
 
-    // Proves that the default bound follows the open-file limit less what the rest of the server needs, within
-    // [1, CONNECTIONS_MAX_DEFAULT], and that a bound the limit cannot hold is refused naming both.
+    // Proves that the default bound follows the open-file limit less what the rest of the server needs (a quarter of
+    // it, within [64, 256]), within [1, CONNECTIONS_MAX_DEFAULT], and that a bound the limit cannot hold is refused
+    // naming both.
     #[test]
     fn the_bound_of_connections_fits_the_open_file_limit() {
-        assert_eq!(connections_max(None, 1_024).unwrap(), 1_024 - FILES_RESERVED as usize);
+        assert_eq!(connections_max(None, 1_024).unwrap(), 1_024 - 256);
+        assert_eq!(connections_max(None, 4_096).unwrap(), 4_096 - 256);
+        assert_eq!(connections_max(None, 256).unwrap(), 256 - 64, "a small limit keeps most of it for connections");
         assert_eq!(connections_max(None, 1_048_576).unwrap(), CONNECTIONS_MAX_DEFAULT);
-        assert_eq!(connections_max(None, 100).unwrap(), 1);
+        assert_eq!(connections_max(None, 40).unwrap(), 1);
         assert_eq!(connections_max(Some(500), 1_024).unwrap(), 500);
         let refused = connections_max(Some(1_000), 1_024).unwrap_err().to_string();
         assert!(

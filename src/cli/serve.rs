@@ -33,7 +33,7 @@ pub struct ServeArgs {
     #[arg(long, conflicts_with = "tls_cert")]
     insecure_listen: bool,
     /// Connections open at once at most; beyond, new ones wait until one closes. Default: the open-file limit
-    /// (raised to its hard limit at start) less 256, at most 10,000.
+    /// (raised to its hard limit at start) less a quarter of it (64 to 256), at most 10,000.
     #[arg(long)]
     connections_max: Option<usize>,
     /// Commit durability: `full` (fsync per group, survives power loss) or `normal` (survives a crash of the
