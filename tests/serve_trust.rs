@@ -723,8 +723,9 @@ fn token_name_of(test: &TestLedger, request_id: &str) -> Option<String> {
 }
 
 // Point 6: every decision records the name of the token that asked, given by the token file, never by the caller (a
-// body claiming one is refused); a token may hold the SHA-256 of its secret instead of the secret; "Bearer" is
-// read in any case; a token without a name is named by its place in the file. Until this issue a decision did not
+// body claiming one is refused) and shown by `audit why`; a token may hold the SHA-256 of its secret instead of the
+// secret; "Bearer" is read in any case; a token without a name is named by its place in the file. Until this issue a
+// decision did not
 // say which token asked, `secret_sha256` and `name` were unknown keys, and `bearer` answered 401.
 #[test]
 fn each_decision_names_the_token_that_asked() {
@@ -764,6 +765,10 @@ fn each_decision_names_the_token_that_asked() {
     ] {
         assert_eq!(token_name_of(&test, request_id).as_deref(), Some(named), "{request_id}");
     }
+    let why = test.run(&["audit", "why", "by-checkout"]).success().stdout_text();
+    assert!(why.contains("Asked with the serve token named checkout.\n"), "{why}");
+    let why = test.run(&["audit", "why", "by-unnamed", "--json"]).success().json();
+    assert_eq!(why["decision"]["token_name"], "token-3", "{why}");
     test.assert_verifies();
 }
 

@@ -61,6 +61,9 @@ pub struct Decision {
     pub policy_version: Option<i64>,
     pub window_start: Option<Timestamp>,
     pub window_end: Option<Timestamp>,
+    /// The name of the `serve` token that asked (DecisionEvent v2); null for decisions made without one and for
+    /// those recorded before v2.
+    pub token_name: Option<String>,
     /// Shown under `counter` and `retry_after_ms`.
     #[serde(skip)]
     pub recorded: (Option<i64>, Option<i64>, Option<i64>, Option<i64>),
@@ -165,9 +168,10 @@ pub struct Unknown {
 /// Explains the latest decision of `request_id`, or answers the nearest known request_ids.
 pub fn why(session: &LedgerSession, request_id: &str) -> Result<Result<Why, Unknown>, ReportError> {
     let decisions = decisions(session, request_id)?;
-    let Some(decision) = decisions.last().cloned() else {
+    let Some(mut decision) = decisions.last().cloned() else {
         return Ok(Err(Unknown { request_id: request_id.to_string(), nearest: nearest(session, request_id)? }));
     };
+    decision.token_name = token_name(session, &decision.event_id)?;
     let policy = policy(session, &decision)?;
     let scope_subject = subject_of_scope(policy.as_ref(), &decision);
     // A throttle is decided by its bucket, which no grant raises (the hook's `evaluate_one`).
@@ -222,6 +226,8 @@ fn decisions(session: &LedgerSession, request_id: &str) -> Result<Vec<Decision>,
                 policy_version: f.opt_i64("policy_version", r),
                 window_start: f.opt_time("window_start", r),
                 window_end: f.opt_time("window_end", r),
+                // Not a column of the tables: read from the explained decision's own entry ([`token_name`]).
+                token_name: None,
                 recorded: (
                     f.opt_i64("limit", r),
                     f.opt_i64("used_before", r),
@@ -232,6 +238,16 @@ fn decisions(session: &LedgerSession, request_id: &str) -> Result<Vec<Decision>,
         }
     }
     Ok(found)
+}
+
+/// The name of the `serve` token that asked for the decision recorded as `event_id`, read from its entry's payload
+/// (one point read): the tables the reports query do not show it.
+fn token_name(session: &LedgerSession, event_id: &str) -> Result<Option<String>, ReportError> {
+    let ledger = ledger::Ledger::open_read_only(session.path())?;
+    Ok(match ledger.recorded_event(event_id)? {
+        Some(schemas::Event::Decision(decision)) => decision.token_name,
+        _ => None,
+    })
 }
 
 impl Decision {
@@ -560,6 +576,7 @@ mod tests {
             policy_version: Some(1),
             window_start: None,
             window_end: None,
+            token_name: None,
             recorded: (None, None, None, None),
         }
     }
