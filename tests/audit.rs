@@ -77,6 +77,7 @@ fn decision(request_id: &str, occurred_at: &str, amount: i64, denied: bool) -> E
         used_before: Some(109),
         remaining: Some(if denied { 1 } else { 0 }),
         retry_after_ms: denied.then_some(3_600_000),
+        token_name: None,
     })
 }
 
@@ -333,6 +334,7 @@ fn reserved_then_checked() -> TestLedger {
             used_before: Some(used_before),
             remaining: Some(100 - used_before - amount),
             retry_after_ms: None,
+            token_name: None,
         })
     };
     let reserve = Event::Reservation(ReservationEvent {
@@ -517,6 +519,7 @@ fn decision_of_org_1(event_id: &str, request_id: &str, occurred_at: &str, amount
         used_before: Some(used_before),
         remaining: Some(if denied { limit - used_before } else { limit - used_before - amount }),
         retry_after_ms: None,
+        token_name: None,
     })
 }
 

@@ -222,6 +222,7 @@ fn one_file_per_other_type() -> Vec<Vec<Event>> {
             used_before: Some(100 - remaining),
             remaining: Some(remaining),
             retry_after_ms: (remaining == 0).then_some(30_000),
+            token_name: None,
         })
     };
     let reservation = |event_id: &str, action, amount, expires_at: Option<&str>| {

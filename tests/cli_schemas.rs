@@ -9,12 +9,16 @@ use schemas::{Catalog, EventType};
 use serde_json::{Value, json};
 use support::*;
 
-// Proves that `schemas list --json` lists the catalog's 9 schemas, 16-hex-digit fingerprints, one current per type.
+// Proves that `schemas list --json` lists the catalog's 10 schemas, 16-hex-digit fingerprints, one current per type.
 #[test]
-fn list_json_names_nine_schemas_one_current_per_type() {
+fn list_json_names_ten_schemas_one_current_per_type() {
     let listed = run(&["schemas", "list", "--json"], b"").success().json();
     let listed = listed.as_array().unwrap_or_else(|| panic!("schemas list --json is not an array: {listed}"));
-    assert_eq!(listed.len(), 9, "six current schemas, UsageEvent, PolicyEvent and AdjustmentEvent v1: {listed:?}");
+    assert_eq!(
+        listed.len(),
+        10,
+        "six current schemas, UsageEvent, DecisionEvent, PolicyEvent and AdjustmentEvent v1: {listed:?}"
+    );
 
     let catalog = Catalog::builtin();
     let mut current_per_type: BTreeMap<String, usize> = BTreeMap::new();
@@ -38,7 +42,7 @@ fn list_json_names_nine_schemas_one_current_per_type() {
     let mut fingerprints: Vec<&str> = listed.iter().map(|s| s["fingerprint"].as_str().unwrap()).collect();
     fingerprints.sort_unstable();
     fingerprints.dedup();
-    assert_eq!(fingerprints.len(), 9, "fingerprints are distinct");
+    assert_eq!(fingerprints.len(), 10, "fingerprints are distinct");
 }
 
 /// One event of each record type in JSON, every optional field set, in the form `schemas decode` prints.
@@ -70,7 +74,8 @@ fn one_event_per_type() -> Vec<(EventType, Value)> {
                     "request_id": "req-81f3", "idempotency_key": "idem-1", "amount": 1500, "outcome": "DENIED",
                     "reason": "QUOTA_EXCEEDED", "policy_id": "p-1", "policy_version": 3,
                     "window_start": "2026-11-01T00:00:00Z", "window_end": "2026-12-01T00:00:00Z",
-                    "limit": 1000000, "used_before": 999000, "remaining": 1000, "retry_after_ms": 60000
+                    "limit": 1000000, "used_before": 999000, "remaining": 1000, "retry_after_ms": 60000,
+                    "token_name": "checkout-service"
                 }),
             ),
         ),

@@ -36,9 +36,9 @@ impl Server {
 
     fn start_with(test: &TestLedger, extra: &[&str], stderr: Stdio) -> Server {
         let tokens = test.file("tokens.toml");
-        std::fs::write(
+        serve::tokens::write_private(
             &tokens,
-            format!("[[token]]\nsecret = \"{SECRET}\"\ntenants = [\"org-1\"]\n\n[[token]]\nsecret = \"{ADMIN}\"\ntenants = [\"*\"]\n"),
+            &format!("[[token]]\nsecret = \"{SECRET}\"\ntenants = [\"org-1\"]\n\n[[token]]\nsecret = \"{ADMIN}\"\ntenants = [\"*\"]\n"),
         )
         .unwrap();
         let mut child = ChildGuard::new(
@@ -376,7 +376,7 @@ fn bad_callers_and_bad_bodies_consume_nothing() {
 /// `serve` on `test`'s ledger with a `*` token, expected to refuse to start: its exit code and stderr.
 fn serve_refused(test: &TestLedger, what: &str) -> (Option<i32>, String) {
     let tokens = test.file("tokens-refused.toml");
-    std::fs::write(&tokens, format!("[[token]]\nsecret = \"{SECRET}\"\ntenants = [\"*\"]\n")).unwrap();
+    serve::tokens::write_private(&tokens, &format!("[[token]]\nsecret = \"{SECRET}\"\ntenants = [\"*\"]\n")).unwrap();
     let mut serve = Command::new(BIN)
         .args(["--ledger", test.path.to_str().unwrap(), "serve", "--listen", "127.0.0.1:0", "--tokens"])
         .arg(&tokens)
@@ -790,13 +790,13 @@ fn a_stopped_server_leaves_every_decision_in_the_ledger_file_alone() {
 }
 
 // For the on-call engineer: a client that opens a connection and never finishes its request header is closed
-// after `--read-timeout-ms` (it held the connection, and one of the server's file descriptors, for ever), one whose
-// body has not all arrived that long after its header (paused, or trickling a byte at a time) is answered 408 and
-// closed, nothing is recorded for any of them, and other clients are answered meanwhile.
+// after `--header-timeout-ms` (it held the connection, and one of the server's file descriptors, for ever), one whose
+// body has not all arrived `--read-timeout-ms` after its header (paused, or trickling a byte at a time) is answered
+// 408 and closed, nothing is recorded for any of them, and other clients are answered meanwhile.
 #[test]
 fn a_connection_that_never_finishes_its_request_is_closed() {
     let test = ledger_with(hard_policy(1_000_000, Window::MONTH));
-    let server = Server::start(&test, &["--read-timeout-ms", "1000"]);
+    let server = Server::start(&test, &["--read-timeout-ms", "1000", "--header-timeout-ms", "1000"]);
     let address = server.base.strip_prefix("http://").expect("an http:// address");
     let mut half_header = std::net::TcpStream::connect(address).expect("a connection");
     half_header.write_all(b"POST /v1/check HTTP/1.1\r\nHost: test\r\n").expect("half a header sent");
@@ -831,6 +831,7 @@ fn a_connection_that_never_finishes_its_request_is_closed() {
         String::from_utf8_lossy(&answer).to_string()
     };
     assert_eq!(answer(&mut half_header), "", "a half header is closed without an answer");
+    assert!(started.elapsed() < Duration::from_secs(5), "closed after the header timeout: {:?}", started.elapsed());
     let paused = answer(&mut half_body);
     assert!(paused.starts_with("HTTP/1.1 408 "), "a paused body is answered 408: {paused:?}");
     assert!(paused.contains("request_timeout"), "{paused:?}");

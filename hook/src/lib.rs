@@ -390,23 +390,40 @@ impl Hook {
 
     /// `check`, waiting for the answer (and for room in the queue).
     pub fn check(&self, request: CheckRequest) -> Result<Decision, HookError> {
-        self.call(|reply| Work::Check(request, reply))
+        self.call(|reply| Work::Check(request, None, reply))
     }
 
     /// `check` from async code: never blocks a runtime thread; a full queue answers Overloaded.
     pub async fn check_async(&self, request: CheckRequest) -> Result<Decision, HookError> {
-        self.call_async(|reply| Work::Check(request, reply)).await
+        self.call_async(|reply| Work::Check(request, None, reply)).await
+    }
+
+    /// [`Hook::check_async`] for a caller a server authenticated with the token named `token_name`: its
+    /// DecisionEvent records the name (`token_name`), so that an audit tells which caller asked. The name is the
+    /// server's to give, never the caller's to claim; it is checked as a tenant's name is (1 to 128 bytes, no
+    /// control character: 400 naming `token_name` otherwise). A replay answers the original decision, which names
+    /// the token that asked first.
+    pub async fn check_async_as(&self, request: CheckRequest, token_name: &str) -> Result<Decision, HookError> {
+        let token_name = Some(token_name.to_string());
+        self.call_async(|reply| Work::Check(request, token_name, reply)).await
     }
 
     /// `reserve`, waiting for the answer (and for room in the queue): an allowed decision holds its amount until
     /// `ttl_ms` from now, under the reservation_id it answers.
     pub fn reserve(&self, request: ReserveRequest) -> Result<Decision, HookError> {
-        self.call(|reply| Work::Reserve(request, reply))
+        self.call(|reply| Work::Reserve(request, None, reply))
     }
 
     /// `reserve` from async code: never blocks a runtime thread; a full queue answers Overloaded.
     pub async fn reserve_async(&self, request: ReserveRequest) -> Result<Decision, HookError> {
-        self.call_async(|reply| Work::Reserve(request, reply)).await
+        self.call_async(|reply| Work::Reserve(request, None, reply)).await
+    }
+
+    /// [`Hook::reserve_async`] for a caller a server authenticated with the token named `token_name`, recorded on
+    /// the reservation's DecisionEvent as [`Hook::check_async_as`] records it.
+    pub async fn reserve_async_as(&self, request: ReserveRequest, token_name: &str) -> Result<Decision, HookError> {
+        let token_name = Some(token_name.to_string());
+        self.call_async(|reply| Work::Reserve(request, token_name, reply)).await
     }
 
     /// `commit(reservation_id, actual)`: the actual consumption, more than reserved included.

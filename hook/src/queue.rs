@@ -8,10 +8,11 @@ use crate::TenantScope;
 use crate::api::{CheckRequest, Closed, Decision, Refusal, ReserveRequest};
 use crate::error::HookError;
 
-/// One request and where its answer goes.
+/// One request and where its answer goes. A check's or reserve's middle field is the name of the token its caller
+/// authenticated with (`serve`), recorded on its DecisionEvent; none for a library caller.
 pub enum Work {
-    Check(CheckRequest, oneshot::Sender<Result<Decision, HookError>>),
-    Reserve(ReserveRequest, oneshot::Sender<Result<Decision, HookError>>),
+    Check(CheckRequest, Option<String>, oneshot::Sender<Result<Decision, HookError>>),
+    Reserve(ReserveRequest, Option<String>, oneshot::Sender<Result<Decision, HookError>>),
     Close {
         reservation_id: String,
         action: ReservationAction,
@@ -36,7 +37,7 @@ impl Work {
     /// Answers `error` to the caller, for a request not decided (its group failed before deciding anything).
     pub fn fail(self, error: HookError) {
         match self {
-            Work::Check(_, reply) | Work::Reserve(_, reply) => drop(reply.send(Err(error))),
+            Work::Check(_, _, reply) | Work::Reserve(_, _, reply) => drop(reply.send(Err(error))),
             Work::Close { reply, .. } => drop(reply.send(Err(error))),
             Work::Published { reply, .. } => drop(reply.send(Err(error))),
         }

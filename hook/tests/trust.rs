@@ -214,6 +214,7 @@ fn a_key_answers_only_its_own_request() {
         used_before: None,
         remaining: None,
         retry_after_ms: None,
+        token_name: None,
     };
     append(&dir.path().join("ledger.db"), vec![Event::Decision(forged)]);
     assert_eq!(reused_field(hook.check(ask("tokens", None, "taken", 5))), "idempotency_key");

@@ -109,6 +109,7 @@ pub fn to_value(event: &Event) -> Value {
             ("used_before", opt_long(e.used_before)),
             ("remaining", opt_long(e.remaining)),
             ("retry_after_ms", opt_long(e.retry_after_ms)),
+            ("token_name", opt_string(&e.token_name)),
         ],
         Event::Reservation(e) => vec![
             ("reservation_id", string(&e.reservation_id)),
@@ -311,6 +312,7 @@ pub fn from_value(event_type: EventType, value: &Value) -> Result<Event, ShapeEr
             used_before: f.opt_long("used_before")?,
             remaining: f.opt_long("remaining")?,
             retry_after_ms: f.opt_long("retry_after_ms")?,
+            token_name: f.opt_string("token_name")?,
         }),
         EventType::ReservationEvent => Event::Reservation(ReservationEvent {
             header,
@@ -424,6 +426,7 @@ pub fn write_body(out: &mut Vec<u8>, event: &Event) {
             write_opt_long(out, e.used_before);
             write_opt_long(out, e.remaining);
             write_opt_long(out, e.retry_after_ms);
+            write_opt_string(out, &e.token_name);
         }
         Event::Reservation(e) => {
             write_string(out, &e.reservation_id);

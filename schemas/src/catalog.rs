@@ -35,6 +35,12 @@ const SCHEMA_FILES: &[(&str, EventType, bool, &str)] = &[
     ("PolicyEvent.avsc", EventType::PolicyEvent, true, include_str!("../avro/PolicyEvent.avsc")),
     ("AdjustmentEvent.avsc", EventType::AdjustmentEvent, true, include_str!("../avro/AdjustmentEvent.avsc")),
     ("history/UsageEvent.v1.avsc", EventType::UsageEvent, false, include_str!("../avro/history/UsageEvent.v1.avsc")),
+    (
+        "history/DecisionEvent.v1.avsc",
+        EventType::DecisionEvent,
+        false,
+        include_str!("../avro/history/DecisionEvent.v1.avsc"),
+    ),
     ("history/PolicyEvent.v1.avsc", EventType::PolicyEvent, false, include_str!("../avro/history/PolicyEvent.v1.avsc")),
     (
         "history/AdjustmentEvent.v1.avsc",

@@ -82,6 +82,11 @@ pub struct DecisionEvent {
     /// When a denied request may pass, for RATE_LIMITED: milliseconds after the decision.
     #[serde(default)]
     pub retry_after_ms: Option<i64>,
+    /// The name of the token that asked (`serve`'s token file), never its secret: which caller a decision was
+    /// made for, when several share a tenant. None for a decision made without a token (a library caller,
+    /// another enforcer) and for every decision recorded before DecisionEvent v2.
+    #[serde(default)]
+    pub token_name: Option<String>,
 }
 
 /// `ReservationEvent` (topic `quota.reservations`).

@@ -159,7 +159,12 @@ fn validate_decision(e: &DecisionEvent) -> Result<(), Invalid> {
     check_id("idempotency_key", &e.idempotency_key)?;
     at_least("amount", e.amount, 0)?;
     opt_in_range("window_start", e.window_start)?;
-    opt_in_range("window_end", e.window_end)
+    opt_in_range("window_end", e.window_end)?;
+    // Shown by `audit why`: bounded as a tenant's name is, and never a forged line.
+    match &e.token_name {
+        Some(token_name) => check_name("token_name", token_name),
+        None => Ok(()),
+    }
 }
 
 fn validate_reservation(e: &ReservationEvent) -> Result<(), Invalid> {

@@ -234,3 +234,74 @@ fn policy_v1_single_object_decodes_to_a_quota() {
     };
     assert_eq!(decoded, Decoded { event: Event::Policy(expected), writer_fingerprint: v1.fingerprint });
 }
+
+// Proves that a DecisionEvent from a producer still on v1 (no `token_name`), as a message and as a ledger entry's
+// payload stored before v2, decodes to the current DecisionEvent with `token_name` null: adding which token asked
+// broke no enforcer and no ledger.
+#[test]
+fn decision_v1_decodes_with_no_token_name() {
+    use schemas::{DecisionEvent, Outcome, Reason};
+    let catalog = Catalog::builtin();
+    let v1 = catalog
+        .schemas()
+        .iter()
+        .find(|s| s.file == "history/DecisionEvent.v1.avsc")
+        .expect("the catalog keeps DecisionEvent v1");
+    assert!(!v1.current);
+    let schema = Schema::parse_str(include_str!("../avro/history/DecisionEvent.v1.avsc")).expect("v1 parses");
+    assert_eq!(schemas::fingerprint(&schema), v1.fingerprint);
+    let null = || Value::Union(0, Box::new(Value::Null));
+    let value = Value::Record(vec![
+        ("event_id".into(), Value::String("dec-v1".into())),
+        ("occurred_at".into(), Value::TimestampMicros(at("2026-11-02T10:00:00Z").micros())),
+        ("tenant".into(), Value::String("org-1".into())),
+        ("subject".into(), null()),
+        ("metric".into(), Value::String("requests".into())),
+        ("source".into(), Value::String("gateway".into())),
+        ("request_id".into(), Value::String("req-1".into())),
+        ("idempotency_key".into(), Value::String("k-1".into())),
+        ("amount".into(), Value::Long(3)),
+        ("outcome".into(), Value::Enum(1, "DENIED".into())),
+        ("reason".into(), Value::Enum(1, "QUOTA_EXCEEDED".into())),
+        ("policy_id".into(), Value::Union(1, Box::new(Value::String("daily".into())))),
+        ("policy_version".into(), Value::Union(1, Box::new(Value::Int(2)))),
+        ("window_start".into(), null()),
+        ("window_end".into(), null()),
+        ("limit".into(), Value::Union(1, Box::new(Value::Long(100)))),
+        ("used_before".into(), Value::Union(1, Box::new(Value::Long(99)))),
+        ("remaining".into(), Value::Union(1, Box::new(Value::Long(1)))),
+        ("retry_after_ms".into(), null()),
+    ]);
+    let body = GenericDatumWriter::builder(&schema).build().unwrap().write_value_to_vec(value).expect("a v1 value");
+    let mut message = vec![0xC3, 0x01];
+    message.extend_from_slice(&v1.fingerprint.to_le_bytes());
+    message.extend_from_slice(&body);
+    let expected = Event::Decision(DecisionEvent {
+        header: Header {
+            event_id: "dec-v1".into(),
+            occurred_at: at("2026-11-02T10:00:00Z"),
+            tenant: "org-1".into(),
+            subject: None,
+            metric: "requests".into(),
+            source: "gateway".into(),
+        },
+        request_id: "req-1".into(),
+        idempotency_key: "k-1".into(),
+        amount: 3,
+        outcome: Outcome::DENIED,
+        reason: Reason::QUOTA_EXCEEDED,
+        policy_id: Some("daily".into()),
+        policy_version: Some(2),
+        window_start: None,
+        window_end: None,
+        limit: Some(100),
+        used_before: Some(99),
+        remaining: Some(1),
+        retry_after_ms: None,
+        token_name: None,
+    });
+    let decoded = catalog.decode_single_object(&message, Some(EventType::DecisionEvent)).expect("v1 decodes");
+    assert_eq!(decoded, Decoded { event: expected.clone(), writer_fingerprint: v1.fingerprint });
+    let stored = catalog.decode_payload(v1.fingerprint, &body).expect("a ledger entry written before v2");
+    assert_eq!(stored, expected);
+}

@@ -49,6 +49,7 @@ fn decision() -> DecisionEvent {
         used_before: Some(995),
         remaining: Some(5),
         retry_after_ms: Some(60_000),
+        token_name: None,
     }
 }
 
@@ -388,6 +389,12 @@ fn field_too_long() {
     let mut usage_id = usage();
     usage_id.request_id = Some("r".repeat(ID_BYTES_MAX + 1));
     assert_eq!(decode(Event::Usage(usage_id)).unwrap_err().code(), "field_too_long", "a usage event's request_id");
+    // A token's name is a name: `audit why` shows it.
+    let mut token = decision();
+    token.token_name = Some("é".repeat(NAME_BYTES_MAX / 2));
+    assert!(decode(Event::Decision(token.clone())).is_ok(), "a token_name of exactly {NAME_BYTES_MAX} bytes passes");
+    token.token_name = Some("t".repeat(NAME_BYTES_MAX + 1));
+    assert_eq!(decode(Event::Decision(token)).unwrap_err().code(), "field_too_long", "token_name");
 }
 
 // Proves that a control character in a name or id (a newline that would forge a line of `status` or of a CSV, an
@@ -407,6 +414,14 @@ fn control_character() {
     let mut key = decision();
     key.idempotency_key = "k\u{7f}".into();
     assert_eq!(decode(Event::Decision(key)).unwrap_err().code(), "control_character");
+    let mut token = decision();
+    token.token_name = Some("ops\nforged line".into());
+    assert_eq!(decode(Event::Decision(token.clone())).unwrap_err().code(), "control_character", "token_name");
+    token.token_name = Some(String::new());
+    assert_eq!(
+        decode(Event::Decision(token)).unwrap_err(),
+        DecodeError::Invalid(Invalid::Empty { field: "token_name" })
+    );
     let mut subject = usage();
     subject.header.subject = Some(String::new());
     assert_eq!(decode(Event::Usage(subject)).unwrap_err(), DecodeError::Invalid(Invalid::Empty { field: "subject" }));

@@ -74,12 +74,13 @@ fn decision() -> impl Strategy<Value = Event> {
         proptest::option::of(any::<i64>()),
         proptest::option::of(any::<i64>()),
     );
-    (ids, verdict, policy, numbers).prop_map(
+    (ids, verdict, policy, numbers, proptest::option::of(id())).prop_map(
         |(
             (header, request_id, idempotency_key, amount),
             (outcome, reason),
             (policy_id, policy_version, window_start, window_end),
             (limit, used_before, remaining, retry_after_ms),
+            token_name,
         )| {
             Event::Decision(DecisionEvent {
                 header,
@@ -96,6 +97,7 @@ fn decision() -> impl Strategy<Value = Event> {
                 used_before,
                 remaining,
                 retry_after_ms,
+                token_name,
             })
         },
     )
@@ -345,7 +347,7 @@ fn independent_crc64_avro_matches_the_avro_test_vectors() {
 fn catalog_fingerprints_are_distinct_crc64_avro() {
     let catalog = Catalog::builtin();
     let schemas = catalog.schemas();
-    assert_eq!(schemas.len(), 9, "six current schemas, UsageEvent, PolicyEvent and AdjustmentEvent v1");
+    assert_eq!(schemas.len(), 10, "six current schemas, UsageEvent, DecisionEvent, PolicyEvent and AdjustmentEvent v1");
     let mut seen = BTreeMap::new();
     for s in schemas {
         let canonical = schemas::catalog::canonical_form(&s.schema);

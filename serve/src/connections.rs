@@ -1,10 +1,24 @@
-//! The accept loop: HTTP/1 connections with a timer on each request header, until SIGTERM or Ctrl-C (or until the
-//! hook's writer stopped), then a graceful stop.
+//! The accept loop: HTTP/1 connections, over TLS when a certificate is given, at most a bound of them at once, each
+//! with a timer on its TLS handshake and on each request header, until SIGTERM or Ctrl-C (or until the hook's
+//! writer stopped), then a graceful stop.
+//!
+//! Beyond the bound, new connections wait: the loop accepts no more until one closes, and the kernel holds the new
+//! ones in the listening socket's backlog, in the order they came. Not 503: answering one takes what the bound
+//! protects (a descriptor, a TLS handshake), while waiting costs the server nothing. The wait is short, since every
+//! connection that holds a place without sending a request is closed after the header timeout: a client arriving
+//! behind idle connections is accepted after one header timeout for each bound's worth of them ahead of it in the
+//! backlog, and its request, already sent, is then answered at once.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
 
 use crate::SHUTDOWN_WAIT_MS;
 
@@ -17,20 +31,33 @@ pub(crate) enum Stop {
     Asked,
 }
 
+/// How connections are accepted and held.
+pub(crate) struct Accepting {
+    /// Connections open at once at most; more wait in the backlog.
+    pub(crate) connections_max: usize,
+    /// How long a client may take to finish its TLS handshake, then each request header (or leave a kept-alive
+    /// connection idle: hyper times both the same way).
+    pub(crate) header_timeout: Duration,
+    /// TLS, when a certificate was given.
+    pub(crate) tls: Option<TlsAcceptor>,
+}
+
+/// The first byte of a TLS connection: a handshake record (RFC 8446, 5.1).
+const TLS_HANDSHAKE_RECORD: u8 = 0x16;
+
 /// Accepts and serves HTTP/1 connections until SIGTERM or Ctrl-C, or until `also_stop` answers, then lets the
 /// requests in flight finish (for [`SHUTDOWN_WAIT_MS`] at most). What `axum::serve` does, plus a timeout on the
-/// request header, which needs a timer that `axum::serve` does not give hyper.
+/// request header (which needs a timer that `axum::serve` does not give hyper), TLS, and a bound on connections.
 pub(crate) async fn serve_connections(
     listener: tokio::net::TcpListener,
     router: Router,
-    header_timeout: Duration,
+    accepting: Accepting,
     also_stop: impl Future<Output = ()>,
 ) -> Stop {
-    use hyper_util::rt::{TokioIo, TokioTimer};
-
     let mut builder = hyper::server::conn::http1::Builder::new();
-    builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
+    builder.timer(TokioTimer::new()).header_read_timeout(accepting.header_timeout);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let places = Arc::new(Semaphore::new(accepting.connections_max));
     let mut stop = std::pin::pin!(async {
         tokio::select! {
             _ = shutdown() => Stop::Signal,
@@ -39,7 +66,28 @@ pub(crate) async fn serve_connections(
     });
     // Out of file descriptors, accept fails ten times a second until one is closed: said once, not each time.
     let mut said = kafka::Said::default();
+    let mut full = kafka::Said::default();
     let stopped = loop {
+        let place = match Arc::clone(&places).try_acquire_owned() {
+            Ok(place) => {
+                if full.over() {
+                    log::info!("serve: below the bound of connections again");
+                }
+                place
+            }
+            Err(_) => {
+                if full.again("full") {
+                    log::warn!(
+                        "serve: {} connections open, the bound (--connections-max): new ones wait until one closes",
+                        accepting.connections_max
+                    );
+                }
+                tokio::select! {
+                    place = Arc::clone(&places).acquire_owned() => place.expect("the semaphore is never closed"),
+                    stopped = &mut stop => break stopped,
+                }
+            }
+        };
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
@@ -62,18 +110,97 @@ pub(crate) async fn serve_connections(
         if let Err(error) = stream.set_nodelay(true) {
             log::warn!("serve: cannot set TCP_NODELAY on a connection: {error}");
         }
-        let service = hyper_util::service::TowerToHyperService::new(router.clone());
-        let connection = builder.serve_connection(TokioIo::new(stream), service);
-        let connection = graceful.watch(connection);
+        let connection = Connection {
+            builder: builder.clone(),
+            router: router.clone(),
+            watcher: graceful.watcher(),
+            header_timeout: accepting.header_timeout,
+        };
+        let tls = accepting.tls.clone();
         tokio::spawn(async move {
-            // A client that goes away or times out ends its connection; nothing to tell the operator.
-            let _ = connection.await;
+            // The connection's place in the bound, given back when it ends, however it ends.
+            let _place = place;
+            match tls {
+                None => connection.serve(stream).await,
+                Some(tls) => connection.serve_tls(stream, tls).await,
+            }
         });
     };
     if tokio::time::timeout(Duration::from_millis(SHUTDOWN_WAIT_MS), graceful.shutdown()).await.is_err() {
         log::warn!("serve: requests still in flight after {SHUTDOWN_WAIT_MS} ms; exiting without them");
     }
     stopped
+}
+
+/// What serving one accepted connection needs.
+struct Connection {
+    builder: hyper::server::conn::http1::Builder,
+    router: Router,
+    watcher: hyper_util::server::graceful::Watcher,
+    header_timeout: Duration,
+}
+
+impl Connection {
+    /// HTTP/1 on `io` until the client goes, times out, or the server stops.
+    async fn serve(self, io: impl AsyncRead + AsyncWrite + Unpin + Send + 'static) {
+        let service = hyper_util::service::TowerToHyperService::new(self.router);
+        let connection = self.builder.serve_connection(TokioIo::new(io), service);
+        // A client that goes away or times out ends its connection; nothing to tell the operator.
+        let _ = self.watcher.watch(connection).await;
+    }
+
+    /// HTTP/1 over TLS. The handshake has the header timeout to finish: a client that connects and sends nothing
+    /// would otherwise hold its place for ever. A client speaking plain HTTP to this port is told so in plain
+    /// HTTP (as nginx does), then the connection is closed.
+    async fn serve_tls(self, stream: TcpStream, tls: TlsAcceptor) {
+        let mut first = [0u8; 1];
+        let opened = tokio::time::timeout(self.header_timeout, async {
+            match stream.peek(&mut first).await {
+                Ok(1) if first[0] == TLS_HANDSHAKE_RECORD => tls.accept(stream).await.map(Some),
+                Ok(1) => {
+                    refuse_plain_http(stream).await;
+                    Ok(None)
+                }
+                Ok(_) => Ok(None),
+                Err(error) => Err(error),
+            }
+        });
+        // A handshake refused (no protocol or cipher in common, a client that does not trust the certificate) or
+        // cut short is the client's to see: nothing to tell the operator for each one.
+        if let Ok(Ok(Some(stream))) = opened.await {
+            self.serve(stream).await;
+        }
+    }
+}
+
+/// How long, and how many bytes at most, the rest of a plain HTTP request is read and dropped after its 400: a
+/// socket closed with unread bytes sends a reset, which may destroy the answer before the client reads it.
+const LINGER: Duration = Duration::from_secs(1);
+const LINGER_BYTES_MAX: usize = crate::BODY_LIMIT_BYTES * 2;
+
+/// Answers a plain HTTP request sent to the TLS port with 400 and closes the connection.
+async fn refuse_plain_http(mut stream: TcpStream) {
+    use tokio::io::AsyncReadExt;
+    let body = r#"{"error":"bad_request","message":"this port speaks HTTPS: send the request over TLS (https://)"}"#;
+    let answer = format!(
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n\
+         {body}",
+        body.len()
+    );
+    // The client may be gone already: nothing to do about it.
+    let _ = stream.write_all(answer.as_bytes()).await;
+    let _ = stream.shutdown().await;
+    let _ = tokio::time::timeout(LINGER, async {
+        let mut dropped = [0u8; 4096];
+        let mut left = LINGER_BYTES_MAX;
+        while let Ok(read @ 1..) = stream.read(&mut dropped).await {
+            left = left.saturating_sub(read);
+            if left == 0 {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 /// Answers at SIGTERM or Ctrl-C.

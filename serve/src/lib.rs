@@ -3,19 +3,27 @@
 //! JSON in and out; 200 when allowed, 429 when denied with `Retry-After` and `RateLimit-*` headers; 400 for malformed
 //! input, 401 without a valid token, 403 for a tenant the token does not cover (nothing consumed in any of them);
 //! 503 when the hook's queue is full; 408 for a body that has not all arrived [`ServeSettings::read_timeout_ms`]
-//! after its header, and a connection that does not finish its request header in that time is closed. With brokers,
-//! the outbox is published to Kafka every second ([`outbox::PublisherThread`]), and `/healthz` says how much of it
-//! waits and why.
+//! after its header. With brokers, the outbox is published to Kafka every second ([`outbox::PublisherThread`]), and
+//! `/healthz` says how much of it waits and why.
 //!
-//! Who may ask is in a token file ([`tokens`]); [`run`] serves until SIGTERM or Ctrl-C, then stops cleanly: the
-//! requests in flight are answered and the hook's writer closes the ledger.
+//! On a network: HTTPS from a certificate and key ([`tls`]), and plain HTTP only on a loopback address unless the
+//! operator says otherwise. Connections are bounded ([`ServeSettings::connections_max`], sized to the open-file
+//! limit, which is raised at start); one that does not finish its TLS handshake or a request header within
+//! [`ServeSettings::header_timeout_ms`] is closed, so idle ones cannot hold the places for long.
+//!
+//! Who may ask is in a token file ([`tokens`]), which only its owner may read, and each decision records which token
+//! asked; [`run`] serves until SIGTERM or Ctrl-C, then stops cleanly: the requests in flight are answered and the
+//! hook's writer closes the ledger.
 //!
 //! ```
 //! # let dir = tempfile::tempdir().unwrap();
 //! # let path = dir.path().join("tokens.toml");
-//! std::fs::write(&path, "[[token]]\nsecret = \"0123456789abcdef\"\ntenants = [\"org-42\"]\n").unwrap();
+//! let file = "[[token]]\nname = \"checkout\"\nsecret = \"0123456789abcdef\"\ntenants = [\"org-42\"]\n";
+//! // Only its owner may read it (mode 600): it holds secrets.
+//! serve::tokens::write_private(&path, file).unwrap();
 //! let tokens = serve::tokens::Tokens::read(&path).unwrap();
-//! assert!(tokens.scope_of("0123456789abcdef").unwrap().covers("org-42"));
+//! let caller = tokens.caller_of("0123456789abcdef").unwrap();
+//! assert!(caller.scope.covers("org-42") && caller.name == "checkout");
 //! let settings = serve::ServeSettings::new("127.0.0.1:0".parse().unwrap(), path);
 //! // serve::run(&dir.path().join("ledger.db"), settings, |address| Ok(println!("listening on {address}")))
 //! //     serves until SIGTERM.
@@ -27,7 +35,9 @@
 mod answer;
 mod connections;
 mod hook_outbox;
+mod limits;
 mod routes;
+pub mod tls;
 pub mod tokens;
 
 use std::net::SocketAddr;
@@ -41,14 +51,24 @@ use outbox::PublisherThread;
 
 use crate::hook_outbox::HookOutbox;
 use crate::routes::App;
+use crate::tls::{TlsError, TlsFiles};
 use crate::tokens::{TokenFileError, Tokens};
+
+pub use crate::limits::{CONNECTIONS_MAX_DEFAULT, FILES_RESERVED, FILES_RESERVED_MIN};
 
 /// Largest request body accepted: a check is about 200 bytes.
 pub const BODY_LIMIT_BYTES: usize = 16 * 1024;
-/// How long a client may take to send a request's header, then its body, or leave a kept-alive connection
-/// idle: a client that opens connections and never finishes a request would otherwise hold each for
-/// ever, until `serve` runs out of file descriptors. hyper's default for the header.
+/// How long a client may take to send a request's body once its header arrived (Go's `http.Server.ReadTimeout` counts
+/// the same way): hyper's default for a header, kept for the body, which an ordinary client sends with its header.
 pub const READ_TIMEOUT_MS: u64 = 30_000;
+/// How long a client may take to finish its TLS handshake, then to send each request header, and how long a
+/// kept-alive connection may idle (hyper times the idle wait for the next header as the header itself). Short, since
+/// every connection waiting for a header holds a place in the bound of connections: a client that opens
+/// connections and sends nothing is closed after this, so a new client waits at most this long for a place. An
+/// ordinary client sends its header in one packet right after connecting; 10 s leaves room for a slow link and a
+/// TLS handshake across the world, and keeps a pooled connection for a client that asks at least every 10 s (Node's
+/// default keep-alive is 5 s, hyper's header timeout 30 s, what `--read-timeout-ms` meant until now).
+pub const HEADER_TIMEOUT_MS: u64 = 10_000;
 /// How long `serve` waits, on SIGTERM or Ctrl-C, for the requests in flight before it exits, and then for the hook's
 /// writer to close the ledger (SPEC 9.5).
 pub const SHUTDOWN_WAIT_MS: u64 = 10_000;
@@ -70,9 +90,22 @@ pub struct ServeSettings {
     pub brokers: Option<String>,
     /// librdkafka settings of the outbox producer (`-X key=value`).
     pub overrides: Vec<(String, String)>,
-    /// Milliseconds a client may take to send a request's header, then its body, or leave a kept-alive connection
-    /// idle; then the connection is closed (a late body is answered 408 first). At least 1.
+    /// Milliseconds a client may take to send a request's body once its header arrived; then it is answered 408 and
+    /// the connection is closed. At least 1.
     pub read_timeout_ms: u64,
+    /// Milliseconds a client may take to finish its TLS handshake, then each request header, or leave a kept-alive
+    /// connection idle; then the connection is closed ([`HEADER_TIMEOUT_MS`]). At least 1.
+    pub header_timeout_ms: u64,
+    /// Connections open at once at most; beyond, new ones wait in the backlog until one closes. `None`: the
+    /// open-file limit (raised to its hard limit at start) less a quarter of it (between [`FILES_RESERVED_MIN`] and
+    /// [`FILES_RESERVED`]), at most
+    /// [`CONNECTIONS_MAX_DEFAULT`].
+    pub connections_max: Option<usize>,
+    /// Serve HTTPS with this certificate and key; plain HTTP without.
+    pub tls: Option<TlsFiles>,
+    /// Listen without TLS on an address other machines can reach (behind a TLS-terminating proxy, say): refused
+    /// otherwise, since every request carries a bearer secret.
+    pub insecure_listen: bool,
 }
 
 impl ServeSettings {
@@ -86,7 +119,27 @@ impl ServeSettings {
             brokers: None,
             overrides: Vec::new(),
             read_timeout_ms: READ_TIMEOUT_MS,
+            header_timeout_ms: HEADER_TIMEOUT_MS,
+            connections_max: None,
+            tls: None,
+            insecure_listen: false,
         }
+    }
+}
+
+/// Where the server listens, as the first line of `serve` says it: `http://ADDR` or `https://ADDR`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listening {
+    /// The address (port 0 asked: the port picked).
+    pub address: SocketAddr,
+    /// Whether it speaks TLS.
+    pub tls: bool,
+}
+
+impl std::fmt::Display for Listening {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let scheme = if self.tls { "https" } else { "http" };
+        write!(f, "{scheme}://{}", self.address)
     }
 }
 
@@ -100,6 +153,35 @@ pub enum ServeError {
     /// The token file cannot be used.
     #[error(transparent)]
     Tokens(#[from] TokenFileError),
+    /// Plain HTTP on an address other machines can reach, without [`ServeSettings::insecure_listen`].
+    #[error(
+        "refusing to listen on {address} without TLS: every request carries a bearer secret, readable by anyone on \
+         the network path; give --tls-cert FILE --tls-key FILE, listen on 127.0.0.1 behind a TLS proxy, or say \
+         --insecure-listen to serve plain HTTP there anyway"
+    )]
+    InsecureListen {
+        /// The address asked for.
+        address: SocketAddr,
+    },
+    /// The certificate or key cannot be used.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// More connections asked for than the open-file limit allows.
+    #[error(
+        "--connections-max {asked} needs {needed} open files (a descriptor per connection and {reserved} for the \
+         ledger, Kafka and the runtime), and the limit is {limit}: raise the hard limit (`ulimit -Hn`, systemd's \
+         LimitNOFILE=) or ask for fewer"
+    )]
+    TooManyConnections {
+        /// The bound asked for.
+        asked: usize,
+        /// What it needs.
+        needed: u64,
+        /// What is kept for the rest of the server.
+        reserved: u64,
+        /// The open-file limit after raising it.
+        limit: u64,
+    },
     /// The hook did not start (another hook decides on this ledger, say).
     #[error("cannot start the hook")]
     Hook(#[source] hook::StartError),
@@ -126,15 +208,20 @@ pub enum ServeError {
     WriterStopped(String),
 }
 
-/// Serves the hook on the ledger at `ledger_path` until SIGTERM or Ctrl-C. `listening` is told the address once the
-/// server listens (for scripts and tests, since port 0 picks one). On the signal, the requests in flight are answered
-/// (for [`SHUTDOWN_WAIT_MS`] at most), the outbox's publisher ends its pass, and the hook's writer records what was
+/// Serves the hook on the ledger at `ledger_path` until SIGTERM or Ctrl-C. `listening` is told where once the server
+/// listens (for scripts and tests, since port 0 picks one). On the signal, the requests in flight are answered (for
+/// [`SHUTDOWN_WAIT_MS`] at most), the outbox's publisher ends its pass, and the hook's writer records what was
 /// queued and closes the ledger.
 pub fn run(
     ledger_path: &Path,
     settings: ServeSettings,
-    listening: impl FnOnce(SocketAddr) -> std::io::Result<()>,
+    listening: impl FnOnce(Listening) -> std::io::Result<()>,
 ) -> Result<(), ServeError> {
+    if settings.tls.is_none() && !settings.insecure_listen && !tls::is_loopback(&settings.listen) {
+        return Err(ServeError::InsecureListen { address: settings.listen });
+    }
+    let files_limit = limits::raise_open_files();
+    let connections_max = limits::connections_max(settings.connections_max, files_limit)?;
     // A hook on a ledger that is not there would create an empty one, find no policy, and allow everything: a
     // mistyped --ledger, a start from the wrong directory, an empty file or a ledger not created yet must stop
     // here instead. An older ledger is fine: the hook migrates it.
@@ -143,6 +230,7 @@ pub fn run(
         Err(e) => return Err(e.into()),
     }
     let tokens = Tokens::read(&settings.tokens)?;
+    let tls = settings.tls.as_ref().map(tls::acceptor).transpose()?;
     let hook = Hook::start(ledger_path, settings.hook).map_err(ServeError::Hook)?;
     let writer = hook.stopped();
     let publisher = match &settings.brokers {
@@ -153,11 +241,18 @@ pub fn run(
     let app = Arc::new(App { hook, tokens, outbox: publisher.as_ref().map(PublisherThread::health) });
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(ServeError::Runtime)?;
     let read_timeout = Duration::from_millis(settings.read_timeout_ms.max(1));
+    let accepting = connections::Accepting {
+        connections_max,
+        header_timeout: Duration::from_millis(settings.header_timeout_ms.max(1)),
+        tls,
+    };
     let address = settings.listen;
     let served = runtime.block_on(async move {
         let listener =
             tokio::net::TcpListener::bind(address).await.map_err(|source| ServeError::Listen { address, source })?;
-        listening(listener.local_addr().map_err(ServeError::Announce)?).map_err(ServeError::Announce)?;
+        let at =
+            Listening { address: listener.local_addr().map_err(ServeError::Announce)?, tls: accepting.tls.is_some() };
+        listening(at).map_err(ServeError::Announce)?;
         let writer_stopped = async move {
             watched.writer_stopped().await;
             log::error!(
@@ -167,7 +262,7 @@ pub fn run(
             tokio::time::sleep(Duration::from_millis(WRITER_STOPPED_EXIT_MS)).await;
         };
         let router = routes::router(Arc::clone(&app), read_timeout);
-        let stopped = connections::serve_connections(listener, router, read_timeout, writer_stopped).await;
+        let stopped = connections::serve_connections(listener, router, accepting, writer_stopped).await;
         Ok::<_, ServeError>((stopped, app.hook.health()))
     });
     let (stopped, health) = served?;

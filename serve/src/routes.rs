@@ -18,7 +18,7 @@ use serde::Deserialize;
 
 use crate::BODY_LIMIT_BYTES;
 use crate::answer::{close_response, decision_response, error, hook_error};
-use crate::tokens::Tokens;
+use crate::tokens::{Caller, Tokens};
 
 /// What every handler shares.
 pub(crate) struct App {
@@ -110,19 +110,20 @@ fn bad_json(rejection: JsonRejection) -> Response {
 }
 
 /// Who may ask, and what: the caller's token, a well-formed body, a tenant the token covers. Nothing reaches the
-/// hook (nothing is consumed or recorded) otherwise.
+/// hook (nothing is consumed or recorded) otherwise. The caller's token name comes from the token file, never from
+/// the body (whose unknown fields are refused): a caller cannot claim to be another token.
 fn admit<T>(
     app: &App,
     headers: &HeaderMap,
     body: Result<Json<T>, JsonRejection>,
     tenant: impl Fn(&T) -> &str,
-) -> Result<T, Box<Response>> {
-    let scope = app.tokens.caller(headers).map_err(|u| Box::new(u.into_response()))?;
+) -> Result<(Caller, T), Box<Response>> {
+    let caller = app.tokens.caller(headers).map_err(|u| Box::new(u.into_response()))?;
     let Json(request) = body.map_err(|r| Box::new(bad_json(r)))?;
-    if !scope.covers(tenant(&request)) {
+    if !caller.scope.covers(tenant(&request)) {
         return Err(Box::new(forbidden(tenant(&request))));
     }
-    Ok(request)
+    Ok((caller, request))
 }
 
 fn decided(result: Result<Decision, HookError>) -> Response {
@@ -138,7 +139,7 @@ async fn check(
     body: Result<Json<CheckRequest>, JsonRejection>,
 ) -> Response {
     match admit(&app, &headers, body, |r: &CheckRequest| &r.tenant) {
-        Ok(request) => decided(app.hook.check_async(request).await),
+        Ok((caller, request)) => decided(app.hook.check_async_as(request, &caller.name).await),
         Err(refused) => *refused,
     }
 }
@@ -149,7 +150,7 @@ async fn reserve(
     body: Result<Json<ReserveRequest>, JsonRejection>,
 ) -> Response {
     match admit(&app, &headers, body, |r: &ReserveRequest| &r.tenant) {
-        Ok(request) => decided(app.hook.reserve_async(request).await),
+        Ok((caller, request)) => decided(app.hook.reserve_async_as(request, &caller.name).await),
         Err(refused) => *refused,
     }
 }
@@ -167,7 +168,7 @@ async fn commit(
     body: Result<Json<CommitBody>, JsonRejection>,
 ) -> Response {
     let scope = match app.tokens.caller(&headers) {
-        Ok(scope) => scope,
+        Ok(caller) => caller.scope,
         Err(unauthorized) => return unauthorized.into_response(),
     };
     let Json(body) = match body {
@@ -179,7 +180,7 @@ async fn commit(
 
 async fn release(State(app): State<Arc<App>>, UrlPath(id): UrlPath<String>, headers: HeaderMap) -> Response {
     let scope = match app.tokens.caller(&headers) {
-        Ok(scope) => scope,
+        Ok(caller) => caller.scope,
         Err(unauthorized) => return unauthorized.into_response(),
     };
     close_response(app.hook.close_async(&id, ReservationAction::RELEASE, 0, scope).await)

@@ -1,5 +1,5 @@
-//! `serve --listen ADDR --tokens FILE`: the enforcement hook over HTTP (SPEC 6, SPEC 7), the `serve` crate's
-//! server. With `--brokers`, the outbox is published to Kafka every second.
+//! `serve --listen ADDR --tokens FILE [--tls-cert FILE --tls-key FILE]`: the enforcement hook over HTTP or HTTPS
+//! (SPEC 6, SPEC 7), the `serve` crate's server. With `--brokers`, the outbox is published to Kafka every second.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -14,12 +14,28 @@ use super::kafka_args::parse_setting;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Address to listen on.
+    /// Address to listen on. Other than a loopback address, only with --tls-cert and --tls-key, or with
+    /// --insecure-listen.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// TOML file of `[[token]]` tables with `secret` and `tenants` (SPEC 7).
+    /// TOML file of `[[token]]` tables with `name`, `secret` (or `secret_sha256`) and `tenants` (SPEC 7); only its
+    /// owner may read it (chmod 600).
     #[arg(long)]
     tokens: PathBuf,
+    /// PEM file of the server's certificate chain (its own certificate first): serve HTTPS.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM file of the certificate's private key.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Serve plain HTTP on an address other machines can reach (behind a TLS-terminating proxy, say): bearer
+    /// secrets then cross the network in clear.
+    #[arg(long, conflicts_with = "tls_cert")]
+    insecure_listen: bool,
+    /// Connections open at once at most; beyond, new ones wait until one closes. Default: the open-file limit
+    /// (raised to its hard limit at start) less a quarter of it (64 to 256), at most 10,000.
+    #[arg(long)]
+    connections_max: Option<usize>,
     /// Commit durability: `full` (fsync per group, survives power loss) or `normal` (survives a crash of the
     /// process; a power loss may lose the last groups).
     #[arg(long, default_value = "full", value_parser = ["full", "normal"])]
@@ -36,10 +52,14 @@ pub struct ServeArgs {
     /// A librdkafka setting for the outbox producer, repeatable.
     #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = parse_setting)]
     settings: Vec<(String, String)>,
-    /// Milliseconds a client may take to send a request's header, then its body, or leave a kept-alive
-    /// connection idle; then the connection is closed (a late body is answered 408 first).
+    /// Milliseconds a client may take to send a request's body once its header arrived; then it is answered 408
+    /// and the connection is closed.
     #[arg(long, default_value_t = serve::READ_TIMEOUT_MS)]
     read_timeout_ms: u64,
+    /// Milliseconds a client may take to finish its TLS handshake, then each request header, or leave a kept-alive
+    /// connection idle; then the connection is closed.
+    #[arg(long, default_value_t = serve::HEADER_TIMEOUT_MS)]
+    header_timeout_ms: u64,
     /// Distinct metrics, and subjects of each metric, one tenant may have counters for in memory; a request for
     /// another is refused (400) until old ones age out (a day after the month they were last used in).
     #[arg(long, default_value_t = hook::COUNTERS_PER_TENANT_MAX)]
@@ -59,9 +79,14 @@ pub fn run(ledger_path: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
         brokers: args.brokers,
         overrides: args.settings,
         read_timeout_ms: args.read_timeout_ms,
+        header_timeout_ms: args.header_timeout_ms,
+        connections_max: args.connections_max,
+        // clap requires both or neither.
+        tls: args.tls_cert.zip(args.tls_key).map(|(certificate, key)| serve::tls::TlsFiles { certificate, key }),
+        insecure_listen: args.insecure_listen,
         ..serve::ServeSettings::new(args.listen, args.tokens)
     };
     // The first line says where it listens (port 0 picks one), for scripts and tests.
-    serve::run(ledger_path, settings, |address| writeln!(super::stdout(), "listening on http://{address}"))?;
+    serve::run(ledger_path, settings, |at| writeln!(super::stdout(), "listening on {at}"))?;
     Ok(ExitCode::SUCCESS)
 }

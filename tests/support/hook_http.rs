@@ -30,7 +30,8 @@ impl Server {
     /// in `scratch` and its stderr into `stderr`; waits for its `listening on` line.
     pub fn start(ledger: &Path, scratch: &Path, env: &[(&'static str, OsString)], stderr: &Path) -> Server {
         let tokens = scratch.join("tokens.toml");
-        std::fs::write(&tokens, format!("[[token]]\nsecret = \"{SECRET}\"\ntenants = [\"*\"]\n")).expect("tokens");
+        let text = format!("[[token]]\nname = \"fault-tests\"\nsecret = \"{SECRET}\"\ntenants = [\"*\"]\n");
+        serve::tokens::write_private(&tokens, &text).expect("tokens");
         let stderr_file = std::fs::File::create(stderr).expect("a file for serve's stderr");
         let mut child = ChildGuard::new(
             Command::new(BIN)

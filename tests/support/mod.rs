@@ -382,6 +382,7 @@ pub fn sample_event(event_type: EventType, event_id: &str) -> Event {
             used_before: None,
             remaining: None,
             retry_after_ms: None,
+            token_name: None,
         }),
         EventType::ReservationEvent => Event::Reservation(ReservationEvent {
             header,

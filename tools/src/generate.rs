@@ -334,6 +334,7 @@ impl Generator {
             used_before: Some(self.below(200_000) as i64),
             remaining: Some(if denied { 0 } else { self.below(1_000) as i64 }),
             retry_after_ms: if denied { Some(60_000) } else { None },
+            token_name: None,
         })
     }
 

@@ -31,6 +31,16 @@ pub mod produce;
 
 use std::path::Path;
 
+/// Writes a token file for `serve`, which refuses one that group or others may read or write: the owner's only,
+/// an existing file included.
+pub(crate) fn write_token_file(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    // The mode above applies to a new file only.
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    std::io::Write::write_all(&mut &file, text.as_bytes())
+}
+
 /// How far a long step of a tool is, for the binary to show (a bar, or a spinner, on a terminal).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

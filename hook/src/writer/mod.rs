@@ -193,8 +193,12 @@ impl Writer {
         let mut answers = Vec::with_capacity(group.len());
         for work in group {
             let answer = match work {
-                Work::Check(request, reply) => Answer::Decision(reply, self.check(&request, now, &mut events)),
-                Work::Reserve(request, reply) => Answer::Decision(reply, self.reserve(&request, now, &mut events)),
+                Work::Check(request, token_name, reply) => {
+                    Answer::Decision(reply, self.check(&request, token_name.as_deref(), now, &mut events))
+                }
+                Work::Reserve(request, token_name, reply) => {
+                    Answer::Decision(reply, self.reserve(&request, token_name.as_deref(), now, &mut events))
+                }
                 Work::Close { reservation_id, action, amount, tenants, reply } => {
                     let closed = self.close(&reservation_id, action, amount, &tenants, now, &mut events);
                     Answer::Close(reply, closed)

@@ -24,6 +24,16 @@ enum Admitted {
     Replayed(Box<Decision>),
 }
 
+/// Who asked for a new decision, and under which ids it is recorded.
+struct Asked<'a> {
+    /// The idempotency key's hash, which the event ids derive from.
+    hash: &'a str,
+    request_id: &'a str,
+    idempotency_key: &'a str,
+    /// The name of the token the caller authenticated with, if a server said.
+    token_name: Option<&'a str>,
+}
+
 /// Which request an idempotency key was sent with: a reservation's decision answers only a reserve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -121,16 +131,20 @@ impl Writer {
     pub(super) fn check(
         &mut self,
         request: &CheckRequest,
+        token_name: Option<&str>,
         now: Timestamp,
         events: &mut Vec<Event>,
     ) -> Result<Decision, HookError> {
+        validate_token_name(token_name)?;
         let ask = Ask::new(&request.tenant, request.subject.as_deref(), &request.metric, request.amount);
         let hash = match self.admit(&ask, &request.idempotency_key, request.request_id.as_deref(), Kind::Check, now)? {
             Admitted::New { hash } => hash,
             Admitted::Replayed(decision) => return Ok(*decision),
         };
         let request_id = request.request_id.clone().unwrap_or_else(|| request.idempotency_key.clone());
-        let (decision, header) = self.decide(&ask, &hash, &request_id, &request.idempotency_key, now, events);
+        let asked =
+            Asked { hash: &hash, request_id: &request_id, idempotency_key: &request.idempotency_key, token_name };
+        let (decision, header) = self.decide(&ask, &asked, now, events);
         if decision.allowed() {
             let usage = UsageEvent {
                 header: Header { event_id: ids::usage_id(&hash), ..header.clone() },
@@ -149,9 +163,11 @@ impl Writer {
     pub(super) fn reserve(
         &mut self,
         request: &ReserveRequest,
+        token_name: Option<&str>,
         now: Timestamp,
         events: &mut Vec<Event>,
     ) -> Result<Decision, HookError> {
+        validate_token_name(token_name)?;
         if request.ttl_ms <= 0 || request.ttl_ms > crate::TTL_MS_MAX {
             return Err(HookError::BadRequest {
                 field: "ttl_ms",
@@ -166,7 +182,9 @@ impl Writer {
             };
         let reservation_id = ids::reservation_id(&hash);
         let request_id = request.request_id.clone().unwrap_or_else(|| reservation_id.clone());
-        let (mut decision, header) = self.decide(&ask, &hash, &request_id, &request.idempotency_key, now, events);
+        let asked =
+            Asked { hash: &hash, request_id: &request_id, idempotency_key: &request.idempotency_key, token_name };
+        let (mut decision, header) = self.decide(&ask, &asked, now, events);
         if decision.allowed() {
             let expires_at = Timestamp(now.micros() + request.ttl_ms * 1_000);
             let reserve = ReservationEvent {
@@ -188,9 +206,7 @@ impl Writer {
     fn decide(
         &mut self,
         ask: &Ask<'_>,
-        hash: &str,
-        request_id: &str,
-        idempotency_key: &str,
+        asked: &Asked<'_>,
         now: Timestamp,
         events: &mut Vec<Event>,
     ) -> (Decision, Header) {
@@ -207,14 +223,14 @@ impl Writer {
             }
         }
         let header = Header {
-            event_id: ids::decision_id(hash),
+            event_id: ids::decision_id(asked.hash),
             occurred_at: now,
             tenant: ask.tenant.to_string(),
             subject: ask.subject.map(String::from),
             metric: ask.metric.to_string(),
             source: SOURCE.to_string(),
         };
-        let event = decision_event(&verdict, &header, request_id, idempotency_key, ask.amount, now);
+        let event = decision_event(&verdict, &header, asked, ask.amount, now);
         let decision = Decision::of_event(&event, verdict.deciding.as_ref().map(|e| e.policy.scope), false);
         events.push(Event::Decision(event));
         (decision, header)
@@ -445,6 +461,20 @@ fn validate_ask(ask: &Ask<'_>, idempotency_key: &str, request_id: Option<&str>) 
     check_amount(ask.amount)
 }
 
+/// A token's name the ledger accepts on a DecisionEvent (a name: 1 to 128 bytes, no control character). A server
+/// checks the names of its token file when it reads it; checked again here, since a refused event would fail the
+/// group's whole append.
+fn validate_token_name(token_name: Option<&str>) -> Result<(), HookError> {
+    match token_name {
+        Some(name) => schemas::validate::check_name("token_name", name).map_err(|e| {
+            let message = e.to_string();
+            let message = message.strip_prefix("token_name ").map_or(message.clone(), String::from);
+            HookError::BadRequest { field: "token_name", message }
+        }),
+        None => Ok(()),
+    }
+}
+
 /// An amount the ledger accepts from producers too: at least 0, at most `schemas::validate::AMOUNT_MAX`.
 fn check_amount(amount: i64) -> Result<(), HookError> {
     if amount < 0 {
@@ -458,14 +488,7 @@ fn check_amount(amount: i64) -> Result<(), HookError> {
 }
 
 /// The DecisionEvent recording `verdict` of an ask of `amount`.
-fn decision_event(
-    verdict: &Verdict,
-    header: &Header,
-    request_id: &str,
-    idempotency_key: &str,
-    amount: i64,
-    now: Timestamp,
-) -> DecisionEvent {
+fn decision_event(verdict: &Verdict, header: &Header, asked: &Asked<'_>, amount: i64, now: Timestamp) -> DecisionEvent {
     let e = verdict.deciding.as_ref();
     let allowed = verdict.outcome == Outcome::ALLOWED;
     // Saturating: a SHADOW policy that would deny allows with its used_before above its limit, perhaps far above.
@@ -479,8 +502,8 @@ fn decision_event(
     };
     DecisionEvent {
         header: header.clone(),
-        request_id: request_id.to_string(),
-        idempotency_key: idempotency_key.to_string(),
+        request_id: asked.request_id.to_string(),
+        idempotency_key: asked.idempotency_key.to_string(),
         amount,
         outcome: verdict.outcome,
         reason: verdict.reason,
@@ -492,6 +515,7 @@ fn decision_event(
         used_before: e.map(|e| e.used_before),
         remaining: remaining.map(|r| r.max(0)),
         retry_after_ms,
+        token_name: asked.token_name.map(String::from),
     }
 }
 

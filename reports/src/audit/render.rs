@@ -43,6 +43,10 @@ pub fn why(w: &Why) -> String {
         d.occurred_at, d.source, d.tenant, d.metric, d.amount
     )
     .unwrap();
+    // Only for decisions that name their token (DecisionEvent v2, through `serve`): older ones read as before.
+    if let Some(token_name) = &d.token_name {
+        writeln!(out, "Asked with the serve token named {token_name}.").unwrap();
+    }
     writeln!(
         out,
         "Decision event {} (ledger entry {}); answered at ledger watermark {}.",

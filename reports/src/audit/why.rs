@@ -60,6 +60,9 @@ pub struct Decision {
     pub policy_version: Option<i64>,
     pub window_start: Option<Timestamp>,
     pub window_end: Option<Timestamp>,
+    /// The name of the `serve` token that asked (DecisionEvent v2); null for decisions made without one and for
+    /// those recorded before v2.
+    pub token_name: Option<String>,
     /// Shown under `counter` and `retry_after_ms`.
     #[serde(skip)]
     pub recorded: (Option<i64>, Option<i64>, Option<i64>, Option<i64>),
@@ -201,9 +204,10 @@ pub fn why(ledger: &Ledger, request_id: &str) -> Result<Result<Why, Unknown>, Re
     let at = At { ledger, watermark };
     let decisions: Vec<Decision> =
         ledger.decisions_of_request(request_id, watermark)?.into_iter().map(Decision::from).collect();
-    let Some(decision) = decisions.last().cloned() else {
+    let Some(mut decision) = decisions.last().cloned() else {
         return Ok(Err(Unknown { request_id: request_id.to_string(), nearest: nearest(&at, request_id)? }));
     };
+    decision.token_name = token_name(ledger, &decision.event_id)?;
     let policy = policy(&at, &decision)?;
     let scope_subject = subject_of_scope(policy.as_ref(), &decision);
     // A throttle is decided by its bucket, which no grant raises (the hook's `evaluate_one`).
@@ -263,8 +267,18 @@ impl From<DecisionRecord> for Decision {
             window_start: d.window_start,
             window_end: d.window_end,
             recorded: (d.limit, d.used_before, d.remaining, d.retry_after_ms),
+            token_name: None,
         }
     }
+}
+
+/// The name of the `serve` token that asked for the decision recorded as `event_id`, read from its entry's payload
+/// (one point read): the tables the reports query do not show it.
+fn token_name(ledger: &Ledger, event_id: &str) -> Result<Option<String>, ReportError> {
+    Ok(match ledger.recorded_event(event_id)? {
+        Some(schemas::Event::Decision(decision)) => decision.token_name,
+        _ => None,
+    })
 }
 
 impl Decision {
@@ -545,6 +559,7 @@ mod tests {
             policy_version: Some(1),
             window_start: None,
             window_end: None,
+            token_name: None,
             recorded: (None, None, None, None),
         }
     }

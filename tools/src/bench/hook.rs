@@ -295,7 +295,10 @@ fn over_http(
     let path = dir.join(format!("hook-{run}.db"));
     fresh_ledger(&path, 0)?;
     let tokens = dir.join("tokens.toml");
-    std::fs::write(&tokens, format!("[[token]]\nsecret = \"{TOKEN}\"\ntenants = [\"*\"]\n"))?;
+    crate::write_token_file(
+        &tokens,
+        &format!("[[token]]\nname = \"bench\"\nsecret = \"{TOKEN}\"\ntenants = [\"*\"]\n"),
+    )?;
     let port = free_port()?;
     let (random_ids, mut command) = (settings.random_request_ids, Command::new(&settings.binary));
     command

@@ -527,7 +527,8 @@ impl<'a> Demo<'a> {
             billing: billing_cells(closed)?,
             commands: self.commands(),
         };
-        std::fs::write(self.out("tokens.toml"), format!("[[token]]\nsecret = \"{DEMO_TOKEN}\"\ntenants = [\"*\"]\n"))?;
+        let tokens = format!("[[token]]\nname = \"demo\"\nsecret = \"{DEMO_TOKEN}\"\ntenants = [\"*\"]\n");
+        crate::write_token_file(&self.out("tokens.toml"), &tokens)?;
         self.write("report.html", page::render(&page)?.as_bytes())?;
         Ok(format!("{} (open it in a browser; it needs no network)", self.out("report.html").display()))
     }
