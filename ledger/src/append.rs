@@ -252,18 +252,20 @@ fn append_event<'tx, 'b>(
         Some(filter) if !filter.may_hold(key) => Vec::new(),
         _ => dedup::entries_of_key(tx, event.event_id(), key)?,
     };
-    if let Some((of, _)) = existing.iter().find(|(_, hash)| hash[..] == payload_hash[..]) {
-        insert_duplicate(tx, *of, &incoming.origin, recorded_at)?;
-        return Ok(Placed::Outcome(AppendOutcome::Duplicate { of: *of }));
+    let fingerprint = catalog.current(event_type).fingerprint;
+    for (of, hash, stored_fingerprint) in &existing {
+        if same_payload(tx, catalog, (*of, hash, *stored_fingerprint), fingerprint, &payload_hash)? {
+            insert_duplicate(tx, *of, &incoming.origin, recorded_at)?;
+            return Ok(Placed::Outcome(AppendOutcome::Duplicate { of: *of }));
+        }
     }
-    let duplicate_of = existing.first().map(|(seq, _)| *seq);
+    let duplicate_of = existing.first().map(|(seq, ..)| *seq);
     // Usage that counts (not a copy of any kind) joins its total, or is quarantined if the total cannot hold it.
     if let (Event::Usage(usage), None) = (event, duplicate_of)
         && let Err(reason) = totals.count(tx, usage)?
     {
         return Ok(Placed::TotalOverflow(reason));
     }
-    let fingerprint = catalog.current(event_type).fingerprint;
     let raw = incoming.raw.as_deref().filter(|raw| !is_single_object_of(raw, fingerprint, &payload));
     let (origin, origin_stream, origin_partition, origin_offset) = incoming.origin.columns();
     let seq = tip.seq + 1;
@@ -321,6 +323,29 @@ fn append_event<'tx, 'b>(
         None => AppendOutcome::Recorded { seq },
         Some(of) => AppendOutcome::ConflictingDuplicate { seq, of },
     }))
+}
+
+/// Whether an entry already holding the event_id has the payload `payload_hash` is the hash of. An entry recorded
+/// under the current schema compares by its stored hash; one recorded under an older version of its type's schema
+/// (before a field was added) is decoded, resolved to the current schema and encoded again first, so that a copy
+/// delivered again after the upgrade (an outbox entry still pending, a topic replayed) is the exact duplicate it is,
+/// not a conflicting one. Rare: only a hit on an existing event_id whose entry is that old reads its payload.
+fn same_payload(
+    tx: &Transaction<'_>,
+    catalog: &Catalog,
+    (seq, stored_hash, stored_fingerprint): (u64, &[u8], u64),
+    current_fingerprint: u64,
+    payload_hash: &[u8],
+) -> rusqlite::Result<bool> {
+    if stored_fingerprint == current_fingerprint || stored_hash == payload_hash {
+        return Ok(stored_hash == payload_hash);
+    }
+    let payload: Vec<u8> =
+        tx.prepare_cached("SELECT payload FROM entries WHERE seq = ?")?.query_row([seq as i64], |r| r.get(0))?;
+    // A payload that no longer decodes compares as different: a conflicting copy is kept, nothing is lost.
+    Ok(catalog
+        .decode_payload(stored_fingerprint, &payload)
+        .is_ok_and(|event| chain::sha256(&catalog.encode_body(&event))[..] == *payload_hash))
 }
 
 /// The bytes an event is quarantined with: as received, or, from a writer of ours, its single-object encoding (what

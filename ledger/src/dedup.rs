@@ -87,14 +87,18 @@ pub fn request_key(request_id: &str) -> i64 {
     name_key(request_id)
 }
 
-/// The entries already holding `event_id`: `(seq, payload_hash)`, oldest first. The oldest is the recorded
-/// one; the others are conflicting duplicates.
-pub(crate) fn entries_of(conn: &Connection, event_id: &str) -> rusqlite::Result<Vec<(u64, Vec<u8>)>> {
+/// An entry holding an event_id: `(seq, payload_hash, payload_fingerprint)`, the fingerprint of the schema its payload
+/// was encoded under.
+pub(crate) type EntryOfId = (u64, Vec<u8>, u64);
+
+/// The entries already holding `event_id`, oldest first. The oldest is the recorded one; the others are conflicting
+/// duplicates.
+pub(crate) fn entries_of(conn: &Connection, event_id: &str) -> rusqlite::Result<Vec<EntryOfId>> {
     entries_of_key(conn, event_id, event_key(event_id))
 }
 
 /// [`entries_of`] for a caller that has the key already (`key` is `event_key(event_id)`).
-pub(crate) fn entries_of_key(conn: &Connection, event_id: &str, key: i64) -> rusqlite::Result<Vec<(u64, Vec<u8>)>> {
+pub(crate) fn entries_of_key(conn: &Connection, event_id: &str, key: i64) -> rusqlite::Result<Vec<EntryOfId>> {
     // Almost every event_id is new: a point probe per tier, and the entries are read only on a hit.
     let mut seqs = EVENT_KEYS.seqs_of_key(conn, key)?;
     if seqs.is_empty() {
@@ -102,12 +106,14 @@ pub(crate) fn entries_of_key(conn: &Connection, event_id: &str, key: i64) -> rus
     }
     seqs.sort_unstable();
     let mut found = Vec::new();
-    let mut statement = conn.prepare_cached("SELECT event_id, payload_hash FROM entries WHERE seq = ?")?;
+    let mut statement =
+        conn.prepare_cached("SELECT event_id, payload_hash, payload_fingerprint FROM entries WHERE seq = ?")?;
     for seq in seqs {
-        let (id, payload_hash): (String, Vec<u8>) = statement.query_row([seq], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let (id, payload_hash, fingerprint): (String, Vec<u8>, i64) =
+            statement.query_row([seq], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
         // Two event_ids may share a key; only the same event_id counts.
         if id == event_id {
-            found.push((seq as u64, payload_hash));
+            found.push((seq as u64, payload_hash, fingerprint as u64));
         }
     }
     Ok(found)

@@ -39,7 +39,7 @@ impl Ledger {
         if !self.may_hold(event_id) {
             return Ok(None);
         }
-        let Some((seq, _)) = dedup::entries_of(&self.conn, event_id)?.into_iter().next() else { return Ok(None) };
+        let Some((seq, ..)) = dedup::entries_of(&self.conn, event_id)?.into_iter().next() else { return Ok(None) };
         let (fingerprint, payload): (i64, Vec<u8>) =
             self.conn.prepare_cached(PAYLOAD_OF_ENTRY)?.query_row([seq as i64], |r| Ok((r.get(0)?, r.get(1)?)))?;
         let event = self
