@@ -23,7 +23,7 @@ fn usage() -> Event {
 
 fn append(ledger: &mut Ledger, event: Event) -> AppendOutcome {
     let incoming = Incoming { event, origin: Origin::Local { name: "test".into() }, raw: None };
-    ledger.append(&Batch { events: vec![incoming], ..Batch::default() }).unwrap().outcomes[0].clone()
+    ledger.append(&Batch { events: vec![incoming], ..Batch::default() }).unwrap().outcomes[0]
 }
 
 #[test]
@@ -41,7 +41,12 @@ fn a_copy_of_an_event_recorded_under_an_older_schema_is_an_exact_duplicate() {
     let Value::Record(fields) = schemas::avro::to_value(&usage()) else { panic!("an event is a record") };
     let kept = ["event_id", "occurred_at", "tenant", "subject", "metric", "source", "quantity"];
     let fields = fields.into_iter().filter(|(name, _)| kept.contains(&name.as_str())).collect();
-    let body = apache_avro::to_avro_datum(&v1.schema, Value::Record(fields)).unwrap();
+    let mut body = Vec::new();
+    apache_avro::writer::datum::GenericDatumWriter::builder(&v1.schema)
+        .build()
+        .unwrap()
+        .write_value_ref(&mut body, &Value::Record(fields))
+        .unwrap();
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.execute_batch("DROP TRIGGER entries_refuse_update").unwrap();
     let hash = sha256(&body);
