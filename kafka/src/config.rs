@@ -78,6 +78,36 @@ pub fn consumer(brokers: &str, group: &str, overrides: &[(String, String)]) -> C
     overrides_last(config, overrides)
 }
 
+/// The producer of the ledger's checkpoints ([`crate::checkpoints`]): acknowledged by every in-sync replica, and
+/// given up within a checkpoint interval or three, so that a broker away costs one failed checkpoint at a time, never
+/// a queue of stale ones. Not idempotent: a checkpoint sent twice is the same fact twice.
+pub fn checkpoint_producer(brokers: &str, overrides: &[(String, String)]) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", brokers)
+        .set("client.id", "quota-ledger-checkpoints")
+        .set("acks", "all")
+        .set("enable.idempotence", "false")
+        .set("message.timeout.ms", (3 * crate::checkpoints::CHECKPOINT_EVERY_MS).to_string())
+        .set("linger.ms", "0");
+    overrides_last(config, overrides)
+}
+
+/// The consumer `verify --checkpoints-from` reads the checkpoints topic whole with: partitions assigned by hand,
+/// nothing committed or stored, no group joined (the group id is librdkafka's requirement only).
+pub fn checkpoint_reader(brokers: &str, overrides: &[(String, String)]) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", brokers)
+        .set("group.id", "quota-ledger-verify")
+        .set("client.id", "quota-ledger-verify")
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("enable.partition.eof", "false");
+    overrides_last(config, overrides)
+}
+
 /// The admin client of `topics create`: librdkafka's defaults.
 pub fn admin(brokers: &str, overrides: &[(String, String)]) -> ClientConfig {
     let mut config = ClientConfig::new();
