@@ -59,8 +59,11 @@ pub fn consumer(brokers: &str, group: &str, overrides: &[(String, String)]) -> C
         // Offsets are the ledger's: never let librdkafka commit or store on its own.
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
-        // A partition the ledger has never seen starts at its beginning.
-        .set("auto.offset.reset", "earliest")
+        // Ingest positions every partition itself (the ledger's next offset, 0 for a partition it never read). An
+        // offset the brokers no longer have (removed by retention before it was read, a topic recreated below it)
+        // must stop ingest and be named, never skipped: librdkafka's "earliest" or "latest" would move on silently
+        // and the ledger would undercount (ingest's `offset_gaps`).
+        .set("auto.offset.reset", "error")
         .set("enable.partition.eof", "false")
         // Eager rebalancing: ingest's rebalance callback assigns whole lists.
         .set("partition.assignment.strategy", "range,roundrobin")
