@@ -4,6 +4,9 @@
 
 mod support;
 
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
 use kafka::producer::KafkaProducer;
 use support::brokers::Broker;
 use support::*;
@@ -70,4 +73,49 @@ fn a_rollback_and_a_rewritten_bill_fail_against_published_checkpoints() {
     drop(conn);
     let renamed = ledger.run(&verify_against_checkpoints).expect_code(1);
     assert!(renamed.stderr.contains("no checkpoint of ledger other"), "{}", renamed.stderr);
+}
+
+// `serve --brokers` checkpoints the ledger its hook writes: the head after a decision reaches quota.checkpoints
+// within the interval (10 s), and the ledger then verifies against everything serve published.
+#[test]
+fn serve_publishes_the_head_its_decisions_move() {
+    let broker = Broker::mock();
+    let ledger = TestLedger::new();
+    // serve runs on a ledger that exists.
+    write_container(&ledger.file("usage.avro"), &[usage("u-1", "2026-11-02T12:00:00Z", "org-1", 1)]);
+    ledger.ingest(&ledger.file("usage.avro"));
+    let tokens = ledger.file("tokens.toml");
+    std::fs::write(&tokens, "[[token]]\nsecret = \"checkpoint-secret-0123456789\"\ntenants = [\"*\"]\n").unwrap();
+    let mut serve = ChildGuard::new(
+        Command::new(BIN)
+            .args(["--ledger", ledger.path.to_str().unwrap(), "serve", "--listen", "127.0.0.1:0", "--tokens"])
+            .arg(&tokens)
+            .args(["--brokers", &broker.bootstrap])
+            .env_remove("QUOTA_LEDGER_PATH")
+            .env_remove("QUOTA_LEDGER_BROKERS")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("serve starts"),
+    );
+    let mut line = String::new();
+    BufReader::new(serve.stdout.take().unwrap()).read_line(&mut line).expect("serve prints its address");
+    let base = line.trim().strip_prefix("listening on ").expect("listening on ADDR").to_string();
+    let body = serde_json::json!({"tenant": "org-1", "metric": "tokens", "amount": 1, "idempotency_key": "k-1"});
+    let answer = ureq::post(format!("{base}/v1/check"))
+        .header("Authorization", "Bearer checkpoint-secret-0123456789")
+        .send_json(&body)
+        .expect("an answer");
+    assert_eq!(answer.status().as_u16(), 200);
+    let head = ledger.status()["head_seq"].as_u64().expect("head_seq");
+    let id = ledger.status()["ledger_id"].as_str().unwrap().to_string();
+    eventually(30, "serve published the head of its decision", || {
+        let read = kafka::checkpoints::read_checkpoints(&broker.bootstrap, &[], &id).ok()?;
+        read.checkpoints.iter().any(|c| c.head_seq == head).then_some(())
+    });
+    // SAFETY: kill(2) on a child this test started and has not reaped.
+    unsafe { libc::kill(serve.id() as i32, libc::SIGTERM) };
+    assert!(serve.wait().expect("serve exits").success());
+    let report = ledger.run(&["verify", "--json", "--checkpoints-from", &broker.bootstrap]).success().json();
+    assert!(count(&report, "checkpoints_checked") >= 1, "{report}");
 }
