@@ -179,8 +179,8 @@ pub enum KafkaIngestError {
     NotAssigned {
         /// `group.id`.
         group: String,
-        /// The partitions not assigned and behind: (topic, partition, the ledger's next offset, the partition's end).
-        behind: Vec<(String, i32, i64, i64)>,
+        /// The partitions not assigned whose end the ledger has not reached.
+        behind: Vec<Behind>,
         /// How long ingest waited for them.
         waited_ms: u64,
     },
@@ -204,8 +204,8 @@ pub enum KafkaIngestError {
     GapNotMissing {
         /// The range asked for.
         asked: GapRange,
-        /// What is missing in that partition, if anything.
-        missing: Option<MissingOffsets>,
+        /// What is missing in that partition, if anything (boxed: the error stays small on the happy path).
+        missing: Option<Box<MissingOffsets>>,
         /// The ledger's next offset of the partition.
         next: i64,
         /// The partition's first offset on the brokers.
@@ -299,10 +299,26 @@ fn describe_missing(missing: &[MissingOffsets]) -> String {
     )
 }
 
-fn describe_behind(behind: &[(String, i32, i64, i64)]) -> String {
+/// A partition this ingest was not assigned, whose end the ledger has not reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Behind {
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: i32,
+    /// The ledger's next offset of it (0 when it never read it).
+    pub next_offset: i64,
+    /// Its end on the brokers (the high watermark).
+    pub end: i64,
+}
+
+/// A watermark request that failed: the partition asked for, and librdkafka's reason.
+type WatermarkFailure = (String, i32, KafkaError);
+
+fn describe_behind(behind: &[Behind]) -> String {
     let parts: Vec<String> = behind
         .iter()
-        .map(|(topic, partition, next, high)| format!("{topic}[{partition}] (next offset {next}, end {high})"))
+        .map(|b| format!("{}[{}] (next offset {}, end {})", b.topic, b.partition, b.next_offset, b.end))
         .collect();
     parts.join(", ")
 }
@@ -595,7 +611,10 @@ fn accept_gaps(
                     asked.len()
                 );
             }
-            _ => return Err(KafkaIngestError::GapNotMissing { asked: asked.clone(), missing, next, low, high }),
+            _ => {
+                let missing = missing.map(Box::new);
+                return Err(KafkaIngestError::GapNotMissing { asked: asked.clone(), missing, next, low, high });
+            }
         }
     }
     Ok(())
@@ -854,7 +873,7 @@ impl UntilCaughtUp {
         &self,
         settings: &KafkaIngestSettings,
         waiting: &mut Waiting,
-        (topic, partition, source): (String, i32, KafkaError),
+        (topic, partition, source): WatermarkFailure,
     ) -> Result<(), KafkaIngestError> {
         match source.rdkafka_error_code().filter(|code| transient(*code)) {
             Some(code) => {
@@ -866,13 +885,12 @@ impl UntilCaughtUp {
     }
 }
 
-/// The partitions of the subscribed topics not assigned to this ingest whose end the ledger has not reached:
-/// (topic, partition, the ledger's next offset, the partition's end).
+/// The partitions of the subscribed topics not assigned to this ingest whose end the ledger has not reached.
 fn behind_elsewhere(
     consumer: &BaseConsumer<IngestContext>,
     settings: &KafkaIngestSettings,
     shared: &Mutex<Shared>,
-) -> Result<Vec<(String, i32, i64, i64)>, (String, i32, KafkaError)> {
+) -> Result<Vec<Behind>, WatermarkFailure> {
     let timeout = Duration::from_millis(WATERMARK_TIMEOUT_MS);
     let metadata = consumer.fetch_metadata(None, timeout).map_err(|e| (settings.topics.to_string(), -1, e))?;
     let (assigned, offsets) = {
@@ -891,7 +909,7 @@ fn behind_elsewhere(
         let (_, high) = ends.map_err(|error| (key.0.clone(), key.1, error))?;
         let next = offsets.get(key).copied().unwrap_or(0);
         if next < high {
-            behind.push((key.0.clone(), key.1, next, high));
+            behind.push(Behind { topic: key.0.clone(), partition: key.1, next_offset: next, end: high });
         }
     }
     Ok(behind)
@@ -1037,7 +1055,7 @@ fn caught_up(
     shared: &Mutex<Shared>,
     targets: &mut BTreeMap<(String, i32), i64>,
     progress: &mut KafkaIngestProgress,
-) -> Result<Option<bool>, (String, i32, KafkaError)> {
+) -> Result<Option<bool>, WatermarkFailure> {
     let (assigned, offsets) = {
         let shared = shared.lock().expect("never poisoned");
         (shared.assigned.clone(), shared.ledger_offsets.clone())
@@ -1079,4 +1097,31 @@ fn fetch_all_watermarks(
         });
     }
     asked
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn found(next: i64, low: i64, high: i64) -> Option<String> {
+        MissingOffsets::find("quota.usage", 1, next, low, high).map(|m| m.range.to_string())
+    }
+
+    // Proves what is missing, from the ledger's next offset and the partition's ends: nothing while the offset lies
+    // within them (at the end included: nothing new yet); the offsets up to the new start when messages were removed
+    // before they were read; every offset below the ledger's when the partition ends before it (a recreated topic).
+    #[test]
+    fn missing_offsets_are_what_the_ledger_can_no_longer_read() {
+        assert_eq!(found(3, 0, 10), None);
+        assert_eq!(found(10, 0, 10), None, "at the end");
+        assert_eq!(found(0, 0, 0), None, "an empty partition");
+        assert_eq!(found(3, 5, 12), Some("quota.usage:1:3-4".into()), "removed before read");
+        assert_eq!(found(0, 5, 12), Some("quota.usage:1:0-4".into()), "never read, the head expired");
+        assert_eq!(found(7, 0, 2), Some("quota.usage:1:0-6".into()), "recreated, shorter");
+        assert_eq!(found(7, 0, 0), Some("quota.usage:1:0-6".into()), "recreated, empty");
+        let removed = MissingOffsets::find("quota.usage", 1, 3, 5, 12).unwrap();
+        assert!(removed.to_string().contains("offsets 3 to 4 were never read"), "{removed}");
+        let recreated = MissingOffsets::find("quota.usage", 1, 7, 0, 2).unwrap();
+        assert!(recreated.to_string().contains("the partition now ends at 2"), "{recreated}");
+    }
 }
