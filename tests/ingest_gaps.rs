@@ -42,7 +42,8 @@ fn offsets_of(status: &Value, topic: &str) -> Vec<(i64, i64)> {
 
 // Messages removed from a partition before ingest read them (librdkafka's mock cluster keeps 5 MiB per partition,
 // as a broker's retention would): ingest stops, exit 2, naming topic, partition and the range; `--accept-gap` with
-// that range records it, in the chain, and ingest goes on with what is left; `status` lists the gap. Until the
+// that range records it, in the chain, and ingest goes on with what is left; `status` lists the gap and the billing
+// export of the month names it in its last column, `gaps`. Until the
 // trust issue, ingest reset to the partition's new start (auto.offset.reset=earliest) and exited 0, the removed
 // messages never counted and nothing said.
 #[test]
@@ -91,6 +92,15 @@ fn offsets_removed_before_they_were_read_stop_ingest_until_accepted() {
     let table = ledger.run(&["status"]).success().stdout_text();
     assert!(table.contains(&format!("3-{}", low - 1)), "{table}");
     ledger.assert_verifies();
+    // November's bill may lack the messages never read: its export says which, in every format.
+    let csv = ledger.run(&["export", "billing", "--period", "2026-11", "--format", "csv"]).success().stdout_text();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert!(lines[0].ends_with(",late_adjustments,watermark,gaps"), "{csv}");
+    assert_eq!(lines[1].rsplit(',').next(), Some(gap.as_str()), "{csv}");
+    assert!(lines[1].starts_with("org-gap,requests,2026-11,25,"), "{csv}");
+    let jsonl = ledger.run(&["export", "billing", "--period", "2026-11", "--format", "jsonl"]).success().stdout_text();
+    let row: Value = serde_json::from_str(jsonl.lines().next().expect("a row")).unwrap();
+    assert_eq!(row["gaps"], Value::from(gap.as_str()), "{row}");
     // The same command again (a nightly job that kept the flag) changes nothing.
     ledger.run(&accepting).success();
     assert_eq!(ledger.status()["gaps"].as_array().unwrap().len(), 1);
