@@ -34,7 +34,7 @@ fn csv_lines(bytes: &[u8]) -> Vec<String> {
     String::from_utf8(bytes.to_vec()).unwrap().lines().map(String::from).collect()
 }
 
-const HEADER: &str = "tenant,metric,period,consumption,policy_id,policy_version,limit,grants,effective_limit,overage,overshoot,late_adjustments,watermark";
+const HEADER: &str = "tenant,metric,period,consumption,policy_id,policy_version,limit,grants,effective_limit,overage,overshoot,late_adjustments,watermark,gaps";
 
 /// One reservation event as the independent computation reads it.
 struct Reservation {
@@ -171,7 +171,7 @@ fn expected_rows(test: &TestLedger, period: (&str, i64, i64), watermark: u64) ->
                     format!("{id},{version},{limit},{g},{},{overage},{overshoot}", limit + g)
                 }
             };
-            format!("{tenant},{metric},{name},{used},{policy},0,{watermark}")
+            format!("{tenant},{metric},{name},{used},{policy},0,{watermark},")
         })
         .collect()
 }
@@ -276,8 +276,8 @@ fn a_closed_period_reexports_byte_for_byte_and_late_usage_moves_to_the_next_clos
         csv_lines(&closed_csv),
         [
             HEADER.to_string(),
-            format!("'=org-2,tokens,2026-09,5,,,,,,,,0,{watermark}"),
-            format!("org-1,tokens,2026-09,130,org-1-tokens,1,100,0,100,30,,0,{watermark}"),
+            format!("'=org-2,tokens,2026-09,5,,,,,,,,0,{watermark},"),
+            format!("org-1,tokens,2026-09,130,org-1-tokens,1,100,0,100,30,,0,{watermark},"),
         ]
     );
     let late = [
@@ -296,13 +296,13 @@ fn a_closed_period_reexports_byte_for_byte_and_late_usage_moves_to_the_next_clos
     assert_eq!(
         october_open[1..],
         [
-            format!("'=org-2,tokens,2026-10,0,,,,,,,,3,{now}"),
-            format!("org-1,tokens,2026-10,10,org-1-tokens,1,100,0,100,0,,7,{now}"),
+            format!("'=org-2,tokens,2026-10,0,,,,,,,,3,{now},"),
+            format!("org-1,tokens,2026-10,10,org-1-tokens,1,100,0,100,0,,7,{now},"),
         ]
     );
     assert_eq!(csv_lines(&export(&test, "2026-10", "csv", &["--final"])), october_open, "closing carries them");
     let november = csv_lines(&export(&test, "2026-11", "csv", &[]));
-    assert_eq!(november[1..], [format!("org-1,tokens,2026-11,0,org-1-tokens,1,100,0,100,0,,0,{now}")], "carried once");
+    assert_eq!(november[1..], [format!("org-1,tokens,2026-11,0,org-1-tokens,1,100,0,100,0,,0,{now},")], "carried once");
     test.assert_verifies();
 }
 
@@ -364,8 +364,8 @@ fn a_reservation_id_shared_by_two_tenants_bills_each_tenant_its_own_commit() {
     let watermark = count(&test.status(), "watermark");
     let expected = [
         HEADER.to_string(),
-        format!("org-a,tokens,2026-11,90,,,,,,,,0,{watermark}"),
-        format!("org-b,tokens,2026-11,40,,,,,,,,0,{watermark}"),
+        format!("org-a,tokens,2026-11,90,,,,,,,,0,{watermark},"),
+        format!("org-b,tokens,2026-11,40,,,,,,,,0,{watermark},"),
     ];
     assert_eq!(csv_lines(&export(&test, "2026-11", "csv", &[])), expected);
     assert_eq!(csv_lines(&export(&test, "2026-11", "csv", &["--final"])), expected);
@@ -509,7 +509,7 @@ fn months_before_the_first_close_are_closed_with_it_and_their_late_usage_is_carr
     let august = export(&test, "2026-08", "csv", &[]);
     assert_eq!(
         csv_lines(&august)[1..],
-        [format!("org-1,tokens,2026-08,40,org-1-tokens,1,100,0,100,0,,0,{watermark}")],
+        [format!("org-1,tokens,2026-08,40,org-1-tokens,1,100,0,100,0,,0,{watermark},")],
         "computed at the first close's watermark"
     );
     ingest_events(&test, "late.avro", &[tokens("a-late", "2026-08-20T00:00:00Z", "org-1", 1_000)]);

@@ -162,7 +162,11 @@ fn ingest_names_the_topics_the_broker_lacks() {
         .stdout_text();
     let mut lines: Vec<&str> = created.lines().collect();
     lines.sort();
-    assert_eq!(lines, ["quota.adjustments  created", "quota.usage  exists", "team.grants  created"], "{created}");
+    assert_eq!(
+        lines,
+        ["quota.adjustments  created", "quota.checkpoints  created", "quota.usage  exists", "team.grants  created"],
+        "{created}"
+    );
     let topics = "usage=quota.usage,grants=team.grants";
     // A group of its own: on Tansu the group of the ingest that stopped above assigned nothing for a minute.
     let args =
@@ -177,7 +181,7 @@ fn topics_create_on_a_broker_that_has_them_asks_nothing() {
     let broker = Broker::mock();
     let ledger = TestLedger::new();
     let said = ledger.run(&["topics", "create", "--brokers", &broker.bootstrap]).success().stdout_text();
-    assert_eq!(said.lines().count(), 6, "{said}");
+    assert_eq!(said.lines().count(), 7, "the six of SPEC 2 and quota.checkpoints: {said}");
     assert!(said.lines().all(|l| l.ends_with("  exists")), "{said}");
 }
 

@@ -271,3 +271,30 @@ fn a_raised_usage_total_and_an_extra_detail_row_are_named_by_verify() {
     let problem = report["first_bad"]["problem"].as_str().unwrap_or_default().to_string();
     assert!(problem.contains("usage_events holds 6 rows, but the ledger has 5 UsageEvent entries"), "{report}");
 }
+
+// Proves that a closed month's stored final bill changed behind the ledger's back is named by verify, and that once
+// every link hash after it is recomputed (verify alone then passes) the head the operator noted before,
+// `verify --expect-head SEQ:HASH`, still catches it. Until the trust issue the stored exports were outside the chain
+// ("protected by triggers but not re-checked by verify"): verify exited 0 and `--final` re-exported the changed bill.
+#[test]
+fn a_changed_final_bill_is_named_by_verify_and_caught_against_a_noted_head() {
+    let ledger = ledger_of_five();
+    ledger.run(&["export", "billing", "--period", "2026-11", "--format", "csv", "--final"]).success();
+    let status = ledger.status();
+    let head = format!("{}:{}", status["head_seq"], status["head_hash"].as_str().expect("status --json has head_hash"));
+    ledger.run(&["verify", "--expect-head", &head]).success();
+    sqlite3_ok(&ledger, "DROP TRIGGER period_exports_refuse_update; UPDATE period_exports SET consumption = 1");
+    let run = ledger.verify().expect_code(1);
+    let problem = run.json()["first_bad"]["problem"].as_str().unwrap_or_default().to_string();
+    assert!(problem.starts_with("link 3 (close): the rows it covers"), "{problem}");
+    assert!(problem.contains("period closes 1-1 with their stored exports"), "{problem}");
+
+    let conn = rusqlite::Connection::open(&ledger.path).expect("the ledger, behind its back");
+    ledger::links::rehash_links_as_an_attacker(&conn, 1).expect("every link recomputed");
+    drop(conn);
+    ledger.assert_verifies();
+    let run = ledger.run(&["verify", "--json", "--expect-head", &head]).expect_code(1);
+    let bad = run.json()["first_bad_checkpoint"].clone();
+    assert!(bad["problem"].as_str().unwrap_or_default().contains("history up to it was rewritten"), "{bad}");
+    assert!(run.stderr.contains(&format!("head {head} does not hold")), "{}", run.stderr);
+}

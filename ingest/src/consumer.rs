@@ -6,13 +6,21 @@
 //! bounded batch and appended with the offsets they cover in one transaction. Only then are the offsets
 //! committed to Kafka, so that lag tools see progress. A crash between the two replays messages the ledger
 //! already holds the offsets of: they are skipped by the seek, never recorded twice.
+//!
+//! Ingest never skips an offset on its own. A partition whose next offset the brokers no longer hold (messages removed
+//! by retention before they were read, a topic deleted and recreated under the ledger's offsets) stops it, naming the
+//! range ([`KafkaIngestError::OffsetsNeverRead`]); the operator accepts the loss with `--accept-gap`
+//! ([`KafkaIngestSettings::accept_gaps`]), which the ledger records. A run `until_caught_up` ends well only when the
+//! ledger reached the end of every partition of every topic, not only of those the group gave it. With
+//! `publish_checkpoints`, the ledger's head goes to `quota.checkpoints` as it moves.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ledger::{AppendError, Batch, Incoming, Ledger, Origin, Rejected, SourceOffset};
+use kafka::checkpoints::CheckpointPublisher;
+use ledger::{AppendError, Batch, GapRange, Incoming, Ledger, Origin, Rejected, SourceOffset};
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -45,6 +53,13 @@ pub const ASSIGNMENT_WAIT_MS: u64 = 60_000;
 pub const BROKERS_WAIT_MS: u64 = 60_000;
 /// While the brokers are away, how often ingest asks them for the topics, to learn that they answer again.
 const ASK_EVERY_MS: u64 = 1_000;
+/// `--until-caught-up` gives up when partitions it was not assigned (other members of the group hold them) are still
+/// behind this long after it caught up with its own. Longer than the session timeout (10 s), so that the partitions
+/// of a member that died have had the time to come to this one.
+pub const UNASSIGNED_WAIT_MS: u64 = 15_000;
+/// How often a partition whose accepted gap runs past its end (a recreated topic, shorter than the ledger's offset)
+/// is asked again from the ledger's offset: the brokers answer "out of range" until the topic reaches it.
+const PAST_END_ASK_MS: u64 = 5_000;
 
 /// Where and how to consume.
 #[derive(Debug, Clone)]
@@ -63,6 +78,18 @@ pub struct KafkaIngestSettings {
     pub batch_wait_ms: u64,
     /// librdkafka settings given with `-X key=value` (SASL, TLS, tuning); applied last, so they win.
     pub overrides: Vec<(String, String)>,
+    /// Offsets the ledger never read that the operator accepts as lost (`--accept-gap`): each must be exactly a
+    /// range ingest names when it stops ([`KafkaIngestError::OffsetsNeverRead`]); recorded before consuming.
+    pub accept_gaps: Vec<GapRange>,
+    /// Publish the ledger's head to `quota.checkpoints` as it moves ([`kafka::checkpoints`]).
+    pub publish_checkpoints: bool,
+}
+
+/// The consumer group of a ledger that is given none: its own, named after its id, so that two ledgers consuming
+/// the same brokers never split the partitions between them (each would then hold a part of the events, and both
+/// would look complete).
+pub fn default_group(ledger_id: &str) -> String {
+    format!("quota-ledger-{ledger_id}")
 }
 
 impl KafkaIngestSettings {
@@ -76,6 +103,8 @@ impl KafkaIngestSettings {
             batch_max_events: BATCH_MAX_EVENTS,
             batch_wait_ms: BATCH_WAIT_MS,
             overrides: Vec::new(),
+            accept_gaps: Vec::new(),
+            publish_checkpoints: true,
         }
     }
 }
@@ -125,7 +154,7 @@ pub enum KafkaIngestError {
     #[error(
         "no partition of {topics} was assigned to group {group} within {waited_ms} ms, although the brokers at \
          {brokers} have the topics: other members of the group may hold every partition (a group has at most as \
-         many busy members as its topics have partitions)"
+         many busy members as its topics have partitions); not assigned: {partitions}"
     )]
     NoAssignment {
         /// The topics, comma-separated.
@@ -136,7 +165,57 @@ pub enum KafkaIngestError {
         brokers: String,
         /// How long ingest waited.
         waited_ms: u64,
+        /// The partitions, as `topic[partition]`, comma-separated.
+        partitions: String,
     },
+    /// With `until_caught_up`: partitions other members of the group hold are behind, so the ledger is not caught
+    /// up although ingest read everything it was given.
+    #[error(
+        "the ledger did not reach the end of {}: group {group} assigned them to other members (still so after \
+         {waited_ms} ms); the ledger holds what it was given, which is not every partition. Give each ledger its own \
+         group (the default, derived from the ledger id) or stop the other members",
+        describe_behind(behind)
+    )]
+    NotAssigned {
+        /// `group.id`.
+        group: String,
+        /// The partitions not assigned whose end the ledger has not reached.
+        behind: Vec<Behind>,
+        /// How long ingest waited for them.
+        waited_ms: u64,
+    },
+    /// Offsets the ledger never read are gone from the brokers (or below a topic recreated under its offsets).
+    #[error("{}", describe_missing(missing))]
+    OffsetsNeverRead {
+        /// Each partition's missing range, with what the ledger and the brokers hold.
+        missing: Vec<MissingOffsets>,
+    },
+    /// An `--accept-gap` that is not what is missing.
+    #[error(
+        "gap {asked} not accepted: {}",
+        match missing {
+            Some(missing) => format!("{missing}; --accept-gap takes exactly the range ingest names"),
+            None => format!(
+                "nothing is missing in {}[{}] (the ledger's next offset is {next}; the brokers hold offsets {low} to {})",
+                asked.topic, asked.partition, high - 1
+            ),
+        }
+    )]
+    GapNotMissing {
+        /// The range asked for.
+        asked: GapRange,
+        /// What is missing in that partition, if anything (boxed: the error stays small on the happy path).
+        missing: Option<Box<MissingOffsets>>,
+        /// The ledger's next offset of the partition.
+        next: i64,
+        /// The partition's first offset on the brokers.
+        low: i64,
+        /// The partition's end on the brokers.
+        high: i64,
+    },
+    /// The ledger refused the accepted gap.
+    #[error("recording the accepted gap failed")]
+    Gap(#[from] ledger::GapError),
     /// With `until_caught_up`: a partition's high watermark could not be read.
     #[error("cannot read the high watermark of {topic}[{partition}]")]
     Watermark {
@@ -153,6 +232,95 @@ pub enum KafkaIngestError {
     /// The ledger's offsets could not be read.
     #[error("cannot read the ledger's offsets")]
     Offsets(#[from] ledger::ReadError),
+}
+
+/// Offsets of one partition the ledger never read and never will, as ingest found them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingOffsets {
+    /// The range: what `--accept-gap` takes.
+    pub range: GapRange,
+    /// The ledger's next offset of the partition (0 when it never read it).
+    pub next: i64,
+    /// The partition's first offset on the brokers.
+    pub low: i64,
+    /// The partition's end (its high watermark) on the brokers.
+    pub high: i64,
+}
+
+impl MissingOffsets {
+    /// What is missing where the ledger is `next` and the brokers hold `low..high`: the offsets from `next` up to
+    /// `low` (removed before they were read), or, when the partition ends below `next` (a topic deleted and
+    /// recreated), every offset of it below `next` (the new topic's, which the ledger's offset has passed already).
+    pub fn find(topic: &str, partition: i32, next: i64, low: i64, high: i64) -> Option<MissingOffsets> {
+        let (from_offset, to_offset) = if next < low {
+            (next, low - 1)
+        } else if next > high {
+            (low, next - 1)
+        } else {
+            return None;
+        };
+        let range = GapRange { topic: topic.to_string(), partition, from_offset, to_offset };
+        Some(MissingOffsets { range, next, low, high })
+    }
+}
+
+impl std::fmt::Display for MissingOffsets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let GapRange { topic, partition, from_offset, to_offset } = &self.range;
+        if self.next < self.low {
+            write!(
+                f,
+                "{topic}[{partition}] offsets {from_offset} to {to_offset} were never read: the ledger's next offset \
+                 is {}, but the brokers now start the partition at {} (messages removed by retention or deleted \
+                 before ingest read them)",
+                self.next, self.low
+            )
+        } else {
+            write!(
+                f,
+                "{topic}[{partition}] offsets {from_offset} to {to_offset} will never be read: the ledger's next \
+                 offset is {}, but the partition now ends at {} (the topic was deleted and recreated, or the brokers \
+                 lost messages), so its offsets below {} are not those the ledger read",
+                self.next, self.high, self.next
+            )
+        }
+    }
+}
+
+fn describe_missing(missing: &[MissingOffsets]) -> String {
+    let lines: Vec<String> = missing.iter().map(|m| m.to_string()).collect();
+    let accept: Vec<String> = missing.iter().map(|m| format!("--accept-gap {}", m.range)).collect();
+    format!(
+        "offsets the ledger never read: {}. Nothing of them can be recorded. Find the messages elsewhere if you can \
+         (a backup of the topic, the producer), then `ingest {}` records them as lost and goes on; the billing \
+         export of every period open now names them (column gaps)",
+        lines.join("; "),
+        accept.join(" ")
+    )
+}
+
+/// A partition this ingest was not assigned, whose end the ledger has not reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Behind {
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: i32,
+    /// The ledger's next offset of it (0 when it never read it).
+    pub next_offset: i64,
+    /// Its end on the brokers (the high watermark).
+    pub end: i64,
+}
+
+/// A watermark request that failed: the partition asked for, and librdkafka's reason.
+type WatermarkFailure = (String, i32, KafkaError);
+
+fn describe_behind(behind: &[Behind]) -> String {
+    let parts: Vec<String> = behind
+        .iter()
+        .map(|b| format!("{}[{}] (next offset {}, end {})", b.topic, b.partition, b.next_offset, b.end))
+        .collect();
+    parts.join(", ")
 }
 
 /// What a consumer's error means: `Ok` with what to tell the user when librdkafka rides it out ([`transient`]),
@@ -338,10 +506,10 @@ impl ConsumerContext for IngestContext {
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 for (topic, partition) in &partitions {
-                    let offset = match shared.ledger_offsets.get(&(topic.clone(), *partition)) {
-                        Some(next) => Offset::Offset(*next),
-                        None => Offset::Beginning,
-                    };
+                    // A partition the ledger never read starts at offset 0, not at "the beginning": one whose first
+                    // messages are gone is then named as a gap (auto.offset.reset is "error"), not skipped.
+                    let next = shared.ledger_offsets.get(&(topic.clone(), *partition)).copied().unwrap_or(0);
+                    let offset = Offset::Offset(next);
                     let _ = tpl.set_partition_offset(topic, *partition, offset);
                 }
                 if let Err(e) = consumer.assign(tpl) {
@@ -370,14 +538,15 @@ enum Pending {
     Rejected(Rejected),
 }
 
-/// Consumes until `stop` is set (or, with `until_caught_up`, until every assigned partition is at its high
-/// watermark), appending bounded batches to the ledger. `on_progress` is called after each append and when
-/// the lag is measured.
+/// Consumes until `stop` is set (or, with `until_caught_up`, until the ledger reached the end of every partition
+/// of every topic), appending bounded batches to the ledger. `on_progress` is called after each append and when
+/// the lag is measured. Gaps to accept are recorded first; with `publish_checkpoints`, the ledger's head is
+/// published as it moves, and once more at the end, however ingest ends.
 pub fn ingest_kafka(
     ledger: &mut Ledger,
     settings: &KafkaIngestSettings,
     stop: &AtomicBool,
-    mut on_progress: impl FnMut(&KafkaIngestProgress),
+    on_progress: impl FnMut(&KafkaIngestProgress),
 ) -> Result<KafkaIngestProgress, KafkaIngestError> {
     let shared = Arc::new(Mutex::new(Shared::default()));
     refresh_offsets(ledger, &shared)?;
@@ -385,28 +554,103 @@ pub fn ingest_kafka(
         kafka::config::consumer(&settings.brokers, &settings.group, &settings.overrides)
             .create_with_context(IngestContext { shared: shared.clone() })
             .map_err(|source| KafkaIngestError::Consumer { brokers: settings.brokers.clone(), source })?;
+    let mut checkpoints = start_checkpoints(ledger, settings);
+    let result = accept_gaps(ledger, &consumer, settings)
+        .and_then(|()| Ok(refresh_offsets(ledger, &shared)?))
+        .and_then(|()| consume(ledger, &consumer, settings, &shared, stop, &mut checkpoints, on_progress));
+    if let Some(checkpoints) = checkpoints {
+        match ledger.head() {
+            Ok(head) => checkpoints.finish(head.seq, &head.hash_hex()),
+            Err(error) => log::warn!("ingest: cannot read the ledger's head for its last checkpoint: {error}"),
+        }
+    }
+    result
+}
+
+/// The checkpoint publisher of this run, when asked for; one that cannot be made is said, and ingest goes on.
+fn start_checkpoints(ledger: &Ledger, settings: &KafkaIngestSettings) -> Option<CheckpointPublisher> {
+    if !settings.publish_checkpoints {
+        return None;
+    }
+    let started = ledger.ledger_id().map_err(|e| e.to_string()).and_then(|id| {
+        CheckpointPublisher::new("ingest", &settings.brokers, &settings.overrides, &id).map_err(|e| e.to_string())
+    });
+    started.map_err(|error| log::warn!("ingest: no checkpoints will be published: {error}")).ok()
+}
+
+/// Offers the ledger's head to the checkpoint publisher, if there is one.
+fn offer_head(checkpoints: &mut Option<CheckpointPublisher>, head: &ledger::Head) {
+    if let Some(checkpoints) = checkpoints.as_mut() {
+        checkpoints.offer(head.seq, &head.hash_hex());
+    }
+}
+
+/// Records each gap of `settings.accept_gaps` that is exactly what is missing in its partition now (the ledger's
+/// next offset against what the brokers hold); a gap recorded already is left as it is. Anything else is refused
+/// before anything is recorded or consumed.
+fn accept_gaps(
+    ledger: &mut Ledger,
+    consumer: &BaseConsumer<IngestContext>,
+    settings: &KafkaIngestSettings,
+) -> Result<(), KafkaIngestError> {
+    let recorded: Vec<GapRange> = ledger.offset_gaps()?.iter().map(|g| g.range()).collect();
+    let offsets = ledger.offsets()?;
+    for asked in &settings.accept_gaps {
+        let (topic, partition) = (asked.topic.as_str(), asked.partition);
+        let next = offsets.iter().find(|o| o.topic == topic && o.partition == partition).map_or(0, |o| o.next_offset);
+        let (low, high) = consumer
+            .fetch_watermarks(topic, partition, Duration::from_millis(WATERMARK_TIMEOUT_MS))
+            .map_err(|source| KafkaIngestError::Watermark { topic: topic.to_string(), partition, source })?;
+        let missing = MissingOffsets::find(topic, partition, next, low, high);
+        match &missing {
+            _ if recorded.contains(asked) => {}
+            Some(missing) if missing.range == *asked => {
+                ledger.accept_gap(asked)?;
+                log::warn!(
+                    "ingest: recorded {} offsets of {topic}[{partition}] as never read (gap {asked}): {missing}",
+                    asked.len()
+                );
+            }
+            _ => {
+                let missing = missing.map(Box::new);
+                return Err(KafkaIngestError::GapNotMissing { asked: asked.clone(), missing, next, low, high });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The consuming loop of [`ingest_kafka`].
+fn consume(
+    ledger: &mut Ledger,
+    consumer: &BaseConsumer<IngestContext>,
+    settings: &KafkaIngestSettings,
+    shared: &Mutex<Shared>,
+    stop: &AtomicBool,
+    checkpoints: &mut Option<CheckpointPublisher>,
+    mut on_progress: impl FnMut(&KafkaIngestProgress),
+) -> Result<KafkaIngestProgress, KafkaIngestError> {
     let names = settings.topics.names();
     consumer
         .subscribe(&names)
         .map_err(|source| KafkaIngestError::Subscribe { topics: settings.topics.to_string(), source })?;
     let catalog = Catalog::builtin();
     let mut progress = KafkaIngestProgress { watermark: ledger.status()?.watermark, ..KafkaIngestProgress::default() };
+    let mut head = ledger.head()?;
     let mut pending: Vec<Pending> = Vec::new();
     let mut expected_offsets: BTreeMap<(String, i32), i64> = BTreeMap::new();
     let mut pending_since: Option<Instant> = None;
     let mut waiting = Waiting::default();
-    // Since when no partition is assigned: from the start, and again whenever a rebalance revokes them all.
-    let mut unassigned_since = Instant::now();
-    // `--until-caught-up`: the high watermark each partition had when first asked is the end of this run's work;
-    // producers that keep producing move the watermark on, and a job that chased it would never end.
-    let mut targets: BTreeMap<(String, i32), i64> = BTreeMap::new();
-    let mut last_asked: Option<Instant> = None;
+    let mut progress_until = UntilCaughtUp::new();
+    // Partitions whose accepted gap runs past their end: asked again from the ledger's offset now and then.
+    let mut past_end: BTreeMap<(String, i32), Instant> = BTreeMap::new();
     while !stop.load(Ordering::Relaxed) {
+        offer_head(checkpoints, &head);
         let polled = consumer.poll(Duration::from_millis(POLL_TIMEOUT_MS));
         let idle = polled.is_none();
         match polled {
             Some(Ok(message)) => {
-                check_gap(&shared, &mut expected_offsets, &message, &mut progress);
+                check_gap(shared, &mut expected_offsets, &message, &mut progress);
                 pending.push(decode(catalog, &settings.topics, &message));
                 pending_since.get_or_insert_with(Instant::now);
                 progress.messages += 1;
@@ -424,23 +668,35 @@ pub fn ingest_kafka(
                 );
                 progress.rejoins += 1;
             }
+            // A partition's next offset is not on the brokers (auto.offset.reset is "error"): what is pending is
+            // appended, then the partitions are asked which it is.
+            Some(Err(KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset))) => {
+                if !pending.is_empty() {
+                    append(ledger, consumer, shared, std::mem::take(&mut pending), &mut progress)?;
+                    pending_since = None;
+                }
+                expected_offsets.clear();
+                offsets_out_of_range(ledger, consumer, shared, &mut past_end)?;
+            }
             Some(Err(error)) => {
-                let reason = consume_error(&consumer, settings, error)?;
+                let reason = consume_error(consumer, settings, error)?;
                 waiting.saw(&settings.brokers, reason);
             }
             None => {}
         }
-        if drop_revoked(&shared, &mut pending) {
+        if drop_revoked(shared, &mut pending) {
             expected_offsets.clear();
         }
         let full = pending.len() >= settings.batch_max_events;
         let waited = pending_since.is_some_and(|t| t.elapsed() >= Duration::from_millis(settings.batch_wait_ms));
         if !pending.is_empty() && (full || waited || idle) {
-            append(ledger, &consumer, &shared, std::mem::take(&mut pending), &mut progress)?;
+            append(ledger, consumer, shared, std::mem::take(&mut pending), &mut progress)?;
+            head = ledger.head()?;
             pending_since = None;
             on_progress(&progress);
         }
-        if waiting.ask_now() && ask_for_topics(&consumer, settings, &mut waiting)? {
+        ask_past_end_again(consumer, shared, &mut past_end);
+        if waiting.ask_now() && ask_for_topics(consumer, settings, &mut waiting)? {
             waiting.over(&settings.brokers);
         }
         if !settings.until_caught_up {
@@ -448,46 +704,215 @@ pub fn ingest_kafka(
         }
         // A nightly job waits for the brokers only so long.
         waiting.give_up(&settings.brokers)?;
-        // While the brokers are away, asking for the topics says when they answer again; a watermark request
-        // would block for its whole timeout, and a SIGTERM with it. Asked when the consumer is idle, and on topics
-        // that are never idle (producers at work) after an append, at most every `CAUGHT_UP_ASK_MS`.
-        let due = last_asked.is_none_or(|t| t.elapsed() >= Duration::from_millis(CAUGHT_UP_ASK_MS));
-        if !pending.is_empty() || !(idle || due) || waiting.since.is_some() {
+        if !pending.is_empty() || waiting.since.is_some() {
             continue;
         }
-        last_asked = Some(Instant::now());
-        match caught_up(&consumer, &shared, &mut targets, &mut progress) {
-            Ok(Some(true)) => {
-                on_progress(&progress);
-                break;
+        if progress_until.step(consumer, settings, shared, &mut waiting, &mut progress, idle)? {
+            on_progress(&progress);
+            break;
+        }
+    }
+    if !pending.is_empty() {
+        append(ledger, consumer, shared, pending, &mut progress)?;
+    }
+    Ok(progress)
+}
+
+/// After librdkafka said a partition's offset is out of range: finds which, from each assigned partition's ends and
+/// the ledger's next offset. A range the operator accepted already (a recreated topic, still shorter than the
+/// ledger's offset) is asked again later; any other stops ingest, named. When none is out of range any more, every
+/// assigned partition is asked again from the ledger's offset (librdkafka stops fetching the one that failed).
+fn offsets_out_of_range(
+    ledger: &Ledger,
+    consumer: &BaseConsumer<IngestContext>,
+    shared: &Mutex<Shared>,
+    past_end: &mut BTreeMap<(String, i32), Instant>,
+) -> Result<(), KafkaIngestError> {
+    let (assigned, offsets) = {
+        let shared = shared.lock().expect("never poisoned");
+        (shared.assigned.iter().cloned().collect::<Vec<_>>(), shared.ledger_offsets.clone())
+    };
+    let accepted: Vec<GapRange> = ledger.offset_gaps()?.iter().map(|g| g.range()).collect();
+    let mut missing = Vec::new();
+    for (key, ends) in assigned.iter().zip(fetch_all_watermarks(consumer, &assigned)) {
+        let (low, high) =
+            ends.map_err(|source| KafkaIngestError::Watermark { topic: key.0.clone(), partition: key.1, source })?;
+        let next = offsets.get(key).copied().unwrap_or(0);
+        match MissingOffsets::find(&key.0, key.1, next, low, high) {
+            Some(found) if accepted.iter().any(|a| a.covers(&found.range)) => {
+                past_end.entry(key.clone()).or_insert_with(Instant::now);
             }
-            Ok(Some(false) | None) => {}
-            Err((topic, partition, source)) => match source.rdkafka_error_code().filter(|code| transient(*code)) {
-                Some(code) => {
-                    waiting.saw(&settings.brokers, format!("the high watermark of {topic}[{partition}]: {code}"))
+            Some(found) => missing.push(found),
+            None => {}
+        }
+    }
+    if !missing.is_empty() {
+        return Err(KafkaIngestError::OffsetsNeverRead { missing });
+    }
+    if past_end.is_empty() {
+        log::warn!(
+            "ingest: the brokers said an offset was out of range, but every partition's is in range now; asking again"
+        );
+        for (topic, partition) in &assigned {
+            let next = offsets.get(&(topic.clone(), *partition)).copied().unwrap_or(0);
+            seek(consumer, topic, *partition, next);
+        }
+    }
+    Ok(())
+}
+
+/// Asks again, from the ledger's offset, each partition waiting for its recreated topic to reach that offset, every
+/// [`PAST_END_ASK_MS`]. Out of range again, it comes back to [`offsets_out_of_range`].
+fn ask_past_end_again(
+    consumer: &BaseConsumer<IngestContext>,
+    shared: &Mutex<Shared>,
+    past_end: &mut BTreeMap<(String, i32), Instant>,
+) {
+    let due: Vec<(String, i32)> = past_end
+        .iter()
+        .filter(|(_, since)| since.elapsed() >= Duration::from_millis(PAST_END_ASK_MS))
+        .map(|(key, _)| key.clone())
+        .collect();
+    for key in due {
+        past_end.remove(&key);
+        let (assigned, next) = {
+            let shared = shared.lock().expect("never poisoned");
+            (shared.assigned.contains(&key), shared.ledger_offsets.get(&key).copied().unwrap_or(0))
+        };
+        if assigned {
+            seek(consumer, &key.0, key.1, next);
+        }
+    }
+}
+
+fn seek(consumer: &BaseConsumer<IngestContext>, topic: &str, partition: i32, next: i64) {
+    if let Err(error) = consumer.seek(topic, partition, Offset::Offset(next), Duration::from_millis(1_000)) {
+        log::warn!("ingest: cannot ask {topic}[{partition}] again from offset {next}: {error}");
+    }
+}
+
+/// The state of `--until-caught-up` between turns of the loop.
+struct UntilCaughtUp {
+    /// The high watermark each partition had when first asked is the end of this run's work; producers that keep
+    /// producing move the watermark on, and a job that chased it would never end.
+    targets: BTreeMap<(String, i32), i64>,
+    last_asked: Option<Instant>,
+    /// Since when no partition is assigned: from the start, and again whenever a rebalance revokes them all.
+    unassigned_since: Instant,
+    /// Since when the assigned partitions are caught up but others, held by other members, are behind.
+    others_behind_since: Option<Instant>,
+}
+
+impl UntilCaughtUp {
+    fn new() -> UntilCaughtUp {
+        UntilCaughtUp {
+            targets: BTreeMap::new(),
+            last_asked: None,
+            unassigned_since: Instant::now(),
+            others_behind_since: None,
+        }
+    }
+
+    /// One look, when due: `true` once the ledger reached the end of every partition. While the brokers are away,
+    /// asking for the topics says when they answer again; a watermark request would block for its whole timeout,
+    /// and a SIGTERM with it. Asked when the consumer is idle, and on topics that are never idle (producers at
+    /// work) after an append, at most every `CAUGHT_UP_ASK_MS`.
+    fn step(
+        &mut self,
+        consumer: &BaseConsumer<IngestContext>,
+        settings: &KafkaIngestSettings,
+        shared: &Mutex<Shared>,
+        waiting: &mut Waiting,
+        progress: &mut KafkaIngestProgress,
+        idle: bool,
+    ) -> Result<bool, KafkaIngestError> {
+        let due = self.last_asked.is_none_or(|t| t.elapsed() >= Duration::from_millis(CAUGHT_UP_ASK_MS));
+        if !(idle || due) {
+            return Ok(false);
+        }
+        self.last_asked = Some(Instant::now());
+        match caught_up(consumer, shared, &mut self.targets, progress) {
+            Ok(Some(true)) => match behind_elsewhere(consumer, settings, shared) {
+                Ok(behind) if behind.is_empty() => return Ok(true),
+                Ok(behind) => {
+                    let since = *self.others_behind_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= Duration::from_millis(UNASSIGNED_WAIT_MS) {
+                        let waited_ms = UNASSIGNED_WAIT_MS;
+                        return Err(KafkaIngestError::NotAssigned { group: settings.group.clone(), behind, waited_ms });
+                    }
                 }
-                None => return Err(KafkaIngestError::Watermark { topic, partition, source }),
+                Err(error) => self.watermark_error(settings, waiting, error)?,
             },
+            Ok(Some(false) | None) => self.others_behind_since = None,
+            Err(error) => self.watermark_error(settings, waiting, error)?,
         }
         if !shared.lock().expect("never poisoned").assigned.is_empty() {
-            unassigned_since = Instant::now();
+            self.unassigned_since = Instant::now();
         } else if waiting.since.is_none()
-            && unassigned_since.elapsed() > Duration::from_millis(ASSIGNMENT_WAIT_MS)
+            && self.unassigned_since.elapsed() > Duration::from_millis(ASSIGNMENT_WAIT_MS)
             // Nothing assigned, and nothing said why: the brokers away, a topic missing, or the partitions held.
-            && ask_for_topics(&consumer, settings, &mut waiting)?
+            && ask_for_topics(consumer, settings, waiting)?
         {
+            let partitions = match behind_elsewhere(consumer, settings, shared) {
+                Ok(behind) => describe_behind(&behind),
+                Err((topic, partition, _)) => format!("(the end of {topic}[{partition}] did not read)"),
+            };
             return Err(KafkaIngestError::NoAssignment {
                 topics: settings.topics.to_string(),
                 group: settings.group.clone(),
                 brokers: settings.brokers.clone(),
                 waited_ms: ASSIGNMENT_WAIT_MS,
+                partitions,
             });
         }
+        Ok(false)
     }
-    if !pending.is_empty() {
-        append(ledger, &consumer, &shared, pending, &mut progress)?;
+
+    /// A watermark that did not read: waited for when the brokers are away, the end of ingest otherwise.
+    fn watermark_error(
+        &self,
+        settings: &KafkaIngestSettings,
+        waiting: &mut Waiting,
+        (topic, partition, source): WatermarkFailure,
+    ) -> Result<(), KafkaIngestError> {
+        match source.rdkafka_error_code().filter(|code| transient(*code)) {
+            Some(code) => {
+                waiting.saw(&settings.brokers, format!("the high watermark of {topic}[{partition}]: {code}"));
+                Ok(())
+            }
+            None => Err(KafkaIngestError::Watermark { topic, partition, source }),
+        }
     }
-    Ok(progress)
+}
+
+/// The partitions of the subscribed topics not assigned to this ingest whose end the ledger has not reached.
+fn behind_elsewhere(
+    consumer: &BaseConsumer<IngestContext>,
+    settings: &KafkaIngestSettings,
+    shared: &Mutex<Shared>,
+) -> Result<Vec<Behind>, WatermarkFailure> {
+    let timeout = Duration::from_millis(WATERMARK_TIMEOUT_MS);
+    let metadata = consumer.fetch_metadata(None, timeout).map_err(|e| (settings.topics.to_string(), -1, e))?;
+    let (assigned, offsets) = {
+        let shared = shared.lock().expect("never poisoned");
+        (shared.assigned.clone(), shared.ledger_offsets.clone())
+    };
+    let others: Vec<(String, i32)> = metadata
+        .topics()
+        .iter()
+        .filter(|t| settings.topics.event_type(t.name()).is_some())
+        .flat_map(|t| t.partitions().iter().map(|p| (t.name().to_string(), p.id())))
+        .filter(|key| !assigned.contains(key))
+        .collect();
+    let mut behind = Vec::new();
+    for (key, ends) in others.iter().zip(fetch_all_watermarks(consumer, &others)) {
+        let (_, high) = ends.map_err(|error| (key.0.clone(), key.1, error))?;
+        let next = offsets.get(key).copied().unwrap_or(0);
+        if next < high {
+            behind.push(Behind { topic: key.0.clone(), partition: key.1, next_offset: next, end: high });
+        }
+    }
+    Ok(behind)
 }
 
 fn refresh_offsets(ledger: &Ledger, shared: &Mutex<Shared>) -> Result<(), ledger::ReadError> {
@@ -630,7 +1055,7 @@ fn caught_up(
     shared: &Mutex<Shared>,
     targets: &mut BTreeMap<(String, i32), i64>,
     progress: &mut KafkaIngestProgress,
-) -> Result<Option<bool>, (String, i32, KafkaError)> {
+) -> Result<Option<bool>, WatermarkFailure> {
     let (assigned, offsets) = {
         let shared = shared.lock().expect("never poisoned");
         (shared.assigned.clone(), shared.ledger_offsets.clone())
@@ -640,8 +1065,25 @@ fn caught_up(
     }
     let position = |key: &(String, i32), low: i64| offsets.get(key).copied().unwrap_or(low);
     let assigned: Vec<(String, i32)> = assigned.into_iter().collect();
-    let mut asked: Vec<Result<(i64, i64), KafkaError>> = Vec::with_capacity(assigned.len());
-    for some in assigned.chunks(WATERMARK_REQUESTS_AT_ONCE) {
+    let asked = fetch_all_watermarks(consumer, &assigned);
+    let mut all = true;
+    progress.lag.clear();
+    for (key, asked) in assigned.into_iter().zip(asked) {
+        let (low, high) = asked.map_err(|error| (key.0.clone(), key.1, error))?;
+        let target = *targets.entry(key.clone()).or_insert(high);
+        all &= position(&key, low) >= target.min(high);
+        progress.lag.insert(key.clone(), (high - position(&key, low)).max(0));
+    }
+    Ok(Some(all))
+}
+
+/// The (low, high) watermarks of `partitions`, in order, asked all at once (see [`caught_up`]).
+fn fetch_all_watermarks(
+    consumer: &BaseConsumer<IngestContext>,
+    partitions: &[(String, i32)],
+) -> Vec<Result<(i64, i64), KafkaError>> {
+    let mut asked = Vec::with_capacity(partitions.len());
+    for some in partitions.chunks(WATERMARK_REQUESTS_AT_ONCE) {
         std::thread::scope(|scope| {
             let asking: Vec<_> = some
                 .iter()
@@ -654,13 +1096,32 @@ fn caught_up(
             asked.extend(asking.into_iter().map(|one| one.join().expect("a watermark request does not panic")));
         });
     }
-    let mut all = true;
-    progress.lag.clear();
-    for (key, asked) in assigned.into_iter().zip(asked) {
-        let (low, high) = asked.map_err(|error| (key.0.clone(), key.1, error))?;
-        let target = *targets.entry(key.clone()).or_insert(high);
-        all &= position(&key, low) >= target.min(high);
-        progress.lag.insert(key.clone(), (high - position(&key, low)).max(0));
+    asked
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn found(next: i64, low: i64, high: i64) -> Option<String> {
+        MissingOffsets::find("quota.usage", 1, next, low, high).map(|m| m.range.to_string())
     }
-    Ok(Some(all))
+
+    // Proves what is missing, from the ledger's next offset and the partition's ends: nothing while the offset lies
+    // within them (at the end included: nothing new yet); the offsets up to the new start when messages were removed
+    // before they were read; every offset below the ledger's when the partition ends before it (a recreated topic).
+    #[test]
+    fn missing_offsets_are_what_the_ledger_can_no_longer_read() {
+        assert_eq!(found(3, 0, 10), None);
+        assert_eq!(found(10, 0, 10), None, "at the end");
+        assert_eq!(found(0, 0, 0), None, "an empty partition");
+        assert_eq!(found(3, 5, 12), Some("quota.usage:1:3-4".into()), "removed before read");
+        assert_eq!(found(0, 5, 12), Some("quota.usage:1:0-4".into()), "never read, the head expired");
+        assert_eq!(found(7, 0, 2), Some("quota.usage:1:0-6".into()), "recreated, shorter");
+        assert_eq!(found(7, 0, 0), Some("quota.usage:1:0-6".into()), "recreated, empty");
+        let removed = MissingOffsets::find("quota.usage", 1, 3, 5, 12).unwrap();
+        assert!(removed.to_string().contains("offsets 3 to 4 were never read"), "{removed}");
+        let recreated = MissingOffsets::find("quota.usage", 1, 7, 0, 2).unwrap();
+        assert!(recreated.to_string().contains("the partition now ends at 2"), "{recreated}");
+    }
 }

@@ -101,10 +101,11 @@ pub struct EmbeddedBroker {
 }
 
 impl EmbeddedBroker {
-    /// Starts one mock broker and creates the six topics with `partitions` partitions each.
+    /// Starts one mock broker and creates the six topics and `quota.checkpoints` with `partitions` partitions each.
     pub fn start(partitions: i32) -> Result<EmbeddedBroker, KafkaError> {
         let cluster = rdkafka::mocking::MockCluster::new(1)?;
-        for name in crate::topics::all_default_topic_names() {
+        let checkpoints = [crate::checkpoints::CHECKPOINTS_TOPIC];
+        for name in crate::topics::all_default_topic_names().into_iter().chain(checkpoints) {
             cluster.create_topic(name, partitions, 1)?;
         }
         Ok(EmbeddedBroker { cluster })

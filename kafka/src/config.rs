@@ -59,8 +59,11 @@ pub fn consumer(brokers: &str, group: &str, overrides: &[(String, String)]) -> C
         // Offsets are the ledger's: never let librdkafka commit or store on its own.
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
-        // A partition the ledger has never seen starts at its beginning.
-        .set("auto.offset.reset", "earliest")
+        // Ingest positions every partition itself (the ledger's next offset, 0 for a partition it never read). An
+        // offset the brokers no longer have (removed by retention before it was read, a topic recreated below it)
+        // must stop ingest and be named, never skipped: librdkafka's "earliest" or "latest" would move on silently
+        // and the ledger would undercount (ingest's `offset_gaps`).
+        .set("auto.offset.reset", "error")
         .set("enable.partition.eof", "false")
         // Eager rebalancing: ingest's rebalance callback assigns whole lists.
         .set("partition.assignment.strategy", "range,roundrobin")
@@ -75,6 +78,36 @@ pub fn consumer(brokers: &str, group: &str, overrides: &[(String, String)]) -> C
         .set("max.poll.interval.ms", "30000")
         // Bounds the prefetched queue per partition (librdkafka's default is 64 MiB).
         .set("queued.max.messages.kbytes", "16384");
+    overrides_last(config, overrides)
+}
+
+/// The producer of the ledger's checkpoints ([`crate::checkpoints`]): acknowledged by every in-sync replica, and
+/// given up within a checkpoint interval or three, so that a broker away costs one failed checkpoint at a time, never
+/// a queue of stale ones. Not idempotent: a checkpoint sent twice is the same fact twice.
+pub fn checkpoint_producer(brokers: &str, overrides: &[(String, String)]) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", brokers)
+        .set("client.id", "quota-ledger-checkpoints")
+        .set("acks", "all")
+        .set("enable.idempotence", "false")
+        .set("message.timeout.ms", (3 * crate::checkpoints::CHECKPOINT_EVERY_MS).to_string())
+        .set("linger.ms", "0");
+    overrides_last(config, overrides)
+}
+
+/// The consumer `verify --checkpoints-from` reads the checkpoints topic whole with: partitions assigned by hand,
+/// nothing committed or stored, no group joined (the group id is librdkafka's requirement only).
+pub fn checkpoint_reader(brokers: &str, overrides: &[(String, String)]) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", brokers)
+        .set("group.id", "quota-ledger-verify")
+        .set("client.id", "quota-ledger-verify")
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("enable.partition.eof", "false");
     overrides_last(config, overrides)
 }
 

@@ -2,8 +2,8 @@
 //! SPEC 2; `ingest` consumes them into the ledger; the outbox publishes what the ledger records back to them. This
 //! crate holds what those clients have in common: which topic carries which record type ([`topics`]), every
 //! librdkafka setting ([`config`]), creating the topics and the embedded broker ([`admin`]), an idempotent
-//! producer ([`producer`]), librdkafka's log lines through the `log` crate ([`log_librdkafka`]) and the rule for
-//! saying why a client waits ([`Said`]).
+//! producer ([`producer`]), the ledger's checkpoints on `quota.checkpoints` ([`checkpoints`]), librdkafka's log lines
+//! through the `log` crate ([`log_librdkafka`]) and the rule for saying why a client waits ([`Said`]).
 //!
 //! ```
 //! use kafka::admin::EmbeddedBroker;
@@ -21,6 +21,7 @@
 #![deny(missing_docs)]
 
 pub mod admin;
+pub mod checkpoints;
 pub mod config;
 pub mod producer;
 pub mod topics;

@@ -93,7 +93,11 @@ impl Ledger {
         for rejected in &batch.rejected {
             count_quarantined(quarantine(&tx, rejected, recorded_at)?);
         }
-        record_replays(&tx, &batch.replayed_from, &outcomes, recorded_at)?;
+        if !batch.replayed_from.is_empty() {
+            // The link this append ends with covers its replays by its number (`links.rs`).
+            let link = crate::links::next_seq(&tx)?;
+            record_replays(&tx, &batch.replayed_from, &outcomes, recorded_at, link)?;
+        }
         totals.write(&tx)?;
         if batch.outbox {
             crate::outbox::enqueue(&tx, &outcomes)?;
@@ -111,6 +115,8 @@ impl Ledger {
         let found = read_written(&tx, before.watermark, ids_before)?;
         assert_eq!(found, expected, "the ledger holds exactly what this batch wrote");
         assert_eq!(read_tip(&tx)?.seq, after.watermark, "the chain ends at the new watermark");
+        // Last of what the append writes: the link over its batch row, duplicates, quarantine, replays and offsets.
+        crate::links::seal(&tx, crate::links::LinkKind::Append, !batch.offsets.is_empty())?;
         if let Some(hook) = self.append_hook.as_mut() {
             hook.after_append(&tx, after.watermark)?;
         }
@@ -408,6 +414,7 @@ fn record_replays(
     replayed_from: &[i64],
     outcomes: &[AppendOutcome],
     replayed_at: i64,
+    link: u64,
 ) -> rusqlite::Result<()> {
     for (quarantine_id, outcome) in replayed_from.iter().zip(outcomes) {
         let (name, seq) = match *outcome {
@@ -418,9 +425,9 @@ fn record_replays(
             AppendOutcome::Quarantined { .. } => continue,
         };
         tx.prepare_cached(
-            "INSERT INTO quarantine_replays (quarantine_id, replayed_at, outcome, seq) VALUES (?, ?, ?, ?)",
+            "INSERT INTO quarantine_replays (quarantine_id, replayed_at, outcome, seq, link) VALUES (?, ?, ?, ?, ?)",
         )?
-        .execute(params![quarantine_id, replayed_at, name, seq as i64])?;
+        .execute(params![quarantine_id, replayed_at, name, seq as i64, link as i64])?;
     }
     Ok(())
 }

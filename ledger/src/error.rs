@@ -274,3 +274,25 @@ pub enum OutboxError {
     #[error("ledger outbox write failed")]
     Sqlite(#[from] rusqlite::Error),
 }
+
+/// Accepting an offset gap failed; nothing was recorded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GapError {
+    /// The range does not touch the ledger's next offset of its partition.
+    #[error(
+        "gap {range} not accepted: the ledger's next offset of {}[{}] is {next}, and a gap must start there (offsets \
+         removed before they were read) or end just before it (a topic recreated below it); ingest names the gap to \
+         accept when it stops",
+        range.topic, range.partition
+    )]
+    NotAtNextOffset {
+        /// The range asked for.
+        range: crate::GapRange,
+        /// The ledger's next offset of the partition (0 when it has read nothing there).
+        next: i64,
+    },
+    /// SQLite failed; the transaction rolled back.
+    #[error("ledger write failed, gap not accepted")]
+    Sqlite(#[from] rusqlite::Error),
+}

@@ -7,6 +7,11 @@
 //! audit, never counted). The database itself refuses UPDATE and DELETE of recorded rows (triggers created by
 //! the migrations in `ddl/`), and [`Ledger::verify`] recomputes the chain.
 //!
+//! Every write transaction ends with a *link* (`links.rs`): a second hash chain over the entries' chain and the
+//! other tables that change a bill or an answer (batches, duplicates, quarantine, period closes and their stored
+//! exports, accepted offset gaps, offsets). Its last link is the ledger's head, [`Ledger::head`], which checkpoints
+//! publish outside the file under the ledger's id, [`Ledger::ledger_id`].
+//!
 //! One ledger file is one shard: it holds the events of the Kafka partitions whose offsets it stores, and
 //! nothing in its interface assumes it holds all of them.
 //!
@@ -41,7 +46,9 @@ pub mod dedup;
 pub mod details;
 pub mod error;
 mod follow;
+mod gaps;
 pub mod key_filter;
+pub mod links;
 pub mod lock;
 mod log_sync;
 mod lookup;
@@ -73,6 +80,8 @@ pub use checkpoint::{
 pub use commit_totals::{CATCH_UP_STEP_ENTRIES, CatchUp, TotalsError};
 pub use error::*;
 pub use follow::{Fold, FoldEntry};
+pub use gaps::{GapParseError, GapRange, OffsetGap};
+pub use links::{Head, HeadParseError};
 pub use lock::{LockError, ProcessLock};
 pub use log_sync::LogSync;
 pub use lookup::ReservationFacts;
@@ -83,7 +92,7 @@ pub use read::{AdjustmentSummary, ConflictingCopy, ReadSnapshot, SequencedReserv
 pub use replay::{REPLAYED_PER_TRANSACTION, ReplayReport, StillQuarantined};
 pub use scan::ScanError;
 pub use status::{QuarantinedMessage, Status};
-pub use verify::{BadEntry, VerifyReport};
+pub use verify::{BadCheckpoint, BadEntry, ExpectedHead, VerifyReport};
 
 /// How long a writer waits for another writer's transaction before failing. Appends are short (one batch), so
 /// a wait this long means something is stuck.

@@ -28,6 +28,7 @@ pub const MIGRATIONS: &[Migration] = &[
     ("016-quarantine-by-origin.sql", include_str!("../ddl/016-quarantine-by-origin.sql"), None),
     ("017-file-progress.sql", include_str!("../ddl/017-file-progress.sql"), None),
     ("018-entries-by-tenant.sql", include_str!("../ddl/018-entries-by-tenant.sql"), None),
+    ("019-ledger-id-and-links.sql", include_str!("../ddl/019-ledger-id-and-links.sql"), Some(crate::links::anchor)),
 ];
 
 /// The schema version of a ledger all of whose migrations ran.

@@ -111,6 +111,7 @@ impl Ledger {
         let stored = read_rows(&tx, period)?;
         assert_eq!(stored, rows, "the stored export is the computed one");
         let close = read_close(&tx, period)?.expect("the close just inserted");
+        crate::links::seal(&tx, crate::links::LinkKind::Close, false)?;
         tx.commit()?;
         Ok(PeriodExport { close, rows })
     }

@@ -134,6 +134,7 @@ impl Ledger {
             params![period.to_string(), period.start().micros(), period.end().micros(), watermark as i64, now.micros()],
         )?;
         let close = read_close(&tx, period)?.expect("the close just inserted");
+        crate::links::seal(&tx, crate::links::LinkKind::Close, false)?;
         tx.commit()?;
         Ok(close)
     }

@@ -72,6 +72,14 @@ pub struct Status {
     pub outbox_pending: u64,
     /// Path of the ledger file.
     pub ledger: String,
+    /// The ledger's id (SPEC 9.3): a UUID fixed at creation.
+    pub ledger_id: String,
+    /// The chain head: the last link's number (SPEC 9.3).
+    pub head_seq: u64,
+    /// The last link's hash, in hexadecimal.
+    pub head_hash: String,
+    /// Kafka offsets accepted as never read (`ingest --accept-gap`), oldest first.
+    pub gaps: Vec<crate::OffsetGap>,
 }
 
 /// One quarantined message (`quarantine list`).
@@ -126,6 +134,7 @@ impl Ledger {
         let snapshot = self.conn.unchecked_transaction()?;
         let totals = read_totals(&self.conn)?;
         let batches: i64 = self.conn.query_row("SELECT COUNT(*) FROM batches", [], |r| r.get(0))?;
+        let head = crate::links::read_head(&self.conn)?;
         let status = Status {
             events_recorded: totals.events_recorded,
             duplicates: totals.duplicates,
@@ -142,6 +151,10 @@ impl Ledger {
             batches: batches as u64,
             outbox_pending: self.outbox_pending_count()?,
             ledger: self.path.display().to_string(),
+            ledger_id: crate::links::read_ledger_id(&self.conn)?,
+            head_seq: head.seq,
+            head_hash: head.hash_hex(),
+            gaps: self.offset_gaps()?,
         };
         snapshot.finish()?;
         Ok(status)

@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::Ledger;
 use crate::chain::{self, ChainedFields, GENESIS, Hash};
 use crate::error::ReadError;
+use crate::links::{self, Head, LinksVerdict};
 use crate::status::read_totals;
 use crate::{dedup, details};
 
@@ -35,6 +36,38 @@ pub struct VerifyReport {
     pub walk_stopped_at: u64,
     /// `None` when the whole chain holds.
     pub first_bad: Option<BadEntry>,
+    /// The ledger's id (SPEC 9.3).
+    pub ledger_id: String,
+    /// The chain head as stored: the last link's number (SPEC 9.3).
+    pub head_seq: u64,
+    /// The last link's hash, in hexadecimal.
+    pub head_hash: String,
+    /// How many expected heads (`--expect-head`, published checkpoints) were checked against the chain.
+    pub checkpoints_checked: u64,
+    /// The first of them that is not a link of the chain with its hash; `None` when all are (or none was given).
+    pub first_bad_checkpoint: Option<BadCheckpoint>,
+}
+
+/// A head the chain must hold: given by the operator (`verify --expect-head`) or published as a checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpectedHead {
+    /// The link and its hash.
+    pub head: Head,
+    /// When the checkpoint was published (its `at`), when it is one.
+    pub at: Option<String>,
+}
+
+/// An expected head the chain does not hold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BadCheckpoint {
+    /// The link it names.
+    pub head_seq: u64,
+    /// The hash it gives that link, in hexadecimal.
+    pub head_hash: String,
+    /// When it was published, for a checkpoint.
+    pub at: Option<String>,
+    /// Why it does not hold, in words.
+    pub problem: String,
 }
 
 /// One row of `entries`, as stored.
@@ -111,14 +144,59 @@ fn header_values(event: &Event) -> [Value; 5] {
 
 const HEADER_COLUMNS: [&str; 5] = ["tenant", "subject", "metric", "source", "occurred_at"];
 
+impl VerifyReport {
+    /// A report of the walk alone: the ledger id, head and checkpoints are filled in after it.
+    fn walked(entries_checked: u64, watermark: u64, walk_stopped_at: u64, first_bad: Option<BadEntry>) -> VerifyReport {
+        VerifyReport {
+            entries_checked,
+            watermark,
+            walk_stopped_at,
+            first_bad,
+            ledger_id: String::new(),
+            head_seq: 0,
+            head_hash: String::new(),
+            checkpoints_checked: 0,
+            first_bad_checkpoint: None,
+        }
+    }
+}
+
 impl Ledger {
     /// Walks the whole ledger in sequence order, in one read transaction: the sequence has no gaps, each
     /// payload hashes to its stored hash and decodes to the stored columns, each entry hash chains to the
     /// previous one, the last batch's totals match the rows, every row referring to an entry refers to one the
-    /// ledger holds, and no outbox entry below the outbox's cursor is pending. Stops at the first entry that does
-    /// not hold.
+    /// ledger holds, no outbox entry below the outbox's cursor is pending, and every link holds over the tables it
+    /// covers (`links.rs`). Stops at the first entry (or table, or link) that does not hold.
     pub fn verify(&self) -> Result<VerifyReport, ReadError> {
+        self.verify_against(&[])
+    }
+
+    /// [`Ledger::verify`], then each of `expected` against the chain, in order: the first that is not a link of the
+    /// chain with its hash is `first_bad_checkpoint`. Then the links (`links.rs`): each one's rows and hash recomputed,
+    /// and the last one covering the watermark, every row of the tables they cover and the offsets.
+    pub fn verify_against(&self, expected: &[ExpectedHead]) -> Result<VerifyReport, ReadError> {
         let tx = self.conn.unchecked_transaction()?;
+        let mut report = self.walk(&tx)?;
+        report.ledger_id = links::read_ledger_id(&tx).unwrap_or_default();
+        let head = links::read_head(&tx)?;
+        (report.head_seq, report.head_hash) = (head.seq, head.hash_hex());
+        for checkpoint in expected {
+            report.checkpoints_checked += 1;
+            if let Some(problem) = links::check_head(&tx, &checkpoint.head)? {
+                report.first_bad_checkpoint = Some(BadCheckpoint {
+                    head_seq: checkpoint.head.seq,
+                    head_hash: checkpoint.head.hash_hex(),
+                    at: checkpoint.at.clone(),
+                    problem,
+                });
+                break;
+            }
+        }
+        Ok(report)
+    }
+
+    /// The walk of [`Ledger::verify`], in the read transaction `tx`.
+    fn walk(&self, tx: &rusqlite::Transaction<'_>) -> Result<VerifyReport, ReadError> {
         let mut statement = tx.prepare(
             "SELECT seq, event_id, event_type, status, duplicate_of, tenant, subject, metric, source, occurred_at,
                     origin, origin_stream, origin_partition, origin_offset, recorded_at, payload_fingerprint,
@@ -127,53 +205,49 @@ impl Ledger {
         )?;
         // Read before the walk (the same snapshot), but a row of totals that does not read must not hide the
         // first bad entry: it is reported after the walk, as before.
-        let totals = read_totals(&tx);
+        let totals = read_totals(tx);
         let mut rows = statement.query([])?;
         let mut previous: Hash = GENESIS;
         let mut checked = 0u64;
         while let Some(row) = rows.next()? {
             let entry = StoredEntry::read(row)?;
             if let Err(problem) = self.check_entry(&entry, checked + 1, &previous) {
-                return Ok(VerifyReport {
-                    entries_checked: checked,
-                    watermark: totals.as_ref().map_or(entry.seq, |t| t.watermark),
-                    walk_stopped_at: entry.seq,
-                    first_bad: Some(BadEntry { seq: entry.seq, event_id: entry.event_id, problem }),
-                });
+                let watermark = totals.as_ref().map_or(entry.seq, |t| t.watermark);
+                let bad = BadEntry { seq: entry.seq, event_id: entry.event_id, problem };
+                return Ok(VerifyReport::walked(checked, watermark, entry.seq, Some(bad)));
             }
             previous = entry.entry_hash.as_slice().try_into().expect("checked to be 32 bytes");
             checked += 1;
         }
         let totals = totals?;
-        let mut report = VerifyReport {
-            entries_checked: checked,
-            watermark: totals.watermark,
-            walk_stopped_at: checked,
-            first_bad: None,
-        };
         if totals.watermark != checked {
-            report.first_bad = Some(BadEntry {
-                seq: totals.watermark,
-                event_id: String::new(),
-                problem: format!("the last batch's watermark is {} but the ledger ends at {checked}", totals.watermark),
-            });
-        } else {
-            let problem = match self.check_totals(&tx, totals)? {
-                found @ Some(_) => found,
-                None => match check_references(&tx, checked)? {
-                    found @ Some(_) => found,
-                    None => match check_outbox_cursor(&tx)? {
-                        found @ Some(_) => found,
-                        None => match check_detail_counts(&tx)? {
-                            found @ Some(_) => found,
-                            None => check_usage_totals(&tx)?,
-                        },
-                    },
-                },
-            };
-            report.first_bad = problem.map(|problem| BadEntry { seq: checked, event_id: String::new(), problem });
+            let problem =
+                format!("the last batch's watermark is {} but the ledger ends at {checked}", totals.watermark);
+            let bad = BadEntry { seq: totals.watermark, event_id: String::new(), problem };
+            return Ok(VerifyReport::walked(checked, totals.watermark, checked, Some(bad)));
         }
-        Ok(report)
+        // The tables beside the entries, in order; the links last, as they cover all of them.
+        let checks: [&dyn Fn() -> rusqlite::Result<Option<String>>; 6] = [
+            &|| self.check_totals(tx, totals),
+            &|| check_references(tx, checked),
+            &|| check_outbox_cursor(tx),
+            &|| check_detail_counts(tx),
+            &|| check_usage_totals(tx),
+            &|| {
+                Ok(match links::verify_links(tx, checked)? {
+                    LinksVerdict::Hold(_) => None,
+                    LinksVerdict::Broken { problem, .. } => Some(problem),
+                })
+            },
+        ];
+        let mut first_bad = None;
+        for check in checks {
+            if let Some(problem) = check()? {
+                first_bad = Some(BadEntry { seq: checked, event_id: String::new(), problem });
+                break;
+            }
+        }
+        Ok(VerifyReport::walked(checked, totals.watermark, checked, first_bad))
     }
 
     fn check_entry(&self, entry: &StoredEntry, expected_seq: u64, previous: &Hash) -> Result<(), String> {

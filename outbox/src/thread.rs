@@ -1,6 +1,7 @@
 //! The publisher thread of a process that runs for long (`serve --brokers`): the outbox published every
 //! [`PUBLISH_INTERVAL_MS`], through one [`Publisher`] kept from pass to pass, and what the last pass saw kept for a
-//! health check.
+//! health check. Each pass also offers the ledger's head to a checkpoint publisher ([`kafka::checkpoints`]): the
+//! server's ledger is checkpointed on `quota.checkpoints` at least every 10 s while it grows.
 
 use std::path::PathBuf;
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -93,7 +94,16 @@ impl PublisherThread {
         let pending = outbox.pending_count().map_err(OutboxPublishError::Read)?;
         let health = HealthWatch(Arc::new(Mutex::new(OutboxHealth::now(pending, None))));
         let (stop, stopping) = mpsc::channel::<()>();
-        let passes = Passes { name: name.to_string(), ledger_path, publisher, outbox, health: health.clone(), timeout };
+        let checkpoints = Checkpoints::start(name, &ledger_path, brokers, overrides);
+        let passes = Passes {
+            name: name.to_string(),
+            ledger_path,
+            publisher,
+            outbox,
+            health: health.clone(),
+            timeout,
+            checkpoints,
+        };
         let thread = std::thread::Builder::new()
             .name("outbox".into())
             .spawn(move || passes.run(stopping))
@@ -123,11 +133,57 @@ struct Passes<O> {
     outbox: O,
     health: HealthWatch,
     timeout: Duration,
+    checkpoints: Option<Checkpoints>,
+}
+
+/// The ledger's head, read through a connection of the thread's own, offered to a checkpoint publisher.
+struct Checkpoints {
+    reader: ledger::Ledger,
+    publisher: kafka::checkpoints::CheckpointPublisher,
+}
+
+impl Checkpoints {
+    /// `None`, said on stderr, when the ledger or the producer cannot be opened: the outbox is published all the same.
+    fn start(
+        name: &str,
+        ledger_path: &std::path::Path,
+        brokers: &str,
+        overrides: &[(String, String)],
+    ) -> Option<Checkpoints> {
+        let started = ledger::Ledger::open_read_only(ledger_path).map_err(|e| ledger::causes(&e)).and_then(|reader| {
+            let ledger_id = reader.ledger_id().map_err(|e| ledger::causes(&e))?;
+            let publisher = kafka::checkpoints::CheckpointPublisher::new(name, brokers, overrides, &ledger_id)
+                .map_err(|e| e.to_string())?;
+            Ok(Checkpoints { reader, publisher })
+        });
+        started.map_err(|error| log::warn!("{name}: no checkpoints will be published: {error}")).ok()
+    }
+
+    /// Offers the head now; a head that cannot be read is skipped (the next pass tries again).
+    fn offer(&mut self) {
+        if let Ok(head) = self.reader.head() {
+            self.publisher.offer(head.seq, &head.hash_hex());
+        }
+    }
+
+    /// Publishes the last head, if it moved since the last checkpoint.
+    fn finish(self) {
+        if let Ok(head) = self.reader.head() {
+            self.publisher.finish(head.seq, &head.hash_hex());
+        }
+    }
 }
 
 impl<O: Outbox> Passes<O> {
-    /// Publishes until `stopping` says to stop (its sender dropped).
+    /// Publishes until `stopping` says to stop (its sender dropped), then the last checkpoint.
     fn run(mut self, stopping: mpsc::Receiver<()>) {
+        self.passes(stopping);
+        if let Some(checkpoints) = self.checkpoints.take() {
+            checkpoints.finish();
+        }
+    }
+
+    fn passes(&mut self, stopping: mpsc::Receiver<()>) {
         // The pause between passes; false once the publisher is told to stop.
         let pause = || {
             matches!(stopping.recv_timeout(Duration::from_millis(PUBLISH_INTERVAL_MS)), Err(RecvTimeoutError::Timeout))
@@ -136,6 +192,10 @@ impl<O: Outbox> Passes<O> {
         let mut said = kafka::Said::default();
         let mut lock: Option<ledger::ProcessLock> = None;
         loop {
+            // Whoever holds the publisher lock, this server's ledger is checkpointed.
+            if let Some(checkpoints) = self.checkpoints.as_mut() {
+                checkpoints.offer();
+            }
             if lock.is_none() {
                 match ledger::ProcessLock::acquire(&self.ledger_path, "publisher") {
                     Ok(taken) => lock = Some(taken),

@@ -1,20 +1,20 @@
-//! Writing a billing export as CSV, JSON lines or Parquet, with exactly the columns of SPEC 7, to bytes that
-//! depend only on the rows: the same ledger gives the same file.
+//! Writing a billing export as CSV, JSON lines or Parquet, with exactly the columns of SPEC 7 (and `gaps`, appended
+//! by the trust issue), to bytes that depend only on the rows: the same ledger gives the same file.
 
 use crate::text::csv_text;
 use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
-use ledger::{Period, PeriodExportRow};
+use ledger::{Ledger, Period, PeriodExportRow};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
 
 use crate::error::ReportError;
 
-/// SPEC 7: the columns, in order.
-pub const COLUMNS: [&str; 13] = [
+/// SPEC 7: the columns, in order; then `gaps` (the trust issue, point 5), added at the end as SPEC 7 allows.
+pub const COLUMNS: [&str; 14] = [
     "tenant",
     "metric",
     "period",
@@ -28,6 +28,7 @@ pub const COLUMNS: [&str; 13] = [
     "overshoot",
     "late_adjustments",
     "watermark",
+    "gaps",
 ];
 
 /// The file formats of `export billing`.
@@ -50,6 +51,9 @@ pub struct BillingExport {
     pub watermark: u64,
     /// The rows, by tenant then metric.
     pub rows: Vec<PeriodExportRow>,
+    /// Kafka offsets accepted as never read that this period's bill may lack ([`BillingExport::gaps_of`]), each as
+    /// `TOPIC:PARTITION:FROM-TO`, separated by `;`; empty when none. The same in every row.
+    pub gaps: String,
 }
 
 /// One cell: text, an integer, or empty.
@@ -61,7 +65,14 @@ enum Cell<'a> {
 }
 
 impl BillingExport {
-    fn cells<'a>(&'a self, row: &'a PeriodExportRow, period: &'a str) -> [Cell<'a>; 13] {
+    /// The `gaps` cell of `period`'s export: the gaps accepted while it was open ([`Ledger::gaps_of_period`]). A
+    /// closed period's never changes, so its export stays the same bytes.
+    pub fn gaps_of(ledger: &Ledger, period: Period) -> Result<String, ReportError> {
+        let gaps = ledger.gaps_of_period(period)?;
+        Ok(gaps.iter().map(|g| g.range().to_string()).collect::<Vec<_>>().join(";"))
+    }
+
+    fn cells<'a>(&'a self, row: &'a PeriodExportRow, period: &'a str) -> [Cell<'a>; 14] {
         let text = |s: Option<&'a String>| s.map_or(Cell::Empty, |s| Cell::Text(s));
         let int = |n: Option<i64>| n.map_or(Cell::Empty, Cell::Integer);
         [
@@ -78,6 +89,7 @@ impl BillingExport {
             int(row.overshoot),
             Cell::Integer(row.late_adjustments),
             Cell::Integer(self.watermark as i64),
+            if self.gaps.is_empty() { Cell::Empty } else { Cell::Text(&self.gaps) },
         ]
     }
 
@@ -155,6 +167,7 @@ impl BillingExport {
             int(&|r| r.overshoot),
             int(&|r| Some(r.late_adjustments)),
             int(&|_| Some(self.watermark as i64)),
+            text(&|_| Some(self.gaps.clone()).filter(|g| !g.is_empty())),
         ];
         Ok(RecordBatch::try_new(schema(), columns)?)
     }
@@ -188,6 +201,7 @@ pub fn schema() -> Arc<Schema> {
         field("overshoot", DataType::Int64, true),
         field("late_adjustments", DataType::Int64, false),
         field("watermark", DataType::Int64, false),
+        field("gaps", DataType::Utf8, true),
     ]))
 }
 
@@ -213,6 +227,7 @@ mod tests {
             period: "2026-11".parse().unwrap(),
             watermark: 42,
             rows: vec![row("=HYPERLINK(\"x\")", 5, -3), row("org,2", 7, 0)],
+            gaps: String::new(),
         }
     }
 
@@ -222,9 +237,9 @@ mod tests {
         let csv = String::from_utf8(export().to_csv()).unwrap();
         assert_eq!(
             csv,
-            "tenant,metric,period,consumption,policy_id,policy_version,limit,grants,effective_limit,overage,overshoot,late_adjustments,watermark\n\
-             \"'=HYPERLINK(\"\"x\"\")\",tokens,2026-11,5,plan,2,100,0,100,0,,-3,42\n\
-             \"org,2\",tokens,2026-11,7,plan,2,100,0,100,0,,0,42\n"
+            "tenant,metric,period,consumption,policy_id,policy_version,limit,grants,effective_limit,overage,overshoot,late_adjustments,watermark,gaps\n\
+             \"'=HYPERLINK(\"\"x\"\")\",tokens,2026-11,5,plan,2,100,0,100,0,,-3,42,\n\
+             \"org,2\",tokens,2026-11,7,plan,2,100,0,100,0,,0,42,\n"
         );
         for (text, safe) in
             [("@SUM(A1)", "'@SUM(A1)"), ("+1", "'+1"), ("-1", "'-1"), ("\tx", "'\tx"), ("org-1", "org-1")]
@@ -241,15 +256,16 @@ mod tests {
         let first = jsonl.lines().next().unwrap();
         assert_eq!(
             first,
-            r#"{"tenant":"=HYPERLINK(\"x\")","metric":"tokens","period":"2026-11","consumption":5,"policy_id":"plan","policy_version":2,"limit":100,"grants":0,"effective_limit":100,"overage":0,"overshoot":null,"late_adjustments":-3,"watermark":42}"#
+            r#"{"tenant":"=HYPERLINK(\"x\")","metric":"tokens","period":"2026-11","consumption":5,"policy_id":"plan","policy_version":2,"limit":100,"grants":0,"effective_limit":100,"overage":0,"overshoot":null,"late_adjustments":-3,"watermark":42,"gaps":null}"#
         );
     }
 
-    // Proves Parquet reads back with the SPEC 7 columns, integer types and nulls, and is the same bytes twice.
+    // Proves Parquet reads back with the SPEC 7 columns and gaps, integer types and nulls, and is the same bytes twice.
     #[test]
     fn parquet_reads_back_typed() {
-        let bytes = export().to_parquet().unwrap();
-        assert_eq!(bytes, export().to_parquet().unwrap());
+        let with_gaps = || BillingExport { gaps: "quota.usage:0:3-4".into(), ..export() };
+        let bytes = with_gaps().to_parquet().unwrap();
+        assert_eq!(bytes, with_gaps().to_parquet().unwrap());
         let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(bytes))
             .unwrap()
             .build()
@@ -258,12 +274,12 @@ mod tests {
         assert_eq!(batches[0].schema(), schema());
         datafusion::assert_batches_eq!(
             [
-                "+-----------------+--------+---------+-------------+-----------+----------------+-------+--------+-----------------+---------+-----------+------------------+-----------+",
-                "| tenant          | metric | period  | consumption | policy_id | policy_version | limit | grants | effective_limit | overage | overshoot | late_adjustments | watermark |",
-                "+-----------------+--------+---------+-------------+-----------+----------------+-------+--------+-----------------+---------+-----------+------------------+-----------+",
-                "| =HYPERLINK(\"x\") | tokens | 2026-11 | 5           | plan      | 2              | 100   | 0      | 100             | 0       |           | -3               | 42        |",
-                "| org,2           | tokens | 2026-11 | 7           | plan      | 2              | 100   | 0      | 100             | 0       |           | 0                | 42        |",
-                "+-----------------+--------+---------+-------------+-----------+----------------+-------+--------+-----------------+---------+-----------+------------------+-----------+",
+                "+-----------------+--------+---------+-------------+-----------+----------------+-------+--------+-----------------+---------+-----------+------------------+-----------+-------------------+",
+                "| tenant          | metric | period  | consumption | policy_id | policy_version | limit | grants | effective_limit | overage | overshoot | late_adjustments | watermark | gaps              |",
+                "+-----------------+--------+---------+-------------+-----------+----------------+-------+--------+-----------------+---------+-----------+------------------+-----------+-------------------+",
+                "| =HYPERLINK(\"x\") | tokens | 2026-11 | 5           | plan      | 2              | 100   | 0      | 100             | 0       |           | -3               | 42        | quota.usage:0:3-4 |",
+                "| org,2           | tokens | 2026-11 | 7           | plan      | 2              | 100   | 0      | 100             | 0       |           | 0                | 42        | quota.usage:0:3-4 |",
+                "+-----------------+--------+---------+-------------+-----------+----------------+-------+--------+-----------------+---------+-----------+------------------+-----------+-------------------+",
             ],
             &batches
         );

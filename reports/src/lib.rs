@@ -17,7 +17,8 @@
 //! let ledger = Ledger::open(dir.path().join("ledger.db")).unwrap();
 //! let period: Period = "2026-11".parse().unwrap();
 //! let (snapshot, rows) = billing::compute_open(&ledger, period).unwrap();
-//! let export = BillingExport { period, watermark: snapshot.watermark, rows };
+//! let gaps = BillingExport::gaps_of(&ledger, period).unwrap();
+//! let export = BillingExport { period, watermark: snapshot.watermark, rows, gaps };
 //! let csv = String::from_utf8(export.to_bytes(Format::Csv).unwrap()).unwrap();
 //! assert!(csv.starts_with("tenant,metric,period,consumption,"));
 //! ```

@@ -151,7 +151,8 @@ pub(crate) fn current(ledger: &Ledger, period: Period) -> anyhow::Result<(Billin
     }
     let (snapshot, rows) = billing::compute_open(ledger, period)?;
     let note = format!("period {period} is open: computed at watermark {}, not final", snapshot.watermark);
-    Ok((BillingExport { period, watermark: snapshot.watermark, rows }, note))
+    let gaps = BillingExport::gaps_of(ledger, period)?;
+    Ok((BillingExport { period, watermark: snapshot.watermark, rows, gaps }, note))
 }
 
 /// Said of a month closed with the ledger's first close ([`ledger::covering_close`]), which has no close of its own.
@@ -169,7 +170,9 @@ fn stored_or_recomputed(ledger: &Ledger, closed: &ledger::PeriodExport) -> anyho
     } else {
         closed.rows.clone()
     };
-    Ok(BillingExport { period: closed.close.period, watermark: closed.close.watermark, rows })
+    // Asked for the period itself: a month closed with the ledger's first close is judged by that close.
+    let gaps = BillingExport::gaps_of(ledger, closed.close.period)?;
+    Ok(BillingExport { period: closed.close.period, watermark: closed.close.watermark, rows, gaps })
 }
 
 /// Whether a file can be written at `path`, asked before anything that cannot be undone.

@@ -1,4 +1,5 @@
-//! `ingest --file F.avro` and `ingest --brokers LIST [--group G] [--topics ...] [--until-caught-up]`.
+//! `ingest --file F.avro` and `ingest --brokers LIST [--group G] [--topics ...] [--until-caught-up]
+//! [--accept-gap TOPIC:PARTITION:FROM-TO ...]`.
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -10,7 +11,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use indicatif::ProgressBar;
-use ingest::consumer::{BATCH_MAX_EVENTS, BATCH_WAIT_MS, KafkaIngestProgress, KafkaIngestSettings, ingest_kafka};
+use ingest::consumer::{
+    BATCH_MAX_EVENTS, BATCH_WAIT_MS, KafkaIngestProgress, KafkaIngestSettings, default_group, ingest_kafka,
+};
 use ingest::file::{ContainerFile, FILE_BATCH_EVENTS};
 use kafka::topics::Topics;
 use ledger::ProcessLock;
@@ -30,16 +33,23 @@ pub struct IngestArgs {
     /// Kafka bootstrap servers: consume the input topics in a consumer group.
     #[arg(long, env = "QUOTA_LEDGER_BROKERS")]
     brokers: Option<String>,
-    /// Consumer group.
-    #[arg(long, env = "QUOTA_LEDGER_GROUP", default_value = "quota-ledger")]
-    group: String,
+    /// Consumer group; default the ledger's own, `quota-ledger-LEDGER_ID`, so that two ledgers on the same brokers
+    /// never split the partitions between them.
+    #[arg(long, env = "QUOTA_LEDGER_GROUP")]
+    group: Option<String>,
     /// Topics to consume as KIND=TOPIC (KIND: usage, decisions, reservations, grants, policies); default the
     /// five of SPEC 2 (quota.usage, quota.decisions, quota.reservations, quota.grants, quota.policies).
     #[arg(long, value_delimiter = ',')]
     topics: Vec<String>,
-    /// Exit 0 once every assigned partition is at its high watermark (for nightly jobs).
+    /// Exit 0 once the ledger reached the end of every partition of every topic (for nightly jobs); exit 2 naming
+    /// the partitions other members of the group hold when they are behind.
     #[arg(long)]
     until_caught_up: bool,
+    /// Offsets the ledger never read, accepted as lost, as TOPIC:PARTITION:FROM-TO (repeatable): exactly a range
+    /// ingest named when it stopped. Recorded in the ledger (status lists it, billing exports name it) before
+    /// consuming.
+    #[arg(long, value_name = "TOPIC:PARTITION:FROM-TO")]
+    accept_gap: Vec<ledger::GapRange>,
     /// A librdkafka setting, repeatable: -X security.protocol=SASL_SSL.
     #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = parse_setting)]
     settings: Vec<(String, String)>,
@@ -59,6 +69,9 @@ pub fn run(ledger_path: &Path, args: IngestArgs) -> anyhow::Result<ExitCode> {
         // QUOTA_LEDGER_BROKERS, set for the Kafka commands, must not stop a backfill from a file.
         (Some(_), Some(brokers)) if std::env::var("QUOTA_LEDGER_BROKERS").ok().as_ref() != Some(brokers) => {
             anyhow::bail!("--file and --brokers cannot be used together: ingest reads a file or consumes Kafka")
+        }
+        (Some(_), _) if !args.accept_gap.is_empty() => {
+            anyhow::bail!("--accept-gap is about Kafka offsets: use it with --brokers, not --file")
         }
         (Some(file), _) => run_file(ledger_path, file, &args),
         (None, Some(brokers)) => run_kafka(ledger_path, brokers, &args),
@@ -126,7 +139,7 @@ fn run_file(ledger_path: &Path, file: &Path, args: &IngestArgs) -> anyhow::Resul
 }
 
 fn run_kafka(ledger_path: &Path, brokers: &str, args: &IngestArgs) -> anyhow::Result<ExitCode> {
-    let mut settings = KafkaIngestSettings::new(brokers, &args.group);
+    let mut settings = KafkaIngestSettings::new(brokers, args.group.clone().unwrap_or_default());
     if !args.topics.is_empty() {
         settings.topics = Topics::parse(&args.topics)?;
     }
@@ -135,6 +148,7 @@ fn run_kafka(ledger_path: &Path, brokers: &str, args: &IngestArgs) -> anyhow::Re
     anyhow::ensure!(settings.batch_max_events > 0, "--batch-max-events must be at least 1");
     settings.batch_wait_ms = args.batch_wait_ms;
     settings.overrides = args.settings.clone();
+    settings.accept_gaps = args.accept_gap.clone();
     // Before anything that takes time (the lock, the ledger's migrations, the key filter): a SIGTERM then stops
     // ingest cleanly, where it killed the process while it was starting.
     let stop = Arc::new(AtomicBool::new(false));
@@ -145,6 +159,9 @@ fn run_kafka(ledger_path: &Path, brokers: &str, args: &IngestArgs) -> anyhow::Re
     let mut ledger = super::open_for_append(ledger_path)?;
     // A consumer runs for long and most of what it reads is new: the filter spares those the dedup probes.
     ledger.keep_key_filter().context("cannot read the dedup keys into the key filter")?;
+    if args.group.is_none() {
+        settings.group = default_group(&ledger.ledger_id()?);
+    }
     let mut display = Display::new();
     let report = ingest_kafka(&mut ledger, &settings, &stop, |progress| display.show(progress))
         .with_context(|| format!("ingest from {brokers} stopped"))?;

@@ -9,7 +9,8 @@ use ledger::Ledger;
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// Print JSON: events_recorded, duplicates, conflicts, quarantined, watermark, offsets.
+    /// Print JSON: events_recorded, duplicates, conflicts, quarantined, watermark, offsets, ledger_id, head_seq,
+    /// head_hash, gaps.
     #[arg(long)]
     json: bool,
 }
@@ -23,6 +24,8 @@ pub fn run(ledger_path: &Path, args: StatusArgs) -> anyhow::Result<ExitCode> {
     }
     let mut out = super::stdout();
     writeln!(out, "ledger           {}", status.ledger)?;
+    writeln!(out, "ledger id        {}", status.ledger_id)?;
+    writeln!(out, "head             {}:{}", status.head_seq, status.head_hash)?;
     writeln!(out, "events recorded  {}", status.events_recorded)?;
     writeln!(out, "duplicates       {}", status.duplicates)?;
     writeln!(out, "conflicts        {}", status.conflicts)?;
@@ -31,6 +34,22 @@ pub fn run(ledger_path: &Path, args: StatusArgs) -> anyhow::Result<ExitCode> {
     writeln!(out, "batches          {}", status.batches)?;
     if status.outbox_pending > 0 {
         writeln!(out, "outbox pending   {} (published by reconcile or serve with --brokers)", status.outbox_pending)?;
+    }
+    if !status.gaps.is_empty() {
+        writeln!(out)?;
+        let rows: Vec<Vec<String>> = status
+            .gaps
+            .iter()
+            .map(|g| {
+                vec![
+                    g.topic.clone(),
+                    g.partition.to_string(),
+                    format!("{}-{}", g.from_offset, g.to_offset),
+                    g.accepted_at.clone(),
+                ]
+            })
+            .collect();
+        super::write_table(&mut out, &["GAP TOPIC", "PARTITION", "OFFSETS NEVER READ", "ACCEPTED AT"], &rows)?;
     }
     if !status.offsets.is_empty() {
         writeln!(out)?;

@@ -10,7 +10,7 @@ use super::kafka_args::KafkaConnection;
 
 #[derive(Debug, Subcommand)]
 pub enum TopicsCommand {
-    /// Create the five input topics and quota.adjustments (existing ones are left as they are).
+    /// Create the five input topics, quota.adjustments and quota.checkpoints (existing ones are left as they are).
     Create {
         #[command(flatten)]
         kafka: KafkaConnection,
@@ -32,6 +32,8 @@ pub fn run(command: TopicsCommand) -> anyhow::Result<ExitCode> {
     let inputs = if topics.is_empty() { Topics::defaults() } else { Topics::parse(&topics)? };
     let mut names = inputs.names();
     names.push(&adjustments_topic);
+    // Where ingest and serve publish the ledger's checkpoints (SPEC 9.3).
+    names.push(kafka::checkpoints::CHECKPOINTS_TOPIC);
     let created = kafka::admin::create_topics(&kafka.brokers, &names, partitions, &kafka.settings)?;
     for name in &names {
         let state = if created.iter().any(|c| c == name) { "created" } else { "exists" };

@@ -1,42 +1,111 @@
-//! `verify`: exit 0 when the chain holds, 1 naming the first bad entry.
+//! `verify [--expect-head SEQ:HASH ...] [--checkpoints-from BROKERS]`: exit 0 when the chain holds (and holds every
+//! head given or published), 1 naming the first bad entry or checkpoint.
 
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::Args;
-use ledger::Ledger;
+use ledger::{ExpectedHead, Head, Ledger};
+
+use super::kafka_args::parse_setting;
 
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    /// A chain head the ledger had (as `status` printed it, SEQ:HASH), repeatable: exit 1 unless that link is in the
+    /// chain with that hash (history rewritten, or cut back below it).
+    #[arg(long, value_name = "SEQ:HASH")]
+    expect_head: Vec<Head>,
+    /// Kafka bootstrap servers to read quota.checkpoints from: every checkpoint this ledger published is checked
+    /// against the chain (exit 1 naming the first that does not hold, or when there is none).
+    #[arg(long, value_name = "BROKERS")]
+    checkpoints_from: Option<String>,
+    /// A librdkafka setting for --checkpoints-from (SASL, TLS), repeatable: -X security.protocol=SASL_SSL.
+    #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = parse_setting)]
+    settings: Vec<(String, String)>,
 }
 
 pub fn run(ledger_path: &Path, args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let ledger = Ledger::open_read_only(ledger_path)?;
-    let report = ledger.verify()?;
+    let mut expected: Vec<ExpectedHead> =
+        args.expect_head.iter().map(|head| ExpectedHead { head: *head, at: None }).collect();
+    let mut none_published = None;
+    if let Some(brokers) = &args.checkpoints_from {
+        let ledger_id = ledger.ledger_id()?;
+        let found = kafka::checkpoints::read_checkpoints(brokers, &args.settings, &ledger_id)
+            .with_context(|| format!("cannot read the checkpoints of ledger {ledger_id}"))?;
+        if found.unreadable > 0 {
+            eprintln!(
+                "verify: warning: {} messages under this ledger's key are not checkpoints; skipped",
+                found.unreadable
+            );
+        }
+        if found.checkpoints.is_empty() {
+            none_published = Some(format!(
+                "no checkpoint of ledger {ledger_id} on {} at {brokers} ({} of other ledgers): nothing outside the file \
+                 vouches for its chain (a ledger that never published one, or whose id was changed)",
+                kafka::checkpoints::CHECKPOINTS_TOPIC,
+                found.others
+            ));
+        }
+        for checkpoint in found.checkpoints {
+            let hash = ledger::links::parse_hash(&checkpoint.head_hash);
+            let Some(hash) = hash else {
+                eprintln!(
+                    "verify: warning: checkpoint at {} has no hash ({:?}); skipped",
+                    checkpoint.at, checkpoint.head_hash
+                );
+                continue;
+            };
+            expected.push(ExpectedHead { head: Head { seq: checkpoint.head_seq, hash }, at: Some(checkpoint.at) });
+        }
+    }
+    let mut report = ledger.verify_against(&expected)?;
+    if let (None, Some(problem)) = (&report.first_bad_checkpoint, none_published) {
+        report.first_bad_checkpoint =
+            Some(ledger::BadCheckpoint { head_seq: 0, head_hash: String::new(), at: None, problem });
+    }
     if args.json {
         super::print_json(&report)?;
     }
-    match &report.first_bad {
-        None => {
-            if !args.json {
-                writeln!(
-                    super::stdout(),
-                    "ok: {} entries, chain holds up to watermark {}",
-                    report.entries_checked,
-                    report.watermark
-                )?;
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Some(bad) => {
-            let event = if bad.event_id.is_empty() { String::new() } else { format!(" (event_id {})", bad.event_id) };
-            eprintln!("verify: entry {}{event} does not hold: {}", bad.seq, bad.problem);
-            eprintln!("verify: {} entries before it hold", report.entries_checked);
-            Ok(ExitCode::from(super::EXIT_DISCREPANCIES))
-        }
+    let mut found = false;
+    if let Some(bad) = &report.first_bad {
+        let event = if bad.event_id.is_empty() { String::new() } else { format!(" (event_id {})", bad.event_id) };
+        eprintln!("verify: entry {}{event} does not hold: {}", bad.seq, bad.problem);
+        eprintln!("verify: {} entries before it hold", report.entries_checked);
+        found = true;
     }
+    if let Some(bad) = &report.first_bad_checkpoint {
+        match (&bad.at, bad.head_seq) {
+            (_, 0) => eprintln!("verify: {}", bad.problem),
+            (Some(at), _) => eprintln!(
+                "verify: checkpoint {}:{} published at {at} does not hold: {}",
+                bad.head_seq, bad.head_hash, bad.problem
+            ),
+            (None, _) => eprintln!("verify: head {}:{} does not hold: {}", bad.head_seq, bad.head_hash, bad.problem),
+        }
+        found = true;
+    }
+    if found {
+        return Ok(ExitCode::from(super::EXIT_DISCREPANCIES));
+    }
+    if !args.json {
+        let checked = match report.checkpoints_checked {
+            0 => String::new(),
+            n => format!(", and holds the {n} heads given or published"),
+        };
+        writeln!(
+            super::stdout(),
+            "ok: {} entries, chain holds up to watermark {}; head {}:{}{checked}",
+            report.entries_checked,
+            report.watermark,
+            report.head_seq,
+            report.head_hash
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
