@@ -505,7 +505,12 @@ fn months_before_the_first_close_are_closed_with_it_and_their_late_usage_is_carr
         &[tokens("a-1", "2026-08-10T00:00:00Z", "org-1", 40), tokens("s-1", "2026-09-03T00:00:00Z", "org-1", 80)],
     );
     let watermark = count(&test.status(), "watermark");
-    export(&test, "2026-09", "csv", &["--final"]);
+    let closed = test.run(&["export", "billing", "--period", "2026-09", "--format", "csv", "--final"]).success();
+    assert!(
+        closed.stderr.contains("which closed every month before it too: 2026-08 with consumption)"),
+        "contract §9.5: the first close says which months it closed: {}",
+        closed.stderr
+    );
     let august = export(&test, "2026-08", "csv", &[]);
     assert_eq!(
         csv_lines(&august)[1..],

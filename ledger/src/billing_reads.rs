@@ -15,6 +15,7 @@ const USAGE_TOTALS_OF_PERIOD: &str = include_str!("../queries/usage_totals_of_pe
 const USAGE_OF_PERIOD: &str = include_str!("../queries/usage_of_period.sql");
 const LATE_USAGE_CARRIED: &str = include_str!("../queries/late_usage_carried.sql");
 const RESERVATIONS_BY_RESERVATION: &str = include_str!("../queries/reservation_events_by_reservation.sql");
+const PERIODS_WITH_CONSUMPTION_BEFORE: &str = include_str!("../queries/periods_with_consumption_before.sql");
 
 /// A sum for one (tenant, metric): of usage, of valid COMMITs, of late adjustments.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +29,19 @@ pub struct MetricTotal {
 }
 
 impl Ledger {
+    /// The months before `period` that hold consumption (usage, or committed reservations as far as the commit
+    /// totals have caught up), oldest first: what a ledger's first close of `period` closes with it.
+    pub fn periods_with_consumption_before(&self, period: Period) -> Result<Vec<Period>, ReadError> {
+        let mut statement = self.conn.prepare_cached(PERIODS_WITH_CONSUMPTION_BEFORE)?;
+        let periods = statement.query_map([period.to_string()], |r| r.get::<_, String>(0))?;
+        let mut found = Vec::new();
+        for text in periods {
+            let text = text?;
+            found.push(text.parse().map_err(|_| ReadError::Corrupt { seq: 0, message: format!("period {text:?}") })?);
+        }
+        Ok(found)
+    }
+
     /// Counted usage of `period` per (tenant, metric), as every append keeps it (`usage_totals`): at the ledger's
     /// current watermark only. By tenant, then metric.
     pub fn usage_totals_of_period(&self, period: Period) -> Result<Vec<MetricTotal>, ReadError> {

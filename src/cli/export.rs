@@ -80,6 +80,7 @@ pub fn run(ledger_path: &Path, command: ExportCommand) -> anyhow::Result<ExitCod
 
 /// `--final`: closes the period (or finds it closed) and answers its stored export.
 pub(crate) fn close(ledger: &mut Ledger, period: Period) -> anyhow::Result<(BillingExport, String)> {
+    let first = ledger.period_closes()?.is_empty();
     if ledger.period_export(period)?.is_none() {
         // A close refused records nothing, the late usage included.
         ledger.refuse_close(period).with_context(|| format!("cannot close period {period}"))?;
@@ -94,12 +95,21 @@ pub(crate) fn close(ledger: &mut Ledger, period: Period) -> anyhow::Result<(Bill
         })
         .with_context(|| format!("cannot close period {period}"))?;
     let export = stored_or_recomputed(ledger, &closed)?;
-    let note = format!(
+    let mut note = format!(
         "period {period} closed at watermark {} ({}){}",
         closed.close.watermark,
         closed.close.closed_at,
         with_first_close(ledger, period)?
     );
+    // The ledger's first close closes every month before it (contract §9.5): say which of them held consumption.
+    let earlier = if first { ledger.periods_with_consumption_before(period)? } else { Vec::new() };
+    if !earlier.is_empty() {
+        let months: Vec<String> = earlier.iter().map(Period::to_string).collect();
+        note.push_str(&format!(
+            " (the ledger's first close, which closed every month before it too: {} with consumption)",
+            months.join(", ")
+        ));
+    }
     Ok((export, note))
 }
 
