@@ -86,6 +86,8 @@ fn serve_publishes_the_head_its_decisions_move() {
     ledger.ingest(&ledger.file("usage.avro"));
     let tokens = ledger.file("tokens.toml");
     std::fs::write(&tokens, "[[token]]\nsecret = \"checkpoint-secret-0123456789\"\ntenants = [\"*\"]\n").unwrap();
+    // A token file only its owner may read, as `serve` requires.
+    std::fs::set_permissions(&tokens, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let mut serve = ChildGuard::new(
         Command::new(BIN)
             .args(["--ledger", ledger.path.to_str().unwrap(), "serve", "--listen", "127.0.0.1:0", "--tokens"])

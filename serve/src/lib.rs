@@ -127,6 +127,13 @@ impl ServeSettings {
     }
 }
 
+/// The routes `serve` answers over `hook` for the callers of `tokens`, without a listener: the same handlers, body
+/// limits and token checks as [`run`]'s server ([`READ_TIMEOUT_MS`] for a body, no brokers), for a caller that drives
+/// requests in its own process (the fuzz target of the request bodies).
+pub fn router(hook: Hook, tokens: Tokens) -> axum::Router {
+    routes::router(Arc::new(App { hook, tokens, outbox: None }), Duration::from_millis(READ_TIMEOUT_MS))
+}
+
 /// Where the server listens, as the first line of `serve` says it: `http://ADDR` or `https://ADDR`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Listening {
