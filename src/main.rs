@@ -1,4 +1,4 @@
-//! `quota-ledger`: the command line of the quota and billing ledger (SPEC 7).
+//! `quota-ledger`: the command line of the quota and billing ledger (contract §7).
 
 // Output goes through `cli::stdout()`: `println!` panics on a closed pipe (`quota-ledger status | head -1`).
 #![deny(clippy::print_stdout)]
@@ -36,7 +36,7 @@ enum Command {
     /// A Kafka broker for a first run and tests: librdkafka's mock cluster.
     #[command(subcommand)]
     Broker(cli::broker::BrokerCommand),
-    /// Kafka topics of SPEC 2.
+    /// Kafka topics of docs/contract.md §2.
     #[command(subcommand)]
     Topics(cli::topics::TopicsCommand),
     /// What the ledger holds: counts, watermark, Kafka offsets.
@@ -45,15 +45,15 @@ enum Command {
     Verify(cli::verify::VerifyArgs),
     /// The nightly job: judge windows, reservations, duplicates and late usage; record adjustments as deltas.
     Reconcile(cli::reconcile::ReconcileArgs),
-    /// Billing exports (SPEC 5, SPEC 7).
+    /// Billing exports (docs/contract.md §5, docs/contract.md §7).
     #[command(subcommand)]
     Export(cli::export::ExportCommand),
-    /// Support's answers: why a request was decided so, a tenant's timeline (SPEC 7).
+    /// Support's answers: why a request was decided so, a tenant's timeline (docs/contract.md §7).
     #[command(subcommand)]
     Audit(cli::audit::AuditCommand),
     /// Read-only SQL over the ledger's tables (DataFusion); `sql --tables` lists them.
     Sql(cli::sql::SqlArgs),
-    /// The enforcement hook over HTTP: check, reserve, commit, release (SPEC 6).
+    /// The enforcement hook over HTTP: check, reserve, commit, release (docs/contract.md §6).
     Serve(cli::serve::ServeArgs),
     /// Messages that failed to decode or validate.
     #[command(subcommand)]

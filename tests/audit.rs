@@ -35,7 +35,7 @@ fn generated_ledger() -> TestLedger {
     test
 }
 
-// SPEC 1 "Why was request X denied?": on a generated history, the first denial is explained in words that name the policy, version and counter the decision recorded (golden output).
+// contract §1 "Why was request X denied?": on a generated history, the first denial is explained in words that name the policy, version and counter the decision recorded (golden output).
 #[test]
 fn a_generated_denial_is_explained_word_for_word() {
     let test = generated_ledger();
@@ -539,7 +539,7 @@ fn quota_v1(event_id: &str, owner: &str, metric: &str, limit: i64, shape: (Scope
     })
 }
 
-// Review of 2026-12-02 (audit why), h6: SPEC 5 "Policy in force" is per tenant *and metric*; a denial on `requests`
+// Review of 2026-12-02 (audit why), h6: contract §5 "Policy in force" is per tenant *and metric*; a denial on `requests`
 // under `quota` v1 is explained with the `*` plan's requests policy and the grants of its TENANT windows, not with
 // org-1's own `quota` v1 of another metric (tokens, SUBJECT scope), which has nothing to do with it.
 #[test]
@@ -598,7 +598,7 @@ fn usage_of_org_1(event_id: &str, occurred_at: &str, quantity: i64, request_id: 
 
 // Review of 2026-12-02 (audit why), h7: a request_id decided twice (allowed 8 at 10:00, denied at 10:05 with 8 used
 // before) is explained by its latest decision, and the usage its first decision recorded is "before" the second
-// (SPEC 5 consumption): 8 used before, as recorded. Only usage of the request at the explained decision's own
+// (contract §5 consumption): 8 used before, as recorded. Only usage of the request at the explained decision's own
 // instant is its own, whichever the ledger holds first (req-2's usage reached the ledger before its decision).
 #[test]
 fn why_counts_the_usage_of_an_earlier_decision_of_the_same_request() {
@@ -636,7 +636,7 @@ fn why_counts_the_usage_of_an_earlier_decision_of_the_same_request() {
 }
 
 // Review of 2026-12-02 (audit why), h10: a version published twice (`quota` v1 with limit 10, then again with 20)
-// is shown as the copy the hook, reconcile and billing apply (SPEC 5 "Policy in force", rules::policy's tie
+// is shown as the copy the hook, reconcile and billing apply (contract §5 "Policy in force", rules::policy's tie
 // rule: the later one), so the answer agrees with the recorded limit 20 and with reconcile finding no overshoot.
 #[test]
 fn why_shows_the_copy_of_a_republished_version_that_reconcile_applies() {

@@ -1,4 +1,4 @@
-// Proves that `quota-ledger ingest --file` records, deduplicates and quarantines container files as SPEC 4 says.
+// Proves that `quota-ledger ingest --file` records, deduplicates and quarantines container files as contract §4 says.
 
 mod support;
 

@@ -64,7 +64,7 @@ fn adjustments(run: &Value) -> &Vec<Value> {
     run["adjustments"].as_array().unwrap_or_else(|| panic!("no adjustments list in {run}"))
 }
 
-// SPEC 7: the first run finds the overshoot and the expiry (exit 1), names the event that crossed the limit, and three reruns write nothing (exit 0).
+// contract §7: the first run finds the overshoot and the expiry (exit 1), names the event that crossed the limit, and three reruns write nothing (exit 0).
 #[test]
 fn a_run_records_deltas_and_reruns_write_nothing() {
     let test = ledger_with_overshoot();
@@ -180,7 +180,7 @@ fn a_window_adjustment_without_a_scope_is_read_as_its_policys() {
     assert_eq!(count(&run, "adjustments_written"), 0, "{run}");
 }
 
-// SPEC 5: a COMMIT with no RESERVE is a refused transition; a RESERVE that arrives late, dated before it, makes it
+// contract §5: a COMMIT with no RESERVE is a refused transition; a RESERVE that arrives late, dated before it, makes it
 // valid. The run that starts counting the COMMIT as consumption takes its REFUSED_TRANSITION back, although the
 // reservation is not judged for expiry until its RESERVE expires (until 2026-12-02 the take-back waited for that:
 // meanwhile the ledger both counted the COMMIT and called it refused).
@@ -217,7 +217,7 @@ fn a_late_reserve_takes_back_the_refusal_of_the_commit_it_makes_valid() {
     assert_eq!(count(&reconcile_json(&test, &[], 0), "adjustments_written"), 0);
 }
 
-// SPEC 5 "Adjustments are deltas": one late event in a judged window adds exactly one delta, its amount the change.
+// contract §5 "Adjustments are deltas": one late event in a judged window adds exactly one delta, its amount the change.
 #[test]
 fn a_late_event_adds_exactly_one_delta() {
     let test = ledger_with_overshoot();
@@ -249,7 +249,7 @@ fn the_report_reads_for_people_and_dry_runs_record_nothing() {
     assert!(bad.stderr.contains("not an RFC 3339 instant"), "{}", bad.stderr);
 }
 
-// SPEC 7's exit codes stand when stdout is a closed pipe (`reconcile | head -1`): 1 for the run that wrote
+// contract §7's exit codes stand when stdout is a closed pipe (`reconcile | head -1`): 1 for the run that wrote
 // adjustments (as a report or as JSON), 0 for the clean rerun, never a panic; the adjustments are recorded.
 #[test]
 fn a_closed_stdout_keeps_the_exit_code() {

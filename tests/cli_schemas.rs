@@ -1,4 +1,4 @@
-// Proves that `quota-ledger schemas list|encode|decode` serves producer teams as SPEC 3 and 7 say.
+// Proves that `quota-ledger schemas list|encode|decode` serves producer teams as contract §3 and 7 say.
 
 mod support;
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 const MONTH: &str = "2026-10";
 const NEXT: &str = "2026-11";
-/// The SPEC 7 header of a billing CSV.
+/// The contract §7 header of a billing CSV.
 const HEADER: &str = "tenant,metric,period,consumption,policy_id,policy_version,limit,grants,effective_limit,overage,\
 overshoot,late_adjustments,watermark,gaps";
 /// What the demo's five late events add up to (10, 20, 30, 40 and 50 requests).
@@ -46,7 +46,7 @@ fn read(path: &Path) -> String {
 fn csv_rows(path: &Path) -> Vec<BTreeMap<String, String>> {
     let text = read(path);
     let mut lines = text.lines();
-    assert_eq!(lines.next(), Some(HEADER), "{} starts with the SPEC 7 header", path.display());
+    assert_eq!(lines.next(), Some(HEADER), "{} starts with the contract §7 header", path.display());
     let columns: Vec<&str> = HEADER.split(',').collect();
     lines.map(|line| columns.iter().map(|c| c.to_string()).zip(line.split(',').map(String::from)).collect()).collect()
 }

@@ -1,5 +1,5 @@
 //! `export billing` run as finance runs it: a generated month checked row by row against an independent
-//! computation of SPEC 5 written here, the same bytes twice, a closed period re-exported byte for byte after
+//! computation of contract §5 written here, the same bytes twice, a closed period re-exported byte for byte after
 //! late events and reconcile, and those late events carried into the next period closed.
 
 mod support;
@@ -50,7 +50,7 @@ struct Reservation {
 /// A policy version as the independent computation keeps it: (effective_from, version, limit, enforcement).
 type Version = (i64, i64, i64, String);
 
-/// SPEC 5 "Reservations", written again from the text: the first RESERVE holds; the first COMMIT or RELEASE by
+/// contract §5 "Reservations", written again from the text: the first RESERVE holds; the first COMMIT or RELEASE by
 /// event time (ties by ledger order) at or before its expires_at closes it; a COMMIT's amount is consumption.
 fn valid_commit(events: &[Reservation]) -> Option<&Reservation> {
     let mut sorted: Vec<&Reservation> = events.iter().collect();
@@ -61,7 +61,7 @@ fn valid_commit(events: &[Reservation]) -> Option<&Reservation> {
     (close.action == "COMMIT").then_some(*close)
 }
 
-/// The expected CSV rows of `period` computed straight from the ledger's tables with the rules of SPEC 5.
+/// The expected CSV rows of `period` computed straight from the ledger's tables with the rules of contract §5.
 fn expected_rows(test: &TestLedger, period: (&str, i64, i64), watermark: u64) -> Vec<String> {
     let conn = Connection::open(&test.path).unwrap();
     let (name, start, end) = period;
@@ -176,7 +176,7 @@ fn expected_rows(test: &TestLedger, period: (&str, i64, i64), watermark: u64) ->
         .collect()
 }
 
-// SPEC 5 "Billing export": a generated month's CSV equals, row by row, SPEC 5 computed independently here; JSONL and Parquet hold the same rows.
+// contract §5 "Billing export": a generated month's CSV equals, row by row, contract §5 computed independently here; JSONL and Parquet hold the same rows.
 #[test]
 fn a_generated_month_matches_an_independent_computation() {
     let test = generated_ledger("25", "20000", "3");
@@ -258,7 +258,7 @@ fn ingest_events(test: &TestLedger, name: &str, events: &[Event]) {
     test.ingest(&test.file(name));
 }
 
-// SPEC 5 "Closing a period": --final stores September; late September usage, ingested and reconciled, never changes it (byte for byte, CSV and Parquet) and is carried into October's late_adjustments, then never again.
+// contract §5 "Closing a period": --final stores September; late September usage, ingested and reconciled, never changes it (byte for byte, CSV and Parquet) and is carried into October's late_adjustments, then never again.
 #[test]
 fn a_closed_period_reexports_byte_for_byte_and_late_usage_moves_to_the_next_close() {
     let test = TestLedger::new();
@@ -306,7 +306,7 @@ fn a_closed_period_reexports_byte_for_byte_and_late_usage_moves_to_the_next_clos
     test.assert_verifies();
 }
 
-// Review of 2026-12-03 (finance, an independent oracle of SPEC 5): a close carries the late usage recorded before it
+// Review of 2026-12-03 (finance, an independent oracle of contract §5): a close carries the late usage recorded before it
 // whether or not a reconcile ran since it arrived (until then it waited for the close after the next reconcile), and
 // an open month's export shows the late adjustments not carried yet only if it is the month that will carry them.
 #[test]

@@ -190,7 +190,7 @@ fn summary(scenario: &str, figures: &[Figures], started: Instant) {
     );
 }
 
-// SPEC 4 and 6 under power cuts: every decision `serve --durability full` answered before a SIGKILL and a
+// contract §4 and 6 under power cuts: every decision `serve --durability full` answered before a SIGKILL and a
 // simulated power cut is in the reopened ledger once, with its outcome; the ledger verifies; no HARD limit is
 // exceeded; after a restart each answered key replays its decision. Every fifth seed fails one of the hook's
 // syncs first: nothing is answered 200 or 429 that the disk does not hold, and /healthz says 503 not_durable.
@@ -499,7 +499,7 @@ impl Watcher {
     }
 }
 
-// SPEC 4.2 under power cuts: `ingest --file` SIGKILLed at a seeded instant, then a power cut: every batch a reader
+// contract §4.2 under power cuts: `ingest --file` SIGKILLed at a seeded instant, then a power cut: every batch a reader
 // saw committed is still there, the ledger holds exactly the records its progress covers and verifies, and a rerun
 // resumes and ends with the file's exact counts. Every fourth seed fails one of SQLite's syncs first.
 #[test]

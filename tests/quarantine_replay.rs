@@ -78,7 +78,7 @@ fn replay_records_what_now_decodes_once() {
     assert_eq!(Counts::of_status(&test.status()).events_recorded, 2);
 }
 
-// SPEC 2: a topic carries one record type. A message of another type on it, quarantined as wrong_type, stays so
+// contract §2: a topic carries one record type. A message of another type on it, quarantined as wrong_type, stays so
 // in a replay; a message from a topic the replay is not told the type of stays quarantined, until it is told
 // (`--topics`, as given to ingest).
 #[test]

@@ -128,7 +128,7 @@ fn wait_published(test: &TestLedger, entries: i64, limit_secs: u64, what: &str) 
     eventually(limit_secs, what, || (sql_i64(test, "SELECT COUNT(*) FROM outbox_published") >= entries).then_some(()))
 }
 
-// SPEC 6: 64 concurrent HTTP clients with random amounts against one HARD limit: never more than fits, no denial that would have fit, and the ledger agrees.
+// contract §6: 64 concurrent HTTP clients with random amounts against one HARD limit: never more than fits, no denial that would have fit, and the ledger agrees.
 #[test]
 fn sixty_four_clients_never_get_more_than_fits() {
     const LIMIT: i64 = 5_000;
@@ -208,7 +208,7 @@ fn a_ledger_that_refuses_writes_is_named_in_the_log_and_healthz_until_it_takes_t
     assert_eq!((&health["hook"]["recording"], &health["hook"]["failed_groups"]), (&json!("ok"), &json!(2)), "{health}");
 }
 
-// SPEC 6-7: a denial is 429 with Retry-After and RateLimit-* headers and the JSON body of SPEC 6; an allowed answer carries the same fields with code OK.
+// contract §6-7: a denial is 429 with Retry-After and RateLimit-* headers and the JSON body of contract §6; an allowed answer carries the same fields with code OK.
 #[test]
 fn denials_carry_the_headers_and_body_of_the_spec() {
     let test = ledger_with(hard_policy(10, Window::DAY));
@@ -340,7 +340,7 @@ fn why_explains_a_rate_limited_request_by_its_bucket() {
     drop(server);
 }
 
-// SPEC 7: 401 without a valid token, 403 for a tenant the token does not cover, 400 naming the bad field, 413 for a huge body; nothing consumed or recorded by any of them.
+// contract §7: 401 without a valid token, 403 for a tenant the token does not cover, 400 naming the bad field, 413 for a huge body; nothing consumed or recorded by any of them.
 #[test]
 fn bad_callers_and_bad_bodies_consume_nothing() {
     let test = ledger_with(hard_policy(10, Window::DAY));
@@ -411,7 +411,7 @@ fn serve_refuses_a_ledger_that_is_not_there() {
     assert!(!test.path.exists(), "no ledger created");
 }
 
-// SPEC 6, one hook per ledger: a hook decides against its own state of the ledger and appends afterwards, so a second
+// contract §6, one hook per ledger: a hook decides against its own state of the ledger and appends afterwards, so a second
 // `serve` on the same file would allow what the first had already consumed (until 2026-12-03 two of them together
 // allowed up to twice a HARD limit). The second is refused, naming the first; the first goes on deciding, and once it
 // is gone (killed: the lock goes with the process) a new one starts and knows what the first consumed.
@@ -450,7 +450,7 @@ fn a_ledger_reached_through_a_link_is_served_and_locked_as_itself() {
     assert!(stderr.contains(&format!("another hook (pid {})", server.child.id())), "{stderr}");
 }
 
-// SPEC 6: the same idempotency key sent concurrently by eight clients: one consumption, identical answers.
+// contract §6: the same idempotency key sent concurrently by eight clients: one consumption, identical answers.
 #[test]
 fn retries_of_one_key_over_http_consume_once() {
     let test = ledger_with(hard_policy(100, Window::DAY));
@@ -472,7 +472,7 @@ fn retries_of_one_key_over_http_consume_once() {
     assert_eq!(sql_i64(&test, "SELECT COALESCE(SUM(quantity), 0) FROM usage_events"), 9);
 }
 
-// SPEC 5-7 over HTTP: reserve, commit more than reserved, double commit 409, release, commit after expiry 410.
+// contract §5-7 over HTTP: reserve, commit more than reserved, double commit 409, release, commit after expiry 410.
 #[test]
 fn reservations_over_http() {
     let test = ledger_with(hard_policy(100, Window::DAY));
@@ -482,7 +482,7 @@ fn reservations_over_http() {
             json!({"tenant": "org-1", "metric": "tokens", "amount": 40, "ttl_ms": ttl_ms, "idempotency_key": key});
         let (status, _, body) = server.post("/v1/reservations", Some(SECRET), &body);
         assert_eq!(status, 200, "{body}");
-        // SPEC 7: `-> {reservation_id, ...}`; `reservationId` stays for the clients written to it.
+        // contract §7: `-> {reservation_id, ...}`; `reservationId` stays for the clients written to it.
         assert_eq!(body["reservation_id"], body["reservationId"], "{body}");
         body["reservation_id"].as_str().expect("a reservation id").to_string()
     };
@@ -546,7 +546,7 @@ fn a_close_answers_for_the_callers_reservation_when_another_tenant_holds_the_id(
     assert_eq!(before, 6, "no close recorded");
 }
 
-// SPEC 6 outbox: with the real broker (Tansu, sqlite engine) stopped the hook keeps deciding; once it is back every recorded decision reaches quota.decisions exactly once.
+// contract §6 outbox: with the real broker (Tansu, sqlite engine) stopped the hook keeps deciding; once it is back every recorded decision reaches quota.decisions exactly once.
 #[test]
 fn decisions_reach_kafka_exactly_once_across_a_broker_outage() {
     let test = ledger_with(hard_policy(1_000_000, Window::MONTH));
@@ -594,7 +594,7 @@ fn decisions_reach_kafka_exactly_once_across_a_broker_outage() {
     assert_eq!(health["outbox"]["last_error"], Value::Null, "{health}");
 }
 
-// SPEC 6 outbox: one idempotent producer publishes every pass. A producer per pass asked the broker for a
+// contract §6 outbox: one idempotent producer publishes every pass. A producer per pass asked the broker for a
 // producer id each second it had something to send, and a broker keeps every one (Tansu in its `producer` table).
 #[test]
 fn one_producer_publishes_pass_after_pass() {
@@ -613,7 +613,7 @@ fn one_producer_publishes_pass_after_pass() {
     assert_eq!(producers, 1, "eight passes published through one producer id");
 }
 
-// SPEC 6 outbox, for the on-call engineer: on a broker that does not create topics, an outbox topic that is
+// contract §6 outbox, for the on-call engineer: on a broker that does not create topics, an outbox topic that is
 // missing is named (librdkafka itself only says that the messages timed out), and the rest is published, even
 // behind more than a publisher's chunk of entries that wait for the missing topic (entries of an earlier run);
 // once the topic is created, they follow.
@@ -683,7 +683,7 @@ fn with_no_broker_stderr_says_once_why_the_outbox_waits() {
     assert_eq!(server.health()["outbox"]["pending"], 2, "the decision and its usage wait");
 }
 
-// SPEC 6: what the hook publishes comes back through ingest as exact duplicates of what the ledger holds: nothing counted twice.
+// contract §6: what the hook publishes comes back through ingest as exact duplicates of what the ledger holds: nothing counted twice.
 #[test]
 fn ingest_sees_the_hooks_own_events_as_duplicates() {
     let test = ledger_with(hard_policy(1_000, Window::MONTH));
@@ -702,7 +702,7 @@ fn ingest_sees_the_hooks_own_events_as_duplicates() {
     assert_eq!(sql_i64(&test, "SELECT COALESCE(SUM(quantity), 0) FROM usage_events"), 30, "counted once");
 }
 
-// SPEC 4.3 and 6, exactly once across a crash: `serve` killed (SIGKILL) under load by eight clients loses no
+// contract §4.3 and 6, exactly once across a crash: `serve` killed (SIGKILL) under load by eight clients loses no
 // decision it answered, and after a restart every retried key answers its original decision without consuming
 // again.
 #[test]

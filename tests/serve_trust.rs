@@ -22,7 +22,7 @@ use support::*;
 const SECRET: &str = "org-1-secret-0123456789";
 const ADMIN: &str = "admin-secret-0123456789";
 
-/// The token file of these tests: `org-1`'s token and an operator's, as SPEC 7 first wrote them (no names).
+/// The token file of these tests: `org-1`'s token and an operator's, as contract §7 first wrote them (no names).
 fn tokens_file() -> String {
     format!(
         "[[token]]\nsecret = \"{SECRET}\"\ntenants = [\"org-1\"]\n\n[[token]]\nsecret = \"{ADMIN}\"\ntenants = [\"*\"]\n"

@@ -1,4 +1,4 @@
-//! What services send and what the hook answers (SPEC 6, SPEC 7 `serve` bodies).
+//! What services send and what the hook answers (contract §6, contract §7 `serve` bodies).
 
 use schemas::{DecisionEvent, Outcome, Reason, ReservationAction, Scope, Timestamp};
 use serde::{Deserialize, Serialize};
@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 /// `check(tenant, subject, metric, amount, idempotency_key, request_id)`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-#[allow(missing_docs)] // SPEC 6 `check`'s arguments, by their names.
+#[allow(missing_docs)] // contract §6 `check`'s arguments, by their names.
 pub struct CheckRequest {
     pub tenant: String,
     #[serde(default)]
@@ -21,7 +21,7 @@ pub struct CheckRequest {
 /// `reserve(tenant, subject, metric, amount, ttl, idempotency_key)`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-#[allow(missing_docs)] // SPEC 6 `reserve`'s arguments, by their names (`ttl_ms`: the SPEC's `ttl`, in milliseconds).
+#[allow(missing_docs)] // contract §6 `reserve`'s arguments, by their names (`ttl_ms`: the contract's `ttl`, in milliseconds).
 pub struct ReserveRequest {
     pub tenant: String,
     #[serde(default)]
@@ -34,7 +34,7 @@ pub struct ReserveRequest {
     pub request_id: Option<String>,
 }
 
-/// The two signals an operator must never confuse (SPEC 6), and `OK`.
+/// The two signals an operator must never confuse (contract §6), and `OK`.
 #[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Code {
@@ -60,9 +60,9 @@ impl Code {
     }
 }
 
-/// A decision (SPEC 6): outcome, reason, limit, remaining, resets_at, retry_after_ms, policy id and version.
+/// A decision (contract §6): outcome, reason, limit, remaining, resets_at, retry_after_ms, policy id and version.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[allow(missing_docs)] // The SPEC 6 decision's fields and the DecisionEvent's (SPEC 3), by their names.
+#[allow(missing_docs)] // The contract §6 decision's fields and the DecisionEvent's (contract §3), by their names.
 pub struct Decision {
     /// The DecisionEvent's event_id in the ledger.
     pub decision_id: String,
@@ -140,7 +140,7 @@ pub struct Closed {
     pub charged_above_reserved: i64,
     /// The event_id of the COMMIT or RELEASE recorded.
     pub event_id: String,
-    /// Whether this answer repeats the original close of a retried commit or release with the same body (SPEC 9.1):
+    /// Whether this answer repeats the original close of a retried commit or release with the same body (contract §9.1):
     /// nothing recorded again.
     pub replayed: bool,
 }

@@ -1,4 +1,4 @@
-//! One decision, as pure functions of the state (SPEC 6): every applicable policy is evaluated before anything
+//! One decision, as pure functions of the state (contract §6): every applicable policy is evaluated before anything
 //! is consumed; the request is allowed only when every HARD limit and every throttle has room for all of it.
 //!
 //! Precedence, where several policies speak: an exhausted HARD quota (QUOTA_EXCEEDED: out of allowance until
@@ -17,7 +17,7 @@ use crate::state::{State, Whose};
 
 /// What a service asked.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[allow(missing_docs)] // SPEC 6 `check`'s arguments, by their names.
+#[allow(missing_docs)] // contract §6 `check`'s arguments, by their names.
 pub struct Ask<'a> {
     pub tenant: &'a str,
     pub subject: Option<&'a str>,
@@ -62,7 +62,7 @@ impl Evaluated {
     }
 }
 
-/// The answer: SPEC 6's fields.
+/// The answer: contract §6's fields.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {
     /// ALLOWED or DENIED.

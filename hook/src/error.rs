@@ -12,7 +12,7 @@ pub enum HookError {
         /// What is wrong with it, quoting the value.
         message: String,
     },
-    /// The idempotency key was used before for another request (SPEC 9.1): a 409, nothing decided or consumed.
+    /// The idempotency key was used before for another request (contract §9.1): a 409, nothing decided or consumed.
     #[error("{message}")]
     IdempotencyKeyReused {
         /// The field that differs from the original request's (`subject`, `metric`, `amount`, or `kind` for a check

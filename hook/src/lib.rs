@@ -1,10 +1,10 @@
-//! The enforcement hook (SPEC 6): "may this request proceed?", answered exactly, and written into the same
+//! The enforcement hook (contract §6): "may this request proceed?", answered exactly, and written into the same
 //! ledger. `check` evaluates every applicable policy (tenant and subject scope, `*` plan defaults, grants, open
 //! reservations, throttles) before consuming any, then consumes all or nothing, recording the DecisionEvent
 //! and, when allowed, the UsageEvent (or ReservationEvent) in one ledger transaction, in the outbox for Kafka.
 //! A repeated idempotency key with the same request answers the original decision and consumes nothing more; with
 //! another request it is refused ([`HookError::IdempotencyKeyReused`]). Nothing a caller sends stops the writer or
-//! fails the other requests of its group: fields are checked against SPEC 9.2 before deciding, and a request that
+//! fails the other requests of its group: fields are checked against contract §9.2 before deciding, and a request that
 //! would take a sum past i64, or its tenant past [`HookSettings::counters_per_tenant_max`], is refused. A writer
 //! that stops on a panic (a bug, a broken invariant of the ledger) says so in [`Hook::health`] at once.
 //!

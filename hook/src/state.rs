@@ -105,7 +105,7 @@ pub enum Adding {
 
 /// Whose counters a policy asks for: a TENANT policy the tenant's (all its subjects and what carries none), a
 /// SUBJECT policy one subject's, or, for a request without a subject, those of everything without one: a group
-/// of its own, as reconcile judges it (SPEC 3: a SUBJECT policy applies to every subject separately).
+/// of its own, as reconcile judges it (contract §3: a SUBJECT policy applies to every subject separately).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Whose<'a> {
     /// The tenant's, for a TENANT policy.
@@ -127,7 +127,7 @@ impl<'a> Whose<'a> {
 /// An open reservation: it holds its amount against every limit of its tenant, subject and metric until it is
 /// committed, released or expires.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[allow(missing_docs)] // The RESERVE's own fields, by their SPEC 3 names.
+#[allow(missing_docs)] // The RESERVE's own fields, by their contract §3 names.
 pub struct Hold {
     pub tenant: String,
     pub subject: Option<String>,
@@ -225,7 +225,7 @@ pub struct State {
     expiries: BTreeSet<(i64, Key)>,
     /// The events of every reservation that holds now, and of other enforcers' reservations that hold nothing
     /// now while a late event of theirs could still change a counted window (a close dated at or before the
-    /// expiry is valid whenever it arrives, SPEC 5), [`RESTING_MAX`] of those at most.
+    /// expiry is valid whenever it arrives, contract §5), [`RESTING_MAX`] of those at most.
     lives: FxHashMap<Key, Box<Life>>,
     /// Those that hold nothing now, by the last instant an event of theirs could matter to, soonest first:
     /// pruning (once that instant's month is no longer counted) and the cap take from the front.
@@ -895,7 +895,7 @@ mod tests {
                     Op::Close { id, commit, amount } => {
                         let reservation_id = format!("r{id}");
                         // An open reservation closed now, or an expired one by a close that arrives late, dated at
-                        // its expiry (SPEC 5: valid by event time).
+                        // its expiry (contract §5: valid by event time).
                         let (hold, at) = match model.holds.remove(&reservation_id) {
                             Some(hold) => (hold, now),
                             None => match model.expired.remove(&reservation_id) {
@@ -958,7 +958,7 @@ mod tests {
 
         // Proves that the hook's fold of other enforcers' reservation events, dated in any order and with time
         // passing between arrivals, holds and consumes exactly what reconcile's judgement of all of them says
-        // (SPEC 5: validity by event time, not arrival order): a close that arrives before its RESERVE, a second
+        // (contract §5: validity by event time, not arrival order): a close that arrives before its RESERVE, a second
         // RESERVE, two closes, a close after the expiry, a COMMIT of another subject, and the same reservation_id
         // in two tenants, two reservations.
         #[test]

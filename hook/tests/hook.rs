@@ -119,7 +119,7 @@ fn usage_recorded(dir: &tempfile::TempDir) -> i64 {
     sql_i64(dir, "SELECT COALESCE(SUM(quantity), 0) FROM usage_events")
 }
 
-// SPEC 6: 64 threads with random amounts against one HARD limit: never more than fits, no denial that would have fit, and the ledger agrees.
+// contract §6: 64 threads with random amounts against one HARD limit: never more than fits, no denial that would have fit, and the ledger agrees.
 #[test]
 fn concurrent_checks_never_consume_more_than_fits() {
     const LIMIT: i64 = 10_000;
@@ -153,7 +153,7 @@ fn concurrent_checks_never_consume_more_than_fits() {
     assert_eq!(usage_recorded(&dir), allowed, "the ledger holds exactly the allowed consumption");
 }
 
-// SPEC 6: the same idempotency key sent concurrently yields one consumption and identical decisions.
+// contract §6: the same idempotency key sent concurrently yields one consumption and identical decisions.
 #[test]
 fn one_key_sent_concurrently_consumes_once() {
     let (dir, hook) = hook_with(vec![policy("daily", 1_000, Window::DAY, Enforcement::HARD, None)]);
@@ -173,7 +173,7 @@ fn one_key_sent_concurrently_consumes_once() {
     assert_eq!(usage_recorded(&dir), 7);
 }
 
-// SPEC 5-6: reserve, commit more than reserved (charged), release, double commit and commit after expiry refused.
+// contract §5-6: reserve, commit more than reserved (charged), release, double commit and commit after expiry refused.
 #[test]
 fn the_reservation_lifecycle() {
     let (dir, hook) = hook_with(vec![policy("daily", 150, Window::DAY, Enforcement::HARD, None)]);
@@ -238,7 +238,7 @@ fn a_throttle_limits_the_rate_not_the_quota() {
     assert!(hook.check(ask("b7", 1)).unwrap().allowed(), "a token refilled after the wait it named");
 }
 
-// SPEC 6: a SHADOW policy records SHADOW_DENIED and allows; a HARD quota denies QUOTA_EXCEEDED until its window resets.
+// contract §6: a SHADOW policy records SHADOW_DENIED and allows; a HARD quota denies QUOTA_EXCEEDED until its window resets.
 #[test]
 fn shadow_policies_allow_and_hard_quotas_deny_until_reset() {
     let (_dir, hook) = hook_with(vec![
@@ -468,7 +468,7 @@ fn acknowledgements_recorded_through_the_writer_leave_the_outbox() {
     assert!(hook.check(ask("o-after", 1)).unwrap().allowed(), "the writer goes on deciding");
 }
 
-// SPEC 3: a SUBJECT policy applies to every subject separately; requests without a subject are a group of their own
+// contract §3: a SUBJECT policy applies to every subject separately; requests without a subject are a group of their own
 // (as reconcile judges them), not the tenant's sum.
 #[test]
 fn a_subject_policy_counts_requests_without_a_subject_apart() {
@@ -529,7 +529,7 @@ fn a_shadow_throttle_refills_as_a_hard_one_would() {
 }
 
 // Closes of one reservation decided in the same group: the first closes it, every other (the same release, retried)
-// answers it again (SPEC 9.1), none is refused as expired (the ledger, which holds no close yet, said so for a live
+// answers it again (contract §9.1), none is refused as expired (the ledger, which holds no close yet, said so for a live
 // reservation), and a commit after them is refused as already closed.
 #[test]
 fn closes_in_one_group_after_the_first_answer_it_again() {
@@ -575,7 +575,7 @@ fn closes_in_one_group_after_the_first_answer_it_again() {
     }
 }
 
-// SPEC 5: a COMMIT dated at or before its reservation's expiry is valid even when it arrives after the expiry (from
+// contract §5: a COMMIT dated at or before its reservation's expiry is valid even when it arrives after the expiry (from
 // another enforcer, through ingest), and its amount is consumption the next decision counts; one dated after the
 // expiry is refused and counts nothing.
 #[test]
@@ -619,7 +619,7 @@ fn a_throttle_that_never_refills_names_a_month() {
 }
 
 // A reservation from another enforcer may hold for longer than the month and a day of usage the hook folds at
-// start, and a close of it dated that long ago is still valid when it came in time (SPEC 5): a restarted hook
+// start, and a close of it dated that long ago is still valid when it came in time (contract §5): a restarted hook
 // counts the open one and not the closed one, and a late release of the open one, dated 39 days ago, frees it.
 // The fold at start skipped every reservation event older than 32 days, and the fold while running skipped such
 // closes.
@@ -644,7 +644,7 @@ fn reservations_older_than_a_month_hold_until_they_close() {
     assert_eq!((released.used_before, released.remaining), (Some(0), Some(10)), "the late release freed it");
 }
 
-// SPEC 5: reservations are judged by event time, not arrival order, in the hook as in reconcile. Through ingest: a
+// contract §5: reservations are judged by event time, not arrival order, in the hook as in reconcile. Through ingest: a
 // COMMIT that arrives before its RESERVE counts and the RESERVE then holds nothing; a second RESERVE of a closed
 // reservation holds nothing; of two closes the earlier by event time counts, though it arrives second. The hook
 // judged in ledger order: it held 5 + 4 and counted 2 instead of counting 3 + 9, so it denied what fit and would
@@ -725,7 +725,7 @@ fn another_tenants_reservation_of_the_same_id_is_another_reservation() {
     assert_eq!(restarted.check(ask("restarted", 0)).unwrap().used_before, Some(90), "the same folded at start");
 }
 
-// SPEC 3 "no policy of its own for the same metric, scope and window", for quotas: the tenant's own MONTH throttle
+// contract §3 "no policy of its own for the same metric, scope and window", for quotas: the tenant's own MONTH throttle
 // is no quota, so the plan's HARD MONTH quota still denies once exhausted (review of 2026-12-02: the throttle
 // covered it and the tenant had the throttle's burst as its only limit).
 #[test]

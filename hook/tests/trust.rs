@@ -115,7 +115,7 @@ fn sums_past_i64_are_refused_and_others_holds_folded() {
     assert_eq!(hook.health().recording, "ok");
 }
 
-// Proves that fields past the bounds of SPEC 9.2 are refused naming the field, before anything is decided.
+// Proves that fields past the bounds of contract §9.2 are refused naming the field, before anything is decided.
 #[test]
 fn fields_past_their_bounds_are_refused_naming_them() {
     let (_dir, hook) = hook_with(vec![hard_policy("tokens", 10)], HookSettings::default());
@@ -175,7 +175,7 @@ fn reused_field<T: std::fmt::Debug>(answer: Result<T, HookError>) -> &'static st
     }
 }
 
-// Proves SPEC 9.1 for decisions: the same request answers the original, another request under the same key is
+// Proves contract §9.1 for decisions: the same request answers the original, another request under the same key is
 // refused naming what differs (a check's key used for a reserve included), and a decision another producer recorded
 // under the key's id is never answered; none of them consumes anything.
 #[test]
@@ -222,7 +222,7 @@ fn a_key_answers_only_its_own_request() {
     assert_eq!(after.used_before, Some(10), "5 consumed by k, 5 held by r, nothing by the refused");
 }
 
-// Proves SPEC 9.1 for closes: a retried commit or release with the same body answers the original close, replayed,
+// Proves contract §9.1 for closes: a retried commit or release with the same body answers the original close, replayed,
 // also from a restarted hook (which reads it from the ledger); another amount, or another action, is refused.
 #[test]
 fn a_retried_close_answers_the_original() {

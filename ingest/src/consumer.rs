@@ -1,5 +1,5 @@
 //! `ingest --brokers`: a Kafka consumer in a consumer group that puts every message into the ledger exactly
-//! once (SPEC 4.2).
+//! once (contract §4.2).
 //!
 //! The ledger owns the offsets. On assignment each partition starts at the next offset stored in the ledger
 //! (the beginning when it has none), not at Kafka's committed offset; messages are decoded, gathered into a
@@ -93,7 +93,7 @@ pub fn default_group(ledger_id: &str) -> String {
 }
 
 impl KafkaIngestSettings {
-    /// Consuming SPEC 2's five input topics from `brokers` in group `group`, running on, with the default batches.
+    /// Consuming contract §2's five input topics from `brokers` in group `group`, running on, with the default batches.
     pub fn new(brokers: impl Into<String>, group: impl Into<String>) -> KafkaIngestSettings {
         KafkaIngestSettings {
             brokers: brokers.into(),

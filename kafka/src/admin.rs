@@ -1,4 +1,4 @@
-//! Creating the topics of SPEC 2 (brokers such as Tansu do not create topics on first use).
+//! Creating the topics of contract §2 (brokers such as Tansu do not create topics on first use).
 
 use std::time::Duration;
 
@@ -94,7 +94,7 @@ pub fn create_topics(
     Ok(created)
 }
 
-/// librdkafka's in-process mock cluster (the real Kafka protocol on localhost) with the topics of SPEC 2: the
+/// librdkafka's in-process mock cluster (the real Kafka protocol on localhost) with the topics of contract §2: the
 /// embedded broker of a first run, the demo and the fast tests. It lives as long as the value.
 pub struct EmbeddedBroker {
     cluster: rdkafka::mocking::MockCluster<'static, rdkafka::producer::DefaultProducerContext>,

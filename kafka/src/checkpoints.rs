@@ -1,4 +1,4 @@
-//! Checkpoints (SPEC 9.3): the ledger's chain head published outside its file, on `quota.checkpoints`, keyed by the
+//! Checkpoints (contract §9.3): the ledger's chain head published outside its file, on `quota.checkpoints`, keyed by the
 //! ledger id, as `{ledger_id, head_seq, head_hash, at}`. Someone who can rewrite the ledger file cannot take back
 //! what the brokers hold: `verify --checkpoints-from` reads them all and checks each against the chain.
 //!
@@ -19,9 +19,9 @@ use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, Prod
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
-/// The topic checkpoints are published to (SPEC 9.3).
+/// The topic checkpoints are published to (contract §9.3).
 pub const CHECKPOINTS_TOPIC: &str = "quota.checkpoints";
-/// Longest time between two checkpoints while the head moves: the SPEC's "at least every 10 s while the ledger
+/// Longest time between two checkpoints while the head moves: the contract's "at least every 10 s while the ledger
 /// grows". What a rewrite of the file can take back unseen is at most this much of the ledger's latest history.
 pub const CHECKPOINT_EVERY_MS: u64 = 10_000;
 /// How long a publisher that stops waits for its last checkpoints to be acknowledged.

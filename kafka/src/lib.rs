@@ -1,5 +1,5 @@
 //! Kafka: the plumbing every Kafka client of the pipeline shares. Producers of other teams write to the topics of
-//! SPEC 2; `ingest` consumes them into the ledger; the outbox publishes what the ledger records back to them. This
+//! contract §2; `ingest` consumes them into the ledger; the outbox publishes what the ledger records back to them. This
 //! crate holds what those clients have in common: which topic carries which record type ([`topics`]), every
 //! librdkafka setting ([`config`]), creating the topics and the embedded broker ([`admin`]), an idempotent
 //! producer ([`producer`]), the ledger's checkpoints on `quota.checkpoints` ([`checkpoints`]), librdkafka's log lines

@@ -1,5 +1,5 @@
 //! Producing messages to Kafka through an idempotent producer: the callers send single-object Avro on the record
-//! type's topic, the tenant as key (SPEC 2). Used by `produce` (JSON lines), `generate --to-kafka`, the demo and the
+//! type's topic, the tenant as key (contract §2). Used by `produce` (JSON lines), `generate --to-kafka`, the demo and the
 //! tests.
 
 use std::sync::atomic::{AtomicU64, Ordering};

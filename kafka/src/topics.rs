@@ -1,4 +1,4 @@
-//! Which topic carries which record type (SPEC 2), configurable per type.
+//! Which topic carries which record type (contract §2), configurable per type.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -34,7 +34,7 @@ pub const INPUT_KINDS: [(&str, EventType); 5] = [
 ];
 
 impl Topics {
-    /// The five input topics of SPEC 2 under their default names.
+    /// The five input topics of contract §2 under their default names.
     pub fn defaults() -> Topics {
         Topics { by_name: INPUT_KINDS.iter().map(|(_, t)| (t.default_topic().to_string(), *t)).collect() }
     }
@@ -70,7 +70,7 @@ impl Topics {
     }
 }
 
-/// Every topic of SPEC 2 under its default name: the five inputs, then `quota.adjustments`.
+/// Every topic of contract §2 under its default name: the five inputs, then `quota.adjustments`.
 pub fn all_default_topic_names() -> Vec<&'static str> {
     INPUT_KINDS.iter().map(|(_, t)| t.default_topic()).chain([EventType::AdjustmentEvent.default_topic()]).collect()
 }

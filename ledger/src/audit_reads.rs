@@ -1,4 +1,4 @@
-//! The reads support's answers are made of (SPEC 1: `audit why REQUEST_ID`, `audit tenant`), each bounded by a
+//! The reads support's answers are made of (contract §1: `audit why REQUEST_ID`, `audit tenant`), each bounded by a
 //! watermark so that an answer reads one instant of the ledger: the decisions of a request, found through the
 //! request key index (`ddl/010-request-keys.sql`); and a tenant's history (usage in a window, decisions and usage
 //! over a range, reservations, adjustments, conflicting copies), found through the index of a tenant's entries in
@@ -34,9 +34,9 @@ const TENANT_NAMES: &str = include_str!("../queries/tenant_names.sql");
 /// Microseconds in a UTC day.
 const DAY_MICROS: i64 = 86_400_000_000;
 
-/// A recorded DecisionEvent, with its ledger sequence number (SPEC 3 names its fields).
+/// A recorded DecisionEvent, with its ledger sequence number (contract §3 names its fields).
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[allow(missing_docs)] // The DecisionEvent's own fields, by their SPEC 3 names.
+#[allow(missing_docs)] // The DecisionEvent's own fields, by their contract §3 names.
 pub struct DecisionRecord {
     pub seq: u64,
     pub header: Header,
@@ -59,7 +59,7 @@ pub struct DecisionRecord {
 
 /// A recorded UsageEvent (its attributes left out), with its ledger sequence number.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[allow(missing_docs)] // The UsageEvent's own fields, by their SPEC 3 names.
+#[allow(missing_docs)] // The UsageEvent's own fields, by their contract §3 names.
 pub struct UsageRecord {
     pub seq: u64,
     pub header: Header,
@@ -69,7 +69,7 @@ pub struct UsageRecord {
 
 /// A recorded AdjustmentEvent, with its ledger sequence number (its scope left out).
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[allow(missing_docs)] // The AdjustmentEvent's own fields, by their SPEC 3 names.
+#[allow(missing_docs)] // The AdjustmentEvent's own fields, by their contract §3 names.
 pub struct AdjustmentRecord {
     pub seq: u64,
     /// `occurred_at` is the `--as-of` of the reconcile run that wrote it.
@@ -332,7 +332,7 @@ impl Ledger {
     }
 }
 
-/// A decision from a row of `seq`, the header columns, then the decision's own in SPEC 3 order.
+/// A decision from a row of `seq`, the header columns, then the decision's own in contract §3 order.
 fn decision_record(r: &Row<'_>) -> rusqlite::Result<DecisionRecord> {
     Ok(DecisionRecord {
         seq: r.get::<_, i64>(0)? as u64,
@@ -353,7 +353,7 @@ fn decision_record(r: &Row<'_>) -> rusqlite::Result<DecisionRecord> {
     })
 }
 
-/// An adjustment from a row of `seq`, the header columns, then the adjustment's own in SPEC 3 order (no scope).
+/// An adjustment from a row of `seq`, the header columns, then the adjustment's own in contract §3 order (no scope).
 fn adjustment_record(r: &Row<'_>) -> Result<AdjustmentRecord, ReadError> {
     let seq = r.get::<_, i64>(0)? as u64;
     let refs: String = r.get(13)?;

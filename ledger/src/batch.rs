@@ -75,7 +75,7 @@ pub struct Incoming {
 /// A message that failed to decode or validate, to quarantine.
 #[derive(Debug, Clone)]
 pub struct Rejected {
-    /// Where it came from (SPEC 4.4: topic, partition, offset).
+    /// Where it came from (contract §4.4: topic, partition, offset).
     pub origin: Origin,
     /// The bytes as received, kept so that a replay after a fix decodes them again.
     pub raw: Vec<u8>,
@@ -125,7 +125,7 @@ pub struct Batch {
     pub events: Vec<Incoming>,
     /// The messages to quarantine.
     pub rejected: Vec<Rejected>,
-    /// The Kafka offsets the events and rejected messages cover, stored in the same transaction (SPEC 4.2).
+    /// The Kafka offsets the events and rejected messages cover, stored in the same transaction (contract §4.2).
     pub offsets: Vec<SourceOffset>,
     /// When the events are quarantined messages replayed after a fix: the quarantine id of each event, in order
     /// (empty otherwise). The append records each replay, so that none is replayed twice.

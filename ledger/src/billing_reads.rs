@@ -1,4 +1,4 @@
-//! The reads a billing export is computed from (SPEC 5 "Billing export"), beside those reconcile shares
+//! The reads a billing export is computed from (contract §5 "Billing export"), beside those reconcile shares
 //! (`Ledger::policies_through`, `Ledger::grants_through`): counted usage of a period, from the totals every append
 //! keeps or, at a past watermark, from the usage events; the LATE_USAGE adjustments an export carries; and every
 //! reservation's events, one reservation at a time, for judging its COMMITs.

@@ -1,5 +1,5 @@
 //! `commit_totals`: valid COMMIT amounts per (tenant, metric, period), kept in step with the ledger so that a
-//! billing export never judges a month of reservations (SPEC 5 "Reservations": validity is decided by event
+//! billing export never judges a month of reservations (contract §5 "Reservations": validity is decided by event
 //! time, so a late event can change an earlier COMMIT's verdict; only reservations touched since the last
 //! catch-up are judged again, with `rules::reservation::judge`).
 //!

@@ -141,7 +141,7 @@ fn describe_objects(objects: &[(String, String)]) -> String {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AppendError {
-    /// An event of the batch does not validate (SPEC 4.4): nothing of the batch is appended.
+    /// An event of the batch does not validate (contract §4.4): nothing of the batch is appended.
     #[error("event {event_id:?} of the batch is not valid, nothing appended")]
     InvalidEvent {
         /// Its event_id.

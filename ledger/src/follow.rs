@@ -11,7 +11,7 @@ use crate::read::watermark_param;
 /// Entries after a watermark (`?1`) that change a fold (usage, reservations, grants, policies), in order. Usage
 /// that happened before the horizon (`?2`) is in no window that can contain now; a reservation's events count
 /// whatever their date, since a reservation from another enforcer may hold for longer than a month and a close
-/// dated long ago may still be valid (SPEC 5). Decisions and adjustments are read too, and skipped by type
+/// dated long ago may still be valid (contract §5). Decisions and adjustments are read too, and skipped by type
 /// before they are decoded.
 const ENTRIES_AFTER: &str = "SELECT seq, event_type, payload_fingerprint, payload FROM entries
      WHERE seq > ?1 AND status = 'recorded'

@@ -1,5 +1,5 @@
 //! The append-only ledger: a SQLite file (WAL) holding every usage and decision event exactly once, in ledger
-//! sequence order, each entry hashed and chained to the one before (SPEC 4).
+//! sequence order, each entry hashed and chained to the one before (contract §4).
 //!
 //! Everything is written by [`Ledger::append`]: a [`Batch`] of decoded events, rejected messages and the Kafka
 //! offsets they cover, recorded in one transaction. Per event it answers recorded, duplicate (same event_id,

@@ -1,4 +1,4 @@
-//! The ledger's head (SPEC 9.3): a second hash chain, of *links*, one per write transaction.
+//! The ledger's head (contract §9.3): a second hash chain, of *links*, one per write transaction.
 //!
 //! The entries' chain (`chain.rs`) covers the events. What else changes a bill or an answer lives in other tables:
 //! the batches (`status`'s totals), exact duplicates, the quarantine and its replays, period closes and their stored
@@ -567,13 +567,13 @@ pub(crate) fn check_head(conn: &Connection, expected: &Head) -> rusqlite::Result
 }
 
 impl crate::Ledger {
-    /// The ledger's id (SPEC 9.3): a UUID made when the ledger was created (or, for a ledger older than ids, when it
+    /// The ledger's id (contract §9.3): a UUID made when the ledger was created (or, for a ledger older than ids, when it
     /// was upgraded), fixed for its life.
     pub fn ledger_id(&self) -> Result<String, crate::ReadError> {
         Ok(read_ledger_id(&self.conn)?)
     }
 
-    /// The chain head (SPEC 9.3): the last link's number and hash. It moves with every append, close and accepted
+    /// The chain head (contract §9.3): the last link's number and hash. It moves with every append, close and accepted
     /// gap.
     pub fn head(&self) -> Result<Head, crate::ReadError> {
         Ok(read_head(&self.conn)?)

@@ -1,4 +1,4 @@
-//! The outbox: entries this process wrote that must also reach Kafka (SPEC 6, issue "reconcile": adjustments
+//! The outbox: entries this process wrote that must also reach Kafka (contract §6, issue "reconcile": adjustments
 //! to `quota.adjustments`). An entry joins the outbox in the transaction that records it; a publisher reads the
 //! pending ones in ledger order, sends them, and records each acknowledgement. A broker outage only delays.
 //!
@@ -31,7 +31,7 @@ pub struct OutboxEntry {
     pub event_type: EventType,
     /// Its event_id.
     pub event_id: String,
-    /// The message key (SPEC 2): the tenant.
+    /// The message key (contract §2): the tenant.
     pub tenant: String,
     /// Single-object encoding of the entry's payload, as ingest reads it back.
     pub message: Vec<u8>,

@@ -1,4 +1,4 @@
-//! Final billing exports (SPEC 5 "Closing a period"): closing a period stores the rows of its export in the
+//! Final billing exports (contract §5 "Closing a period"): closing a period stores the rows of its export in the
 //! same transaction, so that re-exporting it reproduces them exactly whatever arrives later.
 
 use rusqlite::{Connection, Transaction, TransactionBehavior, params};
@@ -11,9 +11,9 @@ use crate::periods::{latest_close, read_close, read_covering_close};
 use crate::status::read_totals;
 use crate::{Ledger, Period, PeriodClose, now_micros};
 
-/// One row of a billing export (SPEC 7 columns, less `period` and `watermark`, which the export has once).
+/// One row of a billing export (contract §7 columns, less `period` and `watermark`, which the export has once).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[allow(missing_docs)] // SPEC 7's columns, by their names there.
+#[allow(missing_docs)] // contract §7's columns, by their names there.
 pub struct PeriodExportRow {
     pub tenant: String,
     pub metric: String,

@@ -1,4 +1,4 @@
-//! Billing periods and their close (SPEC 5 "Closing a period"): a period is a calendar month in UTC; closing it
+//! Billing periods and their close (contract §5 "Closing a period"): a period is a calendar month in UTC; closing it
 //! records the watermark its final export is computed at, once and for ever.
 
 use std::fmt;
@@ -105,7 +105,7 @@ pub struct PeriodClose {
 }
 
 /// The close `period` is judged by, among `closes`: its own, or, for a month before the earliest month closed, that
-/// close's watermark and time. The ledger's first close closes every month before it too (choice where the SPEC is
+/// close's watermark and time. The ledger's first close closes every month before it too (choice where the contract is
 /// silent): closes go in order, so those months can never close on their own, and their late usage would otherwise
 /// never be billed; closed with the first, it is carried into the next close like any closed month's.
 pub fn covering_close(closes: &[PeriodClose], period: Period) -> Option<PeriodClose> {

@@ -246,7 +246,7 @@ pub struct ConflictingCopy {
     pub seq: u64,
     /// Its common fields.
     pub header: Header,
-    /// Its quantity when it is a UsageEvent, else 0 (SPEC 5 "amount = its quantity or 0").
+    /// Its quantity when it is a UsageEvent, else 0 (contract §5 "amount = its quantity or 0").
     pub quantity: i64,
 }
 
@@ -265,7 +265,7 @@ fn conflicting_copies(conn: &Connection) -> rusqlite::Result<Vec<ConflictingCopy
 }
 
 /// One counted UsageEvent, as the consumption stream reads it (strings borrowed from the row).
-#[allow(missing_docs)] // The UsageEvent's own fields, by their SPEC 3 names.
+#[allow(missing_docs)] // The UsageEvent's own fields, by their contract §3 names.
 pub struct UsageRow<'r> {
     pub seq: u64,
     pub tenant: &'r str,

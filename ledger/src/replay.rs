@@ -56,7 +56,7 @@ impl Ledger {
     /// id, [`REPLAYED_PER_TRANSACTION`] per transaction. When any id is not in the quarantine, nothing is replayed
     /// (`ReplayError::NotQuarantined` names them); an id already replayed is skipped, so that a replay can be run
     /// again.
-    /// `expected` says which record type a message's origin carries (a Kafka topic carries one, SPEC 2): `Ok(None)`
+    /// `expected` says which record type a message's origin carries (a Kafka topic carries one, contract §2): `Ok(None)`
     /// for any, `Err` with why it cannot be told (the message then stays quarantined, reason code
     /// `unknown_topic`). A message of another type stays quarantined as `wrong_type`, as ingest found it.
     pub fn replay_quarantined(

@@ -48,7 +48,7 @@ pub(crate) fn read_totals(conn: &Connection) -> rusqlite::Result<Totals> {
     Ok(totals.unwrap_or_default())
 }
 
-/// `status --json` (SPEC 7).
+/// `status --json` (contract §7).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Status {
     /// Events recorded and counted (one per event_id).
@@ -72,9 +72,9 @@ pub struct Status {
     pub outbox_pending: u64,
     /// Path of the ledger file.
     pub ledger: String,
-    /// The ledger's id (SPEC 9.3): a UUID fixed at creation.
+    /// The ledger's id (contract §9.3): a UUID fixed at creation.
     pub ledger_id: String,
-    /// The chain head: the last link's number (SPEC 9.3).
+    /// The chain head: the last link's number (contract §9.3).
     pub head_seq: u64,
     /// The last link's hash, in hexadecimal.
     pub head_hash: String,
@@ -127,7 +127,7 @@ impl Ledger {
         Ok(read_totals(&self.conn)?.watermark)
     }
 
-    /// The counts of SPEC 7 `status`, from the last batch's totals.
+    /// The counts of contract §7 `status`, from the last batch's totals.
     pub fn status(&self) -> Result<Status, ReadError> {
         // One snapshot for every figure: read one after another as appends commit, `quarantine_pending` can come
         // out above `quarantined`, and the offsets, outbox and watermark each be of another instant.

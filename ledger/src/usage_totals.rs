@@ -1,5 +1,5 @@
 //! `usage_totals`: counted usage per (tenant, metric, period), kept up to date inside every append, so that a
-//! billing export reads a few thousand rows instead of every UsageEvent of the month (SPEC 5 "Billing export").
+//! billing export reads a few thousand rows instead of every UsageEvent of the month (contract §5 "Billing export").
 //!
 //! A total never leaves i64: a usage event that would take its total past 2^63 - 1 is not recorded but quarantined
 //! (reason [`crate::TOTAL_OVERFLOW`]) in the append's transaction, and the rest of its batch is recorded. Failing the

@@ -36,9 +36,9 @@ pub struct VerifyReport {
     pub walk_stopped_at: u64,
     /// `None` when the whole chain holds.
     pub first_bad: Option<BadEntry>,
-    /// The ledger's id (SPEC 9.3).
+    /// The ledger's id (contract §9.3).
     pub ledger_id: String,
-    /// The chain head as stored: the last link's number (SPEC 9.3).
+    /// The chain head as stored: the last link's number (contract §9.3).
     pub head_seq: u64,
     /// The last link's hash, in hexadecimal.
     pub head_hash: String,

@@ -1,10 +1,10 @@
 //! The outbox: what the ledger records for others reaches Kafka. Reconcile's adjustments and the enforcement hook's
-//! decisions and usage are written to the ledger's outbox in the transaction that records them (SPEC 6); this crate
+//! decisions and usage are written to the ledger's outbox in the transaction that records them (contract §6); this crate
 //! publishes them: pending entries in ledger order, single-object Avro on their type's topic with the tenant as
 //! key, through an idempotent producer; each acknowledgement is recorded in the ledger. Unacknowledged entries stay
 //! pending and are sent again by the next publish, so a broker outage delays them and never loses one. An entry
 //! acknowledged but not yet recorded when the process dies is sent twice: consumers deduplicate by event_id
-//! (SPEC 4.3).
+//! (contract §4.3).
 //!
 //! A command publishes now and then with [`publish`] (`reconcile --brokers`, the demo); a server keeps a
 //! [`PublisherThread`] that publishes every [`PUBLISH_INTERVAL_MS`] (`serve --brokers`).
@@ -131,7 +131,7 @@ pub struct OutboxTopics {
 }
 
 impl OutboxTopics {
-    /// SPEC 2's default topic of every record type (`quota.adjustments`, `quota.decisions`, ...).
+    /// contract §2's default topic of every record type (`quota.adjustments`, `quota.decisions`, ...).
     pub fn defaults() -> OutboxTopics {
         OutboxTopics { by_type: EventType::ALL.iter().map(|t| (*t, t.default_topic().to_string())).collect() }
     }

@@ -79,7 +79,7 @@ pub struct PublisherThread {
 
 impl PublisherThread {
     /// Starts publishing `outbox` (pending entries read and acknowledgements recorded through it) to `brokers`
-    /// every [`PUBLISH_INTERVAL_MS`], on SPEC 2's default topics. One publisher per ledger (a `reconcile --brokers`
+    /// every [`PUBLISH_INTERVAL_MS`], on contract §2's default topics. One publisher per ledger (a `reconcile --brokers`
     /// publishes the outbox too): a pass is skipped while another process holds the ledger's publisher lock, and the
     /// lock is kept once taken. Its log lines start with `name`.
     pub fn spawn(

@@ -1,4 +1,4 @@
-//! What an adjustment is about, and the delta rule (SPEC 5 "Adjustments are deltas").
+//! What an adjustment is about, and the delta rule (contract §5 "Adjustments are deltas").
 //!
 //! Each adjustment concerns one thing: a window of a policy for a tenant and subject, a closed period's late
 //! usage for a tenant and metric, a reservation, a refused transition, or one conflicting copy of an event.
@@ -18,7 +18,7 @@ use crate::inputs::PlanInputs;
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Concern {
     /// OVERSHOOT (HARD) or SHADOW_OVER_LIMIT (SHADOW) of one window of a policy.
-    #[allow(missing_docs)] // The AdjustmentEvent fields it is written with, by their SPEC 3 names.
+    #[allow(missing_docs)] // The AdjustmentEvent fields it is written with, by their contract §3 names.
     Window {
         kind: AdjustmentKind,
         policy_id: String,
@@ -82,7 +82,7 @@ impl Concern {
         }
     }
 
-    /// The window an adjustment of this concern names (`window_start`, `window_end` of SPEC 3).
+    /// The window an adjustment of this concern names (`window_start`, `window_end` of contract §3).
     pub fn window(&self) -> Option<(Timestamp, Timestamp)> {
         match self {
             Concern::Window { window_start, window_end, .. } => Some((*window_start, *window_end)),
@@ -126,7 +126,7 @@ pub struct Truth {
     pub metric: String,
     /// The policy a window concern is judged under.
     pub policy_id: Option<String>,
-    /// The events that justify the amount (SPEC 3 `refs`): for a window, the events that crossed the limit.
+    /// The events that justify the amount (contract §3 `refs`): for a window, the events that crossed the limit.
     pub refs: Vec<String>,
 }
 
@@ -217,7 +217,7 @@ mod tests {
         }
     }
 
-    // SPEC 5 "Adjustments are deltas": only the difference from what is recorded is written.
+    // contract §5 "Adjustments are deltas": only the difference from what is recorded is written.
     #[test]
     fn a_run_writes_only_the_difference() {
         assert_eq!(delta(&truth(30, true), Recorded::default()), Some(30));
@@ -227,7 +227,7 @@ mod tests {
         assert_eq!(delta(&truth(0, false), Recorded::default()), None);
     }
 
-    // SPEC 5 "Reported once each": a discrepancy of amount 0 is reported once, then never again.
+    // contract §5 "Reported once each": a discrepancy of amount 0 is reported once, then never again.
     #[test]
     fn a_zero_amount_discrepancy_is_reported_once() {
         assert_eq!(delta(&truth(0, true), Recorded::default()), Some(0));

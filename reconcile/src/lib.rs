@@ -1,4 +1,4 @@
-//! Reconciliation (SPEC 5): what the ledger's adjustments must become, and recording them. The nightly
+//! Reconciliation (contract §5): what the ledger's adjustments must become, and recording them. The nightly
 //! `reconcile` command computes a [`plan()`] (every adjustment to write, and why) and [`apply()`]s it to the ledger.
 //!
 //! The plan is pure: [`plan_from`] reads its inputs through [`PlanInputs`] (policies, grants, period closes,

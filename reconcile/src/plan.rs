@@ -49,7 +49,7 @@ pub struct PlanCounts {
     pub usage_events: u64,
     /// Recorded reservation events read.
     pub reservation_events: u64,
-    /// Reservations judged this run (SPEC 5 "What a run covers": its RESERVE expired before `as_of`).
+    /// Reservations judged this run (contract §5 "What a run covers": its RESERVE expired before `as_of`).
     pub reservations_judged: u64,
     /// COMMITs counted as consumption.
     pub valid_commits: u64,
@@ -271,7 +271,7 @@ impl<'p> Run<'p> {
         let events: Vec<(u64, &ReservationEvent)> = group.iter().map(|(seq, e)| (*seq, e)).collect();
         let verdict = reservation::judge(&events, self.as_of);
         self.collect_commits(group, &events, &verdict, commits);
-        // Not judged yet (SPEC 5 "What a run covers"): nothing new is reported of it, but what earlier runs
+        // Not judged yet (contract §5 "What a run covers"): nothing new is reported of it, but what earlier runs
         // reported of its events follows the current verdict. A late RESERVE that makes a refused COMMIT valid
         // takes the REFUSED_TRANSITION back in the run that starts counting the COMMIT, not once the new RESERVE
         // expires: meanwhile the ledger would count the COMMIT and call it refused.
@@ -301,7 +301,7 @@ impl<'p> Run<'p> {
     }
 
     /// A reservation is judged once the `expires_at` of its RESERVE (the first by event time) is before
-    /// `as_of`; one with no RESERVE once all of its events happened before `as_of` (SPEC 5 "What a run
+    /// `as_of`; one with no RESERVE once all of its events happened before `as_of` (contract §5 "What a run
     /// covers").
     fn is_judged(&self, group: &[SequencedReservation], verdict: &Verdict) -> bool {
         match verdict.reserve.and_then(|seq| group.iter().find(|(s, _)| *s == seq)) {

@@ -1,6 +1,6 @@
 //! Model test: random ledger histories (policy versions, grants, usage, reservations, duplicates, out-of-order
 //! batches, period closes, runs at rising `--as-of`) reconciled by `reconcile::plan` + `apply` agree with a
-//! deliberately naive in-memory model of SPEC 5 written here, concern by concern, after every run.
+//! deliberately naive in-memory model of contract §5 written here, concern by concern, after every run.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -66,7 +66,7 @@ struct Who {
 #[derive(Debug, Clone)]
 struct VersionDraw {
     limit: i64,
-    /// Its own window kind, mostly the policy's: a version may change it mid-window (SPEC 5 "Policy in force").
+    /// Its own window kind, mostly the policy's: a version may change it mid-window (contract §5 "Policy in force").
     window: Option<Window>,
     effective_from: i64,
     scope: Scope,
@@ -409,7 +409,7 @@ fn history() -> impl Strategy<Value = History> {
 // The model
 // ---------------------------------------------------------------------------------------------------------------
 
-/// What one adjustment is about (the model's own naming of SPEC 5's "thing an adjustment is about").
+/// What one adjustment is about (the model's own naming of contract §5's "thing an adjustment is about").
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum Key {
     Window {
@@ -651,7 +651,7 @@ impl Model {
                 .filter(|p| p.header.tenant == owner && p.header.metric == metric)
                 .map(|p| p.policy_id.as_str())
                 .collect();
-            // SPEC 5, per window: each window kind of the id's versions, the window of that kind containing `t` is the
+            // contract §5, per window: each window kind of the id's versions, the window of that kind containing `t` is the
             // policy's when the version in force for it (greatest (effective_from, version) effective before its
             // end) has that kind.
             let mut found = Vec::new();
@@ -953,7 +953,7 @@ proptest! {
         ..ProptestConfig::default()
     })]
 
-    // Proves plan + apply agree with the naive model of SPEC 5 for every concern after every run.
+    // Proves plan + apply agree with the naive model of contract §5 for every concern after every run.
     #[test]
     fn reconcile_agrees_with_the_model(history in history()) {
         check(&history);

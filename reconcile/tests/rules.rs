@@ -1,4 +1,4 @@
-//! One test per rule of SPEC 5, each on a small hand-written history in a real ledger file, with the exact
+//! One test per rule of contract §5, each on a small hand-written history in a real ledger file, with the exact
 //! adjustments `reconcile::plan` must compute and `reconcile::apply` records.
 
 use std::collections::BTreeMap;
@@ -219,7 +219,7 @@ fn sorted(mut adjustments: Vec<Adj>) -> Vec<Adj> {
     adjustments
 }
 
-// SPEC 5 "Reservations": a COMMIT at (not after) expires_at is valid though it arrives later, and counts.
+// contract §5 "Reservations": a COMMIT at (not after) expires_at is valid though it arrives later, and counts.
 #[test]
 fn reservation_validity_by_event_time_a_late_but_valid_commit_counts() {
     let mut f = Fixture::new();
@@ -232,7 +232,7 @@ fn reservation_validity_by_event_time_a_late_but_valid_commit_counts() {
     assert_eq!(f.run("2026-10-04T00:00:00Z"), [overshoot("p", OCT_3, 30, &["r-commit"])]);
 }
 
-// SPEC 5 "Reservations": a COMMIT after expires_at is refused (not counted) and the reservation expires.
+// contract §5 "Reservations": a COMMIT after expires_at is refused (not counted) and the reservation expires.
 #[test]
 fn commit_after_expiry_is_refused_and_the_reservation_expires() {
     let mut f = Fixture::new();
@@ -248,7 +248,7 @@ fn commit_after_expiry_is_refused_and_the_reservation_expires() {
     assert_eq!(f.run(AS_OF), expected);
 }
 
-// SPEC 5 "Reservations": a COMMIT of more than was reserved is charged in full, so it shows in the overshoot.
+// contract §5 "Reservations": a COMMIT of more than was reserved is charged in full, so it shows in the overshoot.
 #[test]
 fn commit_above_the_reserved_amount_is_charged_in_full() {
     let mut f = Fixture::new();
@@ -261,7 +261,7 @@ fn commit_above_the_reserved_amount_is_charged_in_full() {
     assert_eq!(f.run(AS_OF), [overshoot("p", OCT_3, 30, &["r-commit"])]);
 }
 
-// SPEC 5 "Reservations": RELEASE closes a reservation with no consumption and no expiry.
+// contract §5 "Reservations": RELEASE closes a reservation with no consumption and no expiry.
 #[test]
 fn release_consumes_nothing() {
     let mut f = Fixture::new();
@@ -274,7 +274,7 @@ fn release_consumes_nothing() {
     assert_eq!(f.run(AS_OF), []);
 }
 
-// SPEC 5: a close of a reservation_id with no RESERVE is refused, once all its events happened before --as-of;
+// contract §5: a close of a reservation_id with no RESERVE is refused, once all its events happened before --as-of;
 // a refused RELEASE (amount 0) is still reported, once.
 #[test]
 fn close_with_no_reserve_is_refused() {
@@ -290,7 +290,7 @@ fn close_with_no_reserve_is_refused() {
     assert_eq!(f.run(AS_OF), [], "a zero-amount discrepancy is reported once");
 }
 
-// SPEC 5: the first close by event time closes the reservation; a later one is refused, whatever the arrival order.
+// contract §5: the first close by event time closes the reservation; a later one is refused, whatever the arrival order.
 #[test]
 fn double_close_is_refused() {
     let mut f = Fixture::new();
@@ -312,7 +312,7 @@ fn double_close_is_refused() {
     assert_eq!(f.run(AS_OF), expected);
 }
 
-// SPEC 5: a reservation with no valid close is expired once expires_at is before --as-of, for the amount it held.
+// contract §5: a reservation with no valid close is expired once expires_at is before --as-of, for the amount it held.
 #[test]
 fn expired_reservation() {
     let mut f = Fixture::new();
@@ -322,7 +322,7 @@ fn expired_reservation() {
     assert_eq!(f.run(AS_OF), []);
 }
 
-// SPEC 5 "Adjustments are deltas": a late but valid close of an expired reservation takes the expiry back.
+// contract §5 "Adjustments are deltas": a late but valid close of an expired reservation takes the expiry back.
 #[test]
 fn late_valid_close_takes_the_expiry_back() {
     let mut f = Fixture::new();
@@ -344,7 +344,7 @@ fn of_tenant(tenant: &str, event: Event) -> Event {
     Event::Reservation(ReservationEvent { header: Header { tenant: tenant.into(), ..r.header }, ..r })
 }
 
-// README "Reconciliation" (choice where SPEC 3 is silent): a reservation is (tenant, reservation_id), so two tenants
+// README "Reconciliation" (choice where contract §3 is silent): a reservation is (tenant, reservation_id), so two tenants
 // whose producers both chose `r-1` hold two reservations; neither refuses nor expires the other's (review h1).
 #[test]
 fn a_reservation_id_shared_by_two_tenants_is_two_reservations() {
@@ -366,7 +366,7 @@ fn a_reservation_id_shared_by_two_tenants_is_two_reservations() {
     assert_eq!(f.run("2026-12-01T00:00:00Z"), [], "a rerun writes nothing");
 }
 
-// SPEC 5 "Policy in force": the version with the greatest (effective_from, version) effective before the window's
+// contract §5 "Policy in force": the version with the greatest (effective_from, version) effective before the window's
 // end governs the whole window, whatever the arrival order of the versions.
 #[test]
 fn policy_version_in_force_mid_window() {
@@ -390,7 +390,7 @@ fn policy_version_in_force_mid_window() {
     assert_eq!(f.run(AS_OF), expected);
 }
 
-// SPEC 3/5: a `*` policy applies to a tenant with no policy of its own in force for the same scope and window.
+// contract §3/5: a `*` policy applies to a tenant with no policy of its own in force for the same scope and window.
 #[test]
 fn plan_defaults_apply_where_a_tenant_has_no_own_policy() {
     let mut f = Fixture::new();
@@ -418,7 +418,7 @@ fn plan_defaults_apply_where_a_tenant_has_no_own_policy() {
     assert_eq!(f.run(AS_OF), expected);
 }
 
-// SPEC 5: a SUBJECT policy judges each subject's consumption on its own; events without subject form one group.
+// contract §5: a SUBJECT policy judges each subject's consumption on its own; events without subject form one group.
 #[test]
 fn subject_policies_judge_each_subject() {
     let mut f = Fixture::new();
@@ -436,7 +436,7 @@ fn subject_policies_judge_each_subject() {
     assert_eq!(f.run(AS_OF), expected);
 }
 
-// SPEC 5 "Effective limit": a grant without subject raises the TENANT windows its [valid_from, valid_until) overlaps.
+// contract §5 "Effective limit": a grant without subject raises the TENANT windows its [valid_from, valid_until) overlaps.
 #[test]
 fn grants_without_subject_raise_tenant_windows() {
     let mut f = Fixture::new();
@@ -450,7 +450,7 @@ fn grants_without_subject_raise_tenant_windows() {
     assert_eq!(f.run(AS_OF), [overshoot("p", OCT_3, 5, &["u-1"])]);
 }
 
-// SPEC 5 "Effective limit": a grant with a subject raises only that subject's SUBJECT-policy windows.
+// contract §5 "Effective limit": a grant with a subject raises only that subject's SUBJECT-policy windows.
 #[test]
 fn grants_with_subject_raise_that_subjects_windows() {
     let mut f = Fixture::new();
@@ -465,7 +465,7 @@ fn grants_with_subject_raise_that_subjects_windows() {
     assert_eq!(f.run(AS_OF), expected);
 }
 
-// SPEC 5 "Overshoot": OVERSHOOT names the events (usage and valid COMMITs) that crossed the limit, in event time.
+// contract §5 "Overshoot": OVERSHOOT names the events (usage and valid COMMITs) that crossed the limit, in event time.
 #[test]
 fn hard_overshoot_names_the_crossing_events() {
     let mut f = Fixture::new();
@@ -484,7 +484,7 @@ fn hard_overshoot_names_the_crossing_events() {
     assert_eq!(f.run(AS_OF), [overshoot("p", OCT_3, 35, &["u-4", "r-commit", "u-5"])]);
 }
 
-// SPEC 5 "Overshoot": a SHADOW policy reports the same difference as SHADOW_OVER_LIMIT.
+// contract §5 "Overshoot": a SHADOW policy reports the same difference as SHADOW_OVER_LIMIT.
 #[test]
 fn shadow_policies_report_shadow_over_limit() {
     let mut f = Fixture::new();
@@ -504,7 +504,7 @@ fn throttles_are_not_judged_as_quotas() {
     assert_eq!(f.run(AS_OF), []);
 }
 
-// SPEC 3 "no policy of its own for the same metric, scope and window", for quotas: a tenant's own throttle is no
+// contract §3 "no policy of its own for the same metric, scope and window", for quotas: a tenant's own throttle is no
 // quota, so the plan's HARD quota of the same scope and window still judges its windows (review of 2026-12-02:
 // an own throttle made the plan's quota vanish, for reconcile and the hook alike).
 #[test]
@@ -518,7 +518,7 @@ fn an_own_throttle_leaves_the_plan_quota_in_force() {
     assert_eq!(f.run(AS_OF), [overshoot("plan-day", OCT_3, 10, &["u-1"])]);
 }
 
-// SPEC 5 "Overshoot": a SOFT policy's excess is billed, never adjusted.
+// contract §5 "Overshoot": a SOFT policy's excess is billed, never adjusted.
 #[test]
 fn soft_policies_produce_nothing() {
     let mut f = Fixture::new();
@@ -527,7 +527,7 @@ fn soft_policies_produce_nothing() {
     assert_eq!(f.run(AS_OF), []);
 }
 
-// SPEC 5 "Reported once each": every conflicting copy once (its quantity, or 0), never counted; exact
+// contract §5 "Reported once each": every conflicting copy once (its quantity, or 0), never counted; exact
 // duplicates are neither reported nor counted.
 #[test]
 fn conflicting_duplicates_are_reported_once_and_not_counted() {
@@ -555,7 +555,7 @@ fn conflicting_duplicates_are_reported_once_and_not_counted() {
     assert_eq!(f.run(AS_OF), []);
 }
 
-// SPEC 5 "Late usage": consumption of a closed period recorded after its close is LATE_USAGE of that period.
+// contract §5 "Late usage": consumption of a closed period recorded after its close is LATE_USAGE of that period.
 #[test]
 fn late_usage_after_a_close() {
     let mut f = Fixture::new();
@@ -579,7 +579,7 @@ fn late_usage_after_a_close() {
     assert_eq!(f.run(AS_OF), []);
 }
 
-// SPEC 5 "Adjustments are deltas": reruns with the same --as-of write nothing; one late event adds one delta.
+// contract §5 "Adjustments are deltas": reruns with the same --as-of write nothing; one late event adds one delta.
 #[test]
 fn idempotence_reruns_write_nothing_and_a_late_event_adds_one_delta() {
     let mut f = Fixture::new();
@@ -633,7 +633,7 @@ fn a_run_records_in_bounded_transactions_and_a_stopped_one_is_finished_by_the_ne
     assert!(reconcile::plan(&g.ledger, at(AS_OF), &mut |_| {}).unwrap().is_clean(), "a rerun writes nothing");
 }
 
-// SPEC 5 "Reported once each" + "Adjustments are deltas": when a RESERVE that happened first arrives late, it
+// contract §5 "Reported once each" + "Adjustments are deltas": when a RESERVE that happened first arrives late, it
 // becomes the reservation's RESERVE, and the expiry reported under the other one is taken back (found by the
 // model test: the reservation ended up expired for both amounts).
 #[test]
@@ -650,7 +650,7 @@ fn a_reserve_that_happened_first_but_arrives_late_takes_over_the_expiry() {
     assert_eq!(f.run(AS_OF), expected);
 }
 
-// SPEC 5 "What a run covers": a reservation is judged by the expires_at of its RESERVE (the first by event time),
+// contract §5 "What a run covers": a reservation is judged by the expires_at of its RESERVE (the first by event time),
 // not by whichever RESERVE the ledger recorded first (found by the model test).
 #[test]
 fn a_reservation_is_judged_by_the_expiry_of_its_first_reserve_in_event_time() {

@@ -1,4 +1,4 @@
-//! The billing export of a month (SPEC 5 "Billing export", SPEC 7 columns): one row per (tenant, metric).
+//! The billing export of a month (contract §5 "Billing export", contract §7 columns): one row per (tenant, metric).
 //!
 //! Reads, all at one watermark, through the ledger's typed reads: counted usage of the period (the totals every
 //! append keeps when the export is computed at the current watermark, a scan of the usage events otherwise), valid
@@ -268,7 +268,7 @@ mod tests {
             .collect()
     }
 
-    // SPEC 5: SOFT excess is overage, HARD excess is overshoot, SHADOW neither; grants raise the limit; plan
+    // contract §5: SOFT excess is overage, HARD excess is overshoot, SHADOW neither; grants raise the limit; plan
     // defaults fill in without creating rows; an own policy creates a row without consumption.
     #[test]
     fn rows_apply_the_policy_in_force_with_grants() {
@@ -311,7 +311,7 @@ mod tests {
         );
     }
 
-    // Choice where the SPEC is silent: when several TENANT MONTH policies apply, the smallest policy_id decides.
+    // Choice where the contract is silent: when several TENANT MONTH policies apply, the smallest policy_id decides.
     #[test]
     fn the_smallest_policy_id_decides_among_several() {
         let period: Period = "2026-11".parse().unwrap();
@@ -350,9 +350,9 @@ mod tests {
         );
     }
 
-    // Choice where the SPEC is silent: of several TENANT MONTH policies in force, a SOFT quota is billed before a
+    // Choice where the contract is silent: of several TENANT MONTH policies in force, a SOFT quota is billed before a
     // HARD one before a SHADOW trial, then the smallest policy_id (org-4: a HARD quota sorting first lost the SOFT
-    // one's overage); a SHADOW policy of its own still replaces the plan's quota (SPEC 3). A SHADOW trial starting
+    // one's overage); a SHADOW policy of its own still replaces the plan's quota (contract §3). A SHADOW trial starting
     // mid-month must not take the row from the SOFT quota, whose overage of 20 would be lost.
     #[test]
     fn an_enforcing_quota_is_billed_before_a_shadow_one() {
@@ -388,7 +388,7 @@ mod tests {
         );
     }
 
-    // SPEC 3/5, quotas and throttles apart: a tenant's own MONTH throttle is no quota of its own, so the plan's
+    // contract §3/5, quotas and throttles apart: a tenant's own MONTH throttle is no quota of its own, so the plan's
     // SOFT MONTH quota is still the policy billed and its overage billed (not a row without policy or overage).
     #[test]
     fn an_own_throttle_leaves_the_plan_quota_billed() {

@@ -1,4 +1,4 @@
-//! Writing a billing export as CSV, JSON lines or Parquet, with exactly the columns of SPEC 7 (and `gaps`, appended
+//! Writing a billing export as CSV, JSON lines or Parquet, with exactly the columns of contract §7 (and `gaps`, appended
 //! by the trust issue), to bytes that depend only on the rows: the same ledger gives the same file.
 
 use crate::text::csv_text;
@@ -13,7 +13,7 @@ use parquet::file::properties::WriterProperties;
 
 use crate::error::ReportError;
 
-/// SPEC 7: the columns, in order; then `gaps` (the trust issue, point 5), added at the end as SPEC 7 allows.
+/// contract §7: the columns, in order; then `gaps` (the trust issue, point 5), added at the end as contract §7 allows.
 pub const COLUMNS: [&str; 14] = [
     "tenant",
     "metric",
@@ -34,7 +34,7 @@ pub const COLUMNS: [&str; 14] = [
 /// The file formats of `export billing`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
-    /// CSV with SPEC 7's header.
+    /// CSV with contract §7's header.
     Csv,
     /// One JSON object per line.
     Jsonl,
@@ -102,7 +102,7 @@ impl BillingExport {
         }
     }
 
-    /// CSV: the header of SPEC 7, one line per row, `\n` line ends, empty cells for missing values; text that a
+    /// CSV: the header of contract §7, one line per row, `\n` line ends, empty cells for missing values; text that a
     /// spreadsheet would run as a formula is neutralised (see [`crate::text::csv_text`]); numbers are written as numbers.
     pub fn to_csv(&self) -> Vec<u8> {
         let mut out = COLUMNS.join(",");
@@ -124,7 +124,7 @@ impl BillingExport {
         out.into_bytes()
     }
 
-    /// JSON lines: one object per row, keys in the order of SPEC 7, numbers as numbers, missing values as null.
+    /// JSON lines: one object per row, keys in the order of contract §7, numbers as numbers, missing values as null.
     pub fn to_jsonl(&self) -> Vec<u8> {
         let mut out = Vec::new();
         let period = self.period.to_string();
@@ -184,7 +184,7 @@ impl BillingExport {
     }
 }
 
-/// The Arrow schema of an export: SPEC 7 columns, nullable where a value may be missing.
+/// The Arrow schema of an export: contract §7 columns, nullable where a value may be missing.
 pub fn schema() -> Arc<Schema> {
     let field = |name: &str, data_type: DataType, nullable: bool| Field::new(name, data_type, nullable);
     Arc::new(Schema::new(vec![
@@ -249,7 +249,7 @@ mod tests {
         assert_eq!(csv_text("\rx"), "\"'\rx\"");
     }
 
-    // Proves JSON lines keep SPEC 7's keys in order, numbers as numbers and missing values as null.
+    // Proves JSON lines keep contract §7's keys in order, numbers as numbers and missing values as null.
     #[test]
     fn jsonl_has_the_columns_in_order() {
         let jsonl = String::from_utf8(export().to_jsonl()).unwrap();
@@ -260,7 +260,7 @@ mod tests {
         );
     }
 
-    // Proves Parquet reads back with the SPEC 7 columns and gaps, integer types and nulls, and is the same bytes twice.
+    // Proves Parquet reads back with the contract §7 columns and gaps, integer types and nulls, and is the same bytes twice.
     #[test]
     fn parquet_reads_back_typed() {
         let with_gaps = || BillingExport { gaps: "quota.usage:0:3-4".into(), ..export() };

@@ -1,4 +1,4 @@
-//! Reports (SPEC 5, SPEC 7): billing exports and audit answers, computed from the ledger's typed reads.
+//! Reports (contract §5, contract §7): billing exports and audit answers, computed from the ledger's typed reads.
 //!
 //! The last stage of the pipeline: the ledger holds every event, reconcile has written its adjustments, and
 //! this crate answers finance ("what does each tenant owe for November?", [`billing`] and [`export`]) and

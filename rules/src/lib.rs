@@ -1,4 +1,4 @@
-//! The quota rules (SPEC 5), as pure functions over events: what the enforcement hook decides with, what
+//! The quota rules (contract §5), as pure functions over events: what the enforcement hook decides with, what
 //! reconcile judges by, and what the billing export and audit answers explain. No I/O: every rule takes events
 //! and instants and answers values, so the three agree by construction and each rule is tested on hand-written
 //! histories without a database.

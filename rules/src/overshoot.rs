@@ -1,4 +1,4 @@
-//! Effective limit and overshoot of one window (SPEC 5 "Effective limit", "Overshoot").
+//! Effective limit and overshoot of one window (contract §5 "Effective limit", "Overshoot").
 
 use schemas::{Enforcement, GrantEvent, Scope, Timestamp};
 
@@ -116,7 +116,7 @@ mod tests {
         }
     }
 
-    // SPEC 5 "Effective limit": overlapping grants raise the limit; subject grants raise only that subject's windows.
+    // contract §5 "Effective limit": overlapping grants raise the limit; subject grants raise only that subject's windows.
     #[test]
     fn grants_raise_the_windows_they_overlap() {
         let grants = [
@@ -154,7 +154,7 @@ mod tests {
         assert!(crossers(&mut consumed, i64::MAX).is_empty(), "nothing passes a saturated limit");
     }
 
-    // SPEC 5 "Overshoot": the events named are those that crossed the limit, in event time, not arrival order.
+    // contract §5 "Overshoot": the events named are those that crossed the limit, in event time, not arrival order.
     #[test]
     fn the_events_that_crossed_the_limit_are_named_in_event_time() {
         let c = |id: &str, t: &str, seq: u64, quantity: i64| Consumed {

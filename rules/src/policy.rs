@@ -1,4 +1,4 @@
-//! Which policy versions apply to a tenant's consumption at an instant (SPEC 5 "Policy in force").
+//! Which policy versions apply to a tenant's consumption at an instant (contract §5 "Policy in force").
 //!
 //! For each policy_id on its own, and each window kind its versions use: the window of that kind containing the
 //! instant is a window of the policy when the version in force for it (the greatest (`effective_from`,
@@ -9,10 +9,10 @@
 //! the policy, and neither are the days before the 15th DAY windows of it (the version in force for each of them
 //! is the MONTH one); a DAY to MONTH change makes the month a MONTH window, beside the DAY windows before the
 //! change. A policy of tenant `*` is the plan default: it applies to a tenant with no policy of its own in force
-//! for the same metric, scope and window. Choices where the SPEC is silent: "of its own" means in force for that
+//! for the same metric, scope and window. Choices where the contract is silent: "of its own" means in force for that
 //! window, so a tenant policy that only starts next month leaves this month to the plan default; and a policy of
 //! its own covers only plan defaults of its kind ([`covers`]): a quota (no `burst`) only quotas, a throttle (a
-//! `burst`, this project's extension, which SPEC 3 does not know) only throttles. A tenant's own SHADOW quota
+//! `burst`, this project's extension, which contract §3 does not know) only throttles. A tenant's own SHADOW quota
 //! covers as any quota does: a trial of a policy for that tenant.
 
 use std::collections::BTreeMap;
@@ -71,7 +71,7 @@ pub fn in_force<'a>(versions: &[&'a PolicyEvent], at: Timestamp) -> Vec<Applicab
     found
 }
 
-/// Whether a tenant's own policy `own` covers the plan default `default` of the same metric (SPEC 3: "no policy
+/// Whether a tenant's own policy `own` covers the plan default `default` of the same metric (contract §3: "no policy
 /// of its own for the same metric, scope and window"): the same scope and window, and the same kind. A throttle
 /// limits a rate and a quota an allowance, so neither stands in for the other: a tenant's own throttle covering
 /// the plan's quota made the plan's HARD quota go unenforced and its SOFT quota unbilled for that tenant.
@@ -135,7 +135,7 @@ mod tests {
         applicable.iter().map(|a| (a.policy.policy_id.clone(), a.policy.limit, a.plan_default)).collect()
     }
 
-    // SPEC 5 "Policy in force": a version effective mid-window governs the whole window; one effective after it does not.
+    // contract §5 "Policy in force": a version effective mid-window governs the whole window; one effective after it does not.
     #[test]
     fn the_version_effective_before_the_window_end_governs_it() {
         let policies = [
@@ -158,7 +158,7 @@ mod tests {
             .collect()
     }
 
-    // SPEC 5 per window: a version that changes the window kind mid-month governs every window whose end it is
+    // contract §5 per window: a version that changes the window kind mid-month governs every window whose end it is
     // effective before. MONTH to DAY on the 15th: November is no MONTH window of the policy (its version in force is
     // the DAY one) and the days before the 15th no DAY windows of it (theirs is the MONTH one), so the plan's MONTH
     // quota covers the tenant for the whole month, and the policy's DAY windows start on the 15th. Picked by the
@@ -204,7 +204,7 @@ mod tests {
         check("org-2", "2026-11-20T08:00:00Z", vec![("q".into(), 2, Window::MONTH, november, false)]);
     }
 
-    // SPEC 5: equal effective_from, the greater version wins; each policy_id is evaluated on its own.
+    // contract §5: equal effective_from, the greater version wins; each policy_id is evaluated on its own.
     #[test]
     fn ties_go_to_the_greater_version_and_ids_are_separate() {
         let policies = [
@@ -216,7 +216,7 @@ mod tests {
         assert_eq!(limits(&found), [("p".into(), 150, false), ("q".into(), 999, false)]);
     }
 
-    // SPEC 3: the `*` plan default applies to a tenant without its own policy for the same metric, scope and window.
+    // contract §3: the `*` plan default applies to a tenant without its own policy for the same metric, scope and window.
     #[test]
     fn plan_defaults_fill_in_only_where_the_tenant_has_none() {
         let policies = [
@@ -236,7 +236,7 @@ mod tests {
         assert!(applicable(&policies, "org-2", "tokens", t).is_empty(), "another metric has no policy");
     }
 
-    // Choice where the SPEC is silent (SPEC 3 knows no throttles): a tenant's own throttle covers only the plan's
+    // Choice where the contract is silent (contract §3 knows no throttles): a tenant's own throttle covers only the plan's
     // throttles, its own quota only the plan's quotas, of the same scope and window; a SHADOW quota of its own covers
     // the plan's quota (a trial of a policy for that tenant). An own MONTH throttle hid the plan's MONTH quota.
     #[test]

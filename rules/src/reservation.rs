@@ -1,6 +1,6 @@
-//! The life of one reservation, decided by event time, not arrival order (SPEC 5 "Reservations").
+//! The life of one reservation, decided by event time, not arrival order (contract §5 "Reservations").
 //!
-//! A reservation is identified by (tenant, reservation_id) ([`same_reservation`]; choice where the SPEC is
+//! A reservation is identified by (tenant, reservation_id) ([`same_reservation`]; choice where the contract is
 //! silent): producers of other teams choose their own ids, and one tenant's events must never change another
 //! tenant's verdicts, so events of another tenant with the same reservation_id are another reservation.
 //!
@@ -8,7 +8,7 @@
 //! expires_at` closes it: a COMMIT records its amount as consumption (more than reserved is charged), a RELEASE
 //! nothing. A close after `expires_at`, after the reservation was closed, or for a reservation_id with no
 //! RESERVE is a refused transition. With no valid close, the reservation is expired once `expires_at` is
-//! before the run's `as_of`. (Choice where the SPEC is silent: a second RESERVE of the same reservation_id is a
+//! before the run's `as_of`. (Choice where the contract is silent: a second RESERVE of the same reservation_id is a
 //! refused transition too; ties in event time go to the earlier ledger sequence.)
 
 use schemas::{ReservationAction, ReservationEvent, Timestamp};
@@ -43,7 +43,7 @@ pub struct Verdict {
 
 /// What judging needs of a reservation event: the event itself, or what a caller keeps of it (the hook keeps
 /// no more than this of the reservations it folds).
-#[allow(missing_docs)] // The ReservationEvent's own fields, by their SPEC 3 names.
+#[allow(missing_docs)] // The ReservationEvent's own fields, by their contract §3 names.
 pub trait Transition {
     fn action(&self) -> ReservationAction;
     fn occurred_at(&self) -> Timestamp;
@@ -75,7 +75,7 @@ pub fn same_reservation(a: &ReservationEvent, b: &ReservationEvent) -> bool {
 /// What judging reads of a reservation event, for callers that keep no more of it (the hook's fold, a close
 /// refused from the ledger's tables).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[allow(missing_docs)] // The ReservationEvent's own fields, by their SPEC 3 names.
+#[allow(missing_docs)] // The ReservationEvent's own fields, by their contract §3 names.
 pub struct Facts {
     pub action: ReservationAction,
     pub occurred_at: Timestamp,
@@ -185,7 +185,7 @@ mod tests {
     const AS_OF: &str = "2026-11-02T00:00:00Z";
     const EXPIRY: Option<&str> = Some("2026-11-01T10:10:00Z");
 
-    // SPEC 5: COMMIT closes the reservation and counts its amount, more than reserved included.
+    // contract §5: COMMIT closes the reservation and counts its amount, more than reserved included.
     #[test]
     fn commit_above_the_reserved_amount_is_charged_in_full() {
         let reserve = event(ReservationAction::RESERVE, 100, "2026-11-01T10:00:00Z", EXPIRY);
@@ -195,7 +195,7 @@ mod tests {
         assert_eq!((verdict.consumption, verdict.expired, verdict.refused.len()), (130, None, 0));
     }
 
-    // SPEC 5: validity by event time: a COMMIT that arrives after a later-dated RELEASE but happened first is the valid close.
+    // contract §5: validity by event time: a COMMIT that arrives after a later-dated RELEASE but happened first is the valid close.
     #[test]
     fn the_first_close_by_event_time_wins_whatever_the_arrival_order() {
         let reserve = event(ReservationAction::RESERVE, 100, "2026-11-01T10:00:00Z", EXPIRY);
@@ -207,7 +207,7 @@ mod tests {
         assert_eq!(verdict.consumption, 40);
     }
 
-    // SPEC 5: a close after expires_at is refused, and the reservation is expired holding its amount.
+    // contract §5: a close after expires_at is refused, and the reservation is expired holding its amount.
     #[test]
     fn a_commit_after_expiry_is_refused_and_the_reservation_expires() {
         let reserve = event(ReservationAction::RESERVE, 100, "2026-11-01T10:00:00Z", EXPIRY);
@@ -217,7 +217,7 @@ mod tests {
         assert_eq!((verdict.close, verdict.expired, verdict.consumption), (None, Some(100), 0));
     }
 
-    // SPEC 5: a close at exactly expires_at is valid; a RELEASE consumes nothing.
+    // contract §5: a close at exactly expires_at is valid; a RELEASE consumes nothing.
     #[test]
     fn a_release_at_the_expiry_instant_is_valid() {
         let reserve = event(ReservationAction::RESERVE, 100, "2026-11-01T10:00:00Z", EXPIRY);
@@ -229,7 +229,7 @@ mod tests {
         );
     }
 
-    // SPEC 5: an unclosed reservation is expired only once expires_at is before the run's as_of.
+    // contract §5: an unclosed reservation is expired only once expires_at is before the run's as_of.
     #[test]
     fn an_open_reservation_expires_only_after_its_expiry() {
         let reserve = event(ReservationAction::RESERVE, 70, "2026-11-01T10:00:00Z", EXPIRY);
@@ -237,7 +237,7 @@ mod tests {
         assert_eq!(judge(&[(1, &reserve)], at(AS_OF)).expired, Some(70));
     }
 
-    // SPEC 5: a close for a reservation_id with no RESERVE is refused; so is a second RESERVE.
+    // contract §5: a close for a reservation_id with no RESERVE is refused; so is a second RESERVE.
     #[test]
     fn closes_without_a_reserve_and_second_reserves_are_refused() {
         let commit = event(ReservationAction::COMMIT, 5, "2026-11-01T10:05:00Z", None);

@@ -1,4 +1,4 @@
-//! Calendar-aligned windows in UTC (SPEC 3 `Window`, SPEC 5).
+//! Calendar-aligned windows in UTC (contract §3 `Window`, contract §5).
 
 use chrono::{DateTime, Datelike, TimeZone, Timelike, Utc};
 use schemas::{Timestamp, Window};

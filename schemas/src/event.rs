@@ -1,4 +1,4 @@
-//! The six event records of SPEC 3 as Rust types, with their JSON form (the form `schemas encode` reads and
+//! The six event records of contract §3 as Rust types, with their JSON form (the form `schemas encode` reads and
 //! `schemas decode` prints: field names exactly as in the `.avsc` files, timestamps as RFC 3339 strings).
 
 use std::collections::BTreeMap;
@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::timestamp::Timestamp;
 
-/// The fields every event record starts with (SPEC 3).
+/// The fields every event record starts with (contract §3).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Header {
     /// Unique id chosen by the producer; the deduplication key, forever.
@@ -193,7 +193,7 @@ pub struct AdjustmentEvent {
 macro_rules! avro_enum {
     ($(#[$doc:meta])* $name:ident { $($symbol:ident),+ $(,)? }) => {
         $(#[$doc])*
-        // The variants are the SPEC's Avro symbols, spelled as producers in other languages spell them, and
+        // The variants are the contract's Avro symbols, spelled as producers in other languages spell them, and
         // documented by the enum's own doc.
         #[allow(non_camel_case_types, missing_docs)]
         #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -256,7 +256,7 @@ impl Reason {
         }
     }
 
-    /// What the reason means, in words support can paste to a customer (SPEC 6 keeps apart going too fast and
+    /// What the reason means, in words support can paste to a customer (contract §6 keeps apart going too fast and
     /// being out of allowance). Decisions of other enforcement points arrive through Kafka with any reason, so
     /// every reason has words, whether or not this hook decides it.
     pub fn in_words(self) -> &'static str {
@@ -308,9 +308,9 @@ avro_enum!(
     AdjustmentKind { CONFLICTING_DUPLICATE, RESERVATION_EXPIRED, REFUSED_TRANSITION, OVERSHOOT, SHADOW_OVER_LIMIT, LATE_USAGE }
 );
 
-/// The record types of SPEC 3, in the order of the topics there.
+/// The record types of contract §3, in the order of the topics there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[allow(missing_docs)] // The record names of SPEC 3.
+#[allow(missing_docs)] // The record names of contract §3.
 pub enum EventType {
     UsageEvent,
     DecisionEvent,
@@ -348,7 +348,7 @@ impl EventType {
         format!("{}.{}", crate::NAMESPACE, self.name())
     }
 
-    /// The default topic of SPEC 2.
+    /// The default topic of contract §2.
     pub fn default_topic(self) -> &'static str {
         match self {
             EventType::UsageEvent => "quota.usage",
@@ -373,7 +373,7 @@ impl fmt::Display for EventType {
     }
 }
 
-/// Any event of SPEC 3.
+/// Any event of contract §3.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[allow(missing_docs)] // One variant per record type, named after it.
 pub enum Event {

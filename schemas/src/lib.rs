@@ -1,4 +1,4 @@
-//! The event schemas of SPEC 3 and the schema catalog: the words every other crate of quota-ledger speaks.
+//! The event schemas of contract §3 and the schema catalog: the words every other crate of quota-ledger speaks.
 //!
 //! Producers write Avro single-object encoding (`C3 01`, the writer schema's CRC-64-AVRO fingerprint, the body)
 //! or Avro object container files. The [`Catalog`] finds the writer schema by fingerprint, resolves it to the

@@ -1,4 +1,4 @@
-//! Validation of decoded events: what a well-formed event of SPEC 3 must satisfy before the ledger records it.
+//! Validation of decoded events: what a well-formed event of contract §3 must satisfy before the ledger records it.
 
 use crate::event::*;
 use crate::timestamp::Timestamp;
@@ -20,14 +20,14 @@ pub const TIMESTAMP_MAX: Timestamp = Timestamp(4_102_444_800_000_000);
 /// a float.
 pub const AMOUNT_MAX: i64 = (1 << 53) - 1;
 
-/// Longest tenant, subject or metric, in bytes of UTF-8 (SPEC 9.2): names that services and reports carry in every
+/// Longest tenant, subject or metric, in bytes of UTF-8 (contract §9.2): names that services and reports carry in every
 /// key and row; a producer's mistake (a whole request body as a tenant) must not become every row's size.
 pub const NAME_BYTES_MAX: usize = 128;
-/// Longest idempotency_key or request_id, in bytes of UTF-8 (SPEC 9.2): room for a UUID with a prefix or a
+/// Longest idempotency_key or request_id, in bytes of UTF-8 (contract §9.2): room for a UUID with a prefix or a
 /// signed token, not for a payload.
 pub const ID_BYTES_MAX: usize = 256;
 
-/// An event that decodes but breaks a rule of SPEC 3.
+/// An event that decodes but breaks a rule of contract §3.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 #[allow(missing_docs)] // Each variant's #[error] message says what it means and quotes its fields.
@@ -68,14 +68,14 @@ fn non_empty(field: &'static str, value: &str) -> Result<(), Invalid> {
     if value.is_empty() { Err(Invalid::Empty { field }) } else { Ok(()) }
 }
 
-/// A tenant, subject or metric: 1 to [`NAME_BYTES_MAX`] bytes without control characters (SPEC 9.2). What the
+/// A tenant, subject or metric: 1 to [`NAME_BYTES_MAX`] bytes without control characters (contract §9.2). What the
 /// hook checks of a request before it decides, and ingest of an event before it records it.
 pub fn check_name(field: &'static str, value: &str) -> Result<(), Invalid> {
     non_empty(field, value)?;
     bounded(field, value, NAME_BYTES_MAX)
 }
 
-/// An idempotency_key or request_id: at most [`ID_BYTES_MAX`] bytes without control characters (SPEC 9.2).
+/// An idempotency_key or request_id: at most [`ID_BYTES_MAX`] bytes without control characters (contract §9.2).
 pub fn check_id(field: &'static str, value: &str) -> Result<(), Invalid> {
     bounded(field, value, ID_BYTES_MAX)
 }
@@ -116,7 +116,7 @@ fn opt_in_range(field: &'static str, value: Option<Timestamp>) -> Result<(), Inv
     value.map_or(Ok(()), |v| in_range(field, v))
 }
 
-/// Checks an event against the rules of SPEC 3.
+/// Checks an event against the rules of contract §3.
 pub fn validate(event: &Event) -> Result<(), Invalid> {
     let header = event.header();
     non_empty("event_id", &header.event_id)?;
@@ -126,7 +126,7 @@ pub fn validate(event: &Event) -> Result<(), Invalid> {
     }
     check_name("metric", &header.metric)?;
     in_range("occurred_at", header.occurred_at)?;
-    // `*` names the plan defaults (SPEC 3, PolicyEvent). Usage, a decision, a reservation or a grant of "tenant *"
+    // `*` names the plan defaults (contract §3, PolicyEvent). Usage, a decision, a reservation or a grant of "tenant *"
     // was billed as a tenant of its own, under the plan default as if that were its own policy, and a grant to `*`
     // raised nobody's limit; the hook refuses `*` as a tenant too.
     if header.tenant == "*" && !matches!(event, Event::Policy(_) | Event::Adjustment(_)) {

@@ -35,7 +35,7 @@ fn the_catalog_has_the_fingerprints_other_encoders_compute() {
     }
 }
 
-// SPEC 3's timestamps are longs with a logical type: [STRIP] drops the logicalType, [PRIMITIVES] then writes the
+// contract §3's timestamps are longs with a logical type: [STRIP] drops the logicalType, [PRIMITIVES] then writes the
 // bare primitive.
 #[test]
 fn a_logical_type_is_its_bare_primitive_in_the_canonical_form() {

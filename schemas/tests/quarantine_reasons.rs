@@ -1,4 +1,4 @@
-// Proves that each kind of bad input (SPEC 4.4) is refused with its own DecodeError variant and stable code.
+// Proves that each kind of bad input (contract §4.4) is refused with its own DecodeError variant and stable code.
 
 use apache_avro::Schema;
 use schemas::catalog::SINGLE_OBJECT_HEADER_BYTES;
@@ -350,7 +350,7 @@ fn container_of_unknown_record() {
     assert_eq!(e.code(), "wrong_type");
 }
 
-// Proves SPEC 9.2's bounds: a tenant, subject or metric longer than 128 bytes, or an idempotency_key or request_id
+// Proves contract §9.2's bounds: a tenant, subject or metric longer than 128 bytes, or an idempotency_key or request_id
 // longer than 256, is refused as "field_too_long", and exactly the limit passes.
 #[test]
 fn field_too_long() {

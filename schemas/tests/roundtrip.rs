@@ -12,7 +12,7 @@ use schemas::{
 };
 
 // ---------------------------------------------------------------------------------------------------------------
-// Generators of valid events (the rules of SPEC 3 as `schemas::validate` checks them).
+// Generators of valid events (the rules of contract §3 as `schemas::validate` checks them).
 
 /// A timestamp inside the accepted range.
 fn timestamp() -> impl Strategy<Value = Timestamp> {
@@ -165,7 +165,7 @@ fn adjustment() -> impl Strategy<Value = Event> {
         (id(), proptest::option::of(symbol_of(Scope::SYMBOLS, Scope::from_symbol))),
     )
         .prop_map(|(header, kind, policy_id, window_start, window_end, amount, refs, (run_id, scope))| {
-            // An adjustment's event_id is its adjustment_id (SPEC 3). Amounts are deltas: any sign.
+            // An adjustment's event_id is its adjustment_id (contract §3). Amounts are deltas: any sign.
             let adjustment_id = header.event_id.clone();
             Event::Adjustment(AdjustmentEvent {
                 header,

@@ -1,4 +1,4 @@
-//! The answers of the HTTP layer: a decision as SPEC 6 spells it (status, `Retry-After` and `RateLimit-*`
+//! The answers of the HTTP layer: a decision as contract §6 spells it (status, `Retry-After` and `RateLimit-*`
 //! headers, the JSON body), a reservation's close, and errors as `{error, message}`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -61,7 +61,7 @@ fn internal(code: &str, e: &HookError) -> Response {
     (StatusCode::INTERNAL_SERVER_ERROR, Json(body)).into_response()
 }
 
-/// The answer body of SPEC 6, plus identifiers (added, never renamed).
+/// The answer body of contract §6, plus identifiers (added, never renamed).
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct DecisionBody {
@@ -83,7 +83,7 @@ struct DecisionBody {
     /// `reservationId`, as the other identifiers of this body are spelled: kept for the clients written to it.
     #[serde(skip_serializing_if = "Option::is_none")]
     reservation_id: Option<String>,
-    /// SPEC 7's spelling (`-> {reservation_id, ...}`), which the commit and release answers use too.
+    /// contract §7's spelling (`-> {reservation_id, ...}`), which the commit and release answers use too.
     #[serde(rename = "reservation_id", skip_serializing_if = "Option::is_none")]
     reservation_id_spec: Option<String>,
 }

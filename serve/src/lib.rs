@@ -1,4 +1,4 @@
-//! Serve: the enforcement hook over HTTP (SPEC 6, SPEC 7), for services that ask "may this request proceed?" from
+//! Serve: the enforcement hook over HTTP (contract §6, contract §7), for services that ask "may this request proceed?" from
 //! another process or language. The [`hook`] decides and records in the ledger; this crate is the server around it.
 //! JSON in and out; 200 when allowed, 429 when denied with `Retry-After` and `RateLimit-*` headers; 400 for malformed
 //! input, 401 without a valid token, 403 for a tenant the token does not cover (nothing consumed in any of them);
@@ -70,7 +70,7 @@ pub const READ_TIMEOUT_MS: u64 = 30_000;
 /// default keep-alive is 5 s, hyper's header timeout 30 s, what `--read-timeout-ms` meant until now).
 pub const HEADER_TIMEOUT_MS: u64 = 10_000;
 /// How long `serve` waits, on SIGTERM or Ctrl-C, for the requests in flight before it exits, and then for the hook's
-/// writer to close the ledger (SPEC 9.5).
+/// writer to close the ledger (contract §9.5).
 pub const SHUTDOWN_WAIT_MS: u64 = 10_000;
 /// How long `serve` goes on answering once the hook's writer stopped on a panic (every request then fails, and
 /// `/healthz` answers 503 `stopped`) before it stops and exits 2: long enough for a probe or a load balancer to
@@ -82,7 +82,7 @@ pub const WRITER_STOPPED_EXIT_MS: u64 = 1_000;
 pub struct ServeSettings {
     /// Address to listen on (port 0 picks one: [`run`] says which).
     pub listen: SocketAddr,
-    /// The token file (SPEC 7, [`tokens::Tokens::read`]).
+    /// The token file (contract §7, [`tokens::Tokens::read`]).
     pub tokens: PathBuf,
     /// How the hook groups requests and how durable its commits are.
     pub hook: HookSettings,

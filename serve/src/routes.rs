@@ -1,4 +1,4 @@
-//! The HTTP layer of the hook: the routes of SPEC 7, each request's body read within its deadline and its size
+//! The HTTP layer of the hook: the routes of contract §7, each request's body read within its deadline and its size
 //! limit, the caller's token checked, then the hook asked.
 
 use std::sync::Arc;

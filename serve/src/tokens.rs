@@ -1,4 +1,4 @@
-//! Who may ask: the token file (SPEC 7) and the bearer token of each request.
+//! Who may ask: the token file (contract §7) and the bearer token of each request.
 //!
 //! The file holds secrets, so it is treated as one: refused when its mode lets group or others read or write it
 //! (as ssh refuses a private key), and never quoted back when it does not parse (toml's errors show the line they
@@ -37,7 +37,7 @@ struct TokenFile {
 #[serde(deny_unknown_fields)]
 struct Token {
     /// Who asks, recorded on every decision this token asks for; `token-N` (its place in the file) when absent,
-    /// so that the files SPEC 7 describes (`secret` and `tenants` only) keep working.
+    /// so that the files contract §7 describes (`secret` and `tenants` only) keep working.
     name: Option<String>,
     /// Sent as `Authorization: Bearer SECRET`.
     secret: Option<String>,
@@ -132,7 +132,7 @@ pub struct Tokens {
 }
 
 impl Tokens {
-    /// Reads the token file at `path` (SPEC 7): TOML, `[[token]]` tables with an optional `name`, `secret` or
+    /// Reads the token file at `path` (contract §7): TOML, `[[token]]` tables with an optional `name`, `secret` or
     /// `secret_sha256`, and `tenants` (a list of tenant names, or `["*"]` for all). Refused when group or others may
     /// read or write it, and when two tokens share a name or a secret.
     pub fn read(path: &Path) -> Result<Tokens, TokenFileError> {

@@ -1,4 +1,4 @@
-//! `audit why REQUEST_ID [--json]` and `audit tenant TENANT --from RFC3339 --to RFC3339 [--json]` (SPEC 7):
+//! `audit why REQUEST_ID [--json]` and `audit tenant TENANT --from RFC3339 --to RFC3339 [--json]` (contract §7):
 //! support's answers, in words to paste to a customer or as JSON. An unknown request id, or a tenant the ledger
 //! holds no event of, exits 1 with the nearest known ones.
 

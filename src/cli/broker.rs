@@ -1,4 +1,4 @@
-//! `broker mock`: librdkafka's in-process mock cluster as a process of its own, with the topics of SPEC 2.
+//! `broker mock`: librdkafka's in-process mock cluster as a process of its own, with the topics of contract §2.
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -1,4 +1,4 @@
-//! `export billing --period YYYY-MM --format csv|parquet|jsonl [--final] [--out PATH]` (SPEC 5, SPEC 7).
+//! `export billing --period YYYY-MM --format csv|parquet|jsonl [--final] [--out PATH]` (contract §5, §7).
 //!
 //! An open period is computed at the ledger's current watermark. `--final` closes the period and stores its
 //! rows in the ledger in the same transaction; a closed period is re-exported from those rows, byte for byte,

@@ -20,7 +20,7 @@ pub struct GenerateArgs {
     /// The same seed gives the same stream.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Produce to Kafka (the topics of SPEC 2, the tenant as key).
+    /// Produce to Kafka (the topics of docs/contract.md §2, the tenant as key).
     #[arg(long, value_name = "BROKERS")]
     to_kafka: Option<String>,
     /// Write one Avro object container file per record type into this directory (`UsageEvent.avro`, ...).

@@ -38,7 +38,7 @@ pub struct IngestArgs {
     #[arg(long, env = "QUOTA_LEDGER_GROUP")]
     group: Option<String>,
     /// Topics to consume as KIND=TOPIC (KIND: usage, decisions, reservations, grants, policies); default the
-    /// five of SPEC 2 (quota.usage, quota.decisions, quota.reservations, quota.grants, quota.policies).
+    /// five of docs/contract.md §2 (quota.usage, quota.decisions, quota.reservations, quota.grants, quota.policies).
     #[arg(long, value_delimiter = ',')]
     topics: Vec<String>,
     /// Exit 0 once the ledger reached the end of every partition of every topic (for nightly jobs); exit 2 naming

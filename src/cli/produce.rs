@@ -18,7 +18,7 @@ pub struct ProduceArgs {
     /// JSON lines, one event per line (the form `schemas encode` reads); `-` for stdin.
     #[arg(long)]
     file: PathBuf,
-    /// The topic (default: the type's topic of SPEC 2).
+    /// The topic (default: the type's topic of docs/contract.md §2).
     #[arg(long)]
     topic: Option<String>,
     #[command(flatten)]

@@ -23,7 +23,7 @@ pub enum QuarantineCommand {
         #[arg(long = "id")]
         ids: Vec<i64>,
         /// Which record type each input topic carries, as given to `ingest` (`KIND=TOPIC`, repeatable; default
-        /// the names of SPEC 2): a message from a topic is recorded only if it is of that topic's type.
+        /// the names of docs/contract.md §2): a message from a topic is recorded only if it is of that topic's type.
         #[arg(long, value_name = "KIND=TOPIC")]
         topics: Vec<String>,
         /// Print the report as JSON.
@@ -48,7 +48,7 @@ fn replay(ledger_path: &Path, ids: &[i64], topics: &[String], json: bool) -> any
     // append-only trigger of quarantine_replays, in words that read like tampering (nothing was lost).
     let _lock = ProcessLock::acquire(ledger_path, "replay")?;
     let mut ledger = super::open_for_append(ledger_path)?;
-    // A topic carries one record type (SPEC 2): a message of another is not recorded by a replay either.
+    // A topic carries one record type (contract §2): a message of another is not recorded by a replay either.
     let expected = |origin: &Origin| match origin {
         Origin::Kafka { topic, .. } => topics.event_type(topic).map(Some).ok_or_else(|| {
             format!("topic {topic:?} is not among the input topics {topics}; pass the --topics that ingest used")

@@ -1,4 +1,4 @@
-//! `reconcile --as-of T`: the nightly job (SPEC 5, SPEC 7). Plans every adjustment, records them in one
+//! `reconcile --as-of T`: the nightly job (contract §5, §7). Plans every adjustment, records them in one
 //! transaction, publishes them to `quota.adjustments` through the outbox when `--brokers` is given, and prints
 //! a report. Exit 0 when the run wrote nothing (clean), 1 when it wrote adjustments (discrepancies found), 2 on
 //! error.
@@ -29,7 +29,7 @@ pub struct ReconcileArgs {
     /// Judge windows that ended and reservations that expired by this instant (RFC 3339, UTC).
     #[arg(long, value_parser = parse_as_of)]
     as_of: Timestamp,
-    /// Print the run as JSON (SPEC 7).
+    /// Print the run as JSON (docs/contract.md §7).
     #[arg(long)]
     json: bool,
     /// Compute and print the plan, record nothing.
@@ -58,7 +58,7 @@ fn parse_as_of(text: &str) -> Result<Timestamp, String> {
     Ok(t)
 }
 
-/// `--json` (SPEC 7): `run_id`, `as_of`, `adjustments_written`, `adjustments_by_kind`, `adjustments`.
+/// `--json` (docs/contract.md §7): `run_id`, `as_of`, `adjustments_written`, `adjustments_by_kind`, `adjustments`.
 #[derive(Debug, Serialize)]
 pub(crate) struct RunJson {
     run_id: String,
@@ -70,7 +70,7 @@ pub(crate) struct RunJson {
     adjustments: Vec<serde_json::Value>,
     read: reconcile::PlanCounts,
     outbox: Option<PublishReport>,
-    /// Policies and grants recorded after the close of a month they would change (contract §9.5).
+    /// Policies and grants recorded after the close of a month they would change (docs/contract.md §9.5).
     after_close: Vec<reconcile::after_close::AfterClose>,
 }
 

@@ -1,5 +1,5 @@
 //! `serve --listen ADDR --tokens FILE [--tls-cert FILE --tls-key FILE]`: the enforcement hook over HTTP or HTTPS
-//! (SPEC 6, SPEC 7), the `serve` crate's server. With `--brokers`, the outbox is published to Kafka every second.
+//! (contract §6, §7), the `serve` crate's server. With `--brokers`, the outbox is published to Kafka every second.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -18,7 +18,7 @@ pub struct ServeArgs {
     /// --insecure-listen.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// TOML file of `[[token]]` tables with `name`, `secret` (or `secret_sha256`) and `tenants` (SPEC 7); only its
+    /// TOML file of `[[token]]` tables with `name`, `secret` (or `secret_sha256`) and `tenants` (docs/contract.md §7); only its
     /// owner may read it (chmod 600).
     #[arg(long)]
     tokens: PathBuf,

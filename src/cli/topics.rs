@@ -1,4 +1,4 @@
-//! `topics create`: the topics of SPEC 2, for brokers that do not create topics on first use (Tansu).
+//! `topics create`: the topics of contract §2, for brokers that do not create topics on first use (Tansu).
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -18,7 +18,7 @@ pub enum TopicsCommand {
         #[arg(long, default_value_t = 3)]
         partitions: i32,
         /// Input topics under other names, as KIND=TOPIC (KIND: usage, decisions, reservations, grants,
-        /// policies), as `ingest --topics` takes them; default the five of SPEC 2.
+        /// policies), as `ingest --topics` takes them; default the five of docs/contract.md §2.
         #[arg(long, value_delimiter = ',')]
         topics: Vec<String>,
         /// The topic reconcile publishes adjustments to.
@@ -32,7 +32,7 @@ pub fn run(command: TopicsCommand) -> anyhow::Result<ExitCode> {
     let inputs = if topics.is_empty() { Topics::defaults() } else { Topics::parse(&topics)? };
     let mut names = inputs.names();
     names.push(&adjustments_topic);
-    // Where ingest and serve publish the ledger's checkpoints (SPEC 9.3).
+    // Where ingest and serve publish the ledger's checkpoints (contract §9.3).
     names.push(kafka::checkpoints::CHECKPOINTS_TOPIC);
     let created = kafka::admin::create_topics(&kafka.brokers, &names, partitions, &kafka.settings)?;
     for name in &names {

@@ -40,7 +40,7 @@ fn wait_for_port(address: &str, child: &mut Child, what: &str) {
 }
 
 impl Broker {
-    /// `quota-ledger broker mock`: the embedded broker, with the topics of SPEC 2 (3 partitions each).
+    /// `quota-ledger broker mock`: the embedded broker, with the topics of contract §2 (3 partitions each).
     pub fn mock() -> Broker {
         let mut child = ChildGuard::new(
             Command::new(BIN)
@@ -61,14 +61,14 @@ impl Broker {
     }
 
     /// Tansu on loopback with the given storage engine (`memory://tansu/` or `sqlite://FILE`), the topics of
-    /// SPEC 2 created through `quota-ledger topics create`. `None` only when `QUOTA_LEDGER_SKIP_TANSU=1` says to
+    /// contract §2 created through `quota-ledger topics create`. `None` only when `QUOTA_LEDGER_SKIP_TANSU=1` says to
     /// skip; a missing `tansu` otherwise fails the test with the command that installs it.
     pub fn tansu(storage: &str, port: Option<u16>) -> Option<Broker> {
         Broker::tansu_in(storage, port, None)
     }
 
     /// Tansu on its memory engine with only the topics `names` (created through the admin API): a broker that
-    /// lacks some of SPEC 2's topics and, as Tansu does, does not create them on first use.
+    /// lacks some of contract §2's topics and, as Tansu does, does not create them on first use.
     pub fn tansu_with_only(names: &[&str]) -> Option<Broker> {
         let broker = Broker::tansu_without_topics("memory://tansu/", None, None)?;
         let started = Instant::now();

@@ -5,7 +5,7 @@
 //! events late), reservations (committed, some above the reserved amount, released, abandoned, closed after
 //! expiry), decisions (allowed and denied), exact duplicates, conflicting duplicates and malformed messages,
 //! and counts each so that a test can compare the ledger with what was produced. [`to_kafka`] produces the stream
-//! to SPEC 2's topics; [`to_files`] writes it as Avro object container files, one per record type.
+//! to contract §2's topics; [`to_files`] writes it as Avro object container files, one per record type.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fs::File;
@@ -518,7 +518,7 @@ pub enum GenerateFilesError {
     },
 }
 
-/// Produces what `generator` generates to SPEC 2's default topics, the tenant as key, and waits for every
+/// Produces what `generator` generates to contract §2's default topics, the tenant as key, and waits for every
 /// acknowledgement.
 pub fn to_kafka(
     generator: &mut Generator,
@@ -533,7 +533,7 @@ pub fn to_kafka(
     producer.finish()
 }
 
-/// Sends one generated message to its type's default topic (SPEC 2), the tenant as key; garbage as it is.
+/// Sends one generated message to its type's default topic (contract §2), the tenant as key; garbage as it is.
 pub fn send_generated(
     producer: &mut KafkaProducer,
     catalog: &Catalog,

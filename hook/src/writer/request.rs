@@ -63,7 +63,7 @@ impl Writer {
         }))
     }
 
-    /// Validates an ask, answers a repeated idempotency key with the decision recorded for it (SPEC 9.1: the same
+    /// Validates an ask, answers a repeated idempotency key with the decision recorded for it (contract §9.1: the same
     /// request, or 409), and refuses a new one that would take a sum past i64 or the tenant past its bound of
     /// counters.
     fn admit(
@@ -314,7 +314,7 @@ impl Writer {
     }
 
     /// A close of a reservation the caller holds no open hold of: the original answer of the same close retried
-    /// (SPEC 9.1: the same action, and for a COMMIT the same amount, that this hook recorded), or why it is refused.
+    /// (contract §9.1: the same action, and for a COMMIT the same amount, that this hook recorded), or why it is refused.
     fn refuse_close(
         &self,
         reservation_id: &str,
@@ -370,7 +370,7 @@ impl Writer {
     }
 }
 
-/// Whether a repeated idempotency key comes with the request it was first used for (SPEC 9.1): the same tenant,
+/// Whether a repeated idempotency key comes with the request it was first used for (contract §9.1): the same tenant,
 /// subject, metric and amount, and a reserve for a reservation's decision (an allowed one names its reservation).
 /// Otherwise 409: the original answer would not answer this request, and deciding it afresh would give one key two
 /// decisions.
@@ -422,7 +422,7 @@ fn too_much(amount: i64, no_room: state::NoRoom) -> HookError {
     }
 }
 
-/// An ask the ledger can record (SPEC 9.2): a tenant (not the plan default's `*`), subject and metric of 1 to 128
+/// An ask the ledger can record (contract §9.2): a tenant (not the plan default's `*`), subject and metric of 1 to 128
 /// bytes, an idempotency key and request id of at most 256 (the key not empty), none with a control character,
 /// and an amount it accepts. Checked before anything is decided: the ledger refuses an event that breaks them, and
 /// with it the whole group's append, every other caller's decision included.

@@ -1,4 +1,4 @@
-//! The plan over inputs held in vectors ([`Memory`]): each rule of SPEC 5 judged without a ledger file.
+//! The plan over inputs held in vectors ([`Memory`]): each rule of contract §5 judged without a ledger file.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -208,7 +208,7 @@ fn adjustments(plan: &Plan) -> Vec<(AdjustmentKind, i64, Vec<&str>)> {
     plan.adjustments.iter().map(|a| (a.kind, a.amount, a.refs.iter().map(String::as_str).collect())).collect()
 }
 
-// Proves SPEC 5 "Overshoot": a HARD window's consumption above its limit is one OVERSHOOT of the difference,
+// Proves contract §5 "Overshoot": a HARD window's consumption above its limit is one OVERSHOOT of the difference,
 // naming the event that crossed the limit.
 #[test]
 fn a_window_over_its_hard_limit_is_an_overshoot_naming_the_crosser() {
@@ -229,7 +229,7 @@ fn a_window_over_its_hard_limit_is_an_overshoot_naming_the_crosser() {
     assert_eq!(plan.watermark, 4);
 }
 
-// Proves SPEC 5 "Reservations": a RESERVE with no valid close by its expiry is expired, for the amount it held,
+// Proves contract §5 "Reservations": a RESERVE with no valid close by its expiry is expired, for the amount it held,
 // and a COMMIT after the expiry is a refused transition, not consumption.
 #[test]
 fn a_reservation_never_closed_in_time_expires() {
@@ -249,7 +249,7 @@ fn a_reservation_never_closed_in_time_expires() {
     assert_eq!((plan.counts.reservation_events, plan.counts.valid_commits), (2, 0));
 }
 
-// Proves SPEC 4.3 and 5 "Reported once each": a conflicting copy is reported with its quantity and never counted,
+// Proves contract §4.3 and 5 "Reported once each": a conflicting copy is reported with its quantity and never counted,
 // so it pushes no window over its limit.
 #[test]
 fn a_conflicting_duplicate_is_reported_not_counted() {
@@ -262,7 +262,7 @@ fn a_conflicting_duplicate_is_reported_not_counted() {
     assert_eq!(plan.counts.conflicting_copies, 1);
 }
 
-// Proves SPEC 3 "a rerun writes nothing new": once a run's adjustments are recorded, the same inputs and as_of
+// Proves contract §3 "a rerun writes nothing new": once a run's adjustments are recorded, the same inputs and as_of
 // plan nothing, and a new event adds only its delta.
 #[test]
 fn a_rerun_writes_nothing_and_a_later_event_only_its_delta() {

@@ -1,4 +1,4 @@
-//! Audit answers for support (SPEC 1): `audit why REQUEST_ID` ([`why`]) and `audit tenant` ([`tenant`]), each a
+//! Audit answers for support (contract §1): `audit why REQUEST_ID` ([`why`]) and `audit tenant` ([`tenant`]), each a
 //! few of the ledger's typed reads at one watermark, then words a support engineer can paste ([`render`]) or JSON.
 
 pub mod render;

@@ -143,7 +143,7 @@ fn counter_paragraph(w: &Why, out: &mut String) {
         return bucket_paragraph(w, out);
     }
     let c = &w.counter;
-    // The hook's used_before is consumption plus what open reservations held (SPEC 6): the holds are in it,
+    // The hook's used_before is consumption plus what open reservations held (contract §6): the holds are in it,
     // never to be added again.
     let held = match c.open_reservations {
         0 => String::new(),

@@ -53,9 +53,9 @@ pub struct UnknownTenant {
     pub timeline: Timeline,
 }
 
-/// One decision of the timeline (SPEC 3 `DecisionEvent`), with its ledger sequence number.
+/// One decision of the timeline (contract §3 `DecisionEvent`), with its ledger sequence number.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[allow(missing_docs)] // The DecisionEvent's own fields, by their SPEC 3 names.
+#[allow(missing_docs)] // The DecisionEvent's own fields, by their contract §3 names.
 pub struct DecisionLine {
     pub seq: u64,
     pub occurred_at: Timestamp,
@@ -113,7 +113,7 @@ pub struct ReservationLine {
     pub committed: Option<i64>,
 }
 
-/// One adjustment of the timeline (SPEC 3 `AdjustmentEvent`), with its ledger sequence number.
+/// One adjustment of the timeline (contract §3 `AdjustmentEvent`), with its ledger sequence number.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AdjustmentLine {
     /// Its ledger sequence number.

@@ -41,9 +41,9 @@ pub struct Why {
     pub adjustments: Vec<AdjustmentFacts>,
 }
 
-/// A recorded decision (SPEC 3 `DecisionEvent`), with its ledger sequence number.
+/// A recorded decision (contract §3 `DecisionEvent`), with its ledger sequence number.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[allow(missing_docs)] // The DecisionEvent's own fields, by their SPEC 3 names.
+#[allow(missing_docs)] // The DecisionEvent's own fields, by their contract §3 names.
 pub struct Decision {
     pub seq: u64,
     pub event_id: String,
@@ -124,9 +124,9 @@ pub struct Counter {
     pub open_reservations_amount: i64,
 }
 
-/// A grant that raised the decision's window (SPEC 3 `GrantEvent`).
+/// A grant that raised the decision's window (contract §3 `GrantEvent`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[allow(missing_docs)] // The GrantEvent's own fields, by their SPEC 3 names.
+#[allow(missing_docs)] // The GrantEvent's own fields, by their contract §3 names.
 pub struct GrantFacts {
     pub grant_id: String,
     pub amount: i64,
@@ -143,7 +143,7 @@ pub struct Consumption {
     /// How many there were.
     pub events: u64,
     /// `total` plus what the reservations open at the decision held: the ledger's account of the recorded
-    /// `counter.used_before`, which counts holds the same way (SPEC 6).
+    /// `counter.used_before`, which counts holds the same way (contract §6).
     pub used_before: i64,
     /// The largest, at most [`LARGEST_SHOWN`].
     pub largest: Vec<Consumed>,
@@ -166,7 +166,7 @@ pub struct Consumed {
     pub subject: Option<String>,
 }
 
-/// An adjustment about the decision's window (SPEC 3 `AdjustmentEvent`), with its ledger sequence number.
+/// An adjustment about the decision's window (contract §3 `AdjustmentEvent`), with its ledger sequence number.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AdjustmentFacts {
     /// Its ledger sequence number.
@@ -386,7 +386,7 @@ fn grants(
     let mut found = Vec::new();
     for grant in at.ledger.grants_of(&decision.tenant, &decision.metric, at.watermark)? {
         let subject = grant.header.subject;
-        // SPEC 5: a grant with a subject raises that subject's SUBJECT windows, one without the TENANT windows.
+        // contract §5: a grant with a subject raises that subject's SUBJECT windows, one without the TENANT windows.
         let applies = match scope_subject {
             None => subject.is_none(),
             Some(s) => subject.is_some() && subject == *s,
@@ -568,7 +568,7 @@ mod tests {
         copy_applied(versions, &decided_at(occurred_at).named()).map(|i| versions[i].limit)
     }
 
-    // SPEC 5 "Policy in force", as rules::policy picks it among the copies of one version: the latest
+    // contract §5 "Policy in force", as rules::policy picks it among the copies of one version: the latest
     // effective_from, a tie to the later in the ledger, the tenant's own before the plan default.
     #[test]
     fn the_copy_applied_is_reconciles() {
