@@ -224,7 +224,7 @@ fn an_unknown_request_id_names_the_nearest() {
     );
 }
 
-// Review of 2026-12-02, defect 4: the nearest request ids are found whatever the case typed.
+// Proves that the nearest request ids are found whatever the case typed.
 #[test]
 fn an_unknown_request_id_in_another_case_names_the_nearest() {
     let test = hand_built();
@@ -235,9 +235,9 @@ fn an_unknown_request_id_in_another_case_names_the_nearest() {
     );
 }
 
-// Review of 2026-12-02, defect 4: a tenant the ledger holds no event of is said to be unknown, with the nearest
-// known tenants, exit 1 (as `audit why` for an unknown request id); a known tenant with nothing in the range
-// still gets its empty timeline, exit 0.
+// Proves that a tenant the ledger holds no event of is said to be unknown, with the nearest known tenants, exit 1
+// (as `audit why` for an unknown request id); a known tenant with nothing in the range still gets its empty
+// timeline, exit 0.
 #[test]
 fn an_unknown_tenant_names_the_nearest() {
     let test = hand_built();
@@ -363,7 +363,9 @@ fn reserved_then_checked() -> TestLedger {
     test
 }
 
-// Review item 1: the recorded used_before already includes what open reservations held, so a check allowed with 50 used (all held) and 40 asked is within 100, and the ledger's own account (consumption + held, its own RESERVE not counted) gives the same 50 and 0.
+// The recorded used_before already includes what open reservations held, so a check allowed with 50 used (all held)
+// and 40 asked is within 100, and the ledger's own account (consumption + held, its own RESERVE not counted) gives
+// the same 50 and 0.
 #[test]
 fn why_counts_held_reservations_once() {
     let test = reserved_then_checked();
@@ -436,7 +438,9 @@ fn adjustments_of(test: &TestLedger, from: &str, to: &str) -> Vec<(String, Strin
     found
 }
 
-// Review item 2: adjustments without a window belong to the range their events happened in (the RESERVE, the refused close, the conflicting copy), not to the run's --as-of: a month-end run dated exactly at `to` is in the month, an October reservation expired by a November run is not.
+// Adjustments without a window belong to the range their events happened in (the RESERVE, the refused close, the
+// conflicting copy), not to the run's --as-of: a month-end run dated exactly at `to` is in the month, an October
+// reservation expired by a November run is not.
 #[test]
 fn tenant_adjustments_without_a_window_follow_their_events() {
     let test = reconciled_at_month_end();
@@ -460,7 +464,7 @@ fn tenant_adjustments_without_a_window_follow_their_events() {
     );
 }
 
-// Review item 3: a reservation's state is as of `to`: committed at 10:30, it is open in a range ending at 10:15.
+// A reservation's state is as of `to`: committed at 10:30, it is open in a range ending at 10:15.
 #[test]
 fn tenant_reservation_state_is_as_of_the_end_of_the_range() {
     let test = hand_built();
@@ -488,7 +492,7 @@ fn tenant_reservation_state_is_as_of_the_end_of_the_range() {
     );
 }
 
-// Review item 4: the retry time in seconds is rounded up, as the Retry-After header is: 86356.8 s is 86357 s.
+// The retry time in seconds is rounded up, as the Retry-After header is: 86356.8 s is 86357 s.
 #[test]
 fn why_rounds_the_retry_seconds_up() {
     let test = TestLedger::new();
@@ -539,9 +543,9 @@ fn quota_v1(event_id: &str, owner: &str, metric: &str, limit: i64, shape: (Scope
     })
 }
 
-// Review of 2026-12-02 (audit why), h6: contract §5 "Policy in force" is per tenant *and metric*; a denial on `requests`
-// under `quota` v1 is explained with the `*` plan's requests policy and the grants of its TENANT windows, not with
-// org-1's own `quota` v1 of another metric (tokens, SUBJECT scope), which has nothing to do with it.
+// Contract §5 "Policy in force" is per tenant *and metric*: a denial on `requests` under `quota` v1 is explained
+// with the `*` plan's requests policy and the grants of its TENANT windows, not with org-1's own `quota` v1 of
+// another metric (tokens, SUBJECT scope), which has nothing to do with it.
 #[test]
 fn why_takes_the_policy_of_the_decisions_metric() {
     let test = TestLedger::new();
@@ -578,7 +582,7 @@ fn why_takes_the_policy_of_the_decisions_metric() {
     let expected =
         "Policy: quota version 1, the plan default (tenant *), TENANT scope: at most 100 requests per MONTH window";
     assert!(words.contains(expected), "{expected:?} missing from:\n{words}");
-    // The tenant's timeline says whose copy too (until 2026-12-03 it named `quota v1` alone, as org-1's own might be).
+    // The tenant's timeline says whose copy too: `quota v1` alone could be read as org-1's own.
     let range = ["--from", "2026-11-10T00:00:00Z", "--to", "2026-11-11T00:00:00Z"];
     let timeline = test.run(&[&["audit", "tenant", "org-1"][..], &range, &["--json"]].concat()).success().json();
     assert_eq!(timeline["decisions"][0]["policy_owner"], "*", "{timeline}");
@@ -596,10 +600,10 @@ fn usage_of_org_1(event_id: &str, occurred_at: &str, quantity: i64, request_id: 
     })
 }
 
-// Review of 2026-12-02 (audit why), h7: a request_id decided twice (allowed 8 at 10:00, denied at 10:05 with 8 used
-// before) is explained by its latest decision, and the usage its first decision recorded is "before" the second
-// (contract §5 consumption): 8 used before, as recorded. Only usage of the request at the explained decision's own
-// instant is its own, whichever the ledger holds first (req-2's usage reached the ledger before its decision).
+// Proves that a request_id decided twice (allowed 8 at 10:00, denied at 10:05 with 8 used before) is explained by
+// its latest decision, and that the usage its first decision recorded is "before" the second (contract §5
+// consumption): 8 used before, as recorded. Only usage of the request at the explained decision's own instant is
+// its own, whichever the ledger holds first (req-2's usage reached the ledger before its decision).
 #[test]
 fn why_counts_the_usage_of_an_earlier_decision_of_the_same_request() {
     let test = TestLedger::new();
@@ -635,9 +639,9 @@ fn why_counts_the_usage_of_an_earlier_decision_of_the_same_request() {
     assert_eq!(own_first["consumption"]["used_before"], 8, "u-2 is req-2's own: {own_first}");
 }
 
-// Review of 2026-12-02 (audit why), h10: a version published twice (`quota` v1 with limit 10, then again with 20)
-// is shown as the copy the hook, reconcile and billing apply (contract §5 "Policy in force", rules::policy's tie
-// rule: the later one), so the answer agrees with the recorded limit 20 and with reconcile finding no overshoot.
+// Proves that a version published twice (`quota` v1 with limit 10, then again with 20) is shown as the copy the
+// hook, reconcile and billing apply (contract §5 "Policy in force", rules::policy's tie rule: the later one), so
+// the answer agrees with the recorded limit 20 and with reconcile finding no overshoot.
 #[test]
 fn why_shows_the_copy_of_a_republished_version_that_reconcile_applies() {
     let test = TestLedger::new();
@@ -676,7 +680,7 @@ fn why_shows_the_copy_of_a_republished_version_that_reconcile_applies() {
 }
 
 // README "Reconciliation" (a reservation is (tenant, reservation_id)): org-a and org-b both chose `r-1`; each
-// tenant's timeline shows its own reservation committed, and reconcile refused nothing for audit to list (review h1).
+// tenant's timeline shows its own reservation committed, and reconcile refused nothing for audit to list.
 #[test]
 fn tenants_sharing_a_reservation_id_each_see_their_own_reservation() {
     let test = TestLedger::new();
@@ -713,9 +717,9 @@ fn tenants_sharing_a_reservation_id_each_see_their_own_reservation() {
     }
 }
 
-// Review of 2026-12-02 (audit why, third review): under a SUBJECT-scope policy only the decision's subject's events
-// and grants count, and so only its adjustments are listed: bob's OVERSHOOT of `quota` read as alice's, in a table
-// with no subject column. Adjustments now carry their subject (text and `--json`).
+// Under a SUBJECT-scope policy only the decision's subject's events and grants count, and so only its adjustments
+// are listed: bob's OVERSHOOT of `quota`, listed under alice's decision, would read as alice's. Adjustments carry
+// their subject (text and `--json`) for the same reason.
 #[test]
 fn why_lists_only_the_decisions_subjects_adjustments() {
     let test = TestLedger::new();
@@ -755,8 +759,8 @@ fn why_lists_only_the_decisions_subjects_adjustments() {
     assert!(words.contains("Adjustments for this window since: none."), "{words}");
 }
 
-// Third review of 2026-12-02: a decision of another enforcement point that names no policy, limit or window (here
-// CONCURRENCY_LIMITED) is said to have none, instead of a counter line of blanks and "0 requests in 0 events" of a
+// Proves that a decision of another enforcement point that names no policy, limit or window (here
+// CONCURRENCY_LIMITED) is said to have none, not given a counter line of blanks and "0 requests in 0 events" of a
 // window it never named.
 #[test]
 fn why_says_a_decision_names_no_limit_and_no_window() {

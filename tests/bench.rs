@@ -87,9 +87,9 @@ fn bench_hook_measures_every_peer_beside_redis() {
     assert_eq!(figures.len(), 2 * peers.len(), "nothing else measured: {figures:?}");
 }
 
-// Review of 2026-12-02, defect 5: `bench export` without DuckDB fails at once, before it builds its ledger (which
-// takes minutes at the default size), with the message that says how to install it. DuckDB is made absent
-// whatever is installed: python3 is not on the PATH given.
+// Proves that `bench export` without DuckDB fails at once, before it builds its ledger (which takes minutes at
+// the default size), with the message that says how to install it. DuckDB is made absent whatever is installed:
+// python3 is not on the PATH given.
 #[test]
 fn bench_export_without_duckdb_fails_before_building_anything() {
     let dir = tempfile::tempdir().expect("a temporary directory");

@@ -51,7 +51,7 @@ fn usage_file_is_recorded_deduplicated_and_quarantined() {
     assert_quarantine(&ledger.quarantined(), &file);
 
     // The same file again (a rerun after a crash, say): the ledger knows how far the last ingest of this file got,
-    // and nothing of it is read into the ledger again (until 2026-12-03 every record was, each a duplicate).
+    // and nothing of it is read into the ledger again (read again, every record would count as a duplicate).
     let again = ledger.ingest(&file);
     let expected = [("records", 0), ("resumed_after", 9), ("recorded", 0), ("duplicates", 0), ("quarantined", 0)];
     for (key, expected) in expected {
@@ -63,8 +63,7 @@ fn usage_file_is_recorded_deduplicated_and_quarantined() {
     // The same records in a file written again (repaired, or exported again: another sync marker) are read whole:
     // every decodable record is now a duplicate (the conflicting copy duplicates the entry it became), nothing new
     // is recorded, and the invalid records are the messages the quarantine holds already, the same bytes from the
-    // same place: not quarantined twice (until 2026-12-03 they were, and `quarantine list` showed each bad record
-    // once per ingest).
+    // same place: not quarantined twice, or `quarantine list` would show each bad record once per ingest.
     write_container_marked(&file, &mixed_usage_file(), *b"written-again-16");
     let rewritten = ledger.ingest(&file);
     let expected = [("records", 9), ("recorded", 0), ("duplicates", 6), ("quarantined", 0), ("already_quarantined", 3)];
@@ -330,8 +329,8 @@ fn non_avro_file_exits_2_naming_the_file() {
     assert_eq!(Counts::of_status(&ledger.status()).events_recorded, 1);
 }
 
-// Proves that a missing input file is an error (exit 2) naming the file, and (review of 2026-12-02, defect 2) that
-// it leaves no new, empty ledger behind.
+// Proves that a missing input file is an error (exit 2) naming the file, and that it leaves no new, empty ledger
+// behind.
 #[test]
 fn missing_file_exits_2_naming_the_file() {
     let ledger = TestLedger::new();
@@ -459,9 +458,8 @@ fn a_reader_who_cannot_write_beside_the_ledger_is_told_why() {
     assert!(stderr.contains("SQLite creates") && stderr.contains("this user cannot write in"), "{stderr}");
 }
 
-// Review of 2026-12-02, defect 1: another application's SQLite database given as --ledger is refused by every
-// command, naming what it holds (status called it "no ledger", ingest turned it into a ledger), and not a byte of
-// it changes.
+// Proves that another application's SQLite database given as --ledger is refused by every command, naming what it
+// holds (status must not call it "no ledger", nor ingest turn it into a ledger), and that not a byte of it changes.
 #[test]
 fn a_foreign_sqlite_database_is_refused_by_every_command() {
     let ledger = TestLedger::new();
@@ -492,9 +490,10 @@ fn a_foreign_sqlite_database_is_refused_by_every_command() {
 }
 
 // A quantity above 2^53 - 1 is quarantined (`quantity_too_large`) and the rest of the file is recorded, and the
-// month's billing export reads. Until 2026-12-02 two usage events of 2^62 of one tenant and month made every ingest
-// of their batch panic (exit 101, nothing recorded, the same again on every retry: a blocked partition), and one
-// of 2^63 - 1 followed by any other turned the month's usage total into a float that failed every export.
+// month's billing export reads. Recorded, two usage events of 2^62 of one tenant and month would overflow the
+// total and make every ingest of their batch panic (exit 101, nothing recorded, the same again on every retry: a
+// blocked partition), and one of 2^63 - 1 followed by any other would turn the month's usage total into a float
+// that fails every export.
 #[test]
 fn quantities_that_would_overflow_a_total_are_quarantined() {
     let test = TestLedger::new();
@@ -517,9 +516,9 @@ fn quantities_that_would_overflow_a_total_are_quarantined() {
 
 // A container file damaged part way (here cut short in its last blocks): the records before the damage are
 // recorded, the report names the record where reading stopped, and ingest exits 2 saying so; the repaired file,
-// ingested again, resumes at the damaged record and records only the rest (no duplicate: until 2026-12-03 the
-// records before the damage were read again, each a duplicate). Until 2026-12-02 such an ingest exited 0 and the
-// records after the damage were dropped without a word.
+// ingested again, resumes at the damaged record and records only the rest (the records before the damage are not
+// read again, so none of them counts as a duplicate). An exit of 0 would drop the records after the damage without
+// a word.
 #[test]
 fn a_damaged_file_exits_2_naming_where_it_stopped() {
     let test = TestLedger::new();

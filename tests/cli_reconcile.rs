@@ -114,9 +114,9 @@ fn two_scopes_sharing_a_policy_id(subject_limit: i64) -> TestLedger {
 }
 
 // README "Reconciliation": each window is its own concern, also when the plan's TENANT policy and a tenant's SUBJECT
-// policy share a policy_id and the requests have no subject (both windows have subject null). Until 2026-12-02 the
-// two shared one running total: each run took back what the one before wrote and wrote it again (exit 1 forever),
-// and with equal amounts two adjustments got one id and reconcile panicked (exit 101), recording nothing at all.
+// policy share a policy_id and the requests have no subject (both windows have subject null). Were the two to share
+// one running total, each run would take back what the one before wrote and write it again (exit 1 forever), and
+// with equal amounts two adjustments would get one id and reconcile would panic (exit 101), recording nothing.
 #[test]
 fn windows_of_two_scopes_sharing_a_policy_id_are_two_concerns() {
     for (subject_limit, subject_excess) in [(12, 3), (10, 5)] {
@@ -180,10 +180,10 @@ fn a_window_adjustment_without_a_scope_is_read_as_its_policys() {
     assert_eq!(count(&run, "adjustments_written"), 0, "{run}");
 }
 
-// contract §5: a COMMIT with no RESERVE is a refused transition; a RESERVE that arrives late, dated before it, makes it
-// valid. The run that starts counting the COMMIT as consumption takes its REFUSED_TRANSITION back, although the
-// reservation is not judged for expiry until its RESERVE expires (until 2026-12-02 the take-back waited for that:
-// meanwhile the ledger both counted the COMMIT and called it refused).
+// Contract §5: a COMMIT with no RESERVE is a refused transition; a RESERVE that arrives late, dated before it, makes
+// it valid. The run that starts counting the COMMIT as consumption takes its REFUSED_TRANSITION back, although the
+// reservation is not judged for expiry until its RESERVE expires: a take-back that waited for that would leave the
+// ledger meanwhile both counting the COMMIT and calling it refused.
 #[test]
 fn a_late_reserve_takes_back_the_refusal_of_the_commit_it_makes_valid() {
     let reservation = |event_id: &str, occurred_at: &str, action, amount, expires_at: Option<&str>| {

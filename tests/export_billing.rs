@@ -306,9 +306,9 @@ fn a_closed_period_reexports_byte_for_byte_and_late_usage_moves_to_the_next_clos
     test.assert_verifies();
 }
 
-// Review of 2026-12-03 (finance, an independent oracle of contract §5): a close carries the late usage recorded before it
-// whether or not a reconcile ran since it arrived (until then it waited for the close after the next reconcile), and
-// an open month's export shows the late adjustments not carried yet only if it is the month that will carry them.
+// Checked against finance's independent oracle of contract §5: a close carries the late usage recorded before it
+// whether or not a reconcile ran since it arrived (it does not wait for the close after the next reconcile), and an
+// open month's export shows the late adjustments not carried yet only if it is the month that will carry them.
 #[test]
 fn a_close_carries_late_usage_no_reconcile_has_seen_and_only_its_preview_shows_them() {
     let test = TestLedger::new();
@@ -349,7 +349,8 @@ fn reservation(
 }
 
 // README "Reconciliation" (a reservation is (tenant, reservation_id)): the producers of org-a and org-b both chose
-// `r-1`; each tenant is billed its own valid COMMIT, open and closed (review h1: org-a's 90 was not billed).
+// `r-1`; each tenant is billed its own valid COMMIT, open and closed (org-a's 90 too, though org-b committed `r-1`
+// first).
 #[test]
 fn a_reservation_id_shared_by_two_tenants_bills_each_tenant_its_own_commit() {
     use ReservationAction::*;
@@ -372,8 +373,8 @@ fn a_reservation_id_shared_by_two_tenants_bills_each_tenant_its_own_commit() {
 }
 
 // A valid COMMIT of 0 as a tenant's only consumption of the month makes no row, open or closed, as a RELEASE would
-// not. Until 2026-12-02 the open export had no row, while `--final` stored none and then printed one, recomputed
-// by the scan that a closed period without stored rows falls back to.
+// not. The closed export must agree with the open one: `--final` stores no row, and must not then print one
+// recomputed by the scan that a closed period without stored rows falls back to.
 #[test]
 fn a_commit_of_nothing_makes_no_row_open_or_closed() {
     use ReservationAction::*;
@@ -481,7 +482,7 @@ fn closes_go_in_order_and_only_with_a_writable_out() {
     ingest_events(&test, "late.avro", &[tokens("s-late", "2026-09-20T00:00:00Z", "org-1", 50)]);
     let skipping = test.run(&["export", "billing", "--period", "2026-11", "--format", "csv", "--final"]).expect_code(2);
     assert!(skipping.stderr.contains("cannot be closed before 2026-10"), "{}", skipping.stderr);
-    // A refused close records nothing, not even the late usage a close records first (a review found it did).
+    // A refused close records nothing, not even the late usage a close records first.
     let adjustments = test.run(&["sql", "--format", "csv", "SELECT COUNT(*) AS n FROM adjustment_events"]).success();
     assert_eq!(adjustments.stdout_text(), "n\n0\n", "{}", skipping.stderr);
     // An earlier month was closed with the first close: --final answers its export, and closes nothing more.
@@ -491,9 +492,9 @@ fn closes_go_in_order_and_only_with_a_writable_out() {
     assert_eq!(export(&test, "2026-08", "csv", &[]), earlier.stdout);
 }
 
-// Review of 2026-12-03 (finance): the first close of a ledger may be any month that is over, and months close in
-// order, so a month before the first close could never close: its late usage was never billed anywhere. The first
-// close closes every month before it too: their exports are computed at its watermark, and their late usage is
+// The first close of a ledger may be any month that is over, and months close in order, so a month before the
+// first close could never close on its own, and its late usage would never be billed anywhere. The first close
+// therefore closes every month before it too: their exports are computed at its watermark, and their late usage is
 // carried into the next close like any closed month's.
 #[test]
 fn months_before_the_first_close_are_closed_with_it_and_their_late_usage_is_carried() {

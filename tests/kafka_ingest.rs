@@ -315,8 +315,8 @@ fn a_nightly_ingest_waits_for_its_broker() {
 }
 
 // For the nightly job: `--until-caught-up` against producers that never pause exits once it holds what the topics
-// held when it first asked; what arrives after is the next run's. Until 2026-12-03 it waited for a lag of 0 against
-// the current high watermark, asked only when the consumer went idle, and so never exited while producers worked.
+// held when it first asked; what arrives after is the next run's. Waiting for a lag of 0 against the current high
+// watermark instead would never end while producers work, as the consumer would never go idle to ask.
 #[test]
 fn a_nightly_ingest_ends_while_producers_keep_producing() {
     let broker = Broker::mock();

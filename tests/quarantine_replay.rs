@@ -49,8 +49,8 @@ fn replay_records_what_now_decodes_once() {
         (2, 1, 3),
         "quarantine keeps its history"
     );
-    // What an operator still has to look at, after the replay (until 2026-12-02 only another replay said it):
-    // status counts it, list says what became of each, and sql reads the replays.
+    // What an operator still has to look at, after the replay, is said without another replay: status counts
+    // it, list says what became of each, and sql reads the replays.
     assert_eq!(test.status()["quarantine_pending"], 1, "only the bad magic");
     let replayed: Vec<Value> = test.quarantined().iter().map(|q| q["replayed"]["outcome"].clone()).collect();
     assert_eq!(replayed, vec![json!("recorded"), json!("duplicate"), Value::Null]);
@@ -126,8 +126,8 @@ fn with_one_quarantined(event_id: &str, offset: i64) -> TestLedger {
     test
 }
 
-// Review of 2026-12-02, defect 3: an id that is not in the quarantine is an error (exit 2) naming it, and nothing
-// of that call is replayed, not even its valid ids (all or nothing); the same valid id alone then replays.
+// Proves that an id that is not in the quarantine is an error (exit 2) naming it, and that nothing of that call
+// is replayed, not even its valid ids (all or nothing); the same valid id alone then replays.
 #[test]
 fn replay_of_an_unknown_id_fails_and_replays_nothing() {
     let test = with_one_quarantined("fixed-1", 11);

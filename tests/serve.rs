@@ -264,8 +264,8 @@ fn shadow_answers_set_no_headers_and_replays_count_from_now() {
     }
     let seconds =
         |headers: &ureq::http::HeaderMap, name: &str| -> i64 { headers[name].to_str().unwrap().parse().unwrap() };
-    // Support's answer: over the SHADOW policy's limit and allowed, as SHADOW allows (until 2026-12-02 `audit why`
-    // said the request should have been denied).
+    // Support's answer: over the SHADOW policy's limit and allowed, as SHADOW allows (not, as if it were HARD, a
+    // request that should have been denied).
     let words = test.run(&["audit", "why", "s-1"]).success().stdout_text();
     assert!(words.contains("0 used + 2 asked = 2, over the limit of 1."), "{words}");
     assert!(!words.contains("should have been denied"), "{words}");
@@ -281,8 +281,8 @@ fn shadow_answers_set_no_headers_and_replays_count_from_now() {
 }
 
 // Support's answer for a throttle: the bucket the serving process held when it denied (capacity, tokens left), which
-// no grant raises, not an allowance per window. Until 2026-12-02 `audit why` read every policy as a quota: "at
-// most 1 per HOUR window", an effective limit of 1 + the grant, and a counter it said did not explain the denial.
+// no grant raises, not an allowance per window. Read as a quota, the throttle would be "at most 1 per HOUR window",
+// with an effective limit of 1 + the grant and a counter that does not explain the denial.
 #[test]
 fn why_explains_a_rate_limited_request_by_its_bucket() {
     let Event::Policy(hard) = hard_policy(1_000, Window::DAY) else { unreachable!() };
@@ -330,7 +330,7 @@ fn why_explains_a_rate_limited_request_by_its_bucket() {
     assert_eq!((why["policy"]["burst"].as_i64(), why["effective_limit"].as_i64()), (Some(5), Some(5)), "{why}");
     assert_eq!(why["grants"], json!([]), "{why}");
     // The last token, taken: allowed, and explained by the bucket before it (the recorded `remaining` of an allowed
-    // decision is after it; until 2026-12-02 this answer said the request should have been denied).
+    // decision is after it; read as the bucket before, it would say the request should have been denied).
     assert_eq!(server.check("t-3", 1).0, 200);
     let words = test.run(&["audit", "why", "t-3"]).success().stdout_text();
     for expected in ["1 of 5 tokens left (4 taken and not yet refilled)", "1 asked, 1 left: enough tokens."] {
@@ -411,10 +411,10 @@ fn serve_refuses_a_ledger_that_is_not_there() {
     assert!(!test.path.exists(), "no ledger created");
 }
 
-// contract §6, one hook per ledger: a hook decides against its own state of the ledger and appends afterwards, so a second
-// `serve` on the same file would allow what the first had already consumed (until 2026-12-03 two of them together
-// allowed up to twice a HARD limit). The second is refused, naming the first; the first goes on deciding, and once it
-// is gone (killed: the lock goes with the process) a new one starts and knows what the first consumed.
+// Contract §6, one hook per ledger: a hook decides against its own state of the ledger and appends afterwards, so a
+// second `serve` on the same file would allow what the first had already consumed (two of them together could allow
+// up to twice a HARD limit). The second is refused, naming the first; the first goes on deciding, and once it is
+// gone (killed: the lock goes with the process) a new one starts and knows what the first consumed.
 #[test]
 fn a_second_serve_on_the_same_ledger_is_refused() {
     let test = ledger_with(hard_policy(100, Window::MONTH));
@@ -434,9 +434,10 @@ fn a_second_serve_on_the_same_ledger_is_refused() {
 }
 
 // For the on-call engineer, who symlinks data files: a ledger reached through a symbolic link is served at the
-// default durability (full), and it is the same ledger for the hook's lock. Until 2026-12-03 `serve` opened the
-// write-ahead log beside the link, where SQLite never puts it, and refused to start; and a second `serve` on the real
-// path took a lock of its own, the two together allowing 30,021 of a HARD limit of 30,000 in a review's run.
+// default durability (full), and it is the same ledger for the hook's lock. SQLite puts the write-ahead log beside
+// the real file, never beside the link, so `serve` looking for it beside the link would refuse to start; and a
+// second `serve` on the real path must meet the first's lock, not take one of its own, or the two together could
+// allow 30,021 of a HARD limit of 30,000.
 #[test]
 fn a_ledger_reached_through_a_link_is_served_and_locked_as_itself() {
     let test = ledger_with(hard_policy(100, Window::MONTH));
@@ -505,7 +506,7 @@ fn reservations_over_http() {
 
 // Another tenant's producer may choose the same reservation id (README "Reconciliation"): org-1's own reservation,
 // committed by another enforcer or expired, answers org-1's close (409, 410) while org-2's of the same id is open.
-// Until 2026-12-02 an open reservation of any other tenant answered 403, as if the id were not org-1's to close.
+// An open reservation of another tenant must not answer 403, as if the id were not org-1's to close.
 #[test]
 fn a_close_answers_for_the_callers_reservation_when_another_tenant_holds_the_id() {
     use ReservationAction::*;
@@ -764,8 +765,8 @@ fn a_killed_server_keeps_every_answered_decision_and_retries_consume_nothing_twi
 
 // For backups: `serve` stopped by SIGTERM leaves a ledger file that holds every decision alone. Its writer closes the
 // ledger before the process exits (after the outbox publisher stops), and SQLite then folds the write-ahead log into
-// the file and removes it. Until 2026-12-03 the process exited at once and left the log beside the file (about 70 MB
-// under load): a copy of the file alone missed the decisions since the last checkpoint.
+// the file and removes it. A process that exited at once would leave the log beside the file (about 70 MB under
+// load), and a copy of the file alone would miss the decisions since the last checkpoint.
 #[test]
 fn a_stopped_server_leaves_every_decision_in_the_ledger_file_alone() {
     let test = ledger_with(hard_policy(1_000_000, Window::MONTH));

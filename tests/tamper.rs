@@ -226,8 +226,8 @@ fn verify_reports_the_ledgers_watermark_and_where_the_walk_stopped() {
     assert_eq!((&report["watermark"], &report["walk_stopped_at"]), (&Value::from(5), &Value::from(4)), "{report}");
 }
 
-// Proves that a row of totals that does not read does not hide the first bad entry: verify read the totals before
-// its walk (since the watermark change of 2026-12-02) and exited 2 without naming the entry.
+// Proves that a row of totals that does not read does not hide the first bad entry: verify reads the last batch's
+// totals before its walk (for the watermark it reports), and failing there at once (exit 2) would not name the entry.
 #[test]
 fn unreadable_totals_do_not_hide_the_first_bad_entry() {
     let ledger = ledger_of_five();
@@ -242,7 +242,7 @@ fn unreadable_totals_do_not_hide_the_first_bad_entry() {
 
 // Proves that what the triggers let through into what billing reads is named by verify: a usage total raised by
 // hand (usage_totals may grow) and a usage_events row added under an entry of another type (no trigger refuses an
-// INSERT). Until 2026-12-02 verify passed both, and `export billing --final` billed the raised total.
+// INSERT). Passed by verify, either would reach `export billing --final`, which would bill the raised total.
 #[test]
 fn a_raised_usage_total_and_an_extra_detail_row_are_named_by_verify() {
     let raised = ledger_of_five();

@@ -355,10 +355,10 @@ fn a_group_the_ledger_refuses_is_taken_back() {
     assert_eq!((recovered.recording, recovered.failed_groups), ("ok", 3), "{recovered:?}");
 }
 
-// A replay of a decision recorded before is an answer of the ledger's, whatever the group it shares: when new requests
-// of its group make the ledger refuse the group, the replay still answers the recorded decision (a review saw it
-// answered 500, "nothing of it was recorded"). The restarted hook's writer waits for groups of eight, so the eight
-// calls share one.
+// A replay of a decision recorded before is an answer of the ledger's, whatever the group it shares: when new
+// requests of its group make the ledger refuse the group, the replay still answers the recorded decision, not a 500
+// saying "nothing of it was recorded", which would be false. The restarted hook's writer waits for groups of eight,
+// so the eight calls share one.
 #[test]
 fn a_replay_in_a_refused_group_answers_the_recorded_decision() {
     let (dir, hook) = hook_with(vec![policy("daily", 1_000, Window::DAY, Enforcement::HARD, None)]);
@@ -725,9 +725,9 @@ fn another_tenants_reservation_of_the_same_id_is_another_reservation() {
     assert_eq!(restarted.check(ask("restarted", 0)).unwrap().used_before, Some(90), "the same folded at start");
 }
 
-// contract §3 "no policy of its own for the same metric, scope and window", for quotas: the tenant's own MONTH throttle
-// is no quota, so the plan's HARD MONTH quota still denies once exhausted (review of 2026-12-02: the throttle
-// covered it and the tenant had the throttle's burst as its only limit).
+// Contract §3 "no policy of its own for the same metric, scope and window", for quotas: the tenant's own MONTH
+// throttle is no quota, so the plan's HARD MONTH quota still denies once exhausted (were the throttle to cover it,
+// the tenant's only limit would be the throttle's burst).
 #[test]
 fn an_own_throttle_leaves_the_plan_quota_enforced() {
     let (_dir, hook) = hook_with(vec![

@@ -1041,10 +1041,9 @@ fn append(
 }
 
 /// Whether every assigned partition's ledger offset has reached its target: the high watermark it had when first
-/// asked in this run (`targets`), so that messages produced since do not keep the job running for ever (until
-/// 2026-12-03 it chased the current watermark, and against producers at work never exited). `None` with no
-/// partition assigned. Records the lag behind the current watermark. A watermark the brokers did not give is the
-/// error, with its partition.
+/// asked in this run (`targets`), so that messages produced since do not keep the job running for ever (chasing the
+/// current watermark, it would never exit while producers work). `None` with no partition assigned. Records the
+/// lag behind the current watermark. A watermark the brokers did not give is the error, with its partition.
 ///
 /// A broker answers the requests of one connection in order, so a request for a watermark waits behind the
 /// consumer's long-polling fetch (up to `fetch.wait.max.ms`, 500 ms) on the same connection: asked one partition

@@ -27,8 +27,8 @@ fn refused(result: Result<Ledger, OpenError>) -> String {
     }
 }
 
-// Review of 2026-12-02, defect 1: a database with user_version 0 but tables of its own was migrated into (open)
-// or reported as "no ledger" (open_read_only).
+// Proves that a database with user_version 0 but tables of its own is refused, untouched, by open and by
+// open_read_only: it is neither migrated into (open) nor reported as "no ledger" (open_read_only).
 #[test]
 fn a_foreign_database_is_refused_untouched() {
     let dir = tempfile::tempdir().unwrap();

@@ -344,8 +344,8 @@ fn of_tenant(tenant: &str, event: Event) -> Event {
     Event::Reservation(ReservationEvent { header: Header { tenant: tenant.into(), ..r.header }, ..r })
 }
 
-// README "Reconciliation" (choice where contract §3 is silent): a reservation is (tenant, reservation_id), so two tenants
-// whose producers both chose `r-1` hold two reservations; neither refuses nor expires the other's (review h1).
+// README "Reconciliation" (choice where contract §3 is silent): a reservation is (tenant, reservation_id), so two
+// tenants whose producers both chose `r-1` hold two reservations; neither refuses nor expires the other's.
 #[test]
 fn a_reservation_id_shared_by_two_tenants_is_two_reservations() {
     let mut f = Fixture::new();
@@ -504,9 +504,9 @@ fn throttles_are_not_judged_as_quotas() {
     assert_eq!(f.run(AS_OF), []);
 }
 
-// contract §3 "no policy of its own for the same metric, scope and window", for quotas: a tenant's own throttle is no
-// quota, so the plan's HARD quota of the same scope and window still judges its windows (review of 2026-12-02:
-// an own throttle made the plan's quota vanish, for reconcile and the hook alike).
+// Contract §3 "no policy of its own for the same metric, scope and window", for quotas: a tenant's own throttle is
+// no quota, so the plan's HARD quota of the same scope and window still judges its windows (were the throttle to
+// cover it, the plan's quota would vanish, for reconcile and the hook alike).
 #[test]
 fn an_own_throttle_leaves_the_plan_quota_in_force() {
     let mut f = Fixture::new();

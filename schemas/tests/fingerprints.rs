@@ -1,16 +1,16 @@
 // Proves that the catalog's fingerprints are the Avro specification's, the ones other teams' encoders put in
 // their single-object messages (Java's SchemaNormalization, Python's avro, fastavro), and that messages under the
-// fingerprints this catalog used until 2026-12-02 (apache-avro 0.22's, which keeps `{"type":"long"}` for a
-// timestamp in the canonical form) still decode.
+// fingerprints of earlier releases (apache-avro 0.22's, which keeps `{"type":"long"}` for a timestamp in the
+// canonical form) still decode.
 
 use schemas::catalog::{canonical_form, legacy_fingerprint};
 use schemas::{Catalog, Event, EventType, Header, Timestamp, UsageEvent};
 
 /// Computed outside this codebase from the files under `schemas/avro/`: fastavro's `to_parsing_canonical_form`
 /// and CRC-64-AVRO for UsageEvent, DecisionEvent and PolicyEvent; the others with a separate implementation of
-/// the specification's rules (Python). Both agree where both were run. AdjustmentEvent v2 (2026-12-02) with a
-/// third Python implementation, which gave every other value of this table too. DecisionEvent v2 (2026-12-04, with
-/// `token_name`) with a fourth, which also gave the other nine.
+/// the specification's rules (Python). Both agree where both were run. AdjustmentEvent v2 with a third Python
+/// implementation, which gave every other value of this table too. DecisionEvent v2 (with `token_name`) with a
+/// fourth, which also gave the other nine.
 const PUBLISHED: [(&str, u64); 10] = [
     ("UsageEvent.avsc", 0xa81167332c60b12c),
     ("DecisionEvent.avsc", 0x35d1d46f0f097cef),

@@ -341,8 +341,8 @@ fn independent_crc64_avro_matches_the_avro_test_vectors() {
 
 // Proves that every schema of the catalog has its own fingerprint, equal to the CRC-64-AVRO of its Parsing
 // Canonical Form (the specification's: `tests/fingerprints.rs` pins the values other encoders compute), that
-// the fingerprint it had until 2026-12-02 is apache-avro's canonical form's and still finds it, and that
-// single-object messages carry the fingerprint little-endian.
+// its legacy fingerprint (of apache-avro's canonical form, which earlier releases wrote) still finds it, and
+// that single-object messages carry the fingerprint little-endian.
 #[test]
 fn catalog_fingerprints_are_distinct_crc64_avro() {
     let catalog = Catalog::builtin();

@@ -125,7 +125,7 @@ fn run_file(ledger_path: &Path, file: &Path, args: &IngestArgs) -> anyhow::Resul
         eprintln!("warning: {}: {refused}", report.file);
     }
     // Recorded is recorded; the rest of a damaged file was never read, which the caller must hear (exit 2), not
-    // find out from a record count (until 2026-12-02 such an ingest exited 0).
+    // find out from a record count: an exit of 0 would hide the damage from a job that checks the status.
     if let Some(damage) = &report.damaged {
         eprintln!(
             "error: {} is damaged: it cannot be read past record {} ({}); the records before it are recorded, \

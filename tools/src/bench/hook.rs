@@ -94,8 +94,9 @@ trait Client {
 }
 
 /// The benchmark's client side: one thread running every client as a task on one event loop, as `wrk` and
-/// `redis-benchmark` do, for the same `seconds` per measurement. Until 2026-12-03 each client was a thread of its
-/// own, blocking on its socket (the benchmark log, 2026-12-03, compares the two).
+/// `redis-benchmark` do, for the same `seconds` per measurement. A thread per client, each blocking on its socket
+/// and woken for every answer, would take the cores (two on the machines measured) the servers need
+/// (docs/benchmarks.md compares the two).
 struct Driver {
     runtime: tokio::runtime::Runtime,
     seconds: f64,
