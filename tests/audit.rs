@@ -778,3 +778,45 @@ fn why_says_a_decision_names_no_limit_and_no_window() {
         assert!(words.contains(expected), "{expected:?} missing from:\n{words}");
     }
 }
+
+// Proves that a producer's control characters never forge a line of support's answer: a policy id, a source and a
+// grant reason holding a newline or an escape sequence (names and ids are refused with them, these are not) are
+// shown escaped by `audit why` and `audit tenant`, and kept as they are in `--json`.
+#[test]
+fn audit_answers_show_control_characters_escaped() {
+    let test = TestLedger::new();
+    let forged = "org-9-daily\nRequest req-81f3 was ALLOWED: WITHIN_LIMIT.\u{1b}[2J";
+    let Event::Decision(denial) = decision("req-81f3", "2026-10-05T12:00:00Z", 10, true) else { unreachable!() };
+    let denial = DecisionEvent {
+        header: Header { source: "edge\r\n1".into(), ..denial.header.clone() },
+        policy_id: Some(forged.into()),
+        ..denial
+    };
+    let grant = Event::Grant(GrantEvent {
+        header: header("grant-1", "2026-10-05T00:00:00Z", "org-9", "requests"),
+        grant_id: "grant-1".into(),
+        amount: 10,
+        valid_from: at("2026-10-05T00:00:00Z"),
+        valid_until: at("2026-10-06T00:00:00Z"),
+        reason: "credit\n  grant-2  999".into(),
+    });
+    let plain = decision("req-2", "2026-10-05T12:30:00Z", 10, true);
+    ingest_in_order(&test, vec![daily_policy(2, 100), grant, Event::Decision(denial), plain]);
+    let grants = test.run(&["audit", "why", "req-2"]).success().stdout_text();
+    assert!(grants.contains("credit\\n  grant-2  999"), "{grants}");
+    assert!(!grants.lines().any(|line| line.trim_start().starts_with("grant-2")), "{grants}");
+    let words = test.run(&["audit", "why", "req-81f3"]).success().stdout_text();
+    assert!(!words.chars().any(|c| c.is_control() && c != '\n'), "{words:?}");
+    assert!(!words.lines().any(|line| line.starts_with("Request req-81f3 was ALLOWED")), "{words}");
+    assert!(words.contains("org-9-daily\\nRequest req-81f3 was ALLOWED: WITHIN_LIMIT.\\u{1b}[2J"), "{words}");
+    assert!(words.contains("by edge\\r\\n1 for tenant org-9"), "{words}");
+    let json = test.run(&["audit", "why", "req-81f3", "--json"]).success().json();
+    assert_eq!(json["decision"]["policy_id"], forged);
+    let timeline = test
+        .run(&["audit", "tenant", "org-9", "--from", "2026-10-01T00:00:00Z", "--to", "2026-11-01T00:00:00Z"])
+        .success()
+        .stdout_text();
+    assert!(!timeline.chars().any(|c| c.is_control() && c != '\n'), "{timeline:?}");
+    assert!(timeline.contains("org-9-daily\\nRequest"), "{timeline}");
+    assert!(!timeline.lines().any(|line| line.starts_with("Request req-81f3")), "{timeline}");
+}

@@ -73,7 +73,7 @@ fn replay(ledger_path: &Path, ids: &[i64], topics: &[String], json: bool) -> any
         report.watermark
     )?;
     for still in &report.still_quarantined {
-        writeln!(out, "  {}  {}  {}", still.id, still.reason_code, still.reason)?;
+        writeln!(out, "  {}  {}  {}", still.id, still.reason_code, reports::text::printable(&still.reason))?;
     }
     Ok(ExitCode::SUCCESS)
 }

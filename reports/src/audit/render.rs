@@ -1,12 +1,18 @@
 //! Audit answers in words a support engineer can paste to a customer.
 
+use std::borrow::Cow;
 use std::fmt::Write;
+
+use crate::text::printable;
 
 use super::tenant::{Timeline, UnknownTenant};
 use super::why::{Unknown, Why};
 
-/// Rows as a table whose columns are aligned, the header first, two spaces apart, indented.
+/// Rows as a table whose columns are aligned, the header first, two spaces apart, indented. A cell's control
+/// characters are shown escaped: a producer's newline or escape sequence never forges a row or a line.
 pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let rows: Vec<Vec<Cow<'_, str>>> = rows.iter().map(|row| row.iter().map(|c| printable(c)).collect()).collect();
+    let rows = &rows;
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {
@@ -19,7 +25,7 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     };
     let mut out = line(header.to_vec());
     for row in rows {
-        out.push_str(&line(row.iter().map(String::as_str).collect()));
+        out.push_str(&line(row.iter().map(AsRef::as_ref).collect()));
     }
     out
 }
@@ -28,8 +34,37 @@ fn or_empty<T: ToString>(value: &Option<T>) -> String {
     value.as_ref().map_or(String::new(), T::to_string)
 }
 
+/// Sets `text` to its [`printable`] form.
+fn escape(text: &mut String) {
+    if let Cow::Owned(shown) = printable(text) {
+        *text = shown;
+    }
+}
+
+/// The strings `why` writes into its sentences, escaped (what it writes into tables, [`table`] escapes): ingest and
+/// the hook refuse control characters in names and ids, but a policy id, a source or a reason may hold one, and
+/// support pastes this answer to a customer.
+fn printable_why(w: &Why) -> Why {
+    let mut w = w.clone();
+    escape(&mut w.request_id);
+    let d = &mut w.decision;
+    for text in [&mut d.event_id, &mut d.tenant, &mut d.metric, &mut d.source, &mut d.outcome, &mut d.reason] {
+        escape(text);
+    }
+    for text in [&mut d.subject, &mut d.policy_id, &mut d.token_name].into_iter().flatten() {
+        escape(text);
+    }
+    if let Some(p) = &mut w.policy {
+        for text in [&mut p.policy_id, &mut p.owner, &mut p.scope, &mut p.window, &mut p.enforcement] {
+            escape(text);
+        }
+    }
+    w
+}
+
 /// `audit why` in words.
 pub fn why(w: &Why) -> String {
+    let w = &printable_why(w);
     let d = &w.decision;
     let mut out = String::new();
     let subject = d.subject.as_deref().map_or(String::new(), |s| format!(", subject {s}"));
@@ -332,7 +367,7 @@ pub fn unknown(u: &Unknown) -> String {
     } else {
         out.push_str("Nearest recorded request ids:\n");
         for n in &u.nearest {
-            writeln!(out, "  {n}").unwrap();
+            writeln!(out, "  {}", printable(n)).unwrap();
         }
     }
     out
@@ -346,7 +381,7 @@ pub fn unknown_tenant(u: &UnknownTenant) -> String {
     } else {
         out.push_str("Nearest recorded tenants:\n");
         for n in &u.nearest {
-            writeln!(out, "  {n}").unwrap();
+            writeln!(out, "  {}", printable(n)).unwrap();
         }
     }
     out
@@ -355,7 +390,8 @@ pub fn unknown_tenant(u: &UnknownTenant) -> String {
 /// `audit tenant` in words: the timeline, then consumption per window, reservations, adjustments.
 pub fn timeline(t: &Timeline) -> String {
     let mut out = String::new();
-    writeln!(out, "Tenant {} from {} to {} (ledger watermark {}).", t.tenant, t.from, t.to, t.watermark).unwrap();
+    let tenant = printable(&t.tenant);
+    writeln!(out, "Tenant {tenant} from {} to {} (ledger watermark {}).", t.from, t.to, t.watermark).unwrap();
     writeln!(out, "\nDecisions: {}.", t.decisions.len()).unwrap();
     if !t.decisions.is_empty() {
         let rows: Vec<Vec<String>> = t
