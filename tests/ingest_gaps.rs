@@ -91,6 +91,12 @@ fn offsets_removed_before_they_were_read_stop_ingest_until_accepted() {
     assert_eq!((&gaps[0]["from_offset"], &gaps[0]["to_offset"]), (&Value::from(3), &Value::from(low - 1)));
     let table = ledger.run(&["status"]).success().stdout_text();
     assert!(table.contains(&format!("3-{}", low - 1)), "{table}");
+    let query = "SELECT topic, partition, from_offset, to_offset FROM offset_gaps";
+    let rows = ledger.run(&["sql", "--format", "json", query]).success().json();
+    assert_eq!(
+        rows,
+        serde_json::json!([{"topic": "quota.usage", "partition": partition, "from_offset": 3, "to_offset": low - 1}])
+    );
     ledger.assert_verifies();
     // November's bill may lack the messages never read: its export says which, in every format.
     let csv = ledger.run(&["export", "billing", "--period", "2026-11", "--format", "csv"]).success().stdout_text();

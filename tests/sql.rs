@@ -120,6 +120,8 @@ fn the_tables_are_listed_with_their_columns() {
         "decision_events: ",
         "  retry_after_ms BIGINT, nullable",
         "period_exports: ",
+        "offset_gaps: ",
+        "  to_offset BIGINT",
     ] {
         assert!(listed.contains(expected), "{expected:?} missing from:\n{listed}");
     }

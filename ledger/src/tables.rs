@@ -298,6 +298,20 @@ pub const TABLES: &[Table] = &[
         ],
     },
     Table {
+        name: "offset_gaps",
+        description: "Kafka offsets never read that an operator accepted as lost (`ingest --accept-gap`)",
+        from: "offset_gaps g",
+        seq: None,
+        columns: &[
+            col("id", "g.id", Int64, false),
+            col("topic", "g.topic", Text, false),
+            col("partition", "g.partition", Int64, false),
+            col("from_offset", "g.from_offset", Int64, false),
+            col("to_offset", "g.to_offset", Int64, false),
+            col("accepted_at", "g.accepted_at", Timestamp, false),
+        ],
+    },
+    Table {
         name: "file_progress",
         description: "how far `ingest --file` got in each container file, known by its sync marker",
         from: "file_progress f",
