@@ -1,4 +1,4 @@
--- Closed billing periods (SPEC 5 "Closing a period"): a period is closed once, at a watermark. Its export is
+-- Closed billing periods (contract §5 "Closing a period"): a period is closed once, at a watermark. Its export is
 -- computed from the entries up to that watermark forever after; consumption for it recorded later is late usage.
 CREATE TABLE period_closes (
     period       TEXT PRIMARY KEY,             -- YYYY-MM
@@ -15,7 +15,7 @@ CREATE TABLE outbox (
 );
 
 -- Outbox entries a broker acknowledged. Pending = in `outbox`, not here. A crash between the acknowledgement
--- and this row publishes the entry again: consumers deduplicate by event_id (SPEC 4.3).
+-- and this row publishes the entry again: consumers deduplicate by event_id (contract §4.3).
 CREATE TABLE outbox_published (
     seq          INTEGER PRIMARY KEY REFERENCES outbox (seq),
     topic        TEXT NOT NULL,

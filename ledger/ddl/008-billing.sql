@@ -1,4 +1,4 @@
--- Billing (SPEC 5 "Billing export"): what the export needs without scanning every usage event.
+-- Billing (contract §5 "Billing export"): what the export needs without scanning every usage event.
 
 -- Counted usage per tenant, metric and billing period (the month of occurred_at, YYYY-MM), kept up to date by
 -- every append in its own transaction: one upsert per key per batch. A billing export for the current

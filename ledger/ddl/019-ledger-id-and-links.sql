@@ -1,4 +1,4 @@
--- The ledger's identity and its head (SPEC 9.3), and accepted Kafka offset gaps.
+-- The ledger's identity and its head (contract §9.3), and accepted Kafka offset gaps.
 --
 -- `ledger_identity`: one row, the ledger id (a UUID made when this migration ran: at creation for a new ledger, at
 -- the upgrade for an older one) that names the ledger on `quota.checkpoints` and derives ingest's default consumer

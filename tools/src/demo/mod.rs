@@ -168,7 +168,10 @@ pub fn run(settings: DemoSettings, commands: &dyn Commands, show: &dyn Fn(Shown)
     };
     show(Shown::Playing { month, tenants: demo.settings.tenants, out: &demo.settings.out });
     demo.step("broker", |d| {
-        Ok(format!("librdkafka mock cluster on {}: the six topics of contract §2, {PARTITIONS} partitions each", d.brokers))
+        Ok(format!(
+            "librdkafka mock cluster on {}: the six topics of docs/contract.md §2, {PARTITIONS} partitions each",
+            d.brokers
+        ))
     })?;
     demo.play()?;
     drop(broker);
