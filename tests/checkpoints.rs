@@ -25,7 +25,7 @@ fn produce_usage(broker: &Broker, ids: &[&str]) {
 // A rollback to an older copy of the file, and a stored final bill changed with every link hash after it recomputed,
 // both pass `verify`, which can only check the file against itself, and both fail `verify --checkpoints-from`: the
 // copy lacks the head ingest published since, and the rewritten chain no longer has the hash published for it.
-// Until the trust issue there was no checkpoint and no such option (exit 2), and verify passed either file.
+// Without checkpoints published outside the file, nothing would tell either file from the ledger it claims to be.
 #[test]
 fn a_rollback_and_a_rewritten_bill_fail_against_published_checkpoints() {
     let broker = Broker::mock();

@@ -341,7 +341,8 @@ fn missing_file_exits_2_naming_the_file() {
     assert!(left.is_empty(), "a failed ingest left files behind: {left:?}");
 }
 
-// A directory given as the ledger is named as one, by readers and writers alike (SQLite said "disk I/O error").
+// A directory given as the ledger is named as one, by readers and writers alike (SQLite's own error says only
+// "disk I/O error").
 #[test]
 fn a_directory_as_the_ledger_is_named() {
     let test = TestLedger::new();
@@ -394,9 +395,9 @@ fn ledger_path_from_environment() {
     assert_eq!(Counts::of_status(&ledger.status()).events_recorded, 1);
 }
 
-// QUOTA_LEDGER_BROKERS, set in an operator's environment for the Kafka commands, used to make `ingest --file` fail
-// with "--file cannot be used with --brokers" although no --brokers was typed. A file now wins over the
-// environment; both flags typed together are still refused.
+// QUOTA_LEDGER_BROKERS, set in an operator's environment for the Kafka commands, does not make `ingest --file` fail
+// with "--file cannot be used with --brokers" when no --brokers was typed: a file wins over the environment. Both
+// flags typed together are refused.
 #[test]
 fn a_broker_address_from_the_environment_does_not_stop_a_file_ingest() {
     let test = TestLedger::new();
@@ -417,14 +418,14 @@ fn a_broker_address_from_the_environment_does_not_stop_a_file_ingest() {
     assert_eq!(both.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&both.stderr);
     assert!(stderr.contains("--file and --brokers cannot be used together"), "{stderr}");
-    // Neither: both are named as the choice (it used to say only that --file was required).
+    // Neither: both are named as the choice, so the error does not read as if --file alone were required.
     let neither = test.run(&["ingest"]).expect_code(2);
     assert!(neither.stderr.contains("<--file <FILE>|--brokers <BROKERS>>"), "{}", neither.stderr);
 }
 
-// A reader who cannot write in the ledger's directory (another account, on a shared host): SQLite needs the WAL's
-// -shm file even to read, and said "attempt to write a readonly database" for `status`. The error now says why
-// and what to do. Runs only as root, which can run the binary as `nobody`.
+// A reader who cannot write in the ledger's directory (another account, on a shared host) is told why and what to
+// do: SQLite needs the WAL's -shm file even to read, and its own error for `status` says only "attempt to write a
+// readonly database". Runs only as root, which can run the binary as `nobody`.
 #[test]
 fn a_reader_who_cannot_write_beside_the_ledger_is_told_why() {
     use std::os::unix::fs::PermissionsExt;
@@ -540,7 +541,7 @@ fn a_damaged_file_exits_2_naming_where_it_stopped() {
 }
 
 // For the on-call engineer: a command that waited longer than the busy timeout (10 s) for another process's write
-// transaction says so, and that running it again is safe, where it printed only SQLite's "database is locked";
+// transaction says so, and that running it again is safe, not only SQLite's "database is locked";
 // nothing of it was recorded, and once the other writer is done the same command records the file.
 #[test]
 fn a_ledger_held_by_another_writer_is_named_busy() {
@@ -559,9 +560,9 @@ fn a_ledger_held_by_another_writer_is_named_busy() {
     assert_eq!(ledger.ingest(&file)["recorded"], 1, "the same command, once the other writer is done");
 }
 
-// The "trust" issue: usage that would take its tenant's month total past 2^63 - 1 (1,025 of the largest quantities)
-// is quarantined as `total_overflow`, once, and the rest of its file is recorded; the month's export goes on. Until
-// this issue the whole append failed, so the same file (or Kafka batch) failed on every retry, for good.
+// Usage that would take its tenant's month total past 2^63 - 1 (1,025 of the largest quantities) is quarantined as
+// `total_overflow`, once, and the rest of its file is recorded; the month's export goes on. Were the whole append
+// to fail instead, the same file (or Kafka batch) would fail on every retry, for good.
 #[test]
 fn usage_past_a_total_of_i64_is_quarantined_and_the_rest_recorded() {
     let test = TestLedger::new();

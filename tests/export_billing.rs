@@ -423,7 +423,7 @@ fn an_export_file_gets_the_usual_mode() {
 }
 
 // An --out that cannot be written is named as given, with why (tempfile's "failed to persist temporary file" and
-// its internal .tmpXXXX path said neither), and nothing is left behind.
+// its internal .tmpXXXX path say neither), and nothing is left behind.
 #[test]
 fn an_unwritable_out_says_which_path_and_why() {
     let test = TestLedger::new();
@@ -460,8 +460,8 @@ fn only_a_finished_period_can_be_closed() {
 }
 
 // For finance: a close cannot be undone, so the command refuses one that would put money in the wrong month: an
-// earlier month after a later one (it carried the later month's late usage into the earlier bill), a month that
-// skips one, and a close whose --out cannot be written (it used to close, then fail to write, exit 2).
+// earlier month after a later one (it would carry the later month's late usage into the earlier bill), a month that
+// skips one, and a close whose --out cannot be written (the month would be closed for good, its bill unwritten).
 #[test]
 fn closes_go_in_order_and_only_with_a_writable_out() {
     let test = TestLedger::new();

@@ -43,9 +43,8 @@ fn offsets_of(status: &Value, topic: &str) -> Vec<(i64, i64)> {
 // Messages removed from a partition before ingest read them (librdkafka's mock cluster keeps 5 MiB per partition,
 // as a broker's retention would): ingest stops, exit 2, naming topic, partition and the range; `--accept-gap` with
 // that range records it, in the chain, and ingest goes on with what is left; `status` lists the gap and the billing
-// export of the month names it in its last column, `gaps`. Until the
-// trust issue, ingest reset to the partition's new start (auto.offset.reset=earliest) and exited 0, the removed
-// messages never counted and nothing said.
+// export of the month names it in its last column, `gaps`. Were ingest to reset to the partition's new start
+// (auto.offset.reset=earliest), it would exit 0 with the removed messages never counted and nothing said.
 #[test]
 fn offsets_removed_before_they_were_read_stop_ingest_until_accepted() {
     let broker = Broker::mock();
@@ -113,8 +112,8 @@ fn offsets_removed_before_they_were_read_stop_ingest_until_accepted() {
 }
 
 // Two ledgers ingesting from the same brokers, neither given a group: each gets its own (derived from its id), so
-// each reads every partition. Until the trust issue both joined group `quota-ledger`, the second took part of the
-// partitions from the first, and each held part of the events while its ingest said it was caught up.
+// each reads every partition. Sharing one group, the second would take part of the partitions from the first, and
+// each would hold part of the events while its ingest said it was caught up.
 #[test]
 fn two_ledgers_on_the_same_brokers_each_read_every_partition() {
     let broker = Broker::mock();
@@ -138,8 +137,8 @@ fn two_ledgers_on_the_same_brokers_each_read_every_partition() {
 }
 
 // A nightly ingest in a group whose other member holds some of the partitions: it reads all it is given, then
-// exits 2 naming the partitions it was not given and how far behind the ledger is on them. Until the trust issue it
-// exited 0 once its own partitions were read, as if the ledger were complete.
+// exits 2 naming the partitions it was not given and how far behind the ledger is on them, rather than exit 0 once
+// its own partitions are read, as if the ledger were complete.
 #[test]
 fn a_nightly_ingest_names_the_partitions_another_member_holds() {
     let broker = Broker::mock();

@@ -175,7 +175,7 @@ fn ingest_names_the_topics_the_broker_lacks() {
 }
 
 // A broker that has every topic already (the embedded mock cluster has them from the start) is not asked to create
-// any: `topics create` used to wait a minute for the mock's answer and fail with "Timed out".
+// any: asked, the mock would leave `topics create` waiting a minute for its answer, then failing with "Timed out".
 #[test]
 fn topics_create_on_a_broker_that_has_them_asks_nothing() {
     let broker = Broker::mock();
@@ -186,8 +186,8 @@ fn topics_create_on_a_broker_that_has_them_asks_nothing() {
 }
 
 // A test that panics while its ingest runs leaves no ingest behind: `spawn_ingest`'s guard kills and reaps it as
-// the panic unwinds. A plain `Child` is neither killed nor waited for when dropped: the ingest ran on after the
-// test had failed, holding its ledger, its lock and a member of its consumer group.
+// the panic unwinds. A plain `Child` is neither killed nor waited for when dropped: with one, the ingest would run
+// on after the test failed, holding its ledger, its lock and a member of its consumer group.
 #[test]
 fn a_test_that_panics_leaves_no_ingest_running() {
     let ledger = TestLedger::new();
@@ -221,9 +221,9 @@ fn wait_recorded(ledger: &TestLedger, events: u64, what: &str) {
     eventually(60, what, || (Counts::of_status_or_zero(ledger).events_recorded >= events).then_some(()));
 }
 
-// For the on-call engineer: a running ingest rides out a restart of its broker (librdkafka reconnects), where it
-// used to stop with "All broker connections are down"; what was produced on either side of the outage is
-// recorded, each event once, and stderr says why it waited and when the broker was back.
+// For the on-call engineer: a running ingest rides out a restart of its broker (librdkafka reconnects) rather than
+// stop with "All broker connections are down"; what was produced on either side of the outage is recorded, each
+// event once, and stderr says why it waited and when the broker was back.
 #[test]
 fn a_running_ingest_rides_out_a_broker_restart() {
     let data = tempfile::tempdir().unwrap();
@@ -253,8 +253,9 @@ fn a_running_ingest_rides_out_a_broker_restart() {
 }
 
 // For the on-call engineer: an append that outlasts `max.poll.interval.ms` (here another writer holds the ledger
-// for 6.5 s, against an interval of 3 s; the mock cluster's join needs 3 s) makes librdkafka leave the group. Ingest used to stop there with "Kafka consumer failed"; it
-// now says why, rejoins, and records what was produced before, during and after the stall, each event once.
+// for 6.5 s, against an interval of 3 s; the mock cluster's join needs 3 s) makes librdkafka leave the group.
+// Ingest does not stop there with "Kafka consumer failed": it says why, rejoins, and records what was produced
+// before, during and after the stall, each event once.
 #[test]
 fn an_append_that_outlasts_the_poll_interval_rejoins_the_group() {
     let broker = Broker::mock();

@@ -264,11 +264,11 @@ fn serve_seed(seed: u64, shim: &Shim, template: &Path) -> Figures {
     }
 }
 
-// Trust issue "real disk faults", found by the seeds above that fail a sync: once the hook's sync of the log
-// failed, no checkpoint copies the log into the database file any more. The kernel may have dropped the pages of
-// the log that sync covered (and reports the next sync clean); a database file holding them beside a log on the
-// disk that lacks them is a corrupt ledger after a power cut ("database disk image is malformed"), not one
-// missing the groups that were never answered.
+// Once the hook's sync of the log failed, no checkpoint copies the log into the database file any more. The kernel
+// may have dropped the pages of the log that sync covered (and reports the next sync clean); a database file holding
+// them beside a log on the disk that lacks them is a corrupt ledger after a power cut ("database disk image is
+// malformed"), not one missing the groups that were never answered. The seeds above that fail a sync would
+// otherwise end with such a ledger.
 #[test]
 fn after_a_failed_sync_of_the_log_no_checkpoint_copies_it_into_the_database_file() {
     let (shim, template) = (Shim::build(), policy_ledger());
@@ -602,8 +602,8 @@ fn assert_counts(ledger: &Path, scratch: &Path, base: u64, (recorded, duplicates
 // A sync that fails inside a checkpoint of the background thread (SQLite's own `fsync` of the log or of the
 // database file, not the hook's) stops the checkpoints for good too: the retry a second later would sync again, see
 // no error, and copy pages the kernel may have dropped into the database file. No write reaches the database file
-// after the failed sync, and the ledger verifies after the power cut (it was corrupt in about 1 of 30 failed-sync
-// seeds of `serve_loses_no_answered_decision_to_a_power_cut` before).
+// after the failed sync, and the ledger verifies after the power cut (were the checkpoints to go on, it would be
+// corrupt in about 1 of 30 failed-sync seeds of `serve_loses_no_answered_decision_to_a_power_cut`).
 #[test]
 fn after_a_failed_sync_inside_a_checkpoint_no_checkpoint_copies_the_log() {
     let (shim, template) = (Shim::build(), policy_ledger());

@@ -400,8 +400,8 @@ fn serve_refused(test: &TestLedger, what: &str) -> (Option<i32>, String) {
     (status.code(), stderr)
 }
 
-// A mistyped --ledger: serve used to create an empty ledger there, find no policy and allow everything (fail-open).
-// It now refuses to start, names the path, and creates nothing.
+// A mistyped --ledger: serve refuses to start, names the path, and creates nothing. Were it to create an empty
+// ledger there, it would find no policy and allow everything (fail-open).
 #[test]
 fn serve_refuses_a_ledger_that_is_not_there() {
     let test = TestLedger::new();
@@ -666,8 +666,8 @@ fn a_missing_topic_is_named_and_the_others_are_published() {
     assert!(said.iter().any(|l| l.contains("quota.usage does not exist on")), "{stderr}");
 }
 
-// The outbox's lines are log records of the outbox crate since the services left the binary: by default they reach
-// serve's stderr with the same words as before, and the wait's reason is said once, not at every pass.
+// The outbox's lines are log records of the outbox crate: by default they reach serve's stderr as
+// `serve: outbox: ...` lines, and the wait's reason is said once, not at every pass.
 #[test]
 fn with_no_broker_stderr_says_once_why_the_outbox_waits() {
     let test = ledger_with(hard_policy(1_000_000, Window::MONTH));

@@ -188,8 +188,8 @@ fn ask(tenant: &str, metric: &str, amount: i64, key: &str) -> Value {
 }
 
 // Point 1: checks and reservations that would take a window's consumption or what is held past i64 are refused with
-// 400 naming `amount`, and the writer goes on deciding. Until this issue the 1,025th of the largest amounts (with no
-// policy, so all allowed) panicked the writer: every later request answered 500 and /healthz still said ok.
+// 400 naming `amount`, and the writer goes on deciding. Unchecked, the 1,025th of the largest amounts (with no
+// policy, so all allowed) would panic the writer, and every later request would answer 500.
 #[test]
 fn sums_past_i64_are_refused_with_400_and_the_writer_goes_on() {
     let test = ledger_with(&[policy("org-1", "other", 10, Window::DAY)]);
@@ -220,8 +220,8 @@ fn sums_past_i64_are_refused_with_400_and_the_writer_goes_on() {
 }
 
 // Point 1: grants whose sum leaves i64 raise the effective limit to i64::MAX: the hook allows, reconcile and the
-// month's export run. Until this issue `effective_limit` panicked in all three (the writer died, reconcile and export
-// exited 101).
+// month's export run. Were the sum to overflow, `effective_limit` would panic in all three (the writer would die,
+// reconcile and export would exit 101).
 #[test]
 fn grants_summing_past_i64_saturate_in_the_hook_reconcile_and_billing() {
     let grants: Vec<Event> = (0..1_025)
@@ -255,7 +255,7 @@ fn grants_summing_past_i64_saturate_in_the_hook_reconcile_and_billing() {
 // Point 1: a writer that dies (here an invariant of the ledger that no longer holds: another connection added a
 // trigger that writes a quarantine row with every entry, so the append's read-back assertion fails) turns /healthz
 // to 503 at once, answers 500 with an error id whose detail is only in the log, and `serve` exits 2 by itself so
-// that a supervisor restarts it. Until this issue /healthz said ok in front of the dead writer, for good.
+// that a supervisor restarts it. A /healthz that went on saying ok would keep the dead writer in service for good.
 #[test]
 fn a_writer_that_dies_answers_503_and_serve_exits_non_zero() {
     let test = ledger_with(&[policy("org-1", "tokens", 100, Window::DAY)]);
@@ -289,7 +289,8 @@ fn a_writer_that_dies_answers_503_and_serve_exits_non_zero() {
 
 // Point 2: an idempotency key reused with another subject, metric, amount or kind of request answers 409
 // IDEMPOTENCY_KEY_REUSED and consumes nothing; the same request answers the original decision, `amount` included.
-// Until this issue every reuse got the original answer, replayed, as if it had been decided.
+// Were every reuse answered with the original decision, a different request would get an answer as if it had been
+// decided.
 #[test]
 fn a_reused_idempotency_key_answers_409_and_consumes_nothing() {
     let test = ledger_with(&[policy("org-1", "tokens", 100, Window::DAY)]);
@@ -322,9 +323,9 @@ fn a_reused_idempotency_key_answers_409_and_consumes_nothing() {
 }
 
 // Point 2: a retried commit or release with the same body answers the original close (200, replayed), also after a
-// restart; a commit with another amount, or a release after a commit, answers 409 and records nothing. Until this
-// issue every retry of a close answered 409 already_closed, so a client whose first answer was lost could not tell
-// its commit from another's.
+// restart; a commit with another amount, or a release after a commit, answers 409 and records nothing. Were every
+// retry of a close answered 409 already_closed, a client whose first answer was lost could not tell its commit from
+// another's.
 #[test]
 fn retried_closes_answer_their_original_and_other_closes_409() {
     let test = ledger_with(&[policy("org-1", "tokens", 1_000, Window::DAY)]);
@@ -367,8 +368,8 @@ fn retried_closes_answer_their_original_and_other_closes_409() {
 }
 
 // Point 2: a DecisionEvent another producer sent through Kafka (here a file) under the id a tenant's key derives to
-// is never answered as the hook's decision: the key answers 409 and nothing is consumed. Until this issue the hook
-// answered it as a replay, another tenant's numbers included.
+// is never answered as the hook's decision: the key answers 409 and nothing is consumed. Answered as a replay, it
+// would give the caller another tenant's numbers.
 #[test]
 fn another_producers_decision_under_a_keys_id_is_never_replayed() {
     let test = ledger_with(&[policy("org-1", "tokens", 100, Window::DAY)]);
@@ -409,8 +410,8 @@ fn another_producers_decision_under_a_keys_id_is_never_replayed() {
 
 // Point 3: fields past their bounds (a 200-byte tenant, a subject with a newline, a 300-byte request_id) are refused
 // with 400 naming the field before anything is decided, and the other requests of their group are decided and
-// recorded. Until this issue the ledger refused the group's whole append for the one bad event: every request of
-// the group answered 500.
+// recorded. Left for the ledger to refuse, the one bad event would fail the group's whole append, and every request
+// of the group would answer 500.
 #[test]
 fn a_field_past_its_bound_never_fails_the_other_requests_of_its_group() {
     let test = ledger_with(&[policy("org-1", "tokens", 1_000, Window::DAY)]);
@@ -457,8 +458,8 @@ fn a_field_past_its_bound_never_fails_the_other_requests_of_its_group() {
 }
 
 // Point 3: a tenant that keeps inventing subjects or metrics is refused (400 naming the field) once it has counters
-// for `--counters-per-tenant-max` of them in memory; those it has go on, and other tenants are not affected. Until
-// this issue there was no bound (nor the flag): every new subject grew the writer's memory.
+// for `--counters-per-tenant-max` of them in memory; those it has go on, and other tenants are not affected.
+// Without a bound, every new subject would grow the writer's memory.
 #[test]
 fn a_tenant_past_its_bound_of_subjects_and_metrics_is_refused() {
     let test = ledger_with(&[policy("org-1", "tokens", 1_000, Window::DAY)]);
@@ -508,8 +509,8 @@ fn timed_check(server: &Server, key: &str) -> (Result<u16, String>, Duration) {
 // Point 3: hundreds of idle connections (a client that opens them and sends nothing) neither starve a new client nor
 // stop serve: with the open-file limit a service manager leaves (soft 128 here) serve raises it to the hard limit at
 // start, and beyond `--connections-max` new connections wait until the header timeout closes idle ones, then are
-// answered. Until this issue serve kept the soft limit: out of descriptors after about 120 connections, a new client
-// waited for the idle ones' 30 s header timeout.
+// answered. Kept at the soft limit, serve would run out of descriptors after about 120 connections, and a new client
+// would wait for the idle ones' header timeout.
 #[test]
 fn idle_connections_neither_starve_a_new_client_nor_stop_serve() {
     let test = ledger_with(&[policy("org-1", "tokens", 1_000, Window::DAY)]);
@@ -628,8 +629,8 @@ fn check_request(secret: &str, key: &str) -> String {
 // Point 6: on an address other machines can reach, serve speaks TLS or does not start: `--listen 0.0.0.0` without
 // TLS exits 2 naming --tls-cert and --insecure-listen (which lets it start); with --tls-cert and --tls-key it
 // answers HTTPS, answers plain HTTP with 400 (a secret sent in clear is not looked at), and closes a connection whose
-// handshake does not come within the header timeout. Until this issue serve listened on 0.0.0.0 in plain HTTP and had
-// no TLS.
+// handshake does not come within the header timeout. In plain HTTP on such an address, every bearer secret would
+// cross the network in clear.
 #[test]
 fn a_network_address_gets_tls_or_serve_refuses_to_start() {
     let test = ledger_with(&[policy("org-1", "tokens", 1_000, Window::DAY)]);
@@ -677,8 +678,8 @@ fn a_network_address_gets_tls_or_serve_refuses_to_start() {
 }
 
 // Point 6: a token file group or others may read is refused (exit 2, naming the file and `chmod 600`), and one that
-// does not parse is refused saying where, without printing any of its lines (here the one holding a secret). Until
-// this issue serve started on a world-readable file, and toml's error printed the line it stopped at.
+// does not parse is refused saying where, without printing any of its lines (here the one holding a secret): the
+// secrets of a file others may read are no secrets, and toml's own error shows the line it stopped at.
 #[test]
 fn a_token_file_others_may_read_or_that_does_not_parse_is_refused_unquoted() {
     let test = ledger_with(&[policy("org-1", "tokens", 1_000, Window::DAY)]);
@@ -724,9 +725,8 @@ fn token_name_of(test: &TestLedger, request_id: &str) -> Option<String> {
 
 // Point 6: every decision records the name of the token that asked, given by the token file, never by the caller (a
 // body claiming one is refused) and shown by `audit why`; a token may hold the SHA-256 of its secret instead of the
-// secret; "Bearer" is read in any case; a token without a name is named by its place in the file. Until this issue a
-// decision did not
-// say which token asked, `secret_sha256` and `name` were unknown keys, and `bearer` answered 401.
+// secret, so that the file need hold no secret; "Bearer" is read in any case, as HTTP's authentication schemes are
+// case-insensitive; a token without a name is named by its place in the file.
 #[test]
 fn each_decision_names_the_token_that_asked() {
     let test = ledger_with(&[policy("org-1", "tokens", 1_000, Window::DAY)]);

@@ -197,7 +197,8 @@ fn outbox_cursor_past_a_pending_entry_is_named_by_verify() {
 }
 
 // Proves that `verify --json`'s `watermark` is the ledger's, as `status --json` says, whether the chain holds or
-// not, and that where the walk stopped is `walk_stopped_at`: on a bad entry, `watermark` used to be that entry's.
+// not, and that where the walk stopped is `walk_stopped_at`, apart from it: a bad entry never makes `watermark`
+// that entry's.
 #[test]
 fn verify_reports_the_ledgers_watermark_and_where_the_walk_stopped() {
     let holds = ledger_of_five();
@@ -274,8 +275,8 @@ fn a_raised_usage_total_and_an_extra_detail_row_are_named_by_verify() {
 
 // Proves that a closed month's stored final bill changed behind the ledger's back is named by verify, and that once
 // every link hash after it is recomputed (verify alone then passes) the head the operator noted before,
-// `verify --expect-head SEQ:HASH`, still catches it. Until the trust issue the stored exports were outside the chain
-// ("protected by triggers but not re-checked by verify"): verify exited 0 and `--final` re-exported the changed bill.
+// `verify --expect-head SEQ:HASH`, still catches it. The stored exports are in the chain, not only protected by
+// triggers: left outside it, a changed bill would pass verify (exit 0) and `--final` would export it again.
 #[test]
 fn a_changed_final_bill_is_named_by_verify_and_caught_against_a_noted_head() {
     let ledger = ledger_of_five();

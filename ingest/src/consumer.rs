@@ -347,7 +347,7 @@ fn consume_error(
 }
 
 /// The brokers away, or a partition's leader or the group's coordinator moving: librdkafka reconnects and retries
-/// on its own, so ingest waits rather than stops. A broker restart used to stop a running ingest with "All
+/// on its own, so ingest waits rather than stops: a broker restart would otherwise stop a running ingest with "All
 /// broker connections are down".
 fn transient(code: RDKafkaErrorCode) -> bool {
     use RDKafkaErrorCode as C;
@@ -399,8 +399,8 @@ struct Waiting {
 
 impl Waiting {
     /// Whether to ask the brokers again whether they answer: once a second while waiting. A message is no sign
-    /// that they do: librdkafka hands out what it fetched before they went away (ingest said "answer again"
-    /// there, and "waiting" half a second later).
+    /// that they do: librdkafka hands out what it fetched before they went away (taken as one, ingest would say
+    /// "answer again" there, and "waiting" half a second later).
     fn ask_now(&mut self) -> bool {
         let due = self.since.is_some() && self.asked.is_none_or(|t| t.elapsed() >= Duration::from_millis(ASK_EVERY_MS));
         if due {
@@ -659,7 +659,7 @@ fn consume(
             // busy timeout, another writer holding the ledger) kept the loop from polling for longer than
             // max.poll.interval.ms: librdkafka left the group, which gave the partitions to other
             // members. Polling again rejoins, and the assignment seeks to the ledger's offsets, so nothing is
-            // lost or recorded twice; ingest used to stop here.
+            // lost or recorded twice: no reason to stop ingest.
             Some(Err(KafkaError::MessageConsumption(RDKafkaErrorCode::PollExceeded))) => {
                 log::warn!(
                     "ingest: an append kept the consumer from polling for longer than max.poll.interval.ms, so it \

@@ -136,10 +136,11 @@ fn catch_up(conn: &Connection, asked: &AtomicBool) -> rusqlite::Result<()> {
 
 /// Syncs the database file through the connection's own handle of it. A checkpoint that leaves frames uncopied
 /// (the thread's always do, the writer committing meanwhile) does not sync the database file: the frames it
-/// copied stay in the log until one that copies everything, so the writer's asked checkpoint used to sync all
-/// the pages the thread's rounds had written since the last one. Synced here first, that sync is left only the
-/// writer's pages: on a 10-million-event ledger at 8 clients (`strace`, 20 s) the writer's syncs of the database
-/// file took 19.6 ms on average (30 of them, up to 31.6 ms) before, 2.6 ms (29, up to 6.1 ms) after.
+/// copied stay in the log until one that copies everything, so without this sync the writer's asked checkpoint
+/// would sync all the pages the thread's rounds wrote since the last one. Synced here first, that sync is left only
+/// the writer's pages: on a 10-million-event ledger at 8 clients (`strace`, 20 s) the writer's syncs of the
+/// database file took 19.6 ms on average (30 of them, up to 31.6 ms) without this sync, 2.6 ms (29, up to 6.1 ms)
+/// with it.
 /// (A file of our own on the database would not do: closing it drops every POSIX lock the process holds on it.)
 fn sync_database_file(conn: &Connection) -> rusqlite::Result<()> {
     use rusqlite::ffi;

@@ -66,7 +66,8 @@ fn tokens(per_tenant: &[(&str, i64)]) -> BTreeMap<(String, String), i64> {
 }
 
 // Proves hook, catch-up, rebuild and the billing scan agree after every batch; a late RELEASE that happened first
-// takes org-1's COMMIT back; org-2's reservations under org-1's ids `a` and `c` are its own (review h1).
+// takes org-1's COMMIT back; a reservation is (tenant, reservation_id), so org-2's reservations under org-1's ids
+// `a` and `c` are its own, and neither opens nor closes org-1's.
 #[test]
 fn hook_catch_up_and_rebuild_agree() {
     use ReservationAction::*;

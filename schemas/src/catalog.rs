@@ -479,10 +479,11 @@ impl Read for BodyReader<'_> {
 }
 
 /// The Avro binary encoding of a value under a schema, a record's maps of strings in key order. apache-avro writes
-/// a `Value::Map` in the order of its HashMap, seeded afresh for every map: a record of a container file with two
-/// or more attributes then had other raw bytes on every read, so the digest `ingest --file` keeps of the records
-/// it appended never matched a rerun's, and a rerun after a kill or a full disk read the whole file again,
-/// counting each record appended before as a duplicate. A record without such a map is written as before.
+/// a `Value::Map` in the order of its HashMap, seeded afresh for every map: written by it, a record of a container
+/// file with two or more attributes would have other raw bytes on every read, so the digest `ingest --file` keeps
+/// of the records it appended would never match a rerun's, and a rerun after a kill or a full disk would read the
+/// whole file again, counting each record appended before as a duplicate. A record without such a map is written
+/// by apache-avro alone.
 fn write_datum(schema: &Schema, value: &Value) -> apache_avro::AvroResult<Vec<u8>> {
     let mut bytes = Vec::new();
     match (schema, value) {

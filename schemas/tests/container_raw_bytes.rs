@@ -1,6 +1,6 @@
 // Proves that a container file's record has the same raw bytes on every read, its attributes in key order, so that
-// the digest `ingest --file` keeps of what it appended matches a rerun's (trust issue "real disk faults": a rerun
-// after a full disk read the whole file again, and counted each record appended before as a duplicate).
+// the digest `ingest --file` keeps of what it appended matches a rerun's (otherwise a rerun after a full disk would
+// read the whole file again, and count each record appended before as a duplicate).
 
 use std::collections::BTreeMap;
 

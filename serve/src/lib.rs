@@ -67,7 +67,8 @@ pub const READ_TIMEOUT_MS: u64 = 30_000;
 /// connections and sends nothing is closed after this, so a new client waits at most this long for a place. An
 /// ordinary client sends its header in one packet right after connecting; 10 s leaves room for a slow link and a
 /// TLS handshake across the world, and keeps a pooled connection for a client that asks at least every 10 s (Node's
-/// default keep-alive is 5 s, hyper's header timeout 30 s, what `--read-timeout-ms` meant until now).
+/// default keep-alive is 5 s; hyper's default header timeout, 30 s, would keep a new client waiting three times as
+/// long for a place).
 pub const HEADER_TIMEOUT_MS: u64 = 10_000;
 /// How long `serve` waits, on SIGTERM or Ctrl-C, for the requests in flight before it exits, and then for the hook's
 /// writer to close the ledger (contract §9.5).

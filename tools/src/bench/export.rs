@@ -93,7 +93,7 @@ pub struct ExportFigures {
 pub fn run(settings: &ExportBenchSettings, progress: &dyn Fn(Progress)) -> anyhow::Result<ExportFigures> {
     let ExportBenchSettings { events, tenants, .. } = *settings;
     // Every external peer first: building the ledger can take minutes (10 million events: about 6), and a
-    // missing DuckDB used to fail only after it.
+    // missing DuckDB would otherwise fail the run only after it.
     require_duckdb()?;
     let temporary = tempfile::tempdir().context("cannot create a temporary directory")?;
     let dir = settings.dir.clone().unwrap_or_else(|| temporary.path().to_path_buf());

@@ -110,7 +110,7 @@ impl Driver {
     /// Runs one measurement: every client sending requests through [`Client::call`], for [`WARM_UP`] and then
     /// `seconds` more. Only the requests sent and answered within those `seconds` count: a fixed duration, not a
     /// fixed count, so that fast and slow peers are measured over the same time, long enough that a stall or a
-    /// checkpoint shows in their figures (with a fixed 20,000 requests, a fast peer was measured over a fifth of a
+    /// checkpoint shows in their figures (a fixed 20,000 requests would measure a fast peer over a fifth of a
     /// second).
     fn measure<C: Client + 'static>(&self, peer: &str, clients: Vec<C>) -> anyhow::Result<Figures> {
         let (runtime, seconds) = (&self.runtime, self.seconds);
@@ -468,7 +468,7 @@ pub fn run(
     let (seconds, random_ids) = (settings.seconds, settings.random_request_ids);
     anyhow::ensure!(seconds.is_finite() && seconds > 0.0, "--seconds must be positive, not {seconds}");
     // Every external peer first: Redis is measured last at each concurrency, after six peers of `seconds` each
-    // (minutes at the defaults), and a missing redis-server used to fail only there.
+    // (minutes at the defaults), and a missing redis-server would otherwise fail the run only there.
     require_redis()?;
     let dir = tempfile::tempdir()?;
     // For the peer that publishes its outbox: the embedded broker, in this process (a tenth of a second of CPU
