@@ -1,6 +1,7 @@
 //! Ingest cannot silently undercount (the trust issue, point 5): offsets the ledger never read stop ingest until an
 //! operator accepts them as lost, and the ledger keeps that acceptance; two ledgers on the same brokers each read
-//! every partition; a nightly ingest that was not given every partition says so instead of exiting 0.
+//! every partition; a nightly ingest that was not given every partition says so instead of exiting 0. And what a
+//! producer sends cannot make a batch unbounded: batches are bounded by bytes as well as by count.
 
 mod support;
 
@@ -164,4 +165,56 @@ fn a_nightly_ingest_names_the_partitions_another_member_holds() {
     for partition in &read {
         assert!(!named.contains(&format!("{partition} (next offset")), "{partition} was read: {}", stopped.stderr);
     }
+}
+
+/// Each append's quarantined and recorded messages, from the `batches` table's running counts.
+fn per_batch(ledger: &TestLedger) -> Vec<(u64, u64)> {
+    let query = "SELECT quarantined_total, events_recorded_total FROM batches ORDER BY id";
+    let rows = ledger.run(&["sql", "--format", "json", query]).success().json();
+    let totals: Vec<(u64, u64)> = rows
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|b| (count(b, "quarantined_total"), count(b, "events_recorded_total")))
+        .collect();
+    let before = std::iter::once((0, 0)).chain(totals.iter().copied());
+    totals.iter().zip(before).map(|(after, before)| (after.0 - before.0, after.1 - before.1)).collect()
+}
+
+// Proves that a batch is bounded by bytes as well as by count: twelve messages of 300 KB (garbage, quarantined with
+// their bytes) and three usage events read with `--batch-max-bytes 1000000` are appended four large messages at most
+// at a time (1 MB, plus the message that passes it), each recorded once; a file's records too. Bounded by count
+// alone, 5,000 messages near Kafka's 1 MB limit would hold gigabytes in memory before their append.
+#[test]
+fn batches_are_bounded_by_bytes() {
+    let broker = Broker::mock();
+    let ledger = TestLedger::new();
+    let mut producer = KafkaProducer::new(&broker.bootstrap, &[]).expect("a producer");
+    for n in 0..12u8 {
+        producer.send("quota.usage", "org-big", &vec![n; 300_000]).expect("send a large message");
+    }
+    producer.finish().expect("acknowledged");
+    produce_usage(&broker, "org-big", &["b-1", "b-2", "b-3"]);
+    let ingest = ["ingest", "--brokers", &broker.bootstrap, "--until-caught-up", "--batch-max-bytes", "1000000"];
+    ledger.run(&ingest).success();
+    let status = ledger.status();
+    assert_eq!((count(&status, "quarantined"), count(&status, "events_recorded")), (12, 3), "{status}");
+    let batches = per_batch(&ledger);
+    assert!(batches.len() >= 3, "{batches:?}");
+    assert!(
+        batches.iter().all(|(quarantined, _)| *quarantined <= 4),
+        "a batch past 1 MB plus one message: {batches:?}"
+    );
+
+    let file = TestLedger::new();
+    let events: Vec<_> = (0..60).map(|n| usage(&format!("f-{n}"), "2026-11-10T12:00:00Z", "org-file", 1)).collect();
+    write_container(&file.file("usage.avro"), &events);
+    let path = file.file("usage.avro");
+    let args = ["ingest", "--file", path.to_str().unwrap(), "--batch-max-bytes", "1000"];
+    file.run(&args).success();
+    assert_eq!(count(&file.status(), "events_recorded"), 60);
+    let batches = per_batch(&file);
+    // Records of about 48 bytes each (Avro binary), so about 21 per batch of 1,000 bytes.
+    assert!(batches.len() >= 3, "60 records of about 48 bytes in batches of about 1,000 bytes: {batches:?}");
+    assert_eq!(batches.iter().map(|(_, recorded)| recorded).sum::<u64>(), 60);
 }

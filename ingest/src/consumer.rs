@@ -32,6 +32,8 @@ use serde::Serialize;
 
 use kafka::topics::{Topics, missing_topics};
 
+use crate::BatchBounds;
+
 /// Most messages in one ledger append. A batch of this size is a few MB of decoded events and amortises the
 /// commit's fsync; larger batches gain little (see `bench append`).
 pub const BATCH_MAX_EVENTS: usize = 5_000;
@@ -72,8 +74,8 @@ pub struct KafkaIngestSettings {
     pub topics: Topics,
     /// Exit once every assigned partition is at its high watermark (a nightly job), instead of running on.
     pub until_caught_up: bool,
-    /// Most messages in one ledger append ([`BATCH_MAX_EVENTS`] by default).
-    pub batch_max_events: usize,
+    /// Most messages and bytes in one ledger append ([`BatchBounds::kafka`] by default).
+    pub batch: BatchBounds,
     /// Longest a message waits in a partial batch ([`BATCH_WAIT_MS`] by default).
     pub batch_wait_ms: u64,
     /// librdkafka settings given with `-X key=value` (SASL, TLS, tuning); applied last, so they win.
@@ -100,7 +102,7 @@ impl KafkaIngestSettings {
             group: group.into(),
             topics: Topics::defaults(),
             until_caught_up: false,
-            batch_max_events: BATCH_MAX_EVENTS,
+            batch: BatchBounds::kafka(),
             batch_wait_ms: BATCH_WAIT_MS,
             overrides: Vec::new(),
             accept_gaps: Vec::new(),
@@ -638,6 +640,7 @@ fn consume(
     let mut progress = KafkaIngestProgress { watermark: ledger.status()?.watermark, ..KafkaIngestProgress::default() };
     let mut head = ledger.head()?;
     let mut pending: Vec<Pending> = Vec::new();
+    let mut pending_bytes = 0;
     let mut expected_offsets: BTreeMap<(String, i32), i64> = BTreeMap::new();
     let mut pending_since: Option<Instant> = None;
     let mut waiting = Waiting::default();
@@ -651,6 +654,7 @@ fn consume(
         match polled {
             Some(Ok(message)) => {
                 check_gap(shared, &mut expected_offsets, &message, &mut progress);
+                pending_bytes += message.payload().map_or(0, <[u8]>::len);
                 pending.push(decode(catalog, &settings.topics, &message));
                 pending_since.get_or_insert_with(Instant::now);
                 progress.messages += 1;
@@ -673,6 +677,7 @@ fn consume(
             Some(Err(KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset))) => {
                 if !pending.is_empty() {
                     append(ledger, consumer, shared, std::mem::take(&mut pending), &mut progress)?;
+                    pending_bytes = 0;
                     pending_since = None;
                 }
                 expected_offsets.clear();
@@ -686,11 +691,13 @@ fn consume(
         }
         if drop_revoked(shared, &mut pending) {
             expected_offsets.clear();
+            pending_bytes = pending.iter().map(raw_len).sum();
         }
-        let full = pending.len() >= settings.batch_max_events;
+        let full = settings.batch.reached(pending.len(), pending_bytes);
         let waited = pending_since.is_some_and(|t| t.elapsed() >= Duration::from_millis(settings.batch_wait_ms));
         if !pending.is_empty() && (full || waited || idle) {
             append(ledger, consumer, shared, std::mem::take(&mut pending), &mut progress)?;
+            pending_bytes = 0;
             head = ledger.head()?;
             pending_since = None;
             on_progress(&progress);
@@ -936,6 +943,14 @@ fn decode(catalog: &Catalog, topics: &Topics, message: &rdkafka::message::Borrow
     match catalog.decode_single_object(&raw, Some(expected)) {
         Ok(decoded) => Pending::Event(Incoming { event: decoded.event, origin, raw: Some(raw) }),
         Err(error) => Pending::Rejected(Rejected::new(origin, raw, &error)),
+    }
+}
+
+/// The bytes a pending message was received as.
+fn raw_len(pending: &Pending) -> usize {
+    match pending {
+        Pending::Event(incoming) => incoming.raw.as_ref().map_or(0, Vec::len),
+        Pending::Rejected(rejected) => rejected.raw.len(),
     }
 }
 

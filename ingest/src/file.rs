@@ -10,6 +10,8 @@ use schemas::{DecodeError, EventType};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use crate::BatchBounds;
+
 /// Records per append. Large enough that the per-transaction fsync is amortised (about 1 ms on this disk
 /// against about 5 µs per event), small enough that a batch's memory stays around a few MB.
 pub const FILE_BATCH_EVENTS: usize = 5_000;
@@ -152,27 +154,26 @@ impl ContainerFile {
         Ok(ContainerFile { path: path.to_path_buf(), sync_marker, records })
     }
 
-    /// Appends the file's records in batches of `batch_events`; records that fail to decode or validate are
+    /// Appends the file's records in batches within `bounds`; records that fail to decode or validate are
     /// quarantined with their index in the file. `on_batch` sees each append's report (for progress). Each batch
     /// records how far into the file it reaches (`file_progress`, in its transaction): a rerun after a kill skips
     /// the records an earlier run appended, once it has checked that this file begins with them.
     pub fn ingest(
         self,
         ledger: &mut Ledger,
-        batch_events: usize,
+        bounds: BatchBounds,
         mut on_batch: impl FnMut(&FileIngestReport),
     ) -> Result<FileIngestReport, FileIngestError> {
         let path = self.path.clone();
         let earlier = ledger
             .file_progress(&self.sync_marker)
             .map_err(|source| FileIngestError::Progress { path: path.clone(), source })?;
-        let found = match self.ingest_from(ledger, batch_events, earlier.as_ref(), &mut on_batch)? {
+        let found = match self.ingest_from(ledger, bounds, earlier.as_ref(), &mut on_batch)? {
             Resumed::Done(report) => return Ok(report),
             Resumed::Differs(found) => found,
         };
         let earlier = earlier.expect("only an ingest resuming after an earlier one finds the file differs");
-        let Resumed::Done(mut report) =
-            ContainerFile::open(&path)?.ingest_from(ledger, batch_events, None, &mut on_batch)?
+        let Resumed::Done(mut report) = ContainerFile::open(&path)?.ingest_from(ledger, bounds, None, &mut on_batch)?
         else {
             unreachable!("an ingest from the first record has nothing to differ from")
         };
@@ -189,7 +190,7 @@ impl ContainerFile {
     fn ingest_from(
         self,
         ledger: &mut Ledger,
-        batch_events: usize,
+        bounds: BatchBounds,
         earlier: Option<&FileProgress>,
         on_batch: &mut impl FnMut(&FileIngestReport),
     ) -> Result<Resumed, FileIngestError> {
@@ -209,6 +210,7 @@ impl ContainerFile {
         // Once a record is damaged, the progress stays before it: a repaired file then resumes there.
         let mut damaged = false;
         let mut batch = Batch::default();
+        let mut batch_bytes = 0;
         for record in records {
             if record.index < skip {
                 if matches!(record.result, Err(DecodeError::Container { .. })) {
@@ -227,6 +229,7 @@ impl ContainerFile {
                 prefix.add(&record);
             }
             let origin = Origin::File { path: display.clone(), record: record.index };
+            batch_bytes += record.raw.len();
             match record.result {
                 Ok(decoded) if decoded.event.event_type() == expected_type => {
                     batch.events.push(Incoming { event: decoded.event, origin, raw: Some(record.raw) })
@@ -242,9 +245,10 @@ impl ContainerFile {
                     batch.rejected.push(Rejected::new(origin, record.raw, &error))
                 }
             }
-            if batch.events.len() + batch.rejected.len() >= batch_events {
+            if bounds.reached(batch.events.len() + batch.rejected.len(), batch_bytes) {
                 batch.file_progress = Some(progress_of(&sync_marker, &display, &prefix));
                 append(ledger, &path, &mut batch, &mut report)?;
+                batch_bytes = 0;
                 on_batch(&report);
             }
         }
@@ -274,10 +278,10 @@ fn progress_of(sync_marker: &[u8; 16], path: &str, prefix: &Prefix) -> FileProgr
 pub fn ingest_file(
     ledger: &mut Ledger,
     path: &Path,
-    batch_events: usize,
+    bounds: BatchBounds,
     on_batch: impl FnMut(&FileIngestReport),
 ) -> Result<FileIngestReport, FileIngestError> {
-    ContainerFile::open(path)?.ingest(ledger, batch_events, on_batch)
+    ContainerFile::open(path)?.ingest(ledger, bounds, on_batch)
 }
 
 fn append(

@@ -2,14 +2,15 @@
 //! group whose offsets live in the ledger) and from Avro object container files ([`file::ingest_file`]).
 //!
 //! ```
-//! use ingest::file::{ingest_file, FILE_BATCH_EVENTS};
+//! use ingest::BatchBounds;
+//! use ingest::file::ingest_file;
 //! # let dir = tempfile::tempdir().unwrap();
 //! # let path = dir.path().join("empty.avro");
 //! # let schema = &schemas::Catalog::builtin().current(schemas::EventType::UsageEvent).schema;
 //! # let writer = apache_avro::Writer::new(schema, std::fs::File::create(&path).unwrap()).unwrap();
 //! # writer.into_inner().unwrap();
 //! let mut ledger = ledger::Ledger::open(dir.path().join("ledger.db")).unwrap();
-//! let report = ingest_file(&mut ledger, &path, FILE_BATCH_EVENTS, |_| {}).unwrap();
+//! let report = ingest_file(&mut ledger, &path, BatchBounds::file(), |_| {}).unwrap();
 //! assert_eq!(report.records, 0);
 //! ```
 
@@ -17,3 +18,34 @@
 
 pub mod consumer;
 pub mod file;
+
+/// Most bytes of messages or records (as received) in one ledger append, whatever their count: a batch of
+/// 5,000 messages near Kafka's 1 MB limit would otherwise hold gigabytes in memory before its append.
+pub const BATCH_MAX_BYTES: usize = 16 << 20;
+
+/// How large one ledger append grows: it is appended once either bound is reached, so a batch holds at most
+/// `events` messages and at most `bytes` plus one message (a message larger than `bytes` is a batch of its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchBounds {
+    /// Most messages (Kafka) or records (file).
+    pub events: usize,
+    /// Most bytes of them as received (their raw bytes, which the quarantine keeps too).
+    pub bytes: usize,
+}
+
+impl BatchBounds {
+    /// The bounds of a Kafka ingest: [`consumer::BATCH_MAX_EVENTS`] and [`BATCH_MAX_BYTES`].
+    pub fn kafka() -> BatchBounds {
+        BatchBounds { events: consumer::BATCH_MAX_EVENTS, bytes: BATCH_MAX_BYTES }
+    }
+
+    /// The bounds of a file ingest: [`file::FILE_BATCH_EVENTS`] and [`BATCH_MAX_BYTES`].
+    pub fn file() -> BatchBounds {
+        BatchBounds { events: file::FILE_BATCH_EVENTS, bytes: BATCH_MAX_BYTES }
+    }
+
+    /// Whether a batch of `events` messages and `bytes` bytes is to be appended now.
+    pub fn reached(&self, events: usize, bytes: usize) -> bool {
+        events >= self.events || bytes >= self.bytes
+    }
+}

@@ -298,6 +298,22 @@ pub const TABLES: &[Table] = &[
         ],
     },
     Table {
+        name: "batches",
+        description: "every append (a batch, a group of the hook's decisions, a reconcile run): the watermark after it \
+                      and the ledger's running counts",
+        from: "batches b",
+        seq: Some("b.watermark"),
+        columns: &[
+            col("id", "b.id", Int64, false),
+            col("committed_at", "b.committed_at", Timestamp, false),
+            col("watermark", "b.watermark", Int64, false),
+            col("events_recorded_total", "b.events_recorded_total", Int64, false),
+            col("duplicates_total", "b.duplicates_total", Int64, false),
+            col("conflicts_total", "b.conflicts_total", Int64, false),
+            col("quarantined_total", "b.quarantined_total", Int64, false),
+        ],
+    },
+    Table {
         name: "offset_gaps",
         description: "Kafka offsets never read that an operator accepted as lost (`ingest --accept-gap`)",
         from: "offset_gaps g",

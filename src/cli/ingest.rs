@@ -11,10 +11,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use indicatif::ProgressBar;
-use ingest::consumer::{
-    BATCH_MAX_EVENTS, BATCH_WAIT_MS, KafkaIngestProgress, KafkaIngestSettings, default_group, ingest_kafka,
-};
-use ingest::file::{ContainerFile, FILE_BATCH_EVENTS};
+use ingest::BatchBounds;
+use ingest::consumer::{BATCH_WAIT_MS, KafkaIngestProgress, KafkaIngestSettings, default_group, ingest_kafka};
+use ingest::file::ContainerFile;
 use kafka::topics::Topics;
 use ledger::ProcessLock;
 
@@ -56,6 +55,9 @@ pub struct IngestArgs {
     /// Most messages (Kafka) or records (file) per ledger transaction.
     #[arg(long)]
     batch_max_events: Option<usize>,
+    /// Most bytes of messages or records (as received) per ledger transaction; a larger message is appended alone.
+    #[arg(long, default_value_t = ingest::BATCH_MAX_BYTES)]
+    batch_max_bytes: usize,
     /// Longest a Kafka message waits in a partial batch, in milliseconds.
     #[arg(long, default_value_t = BATCH_WAIT_MS)]
     batch_wait_ms: u64,
@@ -79,16 +81,23 @@ pub fn run(ledger_path: &Path, args: IngestArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// `defaults` with what `--batch-max-events` and `--batch-max-bytes` say.
+fn batch_bounds(defaults: BatchBounds, args: &IngestArgs) -> anyhow::Result<BatchBounds> {
+    let bounds = BatchBounds { events: args.batch_max_events.unwrap_or(defaults.events), bytes: args.batch_max_bytes };
+    anyhow::ensure!(bounds.events > 0, "--batch-max-events must be at least 1");
+    anyhow::ensure!(bounds.bytes > 0, "--batch-max-bytes must be at least 1");
+    Ok(bounds)
+}
+
 fn run_file(ledger_path: &Path, file: &Path, args: &IngestArgs) -> anyhow::Result<ExitCode> {
-    let batch_events = args.batch_max_events.unwrap_or(FILE_BATCH_EVENTS);
-    anyhow::ensure!(batch_events > 0, "--batch-max-events must be at least 1");
+    let bounds = batch_bounds(BatchBounds::file(), args)?;
     let stopped = || format!("ingest of {} stopped", file.display());
     // The input first: a file that cannot be read must not leave a new, empty ledger behind.
     let container = ContainerFile::open(file).with_context(stopped)?;
     let mut ledger = super::open_for_append(ledger_path)?;
     let progress = super::spinner();
     let report = container
-        .ingest(&mut ledger, batch_events, |so_far| {
+        .ingest(&mut ledger, bounds, |so_far| {
             progress.set_message(format!("{} records read, {} recorded", so_far.records, so_far.recorded));
             progress.tick();
         })
@@ -144,8 +153,7 @@ fn run_kafka(ledger_path: &Path, brokers: &str, args: &IngestArgs) -> anyhow::Re
         settings.topics = Topics::parse(&args.topics)?;
     }
     settings.until_caught_up = args.until_caught_up;
-    settings.batch_max_events = args.batch_max_events.unwrap_or(BATCH_MAX_EVENTS);
-    anyhow::ensure!(settings.batch_max_events > 0, "--batch-max-events must be at least 1");
+    settings.batch = batch_bounds(BatchBounds::kafka(), args)?;
     settings.batch_wait_ms = args.batch_wait_ms;
     settings.overrides = args.settings.clone();
     settings.accept_gaps = args.accept_gap.clone();
