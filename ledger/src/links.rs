@@ -645,19 +645,7 @@ pub(crate) mod tests {
     }
 
     fn export_row(tenant: &str, consumption: i64) -> crate::PeriodExportRow {
-        crate::PeriodExportRow {
-            tenant: tenant.into(),
-            metric: "requests".into(),
-            consumption,
-            policy_id: None,
-            policy_version: None,
-            limit: None,
-            grants: None,
-            effective_limit: None,
-            overage: None,
-            overshoot: None,
-            late_adjustments: 0,
-        }
+        crate::PeriodExportRow::unpriced(tenant.into(), "requests".into(), consumption, 0)
     }
 
     /// A ledger with a row in every covered table: entries, an exact duplicate, a quarantined message, offsets, a

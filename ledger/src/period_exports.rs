@@ -28,6 +28,25 @@ pub struct PeriodExportRow {
     pub late_adjustments: i64,
 }
 
+impl PeriodExportRow {
+    /// The row of `tenant` and `metric` that no policy prices: its consumption and late adjustments alone.
+    pub fn unpriced(tenant: String, metric: String, consumption: i64, late_adjustments: i64) -> PeriodExportRow {
+        PeriodExportRow {
+            tenant,
+            metric,
+            consumption,
+            policy_id: None,
+            policy_version: None,
+            limit: None,
+            grants: None,
+            effective_limit: None,
+            overage: None,
+            overshoot: None,
+            late_adjustments,
+        }
+    }
+}
+
 /// What an export is computed at: the watermark, and the watermark after which the late adjustments it carries were
 /// recorded (up to the watermark): the last close's before it; the watermark itself for a preview that carries
 /// none ([`Ledger::preview_period_export`] of a month after the next one to close).
@@ -251,19 +270,7 @@ mod tests {
     use super::*;
 
     fn row(tenant: &str, consumption: i64) -> PeriodExportRow {
-        PeriodExportRow {
-            tenant: tenant.into(),
-            metric: "requests".into(),
-            consumption,
-            policy_id: None,
-            policy_version: None,
-            limit: None,
-            grants: None,
-            effective_limit: None,
-            overage: None,
-            overshoot: None,
-            late_adjustments: 0,
-        }
+        PeriodExportRow::unpriced(tenant.into(), "requests".into(), consumption, 0)
     }
 
     // Proves a close stores its export once: a second close answers the stored rows and computes nothing.

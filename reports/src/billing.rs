@@ -101,19 +101,7 @@ fn row(period: Period, index: &PolicyIndex, inputs: &BillingInputs, key: Key) ->
     let commits = inputs.commits.get(&key).copied().unwrap_or(0);
     let consumption = usage.checked_add(commits).expect("consumption fits in i64");
     let late_adjustments = inputs.late.get(&key).copied().unwrap_or(0);
-    let mut row = PeriodExportRow {
-        tenant: key.0.clone(),
-        metric: key.1.clone(),
-        consumption,
-        policy_id: None,
-        policy_version: None,
-        limit: None,
-        grants: None,
-        effective_limit: None,
-        overage: None,
-        overshoot: None,
-        late_adjustments,
-    };
+    let mut row = PeriodExportRow::unpriced(key.0.clone(), key.1.clone(), consumption, late_adjustments);
     let Some((policy, _)) = month_policy(index, &key.0, &key.1, period) else { return row };
     let grants = inputs.grants.get(&key).map_or(&[][..], Vec::as_slice);
     let effective = overshoot::effective_limit(policy.limit, Scope::TENANT, None, grants, period.start(), period.end());
