@@ -114,18 +114,23 @@ fn reservation(event_id: &str, occurred_at: &str, id: &str, action: ReservationA
     })
 }
 
-/// org-9: a HARD daily limit of 100 (version 2), a grant of 10, 60 + 40 requests and a committed reservation of
-/// 5 before a denial at 12:00 on Oct 5, a reservation of 4 open at that instant, reconciled on Oct 7.
-fn hand_built() -> TestLedger {
-    let test = TestLedger::new();
-    let grant = Event::Grant(GrantEvent {
+/// Grant `grant-1` of org-9: 10 more requests on Oct 5, for `reason`.
+fn grant_for_oct_5(reason: &str) -> Event {
+    Event::Grant(GrantEvent {
         header: header("grant-1", "2026-10-05T00:00:00Z", "org-9", "requests"),
         grant_id: "grant-1".into(),
         amount: 10,
         valid_from: at("2026-10-05T00:00:00Z"),
         valid_until: at("2026-10-06T00:00:00Z"),
-        reason: "support credit".into(),
-    });
+        reason: reason.into(),
+    })
+}
+
+/// org-9: a HARD daily limit of 100 (version 2), a grant of 10, 60 + 40 requests and a committed reservation of
+/// 5 before a denial at 12:00 on Oct 5, a reservation of 4 open at that instant, reconciled on Oct 7.
+fn hand_built() -> TestLedger {
+    let test = TestLedger::new();
+    let grant = grant_for_oct_5("support credit");
     let files: Vec<(&str, Vec<Event>)> = vec![
         ("policies.avro", vec![daily_policy(1, 50), daily_policy(2, 100)]),
         ("grants.avro", vec![grant]),
@@ -792,14 +797,7 @@ fn audit_answers_show_control_characters_escaped() {
         policy_id: Some(forged.into()),
         ..denial
     };
-    let grant = Event::Grant(GrantEvent {
-        header: header("grant-1", "2026-10-05T00:00:00Z", "org-9", "requests"),
-        grant_id: "grant-1".into(),
-        amount: 10,
-        valid_from: at("2026-10-05T00:00:00Z"),
-        valid_until: at("2026-10-06T00:00:00Z"),
-        reason: "credit\n  grant-2  999".into(),
-    });
+    let grant = grant_for_oct_5("credit\n  grant-2  999");
     let plain = decision("req-2", "2026-10-05T12:30:00Z", 10, true);
     ingest_in_order(&test, vec![daily_policy(2, 100), grant, Event::Decision(denial), plain]);
     let grants = test.run(&["audit", "why", "req-2"]).success().stdout_text();
