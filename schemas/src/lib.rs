@@ -24,6 +24,7 @@ pub mod avro;
 pub mod catalog;
 pub mod error;
 pub mod event;
+pub mod partition;
 pub mod timestamp;
 pub mod validate;
 
