@@ -12,8 +12,8 @@
 //! exports, accepted offset gaps, offsets). Its last link is the ledger's head, [`Ledger::head`], which checkpoints
 //! publish outside the file under the ledger's id, [`Ledger::ledger_id`].
 //!
-//! One ledger file is one shard: it holds the events of the Kafka partitions whose offsets it stores, and
-//! nothing in its interface assumes it holds all of them.
+//! A ledger file holds the events of the Kafka partitions whose offsets it stores: every partition, or one when it is a
+//! shard ([`shards`]); nothing in its interface assumes it holds all of them.
 //!
 //! ```
 //! use ledger::{Batch, Incoming, Ledger, Origin, AppendOutcome};
@@ -59,6 +59,7 @@ mod periods;
 mod read;
 mod replay;
 pub mod scan;
+pub mod shards;
 mod status;
 pub mod tables;
 mod usage_totals;

@@ -29,6 +29,7 @@ pub const MIGRATIONS: &[Migration] = &[
     ("017-file-progress.sql", include_str!("../ddl/017-file-progress.sql"), None),
     ("018-entries-by-tenant.sql", include_str!("../ddl/018-entries-by-tenant.sql"), None),
     ("019-ledger-id-and-links.sql", include_str!("../ddl/019-ledger-id-and-links.sql"), Some(crate::links::anchor)),
+    ("020-shard.sql", include_str!("../ddl/020-shard.sql"), None),
 ];
 
 /// The schema version of a ledger all of whose migrations ran.

@@ -1,0 +1,311 @@
+//! Shards (contract §9.4): a ledger per Kafka partition. Shard p holds partition p of every input topic and what the
+//! hook and reconcile recorded for that partition's tenants; its file says so in `shard_identity`, written once when
+//! it is created. A `--data` directory holds shards as `shard-NNNN.db` (the partition, four digits or more), one
+//! machine's share of them or a whole restored set; a ledger opened with `--ledger FILE` holds every partition and
+//! has no shard identity.
+//!
+//! ```
+//! use ledger::shards::{Shard, ShardDir};
+//! let dir = tempfile::tempdir().unwrap();
+//! let shards = ShardDir::new(dir.path());
+//! for partition in 0..2 {
+//!     shards.open(Shard { partition, partitions: 2 }).unwrap();
+//! }
+//! let all = shards.open_all_read_only().unwrap();
+//! assert_eq!(all.iter().map(|(shard, _)| shard.partition).collect::<Vec<_>>(), [0, 1]);
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::{OptionalExtension, params};
+
+use crate::{Ledger, OpenError, ReadError};
+
+/// The partition a shard holds, of how many.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Shard {
+    /// The partition of every input topic it holds.
+    pub partition: u32,
+    /// The input topics' common partition count P.
+    pub partitions: u32,
+}
+
+impl Shard {
+    /// Whether `tenant` belongs to this shard: its partition ([`schemas::partition::partition_of`]) is this one. The
+    /// plan defaults (tenant `*`) belong to every shard.
+    pub fn holds_tenant(&self, tenant: &str) -> bool {
+        tenant == "*" || schemas::partition::partition_of(tenant, self.partitions) == self.partition
+    }
+}
+
+impl std::fmt::Display for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "shard {} of {}", self.partition, self.partitions)
+    }
+}
+
+/// A shard could not be opened, claimed or listed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShardError {
+    /// The ledger file could not be opened.
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// Reading the ledger failed.
+    #[error("cannot read the shard identity of {path}")]
+    Read {
+        /// The ledger file.
+        path: PathBuf,
+        /// The failure.
+        source: ReadError,
+    },
+    /// The file is a shard of another partition (or of another partition count) than asked.
+    #[error("{path} holds {holds}, not {asked}")]
+    Mismatch {
+        /// The ledger file.
+        path: PathBuf,
+        /// What it holds.
+        holds: Shard,
+        /// What was asked.
+        asked: Shard,
+    },
+    /// A ledger that already holds events of every partition cannot become a shard.
+    #[error(
+        "{path} is a ledger of every partition (it has events or offsets and no shard identity): it cannot become \
+         {asked}; give shards a directory of their own"
+    )]
+    WholeLedger {
+        /// The ledger file.
+        path: PathBuf,
+        /// What was asked.
+        asked: Shard,
+    },
+    /// The directory could not be created or listed.
+    #[error("cannot read or create the shard directory {dir}")]
+    Directory {
+        /// The directory.
+        dir: PathBuf,
+        /// The failure.
+        source: std::io::Error,
+    },
+    /// The directory holds no shard.
+    #[error("{dir} holds no shard (shard-NNNN.db files, made by ingest --data or node)")]
+    Empty {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// The shards of the directory disagree on the partition count.
+    #[error("{dir} mixes partition counts: {first} and {second}")]
+    MixedCounts {
+        /// The directory.
+        dir: PathBuf,
+        /// One shard.
+        first: Shard,
+        /// A shard counting other partitions.
+        second: Shard,
+    },
+    /// A file's name says another partition than its identity.
+    #[error("{path} is named for partition {named} but holds {holds}")]
+    Misnamed {
+        /// The file.
+        path: PathBuf,
+        /// The partition its name says.
+        named: u32,
+        /// What it holds.
+        holds: Shard,
+    },
+    /// Partitions without a shard in the directory: an answer from it would be partial.
+    #[error("{dir} lacks the shards of partitions {missing:?} of {partitions}: an answer without them would be partial")]
+    Missing {
+        /// The directory.
+        dir: PathBuf,
+        /// The partitions without a shard.
+        missing: Vec<u32>,
+        /// The partition count.
+        partitions: u32,
+    },
+}
+
+impl Ledger {
+    /// The partition this ledger holds, or `None` for a ledger of every partition.
+    pub fn shard(&self) -> Result<Option<Shard>, ReadError> {
+        let row = self
+            .conn
+            .prepare_cached("SELECT partition, partitions FROM shard_identity WHERE id = 1")?
+            .query_row([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)))
+            .optional()?;
+        row.map(|(partition, partitions)| match (u32::try_from(partition), u32::try_from(partitions)) {
+            (Ok(partition), Ok(partitions)) => Ok(Shard { partition, partitions }),
+            _ => Err(ReadError::Corrupt { seq: 0, message: format!("shard {partition} of {partitions}") }),
+        })
+        .transpose()
+    }
+
+    /// Makes a new (or still empty) ledger the shard `shard`; a shard already of `shard` is left as it is. Refuses a
+    /// shard of another partition and a ledger of every partition that holds events or offsets.
+    pub fn claim_shard(&mut self, shard: Shard) -> Result<(), ShardError> {
+        let read = |source: ReadError| ShardError::Read { path: self.path.clone(), source };
+        if let Some(holds) = self.shard().map_err(read)? {
+            return if holds == shard {
+                Ok(())
+            } else {
+                Err(ShardError::Mismatch { path: self.path.clone(), holds, asked: shard })
+            };
+        }
+        let tx = self.conn.transaction().map_err(|e| ShardError::Read { path: self.path.clone(), source: e.into() })?;
+        let holds_something: bool = tx
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM entries) OR EXISTS (SELECT 1 FROM offsets)
+                     OR EXISTS (SELECT 1 FROM quarantine)",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(|e| ShardError::Read { path: self.path.clone(), source: e.into() })?;
+        if holds_something {
+            return Err(ShardError::WholeLedger { path: self.path.clone(), asked: shard });
+        }
+        tx.execute(
+            "INSERT INTO shard_identity (id, partition, partitions, created_at) VALUES (1, ?, ?, ?)",
+            params![shard.partition, shard.partitions, crate::now_micros()],
+        )
+        .and_then(|_| tx.commit())
+        .map_err(|e| ShardError::Read { path: self.path.clone(), source: e.into() })
+    }
+}
+
+/// A directory of shards.
+#[derive(Debug, Clone)]
+pub struct ShardDir {
+    dir: PathBuf,
+}
+
+impl ShardDir {
+    /// The shards in `dir` (nothing is read or created yet).
+    pub fn new(dir: impl Into<PathBuf>) -> ShardDir {
+        ShardDir { dir: dir.into() }
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The file of `partition`'s shard: `shard-0003.db`.
+    pub fn path_of(&self, partition: u32) -> PathBuf {
+        self.dir.join(format!("shard-{partition:04}.db"))
+    }
+
+    /// Opens the shard `shard` for writing, creating the directory and the file as needed; refuses a file holding
+    /// another partition.
+    pub fn open(&self, shard: Shard) -> Result<Ledger, ShardError> {
+        std::fs::create_dir_all(&self.dir)
+            .map_err(|source| ShardError::Directory { dir: self.dir.clone(), source })?;
+        let mut ledger = Ledger::open(self.path_of(shard.partition))?;
+        ledger.claim_shard(shard)?;
+        Ok(ledger)
+    }
+
+    /// The shard files present, by the partition their name says, in partition order.
+    pub fn files(&self) -> Result<Vec<(u32, PathBuf)>, ShardError> {
+        let directory = |source| ShardError::Directory { dir: self.dir.clone(), source };
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(&self.dir).map_err(directory)? {
+            let entry = entry.map_err(directory)?;
+            let name = entry.file_name();
+            let Some(partition) = name.to_str().and_then(partition_named) else { continue };
+            files.push((partition, entry.path()));
+        }
+        files.sort();
+        Ok(files)
+    }
+
+    /// Opens every shard of the directory read-only, in partition order, after checking that they are one complete
+    /// set: each file holds the partition its name says, all count the same partitions, and none is missing.
+    pub fn open_all_read_only(&self) -> Result<Vec<(Shard, Ledger)>, ShardError> {
+        let files = self.files()?;
+        if files.is_empty() {
+            return Err(ShardError::Empty { dir: self.dir.clone() });
+        }
+        let mut shards: Vec<(Shard, Ledger)> = Vec::with_capacity(files.len());
+        for (named, path) in files {
+            let ledger = Ledger::open_read_only(&path)?;
+            let read = |source| ShardError::Read { path: path.clone(), source };
+            let holds = ledger.shard().map_err(read)?.ok_or_else(|| ShardError::WholeLedger {
+                path: path.clone(),
+                asked: Shard { partition: named, partitions: 0 },
+            })?;
+            if holds.partition != named {
+                return Err(ShardError::Misnamed { path, named, holds });
+            }
+            if let Some((first, _)) = shards.first()
+                && first.partitions != holds.partitions
+            {
+                return Err(ShardError::MixedCounts { dir: self.dir.clone(), first: *first, second: holds });
+            }
+            shards.push((holds, ledger));
+        }
+        let partitions = shards[0].0.partitions;
+        let missing: Vec<u32> =
+            (0..partitions).filter(|p| !shards.iter().any(|(shard, _)| shard.partition == *p)).collect();
+        if !missing.is_empty() {
+            return Err(ShardError::Missing { dir: self.dir.clone(), missing, partitions });
+        }
+        Ok(shards)
+    }
+}
+
+/// The partition a shard file's name says: `shard-0003.db` is 3.
+fn partition_named(name: &str) -> Option<u32> {
+    let digits = name.strip_prefix("shard-")?.strip_suffix(".db")?;
+    if digits.len() < 4 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shard_keeps_its_partition() {
+        let dir = tempfile::tempdir().unwrap();
+        let shards = ShardDir::new(dir.path());
+        let two_of_four = Shard { partition: 2, partitions: 4 };
+        drop(shards.open(two_of_four).unwrap());
+        let mut reopened = shards.open(two_of_four).unwrap();
+        assert_eq!(reopened.shard().unwrap(), Some(two_of_four));
+        let other = Shard { partition: 2, partitions: 6 };
+        assert!(matches!(reopened.claim_shard(other), Err(ShardError::Mismatch { .. })));
+    }
+
+    #[test]
+    fn a_partial_set_is_refused_naming_what_lacks() {
+        let dir = tempfile::tempdir().unwrap();
+        let shards = ShardDir::new(dir.path());
+        for partition in [0, 2] {
+            drop(shards.open(Shard { partition, partitions: 4 }).unwrap());
+        }
+        match shards.open_all_read_only() {
+            Err(ShardError::Missing { missing, partitions: 4, .. }) => assert_eq!(missing, [1, 3]),
+            other => panic!("expected the missing shards named, got {:?}", other.map(|s| s.len())),
+        }
+    }
+
+    #[test]
+    fn a_renamed_shard_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let shards = ShardDir::new(dir.path());
+        drop(shards.open(Shard { partition: 1, partitions: 2 }).unwrap());
+        std::fs::rename(shards.path_of(1), shards.path_of(0)).unwrap();
+        assert!(matches!(shards.open_all_read_only(), Err(ShardError::Misnamed { named: 0, .. })));
+    }
+
+    #[test]
+    fn names() {
+        assert_eq!(partition_named("shard-0003.db"), Some(3));
+        assert_eq!(partition_named("shard-12345.db"), Some(12_345));
+        assert_eq!(partition_named("shard-3.db"), None);
+        assert_eq!(partition_named("shard-0003.db-wal"), None);
+    }
+}
