@@ -103,3 +103,88 @@ pub fn missing_topics_message(missing: &BTreeSet<String>, brokers: &str) -> Stri
         if missing.len() == 1 { "does" } else { "do" },
     )
 }
+
+/// The input topics do not share one partition count P (contract §9.4), or the brokers did not say.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PartitionCountError {
+    /// The brokers did not answer the request for the topics' metadata.
+    #[error("the brokers did not list the topics' partitions within {timeout_ms} ms")]
+    Unanswered {
+        /// How long the request waited.
+        timeout_ms: u64,
+    },
+    /// Topics the brokers do not have.
+    #[error("no such topic: {}", .0.iter().map(String::as_str).collect::<Vec<_>>().join(", "))]
+    Missing(BTreeSet<String>),
+    /// The topics' partition counts differ: a tenant would hash to different partitions on each.
+    #[error(
+        "the input topics must have one partition count (a tenant's partition is murmur2(tenant) % P on every \
+         topic), but {}",
+        .0.iter().map(|(topic, count)| format!("{topic} has {count}")).collect::<Vec<_>>().join(", ")
+    )]
+    Mismatch(BTreeMap<String, u32>),
+}
+
+/// The partition count P that every topic of `topics` shares, as the brokers list them.
+pub fn common_partition_count<'a, C: ClientContext>(
+    client: &Client<C>,
+    topics: impl IntoIterator<Item = &'a str>,
+) -> Result<u32, PartitionCountError> {
+    let metadata = client
+        .fetch_metadata(None, Duration::from_millis(METADATA_WAIT_MS))
+        .map_err(|_| PartitionCountError::Unanswered { timeout_ms: METADATA_WAIT_MS })?;
+    let listed: BTreeMap<&str, u32> =
+        metadata.topics().iter().map(|t| (t.name(), t.partitions().len() as u32)).collect();
+    let mut counts = BTreeMap::new();
+    let mut missing = BTreeSet::new();
+    for topic in topics {
+        match listed.get(topic) {
+            Some(count) if *count > 0 => {
+                counts.insert(topic.to_string(), *count);
+            }
+            _ => {
+                missing.insert(topic.to_string());
+            }
+        }
+    }
+    if !missing.is_empty() {
+        return Err(PartitionCountError::Missing(missing));
+    }
+    let distinct: BTreeSet<u32> = counts.values().copied().collect();
+    match distinct.len() {
+        1 => Ok(*distinct.first().expect("one count")),
+        0 => Err(PartitionCountError::Missing(BTreeSet::new())),
+        _ => Err(PartitionCountError::Mismatch(counts)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::consumer::Consumer;
+
+    fn client(brokers: &str) -> rdkafka::consumer::BaseConsumer {
+        rdkafka::ClientConfig::new().set("bootstrap.servers", brokers).create().unwrap()
+    }
+
+    #[test]
+    fn one_partition_count_or_the_topics_named() {
+        let cluster = rdkafka::mocking::MockCluster::new(1).unwrap();
+        for (topic, partitions) in [("a", 6), ("b", 6), ("c", 4)] {
+            cluster.create_topic(topic, partitions, 1).unwrap();
+        }
+        let consumer = client(&cluster.bootstrap_servers());
+        assert_eq!(common_partition_count(consumer.client(), ["a", "b"]), Ok(6));
+        let mismatch = common_partition_count(consumer.client(), ["a", "b", "c"]).unwrap_err();
+        assert_eq!(
+            mismatch.to_string(),
+            "the input topics must have one partition count (a tenant's partition is murmur2(tenant) % P on every \
+             topic), but a has 6, b has 6, c has 4"
+        );
+        assert!(matches!(
+            common_partition_count(consumer.client(), ["a", "nope"]),
+            Err(PartitionCountError::Missing(missing)) if missing.contains("nope")
+        ));
+    }
+}

@@ -115,7 +115,9 @@ pub enum ShardError {
         holds: Shard,
     },
     /// Partitions without a shard in the directory: an answer from it would be partial.
-    #[error("{dir} lacks the shards of partitions {missing:?} of {partitions}: an answer without them would be partial")]
+    #[error(
+        "{dir} lacks the shards of partitions {missing:?} of {partitions}: an answer without them would be partial"
+    )]
     Missing {
         /// The directory.
         dir: PathBuf,
@@ -198,8 +200,7 @@ impl ShardDir {
     /// Opens the shard `shard` for writing, creating the directory and the file as needed; refuses a file holding
     /// another partition.
     pub fn open(&self, shard: Shard) -> Result<Ledger, ShardError> {
-        std::fs::create_dir_all(&self.dir)
-            .map_err(|source| ShardError::Directory { dir: self.dir.clone(), source })?;
+        std::fs::create_dir_all(&self.dir).map_err(|source| ShardError::Directory { dir: self.dir.clone(), source })?;
         let mut ledger = Ledger::open(self.path_of(shard.partition))?;
         ledger.claim_shard(shard)?;
         Ok(ledger)
