@@ -18,6 +18,10 @@ struct Cli {
     /// The ledger file (SQLite).
     #[arg(long, global = true, env = "QUOTA_LEDGER_PATH", default_value = "./quota-ledger.db")]
     ledger: PathBuf,
+    /// A directory of shards, a ledger per Kafka partition (`shard-NNNN.db`, docs/contract.md §9.4), instead of one
+    /// ledger file holding every partition.
+    #[arg(long, global = true, env = "QUOTA_LEDGER_DATA", conflicts_with = "ledger", value_name = "DIR")]
+    data: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -69,21 +73,25 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
+    let store = match cli.data {
+        Some(dir) => cli::Store::Shards(ledger::shards::ShardDir::new(dir)),
+        None => cli::Store::File(cli.ledger),
+    };
     let result = match cli.command {
         Command::Schemas(command) => cli::schemas::run(command),
-        Command::Ingest(args) => cli::ingest::run(&cli.ledger, args),
+        Command::Ingest(args) => cli::ingest::run(&store, args),
         Command::Produce(args) => cli::produce::run(args),
         Command::Generate(args) => cli::generate::run(args),
         Command::Topics(command) => cli::topics::run(command),
         Command::Broker(command) => cli::broker::run(command),
-        Command::Status(args) => cli::status::run(&cli.ledger, args),
-        Command::Verify(args) => cli::verify::run(&cli.ledger, args),
-        Command::Reconcile(args) => cli::reconcile::run(&cli.ledger, args),
-        Command::Export(command) => cli::export::run(&cli.ledger, command),
-        Command::Audit(command) => cli::audit::run(&cli.ledger, command),
-        Command::Sql(args) => cli::sql::run(&cli.ledger, args),
-        Command::Serve(args) => cli::serve::run(&cli.ledger, args),
-        Command::Quarantine(command) => cli::quarantine::run(&cli.ledger, command),
+        Command::Status(args) => cli::status::run(&store, args),
+        Command::Verify(args) => cli::verify::run(&store, args),
+        Command::Reconcile(args) => cli::reconcile::run(&store, args),
+        Command::Export(command) => cli::export::run(&store, command),
+        Command::Audit(command) => cli::audit::run(&store, command),
+        Command::Sql(args) => cli::sql::run(&store, args),
+        Command::Serve(args) => cli::serve::run(&store, args),
+        Command::Quarantine(command) => cli::quarantine::run(&store, command),
         Command::Demo(args) => cli::demo::run(args),
         Command::Bench(command) => cli::bench::run(command),
     };

@@ -3,7 +3,6 @@
 //! holds no event of, exits 1 with the nearest known ones.
 
 use std::io::Write;
-use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Subcommand;
@@ -41,7 +40,8 @@ fn parse_instant(text: &str) -> Result<Timestamp, String> {
         .map_err(|e| format!("{text:?} is not an RFC 3339 instant such as 2026-11-01T00:00:00Z: {e}"))
 }
 
-pub fn run(ledger_path: &Path, command: AuditCommand) -> anyhow::Result<ExitCode> {
+pub fn run(store: &super::Store, command: AuditCommand) -> anyhow::Result<ExitCode> {
+    let ledger_path = store.file("audit")?;
     let ledger = Ledger::open_read_only(ledger_path)?;
     match command {
         AuditCommand::Why { request_id, json } => match why::why(&ledger, &request_id)? {

@@ -49,7 +49,8 @@ fn parse_period(text: &str) -> Result<Period, String> {
     text.parse().map_err(|e: ledger::PeriodParseError| e.to_string())
 }
 
-pub fn run(ledger_path: &Path, command: ExportCommand) -> anyhow::Result<ExitCode> {
+pub fn run(store: &super::Store, command: ExportCommand) -> anyhow::Result<ExitCode> {
+    let ledger_path = store.file("export")?;
     let ExportCommand::Billing(args) = command;
     // A close cannot be undone: an --out that cannot be written stops the command before anything is closed (failing
     // after the close, it would leave the user taking the period for still open).

@@ -66,7 +66,8 @@ pub struct IngestArgs {
     json: bool,
 }
 
-pub fn run(ledger_path: &Path, args: IngestArgs) -> anyhow::Result<ExitCode> {
+pub fn run(store: &super::Store, args: IngestArgs) -> anyhow::Result<ExitCode> {
+    let ledger_path = store.file("ingest")?;
     match (&args.file, &args.brokers) {
         // QUOTA_LEDGER_BROKERS, set for the Kafka commands, must not stop a backfill from a file.
         (Some(_), Some(brokers)) if std::env::var("QUOTA_LEDGER_BROKERS").ok().as_ref() != Some(brokers) => {

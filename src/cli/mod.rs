@@ -91,6 +91,27 @@ impl Write for Stdout {
     }
 }
 
+/// Where the ledger is: one file holding every partition (`--ledger`), or a directory of shards (`--data`).
+pub enum Store {
+    /// One ledger file.
+    File(std::path::PathBuf),
+    /// A directory of shards, one ledger per partition.
+    Shards(ledger::shards::ShardDir),
+}
+
+impl Store {
+    /// The ledger file, for a command that reads or writes one ledger: `command` refuses a directory of shards.
+    pub fn file(&self, command: &str) -> anyhow::Result<&std::path::Path> {
+        match self {
+            Store::File(path) => Ok(path),
+            Store::Shards(shards) => anyhow::bail!(
+                "{command} does not take a directory of shards (--data {}) yet: give it one ledger file with --ledger",
+                shards.dir().display()
+            ),
+        }
+    }
+}
+
 /// Opens a ledger for appending, with the reports' commit totals kept inside every append's transaction (an
 /// export then judges only reservations touched since; without the hook the next export catches up).
 pub fn open_for_append(path: &std::path::Path) -> anyhow::Result<ledger::Ledger> {

@@ -32,7 +32,8 @@ pub enum QuarantineCommand {
     },
 }
 
-pub fn run(ledger_path: &Path, command: QuarantineCommand) -> anyhow::Result<ExitCode> {
+pub fn run(store: &super::Store, command: QuarantineCommand) -> anyhow::Result<ExitCode> {
+    let ledger_path = store.file("quarantine")?;
     match command {
         QuarantineCommand::List { json } => list(ledger_path, json),
         QuarantineCommand::Replay { ids, topics, json } => replay(ledger_path, &ids, &topics, json),

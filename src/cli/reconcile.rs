@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -74,7 +73,8 @@ pub(crate) struct RunJson {
     after_close: Vec<reconcile::after_close::AfterClose>,
 }
 
-pub fn run(ledger_path: &Path, args: ReconcileArgs) -> anyhow::Result<ExitCode> {
+pub fn run(store: &super::Store, args: ReconcileArgs) -> anyhow::Result<ExitCode> {
+    let ledger_path = store.file("reconcile")?;
     if !ledger_path.exists() {
         Ledger::open_read_only(ledger_path)?;
     }

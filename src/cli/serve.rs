@@ -3,7 +3,7 @@
 
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
@@ -66,7 +66,8 @@ pub struct ServeArgs {
     counters_per_tenant_max: usize,
 }
 
-pub fn run(ledger_path: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
+pub fn run(store: &super::Store, args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let ledger_path = store.file("serve")?;
     let hook = HookSettings {
         group_max_requests: args.group_max_requests.max(1),
         group_wait_us: args.group_wait_us,

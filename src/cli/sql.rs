@@ -4,7 +4,6 @@
 
 use std::io::Write;
 use std::ops::ControlFlow;
-use std::path::Path;
 use std::process::ExitCode;
 
 use arrow::array::RecordBatch;
@@ -33,7 +32,8 @@ enum SqlFormat {
     Json,
 }
 
-pub fn run(ledger_path: &Path, args: SqlArgs) -> anyhow::Result<ExitCode> {
+pub fn run(store: &super::Store, args: SqlArgs) -> anyhow::Result<ExitCode> {
+    let ledger_path = store.file("sql")?;
     if args.tables {
         print_tables()?;
         return Ok(ExitCode::SUCCESS);

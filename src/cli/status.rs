@@ -1,7 +1,6 @@
 //! `status [--json]`.
 
 use std::io::Write;
-use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Args;
@@ -15,7 +14,8 @@ pub struct StatusArgs {
     json: bool,
 }
 
-pub fn run(ledger_path: &Path, args: StatusArgs) -> anyhow::Result<ExitCode> {
+pub fn run(store: &super::Store, args: StatusArgs) -> anyhow::Result<ExitCode> {
+    let ledger_path = store.file("status")?;
     let ledger = Ledger::open_read_only(ledger_path)?;
     let status = ledger.status()?;
     if args.json {

@@ -2,7 +2,6 @@
 //! head given or published), 1 naming the first bad entry or checkpoint.
 
 use std::io::Write;
-use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -29,7 +28,8 @@ pub struct VerifyArgs {
     settings: Vec<(String, String)>,
 }
 
-pub fn run(ledger_path: &Path, args: VerifyArgs) -> anyhow::Result<ExitCode> {
+pub fn run(store: &super::Store, args: VerifyArgs) -> anyhow::Result<ExitCode> {
+    let ledger_path = store.file("verify")?;
     let ledger = Ledger::open_read_only(ledger_path)?;
     let mut expected: Vec<ExpectedHead> =
         args.expect_head.iter().map(|head| ExpectedHead { head: *head, at: None }).collect();
