@@ -22,7 +22,11 @@ impl Answer {
     /// of one the group itself decided, now `taken_back`, fails with it): a 500 saying "nothing of it was
     /// recorded" would be false of a decision that was.
     pub(crate) fn failed(self, message: &str, taken_back: &HashSet<&str>) -> Answer {
-        let error = || HookError::Ledger(message.to_string());
+        self.failed_with(|| HookError::Ledger(message.to_string()), taken_back)
+    }
+
+    /// [`Answer::failed`], answering `error` instead of the ledger's refusal.
+    pub(crate) fn failed_with(self, error: impl Fn() -> HookError, taken_back: &HashSet<&str>) -> Answer {
         match self {
             Answer::Decision(reply, Ok(decision))
                 if decision.replayed && !taken_back.contains(decision.decision_id.as_str()) =>

@@ -45,6 +45,13 @@ pub enum HookError {
          recorded: after the hook restarts, the same idempotency key answers it): {0}"
     )]
     NotDurable(String),
+    /// Another node owns this request's shard now (durability replicated, [`crate::replicate`]): nothing was
+    /// recorded; ask the owner (a `node` answers 421 with its URL).
+    #[error("this node no longer owns the shard of this request's tenant; nothing was recorded: {0}")]
+    Fenced(String),
+    /// The group's events could not be published to Kafka (durability replicated): nothing was recorded; retry.
+    #[error("the brokers did not take the group of decisions this request was in; nothing was recorded: {0}")]
+    NotReplicated(String),
 }
 
 /// Starting the hook failed.

@@ -34,6 +34,7 @@ pub mod error;
 pub mod health;
 pub mod ids;
 mod queue;
+pub mod replicate;
 pub mod state;
 mod sync;
 mod writer;
@@ -48,6 +49,7 @@ pub use api::*;
 pub use error::{HookError, StartError};
 use ledger::{Durability, Ledger, ProcessLock};
 use queue::{Queued, Work};
+pub use replicate::{Replicate, ReplicateError};
 use schemas::{ReservationAction, Timestamp};
 use tokio::sync::oneshot;
 use writer::Writer;
@@ -257,10 +259,20 @@ impl Hook {
     /// one HARD limit fits), folds its recent entries into the state, and starts the writer thread, which holds the
     /// lock until it stops: after the last handle is dropped, once it has recorded what was queued.
     pub fn start(ledger_path: impl AsRef<Path>, settings: HookSettings) -> Result<Hook, StartError> {
+        Hook::start_replicated(ledger_path, settings, None)
+    }
+
+    /// [`Hook::start`], publishing every group's events through `replicate` before recording them (durability
+    /// replicated, [`replicate`]).
+    pub fn start_replicated(
+        ledger_path: impl AsRef<Path>,
+        settings: HookSettings,
+        replicate: Option<Box<dyn Replicate>>,
+    ) -> Result<Hook, StartError> {
         let ledger = Ledger::open(ledger_path.as_ref())?;
         let lock = acquire_lock(ledger_path.as_ref())?;
         let health = Arc::new(health::Health::default());
-        let writer = Writer::new(ledger, settings, Arc::clone(&health))?;
+        let writer = Writer::new(ledger, settings, Arc::clone(&health), replicate)?;
         let (queue, receiver) = std::sync::mpsc::sync_channel(settings.queue_max_requests);
         let queued = Arc::new(AtomicUsize::new(0));
         let counter = Arc::clone(&queued);

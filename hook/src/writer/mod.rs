@@ -67,12 +67,21 @@ pub struct Writer {
     health: Arc<Health>,
     /// Checkpoints the ledger's log off this thread, so that no group waits for one (stopped with the writer).
     _checkpointer: ledger::Checkpointer,
+    /// At durability replicated: publishes each group's events before they are recorded.
+    replicate: Option<Box<dyn crate::Replicate>>,
+    /// Set, for good, once the publisher was fenced: another node owns the shard, this writer decides nothing more.
+    fenced: Option<String>,
 }
 
 impl Writer {
     /// Reads the key filter and the state from `ledger` and starts the checkpoint (and, at durability full, the
     /// sync) thread.
-    pub fn new(mut ledger: Ledger, settings: HookSettings, health: Arc<Health>) -> Result<Writer, StartError> {
+    pub fn new(
+        mut ledger: Ledger,
+        settings: HookSettings,
+        health: Arc<Health>,
+        replicate: Option<Box<dyn crate::Replicate>>,
+    ) -> Result<Writer, StartError> {
         ledger.keep_key_filter()?;
         let state = load(&ledger, (settings.clock)())?;
         let checkpointer = ledger.checkpoint_in_background()?;
@@ -97,6 +106,8 @@ impl Writer {
             rebuild: false,
             health,
             _checkpointer: checkpointer,
+            replicate,
+            fenced: None,
         })
     }
 
@@ -171,6 +182,9 @@ impl Writer {
     /// Why no group can be decided now, if so: the error its requests are answered and its message. A sync that
     /// failed is final; a state to rebuild, or what other writers appended, must be read first.
     fn unable(&mut self, requests: usize, now: Timestamp) -> Option<GroupFailure> {
+        if let Some(fenced) = &self.fenced {
+            return Some((HookError::Fenced, fenced.clone()));
+        }
         if let Some(failure) = self.syncer.as_ref().and_then(Syncer::failure) {
             return Some((HookError::NotDurable, failure.to_string()));
         }
@@ -224,6 +238,21 @@ impl Writer {
             .map(|event| Incoming { event, origin: Origin::Local { name: SOURCE.to_string() }, raw: None })
             .collect();
         let batch = Batch { events: incoming, outbox: true, ..Batch::default() };
+        if let Err(failed) = self.replicate(&batch.events) {
+            let (error, message) = match failed {
+                crate::ReplicateError::Fenced(message) => {
+                    log::error!("hook: another node owns this shard now ({message}); it answers nothing more here");
+                    self.fenced = Some(message.clone());
+                    (HookError::Fenced as fn(String) -> HookError, message)
+                }
+                crate::ReplicateError::Unavailable(message) => {
+                    (HookError::NotReplicated as fn(String) -> HookError, message)
+                }
+            };
+            self.health.failed(&message, answers.len(), now);
+            let taken_back = self.take_back(&batch.events, now);
+            return answers.into_iter().map(|a| a.failed_with(|| error(message.clone()), &taken_back)).collect();
+        }
         match self.append(&batch) {
             Ok(report) => {
                 self.health.recorded();
@@ -246,6 +275,15 @@ impl Writer {
                 answers.into_iter().map(|a| a.failed(&message, &taken_back)).collect()
             }
         }
+    }
+
+    /// Publishes a group's events before they are recorded (durability replicated): Kafka holds what the caller is
+    /// told, and the shard is rebuilt from it wherever it goes next. A group published but then refused by the shard
+    /// reaches the shard anyway through ingest (its events carry their ids): it counts, as a retried request would.
+    fn replicate(&mut self, events: &[Incoming]) -> Result<(), crate::ReplicateError> {
+        let Some(replicate) = self.replicate.as_mut() else { return Ok(()) };
+        let events: Vec<Event> = events.iter().map(|incoming| incoming.event.clone()).collect();
+        replicate.replicate(&events)
     }
 
     /// Appends a group's events in one transaction, waiting through [`BUSY_WAITS`] busy timeouts for another
