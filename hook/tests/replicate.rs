@@ -65,4 +65,5 @@ fn what_is_answered_was_published_first() {
     let ledger = ledger::Ledger::open_read_only(&path).unwrap();
     assert_eq!(ledger.status().unwrap().events_recorded, 4, "k-1 and k-2, each a decision and its usage");
     assert_eq!(published.lock().unwrap().len(), 4);
+    assert_eq!(ledger.outbox_status().unwrap().enqueued, 0, "published already: nothing for the outbox");
 }

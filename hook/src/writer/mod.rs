@@ -237,7 +237,8 @@ impl Writer {
             .into_iter()
             .map(|event| Incoming { event, origin: Origin::Local { name: SOURCE.to_string() }, raw: None })
             .collect();
-        let batch = Batch { events: incoming, outbox: true, ..Batch::default() };
+        // Replicated events are on their topics already: the outbox would publish them a second time.
+        let batch = Batch { events: incoming, outbox: self.replicate.is_none(), ..Batch::default() };
         if let Err(failed) = self.replicate(&batch.events) {
             let (error, message) = match failed {
                 crate::ReplicateError::Fenced(message) => {
