@@ -111,6 +111,33 @@ pub fn checkpoint_reader(brokers: &str, overrides: &[(String, String)]) -> Clien
     overrides_last(config, overrides)
 }
 
+/// How long a shard's transaction may stay open before the brokers abort it: a paused owner's open transaction ends
+/// within this, as its consumer-group session does (`session.timeout.ms` of [`consumer`]).
+pub const SHARD_TRANSACTION_TIMEOUT_MS: u64 = 10_000;
+/// How long [`crate::fence::ShardFence`] waits for the brokers to answer `init_transactions`, or to acknowledge a
+/// transaction's records and its commit: a publish answers within it, fenced, failed or done.
+pub const SHARD_PUBLISH_TIMEOUT_MS: u64 = 10_000;
+
+/// The transactional producer of one shard ([`crate::fence`]): `transactional_id` names the shard, so that the
+/// next owner's `init_transactions` fences this one. Idempotent and acknowledged by every in-sync replica, as
+/// transactions require. `transactional.id` and the timeouts come after the overrides: the fence is the point.
+pub fn shard_producer(brokers: &str, transactional_id: &str, overrides: &[(String, String)]) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", brokers)
+        .set("client.id", "quota-ledger-shard")
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        // A publish is one group of the hook's decisions, waited for: nothing gains from lingering.
+        .set("linger.ms", "0");
+    let mut config = overrides_last(config, overrides);
+    config
+        .set("transactional.id", transactional_id)
+        .set("transaction.timeout.ms", SHARD_TRANSACTION_TIMEOUT_MS.to_string())
+        .set("message.timeout.ms", SHARD_PUBLISH_TIMEOUT_MS.to_string());
+    config
+}
+
 /// The admin client of `topics create`: librdkafka's defaults.
 pub fn admin(brokers: &str, overrides: &[(String, String)]) -> ClientConfig {
     let mut config = ClientConfig::new();

@@ -23,6 +23,7 @@
 pub mod admin;
 pub mod checkpoints;
 pub mod config;
+pub mod fence;
 pub mod producer;
 pub mod topics;
 

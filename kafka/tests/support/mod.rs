@@ -1,0 +1,68 @@
+//! Brokers for the kafka crate's tests: librdkafka's mock cluster, and Tansu (a real Kafka-protocol broker) on its
+//! SQLite engine, skipped with `QUOTA_LEDGER_SKIP_TANSU=1` as the workspace's other real-broker tests are.
+
+#![allow(dead_code)]
+
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The version of Tansu these tests were written against (the workspace's `tests/support/brokers.rs` says the same).
+const TANSU_VERSION: &str = "0.6.0";
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A Tansu process in a temporary directory, killed when dropped.
+pub struct Tansu {
+    child: Child,
+    _dir: tempfile::TempDir,
+    pub bootstrap: String,
+}
+
+impl Drop for Tansu {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Tansu {
+    /// Tansu on `sqlite://tansu.db` in a temporary directory with `topics` created (`partitions` each), or `None`
+    /// when `QUOTA_LEDGER_SKIP_TANSU=1`.
+    pub fn start(topics: &[&str], partitions: i32) -> Option<Tansu> {
+        if std::env::var("QUOTA_LEDGER_SKIP_TANSU").is_ok_and(|v| v == "1") {
+            eprintln!("QUOTA_LEDGER_SKIP_TANSU=1: skipping the real-broker part of this test");
+            return None;
+        }
+        let version = Command::new("tansu").arg("--version").output().unwrap_or_else(|e| {
+            panic!(
+                "the real-broker tests need Tansu {TANSU_VERSION} on PATH ({e}): cargo install tansu --version \
+                 {TANSU_VERSION} --locked --features dynostore,libsql (or QUOTA_LEDGER_SKIP_TANSU=1 to skip them)"
+            )
+        });
+        let version = String::from_utf8_lossy(&version.stdout).to_string();
+        assert!(version.contains(TANSU_VERSION), "tansu --version says {version:?}, expected {TANSU_VERSION}");
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let port = TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("an address").port();
+        let url = format!("tcp://127.0.0.1:{port}");
+        let child = Command::new("tansu")
+            // Tansu 0.6.0 reads the path after `sqlite://` relative to its working directory.
+            .current_dir(dir.path())
+            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
+            .args(["--storage-engine", "sqlite://tansu.db"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("tansu starts");
+        let tansu = Tansu { child, _dir: dir, bootstrap: format!("127.0.0.1:{port}") };
+        let started = Instant::now();
+        while TcpStream::connect(&tansu.bootstrap).is_err() {
+            assert!(started.elapsed() < START_TIMEOUT, "tansu did not listen on {}", tansu.bootstrap);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        while let Err(error) = kafka::admin::create_topics(&tansu.bootstrap, topics, partitions, &[]) {
+            assert!(started.elapsed() < START_TIMEOUT, "creating {topics:?} on {} failed: {error}", tansu.bootstrap);
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Some(tansu)
+    }
+}
