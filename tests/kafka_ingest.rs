@@ -164,7 +164,13 @@ fn ingest_names_the_topics_the_broker_lacks() {
     lines.sort();
     assert_eq!(
         lines,
-        ["quota.adjustments  created", "quota.checkpoints  created", "quota.usage  exists", "team.grants  created"],
+        [
+            "quota.adjustments  created",
+            "quota.checkpoints  created",
+            "quota.routing  created",
+            "quota.usage  exists",
+            "team.grants  created"
+        ],
         "{created}"
     );
     let topics = "usage=quota.usage,grants=team.grants";

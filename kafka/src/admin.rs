@@ -51,8 +51,9 @@ pub enum AdminError {
     },
 }
 
-/// Creates each topic with `partitions` partitions (replication 1 unless `-X` says otherwise on the broker);
-/// a topic that already exists is left as it is. Returns the topics created.
+/// Creates each topic with `partitions` partitions (replication 1 unless `-X` says otherwise on the broker), but
+/// [`crate::routing::ROUTING_TOPIC`] with one, compacted; a topic that already exists is left as it is. Returns the
+/// topics created.
 pub fn create_topics(
     brokers: &str,
     topics: &[&str],
@@ -73,7 +74,14 @@ pub fn create_topics(
     let new_topics: Vec<NewTopic<'_>> = topics
         .iter()
         .filter(|t| !known.contains(t))
-        .map(|t| NewTopic::new(t, partitions, TopicReplication::Fixed(1)))
+        .map(|t| match *t {
+            // One entry per partition is what the catalog keeps: compacted, and in one partition so that its
+            // entries have one order.
+            crate::routing::ROUTING_TOPIC => {
+                NewTopic::new(t, 1, TopicReplication::Fixed(1)).set("cleanup.policy", "compact")
+            }
+            _ => NewTopic::new(t, partitions, TopicReplication::Fixed(1)),
+        })
         .collect();
     if new_topics.is_empty() {
         return Ok(Vec::new());
@@ -101,13 +109,15 @@ pub struct EmbeddedBroker {
 }
 
 impl EmbeddedBroker {
-    /// Starts one mock broker and creates the six topics and `quota.checkpoints` with `partitions` partitions each.
+    /// Starts one mock broker and creates the six topics and `quota.checkpoints` with `partitions` partitions each,
+    /// and `quota.routing` with one (the mock does not compact).
     pub fn start(partitions: i32) -> Result<EmbeddedBroker, KafkaError> {
         let cluster = rdkafka::mocking::MockCluster::new(1)?;
         let checkpoints = [crate::checkpoints::CHECKPOINTS_TOPIC];
         for name in crate::topics::all_default_topic_names().into_iter().chain(checkpoints) {
             cluster.create_topic(name, partitions, 1)?;
         }
+        cluster.create_topic(crate::routing::ROUTING_TOPIC, 1, 1)?;
         Ok(EmbeddedBroker { cluster })
     }
 

@@ -138,6 +138,35 @@ pub fn shard_producer(brokers: &str, transactional_id: &str, overrides: &[(Strin
     config
 }
 
+/// The producer of the routing catalog ([`crate::routing`]): idempotent, so that a node's entries of one partition are
+/// never reordered (of equal epochs, the later offset wins), and acknowledged by every in-sync replica.
+pub fn routing_producer(brokers: &str, overrides: &[(String, String)]) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", brokers)
+        .set("client.id", "quota-ledger-routing")
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("message.timeout.ms", crate::routing::PUBLISH_TIMEOUT_MS.to_string())
+        .set("linger.ms", "0");
+    overrides_last(config, overrides)
+}
+
+/// The consumer that reads the routing catalog whole: partitions assigned by hand, nothing committed, no group joined
+/// (the group id is librdkafka's requirement only).
+pub fn routing_reader(brokers: &str, overrides: &[(String, String)]) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", brokers)
+        .set("group.id", "quota-ledger-routing")
+        .set("client.id", "quota-ledger-routing")
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("enable.partition.eof", "false");
+    overrides_last(config, overrides)
+}
+
 /// The admin client of `topics create`: librdkafka's defaults.
 pub fn admin(brokers: &str, overrides: &[(String, String)]) -> ClientConfig {
     let mut config = ClientConfig::new();

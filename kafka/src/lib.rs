@@ -2,8 +2,10 @@
 //! contract §2; `ingest` consumes them into the ledger; the outbox publishes what the ledger records back to them. This
 //! crate holds what those clients have in common: which topic carries which record type ([`topics`]), every
 //! librdkafka setting ([`config`]), creating the topics and the embedded broker ([`admin`]), an idempotent
-//! producer ([`producer`]), the ledger's checkpoints on `quota.checkpoints` ([`checkpoints`]), librdkafka's log lines
-//! through the `log` crate ([`log_librdkafka`]) and the rule for saying why a client waits ([`Said`]).
+//! producer ([`producer`]), the ledger's checkpoints on `quota.checkpoints` ([`checkpoints`]), a shard's writes fenced
+//! by the brokers ([`fence`]), the routing catalog of a cluster's nodes on `quota.routing` ([`routing`]),
+//! librdkafka's log lines through the `log` crate ([`log_librdkafka`]) and the rule for saying why a client waits
+//! ([`Said`]).
 //!
 //! ```
 //! use kafka::admin::EmbeddedBroker;
@@ -25,6 +27,7 @@ pub mod checkpoints;
 pub mod config;
 pub mod fence;
 pub mod producer;
+pub mod routing;
 pub mod topics;
 
 use std::time::{Duration, Instant};

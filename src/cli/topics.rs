@@ -10,7 +10,8 @@ use super::kafka_args::KafkaConnection;
 
 #[derive(Debug, Subcommand)]
 pub enum TopicsCommand {
-    /// Create the five input topics, quota.adjustments and quota.checkpoints (existing ones are left as they are).
+    /// Create the five input topics, quota.adjustments, quota.checkpoints and quota.routing (existing ones are left as
+    /// they are).
     Create {
         #[command(flatten)]
         kafka: KafkaConnection,
@@ -34,6 +35,8 @@ pub fn run(command: TopicsCommand) -> anyhow::Result<ExitCode> {
     names.push(&adjustments_topic);
     // Where ingest and serve publish the ledger's checkpoints (contract §9.3).
     names.push(kafka::checkpoints::CHECKPOINTS_TOPIC);
+    // The routing catalog of a cluster's nodes (one partition, compacted).
+    names.push(kafka::routing::ROUTING_TOPIC);
     let created = kafka::admin::create_topics(&kafka.brokers, &names, partitions, &kafka.settings)?;
     for name in &names {
         let state = if created.iter().any(|c| c == name) { "created" } else { "exists" };
