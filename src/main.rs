@@ -43,6 +43,8 @@ enum Command {
     /// Kafka topics of docs/contract.md §2.
     #[command(subcommand)]
     Topics(cli::topics::TopicsCommand),
+    /// A tenant's partition and its owner in the routing catalog (quota.routing).
+    Route(cli::route::RouteArgs),
     /// What the ledger holds: counts, watermark, Kafka offsets.
     Status(cli::status::StatusArgs),
     /// Recompute the hash chain; exit 1 naming the first bad entry.
@@ -84,6 +86,7 @@ fn main() -> ExitCode {
         Command::Generate(args) => cli::generate::run(args),
         Command::Topics(command) => cli::topics::run(command),
         Command::Broker(command) => cli::broker::run(command),
+        Command::Route(args) => cli::route::run(args),
         Command::Status(args) => cli::status::run(&store, args),
         Command::Verify(args) => cli::verify::run(&store, args),
         Command::Reconcile(args) => cli::reconcile::run(&store, args),

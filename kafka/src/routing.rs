@@ -167,6 +167,14 @@ pub enum RoutingError {
         /// librdkafka's reason.
         source: KafkaError,
     },
+    /// The input topics' partition count P is not known (missing topics, counts that differ).
+    #[error("the partition count of the input topics on {brokers}: {source}")]
+    PartitionCount {
+        /// `bootstrap.servers`.
+        brokers: String,
+        /// Which topics, and their counts.
+        source: crate::topics::PartitionCountError,
+    },
     /// The topic was not read to its end in time.
     #[error("{ROUTING_TOPIC} was not read to its end within {READ_TIMEOUT_MS} ms from {brokers}")]
     Timeout {
@@ -258,6 +266,37 @@ pub fn read_routing(brokers: &str, overrides: &[(String, String)]) -> Result<Rou
         table.apply_message(message.key(), message.payload(), message.offset());
     }
     Ok(table)
+}
+
+/// A tenant's partition and the owner the catalog records for it (`quota-ledger route`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Route {
+    /// The tenant.
+    pub tenant: String,
+    /// P, the input topics' partition count.
+    pub partitions: u32,
+    /// The tenant's partition: murmur2 of its UTF-8 bytes, made positive, modulo P (contract §9.4).
+    pub partition: u32,
+    /// Its owner, if one was recorded.
+    pub owner: Option<RoutingEntry>,
+}
+
+/// Where `tenant`'s requests go: P from the input topics `topics` (they must share one count), the tenant's
+/// partition, and its owner in the catalog read to its end.
+pub fn route<'a>(
+    brokers: &str,
+    overrides: &[(String, String)],
+    topics: impl IntoIterator<Item = &'a str>,
+    tenant: &str,
+) -> Result<Route, RoutingError> {
+    let consumer: BaseConsumer = crate::config::routing_reader(brokers, overrides)
+        .create()
+        .map_err(|source| RoutingError::Client { brokers: brokers.to_string(), source })?;
+    let partitions = crate::topics::common_partition_count(consumer.client(), topics)
+        .map_err(|source| RoutingError::PartitionCount { brokers: brokers.to_string(), source })?;
+    let partition = schemas::partition::partition_of(tenant, partitions);
+    let table = read_routing(brokers, overrides)?;
+    Ok(Route { tenant: tenant.to_string(), partitions, partition, owner: table.owner(partition).cloned() })
 }
 
 /// A table kept current by a background thread that follows the topic; the thread stops when this is dropped.

@@ -11,6 +11,7 @@ pub mod kafka_args;
 pub mod produce;
 pub mod quarantine;
 pub mod reconcile;
+pub mod route;
 pub mod schemas;
 pub mod serve;
 pub mod sql;
