@@ -45,11 +45,12 @@ fn messages_on(bootstrap: &str, topic: &str, expected: usize) -> Vec<(u32, Strin
                 messages.push((partition, key, message.payload().expect("a payload").to_vec()));
                 quiet_since = None;
             }
-            None if messages.len() >= expected => {
-                if quiet_since.get_or_insert_with(Instant::now).elapsed() > Duration::from_millis(500) {
-                    return messages;
-                }
+            None if messages.len() >= expected
+                && quiet_since.get_or_insert_with(Instant::now).elapsed() > Duration::from_millis(500) =>
+            {
+                return messages;
             }
+            None if messages.len() >= expected => {}
             None if started.elapsed() > Duration::from_secs(30) => return messages,
             None => {}
         }
