@@ -185,16 +185,34 @@ pub fn common_partition_count_at(
             use rdkafka::consumer::Consumer;
             // No group is joined: the id is librdkafka's requirement only.
             let config = crate::config::consumer(brokers, "quota-ledger-partition-check", overrides);
-            let consumer: rdkafka::consumer::BaseConsumer = config.create().map_err(refused)?;
+            let consumer: rdkafka::consumer::BaseConsumer<CheckContext> =
+                config.create_with_context(CheckContext).map_err(refused)?;
             common_partition_count(consumer.client(), topics.names())
         }
         ClientRole::Producer => {
             use rdkafka::producer::Producer;
-            let producer: rdkafka::producer::BaseProducer =
-                crate::config::producer(brokers, overrides).create().map_err(refused)?;
+            let producer: rdkafka::producer::BaseProducer<CheckContext> =
+                crate::config::producer(brokers, overrides).create_with_context(CheckContext).map_err(refused)?;
             common_partition_count(producer.client(), topics.names())
         }
     }
+}
+
+/// The check's client: librdkafka's lines (brokers away, say) at debug level only, since the command's own client
+/// says the same moments later, naming itself.
+struct CheckContext;
+
+impl ClientContext for CheckContext {
+    fn log(&self, _: rdkafka::config::RDKafkaLogLevel, facility: &str, message: &str) {
+        log::debug!(target: "librdkafka", "partition check: librdkafka {facility}: {message}");
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for CheckContext {}
+
+impl rdkafka::producer::ProducerContext for CheckContext {
+    type DeliveryOpaque = ();
+    fn delivery(&self, _: &rdkafka::producer::DeliveryResult<'_>, _: ()) {}
 }
 
 /// Which kind of client [`common_partition_count_at`] makes of a configuration.
