@@ -17,6 +17,13 @@ pub const QUEUE_MAX_MESSAGES: u32 = 100_000;
 /// a broker on another machine answers; librdkafka's own default `delivery.timeout.ms` is the longest.
 pub const OUTBOX_ATTEMPT_MS: std::ops::RangeInclusive<u64> = 1_000..=120_000;
 
+/// The partitioner of every producer this product configures: librdkafka's `murmur2_random` is Kafka's default
+/// partitioner (the Java client's, kafka-python's) for a keyed record, `(murmur2(key) & 0x7fffffff) % P`, which
+/// is [`schemas::partition::partition_of`] over the tenant key (contract §9.4). librdkafka's own default,
+/// `consistent_random`, hashes with CRC32 and would put a tenant's events in another partition, so another shard,
+/// than every other producer of the topics.
+pub const PARTITIONER: &str = "murmur2_random";
+
 /// The idempotent producer of `produce`, `generate --to-kafka`, the demo and the tests.
 pub fn producer(brokers: &str, overrides: &[(String, String)]) -> ClientConfig {
     let mut config = ClientConfig::new();
@@ -29,7 +36,7 @@ pub fn producer(brokers: &str, overrides: &[(String, String)]) -> ClientConfig {
         .set("delivery.timeout.ms", DELIVERY_TIMEOUT_MS.to_string())
         .set("queue.buffering.max.messages", QUEUE_MAX_MESSAGES.to_string())
         .set("linger.ms", "5");
-    overrides_last(config, overrides)
+    with_partitioner(overrides_last(config, overrides))
 }
 
 /// The outbox's producer: [`producer`]'s settings, but an attempt lasts [`outbox_attempt_ms`] of `attempt_ms` so
@@ -93,7 +100,7 @@ pub fn checkpoint_producer(brokers: &str, overrides: &[(String, String)]) -> Cli
         .set("enable.idempotence", "false")
         .set("message.timeout.ms", (3 * crate::checkpoints::CHECKPOINT_EVERY_MS).to_string())
         .set("linger.ms", "0");
-    overrides_last(config, overrides)
+    with_partitioner(overrides_last(config, overrides))
 }
 
 /// The consumer `verify --checkpoints-from` reads the checkpoints topic whole with: partitions assigned by hand,
@@ -174,6 +181,19 @@ pub fn admin(brokers: &str, overrides: &[(String, String)]) -> ClientConfig {
     overrides_last(config, overrides)
 }
 
+/// [`PARTITIONER`], set after the overrides: where a record lands is the contract (§9.4), not a tuning knob. A
+/// `-X partitioner=...` that says otherwise is named on stderr and not applied.
+fn with_partitioner(mut config: ClientConfig) -> ClientConfig {
+    if let Some(asked) = config.get("partitioner").filter(|asked| *asked != PARTITIONER) {
+        log::warn!(
+            "-X partitioner={asked} ignored: every producer partitions by Kafka's default partitioner over the tenant \
+             ({PARTITIONER}, docs/contract.md §9.4)"
+        );
+    }
+    config.set("partitioner", PARTITIONER);
+    config
+}
+
 fn overrides_last(mut config: ClientConfig, overrides: &[(String, String)]) -> ClientConfig {
     for (key, value) in overrides {
         config.set(key, value);
@@ -196,5 +216,17 @@ mod tests {
         assert_eq!(outbox.get("client.id"), Some("quota-ledger-outbox"));
         assert_eq!(outbox.get("delivery.timeout.ms"), Some("5000"));
         assert_eq!(outbox_producer("b:9092", &[], 10).get("delivery.timeout.ms"), Some("1000"), "clamped");
+    }
+
+    #[test]
+    fn every_producer_partitions_by_kafkas_default_partitioner() {
+        let overrides = [("partitioner".to_string(), "consistent_random".to_string())];
+        for config in [
+            producer("b:9092", &overrides),
+            outbox_producer("b:9092", &overrides, 5_000),
+            checkpoint_producer("b:9092", &overrides),
+        ] {
+            assert_eq!(config.get("partitioner"), Some(PARTITIONER));
+        }
     }
 }

@@ -1,7 +1,10 @@
 //! Producing messages to Kafka through an idempotent producer: the callers send single-object Avro on the record
-//! type's topic, the tenant as key (contract §2). Used by `produce` (JSON lines), `generate --to-kafka`, the demo and the
-//! tests.
+//! type's topic, the tenant as key (contract §2), to the tenant's partition by Kafka's default partitioner
+//! ([`crate::config::PARTITIONER`], contract §9.4); a plan default (tenant `*`) to every partition of its topic
+//! ([`KafkaProducer::send_to_every_partition`]). Used by `produce` (JSON lines), `generate --to-kafka`, the demo and
+//! the tests.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -12,6 +15,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, Prod
 use serde::Serialize;
 
 use crate::config::DELIVERY_TIMEOUT_MS;
+use crate::topics::PartitionCountError;
 
 /// Producing failed.
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +36,14 @@ pub enum ProduceError {
         topic: String,
         /// librdkafka's reason.
         source: KafkaError,
+    },
+    /// The partitions of a topic to send to every partition of could not be learned.
+    #[error("cannot send to every partition of {topic}")]
+    Partitions {
+        /// The topic.
+        topic: String,
+        /// What the brokers answered.
+        source: PartitionCountError,
     },
     /// Some messages were never acknowledged within librdkafka's retries.
     #[error("{failed} of {sent} messages were not acknowledged by {brokers} (first error: {first_error})")]
@@ -97,6 +109,8 @@ pub struct KafkaProducer {
     producer: BaseProducer<DeliveryCounter>,
     brokers: String,
     sent: u64,
+    /// Partition counts of the topics [`KafkaProducer::send_to_every_partition`] sent to, asked once each.
+    partitions: BTreeMap<String, u32>,
 }
 
 impl KafkaProducer {
@@ -106,12 +120,54 @@ impl KafkaProducer {
         let producer = crate::config::producer(brokers, overrides)
             .create_with_context(DeliveryCounter::default())
             .map_err(|source| ProduceError::Create { brokers: brokers.to_string(), source })?;
-        Ok(KafkaProducer { producer, brokers: brokers.to_string(), sent: 0 })
+        Ok(KafkaProducer { producer, brokers: brokers.to_string(), sent: 0, partitions: BTreeMap::new() })
     }
 
-    /// Queues one message; waits for acknowledgements while librdkafka's queue is full.
+    /// The partition count P every topic of `topics` shares, as the brokers list them
+    /// ([`crate::topics::common_partition_count`]).
+    pub fn common_partition_count<'a>(
+        &self,
+        topics: impl IntoIterator<Item = &'a str>,
+    ) -> Result<u32, PartitionCountError> {
+        crate::topics::common_partition_count(self.producer.client(), topics)
+    }
+
+    /// Topics of `wanted` the brokers do not have, if they answer ([`crate::topics::missing_topics`]).
+    pub fn missing_topics<'a>(
+        &self,
+        wanted: impl IntoIterator<Item = &'a str>,
+    ) -> Option<std::collections::BTreeSet<String>> {
+        crate::topics::missing_topics(self.producer.client(), wanted)
+    }
+
+    /// Queues one message for the partition of `key` (Kafka's default partitioner, [`crate::config::PARTITIONER`]);
+    /// waits for acknowledgements while librdkafka's queue is full.
     pub fn send(&mut self, topic: &str, key: &str, payload: &[u8]) -> Result<(), ProduceError> {
-        let mut record = BaseRecord::to(topic).key(key).payload(payload);
+        self.send_record(BaseRecord::to(topic).key(key).payload(payload))
+    }
+
+    /// Queues the same message, same key and bytes, for every partition of `topic`: a plan default (tenant `*`,
+    /// contract §9.4) belongs to every shard, and a shard holds exactly one partition of each topic. Answers the
+    /// partitions sent to. A ledger that holds every partition sees the copies as exact duplicates, counted once.
+    pub fn send_to_every_partition(&mut self, topic: &str, key: &str, payload: &[u8]) -> Result<u32, ProduceError> {
+        let partitions = match self.partitions.get(topic) {
+            Some(count) => *count,
+            None => {
+                let count = self
+                    .common_partition_count([topic])
+                    .map_err(|source| ProduceError::Partitions { topic: topic.to_string(), source })?;
+                self.partitions.insert(topic.to_string(), count);
+                count
+            }
+        };
+        for partition in 0..partitions {
+            let partition = i32::try_from(partition).expect("Kafka numbers partitions in an i32");
+            self.send_record(BaseRecord::to(topic).key(key).payload(payload).partition(partition))?;
+        }
+        Ok(partitions)
+    }
+
+    fn send_record(&mut self, mut record: BaseRecord<'_, str, [u8]>) -> Result<(), ProduceError> {
         loop {
             match self.producer.send(record) {
                 Ok(()) => break,
@@ -119,7 +175,9 @@ impl KafkaProducer {
                     record = returned;
                     self.producer.poll(Duration::from_millis(50));
                 }
-                Err((source, _)) => return Err(ProduceError::Send { topic: topic.to_string(), source }),
+                Err((source, returned)) => {
+                    return Err(ProduceError::Send { topic: returned.topic.to_string(), source });
+                }
             }
         }
         self.sent += 1;

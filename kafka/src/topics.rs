@@ -7,8 +7,8 @@ use std::time::Duration;
 use rdkafka::client::{Client, ClientContext};
 use schemas::EventType;
 
-/// How long naming the missing topics waits for the brokers' list of topics.
-const METADATA_WAIT_MS: u64 = 2_000;
+/// How long naming the missing topics, or their partition counts, waits for the brokers' list of topics.
+pub const METADATA_WAIT_MS: u64 = 2_000;
 
 /// The input topics and the record type each carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,6 +108,14 @@ pub fn missing_topics_message(missing: &BTreeSet<String>, brokers: &str) -> Stri
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum PartitionCountError {
+    /// librdkafka refused the client's configuration (a bad `-X` setting, say).
+    #[error("cannot create a Kafka client for {brokers}: {reason}")]
+    Client {
+        /// `bootstrap.servers`.
+        brokers: String,
+        /// librdkafka's reason.
+        reason: String,
+    },
     /// The brokers did not answer the request for the topics' metadata.
     #[error("the brokers did not list the topics' partitions within {timeout_ms} ms")]
     Unanswered {
@@ -157,6 +165,63 @@ pub fn common_partition_count<'a, C: ClientContext>(
         0 => Err(PartitionCountError::Missing(BTreeSet::new())),
         _ => Err(PartitionCountError::Mismatch(counts)),
     }
+}
+
+/// [`common_partition_count`] asked of `brokers` by a client of its own, a consumer or a producer (`role`) with the
+/// settings of [`crate::config`] and `overrides` (the command's `-X`, so that they apply and none is out of place):
+/// for the commands that check the input topics before they start (`ingest --brokers`, `serve --brokers`).
+pub fn common_partition_count_at(
+    brokers: &str,
+    overrides: &[(String, String)],
+    role: ClientRole,
+    topics: &Topics,
+) -> Result<u32, PartitionCountError> {
+    let refused = |error: rdkafka::error::KafkaError| PartitionCountError::Client {
+        brokers: brokers.to_string(),
+        reason: error.to_string(),
+    };
+    match role {
+        ClientRole::Consumer => {
+            use rdkafka::consumer::Consumer;
+            // No group is joined: the id is librdkafka's requirement only.
+            let config = crate::config::consumer(brokers, "quota-ledger-partition-check", overrides);
+            let consumer: rdkafka::consumer::BaseConsumer<CheckContext> =
+                config.create_with_context(CheckContext).map_err(refused)?;
+            common_partition_count(consumer.client(), topics.names())
+        }
+        ClientRole::Producer => {
+            use rdkafka::producer::Producer;
+            let producer: rdkafka::producer::BaseProducer<CheckContext> =
+                crate::config::producer(brokers, overrides).create_with_context(CheckContext).map_err(refused)?;
+            common_partition_count(producer.client(), topics.names())
+        }
+    }
+}
+
+/// The check's client: librdkafka's lines (brokers away, say) at debug level only, since the command's own client
+/// says the same moments later, naming itself.
+struct CheckContext;
+
+impl ClientContext for CheckContext {
+    fn log(&self, _: rdkafka::config::RDKafkaLogLevel, facility: &str, message: &str) {
+        log::debug!(target: "librdkafka", "partition check: librdkafka {facility}: {message}");
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for CheckContext {}
+
+impl rdkafka::producer::ProducerContext for CheckContext {
+    type DeliveryOpaque = ();
+    fn delivery(&self, _: &rdkafka::producer::DeliveryResult<'_>, _: ()) {}
+}
+
+/// Which kind of client [`common_partition_count_at`] makes of a configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientRole {
+    /// A consumer's settings (`ingest`).
+    Consumer,
+    /// A producer's settings (the outbox of `serve`).
+    Producer,
 }
 
 #[cfg(test)]

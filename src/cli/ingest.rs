@@ -14,7 +14,7 @@ use indicatif::ProgressBar;
 use ingest::BatchBounds;
 use ingest::consumer::{BATCH_WAIT_MS, KafkaIngestProgress, KafkaIngestSettings, default_group, ingest_kafka};
 use ingest::file::ContainerFile;
-use kafka::topics::Topics;
+use kafka::topics::{ClientRole, Topics};
 use ledger::ProcessLock;
 
 use super::kafka_args::parse_setting;
@@ -164,6 +164,7 @@ fn run_kafka(ledger_path: &Path, brokers: &str, args: &IngestArgs) -> anyhow::Re
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, stop.clone()).context("cannot install the signal handler")?;
     }
+    super::kafka_args::check_partition_count(brokers, &settings.overrides, ClientRole::Consumer, &settings.topics)?;
     let _lock = ProcessLock::acquire(ledger_path, "ingest")?;
     let mut ledger = super::open_for_append(ledger_path)?;
     // A consumer runs for long and most of what it reads is new: the filter spares those the dedup probes.

@@ -1,6 +1,7 @@
 //! Connection flags shared by the commands that talk to Kafka.
 
 use clap::Args;
+use kafka::topics::{ClientRole, PartitionCountError, Topics};
 
 /// `-X key=value`: a librdkafka setting, as kcat takes them.
 pub fn parse_setting(text: &str) -> Result<(String, String), String> {
@@ -18,4 +19,26 @@ pub struct KafkaConnection {
     /// A librdkafka setting (SASL, TLS, tuning), repeatable: -X security.protocol=SASL_SSL.
     #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = parse_setting)]
     pub settings: Vec<(String, String)>,
+}
+
+/// Refuses to start when the input topics `topics` have different partition counts (docs/contract.md §9.4), naming
+/// them with theirs, asked by a client of the command's `role` with its `-X` settings `overrides`. Brokers that do not answer yet,
+/// or lack a topic, are the consumer's (or the outbox's) to wait for or to name, as they would without this check.
+pub fn check_partition_count(
+    brokers: &str,
+    overrides: &[(String, String)],
+    role: ClientRole,
+    topics: &Topics,
+) -> anyhow::Result<()> {
+    match kafka::topics::common_partition_count_at(brokers, overrides, role, topics) {
+        Err(error @ PartitionCountError::Mismatch(_)) => Err(anyhow::Error::new(error)),
+        Err(error) => {
+            log::info!("partition counts of {topics} on {brokers} not checked at start: {error}");
+            Ok(())
+        }
+        Ok(partitions) => {
+            log::info!("{topics} on {brokers}: {partitions} partitions each");
+            Ok(())
+        }
+    }
 }

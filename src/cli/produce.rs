@@ -1,4 +1,5 @@
-//! `produce --type T --file events.jsonl --brokers ...`: JSON lines to single-object Avro on Kafka.
+//! `produce --type T --file events.jsonl --brokers ...`: JSON lines to single-object Avro on Kafka, each to its
+//! tenant's partition, a plan default (tenant `*`) to every partition (docs/contract.md §9.4).
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
@@ -6,6 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::Args;
+use kafka::topics::Topics;
 use schemas::EventType;
 
 use super::kafka_args::KafkaConnection;
@@ -18,9 +20,14 @@ pub struct ProduceArgs {
     /// JSON lines, one event per line (the form `schemas encode` reads); `-` for stdin.
     #[arg(long)]
     file: PathBuf,
-    /// The topic (default: the type's topic of docs/contract.md §2).
+    /// The topic (default: the type's topic in --topics, or of docs/contract.md §2).
     #[arg(long)]
     topic: Option<String>,
+    /// The input topics under other names, as KIND=TOPIC (KIND: usage, decisions, reservations, grants,
+    /// policies), as `ingest --topics` takes them: those the brokers have must share the topic's partition count
+    /// (docs/contract.md §9.4). Default the five of docs/contract.md §2.
+    #[arg(long, value_delimiter = ',')]
+    topics: Vec<String>,
     #[command(flatten)]
     kafka: KafkaConnection,
     /// Print the report as JSON.
@@ -32,7 +39,12 @@ pub fn run(args: ProduceArgs) -> anyhow::Result<ExitCode> {
     let Some(event_type) = EventType::from_name(&args.record_type) else {
         bail!("unknown record type {:?}", args.record_type);
     };
-    let topic = args.topic.clone().unwrap_or_else(|| event_type.default_topic().to_string());
+    let inputs = if args.topics.is_empty() { Topics::defaults() } else { Topics::parse(&args.topics)? };
+    let topic = args
+        .topic
+        .clone()
+        .or_else(|| inputs.topic_of(event_type).map(str::to_string))
+        .unwrap_or_else(|| event_type.default_topic().to_string());
     let input: Box<dyn BufRead> = if args.file.as_os_str() == "-" {
         Box::new(BufReader::new(std::io::stdin()))
     } else {
@@ -40,7 +52,7 @@ pub fn run(args: ProduceArgs) -> anyhow::Result<ExitCode> {
         Box::new(BufReader::new(file))
     };
     let events = tools::produce::read_events(input, event_type, &args.file.display().to_string())?;
-    let report = tools::produce::produce_events(&args.kafka.brokers, &args.kafka.settings, &topic, &events)?;
+    let report = tools::produce::produce_events(&args.kafka.brokers, &args.kafka.settings, &inputs, &topic, &events)?;
     if args.json {
         super::print_json(&report)?;
     } else {

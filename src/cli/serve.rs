@@ -75,6 +75,16 @@ pub fn run(store: &super::Store, args: ServeArgs) -> anyhow::Result<ExitCode> {
         counters_per_tenant_max: args.counters_per_tenant_max,
         ..HookSettings::default()
     };
+    if let Some(brokers) = &args.brokers {
+        // The outbox publishes to the input topics: their partition counts must agree (docs/contract.md §9.4).
+        let inputs = kafka::topics::Topics::defaults();
+        super::kafka_args::check_partition_count(
+            brokers,
+            &args.settings,
+            kafka::topics::ClientRole::Producer,
+            &inputs,
+        )?;
+    }
     let settings = serve::ServeSettings {
         hook,
         brokers: args.brokers,

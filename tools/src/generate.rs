@@ -74,11 +74,11 @@ pub enum Generated {
 /// `events_recorded = unique_events`, `duplicates`, `conflicts` and `quarantined = malformed`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct GenerateReport {
-    /// Messages generated.
+    /// Messages sent: those generated, and the copies of plan defaults ([`GenerateReport::copies`]).
     pub messages: u64,
     /// Distinct valid events.
     pub unique_events: u64,
-    /// Exact copies of an earlier event.
+    /// Exact copies of an earlier event, [`GenerateReport::copies`] among them.
     pub duplicates: u64,
     /// Copies of an earlier event with another payload.
     pub conflicts: u64,
@@ -88,6 +88,9 @@ pub struct GenerateReport {
     pub by_type: BTreeMap<String, u64>,
     /// The seed of the stream.
     pub seed: u64,
+    /// Copies of a plan default (tenant `*`) sent to every partition of its topic but one (contract §9.4): exact
+    /// duplicates to a ledger that holds every partition. 0 for files.
+    pub copies: u64,
 }
 
 /// A reservation waiting for its close.
@@ -110,6 +113,8 @@ pub struct Generator {
     conflicted: BTreeSet<String>,
     open: VecDeque<OpenReservation>,
     setup: VecDeque<Event>,
+    /// Messages generated: the stream's position, which copies sent of them do not move.
+    generated: u64,
 }
 
 impl Generator {
@@ -126,6 +131,7 @@ impl Generator {
             conflicted: BTreeSet::new(),
             open: VecDeque::new(),
             setup: VecDeque::new(),
+            generated: 0,
         };
         generator.setup = generator.policies_and_grants().into();
         generator
@@ -134,6 +140,14 @@ impl Generator {
     /// What was generated so far.
     pub fn report(&self) -> &GenerateReport {
         &self.report
+    }
+
+    /// `copies` more messages were sent beyond those generated: the copies of a plan default sent to every
+    /// partition but one (contract §9.4). A ledger holding every partition counts them as exact duplicates.
+    pub fn count_copies(&mut self, copies: u64) {
+        self.report.messages += copies;
+        self.report.duplicates += copies;
+        self.report.copies += copies;
     }
 
     fn below(&mut self, n: u64) -> u64 {
@@ -153,7 +167,7 @@ impl Generator {
     fn now(&self) -> Timestamp {
         // In i128: messages times a month of microseconds passes i64 beyond 3.5 million messages.
         let progress =
-            i128::from(self.report.messages) * i128::from(MONTH_MICROS) / i128::from(self.settings.messages.max(1));
+            i128::from(self.generated) * i128::from(MONTH_MICROS) / i128::from(self.settings.messages.max(1));
         let progress = i64::try_from(progress).expect("progress is at most a month");
         Timestamp(self.settings.month_start.micros() + progress.min(MONTH_MICROS - 1))
     }
@@ -345,7 +359,7 @@ impl Generator {
         let amount = 100 + self.below(1_000) as i64;
         let ttl_minutes = 5 + self.below(55) as i64;
         let expires_at = Timestamp(header.occurred_at.micros() + ttl_minutes * MINUTE_MICROS);
-        let close_at_message = self.report.messages + 1 + self.below(50);
+        let close_at_message = self.generated + 1 + self.below(50);
         if !self.chance(50) {
             // 5 % are abandoned: never closed, reconcile expires them.
             self.open.push_back(OpenReservation {
@@ -389,7 +403,7 @@ impl Generator {
     }
 
     fn fresh(&mut self) -> Event {
-        if self.open.front().is_some_and(|o| o.close_at_message <= self.report.messages) {
+        if self.open.front().is_some_and(|o| o.close_at_message <= self.generated) {
             let open = self.open.pop_front().expect("checked");
             return self.close(open);
         }
@@ -454,7 +468,7 @@ impl Iterator for Generator {
     type Item = Generated;
 
     fn next(&mut self) -> Option<Generated> {
-        if self.report.messages >= self.settings.messages {
+        if self.generated >= self.settings.messages {
             return None;
         }
         let generated = if let Some(event) = self.setup.pop_front() {
@@ -483,6 +497,7 @@ impl Iterator for Generator {
                 Generated::Event(event)
             })
         };
+        self.generated += 1;
         self.report.messages += 1;
         Some(generated)
     }
@@ -527,25 +542,29 @@ pub fn to_kafka(
 ) -> Result<ProduceReport, ProduceError> {
     let catalog = Catalog::builtin();
     let mut producer = KafkaProducer::new(brokers, overrides)?;
-    for generated in generator.by_ref() {
-        send_generated(&mut producer, catalog, generated)?;
+    while let Some(generated) = generator.next() {
+        let sent = send_generated(&mut producer, catalog, generated)?;
+        generator.count_copies(sent - 1);
     }
     producer.finish()
 }
 
-/// Sends one generated message to its type's default topic (contract §2), the tenant as key; garbage as it is.
+/// Sends one generated message to its type's default topic (contract §2), the tenant as key, a plan default to
+/// every partition ([`crate::produce::send_event`]); garbage as it is. Answers the messages sent: more than one
+/// for a plan default.
 pub fn send_generated(
     producer: &mut KafkaProducer,
     catalog: &Catalog,
     generated: Generated,
-) -> Result<(), ProduceError> {
-    let (event_type, key, bytes) = match generated {
+) -> Result<u64, ProduceError> {
+    match generated {
         Generated::Event(event) | Generated::Invalid(event) => {
-            (event.event_type(), event.header().tenant.clone(), catalog.encode_single_object(&event))
+            crate::produce::send_event(producer, catalog, event.event_type().default_topic(), &event).map(u64::from)
         }
-        Generated::Garbage { event_type, key, bytes } => (event_type, key, bytes),
-    };
-    producer.send(event_type.default_topic(), &key, &bytes)
+        Generated::Garbage { event_type, key, bytes } => {
+            producer.send(event_type.default_topic(), &key, &bytes).map(|()| 1)
+        }
+    }
 }
 
 /// Writes what `generator` generates into `dir`, one Avro object container file per record type

@@ -1,10 +1,43 @@
 //! `produce`: JSON lines (the form `schemas encode` reads) to single-object Avro on Kafka, the tenant as key. Every
-//! line is read and checked before the first is sent: a bad line stops the whole file, naming it.
+//! line is read and checked before the first is sent: a bad line stops the whole file, naming it. A tenant's
+//! events go to its partition by Kafka's default partitioner, a plan default (tenant `*`) to every partition of
+//! its topic (contract §9.4), and nothing is sent unless the input topics share one partition count.
 
 use std::io::BufRead;
 
 use kafka::producer::{KafkaProducer, ProduceError, ProduceReport};
+use kafka::topics::{PartitionCountError, Topics};
 use schemas::{Catalog, Event, EventType};
+
+/// How many times `produce` asks the brokers for their topics before it gives up.
+const METADATA_ASKS: u32 = 5;
+
+/// Producing events failed, or was refused before anything was sent.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProduceEventsError {
+    /// The topic to produce to is not on the brokers (a broker that does not create topics on first use would
+    /// otherwise let every message time out, as in an outage).
+    #[error("{}", kafka::topics::missing_topics_message(&std::iter::once(topic.clone()).collect(), brokers))]
+    MissingTopic {
+        /// The topic.
+        topic: String,
+        /// `bootstrap.servers`.
+        brokers: String,
+    },
+    /// The input topics do not share one partition count (contract §9.4): a tenant's events would land in
+    /// different shards.
+    #[error("nothing produced to {brokers}")]
+    PartitionCount {
+        /// `bootstrap.servers`.
+        brokers: String,
+        /// The topics and their counts.
+        source: PartitionCountError,
+    },
+    /// Sending failed.
+    #[error(transparent)]
+    Produce(#[from] ProduceError),
+}
 
 /// A line that is not an event to send.
 #[derive(Debug, thiserror::Error)]
@@ -71,19 +104,55 @@ pub fn read_events(lines: impl BufRead, event_type: EventType, input: &str) -> R
     Ok(events)
 }
 
-/// Sends `events` to `topic` as single-object Avro, the tenant as key, and waits for every acknowledgement.
+/// Sends `events` to `topic` as single-object Avro, the tenant as key, and waits for every acknowledgement; an
+/// event of tenant `*` goes to every partition of `topic` ([`send_event`]). First checks that `topic` exists and
+/// that it and every input topic of `inputs` the brokers have share one partition count (an input topic not
+/// created yet cannot disagree; `ingest` names it).
 pub fn produce_events(
     brokers: &str,
     overrides: &[(String, String)],
+    inputs: &Topics,
     topic: &str,
     events: &[Event],
-) -> Result<ProduceReport, ProduceError> {
+) -> Result<ProduceReport, ProduceEventsError> {
     let catalog = Catalog::builtin();
     let mut producer = KafkaProducer::new(brokers, overrides)?;
-    for event in events {
-        producer.send(topic, &event.header().tenant, &catalog.encode_single_object(event))?;
+    let mut checked: Vec<&str> = inputs.names();
+    checked.push(topic);
+    let refused = |source| ProduceEventsError::PartitionCount { brokers: brokers.to_string(), source };
+    // A first connection (TLS, SASL) may take longer than one request waits: asked a few times before giving up.
+    let missing =
+        (0..METADATA_ASKS).find_map(|_| producer.missing_topics(checked.iter().copied())).ok_or_else(|| {
+            refused(PartitionCountError::Unanswered {
+                timeout_ms: kafka::topics::METADATA_WAIT_MS * u64::from(METADATA_ASKS),
+            })
+        })?;
+    if missing.contains(topic) {
+        return Err(ProduceEventsError::MissingTopic { topic: topic.to_string(), brokers: brokers.to_string() });
     }
-    producer.finish()
+    checked.retain(|t| !missing.contains(*t));
+    producer.common_partition_count(checked).map_err(refused)?;
+    for event in events {
+        send_event(&mut producer, catalog, topic, event)?;
+    }
+    Ok(producer.finish()?)
+}
+
+/// Sends one event to `topic`, the tenant as key: to the tenant's partition, or, for a plan default (tenant `*`,
+/// contract §9.4), to every partition, so that every shard records it. Answers the messages sent.
+pub fn send_event(
+    producer: &mut KafkaProducer,
+    catalog: &Catalog,
+    topic: &str,
+    event: &Event,
+) -> Result<u32, ProduceError> {
+    let tenant = &event.header().tenant;
+    let bytes = catalog.encode_single_object(event);
+    if tenant == rules::policy::PLAN_DEFAULT_TENANT {
+        producer.send_to_every_partition(topic, tenant, &bytes)
+    } else {
+        producer.send(topic, tenant, &bytes).map(|()| 1)
+    }
 }
 
 #[cfg(test)]
