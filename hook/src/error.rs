@@ -85,7 +85,7 @@ pub enum StartError {
     Thread(#[from] std::io::Error),
     /// A shard could not be opened or created ([`crate::Shards::add`]).
     #[error(transparent)]
-    Shard(#[from] ledger::shards::ShardError),
+    Shard(Box<ledger::shards::ShardError>),
     /// A shard of a partition beyond the partition count was asked for ([`crate::Shards::add`]).
     #[error("there is no partition {partition} of {partitions} (partitions are numbered from 0)")]
     NoSuchPartition {

@@ -90,7 +90,7 @@ impl Shards {
         let partitions = match partitions {
             Some(partitions) => partitions,
             None => {
-                let all = dir.open_all_read_only()?;
+                let all = dir.open_all_read_only().map_err(|e| StartError::Shard(Box::new(e)))?;
                 all.first().map_or(0, |(shard, _)| shard.partitions)
             }
         };
@@ -138,7 +138,8 @@ impl Shards {
             return Ok(());
         }
         // Creates the file and claims its identity, or checks the one it has; the hook then opens it by path.
-        drop(self.dir.open(Shard { partition, partitions: self.partitions })?);
+        let shard = Shard { partition, partitions: self.partitions };
+        drop(self.dir.open(shard).map_err(|e| StartError::Shard(Box::new(e)))?);
         let hook = Hook::start_replicated(self.dir.path_of(partition), self.settings, replicate)?;
         log::info!("hook: serving partition {partition} of {}", self.partitions);
         let mut held = self.held.write().unwrap_or_else(|e| e.into_inner());

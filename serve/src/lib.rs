@@ -200,7 +200,7 @@ pub enum ServeError {
         /// The directory.
         dir: PathBuf,
         /// Why.
-        source: hook::StartError,
+        source: Box<hook::StartError>,
     },
     /// The hook did not start (another hook decides on this ledger, say).
     #[error("cannot start the hook")]
@@ -271,7 +271,7 @@ pub fn run_shards(
     let tokens = Tokens::read(&settings.tokens)?;
     let prepared = Prepared { tls: settings.tls.as_ref().map(tls::acceptor).transpose()?, ..prepared };
     let shards = Shards::start_all(dir.clone(), partitions, settings.hook)
-        .map_err(|source| ServeError::Shards { dir: dir.dir().to_path_buf(), source })?;
+        .map_err(|e| ServeError::Shards { dir: dir.dir().to_path_buf(), source: Box::new(e) })?;
     let held: Vec<(u32, Hook)> = shards.held().into_iter().filter_map(|p| Some((p, shards.hook(p)?))).collect();
     let writers = held.iter().map(|(_, hook)| hook.stopped()).collect();
     let mut publishers = Vec::new();
