@@ -142,3 +142,35 @@ fn bench_hook_without_redis_fails_before_measuring_anything() {
     assert!(stderr.contains("cannot start redis-server (apt-get install redis-server)"), "stderr: {stderr}");
     assert!(output.stdout.is_empty(), "nothing measured: {}", String::from_utf8_lossy(&output.stdout));
 }
+
+// Issue 35's benchmark: `--shards 2` measures the hook over 1 shard and over 2 in one run, at both durabilities,
+// the 2-shard figure with its speedup over 1 shard and every sharded one with its ratio to Redis+Lua (per node).
+#[test]
+fn bench_hook_shards_measures_one_shard_against_many() {
+    if std::env::var("QUOTA_LEDGER_SKIP_REDIS").is_ok_and(|v| v == "1") {
+        eprintln!("QUOTA_LEDGER_SKIP_REDIS=1: skipping bench hook --shards");
+        return;
+    }
+    let figures = bench_json(&["hook", "--concurrency", "4", "--seconds", "0.3", "--shards", "2"]);
+    let figures = figures.as_array().expect("an array of measurements");
+    let redis = figures.iter().find(|f| f["peer"] == "redis+lua (appendfsync always)").expect("redis measured");
+    let redis = positive(redis, "decisions_per_second");
+    for durability in ["Full", "Normal"] {
+        let of = |peer: String| {
+            let found: Vec<&Value> = figures.iter().filter(|f| f["peer"] == peer.as_str()).collect();
+            assert_eq!(found.len(), 1, "one measurement of {peer}: {figures:?}");
+            found[0]
+        };
+        let one = of(format!("hook in-process, 1 shard ({durability})"));
+        let two = of(format!("hook in-process, 2 shards ({durability})"));
+        assert_eq!((&one["shards"], &two["shards"]), (&Value::from(1), &Value::from(2)));
+        let speedup = positive(two, "speedup_over_one_shard");
+        let expected = positive(two, "decisions_per_second") / positive(one, "decisions_per_second");
+        assert!((speedup - expected).abs() < 1e-9, "{two}");
+        assert!(one.get("speedup_over_one_shard").is_none(), "{one}");
+        for f in [one, two] {
+            let ratio = positive(f, "ratio_to_redis_fsync_always");
+            assert!((ratio - positive(f, "decisions_per_second") / redis).abs() < 1e-9, "{f}");
+        }
+    }
+}

@@ -49,6 +49,19 @@ pub enum HookError {
     /// recorded; ask the owner (a `node` answers 421 with its URL).
     #[error("this node no longer owns the shard of this request's tenant; nothing was recorded: {0}")]
     Fenced(String),
+    /// This request belongs to a partition this hook (or router, [`crate::Shards`]) does not serve: its tenant's
+    /// partition (contract §9.4), or the one its reservation id names. Nothing was recorded; ask the partition's owner
+    /// (`serve` answers 421 Misdirected Request).
+    #[error(
+        "partition {partition} of {partitions} (this request's tenant's, or its reservation's) is not served here; \
+         nothing was recorded: ask its owner"
+    )]
+    NotServing {
+        /// The partition the request belongs to.
+        partition: u32,
+        /// The partition count P.
+        partitions: u32,
+    },
     /// The group's events could not be published to Kafka (durability replicated): nothing was recorded; retry.
     #[error("the brokers did not take the group of decisions this request was in; nothing was recorded: {0}")]
     NotReplicated(String),
@@ -70,4 +83,15 @@ pub enum StartError {
     /// The writer thread could not be started.
     #[error("cannot start the hook's writer thread")]
     Thread(#[from] std::io::Error),
+    /// A shard could not be opened or created ([`crate::Shards::add`]).
+    #[error(transparent)]
+    Shard(Box<ledger::shards::ShardError>),
+    /// A shard of a partition beyond the partition count was asked for ([`crate::Shards::add`]).
+    #[error("there is no partition {partition} of {partitions} (partitions are numbered from 0)")]
+    NoSuchPartition {
+        /// The partition asked for.
+        partition: u32,
+        /// The partition count P.
+        partitions: u32,
+    },
 }

@@ -34,9 +34,28 @@ pub fn usage_id(hash: &str) -> String {
     format!("use-{hash}")
 }
 
-/// The reservation_id an allowed `reserve` of that key makes.
-pub fn reservation_id(hash: &str) -> String {
-    format!("{RESERVATION_PREFIX}{hash}")
+/// The reservation_id an allowed `reserve` of that key makes: `rsv-HASH` in a ledger of every partition,
+/// `rsv-pN-HASH` in the shard of partition N. A commit or release names only the reservation, so the id carries its
+/// shard: a router ([`crate::Shards`]), a node, or a client caching who owns which partition sends the close to the
+/// shard that holds it without asking every shard ([`partition_of_reservation`]).
+pub fn reservation_id(hash: &str, partition: Option<u32>) -> String {
+    match partition {
+        None => format!("{RESERVATION_PREFIX}{hash}"),
+        Some(partition) => format!("{RESERVATION_PREFIX}p{partition}-{hash}"),
+    }
+}
+
+/// The partition a reservation id made by a shard's hook names (`rsv-pN-…`), if it is below `partitions`; `None` for
+/// any other id (a ledger of every partition's, another enforcer's).
+pub fn partition_of_reservation(reservation_id: &str, partitions: u32) -> Option<u32> {
+    let rest = reservation_id.strip_prefix(RESERVATION_PREFIX)?.strip_prefix('p')?;
+    let (digits, _) = rest.split_once('-')?;
+    // Digits only, no sign and no leading zero: exactly what `reservation_id` writes.
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) || (digits.len() > 1 && digits.starts_with('0'))
+    {
+        return None;
+    }
+    digits.parse::<u32>().ok().filter(|partition| *partition < partitions)
 }
 
 /// The event_id of the RESERVE of `reservation_id`.
@@ -62,5 +81,18 @@ mod tests {
     #[test]
     fn key_hash_is_the_first_16_bytes_of_sha256_in_lowercase_hex() {
         assert_eq!(super::key_hash("org-1", "k-1"), "8f0be037a14240e8b8b1d5d2b45f3a93");
+    }
+
+    // Proves that a shard's reservation ids name its partition and that only such ids are read as naming one.
+    #[test]
+    fn a_shards_reservation_ids_name_its_partition() {
+        use super::{partition_of_reservation, reservation_id};
+        assert_eq!(reservation_id("ab12", None), "rsv-ab12");
+        assert_eq!(reservation_id("ab12", Some(3)), "rsv-p3-ab12");
+        assert_eq!(partition_of_reservation("rsv-p3-ab12", 4), Some(3));
+        assert_eq!(partition_of_reservation("rsv-p0-ab12", 4), Some(0));
+        for other in ["rsv-p3-ab12", "rsv-ab12", "rsv-p03-ab12", "rsv-p-ab12", "rsv-p+3-ab12", "order-7", "rsv-p3"] {
+            assert_eq!(partition_of_reservation(other, 3), None, "{other}");
+        }
     }
 }

@@ -35,6 +35,7 @@ pub mod health;
 pub mod ids;
 mod queue;
 pub mod replicate;
+pub mod shards;
 pub mod state;
 mod sync;
 mod writer;
@@ -51,6 +52,7 @@ use ledger::{Durability, Ledger, ProcessLock};
 use queue::{Queued, Work};
 pub use replicate::{Replicate, ReplicateError};
 use schemas::{ReservationAction, Timestamp};
+pub use shards::{Shards, ShardsHealth};
 use tokio::sync::oneshot;
 use writer::Writer;
 
@@ -220,6 +222,9 @@ pub struct Hook {
     alone_streak: Arc<AtomicUsize>,
     health: Arc<health::Health>,
     stopped: Stopped,
+    /// The shard of the ledger (`None`: a ledger of every partition): a request of a tenant of another partition is
+    /// refused before it is queued ([`HookError::NotServing`]), so that no tenant's decisions land in another's shard.
+    shard: Option<ledger::shards::Shard>,
 }
 
 /// Async calls in a row that must find no other caller waiting before the next one polls.
@@ -270,6 +275,7 @@ impl Hook {
         replicate: Option<Box<dyn Replicate>>,
     ) -> Result<Hook, StartError> {
         let ledger = Ledger::open(ledger_path.as_ref())?;
+        let shard = ledger.shard()?;
         let lock = acquire_lock(ledger_path.as_ref())?;
         let health = Arc::new(health::Health::default());
         let writer = Writer::new(ledger, settings, Arc::clone(&health), replicate)?;
@@ -301,7 +307,24 @@ impl Hook {
             alone_streak: Arc::new(AtomicUsize::new(0)),
             health,
             stopped,
+            shard,
         })
+    }
+
+    /// The shard of the hook's ledger (`None`: a ledger of every partition).
+    pub fn shard(&self) -> Option<ledger::shards::Shard> {
+        self.shard
+    }
+
+    /// Refuses a request of `tenant` when the ledger is the shard of another partition.
+    fn serves(&self, tenant: &str) -> Result<(), HookError> {
+        match self.shard {
+            Some(shard) if !shard.holds_tenant(tenant) => Err(HookError::NotServing {
+                partition: schemas::partition::partition_of(tenant, shard.partitions),
+                partitions: shard.partitions,
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// What tells when the writer has stopped, once every handle is dropped.
@@ -402,11 +425,13 @@ impl Hook {
 
     /// `check`, waiting for the answer (and for room in the queue).
     pub fn check(&self, request: CheckRequest) -> Result<Decision, HookError> {
+        self.serves(&request.tenant)?;
         self.call(|reply| Work::Check(request, None, reply))
     }
 
     /// `check` from async code: never blocks a runtime thread; a full queue answers Overloaded.
     pub async fn check_async(&self, request: CheckRequest) -> Result<Decision, HookError> {
+        self.serves(&request.tenant)?;
         self.call_async(|reply| Work::Check(request, None, reply)).await
     }
 
@@ -416,6 +441,7 @@ impl Hook {
     /// control character: 400 naming `token_name` otherwise). A replay answers the original decision, which names
     /// the token that asked first.
     pub async fn check_async_as(&self, request: CheckRequest, token_name: &str) -> Result<Decision, HookError> {
+        self.serves(&request.tenant)?;
         let token_name = Some(token_name.to_string());
         self.call_async(|reply| Work::Check(request, token_name, reply)).await
     }
@@ -423,17 +449,20 @@ impl Hook {
     /// `reserve`, waiting for the answer (and for room in the queue): an allowed decision holds its amount until
     /// `ttl_ms` from now, under the reservation_id it answers.
     pub fn reserve(&self, request: ReserveRequest) -> Result<Decision, HookError> {
+        self.serves(&request.tenant)?;
         self.call(|reply| Work::Reserve(request, None, reply))
     }
 
     /// `reserve` from async code: never blocks a runtime thread; a full queue answers Overloaded.
     pub async fn reserve_async(&self, request: ReserveRequest) -> Result<Decision, HookError> {
+        self.serves(&request.tenant)?;
         self.call_async(|reply| Work::Reserve(request, None, reply)).await
     }
 
     /// [`Hook::reserve_async`] for a caller a server authenticated with the token named `token_name`, recorded on
     /// the reservation's DecisionEvent as [`Hook::check_async_as`] records it.
     pub async fn reserve_async_as(&self, request: ReserveRequest, token_name: &str) -> Result<Decision, HookError> {
+        self.serves(&request.tenant)?;
         let token_name = Some(token_name.to_string());
         self.call_async(|reply| Work::Reserve(request, token_name, reply)).await
     }

@@ -38,8 +38,11 @@ pub(crate) fn hook_error(e: HookError) -> Response {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             response
         }
-        // Another node took the shard over: the caller asks the owner (the routing table names it).
-        HookError::Fenced(_) => error(StatusCode::MISDIRECTED_REQUEST, "not_serving", e.to_string()),
+        // Another node took the shard over, or this server does not hold the request's partition: the caller asks the
+        // owner (the routing table names it).
+        HookError::Fenced(_) | HookError::NotServing { .. } => {
+            error(StatusCode::MISDIRECTED_REQUEST, "not_serving", e.to_string())
+        }
         HookError::NotReplicated(_) => {
             let mut response = error(StatusCode::SERVICE_UNAVAILABLE, "not_replicated", e.to_string());
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

@@ -35,6 +35,7 @@
 mod answer;
 mod connections;
 mod hook_outbox;
+mod hooks;
 mod limits;
 mod routes;
 pub mod tls;
@@ -45,12 +46,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hook::{Hook, HookSettings};
+use hook::{Hook, HookSettings, Shards, Stopped};
 use ledger::Ledger;
+use ledger::shards::ShardDir;
 use outbox::PublisherThread;
 
 use crate::hook_outbox::HookOutbox;
-use crate::routes::App;
+use crate::hooks::Hooks;
+use crate::routes::{App, Outboxes};
 use crate::tls::{TlsError, TlsFiles};
 use crate::tokens::{TokenFileError, Tokens};
 
@@ -132,7 +135,8 @@ impl ServeSettings {
 /// limits and token checks as [`run`]'s server ([`READ_TIMEOUT_MS`] for a body, no brokers), for a caller that drives
 /// requests in its own process (the fuzz target of the request bodies).
 pub fn router(hook: Hook, tokens: Tokens) -> axum::Router {
-    routes::router(Arc::new(App { hook, tokens, outbox: None }), Duration::from_millis(READ_TIMEOUT_MS))
+    let app = App { hook: Hooks::One(hook), tokens, outbox: None };
+    routes::router(Arc::new(app), Duration::from_millis(READ_TIMEOUT_MS))
 }
 
 /// Where the server listens, as the first line of `serve` says it: `http://ADDR` or `https://ADDR`.
@@ -190,6 +194,14 @@ pub enum ServeError {
         /// The open-file limit after raising it.
         limit: u64,
     },
+    /// The directory of shards cannot be served (no shard in it and no partition count given, a shard missing).
+    #[error("cannot serve the shards of {dir}")]
+    Shards {
+        /// The directory.
+        dir: PathBuf,
+        /// Why.
+        source: Box<hook::StartError>,
+    },
     /// The hook did not start (another hook decides on this ledger, say).
     #[error("cannot start the hook")]
     Hook(#[source] hook::StartError),
@@ -225,11 +237,7 @@ pub fn run(
     settings: ServeSettings,
     listening: impl FnOnce(Listening) -> std::io::Result<()>,
 ) -> Result<(), ServeError> {
-    if settings.tls.is_none() && !settings.insecure_listen && !tls::is_loopback(&settings.listen) {
-        return Err(ServeError::InsecureListen { address: settings.listen });
-    }
-    let files_limit = limits::raise_open_files();
-    let connections_max = limits::connections_max(settings.connections_max, files_limit)?;
+    let prepared = prepare(&settings)?;
     // A hook on a ledger that is not there would create an empty one, find no policy, and allow everything: a
     // mistyped --ledger, a start from the wrong directory, an empty file or a ledger not created yet must stop
     // here instead. An older ledger is fine: the hook migrates it.
@@ -238,21 +246,84 @@ pub fn run(
         Err(e) => return Err(e.into()),
     }
     let tokens = Tokens::read(&settings.tokens)?;
-    let tls = settings.tls.as_ref().map(tls::acceptor).transpose()?;
+    let prepared = Prepared { tls: settings.tls.as_ref().map(tls::acceptor).transpose()?, ..prepared };
     let hook = Hook::start(ledger_path, settings.hook).map_err(ServeError::Hook)?;
-    let writer = hook.stopped();
+    let writers = vec![hook.stopped()];
     let publisher = match &settings.brokers {
-        Some(brokers) => Some(start_publisher(ledger_path, &hook, brokers, &settings.overrides)?),
+        Some(brokers) => Some(start_publisher("serve", ledger_path, &hook, brokers, &settings.overrides)?),
         None => None,
     };
-    let watched = hook.clone();
-    let app = Arc::new(App { hook, tokens, outbox: publisher.as_ref().map(PublisherThread::health) });
+    let outbox = publisher.as_ref().map(|p| Outboxes::One(p.health()));
+    let app = App { hook: Hooks::One(hook), tokens, outbox };
+    serve(app, writers, publisher.into_iter().collect(), prepared, &settings, listening)
+}
+
+/// [`run`] over every shard of `dir` (contract §9.4), each request in its tenant's shard ([`hook::Shards`]):
+/// `partitions` creates the shards missing; without it the directory's shards must all be there. With brokers, each
+/// shard's outbox has a publisher thread of its own; `/healthz` answers for every shard.
+pub fn run_shards(
+    dir: &ShardDir,
+    partitions: Option<u32>,
+    settings: ServeSettings,
+    listening: impl FnOnce(Listening) -> std::io::Result<()>,
+) -> Result<(), ServeError> {
+    let prepared = prepare(&settings)?;
+    let tokens = Tokens::read(&settings.tokens)?;
+    let prepared = Prepared { tls: settings.tls.as_ref().map(tls::acceptor).transpose()?, ..prepared };
+    let shards = Shards::start_all(dir.clone(), partitions, settings.hook)
+        .map_err(|e| ServeError::Shards { dir: dir.dir().to_path_buf(), source: Box::new(e) })?;
+    let held: Vec<(u32, Hook)> = shards.held().into_iter().filter_map(|p| Some((p, shards.hook(p)?))).collect();
+    let writers = held.iter().map(|(_, hook)| hook.stopped()).collect();
+    let mut publishers = Vec::new();
+    if let Some(brokers) = &settings.brokers {
+        for (partition, hook) in &held {
+            let name = format!("serve shard {partition}");
+            let path = dir.path_of(*partition);
+            publishers.push((*partition, start_publisher(&name, &path, hook, brokers, &settings.overrides)?));
+        }
+    }
+    drop(held);
+    let outbox = (!publishers.is_empty())
+        .then(|| Outboxes::Shards(publishers.iter().map(|(p, publisher)| (*p, publisher.health())).collect()));
+    let app = App { hook: Hooks::Shards(Arc::new(shards)), tokens, outbox };
+    let publishers = publishers.into_iter().map(|(_, publisher)| publisher).collect();
+    serve(app, writers, publishers, prepared, &settings, listening)
+}
+
+/// What is checked and made before a hook starts: the listening address allowed, the bound of connections, and
+/// (after the token file is read) TLS.
+struct Prepared {
+    connections_max: usize,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+}
+
+fn prepare(settings: &ServeSettings) -> Result<Prepared, ServeError> {
+    if settings.tls.is_none() && !settings.insecure_listen && !tls::is_loopback(&settings.listen) {
+        return Err(ServeError::InsecureListen { address: settings.listen });
+    }
+    let files_limit = limits::raise_open_files();
+    let connections_max = limits::connections_max(settings.connections_max, files_limit)?;
+    Ok(Prepared { connections_max, tls: None })
+}
+
+/// Serves `app` until SIGTERM or Ctrl-C (or a writer stopped on a panic), then stops the publishers and waits for
+/// the `writers` to close their ledgers.
+fn serve(
+    app: App,
+    writers: Vec<Stopped>,
+    publishers: Vec<PublisherThread>,
+    prepared: Prepared,
+    settings: &ServeSettings,
+    listening: impl FnOnce(Listening) -> std::io::Result<()>,
+) -> Result<(), ServeError> {
+    let watched = app.hook.clone();
+    let app = Arc::new(app);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(ServeError::Runtime)?;
     let read_timeout = Duration::from_millis(settings.read_timeout_ms.max(1));
     let accepting = connections::Accepting {
-        connections_max,
+        connections_max: prepared.connections_max,
         header_timeout: Duration::from_millis(settings.header_timeout_ms.max(1)),
-        tls,
+        tls: prepared.tls,
     };
     let address = settings.listen;
     let served = runtime.block_on(async move {
@@ -271,24 +342,28 @@ pub fn run(
         };
         let router = routes::router(Arc::clone(&app), read_timeout);
         let stopped = connections::serve_connections(listener, router, accepting, writer_stopped).await;
-        Ok::<_, ServeError>((stopped, app.hook.health()))
+        Ok::<_, ServeError>((stopped, app.hook.last_failure()))
     });
-    let (stopped, health) = served?;
-    // Stopping: the runtime's tasks hold the last handles to the hook, the publisher one more. Once all are dropped
-    // the writer records what was queued and closes the ledger, and SQLite folds the write-ahead log into the ledger
-    // file and removes it: the file alone then holds every decision (a backup copying only it loses none). Exiting
-    // without waiting left the log beside it, about 70 MB under load.
+    let (stopped, last_failure) = served?;
+    // Stopping: the runtime's tasks hold the last handles to the hooks, the publishers one more. Once all are dropped
+    // each writer records what was queued and closes its ledger, and SQLite folds the write-ahead log into the
+    // ledger file and removes it: the file alone then holds every decision (a backup copying only it loses none).
+    // Exiting without waiting left the log beside it, about 70 MB under load.
     drop(runtime);
-    if let Some(publisher) = publisher {
+    for publisher in publishers {
         publisher.stop();
     }
-    if !writer.wait(Duration::from_millis(SHUTDOWN_WAIT_MS)) {
-        log::warn!("serve: the hook's writer had not stopped after {SHUTDOWN_WAIT_MS} ms; exiting without it");
+    let until = std::time::Instant::now() + Duration::from_millis(SHUTDOWN_WAIT_MS);
+    for writer in writers {
+        if !writer.wait(until.saturating_duration_since(std::time::Instant::now())) {
+            log::warn!("serve: a hook's writer had not stopped after {SHUTDOWN_WAIT_MS} ms; exiting without it");
+            break;
+        }
     }
     match stopped {
         connections::Stop::Signal => Ok(()),
         connections::Stop::Asked => {
-            let why = health.last_failure.map_or_else(|| "the hook's writer stopped".to_string(), |f| f.message);
+            let why = last_failure.unwrap_or_else(|| "the hook's writer stopped".to_string());
             Err(ServeError::WriterStopped(why))
         }
     }
@@ -297,11 +372,12 @@ pub fn run(
 /// The outbox's publisher thread: the outbox read through a connection of its own, the acknowledgements recorded
 /// by the hook's writer ([`HookOutbox`]).
 fn start_publisher(
+    name: &str,
     ledger_path: &Path,
     hook: &Hook,
     brokers: &str,
     overrides: &[(String, String)],
 ) -> Result<PublisherThread, ServeError> {
     let outbox = HookOutbox { reader: Ledger::open(ledger_path)?, hook: hook.clone() };
-    Ok(PublisherThread::spawn("serve", ledger_path.to_path_buf(), brokers, overrides, outbox)?)
+    Ok(PublisherThread::spawn(name, ledger_path.to_path_buf(), brokers, overrides, outbox)?)
 }

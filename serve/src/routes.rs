@@ -12,20 +12,51 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use hook::{CheckRequest, Decision, Hook, HookError, ReserveRequest};
+use hook::{CheckRequest, Decision, HookError, ReserveRequest};
 use schemas::ReservationAction;
 use serde::Deserialize;
 
 use crate::BODY_LIMIT_BYTES;
 use crate::answer::{close_response, decision_response, error, hook_error};
+use crate::hooks::Hooks;
 use crate::tokens::{Caller, Tokens};
 
 /// What every handler shares.
 pub(crate) struct App {
-    pub(crate) hook: Hook,
+    pub(crate) hook: Hooks,
     pub(crate) tokens: Tokens,
-    /// With brokers: the outbox as the publisher last saw it, for `/healthz`.
-    pub(crate) outbox: Option<outbox::HealthWatch>,
+    /// With brokers: the outbox as the publisher last saw it, for `/healthz`; one per shard with `--data`, by
+    /// partition.
+    pub(crate) outbox: Option<Outboxes>,
+}
+
+/// The outbox publishers' health: the ledger's one, or each shard's.
+pub(crate) enum Outboxes {
+    /// The publisher of the one ledger.
+    One(outbox::HealthWatch),
+    /// Each shard's publisher, by partition.
+    Shards(Vec<(u32, outbox::HealthWatch)>),
+}
+
+impl Outboxes {
+    /// What `/healthz` says under `outbox`: one ledger's as it is; the shards' as one outbox (`pending` summed,
+    /// `as_of` the oldest pass, the first `last_error` naming its shard), so that an alert on `outbox.pending` reads
+    /// both the same way, and each shard's under `shards`.
+    fn report(&self) -> serde_json::Value {
+        let shards = match self {
+            Outboxes::One(watch) => return serde_json::json!(watch.latest()),
+            Outboxes::Shards(shards) => shards,
+        };
+        let latest: Vec<(u32, outbox::OutboxHealth)> = shards.iter().map(|(p, w)| (*p, w.latest())).collect();
+        let pending: u64 = latest.iter().map(|(_, h)| h.pending).sum();
+        // RFC 3339 in UTC with a fixed number of digits: the text's order is the time's.
+        let as_of = latest.iter().map(|(_, h)| h.as_of.clone()).min();
+        let last_error =
+            latest.iter().find_map(|(p, h)| h.last_error.as_ref().map(|error| format!("shard {p}: {error}")));
+        let each: serde_json::Map<String, serde_json::Value> =
+            latest.into_iter().map(|(p, h)| (p.to_string(), serde_json::json!(h))).collect();
+        serde_json::json!({"pending": pending, "as_of": as_of, "last_error": last_error, "shards": each})
+    }
 }
 
 /// The routes, every body read first by [`read_body`].
@@ -83,10 +114,11 @@ fn too_large(e: &axum::Error) -> bool {
 /// while the ledger refuses its groups, a full disk, say); with `--brokers`, the outbox too ([`outbox::OutboxHealth`]).
 /// The status stays "ok" through those: a restart would not bring the disk or the broker back, and would cost a
 /// state rebuild. A failed sync of the log (durability full) answers 503, status "not_durable", and a writer stopped
-/// on a panic 503, status "stopped": every request fails from then on, and a restart is what ends it.
+/// on a panic 503, status "stopped": every request fails from then on, and a restart is what ends it. Over shards
+/// (`--data`), `hook` is the worst shard's with every shard's under `hook.shards`: one shard failing is the server's.
 async fn healthz(State(app): State<Arc<App>>) -> (axum::http::StatusCode, Json<serde_json::Value>) {
-    let hook = app.hook.health();
-    let (code, status) = match hook.recording {
+    let (recording, hook) = app.hook.health();
+    let (code, status) = match recording {
         "not_durable" => (axum::http::StatusCode::SERVICE_UNAVAILABLE, "not_durable"),
         // The writer is gone: nothing is decided any more, and `serve` is exiting so that it is restarted.
         "stopped" => (axum::http::StatusCode::SERVICE_UNAVAILABLE, "stopped"),
@@ -94,7 +126,7 @@ async fn healthz(State(app): State<Arc<App>>) -> (axum::http::StatusCode, Json<s
     };
     let body = match &app.outbox {
         Some(outbox) => {
-            serde_json::json!({"status": status, "hook": hook, "outbox": outbox.latest()})
+            serde_json::json!({"status": status, "hook": hook, "outbox": outbox.report()})
         }
         None => serde_json::json!({"status": status, "hook": hook}),
     };

@@ -44,6 +44,10 @@ pub enum BenchCommand {
         /// uses the idempotency key, and the ids of one client sort together).
         #[arg(long)]
         random_request_ids: bool,
+        /// Also measure the hook over shards in one process (a writer per shard, `serve --data`): on 1 shard and
+        /// on this many, with the same tenants; prints the speedup and the ratio to Redis+Lua per node.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(2..))]
+        shards: Option<u32>,
         /// Print the figures as JSON.
         #[arg(long)]
         json: bool,
@@ -91,8 +95,8 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             let figures = tools::bench::append::run(&AppendSettings { events, batch_events, dir }, &progress)?;
             print(&figures, json, print_append)
         }
-        BenchCommand::Hook { concurrency, seconds, random_request_ids, json } => {
-            let settings = HookBenchSettings { concurrency, seconds, random_request_ids, binary: binary()? };
+        BenchCommand::Hook { concurrency, seconds, random_request_ids, shards, json } => {
+            let settings = HookBenchSettings { concurrency, seconds, random_request_ids, binary: binary()?, shards };
             // Each concurrency's lines as they come: a run at the defaults takes minutes.
             let figures =
                 tools::bench::hook::run(&settings, &mut |measured| if json { Ok(()) } else { print_hook(measured) })?;
@@ -155,6 +159,9 @@ fn print_hook(measured: &[Figures]) -> anyhow::Result<()> {
             Some(ms) => format!("  outbox published {ms} ms after"),
             None => String::new(),
         };
+        let speedup = f.speedup_over_one_shard.map_or_else(String::new, |x| format!("  {x:.2}x one shard"));
+        let per_node = f.ratio_to_redis_fsync_always.map_or_else(String::new, |x| format!("  {x:.2}x redis (always)"));
+        let caught_up = format!("{caught_up}{speedup}{per_node}");
         writeln!(
             super::stdout(),
             "{:42} c={:<3} {:>8} req  {:>9.0} decisions/s  p50 {:>8.0} us  p99 {:>8.0} us{caught_up}",

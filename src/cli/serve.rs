@@ -1,5 +1,7 @@
 //! `serve --listen ADDR --tokens FILE [--tls-cert FILE --tls-key FILE]`: the enforcement hook over HTTP or HTTPS
 //! (contract §6, §7), the `serve` crate's server. With `--brokers`, the outbox is published to Kafka every second.
+//! With `--data DIR` instead of `--ledger`, every shard of the directory is served, each request in its tenant's
+//! shard (contract §9.4); `--partitions P` creates the shards missing.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -64,10 +66,17 @@ pub struct ServeArgs {
     /// another is refused (400) until old ones age out (a day after the month they were last used in).
     #[arg(long, default_value_t = hook::COUNTERS_PER_TENANT_MAX)]
     counters_per_tenant_max: usize,
+    /// With --data: the input topics' partition count P; the shards missing (shard-0000.db to shard-P-1) are
+    /// created. Without it, the directory's shards must all be there already.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    partitions: Option<u32>,
 }
 
 pub fn run(store: &super::Store, args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let ledger_path = store.file("serve")?;
+    if let (super::Store::File(_), Some(_)) = (store, args.partitions) {
+        anyhow::bail!("--partitions is for a directory of shards (--data DIR); a --ledger file holds every partition");
+    }
+    let partitions = args.partitions;
     let hook = HookSettings {
         group_max_requests: args.group_max_requests.max(1),
         group_wait_us: args.group_wait_us,
@@ -98,6 +107,10 @@ pub fn run(store: &super::Store, args: ServeArgs) -> anyhow::Result<ExitCode> {
         ..serve::ServeSettings::new(args.listen, args.tokens)
     };
     // The first line says where it listens (port 0 picks one), for scripts and tests.
-    serve::run(ledger_path, settings, |at| writeln!(super::stdout(), "listening on {at}"))?;
+    let listening = |at| writeln!(super::stdout(), "listening on {at}");
+    match store {
+        super::Store::File(ledger_path) => serve::run(ledger_path, settings, listening)?,
+        super::Store::Shards(dir) => serve::run_shards(dir, partitions, settings, listening)?,
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -71,6 +71,8 @@ pub struct Writer {
     replicate: Option<Box<dyn crate::Replicate>>,
     /// Set, for good, once the publisher was fenced: another node owns the shard, this writer decides nothing more.
     fenced: Option<String>,
+    /// The partition of the ledger's shard (`None`: a ledger of every partition), which its reservation ids name.
+    partition: Option<u32>,
 }
 
 impl Writer {
@@ -83,6 +85,7 @@ impl Writer {
         replicate: Option<Box<dyn crate::Replicate>>,
     ) -> Result<Writer, StartError> {
         ledger.keep_key_filter()?;
+        let partition = ledger.shard()?.map(|shard| shard.partition);
         let state = load(&ledger, (settings.clock)())?;
         let checkpointer = ledger.checkpoint_in_background()?;
         // The connection's durability is set here only: at full its commits write the log and the syncer syncs it.
@@ -108,6 +111,7 @@ impl Writer {
             _checkpointer: checkpointer,
             replicate,
             fenced: None,
+            partition,
         })
     }
 

@@ -25,10 +25,12 @@ pub(super) enum Recorded {
 }
 
 /// The decision recorded under `decision_id`, if any (an idempotency key seen before this process started): this
-/// hook's, for `tenant` and `idempotency_key`, or another writer's event that took the id.
+/// hook's, for `tenant` and `idempotency_key`, or another writer's event that took the id. `partition`: the writer's
+/// shard's, which its reservation ids name.
 pub(super) fn read_decision(
     ledger: &Ledger,
     state: &State,
+    partition: Option<u32>,
     decision_id: &str,
     tenant: &str,
     idempotency_key: &str,
@@ -48,7 +50,7 @@ pub(super) fn read_decision(
         .and_then(|id| state.policies.policies().iter().find(|p| &p.policy_id == id).map(|p| p.scope));
     let mut decision = Decision::of_event(&event, scope, true);
     if decision.allowed() && decision_id.starts_with(ids::DECISION_PREFIX) {
-        let reservation_id = ids::reservation_id(&decision_id[ids::DECISION_PREFIX.len()..]);
+        let reservation_id = ids::reservation_id(&decision_id[ids::DECISION_PREFIX.len()..], partition);
         if ledger.has_reservation_events(&reservation_id)? {
             decision.reservation_id = Some(reservation_id);
         }

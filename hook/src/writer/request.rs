@@ -55,7 +55,7 @@ impl Writer {
         if let Some(decision) = self.recent.get(decision_id) {
             return Ok(Some(Recorded::Own(Box::new(Decision { replayed: true, ..decision.clone() }))));
         }
-        let found = read_decision(&self.ledger, &self.state, decision_id, tenant, idempotency_key)
+        let found = read_decision(&self.ledger, &self.state, self.partition, decision_id, tenant, idempotency_key)
             .map_err(|e| HookError::Ledger(ledger::causes(&e)))?;
         Ok(found.map(|recorded| match recorded {
             Recorded::Own(decision) => Recorded::Own(Box::new(Decision { replayed: true, ..*decision })),
@@ -180,7 +180,7 @@ impl Writer {
                 Admitted::New { hash } => hash,
                 Admitted::Replayed(decision) => return Ok(*decision),
             };
-        let reservation_id = ids::reservation_id(&hash);
+        let reservation_id = ids::reservation_id(&hash, self.partition);
         let request_id = request.request_id.clone().unwrap_or_else(|| reservation_id.clone());
         let asked =
             Asked { hash: &hash, request_id: &request_id, idempotency_key: &request.idempotency_key, token_name };

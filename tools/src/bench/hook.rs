@@ -14,8 +14,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use hook::{CheckRequest, Hook, HookSettings};
+use hook::{CheckRequest, Hook, HookSettings, Shards};
 use kafka::admin::EmbeddedBroker;
+use ledger::shards::{Shard, ShardDir};
 use ledger::{Batch, Durability, Incoming, Ledger, Origin};
 use schemas::*;
 use serde::Serialize;
@@ -64,7 +65,13 @@ pub struct HookBenchSettings {
     pub random_request_ids: bool,
     /// The `quota-ledger` binary whose `serve` is measured over HTTP.
     pub binary: PathBuf,
+    /// Also measure the hook over 1 shard and over this many in one process (a writer per shard); `None`: not.
+    pub shards: Option<u32>,
 }
+
+/// Tenants the clients of the sharded measurements ask for, spread evenly over the partitions: one per client at
+/// 64 clients, so that no shard waits for another's tenants.
+const SHARDED_TENANTS: usize = 64;
 
 /// One measurement: a peer at a concurrency.
 #[derive(Debug, Clone, Serialize)]
@@ -85,6 +92,16 @@ pub struct Figures {
     /// published (the publisher's lag behind the hook).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub outbox_caught_up_ms: Option<u64>,
+    /// The sharded peers: how many shards.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shards: Option<u32>,
+    /// The N-shard peer: its decisions per second over the 1-shard peer's of the same durability.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speedup_over_one_shard: Option<f64>,
+    /// The sharded peers: their decisions per second over Redis+Lua's with `appendfsync always` at the same
+    /// concurrency (one node against one Redis).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio_to_redis_fsync_always: Option<f64>,
 }
 
 /// One client of a measurement: a kept-alive connection (or the hook's handle) sending one request at a time.
@@ -157,6 +174,9 @@ impl Driver {
             p50_us: at(0.50),
             p99_us: at(0.99),
             outbox_caught_up_ms: None,
+            shards: None,
+            speedup_over_one_shard: None,
+            ratio_to_redis_fsync_always: None,
         })
     }
 }
@@ -266,6 +286,80 @@ fn in_process(
     };
     let clients = (0..clients).map(|client| InProcess { hook: Arc::clone(&hook), run, client, random_ids }).collect();
     driver.measure(&name, clients)
+}
+
+/// `partitions` × (`count` / `partitions`) tenant names, as many of each partition, in turn.
+fn balanced_tenants(count: usize, partitions: u32) -> Vec<String> {
+    let per = count.div_ceil(partitions as usize);
+    let mut of: Vec<Vec<String>> = vec![Vec::new(); partitions as usize];
+    let mut i = 0;
+    while of.iter().any(|tenants| tenants.len() < per) {
+        let tenant = format!("org-bench-{i}");
+        let partition = schemas::partition::partition_of(&tenant, partitions) as usize;
+        if of[partition].len() < per {
+            of[partition].push(tenant);
+        }
+        i += 1;
+    }
+    (0..per).flat_map(|k| of.iter().map(move |tenants| tenants[k].clone())).collect()
+}
+
+/// The benchmark's policy as the plan default (tenant `*`), which every shard holds.
+fn plan_default_event() -> Event {
+    let Event::Policy(mut policy) = policy_event() else { unreachable!("policy_event is a PolicyEvent") };
+    policy.header.tenant = "*".into();
+    Event::Policy(policy)
+}
+
+/// The router's `check`, called from the client's tasks as `serve --data` calls it, each client for its tenant.
+struct Sharded {
+    shards: Arc<Shards>,
+    tenant: String,
+    run: usize,
+    client: usize,
+}
+
+impl Client for Sharded {
+    async fn call(&mut self, i: usize) -> anyhow::Result<()> {
+        let ask = CheckRequest { tenant: self.tenant.clone(), ..request(self.run, self.client, i, false) };
+        let decision = self.shards.check_async(ask).await?;
+        anyhow::ensure!(decision.allowed(), "every benchmark check is allowed");
+        Ok(())
+    }
+}
+
+/// The hook over `partitions` new shards holding the plan default, at `clients` clients over [`SHARDED_TENANTS`]
+/// tenants spread evenly over the partitions of `spread` (the same tenants for 1 shard as for N).
+fn sharded(
+    driver: &Driver,
+    dir: &Path,
+    run: usize,
+    clients: usize,
+    durability: Durability,
+    partitions: u32,
+    spread: u32,
+) -> anyhow::Result<Figures> {
+    let shard_dir = ShardDir::new(dir.join(format!("shards-{run}")));
+    for partition in 0..partitions {
+        let mut ledger = shard_dir.open(Shard { partition, partitions })?;
+        let event = plan_default_event();
+        let incoming = Incoming { event, origin: Origin::Local { name: "bench".into() }, raw: None };
+        ledger.append(&Batch { events: vec![incoming], ..Batch::default() })?;
+    }
+    let settings = HookSettings { durability, ..HookSettings::default() };
+    let shards = Arc::new(Shards::start_all(shard_dir, None, settings)?);
+    let tenants = balanced_tenants(SHARDED_TENANTS, spread);
+    let clients = (0..clients)
+        .map(|client| Sharded {
+            shards: Arc::clone(&shards),
+            tenant: tenants[client % tenants.len()].clone(),
+            run,
+            client,
+        })
+        .collect();
+    let plural = if partitions == 1 { "" } else { "s" };
+    let figures = driver.measure(&format!("hook in-process, {partitions} shard{plural} ({durability:?})"), clients)?;
+    Ok(Figures { shards: Some(partitions), ..figures })
 }
 
 /// A child process stopped when dropped.
@@ -490,9 +584,26 @@ pub fn run(
             run += 1;
             figures.push(over_http(settings, &driver, dir.path(), run, clients, durability, brokers)?);
         }
+        let shards_first = figures.len();
+        if let Some(partitions) = settings.shards {
+            for durability in [Durability::Full, Durability::Normal] {
+                for measured in [1, partitions] {
+                    run += 1;
+                    figures.push(sharded(&driver, dir.path(), run, clients, durability, measured, partitions)?);
+                }
+                let (one, many) = (&figures[figures.len() - 2], &figures[figures.len() - 1]);
+                let speedup = many.decisions_per_second / one.decisions_per_second;
+                figures.last_mut().expect("just measured").speedup_over_one_shard = Some(speedup);
+            }
+        }
+        let shards_end = figures.len();
         for fsync_always in [false, true] {
             run += 1;
             figures.push(redis(&driver, run, clients, fsync_always)?);
+        }
+        let redis_fsync_always = figures.last().expect("just measured").decisions_per_second;
+        for f in &mut figures[shards_first..shards_end] {
+            f.ratio_to_redis_fsync_always = Some(f.decisions_per_second / redis_fsync_always);
         }
         measured(&figures[first..])?;
     }
