@@ -114,6 +114,22 @@ pub enum ShardError {
         /// What it holds.
         holds: Shard,
     },
+    /// A partition count was asked that the shards of the directory do not have.
+    #[error("{dir} holds shards of {holds} partitions, not {asked}: a directory keeps the partition count it was made with")]
+    CountDiffers {
+        /// The directory.
+        dir: PathBuf,
+        /// The count its shards have.
+        holds: u32,
+        /// The count asked.
+        asked: u32,
+    },
+    /// A new directory of shards needs a partition count.
+    #[error("{dir} holds no shard yet: say how many partitions the set has (--partitions P, the input topics' count)")]
+    CountUnknown {
+        /// The directory.
+        dir: PathBuf,
+    },
     /// Partitions without a shard in the directory: an answer from it would be partial.
     #[error(
         "{dir} lacks the shards of partitions {missing:?} of {partitions}: an answer without them would be partial"
@@ -204,6 +220,45 @@ impl ShardDir {
         let mut ledger = Ledger::open(self.path_of(shard.partition))?;
         ledger.claim_shard(shard)?;
         Ok(ledger)
+    }
+
+    /// Opens every shard of the set for writing, in partition order (index p is partition p), creating those missing.
+    /// The partition count is the one the shards present have; `partitions`, when given, must agree with it, and is
+    /// needed for a directory that holds no shard yet.
+    pub fn open_set(&self, partitions: Option<u32>) -> Result<Vec<Ledger>, ShardError> {
+        let files = match self.files() {
+            Err(ShardError::Directory { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            other => other?,
+        };
+        let mut holds = None;
+        for (named, path) in &files {
+            let ledger = Ledger::open_read_only(path)?;
+            let shard = ledger
+                .shard()
+                .map_err(|source| ShardError::Read { path: path.clone(), source })?
+                .ok_or_else(|| ShardError::WholeLedger {
+                    path: path.clone(),
+                    asked: Shard { partition: *named, partitions: partitions.unwrap_or(0) },
+                })?;
+            if shard.partition != *named {
+                return Err(ShardError::Misnamed { path: path.clone(), named: *named, holds: shard });
+            }
+            match holds {
+                Some(first) if first != shard.partitions => {
+                    let first = Shard { partition: files[0].0, partitions: first };
+                    return Err(ShardError::MixedCounts { dir: self.dir.clone(), first, second: shard });
+                }
+                _ => holds = Some(shard.partitions),
+            }
+        }
+        let partitions = match (holds, partitions) {
+            (Some(holds), Some(asked)) if holds != asked => {
+                return Err(ShardError::CountDiffers { dir: self.dir.clone(), holds, asked });
+            }
+            (Some(count), _) | (None, Some(count)) => count,
+            (None, None) => return Err(ShardError::CountUnknown { dir: self.dir.clone() }),
+        };
+        (0..partitions).map(|partition| self.open(Shard { partition, partitions })).collect()
     }
 
     /// The shard files present, by the partition their name says, in partition order.
@@ -300,6 +355,19 @@ mod tests {
         drop(shards.open(Shard { partition: 1, partitions: 2 }).unwrap());
         std::fs::rename(shards.path_of(1), shards.path_of(0)).unwrap();
         assert!(matches!(shards.open_all_read_only(), Err(ShardError::Misnamed { named: 0, .. })));
+    }
+
+    #[test]
+    fn a_set_keeps_its_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let shards = ShardDir::new(dir.path().join("new"));
+        assert!(matches!(shards.open_set(None), Err(ShardError::CountUnknown { .. })));
+        assert_eq!(shards.open_set(Some(3)).unwrap().len(), 3);
+        assert_eq!(shards.open_set(None).unwrap().len(), 3);
+        assert!(matches!(shards.open_set(Some(4)), Err(ShardError::CountDiffers { holds: 3, asked: 4, .. })));
+        std::fs::remove_file(shards.path_of(1)).unwrap();
+        let reopened = shards.open_set(None).unwrap();
+        assert_eq!(reopened[1].shard().unwrap(), Some(Shard { partition: 1, partitions: 3 }));
     }
 
     #[test]
