@@ -115,7 +115,9 @@ pub enum ShardError {
         holds: Shard,
     },
     /// A partition count was asked that the shards of the directory do not have.
-    #[error("{dir} holds shards of {holds} partitions, not {asked}: a directory keeps the partition count it was made with")]
+    #[error(
+        "{dir} holds shards of {holds} partitions, not {asked}: a directory keeps the partition count it was made with"
+    )]
     CountDiffers {
         /// The directory.
         dir: PathBuf,
@@ -157,6 +159,16 @@ impl Ledger {
             _ => Err(ReadError::Corrupt { seq: 0, message: format!("shard {partition} of {partitions}") }),
         })
         .transpose()
+    }
+
+    /// The entries up to `watermark` whose tenant is `*` (plan defaults): every shard of a set records each of them, so
+    /// the set's entries counted once are the shards' watermarks less these entries of every shard but one.
+    pub fn plan_default_entries_through(&self, watermark: u64) -> Result<u64, ReadError> {
+        let count: i64 = self
+            .conn
+            .prepare_cached("SELECT COUNT(*) FROM entries WHERE tenant = '*' AND seq <= ?")?
+            .query_row([crate::read::watermark_param(watermark)], |r| r.get(0))?;
+        Ok(count as u64)
     }
 
     /// Makes a new (or still empty) ledger the shard `shard`; a shard already of `shard` is left as it is. Refuses a
@@ -222,6 +234,14 @@ impl ShardDir {
         Ok(ledger)
     }
 
+    /// Opens every shard of the directory for writing, in partition order, after the checks of
+    /// [`ShardDir::open_all_read_only`]: a command that writes to every shard (a close) or needs write transactions to
+    /// read (a preview of an open month) never works on a partial set, and creates no shard.
+    pub fn open_all(&self) -> Result<Vec<(Shard, Ledger)>, ShardError> {
+        let shards: Vec<Shard> = self.open_all_read_only()?.into_iter().map(|(shard, _)| shard).collect();
+        shards.into_iter().map(|shard| Ok((shard, self.open(shard)?))).collect()
+    }
+
     /// Opens every shard of the set for writing, in partition order (index p is partition p), creating those missing.
     /// The partition count is the one the shards present have; `partitions`, when given, must agree with it, and is
     /// needed for a directory that holds no shard yet.
@@ -233,12 +253,12 @@ impl ShardDir {
         let mut holds = None;
         for (named, path) in &files {
             let ledger = Ledger::open_read_only(path)?;
-            let shard = ledger
-                .shard()
-                .map_err(|source| ShardError::Read { path: path.clone(), source })?
-                .ok_or_else(|| ShardError::WholeLedger {
-                    path: path.clone(),
-                    asked: Shard { partition: *named, partitions: partitions.unwrap_or(0) },
+            let shard =
+                ledger.shard().map_err(|source| ShardError::Read { path: path.clone(), source })?.ok_or_else(|| {
+                    ShardError::WholeLedger {
+                        path: path.clone(),
+                        asked: Shard { partition: *named, partitions: partitions.unwrap_or(0) },
+                    }
                 })?;
             if shard.partition != *named {
                 return Err(ShardError::Misnamed { path: path.clone(), named: *named, holds: shard });
