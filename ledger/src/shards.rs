@@ -203,6 +203,91 @@ impl Ledger {
     }
 }
 
+/// An entry recorded in a shard its tenant does not belong to (contract §9.4: a tenant's events live in one shard).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct MisplacedEntry {
+    /// The entry's sequence number in the shard.
+    pub seq: u64,
+    /// Its event id.
+    pub event_id: String,
+    /// Its tenant.
+    pub tenant: String,
+    /// The partition the tenant belongs to.
+    pub belongs_to: u32,
+}
+
+/// `verify` of one shard: its chain ([`Ledger::verify_against`]) and that its entries are its partition's.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ShardVerifyReport {
+    /// The partition.
+    pub partition: u32,
+    /// The partition count.
+    pub partitions: u32,
+    /// The shard file.
+    pub path: String,
+    /// The chain's report.
+    #[serde(flatten)]
+    pub chain: crate::VerifyReport,
+    /// The first entry (smallest seq) whose tenant belongs to another partition; `None` when all are its own.
+    pub first_misplaced: Option<MisplacedEntry>,
+}
+
+impl ShardVerifyReport {
+    /// Whether the shard holds: its chain and the partition of every entry.
+    pub fn holds(&self) -> bool {
+        self.chain.first_bad.is_none() && self.first_misplaced.is_none()
+    }
+}
+
+/// `status` of one shard.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ShardStatus {
+    /// The partition.
+    pub partition: u32,
+    /// The partition count.
+    pub partitions: u32,
+    /// The shard's status.
+    #[serde(flatten)]
+    pub status: crate::Status,
+}
+
+impl Ledger {
+    /// The entry of smallest seq whose tenant is not of `shard` ([`Shard::holds_tenant`]): read per tenant, from the
+    /// tenant index.
+    pub fn first_misplaced_entry(&self, shard: Shard) -> Result<Option<MisplacedEntry>, ReadError> {
+        let mut statement = self.conn.prepare_cached("SELECT tenant, MIN(seq) FROM entries GROUP BY tenant")?;
+        let mut rows = statement.query([])?;
+        let mut first: Option<(i64, String)> = None;
+        while let Some(row) = rows.next()? {
+            let (tenant, seq): (String, i64) = (row.get(0)?, row.get(1)?);
+            if !shard.holds_tenant(&tenant) && first.as_ref().is_none_or(|(s, _)| seq < *s) {
+                first = Some((seq, tenant));
+            }
+        }
+        let Some((seq, tenant)) = first else { return Ok(None) };
+        let event_id: String =
+            self.conn.prepare_cached("SELECT event_id FROM entries WHERE seq = ?")?.query_row([seq], |r| r.get(0))?;
+        let belongs_to = schemas::partition::partition_of(&tenant, shard.partitions);
+        Ok(Some(MisplacedEntry { seq: seq as u64, event_id, tenant, belongs_to }))
+    }
+
+    /// `verify` of this ledger as the shard `shard`: its chain, then the partition of its entries.
+    pub fn verify_shard(&self, shard: Shard) -> Result<ShardVerifyReport, ReadError> {
+        Ok(ShardVerifyReport {
+            partition: shard.partition,
+            partitions: shard.partitions,
+            path: self.path.display().to_string(),
+            chain: self.verify_against(&[])?,
+            first_misplaced: self.first_misplaced_entry(shard)?,
+        })
+    }
+
+    /// `status` of this ledger as the shard `shard`.
+    pub fn shard_status(&self, shard: Shard) -> Result<ShardStatus, ReadError> {
+        Ok(ShardStatus { partition: shard.partition, partitions: shard.partitions, status: self.status()? })
+    }
+}
+
 /// A directory of shards.
 #[derive(Debug, Clone)]
 pub struct ShardDir {
