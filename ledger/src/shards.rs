@@ -114,6 +114,24 @@ pub enum ShardError {
         /// What it holds.
         holds: Shard,
     },
+    /// A partition count was asked that the shards of the directory do not have.
+    #[error(
+        "{dir} holds shards of {holds} partitions, not {asked}: a directory keeps the partition count it was made with"
+    )]
+    CountDiffers {
+        /// The directory.
+        dir: PathBuf,
+        /// The count its shards have.
+        holds: u32,
+        /// The count asked.
+        asked: u32,
+    },
+    /// A new directory of shards needs a partition count.
+    #[error("{dir} holds no shard yet: say how many partitions the set has (--partitions P, the input topics' count)")]
+    CountUnknown {
+        /// The directory.
+        dir: PathBuf,
+    },
     /// Partitions without a shard in the directory: an answer from it would be partial.
     #[error(
         "{dir} lacks the shards of partitions {missing:?} of {partitions}: an answer without them would be partial"
@@ -141,6 +159,16 @@ impl Ledger {
             _ => Err(ReadError::Corrupt { seq: 0, message: format!("shard {partition} of {partitions}") }),
         })
         .transpose()
+    }
+
+    /// The entries up to `watermark` whose tenant is `*` (plan defaults): every shard of a set records each of them, so
+    /// the set's entries counted once are the shards' watermarks less these entries of every shard but one.
+    pub fn plan_default_entries_through(&self, watermark: u64) -> Result<u64, ReadError> {
+        let count: i64 = self
+            .conn
+            .prepare_cached("SELECT COUNT(*) FROM entries WHERE tenant = '*' AND seq <= ?")?
+            .query_row([crate::read::watermark_param(watermark)], |r| r.get(0))?;
+        Ok(count as u64)
     }
 
     /// Makes a new (or still empty) ledger the shard `shard`; a shard already of `shard` is left as it is. Refuses a
@@ -175,6 +203,91 @@ impl Ledger {
     }
 }
 
+/// An entry recorded in a shard its tenant does not belong to (contract §9.4: a tenant's events live in one shard).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct MisplacedEntry {
+    /// The entry's sequence number in the shard.
+    pub seq: u64,
+    /// Its event id.
+    pub event_id: String,
+    /// Its tenant.
+    pub tenant: String,
+    /// The partition the tenant belongs to.
+    pub belongs_to: u32,
+}
+
+/// `verify` of one shard: its chain ([`Ledger::verify_against`]) and that its entries are its partition's.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ShardVerifyReport {
+    /// The partition.
+    pub partition: u32,
+    /// The partition count.
+    pub partitions: u32,
+    /// The shard file.
+    pub path: String,
+    /// The chain's report.
+    #[serde(flatten)]
+    pub chain: crate::VerifyReport,
+    /// The first entry (smallest seq) whose tenant belongs to another partition; `None` when all are its own.
+    pub first_misplaced: Option<MisplacedEntry>,
+}
+
+impl ShardVerifyReport {
+    /// Whether the shard holds: its chain and the partition of every entry.
+    pub fn holds(&self) -> bool {
+        self.chain.first_bad.is_none() && self.first_misplaced.is_none()
+    }
+}
+
+/// `status` of one shard.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ShardStatus {
+    /// The partition.
+    pub partition: u32,
+    /// The partition count.
+    pub partitions: u32,
+    /// The shard's status.
+    #[serde(flatten)]
+    pub status: crate::Status,
+}
+
+impl Ledger {
+    /// The entry of smallest seq whose tenant is not of `shard` ([`Shard::holds_tenant`]): read per tenant, from the
+    /// tenant index.
+    pub fn first_misplaced_entry(&self, shard: Shard) -> Result<Option<MisplacedEntry>, ReadError> {
+        let mut statement = self.conn.prepare_cached("SELECT tenant, MIN(seq) FROM entries GROUP BY tenant")?;
+        let mut rows = statement.query([])?;
+        let mut first: Option<(i64, String)> = None;
+        while let Some(row) = rows.next()? {
+            let (tenant, seq): (String, i64) = (row.get(0)?, row.get(1)?);
+            if !shard.holds_tenant(&tenant) && first.as_ref().is_none_or(|(s, _)| seq < *s) {
+                first = Some((seq, tenant));
+            }
+        }
+        let Some((seq, tenant)) = first else { return Ok(None) };
+        let event_id: String =
+            self.conn.prepare_cached("SELECT event_id FROM entries WHERE seq = ?")?.query_row([seq], |r| r.get(0))?;
+        let belongs_to = schemas::partition::partition_of(&tenant, shard.partitions);
+        Ok(Some(MisplacedEntry { seq: seq as u64, event_id, tenant, belongs_to }))
+    }
+
+    /// `verify` of this ledger as the shard `shard`: its chain, then the partition of its entries.
+    pub fn verify_shard(&self, shard: Shard) -> Result<ShardVerifyReport, ReadError> {
+        Ok(ShardVerifyReport {
+            partition: shard.partition,
+            partitions: shard.partitions,
+            path: self.path.display().to_string(),
+            chain: self.verify_against(&[])?,
+            first_misplaced: self.first_misplaced_entry(shard)?,
+        })
+    }
+
+    /// `status` of this ledger as the shard `shard`.
+    pub fn shard_status(&self, shard: Shard) -> Result<ShardStatus, ReadError> {
+        Ok(ShardStatus { partition: shard.partition, partitions: shard.partitions, status: self.status()? })
+    }
+}
+
 /// A directory of shards.
 #[derive(Debug, Clone)]
 pub struct ShardDir {
@@ -204,6 +317,53 @@ impl ShardDir {
         let mut ledger = Ledger::open(self.path_of(shard.partition))?;
         ledger.claim_shard(shard)?;
         Ok(ledger)
+    }
+
+    /// Opens every shard of the directory for writing, in partition order, after the checks of
+    /// [`ShardDir::open_all_read_only`]: a command that writes to every shard (a close) or needs write transactions to
+    /// read (a preview of an open month) never works on a partial set, and creates no shard.
+    pub fn open_all(&self) -> Result<Vec<(Shard, Ledger)>, ShardError> {
+        let shards: Vec<Shard> = self.open_all_read_only()?.into_iter().map(|(shard, _)| shard).collect();
+        shards.into_iter().map(|shard| Ok((shard, self.open(shard)?))).collect()
+    }
+
+    /// Opens every shard of the set for writing, in partition order (index p is partition p), creating those missing.
+    /// The partition count is the one the shards present have; `partitions`, when given, must agree with it, and is
+    /// needed for a directory that holds no shard yet.
+    pub fn open_set(&self, partitions: Option<u32>) -> Result<Vec<Ledger>, ShardError> {
+        let files = match self.files() {
+            Err(ShardError::Directory { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            other => other?,
+        };
+        let mut holds = None;
+        for (named, path) in &files {
+            let ledger = Ledger::open_read_only(path)?;
+            let shard =
+                ledger.shard().map_err(|source| ShardError::Read { path: path.clone(), source })?.ok_or_else(|| {
+                    ShardError::WholeLedger {
+                        path: path.clone(),
+                        asked: Shard { partition: *named, partitions: partitions.unwrap_or(0) },
+                    }
+                })?;
+            if shard.partition != *named {
+                return Err(ShardError::Misnamed { path: path.clone(), named: *named, holds: shard });
+            }
+            match holds {
+                Some(first) if first != shard.partitions => {
+                    let first = Shard { partition: files[0].0, partitions: first };
+                    return Err(ShardError::MixedCounts { dir: self.dir.clone(), first, second: shard });
+                }
+                _ => holds = Some(shard.partitions),
+            }
+        }
+        let partitions = match (holds, partitions) {
+            (Some(holds), Some(asked)) if holds != asked => {
+                return Err(ShardError::CountDiffers { dir: self.dir.clone(), holds, asked });
+            }
+            (Some(count), _) | (None, Some(count)) => count,
+            (None, None) => return Err(ShardError::CountUnknown { dir: self.dir.clone() }),
+        };
+        (0..partitions).map(|partition| self.open(Shard { partition, partitions })).collect()
     }
 
     /// The shard files present, by the partition their name says, in partition order.
@@ -300,6 +460,19 @@ mod tests {
         drop(shards.open(Shard { partition: 1, partitions: 2 }).unwrap());
         std::fs::rename(shards.path_of(1), shards.path_of(0)).unwrap();
         assert!(matches!(shards.open_all_read_only(), Err(ShardError::Misnamed { named: 0, .. })));
+    }
+
+    #[test]
+    fn a_set_keeps_its_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let shards = ShardDir::new(dir.path().join("new"));
+        assert!(matches!(shards.open_set(None), Err(ShardError::CountUnknown { .. })));
+        assert_eq!(shards.open_set(Some(3)).unwrap().len(), 3);
+        assert_eq!(shards.open_set(None).unwrap().len(), 3);
+        assert!(matches!(shards.open_set(Some(4)), Err(ShardError::CountDiffers { holds: 3, asked: 4, .. })));
+        std::fs::remove_file(shards.path_of(1)).unwrap();
+        let reopened = shards.open_set(None).unwrap();
+        assert_eq!(reopened[1].shard().unwrap(), Some(Shard { partition: 1, partitions: 3 }));
     }
 
     #[test]

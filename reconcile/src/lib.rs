@@ -38,6 +38,7 @@ pub mod concern;
 pub mod error;
 pub mod inputs;
 pub mod plan;
+pub mod shards;
 
 pub use apply::{ADJUSTMENTS_PER_TRANSACTION, apply};
 pub use error::ReconcileError;

@@ -56,6 +56,15 @@ pub struct BillingExport {
     pub gaps: String,
 }
 
+/// One shard's part of a set's export ([`BillingExport::union`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardExport {
+    /// The shard's export (its own watermark).
+    pub export: BillingExport,
+    /// The shard's plan-default entries up to that watermark ([`Ledger::plan_default_entries_through`]).
+    pub plan_default_entries: u64,
+}
+
 /// One cell: text, an integer, or empty.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Cell<'a> {
@@ -70,6 +79,26 @@ impl BillingExport {
     pub fn gaps_of(ledger: &Ledger, period: Period) -> Result<String, ReportError> {
         let gaps = ledger.gaps_of_period(period)?;
         Ok(gaps.iter().map(|g| g.range().to_string()).collect::<Vec<_>>().join(";"))
+    }
+
+    /// The export of a set of shards (contract §9.4): the union of the shards' rows, by tenant then metric (a
+    /// tenant's rows live in its one shard); the watermark is the set's, its entries counted once (each shard's
+    /// watermark, less the plan defaults it repeats for every shard but the first); the gaps are each shard's, in
+    /// partition order. For the same events this is byte for byte the export of a single ledger that holds them all.
+    pub fn union(period: Period, shards: Vec<ShardExport>) -> BillingExport {
+        let mut export = BillingExport { period, watermark: 0, rows: Vec::new(), gaps: String::new() };
+        let mut gaps = Vec::new();
+        for (index, shard) in shards.into_iter().enumerate() {
+            let repeated = if index == 0 { 0 } else { shard.plan_default_entries };
+            export.watermark += shard.export.watermark - repeated;
+            export.rows.extend(shard.export.rows);
+            if !shard.export.gaps.is_empty() {
+                gaps.push(shard.export.gaps);
+            }
+        }
+        export.rows.sort_by(|a, b| (&a.tenant, &a.metric).cmp(&(&b.tenant, &b.metric)));
+        export.gaps = gaps.join(";");
+        export
     }
 
     fn cells<'a>(&'a self, row: &'a PeriodExportRow, period: &'a str) -> [Cell<'a>; 14] {

@@ -34,22 +34,42 @@ pub const BATCH_ROWS: usize = 8_192;
 /// Batches a scan may run ahead of its consumer before it waits (bounded: a slow consumer slows the scan).
 pub const CHANNEL_BATCHES: usize = 2;
 
-/// One ledger table as DataFusion sees it.
+/// The column every table gains after the ledger's own (contract §9.4): the partition of the shard a row was read
+/// from, NULL for a ledger of every partition (`--ledger FILE`).
+pub const SHARD_COLUMN: &str = "shard";
+
+/// One ledger file a table is read from, as of a watermark.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    /// The ledger file.
+    pub path: PathBuf,
+    /// The partition it holds; `None` for a ledger of every partition.
+    pub shard: Option<u32>,
+    /// Rows of entries past this are not read.
+    pub watermark: u64,
+}
+
+/// One ledger table as DataFusion sees it: the union of the table over its sources (a single ledger, or every shard
+/// of a set), with the [`SHARD_COLUMN`] last.
 #[derive(Debug)]
 pub struct LedgerTable {
-    path: PathBuf,
+    sources: Vec<Source>,
     table: &'static Table,
-    /// Rows of entries past this are not read.
-    watermark: u64,
     schema: SchemaRef,
 }
 
 impl LedgerTable {
     /// The table `table` of the ledger at `path`, as of `watermark`.
     pub fn new(path: PathBuf, table: &'static Table, watermark: u64) -> LedgerTable {
-        let fields: Vec<Field> =
+        LedgerTable::over(vec![Source { path, shard: None, watermark }], table)
+    }
+
+    /// The table `table` over every source, one partition of the scan each.
+    pub fn over(sources: Vec<Source>, table: &'static Table) -> LedgerTable {
+        let mut fields: Vec<Field> =
             table.columns.iter().map(|c| Field::new(c.name, data_type(c.kind), c.nullable)).collect();
-        LedgerTable { path, table, watermark, schema: Arc::new(Schema::new(fields)) }
+        fields.push(Field::new(SHARD_COLUMN, DataType::Int32, true));
+        LedgerTable { sources, table, schema: Arc::new(Schema::new(fields)) }
     }
 
     /// The ledger's filters for a DataFusion filter, when it is `column <op> literal` (either side) or an AND of
@@ -71,14 +91,15 @@ impl LedgerTable {
         Some(vec![Filter { column, comparison, literal: literal_of(literal)? }])
     }
 
-    /// The scan DataFusion asks for, as the ledger's.
-    fn scan_of(&self, projection: &[usize], filters: &[Expr], limit: Option<usize>) -> Scan {
+    /// The scan DataFusion asks for, as the ledger's (`projection` of the ledger's columns only), of a source at
+    /// `watermark`.
+    fn scan_of(&self, projection: &[usize], filters: &[Expr], limit: Option<usize>, watermark: u64) -> Scan {
         Scan {
             table: self.table,
             projection: projection.to_vec(),
             filters: filters.iter().filter_map(|f| self.translate(f)).flatten().collect(),
             limit: limit.map(|n| n as u64),
-            watermark: self.watermark,
+            watermark,
         }
     }
 }
@@ -162,11 +183,27 @@ impl TableProvider for LedgerTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
-        let projection: Vec<usize> = projection.cloned().unwrap_or_else(|| (0..self.table.columns.len()).collect());
+        let shard_index = self.table.columns.len();
+        let projection: Vec<usize> = projection.cloned().unwrap_or_else(|| (0..=shard_index).collect());
         let schema = Arc::new(self.schema.project(&projection)?);
-        let scan = self.scan_of(&projection, filters, limit);
-        let partition = LedgerScan { path: self.path.clone(), scan, schema: Arc::clone(&schema) };
-        let exec = StreamingTableExec::try_new(schema, vec![Arc::new(partition)], None, [], false, limit)?;
+        let own: Vec<usize> = projection.iter().copied().filter(|&i| i != shard_index).collect();
+        let ledger_schema = Arc::new(self.schema.project(&own)?);
+        let shard_at = projection.iter().position(|&i| i == shard_index);
+        let partitions: Vec<Arc<dyn PartitionStream>> = self
+            .sources
+            .iter()
+            .map(|source| {
+                let scan = self.scan_of(&own, filters, limit, source.watermark);
+                Arc::new(LedgerScan {
+                    path: source.path.clone(),
+                    scan,
+                    ledger_schema: Arc::clone(&ledger_schema),
+                    schema: Arc::clone(&schema),
+                    shard: shard_at.map(|at| (at, source.shard)),
+                }) as Arc<dyn PartitionStream>
+            })
+            .collect();
+        let exec = StreamingTableExec::try_new(schema, partitions, None, [], false, limit)?;
         Ok(Arc::new(exec))
     }
 }
@@ -175,7 +212,12 @@ impl TableProvider for LedgerTable {
 struct LedgerScan {
     path: PathBuf,
     scan: Scan,
+    /// The batches the ledger's columns make.
+    ledger_schema: SchemaRef,
+    /// The batches sent: with the shard column, when projected.
     schema: SchemaRef,
+    /// Where the shard column goes in a batch, and its value.
+    shard: Option<(usize, Option<u32>)>,
 }
 
 impl fmt::Debug for LedgerScan {
@@ -193,15 +235,37 @@ impl PartitionStream for LedgerScan {
         let mut builder = RecordBatchReceiverStreamBuilder::new(Arc::clone(&self.schema), CHANNEL_BATCHES);
         let tx = builder.tx();
         let (path, scan, schema) = (self.path.clone(), self.scan.clone(), Arc::clone(&self.schema));
+        let (ledger_schema, shard) = (Arc::clone(&self.ledger_schema), self.shard);
         builder.spawn_blocking(move || {
-            let mut send = |batch: RecordBatch| tx.blocking_send(Ok(batch)).is_ok();
-            stream_scan(&path, &scan, &schema, &mut send).map_err(|e| {
+            let mut send = |batch: RecordBatch| {
+                let batch = match shard {
+                    None => Ok(batch),
+                    Some((at, shard)) => with_shard(batch, &schema, at, shard),
+                };
+                tx.blocking_send(batch.map_err(DataFusionError::from)).is_ok()
+            };
+            stream_scan(&path, &scan, &ledger_schema, &mut send).map_err(|e| {
                 let causes = ledger::causes(&*e);
                 DataFusionError::External(format!("reading the ledger's {}: {causes}", scan.table.name).into())
             })
         });
         builder.build()
     }
+}
+
+/// `batch` with the shard column inserted at `at`, every row `shard`.
+fn with_shard(
+    batch: RecordBatch,
+    schema: &SchemaRef,
+    at: usize,
+    shard: Option<u32>,
+) -> Result<RecordBatch, arrow::error::ArrowError> {
+    let rows = batch.num_rows();
+    let value = shard.map(|p| i32::try_from(p).unwrap_or(i32::MAX));
+    let mut columns = batch.columns().to_vec();
+    columns.insert(at, Arc::new(arrow::array::Int32Array::from(vec![value; rows])) as ArrayRef);
+    let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(rows));
+    RecordBatch::try_new_with_options(Arc::clone(schema), columns, &options)
 }
 
 /// Reads `scan` on a read-only ledger and hands its rows to `send` in batches; stops early when `send` answers
@@ -334,7 +398,7 @@ mod tests {
         let column = |name: &str| table.table.column_index(name).unwrap();
         let request = col("request_id").eq(lit("req-1"));
         let amount = lit(5i64).lt(col("amount"));
-        let scan = table.scan_of(&[0], &[request.and(amount), col("reason").like(lit("x%"))], Some(3));
+        let scan = table.scan_of(&[0], &[request.and(amount), col("reason").like(lit("x%"))], Some(3), 9);
         assert_eq!(
             scan.filters,
             [

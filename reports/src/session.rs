@@ -13,7 +13,7 @@ use futures::TryStreamExt;
 use ledger::tables::TABLES;
 
 use crate::error::ReportError;
-use crate::provider::LedgerTable;
+use crate::provider::{LedgerTable, Source};
 
 /// A read-only DataFusion session over a ledger.
 pub struct LedgerSession {
@@ -38,6 +38,26 @@ impl LedgerSession {
         }
         let runtime = tokio::runtime::Builder::new_current_thread().build().map_err(ReportError::Runtime)?;
         Ok(LedgerSession { context, runtime, watermark, path: path.to_path_buf() })
+    }
+
+    /// A session over every shard of a set (contract §9.4), each at its current watermark: every table is the union
+    /// of the shards' tables, its `shard` column saying which a row is from. [`LedgerSession::watermark`] is the sum
+    /// of the shards' and [`LedgerSession::path`] the first shard's.
+    pub fn open_shards(shards: &[(ledger::shards::Shard, ledger::Ledger)]) -> Result<LedgerSession, ReportError> {
+        let mut sources = Vec::with_capacity(shards.len());
+        for (shard, ledger) in shards {
+            let watermark = ledger.status()?.watermark;
+            sources.push(Source { path: ledger.path().to_path_buf(), shard: Some(shard.partition), watermark });
+        }
+        let config = SessionConfig::new().with_information_schema(true);
+        let context = SessionContext::new_with_config(config);
+        for table in TABLES {
+            context.register_table(table.name, Arc::new(LedgerTable::over(sources.clone(), table)))?;
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread().build().map_err(ReportError::Runtime)?;
+        let watermark = sources.iter().map(|s| s.watermark).sum();
+        let path = sources.first().map(|s| s.path.clone()).unwrap_or_default();
+        Ok(LedgerSession { context, runtime, watermark, path })
     }
 
     /// The watermark every table of the session stops at.

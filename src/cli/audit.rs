@@ -41,10 +41,19 @@ fn parse_instant(text: &str) -> Result<Timestamp, String> {
 }
 
 pub fn run(store: &super::Store, command: AuditCommand) -> anyhow::Result<ExitCode> {
-    let ledger_path = store.file("audit")?;
-    let ledger = Ledger::open_read_only(ledger_path)?;
+    // A set of shards answers as one ledger would: the request from the shard holding it, the tenant from its own.
+    let (ledger, set) = match store {
+        super::Store::File(path) => (Some(Ledger::open_read_only(path)?), Vec::new()),
+        super::Store::Shards(dir) => (None, dir.open_all_read_only()?),
+    };
     match command {
-        AuditCommand::Why { request_id, json } => match why::why(&ledger, &request_id)? {
+        AuditCommand::Why { request_id, json } => match match &ledger {
+            Some(ledger) => why::why(ledger, &request_id)?,
+            None => why::why_in(&set, &request_id)?.map(|(shard, answer)| {
+                eprintln!("audit: request {request_id} is recorded in {shard}");
+                answer
+            }),
+        } {
             Ok(answer) if json => super::print_json(&answer).map(|()| ExitCode::SUCCESS),
             Ok(answer) => print(&render::why(&answer)).map(|()| ExitCode::SUCCESS),
             Err(unknown) => {
@@ -62,7 +71,11 @@ pub fn run(store: &super::Store, command: AuditCommand) -> anyhow::Result<ExitCo
         },
         AuditCommand::Tenant { tenant, from, to, json } => {
             anyhow::ensure!(from < to, "--from {from} must be before --to {to}");
-            match tenant::timeline(&ledger, &tenant, from, to)? {
+            let answer = match &ledger {
+                Some(ledger) => tenant::timeline(ledger, &tenant, from, to)?,
+                None => tenant::timeline_in(&set, &tenant, from, to)?,
+            };
+            match answer {
                 Ok(timeline) if json => super::print_json(&timeline).map(|()| ExitCode::SUCCESS),
                 Ok(timeline) => print(&render::timeline(&timeline)).map(|()| ExitCode::SUCCESS),
                 Err(unknown) => {

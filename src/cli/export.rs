@@ -10,9 +10,10 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
+use ledger::shards::ShardDir;
 use ledger::{Ledger, Period, ProcessLock};
 use reports::billing::{self, UsageSource};
-use reports::export::{BillingExport, Format};
+use reports::export::{BillingExport, Format, ShardExport};
 use schemas::{AdjustmentEvent, AdjustmentKind, Timestamp};
 
 #[derive(Debug, Subcommand)]
@@ -50,17 +51,21 @@ fn parse_period(text: &str) -> Result<Period, String> {
 }
 
 pub fn run(store: &super::Store, command: ExportCommand) -> anyhow::Result<ExitCode> {
-    let ledger_path = store.file("export")?;
     let ExportCommand::Billing(args) = command;
     // A close cannot be undone: an --out that cannot be written stops the command before anything is closed (failing
     // after the close, it would leave the user taking the period for still open).
     if let Some(path) = &args.out {
         check_writable(path)?;
     }
-    // Opening for writing applies migrations (usage_totals) to a ledger written by an older binary.
-    Ledger::open_read_only(ledger_path)?;
-    let mut ledger = Ledger::open(ledger_path)?;
-    let (export, note) = if args.final_ { close(&mut ledger, args.period)? } else { current(&ledger, args.period)? };
+    let (export, note) = match store {
+        super::Store::File(ledger_path) => {
+            // Opening for writing applies migrations (usage_totals) to a ledger written by an older binary.
+            Ledger::open_read_only(ledger_path)?;
+            let mut ledger = Ledger::open(ledger_path)?;
+            if args.final_ { close(&mut ledger, args.period)? } else { current(&ledger, args.period)? }
+        }
+        super::Store::Shards(shards) => of_shards(shards, args.period, args.final_)?,
+    };
     let format = match args.format {
         FormatArg::Csv => Format::Csv,
         FormatArg::Parquet => Format::Parquet,
@@ -77,6 +82,57 @@ pub fn run(store: &super::Store, command: ExportCommand) -> anyhow::Result<ExitC
     }
     eprintln!("{note}: {} rows", export.rows.len());
     Ok(ExitCode::SUCCESS)
+}
+
+/// The export of a directory of shards: each shard's, as of a single ledger, then their union
+/// ([`BillingExport::union`]). `--final` closes the period in every shard, one after the other: a shard that fails
+/// stops the command naming it; the shards closed before it stay closed, and the same command run again closes the
+/// rest (closing a closed shard answers its stored export). Without `--final`, a period closed in some shards only
+/// (such a stopped close) is refused: its preview would mix final rows and open ones.
+fn of_shards(shards: &ShardDir, period: Period, final_: bool) -> anyhow::Result<(BillingExport, String)> {
+    let mut ledgers = shards.open_all()?;
+    let count = ledgers.len();
+    let mut closed = Vec::new();
+    for (shard, ledger) in &ledgers {
+        if ledger.period_export(period)?.is_some() {
+            closed.push(shard.partition);
+        }
+    }
+    if !final_ && !closed.is_empty() && closed.len() < count {
+        anyhow::bail!(
+            "period {period} is closed in shards {closed:?} of {count} and open in the others: a close stopped part \
+             way; run export billing --period {period} --final again to close it in every shard"
+        );
+    }
+    let mut parts = Vec::with_capacity(count);
+    for (index, (shard, ledger)) in ledgers.iter_mut().enumerate() {
+        let answered = if final_ { close(ledger, period) } else { current(ledger, period) };
+        let (export, note) = answered.with_context(|| {
+            let done: Vec<u32> = (0..index as u32).collect();
+            let rerun = match (final_, done.is_empty()) {
+                (true, false) => format!(
+                    " (shards {done:?} are closed: run the same command again once this one can close; closing a \
+                     closed shard changes nothing)"
+                ),
+                _ => String::new(),
+            };
+            format!("{shard} ({}){rerun}", ledger.path().display())
+        })?;
+        eprintln!("{shard}: {note}");
+        let plan_default_entries = ledger.plan_default_entries_through(export.watermark)?;
+        parts.push(ShardExport { export, plan_default_entries });
+    }
+    let export = BillingExport::union(period, parts);
+    let (w, all_closed) = (export.watermark, closed.len() == count);
+    let note = match (final_, all_closed) {
+        (true, true) => format!("period {period} is closed in {count} shards, set watermark {w}"),
+        (true, false) => format!("period {period} closed in {count} shards at set watermark {w}"),
+        (false, true) => format!("period {period} is closed in {count} shards (set watermark {w}): its final export"),
+        (false, false) => {
+            format!("period {period} is open: computed at set watermark {w} over {count} shards, not final")
+        }
+    };
+    Ok((export, note))
 }
 
 /// `--final`: closes the period (or finds it closed) and answers its stored export.

@@ -61,12 +61,22 @@ pub struct IngestArgs {
     /// Longest a Kafka message waits in a partial batch, in milliseconds.
     #[arg(long, default_value_t = BATCH_WAIT_MS)]
     batch_wait_ms: u64,
+    /// With --data and --file: the partition count P of a new directory of shards (the input topics' count); a
+    /// directory that holds shards keeps theirs, and a different P is an error.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    partitions: Option<u32>,
     /// Print the final report as JSON.
     #[arg(long)]
     json: bool,
 }
 
 pub fn run(store: &super::Store, args: IngestArgs) -> anyhow::Result<ExitCode> {
+    if let (super::Store::Shards(shards), Some(file), None) = (store, &args.file, &args.brokers) {
+        return run_file_shards(shards, file, &args);
+    }
+    if args.partitions.is_some() {
+        anyhow::bail!("--partitions is the partition count of a directory of shards: use it with --data and --file");
+    }
     let ledger_path = store.file("ingest")?;
     match (&args.file, &args.brokers) {
         // QUOTA_LEDGER_BROKERS, set for the Kafka commands, must not stop a backfill from a file.
@@ -142,6 +152,83 @@ fn run_file(ledger_path: &Path, file: &Path, args: &IngestArgs) -> anyhow::Resul
              the rest was not read. Repair the file (or get it again) and ingest it again: it resumes at record \
              {} if the file still begins with what is recorded (otherwise what is recorded counts as duplicates).",
             report.file, damage.record, damage.message, damage.record
+        );
+        return Ok(ExitCode::from(2));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `ingest --file F --data DIR`: each record into its tenant's shard (contract §9.4).
+fn run_file_shards(shards: &ledger::shards::ShardDir, file: &Path, args: &IngestArgs) -> anyhow::Result<ExitCode> {
+    let bounds = batch_bounds(BatchBounds::file(), args)?;
+    let stopped = || format!("ingest of {} stopped", file.display());
+    let container = ContainerFile::open(file).with_context(stopped)?;
+    let mut ledgers = shards.open_set(args.partitions)?;
+    for ledger in &mut ledgers {
+        ledger.keep_commit_totals();
+    }
+    let progress = super::spinner();
+    let report = container
+        .ingest_shards(&mut ledgers, bounds, |so_far| {
+            progress.set_message(format!("{} records read, {} recorded", so_far.records, so_far.recorded));
+            progress.tick();
+        })
+        .with_context(stopped)?;
+    progress.finish_and_clear();
+    if args.json {
+        super::print_json(&report)?;
+    } else {
+        let mut out = super::stdout();
+        writeln!(
+            out,
+            "{}: {} {} records into {} shards: {} recorded, {} duplicates, {} conflicting duplicates, {} quarantined{}",
+            report.file,
+            report.records,
+            report.record_type,
+            report.shards.len(),
+            report.recorded,
+            report.duplicates,
+            report.conflicts,
+            report.quarantined,
+            match report.already_quarantined {
+                0 => String::new(),
+                n => format!(" ({n} more quarantined already, by an earlier ingest of this file)"),
+            },
+        )?;
+        let rows: Vec<Vec<String>> = report
+            .shards
+            .iter()
+            .map(|s| {
+                let resumed = match s.resumed_after {
+                    0 => String::new(),
+                    n => format!("after record {n}"),
+                };
+                vec![
+                    shards.path_of(s.partition).display().to_string(),
+                    s.records.to_string(),
+                    s.recorded.to_string(),
+                    s.duplicates.to_string(),
+                    s.quarantined.to_string(),
+                    s.watermark.to_string(),
+                    resumed,
+                ]
+            })
+            .collect();
+        super::write_table(
+            &mut out,
+            &["SHARD", "RECORDS", "RECORDED", "DUPLICATES", "QUARANTINED", "WATERMARK", "RESUMED"],
+            &rows,
+        )?;
+    }
+    for refused in &report.resume_refused {
+        eprintln!("warning: {}: {refused}", report.file);
+    }
+    if let Some(damage) = &report.damaged {
+        eprintln!(
+            "error: {} is damaged: it cannot be read past record {} ({}); the records before it are recorded in their \
+             shards, the rest was not read. Repair the file (or get it again) and ingest it again: each shard resumes \
+             where it got to if the file still begins with what it recorded.",
+            report.file, damage.record, damage.message
         );
         return Ok(ExitCode::from(2));
     }

@@ -74,14 +74,65 @@ pub(crate) struct RunJson {
 }
 
 pub fn run(store: &super::Store, args: ReconcileArgs) -> anyhow::Result<ExitCode> {
-    let ledger_path = store.file("reconcile")?;
-    if !ledger_path.exists() {
-        Ledger::open_read_only(ledger_path)?;
-    }
-    let _lock = ProcessLock::acquire(ledger_path, "reconcile")?;
-    let mut ledger = Ledger::open(ledger_path)?;
     let spinner = super::spinner();
     spinner.enable_steady_tick(Duration::from_millis(200));
+    let (plan, outbox, pending) = match store {
+        super::Store::File(ledger_path) => {
+            if !ledger_path.exists() {
+                Ledger::open_read_only(ledger_path)?;
+            }
+            reconcile_one(ledger_path, &args, &spinner)?
+        }
+        super::Store::Shards(shards) => reconcile_shards(shards, &args, &spinner)?,
+    };
+    spinner.finish_and_clear();
+    if args.json {
+        super::print_json(&run_json(&plan, args.dry_run, outbox))?;
+    } else {
+        write_report(&mut super::stdout(), &plan, args.dry_run, outbox.as_ref(), pending)?;
+    }
+    Ok(if plan.is_clean() { ExitCode::SUCCESS } else { ExitCode::from(super::EXIT_DISCREPANCIES) })
+}
+
+/// `reconcile --data DIR`: every shard reconciled as of the same `--as-of`, one after the other (a tenant's windows
+/// live in its one shard, contract §9.4); the report is their union ([`reconcile::shards::union`]). A shard that fails
+/// stops the command naming it: the shards before it are reconciled, and a rerun with the same `--as-of` writes
+/// nothing more to them.
+fn reconcile_shards(
+    shards: &ledger::shards::ShardDir,
+    args: &ReconcileArgs,
+    spinner: &indicatif::ProgressBar,
+) -> anyhow::Result<(Plan, Option<PublishReport>, u64)> {
+    let set = shards.open_all_read_only()?;
+    let (mut plans, mut watermark, mut pending) = (Vec::new(), 0, 0);
+    let mut outbox: Option<PublishReport> = None;
+    for (index, (shard, ledger)) in set.iter().enumerate() {
+        let named = || format!("{shard} ({})", ledger.path().display());
+        let (plan, published, waiting) = reconcile_one(ledger.path(), args, spinner).with_context(named)?;
+        // The set's watermark counts a plan default once (every shard records it).
+        let repeated = if index == 0 { 0 } else { ledger.plan_default_entries_through(plan.watermark)? };
+        watermark += plan.watermark - repeated;
+        pending += waiting;
+        if let Some(report) = published {
+            let sum = outbox.get_or_insert_with(PublishReport::default);
+            sum.published += report.published;
+            sum.pending += report.pending;
+            sum.attempts += report.attempts;
+            sum.last_error = report.last_error.or(sum.last_error.take());
+        }
+        plans.push(plan);
+    }
+    Ok((reconcile::shards::union(args.as_of, watermark, plans), outbox, pending))
+}
+
+/// Plans, applies and publishes one ledger's reconcile: its plan, the outbox's report, the entries pending after.
+fn reconcile_one(
+    ledger_path: &std::path::Path,
+    args: &ReconcileArgs,
+    spinner: &indicatif::ProgressBar,
+) -> anyhow::Result<(Plan, Option<PublishReport>, u64)> {
+    let _lock = ProcessLock::acquire(ledger_path, "reconcile")?;
+    let mut ledger = Ledger::open(ledger_path)?;
     spinner.set_message("reading policies, grants and adjustments");
     let plan = reconcile::plan(&ledger, args.as_of, &mut |p| {
         spinner.set_message(match p {
@@ -118,14 +169,8 @@ pub fn run(store: &super::Store, args: ReconcileArgs) -> anyhow::Result<ExitCode
         },
         _ => None,
     };
-    spinner.finish_and_clear();
     let pending = ledger.outbox_pending_count()?;
-    if args.json {
-        super::print_json(&run_json(&plan, args.dry_run, outbox))?;
-    } else {
-        write_report(&mut super::stdout(), &plan, args.dry_run, outbox.as_ref(), pending)?;
-    }
-    Ok(if plan.is_clean() { ExitCode::SUCCESS } else { ExitCode::from(super::EXIT_DISCREPANCIES) })
+    Ok((plan, outbox, pending))
 }
 
 fn by_kind(adjustments: &[AdjustmentEvent]) -> BTreeMap<String, u64> {

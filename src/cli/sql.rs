@@ -11,6 +11,7 @@ use arrow::util::display::{ArrayFormatter, FormatOptions};
 use clap::{Args, ValueEnum};
 use ledger::tables::{Kind, TABLES};
 use reports::LedgerSession;
+use reports::provider::SHARD_COLUMN;
 
 #[derive(Debug, Args)]
 pub struct SqlArgs {
@@ -33,13 +34,15 @@ enum SqlFormat {
 }
 
 pub fn run(store: &super::Store, args: SqlArgs) -> anyhow::Result<ExitCode> {
-    let ledger_path = store.file("sql")?;
     if args.tables {
         print_tables()?;
         return Ok(ExitCode::SUCCESS);
     }
     let query = args.query.expect("clap requires a query without --tables");
-    let session = LedgerSession::open(ledger_path, None)?;
+    let session = match store {
+        super::Store::File(ledger_path) => LedgerSession::open(ledger_path, None)?,
+        super::Store::Shards(shards) => LedgerSession::open_shards(&shards.open_all_read_only()?)?,
+    };
     match args.format {
         SqlFormat::Table => {
             let mut out = super::stdout();
@@ -162,6 +165,8 @@ fn print_tables() -> anyhow::Result<()> {
             let null = if column.nullable { ", nullable" } else { "" };
             writeln!(out, "  {} {kind}{null}", column.name)?;
         }
+        // Every table is the union over the shards of a --data directory (contract §9.4).
+        writeln!(out, "  {} INT, nullable (the partition of the shard the row is from; null for --ledger)", SHARD_COLUMN)?;
     }
     Ok(())
 }

@@ -15,7 +15,10 @@ pub struct StatusArgs {
 }
 
 pub fn run(store: &super::Store, args: StatusArgs) -> anyhow::Result<ExitCode> {
-    let ledger_path = store.file("status")?;
+    let ledger_path = match store {
+        super::Store::File(path) => path,
+        super::Store::Shards(shards) => return run_shards(shards, &args),
+    };
     let ledger = Ledger::open_read_only(ledger_path)?;
     let status = ledger.status()?;
     if args.json {
@@ -59,6 +62,62 @@ pub fn run(store: &super::Store, args: StatusArgs) -> anyhow::Result<ExitCode> {
             .map(|o| vec![o.topic.clone(), o.partition.to_string(), o.next_offset.to_string()])
             .collect();
         super::write_table(&mut out, &["TOPIC", "PARTITION", "NEXT OFFSET"], &rows)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `status --data DIR`: a line per shard, then the set's sums (a plan default counted in every shard that records it);
+/// `--json`: `partitions` and `shards`, each shard's status with its `partition`.
+fn run_shards(shards: &ledger::shards::ShardDir, args: &StatusArgs) -> anyhow::Result<ExitCode> {
+    let mut statuses = Vec::new();
+    for (shard, ledger) in shards.open_all_read_only()? {
+        statuses.push(ledger.shard_status(shard)?);
+    }
+    let partitions = statuses[0].partitions;
+    if args.json {
+        super::print_json(&serde_json::json!({ "partitions": partitions, "shards": statuses }))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut out = super::stdout();
+    writeln!(out, "shards           {} ({partitions} partitions)", shards.dir().display())?;
+    let sum = |f: &dyn Fn(&ledger::Status) -> u64| -> u64 { statuses.iter().map(|s| f(&s.status)).sum() };
+    writeln!(out, "events recorded  {} (summed over the shards)", sum(&|s| s.events_recorded))?;
+    writeln!(out, "duplicates       {}", sum(&|s| s.duplicates))?;
+    writeln!(out, "conflicts        {}", sum(&|s| s.conflicts))?;
+    writeln!(out, "quarantined      {} ({} not replayed)", sum(&|s| s.quarantined), sum(&|s| s.quarantine_pending))?;
+    writeln!(out)?;
+    let rows: Vec<Vec<String>> = statuses
+        .iter()
+        .map(|s| {
+            let t = &s.status;
+            vec![
+                s.partition.to_string(),
+                t.ledger.clone(),
+                t.events_recorded.to_string(),
+                t.duplicates.to_string(),
+                t.conflicts.to_string(),
+                t.quarantined.to_string(),
+                t.watermark.to_string(),
+                format!("{}:{}", t.head_seq, t.head_hash),
+            ]
+        })
+        .collect();
+    super::write_table(
+        &mut out,
+        &["SHARD", "FILE", "EVENTS", "DUPLICATES", "CONFLICTS", "QUARANTINED", "WATERMARK", "HEAD"],
+        &rows,
+    )?;
+    let offsets: Vec<Vec<String>> = statuses
+        .iter()
+        .flat_map(|s| {
+            s.status.offsets.iter().map(|o| {
+                vec![s.partition.to_string(), o.topic.clone(), o.partition.to_string(), o.next_offset.to_string()]
+            })
+        })
+        .collect();
+    if !offsets.is_empty() {
+        writeln!(out)?;
+        super::write_table(&mut out, &["SHARD", "TOPIC", "PARTITION", "NEXT OFFSET"], &offsets)?;
     }
     Ok(ExitCode::SUCCESS)
 }

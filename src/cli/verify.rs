@@ -29,6 +29,13 @@ pub struct VerifyArgs {
 }
 
 pub fn run(store: &super::Store, args: VerifyArgs) -> anyhow::Result<ExitCode> {
+    if let super::Store::Shards(shards) = store {
+        anyhow::ensure!(
+            args.expect_head.is_empty() && args.checkpoints_from.is_none(),
+            "--expect-head and --checkpoints-from check one chain: give them one shard's file with --ledger"
+        );
+        return run_shards(shards, args.json);
+    }
     let ledger_path = store.file("verify")?;
     let ledger = Ledger::open_read_only(ledger_path)?;
     let mut expected: Vec<ExpectedHead> =
@@ -108,4 +115,44 @@ pub fn run(store: &super::Store, args: VerifyArgs) -> anyhow::Result<ExitCode> {
         )?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `verify --data DIR`: every shard's chain, and that every entry of a shard is of its partition (contract §9.4);
+/// exit 1 naming each shard that does not hold and its first bad entry.
+fn run_shards(shards: &ledger::shards::ShardDir, json: bool) -> anyhow::Result<ExitCode> {
+    let mut reports = Vec::new();
+    for (shard, ledger) in shards.open_all_read_only()? {
+        reports.push(ledger.verify_shard(shard)?);
+    }
+    if json {
+        super::print_json(&serde_json::json!({ "shards": reports }))?;
+    }
+    let mut found = false;
+    for report in &reports {
+        let shard = format!("shard {} of {} ({})", report.partition, report.partitions, report.path);
+        if let Some(bad) = &report.chain.first_bad {
+            let event = if bad.event_id.is_empty() { String::new() } else { format!(" (event_id {})", bad.event_id) };
+            eprintln!("verify: {shard}: entry {}{event} does not hold: {}", bad.seq, bad.problem);
+            found = true;
+        }
+        if let Some(bad) = &report.first_misplaced {
+            eprintln!(
+                "verify: {shard}: entry {} (event_id {}) is of tenant {:?}, whose events belong to shard {} \
+                 (docs/contract.md §9.4)",
+                bad.seq, bad.event_id, bad.tenant, bad.belongs_to
+            );
+            found = true;
+        }
+        if !json && report.holds() {
+            writeln!(
+                super::stdout(),
+                "ok: {shard}: {} entries, chain holds up to watermark {}, every entry of its partition; head {}:{}",
+                report.chain.entries_checked,
+                report.chain.watermark,
+                report.chain.head_seq,
+                report.chain.head_hash
+            )?;
+        }
+    }
+    Ok(if found { ExitCode::from(super::EXIT_DISCREPANCIES) } else { ExitCode::SUCCESS })
 }

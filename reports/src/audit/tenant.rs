@@ -159,6 +159,30 @@ pub fn timeline(
     Ok(Err(UnknownTenant { tenant: tenant.to_string(), nearest, timeline }))
 }
 
+/// [`timeline`] over a set of shards (contract §9.4): read in the tenant's shard only, which holds all of its events;
+/// a tenant unknown there gets the nearest tenants of every shard (a mistyped tenant hashes to another shard).
+pub fn timeline_in(
+    shards: &[(ledger::shards::Shard, Ledger)],
+    tenant: &str,
+    from: Timestamp,
+    to: Timestamp,
+) -> Result<Result<Timeline, UnknownTenant>, ReportError> {
+    let Some((_, ledger)) = shards.iter().find(|(shard, _)| shard.holds_tenant(tenant)) else {
+        unreachable!("a complete set of shards holds every tenant")
+    };
+    let mut unknown = match timeline(ledger, tenant, from, to)? {
+        Ok(known) => return Ok(Ok(known)),
+        Err(unknown) => unknown,
+    };
+    unknown.nearest = super::nearest(tenant, |offer| {
+        for (_, ledger) in shards {
+            ledger.for_each_tenant(ledger.watermark()?, &mut *offer)?;
+        }
+        Ok(())
+    })?;
+    Ok(Err(unknown))
+}
+
 fn read_timeline(at: &At<'_>, tenant: &str, from: Timestamp, to: Timestamp) -> Result<Timeline, ReportError> {
     let mut days: BTreeMap<(Timestamp, String), DayConsumption> = BTreeMap::new();
     for usage in at.ledger.tenant_usage_per_day(tenant, (from, to), at.watermark)? {

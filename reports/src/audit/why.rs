@@ -198,6 +198,27 @@ pub struct Unknown {
     pub nearest: Vec<String>,
 }
 
+/// [`why`] over a set of shards (contract §9.4): the answer of the shard that holds the request (a request's decisions
+/// are its tenant's, in one shard), with that shard's partition; an unknown request gets the nearest request ids of
+/// every shard.
+pub fn why_in(
+    shards: &[(ledger::shards::Shard, Ledger)],
+    request_id: &str,
+) -> Result<Result<(ledger::shards::Shard, Why), Unknown>, ReportError> {
+    for (shard, ledger) in shards {
+        if let Ok(answer) = why(ledger, request_id)? {
+            return Ok(Ok((*shard, answer)));
+        }
+    }
+    let nearest = super::nearest(request_id, |offer| {
+        for (_, ledger) in shards {
+            ledger.for_each_request_id(ledger.watermark()?, &mut *offer)?;
+        }
+        Ok(())
+    })?;
+    Ok(Err(Unknown { request_id: request_id.to_string(), nearest }))
+}
+
 /// Explains the latest decision of `request_id`, or answers the nearest known request_ids.
 pub fn why(ledger: &Ledger, request_id: &str) -> Result<Result<Why, Unknown>, ReportError> {
     let watermark = ledger.watermark()?;

@@ -1,0 +1,46 @@
+//! A set of shards reconciled as one (contract §9.4): each shard is planned and applied on its own, as of the same
+//! instant (a tenant's windows, reservations and adjustments live in its one shard), and the report is the union.
+
+use schemas::Timestamp;
+
+use crate::{Plan, PlanCounts};
+
+/// The plans of every shard of a set, in partition order, as one: `watermark` is the set's (its entries counted
+/// once), the run id the one a single ledger of those entries would have, the adjustments each shard's (by kind,
+/// then shard, then as each shard sorted them), the counts summed, and the policies and grants after a close once
+/// each (a plan default is in every shard).
+pub fn union(as_of: Timestamp, watermark: u64, plans: Vec<Plan>) -> Plan {
+    let mut union = Plan {
+        run_id: format!("reconcile-{as_of}-w{watermark}"),
+        as_of,
+        watermark,
+        adjustments: Vec::new(),
+        counts: PlanCounts::default(),
+        after_close: Vec::new(),
+    };
+    for plan in plans {
+        union.adjustments.extend(plan.adjustments);
+        let (sum, add) = (&mut union.counts, &plan.counts);
+        sum.usage_events += add.usage_events;
+        sum.reservation_events += add.reservation_events;
+        sum.reservations_judged += add.reservations_judged;
+        sum.valid_commits += add.valid_commits;
+        sum.windows_judged += add.windows_judged;
+        sum.conflicting_copies += add.conflicting_copies;
+        sum.adjustments_before += add.adjustments_before;
+        for (step, ms) in &add.step_ms {
+            match sum.step_ms.iter_mut().find(|(s, _)| s == step) {
+                Some((_, total)) => *total += ms,
+                None => sum.step_ms.push((step, *ms)),
+            }
+        }
+        for found in plan.after_close {
+            if !union.after_close.contains(&found) {
+                union.after_close.push(found);
+            }
+        }
+    }
+    // Stable: within a kind, the shards' own order.
+    union.adjustments.sort_by_key(|a| a.kind);
+    union
+}
