@@ -121,8 +121,9 @@ pub fn checkpoint_reader(brokers: &str, overrides: &[(String, String)]) -> Clien
 /// How long a shard's transaction may stay open before the brokers abort it: a paused owner's open transaction ends
 /// within this, as its consumer-group session does (`session.timeout.ms` of [`consumer`]).
 pub const SHARD_TRANSACTION_TIMEOUT_MS: u64 = 10_000;
-/// How long [`crate::fence::ShardFence`] waits for the brokers to answer `init_transactions`, or to acknowledge a
-/// transaction's records and its commit: a publish answers within it, fenced, failed or done.
+/// How long [`crate::fence::ShardFence`] waits for the brokers to announce their API versions, to answer
+/// `init_transactions`, or to acknowledge a publish's records and its commit: a publish answers within it, fenced,
+/// failed or done (plus an abort's wait when it failed).
 pub const SHARD_PUBLISH_TIMEOUT_MS: u64 = 10_000;
 
 /// The transactional producer of one shard ([`crate::fence`]): `transactional_id` names the shard, so that the
@@ -142,6 +143,17 @@ pub fn shard_producer(brokers: &str, transactional_id: &str, overrides: &[(Strin
         .set("transactional.id", transactional_id)
         .set("transaction.timeout.ms", SHARD_TRANSACTION_TIMEOUT_MS.to_string())
         .set("message.timeout.ms", SHARD_PUBLISH_TIMEOUT_MS.to_string());
+    config
+}
+
+/// The client that reads the brokers' API versions before a shard is acquired ([`crate::fence`]): it connects, reads
+/// the metadata and goes. librdkafka tells the API versions only in its debug log, so `debug=feature` and the debug
+/// log level come after the overrides (only this client's log; its other debug lines are dropped).
+pub fn api_versions_reader(brokers: &str, overrides: &[(String, String)]) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", brokers).set("client.id", "quota-ledger-shard");
+    let mut config = overrides_last(config, overrides);
+    config.set("debug", "feature").set_log_level(rdkafka::config::RDKafkaLogLevel::Debug);
     config
 }
 
