@@ -55,7 +55,8 @@ fn csv_and_json_outputs() {
     let csv = test.run(&["sql", "--format", "csv", "SELECT * FROM usage_totals ORDER BY tenant"]).success();
     assert_eq!(
         csv.stdout_text(),
-        "tenant,metric,period,quantity\norg-1,requests,2026-11,7\norg-2,requests,2026-11,5\n"
+        // The last column, `shard`, is null for a ledger of every partition (docs/contract.md §9.4).
+        "tenant,metric,period,quantity,shard\norg-1,requests,2026-11,7,\norg-2,requests,2026-11,5,\n"
     );
     let json = test.run(&["sql", "--format", "json", "SELECT seq, event_id FROM entries WHERE seq <= 2 ORDER BY seq"]);
     assert_eq!(

@@ -166,7 +166,11 @@ fn print_tables() -> anyhow::Result<()> {
             writeln!(out, "  {} {kind}{null}", column.name)?;
         }
         // Every table is the union over the shards of a --data directory (contract §9.4).
-        writeln!(out, "  {} INT, nullable (the partition of the shard the row is from; null for --ledger)", SHARD_COLUMN)?;
+        writeln!(
+            out,
+            "  {} INT, nullable (the partition of the shard the row is from; null for --ledger)",
+            SHARD_COLUMN
+        )?;
     }
     Ok(())
 }
