@@ -20,19 +20,22 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kafka::checkpoints::CheckpointPublisher;
-use ledger::{AppendError, Batch, GapRange, Incoming, Ledger, Origin, Rejected, SourceOffset};
+use ledger::shards::{Shard, ShardDir, ShardError};
+use ledger::{AppendError, Batch, GapRange, Ledger, ProcessLock, SourceOffset};
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
-use schemas::{Catalog, DecodeError};
+use schemas::Catalog;
 use serde::Serialize;
 
-use kafka::topics::{Topics, missing_topics};
+use kafka::topics::{PartitionCountError, Topics, missing_topics};
 
 use crate::BatchBounds;
+use crate::consumed::{Consumed, Pending, decode};
+use crate::shards::{ShardWriterError, ShardWriters, WriterSettings};
 
 /// Most messages in one ledger append. A batch of this size is a few MB of decoded events and amortises the
 /// commit's fsync; larger batches gain little (see `bench append`).
@@ -92,6 +95,18 @@ pub struct KafkaIngestSettings {
 /// would look complete).
 pub fn default_group(ledger_id: &str) -> String {
     format!("quota-ledger-{ledger_id}")
+}
+
+/// The consumer group of a directory of shards given none: named after the directory's real path (created if need
+/// be), so that two directories on one machine never split the partitions between them, and one directory gets the
+/// same group at every start.
+pub fn default_shards_group(dir: &std::path::Path) -> std::io::Result<String> {
+    use sha2::Digest;
+    std::fs::create_dir_all(dir)?;
+    let real = std::fs::canonicalize(dir)?;
+    let digest = sha2::Sha256::digest(real.as_os_str().as_encoded_bytes());
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!("quota-ledger-shards-{hex}"))
 }
 
 impl KafkaIngestSettings {
@@ -234,6 +249,25 @@ pub enum KafkaIngestError {
     /// The ledger's offsets could not be read.
     #[error("cannot read the ledger's offsets")]
     Offsets(#[from] ledger::ReadError),
+    /// The input topics do not share one partition count, which shards need (contract §9.4).
+    #[error("cannot ingest into shards from {brokers}")]
+    PartitionCount {
+        /// `bootstrap.servers`.
+        brokers: String,
+        /// Which topics have which count, or why none was read.
+        source: PartitionCountError,
+    },
+    /// A shard's writer failed, or a shard could not be opened or closed on a rebalance.
+    #[error(transparent)]
+    Shard(#[from] ShardWriterError),
+    /// A shard open for writing could not be read for its accepted gaps.
+    #[error("cannot read the accepted gaps of shard {partition}")]
+    ShardGaps {
+        /// The partition.
+        partition: u32,
+        /// Why.
+        source: ledger::OpenError,
+    },
 }
 
 /// Offsets of one partition the ledger never read and never will, as ingest found them.
@@ -466,7 +500,7 @@ pub struct KafkaIngestProgress {
     pub quarantined: u64,
     /// Ledger appends.
     pub batches: u64,
-    /// The ledger's watermark after the last append.
+    /// The ledger's watermark after the last append; with shards, the sum of the shards' watermarks (their entries).
     pub watermark: u64,
     /// Times a partition's next message was past the offset expected (the seek position or the previous
     /// message plus one). Legitimate on compacted or transactional topics; otherwise the broker skipped
@@ -474,6 +508,8 @@ pub struct KafkaIngestProgress {
     pub offset_gaps: u64,
     /// Times ingest left its group because an append outlasted `max.poll.interval.ms`, and rejoined.
     pub rejoins: u64,
+    /// Events read in another tenant's partition and forwarded to their tenant's (shards only, contract §9.4).
+    pub forwarded: u64,
     /// Per assigned partition: `(topic, partition)` -> messages behind the high watermark, when known.
     #[serde(skip)]
     pub lag: BTreeMap<(String, i32), i64>,
@@ -487,16 +523,52 @@ struct Shared {
     assigned: BTreeSet<(String, i32)>,
     /// Partitions revoked since the loop last looked: their pending messages are dropped, not appended.
     revoked: BTreeSet<(String, i32)>,
+    /// A shard that could not be opened or closed on a rebalance: the loop stops with it.
+    shard_failure: Option<ShardWriterError>,
 }
 
-/// Seeks every assigned partition to the ledger's offset.
+/// Seeks every assigned partition to the ledger's offset; with shards, opens shard p when partition p is assigned
+/// (its stored offsets are where consuming resumes) and closes it when p is revoked.
 struct IngestContext {
     shared: Arc<Mutex<Shared>>,
+    writers: Option<Arc<ShardWriters>>,
 }
 
 impl ClientContext for IngestContext {
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
         kafka::log_librdkafka("ingest", level, facility, message);
+    }
+}
+
+impl IngestContext {
+    /// Opens the shards of `partitions` and notes the offsets they store.
+    fn open_shards(&self, shared: &mut Shared, partitions: &[(String, i32)]) {
+        let Some(writers) = &self.writers else { return };
+        let numbers: BTreeSet<i32> = partitions.iter().map(|(_, partition)| *partition).collect();
+        for partition in numbers {
+            match u32::try_from(partition).map(|p| writers.assign(p)) {
+                Ok(Ok(offsets)) => {
+                    for offset in offsets {
+                        shared.ledger_offsets.insert((offset.topic, offset.partition), offset.next_offset);
+                    }
+                }
+                Ok(Err(error)) => {
+                    shared.shard_failure.get_or_insert(error);
+                }
+                Err(_) => log::error!("ingest: partition {partition} is negative"),
+            }
+        }
+    }
+
+    /// Closes the shards of `partitions` once what was queued for them is appended.
+    fn close_shards(&self, shared: &mut Shared, partitions: &[(String, i32)]) {
+        let Some(writers) = &self.writers else { return };
+        let numbers: BTreeSet<u32> = partitions.iter().filter_map(|(_, p)| u32::try_from(*p).ok()).collect();
+        for partition in numbers {
+            if let Err(error) = writers.revoke(partition) {
+                shared.shard_failure.get_or_insert(error);
+            }
+        }
     }
 }
 
@@ -507,6 +579,7 @@ impl ConsumerContext for IngestContext {
             tpl.elements().iter().map(|e| (e.topic().to_string(), e.partition())).collect();
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                self.open_shards(&mut shared, &partitions);
                 for (topic, partition) in &partitions {
                     // A partition the ledger never read starts at offset 0, not at "the beginning": one whose first
                     // messages are gone is then named as a gap (auto.offset.reset is "error"), not skipped.
@@ -524,6 +597,9 @@ impl ConsumerContext for IngestContext {
                     shared.assigned.remove(key);
                     shared.revoked.insert(key.clone());
                 }
+                // Before the partitions may go to another member: what was queued for their shards is appended,
+                // so that the next owner finds its offsets stored.
+                self.close_shards(&mut shared, &partitions);
                 if let Err(e) = consumer.unassign() {
                     log::error!("ingest: unassigning failed: {e}");
                 }
@@ -532,12 +608,156 @@ impl ConsumerContext for IngestContext {
     }
 }
 
-/// A message waiting for the next append.
-// Nearly every pending message is an event; boxing it would add an allocation per message for the rare rejection.
-#[allow(clippy::large_enum_variant)]
-enum Pending {
-    Event(Incoming),
-    Rejected(Rejected),
+/// Messages waiting for their append, by writer: the one ledger (writer 0), or the shard of their partition.
+#[derive(Default)]
+struct Gathered {
+    by_writer: BTreeMap<u32, Gathering>,
+}
+
+/// The messages gathered for one writer's next append.
+#[derive(Default)]
+struct Gathering {
+    messages: Vec<Consumed>,
+    bytes: usize,
+    since: Option<Instant>,
+}
+
+impl Gathered {
+    fn is_empty(&self) -> bool {
+        self.by_writer.is_empty()
+    }
+
+    fn push(&mut self, writer: u32, message: Consumed) {
+        let gathering = self.by_writer.entry(writer).or_default();
+        gathering.bytes += raw_len(&message);
+        gathering.messages.push(message);
+        gathering.since.get_or_insert_with(Instant::now);
+    }
+
+    /// The writers whose messages are due: as many as a batch holds, waited for long enough, or the consumer idle.
+    fn due(&self, settings: &KafkaIngestSettings, idle: bool) -> Vec<u32> {
+        let wait = Duration::from_millis(settings.batch_wait_ms);
+        self.by_writer
+            .iter()
+            .filter(|(_, g)| {
+                idle || settings.batch.reached(g.messages.len(), g.bytes)
+                    || g.since.is_some_and(|t| t.elapsed() >= wait)
+            })
+            .map(|(writer, _)| *writer)
+            .collect()
+    }
+
+    fn take(&mut self, writer: u32) -> Vec<Consumed> {
+        self.by_writer.remove(&writer).map(|g| g.messages).unwrap_or_default()
+    }
+}
+
+/// Where appends go: one ledger appended on the consumer's thread, or shards appended by their writers.
+enum Target<'a> {
+    Ledger {
+        ledger: &'a mut Ledger,
+        checkpoints: &'a mut Option<CheckpointPublisher>,
+        head: ledger::Head,
+    },
+    Shards {
+        writers: Arc<ShardWriters>,
+        /// Each shard's watermark after its last append.
+        watermarks: BTreeMap<u32, u64>,
+    },
+}
+
+impl Target<'_> {
+    /// The writer of a message of `partition`.
+    fn writer_of(&self, partition: i32) -> u32 {
+        match self {
+            Target::Ledger { .. } => 0,
+            Target::Shards { .. } => u32::try_from(partition).expect("Kafka partitions are not negative"),
+        }
+    }
+
+    /// Appends `messages` (the ledger), or queues them for their shard's writer.
+    fn append(
+        &mut self,
+        writer: u32,
+        messages: Vec<Consumed>,
+        consumer: &BaseConsumer<IngestContext>,
+        shared: &Mutex<Shared>,
+        settings: &KafkaIngestSettings,
+        progress: &mut KafkaIngestProgress,
+    ) -> Result<(), KafkaIngestError> {
+        match self {
+            Target::Ledger { ledger, head, .. } => {
+                append(ledger, consumer, shared, messages, &settings.topics, progress)?;
+                *head = ledger.head()?;
+                Ok(())
+            }
+            Target::Shards { writers, .. } => Ok(writers.send(writer, messages)?),
+        }
+    }
+
+    /// Once a turn: the ledger's head offered to the checkpoints; or what the shards' writers appended since,
+    /// counted and its offsets noted. Answers whether anything was appended.
+    fn collect(
+        &mut self,
+        consumer: &BaseConsumer<IngestContext>,
+        shared: &Mutex<Shared>,
+        progress: &mut KafkaIngestProgress,
+    ) -> Result<bool, KafkaIngestError> {
+        if let Some(error) = shared.lock().expect("never poisoned").shard_failure.take() {
+            return Err(error.into());
+        }
+        match self {
+            Target::Ledger { checkpoints, head, .. } => {
+                offer_head(checkpoints, head);
+                Ok(false)
+            }
+            Target::Shards { writers, watermarks } => {
+                let appended = writers.take_appended()?;
+                if appended.batches == 0 {
+                    return Ok(false);
+                }
+                progress.recorded += appended.recorded;
+                progress.duplicates += appended.duplicates;
+                progress.conflicts += appended.conflicts;
+                progress.quarantined += appended.quarantined;
+                progress.forwarded += appended.forwarded;
+                progress.batches += appended.batches;
+                watermarks.extend(appended.watermarks);
+                progress.watermark = watermarks.values().sum();
+                store_offsets(consumer, shared, appended.offsets);
+                Ok(true)
+            }
+        }
+    }
+
+    /// Waits until everything queued is appended, and counts it.
+    fn settle(
+        &mut self,
+        consumer: &BaseConsumer<IngestContext>,
+        shared: &Mutex<Shared>,
+        progress: &mut KafkaIngestProgress,
+    ) -> Result<(), KafkaIngestError> {
+        if let Target::Shards { writers, .. } = self {
+            writers.wait_idle()?;
+        }
+        self.collect(consumer, shared, progress).map(|_| ())
+    }
+
+    /// The offset gaps the operator accepted, in the ledger or in every shard open.
+    fn accepted_gaps(&self) -> Result<Vec<GapRange>, KafkaIngestError> {
+        match self {
+            Target::Ledger { ledger, .. } => Ok(ledger.offset_gaps()?.iter().map(|g| g.range()).collect()),
+            Target::Shards { writers, .. } => {
+                let mut accepted = Vec::new();
+                for partition in writers.assigned() {
+                    let shard = Ledger::open_read_only(writers.dir().path_of(partition))
+                        .map_err(|source| KafkaIngestError::ShardGaps { partition, source })?;
+                    accepted.extend(shard.offset_gaps()?.iter().map(|g| g.range()));
+                }
+                Ok(accepted)
+            }
+        }
+    }
 }
 
 /// Consumes until `stop` is set (or, with `until_caught_up`, until the ledger reached the end of every partition
@@ -552,14 +772,16 @@ pub fn ingest_kafka(
 ) -> Result<KafkaIngestProgress, KafkaIngestError> {
     let shared = Arc::new(Mutex::new(Shared::default()));
     refresh_offsets(ledger, &shared)?;
-    let consumer: BaseConsumer<IngestContext> =
-        kafka::config::consumer(&settings.brokers, &settings.group, &settings.overrides)
-            .create_with_context(IngestContext { shared: shared.clone() })
-            .map_err(|source| KafkaIngestError::Consumer { brokers: settings.brokers.clone(), source })?;
+    let consumer = make_consumer(settings, &shared, None)?;
     let mut checkpoints = start_checkpoints(ledger, settings);
-    let result = accept_gaps(ledger, &consumer, settings)
+    let result = accept_gaps(ledger, &consumer, &settings.accept_gaps)
         .and_then(|()| Ok(refresh_offsets(ledger, &shared)?))
-        .and_then(|()| consume(ledger, &consumer, settings, &shared, stop, &mut checkpoints, on_progress));
+        .and_then(|()| {
+            let watermark = ledger.status()?.watermark;
+            let head = ledger.head()?;
+            let target = Target::Ledger { ledger: &mut *ledger, checkpoints: &mut checkpoints, head };
+            consume(target, watermark, &consumer, settings, &shared, stop, on_progress)
+        });
     if let Some(checkpoints) = checkpoints {
         match ledger.head() {
             Ok(head) => checkpoints.finish(head.seq, &head.hash_hex()),
@@ -567,6 +789,109 @@ pub fn ingest_kafka(
         }
     }
     result
+}
+
+/// As [`ingest_kafka`], into the shards of `shards` (contract §9.4): partition p of every input topic into shard p,
+/// opened when the group assigns p and closed when it revokes it, each appended by a writer thread of its own
+/// ([`ShardWriters`]). The input topics must share one partition count P. An event read in a partition other than
+/// its tenant's is re-published to its tenant's partition and recorded as forwarded. Each shard publishes its own
+/// checkpoints with `publish_checkpoints`.
+pub fn ingest_kafka_shards(
+    shards: &ShardDir,
+    settings: &KafkaIngestSettings,
+    stop: &AtomicBool,
+    on_progress: impl FnMut(&KafkaIngestProgress),
+) -> Result<KafkaIngestProgress, KafkaIngestError> {
+    let shared = Arc::new(Mutex::new(Shared::default()));
+    // A client of its own asks for P: the consumer's rebalance callback needs the writers, which need P.
+    let probe = make_consumer(settings, &shared, None)?;
+    let partitions = partition_count(&probe, settings, stop)?;
+    drop(probe);
+    let mut writer_settings = WriterSettings::new(settings.topics.clone());
+    writer_settings.forward_brokers = Some(settings.brokers.clone());
+    writer_settings.overrides = settings.overrides.clone();
+    writer_settings.publish_checkpoints = settings.publish_checkpoints;
+    let writers = Arc::new(ShardWriters::new(shards.clone(), partitions, writer_settings));
+    let consumer = make_consumer(settings, &shared, Some(writers.clone()))?;
+    accept_shard_gaps(shards, partitions, &consumer, settings)?;
+    let target = Target::Shards { writers: writers.clone(), watermarks: BTreeMap::new() };
+    let result = consume(target, 0, &consumer, settings, &shared, stop, on_progress);
+    // Closing the shards first, so that the consumer's own close (which revokes) finds nothing left to append.
+    let closed = writers.close_all();
+    let mut progress = result?;
+    closed?;
+    let last = writers.take_appended()?;
+    progress.recorded += last.recorded;
+    progress.duplicates += last.duplicates;
+    progress.conflicts += last.conflicts;
+    progress.quarantined += last.quarantined;
+    progress.forwarded += last.forwarded;
+    progress.batches += last.batches;
+    Ok(progress)
+}
+
+/// The consumer of a run, its rebalance callback opening and closing `writers`' shards when there are any.
+fn make_consumer(
+    settings: &KafkaIngestSettings,
+    shared: &Arc<Mutex<Shared>>,
+    writers: Option<Arc<ShardWriters>>,
+) -> Result<BaseConsumer<IngestContext>, KafkaIngestError> {
+    kafka::config::consumer(&settings.brokers, &settings.group, &settings.overrides)
+        .create_with_context(IngestContext { shared: shared.clone(), writers })
+        .map_err(|source| KafkaIngestError::Consumer { brokers: settings.brokers.clone(), source })
+}
+
+/// The input topics' one partition count P, waiting for brokers that do not answer (as ingest does; with
+/// `until_caught_up`, for [`BROKERS_WAIT_MS`] at most).
+fn partition_count(
+    consumer: &BaseConsumer<IngestContext>,
+    settings: &KafkaIngestSettings,
+    stop: &AtomicBool,
+) -> Result<u32, KafkaIngestError> {
+    let mut waiting = Waiting::default();
+    loop {
+        match kafka::topics::common_partition_count(consumer.client(), settings.topics.names()) {
+            Ok(partitions) => return Ok(partitions),
+            Err(PartitionCountError::Missing(missing)) if !missing.is_empty() => {
+                return Err(KafkaIngestError::MissingTopics { missing, brokers: settings.brokers.clone() });
+            }
+            Err(PartitionCountError::Unanswered { .. }) if !stop.load(Ordering::Relaxed) => {
+                waiting.saw(&settings.brokers, "no answer to a request for the topics' partitions".to_string());
+                if settings.until_caught_up {
+                    waiting.give_up(&settings.brokers)?;
+                }
+                std::thread::sleep(Duration::from_millis(ASK_EVERY_MS));
+            }
+            Err(source) => return Err(KafkaIngestError::PartitionCount { brokers: settings.brokers.clone(), source }),
+        }
+    }
+}
+
+/// Records the accepted gaps of `settings` in the shards of their partitions, each opened for the moment.
+fn accept_shard_gaps(
+    shards: &ShardDir,
+    partitions: u32,
+    consumer: &BaseConsumer<IngestContext>,
+    settings: &KafkaIngestSettings,
+) -> Result<(), KafkaIngestError> {
+    let mut by_shard: BTreeMap<u32, Vec<GapRange>> = BTreeMap::new();
+    for gap in &settings.accept_gaps {
+        let partition = u32::try_from(gap.partition).ok().filter(|p| *p < partitions).ok_or_else(|| {
+            KafkaIngestError::GapNotMissing { asked: gap.clone(), missing: None, next: 0, low: 0, high: 0 }
+        })?;
+        by_shard.entry(partition).or_default().push(gap.clone());
+    }
+    for (partition, gaps) in by_shard {
+        let shard = Shard { partition, partitions };
+        let shard_error = |source| ShardWriterError::Open { partition, source };
+        let directory = |source| shard_error(ShardError::Directory { dir: shards.dir().to_path_buf(), source });
+        std::fs::create_dir_all(shards.dir()).map_err(directory)?;
+        let _lock = ProcessLock::acquire(&shards.path_of(partition), "ingest")
+            .map_err(|source| ShardWriterError::Lock { partition, source })?;
+        let mut ledger = shards.open(shard).map_err(shard_error)?;
+        accept_gaps(&mut ledger, consumer, &gaps)?;
+    }
+    Ok(())
 }
 
 /// The checkpoint publisher of this run, when asked for; one that cannot be made is said, and ingest goes on.
@@ -587,17 +912,17 @@ fn offer_head(checkpoints: &mut Option<CheckpointPublisher>, head: &ledger::Head
     }
 }
 
-/// Records each gap of `settings.accept_gaps` that is exactly what is missing in its partition now (the ledger's
+/// Records each gap of `gaps` (`--accept-gap`) that is exactly what is missing in its partition now (the ledger's
 /// next offset against what the brokers hold); a gap recorded already is left as it is. Anything else is refused
 /// before anything is recorded or consumed.
 fn accept_gaps(
     ledger: &mut Ledger,
     consumer: &BaseConsumer<IngestContext>,
-    settings: &KafkaIngestSettings,
+    gaps: &[GapRange],
 ) -> Result<(), KafkaIngestError> {
     let recorded: Vec<GapRange> = ledger.offset_gaps()?.iter().map(|g| g.range()).collect();
     let offsets = ledger.offsets()?;
-    for asked in &settings.accept_gaps {
+    for asked in gaps {
         let (topic, partition) = (asked.topic.as_str(), asked.partition);
         let next = offsets.iter().find(|o| o.topic == topic && o.partition == partition).map_or(0, |o| o.next_offset);
         let (low, high) = consumer
@@ -622,41 +947,42 @@ fn accept_gaps(
     Ok(())
 }
 
-/// The consuming loop of [`ingest_kafka`].
+/// The consuming loop of [`ingest_kafka`] and [`ingest_kafka_shards`]; `watermark` is the ledger's at the start.
 fn consume(
-    ledger: &mut Ledger,
+    mut target: Target<'_>,
+    watermark: u64,
     consumer: &BaseConsumer<IngestContext>,
     settings: &KafkaIngestSettings,
     shared: &Mutex<Shared>,
     stop: &AtomicBool,
-    checkpoints: &mut Option<CheckpointPublisher>,
     mut on_progress: impl FnMut(&KafkaIngestProgress),
 ) -> Result<KafkaIngestProgress, KafkaIngestError> {
     let names = settings.topics.names();
     consumer
         .subscribe(&names)
         .map_err(|source| KafkaIngestError::Subscribe { topics: settings.topics.to_string(), source })?;
-    let catalog = Catalog::builtin();
-    let mut progress = KafkaIngestProgress { watermark: ledger.status()?.watermark, ..KafkaIngestProgress::default() };
-    let mut head = ledger.head()?;
-    let mut pending: Vec<Pending> = Vec::new();
-    let mut pending_bytes = 0;
+    let mut progress = KafkaIngestProgress { watermark, ..KafkaIngestProgress::default() };
+    let mut gathered = Gathered::default();
     let mut expected_offsets: BTreeMap<(String, i32), i64> = BTreeMap::new();
-    let mut pending_since: Option<Instant> = None;
     let mut waiting = Waiting::default();
     let mut progress_until = UntilCaughtUp::new();
     // Partitions whose accepted gap runs past their end: asked again from the ledger's offset now and then.
     let mut past_end: BTreeMap<(String, i32), Instant> = BTreeMap::new();
     while !stop.load(Ordering::Relaxed) {
-        offer_head(checkpoints, &head);
+        let forwarded = progress.forwarded;
+        if target.collect(consumer, shared, &mut progress)? {
+            on_progress(&progress);
+        }
+        if progress.forwarded > forwarded {
+            // Copies now at the end of their tenant's partitions: caught up includes them.
+            progress_until.forget_targets();
+        }
         let polled = consumer.poll(Duration::from_millis(POLL_TIMEOUT_MS));
         let idle = polled.is_none();
         match polled {
             Some(Ok(message)) => {
                 check_gap(shared, &mut expected_offsets, &message, &mut progress);
-                pending_bytes += message.payload().map_or(0, <[u8]>::len);
-                pending.push(decode(catalog, &settings.topics, &message));
-                pending_since.get_or_insert_with(Instant::now);
+                gathered.push(target.writer_of(message.partition()), Consumed::of(&message));
                 progress.messages += 1;
             }
             // An append (a stalling disk, a large batch; or, with -X max.poll.interval.ms below the ledger's 10 s
@@ -675,13 +1001,15 @@ fn consume(
             // A partition's next offset is not on the brokers (auto.offset.reset is "error"): what is pending is
             // appended, then the partitions are asked which it is.
             Some(Err(KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset))) => {
-                if !pending.is_empty() {
-                    append(ledger, consumer, shared, std::mem::take(&mut pending), &mut progress)?;
-                    pending_bytes = 0;
-                    pending_since = None;
+                drop_revoked(shared, &mut gathered);
+                for writer in gathered.by_writer.keys().copied().collect::<Vec<_>>() {
+                    let messages = gathered.take(writer);
+                    target.append(writer, messages, consumer, shared, settings, &mut progress)?;
                 }
+                target.settle(consumer, shared, &mut progress)?;
                 expected_offsets.clear();
-                offsets_out_of_range(ledger, consumer, shared, &mut past_end)?;
+                let accepted = target.accepted_gaps()?;
+                offsets_out_of_range(&accepted, consumer, shared, &mut past_end)?;
             }
             Some(Err(error)) => {
                 let reason = consume_error(consumer, settings, error)?;
@@ -689,17 +1017,15 @@ fn consume(
             }
             None => {}
         }
-        if drop_revoked(shared, &mut pending) {
+        if drop_revoked(shared, &mut gathered) {
             expected_offsets.clear();
-            pending_bytes = pending.iter().map(raw_len).sum();
         }
-        let full = settings.batch.reached(pending.len(), pending_bytes);
-        let waited = pending_since.is_some_and(|t| t.elapsed() >= Duration::from_millis(settings.batch_wait_ms));
-        if !pending.is_empty() && (full || waited || idle) {
-            append(ledger, consumer, shared, std::mem::take(&mut pending), &mut progress)?;
-            pending_bytes = 0;
-            head = ledger.head()?;
-            pending_since = None;
+        let due = gathered.due(settings, idle);
+        for writer in &due {
+            let messages = gathered.take(*writer);
+            target.append(*writer, messages, consumer, shared, settings, &mut progress)?;
+        }
+        if !due.is_empty() && matches!(target, Target::Ledger { .. }) {
             on_progress(&progress);
         }
         ask_past_end_again(consumer, shared, &mut past_end);
@@ -711,7 +1037,7 @@ fn consume(
         }
         // A nightly job waits for the brokers only so long.
         waiting.give_up(&settings.brokers)?;
-        if !pending.is_empty() || waiting.since.is_some() {
+        if !gathered.is_empty() || waiting.since.is_some() {
             continue;
         }
         if progress_until.step(consumer, settings, shared, &mut waiting, &mut progress, idle)? {
@@ -719,9 +1045,12 @@ fn consume(
             break;
         }
     }
-    if !pending.is_empty() {
-        append(ledger, consumer, shared, pending, &mut progress)?;
+    drop_revoked(shared, &mut gathered);
+    for writer in gathered.by_writer.keys().copied().collect::<Vec<_>>() {
+        let messages = gathered.take(writer);
+        target.append(writer, messages, consumer, shared, settings, &mut progress)?;
     }
+    target.settle(consumer, shared, &mut progress)?;
     Ok(progress)
 }
 
@@ -730,7 +1059,7 @@ fn consume(
 /// ledger's offset) is asked again later; any other stops ingest, named. When none is out of range any more, every
 /// assigned partition is asked again from the ledger's offset (librdkafka stops fetching the one that failed).
 fn offsets_out_of_range(
-    ledger: &Ledger,
+    accepted: &[GapRange],
     consumer: &BaseConsumer<IngestContext>,
     shared: &Mutex<Shared>,
     past_end: &mut BTreeMap<(String, i32), Instant>,
@@ -739,7 +1068,6 @@ fn offsets_out_of_range(
         let shared = shared.lock().expect("never poisoned");
         (shared.assigned.iter().cloned().collect::<Vec<_>>(), shared.ledger_offsets.clone())
     };
-    let accepted: Vec<GapRange> = ledger.offset_gaps()?.iter().map(|g| g.range()).collect();
     let mut missing = Vec::new();
     for (key, ends) in assigned.iter().zip(fetch_all_watermarks(consumer, &assigned)) {
         let (low, high) =
@@ -875,6 +1203,12 @@ impl UntilCaughtUp {
         Ok(false)
     }
 
+    /// Asks the high watermarks again at the next look: events were forwarded past the ones asked for.
+    fn forget_targets(&mut self) {
+        self.targets.clear();
+        self.last_asked = None;
+    }
+
     /// A watermark that did not read: waited for when the brokers are away, the end of ingest otherwise.
     fn watermark_error(
         &self,
@@ -931,38 +1265,9 @@ fn refresh_offsets(ledger: &Ledger, shared: &Mutex<Shared>) -> Result<(), ledger
     Ok(())
 }
 
-fn decode(catalog: &Catalog, topics: &Topics, message: &rdkafka::message::BorrowedMessage<'_>) -> Pending {
-    let origin =
-        Origin::Kafka { topic: message.topic().to_string(), partition: message.partition(), offset: message.offset() };
-    let raw = message.payload().unwrap_or_default().to_vec();
-    let Some(expected) = topics.event_type(message.topic()) else {
-        // Subscribed topics only; a topic we do not know is a configuration bug, not a message to lose.
-        let error = DecodeError::Shape { message: format!("topic {} carries no known record type", message.topic()) };
-        return Pending::Rejected(Rejected::new(origin, raw, &error));
-    };
-    match catalog.decode_single_object(&raw, Some(expected)) {
-        Ok(decoded) => Pending::Event(Incoming { event: decoded.event, origin, raw: Some(raw) }),
-        Err(error) => Pending::Rejected(Rejected::new(origin, raw, &error)),
-    }
-}
-
-/// The bytes a pending message was received as.
-fn raw_len(pending: &Pending) -> usize {
-    match pending {
-        Pending::Event(incoming) => incoming.raw.as_ref().map_or(0, Vec::len),
-        Pending::Rejected(rejected) => rejected.raw.len(),
-    }
-}
-
-fn partition_of(pending: &Pending) -> (&str, i32, i64) {
-    let origin = match pending {
-        Pending::Event(incoming) => &incoming.origin,
-        Pending::Rejected(rejected) => &rejected.origin,
-    };
-    match origin {
-        Origin::Kafka { topic, partition, offset } => (topic.as_str(), *partition, *offset),
-        _ => unreachable!("messages consumed from Kafka have a Kafka origin"),
-    }
+/// The bytes of a gathered message as received.
+fn raw_len(message: &Consumed) -> usize {
+    message.payload.len()
 }
 
 /// Counts and reports a message whose offset is past the one expected in its partition: the ledger's offset
@@ -992,18 +1297,19 @@ fn check_gap(
     expected.insert(key, message.offset() + 1);
 }
 
-/// Drops pending messages of partitions revoked since the last look: the ledger's offsets do not cover them,
+/// Drops gathered messages of partitions revoked since the last look: the ledger's offsets do not cover them,
 /// so whoever gets the partition reads them again.
 /// Returns whether any partition was revoked.
-fn drop_revoked(shared: &Mutex<Shared>, pending: &mut Vec<Pending>) -> bool {
+fn drop_revoked(shared: &Mutex<Shared>, gathered: &mut Gathered) -> bool {
     let revoked = std::mem::take(&mut shared.lock().expect("never poisoned").revoked);
     if revoked.is_empty() {
         return false;
     }
-    pending.retain(|p| {
-        let (topic, partition, _) = partition_of(p);
-        !revoked.contains(&(topic.to_string(), partition))
-    });
+    for gathering in gathered.by_writer.values_mut() {
+        gathering.messages.retain(|m| !revoked.contains(&(m.topic.clone(), m.partition)));
+        gathering.bytes = gathering.messages.iter().map(raw_len).sum();
+    }
+    gathered.by_writer.retain(|_, gathering| !gathering.messages.is_empty());
     true
 }
 
@@ -1011,16 +1317,17 @@ fn append(
     ledger: &mut Ledger,
     consumer: &BaseConsumer<IngestContext>,
     shared: &Mutex<Shared>,
-    pending: Vec<Pending>,
+    messages: Vec<Consumed>,
+    topics: &Topics,
     progress: &mut KafkaIngestProgress,
 ) -> Result<(), KafkaIngestError> {
+    let catalog = Catalog::builtin();
     let mut next: BTreeMap<(String, i32), i64> = BTreeMap::new();
     let mut batch = Batch::default();
-    for item in pending {
-        let (topic, partition, offset) = partition_of(&item);
-        let entry = next.entry((topic.to_string(), partition)).or_insert(offset + 1);
-        *entry = (*entry).max(offset + 1);
-        match item {
+    for message in messages {
+        let entry = next.entry((message.topic.clone(), message.partition)).or_insert(message.offset + 1);
+        *entry = (*entry).max(message.offset + 1);
+        match decode(catalog, topics, message) {
             Pending::Event(incoming) => batch.events.push(incoming),
             Pending::Rejected(rejected) => batch.rejected.push(rejected),
         }
@@ -1040,19 +1347,28 @@ fn append(
     progress.quarantined += report.quarantined;
     progress.batches += 1;
     progress.watermark = report.watermark;
+    store_offsets(consumer, shared, next);
+    Ok(())
+}
+
+/// Notes the offsets a ledger now stores, and commits them to Kafka for lag tools.
+fn store_offsets(consumer: &BaseConsumer<IngestContext>, shared: &Mutex<Shared>, next: BTreeMap<(String, i32), i64>) {
+    if next.is_empty() {
+        return;
+    }
     let mut tpl = TopicPartitionList::new();
     {
         let mut shared = shared.lock().expect("never poisoned");
         for ((topic, partition), next_offset) in next {
             let _ = tpl.add_partition_offset(&topic, partition, Offset::Offset(next_offset));
-            shared.ledger_offsets.insert((topic, partition), next_offset);
+            let stored = shared.ledger_offsets.entry((topic, partition)).or_insert(next_offset);
+            *stored = (*stored).max(next_offset);
         }
     }
     // For lag tools only: the ledger already holds these offsets, so a failed commit loses nothing.
     if let Err(e) = consumer.commit(&tpl, CommitMode::Async) {
         log::warn!("ingest: committing offsets to Kafka failed (the ledger holds them): {e}");
     }
-    Ok(())
 }
 
 /// Whether every assigned partition's ledger offset has reached its target: the high watermark it had when first

@@ -1,5 +1,6 @@
 //! Ingest: getting events into the ledger, exactly once. From Kafka ([`consumer::ingest_kafka`]: a consumer
-//! group whose offsets live in the ledger) and from Avro object container files ([`file::ingest_file`]).
+//! group whose offsets live in the ledger; [`consumer::ingest_kafka_shards`]: a shard per partition, each appended
+//! by its own writer, [`ShardWriters`]) and from Avro object container files ([`file::ingest_file`]).
 //!
 //! ```
 //! use ingest::BatchBounds;
@@ -16,8 +17,12 @@
 
 #![deny(missing_docs)]
 
+pub mod consumed;
 pub mod consumer;
 pub mod file;
+pub mod shards;
+
+pub use shards::ShardWriters;
 
 /// Most bytes of messages or records (as received) in one ledger append, whatever their count: a batch of
 /// 5,000 messages near Kafka's 1 MB limit would otherwise hold gigabytes in memory before its append.

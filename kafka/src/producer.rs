@@ -185,6 +185,61 @@ impl KafkaProducer {
         Ok(())
     }
 
+    /// Queues one message for partition `partition` of `topic`, whatever the partitioner would choose: ingest
+    /// forwarding an event read in another tenant's partition to its tenant's (contract §9.4).
+    pub fn send_to_partition(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        key: Option<&[u8]>,
+        payload: &[u8],
+    ) -> Result<(), ProduceError> {
+        let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic).partition(partition).payload(payload);
+        if let Some(key) = key {
+            record = record.key(key);
+        }
+        loop {
+            match self.producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), returned)) => {
+                    record = returned;
+                    self.producer.poll(Duration::from_millis(50));
+                }
+                Err((source, _)) => return Err(ProduceError::Send { topic: topic.to_string(), source }),
+            }
+        }
+        self.sent += 1;
+        self.producer.poll(Duration::ZERO);
+        Ok(())
+    }
+
+    /// Waits until every message sent so far is acknowledged, and keeps the producer for more. Any message not
+    /// acknowledged (librdkafka gave up within `delivery.timeout.ms`) is the error, and stays one for every later
+    /// call: the caller must not record what it sent as delivered.
+    pub fn wait_acknowledged(&mut self) -> Result<(), ProduceError> {
+        let started = Instant::now();
+        self.producer
+            .flush(Duration::from_millis(DELIVERY_TIMEOUT_MS))
+            .map_err(|source| ProduceError::FlushTimeout { timeout_ms: DELIVERY_TIMEOUT_MS, source })?;
+        while self.delivered() + self.failed() < self.sent && started.elapsed() < Duration::from_secs(5) {
+            self.producer.poll(Duration::from_millis(10));
+        }
+        let failed = self.failed();
+        let unanswered = self.sent - (self.delivered() + failed).min(self.sent);
+        if failed > 0 || unanswered > 0 {
+            let context = self.producer.context();
+            let first_error = context.first_error.lock().expect("never poisoned").clone().unwrap_or_default();
+            let brokers = self.brokers.clone();
+            return Err(ProduceError::Undelivered {
+                brokers,
+                sent: self.sent,
+                failed: failed + unanswered,
+                first_error,
+            });
+        }
+        Ok(())
+    }
+
     /// Waits until every message is acknowledged; an error names how many were not.
     pub fn finish(self) -> Result<ProduceReport, ProduceError> {
         let started = Instant::now();

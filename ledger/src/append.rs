@@ -54,6 +54,7 @@ impl Ledger {
         if let Some(progress) = &batch.file_progress {
             store_file_progress(&tx, progress, recorded_at)?;
         }
+        store_forwarded(&tx, &batch.forwarded, recorded_at)?;
         let mut outcomes = Vec::with_capacity(batch.events.len());
         let mut inserts = Inserts::new(&tx, &self.detail_insert_sql)?;
         let mut totals = UsageTotals::default();
@@ -174,6 +175,25 @@ fn store_offsets(tx: &Transaction<'_>, offsets: &[SourceOffset]) -> Result<(), A
              ON CONFLICT (topic, partition) DO UPDATE SET next_offset = excluded.next_offset",
         )?
         .execute(params![offset.topic, offset.partition, offset.next_offset])?;
+    }
+    Ok(())
+}
+
+fn store_forwarded(tx: &Transaction<'_>, forwarded: &[Forwarded], forwarded_at: i64) -> rusqlite::Result<()> {
+    for f in forwarded {
+        tx.prepare_cached(
+            "INSERT INTO forwarded (topic, partition, offset, event_id, tenant, to_partition, forwarded_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?
+        .execute(params![
+            f.topic,
+            f.partition,
+            f.offset,
+            f.event_id,
+            f.tenant,
+            f.to_partition,
+            forwarded_at
+        ])?;
     }
     Ok(())
 }

@@ -135,6 +135,27 @@ pub struct Batch {
     pub outbox: bool,
     /// When the batch comes from a container file: how far into the file it reaches.
     pub file_progress: Option<FileProgress>,
+    /// Events read in a partition other than their tenant's, which a shard re-published to their tenant's
+    /// partition (contract §9.4) instead of recording them: recorded with the offsets that pass them.
+    pub forwarded: Vec<Forwarded>,
+}
+
+/// An event a shard read in another tenant's partition and re-published, same bytes and key, to its tenant's
+/// partition once the broker acknowledged the copy (contract §9.4).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Forwarded {
+    /// The topic it was read from, and the copy went to.
+    pub topic: String,
+    /// The partition it was read from.
+    pub partition: i32,
+    /// Its offset there.
+    pub offset: i64,
+    /// The event's id.
+    pub event_id: String,
+    /// Its tenant.
+    pub tenant: String,
+    /// The tenant's partition, where the copy went.
+    pub to_partition: i32,
 }
 
 /// The quarantine reason of a usage event that would take its (tenant, metric, period) usage total past 2^63 - 1

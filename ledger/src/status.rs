@@ -80,6 +80,9 @@ pub struct Status {
     pub head_hash: String,
     /// Kafka offsets accepted as never read (`ingest --accept-gap`), oldest first.
     pub gaps: Vec<crate::OffsetGap>,
+    /// Per topic, the events a shard read in another tenant's partition and forwarded to their tenant's partition
+    /// (contract §9.4); only topics with any. Always empty for a ledger of every partition, which forwards nothing.
+    pub misrouted: std::collections::BTreeMap<String, u64>,
 }
 
 /// One quarantined message (`quarantine list`).
@@ -155,9 +158,17 @@ impl Ledger {
             head_seq: head.seq,
             head_hash: head.hash_hex(),
             gaps: self.offset_gaps()?,
+            misrouted: self.misrouted()?,
         };
         snapshot.finish()?;
         Ok(status)
+    }
+
+    /// Per topic, how many events this shard forwarded to their tenant's partition (`forwarded`).
+    pub fn misrouted(&self) -> Result<std::collections::BTreeMap<String, u64>, ReadError> {
+        let mut statement = self.conn.prepare("SELECT topic, COUNT(*) FROM forwarded GROUP BY topic ORDER BY topic")?;
+        let rows = statement.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     /// The next offset to read per Kafka partition, as stored with the events.

@@ -1,4 +1,4 @@
-//! `bench append|hook|reconcile|export`: the benchmarks of the `tools` crate, their figures printed as aligned lines
+//! `bench append|hook|reconcile|export|ingest`: the benchmarks of the `tools` crate, their figures printed as aligned lines
 //! or, with `--json`, as JSON.
 
 use std::io::Write;
@@ -10,6 +10,7 @@ use clap::Subcommand;
 use tools::bench::append::{AppendFigures, AppendSettings};
 use tools::bench::export::{ExportBenchSettings, ExportFigures, PERIOD};
 use tools::bench::hook::{Figures, HookBenchSettings};
+use tools::bench::ingest::{IngestBenchSettings, IngestFigures};
 use tools::bench::reconcile::{AS_OF, ReconcileBenchSettings, ReconcileFigures};
 
 /// Progress bars of the benchmarks' long steps.
@@ -26,6 +27,31 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 1_000)]
         batch_events: usize,
         /// Directory for the two database files (a temporary directory when absent).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Print the figures as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A generated month appended into 1 shard and into more (docs/contract.md §9.4), one process, a writer thread
+    /// per shard: messages per second of each, per shard, and the speedup over the first count.
+    Ingest {
+        /// Generated messages of the month.
+        #[arg(long, default_value_t = 1_000_000)]
+        events: u64,
+        /// Tenants of the month.
+        #[arg(long, default_value_t = 1_000)]
+        tenants: u32,
+        /// Messages per append, per shard (ingest's default batch).
+        #[arg(long, default_value_t = ingest::consumer::BATCH_MAX_EVENTS)]
+        batch_events: usize,
+        /// Shard counts measured in each round, in this order; the speedup is over the first.
+        #[arg(long, value_delimiter = ',', default_value = "1,2")]
+        shards: Vec<u32>,
+        /// Rounds: each shard count is measured this many times, the median reported.
+        #[arg(long, default_value_t = 3)]
+        rounds: u32,
+        /// Directory for the shards (a temporary directory when absent).
         #[arg(long)]
         dir: Option<PathBuf>,
         /// Print the figures as JSON.
@@ -95,6 +121,10 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             let figures = tools::bench::append::run(&AppendSettings { events, batch_events, dir }, &progress)?;
             print(&figures, json, print_append)
         }
+        BenchCommand::Ingest { events, tenants, batch_events, shards, rounds, dir, json } => {
+            let settings = IngestBenchSettings { events, tenants, batch_events, shards, rounds, dir };
+            print(&tools::bench::ingest::run(&settings, &progress)?, json, print_ingest)
+        }
         BenchCommand::Hook { concurrency, seconds, random_request_ids, shards, json } => {
             let settings = HookBenchSettings { concurrency, seconds, random_request_ids, binary: binary()?, shards };
             // Each concurrency's lines as they come: a run at the defaults takes minutes.
@@ -150,6 +180,32 @@ fn print_append(figures: &AppendFigures) -> anyhow::Result<()> {
         figures.bare_insert_seconds, figures.bare_insert_events_per_second
     )?;
     writeln!(out, "ratio          {:8.3}  (ledger / bare insert)", figures.ratio)?;
+    Ok(())
+}
+
+fn print_ingest(f: &IngestFigures) -> anyhow::Result<()> {
+    let mut out = super::stdout();
+    writeln!(
+        out,
+        "{} messages, {} tenants, {} per append; decoding them all on one thread: {:.2} s",
+        f.messages, f.tenants, f.batch_events, f.decode_seconds
+    )?;
+    for run in &f.runs {
+        let shares: Vec<String> =
+            run.per_shard.iter().map(|s| format!("shard {} {:.0}/s", s.partition, s.messages_per_second)).collect();
+        writeln!(
+            out,
+            "round {} {:2} shards {:8.2} s {:>10.0} messages/s  ({})",
+            run.round,
+            run.shards,
+            run.seconds,
+            run.messages_per_second,
+            shares.join(", ")
+        )?;
+    }
+    for (shards, rate) in &f.median_messages_per_second {
+        writeln!(out, "median {shards:2} shards {rate:>10.0} messages/s  speedup {:.2}", f.speedup[shards])?;
+    }
     Ok(())
 }
 

@@ -12,10 +12,14 @@ use anyhow::Context;
 use clap::Args;
 use indicatif::ProgressBar;
 use ingest::BatchBounds;
-use ingest::consumer::{BATCH_WAIT_MS, KafkaIngestProgress, KafkaIngestSettings, default_group, ingest_kafka};
+use ingest::consumer::{
+    BATCH_WAIT_MS, KafkaIngestProgress, KafkaIngestSettings, default_group, default_shards_group, ingest_kafka,
+    ingest_kafka_shards,
+};
 use ingest::file::ContainerFile;
 use kafka::topics::{ClientRole, Topics};
 use ledger::ProcessLock;
+use ledger::shards::ShardDir;
 
 use super::kafka_args::parse_setting;
 
@@ -71,8 +75,10 @@ pub struct IngestArgs {
 }
 
 pub fn run(store: &super::Store, args: IngestArgs) -> anyhow::Result<ExitCode> {
-    if let (super::Store::Shards(shards), Some(file), None) = (store, &args.file, &args.brokers) {
-        return run_file_shards(shards, file, &args);
+    match (store, &args.file, &args.brokers) {
+        (super::Store::Shards(shards), Some(file), None) => return run_file_shards(shards, file, &args),
+        (super::Store::Shards(shards), None, Some(brokers)) => return run_kafka_shards(shards, brokers, &args),
+        _ => {}
     }
     if args.partitions.is_some() {
         anyhow::bail!("--partitions is the partition count of a directory of shards: use it with --data and --file");
@@ -235,7 +241,8 @@ fn run_file_shards(shards: &ledger::shards::ShardDir, file: &Path, args: &Ingest
     Ok(ExitCode::SUCCESS)
 }
 
-fn run_kafka(ledger_path: &Path, brokers: &str, args: &IngestArgs) -> anyhow::Result<ExitCode> {
+/// The settings of `ingest --brokers`, the group aside.
+fn kafka_settings(brokers: &str, args: &IngestArgs) -> anyhow::Result<KafkaIngestSettings> {
     let mut settings = KafkaIngestSettings::new(brokers, args.group.clone().unwrap_or_default());
     if !args.topics.is_empty() {
         settings.topics = Topics::parse(&args.topics)?;
@@ -245,12 +252,39 @@ fn run_kafka(ledger_path: &Path, brokers: &str, args: &IngestArgs) -> anyhow::Re
     settings.batch_wait_ms = args.batch_wait_ms;
     settings.overrides = args.settings.clone();
     settings.accept_gaps = args.accept_gap.clone();
-    // Before anything that takes time (the lock, the ledger's migrations, the key filter): a SIGTERM then stops
-    // ingest cleanly, where it killed the process while it was starting.
+    Ok(settings)
+}
+
+/// SIGINT and SIGTERM set the flag returned. Installed before anything that takes time (the lock, the ledger's
+/// migrations, the key filter): a SIGTERM then stops ingest cleanly, where it killed the process while it was
+/// starting.
+fn stop_on_signals() -> anyhow::Result<Arc<AtomicBool>> {
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, stop.clone()).context("cannot install the signal handler")?;
     }
+    Ok(stop)
+}
+
+/// `ingest --data DIR --brokers LIST`: partition p of every input topic into shard p (docs/contract.md §9.4).
+fn run_kafka_shards(shards: &ShardDir, brokers: &str, args: &IngestArgs) -> anyhow::Result<ExitCode> {
+    let mut settings = kafka_settings(brokers, args)?;
+    let stop = stop_on_signals()?;
+    if args.group.is_none() {
+        settings.group = default_shards_group(shards.dir())
+            .with_context(|| format!("cannot name the consumer group of {}", shards.dir().display()))?;
+    }
+    let mut display = Display::new();
+    let report = ingest_kafka_shards(shards, &settings, &stop, |progress| display.show(progress))
+        .with_context(|| format!("ingest from {brokers} into {} stopped", shards.dir().display()))?;
+    display.finish();
+    print_report(&report, args.json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_kafka(ledger_path: &Path, brokers: &str, args: &IngestArgs) -> anyhow::Result<ExitCode> {
+    let mut settings = kafka_settings(brokers, args)?;
+    let stop = stop_on_signals()?;
     super::kafka_args::check_partition_count(brokers, &settings.overrides, ClientRole::Consumer, &settings.topics)?;
     let _lock = ProcessLock::acquire(ledger_path, "ingest")?;
     let mut ledger = super::open_for_append(ledger_path)?;
@@ -263,21 +297,29 @@ fn run_kafka(ledger_path: &Path, brokers: &str, args: &IngestArgs) -> anyhow::Re
     let report = ingest_kafka(&mut ledger, &settings, &stop, |progress| display.show(progress))
         .with_context(|| format!("ingest from {brokers} stopped"))?;
     display.finish();
-    if args.json {
-        super::print_json(&report)?;
-    } else {
-        writeln!(
-            super::stdout(),
-            "{} messages: {} recorded, {} duplicates, {} conflicting duplicates, {} quarantined; watermark {}",
-            report.messages,
-            report.recorded,
-            report.duplicates,
-            report.conflicts,
-            report.quarantined,
-            report.watermark
-        )?;
-    }
+    print_report(&report, args.json)?;
     Ok(ExitCode::SUCCESS)
+}
+
+fn print_report(report: &KafkaIngestProgress, json: bool) -> anyhow::Result<()> {
+    if json {
+        return super::print_json(report);
+    }
+    let forwarded = match report.forwarded {
+        0 => String::new(),
+        n => format!(", {n} forwarded to their tenant's partition"),
+    };
+    writeln!(
+        super::stdout(),
+        "{} messages: {} recorded, {} duplicates, {} conflicting duplicates, {} quarantined{forwarded}; watermark {}",
+        report.messages,
+        report.recorded,
+        report.duplicates,
+        report.conflicts,
+        report.quarantined,
+        report.watermark
+    )?;
+    Ok(())
 }
 
 /// Events per second, lag and quarantined count: a live line on a terminal, a log line every few seconds

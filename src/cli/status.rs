@@ -9,7 +9,7 @@ use ledger::Ledger;
 #[derive(Debug, Args)]
 pub struct StatusArgs {
     /// Print JSON: events_recorded, duplicates, conflicts, quarantined, watermark, offsets, ledger_id, head_seq,
-    /// head_hash, gaps.
+    /// head_hash, gaps, misrouted.
     #[arg(long)]
     json: bool,
 }
@@ -37,6 +37,9 @@ pub fn run(store: &super::Store, args: StatusArgs) -> anyhow::Result<ExitCode> {
     writeln!(out, "batches          {}", status.batches)?;
     if status.outbox_pending > 0 {
         writeln!(out, "outbox pending   {} (published by reconcile or serve with --brokers)", status.outbox_pending)?;
+    }
+    for (topic, count) in &status.misrouted {
+        writeln!(out, "misrouted        {count} of {topic} (read in another tenant's partition, forwarded to theirs)")?;
     }
     if !status.gaps.is_empty() {
         writeln!(out)?;

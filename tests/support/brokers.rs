@@ -42,9 +42,15 @@ fn wait_for_port(address: &str, child: &mut Child, what: &str) {
 impl Broker {
     /// `quota-ledger broker mock`: the embedded broker, with the topics of contract §2 (3 partitions each).
     pub fn mock() -> Broker {
+        Broker::mock_with_partitions(3)
+    }
+
+    /// `quota-ledger broker mock --partitions P`: the embedded broker, with the topics of contract §2.
+    pub fn mock_with_partitions(partitions: u32) -> Broker {
+        let partitions = partitions.to_string();
         let mut child = ChildGuard::new(
             Command::new(BIN)
-                .args(["broker", "mock", "--partitions", "3"])
+                .args(["broker", "mock", "--partitions", &partitions])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null())
                 .spawn()

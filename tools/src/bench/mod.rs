@@ -1,7 +1,8 @@
 //! The benchmarks: each measures a stage of the pipeline on this machine against a floor or a peer, in one run, and
 //! answers its figures for the binary to print. [`append`]: the ledger's append against bare SQLite inserts;
 //! [`hook`]: the enforcement hook's decisions in-process and over HTTP against Redis with Lua; [`reconcile`]: the
-//! nightly job on a generated month; [`export`]: the billing export against DuckDB.
+//! nightly job on a generated month; [`export`]: the billing export against DuckDB; [`ingest`]: a generated month
+//! into 1 shard and into more, a writer per shard.
 //!
 //! The runs of a command (`reconcile`, `export billing`, `serve`) are child processes of the real binary, named in
 //! each benchmark's settings: their peak memory is then their own.
@@ -10,6 +11,7 @@ pub mod append;
 mod client;
 pub mod export;
 pub mod hook;
+pub mod ingest;
 pub mod reconcile;
 
 use std::process::{Command, Stdio};
