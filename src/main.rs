@@ -61,6 +61,8 @@ enum Command {
     Sql(cli::sql::SqlArgs),
     /// The enforcement hook over HTTP: check, reserve, commit, release (docs/contract.md §6).
     Serve(cli::serve::ServeArgs),
+    /// A node of a cluster: the partitions Kafka assigns it, ingested into their shards (--data) and served.
+    Node(cli::node::NodeArgs),
     /// Messages that failed to decode or validate.
     #[command(subcommand)]
     Quarantine(cli::quarantine::QuarantineCommand),
@@ -94,6 +96,7 @@ fn main() -> ExitCode {
         Command::Audit(command) => cli::audit::run(&store, command),
         Command::Sql(args) => cli::sql::run(&store, args),
         Command::Serve(args) => cli::serve::run(&store, args),
+        Command::Node(args) => cli::node::run(&store, args),
         Command::Quarantine(command) => cli::quarantine::run(&store, command),
         Command::Demo(args) => cli::demo::run(args),
         Command::Bench(command) => cli::bench::run(command),
@@ -109,8 +112,21 @@ fn main() -> ExitCode {
 
 /// The workspace's library crates: their log lines are the operator's messages (`ingest: waiting for the brokers
 /// at ...`, `serve: outbox: ...`), shown from level info and printed as they are, each saying who speaks.
-const WORKSPACE_CRATES: [&str; 11] =
-    ["schemas", "rules", "ledger", "kafka", "ingest", "outbox", "reconcile", "reports", "hook", "serve", "tools"];
+const WORKSPACE_CRATES: [&str; 13] = [
+    "schemas",
+    "rules",
+    "ledger",
+    "kafka",
+    "ingest",
+    "outbox",
+    "reconcile",
+    "reports",
+    "hook",
+    "serve",
+    "tools",
+    "node",
+    "client",
+];
 
 /// Log lines on stderr: the workspace crates' from level info, and librdkafka's warnings and errors, named after the
 /// client that wrote them (`outbox: librdkafka FAIL: ...`), both printed as bare messages. rdkafka's own (its

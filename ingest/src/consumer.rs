@@ -88,6 +88,9 @@ pub struct KafkaIngestSettings {
     pub accept_gaps: Vec<GapRange>,
     /// Publish the ledger's head to `quota.checkpoints` as it moves ([`kafka::checkpoints`]).
     pub publish_checkpoints: bool,
+    /// Told when a shard's partition is assigned (its shard open) and before it is revoked (its shard still open): a
+    /// `node` starts and stops serving the partition. Shards only.
+    pub listener: Option<Arc<dyn crate::PartitionListener>>,
 }
 
 /// The consumer group of a ledger that is given none: its own, named after its id, so that two ledgers consuming
@@ -122,6 +125,7 @@ impl KafkaIngestSettings {
             overrides: Vec::new(),
             accept_gaps: Vec::new(),
             publish_checkpoints: true,
+            listener: None,
         }
     }
 }
@@ -532,6 +536,7 @@ struct Shared {
 struct IngestContext {
     shared: Arc<Mutex<Shared>>,
     writers: Option<Arc<ShardWriters>>,
+    listener: Option<Arc<dyn crate::PartitionListener>>,
 }
 
 impl ClientContext for IngestContext {
@@ -551,6 +556,9 @@ impl IngestContext {
                     for offset in offsets {
                         shared.ledger_offsets.insert((offset.topic, offset.partition), offset.next_offset);
                     }
+                    if let Some(listener) = &self.listener {
+                        listener.assigned(partition as u32);
+                    }
                 }
                 Ok(Err(error)) => {
                     shared.shard_failure.get_or_insert(error);
@@ -565,6 +573,9 @@ impl IngestContext {
         let Some(writers) = &self.writers else { return };
         let numbers: BTreeSet<u32> = partitions.iter().filter_map(|(_, p)| u32::try_from(*p).ok()).collect();
         for partition in numbers {
+            if let Some(listener) = &self.listener {
+                listener.revoked(partition);
+            }
             if let Err(error) = writers.revoke(partition) {
                 shared.shard_failure.get_or_insert(error);
             }
@@ -837,7 +848,7 @@ fn make_consumer(
     writers: Option<Arc<ShardWriters>>,
 ) -> Result<BaseConsumer<IngestContext>, KafkaIngestError> {
     kafka::config::consumer(&settings.brokers, &settings.group, &settings.overrides)
-        .create_with_context(IngestContext { shared: shared.clone(), writers })
+        .create_with_context(IngestContext { shared: shared.clone(), writers, listener: settings.listener.clone() })
         .map_err(|source| KafkaIngestError::Consumer { brokers: settings.brokers.clone(), source })
 }
 

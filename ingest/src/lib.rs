@@ -22,7 +22,18 @@ pub mod consumer;
 pub mod file;
 pub mod shards;
 
+pub use consumer::{KafkaIngestError, KafkaIngestProgress, KafkaIngestSettings, ingest_kafka_shards};
 pub use shards::ShardWriters;
+
+/// Told of the partitions the consumer group gives a shard ingest and takes back
+/// ([`consumer::KafkaIngestSettings::listener`]). Called from the rebalance, before consuming a partition given and
+/// before the shard of a partition taken back is closed: what it does there holds the rebalance up.
+pub trait PartitionListener: Send + Sync + std::fmt::Debug {
+    /// `partition` was assigned; its shard is open and ingest resumes from the offsets it stores.
+    fn assigned(&self, partition: u32);
+    /// `partition` is taken back; its shard closes once this returns and what was queued for it is appended.
+    fn revoked(&self, partition: u32);
+}
 
 /// Most bytes of messages or records (as received) in one ledger append, whatever their count: a batch of
 /// 5,000 messages near Kafka's 1 MB limit would otherwise hold gigabytes in memory before its append.

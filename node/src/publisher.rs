@@ -31,10 +31,8 @@ impl Replicate for FencedPublisher {
             })?;
             encoded.push((topic, event.header().tenant.as_str(), self.catalog.encode_single_object(event)));
         }
-        let records: Vec<FencedRecord<'_>> = encoded
-            .iter()
-            .map(|(topic, key, payload)| FencedRecord { topic, key, payload })
-            .collect();
+        let records: Vec<FencedRecord<'_>> =
+            encoded.iter().map(|(topic, key, payload)| FencedRecord { topic, key, payload }).collect();
         self.fence.publish(&records).map_err(|error| match error {
             FenceError::Fenced { .. } => ReplicateError::Fenced(error.to_string()),
             FenceError::Unavailable { .. } => ReplicateError::Unavailable(error.to_string()),

@@ -135,7 +135,7 @@ impl ServeSettings {
 /// limits and token checks as [`run`]'s server ([`READ_TIMEOUT_MS`] for a body, no brokers), for a caller that drives
 /// requests in its own process (the fuzz target of the request bodies).
 pub fn router(hook: Hook, tokens: Tokens) -> axum::Router {
-    let app = App { hook: Hooks::One(hook), tokens, outbox: None };
+    let app = App { hook: Hooks::One(hook), tokens, outbox: None, routing: None };
     routes::router(Arc::new(app), Duration::from_millis(READ_TIMEOUT_MS))
 }
 
@@ -226,6 +226,9 @@ pub enum ServeError {
     /// restarted (the ledger holds everything answered).
     #[error("{0}; serve stopped so that it can be restarted")]
     WriterStopped(String),
+    /// The node serving through it asked it to stop.
+    #[error("{0}")]
+    Stopped(String),
 }
 
 /// Serves the hook on the ledger at `ledger_path` until SIGTERM or Ctrl-C. `listening` is told where once the server
@@ -254,8 +257,8 @@ pub fn run(
         None => None,
     };
     let outbox = publisher.as_ref().map(|p| Outboxes::One(p.health()));
-    let app = App { hook: Hooks::One(hook), tokens, outbox };
-    serve(app, writers, publisher.into_iter().collect(), prepared, &settings, listening)
+    let app = App { hook: Hooks::One(hook), tokens, outbox, routing: None };
+    serve(app, writers, publisher.into_iter().collect(), prepared, &settings, listening, None)
 }
 
 /// [`run`] over every shard of `dir` (contract §9.4), each request in its tenant's shard ([`hook::Shards`]):
@@ -285,9 +288,38 @@ pub fn run_shards(
     drop(held);
     let outbox = (!publishers.is_empty())
         .then(|| Outboxes::Shards(publishers.iter().map(|(p, publisher)| (*p, publisher.health())).collect()));
-    let app = App { hook: Hooks::Shards(Arc::new(shards)), tokens, outbox };
+    let app = App { hook: Hooks::Shards(Arc::new(shards)), tokens, outbox, routing: None };
     let publishers = publishers.into_iter().map(|(_, publisher)| publisher).collect();
-    serve(app, writers, publishers, prepared, &settings, listening)
+    serve(app, writers, publishers, prepared, &settings, listening, None)
+}
+
+/// Who owns each partition of a cluster, as a `node` knows it from the routing catalog: what `GET /v1/routing`
+/// answers and the owner a 421 names.
+pub trait Routing: Send + Sync {
+    /// The URL of `partition`'s owner, if the catalog names one.
+    fn owner_url(&self, partition: u32) -> Option<String>;
+    /// The body of `GET /v1/routing`: `{partitions, owners: [{partition, node_id, url, epoch}]}`.
+    fn table(&self) -> serde_json::Value;
+}
+
+/// Why a `node` asks its server to stop (its consumer failed, say): said in [`ServeError::Stopped`].
+pub type StopAsked = std::pin::Pin<Box<dyn std::future::Future<Output = String> + Send>>;
+
+/// [`run_shards`] for a node of a cluster: the router `shards` holds the partitions Kafka gives the node and changes
+/// while it serves (the node adds and removes them); `routing` names the owners of the others. Serves until SIGTERM or
+/// Ctrl-C, a writer stopped on a panic, or `stop` answers. Waiting for the shards' writers to close is the node's.
+pub fn run_node(
+    shards: Arc<Shards>,
+    routing: Arc<dyn Routing>,
+    settings: ServeSettings,
+    listening: impl FnOnce(Listening) -> std::io::Result<()>,
+    stop: StopAsked,
+) -> Result<(), ServeError> {
+    let prepared = prepare(&settings)?;
+    let tokens = Tokens::read(&settings.tokens)?;
+    let prepared = Prepared { tls: settings.tls.as_ref().map(tls::acceptor).transpose()?, ..prepared };
+    let app = App { hook: Hooks::Shards(shards), tokens, outbox: None, routing: Some(routing) };
+    serve(app, Vec::new(), Vec::new(), prepared, &settings, listening, Some(stop))
 }
 
 /// What is checked and made before a hook starts: the listening address allowed, the bound of connections, and
@@ -315,8 +347,11 @@ fn serve(
     prepared: Prepared,
     settings: &ServeSettings,
     listening: impl FnOnce(Listening) -> std::io::Result<()>,
+    stop: Option<StopAsked>,
 ) -> Result<(), ServeError> {
     let watched = app.hook.clone();
+    let stop_reason = Arc::new(std::sync::Mutex::new(None));
+    let said = Arc::clone(&stop_reason);
     let app = Arc::new(app);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(ServeError::Runtime)?;
     let read_timeout = Duration::from_millis(settings.read_timeout_ms.max(1));
@@ -340,8 +375,20 @@ fn serve(
             );
             tokio::time::sleep(Duration::from_millis(WRITER_STOPPED_EXIT_MS)).await;
         };
+        let asked = async move {
+            let stop = async move {
+                match stop {
+                    Some(stop) => stop.await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = writer_stopped => {}
+                why = stop => *said.lock().unwrap_or_else(|e| e.into_inner()) = Some(why),
+            }
+        };
         let router = routes::router(Arc::clone(&app), read_timeout);
-        let stopped = connections::serve_connections(listener, router, accepting, writer_stopped).await;
+        let stopped = connections::serve_connections(listener, router, accepting, asked).await;
         Ok::<_, ServeError>((stopped, app.hook.last_failure()))
     });
     let (stopped, last_failure) = served?;
@@ -363,6 +410,9 @@ fn serve(
     match stopped {
         connections::Stop::Signal => Ok(()),
         connections::Stop::Asked => {
+            if let Some(why) = stop_reason.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                return Err(ServeError::Stopped(why));
+            }
             let why = last_failure.unwrap_or_else(|| "the hook's writer stopped".to_string());
             Err(ServeError::WriterStopped(why))
         }

@@ -28,6 +28,47 @@ pub(crate) struct App {
     /// With brokers: the outbox as the publisher last saw it, for `/healthz`; one per shard with `--data`, by
     /// partition.
     pub(crate) outbox: Option<Outboxes>,
+    /// In a cluster (`node`): who owns each partition, for `GET /v1/routing` and the owner a 421 names.
+    pub(crate) routing: Option<Arc<dyn crate::Routing>>,
+}
+
+impl App {
+    /// The hook's answer, a request of `partition` (when known) that this server does not serve answered 421 with
+    /// the owner the routing catalog names (docs/services.md, "Routing"), so that a client corrects its cache at once.
+    fn decided_for(&self, partition: Option<u32>, result: Result<Decision, HookError>) -> Response {
+        match result {
+            Ok(decision) => decision_response(decision),
+            Err(e) => self.refused(partition, e),
+        }
+    }
+
+    fn refused(&self, partition: Option<u32>, e: HookError) -> Response {
+        let partition = match &e {
+            HookError::NotServing { partition, .. } => Some(*partition),
+            HookError::Fenced(_) => partition,
+            _ => return hook_error(e),
+        };
+        let owner = match (&self.routing, partition) {
+            (Some(routing), Some(partition)) => routing.owner_url(partition),
+            _ => None,
+        };
+        let body = serde_json::json!({
+            "error": "not_serving",
+            "code": "NOT_SERVING",
+            "message": e.to_string(),
+            "partition": partition,
+            "owner": owner,
+        });
+        (StatusCode::MISDIRECTED_REQUEST, Json(body)).into_response()
+    }
+
+    /// The partition of `tenant` when this server routes by partition.
+    fn partition_of(&self, tenant: &str) -> Option<u32> {
+        match &self.hook {
+            Hooks::One(_) => None,
+            Hooks::Shards(shards) => Some(shards.partition_of(tenant)),
+        }
+    }
 }
 
 /// The outbox publishers' health: the ledger's one, or each shard's.
@@ -63,6 +104,7 @@ impl Outboxes {
 pub(crate) fn router(app: Arc<App>, read_timeout: Duration) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/v1/routing", get(routing))
         .route("/v1/check", post(check))
         .route("/v1/reservations", post(reserve))
         .route("/v1/reservations/{id}/commit", post(commit))
@@ -133,6 +175,18 @@ async fn healthz(State(app): State<Arc<App>>) -> (axum::http::StatusCode, Json<s
     (code, Json(body))
 }
 
+/// `GET /v1/routing`: the partition count and each partition's owner (docs/services.md, "Routing"), for any valid
+/// token; 404 on a server that is not a node of a cluster.
+async fn routing(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    if let Err(unauthorized) = app.tokens.caller(&headers) {
+        return unauthorized.into_response();
+    }
+    match &app.routing {
+        Some(routing) => (StatusCode::OK, Json(routing.table())).into_response(),
+        None => error(StatusCode::NOT_FOUND, "not_found", "this server is not a node of a cluster: it has no routing"),
+    }
+}
+
 fn forbidden(tenant: &str) -> Response {
     error(StatusCode::FORBIDDEN, "forbidden", format!("this token does not cover tenant {tenant:?}"))
 }
@@ -158,20 +212,16 @@ fn admit<T>(
     Ok((caller, request))
 }
 
-fn decided(result: Result<Decision, HookError>) -> Response {
-    match result {
-        Ok(decision) => decision_response(decision),
-        Err(e) => hook_error(e),
-    }
-}
-
 async fn check(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
     body: Result<Json<CheckRequest>, JsonRejection>,
 ) -> Response {
     match admit(&app, &headers, body, |r: &CheckRequest| &r.tenant) {
-        Ok((caller, request)) => decided(app.hook.check_async_as(request, &caller.name).await),
+        Ok((caller, request)) => {
+            let partition = app.partition_of(&request.tenant);
+            app.decided_for(partition, app.hook.check_async_as(request, &caller.name).await)
+        }
         Err(refused) => *refused,
     }
 }
@@ -182,7 +232,10 @@ async fn reserve(
     body: Result<Json<ReserveRequest>, JsonRejection>,
 ) -> Response {
     match admit(&app, &headers, body, |r: &ReserveRequest| &r.tenant) {
-        Ok((caller, request)) => decided(app.hook.reserve_async_as(request, &caller.name).await),
+        Ok((caller, request)) => {
+            let partition = app.partition_of(&request.tenant);
+            app.decided_for(partition, app.hook.reserve_async_as(request, &caller.name).await)
+        }
         Err(refused) => *refused,
     }
 }
@@ -207,7 +260,10 @@ async fn commit(
         Ok(body) => body,
         Err(rejection) => return bad_json(rejection),
     };
-    close_response(app.hook.close_async(&id, ReservationAction::COMMIT, body.amount, scope).await)
+    match app.hook.close_async(&id, ReservationAction::COMMIT, body.amount, scope).await {
+        Err(e) => app.refused(None, e),
+        closed => close_response(closed),
+    }
 }
 
 async fn release(State(app): State<Arc<App>>, UrlPath(id): UrlPath<String>, headers: HeaderMap) -> Response {
@@ -215,5 +271,8 @@ async fn release(State(app): State<Arc<App>>, UrlPath(id): UrlPath<String>, head
         Ok(caller) => caller.scope,
         Err(unauthorized) => return unauthorized.into_response(),
     };
-    close_response(app.hook.close_async(&id, ReservationAction::RELEASE, 0, scope).await)
+    match app.hook.close_async(&id, ReservationAction::RELEASE, 0, scope).await {
+        Err(e) => app.refused(None, e),
+        closed => close_response(closed),
+    }
 }

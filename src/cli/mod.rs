@@ -8,6 +8,7 @@ pub mod export;
 pub mod generate;
 pub mod ingest;
 pub mod kafka_args;
+pub mod node;
 pub mod produce;
 pub mod quarantine;
 pub mod reconcile;

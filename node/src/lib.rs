@@ -1,0 +1,193 @@
+//! A node of a quota-ledger cluster (docs/contract.md §9.4; docs/operators.md, "A cluster of nodes"): one process that
+//! joins the cluster's consumer group and, for each partition Kafka assigns it, keeps shard p in its own `--data`
+//! directory up to date from partition p of every input topic and serves the hook for the tenants of p; it answers
+//! the others 421 naming their owner from the routing catalog (`quota.routing`). Kafka is the whole distributed
+//! engine: the group decides who owns what, the brokers fence a previous owner's writes ([`kafka::fence`]), and the
+//! topics are the truth every shard is rebuilt from. No membership or consensus of our own.
+//!
+//! With durability replicated (the default) the hook publishes each group's events to their topics, acknowledged by
+//! every in-sync replica, before it records and answers them ([`hook::replicate`]): a node may die with its disk and
+//! lose nothing a caller was told.
+
+#![deny(missing_docs)]
+
+mod ownership;
+mod publisher;
+
+use std::sync::Arc;
+
+use hook::{HookSettings, Shards};
+use ingest::{KafkaIngestError, KafkaIngestSettings};
+use kafka::routing::{RoutingCatalog, RoutingError, RoutingWriter};
+use kafka::topics::{ClientRole, PartitionCountError, Topics};
+use ledger::shards::ShardDir;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use serve::{Listening, ServeError, ServeSettings};
+
+pub use ownership::{Identity, Ownership};
+pub use publisher::FencedPublisher;
+
+/// How a node is run (`quota-ledger node`).
+#[derive(Debug, Clone)]
+pub struct NodeSettings {
+    /// The directory of this node's shards.
+    pub data: ShardDir,
+    /// Kafka bootstrap servers.
+    pub brokers: String,
+    /// The cluster's name (its consumer group is `quota-ledger-cluster-NAME`); by default the Kafka cluster's id, so
+    /// that every node of one Kafka cluster joins the same group without being told.
+    pub cluster: Option<String>,
+    /// This node's id in the routing catalog.
+    pub node_id: String,
+    /// The URL clients reach this node at (`--advertise`).
+    pub advertise: String,
+    /// Listening, tokens, TLS and the hook's settings: as `serve`'s.
+    pub serve: ServeSettings,
+    /// Publish each group through the shard's fence before recording it (durability replicated).
+    pub replicated: bool,
+    /// The input topics.
+    pub topics: Topics,
+    /// librdkafka settings (`-X key=value`).
+    pub overrides: Vec<(String, String)>,
+}
+
+/// A node could not start, or stopped on an error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// The input topics' partition count could not be read or differs between topics.
+    #[error("cannot learn the partition count of the input topics")]
+    Partitions(#[source] PartitionCountError),
+    /// No Kafka cluster id and no `--cluster` name.
+    #[error("the brokers at {brokers} did not give their cluster id; name the cluster with --cluster")]
+    ClusterId {
+        /// Kafka bootstrap servers.
+        brokers: String,
+    },
+    /// A Kafka client could not be made.
+    #[error("cannot create a Kafka client for {brokers}: {reason}")]
+    Client {
+        /// Kafka bootstrap servers.
+        brokers: String,
+        /// librdkafka's reason.
+        reason: String,
+    },
+    /// The routing catalog could not be read or written.
+    #[error(transparent)]
+    Routing(#[from] RoutingError),
+    /// Ingest stopped.
+    #[error("ingest stopped")]
+    Ingest(#[source] KafkaIngestError),
+    /// The HTTP server stopped on an error.
+    #[error(transparent)]
+    Serve(#[from] ServeError),
+}
+
+/// The consumer group of cluster `cluster`.
+pub fn group_of(cluster: &str) -> String {
+    format!("quota-ledger-cluster-{cluster}")
+}
+
+/// Runs the node until SIGTERM or Ctrl-C (or an error): `listening` is told where it listens.
+pub fn run(settings: NodeSettings, listening: impl FnOnce(Listening) -> std::io::Result<()>) -> Result<(), NodeError> {
+    let brokers = settings.brokers.clone();
+    let overrides = settings.overrides.clone();
+    let partitions =
+        kafka::topics::common_partition_count_at(&brokers, &overrides, ClientRole::Consumer, &settings.topics)
+            .map_err(NodeError::Partitions)?;
+    let cluster = match settings.cluster.clone() {
+        Some(cluster) => cluster,
+        None => cluster_id(&brokers, &overrides)?,
+    };
+    let group = group_of(&cluster);
+    log::info!(
+        "node {}: cluster {cluster} (group {group}), {partitions} partitions, shards in {}, durability {}",
+        settings.node_id,
+        settings.data.dir().display(),
+        if settings.replicated { "replicated" } else { "local" }
+    );
+    let hook_settings: HookSettings = settings.serve.hook;
+    let shards = Arc::new(Shards::new(settings.data.clone(), partitions, hook_settings));
+    let catalog = Arc::new(RoutingCatalog::follow(&brokers, &overrides)?);
+    let writer = RoutingWriter::new(&brokers, &overrides)?;
+    let identity = Identity {
+        cluster,
+        node_id: settings.node_id.clone(),
+        url: settings.advertise.clone(),
+        brokers: brokers.clone(),
+        overrides: overrides.clone(),
+        topics: settings.topics.clone(),
+        replicated: settings.replicated,
+    };
+    let ownership = Arc::new(
+        Ownership::new(identity, settings.data.clone(), Arc::clone(&shards), Arc::clone(&catalog), writer)
+            .map_err(|e| NodeError::Client { brokers: brokers.clone(), reason: e.to_string() })?,
+    );
+
+    let mut ingest = KafkaIngestSettings::new(brokers.clone(), group);
+    ingest.topics = settings.topics.clone();
+    ingest.overrides = overrides.clone();
+    ingest.publish_checkpoints = false;
+    ingest.listener = Some(Arc::new(ownership::Listener(Arc::clone(&ownership))));
+    let stop_ingest = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<String>();
+    let ingest_thread = {
+        let dir = settings.data.clone();
+        let stop = Arc::clone(&stop_ingest);
+        std::thread::Builder::new()
+            .name("node-ingest".into())
+            .spawn(move || {
+                let ran = ingest::ingest_kafka_shards(&dir, &ingest, &stop, |_| {});
+                let why = match &ran {
+                    Ok(_) => "ingest ended".to_string(),
+                    Err(error) => format!("ingest stopped: {}", ledger::causes(error)),
+                };
+                drop(ended_tx.send(why));
+                ran
+            })
+            .map_err(|e| NodeError::Client { brokers: brokers.clone(), reason: e.to_string() })?
+    };
+    let stop: serve::StopAsked = Box::pin(async move { ended_rx.await.unwrap_or_else(|_| "ingest ended".into()) });
+    let routing = Arc::new(CatalogView { catalog: Arc::clone(&catalog), partitions });
+    let served = serve::run_node(Arc::clone(&shards), routing, settings.serve.clone(), listening, stop);
+    ownership.stop();
+    stop_ingest.store(true, std::sync::atomic::Ordering::Relaxed);
+    let ingested = ingest_thread.join().unwrap_or_else(|_| Ok(Default::default()));
+    served?;
+    ingested.map(|_| ()).map_err(NodeError::Ingest)
+}
+
+/// The Kafka cluster's id, which names the cluster by default.
+fn cluster_id(brokers: &str, overrides: &[(String, String)]) -> Result<String, NodeError> {
+    let client: BaseConsumer = kafka::config::routing_reader(brokers, overrides)
+        .create()
+        .map_err(|e| NodeError::Client { brokers: brokers.to_string(), reason: e.to_string() })?;
+    client
+        .client()
+        .fetch_cluster_id(std::time::Duration::from_secs(10))
+        .filter(|id| !id.is_empty())
+        .ok_or_else(|| NodeError::ClusterId { brokers: brokers.to_string() })
+}
+
+/// The routing catalog as `serve` shows it.
+struct CatalogView {
+    catalog: Arc<RoutingCatalog>,
+    partitions: u32,
+}
+
+impl serve::Routing for CatalogView {
+    fn owner_url(&self, partition: u32) -> Option<String> {
+        self.catalog.table().owner(partition).map(|owner| owner.url.clone())
+    }
+
+    fn table(&self) -> serde_json::Value {
+        let table = self.catalog.table();
+        let owners: Vec<serde_json::Value> = table
+            .entries()
+            .map(
+                |o| serde_json::json!({"partition": o.partition, "node_id": o.node_id, "url": o.url, "epoch": o.epoch}),
+            )
+            .collect();
+        serde_json::json!({"partitions": self.partitions, "owners": owners})
+    }
+}

@@ -1,0 +1,275 @@
+//! What a node does when Kafka gives it a partition, and when Kafka takes it back (issue "past one machine";
+//! docs/architecture.md, "Nodes").
+//!
+//! Given partition p: acquire the shard's fence (durability replicated: the previous owner's publishes are refused
+//! by the brokers from now on), note the input topics' ends *after* that, let ingest bring shard p up to them (what
+//! the previous owner published is then in the shard), start the hook for p and record the ownership in the routing
+//! catalog. Until then a request for p is answered 421 naming the catalog's owner. Taken back: stop answering for p
+//! at once, let the requests in flight finish, and let ingest close the shard.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hook::{Replicate, Shards};
+use kafka::fence::ShardFence;
+use kafka::routing::{RoutingCatalog, RoutingEntry, RoutingWriter};
+use kafka::topics::Topics;
+use ledger::shards::ShardDir;
+use outbox::OutboxTopics;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+
+use crate::publisher::FencedPublisher;
+
+/// How often a partition being caught up compares its shard's offsets with the topics' ends.
+const CATCH_UP_LOOK_MS: u64 = 50;
+/// How long a shard's offsets stay below the topics' ends before the node looks whether anything is left there.
+const STILL_MS: u64 = 1_000;
+/// How long that look waits for a message.
+const LOOK_WAIT_MS: u64 = 500;
+/// How long a broker request (the topics' ends) may take.
+const BROKER_WAIT_MS: u64 = 10_000;
+/// How long a revoked partition's hook may take to answer what it was given and close the shard.
+const CLOSE_WAIT_MS: u64 = 10_000;
+
+/// Who this node is and where it writes.
+#[derive(Clone)]
+pub struct Identity {
+    /// The cluster's name: the consumer group and the fences' transactional ids are named after it.
+    pub cluster: String,
+    /// `--node-id`.
+    pub node_id: String,
+    /// `--advertise`: the URL clients reach this node at.
+    pub url: String,
+    /// Kafka bootstrap servers.
+    pub brokers: String,
+    /// `-X` settings.
+    pub overrides: Vec<(String, String)>,
+    /// The input topics.
+    pub topics: Topics,
+    /// Whether each shard's groups are published through its fence before they are recorded.
+    pub replicated: bool,
+}
+
+/// The partitions of a node (see the module).
+pub struct Ownership {
+    identity: Identity,
+    dir: ShardDir,
+    shards: Arc<Shards>,
+    catalog: Arc<RoutingCatalog>,
+    writer: Mutex<RoutingWriter>,
+    /// Each assignment's number: a catch-up of an assignment since revoked gives up.
+    assignments: AtomicU64,
+    current: Mutex<BTreeMap<u32, u64>>,
+    /// The ends of the input topics are asked through this client (no group).
+    watermarks: BaseConsumer,
+    stopping: AtomicBool,
+}
+
+impl Ownership {
+    /// The node's partitions: none yet.
+    pub fn new(
+        identity: Identity,
+        dir: ShardDir,
+        shards: Arc<Shards>,
+        catalog: Arc<RoutingCatalog>,
+        writer: RoutingWriter,
+    ) -> Result<Ownership, rdkafka::error::KafkaError> {
+        // The log's true end, not the last stable offset: a broker that fences by the epoch alone keeps the owner's
+        // transaction open, and its last stable offset stays at that transaction's first record.
+        let mut config = kafka::config::routing_reader(&identity.brokers, &identity.overrides);
+        config.set("isolation.level", "read_uncommitted");
+        let watermarks: BaseConsumer = config.create()?;
+        Ok(Ownership {
+            identity,
+            dir,
+            shards,
+            catalog,
+            writer: Mutex::new(writer),
+            assignments: AtomicU64::new(0),
+            current: Mutex::new(BTreeMap::new()),
+            watermarks,
+            stopping: AtomicBool::new(false),
+        })
+    }
+
+    /// Kafka gave this node `partition` (ingest has opened its shard): fence, then catch up and serve in the
+    /// background.
+    pub fn assigned(self: &Arc<Self>, partition: u32) {
+        let number = self.assignments.fetch_add(1, Ordering::Relaxed) + 1;
+        self.current.lock().unwrap_or_else(|e| e.into_inner()).insert(partition, number);
+        // Acquired here, in the rebalance, before the topics' ends are read: whatever the previous owner published
+        // before it was fenced is below those ends, and nothing after.
+        let publisher: Option<Box<dyn Replicate>> = if self.identity.replicated {
+            match ShardFence::acquire(
+                &self.identity.brokers,
+                &self.identity.cluster,
+                partition,
+                &self.identity.overrides,
+            ) {
+                Ok(fence) => Some(Box::new(FencedPublisher::new(fence, OutboxTopics::defaults()))),
+                Err(error) => {
+                    log::error!(
+                        "node: partition {partition}: cannot acquire its shard's fence ({error}); not serving it"
+                    );
+                    return;
+                }
+            }
+        } else {
+            None
+        };
+        let ownership = Arc::clone(self);
+        let spawned = std::thread::Builder::new()
+            .name(format!("catch-up-{partition}"))
+            .spawn(move || ownership.catch_up_then_serve(partition, number, publisher));
+        if let Err(error) = spawned {
+            log::error!("node: partition {partition}: cannot start its catch-up ({error}); not serving it");
+        }
+    }
+
+    /// Kafka takes `partition` back: stop answering for it at once; its hook answers what it was given and closes
+    /// the shard before ingest closes it.
+    pub fn revoked(&self, partition: u32) {
+        self.current.lock().unwrap_or_else(|e| e.into_inner()).remove(&partition);
+        if let Some(stopped) = self.shards.remove(partition)
+            && !stopped.wait(Duration::from_millis(CLOSE_WAIT_MS))
+        {
+            log::warn!("node: partition {partition}: its hook had not closed the shard after {CLOSE_WAIT_MS} ms");
+        }
+    }
+
+    /// Stops every partition (the node is stopping).
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::Relaxed);
+        for partition in self.shards.held() {
+            self.revoked(partition);
+        }
+    }
+
+    fn still_assigned(&self, partition: u32, number: u64) -> bool {
+        !self.stopping.load(Ordering::Relaxed)
+            && self.current.lock().unwrap_or_else(|e| e.into_inner()).get(&partition) == Some(&number)
+    }
+
+    fn catch_up_then_serve(&self, partition: u32, number: u64, publisher: Option<Box<dyn Replicate>>) {
+        let started = Instant::now();
+        let ends = match self.ends(partition) {
+            Ok(ends) => ends,
+            Err(error) => {
+                log::error!("node: partition {partition}: cannot read the topics' ends ({error}); not serving it");
+                return;
+            }
+        };
+        let mut last: Option<(BTreeMap<String, i64>, Instant)> = None;
+        loop {
+            if !self.still_assigned(partition, number) {
+                return;
+            }
+            match self.stored(partition) {
+                Ok(stored) if ends.iter().all(|(topic, end)| stored.get(topic).copied().unwrap_or(0) >= *end) => break,
+                // Below an end but still for a while: only transaction markers may be left there (consumers never
+                // see them, so ingest stores no offset past them). Caught up when nothing is left to read.
+                Ok(stored) => match &last {
+                    Some((before, since)) if *before == stored => {
+                        if since.elapsed() >= Duration::from_millis(STILL_MS)
+                            && self.nothing_left(partition, &stored, &ends)
+                        {
+                            break;
+                        }
+                    }
+                    _ => last = Some((stored, Instant::now())),
+                },
+                Err(error) => log::warn!("node: partition {partition}: reading its shard's offsets: {error}"),
+            }
+            std::thread::sleep(Duration::from_millis(CATCH_UP_LOOK_MS));
+        }
+        if let Err(error) = self.shards.add_replicated(partition, publisher) {
+            log::error!("node: partition {partition}: cannot start its hook ({error}); not serving it");
+            return;
+        }
+        if !self.still_assigned(partition, number) {
+            self.shards.remove(partition);
+            return;
+        }
+        let epoch = self.catalog.table().owner(partition).map_or(1, |owner| owner.epoch + 1);
+        let entry = RoutingEntry::now(partition, &self.identity.node_id, &self.identity.url, epoch);
+        if let Err(error) = self.writer.lock().unwrap_or_else(|e| e.into_inner()).publish(&entry) {
+            log::error!("node: partition {partition}: recording the ownership in the catalog failed: {error}");
+        }
+        log::info!(
+            "node: serving partition {partition} (caught up in {} ms, epoch {epoch})",
+            started.elapsed().as_millis()
+        );
+    }
+
+    /// The end (high watermark) of `partition` of every input topic.
+    fn ends(&self, partition: u32) -> Result<BTreeMap<String, i64>, rdkafka::error::KafkaError> {
+        let mut ends = BTreeMap::new();
+        for topic in self.identity.topics.names() {
+            let (_, high) =
+                self.watermarks.fetch_watermarks(topic, partition as i32, Duration::from_millis(BROKER_WAIT_MS))?;
+            ends.insert(topic.to_string(), high);
+        }
+        Ok(ends)
+    }
+
+    /// Whether nothing a consumer would read lies between `stored` and `ends` of `partition` (only transaction
+    /// markers, which consumers never see).
+    fn nothing_left(&self, partition: u32, stored: &BTreeMap<String, i64>, ends: &BTreeMap<String, i64>) -> bool {
+        let mut config = kafka::config::routing_reader(&self.identity.brokers, &self.identity.overrides);
+        config.set("isolation.level", "read_committed");
+        let Ok(reader) = config.create::<BaseConsumer>() else { return false };
+        let mut assignment = rdkafka::TopicPartitionList::new();
+        for (topic, end) in ends {
+            let from = stored.get(topic).copied().unwrap_or(0);
+            if from < *end
+                && assignment.add_partition_offset(topic, partition as i32, rdkafka::Offset::Offset(from)).is_err()
+            {
+                return false;
+            }
+        }
+        if reader.assign(&assignment).is_err() {
+            return false;
+        }
+        let until = Instant::now() + Duration::from_millis(LOOK_WAIT_MS);
+        while Instant::now() < until {
+            match reader.poll(Duration::from_millis(50)) {
+                Some(Ok(_)) => return false,
+                Some(Err(_)) => return false,
+                None => {}
+            }
+        }
+        true
+    }
+
+    /// The next offset shard `partition` stores for each topic.
+    fn stored(&self, partition: u32) -> Result<BTreeMap<String, i64>, String> {
+        let ledger = ledger::Ledger::open_read_only(self.dir.path_of(partition)).map_err(|e| e.to_string())?;
+        let offsets = ledger.offsets().map_err(|e| e.to_string())?;
+        Ok(offsets
+            .into_iter()
+            .filter(|o| i64::from(o.partition) == i64::from(partition))
+            .map(|o| (o.topic, o.next_offset))
+            .collect())
+    }
+}
+
+/// Kafka's assignments as ingest sees them, told to the node's [`Ownership`].
+pub struct Listener(pub Arc<Ownership>);
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "node {}", self.0.identity.node_id)
+    }
+}
+
+impl ingest::PartitionListener for Listener {
+    fn assigned(&self, partition: u32) {
+        self.0.assigned(partition);
+    }
+
+    fn revoked(&self, partition: u32) {
+        self.0.revoked(partition);
+    }
+}

@@ -1,0 +1,89 @@
+//! `node --data DIR --brokers B --listen ADDR --advertise URL --tokens FILE [--node-id ID]`: a node of a cluster
+//! (docs/contract.md §9.4): the partitions Kafka assigns it ingested into their shards in `--data` and served by the
+//! hook; the others answered 421 naming their owner. The `node` crate's work.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use hook::HookSettings;
+use ledger::Durability;
+
+use super::kafka_args::parse_setting;
+
+#[derive(Debug, Args)]
+pub struct NodeArgs {
+    /// Kafka bootstrap servers.
+    #[arg(long, env = "QUOTA_LEDGER_BROKERS")]
+    brokers: String,
+    /// Address to listen on. Other than a loopback address, only with --tls-cert and --tls-key, or with
+    /// --insecure-listen.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// The URL clients reach this node at, recorded in the routing catalog (`http://10.0.0.5:8080`).
+    #[arg(long)]
+    advertise: String,
+    /// TOML file of `[[token]]` tables (as `serve --tokens`).
+    #[arg(long)]
+    tokens: PathBuf,
+    /// This node's id in the routing catalog. Default: the advertised URL.
+    #[arg(long)]
+    node_id: Option<String>,
+    /// The cluster's name: its consumer group is `quota-ledger-cluster-NAME`. Default: the Kafka cluster's id.
+    #[arg(long)]
+    cluster: Option<String>,
+    /// `replicated`: each group's decisions and usage are on their topics (acks=all, through the shard's fenced
+    /// producer) before they are answered, so a node may die with its disk; `full` or `normal`: as serve's,
+    /// the shard's disk alone.
+    #[arg(long, default_value = "replicated", value_parser = ["replicated", "full", "normal"])]
+    durability: String,
+    /// PEM file of the server's certificate chain: serve HTTPS.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM file of the certificate's private key.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Serve plain HTTP on an address other machines can reach.
+    #[arg(long, conflicts_with = "tls_cert")]
+    insecure_listen: bool,
+    /// Requests decided in one shard transaction at most.
+    #[arg(long, default_value_t = HookSettings::default().group_max_requests)]
+    group_max_requests: usize,
+    /// A librdkafka setting, repeatable.
+    #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = parse_setting)]
+    settings: Vec<(String, String)>,
+}
+
+pub fn run(store: &super::Store, args: NodeArgs) -> anyhow::Result<ExitCode> {
+    let super::Store::Shards(dir) = store else {
+        anyhow::bail!("node keeps its shards in a directory: give it --data DIR");
+    };
+    let hook = HookSettings {
+        group_max_requests: args.group_max_requests.max(1),
+        // Replicated: the topics are the durable copy; the shard commits to the operating system's cache.
+        durability: if args.durability == "full" { Durability::Full } else { Durability::Normal },
+        ..HookSettings::default()
+    };
+    let serve = serve::ServeSettings {
+        hook,
+        tls: args.tls_cert.zip(args.tls_key).map(|(certificate, key)| serve::tls::TlsFiles { certificate, key }),
+        insecure_listen: args.insecure_listen,
+        ..serve::ServeSettings::new(args.listen, args.tokens)
+    };
+    let settings = node::NodeSettings {
+        data: dir.clone(),
+        brokers: args.brokers,
+        cluster: args.cluster,
+        node_id: args.node_id.unwrap_or_else(|| args.advertise.clone()),
+        advertise: args.advertise,
+        serve,
+        replicated: args.durability == "replicated",
+        topics: kafka::topics::Topics::defaults(),
+        overrides: args.settings,
+    };
+    let listening = |at| writeln!(super::stdout(), "listening on {at}");
+    node::run(settings, listening)?;
+    Ok(ExitCode::SUCCESS)
+}
