@@ -32,6 +32,22 @@ fn bench_append_measures_the_ledger_beside_bare_inserts() {
     assert!((ratio - ledger / bare).abs() < 1e-9, "ratio is the ledger's rate over the bare inserts': {figures}");
 }
 
+// `bench ingest` appends the same month into 1 and 2 shards, every message given to exactly one shard.
+#[test]
+fn bench_ingest_measures_one_shard_and_two() {
+    let figures = bench_json(&["ingest", "--events", "3000", "--tenants", "20", "--rounds", "1"]);
+    let messages = figures["messages"].as_u64().expect("messages");
+    assert_eq!(messages, 3000, "{figures}");
+    let runs = figures["runs"].as_array().expect("runs");
+    assert_eq!(runs.iter().map(|r| r["shards"].as_u64().unwrap()).collect::<Vec<_>>(), [1, 2], "{figures}");
+    for run in runs {
+        positive(run, "messages_per_second");
+        let shares: u64 = run["per_shard"].as_array().unwrap().iter().map(|s| s["messages"].as_u64().unwrap()).sum();
+        assert_eq!(shares, messages, "each message in one shard: {run}");
+    }
+    positive(&figures["speedup"], "2");
+}
+
 #[test]
 fn bench_reconcile_times_a_first_run_and_a_rerun() {
     let figures = bench_json(&["reconcile", "--events", "20000", "--tenants", "10"]);

@@ -120,7 +120,11 @@ fn a_generated_month_goes_into_the_shard_of_each_tenant() {
     let shards: Vec<PathBuf> = shard_files(&data).into_iter().map(|(_, file)| file).collect();
     let sharded = PerTenant::of(&shards);
     assert!(!sharded.usage.is_empty(), "the shards hold usage");
-    assert_eq!(sharded, PerTenant::of(&[single.clone()]), "per tenant, the shards hold what one ledger holds");
+    assert_eq!(
+        sharded,
+        PerTenant::of(std::slice::from_ref(&single)),
+        "per tenant, the shards hold what one ledger holds"
+    );
     let single_status = run_ledger(&single, &["status", "--json"]).success().json();
     assert_eq!(status_sum(&data, "quarantined"), count(&single_status, "quarantined"), "the malformed messages");
     assert_eq!(single_status["misrouted"], serde_json::json!({}), "a ledger of every partition forwards nothing");
@@ -236,7 +240,7 @@ fn sigkill_mid_shard_ingest_loses_nothing_and_counts_nothing_twice() {
     let single = work.path().join("single.db");
     run_ledger(&single, &["ingest", "--brokers", &broker.bootstrap, "--until-caught-up"]).success();
     let shards: Vec<PathBuf> = shard_files(&data).into_iter().map(|(_, file)| file).collect();
-    assert_eq!(PerTenant::of(&shards), PerTenant::of(&[single.clone()]));
+    assert_eq!(PerTenant::of(&shards), PerTenant::of(std::slice::from_ref(&single)));
     let single_status: Value = run_ledger(&single, &["status", "--json"]).success().json();
     assert_eq!(status_sum(&data, "quarantined"), count(&single_status, "quarantined"));
 }

@@ -261,9 +261,10 @@ pub enum KafkaIngestError {
         /// Which topics have which count, or why none was read.
         source: PartitionCountError,
     },
-    /// A shard's writer failed, or a shard could not be opened or closed on a rebalance.
+    /// A shard's writer failed, or a shard could not be opened or closed on a rebalance (boxed: the error stays
+    /// small on the happy path).
     #[error(transparent)]
-    Shard(#[from] ShardWriterError),
+    Shard(Box<ShardWriterError>),
     /// A shard open for writing could not be read for its accepted gaps.
     #[error("cannot read the accepted gaps of shard {partition}")]
     ShardGaps {
@@ -272,6 +273,12 @@ pub enum KafkaIngestError {
         /// Why.
         source: ledger::OpenError,
     },
+}
+
+impl From<ShardWriterError> for KafkaIngestError {
+    fn from(error: ShardWriterError) -> KafkaIngestError {
+        KafkaIngestError::Shard(Box::new(error))
+    }
 }
 
 /// Offsets of one partition the ledger never read and never will, as ingest found them.

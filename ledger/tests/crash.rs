@@ -57,6 +57,7 @@ fn batch(i: u64) -> Batch {
         replayed_from: vec![],
         outbox: false,
         file_progress: None,
+        forwarded: vec![],
     }
 }
 
