@@ -191,8 +191,11 @@ pub fn common_partition_count_at(
         }
         ClientRole::Producer => {
             use rdkafka::producer::Producer;
+            // Metadata only: an idempotent producer would ask the brokers for a producer id, which they keep.
+            let mut config = crate::config::producer(brokers, overrides);
+            config.set("enable.idempotence", "false");
             let producer: rdkafka::producer::BaseProducer<CheckContext> =
-                crate::config::producer(brokers, overrides).create_with_context(CheckContext).map_err(refused)?;
+                config.create_with_context(CheckContext).map_err(refused)?;
             common_partition_count(producer.client(), topics.names())
         }
     }

@@ -136,7 +136,8 @@ fn totals_kept_by_reservation_id_alone_are_rebuilt_by_the_migration() {
     rusqlite::Connection::open(&path)
         .unwrap()
         .execute_batch(
-            "DROP TABLE chain_links; DROP TABLE ledger_identity; DROP TABLE offset_gaps;
+            "DROP TABLE forwarded; DROP TABLE shard_identity;
+             DROP TABLE chain_links; DROP TABLE ledger_identity; DROP TABLE offset_gaps;
              DROP INDEX quarantine_replays_by_link; ALTER TABLE quarantine_replays DROP COLUMN link;
              DELETE FROM commit_totals;
              INSERT INTO commit_totals (tenant, metric, period, amount) VALUES ('org-b', 'tokens', '2026-11', 40);

@@ -34,10 +34,9 @@ pub struct NodeArgs {
     /// The cluster's name: its consumer group is `quota-ledger-cluster-NAME`. Default: the Kafka cluster's id.
     #[arg(long)]
     cluster: Option<String>,
-    /// `replicated`: each group's decisions and usage are on their topics (acks=all, through the shard's fenced
-    /// producer) before they are answered, so a node may die with its disk; `full` or `normal`: as serve's,
-    /// the shard's disk alone.
-    #[arg(long, default_value = "replicated", value_parser = ["replicated", "full", "normal"])]
+    /// `replicated` (the only one built for nodes): each group's decisions and usage are on their topics (acks=all,
+    /// through the shard's fenced producer) before they are answered, so a node may die with its disk.
+    #[arg(long, default_value = "replicated", value_parser = ["replicated"])]
     durability: String,
     /// PEM file of the server's certificate chain: serve HTTPS.
     #[arg(long, value_name = "FILE", requires = "tls_key")]
@@ -63,7 +62,7 @@ pub fn run(store: &super::Store, args: NodeArgs) -> anyhow::Result<ExitCode> {
     let hook = HookSettings {
         group_max_requests: args.group_max_requests.max(1),
         // Replicated: the topics are the durable copy; the shard commits to the operating system's cache.
-        durability: if args.durability == "full" { Durability::Full } else { Durability::Normal },
+        durability: Durability::Normal,
         ..HookSettings::default()
     };
     let serve = serve::ServeSettings {

@@ -87,7 +87,15 @@ impl Broker {
 
     fn tansu_in(storage: &str, port: Option<u16>, dir: Option<&Path>) -> Option<Broker> {
         let broker = Broker::tansu_without_topics(storage, port, dir)?;
-        broker.create_topics();
+        broker.create_topics(3);
+        Some(broker)
+    }
+
+    /// [`Broker::tansu_sqlite`] with topics of `partitions` partitions.
+    pub fn tansu_sqlite_partitions(file: &Path, partitions: u32) -> Option<Broker> {
+        let name = file.file_name().expect("a file name").to_str().expect("UTF-8");
+        let broker = Broker::tansu_without_topics(&format!("sqlite://{name}"), None, file.parent())?;
+        broker.create_topics(partitions);
         Some(broker)
     }
 
@@ -143,11 +151,11 @@ impl Broker {
         self.bootstrap.rsplit(':').next().and_then(|p| p.parse().ok()).expect("host:port")
     }
 
-    fn create_topics(&self) {
+    fn create_topics(&self, partitions: u32) {
         let started = Instant::now();
         loop {
             let output = Command::new(BIN)
-                .args(["topics", "create", "--brokers", &self.bootstrap, "--partitions", "3"])
+                .args(["topics", "create", "--brokers", &self.bootstrap, "--partitions", &partitions.to_string()])
                 .output()
                 .expect("quota-ledger topics create runs");
             if output.status.success() {

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 pub mod brokers;
+pub mod nodes;
 
 use apache_avro::{Codec, Writer};
 use schemas::*;

@@ -1,0 +1,189 @@
+//! A cluster on a real broker (Tansu, `sqlite://`), as an operator runs one: three nodes on their own loopback
+//! addresses share six partitions; clients reach every tenant through the routing client while one node is killed
+//! and restarted and another is paused past its session timeout (SIGSTOP), its partitions taken by a fourth node's
+//! join, and resumed. Afterwards every decision
+//! answered allowed is recorded exactly once in its partition's shard, no tenant got past its HARD limit, the paused
+//! node answered nothing for the partitions it lost (the brokers refused its writes), and the catalog names one live
+//! owner per partition.
+//!
+//! Tansu 0.6.0 drops a dead group member only when a join arrives after that member's session expired: as a
+//! supervisor would, the test restarts a killed node after the session timeout, and a new node joins after the
+//! paused one's session expired; both are that join.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use schemas::partition::partition_of;
+use support::brokers::Broker;
+use support::nodes::*;
+use support::*;
+
+const P: u32 = 6;
+const LIMIT: i64 = 25;
+const TENANTS: usize = 24;
+const CLIENTS: usize = 64;
+
+/// Every answer a client got: (tenant, status, decision id when decided).
+type Answers = Arc<Mutex<Vec<(String, u16, Option<String>)>>>;
+
+fn plan_default(dir: &std::path::Path, brokers: &str) {
+    let policy = dir.join("policy.jsonl");
+    let line = format!(
+        "{{\"event_id\":\"plan-requests-v1\",\"occurred_at\":\"2026-01-01T00:00:00Z\",\"tenant\":\"*\",\"subject\":null,\
+         \"metric\":\"requests\",\"source\":\"ops\",\"policy_id\":\"plan-requests\",\"version\":1,\"scope\":\"TENANT\",\
+         \"limit\":{LIMIT},\"window\":\"MONTH\",\"enforcement\":\"HARD\",\"effective_from\":\"2026-01-01T00:00:00Z\",\
+         \"burst\":null}}\n"
+    );
+    std::fs::write(&policy, line).unwrap();
+    run(&["produce", "--type", "PolicyEvent", "--file", policy.to_str().unwrap(), "--brokers", brokers], b"").success();
+}
+
+/// Decision ids recorded in `shard`'s decision_events.
+fn decisions_in(shard: &std::path::Path) -> Vec<String> {
+    let rows = run(
+        &[
+            "--ledger",
+            shard.to_str().unwrap(),
+            "sql",
+            "SELECT event_id, outcome FROM decision_events",
+            "--format",
+            "json",
+        ],
+        b"",
+    )
+    .success()
+    .json();
+    rows.as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["outcome"] == "ALLOWED")
+        .map(|r| r["event_id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn a_cluster_survives_a_kill_and_fences_a_paused_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(broker) = Broker::tansu_sqlite_partitions(&dir.path().join("tansu.db"), P) else { return };
+    plan_default(dir.path(), &broker.bootstrap);
+    let tokens = tokens(dir.path());
+    let hosts = ["127.0.0.2", "127.0.0.3", "127.0.0.4"];
+    let mut nodes: Vec<Node> = hosts
+        .iter()
+        .enumerate()
+        .map(|(n, host)| {
+            Node::start(&broker.bootstrap, &dir.path().join(format!("n{n}")), &tokens, host, &format!("n{n}"))
+        })
+        .collect();
+    let urls: Vec<String> = nodes.iter().map(|n| n.url.clone()).collect();
+    let all: Vec<&str> = urls.iter().map(String::as_str).collect();
+    routing_of_all(&urls[0], P as usize, &all, 180);
+
+    let tenants: Vec<String> = (0..TENANTS).map(|n| format!("org-{n}")).collect();
+    let answers: Answers = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|c| {
+            let (tenants, answers, stop, seeds) =
+                (tenants.clone(), Arc::clone(&answers), Arc::clone(&stop), urls.clone());
+            std::thread::spawn(move || {
+                let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+                let client = client::Client::new(&seeds, SECRET).unwrap();
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let tenant = &tenants[(c + n) % tenants.len()];
+                    let key = format!("c{c}-{n}");
+                    n += 1;
+                    match client.check(tenant, &ask(tenant, &key)) {
+                        Ok(answer) => {
+                            let id = answer.body["decisionId"].as_str().map(str::to_string);
+                            answers.lock().unwrap().push((tenant.clone(), answer.status, id));
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(200)),
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            })
+        })
+        .collect();
+
+    // A node dies mid-load and comes back after its session timeout, as a supervisor restarts it.
+    std::thread::sleep(Duration::from_secs(5));
+    nodes[1].kill();
+    std::thread::sleep(Duration::from_secs(15));
+    nodes[1].restart();
+    routing_of_all(&urls[0], P as usize, &all, 180);
+
+    // Another is paused past its session timeout; a join after that (the first node restarted) takes its partitions.
+    let before = routing_of_all(&urls[0], P as usize, &all, 60);
+    let paused: BTreeSet<u64> = before.iter().filter(|(_, url)| **url == urls[2]).map(|(p, _)| *p).collect();
+    assert!(!paused.is_empty(), "the node to pause owns partitions: {before:?}");
+    nodes[2].signal(libc::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(15));
+    // A fourth node joins (scaling out, or a supervisor's replacement): the join Tansu needs to drop the paused one.
+    nodes.push(Node::start(&broker.bootstrap, &dir.path().join("n3"), &tokens, "127.0.0.5", "n3"));
+    let urls: Vec<String> = nodes.iter().map(|n| n.url.clone()).collect();
+    let live: Vec<&str> = vec![&urls[0], &urls[1], &urls[3]];
+    let moved = routing_of_all(&urls[1], P as usize, &live, 180);
+    nodes[2].signal(libc::SIGCONT);
+    // At once, before it can learn of the rebalance: asked for tenants of the partitions it lost, it answers none.
+    let mut zombie = Vec::new();
+    for tenant in tenants.iter().filter(|t| paused.contains(&u64::from(partition_of(t, P)))) {
+        if let Some((status, body)) = post(&format!("{}/v1/check", urls[2]), &ask(tenant, &format!("zombie-{tenant}")))
+        {
+            zombie.push((tenant.clone(), status, body));
+        }
+    }
+    std::thread::sleep(Duration::from_secs(8));
+    stop.store(true, Ordering::Relaxed);
+    for client in clients {
+        client.join().unwrap();
+    }
+    let all: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let last = routing_of_all(&urls[1], P as usize, &all, 60);
+
+    let statuses: Vec<u16> = zombie.iter().map(|(_, status, _)| *status).collect();
+    eprintln!("the paused node, resumed, answered {statuses:?} for tenants of the partitions it lost");
+    assert!(!zombie.is_empty(), "the paused node answered after it resumed; its log:\n{}", nodes[2].log());
+    for (tenant, status, body) in &zombie {
+        assert!(
+            ![200, 429].contains(status),
+            "the paused node decided for {tenant} after losing its partition ({status} {body}); moved: {moved:?}"
+        );
+    }
+    for node in &nodes {
+        node.signal(libc::SIGTERM);
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    drop(nodes);
+
+    // Each partition's shard at its last owner holds every decision answered allowed, exactly once.
+    let answers = answers.lock().unwrap();
+    let allowed: Vec<&(String, u16, Option<String>)> = answers.iter().filter(|(_, status, _)| *status == 200).collect();
+    let denied = answers.iter().filter(|(_, status, _)| *status == 429).count();
+    eprintln!("{} answers: {} allowed, {denied} denied", answers.len(), allowed.len());
+    assert!(allowed.len() > 100, "the clients were answered: {} allowed of {}", allowed.len(), answers.len());
+    let mut recorded: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    for (partition, url) in &last {
+        let node = urls.iter().position(|u| u == url).unwrap();
+        let shard = dir.path().join(format!("n{node}")).join(format!("shard-{partition:04}.db"));
+        recorded.insert(*partition as u32, decisions_in(&shard));
+    }
+    for ids in recorded.values() {
+        assert_eq!(ids.iter().collect::<BTreeSet<_>>().len(), ids.len(), "a decision recorded twice");
+    }
+    let mut per_tenant: BTreeMap<&str, i64> = BTreeMap::new();
+    for (tenant, _, id) in &allowed {
+        let id = id.as_ref().expect("an allowed answer names its decision");
+        let partition = partition_of(tenant, P);
+        assert!(recorded[&partition].contains(id), "allowed decision {id} of {tenant} is in shard {partition}");
+        *per_tenant.entry(tenant).or_default() += 1;
+    }
+    for (tenant, count) in per_tenant {
+        assert!(count <= LIMIT, "{tenant} was allowed {count} requests, past its HARD limit of {LIMIT}");
+    }
+}
