@@ -49,6 +49,10 @@ enum Command {
     Status(cli::status::StatusArgs),
     /// Recompute the hash chain; exit 1 naming the first bad entry.
     Verify(cli::verify::VerifyArgs),
+    /// A consistent copy of the ledger (or of every shard) while it runs, with a manifest of the head it covers.
+    Backup(cli::backup::BackupArgs),
+    /// A backup back into place (a new --ledger or --data), verified against its manifest first.
+    Restore(cli::backup::RestoreArgs),
     /// The nightly job: judge windows, reservations, duplicates and late usage; record adjustments as deltas.
     Reconcile(cli::reconcile::ReconcileArgs),
     /// Billing exports (docs/contract.md §5, docs/contract.md §7).
@@ -91,6 +95,8 @@ fn main() -> ExitCode {
         Command::Route(args) => cli::route::run(args),
         Command::Status(args) => cli::status::run(&store, args),
         Command::Verify(args) => cli::verify::run(&store, args),
+        Command::Backup(args) => cli::backup::backup(&store, args),
+        Command::Restore(args) => cli::backup::restore(&store, args),
         Command::Reconcile(args) => cli::reconcile::run(&store, args),
         Command::Export(command) => cli::export::run(&store, command),
         Command::Audit(command) => cli::audit::run(&store, command),

@@ -293,3 +293,42 @@ fn reconcile_over_shards_is_the_single_ledgers() {
     shards.run(&["reconcile", "--as-of", "2026-12-02T00:00:00Z"]).success();
     assert_same_exports(&month, &shards, &[], "after reconcile");
 }
+
+// Proves a set of shards is backed up and restored whole: each copy verified against its manifest, the restored
+// set bills byte for byte as the original, and a restore onto shards already present restores nothing.
+#[test]
+fn a_set_of_shards_is_backed_up_and_restored_whole() {
+    let month = Month::generate("20", "2000");
+    let shards = month.shards(3);
+    let backup = shards.dir.path().join("backup");
+    let taken = shards.run(&["backup", "--to", backup.to_str().unwrap(), "--json"]).success().json();
+    let manifests = taken.as_array().unwrap();
+    assert_eq!(manifests.len(), 3, "one manifest per shard: {taken}");
+    let recorded: u64 = manifests.iter().map(|m| count(m, "events_recorded")).sum();
+    let status = shards.run(&["status", "--json"]).success().json();
+    let in_shards: u64 = status["shards"].as_array().unwrap().iter().map(|s| count(s, "events_recorded")).sum();
+    assert_eq!(recorded, in_shards, "the backup holds every shard's events: {status}");
+
+    let restored = Shards::new();
+    let answer = restored.run(&["restore", "--from", backup.to_str().unwrap(), "--json"]).success().json();
+    assert_eq!(answer.as_array().unwrap().len(), 3, "{answer}");
+    restored.run(&["verify"]).success();
+    for format in ["csv", "jsonl"] {
+        assert_eq!(
+            export(|a| restored.run(a), format, &[]),
+            export(|a| shards.run(a), format, &[]),
+            "the restored set bills as the original ({format})"
+        );
+    }
+
+    // Onto a set already present: refused before any shard is copied.
+    let again = restored.run(&["restore", "--from", backup.to_str().unwrap()]).expect_code(2);
+    assert!(again.stderr.contains("restore never overwrites a shard"), "{}", again.stderr);
+
+    // A copy missing from the backup: the set is refused, nothing restored.
+    std::fs::remove_file(backup.join("shard-0001.db")).unwrap();
+    let partial = Shards::new();
+    let refused = partial.run(&["restore", "--from", backup.to_str().unwrap()]).expect_code(2);
+    assert!(refused.stderr.contains("not a backup of a set of shards"), "{}", refused.stderr);
+    assert!(!partial.data().exists() || std::fs::read_dir(partial.data()).unwrap().next().is_none());
+}

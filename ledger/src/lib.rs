@@ -37,6 +37,7 @@
 mod append;
 pub mod append_hook;
 mod audit_reads;
+pub mod backup;
 pub mod batch;
 mod billing_reads;
 pub mod chain;

@@ -1,6 +1,7 @@
 //! One module per subcommand. Exit codes: 0 ok, 1 found discrepancies (verify, reconcile), 2 error.
 
 pub mod audit;
+pub mod backup;
 pub mod bench;
 pub mod broker;
 pub mod demo;
