@@ -91,7 +91,12 @@ pub struct KafkaIngestSettings {
     /// Told when a shard's partition is assigned (its shard open) and before it is revoked (its shard still open): a
     /// `node` starts and stops serving the partition. Shards only.
     pub listener: Option<Arc<dyn crate::PartitionListener>>,
+    /// Told each assigned partition's lag every [`LAG_EVERY_MS`] (librdkafka's statistics, turned on for it).
+    pub lag_listener: Option<Arc<dyn crate::LagListener>>,
 }
+
+/// How often a [`KafkaIngestSettings::lag_listener`] is told the lag (`statistics.interval.ms`).
+pub const LAG_EVERY_MS: u64 = 1_000;
 
 /// The consumer group of a ledger that is given none: its own, named after its id, so that two ledgers consuming
 /// the same brokers never split the partitions between them (each would then hold a part of the events, and both
@@ -126,6 +131,7 @@ impl KafkaIngestSettings {
             accept_gaps: Vec::new(),
             publish_checkpoints: true,
             listener: None,
+            lag_listener: None,
         }
     }
 }
@@ -544,11 +550,29 @@ struct IngestContext {
     shared: Arc<Mutex<Shared>>,
     writers: Option<Arc<ShardWriters>>,
     listener: Option<Arc<dyn crate::PartitionListener>>,
+    lag_listener: Option<Arc<dyn crate::LagListener>>,
 }
 
 impl ClientContext for IngestContext {
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
         kafka::log_librdkafka("ingest", level, facility, message);
+    }
+
+    /// The lag of each assigned partition: its high watermark as the fetcher last saw it, less the ledger's next
+    /// offset there (the partition's low watermark when the ledger never read it).
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        let Some(listener) = &self.lag_listener else { return };
+        let shared = self.shared.lock().expect("never poisoned");
+        for (topic, stats) in &statistics.topics {
+            for (&partition, stats) in &stats.partitions {
+                let key = (topic.clone(), partition);
+                if partition < 0 || stats.hi_offset < 0 || !shared.assigned.contains(&key) {
+                    continue;
+                }
+                let next = shared.ledger_offsets.get(&key).copied().unwrap_or(stats.lo_offset.max(0));
+                listener.lag(topic, partition, stats.hi_offset, next);
+            }
+        }
     }
 }
 
@@ -854,8 +878,18 @@ fn make_consumer(
     shared: &Arc<Mutex<Shared>>,
     writers: Option<Arc<ShardWriters>>,
 ) -> Result<BaseConsumer<IngestContext>, KafkaIngestError> {
-    kafka::config::consumer(&settings.brokers, &settings.group, &settings.overrides)
-        .create_with_context(IngestContext { shared: shared.clone(), writers, listener: settings.listener.clone() })
+    let mut config = kafka::config::consumer(&settings.brokers, &settings.group, &settings.overrides);
+    if settings.lag_listener.is_some() {
+        config.set("statistics.interval.ms", LAG_EVERY_MS.to_string());
+    }
+    let context = IngestContext {
+        shared: shared.clone(),
+        writers,
+        listener: settings.listener.clone(),
+        lag_listener: settings.lag_listener.clone(),
+    };
+    config
+        .create_with_context(context)
         .map_err(|source| KafkaIngestError::Consumer { brokers: settings.brokers.clone(), source })
 }
 

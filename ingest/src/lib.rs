@@ -35,6 +35,14 @@ pub trait PartitionListener: Send + Sync + std::fmt::Debug {
     fn revoked(&self, partition: u32);
 }
 
+/// Told, for each assigned partition, its end on the brokers and the ledger's next offset there, from librdkafka's
+/// statistics every [`consumer::LAG_EVERY_MS`] ([`consumer::KafkaIngestSettings::lag_listener`]): the lag an
+/// operator graphs, measured without a request that would hold the consuming loop up.
+pub trait LagListener: Send + Sync + std::fmt::Debug {
+    /// `topic[partition]` ends at `high` (its high watermark); the ledger reads it next at `next`.
+    fn lag(&self, topic: &str, partition: i32, high: i64, next: i64);
+}
+
 /// Most bytes of messages or records (as received) in one ledger append, whatever their count: a batch of
 /// 5,000 messages near Kafka's 1 MB limit would otherwise hold gigabytes in memory before its append.
 pub const BATCH_MAX_BYTES: usize = 16 << 20;

@@ -135,7 +135,7 @@ impl ServeSettings {
 /// limits and token checks as [`run`]'s server ([`READ_TIMEOUT_MS`] for a body, no brokers), for a caller that drives
 /// requests in its own process (the fuzz target of the request bodies).
 pub fn router(hook: Hook, tokens: Tokens) -> axum::Router {
-    let app = App { hook: Hooks::One(hook), tokens, outbox: None, routing: None };
+    let app = App { hook: Hooks::One(hook), tokens, outbox: None, routing: None, metrics: routes::Metrics::new() };
     routes::router(Arc::new(app), Duration::from_millis(READ_TIMEOUT_MS))
 }
 
@@ -257,7 +257,7 @@ pub fn run(
         None => None,
     };
     let outbox = publisher.as_ref().map(|p| Outboxes::One(p.health()));
-    let app = App { hook: Hooks::One(hook), tokens, outbox, routing: None };
+    let app = App { hook: Hooks::One(hook), tokens, outbox, routing: None, metrics: routes::Metrics::new() };
     serve(app, writers, publisher.into_iter().collect(), prepared, &settings, listening, None)
 }
 
@@ -288,7 +288,8 @@ pub fn run_shards(
     drop(held);
     let outbox = (!publishers.is_empty())
         .then(|| Outboxes::Shards(publishers.iter().map(|(p, publisher)| (*p, publisher.health())).collect()));
-    let app = App { hook: Hooks::Shards(Arc::new(shards)), tokens, outbox, routing: None };
+    let app =
+        App { hook: Hooks::Shards(Arc::new(shards)), tokens, outbox, routing: None, metrics: routes::Metrics::new() };
     let publishers = publishers.into_iter().map(|(_, publisher)| publisher).collect();
     serve(app, writers, publishers, prepared, &settings, listening, None)
 }
@@ -318,7 +319,13 @@ pub fn run_node(
     let prepared = prepare(&settings)?;
     let tokens = Tokens::read(&settings.tokens)?;
     let prepared = Prepared { tls: settings.tls.as_ref().map(tls::acceptor).transpose()?, ..prepared };
-    let app = App { hook: Hooks::Shards(shards), tokens, outbox: None, routing: Some(routing) };
+    let app = App {
+        hook: Hooks::Shards(shards),
+        tokens,
+        outbox: None,
+        routing: Some(routing),
+        metrics: routes::Metrics::new(),
+    };
     serve(app, Vec::new(), Vec::new(), prepared, &settings, listening, Some(stop))
 }
 

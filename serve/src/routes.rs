@@ -30,6 +30,22 @@ pub(crate) struct App {
     pub(crate) outbox: Option<Outboxes>,
     /// In a cluster (`node`): who owns each partition, for `GET /v1/routing` and the owner a 421 names.
     pub(crate) routing: Option<Arc<dyn crate::Routing>>,
+    /// What `GET /metrics` answers.
+    pub(crate) metrics: Metrics,
+}
+
+/// The server's figures (`GET /metrics`, docs/operations.md "What to monitor").
+pub(crate) struct Metrics {
+    registry: telemetry::Registry,
+    hook: Arc<telemetry::HookMetrics>,
+}
+
+impl Metrics {
+    pub(crate) fn new() -> Metrics {
+        let mut registry = telemetry::registry();
+        let hook = telemetry::HookMetrics::register(&mut registry);
+        Metrics { registry, hook }
+    }
 }
 
 impl App {
@@ -37,7 +53,11 @@ impl App {
     /// the owner the routing catalog names (docs/services.md, "Routing"), so that a client corrects its cache at once.
     fn decided_for(&self, partition: Option<u32>, result: Result<Decision, HookError>) -> Response {
         match result {
-            Ok(decision) => decision_response(decision),
+            Ok(decision) => {
+                let code = format!("{:?}", decision.code);
+                self.metrics.hook.decided(&code, &decision.metric, decision.policy_version);
+                decision_response(decision)
+            }
             Err(e) => self.refused(partition, e),
         }
     }
@@ -104,11 +124,13 @@ impl Outboxes {
 pub(crate) fn router(app: Arc<App>, read_timeout: Duration) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
         .route("/v1/routing", get(routing))
         .route("/v1/check", post(check))
         .route("/v1/reservations", post(reserve))
         .route("/v1/reservations/{id}/commit", post(commit))
         .route("/v1/reservations/{id}/release", post(release))
+        .layer(axum::middleware::from_fn_with_state(app.clone(), timed))
         .layer(axum::middleware::from_fn(move |request, next| read_body(read_timeout, request, next)))
         .with_state(app)
 }
@@ -138,6 +160,30 @@ async fn read_body(deadline: Duration, request: Request, next: Next) -> Response
             response
         }
     }
+}
+
+/// The time a request for a decision (a check, a reservation) takes from its body read to its answer.
+async fn timed(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    let path = request.uri().path();
+    let decision = path == "/v1/check" || path == "/v1/reservations";
+    let started = std::time::Instant::now();
+    let response = next.run(request).await;
+    if decision {
+        app.metrics.hook.answered(started.elapsed());
+    }
+    response
+}
+
+/// `GET /metrics`: the server's figures in the Prometheus text format (OpenMetrics), without a token, as `/healthz`.
+async fn metrics(State(app): State<Arc<App>>) -> Response {
+    if let Some(outbox) = &app.outbox {
+        let pending = match outbox {
+            Outboxes::One(watch) => watch.latest().pending,
+            Outboxes::Shards(shards) => shards.iter().map(|(_, watch)| watch.latest().pending).sum(),
+        };
+        app.metrics.hook.outbox_pending(pending);
+    }
+    ([(header::CONTENT_TYPE, telemetry::CONTENT_TYPE)], telemetry::encode(&app.metrics.registry)).into_response()
 }
 
 /// Whether reading a body failed on [`BODY_LIMIT_BYTES`], rather than on the connection.

@@ -72,6 +72,10 @@ pub struct IngestArgs {
     /// Print the final report as JSON.
     #[arg(long)]
     json: bool,
+    /// With --brokers: answer `GET /metrics` (Prometheus) on this address: messages, events by outcome, appends and
+    /// each partition's lag (docs/operations.md, "What to monitor").
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<String>,
 }
 
 pub fn run(store: &super::Store, args: IngestArgs) -> anyhow::Result<ExitCode> {
@@ -255,6 +259,20 @@ fn kafka_settings(brokers: &str, args: &IngestArgs) -> anyhow::Result<KafkaInges
     Ok(settings)
 }
 
+/// With `--metrics-listen`: the ingest figures, served on their own listener and told the lag.
+fn start_metrics(
+    args: &IngestArgs,
+    settings: &mut KafkaIngestSettings,
+) -> anyhow::Result<Option<Arc<telemetry::IngestMetrics>>> {
+    let Some(listen) = &args.metrics_listen else { return Ok(None) };
+    let mut registry = telemetry::registry();
+    let metrics = telemetry::IngestMetrics::register(&mut registry);
+    let server = telemetry::MetricsServer::start(listen, Arc::new(std::sync::Mutex::new(registry)))?;
+    eprintln!("ingest: metrics on http://{}/metrics", server.address);
+    settings.lag_listener = Some(metrics.clone());
+    Ok(Some(metrics))
+}
+
 /// SIGINT and SIGTERM set the flag returned. Installed before anything that takes time (the lock, the ledger's
 /// migrations, the key filter): a SIGTERM then stops ingest cleanly, where it killed the process while it was
 /// starting.
@@ -274,9 +292,13 @@ fn run_kafka_shards(shards: &ShardDir, brokers: &str, args: &IngestArgs) -> anyh
         settings.group = default_shards_group(shards.dir())
             .with_context(|| format!("cannot name the consumer group of {}", shards.dir().display()))?;
     }
+    let metrics = start_metrics(args, &mut settings)?;
     let mut display = Display::new();
-    let report = ingest_kafka_shards(shards, &settings, &stop, |progress| display.show(progress))
-        .with_context(|| format!("ingest from {brokers} into {} stopped", shards.dir().display()))?;
+    let report = ingest_kafka_shards(shards, &settings, &stop, |progress| {
+        display.show(progress);
+        metrics.iter().for_each(|m| m.observe(progress));
+    })
+    .with_context(|| format!("ingest from {brokers} into {} stopped", shards.dir().display()))?;
     display.finish();
     print_report(&report, args.json)?;
     Ok(ExitCode::SUCCESS)
@@ -293,9 +315,13 @@ fn run_kafka(ledger_path: &Path, brokers: &str, args: &IngestArgs) -> anyhow::Re
     if args.group.is_none() {
         settings.group = default_group(&ledger.ledger_id()?);
     }
+    let metrics = start_metrics(args, &mut settings)?;
     let mut display = Display::new();
-    let report = ingest_kafka(&mut ledger, &settings, &stop, |progress| display.show(progress))
-        .with_context(|| format!("ingest from {brokers} stopped"))?;
+    let report = ingest_kafka(&mut ledger, &settings, &stop, |progress| {
+        display.show(progress);
+        metrics.iter().for_each(|m| m.observe(progress));
+    })
+    .with_context(|| format!("ingest from {brokers} stopped"))?;
     display.finish();
     print_report(&report, args.json)?;
     Ok(ExitCode::SUCCESS)

@@ -1,0 +1,281 @@
+//! What operators scrape: the figures of `ingest`, `serve` and `node` in the Prometheus text format (OpenMetrics), by
+//! the Prometheus project's Rust client, `prometheus-client`. Every name starts with `quota_ledger_`, says its unit
+//! (`_seconds`, `_messages`) and ends counters with `_total`, as Prometheus' naming conventions ask; the names are
+//! listed in docs/operations.md ("What to monitor"), which ships alerting rules over them.
+//!
+//! Each process keeps one [`Registry`]; each part registers its families into it ([`IngestMetrics::register`],
+//! [`HookMetrics::register`]) and [`encode`] renders it for `GET /metrics`: on `serve`'s own listener, or on a
+//! listener of its own ([`MetricsServer`]) for `ingest --metrics-listen`.
+//!
+//! ```
+//! let mut registry = telemetry::registry();
+//! let hook = telemetry::HookMetrics::register(&mut registry);
+//! hook.decided("OK", "requests", Some(3));
+//! let text = telemetry::encode(&registry);
+//! assert!(text.contains(r#"quota_ledger_decisions_total{code="OK",metric="requests",policy_version="3"} 1"#));
+//! ```
+
+#![deny(missing_docs)]
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+pub use prometheus_client::registry::Registry;
+
+/// The `Content-Type` of [`encode`]'s text: OpenMetrics, which Prometheus reads.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// A registry whose every name starts with `quota_ledger_`.
+pub fn registry() -> Registry {
+    Registry::with_prefix("quota_ledger")
+}
+
+/// The registry's families in the OpenMetrics text format.
+pub fn encode(registry: &Registry) -> String {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, registry).expect("writing to a String cannot fail");
+    text
+}
+
+/// A Kafka partition of an input topic.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PartitionLabels {
+    /// The topic.
+    pub topic: String,
+    /// The partition's number.
+    pub partition: String,
+}
+
+/// What became of a consumed message.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    /// `recorded`, `duplicate`, `conflict`, `quarantined` or `forwarded`.
+    pub outcome: &'static str,
+}
+
+/// The figures of a Kafka ingest (`ingest --brokers`, `node`).
+#[derive(Debug)]
+pub struct IngestMetrics {
+    messages: Counter,
+    events: Family<OutcomeLabels, Counter>,
+    batches: Counter,
+    lag: Family<PartitionLabels, Gauge>,
+    /// The cumulative figures last observed, whose increase the counters are given.
+    seen: Mutex<Seen>,
+}
+
+#[derive(Debug, Default)]
+struct Seen {
+    messages: u64,
+    recorded: u64,
+    duplicates: u64,
+    conflicts: u64,
+    quarantined: u64,
+    forwarded: u64,
+    batches: u64,
+}
+
+impl IngestMetrics {
+    /// Registers the ingest families into `registry`.
+    pub fn register(registry: &mut Registry) -> Arc<IngestMetrics> {
+        let metrics = IngestMetrics {
+            messages: Counter::default(),
+            events: Family::default(),
+            batches: Counter::default(),
+            lag: Family::default(),
+            seen: Mutex::new(Seen::default()),
+        };
+        registry.register("ingest_messages", "Kafka messages consumed", metrics.messages.clone());
+        registry.register(
+            "ingest_events",
+            "Consumed messages by outcome: recorded (new), duplicate (counted once), conflict (same event_id, \
+             another payload; kept, never counted), quarantined (failed to decode or validate), forwarded (read in \
+             another tenant's partition)",
+            metrics.events.clone(),
+        );
+        registry.register("ingest_batches", "Ledger appends (one transaction each)", metrics.batches.clone());
+        registry.register(
+            "ingest_lag_messages",
+            "Messages of a partition not yet in the ledger: the brokers' high watermark less the ledger's next offset",
+            metrics.lag.clone(),
+        );
+        Arc::new(metrics)
+    }
+
+    /// Observes ingest's progress (cumulative since it started): the counters grow by what it added.
+    pub fn observe(&self, progress: &ingest::KafkaIngestProgress) {
+        let mut seen = self.seen.lock().expect("never poisoned");
+        let grow = |counter: &Counter, seen: &mut u64, now: u64| {
+            counter.inc_by(now.saturating_sub(*seen));
+            *seen = (*seen).max(now);
+        };
+        grow(&self.messages, &mut seen.messages, progress.messages);
+        grow(&self.batches, &mut seen.batches, progress.batches);
+        let outcome = |outcome| self.events.get_or_create(&OutcomeLabels { outcome }).clone();
+        grow(&outcome("recorded"), &mut seen.recorded, progress.recorded);
+        grow(&outcome("duplicate"), &mut seen.duplicates, progress.duplicates);
+        grow(&outcome("conflict"), &mut seen.conflicts, progress.conflicts);
+        grow(&outcome("quarantined"), &mut seen.quarantined, progress.quarantined);
+        grow(&outcome("forwarded"), &mut seen.forwarded, progress.forwarded);
+    }
+}
+
+impl ingest::LagListener for IngestMetrics {
+    fn lag(&self, topic: &str, partition: i32, high: i64, next: i64) {
+        let labels = PartitionLabels { topic: topic.to_string(), partition: partition.to_string() };
+        self.lag.get_or_create(&labels).set((high - next).max(0));
+    }
+}
+
+/// A decision's code, metric and the version of the policy that decided.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    /// `OK`, `QUOTA_EXCEEDED`, `RATE_LIMITED`, `CONCURRENCY_LIMITED` (contract §6).
+    pub code: String,
+    /// The metric asked for.
+    pub metric: String,
+    /// The deciding policy's version; empty when no policy applied.
+    pub policy_version: String,
+}
+
+/// The figures of the enforcement hook over HTTP (`serve`, `node`).
+#[derive(Debug)]
+pub struct HookMetrics {
+    decisions: Family<DecisionLabels, Counter>,
+    duration: Histogram,
+    outbox_pending: Gauge,
+}
+
+impl HookMetrics {
+    /// Registers the hook's families into `registry`.
+    pub fn register(registry: &mut Registry) -> Arc<HookMetrics> {
+        // 100 µs to 3.3 s, doubling: a group commit with fsync is about a millisecond, a stalled disk seconds.
+        let duration = Histogram::new(exponential_buckets(0.0001, 2.0, 16));
+        let metrics = HookMetrics { decisions: Family::default(), duration, outbox_pending: Gauge::default() };
+        registry.register(
+            "decisions",
+            "Decisions answered (checks and reservations; replays included), by code, metric and policy version",
+            metrics.decisions.clone(),
+        );
+        registry.register(
+            "decision_duration_seconds",
+            "Time from a check's or reservation's request read to its answer: queue wait, group commit and sync",
+            metrics.duration.clone(),
+        );
+        registry.register(
+            "outbox_pending_events",
+            "Events the hook recorded that are not yet acknowledged by Kafka",
+            metrics.outbox_pending.clone(),
+        );
+        Arc::new(metrics)
+    }
+
+    /// A decision answered `code` for `metric` under `policy_version`.
+    pub fn decided(&self, code: &str, metric: &str, policy_version: Option<i32>) {
+        let labels = DecisionLabels {
+            code: code.to_string(),
+            metric: metric.to_string(),
+            policy_version: policy_version.map(|v| v.to_string()).unwrap_or_default(),
+        };
+        self.decisions.get_or_create(&labels).inc();
+    }
+
+    /// A request for a decision (a check or a reservation) answered `took` after its body was read.
+    pub fn answered(&self, took: Duration) {
+        self.duration.observe(took.as_secs_f64());
+    }
+
+    /// The outbox's pending events, as its publisher last saw them.
+    pub fn outbox_pending(&self, pending: u64) {
+        self.outbox_pending.set(i64::try_from(pending).unwrap_or(i64::MAX));
+    }
+}
+
+/// `GET /metrics` on a listener of its own, for a process without an HTTP server (`ingest --metrics-listen`),
+/// answered by a thread of its own until the process ends.
+#[derive(Debug)]
+pub struct MetricsServer {
+    /// The address it listens on (the port chosen when 0 was asked).
+    pub address: SocketAddr,
+}
+
+/// The metrics listener could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen for /metrics on {address}")]
+pub struct ListenError {
+    /// The address asked for.
+    pub address: String,
+    /// Why.
+    pub source: std::io::Error,
+}
+
+impl MetricsServer {
+    /// Listens on `address` and answers `GET /metrics` with `registry` rendered at each scrape.
+    pub fn start(address: &str, registry: Arc<Mutex<Registry>>) -> Result<MetricsServer, ListenError> {
+        let error = |source| ListenError { address: address.to_string(), source };
+        let listener = std::net::TcpListener::bind(address).map_err(error)?;
+        listener.set_nonblocking(true).map_err(error)?;
+        let bound = listener.local_addr().map_err(error)?;
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_io().build().map_err(error)?;
+        std::thread::Builder::new()
+            .name("metrics".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let listener = match tokio::net::TcpListener::from_std(listener) {
+                        Ok(listener) => listener,
+                        Err(error) => return log::error!("metrics: cannot listen: {error}"),
+                    };
+                    let app = axum::Router::new().route(
+                        "/metrics",
+                        axum::routing::get(move || {
+                            let registry = registry.clone();
+                            async move {
+                                let text = encode(&registry.lock().expect("never poisoned"));
+                                ([(axum::http::header::CONTENT_TYPE, CONTENT_TYPE)], text)
+                            }
+                        }),
+                    );
+                    if let Err(error) = axum::serve(listener, app).await {
+                        log::error!("metrics: the listener stopped: {error}");
+                    }
+                })
+            })
+            .map_err(error)?;
+        Ok(MetricsServer { address: bound })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ingest_counters_grow_by_what_progress_added() {
+        let mut registry = registry();
+        let metrics = IngestMetrics::register(&mut registry);
+        let mut progress = ingest::KafkaIngestProgress {
+            messages: 10,
+            recorded: 7,
+            duplicates: 2,
+            quarantined: 1,
+            ..Default::default()
+        };
+        metrics.observe(&progress);
+        progress.messages = 15;
+        progress.recorded = 12;
+        metrics.observe(&progress);
+        metrics.observe(&progress);
+        ingest::LagListener::lag(&*metrics, "quota.usage", 2, 40, 25);
+        let text = encode(&registry);
+        assert!(text.contains("quota_ledger_ingest_messages_total 15"), "{text}");
+        assert!(text.contains(r#"quota_ledger_ingest_events_total{outcome="recorded"} 12"#), "{text}");
+        assert!(text.contains(r#"quota_ledger_ingest_events_total{outcome="duplicate"} 2"#), "{text}");
+        assert!(text.contains(r#"quota_ledger_ingest_lag_messages{topic="quota.usage",partition="2"} 15"#), "{text}");
+    }
+}
