@@ -8,7 +8,7 @@ mod cli;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// Append-only quota and billing ledger: usage and decision events from Kafka, deduplicated, reconciled,
 /// exported and audited.
@@ -22,6 +22,10 @@ struct Cli {
     /// ledger file holding every partition.
     #[arg(long, global = true, env = "QUOTA_LEDGER_DATA", conflicts_with = "ledger", value_name = "DIR")]
     data: Option<PathBuf>,
+    /// A TOML file of flags for every command (docs/operations.md, "Configuration"): a flag given, then its environment
+    /// variable, win over it.
+    #[arg(long, global = true, env = "QUOTA_LEDGER_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -76,10 +80,20 @@ enum Command {
     /// Measure the ledger against its floor on this machine.
     #[command(subcommand)]
     Bench(cli::bench::BenchCommand),
+    /// The config file (--config): check it and print what it resolves to, secrets masked.
+    #[command(subcommand)]
+    Config(cli::config::ConfigCommand),
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let args = match cli::config::with_config(&Cli::command(), std::env::args_os().collect()) {
+        Ok(args) => args,
+        Err(error) => {
+            eprintln!("quota-ledger: error: {}", cli::error_line(&error));
+            return ExitCode::from(cli::EXIT_ERROR);
+        }
+    };
+    let cli = Cli::parse_from(args);
     init_logging();
     let store = match cli.data {
         Some(dir) => cli::Store::Shards(ledger::shards::ShardDir::new(dir)),
@@ -106,6 +120,9 @@ fn main() -> ExitCode {
         Command::Quarantine(command) => cli::quarantine::run(&store, command),
         Command::Demo(args) => cli::demo::run(args),
         Command::Bench(command) => cli::bench::run(command),
+        Command::Config(cli::config::ConfigCommand::Check(args)) => {
+            cli::config::run(&Cli::command(), cli.config.as_deref(), args)
+        }
     };
     match result {
         Ok(code) => code,
@@ -118,7 +135,7 @@ fn main() -> ExitCode {
 
 /// The workspace's library crates: their log lines are the operator's messages (`ingest: waiting for the brokers
 /// at ...`, `serve: outbox: ...`), shown from level info and printed as they are, each saying who speaks.
-const WORKSPACE_CRATES: [&str; 13] = [
+const WORKSPACE_CRATES: [&str; 14] = [
     "schemas",
     "rules",
     "ledger",
@@ -132,6 +149,7 @@ const WORKSPACE_CRATES: [&str; 13] = [
     "tools",
     "node",
     "client",
+    "telemetry",
 ];
 
 /// Log lines on stderr: the workspace crates' from level info, and librdkafka's warnings and errors, named after the

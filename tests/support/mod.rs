@@ -65,6 +65,11 @@ impl Run {
 
 /// Runs the binary with `args`, feeding `stdin`, in `dir`, with no ledger path from the environment.
 pub fn run_in(dir: &Path, args: &[&str], stdin: &[u8]) -> Run {
+    run_in_env(dir, args, stdin, &[])
+}
+
+/// [`run_in`] with the environment variables `env` set.
+pub fn run_in_env(dir: &Path, args: &[&str], stdin: &[u8], env: &[(&str, &str)]) -> Run {
     let command = format!("quota-ledger {}", args.join(" "));
     let mut child = Command::new(BIN)
         .args(args)
@@ -72,6 +77,8 @@ pub fn run_in(dir: &Path, args: &[&str], stdin: &[u8]) -> Run {
         .env_remove("QUOTA_LEDGER_PATH")
         .env_remove("QUOTA_LEDGER_BROKERS")
         .env_remove("QUOTA_LEDGER_GROUP")
+        .env_remove("QUOTA_LEDGER_CONFIG")
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
