@@ -26,8 +26,25 @@ struct Cli {
     /// variable, win over it.
     #[arg(long, global = true, env = "QUOTA_LEDGER_CONFIG", value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Log lines on stderr as `text` (the message and its fields) or `json` (one object per line: timestamp, level,
+    /// target, message, fields), for a collector.
+    #[arg(long, global = true, env = "QUOTA_LEDGER_LOG_FORMAT", value_enum, default_value = "text")]
+    log_format: LogFormat,
+    /// The least level logged of quota-ledger's own lines: error, warn, info, debug or trace (QUOTA_LEDGER_LOG, in
+    /// RUST_LOG's syntax, refines it per crate).
+    #[arg(long, global = true, env = "QUOTA_LEDGER_LOG_LEVEL", default_value = "info")]
+    log_level: tracing::level_filters::LevelFilter,
     #[command(subcommand)]
     command: Command,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    /// The message, then its fields as `key=value`.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -94,7 +111,7 @@ fn main() -> ExitCode {
         }
     };
     let cli = Cli::parse_from(args);
-    init_logging();
+    init_logging(cli.log_format, cli.log_level);
     let store = match cli.data {
         Some(dir) => cli::Store::Shards(ledger::shards::ShardDir::new(dir)),
         None => cli::Store::File(cli.ledger),
@@ -152,27 +169,23 @@ const WORKSPACE_CRATES: [&str; 14] = [
     "telemetry",
 ];
 
-/// Log lines on stderr: the workspace crates' from level info, and librdkafka's warnings and errors, named after the
-/// client that wrote them (`outbox: librdkafka FAIL: ...`), both printed as bare messages. rdkafka's own (its
-/// "Global error" lines repeat librdkafka's) and every other crate's are off. `QUOTA_LEDGER_LOG` takes `RUST_LOG`'s
-/// syntax for more, e.g. `librdkafka=debug` with `-X debug=broker,protocol` (the log level of the Kafka clients
-/// follows it), or `rdkafka=warn`; or less, e.g. `ingest=warn`.
-fn init_logging() {
-    use std::io::Write;
-    let mut builder = env_logger::Builder::new();
-    builder.filter_level(log::LevelFilter::Off).filter_module("librdkafka", log::LevelFilter::Warn);
-    for name in WORKSPACE_CRATES {
-        builder.filter_module(name, log::LevelFilter::Info);
+/// Log lines on stderr: the workspace crates' from `level` (info by default), and librdkafka's warnings and errors,
+/// named after the client that wrote them (`outbox: librdkafka FAIL: ...`); rdkafka's own (its "Global error" lines
+/// repeat librdkafka's) and every other crate's are off. As text, a line is the message and its fields, as an operator
+/// reads it (each message says who speaks); as JSON, an object with the time, level and target besides. The `log`
+/// records of librdkafka's bridge go through the same subscriber. `QUOTA_LEDGER_LOG` takes `RUST_LOG`'s syntax for
+/// more, e.g. `librdkafka=debug` with `-X debug=broker,protocol` (the log level of the Kafka clients follows it), or
+/// `rdkafka=warn`; or less, e.g. `ingest=warn`.
+fn init_logging(format: LogFormat, level: tracing::level_filters::LevelFilter) {
+    let mut directives = vec!["off".to_string(), "librdkafka=warn".to_string()];
+    directives.extend(WORKSPACE_CRATES.iter().map(|name| format!("{name}={level}")));
+    if let Ok(more) = std::env::var("QUOTA_LEDGER_LOG") {
+        directives.extend(more.split(',').filter(|d| !d.trim().is_empty()).map(str::to_string));
     }
-    builder
-        .parse_env(env_logger::Env::new().filter("QUOTA_LEDGER_LOG"))
-        .format(|out, record| {
-            let target = record.target();
-            let crate_name = target.split("::").next().unwrap_or(target);
-            match crate_name == "librdkafka" || WORKSPACE_CRATES.contains(&crate_name) {
-                true => writeln!(out, "{}", record.args()),
-                false => writeln!(out, "{target} {}: {}", record.level(), record.args()),
-            }
-        })
-        .init();
+    let filter = tracing_subscriber::EnvFilter::builder().parse_lossy(directives.join(","));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.without_time().with_level(false).with_target(false).try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).with_span_list(false).try_init(),
+    };
 }
