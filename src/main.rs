@@ -34,6 +34,10 @@ struct Cli {
     /// RUST_LOG's syntax, refines it per crate).
     #[arg(long, global = true, env = "QUOTA_LEDGER_LOG_LEVEL", default_value = "info")]
     log_level: tracing::level_filters::LevelFilter,
+    /// A directory of producers' writer schemas (`*.avsc`) added to the compiled catalog at start: each must be a
+    /// record of the catalog's types that the current reader schema of its type can read, or nothing starts.
+    #[arg(long, global = true, env = "QUOTA_LEDGER_SCHEMAS", value_name = "DIR")]
+    schemas: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -112,6 +116,22 @@ fn main() -> ExitCode {
     };
     let cli = Cli::parse_from(args);
     init_logging(cli.log_format, cli.log_level);
+    if let Some(dir) = &cli.schemas {
+        match schemas::Catalog::install_with(dir) {
+            Ok(added) => added.iter().for_each(|schema| {
+                tracing::info!(
+                    file = schema.file,
+                    record = %schema.event_type,
+                    fingerprint = %format!("{:016x}", schema.fingerprint),
+                    "schemas: writer schema added to the catalog"
+                )
+            }),
+            Err(error) => {
+                eprintln!("quota-ledger: error: {}", cli::error_line(&error.into()));
+                return ExitCode::from(cli::EXIT_ERROR);
+            }
+        }
+    }
     let store = match cli.data {
         Some(dir) => cli::Store::Shards(ledger::shards::ShardDir::new(dir)),
         None => cli::Store::File(cli.ledger),
@@ -152,7 +172,7 @@ fn main() -> ExitCode {
 
 /// The workspace's library crates: their log lines are the operator's messages (`ingest: waiting for the brokers
 /// at ...`, `serve: outbox: ...`), shown from level info and printed as they are, each saying who speaks.
-const WORKSPACE_CRATES: [&str; 14] = [
+const WORKSPACE_CRATES: [&str; 15] = [
     "schemas",
     "rules",
     "ledger",
@@ -167,6 +187,7 @@ const WORKSPACE_CRATES: [&str; 14] = [
     "node",
     "client",
     "telemetry",
+    "quota_ledger",
 ];
 
 /// Log lines on stderr: the workspace crates' from `level` (info by default), and librdkafka's warnings and errors,

@@ -192,16 +192,100 @@ fn rabin(bytes: &[u8]) -> u64 {
 
 static BUILTIN: OnceLock<Catalog> = OnceLock::new();
 
+/// A directory of writer schemas (`--schemas DIR`) that cannot be added to the catalog.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SchemaDirError {
+    /// The directory cannot be read.
+    #[error("cannot read the schema directory {dir}")]
+    Directory {
+        /// The directory.
+        dir: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A schema file is refused; none of the directory's is added.
+    #[error("{file}: {reason}; no schema of the directory was added")]
+    Refused {
+        /// The file.
+        file: std::path::PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The catalog was used before the directory was added.
+    #[error("the schema catalog was in use before the schema directory was added")]
+    AlreadyInUse,
+}
+
+/// A writer schema of a producer's file: a record of the catalog's types, with a canonical form, that the current
+/// reader schema of its type can read (Avro's schema resolution: fields it lacks have defaults in the reader, fields
+/// the reader lacks are skipped, promotions allowed).
+fn runtime_schema(path: &std::path::Path, compiled: &[CatalogSchema]) -> Result<CatalogSchema, SchemaDirError> {
+    let refused = |reason: String| SchemaDirError::Refused { file: path.to_path_buf(), reason };
+    let text = std::fs::read_to_string(path).map_err(|e| refused(format!("cannot be read: {e}")))?;
+    let schema =
+        Schema::parse_str(&text).map_err(|e| refused(format!("not a valid Avro schema: {}", error_chain(&e))))?;
+    if let Some(reason) = canonical_form_refusal(&schema) {
+        return Err(refused(format!("has no Parsing Canonical Form: {reason}")));
+    }
+    let name = match &schema {
+        Schema::Record(record) => record.name.fullname(None),
+        _ => return Err(refused("not a record schema".into())),
+    };
+    let event_type = EventType::from_name(&name).ok_or_else(|| {
+        let known: Vec<String> = EventType::ALL.iter().map(|t| format!("quota.v1.{t}")).collect();
+        refused(format!("record {name} is not a record type of the catalog ({})", known.join(", ")))
+    })?;
+    let current = compiled.iter().find(|s| s.event_type == event_type && s.current).expect("one current per type");
+    apache_avro::schema_compatibility::SchemaCompatibility::can_read(&schema, &current.schema).map_err(|e| {
+        refused(format!("the current {event_type} schema ({}) cannot read what it writes: {e}", current.file))
+    })?;
+    let file: &'static str = Box::leak(path.display().to_string().into_boxed_str());
+    let (fingerprint, legacy_fingerprint) = (fingerprint(&schema), legacy_fingerprint(&schema));
+    Ok(CatalogSchema { file, event_type, current: false, fingerprint, legacy_fingerprint, schema })
+}
+
 impl Catalog {
-    /// The catalog compiled into this binary from `schemas/avro/`, built once per process.
+    /// The catalog of this process, built once: the schemas compiled into this binary from `schemas/avro/`, plus
+    /// those added at start from a schema directory ([`Catalog::install_with`]).
     pub fn builtin() -> &'static Catalog {
         BUILTIN.get_or_init(Catalog::load_builtin)
     }
 
+    /// Makes the catalog of this process the compiled one plus the writer schemas of `dir` (`--schemas DIR`): each
+    /// `*.avsc` file a record of the catalog's types (`quota.v1.UsageEvent`, ...) that resolves to the current reader
+    /// schema of its type. Before anything used the catalog; a file refused refuses them all, naming it and why.
+    /// Returns the schemas added (a file whose schema the catalog holds already adds nothing).
+    pub fn install_with(dir: &std::path::Path) -> Result<Vec<&'static CatalogSchema>, SchemaDirError> {
+        let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+            .map_err(|source| SchemaDirError::Directory { dir: dir.to_path_buf(), source })?
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|path| path.extension().is_some_and(|e| e == "avsc"))
+            .collect();
+        files.sort();
+        let compiled = Catalog::compiled_schemas();
+        let mut extra = Vec::new();
+        for path in files {
+            let schema = runtime_schema(&path, &compiled)?;
+            let known = compiled.iter().chain(&extra).any(|s: &CatalogSchema| s.fingerprint == schema.fingerprint);
+            if !known {
+                extra.push(schema);
+            }
+        }
+        let added: Vec<u64> = extra.iter().map(|s| s.fingerprint).collect();
+        let catalog = Catalog::from_schemas(compiled.into_iter().chain(extra).collect());
+        BUILTIN.set(catalog).map_err(|_| SchemaDirError::AlreadyInUse)?;
+        let catalog = Catalog::builtin();
+        Ok(added.iter().filter_map(|f| catalog.by_fingerprint(*f)).collect())
+    }
+
     fn load_builtin() -> Catalog {
-        // A corrupt length prefix must not make apache-avro allocate its default 512 MiB. Process-wide, set once.
-        apache_avro::util::max_allocation_bytes(MAX_ALLOCATION_BYTES);
-        let schemas: Vec<CatalogSchema> = SCHEMA_FILES
+        Catalog::from_schemas(Catalog::compiled_schemas())
+    }
+
+    /// The schemas compiled into this binary, parsed.
+    fn compiled_schemas() -> Vec<CatalogSchema> {
+        SCHEMA_FILES
             .iter()
             .map(|&(file, event_type, current, text)| {
                 let schema = Schema::parse_str(text)
@@ -209,7 +293,12 @@ impl Catalog {
                 let (fingerprint, legacy_fingerprint) = (fingerprint(&schema), legacy_fingerprint(&schema));
                 CatalogSchema { file, event_type, current, fingerprint, legacy_fingerprint, schema }
             })
-            .collect();
+            .collect()
+    }
+
+    fn from_schemas(schemas: Vec<CatalogSchema>) -> Catalog {
+        // A corrupt length prefix must not make apache-avro allocate its default 512 MiB. Process-wide, set once.
+        apache_avro::util::max_allocation_bytes(MAX_ALLOCATION_BYTES);
         for event_type in EventType::ALL {
             let current = schemas.iter().filter(|s| s.event_type == event_type && s.current).count();
             assert_eq!(current, 1, "exactly one current schema for {event_type}");

@@ -28,7 +28,7 @@ pub mod partition;
 pub mod timestamp;
 pub mod validate;
 
-pub use catalog::{Catalog, CatalogSchema, ContainerRecord, Decoded, fingerprint};
+pub use catalog::{Catalog, CatalogSchema, ContainerRecord, Decoded, SchemaDirError, fingerprint};
 pub use error::DecodeError;
 pub use event::*;
 pub use timestamp::Timestamp;
