@@ -12,11 +12,10 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use rdkafka::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
-use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
 /// The topic checkpoints are published to (contract §9.3).
@@ -28,8 +27,6 @@ pub const CHECKPOINT_EVERY_MS: u64 = 10_000;
 pub const FINISH_WAIT_MS: u64 = 5_000;
 /// How long [`read_checkpoints`] may take to read the whole topic.
 pub const READ_TIMEOUT_MS: u64 = 30_000;
-/// How long the brokers may take to answer for the topic's partitions and their ends.
-const METADATA_TIMEOUT_MS: u64 = 10_000;
 
 /// One checkpoint, as published (JSON, key: `ledger_id`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -195,6 +192,19 @@ pub enum CheckpointReadError {
     },
 }
 
+impl From<crate::whole_topic::WholeTopicError> for CheckpointReadError {
+    fn from(error: crate::whole_topic::WholeTopicError) -> CheckpointReadError {
+        use crate::whole_topic::WholeTopicError as E;
+        match error {
+            E::Consumer { brokers, source } => CheckpointReadError::Consumer { brokers, source },
+            E::Metadata { brokers, source, .. } => CheckpointReadError::Metadata { brokers, source },
+            E::NoTopic { brokers, .. } => CheckpointReadError::NoTopic { brokers },
+            E::Timeout { brokers, left, .. } => CheckpointReadError::Timeout { brokers, left },
+            E::Consume { brokers, source, .. } => CheckpointReadError::Consume { brokers, source },
+        }
+    }
+}
+
 /// The checkpoints of one ledger found on the topic.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LedgerCheckpoints {
@@ -213,62 +223,21 @@ pub fn read_checkpoints(
     overrides: &[(String, String)],
     ledger_id: &str,
 ) -> Result<LedgerCheckpoints, CheckpointReadError> {
-    let consumer: BaseConsumer = crate::config::checkpoint_reader(brokers, overrides)
-        .create()
-        .map_err(|source| CheckpointReadError::Consumer { brokers: brokers.to_string(), source })?;
-    let metadata_error = |source| CheckpointReadError::Metadata { brokers: brokers.to_string(), source };
-    let timeout = Duration::from_millis(METADATA_TIMEOUT_MS);
-    let metadata = consumer.fetch_metadata(Some(CHECKPOINTS_TOPIC), timeout).map_err(metadata_error)?;
-    let partitions: Vec<i32> = match metadata.topics().first() {
-        Some(topic) if topic.error().is_none() && !topic.partitions().is_empty() => {
-            topic.partitions().iter().map(|p| p.id()).collect()
-        }
-        _ => return Err(CheckpointReadError::NoTopic { brokers: brokers.to_string() }),
-    };
-    // Where each partition ends now: what is published later is not this read's.
-    let mut ends: BTreeMap<i32, (i64, i64)> = BTreeMap::new();
-    let mut assignment = TopicPartitionList::new();
-    for partition in partitions {
-        let (low, high) = consumer.fetch_watermarks(CHECKPOINTS_TOPIC, partition, timeout).map_err(metadata_error)?;
-        if high > low {
-            ends.insert(partition, (low, high));
-            let _ = assignment.add_partition_offset(CHECKPOINTS_TOPIC, partition, Offset::Offset(low));
-        }
-    }
     let mut found = LedgerCheckpoints::default();
-    if ends.is_empty() {
-        return Ok(found);
-    }
-    consumer
-        .assign(&assignment)
-        .map_err(|source| CheckpointReadError::Consume { brokers: brokers.to_string(), source })?;
     let mut by_partition: BTreeMap<i32, Vec<Checkpoint>> = BTreeMap::new();
-    let mut next: BTreeMap<i32, i64> = ends.iter().map(|(p, (low, _))| (*p, *low)).collect();
-    let started = Instant::now();
-    while ends.iter().any(|(p, (_, high))| next[p] < *high) {
-        if started.elapsed() > Duration::from_millis(READ_TIMEOUT_MS) {
-            let left: Vec<String> = ends
-                .iter()
-                .filter(|(p, (_, high))| next[p] < *high)
-                .map(|(p, (_, high))| format!("partition {p} read to offset {} of {high}", next[p]))
-                .collect();
-            return Err(CheckpointReadError::Timeout { brokers: brokers.to_string(), left: left.join(", ") });
-        }
-        let Some(message) = consumer.poll(Duration::from_millis(100)) else { continue };
-        let message =
-            message.map_err(|source| CheckpointReadError::Consume { brokers: brokers.to_string(), source })?;
-        next.insert(message.partition(), message.offset() + 1);
-        if message.key() != Some(ledger_id.as_bytes()) {
+    let config = crate::config::checkpoint_reader(brokers, overrides);
+    crate::whole_topic::read(&config, brokers, CHECKPOINTS_TOPIC, READ_TIMEOUT_MS, |record| {
+        if record.key != Some(ledger_id.as_bytes()) {
             found.others += 1;
-            continue;
+            return;
         }
-        match serde_json::from_slice::<Checkpoint>(message.payload().unwrap_or_default()) {
+        match serde_json::from_slice::<Checkpoint>(record.payload.unwrap_or_default()) {
             Ok(checkpoint) if checkpoint.ledger_id == ledger_id => {
-                by_partition.entry(message.partition()).or_default().push(checkpoint)
+                by_partition.entry(record.partition).or_default().push(checkpoint)
             }
             _ => found.unreadable += 1,
         }
-    }
+    })?;
     found.checkpoints = by_partition.into_values().flatten().collect();
     Ok(found)
 }

@@ -28,7 +28,9 @@ pub mod config;
 pub mod fence;
 pub mod producer;
 pub mod routing;
+pub mod schema_registry;
 pub mod topics;
+pub mod whole_topic;
 
 use std::time::{Duration, Instant};
 

@@ -185,6 +185,31 @@ fn bare_primitives(form: &mut serde_json::Value) {
     }
 }
 
+/// Decodes an Avro body with `datum_reader` (a writer schema resolved to the current schema of `event_type`).
+pub(crate) fn decode_with(
+    datum_reader: &GenericDatumReader<'static>,
+    event_type: EventType,
+    fingerprint: u64,
+    body: &[u8],
+) -> Result<Event, DecodeError> {
+    let body_error = |message: String| DecodeError::from_body_error(event_type, fingerprint, message);
+    let mut input = BodyReader { rest: body, read_past_end: false };
+    let value = datum_reader.read_value(&mut input);
+    if input.read_past_end {
+        // Whatever apache-avro made of it (an error, or a record with nulls), the body ended too early.
+        let message = match &value {
+            Err(e) => error_chain(e),
+            Ok(_) => format!("the {}-byte body ends before the record does", body.len()),
+        };
+        return Err(DecodeError::TruncatedBody { event_type, fingerprint, message });
+    }
+    let value = value.map_err(|e| body_error(error_chain(&e)))?;
+    if !input.rest.is_empty() {
+        return Err(DecodeError::TrailingBytes { event_type, trailing: input.rest.len() });
+    }
+    Ok(avro::from_value(event_type, &value)?)
+}
+
 fn rabin(bytes: &[u8]) -> u64 {
     use digest::Digest;
     u64::from_le_bytes(Rabin::digest(bytes).into())
@@ -215,6 +240,29 @@ pub enum SchemaDirError {
     /// The catalog was used before the directory was added.
     #[error("the schema catalog was in use before the schema directory was added")]
     AlreadyInUse,
+}
+
+/// A producer's writer schema from its text: a record of the catalog's types, with a canonical form, that the current
+/// reader schema of its type (`current`) can read; or why not.
+pub(crate) fn writer_schema<'a>(
+    text: &str,
+    current: impl Fn(EventType) -> &'a Schema,
+) -> Result<(Schema, EventType), String> {
+    let schema = Schema::parse_str(text).map_err(|e| format!("not a valid Avro schema: {}", error_chain(&e)))?;
+    if let Some(reason) = canonical_form_refusal(&schema) {
+        return Err(format!("has no Parsing Canonical Form: {reason}"));
+    }
+    let name = match &schema {
+        Schema::Record(record) => record.name.fullname(None),
+        _ => return Err("not a record schema".into()),
+    };
+    let event_type = EventType::from_name(&name).ok_or_else(|| {
+        let known: Vec<String> = EventType::ALL.iter().map(|t| format!("quota.v1.{t}")).collect();
+        format!("record {name} is not a record type of the catalog ({})", known.join(", "))
+    })?;
+    apache_avro::schema_compatibility::SchemaCompatibility::can_read(&schema, current(event_type))
+        .map_err(|e| format!("the current {event_type} schema cannot read what it writes: {e}"))?;
+    Ok((schema, event_type))
 }
 
 /// A writer schema of a producer's file: a record of the catalog's types, with a canonical form, that the current
@@ -380,11 +428,15 @@ impl Catalog {
         bytes
     }
 
-    /// Decodes and validates a single-object encoded message. `expected`, when given, is the record type the
-    /// message's topic carries.
+    /// Decodes and validates a single-object encoded message, or one in the Confluent wire format (a zero byte, then
+    /// the schema registry's 4-byte id of the writer schema: [`crate::confluent`]). `expected`, when given, is the
+    /// record type the message's topic carries.
     pub fn decode_single_object(&self, bytes: &[u8], expected: Option<EventType>) -> Result<Decoded, DecodeError> {
         if bytes.len() > MAX_MESSAGE_BYTES {
             return Err(DecodeError::Oversize { size: bytes.len(), limit: MAX_MESSAGE_BYTES });
+        }
+        if bytes.first() == Some(&crate::confluent::MAGIC) {
+            return crate::confluent::decode(bytes, expected);
         }
         if bytes.len() < SINGLE_OBJECT_HEADER_BYTES {
             return Err(DecodeError::TruncatedHeader { size: bytes.len() });
@@ -414,27 +466,7 @@ impl Catalog {
     /// Decodes an Avro body written with `writer`, resolved to the current schema of its type.
     fn decode_body(&self, index: usize, body: &[u8]) -> Result<Event, DecodeError> {
         let writer = &self.schemas[index];
-        let body_error = |message: String| DecodeError::from_body_error(writer.event_type, writer.fingerprint, message);
-        let datum_reader = &self.readers[index];
-        let mut input = BodyReader { rest: body, read_past_end: false };
-        let value = datum_reader.read_value(&mut input);
-        if input.read_past_end {
-            // Whatever apache-avro made of it (an error, or a record with nulls), the body ended too early.
-            let message = match &value {
-                Err(e) => error_chain(e),
-                Ok(_) => format!("the {}-byte body ends before the record does", body.len()),
-            };
-            return Err(DecodeError::TruncatedBody {
-                event_type: writer.event_type,
-                fingerprint: writer.fingerprint,
-                message,
-            });
-        }
-        let value = value.map_err(|e| body_error(error_chain(&e)))?;
-        if !input.rest.is_empty() {
-            return Err(DecodeError::TrailingBytes { event_type: writer.event_type, trailing: input.rest.len() });
-        }
-        Ok(avro::from_value(writer.event_type, &value)?)
+        decode_with(&self.readers[index], writer.event_type, writer.fingerprint, body)
     }
 
     /// Reads an Avro object container file of any record type of the catalog. The file's own writer schema is

@@ -17,6 +17,8 @@ pub enum DecodeError {
     BadMagic { found: [u8; 2] },
     #[error("unknown writer schema fingerprint {fingerprint:016x}: not in the schema catalog")]
     UnknownFingerprint { fingerprint: u64 },
+    #[error("unknown schema id {id} (Confluent wire format): not in the schema registry's `_schemas` topic as read")]
+    UnknownSchemaId { id: u32 },
     #[error("expected a {expected} on this topic, found a {found}")]
     WrongType { expected: EventType, found: EventType },
     #[error("{event_type} body ends early (writer schema {fingerprint:016x}): {message}")]
@@ -59,6 +61,7 @@ impl DecodeError {
             DecodeError::TruncatedHeader { .. } | DecodeError::TruncatedBody { .. } => "truncated",
             DecodeError::BadMagic { .. } => "bad_magic",
             DecodeError::UnknownFingerprint { .. } => "unknown_fingerprint",
+            DecodeError::UnknownSchemaId { .. } => "unknown_schema_id",
             DecodeError::WrongType { .. } | DecodeError::UnknownRecord { .. } => "wrong_type",
             DecodeError::MalformedBody { .. } | DecodeError::TrailingBytes { .. } | DecodeError::Shape { .. } => {
                 "malformed_body"

@@ -22,6 +22,7 @@
 
 pub mod avro;
 pub mod catalog;
+pub mod confluent;
 pub mod error;
 pub mod event;
 pub mod partition;

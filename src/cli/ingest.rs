@@ -76,6 +76,10 @@ pub struct IngestArgs {
     /// each partition's lag (docs/operations.md, "What to monitor").
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<String>,
+    /// With --brokers: the schema registry's storage topic, read for the writer schemas of messages in the Confluent
+    /// wire format (a zero byte and a 4-byte schema id); absent, no message may use it.
+    #[arg(long, value_name = "TOPIC", default_value = kafka::schema_registry::SCHEMAS_TOPIC)]
+    registry_topic: String,
 }
 
 pub fn run(store: &super::Store, args: IngestArgs) -> anyhow::Result<ExitCode> {
@@ -293,6 +297,7 @@ fn run_kafka_shards(shards: &ShardDir, brokers: &str, args: &IngestArgs) -> anyh
             .with_context(|| format!("cannot name the consumer group of {}", shards.dir().display()))?;
     }
     let metrics = start_metrics(args, &mut settings)?;
+    super::kafka_args::install_schema_registry("ingest", brokers, &settings.overrides, &args.registry_topic);
     let mut display = Display::new();
     let report = ingest_kafka_shards(shards, &settings, &stop, |progress| {
         display.show(progress);
@@ -316,6 +321,7 @@ fn run_kafka(ledger_path: &Path, brokers: &str, args: &IngestArgs) -> anyhow::Re
         settings.group = default_group(&ledger.ledger_id()?);
     }
     let metrics = start_metrics(args, &mut settings)?;
+    super::kafka_args::install_schema_registry("ingest", brokers, &settings.overrides, &args.registry_topic);
     let mut display = Display::new();
     let report = ingest_kafka(&mut ledger, &settings, &stop, |progress| {
         display.show(progress);

@@ -53,12 +53,16 @@ pub struct NodeArgs {
     /// A librdkafka setting, repeatable.
     #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = parse_setting)]
     settings: Vec<(String, String)>,
+    /// The schema registry's storage topic, read for the writer schemas of messages in the Confluent wire format.
+    #[arg(long, value_name = "TOPIC", default_value = kafka::schema_registry::SCHEMAS_TOPIC)]
+    registry_topic: String,
 }
 
 pub fn run(store: &super::Store, args: NodeArgs) -> anyhow::Result<ExitCode> {
     let super::Store::Shards(dir) = store else {
         anyhow::bail!("node keeps its shards in a directory: give it --data DIR");
     };
+    super::kafka_args::install_schema_registry("node", &args.brokers, &args.settings, &args.registry_topic);
     let hook = HookSettings {
         group_max_requests: args.group_max_requests.max(1),
         // Replicated: the topics are the durable copy; the shard commits to the operating system's cache.

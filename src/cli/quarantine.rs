@@ -26,6 +26,16 @@ pub enum QuarantineCommand {
         /// the names of docs/contract.md §2): a message from a topic is recorded only if it is of that topic's type.
         #[arg(long, value_name = "KIND=TOPIC")]
         topics: Vec<String>,
+        /// Kafka bootstrap servers whose schema registry topic (`--registry-topic`) resolves the schema ids of
+        /// messages in the Confluent wire format quarantined as `unknown_schema_id`.
+        #[arg(long, env = "QUOTA_LEDGER_BROKERS")]
+        brokers: Option<String>,
+        /// The schema registry's storage topic on --brokers.
+        #[arg(long, value_name = "TOPIC", default_value = kafka::schema_registry::SCHEMAS_TOPIC)]
+        registry_topic: String,
+        /// A librdkafka setting for --brokers (SASL, TLS), repeatable.
+        #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = super::kafka_args::parse_setting)]
+        settings: Vec<(String, String)>,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -36,7 +46,12 @@ pub fn run(store: &super::Store, command: QuarantineCommand) -> anyhow::Result<E
     let ledger_path = store.file("quarantine")?;
     match command {
         QuarantineCommand::List { json } => list(ledger_path, json),
-        QuarantineCommand::Replay { ids, topics, json } => replay(ledger_path, &ids, &topics, json),
+        QuarantineCommand::Replay { ids, topics, brokers, registry_topic, settings, json } => {
+            if let Some(brokers) = &brokers {
+                super::kafka_args::install_schema_registry("quarantine replay", brokers, &settings, &registry_topic);
+            }
+            replay(ledger_path, &ids, &topics, json)
+        }
     }
 }
 
