@@ -156,3 +156,136 @@ fn the_shipped_alerting_rules_are_valid() {
     let text = String::from_utf8_lossy(&output.stdout).to_string() + &String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "promtool check rules docs/alerts.yml: {text}");
 }
+
+/// `promtool check metrics` of `text` (its lint of names, units and help), which must pass.
+fn promtool_accepts(text: &str) {
+    use std::io::Write;
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool runs");
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&output.stdout).to_string() + &String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "promtool check metrics: {said}\n{text}");
+}
+
+/// The value of the gauge `name` (with its labels as written) in a textfile.
+fn gauge(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+// Proves the nightly jobs' figures for the textfile collector are valid and say what the run did.
+#[test]
+fn reconcile_and_export_write_their_figures_for_the_textfile_collector() {
+    if !tool_available("promtool", "QUOTA_LEDGER_SKIP_PROMETHEUS", "apt-get install prometheus") {
+        return;
+    }
+    let ledger = TestLedger::new();
+    let out = ledger.file("generated");
+    run(&["generate", "--tenants", "20", "--events", "3000", "--seed", "3", "--out", out.to_str().unwrap()], b"")
+        .success();
+    let mut files: Vec<_> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    for file in &files {
+        ledger.ingest(file);
+    }
+    let figures = ledger.file("reconcile.prom");
+    let report = ledger
+        .run(&["reconcile", "--as-of", "2026-12-01T00:00:00Z", "--json", "--metrics-file", figures.to_str().unwrap()])
+        .json();
+    let text = std::fs::read_to_string(&figures).unwrap();
+    promtool_accepts(&text);
+    let by_kind = report["adjustments_by_kind"].as_object().unwrap();
+    assert!(!by_kind.is_empty(), "a generated month has adjustments to make: {report}");
+    for (kind, n) in by_kind {
+        let series = format!(r#"quota_ledger_reconcile_adjustments{{kind="{kind}"}}"#);
+        assert_eq!(gauge(&text, &series), n.as_f64().unwrap(), "{kind}");
+    }
+    assert_eq!(
+        gauge(&text, "quota_ledger_reconcile_windows_judged"),
+        report["read"]["windows_judged"].as_f64().unwrap()
+    );
+
+    let export_figures = ledger.file("export.prom");
+    let csv = ledger
+        .run(&[
+            "export",
+            "billing",
+            "--period",
+            "2026-11",
+            "--format",
+            "csv",
+            "--metrics-file",
+            export_figures.to_str().unwrap(),
+        ])
+        .success()
+        .stdout_text();
+    let text = std::fs::read_to_string(&export_figures).unwrap();
+    promtool_accepts(&text);
+    let rows = csv.lines().count() - 1;
+    assert_eq!(gauge(&text, r#"quota_ledger_export_rows{period="2026-11"}"#), rows as f64);
+    assert_eq!(gauge(&text, r#"quota_ledger_export_final{period="2026-11"}"#), 0.0);
+}
+
+// Proves the Grafana dashboard docs/operations.md ships is JSON whose every query names only series quota-ledger
+// exposes: the families of serve and ingest, and the figures of reconcile and export.
+#[test]
+fn the_shipped_dashboard_queries_only_series_that_exist() {
+    let mut registry = telemetry::registry();
+    let ingest = telemetry::IngestMetrics::register(&mut registry);
+    ingest.observe(&ingest::KafkaIngestProgress { messages: 1, ..Default::default() });
+    ingest::LagListener::lag(&*ingest, "quota.usage", 0, 1, 1);
+    telemetry::HookMetrics::register(&mut registry).decided("OK", "requests", None);
+    let mut exposed = telemetry::encode(&registry);
+    let ledger = TestLedger::new();
+    let file = ledger.file("usage.avro");
+    write_container(&file, &[usage("u-1", "2026-11-03T10:00:00Z", "org-1", 1)]);
+    ledger.ingest(&file);
+    let (reconcile, export) = (ledger.file("r.prom"), ledger.file("e.prom"));
+    ledger.run(&["reconcile", "--as-of", "2026-12-01T00:00:00Z", "--metrics-file", reconcile.to_str().unwrap()]);
+    let args =
+        ["export", "billing", "--period", "2026-11", "--format", "csv", "--metrics-file", export.to_str().unwrap()];
+    ledger.run(&args).success();
+    exposed += &std::fs::read_to_string(&reconcile).unwrap();
+    exposed += &std::fs::read_to_string(&export).unwrap();
+    // Every series written, and every family declared (a family with no series yet, such as adjustments of a clean
+    // run, is declared all the same).
+    let series: std::collections::BTreeSet<String> = exposed
+        .lines()
+        .filter_map(|line| match line.strip_prefix("# TYPE ") {
+            Some(declared) => declared.split(' ').next(),
+            None if line.starts_with('#') => None,
+            None => line.split(['{', ' ']).next(),
+        })
+        .map(str::to_string)
+        .collect();
+
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/grafana-dashboard.json")).unwrap();
+    let dashboard: Value = serde_json::from_str(&text).expect("the dashboard is JSON");
+    let mut queried = 0;
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            for name in expr
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|w| w.starts_with("quota_ledger_"))
+            {
+                assert!(
+                    series.contains(name),
+                    "panel {:?} queries {name}, which nothing exposes ({series:?})",
+                    panel["title"]
+                );
+                queried += 1;
+            }
+        }
+    }
+    assert!(queried >= 12, "every panel queries a series: {queried}");
+}

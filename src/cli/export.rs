@@ -37,6 +37,10 @@ pub struct BillingArgs {
     /// Write to this file (replaced whole, atomically) instead of stdout.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Write the export's figures to this file for the node exporter's textfile collector (Prometheus text format):
+    /// the last success, its duration, rows, tenants, whether the period is closed.
+    #[arg(long, value_name = "FILE")]
+    metrics_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -52,6 +56,7 @@ fn parse_period(text: &str) -> Result<Period, String> {
 
 pub fn run(store: &super::Store, command: ExportCommand) -> anyhow::Result<ExitCode> {
     let ExportCommand::Billing(args) = command;
+    let started = std::time::Instant::now();
     // A close cannot be undone: an --out that cannot be written stops the command before anything is closed (failing
     // after the close, it would leave the user taking the period for still open).
     if let Some(path) = &args.out {
@@ -81,6 +86,30 @@ pub fn run(store: &super::Store, command: ExportCommand) -> anyhow::Result<ExitC
         None => super::stdout().write_all(&bytes)?,
     }
     eprintln!("{note}: {} rows", export.rows.len());
+    if let Some(path) = &args.metrics_file {
+        let mut figures = telemetry::Textfile::default();
+        let period = export.period.to_string();
+        let of_period = |value: f64| [(period.clone(), value)];
+        figures.gauges(
+            "export_last_success_timestamp_seconds",
+            "When the period's billing export last succeeded",
+            "period",
+            &of_period(telemetry::now_seconds()),
+        );
+        let took = started.elapsed().as_secs_f64();
+        figures.gauges("export_duration_seconds", "How long the export took", "period", &of_period(took));
+        figures.gauges(
+            "export_rows",
+            "Rows of the export (tenant and metric)",
+            "period",
+            &of_period(export.rows.len() as f64),
+        );
+        let tenants = export.rows.iter().map(|r| r.tenant.as_str()).collect::<std::collections::BTreeSet<_>>().len();
+        figures.gauges("export_tenants", "Tenants billed in the export", "period", &of_period(tenants as f64));
+        let closed = f64::from(u8::from(args.final_));
+        figures.gauges("export_final", "1 when the export closed the period (--final)", "period", &of_period(closed));
+        figures.write(path).with_context(|| format!("cannot write the metrics file {}", path.display()))?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -46,6 +46,10 @@ pub struct ReconcileArgs {
     /// How long to keep retrying unacknowledged adjustments before leaving them pending.
     #[arg(long, default_value_t = outbox::PUBLISH_TIMEOUT_MS)]
     publish_timeout_ms: u64,
+    /// Write the run's figures to this file for the node exporter's textfile collector (Prometheus text format):
+    /// the last success, its duration, adjustments and their amounts by kind, windows judged, outbox pending.
+    #[arg(long, value_name = "FILE")]
+    metrics_file: Option<std::path::PathBuf>,
 }
 
 fn parse_as_of(text: &str) -> Result<Timestamp, String> {
@@ -74,6 +78,7 @@ pub(crate) struct RunJson {
 }
 
 pub fn run(store: &super::Store, args: ReconcileArgs) -> anyhow::Result<ExitCode> {
+    let started = std::time::Instant::now();
     let spinner = super::spinner();
     spinner.enable_steady_tick(Duration::from_millis(200));
     let (plan, outbox, pending) = match store {
@@ -86,6 +91,10 @@ pub fn run(store: &super::Store, args: ReconcileArgs) -> anyhow::Result<ExitCode
         super::Store::Shards(shards) => reconcile_shards(shards, &args, &spinner)?,
     };
     spinner.finish_and_clear();
+    if let Some(path) = &args.metrics_file {
+        let figures = figures(&plan, args.dry_run, pending, started.elapsed());
+        figures.write(path).with_context(|| format!("cannot write the metrics file {}", path.display()))?;
+    }
     if args.json {
         super::print_json(&run_json(&plan, args.dry_run, outbox))?;
     } else {
@@ -171,6 +180,37 @@ fn reconcile_one(
     };
     let pending = ledger.outbox_pending_count()?;
     Ok((plan, outbox, pending))
+}
+
+/// The run's figures for `--metrics-file`.
+fn figures(plan: &Plan, dry_run: bool, pending: u64, took: Duration) -> telemetry::Textfile {
+    let mut figures = telemetry::Textfile::default();
+    figures.gauge("reconcile_last_success_timestamp_seconds", "When reconcile last finished", telemetry::now_seconds());
+    figures.gauge("reconcile_duration_seconds", "How long the last reconcile took", took.as_secs_f64());
+    figures.gauge(
+        "reconcile_dry_run",
+        "1 when the last run recorded nothing (--dry-run)",
+        f64::from(u8::from(dry_run)),
+    );
+    figures.gauge("reconcile_windows_judged", "Windows the last run judged", plan.counts.windows_judged as f64);
+    // Every kind, 0 when none: a clean run is a graph at zero, not a gap.
+    let every_kind = || schemas::AdjustmentKind::SYMBOLS.iter().map(|kind| (kind.to_string(), 0.0));
+    let mut amounts: BTreeMap<String, f64> = every_kind().collect();
+    let mut counts: BTreeMap<String, f64> = every_kind().collect();
+    for adjustment in &plan.adjustments {
+        *amounts.entry(adjustment.kind.to_string()).or_default() += adjustment.amount as f64;
+        *counts.entry(adjustment.kind.to_string()).or_default() += 1.0;
+    }
+    let counts: Vec<(String, f64)> = counts.into_iter().collect();
+    figures.gauges("reconcile_adjustments", "Adjustments the last run found, by kind", "kind", &counts);
+    figures.gauges(
+        "reconcile_adjustment_amount",
+        "The sum of the amounts of the adjustments the last run found, by kind (OVERSHOOT: consumption beyond limits)",
+        "kind",
+        &amounts.into_iter().collect::<Vec<_>>(),
+    );
+    figures.gauge("reconcile_outbox_pending_events", "Entries waiting in the outbox after the run", pending as f64);
+    figures
 }
 
 fn by_kind(adjustments: &[AdjustmentEvent]) -> BTreeMap<String, u64> {

@@ -279,3 +279,53 @@ mod tests {
         assert!(text.contains(r#"quota_ledger_ingest_lag_messages{topic="quota.usage",partition="2"} 15"#), "{text}");
     }
 }
+
+/// The figures of one run of a job (`reconcile`, `export billing`) for the node exporter's textfile collector
+/// (`--metrics-file`): gauges only, in the Prometheus text format, written whole under a temporary name and renamed,
+/// as the collector asks, so that it never reads half a file.
+#[derive(Debug)]
+pub struct Textfile {
+    registry: Registry,
+}
+
+impl Default for Textfile {
+    fn default() -> Textfile {
+        Textfile { registry: registry() }
+    }
+}
+
+impl Textfile {
+    /// A gauge `quota_ledger_NAME` of `value`.
+    pub fn gauge(&mut self, name: &str, help: &str, value: f64) {
+        let gauge = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        gauge.set(value);
+        self.registry.register(name, help, gauge);
+    }
+
+    /// A family of gauges `quota_ledger_NAME{label="..."}`, one per `(label value, value)`.
+    pub fn gauges(&mut self, name: &str, help: &str, label: &str, values: &[(String, f64)]) {
+        let family = Family::<Vec<(String, String)>, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        for (labelled, value) in values {
+            family.get_or_create(&vec![(label.to_string(), labelled.clone())]).set(*value);
+        }
+        self.registry.register(name, help, family);
+    }
+
+    /// The text: OpenMetrics without its `# EOF` line, which is the Prometheus text format for gauges.
+    pub fn text(&self) -> String {
+        encode(&self.registry).trim_end_matches("# EOF\n").to_string()
+    }
+
+    /// Writes the text to `path` through `path.tmp` and a rename.
+    pub fn write(&self, path: &std::path::Path) -> std::io::Result<()> {
+        let mut partial = path.as_os_str().to_os_string();
+        partial.push(".tmp");
+        std::fs::write(&partial, self.text())?;
+        std::fs::rename(&partial, path)
+    }
+}
+
+/// Seconds since the Unix epoch, now: the `_timestamp_seconds` of a job's figures.
+pub fn now_seconds() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
