@@ -252,6 +252,13 @@ fn serve_onto_a_full_disk_answers_500_loses_no_answered_decision_and_recovers_on
     let (status, health) = server.health();
     assert_eq!((status, &health["hook"]["recording"]), (200, &"ok".into()), "{health}");
     assert!(health["hook"]["failed_groups"].as_u64().unwrap() >= failed_groups, "{health}");
+    // The operator's alert reads the same count from /metrics.
+    let scraped = server.metrics();
+    let counted = scraped
+        .lines()
+        .find_map(|line| line.strip_prefix("quota_ledger_hook_failed_groups_total "))
+        .unwrap_or_else(|| panic!("no failed groups counter in\n{scraped}"));
+    assert_eq!(counted.parse::<u64>().unwrap(), health["hook"]["failed_groups"].as_u64().unwrap(), "{scraped}");
     // A failed key retried is decided afresh: nothing of its failed group was recorded.
     for s in sent.iter_mut().filter(|s| is_failed_group(&s.reply)).take(20) {
         let retried = server.check(&s.tenant, s.amount, &s.key);

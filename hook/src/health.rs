@@ -60,6 +60,8 @@ pub struct HealthReport {
     pub failed_groups: u64,
     /// The last failure, of a group or of a sync.
     pub last_failure: Option<Failure>,
+    /// Requests queued for the writer now (the queue's depth).
+    pub queued: usize,
 }
 
 impl Health {
@@ -117,6 +119,7 @@ impl Health {
             (false, true) => "failing",
             (false, false) => "ok",
         };
-        HealthReport { recording, failed_groups: self.failed_groups.load(Ordering::Relaxed), last_failure }
+        let failed_groups = self.failed_groups.load(Ordering::Relaxed);
+        HealthReport { recording, failed_groups, last_failure, queued: 0 }
     }
 }

@@ -332,9 +332,10 @@ impl Hook {
         self.stopped.clone()
     }
 
-    /// Whether recording fails now, how many groups failed, and the last failure (for `/healthz`).
+    /// Whether recording fails now, how many groups failed, the last failure, and the queue's depth (for
+    /// `/healthz` and `/metrics`).
     pub fn health(&self) -> health::HealthReport {
-        self.health.report()
+        health::HealthReport { queued: self.queued.load(Ordering::Relaxed), ..self.health.report() }
     }
 
     /// Answers once the writer (or its sync thread) has stopped on a panic, never while it runs: a server stops

@@ -63,6 +63,8 @@ pub struct ShardsHealth {
     pub failed_groups: u64,
     /// The latest failure of any shard.
     pub last_failure: Option<Failure>,
+    /// Requests queued for every shard's writer now, summed.
+    pub queued: usize,
     /// Each partition held, and its hook's health.
     pub shards: BTreeMap<u32, HealthReport>,
 }
@@ -293,6 +295,7 @@ impl Shards {
             recording: worst,
             failed_groups: shards.values().map(|h| h.failed_groups).sum(),
             last_failure,
+            queued: shards.values().map(|h| h.queued).sum(),
             shards,
         }
     }

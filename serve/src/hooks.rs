@@ -59,6 +59,20 @@ impl Hooks {
         (recording, report.unwrap_or_else(|e| serde_json::json!({"error": e.to_string()})))
     }
 
+    /// Requests queued for the writers now, and groups failed since the start (every shard's summed).
+    pub(crate) fn load(&self) -> (usize, u64) {
+        match self {
+            Hooks::One(hook) => {
+                let report = hook.health();
+                (report.queued, report.failed_groups)
+            }
+            Hooks::Shards(shards) => {
+                let report = shards.health();
+                (report.queued, report.failed_groups)
+            }
+        }
+    }
+
     /// The last failure's message, for the error `serve` exits with once a writer stopped.
     pub(crate) fn last_failure(&self) -> Option<String> {
         match self {

@@ -183,6 +183,8 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
         };
         app.metrics.hook.outbox_pending(pending);
     }
+    let (queued, failed_groups) = app.hook.load();
+    app.metrics.hook.writer(queued, failed_groups);
     ([(header::CONTENT_TYPE, telemetry::CONTENT_TYPE)], telemetry::encode(&app.metrics.registry)).into_response()
 }
 

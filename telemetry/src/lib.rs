@@ -150,6 +150,10 @@ pub struct HookMetrics {
     decisions: Family<DecisionLabels, Counter>,
     duration: Histogram,
     outbox_pending: Gauge,
+    queue_depth: Gauge,
+    failed_groups: Counter,
+    /// The failed groups last observed, whose increase the counter is given.
+    failed_seen: Mutex<u64>,
 }
 
 impl HookMetrics {
@@ -157,7 +161,14 @@ impl HookMetrics {
     pub fn register(registry: &mut Registry) -> Arc<HookMetrics> {
         // 100 µs to 3.3 s, doubling: a group commit with fsync is about a millisecond, a stalled disk seconds.
         let duration = Histogram::new(exponential_buckets(0.0001, 2.0, 16));
-        let metrics = HookMetrics { decisions: Family::default(), duration, outbox_pending: Gauge::default() };
+        let metrics = HookMetrics {
+            decisions: Family::default(),
+            duration,
+            outbox_pending: Gauge::default(),
+            queue_depth: Gauge::default(),
+            failed_groups: Counter::default(),
+            failed_seen: Mutex::new(0),
+        };
         registry.register(
             "decisions",
             "Decisions answered (checks and reservations; replays included), by code, metric and policy version",
@@ -167,6 +178,16 @@ impl HookMetrics {
             "decision_duration_seconds",
             "Time from a check's or reservation's request read to its answer: queue wait, group commit and sync",
             metrics.duration.clone(),
+        );
+        registry.register(
+            "hook_queue_depth_requests",
+            "Requests queued for the hook's writers now (8,192 per writer refuses more: 503 overloaded)",
+            metrics.queue_depth.clone(),
+        );
+        registry.register(
+            "hook_failed_groups",
+            "Groups of requests the ledger could not record (a full disk, an I/O error): each request answered 500",
+            metrics.failed_groups.clone(),
         );
         registry.register(
             "outbox_pending_events",
@@ -189,6 +210,14 @@ impl HookMetrics {
     /// A request for a decision (a check or a reservation) answered `took` after its body was read.
     pub fn answered(&self, took: Duration) {
         self.duration.observe(took.as_secs_f64());
+    }
+
+    /// The writers' queue depth now, and the groups failed since the start.
+    pub fn writer(&self, queued: usize, failed_groups: u64) {
+        self.queue_depth.set(i64::try_from(queued).unwrap_or(i64::MAX));
+        let mut seen = self.failed_seen.lock().expect("never poisoned");
+        self.failed_groups.inc_by(failed_groups.saturating_sub(*seen));
+        *seen = (*seen).max(failed_groups);
     }
 
     /// The outbox's pending events, as its publisher last saw them.

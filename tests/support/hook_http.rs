@@ -73,6 +73,12 @@ impl Server {
         check(&self.agent, &self.base, tenant, amount, key)
     }
 
+    /// `GET /metrics`: the Prometheus text.
+    pub fn metrics(&self) -> String {
+        let mut response = self.agent.get(format!("{}/metrics", self.base)).call().expect("an HTTP answer");
+        response.body_mut().read_to_string().expect("a body")
+    }
+
     /// `GET /healthz`: status and JSON body.
     pub fn health(&self) -> (u16, Value) {
         let mut response = self.agent.get(format!("{}/healthz", self.base)).call().expect("an HTTP answer");
