@@ -25,6 +25,8 @@ fn two_nodes_share_the_partitions_and_one_takes_over() {
     let b = Node::start(&broker.bootstrap, &dir.path().join("b"), &tokens, "127.0.0.1", "b");
     let (url_a, url_b) = (a.url.clone(), b.url.clone());
     let owners = routing_of_all(&url_a, 3, &[&url_a, &url_b], 90);
+    // Each node follows the catalog on its own: b's view names every owner too before b is asked.
+    assert_eq!(routing_of_all(&url_b, 3, &[&url_a, &url_b], 90), owners, "both nodes' views agree");
     let owned_by: BTreeSet<&String> = owners.values().collect();
     assert_eq!(owned_by.len(), 2, "both nodes own partitions: {owners:?}");
 
@@ -60,6 +62,19 @@ fn two_nodes_share_the_partitions_and_one_takes_over() {
         assert_eq!(answer.status, 200, "{tenant}: {}", answer.body);
         allowed.insert(answer.body["decisionId"].as_str().unwrap().to_string());
     }
+    // Node b's /metrics: its ingest's lag for every partition it now owns (five topics, three partitions), and its
+    // decisions answered OK: its own tenants' first checks, then every tenant's replay and second check.
+    let scraped = ureq::get(format!("{url_b}/metrics")).call().unwrap().body_mut().read_to_string().unwrap();
+    let lag_series = scraped.lines().filter(|l| l.starts_with("quota_ledger_ingest_lag_messages{")).count();
+    assert_eq!(lag_series, 15, "{scraped}");
+    let ok: f64 = scraped
+        .lines()
+        .filter(|l| l.starts_with("quota_ledger_decisions_total{code=\"OK\""))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum();
+    let first_on_b =
+        tenants.iter().filter(|t| owners[&u64::from(schemas::partition::partition_of(t, 3))] == url_b).count();
+    assert_eq!(ok, (first_on_b + 2 * tenants.len()) as f64, "{scraped}");
     drop(b);
 
     // Node b's shards hold every allowed decision exactly once.

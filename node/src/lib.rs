@@ -129,6 +129,10 @@ pub fn run(settings: NodeSettings, listening: impl FnOnce(Listening) -> std::io:
     ingest.overrides = overrides.clone();
     ingest.publish_checkpoints = false;
     ingest.listener = Some(Arc::new(ownership::Listener(Arc::clone(&ownership))));
+    // The node's figures: its ingest's beside its server's, on the server's `/metrics`.
+    let mut registry = telemetry::registry();
+    let ingest_metrics = telemetry::IngestMetrics::register(&mut registry);
+    ingest.lag_listener = Some(ingest_metrics.clone());
     let stop_ingest = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<String>();
     let ingest_thread = {
@@ -137,7 +141,8 @@ pub fn run(settings: NodeSettings, listening: impl FnOnce(Listening) -> std::io:
         std::thread::Builder::new()
             .name("node-ingest".into())
             .spawn(move || {
-                let ran = ingest::ingest_kafka_shards(&dir, &ingest, &stop, |_| {});
+                let ran =
+                    ingest::ingest_kafka_shards(&dir, &ingest, &stop, |progress| ingest_metrics.observe(progress));
                 let why = match &ran {
                     Ok(_) => "ingest ended".to_string(),
                     Err(error) => format!("ingest stopped: {}", ledger::causes(error)),
@@ -149,7 +154,7 @@ pub fn run(settings: NodeSettings, listening: impl FnOnce(Listening) -> std::io:
     };
     let stop: serve::StopAsked = Box::pin(async move { ended_rx.await.unwrap_or_else(|_| "ingest ended".into()) });
     let routing = Arc::new(CatalogView { catalog: Arc::clone(&catalog), partitions });
-    let served = serve::run_node(Arc::clone(&shards), routing, settings.serve.clone(), listening, stop);
+    let served = serve::run_node(Arc::clone(&shards), routing, settings.serve.clone(), listening, stop, registry);
     ownership.stop();
     stop_ingest.store(true, std::sync::atomic::Ordering::Relaxed);
     let ingested = ingest_thread.join().unwrap_or_else(|_| Ok(Default::default()));

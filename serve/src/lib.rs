@@ -307,7 +307,8 @@ pub trait Routing: Send + Sync {
 pub type StopAsked = std::pin::Pin<Box<dyn std::future::Future<Output = String> + Send>>;
 
 /// [`run_shards`] for a node of a cluster: the router `shards` holds the partitions Kafka gives the node and changes
-/// while it serves (the node adds and removes them); `routing` names the owners of the others. Serves until SIGTERM or
+/// while it serves (the node adds and removes them); `routing` names the owners of the others; `registry` holds the
+/// node's other figures (its ingest's), which `/metrics` answers beside the server's. Serves until SIGTERM or
 /// Ctrl-C, a writer stopped on a panic, or `stop` answers. Waiting for the shards' writers to close is the node's.
 pub fn run_node(
     shards: Arc<Shards>,
@@ -315,6 +316,7 @@ pub fn run_node(
     settings: ServeSettings,
     listening: impl FnOnce(Listening) -> std::io::Result<()>,
     stop: StopAsked,
+    registry: telemetry::Registry,
 ) -> Result<(), ServeError> {
     let prepared = prepare(&settings)?;
     let tokens = Tokens::read(&settings.tokens)?;
@@ -324,7 +326,7 @@ pub fn run_node(
         tokens,
         outbox: None,
         routing: Some(routing),
-        metrics: routes::Metrics::new(),
+        metrics: routes::Metrics::with(registry),
     };
     serve(app, Vec::new(), Vec::new(), prepared, &settings, listening, Some(stop))
 }

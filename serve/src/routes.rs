@@ -42,7 +42,11 @@ pub(crate) struct Metrics {
 
 impl Metrics {
     pub(crate) fn new() -> Metrics {
-        let mut registry = telemetry::registry();
+        Metrics::with(telemetry::registry())
+    }
+
+    /// The server's figures registered beside those `registry` holds.
+    pub(crate) fn with(mut registry: telemetry::Registry) -> Metrics {
         let hook = telemetry::HookMetrics::register(&mut registry);
         Metrics { registry, hook }
     }
