@@ -87,9 +87,10 @@ fn confluent_messages_ingest_and_unknown_ids_replay(broker: &Broker) {
     producer.finish().expect("acknowledged");
 
     let ledger = TestLedger::new();
-    ledger.run(&["ingest", "--brokers", &broker.bootstrap, "--until-caught-up"]).success();
+    let ingest = ledger.run(&["ingest", "--brokers", &broker.bootstrap, "--until-caught-up"]).success();
     let status = ledger.status();
-    assert_eq!((count(&status, "events_recorded"), count(&status, "quarantined")), (3, 2), "{status}");
+    let counts = (count(&status, "events_recorded"), count(&status, "quarantined"));
+    assert_eq!(counts, (3, 2), "{status}\n{}\n{:?}", ingest.stderr, ledger.quarantined());
     let quarantined = ledger.quarantined();
     assert!(quarantined.iter().all(|q| q["reason_code"] == "unknown_schema_id"), "{quarantined:?}");
     let why =

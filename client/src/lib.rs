@@ -206,7 +206,7 @@ impl Client {
             match self.send(&url, path, body)? {
                 Sent::Answered(answer) => return Ok(answer),
                 Sent::Misdirected { owner: Some(owner), answer } if owner.trim_end_matches('/') != url => {
-                    log::debug!("client: {url} does not serve partition {partition}; it names {owner}");
+                    tracing::debug!("client: {url} does not serve partition {partition}; it names {owner}");
                     self.lock().owners.insert(partition, owner.trim_end_matches('/').to_string());
                     last = answer;
                 }
@@ -215,7 +215,7 @@ impl Client {
                     self.forget_and_refresh(partition, &url);
                 }
                 Sent::Refused(reason) => {
-                    log::debug!("client: {url} refused the connection ({reason}); reading the routing table again");
+                    tracing::debug!("client: {url} refused the connection ({reason}); reading the routing table again");
                     last = format!("{url}: {reason}");
                     self.forget_and_refresh(partition, &url);
                 }
@@ -235,7 +235,7 @@ impl Client {
             }
         }
         if let Err(error) = self.refresh() {
-            log::debug!("client: {error}");
+            tracing::debug!("client: {error}");
         }
     }
 

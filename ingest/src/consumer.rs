@@ -471,7 +471,7 @@ impl Waiting {
                 0 => String::new(),
                 seconds => format!(" ({seconds} s so far)"),
             };
-            log::warn!(
+            tracing::warn!(
                 "ingest: waiting for the brokers at {brokers}{so_far}: {reason}; librdkafka reconnects on its own"
             );
         }
@@ -483,7 +483,10 @@ impl Waiting {
         if let Some(since) = self.since.take()
             && self.said.over()
         {
-            log::info!("ingest: the brokers at {brokers} answer again, after {:.1} s", since.elapsed().as_secs_f64());
+            tracing::info!(
+                "ingest: the brokers at {brokers} answer again, after {:.1} s",
+                since.elapsed().as_secs_f64()
+            );
         }
     }
 
@@ -594,7 +597,7 @@ impl IngestContext {
                 Ok(Err(error)) => {
                     shared.shard_failure.get_or_insert(error);
                 }
-                Err(_) => log::error!("ingest: partition {partition} is negative"),
+                Err(_) => tracing::error!("ingest: partition {partition} is negative"),
             }
         }
     }
@@ -630,7 +633,7 @@ impl ConsumerContext for IngestContext {
                     let _ = tpl.set_partition_offset(topic, *partition, offset);
                 }
                 if let Err(e) = consumer.assign(tpl) {
-                    log::error!("ingest: assigning {partitions:?} failed: {e}");
+                    tracing::error!("ingest: assigning {partitions:?} failed: {e}");
                 }
                 shared.assigned.extend(partitions);
             }
@@ -643,7 +646,7 @@ impl ConsumerContext for IngestContext {
                 // so that the next owner finds its offsets stored.
                 self.close_shards(&mut shared, &partitions);
                 if let Err(e) = consumer.unassign() {
-                    log::error!("ingest: unassigning failed: {e}");
+                    tracing::error!("ingest: unassigning failed: {e}");
                 }
             }
         }
@@ -827,7 +830,7 @@ pub fn ingest_kafka(
     if let Some(checkpoints) = checkpoints {
         match ledger.head() {
             Ok(head) => checkpoints.finish(head.seq, &head.hash_hex()),
-            Err(error) => log::warn!("ingest: cannot read the ledger's head for its last checkpoint: {error}"),
+            Err(error) => tracing::warn!("ingest: cannot read the ledger's head for its last checkpoint: {error}"),
         }
     }
     result
@@ -954,7 +957,7 @@ fn start_checkpoints(ledger: &Ledger, settings: &KafkaIngestSettings) -> Option<
     let started = ledger.ledger_id().map_err(|e| e.to_string()).and_then(|id| {
         CheckpointPublisher::new("ingest", &settings.brokers, &settings.overrides, &id).map_err(|e| e.to_string())
     });
-    started.map_err(|error| log::warn!("ingest: no checkpoints will be published: {error}")).ok()
+    started.map_err(|error| tracing::warn!("ingest: no checkpoints will be published: {error}")).ok()
 }
 
 /// Offers the ledger's head to the checkpoint publisher, if there is one.
@@ -985,7 +988,7 @@ fn accept_gaps(
             _ if recorded.contains(asked) => {}
             Some(missing) if missing.range == *asked => {
                 ledger.accept_gap(asked)?;
-                log::warn!(
+                tracing::warn!(
                     "ingest: recorded {} offsets of {topic}[{partition}] as never read (gap {asked}): {missing}",
                     asked.len()
                 );
@@ -1043,7 +1046,7 @@ fn consume(
             // members. Polling again rejoins, and the assignment seeks to the ledger's offsets, so nothing is
             // lost or recorded twice: no reason to stop ingest.
             Some(Err(KafkaError::MessageConsumption(RDKafkaErrorCode::PollExceeded))) => {
-                log::warn!(
+                tracing::warn!(
                     "ingest: an append kept the consumer from polling for longer than max.poll.interval.ms, so it \
                      left group {}; rejoining, each partition resumes at the ledger's offset",
                     settings.group
@@ -1137,7 +1140,7 @@ fn offsets_out_of_range(
         return Err(KafkaIngestError::OffsetsNeverRead { missing });
     }
     if past_end.is_empty() {
-        log::warn!(
+        tracing::warn!(
             "ingest: the brokers said an offset was out of range, but every partition's is in range now; asking again"
         );
         for (topic, partition) in &assigned {
@@ -1174,7 +1177,7 @@ fn ask_past_end_again(
 
 fn seek(consumer: &BaseConsumer<IngestContext>, topic: &str, partition: i32, next: i64) {
     if let Err(error) = consumer.seek(topic, partition, Offset::Offset(next), Duration::from_millis(1_000)) {
-        log::warn!("ingest: cannot ask {topic}[{partition}] again from offset {next}: {error}");
+        tracing::warn!("ingest: cannot ask {topic}[{partition}] again from offset {next}: {error}");
     }
 }
 
@@ -1337,7 +1340,7 @@ fn check_gap(
     };
     if let Some(want) = want.filter(|w| message.offset() > *w) {
         progress.offset_gaps += 1;
-        log::warn!(
+        tracing::warn!(
             "ingest: warning: {}[{}] jumped from offset {want} to {}: the broker returned no message for {} \
              offsets (expected only on compacted or transactional topics)",
             key.0,
@@ -1419,7 +1422,7 @@ fn store_offsets(consumer: &BaseConsumer<IngestContext>, shared: &Mutex<Shared>,
     }
     // For lag tools only: the ledger already holds these offsets, so a failed commit loses nothing.
     if let Err(e) = consumer.commit(&tpl, CommitMode::Async) {
-        log::warn!("ingest: committing offsets to Kafka failed (the ledger holds them): {e}");
+        tracing::warn!("ingest: committing offsets to Kafka failed (the ledger holds them): {e}");
     }
 }
 

@@ -286,7 +286,7 @@ impl ShardWriters {
         let started = ledger.ledger_id().map_err(|e| e.to_string()).and_then(|id| {
             CheckpointPublisher::new("ingest", brokers, &self.settings.overrides, &id).map_err(|e| e.to_string())
         });
-        started.map_err(|error| log::warn!("ingest: shard {partition} publishes no checkpoints: {error}")).ok()
+        started.map_err(|error| tracing::warn!("ingest: shard {partition} publishes no checkpoints: {error}")).ok()
     }
 
     /// Queues `messages` (all of partition `partition` of the input topics) for shard `partition`'s writer: one
@@ -387,7 +387,7 @@ impl WriterState {
                     self.offer_head();
                 }
                 Err(error) => {
-                    log::error!("ingest: shard {} stopped: {error}", self.shard.partition);
+                    tracing::error!("ingest: shard {} stopped: {error}", self.shard.partition);
                     shared.failed.get_or_insert(error);
                     // What is still queued will never be appended.
                     shared.queued -= queue.try_iter().count();
@@ -398,7 +398,7 @@ impl WriterState {
         if let Some(checkpoints) = self.checkpoints.take() {
             match self.ledger.head() {
                 Ok(head) => checkpoints.finish(head.seq, &head.hash_hex()),
-                Err(error) => log::warn!("ingest: cannot read the head of shard {}: {error}", self.shard.partition),
+                Err(error) => tracing::warn!("ingest: cannot read the head of shard {}: {error}", self.shard.partition),
             }
         }
     }
@@ -407,7 +407,7 @@ impl WriterState {
         if let Some(checkpoints) = self.checkpoints.as_mut() {
             match self.ledger.head() {
                 Ok(head) => checkpoints.offer(head.seq, &head.hash_hex()),
-                Err(error) => log::warn!("ingest: cannot read the head of shard {}: {error}", self.shard.partition),
+                Err(error) => tracing::warn!("ingest: cannot read the head of shard {}: {error}", self.shard.partition),
             }
         }
     }
@@ -502,7 +502,7 @@ impl WriterState {
                 .map_err(failed)?;
         }
         producer.wait_acknowledged().map_err(failed)?;
-        log::info!("ingest: shard {partition} forwarded {events} events read in another tenant's partition");
+        tracing::info!("ingest: shard {partition} forwarded {events} events read in another tenant's partition");
         Ok(())
     }
 }

@@ -61,13 +61,13 @@ impl ProducerContext for CheckpointContext {
         match result {
             Ok(_) => {
                 if said.over() {
-                    log::info!("{}: checkpoints are published again to {CHECKPOINTS_TOPIC}", self.client);
+                    tracing::info!("{}: checkpoints are published again to {CHECKPOINTS_TOPIC}", self.client);
                 }
             }
             Err((error, _)) => {
                 let reason = error.to_string();
                 if said.again(&reason) {
-                    log::warn!(
+                    tracing::warn!(
                         "{}: a checkpoint was not published to {CHECKPOINTS_TOPIC}: {reason} (the ledger goes on; \
                          `quota-ledger topics create` creates the topic on brokers that do not create topics)",
                         self.client
@@ -121,7 +121,7 @@ impl CheckpointPublisher {
             self.publish(head_seq, head_hash);
         }
         if let Err(error) = self.producer.flush(Duration::from_millis(FINISH_WAIT_MS)) {
-            log::warn!(
+            tracing::warn!(
                 "{}: the last checkpoint ({head_seq}:{head_hash}) was not acknowledged within {FINISH_WAIT_MS} ms: {error}",
                 self.producer.context().client
             );
@@ -138,7 +138,10 @@ impl CheckpointPublisher {
         let body = serde_json::to_vec(&checkpoint).expect("a checkpoint serializes");
         let record = BaseRecord::to(CHECKPOINTS_TOPIC).key(&self.ledger_id).payload(&body);
         if let Err((error, _)) = self.producer.send(record) {
-            log::warn!("{}: cannot queue checkpoint {head_seq}:{head_hash}: {error}", self.producer.context().client);
+            tracing::warn!(
+                "{}: cannot queue checkpoint {head_seq}:{head_hash}: {error}",
+                self.producer.context().client
+            );
         }
         // Tried, whatever came of it: the next try waits for the interval, so a broker away costs a line a minute.
         self.last = Some((head_seq, Instant::now()));

@@ -197,7 +197,7 @@ pub fn admin(brokers: &str, overrides: &[(String, String)]) -> ClientConfig {
 /// `-X partitioner=...` that says otherwise is named on stderr and not applied.
 fn with_partitioner(mut config: ClientConfig) -> ClientConfig {
     if let Some(asked) = config.get("partitioner").filter(|asked| *asked != PARTITIONER) {
-        log::warn!(
+        tracing::warn!(
             "-X partitioner={asked} ignored: every producer partitions by Kafka's default partitioner over the tenant \
              ({PARTITIONER}, docs/contract.md §9.4)"
         );

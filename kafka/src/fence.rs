@@ -223,7 +223,7 @@ impl ShardFence {
         {
             return Err(fence.named(classify(&error)));
         }
-        log::info!(
+        tracing::info!(
             "shard: acquired {} (the previous owner, if any, is fenced), fence mode {}",
             fence.transactional_id,
             mode.name()
@@ -263,7 +263,7 @@ impl ShardFence {
             (_, failure) => self.named(failure),
         };
         if !matches!(error, FenceError::Unavailable { .. }) {
-            log::error!("shard: {error}");
+            tracing::error!("shard: {error}");
             self.failed = Some(error.clone());
         }
         Err(error)
@@ -398,7 +398,7 @@ fn fence_mode(brokers: &str, overrides: &[(String, String)]) -> Result<FenceMode
             Err(ModeFailure::Unavailable(format!("the brokers did not answer for their API versions: {error}")))
         }
         (Announced { lists: 0, .. }, Ok(_)) => {
-            log::warn!(
+            tracing::warn!(
                 "shard: the brokers' API versions could not be read; fencing with committed transactions, which \
                  brokers without EndTxn refuse"
             );

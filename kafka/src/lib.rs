@@ -4,7 +4,7 @@
 //! librdkafka setting ([`config`]), creating the topics and the embedded broker ([`admin`]), an idempotent
 //! producer ([`producer`]), the ledger's checkpoints on `quota.checkpoints` ([`checkpoints`]), a shard's writes fenced
 //! by the brokers ([`fence`]), the routing catalog of a cluster's nodes on `quota.routing` ([`routing`]),
-//! librdkafka's log lines through the `log` crate ([`log_librdkafka`]) and the rule for saying why a client waits
+//! librdkafka's log lines through `tracing` ([`log_librdkafka`]) and the rule for saying why a client waits
 //! ([`Said`]).
 //!
 //! ```
@@ -64,19 +64,20 @@ impl Said {
     }
 }
 
-/// librdkafka's log lines through the `log` crate (target `librdkafka`), named after the client that wrote them
+/// librdkafka's log lines through `tracing` (target `librdkafka`), named after the client that wrote them
 /// (`client`: `ingest`, `produce`, `outbox`): rdkafka's own forwarding does not say which client of a process a line
 /// came from. Called from each client's `ClientContext::log`. The binary prints warnings and errors on stderr.
 pub fn log_librdkafka(client: &str, level: RDKafkaLogLevel, facility: &str, message: &str) {
-    let level = match level {
+    match level {
         RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error => {
-            log::Level::Error
+            tracing::error!(target: "librdkafka", "{client}: librdkafka {facility}: {message}")
         }
-        RDKafkaLogLevel::Warning => log::Level::Warn,
-        RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => log::Level::Info,
-        RDKafkaLogLevel::Debug => log::Level::Debug,
-    };
-    log::log!(target: "librdkafka", level, "{client}: librdkafka {facility}: {message}");
+        RDKafkaLogLevel::Warning => tracing::warn!(target: "librdkafka", "{client}: librdkafka {facility}: {message}"),
+        RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+            tracing::info!(target: "librdkafka", "{client}: librdkafka {facility}: {message}")
+        }
+        RDKafkaLogLevel::Debug => tracing::debug!(target: "librdkafka", "{client}: librdkafka {facility}: {message}"),
+    }
 }
 
 #[cfg(test)]

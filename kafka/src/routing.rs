@@ -116,7 +116,7 @@ impl RoutingTable {
             Some(Ok(entry)) if key == Some(entry.partition.to_string().as_bytes()) => {
                 self.apply(entry, offset);
             }
-            _ => log::warn!("routing: the message at offset {offset} of {ROUTING_TOPIC} is not a routing entry"),
+            _ => tracing::warn!("routing: the message at offset {offset} of {ROUTING_TOPIC} is not a routing entry"),
         }
     }
 }
@@ -206,7 +206,7 @@ impl RoutingWriter {
         let body = serde_json::to_vec(entry).expect("an entry serializes");
         self.producer.send(BaseRecord::to(ROUTING_TOPIC).key(&key).payload(&body)).map_err(|(e, _)| failed(e))?;
         self.producer.flush(Duration::from_millis(PUBLISH_TIMEOUT_MS)).map_err(failed)?;
-        log::info!(
+        tracing::info!(
             "routing: partition {} is owned by {} at {} (epoch {})",
             entry.partition,
             entry.node_id,
@@ -348,7 +348,7 @@ fn follow(consumer: &BaseConsumer, table: &RwLock<RoutingTable>, stop: &AtomicBo
             Some(Err(error)) => {
                 let reason = error.to_string();
                 if said.again(&reason) {
-                    log::warn!("routing: reading {ROUTING_TOPIC} failed ({reason}); the table may be behind");
+                    tracing::warn!("routing: reading {ROUTING_TOPIC} failed ({reason}); the table may be behind");
                 }
             }
         }

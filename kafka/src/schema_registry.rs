@@ -104,32 +104,37 @@ pub struct Installed {
     pub topic_exists: bool,
 }
 
-/// Registers every Avro schema of `topic` on `brokers` for the Confluent wire format ([`schemas::confluent`]) and
-/// has an id met unknown later read the topic again (at most every [`REREAD_EVERY_MS`]): a producer that registers a
-/// new schema and sends with it at once is decoded. A missing topic is no error (no producer uses the registry yet).
-pub fn install(brokers: &str, overrides: &[(String, String)], topic: &str) -> Result<Installed, WholeTopicError> {
-    let installed = load(brokers, overrides, topic)?;
+/// Has a message in the Confluent wire format whose schema id is not registered yet read `topic` on `brokers` whole
+/// and register its Avro schemas ([`schemas::confluent`]), at most every [`REREAD_EVERY_MS`]: nothing is read until
+/// the first such message (a deployment without a registry pays nothing, and a start with the brokers away is not
+/// held up), and a producer that registers a new schema and sends with it at once is decoded.
+pub fn install(brokers: &str, overrides: &[(String, String)], topic: &str) {
     let (brokers, overrides, topic) = (brokers.to_string(), overrides.to_vec(), topic.to_string());
-    let last = std::sync::Mutex::new(std::time::Instant::now());
+    let last: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
     schemas::confluent::set_resolver(move |id| {
         let mut last = last.lock().expect("never poisoned");
-        if last.elapsed() < std::time::Duration::from_millis(REREAD_EVERY_MS) {
+        if last.is_some_and(|at| at.elapsed() < std::time::Duration::from_millis(REREAD_EVERY_MS)) {
             return;
         }
-        *last = std::time::Instant::now();
+        *last = Some(std::time::Instant::now());
         match load(&brokers, &overrides, &topic) {
-            Ok(found) if !schemas::confluent::is_registered(id) => {
-                let refused = match found.refused.iter().find(|(refused, _)| *refused == id) {
-                    Some((_, why)) => format!(": its schema is refused ({why})"),
-                    None => " (not registered yet)".into(),
-                };
-                log::warn!("schemas: schema id {id} is not in {topic}{refused}; its messages are quarantined")
+            Ok(found) => {
+                tracing::info!(
+                    "schemas: {} schemas of {topic} registered for the Confluent wire format",
+                    found.registered.len()
+                );
+                for (refused, why) in &found.refused {
+                    tracing::warn!("schemas: schema id {refused} of {topic} is refused: {why}");
+                }
+                if !schemas::confluent::is_registered(id) {
+                    tracing::warn!(
+                        "schemas: schema id {id} is not in {topic}; its messages are quarantined as unknown_schema_id"
+                    );
+                }
             }
-            Ok(_) => log::info!("schemas: schema id {id} found in {topic}"),
-            Err(error) => log::warn!("schemas: cannot read {topic} for schema id {id}: {error}"),
+            Err(error) => tracing::warn!("schemas: cannot read {topic} for schema id {id}: {error}"),
         }
     });
-    Ok(installed)
 }
 
 fn load(brokers: &str, overrides: &[(String, String)], topic: &str) -> Result<Installed, WholeTopicError> {

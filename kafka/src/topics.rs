@@ -207,7 +207,7 @@ struct CheckContext;
 
 impl ClientContext for CheckContext {
     fn log(&self, _: rdkafka::config::RDKafkaLogLevel, facility: &str, message: &str) {
-        log::debug!(target: "librdkafka", "partition check: librdkafka {facility}: {message}");
+        tracing::debug!(target: "librdkafka", "partition check: librdkafka {facility}: {message}");
     }
 }
 

@@ -100,7 +100,7 @@ pub fn run(settings: NodeSettings, listening: impl FnOnce(Listening) -> std::io:
         None => cluster_id(&brokers, &overrides)?,
     };
     let group = group_of(&cluster);
-    log::info!(
+    tracing::info!(
         "node {}: cluster {cluster} (group {group}), {partitions} partitions, shards in {}, durability {}",
         settings.node_id,
         settings.data.dir().display(),

@@ -110,7 +110,7 @@ impl Ownership {
             ) {
                 Ok(fence) => Some(Box::new(FencedPublisher::new(fence, OutboxTopics::defaults()))),
                 Err(error) => {
-                    log::error!(
+                    tracing::error!(
                         "node: partition {partition}: cannot acquire its shard's fence ({error}); not serving it"
                     );
                     return;
@@ -124,7 +124,7 @@ impl Ownership {
             .name(format!("catch-up-{partition}"))
             .spawn(move || ownership.catch_up_then_serve(partition, number, publisher));
         if let Err(error) = spawned {
-            log::error!("node: partition {partition}: cannot start its catch-up ({error}); not serving it");
+            tracing::error!("node: partition {partition}: cannot start its catch-up ({error}); not serving it");
         }
     }
 
@@ -135,7 +135,7 @@ impl Ownership {
         if let Some(stopped) = self.shards.remove(partition)
             && !stopped.wait(Duration::from_millis(CLOSE_WAIT_MS))
         {
-            log::warn!("node: partition {partition}: its hook had not closed the shard after {CLOSE_WAIT_MS} ms");
+            tracing::warn!("node: partition {partition}: its hook had not closed the shard after {CLOSE_WAIT_MS} ms");
         }
     }
 
@@ -157,7 +157,7 @@ impl Ownership {
         let ends = match self.ends(partition) {
             Ok(ends) => ends,
             Err(error) => {
-                log::error!("node: partition {partition}: cannot read the topics' ends ({error}); not serving it");
+                tracing::error!("node: partition {partition}: cannot read the topics' ends ({error}); not serving it");
                 return;
             }
         };
@@ -180,12 +180,12 @@ impl Ownership {
                     }
                     _ => last = Some((stored, Instant::now())),
                 },
-                Err(error) => log::warn!("node: partition {partition}: reading its shard's offsets: {error}"),
+                Err(error) => tracing::warn!("node: partition {partition}: reading its shard's offsets: {error}"),
             }
             std::thread::sleep(Duration::from_millis(CATCH_UP_LOOK_MS));
         }
         if let Err(error) = self.shards.add_replicated(partition, publisher) {
-            log::error!("node: partition {partition}: cannot start its hook ({error}); not serving it");
+            tracing::error!("node: partition {partition}: cannot start its hook ({error}); not serving it");
             return;
         }
         if !self.still_assigned(partition, number) {
@@ -195,9 +195,9 @@ impl Ownership {
         let epoch = self.catalog.table().owner(partition).map_or(1, |owner| owner.epoch + 1);
         let entry = RoutingEntry::now(partition, &self.identity.node_id, &self.identity.url, epoch);
         if let Err(error) = self.writer.lock().unwrap_or_else(|e| e.into_inner()).publish(&entry) {
-            log::error!("node: partition {partition}: recording the ownership in the catalog failed: {error}");
+            tracing::error!("node: partition {partition}: recording the ownership in the catalog failed: {error}");
         }
-        log::info!(
+        tracing::info!(
             "node: serving partition {partition} (caught up in {} ms, epoch {epoch})",
             started.elapsed().as_millis()
         );

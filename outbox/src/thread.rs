@@ -120,7 +120,7 @@ impl PublisherThread {
     pub fn stop(self) {
         drop(self.stop);
         if self.thread.join().is_err() {
-            log::error!("{}: the outbox publisher panicked", self.name);
+            tracing::error!("{}: the outbox publisher panicked", self.name);
         }
     }
 }
@@ -156,7 +156,7 @@ impl Checkpoints {
                 .map_err(|e| e.to_string())?;
             Ok(Checkpoints { reader, publisher })
         });
-        started.map_err(|error| log::warn!("{name}: no checkpoints will be published: {error}")).ok()
+        started.map_err(|error| tracing::warn!("{name}: no checkpoints will be published: {error}")).ok()
     }
 
     /// Offers the head now; a head that cannot be read is skipped (the next pass tries again).
@@ -226,11 +226,11 @@ impl<O: Outbox> Passes<O> {
                 let last_error = report.last_error.filter(|_| report.pending > 0);
                 match &last_error {
                     Some(error) if said.again(error) => {
-                        log::warn!("{name}: outbox: {} entries wait for the broker: {error}", report.pending);
+                        tracing::warn!("{name}: outbox: {} entries wait for the broker: {error}", report.pending);
                     }
                     Some(_) => {}
                     None if said.over() => {
-                        log::info!("{name}: outbox: publishing again, {} entries pending", report.pending);
+                        tracing::info!("{name}: outbox: publishing again, {} entries pending", report.pending);
                     }
                     None => {}
                 }
@@ -238,7 +238,7 @@ impl<O: Outbox> Passes<O> {
             }
             Err(error) => {
                 let error = error_line(&error);
-                log::error!("{name}: outbox: {error}");
+                tracing::error!("{name}: outbox: {error}");
                 let pending = self.outbox.pending_count().unwrap_or_else(|_| self.health.latest().pending);
                 OutboxHealth::now(pending, Some(error))
             }

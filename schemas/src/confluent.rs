@@ -73,8 +73,16 @@ pub fn schema_id(bytes: &[u8]) -> Option<u32> {
 /// Decodes and validates a message in the Confluent wire format (its size already checked).
 pub(crate) fn decode(bytes: &[u8], expected: Option<EventType>) -> Result<Decoded, DecodeError> {
     let id = schema_id(bytes).ok_or(DecodeError::TruncatedHeader { size: bytes.len() })?;
-    let registered =
-        IDS.read().expect("never poisoned").get(&id).cloned().ok_or(DecodeError::UnknownSchemaId { id })?;
+    let lookup = || IDS.read().expect("never poisoned").get(&id).cloned();
+    let registered = match lookup() {
+        Some(registered) => registered,
+        None => {
+            if let Some(resolve) = RESOLVER.get() {
+                resolve(id);
+            }
+            lookup().ok_or(DecodeError::UnknownSchemaId { id })?
+        }
+    };
     if let Some(expected) = expected
         && expected != registered.event_type
     {

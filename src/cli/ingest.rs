@@ -297,7 +297,7 @@ fn run_kafka_shards(shards: &ShardDir, brokers: &str, args: &IngestArgs) -> anyh
             .with_context(|| format!("cannot name the consumer group of {}", shards.dir().display()))?;
     }
     let metrics = start_metrics(args, &mut settings)?;
-    super::kafka_args::install_schema_registry("ingest", brokers, &settings.overrides, &args.registry_topic);
+    kafka::schema_registry::install(brokers, &settings.overrides, &args.registry_topic);
     let mut display = Display::new();
     let report = ingest_kafka_shards(shards, &settings, &stop, |progress| {
         display.show(progress);
@@ -321,7 +321,7 @@ fn run_kafka(ledger_path: &Path, brokers: &str, args: &IngestArgs) -> anyhow::Re
         settings.group = default_group(&ledger.ledger_id()?);
     }
     let metrics = start_metrics(args, &mut settings)?;
-    super::kafka_args::install_schema_registry("ingest", brokers, &settings.overrides, &args.registry_topic);
+    kafka::schema_registry::install(brokers, &settings.overrides, &args.registry_topic);
     let mut display = Display::new();
     let report = ingest_kafka(&mut ledger, &settings, &stop, |progress| {
         display.show(progress);

@@ -33,34 +33,12 @@ pub fn check_partition_count(
     match kafka::topics::common_partition_count_at(brokers, overrides, role, topics) {
         Err(error @ PartitionCountError::Mismatch(_)) => Err(anyhow::Error::new(error)),
         Err(error) => {
-            log::info!("partition counts of {topics} on {brokers} not checked at start: {error}");
+            tracing::info!("partition counts of {topics} on {brokers} not checked at start: {error}");
             Ok(())
         }
         Ok(partitions) => {
-            log::info!("{topics} on {brokers}: {partitions} partitions each");
+            tracing::info!("{topics} on {brokers}: {partitions} partitions each");
             Ok(())
         }
-    }
-}
-
-/// Registers the schema registry's Avro schemas from `topic` on `brokers` (its `_schemas`, read directly) for messages
-/// in the Confluent wire format, saying on stderr what it found. A topic that cannot be read is said and passed over:
-/// ids met later read it again.
-pub fn install_schema_registry(command: &str, brokers: &str, overrides: &[(String, String)], topic: &str) {
-    match kafka::schema_registry::install(brokers, overrides, topic) {
-        Ok(installed) if installed.topic_exists => {
-            tracing::info!(
-                "{command}: {} schemas of {topic} registered for the Confluent wire format",
-                installed.registered.len()
-            );
-            for (id, why) in &installed.refused {
-                tracing::warn!("{command}: schema id {id} of {topic} is refused: {why}");
-            }
-        }
-        Ok(_) => {}
-        Err(error) => tracing::warn!(
-            "{command}: cannot read the schema registry's {topic} ({}); schema ids are looked up again when met",
-            super::error_line(&error.into())
-        ),
     }
 }

@@ -62,7 +62,7 @@ pub fn run(store: &super::Store, args: NodeArgs) -> anyhow::Result<ExitCode> {
     let super::Store::Shards(dir) = store else {
         anyhow::bail!("node keeps its shards in a directory: give it --data DIR");
     };
-    super::kafka_args::install_schema_registry("node", &args.brokers, &args.settings, &args.registry_topic);
+    kafka::schema_registry::install(&args.brokers, &args.settings, &args.registry_topic);
     let hook = HookSettings {
         group_max_requests: args.group_max_requests.max(1),
         // Replicated: the topics are the durable copy; the shard commits to the operating system's cache.

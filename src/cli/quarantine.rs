@@ -48,7 +48,7 @@ pub fn run(store: &super::Store, command: QuarantineCommand) -> anyhow::Result<E
         QuarantineCommand::List { json } => list(ledger_path, json),
         QuarantineCommand::Replay { ids, topics, brokers, registry_topic, settings, json } => {
             if let Some(brokers) = &brokers {
-                super::kafka_args::install_schema_registry("quarantine replay", brokers, &settings, &registry_topic);
+                kafka::schema_registry::install(brokers, &settings, &registry_topic);
             }
             replay(ledger_path, &ids, &topics, json)
         }

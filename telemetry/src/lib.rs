@@ -258,7 +258,7 @@ impl MetricsServer {
                 runtime.block_on(async move {
                     let listener = match tokio::net::TcpListener::from_std(listener) {
                         Ok(listener) => listener,
-                        Err(error) => return log::error!("metrics: cannot listen: {error}"),
+                        Err(error) => return tracing::error!("metrics: cannot listen: {error}"),
                     };
                     let app = axum::Router::new().route(
                         "/metrics",
@@ -271,7 +271,7 @@ impl MetricsServer {
                         }),
                     );
                     if let Err(error) = axum::serve(listener, app).await {
-                        log::error!("metrics: the listener stopped: {error}");
+                        tracing::error!("metrics: the listener stopped: {error}");
                     }
                 })
             })
