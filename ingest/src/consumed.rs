@@ -59,3 +59,35 @@ pub(crate) fn decode(catalog: &Catalog, topics: &Topics, message: Consumed) -> P
         Err(error) => Pending::Rejected(Rejected::new(origin, payload, &error)),
     }
 }
+
+/// The reasons of `rejected`, counted: what the quarantine gains by reason (`quarantined_by_reason` of the progress).
+pub(crate) fn by_reason(rejected: &[ledger::Rejected]) -> std::collections::BTreeMap<String, u64> {
+    let mut counts = std::collections::BTreeMap::new();
+    for message in rejected {
+        *counts.entry(message.reason_code.clone()).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// Says on stderr, once per batch, what it quarantined: how many, by reason, and the first's coordinates and reason
+/// (`quarantine list` has every one).
+pub(crate) fn log_quarantined(rejected: &[ledger::Rejected]) {
+    let Some(first) = rejected.first() else { return };
+    let reasons: Vec<String> = by_reason(rejected).iter().map(|(reason, n)| format!("{reason}={n}")).collect();
+    let reasons = reasons.join(",");
+    let (topic, partition, offset) = match &first.origin {
+        Origin::Kafka { topic, partition, offset } => (topic.as_str(), *partition, *offset),
+        _ => ("", -1, -1),
+    };
+    tracing::warn!(
+        quarantined = rejected.len(),
+        reasons = %reasons,
+        topic,
+        partition,
+        offset,
+        "ingest: {} messages quarantined ({reasons}), the first {topic}[{partition}]@{offset}: {}; `quarantine list` \
+         shows them",
+        rejected.len(),
+        first.reason
+    );
+}

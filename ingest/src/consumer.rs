@@ -518,6 +518,8 @@ pub struct KafkaIngestProgress {
     pub conflicts: u64,
     /// Messages quarantined (they failed to decode or validate).
     pub quarantined: u64,
+    /// Messages quarantined, by reason code (`unknown_fingerprint`, `malformed_body`, ...), as read.
+    pub quarantined_by_reason: BTreeMap<String, u64>,
     /// Ledger appends.
     pub batches: u64,
     /// The ledger's watermark after the last append; with shards, the sum of the shards' watermarks (their entries).
@@ -635,6 +637,7 @@ impl ConsumerContext for IngestContext {
                 if let Err(e) = consumer.assign(tpl) {
                     tracing::error!("ingest: assigning {partitions:?} failed: {e}");
                 }
+                tracing::info!(assigned = %list(&partitions), "ingest: assigned {}", list(&partitions));
                 shared.assigned.extend(partitions);
             }
             _ => {
@@ -645,12 +648,18 @@ impl ConsumerContext for IngestContext {
                 // Before the partitions may go to another member: what was queued for their shards is appended,
                 // so that the next owner finds its offsets stored.
                 self.close_shards(&mut shared, &partitions);
+                tracing::info!(revoked = %list(&partitions), "ingest: revoked {}", list(&partitions));
                 if let Err(e) = consumer.unassign() {
                     tracing::error!("ingest: unassigning failed: {e}");
                 }
             }
         }
     }
+}
+
+/// Partitions as `topic[p],topic[q]`.
+fn list(partitions: &[(String, i32)]) -> String {
+    partitions.iter().map(|(topic, p)| format!("{topic}[{p}]")).collect::<Vec<_>>().join(",")
 }
 
 /// Messages waiting for their append, by writer: the one ledger (writer 0), or the shard of their partition.
@@ -765,6 +774,7 @@ impl Target<'_> {
                 progress.duplicates += appended.duplicates;
                 progress.conflicts += appended.conflicts;
                 progress.quarantined += appended.quarantined;
+                add_reasons(progress, appended.quarantined_by_reason);
                 progress.forwarded += appended.forwarded;
                 progress.batches += appended.batches;
                 watermarks.extend(appended.watermarks);
@@ -870,9 +880,16 @@ pub fn ingest_kafka_shards(
     progress.duplicates += last.duplicates;
     progress.conflicts += last.conflicts;
     progress.quarantined += last.quarantined;
+    add_reasons(&mut progress, last.quarantined_by_reason);
     progress.forwarded += last.forwarded;
     progress.batches += last.batches;
     Ok(progress)
+}
+
+fn add_reasons(progress: &mut KafkaIngestProgress, reasons: BTreeMap<String, u64>) {
+    for (reason, n) in reasons {
+        *progress.quarantined_by_reason.entry(reason).or_insert(0) += n;
+    }
 }
 
 /// The consumer of a run, its rebalance callback opening and closing `writers`' shards when there are any.
@@ -1396,6 +1413,8 @@ fn append(
         })
         .collect();
     let report = ledger.append(&batch)?;
+    crate::consumed::log_quarantined(&batch.rejected);
+    add_reasons(progress, crate::consumed::by_reason(&batch.rejected));
     progress.recorded += report.recorded() as u64;
     progress.duplicates += report.duplicates() as u64;
     progress.conflicts += report.conflicts() as u64;

@@ -158,6 +158,8 @@ pub struct Appended {
     pub conflicts: u64,
     /// Messages quarantined.
     pub quarantined: u64,
+    /// Messages quarantined, by reason code (as read).
+    pub quarantined_by_reason: BTreeMap<String, u64>,
     /// Events forwarded to their tenant's partition.
     pub forwarded: u64,
     /// Appends.
@@ -174,6 +176,9 @@ impl Appended {
         self.duplicates += other.duplicates;
         self.conflicts += other.conflicts;
         self.quarantined += other.quarantined;
+        for (reason, n) in other.quarantined_by_reason {
+            *self.quarantined_by_reason.entry(reason).or_insert(0) += n;
+        }
         self.forwarded += other.forwarded;
         self.batches += other.batches;
         for (key, next) in other.offsets {
@@ -443,11 +448,13 @@ impl WriterState {
             })
             .collect();
         let report = self.ledger.append(&batch).map_err(|source| ShardWriterError::Append { partition, source })?;
+        crate::consumed::log_quarantined(&batch.rejected);
         Ok(Appended {
             recorded: report.recorded() as u64,
             duplicates: report.duplicates() as u64,
             conflicts: report.conflicts() as u64,
             quarantined: report.quarantined,
+            quarantined_by_reason: crate::consumed::by_reason(&batch.rejected),
             forwarded: batch.forwarded.len() as u64,
             batches: 1,
             offsets: next,

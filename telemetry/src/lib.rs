@@ -66,8 +66,16 @@ pub struct IngestMetrics {
     events: Family<OutcomeLabels, Counter>,
     batches: Counter,
     lag: Family<PartitionLabels, Gauge>,
+    quarantined: Family<ReasonLabels, Counter>,
     /// The cumulative figures last observed, whose increase the counters are given.
     seen: Mutex<Seen>,
+}
+
+/// Why a message was quarantined.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// The quarantine's reason code (`unknown_fingerprint`, `malformed_body`, `unknown_schema_id`, ...).
+    pub reason: String,
 }
 
 #[derive(Debug, Default)]
@@ -79,6 +87,7 @@ struct Seen {
     quarantined: u64,
     forwarded: u64,
     batches: u64,
+    quarantined_by_reason: std::collections::BTreeMap<String, u64>,
 }
 
 impl IngestMetrics {
@@ -89,6 +98,7 @@ impl IngestMetrics {
             events: Family::default(),
             batches: Counter::default(),
             lag: Family::default(),
+            quarantined: Family::default(),
             seen: Mutex::new(Seen::default()),
         };
         registry.register("ingest_messages", "Kafka messages consumed", metrics.messages.clone());
@@ -100,6 +110,11 @@ impl IngestMetrics {
             metrics.events.clone(),
         );
         registry.register("ingest_batches", "Ledger appends (one transaction each)", metrics.batches.clone());
+        registry.register(
+            "ingest_quarantined",
+            "Messages quarantined, by reason code (as read: a message read again after a crash counts again)",
+            metrics.quarantined.clone(),
+        );
         registry.register(
             "ingest_lag_messages",
             "Messages of a partition not yet in the ledger: the brokers' high watermark less the ledger's next offset",
@@ -123,6 +138,10 @@ impl IngestMetrics {
         grow(&outcome("conflict"), &mut seen.conflicts, progress.conflicts);
         grow(&outcome("quarantined"), &mut seen.quarantined, progress.quarantined);
         grow(&outcome("forwarded"), &mut seen.forwarded, progress.forwarded);
+        for (reason, now) in &progress.quarantined_by_reason {
+            let counter = self.quarantined.get_or_create(&ReasonLabels { reason: reason.clone() }).clone();
+            grow(&counter, seen.quarantined_by_reason.entry(reason.clone()).or_insert(0), *now);
+        }
     }
 }
 
