@@ -682,6 +682,15 @@ fn with_no_broker_stderr_says_once_why_the_outbox_waits() {
     let said = Server::stderr(&test).lines().filter(|l| l.contains("entries wait for the broker")).count();
     assert!((1..=2).contains(&said), "the reason said once (twice if it changed), not at every pass: {stderr}");
     assert_eq!(server.health()["outbox"]["pending"], 2, "the decision and its usage wait");
+    assert!(server.health()["outbox"]["oldest_pending_at"].is_string(), "{}", server.health());
+    // What an operator's alert reads: two events waiting, the oldest for a second or more by now.
+    let scraped = ureq::get(format!("{}/metrics", server.base)).call().unwrap().body_mut().read_to_string().unwrap();
+    let value = |name: &str| -> f64 {
+        let line = scraped.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("{scraped}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert_eq!(value("quota_ledger_outbox_pending_events"), 2.0, "{scraped}");
+    assert!(value("quota_ledger_outbox_oldest_pending_age_seconds") >= 1.0, "{scraped}");
 }
 
 // contract §6: what the hook publishes comes back through ingest as exact duplicates of what the ledger holds: nothing counted twice.

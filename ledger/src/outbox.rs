@@ -6,6 +6,7 @@
 //! it is published. Each transaction recording acknowledgements moves it to the first entry still pending, so
 //! reading and counting what is pending costs what is pending, not the outbox's history.
 
+use rusqlite::OptionalExtension;
 use rusqlite::{Connection, Transaction, TransactionBehavior, params};
 use schemas::EventType;
 use serde::Serialize;
@@ -126,6 +127,25 @@ impl Ledger {
             |r| r.get(0),
         )?;
         Ok(pending as u64)
+    }
+
+    /// When the oldest entry not yet acknowledged was recorded (microseconds since the epoch, UTC); `None` when
+    /// none waits.
+    pub fn outbox_oldest_pending_at(&self) -> Result<Option<i64>, ReadError> {
+        let from = cursor(&self.conn)?;
+        let oldest = self
+            .conn
+            .query_row(
+                concat!(
+                    "SELECT e.recorded_at FROM outbox o JOIN entries e ON e.seq = o.seq WHERE o.seq >= ?1 AND ",
+                    unpublished!(),
+                    " ORDER BY o.seq LIMIT 1"
+                ),
+                [from],
+                |r| r.get(0),
+            )
+            .optional()?;
+        Ok(oldest)
     }
 
     /// Every entry ever enqueued and published, counted (reads both tables whole), and what is pending.

@@ -104,6 +104,8 @@ pub trait Outbox {
     fn record(&mut self, acknowledged: &[(u64, String)]) -> Result<(), Box<dyn std::error::Error + Send + Sync>>;
     /// Entries still pending.
     fn pending_count(&self) -> Result<u64, ledger::ReadError>;
+    /// When the oldest pending entry was recorded (microseconds, UTC), if one waits.
+    fn oldest_pending_at(&self) -> Result<Option<i64>, ledger::ReadError>;
 }
 
 impl Outbox for Ledger {
@@ -121,6 +123,10 @@ impl Outbox for Ledger {
 
     fn pending_count(&self) -> Result<u64, ledger::ReadError> {
         self.outbox_pending_count()
+    }
+
+    fn oldest_pending_at(&self) -> Result<Option<i64>, ledger::ReadError> {
+        self.outbox_oldest_pending_at()
     }
 }
 

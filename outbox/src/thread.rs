@@ -30,12 +30,25 @@ pub struct OutboxHealth {
     pub as_of: String,
     /// Why entries wait: what the broker or librdkafka said in that pass; null when it published all it sent.
     pub last_error: Option<String>,
+    /// When the oldest entry still waiting was recorded (RFC 3339, UTC); null when none waits.
+    pub oldest_pending_at: Option<String>,
 }
 
 impl OutboxHealth {
     fn now(pending: u64, last_error: Option<String>) -> OutboxHealth {
         let as_of = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-        OutboxHealth { pending, as_of, last_error }
+        OutboxHealth { pending, as_of, last_error, oldest_pending_at: None }
+    }
+
+    /// With the time the oldest pending entry was recorded, when one waits.
+    fn oldest(mut self, outbox: &dyn crate::Outbox) -> OutboxHealth {
+        if self.pending > 0
+            && let Ok(Some(micros)) = outbox.oldest_pending_at()
+        {
+            self.oldest_pending_at = chrono::DateTime::from_timestamp_micros(micros)
+                .map(|at| at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true));
+        }
+        self
     }
 }
 
@@ -209,7 +222,7 @@ impl<O: Outbox> Passes<O> {
                     }
                 }
             }
-            let pass = self.pass(&topics, &mut said);
+            let pass = self.pass(&topics, &mut said).oldest(&self.outbox);
             self.health.set(pass);
             if !pause() {
                 return;

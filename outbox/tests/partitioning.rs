@@ -37,6 +37,11 @@ impl Outbox for Entries {
     fn pending_count(&self) -> Result<u64, ReadError> {
         Ok(self.pending.len() as u64)
     }
+
+    /// Held in memory, its entries were recorded at no instant.
+    fn oldest_pending_at(&self) -> Result<Option<i64>, ReadError> {
+        Ok(None)
+    }
 }
 
 // Proves that the outbox's producer puts each tenant's entries in `partition_of(tenant, P)`; librdkafka's default

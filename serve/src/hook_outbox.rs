@@ -28,4 +28,8 @@ impl Outbox for HookOutbox {
     fn pending_count(&self) -> Result<u64, ledger::ReadError> {
         self.reader.outbox_pending_count()
     }
+
+    fn oldest_pending_at(&self) -> Result<Option<i64>, ledger::ReadError> {
+        self.reader.outbox_oldest_pending_at()
+    }
 }

@@ -181,11 +181,17 @@ async fn timed(State(app): State<Arc<App>>, request: Request, next: Next) -> Res
 /// `GET /metrics`: the server's figures in the Prometheus text format (OpenMetrics), without a token, as `/healthz`.
 async fn metrics(State(app): State<Arc<App>>) -> Response {
     if let Some(outbox) = &app.outbox {
-        let pending = match outbox {
-            Outboxes::One(watch) => watch.latest().pending,
-            Outboxes::Shards(shards) => shards.iter().map(|(_, watch)| watch.latest().pending).sum(),
+        let latest: Vec<outbox::OutboxHealth> = match outbox {
+            Outboxes::One(watch) => vec![watch.latest()],
+            Outboxes::Shards(shards) => shards.iter().map(|(_, watch)| watch.latest()).collect(),
         };
-        app.metrics.hook.outbox_pending(pending);
+        let pending = latest.iter().map(|h| h.pending).sum();
+        // The oldest entry any shard still waits to publish; RFC 3339 in UTC with fixed digits orders as text.
+        let oldest = latest.iter().filter_map(|h| h.oldest_pending_at.as_deref()).min();
+        let age = oldest
+            .and_then(|at| schemas::Timestamp::parse_rfc3339(at).ok())
+            .map_or(0.0, |at| (schemas::Timestamp::now().micros() - at.micros()).max(0) as f64 / 1e6);
+        app.metrics.hook.outbox_pending(pending, age);
     }
     let (queued, failed_groups) = app.hook.load();
     app.metrics.hook.writer(queued, failed_groups);

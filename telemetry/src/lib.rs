@@ -169,6 +169,7 @@ pub struct HookMetrics {
     decisions: Family<DecisionLabels, Counter>,
     duration: Histogram,
     outbox_pending: Gauge,
+    outbox_oldest_age: Gauge<f64, std::sync::atomic::AtomicU64>,
     queue_depth: Gauge,
     failed_groups: Counter,
     /// The failed groups last observed, whose increase the counter is given.
@@ -184,6 +185,7 @@ impl HookMetrics {
             decisions: Family::default(),
             duration,
             outbox_pending: Gauge::default(),
+            outbox_oldest_age: Gauge::default(),
             queue_depth: Gauge::default(),
             failed_groups: Counter::default(),
             failed_seen: Mutex::new(0),
@@ -213,6 +215,11 @@ impl HookMetrics {
             "Events the hook recorded that are not yet acknowledged by Kafka",
             metrics.outbox_pending.clone(),
         );
+        registry.register(
+            "outbox_oldest_pending_age_seconds",
+            "How long the oldest hook event not yet acknowledged by Kafka has waited (0 when none waits)",
+            metrics.outbox_oldest_age.clone(),
+        );
         Arc::new(metrics)
     }
 
@@ -239,9 +246,10 @@ impl HookMetrics {
         *seen = (*seen).max(failed_groups);
     }
 
-    /// The outbox's pending events, as its publisher last saw them.
-    pub fn outbox_pending(&self, pending: u64) {
+    /// The outbox's pending events, as its publisher last saw them, and how long the oldest has waited (seconds).
+    pub fn outbox_pending(&self, pending: u64, oldest_age_seconds: f64) {
         self.outbox_pending.set(i64::try_from(pending).unwrap_or(i64::MAX));
+        self.outbox_oldest_age.set(oldest_age_seconds);
     }
 }
 
