@@ -78,6 +78,18 @@ impl Server {
         (status, headers, json)
     }
 
+    /// GETs `path` with `secret` (none: no Authorization header): status and JSON body.
+    fn get(&self, path: &str, secret: Option<&str>) -> (u16, Value) {
+        let mut request = self.agent.get(format!("{}{path}", self.base));
+        if let Some(secret) = secret {
+            request = request.header("Authorization", format!("Bearer {secret}"));
+        }
+        let mut response = request.call().expect("an HTTP answer");
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string().expect("a body");
+        (status, serde_json::from_str(&text).unwrap_or_else(|e| panic!("{status} {text:?} is not JSON: {e}")))
+    }
+
     /// `GET /healthz`: its JSON body, after asserting 200.
     fn health(&self) -> Value {
         let mut response = self.agent.get(format!("{}/healthz", self.base)).call().expect("an HTTP answer");
@@ -471,6 +483,103 @@ fn retries_of_one_key_over_http_consume_once() {
     assert!(answers.iter().all(|a| strip(a) == strip(&answers[0])), "{answers:?}");
     assert_eq!(answers.iter().filter(|a| a["replayed"] == false).count(), 1);
     assert_eq!(sql_i64(&test, "SELECT COALESCE(SUM(quantity), 0) FROM usage_events"), 9);
+}
+
+// Issue 36 item 7: a service asks how much quota is left without consuming any. Over HTTP and from `quota show`,
+// per policy that applies (the tenant's own and the plan default it has none of its own for): the window, limit,
+// grant, effective limit, consumption, what an open reservation holds, and what remains, as the checks count it;
+// the ledger holds no more entries after the reads, and checks afterwards decide exactly as the numbers said.
+#[test]
+fn remaining_quota_is_read_without_consuming() {
+    let test = TestLedger::new();
+    let now = Timestamp::now();
+    let hour = 3_600 * 1_000_000;
+    let plan = Event::Policy(PolicyEvent {
+        header: header("policy-plan-v1", "2026-01-01T00:00:00Z", "*", "requests"),
+        policy_id: "plan-requests".into(),
+        version: 1,
+        scope: Scope::TENANT,
+        limit: 50,
+        window: Window::MONTH,
+        enforcement: Enforcement::SOFT,
+        effective_from: at("2026-01-01T00:00:00Z"),
+        burst: None,
+    });
+    let grant = Event::Grant(GrantEvent {
+        header: header("grant-1", "2026-01-01T00:00:00Z", "org-1", "tokens"),
+        grant_id: "grant-1".into(),
+        amount: 20,
+        valid_from: Timestamp(now.micros() - hour),
+        valid_until: Timestamp(now.micros() + hour),
+        reason: "support ticket 7".into(),
+    });
+    write_container(&test.file("policies.avro"), &[hard_policy(100, Window::MONTH), plan]);
+    test.ingest(&test.file("policies.avro"));
+    write_container(&test.file("grant.avro"), &[grant]);
+    test.ingest(&test.file("grant.avro"));
+    let server = Server::start(&test, &[]);
+    assert_eq!(server.check("c-1", 30).0, 200);
+    let body =
+        json!({"tenant": "org-1", "metric": "tokens", "amount": 15, "ttl_ms": 3_600_000, "idempotency_key": "r-1"});
+    assert_eq!(server.post("/v1/reservations", Some(SECRET), &body).0, 200);
+    let entries = || sql_i64(&test, "SELECT COUNT(*) FROM entries");
+    let before = entries();
+
+    let (status, answer) = server.get("/v1/quotas?tenant=org-1", Some(SECRET));
+    assert_eq!(status, 200, "{answer}");
+    let quotas = answer["quotas"].as_array().expect("a list of quotas");
+    let rows: Vec<_> = quotas
+        .iter()
+        .map(|q| {
+            (
+                q["metric"].as_str().unwrap().to_string(),
+                q["policy_id"].as_str().unwrap().to_string(),
+                q["plan_default"].as_bool().unwrap(),
+                [&q["limit"], &q["grants"], &q["effective_limit"], &q["consumed"], &q["held"], &q["remaining"]]
+                    .map(|n| n.as_i64().unwrap()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("requests".to_string(), "plan-requests".to_string(), true, [50, 0, 50, 0, 0, 50]),
+            ("tokens".to_string(), "quota".to_string(), false, [100, 20, 120, 30, 15, 75]),
+        ],
+        "{answer}"
+    );
+    let month = |t: Timestamp| t.to_string()[..7].to_string();
+    assert_eq!(quotas[1]["window_start"].as_str().map(|s| s[..7].to_string()), Some(month(now)), "{answer}");
+    let (status, only) = server.get("/v1/quotas?tenant=org-1&metric=tokens", Some(SECRET));
+    assert_eq!((status, only["quotas"].as_array().map(Vec::len)), (200, Some(1)), "{only}");
+    assert_eq!(only["quotas"][0], quotas[1]);
+
+    // The same from the ledger file, by the same code the hook counts with.
+    let shown = test.run(&["quota", "show", "org-1", "--metric", "tokens", "--json"]).success().json();
+    let numbers =
+        |q: &Value| ["limit", "grants", "effective_limit", "consumed", "held", "remaining"].map(|k| q[k].clone());
+    assert_eq!(numbers(&shown["quotas"][0]), numbers(&quotas[1]), "{shown}");
+    let table = test.run(&["quota", "show", "org-1"]).success().stdout_text();
+    let words = |line: &str| line.split_whitespace().map(String::from).collect::<Vec<_>>();
+    let tokens = table.lines().map(words).find(|w| w[0] == "tokens").unwrap_or_else(|| panic!("{table}"));
+    assert_eq!(tokens[7..], ["100", "20", "120", "30", "15", "75"], "{table}");
+
+    // Who may ask, and what: as for checks.
+    assert_eq!(server.get("/v1/quotas?tenant=org-1", None).0, 401);
+    assert_eq!(server.get("/v1/quotas?tenant=org-2", Some(SECRET)).0, 403);
+    let (status, refused) = server.get("/v1/quotas?tenant=*", Some(ADMIN));
+    assert_eq!((status, refused["field"].as_str()), (400, Some("tenant")), "{refused}");
+    assert_eq!(server.get("/v1/quotas?metric=tokens", Some(SECRET)).0, 400, "no tenant");
+    assert_eq!(entries(), before, "reading quota recorded nothing");
+
+    // Checks decide as the numbers said: 75 remain, 76 do not fit.
+    assert_eq!(server.check("c-2", 76).0, 429);
+    assert_eq!(server.check("c-3", 75).0, 200);
+    let (_, after) = server.get("/v1/quotas?tenant=org-1&metric=tokens", Some(SECRET));
+    assert_eq!(
+        (after["quotas"][0]["consumed"].as_i64(), after["quotas"][0]["remaining"].as_i64()),
+        (Some(105), Some(0))
+    );
 }
 
 // contract §5-7 over HTTP: reserve, commit more than reserved, double commit 409, release, commit after expiry 410.

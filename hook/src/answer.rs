@@ -8,6 +8,7 @@ use tokio::sync::oneshot;
 
 use crate::api::{Closed, Decision, Refusal};
 use crate::error::HookError;
+use crate::quotas::Quotas;
 
 /// An answer waiting for its group's commit (and, at durability full, its sync). Short-lived, one per request of a
 /// group: the size difference between the variants costs nothing worth a box.
@@ -15,6 +16,8 @@ use crate::error::HookError;
 pub enum Answer {
     Decision(oneshot::Sender<Result<Decision, HookError>>, Result<Decision, HookError>),
     Close(oneshot::Sender<Result<Result<Closed, Refusal>, HookError>>, Result<Result<Closed, Refusal>, HookError>),
+    /// A read of remaining quota: sent once what the group decided before it (which it counts) is recorded.
+    Quotas(oneshot::Sender<Result<Quotas, HookError>>, Result<Quotas, HookError>),
 }
 
 impl Answer {
@@ -60,6 +63,7 @@ impl Answer {
         match self {
             Answer::Decision(reply, Ok(_)) => Answer::Decision(reply, Err(error())),
             Answer::Close(reply, Ok(_)) => Answer::Close(reply, Err(error())),
+            Answer::Quotas(reply, Ok(_)) => Answer::Quotas(reply, Err(error())),
             other => other,
         }
     }
@@ -69,6 +73,7 @@ impl Answer {
         match self {
             Answer::Decision(reply, result) => drop(reply.send(result)),
             Answer::Close(reply, result) => drop(reply.send(result)),
+            Answer::Quotas(reply, result) => drop(reply.send(result)),
         }
     }
 }

@@ -34,6 +34,7 @@ pub mod error;
 pub mod health;
 pub mod ids;
 mod queue;
+pub mod quotas;
 pub mod replicate;
 pub mod shards;
 pub mod state;
@@ -50,6 +51,7 @@ pub use api::*;
 pub use error::{HookError, StartError};
 use ledger::{Durability, Ledger, ProcessLock};
 use queue::{Queued, Work};
+pub use quotas::{QuotaQuery, Quotas};
 pub use replicate::{Replicate, ReplicateError};
 use schemas::{ReservationAction, Timestamp};
 pub use shards::{Shards, ShardsHealth};
@@ -465,6 +467,19 @@ impl Hook {
         self.serves(&request.tenant)?;
         let token_name = Some(token_name.to_string());
         self.call_async(|reply| Work::Reserve(request, token_name, reply)).await
+    }
+
+    /// A tenant's remaining quota per policy that applies now, as this hook's checks count it (issue 36, item 7):
+    /// nothing is consumed or recorded. Answered after what was decided before it is recorded.
+    pub fn quotas(&self, query: QuotaQuery) -> Result<Quotas, HookError> {
+        self.serves(&query.tenant)?;
+        self.call(|reply| Work::Quotas(query, reply))
+    }
+
+    /// [`Hook::quotas`] from async code: never blocks a runtime thread; a full queue answers Overloaded.
+    pub async fn quotas_async(&self, query: QuotaQuery) -> Result<Quotas, HookError> {
+        self.serves(&query.tenant)?;
+        self.call_async(|reply| Work::Quotas(query, reply)).await
     }
 
     /// `commit(reservation_id, actual)`: the actual consumption, more than reserved included.

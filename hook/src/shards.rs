@@ -194,6 +194,11 @@ impl Shards {
         self.route(&request.tenant)?.check_async_as(request, token_name).await
     }
 
+    /// [`Hook::quotas`] of the tenant's shard.
+    pub async fn quotas_async(&self, query: crate::QuotaQuery) -> Result<crate::Quotas, HookError> {
+        self.route(&query.tenant)?.quotas_async(query).await
+    }
+
     /// `reserve` in the tenant's shard, waiting for the answer ([`Hook::reserve`]).
     pub fn reserve(&self, request: ReserveRequest) -> Result<Decision, HookError> {
         self.route(&request.tenant)?.reserve(request)

@@ -30,6 +30,13 @@ impl Hooks {
         }
     }
 
+    pub(crate) async fn quotas_async(&self, query: hook::QuotaQuery) -> Result<hook::Quotas, HookError> {
+        match self {
+            Hooks::One(hook) => hook.quotas_async(query).await,
+            Hooks::Shards(shards) => shards.quotas_async(query).await,
+        }
+    }
+
     pub(crate) async fn close_async(
         &self,
         reservation_id: &str,

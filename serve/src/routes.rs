@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path as UrlPath, Request, State};
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Path as UrlPath, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -106,6 +106,7 @@ pub(crate) fn router(app: Arc<App>, read_timeout: Duration) -> Router {
         .route("/healthz", get(healthz))
         .route("/v1/routing", get(routing))
         .route("/v1/check", post(check))
+        .route("/v1/quotas", get(quotas))
         .route("/v1/reservations", post(reserve))
         .route("/v1/reservations/{id}/commit", post(commit))
         .route("/v1/reservations/{id}/release", post(release))
@@ -223,6 +224,31 @@ async fn check(
             app.decided_for(partition, app.hook.check_async_as(request, &caller.name).await)
         }
         Err(refused) => *refused,
+    }
+}
+
+/// `GET /v1/quotas?tenant=T[&metric=M][&subject=S]`: the tenant's remaining quota per policy that applies now
+/// ([`hook::quotas`]), for a token covering the tenant; nothing is consumed or recorded.
+async fn quotas(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    query: Result<Query<hook::QuotaQuery>, QueryRejection>,
+) -> Response {
+    let caller = match app.tokens.caller(&headers) {
+        Ok(caller) => caller,
+        Err(unauthorized) => return unauthorized.into_response(),
+    };
+    let Query(query) = match query {
+        Ok(query) => query,
+        Err(rejection) => return error(StatusCode::BAD_REQUEST, "bad_request", rejection.body_text()),
+    };
+    if !caller.scope.covers(&query.tenant) {
+        return forbidden(&query.tenant);
+    }
+    let partition = app.partition_of(&query.tenant);
+    match app.hook.quotas_async(query).await {
+        Ok(quotas) => (StatusCode::OK, Json(quotas)).into_response(),
+        Err(e) => app.refused(partition, e),
     }
 }
 
