@@ -448,6 +448,26 @@ impl Hook {
         self.call_async(|reply| Work::Check(request, token_name, reply)).await
     }
 
+    /// `check` of several metrics at once, waiting for the answer: every policy of every metric evaluated before any
+    /// is consumed, all or nothing ([`CheckAmountsRequest`]).
+    pub fn check_amounts(&self, request: CheckAmountsRequest) -> Result<Decisions, HookError> {
+        self.serves(&request.tenant)?;
+        self.call(|reply| Work::CheckAmounts(request, None, reply))
+    }
+
+    /// [`Hook::check_amounts`] from async code for a caller a server authenticated with the token named `token_name`
+    /// (recorded on every DecisionEvent of the request, as [`Hook::check_async_as`] records it); `None`: a library
+    /// caller.
+    pub async fn check_amounts_async(
+        &self,
+        request: CheckAmountsRequest,
+        token_name: Option<&str>,
+    ) -> Result<Decisions, HookError> {
+        self.serves(&request.tenant)?;
+        let token_name = token_name.map(String::from);
+        self.call_async(|reply| Work::CheckAmounts(request, token_name, reply)).await
+    }
+
     /// `reserve`, waiting for the answer (and for room in the queue): an allowed decision holds its amount until
     /// `ttl_ms` from now, under the reservation_id it answers.
     pub fn reserve(&self, request: ReserveRequest) -> Result<Decision, HookError> {

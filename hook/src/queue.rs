@@ -5,7 +5,7 @@ use schemas::ReservationAction;
 use tokio::sync::oneshot;
 
 use crate::TenantScope;
-use crate::api::{CheckRequest, Closed, Decision, Refusal, ReserveRequest};
+use crate::api::{CheckAmountsRequest, CheckRequest, Closed, Decision, Decisions, Refusal, ReserveRequest};
 use crate::error::HookError;
 use crate::quotas::{QuotaQuery, Quotas};
 
@@ -13,6 +13,7 @@ use crate::quotas::{QuotaQuery, Quotas};
 /// authenticated with (`serve`), recorded on its DecisionEvent; none for a library caller.
 pub enum Work {
     Check(CheckRequest, Option<String>, oneshot::Sender<Result<Decision, HookError>>),
+    CheckAmounts(CheckAmountsRequest, Option<String>, oneshot::Sender<Result<Decisions, HookError>>),
     Reserve(ReserveRequest, Option<String>, oneshot::Sender<Result<Decision, HookError>>),
     Close {
         reservation_id: String,
@@ -41,6 +42,7 @@ impl Work {
     pub fn fail(self, error: HookError) {
         match self {
             Work::Check(_, _, reply) | Work::Reserve(_, _, reply) => drop(reply.send(Err(error))),
+            Work::CheckAmounts(_, _, reply) => drop(reply.send(Err(error))),
             Work::Close { reply, .. } => drop(reply.send(Err(error))),
             Work::Quotas(_, reply) => drop(reply.send(Err(error))),
             Work::Published { reply, .. } => drop(reply.send(Err(error))),

@@ -215,6 +215,9 @@ impl Writer {
                 Work::Check(request, token_name, reply) => {
                     Answer::Decision(reply, self.check(&request, token_name.as_deref(), now, &mut events))
                 }
+                Work::CheckAmounts(request, token_name, reply) => {
+                    Answer::Decisions(reply, self.check_amounts(&request, token_name.as_deref(), now, &mut events))
+                }
                 Work::Reserve(request, token_name, reply) => {
                     Answer::Decision(reply, self.reserve(&request, token_name.as_deref(), now, &mut events))
                 }
