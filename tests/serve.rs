@@ -179,6 +179,125 @@ fn sixty_four_clients_never_get_more_than_fits() {
     assert_eq!(sql_i64(&test, "SELECT COUNT(*) FROM decision_events"), answers.len() as i64, "one decision each");
 }
 
+/// `hard_policy` of `metric`, with its own policy_id.
+fn hard_policy_of(metric: &str, limit: i64) -> Event {
+    let Event::Policy(mut policy) = hard_policy(limit, Window::MONTH) else { unreachable!("a policy") };
+    policy.header.event_id = format!("policy-{metric}-v1");
+    policy.header.metric = metric.into();
+    policy.policy_id = format!("{metric}-month");
+    Event::Policy(policy)
+}
+
+// Issue 36 item 2 under contention: 64 HTTP clients each asking for 1 request and a random 1..500 tokens in one
+// check, against HARD limits on both metrics. Neither limit is exceeded, every request is allowed or denied on both
+// metrics together, and no request is charged on one metric without the other (read from the ledger file).
+#[test]
+fn sixty_four_clients_asking_two_metrics_are_charged_on_both_or_neither() {
+    const REQUESTS: i64 = 290;
+    const TOKENS: i64 = 75_000;
+    let test = TestLedger::new();
+    write_container(
+        &test.file("policies.avro"),
+        &[hard_policy_of("requests", REQUESTS), hard_policy_of("tokens", TOKENS)],
+    );
+    test.ingest(&test.file("policies.avro"));
+    let server = Arc::new(Server::start(&test, &[]));
+    let clients: Vec<_> = (0..64u64)
+        .map(|c| {
+            let server = Arc::clone(&server);
+            std::thread::spawn(move || {
+                let mut seed = (c + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                (0..20)
+                    .map(|i| {
+                        seed ^= seed << 13;
+                        seed ^= seed >> 7;
+                        seed ^= seed << 17;
+                        let tokens = (seed % 500) as i64 + 1;
+                        let key = format!("c{c}-{i}");
+                        let body = json!({"tenant": "org-1", "amounts": {"requests": 1, "tokens": tokens}, "idempotency_key": key});
+                        let (status, _, body) = server.post("/v1/check", Some(SECRET), &body);
+                        (status, tokens, body)
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let answers: Vec<(u16, i64, Value)> = clients.into_iter().flat_map(|c| c.join().unwrap()).collect();
+    for (status, tokens, body) in &answers {
+        assert!(*status == 200 || *status == 429, "{status} {body}");
+        assert_eq!(body["amounts"], json!({"requests": 1, "tokens": tokens}), "{body}");
+        let each = body["decisions"].as_array().unwrap_or_else(|| panic!("no decisions: {body}"));
+        let codes: Vec<bool> = each.iter().map(|d| d["code"] == "OK").collect();
+        assert_eq!(codes, [*status == 200; 2], "allowed on both or neither: {body}");
+        if *status == 429 {
+            assert_eq!(body["code"], "QUOTA_EXCEEDED", "{body}");
+            let denied_by = format!("{}-month", body["metric"].as_str().unwrap());
+            assert_eq!(body["policyId"].as_str(), Some(denied_by.as_str()), "the metric and its policy: {body}");
+        }
+    }
+    assert!(answers.iter().any(|(s, ..)| *s == 429), "1,280 requests of about 250 tokens exceed both limits");
+
+    let conn = read_only(&test.path);
+    let charged = |metric: &str| -> i64 {
+        conn.query_row(
+            "SELECT COALESCE(SUM(u.quantity), 0) FROM usage_events u JOIN entries e ON e.seq = u.seq \
+             WHERE e.status = 'recorded' AND e.metric = ?1",
+            [metric],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    let allowed: Vec<i64> = answers.iter().filter(|(s, ..)| *s == 200).map(|(_, t, _)| *t).collect();
+    assert!(charged("requests") <= REQUESTS, "{} requests over {REQUESTS}", charged("requests"));
+    assert!(charged("tokens") <= TOKENS, "{} tokens over {TOKENS}", charged("tokens"));
+    assert_eq!((charged("requests"), charged("tokens")), (allowed.len() as i64, allowed.iter().sum()));
+    // Per request id: the metrics charged, and the decisions recorded.
+    let per_request = |sql: &str| -> Vec<(String, i64)> {
+        let mut query = conn.prepare(sql).unwrap();
+        query.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect()
+    };
+    let usage = per_request(
+        "SELECT u.request_id, COUNT(DISTINCT e.metric) FROM usage_events u JOIN entries e ON e.seq = u.seq \
+         WHERE e.status = 'recorded' GROUP BY u.request_id",
+    );
+    assert_eq!(usage.len(), allowed.len(), "a usage pair per allowed request");
+    assert!(usage.iter().all(|(_, metrics)| *metrics == 2), "charged on one metric only: {usage:?}");
+    let decisions = per_request(
+        "SELECT d.request_id, COUNT(DISTINCT d.outcome) * 10 + COUNT(*) FROM decision_events d \
+         JOIN entries e ON e.seq = d.seq WHERE e.status = 'recorded' GROUP BY d.request_id",
+    );
+    assert_eq!(decisions.len(), answers.len());
+    assert!(decisions.iter().all(|(_, n)| *n == 12), "two decisions of one outcome per request: {decisions:?}");
+
+    // Contract §9.1 and the body's form: a retry answers the original, other amounts 409, both forms at once 400.
+    let (_, tokens, original) = &answers[0];
+    let retry = json!({"tenant": "org-1", "amounts": {"requests": 1, "tokens": tokens}, "idempotency_key": "c0-0"});
+    let (status, _, again) = server.post("/v1/check", Some(SECRET), &retry);
+    assert_eq!((status, again["replayed"].as_bool()), (original_status(original), Some(true)), "{again}");
+    assert_eq!(again["decisions"], original["decisions"]);
+    let other = json!({"tenant": "org-1", "amounts": {"requests": 2, "tokens": tokens}, "idempotency_key": "c0-0"});
+    let (status, _, reused) = server.post("/v1/check", Some(SECRET), &other);
+    assert_eq!(
+        (status, reused["code"].as_str(), reused["field"].as_str()),
+        (409, Some("IDEMPOTENCY_KEY_REUSED"), Some("amounts"))
+    );
+    let both =
+        json!({"tenant": "org-1", "metric": "tokens", "amount": 1, "amounts": {"tokens": 1}, "idempotency_key": "b"});
+    let (status, _, refused) = server.post("/v1/check", Some(SECRET), &both);
+    assert_eq!((status, refused["field"].as_str()), (400, Some("amounts")), "{refused}");
+    assert!(refused["message"].as_str().unwrap().contains("`metric` and `amount`"), "{refused}");
+    assert_eq!(
+        answers.len() as i64 * 2,
+        sql_i64(&test, "SELECT COUNT(*) FROM decision_events"),
+        "nothing more decided"
+    );
+}
+
+/// The status a decision body was answered with.
+fn original_status(body: &Value) -> u16 {
+    if body["code"] == "OK" { 200 } else { 429 }
+}
+
 // An on-call engineer's view of a ledger that refuses writes (a full disk; here a trigger another connection adds):
 // checks answer 500 with an error id whose cause is in serve's log (the caller sees no path or SQLite's words) and
 // /healthz says recording fails, naming the cause; once the ledger takes writes again the next check is recorded,
