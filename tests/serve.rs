@@ -291,6 +291,21 @@ fn sixty_four_clients_asking_two_metrics_are_charged_on_both_or_neither() {
         sql_i64(&test, "SELECT COUNT(*) FROM decision_events"),
         "nothing more decided"
     );
+
+    // Support's answer names the metric and policy that denied, whichever metric's decision was recorded last.
+    let (_, _, denied) = answers.iter().find(|(s, ..)| *s == 429).expect("a denial");
+    let (metric, policy) = (denied["metric"].as_str().unwrap(), denied["policyId"].as_str().unwrap());
+    let why = test.run(&["audit", "why", denied["requestId"].as_str().unwrap()]).success().stdout_text();
+    assert!(why.contains(": QUOTA_EXCEEDED."), "{why}");
+    let named =
+        format!("because metric {metric} had no room under policy {policy} (QUOTA_EXCEEDED); nothing was consumed");
+    assert!(why.contains(&named), "{why}");
+    assert!(why.contains(" had room (decision dec-"), "the other metric had room: {why}");
+    let json = test.run(&["audit", "why", denied["requestId"].as_str().unwrap(), "--json"]).success().json();
+    assert_eq!(
+        (json["decision"]["metric"].as_str(), json["metrics"].as_array().map(Vec::len)),
+        (Some(metric), Some(2))
+    );
 }
 
 /// The status a decision body was answered with.
