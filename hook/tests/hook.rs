@@ -878,3 +878,29 @@ fn several_metrics_replay_under_one_key() {
     }
     assert_eq!(consumed(&hook, "tokens"), 605);
 }
+
+// A request of several metrics denied by a throttle is RATE_LIMITED on every metric: a client reading the code of
+// the metric that had room must not read QUOTA_EXCEEDED (contract §6: the two signals are never confused).
+#[test]
+fn a_throttle_denying_one_metric_is_the_code_of_every_metric() {
+    let (_dir, hook) = hook_with(vec![
+        policy("tokens-month", 1_000, Window::MONTH, Enforcement::HARD, None),
+        of_metric(policy("images-bucket", 1, Window::HOUR, Enforcement::HARD, Some(1)), "images"),
+    ]);
+    let ask = |key: &str| CheckAmountsRequest {
+        amounts: [("images".to_string(), 1), ("tokens".to_string(), 1)].into(),
+        ..amounts(key, 0, 0)
+    };
+    assert!(hook.check_amounts(ask("k-1")).unwrap().allowed());
+    let denied = hook.check_amounts(ask("k-2")).unwrap();
+    let codes: Vec<(&str, Code, Reason)> =
+        denied.decisions.iter().map(|d| (d.metric.as_str(), d.code, d.reason)).collect();
+    assert_eq!(
+        codes,
+        [("images", Code::RATE_LIMITED, Reason::RATE_LIMITED), ("tokens", Code::RATE_LIMITED, Reason::WITHIN_LIMIT)]
+    );
+    assert_eq!(denied.deciding().metric, "images");
+    let again = hook.check_amounts(ask("k-2")).unwrap();
+    assert!(again.replayed());
+    assert_eq!(again.decisions.iter().map(|d| d.code).collect::<Vec<_>>(), [Code::RATE_LIMITED; 2]);
+}

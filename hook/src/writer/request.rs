@@ -281,8 +281,7 @@ impl Writer {
             self.recent.insert(decision.clone());
             decisions.push(decision);
         }
-        let deciding = deciding_of(&decisions);
-        Ok(Decisions { decisions, deciding })
+        Ok(decisions_of(decisions))
     }
 
     /// The original answer of a request of several metrics whose key was used before (contract §9.1): the same
@@ -328,8 +327,7 @@ impl Writer {
                 }
             }
         }
-        let deciding = deciding_of(&decisions);
-        Ok(Some(Decisions { decisions, deciding }))
+        Ok(Some(decisions_of(decisions)))
     }
 
     /// `commit` or `release` of a reservation: the hold it closes, or why it is refused.
@@ -500,14 +498,29 @@ fn record_decision(
     (decision, header)
 }
 
+/// A request's decisions, one per metric, with the one that speaks for it. Denied, a metric that had room carries the
+/// code of the denial (its reason, WITHIN_LIMIT, says it had room): a client reading any metric's `code` must never
+/// read QUOTA_EXCEEDED where the request was only RATE_LIMITED.
+fn decisions_of(mut decisions: Vec<Decision>) -> Decisions {
+    let deciding = deciding_of(&decisions);
+    let code = decisions[deciding].code;
+    if code != Code::OK {
+        decisions.iter_mut().filter(|d| !denies(d)).for_each(|d| d.code = code);
+    }
+    Decisions { decisions, deciding }
+}
+
+/// Whether a decision's reason is one that denies (not a metric denied only because another of its request did).
+fn denies(d: &Decision) -> bool {
+    !d.allowed() && matches!(d.reason, Reason::QUOTA_EXCEEDED | Reason::RATE_LIMITED | Reason::CONCURRENCY_LIMITED)
+}
+
 /// Which decision of a request of several metrics speaks for it: denied, the one that denied, by the precedence of
 /// one metric's policies (`decide::decide`: an exhausted quota before an empty bucket, the longest wait first); allowed,
 /// the one with the least room left for its limit, what `RateLimit-*` headers should warn of.
 fn deciding_of(decisions: &[Decision]) -> usize {
-    let denying =
-        |d: &Decision| matches!(d.reason, Reason::QUOTA_EXCEEDED | Reason::RATE_LIMITED | Reason::CONCURRENCY_LIMITED);
     let quota = |d: &Decision| d.reason == Reason::QUOTA_EXCEEDED;
-    let denied = decisions.iter().enumerate().filter(|(_, d)| !d.allowed() && denying(d));
+    let denied = decisions.iter().enumerate().filter(|(_, d)| denies(d));
     let first_denied = denied.max_by(|(_, a), (_, b)| {
         (quota(a), a.resets_at, a.retry_after_ms)
             .cmp(&(quota(b), b.resets_at, b.retry_after_ms))
