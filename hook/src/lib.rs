@@ -8,6 +8,9 @@
 //! would take a sum past i64, or its tenant past [`HookSettings::counters_per_tenant_max`], is refused. A writer
 //! that stops on a panic (a bug, a broken invariant of the ledger) says so in [`Hook::health`] at once.
 //!
+//! [`Hook::check_amounts`] checks several metrics in one request, all or nothing ([`CheckAmountsRequest`]);
+//! [`Hook::quotas`] answers a tenant's remaining quota per policy without consuming ([`quotas`]).
+//!
 //! One writer thread owns the ledger connection and an in-memory fold of it ([`state`]); concurrent requests
 //! are grouped into one transaction each (the writer's group commit).
 //!
