@@ -86,6 +86,9 @@ enum Command {
     /// Support's answers: why a request was decided so, a tenant's timeline (docs/contract.md §7).
     #[command(subcommand)]
     Audit(cli::audit::AuditCommand),
+    /// A tenant's remaining quota per policy, as the hook counts it, without consuming (`quota show TENANT`).
+    #[command(subcommand)]
+    Quota(cli::quota::QuotaCommand),
     /// Read-only SQL over the ledger's tables (DataFusion); `sql --tables` lists them.
     Sql(cli::sql::SqlArgs),
     /// The enforcement hook over HTTP: check, reserve, commit, release (docs/contract.md §6).
@@ -151,6 +154,7 @@ fn main() -> ExitCode {
         Command::Reconcile(args) => cli::reconcile::run(&store, args),
         Command::Export(command) => cli::export::run(&store, command),
         Command::Audit(command) => cli::audit::run(&store, command),
+        Command::Quota(command) => cli::quota::run(&store, command),
         Command::Sql(args) => cli::sql::run(&store, args),
         Command::Serve(args) => cli::serve::run(&store, args),
         Command::Node(args) => cli::node::run(&store, args),

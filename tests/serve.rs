@@ -78,6 +78,18 @@ impl Server {
         (status, headers, json)
     }
 
+    /// GETs `path` with `secret` (none: no Authorization header): status and JSON body.
+    fn get(&self, path: &str, secret: Option<&str>) -> (u16, Value) {
+        let mut request = self.agent.get(format!("{}{path}", self.base));
+        if let Some(secret) = secret {
+            request = request.header("Authorization", format!("Bearer {secret}"));
+        }
+        let mut response = request.call().expect("an HTTP answer");
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string().expect("a body");
+        (status, serde_json::from_str(&text).unwrap_or_else(|e| panic!("{status} {text:?} is not JSON: {e}")))
+    }
+
     /// `GET /healthz`: its JSON body, after asserting 200.
     fn health(&self) -> Value {
         let mut response = self.agent.get(format!("{}/healthz", self.base)).call().expect("an HTTP answer");
@@ -165,6 +177,140 @@ fn sixty_four_clients_never_get_more_than_fits() {
     assert!(answers.iter().any(|(s, ..)| *s == 429), "1,600 requests of about 30 exceed 5,000");
     assert_eq!(sql_i64(&test, "SELECT COALESCE(SUM(quantity), 0) FROM usage_events"), allowed, "the ledger agrees");
     assert_eq!(sql_i64(&test, "SELECT COUNT(*) FROM decision_events"), answers.len() as i64, "one decision each");
+}
+
+/// `hard_policy` of `metric`, with its own policy_id.
+fn hard_policy_of(metric: &str, limit: i64) -> Event {
+    let Event::Policy(mut policy) = hard_policy(limit, Window::MONTH) else { unreachable!("a policy") };
+    policy.header.event_id = format!("policy-{metric}-v1");
+    policy.header.metric = metric.into();
+    policy.policy_id = format!("{metric}-month");
+    Event::Policy(policy)
+}
+
+// Issue 36 item 2 under contention: 64 HTTP clients each asking for 1 request and a random 1..500 tokens in one
+// check, against HARD limits on both metrics. Neither limit is exceeded, every request is allowed or denied on both
+// metrics together, and no request is charged on one metric without the other (read from the ledger file).
+#[test]
+fn sixty_four_clients_asking_two_metrics_are_charged_on_both_or_neither() {
+    const REQUESTS: i64 = 290;
+    const TOKENS: i64 = 75_000;
+    let test = TestLedger::new();
+    write_container(
+        &test.file("policies.avro"),
+        &[hard_policy_of("requests", REQUESTS), hard_policy_of("tokens", TOKENS)],
+    );
+    test.ingest(&test.file("policies.avro"));
+    let server = Arc::new(Server::start(&test, &[]));
+    let clients: Vec<_> = (0..64u64)
+        .map(|c| {
+            let server = Arc::clone(&server);
+            std::thread::spawn(move || {
+                let mut seed = (c + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                (0..20)
+                    .map(|i| {
+                        seed ^= seed << 13;
+                        seed ^= seed >> 7;
+                        seed ^= seed << 17;
+                        let tokens = (seed % 500) as i64 + 1;
+                        let key = format!("c{c}-{i}");
+                        let body = json!({"tenant": "org-1", "amounts": {"requests": 1, "tokens": tokens}, "idempotency_key": key});
+                        let (status, _, body) = server.post("/v1/check", Some(SECRET), &body);
+                        (status, tokens, body)
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let answers: Vec<(u16, i64, Value)> = clients.into_iter().flat_map(|c| c.join().unwrap()).collect();
+    for (status, tokens, body) in &answers {
+        assert!(*status == 200 || *status == 429, "{status} {body}");
+        assert_eq!(body["amounts"], json!({"requests": 1, "tokens": tokens}), "{body}");
+        let each = body["decisions"].as_array().unwrap_or_else(|| panic!("no decisions: {body}"));
+        let codes: Vec<bool> = each.iter().map(|d| d["code"] == "OK").collect();
+        assert_eq!(codes, [*status == 200; 2], "allowed on both or neither: {body}");
+        if *status == 429 {
+            assert_eq!(body["code"], "QUOTA_EXCEEDED", "{body}");
+            let denied_by = format!("{}-month", body["metric"].as_str().unwrap());
+            assert_eq!(body["policyId"].as_str(), Some(denied_by.as_str()), "the metric and its policy: {body}");
+        }
+    }
+    assert!(answers.iter().any(|(s, ..)| *s == 429), "1,280 requests of about 250 tokens exceed both limits");
+
+    let conn = read_only(&test.path);
+    let charged = |metric: &str| -> i64 {
+        conn.query_row(
+            "SELECT COALESCE(SUM(u.quantity), 0) FROM usage_events u JOIN entries e ON e.seq = u.seq \
+             WHERE e.status = 'recorded' AND e.metric = ?1",
+            [metric],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    let allowed: Vec<i64> = answers.iter().filter(|(s, ..)| *s == 200).map(|(_, t, _)| *t).collect();
+    assert!(charged("requests") <= REQUESTS, "{} requests over {REQUESTS}", charged("requests"));
+    assert!(charged("tokens") <= TOKENS, "{} tokens over {TOKENS}", charged("tokens"));
+    assert_eq!((charged("requests"), charged("tokens")), (allowed.len() as i64, allowed.iter().sum()));
+    // Per request id: the metrics charged, and the decisions recorded.
+    let per_request = |sql: &str| -> Vec<(String, i64)> {
+        let mut query = conn.prepare(sql).unwrap();
+        query.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect()
+    };
+    let usage = per_request(
+        "SELECT u.request_id, COUNT(DISTINCT e.metric) FROM usage_events u JOIN entries e ON e.seq = u.seq \
+         WHERE e.status = 'recorded' GROUP BY u.request_id",
+    );
+    assert_eq!(usage.len(), allowed.len(), "a usage pair per allowed request");
+    assert!(usage.iter().all(|(_, metrics)| *metrics == 2), "charged on one metric only: {usage:?}");
+    let decisions = per_request(
+        "SELECT d.request_id, COUNT(DISTINCT d.outcome) * 10 + COUNT(*) FROM decision_events d \
+         JOIN entries e ON e.seq = d.seq WHERE e.status = 'recorded' GROUP BY d.request_id",
+    );
+    assert_eq!(decisions.len(), answers.len());
+    assert!(decisions.iter().all(|(_, n)| *n == 12), "two decisions of one outcome per request: {decisions:?}");
+
+    // Contract §9.1 and the body's form: a retry answers the original, other amounts 409, both forms at once 400.
+    let (_, tokens, original) = &answers[0];
+    let retry = json!({"tenant": "org-1", "amounts": {"requests": 1, "tokens": tokens}, "idempotency_key": "c0-0"});
+    let (status, _, again) = server.post("/v1/check", Some(SECRET), &retry);
+    assert_eq!((status, again["replayed"].as_bool()), (original_status(original), Some(true)), "{again}");
+    assert_eq!(again["decisions"], original["decisions"]);
+    let other = json!({"tenant": "org-1", "amounts": {"requests": 2, "tokens": tokens}, "idempotency_key": "c0-0"});
+    let (status, _, reused) = server.post("/v1/check", Some(SECRET), &other);
+    assert_eq!(
+        (status, reused["code"].as_str(), reused["field"].as_str()),
+        (409, Some("IDEMPOTENCY_KEY_REUSED"), Some("amounts"))
+    );
+    let both =
+        json!({"tenant": "org-1", "metric": "tokens", "amount": 1, "amounts": {"tokens": 1}, "idempotency_key": "b"});
+    let (status, _, refused) = server.post("/v1/check", Some(SECRET), &both);
+    assert_eq!((status, refused["field"].as_str()), (400, Some("amounts")), "{refused}");
+    assert!(refused["message"].as_str().unwrap().contains("`metric` and `amount`"), "{refused}");
+    assert_eq!(
+        answers.len() as i64 * 2,
+        sql_i64(&test, "SELECT COUNT(*) FROM decision_events"),
+        "nothing more decided"
+    );
+
+    // Support's answer names the metric and policy that denied, whichever metric's decision was recorded last.
+    let (_, _, denied) = answers.iter().find(|(s, ..)| *s == 429).expect("a denial");
+    let (metric, policy) = (denied["metric"].as_str().unwrap(), denied["policyId"].as_str().unwrap());
+    let why = test.run(&["audit", "why", denied["requestId"].as_str().unwrap()]).success().stdout_text();
+    assert!(why.contains(": QUOTA_EXCEEDED."), "{why}");
+    let named =
+        format!("because metric {metric} had no room under policy {policy} (QUOTA_EXCEEDED); nothing was consumed");
+    assert!(why.contains(&named), "{why}");
+    assert!(why.contains(" had room (decision dec-"), "the other metric had room: {why}");
+    let json = test.run(&["audit", "why", denied["requestId"].as_str().unwrap(), "--json"]).success().json();
+    assert_eq!(
+        (json["decision"]["metric"].as_str(), json["metrics"].as_array().map(Vec::len)),
+        (Some(metric), Some(2))
+    );
+}
+
+/// The status a decision body was answered with.
+fn original_status(body: &Value) -> u16 {
+    if body["code"] == "OK" { 200 } else { 429 }
 }
 
 // An on-call engineer's view of a ledger that refuses writes (a full disk; here a trigger another connection adds):
@@ -471,6 +617,103 @@ fn retries_of_one_key_over_http_consume_once() {
     assert!(answers.iter().all(|a| strip(a) == strip(&answers[0])), "{answers:?}");
     assert_eq!(answers.iter().filter(|a| a["replayed"] == false).count(), 1);
     assert_eq!(sql_i64(&test, "SELECT COALESCE(SUM(quantity), 0) FROM usage_events"), 9);
+}
+
+// Issue 36 item 7: a service asks how much quota is left without consuming any. Over HTTP and from `quota show`,
+// per policy that applies (the tenant's own and the plan default it has none of its own for): the window, limit,
+// grant, effective limit, consumption, what an open reservation holds, and what remains, as the checks count it;
+// the ledger holds no more entries after the reads, and checks afterwards decide exactly as the numbers said.
+#[test]
+fn remaining_quota_is_read_without_consuming() {
+    let test = TestLedger::new();
+    let now = Timestamp::now();
+    let hour = 3_600 * 1_000_000;
+    let plan = Event::Policy(PolicyEvent {
+        header: header("policy-plan-v1", "2026-01-01T00:00:00Z", "*", "requests"),
+        policy_id: "plan-requests".into(),
+        version: 1,
+        scope: Scope::TENANT,
+        limit: 50,
+        window: Window::MONTH,
+        enforcement: Enforcement::SOFT,
+        effective_from: at("2026-01-01T00:00:00Z"),
+        burst: None,
+    });
+    let grant = Event::Grant(GrantEvent {
+        header: header("grant-1", "2026-01-01T00:00:00Z", "org-1", "tokens"),
+        grant_id: "grant-1".into(),
+        amount: 20,
+        valid_from: Timestamp(now.micros() - hour),
+        valid_until: Timestamp(now.micros() + hour),
+        reason: "support ticket 7".into(),
+    });
+    write_container(&test.file("policies.avro"), &[hard_policy(100, Window::MONTH), plan]);
+    test.ingest(&test.file("policies.avro"));
+    write_container(&test.file("grant.avro"), &[grant]);
+    test.ingest(&test.file("grant.avro"));
+    let server = Server::start(&test, &[]);
+    assert_eq!(server.check("c-1", 30).0, 200);
+    let body =
+        json!({"tenant": "org-1", "metric": "tokens", "amount": 15, "ttl_ms": 3_600_000, "idempotency_key": "r-1"});
+    assert_eq!(server.post("/v1/reservations", Some(SECRET), &body).0, 200);
+    let entries = || sql_i64(&test, "SELECT COUNT(*) FROM entries");
+    let before = entries();
+
+    let (status, answer) = server.get("/v1/quotas?tenant=org-1", Some(SECRET));
+    assert_eq!(status, 200, "{answer}");
+    let quotas = answer["quotas"].as_array().expect("a list of quotas");
+    let rows: Vec<_> = quotas
+        .iter()
+        .map(|q| {
+            (
+                q["metric"].as_str().unwrap().to_string(),
+                q["policy_id"].as_str().unwrap().to_string(),
+                q["plan_default"].as_bool().unwrap(),
+                [&q["limit"], &q["grants"], &q["effective_limit"], &q["consumed"], &q["held"], &q["remaining"]]
+                    .map(|n| n.as_i64().unwrap()),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("requests".to_string(), "plan-requests".to_string(), true, [50, 0, 50, 0, 0, 50]),
+            ("tokens".to_string(), "quota".to_string(), false, [100, 20, 120, 30, 15, 75]),
+        ],
+        "{answer}"
+    );
+    let month = |t: Timestamp| t.to_string()[..7].to_string();
+    assert_eq!(quotas[1]["window_start"].as_str().map(|s| s[..7].to_string()), Some(month(now)), "{answer}");
+    let (status, only) = server.get("/v1/quotas?tenant=org-1&metric=tokens", Some(SECRET));
+    assert_eq!((status, only["quotas"].as_array().map(Vec::len)), (200, Some(1)), "{only}");
+    assert_eq!(only["quotas"][0], quotas[1]);
+
+    // The same from the ledger file, by the same code the hook counts with.
+    let shown = test.run(&["quota", "show", "org-1", "--metric", "tokens", "--json"]).success().json();
+    let numbers =
+        |q: &Value| ["limit", "grants", "effective_limit", "consumed", "held", "remaining"].map(|k| q[k].clone());
+    assert_eq!(numbers(&shown["quotas"][0]), numbers(&quotas[1]), "{shown}");
+    let table = test.run(&["quota", "show", "org-1"]).success().stdout_text();
+    let words = |line: &str| line.split_whitespace().map(String::from).collect::<Vec<_>>();
+    let tokens = table.lines().map(words).find(|w| w[0] == "tokens").unwrap_or_else(|| panic!("{table}"));
+    assert_eq!(tokens[7..], ["100", "20", "120", "30", "15", "75"], "{table}");
+
+    // Who may ask, and what: as for checks.
+    assert_eq!(server.get("/v1/quotas?tenant=org-1", None).0, 401);
+    assert_eq!(server.get("/v1/quotas?tenant=org-2", Some(SECRET)).0, 403);
+    let (status, refused) = server.get("/v1/quotas?tenant=*", Some(ADMIN));
+    assert_eq!((status, refused["field"].as_str()), (400, Some("tenant")), "{refused}");
+    assert_eq!(server.get("/v1/quotas?metric=tokens", Some(SECRET)).0, 400, "no tenant");
+    assert_eq!(entries(), before, "reading quota recorded nothing");
+
+    // Checks decide as the numbers said: 75 remain, 76 do not fit.
+    assert_eq!(server.check("c-2", 76).0, 429);
+    assert_eq!(server.check("c-3", 75).0, 200);
+    let (_, after) = server.get("/v1/quotas?tenant=org-1&metric=tokens", Some(SECRET));
+    assert_eq!(
+        (after["quotas"][0]["consumed"].as_i64(), after["quotas"][0]["remaining"].as_i64()),
+        (Some(105), Some(0))
+    );
 }
 
 // contract §5-7 over HTTP: reserve, commit more than reserved, double commit 409, release, commit after expiry 410.

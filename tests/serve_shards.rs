@@ -62,6 +62,14 @@ impl Server {
         (status, serde_json::from_str(&text).unwrap_or_else(|e| panic!("{status} {text:?} is not JSON: {e}")))
     }
 
+    fn get(&self, path: &str) -> (u16, Value) {
+        let request =
+            self.agent.get(format!("{}{path}", self.base)).header("Authorization", format!("Bearer {SECRET}"));
+        let mut response = request.call().expect("an HTTP answer");
+        let status = response.status().as_u16();
+        (status, serde_json::from_str(&response.body_mut().read_to_string().unwrap()).unwrap())
+    }
+
     fn check(&self, tenant: &str, key: &str, amount: i64) -> (u16, Value) {
         self.post("/v1/check", &json!({"tenant": tenant, "metric": "tokens", "amount": amount, "idempotency_key": key}))
     }
@@ -175,6 +183,32 @@ fn each_tenant_is_decided_and_recorded_in_its_own_shard() {
         let reservation = 3 * u64::from(partition == partition_of("org-1", P));
         let expected = 1 + 3 * of_shard + reservation;
         assert_eq!(Counts::of_status(&status).events_recorded, expected, "shard {partition}: {status}");
+    }
+}
+
+// Issue 36 items 2 and 7 over shards: a check of several metrics and a read of remaining quota go to the tenant's
+// shard, and `quota show --data` reads the same numbers from it.
+#[test]
+fn several_metrics_and_remaining_quota_are_each_tenants_shards() {
+    let dir = shards_with_plan_default(10);
+    let data = dir.path().join("data");
+    let server = Server::start(&data, &[]);
+    let tenants = ["org-1", "org-2", "org-3", "org-4"];
+    assert!((0..P).all(|p| tenants.iter().any(|t| partition_of(t, P) == p)), "tenants of every partition");
+    for (n, tenant) in tenants.iter().enumerate() {
+        let body = json!({"tenant": tenant, "amounts": {"requests": 1, "tokens": n + 1}, "idempotency_key": "k-1"});
+        let (status, answer) = server.post("/v1/check", &body);
+        assert_eq!((status, answer["decisions"].as_array().map(Vec::len)), (200, Some(2)), "{answer}");
+        let (status, quotas) = server.get(&format!("/v1/quotas?tenant={tenant}"));
+        assert_eq!(status, 200, "{quotas}");
+        let q = &quotas["quotas"][0];
+        let numbers = (q["policy_id"].as_str(), q["consumed"].as_i64(), q["remaining"].as_i64());
+        assert_eq!(numbers, (Some("plan-tokens"), Some(n as i64 + 1), Some(9 - n as i64)), "{quotas}");
+    }
+    assert_eq!(server.stop(), Some(0));
+    for (n, tenant) in tenants.iter().enumerate() {
+        let shown = run(&["--data", data.to_str().unwrap(), "quota", "show", tenant, "--json"], b"").success().json();
+        assert_eq!(shown["quotas"][0]["consumed"].as_i64(), Some(n as i64 + 1), "{tenant}: {shown}");
     }
 }
 

@@ -6,15 +6,19 @@ use std::collections::HashSet;
 
 use tokio::sync::oneshot;
 
-use crate::api::{Closed, Decision, Refusal};
+use crate::api::{Closed, Decision, Decisions, Refusal};
 use crate::error::HookError;
+use crate::quotas::Quotas;
 
 /// An answer waiting for its group's commit (and, at durability full, its sync). Short-lived, one per request of a
 /// group: the size difference between the variants costs nothing worth a box.
 #[allow(clippy::large_enum_variant)]
 pub enum Answer {
     Decision(oneshot::Sender<Result<Decision, HookError>>, Result<Decision, HookError>),
+    Decisions(oneshot::Sender<Result<Decisions, HookError>>, Result<Decisions, HookError>),
     Close(oneshot::Sender<Result<Result<Closed, Refusal>, HookError>>, Result<Result<Closed, Refusal>, HookError>),
+    /// A read of remaining quota: sent once what the group decided before it (which it counts) is recorded.
+    Quotas(oneshot::Sender<Result<Quotas, HookError>>, Result<Quotas, HookError>),
 }
 
 impl Answer {
@@ -32,6 +36,17 @@ impl Answer {
                 if decision.replayed && !taken_back.contains(decision.decision_id.as_str()) =>
             {
                 Answer::Decision(reply, Ok(decision))
+            }
+            Answer::Decisions(reply, Ok(decisions))
+                if decisions.replayed()
+                    && !decisions.decisions.iter().any(|d| taken_back.contains(d.decision_id.as_str())) =>
+            {
+                Answer::Decisions(reply, Ok(decisions))
+            }
+            Answer::Decisions(reply, Err(HookError::IdempotencyKeyReused { decision_id, .. }))
+                if taken_back.contains(decision_id.as_str()) =>
+            {
+                Answer::Decisions(reply, Err(error()))
             }
             Answer::Close(reply, Ok(Ok(closed)))
                 if closed.replayed && !taken_back.contains(closed.event_id.as_str()) =>
@@ -59,7 +74,9 @@ impl Answer {
     fn replaced(self, error: impl Fn() -> HookError) -> Answer {
         match self {
             Answer::Decision(reply, Ok(_)) => Answer::Decision(reply, Err(error())),
+            Answer::Decisions(reply, Ok(_)) => Answer::Decisions(reply, Err(error())),
             Answer::Close(reply, Ok(_)) => Answer::Close(reply, Err(error())),
+            Answer::Quotas(reply, Ok(_)) => Answer::Quotas(reply, Err(error())),
             other => other,
         }
     }
@@ -68,7 +85,9 @@ impl Answer {
         // A caller that stopped waiting (a closed HTTP connection) just misses its answer.
         match self {
             Answer::Decision(reply, result) => drop(reply.send(result)),
+            Answer::Decisions(reply, result) => drop(reply.send(result)),
             Answer::Close(reply, result) => drop(reply.send(result)),
+            Answer::Quotas(reply, result) => drop(reply.send(result)),
         }
     }
 }

@@ -1,5 +1,7 @@
 //! What services send and what the hook answers (contract §6, contract §7 `serve` bodies).
 
+use std::collections::BTreeMap;
+
 use schemas::{DecisionEvent, Outcome, Reason, ReservationAction, Scope, Timestamp};
 use serde::{Deserialize, Serialize};
 
@@ -16,6 +18,56 @@ pub struct CheckRequest {
     pub idempotency_key: String,
     #[serde(default)]
     pub request_id: Option<String>,
+}
+
+/// `check` of several metrics at once (issue 36, item 2): every policy of every metric is evaluated before any is
+/// consumed, and the request is allowed on all of them or on none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckAmountsRequest {
+    /// The tenant.
+    pub tenant: String,
+    /// The subject, if any: the same for every metric.
+    #[serde(default)]
+    pub subject: Option<String>,
+    /// The amount of each metric (1 to [`AMOUNTS_MAX`] metrics).
+    pub amounts: BTreeMap<String, i64>,
+    /// The idempotency key of the whole request.
+    pub idempotency_key: String,
+    /// The request id every DecisionEvent and UsageEvent of the request shares (the key without it).
+    #[serde(default)]
+    pub request_id: Option<String>,
+}
+
+/// Metrics one request may name at most: each costs a decision and a usage event in the group's transaction, and
+/// services meter a handful per call (requests, tokens in, tokens out, images).
+pub const AMOUNTS_MAX: usize = 16;
+
+/// The answer to a [`CheckAmountsRequest`]: a decision per metric, sorted by metric, all allowed or all denied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Decisions {
+    /// One per metric, sorted by metric.
+    pub decisions: Vec<Decision>,
+    /// The index of the decision that speaks for the request: denied, the one whose policy denied (a quota before a
+    /// throttle, the longest wait first, as for one metric); allowed, the one nearest to its limit.
+    pub deciding: usize,
+}
+
+impl Decisions {
+    /// Whether the request may proceed (on every metric).
+    pub fn allowed(&self) -> bool {
+        self.decisions.iter().all(Decision::allowed)
+    }
+
+    /// The decision that speaks for the request.
+    pub fn deciding(&self) -> &Decision {
+        &self.decisions[self.deciding]
+    }
+
+    /// Whether this answer repeats the original decisions of the same idempotency key.
+    pub fn replayed(&self) -> bool {
+        self.decisions.iter().all(|d| d.replayed)
+    }
 }
 
 /// `reserve(tenant, subject, metric, amount, ttl, idempotency_key)`.
@@ -89,6 +141,10 @@ pub struct Decision {
     pub reservation_id: Option<String>,
     /// Whether this answer repeats the original decision of the same idempotency key (nothing consumed).
     pub replayed: bool,
+    /// The amounts of every metric of the request this decision is one of, when it named several
+    /// ([`CheckAmountsRequest`]); empty for a request of one metric.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub amounts: BTreeMap<String, i64>,
 }
 
 impl Decision {
@@ -121,6 +177,7 @@ impl Decision {
             decided_at: event.header.occurred_at,
             reservation_id: None,
             replayed,
+            amounts: BTreeMap::new(),
         }
     }
 }

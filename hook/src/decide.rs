@@ -80,29 +80,21 @@ pub fn evaluate(state: &State, buckets: &Buckets, ask: &Ask<'_>, now: Timestamp)
 }
 
 fn evaluate_one(state: &State, buckets: &Buckets, ask: &Ask<'_>, a: &Applicable<'_>, now: Timestamp) -> Evaluated {
-    let subject = match a.policy.scope {
-        Scope::TENANT => None,
-        Scope::SUBJECT => ask.subject,
+    let standing = standing(state, Some(buckets), ask, a, now);
+    let (limit, used_before, retry_after_ms) = match standing.usage {
+        Usage::Bucket { tokens: Some(tokens), retry_after_ms } => {
+            (standing.limit, i128::from(standing.limit - tokens), retry_after_ms)
+        }
+        Usage::Bucket { tokens: None, .. } => unreachable!("buckets were given"),
+        Usage::Quota { effective_limit, consumed, held, .. } => {
+            // In i128: what other writers recorded may hold and consume more than i64 together (see `state::Counters`).
+            (effective_limit, i128::from(consumed) + held, None)
+        }
     };
-    if let Some(burst) = a.policy.burst {
-        let (tokens, retry_after_ms) = buckets.look(a.policy, ask.tenant, subject, ask.amount, now);
-        return Evaluated {
-            policy: a.policy.clone(),
-            window_start: a.window_start,
-            window_end: a.window_end,
-            limit: burst,
-            used_before: burst - tokens,
-            fits: retry_after_ms.is_none(),
-            retry_after_ms,
-        };
-    }
-    let grants = state.grants.get(&(ask.tenant.to_string(), ask.metric.to_string())).map_or(&[][..], Vec::as_slice);
-    let limit =
-        overshoot::effective_limit(a.policy.limit, a.policy.scope, subject, grants, a.window_start, a.window_end);
-    let whose = Whose::of(a.policy.scope, subject);
-    let consumed = state.consumed(ask.tenant, whose, ask.metric, a.policy.window, a.window_start);
-    // In i128: what other writers recorded may hold and consume more than i64 together (see `state::Counters`).
-    let used_before = i128::from(consumed) + state.held(ask.tenant, whose, ask.metric, now);
+    let fits = match standing.usage {
+        Usage::Bucket { .. } => retry_after_ms.is_none(),
+        Usage::Quota { .. } => used_before + i128::from(ask.amount) <= i128::from(limit),
+    };
     Evaluated {
         policy: a.policy.clone(),
         window_start: a.window_start,
@@ -110,9 +102,70 @@ fn evaluate_one(state: &State, buckets: &Buckets, ask: &Ask<'_>, a: &Applicable<
         limit,
         // A `long` in the DecisionEvent: past i64 it says i64::MAX, which is above every limit as the truth is.
         used_before: i64::try_from(used_before).unwrap_or(i64::MAX),
-        fits: used_before + i128::from(ask.amount) <= i128::from(limit),
-        retry_after_ms: None,
+        fits,
+        retry_after_ms,
     }
+}
+
+/// What one applicable policy counts for an ask, before anything is decided: the numbers a decision compares
+/// (`evaluate`) and the remaining quota a read answers without consuming (`crate::quotas`) alike.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Standing {
+    /// The policy's own limit (a throttle: its bucket's capacity, `burst`).
+    pub limit: i64,
+    /// What the policy counts.
+    pub usage: Usage,
+}
+
+/// What a policy counts: a quota's window, or a throttle's bucket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Usage {
+    /// A quota: an allowance per window.
+    Quota {
+        /// The grants overlapping the window that raise this policy's limit.
+        grants: i64,
+        /// The policy's limit plus those grants (contract §5).
+        effective_limit: i64,
+        /// Consumption in the window.
+        consumed: i64,
+        /// What open reservations hold now (summed in i128, see `state::Counters`).
+        held: i128,
+    },
+    /// A throttle: a token bucket of the serving process (not in the ledger).
+    Bucket {
+        /// Whole tokens left now; `None` where no bucket is known (read from the ledger alone: buckets live in the
+        /// serving process and start full).
+        tokens: Option<i64>,
+        /// With a bucket, when the ask's amount does not fit: milliseconds until it would.
+        retry_after_ms: Option<i64>,
+    },
+}
+
+/// What the applicable policy `a` counts for `ask` at `now` (`buckets`: the serving process's throttles, if known).
+pub fn standing(
+    state: &State,
+    buckets: Option<&Buckets>,
+    ask: &Ask<'_>,
+    a: &Applicable<'_>,
+    now: Timestamp,
+) -> Standing {
+    let subject = match a.policy.scope {
+        Scope::TENANT => None,
+        Scope::SUBJECT => ask.subject,
+    };
+    if let Some(burst) = a.policy.burst {
+        let looked = buckets.map(|b| b.look(a.policy, ask.tenant, subject, ask.amount, now));
+        let usage = Usage::Bucket { tokens: looked.map(|l| l.0), retry_after_ms: looked.and_then(|l| l.1) };
+        return Standing { limit: burst, usage };
+    }
+    let grants = state.grants.get(&(ask.tenant.to_string(), ask.metric.to_string())).map_or(&[][..], Vec::as_slice);
+    let effective_limit =
+        overshoot::effective_limit(a.policy.limit, a.policy.scope, subject, grants, a.window_start, a.window_end);
+    let whose = Whose::of(a.policy.scope, subject);
+    let consumed = state.consumed(ask.tenant, whose, ask.metric, a.policy.window, a.window_start);
+    let held = state.held(ask.tenant, whose, ask.metric, now);
+    let grants = effective_limit.saturating_sub(a.policy.limit);
+    Standing { limit: a.policy.limit, usage: Usage::Quota { grants, effective_limit, consumed, held } }
 }
 
 /// Decides from the evaluations.

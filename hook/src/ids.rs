@@ -34,6 +34,28 @@ pub fn usage_id(hash: &str) -> String {
     format!("use-{hash}")
 }
 
+/// The key hash the ids of `metric` derive from in a request of several metrics ([`crate::CheckAmountsRequest`]):
+/// the first metric (in order) takes the key's own `hash`, so that every request of the key is found by the key
+/// alone (its `dec-HASH`) whichever form it took, and a request of one metric in `amounts` records exactly what a
+/// check of `metric` and `amount` does; each other metric `HASH-` and 16 hex digits of SHA-256 over the key hash
+/// and the metric, distinct and the same on every retry.
+pub fn metric_hash(hash: &str, metric: &str, first: bool) -> String {
+    if first {
+        return hash.to_string();
+    }
+    let mut hasher = Sha256::new();
+    hasher.update(hash.as_bytes());
+    hasher.update([0]);
+    hasher.update(metric.as_bytes());
+    let mut hex = String::with_capacity(hash.len() + 17);
+    hex.push_str(hash);
+    hex.push('-');
+    for b in &hasher.finalize()[..8] {
+        hex.push_str(&format!("{b:02x}"));
+    }
+    hex
+}
+
 /// The reservation_id an allowed `reserve` of that key makes: `rsv-HASH` in a ledger of every partition,
 /// `rsv-pN-HASH` in the shard of partition N. A commit or release names only the reservation, so the id carries its
 /// shard: a router ([`crate::Shards`]), a node, or a client caching who owns which partition sends the close to the

@@ -8,6 +8,9 @@
 //! would take a sum past i64, or its tenant past [`HookSettings::counters_per_tenant_max`], is refused. A writer
 //! that stops on a panic (a bug, a broken invariant of the ledger) says so in [`Hook::health`] at once.
 //!
+//! [`Hook::check_amounts`] checks several metrics in one request, all or nothing ([`CheckAmountsRequest`]);
+//! [`Hook::quotas`] answers a tenant's remaining quota per policy without consuming ([`quotas`]).
+//!
 //! One writer thread owns the ledger connection and an in-memory fold of it ([`state`]); concurrent requests
 //! are grouped into one transaction each (the writer's group commit).
 //!
@@ -34,6 +37,7 @@ pub mod error;
 pub mod health;
 pub mod ids;
 mod queue;
+pub mod quotas;
 pub mod replicate;
 pub mod shards;
 pub mod state;
@@ -50,6 +54,7 @@ pub use api::*;
 pub use error::{HookError, StartError};
 use ledger::{Durability, Ledger, ProcessLock};
 use queue::{Queued, Work};
+pub use quotas::{QuotaQuery, Quotas};
 pub use replicate::{Replicate, ReplicateError};
 use schemas::{ReservationAction, Timestamp};
 pub use shards::{Shards, ShardsHealth};
@@ -447,6 +452,26 @@ impl Hook {
         self.call_async(|reply| Work::Check(request, token_name, reply)).await
     }
 
+    /// `check` of several metrics at once, waiting for the answer: every policy of every metric evaluated before any
+    /// is consumed, all or nothing ([`CheckAmountsRequest`]).
+    pub fn check_amounts(&self, request: CheckAmountsRequest) -> Result<Decisions, HookError> {
+        self.serves(&request.tenant)?;
+        self.call(|reply| Work::CheckAmounts(request, None, reply))
+    }
+
+    /// [`Hook::check_amounts`] from async code for a caller a server authenticated with the token named `token_name`
+    /// (recorded on every DecisionEvent of the request, as [`Hook::check_async_as`] records it); `None`: a library
+    /// caller.
+    pub async fn check_amounts_async(
+        &self,
+        request: CheckAmountsRequest,
+        token_name: Option<&str>,
+    ) -> Result<Decisions, HookError> {
+        self.serves(&request.tenant)?;
+        let token_name = token_name.map(String::from);
+        self.call_async(|reply| Work::CheckAmounts(request, token_name, reply)).await
+    }
+
     /// `reserve`, waiting for the answer (and for room in the queue): an allowed decision holds its amount until
     /// `ttl_ms` from now, under the reservation_id it answers.
     pub fn reserve(&self, request: ReserveRequest) -> Result<Decision, HookError> {
@@ -466,6 +491,19 @@ impl Hook {
         self.serves(&request.tenant)?;
         let token_name = Some(token_name.to_string());
         self.call_async(|reply| Work::Reserve(request, token_name, reply)).await
+    }
+
+    /// A tenant's remaining quota per policy that applies now, as this hook's checks count it (issue 36, item 7):
+    /// nothing is consumed or recorded. Answered after what was decided before it is recorded.
+    pub fn quotas(&self, query: QuotaQuery) -> Result<Quotas, HookError> {
+        self.serves(&query.tenant)?;
+        self.call(|reply| Work::Quotas(query, reply))
+    }
+
+    /// [`Hook::quotas`] from async code: never blocks a runtime thread; a full queue answers Overloaded.
+    pub async fn quotas_async(&self, query: QuotaQuery) -> Result<Quotas, HookError> {
+        self.serves(&query.tenant)?;
+        self.call_async(|reply| Work::Quotas(query, reply)).await
     }
 
     /// `commit(reservation_id, actual)`: the actual consumption, more than reserved included.

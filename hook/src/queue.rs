@@ -5,13 +5,15 @@ use schemas::ReservationAction;
 use tokio::sync::oneshot;
 
 use crate::TenantScope;
-use crate::api::{CheckRequest, Closed, Decision, Refusal, ReserveRequest};
+use crate::api::{CheckAmountsRequest, CheckRequest, Closed, Decision, Decisions, Refusal, ReserveRequest};
 use crate::error::HookError;
+use crate::quotas::{QuotaQuery, Quotas};
 
 /// One request and where its answer goes. A check's or reserve's middle field is the name of the token its caller
 /// authenticated with (`serve`), recorded on its DecisionEvent; none for a library caller.
 pub enum Work {
     Check(CheckRequest, Option<String>, oneshot::Sender<Result<Decision, HookError>>),
+    CheckAmounts(CheckAmountsRequest, Option<String>, oneshot::Sender<Result<Decisions, HookError>>),
     Reserve(ReserveRequest, Option<String>, oneshot::Sender<Result<Decision, HookError>>),
     Close {
         reservation_id: String,
@@ -20,6 +22,8 @@ pub enum Work {
         tenants: TenantScope,
         reply: oneshot::Sender<Result<Result<Closed, Refusal>, HookError>>,
     },
+    /// A read of a tenant's remaining quota (`Hook::quotas`): answered from the state, recording nothing.
+    Quotas(QuotaQuery, oneshot::Sender<Result<Quotas, HookError>>),
     /// Outbox entries a broker acknowledged, recorded by the writer (`Hook::record_published`).
     Published {
         acknowledged: Vec<(u64, String)>,
@@ -38,7 +42,9 @@ impl Work {
     pub fn fail(self, error: HookError) {
         match self {
             Work::Check(_, _, reply) | Work::Reserve(_, _, reply) => drop(reply.send(Err(error))),
+            Work::CheckAmounts(_, _, reply) => drop(reply.send(Err(error))),
             Work::Close { reply, .. } => drop(reply.send(Err(error))),
+            Work::Quotas(_, reply) => drop(reply.send(Err(error))),
             Work::Published { reply, .. } => drop(reply.send(Err(error))),
         }
     }

@@ -196,6 +196,25 @@ impl Shards {
         self.route(&request.tenant)?.check_async_as(request, token_name).await
     }
 
+    /// [`Hook::check_amounts`] in the tenant's shard.
+    pub fn check_amounts(&self, request: crate::CheckAmountsRequest) -> Result<crate::Decisions, HookError> {
+        self.route(&request.tenant)?.check_amounts(request)
+    }
+
+    /// [`Hook::check_amounts_async`] in the tenant's shard.
+    pub async fn check_amounts_async(
+        &self,
+        request: crate::CheckAmountsRequest,
+        token_name: Option<&str>,
+    ) -> Result<crate::Decisions, HookError> {
+        self.route(&request.tenant)?.check_amounts_async(request, token_name).await
+    }
+
+    /// [`Hook::quotas`] of the tenant's shard.
+    pub async fn quotas_async(&self, query: crate::QuotaQuery) -> Result<crate::Quotas, HookError> {
+        self.route(&query.tenant)?.quotas_async(query).await
+    }
+
     /// `reserve` in the tenant's shard, waiting for the answer ([`Hook::reserve`]).
     pub fn reserve(&self, request: ReserveRequest) -> Result<Decision, HookError> {
         self.route(&request.tenant)?.reserve(request)

@@ -776,3 +776,131 @@ fn a_close_of_an_id_two_tenants_hold_open_is_not_a_guess() {
     }
     assert_eq!(hook.check(ask("after", 0)).unwrap().used_before, Some(30), "nothing closed");
 }
+
+/// `policy` of another metric.
+fn of_metric(policy: Event, metric: &str) -> Event {
+    let Event::Policy(mut policy) = policy else { unreachable!("`policy` builds a PolicyEvent") };
+    policy.header.metric = metric.into();
+    policy.header.event_id = format!("{}-{metric}", policy.header.event_id);
+    Event::Policy(policy)
+}
+
+fn amounts(key: &str, requests: i64, tokens: i64) -> CheckAmountsRequest {
+    CheckAmountsRequest {
+        tenant: "org-1".into(),
+        subject: None,
+        amounts: [("requests".to_string(), requests), ("tokens".to_string(), tokens)].into(),
+        idempotency_key: key.into(),
+        request_id: Some(format!("req-{key}")),
+    }
+}
+
+/// What the hook counts as consumed of org-1's `metric` under its one policy, read without consuming.
+fn consumed(hook: &Hook, metric: &str) -> i64 {
+    let query = QuotaQuery { tenant: "org-1".into(), metric: Some(metric.into()), subject: None };
+    hook.quotas(query).unwrap().quotas[0].consumed.unwrap()
+}
+
+// Issue 36 item 2: one request of several metrics is allowed on all of them or on none. Every policy of every metric
+// is evaluated first; a denial names the metric and policy that denied, the metric that had room says DENIED
+// WITHIN_LIMIT, and nothing is consumed on either.
+#[test]
+fn several_metrics_in_one_request_are_all_or_nothing() {
+    let (_dir, hook) = hook_with(vec![
+        policy("tokens-month", 1_000, Window::MONTH, Enforcement::HARD, None),
+        of_metric(policy("requests-month", 3, Window::MONTH, Enforcement::HARD, None), "requests"),
+    ]);
+    let first = hook.check_amounts(amounts("k-1", 1, 600)).unwrap();
+    assert!(first.allowed() && !first.replayed());
+    let metrics: Vec<&str> = first.decisions.iter().map(|d| d.metric.as_str()).collect();
+    assert_eq!(metrics, ["requests", "tokens"]);
+    assert_eq!(first.deciding().metric, "tokens", "600 of 1,000 is nearer its limit than 1 of 3");
+    assert_ne!(first.decisions[0].decision_id, first.decisions[1].decision_id);
+    assert!(first.decisions.iter().all(|d| d.request_id == "req-k-1"));
+
+    let denied = hook.check_amounts(amounts("k-2", 1, 500)).unwrap();
+    assert!(!denied.allowed());
+    let by = denied.deciding();
+    assert_eq!(
+        (by.metric.as_str(), by.policy_id.as_deref(), by.reason, by.remaining),
+        ("tokens", Some("tokens-month"), Reason::QUOTA_EXCEEDED, Some(400))
+    );
+    let other = &denied.decisions[0];
+    assert_eq!(
+        (other.metric.as_str(), other.outcome, other.reason),
+        ("requests", Outcome::DENIED, Reason::WITHIN_LIMIT)
+    );
+    assert_eq!((consumed(&hook, "requests"), consumed(&hook, "tokens")), (1, 600), "a denial consumes nothing");
+
+    // The other way round: requests run out first.
+    assert!(hook.check_amounts(amounts("k-3", 2, 400)).unwrap().allowed());
+    let denied = hook.check_amounts(amounts("k-4", 1, 0)).unwrap();
+    assert_eq!((denied.deciding().metric.as_str(), denied.deciding().reason), ("requests", Reason::QUOTA_EXCEEDED));
+    assert_eq!((consumed(&hook, "requests"), consumed(&hook, "tokens")), (3, 1_000));
+}
+
+// Contract §9.1 for several metrics: the same key and amounts answer the original decisions (replayed, nothing
+// consumed), before and after a restart; other amounts, or a check of one metric with that key, answer 409 naming
+// `amounts`. A request of one metric in `amounts` is the check of that metric and amount.
+#[test]
+fn several_metrics_replay_under_one_key() {
+    let (dir, hook) = hook_with(vec![policy("tokens-month", 1_000, Window::MONTH, Enforcement::HARD, None)]);
+    let first = hook.check_amounts(amounts("k-1", 1, 600)).unwrap();
+    let again = hook.check_amounts(amounts("k-1", 1, 600)).unwrap();
+    assert!(again.replayed());
+    let ids = |d: &Decisions| d.decisions.iter().map(|d| d.decision_id.clone()).collect::<Vec<_>>();
+    assert_eq!(ids(&again), ids(&first));
+    let reused = |result: Result<Decisions, HookError>| match result {
+        Err(HookError::IdempotencyKeyReused { field, .. }) => field,
+        other => panic!("not refused as reused: {other:?}"),
+    };
+    assert_eq!(reused(hook.check_amounts(amounts("k-1", 1, 601))), "amounts");
+    match hook.check(CheckRequest { metric: "requests".into(), ..ask("k-1", 1) }) {
+        Err(HookError::IdempotencyKeyReused { field: "amounts", .. }) => {}
+        other => panic!("a check of one of its metrics is not the request: {other:?}"),
+    }
+    let one = CheckAmountsRequest { amounts: [("tokens".to_string(), 5)].into(), ..amounts("k-2", 0, 0) };
+    let single = hook.check(ask("k-2", 5)).unwrap();
+    let as_amounts = hook.check_amounts(one).unwrap();
+    assert!(as_amounts.replayed());
+    assert_eq!(as_amounts.decisions[0].decision_id, single.decision_id);
+    assert_eq!(consumed(&hook, "tokens"), 605);
+
+    drop(hook);
+    let hook = Hook::start(dir.path().join("ledger.db"), HookSettings::default()).unwrap();
+    let after = hook.check_amounts(amounts("k-1", 1, 600)).unwrap();
+    assert!(after.replayed());
+    assert_eq!(ids(&after), ids(&first));
+    assert_eq!(reused(hook.check_amounts(amounts("k-1", 2, 600))), "amounts");
+    match hook.check(CheckRequest { metric: "requests".into(), ..ask("k-1", 1) }) {
+        Err(HookError::IdempotencyKeyReused { field: "amounts", .. }) => {}
+        other => panic!("after a restart too: {other:?}"),
+    }
+    assert_eq!(consumed(&hook, "tokens"), 605);
+}
+
+// A request of several metrics denied by a throttle is RATE_LIMITED on every metric: a client reading the code of
+// the metric that had room must not read QUOTA_EXCEEDED (contract §6: the two signals are never confused).
+#[test]
+fn a_throttle_denying_one_metric_is_the_code_of_every_metric() {
+    let (_dir, hook) = hook_with(vec![
+        policy("tokens-month", 1_000, Window::MONTH, Enforcement::HARD, None),
+        of_metric(policy("images-bucket", 1, Window::HOUR, Enforcement::HARD, Some(1)), "images"),
+    ]);
+    let ask = |key: &str| CheckAmountsRequest {
+        amounts: [("images".to_string(), 1), ("tokens".to_string(), 1)].into(),
+        ..amounts(key, 0, 0)
+    };
+    assert!(hook.check_amounts(ask("k-1")).unwrap().allowed());
+    let denied = hook.check_amounts(ask("k-2")).unwrap();
+    let codes: Vec<(&str, Code, Reason)> =
+        denied.decisions.iter().map(|d| (d.metric.as_str(), d.code, d.reason)).collect();
+    assert_eq!(
+        codes,
+        [("images", Code::RATE_LIMITED, Reason::RATE_LIMITED), ("tokens", Code::RATE_LIMITED, Reason::WITHIN_LIMIT)]
+    );
+    assert_eq!(denied.deciding().metric, "images");
+    let again = hook.check_amounts(ask("k-2")).unwrap();
+    assert!(again.replayed());
+    assert_eq!(again.decisions.iter().map(|d| d.code).collect::<Vec<_>>(), [Code::RATE_LIMITED; 2]);
+}

@@ -1,6 +1,7 @@
 //! The answers of the HTTP layer: a decision as contract §6 spells it (status, `Retry-After` and `RateLimit-*`
 //! headers, the JSON body), a reservation's close, and errors as `{error, message}`.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::Json;
@@ -96,9 +97,70 @@ struct DecisionBody {
     /// contract §7's spelling (`-> {reservation_id, ...}`), which the commit and release answers use too.
     #[serde(rename = "reservation_id", skip_serializing_if = "Option::is_none")]
     reservation_id_spec: Option<String>,
+    /// A request of several metrics: what it asked of each.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    amounts: Option<BTreeMap<String, i64>>,
+    /// A request of several metrics: each metric's decision, sorted by metric (the fields above are the deciding
+    /// one's: the metric that denied, or the one nearest its limit).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    decisions: Option<Vec<MetricDecisionBody>>,
+}
+
+/// One metric's decision in the answer to a request of several metrics.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct MetricDecisionBody {
+    metric: String,
+    amount: i64,
+    code: hook::Code,
+    reason: Reason,
+    scope: Option<schemas::Scope>,
+    policy_id: Option<String>,
+    policy_version: Option<i32>,
+    limit: Option<i64>,
+    remaining: Option<i64>,
+    resets_at: Option<schemas::Timestamp>,
+    decision_id: String,
+}
+
+/// The answer to a request of several metrics: status and headers as the deciding decision's (the metric that denied,
+/// or the one nearest its limit), its fields in the body, plus `amounts` and every metric's decision.
+pub(crate) fn decisions_response(decisions: hook::Decisions) -> Response {
+    let deciding = decisions.deciding().clone();
+    let amounts = deciding.amounts.clone();
+    let each = decisions
+        .decisions
+        .into_iter()
+        .map(|d| MetricDecisionBody {
+            code: d.code,
+            reason: d.reason,
+            scope: d.scope,
+            policy_id: d.policy_id,
+            policy_version: d.policy_version,
+            limit: d.limit,
+            remaining: d.remaining,
+            resets_at: d.resets_at,
+            decision_id: d.decision_id,
+            amount: d.amount,
+            metric: d.metric,
+        })
+        .collect::<Vec<_>>();
+    let amounts = match amounts.is_empty() {
+        true => each.iter().map(|d| (d.metric.clone(), d.amount)).collect(),
+        false => amounts,
+    };
+    respond(deciding, Some(amounts), Some(each))
 }
 
 pub(crate) fn decision_response(decision: Decision) -> Response {
+    respond(decision, None, None)
+}
+
+fn respond(
+    decision: Decision,
+    amounts: Option<BTreeMap<String, i64>>,
+    decisions: Option<Vec<MetricDecisionBody>>,
+) -> Response {
     // A replay answers now: its waits count from now, not from when it was first decided.
     let at = match decision.replayed {
         true => Timestamp::now().max(decision.decided_at),
@@ -144,6 +206,8 @@ pub(crate) fn decision_response(decision: Decision) -> Response {
         replayed: decision.replayed,
         reservation_id_spec: decision.reservation_id.clone(),
         reservation_id: decision.reservation_id,
+        amounts,
+        decisions,
     };
     (status, headers, Json(body)).into_response()
 }

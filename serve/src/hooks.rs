@@ -30,6 +30,24 @@ impl Hooks {
         }
     }
 
+    pub(crate) async fn check_amounts_async(
+        &self,
+        request: hook::CheckAmountsRequest,
+        token: &str,
+    ) -> Result<hook::Decisions, HookError> {
+        match self {
+            Hooks::One(hook) => hook.check_amounts_async(request, Some(token)).await,
+            Hooks::Shards(shards) => shards.check_amounts_async(request, Some(token)).await,
+        }
+    }
+
+    pub(crate) async fn quotas_async(&self, query: hook::QuotaQuery) -> Result<hook::Quotas, HookError> {
+        match self {
+            Hooks::One(hook) => hook.quotas_async(query).await,
+            Hooks::Shards(shards) => shards.quotas_async(query).await,
+        }
+    }
+
     pub(crate) async fn close_async(
         &self,
         reservation_id: &str,

@@ -1,23 +1,24 @@
 //! The HTTP layer of the hook: the routes of contract §7, each request's body read within its deadline and its size
 //! limit, the caller's token checked, then the hook asked.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path as UrlPath, Request, State};
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Path as UrlPath, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use hook::{CheckRequest, Decision, HookError, ReserveRequest};
+use hook::{CheckAmountsRequest, CheckRequest, Decision, HookError, ReserveRequest};
 use schemas::ReservationAction;
 use serde::Deserialize;
 
 use crate::BODY_LIMIT_BYTES;
-use crate::answer::{close_response, decision_response, error, hook_error};
+use crate::answer::{close_response, decision_response, decisions_response, error, hook_error};
 use crate::hooks::Hooks;
 use crate::tokens::{Caller, Tokens};
 
@@ -131,6 +132,7 @@ pub(crate) fn router(app: Arc<App>, read_timeout: Duration) -> Router {
         .route("/metrics", get(metrics))
         .route("/v1/routing", get(routing))
         .route("/v1/check", post(check))
+        .route("/v1/quotas", get(quotas))
         .route("/v1/reservations", post(reserve))
         .route("/v1/reservations/{id}/commit", post(commit))
         .route("/v1/reservations/{id}/release", post(release))
@@ -270,17 +272,100 @@ fn admit<T>(
     Ok((caller, request))
 }
 
+/// `POST /v1/check`'s body: one metric (`metric` and `amount`, contract §7) or several at once (`amounts`, issue 36
+/// item 2), never both.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CheckBody {
+    tenant: String,
+    #[serde(default)]
+    subject: Option<String>,
+    #[serde(default)]
+    metric: Option<String>,
+    #[serde(default)]
+    amount: Option<i64>,
+    #[serde(default)]
+    amounts: Option<BTreeMap<String, i64>>,
+    idempotency_key: String,
+    #[serde(default)]
+    request_id: Option<String>,
+}
+
+/// What a check body asks.
+enum CheckAsked {
+    One(CheckRequest),
+    Several(CheckAmountsRequest),
+}
+
+impl CheckBody {
+    /// The request it makes, or the 400 naming the fields at fault.
+    fn asked(self) -> Result<CheckAsked, Box<Response>> {
+        let CheckBody { tenant, subject, metric, amount, amounts, idempotency_key, request_id } = self;
+        let bad = |field: &str, message: &str| {
+            let body = serde_json::json!({"error": "bad_request", "message": message, "field": field});
+            Box::new((StatusCode::BAD_REQUEST, Json(body)).into_response())
+        };
+        match (amounts, metric, amount) {
+            (Some(_), Some(_), _) | (Some(_), _, Some(_)) => Err(bad(
+                "amounts",
+                "amounts: give either `amounts` (several metrics) or `metric` and `amount` (one), not both",
+            )),
+            (Some(amounts), None, None) => {
+                Ok(CheckAsked::Several(CheckAmountsRequest { tenant, subject, amounts, idempotency_key, request_id }))
+            }
+            (None, None, _) => Err(bad("metric", "metric: missing (or give `amounts` for several metrics)")),
+            (None, Some(_), None) => Err(bad("amount", "amount: missing")),
+            (None, Some(metric), Some(amount)) => {
+                Ok(CheckAsked::One(CheckRequest { tenant, subject, metric, amount, idempotency_key, request_id }))
+            }
+        }
+    }
+}
+
 async fn check(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
-    body: Result<Json<CheckRequest>, JsonRejection>,
+    body: Result<Json<CheckBody>, JsonRejection>,
 ) -> Response {
-    match admit(&app, &headers, body, |r: &CheckRequest| &r.tenant) {
-        Ok((caller, request)) => {
-            let partition = app.partition_of(&request.tenant);
+    let (caller, body) = match admit(&app, &headers, body, |r: &CheckBody| &r.tenant) {
+        Ok(admitted) => admitted,
+        Err(refused) => return *refused,
+    };
+    let partition = app.partition_of(&body.tenant);
+    match body.asked() {
+        Ok(CheckAsked::One(request)) => {
             app.decided_for(partition, app.hook.check_async_as(request, &caller.name).await)
         }
+        Ok(CheckAsked::Several(request)) => match app.hook.check_amounts_async(request, &caller.name).await {
+            Ok(decisions) => decisions_response(decisions),
+            Err(e) => app.refused(partition, e),
+        },
         Err(refused) => *refused,
+    }
+}
+
+/// `GET /v1/quotas?tenant=T[&metric=M][&subject=S]`: the tenant's remaining quota per policy that applies now
+/// ([`hook::quotas`]), for a token covering the tenant; nothing is consumed or recorded.
+async fn quotas(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    query: Result<Query<hook::QuotaQuery>, QueryRejection>,
+) -> Response {
+    let caller = match app.tokens.caller(&headers) {
+        Ok(caller) => caller,
+        Err(unauthorized) => return unauthorized.into_response(),
+    };
+    let Query(query) = match query {
+        Ok(query) => query,
+        Err(rejection) => return error(StatusCode::BAD_REQUEST, "bad_request", rejection.body_text()),
+    };
+    if !caller.scope.covers(&query.tenant) {
+        return forbidden(&query.tenant);
+    }
+    let partition = app.partition_of(&query.tenant);
+    match app.hook.quotas_async(query).await {
+        Ok(quotas) => (StatusCode::OK, Json(quotas)).into_response(),
+        Err(e) => app.refused(partition, e),
     }
 }
 

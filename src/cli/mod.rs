@@ -13,6 +13,7 @@ pub mod kafka_args;
 pub mod node;
 pub mod produce;
 pub mod quarantine;
+pub mod quota;
 pub mod reconcile;
 pub mod route;
 pub mod schemas;

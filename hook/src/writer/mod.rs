@@ -31,7 +31,8 @@ use crate::queue::{Queued, Work};
 use crate::state::{self, State};
 use crate::sync::Syncer;
 use crate::{HookSettings, SOURCE};
-use reads::{catch_up, load};
+use reads::catch_up;
+pub(crate) use reads::load;
 use recent::Recent;
 
 /// Why a group fails before anything of it is decided: the error each of its requests is answered, made from the
@@ -214,12 +215,20 @@ impl Writer {
                 Work::Check(request, token_name, reply) => {
                     Answer::Decision(reply, self.check(&request, token_name.as_deref(), now, &mut events))
                 }
+                Work::CheckAmounts(request, token_name, reply) => {
+                    Answer::Decisions(reply, self.check_amounts(&request, token_name.as_deref(), now, &mut events))
+                }
                 Work::Reserve(request, token_name, reply) => {
                     Answer::Decision(reply, self.reserve(&request, token_name.as_deref(), now, &mut events))
                 }
                 Work::Close { reservation_id, action, amount, tenants, reply } => {
                     let closed = self.close(&reservation_id, action, amount, &tenants, now, &mut events);
                     Answer::Close(reply, closed)
+                }
+                Work::Quotas(query, reply) => {
+                    let quotas = crate::quotas::validate(&query)
+                        .map(|()| crate::quotas::of_state(&self.state, Some(&self.buckets), &query, now));
+                    Answer::Quotas(reply, quotas)
                 }
                 Work::Published { acknowledged, reply } => {
                     // A transaction of its own, answered at once: nothing decided rests on it, and losing it to a

@@ -49,6 +49,7 @@ pub(super) fn read_decision(
         .as_ref()
         .and_then(|id| state.policies.policies().iter().find(|p| &p.policy_id == id).map(|p| p.scope));
     let mut decision = Decision::of_event(&event, scope, true);
+    decision.amounts = amounts_of_request(ledger, &event, decision_id)?;
     if decision.allowed() && decision_id.starts_with(ids::DECISION_PREFIX) {
         let reservation_id = ids::reservation_id(&decision_id[ids::DECISION_PREFIX.len()..], partition);
         if ledger.has_reservation_events(&reservation_id)? {
@@ -56,6 +57,25 @@ pub(super) fn read_decision(
         }
     }
     Ok(Some(Recorded::Own(Box::new(decision))))
+}
+
+/// The amounts of every metric of the request of several metrics the hook's decision `decision` (recorded as
+/// `decision_id`) is one of, read from the decisions sharing its request_id, tenant and key whose ids derive from the
+/// same key ([`ids::metric_hash`]); empty for a request of one metric.
+fn amounts_of_request(
+    ledger: &Ledger,
+    decision: &schemas::DecisionEvent,
+    decision_id: &str,
+) -> Result<std::collections::BTreeMap<String, i64>, ReadError> {
+    let key_id = decision_id.get(..ids::DECISION_PREFIX.len() + 32).unwrap_or(decision_id);
+    let siblings: std::collections::BTreeMap<String, i64> = ledger
+        .decisions_of_request(&decision.request_id, ledger.watermark()?)?
+        .into_iter()
+        .filter(|d| d.header.source == SOURCE && d.header.tenant == decision.header.tenant)
+        .filter(|d| d.idempotency_key == decision.idempotency_key && d.header.event_id.starts_with(key_id))
+        .map(|d| (d.header.metric, d.amount))
+        .collect();
+    Ok(if siblings.len() > 1 { siblings } else { Default::default() })
 }
 
 /// How the ledger judges a reservation that the state does not hold open for a caller.
@@ -168,7 +188,7 @@ fn fold_after(ledger: &Ledger, state: &mut State, now: Timestamp, own: &[u64], f
 }
 
 /// The state of a fresh process: the fold of the ledger's recent entries.
-pub(super) fn load(ledger: &Ledger, now: Timestamp) -> Result<State, StartError> {
+pub(crate) fn load(ledger: &Ledger, now: Timestamp) -> Result<State, StartError> {
     let mut state = State::default();
     fold_after(ledger, &mut state, now, &[], Fold::AtStart)?;
     // The first prune drops most windows the fold read (74 ms on a 17-million-event ledger): here, not in the

@@ -103,6 +103,7 @@ mod tests {
             decided_at: Timestamp(0),
             reservation_id: None,
             replayed: false,
+            amounts: Default::default(),
         }
     }
 

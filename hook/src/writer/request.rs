@@ -8,6 +8,8 @@
 //! of an event is checked here first (a refused event would fail the group's whole append), and every sum a request
 //! adds to must stay within i64.
 
+use std::collections::BTreeMap;
+
 use schemas::*;
 
 use super::Writer;
@@ -82,16 +84,7 @@ impl Writer {
                 same_request(&decision, ask, idempotency_key, kind)?;
                 return Ok(Admitted::Replayed(decision));
             }
-            Some(Recorded::Foreign) => {
-                return Err(HookError::IdempotencyKeyReused {
-                    field: "idempotency_key",
-                    message: format!(
-                        "idempotency_key {idempotency_key:?}: its decision id {decision_id} is held by an event this \
-                         hook did not record for this tenant and key; nothing was decided: use another key"
-                    ),
-                    decision_id,
-                });
-            }
+            Some(Recorded::Foreign) => return Err(foreign(idempotency_key, decision_id)),
             None => {}
         }
         let adding = match kind {
@@ -214,26 +207,127 @@ impl Writer {
         let throttles: Vec<Evaluated> = evaluated.iter().filter(|e| e.is_throttle()).cloned().collect();
         let verdict = decide::decide(evaluated);
         if verdict.outcome == Outcome::ALLOWED {
-            // Only from buckets that had the tokens: a SHADOW (or SOFT) bucket that did not fit takes nothing, as a
-            // HARD one would have denied and taken nothing. Emptied below zero, it said SHADOW_DENIED long after a
-            // HARD bucket would have refilled.
-            for t in throttles.iter().filter(|t| t.fits) {
-                let subject = if t.policy.scope == Scope::SUBJECT { ask.subject } else { None };
-                self.taken.push(self.buckets.take(&t.policy, ask.tenant, subject, ask.amount, now));
+            self.take_throttles(ask, &throttles, now);
+        }
+        record_decision(&verdict, ask, asked, now, events)
+    }
+
+    /// Takes an allowed ask's tokens from its throttles' buckets. Only from buckets that had the tokens: a SHADOW (or
+    /// SOFT) bucket that did not fit takes nothing, as a HARD one would have denied and taken nothing. Emptied below
+    /// zero, it said SHADOW_DENIED long after a HARD bucket would have refilled.
+    fn take_throttles(&mut self, ask: &Ask<'_>, evaluated: &[Evaluated], now: Timestamp) {
+        for t in evaluated.iter().filter(|t| t.is_throttle() && t.fits) {
+            let subject = if t.policy.scope == Scope::SUBJECT { ask.subject } else { None };
+            self.taken.push(self.buckets.take(&t.policy, ask.tenant, subject, ask.amount, now));
+        }
+    }
+
+    /// `check` of several metrics (issue 36, item 2): every policy of every metric evaluated against the state before
+    /// anything is consumed, then all consumed or none. Each metric records its DecisionEvent and, when allowed, its
+    /// UsageEvent, all under the request's one request_id, their ids derived from the key and the metric
+    /// ([`ids::metric_hash`]). A metric whose own policies had room records DENIED with its own reason
+    /// (WITHIN_LIMIT) when another metric denied: the decision that denied is the one that names a denying reason.
+    pub(super) fn check_amounts(
+        &mut self,
+        request: &CheckAmountsRequest,
+        token_name: Option<&str>,
+        now: Timestamp,
+        events: &mut Vec<Event>,
+    ) -> Result<Decisions, HookError> {
+        validate_token_name(token_name)?;
+        let asks = validate_amounts(request)?;
+        let hash = ids::key_hash(&request.tenant, &request.idempotency_key);
+        if let Some(replayed) = self.replay_amounts(request, &hash)? {
+            return Ok(replayed);
+        }
+        for ask in &asks {
+            self.has_room(ask, Adding::Consumption(now))?;
+        }
+        let request_id = request.request_id.clone().unwrap_or_else(|| request.idempotency_key.clone());
+        // Every policy of every metric, before anything is consumed: one verdict over all of them.
+        let evaluated: Vec<Vec<Evaluated>> =
+            asks.iter().map(|ask| decide::evaluate(&self.state, &self.buckets, ask, now)).collect();
+        let allowed = decide::decide(evaluated.iter().flatten().cloned().collect()).outcome == Outcome::ALLOWED;
+        let mut decisions = Vec::with_capacity(asks.len());
+        for (n, (ask, evaluated)) in asks.iter().zip(evaluated).enumerate() {
+            let metric_hash = ids::metric_hash(&hash, ask.metric, n == 0);
+            let asked = Asked {
+                hash: &metric_hash,
+                request_id: &request_id,
+                idempotency_key: &request.idempotency_key,
+                token_name,
+            };
+            if allowed {
+                self.take_throttles(ask, &evaluated, now);
+            }
+            let mut verdict = decide::decide(evaluated);
+            if !allowed {
+                verdict.outcome = Outcome::DENIED;
+            }
+            let (mut decision, header) = record_decision(&verdict, ask, &asked, now, events);
+            if allowed {
+                let usage = UsageEvent {
+                    header: Header { event_id: ids::usage_id(&metric_hash), ..header },
+                    quantity: ask.amount,
+                    request_id: Some(request_id.clone()),
+                    attributes: Default::default(),
+                };
+                self.state.consume(&usage.header, usage.quantity);
+                events.push(Event::Usage(usage));
+            }
+            if asks.len() > 1 {
+                decision.amounts = request.amounts.clone();
+            }
+            self.recent.insert(decision.clone());
+            decisions.push(decision);
+        }
+        Ok(decisions_of(decisions))
+    }
+
+    /// The original answer of a request of several metrics whose key was used before (contract §9.1): the same
+    /// tenant, subject and amounts, or 409. Its first metric's decision has the key's own id ([`ids::metric_hash`]),
+    /// whichever form the original took.
+    fn replay_amounts(&self, request: &CheckAmountsRequest, hash: &str) -> Result<Option<Decisions>, HookError> {
+        let key = &request.idempotency_key;
+        let anchor_id = ids::decision_id(hash);
+        let anchor = match self.replayed(&anchor_id, &request.tenant, key)? {
+            None => return Ok(None),
+            Some(Recorded::Foreign) => return Err(foreign(key, anchor_id)),
+            Some(Recorded::Own(anchor)) => anchor,
+        };
+        let original = match anchor.amounts.is_empty() {
+            true => BTreeMap::from([(anchor.metric.clone(), anchor.amount)]),
+            false => anchor.amounts.clone(),
+        };
+        let differs = |field: &'static str, first: String, now: String| HookError::IdempotencyKeyReused {
+            field,
+            message: format!(
+                "idempotency_key {key:?} was first used with {field} {first} (decision {anchor_id}), this request has \
+                 {now}: nothing was decided; send a new request with a new key"
+            ),
+            decision_id: anchor_id.clone(),
+        };
+        if anchor.subject != request.subject {
+            return Err(differs("subject", format!("{:?}", anchor.subject), format!("{:?}", request.subject)));
+        }
+        if original != request.amounts {
+            return Err(differs("amounts", format!("{original:?}"), format!("{:?}", request.amounts)));
+        }
+        if anchor.reservation_id.is_some() {
+            return Err(differs("kind", "a reserve".into(), "a check".into()));
+        }
+        let mut decisions = vec![*anchor];
+        for metric in request.amounts.keys().skip(1) {
+            let id = ids::decision_id(&ids::metric_hash(hash, metric, false));
+            match self.replayed(&id, &request.tenant, key)? {
+                Some(Recorded::Own(decision)) => decisions.push(*decision),
+                _ => {
+                    let message = format!("decision {id} of metric {metric:?} of key {key:?} is not recorded");
+                    return Err(HookError::Ledger(message));
+                }
             }
         }
-        let header = Header {
-            event_id: ids::decision_id(asked.hash),
-            occurred_at: now,
-            tenant: ask.tenant.to_string(),
-            subject: ask.subject.map(String::from),
-            metric: ask.metric.to_string(),
-            source: SOURCE.to_string(),
-        };
-        let event = decision_event(&verdict, &header, asked, ask.amount, now);
-        let decision = Decision::of_event(&event, verdict.deciding.as_ref().map(|e| e.policy.scope), false);
-        events.push(Event::Decision(event));
-        (decision, header)
+        Ok(Some(decisions_of(decisions)))
     }
 
     /// `commit` or `release` of a reservation: the hold it closes, or why it is refused.
@@ -370,6 +464,108 @@ impl Writer {
     }
 }
 
+/// The 409 of a key whose decision id holds an event this hook did not record for this tenant and key.
+fn foreign(idempotency_key: &str, decision_id: String) -> HookError {
+    HookError::IdempotencyKeyReused {
+        field: "idempotency_key",
+        message: format!(
+            "idempotency_key {idempotency_key:?}: its decision id {decision_id} is held by an event this hook did not \
+             record for this tenant and key; nothing was decided: use another key"
+        ),
+        decision_id,
+    }
+}
+
+/// Pushes the DecisionEvent recording `verdict` of `ask`: the decision answered, and the event's header.
+fn record_decision(
+    verdict: &Verdict,
+    ask: &Ask<'_>,
+    asked: &Asked<'_>,
+    now: Timestamp,
+    events: &mut Vec<Event>,
+) -> (Decision, Header) {
+    let header = Header {
+        event_id: ids::decision_id(asked.hash),
+        occurred_at: now,
+        tenant: ask.tenant.to_string(),
+        subject: ask.subject.map(String::from),
+        metric: ask.metric.to_string(),
+        source: SOURCE.to_string(),
+    };
+    let event = decision_event(verdict, &header, asked, ask.amount, now);
+    let decision = Decision::of_event(&event, verdict.deciding.as_ref().map(|e| e.policy.scope), false);
+    events.push(Event::Decision(event));
+    (decision, header)
+}
+
+/// A request's decisions, one per metric, with the one that speaks for it. Denied, a metric that had room carries the
+/// code of the denial (its reason, WITHIN_LIMIT, says it had room): a client reading any metric's `code` must never
+/// read QUOTA_EXCEEDED where the request was only RATE_LIMITED.
+fn decisions_of(mut decisions: Vec<Decision>) -> Decisions {
+    let deciding = deciding_of(&decisions);
+    let code = decisions[deciding].code;
+    if code != Code::OK {
+        decisions.iter_mut().filter(|d| !denies(d)).for_each(|d| d.code = code);
+    }
+    Decisions { decisions, deciding }
+}
+
+/// Whether a decision's reason is one that denies (not a metric denied only because another of its request did).
+fn denies(d: &Decision) -> bool {
+    !d.allowed() && matches!(d.reason, Reason::QUOTA_EXCEEDED | Reason::RATE_LIMITED | Reason::CONCURRENCY_LIMITED)
+}
+
+/// Which decision of a request of several metrics speaks for it: denied, the one that denied, by the precedence of
+/// one metric's policies (`decide::decide`: an exhausted quota before an empty bucket, the longest wait first); allowed,
+/// the one with the least room left for its limit, what `RateLimit-*` headers should warn of.
+fn deciding_of(decisions: &[Decision]) -> usize {
+    let quota = |d: &Decision| d.reason == Reason::QUOTA_EXCEEDED;
+    let denied = decisions.iter().enumerate().filter(|(_, d)| denies(d));
+    let first_denied = denied.max_by(|(_, a), (_, b)| {
+        (quota(a), a.resets_at, a.retry_after_ms)
+            .cmp(&(quota(b), b.resets_at, b.retry_after_ms))
+            .then(std::cmp::Ordering::Greater)
+    });
+    if let Some((n, _)) = first_denied {
+        return n;
+    }
+    // remaining / limit, compared as remaining_a * limit_b < remaining_b * limit_a.
+    let room = |d: &Decision| match (d.remaining, d.limit) {
+        (Some(remaining), Some(limit)) if limit > 0 => Some((i128::from(remaining), i128::from(limit))),
+        _ => None,
+    };
+    let mut tightest: Option<(usize, (i128, i128))> = None;
+    for (n, d) in decisions.iter().enumerate() {
+        if let Some((r, l)) = room(d)
+            && tightest.is_none_or(|(_, (tr, tl))| r * tl < tr * l)
+        {
+            tightest = Some((n, (r, l)));
+        }
+    }
+    tightest.map_or(0, |(n, _)| n)
+}
+
+/// The asks of a request of several metrics, in metric order, each checked as a check's (contract §9.2); a fault of
+/// one names `amounts` and the metric.
+fn validate_amounts(request: &CheckAmountsRequest) -> Result<Vec<Ask<'_>>, HookError> {
+    if request.amounts.is_empty() || request.amounts.len() > crate::AMOUNTS_MAX {
+        let message = format!("names {} metrics; 1 to {} are accepted", request.amounts.len(), crate::AMOUNTS_MAX);
+        return Err(HookError::BadRequest { field: "amounts", message });
+    }
+    let subject = request.subject.as_deref();
+    let asks: Vec<Ask<'_>> =
+        request.amounts.iter().map(|(metric, amount)| Ask::new(&request.tenant, subject, metric, *amount)).collect();
+    for ask in &asks {
+        validate_ask(ask, &request.idempotency_key, request.request_id.as_deref()).map_err(|e| match e {
+            HookError::BadRequest { field: field @ ("metric" | "amount"), message } => {
+                HookError::BadRequest { field: "amounts", message: format!("{field} {:?}: {message}", ask.metric) }
+            }
+            other => other,
+        })?;
+    }
+    Ok(asks)
+}
+
 /// Whether a repeated idempotency key comes with the request it was first used for (contract §9.1): the same tenant,
 /// subject, metric and amount, and a reserve for a reservation's decision (an allowed one names its reservation).
 /// Otherwise 409: the original answer would not answer this request, and deciding it afresh would give one key two
@@ -395,6 +591,10 @@ fn same_request(original: &Decision, ask: &Ask<'_>, idempotency_key: &str, kind:
     }
     if original.amount != ask.amount {
         return Err(differs("amount", original.amount.to_string(), ask.amount.to_string()));
+    }
+    if original.amounts.len() > 1 {
+        let first = format!("{:?}", original.amounts);
+        return Err(differs("amounts", first, format!("only {:?} of {}", ask.metric, ask.amount)));
     }
     // A denied check and a denied reserve record the same decision; an allowed one says which it was.
     let was = match (original.allowed(), original.reservation_id.is_some()) {

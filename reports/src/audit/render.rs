@@ -54,6 +54,12 @@ fn printable_why(w: &Why) -> Why {
     for text in [&mut d.subject, &mut d.policy_id, &mut d.token_name].into_iter().flatten() {
         escape(text);
     }
+    for m in &mut w.metrics {
+        for text in [&mut m.metric, &mut m.outcome, &mut m.reason, &mut m.event_id] {
+            escape(text);
+        }
+        m.policy_id.iter_mut().for_each(escape);
+    }
     if let Some(p) = &mut w.policy {
         for text in [&mut p.policy_id, &mut p.owner, &mut p.scope, &mut p.window, &mut p.enforcement] {
             escape(text);
@@ -88,7 +94,9 @@ pub fn why(w: &Why) -> String {
         d.event_id, d.seq, w.watermark
     )
     .unwrap();
-    if w.decisions_for_request > 1 {
+    if !w.metrics.is_empty() {
+        metrics_paragraph(w, &mut out);
+    } else if w.decisions_for_request > 1 {
         writeln!(out, "({} decisions are recorded for this request id; this is the latest.)", w.decisions_for_request)
             .unwrap();
     }
@@ -99,6 +107,52 @@ pub fn why(w: &Why) -> String {
     retry_paragraph(w, &mut out);
     adjustments_paragraph(w, &mut out);
     out
+}
+
+/// A request of several metrics: what it asked, that they were decided together, and which metric and policy denied.
+fn metrics_paragraph(w: &Why, out: &mut String) {
+    let d = &w.decision;
+    let asked: Vec<String> = w.metrics.iter().map(|m| format!("{} {}", m.metric, m.amount)).collect();
+    writeln!(
+        out,
+        "This request asked for several metrics at once ({}), decided together: allowed on all of them or on none.",
+        asked.join(", ")
+    )
+    .unwrap();
+    let others: Vec<String> = w
+        .metrics
+        .iter()
+        .filter(|m| m.event_id != d.event_id)
+        .map(|m| match (m.outcome.as_str(), m.reason.as_str()) {
+            ("DENIED", "QUOTA_EXCEEDED" | "RATE_LIMITED" | "CONCURRENCY_LIMITED") => {
+                format!("{} {} was over a limit too ({}, decision {})", m.metric, m.amount, m.reason, m.event_id)
+            }
+            ("DENIED", _) => format!("{} {} had room (decision {})", m.metric, m.amount, m.event_id),
+            _ => format!("{} {} (decision {})", m.metric, m.amount, m.event_id),
+        })
+        .collect();
+    if d.outcome == "DENIED" {
+        let policy = d.policy_id.as_deref().map_or(String::new(), |p| format!(" under policy {p}"));
+        writeln!(
+            out,
+            "It was denied on every metric because metric {} had no room{policy} ({}); nothing was consumed on any of \
+             them. Of the other metrics, {}. The rest of this answer explains metric {}.",
+            d.metric,
+            d.reason,
+            others.join(", "),
+            d.metric
+        )
+        .unwrap();
+    } else {
+        writeln!(
+            out,
+            "It was allowed on every metric, and each was consumed. The other metrics: {}. The rest of this answer \
+             explains metric {}.",
+            others.join(", "),
+            d.metric
+        )
+        .unwrap();
+    }
 }
 
 fn policy_paragraph(w: &Why, out: &mut String) {

@@ -39,6 +39,66 @@ pub struct Why {
     pub resets_at: Option<Timestamp>,
     /// Every adjustment recorded for this tenant and metric whose window overlaps the decision's.
     pub adjustments: Vec<AdjustmentFacts>,
+    /// A request of several metrics (issue 36, item 2): every metric's decision, decided together (all allowed or
+    /// all denied); the decision explained is the one that denied, if any. Empty for a request of one metric.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub metrics: Vec<MetricOfRequest>,
+}
+
+/// One metric of a request of several metrics, as its decision recorded it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[allow(missing_docs)] // The DecisionEvent's own fields, by their contract §3 names.
+pub struct MetricOfRequest {
+    pub metric: String,
+    pub amount: i64,
+    pub outcome: String,
+    pub reason: String,
+    pub policy_id: Option<String>,
+    pub event_id: String,
+}
+
+/// Whether a decision's reason is one that denies (not a metric denied only because another metric of its request
+/// did, which records its own WITHIN_LIMIT).
+fn denies(d: &Decision) -> bool {
+    d.outcome == "DENIED" && matches!(d.reason.as_str(), "QUOTA_EXCEEDED" | "RATE_LIMITED" | "CONCURRENCY_LIMITED")
+}
+
+/// The decision to explain among a request's, and the request's metrics when it named several: the decisions
+/// recorded at the latest one's instant under its tenant and key are one request's, a decision per metric; of those,
+/// the one that denied (an exhausted quota before a throttle, the latest reset first), as the hook answered it.
+fn explained(decisions: &[Decision]) -> Option<(Decision, Vec<MetricOfRequest>)> {
+    let latest = decisions.last()?;
+    let request: Vec<&Decision> = decisions
+        .iter()
+        .filter(|d| {
+            (d.occurred_at, &d.tenant, &d.idempotency_key)
+                == (latest.occurred_at, &latest.tenant, &latest.idempotency_key)
+        })
+        .filter(|d| d.source == latest.source)
+        .collect();
+    if request.len() < 2 {
+        return Some((latest.clone(), Vec::new()));
+    }
+    let chosen = request
+        .iter()
+        .filter(|d| denies(d))
+        // Reversed: of equals the first metric, as the hook names it.
+        .rev()
+        .max_by_key(|d| (d.reason == "QUOTA_EXCEEDED", d.window_end))
+        .copied()
+        .unwrap_or(latest);
+    let metrics = request
+        .iter()
+        .map(|d| MetricOfRequest {
+            metric: d.metric.clone(),
+            amount: d.amount,
+            outcome: d.outcome.clone(),
+            reason: d.reason.clone(),
+            policy_id: d.policy_id.clone(),
+            event_id: d.event_id.clone(),
+        })
+        .collect();
+    Some((chosen.clone(), metrics))
 }
 
 /// A recorded decision (contract §3 `DecisionEvent`), with its ledger sequence number.
@@ -225,7 +285,7 @@ pub fn why(ledger: &Ledger, request_id: &str) -> Result<Result<Why, Unknown>, Re
     let at = At { ledger, watermark };
     let decisions: Vec<Decision> =
         ledger.decisions_of_request(request_id, watermark)?.into_iter().map(Decision::from).collect();
-    let Some(mut decision) = decisions.last().cloned() else {
+    let Some((mut decision, metrics)) = explained(&decisions) else {
         return Ok(Err(Unknown { request_id: request_id.to_string(), nearest: nearest(&at, request_id)? }));
     };
     decision.token_name = token_name(ledger, &decision.event_id)?;
@@ -253,6 +313,7 @@ pub fn why(ledger: &Ledger, request_id: &str) -> Result<Result<Why, Unknown>, Re
             None => decision.window_end,
         },
         adjustments: adjustments(&at, &decision, scope_subject.as_ref())?,
+        metrics,
         decision,
     }))
 }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use hook::{CheckRequest, Hook, HookSettings, Shards};
+use hook::{CheckAmountsRequest, CheckRequest, Hook, HookSettings, Shards};
 use kafka::admin::EmbeddedBroker;
 use ledger::shards::{Shard, ShardDir};
 use ledger::{Batch, Durability, Incoming, Ledger, Origin};
@@ -203,6 +203,15 @@ fn policy_event() -> Event {
     })
 }
 
+/// The benchmark's policy of `requests`, for the requests of two metrics: a limit no run reaches either.
+fn requests_policy_event() -> Event {
+    let Event::Policy(mut policy) = policy_event() else { unreachable!("a policy") };
+    policy.header.event_id = "bench-policy-requests".into();
+    policy.header.metric = "requests".into();
+    policy.policy_id = "bench-monthly-requests".into();
+    Event::Policy(policy)
+}
+
 /// An open reservation of another tenant, expiring in an hour.
 fn hold_event(i: usize) -> Event {
     let now = Timestamp::now();
@@ -227,7 +236,7 @@ fn fresh_ledger(path: &Path, open_holds: usize) -> anyhow::Result<()> {
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }
-    let events = std::iter::once(policy_event()).chain((0..open_holds).map(hold_event));
+    let events = [policy_event(), requests_policy_event()].into_iter().chain((0..open_holds).map(hold_event));
     let incoming = events.map(|event| Incoming { event, origin: Origin::Local { name: "bench".into() }, raw: None });
     Ledger::open(path)?.append(&Batch { events: incoming.collect(), ..Batch::default() })?;
     Ok(())
@@ -266,6 +275,45 @@ impl Client for InProcess {
         anyhow::ensure!(decision.allowed(), "every benchmark check is allowed");
         Ok(())
     }
+}
+
+/// The library's `check_amounts` of two metrics, 1 request and 1 token, called as [`InProcess`] calls `check`.
+struct InProcessAmounts {
+    hook: Arc<Hook>,
+    run: usize,
+    client: usize,
+}
+
+impl Client for InProcessAmounts {
+    async fn call(&mut self, i: usize) -> anyhow::Result<()> {
+        let one = request(self.run, self.client, i, false);
+        let request = CheckAmountsRequest {
+            tenant: one.tenant,
+            subject: None,
+            amounts: [("requests".to_string(), 1), ("tokens".to_string(), 1)].into(),
+            idempotency_key: one.idempotency_key,
+            request_id: None,
+        };
+        let decisions = self.hook.check_amounts_async(request, None).await?;
+        anyhow::ensure!(decisions.allowed(), "every benchmark check is allowed");
+        Ok(())
+    }
+}
+
+/// The hook in-process answering requests of two metrics at once (issue 36, item 2): two decisions and two usage
+/// events each.
+fn in_process_two_metrics(
+    driver: &Driver,
+    dir: &Path,
+    run: usize,
+    clients: usize,
+    durability: Durability,
+) -> anyhow::Result<Figures> {
+    let path = dir.join(format!("hook-{run}.db"));
+    fresh_ledger(&path, 0)?;
+    let hook = Arc::new(Hook::start(&path, HookSettings { durability, ..HookSettings::default() })?);
+    let clients = (0..clients).map(|client| InProcessAmounts { hook: Arc::clone(&hook), run, client }).collect();
+    driver.measure(&format!("hook in-process ({durability:?}, 2 metrics)"), clients)
 }
 
 fn in_process(
@@ -577,6 +625,10 @@ pub fn run(
         for durability in [Durability::Full, Durability::Normal] {
             run += 1;
             figures.push(in_process(&driver, dir.path(), run, clients, durability, 0, random_ids)?);
+        }
+        for durability in [Durability::Full, Durability::Normal] {
+            run += 1;
+            figures.push(in_process_two_metrics(&driver, dir.path(), run, clients, durability)?);
         }
         run += 1;
         figures.push(in_process(&driver, dir.path(), run, clients, Durability::Normal, OPEN_HOLDS, random_ids)?);

@@ -1,0 +1,174 @@
+//! Remaining quota without consuming (issue 36, item 7): for a tenant (and a metric, a subject), every policy that
+//! applies now, its own and the `*` plan defaults it has none of its own covering (contract §3), with its window,
+//! limit, grants, effective limit, consumption, what open reservations hold and what remains. The numbers are
+//! the ones a check would compare: [`crate::decide::standing`] computes both. Nothing is recorded.
+//!
+//! A serving hook answers from its writer's state ([`crate::Hook::quotas`]), after what its group decided before
+//! the read is recorded; [`from_ledger`] answers from a ledger file, folding it as a hook starting on it would.
+
+use std::collections::BTreeSet;
+
+use ledger::Ledger;
+use schemas::{Enforcement, Scope, Timestamp, Window};
+use serde::{Deserialize, Serialize};
+
+use crate::HookError;
+use crate::buckets::Buckets;
+use crate::decide::{self, Ask, Usage};
+use crate::state::State;
+
+/// What a caller asks: a tenant's quotas, of one metric or all, for one subject or none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaQuery {
+    /// The tenant (never `*`).
+    pub tenant: String,
+    /// Only this metric's policies; every metric with a policy for the tenant (or `*`) without it.
+    #[serde(default)]
+    pub metric: Option<String>,
+    /// The subject SUBJECT-scope policies are counted for; without it, what a request without a subject is judged
+    /// against (the counters of what carries no subject), as a check without one would be.
+    #[serde(default)]
+    pub subject: Option<String>,
+}
+
+/// The remaining quota of one policy that applies now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Quota {
+    /// The metric.
+    pub metric: String,
+    /// The policy in force.
+    pub policy_id: String,
+    /// Its version in force.
+    pub policy_version: i32,
+    /// TENANT or SUBJECT.
+    pub scope: Scope,
+    /// HARD, SOFT or SHADOW.
+    pub enforcement: Enforcement,
+    /// The window kind.
+    pub window: Window,
+    /// Whether it applies as the plan default (a policy of tenant `*`).
+    pub plan_default: bool,
+    /// Whether it is a throttle (a token bucket): then `limit` is its capacity and `remaining` its tokens, and the
+    /// window's fields that count consumption are empty.
+    pub throttle: bool,
+    /// The window containing now.
+    pub window_start: Timestamp,
+    /// Its end (exclusive): when the quota resets.
+    pub window_end: Timestamp,
+    /// The policy's limit.
+    pub limit: i64,
+    /// Grants overlapping the window that raise it.
+    pub grants: Option<i64>,
+    /// Limit plus grants.
+    pub effective_limit: Option<i64>,
+    /// Consumption in the window.
+    pub consumed: Option<i64>,
+    /// What open reservations hold now.
+    pub held: Option<i64>,
+    /// What a check could still consume under this policy: effective limit minus consumed minus held, never
+    /// below 0 (a throttle: its tokens; empty when read from the ledger alone, which holds no bucket).
+    pub remaining: Option<i64>,
+}
+
+/// The answer: the tenant's quotas, sorted by metric then policy, as of `at` and the ledger's `watermark`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Quotas {
+    /// The tenant asked about.
+    pub tenant: String,
+    /// The subject asked about, if any.
+    pub subject: Option<String>,
+    /// The instant the windows contain.
+    pub at: Timestamp,
+    /// The last ledger entry the numbers include.
+    pub watermark: u64,
+    /// One per applicable policy (none: no policy applies, every check is allowed as NO_POLICY).
+    pub quotas: Vec<Quota>,
+}
+
+/// The tenant's quotas in `state` at `now` (`buckets`: the serving process's throttles, if known).
+pub fn of_state(state: &State, buckets: Option<&Buckets>, query: &QuotaQuery, now: Timestamp) -> Quotas {
+    let metrics: BTreeSet<&str> = match &query.metric {
+        Some(metric) => BTreeSet::from([metric.as_str()]),
+        None => state
+            .policies
+            .policies()
+            .iter()
+            .filter(|p| p.header.tenant == query.tenant || p.header.tenant == rules::policy::PLAN_DEFAULT_TENANT)
+            .map(|p| p.header.metric.as_str())
+            .collect(),
+    };
+    let mut quotas = Vec::new();
+    for metric in metrics {
+        let ask = Ask::new(&query.tenant, query.subject.as_deref(), metric, 0);
+        for a in state.policies.applicable(&query.tenant, metric, now) {
+            let standing = decide::standing(state, buckets, &ask, &a, now);
+            let mut quota = Quota {
+                metric: metric.to_string(),
+                policy_id: a.policy.policy_id.clone(),
+                policy_version: a.policy.version,
+                scope: a.policy.scope,
+                enforcement: a.policy.enforcement,
+                window: a.policy.window,
+                plan_default: a.plan_default,
+                throttle: a.policy.is_throttle(),
+                window_start: a.window_start,
+                window_end: a.window_end,
+                limit: standing.limit,
+                grants: None,
+                effective_limit: None,
+                consumed: None,
+                held: None,
+                remaining: None,
+            };
+            match standing.usage {
+                Usage::Bucket { tokens, .. } => quota.remaining = tokens,
+                Usage::Quota { grants, effective_limit, consumed, held } => {
+                    // Saturating: what other writers recorded may hold more than i64 (see `state::Counters`).
+                    let held = i64::try_from(held).unwrap_or(i64::MAX);
+                    let remaining = effective_limit.saturating_sub(consumed).saturating_sub(held).max(0);
+                    quota.grants = Some(grants);
+                    quota.effective_limit = Some(effective_limit);
+                    quota.consumed = Some(consumed);
+                    quota.held = Some(held);
+                    quota.remaining = Some(remaining);
+                }
+            }
+            quotas.push(quota);
+        }
+    }
+    Quotas { tenant: query.tenant.clone(), subject: query.subject.clone(), at: now, watermark: state.watermark, quotas }
+}
+
+/// The tenant's quotas in the ledger at `now`, folded as a hook starting on it folds it (throttles without tokens:
+/// buckets live in the serving process). Reads only.
+pub fn from_ledger(ledger: &Ledger, query: &QuotaQuery, now: Timestamp) -> Result<Quotas, HookError> {
+    validate(query)?;
+    let mut state = crate::writer::load(ledger, now).map_err(|e| HookError::Ledger(ledger::causes(&e)))?;
+    state.expire(now);
+    Ok(of_state(&state, None, query, now))
+}
+
+/// A query whose names the ledger could hold (contract §9.2): 400 naming the field otherwise.
+pub(crate) fn validate(query: &QuotaQuery) -> Result<(), HookError> {
+    let named = |field: &'static str, value: &str| {
+        schemas::validate::check_name(field, value).map_err(|e| {
+            // The message names the field already: said once, after it.
+            let message = e.to_string();
+            let message = message.strip_prefix(field).map_or(message.clone(), |m| m.trim_start().to_string());
+            HookError::BadRequest { field, message }
+        })
+    };
+    named("tenant", &query.tenant)?;
+    if query.tenant == rules::policy::PLAN_DEFAULT_TENANT {
+        let message = "\"*\" names plan defaults, not a tenant".to_string();
+        return Err(HookError::BadRequest { field: "tenant", message });
+    }
+    if let Some(metric) = &query.metric {
+        named("metric", metric)?;
+    }
+    if let Some(subject) = &query.subject {
+        named("subject", subject)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,103 @@
+//! `quota show TENANT [--metric M] [--subject S] [--json]`: a tenant's remaining quota per policy that applies now,
+//! read from the ledger (or from the tenant's shard with `--data`) as a hook starting on it would count it: the same
+//! numbers `GET /v1/quotas` answers (`hook::quotas`). Reads only.
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use hook::{QuotaQuery, Quotas};
+use ledger::Ledger;
+use schemas::Timestamp;
+
+#[derive(Debug, Subcommand)]
+pub enum QuotaCommand {
+    /// Remaining quota per policy that applies now: window, limit, grants, effective limit, consumed, held,
+    /// remaining.
+    Show(ShowArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// The tenant.
+    tenant: String,
+    /// Only this metric's policies.
+    #[arg(long)]
+    metric: Option<String>,
+    /// The subject SUBJECT-scope policies are counted for (without it: requests that carry no subject).
+    #[arg(long)]
+    subject: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(store: &super::Store, command: QuotaCommand) -> anyhow::Result<ExitCode> {
+    let QuotaCommand::Show(args) = command;
+    let query = QuotaQuery { tenant: args.tenant, metric: args.metric, subject: args.subject };
+    let ledger = open(store, &query.tenant)?;
+    let quotas = hook::quotas::from_ledger(&ledger, &query, Timestamp::now())?;
+    if args.json {
+        super::print_json(&quotas)?;
+    } else {
+        print(&quotas)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The ledger holding `tenant`'s events: the file, or the shard of its partition.
+fn open(store: &super::Store, tenant: &str) -> anyhow::Result<Ledger> {
+    match store {
+        super::Store::File(path) => Ok(Ledger::open_read_only(path)?),
+        super::Store::Shards(dir) => dir
+            .open_all_read_only()?
+            .into_iter()
+            .find(|(shard, _)| shard.holds_tenant(tenant))
+            .map(|(_, ledger)| ledger)
+            .with_context(|| format!("no shard in {} holds tenant {tenant:?}", dir.dir().display())),
+    }
+}
+
+fn print(quotas: &Quotas) -> anyhow::Result<()> {
+    let header = [
+        "metric",
+        "policy_id",
+        "version",
+        "scope",
+        "enforcement",
+        "window_start",
+        "window_end",
+        "limit",
+        "grants",
+        "effective_limit",
+        "consumed",
+        "held",
+        "remaining",
+    ];
+    let cell = |value: Option<i64>| value.map_or(String::new(), |v| v.to_string());
+    let rows: Vec<Vec<String>> = quotas
+        .quotas
+        .iter()
+        .map(|q| {
+            let policy = if q.plan_default { format!("{} (plan)", q.policy_id) } else { q.policy_id.clone() };
+            let enforcement =
+                if q.throttle { format!("{:?} throttle", q.enforcement) } else { format!("{:?}", q.enforcement) };
+            vec![
+                q.metric.clone(),
+                policy,
+                q.policy_version.to_string(),
+                format!("{:?}", q.scope),
+                enforcement,
+                q.window_start.to_string(),
+                q.window_end.to_string(),
+                q.limit.to_string(),
+                cell(q.grants),
+                cell(q.effective_limit),
+                cell(q.consumed),
+                cell(q.held),
+                cell(q.remaining),
+            ]
+        })
+        .collect();
+    super::print_table(&header, &rows)
+}
