@@ -143,7 +143,7 @@ impl Shards {
         let shard = Shard { partition, partitions: self.partitions };
         drop(self.dir.open(shard).map_err(|e| StartError::Shard(Box::new(e)))?);
         let hook = Hook::start_replicated(self.dir.path_of(partition), self.settings, replicate)?;
-        log::info!("hook: serving partition {partition} of {}", self.partitions);
+        tracing::info!("hook: serving partition {partition} of {}", self.partitions);
         let mut held = self.held.write().unwrap_or_else(|e| e.into_inner());
         held[partition as usize].get_or_insert(Arc::new(hook));
         Ok(())
@@ -157,7 +157,7 @@ impl Shards {
         let mut held = self.held.write().unwrap_or_else(|e| e.into_inner());
         let hook = held.get_mut(partition as usize)?.take()?;
         drop(held);
-        log::info!("hook: no longer serving partition {partition} of {}", self.partitions);
+        tracing::info!("hook: no longer serving partition {partition} of {}", self.partitions);
         Some(hook.stopped())
     }
 

@@ -55,7 +55,7 @@ impl Syncer {
                 if let Err(panic) = ran {
                     let message =
                         format!("the hook's sync thread stopped on a panic: {}", crate::panic_message(&*panic));
-                    log::error!("hook: {message}; every request fails until the hook restarts");
+                    tracing::error!("hook: {message}; every request fails until the hook restarts");
                     let _ = stage.failed.set(message.clone());
                     stage.health.writer_stopped(&message);
                 }

@@ -71,13 +71,13 @@ pub(crate) async fn serve_connections(
         let place = match Arc::clone(&places).try_acquire_owned() {
             Ok(place) => {
                 if full.over() {
-                    log::info!("serve: below the bound of connections again");
+                    tracing::info!("serve: below the bound of connections again");
                 }
                 place
             }
             Err(_) => {
                 if full.again("full") {
-                    log::warn!(
+                    tracing::warn!(
                         "serve: {} connections open, the bound (--connections-max): new ones wait until one closes",
                         accepting.connections_max
                     );
@@ -95,7 +95,7 @@ pub(crate) async fn serve_connections(
                     // Out of file descriptors, or a connection reset before it was accepted: the next may work.
                     let error = error.to_string();
                     if said.again(&error) {
-                        log::warn!("serve: cannot accept a connection: {error}");
+                        tracing::warn!("serve: cannot accept a connection: {error}");
                     }
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
@@ -104,11 +104,11 @@ pub(crate) async fn serve_connections(
             stopped = &mut stop => break stopped,
         };
         if said.over() {
-            log::info!("serve: accepting connections again");
+            tracing::info!("serve: accepting connections again");
         }
         // Answers leave at once: without TCP_NODELAY a small answer may wait for the client's delayed ACK.
         if let Err(error) = stream.set_nodelay(true) {
-            log::warn!("serve: cannot set TCP_NODELAY on a connection: {error}");
+            tracing::warn!("serve: cannot set TCP_NODELAY on a connection: {error}");
         }
         let connection = Connection {
             builder: builder.clone(),
@@ -127,7 +127,7 @@ pub(crate) async fn serve_connections(
         });
     };
     if tokio::time::timeout(Duration::from_millis(SHUTDOWN_WAIT_MS), graceful.shutdown()).await.is_err() {
-        log::warn!("serve: requests still in flight after {SHUTDOWN_WAIT_MS} ms; exiting without them");
+        tracing::warn!("serve: requests still in flight after {SHUTDOWN_WAIT_MS} ms; exiting without them");
     }
     stopped
 }

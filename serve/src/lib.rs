@@ -378,7 +378,7 @@ fn serve(
         listening(at).map_err(ServeError::Announce)?;
         let writer_stopped = async move {
             watched.writer_stopped().await;
-            log::error!(
+            tracing::error!(
                 "serve: the hook's writer stopped: every request fails and /healthz answers 503; stopping in \
                  {WRITER_STOPPED_EXIT_MS} ms, to be restarted"
             );
@@ -412,7 +412,7 @@ fn serve(
     let until = std::time::Instant::now() + Duration::from_millis(SHUTDOWN_WAIT_MS);
     for writer in writers {
         if !writer.wait(until.saturating_duration_since(std::time::Instant::now())) {
-            log::warn!("serve: a hook's writer had not stopped after {SHUTDOWN_WAIT_MS} ms; exiting without it");
+            tracing::warn!("serve: a hook's writer had not stopped after {SHUTDOWN_WAIT_MS} ms; exiting without it");
             break;
         }
     }

@@ -25,7 +25,7 @@ pub(crate) fn raise_open_files() -> u64 {
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit writes the struct it is given, which lives on this stack frame.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        log::warn!("serve: cannot read the open-file limit: {}", std::io::Error::last_os_error());
+        tracing::warn!("serve: cannot read the open-file limit: {}", std::io::Error::last_os_error());
         return FILES_RESERVED * 4;
     }
     if limit.rlim_cur < limit.rlim_max {
@@ -34,7 +34,7 @@ pub(crate) fn raise_open_files() -> u64 {
         if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
             limit.rlim_cur = limit.rlim_max;
         } else {
-            log::warn!(
+            tracing::warn!(
                 "serve: cannot raise the open-file limit from {} to {}: {}",
                 limit.rlim_cur,
                 limit.rlim_max,

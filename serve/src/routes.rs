@@ -337,7 +337,13 @@ async fn check(
             app.decided_for(partition, app.hook.check_async_as(request, &caller.name).await)
         }
         Ok(CheckAsked::Several(request)) => match app.hook.check_amounts_async(request, &caller.name).await {
-            Ok(decisions) => decisions_response(decisions),
+            Ok(decisions) => {
+                for decision in &decisions.decisions {
+                    let code = format!("{:?}", decision.code);
+                    app.metrics.hook.decided(&code, &decision.metric, decision.policy_version);
+                }
+                decisions_response(decisions)
+            }
             Err(e) => app.refused(partition, e),
         },
         Err(refused) => *refused,

@@ -85,7 +85,7 @@ fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
     if let Ok(metadata) = std::fs::metadata(path)
         && metadata.permissions().mode() & 0o077 != 0
     {
-        log::warn!(
+        tracing::warn!(
             "serve: the TLS key {} may be read or written by group or others (mode {:03o}); run `chmod 600 {}`",
             path.display(),
             metadata.permissions().mode() & 0o777,

@@ -255,7 +255,7 @@ impl Writer {
         if let Err(failed) = self.replicate(&batch.events) {
             let (error, message) = match failed {
                 crate::ReplicateError::Fenced(message) => {
-                    log::error!("hook: another node owns this shard now ({message}); it answers nothing more here");
+                    tracing::error!("hook: another node owns this shard now ({message}); it answers nothing more here");
                     self.fenced = Some(message.clone());
                     (HookError::Fenced as fn(String) -> HookError, message)
                 }
@@ -272,7 +272,7 @@ impl Writer {
                 self.health.recorded();
                 if let Err(error) = self.follow(&batch.events, &report, now) {
                     // Recorded: the answers stand. The state is what may be wrong now.
-                    log::error!(
+                    tracing::error!(
                         "hook: a group of {} requests is recorded, but folding what other writers appended failed \
                          ({}): the state is rebuilt from the ledger before the next group",
                         answers.len(),
@@ -311,7 +311,7 @@ impl Writer {
         loop {
             match self.ledger.append(batch) {
                 Err(error) if waits < BUSY_WAITS && ledger::is_busy(&error) => {
-                    log::warn!(
+                    tracing::warn!(
                         "hook: another process has held the ledger's write lock for {} s; a group of {} events waits for it",
                         waiting_since.elapsed().as_secs(),
                         batch.events.len()
@@ -348,7 +348,7 @@ impl Writer {
                 // Usage the ledger did not count (its id taken by another producer's event, or its month's total
                 // full since the state last looked): the state follows the ledger, which counts it nowhere.
                 Event::Usage(u) if recorded.is_none() => {
-                    log::warn!(
+                    tracing::warn!(
                         "hook: the ledger did not count usage {} of an allowed request ({:?}): not counted here either",
                         u.header.event_id,
                         report.outcomes[n]
@@ -412,7 +412,7 @@ impl Writer {
         self.state = load(&self.ledger, now)?;
         self.seen_version = None;
         self.rebuild = false;
-        log::warn!("hook: the state is rebuilt from the ledger (up to entry {})", self.state.watermark);
+        tracing::warn!("hook: the state is rebuilt from the ledger (up to entry {})", self.state.watermark);
         Ok(())
     }
 }
@@ -440,7 +440,7 @@ fn failure(error: &(dyn std::error::Error + 'static), doing: &str, requests: usi
             ledger::BUSY_TIMEOUT_MS / 1_000
         ));
     }
-    log::error!("hook: {doing} a group of {requests} requests failed, nothing of it recorded: {message}");
+    tracing::error!("hook: {doing} a group of {requests} requests failed, nothing of it recorded: {message}");
     message
 }
 
