@@ -30,6 +30,8 @@ fn policy() -> Event {
         enforcement: Enforcement::HARD,
         effective_from: at("2026-01-01T00:00:00Z"),
         burst: None,
+        actor: None,
+        reason: None,
     })
 }
 

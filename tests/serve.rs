@@ -102,6 +102,8 @@ fn hard_policy(limit: i64, window: Window) -> Event {
         enforcement: Enforcement::HARD,
         effective_from: at("2026-01-01T00:00:00Z"),
         burst: None,
+        actor: None,
+        reason: None,
     })
 }
 
@@ -302,6 +304,7 @@ fn why_explains_a_rate_limited_request_by_its_bucket() {
         valid_from: at("2026-01-01T00:00:00Z"),
         valid_until: at("2100-01-01T00:00:00Z"),
         reason: "support credit".into(),
+        actor: None,
     };
     let test = TestLedger::new();
     write_container(&test.file("policy.avro"), &[Event::Policy(throttle)]);

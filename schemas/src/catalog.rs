@@ -42,6 +42,8 @@ const SCHEMA_FILES: &[(&str, EventType, bool, &str)] = &[
         include_str!("../avro/history/DecisionEvent.v1.avsc"),
     ),
     ("history/PolicyEvent.v1.avsc", EventType::PolicyEvent, false, include_str!("../avro/history/PolicyEvent.v1.avsc")),
+    ("history/PolicyEvent.v2.avsc", EventType::PolicyEvent, false, include_str!("../avro/history/PolicyEvent.v2.avsc")),
+    ("history/GrantEvent.v1.avsc", EventType::GrantEvent, false, include_str!("../avro/history/GrantEvent.v1.avsc")),
     (
         "history/AdjustmentEvent.v1.avsc",
         EventType::AdjustmentEvent,
