@@ -1,0 +1,182 @@
+//! The control plane through the real binary: `policy set|list|history`, `plan set`, `grant add|list` against a
+//! ledger file, each refusal with its message and nothing written, a change picked up by a running `serve`, and
+//! `--brokers` through the embedded broker and `ingest`.
+
+#[path = "support/hook_http.rs"]
+mod hook_http;
+mod support;
+
+use serde_json::Value;
+use support::brokers::Broker;
+use support::*;
+
+const WHO: [&str; 4] = ["--actor", "alice@finance", "--reason", "upgrade to pro (TICKET-7)"];
+
+fn policy_set(ledger: &TestLedger, tenant: &str, limit: &str, extra: &[&str]) -> Run {
+    let mut args = vec!["policy", "set", "--tenant", tenant, "--metric", "tokens", "--limit", limit];
+    args.extend_from_slice(&["--window", "DAY", "--enforcement", "HARD"]);
+    args.extend_from_slice(&WHO);
+    args.extend_from_slice(extra);
+    ledger.run(&args)
+}
+
+fn recorded(ledger: &TestLedger) -> u64 {
+    count(&ledger.status(), "events_recorded")
+}
+
+// Proves that each command's happy path records what it says, with the next version, who and why: two versions of a
+// tenant's policy, a plan default, a grant; list shows what is in force, history every version.
+#[test]
+fn policies_plans_and_grants_are_recorded_with_who_and_why() {
+    let ledger = TestLedger::new();
+    let first = policy_set(&ledger, "org-1", "100", &["--json"]).success().json();
+    assert_eq!((first["policy_id"].as_str(), first["version"].as_i64()), (Some("org-1:tokens:tenant:day"), Some(1)));
+    let second = policy_set(&ledger, "org-1", "200", &[]).success().stdout_text();
+    assert!(second.starts_with("policy org-1:tokens:tenant:day version 2 of org-1: 200 tokens per DAY"), "{second}");
+    ledger
+        .run(
+            &["plan", "set", "--metric", "tokens", "--limit", "50", "--window", "MONTH", "--enforcement", "SOFT"]
+                .into_iter()
+                .chain(WHO)
+                .collect::<Vec<_>>(),
+        )
+        .success();
+    let grant = ["grant", "add", "--tenant", "org-1", "--metric", "tokens", "--amount", "25", "--grant-id", "g-1"];
+    let validity = ["--valid-from", "2026-12-01T00:00:00Z", "--valid-until", "2027-01-01T00:00:00Z"];
+    ledger.run(&grant.into_iter().chain(validity).chain(WHO).collect::<Vec<_>>()).success();
+    assert_eq!(recorded(&ledger), 4);
+
+    let listed = ledger.run(&["policy", "list", "--json"]).success().json();
+    let in_force: Vec<(&str, &str, i64, i64)> = listed
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|p| {
+            (
+                p["tenant"].as_str().unwrap(),
+                p["policy_id"].as_str().unwrap(),
+                p["version"].as_i64().unwrap(),
+                p["limit"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(in_force, [("*", "*:tokens:tenant:month", 1, 50), ("org-1", "org-1:tokens:tenant:day", 2, 200)]);
+    let of_other = ledger.run(&["policy", "list", "--tenant", "org-2", "--json"]).success().json();
+    assert_eq!(of_other.as_array().map(Vec::len), Some(1), "only the plan default applies to org-2: {of_other}");
+
+    let history = ledger.run(&["policy", "history", "org-1:tokens:tenant:day", "--json"]).success().json();
+    let versions: Vec<(i64, i64, &str, &str)> = history
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|p| {
+            (
+                p["version"].as_i64().unwrap(),
+                p["limit"].as_i64().unwrap(),
+                p["actor"].as_str().unwrap(),
+                p["reason"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(versions, [(1, 100, WHO[1], WHO[3]), (2, 200, WHO[1], WHO[3])]);
+    let table = ledger.run(&["policy", "history", "org-1:tokens:tenant:day"]).success().stdout_text();
+    assert!(table.lines().nth(2).is_some_and(|line| line.contains("alice@finance")), "{table}");
+
+    let grants = ledger.run(&["grant", "list", "--tenant", "org-1", "--json"]).success().json();
+    assert_eq!(grants[0]["grant_id"], "g-1");
+    assert_eq!((grants[0]["amount"].as_i64(), grants[0]["actor"].as_str()), (Some(25), Some(WHO[1])));
+    // What was recorded is the contract's own: `sql` shows who and why in the detail tables too.
+    let sql = ledger.run(&["sql", "--format", "json", "SELECT version, actor, reason FROM policy_events ORDER BY seq"]);
+    assert!(sql.success().stdout_text().contains("alice@finance"));
+    ledger.assert_verifies();
+}
+
+// Proves that each invalid change is refused with a message naming why, exit 2, and nothing written.
+#[test]
+fn invalid_changes_are_refused_and_nothing_is_written() {
+    let ledger = TestLedger::new();
+    policy_set(&ledger, "org-1", "100", &[]).success();
+    ledger.run(&["export", "billing", "--period", "2026-11", "--format", "csv", "--final"]).success();
+    let before = recorded(&ledger);
+    let long = "m".repeat(129);
+    let refusals: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--version", "1"], "version 1 of policy org-1:tokens:tenant:day is not above the last recorded, 1"),
+        (
+            vec!["--effective-from", "2026-11-15T00:00:00Z"],
+            "effective_from 2026-11-15T00:00:00Z is before 2026-12-01T00:00:00Z, the end of closed period 2026-11",
+        ),
+        (vec!["--policy-id", "p\nx"], "policy_id holds a control character"),
+    ];
+    for (extra, message) in refusals {
+        let run = policy_set(&ledger, "org-1", "100", &extra).expect_code(2);
+        assert!(run.stderr.contains(message), "{extra:?}: {}", run.stderr);
+        assert!(run.stderr.contains("policy not changed"), "{}", run.stderr);
+    }
+    let negative = policy_set(&ledger, "org-1", "-5", &[]).expect_code(2);
+    assert!(negative.stderr.contains("limit is -5, must be at least 0"), "{}", negative.stderr);
+    let tab = policy_set(&ledger, "org\t1", "5", &[]).expect_code(2);
+    assert!(tab.stderr.contains("tenant holds a control character (U+0009)"), "{}", tab.stderr);
+    let metric = ["policy", "set", "--tenant", "org-1", "--metric", &long, "--limit", "5", "--window", "DAY"];
+    let too_long = ledger.run(&metric.into_iter().chain(["--enforcement", "HARD"]).chain(WHO).collect::<Vec<_>>());
+    assert!(too_long.expect_code(2).stderr.contains("metric is 129 bytes long, longer than the 128"));
+
+    let grant = |amount: &str, from: &str, until: &str| {
+        let args = ["grant", "add", "--tenant", "org-1", "--metric", "tokens", "--amount", amount, "--grant-id", "g-1"];
+        ledger
+            .run(&args.into_iter().chain(["--valid-from", from, "--valid-until", until]).chain(WHO).collect::<Vec<_>>())
+    };
+    let (december, january) = ("2026-12-01T00:00:00Z", "2027-01-01T00:00:00Z");
+    assert!(grant("0", december, january).expect_code(2).stderr.contains("amount is 0, must be at least 1"));
+    let backwards = grant("5", january, december).expect_code(2).stderr;
+    assert!(backwards.contains("valid_until: 2026-12-01T00:00:00Z is not after valid_from"), "{backwards}");
+    let closed = grant("5", "2026-11-20T00:00:00Z", january).expect_code(2).stderr;
+    assert!(
+        closed.contains(
+            "valid_from 2026-11-20T00:00:00Z is before 2026-12-01T00:00:00Z, the end of closed period 2026-11"
+        )
+    );
+    assert_eq!(recorded(&ledger), before, "nothing written by a refused change");
+
+    grant("5", december, january).success();
+    let again = grant("5", december, january).expect_code(2).stderr;
+    assert!(again.contains("grant g-1 of org-1 is recorded already"), "{again}");
+    assert_eq!(recorded(&ledger), before + 1);
+}
+
+// Proves that a policy set while `serve` runs changes the next decisions: a HARD daily limit of 5 denies the sixth
+// token, and once version 2 (limit 100) is recorded beside the running server, the same request is allowed.
+#[test]
+fn a_policy_set_while_serve_runs_changes_the_next_decision() {
+    let ledger = TestLedger::new();
+    policy_set(&ledger, "org-1", "5", &[]).success();
+    let server = hook_http::Server::start(&ledger.path, ledger.dir.path(), &[], &ledger.file("serve.err"));
+    assert_eq!(server.check("org-1", 5, "k-1").decided().map(|(status, _)| status), Some(200));
+    assert_eq!(server.check("org-1", 1, "k-2").decided().map(|(status, _)| status), Some(429));
+    policy_set(&ledger, "org-1", "100", &[]).success();
+    let mut attempt = 0;
+    eventually(10, "a check allowed under version 2", || {
+        attempt += 1;
+        let key = format!("k-after-{attempt}");
+        (server.check("org-1", 1, &key).decided().map(|(status, _)| status) == Some(200)).then_some(())
+    });
+    assert_eq!(attempt, 1, "the first check after the change is decided under it");
+}
+
+// Proves that `--brokers` produces the change to quota.policies instead of the ledger, with the version read from
+// the ledger, and that ingest then records it with who and why.
+#[test]
+fn policy_set_with_brokers_reaches_the_ledger_through_ingest() {
+    let broker = Broker::mock();
+    let ledger = TestLedger::new();
+    policy_set(&ledger, "org-1", "100", &[]).success();
+    let produced = policy_set(&ledger, "org-1", "300", &["--brokers", &broker.bootstrap]).success().stdout_text();
+    assert!(produced.contains("version 2") && produced.contains("produced to quota.policies"), "{produced}");
+    assert_eq!(recorded(&ledger), 1, "produced, not appended");
+    ledger.run(&["ingest", "--brokers", &broker.bootstrap, "--until-caught-up", "--json"]).success();
+    let history = ledger.run(&["policy", "history", "org-1:tokens:tenant:day", "--json"]).success().json();
+    let last: &Value = history.as_array().and_then(|v| v.last()).expect("versions");
+    assert_eq!(
+        (last["version"].as_i64(), last["limit"].as_i64(), last["actor"].as_str()),
+        (Some(2), Some(300), Some(WHO[1]))
+    );
+}
