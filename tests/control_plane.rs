@@ -88,6 +88,26 @@ fn policies_plans_and_grants_are_recorded_with_who_and_why() {
     // What was recorded is the contract's own: `sql` shows who and why in the detail tables too.
     let sql = ledger.run(&["sql", "--format", "json", "SELECT version, actor, reason FROM policy_events ORDER BY seq"]);
     assert!(sql.success().stdout_text().contains("alice@finance"));
+    // `audit tenant` lists the changes to its limits in the range, with who and why.
+    let range = ["--from", "2026-01-01T00:00:00Z", "--to", "2100-01-01T00:00:00Z"];
+    let audit = ledger.run(&["audit", "tenant", "org-1", "--json"].into_iter().chain(range).collect::<Vec<_>>());
+    let changes = audit.success().json()["changes"].clone();
+    let seen: Vec<(&str, &str, &str)> = changes
+        .as_array()
+        .expect("a list of changes")
+        .iter()
+        .map(|c| (c["kind"].as_str().unwrap(), c["id"].as_str().unwrap(), c["actor"].as_str().unwrap()))
+        .collect();
+    let policy = "org-1:tokens:tenant:day";
+    let expected = [
+        ("policy", policy, WHO[1]),
+        ("policy", policy, WHO[1]),
+        ("policy", "*:tokens:tenant:month", WHO[1]),
+        ("grant", "g-1", WHO[1]),
+    ];
+    assert_eq!(seen, expected);
+    let words = ledger.run(&["audit", "tenant", "org-1"].into_iter().chain(range).collect::<Vec<_>>());
+    assert!(words.success().stdout_text().contains("Changes to its limits: 4."));
     ledger.assert_verifies();
 }
 
@@ -160,6 +180,11 @@ fn a_policy_set_while_serve_runs_changes_the_next_decision() {
         (server.check("org-1", 1, &key).decided().map(|(status, _)| status) == Some(200)).then_some(())
     });
     assert_eq!(attempt, 1, "the first check after the change is decided under it");
+    // `audit why` names who set the version that decided, and why.
+    let why = ledger.run(&["audit", "why", "k-after-1"]).success().stdout_text();
+    assert!(why.contains("version 2") && why.contains(&format!("Set by {}: {}.", WHO[1], WHO[3])), "{why}");
+    let json = ledger.run(&["audit", "why", "k-after-1", "--json"]).success().json();
+    assert_eq!(json["policy"]["actor"], WHO[1]);
 }
 
 // Proves that `--brokers` produces the change to quota.policies instead of the ledger, with the version read from

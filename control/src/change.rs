@@ -218,3 +218,67 @@ fn check_why(actor: &str, reason: &str) -> Result<(), Invalid> {
         None => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(text: &str) -> Timestamp {
+        Timestamp::parse_rfc3339(text).unwrap()
+    }
+
+    fn change(version: Option<i32>) -> PolicyChange {
+        PolicyChange {
+            tenant: "org-1".into(),
+            metric: "tokens".into(),
+            limit: 10,
+            window: Window::HOUR,
+            enforcement: Enforcement::SOFT,
+            scope: Scope::SUBJECT,
+            policy_id: None,
+            version,
+            effective_from: None,
+            actor: "alice".into(),
+            reason: "why".into(),
+            source: "test".into(),
+        }
+    }
+
+    // Proves the version follows the last one recorded for the same owner, metric and policy id, that a version given
+    // above it is kept, and that the event id names the version (the ledger then refuses a second copy of it).
+    #[test]
+    fn the_next_version_follows_the_last_recorded() {
+        let now = at("2026-12-04T10:00:00Z");
+        let first = policy_event(&change(None), &Recorded::default(), now).unwrap();
+        assert_eq!((first.policy_id.as_str(), first.version), ("org-1:tokens:subject:hour", 1));
+        assert_eq!(first.header.event_id, "policy/org-1/tokens/org-1:tokens:subject:hour/v1");
+        assert_eq!(
+            (first.effective_from, first.actor.as_deref(), first.reason.as_deref()),
+            (now, Some("alice"), Some("why"))
+        );
+        let recorded = Recorded::from_policies(vec![first]);
+        assert_eq!(policy_event(&change(None), &recorded, now).unwrap().version, 2);
+        assert_eq!(policy_event(&change(Some(7)), &recorded, now).unwrap().version, 7);
+        let refused = policy_event(&change(Some(1)), &recorded, now).unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "version 1 of policy org-1:tokens:subject:hour is not above the last recorded, 1"
+        );
+    }
+
+    // Proves who and why are required and bounded: an empty actor, a reason with a newline (a forged line in `audit`)
+    // and an over-long reason are refused.
+    #[test]
+    fn who_and_why_are_required_and_bounded() {
+        let now = at("2026-12-04T10:00:00Z");
+        let with = |actor: &str, reason: &str| {
+            let mut c = change(None);
+            (c.actor, c.reason) = (actor.into(), reason.into());
+            policy_event(&c, &Recorded::default(), now).map(|_| ()).map_err(|e| e.to_string())
+        };
+        assert_eq!(with("", "why"), Err("actor is empty".into()));
+        assert_eq!(with("a", "line\nforged"), Err("reason holds a control character (U+000A) at byte 4".into()));
+        assert!(with("a", &"x".repeat(REASON_BYTES_MAX + 1)).unwrap_err().contains("longer than the 1024 bytes"));
+        assert_eq!(with("a", "ok"), Ok(()));
+    }
+}

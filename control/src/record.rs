@@ -47,6 +47,11 @@ impl Recorded {
         Ok(recorded)
     }
 
+    /// What a ledger holding only `policies` holds (tests, and callers that read policies themselves).
+    pub fn from_policies(policies: Vec<PolicyEvent>) -> Recorded {
+        Recorded { policies, ..Recorded::default() }
+    }
+
     /// Every policy version, in ledger order (of the first shard holding it).
     pub fn policies(&self) -> &[PolicyEvent] {
         &self.policies

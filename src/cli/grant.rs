@@ -13,7 +13,7 @@ use super::policy::{Target, parse_time};
 #[derive(Debug, Subcommand)]
 pub enum GrantCommand {
     /// Record a grant: an amount added to a tenant's limit over a validity interval.
-    Add(AddArgs),
+    Add(Box<AddArgs>),
     /// Every grant recorded, with who gave it and why.
     List {
         /// Only this tenant's.
@@ -60,7 +60,7 @@ pub struct AddArgs {
 
 pub fn run(store: &super::Store, command: GrantCommand) -> anyhow::Result<ExitCode> {
     match command {
-        GrantCommand::Add(args) => add(store, args),
+        GrantCommand::Add(args) => add(store, *args),
         GrantCommand::List { tenant, json } => list(store, tenant.as_deref(), json),
     }
 }

@@ -13,7 +13,7 @@ use schemas::{Enforcement, Event, PolicyEvent, Scope, Timestamp, Window};
 #[derive(Debug, Subcommand)]
 pub enum PolicyCommand {
     /// Record a new version of a tenant's policy (the last version plus 1), refused when it would be invalid.
-    Set(SetArgs),
+    Set(Box<SetArgs>),
     /// The policies in force now, with their versions.
     List {
         /// Only this tenant's: its own and the plan defaults that apply to it.
@@ -134,7 +134,10 @@ symbol_of!(Window, Enforcement, Scope);
 
 pub fn run(store: &super::Store, command: PolicyCommand) -> anyhow::Result<ExitCode> {
     match command {
-        PolicyCommand::Set(args) => set(store, args.tenant, args.policy, "quota-ledger policy set"),
+        PolicyCommand::Set(args) => {
+            let SetArgs { tenant, policy } = *args;
+            set(store, tenant, policy, "quota-ledger policy set")
+        }
         PolicyCommand::List { tenant, json } => list(store, tenant.as_deref(), json),
         PolicyCommand::History { policy_id, json } => history(store, &policy_id, json),
     }
