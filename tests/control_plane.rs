@@ -205,3 +205,106 @@ fn policy_set_with_brokers_reaches_the_ledger_through_ingest() {
         (Some(2), Some(300), Some(WHO[1]))
     );
 }
+
+/// An admin token for org-1 and org-2 only, and one for every tenant, beside the test's own (not an admin).
+const ADMIN_TOKENS: &str = "[[token]]\nname = \"ops-org\"\nsecret = \"admin-secret-org-0123\"\ntenants = [\"org-1\", \"org-2\"]\nadmin = true\n\
+[[token]]\nname = \"ops-all\"\nsecret = \"admin-secret-all-0123\"\ntenants = [\"*\"]\nadmin = true\n";
+
+// Proves the admin endpoints: only an admin token covering the tenant may change it (a plan default needs one of
+// every tenant), each refusal answers why with nothing written, a change is recorded with the token's name as the
+// actor, and the next check is decided under it.
+#[test]
+fn admin_endpoints_change_policies_and_grants_for_admin_tokens_only() {
+    use serde_json::json;
+    let ledger = TestLedger::new();
+    policy_set(&ledger, "org-1", "5", &[]).success();
+    let stderr = ledger.file("serve.err");
+    let server = hook_http::Server::start_with_tokens(&ledger.path, ledger.dir.path(), &[], &stderr, ADMIN_TOKENS);
+    assert_eq!(server.check("org-1", 6, "k-1").decided().map(|(status, _)| status), Some(429));
+    let raise = json!({"tenant": "org-1", "metric": "tokens", "limit": 100, "window": "DAY", "enforcement": "HARD",
+                       "reason": "support ticket 12"});
+    let (status, body) = server.post("/v1/admin/policies", hook_http::SECRET, &raise);
+    assert_eq!((status, body["message"].as_str()), (403, Some("this token is not an admin token (admin = true)")));
+    let plan =
+        json!({"tenant": "*", "metric": "tokens", "limit": 1, "window": "DAY", "enforcement": "HARD", "reason": "r"});
+    assert_eq!(
+        server.post("/v1/admin/policies", "admin-secret-org-0123", &plan).0,
+        403,
+        "a plan default needs every tenant"
+    );
+    let mut negative = raise.clone();
+    negative["limit"] = json!(-1);
+    let (status, body) = server.post("/v1/admin/policies", "admin-secret-org-0123", &negative);
+    assert_eq!((status, body["message"].as_str()), (400, Some("nothing recorded: limit is -1, must be at least 0")));
+    let mut stale = raise.clone();
+    stale["version"] = json!(1);
+    let (status, body) = server.post("/v1/admin/policies", "admin-secret-org-0123", &stale);
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(recorded(&ledger), 2, "the first policy and one decision: nothing written by the refusals");
+
+    let (status, body) = server.post("/v1/admin/policies", "admin-secret-org-0123", &raise);
+    assert_eq!(status, 201, "{body}");
+    assert_eq!((body["event"]["version"].as_i64(), body["event"]["actor"].as_str()), (Some(2), Some("ops-org")));
+    assert_eq!(server.check("org-1", 6, "k-2").decided().map(|(status, _)| status), Some(200));
+    let grant = json!({"tenant": "org-2", "metric": "tokens", "amount": 10, "valid_from": "2026-12-01T00:00:00Z",
+                       "valid_until": "2027-01-01T00:00:00Z", "grant_id": "g-http", "reason": "goodwill"});
+    assert_eq!(server.post("/v1/admin/grants", "admin-secret-all-0123", &grant).0, 201);
+    assert_eq!(server.post("/v1/admin/grants", "admin-secret-all-0123", &grant).0, 409, "a grant id once");
+    let grants = ledger.run(&["grant", "list", "--json"]).success().json();
+    assert_eq!((grants[0]["grant_id"].as_str(), grants[0]["actor"].as_str()), (Some("g-http"), Some("ops-all")));
+}
+
+// Measures (prints, asserts nothing about time) how long after a policy change reaches the ledger a running `serve`
+// decides under it: the limit toggles between 0 and a million by `policy set` (its process has exited, so the
+// append committed), while a client checks without pause; the figure is from the commit to the first answer under
+// the new version. It asserts only what must hold whatever the timing: no check sent after the commit is decided
+// under the old version. The figure is in docs/benchmarks.md.
+#[test]
+fn how_soon_serve_applies_a_policy_change() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+    let ledger = TestLedger::new();
+    policy_set(&ledger, "org-1", "0", &[]).success();
+    let server = hook_http::Server::start(&ledger.path, ledger.dir.path(), &[], &ledger.file("serve.err"));
+    let answers: Arc<Mutex<Vec<(Instant, Instant, u16)>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let client = server.client();
+    let checker = {
+        let (answers, stop) = (answers.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                let sent = Instant::now();
+                let status = client.check("org-1", 1, &format!("m-{n}")).decided().map_or(0, |(status, _)| status);
+                answers.lock().unwrap().push((sent, Instant::now(), status));
+            }
+        })
+    };
+    let mut latencies = Vec::new();
+    for round in 0..20 {
+        let (limit, expected) = if round % 2 == 0 { ("1000000", 200) } else { ("0", 429) };
+        policy_set(&ledger, "org-1", limit, &[]).success();
+        let committed = Instant::now();
+        let first = eventually(10, "an answer under the new version", || {
+            let answers = answers.lock().unwrap();
+            let after: Vec<_> = answers.iter().filter(|(sent, _, _)| *sent >= committed).collect();
+            let stale = after.iter().filter(|(_, _, status)| *status != expected).count();
+            assert_eq!(stale, 0, "round {round}: a check sent after the change was decided under the old version");
+            after.first().map(|(_, answered, _)| *answered)
+        });
+        latencies.push(first.duration_since(committed));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop.store(true, Ordering::Relaxed);
+    checker.join().unwrap();
+    latencies.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!(
+        "policy change to first decision under it over {} changes: median {:.2} ms, max {:.2} ms",
+        latencies.len(),
+        ms(latencies[latencies.len() / 2]),
+        ms(latencies[latencies.len() - 1])
+    );
+}

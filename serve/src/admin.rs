@@ -136,25 +136,28 @@ pub(crate) struct GrantBody {
     reason: String,
 }
 
-fn time(field: &str, text: &str) -> Result<Timestamp, Response> {
+fn time(field: &str, text: &str) -> Result<Timestamp, Box<Response>> {
     Timestamp::parse_rfc3339(text).map_err(|e| {
-        error(StatusCode::BAD_REQUEST, "invalid_change", format!("{field} {text:?} is not an RFC 3339 time: {e}"))
+        let message = format!("{field} {text:?} is not an RFC 3339 time: {e}");
+        Box::new(error(StatusCode::BAD_REQUEST, "invalid_change", message))
     })
 }
 
 /// The caller, when its token is an admin token covering `tenant` (a plan default needs one covering every tenant).
 /// The actor recorded is the token's name, from the token file: a body cannot claim to be another.
-fn admin_of(app: &App, headers: &HeaderMap, tenant: &str) -> Result<String, Response> {
-    let caller = app.tokens.caller(headers).map_err(IntoResponse::into_response)?;
+fn admin_of(app: &App, headers: &HeaderMap, tenant: &str) -> Result<String, Box<Response>> {
+    let caller = app.tokens.caller(headers).map_err(|u| Box::new(u.into_response()))?;
     if !caller.admin {
-        return Err(error(StatusCode::FORBIDDEN, "forbidden", "this token is not an admin token (admin = true)"));
+        let message = "this token is not an admin token (admin = true)";
+        return Err(Box::new(error(StatusCode::FORBIDDEN, "forbidden", message)));
     }
     let covers = match tenant {
         "*" => caller.scope == hook::TenantScope::All,
         tenant => caller.scope.covers(tenant),
     };
     if !covers {
-        return Err(error(StatusCode::FORBIDDEN, "forbidden", format!("this token does not cover tenant {tenant:?}")));
+        let message = format!("this token does not cover tenant {tenant:?}");
+        return Err(Box::new(error(StatusCode::FORBIDDEN, "forbidden", message)));
     }
     Ok(caller.name)
 }
@@ -176,11 +179,11 @@ pub(crate) async fn policies(
     };
     let actor = match admin_of(&app, &headers, &body.tenant) {
         Ok(actor) => actor,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let effective_from = match body.effective_from.as_deref().map(|t| time("effective_from", t)).transpose() {
         Ok(t) => t,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let change = PolicyChange {
         tenant: body.tenant,
@@ -214,13 +217,13 @@ pub(crate) async fn grants(
     };
     let actor = match admin_of(&app, &headers, &body.tenant) {
         Ok(actor) => actor,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let validity =
         time("valid_from", &body.valid_from).and_then(|from| Ok((from, time("valid_until", &body.valid_until)?)));
     let (valid_from, valid_until) = match validity {
         Ok(validity) => validity,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let change = GrantChange {
         tenant: body.tenant,
