@@ -80,6 +80,15 @@ pub enum Refused {
         /// The last recorded version.
         last: i32,
     },
+    /// The last version recorded is the greatest an `int` holds: no version can follow it.
+    #[error(
+        "policy {policy_id} is at version {}, the last an Avro int holds: give the change another policy id",
+        i32::MAX
+    )]
+    VersionsExhausted {
+        /// The policy.
+        policy_id: String,
+    },
     /// The change would reach into a closed period, whose bill never changes (contract §9.5).
     #[error("{field} {value} is before {closed_until}, the end of closed period {period}: a closed bill never changes")]
     BeforeClose {
@@ -126,7 +135,10 @@ pub fn policy_event(change: &PolicyChange, recorded: &Recorded, now: Timestamp) 
             return Err(Refused::VersionNotAbove { policy_id, version, last });
         }
         (Some(version), _) => version,
-        (None, last) => last.map_or(1, |last| last.saturating_add(1)),
+        (None, None) => 1,
+        (None, Some(last)) => {
+            last.checked_add(1).ok_or_else(|| Refused::VersionsExhausted { policy_id: policy_id.clone() })?
+        }
     };
     let effective_from = change.effective_from.unwrap_or(now);
     recorded.check_after_close("effective_from", effective_from)?;
@@ -259,6 +271,9 @@ mod tests {
         let recorded = Recorded::from_policies(vec![first]);
         assert_eq!(policy_event(&change(None), &recorded, now).unwrap().version, 2);
         assert_eq!(policy_event(&change(Some(7)), &recorded, now).unwrap().version, 7);
+        let last = policy_event(&change(Some(i32::MAX)), &recorded, now).unwrap();
+        let at_the_end = Recorded::from_policies(vec![last]);
+        assert!(matches!(policy_event(&change(None), &at_the_end, now), Err(Refused::VersionsExhausted { .. })));
         let refused = policy_event(&change(Some(1)), &recorded, now).unwrap_err();
         assert_eq!(
             refused.to_string(),

@@ -20,6 +20,7 @@ use serde::Deserialize;
 
 use crate::answer::error;
 use crate::routes::App;
+use crate::tokens::Caller;
 
 /// Where the admin endpoints record changes: the ledger `serve` decides on, or its shards.
 pub(crate) enum AdminLedgers {
@@ -59,7 +60,11 @@ impl Admin {
         };
         let recorded = Recorded::read(&ledgers).map_err(Answer::ledger)?;
         let event = build(&recorded, Timestamp::now()).map_err(Answer::Refused)?;
-        let seqs = control::record(&mut ledgers, &event).map_err(Answer::ledger)?;
+        let seqs = control::record(&mut ledgers, &event).map_err(|e| match e {
+            // Another writer (a `policy set` beside this server) recorded this version first.
+            conflict @ control::RecordError::Conflicting { .. } => Answer::Conflict(conflict.to_string()),
+            other => Answer::ledger(other),
+        })?;
         Ok((event, seqs))
     }
 }
@@ -68,6 +73,8 @@ impl Admin {
 enum Answer {
     /// The change would be invalid.
     Refused(Refused),
+    /// Another writer recorded the same version first.
+    Conflict(String),
     /// The ledger failed.
     Ledger(String),
     /// This server records no changes.
@@ -90,6 +97,7 @@ impl Answer {
             Answer::Refused(refused) => {
                 error(StatusCode::CONFLICT, "refused_change", format!("nothing recorded: {refused}"))
             }
+            Answer::Conflict(message) => error(StatusCode::CONFLICT, "refused_change", message),
             Answer::Ledger(message) => error(StatusCode::INTERNAL_SERVER_ERROR, "ledger_error", message),
             Answer::NotHere => {
                 error(StatusCode::NOT_FOUND, "not_found", "a node of a cluster records no change: use the command line")
@@ -143,23 +151,36 @@ fn time(field: &str, text: &str) -> Result<Timestamp, Box<Response>> {
     })
 }
 
-/// The caller, when its token is an admin token covering `tenant` (a plan default needs one covering every tenant).
-/// The actor recorded is the token's name, from the token file: a body cannot claim to be another.
-fn admin_of(app: &App, headers: &HeaderMap, tenant: &str) -> Result<String, Box<Response>> {
+/// The caller's name when its token is an admin token: 401 without a known token, 403 without `admin = true`, asked
+/// before the body is read, as every route asks the token first. The actor recorded is the token's name, from the
+/// token file: a body cannot claim to be another.
+fn admin_of(app: &App, headers: &HeaderMap) -> Result<Caller, Box<Response>> {
     let caller = app.tokens.caller(headers).map_err(|u| Box::new(u.into_response()))?;
     if !caller.admin {
         let message = "this token is not an admin token (admin = true)";
         return Err(Box::new(error(StatusCode::FORBIDDEN, "forbidden", message)));
     }
-    let covers = match tenant {
+    Ok(caller)
+}
+
+/// The body, and the caller's name when its token covers the body's tenant (a plan default, `*`, needs a token of
+/// every tenant).
+fn admitted<T>(
+    caller: Caller,
+    body: Result<Json<T>, JsonRejection>,
+    tenant: impl Fn(&T) -> &str,
+) -> Result<(String, T), Box<Response>> {
+    let Json(body) =
+        body.map_err(|rejection| Box::new(error(StatusCode::BAD_REQUEST, "bad_request", rejection.body_text())))?;
+    let covers = match tenant(&body) {
         "*" => caller.scope == hook::TenantScope::All,
         tenant => caller.scope.covers(tenant),
     };
     if !covers {
-        let message = format!("this token does not cover tenant {tenant:?}");
+        let message = format!("this token does not cover tenant {:?}", tenant(&body));
         return Err(Box::new(error(StatusCode::FORBIDDEN, "forbidden", message)));
     }
-    Ok(caller.name)
+    Ok((caller.name, body))
 }
 
 /// What a recorded change answers: 201 with the event and the ledger entries that hold it.
@@ -173,12 +194,9 @@ pub(crate) async fn policies(
     headers: HeaderMap,
     body: Result<Json<PolicyBody>, JsonRejection>,
 ) -> Response {
-    let Json(body) = match body {
-        Ok(body) => body,
-        Err(rejection) => return error(StatusCode::BAD_REQUEST, "bad_request", rejection.body_text()),
-    };
-    let actor = match admin_of(&app, &headers, &body.tenant) {
-        Ok(actor) => actor,
+    let admitted = admin_of(&app, &headers).and_then(|caller| admitted(caller, body, |b: &PolicyBody| &b.tenant));
+    let (actor, body) = match admitted {
+        Ok(admitted) => admitted,
         Err(refused) => return *refused,
     };
     let effective_from = match body.effective_from.as_deref().map(|t| time("effective_from", t)).transpose() {
@@ -211,12 +229,9 @@ pub(crate) async fn grants(
     headers: HeaderMap,
     body: Result<Json<GrantBody>, JsonRejection>,
 ) -> Response {
-    let Json(body) = match body {
-        Ok(body) => body,
-        Err(rejection) => return error(StatusCode::BAD_REQUEST, "bad_request", rejection.body_text()),
-    };
-    let actor = match admin_of(&app, &headers, &body.tenant) {
-        Ok(actor) => actor,
+    let admitted = admin_of(&app, &headers).and_then(|caller| admitted(caller, body, |b: &GrantBody| &b.tenant));
+    let (actor, body) = match admitted {
+        Ok(admitted) => admitted,
         Err(refused) => return *refused,
     };
     let validity =
