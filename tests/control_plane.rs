@@ -308,3 +308,40 @@ fn how_soon_serve_applies_a_policy_change() {
         ms(latencies[latencies.len() - 1])
     );
 }
+
+// Proves that with `--data` a plan default is recorded in every shard and a tenant's change in its tenant's shard
+// only, and that `policy list` over the shards shows each version once.
+#[test]
+fn with_shards_a_plan_default_goes_to_every_shard_and_a_tenant_to_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data = data.to_str().unwrap();
+    let file = dir.path().join("usage.avro");
+    write_container(&file, &[usage("u-1", "2026-11-02T10:00:00Z", "org-42", 1)]);
+    run_in(dir.path(), &["--data", data, "ingest", "--file", file.to_str().unwrap(), "--partitions", "3"], b"")
+        .success();
+    let with = |args: &[&str]| run_in(dir.path(), &[&["--data", data][..], args].concat(), b"");
+    let plan = ["plan", "set", "--metric", "tokens", "--limit", "50", "--window", "DAY", "--enforcement", "HARD"];
+    let plan = with(&plan.into_iter().chain(WHO).collect::<Vec<_>>()).success().stdout_text();
+    let shard = schemas::partition::partition_of("org-42", 3);
+    // In every shard, in partition order; org-42's shard holds its usage first.
+    let seqs: Vec<&str> = (0..3).map(|p| if p == shard { "2" } else { "1" }).collect();
+    assert!(plan.contains(&format!("recorded at ledger seq {}", seqs.join(", "))), "{plan}");
+    let own = ["policy", "set", "--tenant", "org-42", "--metric", "tokens", "--limit", "9", "--window", "DAY"];
+    let own = with(&own.into_iter().chain(["--enforcement", "HARD"]).chain(WHO).collect::<Vec<_>>());
+    let own = own.success().stdout_text();
+    assert!(own.trim_end().ends_with("recorded at ledger seq 3"), "in org-42's shard only: {own}");
+    let in_shards: Vec<u64> = (0..3)
+        .map(|p: u32| {
+            let path = format!("{data}/shard-{p:04}.db");
+            count(
+                &run_in(dir.path(), &["--ledger", &path, "status", "--json"], b"").success().json(),
+                "events_recorded",
+            )
+        })
+        .collect();
+    let expected: Vec<u64> = (0..3).map(|p| if p == shard { 3 } else { 1 }).collect();
+    assert_eq!(in_shards, expected);
+    let listed = with(&["policy", "list", "--json"]).success().json();
+    assert_eq!(listed.as_array().map(Vec::len), Some(2), "each version once: {listed}");
+}
