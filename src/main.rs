@@ -91,6 +91,15 @@ enum Command {
     Quota(cli::quota::QuotaCommand),
     /// Read-only SQL over the ledger's tables (DataFusion); `sql --tables` lists them.
     Sql(cli::sql::SqlArgs),
+    /// A tenant's policies: set a new version (validated, who and why recorded), list those in force, history.
+    #[command(subcommand)]
+    Policy(cli::policy::PolicyCommand),
+    /// The plan defaults (tenant `*`): set a new version, as `policy set`.
+    #[command(subcommand)]
+    Plan(cli::policy::PlanCommand),
+    /// Grants: add one (validated, who and why recorded), list them.
+    #[command(subcommand)]
+    Grant(cli::grant::GrantCommand),
     /// The enforcement hook over HTTP: check, reserve, commit, release (docs/contract.md §6).
     Serve(cli::serve::ServeArgs),
     /// A node of a cluster: the partitions Kafka assigns it, ingested into their shards (--data) and served.
@@ -156,6 +165,9 @@ fn main() -> ExitCode {
         Command::Audit(command) => cli::audit::run(&store, command),
         Command::Quota(command) => cli::quota::run(&store, command),
         Command::Sql(args) => cli::sql::run(&store, args),
+        Command::Policy(command) => cli::policy::run(&store, command),
+        Command::Plan(command) => cli::policy::run_plan(&store, command),
+        Command::Grant(command) => cli::grant::run(&store, command),
         Command::Serve(args) => cli::serve::run(&store, args),
         Command::Node(args) => cli::node::run(&store, args),
         Command::Quarantine(command) => cli::quarantine::run(&store, command),
@@ -176,7 +188,7 @@ fn main() -> ExitCode {
 
 /// The workspace's library crates: their log lines are the operator's messages (`ingest: waiting for the brokers
 /// at ...`, `serve: outbox: ...`), shown from level info and printed as they are, each saying who speaks.
-const WORKSPACE_CRATES: [&str; 15] = [
+const WORKSPACE_CRATES: [&str; 16] = [
     "schemas",
     "rules",
     "ledger",
@@ -185,6 +197,7 @@ const WORKSPACE_CRATES: [&str; 15] = [
     "outbox",
     "reconcile",
     "reports",
+    "control",
     "hook",
     "serve",
     "tools",

@@ -92,6 +92,8 @@ fn daily_policy(version: i32, limit: i64) -> Event {
         enforcement: Enforcement::HARD,
         effective_from: at("2026-10-01T00:00:00Z"),
         burst: None,
+        actor: None,
+        reason: None,
     })
 }
 
@@ -123,6 +125,7 @@ fn grant_for_oct_5(reason: &str) -> Event {
         valid_from: at("2026-10-05T00:00:00Z"),
         valid_until: at("2026-10-06T00:00:00Z"),
         reason: reason.into(),
+        actor: None,
     })
 }
 
@@ -322,6 +325,8 @@ fn reserved_then_checked() -> TestLedger {
         enforcement: Enforcement::HARD,
         effective_from: at("2026-11-01T00:00:00Z"),
         burst: None,
+        actor: None,
+        reason: None,
     });
     let allowed = |request_id: &str, occurred_at: &str, amount: i64, used_before: i64| {
         Event::Decision(DecisionEvent {
@@ -545,6 +550,8 @@ fn quota_v1(event_id: &str, owner: &str, metric: &str, limit: i64, shape: (Scope
         enforcement,
         effective_from: at("2026-01-01T00:00:00Z"),
         burst: None,
+        actor: None,
+        reason: None,
     })
 }
 
@@ -561,6 +568,7 @@ fn why_takes_the_policy_of_the_decisions_metric() {
         valid_from: at("2026-11-01T00:00:00Z"),
         valid_until: at("2026-12-01T00:00:00Z"),
         reason: "support credit".into(),
+        actor: None,
     });
     ingest_in_order(
         &test,

@@ -241,6 +241,7 @@ fn one_file_per_other_type() -> Vec<Vec<Event>> {
             valid_from: at("2026-11-01T00:00:00Z"),
             valid_until: at("2026-12-01T00:00:00Z"),
             reason: "support ticket 4711".into(),
+            actor: None,
         })
     };
     let policy = |event_id: &str, tenant: &str, version, enforcement| {
@@ -254,6 +255,8 @@ fn one_file_per_other_type() -> Vec<Vec<Event>> {
             enforcement,
             effective_from: at("2026-11-01T00:00:00Z"),
             burst: None,
+            actor: None,
+            reason: None,
         })
     };
     let adjustment = |event_id: &str, kind, amount| {

@@ -23,6 +23,8 @@ fn hard_daily_policy(limit: i64) -> Event {
         enforcement: Enforcement::HARD,
         effective_from: at("2026-10-01T00:00:00Z"),
         burst: None,
+        actor: None,
+        reason: None,
     })
 }
 
@@ -326,6 +328,7 @@ fn policies_and_grants_recorded_after_a_close_are_listed_for_finance() {
         valid_from: at("2026-10-15T00:00:00Z"),
         valid_until: at("2026-12-01T00:00:00Z"),
         reason: "outage credit".into(),
+        actor: None,
     });
     let Event::Policy(mut raise) = hard_daily_policy(200) else { unreachable!() };
     raise.header.event_id = "policy-daily-v2".into();

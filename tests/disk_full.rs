@@ -53,6 +53,8 @@ fn policy(tenant: &str, metric: &str, limit: i64) -> Event {
         enforcement: Enforcement::HARD,
         effective_from: at("2026-01-01T00:00:00Z"),
         burst: None,
+        actor: None,
+        reason: None,
     })
 }
 

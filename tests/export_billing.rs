@@ -250,6 +250,8 @@ fn soft_monthly(tenant: &str, limit: i64) -> Event {
         enforcement: Enforcement::SOFT,
         effective_from: at("2026-08-01T00:00:00Z"),
         burst: None,
+        actor: None,
+        reason: None,
     })
 }
 

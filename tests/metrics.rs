@@ -84,6 +84,8 @@ fn hard_policy() -> Event {
         enforcement: Enforcement::HARD,
         effective_from: at("2026-01-01T00:00:00Z"),
         burst: None,
+        actor: None,
+        reason: None,
     })
 }
 

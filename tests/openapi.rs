@@ -9,7 +9,7 @@ mod support;
 
 use std::process::Command;
 
-use hook_http::{SECRET, Server};
+use hook_http::Server;
 use schemas::*;
 use support::*;
 
@@ -18,6 +18,10 @@ use support::*;
 ///   of UTF-8 and refuses control characters (contract §9.2), which JSON Schema cannot say, so some schema-valid
 ///   strings are rightly refused with 400; and an idempotency key reused with another body is rightly 409.
 const EXCLUDED_CHECKS: &str = "positive_data_acceptance";
+
+const ADMIN_SECRET: &str = "openapi-admin-secret-0123";
+const ADMIN: &str =
+    "[[token]]\nname = \"openapi-admin\"\nsecret = \"openapi-admin-secret-0123\"\ntenants = [\"*\"]\nadmin = true\n";
 
 fn policy() -> Event {
     Event::Policy(PolicyEvent {
@@ -30,6 +34,8 @@ fn policy() -> Event {
         enforcement: Enforcement::HARD,
         effective_from: at("2026-01-01T00:00:00Z"),
         burst: None,
+        actor: None,
+        reason: None,
     })
 }
 
@@ -42,10 +48,11 @@ fn schemathesis_finds_nothing_against_a_live_serve() {
     let ledger = TestLedger::new();
     write_container(&ledger.file("policy.avro"), &[policy()]);
     ledger.ingest(&ledger.file("policy.avro"));
-    let server = Server::start(&ledger.path, ledger.dir.path(), &[], &ledger.file("serve.err"));
+    // An admin token of every tenant, so that the admin routes are exercised past their 403 too.
+    let server = Server::start_with_tokens(&ledger.path, ledger.dir.path(), &[], &ledger.file("serve.err"), ADMIN);
     let output = Command::new("schemathesis")
-        .args(["run", "docs/openapi.yaml", "--url", &server.base])
-        .args(["--header", &format!("Authorization: Bearer {SECRET}")])
+        .args(["run", concat!(env!("CARGO_MANIFEST_DIR"), "/docs/openapi.yaml"), "--url", &server.base])
+        .args(["--header", &format!("Authorization: Bearer {ADMIN_SECRET}")])
         .args(["--checks", "all", "--exclude-checks", EXCLUDED_CHECKS])
         // One worker: hypothesis describes its strategies with `ast.parse`, which two threads at once break
         // ("AST constructor recursion depth mismatch", an error of the tool, not a finding).
@@ -53,7 +60,8 @@ fn schemathesis_finds_nothing_against_a_live_serve() {
         .args(["--phases", "examples,coverage,fuzzing"])
         .args(["--report-dir", ledger.file("schemathesis").to_str().unwrap()])
         .env("SCHEMATHESIS_HOOKS", "")
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        // Its cache of findings (`.schemathesis/`) goes to the test's directory, not the checkout.
+        .current_dir(ledger.dir.path())
         .output()
         .expect("schemathesis runs");
     let text = String::from_utf8_lossy(&output.stdout).to_string() + &String::from_utf8_lossy(&output.stderr);

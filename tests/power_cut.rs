@@ -113,6 +113,8 @@ fn policy(tenant: &str, limit: i64, window: Window) -> Event {
         enforcement: Enforcement::HARD,
         effective_from: at("2026-01-01T00:00:00Z"),
         burst: None,
+        actor: None,
+        reason: None,
     })
 }
 

@@ -59,8 +59,12 @@ fn schemas_decode_reads_a_message_of_a_schema_added_at_start() {
     let decoded = run(&with_schemas(dir.path(), &["schemas", "decode"]), &message).success().json();
     assert_eq!(decoded["event_id"], "evolved-1", "{decoded}");
     assert_eq!(decoded["quantity"], 5, "{decoded}");
+    let compiled = run(&["schemas", "list", "--json"], b"").success().json().as_array().unwrap().len();
     let listed = run(&with_schemas(dir.path(), &["schemas", "list", "--json"]), b"").success().json();
-    assert_eq!(listed.as_array().unwrap().len(), 11, "the ten compiled and the one added: {listed}");
+    let added = listed.as_array().unwrap().last().unwrap().clone();
+    assert_eq!(listed.as_array().unwrap().len(), compiled + 1, "the compiled ones and the one added: {listed}");
+    assert!(added["file"].as_str().unwrap().ends_with("UsageEvent.v3.avsc") && added["current"] == false, "{added}");
+    assert!(!added["file"].as_str().unwrap().starts_with("schemas/avro/"), "its own path: {added}");
 }
 
 // Proves the Kafka path: quarantined as unknown without the schema, replayed once it is added, and ingested

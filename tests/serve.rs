@@ -114,6 +114,8 @@ fn hard_policy(limit: i64, window: Window) -> Event {
         enforcement: Enforcement::HARD,
         effective_from: at("2026-01-01T00:00:00Z"),
         burst: None,
+        actor: None,
+        reason: None,
     })
 }
 
@@ -448,6 +450,7 @@ fn why_explains_a_rate_limited_request_by_its_bucket() {
         valid_from: at("2026-01-01T00:00:00Z"),
         valid_until: at("2100-01-01T00:00:00Z"),
         reason: "support credit".into(),
+        actor: None,
     };
     let test = TestLedger::new();
     write_container(&test.file("policy.avro"), &[Event::Policy(throttle)]);
@@ -638,6 +641,8 @@ fn remaining_quota_is_read_without_consuming() {
         enforcement: Enforcement::SOFT,
         effective_from: at("2026-01-01T00:00:00Z"),
         burst: None,
+        actor: None,
+        reason: None,
     });
     let grant = Event::Grant(GrantEvent {
         header: header("grant-1", "2026-01-01T00:00:00Z", "org-1", "tokens"),
@@ -646,6 +651,7 @@ fn remaining_quota_is_read_without_consuming() {
         valid_from: Timestamp(now.micros() - hour),
         valid_until: Timestamp(now.micros() + hour),
         reason: "support ticket 7".into(),
+        actor: None,
     });
     write_container(&test.file("policies.avro"), &[hard_policy(100, Window::MONTH), plan]);
     test.ingest(&test.file("policies.avro"));

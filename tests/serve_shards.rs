@@ -107,6 +107,8 @@ fn plan_default(limit: i64) -> Event {
         enforcement: Enforcement::HARD,
         effective_from: at("2026-01-01T00:00:00Z"),
         burst: None,
+        actor: None,
+        reason: None,
     })
 }
 

@@ -166,6 +166,8 @@ fn policy(tenant: &str, metric: &str, limit: i64, window: Window) -> Event {
         enforcement: Enforcement::HARD,
         effective_from: at("2026-01-01T00:00:00Z"),
         burst: None,
+        actor: None,
+        reason: None,
     })
 }
 
@@ -233,6 +235,7 @@ fn grants_summing_past_i64_saturate_in_the_hook_reconcile_and_billing() {
                 valid_from: at("2000-01-01T00:00:00Z"),
                 valid_until: at("2099-12-31T00:00:00Z"),
                 reason: "a generous support team".into(),
+                actor: None,
             })
         })
         .collect();

@@ -261,6 +261,7 @@ fn a_raised_usage_total_and_an_extra_detail_row_are_named_by_verify() {
         valid_from: at("2026-11-01T00:00:00Z"),
         valid_until: at("2026-12-01T00:00:00Z"),
         reason: "credit".into(),
+        actor: None,
     });
     write_container(&extra.file("grant.avro"), &[grant]);
     extra.ingest(&extra.file("grant.avro"));

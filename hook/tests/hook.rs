@@ -27,6 +27,8 @@ fn policy(id: &str, limit: i64, window: Window, enforcement: Enforcement, burst:
         enforcement,
         effective_from: Timestamp::parse_rfc3339("2026-01-01T00:00:00Z").unwrap(),
         burst,
+        actor: None,
+        reason: None,
     })
 }
 

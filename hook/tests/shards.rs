@@ -55,6 +55,8 @@ fn plan_default(limit: i64) -> Event {
         enforcement: Enforcement::HARD,
         effective_from: start,
         burst: None,
+        actor: None,
+        reason: None,
     })
 }
 

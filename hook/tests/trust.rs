@@ -33,6 +33,8 @@ fn hard_policy(metric: &str, limit: i64) -> Event {
         enforcement: Enforcement::HARD,
         effective_from: at,
         burst: None,
+        actor: None,
+        reason: None,
     })
 }
 

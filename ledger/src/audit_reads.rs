@@ -149,6 +149,8 @@ impl Ledger {
                 enforcement: symbol(r, 12, Enforcement::from_symbol)?,
                 effective_from: Timestamp(r.get(13)?),
                 burst: r.get(14)?,
+                actor: r.get(15)?,
+                reason: r.get(16)?,
             };
             Ok((r.get::<_, i64>(0)? as u64, policy))
         })?;
@@ -167,6 +169,7 @@ impl Ledger {
                 valid_from: Timestamp(r.get(9)?),
                 valid_until: Timestamp(r.get(10)?),
                 reason: r.get(11)?,
+                actor: r.get(12)?,
             })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)

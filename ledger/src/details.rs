@@ -36,10 +36,19 @@ pub fn columns(event_type: EventType) -> &'static [&'static str] {
             "retry_after_ms",
         ],
         EventType::ReservationEvent => &["reservation_id", "action", "amount", "expires_at"],
-        EventType::GrantEvent => &["grant_id", "amount", "valid_from", "valid_until", "reason"],
-        EventType::PolicyEvent => {
-            &["policy_id", "version", "scope", "\"limit\"", "window", "enforcement", "effective_from", "burst"]
-        }
+        EventType::GrantEvent => &["grant_id", "amount", "valid_from", "valid_until", "reason", "actor"],
+        EventType::PolicyEvent => &[
+            "policy_id",
+            "version",
+            "scope",
+            "\"limit\"",
+            "window",
+            "enforcement",
+            "effective_from",
+            "burst",
+            "actor",
+            "reason",
+        ],
         EventType::AdjustmentEvent => {
             &["adjustment_id", "kind", "policy_id", "window_start", "window_end", "amount", "refs", "run_id", "scope"]
         }
@@ -105,7 +114,9 @@ pub fn values(event: &Event) -> Vec<Value> {
             vec![text(&e.reservation_id), text(e.action.symbol()), Value::Integer(e.amount), opt_time(e.expires_at)]
         }
         Event::Grant(e) => {
-            vec![text(&e.grant_id), Value::Integer(e.amount), time(e.valid_from), time(e.valid_until), text(&e.reason)]
+            let (id, amount, reason, actor) =
+                (text(&e.grant_id), Value::Integer(e.amount), text(&e.reason), opt_text(&e.actor));
+            vec![id, amount, time(e.valid_from), time(e.valid_until), reason, actor]
         }
         Event::Policy(e) => vec![
             text(&e.policy_id),
@@ -116,6 +127,8 @@ pub fn values(event: &Event) -> Vec<Value> {
             text(e.enforcement.symbol()),
             time(e.effective_from),
             opt_integer(e.burst),
+            opt_text(&e.actor),
+            opt_text(&e.reason),
         ],
         Event::Adjustment(e) => vec![
             text(&e.adjustment_id),

@@ -31,6 +31,7 @@ pub const MIGRATIONS: &[Migration] = &[
     ("019-ledger-id-and-links.sql", include_str!("../ddl/019-ledger-id-and-links.sql"), Some(crate::links::anchor)),
     ("020-shard.sql", include_str!("../ddl/020-shard.sql"), None),
     ("021-forwarded.sql", include_str!("../ddl/021-forwarded.sql"), None),
+    ("022-change-actor.sql", include_str!("../ddl/022-change-actor.sql"), None),
 ];
 
 /// The schema version of a ledger all of whose migrations ran.

@@ -71,7 +71,7 @@ pub(crate) fn optional_symbol<T>(
 fn policies_through(conn: &Connection, watermark: u64) -> rusqlite::Result<Vec<PolicyEvent>> {
     let sql = format!(
         "SELECT {HEADER_COLUMNS}, p.policy_id, p.version, p.scope, p.\"limit\", p.window, p.enforcement, p.effective_from,
-                p.burst
+                p.burst, p.actor, p.reason
          FROM policy_events p CROSS JOIN entries e ON e.seq = p.seq
          WHERE e.status = 'recorded' AND p.seq <= ?1 ORDER BY e.seq"
     );
@@ -87,6 +87,8 @@ fn policies_through(conn: &Connection, watermark: u64) -> rusqlite::Result<Vec<P
             enforcement: symbol(r, 11, Enforcement::from_symbol)?,
             effective_from: Timestamp(r.get(12)?),
             burst: r.get(13)?,
+            actor: r.get(14)?,
+            reason: r.get(15)?,
         })
     })?;
     rows.collect()
@@ -95,7 +97,7 @@ fn policies_through(conn: &Connection, watermark: u64) -> rusqlite::Result<Vec<P
 /// Every recorded grant up to a watermark (a report's snapshot), by (tenant, metric), in ledger order.
 fn grants_through(conn: &Connection, watermark: u64) -> rusqlite::Result<HashMap<(String, String), Vec<GrantEvent>>> {
     let sql = format!(
-        "SELECT {HEADER_COLUMNS}, g.grant_id, g.amount, g.valid_from, g.valid_until, g.reason
+        "SELECT {HEADER_COLUMNS}, g.grant_id, g.amount, g.valid_from, g.valid_until, g.reason, g.actor
          FROM grant_events g CROSS JOIN entries e ON e.seq = g.seq
          WHERE e.status = 'recorded' AND g.seq <= ?1 ORDER BY e.seq"
     );
@@ -108,6 +110,7 @@ fn grants_through(conn: &Connection, watermark: u64) -> rusqlite::Result<HashMap
             valid_from: Timestamp(r.get(8)?),
             valid_until: Timestamp(r.get(9)?),
             reason: r.get(10)?,
+            actor: r.get(11)?,
         })
     })?;
     let mut by_tenant: HashMap<(String, String), Vec<GrantEvent>> = HashMap::new();

@@ -160,6 +160,8 @@ pub const TABLES: &[Table] = &[
             col("valid_from", "d.valid_from", Timestamp, false),
             col("valid_until", "d.valid_until", Timestamp, false),
             col("reason", "d.reason", Text, false),
+            // Who gave it (GrantEvent v2); null from older producers.
+            col("actor", "d.actor", Text, true),
         ],
     },
     Table {
@@ -177,6 +179,9 @@ pub const TABLES: &[Table] = &[
             col("effective_from", "d.effective_from", Timestamp, false),
             // A throttle's token bucket capacity (PolicyEvent v2); null for a quota.
             col("burst", "d.burst", Int64, true),
+            // Who made this version and why (PolicyEvent v3); null from older producers.
+            col("actor", "d.actor", Text, true),
+            col("reason", "d.reason", Text, true),
         ],
     },
     Table {

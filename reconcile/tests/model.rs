@@ -265,6 +265,8 @@ fn policy_events(i: usize, p: &PolicyDraw) -> Vec<Event> {
             enforcement: version.enforcement,
             effective_from: Timestamp(version.effective_from),
             burst: None,
+            actor: None,
+            reason: None,
         }));
     }
     events
@@ -278,6 +280,7 @@ fn grant_event(i: usize, g: &GrantDraw) -> Event {
         valid_from: Timestamp(g.valid_from),
         valid_until: Timestamp(g.valid_from + g.hours * HOUR_MICROS),
         reason: "model".into(),
+        actor: None,
     })
 }
 

@@ -79,6 +79,8 @@ fn policy(policy_id: &str, limit: i64) -> PolicyEvent {
         enforcement: Enforcement::HARD,
         effective_from: at("2026-09-01T00:00:00Z"),
         burst: None,
+        actor: None,
+        reason: None,
     }
 }
 
@@ -108,6 +110,7 @@ fn grant(event_id: &str, subject: Option<&str>, amount: i64, valid_from: &str, v
         valid_from: at(valid_from),
         valid_until: at(valid_until),
         reason: "rules".into(),
+        actor: None,
     })
 }
 

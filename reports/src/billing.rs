@@ -227,6 +227,8 @@ mod tests {
             enforcement,
             effective_from: at("2026-10-01T00:00:00Z"),
             burst: None,
+            actor: None,
+            reason: None,
         }
     }
 
@@ -284,6 +286,7 @@ mod tests {
             valid_from: at("2026-11-10T00:00:00Z"),
             valid_until: at("2026-11-11T00:00:00Z"),
             reason: "credit".into(),
+            actor: None,
         };
         inputs.grants.insert(key("org-1", "bytes"), vec![grant]);
         assert_eq!(

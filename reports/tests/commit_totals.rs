@@ -131,12 +131,14 @@ fn totals_kept_by_reservation_id_alone_are_rebuilt_by_the_migration() {
     );
     assert_eq!(totals(&ledger), tokens(&[("org-a", 90), ("org-b", 40)]));
     // What a binary before migration 013 left: one reservation r-1, closed by org-b's COMMIT, org-a's refused
-    // (and no column of migration 014, no table of 019, which run again).
+    // (and no column of migration 014 or 022, no table of 019, which run again).
     drop(ledger);
     rusqlite::Connection::open(&path)
         .unwrap()
         .execute_batch(
-            "DROP TABLE forwarded; DROP TABLE shard_identity;
+            "ALTER TABLE policy_events DROP COLUMN actor; ALTER TABLE policy_events DROP COLUMN reason;
+             ALTER TABLE grant_events DROP COLUMN actor;
+             DROP TABLE forwarded; DROP TABLE shard_identity;
              DROP TABLE chain_links; DROP TABLE ledger_identity; DROP TABLE offset_gaps;
              DROP INDEX quarantine_replays_by_link; ALTER TABLE quarantine_replays DROP COLUMN link;
              DELETE FROM commit_totals;

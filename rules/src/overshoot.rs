@@ -113,6 +113,7 @@ mod tests {
             valid_from: at(from),
             valid_until: at(until),
             reason: "test".into(),
+            actor: None,
         }
     }
 

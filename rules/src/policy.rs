@@ -128,6 +128,8 @@ mod tests {
             enforcement: Enforcement::HARD,
             effective_from: at(effective_from),
             burst: None,
+            actor: None,
+            reason: None,
         }
     }
 

@@ -123,6 +123,7 @@ pub fn to_value(event: &Event) -> Value {
             ("valid_from", timestamp(e.valid_from)),
             ("valid_until", timestamp(e.valid_until)),
             ("reason", string(&e.reason)),
+            ("actor", opt_string(&e.actor)),
         ],
         Event::Policy(e) => vec![
             ("policy_id", string(&e.policy_id)),
@@ -133,6 +134,8 @@ pub fn to_value(event: &Event) -> Value {
             ("enforcement", enum_value!(e.enforcement)),
             ("effective_from", timestamp(e.effective_from)),
             ("burst", opt_long(e.burst)),
+            ("actor", opt_string(&e.actor)),
+            ("reason", opt_string(&e.reason)),
         ],
         Event::Adjustment(e) => vec![
             ("adjustment_id", string(&e.adjustment_id)),
@@ -328,6 +331,7 @@ pub fn from_value(event_type: EventType, value: &Value) -> Result<Event, ShapeEr
             valid_from: f.timestamp("valid_from")?,
             valid_until: f.timestamp("valid_until")?,
             reason: f.string("reason")?,
+            actor: f.opt_string("actor")?,
         }),
         EventType::PolicyEvent => Event::Policy(PolicyEvent {
             header,
@@ -339,6 +343,8 @@ pub fn from_value(event_type: EventType, value: &Value) -> Result<Event, ShapeEr
             enforcement: parse_enum!(Enforcement, f, "enforcement"),
             effective_from: f.timestamp("effective_from")?,
             burst: f.opt_long("burst")?,
+            actor: f.opt_string("actor")?,
+            reason: f.opt_string("reason")?,
         }),
         EventType::AdjustmentEvent => Event::Adjustment(AdjustmentEvent {
             header,
@@ -440,6 +446,7 @@ pub fn write_body(out: &mut Vec<u8>, event: &Event) {
             write_long(out, e.valid_from.micros());
             write_long(out, e.valid_until.micros());
             write_string(out, &e.reason);
+            write_opt_string(out, &e.actor);
         }
         Event::Policy(e) => {
             write_string(out, &e.policy_id);
@@ -450,6 +457,8 @@ pub fn write_body(out: &mut Vec<u8>, event: &Event) {
             write_long(out, e.enforcement.index() as i64);
             write_long(out, e.effective_from.micros());
             write_opt_long(out, e.burst);
+            write_opt_string(out, &e.actor);
+            write_opt_string(out, &e.reason);
         }
         Event::Adjustment(e) => write_adjustment(out, e),
     }

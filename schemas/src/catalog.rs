@@ -42,6 +42,8 @@ const SCHEMA_FILES: &[(&str, EventType, bool, &str)] = &[
         include_str!("../avro/history/DecisionEvent.v1.avsc"),
     ),
     ("history/PolicyEvent.v1.avsc", EventType::PolicyEvent, false, include_str!("../avro/history/PolicyEvent.v1.avsc")),
+    ("history/PolicyEvent.v2.avsc", EventType::PolicyEvent, false, include_str!("../avro/history/PolicyEvent.v2.avsc")),
+    ("history/GrantEvent.v1.avsc", EventType::GrantEvent, false, include_str!("../avro/history/GrantEvent.v1.avsc")),
     (
         "history/AdjustmentEvent.v1.avsc",
         EventType::AdjustmentEvent,
@@ -53,8 +55,10 @@ const SCHEMA_FILES: &[(&str, EventType, bool, &str)] = &[
 /// One schema of the catalog.
 #[derive(Debug)]
 pub struct CatalogSchema {
-    /// Path under `schemas/avro/`.
+    /// Path under `schemas/avro/` of a compiled schema; the file's path as given of one added at run time.
     pub file: &'static str,
+    /// Whether it was added at run time (`--schemas DIR`) rather than compiled in.
+    pub runtime: bool,
     /// The record type it writes or reads.
     pub event_type: EventType,
     /// Whether this is the reader schema of its type (otherwise an older writer schema).
@@ -290,7 +294,7 @@ fn runtime_schema(path: &std::path::Path, compiled: &[CatalogSchema]) -> Result<
     })?;
     let file: &'static str = Box::leak(path.display().to_string().into_boxed_str());
     let (fingerprint, legacy_fingerprint) = (fingerprint(&schema), legacy_fingerprint(&schema));
-    Ok(CatalogSchema { file, event_type, current: false, fingerprint, legacy_fingerprint, schema })
+    Ok(CatalogSchema { file, runtime: true, event_type, current: false, fingerprint, legacy_fingerprint, schema })
 }
 
 impl Catalog {
@@ -339,7 +343,7 @@ impl Catalog {
                 let schema = Schema::parse_str(text)
                     .unwrap_or_else(|e| panic!("schemas/avro/{file} is not a valid Avro schema: {e}"));
                 let (fingerprint, legacy_fingerprint) = (fingerprint(&schema), legacy_fingerprint(&schema));
-                CatalogSchema { file, event_type, current, fingerprint, legacy_fingerprint, schema }
+                CatalogSchema { file, runtime: false, event_type, current, fingerprint, legacy_fingerprint, schema }
             })
             .collect()
     }

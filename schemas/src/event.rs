@@ -122,6 +122,9 @@ pub struct GrantEvent {
     pub valid_until: Timestamp,
     /// Why it was given, for people.
     pub reason: String,
+    /// Who gave it, as the control plane recorded it (schema v2; absent in v1 and from producers that do not say).
+    #[serde(default)]
+    pub actor: Option<String>,
 }
 
 /// `PolicyEvent` (topic `quota.policies`).
@@ -147,6 +150,13 @@ pub struct PolicyEvent {
     /// A throttle: a token bucket of this capacity refilling `limit` per window (schema v2; absent in v1).
     #[serde(default)]
     pub burst: Option<i64>,
+    /// Who made this version, as the control plane recorded it (schema v3; absent before and from producers that
+    /// do not say).
+    #[serde(default)]
+    pub actor: Option<String>,
+    /// Why this version was made, for people (schema v3, as `actor`).
+    #[serde(default)]
+    pub reason: Option<String>,
 }
 
 impl PolicyEvent {

@@ -194,7 +194,12 @@ fn validate_grant(e: &GrantEvent) -> Result<(), Invalid> {
             message: format!("{} is not after valid_from {}", e.valid_until, e.valid_from),
         });
     }
-    Ok(())
+    opt_actor(&e.actor)
+}
+
+/// Who made a control-plane change is a name as bounded as a tenant's (contract §9.2).
+fn opt_actor(actor: &Option<String>) -> Result<(), Invalid> {
+    actor.as_deref().map_or(Ok(()), |actor| check_name("actor", actor))
 }
 
 fn validate_policy(e: &PolicyEvent) -> Result<(), Invalid> {
@@ -202,10 +207,10 @@ fn validate_policy(e: &PolicyEvent) -> Result<(), Invalid> {
     at_least("version", i64::from(e.version), 0)?;
     at_least("limit", e.limit, 0)?;
     in_range("effective_from", e.effective_from)?;
-    match e.burst {
-        Some(burst) => at_least("burst", burst, 1),
-        None => Ok(()),
+    if let Some(burst) = e.burst {
+        at_least("burst", burst, 1)?;
     }
+    opt_actor(&e.actor)
 }
 
 fn validate_adjustment(e: &AdjustmentEvent) -> Result<(), Invalid> {

@@ -231,6 +231,8 @@ fn policy_v1_single_object_decodes_to_a_quota() {
         enforcement: Enforcement::HARD,
         effective_from: at("2026-11-01T00:00:00Z"),
         burst: None,
+        actor: None,
+        reason: None,
     };
     assert_eq!(decoded, Decoded { event: Event::Policy(expected), writer_fingerprint: v1.fingerprint });
 }
@@ -304,4 +306,93 @@ fn decision_v1_decodes_with_no_token_name() {
     assert_eq!(decoded, Decoded { event: expected.clone(), writer_fingerprint: v1.fingerprint });
     let stored = catalog.decode_payload(v1.fingerprint, &body).expect("a ledger entry written before v2");
     assert_eq!(stored, expected);
+}
+
+// Proves that a PolicyEvent from a producer still on v2 and a GrantEvent from one on v1 (neither says who made the
+// change or why) decode to the current events with `actor` and `reason` null: recording who changed a plan broke no
+// producer.
+#[test]
+fn policy_v2_and_grant_v1_decode_with_no_actor() {
+    use schemas::{Enforcement, GrantEvent, PolicyEvent, Scope, Window};
+    let catalog = Catalog::builtin();
+    let message = |file: &str, text: &str, fields: Vec<(&str, Value)>| {
+        let old = catalog.schemas().iter().find(|s| s.file == file).expect("the catalog keeps the old version");
+        assert!(!old.current);
+        let schema = Schema::parse_str(text).expect("the old version parses");
+        assert_eq!(schemas::fingerprint(&schema), old.fingerprint);
+        let header = vec![
+            ("event_id".to_string(), Value::String("e-old".into())),
+            ("occurred_at".into(), Value::TimestampMicros(at("2026-11-01T00:00:00Z").micros())),
+            ("tenant".into(), Value::String("org-1".into())),
+            ("subject".into(), Value::Union(0, Box::new(Value::Null))),
+            ("metric".into(), Value::String("requests".into())),
+            ("source".into(), Value::String("admin".into())),
+        ];
+        let value =
+            Value::Record(header.into_iter().chain(fields.into_iter().map(|(k, v)| (k.to_string(), v))).collect());
+        let body = GenericDatumWriter::builder(&schema).build().unwrap().write_value_to_vec(value).expect("a value");
+        let mut message = vec![0xC3, 0x01];
+        message.extend_from_slice(&old.fingerprint.to_le_bytes());
+        message.extend_from_slice(&body);
+        message
+    };
+    let header = Header {
+        event_id: "e-old".into(),
+        occurred_at: at("2026-11-01T00:00:00Z"),
+        tenant: "org-1".into(),
+        subject: None,
+        metric: "requests".into(),
+        source: "admin".into(),
+    };
+    let policy = message(
+        "history/PolicyEvent.v2.avsc",
+        include_str!("../avro/history/PolicyEvent.v2.avsc"),
+        vec![
+            ("policy_id", Value::String("daily".into())),
+            ("version", Value::Int(2)),
+            ("scope", Value::Enum(0, "TENANT".into())),
+            ("limit", Value::Long(1_000)),
+            ("window", Value::Enum(2, "DAY".into())),
+            ("enforcement", Value::Enum(0, "HARD".into())),
+            ("effective_from", Value::TimestampMicros(at("2026-11-01T00:00:00Z").micros())),
+            ("burst", Value::Union(1, Box::new(Value::Long(50)))),
+        ],
+    );
+    let decoded = catalog.decode_single_object(&policy, Some(EventType::PolicyEvent)).expect("v2 decodes");
+    let expected = PolicyEvent {
+        header: header.clone(),
+        policy_id: "daily".into(),
+        version: 2,
+        scope: Scope::TENANT,
+        limit: 1_000,
+        window: Window::DAY,
+        enforcement: Enforcement::HARD,
+        effective_from: at("2026-11-01T00:00:00Z"),
+        burst: Some(50),
+        actor: None,
+        reason: None,
+    };
+    assert_eq!(decoded.event, Event::Policy(expected));
+    let grant = message(
+        "history/GrantEvent.v1.avsc",
+        include_str!("../avro/history/GrantEvent.v1.avsc"),
+        vec![
+            ("grant_id", Value::String("g-1".into())),
+            ("amount", Value::Long(500)),
+            ("valid_from", Value::TimestampMicros(at("2026-11-01T00:00:00Z").micros())),
+            ("valid_until", Value::TimestampMicros(at("2026-12-01T00:00:00Z").micros())),
+            ("reason", Value::String("goodwill".into())),
+        ],
+    );
+    let decoded = catalog.decode_single_object(&grant, Some(EventType::GrantEvent)).expect("v1 decodes");
+    let expected = GrantEvent {
+        header,
+        grant_id: "g-1".into(),
+        amount: 500,
+        valid_from: at("2026-11-01T00:00:00Z"),
+        valid_until: at("2026-12-01T00:00:00Z"),
+        reason: "goodwill".into(),
+        actor: None,
+    };
+    assert_eq!(decoded.event, Event::Grant(expected));
 }

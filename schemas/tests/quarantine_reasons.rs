@@ -76,6 +76,7 @@ fn samples() -> Vec<Event> {
             valid_from: at("2026-11-01T00:00:00Z"),
             valid_until: at("2026-12-01T00:00:00Z"),
             reason: "support ticket 7".into(),
+            actor: None,
         }),
         Event::Policy(PolicyEvent {
             header: header("p-1"),
@@ -87,6 +88,8 @@ fn samples() -> Vec<Event> {
             enforcement: Enforcement::HARD,
             effective_from: at("2026-11-01T00:00:00Z"),
             burst: None,
+            actor: None,
+            reason: None,
         }),
         Event::Adjustment(AdjustmentEvent {
             header: header("a-1"),

@@ -121,7 +121,7 @@ fn grant() -> impl Strategy<Value = Event> {
         .prop_flat_map(|from| (Just(Timestamp(from)), (from + 1..TIMESTAMP_MAX.0).prop_map(Timestamp)));
     (header(), id(), 1..=AMOUNT_MAX, validity, text()).prop_map(
         |(header, grant_id, amount, (valid_from, valid_until), reason)| {
-            Event::Grant(GrantEvent { header, grant_id, amount, valid_from, valid_until, reason })
+            Event::Grant(GrantEvent { header, grant_id, amount, valid_from, valid_until, reason, actor: None })
         },
     )
 }
@@ -149,6 +149,8 @@ fn policy() -> impl Strategy<Value = Event> {
                 enforcement,
                 effective_from,
                 burst,
+                actor: None,
+                reason: None,
             })
         })
 }
@@ -347,7 +349,11 @@ fn independent_crc64_avro_matches_the_avro_test_vectors() {
 fn catalog_fingerprints_are_distinct_crc64_avro() {
     let catalog = Catalog::builtin();
     let schemas = catalog.schemas();
-    assert_eq!(schemas.len(), 10, "six current schemas, UsageEvent, DecisionEvent, PolicyEvent and AdjustmentEvent v1");
+    assert_eq!(
+        schemas.len(),
+        12,
+        "six current schemas; UsageEvent, DecisionEvent, PolicyEvent and AdjustmentEvent v1; PolicyEvent v2; GrantEvent v1"
+    );
     let mut seen = BTreeMap::new();
     for s in schemas {
         let canonical = schemas::catalog::canonical_form(&s.schema);

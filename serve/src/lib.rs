@@ -32,6 +32,7 @@
 
 #![deny(missing_docs)]
 
+mod admin;
 mod answer;
 mod connections;
 mod hook_outbox;
@@ -135,7 +136,9 @@ impl ServeSettings {
 /// limits and token checks as [`run`]'s server ([`READ_TIMEOUT_MS`] for a body, no brokers), for a caller that drives
 /// requests in its own process (the fuzz target of the request bodies).
 pub fn router(hook: Hook, tokens: Tokens) -> axum::Router {
-    let app = App { hook: Hooks::One(hook), tokens, outbox: None, routing: None, metrics: routes::Metrics::new() };
+    let admin = admin::Admin::new(admin::AdminLedgers::None);
+    let app =
+        App { hook: Hooks::One(hook), tokens, outbox: None, routing: None, metrics: routes::Metrics::new(), admin };
     routes::router(Arc::new(app), Duration::from_millis(READ_TIMEOUT_MS))
 }
 
@@ -257,7 +260,8 @@ pub fn run(
         None => None,
     };
     let outbox = publisher.as_ref().map(|p| Outboxes::One(p.health()));
-    let app = App { hook: Hooks::One(hook), tokens, outbox, routing: None, metrics: routes::Metrics::new() };
+    let admin = admin::Admin::new(admin::AdminLedgers::File(ledger_path.to_path_buf()));
+    let app = App { hook: Hooks::One(hook), tokens, outbox, routing: None, metrics: routes::Metrics::new(), admin };
     serve(app, writers, publisher.into_iter().collect(), prepared, &settings, listening, None)
 }
 
@@ -288,8 +292,15 @@ pub fn run_shards(
     drop(held);
     let outbox = (!publishers.is_empty())
         .then(|| Outboxes::Shards(publishers.iter().map(|(p, publisher)| (*p, publisher.health())).collect()));
-    let app =
-        App { hook: Hooks::Shards(Arc::new(shards)), tokens, outbox, routing: None, metrics: routes::Metrics::new() };
+    let admin = admin::Admin::new(admin::AdminLedgers::Shards(dir.clone()));
+    let app = App {
+        hook: Hooks::Shards(Arc::new(shards)),
+        tokens,
+        outbox,
+        routing: None,
+        metrics: routes::Metrics::new(),
+        admin,
+    };
     let publishers = publishers.into_iter().map(|(_, publisher)| publisher).collect();
     serve(app, writers, publishers, prepared, &settings, listening, None)
 }
@@ -327,6 +338,7 @@ pub fn run_node(
         outbox: None,
         routing: Some(routing),
         metrics: routes::Metrics::with(registry),
+        admin: admin::Admin::new(admin::AdminLedgers::None),
     };
     serve(app, Vec::new(), Vec::new(), prepared, &settings, listening, Some(stop))
 }

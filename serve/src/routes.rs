@@ -33,6 +33,8 @@ pub(crate) struct App {
     pub(crate) routing: Option<Arc<dyn crate::Routing>>,
     /// What `GET /metrics` answers.
     pub(crate) metrics: Metrics,
+    /// Where `POST /v1/admin/...` records changes.
+    pub(crate) admin: crate::admin::Admin,
 }
 
 /// The server's figures (`GET /metrics`, docs/operations.md "What to monitor").
@@ -136,6 +138,8 @@ pub(crate) fn router(app: Arc<App>, read_timeout: Duration) -> Router {
         .route("/v1/reservations", post(reserve))
         .route("/v1/reservations/{id}/commit", post(commit))
         .route("/v1/reservations/{id}/release", post(release))
+        .route("/v1/admin/policies", post(crate::admin::policies))
+        .route("/v1/admin/grants", post(crate::admin::grants))
         .layer(axum::middleware::from_fn_with_state(app.clone(), timed))
         .layer(axum::middleware::from_fn(move |request, next| read_body(read_timeout, request, next)))
         .with_state(app)

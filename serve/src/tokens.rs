@@ -45,6 +45,10 @@ struct Token {
     secret_sha256: Option<String>,
     /// Tenant names, or `["*"]` for every tenant.
     tenants: Vec<String>,
+    /// Whether the token may change policies and grants (`POST /v1/admin/...`) of the tenants it covers. Off unless
+    /// set: a service's token decides, an operator's changes plans.
+    #[serde(default)]
+    admin: bool,
 }
 
 /// The token file cannot be used. No message quotes the file's text: it holds secrets.
@@ -116,6 +120,8 @@ pub struct Caller {
     pub name: String,
     /// The tenants it may act for.
     pub scope: TenantScope,
+    /// Whether it may change policies and grants (`admin = true` in the token file).
+    pub admin: bool,
 }
 
 /// A token as kept: the SHA-256 of its secret, whichever way the file gave it.
@@ -189,7 +195,7 @@ impl Known {
     /// A token of the file, `number` from 1, checked: a name (or `token-N`) the ledger accepts, one secret of at
     /// least [`SECRET_MIN_BYTES`] or one SHA-256 of 64 hex digits.
     fn of(token: Token, number: usize) -> Result<Known, String> {
-        let name = token.name.unwrap_or_else(|| format!("token-{number}"));
+        let name = token.name.clone().unwrap_or_else(|| format!("token-{number}"));
         // Recorded on DecisionEvents and shown by `audit why`: a name as a tenant's is.
         schemas::validate::check_name("name", &name).map_err(|e| e.to_string())?;
         let secret_sha256 = match (token.secret, token.secret_sha256) {
@@ -204,7 +210,7 @@ impl Known {
             true => TenantScope::All,
             false => TenantScope::Only(token.tenants),
         };
-        Ok(Known { secret_sha256, caller: Caller { name, scope } })
+        Ok(Known { secret_sha256, caller: Caller { name, scope, admin: token.admin } })
     }
 }
 
@@ -246,8 +252,8 @@ fn invalid(path: &Path, text: &str, error: &toml::de::Error) -> TokenFileError {
     let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
     let message = error.message();
     let what = if message.starts_with("unknown field") {
-        "a key a token file does not have (the file has [[token]] tables of name, secret or secret_sha256, and \
-         tenants)"
+        "a key a token file does not have (the file has [[token]] tables of name, secret or secret_sha256, tenants \
+         and admin)"
             .to_string()
     } else if let Some(field) = ["name", "secret", "secret_sha256", "tenants", "token"]
         .into_iter()

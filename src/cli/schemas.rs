@@ -51,7 +51,7 @@ fn list(catalog: &Catalog, json: bool) -> anyhow::Result<()> {
             name: s.event_type.full_name(),
             fingerprint: format!("{:016x}", s.fingerprint),
             current: s.current,
-            file: format!("schemas/avro/{}", s.file),
+            file: if s.runtime { s.file.to_string() } else { format!("schemas/avro/{}", s.file) },
         })
         .collect();
     if json {

@@ -29,8 +29,19 @@ impl Server {
     /// Starts `serve --durability full` on `ledger` with the environment `env` added (the shim's), its token file
     /// in `scratch` and its stderr into `stderr`; waits for its `listening on` line.
     pub fn start(ledger: &Path, scratch: &Path, env: &[(&'static str, OsString)], stderr: &Path) -> Server {
+        Server::start_with_tokens(ledger, scratch, env, stderr, "")
+    }
+
+    /// [`Server::start`] with more `[[token]]` tables (`more`, TOML) in its token file after the one of [`SECRET`].
+    pub fn start_with_tokens(
+        ledger: &Path,
+        scratch: &Path,
+        env: &[(&'static str, OsString)],
+        stderr: &Path,
+        more: &str,
+    ) -> Server {
         let tokens = scratch.join("tokens.toml");
-        let text = format!("[[token]]\nname = \"fault-tests\"\nsecret = \"{SECRET}\"\ntenants = [\"*\"]\n");
+        let text = format!("[[token]]\nname = \"fault-tests\"\nsecret = \"{SECRET}\"\ntenants = [\"*\"]\n{more}");
         serve::tokens::write_private(&tokens, &text).expect("tokens");
         let stderr_file = std::fs::File::create(stderr).expect("a file for serve's stderr");
         let mut child = ChildGuard::new(
@@ -58,6 +69,18 @@ impl Server {
             .timeout_global(Some(Duration::from_secs(30)))
             .build();
         Server { child, base: base.to_string(), agent: ureq::Agent::new_with_config(config) }
+    }
+
+    /// `POST base+path` with `body` and `Authorization: Bearer secret`: the status and the JSON answered.
+    pub fn post(&self, path: &str, secret: &str, body: &Value) -> (u16, Value) {
+        let mut response = self
+            .agent
+            .post(format!("{}{path}", self.base))
+            .header("Authorization", format!("Bearer {secret}"))
+            .send_json(body)
+            .expect("an answer");
+        let status = response.status().as_u16();
+        (status, response.body_mut().read_json().unwrap_or(Value::Null))
     }
 
     /// An agent of its own for a client thread (one kept-alive connection each).

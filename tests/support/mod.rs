@@ -406,6 +406,7 @@ pub fn sample_event(event_type: EventType, event_id: &str) -> Event {
             valid_from: t,
             valid_until: Timestamp(t.micros() + 3_600_000_000),
             reason: "test".into(),
+            actor: None,
         }),
         EventType::PolicyEvent => Event::Policy(PolicyEvent {
             header,
@@ -417,6 +418,8 @@ pub fn sample_event(event_type: EventType, event_id: &str) -> Event {
             enforcement: Enforcement::HARD,
             effective_from: t,
             burst: None,
+            actor: None,
+            reason: None,
         }),
         EventType::AdjustmentEvent => unreachable!("adjustments are not an input topic"),
     }

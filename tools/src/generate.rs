@@ -288,6 +288,8 @@ impl Generator {
             enforcement,
             effective_from,
             burst: None,
+            actor: None,
+            reason: None,
         })
     }
 
@@ -303,6 +305,7 @@ impl Generator {
             valid_from: start,
             valid_until,
             reason: "support credit".into(),
+            actor: None,
         })
     }
 

@@ -61,6 +61,8 @@ fn hard_daily_limit(limit: i64) -> Event {
         enforcement: Enforcement::HARD,
         effective_from: at("2026-09-01T00:00:00Z"),
         burst: None,
+        actor: None,
+        reason: None,
     })
 }
 

@@ -64,6 +64,9 @@ fn printable_why(w: &Why) -> Why {
         for text in [&mut p.policy_id, &mut p.owner, &mut p.scope, &mut p.window, &mut p.enforcement] {
             escape(text);
         }
+        for text in [&mut p.actor, &mut p.change_reason].into_iter().flatten() {
+            escape(text);
+        }
     }
     w
 }
@@ -177,6 +180,10 @@ fn policy_paragraph(w: &Why, out: &mut String) {
                 p.policy_id, p.version, p.scope, p.enforcement, p.effective_from
             )
             .unwrap();
+            if let Some(actor) = &p.actor {
+                let reason = p.change_reason.as_deref().map_or(String::new(), |r| format!(": {r}"));
+                writeln!(out, "Set by {actor}{reason}.").unwrap();
+            }
             if p.copies > 1 {
                 writeln!(
                     out,
@@ -216,7 +223,10 @@ fn policy_paragraph(w: &Why, out: &mut String) {
                         g.amount.to_string(),
                         g.valid_from.to_string(),
                         g.valid_until.to_string(),
-                        g.reason.clone(),
+                        match &g.actor {
+                            Some(actor) => format!("{} (by {actor})", g.reason),
+                            None => g.reason.clone(),
+                        },
                     ]
                 })
                 .collect();
@@ -535,7 +545,38 @@ pub fn timeline(t: &Timeline) -> String {
         let header = ["recorded for", "kind", "metric", "policy", "subject", "window", "event at", "amount"];
         out.push_str(&table(&header, &rows));
     }
+    changes_paragraph(t, &mut out);
     out
+}
+
+/// The changes to the tenant's limits recorded in the range (its policies, the plan defaults, its grants), with who
+/// made them and why; nothing when there were none, as before changes were recorded with who and why.
+fn changes_paragraph(t: &Timeline, out: &mut String) {
+    if t.changes.is_empty() {
+        return;
+    }
+    writeln!(out, "\nChanges to its limits: {}.", t.changes.len()).unwrap();
+    let rows: Vec<Vec<String>> = t
+        .changes
+        .iter()
+        .map(|c| {
+            vec![
+                c.occurred_at.to_string(),
+                c.kind.clone(),
+                c.owner.clone(),
+                c.metric.clone(),
+                match c.version {
+                    Some(version) => format!("{} v{version}", c.id),
+                    None => c.id.clone(),
+                },
+                c.change.clone(),
+                or_empty(&c.actor),
+                or_empty(&c.reason),
+            ]
+        })
+        .collect();
+    let header = ["recorded at", "kind", "owner", "metric", "id", "change", "actor", "reason"];
+    out.push_str(&table(&header, &rows));
 }
 
 #[cfg(test)]

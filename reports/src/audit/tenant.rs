@@ -31,6 +31,9 @@ pub struct Timeline {
     /// Adjustments whose window overlaps the range, and those without a window (expiries, refused transitions,
     /// conflicting duplicates) about an event that occurred in it.
     pub adjustments: Vec<AdjustmentLine>,
+    /// Changes to its limits recorded in the range (event time): versions of its own policies and of the plan
+    /// defaults, and its grants, with who made them and why.
+    pub changes: Vec<ChangeLine>,
 }
 
 impl Timeline {
@@ -70,6 +73,29 @@ pub struct DecisionLine {
     /// Whose copy of the policy the decision was made under: the tenant's own (its name) or the plan default (`*`),
     /// as `audit why` tells it; `None` without a policy, or when the ledger holds no such version.
     pub policy_owner: Option<String>,
+}
+
+/// A change to a tenant's limits: a policy version (its own or the plan default's) or a grant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ChangeLine {
+    /// When it was recorded (the event's `occurred_at`).
+    pub occurred_at: Timestamp,
+    /// `policy` or `grant`.
+    pub kind: String,
+    /// The tenant whose policy or grant it is; `*` for the plan default.
+    pub owner: String,
+    /// The metric.
+    pub metric: String,
+    /// The policy_id or grant_id.
+    pub id: String,
+    /// A policy's version.
+    pub version: Option<i64>,
+    /// What it says, in words: `limit 200 per DAY, HARD, TENANT scope, effective from ...`, `+25 from ... until ...`.
+    pub change: String,
+    /// Who made it, when recorded (PolicyEvent v3, GrantEvent v2).
+    pub actor: Option<String>,
+    /// Why.
+    pub reason: Option<String>,
 }
 
 /// The consumption of one UTC day and metric.
@@ -240,7 +266,57 @@ fn read_timeline(at: &At<'_>, tenant: &str, from: Timestamp, to: Timestamp) -> R
         consumption,
         reservations,
         adjustments: adjustments.in_range(from, to),
+        changes: changes(at, tenant, (from, to))?,
     })
+}
+
+/// The versions of the tenant's policies and of the plan defaults, and its grants, recorded in `[from, to)`.
+fn changes(at: &At<'_>, tenant: &str, (from, to): (Timestamp, Timestamp)) -> Result<Vec<ChangeLine>, ReportError> {
+    let in_range = |t: Timestamp| t >= from && t < to;
+    let mut lines: Vec<ChangeLine> = Vec::new();
+    let owners = [tenant, rules::policy::PLAN_DEFAULT_TENANT];
+    for p in at.ledger.policies_through(at.watermark)? {
+        if !owners.contains(&p.header.tenant.as_str()) || !in_range(p.header.occurred_at) {
+            continue;
+        }
+        let burst = p.burst.map_or(String::new(), |b| format!(", burst {b}"));
+        let change = format!(
+            "limit {} per {}{burst}, {}, {} scope, effective from {}",
+            p.limit,
+            p.window.symbol(),
+            p.enforcement.symbol(),
+            p.scope.symbol(),
+            p.effective_from
+        );
+        lines.push(ChangeLine {
+            occurred_at: p.header.occurred_at,
+            kind: "policy".into(),
+            owner: p.header.tenant,
+            metric: p.header.metric,
+            id: p.policy_id,
+            version: Some(i64::from(p.version)),
+            change,
+            actor: p.actor,
+            reason: p.reason,
+        });
+    }
+    let grants = at.ledger.grants_through(at.watermark)?.into_iter().filter(|((t, _), _)| t == tenant);
+    for g in grants.flat_map(|(_, grants)| grants).filter(|g| in_range(g.header.occurred_at)) {
+        let subject = g.header.subject.as_deref().map_or(String::new(), |s| format!(" for subject {s}"));
+        lines.push(ChangeLine {
+            occurred_at: g.header.occurred_at,
+            kind: "grant".into(),
+            owner: g.header.tenant,
+            metric: g.header.metric,
+            id: g.grant_id,
+            version: None,
+            change: format!("+{}{subject} from {} until {}", g.amount, g.valid_from, g.valid_until),
+            actor: g.actor,
+            reason: Some(g.reason),
+        });
+    }
+    lines.sort_by(|a, b| (a.occurred_at, &a.kind, &a.id).cmp(&(b.occurred_at, &b.kind, &b.id)));
+    Ok(lines)
 }
 
 fn reservation_line(

@@ -149,6 +149,11 @@ pub struct PolicyFacts {
     pub effective_from: Timestamp,
     /// A throttle's token bucket capacity (refilled `limit` per `window`); `None` for a quota.
     pub burst: Option<i64>,
+    /// Who made this version and why, as the control plane recorded them (PolicyEvent v3); `None` for a version
+    /// produced without them.
+    pub actor: Option<String>,
+    /// Why this version was made.
+    pub change_reason: Option<String>,
     /// The ledger entry of the copy shown.
     pub seq: u64,
     /// How many copies of this version (same owner) the ledger holds: more than 1 when it was published again.
@@ -193,6 +198,8 @@ pub struct GrantFacts {
     pub valid_from: Timestamp,
     pub valid_until: Timestamp,
     pub reason: String,
+    /// Who gave it (GrantEvent v2); `None` for a grant produced without it.
+    pub actor: Option<String>,
 }
 
 /// What had consumed the window before the decision, per the ledger.
@@ -422,6 +429,8 @@ fn policy(at: &At<'_>, decision: &Decision) -> Result<Option<PolicyFacts>, Repor
         enforcement: chosen.enforcement.symbol().to_string(),
         effective_from: chosen.effective_from,
         burst: chosen.burst,
+        actor: chosen.actor.clone(),
+        change_reason: chosen.reason.clone(),
         seq: seqs[index],
         copies: copies.count() as u64,
     }))
@@ -480,6 +489,7 @@ fn grants(
                 valid_from: grant.valid_from,
                 valid_until: grant.valid_until,
                 reason: grant.reason,
+                actor: grant.actor,
             });
         }
     }
@@ -621,6 +631,8 @@ mod tests {
             enforcement: Enforcement::HARD,
             effective_from: at(effective_from),
             burst: None,
+            actor: None,
+            reason: None,
         }
     }
 

@@ -200,6 +200,8 @@ fn policy_event() -> Event {
         enforcement: Enforcement::HARD,
         effective_from: start,
         burst: None,
+        actor: None,
+        reason: None,
     })
 }
 

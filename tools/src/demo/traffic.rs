@@ -92,6 +92,8 @@ pub(super) fn tenant_policies(month: Period, consumption: &BTreeMap<(String, Str
             enforcement: *enforcement,
             effective_from: month.start(),
             burst: None,
+            actor: None,
+            reason: None,
         }));
     }
     policies

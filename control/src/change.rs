@@ -1,0 +1,299 @@
+//! Changes as requested, and the events that record them: pure, judged against [`Recorded`].
+
+use schemas::validate::{check_id, check_name};
+use schemas::{Enforcement, Event, GrantEvent, Header, Invalid, PolicyEvent, Scope, Timestamp, Window};
+
+use crate::record::Recorded;
+
+/// The longest `reason` accepted, in bytes: a sentence or a ticket reference for the people who read `audit`, not a
+/// document (the same order as an idempotency key, ten times a tenant's name).
+pub const REASON_BYTES_MAX: usize = 1024;
+
+/// A new version of a policy (`policy set`; `plan set` is the same with tenant `*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyChange {
+    /// The tenant, or `*` for the plan default.
+    pub tenant: String,
+    /// What is counted.
+    pub metric: String,
+    /// What a window may consume.
+    pub limit: i64,
+    /// The window the limit holds over.
+    pub window: Window,
+    /// HARD, SOFT or SHADOW.
+    pub enforcement: Enforcement,
+    /// TENANT or SUBJECT.
+    pub scope: Scope,
+    /// The policy; [`default_policy_id`] when none is given.
+    pub policy_id: Option<String>,
+    /// The version to write; the last recorded one plus 1 when none is given.
+    pub version: Option<i32>,
+    /// When the version starts to govern; now when none is given.
+    pub effective_from: Option<Timestamp>,
+    /// Who makes the change.
+    pub actor: String,
+    /// Why, for people.
+    pub reason: String,
+    /// The producing service recorded in the event's `source` (the command or the endpoint).
+    pub source: String,
+}
+
+/// A grant (`grant add`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantChange {
+    /// The tenant.
+    pub tenant: String,
+    /// The subject whose SUBJECT-policy windows it raises; none: the TENANT-policy windows.
+    pub subject: Option<String>,
+    /// What is counted.
+    pub metric: String,
+    /// What it adds to the limit.
+    pub amount: i64,
+    /// When it starts to count.
+    pub valid_from: Timestamp,
+    /// Exclusive.
+    pub valid_until: Timestamp,
+    /// The grant; derived from the tenant, metric and time of the change when none is given.
+    pub grant_id: Option<String>,
+    /// Who gives it.
+    pub actor: String,
+    /// Why, for people.
+    pub reason: String,
+    /// The producing service recorded in the event's `source`.
+    pub source: String,
+}
+
+/// A change that would be invalid, and nothing was written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Refused {
+    /// A field breaks a rule of the contract (§3, §9.2): a bad name, a negative limit, an amount below 1, ...
+    #[error("{0}")]
+    Invalid(#[from] Invalid),
+    /// The version is not above the last one recorded for the policy.
+    #[error("version {version} of policy {policy_id} is not above the last recorded, {last}")]
+    VersionNotAbove {
+        /// The policy.
+        policy_id: String,
+        /// The version asked for.
+        version: i32,
+        /// The last recorded version.
+        last: i32,
+    },
+    /// The last version recorded is the greatest an `int` holds: no version can follow it.
+    #[error(
+        "policy {policy_id} is at version {}, the last an Avro int holds: give the change another policy id",
+        i32::MAX
+    )]
+    VersionsExhausted {
+        /// The policy.
+        policy_id: String,
+    },
+    /// The change would reach into a closed period, whose bill never changes (contract §9.5).
+    #[error("{field} {value} is before {closed_until}, the end of closed period {period}: a closed bill never changes")]
+    BeforeClose {
+        /// `effective_from` or `valid_from`.
+        field: &'static str,
+        /// Its value.
+        value: Timestamp,
+        /// The last closed period.
+        period: String,
+        /// Its end.
+        closed_until: Timestamp,
+    },
+    /// A grant of that id is recorded already: grants are never changed, another one is added.
+    #[error("grant {grant_id} of {tenant} is recorded already: a grant never changes, add another")]
+    GrantExists {
+        /// The grant.
+        grant_id: String,
+        /// Its tenant.
+        tenant: String,
+    },
+}
+
+/// The policy id of a change that names none: `TENANT:METRIC:SCOPE:WINDOW`, scope and window in lower case
+/// (`org-42:requests:tenant:day`, `*:tokens:subject:month`). Deterministic, so that setting the same kind of limit
+/// again makes the next version of the same policy; the tenant is part of it, so that a tenant's own policy never
+/// shares an id (and versions) with the plan default it overrides.
+pub fn default_policy_id(tenant: &str, metric: &str, scope: Scope, window: Window) -> String {
+    format!("{tenant}:{metric}:{}:{}", scope.symbol().to_lowercase(), window.symbol().to_lowercase())
+}
+
+/// The PolicyEvent that records `change`, at `now`, or why it would be invalid.
+pub fn policy_event(change: &PolicyChange, recorded: &Recorded, now: Timestamp) -> Result<PolicyEvent, Refused> {
+    check_name("tenant", &change.tenant)?;
+    check_name("metric", &change.metric)?;
+    let policy_id = match &change.policy_id {
+        Some(id) => id.clone(),
+        None => default_policy_id(&change.tenant, &change.metric, change.scope, change.window),
+    };
+    check_non_empty_id("policy_id", &policy_id)?;
+    check_why(&change.actor, &change.reason)?;
+    let last = recorded.last_version(&change.tenant, &change.metric, &policy_id);
+    let version = match (change.version, last) {
+        (Some(version), Some(last)) if version <= last => {
+            return Err(Refused::VersionNotAbove { policy_id, version, last });
+        }
+        (Some(version), _) => version,
+        (None, None) => 1,
+        (None, Some(last)) => {
+            last.checked_add(1).ok_or_else(|| Refused::VersionsExhausted { policy_id: policy_id.clone() })?
+        }
+    };
+    let effective_from = change.effective_from.unwrap_or(now);
+    recorded.check_after_close("effective_from", effective_from)?;
+    let event = PolicyEvent {
+        header: header(event_id_of_policy(&change.tenant, &change.metric, &policy_id, version), change, now),
+        policy_id,
+        version,
+        scope: change.scope,
+        limit: change.limit,
+        window: change.window,
+        enforcement: change.enforcement,
+        effective_from,
+        burst: None,
+        actor: Some(change.actor.clone()),
+        reason: Some(change.reason.clone()),
+    };
+    let event = Event::Policy(event);
+    schemas::validate(&event)?;
+    let Event::Policy(event) = event else { unreachable!("built as a policy") };
+    Ok(event)
+}
+
+/// The GrantEvent that records `change`, at `now`, or why it would be invalid.
+pub fn grant_event(change: &GrantChange, recorded: &Recorded, now: Timestamp) -> Result<GrantEvent, Refused> {
+    let grant_id = change.grant_id.clone().unwrap_or_else(|| format!("{}:{}:{}", change.tenant, change.metric, now));
+    check_non_empty_id("grant_id", &grant_id)?;
+    check_why(&change.actor, &change.reason)?;
+    if recorded.has_grant(&change.tenant, &grant_id) {
+        return Err(Refused::GrantExists { grant_id, tenant: change.tenant.clone() });
+    }
+    recorded.check_after_close("valid_from", change.valid_from)?;
+    let header = Header {
+        event_id: format!("grant/{}/{}", change.tenant, grant_id),
+        occurred_at: now,
+        tenant: change.tenant.clone(),
+        subject: change.subject.clone(),
+        metric: change.metric.clone(),
+        source: change.source.clone(),
+    };
+    let event = Event::Grant(GrantEvent {
+        header,
+        grant_id,
+        amount: change.amount,
+        valid_from: change.valid_from,
+        valid_until: change.valid_until,
+        reason: change.reason.clone(),
+        actor: Some(change.actor.clone()),
+    });
+    schemas::validate(&event)?;
+    let Event::Grant(event) = event else { unreachable!("built as a grant") };
+    Ok(event)
+}
+
+/// Deterministic, so that the ledger's deduplication refuses a second, different copy of one version of one policy
+/// (two changes racing for the same version: the later is kept as a conflicting duplicate, never counted).
+fn event_id_of_policy(tenant: &str, metric: &str, policy_id: &str, version: i32) -> String {
+    format!("policy/{tenant}/{metric}/{policy_id}/v{version}")
+}
+
+fn header(event_id: String, change: &PolicyChange, now: Timestamp) -> Header {
+    Header {
+        event_id,
+        occurred_at: now,
+        tenant: change.tenant.clone(),
+        subject: None,
+        metric: change.metric.clone(),
+        source: change.source.clone(),
+    }
+}
+
+fn check_non_empty_id(field: &'static str, value: &str) -> Result<(), Invalid> {
+    if value.is_empty() {
+        return Err(Invalid::Empty { field });
+    }
+    check_id(field, value)
+}
+
+/// Who and why are what `audit` shows of a change: a name as bounded as a tenant's, and a reason of one line.
+fn check_why(actor: &str, reason: &str) -> Result<(), Invalid> {
+    check_name("actor", actor)?;
+    if reason.is_empty() {
+        return Err(Invalid::Empty { field: "reason" });
+    }
+    if reason.len() > REASON_BYTES_MAX {
+        return Err(Invalid::TooLong { field: "reason", bytes: reason.len(), maximum: REASON_BYTES_MAX });
+    }
+    match reason.char_indices().find(|(_, c)| c.is_control()) {
+        Some((at, c)) => Err(Invalid::ControlCharacter { field: "reason", code_point: u32::from(c), at }),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(text: &str) -> Timestamp {
+        Timestamp::parse_rfc3339(text).unwrap()
+    }
+
+    fn change(version: Option<i32>) -> PolicyChange {
+        PolicyChange {
+            tenant: "org-1".into(),
+            metric: "tokens".into(),
+            limit: 10,
+            window: Window::HOUR,
+            enforcement: Enforcement::SOFT,
+            scope: Scope::SUBJECT,
+            policy_id: None,
+            version,
+            effective_from: None,
+            actor: "alice".into(),
+            reason: "why".into(),
+            source: "test".into(),
+        }
+    }
+
+    // Proves the version follows the last one recorded for the same owner, metric and policy id, that a version given
+    // above it is kept, and that the event id names the version (the ledger then refuses a second copy of it).
+    #[test]
+    fn the_next_version_follows_the_last_recorded() {
+        let now = at("2026-12-04T10:00:00Z");
+        let first = policy_event(&change(None), &Recorded::default(), now).unwrap();
+        assert_eq!((first.policy_id.as_str(), first.version), ("org-1:tokens:subject:hour", 1));
+        assert_eq!(first.header.event_id, "policy/org-1/tokens/org-1:tokens:subject:hour/v1");
+        assert_eq!(
+            (first.effective_from, first.actor.as_deref(), first.reason.as_deref()),
+            (now, Some("alice"), Some("why"))
+        );
+        let recorded = Recorded::from_policies(vec![first]);
+        assert_eq!(policy_event(&change(None), &recorded, now).unwrap().version, 2);
+        assert_eq!(policy_event(&change(Some(7)), &recorded, now).unwrap().version, 7);
+        let last = policy_event(&change(Some(i32::MAX)), &recorded, now).unwrap();
+        let at_the_end = Recorded::from_policies(vec![last]);
+        assert!(matches!(policy_event(&change(None), &at_the_end, now), Err(Refused::VersionsExhausted { .. })));
+        let refused = policy_event(&change(Some(1)), &recorded, now).unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "version 1 of policy org-1:tokens:subject:hour is not above the last recorded, 1"
+        );
+    }
+
+    // Proves who and why are required and bounded: an empty actor, a reason with a newline (a forged line in `audit`)
+    // and an over-long reason are refused.
+    #[test]
+    fn who_and_why_are_required_and_bounded() {
+        let now = at("2026-12-04T10:00:00Z");
+        let with = |actor: &str, reason: &str| {
+            let mut c = change(None);
+            (c.actor, c.reason) = (actor.into(), reason.into());
+            policy_event(&c, &Recorded::default(), now).map(|_| ()).map_err(|e| e.to_string())
+        };
+        assert_eq!(with("", "why"), Err("actor is empty".into()));
+        assert_eq!(with("a", "line\nforged"), Err("reason holds a control character (U+000A) at byte 4".into()));
+        assert!(with("a", &"x".repeat(REASON_BYTES_MAX + 1)).unwrap_err().contains("longer than the 1024 bytes"));
+        assert_eq!(with("a", "ok"), Ok(()));
+    }
+}

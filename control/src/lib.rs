@@ -1,0 +1,37 @@
+//! The control plane: how a plan, a tenant's policy or a grant changes. A change is a request (who, what, why);
+//! [`policy_event`] and [`grant_event`] turn it into the event that records it, with the next version, or refuse
+//! it naming why, judged against what the ledger already holds ([`Recorded`]): pure functions, as reconcile's
+//! plan. [`record`] then appends the event into the ledger (or the shards that hold its tenant); the binary may
+//! instead produce it to Kafka, where ingest records it like any producer's.
+//!
+//! Who made the change and why travel in the event itself (`actor`, `reason`: PolicyEvent v3, GrantEvent v2), so
+//! the ledger's hash chain covers them and `audit` shows them.
+//!
+//! ```
+//! use control::{PolicyChange, Recorded, policy_event};
+//! use schemas::{Enforcement, Scope, Timestamp, Window};
+//!
+//! let change = PolicyChange {
+//!     tenant: "org-42".into(),
+//!     metric: "requests".into(),
+//!     limit: 10_000,
+//!     window: Window::DAY,
+//!     enforcement: Enforcement::HARD,
+//!     scope: Scope::TENANT,
+//!     policy_id: None,
+//!     version: None,
+//!     effective_from: None,
+//!     actor: "alice".into(),
+//!     reason: "upgrade to pro".into(),
+//!     source: "doc-test".into(),
+//! };
+//! let now = Timestamp::parse_rfc3339("2026-12-04T10:00:00Z").unwrap();
+//! let event = policy_event(&change, &Recorded::default(), now).unwrap();
+//! assert_eq!((event.policy_id.as_str(), event.version), ("org-42:requests:tenant:day", 1));
+//! ```
+
+mod change;
+mod record;
+
+pub use change::{GrantChange, PolicyChange, REASON_BYTES_MAX, Refused, default_policy_id, grant_event, policy_event};
+pub use record::{RecordError, Recorded, record};

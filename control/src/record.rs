@@ -1,0 +1,197 @@
+//! What the ledger holds that a change is judged against, and the append that records a change.
+
+use std::collections::BTreeSet;
+
+use ledger::{AppendOutcome, Batch, Incoming, Ledger, Origin, ReadError};
+use schemas::{Event, GrantEvent, PolicyEvent, Timestamp};
+
+use crate::change::Refused;
+
+/// The origin name of the entries the control plane appends (`entries.origin_stream`).
+pub const ORIGIN_NAME: &str = "control";
+
+/// What the ledger (or every shard of it) holds that a change is judged against: every policy version, every grant,
+/// and the last closed period. A plan default is in every shard: its copies count once.
+#[derive(Debug, Clone, Default)]
+pub struct Recorded {
+    policies: Vec<PolicyEvent>,
+    grants: Vec<GrantEvent>,
+    /// The last closed period (`YYYY-MM`) and its end: every earlier period is closed too.
+    closed: Option<(String, Timestamp)>,
+}
+
+impl Recorded {
+    /// Reads what `ledgers` hold (one ledger file, or every shard of a directory).
+    pub fn read<'a>(ledgers: impl IntoIterator<Item = &'a Ledger>) -> Result<Recorded, ReadError> {
+        let mut recorded = Recorded::default();
+        let mut seen = BTreeSet::new();
+        for ledger in ledgers {
+            for policy in ledger.policies()? {
+                if seen.insert(policy.header.event_id.clone()) {
+                    recorded.policies.push(policy);
+                }
+            }
+            for grant in ledger.grants()?.into_values().flatten() {
+                if seen.insert(grant.header.event_id.clone()) {
+                    recorded.grants.push(grant);
+                }
+            }
+            if let Some(last) = ledger.period_closes()?.into_iter().max_by_key(|close| close.period) {
+                let end = last.period.end();
+                if recorded.closed.as_ref().is_none_or(|(_, until)| *until < end) {
+                    recorded.closed = Some((last.period.to_string(), end));
+                }
+            }
+        }
+        recorded.grants.sort_by_key(|grant| grant.header.occurred_at);
+        Ok(recorded)
+    }
+
+    /// What a ledger holding only `policies` holds (tests, and callers that read policies themselves).
+    pub fn from_policies(policies: Vec<PolicyEvent>) -> Recorded {
+        Recorded { policies, ..Recorded::default() }
+    }
+
+    /// Every policy version, in ledger order (of the first shard holding it).
+    pub fn policies(&self) -> &[PolicyEvent] {
+        &self.policies
+    }
+
+    /// Every grant, oldest change first.
+    pub fn grants(&self) -> &[GrantEvent] {
+        &self.grants
+    }
+
+    /// The last version recorded of `policy_id` for `tenant` (or `*`) and `metric`: a policy id is unique per owner
+    /// and metric, as `audit why` reads it.
+    pub fn last_version(&self, tenant: &str, metric: &str, policy_id: &str) -> Option<i32> {
+        self.policies
+            .iter()
+            .filter(|p| p.policy_id == policy_id && p.header.tenant == tenant && p.header.metric == metric)
+            .map(|p| p.version)
+            .max()
+    }
+
+    /// Whether a grant of `grant_id` is recorded for `tenant`.
+    pub fn has_grant(&self, tenant: &str, grant_id: &str) -> bool {
+        self.grants.iter().any(|g| g.grant_id == grant_id && g.header.tenant == tenant)
+    }
+
+    /// Every version of `policy_id` (of any owner and metric), oldest change first: `policy history`.
+    pub fn history(&self, policy_id: &str) -> Vec<&PolicyEvent> {
+        self.policies.iter().filter(|p| p.policy_id == policy_id).collect()
+    }
+
+    /// The policies in force at `now` (contract §5, by the rules the hook decides with: a version governs the
+    /// whole window its `effective_from` falls in): of `tenant`, its own and the plan defaults that apply to it; of
+    /// every owner otherwise. Sorted by owner, metric and policy id.
+    pub fn in_force(&self, tenant: Option<&str>, now: Timestamp) -> Vec<&PolicyEvent> {
+        let mut owners: BTreeSet<(&str, &str)> = BTreeSet::new();
+        for p in &self.policies {
+            owners.insert((p.header.tenant.as_str(), p.header.metric.as_str()));
+        }
+        let mut in_force: Vec<&PolicyEvent> = match tenant {
+            Some(tenant) => {
+                let metrics: BTreeSet<&str> =
+                    owners.iter().filter(|(o, _)| *o == tenant || *o == "*").map(|(_, m)| *m).collect();
+                metrics
+                    .into_iter()
+                    .flat_map(|metric| rules::policy::applicable(&self.policies, tenant, metric, now))
+                    .map(|a| a.policy)
+                    .collect()
+            }
+            None => owners.into_iter().flat_map(|(owner, metric)| self.in_force_of(owner, metric, now)).collect(),
+        };
+        in_force.sort_by(|a, b| owner_key(a).cmp(&owner_key(b)));
+        in_force.dedup_by(|a, b| a.header.event_id == b.header.event_id);
+        in_force
+    }
+
+    fn in_force_of(&self, owner: &str, metric: &str, now: Timestamp) -> Vec<&PolicyEvent> {
+        let mut by_id: std::collections::BTreeMap<&str, Vec<&PolicyEvent>> = std::collections::BTreeMap::new();
+        for p in self.policies.iter().filter(|p| p.header.tenant == owner && p.header.metric == metric) {
+            by_id.entry(p.policy_id.as_str()).or_default().push(p);
+        }
+        by_id.values().flat_map(|versions| rules::policy::in_force(versions, now)).map(|a| a.policy).collect()
+    }
+
+    /// Refuses a change dated before the end of the last closed period.
+    pub(crate) fn check_after_close(&self, field: &'static str, value: Timestamp) -> Result<(), Refused> {
+        match &self.closed {
+            Some((period, closed_until)) if value < *closed_until => {
+                Err(Refused::BeforeClose { field, value, period: period.clone(), closed_until: *closed_until })
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The change could not be appended.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordError {
+    /// The append failed; nothing was recorded in that ledger.
+    #[error("cannot append {event_id} to {path}")]
+    Append {
+        /// The event.
+        event_id: String,
+        /// The ledger file.
+        path: String,
+        /// The failure.
+        source: ledger::AppendError,
+    },
+    /// The ledger holds another event of that id (a change racing this one for the same version).
+    #[error("{event_id} is not recorded in {path}: the ledger holds another event of that id (entry {of})")]
+    Conflicting {
+        /// The event.
+        event_id: String,
+        /// The ledger file.
+        path: String,
+        /// The entry it conflicts with.
+        of: u64,
+    },
+    /// No ledger holds the tenant (a directory of shards without its shard).
+    #[error("no ledger given holds tenant {tenant}")]
+    NoShard {
+        /// The tenant.
+        tenant: String,
+    },
+    /// Reading a shard's identity failed.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+}
+
+/// Appends `event` into every ledger of `ledgers` that holds its tenant (a plan default: every shard; a tenant: its
+/// shard; one ledger file holds every tenant). Answers the ledger sequence number of each copy recorded; an exact
+/// copy recorded before (the same change retried) counts as recorded.
+pub fn record(ledgers: &mut [Ledger], event: &Event) -> Result<Vec<u64>, RecordError> {
+    let tenant = &event.header().tenant;
+    let mut seqs = Vec::new();
+    for ledger in ledgers.iter_mut() {
+        if ledger.shard()?.is_some_and(|shard| !shard.holds_tenant(tenant)) {
+            continue;
+        }
+        let incoming = Incoming { event: event.clone(), origin: Origin::Local { name: ORIGIN_NAME.into() }, raw: None };
+        let event_id = event.header().event_id.clone();
+        let path = ledger.path().display().to_string();
+        let report = ledger
+            .append(&Batch { events: vec![incoming], ..Batch::default() })
+            .map_err(|source| RecordError::Append { event_id: event_id.clone(), path: path.clone(), source })?;
+        match report.outcomes.first() {
+            Some(AppendOutcome::Recorded { seq }) => seqs.push(*seq),
+            Some(AppendOutcome::Duplicate { of }) => seqs.push(*of),
+            Some(AppendOutcome::ConflictingDuplicate { of, .. }) => {
+                return Err(RecordError::Conflicting { event_id, path, of: *of });
+            }
+            other => unreachable!("one policy or grant appended answers one outcome of the three, not {other:?}"),
+        }
+    }
+    if seqs.is_empty() {
+        return Err(RecordError::NoShard { tenant: tenant.clone() });
+    }
+    Ok(seqs)
+}
+
+fn owner_key(p: &PolicyEvent) -> (&str, &str, &str, i32) {
+    (p.header.tenant.as_str(), p.header.metric.as_str(), p.policy_id.as_str(), p.version)
+}

@@ -1,0 +1,268 @@
+//! `POST /v1/admin/policies` and `POST /v1/admin/grants`: the control plane over HTTP, for tokens with
+//! `admin = true` that cover the tenant (docs/services.md). A change is judged and recorded by the `control` crate,
+//! as `policy set` and `grant add` do it, through a ledger connection of its own, one change at a time: changes are
+//! rare (people change plans), and the hook's writer learns of them as of any other writer's append, by the ledger's
+//! data version before its next group, so the next decision is made under them.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use axum::Json;
+use axum::extract::State;
+use axum::extract::rejection::JsonRejection;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use control::{GrantChange, PolicyChange, Recorded, Refused};
+use ledger::Ledger;
+use ledger::shards::ShardDir;
+use schemas::{Enforcement, Event, Scope, Timestamp, Window};
+use serde::Deserialize;
+
+use crate::answer::error;
+use crate::routes::App;
+use crate::tokens::Caller;
+
+/// Where the admin endpoints record changes: the ledger `serve` decides on, or its shards.
+pub(crate) enum AdminLedgers {
+    /// One ledger file.
+    File(PathBuf),
+    /// A directory of shards: a plan default goes to every shard, a tenant's change to its shard.
+    Shards(ShardDir),
+    /// No admin endpoint (a node of a cluster: its shards come and go with the partitions it owns).
+    None,
+}
+
+/// The admin endpoints' state: where to record, and the lock that makes changes one at a time (two at once would
+/// race for one version of a policy).
+pub(crate) struct Admin {
+    ledgers: AdminLedgers,
+    one_at_a_time: Mutex<()>,
+}
+
+impl Admin {
+    pub(crate) fn new(ledgers: AdminLedgers) -> Admin {
+        Admin { ledgers, one_at_a_time: Mutex::new(()) }
+    }
+
+    /// Judges and records the event `build` makes of what the ledgers hold: the event and the ledger sequence number
+    /// of each copy recorded.
+    fn change(
+        &self,
+        build: impl FnOnce(&Recorded, Timestamp) -> Result<Event, Refused>,
+    ) -> Result<(Event, Vec<u64>), Answer> {
+        let _one = self.one_at_a_time.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut ledgers = match &self.ledgers {
+            AdminLedgers::File(path) => vec![Ledger::open(path).map_err(Answer::ledger)?],
+            AdminLedgers::Shards(dir) => {
+                dir.open_all().map_err(Answer::ledger)?.into_iter().map(|(_, ledger)| ledger).collect()
+            }
+            AdminLedgers::None => return Err(Answer::NotHere),
+        };
+        let recorded = Recorded::read(&ledgers).map_err(Answer::ledger)?;
+        let event = build(&recorded, Timestamp::now()).map_err(Answer::Refused)?;
+        let seqs = control::record(&mut ledgers, &event).map_err(|e| match e {
+            // Another writer (a `policy set` beside this server) recorded this version first.
+            conflict @ control::RecordError::Conflicting { .. } => Answer::Conflict(conflict.to_string()),
+            other => Answer::ledger(other),
+        })?;
+        Ok((event, seqs))
+    }
+}
+
+/// Why a change was not recorded.
+enum Answer {
+    /// The change would be invalid.
+    Refused(Refused),
+    /// Another writer recorded the same version first.
+    Conflict(String),
+    /// The ledger failed.
+    Ledger(String),
+    /// This server records no changes.
+    NotHere,
+}
+
+impl Answer {
+    fn ledger(e: impl std::error::Error + 'static) -> Answer {
+        Answer::Ledger(ledger::causes(&e))
+    }
+
+    /// 400 for a field that breaks the contract, 409 for a change the ledger's state refuses (a version not above
+    /// the last, a closed period, a grant recorded already), 500 when the ledger fails, 404 where there is no
+    /// admin endpoint.
+    fn into_response(self) -> Response {
+        match self {
+            Answer::Refused(refused @ Refused::Invalid(_)) => {
+                error(StatusCode::BAD_REQUEST, "invalid_change", format!("nothing recorded: {refused}"))
+            }
+            Answer::Refused(refused) => {
+                error(StatusCode::CONFLICT, "refused_change", format!("nothing recorded: {refused}"))
+            }
+            Answer::Conflict(message) => error(StatusCode::CONFLICT, "refused_change", message),
+            Answer::Ledger(message) => error(StatusCode::INTERNAL_SERVER_ERROR, "ledger_error", message),
+            Answer::NotHere => {
+                error(StatusCode::NOT_FOUND, "not_found", "a node of a cluster records no change: use the command line")
+            }
+        }
+    }
+}
+
+/// `POST /v1/admin/policies`: a new version of a policy (tenant `*`: a plan default).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PolicyBody {
+    tenant: String,
+    metric: String,
+    limit: i64,
+    window: Window,
+    enforcement: Enforcement,
+    #[serde(default = "tenant_scope")]
+    scope: Scope,
+    policy_id: Option<String>,
+    version: Option<i32>,
+    /// RFC 3339.
+    effective_from: Option<String>,
+    reason: String,
+}
+
+fn tenant_scope() -> Scope {
+    Scope::TENANT
+}
+
+/// `POST /v1/admin/grants`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct GrantBody {
+    tenant: String,
+    subject: Option<String>,
+    metric: String,
+    amount: i64,
+    /// RFC 3339.
+    valid_from: String,
+    /// RFC 3339, exclusive.
+    valid_until: String,
+    grant_id: Option<String>,
+    reason: String,
+}
+
+fn time(field: &str, text: &str) -> Result<Timestamp, Box<Response>> {
+    Timestamp::parse_rfc3339(text).map_err(|e| {
+        let message = format!("{field} {text:?} is not an RFC 3339 time: {e}");
+        Box::new(error(StatusCode::BAD_REQUEST, "invalid_change", message))
+    })
+}
+
+/// The caller's name when its token is an admin token: 401 without a known token, 403 without `admin = true`, asked
+/// before the body is read, as every route asks the token first. The actor recorded is the token's name, from the
+/// token file: a body cannot claim to be another.
+fn admin_of(app: &App, headers: &HeaderMap) -> Result<Caller, Box<Response>> {
+    let caller = app.tokens.caller(headers).map_err(|u| Box::new(u.into_response()))?;
+    if !caller.admin {
+        let message = "this token is not an admin token (admin = true)";
+        return Err(Box::new(error(StatusCode::FORBIDDEN, "forbidden", message)));
+    }
+    Ok(caller)
+}
+
+/// The body, and the caller's name when its token covers the body's tenant (a plan default, `*`, needs a token of
+/// every tenant).
+fn admitted<T>(
+    caller: Caller,
+    body: Result<Json<T>, JsonRejection>,
+    tenant: impl Fn(&T) -> &str,
+) -> Result<(String, T), Box<Response>> {
+    let Json(body) =
+        body.map_err(|rejection| Box::new(error(StatusCode::BAD_REQUEST, "bad_request", rejection.body_text())))?;
+    let covers = match tenant(&body) {
+        "*" => caller.scope == hook::TenantScope::All,
+        tenant => caller.scope.covers(tenant),
+    };
+    if !covers {
+        let message = format!("this token does not cover tenant {:?}", tenant(&body));
+        return Err(Box::new(error(StatusCode::FORBIDDEN, "forbidden", message)));
+    }
+    Ok((caller.name, body))
+}
+
+/// What a recorded change answers: 201 with the event and the ledger entries that hold it.
+fn recorded(event: Event, seqs: Vec<u64>) -> Response {
+    let body = serde_json::json!({"event": event.to_json(), "seqs": seqs});
+    (StatusCode::CREATED, Json(body)).into_response()
+}
+
+pub(crate) async fn policies(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Result<Json<PolicyBody>, JsonRejection>,
+) -> Response {
+    let admitted = admin_of(&app, &headers).and_then(|caller| admitted(caller, body, |b: &PolicyBody| &b.tenant));
+    let (actor, body) = match admitted {
+        Ok(admitted) => admitted,
+        Err(refused) => return *refused,
+    };
+    let effective_from = match body.effective_from.as_deref().map(|t| time("effective_from", t)).transpose() {
+        Ok(t) => t,
+        Err(refused) => return *refused,
+    };
+    let change = PolicyChange {
+        tenant: body.tenant,
+        metric: body.metric,
+        limit: body.limit,
+        window: body.window,
+        enforcement: body.enforcement,
+        scope: body.scope,
+        policy_id: body.policy_id,
+        version: body.version,
+        effective_from,
+        actor,
+        reason: body.reason,
+        source: "serve /v1/admin/policies".into(),
+    };
+    let admin = app.clone();
+    let done = tokio::task::spawn_blocking(move || {
+        admin.admin.change(|recorded, now| control::policy_event(&change, recorded, now).map(Event::Policy))
+    });
+    answer(done.await)
+}
+
+pub(crate) async fn grants(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Result<Json<GrantBody>, JsonRejection>,
+) -> Response {
+    let admitted = admin_of(&app, &headers).and_then(|caller| admitted(caller, body, |b: &GrantBody| &b.tenant));
+    let (actor, body) = match admitted {
+        Ok(admitted) => admitted,
+        Err(refused) => return *refused,
+    };
+    let validity =
+        time("valid_from", &body.valid_from).and_then(|from| Ok((from, time("valid_until", &body.valid_until)?)));
+    let (valid_from, valid_until) = match validity {
+        Ok(validity) => validity,
+        Err(refused) => return *refused,
+    };
+    let change = GrantChange {
+        tenant: body.tenant,
+        subject: body.subject,
+        metric: body.metric,
+        amount: body.amount,
+        valid_from,
+        valid_until,
+        grant_id: body.grant_id,
+        actor,
+        reason: body.reason,
+        source: "serve /v1/admin/grants".into(),
+    };
+    let admin = app.clone();
+    let done = tokio::task::spawn_blocking(move || {
+        admin.admin.change(|recorded, now| control::grant_event(&change, recorded, now).map(Event::Grant))
+    });
+    answer(done.await)
+}
+
+fn answer(done: Result<Result<(Event, Vec<u64>), Answer>, tokio::task::JoinError>) -> Response {
+    match done {
+        Ok(Ok((event, seqs))) => recorded(event, seqs),
+        Ok(Err(refused)) => refused.into_response(),
+        Err(panicked) => error(StatusCode::INTERNAL_SERVER_ERROR, "ledger_error", panicked.to_string()),
+    }
+}

@@ -1,0 +1,318 @@
+//! `policy set|list|history` and `plan set`: the control plane's policies (docs/contract.md §7). The change is judged
+//! by the `control` crate against what the ledger holds; this module parses, dispatches and prints.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use control::{PolicyChange, Recorded};
+use ledger::Ledger;
+use schemas::{Enforcement, Event, PolicyEvent, Scope, Timestamp, Window};
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Record a new version of a tenant's policy (the last version plus 1), refused when it would be invalid.
+    Set(Box<SetArgs>),
+    /// The policies in force now, with their versions.
+    List {
+        /// Only this tenant's: its own and the plan defaults that apply to it.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every version of a policy: its limit, when it took effect, who changed it and why.
+    History {
+        /// The policy id (`policy list` shows them).
+        policy_id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PlanCommand {
+    /// Record a new version of a plan default (tenant `*`): what every tenant without a policy of its own for the
+    /// same metric, scope and window gets.
+    Set(PolicyArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct SetArgs {
+    /// The tenant.
+    #[arg(long)]
+    tenant: String,
+    #[command(flatten)]
+    policy: PolicyArgs,
+}
+
+/// What a policy version says, who sets it and why, and where it goes.
+#[derive(Debug, Args)]
+pub struct PolicyArgs {
+    /// The metric, e.g. requests.
+    #[arg(long)]
+    metric: String,
+    /// What a window may consume, in the metric's unit (0 or more).
+    #[arg(long, allow_negative_numbers = true)]
+    limit: i64,
+    /// MINUTE, HOUR, DAY or MONTH (calendar-aligned, UTC).
+    #[arg(long, value_parser = parse_symbol::<Window>)]
+    window: Window,
+    /// HARD (deny), SOFT (bill the excess) or SHADOW (only report).
+    #[arg(long, value_parser = parse_symbol::<Enforcement>)]
+    enforcement: Enforcement,
+    /// TENANT (the tenant's sum) or SUBJECT (each subject separately).
+    #[arg(long, value_parser = parse_symbol::<Scope>, default_value = "TENANT")]
+    scope: Scope,
+    /// The policy (default TENANT:METRIC:SCOPE:WINDOW, lower case: org-42:requests:tenant:day).
+    #[arg(long)]
+    policy_id: Option<String>,
+    /// The version to write (default: the last recorded plus 1); refused unless above the last.
+    #[arg(long)]
+    version: Option<i32>,
+    /// When the version starts to govern, RFC 3339 (default now): it governs every window that ends after it.
+    #[arg(long, value_parser = parse_time)]
+    effective_from: Option<Timestamp>,
+    /// Who makes the change (recorded in the event).
+    #[arg(long, env = "QUOTA_LEDGER_ACTOR")]
+    actor: String,
+    /// Why (recorded in the event).
+    #[arg(long)]
+    reason: String,
+    #[command(flatten)]
+    target: Target,
+}
+
+/// Where a change goes: Kafka with `--brokers`, otherwise straight into the ledger.
+#[derive(Debug, Args)]
+pub struct Target {
+    /// Produce the event to Kafka (quota.policies or quota.grants) instead of appending it to the ledger; the next
+    /// version is still read from the ledger given by --ledger or --data.
+    #[arg(long, env = "QUOTA_LEDGER_BROKERS")]
+    brokers: Option<String>,
+    /// A librdkafka setting for --brokers, repeatable: -X security.protocol=SASL_SSL.
+    #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = super::kafka_args::parse_setting)]
+    settings: Vec<(String, String)>,
+    /// The topic (default: the record type's, docs/contract.md §2).
+    #[arg(long)]
+    topic: Option<String>,
+    /// Print the recorded event as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn parse_symbol<T: SymbolOf>(text: &str) -> Result<T, String> {
+    T::from_symbol(&text.to_uppercase()).ok_or_else(|| format!("{text:?} is not one of {}", T::SYMBOLS.join(", ")))
+}
+
+pub fn parse_time(text: &str) -> Result<Timestamp, String> {
+    Timestamp::parse_rfc3339(text).map_err(|e| format!("{text:?} is not an RFC 3339 time: {e}"))
+}
+
+/// The Avro enums a flag takes by symbol.
+pub trait SymbolOf: Sized + Clone + Send + Sync + 'static {
+    /// Every symbol, in schema order.
+    const SYMBOLS: &'static [&'static str];
+    /// The value of a symbol.
+    fn from_symbol(symbol: &str) -> Option<Self>;
+}
+
+macro_rules! symbol_of {
+    ($($t:ty),+) => {$(
+        impl SymbolOf for $t {
+            const SYMBOLS: &'static [&'static str] = <$t>::SYMBOLS;
+            fn from_symbol(symbol: &str) -> Option<Self> {
+                <$t>::from_symbol(symbol)
+            }
+        }
+    )+};
+}
+symbol_of!(Window, Enforcement, Scope);
+
+pub fn run(store: &super::Store, command: PolicyCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        PolicyCommand::Set(args) => {
+            let SetArgs { tenant, policy } = *args;
+            set(store, tenant, policy, "quota-ledger policy set")
+        }
+        PolicyCommand::List { tenant, json } => list(store, tenant.as_deref(), json),
+        PolicyCommand::History { policy_id, json } => history(store, &policy_id, json),
+    }
+}
+
+pub fn run_plan(store: &super::Store, command: PlanCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        PlanCommand::Set(args) => set(store, "*".into(), args, "quota-ledger plan set"),
+    }
+}
+
+fn set(store: &super::Store, tenant: String, args: PolicyArgs, source: &str) -> anyhow::Result<ExitCode> {
+    let change = PolicyChange {
+        tenant,
+        metric: args.metric,
+        limit: args.limit,
+        window: args.window,
+        enforcement: args.enforcement,
+        scope: args.scope,
+        policy_id: args.policy_id,
+        version: args.version,
+        effective_from: args.effective_from,
+        actor: args.actor,
+        reason: args.reason,
+        source: source.into(),
+    };
+    let event = {
+        let ledgers = open_existing(store, &args.target, change.version.is_some())?;
+        let recorded = Recorded::read(&ledgers)?;
+        control::policy_event(&change, &recorded, Timestamp::now()).context("policy not changed")?
+    };
+    let written = write(store, Event::Policy(event.clone()), &args.target)?;
+    if args.target.json {
+        super::print_json(&event)?;
+    } else {
+        let PolicyEvent { policy_id, version, limit, window, enforcement, effective_from, .. } = &event;
+        let tenant = &event.header.tenant;
+        writeln!(
+            super::stdout(),
+            "policy {policy_id} version {version} of {tenant}: {limit} {} per {} ({}), effective from {effective_from}; {written}",
+            event.header.metric,
+            window.symbol(),
+            enforcement.symbol()
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The ledgers of `store` as they are now, for reading: a change is judged against what they hold. A ledger file
+/// not created yet holds nothing, unless the change goes to Kafka with no version given: its version would then
+/// restart at 1 whatever the ledger that ingest fills holds.
+pub fn open_existing(store: &super::Store, target: &Target, version_given: bool) -> anyhow::Result<Vec<Ledger>> {
+    match store {
+        super::Store::File(path) if !path.exists() && target.brokers.is_some() && !version_given => anyhow::bail!(
+            "no ledger at {}: the next version is read from the ledger that ingest records the topic into (give it \
+             with --ledger or --data, or give --version)",
+            path.display()
+        ),
+        super::Store::File(path) if !path.exists() => Ok(vec![]),
+        super::Store::File(path) => Ok(vec![Ledger::open_read_only(path)?]),
+        super::Store::Shards(dir) => Ok(dir.open_all_read_only()?.into_iter().map(|(_, ledger)| ledger).collect()),
+    }
+}
+
+/// Appends `event` into the ledger (the shards that hold its tenant), or produces it to Kafka; says which.
+pub fn write(store: &super::Store, event: Event, target: &Target) -> anyhow::Result<String> {
+    let event_type = event.event_type();
+    if let Some(brokers) = &target.brokers {
+        let inputs = kafka::topics::Topics::defaults();
+        let topic = target.topic.clone().unwrap_or_else(|| event_type.default_topic().to_string());
+        tools::produce::produce_events(brokers, &target.settings, &inputs, &topic, &[event])?;
+        return Ok(format!("produced to {topic} and acknowledged"));
+    }
+    let mut ledgers = match store {
+        super::Store::File(path) => vec![super::open_for_append(path)?],
+        super::Store::Shards(dir) => dir.open_all()?.into_iter().map(|(_, ledger)| ledger).collect(),
+    };
+    let seqs = control::record(&mut ledgers, &event)?;
+    let seqs: Vec<String> = seqs.iter().map(u64::to_string).collect();
+    Ok(format!("recorded at ledger seq {}", seqs.join(", ")))
+}
+
+/// One row of `policy list` and `policy history`.
+#[derive(Debug, serde::Serialize)]
+struct PolicyRow<'a> {
+    tenant: &'a str,
+    metric: &'a str,
+    policy_id: &'a str,
+    version: i32,
+    scope: &'static str,
+    limit: i64,
+    window: &'static str,
+    enforcement: &'static str,
+    burst: Option<i64>,
+    effective_from: String,
+    recorded_at: String,
+    actor: Option<&'a str>,
+    reason: Option<&'a str>,
+    source: &'a str,
+}
+
+impl<'a> From<&'a PolicyEvent> for PolicyRow<'a> {
+    fn from(p: &'a PolicyEvent) -> PolicyRow<'a> {
+        PolicyRow {
+            tenant: &p.header.tenant,
+            metric: &p.header.metric,
+            policy_id: &p.policy_id,
+            version: p.version,
+            scope: p.scope.symbol(),
+            limit: p.limit,
+            window: p.window.symbol(),
+            enforcement: p.enforcement.symbol(),
+            burst: p.burst,
+            effective_from: p.effective_from.to_string(),
+            recorded_at: p.header.occurred_at.to_string(),
+            actor: p.actor.as_deref(),
+            reason: p.reason.as_deref(),
+            source: &p.header.source,
+        }
+    }
+}
+
+fn list(store: &super::Store, tenant: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
+    let ledgers = read_store(store)?;
+    let recorded = Recorded::read(&ledgers)?;
+    let rows: Vec<PolicyRow> = recorded.in_force(tenant, Timestamp::now()).into_iter().map(PolicyRow::from).collect();
+    if json {
+        super::print_json(&rows)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let header =
+        ["tenant", "metric", "policy_id", "version", "scope", "limit", "window", "enforcement", "effective_from"];
+    let table: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let text = [r.tenant, r.metric, r.policy_id].map(str::to_string);
+            let more = [r.version.to_string(), r.scope.into(), r.limit.to_string(), r.window.into()];
+            text.into_iter().chain(more).chain([r.enforcement.into(), r.effective_from.clone()]).collect()
+        })
+        .collect();
+    super::print_table(&header, &table)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn history(store: &super::Store, policy_id: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let ledgers = read_store(store)?;
+    let recorded = Recorded::read(&ledgers)?;
+    let versions = recorded.history(policy_id);
+    if versions.is_empty() {
+        anyhow::bail!("no policy {policy_id:?} is recorded");
+    }
+    let rows: Vec<PolicyRow> = versions.into_iter().map(PolicyRow::from).collect();
+    if json {
+        super::print_json(&rows)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let header =
+        ["version", "tenant", "limit", "window", "enforcement", "effective_from", "recorded_at", "actor", "reason"];
+    let table: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let first = [r.version.to_string(), r.tenant.into(), r.limit.to_string(), r.window.into()];
+            let when = [r.enforcement.into(), r.effective_from.clone(), r.recorded_at.clone()];
+            let who = [r.actor.unwrap_or("-").into(), r.reason.unwrap_or("-").into()];
+            first.into_iter().chain(when).chain(who).collect()
+        })
+        .collect();
+    super::print_table(&header, &table)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The ledgers of `store` for a read: a missing ledger file is an error, as for every other read.
+pub fn read_store(store: &super::Store) -> anyhow::Result<Vec<Ledger>> {
+    match store {
+        super::Store::File(path) => Ok(vec![Ledger::open_read_only(path)?]),
+        super::Store::Shards(dir) => Ok(dir.open_all_read_only()?.into_iter().map(|(_, ledger)| ledger).collect()),
+    }
+}

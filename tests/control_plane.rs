@@ -1,0 +1,347 @@
+//! The control plane through the real binary: `policy set|list|history`, `plan set`, `grant add|list` against a
+//! ledger file, each refusal with its message and nothing written, a change picked up by a running `serve`, and
+//! `--brokers` through the embedded broker and `ingest`.
+
+#[path = "support/hook_http.rs"]
+mod hook_http;
+mod support;
+
+use serde_json::Value;
+use support::brokers::Broker;
+use support::*;
+
+const WHO: [&str; 4] = ["--actor", "alice@finance", "--reason", "upgrade to pro (TICKET-7)"];
+
+fn policy_set(ledger: &TestLedger, tenant: &str, limit: &str, extra: &[&str]) -> Run {
+    let mut args = vec!["policy", "set", "--tenant", tenant, "--metric", "tokens", "--limit", limit];
+    args.extend_from_slice(&["--window", "DAY", "--enforcement", "HARD"]);
+    args.extend_from_slice(&WHO);
+    args.extend_from_slice(extra);
+    ledger.run(&args)
+}
+
+fn recorded(ledger: &TestLedger) -> u64 {
+    count(&ledger.status(), "events_recorded")
+}
+
+// Proves that each command's happy path records what it says, with the next version, who and why: two versions of a
+// tenant's policy, a plan default, a grant; list shows what is in force, history every version.
+#[test]
+fn policies_plans_and_grants_are_recorded_with_who_and_why() {
+    let ledger = TestLedger::new();
+    let first = policy_set(&ledger, "org-1", "100", &["--json"]).success().json();
+    assert_eq!((first["policy_id"].as_str(), first["version"].as_i64()), (Some("org-1:tokens:tenant:day"), Some(1)));
+    let second = policy_set(&ledger, "org-1", "200", &[]).success().stdout_text();
+    assert!(second.starts_with("policy org-1:tokens:tenant:day version 2 of org-1: 200 tokens per DAY"), "{second}");
+    ledger
+        .run(
+            &["plan", "set", "--metric", "tokens", "--limit", "50", "--window", "MONTH", "--enforcement", "SOFT"]
+                .into_iter()
+                .chain(WHO)
+                .collect::<Vec<_>>(),
+        )
+        .success();
+    let grant = ["grant", "add", "--tenant", "org-1", "--metric", "tokens", "--amount", "25", "--grant-id", "g-1"];
+    let validity = ["--valid-from", "2026-12-01T00:00:00Z", "--valid-until", "2027-01-01T00:00:00Z"];
+    ledger.run(&grant.into_iter().chain(validity).chain(WHO).collect::<Vec<_>>()).success();
+    assert_eq!(recorded(&ledger), 4);
+
+    let listed = ledger.run(&["policy", "list", "--json"]).success().json();
+    let in_force: Vec<(&str, &str, i64, i64)> = listed
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|p| {
+            (
+                p["tenant"].as_str().unwrap(),
+                p["policy_id"].as_str().unwrap(),
+                p["version"].as_i64().unwrap(),
+                p["limit"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(in_force, [("*", "*:tokens:tenant:month", 1, 50), ("org-1", "org-1:tokens:tenant:day", 2, 200)]);
+    let of_other = ledger.run(&["policy", "list", "--tenant", "org-2", "--json"]).success().json();
+    assert_eq!(of_other.as_array().map(Vec::len), Some(1), "only the plan default applies to org-2: {of_other}");
+
+    let history = ledger.run(&["policy", "history", "org-1:tokens:tenant:day", "--json"]).success().json();
+    let versions: Vec<(i64, i64, &str, &str)> = history
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|p| {
+            (
+                p["version"].as_i64().unwrap(),
+                p["limit"].as_i64().unwrap(),
+                p["actor"].as_str().unwrap(),
+                p["reason"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(versions, [(1, 100, WHO[1], WHO[3]), (2, 200, WHO[1], WHO[3])]);
+    let table = ledger.run(&["policy", "history", "org-1:tokens:tenant:day"]).success().stdout_text();
+    assert!(table.lines().nth(2).is_some_and(|line| line.contains("alice@finance")), "{table}");
+
+    let grants = ledger.run(&["grant", "list", "--tenant", "org-1", "--json"]).success().json();
+    assert_eq!(grants[0]["grant_id"], "g-1");
+    assert_eq!((grants[0]["amount"].as_i64(), grants[0]["actor"].as_str()), (Some(25), Some(WHO[1])));
+    // What was recorded is the contract's own: `sql` shows who and why in the detail tables too.
+    let sql = ledger.run(&["sql", "--format", "json", "SELECT version, actor, reason FROM policy_events ORDER BY seq"]);
+    assert!(sql.success().stdout_text().contains("alice@finance"));
+    // `audit tenant` lists the changes to its limits in the range, with who and why.
+    let range = ["--from", "2026-01-01T00:00:00Z", "--to", "2100-01-01T00:00:00Z"];
+    let audit = ledger.run(&["audit", "tenant", "org-1", "--json"].into_iter().chain(range).collect::<Vec<_>>());
+    let changes = audit.success().json()["changes"].clone();
+    let seen: Vec<(&str, &str, &str)> = changes
+        .as_array()
+        .expect("a list of changes")
+        .iter()
+        .map(|c| (c["kind"].as_str().unwrap(), c["id"].as_str().unwrap(), c["actor"].as_str().unwrap()))
+        .collect();
+    let policy = "org-1:tokens:tenant:day";
+    let expected = [
+        ("policy", policy, WHO[1]),
+        ("policy", policy, WHO[1]),
+        ("policy", "*:tokens:tenant:month", WHO[1]),
+        ("grant", "g-1", WHO[1]),
+    ];
+    assert_eq!(seen, expected);
+    let words = ledger.run(&["audit", "tenant", "org-1"].into_iter().chain(range).collect::<Vec<_>>());
+    assert!(words.success().stdout_text().contains("Changes to its limits: 4."));
+    ledger.assert_verifies();
+}
+
+// Proves that each invalid change is refused with a message naming why, exit 2, and nothing written.
+#[test]
+fn invalid_changes_are_refused_and_nothing_is_written() {
+    let ledger = TestLedger::new();
+    policy_set(&ledger, "org-1", "100", &[]).success();
+    ledger.run(&["export", "billing", "--period", "2026-11", "--format", "csv", "--final"]).success();
+    let before = recorded(&ledger);
+    let long = "m".repeat(129);
+    let refusals: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--version", "1"], "version 1 of policy org-1:tokens:tenant:day is not above the last recorded, 1"),
+        (
+            vec!["--effective-from", "2026-11-15T00:00:00Z"],
+            "effective_from 2026-11-15T00:00:00Z is before 2026-12-01T00:00:00Z, the end of closed period 2026-11",
+        ),
+        (vec!["--policy-id", "p\nx"], "policy_id holds a control character"),
+    ];
+    for (extra, message) in refusals {
+        let run = policy_set(&ledger, "org-1", "100", &extra).expect_code(2);
+        assert!(run.stderr.contains(message), "{extra:?}: {}", run.stderr);
+        assert!(run.stderr.contains("policy not changed"), "{}", run.stderr);
+    }
+    let negative = policy_set(&ledger, "org-1", "-5", &[]).expect_code(2);
+    assert!(negative.stderr.contains("limit is -5, must be at least 0"), "{}", negative.stderr);
+    let tab = policy_set(&ledger, "org\t1", "5", &[]).expect_code(2);
+    assert!(tab.stderr.contains("tenant holds a control character (U+0009)"), "{}", tab.stderr);
+    let metric = ["policy", "set", "--tenant", "org-1", "--metric", &long, "--limit", "5", "--window", "DAY"];
+    let too_long = ledger.run(&metric.into_iter().chain(["--enforcement", "HARD"]).chain(WHO).collect::<Vec<_>>());
+    assert!(too_long.expect_code(2).stderr.contains("metric is 129 bytes long, longer than the 128"));
+
+    let grant = |amount: &str, from: &str, until: &str| {
+        let args = ["grant", "add", "--tenant", "org-1", "--metric", "tokens", "--amount", amount, "--grant-id", "g-1"];
+        ledger
+            .run(&args.into_iter().chain(["--valid-from", from, "--valid-until", until]).chain(WHO).collect::<Vec<_>>())
+    };
+    let (december, january) = ("2026-12-01T00:00:00Z", "2027-01-01T00:00:00Z");
+    assert!(grant("0", december, january).expect_code(2).stderr.contains("amount is 0, must be at least 1"));
+    let backwards = grant("5", january, december).expect_code(2).stderr;
+    assert!(backwards.contains("valid_until: 2026-12-01T00:00:00Z is not after valid_from"), "{backwards}");
+    let closed = grant("5", "2026-11-20T00:00:00Z", january).expect_code(2).stderr;
+    assert!(
+        closed.contains(
+            "valid_from 2026-11-20T00:00:00Z is before 2026-12-01T00:00:00Z, the end of closed period 2026-11"
+        )
+    );
+    assert_eq!(recorded(&ledger), before, "nothing written by a refused change");
+
+    grant("5", december, january).success();
+    let again = grant("5", december, january).expect_code(2).stderr;
+    assert!(again.contains("grant g-1 of org-1 is recorded already"), "{again}");
+    assert_eq!(recorded(&ledger), before + 1);
+}
+
+// Proves that a policy set while `serve` runs changes the next decisions: a HARD daily limit of 5 denies the sixth
+// token, and once version 2 (limit 100) is recorded beside the running server, the same request is allowed.
+#[test]
+fn a_policy_set_while_serve_runs_changes_the_next_decision() {
+    let ledger = TestLedger::new();
+    policy_set(&ledger, "org-1", "5", &[]).success();
+    let server = hook_http::Server::start(&ledger.path, ledger.dir.path(), &[], &ledger.file("serve.err"));
+    assert_eq!(server.check("org-1", 5, "k-1").decided().map(|(status, _)| status), Some(200));
+    assert_eq!(server.check("org-1", 1, "k-2").decided().map(|(status, _)| status), Some(429));
+    policy_set(&ledger, "org-1", "100", &[]).success();
+    let mut attempt = 0;
+    eventually(10, "a check allowed under version 2", || {
+        attempt += 1;
+        let key = format!("k-after-{attempt}");
+        (server.check("org-1", 1, &key).decided().map(|(status, _)| status) == Some(200)).then_some(())
+    });
+    assert_eq!(attempt, 1, "the first check after the change is decided under it");
+    // `audit why` names who set the version that decided, and why.
+    let why = ledger.run(&["audit", "why", "k-after-1"]).success().stdout_text();
+    assert!(why.contains("version 2") && why.contains(&format!("Set by {}: {}.", WHO[1], WHO[3])), "{why}");
+    let json = ledger.run(&["audit", "why", "k-after-1", "--json"]).success().json();
+    assert_eq!(json["policy"]["actor"], WHO[1]);
+}
+
+// Proves that `--brokers` produces the change to quota.policies instead of the ledger, with the version read from
+// the ledger, and that ingest then records it with who and why.
+#[test]
+fn policy_set_with_brokers_reaches_the_ledger_through_ingest() {
+    let broker = Broker::mock();
+    let ledger = TestLedger::new();
+    policy_set(&ledger, "org-1", "100", &[]).success();
+    let produced = policy_set(&ledger, "org-1", "300", &["--brokers", &broker.bootstrap]).success().stdout_text();
+    assert!(produced.contains("version 2") && produced.contains("produced to quota.policies"), "{produced}");
+    assert_eq!(recorded(&ledger), 1, "produced, not appended");
+    ledger.run(&["ingest", "--brokers", &broker.bootstrap, "--until-caught-up", "--json"]).success();
+    let history = ledger.run(&["policy", "history", "org-1:tokens:tenant:day", "--json"]).success().json();
+    let last: &Value = history.as_array().and_then(|v| v.last()).expect("versions");
+    assert_eq!(
+        (last["version"].as_i64(), last["limit"].as_i64(), last["actor"].as_str()),
+        (Some(2), Some(300), Some(WHO[1]))
+    );
+}
+
+/// An admin token for org-1 and org-2 only, and one for every tenant, beside the test's own (not an admin).
+const ADMIN_TOKENS: &str = "[[token]]\nname = \"ops-org\"\nsecret = \"admin-secret-org-0123\"\ntenants = [\"org-1\", \"org-2\"]\nadmin = true\n\
+[[token]]\nname = \"ops-all\"\nsecret = \"admin-secret-all-0123\"\ntenants = [\"*\"]\nadmin = true\n";
+
+// Proves the admin endpoints: only an admin token covering the tenant may change it (a plan default needs one of
+// every tenant), each refusal answers why with nothing written, a change is recorded with the token's name as the
+// actor, and the next check is decided under it.
+#[test]
+fn admin_endpoints_change_policies_and_grants_for_admin_tokens_only() {
+    use serde_json::json;
+    let ledger = TestLedger::new();
+    policy_set(&ledger, "org-1", "5", &[]).success();
+    let stderr = ledger.file("serve.err");
+    let server = hook_http::Server::start_with_tokens(&ledger.path, ledger.dir.path(), &[], &stderr, ADMIN_TOKENS);
+    assert_eq!(server.check("org-1", 6, "k-1").decided().map(|(status, _)| status), Some(429));
+    let raise = json!({"tenant": "org-1", "metric": "tokens", "limit": 100, "window": "DAY", "enforcement": "HARD",
+                       "reason": "support ticket 12"});
+    let (status, body) = server.post("/v1/admin/policies", hook_http::SECRET, &raise);
+    assert_eq!((status, body["message"].as_str()), (403, Some("this token is not an admin token (admin = true)")));
+    let plan =
+        json!({"tenant": "*", "metric": "tokens", "limit": 1, "window": "DAY", "enforcement": "HARD", "reason": "r"});
+    assert_eq!(
+        server.post("/v1/admin/policies", "admin-secret-org-0123", &plan).0,
+        403,
+        "a plan default needs every tenant"
+    );
+    let mut negative = raise.clone();
+    negative["limit"] = json!(-1);
+    let (status, body) = server.post("/v1/admin/policies", "admin-secret-org-0123", &negative);
+    assert_eq!((status, body["message"].as_str()), (400, Some("nothing recorded: limit is -1, must be at least 0")));
+    let mut stale = raise.clone();
+    stale["version"] = json!(1);
+    let (status, body) = server.post("/v1/admin/policies", "admin-secret-org-0123", &stale);
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(recorded(&ledger), 2, "the first policy and one decision: nothing written by the refusals");
+
+    let (status, body) = server.post("/v1/admin/policies", "admin-secret-org-0123", &raise);
+    assert_eq!(status, 201, "{body}");
+    assert_eq!((body["event"]["version"].as_i64(), body["event"]["actor"].as_str()), (Some(2), Some("ops-org")));
+    assert_eq!(server.check("org-1", 6, "k-2").decided().map(|(status, _)| status), Some(200));
+    let grant = json!({"tenant": "org-2", "metric": "tokens", "amount": 10, "valid_from": "2026-12-01T00:00:00Z",
+                       "valid_until": "2027-01-01T00:00:00Z", "grant_id": "g-http", "reason": "goodwill"});
+    assert_eq!(server.post("/v1/admin/grants", "admin-secret-all-0123", &grant).0, 201);
+    assert_eq!(server.post("/v1/admin/grants", "admin-secret-all-0123", &grant).0, 409, "a grant id once");
+    let grants = ledger.run(&["grant", "list", "--json"]).success().json();
+    assert_eq!((grants[0]["grant_id"].as_str(), grants[0]["actor"].as_str()), (Some("g-http"), Some("ops-all")));
+}
+
+// Measures (prints, asserts nothing about time) how long after a policy change reaches the ledger a running `serve`
+// decides under it: the limit toggles between 0 and a million by `policy set` (its process has exited, so the
+// append committed), while a client checks without pause; the figure is from the commit to the first answer under
+// the new version. It asserts only what must hold whatever the timing: no check sent after the commit is decided
+// under the old version. The figure is in docs/benchmarks.md.
+#[test]
+fn how_soon_serve_applies_a_policy_change() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+    let ledger = TestLedger::new();
+    policy_set(&ledger, "org-1", "0", &[]).success();
+    let server = hook_http::Server::start(&ledger.path, ledger.dir.path(), &[], &ledger.file("serve.err"));
+    let answers: Arc<Mutex<Vec<(Instant, Instant, u16)>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let client = server.client();
+    let checker = {
+        let (answers, stop) = (answers.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                let sent = Instant::now();
+                let status = client.check("org-1", 1, &format!("m-{n}")).decided().map_or(0, |(status, _)| status);
+                answers.lock().unwrap().push((sent, Instant::now(), status));
+            }
+        })
+    };
+    let mut latencies = Vec::new();
+    for round in 0..20 {
+        let (limit, expected) = if round % 2 == 0 { ("1000000", 200) } else { ("0", 429) };
+        policy_set(&ledger, "org-1", limit, &[]).success();
+        let committed = Instant::now();
+        let first = eventually(10, "an answer under the new version", || {
+            let answers = answers.lock().unwrap();
+            let after: Vec<_> = answers.iter().filter(|(sent, _, _)| *sent >= committed).collect();
+            let stale = after.iter().filter(|(_, _, status)| *status != expected).count();
+            assert_eq!(stale, 0, "round {round}: a check sent after the change was decided under the old version");
+            after.first().map(|(_, answered, _)| *answered)
+        });
+        latencies.push(first.duration_since(committed));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop.store(true, Ordering::Relaxed);
+    checker.join().unwrap();
+    latencies.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!(
+        "policy change to first decision under it over {} changes: median {:.2} ms, max {:.2} ms",
+        latencies.len(),
+        ms(latencies[latencies.len() / 2]),
+        ms(latencies[latencies.len() - 1])
+    );
+}
+
+// Proves that with `--data` a plan default is recorded in every shard and a tenant's change in its tenant's shard
+// only, and that `policy list` over the shards shows each version once.
+#[test]
+fn with_shards_a_plan_default_goes_to_every_shard_and_a_tenant_to_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data = data.to_str().unwrap();
+    let file = dir.path().join("usage.avro");
+    write_container(&file, &[usage("u-1", "2026-11-02T10:00:00Z", "org-42", 1)]);
+    run_in(dir.path(), &["--data", data, "ingest", "--file", file.to_str().unwrap(), "--partitions", "3"], b"")
+        .success();
+    let with = |args: &[&str]| run_in(dir.path(), &[&["--data", data][..], args].concat(), b"");
+    let plan = ["plan", "set", "--metric", "tokens", "--limit", "50", "--window", "DAY", "--enforcement", "HARD"];
+    let plan = with(&plan.into_iter().chain(WHO).collect::<Vec<_>>()).success().stdout_text();
+    let shard = schemas::partition::partition_of("org-42", 3);
+    // In every shard, in partition order; org-42's shard holds its usage first.
+    let seqs: Vec<&str> = (0..3).map(|p| if p == shard { "2" } else { "1" }).collect();
+    assert!(plan.contains(&format!("recorded at ledger seq {}", seqs.join(", "))), "{plan}");
+    let own = ["policy", "set", "--tenant", "org-42", "--metric", "tokens", "--limit", "9", "--window", "DAY"];
+    let own = with(&own.into_iter().chain(["--enforcement", "HARD"]).chain(WHO).collect::<Vec<_>>());
+    let own = own.success().stdout_text();
+    assert!(own.trim_end().ends_with("recorded at ledger seq 3"), "in org-42's shard only: {own}");
+    let in_shards: Vec<u64> = (0..3)
+        .map(|p: u32| {
+            let path = format!("{data}/shard-{p:04}.db");
+            count(
+                &run_in(dir.path(), &["--ledger", &path, "status", "--json"], b"").success().json(),
+                "events_recorded",
+            )
+        })
+        .collect();
+    let expected: Vec<u64> = (0..3).map(|p| if p == shard { 3 } else { 1 }).collect();
+    assert_eq!(in_shards, expected);
+    let listed = with(&["policy", "list", "--json"]).success().json();
+    assert_eq!(listed.as_array().map(Vec::len), Some(2), "each version once: {listed}");
+}
