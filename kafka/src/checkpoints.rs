@@ -195,10 +195,10 @@ pub enum CheckpointReadError {
     },
 }
 
-impl From<crate::whole_topic::WholeTopicError> for CheckpointReadError {
-    fn from(error: crate::whole_topic::WholeTopicError) -> CheckpointReadError {
+impl From<Box<crate::whole_topic::WholeTopicError>> for CheckpointReadError {
+    fn from(error: Box<crate::whole_topic::WholeTopicError>) -> CheckpointReadError {
         use crate::whole_topic::WholeTopicError as E;
-        match error {
+        match *error {
             E::Consumer { brokers, source } => CheckpointReadError::Consumer { brokers, source },
             E::Metadata { brokers, source, .. } => CheckpointReadError::Metadata { brokers, source },
             E::NoTopic { brokers, .. } => CheckpointReadError::NoTopic { brokers },

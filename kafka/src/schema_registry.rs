@@ -59,7 +59,7 @@ pub fn read_schemas(
     brokers: &str,
     overrides: &[(String, String)],
     topic: &str,
-) -> Result<RegistrySchemas, WholeTopicError> {
+) -> Result<RegistrySchemas, Box<WholeTopicError>> {
     let mut by_id = std::collections::BTreeMap::new();
     let mut unreadable = 0;
     let config = crate::config::checkpoint_reader(brokers, overrides);
@@ -137,10 +137,10 @@ pub fn install(brokers: &str, overrides: &[(String, String)], topic: &str) {
     });
 }
 
-fn load(brokers: &str, overrides: &[(String, String)], topic: &str) -> Result<Installed, WholeTopicError> {
+fn load(brokers: &str, overrides: &[(String, String)], topic: &str) -> Result<Installed, Box<WholeTopicError>> {
     let found = match read_schemas(brokers, overrides, topic) {
         Ok(found) => found,
-        Err(WholeTopicError::NoTopic { .. }) => return Ok(Installed::default()),
+        Err(error) if matches!(*error, WholeTopicError::NoTopic { .. }) => return Ok(Installed::default()),
         Err(error) => return Err(error),
     };
     let mut installed = Installed { topic_exists: true, ..Installed::default() };

@@ -85,7 +85,7 @@ pub fn read(
     topic: &str,
     timeout_ms: u64,
     mut on_record: impl FnMut(Record<'_>),
-) -> Result<(), WholeTopicError> {
+) -> Result<(), Box<WholeTopicError>> {
     let consumer: BaseConsumer =
         config.create().map_err(|source| WholeTopicError::Consumer { brokers: brokers.to_string(), source })?;
     let metadata_error =
@@ -96,7 +96,7 @@ pub fn read(
         Some(found) if found.error().is_none() && !found.partitions().is_empty() => {
             found.partitions().iter().map(|p| p.id()).collect()
         }
-        _ => return Err(WholeTopicError::NoTopic { topic: topic.to_string(), brokers: brokers.to_string() }),
+        _ => return Err(Box::new(WholeTopicError::NoTopic { topic: topic.to_string(), brokers: brokers.to_string() })),
     };
     // Where each partition ends now: what is published later is not this read's.
     let mut ends: BTreeMap<i32, (i64, i64)> = BTreeMap::new();
@@ -123,12 +123,12 @@ pub fn read(
                 .filter(|(p, (_, high))| next[p] < *high)
                 .map(|(p, (_, high))| format!("partition {p} read to offset {} of {high}", next[p]))
                 .collect();
-            return Err(WholeTopicError::Timeout {
+            return Err(Box::new(WholeTopicError::Timeout {
                 topic: topic.to_string(),
                 brokers: brokers.to_string(),
                 timeout_ms,
                 left: left.join(", "),
-            });
+            }));
         }
         let Some(message) = consumer.poll(Duration::from_millis(100)) else { continue };
         let message = message.map_err(consume_error)?;
