@@ -9,7 +9,7 @@ mod support;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use hook_http::{Reply, Server};
+use hook_http::{Reply, SECRET, Server};
 use schemas::*;
 use serde_json::Value;
 use support::brokers::Broker;
@@ -115,6 +115,16 @@ fn prometheus_scrapes_ingest_and_serve_and_the_numbers_match_what_was_sent() {
         }
     }
     assert_eq!((allowed, denied), (LIMIT, 50 - LIMIT));
+    // Two reservations of a metric without a policy stay open.
+    for key in ["r-1", "r-2"] {
+        let body = serde_json::json!({"tenant": "org-2", "metric": "jobs", "amount": 1, "ttl_ms": 3_600_000,
+                                      "idempotency_key": key});
+        let sent = ureq::post(format!("{}/v1/reservations", server.base))
+            .header("Authorization", format!("Bearer {SECRET}"))
+            .send_json(&body)
+            .expect("a reservation");
+        assert_eq!(sent.status().as_u16(), 200);
+    }
 
     let serve_address = server.base.strip_prefix("http://").unwrap().to_string();
     let scratch = tempfile::tempdir().unwrap();
@@ -141,7 +151,11 @@ fn prometheus_scrapes_ingest_and_serve_and_the_numbers_match_what_was_sent() {
         |code: &str| format!(r#"quota_ledger_decisions_total{{code="{code}",metric="tokens",policy_version="7"}}"#);
     eventually_equals(&api, &decided("OK"), LIMIT as f64);
     eventually_equals(&api, &decided("QUOTA_EXCEEDED"), (50 - LIMIT) as f64);
-    eventually_equals(&api, "quota_ledger_decision_duration_seconds_count", 50.0);
+    eventually_equals(&api, "quota_ledger_decision_duration_seconds_count", 52.0);
+    // org-1 used its 30 of 30: at its limit (and so near it too); org-2 holds two open reservations.
+    eventually_equals(&api, "quota_ledger_tenants_at_limit", 1.0);
+    eventually_equals(&api, "quota_ledger_tenants_near_limit", 1.0);
+    eventually_equals(&api, "quota_ledger_reservations_open", 2.0);
 }
 
 // Proves the alerting rules docs/operations.md ships parse, with Prometheus' own checker.

@@ -34,6 +34,7 @@ pub mod api;
 pub mod buckets;
 pub mod decide;
 pub mod error;
+pub mod figures;
 pub mod health;
 pub mod ids;
 mod queue;
@@ -498,6 +499,12 @@ impl Hook {
     pub fn quotas(&self, query: QuotaQuery) -> Result<Quotas, HookError> {
         self.serves(&query.tenant)?;
         self.call(|reply| Work::Quotas(query, reply))
+    }
+
+    /// The state's figures now ([`figures::Figures`]): open reservations, the oldest, tenants near and at a limit.
+    /// Read by the writer between groups, so they wait behind what is queued.
+    pub async fn figures_async(&self) -> Result<figures::Figures, HookError> {
+        self.call_async(Work::Figures).await
     }
 
     /// [`Hook::quotas`] from async code: never blocks a runtime thread; a full queue answers Overloaded.

@@ -24,6 +24,8 @@ pub enum Work {
     },
     /// A read of a tenant's remaining quota (`Hook::quotas`): answered from the state, recording nothing.
     Quotas(QuotaQuery, oneshot::Sender<Result<Quotas, HookError>>),
+    /// A read of the state's figures (`Hook::figures_async`), recording nothing.
+    Figures(oneshot::Sender<Result<crate::figures::Figures, HookError>>),
     /// Outbox entries a broker acknowledged, recorded by the writer (`Hook::record_published`).
     Published {
         acknowledged: Vec<(u64, String)>,
@@ -45,6 +47,7 @@ impl Work {
             Work::CheckAmounts(_, _, reply) => drop(reply.send(Err(error))),
             Work::Close { reply, .. } => drop(reply.send(Err(error))),
             Work::Quotas(_, reply) => drop(reply.send(Err(error))),
+            Work::Figures(reply) => drop(reply.send(Err(error))),
             Work::Published { reply, .. } => drop(reply.send(Err(error))),
         }
     }

@@ -303,6 +303,16 @@ impl Shards {
         Ok(Err(forbidden.unwrap_or(Refusal::NotFound { reservation_id })))
     }
 
+    /// Every shard's figures held now, as one ([`crate::figures::Figures::add`]).
+    pub async fn figures_async(&self) -> Result<crate::figures::Figures, HookError> {
+        let mut figures = crate::figures::Figures::default();
+        for partition in self.held() {
+            let Some(hook) = self.get(partition) else { continue };
+            figures.add(&hook.figures_async().await?);
+        }
+        Ok(figures)
+    }
+
     /// Every shard's health; `ok` while every one held is.
     pub fn health(&self) -> ShardsHealth {
         let hooks: Vec<(u32, Arc<Hook>)> = self.held().into_iter().filter_map(|p| Some((p, self.get(p)?))).collect();

@@ -134,6 +134,8 @@ pub struct Hold {
     pub metric: String,
     pub amount: i64,
     pub expires_at: Timestamp,
+    /// When the RESERVE was made (its event time): how long it has been open.
+    pub reserved_at: Timestamp,
 }
 
 /// Whose a reservation event is: the counters its hold or its COMMIT's consumption go to.
@@ -381,6 +383,7 @@ impl State {
                         metric: owner.metric.clone(),
                         amount: step.facts.amount,
                         expires_at,
+                        reserved_at: step.facts.occurred_at,
                     };
                     self.open_hold(key, hold);
                 }
@@ -560,6 +563,11 @@ impl State {
     /// Open reservations.
     pub fn holds(&self) -> impl Iterator<Item = &Hold> {
         self.holds.values().flatten()
+    }
+
+    /// The tenants that have consumed or hold anything the state counts.
+    pub fn tenants(&self) -> impl Iterator<Item = &str> {
+        self.usage.keys().map(String::as_str)
     }
 
     /// Whether every event of the reservation is this writer's own (it issued it, and nobody else wrote to it).
@@ -890,6 +898,7 @@ mod tests {
                             metric: metric.into(),
                             amount,
                             expires_at,
+                            reserved_at: now,
                         });
                     }
                     Op::Close { id, commit, amount } => {

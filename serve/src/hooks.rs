@@ -77,6 +77,14 @@ impl Hooks {
         (recording, report.unwrap_or_else(|e| serde_json::json!({"error": e.to_string()})))
     }
 
+    /// The state's figures: every shard's as one.
+    pub(crate) async fn figures(&self) -> Result<hook::figures::Figures, hook::HookError> {
+        match self {
+            Hooks::One(hook) => hook.figures_async().await,
+            Hooks::Shards(shards) => shards.figures_async().await,
+        }
+    }
+
     /// Requests queued for the writers now, and groups failed since the start (every shard's summed).
     pub(crate) fn load(&self) -> (usize, u64) {
         match self {

@@ -201,6 +201,13 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
     }
     let (queued, failed_groups) = app.hook.load();
     app.metrics.hook.writer(queued, failed_groups);
+    // A writer that cannot answer now (stopped, overloaded) leaves the last figures as they were.
+    if let Ok(figures) = app.hook.figures().await {
+        let age = figures
+            .oldest_reservation_at
+            .map_or(0.0, |at| (schemas::Timestamp::now().micros() - at.micros()).max(0) as f64 / 1e6);
+        app.metrics.hook.state(figures.open_reservations, age, figures.tenants_near_limit, figures.tenants_at_limit);
+    }
     ([(header::CONTENT_TYPE, telemetry::CONTENT_TYPE)], telemetry::encode(&app.metrics.registry)).into_response()
 }
 

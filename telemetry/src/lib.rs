@@ -171,6 +171,10 @@ pub struct HookMetrics {
     outbox_pending: Gauge,
     outbox_oldest_age: Gauge<f64, std::sync::atomic::AtomicU64>,
     queue_depth: Gauge,
+    reservations_open: Gauge,
+    reservation_oldest_age: Gauge<f64, std::sync::atomic::AtomicU64>,
+    tenants_near_limit: Gauge,
+    tenants_at_limit: Gauge,
     failed_groups: Counter,
     /// The failed groups last observed, whose increase the counter is given.
     failed_seen: Mutex<u64>,
@@ -187,6 +191,10 @@ impl HookMetrics {
             outbox_pending: Gauge::default(),
             outbox_oldest_age: Gauge::default(),
             queue_depth: Gauge::default(),
+            reservations_open: Gauge::default(),
+            reservation_oldest_age: Gauge::default(),
+            tenants_near_limit: Gauge::default(),
+            tenants_at_limit: Gauge::default(),
             failed_groups: Counter::default(),
             failed_seen: Mutex::new(0),
         };
@@ -204,6 +212,26 @@ impl HookMetrics {
             "hook_queue_depth_requests",
             "Requests queued for the hook's writers now (8,192 per writer refuses more: 503 overloaded)",
             metrics.queue_depth.clone(),
+        );
+        registry.register(
+            "reservations_open",
+            "Reservations open now, holding against limits until committed, released or expired",
+            metrics.reservations_open.clone(),
+        );
+        registry.register(
+            "reservation_oldest_age_seconds",
+            "How long the oldest open reservation has been open (0 when none is): a worker that never closes",
+            metrics.reservation_oldest_age.clone(),
+        );
+        registry.register(
+            "tenants_near_limit",
+            "Tenants at 80% or more of an effective limit (HARD or SOFT) now",
+            metrics.tenants_near_limit.clone(),
+        );
+        registry.register(
+            "tenants_at_limit",
+            "Tenants at or beyond 100% of an effective limit (HARD or SOFT) now",
+            metrics.tenants_at_limit.clone(),
         );
         registry.register(
             "hook_failed_groups",
@@ -244,6 +272,15 @@ impl HookMetrics {
         let mut seen = self.failed_seen.lock().expect("never poisoned");
         self.failed_groups.inc_by(failed_groups.saturating_sub(*seen));
         *seen = (*seen).max(failed_groups);
+    }
+
+    /// The state's figures: open reservations, the oldest's age, tenants near (80%) and at (100%) a limit.
+    pub fn state(&self, open: u64, oldest_age_seconds: f64, near: u64, at: u64) {
+        let gauge = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        self.reservations_open.set(gauge(open));
+        self.reservation_oldest_age.set(oldest_age_seconds);
+        self.tenants_near_limit.set(gauge(near));
+        self.tenants_at_limit.set(gauge(at));
     }
 
     /// The outbox's pending events, as its publisher last saw them, and how long the oldest has waited (seconds).

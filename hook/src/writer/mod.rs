@@ -230,6 +230,10 @@ impl Writer {
                         .map(|()| crate::quotas::of_state(&self.state, Some(&self.buckets), &query, now));
                     Answer::Quotas(reply, quotas)
                 }
+                Work::Figures(reply) => {
+                    drop(reply.send(Ok(crate::figures::of(&self.state, now))));
+                    continue;
+                }
                 Work::Published { acknowledged, reply } => {
                     // A transaction of its own, answered at once: nothing decided rests on it, and losing it to a
                     // crash only publishes those entries again.

@@ -1,0 +1,72 @@
+//! What an operator graphs of a hook's state (`/metrics`): its open reservations and how long the oldest has been
+//! open (a worker that reserves and never closes), and how many tenants stand at or near an effective limit. Read by
+//! the writer between groups, like a quota read ([`crate::Hook::figures`]), so the numbers are those it decides with.
+
+use schemas::{Enforcement, Timestamp};
+use serde::Serialize;
+
+use crate::quotas::{QuotaQuery, of_state};
+use crate::state::State;
+
+/// The share of an effective limit from which a tenant is counted as near it.
+pub const NEAR_LIMIT: f64 = 0.8;
+
+/// A hook's figures at one instant.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Figures {
+    /// Reservations open now (holding against limits until committed, released or expired).
+    pub open_reservations: u64,
+    /// When the oldest of them was made.
+    pub oldest_reservation_at: Option<Timestamp>,
+    /// Tenants whose consumption and holds reach 80% or more of an effective limit of a HARD or SOFT policy now.
+    pub tenants_near_limit: u64,
+    /// Of those, the tenants at or beyond 100%.
+    pub tenants_at_limit: u64,
+}
+
+impl Figures {
+    /// The figures of several hooks (the shards of a server) as one: sums, and the oldest reservation of all.
+    pub fn add(&mut self, other: &Figures) {
+        self.open_reservations += other.open_reservations;
+        self.oldest_reservation_at = match (self.oldest_reservation_at, other.oldest_reservation_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.tenants_near_limit += other.tenants_near_limit;
+        self.tenants_at_limit += other.tenants_at_limit;
+    }
+}
+
+/// The figures of `state` at `now`: every tenant that consumed or holds anything is judged against the policies that
+/// apply to it (its own and the plan defaults), as a request without a subject would be; rate limits (throttles) and
+/// SHADOW policies limit nobody and are left out.
+pub fn of(state: &State, now: Timestamp) -> Figures {
+    let mut figures = Figures::default();
+    for hold in state.holds() {
+        figures.open_reservations += 1;
+        figures.oldest_reservation_at = Some(match figures.oldest_reservation_at {
+            Some(oldest) => oldest.min(hold.reserved_at),
+            None => hold.reserved_at,
+        });
+    }
+    for tenant in state.tenants() {
+        let query = QuotaQuery { tenant: tenant.to_string(), metric: None, subject: None };
+        let most = of_state(state, None, &query, now)
+            .quotas
+            .iter()
+            .filter(|q| !q.throttle && q.enforcement != Enforcement::SHADOW)
+            .filter_map(|q| {
+                let limit = q.effective_limit?;
+                let used = q.consumed.unwrap_or(0).saturating_add(q.held.unwrap_or(0));
+                Some(match limit {
+                    0 if used > 0 => f64::INFINITY,
+                    0 => 0.0,
+                    limit => used as f64 / limit as f64,
+                })
+            })
+            .fold(0.0_f64, f64::max);
+        figures.tenants_near_limit += u64::from(most >= NEAR_LIMIT);
+        figures.tenants_at_limit += u64::from(most >= 1.0);
+    }
+    figures
+}
