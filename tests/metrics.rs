@@ -152,6 +152,11 @@ fn prometheus_scrapes_ingest_and_serve_and_the_numbers_match_what_was_sent() {
     eventually_equals(&api, &decided("OK"), LIMIT as f64);
     eventually_equals(&api, &decided("QUOTA_EXCEEDED"), (50 - LIMIT) as f64);
     eventually_equals(&api, "quota_ledger_decision_duration_seconds_count", 52.0);
+    // Each of the 52 waited in the queue, and was a group of its own (one caller at a time), committed and synced.
+    for stage in ["queue_wait", "group_commit", "sync"] {
+        let series = format!(r#"quota_ledger_hook_stage_duration_seconds_count{{stage="{stage}"}}"#);
+        eventually_equals(&api, &series, 52.0);
+    }
     // org-1 used its 30 of 30: at its limit (and so near it too); org-2 holds two open reservations.
     eventually_equals(&api, "quota_ledger_tenants_at_limit", 1.0);
     eventually_equals(&api, "quota_ledger_tenants_near_limit", 1.0);
@@ -259,7 +264,9 @@ fn the_shipped_dashboard_queries_only_series_that_exist() {
     let ingest = telemetry::IngestMetrics::register(&mut registry);
     ingest.observe(&ingest::KafkaIngestProgress { messages: 1, ..Default::default() });
     ingest::LagListener::lag(&*ingest, "quota.usage", 0, 1, 1);
-    telemetry::HookMetrics::register(&mut registry).decided("OK", "requests", None);
+    let hook = telemetry::HookMetrics::register(&mut registry);
+    hook.decided("OK", "requests", None);
+    hook.stage("queue_wait", std::time::Duration::from_micros(50));
     let mut exposed = telemetry::encode(&registry);
     let ledger = TestLedger::new();
     let file = ledger.file("usage.avro");

@@ -41,6 +41,7 @@ mod queue;
 pub mod quotas;
 pub mod replicate;
 pub mod shards;
+pub mod stages;
 pub mod state;
 mod sync;
 mod writer;
@@ -59,6 +60,7 @@ pub use quotas::{QuotaQuery, Quotas};
 pub use replicate::{Replicate, ReplicateError};
 use schemas::{ReservationAction, Timestamp};
 pub use shards::{Shards, ShardsHealth};
+pub use stages::{Stage, StageTimer};
 use tokio::sync::oneshot;
 use writer::Writer;
 
@@ -76,7 +78,7 @@ const STOPPED_SAY_WAIT: Duration = Duration::from_secs(1);
 
 /// How the writer groups requests, and its clock.
 // Not PartialEq: comparing function pointers (`clock`) is not meaningful.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct HookSettings {
     /// Requests decided in one ledger transaction at most.
     pub group_max_requests: usize,
@@ -102,6 +104,8 @@ pub struct HookSettings {
     /// counts until a day after its month ends, then ages out and frees its place. What other writers (ingest)
     /// record is counted but never refused.
     pub counters_per_tenant_max: usize,
+    /// Told how long each stage of a decision took (queue wait, replicate, group commit, sync), for `/metrics`.
+    pub stages: Option<StageTimer>,
 }
 
 /// Defaults: 512 requests per group (about 1,000 events, the ledger's best batch size measured in
@@ -117,6 +121,7 @@ impl Default for HookSettings {
             poll_us: 200,
             clock: Timestamp::now,
             counters_per_tenant_max: COUNTERS_PER_TENANT_MAX,
+            stages: None,
         }
     }
 }
@@ -284,7 +289,7 @@ impl Hook {
         let shard = ledger.shard()?;
         let lock = acquire_lock(ledger_path.as_ref())?;
         let health = Arc::new(health::Health::default());
-        let writer = Writer::new(ledger, settings, Arc::clone(&health), replicate)?;
+        let writer = Writer::new(ledger, settings.clone(), Arc::clone(&health), replicate)?;
         let (queue, receiver) = std::sync::mpsc::sync_channel(settings.queue_max_requests);
         let queued = Arc::new(AtomicUsize::new(0));
         let counter = Arc::clone(&queued);
@@ -352,7 +357,7 @@ impl Hook {
 
     fn enqueue(&self, work: Work, wait: bool, caller_polls: bool) -> Result<(), HookError> {
         self.queued.fetch_add(1, Ordering::Relaxed);
-        let work = Queued { work, caller_polls };
+        let work = Queued { work, caller_polls, at: std::time::Instant::now() };
         let sent = if wait {
             self.queue.send(work).map_err(|_| HookError::Stopped)
         } else {
@@ -612,5 +617,37 @@ mod tests {
         let stopped = Hook { queue, ..hook.clone() };
         assert!(matches!(stopped.check(ask(2)), Err(HookError::Stopped)));
         assert_eq!(stopped.waiting.load(Ordering::Relaxed), 0);
+    }
+
+    // Proves that the stage timer hears each request's queue wait and each group's commit and sync (durability
+    // full), and no publish where nothing is replicated: the figures `/metrics` splits a decision's latency into.
+    #[test]
+    fn each_stage_of_a_decision_is_timed() {
+        let dir = tempfile::tempdir().unwrap();
+        let heard = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let told = Arc::clone(&heard);
+        let timer = StageTimer::new(move |stage, took| told.lock().unwrap().push((stage, took)));
+        let settings = HookSettings { stages: Some(timer), ..HookSettings::default() };
+        let hook = Hook::start(dir.path().join("ledger.db"), settings).unwrap();
+        let started = std::time::Instant::now();
+        for n in 0..3 {
+            let request = CheckRequest {
+                tenant: "org-1".into(),
+                subject: None,
+                metric: "requests".into(),
+                amount: 1,
+                idempotency_key: format!("k-{n}"),
+                request_id: None,
+            };
+            assert!(hook.check(request).unwrap().allowed());
+        }
+        let took = started.elapsed();
+        let heard = heard.lock().unwrap().clone();
+        let count = |stage| heard.iter().filter(|(s, _)| *s == stage).count();
+        assert_eq!(count(Stage::QueueWait), 3, "one per request: {heard:?}");
+        assert_eq!(count(Stage::GroupCommit), 3, "one per group, each check alone: {heard:?}");
+        assert_eq!(count(Stage::Sync), 3, "{heard:?}");
+        assert_eq!(count(Stage::Replicate), 0, "{heard:?}");
+        assert!(heard.iter().all(|(_, d)| *d <= took), "no stage longer than the calls: {heard:?}");
     }
 }

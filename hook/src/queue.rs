@@ -33,13 +33,24 @@ pub enum Work {
     },
 }
 
-/// A request in the queue, and whether its caller polls for the answer (a lone caller of the blocking API).
+/// A request in the queue, whether its caller polls for the answer (a lone caller of the blocking API), and when it
+/// was queued.
 pub struct Queued {
     pub work: Work,
     pub caller_polls: bool,
+    pub at: std::time::Instant,
 }
 
 impl Work {
+    /// Whether it asks for something to be decided and recorded (a check, a reservation, a close), not a read or the
+    /// outbox's bookkeeping: the requests whose wait in the queue is a decision's.
+    pub fn decides(&self) -> bool {
+        match self {
+            Work::Check(..) | Work::CheckAmounts(..) | Work::Reserve(..) | Work::Close { .. } => true,
+            Work::Quotas(..) | Work::Figures(_) | Work::Published { .. } => false,
+        }
+    }
+
     /// Answers `error` to the caller, for a request not decided (its group failed before deciding anything).
     pub fn fail(self, error: HookError) {
         match self {

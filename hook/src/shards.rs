@@ -142,7 +142,7 @@ impl Shards {
         // Creates the file and claims its identity, or checks the one it has; the hook then opens it by path.
         let shard = Shard { partition, partitions: self.partitions };
         drop(self.dir.open(shard).map_err(|e| StartError::Shard(Box::new(e)))?);
-        let hook = Hook::start_replicated(self.dir.path_of(partition), self.settings, replicate)?;
+        let hook = Hook::start_replicated(self.dir.path_of(partition), self.settings.clone(), replicate)?;
         tracing::info!("hook: serving partition {partition} of {}", self.partitions);
         let mut held = self.held.write().unwrap_or_else(|e| e.into_inner());
         held[partition as usize].get_or_insert(Arc::new(hook));

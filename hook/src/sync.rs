@@ -14,11 +14,13 @@
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use ledger::LogSync;
 
 use crate::answer::Answer;
 use crate::health::Health;
+use crate::stages::{self, Stage, StageTimer};
 
 /// Committed groups waiting for a sync, at most. The writer waits when they are this many (the disk is then the
 /// limit): a sync of 0.15 to 0.8 ms on the machines measured, a group of a few requests 30 us or more.
@@ -27,25 +29,34 @@ pub const GROUPS_AWAITING_SYNC_MAX: usize = 64;
 /// The sync stage's thread and the queue of committed groups to it; stopped (once every group handed to it is
 /// answered) when dropped.
 pub struct Syncer {
-    groups: Option<SyncSender<Vec<Answer>>>,
-    stage: Arc<Stage>,
+    groups: Option<SyncSender<Committed>>,
+    stage: Arc<SyncStage>,
     thread: Option<JoinHandle<()>>,
 }
+
+/// A committed group's answers, and when it was handed to the sync stage if its wait is timed (it recorded something).
+type Committed = (Vec<Answer>, Option<Instant>);
 
 /// Makes everything committed before it began durable: [`LogSync::sync`] (a stand-in in the tests).
 pub type SyncLog = Box<dyn Fn() -> std::io::Result<()> + Send + Sync>;
 
 impl Syncer {
     /// The sync stage of a ledger whose commits no longer sync ([`ledger::Ledger::sync_log_apart`]).
-    /// A failed sync is said to `health` (`/healthz`) as it happens.
-    pub fn start(log: LogSync, health: Arc<Health>) -> Result<Syncer, std::io::Error> {
+    /// A failed sync is said to `health` (`/healthz`) as it happens; each group's wait for its sync to `timer`.
+    pub fn start(log: LogSync, health: Arc<Health>, timer: Option<StageTimer>) -> Result<Syncer, std::io::Error> {
         let name = format!("the ledger's log {}", log.path().display());
-        Syncer::with(Box::new(move || log.sync()), name, health)
+        Syncer::with(Box::new(move || log.sync()), name, health, timer)
     }
 
-    fn with(sync: SyncLog, name: String, health: Arc<Health>) -> Result<Syncer, std::io::Error> {
+    fn with(
+        sync: SyncLog,
+        name: String,
+        health: Arc<Health>,
+        timer: Option<StageTimer>,
+    ) -> Result<Syncer, std::io::Error> {
         let (groups, committed) = std::sync::mpsc::sync_channel(GROUPS_AWAITING_SYNC_MAX);
-        let stage = Arc::new(Stage { sync, name, one_at_a_time: Mutex::new(()), failed: OnceLock::new(), health });
+        let failed = OnceLock::new();
+        let stage = Arc::new(SyncStage { sync, name, one_at_a_time: Mutex::new(()), failed, health, timer });
         let thread = {
             let stage = Arc::clone(&stage);
             std::thread::Builder::new().name("hook-sync".into()).spawn(move || {
@@ -76,20 +87,22 @@ impl Syncer {
     /// these machines) to its wait; but behind a running sync it would wait for that one and then its own, where
     /// the sync thread, awake, takes it right after. Answers of groups handed over earlier may leave after these:
     /// this sync covers them too, and their own follows.
-    pub fn answer(&self, answers: Vec<Answer>, requests_waiting: bool) {
+    /// `recorded`: the group recorded something, and its wait for the sync is a decision's (timed).
+    pub fn answer(&self, answers: Vec<Answer>, requests_waiting: bool, recorded: bool) {
+        let committed = (answers, recorded.then(Instant::now));
         if !requests_waiting && let Ok(one) = self.stage.one_at_a_time.try_lock() {
             self.stage.sync(one);
-            self.stage.answer(vec![answers]);
+            self.stage.answer(vec![committed]);
         } else {
-            self.answer_after_sync(answers);
+            self.answer_after_sync(committed);
         }
     }
 
-    fn answer_after_sync(&self, answers: Vec<Answer>) {
+    fn answer_after_sync(&self, committed: Committed) {
         let groups = self.groups.as_ref().expect("the queue lives until the syncer is dropped");
         // The thread ends only when the queue closes, or if it panicked: then nothing syncs these any more.
-        if let Err(returned) = groups.send(answers) {
-            for answer in returned.0 {
+        if let Err(returned) = groups.send(committed) {
+            for answer in returned.0.0 {
                 answer.not_durable("the hook's sync thread stopped").send();
             }
         }
@@ -106,7 +119,7 @@ impl Drop for Syncer {
 }
 
 /// What a sync needs, on either thread.
-struct Stage {
+struct SyncStage {
     sync: SyncLog,
     name: String,
     /// One sync at a time. Linux reports a failed write-back once per open file: of two syncs running together,
@@ -114,10 +127,11 @@ struct Stage {
     one_at_a_time: Mutex<()>,
     failed: OnceLock<String>,
     health: Arc<Health>,
+    timer: Option<StageTimer>,
 }
 
-impl Stage {
-    fn run(&self, committed: &Receiver<Vec<Answer>>) {
+impl SyncStage {
+    fn run(&self, committed: &Receiver<Committed>) {
         while let Ok(first) = committed.recv() {
             // Every group committed so far: one sync answers them all.
             let groups = std::iter::once(first).chain(committed.try_iter().take(GROUPS_AWAITING_SYNC_MAX)).collect();
@@ -137,11 +151,16 @@ impl Stage {
         }
     }
 
-    fn answer(&self, groups: Vec<Vec<Answer>>) {
-        for answer in groups.into_iter().flatten() {
-            match self.failed.get() {
-                None => answer.send(),
-                Some(message) => answer.not_durable(message).send(),
+    fn answer(&self, groups: Vec<Committed>) {
+        for (answers, handed) in groups {
+            if let Some(handed) = handed {
+                stages::took(self.timer.as_ref(), Stage::Sync, handed.elapsed());
+            }
+            for answer in answers {
+                match self.failed.get() {
+                    None => answer.send(),
+                    Some(message) => answer.not_durable(message).send(),
+                }
             }
         }
     }
@@ -188,13 +207,13 @@ mod tests {
             released.lock().unwrap().recv().unwrap();
             Ok(())
         });
-        let syncer = Syncer::with(sync, "a gated sync".into(), Arc::default()).unwrap();
+        let syncer = Syncer::with(sync, "a gated sync".into(), Arc::default(), None).unwrap();
         let (answers, mut first) = group("r-1");
-        syncer.answer(answers, true);
+        syncer.answer(answers, true, true);
         sync_begun.recv().unwrap();
         // Handed over while the first sync runs: the first sync does not cover it.
         let (answers, mut second) = group("r-2");
-        syncer.answer(answers, true);
+        syncer.answer(answers, true, true);
         std::thread::sleep(Duration::from_millis(50));
         assert!(first.try_recv().is_err(), "no answer while its sync runs");
         release.send(()).unwrap();
@@ -217,14 +236,14 @@ mod tests {
             Err(std::io::Error::other("EIO"))
         });
         let health = Arc::new(Health::default());
-        let syncer = Syncer::with(sync, "a failing disk".into(), Arc::clone(&health)).unwrap();
+        let syncer = Syncer::with(sync, "a failing disk".into(), Arc::clone(&health), None).unwrap();
         let (mut answers, first) = group("r-1");
         // A second close of r-1 in the same group, refused as already closed by the first: that close is not
         // durable, so neither is the refusal.
         let (reply, refused) = oneshot::channel();
         let by = "COMMIT".to_string();
         answers.push(Answer::Close(reply, Ok(Err(crate::Refusal::AlreadyClosed { reservation_id: "r-1".into(), by }))));
-        syncer.answer(answers, true);
+        syncer.answer(answers, true, true);
         let error = first.blocking_recv().unwrap().unwrap_err();
         assert!(matches!(error, HookError::NotDurable(ref m) if m == "cannot sync a failing disk: EIO"), "{error}");
         assert!(matches!(refused.blocking_recv().unwrap(), Err(HookError::NotDurable(_))), "the refusal too");
@@ -233,10 +252,10 @@ mod tests {
         assert_eq!(report.recording, "not_durable", "said as it happens, until a restart: {report:?}");
         assert_eq!(report.last_failure.map(|f| f.message).as_deref(), Some("cannot sync a failing disk: EIO"));
         let (answers, second) = group("r-2");
-        syncer.answer(answers, true);
+        syncer.answer(answers, true, true);
         assert!(matches!(second.blocking_recv().unwrap(), Err(HookError::NotDurable(_))));
         let (answers, third) = group("r-3");
-        syncer.answer(answers, false);
+        syncer.answer(answers, false, true);
         assert!(matches!(third.blocking_recv().unwrap(), Err(HookError::NotDurable(_))), "on the writer's thread too");
         drop(syncer);
         assert_eq!(syncs.load(Ordering::Relaxed), 1);

@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use hook::{CheckRequest, Hook, HookError, HookSettings, Replicate, ReplicateError};
+use hook::{CheckRequest, Hook, HookError, HookSettings, Replicate, ReplicateError, Stage, StageTimer};
 use schemas::Event;
 
 /// Publishes into a shared list, or fails as told.
@@ -42,7 +42,11 @@ fn what_is_answered_was_published_first() {
     let published = Arc::new(Mutex::new(Vec::new()));
     let fail = Arc::new(Mutex::new(None));
     let publisher = Publisher { published: Arc::clone(&published), fail: Arc::clone(&fail) };
-    let hook = Hook::start_replicated(&path, HookSettings::default(), Some(Box::new(publisher))).unwrap();
+    let stages = Arc::new(Mutex::new(Vec::new()));
+    let heard = Arc::clone(&stages);
+    let timer = StageTimer::new(move |stage, _| heard.lock().unwrap().push(stage));
+    let settings = HookSettings { stages: Some(timer), ..HookSettings::default() };
+    let hook = Hook::start_replicated(&path, settings, Some(Box::new(publisher))).unwrap();
 
     assert!(hook.check(ask("k-1")).unwrap().allowed());
     let kinds: Vec<&str> = published.lock().unwrap().iter().map(|e| e.event_type().name()).collect();
@@ -66,4 +70,9 @@ fn what_is_answered_was_published_first() {
     assert_eq!(ledger.status().unwrap().events_recorded, 4, "k-1 and k-2, each a decision and its usage");
     assert_eq!(published.lock().unwrap().len(), 4);
     assert_eq!(ledger.outbox_status().unwrap().enqueued, 0, "published already: nothing for the outbox");
+    // Publishes timed: k-1, k-2 failed, k-2, k-3 fenced (k-4 and the replay fail before any publish); commits: k-1 and
+    // k-2 only.
+    let stages = stages.lock().unwrap();
+    let count = |stage| stages.iter().filter(|s| **s == stage).count();
+    assert_eq!((count(Stage::Replicate), count(Stage::GroupCommit)), (4, 2), "{stages:?}");
 }

@@ -106,7 +106,10 @@ pub fn run(settings: NodeSettings, listening: impl FnOnce(Listening) -> std::io:
         settings.data.dir().display(),
         if settings.replicated { "replicated" } else { "local" }
     );
-    let hook_settings: HookSettings = settings.serve.hook;
+    // The node's figures: its server's, with the stages of its shards' decisions, beside its ingest's.
+    let mut registry = telemetry::registry();
+    let hook_metrics = telemetry::HookMetrics::register(&mut registry);
+    let hook_settings = HookSettings { stages: Some(serve::stage_timer(&hook_metrics)), ..settings.serve.hook.clone() };
     let shards = Arc::new(Shards::new(settings.data.clone(), partitions, hook_settings));
     let catalog = Arc::new(RoutingCatalog::follow(&brokers, &overrides)?);
     let writer = RoutingWriter::new(&brokers, &overrides)?;
@@ -129,8 +132,6 @@ pub fn run(settings: NodeSettings, listening: impl FnOnce(Listening) -> std::io:
     ingest.overrides = overrides.clone();
     ingest.publish_checkpoints = false;
     ingest.listener = Some(Arc::new(ownership::Listener(Arc::clone(&ownership))));
-    // The node's figures: its ingest's beside its server's, on the server's `/metrics`.
-    let mut registry = telemetry::registry();
     let ingest_metrics = telemetry::IngestMetrics::register(&mut registry);
     ingest.lag_listener = Some(ingest_metrics.clone());
     let stop_ingest = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -154,7 +155,8 @@ pub fn run(settings: NodeSettings, listening: impl FnOnce(Listening) -> std::io:
     };
     let stop: serve::StopAsked = Box::pin(async move { ended_rx.await.unwrap_or_else(|_| "ingest ended".into()) });
     let routing = Arc::new(CatalogView { catalog: Arc::clone(&catalog), partitions });
-    let served = serve::run_node(Arc::clone(&shards), routing, settings.serve.clone(), listening, stop, registry);
+    let served =
+        serve::run_node(Arc::clone(&shards), routing, settings.serve.clone(), listening, stop, registry, hook_metrics);
     ownership.stop();
     stop_ingest.store(true, std::sync::atomic::Ordering::Relaxed);
     let ingested = ingest_thread.join().unwrap_or_else(|_| Ok(Default::default()));

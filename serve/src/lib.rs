@@ -253,7 +253,8 @@ pub fn run(
     }
     let tokens = Tokens::read(&settings.tokens)?;
     let prepared = Prepared { tls: settings.tls.as_ref().map(tls::acceptor).transpose()?, ..prepared };
-    let hook = Hook::start(ledger_path, settings.hook).map_err(ServeError::Hook)?;
+    let metrics = routes::Metrics::new();
+    let hook = Hook::start(ledger_path, metrics.timing(&settings.hook)).map_err(ServeError::Hook)?;
     let writers = vec![hook.stopped()];
     let publisher = match &settings.brokers {
         Some(brokers) => Some(start_publisher("serve", ledger_path, &hook, brokers, &settings.overrides)?),
@@ -261,7 +262,7 @@ pub fn run(
     };
     let outbox = publisher.as_ref().map(|p| Outboxes::One(p.health()));
     let admin = admin::Admin::new(admin::AdminLedgers::File(ledger_path.to_path_buf()));
-    let app = App { hook: Hooks::One(hook), tokens, outbox, routing: None, metrics: routes::Metrics::new(), admin };
+    let app = App { hook: Hooks::One(hook), tokens, outbox, routing: None, metrics, admin };
     serve(app, writers, publisher.into_iter().collect(), prepared, &settings, listening, None)
 }
 
@@ -277,7 +278,8 @@ pub fn run_shards(
     let prepared = prepare(&settings)?;
     let tokens = Tokens::read(&settings.tokens)?;
     let prepared = Prepared { tls: settings.tls.as_ref().map(tls::acceptor).transpose()?, ..prepared };
-    let shards = Shards::start_all(dir.clone(), partitions, settings.hook)
+    let metrics = routes::Metrics::new();
+    let shards = Shards::start_all(dir.clone(), partitions, metrics.timing(&settings.hook))
         .map_err(|e| ServeError::Shards { dir: dir.dir().to_path_buf(), source: Box::new(e) })?;
     let held: Vec<(u32, Hook)> = shards.held().into_iter().filter_map(|p| Some((p, shards.hook(p)?))).collect();
     let writers = held.iter().map(|(_, hook)| hook.stopped()).collect();
@@ -293,14 +295,7 @@ pub fn run_shards(
     let outbox = (!publishers.is_empty())
         .then(|| Outboxes::Shards(publishers.iter().map(|(p, publisher)| (*p, publisher.health())).collect()));
     let admin = admin::Admin::new(admin::AdminLedgers::Shards(dir.clone()));
-    let app = App {
-        hook: Hooks::Shards(Arc::new(shards)),
-        tokens,
-        outbox,
-        routing: None,
-        metrics: routes::Metrics::new(),
-        admin,
-    };
+    let app = App { hook: Hooks::Shards(Arc::new(shards)), tokens, outbox, routing: None, metrics, admin };
     let publishers = publishers.into_iter().map(|(_, publisher)| publisher).collect();
     serve(app, writers, publishers, prepared, &settings, listening, None)
 }
@@ -319,7 +314,9 @@ pub type StopAsked = std::pin::Pin<Box<dyn std::future::Future<Output = String> 
 
 /// [`run_shards`] for a node of a cluster: the router `shards` holds the partitions Kafka gives the node and changes
 /// while it serves (the node adds and removes them); `routing` names the owners of the others; `registry` holds the
-/// node's other figures (its ingest's), which `/metrics` answers beside the server's. Serves until SIGTERM or
+/// node's other figures (its ingest's), which `/metrics` answers beside the server's, and `hook_metrics` there
+/// (registered by [`telemetry::HookMetrics::register`] before the shards' hooks start, whose stages
+/// [`stage_timer`] times into them). Serves until SIGTERM or
 /// Ctrl-C, a writer stopped on a panic, or `stop` answers. Waiting for the shards' writers to close is the node's.
 pub fn run_node(
     shards: Arc<Shards>,
@@ -328,6 +325,7 @@ pub fn run_node(
     listening: impl FnOnce(Listening) -> std::io::Result<()>,
     stop: StopAsked,
     registry: telemetry::Registry,
+    hook_metrics: Arc<telemetry::HookMetrics>,
 ) -> Result<(), ServeError> {
     let prepared = prepare(&settings)?;
     let tokens = Tokens::read(&settings.tokens)?;
@@ -337,10 +335,16 @@ pub fn run_node(
         tokens,
         outbox: None,
         routing: Some(routing),
-        metrics: routes::Metrics::with(registry),
+        metrics: routes::Metrics::registered(registry, hook_metrics),
         admin: admin::Admin::new(admin::AdminLedgers::None),
     };
     serve(app, Vec::new(), Vec::new(), prepared, &settings, listening, Some(stop))
+}
+
+/// Times the stages of a hook's decisions (`hook::Stage`) into `metrics`' `hook_stage_duration_seconds`.
+pub fn stage_timer(metrics: &Arc<telemetry::HookMetrics>) -> hook::StageTimer {
+    let metrics = Arc::clone(metrics);
+    hook::StageTimer::new(move |stage, took| metrics.stage(stage.name(), took))
 }
 
 /// What is checked and made before a hook starts: the listening address allowed, the bound of connections, and

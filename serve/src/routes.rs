@@ -53,6 +53,16 @@ impl Metrics {
         let hook = telemetry::HookMetrics::register(&mut registry);
         Metrics { registry, hook }
     }
+
+    /// The figures of `registry`, where the hook's (`hook`) are registered already.
+    pub(crate) fn registered(registry: telemetry::Registry, hook: Arc<telemetry::HookMetrics>) -> Metrics {
+        Metrics { registry, hook }
+    }
+
+    /// The hook's settings with the stages of its decisions timed into these figures.
+    pub(crate) fn timing(&self, settings: &hook::HookSettings) -> hook::HookSettings {
+        hook::HookSettings { stages: Some(crate::stage_timer(&self.hook)), ..settings.clone() }
+    }
 }
 
 impl App {

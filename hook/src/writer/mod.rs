@@ -28,6 +28,7 @@ use crate::buckets::{Buckets, Taken};
 use crate::error::{HookError, StartError};
 use crate::health::Health;
 use crate::queue::{Queued, Work};
+use crate::stages::{self, Stage};
 use crate::state::{self, State};
 use crate::sync::Syncer;
 use crate::{HookSettings, SOURCE};
@@ -91,7 +92,9 @@ impl Writer {
         let checkpointer = ledger.checkpoint_in_background()?;
         // The connection's durability is set here only: at full its commits write the log and the syncer syncs it.
         let syncer = match settings.durability {
-            Durability::Full => Some(Syncer::start(ledger.sync_log_apart()?, Arc::clone(&health))?),
+            Durability::Full => {
+                Some(Syncer::start(ledger.sync_log_apart()?, Arc::clone(&health), settings.stages.clone())?)
+            }
             Durability::Normal => {
                 ledger.set_durability(Durability::Normal)?;
                 None
@@ -135,7 +138,7 @@ impl Writer {
         let mut poll_next = Duration::ZERO;
         while let Some(first) = next(poll_next) {
             let caller_polls = first.caller_polls;
-            let group = self.take_group(first.work, &queue);
+            let group = self.take_group(first, &queue);
             queued.fetch_sub(group.len(), Ordering::Relaxed);
             poll_next = if group.len() == 1 && caller_polls { polling } else { Duration::ZERO };
             self.process(group, queued);
@@ -143,17 +146,24 @@ impl Writer {
     }
 
     /// A group: `first`, then every request queued, up to the group's bound, waiting for more until the group's
-    /// wait after the first has passed.
-    fn take_group(&self, first: Work, queue: &Receiver<Queued>) -> Vec<Work> {
-        let mut group = vec![first];
+    /// wait after the first has passed. Each decision's wait in the queue is told the stage timer as it is taken.
+    fn take_group(&self, first: Queued, queue: &Receiver<Queued>) -> Vec<Work> {
+        let timer = self.settings.stages.as_ref();
+        let take = |queued: Queued| {
+            if queued.work.decides() {
+                stages::took(timer, Stage::QueueWait, queued.at.elapsed());
+            }
+            queued.work
+        };
+        let mut group = vec![take(first)];
         let deadline = Instant::now() + Duration::from_micros(self.settings.group_wait_us);
         while group.len() < self.settings.group_max_requests {
             match queue.try_recv() {
-                Ok(queued) => group.push(queued.work),
+                Ok(queued) => group.push(take(queued)),
                 Err(TryRecvError::Disconnected) => break,
                 Err(TryRecvError::Empty) => match deadline.checked_duration_since(Instant::now()) {
                     Some(left) if !left.is_zero() => match queue.recv_timeout(left) {
-                        Ok(queued) => group.push(queued.work),
+                        Ok(queued) => group.push(take(queued)),
                         Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
                     },
                     _ => break,
@@ -175,11 +185,12 @@ impl Writer {
         self.state.expire(now);
         self.state.prune(now);
         let (events, mut answers) = self.decide_group(group, now);
-        if !events.is_empty() {
+        let recorded = !events.is_empty();
+        if recorded {
             answers = self.record(events, answers, now);
         }
         match &self.syncer {
-            Some(syncer) => syncer.answer(answers, queued.load(Ordering::Relaxed) > 0),
+            Some(syncer) => syncer.answer(answers, queued.load(Ordering::Relaxed) > 0, recorded),
             None => answers.into_iter().for_each(Answer::send),
         }
     }
@@ -301,7 +312,10 @@ impl Writer {
     fn replicate(&mut self, events: &[Incoming]) -> Result<(), crate::ReplicateError> {
         let Some(replicate) = self.replicate.as_mut() else { return Ok(()) };
         let events: Vec<Event> = events.iter().map(|incoming| incoming.event.clone()).collect();
-        replicate.replicate(&events)
+        let started = Instant::now();
+        let published = replicate.replicate(&events);
+        stages::took(self.settings.stages.as_ref(), Stage::Replicate, started.elapsed());
+        published
     }
 
     /// Appends a group's events in one transaction, waiting through [`BUSY_WAITS`] busy timeouts for another
@@ -313,7 +327,10 @@ impl Writer {
         let mut waits = 1;
         let waiting_since = Instant::now();
         loop {
-            match self.ledger.append(batch) {
+            let started = Instant::now();
+            let appended = self.ledger.append(batch);
+            stages::took(self.settings.stages.as_ref(), Stage::GroupCommit, started.elapsed());
+            match appended {
                 Err(error) if waits < BUSY_WAITS && ledger::is_busy(&error) => {
                     tracing::warn!(
                         "hook: another process has held the ledger's write lock for {} s; a group of {} events waits for it",
