@@ -127,7 +127,8 @@ fn main() -> ExitCode {
         }
     };
     let cli = Cli::parse_from(args);
-    init_logging(cli.log_format, cli.log_level);
+    let log_format = cli.log_format;
+    init_logging(log_format, cli.log_level);
     if let Some(dir) = &cli.schemas {
         match schemas::Catalog::install_with(dir) {
             Ok(added) => added.iter().for_each(|schema| {
@@ -139,7 +140,7 @@ fn main() -> ExitCode {
                 )
             }),
             Err(error) => {
-                eprintln!("quota-ledger: error: {}", cli::error_line(&error.into()));
+                say_error(log_format, &cli::error_line(&error.into()));
                 return ExitCode::from(cli::EXIT_ERROR);
             }
         }
@@ -180,8 +181,23 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("quota-ledger: error: {}", cli::error_line(&error));
+            say_error(log_format, &cli::error_line(&error));
             ExitCode::from(cli::EXIT_ERROR)
+        }
+    }
+}
+
+/// The error a command ended with, on stderr: a line of text, or under `--log-format json` an object as the log lines
+/// are (a collector parses every line), whatever `--log-level` filters out.
+fn say_error(format: LogFormat, line: &str) {
+    let message = format!("quota-ledger: error: {line}");
+    match format {
+        LogFormat::Text => eprintln!("{message}"),
+        LogFormat::Json => {
+            let timestamp = schemas::Timestamp::now().to_string();
+            let object = serde_json::json!({"timestamp": timestamp, "level": "ERROR", "target": "quota_ledger",
+                                            "message": message});
+            eprintln!("{object}");
         }
     }
 }

@@ -38,3 +38,20 @@ fn ingest_logs_assignment_and_quarantine_as_json_lines_without_secrets() {
     assert!(run.stderr.lines().any(|l| l.starts_with("ingest: assigned quota.")), "{}", run.stderr);
     assert!(run.stderr.contains("messages quarantined ("), "{}", run.stderr);
 }
+
+// Proves a command's last word, its error, is a JSON line too under --log-format json: a collector parses every line.
+#[test]
+fn a_commands_error_is_a_json_line_too() {
+    let ledger = TestLedger::new();
+    let run = ledger.run(&["--log-format", "json", "status"]);
+    assert_ne!(run.code, Some(0), "no ledger there: {}", run.stderr);
+    let lines: Vec<Value> = run
+        .stderr
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}")))
+        .collect();
+    let error = lines.last().unwrap_or_else(|| panic!("nothing said: {}", run.stderr));
+    assert_eq!(error["level"], "ERROR", "{error}");
+    assert!(error["message"].as_str().unwrap().starts_with("quota-ledger: error: "), "{error}");
+    assert!(error["timestamp"].is_string(), "{error}");
+}
