@@ -2,7 +2,9 @@
 //! third-party encoder (fastavro, from PyPI), with the schemas in the registry's own storage topic `_schemas`
 //! written in its documented format: ingest resolves the ids from that topic (no registry server), a message whose id
 //! is not there yet is quarantined as `unknown_schema_id`, and `quarantine replay --brokers` records it once its
-//! schema appears. On the embedded broker and on Tansu.
+//! schema appears. On the embedded broker and on Tansu. And the same ids asked of the registry's REST API
+//! (`--registry-url`, `GET /schemas/ids/{id}` as Confluent Schema Registry and Karapace document it, behind basic
+//! authentication) instead of its topic.
 
 mod support;
 
@@ -128,4 +130,65 @@ fn confluent_framed_messages_through_tansu() {
     let Some(broker) = Broker::tansu_sqlite(&storage.path().join("tansu.db"), None) else { return };
     kafka::admin::create_topics(&broker.bootstrap, &["_schemas"], 1, &[]).expect("_schemas created");
     confluent_messages_ingest_and_unknown_ids_replay(&broker);
+}
+
+/// The registry's REST API on loopback (tests/support/schema_registry.py), serving the files `dir/{id}.avsc` to
+/// `credentials`: its URL with them, and the process (killed when dropped).
+fn registry_server(dir: &std::path::Path, credentials: &str) -> (String, ChildGuard) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/schema_registry.py");
+    let mut child = ChildGuard::new(
+        Command::new("python3")
+            .args([script, dir.to_str().unwrap(), credentials])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3 runs"),
+    );
+    let mut port = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut port).unwrap();
+    (format!("http://{credentials}@127.0.0.1:{}", port.trim()), child)
+}
+
+// Proves that with --registry-url the ids come from the registry's REST API, the topic unread (there is none): an id
+// it holds ingests, an id it does not yet hold (404) is quarantined and replayed once it answers it, and wrong
+// credentials (401) resolve nothing.
+#[test]
+fn schema_ids_resolve_through_the_registry_rest_api() {
+    if !fastavro_available() {
+        return;
+    }
+    let broker = Broker::mock();
+    let schema = producer_schema();
+    let schemas = tempfile::tempdir().unwrap();
+    std::fs::write(schemas.path().join("51.avsc"), schema.to_string()).unwrap();
+    let (url, _registry) = registry_server(schemas.path(), "team:s3cret");
+    let mut producer = KafkaProducer::new(&broker.bootstrap, &[]).expect("a producer");
+    let known = fastavro_encode(&schema, 51, &[record("rest-1", 3), record("rest-2", 4)]);
+    let later = fastavro_encode(&schema, 52, &[record("rest-3", 5)]);
+    for message in known.iter().chain(&later) {
+        producer.send("quota.usage", "org-7", message).expect("send");
+    }
+    producer.finish().expect("acknowledged");
+
+    let ledger = TestLedger::new();
+    let args = ["ingest", "--brokers", &broker.bootstrap, "--until-caught-up", "--registry-url", &url];
+    let ingest = ledger.run(&args).success();
+    let status = ledger.status();
+    let counts = (count(&status, "events_recorded"), count(&status, "quarantined"));
+    assert_eq!(counts, (2, 1), "{status}\n{}", ingest.stderr);
+    assert!(ingest.stderr.contains("schema id 52 is not in http://127.0.0.1:"), "{}", ingest.stderr);
+    assert!(!ingest.stderr.contains("s3cret"), "the password is never logged: {}", ingest.stderr);
+    assert_eq!(ledger.quarantined()[0]["reason_code"], "unknown_schema_id");
+
+    std::fs::write(schemas.path().join("52.avsc"), schema.to_string()).unwrap();
+    let wrong = url.replace("s3cret", "guess");
+    let refused = ledger.run(&["quarantine", "replay", "--registry-url", &wrong]).success();
+    assert!(refused.stderr.contains("HTTP 401"), "{}", refused.stderr);
+    assert_eq!(count(&ledger.status(), "events_recorded"), 2, "nothing resolved without the right credentials");
+    ledger.run(&["quarantine", "replay", "--registry-url", &url]).success();
+    let status = ledger.status();
+    assert_eq!(count(&status, "events_recorded"), 3, "replayed once the registry holds id 52: {status}");
+    let quantities =
+        ledger.run(&["sql", "SELECT SUM(quantity) AS q FROM usage_events", "--format", "json"]).success().json();
+    assert_eq!(quantities[0]["q"], 12, "{quantities}");
+    ledger.assert_verifies();
 }

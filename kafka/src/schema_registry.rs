@@ -4,6 +4,10 @@
 //! ..., "magic": 1}` and its value `{"subject": ..., "version": ..., "id": ..., "schema": "<the schema's JSON>",
 //! "deleted": false}` (`schemaType` absent for Avro); other key types (CONFIG, NOOP, DELETE_SUBJECT, ...) and
 //! tombstones carry no schema.
+//!
+//! Where the registry's topic is out of reach (another cluster, no read ACL on it, a managed registry), its REST API
+//! answers the same ids: [`RegistryUrl`] asks `GET {url}/schemas/ids/{id}`, the endpoint Confluent Schema Registry and
+//! Karapace document, and [`install_url`] resolves ids through it instead of the topic.
 
 use serde::Deserialize;
 
@@ -153,4 +157,179 @@ fn load(brokers: &str, overrides: &[(String, String)], topic: &str) -> Result<In
         }
     }
     Ok(installed)
+}
+
+/// How long one request to the registry's REST API may take.
+pub const HTTP_TIMEOUT_MS: u64 = 10_000;
+
+/// A schema registry's REST API (`--registry-url`): `http://host:8081`, with credentials for HTTP basic
+/// authentication in the URL if the registry asks for them (`http://user:secret@host:8081`, Confluent's
+/// `basic.auth.user.info`).
+#[derive(Clone)]
+pub struct RegistryUrl {
+    /// The URL without its credentials or a trailing slash.
+    base: String,
+    /// `Basic ...`, from the URL's credentials.
+    authorization: Option<String>,
+    agent: ureq::Agent,
+}
+
+/// Never the credentials: the URL as it may be logged.
+impl std::fmt::Debug for RegistryUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryUrl").field("base", &self.base).finish_non_exhaustive()
+    }
+}
+
+/// Why a schema could not be asked of the registry's REST API.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryUrlError {
+    /// The URL is not an `http://` URL.
+    #[error("the schema registry URL {url:?} is not an http:// URL (https needs a TLS client this build lacks)")]
+    Scheme {
+        /// The URL given, credentials masked.
+        url: String,
+    },
+    /// The registry could not be reached, or its answer was not the documented one.
+    #[error("the schema registry at {url} failed to answer schema id {id}: {reason}")]
+    Failed {
+        /// The registry.
+        url: String,
+        /// The schema id asked for.
+        id: u32,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The body of `GET /schemas/ids/{id}`: the schema's text, and its type (absent for Avro).
+#[derive(Deserialize)]
+struct ById {
+    schema: String,
+    #[serde(default, rename = "schemaType")]
+    schema_type: Option<String>,
+}
+
+impl RegistryUrl {
+    /// The registry at `url` (`http://[user:secret@]host:port[/path]`).
+    pub fn parse(url: &str) -> Result<RegistryUrl, RegistryUrlError> {
+        let Some(rest) = url.strip_prefix("http://") else {
+            return Err(RegistryUrlError::Scheme { url: mask(url) });
+        };
+        let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        let (credentials, host) = match authority.rsplit_once('@') {
+            Some((credentials, host)) => (Some(credentials), host),
+            None => (None, authority),
+        };
+        let authorization = credentials.map(|c| {
+            use base64::Engine;
+            // A password holding `@` or `:` is written `%40`, `%3A` in a URL.
+            let decoded: Vec<u8> = percent_encoding::percent_decode_str(c).collect();
+            format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(decoded))
+        });
+        let config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(std::time::Duration::from_millis(HTTP_TIMEOUT_MS)))
+            .build();
+        let base = format!("http://{host}{}", path.trim_end_matches('/'));
+        Ok(RegistryUrl { base, authorization, agent: config.into() })
+    }
+
+    /// The registry's URL, without credentials.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// The text of schema `id` if the registry holds it as an Avro schema: `None` when it answers 404 (Confluent's
+    /// error 40403, "Schema not found"), an error for any other answer or none.
+    pub fn schema(&self, id: u32) -> Result<Option<String>, RegistryUrlError> {
+        let failed = |reason: String| RegistryUrlError::Failed { url: self.base.clone(), id, reason };
+        let mut request = self
+            .agent
+            .get(format!("{}/schemas/ids/{id}", self.base))
+            .header("accept", "application/vnd.schemaregistry.v1+json, application/json");
+        if let Some(authorization) = &self.authorization {
+            request = request.header("authorization", authorization);
+        }
+        let mut response = request.call().map_err(|e| failed(e.to_string()))?;
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string().map_err(|e| failed(e.to_string()))?;
+        match status {
+            200 => {
+                let found: ById = serde_json::from_str(&text)
+                    .map_err(|e| failed(format!("not the documented {{\"schema\": ...}} body ({e}): {text}")))?;
+                match found.schema_type.as_deref() {
+                    None | Some("AVRO") => Ok(Some(found.schema)),
+                    Some(other) => Err(failed(format!("a {other} schema, not Avro"))),
+                }
+            }
+            404 => Ok(None),
+            _ => Err(failed(format!("HTTP {status}: {text}"))),
+        }
+    }
+}
+
+/// The URL with the password of its credentials masked, for an error message.
+fn mask(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let credentials = &url[scheme + 3..at];
+            let user = credentials.split(':').next().unwrap_or_default();
+            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// Has a message whose schema id is not registered yet ask the registry's REST API at `url` for it, and register it
+/// ([`schemas::confluent`]): an id the registry does not hold (or that failed) is asked again at most every
+/// [`REREAD_EVERY_MS`], so that a burst of its messages costs one request.
+pub fn install_url(url: RegistryUrl) {
+    let missed: std::sync::Mutex<std::collections::HashMap<u32, std::time::Instant>> = Default::default();
+    schemas::confluent::set_resolver(move |id| {
+        let mut missed = missed.lock().expect("never poisoned");
+        if missed.get(&id).is_some_and(|at| at.elapsed() < std::time::Duration::from_millis(REREAD_EVERY_MS)) {
+            return;
+        }
+        let base = url.base();
+        match url.schema(id) {
+            Ok(Some(text)) => match schemas::confluent::register(id, &text) {
+                Ok(event_type) => {
+                    missed.remove(&id);
+                    tracing::info!("schemas: schema id {id} of {base} registered for {event_type}");
+                }
+                Err(why) => {
+                    missed.insert(id, std::time::Instant::now());
+                    tracing::warn!("schemas: schema id {id} of {base} is refused: {why}");
+                }
+            },
+            Ok(None) => {
+                missed.insert(id, std::time::Instant::now());
+                tracing::warn!(
+                    "schemas: schema id {id} is not in {base}; its messages are quarantined as unknown_schema_id"
+                );
+            }
+            Err(error) => {
+                missed.insert(id, std::time::Instant::now());
+                tracing::warn!("schemas: {error}; its messages are quarantined as unknown_schema_id");
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_become_basic_authentication_and_are_never_shown() {
+        let url = RegistryUrl::parse("http://team%40corp:s3cr%3At@registry:8081/").unwrap();
+        assert_eq!(url.base(), "http://registry:8081");
+        // base64("team@corp:s3cr:t")
+        assert_eq!(url.authorization.as_deref(), Some("Basic dGVhbUBjb3JwOnMzY3I6dA=="));
+        assert!(!format!("{url:?}").contains("s3cr"));
+        assert_eq!(RegistryUrl::parse("http://registry:8081/api/").unwrap().base(), "http://registry:8081/api");
+        let refused = RegistryUrl::parse("https://user:secret@registry").unwrap_err().to_string();
+        assert!(refused.contains("https://user:***@registry") && !refused.contains("secret"), "{refused}");
+    }
 }

@@ -280,6 +280,23 @@ pub fn is_secret(key: &str) -> bool {
     ["password", "secret", "jaas", "credential"].iter().any(|word| key.contains(word)) || key.ends_with(".key.pem")
 }
 
+/// A value as `config check` prints it: a secret's masked whole, and the password of a URL's credentials
+/// (`registry-url = "http://user:secret@host"`) masked.
+fn shown(key: &str, value: &toml::Value) -> String {
+    const MASK: &str = "********";
+    if is_secret(key) {
+        return MASK.to_string();
+    }
+    let text = scalar(value);
+    match (text.find("://"), text.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme + 3 && text[scheme + 3..at].contains(':') => {
+            let user = text[scheme + 3..at].split(':').next().unwrap_or_default();
+            format!("{}{user}:{MASK}{}", &text[..scheme + 3], &text[at..])
+        }
+        _ => text,
+    }
+}
+
 /// One resolved setting, as `config check` prints it.
 #[derive(Debug, serde::Serialize)]
 struct Setting {
@@ -318,7 +335,7 @@ fn collect(command: &clap::Command, table: &toml::Table, path: &mut Vec<String>,
         let dotted = path.iter().cloned().chain([key.clone()]).collect::<Vec<_>>().join(".");
         if path.is_empty() && key == KAFKA_TABLE {
             for (setting, value) in value.as_table().into_iter().flatten() {
-                let shown = if is_secret(setting) { "********".to_string() } else { scalar(value) };
+                let shown = shown(setting, value);
                 out.push(Setting { key: format!("{KAFKA_TABLE}.{setting}"), value: shown, source: "file (-X)".into() });
             }
             continue;
@@ -334,8 +351,7 @@ fn collect(command: &clap::Command, table: &toml::Table, path: &mut Vec<String>,
             Some(var) => format!("environment {} (over the file)", var.to_string_lossy()),
             None => "file".into(),
         };
-        let shown = if is_secret(key) { "********".to_string() } else { scalar(value) };
-        out.push(Setting { key: dotted, value: shown, source });
+        out.push(Setting { key: dotted, value: shown(key, value), source });
     }
 }
 
@@ -421,6 +437,14 @@ mod tests {
             let error = check_keys(&command(), &table, &[]).unwrap_err().to_string();
             assert!(error.contains(named), "{file:?}: {error}");
         }
+    }
+
+    #[test]
+    fn a_urls_password_is_masked() {
+        let url = toml::Value::String("http://team:s3cret@registry:8081".into());
+        assert_eq!(shown("registry-url", &url), "http://team:********@registry:8081");
+        let plain = toml::Value::String("http://registry:8081".into());
+        assert_eq!(shown("registry-url", &plain), "http://registry:8081");
     }
 
     #[test]

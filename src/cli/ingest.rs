@@ -80,6 +80,10 @@ pub struct IngestArgs {
     /// wire format (a zero byte and a 4-byte schema id); absent, no message may use it.
     #[arg(long, value_name = "TOPIC", default_value = kafka::schema_registry::SCHEMAS_TOPIC)]
     registry_topic: String,
+    /// The schema registry's REST API (`http://[user:secret@]host:8081`), asked `GET /schemas/ids/{id}` for the
+    /// writer schemas of messages in the Confluent wire format instead of reading --registry-topic.
+    #[arg(long, value_name = "URL", env = "QUOTA_LEDGER_REGISTRY_URL")]
+    registry_url: Option<String>,
 }
 
 pub fn run(store: &super::Store, args: IngestArgs) -> anyhow::Result<ExitCode> {
@@ -272,7 +276,7 @@ fn start_metrics(
     let mut registry = telemetry::registry();
     let metrics = telemetry::IngestMetrics::register(&mut registry);
     let server = telemetry::MetricsServer::start(listen, Arc::new(std::sync::Mutex::new(registry)))?;
-    eprintln!("ingest: metrics on http://{}/metrics", server.address);
+    tracing::info!(metrics = %server.address, "ingest: metrics on http://{}/metrics", server.address);
     settings.lag_listener = Some(metrics.clone());
     Ok(Some(metrics))
 }
@@ -297,7 +301,8 @@ fn run_kafka_shards(shards: &ShardDir, brokers: &str, args: &IngestArgs) -> anyh
             .with_context(|| format!("cannot name the consumer group of {}", shards.dir().display()))?;
     }
     let metrics = start_metrics(args, &mut settings)?;
-    kafka::schema_registry::install(brokers, &settings.overrides, &args.registry_topic);
+    let url = args.registry_url.as_deref();
+    super::kafka_args::resolve_schema_ids(Some(brokers), &settings.overrides, &args.registry_topic, url)?;
     let mut display = Display::new();
     let report = ingest_kafka_shards(shards, &settings, &stop, |progress| {
         display.show(progress);
@@ -321,7 +326,8 @@ fn run_kafka(ledger_path: &Path, brokers: &str, args: &IngestArgs) -> anyhow::Re
         settings.group = default_group(&ledger.ledger_id()?);
     }
     let metrics = start_metrics(args, &mut settings)?;
-    kafka::schema_registry::install(brokers, &settings.overrides, &args.registry_topic);
+    let url = args.registry_url.as_deref();
+    super::kafka_args::resolve_schema_ids(Some(brokers), &settings.overrides, &args.registry_topic, url)?;
     let mut display = Display::new();
     let report = ingest_kafka(&mut ledger, &settings, &stop, |progress| {
         display.show(progress);
@@ -397,8 +403,18 @@ impl Display {
                 bar.set_message(self.line(progress));
                 bar.tick();
             }
+            // A log line (a JSON object under --log-format json), not a bare one: a collector parses every line.
             None if self.last_line.elapsed() >= Duration::from_secs(LOG_EVERY_SECONDS) => {
-                eprintln!("ingest: {}", self.line(progress));
+                tracing::info!(
+                    messages = progress.messages,
+                    recorded = progress.recorded,
+                    duplicates = progress.duplicates,
+                    conflicts = progress.conflicts,
+                    quarantined_total = progress.quarantined,
+                    lag = progress.lag.values().sum::<i64>(),
+                    "ingest: {}",
+                    self.line(progress)
+                );
                 self.last_line = Instant::now();
             }
             None => {}

@@ -3,6 +3,23 @@
 use clap::Args;
 use kafka::topics::{ClientRole, PartitionCountError, Topics};
 
+/// Resolves the schema ids of messages in the Confluent wire format: through the schema registry's REST API at `url`
+/// when given, else from its storage topic `topic` on `brokers` (read with `overrides`), else not at all.
+pub fn resolve_schema_ids(
+    brokers: Option<&str>,
+    overrides: &[(String, String)],
+    topic: &str,
+    url: Option<&str>,
+) -> anyhow::Result<()> {
+    use kafka::schema_registry::{self, RegistryUrl};
+    match (url, brokers) {
+        (Some(url), _) => schema_registry::install_url(RegistryUrl::parse(url)?),
+        (None, Some(brokers)) => schema_registry::install(brokers, overrides, topic),
+        (None, None) => {}
+    }
+    Ok(())
+}
+
 /// `-X key=value`: a librdkafka setting, as kcat takes them.
 pub fn parse_setting(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {

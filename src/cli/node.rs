@@ -56,13 +56,18 @@ pub struct NodeArgs {
     /// The schema registry's storage topic, read for the writer schemas of messages in the Confluent wire format.
     #[arg(long, value_name = "TOPIC", default_value = kafka::schema_registry::SCHEMAS_TOPIC)]
     registry_topic: String,
+    /// The schema registry's REST API (`http://[user:secret@]host:8081`), asked `GET /schemas/ids/{id}` for the
+    /// writer schemas of messages in the Confluent wire format instead of reading --registry-topic.
+    #[arg(long, value_name = "URL", env = "QUOTA_LEDGER_REGISTRY_URL")]
+    registry_url: Option<String>,
 }
 
 pub fn run(store: &super::Store, args: NodeArgs) -> anyhow::Result<ExitCode> {
     let super::Store::Shards(dir) = store else {
         anyhow::bail!("node keeps its shards in a directory: give it --data DIR");
     };
-    kafka::schema_registry::install(&args.brokers, &args.settings, &args.registry_topic);
+    let url = args.registry_url.as_deref();
+    super::kafka_args::resolve_schema_ids(Some(&args.brokers), &args.settings, &args.registry_topic, url)?;
     let hook = HookSettings {
         group_max_requests: args.group_max_requests.max(1),
         // Replicated: the topics are the durable copy; the shard commits to the operating system's cache.

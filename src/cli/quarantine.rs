@@ -33,6 +33,10 @@ pub enum QuarantineCommand {
         /// The schema registry's storage topic on --brokers.
         #[arg(long, value_name = "TOPIC", default_value = kafka::schema_registry::SCHEMAS_TOPIC)]
         registry_topic: String,
+        /// The schema registry's REST API (`http://[user:secret@]host:8081`), asked for the schema ids of messages
+        /// quarantined as `unknown_schema_id` instead of reading --registry-topic.
+        #[arg(long, value_name = "URL", env = "QUOTA_LEDGER_REGISTRY_URL")]
+        registry_url: Option<String>,
         /// A librdkafka setting for --brokers (SASL, TLS), repeatable.
         #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = super::kafka_args::parse_setting)]
         settings: Vec<(String, String)>,
@@ -46,10 +50,9 @@ pub fn run(store: &super::Store, command: QuarantineCommand) -> anyhow::Result<E
     let ledger_path = store.file("quarantine")?;
     match command {
         QuarantineCommand::List { json } => list(ledger_path, json),
-        QuarantineCommand::Replay { ids, topics, brokers, registry_topic, settings, json } => {
-            if let Some(brokers) = &brokers {
-                kafka::schema_registry::install(brokers, &settings, &registry_topic);
-            }
+        QuarantineCommand::Replay { ids, topics, brokers, registry_topic, registry_url, settings, json } => {
+            let url = registry_url.as_deref();
+            super::kafka_args::resolve_schema_ids(brokers.as_deref(), &settings, &registry_topic, url)?;
             replay(ledger_path, &ids, &topics, json)
         }
     }

@@ -1,0 +1,45 @@
+"""The schema registry's REST API as Confluent Schema Registry and Karapace document it, for the schema ids of the
+Confluent wire format: GET /schemas/ids/{id} answers {"schema": "<the schema's JSON>"} (200), or
+{"error_code": 40403, "message": ...} (404) for an id it does not hold, behind HTTP basic authentication. Its schemas
+are the files DIR/{id}.avsc, read at each request, so a test registers one by writing its file. Usage:
+schema_registry.py DIR USER:PASSWORD; prints the port it listens on (loopback), then serves until killed."""
+
+import base64
+import json
+import os
+import re
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+directory, credentials = sys.argv[1], sys.argv[2]
+expected = "Basic " + base64.b64encode(credentials.encode()).decode()
+
+
+class Registry(BaseHTTPRequestHandler):
+    def answer(self, status, body):
+        text = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/vnd.schemaregistry.v1+json")
+        self.send_header("Content-Length", str(len(text)))
+        self.end_headers()
+        self.wfile.write(text)
+
+    def do_GET(self):
+        if self.headers.get("Authorization") != expected:
+            return self.answer(401, {"error_code": 401, "message": "Unauthorized"})
+        found = re.fullmatch(r"/schemas/ids/(\d+)", self.path)
+        if not found:
+            return self.answer(404, {"error_code": 404, "message": "HTTP 404 Not Found"})
+        path = os.path.join(directory, found.group(1) + ".avsc")
+        if not os.path.exists(path):
+            return self.answer(404, {"error_code": 40403, "message": f"Schema {found.group(1)} not found"})
+        with open(path) as schema:
+            self.answer(200, {"schema": schema.read()})
+
+    def log_message(self, *args):
+        pass
+
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Registry)
+print(server.server_address[1], flush=True)
+server.serve_forever()
