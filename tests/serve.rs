@@ -116,6 +116,7 @@ fn hard_policy(limit: i64, window: Window) -> Event {
         burst: None,
         actor: None,
         reason: None,
+        time_zone: None,
     })
 }
 
@@ -643,6 +644,7 @@ fn remaining_quota_is_read_without_consuming() {
         burst: None,
         actor: None,
         reason: None,
+        time_zone: None,
     });
     let grant = Event::Grant(GrantEvent {
         header: header("grant-1", "2026-01-01T00:00:00Z", "org-1", "tokens"),

@@ -154,6 +154,7 @@ pub fn policy_event(change: &PolicyChange, recorded: &Recorded, now: Timestamp) 
         burst: None,
         actor: Some(change.actor.clone()),
         reason: Some(change.reason.clone()),
+        time_zone: None,
     };
     let event = Event::Policy(event);
     schemas::validate(&event)?;

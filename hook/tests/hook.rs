@@ -29,6 +29,7 @@ fn policy(id: &str, limit: i64, window: Window, enforcement: Enforcement, burst:
         burst,
         actor: None,
         reason: None,
+        time_zone: None,
     })
 }
 

@@ -229,6 +229,7 @@ mod tests {
             burst: None,
             actor: None,
             reason: None,
+            time_zone: None,
         }
     }
 

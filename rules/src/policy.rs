@@ -130,6 +130,7 @@ mod tests {
             burst: None,
             actor: None,
             reason: None,
+            time_zone: None,
         }
     }
 

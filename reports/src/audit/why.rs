@@ -633,6 +633,7 @@ mod tests {
             burst: None,
             actor: None,
             reason: None,
+            time_zone: None,
         }
     }
 
