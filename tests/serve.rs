@@ -704,7 +704,7 @@ fn remaining_quota_is_read_without_consuming() {
     let table = test.run(&["quota", "show", "org-1"]).success().stdout_text();
     let words = |line: &str| line.split_whitespace().map(String::from).collect::<Vec<_>>();
     let tokens = table.lines().map(words).find(|w| w[0] == "tokens").unwrap_or_else(|| panic!("{table}"));
-    assert_eq!(tokens[7..], ["100", "20", "120", "30", "15", "75"], "{table}");
+    assert_eq!(tokens[7..], ["100", "20", "120", "30", "15", "75", "UTC"], "{table}");
 
     // Who may ask, and what: as for checks.
     assert_eq!(server.get("/v1/quotas?tenant=org-1", None).0, 401);
