@@ -94,6 +94,7 @@ fn daily_policy(version: i32, limit: i64) -> Event {
         burst: None,
         actor: None,
         reason: None,
+        time_zone: None,
     })
 }
 
@@ -327,6 +328,7 @@ fn reserved_then_checked() -> TestLedger {
         burst: None,
         actor: None,
         reason: None,
+        time_zone: None,
     });
     let allowed = |request_id: &str, occurred_at: &str, amount: i64, used_before: i64| {
         Event::Decision(DecisionEvent {
@@ -552,6 +554,7 @@ fn quota_v1(event_id: &str, owner: &str, metric: &str, limit: i64, shape: (Scope
         burst: None,
         actor: None,
         reason: None,
+        time_zone: None,
     })
 }
 

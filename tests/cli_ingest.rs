@@ -257,6 +257,7 @@ fn one_file_per_other_type() -> Vec<Vec<Event>> {
             burst: None,
             actor: None,
             reason: None,
+            time_zone: None,
         })
     };
     let adjustment = |event_id: &str, kind, amount| {

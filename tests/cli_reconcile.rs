@@ -25,6 +25,7 @@ fn hard_daily_policy(limit: i64) -> Event {
         burst: None,
         actor: None,
         reason: None,
+        time_zone: None,
     })
 }
 

@@ -236,6 +236,11 @@ fn admin_endpoints_change_policies_and_grants_for_admin_tokens_only() {
     negative["limit"] = json!(-1);
     let (status, body) = server.post("/v1/admin/policies", "admin-secret-org-0123", &negative);
     assert_eq!((status, body["message"].as_str()), (400, Some("nothing recorded: limit is -1, must be at least 0")));
+    let mut unknown_zone = raise.clone();
+    unknown_zone["time_zone"] = json!("America/New_Yrok");
+    let (status, body) = server.post("/v1/admin/policies", "admin-secret-org-0123", &unknown_zone);
+    assert_eq!(status, 400, "{body}");
+    assert!(body["message"].as_str().is_some_and(|m| m.contains("\"America/New_Yrok\" is not a time zone")), "{body}");
     let mut stale = raise.clone();
     stale["version"] = json!(1);
     let (status, body) = server.post("/v1/admin/policies", "admin-secret-org-0123", &stale);

@@ -55,6 +55,7 @@ fn policy(tenant: &str, metric: &str, limit: i64) -> Event {
         burst: None,
         actor: None,
         reason: None,
+        time_zone: None,
     })
 }
 

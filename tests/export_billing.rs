@@ -252,6 +252,7 @@ fn soft_monthly(tenant: &str, limit: i64) -> Event {
         burst: None,
         actor: None,
         reason: None,
+        time_zone: None,
     })
 }
 

@@ -86,6 +86,7 @@ fn hard_policy() -> Event {
         burst: None,
         actor: None,
         reason: None,
+        time_zone: None,
     })
 }
 

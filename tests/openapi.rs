@@ -36,6 +36,7 @@ fn policy() -> Event {
         burst: None,
         actor: None,
         reason: None,
+        time_zone: None,
     })
 }
 

@@ -115,6 +115,7 @@ fn policy(tenant: &str, limit: i64, window: Window) -> Event {
         burst: None,
         actor: None,
         reason: None,
+        time_zone: None,
     })
 }
 

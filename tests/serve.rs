@@ -116,6 +116,7 @@ fn hard_policy(limit: i64, window: Window) -> Event {
         burst: None,
         actor: None,
         reason: None,
+        time_zone: None,
     })
 }
 
@@ -643,6 +644,7 @@ fn remaining_quota_is_read_without_consuming() {
         burst: None,
         actor: None,
         reason: None,
+        time_zone: None,
     });
     let grant = Event::Grant(GrantEvent {
         header: header("grant-1", "2026-01-01T00:00:00Z", "org-1", "tokens"),
@@ -702,7 +704,7 @@ fn remaining_quota_is_read_without_consuming() {
     let table = test.run(&["quota", "show", "org-1"]).success().stdout_text();
     let words = |line: &str| line.split_whitespace().map(String::from).collect::<Vec<_>>();
     let tokens = table.lines().map(words).find(|w| w[0] == "tokens").unwrap_or_else(|| panic!("{table}"));
-    assert_eq!(tokens[7..], ["100", "20", "120", "30", "15", "75"], "{table}");
+    assert_eq!(tokens[7..], ["100", "20", "120", "30", "15", "75", "UTC"], "{table}");
 
     // Who may ask, and what: as for checks.
     assert_eq!(server.get("/v1/quotas?tenant=org-1", None).0, 401);

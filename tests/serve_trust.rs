@@ -168,6 +168,7 @@ fn policy(tenant: &str, metric: &str, limit: i64, window: Window) -> Event {
         burst: None,
         actor: None,
         reason: None,
+        time_zone: None,
     })
 }
 

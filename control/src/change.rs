@@ -30,6 +30,8 @@ pub struct PolicyChange {
     pub version: Option<i32>,
     /// When the version starts to govern; now when none is given.
     pub effective_from: Option<Timestamp>,
+    /// The IANA time zone of its calendar windows (HOUR, DAY, MONTH); none is UTC.
+    pub time_zone: Option<String>,
     /// Who makes the change.
     pub actor: String,
     /// Why, for people.
@@ -154,6 +156,7 @@ pub fn policy_event(change: &PolicyChange, recorded: &Recorded, now: Timestamp) 
         burst: None,
         actor: Some(change.actor.clone()),
         reason: Some(change.reason.clone()),
+        time_zone: change.time_zone.clone(),
     };
     let event = Event::Policy(event);
     schemas::validate(&event)?;
@@ -250,10 +253,24 @@ mod tests {
             policy_id: None,
             version,
             effective_from: None,
+            time_zone: None,
             actor: "alice".into(),
             reason: "why".into(),
             source: "test".into(),
         }
+    }
+
+    // Proves a policy's time zone is recorded as given, and one the IANA database does not know is refused naming it.
+    #[test]
+    fn a_time_zone_is_recorded_or_refused() {
+        let now = at("2026-12-04T10:00:00Z");
+        let zoned = |zone: &str| PolicyChange { time_zone: Some(zone.into()), ..change(None) };
+        let event = policy_event(&zoned("Asia/Kolkata"), &Recorded::default(), now).unwrap();
+        assert_eq!(event.time_zone.as_deref(), Some("Asia/Kolkata"));
+        let refused = policy_event(&zoned("Mars/Olympus_Mons"), &Recorded::default(), now).unwrap_err();
+        assert!(matches!(&refused, Refused::Invalid(Invalid::UnknownTimeZone { .. })), "{refused:?}");
+        assert!(refused.to_string().contains("\"Mars/Olympus_Mons\" is not a time zone"), "{refused}");
+        assert_eq!(policy_event(&change(None), &Recorded::default(), now).unwrap().time_zone, None);
     }
 
     // Proves the version follows the last one recorded for the same owner, metric and policy id, that a version given

@@ -21,6 +21,7 @@
 //!     policy_id: None,
 //!     version: None,
 //!     effective_from: None,
+//!     time_zone: Some("America/New_York".into()),
 //!     actor: "alice".into(),
 //!     reason: "upgrade to pro".into(),
 //!     source: "doc-test".into(),
@@ -28,6 +29,7 @@
 //! let now = Timestamp::parse_rfc3339("2026-12-04T10:00:00Z").unwrap();
 //! let event = policy_event(&change, &Recorded::default(), now).unwrap();
 //! assert_eq!((event.policy_id.as_str(), event.version), ("org-42:requests:tenant:day", 1));
+//! assert_eq!(event.time_zone.as_deref(), Some("America/New_York"));
 //! ```
 
 mod change;

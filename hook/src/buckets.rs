@@ -37,7 +37,9 @@ pub struct Buckets {
     buckets: HashMap<BucketKey, Bucket>,
 }
 
-/// Tokens per microsecond: `limit` per window length.
+/// Tokens per microsecond: `limit` per window length. The length of the UTC window, whatever the policy's time zone:
+/// a throttle refills continuously, with no window edge a zone could move, and a zone would only change its rate on
+/// the days a clock changes (a 23-hour day refilling a twenty-third faster), which no caller would expect of a rate.
 fn rate(policy: &PolicyEvent, now: Timestamp) -> f64 {
     let (start, end) = window::bounds(policy.window, now);
     policy.limit as f64 / (end.micros() - start.micros()) as f64

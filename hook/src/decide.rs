@@ -162,7 +162,7 @@ pub fn standing(
     let effective_limit =
         overshoot::effective_limit(a.policy.limit, a.policy.scope, subject, grants, a.window_start, a.window_end);
     let whose = Whose::of(a.policy.scope, subject);
-    let consumed = state.consumed(ask.tenant, whose, ask.metric, a.policy.window, a.window_start);
+    let consumed = state.consumed(ask.tenant, whose, ask.metric, (a.window_start, a.window_end));
     let held = state.held(ask.tenant, whose, ask.metric, now);
     let grants = effective_limit.saturating_sub(a.policy.limit);
     Standing { limit: a.policy.limit, usage: Usage::Quota { grants, effective_limit, consumed, held } }

@@ -47,6 +47,8 @@ pub struct Quota {
     pub enforcement: Enforcement,
     /// The window kind.
     pub window: Window,
+    /// The IANA time zone whose calendar the window is of (the policy's `time_zone`, UTC when it names none).
+    pub time_zone: String,
     /// Whether it applies as the plan default (a policy of tenant `*`).
     pub plan_default: bool,
     /// Whether it is a throttle (a token bucket): then `limit` is its capacity and `remaining` its tokens, and the
@@ -110,6 +112,7 @@ pub fn of_state(state: &State, buckets: Option<&Buckets>, query: &QuotaQuery, no
                 scope: a.policy.scope,
                 enforcement: a.policy.enforcement,
                 window: a.policy.window,
+                time_zone: a.policy.time_zone.clone().unwrap_or_else(|| "UTC".into()),
                 plan_default: a.plan_default,
                 throttle: a.policy.is_throttle(),
                 window_start: a.window_start,

@@ -10,6 +10,12 @@
 //!
 //! Windows that ended are dropped as time passes: the hook only ever asks about the windows containing now.
 //!
+//! Consumption is counted per window, a window being its instants `[start, end)`: the minute, and the hour, day
+//! and month in the calendar of UTC and of every time zone a policy names (PolicyEvent v4), each once when zones
+//! agree (New York's minutes are UTC's). A policy naming a zone the counters did not keep leaves them short of the
+//! consumption folded before it: the state says so ([`State::is_missing_zones`]) and the writer rebuilds it from
+//! the ledger, which a start does knowing every zone first.
+//!
 //! Reservations are judged as reconcile judges them (`rules::reservation::judge`: by event time, whatever
 //! order their events arrive in): the hook keeps what judging needs of each reservation's events while a late
 //! event could still change what it holds or consumes, and applies the difference each new event makes to the
@@ -24,8 +30,8 @@ use rules::window;
 use rustc_hash::FxHashMap;
 use schemas::*;
 
-/// The window kinds counted for every (tenant, subject, metric).
-const WINDOWS: [Window; 4] = [Window::MINUTE, Window::HOUR, Window::DAY, Window::MONTH];
+/// The window kinds counted in each time zone's calendar, beside the minute (the same in every zone).
+const ZONED_WINDOWS: [Window; 3] = [Window::HOUR, Window::DAY, Window::MONTH];
 /// Windows are dropped once they ended a day ago: a decision only asks about windows containing now, the day
 /// leaves room for a clock that steps back.
 const PRUNE_AFTER_MICROS: i64 = 24 * 3_600 * 1_000_000;
@@ -50,8 +56,8 @@ pub const PROVISIONAL_SEQ: u64 = u64::MAX / 2;
 /// be wrong once they close.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Counters {
-    /// Consumption by window kind and window start (microseconds).
-    pub consumed: FxHashMap<(Window, i64), i64>,
+    /// Consumption by window: its start and end (microseconds), whatever kind and zone it is of.
+    pub consumed: FxHashMap<(i64, i64), i64>,
     /// What open reservations hold now: the sum of their amounts.
     pub held: i128,
 }
@@ -234,6 +240,11 @@ pub struct State {
     resting: BTreeSet<(i64, Key)>,
     /// The earliest window end still counted: windows ending before it are gone.
     pruned_before: i64,
+    /// The time zones whose calendars the counters keep windows of: UTC first, then every zone a policy named.
+    zones: Vec<Tz>,
+    /// Whether a policy folded named a zone `zones` did not hold: the consumption folded before it is in none of
+    /// that zone's windows, so the state must be rebuilt from the ledger.
+    missing_zones: bool,
 }
 
 impl Default for State {
@@ -248,6 +259,8 @@ impl Default for State {
             lives: FxHashMap::default(),
             resting: BTreeSet::new(),
             pruned_before: i64::MIN,
+            zones: vec![Tz::UTC],
+            missing_zones: false,
         }
     }
 }
@@ -261,6 +274,45 @@ fn entry_of<'m, V: Default>(map: &'m mut FxHashMap<String, V>, key: &str) -> &'m
 }
 
 impl State {
+    /// An empty state that counts windows in UTC and in each of `zones` (the zones recorded policies name).
+    pub fn with_zones(zones: impl IntoIterator<Item = Tz>) -> State {
+        let mut state = State::default();
+        for zone in zones {
+            if !state.zones.contains(&zone) {
+                state.zones.push(zone);
+            }
+        }
+        state
+    }
+
+    /// The time zones whose windows are counted: UTC, then those of the policies folded.
+    pub fn zones(&self) -> &[Tz] {
+        &self.zones
+    }
+
+    /// Whether a policy folded names a zone whose windows were not counted from the start: the state's counters lack
+    /// the consumption folded before it, and it must be rebuilt ([`State::with_zones`], then the fold again).
+    pub fn is_missing_zones(&self) -> bool {
+        self.missing_zones
+    }
+
+    /// Every window counted that contains `at`, as (start, end) microseconds: its minute, and its hour, day and
+    /// month in each zone's calendar, each once.
+    fn windows_at(&self, at: Timestamp) -> Vec<(i64, i64)> {
+        let mut windows = Vec::with_capacity(1 + ZONED_WINDOWS.len() * self.zones.len());
+        let (start, end) = window::bounds(Window::MINUTE, at);
+        windows.push((start.micros(), end.micros()));
+        for zone in &self.zones {
+            for kind in ZONED_WINDOWS {
+                let (start, end) = window::bounds_in(kind, *zone, at);
+                if !windows.contains(&(start.micros(), end.micros())) {
+                    windows.push((start.micros(), end.micros()));
+                }
+            }
+        }
+        windows
+    }
+
     /// Folds one recorded entry.
     pub fn fold(&mut self, seq: u64, event: &Event, now: Timestamp) {
         debug_assert!(seq > self.watermark, "entries are folded in ledger order");
@@ -272,6 +324,11 @@ impl State {
                 self.grants.entry((g.header.tenant.clone(), g.header.metric.clone())).or_default().push(g.clone())
             }
             Event::Policy(p) => {
+                let zone = p.zone();
+                if !self.zones.contains(&zone) {
+                    self.zones.push(zone);
+                    self.missing_zones = true;
+                }
                 let mut policies = self.policies.policies().to_vec();
                 policies.push(p.clone());
                 self.policies = PolicyIndex::new(policies);
@@ -474,24 +531,24 @@ impl State {
             Whose::Subject(Some(subject)) => format!("subject {subject:?} of tenant {tenant:?}"),
             Whose::Subject(None) => format!("what carries no subject of tenant {tenant:?}"),
         };
-        let starts = match adding {
-            Adding::Consumption(at) => Some(WINDOWS.map(|window| (window, window::bounds(window, at).0))),
+        let windows = match adding {
+            Adding::Consumption(at) => Some(self.windows_at(at)),
             Adding::Held => None,
         };
         for whose in [Whose::Tenant, Whose::Subject(subject)] {
             let Some(counters) = self.counters(tenant, whose, metric) else { continue };
-            let Some(starts) = starts else {
+            let Some(windows) = &windows else {
                 if !fits(counters.held) {
                     let what = format!("what open reservations of {} hold of {metric:?}", of(whose));
                     return Err(NoRoom { what, now: counters.held });
                 }
                 continue;
             };
-            for (window, start) in starts {
-                let consumed = counters.consumed.get(&(window, start.micros())).copied().unwrap_or(0);
+            for (start, end) in windows {
+                let consumed = counters.consumed.get(&(*start, *end)).copied().unwrap_or(0);
                 if !fits(i128::from(consumed)) {
-                    let what =
-                        format!("the consumption of {metric:?} by {} in its {window:?} window from {start}", of(whose));
+                    let (start, end) = (Timestamp(*start), Timestamp(*end));
+                    let what = format!("the consumption of {metric:?} by {} in its window [{start}, {end})", of(whose));
                     return Err(NoRoom { what, now: i128::from(consumed) });
                 }
             }
@@ -520,18 +577,10 @@ impl State {
     }
 
     fn consume_at(&mut self, tenant: &str, subject: Option<&str>, metric: &str, at: Timestamp, quantity: i64) {
-        let mut windows = [(Window::MINUTE, 0); 4];
-        let mut live = 0;
-        for window in WINDOWS {
-            let (start, end) = window::bounds(window, at);
-            if end.micros() >= self.pruned_before {
-                windows[live] = (window, start.micros());
-                live += 1;
-            }
-        }
-        let windows = &windows[..live];
+        let mut windows = self.windows_at(at);
+        windows.retain(|(_, end)| *end >= self.pruned_before);
         self.update(tenant, subject, metric, |counters| {
-            for key in windows {
+            for key in &windows {
                 let counter = counters.consumed.entry(*key).or_insert(0);
                 // Saturating (see `Counters`): the hook's own requests never get here past i64 (`room`).
                 *counter = counter.saturating_add(quantity);
@@ -539,10 +588,11 @@ impl State {
         });
     }
 
-    /// Consumption of the window `[start, ..)` of kind `window`.
-    pub fn consumed(&self, tenant: &str, whose: Whose<'_>, metric: &str, window: Window, start: Timestamp) -> i64 {
+    /// Consumption of the window `[start, end)`: a window of a kind in a zone whose windows are counted (UTC, or a zone
+    /// a policy folded names).
+    pub fn consumed(&self, tenant: &str, whose: Whose<'_>, metric: &str, (start, end): (Timestamp, Timestamp)) -> i64 {
         let counters = self.counters(tenant, whose, metric);
-        counters.and_then(|c| c.consumed.get(&(window, start.micros())).copied()).unwrap_or(0)
+        counters.and_then(|c| c.consumed.get(&(start.micros(), end.micros())).copied()).unwrap_or(0)
     }
 
     /// What open reservations hold now against a tenant's, a subject's, or the subjectless' limits. `now` is the
@@ -619,9 +669,11 @@ impl State {
         }
     }
 
-    /// Whether an event at `micros` could still change a counted window: its month has not been pruned.
+    /// Whether an event at `micros` could still change a counted window: its month, in some zone's calendar, has not
+    /// been pruned.
     fn counted(&self, micros: i64) -> bool {
-        window::bounds(Window::MONTH, Timestamp(micros)).1.micros() >= self.pruned_before
+        let at = Timestamp(micros);
+        self.zones.iter().any(|zone| window::bounds_in(Window::MONTH, *zone, at).1.micros() >= self.pruned_before)
     }
 
     /// Drops windows that ended before `now` minus a day (at most once a minute): bounded memory.
@@ -638,9 +690,7 @@ impl State {
             self.lives.remove(&key);
         }
         let live = |counters: &mut Counters| {
-            counters
-                .consumed
-                .retain(|(window, start), _| window::bounds(*window, Timestamp(*start)).1.micros() >= horizon);
+            counters.consumed.retain(|(_, end), _| *end >= horizon);
             !counters.is_empty()
         };
         self.usage.retain(|_, tenant| {
@@ -784,7 +834,10 @@ mod tests {
             };
             state.fold(2 * n + 2, &Event::Reservation(reserve), now);
         }
-        assert_eq!(state.consumed("org-1", Whose::Subject(Some("alice")), "tokens", Window::DAY, now), i64::MAX);
+        assert_eq!(
+            state.consumed("org-1", Whose::Subject(Some("alice")), "tokens", window::bounds(Window::DAY, now)),
+            i64::MAX
+        );
         assert_eq!(state.held("org-1", Whose::Tenant, "tokens", now), 1_025 * i128::from(largest));
         let consumption = state.room("org-1", Some("alice"), "tokens", Adding::Consumption(now), 1).unwrap_err();
         assert!(consumption.what.contains("the consumption of \"tokens\" by tenant \"org-1\""), "{consumption:?}");
@@ -795,6 +848,52 @@ mod tests {
         state.expire(at("2026-11-10T02:00:00Z"));
         assert_eq!(state.held("org-1", Whose::Tenant, "tokens", at("2026-11-10T02:00:00Z")), 0, "every hold expired");
         state.check_bookkeeping();
+    }
+
+    // Proves the counters keep every zone's windows: 23:30 and 00:30 the next day in New York share a UTC day but
+    // not a New York one; and a policy naming a zone not counted says the state must be rebuilt.
+    #[test]
+    fn consumption_is_counted_in_each_zones_windows() {
+        let at = |text: &str| Timestamp::parse_rfc3339(text).unwrap();
+        let new_york: Tz = "America/New_York".parse().unwrap();
+        let mut state = State::with_zones([new_york, Tz::UTC, new_york]);
+        assert_eq!(state.zones(), [Tz::UTC, new_york]);
+        for (seq, t) in [(1, "2026-11-17T04:30:00Z"), (2, "2026-11-17T05:30:00Z")] {
+            let usage = UsageEvent {
+                header: header("org-1", None, "tokens", at(t), format!("u{seq}")),
+                quantity: 10,
+                request_id: None,
+                attributes: Default::default(),
+            };
+            state.fold(seq, &Event::Usage(usage), at(t));
+        }
+        let day = |zone, t: &str| {
+            state.consumed("org-1", Whose::Tenant, "tokens", window::bounds_in(Window::DAY, zone, at(t)))
+        };
+        assert_eq!(day(Tz::UTC, "2026-11-17T12:00:00Z"), 20);
+        assert_eq!(day(new_york, "2026-11-17T04:30:00Z"), 10);
+        assert_eq!(day(new_york, "2026-11-17T05:30:00Z"), 10);
+        assert!(!state.is_missing_zones());
+        let policy = |id: &str, zone: &str| {
+            Event::Policy(PolicyEvent {
+                header: header("org-1", None, "tokens", at("2026-11-17T06:00:00Z"), id.into()),
+                policy_id: id.into(),
+                version: 1,
+                scope: Scope::TENANT,
+                limit: 100,
+                window: Window::DAY,
+                enforcement: Enforcement::HARD,
+                effective_from: at("2026-11-01T00:00:00Z"),
+                burst: None,
+                actor: None,
+                reason: None,
+                time_zone: Some(zone.into()),
+            })
+        };
+        state.fold(3, &policy("daily-ny", "America/New_York"), at("2026-11-17T06:00:00Z"));
+        assert!(!state.is_missing_zones(), "New York's windows were counted from the start");
+        state.fold(4, &policy("daily-in", "Asia/Kolkata"), at("2026-11-17T06:00:00Z"));
+        assert!(state.is_missing_zones(), "Kolkata's days hold none of the usage folded before");
     }
 
     // Proves that other enforcers' reservations kept for a late close are dropped once the month of their expiry
@@ -838,10 +937,10 @@ mod tests {
         assert_eq!(state.held("org-1", Whose::Tenant, "tokens", now), 5);
         state.fold_own(PROVISIONAL_SEQ, &event(ReservationAction::COMMIT, 7, "e2"), now);
         assert_eq!(state.held("org-1", Whose::Tenant, "tokens", now), 0);
-        assert_eq!(state.consumed("org-1", Whose::Tenant, "tokens", Window::DAY, now), 7);
+        assert_eq!(state.consumed("org-1", Whose::Tenant, "tokens", window::bounds(Window::DAY, now)), 7);
         state.number_own(&key, PROVISIONAL_SEQ, None, now);
         assert_eq!(state.held("org-1", Whose::Tenant, "tokens", now), 5, "the COMMIT not recorded: held again");
-        assert_eq!(state.consumed("org-1", Whose::Tenant, "tokens", Window::DAY, now), 0);
+        assert_eq!(state.consumed("org-1", Whose::Tenant, "tokens", window::bounds(Window::DAY, now)), 0);
         state.fold_own(PROVISIONAL_SEQ, &event(ReservationAction::RELEASE, 0, "e3"), now);
         state.number_own(&key, PROVISIONAL_SEQ, Some(2), now);
         assert_eq!(state.held("org-1", Whose::Tenant, "tokens", now), 0);
@@ -955,7 +1054,7 @@ mod tests {
                                 "held by {} {:?} {}", tenant, whose, metric
                             );
                             prop_assert_eq!(
-                                state.consumed(tenant, whose, metric, Window::DAY, day),
+                                state.consumed(tenant, whose, metric, window::bounds(Window::DAY, day)),
                                 model.consumed(tenant, whose, metric, day.micros()),
                                 "consumed by {} {:?} {}", tenant, whose, metric
                             );
@@ -1095,7 +1194,7 @@ mod tests {
                     for hour in 0..6 {
                         let start = minutes(hour * 60);
                         prop_assert_eq!(
-                            state.consumed(tenant, whose, "tokens", Window::HOUR, start),
+                            state.consumed(tenant, whose, "tokens", window::bounds(Window::HOUR, start)),
                             consumed.get(&(tenant.to_string(), subject.to_string(), start.micros())).copied().unwrap_or(0),
                             "consumed by {} {} in hour {}", tenant, subject, hour
                         );

@@ -29,6 +29,7 @@ fn policy(id: &str, limit: i64, window: Window, enforcement: Enforcement, burst:
         burst,
         actor: None,
         reason: None,
+        time_zone: None,
     })
 }
 
@@ -505,6 +506,49 @@ fn a_denial_names_the_quota_that_resets_last() {
     assert_eq!((denied.reason, denied.policy_id.as_deref()), (Reason::QUOTA_EXCEEDED, Some("month-cap")));
     let month_end = rules::window::bounds(Window::MONTH, denied.decided_at).1;
     assert_eq!(denied.resets_at, Some(month_end));
+}
+
+/// The time zone test's clock: set by the test to the local times it asks about.
+static ZONE_CLOCK_MICROS: AtomicI64 = AtomicI64::new(0);
+
+fn zone_clock() -> Timestamp {
+    Timestamp(ZONE_CLOCK_MICROS.load(Ordering::Relaxed))
+}
+
+// A HARD DAY policy in New York (PolicyEvent v4 `time_zone`): 23:30 and 00:30 the next day are one UTC day but two New
+// York days, so a denial at 23:30 resets at the local midnight thirty minutes later and 00:30 starts afresh; and a
+// policy of another zone recorded while the hook runs counts, in its own days, the consumption recorded before it.
+#[test]
+fn a_new_york_day_resets_at_local_midnight() {
+    let at = |text: &str| Timestamp::parse_rfc3339(text).unwrap();
+    let zoned = |id: &str, limit: i64, zone: &str| {
+        let Event::Policy(p) = policy(id, limit, Window::DAY, Enforcement::HARD, None) else { unreachable!() };
+        Event::Policy(PolicyEvent { time_zone: Some(zone.into()), ..p })
+    };
+    // 23:30 EST on Nov 16 in New York.
+    ZONE_CLOCK_MICROS.store(at("2026-11-17T04:30:00Z").micros(), Ordering::Relaxed);
+    let settings = HookSettings { clock: zone_clock, ..HookSettings::default() };
+    let (dir, hook) = hook_with_settings(vec![zoned("daily-ny", 10, "America/New_York")], settings);
+    assert!(hook.check(ask("z-1", 8)).unwrap().allowed());
+    let denied = hook.check(ask("z-2", 8)).unwrap();
+    assert_eq!((denied.reason, denied.remaining), (Reason::QUOTA_EXCEEDED, Some(2)), "{denied:?}");
+    let midnight = at("2026-11-17T05:00:00Z");
+    assert_eq!((denied.window_start, denied.resets_at), (Some(at("2026-11-16T05:00:00Z")), Some(midnight)));
+    assert_eq!(denied.retry_after_ms, Some(30 * 60 * 1_000), "until the local midnight");
+    // 00:30 on Nov 17 in New York: the same UTC day, a new New York day.
+    ZONE_CLOCK_MICROS.store(at("2026-11-17T05:30:00Z").micros(), Ordering::Relaxed);
+    let allowed = hook.check(ask("z-3", 8)).unwrap();
+    assert!(allowed.allowed(), "{allowed:?}");
+    assert_eq!((allowed.window_start, allowed.remaining), (Some(midnight), Some(2)));
+    // Kolkata's day (from 18:30 UTC) holds both 8s: a policy in that zone, recorded now, is decided against 16.
+    append_as_ingest(&dir, vec![zoned("daily-in", 17, "Asia/Kolkata")]);
+    let denied = hook.check(ask("z-4", 2)).unwrap();
+    assert_eq!(
+        (denied.reason, denied.policy_id.as_deref(), denied.used_before),
+        (Reason::QUOTA_EXCEEDED, Some("daily-in"), Some(16)),
+        "{denied:?}"
+    );
+    assert_eq!(denied.resets_at, Some(at("2026-11-17T18:30:00Z")));
 }
 
 static SHADOW_CLOCK_MICROS: AtomicI64 = AtomicI64::new(0);

@@ -57,6 +57,7 @@ fn plan_default(limit: i64) -> Event {
         burst: None,
         actor: None,
         reason: None,
+        time_zone: None,
     })
 }
 

@@ -35,6 +35,7 @@ fn hard_policy(metric: &str, limit: i64) -> Event {
         burst: None,
         actor: None,
         reason: None,
+        time_zone: None,
     })
 }
 

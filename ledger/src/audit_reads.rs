@@ -151,6 +151,7 @@ impl Ledger {
                 burst: r.get(14)?,
                 actor: r.get(15)?,
                 reason: r.get(16)?,
+                time_zone: r.get(17)?,
             };
             Ok((r.get::<_, i64>(0)? as u64, policy))
         })?;

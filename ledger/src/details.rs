@@ -48,6 +48,7 @@ pub fn columns(event_type: EventType) -> &'static [&'static str] {
             "burst",
             "actor",
             "reason",
+            "time_zone",
         ],
         EventType::AdjustmentEvent => {
             &["adjustment_id", "kind", "policy_id", "window_start", "window_end", "amount", "refs", "run_id", "scope"]
@@ -129,6 +130,7 @@ pub fn values(event: &Event) -> Vec<Value> {
             opt_integer(e.burst),
             opt_text(&e.actor),
             opt_text(&e.reason),
+            opt_text(&e.time_zone),
         ],
         Event::Adjustment(e) => vec![
             text(&e.adjustment_id),

@@ -182,6 +182,8 @@ pub const TABLES: &[Table] = &[
             // Who made this version and why (PolicyEvent v3); null from older producers.
             col("actor", "d.actor", Text, true),
             col("reason", "d.reason", Text, true),
+            // The IANA time zone of its calendar windows (PolicyEvent v4); null is UTC.
+            col("time_zone", "d.time_zone", Text, true),
         ],
     },
     Table {

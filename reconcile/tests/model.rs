@@ -267,6 +267,7 @@ fn policy_events(i: usize, p: &PolicyDraw) -> Vec<Event> {
             burst: None,
             actor: None,
             reason: None,
+            time_zone: None,
         }));
     }
     events

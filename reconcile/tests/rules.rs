@@ -81,6 +81,7 @@ fn policy(policy_id: &str, limit: i64) -> PolicyEvent {
         burst: None,
         actor: None,
         reason: None,
+        time_zone: None,
     }
 }
 

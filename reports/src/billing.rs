@@ -73,14 +73,22 @@ fn own_month_policy_keys(index: &PolicyIndex, period: Period) -> Vec<Key> {
 /// a bill: a SOFT quota's excess is billed (overage), a HARD one's is an enforcement miss (overshoot, reported by
 /// reconcile too) and a SHADOW policy bills nothing, so taken for the row beside a SOFT quota either lost that
 /// quota's overage. A throttle is never the billed policy: it limits a rate, not the month's allowance.
+///
+/// The period is a UTC month, whatever the policy's time zone (billing cycles of their own are not in the contract);
+/// the version billed is the one in force for the policy's own month of that name, its zone's calendar month. So
+/// it is asked at the middle of the UTC month, which lies in the month of the same name in every zone (no zone is
+/// more than 14 hours from UTC); at the period's first instant a policy in New York would answer October's version
+/// for November.
 fn month_policy<'a>(
     index: &'a PolicyIndex,
     tenant: &str,
     metric: &str,
     period: Period,
 ) -> Option<(&'a PolicyEvent, bool)> {
+    let (start, end) = (period.start().micros(), period.end().micros());
+    let middle = Timestamp(start + (end - start) / 2);
     index
-        .applicable(tenant, metric, period.start())
+        .applicable(tenant, metric, middle)
         .into_iter()
         .filter(|a| a.policy.scope == Scope::TENANT && a.policy.window == Window::MONTH && !a.policy.is_throttle())
         .min_by_key(|a| (billing_rank(a.policy.enforcement), a.policy.policy_id.as_str()))
@@ -229,6 +237,7 @@ mod tests {
             burst: None,
             actor: None,
             reason: None,
+            time_zone: None,
         }
     }
 
@@ -300,6 +309,25 @@ mod tests {
                 "org-5,tokens,0,plan-tokens,1,1000,0,1000,0,,-3",
             ]
         );
+    }
+
+    // Choice where the contract is silent (no billing cycles): a MONTH policy in a zone is billed per UTC month at the
+    // version in force for its own month of that name. New York's November starts at 04:00 UTC on Nov 1, so asked at
+    // the UTC month's first instant the version of New York's October would have been billed for November.
+    #[test]
+    fn a_zoned_month_policy_is_billed_at_its_own_months_version() {
+        let period: Period = "2026-11".parse().unwrap();
+        let zoned = |version: i32, limit: i64, effective_from: &str| PolicyEvent {
+            effective_from: at(effective_from),
+            time_zone: Some("America/New_York".into()),
+            ..policy("org-1", "monthly", version, "tokens", limit, Enforcement::SOFT)
+        };
+        let mut inputs = BillingInputs {
+            policies: vec![zoned(1, 100, "2026-10-01T04:00:00Z"), zoned(2, 200, "2026-11-01T04:00:00Z")],
+            ..BillingInputs::default()
+        };
+        inputs.usage.insert(key("org-1", "tokens"), 250);
+        assert_eq!(cells(&rows(period, &inputs)), ["org-1,tokens,250,monthly,2,200,0,200,50,,0"]);
     }
 
     // Choice where the contract is silent: when several TENANT MONTH policies apply, the smallest policy_id decides.

@@ -3,7 +3,8 @@
 //! and instants and answers values, so the three agree by construction and each rule is tested on hand-written
 //! histories without a database.
 //!
-//! - [`window`]: calendar-aligned UTC windows (MINUTE, HOUR, DAY, MONTH) and their overlaps.
+//! - [`window`]: calendar-aligned windows (MINUTE, HOUR, DAY, MONTH), in UTC or a policy's time zone, and their
+//!   overlaps.
 //! - [`policy`]: the policy version in force for a window, with `*` plan defaults.
 //! - [`reservation`]: the life of a reservation decided by event time (valid close, refused transition, expiry).
 //! - [`overshoot`]: effective limits (limit plus grants), the excess over them and the events that crossed.
@@ -16,6 +17,12 @@
 //! let (start, end) = bounds(Window::MONTH, t);
 //! assert_eq!(start.to_string(), "2026-11-01T00:00:00Z");
 //! assert_eq!(end.to_string(), "2026-12-01T00:00:00Z");
+//!
+//! // The same month in New York's calendar: from local midnight on the 1st (EDT) to local midnight on Dec 1st (EST).
+//! let new_york: schemas::Tz = "America/New_York".parse().unwrap();
+//! let (start, end) = rules::window::bounds_in(Window::MONTH, new_york, t);
+//! assert_eq!(start.to_string(), "2026-11-01T04:00:00Z");
+//! assert_eq!(end.to_string(), "2026-12-01T05:00:00Z");
 //! ```
 
 #![deny(missing_docs)]

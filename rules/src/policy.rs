@@ -14,10 +14,17 @@
 //! its own covers only plan defaults of its kind ([`covers`]): a quota (no `burst`) only quotas, a throttle (a
 //! `burst`, this project's extension, which contract §3 does not know) only throttles. A tenant's own SHADOW quota
 //! covers as any quota does: a trial of a policy for that tenant.
+//!
+//! A window is also of a time zone (PolicyEvent v4 `time_zone`, UTC when none): the window of a version is the
+//! window of its kind in its zone's calendar that contains the instant. A version that changes the zone changes
+//! the policy's windows as a change of kind does: each window, of the old zone or the new, is the policy's when the
+//! version in force for it (effective before its end) has that kind and that zone's window there, so the old
+//! zone's window in which the change falls stays the policy's beside the new zone's first. Two zones whose windows
+//! are the same instants there (UTC and Etc/UTC, or Europe/London in winter) give one window, not two.
 
 use std::collections::BTreeMap;
 
-use schemas::{PolicyEvent, Scope, Timestamp, Window};
+use schemas::{PolicyEvent, Scope, Timestamp, Tz, Window};
 
 use crate::window;
 
@@ -29,7 +36,8 @@ pub const PLAN_DEFAULT_TENANT: &str = "*";
 pub struct Applicable<'a> {
     /// The version in force.
     pub policy: &'a PolicyEvent,
-    /// The start of the window of the policy's kind that contains the instant asked about.
+    /// The start of the window of the policy's kind, in its time zone's calendar, that contains the instant asked
+    /// about.
     pub window_start: Timestamp,
     /// Its end (exclusive).
     pub window_end: Timestamp,
@@ -49,24 +57,31 @@ fn kind_bit(kind: Window) -> u8 {
     }
 }
 
-/// The versions of one policy_id in force at `at`: for each window kind its versions use, the window of that kind
-/// containing `at` with the version in force for it, when that version has that kind (see the module's words).
-/// On a tie of (`effective_from`, `version`) the later in `versions` wins.
+/// The versions of one policy_id in force at `at`: for each window its versions use (a kind in a zone), the window
+/// containing `at` with the version in force for it, when that version has that window there (see the module's
+/// words). On a tie of (`effective_from`, `version`) the later in `versions` wins.
 pub fn in_force<'a>(versions: &[&'a PolicyEvent], at: Timestamp) -> Vec<Applicable<'a>> {
     let mut found = Vec::new();
-    for kind in KINDS.into_iter().filter(|k| versions.iter().any(|p| p.window == *k)) {
-        let (start, end) = window::bounds(kind, at);
-        let governing = versions
-            .iter()
-            .filter(|p| p.effective_from < end)
-            .max_by_key(|p| (p.effective_from, p.version))
-            .filter(|p| p.window == kind);
-        found.extend(governing.map(|p| Applicable {
-            policy: p,
-            window_start: start,
-            window_end: end,
-            plan_default: false,
-        }));
+    for kind in KINDS {
+        let mut windows: Vec<(Timestamp, Timestamp)> = Vec::new();
+        for p in versions.iter().filter(|p| p.window == kind) {
+            let (start, end) = window::bounds_in(kind, p.zone(), at);
+            if windows.contains(&(start, end)) {
+                continue;
+            }
+            windows.push((start, end));
+            let governing = versions
+                .iter()
+                .filter(|p| p.effective_from < end)
+                .max_by_key(|p| (p.effective_from, p.version))
+                .filter(|p| p.window == kind && window::bounds_in(kind, p.zone(), at) == (start, end));
+            found.extend(governing.map(|p| Applicable {
+                policy: p,
+                window_start: start,
+                window_end: end,
+                plan_default: false,
+            }));
+        }
     }
     found
 }
@@ -130,6 +145,7 @@ mod tests {
             burst: None,
             actor: None,
             reason: None,
+            time_zone: None,
         }
     }
 
@@ -273,6 +289,69 @@ mod tests {
         }
     }
 
+    // Proves a policy's windows are its time zone's: a DAY in New York is the local day containing the instant.
+    #[test]
+    fn windows_are_the_zones_calendar() {
+        let zoned = |p: PolicyEvent, zone: &str| PolicyEvent { time_zone: Some(zone.into()), ..p };
+        let policies = [
+            zoned(policy("org-1", "daily", 1, 100, Window::DAY, "2026-01-01T00:00:00Z"), "America/New_York"),
+            zoned(policy("org-1", "hourly", 1, 10, Window::HOUR, "2026-01-01T00:00:00Z"), "Asia/Kolkata"),
+        ];
+        // 23:30 on the 16th in New York: the local day started at 05:00 UTC on the 16th.
+        let found = applicable(&policies, "org-1", "requests", at("2026-11-17T04:30:00Z"));
+        let windows: Vec<(Timestamp, Timestamp)> = found.iter().map(|a| (a.window_start, a.window_end)).collect();
+        assert_eq!(
+            windows,
+            [
+                (at("2026-11-16T05:00:00Z"), at("2026-11-17T05:00:00Z")),
+                (at("2026-11-17T04:30:00Z"), at("2026-11-17T05:30:00Z")),
+            ]
+        );
+        assert_eq!(
+            PolicyIndex::new(policies.to_vec()).applicable("org-1", "requests", at("2026-11-17T04:30:00Z")),
+            found
+        );
+        let found = applicable(&policies, "org-1", "requests", at("2026-11-17T05:30:00Z"));
+        assert_eq!(found[0].window_start, at("2026-11-17T05:00:00Z"), "00:30 the next day is the next local day");
+    }
+
+    // Proves a version that changes the zone changes the windows as a change of kind does: the old zone's window the
+    // change falls in stays the policy's, beside the new zone's windows ending after the change; and a zone spelled
+    // otherwise with the same windows (Etc/UTC for none) gives one window, not two.
+    #[test]
+    fn a_zone_change_governs_every_window_it_is_in_force_for() {
+        let zoned = |p: PolicyEvent, zone: &str| PolicyEvent { time_zone: Some(zone.into()), ..p };
+        let policies = [
+            policy("org-1", "p", 1, 100, Window::DAY, "2026-01-01T00:00:00Z"),
+            zoned(policy("org-1", "p", 2, 200, Window::DAY, "2026-11-15T00:00:00Z"), "America/New_York"),
+            policy("org-2", "q", 1, 100, Window::DAY, "2026-01-01T00:00:00Z"),
+            zoned(policy("org-2", "q", 2, 200, Window::DAY, "2026-11-15T00:00:00Z"), "Etc/UTC"),
+        ];
+        let index = PolicyIndex::new(policies.to_vec());
+        let check = |tenant: &str, t: &str, expected: Vec<(i32, &str, &str)>| {
+            let found = applicable(&policies, tenant, "requests", at(t));
+            let windows: Vec<(i32, Timestamp, Timestamp)> =
+                found.iter().map(|a| (a.policy.version, a.window_start, a.window_end)).collect();
+            let expected: Vec<(i32, Timestamp, Timestamp)> =
+                expected.into_iter().map(|(v, start, end)| (v, at(start), at(end))).collect();
+            assert_eq!(windows, expected, "{tenant} at {t}");
+            assert_eq!(index.applicable(tenant, "requests", at(t)), found, "the index agrees, {tenant} at {t}");
+        };
+        check("org-1", "2026-11-14T03:00:00Z", vec![(1, "2026-11-14T00:00:00Z", "2026-11-15T00:00:00Z")]);
+        check(
+            "org-1",
+            "2026-11-14T22:00:00Z",
+            vec![
+                (1, "2026-11-14T00:00:00Z", "2026-11-15T00:00:00Z"),
+                (2, "2026-11-14T05:00:00Z", "2026-11-15T05:00:00Z"),
+            ],
+        );
+        check("org-1", "2026-11-15T03:00:00Z", vec![(2, "2026-11-14T05:00:00Z", "2026-11-15T05:00:00Z")]);
+        check("org-1", "2026-11-20T12:00:00Z", vec![(2, "2026-11-20T05:00:00Z", "2026-11-21T05:00:00Z")]);
+        check("org-2", "2026-11-14T22:00:00Z", vec![(1, "2026-11-14T00:00:00Z", "2026-11-15T00:00:00Z")]);
+        check("org-2", "2026-11-15T22:00:00Z", vec![(2, "2026-11-15T00:00:00Z", "2026-11-16T00:00:00Z")]);
+    }
+
     // Proves the index answers exactly what the reference definition answers, ties and plan defaults included.
     #[test]
     fn the_index_agrees_with_the_definition() {
@@ -302,6 +381,8 @@ mod tests {
 #[derive(Debug, Clone)]
 pub struct PolicyIndex {
     policies: Vec<PolicyEvent>,
+    /// The time zone of each of `policies`, parsed once.
+    zones: Vec<Tz>,
     /// (owner, metric) -> the versions (indices into `policies`) of each policy_id, sorted by policy_id.
     groups: std::collections::HashMap<(String, String), Vec<Vec<usize>>>,
 }
@@ -310,6 +391,7 @@ pub struct PolicyIndex {
 #[derive(Debug, Clone, Copy)]
 pub struct Candidates<'a> {
     policies: &'a [PolicyEvent],
+    zones: &'a [Tz],
     own: &'a [Vec<usize>],
     defaults: &'a [Vec<usize>],
 }
@@ -326,7 +408,8 @@ impl PolicyIndex {
         for ((owner, metric, _), versions) in by_id {
             groups.entry((owner, metric)).or_default().push(versions);
         }
-        PolicyIndex { policies, groups }
+        let zones = policies.iter().map(PolicyEvent::zone).collect();
+        PolicyIndex { policies, zones, groups }
     }
 
     /// Every version indexed, in the order given.
@@ -352,7 +435,7 @@ impl PolicyIndex {
     /// The groups that may apply to `tenant`'s consumption of `metric`: its own, and the plan defaults.
     pub fn candidates(&self, tenant: &str, metric: &str) -> Candidates<'_> {
         let of = |owner: &str| self.groups.get(&(owner.to_string(), metric.to_string())).map_or(&[][..], Vec::as_slice);
-        Candidates { policies: &self.policies, own: of(tenant), defaults: of(PLAN_DEFAULT_TENANT) }
+        Candidates { policies: &self.policies, zones: &self.zones, own: of(tenant), defaults: of(PLAN_DEFAULT_TENANT) }
     }
 
     /// Every policy version that applies to `tenant`'s consumption of `metric` at `at`, as [`applicable`].
@@ -369,21 +452,33 @@ impl<'a> Candidates<'a> {
 
     /// The versions of one group in force at `at`, pushed onto `found` (as [`in_force`], without allocating).
     fn in_force(&self, versions: &[usize], at: Timestamp, found: &mut Vec<Applicable<'a>>) {
-        let policies = || versions.iter().map(|i| &self.policies[*i]);
-        let kinds = policies().fold(0u8, |kinds, p| kinds | kind_bit(p.window));
+        let policies = || versions.iter().map(|i| (&self.policies[*i], self.zones[*i]));
+        let kinds = policies().fold(0u8, |kinds, (p, _)| kinds | kind_bit(p.window));
         for kind in KINDS.into_iter().filter(|k| kinds & kind_bit(*k) != 0) {
-            let (start, end) = window::bounds(kind, at);
-            let mut best: Option<&'a PolicyEvent> = None;
-            for p in policies() {
-                // `>=`: on a tie the later one wins, as `max_by_key` in [`in_force`] answers.
-                if p.effective_from < end
-                    && best.is_none_or(|b| (p.effective_from, p.version) >= (b.effective_from, b.version))
-                {
-                    best = Some(p);
+            let of_kind = || policies().filter(|(p, _)| p.window == kind);
+            // The same window as `window` in `zone`'s calendar: the same zone, almost always, or the same instants.
+            let same = |zone: Tz, other: Tz, window: (Timestamp, Timestamp)| {
+                zone == other || window::bounds_in(kind, other, at) == window
+            };
+            for (n, (_, zone)) in of_kind().enumerate() {
+                let window = window::bounds_in(kind, zone, at);
+                // Judged already, under an earlier version's zone.
+                if of_kind().take(n).any(|(_, earlier)| same(zone, earlier, window)) {
+                    continue;
                 }
-            }
-            if let Some(p) = best.filter(|p| p.window == kind) {
-                found.push(Applicable { policy: p, window_start: start, window_end: end, plan_default: false });
+                let mut best: Option<(&'a PolicyEvent, Tz)> = None;
+                for (p, p_zone) in policies() {
+                    // `>=`: on a tie the later one wins, as `max_by_key` in [`in_force`] answers.
+                    if p.effective_from < window.1
+                        && best.is_none_or(|(b, _)| (p.effective_from, p.version) >= (b.effective_from, b.version))
+                    {
+                        best = Some((p, p_zone));
+                    }
+                }
+                if let Some((p, _)) = best.filter(|(p, p_zone)| p.window == kind && same(zone, *p_zone, window)) {
+                    let (window_start, window_end) = window;
+                    found.push(Applicable { policy: p, window_start, window_end, plan_default: false });
+                }
             }
         }
     }

@@ -136,6 +136,7 @@ pub fn to_value(event: &Event) -> Value {
             ("burst", opt_long(e.burst)),
             ("actor", opt_string(&e.actor)),
             ("reason", opt_string(&e.reason)),
+            ("time_zone", opt_string(&e.time_zone)),
         ],
         Event::Adjustment(e) => vec![
             ("adjustment_id", string(&e.adjustment_id)),
@@ -345,6 +346,7 @@ pub fn from_value(event_type: EventType, value: &Value) -> Result<Event, ShapeEr
             burst: f.opt_long("burst")?,
             actor: f.opt_string("actor")?,
             reason: f.opt_string("reason")?,
+            time_zone: f.opt_string("time_zone")?,
         }),
         EventType::AdjustmentEvent => Event::Adjustment(AdjustmentEvent {
             header,
@@ -459,6 +461,7 @@ pub fn write_body(out: &mut Vec<u8>, event: &Event) {
             write_opt_long(out, e.burst);
             write_opt_string(out, &e.actor);
             write_opt_string(out, &e.reason);
+            write_opt_string(out, &e.time_zone);
         }
         Event::Adjustment(e) => write_adjustment(out, e),
     }

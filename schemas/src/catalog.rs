@@ -43,6 +43,7 @@ const SCHEMA_FILES: &[(&str, EventType, bool, &str)] = &[
     ),
     ("history/PolicyEvent.v1.avsc", EventType::PolicyEvent, false, include_str!("../avro/history/PolicyEvent.v1.avsc")),
     ("history/PolicyEvent.v2.avsc", EventType::PolicyEvent, false, include_str!("../avro/history/PolicyEvent.v2.avsc")),
+    ("history/PolicyEvent.v3.avsc", EventType::PolicyEvent, false, include_str!("../avro/history/PolicyEvent.v3.avsc")),
     ("history/GrantEvent.v1.avsc", EventType::GrantEvent, false, include_str!("../avro/history/GrantEvent.v1.avsc")),
     (
         "history/AdjustmentEvent.v1.avsc",

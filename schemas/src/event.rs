@@ -157,6 +157,10 @@ pub struct PolicyEvent {
     /// Why this version was made, for people (schema v3, as `actor`).
     #[serde(default)]
     pub reason: Option<String>,
+    /// The IANA time zone of its calendar windows (HOUR, DAY, MONTH), e.g. `America/New_York` (schema v4; absent
+    /// before): none is UTC. Validation refuses a name the IANA database does not know.
+    #[serde(default)]
+    pub time_zone: Option<String>,
 }
 
 impl PolicyEvent {
@@ -165,6 +169,12 @@ impl PolicyEvent {
     /// billing takes no throttle for a tenant's monthly quota; the hook keeps its buckets.
     pub fn is_throttle(&self) -> bool {
         self.burst.is_some()
+    }
+
+    /// The time zone of its calendar windows: `time_zone`, UTC when it has none. A name the IANA database does not
+    /// know is refused by validation before an event is recorded; one read from elsewhere counts as UTC.
+    pub fn zone(&self) -> chrono_tz::Tz {
+        self.time_zone.as_deref().and_then(|name| name.parse().ok()).unwrap_or(chrono_tz::Tz::UTC)
     }
 }
 

@@ -30,6 +30,8 @@ pub mod timestamp;
 pub mod validate;
 
 pub use catalog::{Catalog, CatalogSchema, ContainerRecord, Decoded, SchemaDirError, fingerprint};
+/// An IANA time zone, as policies name them (`PolicyEvent::time_zone`).
+pub use chrono_tz::Tz;
 pub use error::DecodeError;
 pub use event::*;
 pub use timestamp::Timestamp;

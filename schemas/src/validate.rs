@@ -46,6 +46,8 @@ pub enum Invalid {
     TooLong { field: &'static str, bytes: usize, maximum: usize },
     #[error("{field} holds a control character (U+{code_point:04X}) at byte {at}")]
     ControlCharacter { field: &'static str, code_point: u32, at: usize },
+    #[error("time_zone {value:?} is not a time zone of the IANA database (e.g. America/New_York, Europe/Berlin, UTC)")]
+    UnknownTimeZone { value: String },
 }
 
 impl Invalid {
@@ -60,6 +62,7 @@ impl Invalid {
             Invalid::Inconsistent { .. } => "inconsistent_fields",
             Invalid::TooLong { .. } => "field_too_long",
             Invalid::ControlCharacter { .. } => "control_character",
+            Invalid::UnknownTimeZone { .. } => "unknown_time_zone",
         }
     }
 }
@@ -210,7 +213,20 @@ fn validate_policy(e: &PolicyEvent) -> Result<(), Invalid> {
     if let Some(burst) = e.burst {
         at_least("burst", burst, 1)?;
     }
+    if let Some(time_zone) = &e.time_zone {
+        check_time_zone(time_zone)?;
+    }
     opt_actor(&e.actor)
+}
+
+/// A policy's time zone: a name of the IANA database that this build carries (chrono-tz's), spelled exactly
+/// (`America/New_York`, not `america/new_york` nor `EST` written as an offset). What ingest quarantines and the
+/// control plane refuses before a policy is recorded.
+pub fn check_time_zone(value: &str) -> Result<(), Invalid> {
+    match value.parse::<chrono_tz::Tz>() {
+        Ok(_) => Ok(()),
+        Err(_) => Err(Invalid::UnknownTimeZone { value: value.chars().take(NAME_BYTES_MAX).collect() }),
+    }
 }
 
 fn validate_adjustment(e: &AdjustmentEvent) -> Result<(), Invalid> {

@@ -233,6 +233,7 @@ fn policy_v1_single_object_decodes_to_a_quota() {
         burst: None,
         actor: None,
         reason: None,
+        time_zone: None,
     };
     assert_eq!(decoded, Decoded { event: Event::Policy(expected), writer_fingerprint: v1.fingerprint });
 }
@@ -371,6 +372,7 @@ fn policy_v2_and_grant_v1_decode_with_no_actor() {
         burst: Some(50),
         actor: None,
         reason: None,
+        time_zone: None,
     };
     assert_eq!(decoded.event, Event::Policy(expected));
     let grant = message(
@@ -395,4 +397,68 @@ fn policy_v2_and_grant_v1_decode_with_no_actor() {
         actor: None,
     };
     assert_eq!(decoded.event, Event::Grant(expected));
+}
+
+// Proves that a PolicyEvent from a producer still on v3 (no `time_zone`) decodes to the current event with the zone
+// null, so its windows stay UTC, and that a ledger entry written with v3 reads back the same way: giving policies a
+// time zone broke no producer and changed no recorded policy.
+#[test]
+fn policy_v3_decodes_with_no_time_zone() {
+    use schemas::{Enforcement, PolicyEvent, Scope, Window};
+    let catalog = Catalog::builtin();
+    let v3 = catalog.schemas().iter().find(|s| s.file == "history/PolicyEvent.v3.avsc").expect("v3 kept");
+    assert!(!v3.current);
+    let schema = Schema::parse_str(include_str!("../avro/history/PolicyEvent.v3.avsc")).expect("v3 parses");
+    assert_eq!(schemas::fingerprint(&schema), v3.fingerprint);
+    let micros = |text: &str| Value::TimestampMicros(at(text).micros());
+    let fields = vec![
+        ("event_id", Value::String("p-v3".into())),
+        ("occurred_at", micros("2026-11-01T00:00:00Z")),
+        ("tenant", Value::String("org-1".into())),
+        ("subject", Value::Union(0, Box::new(Value::Null))),
+        ("metric", Value::String("requests".into())),
+        ("source", Value::String("admin".into())),
+        ("policy_id", Value::String("daily".into())),
+        ("version", Value::Int(3)),
+        ("scope", Value::Enum(0, "TENANT".into())),
+        ("limit", Value::Long(1_000)),
+        ("window", Value::Enum(2, "DAY".into())),
+        ("enforcement", Value::Enum(0, "HARD".into())),
+        ("effective_from", micros("2026-11-01T00:00:00Z")),
+        ("burst", Value::Union(0, Box::new(Value::Null))),
+        ("actor", Value::Union(1, Box::new(Value::String("alice".into())))),
+        ("reason", Value::Union(1, Box::new(Value::String("upgrade".into())))),
+    ];
+    let value = Value::Record(fields.into_iter().map(|(k, v)| (k.to_string(), v)).collect());
+    let body = GenericDatumWriter::builder(&schema).build().unwrap().write_value_to_vec(value).expect("a value");
+    let mut message = vec![0xC3, 0x01];
+    message.extend_from_slice(&v3.fingerprint.to_le_bytes());
+    message.extend_from_slice(&body);
+    let expected = Event::Policy(PolicyEvent {
+        header: Header {
+            event_id: "p-v3".into(),
+            occurred_at: at("2026-11-01T00:00:00Z"),
+            tenant: "org-1".into(),
+            subject: None,
+            metric: "requests".into(),
+            source: "admin".into(),
+        },
+        policy_id: "daily".into(),
+        version: 3,
+        scope: Scope::TENANT,
+        limit: 1_000,
+        window: Window::DAY,
+        enforcement: Enforcement::HARD,
+        effective_from: at("2026-11-01T00:00:00Z"),
+        burst: None,
+        actor: Some("alice".into()),
+        reason: Some("upgrade".into()),
+        time_zone: None,
+    });
+    let decoded = catalog.decode_single_object(&message, Some(EventType::PolicyEvent)).expect("v3 decodes");
+    assert_eq!(decoded, Decoded { event: expected.clone(), writer_fingerprint: v3.fingerprint });
+    let Event::Policy(policy) = &decoded.event else { unreachable!() };
+    assert_eq!(policy.zone(), schemas::Tz::UTC, "a policy without a zone has UTC windows");
+    let stored = catalog.decode_payload(v3.fingerprint, &body).expect("a ledger entry written before v4");
+    assert_eq!(stored, expected);
 }

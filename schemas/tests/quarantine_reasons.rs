@@ -90,6 +90,7 @@ fn samples() -> Vec<Event> {
             burst: None,
             actor: None,
             reason: None,
+            time_zone: None,
         }),
         Event::Adjustment(AdjustmentEvent {
             header: header("a-1"),
@@ -458,4 +459,25 @@ fn fuzz_container_record_cut_short() {
     let error = records[0].result.as_ref().expect_err("the damaged record is refused");
     assert_eq!(error.code(), "truncated", "{error}");
     assert!(error.to_string().contains("does not match its writer schema"), "{error}");
+}
+
+// Proves that a policy naming a time zone the IANA database does not know (a typo, another spelling, an offset) is
+// refused as "unknown_time_zone", quoting the name, and that IANA names, UTC included, are accepted.
+#[test]
+fn unknown_time_zone() {
+    let catalog = Catalog::builtin();
+    let Some(Event::Policy(policy)) = samples().into_iter().find(|e| matches!(e, Event::Policy(_))) else {
+        unreachable!("the samples hold a policy")
+    };
+    for name in ["America/New_Yrok", "america/new_york", "+05:30", "EST5", ""] {
+        let event = Event::Policy(PolicyEvent { time_zone: Some(name.into()), ..policy.clone() });
+        let e = refuse(catalog, &catalog.encode_single_object(&event), Some(EventType::PolicyEvent));
+        assert_eq!(e, DecodeError::Invalid(Invalid::UnknownTimeZone { value: name.into() }), "{name:?}");
+        assert_eq!(e.code(), "unknown_time_zone");
+        assert!(e.to_string().contains(&format!("{name:?}")), "{e}");
+    }
+    for name in ["America/New_York", "Europe/Berlin", "Asia/Kolkata", "UTC", "Etc/UTC"] {
+        let event = Event::Policy(PolicyEvent { time_zone: Some(name.into()), ..policy.clone() });
+        assert!(schemas::validate::validate(&event).is_ok(), "{name}");
+    }
 }

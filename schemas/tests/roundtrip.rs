@@ -137,22 +137,28 @@ fn policy() -> impl Strategy<Value = Event> {
         symbol_of(Enforcement::SYMBOLS, Enforcement::from_symbol),
         timestamp(),
         proptest::option::of(1..=AMOUNT_MAX),
+        proptest::option::of(proptest::sample::select(
+            &["UTC", "America/New_York", "Asia/Kolkata", "Europe/Berlin"][..],
+        )),
     )
-        .prop_map(|(header, policy_id, version, scope, limit, window, enforcement, effective_from, burst)| {
-            Event::Policy(PolicyEvent {
-                header,
-                policy_id,
-                version,
-                scope,
-                limit,
-                window,
-                enforcement,
-                effective_from,
-                burst,
-                actor: None,
-                reason: None,
-            })
-        })
+        .prop_map(
+            |(header, policy_id, version, scope, limit, window, enforcement, effective_from, burst, zone)| {
+                Event::Policy(PolicyEvent {
+                    header,
+                    policy_id,
+                    version,
+                    scope,
+                    limit,
+                    window,
+                    enforcement,
+                    effective_from,
+                    burst,
+                    actor: None,
+                    reason: None,
+                    time_zone: zone.map(String::from),
+                })
+            },
+        )
 }
 
 fn adjustment() -> impl Strategy<Value = Event> {
@@ -351,8 +357,8 @@ fn catalog_fingerprints_are_distinct_crc64_avro() {
     let schemas = catalog.schemas();
     assert_eq!(
         schemas.len(),
-        12,
-        "six current schemas; UsageEvent, DecisionEvent, PolicyEvent and AdjustmentEvent v1; PolicyEvent v2; GrantEvent v1"
+        13,
+        "six current schemas; UsageEvent, DecisionEvent, PolicyEvent and AdjustmentEvent v1; PolicyEvent v2 and v3; GrantEvent v1"
     );
     let mut seen = BTreeMap::new();
     for s in schemas {

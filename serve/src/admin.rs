@@ -121,6 +121,8 @@ pub(crate) struct PolicyBody {
     version: Option<i32>,
     /// RFC 3339.
     effective_from: Option<String>,
+    /// The IANA time zone of the HOUR, DAY and MONTH windows; none is UTC. An unknown name is a 400.
+    time_zone: Option<String>,
     reason: String,
 }
 
@@ -213,6 +215,7 @@ pub(crate) async fn policies(
         policy_id: body.policy_id,
         version: body.version,
         effective_from,
+        time_zone: body.time_zone,
         actor,
         reason: body.reason,
         source: "serve /v1/admin/policies".into(),

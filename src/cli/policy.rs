@@ -58,9 +58,13 @@ pub struct PolicyArgs {
     /// What a window may consume, in the metric's unit (0 or more).
     #[arg(long, allow_negative_numbers = true)]
     limit: i64,
-    /// MINUTE, HOUR, DAY or MONTH (calendar-aligned, UTC).
+    /// MINUTE, HOUR, DAY or MONTH (calendar-aligned, in --time-zone's calendar).
     #[arg(long, value_parser = parse_symbol::<Window>)]
     window: Window,
+    /// The IANA time zone of the HOUR, DAY and MONTH windows, e.g. America/New_York (default UTC): a DAY runs from
+    /// local midnight to local midnight.
+    #[arg(long)]
+    time_zone: Option<String>,
     /// HARD (deny), SOFT (bill the excess) or SHADOW (only report).
     #[arg(long, value_parser = parse_symbol::<Enforcement>)]
     enforcement: Enforcement,
@@ -160,6 +164,7 @@ fn set(store: &super::Store, tenant: String, args: PolicyArgs, source: &str) -> 
         policy_id: args.policy_id,
         version: args.version,
         effective_from: args.effective_from,
+        time_zone: args.time_zone,
         actor: args.actor,
         reason: args.reason,
         source: source.into(),
@@ -175,9 +180,11 @@ fn set(store: &super::Store, tenant: String, args: PolicyArgs, source: &str) -> 
     } else {
         let PolicyEvent { policy_id, version, limit, window, enforcement, effective_from, .. } = &event;
         let tenant = &event.header.tenant;
+        // The zone only when one is named: a UTC policy reads as it always did.
+        let zone = event.time_zone.as_deref().map(|zone| format!(" in {zone}")).unwrap_or_default();
         writeln!(
             super::stdout(),
-            "policy {policy_id} version {version} of {tenant}: {limit} {} per {} ({}), effective from {effective_from}; {written}",
+            "policy {policy_id} version {version} of {tenant}: {limit} {} per {}{zone} ({}), effective from {effective_from}; {written}",
             event.header.metric,
             window.symbol(),
             enforcement.symbol()
@@ -230,6 +237,8 @@ struct PolicyRow<'a> {
     scope: &'static str,
     limit: i64,
     window: &'static str,
+    /// The zone of its calendar windows: the policy's `time_zone`, UTC when it names none.
+    time_zone: &'a str,
     enforcement: &'static str,
     burst: Option<i64>,
     effective_from: String,
@@ -249,6 +258,7 @@ impl<'a> From<&'a PolicyEvent> for PolicyRow<'a> {
             scope: p.scope.symbol(),
             limit: p.limit,
             window: p.window.symbol(),
+            time_zone: p.time_zone.as_deref().unwrap_or("UTC"),
             enforcement: p.enforcement.symbol(),
             burst: p.burst,
             effective_from: p.effective_from.to_string(),
@@ -268,14 +278,26 @@ fn list(store: &super::Store, tenant: Option<&str>, json: bool) -> anyhow::Resul
         super::print_json(&rows)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let header =
-        ["tenant", "metric", "policy_id", "version", "scope", "limit", "window", "enforcement", "effective_from"];
+    // Columns are added, never renamed (contract §7): the zone last.
+    let header = [
+        "tenant",
+        "metric",
+        "policy_id",
+        "version",
+        "scope",
+        "limit",
+        "window",
+        "enforcement",
+        "effective_from",
+        "time_zone",
+    ];
     let table: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
             let text = [r.tenant, r.metric, r.policy_id].map(str::to_string);
             let more = [r.version.to_string(), r.scope.into(), r.limit.to_string(), r.window.into()];
-            text.into_iter().chain(more).chain([r.enforcement.into(), r.effective_from.clone()]).collect()
+            let last = [r.enforcement.into(), r.effective_from.clone(), r.time_zone.into()];
+            text.into_iter().chain(more).chain(last).collect()
         })
         .collect();
     super::print_table(&header, &table)?;
@@ -294,14 +316,24 @@ fn history(store: &super::Store, policy_id: &str, json: bool) -> anyhow::Result<
         super::print_json(&rows)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let header =
-        ["version", "tenant", "limit", "window", "enforcement", "effective_from", "recorded_at", "actor", "reason"];
+    let header = [
+        "version",
+        "tenant",
+        "limit",
+        "window",
+        "enforcement",
+        "effective_from",
+        "recorded_at",
+        "actor",
+        "reason",
+        "time_zone",
+    ];
     let table: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
             let first = [r.version.to_string(), r.tenant.into(), r.limit.to_string(), r.window.into()];
             let when = [r.enforcement.into(), r.effective_from.clone(), r.recorded_at.clone()];
-            let who = [r.actor.unwrap_or("-").into(), r.reason.unwrap_or("-").into()];
+            let who = [r.actor.unwrap_or("-").into(), r.reason.unwrap_or("-").into(), r.time_zone.into()];
             first.into_iter().chain(when).chain(who).collect()
         })
         .collect();

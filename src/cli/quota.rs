@@ -73,6 +73,7 @@ fn print(quotas: &Quotas) -> anyhow::Result<()> {
         "consumed",
         "held",
         "remaining",
+        "time_zone",
     ];
     let cell = |value: Option<i64>| value.map_or(String::new(), |v| v.to_string());
     let rows: Vec<Vec<String>> = quotas
@@ -96,6 +97,7 @@ fn print(quotas: &Quotas) -> anyhow::Result<()> {
                 cell(q.consumed),
                 cell(q.held),
                 cell(q.remaining),
+                q.time_zone.clone(),
             ]
         })
         .collect();

@@ -420,6 +420,7 @@ pub fn sample_event(event_type: EventType, event_id: &str) -> Event {
             burst: None,
             actor: None,
             reason: None,
+            time_zone: None,
         }),
         EventType::AdjustmentEvent => unreachable!("adjustments are not an input topic"),
     }

@@ -290,6 +290,7 @@ impl Generator {
             burst: None,
             actor: None,
             reason: None,
+            time_zone: None,
         })
     }
 

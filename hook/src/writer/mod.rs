@@ -214,6 +214,15 @@ impl Writer {
         if let Err(error) = self.catch_up_if_changed(now) {
             return Some((HookError::Ledger, failure(&error, "reading what other writers appended for", requests)));
         }
+        if self.state.is_missing_zones() {
+            tracing::info!("hook: a policy names a time zone whose windows were not counted; rebuilding the state");
+            if let Err(error) = self.reload(now) {
+                return Some((
+                    HookError::Ledger,
+                    failure(&error, "rebuilding the state from the ledger for", requests),
+                ));
+            }
+        }
         None
     }
 

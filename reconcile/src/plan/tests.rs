@@ -63,6 +63,7 @@ fn hard_daily_limit(limit: i64) -> Event {
         burst: None,
         actor: None,
         reason: None,
+        time_zone: None,
     })
 }
 

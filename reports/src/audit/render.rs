@@ -203,7 +203,13 @@ fn policy_paragraph(w: &Why, out: &mut String) {
         (None, None) => writeln!(out, "Policy: the decision names none.").unwrap(),
     }
     if let (Some(start), Some(end)) = (d.window_start, d.window_end) {
-        writeln!(out, "Window: {start} to {end}.").unwrap();
+        // A zone only when the policy names one: a UTC window reads as it always did.
+        match w.policy.as_ref().and_then(|p| p.time_zone.as_deref().map(|zone| (&p.window, zone))) {
+            Some((window, zone)) => {
+                writeln!(out, "Window: {start} to {end}, a {window} of {zone}'s calendar.").unwrap()
+            }
+            None => writeln!(out, "Window: {start} to {end}.").unwrap(),
+        }
     }
     if w.by_throttle() {
         writeln!(out, "Grants: they raise quotas, not a throttle's bucket.").unwrap();

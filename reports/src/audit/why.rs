@@ -154,6 +154,8 @@ pub struct PolicyFacts {
     pub actor: Option<String>,
     /// Why this version was made.
     pub change_reason: Option<String>,
+    /// The IANA time zone whose calendar its windows are of (PolicyEvent v4); `None`: UTC.
+    pub time_zone: Option<String>,
     /// The ledger entry of the copy shown.
     pub seq: u64,
     /// How many copies of this version (same owner) the ledger holds: more than 1 when it was published again.
@@ -431,6 +433,7 @@ fn policy(at: &At<'_>, decision: &Decision) -> Result<Option<PolicyFacts>, Repor
         burst: chosen.burst,
         actor: chosen.actor.clone(),
         change_reason: chosen.reason.clone(),
+        time_zone: chosen.time_zone.clone(),
         seq: seqs[index],
         copies: copies.count() as u64,
     }))
@@ -633,6 +636,7 @@ mod tests {
             burst: None,
             actor: None,
             reason: None,
+            time_zone: None,
         }
     }
 

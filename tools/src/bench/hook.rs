@@ -202,6 +202,7 @@ fn policy_event() -> Event {
         burst: None,
         actor: None,
         reason: None,
+        time_zone: None,
     })
 }
 

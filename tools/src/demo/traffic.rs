@@ -94,6 +94,7 @@ pub(super) fn tenant_policies(month: Period, consumption: &BTreeMap<(String, Str
             burst: None,
             actor: None,
             reason: None,
+            time_zone: None,
         }));
     }
     policies
