@@ -191,6 +191,62 @@ fn hard_policy_of(metric: &str, limit: i64) -> Event {
     Event::Policy(policy)
 }
 
+// Issue 36 item 2 for reservations over HTTP: a reserve of two metrics answers a reservation per metric, each closed
+// on its own; one that does not fit holds neither; both body forms at once are refused as for a check.
+#[test]
+fn a_reservation_of_two_metrics_holds_both_or_neither_over_http() {
+    let test = TestLedger::new();
+    write_container(&test.file("policies.avro"), &[hard_policy_of("requests", 10), hard_policy_of("tokens", 1_000)]);
+    test.ingest(&test.file("policies.avro"));
+    let server = Server::start(&test, &[]);
+    let reserve = |key: &str, tokens: i64| {
+        let body = json!({"tenant": "org-1", "amounts": {"requests": 1, "tokens": tokens}, "ttl_ms": 60_000,
+                          "idempotency_key": key});
+        server.post("/v1/reservations", Some(SECRET), &body)
+    };
+    let (status, _, first) = reserve("r-1", 850);
+    assert_eq!(status, 200, "{first}");
+    let ids: Vec<String> = first["decisions"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no decisions: {first}"))
+        .iter()
+        .map(|d| d["reservation_id"].as_str().unwrap_or_else(|| panic!("no reservation: {d}")).to_string())
+        .collect();
+    assert_eq!(ids.len(), 2, "{first}");
+    assert_ne!(ids[0], ids[1], "a reservation per metric: {first}");
+
+    let (status, _, denied) = reserve("r-2", 200);
+    assert_eq!((status, denied["metric"].as_str()), (429, Some("tokens")), "{denied}");
+    assert!(denied["decisions"].as_array().unwrap().iter().all(|d| d.get("reservation_id").is_none()), "{denied}");
+    let (status, _, again) = reserve("r-1", 850);
+    assert_eq!((status, again["replayed"].as_bool()), (200, Some(true)), "{again}");
+    assert_eq!(again["decisions"], first["decisions"]);
+
+    let (status, _, committed) =
+        server.post(&format!("/v1/reservations/{}/commit", ids[1]), Some(SECRET), &json!({"amount": 700}));
+    assert_eq!(status, 200, "{committed}");
+    let (status, _, released) = server.post(&format!("/v1/reservations/{}/release", ids[0]), Some(SECRET), &json!({}));
+    assert_eq!(status, 200, "{released}");
+    let closed = |metric: &str, action: &str| {
+        sql_i64(
+            &test,
+            &format!(
+                "SELECT COALESCE(SUM(r.amount), 0) FROM reservation_events r JOIN entries e ON e.seq = r.seq \
+                 WHERE e.status = 'recorded' AND e.metric = '{metric}' AND r.action = '{action}'"
+            ),
+        )
+    };
+    let reserved = (closed("requests", "RESERVE"), closed("tokens", "RESERVE"));
+    assert_eq!(reserved, (1, 850), "r-1 reserved once, r-2 nothing");
+    assert_eq!((closed("requests", "COMMIT"), closed("tokens", "COMMIT")), (0, 700), "the tokens committed");
+    assert_eq!(sql_i64(&test, "SELECT COUNT(*) FROM reservation_events WHERE action = 'RELEASE'"), 1);
+
+    let both = json!({"tenant": "org-1", "metric": "tokens", "amount": 1, "amounts": {"tokens": 1}, "ttl_ms": 1_000,
+                      "idempotency_key": "b"});
+    let (status, _, refused) = server.post("/v1/reservations", Some(SECRET), &both);
+    assert_eq!((status, refused["field"].as_str()), (400, Some("amounts")), "{refused}");
+}
+
 // Issue 36 item 2 under contention: 64 HTTP clients each asking for 1 request and a random 1..500 tokens in one
 // check, against HARD limits on both metrics. Neither limit is exceeded, every request is allowed or denied on both
 // metrics together, and no request is charged on one metric without the other (read from the ledger file).

@@ -70,6 +70,40 @@ impl Decisions {
     }
 }
 
+/// `reserve` of several metrics at once (issue 36, item 2): every policy of every metric is evaluated before any is
+/// held, and each metric is reserved (a reservation of its own, committed or released on its own) or none is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReserveAmountsRequest {
+    /// The tenant.
+    pub tenant: String,
+    /// The subject, if any: the same for every metric.
+    #[serde(default)]
+    pub subject: Option<String>,
+    /// The amount each metric holds (1 to [`AMOUNTS_MAX`] metrics).
+    pub amounts: BTreeMap<String, i64>,
+    /// How long each reservation holds, in milliseconds.
+    pub ttl_ms: i64,
+    /// The idempotency key of the whole request.
+    pub idempotency_key: String,
+    /// The request id every DecisionEvent and ReservationEvent of the request shares (the key without it).
+    #[serde(default)]
+    pub request_id: Option<String>,
+}
+
+impl ReserveAmountsRequest {
+    /// The metrics and amounts asked, as a check of them would ask them.
+    pub(crate) fn asked(&self) -> CheckAmountsRequest {
+        CheckAmountsRequest {
+            tenant: self.tenant.clone(),
+            subject: self.subject.clone(),
+            amounts: self.amounts.clone(),
+            idempotency_key: self.idempotency_key.clone(),
+            request_id: self.request_id.clone(),
+        }
+    }
+}
+
 /// `reserve(tenant, subject, metric, amount, ttl, idempotency_key)`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

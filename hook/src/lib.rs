@@ -8,7 +8,8 @@
 //! would take a sum past i64, or its tenant past [`HookSettings::counters_per_tenant_max`], is refused. A writer
 //! that stops on a panic (a bug, a broken invariant of the ledger) says so in [`Hook::health`] at once.
 //!
-//! [`Hook::check_amounts`] checks several metrics in one request, all or nothing ([`CheckAmountsRequest`]);
+//! [`Hook::check_amounts`] checks several metrics in one request, all or nothing ([`CheckAmountsRequest`]), and
+//! [`Hook::reserve_amounts`] reserves them so ([`ReserveAmountsRequest`]);
 //! [`Hook::quotas`] answers a tenant's remaining quota per policy without consuming ([`quotas`]).
 //!
 //! One writer thread owns the ledger connection and an in-memory fold of it ([`state`]); concurrent requests
@@ -476,6 +477,25 @@ impl Hook {
         self.serves(&request.tenant)?;
         let token_name = token_name.map(String::from);
         self.call_async(|reply| Work::CheckAmounts(request, token_name, reply)).await
+    }
+
+    /// `reserve` of several metrics, waiting for the answer: every policy of every metric is evaluated before any is
+    /// held, and each metric is reserved under a reservation of its own, or none is ([`ReserveAmountsRequest`]).
+    pub fn reserve_amounts(&self, request: ReserveAmountsRequest) -> Result<Decisions, HookError> {
+        self.serves(&request.tenant)?;
+        self.call(|reply| Work::ReserveAmounts(request, None, reply))
+    }
+
+    /// [`Hook::reserve_amounts`] from async code, for a caller a server authenticated with the token named
+    /// `token_name` (recorded on every DecisionEvent of the request); `None`: a library caller.
+    pub async fn reserve_amounts_async(
+        &self,
+        request: ReserveAmountsRequest,
+        token_name: Option<&str>,
+    ) -> Result<Decisions, HookError> {
+        self.serves(&request.tenant)?;
+        let token_name = token_name.map(String::from);
+        self.call_async(|reply| Work::ReserveAmounts(request, token_name, reply)).await
     }
 
     /// `reserve`, waiting for the answer (and for room in the queue): an allowed decision holds its amount until

@@ -5,7 +5,9 @@ use schemas::ReservationAction;
 use tokio::sync::oneshot;
 
 use crate::TenantScope;
-use crate::api::{CheckAmountsRequest, CheckRequest, Closed, Decision, Decisions, Refusal, ReserveRequest};
+use crate::api::{
+    CheckAmountsRequest, CheckRequest, Closed, Decision, Decisions, Refusal, ReserveAmountsRequest, ReserveRequest,
+};
 use crate::error::HookError;
 use crate::quotas::{QuotaQuery, Quotas};
 
@@ -15,6 +17,7 @@ pub enum Work {
     Check(CheckRequest, Option<String>, oneshot::Sender<Result<Decision, HookError>>),
     CheckAmounts(CheckAmountsRequest, Option<String>, oneshot::Sender<Result<Decisions, HookError>>),
     Reserve(ReserveRequest, Option<String>, oneshot::Sender<Result<Decision, HookError>>),
+    ReserveAmounts(ReserveAmountsRequest, Option<String>, oneshot::Sender<Result<Decisions, HookError>>),
     Close {
         reservation_id: String,
         action: ReservationAction,
@@ -46,7 +49,11 @@ impl Work {
     /// outbox's bookkeeping: the requests whose wait in the queue is a decision's.
     pub fn decides(&self) -> bool {
         match self {
-            Work::Check(..) | Work::CheckAmounts(..) | Work::Reserve(..) | Work::Close { .. } => true,
+            Work::Check(..)
+            | Work::CheckAmounts(..)
+            | Work::Reserve(..)
+            | Work::ReserveAmounts(..)
+            | Work::Close { .. } => true,
             Work::Quotas(..) | Work::Figures(_) | Work::Published { .. } => false,
         }
     }
@@ -55,7 +62,7 @@ impl Work {
     pub fn fail(self, error: HookError) {
         match self {
             Work::Check(_, _, reply) | Work::Reserve(_, _, reply) => drop(reply.send(Err(error))),
-            Work::CheckAmounts(_, _, reply) => drop(reply.send(Err(error))),
+            Work::CheckAmounts(_, _, reply) | Work::ReserveAmounts(_, _, reply) => drop(reply.send(Err(error))),
             Work::Close { reply, .. } => drop(reply.send(Err(error))),
             Work::Quotas(_, reply) => drop(reply.send(Err(error))),
             Work::Figures(reply) => drop(reply.send(Err(error))),

@@ -210,6 +210,20 @@ impl Shards {
         self.route(&request.tenant)?.check_amounts_async(request, token_name).await
     }
 
+    /// [`Hook::reserve_amounts`] in the tenant's shard.
+    pub fn reserve_amounts(&self, request: crate::ReserveAmountsRequest) -> Result<crate::Decisions, HookError> {
+        self.route(&request.tenant)?.reserve_amounts(request)
+    }
+
+    /// [`Hook::reserve_amounts_async`] in the tenant's shard.
+    pub async fn reserve_amounts_async(
+        &self,
+        request: crate::ReserveAmountsRequest,
+        token_name: Option<&str>,
+    ) -> Result<crate::Decisions, HookError> {
+        self.route(&request.tenant)?.reserve_amounts_async(request, token_name).await
+    }
+
     /// [`Hook::quotas`] of the tenant's shard.
     pub async fn quotas_async(&self, query: crate::QuotaQuery) -> Result<crate::Quotas, HookError> {
         self.route(&query.tenant)?.quotas_async(query).await

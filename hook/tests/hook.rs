@@ -885,6 +885,68 @@ fn several_metrics_in_one_request_are_all_or_nothing() {
     assert_eq!((consumed(&hook, "requests"), consumed(&hook, "tokens")), (3, 1_000));
 }
 
+fn reserve_amounts(key: &str, requests: i64, tokens: i64) -> ReserveAmountsRequest {
+    let asked = amounts(key, requests, tokens);
+    let CheckAmountsRequest { tenant, subject, amounts, idempotency_key, request_id } = asked;
+    ReserveAmountsRequest { tenant, subject, amounts, ttl_ms: 60_000, idempotency_key, request_id }
+}
+
+/// What the hook counts as held by open reservations of org-1's `metric` under its one policy.
+fn held(hook: &Hook, metric: &str) -> i64 {
+    let query = QuotaQuery { tenant: "org-1".into(), metric: Some(metric.into()), subject: None };
+    hook.quotas(query).unwrap().quotas[0].held.unwrap()
+}
+
+// Issue 36 item 2, reservations: a reserve of several metrics holds each under a reservation of its own, or holds
+// none; each is committed or released on its own; the key replays the same reservations, before and after a restart,
+// and a check with that key is refused as another kind of request.
+#[test]
+fn several_metrics_reserved_at_once_are_all_or_nothing() {
+    let (dir, hook) = hook_with(vec![
+        policy("tokens-month", 1_000, Window::MONTH, Enforcement::HARD, None),
+        of_metric(policy("requests-month", 3, Window::MONTH, Enforcement::HARD, None), "requests"),
+    ]);
+    let first = hook.reserve_amounts(reserve_amounts("r-1", 1, 850)).unwrap();
+    assert!(first.allowed());
+    let ids: Vec<String> = first.decisions.iter().map(|d| d.reservation_id.clone().unwrap()).collect();
+    assert_eq!(ids.len(), 2);
+    assert_ne!(ids[0], ids[1], "a reservation per metric");
+    assert_eq!((held(&hook, "requests"), held(&hook, "tokens")), (1, 850));
+
+    // 850 more tokens do not fit beside the 850 held: neither metric is held.
+    let denied = hook.reserve_amounts(reserve_amounts("r-2", 1, 850)).unwrap();
+    assert!(!denied.allowed());
+    assert_eq!((denied.deciding().metric.as_str(), denied.deciding().reason), ("tokens", Reason::QUOTA_EXCEEDED));
+    assert!(denied.decisions.iter().all(|d| d.reservation_id.is_none()));
+    assert_eq!((held(&hook, "requests"), held(&hook, "tokens")), (1, 850), "a denial holds nothing");
+
+    // Each closes on its own: the tokens committed at what was used, the request released.
+    let tokens = hook.commit(&ids[1], 700).unwrap().unwrap();
+    assert_eq!((tokens.amount, tokens.reserved), (700, 850));
+    hook.release(&ids[0]).unwrap().unwrap();
+    assert_eq!((held(&hook, "requests"), held(&hook, "tokens")), (0, 0));
+    assert_eq!((consumed(&hook, "requests"), consumed(&hook, "tokens")), (0, 700));
+
+    let again = hook.reserve_amounts(reserve_amounts("r-1", 1, 850)).unwrap();
+    assert!(again.replayed());
+    let replayed: Vec<String> = again.decisions.iter().map(|d| d.reservation_id.clone().unwrap()).collect();
+    assert_eq!(replayed, ids, "the same reservations, nothing held again");
+    assert_eq!(held(&hook, "tokens"), 0);
+    match hook.check_amounts(amounts("r-1", 1, 850)) {
+        Err(HookError::IdempotencyKeyReused { field: "kind", .. }) => {}
+        other => panic!("a check with a reserve's key: {other:?}"),
+    }
+    let ttl = ReserveAmountsRequest { ttl_ms: 0, ..reserve_amounts("r-3", 1, 1) };
+    assert!(matches!(hook.reserve_amounts(ttl), Err(HookError::BadRequest { field: "ttl_ms", .. })));
+
+    drop(hook);
+    let hook = Hook::start(dir.path().join("ledger.db"), HookSettings::default()).unwrap();
+    let after = hook.reserve_amounts(reserve_amounts("r-1", 1, 850)).unwrap();
+    assert!(after.replayed());
+    let after: Vec<String> = after.decisions.iter().map(|d| d.reservation_id.clone().unwrap()).collect();
+    assert_eq!(after, ids, "after a restart too");
+}
+
 // Contract §9.1 for several metrics: the same key and amounts answer the original decisions (replayed, nothing
 // consumed), before and after a restart; other amounts, or a check of one metric with that key, answer 409 naming
 // `amounts`. A request of one metric in `amounts` is the check of that metric and amount.

@@ -121,6 +121,12 @@ struct MetricDecisionBody {
     remaining: Option<i64>,
     resets_at: Option<schemas::Timestamp>,
     decision_id: String,
+    /// A reservation of several metrics, allowed: this metric's reservation, committed or released on its own
+    /// (spelled both ways, as in the body around it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reservation_id: Option<String>,
+    #[serde(rename = "reservation_id", skip_serializing_if = "Option::is_none")]
+    reservation_id_spec: Option<String>,
 }
 
 /// The answer to a request of several metrics: status and headers as the deciding decision's (the metric that denied,
@@ -143,6 +149,8 @@ pub(crate) fn decisions_response(decisions: hook::Decisions) -> Response {
             decision_id: d.decision_id,
             amount: d.amount,
             metric: d.metric,
+            reservation_id_spec: d.reservation_id.clone(),
+            reservation_id: d.reservation_id,
         })
         .collect::<Vec<_>>();
     let amounts = match amounts.is_empty() {

@@ -41,6 +41,17 @@ impl Hooks {
         }
     }
 
+    pub(crate) async fn reserve_amounts_async(
+        &self,
+        request: hook::ReserveAmountsRequest,
+        token: &str,
+    ) -> Result<hook::Decisions, HookError> {
+        match self {
+            Hooks::One(hook) => hook.reserve_amounts_async(request, Some(token)).await,
+            Hooks::Shards(shards) => shards.reserve_amounts_async(request, Some(token)).await,
+        }
+    }
+
     pub(crate) async fn quotas_async(&self, query: hook::QuotaQuery) -> Result<hook::Quotas, HookError> {
         match self {
             Hooks::One(hook) => hook.quotas_async(query).await,

@@ -13,7 +13,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use hook::{CheckAmountsRequest, CheckRequest, Decision, HookError, ReserveRequest};
+use hook::{CheckAmountsRequest, CheckRequest, Decision, HookError, ReserveAmountsRequest, ReserveRequest};
 use schemas::ReservationAction;
 use serde::Deserialize;
 
@@ -74,6 +74,20 @@ impl App {
                 let code = format!("{:?}", decision.code);
                 self.metrics.hook.decided(&code, &decision.metric, decision.policy_version);
                 decision_response(decision)
+            }
+            Err(e) => self.refused(partition, e),
+        }
+    }
+
+    /// The hook's answer to a request of several metrics, each metric's decision counted.
+    fn several_decided(&self, partition: Option<u32>, result: Result<hook::Decisions, HookError>) -> Response {
+        match result {
+            Ok(decisions) => {
+                for decision in &decisions.decisions {
+                    let code = format!("{:?}", decision.code);
+                    self.metrics.hook.decided(&code, &decision.metric, decision.policy_version);
+                }
+                decisions_response(decisions)
             }
             Err(e) => self.refused(partition, e),
         }
@@ -357,16 +371,9 @@ async fn check(
         Ok(CheckAsked::One(request)) => {
             app.decided_for(partition, app.hook.check_async_as(request, &caller.name).await)
         }
-        Ok(CheckAsked::Several(request)) => match app.hook.check_amounts_async(request, &caller.name).await {
-            Ok(decisions) => {
-                for decision in &decisions.decisions {
-                    let code = format!("{:?}", decision.code);
-                    app.metrics.hook.decided(&code, &decision.metric, decision.policy_version);
-                }
-                decisions_response(decisions)
-            }
-            Err(e) => app.refused(partition, e),
-        },
+        Ok(CheckAsked::Several(request)) => {
+            app.several_decided(partition, app.hook.check_amounts_async(request, &caller.name).await)
+        }
         Err(refused) => *refused,
     }
 }
@@ -396,15 +403,47 @@ async fn quotas(
     }
 }
 
+/// `POST /v1/reservations`' body: one metric (`metric` and `amount`, contract §7) or several at once (`amounts`,
+/// issue 36 item 2, a reservation per metric), never both.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReserveBody {
+    tenant: String,
+    #[serde(default)]
+    subject: Option<String>,
+    #[serde(default)]
+    metric: Option<String>,
+    #[serde(default)]
+    amount: Option<i64>,
+    #[serde(default)]
+    amounts: Option<BTreeMap<String, i64>>,
+    ttl_ms: i64,
+    idempotency_key: String,
+    #[serde(default)]
+    request_id: Option<String>,
+}
+
 async fn reserve(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
-    body: Result<Json<ReserveRequest>, JsonRejection>,
+    body: Result<Json<ReserveBody>, JsonRejection>,
 ) -> Response {
-    match admit(&app, &headers, body, |r: &ReserveRequest| &r.tenant) {
-        Ok((caller, request)) => {
-            let partition = app.partition_of(&request.tenant);
+    let (caller, body) = match admit(&app, &headers, body, |r: &ReserveBody| &r.tenant) {
+        Ok(admitted) => admitted,
+        Err(refused) => return *refused,
+    };
+    let partition = app.partition_of(&body.tenant);
+    let ReserveBody { tenant, subject, metric, amount, amounts, ttl_ms, idempotency_key, request_id } = body;
+    // The same rules as a check's body: the check's own parse says which fields are wrong.
+    let asked = CheckBody { tenant, subject, metric, amount, amounts, idempotency_key, request_id }.asked();
+    match asked {
+        Ok(CheckAsked::One(CheckRequest { tenant, subject, metric, amount, idempotency_key, request_id })) => {
+            let request = ReserveRequest { tenant, subject, metric, amount, ttl_ms, idempotency_key, request_id };
             app.decided_for(partition, app.hook.reserve_async_as(request, &caller.name).await)
+        }
+        Ok(CheckAsked::Several(CheckAmountsRequest { tenant, subject, amounts, idempotency_key, request_id })) => {
+            let request = ReserveAmountsRequest { tenant, subject, amounts, ttl_ms, idempotency_key, request_id };
+            app.several_decided(partition, app.hook.reserve_amounts_async(request, &caller.name).await)
         }
         Err(refused) => *refused,
     }

@@ -241,6 +241,9 @@ impl Writer {
                 Work::Reserve(request, token_name, reply) => {
                     Answer::Decision(reply, self.reserve(&request, token_name.as_deref(), now, &mut events))
                 }
+                Work::ReserveAmounts(request, token_name, reply) => {
+                    Answer::Decisions(reply, self.reserve_amounts(&request, token_name.as_deref(), now, &mut events))
+                }
                 Work::Close { reservation_id, action, amount, tenants, reply } => {
                     let closed = self.close(&reservation_id, action, amount, &tenants, now, &mut events);
                     Answer::Close(reply, closed)

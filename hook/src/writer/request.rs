@@ -161,12 +161,7 @@ impl Writer {
         events: &mut Vec<Event>,
     ) -> Result<Decision, HookError> {
         validate_token_name(token_name)?;
-        if request.ttl_ms <= 0 || request.ttl_ms > crate::TTL_MS_MAX {
-            return Err(HookError::BadRequest {
-                field: "ttl_ms",
-                message: format!("{} is outside (0, {}]", request.ttl_ms, crate::TTL_MS_MAX),
-            });
-        }
+        validate_ttl(request.ttl_ms)?;
         let ask = Ask::new(&request.tenant, request.subject.as_deref(), &request.metric, request.amount);
         let hash =
             match self.admit(&ask, &request.idempotency_key, request.request_id.as_deref(), Kind::Reserve, now)? {
@@ -234,14 +229,41 @@ impl Writer {
         now: Timestamp,
         events: &mut Vec<Event>,
     ) -> Result<Decisions, HookError> {
+        self.decide_amounts(request, None, token_name, now, events)
+    }
+
+    /// `reserve` of several metrics: decided as [`Writer::check_amounts`] decides, all or nothing, each metric then
+    /// holding its amount under a reservation of its own (its id derived from the key and the metric, as the
+    /// decision's), committed or released on its own.
+    pub(super) fn reserve_amounts(
+        &mut self,
+        request: &ReserveAmountsRequest,
+        token_name: Option<&str>,
+        now: Timestamp,
+        events: &mut Vec<Event>,
+    ) -> Result<Decisions, HookError> {
+        validate_ttl(request.ttl_ms)?;
+        self.decide_amounts(&request.asked(), Some(request.ttl_ms), token_name, now, events)
+    }
+
+    /// A check (`ttl_ms` none) or a reserve (held for `ttl_ms`) of several metrics.
+    fn decide_amounts(
+        &mut self,
+        request: &CheckAmountsRequest,
+        ttl_ms: Option<i64>,
+        token_name: Option<&str>,
+        now: Timestamp,
+        events: &mut Vec<Event>,
+    ) -> Result<Decisions, HookError> {
         validate_token_name(token_name)?;
         let asks = validate_amounts(request)?;
         let hash = ids::key_hash(&request.tenant, &request.idempotency_key);
-        if let Some(replayed) = self.replay_amounts(request, &hash)? {
+        let kind = if ttl_ms.is_some() { Kind::Reserve } else { Kind::Check };
+        if let Some(replayed) = self.replay_amounts(request, &hash, kind)? {
             return Ok(replayed);
         }
         for ask in &asks {
-            self.has_room(ask, Adding::Consumption(now))?;
+            self.has_room(ask, if ttl_ms.is_some() { Adding::Held } else { Adding::Consumption(now) })?;
         }
         let request_id = request.request_id.clone().unwrap_or_else(|| request.idempotency_key.clone());
         // Every policy of every metric, before anything is consumed: one verdict over all of them.
@@ -265,15 +287,31 @@ impl Writer {
                 verdict.outcome = Outcome::DENIED;
             }
             let (mut decision, header) = record_decision(&verdict, ask, &asked, now, events);
-            if allowed {
-                let usage = UsageEvent {
-                    header: Header { event_id: ids::usage_id(&metric_hash), ..header },
-                    quantity: ask.amount,
-                    request_id: Some(request_id.clone()),
-                    attributes: Default::default(),
-                };
-                self.state.consume(&usage.header, usage.quantity);
-                events.push(Event::Usage(usage));
+            match ttl_ms {
+                Some(ttl_ms) if allowed => {
+                    let reservation_id = ids::reservation_id(&metric_hash, self.partition);
+                    let reserve = ReservationEvent {
+                        header: Header { event_id: ids::reserve_event_id(&reservation_id), ..header },
+                        reservation_id: reservation_id.clone(),
+                        action: ReservationAction::RESERVE,
+                        amount: ask.amount,
+                        expires_at: Some(Timestamp(now.micros() + ttl_ms * 1_000)),
+                    };
+                    self.state.fold_own(state::PROVISIONAL_SEQ + events.len() as u64, &reserve, now);
+                    events.push(Event::Reservation(reserve));
+                    decision.reservation_id = Some(reservation_id);
+                }
+                None if allowed => {
+                    let usage = UsageEvent {
+                        header: Header { event_id: ids::usage_id(&metric_hash), ..header },
+                        quantity: ask.amount,
+                        request_id: Some(request_id.clone()),
+                        attributes: Default::default(),
+                    };
+                    self.state.consume(&usage.header, usage.quantity);
+                    events.push(Event::Usage(usage));
+                }
+                _ => {}
             }
             if asks.len() > 1 {
                 decision.amounts = request.amounts.clone();
@@ -287,7 +325,12 @@ impl Writer {
     /// The original answer of a request of several metrics whose key was used before (contract §9.1): the same
     /// tenant, subject and amounts, or 409. Its first metric's decision has the key's own id ([`ids::metric_hash`]),
     /// whichever form the original took.
-    fn replay_amounts(&self, request: &CheckAmountsRequest, hash: &str) -> Result<Option<Decisions>, HookError> {
+    fn replay_amounts(
+        &self,
+        request: &CheckAmountsRequest,
+        hash: &str,
+        kind: Kind,
+    ) -> Result<Option<Decisions>, HookError> {
         let key = &request.idempotency_key;
         let anchor_id = ids::decision_id(hash);
         let anchor = match self.replayed(&anchor_id, &request.tenant, key)? {
@@ -313,8 +356,11 @@ impl Writer {
         if original != request.amounts {
             return Err(differs("amounts", format!("{original:?}"), format!("{:?}", request.amounts)));
         }
-        if anchor.reservation_id.is_some() {
-            return Err(differs("kind", "a reserve".into(), "a check".into()));
+        // A denied check and a denied reserve record the same decisions; allowed ones say which they were.
+        match (kind, anchor.allowed(), anchor.reservation_id.is_some()) {
+            (Kind::Check, _, true) => return Err(differs("kind", "a reserve".into(), "a check".into())),
+            (Kind::Reserve, true, false) => return Err(differs("kind", "a check".into(), "a reserve".into())),
+            _ => {}
         }
         let mut decisions = vec![*anchor];
         for metric in request.amounts.keys().skip(1) {
@@ -547,6 +593,15 @@ fn deciding_of(decisions: &[Decision]) -> usize {
 
 /// The asks of a request of several metrics, in metric order, each checked as a check's (contract §9.2); a fault of
 /// one names `amounts` and the metric.
+/// A reservation's time to live: more than 0, at most [`crate::TTL_MS_MAX`].
+fn validate_ttl(ttl_ms: i64) -> Result<(), HookError> {
+    if ttl_ms <= 0 || ttl_ms > crate::TTL_MS_MAX {
+        let message = format!("{ttl_ms} is outside (0, {}]", crate::TTL_MS_MAX);
+        return Err(HookError::BadRequest { field: "ttl_ms", message });
+    }
+    Ok(())
+}
+
 fn validate_amounts(request: &CheckAmountsRequest) -> Result<Vec<Ask<'_>>, HookError> {
     if request.amounts.is_empty() || request.amounts.len() > crate::AMOUNTS_MAX {
         let message = format!("names {} metrics; 1 to {} are accepted", request.amounts.len(), crate::AMOUNTS_MAX);
