@@ -114,6 +114,7 @@ fn reservation(event_id: &str, occurred_at: &str, id: &str, action: ReservationA
         action,
         amount,
         expires_at: (action == ReservationAction::RESERVE).then(|| Timestamp(at(occurred_at).micros() + 3_600_000_000)),
+        fencing_token: None,
     })
 }
 
@@ -355,6 +356,7 @@ fn reserved_then_checked() -> TestLedger {
         action: ReservationAction::RESERVE,
         amount: 50,
         expires_at: Some(at("2026-11-10T10:05:00Z")),
+        fencing_token: None,
     });
     let usage = Event::Usage(UsageEvent {
         header: header("use-req-check", "2026-11-10T10:01:00Z", "org-s", "requests"),
@@ -410,6 +412,7 @@ fn reconciled_at_month_end() -> TestLedger {
             amount: if action == ReservationAction::RELEASE { 0 } else { 10 },
             expires_at: (action == ReservationAction::RESERVE)
                 .then(|| Timestamp(at(occurred_at).micros() + 3_600_000_000)),
+            fencing_token: None,
         })
     };
     use ReservationAction::*;
@@ -704,7 +707,14 @@ fn tenants_sharing_a_reservation_id_each_see_their_own_reservation() {
         let expires_at =
             (action == ReservationAction::RESERVE).then(|| Timestamp(at(occurred_at).micros() + 600_000_000));
         let header = header(event_id, occurred_at, tenant, "requests");
-        Event::Reservation(ReservationEvent { header, reservation_id: "r-1".into(), action, amount, expires_at })
+        Event::Reservation(ReservationEvent {
+            header,
+            reservation_id: "r-1".into(),
+            action,
+            amount,
+            expires_at,
+            fencing_token: None,
+        })
     };
     use ReservationAction::*;
     ingest_in_order(

@@ -231,6 +231,7 @@ fn one_file_per_other_type() -> Vec<Vec<Event>> {
             action,
             amount,
             expires_at: expires_at.map(at),
+            fencing_token: None,
         })
     };
     let grant = |event_id: &str, amount| {

@@ -36,6 +36,7 @@ fn abandoned_reservation() -> Event {
         action: ReservationAction::RESERVE,
         amount: 7,
         expires_at: Some(at("2026-11-02T09:05:00Z")),
+        fencing_token: None,
     })
 }
 
@@ -196,6 +197,7 @@ fn a_late_reserve_takes_back_the_refusal_of_the_commit_it_makes_valid() {
             action,
             amount,
             expires_at: expires_at.map(at),
+            fencing_token: None,
         })
     };
     let test = TestLedger::new();

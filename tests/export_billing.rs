@@ -348,6 +348,7 @@ fn reservation(
         action,
         amount,
         expires_at: expires_at.map(at),
+        fencing_token: None,
     })
 }
 

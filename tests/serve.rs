@@ -827,6 +827,7 @@ fn a_close_answers_for_the_callers_reservation_when_another_tenant_holds_the_id(
             action,
             amount: 10,
             expires_at: (action == RESERVE).then(|| ago(-expires)),
+            fencing_token: None,
         })
     };
     let events = [

@@ -831,6 +831,7 @@ mod tests {
                 action: ReservationAction::RESERVE,
                 amount: largest,
                 expires_at: Some(at("2026-11-10T01:00:00Z")),
+                fencing_token: None,
             };
             state.fold(2 * n + 2, &Event::Reservation(reserve), now);
         }
@@ -908,6 +909,7 @@ mod tests {
             action: ReservationAction::RESERVE,
             amount: 5,
             expires_at: Some(at("2026-10-10T01:00:00Z")),
+            fencing_token: None,
         });
         state.fold(1, &reserve, at("2026-10-20T00:00:00Z"));
         assert_eq!((state.holds().count(), state.lives.len()), (0, 1), "expired when folded: kept");
@@ -930,6 +932,7 @@ mod tests {
             action,
             amount,
             expires_at: (action == ReservationAction::RESERVE).then(|| at("2026-11-10T01:00:00Z")),
+            fencing_token: None,
         };
         state.fold_own(PROVISIONAL_SEQ, &event(ReservationAction::RESERVE, 5, "e1"), now);
         let key = ("org-1".to_string(), "r1".to_string());
@@ -985,6 +988,7 @@ mod tests {
                             action: ReservationAction::RESERVE,
                             amount,
                             expires_at: Some(expires_at),
+                            fencing_token: None,
                         });
                         state.fold(seq, &event, now);
                         // A reservation that expired or closed keeps its id: a RESERVE of it again opens nothing.
@@ -1024,6 +1028,7 @@ mod tests {
                             action,
                             amount,
                             expires_at: None,
+                            fencing_token: None,
                         });
                         state.fold(seq, &event, now);
                         let day = window::bounds(Window::DAY, at).0.micros();
@@ -1091,6 +1096,7 @@ mod tests {
                         action: *action,
                         amount: if *action == ReservationAction::RELEASE { 0 } else { *amount },
                         expires_at: reserve.then(|| minutes(at + ttl)),
+                        fencing_token: None,
                     })
                 })
                 .collect();

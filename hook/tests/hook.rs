@@ -89,6 +89,7 @@ fn foreign_reservation(
         action,
         amount,
         expires_at,
+        fencing_token: None,
     })
 }
 

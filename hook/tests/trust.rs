@@ -110,6 +110,7 @@ fn sums_past_i64_are_refused_and_others_holds_folded() {
             action: ReservationAction::RESERVE,
             amount: AMOUNT_MAX,
             expires_at: Some(Timestamp(at.micros() + 3_600_000_000)),
+            fencing_token: None,
         })
     });
     append(&dir.path().join("ledger.db"), holds.collect());

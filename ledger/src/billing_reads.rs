@@ -92,7 +92,7 @@ fn metric_total(row: &Row<'_>) -> rusqlite::Result<MetricTotal> {
 }
 
 /// A reservation event from a row of `seq, event_id, occurred_at, tenant, subject, metric, source,
-/// reservation_id, action, amount, expires_at`, with its seq.
+/// reservation_id, action, amount, expires_at, fencing_token`, with its seq.
 pub(crate) fn sequenced_reservation(row: &Row<'_>) -> rusqlite::Result<SequencedReservation> {
     let event = ReservationEvent {
         header: header(row, 1)?,
@@ -100,6 +100,7 @@ pub(crate) fn sequenced_reservation(row: &Row<'_>) -> rusqlite::Result<Sequenced
         action: symbol(row, 8, ReservationAction::from_symbol)?,
         amount: row.get(9)?,
         expires_at: row.get::<_, Option<i64>>(10)?.map(Timestamp),
+        fencing_token: row.get(11)?,
     };
     Ok((row.get::<_, i64>(0)? as u64, event))
 }

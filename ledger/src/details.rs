@@ -35,7 +35,7 @@ pub fn columns(event_type: EventType) -> &'static [&'static str] {
             "remaining",
             "retry_after_ms",
         ],
-        EventType::ReservationEvent => &["reservation_id", "action", "amount", "expires_at"],
+        EventType::ReservationEvent => &["reservation_id", "action", "amount", "expires_at", "fencing_token"],
         EventType::GrantEvent => &["grant_id", "amount", "valid_from", "valid_until", "reason", "actor"],
         EventType::PolicyEvent => &[
             "policy_id",
@@ -112,7 +112,8 @@ pub fn values(event: &Event) -> Vec<Value> {
             opt_integer(e.retry_after_ms),
         ],
         Event::Reservation(e) => {
-            vec![text(&e.reservation_id), text(e.action.symbol()), Value::Integer(e.amount), opt_time(e.expires_at)]
+            let (id, action, amount) = (text(&e.reservation_id), text(e.action.symbol()), Value::Integer(e.amount));
+            vec![id, action, amount, opt_time(e.expires_at), opt_integer(e.fencing_token)]
         }
         Event::Grant(e) => {
             let (id, amount, reason, actor) =

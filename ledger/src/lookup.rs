@@ -17,7 +17,8 @@ const PAYLOAD_OF_ENTRY: &str = "SELECT payload_fingerprint, payload FROM entries
 const RESERVATION_HAS_EVENTS: &str = "SELECT 1 FROM reservation_events WHERE reservation_id = ? LIMIT 1";
 
 /// The recorded events of a reservation_id, of every tenant, with what judging reads of them.
-const RESERVATION_EVENTS: &str = "SELECT e.seq, r.action, r.amount, r.expires_at, e.tenant, e.occurred_at
+const RESERVATION_EVENTS: &str =
+    "SELECT e.seq, r.action, r.amount, r.expires_at, e.tenant, e.occurred_at, r.fencing_token
          FROM reservation_events r JOIN entries e ON e.seq = r.seq
          WHERE r.reservation_id = ? AND e.status = 'recorded'";
 
@@ -64,6 +65,7 @@ impl Ledger {
                 amount: r.get(2)?,
                 expires_at: r.get::<_, Option<i64>>(3)?.map(Timestamp),
                 occurred_at: Timestamp(r.get(5)?),
+                fencing_token: r.get(6)?,
             };
             Ok(ReservationFacts { seq: r.get::<_, i64>(0)? as u64, tenant: r.get(4)?, facts })
         })?;

@@ -33,6 +33,7 @@ pub const MIGRATIONS: &[Migration] = &[
     ("021-forwarded.sql", include_str!("../ddl/021-forwarded.sql"), None),
     ("022-change-actor.sql", include_str!("../ddl/022-change-actor.sql"), None),
     ("023-policy-time-zone.sql", include_str!("../ddl/023-policy-time-zone.sql"), None),
+    ("024-leases.sql", include_str!("../ddl/024-leases.sql"), None),
 ];
 
 /// The schema version of a ledger all of whose migrations ran.

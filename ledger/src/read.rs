@@ -214,7 +214,7 @@ pub type SequencedReservation = (u64, ReservationEvent);
 /// tenants sharing a reservation_id, so the one sort SQLite makes costs what it did when it sorted by id alone.
 fn for_each_reservation(conn: &Connection, mut each: impl FnMut(&[SequencedReservation])) -> rusqlite::Result<u64> {
     let sql = format!(
-        "SELECT e.seq, {HEADER_COLUMNS}, r.reservation_id, r.action, r.amount, r.expires_at
+        "SELECT e.seq, {HEADER_COLUMNS}, r.reservation_id, r.action, r.amount, r.expires_at, r.fencing_token
          FROM reservation_events r NOT INDEXED CROSS JOIN entries e ON e.seq = r.seq
          WHERE e.status = 'recorded' ORDER BY r.reservation_id, e.tenant, e.seq"
     );
@@ -229,6 +229,7 @@ fn for_each_reservation(conn: &Connection, mut each: impl FnMut(&[SequencedReser
             action: symbol(r, 8, ReservationAction::from_symbol)?,
             amount: r.get(9)?,
             expires_at: r.get::<_, Option<i64>>(10)?.map(Timestamp),
+            fencing_token: r.get(11)?,
         };
         if group.first().is_some_and(|(_, first)| !same_reservation(first, &event)) {
             each(&group);

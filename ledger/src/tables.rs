@@ -139,7 +139,7 @@ pub const TABLES: &[Table] = &[
     },
     Table {
         name: "reservation_events",
-        description: "ReservationEvents (RESERVE, COMMIT, RELEASE) with their entry fields",
+        description: "ReservationEvents (RESERVE, COMMIT, RELEASE; a lease's RENEW) with their entry fields",
         from: "reservation_events d JOIN entries e ON e.seq = d.seq",
         seq: Some("d.seq"),
         columns: entry_columns![
@@ -147,6 +147,7 @@ pub const TABLES: &[Table] = &[
             col("action", "d.action", Text, false),
             col("amount", "d.amount", Int64, false),
             col("expires_at", "d.expires_at", Timestamp, true),
+            col("fencing_token", "d.fencing_token", Int64, true),
         ],
     },
     Table {

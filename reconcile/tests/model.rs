@@ -303,6 +303,7 @@ fn reservation_events(i: usize, r: &ReservationDraw, id: &str) -> Vec<Event> {
             action,
             amount,
             expires_at: expires_at.map(Timestamp),
+            fencing_token: None,
         })
     };
     let mut events = Vec::new();
@@ -536,6 +537,7 @@ fn window_bounds(kind: Window, t: Timestamp) -> (Timestamp, Timestamp) {
         Window::MINUTE => fixed(MINUTE_MICROS),
         Window::HOUR => fixed(HOUR_MICROS),
         Window::DAY => fixed(DAY_MICROS),
+        Window::CONCURRENT => unreachable!("the model draws no CONCURRENT policy: it judges windows"),
         Window::MONTH => {
             let d = Utc.timestamp_micros(t.micros()).unwrap();
             let first = |y: i32, m: u32| Timestamp(Utc.with_ymd_and_hms(y, m, 1, 0, 0, 0).unwrap().timestamp_micros());

@@ -51,6 +51,7 @@ fn reservation(event_id: &str, id: &str, action: ReservationAction, at_: &str, a
         action,
         amount,
         expires_at: None,
+        fencing_token: None,
     }
 }
 

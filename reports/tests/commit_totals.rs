@@ -36,6 +36,7 @@ fn event_of(tenant: &str, id: &str, t: &str, reservation: &str, action: Reservat
         action,
         amount,
         expires_at,
+        fencing_token: None,
     });
     Incoming { event, origin: Origin::Local { name: "test".into() }, raw: None }
 }

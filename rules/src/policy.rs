@@ -45,7 +45,8 @@ pub struct Applicable<'a> {
     pub plan_default: bool,
 }
 
-/// The window kinds, shortest first.
+/// The window kinds, shortest first: those of quotas and throttles. CONCURRENT policies limit leases, not
+/// consumption in a window: [`Candidates::concurrent`] finds them, and nothing that judges windows ever sees one.
 const KINDS: [Window; 4] = [Window::MINUTE, Window::HOUR, Window::DAY, Window::MONTH];
 
 fn kind_bit(kind: Window) -> u8 {
@@ -54,6 +55,7 @@ fn kind_bit(kind: Window) -> u8 {
         Window::HOUR => 2,
         Window::DAY => 4,
         Window::MONTH => 8,
+        Window::CONCURRENT => 16,
     }
 }
 
@@ -352,6 +354,30 @@ mod tests {
         check("org-2", "2026-11-15T22:00:00Z", vec![(2, "2026-11-15T00:00:00Z", "2026-11-16T00:00:00Z")]);
     }
 
+    // issue 36 item 1: CONCURRENT policies limit leases only: windows never see them, a version that makes a policy
+    // CONCURRENT ends its windows, and a tenant's own CONCURRENT policy covers the plan's.
+    #[test]
+    fn concurrent_policies_are_apart_from_windows() {
+        let policies = vec![
+            policy("*", "plan-jobs", 1, 4, Window::CONCURRENT, "2026-01-01T00:00:00Z"),
+            policy("org-1", "jobs", 1, 100, Window::DAY, "2026-11-01T00:00:00Z"),
+            policy("org-1", "jobs", 2, 8, Window::CONCURRENT, "2026-11-10T12:00:00Z"),
+        ];
+        let index = PolicyIndex::new(policies.clone());
+        let ids = |found: Vec<Applicable<'_>>| -> Vec<(String, i32, bool)> {
+            found.iter().map(|a| (a.policy.policy_id.clone(), a.policy.version, a.plan_default)).collect()
+        };
+        let before = at("2026-11-05T00:00:00Z");
+        assert_eq!(ids(index.applicable("org-1", "requests", before)), [("jobs".into(), 1, false)]);
+        assert_eq!(ids(index.concurrent("org-1", "requests", before)), [("plan-jobs".into(), 1, true)]);
+        let after = at("2026-11-20T00:00:00Z");
+        assert!(index.applicable("org-1", "requests", after).is_empty());
+        assert_eq!(applicable(&policies, "org-1", "requests", after), index.applicable("org-1", "requests", after));
+        assert_eq!(ids(index.concurrent("org-1", "requests", after)), [("jobs".into(), 2, false)]);
+        assert_eq!(ids(index.concurrent("org-2", "requests", after)), [("plan-jobs".into(), 1, true)]);
+        assert_eq!(index.concurrent("org-2", "requests", after)[0].window_start, after);
+    }
+
     // Proves the index answers exactly what the reference definition answers, ties and plan defaults included.
     #[test]
     fn the_index_agrees_with_the_definition() {
@@ -442,6 +468,11 @@ impl PolicyIndex {
     pub fn applicable(&self, tenant: &str, metric: &str, at: Timestamp) -> Vec<Applicable<'_>> {
         self.candidates(tenant, metric).applicable(at)
     }
+
+    /// The CONCURRENT policy versions that limit `tenant`'s leases of `metric` at `at` ([`Candidates::concurrent`]).
+    pub fn concurrent(&self, tenant: &str, metric: &str, at: Timestamp) -> Vec<Applicable<'_>> {
+        self.candidates(tenant, metric).concurrent(at)
+    }
 }
 
 impl<'a> Candidates<'a> {
@@ -481,6 +512,28 @@ impl<'a> Candidates<'a> {
                 }
             }
         }
+    }
+
+    /// The CONCURRENT policy versions that limit leases at `at`: of each policy_id, the version with the greatest
+    /// (`effective_from`, `version`) in effect by `at`, when it is CONCURRENT; own ones, then the plan defaults the
+    /// tenant has none of its own covering. Each answers the instant `at` as its window. Sorted by policy_id.
+    pub fn concurrent(&self, at: Timestamp) -> Vec<Applicable<'a>> {
+        let in_force = |group: &Vec<usize>| {
+            let versions = group.iter().map(|i| &self.policies[*i]).filter(|p| p.effective_from <= at);
+            // `>=` in the fold: on a tie the later one wins, as for windows.
+            versions
+                .fold(None, |best: Option<&'a PolicyEvent>, p| match best {
+                    Some(b) if (p.effective_from, p.version) < (b.effective_from, b.version) => Some(b),
+                    _ => Some(p),
+                })
+                .filter(|p| p.window == Window::CONCURRENT)
+        };
+        let applicable = |policy, plan_default| Applicable { policy, window_start: at, window_end: at, plan_default };
+        let own: Vec<Applicable<'a>> = self.own.iter().filter_map(in_force).map(|p| applicable(p, false)).collect();
+        let defaults = self.defaults.iter().filter_map(in_force).filter(|d| !own.iter().any(|o| covers(o.policy, d)));
+        let mut all: Vec<Applicable<'a>> = own.iter().cloned().chain(defaults.map(|p| applicable(p, true))).collect();
+        all.sort_by(|a, b| a.policy.policy_id.cmp(&b.policy.policy_id));
+        all
     }
 
     /// Every policy version that applies at `at`: own policies in force, then the plan defaults the tenant has

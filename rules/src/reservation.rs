@@ -10,6 +10,12 @@
 //! RESERVE is a refused transition. With no valid close, the reservation is expired once `expires_at` is
 //! before the run's `as_of`. (Choice where the contract is silent: a second RESERVE of the same reservation_id is a
 //! refused transition too; ties in event time go to the earlier ledger sequence.)
+//!
+//! A lease (issue 36: a slot of a CONCURRENT policy) is a reservation whose RESERVE carries a fencing token. A RENEW
+//! dated at or before the lease's expiry, as renewals before it moved it, sets a new expiry; a RELEASE closes it. A
+//! RENEW or RELEASE whose token is not the lease's is refused as stale (a holder that lost its slot must never free or
+//! extend the slot of the one that took it over); so is a COMMIT of a lease (a lease consumes nothing) and a RENEW of a
+//! reservation of an amount.
 
 use schemas::{ReservationAction, ReservationEvent, Timestamp};
 
@@ -24,6 +30,10 @@ pub enum Refused {
     AlreadyClosed,
     /// A RESERVE of a reservation that has one already.
     SecondReserve,
+    /// A RENEW or RELEASE of a lease carrying another token than the lease's: its holder lost the slot.
+    StaleToken,
+    /// A COMMIT of a lease, or a RENEW of a reservation of an amount.
+    NotForKind,
 }
 
 /// What reconcile makes of a reservation's events.
@@ -39,6 +49,10 @@ pub struct Verdict {
     pub expired: Option<i64>,
     /// Consumption: the valid COMMIT's amount.
     pub consumption: i64,
+    /// When the RESERVE expires unclosed: its `expires_at`, as the valid RENEWs of a lease moved it.
+    pub expires_at: Option<Timestamp>,
+    /// The lease's fencing token: the RESERVE's, when it is a lease.
+    pub fencing_token: Option<i64>,
 }
 
 /// What judging needs of a reservation event: the event itself, or what a caller keeps of it (the hook keeps
@@ -49,6 +63,7 @@ pub trait Transition {
     fn occurred_at(&self) -> Timestamp;
     fn amount(&self) -> i64;
     fn expires_at(&self) -> Option<Timestamp>;
+    fn fencing_token(&self) -> Option<i64>;
 }
 
 impl Transition for ReservationEvent {
@@ -63,6 +78,9 @@ impl Transition for ReservationEvent {
     }
     fn expires_at(&self) -> Option<Timestamp> {
         self.expires_at
+    }
+    fn fencing_token(&self) -> Option<i64> {
+        self.fencing_token
     }
 }
 
@@ -81,6 +99,7 @@ pub struct Facts {
     pub occurred_at: Timestamp,
     pub amount: i64,
     pub expires_at: Option<Timestamp>,
+    pub fencing_token: Option<i64>,
 }
 
 impl Facts {
@@ -91,6 +110,7 @@ impl Facts {
             occurred_at: event.header.occurred_at,
             amount: event.amount,
             expires_at: event.expires_at,
+            fencing_token: event.fencing_token,
         }
     }
 }
@@ -107,6 +127,9 @@ impl Transition for Facts {
     }
     fn expires_at(&self) -> Option<Timestamp> {
         self.expires_at
+    }
+    fn fencing_token(&self) -> Option<i64> {
+        self.fencing_token
     }
 }
 
@@ -128,15 +151,26 @@ pub fn judge<T: Transition>(events: &[(u64, &T)], as_of: Timestamp) -> Verdict {
             Some(_) => verdict.refused.push((*seq, Refused::SecondReserve)),
         }
     }
+    verdict.expires_at = reserve.and_then(|r| r.expires_at());
+    verdict.fencing_token = reserve.and_then(|r| r.fencing_token());
     for (seq, event) in ordered.iter().filter(|(_, e)| e.action() != ReservationAction::RESERVE) {
+        let lease = verdict.fencing_token.is_some();
         let refused = match reserve {
             None => Some(Refused::NoReserve),
-            Some(r) if r.expires_at().is_some_and(|expiry| event.occurred_at() > expiry) => Some(Refused::AfterExpiry),
+            Some(_) if verdict.expires_at.is_some_and(|expiry| event.occurred_at() > expiry) => {
+                Some(Refused::AfterExpiry)
+            }
             Some(_) if verdict.close.is_some() => Some(Refused::AlreadyClosed),
-            Some(_) => None,
+            Some(_) => match event.action() {
+                ReservationAction::COMMIT if lease => Some(Refused::NotForKind),
+                ReservationAction::RENEW if !lease => Some(Refused::NotForKind),
+                _ if lease && event.fencing_token() != verdict.fencing_token => Some(Refused::StaleToken),
+                _ => None,
+            },
         };
         match refused {
             Some(why) => verdict.refused.push((*seq, why)),
+            None if event.action() == ReservationAction::RENEW => verdict.expires_at = event.expires_at(),
             None => {
                 verdict.close = Some((*seq, event.action(), event.amount()));
                 if event.action() == ReservationAction::COMMIT {
@@ -148,7 +182,7 @@ pub fn judge<T: Transition>(events: &[(u64, &T)], as_of: Timestamp) -> Verdict {
     verdict.refused.sort();
     if let Some(r) = reserve
         && verdict.close.is_none()
-        && r.expires_at().is_some_and(|expiry| expiry < as_of)
+        && verdict.expires_at.is_some_and(|expiry| expiry < as_of)
     {
         verdict.expired = Some(r.amount());
     }
@@ -179,7 +213,13 @@ mod tests {
             action,
             amount,
             expires_at: expires_at.map(at),
+            fencing_token: None,
         }
+    }
+
+    fn lease(action: ReservationAction, token: i64, occurred_at: &str, expires_at: Option<&str>) -> ReservationEvent {
+        let amount = i64::from(action == ReservationAction::RESERVE);
+        ReservationEvent { fencing_token: Some(token), ..event(action, amount, occurred_at, expires_at) }
     }
 
     const AS_OF: &str = "2026-11-02T00:00:00Z";
@@ -246,5 +286,44 @@ mod tests {
         let second = event(ReservationAction::RESERVE, 20, "2026-11-01T10:01:00Z", EXPIRY);
         let verdict = judge(&[(1, &first), (2, &second)], at("2026-11-01T10:02:00Z"));
         assert_eq!((verdict.reserve, verdict.refused.clone()), (Some(1), vec![(2, Refused::SecondReserve)]));
+    }
+
+    // issue 36 item 1: a renewal moves a lease's expiry, so a release after the first expiry but before the renewed one
+    // is valid; an unrenewed lease expires at its first.
+    #[test]
+    fn a_renewed_lease_is_released_after_its_first_expiry() {
+        let acquire = lease(ReservationAction::RESERVE, 7, "2026-11-01T10:00:00Z", EXPIRY);
+        let renew = lease(ReservationAction::RENEW, 7, "2026-11-01T10:09:00Z", Some("2026-11-01T10:20:00Z"));
+        let release = lease(ReservationAction::RELEASE, 7, "2026-11-01T10:15:00Z", None);
+        let verdict = judge(&[(1, &acquire), (2, &renew), (3, &release)], at(AS_OF));
+        assert_eq!((verdict.close, verdict.expired), (Some((3, ReservationAction::RELEASE, 0)), None));
+        assert_eq!((verdict.expires_at, verdict.fencing_token), (Some(at("2026-11-01T10:20:00Z")), Some(7)));
+        let verdict = judge(&[(1, &acquire), (3, &release)], at(AS_OF));
+        assert_eq!((verdict.refused, verdict.expired), (vec![(3, Refused::AfterExpiry)], Some(1)));
+    }
+
+    // issue 36 item 1: a renewal after the lease expired revives nothing; the lease stays expired.
+    #[test]
+    fn a_renewal_after_expiry_is_refused() {
+        let acquire = lease(ReservationAction::RESERVE, 7, "2026-11-01T10:00:00Z", EXPIRY);
+        let renew = lease(ReservationAction::RENEW, 7, "2026-11-01T10:11:00Z", Some("2026-11-01T10:30:00Z"));
+        let verdict = judge(&[(1, &acquire), (2, &renew)], at(AS_OF));
+        assert_eq!((verdict.refused, verdict.expired), (vec![(2, Refused::AfterExpiry)], Some(1)));
+        assert_eq!(verdict.expires_at, EXPIRY.map(at));
+    }
+
+    // issue 36 item 1: a holder presenting another token than its lease's neither frees nor extends it.
+    #[test]
+    fn stale_tokens_and_closes_of_the_wrong_kind_are_refused() {
+        let acquire = lease(ReservationAction::RESERVE, 8, "2026-11-01T10:00:00Z", EXPIRY);
+        let renew = lease(ReservationAction::RENEW, 7, "2026-11-01T10:01:00Z", Some("2026-11-01T11:00:00Z"));
+        let release = lease(ReservationAction::RELEASE, 7, "2026-11-01T10:02:00Z", None);
+        let commit = event(ReservationAction::COMMIT, 1, "2026-11-01T10:03:00Z", None);
+        let verdict = judge(&[(1, &acquire), (2, &renew), (3, &release), (4, &commit)], at("2026-11-01T10:05:00Z"));
+        assert_eq!(verdict.refused, [(2, Refused::StaleToken), (3, Refused::StaleToken), (4, Refused::NotForKind)]);
+        assert_eq!((verdict.close, verdict.expires_at), (None, EXPIRY.map(at)));
+        let reserve = event(ReservationAction::RESERVE, 100, "2026-11-01T10:00:00Z", EXPIRY);
+        let renew = lease(ReservationAction::RENEW, 1, "2026-11-01T10:01:00Z", Some("2026-11-01T11:00:00Z"));
+        assert_eq!(judge(&[(1, &reserve), (2, &renew)], at(AS_OF)).refused, [(2, Refused::NotForKind)]);
     }
 }

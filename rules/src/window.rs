@@ -37,7 +37,8 @@ fn month_start(year: i32, month: u32) -> Timestamp {
     Timestamp::from_datetime(start)
 }
 
-/// `[start, end)` of the window of kind `window` that contains `t`, in UTC.
+/// `[start, end)` of the window of kind `window` that contains `t`, in UTC. A CONCURRENT policy has no window (its limit
+/// is on the leases active at an instant): its "window" is the microsecond `t` is.
 pub fn bounds(window: Window, t: Timestamp) -> (Timestamp, Timestamp) {
     let micros = t.micros();
     let fixed = |length: i64| {
@@ -48,6 +49,7 @@ pub fn bounds(window: Window, t: Timestamp) -> (Timestamp, Timestamp) {
         Window::MINUTE => fixed(MINUTE_MICROS),
         Window::HOUR => fixed(HOUR_MICROS),
         Window::DAY => fixed(DAY_MICROS),
+        Window::CONCURRENT => fixed(1),
         Window::MONTH => {
             let date = datetime(t);
             let (year, month) = (date.year(), date.month());
@@ -66,7 +68,7 @@ pub fn bounds(window: Window, t: Timestamp) -> (Timestamp, Timestamp) {
 /// repeated when the hour after it had started once): the window is then moved to the following periods, until
 /// the next one's first instant is after `t`. So windows tile time: each window's end is the next one's start.
 pub fn bounds_in(window: Window, zone: Tz, t: Timestamp) -> (Timestamp, Timestamp) {
-    if zone == Tz::UTC || window == Window::MINUTE {
+    if zone == Tz::UTC || matches!(window, Window::MINUTE | Window::CONCURRENT) {
         return bounds(window, t);
     }
     let mut period = period_start(window, datetime(t).with_timezone(&zone).naive_local());
@@ -91,6 +93,7 @@ fn period_start(window: Window, local: NaiveDateTime) -> NaiveDateTime {
         Window::HOUR => date.and_hms_opt(local.hour(), 0, 0).expect("an hour of a day exists"),
         Window::DAY => date.and_time(NaiveTime::MIN),
         Window::MONTH => first_of_month(date.year(), date.month()),
+        Window::CONCURRENT => local,
     }
 }
 
@@ -98,6 +101,7 @@ fn period_start(window: Window, local: NaiveDateTime) -> NaiveDateTime {
 fn next_period(window: Window, start: NaiveDateTime) -> NaiveDateTime {
     let step = |delta: TimeDelta| start.checked_add_signed(delta).expect("periods between 2000 and 2100 have a next");
     match window {
+        Window::CONCURRENT => step(TimeDelta::microseconds(1)),
         Window::MINUTE => step(TimeDelta::minutes(1)),
         Window::HOUR => step(TimeDelta::hours(1)),
         Window::DAY => step(TimeDelta::days(1)),

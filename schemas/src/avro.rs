@@ -116,6 +116,7 @@ pub fn to_value(event: &Event) -> Value {
             ("action", enum_value!(e.action)),
             ("amount", Value::Long(e.amount)),
             ("expires_at", opt_timestamp(e.expires_at)),
+            ("fencing_token", opt_long(e.fencing_token)),
         ],
         Event::Grant(e) => vec![
             ("grant_id", string(&e.grant_id)),
@@ -324,6 +325,7 @@ pub fn from_value(event_type: EventType, value: &Value) -> Result<Event, ShapeEr
             action: parse_enum!(ReservationAction, f, "action"),
             amount: f.long("amount")?,
             expires_at: f.opt_timestamp("expires_at")?,
+            fencing_token: f.opt_long("fencing_token")?,
         }),
         EventType::GrantEvent => Event::Grant(GrantEvent {
             header,
@@ -441,6 +443,7 @@ pub fn write_body(out: &mut Vec<u8>, event: &Event) {
             write_long(out, e.action.index() as i64);
             write_long(out, e.amount);
             write_opt_long(out, e.expires_at.map(Timestamp::micros));
+            write_opt_long(out, e.fencing_token);
         }
         Event::Grant(e) => {
             write_string(out, &e.grant_id);

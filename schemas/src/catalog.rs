@@ -44,6 +44,13 @@ const SCHEMA_FILES: &[(&str, EventType, bool, &str)] = &[
     ("history/PolicyEvent.v1.avsc", EventType::PolicyEvent, false, include_str!("../avro/history/PolicyEvent.v1.avsc")),
     ("history/PolicyEvent.v2.avsc", EventType::PolicyEvent, false, include_str!("../avro/history/PolicyEvent.v2.avsc")),
     ("history/PolicyEvent.v3.avsc", EventType::PolicyEvent, false, include_str!("../avro/history/PolicyEvent.v3.avsc")),
+    ("history/PolicyEvent.v4.avsc", EventType::PolicyEvent, false, include_str!("../avro/history/PolicyEvent.v4.avsc")),
+    (
+        "history/ReservationEvent.v1.avsc",
+        EventType::ReservationEvent,
+        false,
+        include_str!("../avro/history/ReservationEvent.v1.avsc"),
+    ),
     ("history/GrantEvent.v1.avsc", EventType::GrantEvent, false, include_str!("../avro/history/GrantEvent.v1.avsc")),
     (
         "history/AdjustmentEvent.v1.avsc",

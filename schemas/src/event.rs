@@ -101,9 +101,21 @@ pub struct ReservationEvent {
     pub action: ReservationAction,
     /// RESERVE: the upper bound held; COMMIT: the actual consumption; RELEASE: 0.
     pub amount: i64,
-    /// RESERVE only.
+    /// RESERVE: when it expires unclosed; RENEW: the lease's new expiry.
     #[serde(default)]
     pub expires_at: Option<Timestamp>,
+    /// Set on every event of a lease (schema v2; absent before): the RESERVE's is the token its slot was granted
+    /// with, strictly increasing per tenant and metric; a RENEW's or RELEASE's the token the holder presented. A
+    /// reservation whose RESERVE has none is a reservation of an amount, not a lease.
+    #[serde(default)]
+    pub fencing_token: Option<i64>,
+}
+
+impl ReservationEvent {
+    /// Whether it is an event of a lease (a slot of a CONCURRENT policy), not of a reservation of an amount.
+    pub fn is_lease(&self) -> bool {
+        self.fencing_token.is_some()
+    }
 }
 
 /// `GrantEvent` (topic `quota.grants`).
@@ -308,16 +320,17 @@ impl Reason {
 }
 
 avro_enum!(
-    /// A step of a reservation's life.
-    ReservationAction { RESERVE, COMMIT, RELEASE }
+    /// A step of a reservation's life; RENEW (schema v2) extends a lease's.
+    ReservationAction { RESERVE, COMMIT, RELEASE, RENEW }
 );
 avro_enum!(
     /// TENANT policies limit the sum over subjects; SUBJECT policies each subject separately.
     Scope { TENANT, SUBJECT }
 );
 avro_enum!(
-    /// Calendar-aligned UTC windows.
-    Window { MINUTE, HOUR, DAY, MONTH }
+    /// Calendar-aligned windows, in a policy's time zone; CONCURRENT (PolicyEvent v5) is no window: its limit is on the
+    /// leases active at once.
+    Window { MINUTE, HOUR, DAY, MONTH, CONCURRENT }
 );
 avro_enum!(
     /// HARD denies, SOFT bills the excess, SHADOW only reports.

@@ -174,14 +174,29 @@ fn validate_reservation(e: &ReservationEvent) -> Result<(), Invalid> {
     non_empty("reservation_id", &e.reservation_id)?;
     at_least("amount", e.amount, 0)?;
     opt_in_range("expires_at", e.expires_at)?;
-    match (e.action, e.expires_at) {
-        (ReservationAction::RESERVE, None) => {
-            Err(Invalid::Inconsistent { field: "expires_at", message: "a RESERVE must say when it expires".into() })
+    if let Some(token) = e.fencing_token {
+        at_least("fencing_token", token, 1)?;
+    }
+    let inconsistent = |field: &'static str, message: String| Err(Invalid::Inconsistent { field, message });
+    match (e.action, e.expires_at, e.fencing_token) {
+        (ReservationAction::RESERVE, None, _) => {
+            inconsistent("expires_at", "a RESERVE must say when it expires".into())
         }
-        (ReservationAction::RELEASE, _) if e.amount != 0 => Err(Invalid::Inconsistent {
-            field: "amount",
-            message: format!("a RELEASE carries amount 0, found {}", e.amount),
-        }),
+        (ReservationAction::RENEW, None, _) => {
+            inconsistent("expires_at", "a RENEW must say the lease's new expiry".into())
+        }
+        (ReservationAction::RELEASE | ReservationAction::RENEW, _, _) if e.amount != 0 => {
+            inconsistent("amount", format!("a {} carries amount 0, found {}", e.action, e.amount))
+        }
+        (ReservationAction::RENEW, _, None) => {
+            inconsistent("fencing_token", "a RENEW is of a lease and must carry the holder's fencing_token".into())
+        }
+        (ReservationAction::RESERVE, _, Some(_)) if e.amount != 1 => {
+            inconsistent("amount", format!("a lease's RESERVE holds 1 slot, found {}", e.amount))
+        }
+        (ReservationAction::COMMIT, _, Some(_)) => {
+            inconsistent("fencing_token", "a lease consumes nothing: it is released or expires, never committed".into())
+        }
         _ => Ok(()),
     }
 }

@@ -60,6 +60,7 @@ fn reservation() -> ReservationEvent {
         action: ReservationAction::RESERVE,
         amount: 50,
         expires_at: Some(at("2026-11-02T10:05:00Z")),
+        fencing_token: None,
     }
 }
 
@@ -234,10 +235,11 @@ fn malformed_body() {
     reservation.amount = 0;
     reservation.expires_at = None;
     let mut bytes = catalog.encode_single_object(&Event::Reservation(reservation));
-    // The body ends with: action (enum index 2 = zig-zag 0x04), amount 0 (0x00), expires_at null (0x00).
+    // The body ends with: action (enum index 2 = zig-zag 0x04), amount 0 (0x00), expires_at null (0x00), fencing_token
+    // null (0x00).
     let n = bytes.len();
-    assert_eq!(&bytes[n - 3..], &[0x04, 0x00, 0x00]);
-    bytes[n - 3] = 0x06; // index 3: ReservationAction has three symbols
+    assert_eq!(&bytes[n - 4..], &[0x04, 0x00, 0x00, 0x00]);
+    bytes[n - 4] = 0x08; // index 4: ReservationAction has four symbols
     let e = refuse(catalog, &bytes, Some(EventType::ReservationEvent));
     assert!(
         matches!(e, DecodeError::MalformedBody { event_type: EventType::ReservationEvent, .. }),

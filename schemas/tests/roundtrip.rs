@@ -104,16 +104,20 @@ fn decision() -> impl Strategy<Value = Event> {
 }
 
 fn reservation() -> impl Strategy<Value = Event> {
-    (header(), id(), symbol_of(ReservationAction::SYMBOLS, ReservationAction::from_symbol), 0..=AMOUNT_MAX, timestamp())
-        .prop_map(|(header, reservation_id, action, amount, expiry)| {
-            // RESERVE holds an amount until it expires; COMMIT carries the consumption; RELEASE carries 0.
-            let (amount, expires_at) = match action {
-                ReservationAction::RESERVE => (amount, Some(expiry)),
-                ReservationAction::COMMIT => (amount, None),
-                ReservationAction::RELEASE => (0, None),
+    let action = symbol_of(ReservationAction::SYMBOLS, ReservationAction::from_symbol);
+    (header(), id(), action, 0..=AMOUNT_MAX, timestamp(), proptest::option::of(1..=AMOUNT_MAX)).prop_map(
+        |(header, reservation_id, action, amount, expiry, token)| {
+            // RESERVE holds an amount (a lease, with a token: 1) until it expires; COMMIT carries the consumption (never
+            // of a lease); RELEASE carries 0; RENEW, of a lease, 0 and the new expiry.
+            let (amount, expires_at, fencing_token) = match action {
+                ReservationAction::RESERVE => (if token.is_some() { 1 } else { amount }, Some(expiry), token),
+                ReservationAction::COMMIT => (amount, None, None),
+                ReservationAction::RELEASE => (0, None, token),
+                ReservationAction::RENEW => (0, Some(expiry), Some(token.unwrap_or(1))),
             };
-            Event::Reservation(ReservationEvent { header, reservation_id, action, amount, expires_at })
-        })
+            Event::Reservation(ReservationEvent { header, reservation_id, action, amount, expires_at, fencing_token })
+        },
+    )
 }
 
 fn grant() -> impl Strategy<Value = Event> {
@@ -357,8 +361,8 @@ fn catalog_fingerprints_are_distinct_crc64_avro() {
     let schemas = catalog.schemas();
     assert_eq!(
         schemas.len(),
-        13,
-        "six current schemas; UsageEvent, DecisionEvent, PolicyEvent and AdjustmentEvent v1; PolicyEvent v2 and v3; GrantEvent v1"
+        15,
+        "six current schemas; UsageEvent, DecisionEvent, PolicyEvent and AdjustmentEvent v1; PolicyEvent v2 to v4; GrantEvent and ReservationEvent v1"
     );
     let mut seen = BTreeMap::new();
     for s in schemas {

@@ -398,6 +398,7 @@ pub fn sample_event(event_type: EventType, event_id: &str) -> Event {
             action: ReservationAction::RESERVE,
             amount: 5,
             expires_at: Some(Timestamp(t.micros() + 60_000_000)),
+            fencing_token: None,
         }),
         EventType::GrantEvent => Event::Grant(GrantEvent {
             header,

@@ -380,6 +380,7 @@ impl Generator {
             action: ReservationAction::RESERVE,
             amount,
             expires_at: Some(expires_at),
+            fencing_token: None,
         })
     }
 
@@ -403,6 +404,7 @@ impl Generator {
             action,
             amount,
             expires_at: None,
+            fencing_token: None,
         })
     }
 

@@ -181,6 +181,7 @@ impl Writer {
                 action: ReservationAction::RESERVE,
                 amount: request.amount,
                 expires_at: Some(expires_at),
+                fencing_token: None,
             };
             self.state.fold_own(state::PROVISIONAL_SEQ + events.len() as u64, &reserve, now);
             events.push(Event::Reservation(reserve));
@@ -296,6 +297,7 @@ impl Writer {
                         action: ReservationAction::RESERVE,
                         amount: ask.amount,
                         expires_at: Some(Timestamp(now.micros() + ttl_ms * 1_000)),
+                        fencing_token: None,
                     };
                     self.state.fold_own(state::PROVISIONAL_SEQ + events.len() as u64, &reserve, now);
                     events.push(Event::Reservation(reserve));
@@ -409,7 +411,14 @@ impl Writer {
             source: SOURCE.to_string(),
         };
         let event_id = header.event_id.clone();
-        let close = ReservationEvent { header, reservation_id: id.clone(), action, amount, expires_at: None };
+        let close = ReservationEvent {
+            header,
+            reservation_id: id.clone(),
+            action,
+            amount,
+            expires_at: None,
+            fencing_token: None,
+        };
         // Open and closed in time: the verdict takes the hold back and, for a COMMIT, counts the amount.
         self.state.fold_own(state::PROVISIONAL_SEQ + events.len() as u64, &close, now);
         events.push(Event::Reservation(close));

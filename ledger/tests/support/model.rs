@@ -30,6 +30,7 @@ pub fn event(draw: &Draw) -> Event {
             action: ReservationAction::COMMIT,
             amount: i64::from(draw.variant),
             expires_at: None,
+            fencing_token: None,
         });
     }
     Event::Usage(UsageEvent {

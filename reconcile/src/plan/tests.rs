@@ -46,6 +46,7 @@ fn reservation(event_id: &str, action: ReservationAction, occurred_at: &str, amo
         action,
         amount,
         expires_at: None,
+        fencing_token: None,
     }
 }
 

@@ -231,6 +231,7 @@ fn hold_event(i: usize) -> Event {
         action: ReservationAction::RESERVE,
         amount: 1,
         expires_at: Some(Timestamp(now.micros() + 3_600 * 1_000_000)),
+        fencing_token: None,
     })
 }
 
