@@ -60,11 +60,24 @@ pub struct Counters {
     pub consumed: FxHashMap<(i64, i64), i64>,
     /// What open reservations hold now: the sum of their amounts.
     pub held: i128,
+    /// The leases active now (issue 36 item 1), by expiry (microseconds): how many expire at each instant. A lease
+    /// holds a slot of a CONCURRENT policy, never an amount of a window.
+    pub leases: std::collections::BTreeMap<i64, u32>,
 }
 
 impl Counters {
     fn is_empty(&self) -> bool {
-        self.consumed.is_empty() && self.held == 0
+        self.consumed.is_empty() && self.held == 0 && self.leases.is_empty()
+    }
+
+    /// How many leases are active now.
+    pub fn active_leases(&self) -> i64 {
+        self.leases.values().map(|n| i64::from(*n)).sum()
+    }
+
+    /// When the first active lease expires, if any: when a slot frees without any call.
+    pub fn first_lease_expiry(&self) -> Option<Timestamp> {
+        self.leases.keys().next().map(|micros| Timestamp(*micros))
     }
 }
 
@@ -142,6 +155,9 @@ pub struct Hold {
     pub expires_at: Timestamp,
     /// When the RESERVE was made (its event time): how long it has been open.
     pub reserved_at: Timestamp,
+    /// A lease's fencing token: set when the reservation is a lease (a slot of a CONCURRENT policy), whose amount
+    /// counts among the leases, not what reservations hold.
+    pub fencing_token: Option<i64>,
 }
 
 /// Whose a reservation event is: the counters its hold or its COMMIT's consumption go to.
@@ -188,6 +204,8 @@ struct Life {
     steps: Vec<Step>,
     /// The RESERVE whose amount the verdict holds (no valid close; held until it expires), by sequence number.
     holding: Option<u64>,
+    /// Until when it holds: the RESERVE's expiry, as a lease's valid RENEWs moved it.
+    holding_until: Option<Timestamp>,
     /// The valid COMMIT, whose amount is consumption, by sequence number.
     committed: Option<u64>,
     /// Every event is this writer's own: nobody else closes its reservations, so it is forgotten once it holds
@@ -225,6 +243,8 @@ pub struct State {
     pub policies: PolicyIndex,
     /// Every grant folded, by (tenant, metric).
     pub grants: HashMap<(String, String), Vec<GrantEvent>>,
+    /// The greatest fencing token of a lease's RESERVE, by (tenant, metric): the next lease gets a greater one.
+    fencing_tokens: HashMap<(String, String), i64>,
     /// Tenant -> metric -> counters.
     usage: FxHashMap<String, TenantUsage>,
     /// Open reservations by reservation_id: one per tenant holding that id (almost always one).
@@ -253,6 +273,7 @@ impl Default for State {
             watermark: 0,
             policies: PolicyIndex::new(Vec::new()),
             grants: HashMap::new(),
+            fencing_tokens: HashMap::new(),
             usage: FxHashMap::default(),
             holds: FxHashMap::default(),
             expiries: BTreeSet::new(),
@@ -361,7 +382,7 @@ impl State {
             }
             None => {
                 // Taken out of the counters as the verdict had it, then judged again without it.
-                self.apply(key, &mut life, None, None, now);
+                self.apply(key, &mut life, None, None, None, now);
                 life.steps.retain(|s| s.seq != provisional);
                 if life.steps.is_empty() {
                     return;
@@ -388,11 +409,15 @@ impl State {
                 owner: Owner::of(&r.header),
                 steps: Vec::new(),
                 holding: None,
+                holding_until: None,
                 committed: None,
                 own,
                 resting_until: None,
             })
         });
+        if let (ReservationAction::RESERVE, Some(token)) = (r.action, r.fencing_token) {
+            self.note_fencing_token(&r.header.tenant, &r.header.metric, token);
+        }
         let owner = (!life.owner.is(&r.header)).then(|| Box::new(Owner::of(&r.header)));
         // Most reservations have two events: room for exactly those, not the four a first push makes.
         life.steps.reserve_exact(1);
@@ -408,12 +433,21 @@ impl State {
         let verdict = reservation::judge(&events, now);
         let holding = verdict.reserve.filter(|_| verdict.close.is_none());
         let committed = verdict.close.filter(|(_, action, _)| *action == ReservationAction::COMMIT).map(|c| c.0);
-        self.apply(key, &mut life, holding, committed, now);
+        self.apply(key, &mut life, holding, verdict.expires_at, committed, now);
         self.keep(key, life);
     }
 
-    /// Moves the counters from what `life` applied to what the verdict `holding`, `committed` says.
-    fn apply(&mut self, key: &Key, life: &mut Life, holding: Option<u64>, committed: Option<u64>, now: Timestamp) {
+    /// Moves the counters from what `life` applied to what the verdict `holding` (until `until`), `committed` says.
+    fn apply(
+        &mut self,
+        key: &Key,
+        life: &mut Life,
+        holding: Option<u64>,
+        until: Option<Timestamp>,
+        committed: Option<u64>,
+        now: Timestamp,
+    ) {
+        let until = holding.and(until);
         if committed != life.committed {
             let change = |seq: Option<u64>, sign: i64| {
                 seq.map(|seq| {
@@ -427,12 +461,12 @@ impl State {
             }
             life.committed = committed;
         }
-        if holding != life.holding {
+        if (holding, until) != (life.holding, life.holding_until) {
             self.close_hold(key);
             if let Some(seq) = holding {
                 let step = life.step(seq);
                 let owner = life.owner_of(step);
-                let expires_at = step.facts.expires_at.unwrap_or(step.facts.occurred_at);
+                let expires_at = until.unwrap_or(step.facts.occurred_at);
                 if expires_at >= now {
                     let hold = Hold {
                         tenant: owner.tenant.clone(),
@@ -441,11 +475,13 @@ impl State {
                         amount: step.facts.amount,
                         expires_at,
                         reserved_at: step.facts.occurred_at,
+                        fencing_token: step.facts.fencing_token,
                     };
                     self.open_hold(key, hold);
                 }
             }
             life.holding = holding;
+            life.holding_until = until;
         }
     }
 
@@ -605,6 +641,18 @@ impl State {
         self.counters(tenant, whose, metric).map_or(0, |c| c.held)
     }
 
+    /// The greatest fencing token a lease of `tenant`'s `metric` was granted with (0 when none was).
+    pub fn fencing_token(&self, tenant: &str, metric: &str) -> i64 {
+        self.fencing_tokens.get(&(tenant.to_string(), metric.to_string())).copied().unwrap_or(0)
+    }
+
+    /// Notes that a lease of `tenant`'s `metric` was granted `token`: the next one gets a greater one. The fold notes
+    /// every lease it reads; a start notes the greatest the ledger holds, of leases too old to be folded.
+    pub fn note_fencing_token(&mut self, tenant: &str, metric: &str, token: i64) {
+        let greatest = self.fencing_tokens.entry((tenant.to_string(), metric.to_string())).or_insert(0);
+        *greatest = (*greatest).max(token);
+    }
+
     /// The open reservations of id `reservation_id`: one per tenant holding it (almost always one, or none).
     pub fn holds_of(&self, reservation_id: &str) -> &[Hold] {
         self.holds.get(reservation_id).map_or(&[], Vec::as_slice)
@@ -635,8 +683,12 @@ impl State {
         debug_assert_eq!(hold.tenant, key.0);
         self.close_hold(key);
         let amount = i128::from(hold.amount);
+        let (lease, expiry) = (hold.fencing_token.is_some(), hold.expires_at.micros());
         // Exact in i128: 2^127 is more than any number of events of at most 2^63 each.
-        self.update(&hold.tenant, hold.subject.as_deref(), &hold.metric, |c| c.held += amount);
+        self.update(&hold.tenant, hold.subject.as_deref(), &hold.metric, |c| match lease {
+            true => *c.leases.entry(expiry).or_insert(0) += 1,
+            false => c.held += amount,
+        });
         self.expiries.insert((hold.expires_at.micros(), key.clone()));
         self.holds.entry(key.1.clone()).or_default().push(hold);
     }
@@ -653,7 +705,17 @@ impl State {
         let removed = self.expiries.remove(&(hold.expires_at.micros(), key.clone()));
         assert!(removed, "an open reservation is in the expiry order");
         let amount = i128::from(hold.amount);
-        self.update(&hold.tenant, hold.subject.as_deref(), &hold.metric, |c| c.held -= amount);
+        let (lease, expiry) = (hold.fencing_token.is_some(), hold.expires_at.micros());
+        self.update(&hold.tenant, hold.subject.as_deref(), &hold.metric, |c| {
+            if !lease {
+                c.held -= amount;
+            } else if let Some(n) = c.leases.get_mut(&expiry) {
+                *n -= 1;
+                if *n == 0 {
+                    c.leases.remove(&expiry);
+                }
+            }
+        });
         Some(hold)
     }
 
@@ -807,6 +869,50 @@ mod tests {
                     .sum(),
             }
         }
+    }
+
+    // issue 36 item 1: a lease counts among the leases of its tenant and subject, never in what reservations hold; a
+    // RENEW moves its expiry so it outlives its first; a stale holder's RELEASE frees nothing; the greatest token
+    // granted is kept after the lease is gone.
+    #[test]
+    fn leases_count_apart_and_live_as_long_as_their_renewals() {
+        let at = |text: &str| Timestamp::parse_rfc3339(text).unwrap();
+        let lease = |n: u64, action: ReservationAction, token: i64, time: &str, expires_at: Option<&str>| {
+            let header = header("org-1", Some("alice"), "jobs", at(time), format!("e-{n}"));
+            let amount = i64::from(action == ReservationAction::RESERVE);
+            let expires_at = expires_at.map(at);
+            let event = ReservationEvent {
+                header,
+                reservation_id: "lease-1".into(),
+                action,
+                amount,
+                expires_at,
+                fencing_token: Some(token),
+            };
+            (n, Event::Reservation(event))
+        };
+        let mut state = State::default();
+        let now = at("2026-11-10T10:00:00Z");
+        let (seq, acquire) =
+            lease(1, ReservationAction::RESERVE, 7, "2026-11-10T10:00:00Z", Some("2026-11-10T10:01:00Z"));
+        state.fold(seq, &acquire, now);
+        let leases = |state: &State, whose| state.counters("org-1", whose, "jobs").map_or(0, Counters::active_leases);
+        assert_eq!((leases(&state, Whose::Tenant), leases(&state, Whose::Subject(Some("alice")))), (1, 1));
+        assert_eq!(state.held("org-1", Whose::Tenant, "jobs", now), 0, "a lease holds no amount");
+        assert_eq!(state.fencing_token("org-1", "jobs"), 7);
+        let (seq, renew) = lease(2, ReservationAction::RENEW, 7, "2026-11-10T10:00:50Z", Some("2026-11-10T10:05:00Z"));
+        state.fold(seq, &renew, now);
+        let first = state.counters("org-1", Whose::Tenant, "jobs").and_then(Counters::first_lease_expiry);
+        assert_eq!(first, Some(at("2026-11-10T10:05:00Z")));
+        state.expire(at("2026-11-10T10:02:00Z"));
+        assert_eq!(leases(&state, Whose::Tenant), 1, "renewed past its first expiry");
+        let (seq, stale) = lease(3, ReservationAction::RELEASE, 6, "2026-11-10T10:03:00Z", None);
+        state.fold(seq, &stale, now);
+        assert_eq!(leases(&state, Whose::Tenant), 1, "a stale token frees nothing");
+        state.expire(at("2026-11-10T10:06:00Z"));
+        assert_eq!(leases(&state, Whose::Tenant), 0, "expired without any call");
+        state.check_bookkeeping();
+        assert_eq!(state.fencing_token("org-1", "jobs"), 7);
     }
 
     // Proves that what other writers record is folded whatever it sums to (consumption saturating at i64::MAX, holds
@@ -1002,6 +1108,7 @@ mod tests {
                             amount,
                             expires_at,
                             reserved_at: now,
+                            fencing_token: None,
                         });
                     }
                     Op::Close { id, commit, amount } => {
