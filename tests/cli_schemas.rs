@@ -9,16 +9,16 @@ use schemas::{Catalog, EventType};
 use serde_json::{Value, json};
 use support::*;
 
-// Proves that `schemas list --json` lists the catalog's 13 schemas, 16-hex-digit fingerprints, one current per type.
+// Proves that `schemas list --json` lists the catalog's 15 schemas, 16-hex-digit fingerprints, one current per type.
 #[test]
-fn list_json_names_thirteen_schemas_one_current_per_type() {
+fn list_json_names_fifteen_schemas_one_current_per_type() {
     let listed = run(&["schemas", "list", "--json"], b"").success().json();
     let listed = listed.as_array().unwrap_or_else(|| panic!("schemas list --json is not an array: {listed}"));
     assert_eq!(
         listed.len(),
-        13,
-        "six current schemas; UsageEvent, DecisionEvent, PolicyEvent and AdjustmentEvent v1; PolicyEvent v2 and v3; \
-         GrantEvent v1: {listed:?}"
+        15,
+        "six current schemas; UsageEvent, DecisionEvent, PolicyEvent and AdjustmentEvent v1; PolicyEvent v2 to v4; \
+         GrantEvent and ReservationEvent v1: {listed:?}"
     );
 
     let catalog = Catalog::builtin();
@@ -43,7 +43,7 @@ fn list_json_names_thirteen_schemas_one_current_per_type() {
     let mut fingerprints: Vec<&str> = listed.iter().map(|s| s["fingerprint"].as_str().unwrap()).collect();
     fingerprints.sort_unstable();
     fingerprints.dedup();
-    assert_eq!(fingerprints.len(), 13, "fingerprints are distinct");
+    assert_eq!(fingerprints.len(), 15, "fingerprints are distinct");
 }
 
 /// One event of each record type in JSON, every optional field set, in the form `schemas decode` prints.
@@ -85,8 +85,8 @@ fn one_event_per_type() -> Vec<(EventType, Value)> {
             with(
                 "r-1",
                 json!({
-                    "reservation_id": "res-1", "action": "RESERVE", "amount": 2000,
-                    "expires_at": "2026-11-02T10:05:00Z"
+                    "reservation_id": "lease-1", "action": "RENEW", "amount": 0,
+                    "expires_at": "2026-11-02T10:05:00Z", "fencing_token": 42
                 }),
             ),
         ),

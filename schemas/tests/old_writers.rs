@@ -462,3 +462,50 @@ fn policy_v3_decodes_with_no_time_zone() {
     let stored = catalog.decode_payload(v3.fingerprint, &body).expect("a ledger entry written before v4");
     assert_eq!(stored, expected);
 }
+
+// Proves that a ReservationEvent from a producer still on v1 (no RENEW, no `fencing_token`) decodes to the current
+// event with the token null, so it stays a reservation of an amount: leases broke no producer of reservations.
+#[test]
+fn reservation_v1_decodes_with_no_fencing_token() {
+    use schemas::{ReservationAction, ReservationEvent};
+    let catalog = Catalog::builtin();
+    let v1 = catalog.schemas().iter().find(|s| s.file == "history/ReservationEvent.v1.avsc").expect("v1 kept");
+    assert!(!v1.current);
+    let schema = Schema::parse_str(include_str!("../avro/history/ReservationEvent.v1.avsc")).expect("v1 parses");
+    assert_eq!(schemas::fingerprint(&schema), v1.fingerprint);
+    let micros = |text: &str| Value::TimestampMicros(at(text).micros());
+    let fields = vec![
+        ("event_id", Value::String("r-v1".into())),
+        ("occurred_at", micros("2026-11-01T00:00:00Z")),
+        ("tenant", Value::String("org-1".into())),
+        ("subject", Value::Union(0, Box::new(Value::Null))),
+        ("metric", Value::String("tokens".into())),
+        ("source", Value::String("gateway".into())),
+        ("reservation_id", Value::String("res-1".into())),
+        ("action", Value::Enum(0, "RESERVE".into())),
+        ("amount", Value::Long(500)),
+        ("expires_at", Value::Union(1, Box::new(micros("2026-11-01T00:05:00Z")))),
+    ];
+    let value = Value::Record(fields.into_iter().map(|(k, v)| (k.to_string(), v)).collect());
+    let body = GenericDatumWriter::builder(&schema).build().unwrap().write_value_to_vec(value).expect("a value");
+    let mut message = vec![0xC3, 0x01];
+    message.extend_from_slice(&v1.fingerprint.to_le_bytes());
+    message.extend_from_slice(&body);
+    let expected = Event::Reservation(ReservationEvent {
+        header: Header {
+            event_id: "r-v1".into(),
+            occurred_at: at("2026-11-01T00:00:00Z"),
+            tenant: "org-1".into(),
+            subject: None,
+            metric: "tokens".into(),
+            source: "gateway".into(),
+        },
+        reservation_id: "res-1".into(),
+        action: ReservationAction::RESERVE,
+        amount: 500,
+        expires_at: Some(at("2026-11-01T00:05:00Z")),
+        fencing_token: None,
+    });
+    let decoded = catalog.decode_single_object(&message, None).expect("a v1 reservation decodes");
+    assert_eq!(decoded, Decoded { event: expected, writer_fingerprint: v1.fingerprint });
+}
