@@ -19,14 +19,15 @@ const ENTRIES_AFTER: &str = "SELECT seq, event_type, payload_fingerprint, payloa
      ORDER BY seq";
 
 /// The same at start, when every entry is after the watermark: of the reservations, only the events of those
-/// whose RESERVE expires after the horizon (it could still hold now, or be closed late), or that happened after
+/// whose RESERVE (or a lease's RENEW) expires after the horizon (it could still hold now, or be closed late), or that happened after
 /// it, which keeps the fold of a large ledger from reading every reservation it ever held.
 const ENTRIES_AT_START: &str = "SELECT seq, event_type, payload_fingerprint, payload FROM entries
      WHERE seq > ?1 AND status = 'recorded'
        AND (occurred_at >= ?2 OR event_type IN ('PolicyEvent', 'GrantEvent')
             OR (event_type = 'ReservationEvent' AND seq IN (
                 SELECT seq FROM reservation_events WHERE reservation_id IN (
-                    SELECT reservation_id FROM reservation_events WHERE action = 'RESERVE' AND expires_at >= ?2))))
+                    SELECT reservation_id FROM reservation_events
+                    WHERE action IN ('RESERVE', 'RENEW') AND expires_at >= ?2))))
      ORDER BY seq";
 
 /// Which entries after a watermark a fold reads ([`Ledger::for_each_entry_after`]).

@@ -22,6 +22,13 @@ const RESERVATION_EVENTS: &str =
          FROM reservation_events r JOIN entries e ON e.seq = r.seq
          WHERE r.reservation_id = ? AND e.status = 'recorded'";
 
+/// The greatest fencing token of a lease's RESERVE per tenant and metric (any entry: a token seen once is never
+/// granted again).
+const GREATEST_FENCING_TOKENS: &str = "SELECT e.tenant, e.metric, MAX(r.fencing_token)
+         FROM reservation_events r INDEXED BY reservation_events_of_leases JOIN entries e ON e.seq = r.seq
+         WHERE r.fencing_token IS NOT NULL AND r.action = 'RESERVE'
+         GROUP BY e.tenant, e.metric";
+
 /// One recorded event of a reservation_id, as judging a close reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReservationFacts {
@@ -54,6 +61,14 @@ impl Ledger {
     pub fn has_reservation_events(&self, reservation_id: &str) -> Result<bool, ReadError> {
         let mut statement = self.conn.prepare_cached(RESERVATION_HAS_EVENTS)?;
         Ok(statement.exists([reservation_id])?)
+    }
+
+    /// The greatest fencing token each tenant's metric granted a lease, as (tenant, metric, token): what a hook's next
+    /// lease must exceed, whatever it folds.
+    pub fn greatest_fencing_tokens(&self) -> Result<Vec<(String, String, i64)>, ReadError> {
+        let mut statement = self.conn.prepare_cached(GREATEST_FENCING_TOKENS)?;
+        let rows = statement.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
     /// The recorded events of `reservation_id`, of every tenant, in no particular order.

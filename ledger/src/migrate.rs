@@ -34,6 +34,7 @@ pub const MIGRATIONS: &[Migration] = &[
     ("022-change-actor.sql", include_str!("../ddl/022-change-actor.sql"), None),
     ("023-policy-time-zone.sql", include_str!("../ddl/023-policy-time-zone.sql"), None),
     ("024-leases.sql", include_str!("../ddl/024-leases.sql"), None),
+    ("025-lease-tokens.sql", include_str!("../ddl/025-lease-tokens.sql"), None),
 ];
 
 /// The schema version of a ledger all of whose migrations ran.
