@@ -120,6 +120,45 @@ pub struct ReserveRequest {
     pub request_id: Option<String>,
 }
 
+/// `acquire(tenant, subject, metric, ttl, idempotency_key)` of a lease (issue 36 item 1): one slot of every CONCURRENT
+/// policy of the metric that applies, held until it is released or `ttl_ms` after it was acquired or last renewed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(missing_docs)] // As `reserve`'s arguments, without an amount: a lease is one slot.
+pub struct AcquireRequest {
+    pub tenant: String,
+    #[serde(default)]
+    pub subject: Option<String>,
+    pub metric: String,
+    pub ttl_ms: i64,
+    pub idempotency_key: String,
+    #[serde(default)]
+    pub request_id: Option<String>,
+}
+
+/// A lease granted: what its holder presents to renew or release it, and to the resource the slot guards (which
+/// refuses a token older than the newest it has seen).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Lease {
+    /// The lease, as `/v1/leases/{id}/renew` and `/release` name it.
+    pub lease_id: String,
+    /// Strictly greater than every token granted before for the tenant and metric, across restarts.
+    pub fencing_token: i64,
+    /// When the slot frees unless renewed.
+    pub expires_at: Timestamp,
+}
+
+/// What a renewal or release of a lease presents: its fencing token, and for a renewal how long from now it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseStep {
+    /// The token the lease was granted with: any other is a stale holder's, refused.
+    pub fencing_token: i64,
+    /// A renewal: the lease then expires `ttl_ms` from now. Ignored by a release.
+    #[serde(default)]
+    pub ttl_ms: Option<i64>,
+}
+
 /// The two signals an operator must never confuse (contract §6), and `OK`.
 #[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -128,7 +167,7 @@ pub enum Code {
     OK,
     /// Going too fast: capacity exists, retry after a short wait.
     RATE_LIMITED,
-    /// Too many reservations open at once: retry once one closes.
+    /// Every slot of a CONCURRENT policy is held by a lease: retry once one is released or expires.
     CONCURRENCY_LIMITED,
     /// Out of allowance until `resetsAt`.
     QUOTA_EXCEEDED,
@@ -171,8 +210,11 @@ pub struct Decision {
     pub resets_at: Option<Timestamp>,
     pub retry_after_ms: Option<i64>,
     pub decided_at: Timestamp,
-    /// The reservation a RESERVE allowed.
+    /// The reservation a RESERVE allowed (a lease's id, for an acquire).
     pub reservation_id: Option<String>,
+    /// The lease an acquire was granted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease: Option<Lease>,
     /// Whether this answer repeats the original decision of the same idempotency key (nothing consumed).
     pub replayed: bool,
     /// The amounts of every metric of the request this decision is one of, when it named several
@@ -210,6 +252,7 @@ impl Decision {
             retry_after_ms: event.retry_after_ms,
             decided_at: event.header.occurred_at,
             reservation_id: None,
+            lease: None,
             replayed,
             amounts: BTreeMap::new(),
         }
@@ -234,6 +277,12 @@ pub struct Closed {
     /// Whether this answer repeats the original close of a retried commit or release with the same body (contract §9.1):
     /// nothing recorded again.
     pub replayed: bool,
+    /// A lease's: the fencing token it holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fencing_token: Option<i64>,
+    /// A lease's RENEW: when it expires now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<Timestamp>,
 }
 
 /// Why a commit or release was refused (nothing recorded, nothing consumed).
@@ -267,5 +316,26 @@ pub enum Refusal {
     Forbidden {
         /// The id asked for.
         reservation_id: String,
+    },
+    /// A renewal or release of a lease presenting another fencing token than the lease's: its holder lost the slot.
+    #[error(
+        "lease {reservation_id:?} is held under fencing token {current}, not {presented}: a stale holder renews and \
+         releases nothing"
+    )]
+    StaleToken {
+        /// The id asked for.
+        reservation_id: String,
+        /// The token presented.
+        presented: i64,
+        /// The lease's.
+        current: i64,
+    },
+    /// A lease closed as a reservation (a commit, or a release without its token), or a reservation renewed.
+    #[error("{reservation_id:?} is {what}")]
+    WrongKind {
+        /// The id asked for.
+        reservation_id: String,
+        /// What it is, and how it is closed.
+        what: String,
     },
 }

@@ -107,6 +107,40 @@ fn evaluate_one(state: &State, buckets: &Buckets, ask: &Ask<'_>, a: &Applicable<
     }
 }
 
+/// Evaluates every CONCURRENT policy that limits the ask's leases at `now` (issue 36 item 1): a lease fits while the
+/// leases active of the policy's tenant (or subject) are fewer than its limit plus the grants valid now; one that does
+/// not fit may retry when the first of them expires (`window_end` then says when). `state` has expired the leases that
+/// ended before `now`.
+pub fn evaluate_leases(state: &State, ask: &Ask<'_>, now: Timestamp) -> Vec<Evaluated> {
+    let concurrent = state.policies.concurrent(ask.tenant, ask.metric, now);
+    concurrent
+        .iter()
+        .map(|a| {
+            let subject = if a.policy.scope == Scope::SUBJECT { ask.subject } else { None };
+            let grants =
+                state.grants.get(&(ask.tenant.to_string(), ask.metric.to_string())).map_or(&[][..], Vec::as_slice);
+            let instant = (now, Timestamp(now.micros() + 1));
+            let limit =
+                overshoot::effective_limit(a.policy.limit, a.policy.scope, subject, grants, instant.0, instant.1);
+            let counters = state.counters(ask.tenant, Whose::of(a.policy.scope, ask.subject), ask.metric);
+            let active = counters.map_or(0, |c| c.active_leases());
+            let fits = i128::from(active) + i128::from(ask.amount) <= i128::from(limit);
+            let frees_at = counters.and_then(|c| c.first_lease_expiry()).filter(|_| !fits);
+            // A slot frees the microsecond after its lease's expiry (a lease holds through its expires_at).
+            let retry_after_ms = frees_at.map(|at| ((at.micros() - now.micros()) / 1_000 + 1).max(1));
+            Evaluated {
+                policy: a.policy.clone(),
+                window_start: now,
+                window_end: frees_at.unwrap_or(now),
+                limit,
+                used_before: active,
+                fits,
+                retry_after_ms: if fits { None } else { Some(retry_after_ms.unwrap_or(1_000)) },
+            }
+        })
+        .collect()
+}
+
 /// What one applicable policy counts for an ask, before anything is decided: the numbers a decision compares
 /// (`evaluate`) and the remaining quota a read answers without consuming (`crate::quotas`) alike.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,18 +205,24 @@ pub fn standing(
 /// Decides from the evaluations.
 pub fn decide(evaluated: Vec<Evaluated>) -> Verdict {
     let denies = |e: &Evaluated| !e.fits && e.policy.enforcement == Enforcement::HARD;
+    // A throttle and a CONCURRENT policy say "retry soon": capacity exists, it is only taken for now.
+    let waits = |e: &Evaluated| e.is_throttle() || e.policy.window == Window::CONCURRENT;
     // Of several that deny, the one with the longest wait: told to wait for the minute's end, a client would find
     // the month's quota still exhausted then.
     let quota = evaluated
         .iter()
-        .filter(|e| denies(e) && !e.is_throttle())
+        .filter(|e| denies(e) && !waits(e))
         .max_by_key(|e| (e.window_end, std::cmp::Reverse(&e.policy.policy_id)));
     let throttle = evaluated
         .iter()
-        .filter(|e| denies(e) && e.is_throttle())
+        .filter(|e| denies(e) && waits(e))
         .max_by_key(|e| (e.retry_after_ms, std::cmp::Reverse(&e.policy.policy_id)));
     if let Some(e) = quota.or(throttle) {
-        let reason = if e.is_throttle() { Reason::RATE_LIMITED } else { Reason::QUOTA_EXCEEDED };
+        let reason = match (e.policy.window, e.is_throttle()) {
+            (Window::CONCURRENT, _) => Reason::CONCURRENCY_LIMITED,
+            (_, true) => Reason::RATE_LIMITED,
+            (_, false) => Reason::QUOTA_EXCEEDED,
+        };
         return Verdict { outcome: Outcome::DENIED, reason, deciding: Some(e.clone()) };
     }
     if let Some(e) = evaluated.iter().find(|e| !e.fits && e.policy.enforcement == Enforcement::SHADOW) {

@@ -542,14 +542,14 @@ impl Hook {
     pub fn commit(&self, reservation_id: &str, actual: i64) -> Result<Result<Closed, Refusal>, HookError> {
         let (reservation_id, action, tenants) =
             (reservation_id.to_string(), ReservationAction::COMMIT, TenantScope::All);
-        self.call(|reply| Work::Close { reservation_id, action, amount: actual, tenants, reply })
+        self.call(|reply| Work::Close { reservation_id, action, amount: actual, lease: None, tenants, reply })
     }
 
     /// `release(reservation_id)`: closes it, consuming nothing.
     pub fn release(&self, reservation_id: &str) -> Result<Result<Closed, Refusal>, HookError> {
         let (reservation_id, action, tenants) =
             (reservation_id.to_string(), ReservationAction::RELEASE, TenantScope::All);
-        self.call(|reply| Work::Close { reservation_id, action, amount: 0, tenants, reply })
+        self.call(|reply| Work::Close { reservation_id, action, amount: 0, lease: None, tenants, reply })
     }
 
     /// Records that a broker acknowledged these outbox entries (`serve`'s publisher), through the writer thread:
@@ -569,7 +569,63 @@ impl Hook {
         tenants: TenantScope,
     ) -> Result<Result<Closed, Refusal>, HookError> {
         let reservation_id = reservation_id.to_string();
-        self.call_async(|reply| Work::Close { reservation_id, action, amount, tenants, reply }).await
+        self.call_async(|reply| Work::Close { reservation_id, action, amount, lease: None, tenants, reply }).await
+    }
+
+    /// `acquire`, waiting for the answer: a lease of one slot of every CONCURRENT policy of the metric, or a denial
+    /// (CONCURRENCY_LIMITED, `retry_after_ms` until the first lease holding a slot expires) (issue 36 item 1).
+    pub fn acquire(&self, request: AcquireRequest) -> Result<Decision, HookError> {
+        self.serves(&request.tenant)?;
+        self.call(|reply| Work::Acquire(request, None, reply))
+    }
+
+    /// [`Hook::acquire`] from async code, for a caller a server authenticated with the token named `token_name`
+    /// (recorded on the DecisionEvent); `None`: a library caller.
+    pub async fn acquire_async(
+        &self,
+        request: AcquireRequest,
+        token_name: Option<&str>,
+    ) -> Result<Decision, HookError> {
+        self.serves(&request.tenant)?;
+        let token_name = token_name.map(String::from);
+        self.call_async(|reply| Work::Acquire(request, token_name, reply)).await
+    }
+
+    /// Renews a lease: presenting its fencing token, it then expires `ttl_ms` from now. A stale token, an expired or
+    /// released lease is refused, changing nothing.
+    pub fn renew(&self, lease_id: &str, fencing_token: i64, ttl_ms: i64) -> Result<Result<Closed, Refusal>, HookError> {
+        let step = LeaseStep { fencing_token, ttl_ms: Some(ttl_ms) };
+        self.lease_step(lease_id, ReservationAction::RENEW, step, TenantScope::All)
+    }
+
+    /// Releases a lease, presenting its fencing token: its slot frees at once. A stale token is refused.
+    pub fn release_lease(&self, lease_id: &str, fencing_token: i64) -> Result<Result<Closed, Refusal>, HookError> {
+        let step = LeaseStep { fencing_token, ttl_ms: None };
+        self.lease_step(lease_id, ReservationAction::RELEASE, step, TenantScope::All)
+    }
+
+    fn lease_step(
+        &self,
+        lease_id: &str,
+        action: ReservationAction,
+        step: LeaseStep,
+        tenants: TenantScope,
+    ) -> Result<Result<Closed, Refusal>, HookError> {
+        let reservation_id = lease_id.to_string();
+        self.call(|reply| Work::Close { reservation_id, action, amount: 0, lease: Some(step), tenants, reply })
+    }
+
+    /// A renewal (RENEW) or release (RELEASE) of a lease from async code, for a caller allowed to act for `tenants`.
+    pub async fn lease_step_async(
+        &self,
+        lease_id: &str,
+        action: ReservationAction,
+        step: LeaseStep,
+        tenants: TenantScope,
+    ) -> Result<Result<Closed, Refusal>, HookError> {
+        let reservation_id = lease_id.to_string();
+        self.call_async(|reply| Work::Close { reservation_id, action, amount: 0, lease: Some(step), tenants, reply })
+            .await
     }
 }
 

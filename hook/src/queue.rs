@@ -6,7 +6,8 @@ use tokio::sync::oneshot;
 
 use crate::TenantScope;
 use crate::api::{
-    CheckAmountsRequest, CheckRequest, Closed, Decision, Decisions, Refusal, ReserveAmountsRequest, ReserveRequest,
+    AcquireRequest, CheckAmountsRequest, CheckRequest, Closed, Decision, Decisions, LeaseStep, Refusal,
+    ReserveAmountsRequest, ReserveRequest,
 };
 use crate::error::HookError;
 use crate::quotas::{QuotaQuery, Quotas};
@@ -18,10 +19,13 @@ pub enum Work {
     CheckAmounts(CheckAmountsRequest, Option<String>, oneshot::Sender<Result<Decisions, HookError>>),
     Reserve(ReserveRequest, Option<String>, oneshot::Sender<Result<Decision, HookError>>),
     ReserveAmounts(ReserveAmountsRequest, Option<String>, oneshot::Sender<Result<Decisions, HookError>>),
+    Acquire(AcquireRequest, Option<String>, oneshot::Sender<Result<Decision, HookError>>),
+    /// A commit or release of a reservation, or a renewal or release of a lease (`lease`: what its holder presents).
     Close {
         reservation_id: String,
         action: ReservationAction,
         amount: i64,
+        lease: Option<LeaseStep>,
         tenants: TenantScope,
         reply: oneshot::Sender<Result<Result<Closed, Refusal>, HookError>>,
     },
@@ -53,6 +57,7 @@ impl Work {
             | Work::CheckAmounts(..)
             | Work::Reserve(..)
             | Work::ReserveAmounts(..)
+            | Work::Acquire(..)
             | Work::Close { .. } => true,
             Work::Quotas(..) | Work::Figures(_) | Work::Published { .. } => false,
         }
@@ -61,7 +66,9 @@ impl Work {
     /// Answers `error` to the caller, for a request not decided (its group failed before deciding anything).
     pub fn fail(self, error: HookError) {
         match self {
-            Work::Check(_, _, reply) | Work::Reserve(_, _, reply) => drop(reply.send(Err(error))),
+            Work::Check(_, _, reply) | Work::Reserve(_, _, reply) | Work::Acquire(_, _, reply) => {
+                drop(reply.send(Err(error)))
+            }
             Work::CheckAmounts(_, _, reply) | Work::ReserveAmounts(_, _, reply) => drop(reply.send(Err(error))),
             Work::Close { reply, .. } => drop(reply.send(Err(error))),
             Work::Quotas(_, reply) => drop(reply.send(Err(error))),

@@ -244,6 +244,31 @@ impl Shards {
         self.route(&request.tenant)?.reserve_async_as(request, token_name).await
     }
 
+    /// `acquire` of a lease in the tenant's shard ([`Hook::acquire_async`]).
+    pub async fn acquire_async(
+        &self,
+        request: crate::AcquireRequest,
+        token_name: Option<&str>,
+    ) -> Result<Decision, HookError> {
+        self.route(&request.tenant)?.acquire_async(request, token_name).await
+    }
+
+    /// A renewal or release of a lease in the shard that holds it ([`Hook::lease_step_async`]).
+    pub async fn lease_step_async(
+        &self,
+        lease_id: &str,
+        action: ReservationAction,
+        step: crate::LeaseStep,
+        tenants: TenantScope,
+    ) -> Result<Result<Closed, Refusal>, HookError> {
+        let scope = tenants.clone();
+        let close = |hook: Arc<Hook>| {
+            let tenants = tenants.clone();
+            async move { hook.lease_step_async(lease_id, action, step, tenants).await }
+        };
+        self.close_in(lease_id, &scope, close).await
+    }
+
     /// `commit(reservation_id, actual)` in the reservation's shard ([`Hook::commit`]).
     pub fn commit(&self, reservation_id: &str, actual: i64) -> Result<Result<Closed, Refusal>, HookError> {
         let close = |hook: Arc<Hook>| async move { hook.commit(reservation_id, actual) };

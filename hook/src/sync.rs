@@ -192,6 +192,8 @@ mod tests {
             charged_above_reserved: 0,
             event_id: format!("{id}-commit"),
             replayed: false,
+            fencing_token: None,
+            expires_at: None,
         };
         (vec![Answer::Close(reply, Ok(Ok(closed)))], answer)
     }

@@ -1013,3 +1013,59 @@ fn a_throttle_denying_one_metric_is_the_code_of_every_metric() {
     assert!(again.replayed());
     assert_eq!(again.decisions.iter().map(|d| d.code).collect::<Vec<_>>(), [Code::RATE_LIMITED; 2]);
 }
+
+fn acquire(key: &str, ttl_ms: i64) -> AcquireRequest {
+    AcquireRequest {
+        tenant: "org-1".into(),
+        subject: None,
+        metric: "tokens".into(),
+        ttl_ms,
+        idempotency_key: key.into(),
+        request_id: None,
+    }
+}
+
+// issue 36 item 1: a CONCURRENT policy grants at most `limit` leases at once, each under a greater fencing token (a
+// restart included); a full policy answers CONCURRENCY_LIMITED with the wait until the first lease expires; a stale
+// holder's renew or release is refused and frees nothing; a release frees its slot at once and an expiry without any
+// call; a retried acquire answers its lease again; a lease neither counts against windows nor is committed.
+#[test]
+fn leases_hold_slots_of_a_concurrent_policy() {
+    let (dir, hook) = hook_with(vec![
+        policy("jobs", 2, Window::CONCURRENT, Enforcement::HARD, None),
+        policy("daily", 1, Window::DAY, Enforcement::HARD, None),
+    ]);
+    let first = hook.acquire(acquire("l-1", 60_000)).unwrap();
+    let first_lease = first.lease.clone().expect("an allowed acquire is granted a lease");
+    let second = hook.acquire(acquire("l-2", 300)).unwrap().lease.expect("a second slot");
+    assert!(second.fencing_token > first_lease.fencing_token);
+    assert_eq!(hook.acquire(acquire("l-1", 60_000)).unwrap(), Decision { replayed: true, ..first.clone() });
+    let full = hook.acquire(acquire("l-3", 60_000)).unwrap();
+    assert_eq!(
+        (full.reason, full.code, full.lease.as_ref()),
+        (Reason::CONCURRENCY_LIMITED, Code::CONCURRENCY_LIMITED, None)
+    );
+    let wait = full.retry_after_ms.expect("a full policy says when a slot frees");
+    assert!((1..=301).contains(&wait), "the first lease to expire frees a slot in at most 300 ms: {wait}");
+    assert!(hook.check(ask("c-1", 1)).unwrap().allowed(), "leases hold nothing against the daily window");
+    let stale = hook.release_lease(&first_lease.lease_id, first_lease.fencing_token - 1).unwrap();
+    assert!(matches!(stale, Err(Refusal::StaleToken { .. })), "{stale:?}");
+    assert!(matches!(hook.commit(&first_lease.lease_id, 1).unwrap(), Err(Refusal::WrongKind { .. })));
+    let renewed = hook.renew(&first_lease.lease_id, first_lease.fencing_token, 120_000).unwrap().unwrap();
+    assert!(renewed.expires_at.unwrap() > first_lease.expires_at);
+    assert!(!hook.acquire(acquire("l-4", 60_000)).unwrap().allowed(), "the stale release freed nothing");
+    std::thread::sleep(Duration::from_millis(400));
+    let third = hook.acquire(acquire("l-5", 60_000)).unwrap().lease.expect("the 300 ms lease expired");
+    assert!(third.fencing_token > second.fencing_token);
+    let late = hook.renew(&second.lease_id, second.fencing_token, 60_000).unwrap();
+    assert!(matches!(late, Err(Refusal::Expired { .. })), "an expired lease is not revived: {late:?}");
+    hook.release_lease(&third.lease_id, third.fencing_token).unwrap().unwrap();
+    let again = hook.release_lease(&third.lease_id, third.fencing_token).unwrap().unwrap();
+    assert!(again.replayed, "a retried release answers the original");
+    let path = dir.path().join("ledger.db");
+    drop(hook);
+    let hook = Hook::start(&path, HookSettings::default()).unwrap();
+    let after = hook.acquire(acquire("l-6", 60_000)).unwrap().lease.expect("l-1 holds one of two slots");
+    assert!(after.fencing_token > third.fencing_token, "tokens keep growing across a restart");
+    assert!(!hook.acquire(acquire("l-7", 60_000)).unwrap().allowed(), "l-1 (renewed) and l-6 hold both slots");
+}

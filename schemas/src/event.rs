@@ -281,7 +281,7 @@ impl Reason {
         retry_after_ms: Option<i64>,
     ) -> Option<Timestamp> {
         match (self, retry_after_ms) {
-            (Reason::RATE_LIMITED, Some(ms)) => {
+            (Reason::RATE_LIMITED | Reason::CONCURRENCY_LIMITED, Some(ms)) => {
                 Some(Timestamp(decided_at.micros().saturating_add(ms.saturating_mul(1_000))))
             }
             _ => window_end,

@@ -244,8 +244,11 @@ impl Writer {
                 Work::ReserveAmounts(request, token_name, reply) => {
                     Answer::Decisions(reply, self.reserve_amounts(&request, token_name.as_deref(), now, &mut events))
                 }
-                Work::Close { reservation_id, action, amount, tenants, reply } => {
-                    let closed = self.close(&reservation_id, action, amount, &tenants, now, &mut events);
+                Work::Acquire(request, token_name, reply) => {
+                    Answer::Decision(reply, self.acquire(&request, token_name.as_deref(), now, &mut events))
+                }
+                Work::Close { reservation_id, action, amount, lease, tenants, reply } => {
+                    let closed = self.close(&reservation_id, action, amount, lease, &tenants, now, &mut events);
                     Answer::Close(reply, closed)
                 }
                 Work::Quotas(query, reply) => {

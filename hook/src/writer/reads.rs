@@ -53,6 +53,13 @@ pub(super) fn read_decision(
     if decision.allowed() && decision_id.starts_with(ids::DECISION_PREFIX) {
         let reservation_id = ids::reservation_id(&decision_id[ids::DECISION_PREFIX.len()..], partition);
         if ledger.has_reservation_events(&reservation_id)? {
+            // A lease's acquire answers its lease as granted: the token and first expiry its RESERVE recorded.
+            if let Some(Event::Reservation(reserve)) = ledger.recorded_event(&ids::reserve_event_id(&reservation_id))?
+                && let (Some(fencing_token), Some(expires_at)) = (reserve.fencing_token, reserve.expires_at)
+            {
+                let lease_id = reservation_id.clone();
+                decision.lease = Some(crate::api::Lease { lease_id, fencing_token, expires_at });
+            }
             decision.reservation_id = Some(reservation_id);
         }
     }
@@ -96,6 +103,8 @@ pub(super) enum Judged {
         action: ReservationAction,
         amount: i64,
         occurred_at: Timestamp,
+        /// A lease's fencing token.
+        fencing_token: Option<i64>,
     },
 }
 
@@ -132,8 +141,10 @@ pub(super) fn judge_from_ledger(
             action,
             amount,
             occurred_at: facts(seq).expect("the close is one of the events judged").occurred_at,
+            fencing_token: verdict.fencing_token,
         },
-        None => Judged::Expired(reserve.expires_at.unwrap_or(Timestamp(i64::MIN))),
+        // A lease's as its renewals moved it.
+        None => Judged::Expired(verdict.expires_at.unwrap_or(Timestamp(i64::MIN))),
     })
 }
 
@@ -197,6 +208,10 @@ pub(crate) fn load(ledger: &Ledger, now: Timestamp) -> Result<State, StartError>
         // A policy naming another zone was recorded between the two reads: once more, knowing it.
         state = State::with_zones(state.zones().to_vec());
         fold_after(ledger, &mut state, now, &[], Fold::AtStart)?;
+    }
+    // Leases too old for the fold: the next one's token must still exceed theirs.
+    for (tenant, metric, token) in ledger.greatest_fencing_tokens()? {
+        state.note_fencing_token(&tenant, &metric, token);
     }
     // The first prune drops most windows the fold read (74 ms on a 17-million-event ledger): here, not in the
     // first group's answers.

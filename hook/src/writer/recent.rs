@@ -104,6 +104,7 @@ mod tests {
             reservation_id: None,
             replayed: false,
             amounts: Default::default(),
+            lease: None,
         }
     }
 

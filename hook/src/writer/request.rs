@@ -41,6 +41,7 @@ struct Asked<'a> {
 enum Kind {
     Check,
     Reserve,
+    Lease,
 }
 
 /// The open reservation a close applies to, chosen among the holds of its id.
@@ -89,7 +90,7 @@ impl Writer {
         }
         let adding = match kind {
             Kind::Check => Adding::Consumption(now),
-            Kind::Reserve => Adding::Held,
+            Kind::Reserve | Kind::Lease => Adding::Held,
         };
         self.has_room(ask, adding)?;
         Ok(Admitted::New { hash })
@@ -186,6 +187,49 @@ impl Writer {
             self.state.fold_own(state::PROVISIONAL_SEQ + events.len() as u64, &reserve, now);
             events.push(Event::Reservation(reserve));
             decision.reservation_id = Some(reservation_id);
+        }
+        self.recent.insert(decision.clone());
+        Ok(decision)
+    }
+
+    /// `acquire` of a lease (issue 36 item 1): decided against the CONCURRENT policies of the metric alone (a lease
+    /// consumes nothing, so windows have no say), and when allowed granted one slot until `ttl_ms` from now under a
+    /// fencing token greater than every one granted before for the tenant and metric (a RESERVE carrying it).
+    pub(super) fn acquire(
+        &mut self,
+        request: &AcquireRequest,
+        token_name: Option<&str>,
+        now: Timestamp,
+        events: &mut Vec<Event>,
+    ) -> Result<Decision, HookError> {
+        validate_token_name(token_name)?;
+        validate_ttl(request.ttl_ms)?;
+        let ask = Ask::new(&request.tenant, request.subject.as_deref(), &request.metric, 1);
+        let hash = match self.admit(&ask, &request.idempotency_key, request.request_id.as_deref(), Kind::Lease, now)? {
+            Admitted::New { hash } => hash,
+            Admitted::Replayed(decision) => return Ok(*decision),
+        };
+        let lease_id = ids::reservation_id(&hash, self.partition);
+        let request_id = request.request_id.clone().unwrap_or_else(|| lease_id.clone());
+        let asked =
+            Asked { hash: &hash, request_id: &request_id, idempotency_key: &request.idempotency_key, token_name };
+        let verdict = decide::decide(decide::evaluate_leases(&self.state, &ask, now));
+        let (mut decision, header) = record_decision(&verdict, &ask, &asked, now, events);
+        if decision.allowed() {
+            let fencing_token = self.state.fencing_token(ask.tenant, ask.metric).saturating_add(1);
+            let expires_at = Timestamp(now.micros() + request.ttl_ms * 1_000);
+            let reserve = ReservationEvent {
+                header: Header { event_id: ids::reserve_event_id(&lease_id), ..header },
+                reservation_id: lease_id.clone(),
+                action: ReservationAction::RESERVE,
+                amount: 1,
+                expires_at: Some(expires_at),
+                fencing_token: Some(fencing_token),
+            };
+            self.state.fold_own(state::PROVISIONAL_SEQ + events.len() as u64, &reserve, now);
+            events.push(Event::Reservation(reserve));
+            decision.lease = Some(Lease { lease_id: lease_id.clone(), fencing_token, expires_at });
+            decision.reservation_id = Some(lease_id);
         }
         self.recent.insert(decision.clone());
         Ok(decision)
@@ -378,22 +422,51 @@ impl Writer {
         Ok(Some(decisions_of(decisions)))
     }
 
-    /// `commit` or `release` of a reservation: the hold it closes, or why it is refused.
+    /// `commit` or `release` of a reservation, or the renewal or release of a lease presenting `lease`: the hold it
+    /// closes or extends, or why it is refused.
+    #[allow(clippy::too_many_arguments)] // One request's fields, as the queue carries them.
     pub(super) fn close(
         &mut self,
         reservation_id: &str,
         action: ReservationAction,
         amount: i64,
+        lease: Option<LeaseStep>,
         tenants: &TenantScope,
         now: Timestamp,
         events: &mut Vec<Event>,
     ) -> Result<Result<Closed, Refusal>, HookError> {
         check_amount(amount)?;
         let amount = if action == ReservationAction::COMMIT { amount } else { 0 };
+        let renewal = match (action, lease) {
+            (ReservationAction::RENEW, Some(LeaseStep { ttl_ms: Some(ttl_ms), .. })) => {
+                validate_ttl(ttl_ms)?;
+                Some(Timestamp(now.micros() + ttl_ms * 1_000))
+            }
+            (ReservationAction::RENEW, _) => {
+                let message = "a renewal says for how long the lease holds from now".to_string();
+                return Err(HookError::BadRequest { field: "ttl_ms", message });
+            }
+            _ => None,
+        };
         let Some(Chosen { hold, own }) = self.choose_hold(reservation_id, tenants)? else {
-            return self.refuse_close(reservation_id, action, amount, tenants, events);
+            return self.refuse_close(reservation_id, action, amount, lease, tenants, events);
         };
         let id = reservation_id.to_string();
+        match (hold.fencing_token, lease) {
+            (Some(current), Some(step)) if step.fencing_token != current => {
+                let presented = step.fencing_token;
+                return Ok(Err(Refusal::StaleToken { reservation_id: id, presented, current }));
+            }
+            (Some(_), None) => {
+                let what = "a lease: it is renewed or released presenting its fencing_token, never committed".into();
+                return Ok(Err(Refusal::WrongKind { reservation_id: id, what }));
+            }
+            (None, Some(_)) => {
+                let what = "a reservation of an amount, not a lease: it is committed or released".into();
+                return Ok(Err(Refusal::WrongKind { reservation_id: id, what }));
+            }
+            _ => {}
+        }
         if hold.expires_at < now {
             return Ok(Err(Refusal::Expired { reservation_id: id, expires_at: hold.expires_at }));
         }
@@ -402,8 +475,13 @@ impl Writer {
             let room = self.state.room(&hold.tenant, hold.subject.as_deref(), &hold.metric, consumption, amount);
             room.map_err(|no_room| too_much(amount, no_room))?;
         }
+        let event_id = ids::close_event_id(&hold.tenant, reservation_id, action, own);
         let header = Header {
-            event_id: ids::close_event_id(&hold.tenant, reservation_id, action, own),
+            // Each renewal is an event of its own: its id names the expiry it sets.
+            event_id: match renewal {
+                Some(expires_at) => format!("{event_id}-{}", expires_at.micros()),
+                None => event_id,
+            },
             occurred_at: now,
             tenant: hold.tenant.clone(),
             subject: hold.subject.clone(),
@@ -411,15 +489,11 @@ impl Writer {
             source: SOURCE.to_string(),
         };
         let event_id = header.event_id.clone();
-        let close = ReservationEvent {
-            header,
-            reservation_id: id.clone(),
-            action,
-            amount,
-            expires_at: None,
-            fencing_token: None,
-        };
-        // Open and closed in time: the verdict takes the hold back and, for a COMMIT, counts the amount.
+        let fencing_token = hold.fencing_token;
+        let expires_at = renewal;
+        let close = ReservationEvent { header, reservation_id: id.clone(), action, amount, expires_at, fencing_token };
+        // Open and closed in time: the verdict takes the hold back and, for a COMMIT, counts the amount; a RENEW moves
+        // the lease's expiry.
         self.state.fold_own(state::PROVISIONAL_SEQ + events.len() as u64, &close, now);
         events.push(Event::Reservation(close));
         let closed = Closed {
@@ -430,6 +504,8 @@ impl Writer {
             charged_above_reserved: amount.saturating_sub(hold.amount).max(0),
             event_id,
             replayed: false,
+            fencing_token,
+            expires_at,
         };
         self.group_closes.push(closed.clone());
         Ok(Ok(closed))
@@ -469,6 +545,7 @@ impl Writer {
         reservation_id: &str,
         action: ReservationAction,
         amount: i64,
+        lease: Option<LeaseStep>,
         tenants: &TenantScope,
         events: &[Event],
     ) -> Result<Result<Closed, Refusal>, HookError> {
@@ -495,8 +572,15 @@ impl Writer {
             Judged::NotFound => Refusal::NotFound { reservation_id: id },
             Judged::Forbidden => Refusal::Forbidden { reservation_id: id },
             Judged::Expired(expires_at) => Refusal::Expired { reservation_id: id, expires_at },
-            Judged::Closed { tenant, reserved, action: by, amount: closed, occurred_at } => {
+            Judged::Closed { tenant, reserved, action: by, amount: closed, occurred_at, fencing_token } => {
                 let close = (by, closed, occurred_at);
+                // A lease released already: a retry presenting another token is a stale holder's, not the release's.
+                if let (Some(current), Some(step)) = (fencing_token, lease)
+                    && step.fencing_token != current
+                {
+                    let presented = step.fencing_token;
+                    return Ok(Err(Refusal::StaleToken { reservation_id: id, presented, current }));
+                }
                 if (by, closed) == (action, amount)
                     && let Some(event_id) =
                         own_close(&self.ledger, &tenant, reservation_id, close).map_err(ledger_error)?
@@ -511,6 +595,8 @@ impl Writer {
                         charged_above_reserved,
                         event_id,
                         replayed,
+                        fencing_token,
+                        expires_at: None,
                     }));
                 }
                 Refusal::AlreadyClosed { reservation_id: id, by: by.symbol().to_string() }
@@ -661,14 +747,19 @@ fn same_request(original: &Decision, ask: &Ask<'_>, idempotency_key: &str, kind:
         return Err(differs("amounts", first, format!("only {:?} of {}", ask.metric, ask.amount)));
     }
     // A denied check and a denied reserve record the same decision; an allowed one says which it was.
-    let was = match (original.allowed(), original.reservation_id.is_some()) {
-        (true, true) => Some(Kind::Reserve),
-        (true, false) => Some(Kind::Check),
-        (false, _) => None,
+    let was = match (original.allowed(), original.lease.is_some(), original.reservation_id.is_some()) {
+        (true, true, _) => Some(Kind::Lease),
+        (true, false, true) => Some(Kind::Reserve),
+        (true, false, false) => Some(Kind::Check),
+        (false, ..) => None,
     };
     match was {
         Some(was) if was != kind => {
-            let name = |kind: Kind| if kind == Kind::Check { "a check" } else { "a reserve" };
+            let name = |kind: Kind| match kind {
+                Kind::Check => "a check",
+                Kind::Reserve => "a reserve",
+                Kind::Lease => "an acquire",
+            };
             Err(differs("kind", name(was).to_string(), name(kind).to_string()))
         }
         _ => Ok(()),
@@ -761,7 +852,7 @@ fn decision_event(verdict: &Verdict, header: &Header, asked: &Asked<'_>, amount:
     });
     let retry_after_ms = match verdict.reason {
         Reason::QUOTA_EXCEEDED => e.map(|e| ((e.window_end.micros() - now.micros()) / 1_000).max(1)),
-        Reason::RATE_LIMITED => e.and_then(|e| e.retry_after_ms),
+        Reason::RATE_LIMITED | Reason::CONCURRENCY_LIMITED => e.and_then(|e| e.retry_after_ms),
         _ => None,
     };
     DecisionEvent {
