@@ -51,6 +51,9 @@ pub struct PlanCounts {
     pub reservation_events: u64,
     /// Reservations judged this run (contract §5 "What a run covers": its RESERVE expired before `as_of`).
     pub reservations_judged: u64,
+    /// Leases that expired unreleased by `as_of`, per tenant (issue 36 item 1): workers that died or hung holding a
+    /// slot. Each is also a RESERVATION_EXPIRED adjustment of amount 1.
+    pub leases_expired: std::collections::BTreeMap<String, u64>,
     /// COMMITs counted as consumption.
     pub valid_commits: u64,
     /// Windows of HARD and SHADOW policies, ended by `as_of`, with consumption.
@@ -278,6 +281,12 @@ impl<'p> Run<'p> {
         let judged = self.is_judged(group, &verdict);
         if judged {
             self.counts.reservations_judged += 1;
+            if verdict.expired.is_some()
+                && verdict.fencing_token.is_some()
+                && let Some((_, reserve)) = verdict.reserve.and_then(|seq| group.iter().find(|(s, _)| *s == seq))
+            {
+                *self.counts.leases_expired.entry(reserve.header.tenant.clone()).or_default() += 1;
+            }
         }
         // Every event gets its refused-transition concern and every RESERVE its expiry concern, 0 where they do
         // not apply: when a RESERVE that happened earlier arrives late and becomes "the" RESERVE, the verdicts
@@ -300,12 +309,12 @@ impl<'p> Run<'p> {
         }
     }
 
-    /// A reservation is judged once the `expires_at` of its RESERVE (the first by event time) is before
-    /// `as_of`; one with no RESERVE once all of its events happened before `as_of` (contract §5 "What a run
-    /// covers").
+    /// A reservation is judged once the `expires_at` of its RESERVE (the first by event time; a lease's as its renewals
+    /// moved it) is before `as_of`; one with no RESERVE once all of its events happened before `as_of` (contract §5
+    /// "What a run covers").
     fn is_judged(&self, group: &[SequencedReservation], verdict: &Verdict) -> bool {
         match verdict.reserve.and_then(|seq| group.iter().find(|(s, _)| *s == seq)) {
-            Some((_, reserve)) => reserve.expires_at.is_some_and(|expiry| expiry < self.as_of),
+            Some(_) => verdict.expires_at.is_some_and(|expiry| expiry < self.as_of),
             None => group.iter().all(|(_, e)| e.header.occurred_at < self.as_of),
         }
     }

@@ -24,6 +24,9 @@ pub fn union(as_of: Timestamp, watermark: u64, plans: Vec<Plan>) -> Plan {
         sum.usage_events += add.usage_events;
         sum.reservation_events += add.reservation_events;
         sum.reservations_judged += add.reservations_judged;
+        for (tenant, n) in &add.leases_expired {
+            *sum.leases_expired.entry(tenant.clone()).or_default() += n;
+        }
         sum.valid_commits += add.valid_commits;
         sum.windows_judged += add.windows_judged;
         sum.conflicting_copies += add.conflicting_copies;

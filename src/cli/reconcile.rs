@@ -267,6 +267,7 @@ pub(crate) fn write_report(
         print_by_tenant(out, &plan.adjustments)?;
         print_largest(out, &plan.adjustments)?;
     }
+    print_leases_expired(out, &c.leases_expired)?;
     print_after_close(out, &plan.after_close)?;
     match outbox {
         Some(report) if report.pending > 0 => writeln!(
@@ -294,6 +295,19 @@ fn print_by_kind(out: &mut dyn Write, adjustments: &[AdjustmentEvent]) -> anyhow
         rows.iter().map(|(kind, (n, amount))| vec![kind.to_string(), n.to_string(), amount.to_string()]).collect();
     writeln!(out)?;
     super::write_table(out, &["kind", "adjustments", "amount"], &rows)
+}
+
+/// The leases that expired unreleased, per tenant, most first: workers that died or hung holding a slot.
+fn print_leases_expired(out: &mut dyn Write, leases: &BTreeMap<String, u64>) -> anyhow::Result<()> {
+    if leases.is_empty() {
+        return Ok(());
+    }
+    let mut rows: Vec<(&String, &u64)> = leases.iter().collect();
+    rows.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let rows: Vec<Vec<String>> = rows.iter().map(|(tenant, n)| vec![tenant.to_string(), n.to_string()]).collect();
+    writeln!(out)?;
+    writeln!(out, "leases expired unreleased (workers that never released their slot):")?;
+    super::write_table(out, &["tenant", "leases"], &rows)
 }
 
 /// One row per tenant, most adjustments first: how many of each kind.

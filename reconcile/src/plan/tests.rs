@@ -253,6 +253,41 @@ fn a_reservation_never_closed_in_time_expires() {
     assert_eq!((plan.counts.reservation_events, plan.counts.valid_commits), (2, 0));
 }
 
+// issue 36 item 1: a lease that expired unreleased (as its renewal moved it) is reported per tenant and adjusted as an
+// expired reservation of its one slot; one released in time, and one whose renewal outlives `as_of`, are not; a stale
+// holder's release is a refused transition.
+#[test]
+fn leases_expired_unreleased_are_reported_per_tenant() {
+    let mut memory = Memory::default();
+    let lease = |event_id: &str, id: &str, action, occurred_at: &str, expires_at: Option<&str>, token: i64| {
+        let amount = i64::from(action == ReservationAction::RESERVE);
+        let event = ReservationEvent {
+            reservation_id: id.into(),
+            expires_at: expires_at.map(at),
+            fencing_token: Some(token),
+            ..reservation(event_id, action, occurred_at, amount)
+        };
+        Event::Reservation(event)
+    };
+    use ReservationAction::{RELEASE, RENEW, RESERVE};
+    memory.record(lease("l1", "lease-1", RESERVE, "2026-10-03T09:00:00Z", Some("2026-10-03T09:01:00Z"), 1));
+    memory.record(lease("l1-renew", "lease-1", RENEW, "2026-10-03T09:00:30Z", Some("2026-10-03T09:05:00Z"), 1));
+    memory.record(lease("l1-stale", "lease-1", RELEASE, "2026-10-03T09:02:00Z", None, 9));
+    memory.record(lease("l2", "lease-2", RESERVE, "2026-10-03T09:00:00Z", Some("2026-10-03T09:01:00Z"), 2));
+    memory.record(lease("l2-release", "lease-2", RELEASE, "2026-10-03T09:00:40Z", None, 2));
+    memory.record(lease("l3", "lease-3", RESERVE, "2026-10-03T09:00:00Z", Some("2026-10-03T09:01:00Z"), 3));
+    memory.record(lease("l3-renew", "lease-3", RENEW, "2026-10-03T09:00:50Z", Some("2099-01-01T00:00:00Z"), 3));
+    let plan = plan(&memory);
+    assert_eq!(
+        adjustments(&plan),
+        [
+            (AdjustmentKind::RESERVATION_EXPIRED, 1, vec!["l1"]),
+            (AdjustmentKind::REFUSED_TRANSITION, 0, vec!["l1-stale"])
+        ]
+    );
+    assert_eq!(plan.counts.leases_expired, BTreeMap::from([("org-1".to_string(), 1)]));
+}
+
 // Proves contract §4.3 and 5 "Reported once each": a conflicting copy is reported with its quantity and never counted,
 // so it pushes no window over its limit.
 #[test]
