@@ -1162,3 +1162,107 @@ fn a_connection_that_never_finishes_its_request_is_closed() {
         .unwrap();
     assert_eq!(recorded, 1, "only the answered check is recorded");
 }
+
+// issue 36 item 1: 32 worker processes take, renew and release leases of a CONCURRENT policy of 8 over HTTP while four
+// of them, holding a lease, are SIGKILLed: their leases expire and free their slots without any call, at no instant
+// were more than 8 leases active by the ledger's own record of acquisitions, renewals, releases and expiries, and a
+// killed worker's release, sent after its lease expired, is refused.
+#[test]
+fn thirty_two_workers_never_hold_more_than_eight_leases() {
+    const LIMIT: i64 = 8;
+    const TTL_MS: i64 = 3_000;
+    if !tool_available("python3", "QUOTA_LEDGER_SKIP_PYTHON", "apt-get install python3") {
+        return;
+    }
+    let jobs = Event::Policy(PolicyEvent {
+        header: header("policy-jobs-v1", "2026-01-01T00:00:00Z", "org-1", "jobs"),
+        policy_id: "jobs".into(),
+        version: 1,
+        window: Window::CONCURRENT,
+        ..match hard_policy(LIMIT, Window::CONCURRENT) {
+            Event::Policy(p) => p,
+            _ => unreachable!("hard_policy builds a policy"),
+        }
+    });
+    let test = ledger_with(jobs);
+    let server = Server::start(&test, &[]);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/lease_worker.py");
+    let spawn = |worker: usize, rounds: u32| {
+        let args = [server.base.clone(), SECRET.into(), format!("w{worker}"), rounds.to_string(), TTL_MS.to_string()];
+        let mut child = ChildGuard::new(
+            Command::new("python3").arg(script).args(args).stdout(Stdio::piped()).spawn().expect("python3 runs"),
+        );
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        (child, lines)
+    };
+    // The four that will be killed hold their leases first, so that the others contend for the four slots left.
+    let held_at = Instant::now();
+    let mut holders: Vec<(ChildGuard, Value)> = (0..4)
+        .map(|worker| {
+            let (child, mut lines) = spawn(worker, 0);
+            let line = lines.next().expect("a holder prints its lease").unwrap();
+            (child, serde_json::from_str(&line).unwrap())
+        })
+        .collect();
+    let workers: Vec<_> = (4..32).map(|worker| spawn(worker, 5)).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    for (child, _) in &mut holders {
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+    let mut denied = 0;
+    for (mut child, lines) in workers {
+        let last: Value = serde_json::from_str(&lines.last().expect("a worker reports").unwrap()).unwrap();
+        assert_eq!(last["done"], 5, "{last}");
+        denied += last["denied"].as_i64().unwrap();
+        assert!(child.wait().unwrap().success());
+    }
+    assert!(denied > 0, "28 workers contending for 8 slots were told CONCURRENCY_LIMITED at least once");
+    // Past the killed workers' expiry (their slots were taken by others meanwhile), a release of theirs is too late.
+    std::thread::sleep(
+        (held_at + Duration::from_millis(TTL_MS as u64 + 500)).saturating_duration_since(Instant::now()),
+    );
+    for (_, lease) in &holders {
+        let id = lease["lease_id"].as_str().unwrap();
+        let token = lease["fencing_token"].as_i64().unwrap();
+        let (status, _, body) =
+            server.post(&format!("/v1/leases/{id}/release"), Some(SECRET), &json!({"fencing_token": token}));
+        assert_eq!(status, 410, "a killed worker's release after its lease expired: {body}");
+        assert_eq!(body["refused"], "expired", "{body}");
+    }
+    // The ledger's record: each lease from its RESERVE until its RELEASE (exclusive: the slot frees then) or, with
+    // none, through its last expiry as renewed.
+    let conn = read_only(&test.path);
+    let mut statement = conn
+        .prepare(
+            "SELECT r.reservation_id,
+                    MIN(CASE WHEN r.action = 'RESERVE' THEN e.occurred_at END),
+                    MIN(CASE WHEN r.action = 'RELEASE' THEN e.occurred_at END),
+                    MAX(CASE WHEN r.action IN ('RESERVE', 'RENEW') THEN r.expires_at END)
+             FROM reservation_events r JOIN entries e ON e.seq = r.seq
+             WHERE r.fencing_token IS NOT NULL AND e.status = 'recorded' GROUP BY r.reservation_id",
+        )
+        .unwrap();
+    let leases: Vec<(String, i64, Option<i64>, i64)> = statement
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(leases.len(), 4 + 28 * 5, "every lease granted is recorded once");
+    let mut steps: Vec<(i64, i64)> = Vec::new();
+    for (_, acquired, released, expires) in &leases {
+        steps.push((*acquired, 1));
+        steps.push((released.unwrap_or(expires + 1), -1));
+    }
+    // At one instant, frees before takes: a slot released in a group is free for an acquire decided in it.
+    steps.sort();
+    let (mut active, mut most) = (0, 0);
+    for (_, change) in steps {
+        active += change;
+        most = most.max(active);
+    }
+    assert!(most <= LIMIT, "{most} leases were active at once");
+    assert_eq!(most, LIMIT, "the workers kept every slot busy at some instant");
+    let expired = leases.iter().filter(|(_, _, released, _)| released.is_none()).count();
+    assert_eq!(expired, 4, "only the killed workers' leases expired");
+}

@@ -97,6 +97,13 @@ struct DecisionBody {
     /// contract §7's spelling (`-> {reservation_id, ...}`), which the commit and release answers use too.
     #[serde(rename = "reservation_id", skip_serializing_if = "Option::is_none")]
     reservation_id_spec: Option<String>,
+    /// An acquire's lease (issue 36 item 1), in the spelling of its renew and release answers.
+    #[serde(rename = "lease_id", skip_serializing_if = "Option::is_none")]
+    lease_id: Option<String>,
+    #[serde(rename = "fencing_token", skip_serializing_if = "Option::is_none")]
+    fencing_token: Option<i64>,
+    #[serde(rename = "expires_at", skip_serializing_if = "Option::is_none")]
+    expires_at: Option<schemas::Timestamp>,
     /// A request of several metrics: what it asked of each.
     #[serde(skip_serializing_if = "Option::is_none")]
     amounts: Option<BTreeMap<String, i64>>,
@@ -214,6 +221,9 @@ fn respond(
         replayed: decision.replayed,
         reservation_id_spec: decision.reservation_id.clone(),
         reservation_id: decision.reservation_id,
+        lease_id: decision.lease.as_ref().map(|l| l.lease_id.clone()),
+        fencing_token: decision.lease.as_ref().map(|l| l.fencing_token),
+        expires_at: decision.lease.as_ref().map(|l| l.expires_at),
         amounts,
         decisions,
     };
@@ -230,6 +240,9 @@ pub(crate) fn close_response(result: Result<Result<Closed, Refusal>, HookError>)
                 Refusal::AlreadyClosed { .. } => StatusCode::CONFLICT,
                 Refusal::Expired { .. } => StatusCode::GONE,
                 Refusal::Forbidden { .. } => StatusCode::FORBIDDEN,
+                // A stale holder, or a lease closed as a reservation (or the reverse): the request conflicts with
+                // what the lease or reservation is.
+                Refusal::StaleToken { .. } | Refusal::WrongKind { .. } => StatusCode::CONFLICT,
             };
             let message = refusal.to_string();
             let mut body = serde_json::to_value(&refusal).expect("a refusal serializes");

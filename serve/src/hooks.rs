@@ -72,6 +72,30 @@ impl Hooks {
         }
     }
 
+    pub(crate) async fn acquire_async(
+        &self,
+        request: hook::AcquireRequest,
+        token: Option<&str>,
+    ) -> Result<Decision, HookError> {
+        match self {
+            Hooks::One(hook) => hook.acquire_async(request, token).await,
+            Hooks::Shards(shards) => shards.acquire_async(request, token).await,
+        }
+    }
+
+    pub(crate) async fn lease_step_async(
+        &self,
+        lease_id: &str,
+        action: ReservationAction,
+        step: hook::LeaseStep,
+        tenants: TenantScope,
+    ) -> Result<Result<Closed, Refusal>, HookError> {
+        match self {
+            Hooks::One(hook) => hook.lease_step_async(lease_id, action, step, tenants).await,
+            Hooks::Shards(shards) => shards.lease_step_async(lease_id, action, step, tenants).await,
+        }
+    }
+
     /// What `/healthz` says of the hook: its `recording` (the worst shard's), and the report as JSON (with every
     /// shard's under `shards`).
     pub(crate) fn health(&self) -> (&'static str, serde_json::Value) {

@@ -13,7 +13,10 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use hook::{CheckAmountsRequest, CheckRequest, Decision, HookError, ReserveAmountsRequest, ReserveRequest};
+use hook::{
+    AcquireRequest, CheckAmountsRequest, CheckRequest, Decision, HookError, LeaseStep, ReserveAmountsRequest,
+    ReserveRequest,
+};
 use schemas::ReservationAction;
 use serde::Deserialize;
 
@@ -162,6 +165,9 @@ pub(crate) fn router(app: Arc<App>, read_timeout: Duration) -> Router {
         .route("/v1/reservations", post(reserve))
         .route("/v1/reservations/{id}/commit", post(commit))
         .route("/v1/reservations/{id}/release", post(release))
+        .route("/v1/leases", post(acquire))
+        .route("/v1/leases/{id}/renew", post(renew))
+        .route("/v1/leases/{id}/release", post(release_lease))
         .route("/v1/admin/policies", post(crate::admin::policies))
         .route("/v1/admin/grants", post(crate::admin::grants))
         .layer(axum::middleware::from_fn_with_state(app.clone(), timed))
@@ -483,5 +489,91 @@ async fn release(State(app): State<Arc<App>>, UrlPath(id): UrlPath<String>, head
     match app.hook.close_async(&id, ReservationAction::RELEASE, 0, scope).await {
         Err(e) => app.refused(None, e),
         closed => close_response(closed),
+    }
+}
+
+/// `POST /v1/leases`' body (issue 36 item 1): a slot of every CONCURRENT policy of `metric`, for `ttl_ms`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AcquireBody {
+    tenant: String,
+    #[serde(default)]
+    subject: Option<String>,
+    metric: String,
+    ttl_ms: i64,
+    idempotency_key: String,
+    #[serde(default)]
+    request_id: Option<String>,
+}
+
+async fn acquire(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Result<Json<AcquireBody>, JsonRejection>,
+) -> Response {
+    let (caller, body) = match admit(&app, &headers, body, |r: &AcquireBody| &r.tenant) {
+        Ok(admitted) => admitted,
+        Err(refused) => return *refused,
+    };
+    let partition = app.partition_of(&body.tenant);
+    let AcquireBody { tenant, subject, metric, ttl_ms, idempotency_key, request_id } = body;
+    let request = AcquireRequest { tenant, subject, metric, ttl_ms, idempotency_key, request_id };
+    app.decided_for(partition, app.hook.acquire_async(request, Some(&caller.name)).await)
+}
+
+/// `POST /v1/leases/{id}/renew`' body: the lease's fencing token and how long it holds from now.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RenewBody {
+    fencing_token: i64,
+    ttl_ms: i64,
+}
+
+/// `POST /v1/leases/{id}/release`' body: the lease's fencing token.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReleaseLeaseBody {
+    fencing_token: i64,
+}
+
+async fn renew(
+    State(app): State<Arc<App>>,
+    UrlPath(id): UrlPath<String>,
+    headers: HeaderMap,
+    body: Result<Json<RenewBody>, JsonRejection>,
+) -> Response {
+    let scope = match app.tokens.caller(&headers) {
+        Ok(caller) => caller.scope,
+        Err(unauthorized) => return unauthorized.into_response(),
+    };
+    let Json(body) = match body {
+        Ok(body) => body,
+        Err(rejection) => return bad_json(rejection),
+    };
+    let step = LeaseStep { fencing_token: body.fencing_token, ttl_ms: Some(body.ttl_ms) };
+    match app.hook.lease_step_async(&id, ReservationAction::RENEW, step, scope).await {
+        Err(e) => app.refused(None, e),
+        renewed => close_response(renewed),
+    }
+}
+
+async fn release_lease(
+    State(app): State<Arc<App>>,
+    UrlPath(id): UrlPath<String>,
+    headers: HeaderMap,
+    body: Result<Json<ReleaseLeaseBody>, JsonRejection>,
+) -> Response {
+    let scope = match app.tokens.caller(&headers) {
+        Ok(caller) => caller.scope,
+        Err(unauthorized) => return unauthorized.into_response(),
+    };
+    let Json(body) = match body {
+        Ok(body) => body,
+        Err(rejection) => return bad_json(rejection),
+    };
+    let step = LeaseStep { fencing_token: body.fencing_token, ttl_ms: None };
+    match app.hook.lease_step_async(&id, ReservationAction::RELEASE, step, scope).await {
+        Err(e) => app.refused(None, e),
+        released => close_response(released),
     }
 }
