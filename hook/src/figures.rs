@@ -1,5 +1,5 @@
-//! What an operator graphs of a hook's state (`/metrics`): its open reservations and how long the oldest has been
-//! open (a worker that reserves and never closes), and how many tenants stand at or near an effective limit. Read by
+//! What an operator graphs of a hook's state (`/metrics`): its open reservations and leases and how long the oldest
+//! of each has been open (a worker that reserves and never closes, or renews a lease and never releases it), and how many tenants stand at or near an effective limit. Read by
 //! the writer between groups, like a quota read ([`crate::Hook::figures`]), so the numbers are those it decides with.
 
 use schemas::{Enforcement, Timestamp};
@@ -18,6 +18,10 @@ pub struct Figures {
     pub open_reservations: u64,
     /// When the oldest of them was made.
     pub oldest_reservation_at: Option<Timestamp>,
+    /// Leases active now (slots of CONCURRENT policies).
+    pub open_leases: u64,
+    /// When the oldest of them was acquired: renewed for that long and never released.
+    pub oldest_lease_at: Option<Timestamp>,
     /// Tenants whose consumption and holds reach 80% or more of an effective limit of a HARD or SOFT policy now.
     pub tenants_near_limit: u64,
     /// Of those, the tenants at or beyond 100%.
@@ -27,11 +31,14 @@ pub struct Figures {
 impl Figures {
     /// The figures of several hooks (the shards of a server) as one: sums, and the oldest reservation of all.
     pub fn add(&mut self, other: &Figures) {
-        self.open_reservations += other.open_reservations;
-        self.oldest_reservation_at = match (self.oldest_reservation_at, other.oldest_reservation_at) {
+        let oldest = |a: Option<Timestamp>, b: Option<Timestamp>| match (a, b) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        self.open_reservations += other.open_reservations;
+        self.oldest_reservation_at = oldest(self.oldest_reservation_at, other.oldest_reservation_at);
+        self.open_leases += other.open_leases;
+        self.oldest_lease_at = oldest(self.oldest_lease_at, other.oldest_lease_at);
         self.tenants_near_limit += other.tenants_near_limit;
         self.tenants_at_limit += other.tenants_at_limit;
     }
@@ -43,11 +50,12 @@ impl Figures {
 pub fn of(state: &State, now: Timestamp) -> Figures {
     let mut figures = Figures::default();
     for hold in state.holds() {
-        figures.open_reservations += 1;
-        figures.oldest_reservation_at = Some(match figures.oldest_reservation_at {
-            Some(oldest) => oldest.min(hold.reserved_at),
-            None => hold.reserved_at,
-        });
+        let (open, oldest) = match hold.fencing_token {
+            Some(_) => (&mut figures.open_leases, &mut figures.oldest_lease_at),
+            None => (&mut figures.open_reservations, &mut figures.oldest_reservation_at),
+        };
+        *open += 1;
+        *oldest = Some(oldest.map_or(hold.reserved_at, |at| at.min(hold.reserved_at)));
     }
     for tenant in state.tenants() {
         let query = QuotaQuery { tenant: tenant.to_string(), metric: None, subject: None };

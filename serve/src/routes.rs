@@ -233,10 +233,17 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
     app.metrics.hook.writer(queued, failed_groups);
     // A writer that cannot answer now (stopped, overloaded) leaves the last figures as they were.
     if let Ok(figures) = app.hook.figures().await {
-        let age = figures
-            .oldest_reservation_at
-            .map_or(0.0, |at| (schemas::Timestamp::now().micros() - at.micros()).max(0) as f64 / 1e6);
-        app.metrics.hook.state(figures.open_reservations, age, figures.tenants_near_limit, figures.tenants_at_limit);
+        let now = schemas::Timestamp::now();
+        let age =
+            |at: Option<schemas::Timestamp>| at.map_or(0.0, |at| (now.micros() - at.micros()).max(0) as f64 / 1e6);
+        let (reservations, leases) = (age(figures.oldest_reservation_at), age(figures.oldest_lease_at));
+        app.metrics.hook.state(
+            figures.open_reservations,
+            reservations,
+            figures.tenants_near_limit,
+            figures.tenants_at_limit,
+        );
+        app.metrics.hook.leases(figures.open_leases, leases);
     }
     ([(header::CONTENT_TYPE, telemetry::CONTENT_TYPE)], telemetry::encode(&app.metrics.registry)).into_response()
 }

@@ -187,6 +187,8 @@ pub struct HookMetrics {
     queue_depth: Gauge,
     reservations_open: Gauge,
     reservation_oldest_age: Gauge<f64, std::sync::atomic::AtomicU64>,
+    leases_open: Gauge,
+    lease_oldest_age: Gauge<f64, std::sync::atomic::AtomicU64>,
     tenants_near_limit: Gauge,
     tenants_at_limit: Gauge,
     failed_groups: Counter,
@@ -208,6 +210,8 @@ impl HookMetrics {
             queue_depth: Gauge::default(),
             reservations_open: Gauge::default(),
             reservation_oldest_age: Gauge::default(),
+            leases_open: Gauge::default(),
+            lease_oldest_age: Gauge::default(),
             tenants_near_limit: Gauge::default(),
             tenants_at_limit: Gauge::default(),
             failed_groups: Counter::default(),
@@ -244,6 +248,16 @@ impl HookMetrics {
             "reservation_oldest_age_seconds",
             "How long the oldest open reservation has been open (0 when none is): a worker that never closes",
             metrics.reservation_oldest_age.clone(),
+        );
+        registry.register(
+            "leases_open",
+            "Leases active now, each holding a slot of a CONCURRENT policy until released or expired",
+            metrics.leases_open.clone(),
+        );
+        registry.register(
+            "lease_oldest_age_seconds",
+            "How long ago the oldest active lease was acquired (0 when none is): a worker renewing and never releasing",
+            metrics.lease_oldest_age.clone(),
         );
         registry.register(
             "tenants_near_limit",
@@ -308,6 +322,12 @@ impl HookMetrics {
         self.reservation_oldest_age.set(oldest_age_seconds);
         self.tenants_near_limit.set(gauge(near));
         self.tenants_at_limit.set(gauge(at));
+    }
+
+    /// The state's leases: how many are active, and how long ago the oldest was acquired (seconds).
+    pub fn leases(&self, open: u64, oldest_age_seconds: f64) {
+        self.leases_open.set(i64::try_from(open).unwrap_or(i64::MAX));
+        self.lease_oldest_age.set(oldest_age_seconds);
     }
 
     /// The outbox's pending events, as its publisher last saw them, and how long the oldest has waited (seconds).
