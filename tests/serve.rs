@@ -1265,4 +1265,16 @@ fn thirty_two_workers_never_hold_more_than_eight_leases() {
     assert_eq!(most, LIMIT, "the workers kept every slot busy at some instant");
     let expired = leases.iter().filter(|(_, _, released, _)| released.is_none()).count();
     assert_eq!(expired, 4, "only the killed workers' leases expired");
+    // Support asking why a worker was turned away reads about slots, not a window.
+    let denied_request: String = conn
+        .query_row("SELECT request_id FROM decision_events WHERE reason = 'CONCURRENCY_LIMITED' LIMIT 1", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    let why = test.run(&["audit", "why", &denied_request]).success().stdout_text();
+    for words in
+        ["at most 8 leases of jobs held at once", "Leases held before the decision: 8 of 8 slots", "A slot frees at"]
+    {
+        assert!(why.contains(words), "{words:?} in:\n{why}");
+    }
 }

@@ -168,6 +168,7 @@ fn policy_paragraph(w: &Why, out: &mut String) {
                 format!("tenant {}'s own", p.owner)
             };
             let rule = match p.burst {
+                None if w.by_concurrency() => format!("at most {} leases of {} held at once", p.limit, d.metric),
                 None => format!("at most {} {} per {} window", p.limit, d.metric, p.window),
                 Some(burst) => format!(
                     "a throttle, a token bucket of {burst} {} refilled continuously at {} per {} window",
@@ -202,7 +203,12 @@ fn policy_paragraph(w: &Why, out: &mut String) {
         .unwrap(),
         (None, None) => writeln!(out, "Policy: the decision names none.").unwrap(),
     }
-    if let (Some(start), Some(end)) = (d.window_start, d.window_end) {
+    if w.by_concurrency() {
+        // No window: the decision's `window_end`, denied, is when the first lease held then expired.
+        if let (false, Some(end)) = (d.outcome == "ALLOWED", d.window_end) {
+            writeln!(out, "Leases: the first of those held then expired at {end}, freeing a slot.").unwrap();
+        }
+    } else if let (Some(start), Some(end)) = (d.window_start, d.window_end) {
         // A zone only when the policy names one: a UTC window reads as it always did.
         match w.policy.as_ref().and_then(|p| p.time_zone.as_deref().map(|zone| (&p.window, zone))) {
             Some((window, zone)) => {
@@ -252,6 +258,7 @@ fn counter_paragraph(w: &Why, out: &mut String) {
     // never to be added again.
     let held = match c.open_reservations {
         0 => String::new(),
+        n if w.by_concurrency() => format!(" (the slots of {n} {} held then)", if n == 1 { "lease" } else { "leases" }),
         n => format!(" (which includes the {} held by {n} {} open then)", c.open_reservations_amount, reservations(n)),
     };
     if c.limit.is_none() && c.used_before.is_none() && c.remaining.is_none() {
@@ -320,6 +327,13 @@ fn reservations(count: u64) -> &'static str {
 }
 
 fn consumption_paragraph(w: &Why, out: &mut String) {
+    if w.by_concurrency() {
+        // A lease consumes nothing: what the policy counted is the leases held at the decision, as it recorded them.
+        let (held, limit) = (or_empty(&w.counter.used_before), or_empty(&w.counter.limit));
+        writeln!(out, "Leases held before the decision: {held} of {limit} slots; a lease consumes nothing.").unwrap();
+        out.push('\n');
+        return;
+    }
     if w.decision.window_start.is_none() {
         writeln!(out, "Consumption: the decision names no window, so none is counted against it.").unwrap();
         out.push('\n');
@@ -389,6 +403,9 @@ fn retry_paragraph(w: &Why, out: &mut String) {
         // A bucket has no reset: it refills continuously. What the hook answered is when this amount fits again.
         (Some(at), true) if w.retry_after_ms.is_some() => {
             writeln!(out, "The bucket holds enough tokens for this amount again at {at}.").unwrap()
+        }
+        (Some(at), false) if w.by_concurrency() => {
+            writeln!(out, "A slot frees at {at} at the latest, when the first lease held expires.").unwrap()
         }
         (Some(reset), false) => writeln!(out, "The window resets at {reset}.").unwrap(),
         _ => {}

@@ -141,7 +141,7 @@ pub struct PolicyFacts {
     pub scope: String,
     /// Its limit per window (a throttle's refill per window).
     pub limit: i64,
-    /// `MINUTE`, `HOUR`, `DAY` or `MONTH`.
+    /// `MINUTE`, `HOUR`, `DAY` or `MONTH`; `CONCURRENT` for a limit on leases held at once.
     pub window: String,
     /// `HARD`, `SOFT` or `SHADOW`.
     pub enforcement: String,
@@ -173,6 +173,11 @@ impl Why {
     /// Whether the decision's policy is a throttle: its recorded counter is the serving process's bucket.
     pub fn by_throttle(&self) -> bool {
         self.policy.as_ref().is_some_and(PolicyFacts::is_throttle)
+    }
+
+    /// Whether the deciding policy limits leases held at once (a CONCURRENT policy), not consumption in a window.
+    pub fn by_concurrency(&self) -> bool {
+        self.policy.as_ref().is_some_and(|p| p.window == "CONCURRENT")
     }
 }
 
@@ -450,6 +455,12 @@ fn policy(at: &At<'_>, decision: &Decision) -> Result<Option<PolicyFacts>, Repor
 pub(super) fn copy_applied(versions: &[PolicyEvent], decision: &Named<'_>) -> Option<usize> {
     let decided = |p: &PolicyEvent| Some(i64::from(p.version)) == decision.version;
     let position = |among: &[PolicyEvent], p: &PolicyEvent| among.iter().position(|q| std::ptr::eq(q, p));
+    // A CONCURRENT policy has no window: the version in force at the decision's instant.
+    let index = rules::policy::PolicyIndex::new(versions.to_vec());
+    let concurrent = index.concurrent(decision.tenant, decision.metric, decision.occurred_at);
+    if let Some(a) = concurrent.iter().find(|a| decided(a.policy)) {
+        return versions.iter().position(|p| p == a.policy);
+    }
     let in_force = rules::policy::applicable(versions, decision.tenant, decision.metric, decision.occurred_at);
     let named = (decision.window_start, decision.window_end);
     let mut candidates = in_force.iter().filter(|a| decided(a.policy));
