@@ -65,7 +65,8 @@ pub fn of(state: &State, now: Timestamp) -> Figures {
             .filter(|q| !q.throttle && q.enforcement != Enforcement::SHADOW)
             .filter_map(|q| {
                 let limit = q.effective_limit?;
-                let used = q.consumed.unwrap_or(0).saturating_add(q.held.unwrap_or(0));
+                let used =
+                    q.consumed.unwrap_or(0).saturating_add(q.held.unwrap_or(0)).saturating_add(q.leases.unwrap_or(0));
                 Some(match limit {
                     0 if used > 0 => f64::INFINITY,
                     0 => 0.0,

@@ -1,6 +1,7 @@
 //! Remaining quota without consuming (issue 36, item 7): for a tenant (and a metric, a subject), every policy that
 //! applies now, its own and the `*` plan defaults it has none of its own covering (contract §3), with its window,
-//! limit, grants, effective limit, consumption, what open reservations hold and what remains. The numbers are
+//! limit, grants, effective limit, consumption, what open reservations hold and what remains; for a CONCURRENT policy,
+//! the leases active and the slots free. The numbers are
 //! the ones a check would compare: [`crate::decide::standing`] computes both. Nothing is recorded.
 //!
 //! A serving hook answers from its writer's state ([`crate::Hook::quotas`]), after what its group decided before
@@ -15,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::HookError;
 use crate::buckets::Buckets;
 use crate::decide::{self, Ask, Usage};
-use crate::state::State;
+use crate::state::{State, Whose};
 
 /// What a caller asks: a tenant's quotas, of one metric or all, for one subject or none.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,6 +69,8 @@ pub struct Quota {
     pub consumed: Option<i64>,
     /// What open reservations hold now.
     pub held: Option<i64>,
+    /// A CONCURRENT policy: the leases active now, each holding one slot (its `remaining` is the slots free).
+    pub leases: Option<i64>,
     /// What a check could still consume under this policy: effective limit minus consumed minus held, never
     /// below 0 (a throttle: its tokens; empty when read from the ledger alone, which holds no bucket).
     pub remaining: Option<i64>,
@@ -122,6 +125,7 @@ pub fn of_state(state: &State, buckets: Option<&Buckets>, query: &QuotaQuery, no
                 effective_limit: None,
                 consumed: None,
                 held: None,
+                leases: None,
                 remaining: None,
             };
             match standing.usage {
@@ -139,7 +143,39 @@ pub fn of_state(state: &State, buckets: Option<&Buckets>, query: &QuotaQuery, no
             }
             quotas.push(quota);
         }
+        for a in state.policies.concurrent(&query.tenant, metric, now) {
+            let p = a.policy;
+            let counters = state.counters(&query.tenant, Whose::of(p.scope, query.subject.as_deref()), metric);
+            let leases = counters.map_or(0, |c| c.active_leases());
+            let subject = if p.scope == Scope::SUBJECT { query.subject.as_deref() } else { None };
+            let grants = state.grants.get(&(query.tenant.clone(), metric.to_string())).map_or(&[][..], Vec::as_slice);
+            let instant = Timestamp(now.micros() + 1);
+            let effective_limit = rules::overshoot::effective_limit(p.limit, p.scope, subject, grants, now, instant);
+            quotas.push(Quota {
+                metric: metric.to_string(),
+                policy_id: p.policy_id.clone(),
+                policy_version: p.version,
+                scope: p.scope,
+                enforcement: p.enforcement,
+                window: p.window,
+                time_zone: p.time_zone.clone().unwrap_or_else(|| "UTC".into()),
+                plan_default: a.plan_default,
+                throttle: false,
+                window_start: now,
+                // When the first slot frees without any call: the first active lease's expiry.
+                window_end: counters.and_then(|c| c.first_lease_expiry()).unwrap_or(now),
+                limit: p.limit,
+                grants: Some(effective_limit.saturating_sub(p.limit)),
+                effective_limit: Some(effective_limit),
+                consumed: None,
+                held: None,
+                leases: Some(leases),
+                remaining: Some(effective_limit.saturating_sub(leases).max(0)),
+            });
+        }
     }
+    // Windows and CONCURRENT policies of a metric together, by policy_id, as the doc of `Quotas` says.
+    quotas.sort_by(|a, b| (&a.metric, &a.policy_id).cmp(&(&b.metric, &b.policy_id)));
     Quotas { tenant: query.tenant.clone(), subject: query.subject.clone(), at: now, watermark: state.watermark, quotas }
 }
 

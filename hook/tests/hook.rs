@@ -1048,6 +1048,13 @@ fn leases_hold_slots_of_a_concurrent_policy() {
     let wait = full.retry_after_ms.expect("a full policy says when a slot frees");
     assert!((1..=301).contains(&wait), "the first lease to expire frees a slot in at most 300 ms: {wait}");
     assert!(hook.check(ask("c-1", 1)).unwrap().allowed(), "leases hold nothing against the daily window");
+    let query = QuotaQuery { tenant: "org-1".into(), metric: Some("tokens".into()), subject: None };
+    let quotas = hook.quotas(query).unwrap().quotas;
+    let jobs = quotas.iter().find(|q| q.policy_id == "jobs").expect("the CONCURRENT policy is listed");
+    assert_eq!((jobs.window, jobs.leases, jobs.remaining, jobs.consumed), (Window::CONCURRENT, Some(2), Some(0), None));
+    assert_eq!(jobs.window_end, second.expires_at, "the first slot frees when the 300 ms lease expires");
+    let daily = quotas.iter().find(|q| q.policy_id == "daily").expect("the window is listed");
+    assert_eq!((daily.consumed, daily.held, daily.leases), (Some(1), Some(0), None));
     let stale = hook.release_lease(&first_lease.lease_id, first_lease.fencing_token - 1).unwrap();
     assert!(matches!(stale, Err(Refusal::StaleToken { .. })), "{stale:?}");
     assert!(matches!(hook.commit(&first_lease.lease_id, 1).unwrap(), Err(Refusal::WrongKind { .. })));

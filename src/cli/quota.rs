@@ -12,7 +12,7 @@ use schemas::Timestamp;
 
 #[derive(Debug, Subcommand)]
 pub enum QuotaCommand {
-    /// Remaining quota per policy that applies now: window, limit, grants, effective limit, consumed, held,
+    /// Remaining quota per policy that applies now: window, limit, grants, effective limit, consumed, held, leases,
     /// remaining.
     Show(ShowArgs),
 }
@@ -72,6 +72,7 @@ fn print(quotas: &Quotas) -> anyhow::Result<()> {
         "effective_limit",
         "consumed",
         "held",
+        "leases",
         "remaining",
         "time_zone",
     ];
@@ -96,6 +97,7 @@ fn print(quotas: &Quotas) -> anyhow::Result<()> {
                 cell(q.effective_limit),
                 cell(q.consumed),
                 cell(q.held),
+                cell(q.leases),
                 cell(q.remaining),
                 q.time_zone.clone(),
             ]
