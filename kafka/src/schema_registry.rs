@@ -269,16 +269,20 @@ impl RegistryUrl {
     }
 }
 
-/// The URL with the password of its credentials masked, for an error message.
-fn mask(url: &str) -> String {
+/// `url` with the password of its credentials (`scheme://user:password@host`) replaced by `mask`, for anything
+/// shown: an error message, `config check`. A URL without a password is shown as it is.
+pub fn mask_password(url: &str, mask: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let credentials = &url[scheme + 3..at];
-            let user = credentials.split(':').next().unwrap_or_default();
-            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+        (Some(scheme), Some(at)) if at > scheme + 3 && url[scheme + 3..at].contains(':') => {
+            let user = url[scheme + 3..at].split(':').next().unwrap_or_default();
+            format!("{}{user}:{mask}{}", &url[..scheme + 3], &url[at..])
         }
         _ => url.to_string(),
     }
+}
+
+fn mask(url: &str) -> String {
+    mask_password(url, "***")
 }
 
 /// Has a message whose schema id is not registered yet ask the registry's REST API at `url` for it, and register it

@@ -287,14 +287,7 @@ fn shown(key: &str, value: &toml::Value) -> String {
     if is_secret(key) {
         return MASK.to_string();
     }
-    let text = scalar(value);
-    match (text.find("://"), text.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme + 3 && text[scheme + 3..at].contains(':') => {
-            let user = text[scheme + 3..at].split(':').next().unwrap_or_default();
-            format!("{}{user}:{MASK}{}", &text[..scheme + 3], &text[at..])
-        }
-        _ => text,
-    }
+    kafka::schema_registry::mask_password(&scalar(value), MASK)
 }
 
 /// One resolved setting, as `config check` prints it.
