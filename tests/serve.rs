@@ -143,31 +143,44 @@ fn wait_published(test: &TestLedger, entries: i64, limit_secs: u64, what: &str) 
     eventually(limit_secs, what, || (sql_i64(test, "SELECT COUNT(*) FROM outbox_published") >= entries).then_some(()))
 }
 
+/// 64 client threads, each sending `requests` requests as `ask(server, key, random)` says: `key` is `c{client}-{i}`,
+/// `random` the next draw of the client's own xorshift sequence (the same in every run). Every answer, client after
+/// client.
+fn sixty_four_clients<T: Send + 'static>(
+    server: &Arc<Server>,
+    requests: usize,
+    ask: fn(&Server, String, u64) -> T,
+) -> Vec<T> {
+    let clients: Vec<_> = (0..64u64)
+        .map(|c| {
+            let server = Arc::clone(server);
+            std::thread::spawn(move || {
+                let mut seed = (c + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                (0..requests)
+                    .map(|i| {
+                        seed ^= seed << 13;
+                        seed ^= seed >> 7;
+                        seed ^= seed << 17;
+                        ask(&server, format!("c{c}-{i}"), seed)
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    clients.into_iter().flat_map(|c| c.join().unwrap()).collect()
+}
+
 // contract §6: 64 concurrent HTTP clients with random amounts against one HARD limit: never more than fits, no denial that would have fit, and the ledger agrees.
 #[test]
 fn sixty_four_clients_never_get_more_than_fits() {
     const LIMIT: i64 = 5_000;
     let test = ledger_with(hard_policy(LIMIT, Window::MONTH));
     let server = Arc::new(Server::start(&test, &[]));
-    let clients: Vec<_> = (0..64u64)
-        .map(|c| {
-            let server = Arc::clone(&server);
-            std::thread::spawn(move || {
-                let mut seed = (c + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-                (0..25)
-                    .map(|i| {
-                        seed ^= seed << 13;
-                        seed ^= seed >> 7;
-                        seed ^= seed << 17;
-                        let amount = (seed % 60) as i64 + 1;
-                        let (status, _, body) = server.check(&format!("c{c}-{i}"), amount);
-                        (status, amount, body)
-                    })
-                    .collect::<Vec<_>>()
-            })
-        })
-        .collect();
-    let answers: Vec<(u16, i64, Value)> = clients.into_iter().flat_map(|c| c.join().unwrap()).collect();
+    let answers = sixty_four_clients(&server, 25, |server, key, random| {
+        let amount = (random % 60) as i64 + 1;
+        let (status, _, body) = server.check(&key, amount);
+        (status, amount, body)
+    });
     let allowed: i64 = answers.iter().filter(|(s, ..)| *s == 200).map(|(_, a, _)| a).sum();
     assert!(allowed <= LIMIT, "{allowed} allowed over {LIMIT}");
     for (status, amount, body) in &answers {
@@ -261,27 +274,12 @@ fn sixty_four_clients_asking_two_metrics_are_charged_on_both_or_neither() {
     );
     test.ingest(&test.file("policies.avro"));
     let server = Arc::new(Server::start(&test, &[]));
-    let clients: Vec<_> = (0..64u64)
-        .map(|c| {
-            let server = Arc::clone(&server);
-            std::thread::spawn(move || {
-                let mut seed = (c + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-                (0..20)
-                    .map(|i| {
-                        seed ^= seed << 13;
-                        seed ^= seed >> 7;
-                        seed ^= seed << 17;
-                        let tokens = (seed % 500) as i64 + 1;
-                        let key = format!("c{c}-{i}");
-                        let body = json!({"tenant": "org-1", "amounts": {"requests": 1, "tokens": tokens}, "idempotency_key": key});
-                        let (status, _, body) = server.post("/v1/check", Some(SECRET), &body);
-                        (status, tokens, body)
-                    })
-                    .collect::<Vec<_>>()
-            })
-        })
-        .collect();
-    let answers: Vec<(u16, i64, Value)> = clients.into_iter().flat_map(|c| c.join().unwrap()).collect();
+    let answers = sixty_four_clients(&server, 20, |server, key, random| {
+        let tokens = (random % 500) as i64 + 1;
+        let body = json!({"tenant": "org-1", "amounts": {"requests": 1, "tokens": tokens}, "idempotency_key": key});
+        let (status, _, body) = server.post("/v1/check", Some(SECRET), &body);
+        (status, tokens, body)
+    });
     for (status, tokens, body) in &answers {
         assert!(*status == 200 || *status == 429, "{status} {body}");
         assert_eq!(body["amounts"], json!({"requests": 1, "tokens": tokens}), "{body}");
