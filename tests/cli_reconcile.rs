@@ -13,20 +13,7 @@ use support::*;
 const AS_OF: &str = "2026-11-03T00:00:00Z";
 
 fn hard_daily_policy(limit: i64) -> Event {
-    Event::Policy(PolicyEvent {
-        header: header("policy-daily-v1", "2026-10-01T00:00:00Z", "org-1", "requests"),
-        policy_id: "daily".into(),
-        version: 1,
-        scope: Scope::TENANT,
-        limit,
-        window: Window::DAY,
-        enforcement: Enforcement::HARD,
-        effective_from: at("2026-10-01T00:00:00Z"),
-        burst: None,
-        actor: None,
-        reason: None,
-        time_zone: None,
-    })
+    Event::Policy(hard_daily("policy-daily-v1", "org-1", limit))
 }
 
 fn abandoned_reservation() -> Event {

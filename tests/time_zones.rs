@@ -15,21 +15,9 @@ const NEW_YORK: &str = "America/New_York";
 const WHO: [&str; 4] = ["--actor", "alice@ops", "--reason", "their customers' day is New York's"];
 
 /// A HARD limit of `limit` requests per DAY for `tenant`, in `zone`'s calendar (none: UTC).
-fn hard_daily(tenant: &str, limit: i64, zone: Option<&str>) -> Event {
-    Event::Policy(PolicyEvent {
-        header: header(&format!("policy-{tenant}"), "2026-10-01T00:00:00Z", tenant, "requests"),
-        policy_id: "daily".into(),
-        version: 1,
-        scope: Scope::TENANT,
-        limit,
-        window: Window::DAY,
-        enforcement: Enforcement::HARD,
-        effective_from: at("2026-10-01T00:00:00Z"),
-        burst: None,
-        actor: None,
-        reason: None,
-        time_zone: zone.map(String::from),
-    })
+fn hard_daily_in(tenant: &str, limit: i64, zone: Option<&str>) -> Event {
+    let daily = support::hard_daily(&format!("policy-{tenant}"), tenant, limit);
+    Event::Policy(PolicyEvent { time_zone: zone.map(String::from), ..daily })
 }
 
 /// The same usage for `tenant`: 8 at 23:30 in New York on Nov 16 (04:30 UTC on the 17th), 8 at 00:30 on Nov 17
@@ -64,7 +52,7 @@ fn reconcile_judges_a_new_york_day_from_local_midnight() {
     let test = TestLedger::new();
     write_container(
         &test.file("policies.avro"),
-        &[hard_daily("org-ny", 10, Some(NEW_YORK)), hard_daily("org-utc", 10, None)],
+        &[hard_daily_in("org-ny", 10, Some(NEW_YORK)), hard_daily_in("org-utc", 10, None)],
     );
     test.ingest(&test.file("policies.avro"));
     let usage: Vec<Event> = usage_of("org-ny").into_iter().chain(usage_of("org-utc")).collect();
@@ -194,9 +182,9 @@ fn serve_resets_a_new_york_day_at_local_midnight() {
 #[test]
 fn an_unknown_time_zone_is_quarantined_at_ingest() {
     let test = TestLedger::new();
-    let Event::Policy(mut unknown) = hard_daily("org-2", 10, Some("America/New_Yrok")) else { unreachable!() };
+    let Event::Policy(mut unknown) = hard_daily_in("org-2", 10, Some("America/New_Yrok")) else { unreachable!() };
     unknown.header.event_id = "policy-typo".into();
-    write_container(&test.file("policies.avro"), &[hard_daily("org-1", 10, Some(NEW_YORK)), Event::Policy(unknown)]);
+    write_container(&test.file("policies.avro"), &[hard_daily_in("org-1", 10, Some(NEW_YORK)), Event::Policy(unknown)]);
     test.ingest(&test.file("policies.avro"));
     assert_eq!(count(&test.status(), "events_recorded"), 1);
     let quarantined = test.quarantined();

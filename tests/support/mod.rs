@@ -322,6 +322,25 @@ pub fn header(event_id: &str, occurred_at: &str, tenant: &str, metric: &str) -> 
     }
 }
 
+/// Version 1 of policy `daily` of `tenant`: a HARD limit of `limit` requests per UTC DAY for the tenant as a whole,
+/// effective since October 2026. Tests change what they need with struct update syntax (a time zone, say).
+pub fn hard_daily(event_id: &str, tenant: &str, limit: i64) -> PolicyEvent {
+    PolicyEvent {
+        header: header(event_id, "2026-10-01T00:00:00Z", tenant, "requests"),
+        policy_id: "daily".into(),
+        version: 1,
+        scope: Scope::TENANT,
+        limit,
+        window: Window::DAY,
+        enforcement: Enforcement::HARD,
+        effective_from: at("2026-10-01T00:00:00Z"),
+        burst: None,
+        actor: None,
+        reason: None,
+        time_zone: None,
+    }
+}
+
 /// A UsageEvent of `requests` with no request_id and no attributes.
 pub fn usage(event_id: &str, occurred_at: &str, tenant: &str, quantity: i64) -> Event {
     Event::Usage(UsageEvent {
