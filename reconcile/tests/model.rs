@@ -1,5 +1,5 @@
-//! Model test: random ledger histories (policy versions, grants, usage, reservations, duplicates, out-of-order
-//! batches, period closes, runs at rising `--as-of`) reconciled by `reconcile::plan` + `apply` agree with a
+//! Model test: random ledger histories (policy versions, grants, usage, reservations, leases with renewals and stale
+//! tokens, duplicates, out-of-order batches, period closes, runs at rising `--as-of`) reconciled by `reconcile::plan` + `apply` agree with a
 //! deliberately naive in-memory model of contract §5 written here, concern by concern, after every run.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -101,6 +101,16 @@ struct CloseDraw {
     commit: bool,
     offset_minutes: i64,
     amount: i64,
+    /// A lease's close carrying the token before the lease's: a holder that lost its slot.
+    stale: bool,
+}
+
+/// A RENEW: minutes from the first RESERVE, minutes from the RENEW to its new expiry, and whether its token is stale.
+#[derive(Debug, Clone)]
+struct RenewDraw {
+    offset_minutes: i64,
+    ttl: i64,
+    stale: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -111,6 +121,9 @@ struct ReservationDraw {
     reserve: Option<(i64, i64)>,
     /// minutes from the first RESERVE, amount, minutes to expiry
     second_reserve: Option<(i64, i64, i64)>,
+    /// A lease's fencing token: its RESERVEs carry it, its RENEWs and closes carry it or (stale) the one before.
+    fencing_token: Option<i64>,
+    renews: Vec<RenewDraw>,
     closes: Vec<CloseDraw>,
 }
 
@@ -196,22 +209,34 @@ fn usage_draw() -> impl Strategy<Value = UsageDraw> {
 }
 
 fn close_draw() -> impl Strategy<Value = CloseDraw> {
-    (prop::bool::weighted(0.6), -20i64..=180, 0i64..50).prop_map(|(commit, offset_minutes, amount)| CloseDraw {
-        commit,
+    (prop::bool::weighted(0.6), -20i64..=180, 0i64..50, prop::bool::weighted(0.2))
+        .prop_map(|(commit, offset_minutes, amount, stale)| CloseDraw { commit, offset_minutes, amount, stale })
+}
+
+fn renew_draw() -> impl Strategy<Value = RenewDraw> {
+    (-20i64..=180, 1i64..=120, prop::bool::weighted(0.2)).prop_map(|(offset_minutes, ttl, stale)| RenewDraw {
         offset_minutes,
-        amount,
+        ttl,
+        stale,
     })
 }
 
 fn reservation_draw() -> impl Strategy<Value = ReservationDraw> {
     let reserve = prop::option::weighted(0.85, (0i64..40, 1i64..=120));
     let second = prop::option::weighted(0.15, (-30i64..=30, 0i64..40, 1i64..=120));
-    (who(), time(), reserve, second, vec(close_draw(), 0..=3)).prop_map(
-        |(who, occurred_at, reserve, second_reserve, closes)| ReservationDraw {
+    // Mostly leases renew; a RENEW of a reservation of an amount is drawn too, and refused.
+    let lease = prop_oneof![
+        2 => (2i64..1000, vec(renew_draw(), 0..=3)).prop_map(|(token, renews)| (Some(token), renews)),
+        5 => vec(renew_draw(), 0..=1).prop_map(|renews| (None, renews)),
+    ];
+    (who(), time(), reserve, second, lease, vec(close_draw(), 0..=3)).prop_map(
+        |(who, occurred_at, reserve, second_reserve, (fencing_token, renews), closes)| ReservationDraw {
             who,
             occurred_at,
             reserve,
             second_reserve,
+            fencing_token,
+            renews,
             closes,
         },
     )
@@ -296,31 +321,56 @@ fn usage_event(i: usize, u: &UsageDraw) -> Event {
 
 /// The events of the i-th reservation drawn, under `id` (event_ids stay per draw, so shared ids never collide).
 fn reservation_events(i: usize, r: &ReservationDraw, id: &str) -> Vec<Event> {
-    let event = |suffix: &str, action, occurred_at: i64, amount, expires_at: Option<i64>| {
+    let token = |stale: bool| r.fencing_token.map(|t| if stale { t - 1 } else { t });
+    // A lease's RESERVE holds one slot (the schema's rule); a COMMIT carries no token (it refuses one), so a COMMIT of a
+    // lease's id is judged by the lease's kind alone.
+    let held = |amount: i64| if r.fencing_token.is_some() { 1 } else { amount };
+    let event = |suffix: &str, action, occurred_at: i64, amount, expires_at: Option<i64>, fencing_token| {
         Event::Reservation(ReservationEvent {
             header: header(format!("r{i}-{suffix}"), r.who, occurred_at),
             reservation_id: id.to_string(),
             action,
             amount,
             expires_at: expires_at.map(Timestamp),
-            fencing_token: None,
+            fencing_token,
         })
     };
     let mut events = Vec::new();
     if let Some((amount, ttl)) = r.reserve {
         let expires_at = r.occurred_at + ttl * MINUTE_MICROS;
-        events.push(event("reserve", ReservationAction::RESERVE, r.occurred_at, amount, Some(expires_at)));
+        events.push(event(
+            "reserve",
+            ReservationAction::RESERVE,
+            r.occurred_at,
+            held(amount),
+            Some(expires_at),
+            token(false),
+        ));
     }
     if let Some((offset, amount, ttl)) = r.second_reserve {
         let occurred_at = r.occurred_at + offset * MINUTE_MICROS;
         let expires_at = occurred_at + ttl * MINUTE_MICROS;
-        events.push(event("reserve2", ReservationAction::RESERVE, occurred_at, amount, Some(expires_at)));
+        events.push(event(
+            "reserve2",
+            ReservationAction::RESERVE,
+            occurred_at,
+            held(amount),
+            Some(expires_at),
+            token(false),
+        ));
+    }
+    for (j, renew) in r.renews.iter().enumerate() {
+        let occurred_at = r.occurred_at + renew.offset_minutes * MINUTE_MICROS;
+        let expires_at = occurred_at + renew.ttl * MINUTE_MICROS;
+        // A RENEW of a reservation of an amount carries a token all the same: the kind decides, not the field.
+        let fencing_token = token(renew.stale).or(Some(1));
+        events.push(event(&format!("n{j}"), ReservationAction::RENEW, occurred_at, 0, Some(expires_at), fencing_token));
     }
     for (j, c) in r.closes.iter().enumerate() {
         let occurred_at = r.occurred_at + c.offset_minutes * MINUTE_MICROS;
         events.push(match c.commit {
-            true => event(&format!("c{j}"), ReservationAction::COMMIT, occurred_at, c.amount, None),
-            false => event(&format!("c{j}"), ReservationAction::RELEASE, occurred_at, 0, None),
+            true => event(&format!("c{j}"), ReservationAction::COMMIT, occurred_at, c.amount, None, None),
+            false => event(&format!("c{j}"), ReservationAction::RELEASE, occurred_at, 0, None, token(c.stale)),
         });
     }
     events
@@ -510,6 +560,8 @@ struct Truths {
     present: BTreeSet<Key>,
     /// The refs a window or late-usage adjustment written now must carry.
     refs: BTreeMap<Key, Vec<String>>,
+    /// Leases expired unreleased by the run's `as_of`, per tenant.
+    leases_expired: BTreeMap<String, u64>,
 }
 
 /// A closed period's late consumption for one (tenant, metric): the amount, and the events counted now but not
@@ -547,11 +599,25 @@ fn window_bounds(kind: Window, t: Timestamp) -> (Timestamp, Timestamp) {
     }
 }
 
-/// The reservation state machine, naively: (index of THE reserve, index of the valid close, refused flags).
-fn judge(group: &[(u64, &ReservationEvent)]) -> (Option<usize>, Option<usize>, Vec<bool>) {
+/// The reservation state machine, naively.
+struct Judged {
+    /// The index of THE reserve.
+    reserve: Option<usize>,
+    /// The index of the valid close.
+    close: Option<usize>,
+    refused: Vec<bool>,
+    /// The RESERVE's expiry as the valid RENEWs of a lease moved it.
+    expiry: Option<Timestamp>,
+    /// The lease's token, when it is a lease.
+    token: Option<i64>,
+}
+
+fn judge(group: &[(u64, &ReservationEvent)]) -> Judged {
     let mut order: Vec<usize> = (0..group.len()).collect();
     order.sort_by_key(|&i| (group[i].1.header.occurred_at, group[i].0));
     let reserve = order.iter().copied().find(|&i| group[i].1.action == ReservationAction::RESERVE);
+    let token = reserve.and_then(|r| group[r].1.fencing_token);
+    let mut expiry = reserve.map(|r| group[r].1.expires_at.unwrap());
     let mut close = None;
     let mut refused = vec![false; group.len()];
     for &i in &order {
@@ -560,19 +626,23 @@ fn judge(group: &[(u64, &ReservationEvent)]) -> (Option<usize>, Option<usize>, V
             refused[i] = Some(i) != reserve;
             continue;
         }
-        match reserve {
-            None => refused[i] = true,
-            Some(r) => {
-                let expires_at = group[r].1.expires_at.unwrap();
-                if event.header.occurred_at > expires_at || close.is_some() {
-                    refused[i] = true;
-                } else {
-                    close = Some(i);
-                }
-            }
+        let lease = token.is_some();
+        refused[i] = match expiry {
+            None => true,
+            Some(e) if event.header.occurred_at > e || close.is_some() => true,
+            Some(_) => match event.action {
+                ReservationAction::COMMIT => lease,
+                ReservationAction::RENEW => !lease || event.fencing_token != token,
+                _ => lease && event.fencing_token != token,
+            },
+        };
+        match (refused[i], event.action) {
+            (true, _) => {}
+            (false, ReservationAction::RENEW) => expiry = event.expires_at,
+            (false, _) => close = Some(i),
         }
     }
-    (reserve, close, refused)
+    Judged { reserve, close, refused, expiry, token }
 }
 
 impl Model {
@@ -638,7 +708,7 @@ impl Model {
             }
         }
         for group in self.reservation_groups(up_to).values() {
-            if let (_, Some(close), _) = judge(group) {
+            if let Some(close) = judge(group).close {
                 let (seq, event) = group[close];
                 if event.action == ReservationAction::COMMIT {
                     items.push(item(seq, &event.header, event.amount));
@@ -834,11 +904,14 @@ impl Model {
 
     fn judge_reservations(&self, as_of: Timestamp, truths: &mut Truths) {
         for group in self.reservation_groups(u64::MAX).values() {
-            let (reserve, close, refused) = judge(group);
-            let judged = match reserve {
-                Some(r) => group[r].1.expires_at.unwrap() < as_of,
+            let Judged { reserve, close, refused, expiry, token } = judge(group);
+            let judged = match expiry {
+                Some(expiry) => expiry < as_of,
                 None => group.iter().all(|(_, e)| e.header.occurred_at < as_of),
             };
+            if judged && token.is_some() && reserve.is_some() && close.is_none() {
+                *truths.leases_expired.entry(group[0].1.header.tenant.clone()).or_default() += 1;
+            }
             // A reservation not judged yet reports nothing new, but what earlier runs reported of its events follows
             // the current verdict: a late RESERVE takes back the refusal of the COMMIT it makes valid at once.
             let mut follow = |key: Key, amount: i64, present: bool| {
@@ -874,6 +947,7 @@ fn run_and_check(ledger: &mut Ledger, model: &mut Model, as_of: Timestamp) {
     assert_eq!(report.watermark, model.watermark, "adjustments are entries of the ledger");
 
     let truths = model.truths(as_of);
+    assert_eq!(plan.counts.leases_expired, truths.leases_expired, "as of {as_of}: leases expired unreleased");
     for (key, amount) in &truths.amounts {
         model.expected.insert(key.clone(), *amount);
     }
