@@ -5,7 +5,9 @@
 //! audit decision (and the usage) per request in the ledger; Redis records nothing but the counter. One more
 //! in-process measurement starts with 10,000 open reservations of other tenants in the ledger: a decision should
 //! not cost more because other requests are in flight. One more over HTTP publishes the outbox to the embedded
-//! broker, as `serve --brokers` does in production, and says how long after the load the publisher caught up.
+//! broker, as `serve --brokers` does in production, and says how long after the load the publisher caught up. The
+//! hook in-process also answers requests of two metrics at once, and leases of a CONCURRENT policy: each request
+//! one acquire and one release, a worker's whole cycle.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -14,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use hook::{CheckAmountsRequest, CheckRequest, Hook, HookSettings, Shards};
+use hook::{AcquireRequest, CheckAmountsRequest, CheckRequest, Hook, HookSettings, LeaseStep, Shards, TenantScope};
 use kafka::admin::EmbeddedBroker;
 use ledger::shards::{Shard, ShardDir};
 use ledger::{Batch, Durability, Incoming, Ledger, Origin};
@@ -215,6 +217,17 @@ fn requests_policy_event() -> Event {
     Event::Policy(policy)
 }
 
+/// The benchmark's CONCURRENT policy of `workers`, for the leases: as many slots as the other policies' limit, which
+/// no run fills.
+fn leases_policy_event() -> Event {
+    let Event::Policy(mut policy) = policy_event() else { unreachable!("a policy") };
+    policy.header.event_id = "bench-policy-workers".into();
+    policy.header.metric = "workers".into();
+    policy.policy_id = "bench-workers".into();
+    policy.window = Window::CONCURRENT;
+    Event::Policy(policy)
+}
+
 /// An open reservation of another tenant, expiring in an hour.
 fn hold_event(i: usize) -> Event {
     let now = Timestamp::now();
@@ -240,7 +253,9 @@ fn fresh_ledger(path: &Path, open_holds: usize) -> anyhow::Result<()> {
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }
-    let events = [policy_event(), requests_policy_event()].into_iter().chain((0..open_holds).map(hold_event));
+    let events = [policy_event(), requests_policy_event(), leases_policy_event()]
+        .into_iter()
+        .chain((0..open_holds).map(hold_event));
     let incoming = events.map(|event| Incoming { event, origin: Origin::Local { name: "bench".into() }, raw: None });
     Ledger::open(path)?.append(&Batch { events: incoming.collect(), ..Batch::default() })?;
     Ok(())
@@ -302,6 +317,45 @@ impl Client for InProcessAmounts {
         anyhow::ensure!(decisions.allowed(), "every benchmark check is allowed");
         Ok(())
     }
+}
+
+/// A worker's cycle through the library: acquire a lease of `workers`, then release it with its fencing token, as
+/// `serve` calls the two.
+struct InProcessLease {
+    hook: Arc<Hook>,
+    run: usize,
+    client: usize,
+}
+
+impl Client for InProcessLease {
+    async fn call(&mut self, i: usize) -> anyhow::Result<()> {
+        let one = request(self.run, self.client, i, false);
+        let request = AcquireRequest {
+            tenant: one.tenant,
+            subject: None,
+            metric: "workers".into(),
+            ttl_ms: 60_000,
+            idempotency_key: one.idempotency_key,
+            request_id: None,
+        };
+        let decision = self.hook.acquire_async(request, None).await?;
+        let lease = decision.lease.context("every benchmark acquire is granted a lease")?;
+        let step = LeaseStep { fencing_token: lease.fencing_token, ttl_ms: None };
+        let released =
+            self.hook.lease_step_async(&lease.lease_id, ReservationAction::RELEASE, step, TenantScope::All).await?;
+        anyhow::ensure!(released.is_ok(), "every benchmark lease is released: {released:?}");
+        Ok(())
+    }
+}
+
+/// The hook in-process granting and releasing leases (issue 36, item 1): two groups of the writer per request.
+fn in_process_leases(driver: &Driver, dir: &Path, run: usize, clients: usize) -> anyhow::Result<Figures> {
+    let path = dir.join(format!("hook-{run}.db"));
+    fresh_ledger(&path, 0)?;
+    let settings = HookSettings { durability: Durability::Normal, ..HookSettings::default() };
+    let hook = Arc::new(Hook::start(&path, settings)?);
+    let clients = (0..clients).map(|client| InProcessLease { hook: Arc::clone(&hook), run, client }).collect();
+    driver.measure("hook in-process (Normal, leases)", clients)
 }
 
 /// The hook in-process answering requests of two metrics at once (issue 36, item 2): two decisions and two usage
@@ -634,6 +688,8 @@ pub fn run(
             run += 1;
             figures.push(in_process_two_metrics(&driver, dir.path(), run, clients, durability)?);
         }
+        run += 1;
+        figures.push(in_process_leases(&driver, dir.path(), run, clients)?);
         run += 1;
         figures.push(in_process(&driver, dir.path(), run, clients, Durability::Normal, OPEN_HOLDS, random_ids)?);
         for (durability, brokers) in [("full", None), ("normal", None), ("normal", Some(brokers.as_str()))] {
