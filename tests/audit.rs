@@ -95,6 +95,7 @@ fn daily_policy(version: i32, limit: i64) -> Event {
         actor: None,
         reason: None,
         time_zone: None,
+        on_failure: None,
     })
 }
 
@@ -330,6 +331,7 @@ fn reserved_then_checked() -> TestLedger {
         actor: None,
         reason: None,
         time_zone: None,
+        on_failure: None,
     });
     let allowed = |request_id: &str, occurred_at: &str, amount: i64, used_before: i64| {
         Event::Decision(DecisionEvent {
@@ -558,6 +560,7 @@ fn quota_v1(event_id: &str, owner: &str, metric: &str, limit: i64, shape: (Scope
         actor: None,
         reason: None,
         time_zone: None,
+        on_failure: None,
     })
 }
 

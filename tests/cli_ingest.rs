@@ -259,6 +259,7 @@ fn one_file_per_other_type() -> Vec<Vec<Event>> {
             actor: None,
             reason: None,
             time_zone: None,
+            on_failure: None,
         })
     };
     let adjustment = |event_id: &str, kind, amount| {

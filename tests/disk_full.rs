@@ -56,6 +56,7 @@ fn policy(tenant: &str, metric: &str, limit: i64) -> Event {
         actor: None,
         reason: None,
         time_zone: None,
+        on_failure: None,
     })
 }
 

@@ -253,6 +253,7 @@ fn soft_monthly(tenant: &str, limit: i64) -> Event {
         actor: None,
         reason: None,
         time_zone: None,
+        on_failure: None,
     })
 }
 

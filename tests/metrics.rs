@@ -87,6 +87,7 @@ fn hard_policy() -> Event {
         actor: None,
         reason: None,
         time_zone: None,
+        on_failure: None,
     })
 }
 

@@ -37,6 +37,7 @@ fn policy() -> Event {
         actor: None,
         reason: None,
         time_zone: None,
+        on_failure: None,
     })
 }
 

@@ -116,6 +116,7 @@ fn policy(tenant: &str, limit: i64, window: Window) -> Event {
         actor: None,
         reason: None,
         time_zone: None,
+        on_failure: None,
     })
 }
 

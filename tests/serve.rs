@@ -117,6 +117,7 @@ fn hard_policy(limit: i64, window: Window) -> Event {
         actor: None,
         reason: None,
         time_zone: None,
+        on_failure: None,
     })
 }
 
@@ -699,6 +700,7 @@ fn remaining_quota_is_read_without_consuming() {
         actor: None,
         reason: None,
         time_zone: None,
+        on_failure: None,
     });
     let grant = Event::Grant(GrantEvent {
         header: header("grant-1", "2026-01-01T00:00:00Z", "org-1", "tokens"),

@@ -110,6 +110,7 @@ fn plan_default(limit: i64) -> Event {
         actor: None,
         reason: None,
         time_zone: None,
+        on_failure: None,
     })
 }
 

@@ -169,6 +169,7 @@ fn policy(tenant: &str, metric: &str, limit: i64, window: Window) -> Event {
         actor: None,
         reason: None,
         time_zone: None,
+        on_failure: None,
     })
 }
 

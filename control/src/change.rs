@@ -1,7 +1,7 @@
 //! Changes as requested, and the events that record them: pure, judged against [`Recorded`].
 
 use schemas::validate::{check_id, check_name};
-use schemas::{Enforcement, Event, GrantEvent, Header, Invalid, PolicyEvent, Scope, Timestamp, Window};
+use schemas::{Enforcement, Event, GrantEvent, Header, Invalid, OnFailure, PolicyEvent, Scope, Timestamp, Window};
 
 use crate::record::Recorded;
 
@@ -32,6 +32,8 @@ pub struct PolicyChange {
     pub effective_from: Option<Timestamp>,
     /// The IANA time zone of its calendar windows (HOUR, DAY, MONTH); none is UTC.
     pub time_zone: Option<String>,
+    /// What the hook answers when the ledger cannot record its decisions; none is CLOSED.
+    pub on_failure: Option<OnFailure>,
     /// Who makes the change.
     pub actor: String,
     /// Why, for people.
@@ -157,6 +159,7 @@ pub fn policy_event(change: &PolicyChange, recorded: &Recorded, now: Timestamp) 
         actor: Some(change.actor.clone()),
         reason: Some(change.reason.clone()),
         time_zone: change.time_zone.clone(),
+        on_failure: change.on_failure,
     };
     let event = Event::Policy(event);
     schemas::validate(&event)?;
@@ -254,6 +257,7 @@ mod tests {
             version,
             effective_from: None,
             time_zone: None,
+            on_failure: None,
             actor: "alice".into(),
             reason: "why".into(),
             source: "test".into(),

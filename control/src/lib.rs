@@ -22,6 +22,7 @@
 //!     version: None,
 //!     effective_from: None,
 //!     time_zone: Some("America/New_York".into()),
+//!     on_failure: None,
 //!     actor: "alice".into(),
 //!     reason: "upgrade to pro".into(),
 //!     source: "doc-test".into(),

@@ -995,6 +995,7 @@ mod tests {
                 actor: None,
                 reason: None,
                 time_zone: Some(zone.into()),
+                on_failure: None,
             })
         };
         state.fold(3, &policy("daily-ny", "America/New_York"), at("2026-11-17T06:00:00Z"));

@@ -30,6 +30,7 @@ fn policy(id: &str, limit: i64, window: Window, enforcement: Enforcement, burst:
         actor: None,
         reason: None,
         time_zone: None,
+        on_failure: None,
     })
 }
 

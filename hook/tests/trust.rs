@@ -36,6 +36,7 @@ fn hard_policy(metric: &str, limit: i64) -> Event {
         actor: None,
         reason: None,
         time_zone: None,
+        on_failure: None,
     })
 }
 

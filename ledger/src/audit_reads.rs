@@ -9,13 +9,13 @@
 //! know.
 
 use rusqlite::{Row, named_params};
-use schemas::{Enforcement, GrantEvent, Header, PolicyEvent, Scope, Timestamp, Window};
+use schemas::{Enforcement, GrantEvent, Header, OnFailure, PolicyEvent, Scope, Timestamp, Window};
 
 use crate::Ledger;
 use crate::billing_reads::group_reservations;
 use crate::dedup::request_key;
 use crate::error::ReadError;
-use crate::read::{ConflictingCopy, SequencedReservation, header, symbol, watermark_param};
+use crate::read::{ConflictingCopy, SequencedReservation, header, optional_symbol, symbol, watermark_param};
 
 const DECISIONS_OF_REQUEST: &str = include_str!("../queries/decisions_of_request.sql");
 const REQUEST_IDS: &str = include_str!("../queries/request_ids.sql");
@@ -152,6 +152,7 @@ impl Ledger {
                 actor: r.get(15)?,
                 reason: r.get(16)?,
                 time_zone: r.get(17)?,
+                on_failure: optional_symbol(r, 18, OnFailure::from_symbol)?,
             };
             Ok((r.get::<_, i64>(0)? as u64, policy))
         })?;

@@ -49,6 +49,7 @@ pub fn columns(event_type: EventType) -> &'static [&'static str] {
             "actor",
             "reason",
             "time_zone",
+            "on_failure",
         ],
         EventType::AdjustmentEvent => {
             &["adjustment_id", "kind", "policy_id", "window_start", "window_end", "amount", "refs", "run_id", "scope"]
@@ -132,6 +133,7 @@ pub fn values(event: &Event) -> Vec<Value> {
             opt_text(&e.actor),
             opt_text(&e.reason),
             opt_text(&e.time_zone),
+            e.on_failure.map_or(Value::Null, |mode| text(mode.symbol())),
         ],
         Event::Adjustment(e) => vec![
             text(&e.adjustment_id),

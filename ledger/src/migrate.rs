@@ -35,6 +35,7 @@ pub const MIGRATIONS: &[Migration] = &[
     ("023-policy-time-zone.sql", include_str!("../ddl/023-policy-time-zone.sql"), None),
     ("024-leases.sql", include_str!("../ddl/024-leases.sql"), None),
     ("025-lease-tokens.sql", include_str!("../ddl/025-lease-tokens.sql"), None),
+    ("026-policy-on-failure.sql", include_str!("../ddl/026-policy-on-failure.sql"), None),
 ];
 
 /// The schema version of a ledger all of whose migrations ran.

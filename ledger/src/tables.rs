@@ -185,6 +185,8 @@ pub const TABLES: &[Table] = &[
             col("reason", "d.reason", Text, true),
             // The IANA time zone of its calendar windows (PolicyEvent v4); null is UTC.
             col("time_zone", "d.time_zone", Text, true),
+            // What the hook answers when the ledger cannot record (PolicyEvent v6): CLOSED or OPEN; null is CLOSED.
+            col("on_failure", "d.on_failure", Text, true),
         ],
     },
     Table {

@@ -293,6 +293,7 @@ fn policy_events(i: usize, p: &PolicyDraw) -> Vec<Event> {
             actor: None,
             reason: None,
             time_zone: None,
+            on_failure: None,
         }));
     }
     events

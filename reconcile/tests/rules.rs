@@ -83,6 +83,7 @@ fn policy(policy_id: &str, limit: i64) -> PolicyEvent {
         actor: None,
         reason: None,
         time_zone: None,
+        on_failure: None,
     }
 }
 

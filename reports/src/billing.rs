@@ -238,6 +238,7 @@ mod tests {
             actor: None,
             reason: None,
             time_zone: None,
+            on_failure: None,
         }
     }
 

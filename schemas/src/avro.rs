@@ -138,6 +138,7 @@ pub fn to_value(event: &Event) -> Value {
             ("actor", opt_string(&e.actor)),
             ("reason", opt_string(&e.reason)),
             ("time_zone", opt_string(&e.time_zone)),
+            ("on_failure", e.on_failure.map_or_else(union_null, |mode| Value::Union(1, Box::new(enum_value!(mode))))),
         ],
         Event::Adjustment(e) => vec![
             ("adjustment_id", string(&e.adjustment_id)),
@@ -349,6 +350,10 @@ pub fn from_value(event_type: EventType, value: &Value) -> Result<Event, ShapeEr
             actor: f.opt_string("actor")?,
             reason: f.opt_string("reason")?,
             time_zone: f.opt_string("time_zone")?,
+            on_failure: f
+                .opt_symbol("on_failure")?
+                .map(|s| parse_symbol("on_failure", "OnFailure", s, OnFailure::from_symbol))
+                .transpose()?,
         }),
         EventType::AdjustmentEvent => Event::Adjustment(AdjustmentEvent {
             header,
@@ -465,6 +470,13 @@ pub fn write_body(out: &mut Vec<u8>, event: &Event) {
             write_opt_string(out, &e.actor);
             write_opt_string(out, &e.reason);
             write_opt_string(out, &e.time_zone);
+            match e.on_failure {
+                None => write_long(out, 0),
+                Some(mode) => {
+                    write_long(out, 1);
+                    write_long(out, mode.index() as i64);
+                }
+            }
         }
         Event::Adjustment(e) => write_adjustment(out, e),
     }

@@ -173,6 +173,10 @@ pub struct PolicyEvent {
     /// before): none is UTC. Validation refuses a name the IANA database does not know.
     #[serde(default)]
     pub time_zone: Option<String>,
+    /// What the hook answers when the ledger cannot record its decisions (schema v6; absent before): none is
+    /// CLOSED.
+    #[serde(default)]
+    pub on_failure: Option<OnFailure>,
 }
 
 impl PolicyEvent {
@@ -335,6 +339,12 @@ avro_enum!(
 avro_enum!(
     /// HARD denies, SOFT bills the excess, SHADOW only reports.
     Enforcement { HARD, SOFT, SHADOW }
+);
+avro_enum!(
+    /// When the ledger cannot record the hook's decisions (a full disk, an I/O error): CLOSED fails the request (503),
+    /// OPEN allows it under the hook's emergency rate (FAIL_OPEN), keeping the decision in a spill until the ledger
+    /// takes it.
+    OnFailure { CLOSED, OPEN }
 );
 avro_enum!(
     /// What reconcile found.

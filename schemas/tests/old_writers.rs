@@ -234,6 +234,7 @@ fn policy_v1_single_object_decodes_to_a_quota() {
         actor: None,
         reason: None,
         time_zone: None,
+        on_failure: None,
     };
     assert_eq!(decoded, Decoded { event: Event::Policy(expected), writer_fingerprint: v1.fingerprint });
 }
@@ -373,6 +374,7 @@ fn policy_v2_and_grant_v1_decode_with_no_actor() {
         actor: None,
         reason: None,
         time_zone: None,
+        on_failure: None,
     };
     assert_eq!(decoded.event, Event::Policy(expected));
     let grant = message(
@@ -454,6 +456,7 @@ fn policy_v3_decodes_with_no_time_zone() {
         actor: Some("alice".into()),
         reason: Some("upgrade".into()),
         time_zone: None,
+        on_failure: None,
     });
     let decoded = catalog.decode_single_object(&message, Some(EventType::PolicyEvent)).expect("v3 decodes");
     assert_eq!(decoded, Decoded { event: expected.clone(), writer_fingerprint: v3.fingerprint });

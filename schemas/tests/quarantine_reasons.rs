@@ -92,6 +92,7 @@ fn samples() -> Vec<Event> {
             actor: None,
             reason: None,
             time_zone: None,
+            on_failure: None,
         }),
         Event::Adjustment(AdjustmentEvent {
             header: header("a-1"),

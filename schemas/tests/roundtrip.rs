@@ -8,7 +8,8 @@ use proptest::sample::select;
 use schemas::validate::{AMOUNT_MAX, TIMESTAMP_MAX, TIMESTAMP_MIN};
 use schemas::{
     AdjustmentEvent, AdjustmentKind, Catalog, DecisionEvent, DecodeError, Decoded, Enforcement, Event, GrantEvent,
-    Header, Outcome, PolicyEvent, Reason, ReservationAction, ReservationEvent, Scope, Timestamp, UsageEvent, Window,
+    Header, OnFailure, Outcome, PolicyEvent, Reason, ReservationAction, ReservationEvent, Scope, Timestamp, UsageEvent,
+    Window,
 };
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -144,9 +145,22 @@ fn policy() -> impl Strategy<Value = Event> {
         proptest::option::of(proptest::sample::select(
             &["UTC", "America/New_York", "Asia/Kolkata", "Europe/Berlin"][..],
         )),
+        proptest::option::of(symbol_of(OnFailure::SYMBOLS, OnFailure::from_symbol)),
     )
         .prop_map(
-            |(header, policy_id, version, scope, limit, window, enforcement, effective_from, burst, zone)| {
+            |(
+                header,
+                policy_id,
+                version,
+                scope,
+                limit,
+                window,
+                enforcement,
+                effective_from,
+                burst,
+                zone,
+                on_failure,
+            )| {
                 Event::Policy(PolicyEvent {
                     header,
                     policy_id,
@@ -160,6 +174,7 @@ fn policy() -> impl Strategy<Value = Event> {
                     actor: None,
                     reason: None,
                     time_zone: zone.map(String::from),
+                    on_failure,
                 })
             },
         )
@@ -361,8 +376,8 @@ fn catalog_fingerprints_are_distinct_crc64_avro() {
     let schemas = catalog.schemas();
     assert_eq!(
         schemas.len(),
-        15,
-        "six current schemas; UsageEvent, DecisionEvent, PolicyEvent and AdjustmentEvent v1; PolicyEvent v2 to v4; GrantEvent and ReservationEvent v1"
+        16,
+        "six current schemas; UsageEvent, DecisionEvent, PolicyEvent and AdjustmentEvent v1; PolicyEvent v2 to v5; GrantEvent and ReservationEvent v1"
     );
     let mut seen = BTreeMap::new();
     for s in schemas {

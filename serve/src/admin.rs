@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use control::{GrantChange, PolicyChange, Recorded, Refused};
 use ledger::Ledger;
 use ledger::shards::ShardDir;
-use schemas::{Enforcement, Event, Scope, Timestamp, Window};
+use schemas::{Enforcement, Event, OnFailure, Scope, Timestamp, Window};
 use serde::Deserialize;
 
 use crate::answer::error;
@@ -123,6 +123,8 @@ pub(crate) struct PolicyBody {
     effective_from: Option<String>,
     /// The IANA time zone of the HOUR, DAY and MONTH windows; none is UTC. An unknown name is a 400.
     time_zone: Option<String>,
+    /// CLOSED (503 when the ledger cannot record) or OPEN (FAIL_OPEN under the emergency rate); none is CLOSED.
+    on_failure: Option<OnFailure>,
     reason: String,
 }
 
@@ -216,6 +218,7 @@ pub(crate) async fn policies(
         version: body.version,
         effective_from,
         time_zone: body.time_zone,
+        on_failure: body.on_failure,
         actor,
         reason: body.reason,
         source: "serve /v1/admin/policies".into(),

@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use control::{PolicyChange, Recorded};
 use ledger::Ledger;
-use schemas::{Enforcement, Event, PolicyEvent, Scope, Timestamp, Window};
+use schemas::{Enforcement, Event, OnFailure, PolicyEvent, Scope, Timestamp, Window};
 
 #[derive(Debug, Subcommand)]
 pub enum PolicyCommand {
@@ -65,6 +65,11 @@ pub struct PolicyArgs {
     /// local midnight to local midnight.
     #[arg(long)]
     time_zone: Option<String>,
+    /// What the hook answers when the ledger cannot record its decisions (a full disk): CLOSED fails the request
+    /// (503); OPEN allows it under `serve --fail-open-rate`, answering FAIL_OPEN, and records it once the ledger
+    /// takes writes again. Default CLOSED.
+    #[arg(long, value_parser = parse_symbol::<OnFailure>)]
+    on_failure: Option<OnFailure>,
     /// HARD (deny), SOFT (bill the excess) or SHADOW (only report).
     #[arg(long, value_parser = parse_symbol::<Enforcement>)]
     enforcement: Enforcement,
@@ -134,7 +139,7 @@ macro_rules! symbol_of {
         }
     )+};
 }
-symbol_of!(Window, Enforcement, Scope);
+symbol_of!(Window, Enforcement, Scope, OnFailure);
 
 pub fn run(store: &super::Store, command: PolicyCommand) -> anyhow::Result<ExitCode> {
     match command {
@@ -165,6 +170,7 @@ fn set(store: &super::Store, tenant: String, args: PolicyArgs, source: &str) -> 
         version: args.version,
         effective_from: args.effective_from,
         time_zone: args.time_zone,
+        on_failure: args.on_failure,
         actor: args.actor,
         reason: args.reason,
         source: source.into(),
@@ -240,6 +246,8 @@ struct PolicyRow<'a> {
     /// The zone of its calendar windows: the policy's `time_zone`, UTC when it names none.
     time_zone: &'a str,
     enforcement: &'static str,
+    /// What the hook answers when the ledger cannot record: the policy's `on_failure`, CLOSED when it names none.
+    on_failure: &'static str,
     burst: Option<i64>,
     effective_from: String,
     recorded_at: String,
@@ -260,6 +268,7 @@ impl<'a> From<&'a PolicyEvent> for PolicyRow<'a> {
             window: p.window.symbol(),
             time_zone: p.time_zone.as_deref().unwrap_or("UTC"),
             enforcement: p.enforcement.symbol(),
+            on_failure: p.on_failure.unwrap_or(OnFailure::CLOSED).symbol(),
             burst: p.burst,
             effective_from: p.effective_from.to_string(),
             recorded_at: p.header.occurred_at.to_string(),
@@ -278,7 +287,7 @@ fn list(store: &super::Store, tenant: Option<&str>, json: bool) -> anyhow::Resul
         super::print_json(&rows)?;
         return Ok(ExitCode::SUCCESS);
     }
-    // Columns are added, never renamed (contract §7): the zone last.
+    // Columns are added, never renamed (contract §7): the newest last.
     let header = [
         "tenant",
         "metric",
@@ -290,13 +299,14 @@ fn list(store: &super::Store, tenant: Option<&str>, json: bool) -> anyhow::Resul
         "enforcement",
         "effective_from",
         "time_zone",
+        "on_failure",
     ];
     let table: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
             let text = [r.tenant, r.metric, r.policy_id].map(str::to_string);
             let more = [r.version.to_string(), r.scope.into(), r.limit.to_string(), r.window.into()];
-            let last = [r.enforcement.into(), r.effective_from.clone(), r.time_zone.into()];
+            let last = [r.enforcement.into(), r.effective_from.clone(), r.time_zone.into(), r.on_failure.into()];
             text.into_iter().chain(more).chain(last).collect()
         })
         .collect();

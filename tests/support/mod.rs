@@ -338,6 +338,7 @@ pub fn hard_daily(event_id: &str, tenant: &str, limit: i64) -> PolicyEvent {
         actor: None,
         reason: None,
         time_zone: None,
+        on_failure: None,
     }
 }
 
@@ -441,6 +442,7 @@ pub fn sample_event(event_type: EventType, event_id: &str) -> Event {
             actor: None,
             reason: None,
             time_zone: None,
+            on_failure: None,
         }),
         EventType::AdjustmentEvent => unreachable!("adjustments are not an input topic"),
     }

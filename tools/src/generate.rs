@@ -291,6 +291,7 @@ impl Generator {
             actor: None,
             reason: None,
             time_zone: None,
+            on_failure: None,
         })
     }
 

@@ -65,6 +65,7 @@ fn hard_daily_limit(limit: i64) -> Event {
         actor: None,
         reason: None,
         time_zone: None,
+        on_failure: None,
     })
 }
 

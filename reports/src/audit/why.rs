@@ -648,6 +648,7 @@ mod tests {
             actor: None,
             reason: None,
             time_zone: None,
+            on_failure: None,
         }
     }
 

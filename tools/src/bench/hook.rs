@@ -205,6 +205,7 @@ fn policy_event() -> Event {
         actor: None,
         reason: None,
         time_zone: None,
+        on_failure: None,
     })
 }
 

@@ -95,6 +95,7 @@ pub(super) fn tenant_policies(month: Period, consumption: &BTreeMap<(String, Str
             actor: None,
             reason: None,
             time_zone: None,
+            on_failure: None,
         }));
     }
     policies
