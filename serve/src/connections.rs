@@ -52,6 +52,7 @@ pub(crate) async fn serve_connections(
     listener: tokio::net::TcpListener,
     router: Router,
     accepting: Accepting,
+    signals: Signals,
     also_stop: impl Future<Output = ()>,
 ) -> Stop {
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -60,7 +61,7 @@ pub(crate) async fn serve_connections(
     let places = Arc::new(Semaphore::new(accepting.connections_max));
     let mut stop = std::pin::pin!(async {
         tokio::select! {
-            _ = shutdown() => Stop::Signal,
+            _ = signals.stop() => Stop::Signal,
             _ = also_stop => Stop::Asked,
         }
     });
@@ -203,12 +204,25 @@ async fn refuse_plain_http(mut stream: TcpStream) {
     .await;
 }
 
-/// Answers at SIGTERM or Ctrl-C.
-async fn shutdown() {
-    let mut terminate =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("a SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = terminate.recv() => {}
+/// SIGTERM and SIGINT (Ctrl-C), listened for from before serve says it listens: a supervisor's SIGTERM right after
+/// that line is a clean stop, not the default action's exit (a signal delivered before a stream exists is missed).
+pub(crate) struct Signals {
+    terminate: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Listens for both (inside the runtime).
+    pub(crate) fn listen() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals { terminate: signal(SignalKind::terminate())?, interrupt: signal(SignalKind::interrupt())? })
+    }
+
+    /// Answers at the first of them.
+    async fn stop(mut self) {
+        tokio::select! {
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
+        }
     }
 }

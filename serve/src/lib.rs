@@ -391,6 +391,7 @@ fn serve(
             tokio::net::TcpListener::bind(address).await.map_err(|source| ServeError::Listen { address, source })?;
         let at =
             Listening { address: listener.local_addr().map_err(ServeError::Announce)?, tls: accepting.tls.is_some() };
+        let signals = connections::Signals::listen().map_err(ServeError::Runtime)?;
         listening(at).map_err(ServeError::Announce)?;
         let writer_stopped = async move {
             watched.writer_stopped().await;
@@ -413,7 +414,7 @@ fn serve(
             }
         };
         let router = routes::router(Arc::clone(&app), read_timeout);
-        let stopped = connections::serve_connections(listener, router, accepting, asked).await;
+        let stopped = connections::serve_connections(listener, router, accepting, signals, asked).await;
         Ok::<_, ServeError>((stopped, app.hook.last_failure()))
     });
     let (stopped, last_failure) = served?;
