@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hook_http::{LedgerView, Reply, Sent, Server};
+use hook_http::{LedgerView, RecordedDecision, Reply, Sent, Server};
 use schemas::*;
 use support::*;
 use tmpfs::Tmpfs;
@@ -283,4 +283,115 @@ fn serve_onto_a_full_disk_answers_500_loses_no_answered_decision_and_recovers_on
         "serve onto a full disk: {decided} decided and {failed} failed (500) while filling, {failed_groups} failed groups; \
          recorded again {after} checks after the filler was removed, without a restart"
     );
+}
+
+/// A HARD monthly policy of `tokens` for `tenant` that fails open.
+fn open_policy(tenant: &str, limit: i64) -> Event {
+    let Event::Policy(policy) = policy(tenant, "tokens", limit) else { unreachable!("a policy") };
+    Event::Policy(PolicyEvent { on_failure: Some(OnFailure::OPEN), ..policy })
+}
+
+fn is_fail_open(reply: &Reply) -> bool {
+    matches!(reply, Reply::Decided { status: 200, code, .. } if code == "FAIL_OPEN")
+}
+
+/// Sends `n` checks of `tenant` one after another, keys `prefix-0` on, each also pushed to `sent`.
+fn checks(server: &Server, tenant: &str, prefix: &str, n: usize, sent: &mut Vec<Sent>) -> Vec<Reply> {
+    (0..n)
+        .map(|i| {
+            let key = format!("{prefix}-{i}");
+            let reply = server.check(tenant, 1, &key);
+            sent.push(Sent { tenant: tenant.into(), key, amount: 1, reply: reply.clone() });
+            reply
+        })
+        .collect()
+}
+
+// Issue 36 item 5 on a real full disk: while the ledger refuses writes, checks of a tenant whose policy is
+// `on_failure: OPEN` are allowed and answered FAIL_OPEN, those of a CLOSED one answer 500; once space is freed the
+// decisions made open are recorded by the running serve without a restart, and those made open before a SIGKILL by
+// the next start; every one exactly once, saying FAIL_OPEN, with its usage counted.
+#[test]
+fn open_policies_answer_fail_open_on_a_full_disk_and_every_open_decision_is_recorded_once() {
+    let Some(fs) = small_filesystem("open_policies_answer_fail_open") else { return };
+    let scratch = tempfile::tempdir().unwrap();
+    let ledger = fs.path().join("ledger.db");
+    let file = scratch.path().join("policies.avro");
+    write_container(&file, &[open_policy("org-open", 1_000_000), policy("org-closed", "tokens", 1_000_000)]);
+    on(&ledger, scratch.path(), &["ingest", "--file", file.to_str().unwrap()]).success();
+    let mut sent = Vec::new();
+    let (mut made_open, mut open_usage) = (0, 0);
+    for round in ["running", "killed"] {
+        let server = Server::start(&ledger, scratch.path(), &[], &scratch.path().join(format!("serve-{round}.err")));
+        // Before the disk fills, both are decided as always, and the spill is made beside the ledger.
+        for tenant in ["org-open", "org-closed"] {
+            let replies = checks(&server, tenant, &format!("{round}-before-{tenant}"), 3, &mut sent);
+            assert!(replies.iter().all(|r| matches!(r, Reply::Decided { status: 200, code, .. } if code == "OK")));
+        }
+        open_usage += 3;
+        assert!(fs.path().join("ledger.db.spill").exists(), "the spill is made once a policy is OPEN");
+        let filler = fs.fill_leaving("filler", 64 << 10);
+        let mut i = 0;
+        eventually(60, "the disk is full and recording fails", || {
+            i += 1;
+            let reply = checks(&server, "org-closed", &format!("{round}-filling-{i}"), 1, &mut sent).remove(0);
+            is_failed_group(&reply).then_some(())
+        });
+        // A full disk may still take a group now and then (SQLite reuses the pages a checkpoint frees): those are
+        // decided as always. Every other one fails closed, or open.
+        let closed = checks(&server, "org-closed", &format!("{round}-full-closed"), 10, &mut sent);
+        let ok = |r: &Reply| matches!(r, Reply::Decided { status: 200, code, .. } if code == "OK");
+        assert!(closed.iter().all(|r| is_failed_group(r) || ok(r)), "CLOSED answers 500 when full: {closed:?}");
+        assert!(closed.iter().filter(|r| is_failed_group(r)).count() >= 5, "{closed:?}");
+        let open = checks(&server, "org-open", &format!("{round}-full-open"), 10, &mut sent);
+        assert!(open.iter().all(|r| is_fail_open(r) || ok(r)), "OPEN answers FAIL_OPEN when full: {open:?}");
+        let opened: Vec<usize> = (0..open.len()).filter(|&i| is_fail_open(&open[i])).collect();
+        assert!(opened.len() >= 5, "{open:?}");
+        made_open += opened.len();
+        open_usage += open.len() as i64;
+        // A retry of a key made open answers the same decision.
+        let again = server.check("org-open", 1, &format!("{round}-full-open-{}", opened[0]));
+        assert!(matches!(&again, Reply::Decided { replayed: true, .. }) && is_fail_open(&again), "{again:?}");
+        assert!(server.metrics().contains(r#"quota_ledger_decisions_total{code="FAIL_OPEN""#));
+        if round == "running" {
+            std::fs::remove_file(&filler).unwrap();
+            let mut after = 0;
+            eventually(30, "serve records again once space is freed", || {
+                after += 1;
+                let reply = checks(&server, "org-closed", &format!("{round}-after-{after}"), 1, &mut sent).remove(0);
+                reply.decided().is_some().then_some(())
+            });
+            let exit = server.stop(Duration::from_secs(30));
+            let log = std::fs::read_to_string(scratch.path().join("serve-running.err")).unwrap();
+            assert!(exit.success(), "serve after a clean stop: {exit}; its log:\n{log}");
+        } else {
+            server.kill();
+            std::fs::remove_file(&filler).unwrap();
+            let server = Server::start(&ledger, scratch.path(), &[], &scratch.path().join("serve-restarted.err"));
+            // The start recorded them: a retry is answered from the ledger, as made open.
+            let again = server.check("org-open", 1, &format!("{round}-full-open-{}", opened[opened.len() - 1]));
+            assert!(matches!(&again, Reply::Decided { replayed: true, .. }) && is_fail_open(&again), "{again:?}");
+            let exit = server.stop(Duration::from_secs(30));
+            assert!(exit.success(), "serve after a clean stop: {exit}");
+        }
+        let view = LedgerView::read(&ledger);
+        view.assert_holds(&sent, is_failed_group);
+        let open_recorded: Vec<&RecordedDecision> =
+            view.decisions.values().flatten().filter(|d| d.reason == "FAIL_OPEN").collect();
+        assert_eq!(
+            open_recorded.len(),
+            made_open,
+            "every decision made open is recorded once, after the {round} round"
+        );
+        let used: i64 = view.usage.iter().filter(|(tenant, ..)| tenant == "org-open").map(|(.., q)| q).sum();
+        assert_eq!(used, open_usage, "the usage of decisions made open counts");
+    }
+    let verified = on(&ledger, scratch.path(), &["verify", "--json"]).success().json();
+    assert_eq!(verified["first_bad"], serde_json::Value::Null, "{verified}");
+    // Reconcile counts their usage like any other, and says how much was allowed open.
+    let as_of = Timestamp(Timestamp::now().micros() + 60_000_000).to_string();
+    let report = on(&ledger, scratch.path(), &["reconcile", "--as-of", &as_of, "--dry-run", "--json"]).success().json();
+    let expected =
+        serde_json::json!([{"tenant": "org-open", "metric": "tokens", "decisions": made_open, "amount": made_open}]);
+    assert_eq!(report["read"]["allowed_open"], expected, "{report}");
 }

@@ -402,7 +402,9 @@ fn replay_after_restart(ledger: &Path, scratch: &Path, sent: &mut [Sent], view: 
         let s = &sent[i];
         let (status, decision_id) = s.reply.decided().expect("answered");
         let again = server.check(&s.tenant, s.amount, &s.key);
-        let expected = Reply::Decided { status, decision_id: decision_id.to_string(), replayed: true };
+        let Reply::Decided { code, .. } = &s.reply else { unreachable!("answered") };
+        let expected =
+            Reply::Decided { status, decision_id: decision_id.to_string(), replayed: true, code: code.clone() };
         assert_eq!(again, expected, "{}/{} asked again after the cut and a restart", s.tenant, s.key);
     }
     for i in pick(&unanswered, 3, random) {

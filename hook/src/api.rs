@@ -171,12 +171,16 @@ pub enum Code {
     CONCURRENCY_LIMITED,
     /// Out of allowance until `resetsAt`.
     QUOTA_EXCEEDED,
+    /// Allowed although the ledger could not record it: every policy that applied is `on_failure: OPEN`. The decision
+    /// is kept in the hook's spill and recorded once the ledger takes writes again.
+    FAIL_OPEN,
 }
 
 impl Code {
     /// The code of a decision's outcome and reason.
     pub fn of(outcome: Outcome, reason: Reason) -> Code {
         match (outcome, reason) {
+            (Outcome::ALLOWED, Reason::FAIL_OPEN) => Code::FAIL_OPEN,
             (Outcome::ALLOWED, _) => Code::OK,
             (_, Reason::RATE_LIMITED) => Code::RATE_LIMITED,
             (_, Reason::CONCURRENCY_LIMITED) => Code::CONCURRENCY_LIMITED,

@@ -94,4 +94,8 @@ pub enum StartError {
         /// The partition count P.
         partitions: u32,
     },
+    /// The spill of decisions made open could not be read, or the ledger did not take the decisions it holds (a start
+    /// appends them before anything else is decided).
+    #[error("cannot record the decisions made open that wait in the spill: {0}")]
+    Spill(String),
 }

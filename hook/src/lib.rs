@@ -42,6 +42,7 @@ mod queue;
 pub mod quotas;
 pub mod replicate;
 pub mod shards;
+pub mod spill;
 pub mod stages;
 pub mod state;
 mod sync;
@@ -107,11 +108,18 @@ pub struct HookSettings {
     pub counters_per_tenant_max: usize,
     /// Told how long each stage of a decision took (queue wait, replicate, group commit, sync), for `/metrics`.
     pub stages: Option<StageTimer>,
+    /// The emergency rate: checks per second, at most, this hook allows FAIL_OPEN (every policy that applies is
+    /// `on_failure: OPEN`) while the ledger refuses its groups; beyond it they fail as CLOSED ones do. 0: none.
+    pub fail_open_per_second: u32,
+    /// The size of the spill (`LEDGER.spill`) that keeps the decisions made open until the ledger takes them,
+    /// written whole once a policy is OPEN so that a full disk cannot refuse it.
+    pub spill_bytes: u64,
 }
 
 /// Defaults: 512 requests per group (about 1,000 events, the ledger's best batch size measured in
 /// `bench append`), no added wait, 8,192 queued (16 groups), fsync on every commit, 200 us of polling (longer
-/// than a group of one takes at durability normal).
+/// than a group of one takes at durability normal), 100 checks a second made open at most, kept in a spill of
+/// 16 MiB (about 25,000 of them: four minutes of the emergency rate).
 impl Default for HookSettings {
     fn default() -> HookSettings {
         HookSettings {
@@ -123,6 +131,8 @@ impl Default for HookSettings {
             clock: Timestamp::now,
             counters_per_tenant_max: COUNTERS_PER_TENANT_MAX,
             stages: None,
+            fail_open_per_second: 100,
+            spill_bytes: 16 << 20,
         }
     }
 }

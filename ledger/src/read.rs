@@ -345,6 +345,21 @@ fn event_ids<S: std::hash::BuildHasher>(
         .collect()
 }
 
+const ALLOWED_OPEN: &str = include_str!("../queries/allowed_open.sql");
+
+/// What a hook allowed of one tenant's metric while its ledger refused writes (decisions of reason FAIL_OPEN).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct AllowedOpen {
+    /// The tenant the decisions were for.
+    pub tenant: String,
+    /// Their metric.
+    pub metric: String,
+    /// Decisions made open.
+    pub decisions: u64,
+    /// The amount they allowed.
+    pub amount: i64,
+}
+
 /// Reads of the recorded events, typed.
 impl Ledger {
     /// Holds one state of the ledger for the reads made until the snapshot is dropped or finished.
@@ -403,6 +418,20 @@ impl Ledger {
     /// Calls `each` with every counted UsageEvent, in ledger order; answers how many there were.
     pub fn for_each_usage(&self, each: impl FnMut(UsageRow<'_>)) -> Result<u64, ReadError> {
         Ok(for_each_usage(&self.conn, each)?)
+    }
+
+    /// The decisions a hook made open (reason FAIL_OPEN) that happened before `as_of`, per tenant and metric.
+    pub fn allowed_open(&self, as_of: Timestamp) -> Result<Vec<AllowedOpen>, ReadError> {
+        let mut statement = self.conn.prepare_cached(ALLOWED_OPEN)?;
+        let rows = statement.query_map(rusqlite::named_params! {":as_of": as_of.micros()}, |r| {
+            Ok(AllowedOpen {
+                tenant: r.get(0)?,
+                metric: r.get(1)?,
+                decisions: r.get::<_, i64>(2)? as u64,
+                amount: r.get(3)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
     /// The event_ids of these entries, in the order of `seqs`; those in `known` are not read again.

@@ -5,9 +5,11 @@
 
 use std::collections::HashMap;
 
-use ledger::{AdjustmentSummary, ConflictingCopy, Ledger, PeriodClose, ReadError, SequencedReservation, UsageRow};
+use ledger::{
+    AdjustmentSummary, AllowedOpen, ConflictingCopy, Ledger, PeriodClose, ReadError, SequencedReservation, UsageRow,
+};
 use rustc_hash::FxHashMap;
-use schemas::{GrantEvent, PolicyEvent};
+use schemas::{GrantEvent, PolicyEvent, Timestamp};
 
 /// Everything [`crate::plan_from()`] reads, in the order and grouping the rules need.
 pub trait PlanInputs {
@@ -41,6 +43,10 @@ pub trait PlanInputs {
     /// The event_ids of the entries `seqs`, in their order; those in `known` (the COMMITs a run holds) are not
     /// read again.
     fn event_ids(&self, seqs: &[u64], known: &FxHashMap<u64, &str>) -> Result<Vec<String>, ReadError>;
+
+    /// The decisions a hook made open (reason FAIL_OPEN: allowed while its ledger refused writes) that happened
+    /// before `as_of`, per tenant and metric.
+    fn allowed_open(&self, as_of: Timestamp) -> Result<Vec<AllowedOpen>, ReadError>;
 }
 
 /// The ledger's typed reads; [`crate::plan()`] holds one read snapshot across them.
@@ -79,5 +85,9 @@ impl PlanInputs for Ledger {
 
     fn event_ids(&self, seqs: &[u64], known: &FxHashMap<u64, &str>) -> Result<Vec<String>, ReadError> {
         Ledger::event_ids(self, seqs, known)
+    }
+
+    fn allowed_open(&self, as_of: Timestamp) -> Result<Vec<AllowedOpen>, ReadError> {
+        Ledger::allowed_open(self, as_of)
     }
 }

@@ -54,6 +54,9 @@ pub struct PlanCounts {
     /// Leases that expired unreleased by `as_of`, per tenant (issue 36 item 1): workers that died or hung holding a
     /// slot. Each is also a RESERVATION_EXPIRED adjustment of amount 1.
     pub leases_expired: std::collections::BTreeMap<String, u64>,
+    /// What hooks allowed while their ledger refused writes (decisions of reason FAIL_OPEN, issue 36 item 5), before
+    /// `as_of`, per tenant and metric: its consumption counts like any other, this says how much of it there was.
+    pub allowed_open: Vec<ledger::AllowedOpen>,
     /// COMMITs counted as consumption.
     pub valid_commits: u64,
     /// Windows of HARD and SHADOW policies, ended by `as_of`, with consumption.
@@ -217,7 +220,7 @@ pub fn plan_from(
         late: FxHashMap::default(),
         truths: Vec::new(),
         judged: HashSet::new(),
-        counts: PlanCounts { adjustments_before, ..PlanCounts::default() },
+        counts: PlanCounts { adjustments_before, allowed_open: inputs.allowed_open(as_of)?, ..PlanCounts::default() },
     };
     let mut step = |run: &mut Run<'_>, name: &'static str| {
         run.counts.step_ms.push((name, clock.elapsed().as_millis() as u64));

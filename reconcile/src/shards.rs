@@ -27,6 +27,9 @@ pub fn union(as_of: Timestamp, watermark: u64, plans: Vec<Plan>) -> Plan {
         for (tenant, n) in &add.leases_expired {
             *sum.leases_expired.entry(tenant.clone()).or_default() += n;
         }
+        // A tenant lives in one shard: the shards' rows never overlap.
+        sum.allowed_open.extend(add.allowed_open.iter().cloned());
+        sum.allowed_open.sort_by(|a, b| (&a.tenant, &a.metric).cmp(&(&b.tenant, &b.metric)));
         sum.valid_commits += add.valid_commits;
         sum.windows_judged += add.windows_judged;
         sum.conflicting_copies += add.conflicting_copies;

@@ -316,8 +316,9 @@ impl Reason {
                  so it was allowed."
             }
             Reason::FAIL_OPEN => {
-                "The enforcement point could not decide (its quota state was out of reach) and let the request \
-                 through rather than fail it."
+                "Let through unchecked by the record: the enforcement point could not record its decision (its \
+                 ledger refused writes, or its quota state was out of reach), and the policies that applied are set \
+                 to fail open, so it allowed the request rather than fail it. The usage counts all the same."
             }
         }
     }

@@ -268,6 +268,7 @@ pub(crate) fn write_report(
         print_largest(out, &plan.adjustments)?;
     }
     print_leases_expired(out, &c.leases_expired)?;
+    print_allowed_open(out, &c.allowed_open)?;
     print_after_close(out, &plan.after_close)?;
     match outbox {
         Some(report) if report.pending > 0 => writeln!(
@@ -308,6 +309,21 @@ fn print_leases_expired(out: &mut dyn Write, leases: &BTreeMap<String, u64>) -> 
     writeln!(out)?;
     writeln!(out, "leases expired unreleased (workers that never released their slot):")?;
     super::write_table(out, &["tenant", "leases"], &rows)
+}
+
+/// What hooks allowed FAIL_OPEN while their ledger refused writes, per tenant and metric: counted like any other
+/// consumption, shown so that finance and the operator see how much passed unchecked by the ledger.
+fn print_allowed_open(out: &mut dyn Write, open: &[ledger::AllowedOpen]) -> anyhow::Result<()> {
+    if open.is_empty() {
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = open
+        .iter()
+        .map(|o| vec![o.tenant.clone(), o.metric.clone(), o.decisions.to_string(), o.amount.to_string()])
+        .collect();
+    writeln!(out)?;
+    writeln!(out, "allowed open (FAIL_OPEN: policies set to fail open, while the ledger refused writes):")?;
+    super::write_table(out, &["tenant", "metric", "decisions", "amount"], &rows)
 }
 
 /// One row per tenant, most adjustments first: how many of each kind.

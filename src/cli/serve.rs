@@ -66,6 +66,14 @@ pub struct ServeArgs {
     /// another is refused (400) until old ones age out (a day after the month they were last used in).
     #[arg(long, default_value_t = hook::COUNTERS_PER_TENANT_MAX)]
     counters_per_tenant_max: usize,
+    /// Checks per second, at most, allowed FAIL_OPEN while the ledger refuses writes (a full disk), for policies
+    /// set `--on-failure OPEN`; beyond it they answer 500 as CLOSED ones do. 0: none.
+    #[arg(long, default_value_t = HookSettings::default().fail_open_per_second)]
+    fail_open_rate: u32,
+    /// Bytes of the spill beside the ledger (`LEDGER.spill`) that keeps decisions made open until the ledger takes
+    /// them; written whole once a policy is OPEN, so that a full disk cannot refuse it.
+    #[arg(long, default_value_t = HookSettings::default().spill_bytes)]
+    spill_bytes: u64,
     /// With --data: the input topics' partition count P; the shards missing (shard-0000.db to shard-P-1) are
     /// created. Without it, the directory's shards must all be there already.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
@@ -82,6 +90,8 @@ pub fn run(store: &super::Store, args: ServeArgs) -> anyhow::Result<ExitCode> {
         group_wait_us: args.group_wait_us,
         durability: if args.durability == "normal" { Durability::Normal } else { Durability::Full },
         counters_per_tenant_max: args.counters_per_tenant_max,
+        fail_open_per_second: args.fail_open_rate,
+        spill_bytes: args.spill_bytes,
         ..HookSettings::default()
     };
     if let Some(brokers) = &args.brokers {

@@ -161,6 +161,7 @@ fn check(agent: &ureq::Agent, base: &str, tenant: &str, amount: i64, key: &str) 
             status,
             decision_id: body["decisionId"].as_str().unwrap_or_else(|| panic!("no decisionId: {body}")).to_string(),
             replayed: body["replayed"].as_bool().unwrap_or_else(|| panic!("no replayed: {body}")),
+            code: body["code"].as_str().unwrap_or_else(|| panic!("no code: {body}")).to_string(),
         },
         _ => Reply::Refused {
             status,
@@ -174,7 +175,7 @@ fn check(agent: &ureq::Agent, base: &str, tenant: &str, amount: i64, key: &str) 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reply {
     /// 200 (allowed) or 429 (denied): a decision the hook stands by.
-    Decided { status: u16, decision_id: String, replayed: bool },
+    Decided { status: u16, decision_id: String, replayed: bool, code: String },
     /// Any other status, with the error body.
     Refused { status: u16, error: String, message: String },
     /// No HTTP answer: the connection failed (the server was killed).
@@ -204,6 +205,7 @@ pub struct Sent {
 pub struct RecordedDecision {
     pub decision_id: String,
     pub outcome: String,
+    pub reason: String,
     pub amount: i64,
 }
 
@@ -224,7 +226,7 @@ impl LedgerView {
         let mut decisions: HashMap<(String, String), Vec<RecordedDecision>> = HashMap::new();
         let mut query = conn
             .prepare(
-                "SELECT e.tenant, d.idempotency_key, e.event_id, d.outcome, d.amount FROM decision_events d \
+                "SELECT e.tenant, d.idempotency_key, e.event_id, d.outcome, d.reason, d.amount FROM decision_events d \
                  JOIN entries e ON e.seq = d.seq WHERE e.status = 'recorded'",
             )
             .expect("the decisions query");
@@ -232,7 +234,12 @@ impl LedgerView {
             .query_map([], |r| {
                 Ok((
                     (r.get(0)?, r.get(1)?),
-                    RecordedDecision { decision_id: r.get(2)?, outcome: r.get(3)?, amount: r.get(4)? },
+                    RecordedDecision {
+                        decision_id: r.get(2)?,
+                        outcome: r.get(3)?,
+                        reason: r.get(4)?,
+                        amount: r.get(5)?,
+                    },
                 ))
             })
             .expect("the decisions are read");

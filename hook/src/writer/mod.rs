@@ -4,7 +4,10 @@
 //! transaction (group commit: one fsync for many decisions), then answers; at durability full the answers leave
 //! from the [`crate::sync`] stage once the log is on the disk, while this thread decides the next group. A failed
 //! transaction answers every request of the group with an error and takes the group's decisions back out of the
-//! state, the throttle buckets and the recent decisions: nothing of a group the ledger did not record counts.
+//! state, the throttle buckets and the recent decisions: nothing of a group the ledger did not record counts. Only
+//! checks whose every policy is `on_failure: OPEN` are answered otherwise, under the emergency rate: allowed,
+//! FAIL_OPEN, their events kept in the [`Spill`] (synced before the answer leaves) and appended before the next group
+//! the ledger takes.
 //!
 //! This module is the group commit (taking a group, recording it, answering, catching up with other writers);
 //! `request` holds the rules each request is decided by, `reads` what the writer reads from the ledger, and
@@ -14,20 +17,21 @@ mod reads;
 mod recent;
 mod request;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
 use ledger::{AppendOutcome, AppendReport, Batch, Durability, Incoming, Ledger, Origin, ReadError};
-use schemas::{Event, Timestamp};
+use schemas::{DecisionEvent, Event, OnFailure, Reason, Timestamp};
 
 use crate::answer::Answer;
 use crate::buckets::{Buckets, Taken};
 use crate::error::{HookError, StartError};
 use crate::health::Health;
 use crate::queue::{Queued, Work};
+use crate::spill::Spill;
 use crate::stages::{self, Stage};
 use crate::state::{self, State};
 use crate::sync::Syncer;
@@ -75,6 +79,15 @@ pub struct Writer {
     fenced: Option<String>,
     /// The partition of the ledger's shard (`None`: a ledger of every partition), which its reservation ids name.
     partition: Option<u32>,
+    /// Where decisions made open wait for the ledger: opened at start when the file exists, else once a policy is
+    /// OPEN.
+    spill: Option<Spill>,
+    /// When the writer, with no spill, last looked for an OPEN policy.
+    looked_for_open: Option<Instant>,
+    /// The emergency rate's tokens, and when they were last counted.
+    emergency: (f64, Instant),
+    /// The decision ids of the group's allowed checks whose every policy is OPEN.
+    group_open: HashSet<String>,
 }
 
 impl Writer {
@@ -88,6 +101,12 @@ impl Writer {
     ) -> Result<Writer, StartError> {
         ledger.keep_key_filter()?;
         let partition = ledger.shard()?.map(|shard| shard.partition);
+        // What an earlier run made open goes into the ledger before the state is read from it.
+        let spill_path = Spill::path_of(ledger.path());
+        let spill = match spill_path.exists() {
+            true => Some(take_spilled(&mut ledger, &spill_path, settings.spill_bytes, replicate.is_none())?),
+            false => None,
+        };
         let state = load(&ledger, (settings.clock)())?;
         let checkpointer = ledger.checkpoint_in_background()?;
         // The connection's durability is set here only: at full its commits write the log and the syncer syncs it.
@@ -100,6 +119,7 @@ impl Writer {
                 None
             }
         };
+        let emergency = (f64::from(settings.fail_open_per_second), Instant::now());
         Ok(Writer {
             syncer,
             ledger,
@@ -116,6 +136,10 @@ impl Writer {
             replicate,
             fenced: None,
             partition,
+            spill,
+            looked_for_open: None,
+            emergency,
+            group_open: HashSet::new(),
         })
     }
 
@@ -182,6 +206,9 @@ impl Writer {
         }
         self.taken.clear();
         self.group_closes.clear();
+        self.group_open.clear();
+        self.open_spill_if_needed();
+        self.drain_spill(now);
         self.state.expire(now);
         self.state.prune(now);
         let (events, mut answers) = self.decide_group(group, now);
@@ -294,7 +321,7 @@ impl Writer {
                 }
             };
             self.health.failed(&message, answers.len(), now);
-            let taken_back = self.take_back(&batch.events, now);
+            let taken_back = self.take_back(&batch.events, now, &HashSet::new());
             return answers.into_iter().map(|a| a.failed_with(|| error(message.clone()), &taken_back)).collect();
         }
         match self.append(&batch) {
@@ -315,8 +342,19 @@ impl Writer {
             Err(error) => {
                 let message = failure(&error, "recording", answers.len());
                 self.health.failed(&message, answers.len(), now);
-                let taken_back = self.take_back(&batch.events, now);
-                answers.into_iter().map(|a| a.failed(&message, &taken_back)).collect()
+                let open = self.fail_open(&batch.events, &answers);
+                let taken_back = self.take_back(&batch.events, now, &open);
+                answers
+                    .into_iter()
+                    .map(|answer| match answer {
+                        Answer::Decision(reply, Ok(decision)) if open.contains(decision.decision_id.as_str()) => {
+                            let decision = made_open(decision);
+                            self.recent.insert(decision.clone());
+                            Answer::Decision(reply, Ok(decision))
+                        }
+                        other => other.failed(&message, &taken_back),
+                    })
+                    .collect()
             }
         }
     }
@@ -412,9 +450,13 @@ impl Writer {
     /// recorded, so none of it counts, and a retry of its idempotency keys decides afresh. Rebuilding the whole
     /// state from the ledger instead takes about 27 s on a ledger of 10 million events, and would be done for
     /// every group as long as the failure lasts (a full disk). Answers the ids of the decisions and closes taken back.
-    fn take_back<'e>(&mut self, events: &'e [Incoming], now: Timestamp) -> HashSet<&'e str> {
+    /// The events of the decisions made `open` stand: they are in the spill.
+    fn take_back<'e>(&mut self, events: &'e [Incoming], now: Timestamp, open: &HashSet<&str>) -> HashSet<&'e str> {
         let mut decisions = HashSet::new();
         for (n, incoming) in events.iter().enumerate().rev() {
+            if open.contains(incoming.event.event_id()) {
+                continue;
+            }
             match &incoming.event {
                 Event::Decision(d) => {
                     self.recent.forget(&d.header.event_id);
@@ -430,6 +472,116 @@ impl Writer {
         }
         self.buckets.put_back(std::mem::take(&mut self.taken));
         decisions
+    }
+
+    /// The checks of a group the ledger refused that are answered FAIL_OPEN: those whose every policy is OPEN, while
+    /// the emergency rate allows, once their events (the DecisionEvent saying FAIL_OPEN, and the usage) are synced
+    /// in the spill. Answers the event ids spilled, a check's decision id among them. None at durability replicated:
+    /// its events are on their topics already, and the shard takes them from there.
+    fn fail_open<'e>(&mut self, events: &'e [Incoming], answers: &[Answer]) -> HashSet<&'e str> {
+        let mut open = HashSet::new();
+        if self.group_open.is_empty() || self.replicate.is_some() {
+            return open;
+        }
+        let Some(spill) = self.spill.as_mut() else {
+            tracing::error!("hook: checks whose policies fail open fail closed: there is no spill to keep them in");
+            return open;
+        };
+        let by_id: HashMap<&str, &Event> = events.iter().map(|i| (i.event.event_id(), &i.event)).collect();
+        let mut spilled = Vec::new();
+        for answer in answers {
+            let Answer::Decision(_, Ok(decision)) = answer else { continue };
+            if decision.replayed || !self.group_open.contains(&decision.decision_id) {
+                continue;
+            }
+            if !take_emergency_token(&mut self.emergency, self.settings.fail_open_per_second) {
+                break;
+            }
+            let hash = decision.decision_id.strip_prefix(crate::ids::DECISION_PREFIX).unwrap_or_default();
+            let usage_id = crate::ids::usage_id(hash);
+            let (Some((&decision_id, Event::Decision(d))), Some((&usage_id, usage))) =
+                (by_id.get_key_value(decision.decision_id.as_str()), by_id.get_key_value(usage_id.as_str()))
+            else {
+                continue;
+            };
+            spilled.push(Event::Decision(DecisionEvent { reason: Reason::FAIL_OPEN, ..d.clone() }));
+            spilled.push((*usage).clone());
+            open.extend([decision_id, usage_id]);
+        }
+        if open.is_empty() {
+            return open;
+        }
+        match spill.push(&spilled) {
+            Ok(()) => {
+                tracing::warn!(
+                    "hook: {} checks allowed FAIL_OPEN while the ledger refuses writes; {} bytes of the spill hold \
+                     decisions made open",
+                    open.len() / 2,
+                    spill.used()
+                );
+                open
+            }
+            Err(error) => {
+                tracing::error!("hook: checks whose policies fail open fail closed: {error}");
+                HashSet::new()
+            }
+        }
+    }
+
+    /// Opens the spill once a policy is OPEN (looking once a second while none is), so that its space is taken before
+    /// a disk fills.
+    fn open_spill_if_needed(&mut self) {
+        if self.spill.is_some() || self.settings.fail_open_per_second == 0 {
+            return;
+        }
+        if self.looked_for_open.is_some_and(|at| at.elapsed() < Duration::from_secs(1)) {
+            return;
+        }
+        self.looked_for_open = Some(Instant::now());
+        if !self.state.policies.policies().iter().any(|p| p.on_failure == Some(OnFailure::OPEN)) {
+            return;
+        }
+        let path = Spill::path_of(self.ledger.path());
+        match Spill::open(&path, self.settings.spill_bytes) {
+            Ok(spill) => self.spill = Some(spill),
+            Err(error) => tracing::error!("hook: a policy fails open, but its spill cannot be made: {error}"),
+        }
+    }
+
+    /// Appends the decisions made open to the ledger, once it takes writes again, then empties the spill (after the
+    /// ledger's log is synced: never both places without them).
+    fn drain_spill(&mut self, now: Timestamp) {
+        let Some(spill) = self.spill.as_ref().filter(|s| !s.pending().is_empty()) else { return };
+        let batch = spilled_batch(spill.pending(), self.replicate.is_none());
+        let report = match self.append(&batch) {
+            Ok(report) => report,
+            Err(error) => {
+                let message = failure(&error, "recording the decisions made open for", batch.events.len() / 2);
+                tracing::warn!("hook: the spill still waits: {message}");
+                return;
+            }
+        };
+        let spill = self.spill.as_mut().expect("a spill with pending events");
+        match self.ledger.sync_log() {
+            Ok(()) => {
+                tracing::info!("hook: {} events made open are recorded; the spill is empty", batch.events.len());
+                if let Err(error) = spill.clear() {
+                    tracing::error!(
+                        "hook: the spill's events are recorded, but it was not emptied ({error}): the next start appends them again, and the ledger keeps each once"
+                    );
+                }
+            }
+            Err(error) => tracing::error!(
+                "hook: the spill's events are recorded but the ledger's log was not synced ({error}); the spill keeps them for the next start"
+            ),
+        }
+        if let Err(error) = self.follow(&batch.events, &report, now) {
+            tracing::error!(
+                "hook: folding after the spill was recorded failed ({}): rebuilding the state",
+                ledger::causes(&error)
+            );
+            self.rebuild = true;
+        }
     }
 
     /// Folds what other writers appended since the last look, if anything.
@@ -496,4 +648,55 @@ mod tests {
         let other = ledger::AppendError::from(rusqlite::Error::InvalidQuery);
         assert!(!failure(&other, "recording", 1).contains("write lock"));
     }
+}
+
+/// A batch of the events of the spill, as the writer records its own.
+fn spilled_batch(events: &[Event], outbox: bool) -> Batch {
+    let incoming = events
+        .iter()
+        .map(|event| Incoming { event: event.clone(), origin: Origin::Local { name: SOURCE.to_string() }, raw: None })
+        .collect();
+    Batch { events: incoming, outbox, ..Batch::default() }
+}
+
+/// Opens the spill at `path` and appends what it holds to `ledger` (synced), emptying it: a start records what the
+/// last run made open before anything else.
+fn take_spilled(ledger: &mut Ledger, path: &std::path::Path, bytes: u64, outbox: bool) -> Result<Spill, StartError> {
+    let spill_error = |e: crate::spill::SpillError| StartError::Spill(e.to_string());
+    let mut spill = Spill::open(path, bytes).map_err(spill_error)?;
+    if spill.pending().is_empty() {
+        return Ok(spill);
+    }
+    let pending = spill.pending().len();
+    let batch = spilled_batch(spill.pending(), outbox);
+    ledger.append(&batch).map_err(|e| {
+        StartError::Spill(format!(
+            "{pending} events in {}; the ledger refused them: {}",
+            path.display(),
+            ledger::causes(&e)
+        ))
+    })?;
+    ledger.sync_log().map_err(|e| StartError::Spill(format!("syncing the ledger's log after taking them: {e}")))?;
+    spill.clear().map_err(spill_error)?;
+    tracing::info!("hook: {pending} events of decisions made open, kept in {}, are recorded", path.display());
+    Ok(spill)
+}
+
+/// Takes one token of the emergency rate (`per_second`, a second's worth at most), if one is there.
+fn take_emergency_token(bucket: &mut (f64, Instant), per_second: u32) -> bool {
+    let rate = f64::from(per_second);
+    let now = Instant::now();
+    bucket.0 = (bucket.0 + now.duration_since(bucket.1).as_secs_f64() * rate).min(rate);
+    bucket.1 = now;
+    if bucket.0 >= 1.0 {
+        bucket.0 -= 1.0;
+        true
+    } else {
+        false
+    }
+}
+
+/// A check allowed although the ledger refused its group.
+fn made_open(decision: crate::api::Decision) -> crate::api::Decision {
+    crate::api::Decision { reason: Reason::FAIL_OPEN, code: crate::api::Code::FAIL_OPEN, ..decision }
 }

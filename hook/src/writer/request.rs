@@ -138,7 +138,10 @@ impl Writer {
         let request_id = request.request_id.clone().unwrap_or_else(|| request.idempotency_key.clone());
         let asked =
             Asked { hash: &hash, request_id: &request_id, idempotency_key: &request.idempotency_key, token_name };
-        let (decision, header) = self.decide(&ask, &asked, now, events);
+        let (decision, header, fails_open) = self.decide(&ask, &asked, now, events);
+        if decision.allowed() && fails_open {
+            self.group_open.insert(decision.decision_id.clone());
+        }
         if decision.allowed() {
             let usage = UsageEvent {
                 header: Header { event_id: ids::usage_id(&hash), ..header.clone() },
@@ -173,7 +176,7 @@ impl Writer {
         let request_id = request.request_id.clone().unwrap_or_else(|| reservation_id.clone());
         let asked =
             Asked { hash: &hash, request_id: &request_id, idempotency_key: &request.idempotency_key, token_name };
-        let (mut decision, header) = self.decide(&ask, &asked, now, events);
+        let (mut decision, header, _) = self.decide(&ask, &asked, now, events);
         if decision.allowed() {
             let expires_at = Timestamp(now.micros() + request.ttl_ms * 1_000);
             let reserve = ReservationEvent {
@@ -235,21 +238,25 @@ impl Writer {
         Ok(decision)
     }
 
-    /// Evaluates, decides, takes throttle tokens when allowed, and pushes the DecisionEvent.
+    /// Evaluates, decides, takes throttle tokens when allowed, and pushes the DecisionEvent; says too whether the ask
+    /// fails open (policies apply, and every one is `on_failure: OPEN`).
     fn decide(
         &mut self,
         ask: &Ask<'_>,
         asked: &Asked<'_>,
         now: Timestamp,
         events: &mut Vec<Event>,
-    ) -> (Decision, Header) {
+    ) -> (Decision, Header, bool) {
         let evaluated = decide::evaluate(&self.state, &self.buckets, ask, now);
+        let fails_open =
+            !evaluated.is_empty() && evaluated.iter().all(|e| e.policy.on_failure == Some(OnFailure::OPEN));
         let throttles: Vec<Evaluated> = evaluated.iter().filter(|e| e.is_throttle()).cloned().collect();
         let verdict = decide::decide(evaluated);
         if verdict.outcome == Outcome::ALLOWED {
             self.take_throttles(ask, &throttles, now);
         }
-        record_decision(&verdict, ask, asked, now, events)
+        let (decision, header) = record_decision(&verdict, ask, asked, now, events);
+        (decision, header, fails_open)
     }
 
     /// Takes an allowed ask's tokens from its throttles' buckets. Only from buckets that had the tokens: a SHADOW (or

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use ledger::{AdjustmentSummary, ConflictingCopy, PeriodClose, ReadError, SequencedReservation, UsageRow};
+use ledger::{AdjustmentSummary, AllowedOpen, ConflictingCopy, PeriodClose, ReadError, SequencedReservation, UsageRow};
 use rules::reservation::same_reservation;
 use rustc_hash::FxHashMap;
 use schemas::*;
@@ -200,6 +200,23 @@ impl PlanInputs for Memory {
                 Some(id) => id.to_string(),
                 None => self.entries[*seq as usize - 1].1.header().event_id.clone(),
             })
+            .collect())
+    }
+
+    fn allowed_open(&self, as_of: Timestamp) -> Result<Vec<AllowedOpen>, ReadError> {
+        let mut open: BTreeMap<(String, String), (u64, i64)> = BTreeMap::new();
+        for (_, event) in self.recorded() {
+            if let Event::Decision(d) = event
+                && d.reason == Reason::FAIL_OPEN
+                && d.header.occurred_at < as_of
+            {
+                let sum = open.entry((d.header.tenant.clone(), d.header.metric.clone())).or_default();
+                *sum = (sum.0 + 1, sum.1 + d.amount);
+            }
+        }
+        Ok(open
+            .into_iter()
+            .map(|((tenant, metric), (decisions, amount))| AllowedOpen { tenant, metric, decisions, amount })
             .collect())
     }
 }
