@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 /// Bytes before each record's payload: its length and its digest.
 const RECORD_HEADER_BYTES: usize = 4 + 8;
 /// Written at start in pieces of this size.
-const ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
+static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
 
 /// Why the spill cannot take a record, or cannot be opened.
 #[derive(Debug, thiserror::Error)]

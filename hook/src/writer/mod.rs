@@ -632,24 +632,6 @@ fn failure(error: &(dyn std::error::Error + 'static), doing: &str, requests: usi
     message
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    // Proves a refused group is told every cause, and when another process held the write lock, so.
-    #[test]
-    fn a_refused_group_is_told_every_cause() {
-        let code = rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY);
-        let busy = rusqlite::Error::SqliteFailure(code, Some("database is locked".into()));
-        let error = ledger::AppendError::from(busy);
-        let message = failure(&error, "recording", 3);
-        assert!(message.starts_with("ledger write failed, nothing appended: database is locked"), "{message}");
-        assert!(message.ends_with("3 busy timeouts of 10 s: a long export, reconcile or ingest)"), "{message}");
-        let other = ledger::AppendError::from(rusqlite::Error::InvalidQuery);
-        assert!(!failure(&other, "recording", 1).contains("write lock"));
-    }
-}
-
 /// A batch of the events of the spill, as the writer records its own.
 fn spilled_batch(events: &[Event], outbox: bool) -> Batch {
     let incoming = events
@@ -699,4 +681,22 @@ fn take_emergency_token(bucket: &mut (f64, Instant), per_second: u32) -> bool {
 /// A check allowed although the ledger refused its group.
 fn made_open(decision: crate::api::Decision) -> crate::api::Decision {
     crate::api::Decision { reason: Reason::FAIL_OPEN, code: crate::api::Code::FAIL_OPEN, ..decision }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Proves a refused group is told every cause, and when another process held the write lock, so.
+    #[test]
+    fn a_refused_group_is_told_every_cause() {
+        let code = rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY);
+        let busy = rusqlite::Error::SqliteFailure(code, Some("database is locked".into()));
+        let error = ledger::AppendError::from(busy);
+        let message = failure(&error, "recording", 3);
+        assert!(message.starts_with("ledger write failed, nothing appended: database is locked"), "{message}");
+        assert!(message.ends_with("3 busy timeouts of 10 s: a long export, reconcile or ingest)"), "{message}");
+        let other = ledger::AppendError::from(rusqlite::Error::InvalidQuery);
+        assert!(!failure(&other, "recording", 1).contains("write lock"));
+    }
 }
