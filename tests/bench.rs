@@ -81,6 +81,7 @@ fn bench_hook_measures_every_peer_beside_redis() {
         "hook in-process (Normal)",
         "hook in-process (Full, 2 metrics)",
         "hook in-process (Normal, 2 metrics)",
+        "hook in-process (Normal, leases)",
         "hook in-process (Normal, 10000 holds)",
         "hook over HTTP (full)",
         "hook over HTTP (normal)",
