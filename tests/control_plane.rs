@@ -31,7 +31,7 @@ fn policies_plans_and_grants_are_recorded_with_who_and_why() {
     let ledger = TestLedger::new();
     let first = policy_set(&ledger, "org-1", "100", &["--json"]).success().json();
     assert_eq!((first["policy_id"].as_str(), first["version"].as_i64()), (Some("org-1:tokens:tenant:day"), Some(1)));
-    let second = policy_set(&ledger, "org-1", "200", &[]).success().stdout_text();
+    let second = policy_set(&ledger, "org-1", "200", &["--on-failure", "OPEN"]).success().stdout_text();
     assert!(second.starts_with("policy org-1:tokens:tenant:day version 2 of org-1: 200 tokens per DAY"), "{second}");
     ledger
         .run(
@@ -61,6 +61,9 @@ fn policies_plans_and_grants_are_recorded_with_who_and_why() {
         })
         .collect();
     assert_eq!(in_force, [("*", "*:tokens:tenant:month", 1, 50), ("org-1", "org-1:tokens:tenant:day", 2, 200)]);
+    // A version set to fail open says so; one that says nothing fails closed.
+    let modes: Vec<&str> = listed.as_array().unwrap().iter().map(|p| p["on_failure"].as_str().unwrap()).collect();
+    assert_eq!(modes, ["CLOSED", "OPEN"], "{listed}");
     let of_other = ledger.run(&["policy", "list", "--tenant", "org-2", "--json"]).success().json();
     assert_eq!(of_other.as_array().map(Vec::len), Some(1), "only the plan default applies to org-2: {of_other}");
 
