@@ -474,13 +474,9 @@ async fn commit(
     headers: HeaderMap,
     body: Result<Json<CommitBody>, JsonRejection>,
 ) -> Response {
-    let scope = match app.tokens.caller(&headers) {
-        Ok(caller) => caller.scope,
-        Err(unauthorized) => return unauthorized.into_response(),
-    };
-    let Json(body) = match body {
-        Ok(body) => body,
-        Err(rejection) => return bad_json(rejection),
+    let (scope, body) = match scope_and_body(&app, &headers, body) {
+        Ok(admitted) => admitted,
+        Err(refused) => return *refused,
     };
     match app.hook.close_async(&id, ReservationAction::COMMIT, body.amount, scope).await {
         Err(e) => app.refused(None, e),
@@ -497,6 +493,18 @@ async fn release(State(app): State<Arc<App>>, UrlPath(id): UrlPath<String>, head
         Err(e) => app.refused(None, e),
         closed => close_response(closed),
     }
+}
+
+/// The caller's tenants and the JSON body of a close (a commit, a lease's renewal or release): 401 without a valid
+/// token, then 400 for a body that does not parse.
+fn scope_and_body<T>(
+    app: &App,
+    headers: &HeaderMap,
+    body: Result<Json<T>, JsonRejection>,
+) -> Result<(hook::TenantScope, T), Box<Response>> {
+    let scope = app.tokens.caller(headers).map_err(|unauthorized| Box::new(unauthorized.into_response()))?.scope;
+    let Json(body) = body.map_err(|rejection| Box::new(bad_json(rejection)))?;
+    Ok((scope, body))
 }
 
 /// `POST /v1/leases`' body (issue 36 item 1): a slot of every CONCURRENT policy of `metric`, for `ttl_ms`.
@@ -549,13 +557,9 @@ async fn renew(
     headers: HeaderMap,
     body: Result<Json<RenewBody>, JsonRejection>,
 ) -> Response {
-    let scope = match app.tokens.caller(&headers) {
-        Ok(caller) => caller.scope,
-        Err(unauthorized) => return unauthorized.into_response(),
-    };
-    let Json(body) = match body {
-        Ok(body) => body,
-        Err(rejection) => return bad_json(rejection),
+    let (scope, body) = match scope_and_body(&app, &headers, body) {
+        Ok(admitted) => admitted,
+        Err(refused) => return *refused,
     };
     let step = LeaseStep { fencing_token: body.fencing_token, ttl_ms: Some(body.ttl_ms) };
     match app.hook.lease_step_async(&id, ReservationAction::RENEW, step, scope).await {
@@ -570,13 +574,9 @@ async fn release_lease(
     headers: HeaderMap,
     body: Result<Json<ReleaseLeaseBody>, JsonRejection>,
 ) -> Response {
-    let scope = match app.tokens.caller(&headers) {
-        Ok(caller) => caller.scope,
-        Err(unauthorized) => return unauthorized.into_response(),
-    };
-    let Json(body) = match body {
-        Ok(body) => body,
-        Err(rejection) => return bad_json(rejection),
+    let (scope, body) = match scope_and_body(&app, &headers, body) {
+        Ok(admitted) => admitted,
+        Err(refused) => return *refused,
     };
     let step = LeaseStep { fencing_token: body.fencing_token, ttl_ms: None };
     match app.hook.lease_step_async(&id, ReservationAction::RELEASE, step, scope).await {
