@@ -96,6 +96,8 @@ fn daily_policy(version: i32, limit: i64) -> Event {
         reason: None,
         time_zone: None,
         on_failure: None,
+        overage_rate: None,
+        overage_window: None,
     })
 }
 
@@ -332,6 +334,8 @@ fn reserved_then_checked() -> TestLedger {
         reason: None,
         time_zone: None,
         on_failure: None,
+        overage_rate: None,
+        overage_window: None,
     });
     let allowed = |request_id: &str, occurred_at: &str, amount: i64, used_before: i64| {
         Event::Decision(DecisionEvent {
@@ -561,6 +565,8 @@ fn quota_v1(event_id: &str, owner: &str, metric: &str, limit: i64, shape: (Scope
         reason: None,
         time_zone: None,
         on_failure: None,
+        overage_rate: None,
+        overage_window: None,
     })
 }
 

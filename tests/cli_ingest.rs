@@ -260,6 +260,8 @@ fn one_file_per_other_type() -> Vec<Vec<Event>> {
             reason: None,
             time_zone: None,
             on_failure: None,
+            overage_rate: None,
+            overage_window: None,
         })
     };
     let adjustment = |event_id: &str, kind, amount| {

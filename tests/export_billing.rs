@@ -254,6 +254,8 @@ fn soft_monthly(tenant: &str, limit: i64) -> Event {
         reason: None,
         time_zone: None,
         on_failure: None,
+        overage_rate: None,
+        overage_window: None,
     })
 }
 

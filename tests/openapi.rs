@@ -38,6 +38,8 @@ fn policy() -> Event {
         reason: None,
         time_zone: None,
         on_failure: None,
+        overage_rate: None,
+        overage_window: None,
     })
 }
 

@@ -118,6 +118,8 @@ fn hard_policy(limit: i64, window: Window) -> Event {
         reason: None,
         time_zone: None,
         on_failure: None,
+        overage_rate: None,
+        overage_window: None,
     })
 }
 
@@ -701,6 +703,8 @@ fn remaining_quota_is_read_without_consuming() {
         reason: None,
         time_zone: None,
         on_failure: None,
+        overage_rate: None,
+        overage_window: None,
     });
     let grant = Event::Grant(GrantEvent {
         header: header("grant-1", "2026-01-01T00:00:00Z", "org-1", "tokens"),

@@ -111,6 +111,8 @@ fn plan_default(limit: i64) -> Event {
         reason: None,
         time_zone: None,
         on_failure: None,
+        overage_rate: None,
+        overage_window: None,
     })
 }
 

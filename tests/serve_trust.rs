@@ -170,6 +170,8 @@ fn policy(tenant: &str, metric: &str, limit: i64, window: Window) -> Event {
         reason: None,
         time_zone: None,
         on_failure: None,
+        overage_rate: None,
+        overage_window: None,
     })
 }
 

@@ -34,6 +34,8 @@ pub struct PolicyChange {
     pub time_zone: Option<String>,
     /// What the hook answers when the ledger cannot record its decisions; none is CLOSED.
     pub on_failure: Option<OnFailure>,
+    /// A HARD quota's throttled overage: beyond the limit, this many units per this window; none is a wall.
+    pub overage: Option<(i64, Window)>,
     /// Who makes the change.
     pub actor: String,
     /// Why, for people.
@@ -160,6 +162,8 @@ pub fn policy_event(change: &PolicyChange, recorded: &Recorded, now: Timestamp) 
         reason: Some(change.reason.clone()),
         time_zone: change.time_zone.clone(),
         on_failure: change.on_failure,
+        overage_rate: change.overage.map(|o| o.0),
+        overage_window: change.overage.map(|o| o.1),
     };
     let event = Event::Policy(event);
     schemas::validate(&event)?;
@@ -258,6 +262,7 @@ mod tests {
             effective_from: None,
             time_zone: None,
             on_failure: None,
+            overage: None,
             actor: "alice".into(),
             reason: "why".into(),
             source: "test".into(),

@@ -23,6 +23,7 @@
 //!     effective_from: None,
 //!     time_zone: Some("America/New_York".into()),
 //!     on_failure: None,
+//!     overage: None,
 //!     actor: "alice".into(),
 //!     reason: "upgrade to pro".into(),
 //!     source: "doc-test".into(),

@@ -996,6 +996,8 @@ mod tests {
                 reason: None,
                 time_zone: Some(zone.into()),
                 on_failure: None,
+                overage_rate: None,
+                overage_window: None,
             })
         };
         state.fold(3, &policy("daily-ny", "America/New_York"), at("2026-11-17T06:00:00Z"));

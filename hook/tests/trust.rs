@@ -37,6 +37,8 @@ fn hard_policy(metric: &str, limit: i64) -> Event {
         reason: None,
         time_zone: None,
         on_failure: None,
+        overage_rate: None,
+        overage_window: None,
     })
 }
 

@@ -153,6 +153,8 @@ impl Ledger {
                 reason: r.get(16)?,
                 time_zone: r.get(17)?,
                 on_failure: optional_symbol(r, 18, OnFailure::from_symbol)?,
+                overage_rate: r.get(19)?,
+                overage_window: optional_symbol(r, 20, Window::from_symbol)?,
             };
             Ok((r.get::<_, i64>(0)? as u64, policy))
         })?;

@@ -50,6 +50,8 @@ pub fn columns(event_type: EventType) -> &'static [&'static str] {
             "reason",
             "time_zone",
             "on_failure",
+            "overage_rate",
+            "overage_window",
         ],
         EventType::AdjustmentEvent => {
             &["adjustment_id", "kind", "policy_id", "window_start", "window_end", "amount", "refs", "run_id", "scope"]
@@ -134,6 +136,8 @@ pub fn values(event: &Event) -> Vec<Value> {
             opt_text(&e.reason),
             opt_text(&e.time_zone),
             e.on_failure.map_or(Value::Null, |mode| text(mode.symbol())),
+            opt_integer(e.overage_rate),
+            e.overage_window.map_or(Value::Null, |w| text(w.symbol())),
         ],
         Event::Adjustment(e) => vec![
             text(&e.adjustment_id),

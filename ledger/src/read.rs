@@ -71,7 +71,7 @@ pub(crate) fn optional_symbol<T>(
 fn policies_through(conn: &Connection, watermark: u64) -> rusqlite::Result<Vec<PolicyEvent>> {
     let sql = format!(
         "SELECT {HEADER_COLUMNS}, p.policy_id, p.version, p.scope, p.\"limit\", p.window, p.enforcement, p.effective_from,
-                p.burst, p.actor, p.reason, p.time_zone, p.on_failure
+                p.burst, p.actor, p.reason, p.time_zone, p.on_failure, p.overage_rate, p.overage_window
          FROM policy_events p CROSS JOIN entries e ON e.seq = p.seq
          WHERE e.status = 'recorded' AND p.seq <= ?1 ORDER BY e.seq"
     );
@@ -91,6 +91,8 @@ fn policies_through(conn: &Connection, watermark: u64) -> rusqlite::Result<Vec<P
             reason: r.get(15)?,
             time_zone: r.get(16)?,
             on_failure: optional_symbol(r, 17, OnFailure::from_symbol)?,
+            overage_rate: r.get(18)?,
+            overage_window: optional_symbol(r, 19, Window::from_symbol)?,
         })
     })?;
     rows.collect()

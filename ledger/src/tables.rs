@@ -187,6 +187,9 @@ pub const TABLES: &[Table] = &[
             col("time_zone", "d.time_zone", Text, true),
             // What the hook answers when the ledger cannot record (PolicyEvent v6): CLOSED or OPEN; null is CLOSED.
             col("on_failure", "d.on_failure", Text, true),
+            // A HARD quota's throttled overage (PolicyEvent v7): beyond the limit, overage_rate per overage_window.
+            col("overage_rate", "d.overage_rate", Int64, true),
+            col("overage_window", "d.overage_window", Text, true),
         ],
     },
     Table {

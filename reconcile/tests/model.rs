@@ -294,6 +294,8 @@ fn policy_events(i: usize, p: &PolicyDraw) -> Vec<Event> {
             reason: None,
             time_zone: None,
             on_failure: None,
+            overage_rate: None,
+            overage_window: None,
         }));
     }
     events

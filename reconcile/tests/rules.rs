@@ -84,6 +84,8 @@ fn policy(policy_id: &str, limit: i64) -> PolicyEvent {
         reason: None,
         time_zone: None,
         on_failure: None,
+        overage_rate: None,
+        overage_window: None,
     }
 }
 

@@ -149,6 +149,8 @@ mod tests {
             reason: None,
             time_zone: None,
             on_failure: None,
+            overage_window: None,
+            overage_rate: None,
         }
     }
 

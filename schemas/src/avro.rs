@@ -139,6 +139,8 @@ pub fn to_value(event: &Event) -> Value {
             ("reason", opt_string(&e.reason)),
             ("time_zone", opt_string(&e.time_zone)),
             ("on_failure", e.on_failure.map_or_else(union_null, |mode| Value::Union(1, Box::new(enum_value!(mode))))),
+            ("overage_rate", opt_long(e.overage_rate)),
+            ("overage_window", e.overage_window.map_or_else(union_null, |w| Value::Union(1, Box::new(enum_value!(w))))),
         ],
         Event::Adjustment(e) => vec![
             ("adjustment_id", string(&e.adjustment_id)),
@@ -354,6 +356,11 @@ pub fn from_value(event_type: EventType, value: &Value) -> Result<Event, ShapeEr
                 .opt_symbol("on_failure")?
                 .map(|s| parse_symbol("on_failure", "OnFailure", s, OnFailure::from_symbol))
                 .transpose()?,
+            overage_rate: f.opt_long("overage_rate")?,
+            overage_window: f
+                .opt_symbol("overage_window")?
+                .map(|s| parse_symbol("overage_window", "Window", s, Window::from_symbol))
+                .transpose()?,
         }),
         EventType::AdjustmentEvent => Event::Adjustment(AdjustmentEvent {
             header,
@@ -470,13 +477,9 @@ pub fn write_body(out: &mut Vec<u8>, event: &Event) {
             write_opt_string(out, &e.actor);
             write_opt_string(out, &e.reason);
             write_opt_string(out, &e.time_zone);
-            match e.on_failure {
-                None => write_long(out, 0),
-                Some(mode) => {
-                    write_long(out, 1);
-                    write_long(out, mode.index() as i64);
-                }
-            }
+            write_opt_long(out, e.on_failure.map(|mode| mode.index() as i64));
+            write_opt_long(out, e.overage_rate);
+            write_opt_long(out, e.overage_window.map(|w| w.index() as i64));
         }
         Event::Adjustment(e) => write_adjustment(out, e),
     }

@@ -46,6 +46,7 @@ const SCHEMA_FILES: &[(&str, EventType, bool, &str)] = &[
     ("history/PolicyEvent.v3.avsc", EventType::PolicyEvent, false, include_str!("../avro/history/PolicyEvent.v3.avsc")),
     ("history/PolicyEvent.v4.avsc", EventType::PolicyEvent, false, include_str!("../avro/history/PolicyEvent.v4.avsc")),
     ("history/PolicyEvent.v5.avsc", EventType::PolicyEvent, false, include_str!("../avro/history/PolicyEvent.v5.avsc")),
+    ("history/PolicyEvent.v6.avsc", EventType::PolicyEvent, false, include_str!("../avro/history/PolicyEvent.v6.avsc")),
     (
         "history/ReservationEvent.v1.avsc",
         EventType::ReservationEvent,

@@ -177,6 +177,14 @@ pub struct PolicyEvent {
     /// CLOSED.
     #[serde(default)]
     pub on_failure: Option<OnFailure>,
+    /// Overage handling THROTTLE (schema v7; absent before), for a HARD quota: beyond its effective limit the policy
+    /// lets this many units through per `overage_window`, a token bucket of that capacity, instead of a wall.
+    /// Validation takes it only with `overage_window`, on a HARD quota.
+    #[serde(default)]
+    pub overage_rate: Option<i64>,
+    /// The period `overage_rate` is counted per (schema v7, as `overage_rate`).
+    #[serde(default)]
+    pub overage_window: Option<Window>,
 }
 
 impl PolicyEvent {
@@ -185,6 +193,12 @@ impl PolicyEvent {
     /// billing takes no throttle for a tenant's monthly quota; the hook keeps its buckets.
     pub fn is_throttle(&self) -> bool {
         self.burst.is_some()
+    }
+
+    /// Its overage throttle, (units, per window), when overage beyond its limit is throttled rather than refused
+    /// (issue 36 item 6, the design's `overage_policy: throttle`).
+    pub fn overage_throttle(&self) -> Option<(i64, Window)> {
+        self.overage_rate.zip(self.overage_window)
     }
 
     /// The time zone of its calendar windows: `time_zone`, UTC when it has none. A name the IANA database does not

@@ -231,7 +231,32 @@ fn validate_policy(e: &PolicyEvent) -> Result<(), Invalid> {
     if let Some(time_zone) = &e.time_zone {
         check_time_zone(time_zone)?;
     }
+    check_overage(e)?;
     opt_actor(&e.actor)
+}
+
+/// A throttled overage (PolicyEvent v7): a rate of at least 1 per a window of consumption, set together, on a HARD
+/// quota. On a SOFT quota the excess is billed and on a SHADOW one only reported, so a throttle there would be
+/// a wall nobody asked for; a throttle (`burst`) or a CONCURRENT policy has no allowance to go beyond.
+fn check_overage(e: &PolicyEvent) -> Result<(), Invalid> {
+    let inconsistent = |message: &str| Invalid::Inconsistent { field: "overage_rate", message: message.to_string() };
+    match (e.overage_rate, e.overage_window) {
+        (None, None) => return Ok(()),
+        (Some(_), None) | (None, Some(_)) => return Err(inconsistent("overage_rate and overage_window go together")),
+        (Some(rate), Some(window)) => {
+            at_least("overage_rate", rate, 1)?;
+            if window == Window::CONCURRENT {
+                return Err(inconsistent("overage_window must be MINUTE, HOUR, DAY or MONTH"));
+            }
+        }
+    }
+    if e.enforcement != Enforcement::HARD {
+        return Err(inconsistent("a throttled overage is for HARD policies (SOFT bills the excess)"));
+    }
+    if e.burst.is_some() || e.window == Window::CONCURRENT {
+        return Err(inconsistent("a throttled overage is for quotas, not throttles or CONCURRENT policies"));
+    }
+    Ok(())
 }
 
 /// A policy's time zone: a name of the IANA database that this build carries (chrono-tz's), spelled exactly

@@ -235,6 +235,8 @@ fn policy_v1_single_object_decodes_to_a_quota() {
         reason: None,
         time_zone: None,
         on_failure: None,
+        overage_rate: None,
+        overage_window: None,
     };
     assert_eq!(decoded, Decoded { event: Event::Policy(expected), writer_fingerprint: v1.fingerprint });
 }
@@ -375,6 +377,8 @@ fn policy_v2_and_grant_v1_decode_with_no_actor() {
         reason: None,
         time_zone: None,
         on_failure: None,
+        overage_rate: None,
+        overage_window: None,
     };
     assert_eq!(decoded.event, Event::Policy(expected));
     let grant = message(
@@ -457,6 +461,8 @@ fn policy_v3_decodes_with_no_time_zone() {
         reason: Some("upgrade".into()),
         time_zone: None,
         on_failure: None,
+        overage_rate: None,
+        overage_window: None,
     });
     let decoded = catalog.decode_single_object(&message, Some(EventType::PolicyEvent)).expect("v3 decodes");
     assert_eq!(decoded, Decoded { event: expected.clone(), writer_fingerprint: v3.fingerprint });

@@ -93,6 +93,8 @@ fn samples() -> Vec<Event> {
             reason: None,
             time_zone: None,
             on_failure: None,
+            overage_rate: Some(10),
+            overage_window: Some(Window::MINUTE),
         }),
         Event::Adjustment(AdjustmentEvent {
             header: header("a-1"),
@@ -331,6 +333,31 @@ fn reserve_without_expires_at() {
         "expected Inconsistent expires_at, got {e:?}"
     );
     assert_eq!(e.code(), "inconsistent_fields");
+}
+
+// Proves that a throttled overage (PolicyEvent v7) is refused as "inconsistent_fields" unless it has both its rate
+// (at least 1) and a window of consumption, on a HARD quota: on SOFT the excess is billed, and a throttle or a
+// CONCURRENT policy has no allowance to go beyond.
+#[test]
+fn a_throttled_overage_is_for_hard_quotas() {
+    let Event::Policy(valid) = samples().remove(4) else { unreachable!("the fifth sample is the policy") };
+    assert!(schemas::validate::validate(&Event::Policy(valid.clone())).is_ok());
+    let refusals: [(&str, Box<dyn Fn(&mut PolicyEvent)>); 6] = [
+        ("no window", Box::new(|p| p.overage_window = None)),
+        ("a window of leases", Box::new(|p| p.overage_window = Some(Window::CONCURRENT))),
+        ("SOFT", Box::new(|p| p.enforcement = Enforcement::SOFT)),
+        ("a throttle", Box::new(|p| p.burst = Some(5))),
+        ("CONCURRENT", Box::new(|p| p.window = Window::CONCURRENT)),
+        ("no rate", Box::new(|p| p.overage_rate = None)),
+    ];
+    for (what, change) in refusals {
+        let mut policy = valid.clone();
+        change(&mut policy);
+        let e = schemas::validate::validate(&Event::Policy(policy)).unwrap_err();
+        assert_eq!(e.code(), "inconsistent_fields", "{what}: {e}");
+    }
+    let e = schemas::validate::validate(&Event::Policy(PolicyEvent { overage_rate: Some(0), ..valid })).unwrap_err();
+    assert_eq!(e.code(), "negative_quantity", "a rate of 0 is a wall: {e}");
 }
 
 // Proves that input that is not an Avro container file is refused as "malformed_container".

@@ -146,6 +146,7 @@ fn policy() -> impl Strategy<Value = Event> {
             &["UTC", "America/New_York", "Asia/Kolkata", "Europe/Berlin"][..],
         )),
         proptest::option::of(symbol_of(OnFailure::SYMBOLS, OnFailure::from_symbol)),
+        proptest::option::of((1..=AMOUNT_MAX, select(&[Window::MINUTE, Window::HOUR, Window::DAY, Window::MONTH][..]))),
     )
         .prop_map(
             |(
@@ -160,7 +161,11 @@ fn policy() -> impl Strategy<Value = Event> {
                 burst,
                 zone,
                 on_failure,
+                overage,
             )| {
+                // A throttled overage is valid on a HARD quota only.
+                let quota = enforcement == Enforcement::HARD && burst.is_none() && window != Window::CONCURRENT;
+                let overage = overage.filter(|_| quota);
                 Event::Policy(PolicyEvent {
                     header,
                     policy_id,
@@ -175,6 +180,8 @@ fn policy() -> impl Strategy<Value = Event> {
                     reason: None,
                     time_zone: zone.map(String::from),
                     on_failure,
+                    overage_rate: overage.map(|o| o.0),
+                    overage_window: overage.map(|o| o.1),
                 })
             },
         )
@@ -376,8 +383,8 @@ fn catalog_fingerprints_are_distinct_crc64_avro() {
     let schemas = catalog.schemas();
     assert_eq!(
         schemas.len(),
-        16,
-        "six current schemas; UsageEvent, DecisionEvent, PolicyEvent and AdjustmentEvent v1; PolicyEvent v2 to v5; GrantEvent and ReservationEvent v1"
+        17,
+        "six current schemas; UsageEvent, DecisionEvent, PolicyEvent and AdjustmentEvent v1; PolicyEvent v2 to v6; GrantEvent and ReservationEvent v1"
     );
     let mut seen = BTreeMap::new();
     for s in schemas {

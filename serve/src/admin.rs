@@ -125,7 +125,17 @@ pub(crate) struct PolicyBody {
     time_zone: Option<String>,
     /// CLOSED (503 when the ledger cannot record) or OPEN (FAIL_OPEN under the emergency rate); none is CLOSED.
     on_failure: Option<OnFailure>,
+    /// A HARD quota's throttled overage: beyond the limit, `rate` units per `window`; none is a wall.
+    overage_throttle: Option<OverageThrottle>,
     reason: String,
+}
+
+/// `overage_throttle` of [`PolicyBody`].
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct OverageThrottle {
+    rate: i64,
+    window: Window,
 }
 
 fn tenant_scope() -> Scope {
@@ -219,6 +229,7 @@ pub(crate) async fn policies(
         effective_from,
         time_zone: body.time_zone,
         on_failure: body.on_failure,
+        overage: body.overage_throttle.map(|o| (o.rate, o.window)),
         actor,
         reason: body.reason,
         source: "serve /v1/admin/policies".into(),

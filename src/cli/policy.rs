@@ -70,6 +70,11 @@ pub struct PolicyArgs {
     /// takes writes again. Default CLOSED.
     #[arg(long, value_parser = parse_symbol::<OnFailure>)]
     on_failure: Option<OnFailure>,
+    /// Overage handling THROTTLE for a HARD quota, RATE/WINDOW (e.g. 10/MINUTE): beyond the limit, let RATE units
+    /// through per WINDOW (a token bucket of RATE, answering RATE_LIMITED past it) instead of QUOTA_EXCEEDED. Default:
+    /// the limit is a wall (HARD rejects, SOFT bills).
+    #[arg(long, value_name = "RATE/WINDOW", value_parser = parse_overage)]
+    overage_throttle: Option<(i64, Window)>,
     /// HARD (deny), SOFT (bill the excess) or SHADOW (only report).
     #[arg(long, value_parser = parse_symbol::<Enforcement>)]
     enforcement: Enforcement,
@@ -115,6 +120,13 @@ pub struct Target {
 
 pub fn parse_symbol<T: SymbolOf>(text: &str) -> Result<T, String> {
     T::from_symbol(&text.to_uppercase()).ok_or_else(|| format!("{text:?} is not one of {}", T::SYMBOLS.join(", ")))
+}
+
+/// `RATE/WINDOW`, as `--overage-throttle 10/MINUTE` (the window in any case).
+fn parse_overage(text: &str) -> Result<(i64, Window), String> {
+    let (rate, window) = text.split_once('/').ok_or_else(|| format!("{text:?} is not RATE/WINDOW, e.g. 10/MINUTE"))?;
+    let rate = rate.trim().parse::<i64>().map_err(|e| format!("the rate {rate:?} of {text:?}: {e}"))?;
+    Ok((rate, parse_symbol::<Window>(window.trim())?))
 }
 
 pub fn parse_time(text: &str) -> Result<Timestamp, String> {
@@ -171,6 +183,7 @@ fn set(store: &super::Store, tenant: String, args: PolicyArgs, source: &str) -> 
         effective_from: args.effective_from,
         time_zone: args.time_zone,
         on_failure: args.on_failure,
+        overage: args.overage_throttle,
         actor: args.actor,
         reason: args.reason,
         source: source.into(),
@@ -248,6 +261,9 @@ struct PolicyRow<'a> {
     enforcement: &'static str,
     /// What the hook answers when the ledger cannot record: the policy's `on_failure`, CLOSED when it names none.
     on_failure: &'static str,
+    /// What is done beyond the limit (the design's `overage_policy`): REJECT (HARD), BILL (SOFT), REPORT (SHADOW) or
+    /// THROTTLE RATE/WINDOW.
+    overage: String,
     burst: Option<i64>,
     effective_from: String,
     recorded_at: String,
@@ -269,6 +285,7 @@ impl<'a> From<&'a PolicyEvent> for PolicyRow<'a> {
             time_zone: p.time_zone.as_deref().unwrap_or("UTC"),
             enforcement: p.enforcement.symbol(),
             on_failure: p.on_failure.unwrap_or(OnFailure::CLOSED).symbol(),
+            overage: overage_policy(p),
             burst: p.burst,
             effective_from: p.effective_from.to_string(),
             recorded_at: p.header.occurred_at.to_string(),
@@ -276,6 +293,16 @@ impl<'a> From<&'a PolicyEvent> for PolicyRow<'a> {
             reason: p.reason.as_deref(),
             source: &p.header.source,
         }
+    }
+}
+
+/// A policy's overage handling in the design's words: what happens to consumption beyond the limit.
+fn overage_policy(p: &PolicyEvent) -> String {
+    match (p.overage_throttle(), p.enforcement) {
+        (Some((rate, window)), _) => format!("THROTTLE {rate}/{}", window.symbol()),
+        (None, Enforcement::HARD) => "REJECT".into(),
+        (None, Enforcement::SOFT) => "BILL".into(),
+        (None, Enforcement::SHADOW) => "REPORT".into(),
     }
 }
 
@@ -300,13 +327,20 @@ fn list(store: &super::Store, tenant: Option<&str>, json: bool) -> anyhow::Resul
         "effective_from",
         "time_zone",
         "on_failure",
+        "overage",
     ];
     let table: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
             let text = [r.tenant, r.metric, r.policy_id].map(str::to_string);
             let more = [r.version.to_string(), r.scope.into(), r.limit.to_string(), r.window.into()];
-            let last = [r.enforcement.into(), r.effective_from.clone(), r.time_zone.into(), r.on_failure.into()];
+            let last = [
+                r.enforcement.into(),
+                r.effective_from.clone(),
+                r.time_zone.into(),
+                r.on_failure.into(),
+                r.overage.clone(),
+            ];
             text.into_iter().chain(more).chain(last).collect()
         })
         .collect();

@@ -339,6 +339,8 @@ pub fn hard_daily(event_id: &str, tenant: &str, limit: i64) -> PolicyEvent {
         reason: None,
         time_zone: None,
         on_failure: None,
+        overage_rate: None,
+        overage_window: None,
     }
 }
 
@@ -443,6 +445,8 @@ pub fn sample_event(event_type: EventType, event_id: &str) -> Event {
             reason: None,
             time_zone: None,
             on_failure: None,
+            overage_rate: None,
+            overage_window: None,
         }),
         EventType::AdjustmentEvent => unreachable!("adjustments are not an input topic"),
     }

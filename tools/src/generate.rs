@@ -292,6 +292,8 @@ impl Generator {
             reason: None,
             time_zone: None,
             on_failure: None,
+            overage_rate: None,
+            overage_window: None,
         })
     }
 

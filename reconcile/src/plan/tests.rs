@@ -66,6 +66,8 @@ fn hard_daily_limit(limit: i64) -> Event {
         reason: None,
         time_zone: None,
         on_failure: None,
+        overage_rate: None,
+        overage_window: None,
     })
 }
 

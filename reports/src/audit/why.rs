@@ -649,6 +649,8 @@ mod tests {
             reason: None,
             time_zone: None,
             on_failure: None,
+            overage_rate: None,
+            overage_window: None,
         }
     }
 

@@ -206,6 +206,8 @@ fn policy_event() -> Event {
         reason: None,
         time_zone: None,
         on_failure: None,
+        overage_rate: None,
+        overage_window: None,
     })
 }
 

@@ -96,6 +96,8 @@ pub(super) fn tenant_policies(month: Period, consumption: &BTreeMap<(String, Str
             reason: None,
             time_zone: None,
             on_failure: None,
+            overage_rate: None,
+            overage_window: None,
         }));
     }
     policies
