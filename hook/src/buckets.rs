@@ -2,6 +2,12 @@
 //! that capacity refilling `limit` tokens per window, continuously. Buckets live in the serving process, one per
 //! policy, tenant (and subject, for SUBJECT scope) per server, as HBase keeps one per quota per region server:
 //! they are not in the ledger and start full when the process starts.
+//!
+//! A HARD quota with a throttled overage (PolicyEvent v7 `overage_rate` per `overage_window`, issue 36 item 6) has
+//! a bucket of its own for what goes beyond its limit: `overage_rate` tokens refilling per `overage_window`. That
+//! bucket does not start full when the process starts but fills from that instant, so a restart never lets more
+//! through than an uninterrupted process would have: reconcile then holds the window to its limit, plus one bucket,
+//! plus the rate from the first consumption beyond the limit to the window's end.
 
 use std::collections::HashMap;
 
@@ -20,9 +26,36 @@ struct Bucket {
     at: Timestamp,
 }
 
-/// (policy_id, window kind, tenant, subject): a policy_id whose versions change the window kind mid-window has a
-/// window of each kind in force for a while (see `rules::policy`), each a bucket of its own.
-type BucketKey = (String, Window, String, Option<String>);
+/// (policy_id, window kind, tenant, subject, whether the bucket is a quota's overage): a policy_id whose versions
+/// change the window kind mid-window has a window of each kind in force for a while (see `rules::policy`), each a
+/// bucket of its own.
+type BucketKey = (String, Window, String, Option<String>, bool);
+
+/// What a bucket holds and refills.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Meter {
+    /// Tokens refilled per `window`.
+    refill: i64,
+    /// The period `refill` is counted per.
+    window: Window,
+    /// The most it holds.
+    capacity: i64,
+    /// A quota's overage bucket: filling from the process's start rather than full.
+    overage: bool,
+}
+
+impl Meter {
+    /// A throttle's bucket: `burst`, refilling `limit` per `window`.
+    fn of_throttle(policy: &PolicyEvent) -> Meter {
+        Meter { refill: policy.limit, window: policy.window, capacity: policy.burst.unwrap_or(0), overage: false }
+    }
+
+    /// A quota's overage bucket: `overage_rate`, refilling as much per `overage_window`.
+    fn of_overage(policy: &PolicyEvent) -> Meter {
+        let (rate, window) = policy.overage_throttle().unwrap_or((0, Window::MONTH));
+        Meter { refill: rate, window, capacity: rate, overage: true }
+    }
+}
 
 /// A bucket as it was before a take: what puts it back when the take's group is not recorded.
 #[derive(Debug)]
@@ -32,33 +65,50 @@ pub struct Taken {
 }
 
 /// Every bucket of the process.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Buckets {
     buckets: HashMap<BucketKey, Bucket>,
+    /// When the process (or the shard) started: overage buckets fill from then.
+    started: Timestamp,
 }
 
 /// Tokens per microsecond: `limit` per window length. The length of the UTC window, whatever the policy's time zone:
 /// a throttle refills continuously, with no window edge a zone could move, and a zone would only change its rate on
 /// the days a clock changes (a 23-hour day refilling a twenty-third faster), which no caller would expect of a rate.
-fn rate(policy: &PolicyEvent, now: Timestamp) -> f64 {
-    let (start, end) = window::bounds(policy.window, now);
-    policy.limit as f64 / (end.micros() - start.micros()) as f64
+fn rate(meter: &Meter, now: Timestamp) -> f64 {
+    let (start, end) = window::bounds(meter.window, now);
+    meter.refill as f64 / (end.micros() - start.micros()) as f64
 }
 
-fn key(policy: &PolicyEvent, tenant: &str, subject: Option<&str>) -> BucketKey {
-    (policy.policy_id.clone(), policy.window, tenant.to_string(), subject.map(String::from))
+fn key(policy: &PolicyEvent, meter: &Meter, tenant: &str, subject: Option<&str>) -> BucketKey {
+    (policy.policy_id.clone(), policy.window, tenant.to_string(), subject.map(String::from), meter.overage)
 }
 
 impl Buckets {
-    fn refilled(&self, policy: &PolicyEvent, tenant: &str, subject: Option<&str>, now: Timestamp) -> f64 {
-        let capacity = policy.burst.unwrap_or(0) as f64;
-        match self.buckets.get(&key(policy, tenant, subject)) {
-            None => capacity,
-            Some(b) => (b.tokens + (now.micros() - b.at.micros()).max(0) as f64 * rate(policy, now)).min(capacity),
-        }
+    /// No bucket yet, the process (or shard) starting at `started`.
+    pub fn new(started: Timestamp) -> Buckets {
+        Buckets { buckets: HashMap::new(), started }
     }
 
-    /// Whole tokens available now, and when `amount` does not fit, the milliseconds until it would.
+    fn refilled(
+        &self,
+        policy: &PolicyEvent,
+        meter: &Meter,
+        tenant: &str,
+        subject: Option<&str>,
+        now: Timestamp,
+    ) -> f64 {
+        let capacity = meter.capacity as f64;
+        let (tokens, since) = match self.buckets.get(&key(policy, meter, tenant, subject)) {
+            None if !meter.overage => return capacity,
+            None => (0.0, self.started),
+            Some(b) => (b.tokens, b.at),
+        };
+        (tokens + (now.micros() - since.micros()).max(0) as f64 * rate(meter, now)).min(capacity)
+    }
+
+    /// Whole tokens in `policy`'s throttle bucket now, and when `amount` does not fit, the milliseconds until it
+    /// would.
     pub fn look(
         &self,
         policy: &PolicyEvent,
@@ -67,12 +117,36 @@ impl Buckets {
         amount: i64,
         now: Timestamp,
     ) -> (i64, Option<i64>) {
-        let tokens = self.refilled(policy, tenant, subject, now);
+        self.look_meter(policy, &Meter::of_throttle(policy), tenant, subject, amount, now)
+    }
+
+    /// The same of `policy`'s overage bucket (a HARD quota with `overage_rate`), for `amount` beyond its limit.
+    pub fn look_overage(
+        &self,
+        policy: &PolicyEvent,
+        tenant: &str,
+        subject: Option<&str>,
+        amount: i64,
+        now: Timestamp,
+    ) -> (i64, Option<i64>) {
+        self.look_meter(policy, &Meter::of_overage(policy), tenant, subject, amount, now)
+    }
+
+    fn look_meter(
+        &self,
+        policy: &PolicyEvent,
+        meter: &Meter,
+        tenant: &str,
+        subject: Option<&str>,
+        amount: i64,
+        now: Timestamp,
+    ) -> (i64, Option<i64>) {
+        let tokens = self.refilled(policy, meter, tenant, subject, now);
         if tokens >= amount as f64 {
             return (tokens.floor() as i64, None);
         }
-        let rate = rate(policy, now);
-        let capacity = policy.burst.unwrap_or(0);
+        let rate = rate(meter, now);
+        let capacity = meter.capacity;
         // A request larger than the bucket never fits: say when the bucket is full, the most that can help.
         let missing = (amount.min(capacity.max(0)) as f64 - tokens).max(0.0);
         // A bucket that refills slower than a month (or never: limit 0) says a month, the longest window.
@@ -80,7 +154,8 @@ impl Buckets {
         (tokens.floor() as i64, Some(wait_ms.clamp(1, RETRY_AFTER_MAX_MS)))
     }
 
-    /// Takes `amount` tokens (the request was allowed), answering the bucket as it was.
+    /// Takes `amount` tokens from `policy`'s throttle bucket (the request was allowed), answering the bucket as it
+    /// was.
     pub fn take(
         &mut self,
         policy: &PolicyEvent,
@@ -89,14 +164,38 @@ impl Buckets {
         amount: i64,
         now: Timestamp,
     ) -> Taken {
-        let tokens = self.refilled(policy, tenant, subject, now) - amount as f64;
+        self.take_meter(policy, &Meter::of_throttle(policy), tenant, subject, amount, now)
+    }
+
+    /// Takes `amount` tokens from `policy`'s overage bucket (the request was allowed beyond the quota's limit).
+    pub fn take_overage(
+        &mut self,
+        policy: &PolicyEvent,
+        tenant: &str,
+        subject: Option<&str>,
+        amount: i64,
+        now: Timestamp,
+    ) -> Taken {
+        self.take_meter(policy, &Meter::of_overage(policy), tenant, subject, amount, now)
+    }
+
+    fn take_meter(
+        &mut self,
+        policy: &PolicyEvent,
+        meter: &Meter,
+        tenant: &str,
+        subject: Option<&str>,
+        amount: i64,
+        now: Timestamp,
+    ) -> Taken {
+        let tokens = self.refilled(policy, meter, tenant, subject, now) - amount as f64;
         if self.buckets.len() >= BUCKETS_MAX {
             let oldest = self.buckets.iter().min_by_key(|(_, b)| b.at).map(|(k, _)| k.clone());
             if let Some(oldest) = oldest {
                 self.buckets.remove(&oldest);
             }
         }
-        let key = key(policy, tenant, subject);
+        let key = key(policy, meter, tenant, subject);
         let before = self.buckets.insert(key.clone(), Bucket { tokens, at: now });
         Taken { key, before }
     }

@@ -7,6 +7,11 @@
 //! one that resets last, and of several empty buckets, the one that refills last. A SHADOW policy that would deny
 //! is recorded as SHADOW_DENIED and allows. SOFT limits never deny (their excess is billed). The policy
 //! reported with an allowed request is the one with the least room left.
+//!
+//! A HARD quota with a throttled overage (PolicyEvent v7, issue 36 item 6) is a wall no more: what goes beyond its
+//! effective limit takes tokens from its overage bucket (`crate::buckets`), and when the bucket lacks them the quota
+//! waits as a throttle does (RATE_LIMITED, retry when they refill). Only an ask larger than the whole bucket is
+//! QUOTA_EXCEEDED: no wait lets it through before the window resets.
 
 use rules::overshoot;
 use rules::policy::Applicable;
@@ -49,6 +54,9 @@ pub struct Evaluated {
     pub fits: bool,
     /// For a throttle that does not fit: milliseconds until enough tokens refill.
     pub retry_after_ms: Option<i64>,
+    /// A HARD quota with a throttled overage, asked beyond its limit: the tokens the ask takes from the overage
+    /// bucket (what goes beyond the limit), whether or not they are there.
+    pub overage: Option<i64>,
 }
 
 impl Evaluated {
@@ -59,6 +67,15 @@ impl Evaluated {
     /// Whether the policy is a throttle (a token bucket) rather than a quota.
     pub fn is_throttle(&self) -> bool {
         self.policy.is_throttle()
+    }
+    /// Whether it says "retry soon" when it does not fit: a throttle, a CONCURRENT policy, or a quota whose overage
+    /// bucket will refill enough: capacity exists, it is only taken for now.
+    pub fn waits(&self) -> bool {
+        self.is_throttle() || self.policy.window == Window::CONCURRENT || self.overage_waits()
+    }
+    /// A quota beyond its limit whose overage bucket lacks the tokens for now.
+    fn overage_waits(&self) -> bool {
+        self.overage.is_some() && !self.fits && self.retry_after_ms.is_some()
     }
 }
 
@@ -91,10 +108,23 @@ fn evaluate_one(state: &State, buckets: &Buckets, ask: &Ask<'_>, a: &Applicable<
             (effective_limit, i128::from(consumed) + held, None)
         }
     };
-    let fits = match standing.usage {
+    let mut fits = match standing.usage {
         Usage::Bucket { .. } => retry_after_ms.is_none(),
         Usage::Quota { .. } => used_before + i128::from(ask.amount) <= i128::from(limit),
     };
+    let (mut retry_after_ms, mut overage) = (retry_after_ms, None);
+    if !fits && a.policy.overage_throttle().is_some() {
+        // Only the part beyond the limit: an ask that starts within it uses what is left first.
+        let beyond = (used_before + i128::from(ask.amount) - i128::from(limit)).min(i128::from(ask.amount));
+        let beyond = i64::try_from(beyond).unwrap_or(i64::MAX);
+        let subject = if a.policy.scope == Scope::SUBJECT { ask.subject } else { None };
+        let (_, wait) = buckets.look_overage(a.policy, ask.tenant, subject, beyond, now);
+        let whole = a.policy.overage_rate.unwrap_or(0);
+        fits = wait.is_none();
+        // An ask beyond the whole bucket never fits before the window resets: a quota's denial, no retry.
+        retry_after_ms = wait.filter(|_| beyond <= whole);
+        overage = Some(beyond);
+    }
     Evaluated {
         policy: a.policy.clone(),
         window_start: a.window_start,
@@ -104,6 +134,7 @@ fn evaluate_one(state: &State, buckets: &Buckets, ask: &Ask<'_>, a: &Applicable<
         used_before: i64::try_from(used_before).unwrap_or(i64::MAX),
         fits,
         retry_after_ms,
+        overage,
     }
 }
 
@@ -136,6 +167,7 @@ pub fn evaluate_leases(state: &State, ask: &Ask<'_>, now: Timestamp) -> Vec<Eval
                 used_before: active,
                 fits,
                 retry_after_ms: if fits { None } else { Some(retry_after_ms.unwrap_or(1_000)) },
+                overage: None,
             }
         })
         .collect()
@@ -205,8 +237,7 @@ pub fn standing(
 /// Decides from the evaluations.
 pub fn decide(evaluated: Vec<Evaluated>) -> Verdict {
     let denies = |e: &Evaluated| !e.fits && e.policy.enforcement == Enforcement::HARD;
-    // A throttle and a CONCURRENT policy say "retry soon": capacity exists, it is only taken for now.
-    let waits = |e: &Evaluated| e.is_throttle() || e.policy.window == Window::CONCURRENT;
+    let waits = Evaluated::waits;
     // Of several that deny, the one with the longest wait: told to wait for the minute's end, a client would find
     // the month's quota still exhausted then.
     let quota = evaluated
@@ -218,7 +249,7 @@ pub fn decide(evaluated: Vec<Evaluated>) -> Verdict {
         .filter(|e| denies(e) && waits(e))
         .max_by_key(|e| (e.retry_after_ms, std::cmp::Reverse(&e.policy.policy_id)));
     if let Some(e) = quota.or(throttle) {
-        let reason = match (e.policy.window, e.is_throttle()) {
+        let reason = match (e.policy.window, e.waits()) {
             (Window::CONCURRENT, _) => Reason::CONCURRENCY_LIMITED,
             (_, true) => Reason::RATE_LIMITED,
             (_, false) => Reason::QUOTA_EXCEEDED,

@@ -74,6 +74,13 @@ pub struct Quota {
     /// What a check could still consume under this policy: effective limit minus consumed minus held, never
     /// below 0 (a throttle: its tokens; empty when read from the ledger alone, which holds no bucket).
     pub remaining: Option<i64>,
+    /// A HARD quota with a throttled overage: what it lets through beyond its limit per `overage_window`.
+    pub overage_rate: Option<i64>,
+    /// The period of `overage_rate`.
+    pub overage_window: Option<Window>,
+    /// A throttled overage's tokens now, what could go beyond the limit at once (empty when read from the ledger
+    /// alone, which holds no bucket).
+    pub overage_tokens: Option<i64>,
 }
 
 /// The answer: the tenant's quotas, sorted by metric then policy, as of `at` and the ledger's `watermark`.
@@ -127,7 +134,14 @@ pub fn of_state(state: &State, buckets: Option<&Buckets>, query: &QuotaQuery, no
                 held: None,
                 leases: None,
                 remaining: None,
+                overage_rate: a.policy.overage_rate,
+                overage_window: a.policy.overage_window,
+                overage_tokens: None,
             };
+            if a.policy.overage_throttle().is_some() {
+                let subject = if a.policy.scope == Scope::SUBJECT { query.subject.as_deref() } else { None };
+                quota.overage_tokens = buckets.map(|b| b.look_overage(a.policy, &query.tenant, subject, 0, now).0);
+            }
             match standing.usage {
                 Usage::Bucket { tokens, .. } => quota.remaining = tokens,
                 Usage::Quota { grants, effective_limit, consumed, held } => {
@@ -171,6 +185,9 @@ pub fn of_state(state: &State, buckets: Option<&Buckets>, query: &QuotaQuery, no
                 held: None,
                 leases: Some(leases),
                 remaining: Some(effective_limit.saturating_sub(leases).max(0)),
+                overage_rate: None,
+                overage_window: None,
+                overage_tokens: None,
             });
         }
     }

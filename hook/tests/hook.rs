@@ -31,6 +31,8 @@ fn policy(id: &str, limit: i64, window: Window, enforcement: Enforcement, burst:
         reason: None,
         time_zone: None,
         on_failure: None,
+        overage_rate: None,
+        overage_window: None,
     })
 }
 
@@ -1076,4 +1078,53 @@ fn leases_hold_slots_of_a_concurrent_policy() {
     let after = hook.acquire(acquire("l-6", 60_000)).unwrap().lease.expect("l-1 holds one of two slots");
     assert!(after.fencing_token > third.fencing_token, "tokens keep growing across a restart");
     assert!(!hook.acquire(acquire("l-7", 60_000)).unwrap().allowed(), "l-1 (renewed) and l-6 hold both slots");
+}
+
+/// The overage test's clock, moved by the test only (as the throttle test's).
+static OVERAGE_CLOCK_MICROS: AtomicI64 = AtomicI64::new(0);
+
+fn overage_clock() -> Timestamp {
+    Timestamp(OVERAGE_CLOCK_MICROS.load(Ordering::Relaxed))
+}
+
+// Issue 36 item 6: a HARD quota of 10 a day whose overage is throttled at 2 a minute. Within the limit it allows as
+// any quota; beyond it, what the bucket has (filling from the hook's start, so a restart lets nothing extra through)
+// and RATE_LIMITED with the wait for a token past it; an ask larger than the whole bucket is QUOTA_EXCEEDED until the
+// day resets; an ask that starts within the limit takes from the bucket only what goes beyond it.
+#[test]
+fn a_throttled_overage_lets_the_rate_through_beyond_the_limit() {
+    let start = Timestamp::parse_rfc3339("2026-06-01T12:00:00Z").unwrap();
+    OVERAGE_CLOCK_MICROS.store(start.micros(), Ordering::Relaxed);
+    let settings = HookSettings { clock: overage_clock, ..HookSettings::default() };
+    let Event::Policy(mut daily) = policy("daily", 10, Window::DAY, Enforcement::HARD, None) else { unreachable!() };
+    (daily.overage_rate, daily.overage_window) = (Some(2), Some(Window::MINUTE));
+    let (dir, hook) = hook_with_settings(vec![Event::Policy(daily)], settings.clone());
+    assert!(hook.check(ask("o-1", 9)).unwrap().allowed());
+    let started_empty = hook.check(ask("o-2", 2)).unwrap();
+    assert_eq!((started_empty.reason, started_empty.code), (Reason::RATE_LIMITED, Code::RATE_LIMITED));
+    assert_eq!(started_empty.retry_after_ms, Some(30_000), "the 1 beyond the limit refills in 30 s at 2 a minute");
+    OVERAGE_CLOCK_MICROS.fetch_add(30_000_000, Ordering::Relaxed);
+    let straddling = hook.check(ask("o-3", 2)).unwrap();
+    assert_eq!((straddling.outcome, straddling.reason), (Outcome::ALLOWED, Reason::WITHIN_LIMIT));
+    assert_eq!((straddling.policy_id.as_deref(), straddling.remaining), (Some("daily"), Some(0)));
+    assert!(!hook.check(ask("o-4", 1)).unwrap().allowed(), "the one token went beyond the limit with o-3");
+    OVERAGE_CLOCK_MICROS.fetch_add(60_000_000, Ordering::Relaxed);
+    let whole = hook.check(ask("o-5", 3)).unwrap();
+    assert_eq!(whole.reason, Reason::QUOTA_EXCEEDED, "3 beyond the limit never fits a bucket of 2");
+    let day_end = Timestamp::parse_rfc3339("2026-06-02T00:00:00Z").unwrap();
+    assert_eq!(whole.resets_at, Some(day_end));
+    for key in ["o-6", "o-7"] {
+        assert!(hook.check(ask(key, 1)).unwrap().allowed(), "{key}: the bucket refilled to 2 in a minute");
+    }
+    assert_eq!(hook.check(ask("o-8", 1)).unwrap().reason, Reason::RATE_LIMITED);
+    drop(hook);
+    // A restart a minute later: the bucket fills from the new start, not full at once.
+    OVERAGE_CLOCK_MICROS.fetch_add(60_000_000, Ordering::Relaxed);
+    let hook = Hook::start(&dir.path().join("ledger.db"), settings).unwrap();
+    assert_eq!(hook.check(ask("o-9", 1)).unwrap().reason, Reason::RATE_LIMITED, "empty at the start");
+    OVERAGE_CLOCK_MICROS.fetch_add(30_000_000, Ordering::Relaxed);
+    assert!(hook.check(ask("o-10", 1)).unwrap().allowed());
+    assert_eq!(usage_recorded(&dir), 9 + 2 + 1 + 1 + 1, "what was allowed, and only that");
+    OVERAGE_CLOCK_MICROS.store(day_end.micros(), Ordering::Relaxed);
+    assert!(hook.check(ask("o-11", 10)).unwrap().allowed(), "a new day: the limit again");
 }

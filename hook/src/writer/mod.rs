@@ -124,7 +124,7 @@ impl Writer {
             syncer,
             ledger,
             state,
-            buckets: Buckets::default(),
+            buckets: Buckets::new((settings.clock)()),
             taken: Vec::new(),
             group_closes: Vec::new(),
             recent: Recent::default(),

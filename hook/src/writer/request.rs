@@ -250,7 +250,8 @@ impl Writer {
         let evaluated = decide::evaluate(&self.state, &self.buckets, ask, now);
         let fails_open =
             !evaluated.is_empty() && evaluated.iter().all(|e| e.policy.on_failure == Some(OnFailure::OPEN));
-        let throttles: Vec<Evaluated> = evaluated.iter().filter(|e| e.is_throttle()).cloned().collect();
+        let throttles: Vec<Evaluated> =
+            evaluated.iter().filter(|e| e.is_throttle() || e.overage.is_some()).cloned().collect();
         let verdict = decide::decide(evaluated);
         if verdict.outcome == Outcome::ALLOWED {
             self.take_throttles(ask, &throttles, now);
@@ -263,9 +264,13 @@ impl Writer {
     /// SOFT) bucket that did not fit takes nothing, as a HARD one would have denied and taken nothing. Emptied below
     /// zero, it said SHADOW_DENIED long after a HARD bucket would have refilled.
     fn take_throttles(&mut self, ask: &Ask<'_>, evaluated: &[Evaluated], now: Timestamp) {
-        for t in evaluated.iter().filter(|t| t.is_throttle() && t.fits) {
+        for t in evaluated.iter().filter(|t| t.fits) {
             let subject = if t.policy.scope == Scope::SUBJECT { ask.subject } else { None };
-            self.taken.push(self.buckets.take(&t.policy, ask.tenant, subject, ask.amount, now));
+            if t.is_throttle() {
+                self.taken.push(self.buckets.take(&t.policy, ask.tenant, subject, ask.amount, now));
+            } else if let Some(beyond) = t.overage {
+                self.taken.push(self.buckets.take_overage(&t.policy, ask.tenant, subject, beyond, now));
+            }
         }
     }
 
