@@ -9,15 +9,15 @@ use schemas::{Catalog, EventType};
 use serde_json::{Value, json};
 use support::*;
 
-// Proves that `schemas list --json` lists the catalog's 16 schemas, 16-hex-digit fingerprints, one current per type.
+// Proves that `schemas list --json` lists the catalog's 17 schemas, 16-hex-digit fingerprints, one current per type.
 #[test]
-fn list_json_names_sixteen_schemas_one_current_per_type() {
+fn list_json_names_seventeen_schemas_one_current_per_type() {
     let listed = run(&["schemas", "list", "--json"], b"").success().json();
     let listed = listed.as_array().unwrap_or_else(|| panic!("schemas list --json is not an array: {listed}"));
     assert_eq!(
         listed.len(),
-        16,
-        "six current schemas; UsageEvent, DecisionEvent, PolicyEvent and AdjustmentEvent v1; PolicyEvent v2 to v5; \
+        17,
+        "six current schemas; UsageEvent, DecisionEvent, PolicyEvent and AdjustmentEvent v1; PolicyEvent v2 to v6; \
          GrantEvent and ReservationEvent v1: {listed:?}"
     );
 
@@ -43,10 +43,11 @@ fn list_json_names_sixteen_schemas_one_current_per_type() {
     let mut fingerprints: Vec<&str> = listed.iter().map(|s| s["fingerprint"].as_str().unwrap()).collect();
     fingerprints.sort_unstable();
     fingerprints.dedup();
-    assert_eq!(fingerprints.len(), 16, "fingerprints are distinct");
+    assert_eq!(fingerprints.len(), 17, "fingerprints are distinct");
 }
 
-/// One event of each record type in JSON, every optional field set, in the form `schemas decode` prints.
+/// One event of each record type in JSON, every optional field set (but a throttled overage, a HARD quota's, which
+/// this SOFT throttle cannot carry), in the form `schemas decode` prints.
 fn one_event_per_type() -> Vec<(EventType, Value)> {
     let header = |event_id: &str| {
         json!({
@@ -108,7 +109,7 @@ fn one_event_per_type() -> Vec<(EventType, Value)> {
                     "policy_id": "p-1", "version": 3, "scope": "SUBJECT", "limit": 1000000, "window": "MONTH",
                     "enforcement": "SOFT", "effective_from": "2026-11-01T00:00:00Z", "burst": 500,
                     "actor": "alice@finance", "reason": "upgrade to pro", "time_zone": "America/New_York",
-                    "on_failure": "OPEN"
+                    "on_failure": "OPEN", "overage_rate": null, "overage_window": null
                 }),
             ),
         ),

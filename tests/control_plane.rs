@@ -353,3 +353,58 @@ fn with_shards_a_plan_default_goes_to_every_shard_and_a_tenant_to_its_own() {
     let listed = with(&["policy", "list", "--json"]).success().json();
     assert_eq!(listed.as_array().map(Vec::len), Some(2), "each version once: {listed}");
 }
+
+// Proves issue 36 item 6 through the binary: `policy set --overage-throttle 600/MINUTE` on a HARD daily quota of 5,
+// listed as THROTTLE; refused on a SOFT one. `serve` then allows beyond the limit what the overage bucket holds
+// (it fills at 10 a second from serve's start), answers 429 RATE_LIMITED with a retry when the bucket lacks the
+// tokens and QUOTA_EXCEEDED when an ask is larger than the whole bucket; `audit why` tells each apart, and reconcile
+// finds no overshoot in what the throttle let through.
+#[test]
+fn a_throttled_overage_lets_its_rate_through_beyond_the_limit() {
+    let ledger = TestLedger::new();
+    let soft = ["--enforcement", "SOFT", "--overage-throttle", "600/minute"];
+    let refused = ledger.run(
+        &["policy", "set", "--tenant", "org-1", "--metric", "tokens", "--limit", "5"]
+            .into_iter()
+            .chain(["--window", "DAY"])
+            .chain(soft)
+            .chain(WHO)
+            .collect::<Vec<_>>(),
+    );
+    let refused = refused.expect_code(2).stderr;
+    assert!(refused.contains("a throttled overage is for HARD policies"), "{refused}");
+    policy_set(&ledger, "org-1", "5", &["--overage-throttle", "600/minute"]).success();
+    let listed = ledger.run(&["policy", "list", "--json"]).success().json();
+    assert_eq!(listed[0]["overage"], "THROTTLE 600/MINUTE", "{listed}");
+    let table = ledger.run(&["policy", "list"]).success().stdout_text();
+    assert!(table.lines().next().is_some_and(|header| header.trim_end().ends_with("overage")), "{table}");
+
+    let server = hook_http::Server::start(&ledger.path, ledger.dir.path(), &[], &ledger.file("serve.err"));
+    let ask = |key: &str, amount: i64| {
+        let body = serde_json::json!({"tenant": "org-1", "metric": "tokens", "amount": amount, "idempotency_key": key});
+        server.post("/v1/check", hook_http::SECRET, &body)
+    };
+    assert_eq!(ask("k-1", 5).0, 200);
+    std::thread::sleep(std::time::Duration::from_millis(1_500));
+    let beyond = ask("k-2", 3);
+    assert_eq!((beyond.0, beyond.1["code"].as_str()), (200, Some("OK")), "{beyond:?}");
+    let waiting = ask("k-3", 500);
+    assert_eq!((waiting.0, waiting.1["code"].as_str()), (429, Some("RATE_LIMITED")), "{waiting:?}");
+    assert!(waiting.1["retryAfterSeconds"].as_i64().is_some_and(|s| (1..=60).contains(&s)), "{waiting:?}");
+    let whole = ask("k-4", 700);
+    assert_eq!((whole.0, whole.1["code"].as_str()), (429, Some("QUOTA_EXCEEDED")), "{whole:?}");
+    drop(server);
+
+    let why = |key: &str| ledger.run(&["audit", "why", key]).success().stdout_text();
+    assert!(why("k-2").contains("were let through by the throttled overage (600 per MINUTE)"), "{}", why("k-2"));
+    assert!(why("k-3").contains("this policy throttles rather than refuses, 600 per MINUTE"), "{}", why("k-3"));
+    assert!(why("k-4").contains("more than the overage bucket of the serving process ever holds (600)"));
+    let json = ledger.run(&["audit", "why", "k-2", "--json"]).success().json();
+    assert_eq!(
+        (json["policy"]["overage_rate"].as_i64(), json["policy"]["overage_window"].as_str()),
+        (Some(600), Some("MINUTE"))
+    );
+    let day_end = json["decision"]["window_end"].as_str().expect("the day's end").to_string();
+    let reconciled = ledger.run(&["reconcile", "--as-of", &day_end, "--json"]).expect_code(0).json();
+    assert_eq!(count(&reconciled, "adjustments_written"), 0, "8 of 5 is within the throttle: {reconciled}");
+}

@@ -121,9 +121,9 @@ fn policy_set_records_a_time_zone_and_refuses_an_unknown_one() {
         .collect();
     assert_eq!(zones, [("org-ny", NEW_YORK), ("org-utc", "UTC")]);
     let table = test.run(&["policy", "list"]).success().stdout_text();
-    // Columns are added at the end: the zone, then what the hook does when the ledger cannot record.
+    // Columns are added at the end: the zone, what the hook does when the ledger cannot record, what beyond the limit.
     let header: Vec<&str> = table.lines().next().unwrap_or_default().split_whitespace().collect();
-    assert_eq!(header[header.len() - 2..], ["time_zone", "on_failure"], "{table}");
+    assert_eq!(header[header.len() - 3..], ["time_zone", "on_failure", "overage"], "{table}");
     assert!(table.contains(NEW_YORK), "{table}");
     let history = test.run(&["policy", "history", "org-ny:tokens:tenant:day", "--json"]).success().json();
     assert_eq!(history[1]["time_zone"], NEW_YORK, "{history}");

@@ -1120,7 +1120,7 @@ fn a_throttled_overage_lets_the_rate_through_beyond_the_limit() {
     drop(hook);
     // A restart a minute later: the bucket fills from the new start, not full at once.
     OVERAGE_CLOCK_MICROS.fetch_add(60_000_000, Ordering::Relaxed);
-    let hook = Hook::start(&dir.path().join("ledger.db"), settings).unwrap();
+    let hook = Hook::start(dir.path().join("ledger.db"), settings).unwrap();
     assert_eq!(hook.check(ask("o-9", 1)).unwrap().reason, Reason::RATE_LIMITED, "empty at the start");
     OVERAGE_CLOCK_MICROS.fetch_add(30_000_000, Ordering::Relaxed);
     assert!(hook.check(ask("o-10", 1)).unwrap().allowed());

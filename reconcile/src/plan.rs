@@ -233,7 +233,8 @@ pub fn plan_from(
     step(&mut run, "judge conflicting duplicates");
     run.sum_consumption(inputs, &commits, progress)?;
     step(&mut run, "sum consumption per window");
-    let flagged = run.judge_windows();
+    let (mut flagged, throttled) = run.judge_windows();
+    run.judge_throttled(inputs, &commits, throttled, &mut flagged, progress)?;
     run.judge_late_usage();
     run.take_back_vanished();
     step(&mut run, "judge windows and late usage");
@@ -494,9 +495,12 @@ impl<'p> Run<'p> {
     }
 
     /// Truths of every window with consumption; returns the windows whose adjustment needs the events that
-    /// crossed the limit, with their effective limit.
-    fn judge_windows(&mut self) -> HashMap<WindowKey, i64> {
+    /// crossed the limit, with their effective limit, and apart the windows of HARD quotas with a throttled overage
+    /// whose consumption went beyond their effective limit (given with it): judged by [`Run::judge_throttled`],
+    /// which needs their events.
+    fn judge_windows(&mut self) -> (HashMap<WindowKey, i64>, HashMap<WindowKey, i64>) {
         let mut flagged = HashMap::new();
+        let mut throttled = HashMap::new();
         let mut keys: Vec<WindowKey> = self.windows.keys().copied().collect();
         keys.sort();
         self.counts.windows_judged = keys.len() as u64;
@@ -516,6 +520,10 @@ impl<'p> Run<'p> {
                 Timestamp(key.end),
             );
             let excess = overshoot::excess(consumption, limit);
+            if excess > 0 && policy.overage_throttle().is_some() {
+                throttled.insert(key, limit);
+                continue;
+            }
             let concern = self.window_concern(&key, kind);
             let recorded = self.recorded.get(&concern).copied().unwrap_or_default();
             let truth = Truth {
@@ -533,7 +541,56 @@ impl<'p> Run<'p> {
             }
             self.keep(truth);
         }
-        flagged
+        (flagged, throttled)
+    }
+
+    /// Truths of the windows of HARD quotas with a throttled overage that went beyond their effective limit
+    /// (issue 36 item 6): beyond it the hook let the overage rate through on purpose, so the enforcement miss is
+    /// only what passed the limit plus the allowance of [`overshoot::throttled_allowance`] from the first event
+    /// beyond the limit. A window whose adjustment is written joins `flagged`, with that sum as its limit, so the
+    /// events named are those beyond what the throttle allowed.
+    fn judge_throttled(
+        &mut self,
+        inputs: &impl PlanInputs,
+        commits: &[Commit],
+        throttled: HashMap<WindowKey, i64>,
+        flagged: &mut HashMap<WindowKey, i64>,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<(), ReconcileError> {
+        if throttled.is_empty() {
+            return Ok(());
+        }
+        let windows: FxHashSet<WindowKey> = throttled.keys().copied().collect();
+        let mut consumed = self.consumed_in(inputs, commits, &windows, progress)?;
+        let mut keys: Vec<WindowKey> = windows.into_iter().collect();
+        keys.sort();
+        for key in keys {
+            let (consumption, policy) = self.windows[&key];
+            let (rate, per) = policy.overage_throttle().expect("only throttled overages are given");
+            let limit = throttled[&key];
+            let items = consumed.get_mut(&key).map_or(&mut [][..], Vec::as_mut_slice);
+            let beyond_from = overshoot::first_beyond(items, limit).unwrap_or(Timestamp(key.end));
+            let allowed =
+                limit.saturating_add(overshoot::throttled_allowance(rate, per, beyond_from, Timestamp(key.end)));
+            let excess = overshoot::excess(consumption, allowed);
+            let concern = self.window_concern(&key, AdjustmentKind::OVERSHOOT);
+            let recorded = self.recorded.get(&concern).copied().unwrap_or_default();
+            let truth = Truth {
+                concern,
+                amount: excess,
+                present: excess > 0,
+                tenant: self.names.name(key.tenant).to_string(),
+                subject: self.subject_name(key.subject),
+                metric: self.names.name(key.metric).to_string(),
+                policy_id: Some(policy.policy_id.clone()),
+                refs: Vec::new(),
+            };
+            if excess > 0 && concern::delta(&truth, recorded).is_some() {
+                flagged.insert(key, allowed);
+            }
+            self.keep(truth);
+        }
+        Ok(())
     }
 
     fn judge_late_usage(&mut self) {
@@ -599,17 +656,44 @@ impl<'p> Run<'p> {
         if flagged.is_empty() {
             return Ok(());
         }
-        // Only (event time, sequence, quantity) per event of a flagged window; event_ids only for the crossers.
+        let windows: FxHashSet<WindowKey> = flagged.keys().copied().collect();
+        let consumed = self.consumed_in(inputs, commits, &windows, progress)?;
+        let commit_ids: FxHashMap<u64, &str> = commits.iter().map(|c| (c.seq, c.event_id.as_str())).collect();
+        let mut refs_by_concern: HashMap<Concern, Vec<String>> = HashMap::new();
+        for (key, mut items) in consumed {
+            let limit = flagged[&key];
+            let kind = overshoot::excess_kind(self.windows[&key].1.enforcement).expect("a judged window");
+            let seqs = overshoot::crossing_seqs(&mut items, limit);
+            let refs = inputs.event_ids(&seqs, &commit_ids)?;
+            refs_by_concern.insert(self.window_concern(&key, kind), refs);
+        }
+        for truth in &mut self.truths {
+            if let Some(refs) = refs_by_concern.remove(&truth.concern) {
+                truth.refs = refs;
+            }
+        }
+        Ok(())
+    }
+
+    /// What each of `windows` consumed, one more read of the usage stream (and the valid COMMITs): only (event time,
+    /// sequence, quantity) per event, event_ids are looked up later for the crossers alone.
+    fn consumed_in(
+        &mut self,
+        inputs: &impl PlanInputs,
+        commits: &[Commit],
+        windows: &FxHashSet<WindowKey>,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<FxHashMap<WindowKey, Vec<Consumed>>, ReconcileError> {
         let mut consumed: FxHashMap<WindowKey, Vec<Consumed>> = FxHashMap::default();
-        let flagged_pairs: FxHashSet<(u32, u32)> = flagged.keys().map(|k| (k.tenant, k.metric)).collect();
+        let pairs: FxHashSet<(u32, u32)> = windows.iter().map(|k| (k.tenant, k.metric)).collect();
         let mut keys = Vec::new();
         let mut collect = |run: &mut Run<'p>, c: &Consumption<'_>| {
-            if !c.counted_now || !flagged_pairs.contains(&(c.tenant, c.metric)) {
+            if !c.counted_now || !pairs.contains(&(c.tenant, c.metric)) {
                 return;
             }
             run.window_keys(c, &mut keys);
             for (key, _) in keys.drain(..) {
-                if flagged.contains_key(&key) {
+                if windows.contains(&key) {
                     consumed.entry(key).or_default().push(Consumed {
                         occurred_at: c.occurred_at,
                         seq: c.seq,
@@ -631,21 +715,7 @@ impl<'p> Run<'p> {
         for commit in commits {
             collect(self, &consumption_of_commit(commit));
         }
-        let commit_ids: FxHashMap<u64, &str> = commits.iter().map(|c| (c.seq, c.event_id.as_str())).collect();
-        let mut refs_by_concern: HashMap<Concern, Vec<String>> = HashMap::new();
-        for (key, mut items) in consumed {
-            let limit = flagged[&key];
-            let kind = overshoot::excess_kind(self.windows[&key].1.enforcement).expect("a judged window");
-            let seqs = overshoot::crossing_seqs(&mut items, limit);
-            let refs = inputs.event_ids(&seqs, &commit_ids)?;
-            refs_by_concern.insert(self.window_concern(&key, kind), refs);
-        }
-        for truth in &mut self.truths {
-            if let Some(refs) = refs_by_concern.remove(&truth.concern) {
-                truth.refs = refs;
-            }
-        }
-        Ok(())
+        Ok(consumed)
     }
 
     fn into_plan(mut self, run_id: String, watermark: u64) -> Plan {

@@ -121,6 +121,9 @@ fn row(period: Period, index: &PolicyIndex, inputs: &BillingInputs, key: Key) ->
     row.effective_limit = Some(effective);
     match policy.enforcement {
         Enforcement::SOFT => row.overage = Some(excess),
+        // A throttled overage (issue 36 item 6) let the excess through at its rate on purpose: not billed, and not
+        // a miss either, which only its events can tell (reconcile's OVERSHOOT, beyond the throttle's allowance).
+        Enforcement::HARD if policy.overage_throttle().is_some() => {}
         Enforcement::HARD => row.overshoot = Some(excess),
         // SHADOW never denies and bills nothing: both stay empty (reconcile reports SHADOW_OVER_LIMIT).
         Enforcement::SHADOW => {}
@@ -427,5 +430,28 @@ mod tests {
         };
         inputs.usage.insert(key("org-t", "requests"), 30);
         assert_eq!(cells(&rows(period, &inputs)), ["org-t,requests,30,plan,1,10,0,10,20,,0"]);
+    }
+
+    // Issue 36 item 6: a HARD monthly quota whose overage is throttled let its excess through on purpose: the row
+    // shows the consumption over the effective limit with neither overage (not billed) nor overshoot (no miss by
+    // itself; reconcile judges the throttle's allowance from the events), beside a plain HARD quota's overshoot.
+    #[test]
+    fn a_throttled_overage_is_neither_billed_nor_an_overshoot() {
+        let period: Period = "2026-11".parse().unwrap();
+        let throttled = PolicyEvent {
+            overage_rate: Some(10),
+            overage_window: Some(Window::HOUR),
+            ..policy("org-t", "throttled", 1, "requests", 100, Enforcement::HARD)
+        };
+        let mut inputs = BillingInputs {
+            policies: vec![throttled, policy("org-w", "wall", 1, "requests", 100, Enforcement::HARD)],
+            ..BillingInputs::default()
+        };
+        inputs.usage.insert(key("org-t", "requests"), 130);
+        inputs.usage.insert(key("org-w", "requests"), 130);
+        assert_eq!(
+            cells(&rows(period, &inputs)),
+            ["org-t,requests,130,throttled,1,100,0,100,,,0", "org-w,requests,130,wall,1,100,0,100,,30,0"]
+        );
     }
 }

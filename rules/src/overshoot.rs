@@ -1,6 +1,6 @@
 //! Effective limit and overshoot of one window (contract §5 "Effective limit", "Overshoot").
 
-use schemas::{Enforcement, GrantEvent, Scope, Timestamp};
+use schemas::{Enforcement, GrantEvent, Scope, Timestamp, Window};
 
 use crate::window;
 
@@ -45,6 +45,30 @@ pub fn excess_kind(enforcement: Enforcement) -> Option<schemas::AdjustmentKind> 
         Enforcement::SHADOW => Some(schemas::AdjustmentKind::SHADOW_OVER_LIMIT),
         Enforcement::SOFT => None,
     }
+}
+
+/// What a HARD quota with a throttled overage (`overage_rate` per `overage_window`, PolicyEvent v7) may consume beyond
+/// its effective limit in a window whose consumption first went beyond it at `beyond_from` and which ends at
+/// `window_end`: one whole bucket, plus the rate over that time. The hook's overage bucket holds at most `rate`
+/// tokens and fills only with time (from its process's start, never full at once), so no hook lets more through.
+/// The rate is counted over the shortest window of its kind (28 days for MONTH), rounded up: a bound to judge an
+/// enforcement miss by, never below what the hook may rightly allow.
+pub fn throttled_allowance(rate: i64, window: Window, beyond_from: Timestamp, window_end: Timestamp) -> i64 {
+    let shortest_micros: i128 = match window {
+        Window::MINUTE => 60,
+        Window::HOUR => 3_600,
+        Window::DAY => 86_400,
+        Window::MONTH | Window::CONCURRENT => 28 * 86_400,
+    } * 1_000_000;
+    let elapsed = i128::from(window_end.micros().saturating_sub(beyond_from.micros()).max(0));
+    let refilled = (i128::from(rate) * elapsed + shortest_micros - 1) / shortest_micros;
+    i64::try_from(refilled.saturating_add(i128::from(rate))).unwrap_or(i64::MAX)
+}
+
+/// When the running consumption of a window (in event time order, ties by ledger sequence) first goes beyond
+/// `effective_limit`: the event time of the first crosser, none when it never does.
+pub fn first_beyond(consumed: &mut [Consumed], effective_limit: i64) -> Option<Timestamp> {
+    crossing(consumed, effective_limit).first().map(|&i| consumed[i].occurred_at)
 }
 
 /// One consumption of a window: usage or a valid COMMIT.
@@ -173,5 +197,23 @@ mod tests {
         assert_eq!(crossers(&mut consumed, 80), ["second", "third"]);
         assert_eq!(excess(110, 80), 30);
         assert_eq!(excess(70, 80), 0);
+    }
+
+    // Issue 36 item 6: beyond its limit a throttled overage may take one bucket plus the rate from the first event
+    // beyond the limit to the window's end, rounded up; nothing before that instant counts.
+    #[test]
+    fn a_throttled_overage_allows_a_bucket_and_the_rate_from_the_first_event_beyond_the_limit() {
+        let c =
+            |t: &str, seq: u64, quantity: i64| Consumed { occurred_at: at(t), seq, quantity, event_id: String::new() };
+        let mut consumed =
+            vec![c("2026-11-01T10:00:00Z", 1, 8), c("2026-11-01T23:58:00Z", 2, 3), c("2026-11-01T23:59:00Z", 3, 1)];
+        let beyond = first_beyond(&mut consumed, 10).expect("11 is beyond 10");
+        assert_eq!(beyond, at("2026-11-01T23:58:00Z"));
+        let day_end = at("2026-11-02T00:00:00Z");
+        assert_eq!(throttled_allowance(2, Window::MINUTE, beyond, day_end), 2 + 4, "a bucket and two minutes at 2");
+        assert_eq!(throttled_allowance(2, Window::HOUR, beyond, day_end), 2 + 1, "two minutes at 2 an hour round up");
+        assert_eq!(throttled_allowance(5, Window::MINUTE, day_end, day_end), 5, "at the end: the bucket alone");
+        assert_eq!(first_beyond(&mut consumed, 12), None);
+        assert_eq!(throttled_allowance(i64::MAX, Window::MINUTE, beyond, day_end), i64::MAX, "saturates");
     }
 }

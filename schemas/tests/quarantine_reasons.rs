@@ -342,13 +342,14 @@ fn reserve_without_expires_at() {
 fn a_throttled_overage_is_for_hard_quotas() {
     let Event::Policy(valid) = samples().remove(4) else { unreachable!("the fifth sample is the policy") };
     assert!(schemas::validate::validate(&Event::Policy(valid.clone())).is_ok());
-    let refusals: [(&str, Box<dyn Fn(&mut PolicyEvent)>); 6] = [
-        ("no window", Box::new(|p| p.overage_window = None)),
-        ("a window of leases", Box::new(|p| p.overage_window = Some(Window::CONCURRENT))),
-        ("SOFT", Box::new(|p| p.enforcement = Enforcement::SOFT)),
-        ("a throttle", Box::new(|p| p.burst = Some(5))),
-        ("CONCURRENT", Box::new(|p| p.window = Window::CONCURRENT)),
-        ("no rate", Box::new(|p| p.overage_rate = None)),
+    type Change = fn(&mut PolicyEvent);
+    let refusals: [(&str, Change); 6] = [
+        ("no window", |p| p.overage_window = None),
+        ("a window of leases", |p| p.overage_window = Some(Window::CONCURRENT)),
+        ("SOFT", |p| p.enforcement = Enforcement::SOFT),
+        ("a throttle", |p| p.burst = Some(5)),
+        ("CONCURRENT", |p| p.window = Window::CONCURRENT),
+        ("no rate", |p| p.overage_rate = None),
     ];
     for (what, change) in refusals {
         let mut policy = valid.clone();

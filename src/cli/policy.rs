@@ -201,9 +201,12 @@ fn set(store: &super::Store, tenant: String, args: PolicyArgs, source: &str) -> 
         let tenant = &event.header.tenant;
         // The zone only when one is named: a UTC policy reads as it always did.
         let zone = event.time_zone.as_deref().map(|zone| format!(" in {zone}")).unwrap_or_default();
+        let overage = event.overage_throttle().map_or(String::new(), |(rate, per)| {
+            format!(", beyond it {rate} per {} (throttled overage)", per.symbol())
+        });
         writeln!(
             super::stdout(),
-            "policy {policy_id} version {version} of {tenant}: {limit} {} per {}{zone} ({}), effective from {effective_from}; {written}",
+            "policy {policy_id} version {version} of {tenant}: {limit} {} per {}{zone} ({}{overage}), effective from {effective_from}; {written}",
             event.header.metric,
             window.symbol(),
             enforcement.symbol()

@@ -253,6 +253,29 @@ fn a_window_over_its_hard_limit_is_an_overshoot_naming_the_crosser() {
     assert_eq!(plan.watermark, 4);
 }
 
+// Proves issue 36 item 6: a HARD quota of 10 a day with its overage throttled at 2 a minute is no overshoot for what
+// went beyond the limit at that rate (a bucket of 2 plus 2 a minute from the first event beyond it, 23:57, to the
+// day's end: 8); only what passed that is, naming the events beyond it. A late event that passes it adds the delta.
+#[test]
+fn a_throttled_overage_is_an_overshoot_only_beyond_its_allowance() {
+    let mut memory = Memory::default();
+    let Event::Policy(mut throttled) = hard_daily_limit(10) else { unreachable!("a policy") };
+    (throttled.overage_rate, throttled.overage_window) = (Some(2), Some(Window::MINUTE));
+    memory.record(Event::Policy(throttled));
+    memory.record(usage("u-1", "2026-10-03T09:00:00Z", 10));
+    memory.record(usage("u-2", "2026-10-03T23:57:00Z", 4));
+    memory.record(usage("u-3", "2026-10-03T23:59:00Z", 4));
+    let within = plan(&memory);
+    assert_eq!(adjustments(&within), [], "18 of 10 + 8 allowed");
+    memory.record(usage("u-4", "2026-10-03T23:59:30Z", 3));
+    let beyond = plan(&memory);
+    assert_eq!(adjustments(&beyond), [(AdjustmentKind::OVERSHOOT, 3, vec!["u-4"])]);
+    memory.apply(&beyond);
+    assert_eq!(adjustments(&plan(&memory)), [], "a rerun adds nothing");
+    memory.record(usage("u-5", "2026-10-03T23:59:40Z", 1));
+    assert_eq!(adjustments(&plan(&memory)), [(AdjustmentKind::OVERSHOOT, 1, vec!["u-4", "u-5"])]);
+}
+
 // Proves contract §5 "Reservations": a RESERVE with no valid close by its expiry is expired, for the amount it held,
 // and a COMMIT after the expiry is a refused transition, not consumption.
 #[test]

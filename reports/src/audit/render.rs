@@ -169,7 +169,14 @@ fn policy_paragraph(w: &Why, out: &mut String) {
             };
             let rule = match p.burst {
                 None if w.by_concurrency() => format!("at most {} leases of {} held at once", p.limit, d.metric),
-                None => format!("at most {} {} per {} window", p.limit, d.metric, p.window),
+                None => match p.overage() {
+                    Some((rate, per)) => format!(
+                        "at most {} {} per {} window, and beyond that a throttled overage of {rate} {} per {per} \
+                         (a token bucket of {rate} that fills with time) instead of a refusal",
+                        p.limit, d.metric, p.window, d.metric
+                    ),
+                    None => format!("at most {} {} per {} window", p.limit, d.metric, p.window),
+                },
                 Some(burst) => format!(
                     "a throttle, a token bucket of {burst} {} refilled continuously at {} per {} window",
                     d.metric, p.limit, p.window
@@ -281,10 +288,37 @@ fn counter_paragraph(w: &Why, out: &mut String) {
         let asked = used.saturating_add(w.decision.amount);
         let over = asked > limit;
         let verdict = if over { "over the limit" } else { "within the limit" };
-        let note = unexplained(w, over, "counter");
+        let overage = w.policy.as_ref().and_then(|p| p.overage()).filter(|_| over);
+        let note = if overage.is_some() { String::new() } else { unexplained(w, over, "counter") };
         writeln!(out, "{used} used + {} asked = {asked}, {verdict} of {limit}{note}.", w.decision.amount).unwrap();
+        if let Some((rate, per)) = overage {
+            let beyond = asked.saturating_sub(limit).min(w.decision.amount);
+            overage_sentence(w, beyond, rate, per, out);
+        }
     }
     out.push('\n');
+}
+
+/// What a HARD quota's throttled overage (issue 36 item 6) did with the part of a request beyond its limit.
+fn overage_sentence(w: &Why, beyond: i64, rate: i64, per: &str, out: &mut String) {
+    let d = &w.decision;
+    let bucket = "the overage bucket of the serving process";
+    let sentence = match (d.outcome.as_str(), d.reason.as_str()) {
+        ("ALLOWED", _) => format!(
+            "The {beyond} beyond the limit were let through by the throttled overage ({rate} per {per}), taken from \
+             {bucket}: allowed on purpose, not billed as overage."
+        ),
+        (_, "RATE_LIMITED") => format!(
+            "Beyond the limit this policy throttles rather than refuses, {rate} per {per}: the {beyond} this request \
+             needed beyond the limit were not in {bucket} then, and refill within the wait below."
+        ),
+        (_, "QUOTA_EXCEEDED") => format!(
+            "Beyond the limit this policy throttles, {rate} per {per}, but this request needed {beyond} beyond it, \
+             more than {bucket} ever holds ({rate}): only the window's reset lets it through."
+        ),
+        _ => return,
+    };
+    writeln!(out, "{sentence}").unwrap();
 }
 
 /// A throttle's recorded counter: the bucket as the serving process held it (capacity, tokens taken, left).

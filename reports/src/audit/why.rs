@@ -156,6 +156,13 @@ pub struct PolicyFacts {
     pub change_reason: Option<String>,
     /// The IANA time zone whose calendar its windows are of (PolicyEvent v4); `None`: UTC.
     pub time_zone: Option<String>,
+    /// A HARD quota's throttled overage (PolicyEvent v7): what it lets through beyond its limit per
+    /// `overage_window`; `None`: the limit is a wall.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overage_rate: Option<i64>,
+    /// The period of `overage_rate`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overage_window: Option<String>,
     /// The ledger entry of the copy shown.
     pub seq: u64,
     /// How many copies of this version (same owner) the ledger holds: more than 1 when it was published again.
@@ -166,6 +173,11 @@ impl PolicyFacts {
     /// A token bucket (a policy with a burst), not an allowance per window.
     pub fn is_throttle(&self) -> bool {
         self.burst.is_some()
+    }
+
+    /// Its throttled overage, (rate, per window), when beyond its limit it throttles rather than refuses.
+    pub fn overage(&self) -> Option<(i64, &str)> {
+        self.overage_rate.zip(self.overage_window.as_deref())
     }
 }
 
@@ -439,6 +451,8 @@ fn policy(at: &At<'_>, decision: &Decision) -> Result<Option<PolicyFacts>, Repor
         actor: chosen.actor.clone(),
         change_reason: chosen.reason.clone(),
         time_zone: chosen.time_zone.clone(),
+        overage_rate: chosen.overage_rate,
+        overage_window: chosen.overage_window.map(|w| w.symbol().to_string()),
         seq: seqs[index],
         copies: copies.count() as u64,
     }))
