@@ -1,5 +1,6 @@
-//! Model test: random ledger histories (policy versions, grants, usage, reservations, leases with renewals and stale
-//! tokens, duplicates, out-of-order batches, period closes, runs at rising `--as-of`) reconciled by `reconcile::plan` + `apply` agree with a
+//! Model test: random ledger histories (policy versions, HARD quotas with a throttled overage among them, grants,
+//! usage, requests of two metrics, reservations, leases with renewals and stale tokens, duplicates, out-of-order
+//! batches, period closes, runs at rising `--as-of`) reconciled by `reconcile::plan` + `apply` agree with a
 //! deliberately naive in-memory model of contract §5 written here, concern by concern, after every run.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -71,6 +72,8 @@ struct VersionDraw {
     effective_from: i64,
     scope: Scope,
     enforcement: Enforcement,
+    /// A throttled overage (rate per window), kept when the version is HARD (issue 36 item 6).
+    overage: Option<(i64, Window)>,
 }
 
 #[derive(Debug, Clone)]
@@ -94,6 +97,9 @@ struct UsageDraw {
     who: Who,
     occurred_at: i64,
     quantity: i64,
+    /// A request of both metrics at once (issue 36 item 2), as the hook records one: a UsageEvent per metric, under
+    /// one request_id, the other metric's quantity this.
+    other_metric: Option<i64>,
 }
 
 #[derive(Debug, Clone)]
@@ -175,13 +181,15 @@ fn version_draw() -> impl Strategy<Value = VersionDraw> {
     let scope = prop_oneof![Just(Scope::TENANT), Just(Scope::SUBJECT)];
     let enforcement = prop_oneof![Just(Enforcement::HARD), Just(Enforcement::SOFT), Just(Enforcement::SHADOW)];
     let window = prop_oneof![3 => Just(None), 1 => window().prop_map(Some)];
-    (0i64..60, window, effective_from(), scope, enforcement).prop_map(
-        |(limit, window, effective_from, scope, enforcement)| VersionDraw {
+    let overage = prop::option::weighted(0.3, (1i64..10, prop_oneof![Just(Window::MINUTE), Just(Window::HOUR)]));
+    (0i64..60, window, effective_from(), scope, enforcement, overage).prop_map(
+        |(limit, window, effective_from, scope, enforcement, overage)| VersionDraw {
             limit,
             window,
             effective_from,
             scope,
             enforcement,
+            overage: overage.filter(|_| enforcement == Enforcement::HARD),
         },
     )
 }
@@ -205,7 +213,8 @@ fn grant_draw() -> impl Strategy<Value = GrantDraw> {
 }
 
 fn usage_draw() -> impl Strategy<Value = UsageDraw> {
-    (who(), time(), 0i64..20).prop_map(|(who, occurred_at, quantity)| UsageDraw { who, occurred_at, quantity })
+    (who(), time(), 0i64..20, prop::option::weighted(0.2, 0i64..20))
+        .prop_map(|(who, occurred_at, quantity, other_metric)| UsageDraw { who, occurred_at, quantity, other_metric })
 }
 
 fn close_draw() -> impl Strategy<Value = CloseDraw> {
@@ -294,8 +303,8 @@ fn policy_events(i: usize, p: &PolicyDraw) -> Vec<Event> {
             reason: None,
             time_zone: None,
             on_failure: None,
-            overage_rate: None,
-            overage_window: None,
+            overage_rate: version.overage.map(|o| o.0),
+            overage_window: version.overage.map(|o| o.1),
         }));
     }
     events
@@ -313,13 +322,25 @@ fn grant_event(i: usize, g: &GrantDraw) -> Event {
     })
 }
 
-fn usage_event(i: usize, u: &UsageDraw) -> Event {
-    Event::Usage(UsageEvent {
+/// The usage of the i-th draw: one event, or one per metric under one request_id.
+fn usage_events(i: usize, u: &UsageDraw) -> Vec<Event> {
+    let request_id = u.other_metric.map(|_| format!("req{i}"));
+    let mut events = vec![Event::Usage(UsageEvent {
         header: header(format!("u{i}"), u.who, u.occurred_at),
         quantity: u.quantity,
-        request_id: None,
+        request_id: request_id.clone(),
         attributes: Default::default(),
-    })
+    })];
+    if let Some(quantity) = u.other_metric {
+        let other = Who { metric: 1 - u.who.metric, ..u.who };
+        events.push(Event::Usage(UsageEvent {
+            header: header(format!("u{i}-m"), other, u.occurred_at),
+            quantity,
+            request_id,
+            attributes: Default::default(),
+        }));
+    }
+    events
 }
 
 /// The events of the i-th reservation drawn, under `id` (event_ids stay per draw, so shared ids never collide).
@@ -425,7 +446,7 @@ fn history() -> impl Strategy<Value = History> {
                 base.extend(policy_events(i, p));
             }
             base.extend(grants.iter().enumerate().map(|(i, g)| grant_event(i, g)));
-            base.extend(usage.iter().enumerate().map(|(i, u)| usage_event(i, u)));
+            base.extend(usage.iter().enumerate().flat_map(|(i, u)| usage_events(i, u)));
             for (i, r) in reservations.iter().enumerate() {
                 // An odd draw takes the reservation_id of the draw before when their tenants differ: producers
                 // choose their own ids, and another tenant's reservation under the same id is another one.
@@ -828,8 +849,24 @@ impl Model {
             }
         }
         for (key, (policy, mut items)) in windows {
-            let limit = self.effective_limit(&policy, &key);
+            let mut limit = self.effective_limit(&policy, &key);
             items.sort_by_key(|i| (i.at, i.seq));
+            // A throttled overage: beyond the limit, one bucket of `rate` plus `rate` per window length (a minute or
+            // an hour here) from the first item beyond the limit to the window's end, rounded up, went through on
+            // purpose; the overshoot is what passed that.
+            if let (Some(rate), Some(per), Key::Window { end, .. }) = (policy.overage_rate, policy.overage_window, &key)
+            {
+                let mut running = 0;
+                let first_beyond = items.iter().find(|i| {
+                    running += i.quantity;
+                    i.quantity > 0 && running > limit
+                });
+                if let Some(first) = first_beyond {
+                    let length = if per == Window::MINUTE { MINUTE_MICROS } else { HOUR_MICROS };
+                    let elapsed = end.micros() - first.at.micros();
+                    limit += rate + (rate * elapsed + length - 1) / length;
+                }
+            }
             let mut running = 0;
             let mut crossers = Vec::new();
             for i in &items {
