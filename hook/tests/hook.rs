@@ -1128,3 +1128,49 @@ fn a_throttled_overage_lets_the_rate_through_beyond_the_limit() {
     OVERAGE_CLOCK_MICROS.store(day_end.micros(), Ordering::Relaxed);
     assert!(hook.check(ask("o-11", 10)).unwrap().allowed(), "a new day: the limit again");
 }
+
+/// `policy` failing open (`on_failure: OPEN`).
+fn open(policy: Event) -> Event {
+    let Event::Policy(policy) = policy else { unreachable!("a policy") };
+    Event::Policy(PolicyEvent { on_failure: Some(OnFailure::OPEN), ..policy })
+}
+
+// Issue 36 item 5 for several metrics: while the ledger refuses every group, a check of several metrics whose every
+// policy is OPEN is allowed FAIL_OPEN on each metric (one token of the emergency rate), counted at once, and recorded
+// once the ledger takes writes again; a reserve of the same fails closed (its commit needs the ledger too), and so
+// does a check with a CLOSED policy among its metrics'.
+#[test]
+fn a_check_of_several_metrics_fails_open_when_every_policy_is_open() {
+    let (dir, hook) = hook_with(vec![
+        open(policy("tokens-month", 1_000, Window::MONTH, Enforcement::HARD, None)),
+        open(of_metric(policy("requests-month", 10, Window::MONTH, Enforcement::HARD, None), "requests")),
+        of_metric(policy("bytes-month", 10, Window::MONTH, Enforcement::HARD, None), "bytes"),
+    ]);
+    assert!(hook.check_amounts(amounts("k-1", 1, 100)).unwrap().allowed());
+    let other = rusqlite::Connection::open(dir.path().join("ledger.db")).unwrap();
+    other
+        .execute_batch(
+            "CREATE TRIGGER injected BEFORE INSERT ON entries BEGIN SELECT RAISE(ABORT, 'injected failure'); END",
+        )
+        .unwrap();
+    let opened = hook.check_amounts(amounts("k-2", 2, 300)).unwrap();
+    assert!(opened.allowed(), "{opened:?}");
+    let codes: Vec<(Code, Reason)> = opened.decisions.iter().map(|d| (d.code, d.reason)).collect();
+    assert_eq!(codes, [(Code::FAIL_OPEN, Reason::FAIL_OPEN); 2]);
+    assert_eq!((consumed(&hook, "requests"), consumed(&hook, "tokens")), (3, 400), "counted at once");
+    let failed = |result: Result<Decisions, HookError>| {
+        assert!(matches!(&result, Err(HookError::Ledger(m)) if m.contains("injected failure")), "{result:?}")
+    };
+    failed(hook.reserve_amounts(reserve_amounts("k-3", 1, 1)));
+    let mut with_closed = amounts("k-4", 1, 1);
+    with_closed.amounts.insert("bytes".into(), 1);
+    failed(hook.check_amounts(with_closed));
+    other.execute_batch("DROP TRIGGER injected").unwrap();
+
+    assert!(hook.check(ask("k-5", 1)).unwrap().allowed(), "recording again");
+    let replayed = hook.check_amounts(amounts("k-2", 2, 300)).unwrap();
+    assert!(replayed.replayed() && replayed.decisions.iter().all(|d| d.reason == Reason::FAIL_OPEN), "{replayed:?}");
+    let made_open = sql_i64(&dir, "SELECT COUNT(*) FROM decision_events WHERE reason = 'FAIL_OPEN'");
+    assert_eq!(made_open, 2, "a decision per metric, recorded once");
+    assert_eq!(usage_recorded(&dir), 1 + 100 + 2 + 300 + 1, "k-1, k-2 on both metrics, k-5");
+}

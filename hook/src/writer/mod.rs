@@ -344,13 +344,22 @@ impl Writer {
                 self.health.failed(&message, answers.len(), now);
                 let open = self.fail_open(&batch.events, &answers);
                 let taken_back = self.take_back(&batch.events, now, &open);
+                let opened = |decision: &crate::api::Decision| open.contains(decision.decision_id.as_str());
                 answers
                     .into_iter()
                     .map(|answer| match answer {
-                        Answer::Decision(reply, Ok(decision)) if open.contains(decision.decision_id.as_str()) => {
+                        Answer::Decision(reply, Ok(decision)) if opened(&decision) => {
                             let decision = made_open(decision);
                             self.recent.insert(decision.clone());
                             Answer::Decision(reply, Ok(decision))
+                        }
+                        Answer::Decisions(reply, Ok(decisions)) if decisions.decisions.iter().all(opened) => {
+                            let decisions = crate::api::Decisions {
+                                decisions: decisions.decisions.into_iter().map(made_open).collect(),
+                                ..decisions
+                            };
+                            decisions.decisions.iter().for_each(|d| self.recent.insert(d.clone()));
+                            Answer::Decisions(reply, Ok(decisions))
                         }
                         other => other.failed(&message, &taken_back),
                     })
@@ -474,9 +483,9 @@ impl Writer {
         decisions
     }
 
-    /// The checks of a group the ledger refused that are answered FAIL_OPEN: those whose every policy is OPEN, while
-    /// the emergency rate allows, once their events (the DecisionEvent saying FAIL_OPEN, and the usage) are synced
-    /// in the spill. Answers the event ids spilled, a check's decision id among them. None at durability replicated:
+    /// The checks of a group the ledger refused that are answered FAIL_OPEN: those whose every policy is OPEN (of
+    /// every metric, for a check of several), while the emergency rate allows (a token per check), once their events
+    /// (each DecisionEvent saying FAIL_OPEN, and its usage) are synced in the spill. Answers the event ids spilled, a check's decision id among them. None at durability replicated:
     /// its events are on their topics already, and the shard takes them from there.
     fn fail_open<'e>(&mut self, events: &'e [Incoming], answers: &[Answer]) -> HashSet<&'e str> {
         let mut open = HashSet::new();
@@ -490,23 +499,36 @@ impl Writer {
         let by_id: HashMap<&str, &Event> = events.iter().map(|i| (i.event.event_id(), &i.event)).collect();
         let mut spilled = Vec::new();
         for answer in answers {
-            let Answer::Decision(_, Ok(decision)) = answer else { continue };
-            if decision.replayed || !self.group_open.contains(&decision.decision_id) {
+            // A check of several metrics is one request: one token of the emergency rate, every metric made open.
+            let decisions = match answer {
+                Answer::Decision(_, Ok(decision)) => std::slice::from_ref(decision),
+                Answer::Decisions(_, Ok(decisions)) => decisions.decisions.as_slice(),
+                _ => continue,
+            };
+            if decisions.iter().any(|d| d.replayed || !self.group_open.contains(&d.decision_id)) {
+                continue;
+            }
+            let mut request = Vec::new();
+            for decision in decisions {
+                let hash = decision.decision_id.strip_prefix(crate::ids::DECISION_PREFIX).unwrap_or_default();
+                let usage_id = crate::ids::usage_id(hash);
+                if let (Some((&decision_id, Event::Decision(d))), Some((&usage_id, usage))) =
+                    (by_id.get_key_value(decision.decision_id.as_str()), by_id.get_key_value(usage_id.as_str()))
+                {
+                    request.push((decision_id, d, usage_id, *usage));
+                }
+            }
+            if request.len() != decisions.len() {
                 continue;
             }
             if !take_emergency_token(&mut self.emergency, self.settings.fail_open_per_second) {
                 break;
             }
-            let hash = decision.decision_id.strip_prefix(crate::ids::DECISION_PREFIX).unwrap_or_default();
-            let usage_id = crate::ids::usage_id(hash);
-            let (Some((&decision_id, Event::Decision(d))), Some((&usage_id, usage))) =
-                (by_id.get_key_value(decision.decision_id.as_str()), by_id.get_key_value(usage_id.as_str()))
-            else {
-                continue;
-            };
-            spilled.push(Event::Decision(DecisionEvent { reason: Reason::FAIL_OPEN, ..d.clone() }));
-            spilled.push((*usage).clone());
-            open.extend([decision_id, usage_id]);
+            for (decision_id, d, usage_id, usage) in request {
+                spilled.push(Event::Decision(DecisionEvent { reason: Reason::FAIL_OPEN, ..d.clone() }));
+                spilled.push(usage.clone());
+                open.extend([decision_id, usage_id]);
+            }
         }
         if open.is_empty() {
             return open;
@@ -514,7 +536,7 @@ impl Writer {
         match spill.push(&spilled) {
             Ok(()) => {
                 tracing::warn!(
-                    "hook: {} checks allowed FAIL_OPEN while the ledger refuses writes; {} bytes of the spill hold \
+                    "hook: {} decisions allowed FAIL_OPEN while the ledger refuses writes; {} bytes of the spill hold \
                      decisions made open",
                     open.len() / 2,
                     spill.used()

@@ -327,6 +327,11 @@ impl Writer {
         let evaluated: Vec<Vec<Evaluated>> =
             asks.iter().map(|ask| decide::evaluate(&self.state, &self.buckets, ask, now)).collect();
         let allowed = decide::decide(evaluated.iter().flatten().cloned().collect()).outcome == Outcome::ALLOWED;
+        // A check of several metrics fails open as one of a metric does: policies apply and every one, of every
+        // metric, is OPEN. A reserve never: its commit or release needs the ledger as much as it does.
+        let fails_open = ttl_ms.is_none()
+            && evaluated.iter().flatten().next().is_some()
+            && evaluated.iter().flatten().all(|e| e.policy.on_failure == Some(OnFailure::OPEN));
         let mut decisions = Vec::with_capacity(asks.len());
         for (n, (ask, evaluated)) in asks.iter().zip(evaluated).enumerate() {
             let metric_hash = ids::metric_hash(&hash, ask.metric, n == 0);
@@ -373,6 +378,9 @@ impl Writer {
             }
             if asks.len() > 1 {
                 decision.amounts = request.amounts.clone();
+            }
+            if allowed && fails_open {
+                self.group_open.insert(decision.decision_id.clone());
             }
             self.recent.insert(decision.clone());
             decisions.push(decision);
