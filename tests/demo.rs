@@ -122,6 +122,18 @@ fn demo_leaves_every_artefact_and_each_agrees_with_the_ledger() {
     assert_eq!(late, LATE_QUANTITY, "the next month carries the late usage: {next:?}");
     let late_run: serde_json::Value = serde_json::from_str(&read(&out.join("reconcile-late.json"))).unwrap();
     assert!(late_run["adjustments_by_kind"]["LATE_USAGE"].as_u64().unwrap_or(0) > 0, "{late_run}");
+    // org-1's workers leased its 3 job slots; 3 leases were never released, and the nightly job says so. The ledger
+    // holds the refused stale release nowhere: a refusal records nothing.
+    let run: serde_json::Value = serde_json::from_str(&read(&out.join("reconcile.json"))).unwrap();
+    assert_eq!(run["read"]["leases_expired"], serde_json::json!({"org-1": 3}), "{}", run["read"]);
+    let tokens: Vec<i64> = ledger
+        .prepare("SELECT fencing_token FROM reservation_events WHERE action = 'RESERVE' AND fencing_token IS NOT NULL ORDER BY seq")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(tokens, [1, 2, 3, 4], "four leases granted, each a greater fencing token");
 
     // The audit answer names a request the ledger holds as denied.
     let audit = std::fs::read_dir(out)

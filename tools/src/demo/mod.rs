@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use hook::{CheckRequest, Hook, HookSettings};
+use hook::{AcquireRequest, CheckRequest, Hook, HookSettings};
 use ingest::consumer::{KafkaIngestProgress, KafkaIngestSettings, ingest_kafka};
 use kafka::admin::EmbeddedBroker;
 use kafka::producer::KafkaProducer;
@@ -253,7 +253,8 @@ impl<'a> Demo<'a> {
     /// stays at most `IN_FLIGHT_MAX` messages ahead of the ledger, as a month streams in.
     fn stream_month(&mut self) -> anyhow::Result<String> {
         let settings = self.generate_settings();
-        let policies = tenant_policies(self.month, &consumption(&settings));
+        let mut policies = tenant_policies(self.month, &consumption(&settings));
+        policies.push(lease_policy(self.month));
         let show = self.show;
         let total = settings.messages + policies.len() as u64;
         show(Shown::Progress(Progress::Begin { step: "streaming".into(), total: Some(total) }));
@@ -294,8 +295,8 @@ impl<'a> Demo<'a> {
             ingested.offset_gaps
         );
         Ok(format!(
-            "{delivered} messages produced ({}, and {} tenant policies: HARD requests, SOFT tokens) and ingested as \
-             they arrived: {}",
+            "{delivered} messages produced ({}, and {} tenant policies: HARD requests, SOFT tokens, {LEASE_SLOTS} jobs \
+             at once for {LEASE_TENANT}) and ingested as they arrived: {}",
             generated_summary(&report),
             policies.len(),
             ingest_summary(&ingested)
@@ -365,14 +366,60 @@ impl<'a> Demo<'a> {
             show(Shown::Progress(Progress::At(i as u64 + 1)));
         }
         show(Shown::Progress(Progress::End));
+        let leases = self.leases(&hook, day_start)?;
         drop(hook);
         let published = self.publish_outbox()?;
         let outcomes: Vec<String> = outcomes.iter().map(|(k, n)| format!("{n} {k}")).collect();
         Ok(format!(
-            "{requests} checks through hook::Hook during {}: {}; {} decisions and usage events published via the outbox",
+            "{requests} checks through hook::Hook during {}: {}; {leases}; {} decisions, usage and lease events \
+             published via the outbox",
             Timestamp(day_start).to_string().get(..10).unwrap_or_default(),
             outcomes.join(", "),
             published.published
+        ))
+    }
+
+    /// Workers of [`LEASE_TENANT`] take leases of its [`LEASE_SLOTS`] job slots at noon of the last day (issue 36 item
+    /// 1): the first ones get a slot and a fencing token, the rest wait (CONCURRENCY_LIMITED); one finishes and
+    /// releases, so the next gets its slot; a worker that comes back with an older token is refused; the others never
+    /// release, so their leases expire, and reconcile reports them as leaked.
+    fn leases(&self, hook: &Hook, day_start: i64) -> anyhow::Result<String> {
+        let noon = day_start + DAY_MICROS / 2;
+        HOOK_CLOCK_MICROS.store(noon, Ordering::Relaxed);
+        let acquire = |worker: i64| {
+            hook.acquire(AcquireRequest {
+                tenant: LEASE_TENANT.into(),
+                subject: Some(format!("worker-{worker}")),
+                metric: LEASE_METRIC.into(),
+                ttl_ms: 10 * 60 * 1_000,
+                idempotency_key: format!("demo-{}-lease-{worker}", self.settings.seed),
+                request_id: Some(format!("req-demo-{}-lease-{worker}", self.settings.seed)),
+            })
+        };
+        let workers = LEASE_SLOTS + 2;
+        let mut granted = Vec::new();
+        let mut waiting = 0;
+        for worker in 0..workers {
+            let decision = acquire(worker)?;
+            match decision.lease {
+                Some(lease) => granted.push(lease),
+                None => waiting += 1,
+            }
+        }
+        let first = granted.first().context("the first worker gets a slot")?.clone();
+        HOOK_CLOCK_MICROS.store(noon + 60 * 1_000_000, Ordering::Relaxed);
+        hook.release_lease(&first.lease_id, first.fencing_token)?.context("the first worker releases its lease")?;
+        let next = acquire(workers)?.lease.context("a released slot is free")?;
+        let stale = hook.release_lease(&next.lease_id, next.fencing_token - 1)?;
+        anyhow::ensure!(stale.is_err(), "a release with an older token is refused: {stale:?}");
+        Ok(format!(
+            "{} of {workers} workers of {LEASE_TENANT} leased a job slot ({LEASE_SLOTS} at once, fencing tokens {} to \
+             {}), {waiting} told to wait (CONCURRENCY_LIMITED); one released, the next got its slot, a release with \
+             an older token was refused, and {} never released (reconcile reports them expired)",
+            granted.len(),
+            first.fencing_token,
+            next.fencing_token,
+            LEASE_SLOTS
         ))
     }
 

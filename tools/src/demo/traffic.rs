@@ -103,6 +103,39 @@ pub(super) fn tenant_policies(month: Period, consumption: &BTreeMap<(String, Str
     policies
 }
 
+/// The tenant whose workers take leases in the demo, and how many jobs it may run at once.
+pub(super) const LEASE_TENANT: &str = "org-1";
+pub(super) const LEASE_METRIC: &str = "jobs";
+pub(super) const LEASE_SLOTS: i64 = 3;
+
+/// org-1's concurrency limit: at most [`LEASE_SLOTS`] jobs at once (a CONCURRENT policy, issue 36 item 1).
+pub(super) fn lease_policy(month: Period) -> Event {
+    Event::Policy(PolicyEvent {
+        header: Header {
+            event_id: format!("demo-policy-{LEASE_TENANT}-{LEASE_METRIC}"),
+            occurred_at: month.start(),
+            tenant: LEASE_TENANT.into(),
+            subject: None,
+            metric: LEASE_METRIC.into(),
+            source: "demo".into(),
+        },
+        policy_id: format!("{LEASE_TENANT}-{LEASE_METRIC}-concurrent"),
+        version: 1,
+        scope: Scope::TENANT,
+        limit: LEASE_SLOTS,
+        window: Window::CONCURRENT,
+        enforcement: Enforcement::HARD,
+        effective_from: month.start(),
+        burst: None,
+        actor: None,
+        reason: None,
+        time_zone: None,
+        on_failure: None,
+        overage_rate: None,
+        overage_window: None,
+    })
+}
+
 /// A limit as a plan would state it: two significant digits, at least 10.
 fn round_limit(value: f64) -> i64 {
     let magnitude = 10f64.powi((value.max(10.0).log10().floor() as i32 - 1).max(0));
