@@ -44,16 +44,29 @@ struct Meter {
     overage: bool,
 }
 
-impl Meter {
-    /// A throttle's bucket: `burst`, refilling `limit` per `window`.
-    fn of_throttle(policy: &PolicyEvent) -> Meter {
-        Meter { refill: policy.limit, window: policy.window, capacity: policy.burst.unwrap_or(0), overage: false }
-    }
+/// Which bucket of a policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BucketOf {
+    /// A throttle's (a policy with `burst`): `burst`, refilling `limit` per `window`.
+    Throttle,
+    /// A HARD quota's throttled overage: `overage_rate`, refilling as much per `overage_window`.
+    Overage,
+}
 
-    /// A quota's overage bucket: `overage_rate`, refilling as much per `overage_window`.
-    fn of_overage(policy: &PolicyEvent) -> Meter {
-        let (rate, window) = policy.overage_throttle().unwrap_or((0, Window::MONTH));
-        Meter { refill: rate, window, capacity: rate, overage: true }
+impl Meter {
+    fn of(of: BucketOf, policy: &PolicyEvent) -> Meter {
+        match of {
+            BucketOf::Throttle => Meter {
+                refill: policy.limit,
+                window: policy.window,
+                capacity: policy.burst.unwrap_or(0),
+                overage: false,
+            },
+            BucketOf::Overage => {
+                let (rate, window) = policy.overage_throttle().unwrap_or((0, Window::MONTH));
+                Meter { refill: rate, window, capacity: rate, overage: true }
+            }
+        }
     }
 }
 
@@ -107,45 +120,23 @@ impl Buckets {
         (tokens + (now.micros() - since.micros()).max(0) as f64 * rate(meter, now)).min(capacity)
     }
 
-    /// Whole tokens in `policy`'s throttle bucket now, and when `amount` does not fit, the milliseconds until it
+    /// Whole tokens in `policy`'s bucket of kind `of` now, and when `amount` does not fit, the milliseconds until it
     /// would.
     pub fn look(
         &self,
+        of: BucketOf,
         policy: &PolicyEvent,
         tenant: &str,
         subject: Option<&str>,
         amount: i64,
         now: Timestamp,
     ) -> (i64, Option<i64>) {
-        self.look_meter(policy, &Meter::of_throttle(policy), tenant, subject, amount, now)
-    }
-
-    /// The same of `policy`'s overage bucket (a HARD quota with `overage_rate`), for `amount` beyond its limit.
-    pub fn look_overage(
-        &self,
-        policy: &PolicyEvent,
-        tenant: &str,
-        subject: Option<&str>,
-        amount: i64,
-        now: Timestamp,
-    ) -> (i64, Option<i64>) {
-        self.look_meter(policy, &Meter::of_overage(policy), tenant, subject, amount, now)
-    }
-
-    fn look_meter(
-        &self,
-        policy: &PolicyEvent,
-        meter: &Meter,
-        tenant: &str,
-        subject: Option<&str>,
-        amount: i64,
-        now: Timestamp,
-    ) -> (i64, Option<i64>) {
-        let tokens = self.refilled(policy, meter, tenant, subject, now);
+        let meter = Meter::of(of, policy);
+        let tokens = self.refilled(policy, &meter, tenant, subject, now);
         if tokens >= amount as f64 {
             return (tokens.floor() as i64, None);
         }
-        let rate = rate(meter, now);
+        let rate = rate(&meter, now);
         let capacity = meter.capacity;
         // A request larger than the bucket never fits: say when the bucket is full, the most that can help.
         let missing = (amount.min(capacity.max(0)) as f64 - tokens).max(0.0);
@@ -154,48 +145,26 @@ impl Buckets {
         (tokens.floor() as i64, Some(wait_ms.clamp(1, RETRY_AFTER_MAX_MS)))
     }
 
-    /// Takes `amount` tokens from `policy`'s throttle bucket (the request was allowed), answering the bucket as it
-    /// was.
+    /// Takes `amount` tokens from `policy`'s bucket of kind `of` (the request was allowed), answering the bucket as
+    /// it was.
     pub fn take(
         &mut self,
+        of: BucketOf,
         policy: &PolicyEvent,
         tenant: &str,
         subject: Option<&str>,
         amount: i64,
         now: Timestamp,
     ) -> Taken {
-        self.take_meter(policy, &Meter::of_throttle(policy), tenant, subject, amount, now)
-    }
-
-    /// Takes `amount` tokens from `policy`'s overage bucket (the request was allowed beyond the quota's limit).
-    pub fn take_overage(
-        &mut self,
-        policy: &PolicyEvent,
-        tenant: &str,
-        subject: Option<&str>,
-        amount: i64,
-        now: Timestamp,
-    ) -> Taken {
-        self.take_meter(policy, &Meter::of_overage(policy), tenant, subject, amount, now)
-    }
-
-    fn take_meter(
-        &mut self,
-        policy: &PolicyEvent,
-        meter: &Meter,
-        tenant: &str,
-        subject: Option<&str>,
-        amount: i64,
-        now: Timestamp,
-    ) -> Taken {
-        let tokens = self.refilled(policy, meter, tenant, subject, now) - amount as f64;
+        let meter = Meter::of(of, policy);
+        let tokens = self.refilled(policy, &meter, tenant, subject, now) - amount as f64;
         if self.buckets.len() >= BUCKETS_MAX {
             let oldest = self.buckets.iter().min_by_key(|(_, b)| b.at).map(|(k, _)| k.clone());
             if let Some(oldest) = oldest {
                 self.buckets.remove(&oldest);
             }
         }
-        let key = key(policy, meter, tenant, subject);
+        let key = key(policy, &meter, tenant, subject);
         let before = self.buckets.insert(key.clone(), Bucket { tokens, at: now });
         Taken { key, before }
     }

@@ -17,7 +17,7 @@ use rules::overshoot;
 use rules::policy::Applicable;
 use schemas::*;
 
-use crate::buckets::Buckets;
+use crate::buckets::{BucketOf, Buckets};
 use crate::state::{State, Whose};
 
 /// What a service asked.
@@ -118,7 +118,7 @@ fn evaluate_one(state: &State, buckets: &Buckets, ask: &Ask<'_>, a: &Applicable<
         let beyond = (used_before + i128::from(ask.amount) - i128::from(limit)).min(i128::from(ask.amount));
         let beyond = i64::try_from(beyond).unwrap_or(i64::MAX);
         let subject = if a.policy.scope == Scope::SUBJECT { ask.subject } else { None };
-        let (_, wait) = buckets.look_overage(a.policy, ask.tenant, subject, beyond, now);
+        let (_, wait) = buckets.look(BucketOf::Overage, a.policy, ask.tenant, subject, beyond, now);
         let whole = a.policy.overage_rate.unwrap_or(0);
         fits = wait.is_none();
         // An ask beyond the whole bucket never fits before the window resets: a quota's denial, no retry.
@@ -220,7 +220,7 @@ pub fn standing(
         Scope::SUBJECT => ask.subject,
     };
     if let Some(burst) = a.policy.burst {
-        let looked = buckets.map(|b| b.look(a.policy, ask.tenant, subject, ask.amount, now));
+        let looked = buckets.map(|b| b.look(BucketOf::Throttle, a.policy, ask.tenant, subject, ask.amount, now));
         let usage = Usage::Bucket { tokens: looked.map(|l| l.0), retry_after_ms: looked.and_then(|l| l.1) };
         return Standing { limit: burst, usage };
     }

@@ -14,7 +14,7 @@ use schemas::{Enforcement, Scope, Timestamp, Window};
 use serde::{Deserialize, Serialize};
 
 use crate::HookError;
-use crate::buckets::Buckets;
+use crate::buckets::{BucketOf, Buckets};
 use crate::decide::{self, Ask, Usage};
 use crate::state::{State, Whose};
 
@@ -140,7 +140,8 @@ pub fn of_state(state: &State, buckets: Option<&Buckets>, query: &QuotaQuery, no
             };
             if a.policy.overage_throttle().is_some() {
                 let subject = if a.policy.scope == Scope::SUBJECT { query.subject.as_deref() } else { None };
-                quota.overage_tokens = buckets.map(|b| b.look_overage(a.policy, &query.tenant, subject, 0, now).0);
+                quota.overage_tokens =
+                    buckets.map(|b| b.look(BucketOf::Overage, a.policy, &query.tenant, subject, 0, now).0);
             }
             match standing.usage {
                 Usage::Bucket { tokens, .. } => quota.remaining = tokens,

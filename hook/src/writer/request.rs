@@ -15,6 +15,7 @@ use schemas::*;
 use super::Writer;
 use super::reads::{Judged, Recorded, judge_from_ledger, own_close, read_decision};
 use crate::api::*;
+use crate::buckets::BucketOf;
 use crate::decide::{self, Ask, Evaluated, Verdict};
 use crate::error::HookError;
 use crate::state::{self, Adding, Hold};
@@ -266,11 +267,12 @@ impl Writer {
     fn take_throttles(&mut self, ask: &Ask<'_>, evaluated: &[Evaluated], now: Timestamp) {
         for t in evaluated.iter().filter(|t| t.fits) {
             let subject = if t.policy.scope == Scope::SUBJECT { ask.subject } else { None };
-            if t.is_throttle() {
-                self.taken.push(self.buckets.take(&t.policy, ask.tenant, subject, ask.amount, now));
-            } else if let Some(beyond) = t.overage {
-                self.taken.push(self.buckets.take_overage(&t.policy, ask.tenant, subject, beyond, now));
-            }
+            let (of, amount) = match (t.is_throttle(), t.overage) {
+                (true, _) => (BucketOf::Throttle, ask.amount),
+                (false, Some(beyond)) => (BucketOf::Overage, beyond),
+                (false, None) => continue,
+            };
+            self.taken.push(self.buckets.take(of, &t.policy, ask.tenant, subject, amount, now));
         }
     }
 

@@ -74,31 +74,8 @@ pub(super) fn tenant_policies(month: Period, consumption: &BTreeMap<(String, Str
     for (i, ((tenant, metric), used)) in consumption.iter().enumerate() {
         let Some((_, enforcement)) = PLAN_METRICS.iter().find(|(m, _)| m == metric) else { continue };
         let limit = round_limit(*used as f64 * LIMIT_FACTORS[i % LIMIT_FACTORS.len()]);
-        let header = Header {
-            event_id: format!("demo-policy-{tenant}-{metric}"),
-            occurred_at: month.start(),
-            tenant: tenant.clone(),
-            subject: None,
-            metric: metric.clone(),
-            source: "demo".into(),
-        };
-        policies.push(Event::Policy(PolicyEvent {
-            header,
-            policy_id: format!("{tenant}-{metric}-monthly"),
-            version: 1,
-            scope: Scope::TENANT,
-            limit,
-            window: Window::MONTH,
-            enforcement: *enforcement,
-            effective_from: month.start(),
-            burst: None,
-            actor: None,
-            reason: None,
-            time_zone: None,
-            on_failure: None,
-            overage_rate: None,
-            overage_window: None,
-        }));
+        let id = format!("{tenant}-{metric}-monthly");
+        policies.push(demo_policy(month, tenant, metric, &id, (limit, Window::MONTH, *enforcement)));
     }
     policies
 }
@@ -110,21 +87,28 @@ pub(super) const LEASE_SLOTS: i64 = 3;
 
 /// org-1's concurrency limit: at most [`LEASE_SLOTS`] jobs at once (a CONCURRENT policy, issue 36 item 1).
 pub(super) fn lease_policy(month: Period) -> Event {
+    let id = format!("{LEASE_TENANT}-{LEASE_METRIC}-concurrent");
+    demo_policy(month, LEASE_TENANT, LEASE_METRIC, &id, (LEASE_SLOTS, Window::CONCURRENT, Enforcement::HARD))
+}
+
+/// Version 1 of a TENANT-scope policy of the demo, effective (and recorded) from the month's start.
+fn demo_policy(month: Period, tenant: &str, metric: &str, id: &str, rule: (i64, Window, Enforcement)) -> Event {
+    let (limit, window, enforcement) = rule;
     Event::Policy(PolicyEvent {
         header: Header {
-            event_id: format!("demo-policy-{LEASE_TENANT}-{LEASE_METRIC}"),
+            event_id: format!("demo-policy-{tenant}-{metric}"),
             occurred_at: month.start(),
-            tenant: LEASE_TENANT.into(),
+            tenant: tenant.into(),
             subject: None,
-            metric: LEASE_METRIC.into(),
+            metric: metric.into(),
             source: "demo".into(),
         },
-        policy_id: format!("{LEASE_TENANT}-{LEASE_METRIC}-concurrent"),
+        policy_id: id.into(),
         version: 1,
         scope: Scope::TENANT,
-        limit: LEASE_SLOTS,
-        window: Window::CONCURRENT,
-        enforcement: Enforcement::HARD,
+        limit,
+        window,
+        enforcement,
         effective_from: month.start(),
         burst: None,
         actor: None,
