@@ -378,6 +378,8 @@ fn a_throttled_overage_lets_its_rate_through_beyond_the_limit() {
     assert_eq!(listed[0]["overage"], "THROTTLE 600/MINUTE", "{listed}");
     let table = ledger.run(&["policy", "list"]).success().stdout_text();
     assert!(table.lines().next().is_some_and(|header| header.trim_end().ends_with("overage")), "{table}");
+    let shown = ledger.run(&["quota", "show", "org-1"]).success().stdout_text();
+    assert!(shown.lines().nth(1).is_some_and(|row| row.trim_end().ends_with("600/MINUTE")), "{shown}");
 
     let server = hook_http::Server::start(&ledger.path, ledger.dir.path(), &[], &ledger.file("serve.err"));
     let ask = |key: &str, amount: i64| {

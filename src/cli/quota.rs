@@ -13,7 +13,7 @@ use schemas::Timestamp;
 #[derive(Debug, Subcommand)]
 pub enum QuotaCommand {
     /// Remaining quota per policy that applies now: window, limit, grants, effective limit, consumed, held, leases,
-    /// remaining.
+    /// remaining, and a throttled overage's rate.
     Show(ShowArgs),
 }
 
@@ -75,6 +75,7 @@ fn print(quotas: &Quotas) -> anyhow::Result<()> {
         "leases",
         "remaining",
         "time_zone",
+        "overage",
     ];
     let cell = |value: Option<i64>| value.map_or(String::new(), |v| v.to_string());
     let rows: Vec<Vec<String>> = quotas
@@ -100,6 +101,11 @@ fn print(quotas: &Quotas) -> anyhow::Result<()> {
                 cell(q.leases),
                 cell(q.remaining),
                 q.time_zone.clone(),
+                // A throttled overage: its rate, and the tokens the serving process holds (none read from a ledger).
+                match (q.overage_rate, q.overage_window) {
+                    (Some(rate), Some(window)) => format!("{rate}/{}", window.symbol()),
+                    _ => String::new(),
+                },
             ]
         })
         .collect();
