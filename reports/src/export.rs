@@ -65,6 +65,79 @@ pub struct ShardExport {
     pub plan_default_entries: u64,
 }
 
+/// One shard's export of a period as a server answers it (`GET /v1/admin/billing`), for a read across a running
+/// cluster (`export billing --cluster`) to join with the other shards' ([`BillingExport::union`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ShardBilling {
+    /// The shard's partition; none for a ledger holding every partition.
+    pub partition: Option<u32>,
+    /// Whether the period is closed in it (its final export) or open (computed now).
+    pub closed: bool,
+    /// The watermark it was computed at.
+    pub watermark: u64,
+    /// The shard's plan-default entries up to that watermark ([`Ledger::plan_default_entries_through`]).
+    pub plan_default_entries: u64,
+    /// Its `gaps` cell.
+    pub gaps: String,
+    /// Its rows.
+    pub rows: Vec<PeriodExportRow>,
+}
+
+impl ShardBilling {
+    /// `ledger`'s export of `period`, as `export billing` without `--final` computes it.
+    pub fn of(ledger: &Ledger, partition: Option<u32>, period: Period) -> Result<ShardBilling, ReportError> {
+        let closed = ledger.period_export(period)?.is_some();
+        let (export, _) = current(ledger, period)?;
+        let plan_default_entries = ledger.plan_default_entries_through(export.watermark)?;
+        let BillingExport { watermark, rows, gaps, .. } = export;
+        Ok(ShardBilling { partition, closed, watermark, plan_default_entries, gaps, rows })
+    }
+
+    /// Its part of a set's export.
+    pub fn into_part(self, period: Period) -> ShardExport {
+        let export = BillingExport { period, watermark: self.watermark, rows: self.rows, gaps: self.gaps };
+        ShardExport { export, plan_default_entries: self.plan_default_entries }
+    }
+}
+
+/// Without `--final`: the stored export of a closed period, else the open period at the current watermark; and a
+/// note that says which.
+pub fn current(ledger: &Ledger, period: Period) -> Result<(BillingExport, String), ReportError> {
+    if let Some(closed) = ledger.period_export(period)? {
+        let export = stored_or_recomputed(ledger, &closed)?;
+        let note = format!(
+            "period {period} is closed (watermark {}){}: its final export",
+            closed.close.watermark,
+            with_first_close(ledger, period)?
+        );
+        return Ok((export, note));
+    }
+    let (snapshot, rows) = crate::billing::compute_open(ledger, period)?;
+    let note = format!("period {period} is open: computed at watermark {}, not final", snapshot.watermark);
+    let gaps = BillingExport::gaps_of(ledger, period)?;
+    Ok((BillingExport { period, watermark: snapshot.watermark, rows, gaps }, note))
+}
+
+/// Said of a month closed with the ledger's first close ([`ledger::covering_close`]), which has no close of its own.
+pub fn with_first_close(ledger: &Ledger, period: Period) -> Result<&'static str, ReportError> {
+    Ok(match ledger.period_close(period)? {
+        Some(_) => "",
+        None => ", with the ledger's first close, which closed every month before it",
+    })
+}
+
+/// A closed period's stored rows; a period closed without stored rows is recomputed at its close's watermark.
+pub fn stored_or_recomputed(ledger: &Ledger, closed: &ledger::PeriodExport) -> Result<BillingExport, ReportError> {
+    let rows = if closed.rows.is_empty() {
+        crate::billing::compute_closed(ledger, &closed.close, &ledger.period_closes()?)?
+    } else {
+        closed.rows.clone()
+    };
+    // Asked for the period itself: a month closed with the ledger's first close is judged by that close.
+    let gaps = BillingExport::gaps_of(ledger, closed.close.period)?;
+    Ok(BillingExport { period: closed.close.period, watermark: closed.close.watermark, rows, gaps })
+}
+
 /// One cell: text, an integer, or empty.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Cell<'a> {

@@ -80,7 +80,7 @@ impl Commands for TheCommands {
     }
 
     fn current_export(&self, ledger: &Ledger, period: Period) -> anyhow::Result<(BillingExport, String)> {
-        super::export::current(ledger, period)
+        Ok(reports::export::current(ledger, period)?)
     }
 
     fn reconcile_report(&self, plan: &reconcile::Plan, outbox: &PublishReport) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
