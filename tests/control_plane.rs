@@ -410,3 +410,42 @@ fn a_throttled_overage_lets_its_rate_through_beyond_the_limit() {
     let reconciled = ledger.run(&["reconcile", "--as-of", &day_end, "--json"]).expect_code(0).json();
     assert_eq!(count(&reconciled, "adjustments_written"), 0, "8 of 5 is within the throttle: {reconciled}");
 }
+
+// Proves `GET /v1/admin/billing` (what `export billing --cluster` asks each owner) on `serve --ledger`: one part, the
+// ledger's, whose rows and watermark are those `export billing` prints; only a token for every tenant reads it, and
+// a period that is not a month is a 400.
+#[test]
+fn serve_answers_the_billing_export_of_its_ledger_to_a_token_of_every_tenant() {
+    let ledger = TestLedger::new();
+    policy_set(&ledger, "org-1", "5", &[]).success();
+    let stderr = ledger.file("serve.err");
+    let server = hook_http::Server::start_with_tokens(&ledger.path, ledger.dir.path(), &[], &stderr, ADMIN_TOKENS);
+    assert_eq!(server.check("org-1", 3, "k-1").decided().map(|(status, _)| status), Some(200));
+    let period = schemas::Timestamp::now().to_string()[..7].to_string();
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let ask = |period: &str, secret: &str| {
+        let url = format!("{}/v1/admin/billing?period={period}", server.base);
+        let mut response = agent.get(url).header("Authorization", format!("Bearer {secret}")).call().unwrap();
+        (response.status().as_u16(), response.body_mut().read_json::<Value>().unwrap())
+    };
+    let (status, body) = ask(&period, "admin-secret-org-0123");
+    assert_eq!((status, body["error"].as_str()), (403, Some("forbidden")), "{body}");
+    assert_eq!(ask("2026-13", hook_http::SECRET).0, 400);
+    let (status, body) = ask(&period, hook_http::SECRET);
+    assert_eq!(status, 200, "{body}");
+    let shards = body["shards"].as_array().expect("shards");
+    assert_eq!(shards.len(), 1, "{body}");
+    let part = &shards[0];
+    assert_eq!((part["partition"].clone(), part["closed"].as_bool()), (Value::Null, Some(false)), "{body}");
+    let rows: Vec<(&str, &str, i64)> = part["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["tenant"].as_str().unwrap(), r["metric"].as_str().unwrap(), r["consumption"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(rows, [("org-1", "tokens", 3)]);
+    drop(server);
+    let csv = ledger.run(&["export", "billing", "--period", &period, "--format", "csv"]).success().stdout_text();
+    let watermark = part["watermark"].as_u64().unwrap().to_string();
+    assert!(csv.lines().nth(1).is_some_and(|row| row.contains(&format!(",{watermark},"))), "{watermark}: {csv}");
+}

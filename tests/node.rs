@@ -50,8 +50,35 @@ fn two_nodes_share_the_partitions_and_one_takes_over() {
         allowed.insert(answer.body["decisionId"].as_str().unwrap().to_string());
     }
 
+    // Finance reads the month's bill from the running cluster: each shard's owner answers its shards, and their union
+    // is byte for byte what a single ledger fed the same topics exports (its watermark too: the shards' entries, each
+    // plan default counted once).
+    let period = schemas::Timestamp::now().to_string()[..7].to_string();
+    let of_cluster = cluster_billing(&broker.bootstrap, &period);
+    let single = dir.path().join("single.db");
+    let single = single.to_str().unwrap();
+    run(&["--ledger", single, "ingest", "--brokers", &broker.bootstrap, "--until-caught-up"], b"").success();
+    let of_single =
+        run(&["--ledger", single, "export", "billing", "--period", &period, "--format", "csv"], b"").success();
+    assert_eq!(of_cluster, of_single.stdout_text(), "the cluster's bill is the topics', byte for byte");
+    assert_eq!(of_cluster.lines().count(), tenants.len() + 1, "a row per tenant: {of_cluster}");
+    let (status, body) = get(&format!("{url_a}/v1/admin/billing?period={period}")).expect("node a answers");
+    assert_eq!(status, 200, "{body}");
+    assert!(body["shards"].as_array().is_some_and(|s| !s.is_empty()), "node a holds shards: {body}");
+
     // Node a dies: after the session timeout node b owns every partition, a's shards rebuilt from the topics.
     a.kill();
+    // The catalog names a until its session times out (10 s): a read of the bill now fails naming a's shards, rather
+    // than answer a bill without their tenants.
+    let args = ["export", "billing", "--period", &period, "--format", "csv", "--cluster", &broker.bootstrap];
+    let refused = run(&[&args[..], &["--token", SECRET]].concat(), b"").expect_code(2);
+    let of_a: Vec<u64> = owners.iter().filter(|(_, url)| **url == url_a).map(|(p, _)| *p).collect();
+    assert!(
+        refused.stderr.contains(&format!("shards {of_a:?}: their owner {url_a} did not answer")),
+        "{}",
+        refused.stderr
+    );
+    assert!(refused.stdout.is_empty(), "no partial bill");
     routing_of_all(&url_b, 3, &[&url_b], 90);
     for tenant in &tenants {
         // The same key answers the decision node a made: b rebuilt it from the topics.
@@ -92,4 +119,12 @@ fn two_nodes_share_the_partitions_and_one_takes_over() {
     for id in &allowed {
         assert!(distinct.contains(id), "allowed decision {id} is recorded");
     }
+}
+
+/// `export billing --period P --format csv --cluster BROKERS` with the cluster's token.
+fn cluster_billing(brokers: &str, period: &str) -> String {
+    let args = ["export", "billing", "--period", period, "--format", "csv", "--cluster", brokers, "--token", SECRET];
+    let run = run(&args, b"").success();
+    assert!(run.stderr.contains("over the 3 shards of the cluster"), "{}", run.stderr);
+    run.stdout_text()
 }

@@ -114,6 +114,23 @@ pub enum ClientError {
     },
 }
 
+/// `GET url` with `token` as bearer, waiting at most `timeout`: the status and the JSON answered (`Null` when the body
+/// is not JSON). What a read across a cluster asks each shard's owner with (`export billing --cluster`).
+pub fn get_json(url: &str, token: &str, timeout: Duration) -> Result<Answer, ClientError> {
+    let agent: ureq::Agent =
+        ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(timeout)).build().into();
+    let mut response = agent
+        .get(url)
+        .header("authorization", format!("Bearer {token}"))
+        .call()
+        .map_err(|source| ClientError::Http { url: url.to_string(), source })?;
+    let status = response.status().as_u16();
+    let text =
+        response.body_mut().read_to_string().map_err(|source| ClientError::Http { url: url.to_string(), source })?;
+    let body = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+    Ok(Answer { status, body, url: url.to_string() })
+}
+
 /// The cached table.
 #[derive(Debug, Default)]
 struct Routes {

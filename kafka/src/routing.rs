@@ -289,14 +289,24 @@ pub fn route<'a>(
     topics: impl IntoIterator<Item = &'a str>,
     tenant: &str,
 ) -> Result<Route, RoutingError> {
+    let (partitions, table) = owners(brokers, overrides, topics)?;
+    let partition = schemas::partition::partition_of(tenant, partitions);
+    Ok(Route { tenant: tenant.to_string(), partitions, partition, owner: table.owner(partition).cloned() })
+}
+
+/// P, the input topics' `topics` common partition count, and the catalog read to its end: who owns each shard of a
+/// running cluster (a read across it asks each owner).
+pub fn owners<'a>(
+    brokers: &str,
+    overrides: &[(String, String)],
+    topics: impl IntoIterator<Item = &'a str>,
+) -> Result<(u32, RoutingTable), RoutingError> {
     let consumer: BaseConsumer = crate::config::routing_reader(brokers, overrides)
         .create()
         .map_err(|source| RoutingError::Client { brokers: brokers.to_string(), source })?;
     let partitions = crate::topics::common_partition_count(consumer.client(), topics)
         .map_err(|source| RoutingError::PartitionCount { brokers: brokers.to_string(), source })?;
-    let partition = schemas::partition::partition_of(tenant, partitions);
-    let table = read_routing(brokers, overrides)?;
-    Ok(Route { tenant: tenant.to_string(), partitions, partition, owner: table.owner(partition).cloned() })
+    Ok((partitions, read_routing(brokers, overrides)?))
 }
 
 /// A table kept current by a background thread that follows the topic; the thread stops when this is dropped.

@@ -3,7 +3,7 @@
 
 use rusqlite::{Connection, Transaction, TransactionBehavior, params};
 use schemas::Timestamp;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::commit_totals::{self, TotalsError};
 use crate::error::{CloseError, ReadError};
@@ -12,7 +12,7 @@ use crate::status::read_totals;
 use crate::{Ledger, Period, PeriodClose, now_micros};
 
 /// One row of a billing export (contract §7 columns, less `period` and `watermark`, which the export has once).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[allow(missing_docs)] // contract §7's columns, by their names there.
 pub struct PeriodExportRow {
     pub tenant: String,

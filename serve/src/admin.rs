@@ -44,6 +44,14 @@ impl Admin {
         Admin { ledgers, one_at_a_time: Mutex::new(()) }
     }
 
+    /// The ledger file changes are recorded in, when there is one (`serve --ledger`).
+    pub(crate) fn ledger_file(&self) -> Option<&std::path::Path> {
+        match &self.ledgers {
+            AdminLedgers::File(path) => Some(path),
+            AdminLedgers::Shards(_) | AdminLedgers::None => None,
+        }
+    }
+
     /// Judges and records the event `build` makes of what the ledgers hold: the event and the ledger sequence number
     /// of each copy recorded.
     fn change(

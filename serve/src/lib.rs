@@ -34,6 +34,7 @@
 
 mod admin;
 mod answer;
+mod billing;
 mod connections;
 mod hook_outbox;
 mod hooks;

@@ -170,6 +170,7 @@ pub(crate) fn router(app: Arc<App>, read_timeout: Duration) -> Router {
         .route("/v1/leases/{id}/release", post(release_lease))
         .route("/v1/admin/policies", post(crate::admin::policies))
         .route("/v1/admin/grants", post(crate::admin::grants))
+        .route("/v1/admin/billing", get(crate::billing::billing))
         .layer(axum::middleware::from_fn_with_state(app.clone(), timed))
         .layer(axum::middleware::from_fn(move |request, next| read_body(read_timeout, request, next)))
         .with_state(app)

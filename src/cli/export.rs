@@ -41,6 +41,14 @@ pub struct BillingArgs {
     /// the last success, its duration, rows, tenants, whether the period is closed.
     #[arg(long, value_name = "FILE")]
     metrics_file: Option<PathBuf>,
+    /// Read the running cluster at these brokers instead of local ledgers: each shard's owner, found in the routing
+    /// catalog, is asked over HTTP (`GET /v1/admin/billing`) and the shards' exports are joined. An owner that does
+    /// not answer fails the command naming its shard. Not with --final: a close runs where the shards are.
+    #[arg(long, value_name = "BROKERS", conflicts_with = "final_")]
+    cluster: Option<String>,
+    /// With --cluster: the token to ask the nodes with, one for every tenant (`tenants = ["*"]`).
+    #[arg(long, env = "QUOTA_LEDGER_TOKEN", hide_env_values = true, requires = "cluster")]
+    token: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -62,14 +70,18 @@ pub fn run(store: &super::Store, command: ExportCommand) -> anyhow::Result<ExitC
     if let Some(path) = &args.out {
         check_writable(path)?;
     }
-    let (export, note) = match store {
-        super::Store::File(ledger_path) => {
+    let (export, note) = match (&args.cluster, store) {
+        (Some(brokers), _) => {
+            let token = args.token.as_deref().context("--cluster needs --token (or QUOTA_LEDGER_TOKEN)")?;
+            of_cluster(brokers, token, args.period)?
+        }
+        (None, super::Store::File(ledger_path)) => {
             // Opening for writing applies migrations (usage_totals) to a ledger written by an older binary.
             Ledger::open_read_only(ledger_path)?;
             let mut ledger = Ledger::open(ledger_path)?;
-            if args.final_ { close(&mut ledger, args.period)? } else { current(&ledger, args.period)? }
+            if args.final_ { close(&mut ledger, args.period)? } else { reports::export::current(&ledger, args.period)? }
         }
-        super::Store::Shards(shards) => of_shards(shards, args.period, args.final_)?,
+        (None, super::Store::Shards(shards)) => of_shards(shards, args.period, args.final_)?,
     };
     let format = match args.format {
         FormatArg::Csv => Format::Csv,
@@ -135,7 +147,7 @@ fn of_shards(shards: &ShardDir, period: Period, final_: bool) -> anyhow::Result<
     }
     let mut parts = Vec::with_capacity(count);
     for (index, (shard, ledger)) in ledgers.iter_mut().enumerate() {
-        let answered = if final_ { close(ledger, period) } else { current(ledger, period) };
+        let answered = if final_ { close(ledger, period) } else { Ok(reports::export::current(ledger, period)?) };
         let (export, note) = answered.with_context(|| {
             let done: Vec<u32> = (0..index as u32).collect();
             let rerun = match (final_, done.is_empty()) {
@@ -164,6 +176,60 @@ fn of_shards(shards: &ShardDir, period: Period, final_: bool) -> anyhow::Result<
     Ok((export, note))
 }
 
+/// How long an owner may take to answer its shards' export.
+const CLUSTER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// The export of a running cluster (`--cluster`): the routing catalog names each shard's owner; each owner answers its
+/// shards' exports (`GET /v1/admin/billing`), and their union is the export, as `--data` joins a directory's. Every
+/// shard must be answered by the owner the catalog names, else the command fails naming the shard: never a bill
+/// missing a shard's tenants.
+fn of_cluster(brokers: &str, token: &str, period: Period) -> anyhow::Result<(BillingExport, String)> {
+    let topics = kafka::topics::Topics::defaults();
+    let (partitions, table) = kafka::routing::owners(brokers, &[], topics.names())
+        .with_context(|| format!("cannot read the routing catalog at {brokers}"))?;
+    let mut by_url: std::collections::BTreeMap<String, Vec<u32>> = std::collections::BTreeMap::new();
+    for partition in 0..partitions {
+        let owner = table.owner(partition).with_context(|| {
+            format!("shard {partition} of {partitions} has no owner in the routing catalog: is every node up?")
+        })?;
+        by_url.entry(owner.url.clone()).or_default().push(partition);
+    }
+    let mut parts: std::collections::BTreeMap<u32, reports::export::ShardBilling> = std::collections::BTreeMap::new();
+    for (url, owned) in &by_url {
+        let shards = |what: String| format!("shards {owned:?}: their owner {url} {what}");
+        let asked = format!("{}/v1/admin/billing?period={period}", url.trim_end_matches('/'));
+        let client::Answer { status, body, .. } = client::get_json(&asked, token, CLUSTER_READ_TIMEOUT)
+            .map_err(|e| anyhow::anyhow!(shards(format!("did not answer: {e}"))))?;
+        if status != 200 {
+            anyhow::bail!(shards(format!("answered {status}: {}", body["message"].as_str().unwrap_or_default())));
+        }
+        let answered: Vec<reports::export::ShardBilling> = serde_json::from_value(body["shards"].clone())
+            .map_err(|e| anyhow::anyhow!(shards(format!("answered an export this version cannot read: {e}"))))?;
+        for partition in owned {
+            let part = answered.iter().find(|s| s.partition == Some(*partition)).with_context(|| {
+                shards(format!("does not hold shard {partition} now (it moved since the catalog was read): run again"))
+            })?;
+            parts.insert(*partition, part.clone());
+        }
+    }
+    let closed: Vec<u32> = parts.iter().filter(|(_, s)| s.closed).map(|(p, _)| *p).collect();
+    if !closed.is_empty() && closed.len() < parts.len() {
+        anyhow::bail!(
+            "period {period} is closed in shards {closed:?} of {partitions} and open in the others: a close stopped \
+             part way; close it in every shard"
+        );
+    }
+    let export = BillingExport::union(period, parts.into_values().map(|s| s.into_part(period)).collect());
+    let state = if closed.is_empty() { "open: computed now, not final" } else { "closed: its final export" };
+    let note = format!(
+        "period {period} is {state}, over the {partitions} shards of the cluster at {brokers} ({} nodes), set \
+         watermark {}",
+        by_url.len(),
+        export.watermark
+    );
+    Ok((export, note))
+}
+
 /// `--final`: closes the period (or finds it closed) and answers its stored export.
 pub(crate) fn close(ledger: &mut Ledger, period: Period) -> anyhow::Result<(BillingExport, String)> {
     let first = ledger.period_closes()?.is_empty();
@@ -180,12 +246,12 @@ pub(crate) fn close(ledger: &mut Ledger, period: Period) -> anyhow::Result<(Bill
             Ok(billing::compute(ledger, period, snapshot, UsageSource::Totals)?)
         })
         .with_context(|| format!("cannot close period {period}"))?;
-    let export = stored_or_recomputed(ledger, &closed)?;
+    let export = reports::export::stored_or_recomputed(ledger, &closed)?;
     let mut note = format!(
         "period {period} closed at watermark {} ({}){}",
         closed.close.watermark,
         closed.close.closed_at,
-        with_first_close(ledger, period)?
+        reports::export::with_first_close(ledger, period)?
     );
     // The ledger's first close closes every month before it (contract §9.5): say which of them held consumption.
     let earlier = if first { ledger.periods_with_consumption_before(period)? } else { Vec::new() };
@@ -232,43 +298,6 @@ fn record_late_usage(ledger: &mut Ledger, period: Period) -> anyhow::Result<()> 
     reconcile::apply(ledger, &plan).context("cannot record late usage")?;
     eprintln!("late usage of closed periods: {recorded} LATE_USAGE adjustments recorded for this close to carry");
     Ok(())
-}
-
-/// Without `--final`: the stored export of a closed period, else the open period at the current watermark.
-pub(crate) fn current(ledger: &Ledger, period: Period) -> anyhow::Result<(BillingExport, String)> {
-    if let Some(closed) = ledger.period_export(period)? {
-        let export = stored_or_recomputed(ledger, &closed)?;
-        let note = format!(
-            "period {period} is closed (watermark {}){}: its final export",
-            closed.close.watermark,
-            with_first_close(ledger, period)?
-        );
-        return Ok((export, note));
-    }
-    let (snapshot, rows) = billing::compute_open(ledger, period)?;
-    let note = format!("period {period} is open: computed at watermark {}, not final", snapshot.watermark);
-    let gaps = BillingExport::gaps_of(ledger, period)?;
-    Ok((BillingExport { period, watermark: snapshot.watermark, rows, gaps }, note))
-}
-
-/// Said of a month closed with the ledger's first close ([`ledger::covering_close`]), which has no close of its own.
-fn with_first_close(ledger: &Ledger, period: Period) -> anyhow::Result<&'static str> {
-    Ok(match ledger.period_close(period)? {
-        Some(_) => "",
-        None => ", with the ledger's first close, which closed every month before it",
-    })
-}
-
-/// A closed period's stored rows; a period closed without stored rows is recomputed at its close's watermark.
-fn stored_or_recomputed(ledger: &Ledger, closed: &ledger::PeriodExport) -> anyhow::Result<BillingExport> {
-    let rows = if closed.rows.is_empty() {
-        billing::compute_closed(ledger, &closed.close, &ledger.period_closes()?)?
-    } else {
-        closed.rows.clone()
-    };
-    // Asked for the period itself: a month closed with the ledger's first close is judged by that close.
-    let gaps = BillingExport::gaps_of(ledger, closed.close.period)?;
-    Ok(BillingExport { period: closed.close.period, watermark: closed.close.watermark, rows, gaps })
 }
 
 /// Whether a file can be written at `path`, asked before anything that cannot be undone.
