@@ -524,24 +524,37 @@ impl<'p> Run<'p> {
                 throttled.insert(key, limit);
                 continue;
             }
-            let concern = self.window_concern(&key, kind);
-            let recorded = self.recorded.get(&concern).copied().unwrap_or_default();
-            let truth = Truth {
-                concern,
-                amount: excess,
-                present: excess > 0,
-                tenant,
-                subject,
-                metric,
-                policy_id: Some(policy.policy_id.clone()),
-                refs: Vec::new(),
-            };
-            if excess > 0 && concern::delta(&truth, recorded).is_some() {
-                flagged.insert(key, limit);
-            }
-            self.keep(truth);
+            self.keep_window(key, (tenant, subject, metric), policy, (kind, excess, limit), &mut flagged);
         }
         (flagged, throttled)
+    }
+
+    /// Keeps the truth of window `key` under `policy`: an excess of `kind` (judged above `limit`, the sum whose
+    /// crossers its adjustment names). A window whose adjustment is written joins `flagged` with that sum.
+    fn keep_window(
+        &mut self,
+        key: WindowKey,
+        (tenant, subject, metric): (String, Option<String>, String),
+        policy: &PolicyEvent,
+        (kind, excess, limit): (AdjustmentKind, i64, i64),
+        flagged: &mut HashMap<WindowKey, i64>,
+    ) {
+        let concern = self.window_concern(&key, kind);
+        let recorded = self.recorded.get(&concern).copied().unwrap_or_default();
+        let truth = Truth {
+            concern,
+            amount: excess,
+            present: excess > 0,
+            tenant,
+            subject,
+            metric,
+            policy_id: Some(policy.policy_id.clone()),
+            refs: Vec::new(),
+        };
+        if excess > 0 && concern::delta(&truth, recorded).is_some() {
+            flagged.insert(key, limit);
+        }
+        self.keep(truth);
     }
 
     /// Truths of the windows of HARD quotas with a throttled overage that went beyond their effective limit
@@ -573,22 +586,12 @@ impl<'p> Run<'p> {
             let allowed =
                 limit.saturating_add(overshoot::throttled_allowance(rate, per, beyond_from, Timestamp(key.end)));
             let excess = overshoot::excess(consumption, allowed);
-            let concern = self.window_concern(&key, AdjustmentKind::OVERSHOOT);
-            let recorded = self.recorded.get(&concern).copied().unwrap_or_default();
-            let truth = Truth {
-                concern,
-                amount: excess,
-                present: excess > 0,
-                tenant: self.names.name(key.tenant).to_string(),
-                subject: self.subject_name(key.subject),
-                metric: self.names.name(key.metric).to_string(),
-                policy_id: Some(policy.policy_id.clone()),
-                refs: Vec::new(),
-            };
-            if excess > 0 && concern::delta(&truth, recorded).is_some() {
-                flagged.insert(key, allowed);
-            }
-            self.keep(truth);
+            let names = (
+                self.names.name(key.tenant).to_string(),
+                self.subject_name(key.subject),
+                self.names.name(key.metric).to_string(),
+            );
+            self.keep_window(key, names, policy, (AdjustmentKind::OVERSHOOT, excess, allowed), flagged);
         }
         Ok(())
     }

@@ -86,8 +86,7 @@ pub struct ShardBilling {
 impl ShardBilling {
     /// `ledger`'s export of `period`, as `export billing` without `--final` computes it.
     pub fn of(ledger: &Ledger, partition: Option<u32>, period: Period) -> Result<ShardBilling, ReportError> {
-        let closed = ledger.period_export(period)?.is_some();
-        let (export, _) = current(ledger, period)?;
+        let (export, closed) = current_export(ledger, period)?;
         let plan_default_entries = ledger.plan_default_entries_through(export.watermark)?;
         let BillingExport { watermark, rows, gaps, .. } = export;
         Ok(ShardBilling { partition, closed, watermark, plan_default_entries, gaps, rows })
@@ -103,19 +102,26 @@ impl ShardBilling {
 /// Without `--final`: the stored export of a closed period, else the open period at the current watermark; and a
 /// note that says which.
 pub fn current(ledger: &Ledger, period: Period) -> Result<(BillingExport, String), ReportError> {
-    if let Some(closed) = ledger.period_export(period)? {
-        let export = stored_or_recomputed(ledger, &closed)?;
-        let note = format!(
+    let (export, closed) = current_export(ledger, period)?;
+    let note = match closed {
+        true => format!(
             "period {period} is closed (watermark {}){}: its final export",
-            closed.close.watermark,
+            export.watermark,
             with_first_close(ledger, period)?
-        );
-        return Ok((export, note));
+        ),
+        false => format!("period {period} is open: computed at watermark {}, not final", export.watermark),
+    };
+    Ok((export, note))
+}
+
+/// [`current`]'s export, and whether the period is closed (the export is then its close's).
+pub fn current_export(ledger: &Ledger, period: Period) -> Result<(BillingExport, bool), ReportError> {
+    if let Some(closed) = ledger.period_export(period)? {
+        return Ok((stored_or_recomputed(ledger, &closed)?, true));
     }
     let (snapshot, rows) = crate::billing::compute_open(ledger, period)?;
-    let note = format!("period {period} is open: computed at watermark {}, not final", snapshot.watermark);
     let gaps = BillingExport::gaps_of(ledger, period)?;
-    Ok((BillingExport { period, watermark: snapshot.watermark, rows, gaps }, note))
+    Ok((BillingExport { period, watermark: snapshot.watermark, rows, gaps }, false))
 }
 
 /// Said of a month closed with the ledger's first close ([`ledger::covering_close`]), which has no close of its own.
