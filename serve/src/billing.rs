@@ -12,7 +12,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use hook::TenantScope;
 use ledger::{Ledger, Period};
-use reports::export::ShardBilling;
 use serde::Deserialize;
 
 use crate::answer::error;
@@ -59,6 +58,9 @@ pub(crate) async fn billing(
         Ok(period) => period,
         Err(e) => return error(StatusCode::BAD_REQUEST, "bad_request", format!("period: {e}")),
     };
+    let Some(bills) = app.bills.clone() else {
+        return error(StatusCode::NOT_IMPLEMENTED, "not_implemented", "this server computes no bills");
+    };
     let ledgers = ledgers(&app);
     // A preview holds a shard's write lock while it brings the commit totals to its watermark, as the command does:
     // off the async workers.
@@ -71,9 +73,12 @@ pub(crate) async fn billing(
                     None => format!("{}: {}", path.display(), ledger::causes(e)),
                 };
                 let ledger = Ledger::open(&path).map_err(|e| named(&e))?;
-                ShardBilling::of(&ledger, partition, period).map_err(|e| named(&e))
+                bills.shard(&ledger, partition, period).map_err(|cause| match partition {
+                    Some(p) => format!("shard {p} ({}): {cause}", path.display()),
+                    None => format!("{}: {cause}", path.display()),
+                })
             })
-            .collect::<Result<Vec<ShardBilling>, String>>()
+            .collect::<Result<Vec<serde_json::Value>, String>>()
     })
     .await;
     match computed {

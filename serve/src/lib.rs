@@ -112,6 +112,8 @@ pub struct ServeSettings {
     /// Listen without TLS on an address other machines can reach (behind a TLS-terminating proxy, say): refused
     /// otherwise, since every request carries a bearer secret.
     pub insecure_listen: bool,
+    /// How `GET /v1/admin/billing` computes a shard's bill; without it that route answers 501.
+    pub bills: Option<Arc<dyn Bills>>,
 }
 
 impl ServeSettings {
@@ -129,8 +131,24 @@ impl ServeSettings {
             connections_max: None,
             tls: None,
             insecure_listen: false,
+            bills: None,
         }
     }
+}
+
+/// A shard's billing export of a month as `export billing` without `--final` computes it (the binary hands in
+/// `reports::export::ShardBilling::of`): the server answers `GET /v1/admin/billing` with it without linking the
+/// query engine the reports are built on, which would make every binary that serves (the fuzz targets' among them)
+/// build and link DataFusion.
+pub trait Bills: Send + Sync + std::fmt::Debug {
+    /// The bill of `ledger`, the shard of `partition` (none for a single ledger), for `period`, as JSON; the error
+    /// says why, with its causes.
+    fn shard(
+        &self,
+        ledger: &Ledger,
+        partition: Option<u32>,
+        period: ledger::Period,
+    ) -> Result<serde_json::Value, String>;
 }
 
 /// The routes `serve` answers over `hook` for the callers of `tokens`, without a listener: the same handlers, body
@@ -138,8 +156,15 @@ impl ServeSettings {
 /// requests in its own process (the fuzz target of the request bodies).
 pub fn router(hook: Hook, tokens: Tokens) -> axum::Router {
     let admin = admin::Admin::new(admin::AdminLedgers::None);
-    let app =
-        App { hook: Hooks::One(hook), tokens, outbox: None, routing: None, metrics: routes::Metrics::new(), admin };
+    let app = App {
+        hook: Hooks::One(hook),
+        tokens,
+        outbox: None,
+        routing: None,
+        metrics: routes::Metrics::new(),
+        admin,
+        bills: None,
+    };
     routes::router(Arc::new(app), Duration::from_millis(READ_TIMEOUT_MS))
 }
 
@@ -263,7 +288,8 @@ pub fn run(
     };
     let outbox = publisher.as_ref().map(|p| Outboxes::One(p.health()));
     let admin = admin::Admin::new(admin::AdminLedgers::File(ledger_path.to_path_buf()));
-    let app = App { hook: Hooks::One(hook), tokens, outbox, routing: None, metrics, admin };
+    let app =
+        App { hook: Hooks::One(hook), tokens, outbox, routing: None, metrics, admin, bills: settings.bills.clone() };
     serve(app, writers, publisher.into_iter().collect(), prepared, &settings, listening, None)
 }
 
@@ -296,7 +322,15 @@ pub fn run_shards(
     let outbox = (!publishers.is_empty())
         .then(|| Outboxes::Shards(publishers.iter().map(|(p, publisher)| (*p, publisher.health())).collect()));
     let admin = admin::Admin::new(admin::AdminLedgers::Shards(dir.clone()));
-    let app = App { hook: Hooks::Shards(Arc::new(shards)), tokens, outbox, routing: None, metrics, admin };
+    let app = App {
+        hook: Hooks::Shards(Arc::new(shards)),
+        tokens,
+        outbox,
+        routing: None,
+        metrics,
+        admin,
+        bills: settings.bills.clone(),
+    };
     let publishers = publishers.into_iter().map(|(_, publisher)| publisher).collect();
     serve(app, writers, publishers, prepared, &settings, listening, None)
 }
@@ -338,6 +372,7 @@ pub fn run_node(
         routing: Some(routing),
         metrics: routes::Metrics::registered(registry, hook_metrics),
         admin: admin::Admin::new(admin::AdminLedgers::None),
+        bills: settings.bills.clone(),
     };
     serve(app, Vec::new(), Vec::new(), prepared, &settings, listening, Some(stop))
 }

@@ -38,6 +38,8 @@ pub(crate) struct App {
     pub(crate) metrics: Metrics,
     /// Where `POST /v1/admin/...` records changes.
     pub(crate) admin: crate::admin::Admin,
+    /// How `GET /v1/admin/billing` computes a shard's bill.
+    pub(crate) bills: Option<Arc<dyn crate::Bills>>,
 }
 
 /// The server's figures (`GET /metrics`, docs/operations.md "What to monitor").

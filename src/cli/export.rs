@@ -352,3 +352,14 @@ fn temporary_beside(path: &Path) -> anyhow::Result<tempfile::NamedTempFile> {
     }
     Ok(file)
 }
+
+/// What `serve` and `node` answer `GET /v1/admin/billing` with: each shard's part as [`of_cluster`] joins it.
+#[derive(Debug)]
+pub(crate) struct ShardBills;
+
+impl serve::Bills for ShardBills {
+    fn shard(&self, ledger: &Ledger, partition: Option<u32>, period: Period) -> Result<serde_json::Value, String> {
+        let part = reports::export::ShardBilling::of(ledger, partition, period).map_err(|e| ledger::causes(&e))?;
+        serde_json::to_value(part).map_err(|e| e.to_string())
+    }
+}
