@@ -66,6 +66,39 @@ fn two_nodes_share_the_partitions_and_one_takes_over() {
     assert_eq!(status, 200, "{body}");
     assert!(body["shards"].as_array().is_some_and(|s| !s.is_empty()), "node a holds shards: {body}");
 
+    // Support and the on-call read the running cluster as they read a directory of shards.
+    let cluster = ["--cluster", &broker.bootstrap, "--token", SECRET];
+    let status = run(&[&["status", "--json"][..], &cluster].concat(), b"").success().json();
+    let partitions: Vec<u64> =
+        status["shards"].as_array().unwrap().iter().map(|s| s["partition"].as_u64().unwrap()).collect();
+    assert_eq!(partitions, [0, 1, 2], "{status}");
+    assert_eq!(status["partitions"], json!(3), "{status}");
+    let decisions: u64 =
+        status["shards"].as_array().unwrap().iter().map(|s| s["events_recorded"].as_u64().unwrap()).sum();
+    assert!(decisions >= 2 * tenants.len() as u64, "each tenant's decision and usage: {status}");
+    let words = run(&[&["status"][..], &cluster].concat(), b"").success().stdout_text();
+    assert!(words.contains(&format!("the cluster at {} (2 nodes) (3 partitions)", broker.bootstrap)), "{words}");
+    // A request named by its caller: found in its tenant's shard, whichever node holds it.
+    let asked = json!({"tenant": "org-7", "metric": "requests", "amount": 1, "idempotency_key": "org-7-audit",
+        "request_id": "req-audit-7"});
+    let answer = client.check("org-7", &asked).unwrap();
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    allowed.insert(answer.body["decisionId"].as_str().unwrap().to_string());
+    let why = run(&[&["audit", "why", "req-audit-7"][..], &cluster].concat(), b"").success();
+    assert!(why.stdout_text().starts_with("Request req-audit-7 was ALLOWED"), "{}", why.stdout_text());
+    let shard = schemas::partition::partition_of("org-7", 3);
+    assert!(why.stderr.contains(&format!("recorded in shard {shard} of 3")), "{}", why.stderr);
+    let typo = run(&[&["audit", "why", "req-audit-8", "--json"][..], &cluster].concat(), b"").expect_code(1).json();
+    assert_eq!(typo["error"], json!("unknown_request_id"), "{typo}");
+    assert_eq!(typo["nearest"][0], json!("req-audit-7"), "the nearest of every shard: {typo}");
+    let range = ["--from", "2000-01-01T00:00:00Z", "--to", "2100-01-01T00:00:00Z", "--json"];
+    let timeline = run(&[&["audit", "tenant", "org-7"][..], &range, &cluster].concat(), b"").success().json();
+    assert_eq!(timeline["tenant"], json!("org-7"), "{timeline}");
+    assert_eq!(timeline["decisions"].as_array().map(Vec::len), Some(2), "org-7's two checks: {timeline}");
+    let typo = run(&[&["audit", "tenant", "org-7x"][..], &range, &cluster].concat(), b"").expect_code(1).json();
+    assert_eq!(typo["error"], json!("unknown_tenant"), "{typo}");
+    assert!(typo["nearest"].as_array().unwrap().contains(&json!("org-7")), "the nearest of every shard: {typo}");
+
     // Node a dies: after the session timeout node b owns every partition, a's shards rebuilt from the topics.
     a.kill();
     // The catalog names a until its session times out (10 s): a read of the bill now fails naming a's shards, rather

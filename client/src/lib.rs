@@ -114,13 +114,15 @@ pub enum ClientError {
     },
 }
 
-/// `GET url` with `token` as bearer, waiting at most `timeout`: the status and the JSON answered (`Null` when the body
-/// is not JSON). What a read across a cluster asks each shard's owner with (`export billing --cluster`).
-pub fn get_json(url: &str, token: &str, timeout: Duration) -> Result<Answer, ClientError> {
+/// `GET url?query` (each pair percent-encoded) with `token` as bearer, waiting at most `timeout`: the status and the
+/// JSON answered (`Null` when the body is not JSON). What a read across a cluster asks each shard's owner with
+/// (`export billing --cluster`, `audit why --cluster`).
+pub fn get_json(url: &str, query: &[(&str, &str)], token: &str, timeout: Duration) -> Result<Answer, ClientError> {
     let agent: ureq::Agent =
         ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(timeout)).build().into();
     let mut response = agent
         .get(url)
+        .query_pairs(query.iter().copied())
         .header("authorization", format!("Bearer {token}"))
         .call()
         .map_err(|source| ClientError::Http { url: url.to_string(), source })?;

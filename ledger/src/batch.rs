@@ -93,7 +93,7 @@ impl Rejected {
 }
 
 /// The next offset to read of one Kafka partition.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 pub struct SourceOffset {
     /// The topic.
     pub topic: String,

@@ -84,7 +84,7 @@ impl FromStr for GapRange {
 }
 
 /// An accepted gap, as recorded.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct OffsetGap {
     /// The topic.
     pub topic: String,

@@ -240,7 +240,7 @@ impl ShardVerifyReport {
 }
 
 /// `status` of one shard.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ShardStatus {
     /// The partition.
     pub partition: u32,

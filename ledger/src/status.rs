@@ -49,7 +49,7 @@ pub(crate) fn read_totals(conn: &Connection) -> rusqlite::Result<Totals> {
 }
 
 /// `status --json` (contract §7).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Status {
     /// Events recorded and counted (one per event_id).
     pub events_recorded: u64,

@@ -34,11 +34,11 @@
 
 mod admin;
 mod answer;
-mod billing;
 mod connections;
 mod hook_outbox;
 mod hooks;
 mod limits;
+mod reads;
 mod routes;
 pub mod tls;
 pub mod tokens;
@@ -112,8 +112,8 @@ pub struct ServeSettings {
     /// Listen without TLS on an address other machines can reach (behind a TLS-terminating proxy, say): refused
     /// otherwise, since every request carries a bearer secret.
     pub insecure_listen: bool,
-    /// How `GET /v1/admin/billing` computes a shard's bill; without it that route answers 501.
-    pub bills: Option<Arc<dyn Bills>>,
+    /// How `/v1/admin/billing` and `/v1/admin/audit/...` read a shard; without it they answer 501.
+    pub reports: Option<Arc<dyn Reports>>,
 }
 
 impl ServeSettings {
@@ -131,23 +131,35 @@ impl ServeSettings {
             connections_max: None,
             tls: None,
             insecure_listen: false,
-            bills: None,
+            reports: None,
         }
     }
 }
 
-/// A shard's billing export of a month as `export billing` without `--final` computes it (the binary hands in
-/// `reports::export::ShardBilling::of`): the server answers `GET /v1/admin/billing` with it without linking the
-/// query engine the reports are built on, which would make every binary that serves (the fuzz targets' among them)
-/// build and link DataFusion.
-pub trait Bills: Send + Sync + std::fmt::Debug {
-    /// The bill of `ledger`, the shard of `partition` (none for a single ledger), for `period`, as JSON; the error
-    /// says why, with its causes.
-    fn shard(
+/// The reads of a shard that need the reports (the billing export, `audit why`, `audit tenant`), handed in by the
+/// binary: the server answers `/v1/admin/billing` and `/v1/admin/audit/...` with them without linking the query
+/// engine the reports are built on, which would make every binary that serves (the fuzz targets' among them) build
+/// and link DataFusion. Each answers JSON, or why it could not, with its causes.
+pub trait Reports: Send + Sync + std::fmt::Debug {
+    /// The billing export of `period` as `export billing` without `--final` computes it, of `ledger`, the shard of
+    /// `partition` (none for a ledger of every partition): `reports::export::ShardBilling`.
+    fn bill(
         &self,
         ledger: &Ledger,
         partition: Option<u32>,
         period: ledger::Period,
+    ) -> Result<serde_json::Value, String>;
+    /// `audit why REQUEST_ID` in `ledger`: `{"why", "words"}` (the answer and its words) when it holds the request,
+    /// else `{"nearest"}`, the nearest request ids it holds.
+    fn why(&self, ledger: &Ledger, request_id: &str) -> Result<serde_json::Value, String>;
+    /// `audit tenant TENANT --from --to` in `ledger`: `{"timeline", "words"}`, with `"nearest"` (the nearest tenants it
+    /// holds) when it holds no event of the tenant at all.
+    fn timeline(
+        &self,
+        ledger: &Ledger,
+        tenant: &str,
+        from: schemas::Timestamp,
+        to: schemas::Timestamp,
     ) -> Result<serde_json::Value, String>;
 }
 
@@ -163,7 +175,7 @@ pub fn router(hook: Hook, tokens: Tokens) -> axum::Router {
         routing: None,
         metrics: routes::Metrics::new(),
         admin,
-        bills: None,
+        reports: None,
     };
     routes::router(Arc::new(app), Duration::from_millis(READ_TIMEOUT_MS))
 }
@@ -288,8 +300,15 @@ pub fn run(
     };
     let outbox = publisher.as_ref().map(|p| Outboxes::One(p.health()));
     let admin = admin::Admin::new(admin::AdminLedgers::File(ledger_path.to_path_buf()));
-    let app =
-        App { hook: Hooks::One(hook), tokens, outbox, routing: None, metrics, admin, bills: settings.bills.clone() };
+    let app = App {
+        hook: Hooks::One(hook),
+        tokens,
+        outbox,
+        routing: None,
+        metrics,
+        admin,
+        reports: settings.reports.clone(),
+    };
     serve(app, writers, publisher.into_iter().collect(), prepared, &settings, listening, None)
 }
 
@@ -329,7 +348,7 @@ pub fn run_shards(
         routing: None,
         metrics,
         admin,
-        bills: settings.bills.clone(),
+        reports: settings.reports.clone(),
     };
     let publishers = publishers.into_iter().map(|(_, publisher)| publisher).collect();
     serve(app, writers, publishers, prepared, &settings, listening, None)
@@ -372,7 +391,7 @@ pub fn run_node(
         routing: Some(routing),
         metrics: routes::Metrics::registered(registry, hook_metrics),
         admin: admin::Admin::new(admin::AdminLedgers::None),
-        bills: settings.bills.clone(),
+        reports: settings.reports.clone(),
     };
     serve(app, Vec::new(), Vec::new(), prepared, &settings, listening, Some(stop))
 }

@@ -38,8 +38,8 @@ pub(crate) struct App {
     pub(crate) metrics: Metrics,
     /// Where `POST /v1/admin/...` records changes.
     pub(crate) admin: crate::admin::Admin,
-    /// How `GET /v1/admin/billing` computes a shard's bill.
-    pub(crate) bills: Option<Arc<dyn crate::Bills>>,
+    /// How `/v1/admin/billing` and `/v1/admin/audit/...` read a shard.
+    pub(crate) reports: Option<Arc<dyn crate::Reports>>,
 }
 
 /// The server's figures (`GET /metrics`, docs/operations.md "What to monitor").
@@ -172,7 +172,10 @@ pub(crate) fn router(app: Arc<App>, read_timeout: Duration) -> Router {
         .route("/v1/leases/{id}/release", post(release_lease))
         .route("/v1/admin/policies", post(crate::admin::policies))
         .route("/v1/admin/grants", post(crate::admin::grants))
-        .route("/v1/admin/billing", get(crate::billing::billing))
+        .route("/v1/admin/billing", get(crate::reads::billing))
+        .route("/v1/admin/status", get(crate::reads::status))
+        .route("/v1/admin/audit/why", get(crate::reads::why))
+        .route("/v1/admin/audit/tenant", get(crate::reads::tenant))
         .layer(axum::middleware::from_fn_with_state(app.clone(), timed))
         .layer(axum::middleware::from_fn(move |request, next| read_body(read_timeout, request, next)))
         .with_state(app)

@@ -5,6 +5,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::Subcommand;
 use ledger::Ledger;
 use reports::audit::{render, tenant, why};
@@ -19,6 +20,8 @@ pub enum AuditCommand {
         /// Print JSON instead of words.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        cluster: super::cluster::ClusterArgs,
     },
     /// A tenant's decisions, consumption per day, reservations and adjustments over a time range.
     Tenant {
@@ -32,6 +35,8 @@ pub enum AuditCommand {
         /// Print JSON instead of words.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        cluster: super::cluster::ClusterArgs,
     },
 }
 
@@ -41,13 +46,26 @@ fn parse_instant(text: &str) -> Result<Timestamp, String> {
 }
 
 pub fn run(store: &super::Store, command: AuditCommand) -> anyhow::Result<ExitCode> {
+    match &command {
+        AuditCommand::Why { request_id, json, cluster } => {
+            if let Some((brokers, token)) = cluster.asked()? {
+                return why_of_cluster(brokers, token, request_id, *json);
+            }
+        }
+        AuditCommand::Tenant { tenant, from, to, json, cluster } => {
+            if let Some((brokers, token)) = cluster.asked()? {
+                anyhow::ensure!(from < to, "--from {from} must be before --to {to}");
+                return tenant_of_cluster(brokers, token, tenant, (*from, *to), *json);
+            }
+        }
+    }
     // A set of shards answers as one ledger would: the request from the shard holding it, the tenant from its own.
     let (ledger, set) = match store {
         super::Store::File(path) => (Some(Ledger::open_read_only(path)?), Vec::new()),
         super::Store::Shards(dir) => (None, dir.open_all_read_only()?),
     };
     match command {
-        AuditCommand::Why { request_id, json } => match match &ledger {
+        AuditCommand::Why { request_id, json, .. } => match match &ledger {
             Some(ledger) => why::why(ledger, &request_id)?,
             None => why::why_in(&set, &request_id)?.map(|(shard, answer)| {
                 eprintln!("audit: request {request_id} is recorded in {shard}");
@@ -69,7 +87,7 @@ pub fn run(store: &super::Store, command: AuditCommand) -> anyhow::Result<ExitCo
                 Ok(ExitCode::from(super::EXIT_DISCREPANCIES))
             }
         },
-        AuditCommand::Tenant { tenant, from, to, json } => {
+        AuditCommand::Tenant { tenant, from, to, json, .. } => {
             anyhow::ensure!(from < to, "--from {from} must be before --to {to}");
             let answer = match &ledger {
                 Some(ledger) => tenant::timeline(ledger, &tenant, from, to)?,
@@ -95,6 +113,67 @@ pub fn run(store: &super::Store, command: AuditCommand) -> anyhow::Result<ExitCo
             }
         }
     }
+}
+
+/// `audit why --cluster`: every owner looks for the request in the shards it holds (a request's decisions are its
+/// tenant's, in one shard); the shard holding it answers, else the nearest request ids of every shard.
+fn why_of_cluster(brokers: &str, token: &str, request_id: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let answered = super::cluster::ask_owners(brokers, token, "/v1/admin/audit/why", &[("request_id", request_id)])?;
+    if let Some((partition, part)) = answered.shards.iter().find(|(_, part)| part.get("why").is_some()) {
+        eprintln!("audit: request {request_id} is recorded in shard {partition} of {}", answered.shards.len());
+        return match json {
+            true => super::print_json(&part["why"]),
+            false => print(part["words"].as_str().unwrap_or_default()),
+        }
+        .map(|()| ExitCode::SUCCESS);
+    }
+    let nearest = super::cluster::nearest_of(request_id, &answered.shards);
+    if json {
+        super::print_json(&serde_json::json!({
+            "error": "unknown_request_id",
+            "request_id": request_id,
+            "nearest": nearest,
+        }))?;
+    } else {
+        print(&render::unknown(&why::Unknown { request_id: request_id.to_string(), nearest }))?;
+    }
+    Ok(ExitCode::from(super::EXIT_DISCREPANCIES))
+}
+
+/// `audit tenant --cluster`: the timeline from the tenant's shard, which holds all of its events; a tenant unknown there
+/// gets the nearest tenants of every shard (a mistyped tenant hashes to another shard).
+fn tenant_of_cluster(
+    brokers: &str,
+    token: &str,
+    tenant: &str,
+    (from, to): (Timestamp, Timestamp),
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let (from_text, to_text) = (from.to_string(), to.to_string());
+    let query = [("tenant", tenant), ("from", from_text.as_str()), ("to", to_text.as_str())];
+    let answered = super::cluster::ask_owners(brokers, token, "/v1/admin/audit/tenant", &query)?;
+    let partitions = u32::try_from(answered.shards.len()).context("more shards than partitions")?;
+    let own = &answered.shards[&schemas::partition::partition_of(tenant, partitions)];
+    if own.get("nearest").is_none() {
+        return match json {
+            true => super::print_json(&own["timeline"]),
+            false => print(own["words"].as_str().unwrap_or_default()),
+        }
+        .map(|()| ExitCode::SUCCESS);
+    }
+    let nearest = super::cluster::nearest_of(tenant, &answered.shards);
+    if json {
+        // The empty timeline's keys, as for a known tenant (add, never rename), and why.
+        let mut answer = own["timeline"].clone();
+        if let Some(object) = answer.as_object_mut() {
+            object.insert("error".into(), "unknown_tenant".into());
+            object.insert("nearest".into(), serde_json::json!(nearest));
+        }
+        super::print_json(&answer)?;
+    } else {
+        print(&render::unknown_tenant_named(tenant, &nearest))?;
+    }
+    Ok(ExitCode::from(super::EXIT_DISCREPANCIES))
 }
 
 fn print(text: &str) -> anyhow::Result<()> {

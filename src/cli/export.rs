@@ -72,7 +72,7 @@ pub fn run(store: &super::Store, command: ExportCommand) -> anyhow::Result<ExitC
     }
     let (export, note) = match (&args.cluster, store) {
         (Some(brokers), _) => {
-            let token = args.token.as_deref().context("--cluster needs --token (or QUOTA_LEDGER_TOKEN)")?;
+            let token = super::cluster::token(args.token.as_deref())?;
             of_cluster(brokers, token, args.period)?
         }
         (None, super::Store::File(ledger_path)) => {
@@ -176,41 +176,18 @@ fn of_shards(shards: &ShardDir, period: Period, final_: bool) -> anyhow::Result<
     Ok((export, note))
 }
 
-/// How long an owner may take to answer its shards' export.
-const CLUSTER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
-
-/// The export of a running cluster (`--cluster`): the routing catalog names each shard's owner; each owner answers its
-/// shards' exports (`GET /v1/admin/billing`), and their union is the export, as `--data` joins a directory's. Every
-/// shard must be answered by the owner the catalog names, else the command fails naming the shard: never a bill
-/// missing a shard's tenants.
+/// The export of a running cluster (`--cluster`): each shard's owner answers its shards' exports (`GET
+/// /v1/admin/billing`, [`super::cluster::ask_owners`]), and their union is the export, as `--data` joins a
+/// directory's: never a bill missing a shard's tenants.
 fn of_cluster(brokers: &str, token: &str, period: Period) -> anyhow::Result<(BillingExport, String)> {
-    let topics = kafka::topics::Topics::defaults();
-    let (partitions, table) = kafka::routing::owners(brokers, &[], topics.names())
-        .with_context(|| format!("cannot read the routing catalog at {brokers}"))?;
-    let mut by_url: std::collections::BTreeMap<String, Vec<u32>> = std::collections::BTreeMap::new();
-    for partition in 0..partitions {
-        let owner = table.owner(partition).with_context(|| {
-            format!("shard {partition} of {partitions} has no owner in the routing catalog: is every node up?")
-        })?;
-        by_url.entry(owner.url.clone()).or_default().push(partition);
-    }
+    let period_text = period.to_string();
+    let answered = super::cluster::ask_owners(brokers, token, "/v1/admin/billing", &[("period", &period_text)])?;
+    let partitions = answered.shards.len();
     let mut parts: std::collections::BTreeMap<u32, reports::export::ShardBilling> = std::collections::BTreeMap::new();
-    for (url, owned) in &by_url {
-        let shards = |what: String| format!("shards {owned:?}: their owner {url} {what}");
-        let asked = format!("{}/v1/admin/billing?period={period}", url.trim_end_matches('/'));
-        let client::Answer { status, body, .. } = client::get_json(&asked, token, CLUSTER_READ_TIMEOUT)
-            .map_err(|e| anyhow::anyhow!(shards(format!("did not answer: {e}"))))?;
-        if status != 200 {
-            anyhow::bail!(shards(format!("answered {status}: {}", body["message"].as_str().unwrap_or_default())));
-        }
-        let answered: Vec<reports::export::ShardBilling> = serde_json::from_value(body["shards"].clone())
-            .map_err(|e| anyhow::anyhow!(shards(format!("answered an export this version cannot read: {e}"))))?;
-        for partition in owned {
-            let part = answered.iter().find(|s| s.partition == Some(*partition)).with_context(|| {
-                shards(format!("does not hold shard {partition} now (it moved since the catalog was read): run again"))
-            })?;
-            parts.insert(*partition, part.clone());
-        }
+    for (partition, part) in answered.shards {
+        let part = serde_json::from_value(part)
+            .with_context(|| format!("shard {partition}: its owner answered an export this version cannot read"))?;
+        parts.insert(partition, part);
     }
     let closed: Vec<u32> = parts.iter().filter(|(_, s)| s.closed).map(|(p, _)| *p).collect();
     if !closed.is_empty() && closed.len() < parts.len() {
@@ -224,8 +201,7 @@ fn of_cluster(brokers: &str, token: &str, period: Period) -> anyhow::Result<(Bil
     let note = format!(
         "period {period} is {state}, over the {partitions} shards of the cluster at {brokers} ({} nodes), set \
          watermark {}",
-        by_url.len(),
-        export.watermark
+        answered.nodes, export.watermark
     );
     Ok((export, note))
 }
@@ -351,15 +327,4 @@ fn temporary_beside(path: &Path) -> anyhow::Result<tempfile::NamedTempFile> {
         file.as_file().set_permissions(permissions).map_err(|e| cannot(e.to_string()))?;
     }
     Ok(file)
-}
-
-/// What `serve` and `node` answer `GET /v1/admin/billing` with: each shard's part as [`of_cluster`] joins it.
-#[derive(Debug)]
-pub(crate) struct ShardBills;
-
-impl serve::Bills for ShardBills {
-    fn shard(&self, ledger: &Ledger, partition: Option<u32>, period: Period) -> Result<serde_json::Value, String> {
-        let part = reports::export::ShardBilling::of(ledger, partition, period).map_err(|e| ledger::causes(&e))?;
-        serde_json::to_value(part).map_err(|e| e.to_string())
-    }
 }

@@ -114,7 +114,7 @@ pub fn run(store: &super::Store, args: ServeArgs) -> anyhow::Result<ExitCode> {
         // clap requires both or neither.
         tls: args.tls_cert.zip(args.tls_key).map(|(certificate, key)| serve::tls::TlsFiles { certificate, key }),
         insecure_listen: args.insecure_listen,
-        bills: Some(std::sync::Arc::new(super::export::ShardBills)),
+        reports: Some(std::sync::Arc::new(super::cluster::ShardReports)),
         ..serve::ServeSettings::new(args.listen, args.tokens)
     };
     // The first line says where it listens (port 0 picks one), for scripts and tests.

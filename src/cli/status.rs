@@ -3,6 +3,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::Args;
 use ledger::Ledger;
 
@@ -12,12 +13,33 @@ pub struct StatusArgs {
     /// head_hash, gaps, misrouted.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    cluster: super::cluster::ClusterArgs,
 }
 
 pub fn run(store: &super::Store, args: StatusArgs) -> anyhow::Result<ExitCode> {
+    if let Some((brokers, token)) = args.cluster.asked()? {
+        let answered = super::cluster::ask_owners(brokers, token, "/v1/admin/status", &[])?;
+        let mut statuses = Vec::new();
+        for (partition, part) in answered.shards {
+            statuses.push(
+                serde_json::from_value(part).with_context(|| {
+                    format!("shard {partition}: its owner answered a status this version cannot read")
+                })?,
+            );
+        }
+        let at = format!("the cluster at {brokers} ({} nodes)", answered.nodes);
+        return print_shards(&at, &statuses, args.json);
+    }
     let ledger_path = match store {
         super::Store::File(path) => path,
-        super::Store::Shards(shards) => return run_shards(shards, &args),
+        super::Store::Shards(shards) => {
+            let mut statuses = Vec::new();
+            for (shard, ledger) in shards.open_all_read_only()? {
+                statuses.push(ledger.shard_status(shard)?);
+            }
+            return print_shards(&shards.dir().display().to_string(), &statuses, args.json);
+        }
     };
     let ledger = Ledger::open_read_only(ledger_path)?;
     let status = ledger.status()?;
@@ -69,20 +91,16 @@ pub fn run(store: &super::Store, args: StatusArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `status --data DIR`: a line per shard, then the set's sums (a plan default counted in every shard that records it);
-/// `--json`: `partitions` and `shards`, each shard's status with its `partition`.
-fn run_shards(shards: &ledger::shards::ShardDir, args: &StatusArgs) -> anyhow::Result<ExitCode> {
-    let mut statuses = Vec::new();
-    for (shard, ledger) in shards.open_all_read_only()? {
-        statuses.push(ledger.shard_status(shard)?);
-    }
+/// `status --data DIR` or `--cluster`: the sums over the shards of `at` (a plan default counted in every shard that
+/// records it), then a line per shard; `--json`: `partitions` and `shards`, each shard's status with its `partition`.
+fn print_shards(at: &str, statuses: &[ledger::shards::ShardStatus], json: bool) -> anyhow::Result<ExitCode> {
     let partitions = statuses[0].partitions;
-    if args.json {
+    if json {
         super::print_json(&serde_json::json!({ "partitions": partitions, "shards": statuses }))?;
         return Ok(ExitCode::SUCCESS);
     }
     let mut out = super::stdout();
-    writeln!(out, "shards           {} ({partitions} partitions)", shards.dir().display())?;
+    writeln!(out, "shards           {at} ({partitions} partitions)")?;
     let sum = |f: &dyn Fn(&ledger::Status) -> u64| -> u64 { statuses.iter().map(|s| f(&s.status)).sum() };
     writeln!(out, "events recorded  {} (summed over the shards)", sum(&|s| s.events_recorded))?;
     writeln!(out, "duplicates       {}", sum(&|s| s.duplicates))?;

@@ -10,6 +10,16 @@ use crate::error::ReportError;
 /// Nearest names (request ids, tenants) offered for an unknown one.
 pub const NEAREST_SHOWN: usize = 5;
 
+/// The names of `offered` nearest to `wanted`, as [`nearest`] ranks them: how a read across a cluster ranks again the
+/// nearest names each shard answered.
+pub fn nearest_among(wanted: &str, offered: &[String]) -> Vec<String> {
+    nearest(wanted, |offer| {
+        offered.iter().for_each(|name| offer(name));
+        Ok(())
+    })
+    .expect("names offered from memory cannot fail")
+}
+
 /// The names `known` offers (every known request id, every tenant) nearest to `wanted`, nearest first, at most
 /// [`NEAREST_SHOWN`]: those within an edit distance of a third of its length (at least 2), or that contain it.
 /// Compared without case, so that `REQ-DEMO-1-1` finds `req-demo-1-1` (ids are typed by hand, read over the phone).

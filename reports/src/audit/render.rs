@@ -496,12 +496,17 @@ pub fn unknown(u: &Unknown) -> String {
 
 /// A tenant the ledger holds no event of, with the nearest known ones.
 pub fn unknown_tenant(u: &UnknownTenant) -> String {
-    let mut out = format!("No event is recorded for tenant {:?}.\n", u.tenant);
-    if u.nearest.is_empty() {
+    unknown_tenant_named(&u.tenant, &u.nearest)
+}
+
+/// [`unknown_tenant`] from its tenant and nearest tenants (a read across a cluster ranks them over every shard).
+pub fn unknown_tenant_named(tenant: &str, nearest: &[String]) -> String {
+    let mut out = format!("No event is recorded for tenant {tenant:?}.\n");
+    if nearest.is_empty() {
         out.push_str("No recorded tenant is near it.\n");
     } else {
         out.push_str("Nearest recorded tenants:\n");
-        for n in &u.nearest {
+        for n in nearest {
             writeln!(out, "  {}", printable(n)).unwrap();
         }
     }

@@ -1,0 +1,127 @@
+//! Reading a running cluster (`--cluster BROKERS`, contract §9.4): the routing catalog names each shard's owner, each
+//! owner answers for the shards it holds (`/v1/admin/...`), and the command joins the parts as `--data` joins a
+//! directory's. Every shard must be answered by the owner the catalog names, else the command fails naming the shard:
+//! never a partial answer. Also what a server answers those reads with ([`ShardReports`]).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use ledger::{Ledger, Period};
+use reports::audit::{render, tenant, why};
+use schemas::Timestamp;
+
+/// How long an owner may take to answer for its shards.
+const READ_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The token a read of a cluster asks with: one for every tenant (`tenants = ["*"]`).
+pub(crate) fn token(token: Option<&str>) -> anyhow::Result<&str> {
+    token.context("--cluster needs --token (or QUOTA_LEDGER_TOKEN), one for every tenant")
+}
+
+/// `--cluster BROKERS [--token T]` of a command that reads every shard.
+#[derive(Debug, Args)]
+pub struct ClusterArgs {
+    /// Read the running cluster at these brokers instead of local ledgers: each shard's owner, found in the routing
+    /// catalog, answers for its shards over HTTP (`/v1/admin/...`), joined as `--data` joins a directory's. An owner
+    /// that does not answer fails the command naming its shards.
+    #[arg(long, value_name = "BROKERS")]
+    pub cluster: Option<String>,
+    /// With --cluster: the token to ask the nodes with, one for every tenant (`tenants = ["*"]`).
+    #[arg(long, env = "QUOTA_LEDGER_TOKEN", hide_env_values = true, requires = "cluster")]
+    pub token: Option<String>,
+}
+
+impl ClusterArgs {
+    /// The brokers and token when the command reads a cluster.
+    pub(crate) fn asked(&self) -> anyhow::Result<Option<(&str, &str)>> {
+        match &self.cluster {
+            Some(brokers) => Ok(Some((brokers, token(self.token.as_deref())?))),
+            None => Ok(None),
+        }
+    }
+}
+
+/// What the owners of a cluster's shards answered for them.
+pub(crate) struct Answered {
+    /// Each shard's part, by partition: every partition of the cluster.
+    pub(crate) shards: BTreeMap<u32, serde_json::Value>,
+    /// How many nodes answered.
+    pub(crate) nodes: usize,
+}
+
+/// Each shard's part of `GET path?query`, asked of its owner in the routing catalog at `brokers` with `token`: the
+/// owner's answer holds `shards`, one part per shard it holds, each with its `partition`.
+pub(crate) fn ask_owners(brokers: &str, token: &str, path: &str, query: &[(&str, &str)]) -> anyhow::Result<Answered> {
+    let topics = kafka::topics::Topics::defaults();
+    let (partitions, table) = kafka::routing::owners(brokers, &[], topics.names())
+        .with_context(|| format!("cannot read the routing catalog at {brokers}"))?;
+    let mut by_url: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    for partition in 0..partitions {
+        let owner = table.owner(partition).with_context(|| {
+            format!("shard {partition} of {partitions} has no owner in the routing catalog: is every node up?")
+        })?;
+        by_url.entry(owner.url.clone()).or_default().push(partition);
+    }
+    let mut shards = BTreeMap::new();
+    for (url, owned) in &by_url {
+        let about = |what: String| format!("shards {owned:?}: their owner {url} {what}");
+        let asked = format!("{}{path}", url.trim_end_matches('/'));
+        let client::Answer { status, body, .. } = client::get_json(&asked, query, token, READ_TIMEOUT)
+            .map_err(|e| anyhow::anyhow!(about(format!("did not answer: {e}"))))?;
+        if status != 200 {
+            anyhow::bail!(about(format!("answered {status}: {}", body["message"].as_str().unwrap_or_default())));
+        }
+        let parts = body["shards"].as_array().cloned().unwrap_or_default();
+        for partition in owned {
+            let part = parts.iter().find(|s| s["partition"] == serde_json::json!(partition)).with_context(|| {
+                about(format!("does not hold shard {partition} now (it moved since the catalog was read): run again"))
+            })?;
+            shards.insert(*partition, part.clone());
+        }
+    }
+    Ok(Answered { shards, nodes: by_url.len() })
+}
+
+/// What `serve` and `node` answer `/v1/admin/billing` and `/v1/admin/audit/...` with, per shard: the parts
+/// [`ask_owners`] collects.
+#[derive(Debug)]
+pub(crate) struct ShardReports;
+
+impl serve::Reports for ShardReports {
+    fn bill(&self, ledger: &Ledger, partition: Option<u32>, period: Period) -> Result<serde_json::Value, String> {
+        let part = reports::export::ShardBilling::of(ledger, partition, period).map_err(|e| ledger::causes(&e))?;
+        serde_json::to_value(part).map_err(|e| e.to_string())
+    }
+
+    fn why(&self, ledger: &Ledger, request_id: &str) -> Result<serde_json::Value, String> {
+        Ok(match why::why(ledger, request_id).map_err(|e| ledger::causes(&e))? {
+            Ok(answer) => serde_json::json!({"words": render::why(&answer), "why": answer}),
+            Err(unknown) => serde_json::json!({"nearest": unknown.nearest}),
+        })
+    }
+
+    fn timeline(
+        &self,
+        ledger: &Ledger,
+        tenant: &str,
+        from: Timestamp,
+        to: Timestamp,
+    ) -> Result<serde_json::Value, String> {
+        Ok(match tenant::timeline(ledger, tenant, from, to).map_err(|e| ledger::causes(&e))? {
+            Ok(timeline) => serde_json::json!({"words": render::timeline(&timeline), "timeline": timeline}),
+            Err(unknown) => serde_json::json!({"timeline": unknown.timeline, "nearest": unknown.nearest}),
+        })
+    }
+}
+
+/// The nearest names of every shard's `nearest`, ranked again over the whole cluster.
+pub(crate) fn nearest_of(wanted: &str, shards: &BTreeMap<u32, serde_json::Value>) -> Vec<String> {
+    let offered: Vec<String> = shards
+        .values()
+        .flat_map(|part| part["nearest"].as_array().cloned().unwrap_or_default())
+        .filter_map(|name| name.as_str().map(str::to_string))
+        .collect();
+    reports::audit::nearest_among(wanted, &offered)
+}
