@@ -78,6 +78,10 @@ fn two_nodes_share_the_partitions_and_one_takes_over() {
     assert!(decisions >= 2 * tenants.len() as u64, "each tenant's decision and usage: {status}");
     let words = run(&[&["status"][..], &cluster].concat(), b"").success().stdout_text();
     assert!(words.contains(&format!("the cluster at {} (2 nodes) (3 partitions)", broker.bootstrap)), "{words}");
+    let verified = run(&[&["verify"][..], &cluster].concat(), b"").success().stdout_text();
+    for partition in 0..3 {
+        assert!(verified.contains(&format!("ok: shard {partition} of 3 (")), "every shard's chain holds: {verified}");
+    }
     // A request named by its caller: found in its tenant's shard, whichever node holds it.
     let asked = json!({"tenant": "org-7", "metric": "requests", "amount": 1, "idempotency_key": "org-7-audit",
         "request_id": "req-audit-7"});

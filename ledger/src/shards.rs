@@ -204,7 +204,7 @@ impl Ledger {
 }
 
 /// An entry recorded in a shard its tenant does not belong to (contract §9.4: a tenant's events live in one shard).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MisplacedEntry {
     /// The entry's sequence number in the shard.
     pub seq: u64,
@@ -217,7 +217,7 @@ pub struct MisplacedEntry {
 }
 
 /// `verify` of one shard: its chain ([`Ledger::verify_against`]) and that its entries are its partition's.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ShardVerifyReport {
     /// The partition.
     pub partition: u32,

@@ -13,7 +13,7 @@ use crate::status::read_totals;
 use crate::{dedup, details};
 
 /// The first entry that does not hold.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct BadEntry {
     /// Its ledger sequence number.
     pub seq: u64,
@@ -24,7 +24,7 @@ pub struct BadEntry {
 }
 
 /// What `verify` found.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct VerifyReport {
     /// Entries that hold, from the first: every entry 1 to this one was checked good.
     pub entries_checked: u64,
@@ -58,7 +58,7 @@ pub struct ExpectedHead {
 }
 
 /// An expected head the chain does not hold.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct BadCheckpoint {
     /// The link it names.
     pub head_seq: u64,

@@ -1,6 +1,6 @@
 //! What an operator reads of every shard this server holds, one part per shard, the parts a command joins:
 //! `GET /v1/admin/billing?period=YYYY-MM` (`export billing --cluster`), `GET /v1/admin/status` (`status --cluster`),
-//! `GET /v1/admin/audit/why?request_id=R` (`audit why --cluster`) and `GET /v1/admin/audit/tenant?tenant=T&from=&to=`
+//! `GET /v1/admin/verify` (`verify --cluster`), `GET /v1/admin/audit/why?request_id=R` (`audit why --cluster`) and `GET /v1/admin/audit/tenant?tenant=T&from=&to=`
 //! (`audit tenant --cluster`). The command finds each shard's owner in the routing catalog and asks it, so support
 //! and finance read a running cluster without a copy of its shards. These answers name every tenant: only a token for
 //! every tenant (`tenants = ["*"]`) may read them.
@@ -34,6 +34,11 @@ pub(crate) struct BillingQuery {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct StatusQuery {}
+
+/// `GET /v1/admin/verify` takes no query.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct VerifyQuery {}
 
 /// `GET /v1/admin/audit/why`'s query.
 #[derive(Debug, Deserialize)]
@@ -89,6 +94,25 @@ pub(crate) async fn status(
             None => serde_json::to_value(ledger.status().map_err(|e| ledger::causes(&e))?),
         };
         status.map_err(|e| e.to_string())
+    });
+    every_shard(&app, serde_json::json!({}), false, read).await
+}
+
+pub(crate) async fn verify(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    query: Result<Query<VerifyQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    if let Err(refused) = admitted(&app, &headers, query) {
+        return *refused;
+    }
+    // A shard's chain and the partition of its entries; a ledger of every partition, its chain.
+    let read: Read = Box::new(|ledger, _, _| {
+        let report = match ledger.shard().map_err(|e| ledger::causes(&e))? {
+            Some(shard) => serde_json::to_value(ledger.verify_shard(shard).map_err(|e| ledger::causes(&e))?),
+            None => serde_json::to_value(ledger.verify_against(&[]).map_err(|e| ledger::causes(&e))?),
+        };
+        report.map_err(|e| e.to_string())
     });
     every_shard(&app, serde_json::json!({}), false, read).await
 }

@@ -26,15 +26,35 @@ pub struct VerifyArgs {
     /// A librdkafka setting for --checkpoints-from (SASL, TLS), repeatable: -X security.protocol=SASL_SSL.
     #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = parse_setting)]
     settings: Vec<(String, String)>,
+    #[command(flatten)]
+    cluster: super::cluster::ClusterArgs,
 }
 
 pub fn run(store: &super::Store, args: VerifyArgs) -> anyhow::Result<ExitCode> {
+    let one_chain = args.expect_head.is_empty() && args.checkpoints_from.is_none();
+    if let Some((brokers, token)) = args.cluster.asked()? {
+        anyhow::ensure!(one_chain, "--expect-head and --checkpoints-from check one chain: not with --cluster");
+        let answered = super::cluster::ask_owners(brokers, token, "/v1/admin/verify", &[])?;
+        let mut reports = Vec::new();
+        for (partition, part) in answered.shards {
+            reports.push(
+                serde_json::from_value(part).with_context(|| {
+                    format!("shard {partition}: its owner answered a report this version cannot read")
+                })?,
+            );
+        }
+        return print_shards(&reports, args.json);
+    }
     if let super::Store::Shards(shards) = store {
         anyhow::ensure!(
-            args.expect_head.is_empty() && args.checkpoints_from.is_none(),
+            one_chain,
             "--expect-head and --checkpoints-from check one chain: give them one shard's file with --ledger"
         );
-        return run_shards(shards, args.json);
+        let mut reports = Vec::new();
+        for (shard, ledger) in shards.open_all_read_only()? {
+            reports.push(ledger.verify_shard(shard)?);
+        }
+        return print_shards(&reports, args.json);
     }
     let ledger_path = store.file("verify")?;
     let ledger = Ledger::open_read_only(ledger_path)?;
@@ -117,18 +137,14 @@ pub fn run(store: &super::Store, args: VerifyArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `verify --data DIR`: every shard's chain, and that every entry of a shard is of its partition (contract §9.4);
-/// exit 1 naming each shard that does not hold and its first bad entry.
-fn run_shards(shards: &ledger::shards::ShardDir, json: bool) -> anyhow::Result<ExitCode> {
-    let mut reports = Vec::new();
-    for (shard, ledger) in shards.open_all_read_only()? {
-        reports.push(ledger.verify_shard(shard)?);
-    }
+/// `verify --data DIR` or `--cluster`: every shard's chain, and that every entry of a shard is of its partition
+/// (contract §9.4); exit 1 naming each shard that does not hold and its first bad entry.
+fn print_shards(reports: &[ledger::shards::ShardVerifyReport], json: bool) -> anyhow::Result<ExitCode> {
     if json {
         super::print_json(&serde_json::json!({ "shards": reports }))?;
     }
     let mut found = false;
-    for report in &reports {
+    for report in reports {
         let shard = format!("shard {} of {} ({})", report.partition, report.partitions, report.path);
         if let Some(bad) = &report.chain.first_bad {
             let event = if bad.event_id.is_empty() { String::new() } else { format!(" (event_id {})", bad.event_id) };
