@@ -82,6 +82,19 @@ fn two_nodes_share_the_partitions_and_one_takes_over() {
     for partition in 0..3 {
         assert!(verified.contains(&format!("ok: shard {partition} of 3 (")), "every shard's chain holds: {verified}");
     }
+    // A copy of every shard of the running cluster, each taken by its owner and checked on arrival: a directory of
+    // shards that every read of --data and `restore` take.
+    let copies = dir.path().join("copies");
+    let copies = copies.to_str().unwrap();
+    let backed = run(&[&["backup", "--to", copies, "--json"][..], &cluster].concat(), b"").success().json();
+    assert_eq!(backed.as_array().map(Vec::len), Some(3), "a manifest per shard: {backed}");
+    let verified = run(&["--data", copies, "verify"], b"").success().stdout_text();
+    assert_eq!(verified.matches("ok: shard").count(), 3, "{verified}");
+    let query = "SELECT count(DISTINCT event_id) AS n FROM decision_events";
+    let counted = run(&["--data", copies, "sql", query, "--format", "json"], b"").success().json();
+    assert_eq!(counted[0]["n"], json!(tenants.len()), "every tenant's decision is in the copies: {counted}");
+    let restored = dir.path().join("restored");
+    run(&["--data", restored.to_str().unwrap(), "restore", "--from", copies], b"").success();
     // A request named by its caller: found in its tenant's shard, whichever node holds it.
     let asked = json!({"tenant": "org-7", "metric": "requests", "amount": 1, "idempotency_key": "org-7-audit",
         "request_id": "req-audit-7"});
@@ -116,6 +129,14 @@ fn two_nodes_share_the_partitions_and_one_takes_over() {
         refused.stderr
     );
     assert!(refused.stdout.is_empty(), "no partial bill");
+    let partial = dir.path().join("partial-copies");
+    let args = ["backup", "--to", partial.to_str().unwrap(), "--cluster", &broker.bootstrap, "--token", SECRET];
+    let refused = run(&args, b"").expect_code(2);
+    assert!(
+        refused.stderr.contains(&format!("shard {}: its owner {url_a} did not send its copy", of_a[0])),
+        "{}",
+        refused.stderr
+    );
     routing_of_all(&url_b, 3, &[&url_b], 90);
     for tenant in &tenants {
         // The same key answers the decision node a made: b rebuilt it from the topics.

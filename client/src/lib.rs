@@ -103,6 +103,14 @@ pub enum ClientError {
         /// The last node's answer or failure.
         last: String,
     },
+    /// A body could not be read from the node or written where it was going.
+    #[error("{url}: the transfer stopped: {source}")]
+    Download {
+        /// The URL asked.
+        url: String,
+        /// The failure.
+        source: std::io::Error,
+    },
     /// The exchange with a node failed after the request may have reached it (a reset, a timeout): not retried,
     /// as the node may have decided it (the caller retries with the same idempotency key).
     #[error("{url}: {source}")]
@@ -131,6 +139,52 @@ pub fn get_json(url: &str, query: &[(&str, &str)], token: &str, timeout: Duratio
         response.body_mut().read_to_string().map_err(|source| ClientError::Http { url: url.to_string(), source })?;
     let body = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
     Ok(Answer { status, body, url: url.to_string() })
+}
+
+/// What [`download`] fetched.
+#[derive(Debug)]
+pub struct Downloaded {
+    /// The HTTP status.
+    pub status: u16,
+    /// The header asked for, when the node sent it.
+    pub header: Option<String>,
+    /// Bytes written (only for 200).
+    pub bytes: u64,
+    /// The JSON body of an answer other than 200 (`null` when not JSON).
+    pub refusal: serde_json::Value,
+}
+
+/// `GET url?query` with `token` as bearer, a 200's body written to `out` as it arrives (a shard's copy, too large to
+/// hold in memory) with the value of `header`; another status's JSON body kept instead. `wait` bounds the wait for the
+/// answer to start (the node takes the copy first), not the transfer.
+pub fn download(
+    url: &str,
+    query: &[(&str, &str)],
+    token: &str,
+    header: &str,
+    wait: Duration,
+    out: &mut dyn std::io::Write,
+) -> Result<Downloaded, ClientError> {
+    let agent: ureq::Agent =
+        ureq::Agent::config_builder().http_status_as_error(false).timeout_recv_response(Some(wait)).build().into();
+    let http = |source| ClientError::Http { url: url.to_string(), source };
+    let mut response = agent
+        .get(url)
+        .query_pairs(query.iter().copied())
+        .header("authorization", format!("Bearer {token}"))
+        .call()
+        .map_err(http)?;
+    let status = response.status().as_u16();
+    let header = response.headers().get(header).and_then(|v| v.to_str().ok()).map(str::to_string);
+    if status != 200 {
+        let text = response.body_mut().read_to_string().map_err(http)?;
+        let refusal = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+        return Ok(Downloaded { status, header, bytes: 0, refusal });
+    }
+    let mut reader = response.body_mut().with_config().limit(u64::MAX).reader();
+    let bytes =
+        std::io::copy(&mut reader, out).map_err(|source| ClientError::Download { url: url.to_string(), source })?;
+    Ok(Downloaded { status, header, bytes, refusal: serde_json::Value::Null })
 }
 
 /// The cached table.

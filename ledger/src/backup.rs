@@ -195,6 +195,25 @@ pub fn restore(backup: &Path, ledger_path: &Path) -> Result<RestoreReport, Backu
     Ok(RestoreReport { manifest, verify: checked, ledger: ledger_path.display().to_string() })
 }
 
+/// Checks the backup at `backup` in place, as [`restore`] checks it before use: its manifest's size and digest, its
+/// ledger id, its chain, and the manifest's head in its chain. What a copy fetched over the network is checked with.
+pub fn check_backup(backup: &Path) -> Result<(BackupManifest, VerifyReport), BackupError> {
+    let manifest = read_manifest(backup)?;
+    let does_not_hold = |problem: String| BackupError::DoesNotHold { path: backup.to_path_buf(), problem };
+    let (bytes, sha256) = digest(backup)?;
+    if (bytes, sha256.as_str()) != (manifest.bytes, manifest.sha256.as_str()) {
+        return Err(does_not_hold(format!(
+            "its SHA-256 is {sha256} ({bytes} bytes), its manifest says {} ({} bytes): it is not the copy that was taken",
+            manifest.sha256, manifest.bytes
+        )));
+    }
+    let report = check_copy(backup, &manifest).map_err(|error| match error {
+        Checked::DoesNotHold(problem) => does_not_hold(problem),
+        Checked::Error(error) => error,
+    })?;
+    Ok((manifest, report))
+}
+
 enum Checked {
     DoesNotHold(String),
     Error(BackupError),

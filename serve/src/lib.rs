@@ -60,6 +60,7 @@ use crate::tls::{TlsError, TlsFiles};
 use crate::tokens::{TokenFileError, Tokens};
 
 pub use crate::limits::{CONNECTIONS_MAX_DEFAULT, FILES_RESERVED, FILES_RESERVED_MIN};
+pub use crate::reads::BACKUP_MANIFEST_HEADER;
 
 /// Largest request body accepted: a check is about 200 bytes.
 pub const BODY_LIMIT_BYTES: usize = 16 * 1024;

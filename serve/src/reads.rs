@@ -40,6 +40,13 @@ pub(crate) struct StatusQuery {}
 #[serde(deny_unknown_fields)]
 pub(crate) struct VerifyQuery {}
 
+/// `GET /v1/admin/backup`'s query: the shard (none: the ledger of `serve --ledger`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BackupQuery {
+    partition: Option<u32>,
+}
+
 /// `GET /v1/admin/audit/why`'s query.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -157,6 +164,98 @@ pub(crate) async fn tenant(
     every_shard(&app, answer, false, read).await
 }
 
+/// The header of `GET /v1/admin/backup` carrying the copy's manifest (`ledger::backup::BackupManifest`), JSON in ASCII.
+pub const BACKUP_MANIFEST_HEADER: &str = "x-quota-ledger-manifest";
+/// Bytes of a copy read and sent at a time.
+const BACKUP_CHUNK_BYTES: usize = 1 << 20;
+
+/// `GET /v1/admin/backup?partition=P` (`backup --cluster`): a consistent copy of a shard this server holds, taken as
+/// `backup` takes one (SQLite's online backup, the writers going on beside it) and streamed as it is read, with its
+/// manifest in [`BACKUP_MANIFEST_HEADER`]; the caller checks the bytes against it. The copy is taken beside the shard
+/// (the same disk, not a small temporary directory) and unlinked once open, so nothing is left if the caller goes.
+pub(crate) async fn backup(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    query: Result<Query<BackupQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let query = match admitted(&app, &headers, query) {
+        Ok(query) => query,
+        Err(refused) => return *refused,
+    };
+    let Some((_, path)) = ledgers(&app).into_iter().find(|(partition, _)| *partition == query.partition) else {
+        let which = query.partition.map_or("a ledger of every partition".to_string(), |p| format!("shard {p}"));
+        return error(StatusCode::NOT_FOUND, "not_held", format!("this server does not hold {which} now"));
+    };
+    let taken = tokio::task::spawn_blocking(move || -> Result<(String, std::fs::File), String> {
+        static TAKEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = TAKEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut name = path.clone().into_os_string();
+        name.push(format!(".backup-{}-{n}", std::process::id()));
+        let copy = PathBuf::from(name);
+        let named = |e: &dyn std::error::Error| format!("{}: {}", path.display(), e);
+        let ledger = Ledger::open_read_only(&path).map_err(|e| named(&e))?;
+        let manifest = ledger.backup_to(&copy).map_err(|e| named(&e));
+        let opened = manifest.and_then(|m| {
+            let file = std::fs::File::open(&copy).map_err(|e| named(&e))?;
+            Ok((ascii_json(&serde_json::to_string(&m).map_err(|e| e.to_string())?), file))
+        });
+        let _ = std::fs::remove_file(&copy);
+        let _ = std::fs::remove_file(ledger::backup::manifest_path(&copy));
+        opened
+    })
+    .await;
+    let (manifest, file) = match taken {
+        Ok(Ok(taken)) => taken,
+        Ok(Err(message)) => return error(StatusCode::INTERNAL_SERVER_ERROR, "ledger_error", message),
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, "ledger_error", format!("the copy stopped: {e}")),
+    };
+    let (mut sender, body) = http_body_util::channel::Channel::<axum::body::Bytes, std::io::Error>::new(4);
+    let runtime = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
+        use std::io::Read;
+        let mut file = file;
+        loop {
+            let mut chunk = vec![0; BACKUP_CHUNK_BYTES];
+            match file.read(&mut chunk) {
+                Ok(0) => return,
+                Ok(n) => {
+                    chunk.truncate(n);
+                    // The caller went away: stop reading.
+                    if runtime.block_on(sender.send_data(chunk.into())).is_err() {
+                        return;
+                    }
+                }
+                Err(e) => return sender.abort(e),
+            }
+        }
+    });
+    let mut answer = axum::body::Body::new(body).into_response();
+    let headers = answer.headers_mut();
+    headers.insert(axum::http::header::CONTENT_TYPE, axum::http::HeaderValue::from_static("application/octet-stream"));
+    match axum::http::HeaderValue::from_str(&manifest) {
+        Ok(value) => headers.insert(BACKUP_MANIFEST_HEADER, value),
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, "ledger_error", format!("the manifest: {e}")),
+    };
+    answer
+}
+
+/// `json` with every character beyond ASCII escaped (`\uXXXX`, surrogate pairs beyond the first plane): the same JSON,
+/// fit for an HTTP header.
+fn ascii_json(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        }
+    }
+    out
+}
+
 /// The query of a caller whose token covers every tenant, or the answer refusing them (boxed: an answer is large).
 fn admitted<Q: DeserializeOwned>(
     app: &App,
@@ -216,5 +315,21 @@ async fn every_shard(app: &Arc<App>, mut answer: serde_json::Value, write: bool,
         }
         Ok(Err(message)) => error(StatusCode::INTERNAL_SERVER_ERROR, "ledger_error", message),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, "ledger_error", format!("the read stopped: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Proves a manifest naming a path beyond ASCII becomes a header value that parses back to the same JSON.
+    #[test]
+    fn manifest_header_is_ascii_json() {
+        let json = serde_json::json!({"source": "/données/shard-0001.db", "emoji": "𝄞", "quote": "a\"b"}).to_string();
+        let header = ascii_json(&json);
+        assert!(header.is_ascii(), "{header}");
+        assert!(axum::http::HeaderValue::from_str(&header).is_ok());
+        let back: serde_json::Value = serde_json::from_str(&header).unwrap();
+        assert_eq!(back.to_string(), json);
     }
 }

@@ -20,6 +20,10 @@ pub struct BackupArgs {
     /// Print the manifests as JSON.
     #[arg(long)]
     json: bool,
+    // With --cluster, each shard's owner takes its copy and sends it (`GET /v1/admin/backup`), and `--to` is a
+    // directory as with --data, which `restore --data`, `sql --data` and every read of a directory of shards take.
+    #[command(flatten)]
+    cluster: super::cluster::ClusterArgs,
 }
 
 #[derive(Debug, Args)]
@@ -35,6 +39,10 @@ pub struct RestoreArgs {
 
 pub fn backup(store: &super::Store, args: BackupArgs) -> anyhow::Result<ExitCode> {
     let manifests = match store {
+        _ if args.cluster.cluster.is_some() => {
+            let (brokers, token) = args.cluster.asked()?.expect("--cluster is given");
+            super::cluster::backup(brokers, token, &args.to)?
+        }
         super::Store::File(path) => {
             let ledger = Ledger::open_read_only(path)?;
             vec![ledger.backup_to(&args.to).with_context(|| format!("cannot back up {}", path.display()))?]

@@ -54,20 +54,14 @@ pub(crate) struct Answered {
 /// Each shard's part of `GET path?query`, asked of its owner in the routing catalog at `brokers` with `token`: the
 /// owner's answer holds `shards`, one part per shard it holds, each with its `partition`.
 pub(crate) fn ask_owners(brokers: &str, token: &str, path: &str, query: &[(&str, &str)]) -> anyhow::Result<Answered> {
-    let topics = kafka::topics::Topics::defaults();
-    let (partitions, table) = kafka::routing::owners(brokers, &[], topics.names())
-        .with_context(|| format!("cannot read the routing catalog at {brokers}"))?;
     let mut by_url: BTreeMap<String, Vec<u32>> = BTreeMap::new();
-    for partition in 0..partitions {
-        let owner = table.owner(partition).with_context(|| {
-            format!("shard {partition} of {partitions} has no owner in the routing catalog: is every node up?")
-        })?;
-        by_url.entry(owner.url.clone()).or_default().push(partition);
+    for (partition, url) in owners(brokers)? {
+        by_url.entry(url).or_default().push(partition);
     }
     let mut shards = BTreeMap::new();
     for (url, owned) in &by_url {
         let about = |what: String| format!("shards {owned:?}: their owner {url} {what}");
-        let asked = format!("{}{path}", url.trim_end_matches('/'));
+        let asked = format!("{url}{path}");
         let client::Answer { status, body, .. } = client::get_json(&asked, query, token, READ_TIMEOUT)
             .map_err(|e| anyhow::anyhow!(about(format!("did not answer: {e}"))))?;
         if status != 200 {
@@ -82,6 +76,92 @@ pub(crate) fn ask_owners(brokers: &str, token: &str, path: &str, query: &[(&str,
         }
     }
     Ok(Answered { shards, nodes: by_url.len() })
+}
+
+/// The owner's URL of every partition of the cluster at `brokers`, from its routing catalog read to its end; a
+/// partition without an owner fails, naming it.
+pub(crate) fn owners(brokers: &str) -> anyhow::Result<Vec<(u32, String)>> {
+    let topics = kafka::topics::Topics::defaults();
+    let (partitions, table) = kafka::routing::owners(brokers, &[], topics.names())
+        .with_context(|| format!("cannot read the routing catalog at {brokers}"))?;
+    (0..partitions)
+        .map(|partition| {
+            let owner = table.owner(partition).with_context(|| {
+                format!("shard {partition} of {partitions} has no owner in the routing catalog: is every node up?")
+            })?;
+            Ok((partition, owner.url.trim_end_matches('/').to_string()))
+        })
+        .collect()
+}
+
+/// `backup --cluster --to DIR`: a copy of each shard of the running cluster, taken by its owner (`GET
+/// /v1/admin/backup`) and written into `to` as `backup --data` writes a directory's, its manifest beside it; each copy
+/// is checked as `restore` checks it (size, digest, chain) before it is kept. An owner that does not answer, or a copy
+/// that does not hold, fails the command naming the shard; the copies taken before it stay.
+pub(crate) fn backup(
+    brokers: &str,
+    token: &str,
+    to: &std::path::Path,
+) -> anyhow::Result<Vec<ledger::backup::BackupManifest>> {
+    let owners = owners(brokers)?;
+    std::fs::create_dir_all(to).with_context(|| format!("cannot create {}", to.display()))?;
+    let into = ledger::shards::ShardDir::new(to);
+    let mut manifests = Vec::with_capacity(owners.len());
+    for (partition, url) in owners {
+        let path = into.path_of(partition);
+        let about = |what: String| format!("shard {partition}: its owner {url} {what}");
+        anyhow::ensure!(!path.exists(), "{} exists: a backup never overwrites a file", path.display());
+        let mut partial = path.clone().into_os_string();
+        partial.push(".partial");
+        let partial = std::path::PathBuf::from(partial);
+        let mut file =
+            std::fs::File::create(&partial).with_context(|| format!("cannot create {}", partial.display()))?;
+        let asked = format!("{url}/v1/admin/backup");
+        let p = partition.to_string();
+        let got = client::download(
+            &asked,
+            &[("partition", &p)],
+            token,
+            serve::BACKUP_MANIFEST_HEADER,
+            READ_TIMEOUT,
+            &mut file,
+        )
+        .map_err(|e| anyhow::anyhow!(about(format!("did not send its copy: {e}"))));
+        let got = match got {
+            Ok(got) if got.status == 200 => got,
+            Ok(got) => {
+                let _ = std::fs::remove_file(&partial);
+                anyhow::bail!(about(format!(
+                    "answered {}: {}",
+                    got.status,
+                    got.refusal["message"].as_str().unwrap_or_default()
+                )));
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&partial);
+                return Err(e);
+            }
+        };
+        file.sync_all().with_context(|| format!("cannot write {}", partial.display()))?;
+        drop(file);
+        let manifest = got.header.with_context(|| about("sent its copy without a manifest".to_string()))?;
+        std::fs::write(ledger::backup::manifest_path(&path), manifest)
+            .with_context(|| format!("cannot write the manifest of {}", path.display()))?;
+        std::fs::rename(&partial, &path).with_context(|| format!("cannot write {}", path.display()))?;
+        match ledger::backup::check_backup(&path) {
+            Ok((manifest, _)) => manifests.push(manifest),
+            Err(e) => {
+                let _ = std::fs::remove_file(&path);
+                let _ = std::fs::remove_file(ledger::backup::manifest_path(&path));
+                anyhow::bail!(about(format!(
+                    "sent a copy that does not hold ({} bytes received): {}",
+                    got.bytes,
+                    ledger::causes(&e)
+                )));
+            }
+        }
+    }
+    Ok(manifests)
 }
 
 /// What `serve` and `node` answer `/v1/admin/billing` and `/v1/admin/audit/...` with, per shard: the parts
