@@ -116,6 +116,27 @@ fn two_nodes_share_the_partitions_and_one_takes_over() {
     assert_eq!(typo["error"], json!("unknown_tenant"), "{typo}");
     assert!(typo["nearest"].as_array().unwrap().contains(&json!("org-7")), "the nearest of every shard: {typo}");
 
+    // The nightly job over the cluster: each owner reconciles its shards as of the same instant. A reservation left
+    // open expires, adjusted in its tenant's shard alone; the rerun as of the same instant finds nothing more.
+    let hold =
+        json!({"tenant": "org-9", "metric": "requests", "amount": 5, "ttl_ms": 1000, "idempotency_key": "org-9-hold"});
+    let reserved = client.post("org-9", "/v1/reservations", &hold).unwrap();
+    assert_eq!(reserved.status, 200, "{}", reserved.body);
+    allowed.insert(reserved.body["decisionId"].as_str().unwrap().to_string());
+    let nightly = ["reconcile", "--as-of", "2099-01-01T00:00:00Z", "--json", "--cluster", &broker.bootstrap];
+    let refused = run(&[&nightly[..], &["--token", SECRET]].concat(), b"").expect_code(2);
+    assert!(refused.stderr.contains("answered 403: a reconcile writes adjustments"), "{}", refused.stderr);
+    let admin = ["--token", ADMIN_SECRET];
+    let reconciled = run(&[&nightly[..], &admin].concat(), b"").expect_code(1).json();
+    assert_eq!(reconciled["adjustments_written"], json!(1), "{reconciled}");
+    let of_org_9 = schemas::partition::partition_of("org-9", 3);
+    for shard in reconciled["shards"].as_array().unwrap() {
+        let expired = u64::from(shard["partition"] == json!(of_org_9));
+        assert_eq!(shard["adjustments_by_kind"]["RESERVATION_EXPIRED"].as_u64().unwrap_or(0), expired, "{shard}");
+    }
+    let again = run(&[&nightly[..3], &nightly[4..], &admin].concat(), b"").success().stdout_text();
+    assert!(again.ends_with("reconciled as of 2099-01-01T00:00:00Z: clean\n"), "{again}");
+
     // Node a dies: after the session timeout node b owns every partition, a's shards rebuilt from the topics.
     a.kill();
     // The catalog names a until its session times out (10 s): a read of the bill now fails naming a's shards, rather
@@ -148,7 +169,8 @@ fn two_nodes_share_the_partitions_and_one_takes_over() {
         allowed.insert(answer.body["decisionId"].as_str().unwrap().to_string());
     }
     // Node b's /metrics: its ingest's lag for every partition it now owns (five topics, three partitions), and its
-    // decisions answered OK: its own tenants' first checks, then every tenant's replay and second check.
+    // decisions answered OK: its own tenants' first checks (and the audit's check and the nightly's reservation when
+    // their tenants are its own), then every tenant's replay and second check.
     let scraped = ureq::get(format!("{url_b}/metrics")).call().unwrap().body_mut().read_to_string().unwrap();
     let lag_series = scraped.lines().filter(|l| l.starts_with("quota_ledger_ingest_lag_messages{")).count();
     assert_eq!(lag_series, 15, "{scraped}");
@@ -157,8 +179,8 @@ fn two_nodes_share_the_partitions_and_one_takes_over() {
         .filter(|l| l.starts_with("quota_ledger_decisions_total{code=\"OK\""))
         .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
         .sum();
-    let first_on_b =
-        tenants.iter().filter(|t| owners[&u64::from(schemas::partition::partition_of(t, 3))] == url_b).count();
+    let on_b = |t: &&str| owners[&u64::from(schemas::partition::partition_of(t, 3))] == url_b;
+    let first_on_b = tenants.iter().map(String::as_str).chain(["org-7", "org-9"]).filter(on_b).count();
     assert_eq!(ok, (first_on_b + 2 * tenants.len()) as f64, "{scraped}");
     drop(b);
 

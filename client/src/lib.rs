@@ -141,6 +141,23 @@ pub fn get_json(url: &str, query: &[(&str, &str)], token: &str, timeout: Duratio
     Ok(Answer { status, body, url: url.to_string() })
 }
 
+/// `POST url` of the JSON `body` with `token` as bearer, waiting at most `timeout`: the status and the JSON answered.
+/// What `reconcile --cluster` asks each shard's owner with.
+pub fn post_json(url: &str, body: &serde_json::Value, token: &str, timeout: Duration) -> Result<Answer, ClientError> {
+    let agent: ureq::Agent =
+        ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(timeout)).build().into();
+    let mut response = agent
+        .post(url)
+        .header("authorization", format!("Bearer {token}"))
+        .send_json(body)
+        .map_err(|source| ClientError::Http { url: url.to_string(), source })?;
+    let status = response.status().as_u16();
+    let text =
+        response.body_mut().read_to_string().map_err(|source| ClientError::Http { url: url.to_string(), source })?;
+    let body = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+    Ok(Answer { status, body, url: url.to_string() })
+}
+
 /// What [`download`] fetched.
 #[derive(Debug)]
 pub struct Downloaded {

@@ -1,11 +1,11 @@
 //! What an operator reads of every shard this server holds, one part per shard, the parts a command joins:
 //! `GET /v1/admin/billing?period=YYYY-MM` (`export billing --cluster`), `GET /v1/admin/status` (`status --cluster`),
-//! `GET /v1/admin/verify` (`verify --cluster`), `GET /v1/admin/audit/why?request_id=R` (`audit why --cluster`) and `GET /v1/admin/audit/tenant?tenant=T&from=&to=`
+//! `POST /v1/admin/reconcile` (`reconcile --cluster`), `GET /v1/admin/verify` (`verify --cluster`), `GET /v1/admin/audit/why?request_id=R` (`audit why --cluster`) and `GET /v1/admin/audit/tenant?tenant=T&from=&to=`
 //! (`audit tenant --cluster`). The command finds each shard's owner in the routing catalog and asks it, so support
 //! and finance read a running cluster without a copy of its shards. These answers name every tenant: only a token for
 //! every tenant (`tenants = ["*"]`) may read them.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use axum::Json;
@@ -47,6 +47,15 @@ pub(crate) struct BackupQuery {
     partition: Option<u32>,
 }
 
+/// `POST /v1/admin/reconcile`'s body: the instant every shard is reconciled as of, and whether to record nothing.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ReconcileBody {
+    as_of: String,
+    #[serde(default)]
+    dry_run: bool,
+}
+
 /// `GET /v1/admin/audit/why`'s query.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -63,9 +72,15 @@ pub(crate) struct TenantQuery {
     to: String,
 }
 
-/// A read of one shard: its ledger and partition (none for a single ledger of every partition), answered as JSON or
+/// A read of one shard: its file and partition (none for a single ledger of every partition), answered as JSON or
 /// refused with why.
-type Read = Box<dyn Fn(&Ledger, Option<u32>, &dyn Reports) -> Result<serde_json::Value, String> + Send>;
+type Read = Box<dyn Fn(&Path, Option<u32>, &dyn Reports) -> Result<serde_json::Value, String> + Send>;
+
+/// The ledger at `path`, read-only unless `write`.
+fn open(path: &Path, write: bool) -> Result<Ledger, String> {
+    let ledger = if write { Ledger::open(path) } else { Ledger::open_read_only(path) };
+    ledger.map_err(|e| ledger::causes(&e))
+}
 
 pub(crate) async fn billing(
     State(app): State<Arc<App>>,
@@ -81,9 +96,9 @@ pub(crate) async fn billing(
         Err(e) => return error(StatusCode::BAD_REQUEST, "bad_request", format!("period: {e}")),
     };
     // A preview brings a shard's commit totals to its watermark, as the command does: it opens the shard to write.
-    let read: Read = Box::new(move |ledger, partition, reports| reports.bill(ledger, partition, period));
+    let read: Read = Box::new(move |path, partition, reports| reports.bill(&open(path, true)?, partition, period));
     let answer = serde_json::json!({"period": period.to_string()});
-    every_shard(&app, answer, true, read).await
+    every_shard(&app, answer, read).await
 }
 
 pub(crate) async fn status(
@@ -95,14 +110,15 @@ pub(crate) async fn status(
         return *refused;
     }
     // A shard knows its partition; a ledger of every partition answers the plain status.
-    let read: Read = Box::new(|ledger, _, _| {
+    let read: Read = Box::new(|path, _, _| {
+        let ledger = open(path, false)?;
         let status = match ledger.shard().map_err(|e| ledger::causes(&e))? {
             Some(shard) => serde_json::to_value(ledger.shard_status(shard).map_err(|e| ledger::causes(&e))?),
             None => serde_json::to_value(ledger.status().map_err(|e| ledger::causes(&e))?),
         };
         status.map_err(|e| e.to_string())
     });
-    every_shard(&app, serde_json::json!({}), false, read).await
+    every_shard(&app, serde_json::json!({}), read).await
 }
 
 pub(crate) async fn verify(
@@ -114,14 +130,52 @@ pub(crate) async fn verify(
         return *refused;
     }
     // A shard's chain and the partition of its entries; a ledger of every partition, its chain.
-    let read: Read = Box::new(|ledger, _, _| {
+    let read: Read = Box::new(|path, _, _| {
+        let ledger = open(path, false)?;
         let report = match ledger.shard().map_err(|e| ledger::causes(&e))? {
             Some(shard) => serde_json::to_value(ledger.verify_shard(shard).map_err(|e| ledger::causes(&e))?),
             None => serde_json::to_value(ledger.verify_against(&[]).map_err(|e| ledger::causes(&e))?),
         };
         report.map_err(|e| e.to_string())
     });
-    every_shard(&app, serde_json::json!({}), false, read).await
+    every_shard(&app, serde_json::json!({}), read).await
+}
+
+/// `POST /v1/admin/reconcile` (`reconcile --cluster`): `reconcile --as-of` of every shard this server holds, as the
+/// command runs it on a directory of shards (its adjustments recorded and published where the shard is). It writes, so
+/// it takes an admin token of every tenant.
+pub(crate) async fn reconcile(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Result<Json<ReconcileBody>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    let caller = match app.tokens.caller(&headers) {
+        Ok(caller) => caller,
+        Err(unauthorized) => return unauthorized.into_response(),
+    };
+    if !caller.admin || !matches!(caller.scope, TenantScope::All) {
+        let message =
+            "a reconcile writes adjustments of every tenant: it takes an admin token (admin = true) of them all";
+        return error(StatusCode::FORBIDDEN, "forbidden", message);
+    }
+    let body = match body {
+        Ok(Json(body)) => body,
+        Err(rejection) => return error(StatusCode::BAD_REQUEST, "bad_request", rejection.body_text()),
+    };
+    let as_of = match Timestamp::parse_rfc3339(&body.as_of) {
+        Ok(t) if (schemas::validate::TIMESTAMP_MIN..schemas::validate::TIMESTAMP_MAX).contains(&t) => t,
+        Ok(_) => {
+            return error(StatusCode::BAD_REQUEST, "bad_request", "as_of: outside the accepted range [2000, 2100)");
+        }
+        Err(e) => {
+            let message = format!("as_of: {:?} is not an RFC 3339 instant: {e}", body.as_of);
+            return error(StatusCode::BAD_REQUEST, "bad_request", message);
+        }
+    };
+    let dry_run = body.dry_run;
+    let answer = serde_json::json!({"as_of": as_of.to_string(), "dry_run": dry_run});
+    let read: Read = Box::new(move |path, _, reports| reports.reconcile(path, as_of, dry_run));
+    every_shard(&app, answer, read).await
 }
 
 pub(crate) async fn why(
@@ -135,8 +189,8 @@ pub(crate) async fn why(
     };
     let request_id = query.request_id;
     let answer = serde_json::json!({"request_id": request_id});
-    let read: Read = Box::new(move |ledger, _, reports| reports.why(ledger, &request_id));
-    every_shard(&app, answer, false, read).await
+    let read: Read = Box::new(move |path, _, reports| reports.why(&open(path, false)?, &request_id));
+    every_shard(&app, answer, read).await
 }
 
 pub(crate) async fn tenant(
@@ -160,8 +214,8 @@ pub(crate) async fn tenant(
     };
     let tenant = query.tenant;
     let answer = serde_json::json!({"tenant": tenant});
-    let read: Read = Box::new(move |ledger, _, reports| reports.timeline(ledger, &tenant, from, to));
-    every_shard(&app, answer, false, read).await
+    let read: Read = Box::new(move |path, _, reports| reports.timeline(&open(path, false)?, &tenant, from, to));
+    every_shard(&app, answer, read).await
 }
 
 /// The header of `GET /v1/admin/backup` carrying the copy's manifest (`ledger::backup::BackupManifest`), JSON in ASCII.
@@ -283,8 +337,8 @@ fn ledgers(app: &App) -> Vec<(Option<u32>, PathBuf)> {
 }
 
 /// `answer` with `shards`: `read` of each shard held, each with its `partition`, off the async workers (a read of a
-/// month takes a while); the first shard that fails fails the answer, naming it. `write` opens the shards to write.
-async fn every_shard(app: &Arc<App>, mut answer: serde_json::Value, write: bool, read: Read) -> Response {
+/// month takes a while); the first shard that fails fails the answer, naming it.
+async fn every_shard(app: &Arc<App>, mut answer: serde_json::Value, read: Read) -> Response {
     let Some(reports) = app.reports.clone() else {
         return error(StatusCode::NOT_IMPLEMENTED, "not_implemented", "this server reads no reports");
     };
@@ -297,9 +351,7 @@ async fn every_shard(app: &Arc<App>, mut answer: serde_json::Value, write: bool,
                     Some(p) => format!("shard {p} ({}): {cause}", path.display()),
                     None => format!("{}: {cause}", path.display()),
                 };
-                let ledger = if write { Ledger::open(&path) } else { Ledger::open_read_only(&path) };
-                let ledger = ledger.map_err(|e| named(ledger::causes(&e)))?;
-                let mut part = read(&ledger, partition, reports.as_ref()).map_err(named)?;
+                let mut part = read(&path, partition, reports.as_ref()).map_err(named)?;
                 if let Some(object) = part.as_object_mut() {
                     object.insert("partition".into(), serde_json::json!(partition));
                 }

@@ -175,6 +175,7 @@ pub(crate) fn router(app: Arc<App>, read_timeout: Duration) -> Router {
         .route("/v1/admin/billing", get(crate::reads::billing))
         .route("/v1/admin/status", get(crate::reads::status))
         .route("/v1/admin/verify", get(crate::reads::verify))
+        .route("/v1/admin/reconcile", post(crate::reads::reconcile))
         .route("/v1/admin/backup", get(crate::reads::backup))
         .route("/v1/admin/audit/why", get(crate::reads::why))
         .route("/v1/admin/audit/tenant", get(crate::reads::tenant))

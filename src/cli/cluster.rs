@@ -51,9 +51,22 @@ pub(crate) struct Answered {
     pub(crate) nodes: usize,
 }
 
+/// What a command asks each owner.
+pub(crate) enum Ask<'a> {
+    /// A read: `GET path?query`.
+    Get(&'a [(&'a str, &'a str)]),
+    /// A run that writes where the shards are (`reconcile`): `POST path` with this body, waiting at most this long.
+    Post(&'a serde_json::Value, Duration),
+}
+
 /// Each shard's part of `GET path?query`, asked of its owner in the routing catalog at `brokers` with `token`: the
 /// owner's answer holds `shards`, one part per shard it holds, each with its `partition`.
 pub(crate) fn ask_owners(brokers: &str, token: &str, path: &str, query: &[(&str, &str)]) -> anyhow::Result<Answered> {
+    ask_owners_to(brokers, token, path, Ask::Get(query))
+}
+
+/// [`ask_owners`] with a GET or a POST.
+pub(crate) fn ask_owners_to(brokers: &str, token: &str, path: &str, ask: Ask<'_>) -> anyhow::Result<Answered> {
     let mut by_url: BTreeMap<String, Vec<u32>> = BTreeMap::new();
     for (partition, url) in owners(brokers)? {
         by_url.entry(url).or_default().push(partition);
@@ -62,8 +75,12 @@ pub(crate) fn ask_owners(brokers: &str, token: &str, path: &str, query: &[(&str,
     for (url, owned) in &by_url {
         let about = |what: String| format!("shards {owned:?}: their owner {url} {what}");
         let asked = format!("{url}{path}");
-        let client::Answer { status, body, .. } = client::get_json(&asked, query, token, READ_TIMEOUT)
-            .map_err(|e| anyhow::anyhow!(about(format!("did not answer: {e}"))))?;
+        let answered = match ask {
+            Ask::Get(query) => client::get_json(&asked, query, token, READ_TIMEOUT),
+            Ask::Post(body, timeout) => client::post_json(&asked, body, token, timeout),
+        };
+        let client::Answer { status, body, .. } =
+            answered.map_err(|e| anyhow::anyhow!(about(format!("did not answer: {e}"))))?;
         if status != 200 {
             anyhow::bail!(about(format!("answered {status}: {}", body["message"].as_str().unwrap_or_default())));
         }
@@ -166,10 +183,18 @@ pub(crate) fn backup(
 
 /// What `serve` and `node` answer `/v1/admin/billing` and `/v1/admin/audit/...` with, per shard: the parts
 /// [`ask_owners`] collects.
-#[derive(Debug)]
-pub(crate) struct ShardReports;
+#[derive(Debug, Default)]
+pub(crate) struct ShardReports {
+    /// Where a reconcile on a shard publishes its adjustments (the server's brokers), with their settings.
+    pub(crate) brokers: Option<(String, Vec<(String, String)>)>,
+}
 
 impl serve::Reports for ShardReports {
+    fn reconcile(&self, path: &std::path::Path, as_of: Timestamp, dry_run: bool) -> Result<serde_json::Value, String> {
+        let brokers = self.brokers.as_ref().map(|(b, settings)| (b.as_str(), settings.as_slice()));
+        super::reconcile::of_shard(path, as_of, dry_run, brokers).map_err(|e| format!("{e:#}"))
+    }
+
     fn bill(&self, ledger: &Ledger, partition: Option<u32>, period: Period) -> Result<serde_json::Value, String> {
         let part = reports::export::ShardBilling::of(ledger, partition, period).map_err(|e| ledger::causes(&e))?;
         serde_json::to_value(part).map_err(|e| e.to_string())

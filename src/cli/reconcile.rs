@@ -50,7 +50,14 @@ pub struct ReconcileArgs {
     /// the last success, its duration, adjustments and their amounts by kind, windows judged, outbox pending.
     #[arg(long, value_name = "FILE")]
     metrics_file: Option<std::path::PathBuf>,
+    // With --cluster, each shard's owner reconciles the shards it holds as of the same --as-of and publishes their
+    // adjustments with its own brokers (`POST /v1/admin/reconcile`); the token must be an admin one of every tenant.
+    #[command(flatten)]
+    cluster: super::cluster::ClusterArgs,
 }
+
+/// How long an owner may take to reconcile its shards.
+const CLUSTER_RECONCILE_TIMEOUT: Duration = Duration::from_secs(3600);
 
 fn parse_as_of(text: &str) -> Result<Timestamp, String> {
     let t = Timestamp::parse_rfc3339(text)
@@ -78,6 +85,14 @@ pub(crate) struct RunJson {
 }
 
 pub fn run(store: &super::Store, args: ReconcileArgs) -> anyhow::Result<ExitCode> {
+    if let Some((brokers, token)) = args.cluster.asked()? {
+        anyhow::ensure!(
+            args.brokers.is_none() && args.metrics_file.is_none(),
+            "with --cluster each owner publishes its shards' adjustments with its own brokers, and its figures are its \
+             own: not with --brokers or --metrics-file"
+        );
+        return of_cluster(brokers, token, &args);
+    }
     let started = std::time::Instant::now();
     let spinner = super::spinner();
     spinner.enable_steady_tick(Duration::from_millis(200));
@@ -132,6 +147,83 @@ fn reconcile_shards(
         plans.push(plan);
     }
     Ok((reconcile::shards::union(args.as_of, watermark, plans), outbox, pending))
+}
+
+/// `reconcile --cluster`: every owner reconciles the shards it holds as of the same `--as-of` (a tenant's windows live
+/// in its one shard) and publishes their adjustments; the report is each shard's, in partition order. An owner that
+/// does not answer fails the command naming its shards: the shards the others reconciled stay reconciled, and a rerun
+/// with the same `--as-of` writes nothing more to them.
+fn of_cluster(brokers: &str, token: &str, args: &ReconcileArgs) -> anyhow::Result<ExitCode> {
+    let body = serde_json::json!({"as_of": args.as_of.to_string(), "dry_run": args.dry_run});
+    let ask = super::cluster::Ask::Post(&body, CLUSTER_RECONCILE_TIMEOUT);
+    let answered = super::cluster::ask_owners_to(brokers, token, "/v1/admin/reconcile", ask)?;
+    let count = answered.shards.len();
+    let clean = answered.shards.values().all(|part| part["clean"] == serde_json::json!(true));
+    if args.json {
+        let written: u64 =
+            answered.shards.values().filter_map(|part| part["run"]["adjustments_written"].as_u64()).sum();
+        let shards: Vec<serde_json::Value> = answered
+            .shards
+            .iter()
+            .map(|(partition, part)| {
+                let mut run = part["run"].clone();
+                if let Some(object) = run.as_object_mut() {
+                    object.insert("partition".into(), serde_json::json!(partition));
+                }
+                run
+            })
+            .collect();
+        super::print_json(&serde_json::json!({
+            "as_of": args.as_of,
+            "dry_run": args.dry_run,
+            "adjustments_written": written,
+            "shards": shards,
+        }))?;
+    } else {
+        let mut out = super::stdout();
+        for (partition, part) in &answered.shards {
+            writeln!(out, "== shard {partition} of {count}")?;
+            out.write_all(part["words"].as_str().unwrap_or_default().as_bytes())?;
+            writeln!(out)?;
+        }
+        let state = if clean { "clean" } else { "adjusted" };
+        writeln!(
+            out,
+            "{count} shards of the cluster at {brokers} ({} nodes) reconciled as of {}: {state}",
+            answered.nodes, args.as_of
+        )?;
+    }
+    Ok(if clean { ExitCode::SUCCESS } else { ExitCode::from(super::EXIT_DISCREPANCIES) })
+}
+
+/// `reconcile` of the shard at `path` for its server (`POST /v1/admin/reconcile`): as `reconcile --data` runs on each
+/// shard, its adjustments published to `brokers` when given (else they wait in its outbox). `{"run", "words",
+/// "clean"}`: the run's `--json`, its report in words, and whether it found nothing to adjust.
+pub(crate) fn of_shard(
+    path: &std::path::Path,
+    as_of: Timestamp,
+    dry_run: bool,
+    brokers: Option<(&str, &[(String, String)])>,
+) -> anyhow::Result<serde_json::Value> {
+    let args = ReconcileArgs {
+        as_of,
+        json: true,
+        dry_run,
+        brokers: brokers.map(|(b, _)| b.to_string()),
+        settings: brokers.map(|(_, settings)| settings.to_vec()).unwrap_or_default(),
+        adjustments_topic: EventType::AdjustmentEvent.default_topic().to_string(),
+        publish_timeout_ms: outbox::PUBLISH_TIMEOUT_MS,
+        metrics_file: None,
+        cluster: super::cluster::ClusterArgs { cluster: None, token: None },
+    };
+    let (plan, outbox, pending) = reconcile_one(path, &args, &indicatif::ProgressBar::hidden())?;
+    let mut words = Vec::new();
+    write_report(&mut words, &plan, dry_run, outbox.as_ref(), pending)?;
+    Ok(serde_json::json!({
+        "run": run_json(&plan, dry_run, outbox),
+        "words": String::from_utf8(words)?,
+        "clean": plan.is_clean(),
+    }))
 }
 
 /// Plans, applies and publishes one ledger's reconcile: its plan, the outbox's report, the entries pending after.

@@ -14,6 +14,8 @@ use super::{BIN, ChildGuard, eventually};
 
 /// The one token of the cluster tests: every tenant.
 pub const SECRET: &str = "cluster-tests-secret-0123456789";
+/// The secret of the cluster's admin token of every tenant (the nightly reconcile's).
+pub const ADMIN_SECRET: &str = "cluster-tests-admin-0123456789";
 
 /// A node process, killed when dropped.
 pub struct Node {
@@ -35,7 +37,10 @@ pub fn free_port(host: &str) -> u16 {
 /// A token file in `dir` covering every tenant.
 pub fn tokens(dir: &Path) -> PathBuf {
     let path = dir.join("tokens.toml");
-    let text = format!("[[token]]\nname = \"all\"\nsecret = \"{SECRET}\"\ntenants = [\"*\"]\n");
+    let text = format!(
+        "[[token]]\nname = \"all\"\nsecret = \"{SECRET}\"\ntenants = [\"*\"]\n\n[[token]]\nname = \"nightly\"\nsecret = \
+         \"{ADMIN_SECRET}\"\ntenants = [\"*\"]\nadmin = true\n"
+    );
     serve::tokens::write_private(&path, &text).unwrap();
     path
 }
