@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use schemas::partition::partition_of;
+use serde_json::json;
 use support::brokers::Broker;
 use support::nodes::*;
 use support::*;
@@ -190,6 +191,20 @@ fn a_cluster_survives_a_kill_and_fences_a_paused_node() {
             (cells[0].to_string(), cells[3].parse().unwrap())
         })
         .collect();
+    // The on-call's reads of the running cluster on a real broker: every chain whole where it is, a dry run of the
+    // nightly reconcile on every owner, and a checked copy of every shard that the reads of a directory take.
+    let cluster = ["--cluster", &broker.bootstrap, "--token", ADMIN_SECRET];
+    let verified = run(&[&["verify"][..], &cluster].concat(), b"").success().stdout_text();
+    assert_eq!(verified.matches("ok: shard").count(), P as usize, "{verified}");
+    let nightly = ["reconcile", "--as-of", "2026-01-01T00:00:00Z", "--dry-run", "--json"];
+    let dry = run(&[&nightly[..], &cluster].concat(), b"").success().json();
+    assert_eq!(dry["shards"].as_array().map(Vec::len), Some(P as usize), "{dry}");
+    assert_eq!(dry["adjustments_written"], json!(0), "a dry run writes nothing: {dry}");
+    let copies = dir.path().join("copies");
+    let backed = run(&[&["backup", "--to", copies.to_str().unwrap(), "--json"][..], &cluster].concat(), b"");
+    assert_eq!(backed.success().json().as_array().map(Vec::len), Some(P as usize));
+    let copied = run(&["--data", copies.to_str().unwrap(), "verify"], b"").success().stdout_text();
+    assert_eq!(copied.matches("ok: shard").count(), P as usize, "{copied}");
     for node in &nodes {
         node.signal(libc::SIGTERM);
     }
