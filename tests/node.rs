@@ -93,6 +93,9 @@ fn two_nodes_share_the_partitions_and_one_takes_over() {
     let query = "SELECT count(DISTINCT event_id) AS n FROM decision_events";
     let counted = run(&["--data", copies, "sql", query, "--format", "json"], b"").success().json();
     assert_eq!(counted[0]["n"], json!(tenants.len()), "every tenant's decision is in the copies: {counted}");
+    let of_cluster = run(&[&["sql", query, "--format", "json"][..], &cluster].concat(), b"").success();
+    assert_eq!(of_cluster.json(), counted, "sql --cluster queries a copy of the whole set as --data does");
+    assert!(of_cluster.stderr.contains("over a copy of the 3 shards of the cluster"), "{}", of_cluster.stderr);
     let restored = dir.path().join("restored");
     run(&["--data", restored.to_str().unwrap(), "restore", "--from", copies], b"").success();
     // A request named by its caller: found in its tenant's shard, whichever node holds it.

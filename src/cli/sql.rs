@@ -24,6 +24,10 @@ pub struct SqlArgs {
     /// List the tables and their columns instead.
     #[arg(long)]
     tables: bool,
+    // With --cluster, the query runs over a copy of every shard of the running cluster (`backup --cluster` into a
+    // temporary directory under TMPDIR, removed after), with the semantics of --data: one query over the whole set.
+    #[command(flatten)]
+    cluster: super::cluster::ClusterArgs,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -39,9 +43,24 @@ pub fn run(store: &super::Store, args: SqlArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let query = args.query.expect("clap requires a query without --tables");
-    let session = match store {
-        super::Store::File(ledger_path) => LedgerSession::open(ledger_path, None)?,
-        super::Store::Shards(shards) => LedgerSession::open_shards(&shards.open_all_read_only()?)?,
+    // `_copies`, the copies of a cluster's shards, are kept until the query has run.
+    let (session, _copies) = match store {
+        _ if args.cluster.cluster.is_some() => {
+            let (brokers, token) = args.cluster.asked()?.expect("--cluster is given");
+            let dir = tempfile::Builder::new().prefix("quota-ledger-sql-").tempdir()?;
+            let to = dir.path().join("shards");
+            let manifests = super::cluster::backup(brokers, token, &to)?;
+            let bytes: u64 = manifests.iter().map(|m| m.bytes).sum();
+            eprintln!(
+                "sql: over a copy of the {} shards of the cluster at {brokers} ({} MB in {})",
+                manifests.len(),
+                bytes / 1_000_000,
+                dir.path().display()
+            );
+            (LedgerSession::open_shards(&ledger::shards::ShardDir::new(&to).open_all_read_only()?)?, Some(dir))
+        }
+        super::Store::File(ledger_path) => (LedgerSession::open(ledger_path, None)?, None),
+        super::Store::Shards(shards) => (LedgerSession::open_shards(&shards.open_all_read_only()?)?, None),
     };
     match args.format {
         SqlFormat::Table => {
