@@ -128,12 +128,17 @@ pub enum ClientError {
 pub fn get_json(url: &str, query: &[(&str, &str)], token: &str, timeout: Duration) -> Result<Answer, ClientError> {
     let agent: ureq::Agent =
         ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(timeout)).build().into();
-    let mut response = agent
+    let response = agent
         .get(url)
         .query_pairs(query.iter().copied())
         .header("authorization", format!("Bearer {token}"))
         .call()
         .map_err(|source| ClientError::Http { url: url.to_string(), source })?;
+    answer_of(url, response)
+}
+
+/// The status and JSON body (`Null` when not JSON) of `url`'s `response`.
+fn answer_of(url: &str, mut response: ureq::http::Response<ureq::Body>) -> Result<Answer, ClientError> {
     let status = response.status().as_u16();
     let text =
         response.body_mut().read_to_string().map_err(|source| ClientError::Http { url: url.to_string(), source })?;
@@ -146,16 +151,12 @@ pub fn get_json(url: &str, query: &[(&str, &str)], token: &str, timeout: Duratio
 pub fn post_json(url: &str, body: &serde_json::Value, token: &str, timeout: Duration) -> Result<Answer, ClientError> {
     let agent: ureq::Agent =
         ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(timeout)).build().into();
-    let mut response = agent
+    let response = agent
         .post(url)
         .header("authorization", format!("Bearer {token}"))
         .send_json(body)
         .map_err(|source| ClientError::Http { url: url.to_string(), source })?;
-    let status = response.status().as_u16();
-    let text =
-        response.body_mut().read_to_string().map_err(|source| ClientError::Http { url: url.to_string(), source })?;
-    let body = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
-    Ok(Answer { status, body, url: url.to_string() })
+    answer_of(url, response)
 }
 
 /// What [`download`] fetched.

@@ -164,15 +164,8 @@ pub fn restore(backup: &Path, ledger_path: &Path) -> Result<RestoreReport, Backu
         name.push(suffix);
         refuse_existing(Path::new(&name), "restore")?;
     }
-    let manifest = read_manifest(backup)?;
+    let manifest = manifest_of_intact(backup)?;
     let does_not_hold = |problem: String| BackupError::DoesNotHold { path: backup.to_path_buf(), problem };
-    let (bytes, sha256) = digest(backup)?;
-    if (bytes, sha256.as_str()) != (manifest.bytes, manifest.sha256.as_str()) {
-        return Err(does_not_hold(format!(
-            "its SHA-256 is {sha256} ({bytes} bytes), its manifest says {} ({} bytes): the file changed after it was taken",
-            manifest.sha256, manifest.bytes
-        )));
-    }
     // Copied first, checked second: the copy checked is the copy restored, whatever happens to the backup meanwhile.
     let partial = partial_path(ledger_path);
     remove_if_present(&partial)?;
@@ -198,20 +191,30 @@ pub fn restore(backup: &Path, ledger_path: &Path) -> Result<RestoreReport, Backu
 /// Checks the backup at `backup` in place, as [`restore`] checks it before use: its manifest's size and digest, its
 /// ledger id, its chain, and the manifest's head in its chain. What a copy fetched over the network is checked with.
 pub fn check_backup(backup: &Path) -> Result<(BackupManifest, VerifyReport), BackupError> {
-    let manifest = read_manifest(backup)?;
+    let manifest = manifest_of_intact(backup)?;
     let does_not_hold = |problem: String| BackupError::DoesNotHold { path: backup.to_path_buf(), problem };
-    let (bytes, sha256) = digest(backup)?;
-    if (bytes, sha256.as_str()) != (manifest.bytes, manifest.sha256.as_str()) {
-        return Err(does_not_hold(format!(
-            "its SHA-256 is {sha256} ({bytes} bytes), its manifest says {} ({} bytes): it is not the copy that was taken",
-            manifest.sha256, manifest.bytes
-        )));
-    }
     let report = check_copy(backup, &manifest).map_err(|error| match error {
         Checked::DoesNotHold(problem) => does_not_hold(problem),
         Checked::Error(error) => error,
     })?;
     Ok((manifest, report))
+}
+
+/// The manifest beside `backup`, once the backup's size and SHA-256 are the manifest's.
+fn manifest_of_intact(backup: &Path) -> Result<BackupManifest, BackupError> {
+    let manifest = read_manifest(backup)?;
+    let (bytes, sha256) = digest(backup)?;
+    if (bytes, sha256.as_str()) != (manifest.bytes, manifest.sha256.as_str()) {
+        return Err(BackupError::DoesNotHold {
+            path: backup.to_path_buf(),
+            problem: format!(
+                "its SHA-256 is {sha256} ({bytes} bytes), its manifest says {} ({} bytes): the file changed after it \
+                 was taken",
+                manifest.sha256, manifest.bytes
+            ),
+        });
+    }
+    Ok(manifest)
 }
 
 enum Checked {
