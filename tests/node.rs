@@ -73,6 +73,10 @@ fn two_nodes_share_the_partitions_and_one_takes_over() {
         status["shards"].as_array().unwrap().iter().map(|s| s["partition"].as_u64().unwrap()).collect();
     assert_eq!(partitions, [0, 1, 2], "{status}");
     assert_eq!(status["partitions"], json!(3), "{status}");
+    for shard in status["shards"].as_array().unwrap() {
+        let partition = shard["partition"].as_u64().unwrap();
+        assert_eq!(shard["owner"], json!(owners[&partition]), "each shard names its owner: {shard}");
+    }
     let decisions: u64 =
         status["shards"].as_array().unwrap().iter().map(|s| s["events_recorded"].as_u64().unwrap()).sum();
     assert!(decisions >= 2 * tenants.len() as u64, "each tenant's decision and usage: {status}");

@@ -49,6 +49,8 @@ pub(crate) struct Answered {
     pub(crate) shards: BTreeMap<u32, serde_json::Value>,
     /// How many nodes answered.
     pub(crate) nodes: usize,
+    /// The URL of each shard's owner, by partition.
+    pub(crate) owners: BTreeMap<u32, String>,
 }
 
 /// What a command asks each owner.
@@ -67,9 +69,10 @@ pub(crate) fn ask_owners(brokers: &str, token: &str, path: &str, query: &[(&str,
 
 /// [`ask_owners`] with a GET or a POST.
 pub(crate) fn ask_owners_to(brokers: &str, token: &str, path: &str, ask: Ask<'_>) -> anyhow::Result<Answered> {
+    let owners: BTreeMap<u32, String> = owners(brokers)?.into_iter().collect();
     let mut by_url: BTreeMap<String, Vec<u32>> = BTreeMap::new();
-    for (partition, url) in owners(brokers)? {
-        by_url.entry(url).or_default().push(partition);
+    for (partition, url) in &owners {
+        by_url.entry(url.clone()).or_default().push(*partition);
     }
     let mut shards = BTreeMap::new();
     for (url, owned) in &by_url {
@@ -92,7 +95,7 @@ pub(crate) fn ask_owners_to(brokers: &str, token: &str, path: &str, ask: Ask<'_>
             shards.insert(*partition, part.clone());
         }
     }
-    Ok(Answered { shards, nodes: by_url.len() })
+    Ok(Answered { shards, nodes: by_url.len(), owners })
 }
 
 /// The owner's URL of every partition of the cluster at `brokers`, from its routing catalog read to its end; a

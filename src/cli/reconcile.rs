@@ -182,7 +182,8 @@ fn of_cluster(brokers: &str, token: &str, args: &ReconcileArgs) -> anyhow::Resul
     } else {
         let mut out = super::stdout();
         for (partition, part) in &answered.shards {
-            writeln!(out, "== shard {partition} of {count}")?;
+            let owner = answered.owners.get(partition).map_or("", String::as_str);
+            writeln!(out, "== shard {partition} of {count} ({owner})")?;
             out.write_all(part["words"].as_str().unwrap_or_default().as_bytes())?;
             writeln!(out)?;
         }

@@ -29,7 +29,7 @@ pub fn run(store: &super::Store, args: StatusArgs) -> anyhow::Result<ExitCode> {
             );
         }
         let at = format!("the cluster at {brokers} ({} nodes)", answered.nodes);
-        return print_shards(&at, &statuses, args.json);
+        return print_shards(&at, &statuses, Some(&answered.owners), args.json);
     }
     let ledger_path = match store {
         super::Store::File(path) => path,
@@ -38,7 +38,7 @@ pub fn run(store: &super::Store, args: StatusArgs) -> anyhow::Result<ExitCode> {
             for (shard, ledger) in shards.open_all_read_only()? {
                 statuses.push(ledger.shard_status(shard)?);
             }
-            return print_shards(&shards.dir().display().to_string(), &statuses, args.json);
+            return print_shards(&shards.dir().display().to_string(), &statuses, None, args.json);
         }
     };
     let ledger = Ledger::open_read_only(ledger_path)?;
@@ -92,11 +92,25 @@ pub fn run(store: &super::Store, args: StatusArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `status --data DIR` or `--cluster`: the sums over the shards of `at` (a plan default counted in every shard that
-/// records it), then a line per shard; `--json`: `partitions` and `shards`, each shard's status with its `partition`.
-fn print_shards(at: &str, statuses: &[ledger::shards::ShardStatus], json: bool) -> anyhow::Result<ExitCode> {
+/// records it), then a line per shard, with its owner's URL for a cluster (`owners`); `--json`: `partitions` and
+/// `shards`, each shard's status with its `partition` (and `owner`).
+fn print_shards(
+    at: &str,
+    statuses: &[ledger::shards::ShardStatus],
+    owners: Option<&std::collections::BTreeMap<u32, String>>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let partitions = statuses[0].partitions;
+    let owner = |partition: u32| owners.and_then(|o| o.get(&partition)).cloned().unwrap_or_default();
     if json {
-        super::print_json(&serde_json::json!({ "partitions": partitions, "shards": statuses }))?;
+        let mut shards = serde_json::to_value(statuses)?;
+        for shard in shards.as_array_mut().into_iter().flatten() {
+            let partition = shard["partition"].as_u64().and_then(|p| u32::try_from(p).ok());
+            if let (Some(object), Some(partition), Some(_)) = (shard.as_object_mut(), partition, owners) {
+                object.insert("owner".into(), owner(partition).into());
+            }
+        }
+        super::print_json(&serde_json::json!({ "partitions": partitions, "shards": shards }))?;
         return Ok(ExitCode::SUCCESS);
     }
     let mut out = super::stdout();
@@ -111,9 +125,14 @@ fn print_shards(at: &str, statuses: &[ledger::shards::ShardStatus], json: bool) 
         .iter()
         .map(|s| {
             let t = &s.status;
+            // A cluster's shard is named by its owner and the file there.
+            let file = match owners {
+                Some(_) => format!("{} {}", owner(s.partition), t.ledger),
+                None => t.ledger.clone(),
+            };
             vec![
                 s.partition.to_string(),
-                t.ledger.clone(),
+                file,
                 t.events_recorded.to_string(),
                 t.duplicates.to_string(),
                 t.conflicts.to_string(),
@@ -125,7 +144,16 @@ fn print_shards(at: &str, statuses: &[ledger::shards::ShardStatus], json: bool) 
         .collect();
     super::write_table(
         &mut out,
-        &["SHARD", "FILE", "EVENTS", "DUPLICATES", "CONFLICTS", "QUARANTINED", "WATERMARK", "HEAD"],
+        &[
+            "SHARD",
+            if owners.is_some() { "OWNER FILE" } else { "FILE" },
+            "EVENTS",
+            "DUPLICATES",
+            "CONFLICTS",
+            "QUARANTINED",
+            "WATERMARK",
+            "HEAD",
+        ],
         &rows,
     )?;
     let offsets: Vec<Vec<String>> = statuses
