@@ -1,5 +1,5 @@
 //! A cluster on a real broker (Tansu, `sqlite://`), as an operator runs one: three nodes on their own loopback
-//! addresses share six partitions; clients reach every tenant through the routing client while one node is killed
+//! addresses share six partitions, each keeping warm standby copies of another's shards; clients reach every tenant through the routing client while one node is killed
 //! and restarted and another is paused past its session timeout (SIGSTOP), its partitions taken by a fourth node's
 //! join, and resumed. Afterwards every decision
 //! answered allowed is recorded exactly once in its partition's shard, no tenant got past its HARD limit, the paused
@@ -28,6 +28,8 @@ const P: u32 = 6;
 const LIMIT: i64 = 25;
 const TENANTS: usize = 24;
 const CLIENTS: usize = 64;
+/// Every node keeps a warm copy of the shards of the node before it: takeovers start from those copies.
+const STANDBY: [&str; 2] = ["--standby", "1"];
 
 /// Every answer a client got: (tenant, status, decision id when decided).
 type Answers = Arc<Mutex<Vec<(String, u16, Option<String>)>>>;
@@ -78,7 +80,8 @@ fn a_cluster_survives_a_kill_and_fences_a_paused_node() {
         .iter()
         .enumerate()
         .map(|(n, host)| {
-            Node::start(&broker.bootstrap, &dir.path().join(format!("n{n}")), &tokens, host, &format!("n{n}"))
+            let data = dir.path().join(format!("n{n}"));
+            Node::start_with(&broker.bootstrap, &data, &tokens, host, &format!("n{n}"), &STANDBY)
         })
         .collect();
     let urls: Vec<String> = nodes.iter().map(|n| n.url.clone()).collect();
@@ -127,7 +130,7 @@ fn a_cluster_survives_a_kill_and_fences_a_paused_node() {
     nodes[2].signal(libc::SIGSTOP);
     std::thread::sleep(Duration::from_secs(15));
     // A fourth node joins (scaling out, or a supervisor's replacement): the join Tansu needs to drop the paused one.
-    nodes.push(Node::start(&broker.bootstrap, &dir.path().join("n3"), &tokens, "127.0.0.5", "n3"));
+    nodes.push(Node::start_with(&broker.bootstrap, &dir.path().join("n3"), &tokens, "127.0.0.5", "n3", &STANDBY));
     let urls: Vec<String> = nodes.iter().map(|n| n.url.clone()).collect();
     let live: Vec<&str> = vec![&urls[0], &urls[1], &urls[3]];
     let moved = routing_of_all(&urls[1], P as usize, &live, 180);
@@ -205,6 +208,9 @@ fn a_cluster_survives_a_kill_and_fences_a_paused_node() {
     assert_eq!(backed.success().json().as_array().map(Vec::len), Some(P as usize));
     let copied = run(&["--data", copies.to_str().unwrap(), "verify"], b"").success().stdout_text();
     assert_eq!(copied.matches("ok: shard").count(), P as usize, "{copied}");
+    let standing: Vec<&str> =
+        nodes.iter().filter(|n| n.log().contains("ingest: standing by for")).map(|n| n.id.as_str()).collect();
+    assert!(standing.len() >= 2, "the nodes keep standby copies on the real broker: {standing:?}");
     for node in &nodes {
         node.signal(libc::SIGTERM);
     }

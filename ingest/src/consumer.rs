@@ -93,7 +93,13 @@ pub struct KafkaIngestSettings {
     pub listener: Option<Arc<dyn crate::PartitionListener>>,
     /// Told each assigned partition's lag every [`LAG_EVERY_MS`] (librdkafka's statistics, turned on for it).
     pub lag_listener: Option<Arc<dyn crate::LagListener>>,
+    /// Consume the partitions this names, by assignment, without joining the group (a node's standby shards). Shards
+    /// only.
+    pub standing: Option<Arc<dyn crate::Standing>>,
 }
+
+/// How often an ingest with [`KafkaIngestSettings::standing`] asks which partitions to hold.
+pub const STANDING_ASK_MS: u64 = 500;
 
 /// How often a [`KafkaIngestSettings::lag_listener`] is told the lag (`statistics.interval.ms`).
 pub const LAG_EVERY_MS: u64 = 1_000;
@@ -132,6 +138,7 @@ impl KafkaIngestSettings {
             publish_checkpoints: true,
             listener: None,
             lag_listener: None,
+            standing: None,
         }
     }
 }
@@ -159,6 +166,9 @@ pub enum KafkaIngestError {
     /// The consumer failed for a reason librdkafka does not ride out.
     #[error("Kafka consumer failed")]
     Consume(#[source] KafkaError),
+    /// The partitions a standby holds could not be assigned or unassigned.
+    #[error("cannot change the partitions the standby consumes")]
+    Standing(#[source] KafkaError),
     /// The brokers answer but lack subscribed topics.
     #[error("{}", kafka::topics::missing_topics_message(missing, brokers))]
     MissingTopics {
@@ -587,6 +597,9 @@ impl IngestContext {
         let Some(writers) = &self.writers else { return };
         let numbers: BTreeSet<i32> = partitions.iter().map(|(_, partition)| *partition).collect();
         for partition in numbers {
+            if let (Some(listener), Ok(partition)) = (&self.listener, u32::try_from(partition)) {
+                listener.opening(partition);
+            }
             match u32::try_from(partition).map(|p| writers.assign(p)) {
                 Ok(Ok(offsets)) => {
                     for offset in offsets {
@@ -615,8 +628,67 @@ impl IngestContext {
             if let Err(error) = writers.revoke(partition) {
                 shared.shard_failure.get_or_insert(error);
             }
+            if let Some(listener) = &self.listener {
+                listener.closed(partition);
+            }
         }
     }
+
+    /// Holds the shards `standing` wants, by assignment: those no longer wanted are closed and unassigned (their
+    /// pending messages dropped, as on a revocation), those newly wanted opened and assigned from their stored offsets.
+    fn stand(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        standing: &dyn crate::Standing,
+        topics: &Topics,
+        partitions: u32,
+    ) -> Result<(), KafkaIngestError> {
+        let wanted: BTreeSet<u32> = standing.wanted().into_iter().filter(|p| *p < partitions).collect();
+        let mut shared = self.shared.lock().expect("never poisoned");
+        let held: BTreeSet<u32> = shared.assigned.iter().filter_map(|(_, p)| u32::try_from(*p).ok()).collect();
+        if wanted == held {
+            return Ok(());
+        }
+        let of = |numbers: &BTreeSet<u32>| -> Vec<(String, i32)> {
+            numbers
+                .iter()
+                .flat_map(|p| topics.names().into_iter().map(move |topic| (topic.to_string(), *p as i32)))
+                .collect()
+        };
+        let gone = of(&held.difference(&wanted).copied().collect());
+        if !gone.is_empty() {
+            for key in &gone {
+                shared.assigned.remove(key);
+                shared.revoked.insert(key.clone());
+            }
+            self.close_shards(&mut shared, &gone);
+            consumer.incremental_unassign(&list_of(&gone, |_| Offset::Invalid)).map_err(KafkaIngestError::Standing)?;
+            tracing::info!("ingest: no longer standing by for {}", list(&gone));
+        }
+        let new = of(&wanted.difference(&held).copied().collect());
+        if !new.is_empty() {
+            self.open_shards(&mut shared, &new);
+            let offsets = &shared.ledger_offsets;
+            let assignment = list_of(&new, |key| Offset::Offset(offsets.get(key).copied().unwrap_or(0)));
+            consumer.incremental_assign(&assignment).map_err(KafkaIngestError::Standing)?;
+            tracing::info!("ingest: standing by for {}", list(&new));
+            shared.assigned.extend(new);
+        }
+        let holding = shared.assigned.iter().filter_map(|(_, p)| u32::try_from(*p).ok()).collect();
+        drop(shared);
+        standing.holding(&holding);
+        Ok(())
+    }
+}
+
+/// `partitions` as a librdkafka list, each at `offset_of` it.
+fn list_of(partitions: &[(String, i32)], offset_of: impl Fn(&(String, i32)) -> Offset) -> TopicPartitionList {
+    let mut list = TopicPartitionList::new();
+    for key in partitions {
+        // Only an offset librdkafka does not take fails, and every one given here is one it takes.
+        let _ = list.add_partition_offset(&key.0, key.1, offset_of(key));
+    }
+    list
 }
 
 impl ConsumerContext for IngestContext {
@@ -1029,10 +1101,17 @@ fn consume(
     stop: &AtomicBool,
     mut on_progress: impl FnMut(&KafkaIngestProgress),
 ) -> Result<KafkaIngestProgress, KafkaIngestError> {
-    let names = settings.topics.names();
-    consumer
-        .subscribe(&names)
-        .map_err(|source| KafkaIngestError::Subscribe { topics: settings.topics.to_string(), source })?;
+    let standing = match (&settings.standing, &target) {
+        (Some(standing), Target::Shards { writers, .. }) => Some((Arc::clone(standing), writers.partitions())),
+        _ => None,
+    };
+    if standing.is_none() {
+        let names = settings.topics.names();
+        consumer
+            .subscribe(&names)
+            .map_err(|source| KafkaIngestError::Subscribe { topics: settings.topics.to_string(), source })?;
+    }
+    let mut stood: Option<Instant> = None;
     let mut progress = KafkaIngestProgress { watermark, ..KafkaIngestProgress::default() };
     let mut gathered = Gathered::default();
     let mut expected_offsets: BTreeMap<(String, i32), i64> = BTreeMap::new();
@@ -1048,6 +1127,12 @@ fn consume(
         if progress.forwarded > forwarded {
             // Copies now at the end of their tenant's partitions: caught up includes them.
             progress_until.forget_targets();
+        }
+        if let Some((standing, partitions)) = &standing
+            && stood.is_none_or(|at| at.elapsed() >= Duration::from_millis(STANDING_ASK_MS))
+        {
+            consumer.context().stand(consumer, standing.as_ref(), &settings.topics, *partitions)?;
+            stood = Some(Instant::now());
         }
         let polled = consumer.poll(Duration::from_millis(POLL_TIMEOUT_MS));
         let idle = polled.is_none();

@@ -33,6 +33,20 @@ pub trait PartitionListener: Send + Sync + std::fmt::Debug {
     fn assigned(&self, partition: u32);
     /// `partition` is taken back; its shard closes once this returns and what was queued for it is appended.
     fn revoked(&self, partition: u32);
+    /// `partition` is about to be assigned: its shard opens once this returns (a node's standby lets it go first).
+    fn opening(&self, _partition: u32) {}
+    /// `partition`'s shard is closed, what was queued for it appended.
+    fn closed(&self, _partition: u32) {}
+}
+
+/// The partitions an ingest consumes by assignment instead of through the consumer group
+/// ([`consumer::KafkaIngestSettings::standing`]): a node's standby shards, kept up to date from partitions another
+/// member owns. Asked every [`consumer::STANDING_ASK_MS`] which ones to hold; never joins the group.
+pub trait Standing: Send + Sync + std::fmt::Debug {
+    /// The partitions whose shards to hold now.
+    fn wanted(&self) -> std::collections::BTreeSet<u32>;
+    /// The partitions whose shards are open now, after a change (those no longer wanted are closed before this).
+    fn holding(&self, partitions: &std::collections::BTreeSet<u32>);
 }
 
 /// Told, for each assigned partition, its end on the brokers and the ledger's next offset there, from librdkafka's

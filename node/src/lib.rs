@@ -13,8 +13,10 @@
 
 mod ownership;
 mod publisher;
+pub mod standby;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use hook::{HookSettings, Shards};
 use ingest::{KafkaIngestError, KafkaIngestSettings};
@@ -26,6 +28,7 @@ use serve::{Listening, ServeError, ServeSettings};
 
 pub use ownership::{Identity, Ownership};
 pub use publisher::FencedPublisher;
+pub use standby::Standby;
 
 /// How a node is run (`quota-ledger node`).
 #[derive(Debug, Clone)]
@@ -49,7 +52,12 @@ pub struct NodeSettings {
     pub topics: Topics,
     /// librdkafka settings (`-X key=value`).
     pub overrides: Vec<(String, String)>,
+    /// Warm copies of each partition's shard kept on other nodes (`--standby N`; [`standby`]): 0 for none.
+    pub standby: usize,
 }
+
+/// How long a standby whose ingest stopped waits before it starts again.
+const STANDBY_RESTART_MS: u64 = 5_000;
 
 /// A node could not start, or stopped on an error.
 #[derive(Debug, thiserror::Error)]
@@ -127,11 +135,15 @@ pub fn run(settings: NodeSettings, listening: impl FnOnce(Listening) -> std::io:
             .map_err(|e| NodeError::Client { brokers: brokers.clone(), reason: e.to_string() })?,
     );
 
-    let mut ingest = KafkaIngestSettings::new(brokers.clone(), group);
+    let standby = (settings.standby > 0)
+        .then(|| Arc::new(Standby::new(&settings.node_id, settings.standby, Arc::clone(&catalog))));
+    let mut ingest = KafkaIngestSettings::new(brokers.clone(), group.clone());
     ingest.topics = settings.topics.clone();
     ingest.overrides = overrides.clone();
     ingest.publish_checkpoints = false;
-    ingest.listener = Some(Arc::new(ownership::Listener(Arc::clone(&ownership))));
+    let mut standby_ingest = ingest.clone();
+    ingest.listener =
+        Some(Arc::new(ownership::Listener { ownership: Arc::clone(&ownership), standby: standby.clone() }));
     let ingest_metrics = telemetry::IngestMetrics::register(&mut registry);
     ingest.lag_listener = Some(ingest_metrics.clone());
     let stop_ingest = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -153,6 +165,20 @@ pub fn run(settings: NodeSettings, listening: impl FnOnce(Listening) -> std::io:
             })
             .map_err(|e| NodeError::Client { brokers: brokers.clone(), reason: e.to_string() })?
     };
+    let standby_thread = match standby {
+        None => None,
+        Some(standby) => {
+            // Never a member of the group: a group of its own name, which it never joins, assigning by hand.
+            standby_ingest.group = format!("{group}-standby-{}", settings.node_id);
+            standby_ingest.standing = Some(Arc::clone(&standby) as Arc<dyn ingest::Standing>);
+            let dir = settings.data.clone();
+            let stop = Arc::clone(&stop_ingest);
+            let spawned = std::thread::Builder::new()
+                .name("node-standby".into())
+                .spawn(move || keep_standby(&dir, &standby_ingest, &standby, &stop));
+            Some(spawned.map_err(|e| NodeError::Client { brokers: brokers.clone(), reason: e.to_string() })?)
+        }
+    };
     let stop: serve::StopAsked = Box::pin(async move { ended_rx.await.unwrap_or_else(|_| "ingest ended".into()) });
     let routing = Arc::new(CatalogView { catalog: Arc::clone(&catalog), partitions });
     let served =
@@ -160,8 +186,30 @@ pub fn run(settings: NodeSettings, listening: impl FnOnce(Listening) -> std::io:
     ownership.stop();
     stop_ingest.store(true, std::sync::atomic::Ordering::Relaxed);
     let ingested = ingest_thread.join().unwrap_or_else(|_| Ok(Default::default()));
+    if let Some(thread) = standby_thread {
+        let _ = thread.join();
+    }
     served?;
     ingested.map(|_| ()).map_err(NodeError::Ingest)
+}
+
+/// Runs the standby's ingest until `stop`: one that stops on an error (a copy that cannot be opened, brokers gone) is
+/// said and started again, since the node serves its own shards without it.
+fn keep_standby(dir: &ShardDir, settings: &KafkaIngestSettings, standby: &Standby, stop: &AtomicBool) {
+    while !stop.load(Ordering::Relaxed) {
+        let ran = ingest::ingest_kafka_shards(dir, settings, stop, |_| {});
+        standby.stopped();
+        if let Err(error) = ran {
+            tracing::warn!(
+                "node: the standby stopped ({}); starting it again in {STANDBY_RESTART_MS} ms",
+                ledger::causes(&error)
+            );
+            let until = std::time::Instant::now() + std::time::Duration::from_millis(STANDBY_RESTART_MS);
+            while !stop.load(Ordering::Relaxed) && std::time::Instant::now() < until {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        }
+    }
 }
 
 /// The Kafka cluster's id, which names the cluster by default.

@@ -21,6 +21,7 @@ use outbox::OutboxTopics;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use crate::publisher::FencedPublisher;
+use crate::standby::Standby;
 
 /// How often a partition being caught up compares its shard's offsets with the topics' ends.
 const CATCH_UP_LOOK_MS: u64 = 50;
@@ -255,21 +256,38 @@ impl Ownership {
     }
 }
 
-/// Kafka's assignments as ingest sees them, told to the node's [`Ownership`].
-pub struct Listener(pub Arc<Ownership>);
+/// Kafka's assignments as ingest sees them, told to the node's [`Ownership`] and its [`Standby`].
+pub struct Listener {
+    /// The node's partitions.
+    pub ownership: Arc<Ownership>,
+    /// Its standby copies, with `--standby`.
+    pub standby: Option<Arc<Standby>>,
+}
 
 impl std::fmt::Debug for Listener {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "node {}", self.0.identity.node_id)
+        write!(f, "node {}", self.ownership.identity.node_id)
     }
 }
 
 impl ingest::PartitionListener for Listener {
+    fn opening(&self, partition: u32) {
+        if let Some(standby) = &self.standby {
+            standby.release(partition);
+        }
+    }
+
     fn assigned(&self, partition: u32) {
-        self.0.assigned(partition);
+        self.ownership.assigned(partition);
     }
 
     fn revoked(&self, partition: u32) {
-        self.0.revoked(partition);
+        self.ownership.revoked(partition);
+    }
+
+    fn closed(&self, partition: u32) {
+        if let Some(standby) = &self.standby {
+            standby.reclaimable(partition);
+        }
     }
 }

@@ -1,4 +1,4 @@
-//! `node --data DIR --brokers B --listen ADDR --advertise URL --tokens FILE [--node-id ID]`: a node of a cluster
+//! `node --data DIR --brokers B --listen ADDR --advertise URL --tokens FILE [--node-id ID] [--standby N]`: a node of a cluster
 //! (docs/contract.md §9.4): the partitions Kafka assigns it ingested into their shards in `--data` and served by the
 //! hook; the others answered 421 naming their owner. The `node` crate's work.
 
@@ -47,6 +47,11 @@ pub struct NodeArgs {
     /// Serve plain HTTP on an address other machines can reach.
     #[arg(long, conflicts_with = "tls_cert")]
     insecure_listen: bool,
+    /// Warm copies of each partition's shard to keep on other nodes: this node keeps, beside its own shards, those of
+    /// the partitions of the N nodes before it in the routing catalog's ring, so that taking one over reads seconds of
+    /// the topics, not all of them.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    standby: usize,
     /// Requests decided in one shard transaction at most.
     #[arg(long, default_value_t = HookSettings::default().group_max_requests)]
     group_max_requests: usize,
@@ -93,6 +98,7 @@ pub fn run(store: &super::Store, args: NodeArgs) -> anyhow::Result<ExitCode> {
         replicated: args.durability == "replicated",
         topics: kafka::topics::Topics::defaults(),
         overrides: args.settings,
+        standby: args.standby,
     };
     let listening = |at| writeln!(super::stdout(), "listening on {at}");
     node::run(settings, listening)?;

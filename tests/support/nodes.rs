@@ -27,6 +27,8 @@ pub struct Node {
     port: u16,
     brokers: String,
     tokens: PathBuf,
+    /// Arguments of `node` beyond those every test gives.
+    more: Vec<String>,
 }
 
 /// A free port on `host`.
@@ -48,6 +50,11 @@ pub fn tokens(dir: &Path) -> PathBuf {
 impl Node {
     /// `node` on `host` (a loopback address), its shards in `data`, its stderr in `data.log`; waits until it listens.
     pub fn start(brokers: &str, data: &Path, tokens: &Path, host: &str, id: &str) -> Node {
+        Node::start_with(brokers, data, tokens, host, id, &[])
+    }
+
+    /// As [`Node::start`], with `more` arguments of `node` (`--standby 1`).
+    pub fn start_with(brokers: &str, data: &Path, tokens: &Path, host: &str, id: &str, more: &[&str]) -> Node {
         let port = free_port(host);
         let mut node = Node {
             child: ChildGuard::new(Command::new("true").spawn().unwrap()),
@@ -58,6 +65,7 @@ impl Node {
             port,
             brokers: brokers.to_string(),
             tokens: tokens.to_path_buf(),
+            more: more.iter().map(|a| a.to_string()).collect(),
         };
         node.spawn();
         node
@@ -72,6 +80,7 @@ impl Node {
                 .args(["node", "--brokers", &self.brokers, "--cluster", "test", "--node-id", &self.id])
                 .args(["--listen", &format!("{}:{}", self.host, self.port), "--advertise", &self.url, "--tokens"])
                 .arg(&self.tokens)
+                .args(&self.more)
                 .env_remove("QUOTA_LEDGER_PATH")
                 .env_remove("QUOTA_LEDGER_BROKERS")
                 .stdout(Stdio::piped())
