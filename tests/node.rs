@@ -255,6 +255,22 @@ fn a_standby_keeps_a_warm_copy_and_takes_over_from_it() {
         });
     }
     let copies_before = shards_of(&b);
+    // b's /metrics says how far each copy is behind: a series per input topic of each partition it stands by for.
+    let standby_lag = |node: &Node| -> Vec<(String, f64)> {
+        let scraped = ureq::get(format!("{}/metrics", node.url)).call().unwrap().body_mut().read_to_string().unwrap();
+        scraped
+            .lines()
+            .filter(|l| l.starts_with("quota_ledger_standby_lag_messages{"))
+            .map(|l| (l.to_string(), l.rsplit(' ').next().unwrap().parse().unwrap()))
+            .collect()
+    };
+    let lag = eventually(30, "b reports its copies' lag, caught up", || {
+        let lag = standby_lag(&b);
+        (lag.len() == 5 * of_a.len() && lag.iter().all(|(_, n)| *n == 0.0)).then_some(lag)
+    });
+    for partition in &of_a {
+        assert!(lag.iter().any(|(l, _)| l.contains(&format!("partition=\"{partition}\""))), "{lag:?}");
+    }
 
     // Node a dies: b takes its partitions over from its copies.
     a.kill();
@@ -278,6 +294,7 @@ fn a_standby_keeps_a_warm_copy_and_takes_over_from_it() {
         eprintln!("takeover from the standby copy: {}", caught_up.expect("b serves a's partition"));
     }
     assert!(log.contains("standing by for"), "{log}");
+    assert_eq!(standby_lag(&b), [], "b owns every partition now: no copy, no lag series left at its last value");
 }
 
 /// `export billing --period P --format csv --cluster BROKERS` with the cluster's token.

@@ -135,8 +135,11 @@ pub fn run(settings: NodeSettings, listening: impl FnOnce(Listening) -> std::io:
             .map_err(|e| NodeError::Client { brokers: brokers.clone(), reason: e.to_string() })?,
     );
 
-    let standby = (settings.standby > 0)
-        .then(|| Arc::new(Standby::new(&settings.node_id, settings.standby, Arc::clone(&catalog))));
+    let standby = (settings.standby > 0).then(|| {
+        let metrics = telemetry::StandbyMetrics::register(&mut registry);
+        let catalog = Arc::clone(&catalog);
+        Arc::new(Standby::new(&settings.node_id, settings.standby, catalog, metrics, &settings.topics))
+    });
     let mut ingest = KafkaIngestSettings::new(brokers.clone(), group.clone());
     ingest.topics = settings.topics.clone();
     ingest.overrides = overrides.clone();
@@ -171,6 +174,7 @@ pub fn run(settings: NodeSettings, listening: impl FnOnce(Listening) -> std::io:
             // Never a member of the group: a group of its own name, which it never joins, assigning by hand.
             standby_ingest.group = format!("{group}-standby-{}", settings.node_id);
             standby_ingest.standing = Some(Arc::clone(&standby) as Arc<dyn ingest::Standing>);
+            standby_ingest.lag_listener = Some(standby.metrics() as Arc<dyn ingest::LagListener>);
             let dir = settings.data.clone();
             let stop = Arc::clone(&stop_ingest);
             let spawned = std::thread::Builder::new()

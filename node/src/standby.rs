@@ -27,6 +27,9 @@ pub struct Standby {
     node_id: String,
     copies: usize,
     catalog: Arc<RoutingCatalog>,
+    /// The copies' lag, and the input topics whose series a copy let go takes with it.
+    metrics: Arc<telemetry::StandbyMetrics>,
+    topics: Vec<String>,
     state: Mutex<State>,
     changed: Condvar,
 }
@@ -46,12 +49,21 @@ impl std::fmt::Debug for Standby {
 }
 
 impl Standby {
-    /// The standby of node `node_id`, keeping `copies` copies of each partition across the cluster.
-    pub fn new(node_id: &str, copies: usize, catalog: Arc<RoutingCatalog>) -> Standby {
+    /// The standby of node `node_id`, keeping `copies` copies of each partition across the cluster, of the input
+    /// `topics`, its copies' lag in `metrics`.
+    pub fn new(
+        node_id: &str,
+        copies: usize,
+        catalog: Arc<RoutingCatalog>,
+        metrics: Arc<telemetry::StandbyMetrics>,
+        topics: &kafka::topics::Topics,
+    ) -> Standby {
         Standby {
             node_id: node_id.to_string(),
             copies,
             catalog,
+            metrics,
+            topics: topics.names().into_iter().map(str::to_string).collect(),
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
         }
@@ -59,6 +71,11 @@ impl Standby {
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The copies' lag, for the standby's ingest to report.
+    pub fn metrics(&self) -> Arc<telemetry::StandbyMetrics> {
+        Arc::clone(&self.metrics)
     }
 
     /// The group gives this node `partition`: the standby lets its copy go (waits until it is closed), so that the
@@ -84,7 +101,18 @@ impl Standby {
 
     /// The standby's ingest stopped: it holds nothing.
     pub fn stopped(&self) {
-        self.state().holding.clear();
+        self.now_holding(&BTreeSet::new());
+    }
+
+    /// The copies held are now `partitions`: the lag of those let go is forgotten.
+    fn now_holding(&self, partitions: &BTreeSet<u32>) {
+        let mut state = self.state();
+        let topics: Vec<&str> = self.topics.iter().map(String::as_str).collect();
+        for gone in state.holding.difference(partitions) {
+            self.metrics.forget(&topics, *gone);
+        }
+        state.holding = partitions.clone();
+        drop(state);
         self.changed.notify_all();
     }
 }
@@ -101,8 +129,7 @@ impl ingest::Standing for Standby {
     }
 
     fn holding(&self, partitions: &BTreeSet<u32>) {
-        self.state().holding = partitions.clone();
-        self.changed.notify_all();
+        self.now_holding(partitions);
     }
 }
 

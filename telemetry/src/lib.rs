@@ -152,6 +152,41 @@ impl ingest::LagListener for IngestMetrics {
     }
 }
 
+/// How far a node's standby copies (`node --standby`) are behind their partitions: whether a takeover would start
+/// warm.
+#[derive(Debug, Default)]
+pub struct StandbyMetrics {
+    lag: Family<PartitionLabels, Gauge>,
+}
+
+impl StandbyMetrics {
+    /// Registers the standby's family into `registry`.
+    pub fn register(registry: &mut Registry) -> Arc<StandbyMetrics> {
+        let metrics = StandbyMetrics::default();
+        registry.register(
+            "standby_lag_messages",
+            "Messages of a partition not yet in this node's standby copy of its shard: the brokers' high watermark \
+             less the copy's next offset",
+            metrics.lag.clone(),
+        );
+        Arc::new(metrics)
+    }
+
+    /// The copy of `partition` is no longer held: its series go, rather than stay at their last value.
+    pub fn forget(&self, topics: &[&str], partition: u32) {
+        for topic in topics {
+            self.lag.remove(&PartitionLabels { topic: topic.to_string(), partition: partition.to_string() });
+        }
+    }
+}
+
+impl ingest::LagListener for StandbyMetrics {
+    fn lag(&self, topic: &str, partition: i32, high: i64, next: i64) {
+        let labels = PartitionLabels { topic: topic.to_string(), partition: partition.to_string() };
+        self.lag.get_or_create(&labels).set((high - next).max(0));
+    }
+}
+
 /// A decision's code, metric and the version of the policy that decided.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DecisionLabels {
