@@ -1,11 +1,12 @@
-//! A cluster on a real broker (Tansu, `sqlite://`), as an operator runs one: three nodes on their own loopback
-//! addresses share six partitions, each keeping warm standby copies of another's shards; clients reach every tenant through the routing client while one node is killed
+//! A cluster on a real broker (Tansu, `sqlite://`), as an operator runs one: a generated month on the topics, then
+//! three nodes on their own loopback addresses share six partitions, each keeping warm standby copies of another's
+//! shards; clients reach every tenant through the routing client while one node is killed
 //! and restarted and another is paused past its session timeout (SIGSTOP), its partitions taken by a fourth node's
 //! join, and resumed. Afterwards every decision
 //! answered allowed is recorded exactly once in its partition's shard, no tenant got past its HARD limit, the paused
 //! node answered nothing for the partitions it lost (the brokers refused its writes), and the catalog names one live
-//! owner per partition, and the month's bill read from the running cluster (`export billing --cluster`) is byte for
-//! byte that of a single ledger fed the same topics.
+//! owner per partition, and the bills read from the running cluster (`export billing --cluster`) are byte for byte
+//! those of a single ledger fed the same topics, the generated month's also contract §5 computed again in the test.
 //!
 //! Tansu 0.6.0 drops a dead group member only when a join arrives after that member's session expired: as a
 //! supervisor would, the test restarts a killed node after the session timeout, and a new node joins after the
@@ -37,13 +38,18 @@ type Answers = Arc<Mutex<Vec<(String, u16, Option<String>)>>>;
 fn plan_default(dir: &std::path::Path, brokers: &str) {
     let policy = dir.join("policy.jsonl");
     let line = format!(
-        "{{\"event_id\":\"plan-requests-v1\",\"occurred_at\":\"2026-01-01T00:00:00Z\",\"tenant\":\"*\",\"subject\":null,\
-         \"metric\":\"requests\",\"source\":\"ops\",\"policy_id\":\"plan-requests\",\"version\":1,\"scope\":\"TENANT\",\
+        "{{\"event_id\":\"plan-calls-v1\",\"occurred_at\":\"2026-01-01T00:00:00Z\",\"tenant\":\"*\",\"subject\":null,\
+         \"metric\":\"calls\",\"source\":\"ops\",\"policy_id\":\"plan-calls\",\"version\":1,\"scope\":\"TENANT\",\
          \"limit\":{LIMIT},\"window\":\"MONTH\",\"enforcement\":\"HARD\",\"effective_from\":\"2026-01-01T00:00:00Z\",\
          \"burst\":null}}\n"
     );
     std::fs::write(&policy, line).unwrap();
     run(&["produce", "--type", "PolicyEvent", "--file", policy.to_str().unwrap(), "--brokers", brokers], b"").success();
+}
+
+/// A check of one call of `tenant` under `key` (the live traffic's metric, which the generated month does not use).
+fn call(tenant: &str, key: &str) -> serde_json::Value {
+    json!({"tenant": tenant, "metric": "calls", "amount": 1, "idempotency_key": key})
 }
 
 /// Decision ids recorded in `shard`'s decision_events.
@@ -74,6 +80,9 @@ fn a_cluster_survives_a_kill_and_fences_a_paused_node() {
     let dir = tempfile::tempdir().unwrap();
     let Some(broker) = Broker::tansu_sqlite_partitions(&dir.path().join("tansu.db"), P) else { return };
     plan_default(dir.path(), &broker.bootstrap);
+    // A generated month (November 2026: its own tenants org-N, metrics and plan) on the topics before the nodes start.
+    let month = ["generate", "--tenants", "12", "--events", "3000", "--seed", "5", "--to-kafka", &broker.bootstrap];
+    run(&month, b"").success();
     let tokens = tokens(dir.path());
     let hosts = ["127.0.0.2", "127.0.0.3", "127.0.0.4"];
     let mut nodes: Vec<Node> = hosts
@@ -88,7 +97,7 @@ fn a_cluster_survives_a_kill_and_fences_a_paused_node() {
     let all: Vec<&str> = urls.iter().map(String::as_str).collect();
     routing_of_all(&urls[0], P as usize, &all, 180);
 
-    let tenants: Vec<String> = (0..TENANTS).map(|n| format!("org-{n}")).collect();
+    let tenants: Vec<String> = (0..TENANTS).map(|n| format!("live-{n}")).collect();
     let answers: Answers = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let clients: Vec<_> = (0..CLIENTS)
@@ -103,7 +112,7 @@ fn a_cluster_survives_a_kill_and_fences_a_paused_node() {
                     let tenant = &tenants[(c + n) % tenants.len()];
                     let key = format!("c{c}-{n}");
                     n += 1;
-                    match client.check(tenant, &ask(tenant, &key)) {
+                    match client.check(tenant, &call(tenant, &key)) {
                         Ok(answer) => {
                             let id = answer.body["decisionId"].as_str().map(str::to_string);
                             answers.lock().unwrap().push((tenant.clone(), answer.status, id));
@@ -138,7 +147,7 @@ fn a_cluster_survives_a_kill_and_fences_a_paused_node() {
     // At once, before it can learn of the rebalance: asked for tenants of the partitions it lost, it answers none.
     let mut zombie = Vec::new();
     for tenant in tenants.iter().filter(|t| paused.contains(&u64::from(partition_of(t, P)))) {
-        if let Some((status, body)) = post(&format!("{}/v1/check", urls[2]), &ask(tenant, &format!("zombie-{tenant}")))
+        if let Some((status, body)) = post(&format!("{}/v1/check", urls[2]), &call(tenant, &format!("zombie-{tenant}")))
         {
             zombie.push((tenant.clone(), status, body));
         }
@@ -186,6 +195,22 @@ fn a_cluster_survives_a_kill_and_fences_a_paused_node() {
         of_single = run(&export, b"").success().stdout_text();
     }
     assert_eq!(of_single, of_cluster, "the cluster's bill is the topics', byte for byte");
+    // The generated month's bill read from the cluster: the single ledger's, byte for byte, and contract §5 computed
+    // again here from that ledger's tables.
+    let of_november = |store: &[&str]| {
+        let export = ["export", "billing", "--period", "2026-11", "--format", "csv"];
+        run(&[store, &export[..]].concat(), b"").success().stdout_text()
+    };
+    let november = run(&[&args[..3], &["2026-11"], &args[4..], &["--token", SECRET]].concat(), b"").success();
+    let november = november.stdout_text();
+    assert_eq!(november, of_november(&["--ledger", single]), "the generated month's bill is the topics'");
+    let rows: Vec<&str> = november.lines().collect();
+    assert_eq!(rows[0], support::billing::HEADER);
+    let watermark: u64 = rows[1].rsplit(',').nth(1).unwrap().parse().unwrap();
+    let period = ("2026-11", at("2026-11-01T00:00:00Z").micros(), at("2026-12-01T00:00:00Z").micros());
+    let expected = support::billing::expected_rows(std::path::Path::new(single), period, watermark);
+    assert!(expected.len() >= 12, "the generated tenants' rows: {expected:?}");
+    assert_eq!(rows[1..], expected[..], "the generated month's bill is contract §5's");
     let billed: BTreeMap<String, i64> = of_cluster
         .lines()
         .skip(1)
@@ -200,9 +225,14 @@ fn a_cluster_survives_a_kill_and_fences_a_paused_node() {
     let verified = run(&[&["verify"][..], &cluster].concat(), b"").success().stdout_text();
     assert_eq!(verified.matches("ok: shard").count(), P as usize, "{verified}");
     let nightly = ["reconcile", "--as-of", "2026-01-01T00:00:00Z", "--dry-run", "--json"];
-    let dry = run(&[&nightly[..], &cluster].concat(), b"").success().json();
+    // It finds the generated month's conflicting duplicates (exit 1: adjustments found), and writes nothing.
+    let dry = run(&[&nightly[..], &cluster].concat(), b"").expect_code(1).json();
     assert_eq!(dry["shards"].as_array().map(Vec::len), Some(P as usize), "{dry}");
     assert_eq!(dry["adjustments_written"], json!(0), "a dry run writes nothing: {dry}");
+    for shard in dry["shards"].as_array().unwrap() {
+        let kinds: Vec<&String> = shard["adjustments_by_kind"].as_object().unwrap().keys().collect();
+        assert!(kinds.iter().all(|k| *k == "CONFLICTING_DUPLICATE"), "{shard}");
+    }
     let copies = dir.path().join("copies");
     let backed = run(&[&["backup", "--to", copies.to_str().unwrap(), "--json"][..], &cluster].concat(), b"");
     assert_eq!(backed.success().json().as_array().map(Vec::len), Some(P as usize));

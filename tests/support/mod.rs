@@ -10,6 +10,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+pub mod billing;
 pub mod brokers;
 pub mod nodes;
 

@@ -1,0 +1,150 @@
+//! contract §5's billing export computed again from a ledger's tables, independently of `export billing`: what the
+//! billing tests (one ledger, and a cluster's shards joined) compare the export with, row by row.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use rusqlite::Connection;
+
+/// The CSV header of `export billing`.
+pub const HEADER: &str = "tenant,metric,period,consumption,policy_id,policy_version,limit,grants,effective_limit,overage,overshoot,late_adjustments,watermark,gaps";
+
+/// One reservation event as the independent computation reads it.
+struct Reservation {
+    seq: i64,
+    occurred_at: i64,
+    tenant: String,
+    metric: String,
+    action: String,
+    amount: i64,
+    expires_at: Option<i64>,
+}
+
+/// A policy version as the independent computation keeps it: (effective_from, version, limit, enforcement).
+type Version = (i64, i64, i64, String);
+
+/// contract §5 "Reservations", written again from the text: the first RESERVE holds; the first COMMIT or RELEASE by
+/// event time (ties by ledger order) at or before its expires_at closes it; a COMMIT's amount is consumption.
+fn valid_commit(events: &[Reservation]) -> Option<&Reservation> {
+    let mut sorted: Vec<&Reservation> = events.iter().collect();
+    sorted.sort_by_key(|e| (e.occurred_at, e.seq));
+    let reserve = sorted.iter().find(|e| e.action == "RESERVE")?;
+    let expires_at = reserve.expires_at?;
+    let close = sorted.iter().find(|e| e.action != "RESERVE" && e.occurred_at <= expires_at)?;
+    (close.action == "COMMIT").then_some(*close)
+}
+
+/// The expected CSV rows of `period` computed straight from the ledger's tables with the rules of contract §5.
+pub fn expected_rows(ledger: &Path, period: (&str, i64, i64), watermark: u64) -> Vec<String> {
+    let conn = Connection::open(ledger).unwrap();
+    let (name, start, end) = period;
+    let mut consumption: BTreeMap<(String, String), i64> = BTreeMap::new();
+    let mut usage = conn
+        .prepare(
+            "SELECT e.tenant, e.metric, u.quantity FROM usage_events u JOIN entries e ON e.seq = u.seq
+             WHERE e.status = 'recorded' AND e.occurred_at >= ? AND e.occurred_at < ?",
+        )
+        .unwrap();
+    for row in usage.query_map([start, end], |r| Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)?))).unwrap() {
+        let (tenant, metric, quantity) = row.unwrap();
+        *consumption.entry((tenant, metric)).or_default() += quantity;
+    }
+    // A reservation is (tenant, reservation_id): README "Reconciliation".
+    let mut reservations: BTreeMap<(String, String), Vec<Reservation>> = BTreeMap::new();
+    let mut statement = conn
+        .prepare(
+            "SELECT r.reservation_id, e.seq, e.occurred_at, e.tenant, e.metric, r.action, r.amount, r.expires_at
+             FROM reservation_events r JOIN entries e ON e.seq = r.seq WHERE e.status = 'recorded'",
+        )
+        .unwrap();
+    let rows = statement
+        .query_map([], |r| {
+            let event = Reservation {
+                seq: r.get(1)?,
+                occurred_at: r.get(2)?,
+                tenant: r.get(3)?,
+                metric: r.get(4)?,
+                action: r.get(5)?,
+                amount: r.get(6)?,
+                expires_at: r.get(7)?,
+            };
+            Ok((r.get::<_, String>(0)?, event))
+        })
+        .unwrap();
+    for row in rows {
+        let (id, event) = row.unwrap();
+        reservations.entry((event.tenant.clone(), id)).or_default().push(event);
+    }
+    for events in reservations.values() {
+        // A COMMIT of 0 consumed nothing, as a RELEASE: no row of its own (README "export billing").
+        let in_period = |c: &&Reservation| c.amount != 0 && c.occurred_at >= start && c.occurred_at < end;
+        if let Some(commit) = valid_commit(events).filter(in_period) {
+            *consumption.entry((commit.tenant.clone(), commit.metric.clone())).or_default() += commit.amount;
+        }
+    }
+    // Policies: TENANT scope, MONTH window, quotas only (a throttle, with a burst, is never billed and does not
+    // cover the plan's quota); per policy_id the version with the greatest (effective_from, version) effective
+    // before the period ends; the tenant's own first, else the `*` plan default.
+    let mut versions: BTreeMap<(String, String, String), Version> = BTreeMap::new();
+    let mut statement = conn
+        .prepare(
+            "SELECT e.tenant, e.metric, p.policy_id, p.version, p.\"limit\", p.enforcement, p.effective_from
+             FROM policy_events p JOIN entries e ON e.seq = p.seq
+             WHERE e.status = 'recorded' AND p.scope = 'TENANT' AND p.window = 'MONTH' AND p.burst IS NULL
+               AND p.effective_from < ?",
+        )
+        .unwrap();
+    let rows = statement
+        .query_map([end], |r| {
+            Ok(((r.get(0)?, r.get(1)?, r.get(2)?), (r.get::<_, i64>(6)?, r.get::<_, i64>(3)?, r.get(4)?, r.get(5)?)))
+        })
+        .unwrap();
+    for row in rows {
+        let (key, version) = row.unwrap();
+        let entry = versions.entry(key).or_insert(version.clone());
+        if (version.0, version.1) > (entry.0, entry.1) {
+            *entry = version;
+        }
+    }
+    // Of several: a SOFT one, then a HARD one, then a SHADOW one, then the smallest policy_id.
+    let policy_of = |tenant: &str, metric: &str| {
+        let of = |owner: &str| {
+            versions
+                .iter()
+                .filter(|((t, m, _), _)| t == owner && m == metric)
+                .min_by_key(|((_, _, id), v)| (["SOFT", "HARD", "SHADOW"].iter().position(|e| *e == v.3), id.clone()))
+        };
+        of(tenant).or_else(|| of("*")).map(|((_, _, id), v)| (id.clone(), v.clone()))
+    };
+    let mut keys: BTreeSet<(String, String)> = consumption.keys().cloned().collect();
+    keys.extend(versions.keys().filter(|(t, _, _)| t != "*").map(|(t, m, _)| (t.clone(), m.clone())));
+    let grants = |tenant: &str, metric: &str| -> i64 {
+        conn.query_row(
+            "SELECT COALESCE(SUM(g.amount), 0) FROM grant_events g JOIN entries e ON e.seq = g.seq
+             WHERE e.status = 'recorded' AND e.tenant = ? AND e.metric = ? AND e.subject IS NULL
+               AND g.valid_from < ? AND g.valid_until > ?",
+            rusqlite::params![tenant, metric, end, start],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    keys.iter()
+        .map(|(tenant, metric)| {
+            let used = consumption.get(&(tenant.clone(), metric.clone())).copied().unwrap_or(0);
+            let policy = match policy_of(tenant, metric) {
+                None => ",,,,,,".to_string(),
+                Some((id, (_, version, limit, enforcement))) => {
+                    let g = grants(tenant, metric);
+                    let excess = (used - (limit + g)).max(0);
+                    let (overage, overshoot) = match enforcement.as_str() {
+                        "SOFT" => (excess.to_string(), String::new()),
+                        "HARD" => (String::new(), excess.to_string()),
+                        _ => (String::new(), String::new()),
+                    };
+                    format!("{id},{version},{limit},{g},{},{overage},{overshoot}", limit + g)
+                }
+            };
+            format!("{tenant},{metric},{name},{used},{policy},0,{watermark},")
+        })
+        .collect()
+}
