@@ -121,11 +121,7 @@ fn why_of_cluster(brokers: &str, token: &str, request_id: &str, json: bool) -> a
     let answered = super::cluster::ask_owners(brokers, token, "/v1/admin/audit/why", &[("request_id", request_id)])?;
     if let Some((partition, part)) = answered.shards.iter().find(|(_, part)| part.get("why").is_some()) {
         eprintln!("audit: request {request_id} is recorded in shard {partition} of {}", answered.shards.len());
-        return match json {
-            true => super::print_json(&part["why"]),
-            false => print(part["words"].as_str().unwrap_or_default()),
-        }
-        .map(|()| ExitCode::SUCCESS);
+        return print_part(part, "why", json);
     }
     let nearest = super::cluster::nearest_of(request_id, &answered.shards);
     if json {
@@ -138,6 +134,15 @@ fn why_of_cluster(brokers: &str, token: &str, request_id: &str, json: bool) -> a
         print(&render::unknown(&why::Unknown { request_id: request_id.to_string(), nearest }))?;
     }
     Ok(ExitCode::from(super::EXIT_DISCREPANCIES))
+}
+
+/// A shard's answer as the local command prints it: its `key` as JSON, or the words its owner rendered.
+fn print_part(part: &serde_json::Value, key: &str, json: bool) -> anyhow::Result<ExitCode> {
+    match json {
+        true => super::print_json(&part[key]),
+        false => print(part["words"].as_str().unwrap_or_default()),
+    }
+    .map(|()| ExitCode::SUCCESS)
 }
 
 /// `audit tenant --cluster`: the timeline from the tenant's shard, which holds all of its events; a tenant unknown there
@@ -155,11 +160,7 @@ fn tenant_of_cluster(
     let partitions = u32::try_from(answered.shards.len()).context("more shards than partitions")?;
     let own = &answered.shards[&schemas::partition::partition_of(tenant, partitions)];
     if own.get("nearest").is_none() {
-        return match json {
-            true => super::print_json(&own["timeline"]),
-            false => print(own["words"].as_str().unwrap_or_default()),
-        }
-        .map(|()| ExitCode::SUCCESS);
+        return print_part(own, "timeline", json);
     }
     let nearest = super::cluster::nearest_of(tenant, &answered.shards);
     if json {

@@ -53,6 +53,19 @@ pub(crate) struct Answered {
     pub(crate) owners: BTreeMap<u32, String>,
 }
 
+impl Answered {
+    /// Each shard's part read as `T`, in partition order; a part this version cannot read fails naming its shard.
+    pub(crate) fn parts<T: serde::de::DeserializeOwned>(&self, what: &str) -> anyhow::Result<Vec<T>> {
+        self.shards
+            .iter()
+            .map(|(partition, part)| {
+                T::deserialize(part)
+                    .with_context(|| format!("shard {partition}: its owner answered {what} this version cannot read"))
+            })
+            .collect()
+    }
+}
+
 /// What a command asks each owner.
 pub(crate) enum Ask<'a> {
     /// A read: `GET path?query`.

@@ -3,7 +3,6 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::Args;
 use ledger::Ledger;
 
@@ -20,14 +19,7 @@ pub struct StatusArgs {
 pub fn run(store: &super::Store, args: StatusArgs) -> anyhow::Result<ExitCode> {
     if let Some((brokers, token)) = args.cluster.asked()? {
         let answered = super::cluster::ask_owners(brokers, token, "/v1/admin/status", &[])?;
-        let mut statuses = Vec::new();
-        for (partition, part) in answered.shards {
-            statuses.push(
-                serde_json::from_value(part).with_context(|| {
-                    format!("shard {partition}: its owner answered a status this version cannot read")
-                })?,
-            );
-        }
+        let statuses = answered.parts("a status")?;
         let at = format!("the cluster at {brokers} ({} nodes)", answered.nodes);
         return print_shards(&at, &statuses, Some(&answered.owners), args.json);
     }

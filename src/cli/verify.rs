@@ -35,14 +35,7 @@ pub fn run(store: &super::Store, args: VerifyArgs) -> anyhow::Result<ExitCode> {
     if let Some((brokers, token)) = args.cluster.asked()? {
         anyhow::ensure!(one_chain, "--expect-head and --checkpoints-from check one chain: not with --cluster");
         let answered = super::cluster::ask_owners(brokers, token, "/v1/admin/verify", &[])?;
-        let mut reports = Vec::new();
-        for (partition, part) in answered.shards {
-            reports.push(
-                serde_json::from_value(part).with_context(|| {
-                    format!("shard {partition}: its owner answered a report this version cannot read")
-                })?,
-            );
-        }
+        let reports = answered.parts("a report")?;
         return print_shards(&reports, args.json);
     }
     if let super::Store::Shards(shards) = store {
