@@ -98,6 +98,7 @@ fn daily_policy(version: i32, limit: i64) -> Event {
         on_failure: None,
         overage_rate: None,
         overage_window: None,
+        violation: None,
     })
 }
 
@@ -336,6 +337,7 @@ fn reserved_then_checked() -> TestLedger {
         on_failure: None,
         overage_rate: None,
         overage_window: None,
+        violation: None,
     });
     let allowed = |request_id: &str, occurred_at: &str, amount: i64, used_before: i64| {
         Event::Decision(DecisionEvent {
@@ -567,6 +569,7 @@ fn quota_v1(event_id: &str, owner: &str, metric: &str, limit: i64, shape: (Scope
         on_failure: None,
         overage_rate: None,
         overage_window: None,
+        violation: None,
     })
 }
 

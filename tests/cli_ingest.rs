@@ -262,6 +262,7 @@ fn one_file_per_other_type() -> Vec<Vec<Event>> {
             on_failure: None,
             overage_rate: None,
             overage_window: None,
+            violation: None,
         })
     };
     let adjustment = |event_id: &str, kind, amount| {

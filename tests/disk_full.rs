@@ -59,6 +59,7 @@ fn policy(tenant: &str, metric: &str, limit: i64) -> Event {
         on_failure: None,
         overage_rate: None,
         overage_window: None,
+        violation: None,
     })
 }
 

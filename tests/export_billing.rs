@@ -114,6 +114,7 @@ fn soft_monthly(tenant: &str, limit: i64) -> Event {
         on_failure: None,
         overage_rate: None,
         overage_window: None,
+        violation: None,
     })
 }
 

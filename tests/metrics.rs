@@ -90,6 +90,7 @@ fn hard_policy() -> Event {
         on_failure: None,
         overage_rate: None,
         overage_window: None,
+        violation: None,
     })
 }
 

@@ -40,6 +40,7 @@ fn policy() -> Event {
         on_failure: None,
         overage_rate: None,
         overage_window: None,
+        violation: None,
     })
 }
 

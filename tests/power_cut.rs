@@ -119,6 +119,7 @@ fn policy(tenant: &str, limit: i64, window: Window) -> Event {
         on_failure: None,
         overage_rate: None,
         overage_window: None,
+        violation: None,
     })
 }
 

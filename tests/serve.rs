@@ -120,6 +120,7 @@ fn hard_policy(limit: i64, window: Window) -> Event {
         on_failure: None,
         overage_rate: None,
         overage_window: None,
+        violation: None,
     })
 }
 
@@ -705,6 +706,7 @@ fn remaining_quota_is_read_without_consuming() {
         on_failure: None,
         overage_rate: None,
         overage_window: None,
+        violation: None,
     });
     let grant = Event::Grant(GrantEvent {
         header: header("grant-1", "2026-01-01T00:00:00Z", "org-1", "tokens"),

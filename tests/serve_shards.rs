@@ -113,6 +113,7 @@ fn plan_default(limit: i64) -> Event {
         on_failure: None,
         overage_rate: None,
         overage_window: None,
+        violation: None,
     })
 }
 

@@ -172,6 +172,7 @@ fn policy(tenant: &str, metric: &str, limit: i64, window: Window) -> Event {
         on_failure: None,
         overage_rate: None,
         overage_window: None,
+        violation: None,
     })
 }
 

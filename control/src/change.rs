@@ -1,7 +1,9 @@
 //! Changes as requested, and the events that record them: pure, judged against [`Recorded`].
 
 use schemas::validate::{check_id, check_name};
-use schemas::{Enforcement, Event, GrantEvent, Header, Invalid, OnFailure, PolicyEvent, Scope, Timestamp, Window};
+use schemas::{
+    Enforcement, Event, GrantEvent, Header, Invalid, OnFailure, PolicyEvent, Scope, Timestamp, Violation, Window,
+};
 
 use crate::record::Recorded;
 
@@ -36,6 +38,8 @@ pub struct PolicyChange {
     pub on_failure: Option<OnFailure>,
     /// A HARD quota's throttled overage: beyond the limit, this many units per this window; none is a wall.
     pub overage: Option<(i64, Window)>,
+    /// Set, a gauge quota: what it refuses while the tenant's level of the metric is above the limit.
+    pub violation: Option<Violation>,
     /// Who makes the change.
     pub actor: String,
     /// Why, for people.
@@ -164,6 +168,7 @@ pub fn policy_event(change: &PolicyChange, recorded: &Recorded, now: Timestamp) 
         on_failure: change.on_failure,
         overage_rate: change.overage.map(|o| o.0),
         overage_window: change.overage.map(|o| o.1),
+        violation: change.violation,
     };
     let event = Event::Policy(event);
     schemas::validate(&event)?;
@@ -263,6 +268,7 @@ mod tests {
             time_zone: None,
             on_failure: None,
             overage: None,
+            violation: None,
             actor: "alice".into(),
             reason: "why".into(),
             source: "test".into(),

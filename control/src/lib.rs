@@ -24,6 +24,7 @@
 //!     time_zone: Some("America/New_York".into()),
 //!     on_failure: None,
 //!     overage: None,
+//!     violation: None,
 //!     actor: "alice".into(),
 //!     reason: "upgrade to pro".into(),
 //!     source: "doc-test".into(),

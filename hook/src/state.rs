@@ -998,6 +998,7 @@ mod tests {
                 on_failure: None,
                 overage_rate: None,
                 overage_window: None,
+                violation: None,
             })
         };
         state.fold(3, &policy("daily-ny", "America/New_York"), at("2026-11-17T06:00:00Z"));

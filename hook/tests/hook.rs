@@ -33,6 +33,7 @@ fn policy(id: &str, limit: i64, window: Window, enforcement: Enforcement, burst:
         on_failure: None,
         overage_rate: None,
         overage_window: None,
+        violation: None,
     })
 }
 

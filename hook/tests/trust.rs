@@ -39,6 +39,7 @@ fn hard_policy(metric: &str, limit: i64) -> Event {
         on_failure: None,
         overage_rate: None,
         overage_window: None,
+        violation: None,
     })
 }
 

@@ -9,7 +9,7 @@
 //! know.
 
 use rusqlite::{Row, named_params};
-use schemas::{Enforcement, GrantEvent, Header, OnFailure, PolicyEvent, Scope, Timestamp, Window};
+use schemas::{Enforcement, GrantEvent, Header, OnFailure, PolicyEvent, Scope, Timestamp, Violation, Window};
 
 use crate::Ledger;
 use crate::billing_reads::group_reservations;
@@ -155,6 +155,7 @@ impl Ledger {
                 on_failure: optional_symbol(r, 18, OnFailure::from_symbol)?,
                 overage_rate: r.get(19)?,
                 overage_window: optional_symbol(r, 20, Window::from_symbol)?,
+                violation: optional_symbol(r, 21, Violation::from_symbol)?,
             };
             Ok((r.get::<_, i64>(0)? as u64, policy))
         })?;

@@ -52,6 +52,7 @@ pub fn columns(event_type: EventType) -> &'static [&'static str] {
             "on_failure",
             "overage_rate",
             "overage_window",
+            "violation",
         ],
         EventType::AdjustmentEvent => {
             &["adjustment_id", "kind", "policy_id", "window_start", "window_end", "amount", "refs", "run_id", "scope"]
@@ -138,6 +139,7 @@ pub fn values(event: &Event) -> Vec<Value> {
             e.on_failure.map_or(Value::Null, |mode| text(mode.symbol())),
             opt_integer(e.overage_rate),
             e.overage_window.map_or(Value::Null, |w| text(w.symbol())),
+            e.violation.map_or(Value::Null, |v| text(v.symbol())),
         ],
         Event::Adjustment(e) => vec![
             text(&e.adjustment_id),

@@ -190,6 +190,8 @@ pub const TABLES: &[Table] = &[
             // A HARD quota's throttled overage (PolicyEvent v7): beyond the limit, overage_rate per overage_window.
             col("overage_rate", "d.overage_rate", Int64, true),
             col("overage_window", "d.overage_window", Text, true),
+            // A gauge quota's violation policy (PolicyEvent v8): NO_INSERTS, NO_WRITES or DISABLE; null limits consumption.
+            col("violation", "d.violation", Text, true),
         ],
     },
     Table {

@@ -305,6 +305,7 @@ fn policy_events(i: usize, p: &PolicyDraw) -> Vec<Event> {
             on_failure: None,
             overage_rate: version.overage.map(|o| o.0),
             overage_window: version.overage.map(|o| o.1),
+            violation: None,
         }));
     }
     events

@@ -86,6 +86,7 @@ fn policy(policy_id: &str, limit: i64) -> PolicyEvent {
         on_failure: None,
         overage_rate: None,
         overage_window: None,
+        violation: None,
     }
 }
 

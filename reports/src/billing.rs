@@ -244,6 +244,7 @@ mod tests {
             on_failure: None,
             overage_rate: None,
             overage_window: None,
+            violation: None,
         }
     }
 
@@ -441,6 +442,7 @@ mod tests {
         let throttled = PolicyEvent {
             overage_rate: Some(10),
             overage_window: Some(Window::HOUR),
+            violation: None,
             ..policy("org-t", "throttled", 1, "requests", 100, Enforcement::HARD)
         };
         let mut inputs = BillingInputs {

@@ -21,6 +21,10 @@
 //! version in force for it (effective before its end) has that kind and that zone's window there, so the old
 //! zone's window in which the change falls stays the policy's beside the new zone's first. Two zones whose windows
 //! are the same instants there (UTC and Etc/UTC, or Europe/London in winter) give one window, not two.
+//!
+//! A gauge quota (PolicyEvent v8 `violation`) limits a tenant's level of its metric, not consumption: a version that
+//! makes a policy a gauge ends its windows of consumption as a change of kind does, and [`PolicyIndex::gauges`]
+//! finds the gauges in force at an instant, of every metric, since a gauge over its limit refuses requests of any.
 
 use std::collections::BTreeMap;
 
@@ -76,7 +80,7 @@ pub fn in_force<'a>(versions: &[&'a PolicyEvent], at: Timestamp) -> Vec<Applicab
                 .iter()
                 .filter(|p| p.effective_from < end)
                 .max_by_key(|p| (p.effective_from, p.version))
-                .filter(|p| p.window == kind && window::bounds_in(kind, p.zone(), at) == (start, end));
+                .filter(|p| p.window == kind && !p.is_gauge() && window::bounds_in(kind, p.zone(), at) == (start, end));
             found.extend(governing.map(|p| Applicable {
                 policy: p,
                 window_start: start,
@@ -93,7 +97,8 @@ pub fn in_force<'a>(versions: &[&'a PolicyEvent], at: Timestamp) -> Vec<Applicab
 /// limits a rate and a quota an allowance, so neither stands in for the other: a tenant's own throttle covering
 /// the plan's quota made the plan's HARD quota go unenforced and its SOFT quota unbilled for that tenant.
 pub fn covers(own: &PolicyEvent, default: &PolicyEvent) -> bool {
-    (own.scope, own.window, own.is_throttle()) == (default.scope, default.window, default.is_throttle())
+    (own.scope, own.window, own.is_throttle(), own.is_gauge())
+        == (default.scope, default.window, default.is_throttle(), default.is_gauge())
 }
 
 /// Every policy version that applies to `tenant`'s consumption of `metric` at `at`: its own policies in force,
@@ -119,7 +124,7 @@ pub fn applicable<'a>(policies: &'a [PolicyEvent], tenant: &str, metric: &str, a
 
 #[cfg(test)]
 mod tests {
-    use schemas::{Enforcement, Header, Scope, Window};
+    use schemas::{Enforcement, Header, Scope, Violation, Window};
 
     use super::*;
 
@@ -150,6 +155,7 @@ mod tests {
             time_zone: None,
             on_failure: None,
             overage_window: None,
+            violation: None,
             overage_rate: None,
         }
     }
@@ -381,6 +387,56 @@ mod tests {
         assert_eq!(index.concurrent("org-2", "requests", after)[0].window_start, after);
     }
 
+    // issue 36 item 4: a gauge quota limits a level: windows of consumption never see it (a version that makes a policy a
+    // gauge ends its windows), it is found for the tenant whatever metric a request names, and a tenant's own gauge of
+    // a metric covers the plan's gauge of that metric only.
+    #[test]
+    fn gauges_are_apart_from_windows_and_apply_to_every_metric() {
+        let gauge = |p: PolicyEvent, metric: &str| PolicyEvent {
+            violation: Some(Violation::NO_INSERTS),
+            header: Header { metric: metric.into(), ..p.header.clone() },
+            ..p
+        };
+        let policies = vec![
+            gauge(policy("*", "plan-storage", 1, 1_000, Window::DAY, "2026-01-01T00:00:00Z"), "storage_bytes"),
+            gauge(policy("*", "plan-rows", 1, 50, Window::DAY, "2026-01-01T00:00:00Z"), "rows"),
+            policy("org-1", "storage", 1, 100, Window::DAY, "2026-11-01T00:00:00Z"),
+            gauge(policy("org-1", "storage", 2, 5_000, Window::DAY, "2026-11-10T12:00:00Z"), "requests"),
+        ];
+        let index = PolicyIndex::new(policies.clone());
+        let ids = |found: Vec<Applicable<'_>>| -> Vec<(String, i32, bool)> {
+            found.iter().map(|a| (a.policy.policy_id.clone(), a.policy.version, a.plan_default)).collect()
+        };
+        let before = at("2026-11-05T00:00:00Z");
+        assert_eq!(ids(index.applicable("org-1", "requests", before)), [("storage".into(), 1, false)]);
+        assert!(index.applicable("org-1", "storage_bytes", before).is_empty(), "a gauge judges no window");
+        assert_eq!(
+            ids(index.gauges("org-1", before)),
+            [("plan-rows".into(), 1, true), ("plan-storage".into(), 1, true)],
+            "the plan's gauges, whatever metric is asked"
+        );
+        // Version 2 makes org-1's policy a gauge of `requests` (its own metric in this test's helper): its DAY windows
+        // end with the day it takes effect in, and it covers no plan gauge of another metric.
+        let after = at("2026-11-20T00:00:00Z");
+        assert!(index.applicable("org-1", "requests", after).is_empty());
+        assert_eq!(applicable(&policies, "org-1", "requests", after), index.applicable("org-1", "requests", after));
+        assert_eq!(
+            ids(index.gauges("org-1", after)),
+            [("storage".into(), 2, false), ("plan-rows".into(), 1, true), ("plan-storage".into(), 1, true)]
+        );
+        let g = &index.gauges("org-2", after)[0];
+        assert_eq!((g.window_start, g.window_end), (at("2026-11-20T00:00:00Z"), at("2026-11-21T00:00:00Z")));
+        assert!(index.is_gauge("org-2", "rows", after) && !index.is_gauge("org-2", "requests", after));
+        assert_eq!(index.gauge_metrics("org-1").into_iter().collect::<Vec<_>>(), ["requests", "rows", "storage_bytes"]);
+        // A tenant's own gauge of a metric covers the plan's gauge of it.
+        let own = gauge(policy("org-3", "own-storage", 1, 10, Window::DAY, "2026-01-01T00:00:00Z"), "storage_bytes");
+        let index = PolicyIndex::new(policies.into_iter().chain([own]).collect());
+        assert_eq!(
+            ids(index.gauges("org-3", after)),
+            [("plan-rows".into(), 1, true), ("own-storage".into(), 1, false)]
+        );
+    }
+
     // Proves the index answers exactly what the reference definition answers, ties and plan defaults included.
     #[test]
     fn the_index_agrees_with_the_definition() {
@@ -414,6 +470,9 @@ pub struct PolicyIndex {
     zones: Vec<Tz>,
     /// (owner, metric) -> the versions (indices into `policies`) of each policy_id, sorted by policy_id.
     groups: std::collections::HashMap<(String, String), Vec<Vec<usize>>>,
+    /// owner -> the groups of `groups` with a gauge version among them, of every metric: what [`PolicyIndex::gauges`]
+    /// reads for every request, empty for almost every tenant.
+    gauge_groups: std::collections::HashMap<String, Vec<Vec<usize>>>,
 }
 
 /// The policy groups that may apply to one tenant's metric: looked up once, asked at every instant.
@@ -434,11 +493,15 @@ impl PolicyIndex {
             by_id.entry(key).or_default().push(index);
         }
         let mut groups: std::collections::HashMap<(String, String), Vec<Vec<usize>>> = Default::default();
+        let mut gauge_groups: std::collections::HashMap<String, Vec<Vec<usize>>> = Default::default();
         for ((owner, metric, _), versions) in by_id {
+            if versions.iter().any(|i| policies[*i].is_gauge()) {
+                gauge_groups.entry(owner.clone()).or_default().push(versions.clone());
+            }
             groups.entry((owner, metric)).or_default().push(versions);
         }
         let zones = policies.iter().map(PolicyEvent::zone).collect();
-        PolicyIndex { policies, zones, groups }
+        PolicyIndex { policies, zones, groups, gauge_groups }
     }
 
     /// Every version indexed, in the order given.
@@ -476,6 +539,63 @@ impl PolicyIndex {
     pub fn concurrent(&self, tenant: &str, metric: &str, at: Timestamp) -> Vec<Applicable<'_>> {
         self.candidates(tenant, metric).concurrent(at)
     }
+
+    /// The gauge quotas in force for `tenant` at `at`, of every metric: of each policy_id, the version with the
+    /// greatest (`effective_from`, `version`) in effect by `at`, when it is a gauge (a level is judged at an instant,
+    /// as leases are); its own, then the plan defaults it has none of its own covering for the same metric. Each
+    /// with the window of its kind containing `at`, the window reconcile reports its time over the limit in. Sorted
+    /// by metric, then policy_id.
+    pub fn gauges(&self, tenant: &str, at: Timestamp) -> Vec<Applicable<'_>> {
+        let of = |owner: &str| self.gauge_groups.get(owner).map_or(&[][..], Vec::as_slice);
+        let in_force = |group: &Vec<usize>| {
+            let versions = group.iter().filter(|i| self.policies[**i].effective_from <= at);
+            // `>=`: on a tie the later one wins, as for windows.
+            versions
+                .fold(None, |best: Option<usize>, i| match best {
+                    Some(b) if self.version_key(*i) < self.version_key(b) => Some(b),
+                    _ => Some(*i),
+                })
+                .filter(|i| self.policies[*i].is_gauge())
+        };
+        let applicable = |i: usize, plan_default| {
+            let (window_start, window_end) = window::bounds_in(self.policies[i].window, self.zones[i], at);
+            Applicable { policy: &self.policies[i], window_start, window_end, plan_default }
+        };
+        let own: Vec<Applicable<'_>> = of(tenant).iter().filter_map(in_force).map(|i| applicable(i, false)).collect();
+        let defaults = of(PLAN_DEFAULT_TENANT).iter().filter_map(in_force).filter(|d| {
+            let d = &self.policies[*d];
+            !own.iter().any(|o| o.policy.header.metric == d.header.metric && covers(o.policy, d))
+        });
+        let mut all: Vec<Applicable<'_>> = own.iter().cloned().chain(defaults.map(|i| applicable(i, true))).collect();
+        all.sort_by(|a, b| {
+            (&a.policy.header.metric, &a.policy.policy_id).cmp(&(&b.policy.header.metric, &b.policy.policy_id))
+        });
+        all
+    }
+
+    /// Whether `metric` is a gauge for `tenant` at `at`: a gauge quota in force for the tenant names it. Its usage
+    /// events are levels, not consumption.
+    pub fn is_gauge(&self, tenant: &str, metric: &str, at: Timestamp) -> bool {
+        !self.gauge_groups.is_empty() && self.gauges(tenant, at).iter().any(|g| g.policy.header.metric == metric)
+    }
+
+    /// The metrics a gauge quota of `tenant` or of the plan names, in any version: levels, whose usage events no
+    /// bill sums (a level reported daily is not consumption of 30 times the level).
+    pub fn gauge_metrics(&self, tenant: &str) -> std::collections::BTreeSet<&str> {
+        [tenant, PLAN_DEFAULT_TENANT]
+            .into_iter()
+            .filter_map(|owner| self.gauge_groups.get(owner))
+            .flatten()
+            .flatten()
+            .map(|i| &self.policies[*i])
+            .filter(|p| p.is_gauge())
+            .map(|p| p.header.metric.as_str())
+            .collect()
+    }
+
+    fn version_key(&self, i: usize) -> (Timestamp, i32) {
+        (self.policies[i].effective_from, self.policies[i].version)
+    }
 }
 
 impl<'a> Candidates<'a> {
@@ -509,7 +629,9 @@ impl<'a> Candidates<'a> {
                         best = Some((p, p_zone));
                     }
                 }
-                if let Some((p, _)) = best.filter(|(p, p_zone)| p.window == kind && same(zone, *p_zone, window)) {
+                if let Some((p, _)) =
+                    best.filter(|(p, p_zone)| p.window == kind && !p.is_gauge() && same(zone, *p_zone, window))
+                {
                     let (window_start, window_end) = window;
                     found.push(Applicable { policy: p, window_start, window_end, plan_default: false });
                 }

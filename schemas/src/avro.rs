@@ -141,6 +141,7 @@ pub fn to_value(event: &Event) -> Value {
             ("on_failure", e.on_failure.map_or_else(union_null, |mode| Value::Union(1, Box::new(enum_value!(mode))))),
             ("overage_rate", opt_long(e.overage_rate)),
             ("overage_window", e.overage_window.map_or_else(union_null, |w| Value::Union(1, Box::new(enum_value!(w))))),
+            ("violation", e.violation.map_or_else(union_null, |v| Value::Union(1, Box::new(enum_value!(v))))),
         ],
         Event::Adjustment(e) => vec![
             ("adjustment_id", string(&e.adjustment_id)),
@@ -361,6 +362,10 @@ pub fn from_value(event_type: EventType, value: &Value) -> Result<Event, ShapeEr
                 .opt_symbol("overage_window")?
                 .map(|s| parse_symbol("overage_window", "Window", s, Window::from_symbol))
                 .transpose()?,
+            violation: f
+                .opt_symbol("violation")?
+                .map(|s| parse_symbol("violation", "Violation", s, Violation::from_symbol))
+                .transpose()?,
         }),
         EventType::AdjustmentEvent => Event::Adjustment(AdjustmentEvent {
             header,
@@ -480,6 +485,7 @@ pub fn write_body(out: &mut Vec<u8>, event: &Event) {
             write_opt_long(out, e.on_failure.map(|mode| mode.index() as i64));
             write_opt_long(out, e.overage_rate);
             write_opt_long(out, e.overage_window.map(|w| w.index() as i64));
+            write_opt_long(out, e.violation.map(|v| v.index() as i64));
         }
         Event::Adjustment(e) => write_adjustment(out, e),
     }

@@ -47,6 +47,7 @@ const SCHEMA_FILES: &[(&str, EventType, bool, &str)] = &[
     ("history/PolicyEvent.v4.avsc", EventType::PolicyEvent, false, include_str!("../avro/history/PolicyEvent.v4.avsc")),
     ("history/PolicyEvent.v5.avsc", EventType::PolicyEvent, false, include_str!("../avro/history/PolicyEvent.v5.avsc")),
     ("history/PolicyEvent.v6.avsc", EventType::PolicyEvent, false, include_str!("../avro/history/PolicyEvent.v6.avsc")),
+    ("history/PolicyEvent.v7.avsc", EventType::PolicyEvent, false, include_str!("../avro/history/PolicyEvent.v7.avsc")),
     (
         "history/ReservationEvent.v1.avsc",
         EventType::ReservationEvent,

@@ -185,6 +185,12 @@ pub struct PolicyEvent {
     /// The period `overage_rate` is counted per (schema v7, as `overage_rate`).
     #[serde(default)]
     pub overage_window: Option<Window>,
+    /// Set, the policy is a gauge quota (schema v8; absent before): its metric's usage events carry the tenant's
+    /// current level, the latest by event time, and while the level is above the effective limit the hook refuses
+    /// what the violation covers of the tenant's requests, of every metric (issue 36 item 4, after HBase's space
+    /// quotas). Validation takes it on HARD or SHADOW policies of TENANT scope with a window of consumption.
+    #[serde(default)]
+    pub violation: Option<Violation>,
 }
 
 impl PolicyEvent {
@@ -199,6 +205,12 @@ impl PolicyEvent {
     /// (issue 36 item 6, the design's `overage_policy: throttle`).
     pub fn overage_throttle(&self) -> Option<(i64, Window)> {
         self.overage_rate.zip(self.overage_window)
+    }
+
+    /// Whether it is a gauge quota ([`PolicyEvent::violation`]): it limits a level, not consumption in a window, so
+    /// nothing that sums a window's consumption (the hook's quotas, reconcile's windows, billing) takes it.
+    pub fn is_gauge(&self) -> bool {
+        self.violation.is_some()
     }
 
     /// The time zone of its calendar windows: `time_zone`, UTC when it has none. A name the IANA database does not
@@ -361,6 +373,29 @@ avro_enum!(
     /// takes it.
     OnFailure { CLOSED, OPEN }
 );
+avro_enum!(
+    /// What a gauge quota over its limit refuses until its level drops back (PolicyEvent v8), as HBase's space quota
+    /// violation policies: NO_INSERTS refuses inserts; NO_WRITES everything but reads and deletes; DISABLE everything.
+    Violation { NO_INSERTS, NO_WRITES, DISABLE }
+);
+
+impl Violation {
+    /// Whether it refuses a request of `operation`. A request that names no operation is refused by every
+    /// violation: a gauge's owner set it to stop writes, and a caller that does not say what it does may be writing.
+    pub fn refuses(self, operation: Option<Operation>) -> bool {
+        match (self, operation) {
+            (Violation::DISABLE, _) | (_, None) => true,
+            (Violation::NO_INSERTS, Some(op)) => op == Operation::insert,
+            (Violation::NO_WRITES, Some(op)) => !matches!(op, Operation::read | Operation::delete),
+        }
+    }
+}
+
+avro_enum!(
+    /// What a request does, as a service names it on a check (`operation`): what a gauge's violation refuses by.
+    Operation { insert, update, delete, read }
+);
+
 avro_enum!(
     /// What reconcile found.
     AdjustmentKind { CONFLICTING_DUPLICATE, RESERVATION_EXPIRED, REFUSED_TRANSITION, OVERSHOOT, SHADOW_OVER_LIMIT, LATE_USAGE }

@@ -232,6 +232,7 @@ fn validate_policy(e: &PolicyEvent) -> Result<(), Invalid> {
         check_time_zone(time_zone)?;
     }
     check_overage(e)?;
+    check_gauge(e)?;
     opt_actor(&e.actor)
 }
 
@@ -255,6 +256,27 @@ fn check_overage(e: &PolicyEvent) -> Result<(), Invalid> {
     }
     if e.burst.is_some() || e.window == Window::CONCURRENT {
         return Err(inconsistent("a throttled overage is for quotas, not throttles or CONCURRENT policies"));
+    }
+    Ok(())
+}
+
+/// A gauge quota (PolicyEvent v8): a level per tenant, judged HARD (refused) or SHADOW (reported), over windows of
+/// consumption reconcile reports time over the limit in. A SOFT gauge would bill a level as if it were consumption; a
+/// SUBJECT gauge would need a level per subject, which services report per tenant (the bytes an organization stores);
+/// a throttle, a throttled overage or a CONCURRENT policy limits something else than a level.
+fn check_gauge(e: &PolicyEvent) -> Result<(), Invalid> {
+    if e.violation.is_none() {
+        return Ok(());
+    }
+    let inconsistent = |message: &str| Invalid::Inconsistent { field: "violation", message: message.to_string() };
+    if e.enforcement == Enforcement::SOFT {
+        return Err(inconsistent("a gauge quota is HARD or SHADOW (a level is not billed as consumption)"));
+    }
+    if e.scope != Scope::TENANT {
+        return Err(inconsistent("a gauge quota limits the tenant's level: its scope is TENANT"));
+    }
+    if e.burst.is_some() || e.overage_rate.is_some() || e.window == Window::CONCURRENT {
+        return Err(inconsistent("a gauge quota is not a throttle, a throttled overage or a CONCURRENT policy"));
     }
     Ok(())
 }

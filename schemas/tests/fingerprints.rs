@@ -16,13 +16,14 @@ use schemas::{Catalog, Event, EventType, Header, Timestamp, UsageEvent};
 /// CONCURRENT window) and ReservationEvent v2 (RENEW, `fencing_token`) with fastavro's `fingerprint` (its bytes in
 /// the order written, read here as a little-endian number), which also gave the other thirteen. PolicyEvent v6
 /// (`on_failure`) with fastavro 1.13's `fingerprint`, which also gave v5 as listed; v7 (`overage_rate`,
-/// `overage_window`) with the same, which also gave v6 as listed before.
-const PUBLISHED: [(&str, u64); 17] = [
+/// `overage_window`) with the same, which also gave v6 as listed before; v8 (`violation`) with fastavro 1.12's, which
+/// also gave v7 as listed before.
+const PUBLISHED: [(&str, u64); 18] = [
     ("UsageEvent.avsc", 0xa81167332c60b12c),
     ("DecisionEvent.avsc", 0x35d1d46f0f097cef),
     ("ReservationEvent.avsc", 0x348acb0137d9671f),
     ("GrantEvent.avsc", 0x015acf770103b649),
-    ("PolicyEvent.avsc", 0xab324664005bd5a3),
+    ("PolicyEvent.avsc", 0x1502546fb0c9e0e6),
     ("AdjustmentEvent.avsc", 0x2f17b563bd4eaf25),
     ("history/UsageEvent.v1.avsc", 0x8860840d2e402f4b),
     ("history/DecisionEvent.v1.avsc", 0x0b29ffbeda815cef),
@@ -32,6 +33,7 @@ const PUBLISHED: [(&str, u64); 17] = [
     ("history/PolicyEvent.v4.avsc", 0x65e0708fc5a46396),
     ("history/PolicyEvent.v5.avsc", 0xec5e9100c961183e),
     ("history/PolicyEvent.v6.avsc", 0x4c21fb37c2942c58),
+    ("history/PolicyEvent.v7.avsc", 0xab324664005bd5a3),
     ("history/ReservationEvent.v1.avsc", 0x77c5cb05e89c39c6),
     ("history/GrantEvent.v1.avsc", 0x37b6d2cc1e5b52f5),
     ("history/AdjustmentEvent.v1.avsc", 0x67c71f7cf397d05e),

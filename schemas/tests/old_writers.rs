@@ -237,6 +237,7 @@ fn policy_v1_single_object_decodes_to_a_quota() {
         on_failure: None,
         overage_rate: None,
         overage_window: None,
+        violation: None,
     };
     assert_eq!(decoded, Decoded { event: Event::Policy(expected), writer_fingerprint: v1.fingerprint });
 }
@@ -379,6 +380,7 @@ fn policy_v2_and_grant_v1_decode_with_no_actor() {
         on_failure: None,
         overage_rate: None,
         overage_window: None,
+        violation: None,
     };
     assert_eq!(decoded.event, Event::Policy(expected));
     let grant = message(
@@ -463,6 +465,7 @@ fn policy_v3_decodes_with_no_time_zone() {
         on_failure: None,
         overage_rate: None,
         overage_window: None,
+        violation: None,
     });
     let decoded = catalog.decode_single_object(&message, Some(EventType::PolicyEvent)).expect("v3 decodes");
     assert_eq!(decoded, Decoded { event: expected.clone(), writer_fingerprint: v3.fingerprint });

@@ -95,6 +95,7 @@ fn samples() -> Vec<Event> {
             on_failure: None,
             overage_rate: Some(10),
             overage_window: Some(Window::MINUTE),
+            violation: None,
         }),
         Event::Adjustment(AdjustmentEvent {
             header: header("a-1"),

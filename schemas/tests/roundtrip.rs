@@ -182,6 +182,7 @@ fn policy() -> impl Strategy<Value = Event> {
                     on_failure,
                     overage_rate: overage.map(|o| o.0),
                     overage_window: overage.map(|o| o.1),
+                    violation: None,
                 })
             },
         )

@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use control::{GrantChange, PolicyChange, Recorded, Refused};
 use ledger::Ledger;
 use ledger::shards::ShardDir;
-use schemas::{Enforcement, Event, OnFailure, Scope, Timestamp, Window};
+use schemas::{Enforcement, Event, OnFailure, Scope, Timestamp, Violation, Window};
 use serde::Deserialize;
 
 use crate::answer::error;
@@ -135,6 +135,8 @@ pub(crate) struct PolicyBody {
     on_failure: Option<OnFailure>,
     /// A HARD quota's throttled overage: beyond the limit, `rate` units per `window`; none is a wall.
     overage_throttle: Option<OverageThrottle>,
+    /// A gauge quota: what it refuses while the tenant's level is above the limit (NO_INSERTS, NO_WRITES, DISABLE).
+    violation: Option<Violation>,
     reason: String,
 }
 
@@ -238,6 +240,7 @@ pub(crate) async fn policies(
         time_zone: body.time_zone,
         on_failure: body.on_failure,
         overage: body.overage_throttle.map(|o| (o.rate, o.window)),
+        violation: body.violation,
         actor,
         reason: body.reason,
         source: "serve /v1/admin/policies".into(),

@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use control::{PolicyChange, Recorded};
 use ledger::Ledger;
-use schemas::{Enforcement, Event, OnFailure, PolicyEvent, Scope, Timestamp, Window};
+use schemas::{Enforcement, Event, OnFailure, PolicyEvent, Scope, Timestamp, Violation, Window};
 
 #[derive(Debug, Subcommand)]
 pub enum PolicyCommand {
@@ -75,6 +75,12 @@ pub struct PolicyArgs {
     /// the limit is a wall (HARD rejects, SOFT bills).
     #[arg(long, value_name = "RATE/WINDOW", value_parser = parse_overage)]
     overage_throttle: Option<(i64, Window)>,
+    /// Makes the policy a gauge quota (the metric's usage events report the tenant's current level, e.g.
+    /// storage_bytes): while the level is above the limit, the tenant's requests of every metric are refused as the
+    /// violation says: NO_INSERTS (operation insert, or none named), NO_WRITES (all but read and delete) or DISABLE
+    /// (all). HARD or SHADOW, TENANT scope.
+    #[arg(long, value_parser = parse_symbol::<Violation>)]
+    violation: Option<Violation>,
     /// HARD (deny), SOFT (bill the excess) or SHADOW (only report).
     #[arg(long, value_parser = parse_symbol::<Enforcement>)]
     enforcement: Enforcement,
@@ -151,7 +157,7 @@ macro_rules! symbol_of {
         }
     )+};
 }
-symbol_of!(Window, Enforcement, Scope, OnFailure);
+symbol_of!(Window, Enforcement, Scope, OnFailure, Violation);
 
 pub fn run(store: &super::Store, command: PolicyCommand) -> anyhow::Result<ExitCode> {
     match command {
@@ -184,6 +190,7 @@ fn set(store: &super::Store, tenant: String, args: PolicyArgs, source: &str) -> 
         time_zone: args.time_zone,
         on_failure: args.on_failure,
         overage: args.overage_throttle,
+        violation: args.violation,
         actor: args.actor,
         reason: args.reason,
         source: source.into(),
@@ -204,6 +211,10 @@ fn set(store: &super::Store, tenant: String, args: PolicyArgs, source: &str) -> 
         let overage = event.overage_throttle().map_or(String::new(), |(rate, per)| {
             format!(", beyond it {rate} per {} (throttled overage)", per.symbol())
         });
+        let overage = match event.violation {
+            Some(violation) => format!("{overage}, a gauge: over it {}", violation.symbol()),
+            None => overage,
+        };
         writeln!(
             super::stdout(),
             "policy {policy_id} version {version} of {tenant}: {limit} {} per {}{zone} ({}{overage}), effective from {effective_from}; {written}",
@@ -301,6 +312,9 @@ impl<'a> From<&'a PolicyEvent> for PolicyRow<'a> {
 
 /// A policy's overage handling in the design's words: what happens to consumption beyond the limit.
 fn overage_policy(p: &PolicyEvent) -> String {
+    if let Some(violation) = p.violation {
+        return format!("GAUGE {}", violation.symbol());
+    }
     match (p.overage_throttle(), p.enforcement) {
         (Some((rate, window)), _) => format!("THROTTLE {rate}/{}", window.symbol()),
         (None, Enforcement::HARD) => "REJECT".into(),

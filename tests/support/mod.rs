@@ -342,6 +342,7 @@ pub fn hard_daily(event_id: &str, tenant: &str, limit: i64) -> PolicyEvent {
         on_failure: None,
         overage_rate: None,
         overage_window: None,
+        violation: None,
     }
 }
 
@@ -448,6 +449,7 @@ pub fn sample_event(event_type: EventType, event_id: &str) -> Event {
             on_failure: None,
             overage_rate: None,
             overage_window: None,
+            violation: None,
         }),
         EventType::AdjustmentEvent => unreachable!("adjustments are not an input topic"),
     }

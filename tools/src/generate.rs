@@ -294,6 +294,7 @@ impl Generator {
             on_failure: None,
             overage_rate: None,
             overage_window: None,
+            violation: None,
         })
     }
 

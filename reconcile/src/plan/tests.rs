@@ -68,6 +68,7 @@ fn hard_daily_limit(limit: i64) -> Event {
         on_failure: None,
         overage_rate: None,
         overage_window: None,
+        violation: None,
     })
 }
 

@@ -665,6 +665,7 @@ mod tests {
             on_failure: None,
             overage_rate: None,
             overage_window: None,
+            violation: None,
         }
     }
 

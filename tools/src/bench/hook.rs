@@ -208,6 +208,7 @@ fn policy_event() -> Event {
         on_failure: None,
         overage_rate: None,
         overage_window: None,
+        violation: None,
     })
 }
 

@@ -117,6 +117,7 @@ fn demo_policy(month: Period, tenant: &str, metric: &str, id: &str, rule: (i64, 
         on_failure: None,
         overage_rate: None,
         overage_window: None,
+        violation: None,
     })
 }
 
