@@ -851,3 +851,53 @@ fn audit_answers_show_control_characters_escaped() {
     assert!(timeline.contains("org-9-daily\\nRequest"), "{timeline}");
     assert!(!timeline.lines().any(|line| line.starts_with("Request req-81f3")), "{timeline}");
 }
+
+// Issue 36 item 4: a denial by a gauge quota (storage_bytes, NO_INSERTS) of a request of another metric is explained
+// by the gauge: its policy found under its own metric, the level against the limit, what the violation refuses, and
+// no window consumption or reset time that would mislead.
+#[test]
+fn why_explains_a_gauge_quota_denial() {
+    let test = TestLedger::new();
+    let Event::Policy(storage) =
+        quota_v1("storage-v1", "org-1", "storage_bytes", 1_000, (Scope::TENANT, Window::DAY, Enforcement::HARD))
+    else {
+        unreachable!()
+    };
+    let gauge = PolicyEvent { policy_id: "storage".into(), violation: Some(Violation::NO_INSERTS), ..storage };
+    let Event::Decision(denial) = decision_of_org_1("d-g", "req-g", "2026-11-10T10:05:00Z", 1, (1_000, 1_500)) else {
+        unreachable!()
+    };
+    let denial = DecisionEvent {
+        policy_id: Some("storage".into()),
+        window_start: Some(at("2026-11-10T00:00:00Z")),
+        window_end: Some(at("2026-11-11T00:00:00Z")),
+        remaining: Some(0),
+        ..denial
+    };
+    let level = Event::Usage(UsageEvent {
+        header: header("level-1", "2026-11-10T09:00:00Z", "org-1", "storage_bytes"),
+        quantity: 1_500,
+        request_id: None,
+        attributes: Default::default(),
+    });
+    ingest_in_order(&test, vec![Event::Policy(gauge), level, Event::Decision(denial)]);
+    let why = test.run(&["audit", "why", "req-g", "--json"]).success().json();
+    let policy = &why["policy"];
+    assert_eq!(
+        (policy["policy_id"].as_str(), policy["violation"].as_str(), policy["gauge_metric"].as_str()),
+        (Some("storage"), Some("NO_INSERTS"), Some("storage_bytes")),
+        "{why}"
+    );
+    assert_eq!(why["resets_at"], serde_json::Value::Null, "a level does not reset with its window: {why}");
+    let words = test.run(&["audit", "why", "req-g"]).success().stdout_text();
+    for expected in [
+        "a gauge quota: the tenant's level of storage_bytes (the latest it reported) at most 1000",
+        "NO_INSERTS: inserts are refused (and requests that name no operation)",
+        "Level of storage_bytes at decision time: 1500, above the limit of 1000.",
+        "so the request was refused",
+        "Consumption: not what decided",
+    ] {
+        assert!(words.contains(expected), "{expected:?} missing from:\n{words}");
+    }
+    assert!(!words.contains("The window resets at"), "{words}");
+}

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use schemas::{DecisionEvent, Outcome, Reason, ReservationAction, Scope, Timestamp};
+use schemas::{DecisionEvent, Operation, Outcome, PolicyEvent, Reason, ReservationAction, Scope, Timestamp, Violation};
 use serde::{Deserialize, Serialize};
 
 /// `check(tenant, subject, metric, amount, idempotency_key, request_id)`.
@@ -18,6 +18,10 @@ pub struct CheckRequest {
     pub idempotency_key: String,
     #[serde(default)]
     pub request_id: Option<String>,
+    /// What the request does (`insert`, `update`, `delete`, `read`): what a gauge quota over its limit refuses by.
+    /// None is refused by every violation, as a write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation: Option<Operation>,
 }
 
 /// `check` of several metrics at once (issue 36, item 2): every policy of every metric is evaluated before any is
@@ -37,6 +41,9 @@ pub struct CheckAmountsRequest {
     /// The request id every DecisionEvent and UsageEvent of the request shares (the key without it).
     #[serde(default)]
     pub request_id: Option<String>,
+    /// What the request does, as [`CheckRequest::operation`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation: Option<Operation>,
 }
 
 /// Metrics one request may name at most: each costs a decision and a usage event in the group's transaction, and
@@ -89,6 +96,9 @@ pub struct ReserveAmountsRequest {
     /// The request id every DecisionEvent and ReservationEvent of the request shares (the key without it).
     #[serde(default)]
     pub request_id: Option<String>,
+    /// What the request does, as [`CheckRequest::operation`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation: Option<Operation>,
 }
 
 impl ReserveAmountsRequest {
@@ -100,6 +110,7 @@ impl ReserveAmountsRequest {
             amounts: self.amounts.clone(),
             idempotency_key: self.idempotency_key.clone(),
             request_id: self.request_id.clone(),
+            operation: self.operation,
         }
     }
 }
@@ -118,6 +129,9 @@ pub struct ReserveRequest {
     pub idempotency_key: String,
     #[serde(default)]
     pub request_id: Option<String>,
+    /// What the request does, as [`CheckRequest::operation`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation: Option<Operation>,
 }
 
 /// `acquire(tenant, subject, metric, ttl, idempotency_key)` of a lease (issue 36 item 1): one slot of every CONCURRENT
@@ -210,7 +224,7 @@ pub struct Decision {
     pub used_before: Option<i64>,
     pub remaining: Option<i64>,
     pub window_start: Option<Timestamp>,
-    /// When the deciding window resets (its end).
+    /// When the deciding window resets (its end); none for a gauge quota, whose level drops when its owner frees it.
     pub resets_at: Option<Timestamp>,
     pub retry_after_ms: Option<i64>,
     pub decided_at: Timestamp,
@@ -225,6 +239,9 @@ pub struct Decision {
     /// ([`CheckAmountsRequest`]); empty for a request of one metric.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub amounts: BTreeMap<String, i64>,
+    /// A gauge quota decided: what it refuses while its level is above the limit (`used_before` is the level).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub violation: Option<Violation>,
 }
 
 impl Decision {
@@ -233,8 +250,11 @@ impl Decision {
         self.outcome == Outcome::ALLOWED
     }
 
-    /// The decision a DecisionEvent records; `scope` is its deciding policy's, which the event does not hold.
-    pub(crate) fn of_event(event: &DecisionEvent, scope: Option<Scope>, replayed: bool) -> Decision {
+    /// The decision a DecisionEvent records; `deciding` is its deciding policy, whose scope and violation the event
+    /// does not hold.
+    pub(crate) fn of_event(event: &DecisionEvent, deciding: Option<&PolicyEvent>, replayed: bool) -> Decision {
+        let violation = deciding.and_then(|p| p.violation);
+        let resets_at = event.reason.resets_at(event.header.occurred_at, event.window_end, event.retry_after_ms);
         Decision {
             decision_id: event.header.event_id.clone(),
             request_id: event.request_id.clone(),
@@ -245,20 +265,21 @@ impl Decision {
             subject: event.header.subject.clone(),
             metric: event.header.metric.clone(),
             amount: event.amount,
-            scope,
+            scope: deciding.map(|p| p.scope),
             policy_id: event.policy_id.clone(),
             policy_version: event.policy_version,
             limit: event.limit,
             used_before: event.used_before,
             remaining: event.remaining,
             window_start: event.window_start,
-            resets_at: event.reason.resets_at(event.header.occurred_at, event.window_end, event.retry_after_ms),
+            resets_at: resets_at.filter(|_| violation.is_none()),
             retry_after_ms: event.retry_after_ms,
             decided_at: event.header.occurred_at,
             reservation_id: None,
             lease: None,
             replayed,
             amounts: BTreeMap::new(),
+            violation,
         }
     }
 }

@@ -12,6 +12,11 @@
 //! effective limit takes tokens from its overage bucket (`crate::buckets`), and when the bucket lacks them the quota
 //! waits as a throttle does (RATE_LIMITED, retry when they refill). Only an ask larger than the whole bucket is
 //! QUOTA_EXCEEDED: no wait lets it through before the window resets.
+//!
+//! A gauge quota (PolicyEvent v8, issue 36 item 4) judges no consumption: while its tenant's level of its metric is
+//! above its effective limit, it refuses every request of the tenant, of any metric, whose operation its violation
+//! covers (QUOTA_EXCEEDED; a SHADOW gauge only says SHADOW_DENIED). It is never the policy reported with an allowed
+//! request: its room is a level's, not the request's metric's.
 
 use rules::overshoot;
 use rules::policy::Applicable;
@@ -28,12 +33,19 @@ pub struct Ask<'a> {
     pub subject: Option<&'a str>,
     pub metric: &'a str,
     pub amount: i64,
+    /// What the request does, when the service says: what a gauge's violation refuses by.
+    pub operation: Option<Operation>,
 }
 
 impl<'a> Ask<'a> {
-    /// An ask of `amount` of `metric` for `tenant` (and `subject`).
+    /// An ask of `amount` of `metric` for `tenant` (and `subject`), naming no operation.
     pub fn new(tenant: &'a str, subject: Option<&'a str>, metric: &'a str, amount: i64) -> Ask<'a> {
-        Ask { tenant, subject, metric, amount }
+        Ask { tenant, subject, metric, amount, operation: None }
+    }
+
+    /// The same ask, doing `operation`.
+    pub fn doing(self, operation: Option<Operation>) -> Ask<'a> {
+        Ask { operation, ..self }
     }
 }
 
@@ -90,10 +102,40 @@ pub struct Verdict {
     pub deciding: Option<Evaluated>,
 }
 
-/// Evaluates every policy applicable to the ask at `now`.
+/// Evaluates every policy applicable to the ask at `now`, and every gauge quota of its tenant.
 pub fn evaluate(state: &State, buckets: &Buckets, ask: &Ask<'_>, now: Timestamp) -> Vec<Evaluated> {
     let applicable = state.policies.applicable(ask.tenant, ask.metric, now);
-    applicable.iter().map(|a| evaluate_one(state, buckets, ask, a, now)).collect()
+    let mut evaluated: Vec<Evaluated> = applicable.iter().map(|a| evaluate_one(state, buckets, ask, a, now)).collect();
+    evaluated.extend(evaluate_gauges(state, ask, now));
+    evaluated
+}
+
+/// Evaluates the gauge quotas in force for the ask's tenant at `now`: one does not fit while the tenant's level of its
+/// metric is above its effective limit (its limit plus the grants of that metric overlapping its window) and its
+/// violation refuses the ask's operation. A level never reported is 0.
+pub fn evaluate_gauges(state: &State, ask: &Ask<'_>, now: Timestamp) -> Vec<Evaluated> {
+    let gauges = state.policies.gauges(ask.tenant, now);
+    gauges
+        .iter()
+        .map(|g| {
+            let metric = &g.policy.header.metric;
+            let grants = state.grants.get(&(ask.tenant.to_string(), metric.clone())).map_or(&[][..], Vec::as_slice);
+            let limit =
+                overshoot::effective_limit(g.policy.limit, Scope::TENANT, None, grants, g.window_start, g.window_end);
+            let level = state.level(ask.tenant, metric).map_or(0, |(_, level)| level);
+            let refuses = g.policy.violation.is_some_and(|v| v.refuses(ask.operation));
+            Evaluated {
+                policy: g.policy.clone(),
+                window_start: g.window_start,
+                window_end: g.window_end,
+                limit,
+                used_before: level,
+                fits: level <= limit || !refuses,
+                retry_after_ms: None,
+                overage: None,
+            }
+        })
+        .collect()
 }
 
 fn evaluate_one(state: &State, buckets: &Buckets, ask: &Ask<'_>, a: &Applicable<'_>, now: Timestamp) -> Evaluated {
@@ -262,7 +304,7 @@ pub fn decide(evaluated: Vec<Evaluated>) -> Verdict {
     let reason = if evaluated.is_empty() { Reason::NO_POLICY } else { Reason::WITHIN_LIMIT };
     let tightest = evaluated
         .into_iter()
-        .filter(|e| e.policy.enforcement == Enforcement::HARD)
+        .filter(|e| e.policy.enforcement == Enforcement::HARD && !e.policy.is_gauge())
         .min_by_key(|e| (e.remaining_before(), e.policy.policy_id.clone()));
     Verdict { outcome: Outcome::ALLOWED, reason, deciding: tightest }
 }

@@ -688,6 +688,7 @@ mod tests {
             amount,
             idempotency_key: format!("k-{amount}"),
             request_id: None,
+            operation: None,
         };
         assert!(hook.check(ask(1)).unwrap().allowed());
         assert_eq!(hook.waiting.load(Ordering::Relaxed), 0);
@@ -724,6 +725,7 @@ mod tests {
                 amount: 1,
                 idempotency_key: format!("k-{n}"),
                 request_id: None,
+                operation: None,
             };
             assert!(hook.check(request).unwrap().allowed());
         }

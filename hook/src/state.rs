@@ -263,8 +263,14 @@ pub struct State {
     /// The time zones whose calendars the counters keep windows of: UTC first, then every zone a policy named.
     zones: Vec<Tz>,
     /// Whether a policy folded named a zone `zones` did not hold: the consumption folded before it is in none of
-    /// that zone's windows, so the state must be rebuilt from the ledger.
+    /// that zone's windows, so the state must be rebuilt from the ledger. Also set when a policy makes a metric a
+    /// gauge that no gauge named before: the levels of that metric folded before it were not kept.
     missing_zones: bool,
+    /// The metrics a gauge quota names (of any tenant): their usage events are levels, kept in `levels`.
+    gauge_metrics: BTreeSet<String>,
+    /// The level of each gauge metric per (tenant, metric): the quantity of its latest usage event by event time, and
+    /// that time. Of two at the same instant, the one folded later.
+    levels: HashMap<(String, String), (Timestamp, i64)>,
 }
 
 impl Default for State {
@@ -282,6 +288,8 @@ impl Default for State {
             pruned_before: i64::MIN,
             zones: vec![Tz::UTC],
             missing_zones: false,
+            gauge_metrics: BTreeSet::new(),
+            levels: HashMap::new(),
         }
     }
 }
@@ -295,9 +303,10 @@ fn entry_of<'m, V: Default>(map: &'m mut FxHashMap<String, V>, key: &str) -> &'m
 }
 
 impl State {
-    /// An empty state that counts windows in UTC and in each of `zones` (the zones recorded policies name).
-    pub fn with_zones(zones: impl IntoIterator<Item = Tz>) -> State {
-        let mut state = State::default();
+    /// An empty state that counts windows in UTC and in each of `zones` (the zones recorded policies name), and keeps
+    /// the levels of `gauge_metrics` (the metrics recorded gauge quotas name).
+    pub fn with_zones(zones: impl IntoIterator<Item = Tz>, gauge_metrics: impl IntoIterator<Item = String>) -> State {
+        let mut state = State { gauge_metrics: gauge_metrics.into_iter().collect(), ..State::default() };
         for zone in zones {
             if !state.zones.contains(&zone) {
                 state.zones.push(zone);
@@ -339,6 +348,9 @@ impl State {
         debug_assert!(seq > self.watermark, "entries are folded in ledger order");
         self.watermark = seq;
         match event {
+            Event::Usage(u) if self.gauge_metrics.contains(&u.header.metric) => {
+                self.note_level(&u.header.tenant, &u.header.metric, u.header.occurred_at, u.quantity)
+            }
             Event::Usage(u) => self.consume(&u.header, u.quantity),
             Event::Reservation(r) => self.fold_reservation(seq, r, false, now),
             Event::Grant(g) => {
@@ -348,6 +360,9 @@ impl State {
                 let zone = p.zone();
                 if !self.zones.contains(&zone) {
                     self.zones.push(zone);
+                    self.missing_zones = true;
+                }
+                if p.is_gauge() && self.gauge_metrics.insert(p.header.metric.clone()) {
                     self.missing_zones = true;
                 }
                 let mut policies = self.policies.policies().to_vec();
@@ -639,6 +654,24 @@ impl State {
             "expire(now) ran before asking what is held at {now:?}"
         );
         self.counters(tenant, whose, metric).map_or(0, |c| c.held)
+    }
+
+    /// The metrics whose usage events are levels (a gauge quota names them), whose levels are kept.
+    pub fn gauge_metrics(&self) -> impl Iterator<Item = &String> {
+        self.gauge_metrics.iter()
+    }
+
+    /// Notes a report of `tenant`'s level of the gauge `metric` at `at`: it is the level unless a later one is known.
+    pub fn note_level(&mut self, tenant: &str, metric: &str, at: Timestamp, level: i64) {
+        let known = self.levels.entry((tenant.to_string(), metric.to_string())).or_insert((at, level));
+        if at >= known.0 {
+            *known = (at, level);
+        }
+    }
+
+    /// `tenant`'s level of the gauge `metric`, and when it was reported: none before any report.
+    pub fn level(&self, tenant: &str, metric: &str) -> Option<(Timestamp, i64)> {
+        self.levels.get(&(tenant.to_string(), metric.to_string())).copied()
     }
 
     /// The greatest fencing token a lease of `tenant`'s `metric` was granted with (0 when none was).
@@ -963,7 +996,7 @@ mod tests {
     fn consumption_is_counted_in_each_zones_windows() {
         let at = |text: &str| Timestamp::parse_rfc3339(text).unwrap();
         let new_york: Tz = "America/New_York".parse().unwrap();
-        let mut state = State::with_zones([new_york, Tz::UTC, new_york]);
+        let mut state = State::with_zones([new_york, Tz::UTC, new_york], Vec::<String>::new());
         assert_eq!(state.zones(), [Tz::UTC, new_york]);
         for (seq, t) in [(1, "2026-11-17T04:30:00Z"), (2, "2026-11-17T05:30:00Z")] {
             let usage = UsageEvent {

@@ -68,6 +68,7 @@ fn ask(key: &str, amount: i64) -> CheckRequest {
         amount,
         idempotency_key: key.into(),
         request_id: Some(format!("req-{key}")),
+        operation: None,
     }
 }
 
@@ -194,6 +195,7 @@ fn the_reservation_lifecycle() {
             ttl_ms,
             idempotency_key: key.into(),
             request_id: None,
+            operation: None,
         })
         .unwrap()
     };
@@ -328,6 +330,7 @@ fn a_group_the_ledger_refuses_is_taken_back() {
             ttl_ms: 600_000,
             idempotency_key: key.into(),
             request_id: None,
+            operation: None,
         })
     };
     assert!(hook.check(ask("k-1", 30)).unwrap().allowed());
@@ -597,6 +600,7 @@ fn closes_in_one_group_after_the_first_answer_it_again() {
                 ttl_ms: 600_000,
                 idempotency_key: format!("r-{round}"),
                 request_id: None,
+                operation: None,
             })
             .unwrap();
         let id = reserved.reservation_id.unwrap();
@@ -843,6 +847,7 @@ fn amounts(key: &str, requests: i64, tokens: i64) -> CheckAmountsRequest {
         amounts: [("requests".to_string(), requests), ("tokens".to_string(), tokens)].into(),
         idempotency_key: key.into(),
         request_id: Some(format!("req-{key}")),
+        operation: None,
     }
 }
 
@@ -892,8 +897,8 @@ fn several_metrics_in_one_request_are_all_or_nothing() {
 
 fn reserve_amounts(key: &str, requests: i64, tokens: i64) -> ReserveAmountsRequest {
     let asked = amounts(key, requests, tokens);
-    let CheckAmountsRequest { tenant, subject, amounts, idempotency_key, request_id } = asked;
-    ReserveAmountsRequest { tenant, subject, amounts, ttl_ms: 60_000, idempotency_key, request_id }
+    let CheckAmountsRequest { tenant, subject, amounts, idempotency_key, request_id, operation } = asked;
+    ReserveAmountsRequest { tenant, subject, amounts, ttl_ms: 60_000, idempotency_key, request_id, operation }
 }
 
 /// What the hook counts as held by open reservations of org-1's `metric` under its one policy.
@@ -1174,4 +1179,85 @@ fn a_check_of_several_metrics_fails_open_when_every_policy_is_open() {
     let made_open = sql_i64(&dir, "SELECT COUNT(*) FROM decision_events WHERE reason = 'FAIL_OPEN'");
     assert_eq!(made_open, 2, "a decision per metric, recorded once");
     assert_eq!(usage_recorded(&dir), 1 + 100 + 2 + 300 + 1, "k-1, k-2 on both metrics, k-5");
+}
+
+/// A report of org-1's (or `tenant`'s) level of storage_bytes at `at`, as a storage service sends it through ingest.
+fn level(event_id: &str, tenant: &str, at: Timestamp, bytes: i64) -> Event {
+    Event::Usage(UsageEvent {
+        header: Header {
+            event_id: event_id.into(),
+            occurred_at: at,
+            tenant: tenant.into(),
+            subject: None,
+            metric: "storage_bytes".into(),
+            source: "storage-service".into(),
+        },
+        quantity: bytes,
+        request_id: None,
+        attributes: Default::default(),
+    })
+}
+
+fn doing(request: CheckRequest, operation: Option<Operation>) -> CheckRequest {
+    CheckRequest { operation, ..request }
+}
+
+// Issue 36 item 4: a gauge quota (storage_bytes, NO_INSERTS) over its limit refuses the tenant's inserts of every
+// metric, and requests that name no operation, until its level drops back; reads, updates and deletes pass. The level is
+// the latest report by event time (a late report of an earlier level changes nothing), a gauge's own metric is not
+// checked, and a restart knows levels reported longer ago than the fold reaches.
+#[test]
+fn a_gauge_over_its_limit_refuses_what_its_violation_covers() {
+    let gauge = |p: Event| {
+        let Event::Policy(p) = of_metric(p, "storage_bytes") else { unreachable!() };
+        Event::Policy(PolicyEvent { violation: Some(Violation::NO_INSERTS), ..p })
+    };
+    let (dir, hook) = hook_with(vec![
+        policy("tokens-day", 100, Window::DAY, Enforcement::HARD, None),
+        plan_default(gauge(policy("storage", 1_000, Window::DAY, Enforcement::HARD, None))),
+    ]);
+    let insert = Some(Operation::insert);
+    assert!(hook.check(doing(ask("g-1", 1), insert)).unwrap().allowed(), "no level reported: 0");
+    let now = Timestamp::now();
+    append_as_ingest(&dir, vec![level("level-1", "org-1", now, 1_500)]);
+    let denied = hook.check(doing(ask("g-2", 1), insert)).unwrap();
+    assert_eq!(
+        (denied.outcome, denied.reason, denied.code),
+        (Outcome::DENIED, Reason::QUOTA_EXCEEDED, Code::QUOTA_EXCEEDED)
+    );
+    assert_eq!(
+        (denied.policy_id.as_deref(), denied.limit, denied.used_before, denied.violation),
+        (Some("storage"), Some(1_000), Some(1_500), Some(Violation::NO_INSERTS))
+    );
+    assert_eq!(denied.resets_at, None, "a level drops when storage is freed, not at a window's end");
+    assert!(!hook.check(doing(ask("g-3", 1), None)).unwrap().allowed(), "no operation named: refused as a write");
+    for (n, operation) in [Operation::read, Operation::update, Operation::delete].into_iter().enumerate() {
+        let allowed = hook.check(doing(ask(&format!("g-pass-{n}"), 1), Some(operation))).unwrap();
+        assert!(allowed.allowed(), "{operation} passes NO_INSERTS: {allowed:?}");
+        assert_eq!(allowed.policy_id.as_deref(), Some("tokens-day"), "an allowed request names its own metric's quota");
+    }
+    // Several metrics at once: refused as one, naming the gauge.
+    let several = hook.check_amounts(CheckAmountsRequest { operation: insert, ..amounts("g-4", 1, 1) }).unwrap();
+    assert!(!several.allowed());
+    assert_eq!(several.deciding().policy_id.as_deref(), Some("storage"));
+    // A late report of an earlier level is not the level.
+    append_as_ingest(&dir, vec![level("level-0", "org-1", Timestamp(now.micros() - 60_000_000), 10)]);
+    assert!(!hook.check(doing(ask("g-5", 1), insert)).unwrap().allowed(), "the latest level is still 1500");
+    append_as_ingest(&dir, vec![level("level-2", "org-1", Timestamp(now.micros() + 1), 900)]);
+    assert!(hook.check(doing(ask("g-6", 1), insert)).unwrap().allowed(), "back under its limit");
+    // The gauge's metric is reported, not checked.
+    let refused = hook.check(CheckRequest { metric: "storage_bytes".into(), ..ask("g-7", 1) }).unwrap_err();
+    assert!(matches!(refused, HookError::BadRequest { field: "metric", .. }), "{refused:?}");
+    // org-2 reported its level 40 days ago, beyond the month and a day a start folds: a restart still knows it.
+    let long_ago = Timestamp(now.micros() - 40 * 24 * 3_600 * 1_000_000);
+    append_as_ingest(&dir, vec![level("level-org-2", "org-2", long_ago, 5_000)]);
+    drop(hook);
+    let hook = Hook::start(dir.path().join("ledger.db"), HookSettings::default()).unwrap();
+    let org_2 = CheckRequest { tenant: "org-2".into(), ..doing(ask("g-8", 1), insert) };
+    let denied = hook.check(org_2).unwrap();
+    assert_eq!((denied.outcome, denied.used_before), (Outcome::DENIED, Some(5_000)));
+    assert!(
+        hook.check(doing(ask("g-9", 1), insert)).unwrap().allowed(),
+        "org-1's latest level, 900, after the restart"
+    );
 }

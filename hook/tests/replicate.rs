@@ -30,6 +30,7 @@ fn ask(key: &str) -> CheckRequest {
         amount: 1,
         idempotency_key: key.into(),
         request_id: None,
+        operation: None,
     }
 }
 

@@ -20,6 +20,7 @@ fn ask(tenant: &str, key: &str, amount: i64) -> CheckRequest {
         amount,
         idempotency_key: key.into(),
         request_id: None,
+        operation: None,
     }
 }
 
@@ -32,6 +33,7 @@ fn reserve(tenant: &str, key: &str, amount: i64) -> ReserveRequest {
         ttl_ms: 60_000,
         idempotency_key: key.into(),
         request_id: None,
+        operation: None,
     }
 }
 

@@ -66,6 +66,7 @@ fn ask(metric: &str, subject: Option<&str>, key: &str, amount: i64) -> CheckRequ
         amount,
         idempotency_key: key.into(),
         request_id: None,
+        operation: None,
     }
 }
 
@@ -78,6 +79,7 @@ fn reserve(metric: &str, key: &str, amount: i64) -> ReserveRequest {
         ttl_ms: 600_000,
         idempotency_key: key.into(),
         request_id: None,
+        operation: None,
     }
 }
 

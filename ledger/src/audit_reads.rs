@@ -127,7 +127,7 @@ impl Ledger {
     pub fn policy_versions(
         &self,
         policy_id: &str,
-        metric: &str,
+        metric: Option<&str>,
         tenant: &str,
         watermark: u64,
     ) -> Result<Vec<(u64, PolicyEvent)>, ReadError> {

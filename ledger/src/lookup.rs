@@ -29,6 +29,16 @@ const GREATEST_FENCING_TOKENS: &str = "SELECT e.tenant, e.metric, MAX(r.fencing_
          WHERE r.fencing_token IS NOT NULL AND r.action = 'RESERVE'
          GROUP BY e.tenant, e.metric";
 
+/// The latest recorded usage event of a metric per tenant, by event time (of two at the same instant the later
+/// entry): a gauge's level (PolicyEvent v8). Read at a hook's start, for levels reported longer ago than its fold
+/// reaches; the scan is of the metric's usage alone.
+const LATEST_LEVELS: &str = "SELECT tenant, occurred_at, quantity FROM (
+             SELECT e.tenant, e.occurred_at, u.quantity,
+                    ROW_NUMBER() OVER (PARTITION BY e.tenant ORDER BY e.occurred_at DESC, e.seq DESC) AS n
+             FROM usage_events u JOIN entries e ON e.seq = u.seq
+             WHERE e.metric = ? AND e.status = 'recorded' AND e.event_type = 'UsageEvent')
+         WHERE n = 1";
+
 /// One recorded event of a reservation_id, as judging a close reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReservationFacts {
@@ -68,6 +78,14 @@ impl Ledger {
     pub fn greatest_fencing_tokens(&self) -> Result<Vec<(String, String, i64)>, ReadError> {
         let mut statement = self.conn.prepare_cached(GREATEST_FENCING_TOKENS)?;
         let rows = statement.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// The level of the gauge `metric` each tenant last reported, as (tenant, event time, level): the quantity of its
+    /// latest usage event of the metric.
+    pub fn latest_levels(&self, metric: &str) -> Result<Vec<(String, Timestamp, i64)>, ReadError> {
+        let mut statement = self.conn.prepare_cached(LATEST_LEVELS)?;
+        let rows = statement.query_map([metric], |r| Ok((r.get(0)?, Timestamp(r.get(1)?), r.get(2)?)))?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 

@@ -5,8 +5,8 @@ use schemas::catalog::SINGLE_OBJECT_HEADER_BYTES;
 use schemas::validate::{AMOUNT_MAX, TIMESTAMP_MAX, TIMESTAMP_MIN};
 use schemas::{
     AdjustmentEvent, AdjustmentKind, Catalog, DecisionEvent, DecodeError, Enforcement, Event, EventType, GrantEvent,
-    Header, Invalid, MAX_MESSAGE_BYTES, Outcome, PolicyEvent, Reason, ReservationAction, ReservationEvent, Scope,
-    Timestamp, UsageEvent, Window,
+    Header, Invalid, MAX_MESSAGE_BYTES, Operation, Outcome, PolicyEvent, Reason, ReservationAction, ReservationEvent,
+    Scope, Timestamp, UsageEvent, Violation, Window,
 };
 
 fn at(rfc3339: &str) -> Timestamp {
@@ -512,4 +512,35 @@ fn unknown_time_zone() {
         let event = Event::Policy(PolicyEvent { time_zone: Some(name.into()), ..policy.clone() });
         assert!(schemas::validate::validate(&event).is_ok(), "{name}");
     }
+}
+
+// Proves that a gauge quota (PolicyEvent v8 `violation`) is refused as "inconsistent_fields" unless it is HARD or
+// SHADOW, of TENANT scope, over a window of consumption, and neither a throttle nor a throttled overage; and what each
+// violation refuses.
+#[test]
+fn a_gauge_quota_is_a_tenant_level_judged_hard_or_shadow() {
+    let Event::Policy(quota) = samples().remove(4) else { unreachable!("the fifth sample is the policy") };
+    let valid =
+        PolicyEvent { violation: Some(Violation::NO_WRITES), overage_rate: None, overage_window: None, ..quota };
+    assert!(schemas::validate::validate(&Event::Policy(valid.clone())).is_ok());
+    let shadow = PolicyEvent { enforcement: Enforcement::SHADOW, ..valid.clone() };
+    assert!(schemas::validate::validate(&Event::Policy(shadow)).is_ok());
+    let refusals: [(&str, Box<dyn Fn(&mut PolicyEvent)>); 5] = [
+        ("SOFT", Box::new(|p| p.enforcement = Enforcement::SOFT)),
+        ("SUBJECT", Box::new(|p| p.scope = Scope::SUBJECT)),
+        ("a throttle", Box::new(|p| p.burst = Some(5))),
+        ("CONCURRENT", Box::new(|p| p.window = Window::CONCURRENT)),
+        ("a throttled overage", Box::new(|p| (p.overage_rate, p.overage_window) = (Some(1), Some(Window::MINUTE)))),
+    ];
+    for (what, change) in refusals {
+        let mut policy = valid.clone();
+        change(&mut policy);
+        let e = schemas::validate::validate(&Event::Policy(policy)).unwrap_err();
+        assert_eq!(e.code(), "inconsistent_fields", "{what}: {e}");
+    }
+    use Operation::*;
+    let refused = |v: Violation| [None, Some(insert), Some(update), Some(delete), Some(read)].map(|op| v.refuses(op));
+    assert_eq!(refused(Violation::NO_INSERTS), [true, true, false, false, false]);
+    assert_eq!(refused(Violation::NO_WRITES), [true, true, true, false, false]);
+    assert_eq!(refused(Violation::DISABLE), [true, true, true, true, true]);
 }

@@ -9,7 +9,7 @@ use schemas::validate::{AMOUNT_MAX, TIMESTAMP_MAX, TIMESTAMP_MIN};
 use schemas::{
     AdjustmentEvent, AdjustmentKind, Catalog, DecisionEvent, DecodeError, Decoded, Enforcement, Event, GrantEvent,
     Header, OnFailure, Outcome, PolicyEvent, Reason, ReservationAction, ReservationEvent, Scope, Timestamp, UsageEvent,
-    Window,
+    Violation, Window,
 };
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -146,7 +146,13 @@ fn policy() -> impl Strategy<Value = Event> {
             &["UTC", "America/New_York", "Asia/Kolkata", "Europe/Berlin"][..],
         )),
         proptest::option::of(symbol_of(OnFailure::SYMBOLS, OnFailure::from_symbol)),
-        proptest::option::of((1..=AMOUNT_MAX, select(&[Window::MINUTE, Window::HOUR, Window::DAY, Window::MONTH][..]))),
+        (
+            proptest::option::of((
+                1..=AMOUNT_MAX,
+                select(&[Window::MINUTE, Window::HOUR, Window::DAY, Window::MONTH][..]),
+            )),
+            proptest::option::of(symbol_of(Violation::SYMBOLS, Violation::from_symbol)),
+        ),
     )
         .prop_map(
             |(
@@ -161,11 +167,18 @@ fn policy() -> impl Strategy<Value = Event> {
                 burst,
                 zone,
                 on_failure,
-                overage,
+                (overage, violation),
             )| {
                 // A throttled overage is valid on a HARD quota only.
                 let quota = enforcement == Enforcement::HARD && burst.is_none() && window != Window::CONCURRENT;
                 let overage = overage.filter(|_| quota);
+                // A gauge: HARD or SHADOW, TENANT scope, a window of consumption, nothing of a throttle.
+                let gauge = enforcement != Enforcement::SOFT
+                    && scope == Scope::TENANT
+                    && burst.is_none()
+                    && overage.is_none()
+                    && window != Window::CONCURRENT;
+                let violation = violation.filter(|_| gauge);
                 Event::Policy(PolicyEvent {
                     header,
                     policy_id,
@@ -182,7 +195,7 @@ fn policy() -> impl Strategy<Value = Event> {
                     on_failure,
                     overage_rate: overage.map(|o| o.0),
                     overage_window: overage.map(|o| o.1),
-                    violation: None,
+                    violation,
                 })
             },
         )
@@ -384,8 +397,8 @@ fn catalog_fingerprints_are_distinct_crc64_avro() {
     let schemas = catalog.schemas();
     assert_eq!(
         schemas.len(),
-        17,
-        "six current schemas; UsageEvent, DecisionEvent, PolicyEvent and AdjustmentEvent v1; PolicyEvent v2 to v6; GrantEvent and ReservationEvent v1"
+        18,
+        "six current schemas; UsageEvent, DecisionEvent, PolicyEvent and AdjustmentEvent v1; PolicyEvent v2 to v7; GrantEvent and ReservationEvent v1"
     );
     let mut seen = BTreeMap::new();
     for s in schemas {

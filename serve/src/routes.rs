@@ -17,7 +17,7 @@ use hook::{
     AcquireRequest, CheckAmountsRequest, CheckRequest, Decision, HookError, LeaseStep, ReserveAmountsRequest,
     ReserveRequest,
 };
-use schemas::ReservationAction;
+use schemas::{Operation, ReservationAction};
 use serde::Deserialize;
 
 use crate::BODY_LIMIT_BYTES;
@@ -346,6 +346,9 @@ struct CheckBody {
     idempotency_key: String,
     #[serde(default)]
     request_id: Option<String>,
+    /// What the request does: `insert`, `update`, `delete` or `read` (what a gauge quota over its limit refuses by).
+    #[serde(default)]
+    operation: Option<Operation>,
 }
 
 /// What a check body asks.
@@ -357,7 +360,7 @@ enum CheckAsked {
 impl CheckBody {
     /// The request it makes, or the 400 naming the fields at fault.
     fn asked(self) -> Result<CheckAsked, Box<Response>> {
-        let CheckBody { tenant, subject, metric, amount, amounts, idempotency_key, request_id } = self;
+        let CheckBody { tenant, subject, metric, amount, amounts, idempotency_key, request_id, operation } = self;
         let bad = |field: &str, message: &str| {
             let body = serde_json::json!({"error": "bad_request", "message": message, "field": field});
             Box::new((StatusCode::BAD_REQUEST, Json(body)).into_response())
@@ -368,12 +371,14 @@ impl CheckBody {
                 "amounts: give either `amounts` (several metrics) or `metric` and `amount` (one), not both",
             )),
             (Some(amounts), None, None) => {
-                Ok(CheckAsked::Several(CheckAmountsRequest { tenant, subject, amounts, idempotency_key, request_id }))
+                let request = CheckAmountsRequest { tenant, subject, amounts, idempotency_key, request_id, operation };
+                Ok(CheckAsked::Several(request))
             }
             (None, None, _) => Err(bad("metric", "metric: missing (or give `amounts` for several metrics)")),
             (None, Some(_), None) => Err(bad("amount", "amount: missing")),
             (None, Some(metric), Some(amount)) => {
-                Ok(CheckAsked::One(CheckRequest { tenant, subject, metric, amount, idempotency_key, request_id }))
+                let request = CheckRequest { tenant, subject, metric, amount, idempotency_key, request_id, operation };
+                Ok(CheckAsked::One(request))
             }
         }
     }
@@ -443,6 +448,9 @@ struct ReserveBody {
     idempotency_key: String,
     #[serde(default)]
     request_id: Option<String>,
+    /// As a check's.
+    #[serde(default)]
+    operation: Option<Operation>,
 }
 
 async fn reserve(
@@ -455,16 +463,33 @@ async fn reserve(
         Err(refused) => return *refused,
     };
     let partition = app.partition_of(&body.tenant);
-    let ReserveBody { tenant, subject, metric, amount, amounts, ttl_ms, idempotency_key, request_id } = body;
+    let ReserveBody { tenant, subject, metric, amount, amounts, ttl_ms, idempotency_key, request_id, operation } = body;
     // The same rules as a check's body: the check's own parse says which fields are wrong.
-    let asked = CheckBody { tenant, subject, metric, amount, amounts, idempotency_key, request_id }.asked();
+    let asked = CheckBody { tenant, subject, metric, amount, amounts, idempotency_key, request_id, operation }.asked();
     match asked {
-        Ok(CheckAsked::One(CheckRequest { tenant, subject, metric, amount, idempotency_key, request_id })) => {
-            let request = ReserveRequest { tenant, subject, metric, amount, ttl_ms, idempotency_key, request_id };
+        Ok(CheckAsked::One(CheckRequest {
+            tenant,
+            subject,
+            metric,
+            amount,
+            idempotency_key,
+            request_id,
+            operation,
+        })) => {
+            let request =
+                ReserveRequest { tenant, subject, metric, amount, ttl_ms, idempotency_key, request_id, operation };
             app.decided_for(partition, app.hook.reserve_async_as(request, &caller.name).await)
         }
-        Ok(CheckAsked::Several(CheckAmountsRequest { tenant, subject, amounts, idempotency_key, request_id })) => {
-            let request = ReserveAmountsRequest { tenant, subject, amounts, ttl_ms, idempotency_key, request_id };
+        Ok(CheckAsked::Several(CheckAmountsRequest {
+            tenant,
+            subject,
+            amounts,
+            idempotency_key,
+            request_id,
+            operation,
+        })) => {
+            let request =
+                ReserveAmountsRequest { tenant, subject, amounts, ttl_ms, idempotency_key, request_id, operation };
             app.several_decided(partition, app.hook.reserve_amounts_async(request, &caller.name).await)
         }
         Err(refused) => *refused,

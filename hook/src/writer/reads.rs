@@ -44,11 +44,11 @@ pub(super) fn read_decision(
         }
         _ => return Ok(Some(Recorded::Foreign)),
     };
-    let scope = event
-        .policy_id
-        .as_ref()
-        .and_then(|id| state.policies.policies().iter().find(|p| &p.policy_id == id).map(|p| p.scope));
-    let mut decision = Decision::of_event(&event, scope, true);
+    let deciding = event.policy_id.as_ref().and_then(|id| {
+        let versions = state.policies.policies().iter().filter(|p| &p.policy_id == id);
+        versions.clone().find(|p| Some(p.version) == event.policy_version).or_else(|| versions.last())
+    });
+    let mut decision = Decision::of_event(&event, deciding, true);
     decision.amounts = amounts_of_request(ledger, &event, decision_id)?;
     if decision.allowed() && decision_id.starts_with(ids::DECISION_PREFIX) {
         let reservation_id = ids::reservation_id(&decision_id[ids::DECISION_PREFIX.len()..], partition);
@@ -198,15 +198,31 @@ fn fold_after(ledger: &Ledger, state: &mut State, now: Timestamp, own: &[u64], f
     Ok(())
 }
 
+/// Notes in `state` the last level of each of its gauge metrics per tenant, however long ago it was reported: a
+/// gauge keeps its level until the next report, which may come monthly (the fold reads the last month and a day).
+fn load_levels(ledger: &Ledger, mut state: State) -> Result<State, ReadError> {
+    let metrics = state.gauge_metrics().cloned().collect::<Vec<_>>();
+    for metric in metrics {
+        for (tenant, at, level) in ledger.latest_levels(&metric)? {
+            state.note_level(&tenant, &metric, at, level);
+        }
+    }
+    Ok(state)
+}
+
 /// The state of a fresh process: the fold of the ledger's recent entries, counting the windows of every time zone
 /// a recorded policy names (read first: usage folded before its policy counts in that policy's windows too).
 pub(crate) fn load(ledger: &Ledger, now: Timestamp) -> Result<State, StartError> {
-    let zones: Vec<Tz> = ledger.policies()?.iter().map(PolicyEvent::zone).collect();
-    let mut state = State::with_zones(zones);
+    let policies = ledger.policies()?;
+    let zones: Vec<Tz> = policies.iter().map(PolicyEvent::zone).collect();
+    let gauges = policies.iter().filter(|p| p.is_gauge()).map(|p| p.header.metric.clone());
+    let mut state = load_levels(ledger, State::with_zones(zones, gauges))?;
     fold_after(ledger, &mut state, now, &[], Fold::AtStart)?;
     if state.is_missing_zones() {
-        // A policy naming another zone was recorded between the two reads: once more, knowing it.
-        state = State::with_zones(state.zones().to_vec());
+        // A policy naming another zone, or making another metric a gauge, was recorded between the two reads: once
+        // more, knowing it.
+        let gauges = state.gauge_metrics().cloned().collect::<Vec<_>>();
+        state = load_levels(ledger, State::with_zones(state.zones().to_vec(), gauges))?;
         fold_after(ledger, &mut state, now, &[], Fold::AtStart)?;
     }
     // Leases too old for the fold: the next one's token must still exceed theirs.

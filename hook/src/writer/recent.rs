@@ -105,6 +105,7 @@ mod tests {
             replayed: false,
             amounts: Default::default(),
             lease: None,
+            violation: None,
         }
     }
 

@@ -93,8 +93,23 @@ impl Writer {
             Kind::Check => Adding::Consumption(now),
             Kind::Reserve | Kind::Lease => Adding::Held,
         };
+        self.not_a_gauge(ask, now)?;
         self.has_room(ask, adding)?;
         Ok(Admitted::New { hash })
+    }
+
+    /// Refuses to decide consumption of a gauge's metric (a gauge quota of the tenant names it): its usage events
+    /// are levels, and the usage a check records would set the level to the amount asked.
+    fn not_a_gauge(&self, ask: &Ask<'_>, now: Timestamp) -> Result<(), HookError> {
+        if !self.state.policies.is_gauge(ask.tenant, ask.metric, now) {
+            return Ok(());
+        }
+        let message = format!(
+            "{:?} is a gauge of tenant {:?} (a gauge quota limits its level): its level is reported as a usage event \
+             carrying the current value, not checked; check the request's own metric with its operation",
+            ask.metric, ask.tenant
+        );
+        Err(HookError::BadRequest { field: "metric", message })
     }
 
     /// Whether a new request of `ask` fits: in the tenant's bound of counters, and in every sum it adds to.
@@ -131,7 +146,8 @@ impl Writer {
         events: &mut Vec<Event>,
     ) -> Result<Decision, HookError> {
         validate_token_name(token_name)?;
-        let ask = Ask::new(&request.tenant, request.subject.as_deref(), &request.metric, request.amount);
+        let ask = Ask::new(&request.tenant, request.subject.as_deref(), &request.metric, request.amount)
+            .doing(request.operation);
         let hash = match self.admit(&ask, &request.idempotency_key, request.request_id.as_deref(), Kind::Check, now)? {
             Admitted::New { hash } => hash,
             Admitted::Replayed(decision) => return Ok(*decision),
@@ -167,7 +183,8 @@ impl Writer {
     ) -> Result<Decision, HookError> {
         validate_token_name(token_name)?;
         validate_ttl(request.ttl_ms)?;
-        let ask = Ask::new(&request.tenant, request.subject.as_deref(), &request.metric, request.amount);
+        let ask = Ask::new(&request.tenant, request.subject.as_deref(), &request.metric, request.amount)
+            .doing(request.operation);
         let hash =
             match self.admit(&ask, &request.idempotency_key, request.request_id.as_deref(), Kind::Reserve, now)? {
                 Admitted::New { hash } => hash,
@@ -322,6 +339,10 @@ impl Writer {
             return Ok(replayed);
         }
         for ask in &asks {
+            self.not_a_gauge(ask, now).map_err(|e| match e {
+                HookError::BadRequest { message, .. } => HookError::BadRequest { field: "amounts", message },
+                other => other,
+            })?;
             self.has_room(ask, if ttl_ms.is_some() { Adding::Held } else { Adding::Consumption(now) })?;
         }
         let request_id = request.request_id.clone().unwrap_or_else(|| request.idempotency_key.clone());
@@ -656,7 +677,7 @@ fn record_decision(
         source: SOURCE.to_string(),
     };
     let event = decision_event(verdict, &header, asked, ask.amount, now);
-    let decision = Decision::of_event(&event, verdict.deciding.as_ref().map(|e| e.policy.scope), false);
+    let decision = Decision::of_event(&event, verdict.deciding.as_ref().map(|e| &e.policy), false);
     events.push(Event::Decision(event));
     (decision, header)
 }
@@ -725,8 +746,11 @@ fn validate_amounts(request: &CheckAmountsRequest) -> Result<Vec<Ask<'_>>, HookE
         return Err(HookError::BadRequest { field: "amounts", message });
     }
     let subject = request.subject.as_deref();
-    let asks: Vec<Ask<'_>> =
-        request.amounts.iter().map(|(metric, amount)| Ask::new(&request.tenant, subject, metric, *amount)).collect();
+    let asks: Vec<Ask<'_>> = request
+        .amounts
+        .iter()
+        .map(|(metric, amount)| Ask::new(&request.tenant, subject, metric, *amount).doing(request.operation))
+        .collect();
     for ask in &asks {
         validate_ask(ask, &request.idempotency_key, request.request_id.as_deref()).map_err(|e| match e {
             HookError::BadRequest { field: field @ ("metric" | "amount"), message } => {

@@ -168,6 +168,12 @@ fn policy_paragraph(w: &Why, out: &mut String) {
                 format!("tenant {}'s own", p.owner)
             };
             let rule = match p.burst {
+                None if w.by_gauge() => format!(
+                    "a gauge quota: the tenant's level of {} (the latest it reported) at most {}; while it is above, {}",
+                    p.gauge_metric.as_deref().unwrap_or(&d.metric),
+                    p.limit,
+                    violation_in_words(p.violation.as_deref())
+                ),
                 None if w.by_concurrency() => format!("at most {} leases of {} held at once", p.limit, d.metric),
                 None => match p.overage() {
                     Some((rate, per)) => format!(
@@ -217,11 +223,16 @@ fn policy_paragraph(w: &Why, out: &mut String) {
         }
     } else if let (Some(start), Some(end)) = (d.window_start, d.window_end) {
         // A zone only when the policy names one: a UTC window reads as it always did.
-        match w.policy.as_ref().and_then(|p| p.time_zone.as_deref().map(|zone| (&p.window, zone))) {
-            Some((window, zone)) => {
-                writeln!(out, "Window: {start} to {end}, a {window} of {zone}'s calendar.").unwrap()
+        if w.by_gauge() {
+            writeln!(out, "Window: {start} to {end} (reconcile reports a gauge's time over its limit per window).")
+                .unwrap();
+        } else {
+            match w.policy.as_ref().and_then(|p| p.time_zone.as_deref().map(|zone| (&p.window, zone))) {
+                Some((window, zone)) => {
+                    writeln!(out, "Window: {start} to {end}, a {window} of {zone}'s calendar.").unwrap()
+                }
+                None => writeln!(out, "Window: {start} to {end}.").unwrap(),
             }
-            None => writeln!(out, "Window: {start} to {end}.").unwrap(),
         }
     }
     if w.by_throttle() {
@@ -256,9 +267,48 @@ fn policy_paragraph(w: &Why, out: &mut String) {
     out.push('\n');
 }
 
+/// What a gauge's violation policy refuses, in words support can paste.
+fn violation_in_words(violation: Option<&str>) -> &'static str {
+    match violation {
+        Some("NO_INSERTS") => {
+            "NO_INSERTS: inserts are refused (and requests that name no operation); reads, updates \
+                               and deletes pass"
+        }
+        Some("NO_WRITES") => "NO_WRITES: everything but reads and deletes is refused",
+        Some("DISABLE") => "DISABLE: every request is refused",
+        _ => "its violation policy refuses what it covers",
+    }
+}
+
+/// A gauge quota's decision: the level it judged against its limit, and what its violation policy made of it.
+fn gauge_paragraph(w: &Why, out: &mut String) {
+    let (d, c) = (&w.decision, &w.counter);
+    let metric = w.policy.as_ref().and_then(|p| p.gauge_metric.as_deref()).unwrap_or(&d.metric);
+    let (level, limit) = (or_empty(&c.used_before), or_empty(&c.limit));
+    let above = matches!((c.used_before, c.limit), (Some(level), Some(limit)) if level > limit);
+    let standing = if above { "above" } else { "not above" };
+    writeln!(out, "Level of {metric} at decision time: {level}, {standing} the limit of {limit}.").unwrap();
+    let verdict = match (d.outcome.as_str(), d.reason.as_str()) {
+        ("DENIED", _) => "so the request was refused",
+        (_, "SHADOW_DENIED") => "so a HARD gauge would have refused the request; this SHADOW one only reports it",
+        _ => "and the request was allowed",
+    };
+    writeln!(
+        out,
+        "The request ({} {}) is one the violation policy covers, {verdict}. It passes again once the level reported \
+         drops to the limit or below (the owner frees {metric}), or the limit is raised or a grant added.",
+        d.amount, d.metric
+    )
+    .unwrap();
+    out.push('\n');
+}
+
 fn counter_paragraph(w: &Why, out: &mut String) {
     if w.by_throttle() {
         return bucket_paragraph(w, out);
+    }
+    if w.by_gauge() {
+        return gauge_paragraph(w, out);
     }
     let c = &w.counter;
     // The hook's used_before is consumption plus what open reservations held (contract §6): the holds are in it,
@@ -361,6 +411,11 @@ fn reservations(count: u64) -> &'static str {
 }
 
 fn consumption_paragraph(w: &Why, out: &mut String) {
+    if w.by_gauge() {
+        writeln!(out, "Consumption: not what decided; a gauge judges a level, not the window's consumption.").unwrap();
+        out.push('\n');
+        return;
+    }
     if w.by_concurrency() {
         // A lease consumes nothing: what the policy counted is the leases held at the decision, as it recorded them.
         let (held, limit) = (or_empty(&w.counter.used_before), or_empty(&w.counter.limit));

@@ -367,7 +367,7 @@ fn decisions(at: &At<'_>, tenant: &str, range: (Timestamp, Timestamp)) -> Result
             let versions = match versions.entry(key) {
                 std::collections::hash_map::Entry::Occupied(known) => known.into_mut(),
                 std::collections::hash_map::Entry::Vacant(new) => {
-                    new.insert(super::why::policy_versions(at, policy_id, &line.metric, tenant)?.0)
+                    new.insert(super::why::policy_versions(at, policy_id, Some(&line.metric), tenant)?.0)
                 }
             };
             let named = super::why::Named {

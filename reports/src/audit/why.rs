@@ -163,6 +163,12 @@ pub struct PolicyFacts {
     /// The period of `overage_rate`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub overage_window: Option<String>,
+    /// A gauge quota's violation policy (PolicyEvent v8): what it refuses while the level is above the limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub violation: Option<String>,
+    /// A gauge quota's metric, whose level it limits: not the decision's metric, which it refused by its operation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gauge_metric: Option<String>,
     /// The ledger entry of the copy shown.
     pub seq: u64,
     /// How many copies of this version (same owner) the ledger holds: more than 1 when it was published again.
@@ -185,6 +191,11 @@ impl Why {
     /// Whether the decision's policy is a throttle: its recorded counter is the serving process's bucket.
     pub fn by_throttle(&self) -> bool {
         self.policy.as_ref().is_some_and(PolicyFacts::is_throttle)
+    }
+
+    /// Whether the deciding policy is a gauge quota: it judged a level, not the decision's consumption.
+    pub fn by_gauge(&self) -> bool {
+        self.policy.as_ref().is_some_and(|p| p.violation.is_some())
     }
 
     /// Whether the deciding policy limits leases held at once (a CONCURRENT policy), not consumption in a window.
@@ -319,9 +330,15 @@ pub fn why(ledger: &Ledger, request_id: &str) -> Result<Result<Why, Unknown>, Re
     let scope_subject = subject_of_scope(policy.as_ref(), &decision);
     // A throttle is decided by its bucket, which no grant raises (the hook's `evaluate_one`).
     let quota = policy.as_ref().filter(|p| p.burst.is_none());
-    let grants = grants(&at, &decision, quota, scope_subject.as_ref())?;
+    let gauge = policy.as_ref().and_then(|p| p.gauge_metric.clone());
+    let gauge = gauge.as_deref();
+    let grants = grants(&at, &decision, gauge.unwrap_or(&decision.metric), quota, scope_subject.as_ref())?;
     let grants_total: i64 = grants.iter().map(|g| g.amount).sum();
-    let (consumption, open) = consumption(&at, request_id, &decision, scope_subject.as_ref())?;
+    let (consumption, open) = match gauge {
+        // A level decided, not the window's consumption of the decision's metric: none is counted against it.
+        Some(_) => (largest_first(Vec::new(), 0), (0, 0)),
+        None => consumption(&at, request_id, &decision, scope_subject.as_ref())?,
+    };
     let (limit, used_before, remaining, retry_after_ms) = decision.recorded;
     Ok(Ok(Why {
         request_id: request_id.to_string(),
@@ -334,7 +351,9 @@ pub fn why(ledger: &Ledger, request_id: &str) -> Result<Result<Why, Unknown>, Re
         consumption,
         retry_after_ms,
         // As the hook answered it (a reason this version does not know: the window's end).
+        // A gauge's level drops when its owner frees what it measures, not at its window's end.
         resets_at: match Reason::from_symbol(&decision.reason) {
+            _ if gauge.is_some() => None,
             Some(reason) => reason.resets_at(decision.occurred_at, decision.window_end, retry_after_ms),
             None => decision.window_end,
         },
@@ -425,7 +444,7 @@ impl Decision {
 pub(super) fn policy_versions(
     at: &At<'_>,
     policy_id: &str,
-    metric: &str,
+    metric: Option<&str>,
     tenant: &str,
 ) -> Result<(Vec<PolicyEvent>, Vec<u64>), ReportError> {
     let versions = at.ledger.policy_versions(policy_id, metric, tenant, at.watermark)?;
@@ -434,8 +453,14 @@ pub(super) fn policy_versions(
 
 fn policy(at: &At<'_>, decision: &Decision) -> Result<Option<PolicyFacts>, ReportError> {
     let (Some(policy_id), Some(_)) = (&decision.policy_id, decision.policy_version) else { return Ok(None) };
-    let (versions, seqs) = policy_versions(at, policy_id, &decision.metric, &decision.tenant)?;
-    let Some(index) = copy_applied(&versions, &decision.named()) else { return Ok(None) };
+    let (mut versions, mut seqs) = policy_versions(at, policy_id, Some(&decision.metric), &decision.tenant)?;
+    let mut index = copy_applied(&versions, &decision.named());
+    if index.is_none() {
+        // A gauge quota decides requests of every metric: its versions are of its own metric.
+        (versions, seqs) = policy_versions(at, policy_id, None, &decision.tenant)?;
+        index = gauge_applied(&versions, decision);
+    }
+    let Some(index) = index else { return Ok(None) };
     let chosen = &versions[index];
     let copies = versions.iter().filter(|p| p.header.tenant == chosen.header.tenant && p.version == chosen.version);
     Ok(Some(PolicyFacts {
@@ -453,9 +478,19 @@ fn policy(at: &At<'_>, decision: &Decision) -> Result<Option<PolicyFacts>, Repor
         time_zone: chosen.time_zone.clone(),
         overage_rate: chosen.overage_rate,
         overage_window: chosen.overage_window.map(|w| w.symbol().to_string()),
+        violation: chosen.violation.map(|v| v.symbol().to_string()),
+        gauge_metric: chosen.is_gauge().then(|| chosen.header.metric.clone()),
         seq: seqs[index],
         copies: copies.count() as u64,
     }))
+}
+
+/// Which of `versions` (a policy_id's, of every metric) is the gauge quota that decided: the decided version, the
+/// tenant's own before the plan's, the last recorded of them (as `rules::policy::PolicyIndex::gauges` answers).
+fn gauge_applied(versions: &[PolicyEvent], decision: &Decision) -> Option<usize> {
+    let decided = |p: &PolicyEvent| p.is_gauge() && Some(i64::from(p.version)) == decision.policy_version;
+    let own = versions.iter().rposition(|p| decided(p) && p.header.tenant == decision.tenant);
+    own.or_else(|| versions.iter().rposition(decided))
 }
 
 /// Which of `versions` (every version of the decision's policy_id, the tenant's own and the plan's, in ledger order)
@@ -496,6 +531,7 @@ pub(super) fn copy_applied(versions: &[PolicyEvent], decision: &Named<'_>) -> Op
 fn grants(
     at: &At<'_>,
     decision: &Decision,
+    metric: &str,
     policy: Option<&PolicyFacts>,
     scope_subject: Option<&Option<String>>,
 ) -> Result<Vec<GrantFacts>, ReportError> {
@@ -503,7 +539,7 @@ fn grants(
         return Ok(Vec::new());
     };
     let mut found = Vec::new();
-    for grant in at.ledger.grants_of(&decision.tenant, &decision.metric, at.watermark)? {
+    for grant in at.ledger.grants_of(&decision.tenant, metric, at.watermark)? {
         let subject = grant.header.subject;
         // contract §5: a grant with a subject raises that subject's SUBJECT windows, one without the TENANT windows.
         let applies = match scope_subject {

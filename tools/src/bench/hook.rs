@@ -273,6 +273,7 @@ fn request(run: usize, c: usize, i: usize, random_ids: bool) -> CheckRequest {
         amount: 1,
         idempotency_key: format!("r{run}-c{c}-i{i}"),
         request_id: random_ids.then(|| random_request_id(run, c, i)),
+        operation: None,
     }
 }
 
@@ -316,6 +317,7 @@ impl Client for InProcessAmounts {
             amounts: [("requests".to_string(), 1), ("tokens".to_string(), 1)].into(),
             idempotency_key: one.idempotency_key,
             request_id: None,
+            operation: None,
         };
         let decisions = self.hook.check_amounts_async(request, None).await?;
         anyhow::ensure!(decisions.allowed(), "every benchmark check is allowed");

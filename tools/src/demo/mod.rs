@@ -433,6 +433,7 @@ impl<'a> Demo<'a> {
             amount: 1 + i % 5,
             idempotency_key: format!("demo-{}-{i}", self.settings.seed),
             request_id: Some(format!("req-demo-{}-{i}", self.settings.seed)),
+            operation: None,
         }
     }
 
