@@ -449,3 +449,69 @@ fn serve_answers_the_billing_export_of_its_ledger_to_a_token_of_every_tenant() {
     let watermark = part["watermark"].as_u64().unwrap().to_string();
     assert!(csv.lines().nth(1).is_some_and(|row| row.contains(&format!(",{watermark},"))), "{watermark}: {csv}");
 }
+
+/// org-1's level of storage_bytes, `bytes`, reported now by a storage service (a UsageEvent), ingested from a file.
+fn report_level(ledger: &TestLedger, event_id: &str, bytes: i64) {
+    let now = schemas::Timestamp::now().to_string();
+    let level = schemas::Event::Usage(schemas::UsageEvent {
+        header: header(event_id, &now, "org-1", "storage_bytes"),
+        quantity: bytes,
+        request_id: None,
+        attributes: Default::default(),
+    });
+    let file = ledger.file(&format!("{event_id}.avro"));
+    write_container(&file, &[level]);
+    assert_eq!(count(&ledger.ingest(&file), "recorded"), 1);
+}
+
+// Issue 36 item 4 through the real binary: `policy set --violation` makes a gauge quota (a SOFT one is refused), a
+// level reported above its limit makes serve refuse org-1's inserts of another metric with 429 QUOTA_EXCEEDED naming
+// the violation, while reads pass, until a lower level is reported; a check of the gauge's own metric is a 400.
+#[test]
+fn a_gauge_quota_refuses_inserts_over_http_until_its_level_drops() {
+    let ledger = TestLedger::new();
+    let gauge = ["--metric", "storage_bytes", "--limit", "1000", "--window", "DAY", "--violation", "NO_INSERTS"];
+    let args = |enforcement: &'static str| {
+        let mut args = vec!["policy", "set", "--tenant", "org-1", "--enforcement", enforcement];
+        args.extend_from_slice(&gauge);
+        args.extend_from_slice(&WHO);
+        args
+    };
+    let refused = ledger.run(&args("SOFT")).expect_code(2).stderr;
+    assert!(refused.contains("a gauge quota is HARD or SHADOW"), "{refused}");
+    ledger.run(&args("HARD")).success();
+    policy_set(&ledger, "org-1", "100", &[]).success();
+    let listed = ledger.run(&["policy", "list", "--json"]).success().json();
+    let overage: Vec<&str> = listed.as_array().unwrap().iter().filter_map(|p| p["overage"].as_str()).collect();
+    assert!(overage.contains(&"GAUGE NO_INSERTS"), "{listed}");
+
+    let server = hook_http::Server::start(&ledger.path, ledger.dir.path(), &[], &ledger.file("serve.err"));
+    let ask = |key: &str, operation: Option<&str>| {
+        let mut body = serde_json::json!({"tenant": "org-1", "metric": "tokens", "amount": 1, "idempotency_key": key});
+        if let Some(operation) = operation {
+            body["operation"] = operation.into();
+        }
+        server.post("/v1/check", hook_http::SECRET, &body)
+    };
+    assert_eq!(ask("k-1", Some("insert")).0, 200, "no level reported yet");
+    report_level(&ledger, "level-1", 1_500);
+    let denied = eventually(10, "serve sees the level", || Some(ask("k-2", Some("insert"))).filter(|r| r.0 == 429));
+    assert_eq!(
+        (denied.1["code"].as_str(), denied.1["violation"].as_str(), denied.1["policyId"].as_str()),
+        (Some("QUOTA_EXCEEDED"), Some("NO_INSERTS"), Some("org-1:storage_bytes:tenant:day")),
+        "{denied:?}"
+    );
+    assert_eq!(denied.1["resetsAt"], Value::Null, "{denied:?}");
+    assert_eq!(ask("k-3", None).0, 429, "a request naming no operation is refused as a write");
+    assert_eq!(ask("k-4", Some("read")).0, 200);
+    let (status, body) = ask("k-5", Some("upsert"));
+    assert_eq!(status, 400, "an operation the contract does not name: {body}");
+    let own = serde_json::json!({"tenant": "org-1", "metric": "storage_bytes", "amount": 1, "idempotency_key": "k-6"});
+    let (status, body) = server.post("/v1/check", hook_http::SECRET, &own);
+    assert_eq!((status, body["field"].as_str()), (400, Some("metric")), "{body}");
+    report_level(&ledger, "level-2", 800);
+    eventually(10, "serve sees the lower level", || Some(()).filter(|_| ask("k-7", Some("insert")).0 == 200));
+    drop(server);
+    let why = ledger.run(&["audit", "why", "k-2"]).success().stdout_text();
+    assert!(why.contains("Level of storage_bytes at decision time: 1500, above the limit of 1000."), "{why}");
+}

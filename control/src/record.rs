@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use ledger::{AppendOutcome, Batch, Incoming, Ledger, Origin, ReadError};
-use schemas::{Event, GrantEvent, PolicyEvent, Timestamp};
+use schemas::{Event, GrantEvent, PolicyEvent, Timestamp, Window};
 
 use crate::change::Refused;
 
@@ -94,11 +94,20 @@ impl Recorded {
             Some(tenant) => {
                 let metrics: BTreeSet<&str> =
                     owners.iter().filter(|(o, _)| *o == tenant || *o == "*").map(|(_, m)| *m).collect();
-                metrics
-                    .into_iter()
-                    .flat_map(|metric| rules::policy::applicable(&self.policies, tenant, metric, now))
-                    .map(|a| a.policy)
-                    .collect()
+                // Leases and levels are judged at an instant, windows of consumption over their window: all three.
+                let index = rules::policy::PolicyIndex::new(self.policies.clone());
+                // The index holds its own copy, in the same order: the copy found is ours at the same place.
+                let ours = |a: rules::policy::Applicable<'_>| {
+                    let at = index.policies().iter().position(|p| std::ptr::eq(p, a.policy));
+                    &self.policies[at.expect("the index answers its own policies")]
+                };
+                let mut found: Vec<&PolicyEvent> = Vec::new();
+                for metric in metrics {
+                    found.extend(index.applicable(tenant, metric, now).into_iter().map(ours));
+                    found.extend(index.concurrent(tenant, metric, now).into_iter().map(ours));
+                }
+                found.extend(index.gauges(tenant, now).into_iter().map(ours));
+                found
             }
             None => owners.into_iter().flat_map(|(owner, metric)| self.in_force_of(owner, metric, now)).collect(),
         };
@@ -112,7 +121,22 @@ impl Recorded {
         for p in self.policies.iter().filter(|p| p.header.tenant == owner && p.header.metric == metric) {
             by_id.entry(p.policy_id.as_str()).or_default().push(p);
         }
-        by_id.values().flat_map(|versions| rules::policy::in_force(versions, now)).map(|a| a.policy).collect()
+        by_id
+            .values()
+            .flat_map(|versions| {
+                let mut found: Vec<&PolicyEvent> =
+                    rules::policy::in_force(versions, now).into_iter().map(|a| a.policy).collect();
+                // A CONCURRENT policy or a gauge quota is judged at an instant: the version in effect now, when it is
+                // one (on a tie the later recorded, as everywhere).
+                let latest = versions
+                    .iter()
+                    .rev()
+                    .filter(|p| p.effective_from <= now)
+                    .max_by_key(|p| (p.effective_from, p.version));
+                found.extend(latest.filter(|p| p.window == Window::CONCURRENT || p.is_gauge()).copied());
+                found
+            })
+            .collect()
     }
 
     /// Refuses a change dated before the end of the last closed period.

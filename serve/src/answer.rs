@@ -111,6 +111,10 @@ struct DecisionBody {
     /// one's: the metric that denied, or the one nearest its limit).
     #[serde(skip_serializing_if = "Option::is_none")]
     decisions: Option<Vec<MetricDecisionBody>>,
+    /// A gauge quota decided: what it refuses while its level (then in `limit`'s place `remaining` is 0) is above
+    /// the limit: NO_INSERTS, NO_WRITES or DISABLE.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    violation: Option<schemas::Violation>,
 }
 
 /// One metric's decision in the answer to a request of several metrics.
@@ -226,6 +230,7 @@ fn respond(
         expires_at: decision.lease.as_ref().map(|l| l.expires_at),
         amounts,
         decisions,
+        violation: decision.violation,
     };
     (status, headers, Json(body)).into_response()
 }
