@@ -347,3 +347,46 @@ fn policies_and_grants_recorded_after_a_close_are_listed_for_finance() {
     assert!(text.contains("recorded after the close of a month they change"), "{text}");
     assert!(text.contains("goodwill") && text.contains("daily v2"), "{text}");
 }
+
+// issue 36 item 4: a gauge quota's level above its limit is reported per window, in words and in `--json`
+// (`read.gauges_over_limit`), and leaves the run clean (exit 0): it is the hook enforcing, nothing to adjust; the
+// readings are no consumption, so the month's bill has no row of the metric.
+#[test]
+fn a_gauge_over_its_limit_is_reported_per_window_and_leaves_the_run_clean() {
+    let test = TestLedger::new();
+    let gauge = PolicyEvent {
+        header: header("storage-v1", "2026-10-01T00:00:00Z", "org-1", "storage_bytes"),
+        policy_id: "storage".into(),
+        violation: Some(Violation::NO_INSERTS),
+        ..hard_daily("storage-v1", "org-1", 1_000)
+    };
+    let reading = |id: &str, t: &str, level: i64| {
+        let Event::Usage(u) = usage(id, t, "org-1", level) else { unreachable!("a usage event") };
+        Event::Usage(UsageEvent { header: Header { metric: "storage_bytes".into(), ..u.header }, ..u })
+    };
+    let readings =
+        vec![reading("level-1", "2026-11-02T10:00:00Z", 1_500), reading("level-2", "2026-11-02T13:30:00Z", 800)];
+    for (name, events) in [("gauge.avro", vec![Event::Policy(gauge)]), ("levels.avro", readings)] {
+        write_container(&test.file(name), &events);
+        test.ingest(&test.file(name));
+    }
+
+    let words = test.run(&["reconcile", "--as-of", AS_OF]).expect_code(0).stdout_text();
+    assert!(words.contains("gauges over their limit (time above the limit per window):"), "{words}");
+    let row = words.lines().find(|l| l.starts_with("org-1")).unwrap_or_else(|| panic!("a row for org-1: {words}"));
+    for cell in ["storage_bytes", "storage v1 (HARD, NO_INSERTS)", "2026-11-02T00:00:00Z", "1000", "1500", "3h 30m 00s"]
+    {
+        assert!(row.contains(cell), "{cell} in {row}");
+    }
+    let run = reconcile_json(&test, &[], 0);
+    assert_eq!(
+        run["read"]["gauges_over_limit"],
+        serde_json::json!([{
+            "tenant": "org-1", "metric": "storage_bytes", "policy_id": "storage", "version": 1,
+            "enforcement": "HARD", "violation": "NO_INSERTS", "window_start": "2026-11-02T00:00:00Z",
+            "window_end": "2026-11-03T00:00:00Z", "limit": 1000, "peak": 1500, "over_ms": 12_600_000u64,
+        }])
+    );
+    let bill = test.run(&["export", "billing", "--period", "2026-11", "--format", "csv"]).success().stdout_text();
+    assert_eq!(bill.lines().count(), 1, "the header alone: {bill}");
+}

@@ -75,6 +75,50 @@ fn a_generated_month_matches_an_independent_computation() {
     assert_eq!(rows, expected.len());
 }
 
+// issue 36 item 4: a metric a gauge quota names is a level, billed to nobody it names: org-1's own gauge of `bytes`
+// takes its generated `bytes` row out, the plan's gauge of `storage_bytes` every tenant's readings of it; the export
+// still equals the independent computation row by row, which leaves them out by its own reading of the tables.
+#[test]
+fn gauge_metrics_have_no_row_and_the_rest_matches_the_independent_computation() {
+    let test = generated_ledger("6", "3000", "5");
+    let gauge = |tenant: &str, metric: &str, id: &str| {
+        Event::Policy(PolicyEvent {
+            header: header(&format!("{id}-v1"), "2026-10-01T00:00:00Z", tenant, metric),
+            policy_id: id.into(),
+            violation: Some(Violation::NO_INSERTS),
+            ..hard_daily(&format!("{id}-v1"), tenant, 1_000)
+        })
+    };
+    let reading = |id: &str, t: &str, tenant: &str, level: i64| {
+        let Event::Usage(u) = usage(id, t, tenant, level) else { unreachable!("a usage event") };
+        Event::Usage(UsageEvent { header: Header { metric: "storage_bytes".into(), ..u.header }, ..u })
+    };
+    ingest_events(
+        &test,
+        "gauges.avro",
+        &[gauge("org-1", "bytes", "own-bytes-gauge"), gauge("*", "storage_bytes", "plan-storage-gauge")],
+    );
+    let readings = [
+        reading("level-1", "2026-11-02T00:00:00Z", "org-1", 900),
+        reading("level-2", "2026-11-03T00:00:00Z", "org-2", 1_200),
+    ];
+    ingest_events(&test, "levels.avro", &readings);
+    let watermark = count(&test.status(), "watermark");
+    let november = ("2026-11", at("2026-11-01T00:00:00Z").micros(), at("2026-12-01T00:00:00Z").micros());
+    let lines = csv_lines(&export(&test, "2026-11", "csv", &[]));
+    let expected = expected_rows(&test.path, november, watermark);
+    assert_eq!(lines[1..], expected[..]);
+    let keys: BTreeSet<(&str, &str)> = lines[1..]
+        .iter()
+        .map(|l| {
+            let mut cells = l.split(',');
+            (cells.next().unwrap(), cells.next().unwrap())
+        })
+        .collect();
+    assert!(!keys.contains(&("org-1", "bytes")) && keys.contains(&("org-2", "bytes")), "{keys:?}");
+    assert!(keys.iter().all(|(_, metric)| *metric != "storage_bytes"), "{keys:?}");
+}
+
 // "Same inputs, same bytes": two exports of the same ledger are identical in every format.
 #[test]
 fn the_same_ledger_gives_the_same_bytes() {

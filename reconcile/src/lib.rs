@@ -36,11 +36,13 @@ pub mod after_close;
 pub mod apply;
 pub mod concern;
 pub mod error;
+pub mod gauge;
 pub mod inputs;
 pub mod plan;
 pub mod shards;
 
 pub use apply::{ADJUSTMENTS_PER_TRANSACTION, apply};
 pub use error::ReconcileError;
+pub use gauge::GaugeOverLimit;
 pub use inputs::PlanInputs;
 pub use plan::{Plan, PlanCounts, Progress, plan, plan_from};

@@ -12,6 +12,7 @@ use serde::Serialize;
 use crate::after_close::{AfterClose, after_close};
 use crate::concern::{self, Concern, Recorded, Truth};
 use crate::error::ReconcileError;
+use crate::gauge::{self, GaugeOverLimit, Reading};
 use crate::inputs::PlanInputs;
 use rules::overshoot::{self, Consumed};
 use rules::policy::{Candidates, PolicyIndex};
@@ -54,6 +55,10 @@ pub struct PlanCounts {
     /// Leases that expired unreleased by `as_of`, per tenant (issue 36 item 1): workers that died or hung holding a
     /// slot. Each is also a RESERVATION_EXPIRED adjustment of amount 1.
     pub leases_expired: std::collections::BTreeMap<String, u64>,
+    /// The windows of gauge quotas in which a tenant's level stood above the effective limit for some time, up to
+    /// `as_of` (issue 36 item 4; [`crate::gauge`]), sorted by tenant, metric, policy_id and window: how long the hook
+    /// refused what each violation covers. A report only: no adjustment, and the run stays clean.
+    pub gauges_over_limit: Vec<GaugeOverLimit>,
     /// What hooks allowed while their ledger refused writes (decisions of reason FAIL_OPEN, issue 36 item 5), before
     /// `as_of`, per tenant and metric: its consumption counts like any other, this says how much of it there was.
     pub allowed_open: Vec<ledger::AllowedOpen>,
@@ -88,7 +93,10 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Whether the run found nothing to adjust (`reconcile` exits 0).
+    /// Whether the run found nothing to adjust (`reconcile` exits 0). What the counts report beside the adjustments,
+    /// leases expired and gauges over their limit among them, leaves it clean by itself: a gauge over its limit is
+    /// the hook enforcing, not a discrepancy of the ledger, and a rerun with the same `as_of`, which reports it again,
+    /// must be clean.
     pub fn is_clean(&self) -> bool {
         self.adjustments.is_empty()
     }
@@ -180,6 +188,12 @@ struct Run<'p> {
     candidates: FxHashMap<(u32, u32), Candidates<'p>>,
     windows: FxHashMap<WindowKey, (i64, &'p PolicyEvent)>,
     late: FxHashMap<LateKey, LateSums>,
+    /// Whether each (tenant, metric) is a level (a gauge quota of the tenant or the plan names it), looked up once.
+    levels: FxHashMap<(u32, u32), bool>,
+    /// The readings before `as_of` of each (tenant, metric) that is a level: held until the stream is read, since
+    /// a level holds until the next reading by event time and the stream is in ledger order. Gauge readings are a
+    /// tenant's periodic report of a level, few beside its usage, and 24 bytes each here.
+    readings: FxHashMap<(u32, u32), Vec<Reading>>,
     /// Truths that write an adjustment (and windows whose refs are still to be named).
     truths: Vec<Truth>,
     /// Window and late-usage concerns judged this run that have recorded adjustments.
@@ -218,6 +232,8 @@ pub fn plan_from(
         candidates: FxHashMap::default(),
         windows: FxHashMap::default(),
         late: FxHashMap::default(),
+        levels: FxHashMap::default(),
+        readings: FxHashMap::default(),
         truths: Vec::new(),
         judged: HashSet::new(),
         counts: PlanCounts { adjustments_before, allowed_open: inputs.allowed_open(as_of)?, ..PlanCounts::default() },
@@ -233,6 +249,8 @@ pub fn plan_from(
     step(&mut run, "judge conflicting duplicates");
     run.sum_consumption(inputs, &commits, progress)?;
     step(&mut run, "sum consumption per window");
+    run.judge_gauges();
+    step(&mut run, "judge gauges over their limits");
     let (mut flagged, throttled) = run.judge_windows();
     run.judge_throttled(inputs, &commits, throttled, &mut flagged, progress)?;
     run.judge_late_usage();
@@ -393,12 +411,51 @@ impl<'p> Run<'p> {
             }
             let counted_at_close = self.close_of(row.occurred_at).is_some_and(|c| row.seq <= c.watermark);
             let c = self.consumption_of_usage(&row, counted_at_close);
-            self.add(&c, &mut keys);
+            if self.is_level(c.tenant, c.metric) {
+                self.read_level(&c);
+            } else {
+                self.add(&c, &mut keys);
+            }
         })?;
         for commit in commits {
-            self.add(&consumption_of_commit(commit), &mut keys);
+            if !self.is_level(commit.tenant, commit.metric) {
+                self.add(&consumption_of_commit(commit), &mut keys);
+            }
         }
         Ok(())
+    }
+
+    /// Whether `tenant`'s `metric` is a level rather than consumption: a gauge quota of the tenant or of the plan names
+    /// it, in any version ([`PolicyIndex::gauge_metrics`], the test the bill applies). Its usage events are readings,
+    /// summed by no window and no period: a level of 100 reported hourly is not 2,400 consumed a day, and a late
+    /// reading changes no bill, since the bill leaves the metric out.
+    fn is_level(&mut self, tenant: u32, metric: u32) -> bool {
+        let (policies, names) = (self.policies, &self.names);
+        *self
+            .levels
+            .entry((tenant, metric))
+            .or_insert_with(|| policies.gauge_metrics(names.name(tenant)).contains(names.name(metric)))
+    }
+
+    /// Keeps a reading of a level, when it is before `as_of`.
+    fn read_level(&mut self, c: &Consumption<'_>) {
+        if c.occurred_at < self.as_of {
+            let reading = Reading { occurred_at: c.occurred_at, seq: c.seq, level: c.quantity };
+            self.readings.entry((c.tenant, c.metric)).or_default().push(reading);
+        }
+    }
+
+    /// The windows of gauge quotas each level stood above the effective limit in ([`gauge::over_limit`]).
+    fn judge_gauges(&mut self) {
+        let mut over = Vec::new();
+        for ((tenant, metric), mut readings) in std::mem::take(&mut self.readings) {
+            let (tenant, metric) = (self.names.name(tenant), self.names.name(metric));
+            let key = (tenant.to_string(), metric.to_string());
+            let grants = self.grants.get(&key).map_or(&[][..], Vec::as_slice);
+            over.extend(gauge::over_limit(self.policies, grants, (tenant, metric), &mut readings, self.as_of));
+        }
+        over.sort_by(|a, b| a.order().cmp(&b.order()));
+        self.counts.gauges_over_limit = over;
     }
 
     /// Adds one consumption to the windows it falls in and to its closed period.

@@ -1,7 +1,8 @@
 //! Model test: random ledger histories (policy versions, HARD quotas with a throttled overage among them, grants,
-//! usage, requests of two metrics, reservations, leases with renewals and stale tokens, duplicates, out-of-order
-//! batches, period closes, runs at rising `--as-of`) reconciled by `reconcile::plan` + `apply` agree with a
-//! deliberately naive in-memory model of contract §5 written here, concern by concern, after every run.
+//! usage, requests of two metrics, reservations, leases with renewals and stale tokens, gauge quotas and readings of
+//! their level, duplicates, out-of-order batches, period closes, runs at rising `--as-of`) reconciled by
+//! `reconcile::plan` + `apply` agree with a deliberately naive in-memory model of contract §5 written here, concern by
+//! concern, and on the gauges over their limit, after every run.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -10,9 +11,10 @@ use ledger::{AppendOutcome, Batch, Incoming, Ledger, Origin};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
+use reconcile::GaugeOverLimit;
 use schemas::{
     AdjustmentEvent, AdjustmentKind, Enforcement, Event, GrantEvent, Header, PolicyEvent, ReservationAction,
-    ReservationEvent, Scope, Timestamp, UsageEvent, Window,
+    ReservationEvent, Scope, Timestamp, UsageEvent, Violation, Window,
 };
 
 const MINUTE_MICROS: i64 = 60_000_000;
@@ -46,6 +48,8 @@ const TENANTS: [&str; 2] = ["org-a", "org-b"];
 /// Policy owners: `*` is the plan default.
 const OWNERS: [&str; 3] = ["*", "org-a", "org-b"];
 const METRICS: [&str; 2] = ["requests", "tokens"];
+/// The metric of gauge quotas (issue 36 item 4): its usage events are readings of a level.
+const GAUGE_METRIC: &str = "storage_bytes";
 const SUBJECTS: [Option<&str>; 3] = [None, Some("alice"), Some("bob")];
 const PERIODS: [&str; 2] = ["2026-09", "2026-10"];
 
@@ -82,6 +86,31 @@ struct PolicyDraw {
     metric: usize,
     window: Window,
     versions: Vec<VersionDraw>,
+}
+
+/// A version of a gauge quota of [`GAUGE_METRIC`]; without a violation it is a plain quota of the metric, whose windows
+/// sum nothing once any version of the tenant or the plan is a gauge.
+#[derive(Debug, Clone)]
+struct GaugeVersionDraw {
+    limit: i64,
+    window: Window,
+    effective_from: i64,
+    enforcement: Enforcement,
+    violation: Option<Violation>,
+}
+
+#[derive(Debug, Clone)]
+struct GaugeDraw {
+    owner: usize,
+    versions: Vec<GaugeVersionDraw>,
+}
+
+/// A tenant's level of [`GAUGE_METRIC`] at an instant.
+#[derive(Debug, Clone)]
+struct ReadingDraw {
+    tenant: usize,
+    occurred_at: i64,
+    level: i64,
 }
 
 #[derive(Debug, Clone)]
@@ -203,6 +232,33 @@ fn policy_draw() -> impl Strategy<Value = PolicyDraw> {
         .prop_map(|(owner, metric, window, versions)| PolicyDraw { owner, metric, window, versions })
 }
 
+fn gauge_draw() -> impl Strategy<Value = GaugeDraw> {
+    let enforcement = prop_oneof![Just(Enforcement::HARD), Just(Enforcement::SHADOW)];
+    let window = prop_oneof![Just(Window::HOUR), Just(Window::DAY)];
+    let violation = prop_oneof![
+        5 => prop_oneof![Just(Violation::NO_INSERTS), Just(Violation::NO_WRITES), Just(Violation::DISABLE)].prop_map(Some),
+        1 => Just(None),
+    ];
+    let version = (0i64..100, window, effective_from(), enforcement, violation).prop_map(
+        |(limit, window, effective_from, enforcement, violation)| GaugeVersionDraw {
+            limit,
+            window,
+            effective_from,
+            enforcement,
+            violation,
+        },
+    );
+    (0..OWNERS.len(), vec(version, 1..=2)).prop_map(|(owner, versions)| GaugeDraw { owner, versions })
+}
+
+fn reading_draw() -> impl Strategy<Value = ReadingDraw> {
+    (0..TENANTS.len(), time(), 0i64..150).prop_map(|(tenant, occurred_at, level)| ReadingDraw {
+        tenant,
+        occurred_at,
+        level,
+    })
+}
+
 fn grant_draw() -> impl Strategy<Value = GrantDraw> {
     (who(), 1i64..40, time(), 1i64..=48).prop_map(|(who, amount, valid_from, hours)| GrantDraw {
         who,
@@ -309,6 +365,63 @@ fn policy_events(i: usize, p: &PolicyDraw) -> Vec<Event> {
         }));
     }
     events
+}
+
+fn gauge_events(i: usize, g: &GaugeDraw) -> Vec<Event> {
+    let mut events = Vec::new();
+    for (v, version) in g.versions.iter().enumerate() {
+        let number = v as i32 + 1;
+        let header = Header {
+            event_id: format!("gauge{i}-v{number}"),
+            occurred_at: Timestamp(version.effective_from),
+            tenant: OWNERS[g.owner].into(),
+            subject: None,
+            metric: GAUGE_METRIC.into(),
+            source: "model".into(),
+        };
+        events.push(Event::Policy(PolicyEvent {
+            header,
+            policy_id: format!("gauge{i}"),
+            version: number,
+            scope: Scope::TENANT,
+            limit: version.limit,
+            window: version.window,
+            enforcement: version.enforcement,
+            effective_from: Timestamp(version.effective_from),
+            burst: None,
+            actor: None,
+            reason: None,
+            time_zone: None,
+            on_failure: None,
+            overage_rate: None,
+            overage_window: None,
+            violation: version.violation,
+        }));
+    }
+    events
+}
+
+fn reading_event(i: usize, r: &ReadingDraw) -> Event {
+    Event::Usage(UsageEvent {
+        header: Header {
+            event_id: format!("level{i}"),
+            occurred_at: Timestamp(r.occurred_at),
+            tenant: TENANTS[r.tenant].into(),
+            subject: None,
+            metric: GAUGE_METRIC.into(),
+            source: "model".into(),
+        },
+        quantity: r.level,
+        request_id: None,
+        attributes: Default::default(),
+    })
+}
+
+/// A grant of [`GAUGE_METRIC`]: raises a gauge's limit when it is the tenant's (no subject).
+fn gauge_grant_event(i: usize, g: &GrantDraw) -> Event {
+    let Event::Grant(grant) = grant_event(i, g) else { unreachable!("a grant") };
+    let header = Header { event_id: format!("ggrant{i}"), metric: GAUGE_METRIC.into(), ..grant.header };
+    Event::Grant(GrantEvent { header, grant_id: format!("ggrant{i}"), ..grant })
 }
 
 fn grant_event(i: usize, g: &GrantDraw) -> Event {
@@ -439,13 +552,19 @@ fn history() -> impl Strategy<Value = History> {
         vec(usage_draw(), 0..=24),
         vec(reservation_draw(), 0..=6),
         vec(step_draw(), 1..=5),
+        (vec(gauge_draw(), 0..=2), vec(reading_draw(), 0..=8), vec(grant_draw(), 0..=1)),
     );
     parts
-        .prop_flat_map(|(policies, grants, usage, reservations, steps)| {
+        .prop_flat_map(|(policies, grants, usage, reservations, steps, (gauges, readings, gauge_grants))| {
             let mut base = Vec::new();
             for (i, p) in policies.iter().enumerate() {
                 base.extend(policy_events(i, p));
             }
+            for (i, g) in gauges.iter().enumerate() {
+                base.extend(gauge_events(i, g));
+            }
+            base.extend(readings.iter().enumerate().map(|(i, r)| reading_event(i, r)));
+            base.extend(gauge_grants.iter().enumerate().map(|(i, g)| gauge_grant_event(i, g)));
             base.extend(grants.iter().enumerate().map(|(i, g)| grant_event(i, g)));
             base.extend(usage.iter().enumerate().flat_map(|(i, u)| usage_events(i, u)));
             for (i, r) in reservations.iter().enumerate() {
@@ -740,7 +859,126 @@ impl Model {
                 }
             }
         }
+        // A metric a gauge quota names (the tenant's or the plan's, any version recorded now) is a level: none of it is
+        // consumption, now or at a close.
+        items.retain(|i| !self.is_gauge_metric(&i.tenant, &i.metric));
         items
+    }
+
+    fn is_gauge_metric(&self, tenant: &str, metric: &str) -> bool {
+        self.policies().iter().any(|p| {
+            p.violation.is_some() && p.header.metric == metric && (p.header.tenant == tenant || p.header.tenant == "*")
+        })
+    }
+
+    /// The gauge versions in force for `tenant` at `t`, each with its window containing `t`: of each policy_id of the
+    /// tenant's or the plan's, the greatest (effective_from, version) effective by `t`, when it has a violation; a
+    /// plan gauge only where the tenant has no gauge of its own of the same window kind in force.
+    fn gauges_in_force(
+        policies: &[&PolicyEvent],
+        tenant: &str,
+        t: Timestamp,
+    ) -> Vec<(PolicyEvent, Timestamp, Timestamp)> {
+        let in_force = |owner: &str| {
+            let of_owner: Vec<&PolicyEvent> = policies
+                .iter()
+                .copied()
+                .filter(|p| p.header.tenant == owner && p.header.metric == GAUGE_METRIC)
+                .collect();
+            let ids: BTreeSet<&str> = of_owner.iter().map(|p| p.policy_id.as_str()).collect();
+            let mut found = Vec::new();
+            for id in ids {
+                let latest = of_owner
+                    .iter()
+                    .filter(|p| p.policy_id == id && p.effective_from <= t)
+                    .max_by_key(|p| (p.effective_from, p.version));
+                if let Some(p) = latest.filter(|p| p.violation.is_some()) {
+                    let (start, end) = window_bounds(p.window, t);
+                    found.push(((*p).clone(), start, end));
+                }
+            }
+            found
+        };
+        let own = in_force(tenant);
+        let mut all = own.clone();
+        all.extend(in_force("*").into_iter().filter(|(d, _, _)| !own.iter().any(|(o, _, _)| o.window == d.window)));
+        all
+    }
+
+    /// The windows of gauges in which each tenant's level stood above the effective limit up to `as_of`, walked on
+    /// a grid of every hour (the model's windows are hours and UTC days), every reading, every version's
+    /// effective_from and `as_of`: between two neighbours the level, the gauges in force and their windows are one.
+    fn gauges_over_limit(&self, as_of: Timestamp) -> Vec<GaugeOverLimit> {
+        let policies = self.policies();
+        let mut found = Vec::new();
+        for tenant in TENANTS {
+            let mut readings: Vec<(Timestamp, u64, i64)> = self
+                .recorded()
+                .filter_map(|e| match &e.event {
+                    Event::Usage(u) if u.header.tenant == tenant && u.header.metric == GAUGE_METRIC => {
+                        Some((u.header.occurred_at, e.seq, u.quantity))
+                    }
+                    _ => None,
+                })
+                .filter(|r| r.0 < as_of)
+                .collect();
+            readings.sort();
+            let Some(first) = readings.first().map(|r| r.0) else { continue };
+            let mut grid: BTreeSet<Timestamp> = readings.iter().map(|r| r.0).collect();
+            grid.extend(policies.iter().map(|p| p.effective_from).filter(|t| first < *t && *t < as_of));
+            let mut hour = window_bounds(Window::HOUR, first).1;
+            while hour < as_of {
+                grid.insert(hour);
+                hour = Timestamp(hour.micros() + HOUR_MICROS);
+            }
+            grid.insert(as_of);
+            let grid: Vec<Timestamp> = grid.into_iter().collect();
+            // (policy_id, window start, window end) -> the row so far, its over time in micros.
+            let mut windows: BTreeMap<(String, Timestamp, Timestamp), (GaugeOverLimit, i64)> = BTreeMap::new();
+            for pair in grid.windows(2) {
+                let (from, until) = (pair[0], pair[1]);
+                let level = readings.iter().rev().find(|r| r.0 <= from).expect("the grid starts at a reading").2;
+                for (p, start, end) in Self::gauges_in_force(&policies, tenant, from) {
+                    let grants: i64 = self
+                        .grants()
+                        .iter()
+                        .filter(|g| g.header.tenant == tenant && g.header.metric == GAUGE_METRIC)
+                        .filter(|g| g.header.subject.is_none() && g.valid_from < end && start < g.valid_until)
+                        .map(|g| g.amount)
+                        .sum();
+                    let limit = p.limit + grants;
+                    let (row, over) = windows.entry((p.policy_id.clone(), start, end)).or_insert_with(|| {
+                        let row = GaugeOverLimit {
+                            tenant: tenant.into(),
+                            metric: GAUGE_METRIC.into(),
+                            policy_id: p.policy_id.clone(),
+                            version: 0,
+                            enforcement: p.enforcement,
+                            violation: p.violation.unwrap(),
+                            window_start: start,
+                            window_end: end,
+                            limit,
+                            peak: level,
+                            over_ms: 0,
+                        };
+                        (row, 0)
+                    });
+                    (row.version, row.enforcement, row.violation, row.limit) =
+                        (p.version, p.enforcement, p.violation.unwrap(), limit);
+                    row.peak = row.peak.max(level);
+                    if level > limit {
+                        *over += until.micros() - from.micros();
+                    }
+                }
+            }
+            for (_, (mut row, over)) in windows {
+                if over > 0 {
+                    row.over_ms = (over as u64).div_ceil(1_000);
+                    found.push(row);
+                }
+            }
+        }
+        found
     }
 
     /// The policy versions (with their window) that apply to consumption of `tenant`/`metric` at `t`.
@@ -989,6 +1227,7 @@ fn run_and_check(ledger: &mut Ledger, model: &mut Model, as_of: Timestamp) {
 
     let truths = model.truths(as_of);
     assert_eq!(plan.counts.leases_expired, truths.leases_expired, "as of {as_of}: leases expired unreleased");
+    assert_eq!(plan.counts.gauges_over_limit, model.gauges_over_limit(as_of), "as of {as_of}: gauges over their limit");
     for (key, amount) in &truths.amounts {
         model.expected.insert(key.clone(), *amount);
     }
@@ -1019,6 +1258,16 @@ fn run_and_check(ledger: &mut Ledger, model: &mut Model, as_of: Timestamp) {
     }
     for key in &truths.present {
         assert!(sums.contains_key(key), "as of {as_of}: discrepancy {key:?} never reported");
+    }
+    // A level is no consumption: whatever a gauge metric's windows or late usage held before a version made it a
+    // gauge metric is taken back, and nothing new is reported of it.
+    for (key, (sum, _)) in &sums {
+        if let Key::Window { tenant, metric, end, .. } | Key::Late { tenant, metric, end, .. } = key
+            && *end <= as_of
+            && model.is_gauge_metric(tenant, metric)
+        {
+            assert_eq!(*sum, 0, "as of {as_of}: a gauge metric's readings are not consumption: {key:?}");
+        }
     }
     model.reported = sums.keys().cloned().collect();
 

@@ -45,12 +45,15 @@ pub enum UsageSource {
 
 /// The rows of `period`'s export from its inputs: sorted by tenant then metric; a row for every (tenant,
 /// metric) with consumption in the period, an own TENANT-scope MONTH-window policy in force for it, or late
-/// adjustments carried into it.
+/// adjustments carried into it, except the metrics a gauge quota of the tenant or the plan names in any version
+/// (issue 36 item 4): their usage events report a level, and a level of 100 reported daily is not 3,000 consumed in
+/// the month. Reconcile keeps them out of windows and late usage by the same test.
 pub fn rows(period: Period, inputs: &BillingInputs) -> Vec<PeriodExportRow> {
     let index = PolicyIndex::new(inputs.policies.clone());
     let mut keys: BTreeSet<Key> =
         inputs.usage.keys().chain(inputs.commits.keys()).chain(inputs.late.keys()).cloned().collect();
     keys.extend(own_month_policy_keys(&index, period));
+    keys.retain(|(tenant, metric)| !index.gauge_metrics(tenant).contains(metric.as_str()));
     keys.into_iter().map(|key| row(period, &index, inputs, key)).collect()
 }
 
@@ -454,6 +457,41 @@ mod tests {
         assert_eq!(
             cells(&rows(period, &inputs)),
             ["org-t,requests,130,throttled,1,100,0,100,,,0", "org-w,requests,130,wall,1,100,0,100,,30,0"]
+        );
+    }
+
+    // Issue 36 item 4: a metric a gauge quota names, the tenant's own or the plan's, is a level: its readings summed
+    // over the month are no consumption, so it has no row, not even for the tenant's own MONTH quota of it or late
+    // adjustments of it; a version that stopped being a gauge still marks the metric. The tenant's other metrics,
+    // and another tenant's same metric when no plan gauge names it, are billed as ever.
+    #[test]
+    fn a_gauge_metric_is_not_billed() {
+        let period: Period = "2026-11".parse().unwrap();
+        let gauge = |tenant: &str, id: &str, version: i32, metric: &str| PolicyEvent {
+            window: Window::DAY,
+            violation: Some(Violation::NO_INSERTS),
+            ..policy(tenant, id, version, metric, 1_000, Enforcement::HARD)
+        };
+        let mut inputs = BillingInputs {
+            policies: vec![
+                gauge("org-g", "storage", 1, "storage_bytes"),
+                policy("org-g", "storage-month", 1, "storage_bytes", 10, Enforcement::SOFT),
+                policy("org-g", "tokens", 1, "tokens", 100, Enforcement::SOFT),
+                gauge("org-h", "storage", 1, "storage_bytes"),
+                PolicyEvent { violation: None, ..gauge("org-h", "storage", 2, "storage_bytes") },
+                gauge("*", "plan-rows", 1, "rows"),
+            ],
+            ..BillingInputs::default()
+        };
+        inputs.usage.insert(key("org-g", "storage_bytes"), 30 * 900);
+        inputs.usage.insert(key("org-g", "tokens"), 120);
+        inputs.late.insert(key("org-g", "storage_bytes"), 900);
+        inputs.usage.insert(key("org-h", "storage_bytes"), 30 * 900);
+        inputs.usage.insert(key("org-o", "storage_bytes"), 7);
+        inputs.usage.insert(key("org-o", "rows"), 5);
+        assert_eq!(
+            cells(&rows(period, &inputs)),
+            ["org-g,tokens,120,tokens,1,100,0,100,20,,0", "org-o,storage_bytes,7,,,,,,,,0"]
         );
     }
 }

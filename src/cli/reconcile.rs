@@ -22,6 +22,9 @@ use super::kafka_args::parse_setting;
 const LARGEST_SHOWN: usize = 10;
 /// Rows of the per-tenant table.
 const TENANTS_SHOWN: usize = 20;
+/// Rows of the table of gauges over their limit: a run reports every window since the ledger began, so a tenant
+/// long over its limit has one per day (or hour) of it; the most recent are the ones an operator acts on.
+const GAUGE_WINDOWS_SHOWN: usize = 20;
 
 #[derive(Debug, Args)]
 pub struct ReconcileArgs {
@@ -361,6 +364,7 @@ pub(crate) fn write_report(
         print_largest(out, &plan.adjustments)?;
     }
     print_leases_expired(out, &c.leases_expired)?;
+    print_gauges_over_limit(out, &c.gauges_over_limit)?;
     print_allowed_open(out, &c.allowed_open)?;
     print_after_close(out, &plan.after_close)?;
     match outbox {
@@ -402,6 +406,54 @@ fn print_leases_expired(out: &mut dyn Write, leases: &BTreeMap<String, u64>) -> 
     writeln!(out)?;
     writeln!(out, "leases expired unreleased (workers that never released their slot):")?;
     super::write_table(out, &["tenant", "leases"], &rows)
+}
+
+/// The windows of gauge quotas in which a tenant's level stood above the limit, most recent first: how long the hook
+/// refused what each violation covers (a SHADOW gauge only said it would have).
+fn print_gauges_over_limit(out: &mut dyn Write, over: &[reconcile::GaugeOverLimit]) -> anyhow::Result<()> {
+    if over.is_empty() {
+        return Ok(());
+    }
+    let mut rows: Vec<&reconcile::GaugeOverLimit> = over.iter().collect();
+    rows.sort_by(|a, b| b.window_start.cmp(&a.window_start).then_with(|| a.order().cmp(&b.order())));
+    let hidden = rows.len().saturating_sub(GAUGE_WINDOWS_SHOWN);
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .take(GAUGE_WINDOWS_SHOWN)
+        .map(|g| {
+            vec![
+                g.tenant.clone(),
+                g.metric.clone(),
+                format!("{} v{} ({}, {})", g.policy_id, g.version, g.enforcement, g.violation),
+                format!("{} .. {}", g.window_start, g.window_end),
+                g.limit.to_string(),
+                g.peak.to_string(),
+                duration(g.over_ms),
+            ]
+        })
+        .collect();
+    writeln!(out)?;
+    writeln!(out, "gauges over their limit (time above the limit per window):")?;
+    super::write_table(out, &["tenant", "metric", "policy", "window", "limit", "peak", "over"], &rows)?;
+    if hidden > 0 {
+        writeln!(out, "... and {hidden} earlier windows (--json lists every one: read.gauges_over_limit)")?;
+    }
+    Ok(())
+}
+
+/// Milliseconds for people: `850ms`, `12s`, `3h 05m 00s`, `2d 04h 00m 00s`.
+fn duration(ms: u64) -> String {
+    if ms < 1_000 {
+        return format!("{ms}ms");
+    }
+    let seconds = ms / 1_000;
+    let (d, h, m, s) = (seconds / 86_400, seconds / 3_600 % 24, seconds / 60 % 60, seconds % 60);
+    match (d, h, m) {
+        (0, 0, 0) => format!("{s}s"),
+        (0, 0, _) => format!("{m}m {s:02}s"),
+        (0, _, _) => format!("{h}h {m:02}m {s:02}s"),
+        _ => format!("{d}d {h:02}h {m:02}m {s:02}s"),
+    }
 }
 
 /// What hooks allowed FAIL_OPEN while their ledger refused writes, per tenant and metric: counted like any other

@@ -118,6 +118,19 @@ pub fn expected_rows(ledger: &Path, period: (&str, i64, i64), watermark: u64) ->
     };
     let mut keys: BTreeSet<(String, String)> = consumption.keys().cloned().collect();
     keys.extend(versions.keys().filter(|(t, _, _)| t != "*").map(|(t, m, _)| (t.clone(), m.clone())));
+    // A metric a gauge quota names (any version with a violation, the tenant's own or the plan's) is a level, not
+    // consumption: no row (issue 36 item 4).
+    let mut gauges = conn
+        .prepare(
+            "SELECT DISTINCT e.tenant, e.metric FROM policy_events p JOIN entries e ON e.seq = p.seq
+             WHERE e.status = 'recorded' AND p.violation IS NOT NULL",
+        )
+        .unwrap();
+    let gauges: BTreeSet<(String, String)> =
+        gauges.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect();
+    keys.retain(|(tenant, metric)| {
+        !gauges.contains(&(tenant.clone(), metric.clone())) && !gauges.contains(&("*".into(), metric.clone()))
+    });
     let grants = |tenant: &str, metric: &str| -> i64 {
         conn.query_row(
             "SELECT COALESCE(SUM(g.amount), 0) FROM grant_events g JOIN entries e ON e.seq = g.seq

@@ -364,3 +364,47 @@ fn a_rerun_writes_nothing_and_a_later_event_only_its_delta() {
     // The adjustment names every event over the limit: the crosser, and the new one above it.
     assert_eq!(adjustments(&plan(&memory)), [(AdjustmentKind::OVERSHOOT, 3, vec!["u-1", "u-2"])]);
 }
+
+// issue 36 item 4: a gauge metric's usage events are levels, not consumption. The tenant's gauge of `tokens` reports
+// the hours its level stood above the limit, as a count and no adjustment (the run stays clean); the plan's HARD quota
+// of the same metric, which the gauge does not cover, sums none of the readings (it would be 300 over 10), and nothing
+// of the metric counts as late usage of a closed month either.
+#[test]
+fn gauge_readings_are_levels_reported_over_their_limit_never_an_overshoot() {
+    let mut memory = Memory::default();
+    let Event::Policy(quota) = hard_daily_limit(10) else { unreachable!("a policy") };
+    let gauge = PolicyEvent {
+        header: Header { event_id: "g-1-v1".into(), ..quota.header.clone() },
+        policy_id: "g-1".into(),
+        limit: 100,
+        violation: Some(Violation::NO_WRITES),
+        ..quota.clone()
+    };
+    memory
+        .record(Event::Policy(PolicyEvent { header: Header { tenant: "*".into(), ..quota.header.clone() }, ..quota }));
+    memory.record(Event::Policy(gauge));
+    memory.record(usage("level-1", "2026-10-03T09:00:00Z", 150));
+    memory.record(usage("level-2", "2026-10-03T12:00:00Z", 50));
+    memory.record(usage("level-3", "2026-10-03T22:00:00Z", 120));
+    let closed_at = at("2026-11-01T00:00:00Z");
+    memory.closes.push(PeriodClose { period: "2026-10".parse().unwrap(), watermark: 5, closed_at });
+    memory.record(usage("level-late", "2026-10-31T23:00:00Z", 80));
+    let plan = plan(&memory);
+    assert!(plan.is_clean(), "{:?}", plan.adjustments);
+    let over: Vec<(&str, Timestamp, i64, i64, u64)> = plan
+        .counts
+        .gauges_over_limit
+        .iter()
+        .map(|g| (g.policy_id.as_str(), g.window_start, g.limit, g.peak, g.over_ms))
+        .collect();
+    // 150 from 09:00 to 12:00, 120 from 22:00 to the day's end, and on until 2026-10-31T23:00 (80).
+    let hour = 3_600_000;
+    let mut expected = vec![("g-1", at("2026-10-03T00:00:00Z"), 100, 150, 5 * hour)];
+    for day in 4..=30 {
+        expected.push(("g-1", at(&format!("2026-10-{day:02}T00:00:00Z")), 100, 120, 24 * hour));
+    }
+    expected.push(("g-1", at("2026-10-31T00:00:00Z"), 100, 120, 23 * hour));
+    assert_eq!(over, expected);
+    assert_eq!(plan.counts.usage_events, 4);
+    assert_eq!(plan.counts.windows_judged, 0, "no window sums a level");
+}
