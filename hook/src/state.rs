@@ -348,7 +348,12 @@ impl State {
         debug_assert!(seq > self.watermark, "entries are folded in ledger order");
         self.watermark = seq;
         match event {
-            Event::Usage(u) if self.gauge_metrics.contains(&u.header.metric) => {
+            // A level for a tenant whose own gauge or its plan's names the metric (in any version, as reconcile and
+            // billing read it); another tenant's usage of the same metric is consumption.
+            Event::Usage(u)
+                if self.gauge_metrics.contains(&u.header.metric)
+                    && self.policies.gauge_metrics(&u.header.tenant).contains(u.header.metric.as_str()) =>
+            {
                 self.note_level(&u.header.tenant, &u.header.metric, u.header.occurred_at, u.quantity)
             }
             Event::Usage(u) => self.consume(&u.header, u.quantity),

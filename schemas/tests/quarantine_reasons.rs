@@ -525,12 +525,13 @@ fn a_gauge_quota_is_a_tenant_level_judged_hard_or_shadow() {
     assert!(schemas::validate::validate(&Event::Policy(valid.clone())).is_ok());
     let shadow = PolicyEvent { enforcement: Enforcement::SHADOW, ..valid.clone() };
     assert!(schemas::validate::validate(&Event::Policy(shadow)).is_ok());
-    let refusals: [(&str, Box<dyn Fn(&mut PolicyEvent)>); 5] = [
-        ("SOFT", Box::new(|p| p.enforcement = Enforcement::SOFT)),
-        ("SUBJECT", Box::new(|p| p.scope = Scope::SUBJECT)),
-        ("a throttle", Box::new(|p| p.burst = Some(5))),
-        ("CONCURRENT", Box::new(|p| p.window = Window::CONCURRENT)),
-        ("a throttled overage", Box::new(|p| (p.overage_rate, p.overage_window) = (Some(1), Some(Window::MINUTE)))),
+    type Change = fn(&mut PolicyEvent);
+    let refusals: [(&str, Change); 5] = [
+        ("SOFT", |p| p.enforcement = Enforcement::SOFT),
+        ("SUBJECT", |p| p.scope = Scope::SUBJECT),
+        ("a throttle", |p| p.burst = Some(5)),
+        ("CONCURRENT", |p| p.window = Window::CONCURRENT),
+        ("a throttled overage", |p| (p.overage_rate, p.overage_window) = (Some(1), Some(Window::MINUTE))),
     ];
     for (what, change) in refusals {
         let mut policy = valid.clone();

@@ -44,9 +44,13 @@ pub(super) fn read_decision(
         }
         _ => return Ok(Some(Recorded::Foreign)),
     };
+    // The version decided, the tenant's own copy before the plan's (a policy_id may be both), else any version of it.
     let deciding = event.policy_id.as_ref().and_then(|id| {
-        let versions = state.policies.policies().iter().filter(|p| &p.policy_id == id);
-        versions.clone().find(|p| Some(p.version) == event.policy_version).or_else(|| versions.last())
+        let policies = state.policies.policies();
+        let decided = |p: &&PolicyEvent| &p.policy_id == id && Some(p.version) == event.policy_version;
+        let own = policies.iter().rev().filter(decided).find(|p| p.header.tenant == event.header.tenant);
+        own.or_else(|| policies.iter().rev().find(decided))
+            .or_else(|| policies.iter().rev().find(|p| &p.policy_id == id))
     });
     let mut decision = Decision::of_event(&event, deciding, true);
     decision.amounts = amounts_of_request(ledger, &event, decision_id)?;
