@@ -901,3 +901,96 @@ fn why_explains_a_gauge_quota_denial() {
     }
     assert!(!words.contains("The window resets at"), "{words}");
 }
+
+// Issue 36 item 3: under a PROJECT-scope policy a decision is explained by its project's window alone: the usage of
+// that project counts (not another project's, nor that of requests naming none), the grants of that project raise its
+// limit (not another project's, nor the tenant's), only that project's adjustments are listed (another project's
+// OVERSHOOT, and that of the requests naming none, would read as this one's), and the words name the project. The same
+// decision under an API_KEY policy would name its key: the scopes share the rule.
+#[test]
+fn why_counts_only_the_decisions_project() {
+    let test = TestLedger::new();
+    let of_project = |event: Event, project: &str| match event {
+        Event::Usage(mut u) => {
+            u.header.project = Some(project.into());
+            Event::Usage(u)
+        }
+        Event::Decision(mut d) => {
+            d.header.project = Some(project.into());
+            Event::Decision(d)
+        }
+        Event::Grant(mut g) => {
+            g.header.project = Some(project.into());
+            Event::Grant(g)
+        }
+        other => other,
+    };
+    let grant = |id: &str, amount: i64| {
+        Event::Grant(GrantEvent {
+            header: header(id, "2026-11-10T00:00:00Z", "org-1", "requests"),
+            grant_id: id.into(),
+            amount,
+            valid_from: at("2026-11-10T00:00:00Z"),
+            valid_until: at("2026-11-11T00:00:00Z"),
+            reason: format!("credit {id}"),
+            actor: None,
+        })
+    };
+    // p-1's window: limit 4 + its grant 2 = 6, used 3 before the request for 5: denied.
+    let Event::Decision(denied) = decision_of_org_1("d-p1", "req-p1", "2026-11-10T10:00:00Z", 5, (6, 3)) else {
+        unreachable!()
+    };
+    let denied = Event::Decision(DecisionEvent {
+        window_start: Some(at("2026-11-10T00:00:00Z")),
+        window_end: Some(at("2026-11-11T00:00:00Z")),
+        ..denied
+    });
+    ingest_in_order(
+        &test,
+        vec![
+            quota_v1("own-quota", "org-1", "requests", 4, (Scope::PROJECT, Window::DAY, Enforcement::HARD)),
+            of_project(grant("grant-p1", 2), "p-1"),
+            of_project(grant("grant-p2", 50), "p-2"),
+            grant("grant-tenant", 70),
+            of_project(usage("u-p1", "2026-11-10T08:00:00Z", "org-1", 3), "p-1"),
+            of_project(usage("u-p2", "2026-11-10T09:00:00Z", "org-1", 60), "p-2"),
+            usage("u-none", "2026-11-10T09:30:00Z", "org-1", 80),
+            of_project(denied, "p-1"),
+        ],
+    );
+    let run = test.run(&["reconcile", "--as-of", "2026-11-12T00:00:00Z", "--json"]).expect_code(1).json();
+    let mut recorded: Vec<(Option<&str>, Option<&str>, Option<i64>)> = run["adjustments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (a["project"].as_str(), a["scope"].as_str(), a["amount"].as_i64()))
+        .collect();
+    recorded.sort();
+    assert_eq!(
+        recorded,
+        [(None, Some("PROJECT"), Some(76)), (Some("p-2"), Some("PROJECT"), Some(6))],
+        "the overshoots of the requests naming no project (80 - 4) and of p-2 (60 - 54), none of p-1's: {run}"
+    );
+    let why = test.run(&["audit", "why", "req-p1", "--json"]).success().json();
+    assert_eq!(why["decision"]["project"], "p-1", "{why}");
+    assert_eq!(why["policy"]["scope"], "PROJECT", "{why}");
+    assert_eq!(
+        (why["consumption"]["total"].as_i64(), why["consumption"]["events"].as_i64()),
+        (Some(3), Some(1)),
+        "{why}"
+    );
+    assert_eq!(why["consumption"]["largest"][0]["event_id"], "u-p1", "{why}");
+    let grants: Vec<&str> = why["grants"].as_array().unwrap().iter().map(|g| g["grant_id"].as_str().unwrap()).collect();
+    assert_eq!(grants, ["grant-p1"], "{why}");
+    assert_eq!(why["effective_limit"], 6, "limit 4 + p-1's grant 2: {why}");
+    assert_eq!(why["adjustments"], serde_json::json!([]), "{why}");
+    let words = test.run(&["audit", "why", "req-p1"]).success().stdout_text();
+    for expected in [
+        "for tenant org-1, project p-1, metric requests, asking for 5.",
+        "PROJECT scope, for project \"p-1\": at most 4 requests per DAY window",
+        "Effective limit: 6.",
+        "Adjustments for this window since: none.",
+    ] {
+        assert!(words.contains(expected), "{expected:?} missing from:\n{words}");
+    }
+}

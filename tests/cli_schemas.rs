@@ -9,17 +9,12 @@ use schemas::{Catalog, EventType};
 use serde_json::{Value, json};
 use support::*;
 
-// Proves that `schemas list --json` lists the catalog's 17 schemas, 16-hex-digit fingerprints, one current per type.
+// Proves that `schemas list --json` lists the catalog's 24 schemas, 16-hex-digit fingerprints, one current per type.
 #[test]
-fn list_json_names_seventeen_schemas_one_current_per_type() {
+fn list_json_names_twenty_four_schemas_one_current_per_type() {
     let listed = run(&["schemas", "list", "--json"], b"").success().json();
     let listed = listed.as_array().unwrap_or_else(|| panic!("schemas list --json is not an array: {listed}"));
-    assert_eq!(
-        listed.len(),
-        17,
-        "six current schemas; UsageEvent, DecisionEvent, PolicyEvent and AdjustmentEvent v1; PolicyEvent v2 to v6; \
-         GrantEvent and ReservationEvent v1: {listed:?}"
-    );
+    assert_eq!(listed.len(), 24, "six current schemas; every type's v1 and v2; PolicyEvent v3 to v8: {listed:?}");
 
     let catalog = Catalog::builtin();
     let mut current_per_type: BTreeMap<String, usize> = BTreeMap::new();
@@ -43,7 +38,7 @@ fn list_json_names_seventeen_schemas_one_current_per_type() {
     let mut fingerprints: Vec<&str> = listed.iter().map(|s| s["fingerprint"].as_str().unwrap()).collect();
     fingerprints.sort_unstable();
     fingerprints.dedup();
-    assert_eq!(fingerprints.len(), 17, "fingerprints are distinct");
+    assert_eq!(fingerprints.len(), 24, "fingerprints are distinct");
 }
 
 /// One event of each record type in JSON, every optional field set (but a throttled overage, a HARD quota's, which
@@ -52,7 +47,7 @@ fn one_event_per_type() -> Vec<(EventType, Value)> {
     let header = |event_id: &str| {
         json!({
             "event_id": event_id, "occurred_at": "2026-11-02T10:00:00.123456Z", "tenant": "org-42",
-            "subject": "user-7", "metric": "tokens", "source": "llm-gateway"
+            "subject": "user-7", "project": "proj-a", "api_key": "key-3", "metric": "tokens", "source": "llm-gateway"
         })
     };
     let with = |event_id: &str, rest: Value| {
@@ -93,13 +88,19 @@ fn one_event_per_type() -> Vec<(EventType, Value)> {
         ),
         (
             EventType::GrantEvent,
-            with(
-                "g-1",
-                json!({
-                    "grant_id": "g-1", "amount": 50000, "valid_from": "2026-11-01T00:00:00Z",
-                    "valid_until": "2026-12-01T00:00:00Z", "reason": "support ticket 4711", "actor": "bob@support"
-                }),
-            ),
+            {
+                // A grant names one member (the project's windows it raises): no subject, no API key.
+                let mut grant = with(
+                    "g-1",
+                    json!({
+                        "grant_id": "g-1", "amount": 50000, "valid_from": "2026-11-01T00:00:00Z",
+                        "valid_until": "2026-12-01T00:00:00Z", "reason": "support ticket 4711", "actor": "bob@support"
+                    }),
+                );
+                grant["subject"] = Value::Null;
+                grant.as_object_mut().unwrap().remove("api_key");
+                grant
+            },
         ),
         (
             EventType::PolicyEvent,
@@ -109,7 +110,7 @@ fn one_event_per_type() -> Vec<(EventType, Value)> {
                     "policy_id": "p-1", "version": 3, "scope": "SUBJECT", "limit": 1000000, "window": "MONTH",
                     "enforcement": "SOFT", "effective_from": "2026-11-01T00:00:00Z", "burst": 500,
                     "actor": "alice@finance", "reason": "upgrade to pro", "time_zone": "America/New_York",
-                    "on_failure": "OPEN", "overage_rate": null, "overage_window": null
+                    "on_failure": "OPEN", "overage_rate": null, "overage_window": null, "violation": null
                 }),
             ),
         ),

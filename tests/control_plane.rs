@@ -515,3 +515,55 @@ fn a_gauge_quota_refuses_inserts_over_http_until_its_level_drops() {
     let why = ledger.run(&["audit", "why", "k-2"]).success().stdout_text();
     assert!(why.contains("Level of storage_bytes at decision time: 1500, above the limit of 1000."), "{why}");
 }
+
+// Issue 36 item 3 through the real binary: `policy set --scope PROJECT` and `--scope API_KEY`, a grant to one project
+// (`grant add --project`), serve checking each request against the tenant's, its project's and its key's policies and
+// naming the level that denied, `quota show --project` reading the same counters from the ledger, and the month's
+// bill broken down per project.
+#[test]
+fn projects_and_api_keys_are_limited_on_their_own() {
+    let ledger = TestLedger::new();
+    let set = |scope: &str, limit: &str| {
+        let mut args = vec!["policy", "set", "--tenant", "org-1", "--metric", "tokens", "--limit", limit, "--window"];
+        args.extend_from_slice(&["MONTH", "--enforcement", "HARD", "--scope", scope]);
+        args.extend_from_slice(&WHO);
+        ledger.run(&args).success();
+    };
+    set("PROJECT", "10");
+    set("API_KEY", "6");
+    let until = "2099-01-01T00:00:00Z";
+    let grant = ["grant", "add", "--tenant", "org-1", "--project", "p-big", "--metric", "tokens", "--amount", "5"];
+    let window = ["--valid-from", "2026-01-01T00:00:00Z", "--valid-until", until];
+    ledger.run(&[&grant[..], &window, &WHO].concat()).success();
+    let both = ledger.run(&[&grant[..], &["--subject", "u-1"], &window, &WHO].concat());
+    assert!(both.expect_code(2).stderr.contains("cannot be used with"), "a grant names one member");
+
+    let server = hook_http::Server::start(&ledger.path, ledger.dir.path(), &[], &ledger.file("serve.err"));
+    let ask = |key: &str, amount: i64, project: &str, api_key: &str| {
+        let body = serde_json::json!({"tenant": "org-1", "metric": "tokens", "amount": amount, "idempotency_key": key,
+                                      "project": project, "api_key": api_key});
+        server.post("/v1/check", hook_http::SECRET, &body)
+    };
+    assert_eq!(ask("k-1", 6, "p-1", "key-a").0, 200);
+    let by_key = ask("k-2", 1, "p-1", "key-a");
+    assert_eq!((by_key.0, by_key.1["scope"].as_str()), (429, Some("API_KEY")), "{by_key:?}");
+    assert_eq!(ask("k-3", 4, "p-1", "key-b").0, 200, "another key of p-1");
+    let by_project = ask("k-4", 1, "p-1", "key-c");
+    assert_eq!((by_project.0, by_project.1["scope"].as_str()), (429, Some("PROJECT")), "{by_project:?}");
+    assert_eq!(ask("k-5", 6, "p-big", "key-d").0, 200);
+    assert_eq!(ask("k-6", 6, "p-big", "key-e").0, 200, "p-big's 10 plus its grant of 5");
+    drop(server);
+
+    let shown = ledger.run(&["quota", "show", "org-1", "--project", "p-big", "--json"]).success().json();
+    let project = shown["quotas"].as_array().unwrap().iter().find(|q| q["scope"] == "PROJECT").cloned().unwrap();
+    assert_eq!((project["effective_limit"].as_i64(), project["consumed"].as_i64()), (Some(15), Some(12)), "{shown}");
+    let month = schemas::Timestamp::now().to_string()[..7].to_string();
+    let bill = ledger.run(&["export", "billing", "--period", &month, "--format", "jsonl", "--by", "project"]);
+    let rows: Vec<Value> = bill.success().stdout_text().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let tokens: Vec<(Option<&str>, i64)> = rows
+        .iter()
+        .filter(|r| r["metric"] == "tokens")
+        .map(|r| (r["project"].as_str(), r["consumption"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(tokens, [(None, 22), (Some("p-1"), 10), (Some("p-big"), 12)], "{rows:?}");
+}

@@ -7,7 +7,7 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 
 use schemas::*;
-use support::billing::{HEADER, expected_rows};
+use support::billing::{HEADER, expected_by_project, expected_rows};
 use support::*;
 
 /// Ingests a generated month (`generate --out`), its files in name order.
@@ -435,4 +435,165 @@ fn months_before_the_first_close_are_closed_with_it_and_their_late_usage_is_carr
     let october = csv_lines(&export(&test, "2026-10", "csv", &["--final"]));
     assert_eq!(october[1].split(',').nth(11), Some("1000"), "carried into the next close: {october:?}");
     test.assert_verifies();
+}
+
+/// `tokens` usage of `tenant` naming `project` (none: naming no project).
+fn tokens_of(event_id: &str, occurred_at: &str, tenant: &str, quantity: i64, project: Option<&str>) -> Event {
+    let Event::Usage(u) = tokens(event_id, occurred_at, tenant, quantity) else { unreachable!("a usage event") };
+    Event::Usage(UsageEvent { header: Header { project: project.map(String::from), ..u.header }, ..u })
+}
+
+/// A history of projects for `--by project`: org-p's usage of two projects and of none, a valid COMMIT of p-2 and an
+/// expired one of p-1 (not consumption), a project of another month, a gauge metric naming a project (a level: no
+/// row, so no breakdown), org-q naming no project at all, and org-r's own MONTH quota without consumption (a row of
+/// 0, no breakdown).
+fn projects_ledger() -> TestLedger {
+    use ReservationAction::*;
+    let test = TestLedger::new();
+    let with_project = |event: Event, project: &str| match event {
+        Event::Reservation(mut r) => {
+            r.header.project = Some(project.into());
+            r.reservation_id = format!("r-{project}");
+            Event::Reservation(r)
+        }
+        other => other,
+    };
+    let gauge = Event::Policy(PolicyEvent {
+        header: header("gauge-v1", "2026-10-01T00:00:00Z", "org-p", "storage_bytes"),
+        policy_id: "gauge".into(),
+        violation: Some(Violation::NO_INSERTS),
+        ..hard_daily("gauge-v1", "org-p", 1_000)
+    });
+    let Event::Usage(level) = tokens_of("level-1", "2026-11-03T00:00:00Z", "org-p", 900, Some("p-1")) else {
+        unreachable!()
+    };
+    let level = Event::Usage(UsageEvent { header: Header { metric: "storage_bytes".into(), ..level.header }, ..level });
+    let events = [
+        soft_monthly("org-p", 100),
+        soft_monthly("org-r", 100),
+        gauge,
+        level,
+        tokens_of("p1-a", "2026-11-02T10:00:00Z", "org-p", 30, Some("p-1")),
+        tokens_of("p1-b", "2026-11-20T10:00:00Z", "org-p", 12, Some("p-1")),
+        tokens_of("p2-a", "2026-11-05T10:00:00Z", "org-p", 7, Some("p-2")),
+        tokens_of("none-a", "2026-11-06T10:00:00Z", "org-p", 5, None),
+        tokens_of("p3-oct", "2026-10-30T10:00:00Z", "org-p", 50, Some("p-3")),
+        tokens_of("q-a", "2026-11-07T10:00:00Z", "org-q", 9, None),
+        with_project(
+            reservation("p2-res", "org-p", RESERVE, "2026-11-10T10:00:00Z", 100, Some("2026-11-10T10:10:00Z")),
+            "p-2",
+        ),
+        with_project(reservation("p2-com", "org-p", COMMIT, "2026-11-10T10:05:00Z", 40, None), "p-2"),
+        with_project(
+            reservation("p1-res", "org-p", RESERVE, "2026-11-11T10:00:00Z", 100, Some("2026-11-11T10:10:00Z")),
+            "p-1",
+        ),
+        with_project(reservation("p1-com", "org-p", COMMIT, "2026-11-11T10:30:00Z", 60, None), "p-1"),
+    ];
+    // A container file holds one record type.
+    for (i, kind) in
+        [EventType::PolicyEvent, EventType::UsageEvent, EventType::ReservationEvent].into_iter().enumerate()
+    {
+        let of_kind: Vec<Event> = events.iter().filter(|e| e.event_type() == kind).cloned().collect();
+        ingest_events(&test, &format!("projects-{i}.avro"), &of_kind);
+    }
+    test
+}
+
+// Issue 36 item 3, `export billing --by project`: each bill row, unchanged but for an empty `project` added last, is
+// followed by its consumption per project (by name, then the consumption naming none), which adds up to the row's
+// and equals an independent computation from the ledger's tables (usage plus valid COMMITs, an expired reservation's
+// COMMIT not counted, a gauge metric left out); a row without consumption has none. The same holds after --final, and
+// JSONL and Parquet carry the same lines.
+#[test]
+fn a_bill_by_project_adds_up_to_its_rows_and_matches_an_independent_computation() {
+    let test = projects_ledger();
+    let watermark = count(&test.status(), "watermark");
+    let plain = csv_lines(&export(&test, "2026-11", "csv", &[]));
+    let by = csv_lines(&export(&test, "2026-11", "csv", &["--by", "project"]));
+    assert_eq!(by[0], format!("{HEADER},project"));
+    let expected =
+        expected_by_project(&test.path, (at("2026-11-01T00:00:00Z").micros(), at("2026-12-01T00:00:00Z").micros()));
+    let mut lines = by[1..].iter().peekable();
+    let mut found: BTreeMap<(String, String), BTreeMap<String, i64>> = BTreeMap::new();
+    for bill in &plain[1..] {
+        assert_eq!(lines.next(), Some(&format!("{bill},")), "the bill's row, unchanged");
+        let cells: Vec<&str> = bill.split(',').collect();
+        let (tenant, metric, consumption) = (cells[0], cells[1], cells[3].parse::<i64>().unwrap());
+        let mut sum = 0;
+        let mut order = Vec::new();
+        // A project's line: its late_adjustments (12th cell) is empty, never a bill row's.
+        while let Some(line) = lines.next_if(|l| l.split(',').nth(11) == Some("")) {
+            let cells: Vec<&str> = line.split(',').collect();
+            assert_eq!(
+                (cells[0], cells[1], cells[2], &cells[4..11], cells[12], cells[13]),
+                (tenant, metric, "2026-11", &["", "", "", "", "", "", ""][..], watermark.to_string().as_str(), ""),
+                "a project's line carries tenant, metric, period, consumption, watermark and gaps only: {line}"
+            );
+            let amount: i64 = cells[3].parse().unwrap();
+            sum += amount;
+            order.push(cells[14].to_string());
+            found.entry((tenant.into(), metric.into())).or_default().insert(cells[14].into(), amount);
+        }
+        assert_eq!(sum, consumption, "{tenant} {metric}: its projects add up to its consumption");
+        let mut sorted: Vec<String> = order.iter().filter(|p| !p.is_empty()).cloned().collect();
+        sorted.sort();
+        sorted.extend(order.iter().filter(|p| p.is_empty()).cloned());
+        assert_eq!(order, sorted, "projects by name, then the consumption naming none");
+    }
+    assert_eq!(lines.next(), None);
+    let billed: BTreeSet<(String, String)> = found.keys().cloned().collect();
+    let expected: BTreeMap<_, _> = expected.into_iter().filter(|(key, _)| billed.contains(key)).collect();
+    assert_eq!(found, expected);
+    let org_p = &found[&("org-p".to_string(), "tokens".to_string())];
+    assert_eq!(org_p.iter().map(|(p, a)| (p.as_str(), *a)).collect::<Vec<_>>(), [("", 5), ("p-1", 42), ("p-2", 47)]);
+    assert!(!found.contains_key(&("org-r".to_string(), "tokens".to_string())), "no consumption, no breakdown");
+    assert!(found.keys().all(|(_, metric)| metric != "storage_bytes"), "a level is billed to no project");
+
+    let jsonl = String::from_utf8(export(&test, "2026-11", "jsonl", &["--by", "project"])).unwrap();
+    let json: Vec<serde_json::Value> = jsonl.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(json.len(), by.len() - 1);
+    let keys: Vec<&String> = json[0].as_object().unwrap().keys().collect();
+    assert_eq!(keys, by[0].split(',').collect::<Vec<_>>());
+    let projects: Vec<&serde_json::Value> = json.iter().map(|j| &j["project"]).collect();
+    assert!(projects.contains(&&serde_json::Value::Null), "a bill's row: null");
+    assert!(projects.contains(&&serde_json::json!("")), "the consumption naming no project: the empty string");
+    let parquet = export(&test, "2026-11", "parquet", &["--by", "project"]);
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(parquet))
+        .unwrap()
+        .build()
+        .unwrap();
+    let batches: Vec<_> = reader.map(Result::unwrap).collect();
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), by.len() - 1);
+    assert_eq!(batches[0].schema().fields().last().unwrap().name(), "project");
+
+    let closed = csv_lines(&export(&test, "2026-11", "csv", &["--final", "--by", "project"]));
+    assert_eq!(closed, by, "a close's rows and their projects, at its watermark");
+    ingest_events(&test, "late.avro", &[tokens_of("p1-late", "2026-11-25T10:00:00Z", "org-p", 1_000, Some("p-1"))]);
+    assert_eq!(
+        csv_lines(&export(&test, "2026-11", "csv", &["--by", "project"])),
+        by,
+        "late usage changes no closed bill"
+    );
+    assert_eq!(csv_lines(&export(&test, "2026-11", "csv", &[])), plain);
+}
+
+// `--by project` needs the events, which a cluster's nodes do not answer: refused with --cluster, before anything.
+#[test]
+fn by_project_is_refused_with_cluster() {
+    let test = TestLedger::new();
+    let refused = test.run(&[
+        "export",
+        "billing",
+        "--period",
+        "2026-11",
+        "--format",
+        "csv",
+        "--by",
+        "project",
+        "--cluster",
+        "localhost:9092",
+    ]);
+    let refused = refused.expect_code(2);
+    assert!(refused.stderr.contains("--cluster"), "{}", refused.stderr);
 }

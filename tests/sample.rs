@@ -68,6 +68,8 @@ fn sample_event(i: u64) -> UsageEvent {
             subject,
             metric: metric.to_string(),
             source: source.to_string(),
+            api_key: None,
+            project: None,
         },
         quantity: smallest + ((bits >> 16) % range) as i64,
         request_id: i.is_multiple_of(25).then(|| format!("req-{:08x}", bits >> 32)),

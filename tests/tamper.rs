@@ -75,7 +75,8 @@ fn database_refuses_update_and_delete() {
         &ledger,
         "INSERT OR REPLACE INTO entries SELECT seq, 'evil' || event_id, event_type, status, duplicate_of, \
          tenant, subject, metric, source, occurred_at, origin, origin_stream, origin_partition, origin_offset, \
-         recorded_at, payload_fingerprint, payload, raw, payload_hash, entry_hash FROM entries WHERE seq = 1",
+         recorded_at, payload_fingerprint, payload, raw, payload_hash, entry_hash, project, api_key FROM entries \
+         WHERE seq = 1",
     );
     assert!(!replaced && stderr.contains("entries is append-only: a row is never replaced"), "{stderr}");
 

@@ -53,8 +53,13 @@ pub struct PolicyChange {
 pub struct GrantChange {
     /// The tenant.
     pub tenant: String,
-    /// The subject whose SUBJECT-policy windows it raises; none: the TENANT-policy windows.
+    /// The subject whose SUBJECT-policy windows it raises; none: the TENANT-policy windows (unless a project or an
+    /// API key is named).
     pub subject: Option<String>,
+    /// The project whose PROJECT-policy windows it raises.
+    pub project: Option<String>,
+    /// The API key whose API_KEY-policy windows it raises.
+    pub api_key: Option<String>,
     /// What is counted.
     pub metric: String,
     /// What it adds to the limit.
@@ -192,6 +197,8 @@ pub fn grant_event(change: &GrantChange, recorded: &Recorded, now: Timestamp) ->
         subject: change.subject.clone(),
         metric: change.metric.clone(),
         source: change.source.clone(),
+        api_key: change.api_key.clone(),
+        project: change.project.clone(),
     };
     let event = Event::Grant(GrantEvent {
         header,
@@ -221,6 +228,8 @@ fn header(event_id: String, change: &PolicyChange, now: Timestamp) -> Header {
         subject: None,
         metric: change.metric.clone(),
         source: change.source.clone(),
+        api_key: None,
+        project: None,
     }
 }
 

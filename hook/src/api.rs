@@ -22,6 +22,12 @@ pub struct CheckRequest {
     /// None is refused by every violation, as a write.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operation: Option<Operation>,
+    /// The project the request is of: what PROJECT policies count by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    /// The API key (its name or id, never a secret) the request is of: what API_KEY policies count by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<String>,
 }
 
 /// `check` of several metrics at once (issue 36, item 2): every policy of every metric is evaluated before any is
@@ -44,6 +50,12 @@ pub struct CheckAmountsRequest {
     /// What the request does, as [`CheckRequest::operation`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operation: Option<Operation>,
+    /// The project the request is of: what PROJECT policies count by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    /// The API key (its name or id, never a secret) the request is of: what API_KEY policies count by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<String>,
 }
 
 /// Metrics one request may name at most: each costs a decision and a usage event in the group's transaction, and
@@ -99,6 +111,12 @@ pub struct ReserveAmountsRequest {
     /// What the request does, as [`CheckRequest::operation`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operation: Option<Operation>,
+    /// The project the request is of: what PROJECT policies count by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    /// The API key (its name or id, never a secret) the request is of: what API_KEY policies count by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<String>,
 }
 
 impl ReserveAmountsRequest {
@@ -111,6 +129,8 @@ impl ReserveAmountsRequest {
             idempotency_key: self.idempotency_key.clone(),
             request_id: self.request_id.clone(),
             operation: self.operation,
+            project: self.project.clone(),
+            api_key: self.api_key.clone(),
         }
     }
 }
@@ -132,6 +152,12 @@ pub struct ReserveRequest {
     /// What the request does, as [`CheckRequest::operation`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operation: Option<Operation>,
+    /// The project the request is of: what PROJECT policies count by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    /// The API key (its name or id, never a secret) the request is of: what API_KEY policies count by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<String>,
 }
 
 /// `acquire(tenant, subject, metric, ttl, idempotency_key)` of a lease (issue 36 item 1): one slot of every CONCURRENT
@@ -148,6 +174,12 @@ pub struct AcquireRequest {
     pub idempotency_key: String,
     #[serde(default)]
     pub request_id: Option<String>,
+    /// The project the request is of: what PROJECT policies count by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    /// The API key (its name or id, never a secret) the request is of: what API_KEY policies count by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<String>,
 }
 
 /// A lease granted: what its holder presents to renew or release it, and to the resource the slot guards (which
@@ -215,6 +247,10 @@ pub struct Decision {
     pub code: Code,
     pub tenant: String,
     pub subject: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<String>,
     pub metric: String,
     pub amount: i64,
     pub scope: Option<Scope>,
@@ -263,6 +299,8 @@ impl Decision {
             code: Code::of(event.outcome, event.reason),
             tenant: event.header.tenant.clone(),
             subject: event.header.subject.clone(),
+            project: event.header.project.clone(),
+            api_key: event.header.api_key.clone(),
             metric: event.header.metric.clone(),
             amount: event.amount,
             scope: deciding.map(|p| p.scope),

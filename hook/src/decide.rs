@@ -23,7 +23,7 @@ use rules::policy::Applicable;
 use schemas::*;
 
 use crate::buckets::{BucketOf, Buckets};
-use crate::state::{State, Whose};
+use crate::state::{Named, State, Whose};
 
 /// What a service asked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,12 +35,31 @@ pub struct Ask<'a> {
     pub amount: i64,
     /// What the request does, when the service says: what a gauge's violation refuses by.
     pub operation: Option<Operation>,
+    /// The project it is of, when it names one: what PROJECT policies count by.
+    pub project: Option<&'a str>,
+    /// The API key it is of, when it names one: what API_KEY policies count by.
+    pub api_key: Option<&'a str>,
 }
 
 impl<'a> Ask<'a> {
-    /// An ask of `amount` of `metric` for `tenant` (and `subject`), naming no operation.
+    /// An ask of `amount` of `metric` for `tenant` (and `subject`), naming no operation, project nor API key.
     pub fn new(tenant: &'a str, subject: Option<&'a str>, metric: &'a str, amount: i64) -> Ask<'a> {
-        Ask { tenant, subject, metric, amount, operation: None }
+        Ask { tenant, subject, metric, amount, operation: None, project: None, api_key: None }
+    }
+
+    /// The same ask, of `project` and `api_key`.
+    pub fn of_members(self, project: Option<&'a str>, api_key: Option<&'a str>) -> Ask<'a> {
+        Ask { project, api_key, ..self }
+    }
+
+    /// The members it names, of every scope.
+    pub fn named(&self) -> Named<'a> {
+        Named { subject: self.subject, project: self.project, api_key: self.api_key }
+    }
+
+    /// The member of `scope` it counts for (none for TENANT).
+    pub fn member(&self, scope: Scope) -> Option<&'a str> {
+        self.named().member(scope)
     }
 
     /// The same ask, doing `operation`.
@@ -159,8 +178,8 @@ fn evaluate_one(state: &State, buckets: &Buckets, ask: &Ask<'_>, a: &Applicable<
         // Only the part beyond the limit: an ask that starts within it uses what is left first.
         let beyond = (used_before + i128::from(ask.amount) - i128::from(limit)).min(i128::from(ask.amount));
         let beyond = i64::try_from(beyond).unwrap_or(i64::MAX);
-        let subject = if a.policy.scope == Scope::SUBJECT { ask.subject } else { None };
-        let (_, wait) = buckets.look(BucketOf::Overage, a.policy, ask.tenant, subject, beyond, now);
+        let member = ask.member(a.policy.scope);
+        let (_, wait) = buckets.look(BucketOf::Overage, a.policy, ask.tenant, member, beyond, now);
         let whole = a.policy.overage_rate.unwrap_or(0);
         fits = wait.is_none();
         // An ask beyond the whole bucket never fits before the window resets: a quota's denial, no retry.
@@ -189,13 +208,13 @@ pub fn evaluate_leases(state: &State, ask: &Ask<'_>, now: Timestamp) -> Vec<Eval
     concurrent
         .iter()
         .map(|a| {
-            let subject = if a.policy.scope == Scope::SUBJECT { ask.subject } else { None };
+            let member = ask.member(a.policy.scope);
             let grants =
                 state.grants.get(&(ask.tenant.to_string(), ask.metric.to_string())).map_or(&[][..], Vec::as_slice);
             let instant = (now, Timestamp(now.micros() + 1));
             let limit =
-                overshoot::effective_limit(a.policy.limit, a.policy.scope, subject, grants, instant.0, instant.1);
-            let counters = state.counters(ask.tenant, Whose::of(a.policy.scope, ask.subject), ask.metric);
+                overshoot::effective_limit(a.policy.limit, a.policy.scope, member, grants, instant.0, instant.1);
+            let counters = state.counters(ask.tenant, Whose::of(a.policy.scope, member), ask.metric);
             let active = counters.map_or(0, |c| c.active_leases());
             let fits = i128::from(active) + i128::from(ask.amount) <= i128::from(limit);
             let frees_at = counters.and_then(|c| c.first_lease_expiry()).filter(|_| !fits);
@@ -257,19 +276,16 @@ pub fn standing(
     a: &Applicable<'_>,
     now: Timestamp,
 ) -> Standing {
-    let subject = match a.policy.scope {
-        Scope::TENANT => None,
-        Scope::SUBJECT => ask.subject,
-    };
+    let member = ask.member(a.policy.scope);
     if let Some(burst) = a.policy.burst {
-        let looked = buckets.map(|b| b.look(BucketOf::Throttle, a.policy, ask.tenant, subject, ask.amount, now));
+        let looked = buckets.map(|b| b.look(BucketOf::Throttle, a.policy, ask.tenant, member, ask.amount, now));
         let usage = Usage::Bucket { tokens: looked.map(|l| l.0), retry_after_ms: looked.and_then(|l| l.1) };
         return Standing { limit: burst, usage };
     }
     let grants = state.grants.get(&(ask.tenant.to_string(), ask.metric.to_string())).map_or(&[][..], Vec::as_slice);
     let effective_limit =
-        overshoot::effective_limit(a.policy.limit, a.policy.scope, subject, grants, a.window_start, a.window_end);
-    let whose = Whose::of(a.policy.scope, subject);
+        overshoot::effective_limit(a.policy.limit, a.policy.scope, member, grants, a.window_start, a.window_end);
+    let whose = Whose::of(a.policy.scope, member);
     let consumed = state.consumed(ask.tenant, whose, ask.metric, (a.window_start, a.window_end));
     let held = state.held(ask.tenant, whose, ask.metric, now);
     let grants = effective_limit.saturating_sub(a.policy.limit);

@@ -22,6 +22,7 @@
 //! let ask = CheckRequest {
 //!     tenant: "org-42".into(), subject: None, metric: "requests".into(), amount: 1,
 //!     idempotency_key: "k-1".into(), request_id: Some("req-1".into()),
+//!     operation: None, project: None, api_key: None,
 //! };
 //! let first = hook.check(ask.clone()).unwrap();
 //! assert!(first.allowed());
@@ -689,6 +690,8 @@ mod tests {
             idempotency_key: format!("k-{amount}"),
             request_id: None,
             operation: None,
+            api_key: None,
+            project: None,
         };
         assert!(hook.check(ask(1)).unwrap().allowed());
         assert_eq!(hook.waiting.load(Ordering::Relaxed), 0);
@@ -726,6 +729,8 @@ mod tests {
                 idempotency_key: format!("k-{n}"),
                 request_id: None,
                 operation: None,
+                api_key: None,
+                project: None,
             };
             assert!(hook.check(request).unwrap().allowed());
         }

@@ -31,6 +31,12 @@ pub struct QuotaQuery {
     /// against (the counters of what carries no subject), as a check without one would be.
     #[serde(default)]
     pub subject: Option<String>,
+    /// The project PROJECT-scope policies are counted for, as `subject` for SUBJECT ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    /// The API key API_KEY-scope policies are counted for, as `subject` for SUBJECT ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<String>,
 }
 
 /// The remaining quota of one policy that applies now.
@@ -112,7 +118,8 @@ pub fn of_state(state: &State, buckets: Option<&Buckets>, query: &QuotaQuery, no
     };
     let mut quotas = Vec::new();
     for metric in metrics {
-        let ask = Ask::new(&query.tenant, query.subject.as_deref(), metric, 0);
+        let ask = Ask::new(&query.tenant, query.subject.as_deref(), metric, 0)
+            .of_members(query.project.as_deref(), query.api_key.as_deref());
         for a in state.policies.applicable(&query.tenant, metric, now) {
             let standing = decide::standing(state, buckets, &ask, &a, now);
             let mut quota = Quota {
@@ -139,9 +146,9 @@ pub fn of_state(state: &State, buckets: Option<&Buckets>, query: &QuotaQuery, no
                 overage_tokens: None,
             };
             if a.policy.overage_throttle().is_some() {
-                let subject = if a.policy.scope == Scope::SUBJECT { query.subject.as_deref() } else { None };
+                let member = ask.member(a.policy.scope);
                 quota.overage_tokens =
-                    buckets.map(|b| b.look(BucketOf::Overage, a.policy, &query.tenant, subject, 0, now).0);
+                    buckets.map(|b| b.look(BucketOf::Overage, a.policy, &query.tenant, member, 0, now).0);
             }
             match standing.usage {
                 Usage::Bucket { tokens, .. } => quota.remaining = tokens,
@@ -160,12 +167,12 @@ pub fn of_state(state: &State, buckets: Option<&Buckets>, query: &QuotaQuery, no
         }
         for a in state.policies.concurrent(&query.tenant, metric, now) {
             let p = a.policy;
-            let counters = state.counters(&query.tenant, Whose::of(p.scope, query.subject.as_deref()), metric);
+            let member = ask.member(p.scope);
+            let counters = state.counters(&query.tenant, Whose::of(p.scope, member), metric);
             let leases = counters.map_or(0, |c| c.active_leases());
-            let subject = if p.scope == Scope::SUBJECT { query.subject.as_deref() } else { None };
             let grants = state.grants.get(&(query.tenant.clone(), metric.to_string())).map_or(&[][..], Vec::as_slice);
             let instant = Timestamp(now.micros() + 1);
-            let effective_limit = rules::overshoot::effective_limit(p.limit, p.scope, subject, grants, now, instant);
+            let effective_limit = rules::overshoot::effective_limit(p.limit, p.scope, member, grants, now, instant);
             quotas.push(Quota {
                 metric: metric.to_string(),
                 policy_id: p.policy_id.clone(),
@@ -226,6 +233,12 @@ pub(crate) fn validate(query: &QuotaQuery) -> Result<(), HookError> {
     }
     if let Some(subject) = &query.subject {
         named("subject", subject)?;
+    }
+    if let Some(project) = &query.project {
+        named("project", project)?;
+    }
+    if let Some(api_key) = &query.api_key {
+        named("api_key", api_key)?;
     }
     Ok(())
 }

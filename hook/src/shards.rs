@@ -21,6 +21,7 @@
 //! let ask = |tenant: &str| CheckRequest {
 //!     tenant: tenant.into(), subject: None, metric: "requests".into(), amount: 1,
 //!     idempotency_key: "k-1".into(), request_id: None,
+//!     operation: None, project: None, api_key: None,
 //! };
 //! assert!(shards.check(ask("org-1")).unwrap().allowed());
 //! assert!(shards.check(ask("org-2")).unwrap().allowed());

@@ -184,6 +184,8 @@ mod tests {
                 subject: None,
                 metric: "requests".into(),
                 source: "test".into(),
+                api_key: None,
+                project: None,
             },
             quantity: n,
             request_id: None,

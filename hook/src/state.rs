@@ -81,12 +81,79 @@ impl Counters {
     }
 }
 
-/// One tenant's metric: the tenant's counters, each subject's, and those of what carries no subject.
+/// One tenant's metric: the tenant's counters, each subject's, and those of what carries no subject; each project's
+/// and API key's likewise, kept only once a policy of that scope was recorded ([`State::counting_scopes`]).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 struct Usage {
     tenant: Counters,
     subjects: FxHashMap<String, Counters>,
     no_subject: Counters,
+    projects: Members,
+    api_keys: Members,
+}
+
+/// The counters of one scope's members (projects, or API keys): each one's, and those of what names none.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct Members {
+    named: FxHashMap<String, Counters>,
+    unnamed: Counters,
+}
+
+impl Members {
+    fn of(&mut self, member: Option<&str>, counted: &mut usize) -> &mut Counters {
+        match member {
+            Some(member) => {
+                if !self.named.contains_key(member) {
+                    *counted += 1;
+                }
+                entry_of(&mut self.named, member)
+            }
+            None => &mut self.unnamed,
+        }
+    }
+
+    fn get(&self, member: Option<&str>) -> Option<&Counters> {
+        match member {
+            Some(member) => self.named.get(member),
+            None => Some(&self.unnamed),
+        }
+    }
+
+    /// Keeps the counters `live` says still count; whether any is left.
+    fn retain(&mut self, live: &impl Fn(&mut Counters) -> bool) -> bool {
+        self.named.retain(|_, counters| live(counters));
+        live(&mut self.unnamed) || !self.named.is_empty()
+    }
+}
+
+/// The members a request or an event names, of every scope: what its consumption and holds count for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[allow(missing_docs)] // The header's fields, by their contract §3 names.
+pub struct Named<'a> {
+    pub subject: Option<&'a str>,
+    pub project: Option<&'a str>,
+    pub api_key: Option<&'a str>,
+}
+
+impl<'a> Named<'a> {
+    /// What an event's header names.
+    pub fn of(header: &'a Header) -> Named<'a> {
+        Named {
+            subject: header.subject.as_deref(),
+            project: header.project.as_deref(),
+            api_key: header.api_key.as_deref(),
+        }
+    }
+
+    /// The member of `scope` named (none for TENANT).
+    pub fn member(&self, scope: Scope) -> Option<&'a str> {
+        match scope {
+            Scope::TENANT => None,
+            Scope::SUBJECT => self.subject,
+            Scope::PROJECT => self.project,
+            Scope::API_KEY => self.api_key,
+        }
+    }
 }
 
 /// One tenant's metrics, and how many metrics and subjects (of each metric) it has counters for: what the bound
@@ -94,13 +161,14 @@ struct Usage {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 struct TenantUsage {
     metrics: FxHashMap<String, Usage>,
-    /// `metrics.len()` plus every metric's `subjects.len()`.
+    /// `metrics.len()` plus every metric's named subjects, projects and API keys.
     counted: usize,
 }
 
 impl TenantUsage {
     fn recount(&mut self) {
-        self.counted = self.metrics.len() + self.metrics.values().map(|u| u.subjects.len()).sum::<usize>();
+        let members = |u: &Usage| u.subjects.len() + u.projects.named.len() + u.api_keys.named.len();
+        self.counted = self.metrics.len() + self.metrics.values().map(members).sum::<usize>();
     }
 }
 
@@ -124,21 +192,28 @@ pub enum Adding {
 
 /// Whose counters a policy asks for: a TENANT policy the tenant's (all its subjects and what carries none), a
 /// SUBJECT policy one subject's, or, for a request without a subject, those of everything without one: a group
-/// of its own, as reconcile judges it (contract §3: a SUBJECT policy applies to every subject separately).
+/// of its own, as reconcile judges it (contract §3: a SUBJECT policy applies to every subject separately). PROJECT
+/// and API_KEY policies likewise, of projects and API keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Whose<'a> {
     /// The tenant's, for a TENANT policy.
     Tenant,
     /// One subject's (or, with none, those of what carries no subject), for a SUBJECT policy.
     Subject(Option<&'a str>),
+    /// One project's (or of what names none), for a PROJECT policy.
+    Project(Option<&'a str>),
+    /// One API key's (or of what names none), for an API_KEY policy.
+    ApiKey(Option<&'a str>),
 }
 
 impl<'a> Whose<'a> {
-    /// Whose counters a policy of `scope` asks for, for a request of `subject`.
-    pub fn of(scope: Scope, subject: Option<&'a str>) -> Whose<'a> {
+    /// Whose counters a policy of `scope` asks for, for a request naming `member` of that scope.
+    pub fn of(scope: Scope, member: Option<&'a str>) -> Whose<'a> {
         match scope {
             Scope::TENANT => Whose::Tenant,
-            Scope::SUBJECT => Whose::Subject(subject),
+            Scope::SUBJECT => Whose::Subject(member),
+            Scope::PROJECT => Whose::Project(member),
+            Scope::API_KEY => Whose::ApiKey(member),
         }
     }
 }
@@ -150,6 +225,8 @@ impl<'a> Whose<'a> {
 pub struct Hold {
     pub tenant: String,
     pub subject: Option<String>,
+    pub project: Option<String>,
+    pub api_key: Option<String>,
     pub metric: String,
     pub amount: i64,
     pub expires_at: Timestamp,
@@ -160,21 +237,44 @@ pub struct Hold {
     pub fencing_token: Option<i64>,
 }
 
+impl Hold {
+    /// The members it holds for.
+    pub fn named(&self) -> Named<'_> {
+        Named { subject: self.subject.as_deref(), project: self.project.as_deref(), api_key: self.api_key.as_deref() }
+    }
+}
+
 /// Whose a reservation event is: the counters its hold or its COMMIT's consumption go to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Owner {
     tenant: String,
     subject: Option<String>,
+    project: Option<String>,
+    api_key: Option<String>,
     metric: String,
 }
 
 impl Owner {
     fn of(header: &Header) -> Owner {
-        Owner { tenant: header.tenant.clone(), subject: header.subject.clone(), metric: header.metric.clone() }
+        Owner {
+            tenant: header.tenant.clone(),
+            subject: header.subject.clone(),
+            project: header.project.clone(),
+            api_key: header.api_key.clone(),
+            metric: header.metric.clone(),
+        }
     }
 
     fn is(&self, header: &Header) -> bool {
-        self.tenant == header.tenant && self.subject == header.subject && self.metric == header.metric
+        self.tenant == header.tenant
+            && self.subject == header.subject
+            && self.project == header.project
+            && self.api_key == header.api_key
+            && self.metric == header.metric
+    }
+
+    fn named(&self) -> Named<'_> {
+        Named { subject: self.subject.as_deref(), project: self.project.as_deref(), api_key: self.api_key.as_deref() }
     }
 }
 
@@ -266,6 +366,10 @@ pub struct State {
     /// that zone's windows, so the state must be rebuilt from the ledger. Also set when a policy makes a metric a
     /// gauge that no gauge named before: the levels of that metric folded before it were not kept.
     missing_zones: bool,
+    /// Whether the counters of projects and of API keys are kept: once a PROJECT (API_KEY) policy is recorded. Until
+    /// then a request's project and API key add nothing to count, so that tenants without such policies pay nothing
+    /// for them.
+    scoped: [bool; 2],
     /// The metrics a gauge quota names (of any tenant): their usage events are levels, kept in `levels`.
     gauge_metrics: BTreeSet<String>,
     /// The level of each gauge metric per (tenant, metric): the quantity of its latest usage event by event time, and
@@ -288,6 +392,7 @@ impl Default for State {
             pruned_before: i64::MIN,
             zones: vec![Tz::UTC],
             missing_zones: false,
+            scoped: [false; 2],
             gauge_metrics: BTreeSet::new(),
             levels: HashMap::new(),
         }
@@ -313,6 +418,28 @@ impl State {
             }
         }
         state
+    }
+
+    /// The same state, keeping the counters of the members of `scopes` (PROJECT, API_KEY; others are always kept).
+    pub fn counting_scopes(mut self, scopes: impl IntoIterator<Item = Scope>) -> State {
+        for scope in scopes {
+            match scope {
+                Scope::PROJECT => self.scoped[0] = true,
+                Scope::API_KEY => self.scoped[1] = true,
+                Scope::TENANT | Scope::SUBJECT => {}
+            }
+        }
+        self
+    }
+
+    /// The scopes whose members' counters are kept beside the tenant's and the subjects'.
+    pub fn scopes_counted(&self) -> Vec<Scope> {
+        let [projects, api_keys] = self.scoped;
+        [(projects, Scope::PROJECT), (api_keys, Scope::API_KEY)]
+            .into_iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, s)| s)
+            .collect()
     }
 
     /// The time zones whose windows are counted: UTC, then those of the policies folded.
@@ -368,6 +495,17 @@ impl State {
                     self.missing_zones = true;
                 }
                 if p.is_gauge() && self.gauge_metrics.insert(p.header.metric.clone()) {
+                    self.missing_zones = true;
+                }
+                // The first policy of a scope whose members were not counted: the consumption folded before it is in
+                // none of their counters.
+                let index = match p.scope {
+                    Scope::PROJECT => Some(0),
+                    Scope::API_KEY => Some(1),
+                    Scope::TENANT | Scope::SUBJECT => None,
+                };
+                if let Some(index) = index.filter(|i| !self.scoped[*i]) {
+                    self.scoped[index] = true;
                     self.missing_zones = true;
                 }
                 let mut policies = self.policies.policies().to_vec();
@@ -491,6 +629,8 @@ impl State {
                     let hold = Hold {
                         tenant: owner.tenant.clone(),
                         subject: owner.subject.clone(),
+                        project: owner.project.clone(),
+                        api_key: owner.api_key.clone(),
                         metric: owner.metric.clone(),
                         amount: step.facts.amount,
                         expires_at,
@@ -535,15 +675,17 @@ impl State {
         Some(life)
     }
 
-    /// Applies `change` to the counters of a tenant's metric and to its subject's (or to those without one).
-    fn update(&mut self, tenant: &str, subject: Option<&str>, metric: &str, mut change: impl FnMut(&mut Counters)) {
+    /// Applies `change` to the counters of a tenant's metric and to its subject's (or to those without one), and to
+    /// its project's and API key's when those scopes are counted.
+    fn update(&mut self, tenant: &str, named: Named<'_>, metric: &str, mut change: impl FnMut(&mut Counters)) {
+        let [projects, api_keys] = self.scoped;
         let TenantUsage { metrics, counted } = entry_of(&mut self.usage, tenant);
         if !metrics.contains_key(metric) {
             *counted += 1;
         }
         let usage = entry_of(metrics, metric);
         change(&mut usage.tenant);
-        match subject {
+        match named.subject {
             Some(subject) => {
                 if !usage.subjects.contains_key(subject) {
                     *counted += 1;
@@ -552,6 +694,12 @@ impl State {
             }
             None => change(&mut usage.no_subject),
         }
+        if projects {
+            change(usage.projects.of(named.project, counted));
+        }
+        if api_keys {
+            change(usage.api_keys.of(named.api_key, counted));
+        }
     }
 
     /// How many metrics, and subjects of each metric, `tenant` has counters for.
@@ -559,12 +707,18 @@ impl State {
         self.usage.get(tenant).map_or(0, |t| t.counted)
     }
 
-    /// How many counters (a metric's, a subject's) a request of `tenant` for `metric` (and `subject`) would add.
-    pub fn new_counters(&self, tenant: &str, subject: Option<&str>, metric: &str) -> usize {
-        let Some(usage) = self.usage.get(tenant).and_then(|t| t.metrics.get(metric)) else {
-            return 1 + usize::from(subject.is_some());
+    /// How many counters (a metric's, a subject's, a project's, an API key's) a request of `tenant` for `metric`
+    /// naming `named` would add.
+    pub fn new_counters(&self, tenant: &str, named: Named<'_>, metric: &str) -> usize {
+        let [projects, api_keys] = self.scoped;
+        let usage = self.usage.get(tenant).and_then(|t| t.metrics.get(metric));
+        let new = |member: Option<&str>, counted: bool, of: fn(&Usage) -> &FxHashMap<String, Counters>| {
+            usize::from(counted && member.is_some_and(|m| usage.is_none_or(|u| !of(u).contains_key(m))))
         };
-        usize::from(subject.is_some_and(|subject| !usage.subjects.contains_key(subject)))
+        usize::from(usage.is_none())
+            + new(named.subject, true, |u| &u.subjects)
+            + new(named.project, projects, |u| &u.projects.named)
+            + new(named.api_key, api_keys, |u| &u.api_keys.named)
     }
 
     /// Whether `amount` more of what `adding` says fits in every sum a request of `tenant` (and `subject`) for
@@ -574,7 +728,7 @@ impl State {
     pub fn room(
         &self,
         tenant: &str,
-        subject: Option<&str>,
+        named: Named<'_>,
         metric: &str,
         adding: Adding,
         amount: i64,
@@ -586,12 +740,24 @@ impl State {
             Whose::Tenant => format!("tenant {tenant:?}"),
             Whose::Subject(Some(subject)) => format!("subject {subject:?} of tenant {tenant:?}"),
             Whose::Subject(None) => format!("what carries no subject of tenant {tenant:?}"),
+            Whose::Project(Some(project)) => format!("project {project:?} of tenant {tenant:?}"),
+            Whose::Project(None) => format!("what names no project of tenant {tenant:?}"),
+            Whose::ApiKey(Some(api_key)) => format!("API key {api_key:?} of tenant {tenant:?}"),
+            Whose::ApiKey(None) => format!("what names no API key of tenant {tenant:?}"),
         };
         let windows = match adding {
             Adding::Consumption(at) => Some(self.windows_at(at)),
             Adding::Held => None,
         };
-        for whose in [Whose::Tenant, Whose::Subject(subject)] {
+        // Projects' and keys' counters only where they are kept: an empty group's windows cost lookups for nothing.
+        let [projects, api_keys] = self.scoped;
+        let whose_all = [
+            Some(Whose::Tenant),
+            Some(Whose::Subject(named.subject)),
+            Some(Whose::Project(named.project)).filter(|_| projects),
+            Some(Whose::ApiKey(named.api_key)).filter(|_| api_keys),
+        ];
+        for whose in whose_all.into_iter().flatten() {
             let Some(counters) = self.counters(tenant, whose, metric) else { continue };
             let Some(windows) = &windows else {
                 if !fits(counters.held) {
@@ -619,23 +785,25 @@ impl State {
             Whose::Tenant => Some(&usage.tenant),
             Whose::Subject(Some(subject)) => usage.subjects.get(subject),
             Whose::Subject(None) => Some(&usage.no_subject),
+            Whose::Project(project) => usage.projects.get(project),
+            Whose::ApiKey(api_key) => usage.api_keys.get(api_key),
         }
     }
 
     /// Adds consumption to the windows of every kind containing its event time, for the tenant and, when it
     /// has one, its subject.
     pub fn consume(&mut self, header: &Header, quantity: i64) {
-        self.consume_at(&header.tenant, header.subject.as_deref(), &header.metric, header.occurred_at, quantity);
+        self.consume_at(&header.tenant, Named::of(header), &header.metric, header.occurred_at, quantity);
     }
 
     fn consume_by(&mut self, owner: &Owner, occurred_at: Timestamp, quantity: i64) {
-        self.consume_at(&owner.tenant, owner.subject.as_deref(), &owner.metric, occurred_at, quantity);
+        self.consume_at(&owner.tenant, owner.named(), &owner.metric, occurred_at, quantity);
     }
 
-    fn consume_at(&mut self, tenant: &str, subject: Option<&str>, metric: &str, at: Timestamp, quantity: i64) {
+    fn consume_at(&mut self, tenant: &str, named: Named<'_>, metric: &str, at: Timestamp, quantity: i64) {
         let mut windows = self.windows_at(at);
         windows.retain(|(_, end)| *end >= self.pruned_before);
-        self.update(tenant, subject, metric, |counters| {
+        self.update(tenant, named, metric, |counters| {
             for key in &windows {
                 let counter = counters.consumed.entry(*key).or_insert(0);
                 // Saturating (see `Counters`): the hook's own requests never get here past i64 (`room`).
@@ -723,7 +891,7 @@ impl State {
         let amount = i128::from(hold.amount);
         let (lease, expiry) = (hold.fencing_token.is_some(), hold.expires_at.micros());
         // Exact in i128: 2^127 is more than any number of events of at most 2^63 each.
-        self.update(&hold.tenant, hold.subject.as_deref(), &hold.metric, |c| match lease {
+        self.update(&hold.tenant, hold.named(), &hold.metric, |c| match lease {
             true => *c.leases.entry(expiry).or_insert(0) += 1,
             false => c.held += amount,
         });
@@ -744,7 +912,7 @@ impl State {
         assert!(removed, "an open reservation is in the expiry order");
         let amount = i128::from(hold.amount);
         let (lease, expiry) = (hold.fencing_token.is_some(), hold.expires_at.micros());
-        self.update(&hold.tenant, hold.subject.as_deref(), &hold.metric, |c| {
+        self.update(&hold.tenant, hold.named(), &hold.metric, |c| {
             if !lease {
                 c.held -= amount;
             } else if let Some(n) = c.leases.get_mut(&expiry) {
@@ -797,7 +965,9 @@ impl State {
             tenant.metrics.retain(|_, usage| {
                 usage.subjects.retain(|_, counters| live(counters));
                 let no_subject = live(&mut usage.no_subject);
-                live(&mut usage.tenant) || no_subject || !usage.subjects.is_empty()
+                let projects = usage.projects.retain(&live);
+                let api_keys = usage.api_keys.retain(&live);
+                live(&mut usage.tenant) || no_subject || !usage.subjects.is_empty() || projects || api_keys
             });
             // What aged out no longer counts against the tenant's bound.
             tenant.recount();
@@ -872,6 +1042,8 @@ mod tests {
             subject: subject.map(String::from),
             metric: metric.into(),
             source: "test".into(),
+            api_key: None,
+            project: None,
         }
     }
 
@@ -892,6 +1064,7 @@ mod tests {
             let of_subject = |h: &Hold| match whose {
                 Whose::Tenant => true,
                 Whose::Subject(subject) => h.subject.as_deref() == subject,
+                Whose::Project(_) | Whose::ApiKey(_) => unreachable!("the model has no project or API key"),
             };
             self.holds.values().filter(|h| matches(h) && of_subject(h)).map(|h| i128::from(h.amount)).sum()
         }
@@ -905,6 +1078,7 @@ mod tests {
                     .chain([None])
                     .map(|s| self.committed.get(&key(s)).copied().unwrap_or(0))
                     .sum(),
+                Whose::Project(_) | Whose::ApiKey(_) => unreachable!("the model has no project or API key"),
             }
         }
     }
@@ -984,11 +1158,12 @@ mod tests {
             i64::MAX
         );
         assert_eq!(state.held("org-1", Whose::Tenant, "tokens", now), 1_025 * i128::from(largest));
-        let consumption = state.room("org-1", Some("alice"), "tokens", Adding::Consumption(now), 1).unwrap_err();
+        let alice = Named { subject: Some("alice"), ..Named::default() };
+        let consumption = state.room("org-1", alice, "tokens", Adding::Consumption(now), 1).unwrap_err();
         assert!(consumption.what.contains("the consumption of \"tokens\" by tenant \"org-1\""), "{consumption:?}");
-        let held = state.room("org-1", None, "tokens", Adding::Held, 0).unwrap_err();
+        let held = state.room("org-1", Named::default(), "tokens", Adding::Held, 0).unwrap_err();
         assert_eq!(held.now, 1_025 * i128::from(largest));
-        assert!(state.room("org-1", Some("alice"), "requests", Adding::Consumption(now), largest).is_ok());
+        assert!(state.room("org-1", alice, "requests", Adding::Consumption(now), largest).is_ok());
         assert_eq!(state.counters_of("org-1"), 2, "the metric and alice");
         state.expire(at("2026-11-10T02:00:00Z"));
         assert_eq!(state.held("org-1", Whose::Tenant, "tokens", at("2026-11-10T02:00:00Z")), 0, "every hold expired");
@@ -1151,6 +1326,8 @@ mod tests {
                             expires_at,
                             reserved_at: now,
                             fencing_token: None,
+                            api_key: None,
+                            project: None,
                         });
                     }
                     Op::Close { id, commit, amount } => {

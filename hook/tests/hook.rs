@@ -18,6 +18,8 @@ fn policy(id: &str, limit: i64, window: Window, enforcement: Enforcement, burst:
             subject: None,
             metric: "tokens".into(),
             source: "admin".into(),
+            api_key: None,
+            project: None,
         },
         policy_id: id.into(),
         version: 1,
@@ -69,6 +71,8 @@ fn ask(key: &str, amount: i64) -> CheckRequest {
         idempotency_key: key.into(),
         request_id: Some(format!("req-{key}")),
         operation: None,
+        api_key: None,
+        project: None,
     }
 }
 
@@ -89,6 +93,8 @@ fn foreign_reservation(
             subject: None,
             metric: "tokens".into(),
             source: "other-enforcer".into(),
+            api_key: None,
+            project: None,
         },
         reservation_id: reservation_id.into(),
         action,
@@ -196,6 +202,8 @@ fn the_reservation_lifecycle() {
             idempotency_key: key.into(),
             request_id: None,
             operation: None,
+            api_key: None,
+            project: None,
         })
         .unwrap()
     };
@@ -331,6 +339,8 @@ fn a_group_the_ledger_refuses_is_taken_back() {
             idempotency_key: key.into(),
             request_id: None,
             operation: None,
+            api_key: None,
+            project: None,
         })
     };
     assert!(hook.check(ask("k-1", 30)).unwrap().allowed());
@@ -436,6 +446,8 @@ fn usage_recorded_by_ingest_counts_at_the_next_decision() {
             subject: Some("batch-job".into()),
             metric: "tokens".into(),
             source: "billing-pipeline".into(),
+            api_key: None,
+            project: None,
         },
         quantity: 85,
         request_id: None,
@@ -601,6 +613,8 @@ fn closes_in_one_group_after_the_first_answer_it_again() {
                 idempotency_key: format!("r-{round}"),
                 request_id: None,
                 operation: None,
+                api_key: None,
+                project: None,
             })
             .unwrap();
         let id = reserved.reservation_id.unwrap();
@@ -848,12 +862,15 @@ fn amounts(key: &str, requests: i64, tokens: i64) -> CheckAmountsRequest {
         idempotency_key: key.into(),
         request_id: Some(format!("req-{key}")),
         operation: None,
+        api_key: None,
+        project: None,
     }
 }
 
 /// What the hook counts as consumed of org-1's `metric` under its one policy, read without consuming.
 fn consumed(hook: &Hook, metric: &str) -> i64 {
-    let query = QuotaQuery { tenant: "org-1".into(), metric: Some(metric.into()), subject: None };
+    let query =
+        QuotaQuery { tenant: "org-1".into(), metric: Some(metric.into()), subject: None, api_key: None, project: None };
     hook.quotas(query).unwrap().quotas[0].consumed.unwrap()
 }
 
@@ -897,13 +914,25 @@ fn several_metrics_in_one_request_are_all_or_nothing() {
 
 fn reserve_amounts(key: &str, requests: i64, tokens: i64) -> ReserveAmountsRequest {
     let asked = amounts(key, requests, tokens);
-    let CheckAmountsRequest { tenant, subject, amounts, idempotency_key, request_id, operation } = asked;
-    ReserveAmountsRequest { tenant, subject, amounts, ttl_ms: 60_000, idempotency_key, request_id, operation }
+    let CheckAmountsRequest { tenant, subject, amounts, idempotency_key, request_id, operation, project, api_key } =
+        asked;
+    ReserveAmountsRequest {
+        tenant,
+        subject,
+        amounts,
+        ttl_ms: 60_000,
+        idempotency_key,
+        request_id,
+        operation,
+        project,
+        api_key,
+    }
 }
 
 /// What the hook counts as held by open reservations of org-1's `metric` under its one policy.
 fn held(hook: &Hook, metric: &str) -> i64 {
-    let query = QuotaQuery { tenant: "org-1".into(), metric: Some(metric.into()), subject: None };
+    let query =
+        QuotaQuery { tenant: "org-1".into(), metric: Some(metric.into()), subject: None, api_key: None, project: None };
     hook.quotas(query).unwrap().quotas[0].held.unwrap()
 }
 
@@ -1031,6 +1060,8 @@ fn acquire(key: &str, ttl_ms: i64) -> AcquireRequest {
         ttl_ms,
         idempotency_key: key.into(),
         request_id: None,
+        api_key: None,
+        project: None,
     }
 }
 
@@ -1057,7 +1088,13 @@ fn leases_hold_slots_of_a_concurrent_policy() {
     let wait = full.retry_after_ms.expect("a full policy says when a slot frees");
     assert!((1..=301).contains(&wait), "the first lease to expire frees a slot in at most 300 ms: {wait}");
     assert!(hook.check(ask("c-1", 1)).unwrap().allowed(), "leases hold nothing against the daily window");
-    let query = QuotaQuery { tenant: "org-1".into(), metric: Some("tokens".into()), subject: None };
+    let query = QuotaQuery {
+        tenant: "org-1".into(),
+        metric: Some("tokens".into()),
+        subject: None,
+        api_key: None,
+        project: None,
+    };
     let quotas = hook.quotas(query).unwrap().quotas;
     let jobs = quotas.iter().find(|q| q.policy_id == "jobs").expect("the CONCURRENT policy is listed");
     assert_eq!((jobs.window, jobs.leases, jobs.remaining, jobs.consumed), (Window::CONCURRENT, Some(2), Some(0), None));
@@ -1191,6 +1228,8 @@ fn level(event_id: &str, tenant: &str, at: Timestamp, bytes: i64) -> Event {
             subject: None,
             metric: "storage_bytes".into(),
             source: "storage-service".into(),
+            api_key: None,
+            project: None,
         },
         quantity: bytes,
         request_id: None,
@@ -1260,4 +1299,110 @@ fn a_gauge_over_its_limit_refuses_what_its_violation_covers() {
         hook.check(doing(ask("g-9", 1), insert)).unwrap().allowed(),
         "org-1's latest level, 900, after the restart"
     );
+}
+
+/// `policy` of `scope`.
+fn scoped(policy: Event, scope: Scope) -> Event {
+    let Event::Policy(policy) = policy else { unreachable!("`policy` builds a PolicyEvent") };
+    Event::Policy(PolicyEvent { scope, ..policy })
+}
+
+fn of_project(request: CheckRequest, project: Option<&str>, api_key: Option<&str>) -> CheckRequest {
+    CheckRequest { project: project.map(String::from), api_key: api_key.map(String::from), ..request }
+}
+
+// Issue 36 item 3: one request is checked against every level that has a policy, the tenant's, its project's and its
+// API key's, all or nothing, each denial naming the level (the policy's scope) that denied. Each project and each key
+// has its own windows, what names none counts together, a grant naming a project raises that project's windows only,
+// and a restart counts them again from the ledger.
+#[test]
+fn every_level_that_has_a_policy_is_checked_all_or_nothing() {
+    let grant = Event::Grant(GrantEvent {
+        header: Header {
+            event_id: "grant-p2".into(),
+            occurred_at: Timestamp::parse_rfc3339("2026-01-01T00:00:00Z").unwrap(),
+            tenant: "org-1".into(),
+            subject: None,
+            project: Some("p-2".into()),
+            api_key: None,
+            metric: "tokens".into(),
+            source: "admin".into(),
+        },
+        grant_id: "g-p2".into(),
+        amount: 5,
+        valid_from: Timestamp::parse_rfc3339("2026-01-01T00:00:00Z").unwrap(),
+        valid_until: Timestamp::parse_rfc3339("2099-01-01T00:00:00Z").unwrap(),
+        reason: "a bigger project".into(),
+        actor: None,
+    });
+    let (dir, hook) = hook_with(vec![
+        policy("org-day", 25, Window::DAY, Enforcement::HARD, None),
+        scoped(policy("project-day", 10, Window::DAY, Enforcement::HARD, None), Scope::PROJECT),
+        scoped(policy("key-day", 8, Window::DAY, Enforcement::HARD, None), Scope::API_KEY),
+        grant,
+    ]);
+    let check = |key: &str, amount: i64, project: Option<&str>, api_key: Option<&str>| {
+        hook.check(of_project(ask(key, amount), project, api_key)).unwrap()
+    };
+    // Key k-a may take 8; project p-1 has 10 of its own.
+    assert!(check("s-1", 8, Some("p-1"), Some("k-a")).allowed());
+    let denied = check("s-2", 1, Some("p-1"), Some("k-a"));
+    assert_eq!(
+        (denied.reason, denied.policy_id.as_deref(), denied.scope),
+        (Reason::QUOTA_EXCEEDED, Some("key-day"), Some(Scope::API_KEY))
+    );
+    assert!(check("s-3", 2, Some("p-1"), Some("k-b")).allowed(), "another key of the same project");
+    let denied = check("s-4", 1, Some("p-1"), Some("k-c"));
+    assert_eq!(
+        (denied.policy_id.as_deref(), denied.scope, denied.used_before),
+        (Some("project-day"), Some(Scope::PROJECT), Some(10))
+    );
+    // p-2's grant raises p-2's project window to 15, and no other.
+    assert!(check("s-5", 8, Some("p-2"), Some("k-d")).allowed());
+    assert!(check("s-6", 7, Some("p-2"), Some("k-e")).allowed(), "10 + the grant of 5");
+    // The tenant's 25 is spent (8 + 2 + 8 + 7): nothing more of any project, and what was refused consumed nothing.
+    let denied = check("s-7", 1, Some("p-3"), Some("k-f"));
+    assert_eq!(
+        (denied.policy_id.as_deref(), denied.scope, denied.used_before),
+        (Some("org-day"), Some(Scope::TENANT), Some(25))
+    );
+    assert_eq!(usage_recorded(&dir), 25);
+    // What names no project or key counts together under the PROJECT and API_KEY policies: its own group.
+    let (_dir2, hook2) =
+        hook_with(vec![scoped(policy("project-day", 10, Window::DAY, Enforcement::HARD, None), Scope::PROJECT)]);
+    assert!(hook2.check(ask("n-1", 10)).unwrap().allowed());
+    assert!(!hook2.check(ask("n-2", 1)).unwrap().allowed(), "requests naming no project share one window");
+    assert!(hook2.check(of_project(ask("n-3", 10), Some("p-1"), None)).unwrap().allowed());
+    // A restart counts each project's and key's windows again from the ledger.
+    drop(hook);
+    let hook = Hook::start(dir.path().join("ledger.db"), HookSettings::default()).unwrap();
+    let after = hook.check(of_project(ask("s-8", 1), Some("p-1"), Some("k-a"))).unwrap();
+    assert_eq!((after.outcome, after.policy_id.as_deref()), (Outcome::DENIED, Some("key-day")));
+    let replay = hook.check(of_project(ask("s-1", 8), Some("p-1"), Some("k-a"))).unwrap();
+    assert!(replay.replayed && replay.allowed());
+    let reused = hook.check(of_project(ask("s-1", 8), Some("p-9"), Some("k-a"))).unwrap_err();
+    assert!(matches!(reused, HookError::IdempotencyKeyReused { field: "project", .. }), "{reused:?}");
+}
+
+// The first PROJECT policy recorded while the hook runs: the consumption of each project before it counts in its
+// window (the hook keeps projects' counters only once a PROJECT policy exists, and rebuilds them from the ledger then).
+#[test]
+fn a_first_project_policy_counts_what_each_project_consumed_before_it() {
+    let (dir, hook) = hook_with(vec![policy("org-day", 100, Window::DAY, Enforcement::HARD, None)]);
+    assert!(hook.check(of_project(ask("b-1", 9), Some("p-1"), None)).unwrap().allowed());
+    assert!(hook.check(of_project(ask("b-2", 9), Some("p-2"), None)).unwrap().allowed());
+    let Event::Policy(project_day) =
+        scoped(policy("project-day", 10, Window::DAY, Enforcement::HARD, None), Scope::PROJECT)
+    else {
+        unreachable!()
+    };
+    let project_day =
+        PolicyEvent { header: Header { event_id: "later".into(), ..project_day.header.clone() }, ..project_day };
+    append_as_ingest(&dir, vec![Event::Policy(project_day)]);
+    let denied = hook.check(of_project(ask("b-3", 2), Some("p-1"), None)).unwrap();
+    assert_eq!(
+        (denied.outcome, denied.used_before, denied.policy_id.as_deref()),
+        (Outcome::DENIED, Some(9), Some("project-day"))
+    );
+    assert!(hook.check(of_project(ask("b-4", 1), Some("p-2"), None)).unwrap().allowed());
 }

@@ -31,6 +31,8 @@ fn ask(key: &str) -> CheckRequest {
         idempotency_key: key.into(),
         request_id: None,
         operation: None,
+        api_key: None,
+        project: None,
     }
 }
 

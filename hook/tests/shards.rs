@@ -21,6 +21,8 @@ fn ask(tenant: &str, key: &str, amount: i64) -> CheckRequest {
         idempotency_key: key.into(),
         request_id: None,
         operation: None,
+        api_key: None,
+        project: None,
     }
 }
 
@@ -34,6 +36,8 @@ fn reserve(tenant: &str, key: &str, amount: i64) -> ReserveRequest {
         idempotency_key: key.into(),
         request_id: None,
         operation: None,
+        api_key: None,
+        project: None,
     }
 }
 
@@ -48,6 +52,8 @@ fn plan_default(limit: i64) -> Event {
             subject: None,
             metric: "tokens".into(),
             source: "admin".into(),
+            api_key: None,
+            project: None,
         },
         policy_id: "plan-monthly".into(),
         version: 1,

@@ -18,6 +18,8 @@ fn header(event_id: &str, tenant: &str, metric: &str, at: Timestamp) -> Header {
         subject: None,
         metric: metric.into(),
         source: "admin".into(),
+        api_key: None,
+        project: None,
     }
 }
 
@@ -67,6 +69,8 @@ fn ask(metric: &str, subject: Option<&str>, key: &str, amount: i64) -> CheckRequ
         idempotency_key: key.into(),
         request_id: None,
         operation: None,
+        api_key: None,
+        project: None,
     }
 }
 
@@ -80,6 +84,8 @@ fn reserve(metric: &str, key: &str, amount: i64) -> ReserveRequest {
         idempotency_key: key.into(),
         request_id: None,
         operation: None,
+        api_key: None,
+        project: None,
     }
 }
 

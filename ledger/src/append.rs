@@ -246,8 +246,8 @@ impl<'tx> Inserts<'tx> {
 const INSERT_ENTRY: &str =
     "INSERT INTO entries (seq, event_id, event_type, status, duplicate_of, tenant, subject, metric,
          source, occurred_at, origin, origin_stream, origin_partition, origin_offset, recorded_at, payload_fingerprint,
-         payload, raw, payload_hash, entry_hash)
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)";
+         payload, raw, payload_hash, entry_hash, project, api_key)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)";
 
 /// What became of one event of a batch: an outcome, or the reason a usage event must be quarantined instead.
 enum Placed {
@@ -333,6 +333,8 @@ fn append_event<'tx, 'b>(
         raw,
         &payload_hash[..],
         &entry_hash[..],
+        header.project,
+        header.api_key,
     ])?;
     let mut values = vec![rusqlite::types::Value::Integer(seq as i64)];
     values.extend(details::values(event));

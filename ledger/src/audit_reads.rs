@@ -67,7 +67,7 @@ pub struct UsageRecord {
     pub request_id: Option<String>,
 }
 
-/// A recorded AdjustmentEvent, with its ledger sequence number (its scope left out).
+/// A recorded AdjustmentEvent, with its ledger sequence number.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[allow(missing_docs)] // The AdjustmentEvent's own fields, by their contract §3 names.
 pub struct AdjustmentRecord {
@@ -84,6 +84,9 @@ pub struct AdjustmentRecord {
     /// The event_ids it is about.
     pub refs: Vec<String>,
     pub run_id: String,
+    /// The `Scope` symbol of a window adjustment's policy, as stored; none for other kinds and for those written before
+    /// AdjustmentEvent v2.
+    pub scope: Option<String>,
 }
 
 /// Counted usage of one tenant, UTC day and metric.
@@ -378,6 +381,7 @@ fn adjustment_record(r: &Row<'_>) -> Result<AdjustmentRecord, ReadError> {
         amount: r.get(12)?,
         refs,
         run_id: r.get(14)?,
+        scope: r.get(15)?,
     })
 }
 

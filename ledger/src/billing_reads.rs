@@ -13,6 +13,7 @@ use crate::{CloseSnapshot, Ledger, Period};
 
 const USAGE_TOTALS_OF_PERIOD: &str = include_str!("../queries/usage_totals_of_period.sql");
 const USAGE_OF_PERIOD: &str = include_str!("../queries/usage_of_period.sql");
+const USAGE_OF_PERIOD_BY_PROJECT: &str = include_str!("../queries/usage_of_period_by_project.sql");
 const LATE_USAGE_CARRIED: &str = include_str!("../queries/late_usage_carried.sql");
 const RESERVATIONS_BY_RESERVATION: &str = include_str!("../queries/reservation_events_by_reservation.sql");
 const PERIODS_WITH_CONSUMPTION_BEFORE: &str = include_str!("../queries/periods_with_consumption_before.sql");
@@ -24,6 +25,19 @@ pub struct MetricTotal {
     pub tenant: String,
     /// The metric.
     pub metric: String,
+    /// The sum, in the metric's unit.
+    pub amount: i64,
+}
+
+/// A sum of usage for one (tenant, metric, project).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectTotal {
+    /// The tenant.
+    pub tenant: String,
+    /// The metric.
+    pub metric: String,
+    /// The project; none for the usage naming no project.
+    pub project: Option<String>,
     /// The sum, in the metric's unit.
     pub amount: i64,
 }
@@ -60,6 +74,22 @@ impl Ledger {
             ":watermark": watermark_param(watermark),
         };
         let rows = statement.query_map(params, metric_total)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Counted usage with occurred_at in `period` per (tenant, metric, project), of the entries up to `watermark`: the
+    /// scan of [`Ledger::usage_of_period`] split by project (the usage naming none apart), for `export billing --by
+    /// project`. By tenant, metric, then project (none first).
+    pub fn usage_of_period_by_project(&self, period: Period, watermark: u64) -> Result<Vec<ProjectTotal>, ReadError> {
+        let mut statement = self.conn.prepare_cached(USAGE_OF_PERIOD_BY_PROJECT)?;
+        let params = named_params! {
+            ":start": period.start().micros(),
+            ":end": period.end().micros(),
+            ":watermark": watermark_param(watermark),
+        };
+        let rows = statement.query_map(params, |r| {
+            Ok(ProjectTotal { tenant: r.get(0)?, metric: r.get(1)?, project: r.get(2)?, amount: r.get(3)? })
+        })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 

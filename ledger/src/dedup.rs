@@ -322,6 +322,8 @@ pub(crate) mod tests {
             subject: None,
             metric: "requests".into(),
             source: "test".into(),
+            api_key: None,
+            project: None,
         };
         let event = Event::Usage(UsageEvent { header, quantity: 1, request_id: None, attributes: BTreeMap::new() });
         Incoming { event, origin: Origin::Local { name: "test".into() }, raw: None }

@@ -74,7 +74,7 @@ use schemas::{Catalog, EventType};
 
 pub use audit_reads::{AdjustmentRecord, DayUsage, DecisionRecord, UsageRecord};
 pub use batch::*;
-pub use billing_reads::MetricTotal;
+pub use billing_reads::{MetricTotal, ProjectTotal};
 pub use checkpoint::{
     CATCH_UP_FRAMES, CATCH_UP_ROUNDS, CHECKPOINT_INTERVAL_MS, Checkpointer, WARM_AHEAD_ENTRIES, WRITER_BACKSTOP_FRAMES,
     WRITER_CHECKPOINT_FRAMES,

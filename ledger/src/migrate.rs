@@ -39,6 +39,7 @@ pub const MIGRATIONS: &[Migration] = &[
     ("027-fail-open-decisions.sql", include_str!("../ddl/027-fail-open-decisions.sql"), None),
     ("028-policy-overage.sql", include_str!("../ddl/028-policy-overage.sql"), None),
     ("029-policy-violation.sql", include_str!("../ddl/029-policy-violation.sql"), None),
+    ("030-entry-scopes.sql", include_str!("../ddl/030-entry-scopes.sql"), None),
 ];
 
 /// The schema version of a ledger all of whose migrations ran.

@@ -24,17 +24,24 @@ impl ReadSnapshot<'_> {
     }
 }
 
-/// The six header fields, from `first` on (the order of `HEADER_COLUMNS`).
+/// The six header fields, from `first` on (the order of `HEADER_COLUMNS`), and the project and API key from the
+/// columns of those names, which every query reading a header selects last ([`SCOPE_COLUMNS`]).
 pub(crate) fn header(row: &Row<'_>, first: usize) -> rusqlite::Result<Header> {
     Ok(Header {
         event_id: row.get(first)?,
         occurred_at: Timestamp(row.get(first + 1)?),
         tenant: row.get(first + 2)?,
         subject: row.get(first + 3)?,
+        project: row.get("project")?,
+        api_key: row.get("api_key")?,
         metric: row.get(first + 4)?,
         source: row.get(first + 5)?,
     })
 }
+
+/// The members of PROJECT and API_KEY scopes an entry names: selected last by every query that reads a header, so
+/// that the columns after the header keep their places.
+pub(crate) const SCOPE_COLUMNS: &str = "e.project, e.api_key";
 
 /// A watermark as SQLite's signed integer (sequences stay far below 2^63).
 pub(crate) fn watermark_param(watermark: u64) -> i64 {
@@ -71,7 +78,7 @@ pub(crate) fn optional_symbol<T>(
 fn policies_through(conn: &Connection, watermark: u64) -> rusqlite::Result<Vec<PolicyEvent>> {
     let sql = format!(
         "SELECT {HEADER_COLUMNS}, p.policy_id, p.version, p.scope, p.\"limit\", p.window, p.enforcement, p.effective_from,
-                p.burst, p.actor, p.reason, p.time_zone, p.on_failure, p.overage_rate, p.overage_window, p.violation
+                p.burst, p.actor, p.reason, p.time_zone, p.on_failure, p.overage_rate, p.overage_window, p.violation, {SCOPE_COLUMNS}
          FROM policy_events p CROSS JOIN entries e ON e.seq = p.seq
          WHERE e.status = 'recorded' AND p.seq <= ?1 ORDER BY e.seq"
     );
@@ -102,7 +109,7 @@ fn policies_through(conn: &Connection, watermark: u64) -> rusqlite::Result<Vec<P
 /// Every recorded grant up to a watermark (a report's snapshot), by (tenant, metric), in ledger order.
 fn grants_through(conn: &Connection, watermark: u64) -> rusqlite::Result<HashMap<(String, String), Vec<GrantEvent>>> {
     let sql = format!(
-        "SELECT {HEADER_COLUMNS}, g.grant_id, g.amount, g.valid_from, g.valid_until, g.reason, g.actor
+        "SELECT {HEADER_COLUMNS}, g.grant_id, g.amount, g.valid_from, g.valid_until, g.reason, g.actor, {SCOPE_COLUMNS}
          FROM grant_events g CROSS JOIN entries e ON e.seq = g.seq
          WHERE e.status = 'recorded' AND g.seq <= ?1 ORDER BY e.seq"
     );
@@ -130,7 +137,7 @@ fn grants_through(conn: &Connection, watermark: u64) -> rusqlite::Result<HashMap
 fn adjustments(conn: &Connection) -> rusqlite::Result<Vec<AdjustmentEvent>> {
     let sql = format!(
         "SELECT {HEADER_COLUMNS}, a.adjustment_id, a.kind, a.policy_id, a.window_start, a.window_end, a.amount,
-                a.refs, a.run_id, a.scope
+                a.refs, a.run_id, a.scope, {SCOPE_COLUMNS}
          FROM adjustment_events a CROSS JOIN entries e ON e.seq = a.seq WHERE e.status = 'recorded' ORDER BY e.seq"
     );
     let mut statement = conn.prepare(&sql)?;
@@ -165,6 +172,10 @@ pub struct AdjustmentSummary {
     pub tenant: String,
     /// The subject of a SUBJECT window, else none.
     pub subject: Option<String>,
+    /// The project of a PROJECT window, else none.
+    pub project: Option<String>,
+    /// The API key of an API_KEY window, else none.
+    pub api_key: Option<String>,
     /// The metric it is about.
     pub metric: String,
     /// What kind of discrepancy it records.
@@ -186,7 +197,7 @@ pub struct AdjustmentSummary {
 fn adjustment_summaries(conn: &Connection, mut each: impl FnMut(AdjustmentSummary)) -> rusqlite::Result<u64> {
     let mut statement = conn.prepare(
         "SELECT e.tenant, e.subject, e.metric, a.kind, a.policy_id, a.window_start, a.window_end, a.amount,
-                json_extract(a.refs, '$[0]'), a.scope
+                json_extract(a.refs, '$[0]'), a.scope, e.project, e.api_key
          FROM adjustment_events a CROSS JOIN entries e ON e.seq = a.seq
          WHERE e.status = 'recorded' ORDER BY a.seq",
     )?;
@@ -205,6 +216,8 @@ fn adjustment_summaries(conn: &Connection, mut each: impl FnMut(AdjustmentSummar
             amount: r.get(7)?,
             first_ref: r.get(8)?,
             scope: optional_symbol(r, 9, Scope::from_symbol)?,
+            project: r.get(10)?,
+            api_key: r.get(11)?,
         });
     }
     Ok(count)
@@ -218,7 +231,7 @@ pub type SequencedReservation = (u64, ReservationEvent);
 /// tenants sharing a reservation_id, so the one sort SQLite makes costs what it did when it sorted by id alone.
 fn for_each_reservation(conn: &Connection, mut each: impl FnMut(&[SequencedReservation])) -> rusqlite::Result<u64> {
     let sql = format!(
-        "SELECT e.seq, {HEADER_COLUMNS}, r.reservation_id, r.action, r.amount, r.expires_at, r.fencing_token
+        "SELECT e.seq, {HEADER_COLUMNS}, r.reservation_id, r.action, r.amount, r.expires_at, r.fencing_token, {SCOPE_COLUMNS}
          FROM reservation_events r NOT INDEXED CROSS JOIN entries e ON e.seq = r.seq
          WHERE e.status = 'recorded' ORDER BY r.reservation_id, e.tenant, e.seq"
     );
@@ -262,7 +275,7 @@ pub struct ConflictingCopy {
 /// Every conflicting duplicate, in ledger order.
 fn conflicting_copies(conn: &Connection) -> rusqlite::Result<Vec<ConflictingCopy>> {
     let sql = format!(
-        "SELECT e.seq, {HEADER_COLUMNS}, COALESCE(u.quantity, 0)
+        "SELECT e.seq, {HEADER_COLUMNS}, COALESCE(u.quantity, 0), {SCOPE_COLUMNS}
          FROM entries e INDEXED BY entries_conflicting LEFT JOIN usage_events u ON u.seq = e.seq
          WHERE e.status = 'conflicting_duplicate' ORDER BY e.seq"
     );
@@ -279,6 +292,8 @@ pub struct UsageRow<'r> {
     pub seq: u64,
     pub tenant: &'r str,
     pub subject: Option<&'r str>,
+    pub project: Option<&'r str>,
+    pub api_key: Option<&'r str>,
     pub metric: &'r str,
     pub occurred_at: Timestamp,
     pub quantity: i64,
@@ -292,7 +307,7 @@ fn for_each_usage(conn: &Connection, mut each: impl FnMut(UsageRow<'_>)) -> rusq
     let mut quantities = conn.prepare("SELECT seq, quantity FROM usage_events ORDER BY seq")?;
     let mut quantities = quantities.query([])?;
     let mut entries = conn.prepare(
-        "SELECT seq, tenant, subject, metric, occurred_at, event_id FROM entries
+        "SELECT seq, tenant, subject, metric, occurred_at, event_id, project, api_key FROM entries
          WHERE event_type = 'UsageEvent' AND status = 'recorded' ORDER BY seq",
     )?;
     let mut entries = entries.query([])?;
@@ -319,6 +334,8 @@ fn for_each_usage(conn: &Connection, mut each: impl FnMut(UsageRow<'_>)) -> rusq
             occurred_at: Timestamp(e.get(4)?),
             quantity,
             event_id: e.get_ref(5)?.as_str()?,
+            project: e.get_ref(6)?.as_str_or_null()?,
+            api_key: e.get_ref(7)?.as_str_or_null()?,
         });
         count += 1;
     }

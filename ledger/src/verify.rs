@@ -77,7 +77,7 @@ struct StoredEntry {
     event_type: String,
     status: String,
     duplicate_of: Option<u64>,
-    header: [Value; 5],
+    header: [Value; 7],
     origin: String,
     origin_stream: Option<String>,
     origin_partition: Option<i64>,
@@ -98,7 +98,7 @@ impl StoredEntry {
             event_type: r.get(2)?,
             status: r.get(3)?,
             duplicate_of: r.get::<_, Option<i64>>(4)?.map(|s| s as u64),
-            header: [r.get(5)?, r.get(6)?, r.get(7)?, r.get(8)?, r.get(9)?],
+            header: [r.get(5)?, r.get(6)?, r.get(7)?, r.get(8)?, r.get(9)?, r.get(20)?, r.get(21)?],
             origin: r.get(10)?,
             origin_stream: r.get(11)?,
             origin_partition: r.get(12)?,
@@ -131,7 +131,7 @@ impl StoredEntry {
     }
 }
 
-fn header_values(event: &Event) -> [Value; 5] {
+fn header_values(event: &Event) -> [Value; 7] {
     let h = event.header();
     [
         Value::Text(h.tenant.clone()),
@@ -139,10 +139,12 @@ fn header_values(event: &Event) -> [Value; 5] {
         Value::Text(h.metric.clone()),
         Value::Text(h.source.clone()),
         Value::Integer(h.occurred_at.micros()),
+        h.project.clone().map_or(Value::Null, Value::Text),
+        h.api_key.clone().map_or(Value::Null, Value::Text),
     ]
 }
 
-const HEADER_COLUMNS: [&str; 5] = ["tenant", "subject", "metric", "source", "occurred_at"];
+const HEADER_COLUMNS: [&str; 7] = ["tenant", "subject", "metric", "source", "occurred_at", "project", "api_key"];
 
 impl VerifyReport {
     /// A report of the walk alone: the ledger id, head and checkpoints are filled in after it.
@@ -200,7 +202,7 @@ impl Ledger {
         let mut statement = tx.prepare(
             "SELECT seq, event_id, event_type, status, duplicate_of, tenant, subject, metric, source, occurred_at,
                     origin, origin_stream, origin_partition, origin_offset, recorded_at, payload_fingerprint,
-                    payload, raw, payload_hash, entry_hash
+                    payload, raw, payload_hash, entry_hash, project, api_key
              FROM entries ORDER BY seq",
         )?;
         // Read before the walk (the same snapshot), but a row of totals that does not read must not hide the

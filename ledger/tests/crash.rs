@@ -36,6 +36,8 @@ fn event(i: u64, j: u64) -> Event {
             subject: None,
             metric: "requests".into(),
             source: "crash-test".into(),
+            api_key: None,
+            project: None,
         },
         quantity: quantity as i64,
         request_id: None,

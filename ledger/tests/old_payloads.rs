@@ -14,6 +14,8 @@ fn usage() -> Event {
             subject: None,
             metric: "requests".into(),
             source: "api".into(),
+            api_key: None,
+            project: None,
         },
         quantity: 3,
         request_id: None,

@@ -15,6 +15,8 @@ fn quarantined_message(ledger: &Ledger, n: usize) -> Rejected {
             subject: None,
             metric: "requests".into(),
             source: "replay-test".into(),
+            api_key: None,
+            project: None,
         },
         quantity: 1,
         request_id: None,

@@ -19,6 +19,7 @@
 //! let ask = hook::CheckRequest {
 //!     tenant: "org-42".into(), subject: None, metric: "requests".into(), amount: 1,
 //!     idempotency_key: "k-1".into(), request_id: None,
+//!     operation: None, project: None, api_key: None,
 //! };
 //! assert!(hook.check(ask).unwrap().allowed());
 //! drop(hook);

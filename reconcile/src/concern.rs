@@ -1,6 +1,7 @@
 //! What an adjustment is about, and the delta rule (contract §5 "Adjustments are deltas").
 //!
-//! Each adjustment concerns one thing: a window of a policy for a tenant and subject, a closed period's late
+//! Each adjustment concerns one thing: a window of a policy for a tenant and a member of the policy's scope (a
+//! subject, project or API key; none for TENANT), a closed period's late
 //! usage for a tenant and metric, a reservation, a refused transition, or one conflicting copy of an event.
 //! The amounts of a concern's adjustments add up to its current truth; a run writes only the difference, and a
 //! concern that is a discrepancy now but was never reported is reported once even when its amount is 0 (a
@@ -9,7 +10,7 @@
 use std::collections::HashMap;
 
 use ledger::{AdjustmentSummary, ReadError};
-use schemas::{AdjustmentKind, Scope, Timestamp};
+use schemas::{AdjustmentKind, Header, Scope, Timestamp};
 use sha2::{Digest, Sha256};
 
 use crate::inputs::PlanInputs;
@@ -22,12 +23,14 @@ pub enum Concern {
     Window {
         kind: AdjustmentKind,
         policy_id: String,
-        /// The policy's scope: a tenant's own SUBJECT policy and the plan's TENANT policy may share a policy_id,
-        /// and the SUBJECT window of requests without a subject has no subject, as a TENANT window.
+        /// The policy's scope: a tenant's own SUBJECT policy and the plan's TENANT (or PROJECT) policy may share a
+        /// policy_id, the window of what names no member has no member, as a TENANT window, and a subject and a
+        /// project may have the same name.
         scope: Scope,
         tenant: String,
-        /// The subject of a SUBJECT-scope window (none for requests without one); none for TENANT scope.
-        subject: Option<String>,
+        /// The window's member of `scope`: the subject of a SUBJECT window, the project of a PROJECT one, the API key
+        /// of an API_KEY one (none for the window of what names none); none for TENANT scope.
+        member: Option<String>,
         metric: String,
         window_start: Timestamp,
         window_end: Timestamp,
@@ -109,6 +112,36 @@ impl Recorded {
     }
 }
 
+/// The members an adjustment is written under: its header's subject, project and API key.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Members {
+    /// The subject (`header.subject`).
+    pub subject: Option<String>,
+    /// The project (`header.project`).
+    pub project: Option<String>,
+    /// The API key (`header.api_key`).
+    pub api_key: Option<String>,
+}
+
+impl Members {
+    /// A window's: its member in the field of its scope, the others none (contract §3: the window's subject for a
+    /// SUBJECT window, and likewise its project, its API key). Read back, the scope picks the same field
+    /// ([`recorded`]), so a rerun finds the concern it wrote.
+    pub fn of_window(scope: Scope, member: Option<String>) -> Members {
+        match scope {
+            Scope::TENANT => Members::default(),
+            Scope::SUBJECT => Members { subject: member, ..Members::default() },
+            Scope::PROJECT => Members { project: member, ..Members::default() },
+            Scope::API_KEY => Members { api_key: member, ..Members::default() },
+        }
+    }
+
+    /// An event's own, for the concerns about one event (expiry, refused transition, conflicting copy).
+    pub fn of_event(header: &Header) -> Members {
+        Members { subject: header.subject.clone(), project: header.project.clone(), api_key: header.api_key.clone() }
+    }
+}
+
 /// The current truth about a concern.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Truth {
@@ -120,8 +153,8 @@ pub struct Truth {
     pub present: bool,
     /// The tenant the adjustment is written under.
     pub tenant: String,
-    /// The subject it is written under, if any.
-    pub subject: Option<String>,
+    /// The subject, project and API key it is written under.
+    pub members: Members,
     /// The metric it is written under.
     pub metric: String,
     /// The policy a window concern is judged under.
@@ -141,7 +174,11 @@ pub fn delta(truth: &Truth, recorded: Recorded) -> Option<i64> {
 /// same ledger and `--as-of` give the same ids; a rerun that finds nothing new writes nothing.
 pub fn adjustment_id(concern: &Concern, recorded: Recorded, delta: i64) -> String {
     let mut hasher = Sha256::new();
-    hasher.update(format!("{concern:?}|{}|{delta}", recorded.count).as_bytes());
+    // A window's member is hashed under the name `subject`, which ids of TENANT and SUBJECT windows have always
+    // hashed: the same concern keeps its id across versions, so a newer binary rerunning a run an older one published
+    // (to Kafka, not yet in the ledger) writes the same event, which the ledger takes once.
+    let text = format!("{concern:?}").replacen(", member: ", ", subject: ", 1);
+    hasher.update(format!("{text}|{}|{delta}", recorded.count).as_bytes());
     let digest = hasher.finalize();
     let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
     format!("adj-{hex}")
@@ -149,8 +186,10 @@ pub fn adjustment_id(concern: &Concern, recorded: Recorded, delta: i64) -> Strin
 
 /// What the recorded adjustments add up to, per concern, and how many adjustments there are.
 ///
-/// A window adjustment written before AdjustmentEvent v2 has no scope: one with a subject is a SUBJECT window's,
-/// one without takes `legacy_scope(tenant, metric, policy_id)`, the scope of the policies of that id.
+/// A window adjustment's member is its header's field of its scope (the subject of a SUBJECT window's, the project of
+/// a PROJECT window's, ...: [`Members::of_window`]). One written before AdjustmentEvent v2 has no scope: one with a
+/// subject is a SUBJECT window's, one without takes `legacy_scope(tenant, metric, policy_id)`, the scope of the
+/// policies of that id.
 pub fn recorded(
     inputs: &impl PlanInputs,
     legacy_scope: &dyn Fn(&str, &str, &str) -> Scope,
@@ -173,7 +212,18 @@ fn concern_of(
     conflict_ordinals: &mut HashMap<String, u32>,
 ) -> Option<Concern> {
     let AdjustmentSummary {
-        tenant, subject, metric, kind, policy_id, window_start, window_end, first_ref, scope, ..
+        tenant,
+        subject,
+        project,
+        api_key,
+        metric,
+        kind,
+        policy_id,
+        window_start,
+        window_end,
+        first_ref,
+        scope,
+        ..
     } = summary;
     let concern = match (kind, window_start.zip(window_end), first_ref) {
         (AdjustmentKind::OVERSHOOT | AdjustmentKind::SHADOW_OVER_LIMIT, Some((start, end)), _) => {
@@ -183,7 +233,13 @@ fn concern_of(
                 None if subject.is_some() => Scope::SUBJECT,
                 None => legacy_scope(&tenant, &metric, &policy_id),
             };
-            Concern::Window { kind, policy_id, scope, tenant, subject, metric, window_start: start, window_end: end }
+            let member = match scope {
+                Scope::TENANT => None,
+                Scope::SUBJECT => subject,
+                Scope::PROJECT => project,
+                Scope::API_KEY => api_key,
+            };
+            Concern::Window { kind, policy_id, scope, tenant, member, metric, window_start: start, window_end: end }
         }
         (AdjustmentKind::LATE_USAGE, Some((start, end)), _) => {
             Concern::LateUsage { tenant, metric, period_start: start, period_end: end }
@@ -210,7 +266,7 @@ mod tests {
             amount,
             present,
             tenant: "org-1".into(),
-            subject: None,
+            members: Members::default(),
             metric: "tokens".into(),
             policy_id: None,
             refs: vec!["c-1".into()],

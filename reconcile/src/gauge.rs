@@ -212,6 +212,8 @@ mod tests {
             subject: None,
             metric: METRIC.into(),
             source: "test".into(),
+            api_key: None,
+            project: None,
         }
     }
 

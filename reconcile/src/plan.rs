@@ -10,7 +10,7 @@ use schemas::*;
 use serde::Serialize;
 
 use crate::after_close::{AfterClose, after_close};
-use crate::concern::{self, Concern, Recorded, Truth};
+use crate::concern::{self, Concern, Members, Recorded, Truth};
 use crate::error::ReconcileError;
 use crate::gauge::{self, GaugeOverLimit, Reading};
 use crate::inputs::PlanInputs;
@@ -124,16 +124,24 @@ impl Interner {
     }
 }
 
-/// One window of a policy for a tenant (and subject), by interned names.
+/// One window of a policy for a tenant (and a member of the policy's scope), by interned names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 struct WindowKey {
     tenant: u32,
     metric: u32,
     policy_id: u32,
-    subject: Option<u32>,
+    /// The policy's scope: members of different scopes share the interner (a subject and a project may have the same
+    /// name, and so the same id), and policies of different scopes may share a policy_id.
+    scope: Scope,
+    /// None for TENANT scope; else the member's interned name, [`NAMES_NONE`] for what names no member.
+    member: Option<u32>,
     start: i64,
     end: i64,
 }
+
+/// The member of a window of what names no member of its scope (contract §5: it counts as one more member). No
+/// interned name has this id: the interner stops before 2^32 names.
+const NAMES_NONE: u32 = u32::MAX;
 
 /// One closed period's consumption for a tenant and metric, by interned names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -147,11 +155,14 @@ struct LateKey {
 /// (event time, ledger sequence, event_id).
 type LateSums = (i64, i64, Vec<(Timestamp, u64, String)>);
 
-/// Consumption, as the window and late-usage rules see it (names interned).
+/// Consumption, as the window and late-usage rules see it (names interned; the project and API key only while a
+/// policy of their scope is recorded, [`Run::scopes`]).
 struct Consumption<'r> {
     seq: u64,
     tenant: u32,
     subject: Option<u32>,
+    project: Option<u32>,
+    api_key: Option<u32>,
     metric: u32,
     occurred_at: Timestamp,
     quantity: i64,
@@ -163,11 +174,27 @@ struct Consumption<'r> {
     counted_at_close: bool,
 }
 
+impl Consumption<'_> {
+    /// Its member of `scope`, as a window key holds it: none for TENANT; the subject, project or API key it names,
+    /// [`NAMES_NONE`] when it names none.
+    fn member(&self, scope: Scope) -> Option<u32> {
+        let named = match scope {
+            Scope::TENANT => return None,
+            Scope::SUBJECT => self.subject,
+            Scope::PROJECT => self.project,
+            Scope::API_KEY => self.api_key,
+        };
+        Some(named.unwrap_or(NAMES_NONE))
+    }
+}
+
 /// A COMMIT that is consumption now or was at its period's close (names interned: there may be millions).
 struct Commit {
     seq: u64,
     tenant: u32,
     subject: Option<u32>,
+    project: Option<u32>,
+    api_key: Option<u32>,
     metric: u32,
     occurred_at: Timestamp,
     amount: i64,
@@ -184,6 +211,9 @@ struct Run<'p> {
     closes: Vec<PeriodClose>,
     recorded: HashMap<Concern, Recorded>,
     names: Interner,
+    /// Whether any PROJECT (API_KEY) policy is recorded: until one is, no window counts by project (API key), and the
+    /// usage stream's projects (API keys) are not interned, which would cost a lookup per event for nothing.
+    scopes: [bool; 2],
     /// The policy groups of each (tenant, metric), looked up once.
     candidates: FxHashMap<(u32, u32), Candidates<'p>>,
     windows: FxHashMap<WindowKey, (i64, &'p PolicyEvent)>,
@@ -229,6 +259,7 @@ pub fn plan_from(
         closes: inputs.period_closes()?,
         recorded,
         names: Interner::default(),
+        scopes: [Scope::PROJECT, Scope::API_KEY].map(|scope| policies.policies().iter().any(|p| p.scope == scope)),
         candidates: FxHashMap::default(),
         windows: FxHashMap::default(),
         late: FxHashMap::default(),
@@ -359,10 +390,13 @@ impl<'p> Run<'p> {
             });
             if counted_now || counted_at_close {
                 let header = &event.header;
+                let (project, api_key) = self.scope_members(header.project.as_deref(), header.api_key.as_deref());
                 commits.push(Commit {
                     seq: *seq,
                     tenant: self.names.id(&header.tenant),
                     subject: header.subject.as_deref().map(|s| self.names.id(s)),
+                    project,
+                    api_key,
                     metric: self.names.id(&header.metric),
                     occurred_at: header.occurred_at,
                     amount: event.amount,
@@ -503,15 +537,12 @@ impl<'p> Run<'p> {
             {
                 continue;
             }
-            let subject = match a.policy.scope {
-                Scope::TENANT => None,
-                Scope::SUBJECT => Some(c.subject.unwrap_or(u32::MAX)),
-            };
             let key = WindowKey {
                 tenant: c.tenant,
                 metric: c.metric,
                 policy_id: self.names.id(&a.policy.policy_id),
-                subject,
+                scope: a.policy.scope,
+                member: c.member(a.policy.scope),
                 start: a.window_start.micros(),
                 end: a.window_end.micros(),
             };
@@ -520,10 +551,13 @@ impl<'p> Run<'p> {
     }
 
     fn consumption_of_usage<'r>(&mut self, row: &UsageRow<'r>, counted_at_close: bool) -> Consumption<'r> {
+        let (project, api_key) = self.scope_members(row.project, row.api_key);
         Consumption {
             seq: row.seq,
             tenant: self.names.id(row.tenant),
             subject: row.subject.map(|s| self.names.id(s)),
+            project,
+            api_key,
             metric: self.names.id(row.metric),
             occurred_at: row.occurred_at,
             quantity: row.quantity,
@@ -533,18 +567,26 @@ impl<'p> Run<'p> {
         }
     }
 
-    fn subject_name(&self, subject: Option<u32>) -> Option<String> {
-        subject.filter(|s| *s != u32::MAX).map(|s| self.names.name(s).to_string())
+    /// A consumption's project and API key, interned while a policy of their scope is recorded, else none.
+    fn scope_members(&mut self, project: Option<&str>, api_key: Option<&str>) -> (Option<u32>, Option<u32>) {
+        let [projects, api_keys] = self.scopes;
+        let project = project.filter(|_| projects).map(|p| self.names.id(p));
+        let api_key = api_key.filter(|_| api_keys).map(|k| self.names.id(k));
+        (project, api_key)
+    }
+
+    /// A window key's member by name: none for TENANT and for what names no member.
+    fn member_name(&self, member: Option<u32>) -> Option<String> {
+        member.filter(|m| *m != NAMES_NONE).map(|m| self.names.name(m).to_string())
     }
 
     fn window_concern(&self, key: &WindowKey, kind: AdjustmentKind) -> Concern {
         Concern::Window {
             kind,
             policy_id: self.names.name(key.policy_id).to_string(),
-            // A SUBJECT window has a subject in its key, u32::MAX for requests without one.
-            scope: if key.subject.is_some() { Scope::SUBJECT } else { Scope::TENANT },
+            scope: key.scope,
             tenant: self.names.name(key.tenant).to_string(),
-            subject: self.subject_name(key.subject),
+            member: self.member_name(key.member),
             metric: self.names.name(key.metric).to_string(),
             window_start: Timestamp(key.start),
             window_end: Timestamp(key.end),
@@ -566,12 +608,12 @@ impl<'p> Run<'p> {
             let kind = overshoot::excess_kind(policy.enforcement).expect("only HARD and SHADOW windows are summed");
             let tenant = self.names.name(key.tenant).to_string();
             let metric = self.names.name(key.metric).to_string();
-            let subject = self.subject_name(key.subject);
+            let member = self.member_name(key.member);
             let grants = self.grants.get(&(tenant.clone(), metric.clone())).map_or(&[][..], Vec::as_slice);
             let limit = overshoot::effective_limit(
                 policy.limit,
-                policy.scope,
-                subject.as_deref(),
+                key.scope,
+                member.as_deref(),
                 grants,
                 Timestamp(key.start),
                 Timestamp(key.end),
@@ -581,7 +623,7 @@ impl<'p> Run<'p> {
                 throttled.insert(key, limit);
                 continue;
             }
-            self.keep_window(key, (tenant, subject, metric), policy, (kind, excess, limit), &mut flagged);
+            self.keep_window(key, (tenant, member, metric), policy, (kind, excess, limit), &mut flagged);
         }
         (flagged, throttled)
     }
@@ -591,7 +633,7 @@ impl<'p> Run<'p> {
     fn keep_window(
         &mut self,
         key: WindowKey,
-        (tenant, subject, metric): (String, Option<String>, String),
+        (tenant, member, metric): (String, Option<String>, String),
         policy: &PolicyEvent,
         (kind, excess, limit): (AdjustmentKind, i64, i64),
         flagged: &mut HashMap<WindowKey, i64>,
@@ -603,7 +645,7 @@ impl<'p> Run<'p> {
             amount: excess,
             present: excess > 0,
             tenant,
-            subject,
+            members: Members::of_window(key.scope, member),
             metric,
             policy_id: Some(policy.policy_id.clone()),
             refs: Vec::new(),
@@ -645,7 +687,7 @@ impl<'p> Run<'p> {
             let excess = overshoot::excess(consumption, allowed);
             let names = (
                 self.names.name(key.tenant).to_string(),
-                self.subject_name(key.subject),
+                self.member_name(key.member),
                 self.names.name(key.metric).to_string(),
             );
             self.keep_window(key, names, policy, (AdjustmentKind::OVERSHOOT, excess, allowed), flagged);
@@ -669,8 +711,8 @@ impl<'p> Run<'p> {
                 period_end: period.end(),
             };
             let refs = late.into_iter().map(|(_, _, id)| id).collect();
-            let truth =
-                Truth { concern, amount, present: amount != 0, tenant, subject: None, metric, policy_id: None, refs };
+            let members = Members::default();
+            let truth = Truth { concern, amount, present: amount != 0, tenant, members, metric, policy_id: None, refs };
             self.keep(truth);
         }
     }
@@ -680,11 +722,13 @@ impl<'p> Run<'p> {
     fn take_back_vanished(&mut self) {
         let mut vanished: Vec<Truth> = Vec::new();
         for concern in self.recorded.keys().filter(|c| !self.judged.contains(*c)) {
-            let (tenant, subject, metric, policy_id, end) = match concern {
-                Concern::Window { tenant, subject, metric, policy_id, window_end, .. } => {
-                    (tenant, subject.clone(), metric, Some(policy_id.clone()), *window_end)
+            let (tenant, members, metric, policy_id, end) = match concern {
+                Concern::Window { tenant, scope, member, metric, policy_id, window_end, .. } => {
+                    (tenant, Members::of_window(*scope, member.clone()), metric, Some(policy_id.clone()), *window_end)
                 }
-                Concern::LateUsage { tenant, metric, period_end, .. } => (tenant, None, metric, None, *period_end),
+                Concern::LateUsage { tenant, metric, period_end, .. } => {
+                    (tenant, Members::default(), metric, None, *period_end)
+                }
                 _ => continue,
             };
             if end <= self.as_of {
@@ -693,7 +737,7 @@ impl<'p> Run<'p> {
                     amount: 0,
                     present: false,
                     tenant: tenant.clone(),
-                    subject,
+                    members,
                     metric: metric.clone(),
                     policy_id,
                     refs: Vec::new(),
@@ -796,6 +840,8 @@ fn consumption_of_commit(commit: &Commit) -> Consumption<'_> {
         seq: commit.seq,
         tenant: commit.tenant,
         subject: commit.subject,
+        project: commit.project,
+        api_key: commit.api_key,
         metric: commit.metric,
         occurred_at: commit.occurred_at,
         quantity: commit.amount,
@@ -812,7 +858,7 @@ fn truth_of_event(concern: Concern, header: &Header, amount: i64, present: bool)
         amount,
         present,
         tenant: header.tenant.clone(),
-        subject: header.subject.clone(),
+        members: Members::of_event(header),
         metric: header.metric.clone(),
         policy_id: None,
         refs: vec![header.event_id.clone()],
@@ -828,7 +874,9 @@ fn adjustment(truth: &Truth, recorded: Recorded, delta: i64, as_of: Timestamp, r
             event_id: adjustment_id.clone(),
             occurred_at: as_of,
             tenant: truth.tenant.clone(),
-            subject: truth.subject.clone(),
+            subject: truth.members.subject.clone(),
+            project: truth.members.project.clone(),
+            api_key: truth.members.api_key.clone(),
             metric: truth.metric.clone(),
             source: ADJUSTMENT_SOURCE.to_string(),
         },

@@ -1,5 +1,5 @@
-//! Model test: random ledger histories (policy versions, HARD quotas with a throttled overage among them, grants,
-//! usage, requests of two metrics, reservations, leases with renewals and stale tokens, gauge quotas and readings of
+//! Model test: random ledger histories (policy versions of every scope, HARD quotas with a throttled overage among
+//! them, grants naming a subject, a project, an API key or none, usage naming some of each, requests of two metrics, reservations, leases with renewals and stale tokens, gauge quotas and readings of
 //! their level, duplicates, out-of-order batches, period closes, runs at rising `--as-of`) reconciled by
 //! `reconcile::plan` + `apply` agree with a deliberately naive in-memory model of contract §5 written here, concern by
 //! concern, and on the gauges over their limit, after every run.
@@ -51,6 +51,9 @@ const METRICS: [&str; 2] = ["requests", "tokens"];
 /// The metric of gauge quotas (issue 36 item 4): its usage events are readings of a level.
 const GAUGE_METRIC: &str = "storage_bytes";
 const SUBJECTS: [Option<&str>; 3] = [None, Some("alice"), Some("bob")];
+/// A project may share a subject's name: the windows of the two scopes must still be apart.
+const PROJECTS: [Option<&str>; 3] = [None, Some("p-1"), Some("alice")];
+const API_KEYS: [Option<&str>; 3] = [None, Some("key-1"), Some("key-2")];
 const PERIODS: [&str; 2] = ["2026-09", "2026-10"];
 
 fn at(text: &str) -> Timestamp {
@@ -65,6 +68,8 @@ fn at(text: &str) -> Timestamp {
 struct Who {
     tenant: usize,
     subject: usize,
+    project: usize,
+    api_key: usize,
     metric: usize,
 }
 
@@ -116,6 +121,8 @@ struct ReadingDraw {
 #[derive(Debug, Clone)]
 struct GrantDraw {
     who: Who,
+    /// The one member of `who` the grant names (a grant names at most one): TENANT for none.
+    names: Scope,
     amount: i64,
     valid_from: i64,
     hours: i64,
@@ -199,15 +206,22 @@ fn effective_from() -> impl Strategy<Value = i64> {
 }
 
 fn who() -> impl Strategy<Value = Who> {
-    (0..TENANTS.len(), 0..SUBJECTS.len(), 0..METRICS.len()).prop_map(|(tenant, subject, metric)| Who {
+    let members = (0..SUBJECTS.len(), 0..PROJECTS.len(), 0..API_KEYS.len());
+    (0..TENANTS.len(), members, 0..METRICS.len()).prop_map(|(tenant, (subject, project, api_key), metric)| Who {
         tenant,
         subject,
+        project,
+        api_key,
         metric,
     })
 }
 
+fn scope() -> impl Strategy<Value = Scope> {
+    prop_oneof![Just(Scope::TENANT), Just(Scope::SUBJECT), Just(Scope::PROJECT), Just(Scope::API_KEY)]
+}
+
 fn version_draw() -> impl Strategy<Value = VersionDraw> {
-    let scope = prop_oneof![Just(Scope::TENANT), Just(Scope::SUBJECT)];
+    let scope = scope();
     let enforcement = prop_oneof![Just(Enforcement::HARD), Just(Enforcement::SOFT), Just(Enforcement::SHADOW)];
     let window = prop_oneof![3 => Just(None), 1 => window().prop_map(Some)];
     let overage = prop::option::weighted(0.3, (1i64..10, prop_oneof![Just(Window::MINUTE), Just(Window::HOUR)]));
@@ -260,8 +274,9 @@ fn reading_draw() -> impl Strategy<Value = ReadingDraw> {
 }
 
 fn grant_draw() -> impl Strategy<Value = GrantDraw> {
-    (who(), 1i64..40, time(), 1i64..=48).prop_map(|(who, amount, valid_from, hours)| GrantDraw {
+    (who(), scope(), 1i64..40, time(), 1i64..=48).prop_map(|(who, names, amount, valid_from, hours)| GrantDraw {
         who,
+        names,
         amount,
         valid_from,
         hours,
@@ -327,6 +342,8 @@ fn header(event_id: String, who: Who, occurred_at: i64) -> Header {
         occurred_at: Timestamp(occurred_at),
         tenant: TENANTS[who.tenant].into(),
         subject: SUBJECTS[who.subject].map(String::from),
+        project: PROJECTS[who.project].map(String::from),
+        api_key: API_KEYS[who.api_key].map(String::from),
         metric: METRICS[who.metric].into(),
         source: "model".into(),
     }
@@ -341,6 +358,8 @@ fn policy_events(i: usize, p: &PolicyDraw) -> Vec<Event> {
             occurred_at: Timestamp(version.effective_from),
             tenant: OWNERS[p.owner].into(),
             subject: None,
+            project: None,
+            api_key: None,
             metric: METRICS[p.metric].into(),
             source: "model".into(),
         };
@@ -376,6 +395,8 @@ fn gauge_events(i: usize, g: &GaugeDraw) -> Vec<Event> {
             occurred_at: Timestamp(version.effective_from),
             tenant: OWNERS[g.owner].into(),
             subject: None,
+            project: None,
+            api_key: None,
             metric: GAUGE_METRIC.into(),
             source: "model".into(),
         };
@@ -408,6 +429,8 @@ fn reading_event(i: usize, r: &ReadingDraw) -> Event {
             occurred_at: Timestamp(r.occurred_at),
             tenant: TENANTS[r.tenant].into(),
             subject: None,
+            project: None,
+            api_key: None,
             metric: GAUGE_METRIC.into(),
             source: "model".into(),
         },
@@ -417,7 +440,7 @@ fn reading_event(i: usize, r: &ReadingDraw) -> Event {
     })
 }
 
-/// A grant of [`GAUGE_METRIC`]: raises a gauge's limit when it is the tenant's (no subject).
+/// A grant of [`GAUGE_METRIC`]: raises a gauge's limit when it is the tenant's (naming no member).
 fn gauge_grant_event(i: usize, g: &GrantDraw) -> Event {
     let Event::Grant(grant) = grant_event(i, g) else { unreachable!("a grant") };
     let header = Header { event_id: format!("ggrant{i}"), metric: GAUGE_METRIC.into(), ..grant.header };
@@ -425,8 +448,15 @@ fn gauge_grant_event(i: usize, g: &GrantDraw) -> Event {
 }
 
 fn grant_event(i: usize, g: &GrantDraw) -> Event {
+    let named = |scope: Scope, index: usize| if g.names == scope { index } else { 0 };
+    let who = Who {
+        subject: named(Scope::SUBJECT, g.who.subject),
+        project: named(Scope::PROJECT, g.who.project),
+        api_key: named(Scope::API_KEY, g.who.api_key),
+        ..g.who
+    };
     Event::Grant(GrantEvent {
-        header: header(format!("grant{i}"), g.who, g.valid_from),
+        header: header(format!("grant{i}"), who, g.valid_from),
         grant_id: format!("grant{i}"),
         amount: g.amount,
         valid_from: Timestamp(g.valid_from),
@@ -618,7 +648,8 @@ enum Key {
         /// requests without a subject.
         scope: Scope,
         tenant: String,
-        subject: Option<String>,
+        /// The subject, project or API key of the window, by its scope (none for what names none, and for TENANT).
+        member: Option<String>,
         metric: String,
         start: Timestamp,
         end: Timestamp,
@@ -652,7 +683,7 @@ fn keys_of(adjustments: &[AdjustmentEvent]) -> Vec<Key> {
                     policy_id: a.policy_id.clone().expect("a window adjustment names its policy"),
                     scope: a.scope.expect("a window adjustment names its scope"),
                     tenant: h.tenant.clone(),
-                    subject: h.subject.clone(),
+                    member: window_member(a),
                     metric: h.metric.clone(),
                     start: a.window_start.expect("window start"),
                     end: a.window_end.expect("window end"),
@@ -676,6 +707,19 @@ fn keys_of(adjustments: &[AdjustmentEvent]) -> Vec<Key> {
         .collect()
 }
 
+/// The member a window adjustment is written under: the header field of its scope, the others empty.
+fn window_member(a: &AdjustmentEvent) -> Option<String> {
+    let h = &a.header;
+    let (member, others) = match a.scope.expect("a window adjustment names its scope") {
+        Scope::TENANT => (None, [&h.subject, &h.project, &h.api_key]),
+        Scope::SUBJECT => (h.subject.clone(), [&None, &h.project, &h.api_key]),
+        Scope::PROJECT => (h.project.clone(), [&h.subject, &None, &h.api_key]),
+        Scope::API_KEY => (h.api_key.clone(), [&h.subject, &h.project, &None]),
+    };
+    assert!(others.iter().all(|o| o.is_none()), "a window adjustment names its member only: {a:?}");
+    member
+}
+
 #[derive(Debug, Clone)]
 struct Entry {
     seq: u64,
@@ -688,6 +732,8 @@ struct Entry {
 struct Item {
     tenant: String,
     subject: Option<String>,
+    project: Option<String>,
+    api_key: Option<String>,
     metric: String,
     at: Timestamp,
     seq: u64,
@@ -722,6 +768,11 @@ struct Model {
     expected: BTreeMap<Key, i64>,
     /// The concerns with an adjustment recorded by the last run or before.
     reported: BTreeSet<Key>,
+}
+
+/// Whether an event names no member of any scope (a grant of the TENANT windows).
+fn names_none(h: &Header) -> bool {
+    h.subject.is_none() && h.project.is_none() && h.api_key.is_none()
 }
 
 fn window_bounds(kind: Window, t: Timestamp) -> (Timestamp, Timestamp) {
@@ -839,6 +890,8 @@ impl Model {
         let item = |seq: u64, h: &Header, quantity: i64| Item {
             tenant: h.tenant.clone(),
             subject: h.subject.clone(),
+            project: h.project.clone(),
+            api_key: h.api_key.clone(),
             metric: h.metric.clone(),
             at: h.occurred_at,
             seq,
@@ -943,7 +996,7 @@ impl Model {
                         .grants()
                         .iter()
                         .filter(|g| g.header.tenant == tenant && g.header.metric == GAUGE_METRIC)
-                        .filter(|g| g.header.subject.is_none() && g.valid_from < end && start < g.valid_until)
+                        .filter(|g| names_none(&g.header) && g.valid_from < end && start < g.valid_until)
                         .map(|g| g.amount)
                         .sum();
                     let limit = p.limit + grants;
@@ -1027,12 +1080,17 @@ impl Model {
     }
 
     fn effective_limit(&self, policy: &PolicyEvent, key: &Key) -> i64 {
-        let Key::Window { tenant, subject, metric, start, end, .. } = key else { unreachable!() };
+        let Key::Window { tenant, member, metric, start, end, .. } = key else { unreachable!() };
         let mut limit = policy.limit;
         for g in self.grants() {
+            let h = &g.header;
+            // A grant names at most one member: it raises that member's windows of that scope, one naming none the
+            // TENANT windows.
             let raises = match policy.scope {
-                Scope::TENANT => g.header.subject.is_none(),
-                Scope::SUBJECT => g.header.subject.is_some() && g.header.subject == *subject,
+                Scope::TENANT => names_none(h),
+                Scope::SUBJECT => h.subject.is_some() && h.subject == *member,
+                Scope::PROJECT => h.project.is_some() && h.project == *member,
+                Scope::API_KEY => h.api_key.is_some() && h.api_key == *member,
             };
             let overlaps = g.valid_from < *end && *start < g.valid_until;
             if g.header.tenant == *tenant && g.header.metric == *metric && raises && overlaps {
@@ -1071,13 +1129,19 @@ impl Model {
                 if end > as_of {
                     continue;
                 }
-                let subject = if policy.scope == Scope::SUBJECT { item.subject.clone() } else { None };
+                // Each member of the scope apart, what names none together as one more.
+                let member = match policy.scope {
+                    Scope::TENANT => None,
+                    Scope::SUBJECT => item.subject.clone(),
+                    Scope::PROJECT => item.project.clone(),
+                    Scope::API_KEY => item.api_key.clone(),
+                };
                 let key = Key::Window {
                     kind,
                     policy_id: policy.policy_id.clone(),
                     scope: policy.scope,
                     tenant: item.tenant.clone(),
-                    subject,
+                    member,
                     metric: item.metric.clone(),
                     start,
                     end,

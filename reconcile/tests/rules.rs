@@ -25,6 +25,8 @@ fn header(event_id: &str, tenant: &str, subject: Option<&str>, occurred_at: &str
         occurred_at: at(occurred_at),
         tenant: tenant.into(),
         subject: subject.map(String::from),
+        project: None,
+        api_key: None,
         metric: METRIC.into(),
         source: "rules".into(),
     }

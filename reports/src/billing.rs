@@ -195,8 +195,18 @@ fn by_key(totals: Vec<MetricTotal>) -> BTreeMap<Key, i64> {
 /// key by itself, as in the commit totals (which keep no total of 0): the scan of a closed period and the totals of
 /// an open one give the same rows.
 pub fn valid_commits(ledger: &Ledger, period: Period, watermark: u64) -> Result<BTreeMap<Key, i64>, ReportError> {
+    valid_commits_by(ledger, period, watermark, |h| (h.tenant.clone(), h.metric.clone()))
+}
+
+/// [`valid_commits`] summed per the key `key_of` makes of each valid COMMIT's header.
+fn valid_commits_by<K: Ord>(
+    ledger: &Ledger,
+    period: Period,
+    watermark: u64,
+    key_of: impl Fn(&Header) -> K,
+) -> Result<BTreeMap<K, i64>, ReportError> {
     let (start, end) = (period.start(), period.end());
-    let mut sums: BTreeMap<Key, i64> = BTreeMap::new();
+    let mut sums: BTreeMap<K, i64> = BTreeMap::new();
     ledger.for_each_reservation_through(watermark, |group| {
         let events: Vec<(u64, &ReservationEvent)> = group.iter().map(|(seq, e)| (*seq, e)).collect();
         // `as_of` only decides expiry, which is not consumption: the period's end will do.
@@ -204,11 +214,79 @@ pub fn valid_commits(ledger: &Ledger, period: Period, watermark: u64) -> Result<
         let Some((seq, ReservationAction::COMMIT, amount)) = verdict.close else { return };
         let (_, commit) = group.iter().find(|(s, _)| *s == seq).expect("the close is one of the group");
         if amount != 0 && commit.header.occurred_at >= start && commit.header.occurred_at < end {
-            let sum = sums.entry((commit.header.tenant.clone(), commit.header.metric.clone())).or_insert(0);
+            let sum = sums.entry(key_of(&commit.header)).or_insert(0);
             *sum = sum.checked_add(amount).expect("committed amounts fit in i64");
         }
     })?;
     Ok(sums)
+}
+
+/// A bill's consumption by project (`export billing --by project`): of each (tenant, metric) row, the consumption of
+/// every project that the period's counted usage events or valid COMMITs (of a non-zero amount, as the bill keys
+/// them) name, by project name, then that of those naming no project (`None`), only when there are some. Its
+/// amounts add up to the row's consumption.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ByProject(pub BTreeMap<Key, Vec<(Option<String>, i64)>>);
+
+impl ByProject {
+    /// The projects of one row, in the order they are exported; none for a row without consumption.
+    pub fn of(&self, tenant: &str, metric: &str) -> &[(Option<String>, i64)] {
+        self.0.get(&(tenant.to_string(), metric.to_string())).map_or(&[], Vec::as_slice)
+    }
+
+    /// The breakdowns of a set of shards together: a tenant's rows live in its one shard, so none overlaps.
+    pub fn union(parts: impl IntoIterator<Item = ByProject>) -> ByProject {
+        ByProject(parts.into_iter().flat_map(|p| p.0).collect())
+    }
+}
+
+/// The consumption by project of the rows of an export of `period` computed at `watermark` ([`ByProject`]): usage
+/// scanned and COMMITs judged up to that watermark, as a closed period's rows are recomputed, so that an open
+/// period's (computed from the totals at that watermark) and a closed one's (stored at its close's) add up the same.
+/// Rows a gauge metric would make are not in `rows` (the bill leaves levels out), so neither are their projects.
+/// A row whose projects do not add up to its consumption is refused ([`ReportError::ProjectsDisagree`]): exported,
+/// the breakdown would contradict the bill.
+pub fn by_project(
+    ledger: &Ledger,
+    period: Period,
+    watermark: u64,
+    rows: &[PeriodExportRow],
+) -> Result<ByProject, ReportError> {
+    let mut sums: BTreeMap<(String, String, Option<String>), i64> = BTreeMap::new();
+    for total in ledger.usage_of_period_by_project(period, watermark)? {
+        sums.insert((total.tenant, total.metric, total.project), total.amount);
+    }
+    let commits =
+        valid_commits_by(ledger, period, watermark, |h| (h.tenant.clone(), h.metric.clone(), h.project.clone()))?;
+    for (key, amount) in commits {
+        let sum = sums.entry(key).or_insert(0);
+        *sum = sum.checked_add(amount).expect("consumption fits in i64");
+    }
+    let mut breakdown: BTreeMap<Key, Vec<(Option<String>, i64)>> = BTreeMap::new();
+    for ((tenant, metric, project), amount) in sums {
+        breakdown.entry((tenant, metric)).or_default().push((project, amount));
+    }
+    let mut kept = BTreeMap::new();
+    for row in rows {
+        let key = (row.tenant.clone(), row.metric.clone());
+        let mut projects = breakdown.remove(&key).unwrap_or_default();
+        // Sorted with `None` first; exported after the named projects, as the rest of the row.
+        let unnamed_first = projects.first().is_some_and(|(p, _)| p.is_none());
+        projects.rotate_left(usize::from(unnamed_first));
+        let sum = projects.iter().fold(0i64, |sum, (_, amount)| sum.saturating_add(*amount));
+        if sum != row.consumption {
+            return Err(ReportError::ProjectsDisagree {
+                tenant: row.tenant.clone(),
+                metric: row.metric.clone(),
+                projects: sum,
+                consumption: row.consumption,
+            });
+        }
+        if !projects.is_empty() {
+            kept.insert(key, projects);
+        }
+    }
+    Ok(ByProject(kept))
 }
 
 #[cfg(test)]
@@ -227,6 +305,8 @@ mod tests {
             subject: None,
             metric: metric.into(),
             source: "test".into(),
+            api_key: None,
+            project: None,
         }
     }
 

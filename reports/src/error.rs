@@ -25,6 +25,22 @@ pub enum ReportError {
     /// Parquet could not be written.
     #[error("cannot write Parquet")]
     Parquet(#[from] parquet::errors::ParquetError),
+    /// A bill's consumption by project does not add up to its row's consumption (`export billing --by project`): a
+    /// bug, reported rather than exported.
+    #[error(
+        "the consumption by project of {tenant}'s {metric} adds up to {projects}, its bill says {consumption}: the \
+         breakdown is not exported"
+    )]
+    ProjectsDisagree {
+        /// The row's tenant.
+        tenant: String,
+        /// The row's metric.
+        metric: String,
+        /// What its projects add up to.
+        projects: i64,
+        /// The row's consumption.
+        consumption: i64,
+    },
     /// DataFusion's runtime could not start.
     #[error("cannot start the query runtime")]
     Runtime(#[source] std::io::Error),

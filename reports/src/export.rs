@@ -11,6 +11,7 @@ use parquet::arrow::ArrowWriter;
 use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
 
+use crate::billing::ByProject;
 use crate::error::ReportError;
 
 /// contract §7: the columns, in order; then `gaps` (the trust issue, point 5), added at the end as contract §7 allows.
@@ -29,6 +30,25 @@ pub const COLUMNS: [&str; 14] = [
     "late_adjustments",
     "watermark",
     "gaps",
+];
+
+/// `export billing --by project`'s columns: [`COLUMNS`], then `project` (contract §7: columns are added at the end).
+pub const COLUMNS_BY_PROJECT: [&str; 15] = [
+    "tenant",
+    "metric",
+    "period",
+    "consumption",
+    "policy_id",
+    "policy_version",
+    "limit",
+    "grants",
+    "effective_limit",
+    "overage",
+    "overshoot",
+    "late_adjustments",
+    "watermark",
+    "gaps",
+    "project",
 ];
 
 /// The file formats of `export billing`.
@@ -145,7 +165,7 @@ pub fn stored_or_recomputed(ledger: &Ledger, closed: &ledger::PeriodExport) -> R
 }
 
 /// One cell: text, an integer, or empty.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Cell<'a> {
     Text(&'a str),
     Integer(i64),
@@ -201,6 +221,47 @@ impl BillingExport {
         ]
     }
 
+    /// The lines of `export billing --by project` ([`COLUMNS_BY_PROJECT`]): each bill row as it is without the flag,
+    /// its `project` empty (null in JSONL and Parquet), followed by one line per project of `by` for its (tenant,
+    /// metric): tenant, metric, period, the project's consumption, the export's watermark and gaps, and `project`,
+    /// every other cell empty (`late_adjustments` too, so that a sum of a column over the file counts each bill once).
+    /// The consumption naming no project comes last, with `project` the empty string: in CSV an empty cell, as a bill
+    /// row's, whose `late_adjustments` is never empty; in JSONL and Parquet `""`, not null. Project names are never
+    /// empty (a name is 1 to 128 bytes).
+    fn lines_by_project<'a>(&'a self, by: &'a ByProject, period: &'a str) -> Vec<Vec<Cell<'a>>> {
+        let mut lines = Vec::new();
+        for row in &self.rows {
+            let mut bill = self.cells(row, period).to_vec();
+            bill.push(Cell::Empty);
+            lines.push(bill);
+            for (project, consumption) in by.of(&row.tenant, &row.metric) {
+                let mut line = vec![
+                    Cell::Text(&row.tenant),
+                    Cell::Text(&row.metric),
+                    Cell::Text(period),
+                    Cell::Integer(*consumption),
+                ];
+                line.extend([Cell::Empty; 8]);
+                line.push(Cell::Integer(self.watermark as i64));
+                line.push(if self.gaps.is_empty() { Cell::Empty } else { Cell::Text(&self.gaps) });
+                line.push(Cell::Text(project.as_deref().unwrap_or("")));
+                lines.push(line);
+            }
+        }
+        lines
+    }
+
+    /// The export in `format` with each row's consumption by project ([`BillingExport::lines_by_project`]).
+    pub fn to_bytes_by_project(&self, format: Format, by: &ByProject) -> Result<Vec<u8>, ReportError> {
+        let period = self.period.to_string();
+        let lines = self.lines_by_project(by, &period);
+        match format {
+            Format::Csv => Ok(csv_of(&COLUMNS_BY_PROJECT, lines)),
+            Format::Jsonl => Ok(jsonl_of(&COLUMNS_BY_PROJECT, lines)),
+            Format::Parquet => parquet_of(batch_of(schema_by_project(), &lines)?),
+        }
+    }
+
     /// The export in `format`.
     pub fn to_bytes(&self, format: Format) -> Result<Vec<u8>, ReportError> {
         match format {
@@ -213,43 +274,14 @@ impl BillingExport {
     /// CSV: the header of contract §7, one line per row, `\n` line ends, empty cells for missing values; text that a
     /// spreadsheet would run as a formula is neutralised (see [`crate::text::csv_text`]); numbers are written as numbers.
     pub fn to_csv(&self) -> Vec<u8> {
-        let mut out = COLUMNS.join(",");
-        out.push('\n');
         let period = self.period.to_string();
-        for row in &self.rows {
-            let cells: Vec<String> = self
-                .cells(row, &period)
-                .iter()
-                .map(|c| match c {
-                    Cell::Text(s) => csv_text(s),
-                    Cell::Integer(n) => n.to_string(),
-                    Cell::Empty => String::new(),
-                })
-                .collect();
-            out.push_str(&cells.join(","));
-            out.push('\n');
-        }
-        out.into_bytes()
+        csv_of(&COLUMNS, self.rows.iter().map(|row| self.cells(row, &period).to_vec()))
     }
 
     /// JSON lines: one object per row, keys in the order of contract §7, numbers as numbers, missing values as null.
     pub fn to_jsonl(&self) -> Vec<u8> {
-        let mut out = Vec::new();
         let period = self.period.to_string();
-        for row in &self.rows {
-            let mut object = serde_json::Map::new();
-            for (name, cell) in COLUMNS.iter().zip(self.cells(row, &period)) {
-                let value = match cell {
-                    Cell::Text(s) => serde_json::Value::from(s),
-                    Cell::Integer(n) => serde_json::Value::from(n),
-                    Cell::Empty => serde_json::Value::Null,
-                };
-                object.insert(name.to_string(), value);
-            }
-            out.extend(serde_json::to_vec(&object).expect("a map of strings and numbers serializes"));
-            out.push(b'\n');
-        }
-        out
+        jsonl_of(&COLUMNS, self.rows.iter().map(|row| self.cells(row, &period).to_vec()))
     }
 
     /// The export as one Arrow batch: strings, 64-bit integers (`policy_version` 32-bit, as in the event).
@@ -282,14 +314,90 @@ impl BillingExport {
 
     /// Parquet, snappy-compressed, one row group.
     pub fn to_parquet(&self) -> Result<Vec<u8>, ReportError> {
-        let batch = self.to_record_batch()?;
-        let properties = WriterProperties::builder().set_compression(Compression::SNAPPY).build();
-        let mut out = Vec::new();
-        let mut writer = ArrowWriter::try_new(&mut out, batch.schema(), Some(properties))?;
-        writer.write(&batch)?;
-        writer.close()?;
-        Ok(out)
+        parquet_of(self.to_record_batch()?)
     }
+}
+
+/// CSV of `lines` under the header `columns`: `\n` line ends, text made safe for a spreadsheet
+/// ([`crate::text::csv_text`]), numbers plain, empty cells for missing values.
+fn csv_of<'a>(columns: &[&str], lines: impl IntoIterator<Item = Vec<Cell<'a>>>) -> Vec<u8> {
+    let mut out = columns.join(",");
+    out.push('\n');
+    for line in lines {
+        let cells: Vec<String> = line
+            .iter()
+            .map(|c| match c {
+                Cell::Text(s) => csv_text(s),
+                Cell::Integer(n) => n.to_string(),
+                Cell::Empty => String::new(),
+            })
+            .collect();
+        out.push_str(&cells.join(","));
+        out.push('\n');
+    }
+    out.into_bytes()
+}
+
+/// JSON lines of `lines`: one object per line, keys `columns` in order, missing values null.
+fn jsonl_of<'a>(columns: &[&str], lines: impl IntoIterator<Item = Vec<Cell<'a>>>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for line in lines {
+        let mut object = serde_json::Map::new();
+        for (name, cell) in columns.iter().zip(line) {
+            let value = match cell {
+                Cell::Text(s) => serde_json::Value::from(s),
+                Cell::Integer(n) => serde_json::Value::from(n),
+                Cell::Empty => serde_json::Value::Null,
+            };
+            object.insert(name.to_string(), value);
+        }
+        out.extend(serde_json::to_vec(&object).expect("a map of strings and numbers serializes"));
+        out.push(b'\n');
+    }
+    out
+}
+
+/// One Arrow batch of `lines`, each column typed by `schema` (strings, `Int32`, `Int64`); an empty cell is null.
+fn batch_of(schema: Arc<Schema>, lines: &[Vec<Cell<'_>>]) -> Result<RecordBatch, ReportError> {
+    let columns: Vec<ArrayRef> = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, field)| -> ArrayRef {
+            let text = |c: &Cell<'_>| if let Cell::Text(s) = c { Some(s.to_string()) } else { None };
+            let int = |c: &Cell<'_>| if let Cell::Integer(n) = c { Some(*n) } else { None };
+            match field.data_type() {
+                DataType::Utf8 => Arc::new(lines.iter().map(|l| text(&l[i])).collect::<StringArray>()),
+                // `policy_version`, an `int` in the event: its values fit.
+                DataType::Int32 => Arc::new(lines.iter().map(|l| int(&l[i]).map(|n| n as i32)).collect::<Int32Array>()),
+                _ => Arc::new(lines.iter().map(|l| int(&l[i])).collect::<Int64Array>()),
+            }
+        })
+        .collect();
+    Ok(RecordBatch::try_new(schema, columns)?)
+}
+
+/// Parquet of one batch, snappy-compressed, one row group.
+fn parquet_of(batch: RecordBatch) -> Result<Vec<u8>, ReportError> {
+    let properties = WriterProperties::builder().set_compression(Compression::SNAPPY).build();
+    let mut out = Vec::new();
+    let mut writer = ArrowWriter::try_new(&mut out, batch.schema(), Some(properties))?;
+    writer.write(&batch)?;
+    writer.close()?;
+    Ok(out)
+}
+
+/// The Arrow schema of `export billing --by project`: [`schema`]'s columns, `late_adjustments` nullable (empty in the
+/// lines of a project), then `project`, a nullable string (null in a bill's row).
+pub fn schema_by_project() -> Arc<Schema> {
+    let mut fields: Vec<Field> = schema().fields().iter().map(|f| f.as_ref().clone()).collect();
+    for field in &mut fields {
+        if field.name() == "late_adjustments" {
+            *field = field.clone().with_nullable(true);
+        }
+    }
+    fields.push(Field::new("project", DataType::Utf8, true));
+    Arc::new(Schema::new(fields))
 }
 
 /// The Arrow schema of an export: contract §7 columns, nullable where a value may be missing.
@@ -366,6 +474,39 @@ mod tests {
             first,
             r#"{"tenant":"=HYPERLINK(\"x\")","metric":"tokens","period":"2026-11","consumption":5,"policy_id":"plan","policy_version":2,"limit":100,"grants":0,"effective_limit":100,"overage":0,"overshoot":null,"late_adjustments":-3,"watermark":42,"gaps":null}"#
         );
+    }
+
+    // Proves `--by project` follows each row with its projects (by name, then the consumption naming none, with an
+    // empty `project`), in a last column, the bill's rows unchanged but for that column; JSONL tells the bill's null
+    // from the empty string of the consumption naming no project; Parquet has the extra nullable column.
+    #[test]
+    fn by_project_follows_each_row_with_its_projects() {
+        let export = export();
+        let mut by = ByProject::default();
+        by.0.insert(("org,2".into(), "tokens".into()), vec![(Some("p-1".into()), 4), (None, 3)]);
+        let csv = String::from_utf8(export.to_bytes_by_project(Format::Csv, &by).unwrap()).unwrap();
+        assert_eq!(
+            csv,
+            "tenant,metric,period,consumption,policy_id,policy_version,limit,grants,effective_limit,overage,overshoot,late_adjustments,watermark,gaps,project\n\
+             \"'=HYPERLINK(\"\"x\"\")\",tokens,2026-11,5,plan,2,100,0,100,0,,-3,42,,\n\
+             \"org,2\",tokens,2026-11,7,plan,2,100,0,100,0,,0,42,,\n\
+             \"org,2\",tokens,2026-11,4,,,,,,,,,42,,p-1\n\
+             \"org,2\",tokens,2026-11,3,,,,,,,,,42,,\n"
+        );
+        let jsonl = String::from_utf8(export.to_bytes_by_project(Format::Jsonl, &by).unwrap()).unwrap();
+        let lines: Vec<serde_json::Value> = jsonl.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let projects: Vec<&serde_json::Value> = lines.iter().map(|l| &l["project"]).collect();
+        assert_eq!(projects, [&serde_json::Value::Null, &serde_json::Value::Null, &"p-1".into(), &"".into()]);
+        assert_eq!(lines[3]["late_adjustments"], serde_json::Value::Null);
+        let bytes = export.to_bytes_by_project(Format::Parquet, &by).unwrap();
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(bytes))
+            .unwrap()
+            .build()
+            .unwrap();
+        let batches: Vec<RecordBatch> = reader.map(Result::unwrap).collect();
+        assert_eq!(batches[0].schema(), schema_by_project());
+        assert_eq!(batches[0].num_rows(), 4);
+        assert_eq!(export.to_csv(), export.to_bytes(Format::Csv).unwrap(), "without --by, the export of old");
     }
 
     // Proves Parquet reads back with the contract §7 columns and gaps, integer types and nulls, and is the same bytes twice.

@@ -5,8 +5,10 @@ use schemas::{Enforcement, GrantEvent, Scope, Timestamp, Window};
 use crate::window;
 
 /// The policy's limit plus every grant of the same tenant and metric whose `[valid_from, valid_until)` overlaps
-/// the window: a grant with a subject raises that subject's SUBJECT-scope windows, one without raises the
-/// TENANT-scope windows. `grants` are the tenant's grants for the metric.
+/// the window: a grant naming a subject raises that subject's SUBJECT-scope windows, one naming a project (an API key)
+/// that project's PROJECT (that key's API_KEY) windows, and one naming none the TENANT-scope windows (a grant names at
+/// most one, validation says). `member` is the window's member of `scope`; `grants` are the tenant's grants for the
+/// metric.
 ///
 /// Saturates at `i64::MAX`: each grant is at most 2^53 - 1 (`schemas::validate::AMOUNT_MAX`), so only more than a
 /// thousand of the largest overlapping one window pass it, and a limit of `i64::MAX` already holds more than any
@@ -17,16 +19,21 @@ use crate::window;
 pub fn effective_limit(
     limit: i64,
     scope: Scope,
-    subject: Option<&str>,
+    member: Option<&str>,
     grants: &[GrantEvent],
     window_start: Timestamp,
     window_end: Timestamp,
 ) -> i64 {
     grants
         .iter()
-        .filter(|g| match scope {
-            Scope::TENANT => g.header.subject.is_none(),
-            Scope::SUBJECT => g.header.subject.is_some() && g.header.subject.as_deref() == subject,
+        .filter(|g| {
+            let h = &g.header;
+            match scope {
+                Scope::TENANT => h.subject.is_none() && h.project.is_none() && h.api_key.is_none(),
+                Scope::SUBJECT | Scope::PROJECT | Scope::API_KEY => {
+                    scope.member_of(h).is_some() && scope.member_of(h) == member
+                }
+            }
         })
         .filter(|g| window::overlaps(g.valid_from, g.valid_until, window_start, window_end))
         .fold(limit, |sum, g| sum.saturating_add(g.amount))
@@ -131,6 +138,8 @@ mod tests {
                 subject: subject.map(String::from),
                 metric: "tokens".into(),
                 source: "admin".into(),
+                api_key: None,
+                project: None,
             },
             grant_id: format!("g-{amount}"),
             amount,
@@ -155,6 +164,31 @@ mod tests {
         assert_eq!(effective_limit(100, Scope::TENANT, None, &grants, month_start, month_end), 130);
         assert_eq!(effective_limit(100, Scope::SUBJECT, Some("alice"), &grants, day_start, day_end), 400);
         assert_eq!(effective_limit(100, Scope::SUBJECT, Some("bob"), &grants, day_start, day_end), 100);
+    }
+
+    // issue 36 item 3: a grant naming a project (an API key) raises that project's PROJECT (that key's API_KEY) windows
+    // only, never the tenant's nor a subject's, and a subject's never a project's of the same name.
+    #[test]
+    fn a_grant_raises_the_windows_of_the_one_member_it_names() {
+        let of = |project: Option<&str>, api_key: Option<&str>, subject: Option<&str>, amount: i64| {
+            let mut g = grant(subject, amount, "2026-11-01T00:00:00Z", "2026-12-01T00:00:00Z");
+            (g.header.project, g.header.api_key) = (project.map(String::from), api_key.map(String::from));
+            g
+        };
+        let grants = [
+            of(Some("p-1"), None, None, 10),
+            of(None, Some("key-a"), None, 20),
+            of(None, None, Some("p-1"), 40),
+            of(None, None, None, 80),
+        ];
+        let (start, end) = (at("2026-11-01T00:00:00Z"), at("2026-11-02T00:00:00Z"));
+        let limit = |scope: Scope, member: Option<&str>| effective_limit(100, scope, member, &grants, start, end);
+        assert_eq!(limit(Scope::PROJECT, Some("p-1")), 110);
+        assert_eq!(limit(Scope::PROJECT, Some("p-2")), 100);
+        assert_eq!(limit(Scope::PROJECT, None), 100, "what names no project has no grant of its own");
+        assert_eq!(limit(Scope::API_KEY, Some("key-a")), 120);
+        assert_eq!(limit(Scope::SUBJECT, Some("p-1")), 140, "the subject p-1, not the project");
+        assert_eq!(limit(Scope::TENANT, None), 180, "only the grant naming no member");
     }
 
     // Proves that grants whose sum leaves i64 raise the limit to i64::MAX instead of panicking (it stopped the hook's

@@ -141,6 +141,8 @@ mod tests {
                 subject: None,
                 metric: "requests".into(),
                 source: "test".into(),
+                api_key: None,
+                project: None,
             },
             policy_id: id.into(),
             version,

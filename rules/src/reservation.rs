@@ -208,6 +208,8 @@ mod tests {
                 subject: None,
                 metric: "tokens".into(),
                 source: "test".into(),
+                api_key: None,
+                project: None,
             },
             reservation_id: "r-1".into(),
             action,

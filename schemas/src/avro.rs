@@ -78,6 +78,8 @@ fn header_fields(h: &Header) -> Vec<(String, Value)> {
         ("occurred_at".into(), timestamp(h.occurred_at)),
         ("tenant".into(), string(&h.tenant)),
         ("subject".into(), opt_string(&h.subject)),
+        ("project".into(), opt_string(&h.project)),
+        ("api_key".into(), opt_string(&h.api_key)),
         ("metric".into(), string(&h.metric)),
         ("source".into(), string(&h.source)),
     ]
@@ -236,6 +238,8 @@ impl<'a> Fields<'a> {
             occurred_at: self.timestamp("occurred_at")?,
             tenant: self.string("tenant")?,
             subject: self.opt_string("subject")?,
+            project: self.opt_string("project")?,
+            api_key: self.opt_string("api_key")?,
             metric: self.string("metric")?,
             source: self.string("source")?,
         })
@@ -520,6 +524,8 @@ fn write_header(out: &mut Vec<u8>, h: &Header) {
     write_long(out, h.occurred_at.micros());
     write_string(out, &h.tenant);
     write_opt_string(out, &h.subject);
+    write_opt_string(out, &h.project);
+    write_opt_string(out, &h.api_key);
     write_string(out, &h.metric);
     write_string(out, &h.source);
 }

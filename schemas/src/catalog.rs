@@ -48,6 +48,27 @@ const SCHEMA_FILES: &[(&str, EventType, bool, &str)] = &[
     ("history/PolicyEvent.v5.avsc", EventType::PolicyEvent, false, include_str!("../avro/history/PolicyEvent.v5.avsc")),
     ("history/PolicyEvent.v6.avsc", EventType::PolicyEvent, false, include_str!("../avro/history/PolicyEvent.v6.avsc")),
     ("history/PolicyEvent.v7.avsc", EventType::PolicyEvent, false, include_str!("../avro/history/PolicyEvent.v7.avsc")),
+    ("history/PolicyEvent.v8.avsc", EventType::PolicyEvent, false, include_str!("../avro/history/PolicyEvent.v8.avsc")),
+    ("history/UsageEvent.v2.avsc", EventType::UsageEvent, false, include_str!("../avro/history/UsageEvent.v2.avsc")),
+    (
+        "history/DecisionEvent.v2.avsc",
+        EventType::DecisionEvent,
+        false,
+        include_str!("../avro/history/DecisionEvent.v2.avsc"),
+    ),
+    (
+        "history/ReservationEvent.v2.avsc",
+        EventType::ReservationEvent,
+        false,
+        include_str!("../avro/history/ReservationEvent.v2.avsc"),
+    ),
+    ("history/GrantEvent.v2.avsc", EventType::GrantEvent, false, include_str!("../avro/history/GrantEvent.v2.avsc")),
+    (
+        "history/AdjustmentEvent.v2.avsc",
+        EventType::AdjustmentEvent,
+        false,
+        include_str!("../avro/history/AdjustmentEvent.v2.avsc"),
+    ),
     (
         "history/ReservationEvent.v1.avsc",
         EventType::ReservationEvent,

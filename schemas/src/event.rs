@@ -17,9 +17,16 @@ pub struct Header {
     pub occurred_at: Timestamp,
     /// The paying organization (`*` on a policy: the plan default).
     pub tenant: String,
-    /// User, API key or project inside the tenant.
+    /// The user inside the tenant (or whatever the producer counts SUBJECT policies by).
     #[serde(default)]
     pub subject: Option<String>,
+    /// The project inside the tenant, when the producer names one: what PROJECT policies count by (every schema's
+    /// next version after v2, PolicyEvent v9; absent before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    /// The API key (its name or id, never a secret), when the producer names one: what API_KEY policies count by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<String>,
     /// What is counted: `requests`, `tokens`, `bytes`, ...
     pub metric: String,
     /// The producing service.
@@ -355,9 +362,23 @@ avro_enum!(
     ReservationAction { RESERVE, COMMIT, RELEASE, RENEW }
 );
 avro_enum!(
-    /// TENANT policies limit the sum over subjects; SUBJECT policies each subject separately.
-    Scope { TENANT, SUBJECT }
+    /// TENANT policies limit the tenant's sum; SUBJECT, PROJECT and API_KEY policies (the last two from PolicyEvent v9)
+    /// each member of their scope separately, events naming no member counting together as a member of their own.
+    Scope { TENANT, SUBJECT, PROJECT, API_KEY }
 );
+
+impl Scope {
+    /// The member of this scope an event of `header` counts for: its subject, project or API key (`None` when it names
+    /// none, or for TENANT, whose windows every event of the tenant counts in).
+    pub fn member_of(self, header: &Header) -> Option<&str> {
+        match self {
+            Scope::TENANT => None,
+            Scope::SUBJECT => header.subject.as_deref(),
+            Scope::PROJECT => header.project.as_deref(),
+            Scope::API_KEY => header.api_key.as_deref(),
+        }
+    }
+}
 avro_enum!(
     /// Calendar-aligned windows, in a policy's time zone; CONCURRENT (PolicyEvent v5) is no window: its limit is on the
     /// leases active at once.

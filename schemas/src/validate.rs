@@ -127,6 +127,12 @@ pub fn validate(event: &Event) -> Result<(), Invalid> {
     if let Some(subject) = &header.subject {
         check_name("subject", subject)?;
     }
+    if let Some(project) = &header.project {
+        check_name("project", project)?;
+    }
+    if let Some(api_key) = &header.api_key {
+        check_name("api_key", api_key)?;
+    }
     check_name("metric", &header.metric)?;
     in_range("occurred_at", header.occurred_at)?;
     // `*` names the plan defaults (contract §3, PolicyEvent). Usage, a decision, a reservation or a grant of "tenant *"
@@ -210,6 +216,14 @@ fn validate_grant(e: &GrantEvent) -> Result<(), Invalid> {
         return Err(Invalid::Inconsistent {
             field: "valid_until",
             message: format!("{} is not after valid_from {}", e.valid_until, e.valid_from),
+        });
+    }
+    // A grant raises the windows of the one member it names (contract §5): of two, which it raises would be a guess.
+    let h = &e.header;
+    if [&h.subject, &h.project, &h.api_key].iter().filter(|m| m.is_some()).count() > 1 {
+        return Err(Invalid::Inconsistent {
+            field: "subject",
+            message: "a grant names at most one of subject, project and api_key".to_string(),
         });
     }
     opt_actor(&e.actor)

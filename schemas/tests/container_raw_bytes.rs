@@ -16,6 +16,8 @@ fn usage_with_attributes(i: u64) -> Event {
             subject: None,
             metric: "requests".into(),
             source: "test".into(),
+            api_key: None,
+            project: None,
         },
         quantity: 1,
         request_id: None,

@@ -17,15 +17,21 @@ use schemas::{Catalog, Event, EventType, Header, Timestamp, UsageEvent};
 /// the order written, read here as a little-endian number), which also gave the other thirteen. PolicyEvent v6
 /// (`on_failure`) with fastavro 1.13's `fingerprint`, which also gave v5 as listed; v7 (`overage_rate`,
 /// `overage_window`) with the same, which also gave v6 as listed before; v8 (`violation`) with fastavro 1.12's, which
-/// also gave v7 as listed before.
-const PUBLISHED: [(&str, u64); 18] = [
-    ("UsageEvent.avsc", 0xa81167332c60b12c),
-    ("DecisionEvent.avsc", 0x35d1d46f0f097cef),
-    ("ReservationEvent.avsc", 0x348acb0137d9671f),
-    ("GrantEvent.avsc", 0x015acf770103b649),
-    ("PolicyEvent.avsc", 0x1502546fb0c9e0e6),
-    ("AdjustmentEvent.avsc", 0x2f17b563bd4eaf25),
+/// also gave v7 as listed before; the versions with `project` and `api_key` (and the PROJECT and API_KEY scopes) with
+/// the same, which also gave every other as listed before.
+const PUBLISHED: [(&str, u64); 24] = [
+    ("UsageEvent.avsc", 0xb6c7e0b43b42b4c7),
+    ("DecisionEvent.avsc", 0xe750629d4dedb980),
+    ("ReservationEvent.avsc", 0x0c583b0ffbfe3737),
+    ("GrantEvent.avsc", 0x17853b4b6a4bca7f),
+    ("PolicyEvent.avsc", 0x26ba3acd74510f06),
+    ("AdjustmentEvent.avsc", 0x394c8fc01ce3ae33),
     ("history/UsageEvent.v1.avsc", 0x8860840d2e402f4b),
+    ("history/UsageEvent.v2.avsc", 0xa81167332c60b12c),
+    ("history/DecisionEvent.v2.avsc", 0x35d1d46f0f097cef),
+    ("history/ReservationEvent.v2.avsc", 0x348acb0137d9671f),
+    ("history/GrantEvent.v2.avsc", 0x015acf770103b649),
+    ("history/AdjustmentEvent.v2.avsc", 0x2f17b563bd4eaf25),
     ("history/DecisionEvent.v1.avsc", 0x0b29ffbeda815cef),
     ("history/PolicyEvent.v1.avsc", 0x9df89f040761b669),
     ("history/PolicyEvent.v2.avsc", 0x022a04edb1695548),
@@ -34,6 +40,7 @@ const PUBLISHED: [(&str, u64); 18] = [
     ("history/PolicyEvent.v5.avsc", 0xec5e9100c961183e),
     ("history/PolicyEvent.v6.avsc", 0x4c21fb37c2942c58),
     ("history/PolicyEvent.v7.avsc", 0xab324664005bd5a3),
+    ("history/PolicyEvent.v8.avsc", 0x1502546fb0c9e0e6),
     ("history/ReservationEvent.v1.avsc", 0x77c5cb05e89c39c6),
     ("history/GrantEvent.v1.avsc", 0x37b6d2cc1e5b52f5),
     ("history/AdjustmentEvent.v1.avsc", 0x67c71f7cf397d05e),
@@ -78,6 +85,8 @@ fn messages_under_the_old_fingerprints_still_decode() {
             subject: None,
             metric: "tokens".into(),
             source: "svc".into(),
+            api_key: None,
+            project: None,
         },
         quantity: 7,
         request_id: None,

@@ -21,6 +21,8 @@ fn header(event_id: &str) -> Header {
         subject: Some("user-7".into()),
         metric: "tokens".into(),
         source: "api".into(),
+        api_key: None,
+        project: None,
     }
 }
 

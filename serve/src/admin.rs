@@ -158,6 +158,9 @@ fn tenant_scope() -> Scope {
 pub(crate) struct GrantBody {
     tenant: String,
     subject: Option<String>,
+    /// The project (the API key) whose PROJECT (API_KEY) windows it raises; at most one of subject, project, api_key.
+    project: Option<String>,
+    api_key: Option<String>,
     metric: String,
     amount: i64,
     /// RFC 3339.
@@ -271,6 +274,8 @@ pub(crate) async fn grants(
     let change = GrantChange {
         tenant: body.tenant,
         subject: body.subject,
+        project: body.project,
+        api_key: body.api_key,
         metric: body.metric,
         amount: body.amount,
         valid_from,

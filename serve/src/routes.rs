@@ -349,6 +349,11 @@ struct CheckBody {
     /// What the request does: `insert`, `update`, `delete` or `read` (what a gauge quota over its limit refuses by).
     #[serde(default)]
     operation: Option<Operation>,
+    /// The project it is of (PROJECT policies), and the API key (API_KEY policies).
+    #[serde(default)]
+    project: Option<String>,
+    #[serde(default)]
+    api_key: Option<String>,
 }
 
 /// What a check body asks.
@@ -360,7 +365,18 @@ enum CheckAsked {
 impl CheckBody {
     /// The request it makes, or the 400 naming the fields at fault.
     fn asked(self) -> Result<CheckAsked, Box<Response>> {
-        let CheckBody { tenant, subject, metric, amount, amounts, idempotency_key, request_id, operation } = self;
+        let CheckBody {
+            tenant,
+            subject,
+            metric,
+            amount,
+            amounts,
+            idempotency_key,
+            request_id,
+            operation,
+            project,
+            api_key,
+        } = self;
         let bad = |field: &str, message: &str| {
             let body = serde_json::json!({"error": "bad_request", "message": message, "field": field});
             Box::new((StatusCode::BAD_REQUEST, Json(body)).into_response())
@@ -371,13 +387,32 @@ impl CheckBody {
                 "amounts: give either `amounts` (several metrics) or `metric` and `amount` (one), not both",
             )),
             (Some(amounts), None, None) => {
-                let request = CheckAmountsRequest { tenant, subject, amounts, idempotency_key, request_id, operation };
+                let request = CheckAmountsRequest {
+                    tenant,
+                    subject,
+                    amounts,
+                    idempotency_key,
+                    request_id,
+                    operation,
+                    project,
+                    api_key,
+                };
                 Ok(CheckAsked::Several(request))
             }
             (None, None, _) => Err(bad("metric", "metric: missing (or give `amounts` for several metrics)")),
             (None, Some(_), None) => Err(bad("amount", "amount: missing")),
             (None, Some(metric), Some(amount)) => {
-                let request = CheckRequest { tenant, subject, metric, amount, idempotency_key, request_id, operation };
+                let request = CheckRequest {
+                    tenant,
+                    subject,
+                    metric,
+                    amount,
+                    idempotency_key,
+                    request_id,
+                    operation,
+                    project,
+                    api_key,
+                };
                 Ok(CheckAsked::One(request))
             }
         }
@@ -451,6 +486,10 @@ struct ReserveBody {
     /// As a check's.
     #[serde(default)]
     operation: Option<Operation>,
+    #[serde(default)]
+    project: Option<String>,
+    #[serde(default)]
+    api_key: Option<String>,
 }
 
 async fn reserve(
@@ -463,33 +502,60 @@ async fn reserve(
         Err(refused) => return *refused,
     };
     let partition = app.partition_of(&body.tenant);
-    let ReserveBody { tenant, subject, metric, amount, amounts, ttl_ms, idempotency_key, request_id, operation } = body;
+    let ReserveBody {
+        tenant,
+        subject,
+        metric,
+        amount,
+        amounts,
+        ttl_ms,
+        idempotency_key,
+        request_id,
+        operation,
+        project,
+        api_key,
+    } = body;
     // The same rules as a check's body: the check's own parse says which fields are wrong.
-    let asked = CheckBody { tenant, subject, metric, amount, amounts, idempotency_key, request_id, operation }.asked();
-    match asked {
-        Ok(CheckAsked::One(CheckRequest {
-            tenant,
-            subject,
-            metric,
-            amount,
-            idempotency_key,
-            request_id,
-            operation,
-        })) => {
-            let request =
-                ReserveRequest { tenant, subject, metric, amount, ttl_ms, idempotency_key, request_id, operation };
+    let check = CheckBody {
+        tenant,
+        subject,
+        metric,
+        amount,
+        amounts,
+        idempotency_key,
+        request_id,
+        operation,
+        project,
+        api_key,
+    };
+    match check.asked() {
+        Ok(CheckAsked::One(c)) => {
+            let request = ReserveRequest {
+                tenant: c.tenant,
+                subject: c.subject,
+                metric: c.metric,
+                amount: c.amount,
+                ttl_ms,
+                idempotency_key: c.idempotency_key,
+                request_id: c.request_id,
+                operation: c.operation,
+                project: c.project,
+                api_key: c.api_key,
+            };
             app.decided_for(partition, app.hook.reserve_async_as(request, &caller.name).await)
         }
-        Ok(CheckAsked::Several(CheckAmountsRequest {
-            tenant,
-            subject,
-            amounts,
-            idempotency_key,
-            request_id,
-            operation,
-        })) => {
-            let request =
-                ReserveAmountsRequest { tenant, subject, amounts, ttl_ms, idempotency_key, request_id, operation };
+        Ok(CheckAsked::Several(c)) => {
+            let request = ReserveAmountsRequest {
+                tenant: c.tenant,
+                subject: c.subject,
+                amounts: c.amounts,
+                ttl_ms,
+                idempotency_key: c.idempotency_key,
+                request_id: c.request_id,
+                operation: c.operation,
+                project: c.project,
+                api_key: c.api_key,
+            };
             app.several_decided(partition, app.hook.reserve_amounts_async(request, &caller.name).await)
         }
         Err(refused) => *refused,
@@ -566,7 +632,8 @@ async fn acquire(
     };
     let partition = app.partition_of(&body.tenant);
     let AcquireBody { tenant, subject, metric, ttl_ms, idempotency_key, request_id } = body;
-    let request = AcquireRequest { tenant, subject, metric, ttl_ms, idempotency_key, request_id };
+    let request =
+        AcquireRequest { tenant, subject, metric, ttl_ms, idempotency_key, request_id, api_key: None, project: None };
     app.decided_for(partition, app.hook.acquire_async(request, Some(&caller.name)).await)
 }
 

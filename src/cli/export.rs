@@ -1,4 +1,5 @@
-//! `export billing --period YYYY-MM --format csv|parquet|jsonl [--final] [--out PATH]` (contract §5, §7).
+//! `export billing --period YYYY-MM --format csv|parquet|jsonl [--final] [--out PATH] [--by project]` (contract §5,
+//! §7).
 //!
 //! An open period is computed at the ledger's current watermark. `--final` closes the period and stores its
 //! rows in the ledger in the same transaction; a closed period is re-exported from those rows, byte for byte,
@@ -12,7 +13,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use ledger::shards::ShardDir;
 use ledger::{Ledger, Period, ProcessLock};
-use reports::billing::{self, UsageSource};
+use reports::billing::{self, ByProject, UsageSource};
 use reports::export::{BillingExport, Format, ShardExport};
 use schemas::{AdjustmentEvent, AdjustmentKind, Timestamp};
 
@@ -49,6 +50,18 @@ pub struct BillingArgs {
     /// With --cluster: the token to ask the nodes with, one for every tenant (`tenants = ["*"]`).
     #[arg(long, env = "QUOTA_LEDGER_TOKEN", hide_env_values = true, requires = "cluster")]
     token: Option<String>,
+    /// Follow each row with its consumption per project: a row per project its consumption names, then one with
+    /// `project` empty for the consumption naming none, each with tenant, metric, period, consumption, watermark and
+    /// gaps only, in a column `project` added last (empty in the bill's rows). The bill's rows are unchanged. Not with
+    /// --cluster: the nodes answer bills, not their events.
+    #[arg(long, value_enum, value_name = "SCOPE", conflicts_with = "cluster")]
+    by: Option<ByArg>,
+}
+
+/// What `--by` splits each row's consumption by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ByArg {
+    Project,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -70,25 +83,36 @@ pub fn run(store: &super::Store, command: ExportCommand) -> anyhow::Result<ExitC
     if let Some(path) = &args.out {
         check_writable(path)?;
     }
-    let (export, note) = match (&args.cluster, store) {
+    let by_project = args.by == Some(ByArg::Project);
+    let (export, note, projects) = match (&args.cluster, store) {
         (Some(brokers), _) => {
             let token = super::cluster::token(args.token.as_deref())?;
-            of_cluster(brokers, token, args.period)?
+            let (export, note) = of_cluster(brokers, token, args.period)?;
+            (export, note, None)
         }
         (None, super::Store::File(ledger_path)) => {
             // Opening for writing applies migrations (usage_totals) to a ledger written by an older binary.
             Ledger::open_read_only(ledger_path)?;
             let mut ledger = Ledger::open(ledger_path)?;
-            if args.final_ { close(&mut ledger, args.period)? } else { reports::export::current(&ledger, args.period)? }
+            let (export, note) = if args.final_ {
+                close(&mut ledger, args.period)?
+            } else {
+                reports::export::current(&ledger, args.period)?
+            };
+            let projects = by_project.then(|| projects_of(&ledger, &export)).transpose()?;
+            (export, note, projects)
         }
-        (None, super::Store::Shards(shards)) => of_shards(shards, args.period, args.final_)?,
+        (None, super::Store::Shards(shards)) => of_shards(shards, args.period, args.final_, by_project)?,
     };
     let format = match args.format {
         FormatArg::Csv => Format::Csv,
         FormatArg::Parquet => Format::Parquet,
         FormatArg::Jsonl => Format::Jsonl,
     };
-    let bytes = export.to_bytes(format)?;
+    let bytes = match &projects {
+        Some(projects) => export.to_bytes_by_project(format, projects)?,
+        None => export.to_bytes(format)?,
+    };
     match &args.out {
         // Past the check above (a full disk, say): a --final run has closed the period, which must be said.
         Some(path) => write_atomically(path, &bytes).with_context(|| match args.final_ {
@@ -130,7 +154,12 @@ pub fn run(store: &super::Store, command: ExportCommand) -> anyhow::Result<ExitC
 /// stops the command naming it; the shards closed before it stay closed, and the same command run again closes the
 /// rest (closing a closed shard answers its stored export). Without `--final`, a period closed in some shards only
 /// (such a stopped close) is refused: its preview would mix final rows and open ones.
-fn of_shards(shards: &ShardDir, period: Period, final_: bool) -> anyhow::Result<(BillingExport, String)> {
+fn of_shards(
+    shards: &ShardDir,
+    period: Period,
+    final_: bool,
+    by_project: bool,
+) -> anyhow::Result<(BillingExport, String, Option<ByProject>)> {
     let mut ledgers = shards.open_all()?;
     let count = ledgers.len();
     let mut closed = Vec::new();
@@ -146,6 +175,7 @@ fn of_shards(shards: &ShardDir, period: Period, final_: bool) -> anyhow::Result<
         );
     }
     let mut parts = Vec::with_capacity(count);
+    let mut projects = Vec::new();
     for (index, (shard, ledger)) in ledgers.iter_mut().enumerate() {
         let answered = if final_ { close(ledger, period) } else { Ok(reports::export::current(ledger, period)?) };
         let (export, note) = answered.with_context(|| {
@@ -160,6 +190,9 @@ fn of_shards(shards: &ShardDir, period: Period, final_: bool) -> anyhow::Result<
             format!("{shard} ({}){rerun}", ledger.path().display())
         })?;
         eprintln!("{shard}: {note}");
+        if by_project {
+            projects.push(projects_of(ledger, &export).with_context(|| format!("{shard}"))?);
+        }
         let plan_default_entries = ledger.plan_default_entries_through(export.watermark)?;
         parts.push(ShardExport { export, plan_default_entries });
     }
@@ -173,7 +206,14 @@ fn of_shards(shards: &ShardDir, period: Period, final_: bool) -> anyhow::Result<
             format!("period {period} is open: computed at set watermark {w} over {count} shards, not final")
         }
     };
-    Ok((export, note))
+    Ok((export, note, by_project.then(|| ByProject::union(projects))))
+}
+
+/// `--by project`: the consumption by project of `export`'s rows, read from the ledger they were computed from at
+/// their watermark (a closed period's: its close's).
+fn projects_of(ledger: &Ledger, export: &BillingExport) -> anyhow::Result<ByProject> {
+    billing::by_project(ledger, export.period, export.watermark, &export.rows)
+        .with_context(|| format!("cannot split period {}'s consumption by project", export.period))
 }
 
 /// The export of a running cluster (`--cluster`): each shard's owner answers its shards' exports (`GET

@@ -31,8 +31,14 @@ pub struct AddArgs {
     #[arg(long)]
     tenant: String,
     /// The subject whose SUBJECT-policy windows it raises (default: the tenant's TENANT-policy windows).
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["project", "api_key"])]
     subject: Option<String>,
+    /// The project whose PROJECT-policy windows it raises.
+    #[arg(long, conflicts_with = "api_key")]
+    project: Option<String>,
+    /// The API key whose API_KEY-policy windows it raises.
+    #[arg(long)]
+    api_key: Option<String>,
     /// The metric, e.g. requests.
     #[arg(long)]
     metric: String,
@@ -69,6 +75,8 @@ fn add(store: &super::Store, args: AddArgs) -> anyhow::Result<ExitCode> {
     let change = GrantChange {
         tenant: args.tenant,
         subject: args.subject,
+        project: args.project,
+        api_key: args.api_key,
         metric: args.metric,
         amount: args.amount,
         valid_from: args.valid_from,
@@ -111,6 +119,11 @@ struct GrantRow<'a> {
     actor: Option<&'a str>,
     reason: &'a str,
     source: &'a str,
+    /// The project (API key) whose PROJECT (API_KEY) windows it raises: added last, as columns are.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    project: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    api_key: Option<&'a str>,
 }
 
 fn list(store: &super::Store, tenant: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
@@ -132,6 +145,8 @@ fn list(store: &super::Store, tenant: Option<&str>, json: bool) -> anyhow::Resul
             actor: g.actor.as_deref(),
             reason: &g.reason,
             source: &g.header.source,
+            project: g.header.project.as_deref(),
+            api_key: g.header.api_key.as_deref(),
         })
         .collect();
     if json {

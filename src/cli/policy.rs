@@ -84,7 +84,8 @@ pub struct PolicyArgs {
     /// HARD (deny), SOFT (bill the excess) or SHADOW (only report).
     #[arg(long, value_parser = parse_symbol::<Enforcement>)]
     enforcement: Enforcement,
-    /// TENANT (the tenant's sum) or SUBJECT (each subject separately).
+    /// TENANT (the tenant's sum), SUBJECT, PROJECT or API_KEY (each subject, project or API key separately; requests
+    /// naming none count together).
     #[arg(long, value_parser = parse_symbol::<Scope>, default_value = "TENANT")]
     scope: Scope,
     /// The policy (default TENANT:METRIC:SCOPE:WINDOW, lower case: org-42:requests:tenant:day).

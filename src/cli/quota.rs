@@ -27,6 +27,12 @@ pub struct ShowArgs {
     /// The subject SUBJECT-scope policies are counted for (without it: requests that carry no subject).
     #[arg(long)]
     subject: Option<String>,
+    /// The project PROJECT-scope policies are counted for (without it: requests that name no project).
+    #[arg(long)]
+    project: Option<String>,
+    /// The API key API_KEY-scope policies are counted for (without it: requests that name none).
+    #[arg(long)]
+    api_key: Option<String>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -34,7 +40,13 @@ pub struct ShowArgs {
 
 pub fn run(store: &super::Store, command: QuotaCommand) -> anyhow::Result<ExitCode> {
     let QuotaCommand::Show(args) = command;
-    let query = QuotaQuery { tenant: args.tenant, metric: args.metric, subject: args.subject };
+    let query = QuotaQuery {
+        tenant: args.tenant,
+        metric: args.metric,
+        subject: args.subject,
+        project: args.project,
+        api_key: args.api_key,
+    };
     let ledger = open(store, &query.tenant)?;
     let quotas = hook::quotas::from_ledger(&ledger, &query, Timestamp::now())?;
     if args.json {

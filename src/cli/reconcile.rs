@@ -548,7 +548,7 @@ fn print_largest(out: &mut dyn Write, adjustments: &[AdjustmentEvent]) -> anyhow
             let first = a.refs.first().map(String::as_str).unwrap_or("");
             vec![
                 a.header.tenant.clone(),
-                a.header.subject.clone().unwrap_or_default(),
+                member_of_window(&a.header),
                 a.header.metric.clone(),
                 a.policy_id.clone().unwrap_or_default(),
                 window,
@@ -561,7 +561,18 @@ fn print_largest(out: &mut dyn Write, adjustments: &[AdjustmentEvent]) -> anyhow
     writeln!(out, "\nlargest overshoots")?;
     super::write_table(
         out,
-        &["tenant", "subject", "metric", "policy", "window", "kind", "amount", "events named"],
+        &["tenant", "member", "metric", "policy", "window", "kind", "amount", "events named"],
         &rows,
     )
+}
+
+/// The member of a window adjustment's scope, in words (`subject alice`, `project p-1`, `API key k-1`): its header
+/// names that member alone; empty for a TENANT window and for the window of what names none.
+fn member_of_window(header: &schemas::Header) -> String {
+    match (&header.subject, &header.project, &header.api_key) {
+        (Some(subject), _, _) => format!("subject {subject}"),
+        (_, Some(project), _) => format!("project {project}"),
+        (_, _, Some(api_key)) => format!("API key {api_key}"),
+        _ => String::new(),
+    }
 }

@@ -15,6 +15,8 @@ struct Reservation {
     occurred_at: i64,
     tenant: String,
     metric: String,
+    /// The project the event names, for the breakdown by project.
+    project: Option<String>,
     action: String,
     amount: i64,
     expires_at: Option<i64>,
@@ -34,6 +36,69 @@ fn valid_commit(events: &[Reservation]) -> Option<&Reservation> {
     (close.action == "COMMIT").then_some(*close)
 }
 
+/// Every recorded reservation, by (tenant, reservation_id) (README "Reconciliation"), its events unordered.
+fn reservations(conn: &Connection) -> BTreeMap<(String, String), Vec<Reservation>> {
+    let mut reservations: BTreeMap<(String, String), Vec<Reservation>> = BTreeMap::new();
+    let mut statement = conn
+        .prepare(
+            "SELECT r.reservation_id, e.seq, e.occurred_at, e.tenant, e.metric, r.action, r.amount, r.expires_at,
+                    e.project
+             FROM reservation_events r JOIN entries e ON e.seq = r.seq WHERE e.status = 'recorded'",
+        )
+        .unwrap();
+    let rows = statement
+        .query_map([], |r| {
+            let event = Reservation {
+                seq: r.get(1)?,
+                occurred_at: r.get(2)?,
+                tenant: r.get(3)?,
+                metric: r.get(4)?,
+                project: r.get(8)?,
+                action: r.get(5)?,
+                amount: r.get(6)?,
+                expires_at: r.get(7)?,
+            };
+            Ok((r.get::<_, String>(0)?, event))
+        })
+        .unwrap();
+    for row in rows {
+        let (id, event) = row.unwrap();
+        reservations.entry((event.tenant.clone(), id)).or_default().push(event);
+    }
+    reservations
+}
+
+/// `export billing --by project` computed straight from the ledger's tables: the consumption of `[start, end)` per
+/// (tenant, metric), then per project (`""` for the consumption naming none), of every project that counted usage
+/// or a valid COMMIT of a non-zero amount names.
+pub fn expected_by_project(
+    ledger: &Path,
+    (start, end): (i64, i64),
+) -> BTreeMap<(String, String), BTreeMap<String, i64>> {
+    let conn = Connection::open(ledger).unwrap();
+    let mut found: BTreeMap<(String, String), BTreeMap<String, i64>> = BTreeMap::new();
+    let mut usage = conn
+        .prepare(
+            "SELECT e.tenant, e.metric, COALESCE(e.project, ''), u.quantity FROM usage_events u
+             JOIN entries e ON e.seq = u.seq WHERE e.status = 'recorded' AND e.occurred_at >= ? AND e.occurred_at < ?",
+        )
+        .unwrap();
+    let rows = usage.query_map([start, end], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get::<_, i64>(3)?))).unwrap();
+    for row in rows {
+        let (tenant, metric, project, quantity) = row.unwrap();
+        *found.entry((tenant, metric)).or_default().entry(project).or_default() += quantity;
+    }
+    for events in reservations(&conn).values() {
+        let in_period = |c: &&Reservation| c.amount != 0 && c.occurred_at >= start && c.occurred_at < end;
+        if let Some(commit) = valid_commit(events).filter(in_period) {
+            let project = commit.project.clone().unwrap_or_default();
+            let key = (commit.tenant.clone(), commit.metric.clone());
+            *found.entry(key).or_default().entry(project).or_default() += commit.amount;
+        }
+    }
+    found
+}
+
 /// The expected CSV rows of `period` computed straight from the ledger's tables with the rules of contract §5.
 pub fn expected_rows(ledger: &Path, period: (&str, i64, i64), watermark: u64) -> Vec<String> {
     let conn = Connection::open(ledger).unwrap();
@@ -49,33 +114,7 @@ pub fn expected_rows(ledger: &Path, period: (&str, i64, i64), watermark: u64) ->
         let (tenant, metric, quantity) = row.unwrap();
         *consumption.entry((tenant, metric)).or_default() += quantity;
     }
-    // A reservation is (tenant, reservation_id): README "Reconciliation".
-    let mut reservations: BTreeMap<(String, String), Vec<Reservation>> = BTreeMap::new();
-    let mut statement = conn
-        .prepare(
-            "SELECT r.reservation_id, e.seq, e.occurred_at, e.tenant, e.metric, r.action, r.amount, r.expires_at
-             FROM reservation_events r JOIN entries e ON e.seq = r.seq WHERE e.status = 'recorded'",
-        )
-        .unwrap();
-    let rows = statement
-        .query_map([], |r| {
-            let event = Reservation {
-                seq: r.get(1)?,
-                occurred_at: r.get(2)?,
-                tenant: r.get(3)?,
-                metric: r.get(4)?,
-                action: r.get(5)?,
-                amount: r.get(6)?,
-                expires_at: r.get(7)?,
-            };
-            Ok((r.get::<_, String>(0)?, event))
-        })
-        .unwrap();
-    for row in rows {
-        let (id, event) = row.unwrap();
-        reservations.entry((event.tenant.clone(), id)).or_default().push(event);
-    }
-    for events in reservations.values() {
+    for events in reservations(&conn).values() {
         // A COMMIT of 0 consumed nothing, as a RELEASE: no row of its own (README "export billing").
         let in_period = |c: &&Reservation| c.amount != 0 && c.occurred_at >= start && c.occurred_at < end;
         if let Some(commit) = valid_commit(events).filter(in_period) {
@@ -135,7 +174,7 @@ pub fn expected_rows(ledger: &Path, period: (&str, i64, i64), watermark: u64) ->
         conn.query_row(
             "SELECT COALESCE(SUM(g.amount), 0) FROM grant_events g JOIN entries e ON e.seq = g.seq
              WHERE e.status = 'recorded' AND e.tenant = ? AND e.metric = ? AND e.subject IS NULL
-               AND g.valid_from < ? AND g.valid_until > ?",
+               AND e.project IS NULL AND e.api_key IS NULL AND g.valid_from < ? AND g.valid_until > ?",
             rusqlite::params![tenant, metric, end, start],
             |r| r.get(0),
         )

@@ -318,6 +318,8 @@ pub fn header(event_id: &str, occurred_at: &str, tenant: &str, metric: &str) -> 
         occurred_at: at(occurred_at),
         tenant: tenant.to_string(),
         subject: None,
+        project: None,
+        api_key: None,
         metric: metric.to_string(),
         source: "e2e".to_string(),
     }

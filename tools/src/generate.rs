@@ -187,6 +187,8 @@ impl Generator {
             occurred_at,
             tenant,
             subject,
+            project: None,
+            api_key: None,
             metric: metric.into(),
             source: "generate".into(),
         }

@@ -220,13 +220,15 @@ pub(crate) fn load(ledger: &Ledger, now: Timestamp) -> Result<State, StartError>
     let policies = ledger.policies()?;
     let zones: Vec<Tz> = policies.iter().map(PolicyEvent::zone).collect();
     let gauges = policies.iter().filter(|p| p.is_gauge()).map(|p| p.header.metric.clone());
-    let mut state = load_levels(ledger, State::with_zones(zones, gauges))?;
+    let scopes = policies.iter().map(|p| p.scope);
+    let mut state = load_levels(ledger, State::with_zones(zones, gauges).counting_scopes(scopes))?;
     fold_after(ledger, &mut state, now, &[], Fold::AtStart)?;
     if state.is_missing_zones() {
-        // A policy naming another zone, or making another metric a gauge, was recorded between the two reads: once
-        // more, knowing it.
+        // A policy naming another zone, making another metric a gauge or of a scope not counted yet was recorded
+        // between the two reads: once more, knowing it.
         let gauges = state.gauge_metrics().cloned().collect::<Vec<_>>();
-        state = load_levels(ledger, State::with_zones(state.zones().to_vec(), gauges))?;
+        let fresh = State::with_zones(state.zones().to_vec(), gauges).counting_scopes(state.scopes_counted());
+        state = load_levels(ledger, fresh)?;
         fold_after(ledger, &mut state, now, &[], Fold::AtStart)?;
     }
     // Leases too old for the fold: the next one's token must still exceed theirs.

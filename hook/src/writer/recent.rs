@@ -106,6 +106,8 @@ mod tests {
             amounts: Default::default(),
             lease: None,
             violation: None,
+            api_key: None,
+            project: None,
         }
     }
 

@@ -114,7 +114,7 @@ impl Writer {
 
     /// Whether a new request of `ask` fits: in the tenant's bound of counters, and in every sum it adds to.
     fn has_room(&self, ask: &Ask<'_>, adding: Adding) -> Result<(), HookError> {
-        let new = self.state.new_counters(ask.tenant, ask.subject, ask.metric);
+        let new = self.state.new_counters(ask.tenant, ask.named(), ask.metric);
         let held = self.state.counters_of(ask.tenant);
         let bound = self.settings.counters_per_tenant_max;
         if new > 0 && held.saturating_add(new) > bound {
@@ -133,7 +133,7 @@ impl Writer {
             });
         }
         self.state
-            .room(ask.tenant, ask.subject, ask.metric, adding, ask.amount)
+            .room(ask.tenant, ask.named(), ask.metric, adding, ask.amount)
             .map_err(|no_room| too_much(ask.amount, no_room))
     }
 
@@ -147,7 +147,8 @@ impl Writer {
     ) -> Result<Decision, HookError> {
         validate_token_name(token_name)?;
         let ask = Ask::new(&request.tenant, request.subject.as_deref(), &request.metric, request.amount)
-            .doing(request.operation);
+            .doing(request.operation)
+            .of_members(request.project.as_deref(), request.api_key.as_deref());
         let hash = match self.admit(&ask, &request.idempotency_key, request.request_id.as_deref(), Kind::Check, now)? {
             Admitted::New { hash } => hash,
             Admitted::Replayed(decision) => return Ok(*decision),
@@ -184,7 +185,8 @@ impl Writer {
         validate_token_name(token_name)?;
         validate_ttl(request.ttl_ms)?;
         let ask = Ask::new(&request.tenant, request.subject.as_deref(), &request.metric, request.amount)
-            .doing(request.operation);
+            .doing(request.operation)
+            .of_members(request.project.as_deref(), request.api_key.as_deref());
         let hash =
             match self.admit(&ask, &request.idempotency_key, request.request_id.as_deref(), Kind::Reserve, now)? {
                 Admitted::New { hash } => hash,
@@ -225,7 +227,8 @@ impl Writer {
     ) -> Result<Decision, HookError> {
         validate_token_name(token_name)?;
         validate_ttl(request.ttl_ms)?;
-        let ask = Ask::new(&request.tenant, request.subject.as_deref(), &request.metric, 1);
+        let ask = Ask::new(&request.tenant, request.subject.as_deref(), &request.metric, 1)
+            .of_members(request.project.as_deref(), request.api_key.as_deref());
         let hash = match self.admit(&ask, &request.idempotency_key, request.request_id.as_deref(), Kind::Lease, now)? {
             Admitted::New { hash } => hash,
             Admitted::Replayed(decision) => return Ok(*decision),
@@ -283,13 +286,13 @@ impl Writer {
     /// zero, it said SHADOW_DENIED long after a HARD bucket would have refilled.
     fn take_throttles(&mut self, ask: &Ask<'_>, evaluated: &[Evaluated], now: Timestamp) {
         for t in evaluated.iter().filter(|t| t.fits) {
-            let subject = if t.policy.scope == Scope::SUBJECT { ask.subject } else { None };
+            let member = ask.member(t.policy.scope);
             let (of, amount) = match (t.is_throttle(), t.overage) {
                 (true, _) => (BucketOf::Throttle, ask.amount),
                 (false, Some(beyond)) => (BucketOf::Overage, beyond),
                 (false, None) => continue,
             };
-            self.taken.push(self.buckets.take(of, &t.policy, ask.tenant, subject, amount, now));
+            self.taken.push(self.buckets.take(of, &t.policy, ask.tenant, member, amount, now));
         }
     }
 
@@ -442,6 +445,12 @@ impl Writer {
         if anchor.subject != request.subject {
             return Err(differs("subject", format!("{:?}", anchor.subject), format!("{:?}", request.subject)));
         }
+        if anchor.project != request.project {
+            return Err(differs("project", format!("{:?}", anchor.project), format!("{:?}", request.project)));
+        }
+        if anchor.api_key != request.api_key {
+            return Err(differs("api_key", format!("{:?}", anchor.api_key), format!("{:?}", request.api_key)));
+        }
         if original != request.amounts {
             return Err(differs("amounts", format!("{original:?}"), format!("{:?}", request.amounts)));
         }
@@ -515,7 +524,7 @@ impl Writer {
         }
         if action == ReservationAction::COMMIT {
             let consumption = Adding::Consumption(now);
-            let room = self.state.room(&hold.tenant, hold.subject.as_deref(), &hold.metric, consumption, amount);
+            let room = self.state.room(&hold.tenant, hold.named(), &hold.metric, consumption, amount);
             room.map_err(|no_room| too_much(amount, no_room))?;
         }
         let event_id = ids::close_event_id(&hold.tenant, reservation_id, action, own);
@@ -528,6 +537,8 @@ impl Writer {
             occurred_at: now,
             tenant: hold.tenant.clone(),
             subject: hold.subject.clone(),
+            project: hold.project.clone(),
+            api_key: hold.api_key.clone(),
             metric: hold.metric.clone(),
             source: SOURCE.to_string(),
         };
@@ -673,6 +684,8 @@ fn record_decision(
         occurred_at: now,
         tenant: ask.tenant.to_string(),
         subject: ask.subject.map(String::from),
+        project: ask.project.map(String::from),
+        api_key: ask.api_key.map(String::from),
         metric: ask.metric.to_string(),
         source: SOURCE.to_string(),
     };
@@ -749,7 +762,11 @@ fn validate_amounts(request: &CheckAmountsRequest) -> Result<Vec<Ask<'_>>, HookE
     let asks: Vec<Ask<'_>> = request
         .amounts
         .iter()
-        .map(|(metric, amount)| Ask::new(&request.tenant, subject, metric, *amount).doing(request.operation))
+        .map(|(metric, amount)| {
+            Ask::new(&request.tenant, subject, metric, *amount)
+                .doing(request.operation)
+                .of_members(request.project.as_deref(), request.api_key.as_deref())
+        })
         .collect();
     for ask in &asks {
         validate_ask(ask, &request.idempotency_key, request.request_id.as_deref()).map_err(|e| match e {
@@ -781,6 +798,12 @@ fn same_request(original: &Decision, ask: &Ask<'_>, idempotency_key: &str, kind:
     }
     if original.subject.as_deref() != ask.subject {
         return Err(differs("subject", format!("{:?}", original.subject), format!("{:?}", ask.subject)));
+    }
+    if original.project.as_deref() != ask.project {
+        return Err(differs("project", format!("{:?}", original.project), format!("{:?}", ask.project)));
+    }
+    if original.api_key.as_deref() != ask.api_key {
+        return Err(differs("api_key", format!("{:?}", original.api_key), format!("{:?}", ask.api_key)));
     }
     if original.metric != ask.metric {
         return Err(differs("metric", format!("{:?}", original.metric), format!("{:?}", ask.metric)));
@@ -847,6 +870,12 @@ fn validate_ask(ask: &Ask<'_>, idempotency_key: &str, request_id: Option<&str>) 
     }
     if let Some(subject) = ask.subject {
         schemas::validate::check_name("subject", subject).map_err(invalid)?;
+    }
+    if let Some(project) = ask.project {
+        schemas::validate::check_name("project", project).map_err(invalid)?;
+    }
+    if let Some(api_key) = ask.api_key {
+        schemas::validate::check_name("api_key", api_key).map_err(invalid)?;
     }
     schemas::validate::check_name("metric", ask.metric).map_err(invalid)?;
     if idempotency_key.is_empty() {

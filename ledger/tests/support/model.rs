@@ -22,6 +22,8 @@ pub fn event(draw: &Draw) -> Event {
         subject: None,
         metric: "requests".into(),
         source: "model".into(),
+        api_key: None,
+        project: None,
     };
     if draw.reservation {
         return Event::Reservation(ReservationEvent {

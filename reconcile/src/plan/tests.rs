@@ -27,6 +27,8 @@ fn header(event_id: &str, occurred_at: &str) -> Header {
         subject: None,
         metric: METRIC.into(),
         source: "plan-tests".into(),
+        api_key: None,
+        project: None,
     }
 }
 
@@ -138,6 +140,8 @@ impl PlanInputs for Memory {
                 each(AdjustmentSummary {
                     tenant: a.header.tenant.clone(),
                     subject: a.header.subject.clone(),
+                    project: a.header.project.clone(),
+                    api_key: a.header.api_key.clone(),
                     metric: a.header.metric.clone(),
                     kind: a.kind,
                     policy_id: a.policy_id.clone(),
@@ -186,6 +190,8 @@ impl PlanInputs for Memory {
                     seq,
                     tenant: &u.header.tenant,
                     subject: u.header.subject.as_deref(),
+                    project: u.header.project.as_deref(),
+                    api_key: u.header.api_key.as_deref(),
                     metric: &u.header.metric,
                     occurred_at: u.header.occurred_at,
                     quantity: u.quantity,

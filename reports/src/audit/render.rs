@@ -51,7 +51,9 @@ fn printable_why(w: &Why) -> Why {
     for text in [&mut d.event_id, &mut d.tenant, &mut d.metric, &mut d.source, &mut d.outcome, &mut d.reason] {
         escape(text);
     }
-    for text in [&mut d.subject, &mut d.policy_id, &mut d.token_name].into_iter().flatten() {
+    for text in
+        [&mut d.subject, &mut d.project, &mut d.api_key, &mut d.policy_id, &mut d.token_name].into_iter().flatten()
+    {
         escape(text);
     }
     for m in &mut w.metrics {
@@ -76,7 +78,9 @@ pub fn why(w: &Why) -> String {
     let w = &printable_why(w);
     let d = &w.decision;
     let mut out = String::new();
-    let subject = d.subject.as_deref().map_or(String::new(), |s| format!(", subject {s}"));
+    let named =
+        |noun: &str, member: &Option<String>| member.as_deref().map_or(String::new(), |m| format!(", {noun} {m}"));
+    let subject = [named("subject", &d.subject), named("project", &d.project), named("API key", &d.api_key)].concat();
     writeln!(out, "Request {} was {}: {}.", w.request_id, d.outcome, d.reason).unwrap();
     if let Some(reason) = schemas::Reason::from_symbol(&d.reason) {
         writeln!(out, "{}", reason.in_words()).unwrap();
@@ -190,8 +194,13 @@ fn policy_paragraph(w: &Why, out: &mut String) {
             };
             writeln!(
                 out,
-                "Policy: {} version {}, {owner}, {} scope: {rule}, {} enforcement (effective from {}).",
-                p.policy_id, p.version, p.scope, p.enforcement, p.effective_from
+                "Policy: {} version {}, {owner}, {} scope{}: {rule}, {} enforcement (effective from {}).",
+                p.policy_id,
+                p.version,
+                p.scope,
+                counted_for(&p.scope, d),
+                p.enforcement,
+                p.effective_from
             )
             .unwrap();
             if let Some(actor) = &p.actor {
@@ -265,6 +274,49 @@ fn policy_paragraph(w: &Why, out: &mut String) {
         writeln!(out, "Effective limit: {}.", or_empty(&w.effective_limit)).unwrap();
     }
     out.push('\n');
+}
+
+/// Whose windows a policy of SUBJECT, PROJECT or API_KEY scope counted the decision in, in words: each member's
+/// windows are apart (`, for project "p-1"`), those of what names none together; nothing for TENANT scope.
+fn counted_for(scope: &str, d: &super::why::Decision) -> String {
+    let (noun, member) = match scope {
+        "SUBJECT" => ("subject", &d.subject),
+        "PROJECT" => ("project", &d.project),
+        "API_KEY" => ("API key", &d.api_key),
+        _ => return String::new(),
+    };
+    match member {
+        // Quoted, not `{:?}`: the answer's strings are escaped already (`printable_why`).
+        Some(member) => format!(", for {noun} \"{member}\""),
+        None => format!(", for the requests naming no {noun}, counted together"),
+    }
+}
+
+/// The member an event or adjustment names, for a table of a decision under `scope`: the project (API key) under a
+/// PROJECT (API_KEY) policy; else the subject, or, for the windows of another scope, its member with its kind.
+fn member_cell(
+    scope: Option<&str>,
+    subject: &Option<String>,
+    project: &Option<String>,
+    api_key: &Option<String>,
+) -> String {
+    match (scope, subject, project, api_key) {
+        (Some("PROJECT"), _, project, _) => or_empty(project),
+        (Some("API_KEY"), _, _, api_key) => or_empty(api_key),
+        (_, Some(subject), _, _) => subject.clone(),
+        (_, None, Some(project), _) => format!("project {project}"),
+        (_, None, None, Some(api_key)) => format!("API key {api_key}"),
+        (_, None, None, None) => String::new(),
+    }
+}
+
+/// The heading of [`member_cell`]'s column.
+fn member_heading(scope: Option<&str>) -> &'static str {
+    match scope {
+        Some("PROJECT") => "project",
+        Some("API_KEY") => "API key",
+        _ => "subject",
+    }
 }
 
 /// What a gauge's violation policy refuses, in words support can paste.
@@ -454,6 +506,7 @@ fn consumption_paragraph(w: &Why, out: &mut String) {
         .unwrap();
     }
     if !c.largest.is_empty() {
+        let scope = w.policy.as_ref().map(|p| p.scope.as_str());
         writeln!(
             out,
             "Largest first{}:",
@@ -473,12 +526,13 @@ fn consumption_paragraph(w: &Why, out: &mut String) {
                     e.event_id.clone(),
                     e.kind.to_string(),
                     e.occurred_at.to_string(),
-                    or_empty(&e.subject),
+                    member_cell(scope, &e.subject, &e.project, &e.api_key),
                     e.quantity.to_string(),
                 ]
             })
             .collect();
-        out.push_str(&table(&["entry", "event", "kind", "occurred at", "subject", "quantity"], &rows));
+        let heading = member_heading(scope);
+        out.push_str(&table(&["entry", "event", "kind", "occurred at", heading, "quantity"], &rows));
     }
     out.push('\n');
 }
@@ -513,6 +567,7 @@ fn adjustments_paragraph(w: &Why, out: &mut String) {
         return;
     }
     writeln!(out, "Adjustments for this window since: {}.", w.adjustments.len()).unwrap();
+    let scope = w.policy.as_ref().map(|p| p.scope.as_str());
     let rows: Vec<Vec<String>> = w
         .adjustments
         .iter()
@@ -525,14 +580,15 @@ fn adjustments_paragraph(w: &Why, out: &mut String) {
                 a.seq.to_string(),
                 a.kind.clone(),
                 or_empty(&a.policy_id),
-                or_empty(&a.subject),
+                member_cell(scope, &a.subject, &a.project, &a.api_key),
                 window,
                 a.amount.to_string(),
                 a.run_id.clone(),
             ]
         })
         .collect();
-    out.push_str(&table(&["entry", "kind", "policy", "subject", "window", "amount", "run"], &rows));
+    let heading = member_heading(scope);
+    out.push_str(&table(&["entry", "kind", "policy", heading, "window", "amount", "run"], &rows));
 }
 
 /// An unknown request id, with the nearest known ones.

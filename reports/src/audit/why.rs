@@ -3,7 +3,7 @@
 
 use ledger::{DecisionRecord, Ledger};
 use rules::window;
-use schemas::{PolicyEvent, Reason, ReservationAction, ReservationEvent, Scope, Timestamp};
+use schemas::{Header, PolicyEvent, Reason, ReservationAction, ReservationEvent, Scope, Timestamp};
 use serde::Serialize;
 
 use crate::error::ReportError;
@@ -110,6 +110,12 @@ pub struct Decision {
     pub occurred_at: Timestamp,
     pub tenant: String,
     pub subject: Option<String>,
+    /// The project the request named, what PROJECT policies count by; left out of `--json` when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    /// The API key the request named, what API_KEY policies count by; left out of `--json` when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<String>,
     pub metric: String,
     pub source: String,
     pub idempotency_key: String,
@@ -137,7 +143,7 @@ pub struct PolicyFacts {
     pub version: i64,
     /// The tenant it belongs to, `*` for the plan default.
     pub owner: String,
-    /// `TENANT` or `SUBJECT`.
+    /// `TENANT`, `SUBJECT`, `PROJECT` or `API_KEY`.
     pub scope: String,
     /// Its limit per window (a throttle's refill per window).
     pub limit: i64,
@@ -261,6 +267,12 @@ pub struct Consumed {
     pub quantity: i64,
     /// Its subject.
     pub subject: Option<String>,
+    /// Its project; left out of `--json` when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    /// Its API key; left out of `--json` when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<String>,
 }
 
 /// An adjustment about the decision's window (contract §3 `AdjustmentEvent`), with its ledger sequence number.
@@ -276,6 +288,12 @@ pub struct AdjustmentFacts {
     pub policy_id: Option<String>,
     /// The subject of a SUBJECT window's adjustment; none for the tenant's windows and late usage.
     pub subject: Option<String>,
+    /// The project of a PROJECT window's adjustment; left out of `--json` when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    /// The API key of an API_KEY window's adjustment; left out of `--json` when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<String>,
     /// The window it is about.
     pub window_start: Option<Timestamp>,
     /// Its end.
@@ -327,17 +345,17 @@ pub fn why(ledger: &Ledger, request_id: &str) -> Result<Result<Why, Unknown>, Re
     };
     decision.token_name = token_name(ledger, &decision.event_id)?;
     let policy = policy(&at, &decision)?;
-    let scope_subject = subject_of_scope(policy.as_ref(), &decision);
+    let scope_member = member_of_scope(policy.as_ref(), &decision);
     // A throttle is decided by its bucket, which no grant raises (the hook's `evaluate_one`).
     let quota = policy.as_ref().filter(|p| p.burst.is_none());
     let gauge = policy.as_ref().and_then(|p| p.gauge_metric.clone());
     let gauge = gauge.as_deref();
-    let grants = grants(&at, &decision, gauge.unwrap_or(&decision.metric), quota, scope_subject.as_ref())?;
+    let grants = grants(&at, &decision, gauge.unwrap_or(&decision.metric), quota, scope_member.as_ref())?;
     let grants_total: i64 = grants.iter().map(|g| g.amount).sum();
     let (consumption, open) = match gauge {
         // A level decided, not the window's consumption of the decision's metric: none is counted against it.
         Some(_) => (largest_first(Vec::new(), 0), (0, 0)),
-        None => consumption(&at, request_id, &decision, scope_subject.as_ref())?,
+        None => consumption(&at, request_id, &decision, scope_member.as_ref())?,
     };
     let (limit, used_before, remaining, retry_after_ms) = decision.recorded;
     Ok(Ok(Why {
@@ -357,16 +375,66 @@ pub fn why(ledger: &Ledger, request_id: &str) -> Result<Result<Why, Unknown>, Re
             Some(reason) => reason.resets_at(decision.occurred_at, decision.window_end, retry_after_ms),
             None => decision.window_end,
         },
-        adjustments: adjustments(&at, &decision, scope_subject.as_ref())?,
+        adjustments: adjustments(&at, &decision, scope_member.as_ref())?,
         metrics,
         decision,
     }))
 }
 
-/// The subject whose windows a SUBJECT-scope policy counts (`Some(None)` when the decision had no subject);
-/// `None` for TENANT scope, where every subject counts.
-fn subject_of_scope(policy: Option<&PolicyFacts>, decision: &Decision) -> Option<Option<String>> {
-    policy.filter(|p| p.scope == Scope::SUBJECT.symbol()).map(|_| decision.subject.clone())
+/// The member whose windows a policy of SUBJECT, PROJECT or API_KEY scope counted the decision in: the subject,
+/// project or API key the decision names (contract §5: each member's windows apart).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ScopeMember {
+    scope: Scope,
+    /// None for a decision naming no member of the scope: the window of every event naming none.
+    member: Option<String>,
+}
+
+impl ScopeMember {
+    /// Whether an event of `header` counts in this member's windows: it names the same member (or, as the decision,
+    /// none).
+    fn counts(&self, header: &Header) -> bool {
+        self.scope.member_of(header) == self.member.as_deref()
+    }
+
+    /// Whether a grant of `header` raises this member's windows: it names this very member of the scope.
+    fn named_by(&self, header: &Header) -> bool {
+        self.member.is_some() && self.counts(header)
+    }
+
+    /// Whether an adjustment is listed under a decision of this member ([`adjustments`]): one of this member's
+    /// window, or one naming no member of a window of another scope (the tenant's, late usage). An adjustment written
+    /// before AdjustmentEvent v2 has no scope: a SUBJECT window's when it names a subject, else taken for the
+    /// tenant's.
+    fn lists(&self, a: &ledger::AdjustmentRecord) -> bool {
+        let scope = match a.scope.as_deref() {
+            Some(symbol) => Scope::from_symbol(symbol),
+            None if a.header.subject.is_some() => Some(Scope::SUBJECT),
+            None => Some(Scope::TENANT),
+        };
+        match scope {
+            Some(scope) if scope == self.scope => self.counts(&a.header),
+            _ => names_no_member(&a.header),
+        }
+    }
+}
+
+/// The member whose windows the decision's policy counts ([`ScopeMember`]); `None` for TENANT scope (every event of
+/// the tenant counts) and for a scope this version does not know.
+fn member_of_scope(policy: Option<&PolicyFacts>, decision: &Decision) -> Option<ScopeMember> {
+    let scope = Scope::from_symbol(&policy?.scope)?;
+    let member = match scope {
+        Scope::TENANT => return None,
+        Scope::SUBJECT => decision.subject.clone(),
+        Scope::PROJECT => decision.project.clone(),
+        Scope::API_KEY => decision.api_key.clone(),
+    };
+    Some(ScopeMember { scope, member })
+}
+
+/// Whether an event names no member of any scope: a grant of the tenant's (TENANT) windows.
+fn names_no_member(header: &Header) -> bool {
+    header.subject.is_none() && header.project.is_none() && header.api_key.is_none()
 }
 
 /// The ledger an answer reads, and the watermark it reads it at.
@@ -383,6 +451,8 @@ impl From<DecisionRecord> for Decision {
             occurred_at: d.header.occurred_at,
             tenant: d.header.tenant,
             subject: d.header.subject,
+            project: d.header.project,
+            api_key: d.header.api_key,
             metric: d.header.metric,
             source: d.header.source,
             idempotency_key: d.idempotency_key,
@@ -533,18 +603,18 @@ fn grants(
     decision: &Decision,
     metric: &str,
     policy: Option<&PolicyFacts>,
-    scope_subject: Option<&Option<String>>,
+    scope_member: Option<&ScopeMember>,
 ) -> Result<Vec<GrantFacts>, ReportError> {
     let (Some(_), Some(start), Some(end)) = (policy, decision.window_start, decision.window_end) else {
         return Ok(Vec::new());
     };
     let mut found = Vec::new();
     for grant in at.ledger.grants_of(&decision.tenant, metric, at.watermark)? {
-        let subject = grant.header.subject;
-        // contract §5: a grant with a subject raises that subject's SUBJECT windows, one without the TENANT windows.
-        let applies = match scope_subject {
-            None => subject.is_none(),
-            Some(s) => subject.is_some() && subject == *s,
+        // contract §5: a grant naming a subject (a project, an API key) raises that member's windows of that scope,
+        // one naming none the TENANT windows (`rules::overshoot::effective_limit`).
+        let applies = match scope_member {
+            None => names_no_member(&grant.header),
+            Some(m) => m.named_by(&grant.header),
         };
         if applies && window::overlaps(grant.valid_from, grant.valid_until, start, end) {
             found.push(GrantFacts {
@@ -568,10 +638,10 @@ fn consumption(
     at: &At<'_>,
     request_id: &str,
     decision: &Decision,
-    scope_subject: Option<&Option<String>>,
+    scope_member: Option<&ScopeMember>,
 ) -> Result<(Consumption, (u64, i64)), ReportError> {
     let start = decision.window_start.unwrap_or(decision.occurred_at);
-    let counts = |subject: &Option<String>| scope_subject.is_none_or(|s| s == subject);
+    let counts = |header: &Header| scope_member.is_none_or(|m| m.counts(header));
     let mut all: Vec<Consumed> = Vec::new();
     let window = (start, decision.occurred_at);
     at.ledger.for_each_usage_between(&decision.tenant, &decision.metric, window, at.watermark, |usage| {
@@ -580,9 +650,10 @@ fn consumption(
         // instant (`is_after` leaves it out), another enforcement point's may reach the ledger first. Usage of the
         // same request_id at an earlier instant is an earlier decision's (a retry) and did consume the window.
         let own_usage = occurred_at == decision.occurred_at && usage.request_id.as_deref() == Some(request_id);
-        if counts(&usage.header.subject) && !own_usage && decision.is_after(occurred_at, seq) {
-            let (event_id, quantity, subject) = (usage.header.event_id, usage.quantity, usage.header.subject);
-            all.push(Consumed { seq, event_id, kind: "usage", occurred_at, quantity, subject });
+        if counts(&usage.header) && !own_usage && decision.is_after(occurred_at, seq) {
+            let Header { event_id, subject, project, api_key, .. } = usage.header;
+            let quantity = usage.quantity;
+            all.push(Consumed { seq, event_id, kind: "usage", occurred_at, quantity, subject, project, api_key });
         }
     })?;
     let mut open: (u64, i64) = (0, 0);
@@ -594,7 +665,7 @@ fn consumption(
             .collect();
         let verdict = rules::reservation::judge(&before, decision.occurred_at);
         let Some(reserve) = verdict.reserve.and_then(|s| before.iter().find(|(seq, _)| *seq == s)) else { return };
-        if !counts(&reserve.1.header.subject) {
+        if !counts(&reserve.1.header) {
             return;
         }
         match verdict.close {
@@ -612,6 +683,8 @@ fn consumption(
                         occurred_at: commit.header.occurred_at,
                         quantity: amount,
                         subject: commit.header.subject.clone(),
+                        project: commit.header.project.clone(),
+                        api_key: commit.header.api_key.clone(),
                     });
                 }
             }
@@ -632,27 +705,31 @@ fn largest_first(mut all: Vec<Consumed>, held: i64) -> Consumption {
     Consumption { total, events, used_before, largest: all }
 }
 
-/// Adjustments of the decision's tenant and metric whose window overlaps its window. Under a SUBJECT-scope policy,
-/// not those of another subject (as its events and grants do not count): another subject's OVERSHOOT would read as
-/// this one's. Those without a subject (the tenant's windows, late usage) stay, as context.
+/// Adjustments of the decision's tenant and metric whose window overlaps its window. Under a policy of SUBJECT,
+/// PROJECT or API_KEY scope, only the windows of the decision's member of that scope, and as context those of no
+/// member (the tenant's windows, late usage): another member's OVERSHOOT (the window of what names none among them,
+/// when the decision names one), or one of another scope's member, would read as this one's, whose events and grants
+/// do not count in it.
 fn adjustments(
     at: &At<'_>,
     decision: &Decision,
-    scope_subject: Option<&Option<String>>,
+    scope_member: Option<&ScopeMember>,
 ) -> Result<Vec<AdjustmentFacts>, ReportError> {
     let (Some(start), Some(end)) = (decision.window_start, decision.window_end) else { return Ok(Vec::new()) };
     let mut found = Vec::new();
     for a in at.ledger.window_adjustments(&decision.tenant, &decision.metric, (start, end), at.watermark)? {
-        let subject = a.header.subject;
-        if subject.is_some() && scope_subject.is_some_and(|s| *s != subject) {
+        if scope_member.is_some_and(|m| !m.lists(&a)) {
             continue;
         }
+        let Header { subject, project, api_key, .. } = a.header;
         found.push(AdjustmentFacts {
             seq: a.seq,
             adjustment_id: a.adjustment_id,
             kind: a.kind,
             policy_id: a.policy_id,
             subject,
+            project,
+            api_key,
             window_start: a.window_start,
             window_end: a.window_end,
             amount: a.amount,
@@ -686,6 +763,8 @@ mod tests {
                 subject: None,
                 metric: "requests".into(),
                 source: "test".into(),
+                api_key: None,
+                project: None,
             },
             policy_id: "quota".into(),
             version: 1,
@@ -712,6 +791,8 @@ mod tests {
             occurred_at: at(occurred_at),
             tenant: "org-1".into(),
             subject: None,
+            project: None,
+            api_key: None,
             metric: "requests".into(),
             source: "test".into(),
             idempotency_key: "k".into(),

@@ -90,6 +90,8 @@ fn usage_event(i: u64) -> Event {
             occurred_at: Timestamp(november_2026 + (bits % month_micros as u64) as i64),
             tenant: format!("org-{}", bits % 1_000),
             subject: Some(format!("key-{}", (bits >> 20) % 10)),
+            project: None,
+            api_key: None,
             metric: METRICS[(bits >> 40) as usize % METRICS.len()].to_string(),
             source: "bench".to_string(),
         },

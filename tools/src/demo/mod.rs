@@ -390,6 +390,8 @@ impl<'a> Demo<'a> {
             hook.acquire(AcquireRequest {
                 tenant: LEASE_TENANT.into(),
                 subject: Some(format!("worker-{worker}")),
+                project: None,
+                api_key: None,
                 metric: LEASE_METRIC.into(),
                 ttl_ms: 10 * 60 * 1_000,
                 idempotency_key: format!("demo-{}-lease-{worker}", self.settings.seed),
@@ -429,6 +431,8 @@ impl<'a> Demo<'a> {
         CheckRequest {
             tenant: format!("org-{}", (i * 7) % tenants + 1),
             subject: Some(format!("key-{}", i % 5)),
+            project: None,
+            api_key: None,
             metric: "requests".into(),
             amount: 1 + i % 5,
             idempotency_key: format!("demo-{}-{i}", self.settings.seed),
