@@ -62,7 +62,8 @@ const fn col(name: &'static str, sql: &'static str, kind: Kind, nullable: bool) 
 
 use Kind::*;
 
-/// The entry fields every event table starts with.
+/// The entry fields every event table starts with, its own, and the entry's project and API key last (columns are
+/// added at the end, never moved).
 macro_rules! entry_columns {
     ($($rest:expr),* $(,)?) => {
         &[
@@ -75,7 +76,9 @@ macro_rules! entry_columns {
             col("source", "e.source", Text, false),
             col("occurred_at", "e.occurred_at", Timestamp, false),
             col("recorded_at", "e.recorded_at", Timestamp, false),
-            $($rest),*
+            $($rest,)*
+            col("project", "e.project", Text, true),
+            col("api_key", "e.api_key", Text, true),
         ]
     };
 }
@@ -103,6 +106,9 @@ pub const TABLES: &[Table] = &[
             col("origin_stream", "e.origin_stream", Text, true),
             col("origin_partition", "e.origin_partition", Int64, true),
             col("origin_offset", "e.origin_offset", Int64, true),
+            // The members of PROJECT and API_KEY scopes the entry names (every schema's version after v2).
+            col("project", "e.project", Text, true),
+            col("api_key", "e.api_key", Text, true),
         ],
     },
     Table {
