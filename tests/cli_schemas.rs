@@ -86,22 +86,19 @@ fn one_event_per_type() -> Vec<(EventType, Value)> {
                 }),
             ),
         ),
-        (
-            EventType::GrantEvent,
-            {
-                // A grant names one member (the project's windows it raises): no subject, no API key.
-                let mut grant = with(
-                    "g-1",
-                    json!({
-                        "grant_id": "g-1", "amount": 50000, "valid_from": "2026-11-01T00:00:00Z",
-                        "valid_until": "2026-12-01T00:00:00Z", "reason": "support ticket 4711", "actor": "bob@support"
-                    }),
-                );
-                grant["subject"] = Value::Null;
-                grant.as_object_mut().unwrap().remove("api_key");
-                grant
-            },
-        ),
+        (EventType::GrantEvent, {
+            // A grant names one member (the project's windows it raises): no subject, no API key.
+            let mut grant = with(
+                "g-1",
+                json!({
+                    "grant_id": "g-1", "amount": 50000, "valid_from": "2026-11-01T00:00:00Z",
+                    "valid_until": "2026-12-01T00:00:00Z", "reason": "support ticket 4711", "actor": "bob@support"
+                }),
+            );
+            grant["subject"] = Value::Null;
+            grant.as_object_mut().unwrap().remove("api_key");
+            grant
+        }),
         (
             EventType::PolicyEvent,
             with(
