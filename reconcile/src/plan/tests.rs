@@ -403,7 +403,7 @@ fn gauge_readings_are_levels_reported_over_their_limit_never_an_overshoot() {
         .iter()
         .map(|g| (g.policy_id.as_str(), g.window_start, g.limit, g.peak, g.over_ms))
         .collect();
-    // 150 from 09:00 to 12:00, 120 from 22:00 to the day's end, and on until 2026-10-31T23:00 (80).
+    // 150 from 09:00 to 12:00, 120 from 22:00 to the day's end, and on to the late reading of 80 at 23:00 on the 31st.
     let hour = 3_600_000;
     let mut expected = vec![("g-1", at("2026-10-03T00:00:00Z"), 100, 150, 5 * hour)];
     for day in 4..=30 {
