@@ -349,6 +349,25 @@ fn late_valid_close_takes_the_expiry_back() {
     assert_eq!(f.run(AS_OF), []);
 }
 
+// contract §5 "Reservations" (issue 36: leases): a RENEW that happened before the lease's expiry but arrives after a run
+// reported it expired moves the expiry; the expiry is taken back until the new one passes, then reported again.
+#[test]
+fn a_late_renew_takes_a_leases_expiry_back_until_the_new_expiry_passes() {
+    let mut f = Fixture::new();
+    let leased = |event: Event| match event {
+        Event::Reservation(r) => Event::Reservation(ReservationEvent { fencing_token: Some(7), ..r }),
+        other => other,
+    };
+    f.append(vec![leased(reserve("l-reserve", "l", "2026-10-03T10:00:00Z", 1, "2026-10-03T10:10:00Z"))]);
+    assert_eq!(f.run("2026-10-03T10:30:00Z"), [about(AdjustmentKind::RESERVATION_EXPIRED, 1, "l-reserve")]);
+    let renew = reservation("l-renew", "l", ReservationAction::RENEW, "2026-10-03T10:09:00Z", 0);
+    let renew = ReservationEvent { expires_at: Some(at("2026-10-03T11:00:00Z")), ..renew };
+    f.append(vec![leased(Event::Reservation(renew))]);
+    assert_eq!(f.run("2026-10-03T10:45:00Z"), [about(AdjustmentKind::RESERVATION_EXPIRED, -1, "l-reserve")]);
+    assert_eq!(f.run("2026-10-03T10:50:00Z"), []);
+    assert_eq!(f.run("2026-10-03T11:00:00.000001Z"), [about(AdjustmentKind::RESERVATION_EXPIRED, 1, "l-reserve")]);
+}
+
 /// `event` (a reservation event) recorded by another tenant.
 fn of_tenant(tenant: &str, event: Event) -> Event {
     let Event::Reservation(r) = event else { panic!("a reservation event") };
