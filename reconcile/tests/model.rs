@@ -1204,6 +1204,12 @@ impl Model {
                 .iter()
                 .chain(self.items(watermark).iter())
                 .map(|i| window_bounds(Window::MONTH, i.at))
+                // A month reported late usage of before, all of it since made a level (a gauge metric's), is judged
+                // again: what it reported is taken back.
+                .chain(self.expected.keys().filter_map(|key| match key {
+                    Key::Late { start, end, .. } => Some((*start, *end)),
+                    _ => None,
+                }))
                 .filter(|(start, _)| *start < first)
                 .collect();
             closes.extend(months.into_iter().map(|(start, end)| (start, end, watermark)));
@@ -1268,7 +1274,9 @@ impl Model {
             for (i, (_, event)) in group.iter().enumerate() {
                 let id = event.header.event_id.clone();
                 if event.action == ReservationAction::RESERVE {
-                    let expired = Some(i) == reserve && close.is_none();
+                    // A RENEW that arrives late but happened before the expiry moves it past `as_of`: what an
+                    // earlier run reported expired is taken back until the new expiry passes.
+                    let expired = Some(i) == reserve && close.is_none() && expiry.is_some_and(|e| e < as_of);
                     follow(Key::Expiry(id.clone()), if expired { event.amount } else { 0 }, expired);
                 }
                 follow(Key::Refused(id), if refused[i] { event.amount } else { 0 }, refused[i]);
