@@ -263,6 +263,7 @@ fn one_file_per_other_type() -> Vec<Vec<Event>> {
             overage_rate: None,
             overage_window: None,
             violation: None,
+            window_seconds: None,
         })
     };
     let adjustment = |event_id: &str, kind, amount| {

@@ -358,6 +358,7 @@ fn a_gauge_over_its_limit_is_reported_per_window_and_leaves_the_run_clean() {
         header: header("storage-v1", "2026-10-01T00:00:00Z", "org-1", "storage_bytes"),
         policy_id: "storage".into(),
         violation: Some(Violation::NO_INSERTS),
+        window_seconds: None,
         ..hard_daily("storage-v1", "org-1", 1_000)
     };
     let reading = |id: &str, t: &str, level: i64| {

@@ -60,6 +60,7 @@ fn policy(tenant: &str, metric: &str, limit: i64) -> Event {
         overage_rate: None,
         overage_window: None,
         violation: None,
+        window_seconds: None,
     })
 }
 

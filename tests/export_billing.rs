@@ -86,6 +86,7 @@ fn gauge_metrics_have_no_row_and_the_rest_matches_the_independent_computation() 
             header: header(&format!("{id}-v1"), "2026-10-01T00:00:00Z", tenant, metric),
             policy_id: id.into(),
             violation: Some(Violation::NO_INSERTS),
+            window_seconds: None,
             ..hard_daily(&format!("{id}-v1"), tenant, 1_000)
         })
     };
@@ -159,6 +160,7 @@ fn soft_monthly(tenant: &str, limit: i64) -> Event {
         overage_rate: None,
         overage_window: None,
         violation: None,
+        window_seconds: None,
     })
 }
 
@@ -462,6 +464,7 @@ fn projects_ledger() -> TestLedger {
         header: header("gauge-v1", "2026-10-01T00:00:00Z", "org-p", "storage_bytes"),
         policy_id: "gauge".into(),
         violation: Some(Violation::NO_INSERTS),
+        window_seconds: None,
         ..hard_daily("gauge-v1", "org-p", 1_000)
     });
     let Event::Usage(level) = tokens_of("level-1", "2026-11-03T00:00:00Z", "org-p", 900, Some("p-1")) else {

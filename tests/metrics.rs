@@ -91,6 +91,7 @@ fn hard_policy() -> Event {
         overage_rate: None,
         overage_window: None,
         violation: None,
+        window_seconds: None,
     })
 }
 

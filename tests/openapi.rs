@@ -41,6 +41,7 @@ fn policy() -> Event {
         overage_rate: None,
         overage_window: None,
         violation: None,
+        window_seconds: None,
     })
 }
 

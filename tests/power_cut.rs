@@ -120,6 +120,7 @@ fn policy(tenant: &str, limit: i64, window: Window) -> Event {
         overage_rate: None,
         overage_window: None,
         violation: None,
+        window_seconds: None,
     })
 }
 

@@ -114,6 +114,7 @@ fn plan_default(limit: i64) -> Event {
         overage_rate: None,
         overage_window: None,
         violation: None,
+        window_seconds: None,
     })
 }
 

@@ -42,6 +42,7 @@ fn hard_policy(metric: &str, limit: i64) -> Event {
         overage_rate: None,
         overage_window: None,
         violation: None,
+        window_seconds: None,
     })
 }
 

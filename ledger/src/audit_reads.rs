@@ -159,6 +159,7 @@ impl Ledger {
                 overage_rate: r.get(19)?,
                 overage_window: optional_symbol(r, 20, Window::from_symbol)?,
                 violation: optional_symbol(r, 21, Violation::from_symbol)?,
+                window_seconds: r.get(22)?,
             };
             Ok((r.get::<_, i64>(0)? as u64, policy))
         })?;

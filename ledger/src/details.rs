@@ -53,6 +53,7 @@ pub fn columns(event_type: EventType) -> &'static [&'static str] {
             "overage_rate",
             "overage_window",
             "violation",
+            "window_seconds",
         ],
         EventType::AdjustmentEvent => {
             &["adjustment_id", "kind", "policy_id", "window_start", "window_end", "amount", "refs", "run_id", "scope"]
@@ -140,6 +141,7 @@ pub fn values(event: &Event) -> Vec<Value> {
             opt_integer(e.overage_rate),
             e.overage_window.map_or(Value::Null, |w| text(w.symbol())),
             e.violation.map_or(Value::Null, |v| text(v.symbol())),
+            opt_integer(e.window_seconds),
         ],
         Event::Adjustment(e) => vec![
             text(&e.adjustment_id),

@@ -40,6 +40,7 @@ pub const MIGRATIONS: &[Migration] = &[
     ("028-policy-overage.sql", include_str!("../ddl/028-policy-overage.sql"), None),
     ("029-policy-violation.sql", include_str!("../ddl/029-policy-violation.sql"), None),
     ("030-entry-scopes.sql", include_str!("../ddl/030-entry-scopes.sql"), None),
+    ("031-policy-window-seconds.sql", include_str!("../ddl/031-policy-window-seconds.sql"), None),
 ];
 
 /// The schema version of a ledger all of whose migrations ran.

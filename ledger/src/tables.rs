@@ -198,6 +198,8 @@ pub const TABLES: &[Table] = &[
             col("overage_window", "d.overage_window", Text, true),
             // A gauge quota's violation policy (PolicyEvent v8): NO_INSERTS, NO_WRITES or DISABLE; null limits consumption.
             col("violation", "d.violation", Text, true),
+            // A ROLLING window's length in seconds (PolicyEvent v10); null for every other window.
+            col("window_seconds", "d.window_seconds", Int64, true),
         ],
     },
     Table {

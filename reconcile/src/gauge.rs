@@ -236,6 +236,7 @@ mod tests {
             overage_rate: None,
             overage_window: None,
             violation: Some(Violation::NO_INSERTS),
+            window_seconds: None,
         }
     }
 

@@ -89,6 +89,7 @@ fn policy(policy_id: &str, limit: i64) -> PolicyEvent {
         overage_rate: None,
         overage_window: None,
         violation: None,
+        window_seconds: None,
     }
 }
 

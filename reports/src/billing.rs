@@ -328,6 +328,7 @@ mod tests {
             overage_rate: None,
             overage_window: None,
             violation: None,
+            window_seconds: None,
         }
     }
 
@@ -526,6 +527,7 @@ mod tests {
             overage_rate: Some(10),
             overage_window: Some(Window::HOUR),
             violation: None,
+            window_seconds: None,
             ..policy("org-t", "throttled", 1, "requests", 100, Enforcement::HARD)
         };
         let mut inputs = BillingInputs {
@@ -550,6 +552,7 @@ mod tests {
         let gauge = |tenant: &str, id: &str, version: i32, metric: &str| PolicyEvent {
             window: Window::DAY,
             violation: Some(Violation::NO_INSERTS),
+            window_seconds: None,
             ..policy(tenant, id, version, metric, 1_000, Enforcement::HARD)
         };
         let mut inputs = BillingInputs {

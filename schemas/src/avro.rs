@@ -144,6 +144,7 @@ pub fn to_value(event: &Event) -> Value {
             ("overage_rate", opt_long(e.overage_rate)),
             ("overage_window", e.overage_window.map_or_else(union_null, |w| Value::Union(1, Box::new(enum_value!(w))))),
             ("violation", e.violation.map_or_else(union_null, |v| Value::Union(1, Box::new(enum_value!(v))))),
+            ("window_seconds", opt_long(e.window_seconds)),
         ],
         Event::Adjustment(e) => vec![
             ("adjustment_id", string(&e.adjustment_id)),
@@ -370,6 +371,7 @@ pub fn from_value(event_type: EventType, value: &Value) -> Result<Event, ShapeEr
                 .opt_symbol("violation")?
                 .map(|s| parse_symbol("violation", "Violation", s, Violation::from_symbol))
                 .transpose()?,
+            window_seconds: f.opt_long("window_seconds")?,
         }),
         EventType::AdjustmentEvent => Event::Adjustment(AdjustmentEvent {
             header,
@@ -490,6 +492,7 @@ pub fn write_body(out: &mut Vec<u8>, event: &Event) {
             write_opt_long(out, e.overage_rate);
             write_opt_long(out, e.overage_window.map(|w| w.index() as i64));
             write_opt_long(out, e.violation.map(|v| v.index() as i64));
+            write_opt_long(out, e.window_seconds);
         }
         Event::Adjustment(e) => write_adjustment(out, e),
     }

@@ -198,6 +198,11 @@ pub struct PolicyEvent {
     /// quotas). Validation takes it on HARD or SHADOW policies of TENANT scope with a window of consumption.
     #[serde(default)]
     pub violation: Option<Violation>,
+    /// The length of a ROLLING window in seconds (schema v10; absent before): the limit holds over every interval
+    /// of this length ending at any instant (issue 37 item 1). Validation takes it with window ROLLING only, from 1 s
+    /// to 31 days (what the hook folds at start covers).
+    #[serde(default)]
+    pub window_seconds: Option<i64>,
 }
 
 impl PolicyEvent {
@@ -218,6 +223,14 @@ impl PolicyEvent {
     /// nothing that sums a window's consumption (the hook's quotas, reconcile's windows, billing) takes it.
     pub fn is_gauge(&self) -> bool {
         self.violation.is_some()
+    }
+
+    /// The length of its ROLLING window in microseconds, when it is one.
+    pub fn rolling_micros(&self) -> Option<i64> {
+        match self.window {
+            Window::ROLLING => self.window_seconds.map(|s| s.saturating_mul(1_000_000)),
+            _ => None,
+        }
     }
 
     /// The time zone of its calendar windows: `time_zone`, UTC when it has none. A name the IANA database does not
@@ -309,8 +322,9 @@ avro_enum!(
 impl Reason {
     /// When a decision with this reason, decided at `decided_at`, has room again: for RATE_LIMITED when a retry
     /// of the same amount fits, `retry_after_ms` later (a throttle's calendar window says nothing of when its
-    /// bucket has room: a month-window throttle said "resets in weeks" next to "retry in 3 s"); otherwise the
-    /// end of the decision's window.
+    /// bucket has room: a month-window throttle said "resets in weeks" next to "retry in 3 s"); for QUOTA_EXCEEDED
+    /// the end of the decision's window or, for a ROLLING window, when its wait ends; otherwise the end of the
+    /// decision's window.
     pub fn resets_at(
         self,
         decided_at: Timestamp,
@@ -320,6 +334,12 @@ impl Reason {
         match (self, retry_after_ms) {
             (Reason::RATE_LIMITED | Reason::CONCURRENCY_LIMITED, Some(ms)) => {
                 Some(Timestamp(decided_at.micros().saturating_add(ms.saturating_mul(1_000))))
+            }
+            // A calendar window's wait is until its end; a ROLLING window's (PolicyEvent v10), whose own end is the
+            // decision's instant, until enough usage ages out: the later of the two.
+            (Reason::QUOTA_EXCEEDED, Some(ms)) => {
+                let waited = Timestamp(decided_at.micros().saturating_add(ms.saturating_mul(1_000)));
+                Some(window_end.map_or(waited, |end| end.max(waited)))
             }
             _ => window_end,
         }
@@ -381,8 +401,9 @@ impl Scope {
 }
 avro_enum!(
     /// Calendar-aligned windows, in a policy's time zone; CONCURRENT (PolicyEvent v5) is no window: its limit is on the
-    /// leases active at once.
-    Window { MINUTE, HOUR, DAY, MONTH, CONCURRENT }
+    /// leases active at once; ROLLING (PolicyEvent v10) is every interval of the policy's `window_seconds` ending at an
+    /// instant.
+    Window { MINUTE, HOUR, DAY, MONTH, CONCURRENT, ROLLING }
 );
 avro_enum!(
     /// HARD denies, SOFT bills the excess, SHADOW only reports.

@@ -247,7 +247,40 @@ fn validate_policy(e: &PolicyEvent) -> Result<(), Invalid> {
     }
     check_overage(e)?;
     check_gauge(e)?;
+    check_rolling(e)?;
     opt_actor(&e.actor)
+}
+
+/// The longest ROLLING window: 31 days, within what the hook folds at start (a month and a day), so a fresh hook
+/// knows every event a window ending now holds.
+pub const ROLLING_SECONDS_MAX: i64 = 31 * 24 * 3_600;
+
+/// A ROLLING window (PolicyEvent v10): `window_seconds` with it and only with it, from 1 s to
+/// [`ROLLING_SECONDS_MAX`]. A quota of consumption only: a throttle's bucket refills per calendar window, a throttled
+/// overage and a gauge are judged per calendar window, so none of them takes a rolling one.
+fn check_rolling(e: &PolicyEvent) -> Result<(), Invalid> {
+    let inconsistent = |message: &str| Invalid::Inconsistent { field: "window_seconds", message: message.to_string() };
+    match (e.window, e.window_seconds) {
+        (Window::ROLLING, None) => Err(inconsistent("a ROLLING window needs window_seconds")),
+        (Window::ROLLING, Some(seconds)) => {
+            at_least("window_seconds", seconds, 1)?;
+            if seconds > ROLLING_SECONDS_MAX {
+                return Err(Invalid::TooLarge {
+                    field: "window_seconds",
+                    value: seconds,
+                    maximum: ROLLING_SECONDS_MAX,
+                });
+            }
+            if e.burst.is_some() || e.overage_rate.is_some() || e.violation.is_some() {
+                return Err(inconsistent(
+                    "a ROLLING window is for quotas, not throttles, throttled overages or gauges",
+                ));
+            }
+            Ok(())
+        }
+        (_, Some(_)) => Err(inconsistent("window_seconds is for ROLLING windows only")),
+        (_, None) => Ok(()),
+    }
 }
 
 /// A throttled overage (PolicyEvent v7): a rate of at least 1 per a window of consumption, set together, on a HARD
@@ -260,7 +293,7 @@ fn check_overage(e: &PolicyEvent) -> Result<(), Invalid> {
         (Some(_), None) | (None, Some(_)) => return Err(inconsistent("overage_rate and overage_window go together")),
         (Some(rate), Some(window)) => {
             at_least("overage_rate", rate, 1)?;
-            if window == Window::CONCURRENT {
+            if matches!(window, Window::CONCURRENT | Window::ROLLING) {
                 return Err(inconsistent("overage_window must be MINUTE, HOUR, DAY or MONTH"));
             }
         }

@@ -18,13 +18,14 @@ use schemas::{Catalog, Event, EventType, Header, Timestamp, UsageEvent};
 /// (`on_failure`) with fastavro 1.13's `fingerprint`, which also gave v5 as listed; v7 (`overage_rate`,
 /// `overage_window`) with the same, which also gave v6 as listed before; v8 (`violation`) with fastavro 1.12's, which
 /// also gave v7 as listed before; the versions with `project` and `api_key` (and the PROJECT and API_KEY scopes) with
-/// the same, which also gave every other as listed before.
-const PUBLISHED: [(&str, u64); 24] = [
+/// the same, which also gave every other as listed before; PolicyEvent v10 (ROLLING, `window_seconds`) with fastavro
+/// 1.12.1, which also gave v9 as listed before.
+const PUBLISHED: [(&str, u64); 25] = [
     ("UsageEvent.avsc", 0xb6c7e0b43b42b4c7),
     ("DecisionEvent.avsc", 0xe750629d4dedb980),
     ("ReservationEvent.avsc", 0x0c583b0ffbfe3737),
     ("GrantEvent.avsc", 0x17853b4b6a4bca7f),
-    ("PolicyEvent.avsc", 0x26ba3acd74510f06),
+    ("PolicyEvent.avsc", 0x6d71b015e8a987cf),
     ("AdjustmentEvent.avsc", 0x394c8fc01ce3ae33),
     ("history/UsageEvent.v1.avsc", 0x8860840d2e402f4b),
     ("history/UsageEvent.v2.avsc", 0xa81167332c60b12c),
@@ -41,6 +42,7 @@ const PUBLISHED: [(&str, u64); 24] = [
     ("history/PolicyEvent.v6.avsc", 0x4c21fb37c2942c58),
     ("history/PolicyEvent.v7.avsc", 0xab324664005bd5a3),
     ("history/PolicyEvent.v8.avsc", 0x1502546fb0c9e0e6),
+    ("history/PolicyEvent.v9.avsc", 0x26ba3acd74510f06),
     ("history/ReservationEvent.v1.avsc", 0x77c5cb05e89c39c6),
     ("history/GrantEvent.v1.avsc", 0x37b6d2cc1e5b52f5),
     ("history/AdjustmentEvent.v1.avsc", 0x67c71f7cf397d05e),

@@ -242,6 +242,7 @@ fn policy_v1_single_object_decodes_to_a_quota() {
         overage_rate: None,
         overage_window: None,
         violation: None,
+        window_seconds: None,
     };
     assert_eq!(decoded, Decoded { event: Event::Policy(expected), writer_fingerprint: v1.fingerprint });
 }
@@ -389,6 +390,7 @@ fn policy_v2_and_grant_v1_decode_with_no_actor() {
         overage_rate: None,
         overage_window: None,
         violation: None,
+        window_seconds: None,
     };
     assert_eq!(decoded.event, Event::Policy(expected));
     let grant = message(
@@ -476,6 +478,7 @@ fn policy_v3_decodes_with_no_time_zone() {
         overage_rate: None,
         overage_window: None,
         violation: None,
+        window_seconds: None,
     });
     let decoded = catalog.decode_single_object(&message, Some(EventType::PolicyEvent)).expect("v3 decodes");
     assert_eq!(decoded, Decoded { event: expected.clone(), writer_fingerprint: v3.fingerprint });

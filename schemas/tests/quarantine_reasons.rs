@@ -98,6 +98,7 @@ fn samples() -> Vec<Event> {
             overage_rate: Some(10),
             overage_window: Some(Window::MINUTE),
             violation: None,
+            window_seconds: None,
         }),
         Event::Adjustment(AdjustmentEvent {
             header: header("a-1"),
@@ -546,4 +547,49 @@ fn a_gauge_quota_is_a_tenant_level_judged_hard_or_shadow() {
     assert_eq!(refused(Violation::NO_INSERTS), [true, true, false, false, false]);
     assert_eq!(refused(Violation::NO_WRITES), [true, true, true, false, false]);
     assert_eq!(refused(Violation::DISABLE), [true, true, true, true, true]);
+}
+
+// Proves that a ROLLING window (PolicyEvent v10) comes with its length, from 1 s to 31 days, and only with it, on a
+// quota: the length without ROLLING, ROLLING without a length, and ROLLING on a throttle, a throttled overage or a gauge
+// are "inconsistent_fields"; a length out of range is named by its bound.
+#[test]
+fn a_rolling_window_has_its_length_and_is_a_quota() {
+    let Event::Policy(quota) = samples().remove(4) else { unreachable!("the fifth sample is the policy") };
+    let valid = PolicyEvent {
+        window: Window::ROLLING,
+        window_seconds: Some(86_400),
+        burst: None,
+        overage_rate: None,
+        overage_window: None,
+        violation: None,
+        ..quota
+    };
+    assert!(schemas::validate::validate(&Event::Policy(valid.clone())).is_ok());
+    type Change = fn(&mut PolicyEvent);
+    let refusals: [(&str, &str, Change); 7] = [
+        ("no length", "inconsistent_fields", |p| p.window_seconds = None),
+        ("a length of a DAY", "inconsistent_fields", |p| p.window = Window::DAY),
+        ("a throttle", "inconsistent_fields", |p| p.burst = Some(5)),
+        ("a throttled overage", "inconsistent_fields", |p| {
+            (p.overage_rate, p.overage_window) = (Some(1), Some(Window::MINUTE))
+        }),
+        ("a gauge", "inconsistent_fields", |p| p.violation = Some(Violation::NO_WRITES)),
+        ("0 s", "negative_quantity", |p| p.window_seconds = Some(0)),
+        ("32 days", "quantity_too_large", |p| p.window_seconds = Some(32 * 86_400)),
+    ];
+    for (what, code, change) in refusals {
+        let mut policy = valid.clone();
+        change(&mut policy);
+        let e = schemas::validate::validate(&Event::Policy(policy)).unwrap_err();
+        assert_eq!(e.code(), code, "{what}: {e}");
+    }
+    let overage_of_rolling = PolicyEvent {
+        window: Window::DAY,
+        window_seconds: None,
+        overage_rate: Some(1),
+        overage_window: Some(Window::ROLLING),
+        ..valid
+    };
+    let e = schemas::validate::validate(&Event::Policy(overage_of_rolling)).unwrap_err();
+    assert_eq!(e.code(), "inconsistent_fields", "an overage per ROLLING: {e}");
 }

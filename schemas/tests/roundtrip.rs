@@ -154,6 +154,7 @@ fn policy() -> impl Strategy<Value = Event> {
                 select(&[Window::MINUTE, Window::HOUR, Window::DAY, Window::MONTH][..]),
             )),
             proptest::option::of(symbol_of(Violation::SYMBOLS, Violation::from_symbol)),
+            1..=schemas::validate::ROLLING_SECONDS_MAX,
         ),
     )
         .prop_map(
@@ -169,17 +170,22 @@ fn policy() -> impl Strategy<Value = Event> {
                 burst,
                 zone,
                 on_failure,
-                (overage, violation),
+                (overage, violation, seconds),
             )| {
+                // A ROLLING window (v10) has its length and is a quota: no burst, overage or violation.
+                let rolling = window == Window::ROLLING;
+                let burst = burst.filter(|_| !rolling);
                 // A throttled overage is valid on a HARD quota only.
-                let quota = enforcement == Enforcement::HARD && burst.is_none() && window != Window::CONCURRENT;
+                let quota = enforcement == Enforcement::HARD
+                    && burst.is_none()
+                    && !matches!(window, Window::CONCURRENT | Window::ROLLING);
                 let overage = overage.filter(|_| quota);
                 // A gauge: HARD or SHADOW, TENANT scope, a window of consumption, nothing of a throttle.
                 let gauge = enforcement != Enforcement::SOFT
                     && scope == Scope::TENANT
                     && burst.is_none()
                     && overage.is_none()
-                    && window != Window::CONCURRENT;
+                    && !matches!(window, Window::CONCURRENT | Window::ROLLING);
                 let violation = violation.filter(|_| gauge);
                 Event::Policy(PolicyEvent {
                     header,
@@ -198,6 +204,7 @@ fn policy() -> impl Strategy<Value = Event> {
                     overage_rate: overage.map(|o| o.0),
                     overage_window: overage.map(|o| o.1),
                     violation,
+                    window_seconds: Some(seconds).filter(|_| rolling),
                 })
             },
         )
@@ -399,7 +406,7 @@ fn independent_crc64_avro_matches_the_avro_test_vectors() {
 fn catalog_fingerprints_are_distinct_crc64_avro() {
     let catalog = Catalog::builtin();
     let schemas = catalog.schemas();
-    assert_eq!(schemas.len(), 24, "six current schemas; every type's v1 and v2; PolicyEvent v3 to v8");
+    assert_eq!(schemas.len(), 25, "six current schemas; every type's v1 and v2; PolicyEvent v3 to v9");
     let mut seen = BTreeMap::new();
     for s in schemas {
         let canonical = schemas::catalog::canonical_form(&s.schema);

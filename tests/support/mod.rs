@@ -345,6 +345,7 @@ pub fn hard_daily(event_id: &str, tenant: &str, limit: i64) -> PolicyEvent {
         overage_rate: None,
         overage_window: None,
         violation: None,
+        window_seconds: None,
     }
 }
 
@@ -452,6 +453,7 @@ pub fn sample_event(event_type: EventType, event_id: &str) -> Event {
             overage_rate: None,
             overage_window: None,
             violation: None,
+            window_seconds: None,
         }),
         EventType::AdjustmentEvent => unreachable!("adjustments are not an input topic"),
     }

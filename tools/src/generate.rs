@@ -297,6 +297,7 @@ impl Generator {
             overage_rate: None,
             overage_window: None,
             violation: None,
+            window_seconds: None,
         })
     }
 

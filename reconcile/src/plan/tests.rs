@@ -71,6 +71,7 @@ fn hard_daily_limit(limit: i64) -> Event {
         overage_rate: None,
         overage_window: None,
         violation: None,
+        window_seconds: None,
     })
 }
 
@@ -384,6 +385,7 @@ fn gauge_readings_are_levels_reported_over_their_limit_never_an_overshoot() {
         policy_id: "g-1".into(),
         limit: 100,
         violation: Some(Violation::NO_WRITES),
+        window_seconds: None,
         ..quota.clone()
     };
     memory
