@@ -104,6 +104,14 @@ impl Evaluated {
     pub fn waits(&self) -> bool {
         self.is_throttle() || self.policy.window == Window::CONCURRENT || self.overage_waits()
     }
+    /// When a denial by it lifts at the earliest: the end of its calendar window, or for a ROLLING window when enough
+    /// usage has aged out of it.
+    pub fn lifts_at(&self) -> Timestamp {
+        match (self.policy.window, self.retry_after_ms) {
+            (Window::ROLLING, Some(ms)) => Timestamp(self.window_end.micros() - 1 + ms.saturating_mul(1_000)),
+            _ => self.window_end,
+        }
+    }
     /// A quota beyond its limit whose overage bucket lacks the tokens for now.
     fn overage_waits(&self) -> bool {
         self.overage.is_some() && !self.fits && self.retry_after_ms.is_some()
@@ -127,6 +135,19 @@ pub fn evaluate(state: &State, buckets: &Buckets, ask: &Ask<'_>, now: Timestamp)
     let mut evaluated: Vec<Evaluated> = applicable.iter().map(|a| evaluate_one(state, buckets, ask, a, now)).collect();
     evaluated.extend(evaluate_gauges(state, ask, now));
     evaluated
+}
+
+/// Milliseconds until a request `excess` beyond the ROLLING window `a` (of `length` microseconds) fits by its usage
+/// aging out; the whole window's length when aging alone never makes room (what reservations hold, or an ask above the
+/// limit): by then every usage it holds has left it.
+fn rolling_wait(state: &State, ask: &Ask<'_>, a: &Applicable<'_>, length: i64, excess: i128) -> i64 {
+    let now = a.window_end.micros() - 1;
+    let excess = i64::try_from(excess).unwrap_or(i64::MAX);
+    let whose = Whose::of(a.policy.scope, ask.member(a.policy.scope));
+    let counters = state.counters(ask.tenant, whose, ask.metric);
+    let fits_at = counters.and_then(|c| c.room_by_aging((a.window_start, a.window_end), length, excess));
+    let micros = fits_at.map_or(length, |at| at.micros() - now);
+    (micros + 999) / 1_000
 }
 
 /// Evaluates the gauge quotas in force for the ask's tenant at `now`: one does not fit while the tenant's level of its
@@ -185,6 +206,10 @@ fn evaluate_one(state: &State, buckets: &Buckets, ask: &Ask<'_>, a: &Applicable<
         // An ask beyond the whole bucket never fits before the window resets: a quota's denial, no retry.
         retry_after_ms = wait.filter(|_| beyond <= whole);
         overage = Some(beyond);
+    }
+    if let (false, Some(length)) = (fits, a.policy.rolling_micros()) {
+        retry_after_ms =
+            Some(rolling_wait(state, ask, a, length, used_before + i128::from(ask.amount) - i128::from(limit)));
     }
     Evaluated {
         policy: a.policy.clone(),
@@ -286,7 +311,10 @@ pub fn standing(
     let effective_limit =
         overshoot::effective_limit(a.policy.limit, a.policy.scope, member, grants, a.window_start, a.window_end);
     let whose = Whose::of(a.policy.scope, member);
-    let consumed = state.consumed(ask.tenant, whose, ask.metric, (a.window_start, a.window_end));
+    let consumed = match a.policy.rolling_micros() {
+        Some(_) => state.consumed_rolling(ask.tenant, whose, ask.metric, (a.window_start, a.window_end)),
+        None => state.consumed(ask.tenant, whose, ask.metric, (a.window_start, a.window_end)),
+    };
     let held = state.held(ask.tenant, whose, ask.metric, now);
     let grants = effective_limit.saturating_sub(a.policy.limit);
     Standing { limit: a.policy.limit, usage: Usage::Quota { grants, effective_limit, consumed, held } }
@@ -301,7 +329,7 @@ pub fn decide(evaluated: Vec<Evaluated>) -> Verdict {
     let quota = evaluated
         .iter()
         .filter(|e| denies(e) && !waits(e))
-        .max_by_key(|e| (e.window_end, std::cmp::Reverse(&e.policy.policy_id)));
+        .max_by_key(|e| (e.lifts_at(), std::cmp::Reverse(&e.policy.policy_id)));
     let throttle = evaluated
         .iter()
         .filter(|e| denies(e) && waits(e))

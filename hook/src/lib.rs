@@ -47,6 +47,7 @@ pub mod spill;
 pub mod stages;
 pub mod state;
 mod sync;
+pub mod timeline;
 mod writer;
 
 use std::path::Path;

@@ -28,6 +28,8 @@ use rules::policy::PolicyIndex;
 use rules::reservation::{self, Facts};
 use rules::window;
 use rustc_hash::FxHashMap;
+
+use crate::timeline::Timeline;
 use schemas::*;
 
 /// The window kinds counted in each time zone's calendar, beside the minute (the same in every zone).
@@ -63,11 +65,27 @@ pub struct Counters {
     /// The leases active now (issue 36 item 1), by expiry (microseconds): how many expire at each instant. A lease
     /// holds a slot of a CONCURRENT policy, never an amount of a window.
     pub leases: std::collections::BTreeMap<i64, u32>,
+    /// Consumption by instant (microseconds), kept once a ROLLING policy is recorded (issue 37 item 1): a rolling
+    /// window is any interval ending now, so it is summed exactly from the instants it holds, not from buckets.
+    pub timeline: Timeline,
 }
 
 impl Counters {
     fn is_empty(&self) -> bool {
-        self.consumed.is_empty() && self.held == 0 && self.leases.is_empty()
+        self.consumed.is_empty() && self.held == 0 && self.leases.is_empty() && self.timeline.is_empty()
+    }
+
+    /// Consumption at the instants `[start, end)`, from the timeline (a ROLLING window's).
+    pub fn consumed_between(&self, start: Timestamp, end: Timestamp) -> i64 {
+        self.timeline.sum(start, end)
+    }
+
+    /// When a request that needs `excess` more room than the ROLLING window `[start, end)` of `length` microseconds
+    /// leaves has it by usage aging out alone: the instant the earliest usage whose leaving frees `excess` is
+    /// `length` old. None when the window's usage is not that much (what reservations hold does not age).
+    pub fn room_by_aging(&self, (start, end): (Timestamp, Timestamp), length: i64, excess: i64) -> Option<Timestamp> {
+        let aged = self.timeline.reaches(start, end, excess)?;
+        Some(Timestamp(aged.micros().saturating_add(length)))
     }
 
     /// How many leases are active now.
@@ -372,6 +390,10 @@ pub struct State {
     scoped: [bool; 2],
     /// The metrics a gauge quota names (of any tenant): their usage events are levels, kept in `levels`.
     gauge_metrics: BTreeSet<String>,
+    /// The longest ROLLING window a folded policy has, in microseconds (0: none): while it is not 0 the counters keep
+    /// their timelines, back that far. A longer one than was kept from the start makes the state missing what the
+    /// timelines dropped or never kept, as a new zone does.
+    rolling_micros: i64,
     /// The level of each gauge metric per (tenant, metric): the quantity of its latest usage event by event time, and
     /// that time. Of two at the same instant, the one folded later.
     levels: HashMap<(String, String), (Timestamp, i64)>,
@@ -394,6 +416,7 @@ impl Default for State {
             missing_zones: false,
             scoped: [false; 2],
             gauge_metrics: BTreeSet::new(),
+            rolling_micros: 0,
             levels: HashMap::new(),
         }
     }
@@ -430,6 +453,17 @@ impl State {
             }
         }
         self
+    }
+
+    /// The same state, keeping timelines for ROLLING windows as long as the longest of `policies`' (recorded policies).
+    pub fn keeping_rolling<'p>(mut self, policies: impl IntoIterator<Item = &'p PolicyEvent>) -> State {
+        self.rolling_micros = policies.into_iter().filter_map(PolicyEvent::rolling_micros).max().unwrap_or(0);
+        self
+    }
+
+    /// The longest ROLLING window whose timeline is kept, in microseconds (0: none).
+    pub fn rolling_kept(&self) -> i64 {
+        self.rolling_micros
     }
 
     /// The scopes whose members' counters are kept beside the tenant's and the subjects'.
@@ -495,6 +529,10 @@ impl State {
                     self.missing_zones = true;
                 }
                 if p.is_gauge() && self.gauge_metrics.insert(p.header.metric.clone()) {
+                    self.missing_zones = true;
+                }
+                if let Some(length) = p.rolling_micros().filter(|length| *length > self.rolling_micros) {
+                    self.rolling_micros = length;
                     self.missing_zones = true;
                 }
                 // The first policy of a scope whose members were not counted: the consumption folded before it is in
@@ -803,11 +841,15 @@ impl State {
     fn consume_at(&mut self, tenant: &str, named: Named<'_>, metric: &str, at: Timestamp, quantity: i64) {
         let mut windows = self.windows_at(at);
         windows.retain(|(_, end)| *end >= self.pruned_before);
+        let timeline = self.rolling_micros > 0 && at.micros() >= self.pruned_before.saturating_sub(self.rolling_micros);
         self.update(tenant, named, metric, |counters| {
             for key in &windows {
                 let counter = counters.consumed.entry(*key).or_insert(0);
                 // Saturating (see `Counters`): the hook's own requests never get here past i64 (`room`).
                 *counter = counter.saturating_add(quantity);
+            }
+            if timeline {
+                counters.timeline.add(at, quantity);
             }
         });
     }
@@ -817,6 +859,17 @@ impl State {
     pub fn consumed(&self, tenant: &str, whose: Whose<'_>, metric: &str, (start, end): (Timestamp, Timestamp)) -> i64 {
         let counters = self.counters(tenant, whose, metric);
         counters.and_then(|c| c.consumed.get(&(start.micros(), end.micros())).copied()).unwrap_or(0)
+    }
+
+    /// Consumption of the ROLLING window `[start, end)`, from the timelines (kept once a ROLLING policy is folded).
+    pub fn consumed_rolling(
+        &self,
+        tenant: &str,
+        whose: Whose<'_>,
+        metric: &str,
+        window: (Timestamp, Timestamp),
+    ) -> i64 {
+        self.counters(tenant, whose, metric).map_or(0, |c| c.consumed_between(window.0, window.1))
     }
 
     /// What open reservations hold now against a tenant's, a subject's, or the subjectless' limits. `now` is the
@@ -957,8 +1010,11 @@ impl State {
             let (_, key) = self.resting.pop_first().expect("a first entry");
             self.lives.remove(&key);
         }
+        let aged = horizon.saturating_sub(self.rolling_micros);
         let live = |counters: &mut Counters| {
             counters.consumed.retain(|(_, end), _| *end >= horizon);
+            // Usage at instants no ROLLING window ending after the horizon holds.
+            counters.timeline.forget_before(aged);
             !counters.is_empty()
         };
         self.usage.retain(|_, tenant| {
@@ -1212,6 +1268,7 @@ mod tests {
                 overage_rate: None,
                 overage_window: None,
                 violation: None,
+                window_seconds: None,
             })
         };
         state.fold(3, &policy("daily-ny", "America/New_York"), at("2026-11-17T06:00:00Z"));

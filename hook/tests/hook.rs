@@ -36,6 +36,7 @@ fn policy(id: &str, limit: i64, window: Window, enforcement: Enforcement, burst:
         overage_rate: None,
         overage_window: None,
         violation: None,
+        window_seconds: None,
     })
 }
 
@@ -1405,4 +1406,55 @@ fn a_first_project_policy_counts_what_each_project_consumed_before_it() {
         (Outcome::DENIED, Some(9), Some("project-day"))
     );
     assert!(hook.check(of_project(ask("b-4", 1), Some("p-2"), None)).unwrap().allowed());
+}
+
+static ROLLING_CLOCK_MICROS: AtomicI64 = AtomicI64::new(0);
+
+fn rolling_clock() -> Timestamp {
+    Timestamp(ROLLING_CLOCK_MICROS.load(Ordering::Relaxed))
+}
+
+// issue 37 item 1: a ROLLING limit of 10 in any hour (PolicyEvent v10) holds over the hour ending at each decision,
+// across the UTC hour and day boundaries a calendar window would reset at; a denial says when enough usage ages out
+// for the request to fit; a restart rebuilds the timeline from the ledger; and usage recorded before a ROLLING policy
+// was (the hook rebuilding its state when the first one arrives) counts in its window.
+#[test]
+fn a_rolling_limit_holds_over_every_hour_ending_now() {
+    let at = |text: &str| Timestamp::parse_rfc3339(text).unwrap();
+    let set = |text: &str| ROLLING_CLOCK_MICROS.store(at(text).micros(), Ordering::Relaxed);
+    let rolling = |id: &str, limit: i64, seconds: i64| {
+        let Event::Policy(p) = policy(id, limit, Window::ROLLING, Enforcement::HARD, None) else { unreachable!() };
+        Event::Policy(PolicyEvent { window_seconds: Some(seconds), ..p })
+    };
+    let settings = || HookSettings { clock: rolling_clock, ..HookSettings::default() };
+    set("2026-11-16T23:30:00Z");
+    let (dir, hook) =
+        hook_with_settings(vec![policy("daily", 1_000, Window::DAY, Enforcement::HARD, None)], settings());
+    assert!(hook.check(ask("r-1", 6)).unwrap().allowed());
+    // Recorded while the hook runs: the 6 of 23:30 counts in the hour ending at 23:50.
+    append_as_ingest(&dir, vec![rolling("hourly", 10, 3_600)]);
+    set("2026-11-16T23:50:00Z");
+    assert!(hook.check(ask("r-2", 3)).unwrap().allowed(), "6 + 3 of 10");
+    // 00:10 the next day: a new UTC hour and day, the same rolling hour (6 + 3 = 9 of 10).
+    set("2026-11-17T00:10:00Z");
+    let denied = hook.check(ask("r-3", 2)).unwrap();
+    assert_eq!(
+        (denied.reason, denied.policy_id.as_deref(), denied.used_before, denied.remaining),
+        (Reason::QUOTA_EXCEEDED, Some("hourly"), Some(9), Some(1)),
+        "{denied:?}"
+    );
+    assert_eq!(denied.window_start, Some(at("2026-11-16T23:10:00.000001Z")), "the hour up to and including now");
+    // 2 fits once the 6 of 23:30 is an hour old.
+    assert_eq!(denied.resets_at, Some(at("2026-11-17T00:30:00Z")), "{denied:?}");
+    assert_eq!(denied.retry_after_ms, Some(20 * 60 * 1_000));
+    assert!(hook.check(ask("r-4", 1)).unwrap().allowed(), "1 fits: 10 of 10");
+    drop(hook);
+    // After a restart the timeline is read back from the ledger.
+    let hook = Hook::start(dir.path().join("ledger.db"), settings()).unwrap();
+    set("2026-11-17T00:29:59.999999Z");
+    assert!(!hook.check(ask("r-5", 1)).unwrap().allowed(), "the 6 of 23:30 is not an hour old yet");
+    set("2026-11-17T00:30:00Z");
+    let allowed = hook.check(ask("r-6", 6)).unwrap();
+    assert!(allowed.allowed(), "{allowed:?}");
+    assert_eq!(allowed.remaining, Some(0), "3 + 1 + 6 of 10 in the hour after 23:30");
 }

@@ -60,6 +60,7 @@ fn kind_bit(kind: Window) -> u8 {
         Window::DAY => 4,
         Window::MONTH => 8,
         Window::CONCURRENT => 16,
+        Window::ROLLING => 32,
     }
 }
 
@@ -89,7 +90,20 @@ pub fn in_force<'a>(versions: &[&'a PolicyEvent], at: Timestamp) -> Vec<Applicab
             }));
         }
     }
+    if versions.iter().any(|p| p.window == Window::ROLLING) {
+        let governing =
+            versions.iter().filter(|p| p.effective_from <= at).max_by_key(|p| (p.effective_from, p.version));
+        found.extend(governing.and_then(|p| rolling_window(p, at)));
+    }
     found
+}
+
+/// The ROLLING window of `p` at `at`, when `p` is the version in force at `at` and a ROLLING quota: the version in
+/// force for the window ending with `at` is the last effective by then, as for any window (effective before its end).
+fn rolling_window(p: &PolicyEvent, at: Timestamp) -> Option<Applicable<'_>> {
+    let length = p.rolling_micros().filter(|_| !p.is_gauge())?;
+    let (window_start, window_end) = window::rolling(length, at);
+    Some(Applicable { policy: p, window_start, window_end, plan_default: false })
 }
 
 /// Whether a tenant's own policy `own` covers the plan default `default` of the same metric (contract §3: "no policy
@@ -158,6 +172,7 @@ mod tests {
             on_failure: None,
             overage_window: None,
             violation: None,
+            window_seconds: None,
             overage_rate: None,
         }
     }
@@ -396,6 +411,7 @@ mod tests {
     fn gauges_are_apart_from_windows_and_apply_to_every_metric() {
         let gauge = |p: PolicyEvent, metric: &str| PolicyEvent {
             violation: Some(Violation::NO_INSERTS),
+            window_seconds: None,
             header: Header { metric: metric.into(), ..p.header.clone() },
             ..p
         };
@@ -642,6 +658,15 @@ impl<'a> Candidates<'a> {
                     found.push(Applicable { policy: p, window_start, window_end, plan_default: false });
                 }
             }
+        }
+        if kinds & kind_bit(Window::ROLLING) != 0 {
+            let mut best: Option<&'a PolicyEvent> = None;
+            for (p, _) in policies().filter(|(p, _)| p.effective_from <= at) {
+                if best.is_none_or(|b| (p.effective_from, p.version) >= (b.effective_from, b.version)) {
+                    best = Some(p);
+                }
+            }
+            found.extend(best.and_then(|p| rolling_window(p, at)));
         }
     }
 

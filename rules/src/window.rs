@@ -37,8 +37,24 @@ fn month_start(year: i32, month: u32) -> Timestamp {
     Timestamp::from_datetime(start)
 }
 
+/// `[start, end)` of the ROLLING window of `length` microseconds at the instant `t` (PolicyEvent v10): the `length`
+/// microseconds that end with `t`, `t` included. Usage at `t - length` has aged out at `t`; a request at `t` counts.
+pub fn rolling(length: i64, t: Timestamp) -> (Timestamp, Timestamp) {
+    (Timestamp(t.micros() - length + 1), Timestamp(t.micros() + 1))
+}
+
+/// `[start, end)` of the window of `policy` at the instant `t`: its ROLLING window ([`rolling`]), or the window of its
+/// calendar kind in its zone that contains `t` ([`bounds_in`]).
+pub fn of_policy(policy: &schemas::PolicyEvent, t: Timestamp) -> (Timestamp, Timestamp) {
+    match policy.rolling_micros() {
+        Some(length) => rolling(length, t),
+        None => bounds_in(policy.window, policy.zone(), t),
+    }
+}
+
 /// `[start, end)` of the window of kind `window` that contains `t`, in UTC. A CONCURRENT policy has no window (its limit
-/// is on the leases active at an instant): its "window" is the microsecond `t` is.
+/// is on the leases active at an instant): its "window" is the microsecond `t` is. A ROLLING window is known by its
+/// length ([`rolling`]): asked by kind alone, it is the microsecond too.
 pub fn bounds(window: Window, t: Timestamp) -> (Timestamp, Timestamp) {
     let micros = t.micros();
     let fixed = |length: i64| {
@@ -49,7 +65,7 @@ pub fn bounds(window: Window, t: Timestamp) -> (Timestamp, Timestamp) {
         Window::MINUTE => fixed(MINUTE_MICROS),
         Window::HOUR => fixed(HOUR_MICROS),
         Window::DAY => fixed(DAY_MICROS),
-        Window::CONCURRENT => fixed(1),
+        Window::CONCURRENT | Window::ROLLING => fixed(1),
         Window::MONTH => {
             let date = datetime(t);
             let (year, month) = (date.year(), date.month());
@@ -68,7 +84,7 @@ pub fn bounds(window: Window, t: Timestamp) -> (Timestamp, Timestamp) {
 /// repeated when the hour after it had started once): the window is then moved to the following periods, until
 /// the next one's first instant is after `t`. So windows tile time: each window's end is the next one's start.
 pub fn bounds_in(window: Window, zone: Tz, t: Timestamp) -> (Timestamp, Timestamp) {
-    if zone == Tz::UTC || matches!(window, Window::MINUTE | Window::CONCURRENT) {
+    if zone == Tz::UTC || matches!(window, Window::MINUTE | Window::CONCURRENT | Window::ROLLING) {
         return bounds(window, t);
     }
     let mut period = period_start(window, datetime(t).with_timezone(&zone).naive_local());
@@ -93,7 +109,7 @@ fn period_start(window: Window, local: NaiveDateTime) -> NaiveDateTime {
         Window::HOUR => date.and_hms_opt(local.hour(), 0, 0).expect("an hour of a day exists"),
         Window::DAY => date.and_time(NaiveTime::MIN),
         Window::MONTH => first_of_month(date.year(), date.month()),
-        Window::CONCURRENT => local,
+        Window::CONCURRENT | Window::ROLLING => local,
     }
 }
 
@@ -101,7 +117,7 @@ fn period_start(window: Window, local: NaiveDateTime) -> NaiveDateTime {
 fn next_period(window: Window, start: NaiveDateTime) -> NaiveDateTime {
     let step = |delta: TimeDelta| start.checked_add_signed(delta).expect("periods between 2000 and 2100 have a next");
     match window {
-        Window::CONCURRENT => step(TimeDelta::microseconds(1)),
+        Window::CONCURRENT | Window::ROLLING => step(TimeDelta::microseconds(1)),
         Window::MINUTE => step(TimeDelta::minutes(1)),
         Window::HOUR => step(TimeDelta::hours(1)),
         Window::DAY => step(TimeDelta::days(1)),

@@ -221,13 +221,17 @@ pub(crate) fn load(ledger: &Ledger, now: Timestamp) -> Result<State, StartError>
     let zones: Vec<Tz> = policies.iter().map(PolicyEvent::zone).collect();
     let gauges = policies.iter().filter(|p| p.is_gauge()).map(|p| p.header.metric.clone());
     let scopes = policies.iter().map(|p| p.scope);
-    let mut state = load_levels(ledger, State::with_zones(zones, gauges).counting_scopes(scopes))?;
+    let fresh = State::with_zones(zones, gauges).counting_scopes(scopes).keeping_rolling(&policies);
+    let mut state = load_levels(ledger, fresh)?;
     fold_after(ledger, &mut state, now, &[], Fold::AtStart)?;
     if state.is_missing_zones() {
         // A policy naming another zone, making another metric a gauge or of a scope not counted yet was recorded
         // between the two reads: once more, knowing it.
         let gauges = state.gauge_metrics().cloned().collect::<Vec<_>>();
-        let fresh = State::with_zones(state.zones().to_vec(), gauges).counting_scopes(state.scopes_counted());
+        let rolling: Vec<PolicyEvent> = state.policies.policies().to_vec();
+        let fresh = State::with_zones(state.zones().to_vec(), gauges)
+            .counting_scopes(state.scopes_counted())
+            .keeping_rolling(&rolling);
         state = load_levels(ledger, fresh)?;
         fold_after(ledger, &mut state, now, &[], Fold::AtStart)?;
     }

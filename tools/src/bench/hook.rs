@@ -211,6 +211,7 @@ fn policy_event() -> Event {
         overage_rate: None,
         overage_window: None,
         violation: None,
+        window_seconds: None,
     })
 }
 
@@ -231,6 +232,17 @@ fn leases_policy_event() -> Event {
     policy.header.metric = "workers".into();
     policy.policy_id = "bench-workers".into();
     policy.window = Window::CONCURRENT;
+    Event::Policy(policy)
+}
+
+/// The benchmark's policy as a ROLLING quota of a day (issue 37, item 1), beside the monthly one: each decision sums
+/// the day ending now from the timeline, whose instants the run keeps adding.
+fn rolling_policy_event() -> Event {
+    let Event::Policy(mut policy) = policy_event() else { unreachable!("a policy") };
+    policy.header.event_id = "bench-policy-rolling".into();
+    policy.policy_id = "bench-rolling-day".into();
+    policy.window = Window::ROLLING;
+    policy.window_seconds = Some(86_400);
     Event::Policy(policy)
 }
 
@@ -372,6 +384,20 @@ fn in_process_leases(driver: &Driver, dir: &Path, run: usize, clients: usize) ->
     let hook = Arc::new(Hook::start(&path, settings)?);
     let clients = (0..clients).map(|client| InProcessLease { hook: Arc::clone(&hook), run, client }).collect();
     driver.measure("hook in-process (Normal, leases)", clients)
+}
+
+/// The hook in-process under a ROLLING day beside the monthly quota (issue 37, item 1).
+fn in_process_rolling(driver: &Driver, dir: &Path, run: usize, clients: usize) -> anyhow::Result<Figures> {
+    let path = dir.join(format!("hook-{run}.db"));
+    fresh_ledger(&path, 0)?;
+    let incoming =
+        Incoming { event: rolling_policy_event(), origin: Origin::Local { name: "bench".into() }, raw: None };
+    Ledger::open(&path)?.append(&Batch { events: vec![incoming], ..Batch::default() })?;
+    let settings = HookSettings { durability: Durability::Normal, ..HookSettings::default() };
+    let hook = Arc::new(Hook::start(&path, settings)?);
+    let clients =
+        (0..clients).map(|client| InProcess { hook: Arc::clone(&hook), run, client, random_ids: false }).collect();
+    driver.measure("hook in-process (Normal, rolling day)", clients)
 }
 
 /// The hook in-process answering requests of two metrics at once (issue 36, item 2): two decisions and two usage
@@ -706,6 +732,8 @@ pub fn run(
         }
         run += 1;
         figures.push(in_process_leases(&driver, dir.path(), run, clients)?);
+        run += 1;
+        figures.push(in_process_rolling(&driver, dir.path(), run, clients)?);
         run += 1;
         figures.push(in_process(&driver, dir.path(), run, clients, Durability::Normal, OPEN_HOLDS, random_ids)?);
         for (durability, brokers) in [("full", None), ("normal", None), ("normal", Some(brokers.as_str()))] {
