@@ -39,6 +39,7 @@ pub mod error;
 pub mod gauge;
 pub mod inputs;
 pub mod plan;
+mod rolling;
 pub mod shards;
 
 pub use apply::{ADJUSTMENTS_PER_TRANSACTION, apply};

@@ -14,6 +14,7 @@ use crate::concern::{self, Concern, Members, Recorded, Truth};
 use crate::error::ReconcileError;
 use crate::gauge::{self, GaugeOverLimit, Reading};
 use crate::inputs::PlanInputs;
+use crate::rolling;
 use rules::overshoot::{self, Consumed};
 use rules::policy::{Candidates, PolicyIndex};
 use rules::reservation::{self, Verdict};
@@ -217,6 +218,12 @@ struct Run<'p> {
     /// The policy groups of each (tenant, metric), looked up once.
     candidates: FxHashMap<(u32, u32), Candidates<'p>>,
     windows: FxHashMap<WindowKey, (i64, &'p PolicyEvent)>,
+    /// The scopes of the ROLLING versions that may apply to each (tenant, metric), looked up once: a consumption of
+    /// it joins its member's stream of each.
+    rolling_scopes: FxHashMap<(u32, u32), Vec<Scope>>,
+    /// The consumption before `as_of` of each member of a ROLLING policy, by (tenant, metric, scope, member): a rolling
+    /// window ends at every instant, so it is judged from the events, not from sums per window.
+    rolling: FxHashMap<(u32, u32, Scope, Option<u32>), Vec<Consumed>>,
     late: FxHashMap<LateKey, LateSums>,
     /// Whether each (tenant, metric) is a level (a gauge quota of the tenant or the plan names it), looked up once.
     levels: FxHashMap<(u32, u32), bool>,
@@ -262,6 +269,8 @@ pub fn plan_from(
         scopes: [Scope::PROJECT, Scope::API_KEY].map(|scope| policies.policies().iter().any(|p| p.scope == scope)),
         candidates: FxHashMap::default(),
         windows: FxHashMap::default(),
+        rolling_scopes: FxHashMap::default(),
+        rolling: FxHashMap::default(),
         late: FxHashMap::default(),
         levels: FxHashMap::default(),
         readings: FxHashMap::default(),
@@ -284,6 +293,7 @@ pub fn plan_from(
     step(&mut run, "judge gauges over their limits");
     let (mut flagged, throttled) = run.judge_windows();
     run.judge_throttled(inputs, &commits, throttled, &mut flagged, progress)?;
+    run.judge_rolling(inputs, &commits)?;
     run.judge_late_usage();
     run.take_back_vanished();
     step(&mut run, "judge windows and late usage");
@@ -500,6 +510,9 @@ impl<'p> Run<'p> {
                 let entry = self.windows.entry(key).or_insert((0, policy));
                 entry.0 = entry.0.checked_add(c.quantity).expect("consumption fits in i64");
             }
+            if c.occurred_at < self.as_of {
+                self.add_rolling(c);
+            }
         }
         if let Some(close) = self.close_of(c.occurred_at).filter(|close| close.period.end() <= self.as_of) {
             let key = LateKey { tenant: c.tenant, metric: c.metric, period: close.period };
@@ -531,9 +544,11 @@ impl<'p> Run<'p> {
             return;
         }
         for a in candidates.applicable(c.occurred_at) {
+            // A ROLLING window ends at every instant: judged from the events ([`Run::judge_rolling`]).
             if a.window_end > self.as_of
                 || overshoot::excess_kind(a.policy.enforcement).is_none()
                 || a.policy.is_throttle()
+                || a.policy.window == Window::ROLLING
             {
                 continue;
             }
@@ -548,6 +563,102 @@ impl<'p> Run<'p> {
             };
             keys.push((key, a.policy));
         }
+    }
+
+    /// Adds a consumption to its member's stream of each scope a ROLLING version of its tenant's (or the plan's)
+    /// policies of its metric has.
+    fn add_rolling(&mut self, c: &Consumption<'_>) {
+        let policies: &'p PolicyIndex = self.policies;
+        let names = &self.names;
+        let scopes = self.rolling_scopes.entry((c.tenant, c.metric)).or_insert_with(|| {
+            let (tenant, metric) = (names.name(c.tenant), names.name(c.metric));
+            let mut scopes: Vec<Scope> = policies
+                .policies()
+                .iter()
+                .filter(|p| p.window == Window::ROLLING && p.header.metric == metric)
+                .filter(|p| p.header.tenant == tenant || p.header.tenant == rules::policy::PLAN_DEFAULT_TENANT)
+                .map(|p| p.scope)
+                .collect();
+            scopes.sort();
+            scopes.dedup();
+            scopes
+        });
+        for scope in scopes.iter() {
+            let consumed =
+                Consumed { occurred_at: c.occurred_at, seq: c.seq, quantity: c.quantity, event_id: String::new() };
+            self.rolling.entry((c.tenant, c.metric, *scope, c.member(*scope))).or_default().push(consumed);
+        }
+    }
+
+    /// Truths of the days of ROLLING policies ([`rolling`]): per member, the greatest excess of each day ended by
+    /// `as_of`, naming the events that carried that interval past its limit. A day that is also the policy's UTC DAY
+    /// window (a version change between DAY and ROLLING that day) is judged as that window.
+    fn judge_rolling(&mut self, inputs: &impl PlanInputs, commits: &[Commit]) -> Result<(), ReconcileError> {
+        if self.rolling.is_empty() {
+            return Ok(());
+        }
+        let commit_ids: FxHashMap<u64, &str> = commits.iter().map(|c| (c.seq, c.event_id.as_str())).collect();
+        let mut streams: Vec<_> = std::mem::take(&mut self.rolling).into_iter().collect();
+        streams.sort_by_key(|(key, _)| *key);
+        for ((tenant_id, metric_id, scope, member_id), mut items) in streams {
+            let candidates = self.candidates[&(tenant_id, metric_id)];
+            let (tenant, metric) = (self.names.name(tenant_id).to_string(), self.names.name(metric_id).to_string());
+            let member = self.member_name(member_id);
+            let grants = self.grants.get(&(tenant.clone(), metric.clone())).map_or(&[][..], Vec::as_slice);
+            let days = rolling::judge_member(&mut items, self.as_of, |t| {
+                candidates
+                    .applicable(t)
+                    .into_iter()
+                    .filter(|a| {
+                        a.policy.window == Window::ROLLING && a.policy.scope == scope && !a.policy.is_throttle()
+                    })
+                    .map(|a| {
+                        let limit = overshoot::effective_limit(
+                            a.policy.limit,
+                            scope,
+                            member.as_deref(),
+                            grants,
+                            a.window_start,
+                            a.window_end,
+                        );
+                        (a, limit)
+                    })
+                    .collect()
+            });
+            for day in days {
+                let key = WindowKey {
+                    tenant: tenant_id,
+                    metric: metric_id,
+                    policy_id: self.names.id(&day.policy.policy_id),
+                    scope,
+                    member: member_id,
+                    start: day.day.0.micros(),
+                    end: day.day.1.micros(),
+                };
+                if self.windows.contains_key(&key) {
+                    continue;
+                }
+                self.counts.windows_judged += 1;
+                let concern = self.window_concern(&key, day.kind);
+                let recorded = self.recorded.get(&concern).copied().unwrap_or_default();
+                let mut truth = Truth {
+                    concern,
+                    amount: day.excess,
+                    present: day.excess > 0,
+                    tenant: tenant.clone(),
+                    members: Members::of_window(scope, member.clone()),
+                    metric: metric.clone(),
+                    policy_id: Some(day.policy.policy_id.clone()),
+                    refs: Vec::new(),
+                };
+                if day.excess > 0 && concern::delta(&truth, recorded).is_some() {
+                    let seqs = rolling::crossers(&items, day.interval, day.limit);
+                    truth.refs = inputs.event_ids(&seqs, &commit_ids)?;
+                }
+                self.keep(truth);
+            }
+        }
+        Ok(())
     }
 
     fn consumption_of_usage<'r>(&mut self, row: &UsageRow<'r>, counted_at_close: bool) -> Consumption<'r> {

@@ -1,8 +1,9 @@
 //! Model test: random ledger histories (policy versions of every scope, HARD quotas with a throttled overage among
-//! them, grants naming a subject, a project, an API key or none, usage naming some of each, requests of two metrics, reservations, leases with renewals and stale tokens, gauge quotas and readings of
-//! their level, duplicates, out-of-order batches, period closes, runs at rising `--as-of`) reconciled by
-//! `reconcile::plan` + `apply` agree with a deliberately naive in-memory model of contract §5 written here, concern by
-//! concern, and on the gauges over their limit, after every run.
+//! them, ROLLING windows among calendar ones and versions switching between them, grants naming a subject, a project,
+//! an API key or none, usage naming some of each, requests of two metrics, reservations, leases with renewals and
+//! stale tokens, gauge quotas and readings of their level, duplicates, out-of-order batches, period closes, runs at
+//! rising `--as-of`) reconciled by `reconcile::plan` + `apply` agree with a deliberately naive in-memory model of
+//! contract §5 written here, concern by concern, and on the gauges over their limit, after every run.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -81,8 +82,11 @@ struct VersionDraw {
     effective_from: i64,
     scope: Scope,
     enforcement: Enforcement,
-    /// A throttled overage (rate per window), kept when the version is HARD (issue 36 item 6).
+    /// A throttled overage (rate per window), kept when the version is HARD (issue 36 item 6) and not ROLLING.
     overage: Option<(i64, Window)>,
+    /// Its `window_seconds` when its window is ROLLING (PolicyEvent v10): a few lengths, short beside the 150 minutes
+    /// of events after each anchor, so that usage ages out within a day and versions of one policy_id change length.
+    rolling_seconds: i64,
 }
 
 #[derive(Debug, Clone)]
@@ -91,6 +95,8 @@ struct PolicyDraw {
     metric: usize,
     window: Window,
     versions: Vec<VersionDraw>,
+    /// Usage of its owner (a tenant, for the plan) and metric around its version changes (see [`switching_draw`]).
+    usage: Vec<UsageDraw>,
 }
 
 /// A version of a gauge quota of [`GAUGE_METRIC`]; without a violation it is a plain quota of the metric, whose windows
@@ -225,25 +231,77 @@ fn version_draw() -> impl Strategy<Value = VersionDraw> {
     let enforcement = prop_oneof![Just(Enforcement::HARD), Just(Enforcement::SOFT), Just(Enforcement::SHADOW)];
     let window = prop_oneof![3 => Just(None), 1 => window().prop_map(Some)];
     let overage = prop::option::weighted(0.3, (1i64..10, prop_oneof![Just(Window::MINUTE), Just(Window::HOUR)]));
-    (0i64..60, window, effective_from(), scope, enforcement, overage).prop_map(
-        |(limit, window, effective_from, scope, enforcement, overage)| VersionDraw {
+    let rolling_seconds = prop_oneof![Just(600i64), Just(1_800), Just(3_600), Just(5_400)];
+    (0i64..60, window, effective_from(), scope, enforcement, overage, rolling_seconds).prop_map(
+        |(limit, window, effective_from, scope, enforcement, overage, rolling_seconds)| VersionDraw {
             limit,
             window,
             effective_from,
             scope,
             enforcement,
             overage: overage.filter(|_| enforcement == Enforcement::HARD),
+            rolling_seconds,
         },
     )
 }
 
+/// A window kind of a policy or a version: calendar ones, and ROLLING (PolicyEvent v10), so that a policy_id's
+/// versions switch between a calendar kind and ROLLING mid-window, DAY and ROLLING on one day among them.
 fn window() -> impl Strategy<Value = Window> {
-    prop_oneof![Just(Window::HOUR), Just(Window::DAY), Just(Window::MONTH)]
+    prop_oneof![Just(Window::HOUR), Just(Window::DAY), Just(Window::MONTH), Just(Window::ROLLING)]
 }
 
 fn policy_draw() -> impl Strategy<Value = PolicyDraw> {
-    (0..OWNERS.len(), 0..METRICS.len(), window(), vec(version_draw(), 1..=3))
-        .prop_map(|(owner, metric, window, versions)| PolicyDraw { owner, metric, window, versions })
+    let drawn = (0..OWNERS.len(), 0..METRICS.len(), window(), vec(version_draw(), 1..=3))
+        .prop_map(|(owner, metric, window, versions)| PolicyDraw { owner, metric, window, versions, usage: vec![] });
+    prop_oneof![2 => drawn, 1 => switching_draw()]
+}
+
+/// A policy whose versions switch between DAY and ROLLING during one day (contract §5 "Rolling windows": a day that
+/// is also the policy's UTC DAY window is judged as that window): versions effective from the start or around one
+/// anchor (the day before midnight for one of them), mostly of one scope, so that both judge the same members, with
+/// usage of the policy's metric after that anchor (the other usage drawn is spread over five anchors, two tenants and
+/// two metrics: seldom where a version changes).
+fn switching_draw() -> impl Strategy<Value = PolicyDraw> {
+    let kind = prop_oneof![Just(Window::DAY), Just(Window::ROLLING)];
+    // Mostly HARD or SHADOW on both sides, where the day's two judgements meet.
+    let enforcement = prop_oneof![
+        2 => Just(Enforcement::HARD),
+        2 => Just(Enforcement::SHADOW),
+        1 => Just(Enforcement::SOFT),
+    ];
+    let version = (version_draw(), kind, prop::option::weighted(0.8, 0i64..4), enforcement);
+    let scope = prop::option::weighted(0.75, scope());
+    // On a grid of 10 minutes: events exactly a length apart (one aged out at the other's instant) and at a version's
+    // effective_from.
+    let usage = vec((who(), 0i64..15, 0i64..20), 0..=4);
+    (0..OWNERS.len(), 0..METRICS.len(), 0..ANCHORS.len(), scope, vec(version, 2..=4), usage).prop_map(
+        |(owner, metric, anchor, scope, versions, usage)| {
+            let usage = usage
+                .into_iter()
+                .map(|(who, tens, quantity)| UsageDraw {
+                    // The owner's tenant, or any for the plan's.
+                    who: Who { tenant: owner.checked_sub(1).unwrap_or(who.tenant), metric, ..who },
+                    occurred_at: at(ANCHORS[anchor]).micros() + tens * 10 * MINUTE_MICROS,
+                    quantity,
+                    other_metric: None,
+                })
+                .collect();
+            let versions = versions
+                .into_iter()
+                .map(|(version, window, k, enforcement)| VersionDraw {
+                    window: Some(window),
+                    enforcement,
+                    overage: version.overage.filter(|_| enforcement == Enforcement::HARD),
+                    effective_from: k
+                        .map_or(at(EARLY).micros(), |k| at(ANCHORS[anchor]).micros() + k * 40 * MINUTE_MICROS),
+                    scope: scope.unwrap_or(version.scope),
+                    ..version
+                })
+                .collect();
+            PolicyDraw { owner, metric, window: Window::DAY, versions, usage }
+        },
+    )
 }
 
 fn gauge_draw() -> impl Strategy<Value = GaugeDraw> {
@@ -353,6 +411,12 @@ fn policy_events(i: usize, p: &PolicyDraw) -> Vec<Event> {
     let mut events = Vec::new();
     for (v, version) in p.versions.iter().enumerate() {
         let number = v as i32 + 1;
+        let window = version.window.unwrap_or(p.window);
+        // A ROLLING window is a quota's of consumption: validation quarantines it with a throttled overage. Its
+        // intervals hold a few events each, so its limit is a third of the one drawn, for them to go beyond it.
+        let rolling = window == Window::ROLLING;
+        let overage = version.overage.filter(|_| !rolling);
+        let limit = if rolling { version.limit / 3 } else { version.limit };
         let header = Header {
             event_id: format!("pol{i}-v{number}"),
             occurred_at: Timestamp(version.effective_from),
@@ -369,8 +433,8 @@ fn policy_events(i: usize, p: &PolicyDraw) -> Vec<Event> {
             policy_id: format!("pol{i}"),
             version: number,
             scope: version.scope,
-            limit: version.limit,
-            window: version.window.unwrap_or(p.window),
+            limit,
+            window,
             enforcement: version.enforcement,
             effective_from: Timestamp(version.effective_from),
             burst: None,
@@ -378,9 +442,10 @@ fn policy_events(i: usize, p: &PolicyDraw) -> Vec<Event> {
             reason: None,
             time_zone: None,
             on_failure: None,
-            overage_rate: version.overage.map(|o| o.0),
-            overage_window: version.overage.map(|o| o.1),
+            overage_rate: overage.map(|o| o.0),
+            overage_window: overage.map(|o| o.1),
             violation: None,
+            window_seconds: rolling.then_some(version.rolling_seconds),
         }));
     }
     events
@@ -417,6 +482,7 @@ fn gauge_events(i: usize, g: &GaugeDraw) -> Vec<Event> {
             overage_rate: None,
             overage_window: None,
             violation: version.violation,
+            window_seconds: None,
         }));
     }
     events
@@ -466,11 +532,11 @@ fn grant_event(i: usize, g: &GrantDraw) -> Event {
     })
 }
 
-/// The usage of the i-th draw: one event, or one per metric under one request_id.
-fn usage_events(i: usize, u: &UsageDraw) -> Vec<Event> {
-    let request_id = u.other_metric.map(|_| format!("req{i}"));
+/// The usage of a draw under the event_id `id`: one event, or one per metric under one request_id.
+fn usage_events(id: &str, u: &UsageDraw) -> Vec<Event> {
+    let request_id = u.other_metric.map(|_| format!("req-{id}"));
     let mut events = vec![Event::Usage(UsageEvent {
-        header: header(format!("u{i}"), u.who, u.occurred_at),
+        header: header(id.to_string(), u.who, u.occurred_at),
         quantity: u.quantity,
         request_id: request_id.clone(),
         attributes: Default::default(),
@@ -478,7 +544,7 @@ fn usage_events(i: usize, u: &UsageDraw) -> Vec<Event> {
     if let Some(quantity) = u.other_metric {
         let other = Who { metric: 1 - u.who.metric, ..u.who };
         events.push(Event::Usage(UsageEvent {
-            header: header(format!("u{i}-m"), other, u.occurred_at),
+            header: header(format!("{id}-m"), other, u.occurred_at),
             quantity,
             request_id,
             attributes: Default::default(),
@@ -589,6 +655,9 @@ fn history() -> impl Strategy<Value = History> {
             let mut base = Vec::new();
             for (i, p) in policies.iter().enumerate() {
                 base.extend(policy_events(i, p));
+                for (j, u) in p.usage.iter().enumerate() {
+                    base.extend(usage_events(&format!("pol{i}-u{j}"), u));
+                }
             }
             for (i, g) in gauges.iter().enumerate() {
                 base.extend(gauge_events(i, g));
@@ -596,7 +665,7 @@ fn history() -> impl Strategy<Value = History> {
             base.extend(readings.iter().enumerate().map(|(i, r)| reading_event(i, r)));
             base.extend(gauge_grants.iter().enumerate().map(|(i, g)| gauge_grant_event(i, g)));
             base.extend(grants.iter().enumerate().map(|(i, g)| grant_event(i, g)));
-            base.extend(usage.iter().enumerate().flat_map(|(i, u)| usage_events(i, u)));
+            base.extend(usage.iter().enumerate().flat_map(|(i, u)| usage_events(&format!("u{i}"), u)));
             for (i, r) in reservations.iter().enumerate() {
                 // An odd draw takes the reservation_id of the draw before when their tenants differ: producers
                 // choose their own ids, and another tenant's reservation under the same id is another one.
@@ -775,6 +844,25 @@ fn names_none(h: &Header) -> bool {
     h.subject.is_none() && h.project.is_none() && h.api_key.is_none()
 }
 
+/// The member of `scope` an item counts under: each member apart, what names none together as one more.
+fn member_of(item: &Item, scope: Scope) -> Option<String> {
+    match scope {
+        Scope::TENANT => None,
+        Scope::SUBJECT => item.subject.clone(),
+        Scope::PROJECT => item.project.clone(),
+        Scope::API_KEY => item.api_key.clone(),
+    }
+}
+
+/// The adjustment a window of this enforcement reports its excess as: none for SOFT (billed).
+fn excess_kind(enforcement: Enforcement) -> Option<AdjustmentKind> {
+    match enforcement {
+        Enforcement::HARD => Some(AdjustmentKind::OVERSHOOT),
+        Enforcement::SHADOW => Some(AdjustmentKind::SHADOW_OVER_LIMIT),
+        Enforcement::SOFT => None,
+    }
+}
+
 fn window_bounds(kind: Window, t: Timestamp) -> (Timestamp, Timestamp) {
     let fixed = |length: i64| {
         let start = t.micros().div_euclid(length) * length;
@@ -785,6 +873,7 @@ fn window_bounds(kind: Window, t: Timestamp) -> (Timestamp, Timestamp) {
         Window::HOUR => fixed(HOUR_MICROS),
         Window::DAY => fixed(DAY_MICROS),
         Window::CONCURRENT => unreachable!("the model draws no CONCURRENT policy: it judges windows"),
+        Window::ROLLING => unreachable!("a ROLLING window is the instant's, by its length: see `rolling_in_force`"),
         Window::MONTH => {
             let d = Utc.timestamp_micros(t.micros()).unwrap();
             let first = |y: i32, m: u32| Timestamp(Utc.with_ymd_and_hms(y, m, 1, 0, 0, 0).unwrap().timestamp_micros());
@@ -1079,8 +1168,49 @@ impl Model {
         all
     }
 
+    /// The ROLLING versions that apply to consumption of `tenant`/`metric` at the instant `t` (contract §5 "Rolling
+    /// windows"): of each policy_id, the version with the greatest (effective_from, version) effective by `t` (the
+    /// window ending at `t` + 1µs), when it is ROLLING; a plan default only where the tenant has no ROLLING policy
+    /// of its own of the same scope in force at `t`.
+    fn rolling_in_force(&self, tenant: &str, metric: &str, t: Timestamp) -> Vec<PolicyEvent> {
+        let policies = self.policies();
+        let in_force = |owner: &str| {
+            let of_owner: Vec<&PolicyEvent> =
+                policies.iter().copied().filter(|p| p.header.tenant == owner && p.header.metric == metric).collect();
+            let ids: BTreeSet<&str> = of_owner.iter().map(|p| p.policy_id.as_str()).collect();
+            let mut found = Vec::new();
+            for id in ids {
+                let mut best: Option<&PolicyEvent> = None;
+                for p in of_owner.iter().copied().filter(|p| p.policy_id == id && p.effective_from <= t) {
+                    if best.is_none_or(|b| (p.effective_from, p.version) > (b.effective_from, b.version)) {
+                        best = Some(p);
+                    }
+                }
+                found.extend(best.filter(|p| p.window == Window::ROLLING).cloned());
+            }
+            found
+        };
+        let own = in_force(tenant);
+        let mut all = own.clone();
+        all.extend(in_force("*").into_iter().filter(|d| !own.iter().any(|o| o.scope == d.scope)));
+        all
+    }
+
     fn effective_limit(&self, policy: &PolicyEvent, key: &Key) -> i64 {
         let Key::Window { tenant, member, metric, start, end, .. } = key else { unreachable!() };
+        self.limit_over(policy, tenant, member, metric, *start, *end)
+    }
+
+    /// The version's limit plus the grants of the member that overlap `[start, end)`.
+    fn limit_over(
+        &self,
+        policy: &PolicyEvent,
+        tenant: &str,
+        member: &Option<String>,
+        metric: &str,
+        start: Timestamp,
+        end: Timestamp,
+    ) -> i64 {
         let mut limit = policy.limit;
         for g in self.grants() {
             let h = &g.header;
@@ -1092,8 +1222,8 @@ impl Model {
                 Scope::PROJECT => h.project.is_some() && h.project == *member,
                 Scope::API_KEY => h.api_key.is_some() && h.api_key == *member,
             };
-            let overlaps = g.valid_from < *end && *start < g.valid_until;
-            if g.header.tenant == *tenant && g.header.metric == *metric && raises && overlaps {
+            let overlaps = g.valid_from < end && start < g.valid_until;
+            if g.header.tenant == tenant && g.header.metric == metric && raises && overlaps {
                 limit += g.amount;
             }
         }
@@ -1121,27 +1251,16 @@ impl Model {
         let mut windows: BTreeMap<Key, (PolicyEvent, Vec<Item>)> = BTreeMap::new();
         for item in self.items(u64::MAX).into_iter().filter(|i| i.at < as_of) {
             for (policy, start, end) in self.applicable(&item.tenant, &item.metric, item.at) {
-                let kind = match policy.enforcement {
-                    Enforcement::HARD => AdjustmentKind::OVERSHOOT,
-                    Enforcement::SHADOW => AdjustmentKind::SHADOW_OVER_LIMIT,
-                    Enforcement::SOFT => continue,
-                };
+                let Some(kind) = excess_kind(policy.enforcement) else { continue };
                 if end > as_of {
                     continue;
                 }
-                // Each member of the scope apart, what names none together as one more.
-                let member = match policy.scope {
-                    Scope::TENANT => None,
-                    Scope::SUBJECT => item.subject.clone(),
-                    Scope::PROJECT => item.project.clone(),
-                    Scope::API_KEY => item.api_key.clone(),
-                };
                 let key = Key::Window {
                     kind,
                     policy_id: policy.policy_id.clone(),
                     scope: policy.scope,
                     tenant: item.tenant.clone(),
-                    member,
+                    member: member_of(&item, policy.scope),
                     metric: item.metric.clone(),
                     start,
                     end,
@@ -1151,6 +1270,7 @@ impl Model {
                 window.1.push(item.clone());
             }
         }
+        self.judge_rolling(as_of, &windows, truths);
         for (key, (policy, mut items)) in windows {
             let mut limit = self.effective_limit(&policy, &key);
             items.sort_by_key(|i| (i.at, i.seq));
@@ -1192,6 +1312,80 @@ impl Model {
             {
                 truths.amounts.entry(key.clone()).or_insert(0);
             }
+        }
+    }
+
+    /// ROLLING policies (contract §5 "Rolling windows"), per UTC day ended by `as_of`: at each instant of the day at
+    /// which the member counted an event and a ROLLING version is in force, the consumption of the L µs up to and
+    /// including the instant against the version's limit plus the member's grants overlapping them; the day's truth is
+    /// the greatest excess, its refs the crossers of the first interval with it. A day that is also the policy's DAY
+    /// window of the member (judged in `calendar`, HARD or SHADOW) is judged as that window only.
+    fn judge_rolling(&self, as_of: Timestamp, calendar: &BTreeMap<Key, (PolicyEvent, Vec<Item>)>, truths: &mut Truths) {
+        let items = self.items(u64::MAX);
+        // The instants of each day key: the item there and the version in force then.
+        let mut days: BTreeMap<Key, Vec<(&Item, PolicyEvent)>> = BTreeMap::new();
+        for item in &items {
+            let (start, end) = window_bounds(Window::DAY, item.at);
+            if end > as_of {
+                continue;
+            }
+            for policy in self.rolling_in_force(&item.tenant, &item.metric, item.at) {
+                let Some(kind) = excess_kind(policy.enforcement) else { continue };
+                let key = |kind| Key::Window {
+                    kind,
+                    policy_id: policy.policy_id.clone(),
+                    scope: policy.scope,
+                    tenant: item.tenant.clone(),
+                    member: member_of(item, policy.scope),
+                    metric: item.metric.clone(),
+                    start,
+                    end,
+                };
+                // The policy's DAY window of the member that day, judged whichever its enforcement: the day is that
+                // window's.
+                let judged_as_day = [AdjustmentKind::OVERSHOOT, AdjustmentKind::SHADOW_OVER_LIMIT]
+                    .into_iter()
+                    .any(|kind| calendar.contains_key(&key(kind)));
+                if !judged_as_day {
+                    days.entry(key(kind)).or_default().push((item, policy));
+                }
+            }
+        }
+        for (key, mut instants) in days {
+            let Key::Window { scope, tenant, member, metric, .. } = &key else { unreachable!() };
+            instants.sort_by_key(|(i, _)| (i.at, i.seq));
+            // (excess, limit, the interval's items) of the first instant with the greatest excess.
+            let mut worst: Option<(i64, i64, Vec<&Item>)> = None;
+            for (instant, policy) in &instants {
+                let length = policy.window_seconds.expect("a ROLLING version has its length") * 1_000_000;
+                let (start, end) = (Timestamp(instant.at.micros() - length + 1), Timestamp(instant.at.micros() + 1));
+                let mut interval: Vec<&Item> = items
+                    .iter()
+                    .filter(|i| i.tenant == *tenant && i.metric == *metric && member_of(i, *scope) == *member)
+                    .filter(|i| start <= i.at && i.at < end)
+                    .collect();
+                interval.sort_by_key(|i| (i.at, i.seq));
+                let consumption: i64 = interval.iter().map(|i| i.quantity).sum();
+                let limit = self.limit_over(policy, tenant, member, metric, start, end);
+                let excess = consumption - limit;
+                if worst.as_ref().is_none_or(|w| excess > w.0) {
+                    worst = Some((excess, limit, interval));
+                }
+            }
+            let (excess, limit, interval) = worst.expect("a day key has an instant");
+            let mut crossers = Vec::new();
+            if excess > 0 {
+                truths.present.insert(key.clone());
+                let mut running = 0;
+                for i in interval {
+                    running += i.quantity;
+                    if i.quantity > 0 && running > limit {
+                        crossers.push(i.event_id.clone());
+                    }
+                }
+            }
+            truths.amounts.insert(key.clone(), excess.max(0));
+            truths.refs.insert(key, crossers);
         }
     }
 
