@@ -99,6 +99,7 @@ fn daily_policy(version: i32, limit: i64) -> Event {
         overage_rate: None,
         overage_window: None,
         violation: None,
+        window_seconds: None,
     })
 }
 
@@ -338,6 +339,7 @@ fn reserved_then_checked() -> TestLedger {
         overage_rate: None,
         overage_window: None,
         violation: None,
+        window_seconds: None,
     });
     let allowed = |request_id: &str, occurred_at: &str, amount: i64, used_before: i64| {
         Event::Decision(DecisionEvent {
@@ -570,6 +572,7 @@ fn quota_v1(event_id: &str, owner: &str, metric: &str, limit: i64, shape: (Scope
         overage_rate: None,
         overage_window: None,
         violation: None,
+        window_seconds: None,
     })
 }
 
@@ -993,4 +996,60 @@ fn why_counts_only_the_decisions_project() {
     ] {
         assert!(words.contains(expected), "{expected:?} missing from:\n{words}");
     }
+}
+
+// Issue 37 item 1: a denial by a ROLLING quota (10,000 requests in any 24 hours) is explained as support would say it:
+// the limit over any 24 hours, what the 24 hours before the decision held (not the usage that had aged out), and when
+// enough of it ages out, in place of a calendar window's reset.
+#[test]
+fn why_explains_a_rolling_window_denial() {
+    let test = TestLedger::new();
+    let Event::Policy(quota) =
+        quota_v1("rolling-v1", "org-1", "requests", 10_000, (Scope::TENANT, Window::ROLLING, Enforcement::HARD))
+    else {
+        unreachable!()
+    };
+    let rolling = PolicyEvent { window_seconds: Some(86_400), ..quota };
+    let Event::Decision(denial) = decision_of_org_1("d-r", "req-r", "2026-12-04T10:00:00Z", 1, (10_000, 10_000)) else {
+        unreachable!()
+    };
+    // As the hook records it: the window ending with the decision, and the wait until the usage of 13:00 the day
+    // before ages out.
+    let denial = DecisionEvent {
+        window_start: Some(at("2026-12-03T10:00:00.000001Z")),
+        window_end: Some(at("2026-12-04T10:00:00.000001Z")),
+        retry_after_ms: Some(3 * 3_600_000),
+        ..denial
+    };
+    ingest_in_order(
+        &test,
+        vec![
+            Event::Policy(rolling),
+            usage("u-aged", "2026-12-03T09:00:00Z", "org-1", 4_000),
+            usage("u-1", "2026-12-03T13:00:00Z", "org-1", 6_000),
+            usage("u-2", "2026-12-04T08:00:00Z", "org-1", 4_000),
+            Event::Decision(denial),
+        ],
+    );
+    let why = test.run(&["audit", "why", "req-r", "--json"]).success().json();
+    assert_eq!(
+        (why["policy"]["window"].as_str(), why["policy"]["window_seconds"].as_i64()),
+        (Some("ROLLING"), Some(86_400))
+    );
+    assert_eq!((why["consumption"]["total"].as_i64(), why["consumption"]["events"].as_i64()), (Some(10_000), Some(2)));
+    assert_eq!(why["resets_at"].as_str(), Some("2026-12-04T13:00:00Z"), "{why}");
+    let words = test.run(&["audit", "why", "req-r"]).success().stdout_text();
+    for expected in [
+        "Request req-r was DENIED: QUOTA_EXCEEDED.\nOut of allowance: the limit of 10,000 requests in any 24 hours \
+         (rolling) was reached: 10,000 were used in the 24 hours before 2026-12-04T10:00:00Z; enough ages out at \
+         2026-12-04T13:00:00Z.",
+        "TENANT scope: at most 10000 requests in any 24 hours (a rolling window of 86400 s), HARD enforcement",
+        "Window: 2026-12-03T10:00:00.000001Z to 2026-12-04T10:00:00.000001Z, the 24 hours up to and including the \
+         decision",
+        "per the ledger: 10000 requests in 2 events",
+        "Enough of the window's usage ages out for this amount at 2026-12-04T13:00:00Z.",
+    ] {
+        assert!(words.contains(expected), "{expected:?} missing from:\n{words}");
+    }
+    assert!(!words.contains("The window resets at") && !words.contains("u-aged"), "{words}");
 }

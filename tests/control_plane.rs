@@ -379,7 +379,8 @@ fn a_throttled_overage_lets_its_rate_through_beyond_the_limit() {
     let table = ledger.run(&["policy", "list"]).success().stdout_text();
     assert!(table.lines().next().is_some_and(|header| header.trim_end().ends_with("overage")), "{table}");
     let shown = ledger.run(&["quota", "show", "org-1"]).success().stdout_text();
-    assert!(shown.lines().nth(1).is_some_and(|row| row.trim_end().ends_with("600/MINUTE")), "{shown}");
+    // The overage column, then the window's (the newest last).
+    assert!(shown.lines().nth(1).is_some_and(|row| row.trim_end().ends_with("600/MINUTE  DAY")), "{shown}");
 
     let server = hook_http::Server::start(&ledger.path, ledger.dir.path(), &[], &ledger.file("serve.err"));
     let ask = |key: &str, amount: i64| {
@@ -566,4 +567,133 @@ fn projects_and_api_keys_are_limited_on_their_own() {
         .map(|r| (r["project"].as_str(), r["consumption"].as_i64().unwrap()))
         .collect();
     assert_eq!(tokens, [(None, 22), (Some("p-1"), 10), (Some("p-big"), 12)], "{rows:?}");
+}
+
+// Issue 37 item 1 through the real binary: `policy set --window ROLLING --window-seconds N` and `plan set` record a
+// rolling quota; the two flags given apart, a length out of range or a rolling throttled overage are refused naming
+// window_seconds, nothing written; `policy list` and `policy history` show the length; serve refuses past the limit
+// of the 24 hours ending now, and `audit why` explains that denial in words support can paste.
+#[test]
+fn a_rolling_window_is_set_listed_and_its_denial_explained() {
+    let ledger = TestLedger::new();
+    let set = |window: &[&str]| {
+        let mut args = vec!["policy", "set", "--tenant", "org-1", "--metric", "tokens", "--limit", "10000"];
+        args.extend_from_slice(&["--enforcement", "HARD"]);
+        args.extend_from_slice(window);
+        args.extend_from_slice(&WHO);
+        ledger.run(&args)
+    };
+    let line = set(&["--window", "rolling", "--window-seconds", "86400"]).success().stdout_text();
+    let said = "policy org-1:tokens:tenant:rolling version 1 of org-1: 10000 tokens per ROLLING 86400s (HARD)";
+    assert!(line.starts_with(said), "{line}");
+    let refusals: [(&[&str], &str); 5] = [
+        (&["--window", "ROLLING"], "policy not changed: window_seconds: a ROLLING window needs window_seconds"),
+        (
+            &["--window", "DAY", "--window-seconds", "86400"],
+            "policy not changed: window_seconds: window_seconds is for ROLLING windows only",
+        ),
+        (&["--window", "ROLLING", "--window-seconds", "0"], "window_seconds is 0, must be at least 1"),
+        (&["--window", "ROLLING", "--window-seconds", "2678401"], "window_seconds is 2678401, must be at most 2678400"),
+        (
+            &["--window", "ROLLING", "--window-seconds", "60", "--overage-throttle", "5/MINUTE"],
+            "a ROLLING window is for quotas, not throttles, throttled overages or gauges",
+        ),
+    ];
+    for (window, message) in refusals {
+        let refused = set(window).expect_code(2).stderr;
+        assert!(refused.contains(message), "{window:?}: {refused}");
+    }
+    assert_eq!(recorded(&ledger), 1, "nothing written by a refused change");
+    let plan = ["plan", "set", "--metric", "requests", "--limit", "60", "--window", "ROLLING", "--window-seconds"];
+    let planned = ledger.run(&[&plan[..], &["3600", "--enforcement", "SOFT"], &WHO].concat()).success().stdout_text();
+    assert!(planned.contains("of *: 60 requests per ROLLING 3600s (SOFT)"), "{planned}");
+
+    let table = ledger.run(&["policy", "list"]).success().stdout_text();
+    assert!(table.contains("ROLLING 86400s") && table.contains("ROLLING 3600s"), "{table}");
+    let listed = ledger.run(&["policy", "list", "--json"]).success().json();
+    let windows: Vec<(&str, &str, Option<i64>)> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["policy_id"].as_str().unwrap(), p["window"].as_str().unwrap(), p["window_seconds"].as_i64()))
+        .collect();
+    assert_eq!(
+        windows,
+        [
+            ("*:requests:tenant:rolling", "ROLLING", Some(3_600)),
+            ("org-1:tokens:tenant:rolling", "ROLLING", Some(86_400))
+        ],
+        "{listed}"
+    );
+    let history = ledger.run(&["policy", "history", "org-1:tokens:tenant:rolling"]).success().stdout_text();
+    assert!(history.lines().nth(1).is_some_and(|row| row.contains("ROLLING 86400s")), "{history}");
+
+    let server = hook_http::Server::start(&ledger.path, ledger.dir.path(), &[], &ledger.file("serve.err"));
+    assert_eq!(server.check("org-1", 10_000, "k-1").decided().map(|(status, _)| status), Some(200));
+    let ask = serde_json::json!({"tenant": "org-1", "metric": "tokens", "amount": 1, "idempotency_key": "k-2"});
+    let (status, denied) = server.post("/v1/check", hook_http::SECRET, &ask);
+    assert_eq!(
+        (status, denied["code"].as_str(), denied["policyId"].as_str()),
+        (429, Some("QUOTA_EXCEEDED"), Some("org-1:tokens:tenant:rolling")),
+        "{denied}"
+    );
+    let resets_at = denied["resetsAt"].as_str().expect("when enough ages out").to_string();
+    drop(server);
+    let json = ledger.run(&["audit", "why", "k-2", "--json"]).success().json();
+    assert_eq!(
+        (json["policy"]["window"].as_str(), json["policy"]["window_seconds"].as_i64()),
+        (Some("ROLLING"), Some(86_400))
+    );
+    assert_eq!(json["resets_at"].as_str(), Some(resets_at.as_str()), "{json}");
+    let decided_at = json["decision"]["occurred_at"].as_str().unwrap();
+    let why = ledger.run(&["audit", "why", "k-2"]).success().stdout_text();
+    let explained = format!(
+        "Out of allowance: the limit of 10,000 tokens in any 24 hours (rolling) was reached: 10,000 were used in the \
+         24 hours before {decided_at}; enough ages out at {resets_at}."
+    );
+    assert!(why.contains(&explained), "{explained:?} missing from:\n{why}");
+    assert!(!why.contains("The window resets at"), "a rolling window never resets at once:\n{why}");
+    let allowed = ledger.run(&["audit", "why", "k-1", "--json"]).success().json();
+    assert_eq!(allowed["resets_at"], Value::Null, "{allowed}");
+    let allowed = ledger.run(&["audit", "why", "k-1"]).success().stdout_text();
+    let ages = "A rolling window never resets at once: each use ages out of it 24 hours after it happened.";
+    assert!(allowed.contains(ages), "{allowed}");
+}
+
+// Proves the admin API takes a ROLLING window's length as `window_seconds`, as `policy set` does, and refuses it
+// given without ROLLING, or ROLLING without it, with 400 invalid_change naming window_seconds and nothing recorded.
+#[test]
+fn the_admin_api_sets_a_rolling_window_only_with_its_length() {
+    use serde_json::json;
+    let ledger = TestLedger::new();
+    policy_set(&ledger, "org-1", "5", &[]).success();
+    let stderr = ledger.file("serve.err");
+    let server = hook_http::Server::start_with_tokens(&ledger.path, ledger.dir.path(), &[], &stderr, ADMIN_TOKENS);
+    let rolling = json!({"tenant": "org-2", "metric": "tokens", "limit": 100, "window": "ROLLING",
+                         "window_seconds": 3_600, "enforcement": "HARD", "reason": "an hour at a time"});
+    let mut without = rolling.clone();
+    without.as_object_mut().unwrap().remove("window_seconds");
+    let mut daily = rolling.clone();
+    daily["window"] = json!("DAY");
+    for (body, message) in [
+        (&without, "nothing recorded: window_seconds: a ROLLING window needs window_seconds"),
+        (&daily, "nothing recorded: window_seconds: window_seconds is for ROLLING windows only"),
+    ] {
+        let (status, answer) = server.post("/v1/admin/policies", "admin-secret-org-0123", body);
+        assert_eq!(
+            (status, answer["error"].as_str(), answer["message"].as_str()),
+            (400, Some("invalid_change"), Some(message))
+        );
+    }
+    assert_eq!(recorded(&ledger), 1, "nothing written by the refusals");
+    let (status, body) = server.post("/v1/admin/policies", "admin-secret-org-0123", &rolling);
+    assert_eq!(status, 201, "{body}");
+    let event = &body["event"];
+    assert_eq!(
+        (event["policy_id"].as_str(), event["window"].as_str(), event["window_seconds"].as_i64()),
+        (Some("org-2:tokens:tenant:rolling"), Some("ROLLING"), Some(3_600)),
+        "{body}"
+    );
+    let listed = ledger.run(&["policy", "list", "--tenant", "org-2"]).success().stdout_text();
+    assert!(listed.contains("ROLLING 3600s"), "{listed}");
 }

@@ -40,6 +40,9 @@ pub struct PolicyChange {
     pub overage: Option<(i64, Window)>,
     /// Set, a gauge quota: what it refuses while the tenant's level of the metric is above the limit.
     pub violation: Option<Violation>,
+    /// The length of a ROLLING window in seconds: given exactly when `window` is ROLLING (validation refuses it
+    /// otherwise, and its absence with ROLLING).
+    pub window_seconds: Option<i64>,
     /// Who makes the change.
     pub actor: String,
     /// Why, for people.
@@ -174,6 +177,7 @@ pub fn policy_event(change: &PolicyChange, recorded: &Recorded, now: Timestamp) 
         overage_rate: change.overage.map(|o| o.0),
         overage_window: change.overage.map(|o| o.1),
         violation: change.violation,
+        window_seconds: change.window_seconds,
     };
     let event = Event::Policy(event);
     schemas::validate(&event)?;
@@ -278,6 +282,7 @@ mod tests {
             on_failure: None,
             overage: None,
             violation: None,
+            window_seconds: None,
             actor: "alice".into(),
             reason: "why".into(),
             source: "test".into(),
@@ -295,6 +300,29 @@ mod tests {
         assert!(matches!(&refused, Refused::Invalid(Invalid::UnknownTimeZone { .. })), "{refused:?}");
         assert!(refused.to_string().contains("\"Mars/Olympus_Mons\" is not a time zone"), "{refused}");
         assert_eq!(policy_event(&change(None), &Recorded::default(), now).unwrap().time_zone, None);
+    }
+
+    // Proves a ROLLING change records its length, its default policy id names the kind ("rolling", so that setting
+    // another length makes the next version of the same policy, as covering a plan default takes every length for
+    // one), and that a length without ROLLING, or ROLLING without one, is refused naming window_seconds.
+    #[test]
+    fn a_rolling_window_is_recorded_with_its_length_or_refused() {
+        let now = at("2026-12-04T10:00:00Z");
+        let rolling = |window: Window, seconds: Option<i64>| PolicyChange {
+            window,
+            window_seconds: seconds,
+            enforcement: Enforcement::HARD,
+            ..change(None)
+        };
+        let event = policy_event(&rolling(Window::ROLLING, Some(86_400)), &Recorded::default(), now).unwrap();
+        assert_eq!((event.policy_id.as_str(), event.window_seconds), ("org-1:tokens:subject:rolling", Some(86_400)));
+        let refused = |change: PolicyChange| policy_event(&change, &Recorded::default(), now).unwrap_err().to_string();
+        assert_eq!(refused(rolling(Window::ROLLING, None)), "window_seconds: a ROLLING window needs window_seconds");
+        assert_eq!(
+            refused(rolling(Window::DAY, Some(60))),
+            "window_seconds: window_seconds is for ROLLING windows only"
+        );
+        assert!(refused(rolling(Window::ROLLING, Some(0))).starts_with("window_seconds is 0, must be at least 1"));
     }
 
     // Proves the version follows the last one recorded for the same owner, metric and policy id, that a version given

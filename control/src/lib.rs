@@ -25,6 +25,7 @@
 //!     on_failure: None,
 //!     overage: None,
 //!     violation: None,
+//!     window_seconds: None,
 //!     actor: "alice".into(),
 //!     reason: "upgrade to pro".into(),
 //!     source: "doc-test".into(),

@@ -54,6 +54,9 @@ pub struct Quota {
     pub enforcement: Enforcement,
     /// The window kind.
     pub window: Window,
+    /// A ROLLING window's length in seconds (the policy's `window_seconds`); none for every other kind. Its window is
+    /// the one ending now, `[now - length + 1µs, now + 1µs)`, and `window_end` no reset: usage ages out of it.
+    pub window_seconds: Option<i64>,
     /// The IANA time zone whose calendar the window is of (the policy's `time_zone`, UTC when it names none).
     pub time_zone: String,
     /// Whether it applies as the plan default (a policy of tenant `*`).
@@ -61,9 +64,9 @@ pub struct Quota {
     /// Whether it is a throttle (a token bucket): then `limit` is its capacity and `remaining` its tokens, and the
     /// window's fields that count consumption are empty.
     pub throttle: bool,
-    /// The window containing now.
+    /// The window containing now (a ROLLING window: the one ending now).
     pub window_start: Timestamp,
-    /// Its end (exclusive): when the quota resets.
+    /// Its end (exclusive): when the quota resets (a ROLLING window: now plus 1µs, as it never resets at once).
     pub window_end: Timestamp,
     /// The policy's limit.
     pub limit: i64,
@@ -129,6 +132,7 @@ pub fn of_state(state: &State, buckets: Option<&Buckets>, query: &QuotaQuery, no
                 scope: a.policy.scope,
                 enforcement: a.policy.enforcement,
                 window: a.policy.window,
+                window_seconds: a.policy.window_seconds,
                 time_zone: a.policy.time_zone.clone().unwrap_or_else(|| "UTC".into()),
                 plan_default: a.plan_default,
                 throttle: a.policy.is_throttle(),
@@ -180,6 +184,7 @@ pub fn of_state(state: &State, buckets: Option<&Buckets>, query: &QuotaQuery, no
                 scope: p.scope,
                 enforcement: p.enforcement,
                 window: p.window,
+                window_seconds: None,
                 time_zone: p.time_zone.clone().unwrap_or_else(|| "UTC".into()),
                 plan_default: a.plan_default,
                 throttle: false,

@@ -137,6 +137,8 @@ pub(crate) struct PolicyBody {
     overage_throttle: Option<OverageThrottle>,
     /// A gauge quota: what it refuses while the tenant's level is above the limit (NO_INSERTS, NO_WRITES, DISABLE).
     violation: Option<Violation>,
+    /// The length of a ROLLING window in seconds, 1 to 2,678,400: with window ROLLING only, and always with it.
+    window_seconds: Option<i64>,
     reason: String,
 }
 
@@ -244,6 +246,7 @@ pub(crate) async fn policies(
         on_failure: body.on_failure,
         overage: body.overage_throttle.map(|o| (o.rate, o.window)),
         violation: body.violation,
+        window_seconds: body.window_seconds,
         actor,
         reason: body.reason,
         source: "serve /v1/admin/policies".into(),

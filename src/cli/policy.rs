@@ -58,9 +58,14 @@ pub struct PolicyArgs {
     /// What a window may consume, in the metric's unit (0 or more).
     #[arg(long, allow_negative_numbers = true)]
     limit: i64,
-    /// MINUTE, HOUR, DAY or MONTH (calendar-aligned, in --time-zone's calendar).
+    /// MINUTE, HOUR, DAY or MONTH (calendar-aligned, in --time-zone's calendar), CONCURRENT (the limit is on leases
+    /// held at once) or ROLLING (every interval of --window-seconds ending at any instant).
     #[arg(long, value_parser = parse_symbol::<Window>)]
     window: Window,
+    /// The length of a ROLLING window in seconds, 1 to 2678400 (31 days): e.g. 86400 limits every 24 hours ending
+    /// at any instant. Given with --window ROLLING only, and always with it.
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    window_seconds: Option<i64>,
     /// The IANA time zone of the HOUR, DAY and MONTH windows, e.g. America/New_York (default UTC): a DAY runs from
     /// local midnight to local midnight.
     #[arg(long)]
@@ -192,6 +197,7 @@ fn set(store: &super::Store, tenant: String, args: PolicyArgs, source: &str) -> 
         on_failure: args.on_failure,
         overage: args.overage_throttle,
         violation: args.violation,
+        window_seconds: args.window_seconds,
         actor: args.actor,
         reason: args.reason,
         source: source.into(),
@@ -205,7 +211,7 @@ fn set(store: &super::Store, tenant: String, args: PolicyArgs, source: &str) -> 
     if args.target.json {
         super::print_json(&event)?;
     } else {
-        let PolicyEvent { policy_id, version, limit, window, enforcement, effective_from, .. } = &event;
+        let PolicyEvent { policy_id, version, limit, enforcement, effective_from, .. } = &event;
         let tenant = &event.header.tenant;
         // The zone only when one is named: a UTC policy reads as it always did.
         let zone = event.time_zone.as_deref().map(|zone| format!(" in {zone}")).unwrap_or_default();
@@ -220,7 +226,7 @@ fn set(store: &super::Store, tenant: String, args: PolicyArgs, source: &str) -> 
             super::stdout(),
             "policy {policy_id} version {version} of {tenant}: {limit} {} per {}{zone} ({}{overage}), effective from {effective_from}; {written}",
             event.header.metric,
-            window.symbol(),
+            window_text(event.window.symbol(), event.window_seconds),
             enforcement.symbol()
         )?;
     }
@@ -271,6 +277,8 @@ struct PolicyRow<'a> {
     scope: &'static str,
     limit: i64,
     window: &'static str,
+    /// A ROLLING window's length in seconds (the policy's `window_seconds`); null for every other window.
+    window_seconds: Option<i64>,
     /// The zone of its calendar windows: the policy's `time_zone`, UTC when it names none.
     time_zone: &'a str,
     enforcement: &'static str,
@@ -297,6 +305,7 @@ impl<'a> From<&'a PolicyEvent> for PolicyRow<'a> {
             scope: p.scope.symbol(),
             limit: p.limit,
             window: p.window.symbol(),
+            window_seconds: p.window_seconds,
             time_zone: p.time_zone.as_deref().unwrap_or("UTC"),
             enforcement: p.enforcement.symbol(),
             on_failure: p.on_failure.unwrap_or(OnFailure::CLOSED).symbol(),
@@ -308,6 +317,14 @@ impl<'a> From<&'a PolicyEvent> for PolicyRow<'a> {
             reason: p.reason.as_deref(),
             source: &p.header.source,
         }
+    }
+}
+
+/// A policy's window as people read it: its kind, and a ROLLING window's length (`ROLLING 86400s`).
+fn window_text(window: &str, window_seconds: Option<i64>) -> String {
+    match window_seconds {
+        Some(seconds) => format!("{window} {seconds}s"),
+        None => window.to_string(),
     }
 }
 
@@ -351,7 +368,8 @@ fn list(store: &super::Store, tenant: Option<&str>, json: bool) -> anyhow::Resul
         .iter()
         .map(|r| {
             let text = [r.tenant, r.metric, r.policy_id].map(str::to_string);
-            let more = [r.version.to_string(), r.scope.into(), r.limit.to_string(), r.window.into()];
+            let more =
+                [r.version.to_string(), r.scope.into(), r.limit.to_string(), window_text(r.window, r.window_seconds)];
             let last = [
                 r.enforcement.into(),
                 r.effective_from.clone(),
@@ -393,7 +411,8 @@ fn history(store: &super::Store, policy_id: &str, json: bool) -> anyhow::Result<
     let table: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
-            let first = [r.version.to_string(), r.tenant.into(), r.limit.to_string(), r.window.into()];
+            let first =
+                [r.version.to_string(), r.tenant.into(), r.limit.to_string(), window_text(r.window, r.window_seconds)];
             let when = [r.enforcement.into(), r.effective_from.clone(), r.recorded_at.clone()];
             let who = [r.actor.unwrap_or("-").into(), r.reason.unwrap_or("-").into(), r.time_zone.into()];
             first.into_iter().chain(when).chain(who).collect()

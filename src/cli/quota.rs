@@ -13,7 +13,7 @@ use schemas::Timestamp;
 #[derive(Debug, Subcommand)]
 pub enum QuotaCommand {
     /// Remaining quota per policy that applies now: window, limit, grants, effective limit, consumed, held, leases,
-    /// remaining, and a throttled overage's rate.
+    /// remaining, a throttled overage's rate, and the window's kind (a ROLLING one's length: its window ends now).
     Show(ShowArgs),
 }
 
@@ -88,6 +88,7 @@ fn print(quotas: &Quotas) -> anyhow::Result<()> {
         "remaining",
         "time_zone",
         "overage",
+        "window",
     ];
     let cell = |value: Option<i64>| value.map_or(String::new(), |v| v.to_string());
     let rows: Vec<Vec<String>> = quotas
@@ -117,6 +118,11 @@ fn print(quotas: &Quotas) -> anyhow::Result<()> {
                 match (q.overage_rate, q.overage_window) {
                     (Some(rate), Some(window)) => format!("{rate}/{}", window.symbol()),
                     _ => String::new(),
+                },
+                // The kind, and a ROLLING window's length: its window_start..window_end is the one ending now.
+                match q.window_seconds {
+                    Some(seconds) => format!("{} {seconds}s", q.window.symbol()),
+                    None => q.window.symbol().to_string(),
                 },
             ]
         })

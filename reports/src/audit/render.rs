@@ -82,7 +82,9 @@ pub fn why(w: &Why) -> String {
         |noun: &str, member: &Option<String>| member.as_deref().map_or(String::new(), |m| format!(", {noun} {m}"));
     let subject = [named("subject", &d.subject), named("project", &d.project), named("API key", &d.api_key)].concat();
     writeln!(out, "Request {} was {}: {}.", w.request_id, d.outcome, d.reason).unwrap();
-    if let Some(reason) = schemas::Reason::from_symbol(&d.reason) {
+    if let Some(words) = rolling_denial(w) {
+        writeln!(out, "{words}").unwrap();
+    } else if let Some(reason) = schemas::Reason::from_symbol(&d.reason) {
         writeln!(out, "{}", reason.in_words()).unwrap();
     }
     writeln!(
@@ -171,6 +173,11 @@ fn policy_paragraph(w: &Why, out: &mut String) {
             } else {
                 format!("tenant {}'s own", p.owner)
             };
+            // A ROLLING window has no calendar period: the interval of its length up to any instant.
+            let per = match w.rolling_seconds() {
+                Some(seconds) => format!("in any {} (a rolling window of {seconds} s)", length_in_words(seconds)),
+                None => format!("per {} window", p.window),
+            };
             let rule = match p.burst {
                 None if w.by_gauge() => format!(
                     "a gauge quota: the tenant's level of {} (the latest it reported) at most {}; while it is above, {}",
@@ -185,7 +192,7 @@ fn policy_paragraph(w: &Why, out: &mut String) {
                          (a token bucket of {rate} that fills with time) instead of a refusal",
                         p.limit, d.metric, p.window, d.metric
                     ),
-                    None => format!("at most {} {} per {} window", p.limit, d.metric, p.window),
+                    None => format!("at most {} {} {per}", p.limit, d.metric),
                 },
                 Some(burst) => format!(
                     "a throttle, a token bucket of {burst} {} refilled continuously at {} per {} window",
@@ -235,6 +242,14 @@ fn policy_paragraph(w: &Why, out: &mut String) {
         if w.by_gauge() {
             writeln!(out, "Window: {start} to {end} (reconcile reports a gauge's time over its limit per window).")
                 .unwrap();
+        } else if let Some(seconds) = w.rolling_seconds() {
+            let length = length_in_words(seconds);
+            writeln!(
+                out,
+                "Window: {start} to {end}, the {length} up to and including the decision (rolling: what happened \
+                 before it had aged out)."
+            )
+            .unwrap();
         } else {
             match w.policy.as_ref().and_then(|p| p.time_zone.as_deref().map(|zone| (&p.window, zone))) {
                 Some((window, zone)) => {
@@ -550,10 +565,77 @@ fn retry_paragraph(w: &Why, out: &mut String) {
         (Some(at), false) if w.by_concurrency() => {
             writeln!(out, "A slot frees at {at} at the latest, when the first lease held expires.").unwrap()
         }
+        // A rolling window never resets at once: its usage ages out, each event its length after it happened.
+        (Some(at), false) if w.rolling_seconds().is_some() => {
+            writeln!(out, "Enough of the window's usage ages out for this amount at {at}.").unwrap()
+        }
+        (None, false) if w.rolling_seconds().is_some() => writeln!(
+            out,
+            "A rolling window never resets at once: each use ages out of it {} after it happened.",
+            w.rolling_seconds().map_or(String::new(), length_in_words)
+        )
+        .unwrap(),
         (Some(reset), false) => writeln!(out, "The window resets at {reset}.").unwrap(),
         _ => {}
     }
     out.push('\n');
+}
+
+/// A denial by a ROLLING policy's quota in words support can paste, in place of the reason's: its limit over any
+/// interval of its length, what the interval up to the decision held, and when enough of it ages out. None for any
+/// other decision.
+fn rolling_denial(w: &Why) -> Option<String> {
+    let (d, c) = (&w.decision, &w.counter);
+    let seconds =
+        w.rolling_seconds().filter(|_| (d.outcome.as_str(), d.reason.as_str()) == ("DENIED", "QUOTA_EXCEEDED"))?;
+    let limit = c.limit.or(w.effective_limit)?;
+    let used = c.used_before.unwrap_or(w.consumption.used_before);
+    let length = length_in_words(seconds);
+    let when = if d.amount > limit {
+        format!(
+            "; this request alone ({}) is above the limit, so no usage aging out makes room for it",
+            grouped(d.amount)
+        )
+    } else {
+        w.resets_at.map_or(String::new(), |at| format!("; enough ages out at {at}"))
+    };
+    Some(format!(
+        "Out of allowance: the limit of {} {} in any {length} (rolling) was reached: {} were used in the {length} \
+         before {}{when}. Requests pass again as earlier usage ages out, or sooner if the quota is raised or a grant \
+         is added.",
+        grouped(limit),
+        d.metric,
+        grouped(used),
+        d.occurred_at,
+    ))
+}
+
+/// A ROLLING window's length in words: `24 hours`, `7 days`, `90 seconds`; `hour` for one hour (read after "any" and
+/// "the"). Days from two on, so that a day reads as the 24 hours it is.
+fn length_in_words(seconds: i64) -> String {
+    let (count, unit) = match seconds {
+        s if s % 86_400 == 0 && s >= 2 * 86_400 => (s / 86_400, "day"),
+        s if s % 3_600 == 0 => (s / 3_600, "hour"),
+        s if s % 60 == 0 => (s / 60, "minute"),
+        s => (s, "second"),
+    };
+    match count {
+        1 => unit.to_string(),
+        n => format!("{} {unit}s", grouped(n)),
+    }
+}
+
+/// `n` with its thousands grouped by commas (`10,000`), as a customer reads a limit.
+fn grouped(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut shown = String::with_capacity(digits.len() + digits.len() / 3 + 1);
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            shown.push(',');
+        }
+        shown.push(digit);
+    }
+    if n < 0 { format!("-{shown}") } else { shown }
 }
 
 /// Whole seconds, rounded up as the `Retry-After` header is: a client that waits them is not early.
@@ -755,6 +837,21 @@ fn changes_paragraph(t: &Timeline, out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Proves a rolling window's length and its limit read as a customer reads them.
+    #[test]
+    fn rolling_lengths_and_limits_in_words() {
+        let lengths =
+            [(86_400, "24 hours"), (3_600, "hour"), (172_800, "2 days"), (90, "90 seconds"), (120, "2 minutes")];
+        for (seconds, words) in lengths {
+            assert_eq!(length_in_words(seconds), words, "{seconds} s");
+        }
+        let numbers = [(0, "0"), (999, "999"), (1_000, "1,000"), (10_000, "10,000"), (-1_234_567, "-1,234,567")];
+        for (n, words) in numbers {
+            assert_eq!(grouped(n), words);
+        }
+        assert_eq!(grouped(i64::MIN), "-9,223,372,036,854,775,808");
+    }
 
     // Proves the retry time in seconds is rounded up, never down (a client told 86356 s would come back early).
     #[test]

@@ -35,7 +35,8 @@ pub struct Why {
     pub consumption: Consumption,
     /// The wait the decision recorded for a retry.
     pub retry_after_ms: Option<i64>,
-    /// When the window ends and the counter starts again.
+    /// When the window ends and the counter starts again; for a denial by a ROLLING quota, when enough of its usage
+    /// ages out for the amount (none for its other decisions: a rolling window never resets at once).
     pub resets_at: Option<Timestamp>,
     /// Every adjustment recorded for this tenant and metric whose window overlaps the decision's.
     pub adjustments: Vec<AdjustmentFacts>,
@@ -147,8 +148,12 @@ pub struct PolicyFacts {
     pub scope: String,
     /// Its limit per window (a throttle's refill per window).
     pub limit: i64,
-    /// `MINUTE`, `HOUR`, `DAY` or `MONTH`; `CONCURRENT` for a limit on leases held at once.
+    /// `MINUTE`, `HOUR`, `DAY` or `MONTH`; `CONCURRENT` for a limit on leases held at once; `ROLLING` for every
+    /// interval of `window_seconds` ending at an instant.
     pub window: String,
+    /// A ROLLING window's length in seconds (PolicyEvent v10); left out of `--json` for every other window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window_seconds: Option<i64>,
     /// `HARD`, `SOFT` or `SHADOW`.
     pub enforcement: String,
     /// When it takes effect.
@@ -207,6 +212,12 @@ impl Why {
     /// Whether the deciding policy limits leases held at once (a CONCURRENT policy), not consumption in a window.
     pub fn by_concurrency(&self) -> bool {
         self.policy.as_ref().is_some_and(|p| p.window == "CONCURRENT")
+    }
+
+    /// The deciding policy's ROLLING window length in seconds, when it limits every interval of that length ending
+    /// at an instant (the decision's window is the one ending at the decision): its usage ages out, it never resets.
+    pub fn rolling_seconds(&self) -> Option<i64> {
+        self.policy.as_ref().filter(|p| p.window == "ROLLING").and_then(|p| p.window_seconds)
     }
 }
 
@@ -358,6 +369,7 @@ pub fn why(ledger: &Ledger, request_id: &str) -> Result<Result<Why, Unknown>, Re
         None => consumption(&at, request_id, &decision, scope_member.as_ref())?,
     };
     let (limit, used_before, remaining, retry_after_ms) = decision.recorded;
+    let rolling = policy.as_ref().is_some_and(|p| p.window_seconds.is_some());
     Ok(Ok(Why {
         request_id: request_id.to_string(),
         watermark,
@@ -369,9 +381,11 @@ pub fn why(ledger: &Ledger, request_id: &str) -> Result<Result<Why, Unknown>, Re
         consumption,
         retry_after_ms,
         // As the hook answered it (a reason this version does not know: the window's end).
-        // A gauge's level drops when its owner frees what it measures, not at its window's end.
+        // A gauge's level drops when its owner frees what it measures, not at its window's end. A rolling window never
+        // resets at once: only a denial's wait says when enough of its usage ages out.
         resets_at: match Reason::from_symbol(&decision.reason) {
             _ if gauge.is_some() => None,
+            _ if rolling && (decision.reason != Reason::QUOTA_EXCEEDED.symbol() || retry_after_ms.is_none()) => None,
             Some(reason) => reason.resets_at(decision.occurred_at, decision.window_end, retry_after_ms),
             None => decision.window_end,
         },
@@ -540,6 +554,7 @@ fn policy(at: &At<'_>, decision: &Decision) -> Result<Option<PolicyFacts>, Repor
         scope: chosen.scope.symbol().to_string(),
         limit: chosen.limit,
         window: chosen.window.symbol().to_string(),
+        window_seconds: chosen.window_seconds,
         enforcement: chosen.enforcement.symbol().to_string(),
         effective_from: chosen.effective_from,
         burst: chosen.burst,
@@ -781,6 +796,7 @@ mod tests {
             overage_rate: None,
             overage_window: None,
             violation: None,
+            window_seconds: None,
         }
     }
 
