@@ -121,6 +121,7 @@ fn hard_policy(limit: i64, window: Window) -> Event {
         overage_rate: None,
         overage_window: None,
         violation: None,
+        window_seconds: None,
     })
 }
 
@@ -707,6 +708,7 @@ fn remaining_quota_is_read_without_consuming() {
         overage_rate: None,
         overage_window: None,
         violation: None,
+        window_seconds: None,
     });
     let grant = Event::Grant(GrantEvent {
         header: header("grant-1", "2026-01-01T00:00:00Z", "org-1", "tokens"),
@@ -766,7 +768,7 @@ fn remaining_quota_is_read_without_consuming() {
     let table = test.run(&["quota", "show", "org-1"]).success().stdout_text();
     let words = |line: &str| line.split_whitespace().map(String::from).collect::<Vec<_>>();
     let tokens = table.lines().map(words).find(|w| w[0] == "tokens").unwrap_or_else(|| panic!("{table}"));
-    assert_eq!(tokens[7..], ["100", "20", "120", "30", "15", "75", "UTC"], "{table}");
+    assert_eq!(tokens[7..], ["100", "20", "120", "30", "15", "75", "UTC", "MONTH"], "{table}");
 
     // Who may ask, and what: as for checks.
     assert_eq!(server.get("/v1/quotas?tenant=org-1", None).0, 401);
@@ -784,6 +786,56 @@ fn remaining_quota_is_read_without_consuming() {
         (after["quotas"][0]["consumed"].as_i64(), after["quotas"][0]["remaining"].as_i64()),
         (Some(105), Some(0))
     );
+}
+
+// Issue 37 item 1: a ROLLING quota's remaining is read over the window ending now, not a calendar one. Of a 24-hour
+// window, usage 25 hours ago has aged out and usage 2 hours ago has not: GET /v1/quotas counts only the latter, names
+// the length and spans exactly the 24 hours up to now; a check past what remains is denied until that usage ages
+// out, which resetsAt says; `quota show` reads the same window from the ledger.
+#[test]
+fn a_rolling_quota_counts_the_window_ending_now() {
+    const HOUR_MICROS: i64 = 3_600_000_000;
+    let now = Timestamp::now();
+    let hours_ago = |hours: i64| Timestamp(now.micros() - hours * HOUR_MICROS);
+    let Event::Policy(policy) = hard_policy(100, Window::ROLLING) else { unreachable!("a policy") };
+    let test = ledger_with(Event::Policy(PolicyEvent { window_seconds: Some(86_400), ..policy }));
+    let used = |event_id: &str, occurred_at: Timestamp, quantity: i64| {
+        Event::Usage(UsageEvent {
+            header: header(event_id, &occurred_at.to_string(), "org-1", "tokens"),
+            quantity,
+            request_id: None,
+            attributes: Default::default(),
+        })
+    };
+    write_container(&test.file("usage.avro"), &[used("u-aged", hours_ago(25), 70), used("u-in", hours_ago(2), 30)]);
+    test.ingest(&test.file("usage.avro"));
+    let server = Server::start(&test, &[]);
+
+    let (status, answer) = server.get("/v1/quotas?tenant=org-1", Some(SECRET));
+    assert_eq!(status, 200, "{answer}");
+    let quota = &answer["quotas"][0];
+    assert_eq!((quota["window"].as_str(), quota["window_seconds"].as_i64()), (Some("ROLLING"), Some(86_400)));
+    let numbers = ["limit", "consumed", "held", "remaining"].map(|k| quota[k].as_i64());
+    assert_eq!(numbers, [Some(100), Some(30), Some(0), Some(70)], "u-aged is out of the window: {answer}");
+    let instant = |value: &Value| Timestamp::parse_rfc3339(value.as_str().unwrap()).unwrap().micros();
+    let (start, end) = (instant(&quota["window_start"]), instant(&quota["window_end"]));
+    assert_eq!((end - start, end), (24 * HOUR_MICROS, instant(&answer["at"]) + 1), "the 24 hours up to now: {answer}");
+
+    let (status, _, denied) = server.check("c-1", 71);
+    assert_eq!((status, denied["code"].as_str()), (429, Some("QUOTA_EXCEEDED")), "{denied}");
+    // Room for 71 once u-in ages out, 24 hours after it happened (the wait is in whole milliseconds, rounded up).
+    let ages_out = hours_ago(2).micros() + 24 * HOUR_MICROS;
+    let resets_at = instant(&denied["resetsAt"]);
+    assert!((ages_out..ages_out + 1_000).contains(&resets_at), "{ages_out} vs {denied}");
+    assert_eq!(server.check("c-2", 70).0, 200);
+    drop(server);
+
+    let shown = test.run(&["quota", "show", "org-1", "--json"]).success().json();
+    let quota = &shown["quotas"][0];
+    let numbers = ["window_seconds", "consumed", "remaining"].map(|k| quota[k].as_i64());
+    assert_eq!(numbers, [Some(86_400), Some(100), Some(0)], "{shown}");
+    let table = test.run(&["quota", "show", "org-1"]).success().stdout_text();
+    assert!(table.lines().any(|line| line.trim_end().ends_with("ROLLING 86400s")), "{table}");
 }
 
 // contract §5-7 over HTTP: reserve, commit more than reserved, double commit 409, release, commit after expiry 410.
@@ -1282,5 +1334,52 @@ fn thirty_two_workers_never_hold_more_than_eight_leases() {
         ["at most 8 leases of jobs held at once", "Leases held before the decision: 8 of 8 slots", "A slot frees at"]
     {
         assert!(why.contains(words), "{words:?} in:\n{why}");
+    }
+}
+
+// issue 37 item 1: 64 clients for several lengths of a ROLLING window of 2 s with a limit of 300: no interval of 2 s
+// ending at any instant holds more than the limit (checked from the ledger's usage, event by event), usage that aged
+// out was allowed again (more than the limit passed over the run), and a denial says when enough ages out.
+#[test]
+fn sixty_four_clients_never_exceed_a_rolling_limit_in_any_interval() {
+    const LIMIT: i64 = 300;
+    const LENGTH_MICROS: i64 = 2_000_000;
+    let Event::Policy(policy) = hard_policy(LIMIT, Window::ROLLING) else { unreachable!("a policy") };
+    let test = ledger_with(Event::Policy(PolicyEvent { window_seconds: Some(2), ..policy }));
+    let server = Arc::new(Server::start(&test, &[]));
+    let answers = sixty_four_clients(&server, 90, |server, key, random| {
+        std::thread::sleep(Duration::from_millis(40 + random % 40));
+        let amount = (random % 10) as i64 + 1;
+        let (status, _, body) = server.check(&key, amount);
+        (status, body)
+    });
+    let denied: Vec<&Value> = answers.iter().filter(|(s, _)| *s == 429).map(|(_, b)| b).collect();
+    assert!(answers.iter().all(|(s, _)| *s == 200 || *s == 429), "only allowed and denied");
+    assert!(!denied.is_empty(), "5,760 requests of about 5 in a few seconds exceed 300 per 2 s");
+    for body in &denied {
+        assert_eq!(body["code"], "QUOTA_EXCEEDED", "{body}");
+        let wait = body["retryAfterSeconds"].as_i64().unwrap_or_else(|| panic!("a wait: {body}"));
+        assert!((1..=2).contains(&wait), "at most the window's length: {body}");
+        assert!(body["resetsAt"].is_string(), "{body}");
+    }
+    let conn = read_only(&test.path);
+    let mut statement = conn.prepare("SELECT e.occurred_at, u.quantity FROM usage_events u JOIN entries e ON e.seq = u.seq ORDER BY e.occurred_at").unwrap();
+    let usage: Vec<(i64, i64)> =
+        statement.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect();
+    let allowed: i64 = usage.iter().map(|(_, q)| q).sum();
+    assert!(allowed > LIMIT, "usage aged out and was allowed again: {allowed} over the run");
+    let span = usage.last().unwrap().0 - usage[0].0;
+    assert!(span > 2 * LENGTH_MICROS, "the run spans more than two lengths: {span} µs");
+    // The interval ending at each event's instant: (t - 2 s, t].
+    let mut first = 0;
+    let mut sum = 0;
+    for (i, (t, quantity)) in usage.iter().enumerate() {
+        sum += quantity;
+        while usage[first].0 <= t - LENGTH_MICROS {
+            sum -= usage[first].1;
+            first += 1;
+        }
+        let last_at_t = usage.get(i + 1).is_none_or(|(next, _)| next != t);
+        assert!(!last_at_t || sum <= LIMIT, "{sum} in the 2 s up to {t}");
     }
 }

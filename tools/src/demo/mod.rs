@@ -253,8 +253,10 @@ impl<'a> Demo<'a> {
     /// stays at most `IN_FLIGHT_MAX` messages ahead of the ledger, as a month streams in.
     fn stream_month(&mut self) -> anyhow::Result<String> {
         let settings = self.generate_settings();
-        let mut policies = tenant_policies(self.month, &consumption(&settings));
+        let consumption = consumption(&settings);
+        let mut policies = tenant_policies(self.month, &consumption);
         policies.push(lease_policy(self.month));
+        policies.extend(rolling_policy(self.month, &consumption));
         let show = self.show;
         let total = settings.messages + policies.len() as u64;
         show(Shown::Progress(Progress::Begin { step: "streaming".into(), total: Some(total) }));

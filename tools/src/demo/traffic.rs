@@ -80,6 +80,26 @@ pub(super) fn tenant_policies(month: Period, consumption: &BTreeMap<(String, Str
     policies
 }
 
+/// The tenant with a ROLLING limit in the demo (issue 37 item 1), of this metric: "so many requests in any 24 hours".
+const ROLLING_TENANT: &str = "org-2";
+const ROLLING_METRIC: &str = "requests";
+
+/// org-2's ROLLING limit of requests in any 24 hours, a fifth above its average day: the busiest stretches of its
+/// month pass it whatever calendar day they span, and reconcile reports each day's worst 24 hours.
+pub(super) fn rolling_policy(month: Period, consumption: &BTreeMap<(String, String), i64>) -> Option<Event> {
+    let used = consumption.get(&(ROLLING_TENANT.to_string(), ROLLING_METRIC.to_string()))?;
+    let days = (month.end().micros() - month.start().micros()) / (24 * HOUR_MICROS);
+    let limit = round_limit(*used as f64 / days as f64 * 1.2);
+    let id = format!("{ROLLING_TENANT}-{ROLLING_METRIC}-rolling-24h");
+    let Event::Policy(policy) =
+        demo_policy(month, ROLLING_TENANT, ROLLING_METRIC, &id, (limit, Window::ROLLING, Enforcement::HARD))
+    else {
+        unreachable!("a policy")
+    };
+    let header = Header { event_id: format!("demo-policy-{id}"), ..policy.header.clone() };
+    Some(Event::Policy(PolicyEvent { header, window_seconds: Some(86_400), ..policy }))
+}
+
 /// The tenant whose workers take leases in the demo, and how many jobs it may run at once.
 pub(super) const LEASE_TENANT: &str = "org-1";
 pub(super) const LEASE_METRIC: &str = "jobs";
@@ -120,6 +140,7 @@ fn demo_policy(month: Period, tenant: &str, metric: &str, id: &str, rule: (i64, 
         overage_rate: None,
         overage_window: None,
         violation: None,
+        window_seconds: None,
     })
 }
 
