@@ -9,12 +9,12 @@ use schemas::{Catalog, EventType};
 use serde_json::{Value, json};
 use support::*;
 
-// Proves that `schemas list --json` lists the catalog's 24 schemas, 16-hex-digit fingerprints, one current per type.
+// Proves that `schemas list --json` lists the catalog's 25 schemas, 16-hex-digit fingerprints, one current per type.
 #[test]
-fn list_json_names_twenty_four_schemas_one_current_per_type() {
+fn list_json_names_twenty_five_schemas_one_current_per_type() {
     let listed = run(&["schemas", "list", "--json"], b"").success().json();
     let listed = listed.as_array().unwrap_or_else(|| panic!("schemas list --json is not an array: {listed}"));
-    assert_eq!(listed.len(), 24, "six current schemas; every type's v1 and v2; PolicyEvent v3 to v8: {listed:?}");
+    assert_eq!(listed.len(), 25, "six current schemas; every type's v1 and v2; PolicyEvent v3 to v9: {listed:?}");
 
     let catalog = Catalog::builtin();
     let mut current_per_type: BTreeMap<String, usize> = BTreeMap::new();
@@ -107,7 +107,8 @@ fn one_event_per_type() -> Vec<(EventType, Value)> {
                     "policy_id": "p-1", "version": 3, "scope": "SUBJECT", "limit": 1000000, "window": "MONTH",
                     "enforcement": "SOFT", "effective_from": "2026-11-01T00:00:00Z", "burst": 500,
                     "actor": "alice@finance", "reason": "upgrade to pro", "time_zone": "America/New_York",
-                    "on_failure": "OPEN", "overage_rate": null, "overage_window": null, "violation": null
+                    "on_failure": "OPEN", "overage_rate": null, "overage_window": null, "violation": null,
+                    "window_seconds": null
                 }),
             ),
         ),
