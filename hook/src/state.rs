@@ -461,11 +461,6 @@ impl State {
         self
     }
 
-    /// The longest ROLLING window whose timeline is kept, in microseconds (0: none).
-    pub fn rolling_kept(&self) -> i64 {
-        self.rolling_micros
-    }
-
     /// The scopes whose members' counters are kept beside the tenant's and the subjects'.
     pub fn scopes_counted(&self) -> Vec<Scope> {
         let [projects, api_keys] = self.scoped;

@@ -135,7 +135,7 @@ mod tests {
 
     fn judge<'p>(items: &mut [Consumed], policy: &'p PolicyEvent, as_of: &str) -> Vec<RollingDay<'p>> {
         judge_member(items, at(as_of), |t| {
-            let (window_start, window_end) = window::of_policy(policy, t);
+            let (window_start, window_end) = window::rolling(policy.rolling_micros().expect("a ROLLING policy"), t);
             vec![(Applicable { policy, window_start, window_end, plan_default: false }, policy.limit)]
         })
     }

@@ -43,15 +43,6 @@ pub fn rolling(length: i64, t: Timestamp) -> (Timestamp, Timestamp) {
     (Timestamp(t.micros() - length + 1), Timestamp(t.micros() + 1))
 }
 
-/// `[start, end)` of the window of `policy` at the instant `t`: its ROLLING window ([`rolling`]), or the window of its
-/// calendar kind in its zone that contains `t` ([`bounds_in`]).
-pub fn of_policy(policy: &schemas::PolicyEvent, t: Timestamp) -> (Timestamp, Timestamp) {
-    match policy.rolling_micros() {
-        Some(length) => rolling(length, t),
-        None => bounds_in(policy.window, policy.zone(), t),
-    }
-}
-
 /// `[start, end)` of the window of kind `window` that contains `t`, in UTC. A CONCURRENT policy has no window (its limit
 /// is on the leases active at an instant): its "window" is the microsecond `t` is. A ROLLING window is known by its
 /// length ([`rolling`]): asked by kind alone, it is the microsecond too.

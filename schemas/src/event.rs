@@ -405,6 +405,16 @@ avro_enum!(
     /// instant.
     Window { MINUTE, HOUR, DAY, MONTH, CONCURRENT, ROLLING }
 );
+impl Window {
+    /// The window as people read it: its symbol, with a ROLLING window's length (`ROLLING 86400s`).
+    pub fn label(self, window_seconds: Option<i64>) -> String {
+        match window_seconds {
+            Some(seconds) => format!("{self} {seconds}s"),
+            None => self.to_string(),
+        }
+    }
+}
+
 avro_enum!(
     /// HARD denies, SOFT bills the excess, SHADOW only reports.
     Enforcement { HARD, SOFT, SHADOW }

@@ -226,7 +226,7 @@ fn set(store: &super::Store, tenant: String, args: PolicyArgs, source: &str) -> 
             super::stdout(),
             "policy {policy_id} version {version} of {tenant}: {limit} {} per {}{zone} ({}{overage}), effective from {effective_from}; {written}",
             event.header.metric,
-            window_text(event.window.symbol(), event.window_seconds),
+            event.window.label(event.window_seconds),
             enforcement.symbol()
         )?;
     }
@@ -276,7 +276,7 @@ struct PolicyRow<'a> {
     version: i32,
     scope: &'static str,
     limit: i64,
-    window: &'static str,
+    window: Window,
     /// A ROLLING window's length in seconds (the policy's `window_seconds`); null for every other window.
     window_seconds: Option<i64>,
     /// The zone of its calendar windows: the policy's `time_zone`, UTC when it names none.
@@ -304,7 +304,7 @@ impl<'a> From<&'a PolicyEvent> for PolicyRow<'a> {
             version: p.version,
             scope: p.scope.symbol(),
             limit: p.limit,
-            window: p.window.symbol(),
+            window: p.window,
             window_seconds: p.window_seconds,
             time_zone: p.time_zone.as_deref().unwrap_or("UTC"),
             enforcement: p.enforcement.symbol(),
@@ -317,14 +317,6 @@ impl<'a> From<&'a PolicyEvent> for PolicyRow<'a> {
             reason: p.reason.as_deref(),
             source: &p.header.source,
         }
-    }
-}
-
-/// A policy's window as people read it: its kind, and a ROLLING window's length (`ROLLING 86400s`).
-fn window_text(window: &str, window_seconds: Option<i64>) -> String {
-    match window_seconds {
-        Some(seconds) => format!("{window} {seconds}s"),
-        None => window.to_string(),
     }
 }
 
@@ -368,8 +360,7 @@ fn list(store: &super::Store, tenant: Option<&str>, json: bool) -> anyhow::Resul
         .iter()
         .map(|r| {
             let text = [r.tenant, r.metric, r.policy_id].map(str::to_string);
-            let more =
-                [r.version.to_string(), r.scope.into(), r.limit.to_string(), window_text(r.window, r.window_seconds)];
+            let more = [r.version.to_string(), r.scope.into(), r.limit.to_string(), r.window.label(r.window_seconds)];
             let last = [
                 r.enforcement.into(),
                 r.effective_from.clone(),
@@ -411,8 +402,7 @@ fn history(store: &super::Store, policy_id: &str, json: bool) -> anyhow::Result<
     let table: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
-            let first =
-                [r.version.to_string(), r.tenant.into(), r.limit.to_string(), window_text(r.window, r.window_seconds)];
+            let first = [r.version.to_string(), r.tenant.into(), r.limit.to_string(), r.window.label(r.window_seconds)];
             let when = [r.enforcement.into(), r.effective_from.clone(), r.recorded_at.clone()];
             let who = [r.actor.unwrap_or("-").into(), r.reason.unwrap_or("-").into(), r.time_zone.into()];
             first.into_iter().chain(when).chain(who).collect()

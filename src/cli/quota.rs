@@ -120,10 +120,7 @@ fn print(quotas: &Quotas) -> anyhow::Result<()> {
                     _ => String::new(),
                 },
                 // The kind, and a ROLLING window's length: its window_start..window_end is the one ending now.
-                match q.window_seconds {
-                    Some(seconds) => format!("{} {seconds}s", q.window.symbol()),
-                    None => q.window.symbol().to_string(),
-                },
+                q.window.label(q.window_seconds),
             ]
         })
         .collect();

@@ -228,10 +228,9 @@ pub(crate) fn load(ledger: &Ledger, now: Timestamp) -> Result<State, StartError>
         // A policy naming another zone, making another metric a gauge or of a scope not counted yet was recorded
         // between the two reads: once more, knowing it.
         let gauges = state.gauge_metrics().cloned().collect::<Vec<_>>();
-        let rolling: Vec<PolicyEvent> = state.policies.policies().to_vec();
         let fresh = State::with_zones(state.zones().to_vec(), gauges)
             .counting_scopes(state.scopes_counted())
-            .keeping_rolling(&rolling);
+            .keeping_rolling(state.policies.policies());
         state = load_levels(ledger, fresh)?;
         fold_after(ledger, &mut state, now, &[], Fold::AtStart)?;
     }

@@ -926,11 +926,8 @@ fn decision_event(verdict: &Verdict, header: &Header, asked: &Asked<'_>, amount:
         if allowed { e.limit.saturating_sub(e.used_before).saturating_sub(amount) } else { e.remaining_before() }
     });
     let retry_after_ms = match verdict.reason {
-        // A ROLLING window's wait is until enough usage ages out (`decide::rolling_wait`), not its end (now).
-        Reason::QUOTA_EXCEEDED => e.map(|e| match (e.policy.window, e.retry_after_ms) {
-            (Window::ROLLING, Some(ms)) => ms,
-            _ => ((e.window_end.micros() - now.micros()) / 1_000).max(1),
-        }),
+        // Until the denial lifts: a calendar window's end, a ROLLING one's wait for enough usage to age out.
+        Reason::QUOTA_EXCEEDED => e.map(|e| ((e.lifts_at().micros() - now.micros()) / 1_000).max(1)),
         Reason::RATE_LIMITED | Reason::CONCURRENCY_LIMITED => e.and_then(|e| e.retry_after_ms),
         _ => None,
     };

@@ -280,12 +280,10 @@ fn changes(at: &At<'_>, tenant: &str, (from, to): (Timestamp, Timestamp)) -> Res
             continue;
         }
         let burst = p.burst.map_or(String::new(), |b| format!(", burst {b}"));
-        // A ROLLING window's length with it: "per ROLLING 86400s".
-        let length = p.window_seconds.map_or(String::new(), |seconds| format!(" {seconds}s"));
         let change = format!(
-            "limit {} per {}{length}{burst}, {}, {} scope, effective from {}",
+            "limit {} per {}{burst}, {}, {} scope, effective from {}",
             p.limit,
-            p.window.symbol(),
+            p.window.label(p.window_seconds),
             p.enforcement.symbol(),
             p.scope.symbol(),
             p.effective_from
