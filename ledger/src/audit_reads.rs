@@ -160,6 +160,7 @@ impl Ledger {
                 overage_window: optional_symbol(r, 20, Window::from_symbol)?,
                 violation: optional_symbol(r, 21, Violation::from_symbol)?,
                 window_seconds: r.get(22)?,
+                cycle_anchor: r.get::<_, Option<i64>>(23)?.map(Timestamp),
             };
             Ok((r.get::<_, i64>(0)? as u64, policy))
         })?;

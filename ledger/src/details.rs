@@ -54,6 +54,7 @@ pub fn columns(event_type: EventType) -> &'static [&'static str] {
             "overage_window",
             "violation",
             "window_seconds",
+            "cycle_anchor",
         ],
         EventType::AdjustmentEvent => {
             &["adjustment_id", "kind", "policy_id", "window_start", "window_end", "amount", "refs", "run_id", "scope"]
@@ -142,6 +143,7 @@ pub fn values(event: &Event) -> Vec<Value> {
             e.overage_window.map_or(Value::Null, |w| text(w.symbol())),
             e.violation.map_or(Value::Null, |v| text(v.symbol())),
             opt_integer(e.window_seconds),
+            opt_integer(e.cycle_anchor.map(Timestamp::micros)),
         ],
         Event::Adjustment(e) => vec![
             text(&e.adjustment_id),

@@ -41,6 +41,7 @@ pub const MIGRATIONS: &[Migration] = &[
     ("029-policy-violation.sql", include_str!("../ddl/029-policy-violation.sql"), None),
     ("030-entry-scopes.sql", include_str!("../ddl/030-entry-scopes.sql"), None),
     ("031-policy-window-seconds.sql", include_str!("../ddl/031-policy-window-seconds.sql"), None),
+    ("032-policy-cycle-anchor.sql", include_str!("../ddl/032-policy-cycle-anchor.sql"), None),
 ];
 
 /// The schema version of a ledger all of whose migrations ran.

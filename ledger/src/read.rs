@@ -78,7 +78,7 @@ pub(crate) fn optional_symbol<T>(
 fn policies_through(conn: &Connection, watermark: u64) -> rusqlite::Result<Vec<PolicyEvent>> {
     let sql = format!(
         "SELECT {HEADER_COLUMNS}, p.policy_id, p.version, p.scope, p.\"limit\", p.window, p.enforcement, p.effective_from,
-                p.burst, p.actor, p.reason, p.time_zone, p.on_failure, p.overage_rate, p.overage_window, p.violation, p.window_seconds, {SCOPE_COLUMNS}
+                p.burst, p.actor, p.reason, p.time_zone, p.on_failure, p.overage_rate, p.overage_window, p.violation, p.window_seconds, p.cycle_anchor, {SCOPE_COLUMNS}
          FROM policy_events p CROSS JOIN entries e ON e.seq = p.seq
          WHERE e.status = 'recorded' AND p.seq <= ?1 ORDER BY e.seq"
     );
@@ -102,6 +102,7 @@ fn policies_through(conn: &Connection, watermark: u64) -> rusqlite::Result<Vec<P
             overage_window: optional_symbol(r, 19, Window::from_symbol)?,
             violation: optional_symbol(r, 20, Violation::from_symbol)?,
             window_seconds: r.get(21)?,
+            cycle_anchor: r.get::<_, Option<i64>>(22)?.map(Timestamp),
         })
     })?;
     rows.collect()

@@ -200,6 +200,8 @@ pub const TABLES: &[Table] = &[
             col("violation", "d.violation", Text, true),
             // A ROLLING window's length in seconds (PolicyEvent v10); null for every other window.
             col("window_seconds", "d.window_seconds", Int64, true),
+            // A BILLING_CYCLE window's anchor (PolicyEvent v11), microseconds since the epoch; null for every other window.
+            col("cycle_anchor", "d.cycle_anchor", Timestamp, true),
         ],
     },
     Table {

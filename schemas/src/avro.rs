@@ -145,6 +145,7 @@ pub fn to_value(event: &Event) -> Value {
             ("overage_window", e.overage_window.map_or_else(union_null, |w| Value::Union(1, Box::new(enum_value!(w))))),
             ("violation", e.violation.map_or_else(union_null, |v| Value::Union(1, Box::new(enum_value!(v))))),
             ("window_seconds", opt_long(e.window_seconds)),
+            ("cycle_anchor", opt_timestamp(e.cycle_anchor)),
         ],
         Event::Adjustment(e) => vec![
             ("adjustment_id", string(&e.adjustment_id)),
@@ -372,6 +373,7 @@ pub fn from_value(event_type: EventType, value: &Value) -> Result<Event, ShapeEr
                 .map(|s| parse_symbol("violation", "Violation", s, Violation::from_symbol))
                 .transpose()?,
             window_seconds: f.opt_long("window_seconds")?,
+            cycle_anchor: f.opt_timestamp("cycle_anchor")?,
         }),
         EventType::AdjustmentEvent => Event::Adjustment(AdjustmentEvent {
             header,
@@ -493,6 +495,7 @@ pub fn write_body(out: &mut Vec<u8>, event: &Event) {
             write_opt_long(out, e.overage_window.map(|w| w.index() as i64));
             write_opt_long(out, e.violation.map(|v| v.index() as i64));
             write_opt_long(out, e.window_seconds);
+            write_opt_long(out, e.cycle_anchor.map(Timestamp::micros));
         }
         Event::Adjustment(e) => write_adjustment(out, e),
     }

@@ -50,6 +50,12 @@ const SCHEMA_FILES: &[(&str, EventType, bool, &str)] = &[
     ("history/PolicyEvent.v7.avsc", EventType::PolicyEvent, false, include_str!("../avro/history/PolicyEvent.v7.avsc")),
     ("history/PolicyEvent.v8.avsc", EventType::PolicyEvent, false, include_str!("../avro/history/PolicyEvent.v8.avsc")),
     ("history/PolicyEvent.v9.avsc", EventType::PolicyEvent, false, include_str!("../avro/history/PolicyEvent.v9.avsc")),
+    (
+        "history/PolicyEvent.v10.avsc",
+        EventType::PolicyEvent,
+        false,
+        include_str!("../avro/history/PolicyEvent.v10.avsc"),
+    ),
     ("history/UsageEvent.v2.avsc", EventType::UsageEvent, false, include_str!("../avro/history/UsageEvent.v2.avsc")),
     (
         "history/DecisionEvent.v2.avsc",

@@ -203,6 +203,11 @@ pub struct PolicyEvent {
     /// to 31 days (what the hook folds at start covers).
     #[serde(default)]
     pub window_seconds: Option<i64>,
+    /// The billing anchor of a BILLING_CYCLE window (schema v11; absent before): cycles start every month on its day
+    /// and time of day on the clock of `time_zone`, on the last day of shorter months (issue 37 item 2). Validation
+    /// takes it with window BILLING_CYCLE only.
+    #[serde(default)]
+    pub cycle_anchor: Option<Timestamp>,
 }
 
 impl PolicyEvent {
@@ -402,8 +407,8 @@ impl Scope {
 avro_enum!(
     /// Calendar-aligned windows, in a policy's time zone; CONCURRENT (PolicyEvent v5) is no window: its limit is on the
     /// leases active at once; ROLLING (PolicyEvent v10) is every interval of the policy's `window_seconds` ending at an
-    /// instant.
-    Window { MINUTE, HOUR, DAY, MONTH, CONCURRENT, ROLLING }
+    /// instant; BILLING_CYCLE (PolicyEvent v11) is the tenant's billing cycle, monthly from the policy's `cycle_anchor`.
+    Window { MINUTE, HOUR, DAY, MONTH, CONCURRENT, ROLLING, BILLING_CYCLE }
 );
 impl Window {
     /// The window as people read it: its symbol, with a ROLLING window's length (`ROLLING 86400s`).

@@ -248,6 +248,7 @@ fn validate_policy(e: &PolicyEvent) -> Result<(), Invalid> {
     check_overage(e)?;
     check_gauge(e)?;
     check_rolling(e)?;
+    check_cycle(e)?;
     opt_actor(&e.actor)
 }
 
@@ -283,6 +284,27 @@ fn check_rolling(e: &PolicyEvent) -> Result<(), Invalid> {
     }
 }
 
+/// A BILLING_CYCLE window (PolicyEvent v11): `cycle_anchor` with it and only with it, an instant between 2000 and
+/// 2100 as every timestamp. A quota of consumption only, as a ROLLING window: a throttle's bucket, a throttled
+/// overage and a gauge are judged per calendar window.
+fn check_cycle(e: &PolicyEvent) -> Result<(), Invalid> {
+    let inconsistent = |message: &str| Invalid::Inconsistent { field: "cycle_anchor", message: message.to_string() };
+    match (e.window, e.cycle_anchor) {
+        (Window::BILLING_CYCLE, None) => Err(inconsistent("a BILLING_CYCLE window needs cycle_anchor")),
+        (Window::BILLING_CYCLE, Some(anchor)) => {
+            in_range("cycle_anchor", anchor)?;
+            if e.burst.is_some() || e.overage_rate.is_some() || e.violation.is_some() {
+                return Err(inconsistent(
+                    "a BILLING_CYCLE window is for quotas, not throttles, throttled overages or gauges",
+                ));
+            }
+            Ok(())
+        }
+        (_, Some(_)) => Err(inconsistent("cycle_anchor is for BILLING_CYCLE windows only")),
+        (_, None) => Ok(()),
+    }
+}
+
 /// A throttled overage (PolicyEvent v7): a rate of at least 1 per a window of consumption, set together, on a HARD
 /// quota. On a SOFT quota the excess is billed and on a SHADOW one only reported, so a throttle there would be
 /// a wall nobody asked for; a throttle (`burst`) or a CONCURRENT policy has no allowance to go beyond.
@@ -293,7 +315,7 @@ fn check_overage(e: &PolicyEvent) -> Result<(), Invalid> {
         (Some(_), None) | (None, Some(_)) => return Err(inconsistent("overage_rate and overage_window go together")),
         (Some(rate), Some(window)) => {
             at_least("overage_rate", rate, 1)?;
-            if matches!(window, Window::CONCURRENT | Window::ROLLING) {
+            if matches!(window, Window::CONCURRENT | Window::ROLLING | Window::BILLING_CYCLE) {
                 return Err(inconsistent("overage_window must be MINUTE, HOUR, DAY or MONTH"));
             }
         }

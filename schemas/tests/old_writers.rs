@@ -243,6 +243,7 @@ fn policy_v1_single_object_decodes_to_a_quota() {
         overage_window: None,
         violation: None,
         window_seconds: None,
+        cycle_anchor: None,
     };
     assert_eq!(decoded, Decoded { event: Event::Policy(expected), writer_fingerprint: v1.fingerprint });
 }
@@ -391,6 +392,7 @@ fn policy_v2_and_grant_v1_decode_with_no_actor() {
         overage_window: None,
         violation: None,
         window_seconds: None,
+        cycle_anchor: None,
     };
     assert_eq!(decoded.event, Event::Policy(expected));
     let grant = message(
@@ -479,6 +481,7 @@ fn policy_v3_decodes_with_no_time_zone() {
         overage_window: None,
         violation: None,
         window_seconds: None,
+        cycle_anchor: None,
     });
     let decoded = catalog.decode_single_object(&message, Some(EventType::PolicyEvent)).expect("v3 decodes");
     assert_eq!(decoded, Decoded { event: expected.clone(), writer_fingerprint: v3.fingerprint });

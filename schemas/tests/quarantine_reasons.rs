@@ -99,6 +99,7 @@ fn samples() -> Vec<Event> {
             overage_window: Some(Window::MINUTE),
             violation: None,
             window_seconds: None,
+            cycle_anchor: None,
         }),
         Event::Adjustment(AdjustmentEvent {
             header: header("a-1"),
@@ -558,6 +559,7 @@ fn a_rolling_window_has_its_length_and_is_a_quota() {
     let valid = PolicyEvent {
         window: Window::ROLLING,
         window_seconds: Some(86_400),
+        cycle_anchor: None,
         burst: None,
         overage_rate: None,
         overage_window: None,
@@ -586,10 +588,61 @@ fn a_rolling_window_has_its_length_and_is_a_quota() {
     let overage_of_rolling = PolicyEvent {
         window: Window::DAY,
         window_seconds: None,
+        cycle_anchor: None,
         overage_rate: Some(1),
         overage_window: Some(Window::ROLLING),
         ..valid
     };
     let e = schemas::validate::validate(&Event::Policy(overage_of_rolling)).unwrap_err();
     assert_eq!(e.code(), "inconsistent_fields", "an overage per ROLLING: {e}");
+}
+
+// Proves a BILLING_CYCLE window (PolicyEvent v11) takes its anchor and nothing of a throttle or a gauge: without an
+// anchor, an anchor on another window, a throttle, a throttled overage, a gauge and an anchor outside 2000 to 2100
+// are each quarantined with their reason, and an overage counted per BILLING_CYCLE is refused.
+#[test]
+fn a_billing_cycle_has_its_anchor_and_is_a_quota() {
+    let Event::Policy(quota) = samples().remove(4) else { unreachable!("the fifth sample is the policy") };
+    let anchor = Timestamp::parse_rfc3339("2026-01-17T05:00:00Z").unwrap();
+    let valid = PolicyEvent {
+        window: Window::BILLING_CYCLE,
+        window_seconds: None,
+        cycle_anchor: Some(anchor),
+        time_zone: Some("America/New_York".into()),
+        burst: None,
+        overage_rate: None,
+        overage_window: None,
+        violation: None,
+        ..quota
+    };
+    assert!(schemas::validate::validate(&Event::Policy(valid.clone())).is_ok());
+    type Change = fn(&mut PolicyEvent);
+    let refusals: [(&str, &str, Change); 7] = [
+        ("no anchor", "inconsistent_fields", |p| p.cycle_anchor = None),
+        ("an anchor of a MONTH", "inconsistent_fields", |p| p.window = Window::MONTH),
+        ("a throttle", "inconsistent_fields", |p| p.burst = Some(5)),
+        ("a throttled overage", "inconsistent_fields", |p| {
+            (p.overage_rate, p.overage_window) = (Some(1), Some(Window::MINUTE))
+        }),
+        ("a gauge", "inconsistent_fields", |p| p.violation = Some(Violation::NO_WRITES)),
+        ("a ROLLING length", "inconsistent_fields", |p| p.window_seconds = Some(60)),
+        ("an anchor in 2100", "timestamp_out_of_range", |p| {
+            p.cycle_anchor = Some(Timestamp::parse_rfc3339("2100-01-01T00:00:00Z").unwrap())
+        }),
+    ];
+    for (what, code, change) in refusals {
+        let mut policy = valid.clone();
+        change(&mut policy);
+        let e = schemas::validate::validate(&Event::Policy(policy)).unwrap_err();
+        assert_eq!(e.code(), code, "{what}: {e}");
+    }
+    let overage_per_cycle = PolicyEvent {
+        window: Window::DAY,
+        cycle_anchor: None,
+        overage_rate: Some(1),
+        overage_window: Some(Window::BILLING_CYCLE),
+        ..valid
+    };
+    let e = schemas::validate::validate(&Event::Policy(overage_per_cycle)).unwrap_err();
+    assert_eq!(e.code(), "inconsistent_fields", "an overage per BILLING_CYCLE: {e}");
 }

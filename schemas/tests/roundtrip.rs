@@ -155,6 +155,7 @@ fn policy() -> impl Strategy<Value = Event> {
             )),
             proptest::option::of(symbol_of(Violation::SYMBOLS, Violation::from_symbol)),
             1..=schemas::validate::ROLLING_SECONDS_MAX,
+            timestamp(),
         ),
     )
         .prop_map(
@@ -170,22 +171,24 @@ fn policy() -> impl Strategy<Value = Event> {
                 burst,
                 zone,
                 on_failure,
-                (overage, violation, seconds),
+                (overage, violation, seconds, anchor),
             )| {
-                // A ROLLING window (v10) has its length and is a quota: no burst, overage or violation.
+                // A ROLLING window (v10) has its length, a BILLING_CYCLE (v11) its anchor, and both are quotas: no
+                // burst, overage or violation.
                 let rolling = window == Window::ROLLING;
-                let burst = burst.filter(|_| !rolling);
+                let cycle = window == Window::BILLING_CYCLE;
+                let burst = burst.filter(|_| !rolling && !cycle);
                 // A throttled overage is valid on a HARD quota only.
                 let quota = enforcement == Enforcement::HARD
                     && burst.is_none()
-                    && !matches!(window, Window::CONCURRENT | Window::ROLLING);
+                    && !matches!(window, Window::CONCURRENT | Window::ROLLING | Window::BILLING_CYCLE);
                 let overage = overage.filter(|_| quota);
                 // A gauge: HARD or SHADOW, TENANT scope, a window of consumption, nothing of a throttle.
                 let gauge = enforcement != Enforcement::SOFT
                     && scope == Scope::TENANT
                     && burst.is_none()
                     && overage.is_none()
-                    && !matches!(window, Window::CONCURRENT | Window::ROLLING);
+                    && !matches!(window, Window::CONCURRENT | Window::ROLLING | Window::BILLING_CYCLE);
                 let violation = violation.filter(|_| gauge);
                 Event::Policy(PolicyEvent {
                     header,
@@ -205,6 +208,7 @@ fn policy() -> impl Strategy<Value = Event> {
                     overage_window: overage.map(|o| o.1),
                     violation,
                     window_seconds: Some(seconds).filter(|_| rolling),
+                    cycle_anchor: Some(anchor).filter(|_| cycle),
                 })
             },
         )
@@ -406,7 +410,7 @@ fn independent_crc64_avro_matches_the_avro_test_vectors() {
 fn catalog_fingerprints_are_distinct_crc64_avro() {
     let catalog = Catalog::builtin();
     let schemas = catalog.schemas();
-    assert_eq!(schemas.len(), 25, "six current schemas; every type's v1 and v2; PolicyEvent v3 to v9");
+    assert_eq!(schemas.len(), 26, "six current schemas; every type's v1 and v2; PolicyEvent v3 to v10");
     let mut seen = BTreeMap::new();
     for s in schemas {
         let canonical = schemas::catalog::canonical_form(&s.schema);
