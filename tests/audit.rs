@@ -100,6 +100,7 @@ fn daily_policy(version: i32, limit: i64) -> Event {
         overage_window: None,
         violation: None,
         window_seconds: None,
+        cycle_anchor: None,
     })
 }
 
@@ -340,6 +341,7 @@ fn reserved_then_checked() -> TestLedger {
         overage_window: None,
         violation: None,
         window_seconds: None,
+        cycle_anchor: None,
     });
     let allowed = |request_id: &str, occurred_at: &str, amount: i64, used_before: i64| {
         Event::Decision(DecisionEvent {
@@ -573,6 +575,7 @@ fn quota_v1(event_id: &str, owner: &str, metric: &str, limit: i64, shape: (Scope
         overage_window: None,
         violation: None,
         window_seconds: None,
+        cycle_anchor: None,
     })
 }
 

@@ -264,6 +264,7 @@ fn one_file_per_other_type() -> Vec<Vec<Event>> {
             overage_window: None,
             violation: None,
             window_seconds: None,
+            cycle_anchor: None,
         })
     };
     let adjustment = |event_id: &str, kind, amount| {

@@ -359,6 +359,7 @@ fn a_gauge_over_its_limit_is_reported_per_window_and_leaves_the_run_clean() {
         policy_id: "storage".into(),
         violation: Some(Violation::NO_INSERTS),
         window_seconds: None,
+        cycle_anchor: None,
         ..hard_daily("storage-v1", "org-1", 1_000)
     };
     let reading = |id: &str, t: &str, level: i64| {

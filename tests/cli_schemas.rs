@@ -14,7 +14,7 @@ use support::*;
 fn list_json_names_twenty_five_schemas_one_current_per_type() {
     let listed = run(&["schemas", "list", "--json"], b"").success().json();
     let listed = listed.as_array().unwrap_or_else(|| panic!("schemas list --json is not an array: {listed}"));
-    assert_eq!(listed.len(), 25, "six current schemas; every type's v1 and v2; PolicyEvent v3 to v9: {listed:?}");
+    assert_eq!(listed.len(), 26, "six current schemas; every type's v1 and v2; PolicyEvent v3 to v10: {listed:?}");
 
     let catalog = Catalog::builtin();
     let mut current_per_type: BTreeMap<String, usize> = BTreeMap::new();
@@ -108,7 +108,7 @@ fn one_event_per_type() -> Vec<(EventType, Value)> {
                     "enforcement": "SOFT", "effective_from": "2026-11-01T00:00:00Z", "burst": 500,
                     "actor": "alice@finance", "reason": "upgrade to pro", "time_zone": "America/New_York",
                     "on_failure": "OPEN", "overage_rate": null, "overage_window": null, "violation": null,
-                    "window_seconds": null
+                    "window_seconds": null, "cycle_anchor": null
                 }),
             ),
         ),

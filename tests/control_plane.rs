@@ -697,3 +697,57 @@ fn the_admin_api_sets_a_rolling_window_only_with_its_length() {
     let listed = ledger.run(&["policy", "list", "--tenant", "org-2"]).success().stdout_text();
     assert!(listed.contains("ROLLING 3600s"), "{listed}");
 }
+
+// Issue 37 item 2 through the real binary: `policy set --window BILLING_CYCLE --cycle-anchor T --time-zone Z` records
+// a quota of the tenant's billing cycle; an anchor without BILLING_CYCLE, or BILLING_CYCLE without one, is refused
+// naming cycle_anchor, nothing written; `policy list --json` shows the anchor; serve counts the cycle the anchor
+// makes (from the 17th at local midnight in New York) and `audit why` says which cycle refused.
+#[test]
+fn a_billing_cycle_is_set_with_its_anchor_and_enforced_per_cycle() {
+    let ledger = TestLedger::new();
+    let set = |window: &[&str]| {
+        let mut args = vec!["policy", "set", "--tenant", "org-1", "--metric", "tokens", "--limit", "100"];
+        args.extend_from_slice(&["--enforcement", "HARD", "--effective-from", "2026-01-01T00:00:00Z"]);
+        args.extend_from_slice(window);
+        args.extend_from_slice(&WHO);
+        ledger.run(&args)
+    };
+    let anchor = ["--cycle-anchor", "2026-01-17T00:00:00-05:00", "--time-zone", "America/New_York"];
+    let line = set(&[&["--window", "BILLING_CYCLE"], &anchor[..]].concat()).success().stdout_text();
+    assert!(line.contains("100 tokens per BILLING_CYCLE in America/New_York (HARD"), "{line}");
+    assert!(line.contains("cycles anchored at 2026-01-17T05:00:00Z"), "{line}");
+    let refusals: [(&[&str], &str); 2] = [
+        (&["--window", "BILLING_CYCLE"], "cycle_anchor: a BILLING_CYCLE window needs cycle_anchor"),
+        (
+            &["--window", "MONTH", "--cycle-anchor", "2026-01-17T05:00:00Z"],
+            "cycle_anchor: cycle_anchor is for BILLING_CYCLE windows only",
+        ),
+    ];
+    for (window, message) in refusals {
+        let refused = set(window).expect_code(2).stderr;
+        assert!(refused.contains(message), "{window:?}: {refused}");
+    }
+    assert_eq!(recorded(&ledger), 1, "nothing written by a refused change");
+    let listed = ledger.run(&["policy", "list", "--json"]).success().json();
+    assert_eq!(
+        (listed[0]["window"].as_str(), listed[0]["cycle_anchor"].as_str()),
+        (Some("BILLING_CYCLE"), Some("2026-01-17T05:00:00Z")),
+        "{listed}"
+    );
+
+    let server = hook_http::Server::start(&ledger.path, ledger.dir.path(), &[], &ledger.file("serve.err"));
+    assert_eq!(server.check("org-1", 100, "k-1").decided().map(|(status, _)| status), Some(200));
+    let ask = serde_json::json!({"tenant": "org-1", "metric": "tokens", "amount": 1, "idempotency_key": "k-2"});
+    let (status, denied) = server.post("/v1/check", hook_http::SECRET, &ask);
+    assert_eq!((status, denied["code"].as_str()), (429, Some("QUOTA_EXCEEDED")), "{denied}");
+    // The cycle containing now starts on a 17th (or the last day of a shorter month: never, for the 17th) at local
+    // midnight, and ends a month later.
+    let resets_at = at(denied["resetsAt"].as_str().unwrap());
+    let new_york: schemas::Tz = "America/New_York".parse().unwrap();
+    let local = resets_at.to_datetime().unwrap().with_timezone(&new_york);
+    use chrono::{Datelike, Timelike};
+    assert_eq!((local.day(), local.hour(), local.minute()), (17, 0, 0), "{denied}");
+    drop(server);
+    let why = ledger.run(&["audit", "why", "k-2"]).success().stdout_text();
+    assert!(why.contains("per billing cycle (monthly from 2026-01-17T05:00:00Z in America/New_York)"), "{why}");
+}

@@ -61,6 +61,7 @@ fn policy(tenant: &str, metric: &str, limit: i64) -> Event {
         overage_window: None,
         violation: None,
         window_seconds: None,
+        cycle_anchor: None,
     })
 }
 

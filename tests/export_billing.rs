@@ -87,6 +87,7 @@ fn gauge_metrics_have_no_row_and_the_rest_matches_the_independent_computation() 
             policy_id: id.into(),
             violation: Some(Violation::NO_INSERTS),
             window_seconds: None,
+            cycle_anchor: None,
             ..hard_daily(&format!("{id}-v1"), tenant, 1_000)
         })
     };
@@ -161,6 +162,7 @@ fn soft_monthly(tenant: &str, limit: i64) -> Event {
         overage_window: None,
         violation: None,
         window_seconds: None,
+        cycle_anchor: None,
     })
 }
 
@@ -465,6 +467,7 @@ fn projects_ledger() -> TestLedger {
         policy_id: "gauge".into(),
         violation: Some(Violation::NO_INSERTS),
         window_seconds: None,
+        cycle_anchor: None,
         ..hard_daily("gauge-v1", "org-p", 1_000)
     });
     let Event::Usage(level) = tokens_of("level-1", "2026-11-03T00:00:00Z", "org-p", 900, Some("p-1")) else {

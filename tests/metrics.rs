@@ -92,6 +92,7 @@ fn hard_policy() -> Event {
         overage_window: None,
         violation: None,
         window_seconds: None,
+        cycle_anchor: None,
     })
 }
 

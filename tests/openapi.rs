@@ -42,6 +42,7 @@ fn policy() -> Event {
         overage_window: None,
         violation: None,
         window_seconds: None,
+        cycle_anchor: None,
     })
 }
 

@@ -122,6 +122,7 @@ fn hard_policy(limit: i64, window: Window) -> Event {
         overage_window: None,
         violation: None,
         window_seconds: None,
+        cycle_anchor: None,
     })
 }
 
@@ -709,6 +710,7 @@ fn remaining_quota_is_read_without_consuming() {
         overage_window: None,
         violation: None,
         window_seconds: None,
+        cycle_anchor: None,
     });
     let grant = Event::Grant(GrantEvent {
         header: header("grant-1", "2026-01-01T00:00:00Z", "org-1", "tokens"),

@@ -115,6 +115,7 @@ fn plan_default(limit: i64) -> Event {
         overage_window: None,
         violation: None,
         window_seconds: None,
+        cycle_anchor: None,
     })
 }
 

@@ -174,6 +174,7 @@ fn policy(tenant: &str, metric: &str, limit: i64, window: Window) -> Event {
         overage_window: None,
         violation: None,
         window_seconds: None,
+        cycle_anchor: None,
     })
 }
 

@@ -43,6 +43,10 @@ pub struct PolicyChange {
     /// The length of a ROLLING window in seconds: given exactly when `window` is ROLLING (validation refuses it
     /// otherwise, and its absence with ROLLING).
     pub window_seconds: Option<i64>,
+    /// The billing anchor of a BILLING_CYCLE window: given exactly when `window` is BILLING_CYCLE (validation refuses
+    /// it otherwise, and its absence with BILLING_CYCLE). Its day and time of day on the clock of `time_zone` start
+    /// every cycle.
+    pub cycle_anchor: Option<Timestamp>,
     /// Who makes the change.
     pub actor: String,
     /// Why, for people.
@@ -178,6 +182,7 @@ pub fn policy_event(change: &PolicyChange, recorded: &Recorded, now: Timestamp) 
         overage_window: change.overage.map(|o| o.1),
         violation: change.violation,
         window_seconds: change.window_seconds,
+        cycle_anchor: change.cycle_anchor,
     };
     let event = Event::Policy(event);
     schemas::validate(&event)?;
@@ -283,6 +288,7 @@ mod tests {
             overage: None,
             violation: None,
             window_seconds: None,
+            cycle_anchor: None,
             actor: "alice".into(),
             reason: "why".into(),
             source: "test".into(),
@@ -311,6 +317,7 @@ mod tests {
         let rolling = |window: Window, seconds: Option<i64>| PolicyChange {
             window,
             window_seconds: seconds,
+            cycle_anchor: None,
             enforcement: Enforcement::HARD,
             ..change(None)
         };

@@ -311,7 +311,9 @@ pub fn standing(
     let effective_limit =
         overshoot::effective_limit(a.policy.limit, a.policy.scope, member, grants, a.window_start, a.window_end);
     let whose = Whose::of(a.policy.scope, member);
-    let consumed = match a.policy.rolling_micros() {
+    // A ROLLING window ends at every instant and a BILLING_CYCLE's bounds follow its anchor: neither is a window the
+    // counters keep, and both are summed from the timelines.
+    let consumed = match crate::state::timeline_micros(a.policy) {
         Some(_) => state.consumed_rolling(ask.tenant, whose, ask.metric, (a.window_start, a.window_end)),
         None => state.consumed(ask.tenant, whose, ask.metric, (a.window_start, a.window_end)),
     };

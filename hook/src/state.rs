@@ -390,8 +390,8 @@ pub struct State {
     scoped: [bool; 2],
     /// The metrics a gauge quota names (of any tenant): their usage events are levels, kept in `levels`.
     gauge_metrics: BTreeSet<String>,
-    /// The longest ROLLING window a folded policy has, in microseconds (0: none): while it is not 0 the counters keep
-    /// their timelines, back that far. A longer one than was kept from the start makes the state missing what the
+    /// The longest ROLLING window a folded policy has, or a BILLING_CYCLE's longest cycle, in microseconds (0: none;
+    /// see [`timeline_micros`]): while it is not 0 the counters keep their timelines, back that far. A longer one than was kept from the start makes the state missing what the
     /// timelines dropped or never kept, as a new zone does.
     rolling_micros: i64,
     /// The level of each gauge metric per (tenant, metric): the quantity of its latest usage event by event time, and
@@ -419,6 +419,19 @@ impl Default for State {
             rolling_micros: 0,
             levels: HashMap::new(),
         }
+    }
+}
+
+/// The longest cycle of a BILLING_CYCLE window: 31 days and the hour a fall-back adds, within the month and a day a
+/// starting hook folds.
+const CYCLE_LONGEST_MICROS: i64 = (31 * 24 + 1) * 3_600 * 1_000_000;
+
+/// How far back the timelines must reach for `p`'s windows, when its windows are not ones the counters keep: a ROLLING
+/// window's length, a BILLING_CYCLE's longest cycle. None for calendar windows.
+pub(crate) fn timeline_micros(p: &PolicyEvent) -> Option<i64> {
+    match p.window {
+        Window::BILLING_CYCLE => Some(CYCLE_LONGEST_MICROS),
+        _ => p.rolling_micros(),
     }
 }
 
@@ -457,7 +470,7 @@ impl State {
 
     /// The same state, keeping timelines for ROLLING windows as long as the longest of `policies`' (recorded policies).
     pub fn keeping_rolling<'p>(mut self, policies: impl IntoIterator<Item = &'p PolicyEvent>) -> State {
-        self.rolling_micros = policies.into_iter().filter_map(PolicyEvent::rolling_micros).max().unwrap_or(0);
+        self.rolling_micros = policies.into_iter().filter_map(timeline_micros).max().unwrap_or(0);
         self
     }
 
@@ -526,7 +539,7 @@ impl State {
                 if p.is_gauge() && self.gauge_metrics.insert(p.header.metric.clone()) {
                     self.missing_zones = true;
                 }
-                if let Some(length) = p.rolling_micros().filter(|length| *length > self.rolling_micros) {
+                if let Some(length) = timeline_micros(p).filter(|length| *length > self.rolling_micros) {
                     self.rolling_micros = length;
                     self.missing_zones = true;
                 }
@@ -1264,6 +1277,7 @@ mod tests {
                 overage_window: None,
                 violation: None,
                 window_seconds: None,
+                cycle_anchor: None,
             })
         };
         state.fold(3, &policy("daily-ny", "America/New_York"), at("2026-11-17T06:00:00Z"));

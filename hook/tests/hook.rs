@@ -37,6 +37,7 @@ fn policy(id: &str, limit: i64, window: Window, enforcement: Enforcement, burst:
         overage_window: None,
         violation: None,
         window_seconds: None,
+        cycle_anchor: None,
     })
 }
 
@@ -1457,4 +1458,70 @@ fn a_rolling_limit_holds_over_every_hour_ending_now() {
     let allowed = hook.check(ask("r-6", 6)).unwrap();
     assert!(allowed.allowed(), "{allowed:?}");
     assert_eq!(allowed.remaining, Some(0), "3 + 1 + 6 of 10 in the hour after 23:30");
+}
+
+static CYCLE_CLOCK_MICROS: AtomicI64 = AtomicI64::new(0);
+
+fn cycle_clock() -> Timestamp {
+    Timestamp(CYCLE_CLOCK_MICROS.load(Ordering::Relaxed))
+}
+
+// issue 37 item 2: a BILLING_CYCLE limit (PolicyEvent v11) anchored on the 31st at midnight in New York resets at
+// the local midnight that starts each cycle: on Feb 28 (the 31st falls on the month's last day), then on Mar 31 after
+// the clocks sprang forward (04:00 UTC, not 05:00). A restart reads the cycle's usage back, and a new anchor recorded
+// mid-cycle takes effect at the next boundary, the cycle between them short.
+#[test]
+fn a_billing_cycle_limit_resets_at_the_tenants_local_boundaries() {
+    let at = |text: &str| Timestamp::parse_rfc3339(text).unwrap();
+    let set = |text: &str| CYCLE_CLOCK_MICROS.store(at(text).micros(), Ordering::Relaxed);
+    let cycle = |version: i32, anchor: &str, effective_from: &str| {
+        let Event::Policy(p) = policy("cycle", 10, Window::BILLING_CYCLE, Enforcement::HARD, None) else {
+            unreachable!()
+        };
+        let header = Header { event_id: format!("policy-cycle-v{version}"), ..p.header.clone() };
+        Event::Policy(PolicyEvent {
+            header,
+            version,
+            cycle_anchor: Some(at(anchor)),
+            time_zone: Some("America/New_York".into()),
+            effective_from: at(effective_from),
+            ..p
+        })
+    };
+    let settings = || HookSettings { clock: cycle_clock, ..HookSettings::default() };
+    set("2026-02-27T12:00:00Z");
+    let (dir, hook) = hook_with_settings(vec![cycle(1, "2026-01-31T05:00:00Z", "2026-01-01T00:00:00Z")], settings());
+    assert!(hook.check(ask("c-1", 8)).unwrap().allowed());
+    // 23:59:59 on Feb 27 in New York: still the cycle that started on Jan 31.
+    set("2026-02-28T04:59:59Z");
+    let denied = hook.check(ask("c-2", 3)).unwrap();
+    assert_eq!(
+        (denied.reason, denied.used_before, denied.window_start),
+        (Reason::QUOTA_EXCEEDED, Some(8), Some(at("2026-01-31T05:00:00Z"))),
+        "{denied:?}"
+    );
+    assert_eq!(denied.resets_at, Some(at("2026-02-28T05:00:00Z")), "the next cycle starts at local midnight");
+    set("2026-02-28T05:00:00Z");
+    let allowed = hook.check(ask("c-3", 3)).unwrap();
+    assert!(allowed.allowed(), "{allowed:?}");
+    assert_eq!(
+        (allowed.window_start, allowed.resets_at),
+        (Some(at("2026-02-28T05:00:00Z")), Some(at("2026-03-31T04:00:00Z"))),
+        "Feb 28 (the 31st on a short month) to Mar 31, midnight EDT"
+    );
+    drop(hook);
+    let hook = Hook::start(dir.path().join("ledger.db"), settings()).unwrap();
+    set("2026-03-30T12:00:00Z");
+    assert!(!hook.check(ask("c-4", 8)).unwrap().allowed(), "3 + 8 of 10: the cycle's usage was read back");
+    // A new anchor, the 17th, recorded mid-cycle: the cycle in force runs to its end, then a short one to Apr 17.
+    append_as_ingest(&dir, vec![cycle(2, "2026-03-17T04:00:00Z", "2026-03-10T00:00:00Z")]);
+    assert!(hook.check(ask("c-5", 7)).unwrap().allowed(), "3 + 7 of 10");
+    set("2026-03-31T04:00:00Z");
+    let short = hook.check(ask("c-6", 10)).unwrap();
+    assert!(short.allowed(), "{short:?}");
+    assert_eq!(
+        (short.policy_version, short.window_start, short.resets_at),
+        (Some(2), Some(at("2026-03-31T04:00:00Z")), Some(at("2026-04-17T04:00:00Z"))),
+        "the short cycle from the old boundary to the new anchor's first"
+    );
 }

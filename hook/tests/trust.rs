@@ -43,6 +43,7 @@ fn hard_policy(metric: &str, limit: i64) -> Event {
         overage_window: None,
         violation: None,
         window_seconds: None,
+        cycle_anchor: None,
     })
 }
 

@@ -237,6 +237,7 @@ mod tests {
             overage_window: None,
             violation: Some(Violation::NO_INSERTS),
             window_seconds: None,
+            cycle_anchor: None,
         }
     }
 

@@ -130,6 +130,7 @@ mod tests {
             overage_window: None,
             violation: None,
             window_seconds: Some(seconds),
+            cycle_anchor: None,
         }
     }
 

@@ -446,6 +446,7 @@ fn policy_events(i: usize, p: &PolicyDraw) -> Vec<Event> {
             overage_window: overage.map(|o| o.1),
             violation: None,
             window_seconds: rolling.then_some(version.rolling_seconds),
+            cycle_anchor: None,
         }));
     }
     events
@@ -483,6 +484,7 @@ fn gauge_events(i: usize, g: &GaugeDraw) -> Vec<Event> {
             overage_window: None,
             violation: version.violation,
             window_seconds: None,
+            cycle_anchor: None,
         }));
     }
     events
@@ -874,6 +876,7 @@ fn window_bounds(kind: Window, t: Timestamp) -> (Timestamp, Timestamp) {
         Window::DAY => fixed(DAY_MICROS),
         Window::CONCURRENT => unreachable!("the model draws no CONCURRENT policy: it judges windows"),
         Window::ROLLING => unreachable!("a ROLLING window is the instant's, by its length: see `rolling_in_force`"),
+        Window::BILLING_CYCLE => unreachable!("the model draws no BILLING_CYCLE policy"),
         Window::MONTH => {
             let d = Utc.timestamp_micros(t.micros()).unwrap();
             let first = |y: i32, m: u32| Timestamp(Utc.with_ymd_and_hms(y, m, 1, 0, 0, 0).unwrap().timestamp_micros());

@@ -90,6 +90,7 @@ fn policy(policy_id: &str, limit: i64) -> PolicyEvent {
         overage_window: None,
         violation: None,
         window_seconds: None,
+        cycle_anchor: None,
     }
 }
 

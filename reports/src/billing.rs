@@ -329,6 +329,7 @@ mod tests {
             overage_window: None,
             violation: None,
             window_seconds: None,
+            cycle_anchor: None,
         }
     }
 
@@ -528,6 +529,7 @@ mod tests {
             overage_window: Some(Window::HOUR),
             violation: None,
             window_seconds: None,
+            cycle_anchor: None,
             ..policy("org-t", "throttled", 1, "requests", 100, Enforcement::HARD)
         };
         let mut inputs = BillingInputs {
@@ -553,6 +555,7 @@ mod tests {
             window: Window::DAY,
             violation: Some(Violation::NO_INSERTS),
             window_seconds: None,
+            cycle_anchor: None,
             ..policy(tenant, id, version, metric, 1_000, Enforcement::HARD)
         };
         let mut inputs = BillingInputs {

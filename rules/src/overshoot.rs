@@ -65,7 +65,7 @@ pub fn throttled_allowance(rate: i64, window: Window, beyond_from: Timestamp, wi
         Window::MINUTE => 60,
         Window::HOUR => 3_600,
         Window::DAY => 86_400,
-        Window::MONTH | Window::CONCURRENT | Window::ROLLING => 28 * 86_400,
+        Window::MONTH | Window::CONCURRENT | Window::ROLLING | Window::BILLING_CYCLE => 28 * 86_400,
     } * 1_000_000;
     let elapsed = i128::from(window_end.micros().saturating_sub(beyond_from.micros()).max(0));
     let refilled = (i128::from(rate) * elapsed + shortest_micros - 1) / shortest_micros;

@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 
 use schemas::{PolicyEvent, Scope, Timestamp, Tz, Window};
 
-use crate::window;
+use crate::{cycle, window};
 
 /// The tenant of plan defaults.
 pub const PLAN_DEFAULT_TENANT: &str = "*";
@@ -61,6 +61,7 @@ fn kind_bit(kind: Window) -> u8 {
         Window::MONTH => 8,
         Window::CONCURRENT => 16,
         Window::ROLLING => 32,
+        Window::BILLING_CYCLE => 64,
     }
 }
 
@@ -95,7 +96,24 @@ pub fn in_force<'a>(versions: &[&'a PolicyEvent], at: Timestamp) -> Vec<Applicab
             versions.iter().filter(|p| p.effective_from <= at).max_by_key(|p| (p.effective_from, p.version));
         found.extend(governing.and_then(|p| rolling_window(p, at)));
     }
+    found.extend(cycle_window(versions.iter().copied(), at));
     found
+}
+
+/// The BILLING_CYCLE window of one policy_id's `versions` at `at` (PolicyEvent v11), when the version in force for it
+/// is a BILLING_CYCLE quota: the cycle containing `at` of the schedule its BILLING_CYCLE versions make
+/// ([`cycle::Schedule`]: each anchor from the next boundary of the cycles in force when its version takes effect),
+/// under the version in force for that cycle (effective before its end), as for any window. A version that changes
+/// only the limit governs the whole cycle it falls in, as a mid-month upgrade governs the month.
+fn cycle_window<'a>(versions: impl Iterator<Item = &'a PolicyEvent> + Clone, at: Timestamp) -> Option<Applicable<'a>> {
+    let changes: Vec<(Timestamp, cycle::Anchor)> = versions
+        .clone()
+        .filter_map(|p| p.cycle_anchor.map(|anchor| (p.effective_from, cycle::Anchor { at: anchor, zone: p.zone() })))
+        .collect();
+    let (window_start, window_end) = cycle::Schedule::new(&changes)?.bounds(at);
+    let governing = versions.filter(|p| p.effective_from < window_end).max_by_key(|p| (p.effective_from, p.version));
+    let policy = governing.filter(|p| p.window == Window::BILLING_CYCLE && !p.is_gauge())?;
+    Some(Applicable { policy, window_start, window_end, plan_default: false })
 }
 
 /// The ROLLING window of `p` at `at`, when `p` is the version in force at `at` and a ROLLING quota: the version in
@@ -173,6 +191,7 @@ mod tests {
             overage_window: None,
             violation: None,
             window_seconds: None,
+            cycle_anchor: None,
             overage_rate: None,
         }
     }
@@ -412,6 +431,7 @@ mod tests {
         let gauge = |p: PolicyEvent, metric: &str| PolicyEvent {
             violation: Some(Violation::NO_INSERTS),
             window_seconds: None,
+            cycle_anchor: None,
             header: Header { metric: metric.into(), ..p.header.clone() },
             ..p
         };
@@ -667,6 +687,9 @@ impl<'a> Candidates<'a> {
                 }
             }
             found.extend(best.and_then(|p| rolling_window(p, at)));
+        }
+        if kinds & kind_bit(Window::BILLING_CYCLE) != 0 {
+            found.extend(cycle_window(policies().map(|(p, _)| p), at));
         }
     }
 

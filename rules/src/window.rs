@@ -45,7 +45,8 @@ pub fn rolling(length: i64, t: Timestamp) -> (Timestamp, Timestamp) {
 
 /// `[start, end)` of the window of kind `window` that contains `t`, in UTC. A CONCURRENT policy has no window (its limit
 /// is on the leases active at an instant): its "window" is the microsecond `t` is. A ROLLING window is known by its
-/// length ([`rolling`]): asked by kind alone, it is the microsecond too.
+/// length ([`rolling`]) and a BILLING_CYCLE by its anchor ([`crate::cycle`]): asked by kind alone, each is the
+/// microsecond too.
 pub fn bounds(window: Window, t: Timestamp) -> (Timestamp, Timestamp) {
     let micros = t.micros();
     let fixed = |length: i64| {
@@ -56,7 +57,7 @@ pub fn bounds(window: Window, t: Timestamp) -> (Timestamp, Timestamp) {
         Window::MINUTE => fixed(MINUTE_MICROS),
         Window::HOUR => fixed(HOUR_MICROS),
         Window::DAY => fixed(DAY_MICROS),
-        Window::CONCURRENT | Window::ROLLING => fixed(1),
+        Window::CONCURRENT | Window::ROLLING | Window::BILLING_CYCLE => fixed(1),
         Window::MONTH => {
             let date = datetime(t);
             let (year, month) = (date.year(), date.month());
@@ -75,7 +76,9 @@ pub fn bounds(window: Window, t: Timestamp) -> (Timestamp, Timestamp) {
 /// repeated when the hour after it had started once): the window is then moved to the following periods, until
 /// the next one's first instant is after `t`. So windows tile time: each window's end is the next one's start.
 pub fn bounds_in(window: Window, zone: Tz, t: Timestamp) -> (Timestamp, Timestamp) {
-    if zone == Tz::UTC || matches!(window, Window::MINUTE | Window::CONCURRENT | Window::ROLLING) {
+    if zone == Tz::UTC
+        || matches!(window, Window::MINUTE | Window::CONCURRENT | Window::ROLLING | Window::BILLING_CYCLE)
+    {
         return bounds(window, t);
     }
     let mut period = period_start(window, datetime(t).with_timezone(&zone).naive_local());
@@ -100,7 +103,7 @@ fn period_start(window: Window, local: NaiveDateTime) -> NaiveDateTime {
         Window::HOUR => date.and_hms_opt(local.hour(), 0, 0).expect("an hour of a day exists"),
         Window::DAY => date.and_time(NaiveTime::MIN),
         Window::MONTH => first_of_month(date.year(), date.month()),
-        Window::CONCURRENT | Window::ROLLING => local,
+        Window::CONCURRENT | Window::ROLLING | Window::BILLING_CYCLE => local,
     }
 }
 
@@ -108,7 +111,7 @@ fn period_start(window: Window, local: NaiveDateTime) -> NaiveDateTime {
 fn next_period(window: Window, start: NaiveDateTime) -> NaiveDateTime {
     let step = |delta: TimeDelta| start.checked_add_signed(delta).expect("periods between 2000 and 2100 have a next");
     match window {
-        Window::CONCURRENT | Window::ROLLING => step(TimeDelta::microseconds(1)),
+        Window::CONCURRENT | Window::ROLLING | Window::BILLING_CYCLE => step(TimeDelta::microseconds(1)),
         Window::MINUTE => step(TimeDelta::minutes(1)),
         Window::HOUR => step(TimeDelta::hours(1)),
         Window::DAY => step(TimeDelta::days(1)),
@@ -123,7 +126,7 @@ fn first_of_month(year: i32, month: u32) -> NaiveDateTime {
 
 /// The first instant at which the clock of `zone` shows `local` or later: the instant of `local` when it happens
 /// once, its first occurrence when a fall-back repeats it, and the end of the gap when a spring-forward skips it.
-fn first_instant(zone: Tz, local: NaiveDateTime) -> Timestamp {
+pub(crate) fn first_instant(zone: Tz, local: NaiveDateTime) -> Timestamp {
     match zone.from_local_datetime(&local) {
         LocalResult::Single(at) => Timestamp::from_datetime(at.with_timezone(&Utc)),
         LocalResult::Ambiguous(first, second) => Timestamp::from_datetime(first.min(second).with_timezone(&Utc)),

@@ -139,6 +139,8 @@ pub(crate) struct PolicyBody {
     violation: Option<Violation>,
     /// The length of a ROLLING window in seconds, 1 to 2,678,400: with window ROLLING only, and always with it.
     window_seconds: Option<i64>,
+    /// The billing anchor of a BILLING_CYCLE window (RFC 3339): with window BILLING_CYCLE only, and always with it.
+    cycle_anchor: Option<Timestamp>,
     reason: String,
 }
 
@@ -247,6 +249,7 @@ pub(crate) async fn policies(
         overage: body.overage_throttle.map(|o| (o.rate, o.window)),
         violation: body.violation,
         window_seconds: body.window_seconds,
+        cycle_anchor: body.cycle_anchor,
         actor,
         reason: body.reason,
         source: "serve /v1/admin/policies".into(),

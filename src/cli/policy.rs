@@ -66,6 +66,12 @@ pub struct PolicyArgs {
     /// at any instant. Given with --window ROLLING only, and always with it.
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     window_seconds: Option<i64>,
+    /// The billing anchor of a BILLING_CYCLE window (RFC 3339): every cycle starts on its day of month (the last day
+    /// of shorter months) at its time of day, on the clock of --time-zone, e.g. 2026-01-17T00:00:00-05:00 with
+    /// America/New_York. Given with --window BILLING_CYCLE only, and always with it. A new anchor takes effect at the
+    /// next boundary of the cycles in force.
+    #[arg(long, value_name = "INSTANT", value_parser = parse_time)]
+    cycle_anchor: Option<Timestamp>,
     /// The IANA time zone of the HOUR, DAY and MONTH windows, e.g. America/New_York (default UTC): a DAY runs from
     /// local midnight to local midnight.
     #[arg(long)]
@@ -198,6 +204,7 @@ fn set(store: &super::Store, tenant: String, args: PolicyArgs, source: &str) -> 
         overage: args.overage_throttle,
         violation: args.violation,
         window_seconds: args.window_seconds,
+        cycle_anchor: args.cycle_anchor,
         actor: args.actor,
         reason: args.reason,
         source: source.into(),
@@ -220,6 +227,10 @@ fn set(store: &super::Store, tenant: String, args: PolicyArgs, source: &str) -> 
         });
         let overage = match event.violation {
             Some(violation) => format!("{overage}, a gauge: over it {}", violation.symbol()),
+            None => overage,
+        };
+        let overage = match event.cycle_anchor {
+            Some(anchor) => format!("{overage}, cycles anchored at {anchor}"),
             None => overage,
         };
         writeln!(
@@ -279,6 +290,8 @@ struct PolicyRow<'a> {
     window: Window,
     /// A ROLLING window's length in seconds (the policy's `window_seconds`); null for every other window.
     window_seconds: Option<i64>,
+    /// A BILLING_CYCLE window's anchor (the policy's `cycle_anchor`); null for every other window.
+    cycle_anchor: Option<String>,
     /// The zone of its calendar windows: the policy's `time_zone`, UTC when it names none.
     time_zone: &'a str,
     enforcement: &'static str,
@@ -306,6 +319,7 @@ impl<'a> From<&'a PolicyEvent> for PolicyRow<'a> {
             limit: p.limit,
             window: p.window,
             window_seconds: p.window_seconds,
+            cycle_anchor: p.cycle_anchor.map(|t| t.to_string()),
             time_zone: p.time_zone.as_deref().unwrap_or("UTC"),
             enforcement: p.enforcement.symbol(),
             on_failure: p.on_failure.unwrap_or(OnFailure::CLOSED).symbol(),

@@ -346,6 +346,7 @@ pub fn hard_daily(event_id: &str, tenant: &str, limit: i64) -> PolicyEvent {
         overage_window: None,
         violation: None,
         window_seconds: None,
+        cycle_anchor: None,
     }
 }
 
@@ -454,6 +455,7 @@ pub fn sample_event(event_type: EventType, event_id: &str) -> Event {
             overage_window: None,
             violation: None,
             window_seconds: None,
+            cycle_anchor: None,
         }),
         EventType::AdjustmentEvent => unreachable!("adjustments are not an input topic"),
     }

@@ -298,6 +298,7 @@ impl Generator {
             overage_window: None,
             violation: None,
             window_seconds: None,
+            cycle_anchor: None,
         })
     }
 

@@ -72,6 +72,7 @@ fn hard_daily_limit(limit: i64) -> Event {
         overage_window: None,
         violation: None,
         window_seconds: None,
+        cycle_anchor: None,
     })
 }
 
@@ -386,6 +387,7 @@ fn gauge_readings_are_levels_reported_over_their_limit_never_an_overshoot() {
         limit: 100,
         violation: Some(Violation::NO_WRITES),
         window_seconds: None,
+        cycle_anchor: None,
         ..quota.clone()
     };
     memory

@@ -176,7 +176,14 @@ fn policy_paragraph(w: &Why, out: &mut String) {
             // A ROLLING window has no calendar period: the interval of its length up to any instant.
             let per = match w.rolling_seconds() {
                 Some(seconds) => format!("in any {} (a rolling window of {seconds} s)", length_in_words(seconds)),
-                None => format!("per {} window", p.window),
+                // A billing cycle is the tenant's own month: say where it starts, in the zone it is counted in.
+                None => match p.cycle_anchor {
+                    Some(anchor) => format!(
+                        "per billing cycle (monthly from {anchor} in {})",
+                        p.time_zone.as_deref().unwrap_or("UTC")
+                    ),
+                    None => format!("per {} window", p.window),
+                },
             };
             let rule = match p.burst {
                 None if w.by_gauge() => format!(

@@ -149,11 +149,15 @@ pub struct PolicyFacts {
     /// Its limit per window (a throttle's refill per window).
     pub limit: i64,
     /// `MINUTE`, `HOUR`, `DAY` or `MONTH`; `CONCURRENT` for a limit on leases held at once; `ROLLING` for every
-    /// interval of `window_seconds` ending at an instant.
+    /// interval of `window_seconds` ending at an instant; `BILLING_CYCLE` for the tenant's billing cycle, monthly from
+    /// `cycle_anchor`.
     pub window: String,
     /// A ROLLING window's length in seconds (PolicyEvent v10); left out of `--json` for every other window.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub window_seconds: Option<i64>,
+    /// A BILLING_CYCLE window's anchor (PolicyEvent v11); left out of `--json` for every other window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cycle_anchor: Option<Timestamp>,
     /// `HARD`, `SOFT` or `SHADOW`.
     pub enforcement: String,
     /// When it takes effect.
@@ -555,6 +559,7 @@ fn policy(at: &At<'_>, decision: &Decision) -> Result<Option<PolicyFacts>, Repor
         limit: chosen.limit,
         window: chosen.window.symbol().to_string(),
         window_seconds: chosen.window_seconds,
+        cycle_anchor: chosen.cycle_anchor,
         enforcement: chosen.enforcement.symbol().to_string(),
         effective_from: chosen.effective_from,
         burst: chosen.burst,
@@ -797,6 +802,7 @@ mod tests {
             overage_window: None,
             violation: None,
             window_seconds: None,
+            cycle_anchor: None,
         }
     }
 

@@ -212,6 +212,7 @@ fn policy_event() -> Event {
         overage_window: None,
         violation: None,
         window_seconds: None,
+        cycle_anchor: None,
     })
 }
 

@@ -257,6 +257,7 @@ impl<'a> Demo<'a> {
         let mut policies = tenant_policies(self.month, &consumption);
         policies.push(lease_policy(self.month));
         policies.extend(rolling_policy(self.month, &consumption));
+        policies.extend(cycle_policy(self.month, &consumption));
         let show = self.show;
         let total = settings.messages + policies.len() as u64;
         show(Shown::Progress(Progress::Begin { step: "streaming".into(), total: Some(total) }));

@@ -100,6 +100,34 @@ pub(super) fn rolling_policy(month: Period, consumption: &BTreeMap<(String, Stri
     Some(Event::Policy(PolicyEvent { header, window_seconds: Some(86_400), ..policy }))
 }
 
+/// The tenant billed by its own cycle in the demo (issue 37 item 2): from the 17th at midnight in Tokyo.
+const CYCLE_TENANT: &str = "org-3";
+const CYCLE_METRIC: &str = "requests";
+const CYCLE_ZONE: &str = "Asia/Tokyo";
+
+/// org-3's HARD limit of requests per billing cycle, anchored on the month's 17th at local midnight in Tokyo (15:00
+/// UTC on the 16th), at a third of its month: the cycle that ends on the 17th holds about half the month, and
+/// reconcile reports its overshoot in that cycle, not in a UTC month.
+pub(super) fn cycle_policy(month: Period, consumption: &BTreeMap<(String, String), i64>) -> Option<Event> {
+    let used = consumption.get(&(CYCLE_TENANT.to_string(), CYCLE_METRIC.to_string()))?;
+    let limit = round_limit(*used as f64 / 3.0);
+    let id = format!("{CYCLE_TENANT}-{CYCLE_METRIC}-cycle");
+    let Event::Policy(policy) =
+        demo_policy(month, CYCLE_TENANT, CYCLE_METRIC, &id, (limit, Window::BILLING_CYCLE, Enforcement::HARD))
+    else {
+        unreachable!("a policy")
+    };
+    let header = Header { event_id: format!("demo-policy-{id}"), ..policy.header.clone() };
+    // The 17th at 00:00 in Tokyo (UTC+9, no daylight saving): 15:00 UTC the day before.
+    let anchor = Timestamp(month.start().micros() + (15 * 24 + 15) * HOUR_MICROS);
+    Some(Event::Policy(PolicyEvent {
+        header,
+        cycle_anchor: Some(anchor),
+        time_zone: Some(CYCLE_ZONE.into()),
+        ..policy
+    }))
+}
+
 /// The tenant whose workers take leases in the demo, and how many jobs it may run at once.
 pub(super) const LEASE_TENANT: &str = "org-1";
 pub(super) const LEASE_METRIC: &str = "jobs";
@@ -141,6 +169,7 @@ fn demo_policy(month: Period, tenant: &str, metric: &str, id: &str, rule: (i64, 
         overage_window: None,
         violation: None,
         window_seconds: None,
+        cycle_anchor: None,
     })
 }
 
