@@ -189,8 +189,10 @@ fn a_closed_period_reexports_byte_for_byte_and_late_usage_moves_to_the_next_clos
         csv_lines(&closed_csv),
         [
             HEADER.to_string(),
-            format!("'=org-2,tokens,2026-09,5,,,,,,,,0,{watermark},"),
-            format!("org-1,tokens,2026-09,130,org-1-tokens,1,100,0,100,30,,0,{watermark},"),
+            format!("'=org-2,tokens,2026-09,5,,,,,,,,0,{watermark},,2026-09-01T00:00:00Z,2026-10-01T00:00:00Z"),
+            format!(
+                "org-1,tokens,2026-09,130,org-1-tokens,1,100,0,100,30,,0,{watermark},,2026-09-01T00:00:00Z,2026-10-01T00:00:00Z"
+            ),
         ]
     );
     let late = [
@@ -209,13 +211,21 @@ fn a_closed_period_reexports_byte_for_byte_and_late_usage_moves_to_the_next_clos
     assert_eq!(
         october_open[1..],
         [
-            format!("'=org-2,tokens,2026-10,0,,,,,,,,3,{now},"),
-            format!("org-1,tokens,2026-10,10,org-1-tokens,1,100,0,100,0,,7,{now},"),
+            format!("'=org-2,tokens,2026-10,0,,,,,,,,3,{now},,2026-10-01T00:00:00Z,2026-11-01T00:00:00Z"),
+            format!(
+                "org-1,tokens,2026-10,10,org-1-tokens,1,100,0,100,0,,7,{now},,2026-10-01T00:00:00Z,2026-11-01T00:00:00Z"
+            ),
         ]
     );
     assert_eq!(csv_lines(&export(&test, "2026-10", "csv", &["--final"])), october_open, "closing carries them");
     let november = csv_lines(&export(&test, "2026-11", "csv", &[]));
-    assert_eq!(november[1..], [format!("org-1,tokens,2026-11,0,org-1-tokens,1,100,0,100,0,,0,{now},")], "carried once");
+    assert_eq!(
+        november[1..],
+        [format!(
+            "org-1,tokens,2026-11,0,org-1-tokens,1,100,0,100,0,,0,{now},,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z"
+        )],
+        "carried once"
+    );
     test.assert_verifies();
 }
 
@@ -279,8 +289,8 @@ fn a_reservation_id_shared_by_two_tenants_bills_each_tenant_its_own_commit() {
     let watermark = count(&test.status(), "watermark");
     let expected = [
         HEADER.to_string(),
-        format!("org-a,tokens,2026-11,90,,,,,,,,0,{watermark},"),
-        format!("org-b,tokens,2026-11,40,,,,,,,,0,{watermark},"),
+        format!("org-a,tokens,2026-11,90,,,,,,,,0,{watermark},,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z"),
+        format!("org-b,tokens,2026-11,40,,,,,,,,0,{watermark},,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z"),
     ];
     assert_eq!(csv_lines(&export(&test, "2026-11", "csv", &[])), expected);
     assert_eq!(csv_lines(&export(&test, "2026-11", "csv", &["--final"])), expected);
@@ -429,7 +439,9 @@ fn months_before_the_first_close_are_closed_with_it_and_their_late_usage_is_carr
     let august = export(&test, "2026-08", "csv", &[]);
     assert_eq!(
         csv_lines(&august)[1..],
-        [format!("org-1,tokens,2026-08,40,org-1-tokens,1,100,0,100,0,,0,{watermark},")],
+        [format!(
+            "org-1,tokens,2026-08,40,org-1-tokens,1,100,0,100,0,,0,{watermark},,2026-08-01T00:00:00Z,2026-09-01T00:00:00Z"
+        )],
         "computed at the first close's watermark"
     );
     ingest_events(&test, "late.avro", &[tokens("a-late", "2026-08-20T00:00:00Z", "org-1", 1_000)]);
@@ -517,13 +529,16 @@ fn a_bill_by_project_adds_up_to_its_rows_and_matches_an_independent_computation(
     let watermark = count(&test.status(), "watermark");
     let plain = csv_lines(&export(&test, "2026-11", "csv", &[]));
     let by = csv_lines(&export(&test, "2026-11", "csv", &["--by", "project"]));
-    assert_eq!(by[0], format!("{HEADER},project"));
+    let (columns, cycle_columns) = HEADER.split_once(",cycle_start").unwrap();
+    assert_eq!(by[0], format!("{columns},project,cycle_start{cycle_columns}"), "project, then the cycle's columns");
     let expected =
         expected_by_project(&test.path, (at("2026-11-01T00:00:00Z").micros(), at("2026-12-01T00:00:00Z").micros()));
     let mut lines = by[1..].iter().peekable();
     let mut found: BTreeMap<(String, String), BTreeMap<String, i64>> = BTreeMap::new();
     for bill in &plain[1..] {
-        assert_eq!(lines.next(), Some(&format!("{bill},")), "the bill's row, unchanged");
+        let mut last = bill.rsplitn(3, ',');
+        let (end, start, front) = (last.next().unwrap(), last.next().unwrap(), last.next().unwrap());
+        assert_eq!(lines.next(), Some(&format!("{front},,{start},{end}")), "the bill's row, an empty project added");
         let cells: Vec<&str> = bill.split(',').collect();
         let (tenant, metric, consumption) = (cells[0], cells[1], cells[3].parse::<i64>().unwrap());
         let mut sum = 0;
@@ -538,6 +553,7 @@ fn a_bill_by_project_adds_up_to_its_rows_and_matches_an_independent_computation(
             );
             let amount: i64 = cells[3].parse().unwrap();
             sum += amount;
+            assert_eq!((cells[15], cells[16]), (start, end), "a project's line carries its bill's cycle");
             order.push(cells[14].to_string());
             found.entry((tenant.into(), metric.into())).or_default().insert(cells[14].into(), amount);
         }
@@ -571,7 +587,7 @@ fn a_bill_by_project_adds_up_to_its_rows_and_matches_an_independent_computation(
         .unwrap();
     let batches: Vec<_> = reader.map(Result::unwrap).collect();
     assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), by.len() - 1);
-    assert_eq!(batches[0].schema().fields().last().unwrap().name(), "project");
+    assert_eq!(batches[0].schema().fields()[14].name(), "project");
 
     let closed = csv_lines(&export(&test, "2026-11", "csv", &["--final", "--by", "project"]));
     assert_eq!(closed, by, "a close's rows and their projects, at its watermark");
@@ -602,4 +618,105 @@ fn by_project_is_refused_with_cluster() {
     ]);
     let refused = refused.expect_code(2);
     assert!(refused.stderr.contains("--cluster"), "{}", refused.stderr);
+}
+
+/// A version of `tenant`'s tokens policy billed per cycle anchored at `anchor` in `zone` (SOFT, limit 100).
+fn soft_cycle(tenant: &str, version: i32, anchor: &str, zone: &str, effective_from: &str) -> Event {
+    let Event::Policy(monthly) = soft_monthly(tenant, 100) else { unreachable!("a policy") };
+    Event::Policy(PolicyEvent {
+        header: header(&format!("{tenant}-tokens-v{version}"), effective_from, tenant, "tokens"),
+        version,
+        window: Window::BILLING_CYCLE,
+        cycle_anchor: Some(at(anchor)),
+        time_zone: Some(zone.into()),
+        effective_from: at(effective_from),
+        ..monthly
+    })
+}
+
+// Issue 37 item 2: `export billing` bills a tenant on a billing cycle by its cycles, in its time zone. org-ny's cycles
+// start on the 31st at midnight in New York: on Feb 28 in February (the 31st clamped), on Mar 31 at 04:00 UTC after
+// the clocks sprang forward. Each month's export lists the cycles that end in it (by the tenant's clock), with
+// cycle_start and cycle_end, and February's equals the independent computation. Late usage of a closed cycle is
+// carried into the next cycle's row; an anchor moved mid-cycle (to the 17th) takes effect at the next boundary, and
+// April bills the short cycle it makes. org-switch moves from calendar months to cycles on the 17th (UTC) in March:
+// its first cycle's row bills from March 1, where February's month row stopped, so no day is billed twice.
+#[test]
+fn billing_cycles_bill_each_tenant_its_own_cycles_in_its_time_zone() {
+    let test = TestLedger::new();
+    let Event::Policy(monthly) = soft_monthly("org-switch", 100) else { unreachable!("a policy") };
+    let from_january = PolicyEvent { effective_from: at("2026-01-01T00:00:00Z"), ..monthly };
+    let policies = [
+        soft_cycle("org-ny", 1, "2026-01-31T05:00:00Z", "America/New_York", "2026-01-01T00:00:00Z"),
+        Event::Policy(from_january),
+        soft_cycle("org-switch", 2, "2026-01-17T00:00:00Z", "UTC", "2026-03-05T00:00:00Z"),
+    ];
+    ingest_events(&test, "policies.avro", &policies);
+    let usage = [
+        tokens("n-1", "2026-02-10T00:00:00Z", "org-ny", 60),
+        // 23:59:59 on Feb 27 in New York: still the cycle from Jan 31.
+        tokens("n-2", "2026-02-28T04:59:59Z", "org-ny", 50),
+        tokens("n-3", "2026-02-28T05:00:00Z", "org-ny", 30),
+        // 23:59:59 on Mar 30, EDT.
+        tokens("n-4", "2026-03-31T03:59:59Z", "org-ny", 20),
+        tokens("n-5", "2026-03-31T04:00:00Z", "org-ny", 5),
+        tokens("s-1", "2026-02-20T00:00:00Z", "org-switch", 10),
+        tokens("s-2", "2026-03-10T00:00:00Z", "org-switch", 20),
+        tokens("s-3", "2026-03-20T00:00:00Z", "org-switch", 40),
+    ];
+    ingest_events(&test, "usage.avro", &usage);
+    let watermark = count(&test.status(), "watermark");
+    let february = csv_lines(&export(&test, "2026-02", "csv", &["--final"]));
+    let period = ("2026-02", at("2026-02-01T00:00:00Z").micros(), at("2026-03-01T00:00:00Z").micros());
+    assert_eq!(february[1..], expected_rows(&test.path, period, watermark), "the independent computation");
+    assert_eq!(
+        february[1..],
+        [
+            format!(
+                "org-ny,tokens,2026-02,110,org-ny-tokens,1,100,0,100,10,,0,{watermark},,2026-01-31T05:00:00Z,\
+                 2026-02-28T05:00:00Z"
+            ),
+            format!(
+                "org-switch,tokens,2026-02,10,org-switch-tokens,1,100,0,100,0,,0,{watermark},,2026-02-01T00:00:00Z,\
+                 2026-03-01T00:00:00Z"
+            ),
+        ]
+    );
+    // Late: 7 more of org-ny's closed February cycle. A new anchor, the 17th, set on March 10.
+    ingest_events(&test, "late.avro", &[tokens("n-late", "2026-02-20T00:00:00Z", "org-ny", 7)]);
+    let moved = soft_cycle("org-ny", 2, "2026-03-17T04:00:00Z", "America/New_York", "2026-03-10T00:00:00Z");
+    ingest_events(&test, "moved.avro", &[moved]);
+    let march = csv_lines(&export(&test, "2026-03", "csv", &["--final"]));
+    // The close records the late usage it bills first (a LATE_USAGE adjustment), at the watermark it closes at.
+    let now = count(&test.status(), "watermark");
+    assert_eq!(
+        march[1..],
+        [
+            format!(
+                "org-ny,tokens,2026-03,50,org-ny-tokens,2,100,0,100,0,,7,{now},,2026-02-28T05:00:00Z,\
+                 2026-03-31T04:00:00Z"
+            ),
+            format!(
+                "org-switch,tokens,2026-03,20,org-switch-tokens,2,100,0,100,0,,0,{now},,2026-03-01T00:00:00Z,\
+                 2026-03-17T00:00:00Z"
+            ),
+        ],
+        "the cycle across the spring-forward, with February's late usage; org-switch's first cycle from March 1"
+    );
+    let april = csv_lines(&export(&test, "2026-04", "csv", &[]));
+    assert_eq!(
+        april[1..],
+        [
+            format!(
+                "org-ny,tokens,2026-04,5,org-ny-tokens,2,100,0,100,0,,0,{now},,2026-03-31T04:00:00Z,\
+                 2026-04-17T04:00:00Z"
+            ),
+            format!(
+                "org-switch,tokens,2026-04,40,org-switch-tokens,2,100,0,100,0,,0,{now},,2026-03-17T00:00:00Z,\
+                 2026-04-17T00:00:00Z"
+            ),
+        ],
+        "the short cycle the anchor change makes, to the new anchor's first start"
+    );
+    test.assert_verifies();
 }

@@ -17,6 +17,8 @@ const USAGE_OF_PERIOD_BY_PROJECT: &str = include_str!("../queries/usage_of_perio
 const LATE_USAGE_CARRIED: &str = include_str!("../queries/late_usage_carried.sql");
 const RESERVATIONS_BY_RESERVATION: &str = include_str!("../queries/reservation_events_by_reservation.sql");
 const PERIODS_WITH_CONSUMPTION_BEFORE: &str = include_str!("../queries/periods_with_consumption_before.sql");
+const USAGE_OF_KEY_BETWEEN: &str = include_str!("../queries/usage_of_key_between.sql");
+const BILLED_THROUGH: &str = include_str!("../queries/billed_through.sql");
 
 /// A sum for one (tenant, metric): of usage, of valid COMMITs, of late adjustments.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,6 +104,38 @@ impl Ledger {
             ":watermark": watermark_param(snapshot.watermark),
         };
         let rows = statement.query_map(params, metric_total)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Counted usage of `tenant` and `metric` with occurred_at in `[from, until)`, of the entries after `after` up to
+    /// `watermark`: what a billing cycle consumed (`after` 0), or what was recorded late since the last close for what
+    /// was billed before (PolicyEvent v11).
+    pub fn usage_of_key_between(
+        &self,
+        (tenant, metric): (&str, &str),
+        (from, until): (Timestamp, Timestamp),
+        after: u64,
+        watermark: u64,
+    ) -> Result<i64, ReadError> {
+        let mut statement = self.conn.prepare_cached(USAGE_OF_KEY_BETWEEN)?;
+        let params = named_params! {
+            ":tenant": tenant,
+            ":metric": metric,
+            ":from": from.micros(),
+            ":until": until.micros(),
+            ":after": watermark_param(after),
+            ":watermark": watermark_param(watermark),
+        };
+        Ok(statement.query_row(params, |r| r.get(0))?)
+    }
+
+    /// How far each (tenant, metric) was billed by the stored final exports of the periods before `period`: the
+    /// latest end of the cycles their rows bill (a month's row bills the month). By tenant, then metric.
+    pub fn billed_through(&self, period: Period) -> Result<Vec<(String, String, Timestamp)>, ReadError> {
+        let mut statement = self.conn.prepare_cached(BILLED_THROUGH)?;
+        let rows = statement.query_map(named_params! { ":period": period.to_string() }, |r| {
+            Ok((r.get(0)?, r.get(1)?, Timestamp(r.get(2)?)))
+        })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 

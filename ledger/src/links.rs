@@ -288,6 +288,11 @@ const EXPORTS: &str = "SELECT x.period, x.row_index, x.tenant, x.metric, x.consu
         x.\"limit\", x.grants, x.effective_limit, x.overage, x.overshoot, x.late_adjustments
     FROM period_closes c JOIN period_exports x ON x.period = c.period
     WHERE c.rowid > ?1 AND c.rowid <= ?2 ORDER BY c.rowid, x.row_index";
+/// The cycles of the stored rows that bill one (PolicyEvent v11 billing cycles): hashed only when a link's closes
+/// have some, so the links of ledgers that never billed a cycle keep their hashes.
+const EXPORT_CYCLES: &str = "SELECT x.period, x.row_index, x.cycle_start, x.cycle_end
+    FROM period_closes c JOIN period_exports x ON x.period = c.period
+    WHERE c.rowid > ?1 AND c.rowid <= ?2 AND x.cycle_start IS NOT NULL ORDER BY c.rowid, x.row_index";
 const GAPS: &str = "SELECT id, topic, partition, from_offset, to_offset, accepted_at FROM offset_gaps
     WHERE id > ?1 AND id <= ?2 ORDER BY id";
 
@@ -302,6 +307,17 @@ fn rows_hash(conn: &Connection, from: &Through, to: &Through, replays: Option<i6
     put_rows(&mut hasher, conn, "quarantine_replays", REPLAYS, [replays])?;
     put_rows(&mut hasher, conn, "period_closes", CLOSES, [from.closes, to.closes])?;
     put_rows(&mut hasher, conn, "period_exports", EXPORTS, [from.closes, to.closes])?;
+    // Migration 019 seals the first link before migration 033 adds the columns.
+    let columns: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM pragma_table_info('period_exports') WHERE name = 'cycle_start')",
+        [],
+        |r| r.get(0),
+    )?;
+    let cycles = columns
+        && conn.query_row(&format!("SELECT EXISTS ({EXPORT_CYCLES})"), [from.closes, to.closes], |r| r.get(0))?;
+    if cycles {
+        put_rows(&mut hasher, conn, "period_export_cycles", EXPORT_CYCLES, [from.closes, to.closes])?;
+    }
     put_rows(&mut hasher, conn, "offset_gaps", GAPS, [from.gaps, to.gaps])?;
     Ok(hasher.finalize().into())
 }
@@ -623,10 +639,10 @@ pub(crate) mod tests {
 
     /// SQL that takes a ledger back to before migration 019, as a ledger made by an older binary is: no id, no
     /// links, no gaps.
-    /// Undoes migrations 019 to 032 (020 and 021 have nothing to undo but their tables, 022 to 032 their columns and
+    /// Undoes migrations 019 to 033 (020 and 021 have nothing to undo but their tables, 022 to 033 their columns and
     /// indexes).
     pub(crate) const UNDO_019: &str =
-        "ALTER TABLE policy_events DROP COLUMN cycle_anchor; ALTER TABLE policy_events DROP COLUMN window_seconds; ALTER TABLE entries DROP COLUMN api_key; ALTER TABLE entries DROP COLUMN project; ALTER TABLE policy_events DROP COLUMN violation; ALTER TABLE policy_events DROP COLUMN overage_window; ALTER TABLE policy_events DROP COLUMN overage_rate; DROP INDEX decision_events_made_open; ALTER TABLE policy_events DROP COLUMN on_failure; DROP INDEX reservation_events_of_leases; ALTER TABLE reservation_events DROP COLUMN fencing_token; ALTER TABLE policy_events DROP COLUMN time_zone; ALTER TABLE policy_events DROP COLUMN actor; ALTER TABLE policy_events DROP COLUMN reason;
+        "ALTER TABLE period_exports DROP COLUMN cycle_end; ALTER TABLE period_exports DROP COLUMN cycle_start; ALTER TABLE policy_events DROP COLUMN cycle_anchor; ALTER TABLE policy_events DROP COLUMN window_seconds; ALTER TABLE entries DROP COLUMN api_key; ALTER TABLE entries DROP COLUMN project; ALTER TABLE policy_events DROP COLUMN violation; ALTER TABLE policy_events DROP COLUMN overage_window; ALTER TABLE policy_events DROP COLUMN overage_rate; DROP INDEX decision_events_made_open; ALTER TABLE policy_events DROP COLUMN on_failure; DROP INDEX reservation_events_of_leases; ALTER TABLE reservation_events DROP COLUMN fencing_token; ALTER TABLE policy_events DROP COLUMN time_zone; ALTER TABLE policy_events DROP COLUMN actor; ALTER TABLE policy_events DROP COLUMN reason;
         ALTER TABLE grant_events DROP COLUMN actor; DROP TABLE forwarded; DROP TABLE shard_identity; DROP TABLE chain_links; DROP TABLE ledger_identity; DROP TABLE offset_gaps;
         DROP INDEX quarantine_replays_by_link; ALTER TABLE quarantine_replays DROP COLUMN link;";
 
@@ -649,7 +665,8 @@ pub(crate) mod tests {
     }
 
     fn export_row(tenant: &str, consumption: i64) -> crate::PeriodExportRow {
-        crate::PeriodExportRow::unpriced(tenant.into(), "requests".into(), consumption, 0)
+        let month: crate::Period = "2026-10".parse().unwrap();
+        crate::PeriodExportRow::unpriced(tenant.into(), "requests".into(), consumption, 0, (month.start(), month.end()))
     }
 
     /// A ledger with a row in every covered table: entries, an exact duplicate, a quarantined message, offsets, a

@@ -42,6 +42,7 @@ pub const MIGRATIONS: &[Migration] = &[
     ("030-entry-scopes.sql", include_str!("../ddl/030-entry-scopes.sql"), None),
     ("031-policy-window-seconds.sql", include_str!("../ddl/031-policy-window-seconds.sql"), None),
     ("032-policy-cycle-anchor.sql", include_str!("../ddl/032-policy-cycle-anchor.sql"), None),
+    ("033-export-cycles.sql", include_str!("../ddl/033-export-cycles.sql"), None),
 ];
 
 /// The schema version of a ledger all of whose migrations ran.

@@ -26,11 +26,22 @@ pub struct PeriodExportRow {
     pub overage: Option<i64>,
     pub overshoot: Option<i64>,
     pub late_adjustments: i64,
+    /// The billing cycle the row bills, `[cycle_start, cycle_end)`: the period's month for a row of a calendar
+    /// month, a tenant's cycle for a row of a BILLING_CYCLE policy (PolicyEvent v11).
+    pub cycle_start: Timestamp,
+    pub cycle_end: Timestamp,
 }
 
 impl PeriodExportRow {
-    /// The row of `tenant` and `metric` that no policy prices: its consumption and late adjustments alone.
-    pub fn unpriced(tenant: String, metric: String, consumption: i64, late_adjustments: i64) -> PeriodExportRow {
+    /// The row of `tenant` and `metric` that no policy prices: its consumption and late adjustments alone, over the
+    /// cycle `[start, end)`.
+    pub fn unpriced(
+        tenant: String,
+        metric: String,
+        consumption: i64,
+        late_adjustments: i64,
+        (cycle_start, cycle_end): (Timestamp, Timestamp),
+    ) -> PeriodExportRow {
         PeriodExportRow {
             tenant,
             metric,
@@ -43,6 +54,8 @@ impl PeriodExportRow {
             overage: None,
             overshoot: None,
             late_adjustments,
+            cycle_start,
+            cycle_end,
         }
     }
 }
@@ -218,10 +231,16 @@ fn last_close_watermark(conn: &Connection) -> rusqlite::Result<u64> {
 }
 
 fn insert_row(conn: &Connection, period: Period, index: usize, row: &PeriodExportRow) -> rusqlite::Result<()> {
+    // A row of the month itself keeps its cycle null, as every row stored before cycles did.
+    let cycle = (row.cycle_start, row.cycle_end) != (period.start(), period.end());
+    let (cycle_start, cycle_end) = match cycle {
+        true => (Some(row.cycle_start.micros()), Some(row.cycle_end.micros())),
+        false => (None, None),
+    };
     conn.prepare_cached(
         "INSERT INTO period_exports (period, row_index, tenant, metric, consumption, policy_id, policy_version,
-             \"limit\", grants, effective_limit, overage, overshoot, late_adjustments)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             \"limit\", grants, effective_limit, overage, overshoot, late_adjustments, cycle_start, cycle_end)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )?
     .execute(params![
         period.to_string(),
@@ -236,7 +255,9 @@ fn insert_row(conn: &Connection, period: Period, index: usize, row: &PeriodExpor
         row.effective_limit,
         row.overage,
         row.overshoot,
-        row.late_adjustments
+        row.late_adjustments,
+        cycle_start,
+        cycle_end
     ])?;
     Ok(())
 }
@@ -244,7 +265,7 @@ fn insert_row(conn: &Connection, period: Period, index: usize, row: &PeriodExpor
 fn read_rows(conn: &Connection, period: Period) -> rusqlite::Result<Vec<PeriodExportRow>> {
     let mut statement = conn.prepare_cached(
         "SELECT tenant, metric, consumption, policy_id, policy_version, \"limit\", grants, effective_limit, overage,
-                overshoot, late_adjustments
+                overshoot, late_adjustments, cycle_start, cycle_end
          FROM period_exports WHERE period = ? ORDER BY row_index",
     )?;
     let rows = statement.query_map([period.to_string()], |r| {
@@ -260,6 +281,8 @@ fn read_rows(conn: &Connection, period: Period) -> rusqlite::Result<Vec<PeriodEx
             overage: r.get(8)?,
             overshoot: r.get(9)?,
             late_adjustments: r.get(10)?,
+            cycle_start: r.get::<_, Option<i64>>(11)?.map_or(period.start(), Timestamp),
+            cycle_end: r.get::<_, Option<i64>>(12)?.map_or(period.end(), Timestamp),
         })
     })?;
     rows.collect()
@@ -270,7 +293,14 @@ mod tests {
     use super::*;
 
     fn row(tenant: &str, consumption: i64) -> PeriodExportRow {
-        PeriodExportRow::unpriced(tenant.into(), "requests".into(), consumption, 0)
+        let september: Period = "2026-09".parse().unwrap();
+        PeriodExportRow::unpriced(
+            tenant.into(),
+            "requests".into(),
+            consumption,
+            0,
+            (september.start(), september.end()),
+        )
     }
 
     // Proves a close stores its export once: a second close answers the stored rows and computes nothing.

@@ -266,6 +266,9 @@ pub const TABLES: &[Table] = &[
             col("overage", "x.overage", Int64, true),
             col("overshoot", "x.overshoot", Int64, true),
             col("late_adjustments", "x.late_adjustments", Int64, false),
+            // The billing cycle the row bills (PolicyEvent v11); null for a row of the period's month itself.
+            col("cycle_start", "x.cycle_start", Timestamp, true),
+            col("cycle_end", "x.cycle_end", Timestamp, true),
         ],
     },
     Table {

@@ -1,4 +1,5 @@
-//! The billing export of a month (contract §5 "Billing export", contract §7 columns): one row per (tenant, metric).
+//! The billing export of a month (contract §5 "Billing export", contract §7 columns): one row per (tenant, metric),
+//! or per billing cycle of it that the month bills (PolicyEvent v11, [`cycles_billed`]).
 //!
 //! Reads, all at one watermark, through the ledger's typed reads: counted usage of the period (the totals every
 //! append keeps when the export is computed at the current watermark, a scan of the usage events otherwise), valid
@@ -8,7 +9,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use chrono::Datelike;
 use ledger::{CloseSnapshot, Ledger, MetricTotal, Period, PeriodClose, PeriodExportRow};
+use rules::cycle::{Anchor, Schedule};
 use rules::overshoot;
 use rules::policy::PolicyIndex;
 use schemas::*;
@@ -31,6 +34,24 @@ pub struct BillingInputs {
     pub grants: HashMap<Key, Vec<GrantEvent>>,
     /// LATE_USAGE adjustments carried into this export.
     pub late: BTreeMap<Key, i64>,
+    /// The billing cycles the period bills, per (tenant, metric) billed by cycle ([`cycles_billed`]), measured.
+    pub cycles: BTreeMap<Key, Vec<CycleUse>>,
+}
+
+/// One billing cycle of a (tenant, metric) that a period bills, as measured at the export's watermark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CycleUse {
+    /// `[start, end)` of the cycle.
+    pub cycle: (Timestamp, Timestamp),
+    /// Where the row bills from: the cycle's start, or the end of what an earlier export billed of it (a tenant moved
+    /// from calendar months to cycles). The row's `cycle_start`.
+    pub billed_from: Timestamp,
+    /// Counted usage and valid COMMITs with occurred_at in the cycle, from where the key was last billed through
+    /// (the cycle's start, unless an earlier export billed into it: a tenant moved from months to cycles).
+    pub consumption: i64,
+    /// The first cycle of the key in the period only: counted usage and valid COMMITs recorded since the last close
+    /// whose occurred_at is before what this row bills from. Usage of a cycle billed before, billed now.
+    pub late: i64,
 }
 
 /// Where the usage of the period is read from.
@@ -48,13 +69,151 @@ pub enum UsageSource {
 /// adjustments carried into it, except the metrics a gauge quota of the tenant or the plan names in any version
 /// (issue 36 item 4): their usage events report a level, and a level of 100 reported daily is not 3,000 consumed in
 /// the month. Reconcile keeps them out of windows and late usage by the same test.
+///
+/// A (tenant, metric) with cycles in `inputs.cycles` is billed by cycle instead: a row per cycle, in order, priced
+/// by the BILLING_CYCLE quota in force for it ([`cycle_policy`]), with the cycle's bounds, the first carrying the
+/// key's late usage. Its LATE_USAGE adjustments (of UTC months) are not carried: the cycle's own late usage is.
 pub fn rows(period: Period, inputs: &BillingInputs) -> Vec<PeriodExportRow> {
     let index = PolicyIndex::new(inputs.policies.clone());
     let mut keys: BTreeSet<Key> =
         inputs.usage.keys().chain(inputs.commits.keys()).chain(inputs.late.keys()).cloned().collect();
     keys.extend(own_month_policy_keys(&index, period));
+    keys.extend(inputs.cycles.keys().cloned());
     keys.retain(|(tenant, metric)| !index.gauge_metrics(tenant).contains(metric.as_str()));
-    keys.into_iter().map(|key| row(period, &index, inputs, key)).collect()
+    let mut rows = Vec::new();
+    for key in keys {
+        match inputs.cycles.get(&key).filter(|cycles| !cycles.is_empty()) {
+            Some(cycles) => rows.extend(cycles.iter().map(|used| cycle_row(&index, inputs, &key, used))),
+            None => rows.push(row(period, &index, inputs, key)),
+        }
+    }
+    rows
+}
+
+/// The cycles of `tenant`'s `metric` that `period` bills, in order: the cycles of its BILLING_CYCLE quotas in force
+/// (its own, or the plan's it has none of its own covering; [`cycle_policy`]) whose last instant lies in the month
+/// of that name in their zone's calendar ([`rules::cycle::billed_month`]). A cycle is billed once, in the month it
+/// ends in as its tenant's clock shows it: a cycle ending at local midnight on the 1st is the previous month's.
+pub fn cycles_billed(index: &PolicyIndex, tenant: &str, metric: &str, period: Period) -> Vec<(Timestamp, Timestamp)> {
+    let mut found = BTreeSet::new();
+    let month = (period.start().to_datetime().map(|d| (d.year(), d.month()))).expect("a period's start is in range");
+    let middle = Timestamp(period.start().micros() + (period.end().micros() - period.start().micros()) / 2);
+    for ((_, _), versions) in cycle_groups(index, tenant, metric) {
+        let changes: Vec<(Timestamp, Anchor)> = versions
+            .iter()
+            .filter_map(|p| p.cycle_anchor.map(|at| (p.effective_from, Anchor { at, zone: p.zone() })))
+            .collect();
+        let Some(schedule) = Schedule::new(&changes) else { continue };
+        for zone in versions.iter().filter(|p| p.cycle_anchor.is_some()).map(|p| p.zone()) {
+            let (from, until) = rules::window::bounds_in(Window::MONTH, zone, middle);
+            for cycle in schedule.ending_within(from, until) {
+                let Some(policy) = cycle_policy(index, tenant, metric, cycle) else { continue };
+                if rules::cycle::billed_month(policy.zone(), cycle) == month {
+                    found.insert(cycle);
+                }
+            }
+        }
+    }
+    found.into_iter().collect()
+}
+
+/// The versions of each BILLING_CYCLE policy (owner, policy_id) that may bill `tenant`'s `metric`: its own and the
+/// plan's, every version of a policy_id with a BILLING_CYCLE one.
+fn cycle_groups<'a>(
+    index: &'a PolicyIndex,
+    tenant: &str,
+    metric: &str,
+) -> BTreeMap<(&'a str, &'a str), Vec<&'a PolicyEvent>> {
+    let mut groups: BTreeMap<(&str, &str), Vec<&PolicyEvent>> = BTreeMap::new();
+    for p in index.policies() {
+        let owner = p.header.tenant.as_str();
+        if p.header.metric == metric && (owner == tenant || owner == rules::policy::PLAN_DEFAULT_TENANT) {
+            groups.entry((owner, p.policy_id.as_str())).or_default().push(p);
+        }
+    }
+    groups.retain(|_, versions| versions.iter().any(|p| p.window == Window::BILLING_CYCLE));
+    groups
+}
+
+/// The TENANT-scope BILLING_CYCLE quota in force for `cycle` of `tenant`'s `metric`, whose cycle it is; of several,
+/// as [`month_policy`] chooses.
+pub fn cycle_policy<'a>(
+    index: &'a PolicyIndex,
+    tenant: &str,
+    metric: &str,
+    (start, end): (Timestamp, Timestamp),
+) -> Option<&'a PolicyEvent> {
+    index
+        .applicable(tenant, metric, Timestamp(end.micros() - 1))
+        .into_iter()
+        .filter(|a| a.policy.window == Window::BILLING_CYCLE && a.policy.scope == Scope::TENANT)
+        .filter(|a| !a.policy.is_throttle() && (a.window_start, a.window_end) == (start, end))
+        .min_by_key(|a| (billing_rank(a.policy.enforcement), a.policy.policy_id.as_str()))
+        .map(|a| a.policy)
+}
+
+/// The metrics of a BILLING_CYCLE policy of `tenant` (its own or the plan's): the keys a period may bill by cycle.
+fn cycle_metrics<'a>(index: &'a PolicyIndex, tenant: &str) -> BTreeSet<&'a str> {
+    index
+        .policies()
+        .iter()
+        .filter(|p| p.window == Window::BILLING_CYCLE)
+        .filter(|p| p.header.tenant == tenant || p.header.tenant == rules::policy::PLAN_DEFAULT_TENANT)
+        .map(|p| p.header.metric.as_str())
+        .collect()
+}
+
+/// The row of one billing cycle of `key`.
+fn cycle_row(index: &PolicyIndex, inputs: &BillingInputs, key: &Key, used: &CycleUse) -> PeriodExportRow {
+    let (tenant, metric) = (key.0.clone(), key.1.clone());
+    let mut row =
+        PeriodExportRow::unpriced(tenant, metric, used.consumption, used.late, (used.billed_from, used.cycle.1));
+    let Some(policy) = cycle_policy(index, &key.0, &key.1, used.cycle) else { return row };
+    let grants = inputs.grants.get(key).map_or(&[][..], Vec::as_slice);
+    let (start, end) = used.cycle;
+    let effective = overshoot::effective_limit(policy.limit, Scope::TENANT, None, grants, start, end);
+    price(&mut row, policy, effective);
+    row
+}
+
+/// Prices `row` by `policy` of effective limit `effective`: a SOFT quota's excess is billed, a HARD one's is an
+/// enforcement miss.
+fn price(row: &mut PeriodExportRow, policy: &PolicyEvent, effective: i64) {
+    let excess = overshoot::excess(row.consumption, effective);
+    row.policy_id = Some(policy.policy_id.clone());
+    row.policy_version = Some(policy.version);
+    row.limit = Some(policy.limit);
+    row.grants = Some(effective - policy.limit);
+    row.effective_limit = Some(effective);
+    match policy.enforcement {
+        Enforcement::SOFT => row.overage = Some(excess),
+        // A throttled overage (issue 36 item 6) let the excess through at its rate on purpose: not billed, and not
+        // a miss either, which only its events can tell (reconcile's OVERSHOOT, beyond the throttle's allowance).
+        Enforcement::HARD if policy.overage_throttle().is_some() => {}
+        Enforcement::HARD => row.overshoot = Some(excess),
+        // SHADOW never denies and bills nothing: both stay empty (reconcile reports SHADOW_OVER_LIMIT).
+        Enforcement::SHADOW => {}
+    }
+}
+
+/// A close of `period` refused while a billing cycle it bills has not ended by `now`: its bill would miss the rest
+/// of the cycle. Answers the first such cycle's tenant, policy and end.
+pub fn unended_cycle(
+    policies: &[PolicyEvent],
+    tenants: impl IntoIterator<Item = (String, String)>,
+    period: Period,
+    now: Timestamp,
+) -> Option<(String, String, Timestamp)> {
+    let index = PolicyIndex::new(policies.to_vec());
+    for (tenant, metric) in tenants {
+        for cycle in cycles_billed(&index, &tenant, &metric, period) {
+            if cycle.1 > now {
+                let policy = cycle_policy(&index, &tenant, &metric, cycle).expect("a billed cycle has its policy");
+                return Some((tenant, policy.policy_id.clone(), cycle.1));
+            }
+        }
+    }
+    None
 }
 
 /// (tenant, metric) of every tenant's own TENANT-scope MONTH-window policy in force for the period.
@@ -112,25 +271,12 @@ fn row(period: Period, index: &PolicyIndex, inputs: &BillingInputs, key: Key) ->
     let commits = inputs.commits.get(&key).copied().unwrap_or(0);
     let consumption = usage.checked_add(commits).expect("consumption fits in i64");
     let late_adjustments = inputs.late.get(&key).copied().unwrap_or(0);
-    let mut row = PeriodExportRow::unpriced(key.0.clone(), key.1.clone(), consumption, late_adjustments);
+    let month = (period.start(), period.end());
+    let mut row = PeriodExportRow::unpriced(key.0.clone(), key.1.clone(), consumption, late_adjustments, month);
     let Some((policy, _)) = month_policy(index, &key.0, &key.1, period) else { return row };
     let grants = inputs.grants.get(&key).map_or(&[][..], Vec::as_slice);
     let effective = overshoot::effective_limit(policy.limit, Scope::TENANT, None, grants, period.start(), period.end());
-    let excess = overshoot::excess(consumption, effective);
-    row.policy_id = Some(policy.policy_id.clone());
-    row.policy_version = Some(policy.version);
-    row.limit = Some(policy.limit);
-    row.grants = Some(effective - policy.limit);
-    row.effective_limit = Some(effective);
-    match policy.enforcement {
-        Enforcement::SOFT => row.overage = Some(excess),
-        // A throttled overage (issue 36 item 6) let the excess through at its rate on purpose: not billed, and not
-        // a miss either, which only its events can tell (reconcile's OVERSHOOT, beyond the throttle's allowance).
-        Enforcement::HARD if policy.overage_throttle().is_some() => {}
-        Enforcement::HARD => row.overshoot = Some(excess),
-        // SHADOW never denies and bills nothing: both stay empty (reconcile reports SHADOW_OVER_LIMIT).
-        Enforcement::SHADOW => {}
-    }
+    price(&mut row, policy, effective);
     row
 }
 
@@ -152,14 +298,96 @@ pub fn compute(
             valid_commits(ledger, period, snapshot.watermark)?,
         ),
     };
-    let inputs = BillingInputs {
+    let mut inputs = BillingInputs {
         usage,
         commits,
         policies: ledger.policies_through(snapshot.watermark)?,
         grants: ledger.grants_through(snapshot.watermark)?,
         late: by_key(ledger.late_usage_carried(snapshot)?),
+        cycles: BTreeMap::new(),
     };
+    if inputs.policies.iter().any(|p| p.window == Window::BILLING_CYCLE) {
+        let previous = match source {
+            UsageSource::Totals => ledger.usage_totals_of_period(period.previous())?,
+            UsageSource::Scan => ledger.usage_of_period(period.previous(), snapshot.watermark)?,
+        };
+        let touched: BTreeSet<Key> = inputs.usage.keys().cloned().chain(by_key(previous).into_keys()).collect();
+        inputs.cycles = measure_cycles(ledger, period, snapshot, &inputs.policies, touched)?;
+    }
     Ok(rows(period, &inputs))
+}
+
+/// The cycles `period` bills of every (tenant, metric) that may be billed by cycle (`touched`: those with usage in the
+/// period or the month before, and those with a BILLING_CYCLE policy of their own), measured at `snapshot`
+/// ([`CycleUse`]).
+fn measure_cycles(
+    ledger: &Ledger,
+    period: Period,
+    snapshot: CloseSnapshot,
+    policies: &[PolicyEvent],
+    mut touched: BTreeSet<Key>,
+) -> Result<BTreeMap<Key, Vec<CycleUse>>, ReportError> {
+    let index = PolicyIndex::new(policies.to_vec());
+    touched.extend(
+        policies
+            .iter()
+            .filter(|p| p.window == Window::BILLING_CYCLE && p.header.tenant != rules::policy::PLAN_DEFAULT_TENANT)
+            .map(|p| (p.header.tenant.clone(), p.header.metric.clone())),
+    );
+    let billed_through: HashMap<Key, Timestamp> =
+        ledger.billed_through(period)?.into_iter().map(|(tenant, metric, end)| ((tenant, metric), end)).collect();
+    // Per key: its cycles, each from where it bills (never before what was billed already), and where its first
+    // bills from (late usage is what was recorded since the last close before that).
+    let mut measured: BTreeMap<Key, Vec<CycleUse>> = BTreeMap::new();
+    for key in touched {
+        if !cycle_metrics(&index, &key.0).contains(key.1.as_str()) {
+            continue;
+        }
+        let cycles = cycles_billed(&index, &key.0, &key.1, period);
+        if cycles.is_empty() {
+            continue;
+        }
+        let through = billed_through.get(&key).copied();
+        let mut uses: Vec<CycleUse> = Vec::new();
+        for cycle in cycles {
+            let from = through.map_or(cycle.0, |t| t.max(cycle.0)).min(cycle.1);
+            let names = (key.0.as_str(), key.1.as_str());
+            let consumption = ledger.usage_of_key_between(names, (from, cycle.1), 0, snapshot.watermark)?;
+            let late = match uses.is_empty() {
+                true => ledger.usage_of_key_between(
+                    names,
+                    (schemas::validate::TIMESTAMP_MIN, from),
+                    snapshot.carried_after,
+                    snapshot.watermark,
+                )?,
+                false => 0,
+            };
+            uses.push(CycleUse { cycle, billed_from: from, consumption, late });
+        }
+        measured.insert(key, uses);
+    }
+    if measured.is_empty() {
+        return Ok(measured);
+    }
+    // Valid COMMITs: in one pass over the reservations, each added to its cycle, or to the first cycle's late usage.
+    ledger.for_each_reservation_through(snapshot.watermark, |group| {
+        let events: Vec<(u64, &ReservationEvent)> = group.iter().map(|(seq, e)| (*seq, e)).collect();
+        let verdict = rules::reservation::judge(&events, period.end());
+        let Some((seq, ReservationAction::COMMIT, amount)) = verdict.close else { return };
+        let (_, commit) = group.iter().find(|(s, _)| *s == seq).expect("the close is one of the group");
+        let key = (commit.header.tenant.clone(), commit.header.metric.clone());
+        let Some(uses) = measured.get_mut(&key) else { return };
+        let at = commit.header.occurred_at;
+        for used in uses.iter_mut() {
+            if at >= used.billed_from && at < used.cycle.1 {
+                used.consumption = used.consumption.checked_add(amount).expect("consumption fits in i64");
+            }
+        }
+        if at < uses[0].billed_from && seq > snapshot.carried_after {
+            uses[0].late = uses[0].late.checked_add(amount).expect("late usage fits in i64");
+        }
+    })?;
+    Ok(measured)
 }
 
 /// The export of an open period at the ledger's current watermark, with that snapshot. Appends wait meanwhile
@@ -267,7 +495,8 @@ pub fn by_project(
         breakdown.entry((tenant, metric)).or_default().push((project, amount));
     }
     let mut kept = BTreeMap::new();
-    for row in rows {
+    // A row of a billing cycle bills days of more than the month: its projects are not broken down.
+    for row in rows.iter().filter(|r| (r.cycle_start, r.cycle_end) == (period.start(), period.end())) {
         let key = (row.tenant.clone(), row.metric.clone());
         let mut projects = breakdown.remove(&key).unwrap_or_default();
         // Sorted with `None` first; exported after the named projects, as the rest of the row.
@@ -578,6 +807,46 @@ mod tests {
         assert_eq!(
             cells(&rows(period, &inputs)),
             ["org-g,tokens,120,tokens,1,100,0,100,20,,0", "org-o,storage_bytes,7,,,,,,,,0"]
+        );
+    }
+
+    // Proves a month whose billing cycles end at local midnight in Los Angeles cannot close before that midnight
+    // (08:00 UTC on the 1st), and that an anchor moved mid-cycle leaves that cycle whole and makes a short one, from
+    // its end to the new anchor's first start, billed in the month it ends in.
+    #[test]
+    fn a_cycle_is_billed_in_the_month_it_ends_in_its_zone() {
+        let cycle = |version: i32, anchor: &str, effective_from: &str| PolicyEvent {
+            window: Window::BILLING_CYCLE,
+            cycle_anchor: Some(at(anchor)),
+            time_zone: Some("America/Los_Angeles".into()),
+            effective_from: at(effective_from),
+            ..policy("org-la", "cycle", version, "tokens", 100, Enforcement::SOFT)
+        };
+        let first = cycle(1, "2026-01-01T08:00:00Z", "2026-01-01T08:00:00Z");
+        let november: Period = "2026-11".parse().unwrap();
+        let keys = || [("org-la".to_string(), "tokens".to_string())];
+        let policies = [first.clone()];
+        let unended = unended_cycle(&policies, keys(), november, at("2026-12-01T03:00:00Z"));
+        assert_eq!(unended, Some(("org-la".into(), "cycle".into(), at("2026-12-01T08:00:00Z"))));
+        assert_eq!(unended_cycle(&policies, keys(), november, at("2026-12-01T08:00:00Z")), None);
+        let index = PolicyIndex::new(policies.to_vec());
+        assert_eq!(
+            cycles_billed(&index, "org-la", "tokens", november),
+            [(at("2026-11-01T07:00:00Z"), at("2026-12-01T08:00:00Z"))],
+            "November in Los Angeles: PDT to PST"
+        );
+        // Moved to the 10th on November 20th: December bills December 1st to 10th, and the 10th to January 10th.
+        let moved = cycle(2, "2026-01-10T08:00:00Z", "2026-11-20T00:00:00Z");
+        let index = PolicyIndex::new(vec![first, moved]);
+        let december: Period = "2026-12".parse().unwrap();
+        assert_eq!(
+            cycles_billed(&index, "org-la", "tokens", december),
+            [(at("2026-12-01T08:00:00Z"), at("2026-12-10T08:00:00Z"))],
+            "the short cycle ends in December; the next, on January 10th, in January"
+        );
+        assert_eq!(
+            cycles_billed(&index, "org-la", "tokens", "2027-01".parse().unwrap()),
+            [(at("2026-12-10T08:00:00Z"), at("2027-01-10T08:00:00Z"))]
         );
     }
 }

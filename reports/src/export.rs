@@ -1,5 +1,6 @@
 //! Writing a billing export as CSV, JSON lines or Parquet, with exactly the columns of contract §7 (and `gaps`, appended
-//! by the trust issue), to bytes that depend only on the rows: the same ledger gives the same file.
+//! by the trust issue, then `cycle_start` and `cycle_end`, by billing cycles), to bytes that depend only on the rows:
+//! the same ledger gives the same file.
 
 use crate::text::csv_text;
 use std::sync::Arc;
@@ -10,12 +11,14 @@ use ledger::{Ledger, Period, PeriodExportRow};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
+use schemas::Timestamp;
 
 use crate::billing::ByProject;
 use crate::error::ReportError;
 
-/// contract §7: the columns, in order; then `gaps` (the trust issue, point 5), added at the end as contract §7 allows.
-pub const COLUMNS: [&str; 14] = [
+/// contract §7: the columns, in order; then `gaps` (the trust issue, point 5), and `cycle_start` and `cycle_end` (the
+/// billing cycle a row bills, issue 37 item 2), added at the end as contract §7 allows.
+pub const COLUMNS: [&str; 16] = [
     "tenant",
     "metric",
     "period",
@@ -30,10 +33,13 @@ pub const COLUMNS: [&str; 14] = [
     "late_adjustments",
     "watermark",
     "gaps",
+    "cycle_start",
+    "cycle_end",
 ];
 
-/// `export billing --by project`'s columns: [`COLUMNS`], then `project` (contract §7: columns are added at the end).
-pub const COLUMNS_BY_PROJECT: [&str; 15] = [
+/// `export billing --by project`'s columns: [`COLUMNS`] up to `gaps`, then `project`, then the cycle's (contract §7:
+/// columns are added at the end, in the order they were added).
+pub const COLUMNS_BY_PROJECT: [&str; 17] = [
     "tenant",
     "metric",
     "period",
@@ -49,6 +55,8 @@ pub const COLUMNS_BY_PROJECT: [&str; 15] = [
     "watermark",
     "gaps",
     "project",
+    "cycle_start",
+    "cycle_end",
 ];
 
 /// The file formats of `export billing`.
@@ -164,11 +172,12 @@ pub fn stored_or_recomputed(ledger: &Ledger, closed: &ledger::PeriodExport) -> R
     Ok(BillingExport { period: closed.close.period, watermark: closed.close.watermark, rows, gaps })
 }
 
-/// One cell: text, an integer, or empty.
+/// One cell: text, an integer, an instant (RFC 3339 text), or empty.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Cell<'a> {
     Text(&'a str),
     Integer(i64),
+    Instant(Timestamp),
     Empty,
 }
 
@@ -200,7 +209,7 @@ impl BillingExport {
         export
     }
 
-    fn cells<'a>(&'a self, row: &'a PeriodExportRow, period: &'a str) -> [Cell<'a>; 14] {
+    fn cells<'a>(&'a self, row: &'a PeriodExportRow, period: &'a str) -> [Cell<'a>; 16] {
         let text = |s: Option<&'a String>| s.map_or(Cell::Empty, |s| Cell::Text(s));
         let int = |n: Option<i64>| n.map_or(Cell::Empty, Cell::Integer);
         [
@@ -218,6 +227,8 @@ impl BillingExport {
             Cell::Integer(row.late_adjustments),
             Cell::Integer(self.watermark as i64),
             if self.gaps.is_empty() { Cell::Empty } else { Cell::Text(&self.gaps) },
+            Cell::Instant(row.cycle_start),
+            Cell::Instant(row.cycle_end),
         ]
     }
 
@@ -232,7 +243,7 @@ impl BillingExport {
         let mut lines = Vec::new();
         for row in &self.rows {
             let mut bill = self.cells(row, period).to_vec();
-            bill.push(Cell::Empty);
+            bill.insert(COLUMNS.len() - 2, Cell::Empty);
             lines.push(bill);
             for (project, consumption) in by.of(&row.tenant, &row.metric) {
                 let mut line = vec![
@@ -245,6 +256,7 @@ impl BillingExport {
                 line.push(Cell::Integer(self.watermark as i64));
                 line.push(if self.gaps.is_empty() { Cell::Empty } else { Cell::Text(&self.gaps) });
                 line.push(Cell::Text(project.as_deref().unwrap_or("")));
+                line.extend([Cell::Instant(row.cycle_start), Cell::Instant(row.cycle_end)]);
                 lines.push(line);
             }
         }
@@ -308,6 +320,8 @@ impl BillingExport {
             int(&|r| Some(r.late_adjustments)),
             int(&|_| Some(self.watermark as i64)),
             text(&|_| Some(self.gaps.clone()).filter(|g| !g.is_empty())),
+            text(&|r| Some(r.cycle_start.to_string())),
+            text(&|r| Some(r.cycle_end.to_string())),
         ];
         Ok(RecordBatch::try_new(schema(), columns)?)
     }
@@ -329,6 +343,7 @@ fn csv_of<'a>(columns: &[&str], lines: impl IntoIterator<Item = Vec<Cell<'a>>>) 
             .map(|c| match c {
                 Cell::Text(s) => csv_text(s),
                 Cell::Integer(n) => n.to_string(),
+                Cell::Instant(t) => t.to_string(),
                 Cell::Empty => String::new(),
             })
             .collect();
@@ -347,6 +362,7 @@ fn jsonl_of<'a>(columns: &[&str], lines: impl IntoIterator<Item = Vec<Cell<'a>>>
             let value = match cell {
                 Cell::Text(s) => serde_json::Value::from(s),
                 Cell::Integer(n) => serde_json::Value::from(n),
+                Cell::Instant(t) => serde_json::Value::from(t.to_string()),
                 Cell::Empty => serde_json::Value::Null,
             };
             object.insert(name.to_string(), value);
@@ -364,7 +380,11 @@ fn batch_of(schema: Arc<Schema>, lines: &[Vec<Cell<'_>>]) -> Result<RecordBatch,
         .iter()
         .enumerate()
         .map(|(i, field)| -> ArrayRef {
-            let text = |c: &Cell<'_>| if let Cell::Text(s) = c { Some(s.to_string()) } else { None };
+            let text = |c: &Cell<'_>| match c {
+                Cell::Text(s) => Some(s.to_string()),
+                Cell::Instant(t) => Some(t.to_string()),
+                _ => None,
+            };
             let int = |c: &Cell<'_>| if let Cell::Integer(n) = c { Some(*n) } else { None };
             match field.data_type() {
                 DataType::Utf8 => Arc::new(lines.iter().map(|l| text(&l[i])).collect::<StringArray>()),
@@ -388,7 +408,7 @@ fn parquet_of(batch: RecordBatch) -> Result<Vec<u8>, ReportError> {
 }
 
 /// The Arrow schema of `export billing --by project`: [`schema`]'s columns, `late_adjustments` nullable (empty in the
-/// lines of a project), then `project`, a nullable string (null in a bill's row).
+/// lines of a project), with `project`, a nullable string (null in a bill's row), after `gaps`.
 pub fn schema_by_project() -> Arc<Schema> {
     let mut fields: Vec<Field> = schema().fields().iter().map(|f| f.as_ref().clone()).collect();
     for field in &mut fields {
@@ -396,7 +416,7 @@ pub fn schema_by_project() -> Arc<Schema> {
             *field = field.clone().with_nullable(true);
         }
     }
-    fields.push(Field::new("project", DataType::Utf8, true));
+    fields.insert(COLUMNS.len() - 2, Field::new("project", DataType::Utf8, true));
     Arc::new(Schema::new(fields))
 }
 
@@ -418,6 +438,8 @@ pub fn schema() -> Arc<Schema> {
         field("late_adjustments", DataType::Int64, false),
         field("watermark", DataType::Int64, false),
         field("gaps", DataType::Utf8, true),
+        field("cycle_start", DataType::Utf8, false),
+        field("cycle_end", DataType::Utf8, false),
     ]))
 }
 
@@ -438,6 +460,8 @@ mod tests {
             overage: Some(0),
             overshoot: None,
             late_adjustments: late,
+            cycle_start: Timestamp::parse_rfc3339("2026-11-01T00:00:00Z").unwrap(),
+            cycle_end: Timestamp::parse_rfc3339("2026-12-01T00:00:00Z").unwrap(),
         };
         BillingExport {
             period: "2026-11".parse().unwrap(),
@@ -453,9 +477,9 @@ mod tests {
         let csv = String::from_utf8(export().to_csv()).unwrap();
         assert_eq!(
             csv,
-            "tenant,metric,period,consumption,policy_id,policy_version,limit,grants,effective_limit,overage,overshoot,late_adjustments,watermark,gaps\n\
-             \"'=HYPERLINK(\"\"x\"\")\",tokens,2026-11,5,plan,2,100,0,100,0,,-3,42,\n\
-             \"org,2\",tokens,2026-11,7,plan,2,100,0,100,0,,0,42,\n"
+            "tenant,metric,period,consumption,policy_id,policy_version,limit,grants,effective_limit,overage,overshoot,late_adjustments,watermark,gaps,cycle_start,cycle_end\n\
+             \"'=HYPERLINK(\"\"x\"\")\",tokens,2026-11,5,plan,2,100,0,100,0,,-3,42,,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z\n\
+             \"org,2\",tokens,2026-11,7,plan,2,100,0,100,0,,0,42,,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z\n"
         );
         for (text, safe) in
             [("@SUM(A1)", "'@SUM(A1)"), ("+1", "'+1"), ("-1", "'-1"), ("\tx", "'\tx"), ("org-1", "org-1")]
@@ -472,7 +496,7 @@ mod tests {
         let first = jsonl.lines().next().unwrap();
         assert_eq!(
             first,
-            r#"{"tenant":"=HYPERLINK(\"x\")","metric":"tokens","period":"2026-11","consumption":5,"policy_id":"plan","policy_version":2,"limit":100,"grants":0,"effective_limit":100,"overage":0,"overshoot":null,"late_adjustments":-3,"watermark":42,"gaps":null}"#
+            r#"{"tenant":"=HYPERLINK(\"x\")","metric":"tokens","period":"2026-11","consumption":5,"policy_id":"plan","policy_version":2,"limit":100,"grants":0,"effective_limit":100,"overage":0,"overshoot":null,"late_adjustments":-3,"watermark":42,"gaps":null,"cycle_start":"2026-11-01T00:00:00Z","cycle_end":"2026-12-01T00:00:00Z"}"#
         );
     }
 
@@ -487,11 +511,11 @@ mod tests {
         let csv = String::from_utf8(export.to_bytes_by_project(Format::Csv, &by).unwrap()).unwrap();
         assert_eq!(
             csv,
-            "tenant,metric,period,consumption,policy_id,policy_version,limit,grants,effective_limit,overage,overshoot,late_adjustments,watermark,gaps,project\n\
-             \"'=HYPERLINK(\"\"x\"\")\",tokens,2026-11,5,plan,2,100,0,100,0,,-3,42,,\n\
-             \"org,2\",tokens,2026-11,7,plan,2,100,0,100,0,,0,42,,\n\
-             \"org,2\",tokens,2026-11,4,,,,,,,,,42,,p-1\n\
-             \"org,2\",tokens,2026-11,3,,,,,,,,,42,,\n"
+            "tenant,metric,period,consumption,policy_id,policy_version,limit,grants,effective_limit,overage,overshoot,late_adjustments,watermark,gaps,project,cycle_start,cycle_end\n\
+             \"'=HYPERLINK(\"\"x\"\")\",tokens,2026-11,5,plan,2,100,0,100,0,,-3,42,,,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z\n\
+             \"org,2\",tokens,2026-11,7,plan,2,100,0,100,0,,0,42,,,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z\n\
+             \"org,2\",tokens,2026-11,4,,,,,,,,,42,,p-1,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z\n\
+             \"org,2\",tokens,2026-11,3,,,,,,,,,42,,,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z\n"
         );
         let jsonl = String::from_utf8(export.to_bytes_by_project(Format::Jsonl, &by).unwrap()).unwrap();
         let lines: Vec<serde_json::Value> = jsonl.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -523,12 +547,12 @@ mod tests {
         assert_eq!(batches[0].schema(), schema());
         datafusion::assert_batches_eq!(
             [
-                "+-----------------+--------+---------+-------------+-----------+----------------+-------+--------+-----------------+---------+-----------+------------------+-----------+-------------------+",
-                "| tenant          | metric | period  | consumption | policy_id | policy_version | limit | grants | effective_limit | overage | overshoot | late_adjustments | watermark | gaps              |",
-                "+-----------------+--------+---------+-------------+-----------+----------------+-------+--------+-----------------+---------+-----------+------------------+-----------+-------------------+",
-                "| =HYPERLINK(\"x\") | tokens | 2026-11 | 5           | plan      | 2              | 100   | 0      | 100             | 0       |           | -3               | 42        | quota.usage:0:3-4 |",
-                "| org,2           | tokens | 2026-11 | 7           | plan      | 2              | 100   | 0      | 100             | 0       |           | 0                | 42        | quota.usage:0:3-4 |",
-                "+-----------------+--------+---------+-------------+-----------+----------------+-------+--------+-----------------+---------+-----------+------------------+-----------+-------------------+",
+                "+-----------------+--------+---------+-------------+-----------+----------------+-------+--------+-----------------+---------+-----------+------------------+-----------+-------------------+----------------------+----------------------+",
+                "| tenant          | metric | period  | consumption | policy_id | policy_version | limit | grants | effective_limit | overage | overshoot | late_adjustments | watermark | gaps              | cycle_start          | cycle_end            |",
+                "+-----------------+--------+---------+-------------+-----------+----------------+-------+--------+-----------------+---------+-----------+------------------+-----------+-------------------+----------------------+----------------------+",
+                "| =HYPERLINK(\"x\") | tokens | 2026-11 | 5           | plan      | 2              | 100   | 0      | 100             | 0       |           | -3               | 42        | quota.usage:0:3-4 | 2026-11-01T00:00:00Z | 2026-12-01T00:00:00Z |",
+                "| org,2           | tokens | 2026-11 | 7           | plan      | 2              | 100   | 0      | 100             | 0       |           | 0                | 42        | quota.usage:0:3-4 | 2026-11-01T00:00:00Z | 2026-12-01T00:00:00Z |",
+                "+-----------------+--------+---------+-------------+-----------+----------------+-------+--------+-----------------+---------+-----------+------------------+-----------+-------------------+----------------------+----------------------+",
             ],
             &batches
         );

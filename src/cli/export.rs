@@ -252,6 +252,7 @@ pub(crate) fn close(ledger: &mut Ledger, period: Period) -> anyhow::Result<(Bill
     if ledger.period_export(period)?.is_none() {
         // A close refused records nothing, the late usage included.
         ledger.refuse_close(period).with_context(|| format!("cannot close period {period}"))?;
+        refuse_unended_cycles(ledger, period)?;
         record_late_usage(ledger, period)?;
         // Most of the commit totals' catch-up before the close's own transaction, in short ones: the hook and ingest
         // wait for the close meanwhile.
@@ -279,6 +280,24 @@ pub(crate) fn close(ledger: &mut Ledger, period: Period) -> anyhow::Result<(Bill
         ));
     }
     Ok((export, note))
+}
+
+/// Refuses to close `period` while a billing cycle it bills (PolicyEvent v11) has not ended: a cycle ending at local
+/// midnight on the 1st in New York ends 4 or 5 hours after the UTC month, and its bill must hold all of it.
+fn refuse_unended_cycles(ledger: &Ledger, period: Period) -> anyhow::Result<()> {
+    let policies = ledger.policies()?;
+    let keys: std::collections::BTreeSet<(String, String)> = policies
+        .iter()
+        .filter(|p| p.window == schemas::Window::BILLING_CYCLE)
+        .map(|p| (p.header.tenant.clone(), p.header.metric.clone()))
+        .collect();
+    if let Some((tenant, policy_id, ends)) = billing::unended_cycle(&policies, keys, period, Timestamp::now()) {
+        anyhow::bail!(
+            "cannot close period {period}: the billing cycle of policy {policy_id} (tenant {tenant}) it bills ends at \
+             {ends}; a period closes once every cycle ending in it has ended"
+        );
+    }
+    Ok(())
 }
 
 /// Records the late usage of the months closed before, as `reconcile` would (its LATE_USAGE adjustments only, the

@@ -4,10 +4,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+use chrono::{Datelike, NaiveDate, NaiveDateTime, TimeDelta, TimeZone, Timelike};
 use rusqlite::Connection;
+use schemas::{Timestamp, Tz};
 
 /// The CSV header of `export billing`.
-pub const HEADER: &str = "tenant,metric,period,consumption,policy_id,policy_version,limit,grants,effective_limit,overage,overshoot,late_adjustments,watermark,gaps";
+pub const HEADER: &str = "tenant,metric,period,consumption,policy_id,policy_version,limit,grants,effective_limit,overage,overshoot,late_adjustments,watermark,gaps,cycle_start,cycle_end";
 
 /// One reservation event as the independent computation reads it.
 struct Reservation {
@@ -180,7 +182,40 @@ pub fn expected_rows(ledger: &Path, period: (&str, i64, i64), watermark: u64) ->
         )
         .unwrap()
     };
-    keys.iter()
+    let month_bounds = format!("{},{}", Timestamp(start), Timestamp(end));
+    let cycle_policies = cycle_policies(&conn, end);
+    keys.extend(cycle_policies.keys().cloned());
+    let (cycle_keys, keys): (BTreeSet<_>, BTreeSet<_>) =
+        keys.into_iter().partition(|(tenant, metric)| cycle_policies.contains_key(&(tenant.clone(), metric.clone())));
+    let mut cycle_rows = BTreeMap::new();
+    for (tenant, metric) in &cycle_keys {
+        let policy = &cycle_policies[&(tenant.clone(), metric.clone())];
+        let rows = cycles_billed(policy, name)
+            .into_iter()
+            .map(|(cycle_start, cycle_end)| {
+                let used = usage_between(&conn, tenant, metric, (cycle_start, cycle_end));
+                let g = grants_between(&conn, tenant, metric, (cycle_start, cycle_end));
+                let excess = (used - (policy.limit + g)).max(0);
+                let (overage, overshoot) = match policy.enforcement.as_str() {
+                    "SOFT" => (excess.to_string(), String::new()),
+                    "HARD" => (String::new(), excess.to_string()),
+                    _ => (String::new(), String::new()),
+                };
+                format!(
+                    "{tenant},{metric},{name},{used},{},{},{},{g},{},{overage},{overshoot},0,{watermark},,{},{}",
+                    policy.id,
+                    policy.version,
+                    policy.limit,
+                    policy.limit + g,
+                    Timestamp(cycle_start),
+                    Timestamp(cycle_end)
+                )
+            })
+            .collect::<Vec<_>>();
+        cycle_rows.insert((tenant.clone(), metric.clone()), rows);
+    }
+    let month_rows = keys
+        .iter()
         .map(|(tenant, metric)| {
             let used = consumption.get(&(tenant.clone(), metric.clone())).copied().unwrap_or(0);
             let policy = match policy_of(tenant, metric) {
@@ -196,7 +231,123 @@ pub fn expected_rows(ledger: &Path, period: (&str, i64, i64), watermark: u64) ->
                     format!("{id},{version},{limit},{g},{},{overage},{overshoot}", limit + g)
                 }
             };
-            format!("{tenant},{metric},{name},{used},{policy},0,{watermark},")
+            let row = format!("{tenant},{metric},{name},{used},{policy},0,{watermark},,{month_bounds}");
+            ((tenant.clone(), metric.clone()), vec![row])
+        })
+        .collect::<BTreeMap<_, _>>();
+    // Rows by tenant then metric, a key's cycles in order.
+    let mut all: BTreeMap<(String, String), Vec<String>> = month_rows;
+    all.extend(cycle_rows);
+    all.into_values().flatten().collect()
+}
+
+/// A tenant's own BILLING_CYCLE quota, as the independent computation takes it: one version, TENANT scope.
+pub struct CyclePolicy {
+    id: String,
+    version: i64,
+    limit: i64,
+    enforcement: String,
+    anchor: i64,
+    zone: Tz,
+}
+
+/// The own TENANT-scope BILLING_CYCLE quotas effective before `end`, per (tenant, metric): one version each (the
+/// tests that compare with this computation change no anchor; those of anchor changes are computed by hand).
+fn cycle_policies(conn: &Connection, end: i64) -> BTreeMap<(String, String), CyclePolicy> {
+    let mut statement = conn
+        .prepare(
+            "SELECT e.tenant, e.metric, p.policy_id, p.version, p.\"limit\", p.enforcement, p.cycle_anchor,
+                    COALESCE(p.time_zone, 'UTC')
+             FROM policy_events p JOIN entries e ON e.seq = p.seq
+             WHERE e.status = 'recorded' AND p.scope = 'TENANT' AND p.window = 'BILLING_CYCLE' AND e.tenant != '*'
+               AND p.effective_from < ?",
+        )
+        .unwrap();
+    let rows = statement
+        .query_map([end], |r| {
+            let zone: String = r.get(7)?;
+            let policy = CyclePolicy {
+                id: r.get(2)?,
+                version: r.get(3)?,
+                limit: r.get(4)?,
+                enforcement: r.get(5)?,
+                anchor: r.get(6)?,
+                zone: zone.parse().unwrap(),
+            };
+            Ok(((r.get(0)?, r.get(1)?), policy))
+        })
+        .unwrap();
+    let mut found = BTreeMap::new();
+    for row in rows {
+        let (key, policy) = row.unwrap();
+        assert!(found.insert(key, policy).is_none(), "the independent computation takes one version per policy");
+    }
+    found
+}
+
+/// contract §5 "Billing cycles", written again from the text: a cycle starts on the anchor's day of month, or the
+/// month's last day when it has fewer, at the anchor's local time; a local time the clock skips starts when the
+/// clock shows a later one (found a minute at a time), one it repeats at its first occurrence.
+fn cycle_start(policy: &CyclePolicy, year: i32, month: u32) -> i64 {
+    let anchor = policy.zone.timestamp_micros(policy.anchor).unwrap();
+    let (next_year, next_month) = if month == 12 { (year + 1, 1) } else { (year, month + 1) };
+    let last_day = NaiveDate::from_ymd_opt(next_year, next_month, 1).unwrap().pred_opt().unwrap().day();
+    let date = NaiveDate::from_ymd_opt(year, month, anchor.day().min(last_day)).unwrap();
+    let mut local: NaiveDateTime = date.and_time(anchor.time());
+    loop {
+        if let Some(at) = policy.zone.from_local_datetime(&local).earliest() {
+            return at.timestamp_micros();
+        }
+        local += TimeDelta::minutes(1);
+        local = local.with_second(0).unwrap().with_nanosecond(0).unwrap();
+    }
+}
+
+/// The cycles of `policy` whose last instant lies in the month `name` (YYYY-MM) of its zone's calendar.
+fn cycles_billed(policy: &CyclePolicy, name: &str) -> Vec<(i64, i64)> {
+    let (year, month): (i32, u32) = (name[..4].parse().unwrap(), name[5..].parse().unwrap());
+    let months: Vec<(i32, u32)> = (-3i32..=2)
+        .map(|delta| {
+            let index = year * 12 + month as i32 - 1 + delta;
+            (index.div_euclid(12), index.rem_euclid(12) as u32 + 1)
+        })
+        .collect();
+    let starts: Vec<i64> = months.iter().map(|(y, m)| cycle_start(policy, *y, *m)).collect();
+    starts
+        .windows(2)
+        .map(|pair| (pair[0], pair[1]))
+        .filter(|(_, end)| {
+            let last = policy.zone.timestamp_micros(end - 1).unwrap();
+            (last.year(), last.month()) == (year, month)
         })
         .collect()
+}
+
+fn usage_between(conn: &Connection, tenant: &str, metric: &str, (start, end): (i64, i64)) -> i64 {
+    let usage: i64 = conn
+        .query_row(
+            "SELECT COALESCE(SUM(u.quantity), 0) FROM usage_events u JOIN entries e ON e.seq = u.seq
+             WHERE e.status = 'recorded' AND e.tenant = ? AND e.metric = ? AND e.occurred_at >= ? AND e.occurred_at < ?",
+            rusqlite::params![tenant, metric, start, end],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let commits: i64 = reservations(conn)
+        .values()
+        .filter_map(|events| valid_commit(events))
+        .filter(|c| c.tenant == tenant && c.metric == metric && c.occurred_at >= start && c.occurred_at < end)
+        .map(|c| c.amount)
+        .sum();
+    usage + commits
+}
+
+fn grants_between(conn: &Connection, tenant: &str, metric: &str, (start, end): (i64, i64)) -> i64 {
+    conn.query_row(
+        "SELECT COALESCE(SUM(g.amount), 0) FROM grant_events g JOIN entries e ON e.seq = g.seq
+         WHERE e.status = 'recorded' AND e.tenant = ? AND e.metric = ? AND e.subject IS NULL
+           AND e.project IS NULL AND e.api_key IS NULL AND g.valid_from < ? AND g.valid_until > ?",
+        rusqlite::params![tenant, metric, end, start],
+        |r| r.get(0),
+    )
+    .unwrap()
 }
