@@ -14,7 +14,11 @@ use support::*;
 fn list_json_names_twenty_five_schemas_one_current_per_type() {
     let listed = run(&["schemas", "list", "--json"], b"").success().json();
     let listed = listed.as_array().unwrap_or_else(|| panic!("schemas list --json is not an array: {listed}"));
-    assert_eq!(listed.len(), 26, "six current schemas; every type's v1 and v2; PolicyEvent v3 to v10: {listed:?}");
+    assert_eq!(
+        listed.len(),
+        27,
+        "seven current schemas; v1 and v2 but AlertEvent's; PolicyEvent v3 to v10: {listed:?}"
+    );
 
     let catalog = Catalog::builtin();
     let mut current_per_type: BTreeMap<String, usize> = BTreeMap::new();
@@ -120,6 +124,17 @@ fn one_event_per_type() -> Vec<(EventType, Value)> {
                     "adjustment_id": "adj-1", "kind": "OVERSHOOT", "policy_id": "p-1",
                     "window_start": "2026-11-01T00:00:00Z", "window_end": "2026-12-01T00:00:00Z", "amount": 500,
                     "refs": ["u-1", "u-2"], "run_id": "run-2026-12-01", "scope": "SUBJECT"
+                }),
+            ),
+        ),
+        (
+            EventType::AlertEvent,
+            with(
+                "alert-1",
+                json!({
+                    "alert_id": "alert-1", "kind": "THRESHOLD", "policy_id": "p-1", "policy_version": 3,
+                    "scope": "SUBJECT", "window_start": "2026-11-01T00:00:00Z", "window_end": "2026-12-01T00:00:00Z",
+                    "threshold_percent": 80, "limit": 1000, "observed": 812, "request_id": "req-9"
                 }),
             ),
         ),

@@ -187,7 +187,7 @@ fn topics_create_on_a_broker_that_has_them_asks_nothing() {
     let broker = Broker::mock();
     let ledger = TestLedger::new();
     let said = ledger.run(&["topics", "create", "--brokers", &broker.bootstrap]).success().stdout_text();
-    assert_eq!(said.lines().count(), 8, "the six of contract §2, quota.checkpoints and quota.routing: {said}");
+    assert_eq!(said.lines().count(), 9, "the seven of contract §2, quota.checkpoints and quota.routing: {said}");
     assert!(said.lines().all(|l| l.ends_with("  exists")), "{said}");
 }
 

@@ -1385,3 +1385,58 @@ fn sixty_four_clients_never_exceed_a_rolling_limit_in_any_interval() {
         assert!(!last_at_t || sum <= LIMIT, "{sum} in the 2 s up to {t}");
     }
 }
+
+// Issue 37 item 4 through the real binary: as org-1's HARD monthly quota of 10 reaches 80%, 90% and 100% over HTTP,
+// serve writes one AlertEvent per threshold, across a restart of serve between them (the second process writes only
+// the one the first did not), none for the request denied past the limit; its outbox publishes each to quota.alerts
+// once; `reconcile` reports them and a rerun reports the same, writing none; `audit tenant` lists them.
+#[test]
+fn alerts_reach_quota_alerts_once_across_a_restart_of_serve_and_reruns_of_reconcile() {
+    let test = ledger_with(hard_policy(10, Window::MONTH));
+    let broker = Broker::mock();
+    let server = Server::start(&test, &["--brokers", &broker.bootstrap]);
+    assert_eq!(server.check("k-1", 8).0, 200, "80%");
+    assert_eq!(server.check("k-2", 1).0, 200, "90%");
+    drop(server);
+    let alerts = || sql_i64(&test, "SELECT COUNT(*) FROM alert_events");
+    assert_eq!(alerts(), 2);
+    let server = Server::start(&test, &["--brokers", &broker.bootstrap]);
+    assert_eq!(server.check("k-3", 1).0, 200, "100%");
+    assert_eq!(server.check("k-4", 1).0, 429, "past the limit: denied, no alert");
+    assert_eq!(alerts(), 3, "the restarted serve wrote only the threshold the first had not");
+    let expected: Vec<String> = {
+        let conn = read_only(&test.path);
+        let mut statement = conn.prepare("SELECT alert_id FROM alert_events ORDER BY seq").unwrap();
+        statement.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
+    };
+    let thresholds: Vec<i64> = {
+        let conn = read_only(&test.path);
+        let mut statement = conn.prepare("SELECT threshold_percent FROM alert_events ORDER BY seq").unwrap();
+        statement.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
+    };
+    assert_eq!(thresholds, [80, 90, 100]);
+    // Every entry the two processes recorded: 4 decisions, 3 usage events and 3 alerts.
+    wait_published(&test, 10, 30, "the outbox published the alerts");
+    drop(server);
+    let mut on_topic = event_ids_on_topic(&broker.bootstrap, "quota.alerts", expected.len());
+    on_topic.sort();
+    let mut sorted = expected.clone();
+    sorted.sort();
+    assert_eq!(on_topic, sorted, "each alert on quota.alerts exactly once");
+
+    let as_of = Timestamp(Timestamp::now().micros() + 1_000_000).to_string();
+    for run in ["first", "second"] {
+        let json = test.run(&["reconcile", "--as-of", &as_of, "--json"]).success().json();
+        let reported: Vec<&str> =
+            json["read"]["alerts"].as_array().unwrap().iter().map(|a| a["alert_id"].as_str().unwrap()).collect();
+        assert_eq!(reported, expected, "{run} run: {json}");
+    }
+    assert_eq!(alerts(), 3, "reconcile reports alerts and writes none");
+    let words = test.run(&["reconcile", "--as-of", &as_of]).success().stdout_text();
+    assert!(words.contains("alerts in the day before --as-of: 3"), "{words}");
+    assert!(words.contains("org-1 tokens quota: 80%, 90%, 100% reached, 10 of 10 used"), "{words}");
+    let from = Timestamp(Timestamp::now().micros() - 3_600_000_000).to_string();
+    let timeline = test.run(&["audit", "tenant", "org-1", "--from", &from, "--to", &as_of]).success().stdout_text();
+    assert!(timeline.contains("Alerts: 3."), "{timeline}");
+    assert!(timeline.contains("THRESHOLD 100%"), "{timeline}");
+}

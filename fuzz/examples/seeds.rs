@@ -64,6 +64,12 @@ fn sample_events() -> Vec<Event> {
                 r#"{{"event_id":"a-1",{header},"adjustment_id":"a-1","kind":"OVERSHOOT","policy_id":"p-1","window_start":"2026-11-01T00:00:00Z","window_end":"2026-12-01T00:00:00Z","amount":7,"refs":["u-1"],"run_id":"run-1","scope":"TENANT"}}"#
             ),
         ),
+        (
+            EventType::AlertEvent,
+            format!(
+                r#"{{"event_id":"al-1",{header},"alert_id":"al-1","kind":"THRESHOLD","policy_id":"p-1","policy_version":2,"scope":"TENANT","window_start":"2026-11-01T00:00:00Z","window_end":"2026-12-01T00:00:00Z","threshold_percent":80,"limit":100,"observed":80,"request_id":"req-1"}}"#
+            ),
+        ),
     ];
     json.iter().map(|(t, j)| Event::from_json(*t, j).unwrap()).collect()
 }

@@ -10,7 +10,7 @@ fuzz_target!(|data: &[u8]| {
     let catalog = Catalog::builtin();
     // The first byte picks what the topic expects (none: a file of any type), the rest is the message.
     let (expected, message) = match data.split_first() {
-        Some((pick, rest)) => (EventType::ALL.get(usize::from(*pick) % 7).copied(), rest),
+        Some((pick, rest)) => (EventType::ALL.get(usize::from(*pick) % (EventType::ALL.len() + 1)).copied(), rest),
         None => (None, data),
     };
     match catalog.decode_single_object(message, expected) {

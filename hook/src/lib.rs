@@ -31,6 +31,7 @@
 
 #![deny(missing_docs)]
 
+pub mod alerts;
 mod answer;
 pub mod api;
 pub mod buckets;

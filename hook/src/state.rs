@@ -397,6 +397,9 @@ pub struct State {
     /// The level of each gauge metric per (tenant, metric): the quantity of its latest usage event by event time, and
     /// that time. Of two at the same instant, the one folded later.
     levels: HashMap<(String, String), (Timestamp, i64)>,
+    /// The alerts of windows not pruned yet ([`crate::alerts`]), own and folded, by alert_id, with their window's end:
+    /// what makes each written once.
+    alerted: HashMap<String, i64>,
 }
 
 impl Default for State {
@@ -418,6 +421,7 @@ impl Default for State {
             gauge_metrics: BTreeSet::new(),
             rolling_micros: 0,
             levels: HashMap::new(),
+            alerted: HashMap::new(),
         }
     }
 }
@@ -558,6 +562,7 @@ impl State {
                 policies.push(p.clone());
                 self.policies = PolicyIndex::new(policies);
             }
+            Event::Alert(a) => self.note_alert(a),
             Event::Decision(_) | Event::Adjustment(_) => {}
         }
     }
@@ -602,8 +607,22 @@ impl State {
         match event {
             Event::Usage(u) => self.consume(&u.header, -u.quantity),
             Event::Reservation(r) => self.number_own(&key_of(r), provisional, None, now),
+            Event::Alert(a) => {
+                self.alerted.remove(&a.alert_id);
+            }
             Event::Decision(_) | Event::Grant(_) | Event::Policy(_) | Event::Adjustment(_) => {}
         }
+    }
+
+    /// Remembers an alert, own or folded, until its window is pruned.
+    pub fn note_alert(&mut self, alert: &AlertEvent) {
+        let end = alert.window_end.map_or(i64::MAX, Timestamp::micros);
+        self.alerted.insert(alert.alert_id.clone(), end);
+    }
+
+    /// Whether the alert of this id was written (by this hook or another writer whose entries it folded).
+    pub fn is_alerted(&self, alert_id: &str) -> bool {
+        self.alerted.contains_key(alert_id)
     }
 
     fn fold_reservation(&mut self, seq: u64, r: &ReservationEvent, own: bool, now: Timestamp) {
@@ -1018,6 +1037,7 @@ impl State {
             let (_, key) = self.resting.pop_first().expect("a first entry");
             self.lives.remove(&key);
         }
+        self.alerted.retain(|_, end| *end >= horizon);
         let aged = horizon.saturating_sub(self.rolling_micros);
         let live = |counters: &mut Counters| {
             counters.consumed.retain(|(_, end), _| *end >= horizon);

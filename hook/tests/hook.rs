@@ -1525,3 +1525,76 @@ fn a_billing_cycle_limit_resets_at_the_tenants_local_boundaries() {
         "the short cycle from the old boundary to the new anchor's first"
     );
 }
+
+static ALERT_CLOCK_MICROS: AtomicI64 = AtomicI64::new(0);
+
+fn alert_clock() -> Timestamp {
+    Timestamp(ALERT_CLOCK_MICROS.load(Ordering::Relaxed))
+}
+
+/// The alerts recorded in the ledger in `dir`, in ledger order: (threshold, observed, request_id, window_start).
+fn alerts_recorded(dir: &tempfile::TempDir) -> Vec<(i64, i64, Option<String>, i64)> {
+    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
+    let conn = rusqlite::Connection::open_with_flags(dir.path().join("ledger.db"), flags).unwrap();
+    let mut statement = conn
+        .prepare("SELECT threshold_percent, observed, request_id, window_start FROM alert_events ORDER BY seq")
+        .unwrap();
+    statement.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))).unwrap().map(Result::unwrap).collect()
+}
+
+// issue 37 item 4: as allowed requests bring a SOFT monthly quota of 10 to 80%, 90% and 100% of its limit, the hook
+// writes one AlertEvent per threshold (two at once when one request passes both), each once: nothing more as usage
+// goes on, nothing again after a restart (the alerts are folded back). In December's window the thresholds alert
+// anew; usage another writer recorded reaches 90% without an alert, and the next request the hook allows writes the
+// three thresholds it is at, each once.
+#[test]
+fn alerts_are_written_once_per_window_and_threshold_across_a_restart() {
+    let at = |text: &str| Timestamp::parse_rfc3339(text).unwrap();
+    let set = |text: &str| ALERT_CLOCK_MICROS.store(at(text).micros(), Ordering::Relaxed);
+    let settings = || HookSettings { clock: alert_clock, ..HookSettings::default() };
+    set("2026-11-10T00:00:00Z");
+    let (dir, hook) =
+        hook_with_settings(vec![policy("monthly", 10, Window::MONTH, Enforcement::SOFT, None)], settings());
+    let november = at("2026-11-01T00:00:00Z").micros();
+    assert!(hook.check(ask("a-1", 7)).unwrap().allowed());
+    assert_eq!(alerts_recorded(&dir), [], "70%: none");
+    assert!(hook.check(ask("a-2", 1)).unwrap().allowed());
+    assert!(hook.check(ask("a-3", 3)).unwrap().allowed());
+    assert!(hook.check(ask("a-4", 5)).unwrap().allowed());
+    let written = vec![
+        (80, 8, Some("req-a-2".to_string()), november),
+        (90, 11, Some("req-a-3".to_string()), november),
+        (100, 11, Some("req-a-3".to_string()), november),
+    ];
+    assert_eq!(alerts_recorded(&dir), written);
+    drop(hook);
+    let hook = Hook::start(dir.path().join("ledger.db"), settings()).unwrap();
+    assert!(hook.check(ask("a-5", 1)).unwrap().allowed());
+    assert_eq!(alerts_recorded(&dir), written, "none again after a restart");
+    set("2026-12-02T00:00:00Z");
+    let usage = Event::Usage(UsageEvent {
+        header: Header {
+            event_id: "from-kafka-1".into(),
+            occurred_at: at("2026-12-02T00:00:00Z"),
+            tenant: "org-1".into(),
+            subject: None,
+            metric: "tokens".into(),
+            source: "billing-pipeline".into(),
+            api_key: None,
+            project: None,
+        },
+        quantity: 9,
+        request_id: None,
+        attributes: Default::default(),
+    });
+    append_as_ingest(&dir, vec![usage]);
+    assert_eq!(alerts_recorded(&dir).len(), 3, "usage recorded by ingest writes no alert");
+    assert!(hook.check(ask("a-6", 1)).unwrap().allowed());
+    let december = at("2026-12-01T00:00:00Z").micros();
+    let new: Vec<_> = alerts_recorded(&dir).split_off(3);
+    assert_eq!(
+        new,
+        [80, 90, 100].map(|threshold| (threshold, 10, Some("req-a-6".to_string()), december)),
+        "December's thresholds, once each"
+    );
+}

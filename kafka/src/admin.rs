@@ -109,7 +109,7 @@ pub struct EmbeddedBroker {
 }
 
 impl EmbeddedBroker {
-    /// Starts one mock broker and creates the six topics and `quota.checkpoints` with `partitions` partitions each,
+    /// Starts one mock broker and creates the topics of contract §2 (with `quota.alerts`) and `quota.checkpoints` with `partitions` partitions each,
     /// and `quota.routing` with one (the mock does not compact).
     pub fn start(partitions: i32) -> Result<EmbeddedBroker, KafkaError> {
         let cluster = rdkafka::mocking::MockCluster::new(1)?;

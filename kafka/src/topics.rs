@@ -70,9 +70,10 @@ impl Topics {
     }
 }
 
-/// Every topic of contract §2 under its default name: the five inputs, then `quota.adjustments`.
+/// Every topic of contract §2 under its default name: the five inputs, then `quota.adjustments` and `quota.alerts`.
 pub fn all_default_topic_names() -> Vec<&'static str> {
-    INPUT_KINDS.iter().map(|(_, t)| t.default_topic()).chain([EventType::AdjustmentEvent.default_topic()]).collect()
+    let outputs = [EventType::AdjustmentEvent, EventType::AlertEvent].map(EventType::default_topic);
+    INPUT_KINDS.iter().map(|(_, t)| t.default_topic()).chain(outputs).collect()
 }
 
 impl fmt::Display for Topics {

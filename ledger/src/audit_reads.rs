@@ -9,7 +9,9 @@
 //! know.
 
 use rusqlite::{Row, named_params};
-use schemas::{Enforcement, GrantEvent, Header, OnFailure, PolicyEvent, Scope, Timestamp, Violation, Window};
+use schemas::{
+    AlertEvent, AlertKind, Enforcement, GrantEvent, Header, OnFailure, PolicyEvent, Scope, Timestamp, Violation, Window,
+};
 
 use crate::Ledger;
 use crate::billing_reads::group_reservations;
@@ -27,6 +29,8 @@ const RESERVATION_EVENTS_OF_TENANT: &str = include_str!("../queries/reservation_
 const TENANT_DECISIONS: &str = include_str!("../queries/tenant_decisions.sql");
 const TENANT_USAGE_PER_DAY: &str = include_str!("../queries/tenant_usage_per_day.sql");
 const TENANT_ADJUSTMENTS: &str = include_str!("../queries/tenant_adjustments.sql");
+const TENANT_ALERTS: &str = include_str!("../queries/tenant_alerts.sql");
+const ALERTS_BETWEEN: &str = include_str!("../queries/alerts_between.sql");
 const TENANT_CONFLICTING_COPIES: &str = include_str!("../queries/tenant_conflicting_copies.sql");
 const TENANT_KNOWN: &str = include_str!("../queries/tenant_known.sql");
 const TENANT_NAMES: &str = include_str!("../queries/tenant_names.sql");
@@ -316,6 +320,32 @@ impl Ledger {
         rows.collect()
     }
 
+    /// `tenant`'s alerts that occurred in `[from, to)`, recorded up to `watermark`, in ledger order, with their
+    /// sequence numbers.
+    pub fn tenant_alerts(
+        &self,
+        tenant: &str,
+        (from, to): (Timestamp, Timestamp),
+        watermark: u64,
+    ) -> Result<Vec<(u64, AlertEvent)>, ReadError> {
+        let mut statement = self.conn.prepare_cached(TENANT_ALERTS)?;
+        let params = named_params! {
+            ":tenant": tenant,
+            ":from": from.micros(),
+            ":to": to.micros(),
+            ":watermark": watermark_param(watermark),
+        };
+        let rows = statement.query_map(params, alert_record)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Every alert that occurred in `[from, to)`, in ledger order, with their sequence numbers.
+    pub fn alerts_between(&self, (from, to): (Timestamp, Timestamp)) -> Result<Vec<(u64, AlertEvent)>, ReadError> {
+        let mut statement = self.conn.prepare_cached(ALERTS_BETWEEN)?;
+        let rows = statement.query_map(named_params! { ":from": from.micros(), ":to": to.micros() }, alert_record)?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
     /// The conflicting copies of `tenant`'s events recorded up to `watermark`, in ledger order.
     pub fn conflicting_copies_of(&self, tenant: &str, watermark: u64) -> Result<Vec<ConflictingCopy>, ReadError> {
         let mut statement = self.conn.prepare_cached(TENANT_CONFLICTING_COPIES)?;
@@ -385,6 +415,25 @@ fn adjustment_record(r: &Row<'_>) -> Result<AdjustmentRecord, ReadError> {
         run_id: r.get(14)?,
         scope: r.get(15)?,
     })
+}
+
+/// An alert from a row of `seq`, the header columns, the alert's own, then `project` and `api_key`.
+fn alert_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<(u64, AlertEvent)> {
+    let alert = AlertEvent {
+        header: header(r, 1)?,
+        alert_id: r.get(7)?,
+        kind: symbol(r, 8, AlertKind::from_symbol)?,
+        policy_id: r.get(9)?,
+        policy_version: r.get(10)?,
+        scope: optional_symbol(r, 11, Scope::from_symbol)?,
+        window_start: r.get::<_, Option<i64>>(12)?.map(Timestamp),
+        window_end: r.get::<_, Option<i64>>(13)?.map(Timestamp),
+        threshold_percent: r.get(14)?,
+        limit: r.get(15)?,
+        observed: r.get(16)?,
+        request_id: r.get(17)?,
+    };
+    Ok((r.get::<_, i64>(0)? as u64, alert))
 }
 
 #[cfg(test)]

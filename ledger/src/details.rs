@@ -13,6 +13,7 @@ pub fn table(event_type: EventType) -> &'static str {
         EventType::GrantEvent => "grant_events",
         EventType::PolicyEvent => "policy_events",
         EventType::AdjustmentEvent => "adjustment_events",
+        EventType::AlertEvent => "alert_events",
     }
 }
 
@@ -59,6 +60,19 @@ pub fn columns(event_type: EventType) -> &'static [&'static str] {
         EventType::AdjustmentEvent => {
             &["adjustment_id", "kind", "policy_id", "window_start", "window_end", "amount", "refs", "run_id", "scope"]
         }
+        EventType::AlertEvent => &[
+            "alert_id",
+            "kind",
+            "policy_id",
+            "policy_version",
+            "scope",
+            "window_start",
+            "window_end",
+            "threshold_percent",
+            "\"limit\"",
+            "observed",
+            "request_id",
+        ],
     }
 }
 
@@ -155,6 +169,19 @@ pub fn values(event: &Event) -> Vec<Value> {
             json(&e.refs),
             text(&e.run_id),
             e.scope.map_or(Value::Null, |scope| text(scope.symbol())),
+        ],
+        Event::Alert(e) => vec![
+            text(&e.alert_id),
+            text(e.kind.symbol()),
+            opt_text(&e.policy_id),
+            opt_integer(e.policy_version.map(i64::from)),
+            e.scope.map_or(Value::Null, |scope| text(scope.symbol())),
+            opt_time(e.window_start),
+            opt_time(e.window_end),
+            Value::Integer(i64::from(e.threshold_percent)),
+            opt_integer(e.limit),
+            Value::Integer(e.observed),
+            opt_text(&e.request_id),
         ],
     }
 }

@@ -43,6 +43,7 @@ pub const MIGRATIONS: &[Migration] = &[
     ("031-policy-window-seconds.sql", include_str!("../ddl/031-policy-window-seconds.sql"), None),
     ("032-policy-cycle-anchor.sql", include_str!("../ddl/032-policy-cycle-anchor.sql"), None),
     ("033-export-cycles.sql", include_str!("../ddl/033-export-cycles.sql"), None),
+    ("034-alert-events.sql", include_str!("../ddl/034-alert-events.sql"), None),
 ];
 
 /// The schema version of a ledger all of whose migrations ran.

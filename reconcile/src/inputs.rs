@@ -9,7 +9,7 @@ use ledger::{
     AdjustmentSummary, AllowedOpen, ConflictingCopy, Ledger, PeriodClose, ReadError, SequencedReservation, UsageRow,
 };
 use rustc_hash::FxHashMap;
-use schemas::{GrantEvent, PolicyEvent, Timestamp};
+use schemas::{AlertEvent, GrantEvent, PolicyEvent, Timestamp};
 
 /// Everything [`crate::plan_from()`] reads, in the order and grouping the rules need.
 pub trait PlanInputs {
@@ -47,6 +47,9 @@ pub trait PlanInputs {
     /// The decisions a hook made open (reason FAIL_OPEN: allowed while its ledger refused writes) that happened
     /// before `as_of`, per tenant and metric.
     fn allowed_open(&self, as_of: Timestamp) -> Result<Vec<AllowedOpen>, ReadError>;
+
+    /// The alerts hooks wrote that occurred in `[from, to)`, in ledger order (issue 37 item 4).
+    fn alerts_between(&self, from: Timestamp, to: Timestamp) -> Result<Vec<AlertEvent>, ReadError>;
 }
 
 /// The ledger's typed reads; [`crate::plan()`] holds one read snapshot across them.
@@ -89,5 +92,9 @@ impl PlanInputs for Ledger {
 
     fn allowed_open(&self, as_of: Timestamp) -> Result<Vec<AllowedOpen>, ReadError> {
         Ledger::allowed_open(self, as_of)
+    }
+
+    fn alerts_between(&self, from: Timestamp, to: Timestamp) -> Result<Vec<AlertEvent>, ReadError> {
+        Ok(Ledger::alerts_between(self, (from, to))?.into_iter().map(|(_, alert)| alert).collect())
     }
 }

@@ -63,6 +63,10 @@ pub struct PlanCounts {
     /// What hooks allowed while their ledger refused writes (decisions of reason FAIL_OPEN, issue 36 item 5), before
     /// `as_of`, per tenant and metric: its consumption counts like any other, this says how much of it there was.
     pub allowed_open: Vec<ledger::AllowedOpen>,
+    /// The alerts hooks wrote in the day before `as_of`, `[as_of - 24 h, as_of)`, in ledger order (issue 37 item 4):
+    /// the windows that reached a threshold of their limit since the last nightly run. A report only: the run stays
+    /// clean.
+    pub alerts: Vec<schemas::AlertEvent>,
     /// COMMITs counted as consumption.
     pub valid_commits: u64,
     /// Windows of HARD and SHADOW policies, ended by `as_of`, with consumption.
@@ -74,6 +78,9 @@ pub struct PlanCounts {
     /// Milliseconds spent in each step, for the benchmark and for an operator wondering where a night went.
     pub step_ms: Vec<(&'static str, u64)>,
 }
+
+/// How far back from `as_of` a run reports the alerts hooks wrote: a day, the span of a nightly run.
+pub const ALERTS_REPORTED_MICROS: i64 = 24 * 3_600 * 1_000_000;
 
 /// Every adjustment a run writes, with what it was computed from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -276,7 +283,12 @@ pub fn plan_from(
         readings: FxHashMap::default(),
         truths: Vec::new(),
         judged: HashSet::new(),
-        counts: PlanCounts { adjustments_before, allowed_open: inputs.allowed_open(as_of)?, ..PlanCounts::default() },
+        counts: PlanCounts {
+            adjustments_before,
+            allowed_open: inputs.allowed_open(as_of)?,
+            alerts: inputs.alerts_between(Timestamp(as_of.micros() - ALERTS_REPORTED_MICROS), as_of)?,
+            ..PlanCounts::default()
+        },
     };
     let mut step = |run: &mut Run<'_>, name: &'static str| {
         run.counts.step_ms.push((name, clock.elapsed().as_millis() as u64));

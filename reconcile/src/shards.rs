@@ -30,6 +30,8 @@ pub fn union(as_of: Timestamp, watermark: u64, plans: Vec<Plan>) -> Plan {
         // A tenant lives in one shard: the shards' rows never overlap.
         sum.allowed_open.extend(add.allowed_open.iter().cloned());
         sum.allowed_open.sort_by(|a, b| (&a.tenant, &a.metric).cmp(&(&b.tenant, &b.metric)));
+        // A tenant lives in one shard: each alert is in one shard's plan.
+        sum.alerts.extend(add.alerts.iter().cloned());
         sum.gauges_over_limit.extend(add.gauges_over_limit.iter().cloned());
         sum.gauges_over_limit.sort_by(|a, b| a.order().cmp(&b.order()));
         sum.valid_commits += add.valid_commits;

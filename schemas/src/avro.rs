@@ -158,6 +158,19 @@ pub fn to_value(event: &Event) -> Value {
             ("run_id", string(&e.run_id)),
             ("scope", e.scope.map_or_else(union_null, |scope| Value::Union(1, Box::new(enum_value!(scope))))),
         ],
+        Event::Alert(e) => vec![
+            ("alert_id", string(&e.alert_id)),
+            ("kind", enum_value!(e.kind)),
+            ("policy_id", opt_string(&e.policy_id)),
+            ("policy_version", opt_int(e.policy_version)),
+            ("scope", e.scope.map_or_else(union_null, |scope| Value::Union(1, Box::new(enum_value!(scope))))),
+            ("window_start", opt_timestamp(e.window_start)),
+            ("window_end", opt_timestamp(e.window_end)),
+            ("threshold_percent", Value::Int(e.threshold_percent)),
+            ("limit", opt_long(e.limit)),
+            ("observed", Value::Long(e.observed)),
+            ("request_id", opt_string(&e.request_id)),
+        ],
     };
     fields.extend(rest.into_iter().map(|(name, value)| (name.to_string(), value)));
     Value::Record(fields)
@@ -387,6 +400,20 @@ pub fn from_value(event_type: EventType, value: &Value) -> Result<Event, ShapeEr
             run_id: f.string("run_id")?,
             scope: f.opt_symbol("scope")?.map(|s| parse_symbol("scope", "Scope", s, Scope::from_symbol)).transpose()?,
         }),
+        EventType::AlertEvent => Event::Alert(AlertEvent {
+            header,
+            alert_id: f.string("alert_id")?,
+            kind: parse_enum!(AlertKind, f, "kind"),
+            policy_id: f.opt_string("policy_id")?,
+            policy_version: f.opt_int("policy_version")?,
+            scope: f.opt_symbol("scope")?.map(|s| parse_symbol("scope", "Scope", s, Scope::from_symbol)).transpose()?,
+            window_start: f.opt_timestamp("window_start")?,
+            window_end: f.opt_timestamp("window_end")?,
+            threshold_percent: f.int("threshold_percent")?,
+            limit: f.opt_long("limit")?,
+            observed: f.long("observed")?,
+            request_id: f.opt_string("request_id")?,
+        }),
     })
 }
 
@@ -498,6 +525,19 @@ pub fn write_body(out: &mut Vec<u8>, event: &Event) {
             write_opt_long(out, e.cycle_anchor.map(Timestamp::micros));
         }
         Event::Adjustment(e) => write_adjustment(out, e),
+        Event::Alert(e) => {
+            write_string(out, &e.alert_id);
+            write_long(out, e.kind.index() as i64);
+            write_opt_string(out, &e.policy_id);
+            write_opt_long(out, e.policy_version.map(i64::from));
+            write_opt_long(out, e.scope.map(|scope| scope.index() as i64));
+            write_opt_long(out, e.window_start.map(Timestamp::micros));
+            write_opt_long(out, e.window_end.map(Timestamp::micros));
+            write_long(out, i64::from(e.threshold_percent));
+            write_opt_long(out, e.limit);
+            write_long(out, e.observed);
+            write_opt_string(out, &e.request_id);
+        }
     }
 }
 

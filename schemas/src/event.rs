@@ -276,6 +276,44 @@ pub struct AdjustmentEvent {
     pub scope: Option<Scope>,
 }
 
+/// `AlertEvent` (topic `quota.alerts`): a warning before anyone hits a wall (issue 37 item 4), written by the
+/// enforcement hook as a request reaches a threshold of a window's effective limit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AlertEvent {
+    /// The fields every event starts with; the member of the policy's scope in `subject`, `project` or `api_key`.
+    #[serde(flatten)]
+    pub header: Header,
+    /// Deterministic from what it is about, so the same alert found again is a duplicate; also its event_id.
+    pub alert_id: String,
+    /// What was found.
+    pub kind: AlertKind,
+    /// The policy the alert is of.
+    #[serde(default)]
+    pub policy_id: Option<String>,
+    /// Its version in force.
+    #[serde(default)]
+    pub policy_version: Option<i32>,
+    /// Its scope.
+    #[serde(default)]
+    pub scope: Option<Scope>,
+    /// The window the alert is about.
+    #[serde(default)]
+    pub window_start: Option<Timestamp>,
+    /// Its end (exclusive).
+    #[serde(default)]
+    pub window_end: Option<Timestamp>,
+    /// The threshold reached, in percent.
+    pub threshold_percent: i32,
+    /// The window's effective limit when it was reached.
+    #[serde(default)]
+    pub limit: Option<i64>,
+    /// What was observed then (THRESHOLD: consumption and holds, the request included).
+    pub observed: i64,
+    /// The request that reached it.
+    #[serde(default)]
+    pub request_id: Option<String>,
+}
+
 /// Generates an Avro enum as a Rust enum with its symbols in schema order.
 macro_rules! avro_enum {
     ($(#[$doc:meta])* $name:ident { $($symbol:ident),+ $(,)? }) => {
@@ -457,6 +495,11 @@ avro_enum!(
     /// What reconcile found.
     AdjustmentKind { CONFLICTING_DUPLICATE, RESERVATION_EXPIRED, REFUSED_TRANSITION, OVERSHOOT, SHADOW_OVER_LIMIT, LATE_USAGE }
 );
+avro_enum!(
+    /// What an alert found: THRESHOLD (a window reached a share of its limit; the one the hook writes), SUBJECT_SHARE,
+    /// OPEN_TOO_LONG and DENY_RATE (named by the schema for the producers to come).
+    AlertKind { THRESHOLD, SUBJECT_SHARE, OPEN_TOO_LONG, DENY_RATE }
+);
 
 /// The record types of contract §3, in the order of the topics there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -468,17 +511,19 @@ pub enum EventType {
     GrantEvent,
     PolicyEvent,
     AdjustmentEvent,
+    AlertEvent,
 }
 
 impl EventType {
     /// Every record type, in the order of their topics.
-    pub const ALL: [EventType; 6] = [
+    pub const ALL: [EventType; 7] = [
         EventType::UsageEvent,
         EventType::DecisionEvent,
         EventType::ReservationEvent,
         EventType::GrantEvent,
         EventType::PolicyEvent,
         EventType::AdjustmentEvent,
+        EventType::AlertEvent,
     ];
 
     /// The record name, as in the schema (`UsageEvent`).
@@ -490,6 +535,7 @@ impl EventType {
             EventType::GrantEvent => "GrantEvent",
             EventType::PolicyEvent => "PolicyEvent",
             EventType::AdjustmentEvent => "AdjustmentEvent",
+            EventType::AlertEvent => "AlertEvent",
         }
     }
 
@@ -507,6 +553,7 @@ impl EventType {
             EventType::GrantEvent => "quota.grants",
             EventType::PolicyEvent => "quota.policies",
             EventType::AdjustmentEvent => "quota.adjustments",
+            EventType::AlertEvent => "quota.alerts",
         }
     }
 
@@ -533,6 +580,7 @@ pub enum Event {
     Grant(GrantEvent),
     Policy(PolicyEvent),
     Adjustment(AdjustmentEvent),
+    Alert(AlertEvent),
 }
 
 impl Event {
@@ -545,6 +593,7 @@ impl Event {
             Event::Grant(_) => EventType::GrantEvent,
             Event::Policy(_) => EventType::PolicyEvent,
             Event::Adjustment(_) => EventType::AdjustmentEvent,
+            Event::Alert(_) => EventType::AlertEvent,
         }
     }
 
@@ -557,6 +606,7 @@ impl Event {
             Event::Grant(e) => &e.header,
             Event::Policy(e) => &e.header,
             Event::Adjustment(e) => &e.header,
+            Event::Alert(e) => &e.header,
         }
     }
 
@@ -574,6 +624,7 @@ impl Event {
             EventType::GrantEvent => Event::Grant(serde_json::from_str(json)?),
             EventType::PolicyEvent => Event::Policy(serde_json::from_str(json)?),
             EventType::AdjustmentEvent => Event::Adjustment(serde_json::from_str(json)?),
+            EventType::AlertEvent => Event::Alert(serde_json::from_str(json)?),
         })
     }
 
@@ -586,6 +637,7 @@ impl Event {
             Event::Grant(e) => serde_json::to_value(e),
             Event::Policy(e) => serde_json::to_value(e),
             Event::Adjustment(e) => serde_json::to_value(e),
+            Event::Alert(e) => serde_json::to_value(e),
         };
         value.expect("events hold only strings, integers and string maps, which always serialize")
     }

@@ -151,6 +151,7 @@ pub fn validate(event: &Event) -> Result<(), Invalid> {
         Event::Grant(e) => validate_grant(e),
         Event::Policy(e) => validate_policy(e),
         Event::Adjustment(e) => validate_adjustment(e),
+        Event::Alert(e) => validate_alert(e),
     }
 }
 
@@ -370,6 +371,42 @@ fn validate_adjustment(e: &AdjustmentEvent) -> Result<(), Invalid> {
             field: "adjustment_id",
             message: format!("{:?} differs from event_id {:?}", e.adjustment_id, e.header.event_id),
         });
+    }
+    Ok(())
+}
+
+/// An alert (issue 37 item 4): its id is its event_id, as an adjustment's; a threshold from 1 to 1,000 percent (a
+/// window may be far past its limit, a SOFT one above all); what it observed at least 0; the window's instants in
+/// range, its end after its start.
+fn validate_alert(e: &AlertEvent) -> Result<(), Invalid> {
+    non_empty("alert_id", &e.alert_id)?;
+    if e.alert_id != e.header.event_id {
+        return Err(Invalid::Inconsistent {
+            field: "alert_id",
+            message: format!("{:?} differs from event_id {:?}", e.alert_id, e.header.event_id),
+        });
+    }
+    at_least("threshold_percent", i64::from(e.threshold_percent), 1)?;
+    if e.threshold_percent > 1_000 {
+        return Err(Invalid::TooLarge {
+            field: "threshold_percent",
+            value: i64::from(e.threshold_percent),
+            maximum: 1_000,
+        });
+    }
+    at_least("observed", e.observed, 0)?;
+    opt_in_range("window_start", e.window_start)?;
+    opt_in_range("window_end", e.window_end)?;
+    if let (Some(start), Some(end)) = (e.window_start, e.window_end)
+        && end <= start
+    {
+        return Err(Invalid::Inconsistent { field: "window_end", message: "a window ends after it starts".into() });
+    }
+    if let Some(policy_id) = &e.policy_id {
+        check_id("policy_id", policy_id)?;
+    }
+    if let Some(request_id) = &e.request_id {
+        check_id("request_id", request_id)?;
     }
     Ok(())
 }

@@ -20,14 +20,15 @@ use schemas::{Catalog, Event, EventType, Header, Timestamp, UsageEvent};
 /// also gave v7 as listed before; the versions with `project` and `api_key` (and the PROJECT and API_KEY scopes) with
 /// the same, which also gave every other as listed before; PolicyEvent v10 (ROLLING, `window_seconds`) with fastavro
 /// 1.12.1, which also gave v9 as listed before; PolicyEvent v11 (BILLING_CYCLE, `cycle_anchor`) with fastavro 1.12.1,
-/// which also gave v10 as listed before.
-const PUBLISHED: [(&str, u64); 26] = [
+/// which also gave v10 as listed before; AlertEvent v1 with fastavro 1.12.1.
+const PUBLISHED: [(&str, u64); 27] = [
     ("UsageEvent.avsc", 0xb6c7e0b43b42b4c7),
     ("DecisionEvent.avsc", 0xe750629d4dedb980),
     ("ReservationEvent.avsc", 0x0c583b0ffbfe3737),
     ("GrantEvent.avsc", 0x17853b4b6a4bca7f),
     ("PolicyEvent.avsc", 0xb1562df39e204212),
     ("AdjustmentEvent.avsc", 0x394c8fc01ce3ae33),
+    ("AlertEvent.avsc", 0x1be25095f4c7395f),
     ("history/UsageEvent.v1.avsc", 0x8860840d2e402f4b),
     ("history/UsageEvent.v2.avsc", 0xa81167332c60b12c),
     ("history/DecisionEvent.v2.avsc", 0x35d1d46f0f097cef),

@@ -1,4 +1,4 @@
-// Proves that every valid event of the six record types survives single-object encoding and JSON unchanged,
+// Proves that every valid event of the seven record types survives single-object encoding and JSON unchanged,
 // that its encoding is deterministic, and that the catalog's fingerprints are the CRC-64-AVRO of the Avro spec.
 
 use std::collections::BTreeMap;
@@ -7,9 +7,9 @@ use proptest::prelude::*;
 use proptest::sample::select;
 use schemas::validate::{AMOUNT_MAX, TIMESTAMP_MAX, TIMESTAMP_MIN};
 use schemas::{
-    AdjustmentEvent, AdjustmentKind, Catalog, DecisionEvent, DecodeError, Decoded, Enforcement, Event, GrantEvent,
-    Header, OnFailure, Outcome, PolicyEvent, Reason, ReservationAction, ReservationEvent, Scope, Timestamp, UsageEvent,
-    Violation, Window,
+    AdjustmentEvent, AdjustmentKind, AlertEvent, AlertKind, Catalog, DecisionEvent, DecodeError, Decoded, Enforcement,
+    Event, GrantEvent, Header, OnFailure, Outcome, PolicyEvent, Reason, ReservationAction, ReservationEvent, Scope,
+    Timestamp, UsageEvent, Violation, Window,
 };
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -243,9 +243,38 @@ fn adjustment() -> impl Strategy<Value = Event> {
         })
 }
 
-/// A valid event of any of the six record types.
+fn alert() -> impl Strategy<Value = Event> {
+    (
+        header(),
+        symbol_of(AlertKind::SYMBOLS, AlertKind::from_symbol),
+        proptest::option::of((id(), 0..=i32::MAX, symbol_of(Scope::SYMBOLS, Scope::from_symbol))),
+        proptest::option::of((timestamp(), 1..=86_400_000_000i64)),
+        (1..=1_000i32, proptest::option::of(0..=AMOUNT_MAX), 0..=AMOUNT_MAX, proptest::option::of(id())),
+    )
+        .prop_map(|(header, kind, policy, window, (threshold_percent, limit, observed, request_id))| {
+            // An alert's event_id is its alert_id; a window ends after it starts.
+            let alert_id = header.event_id.clone();
+            let window = window.filter(|(start, length)| start.micros() + length < TIMESTAMP_MAX.micros());
+            Event::Alert(AlertEvent {
+                header,
+                alert_id,
+                kind,
+                policy_id: policy.as_ref().map(|p| p.0.clone()),
+                policy_version: policy.as_ref().map(|p| p.1),
+                scope: policy.as_ref().map(|p| p.2),
+                window_start: window.map(|w| w.0),
+                window_end: window.map(|(start, length)| Timestamp(start.micros() + length)),
+                threshold_percent,
+                limit,
+                observed,
+                request_id,
+            })
+        })
+}
+
+/// A valid event of any of the seven record types.
 fn event() -> impl Strategy<Value = Event> {
-    prop_oneof![usage(), decision(), reservation(), grant(), policy(), adjustment()]
+    prop_oneof![usage(), decision(), reservation(), grant(), policy(), adjustment(), alert()]
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -410,7 +439,11 @@ fn independent_crc64_avro_matches_the_avro_test_vectors() {
 fn catalog_fingerprints_are_distinct_crc64_avro() {
     let catalog = Catalog::builtin();
     let schemas = catalog.schemas();
-    assert_eq!(schemas.len(), 26, "six current schemas; every type's v1 and v2; PolicyEvent v3 to v10");
+    assert_eq!(
+        schemas.len(),
+        27,
+        "seven current schemas; every type's v1 and v2 but AlertEvent's; PolicyEvent v3 to v10"
+    );
     let mut seen = BTreeMap::new();
     for s in schemas {
         let canonical = schemas::catalog::canonical_form(&s.schema);
@@ -456,6 +489,7 @@ fn minimal_json(event_type: schemas::EventType) -> String {
         schemas::EventType::AdjustmentEvent => {
             r#""adjustment_id":"e-1","kind":"OVERSHOOT","amount":3,"refs":["u-1"],"run_id":"run-1""#
         }
+        schemas::EventType::AlertEvent => r#""alert_id":"e-1","kind":"THRESHOLD","threshold_percent":80,"observed":8"#,
     };
     format!("{{{header},{rest}}}")
 }

@@ -366,6 +366,7 @@ pub(crate) fn write_report(
     print_leases_expired(out, &c.leases_expired)?;
     print_gauges_over_limit(out, &c.gauges_over_limit)?;
     print_allowed_open(out, &c.allowed_open)?;
+    print_alerts(out, &c.alerts)?;
     print_after_close(out, &plan.after_close)?;
     match outbox {
         Some(report) if report.pending > 0 => writeln!(
@@ -379,6 +380,33 @@ pub(crate) fn write_report(
         None if pending > 0 => writeln!(out, "outbox: {pending} entries wait for a run with --brokers"),
         None => Ok(()),
     }?;
+    Ok(())
+}
+
+/// The alerts of the day before `--as-of`: a line per window and policy, the thresholds it reached.
+fn print_alerts(out: &mut dyn Write, alerts: &[schemas::AlertEvent]) -> anyhow::Result<()> {
+    if alerts.is_empty() {
+        return Ok(());
+    }
+    // (tenant, metric, policy, member) -> (thresholds reached, limit, most observed)
+    type Reached = (Vec<i32>, Option<i64>, i64);
+    let mut windows: BTreeMap<(&str, &str, &str, Option<&str>), Reached> = BTreeMap::new();
+    for a in alerts {
+        let h = &a.header;
+        let member = h.subject.as_deref().or(h.project.as_deref()).or(h.api_key.as_deref());
+        let key = (h.tenant.as_str(), h.metric.as_str(), a.policy_id.as_deref().unwrap_or("-"), member);
+        let row = windows.entry(key).or_default();
+        row.0.push(a.threshold_percent);
+        row.1 = a.limit;
+        row.2 = row.2.max(a.observed);
+    }
+    writeln!(out, "alerts in the day before --as-of: {} (windows reaching a share of their limit)", alerts.len())?;
+    for ((tenant, metric, policy, member), (thresholds, limit, observed)) in windows {
+        let percents: Vec<String> = thresholds.iter().map(|t| format!("{t}%")).collect();
+        let of = member.map_or(String::new(), |m| format!(" ({m})"));
+        let limit = limit.map_or(String::new(), |l| format!(" of {l}"));
+        writeln!(out, "  {tenant}{of} {metric} {policy}: {} reached, {observed}{limit} used", percents.join(", "))?;
+    }
     Ok(())
 }
 

@@ -457,7 +457,9 @@ pub fn sample_event(event_type: EventType, event_id: &str) -> Event {
             window_seconds: None,
             cycle_anchor: None,
         }),
-        EventType::AdjustmentEvent => unreachable!("adjustments are not an input topic"),
+        EventType::AdjustmentEvent | EventType::AlertEvent => {
+            unreachable!("adjustments and alerts are not input topics")
+        }
     }
 }
 

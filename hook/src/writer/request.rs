@@ -19,7 +19,7 @@ use crate::buckets::BucketOf;
 use crate::decide::{self, Ask, Evaluated, Verdict};
 use crate::error::HookError;
 use crate::state::{self, Adding, Hold};
-use crate::{SOURCE, TenantScope, ids};
+use crate::{SOURCE, TenantScope, alerts, ids};
 
 /// A valid ask: new (with its idempotency key's hash), or a repeated key (with the original decision).
 enum Admitted {
@@ -273,11 +273,20 @@ impl Writer {
             !evaluated.is_empty() && evaluated.iter().all(|e| e.policy.on_failure == Some(OnFailure::OPEN));
         let throttles: Vec<Evaluated> =
             evaluated.iter().filter(|e| e.is_throttle() || e.overage.is_some()).cloned().collect();
+        // Below every threshold, as nearly every request is, this allocates nothing.
+        let state = &self.state;
+        let reached = alerts::reached(&evaluated, ask, now, asked.request_id, |id| state.is_alerted(id));
         let verdict = decide::decide(evaluated);
         if verdict.outcome == Outcome::ALLOWED {
             self.take_throttles(ask, &throttles, now);
         }
         let (decision, header) = record_decision(&verdict, ask, asked, now, events);
+        if verdict.outcome == Outcome::ALLOWED {
+            for alert in reached {
+                self.state.note_alert(&alert);
+                events.push(Event::Alert(alert));
+            }
+        }
         (decision, header, fails_open)
     }
 

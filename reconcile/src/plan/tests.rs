@@ -230,6 +230,12 @@ impl PlanInputs for Memory {
             .map(|((tenant, metric), (decisions, amount))| AllowedOpen { tenant, metric, decisions, amount })
             .collect())
     }
+
+    fn alerts_between(&self, from: Timestamp, to: Timestamp) -> Result<Vec<AlertEvent>, ReadError> {
+        let in_range = |a: &&AlertEvent| a.header.occurred_at >= from && a.header.occurred_at < to;
+        let alerts = self.recorded().filter_map(|(_, e)| if let Event::Alert(a) = e { Some(a) } else { None });
+        Ok(alerts.filter(in_range).cloned().collect())
+    }
 }
 
 fn plan(memory: &Memory) -> Plan {

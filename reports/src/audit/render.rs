@@ -807,8 +807,40 @@ pub fn timeline(t: &Timeline) -> String {
         let header = ["recorded for", "kind", "metric", "policy", "subject", "window", "event at", "amount"];
         out.push_str(&table(&header, &rows));
     }
+    alerts_paragraph(t, &mut out);
     changes_paragraph(t, &mut out);
     out
+}
+
+/// The alerts written in the range: when each window reached which threshold, and by which request.
+fn alerts_paragraph(t: &Timeline, out: &mut String) {
+    writeln!(out, "\nAlerts: {}.", t.alerts.len()).unwrap();
+    if t.alerts.is_empty() {
+        return;
+    }
+    let rows: Vec<Vec<String>> = t
+        .alerts
+        .iter()
+        .map(|a| {
+            let window = match (a.window_start, a.window_end) {
+                (Some(s), Some(e)) => format!("{s} .. {e}"),
+                _ => String::new(),
+            };
+            let of_limit = a.limit.map_or(String::new(), |limit| format!("{} of {limit}", a.observed));
+            vec![
+                a.occurred_at.to_string(),
+                format!("{} {}%", a.kind, a.threshold_percent),
+                a.metric.clone(),
+                or_empty(&a.policy_id),
+                or_empty(&a.member),
+                window,
+                of_limit,
+                or_empty(&a.request_id),
+            ]
+        })
+        .collect();
+    let header = ["at", "alert", "metric", "policy", "member", "window", "used", "request"];
+    out.push_str(&table(&header, &rows));
 }
 
 /// The changes to the tenant's limits recorded in the range (its policies, the plan defaults, its grants), with who

@@ -34,6 +34,37 @@ pub struct Timeline {
     /// Changes to its limits recorded in the range (event time): versions of its own policies and of the plan
     /// defaults, and its grants, with who made them and why.
     pub changes: Vec<ChangeLine>,
+    /// The alerts written in the range (issue 37 item 4): a window reaching a threshold of its limit, in ledger order.
+    pub alerts: Vec<AlertLine>,
+}
+
+/// One alert of the timeline (contract §3 `AlertEvent`), with its ledger sequence number.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AlertLine {
+    /// Its ledger sequence number.
+    pub seq: u64,
+    /// When the threshold was reached.
+    pub occurred_at: Timestamp,
+    /// Its kind (`THRESHOLD`).
+    pub kind: String,
+    /// Its metric.
+    pub metric: String,
+    /// The member of the policy's scope (a subject, a project, an API key), when not the tenant's whole.
+    pub member: Option<String>,
+    /// The policy whose window reached it.
+    pub policy_id: Option<String>,
+    /// The window.
+    pub window_start: Option<Timestamp>,
+    /// Its end.
+    pub window_end: Option<Timestamp>,
+    /// The threshold reached, in percent of the effective limit.
+    pub threshold_percent: i32,
+    /// The effective limit then.
+    pub limit: Option<i64>,
+    /// The window's consumption and holds then.
+    pub observed: i64,
+    /// The request that reached it.
+    pub request_id: Option<String>,
 }
 
 impl Timeline {
@@ -42,6 +73,7 @@ impl Timeline {
             && self.consumption.is_empty()
             && self.reservations.is_empty()
             && self.adjustments.is_empty()
+            && self.alerts.is_empty()
     }
 }
 
@@ -267,6 +299,25 @@ fn read_timeline(at: &At<'_>, tenant: &str, from: Timestamp, to: Timestamp) -> R
         reservations,
         adjustments: adjustments.in_range(from, to),
         changes: changes(at, tenant, (from, to))?,
+        alerts: at
+            .ledger
+            .tenant_alerts(tenant, (from, to), at.watermark)?
+            .into_iter()
+            .map(|(seq, a)| AlertLine {
+                seq,
+                occurred_at: a.header.occurred_at,
+                kind: a.kind.symbol().to_string(),
+                member: a.header.subject.or(a.header.project).or(a.header.api_key),
+                metric: a.header.metric,
+                policy_id: a.policy_id,
+                window_start: a.window_start,
+                window_end: a.window_end,
+                threshold_percent: a.threshold_percent,
+                limit: a.limit,
+                observed: a.observed,
+                request_id: a.request_id,
+            })
+            .collect(),
     })
 }
 

@@ -110,6 +110,26 @@ pub(super) fn largest_overshoots(session: &LedgerSession) -> anyhow::Result<Vec<
         .collect())
 }
 
+/// The alerts the hook wrote (issue 37 item 4), as the page's table rows: tenant, metric, policy, window, threshold,
+/// what was used of the effective limit, by tenant, metric, policy and threshold.
+pub(super) fn alerts(session: &LedgerSession) -> anyhow::Result<Vec<Vec<String>>> {
+    let sql = format!(
+        "SELECT tenant, metric, policy_id, CAST(window_start AS BIGINT) AS start_micros, \
+         CAST(window_end AS BIGINT) AS end_micros, threshold_percent, observed, \"limit\" FROM alert_events \
+         ORDER BY tenant, metric, policy_id, start_micros, threshold_percent LIMIT {}",
+        page::ALERTS_SHOWN
+    );
+    Ok(query_cells(session, &sql)?
+        .into_iter()
+        .map(|row| {
+            let window = window_label(Timestamp(number(&row[3])), Timestamp(number(&row[4])));
+            let threshold = format!("{}%", row[5]);
+            let used = format!("{} of {}", row[6], row[7]);
+            vec![row[0].clone(), row[1].clone(), row[2].clone(), window, threshold, used]
+        })
+        .collect())
+}
+
 /// A window as people name it: the month, the day, or its start.
 fn window_label(start: Timestamp, end: Timestamp) -> String {
     let period = Period::containing(start);

@@ -169,7 +169,7 @@ pub fn run(settings: DemoSettings, commands: &dyn Commands, show: &dyn Fn(Shown)
     show(Shown::Playing { month, tenants: demo.settings.tenants, out: &demo.settings.out });
     demo.step("broker", |d| {
         Ok(format!(
-            "librdkafka mock cluster on {}: the six topics of docs/contract.md §2, {PARTITIONS} partitions each",
+            "librdkafka mock cluster on {}: the seven topics of docs/contract.md §2, {PARTITIONS} partitions each",
             d.brokers
         ))
     })?;
@@ -583,6 +583,7 @@ impl<'a> Demo<'a> {
             overshoots: largest_overshoots(&session)?,
             audit_why: std::fs::read_to_string(self.out(&self.audit_file()))?,
             billing: billing_cells(closed)?,
+            alerts: alerts(&session)?,
             commands: self.commands(),
         };
         let tokens = format!("[[token]]\nname = \"demo\"\nsecret = \"{DEMO_TOKEN}\"\ntenants = [\"*\"]\n");

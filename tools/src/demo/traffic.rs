@@ -102,18 +102,18 @@ pub(super) fn rolling_policy(month: Period, consumption: &BTreeMap<(String, Stri
 
 /// The tenant billed by its own cycle in the demo (issue 37 item 2): from the 17th at midnight in Tokyo.
 const CYCLE_TENANT: &str = "org-3";
-const CYCLE_METRIC: &str = "requests";
+const CYCLE_METRIC: &str = "tokens";
 const CYCLE_ZONE: &str = "Asia/Tokyo";
 
-/// org-3's HARD limit of requests per billing cycle, anchored on the month's 17th at local midnight in Tokyo (15:00
-/// UTC on the 16th), at a third of its month: the cycle that ends on the 17th holds about half the month, and
-/// reconcile reports its overshoot in that cycle, not in a UTC month.
+/// org-3's SOFT allowance of tokens per billing cycle, anchored on the month's 17th at local midnight in Tokyo (15:00
+/// UTC on the 16th), at a third of its month: the month's bill holds the cycle that ends on the 17th, about half the
+/// month, with its overage; the rest of the month is the next cycle's, billed the month after.
 pub(super) fn cycle_policy(month: Period, consumption: &BTreeMap<(String, String), i64>) -> Option<Event> {
     let used = consumption.get(&(CYCLE_TENANT.to_string(), CYCLE_METRIC.to_string()))?;
     let limit = round_limit(*used as f64 / 3.0);
     let id = format!("{CYCLE_TENANT}-{CYCLE_METRIC}-cycle");
     let Event::Policy(policy) =
-        demo_policy(month, CYCLE_TENANT, CYCLE_METRIC, &id, (limit, Window::BILLING_CYCLE, Enforcement::HARD))
+        demo_policy(month, CYCLE_TENANT, CYCLE_METRIC, &id, (limit, Window::BILLING_CYCLE, Enforcement::SOFT))
     else {
         unreachable!("a policy")
     };
