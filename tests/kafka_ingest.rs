@@ -150,7 +150,7 @@ fn ingest_names_the_topics_the_broker_lacks() {
     let ledger = TestLedger::new();
     let refused = ledger.run(&["ingest", "--brokers", &broker.bootstrap, "--until-caught-up"]).expect_code(2);
     let named = format!(
-        "quota.decisions, quota.grants, quota.reservations do not exist on {0} \
+        "quota.alerts, quota.decisions, quota.grants, quota.reservations do not exist on {0} \
          (`quota-ledger topics create --brokers {0}` creates them; with `--topics KIND=TOPIC,...` under other names)",
         broker.bootstrap
     );

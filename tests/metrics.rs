@@ -150,8 +150,8 @@ fn prometheus_scrapes_ingest_and_serve_and_the_numbers_match_what_was_sent() {
         r#"quota_ledger_ingest_events_total{outcome="quarantined"}"#,
         count(&report, "malformed") as f64,
     );
-    // Every partition of the five input topics reports its lag, and all are back to zero once caught up.
-    eventually_equals(&api, "count(quota_ledger_ingest_lag_messages)", 5.0 * 3.0);
+    // Every partition of the six input topics reports its lag, and all are back to zero once caught up.
+    eventually_equals(&api, "count(quota_ledger_ingest_lag_messages)", 6.0 * 3.0);
     eventually_equals(&api, "sum(quota_ledger_ingest_lag_messages)", 0.0);
 
     let decided =

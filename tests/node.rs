@@ -175,12 +175,12 @@ fn two_nodes_share_the_partitions_and_one_takes_over() {
         assert_eq!(answer.status, 200, "{tenant}: {}", answer.body);
         allowed.insert(answer.body["decisionId"].as_str().unwrap().to_string());
     }
-    // Node b's /metrics: its ingest's lag for every partition it now owns (five topics, three partitions), and its
+    // Node b's /metrics: its ingest's lag for every partition it now owns (six topics, three partitions), and its
     // decisions answered OK: its own tenants' first checks (and the audit's check and the nightly's reservation when
     // their tenants are its own), then every tenant's replay and second check.
     let scraped = ureq::get(format!("{url_b}/metrics")).call().unwrap().body_mut().read_to_string().unwrap();
     let lag_series = scraped.lines().filter(|l| l.starts_with("quota_ledger_ingest_lag_messages{")).count();
-    assert_eq!(lag_series, 15, "{scraped}");
+    assert_eq!(lag_series, 18, "{scraped}");
     let ok: f64 = scraped
         .lines()
         .filter(|l| l.starts_with("quota_ledger_decisions_total{code=\"OK\""))
@@ -266,7 +266,7 @@ fn a_standby_keeps_a_warm_copy_and_takes_over_from_it() {
     };
     let lag = eventually(30, "b reports its copies' lag, caught up", || {
         let lag = standby_lag(&b);
-        (lag.len() == 5 * of_a.len() && lag.iter().all(|(_, n)| *n == 0.0)).then_some(lag)
+        (lag.len() == 6 * of_a.len() && lag.iter().all(|(_, n)| *n == 0.0)).then_some(lag)
     });
     for partition in &of_a {
         assert!(lag.iter().any(|(l, _)| l.contains(&format!("partition=\"{partition}\""))), "{lag:?}");

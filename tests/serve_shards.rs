@@ -183,13 +183,13 @@ fn each_tenant_is_decided_and_recorded_in_its_own_shard() {
     }
     assert_eq!(shards_holding(&data, &format!("{id}-commit")), [partition_of("org-1", P)]);
     // What an operator reads: each shard's status counts its own tenants' events only: the plan default, 3 per
-    // tenant (an allowed check's decision and usage, a denied check's decision), and 3 for org-1's reservation
-    // (its decision, the RESERVE and the COMMIT).
+    // tenant (an allowed check's decision and usage, a denied check's decision), and 5 for org-1's reservation
+    // (its decision, the RESERVE and the COMMIT, and the alerts of 80% and 90% of the limit its hold reached).
     for partition in 0..P {
         let shard = ShardDir::new(&data).path_of(partition);
         let status = run(&["--ledger", shard.to_str().unwrap(), "status", "--json"], b"").success().json();
         let of_shard = tenants.iter().filter(|t| partition_of(t, P) == partition).count() as u64;
-        let reservation = 3 * u64::from(partition == partition_of("org-1", P));
+        let reservation = 5 * u64::from(partition == partition_of("org-1", P));
         let expected = 1 + 3 * of_shard + reservation;
         assert_eq!(Counts::of_status(&status).events_recorded, expected, "shard {partition}: {status}");
     }

@@ -26,6 +26,7 @@
 //!     overage: None,
 //!     violation: None,
 //!     window_seconds: None,
+//!     cycle_anchor: None,
 //!     actor: "alice".into(),
 //!     reason: "upgrade to pro".into(),
 //!     source: "doc-test".into(),

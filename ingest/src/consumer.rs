@@ -124,7 +124,7 @@ pub fn default_shards_group(dir: &std::path::Path) -> std::io::Result<String> {
 }
 
 impl KafkaIngestSettings {
-    /// Consuming contract §2's five input topics from `brokers` in group `group`, running on, with the default batches.
+    /// Consuming contract §2's six input topics from `brokers` in group `group`, running on, with the default batches.
     pub fn new(brokers: impl Into<String>, group: impl Into<String>) -> KafkaIngestSettings {
         KafkaIngestSettings {
             brokers: brokers.into(),

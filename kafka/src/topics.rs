@@ -18,23 +18,27 @@ pub struct Topics {
 
 /// A `--topics` entry that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("topic entry {entry:?}: expected KIND=TOPIC with KIND one of usage, decisions, reservations, grants, policies")]
+#[error(
+    "topic entry {entry:?}: expected KIND=TOPIC with KIND one of usage, decisions, reservations, grants, policies, alerts"
+)]
 pub struct TopicsError {
     /// The entry as given.
     pub entry: String,
 }
 
-/// The kinds of input topic, by the short name used in `--topics`.
-pub const INPUT_KINDS: [(&str, EventType); 5] = [
+/// The kinds of input topic, by the short name used in `--topics`. Alerts are read back as decisions are: what a
+/// hook records, its outbox publishes, and a ledger of the topics holds it too.
+pub const INPUT_KINDS: [(&str, EventType); 6] = [
     ("usage", EventType::UsageEvent),
     ("decisions", EventType::DecisionEvent),
     ("reservations", EventType::ReservationEvent),
     ("grants", EventType::GrantEvent),
     ("policies", EventType::PolicyEvent),
+    ("alerts", EventType::AlertEvent),
 ];
 
 impl Topics {
-    /// The five input topics of contract §2 under their default names.
+    /// The six input topics of contract §2 under their default names.
     pub fn defaults() -> Topics {
         Topics { by_name: INPUT_KINDS.iter().map(|(_, t)| (t.default_topic().to_string(), *t)).collect() }
     }
@@ -70,10 +74,9 @@ impl Topics {
     }
 }
 
-/// Every topic of contract §2 under its default name: the five inputs, then `quota.adjustments` and `quota.alerts`.
+/// Every topic of contract §2 under its default name: the six inputs, then `quota.adjustments`.
 pub fn all_default_topic_names() -> Vec<&'static str> {
-    let outputs = [EventType::AdjustmentEvent, EventType::AlertEvent].map(EventType::default_topic);
-    INPUT_KINDS.iter().map(|(_, t)| t.default_topic()).chain(outputs).collect()
+    INPUT_KINDS.iter().map(|(_, t)| t.default_topic()).chain([EventType::AdjustmentEvent.default_topic()]).collect()
 }
 
 impl fmt::Display for Topics {

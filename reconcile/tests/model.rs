@@ -1,5 +1,6 @@
 //! Model test: random ledger histories (policy versions of every scope, HARD quotas with a throttled overage among
-//! them, ROLLING windows among calendar ones and versions switching between them, grants naming a subject, a project,
+//! them, ROLLING and BILLING_CYCLE windows among calendar ones and versions switching between them, billing cycle
+//! anchors in four zones changing mid-history, grants naming a subject, a project,
 //! an API key or none, usage naming some of each, requests of two metrics, reservations, leases with renewals and
 //! stale tokens, gauge quotas and readings of their level, duplicates, out-of-order batches, period closes, runs at
 //! rising `--as-of`) reconciled by `reconcile::plan` + `apply` agree with a deliberately naive in-memory model of
@@ -7,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use chrono::{Datelike, TimeZone, Utc};
+use chrono::{Datelike, NaiveDate, NaiveDateTime, TimeZone, Utc};
 use ledger::{AppendOutcome, Batch, Incoming, Ledger, Origin};
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -15,7 +16,7 @@ use proptest::test_runner::FileFailurePersistence;
 use reconcile::GaugeOverLimit;
 use schemas::{
     AdjustmentEvent, AdjustmentKind, Enforcement, Event, GrantEvent, Header, PolicyEvent, ReservationAction,
-    ReservationEvent, Scope, Timestamp, UsageEvent, Violation, Window,
+    ReservationEvent, Scope, Timestamp, Tz, UsageEvent, Violation, Window,
 };
 
 const MINUTE_MICROS: i64 = 60_000_000;
@@ -56,6 +57,41 @@ const SUBJECTS: [Option<&str>; 3] = [None, Some("alice"), Some("bob")];
 const PROJECTS: [Option<&str>; 3] = [None, Some("p-1"), Some("alice")];
 const API_KEYS: [Option<&str>; 3] = [None, Some("key-1"), Some("key-2")];
 const PERIODS: [&str; 2] = ["2026-09", "2026-10"];
+/// The anchors of BILLING_CYCLE versions (PolicyEvent v11): a zone (the version's `time_zone`) and an instant, whose
+/// cycles start inside the events drawn after [`ANCHORS`] or end where a run can judge them (by [`FINAL_AS_OF`]), on
+/// the hard days: a day clamped to a short month's last, a start a fall-back repeats, one a spring-forward skips, a
+/// clock change between two starts, and anchors of other zones or instants with the same starts.
+const CYCLE_ANCHORS: [(&str, &str); 11] = [
+    // The 14th at 10:40 UTC: a start 40 minutes into the first anchor's events (on the grid of `effective_from`).
+    ("UTC", "2026-09-14T10:40:00Z"),
+    // The 14th at 16:10 in Kolkata: the same instants in another zone, from an instant of May.
+    ("Asia/Kolkata", "2026-05-14T10:40:00Z"),
+    // The 31st at 23:30 UTC: September's start is clamped to the 30th, within the second anchor's events, and
+    // October's within the last anchor's.
+    ("UTC", "2026-08-31T23:30:00Z"),
+    // The 31st at 19:40 in New York: clamped to September 30th (23:40 UTC); October's start at 23:40 UTC is on the
+    // grid of `effective_from`; November's (the 30th, after the fall-back) at 00:40 UTC.
+    ("America/New_York", "2026-10-31T23:40:00Z"),
+    // The 1st at 01:30 in New York, anchored at the second 01:30 of the fall-back: November's start is the first one
+    // (05:30 UTC), October's 05:30 UTC, December's 06:30 UTC.
+    ("America/New_York", "2026-11-01T06:30:00Z"),
+    // The same cycles as the one before (the 1st at 01:30 in New York), from an instant in summer.
+    ("America/New_York", "2026-10-01T05:30:00Z"),
+    // The 14th at 07:20 in New York: September's and October's starts at 11:20 UTC, November's at 12:20 UTC.
+    ("America/New_York", "2026-09-14T11:20:00Z"),
+    // The 4th at 02:30 in Sydney: October's is skipped by the spring-forward (2026-10-04 02:00 local), so it starts
+    // when the clock jumps to 03:00 (October 3rd, 16:00 UTC); September's at 16:30 UTC, November's at 15:30 UTC.
+    ("Australia/Sydney", "2026-09-03T16:30:00Z"),
+    // The 1st at 05:00 in Kolkata: the instants of the 31st at 23:30 UTC (clamped) in another zone and day.
+    ("Asia/Kolkata", "2026-09-30T23:30:00Z"),
+    // The 20th at 11:50 in Kolkata: a start at 06:20 UTC within the fourth anchor's events (on the grid).
+    ("Asia/Kolkata", "2026-10-20T06:20:00Z"),
+    // The 15th at 12:20 UTC: a start within the third anchor's events (on the grid); October's cycle ends after the
+    // last run.
+    ("UTC", "2026-10-15T12:20:00Z"),
+];
+/// For each of [`ANCHORS`], the [`CYCLE_ANCHORS`] with a cycle start within the 150 minutes of events after it.
+const STARTS_AFTER: [&[usize]; 5] = [&[0, 1, 6], &[2, 3, 7], &[10], &[9], &[2, 3, 7]];
 
 fn at(text: &str) -> Timestamp {
     Timestamp::parse_rfc3339(text).unwrap()
@@ -87,6 +123,8 @@ struct VersionDraw {
     /// Its `window_seconds` when its window is ROLLING (PolicyEvent v10): a few lengths, short beside the 150 minutes
     /// of events after each anchor, so that usage ages out within a day and versions of one policy_id change length.
     rolling_seconds: i64,
+    /// Its anchor (an index into [`CYCLE_ANCHORS`]) when its window is BILLING_CYCLE (PolicyEvent v11).
+    cycle_anchor: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -232,8 +270,9 @@ fn version_draw() -> impl Strategy<Value = VersionDraw> {
     let window = prop_oneof![3 => Just(None), 1 => window().prop_map(Some)];
     let overage = prop::option::weighted(0.3, (1i64..10, prop_oneof![Just(Window::MINUTE), Just(Window::HOUR)]));
     let rolling_seconds = prop_oneof![Just(600i64), Just(1_800), Just(3_600), Just(5_400)];
-    (0i64..60, window, effective_from(), scope, enforcement, overage, rolling_seconds).prop_map(
-        |(limit, window, effective_from, scope, enforcement, overage, rolling_seconds)| VersionDraw {
+    let lengths = (rolling_seconds, 0..CYCLE_ANCHORS.len());
+    (0i64..60, window, effective_from(), scope, enforcement, overage, lengths).prop_map(
+        |(limit, window, effective_from, scope, enforcement, overage, (rolling_seconds, cycle_anchor))| VersionDraw {
             limit,
             window,
             effective_from,
@@ -241,20 +280,84 @@ fn version_draw() -> impl Strategy<Value = VersionDraw> {
             enforcement,
             overage: overage.filter(|_| enforcement == Enforcement::HARD),
             rolling_seconds,
+            cycle_anchor,
         },
     )
 }
 
-/// A window kind of a policy or a version: calendar ones, and ROLLING (PolicyEvent v10), so that a policy_id's
-/// versions switch between a calendar kind and ROLLING mid-window, DAY and ROLLING on one day among them.
+/// A window kind of a policy or a version: calendar ones, ROLLING (PolicyEvent v10) and BILLING_CYCLE (v11), so that a
+/// policy_id's versions switch between a calendar kind and ROLLING mid-window, DAY and ROLLING on one day among them,
+/// and between calendar windows and billing cycles of changing anchors.
 fn window() -> impl Strategy<Value = Window> {
-    prop_oneof![Just(Window::HOUR), Just(Window::DAY), Just(Window::MONTH), Just(Window::ROLLING)]
+    prop_oneof![
+        Just(Window::HOUR),
+        Just(Window::DAY),
+        Just(Window::MONTH),
+        Just(Window::ROLLING),
+        Just(Window::BILLING_CYCLE),
+    ]
 }
 
 fn policy_draw() -> impl Strategy<Value = PolicyDraw> {
     let drawn = (0..OWNERS.len(), 0..METRICS.len(), window(), vec(version_draw(), 1..=3))
         .prop_map(|(owner, metric, window, versions)| PolicyDraw { owner, metric, window, versions, usage: vec![] });
-    prop_oneof![2 => drawn, 1 => switching_draw()]
+    prop_oneof![3 => drawn, 1 => switching_draw(), 1 => cycle_draw()]
+}
+
+/// A policy whose versions switch between billing cycles of two anchors and MONTH or DAY windows (contract §5
+/// "Billing cycles"): versions effective from the start or around one anchor of [`ANCHORS`] (where a few cycle starts
+/// lie, see [`CYCLE_ANCHORS`]), mostly of one scope and HARD or SHADOW, each BILLING_CYCLE one anchored at one of the
+/// policy's two anchors, so that an anchor changes and changes back, pending or in force, with usage of the policy's
+/// metric after that anchor.
+fn cycle_draw() -> impl Strategy<Value = PolicyDraw> {
+    let kind = prop_oneof![
+        4 => Just(Window::BILLING_CYCLE),
+        1 => Just(Window::MONTH),
+        1 => Just(Window::DAY),
+    ];
+    let enforcement = prop_oneof![
+        2 => Just(Enforcement::HARD),
+        2 => Just(Enforcement::SHADOW),
+        1 => Just(Enforcement::SOFT),
+    ];
+    // Effective on a grid of 20 minutes, where most starts of the anchors' cycles after that anchor lie: a version
+    // effective exactly at a boundary (an anchor change taking effect at once; a version in force for the cycle it
+    // starts only).
+    let version = (version_draw(), kind, prop::option::weighted(0.8, 0i64..8), enforcement, any::<bool>());
+    let scope = prop::option::weighted(0.75, scope());
+    let usage = vec((who(), 0i64..15, 0i64..20), 0..=4);
+    // One of the policy's anchors has a start among the events after its anchor of [`ANCHORS`], the other is any.
+    let anchors = (any::<prop::sample::Index>(), 0..CYCLE_ANCHORS.len());
+    (0..OWNERS.len(), 0..METRICS.len(), 0..ANCHORS.len(), scope, vec(version, 2..=4), (usage, anchors)).prop_map(
+        |(owner, metric, anchor, scope, versions, (usage, anchors))| {
+            let usage = usage
+                .into_iter()
+                .map(|(who, tens, quantity)| UsageDraw {
+                    who: Who { tenant: owner.checked_sub(1).unwrap_or(who.tenant), metric, ..who },
+                    occurred_at: at(ANCHORS[anchor]).micros() + tens * 10 * MINUTE_MICROS,
+                    quantity,
+                    other_metric: None,
+                })
+                .collect();
+            let versions = versions
+                .into_iter()
+                .map(|(version, window, k, enforcement, second)| VersionDraw {
+                    window: Some(window),
+                    enforcement,
+                    overage: version.overage.filter(|_| enforcement == Enforcement::HARD),
+                    effective_from: k
+                        .map_or(at(EARLY).micros(), |k| at(ANCHORS[anchor]).micros() + k * 20 * MINUTE_MICROS),
+                    scope: scope.unwrap_or(version.scope),
+                    cycle_anchor: match second {
+                        true => anchors.1,
+                        false => *anchors.0.get(STARTS_AFTER[anchor]),
+                    },
+                    ..version
+                })
+                .collect();
+            PolicyDraw { owner, metric, window: Window::BILLING_CYCLE, versions, usage }
+        },
+    )
 }
 
 /// A policy whose versions switch between DAY and ROLLING during one day (contract §5 "Rolling windows": a day that
@@ -415,7 +518,9 @@ fn policy_events(i: usize, p: &PolicyDraw) -> Vec<Event> {
         // A ROLLING window is a quota's of consumption: validation quarantines it with a throttled overage. Its
         // intervals hold a few events each, so its limit is a third of the one drawn, for them to go beyond it.
         let rolling = window == Window::ROLLING;
-        let overage = version.overage.filter(|_| !rolling);
+        // So is a BILLING_CYCLE one (no burst, overage nor violation), anchored in its `time_zone` (UTC as none).
+        let cycle = (window == Window::BILLING_CYCLE).then(|| CYCLE_ANCHORS[version.cycle_anchor]);
+        let overage = version.overage.filter(|_| !rolling && cycle.is_none());
         let limit = if rolling { version.limit / 3 } else { version.limit };
         let header = Header {
             event_id: format!("pol{i}-v{number}"),
@@ -440,13 +545,13 @@ fn policy_events(i: usize, p: &PolicyDraw) -> Vec<Event> {
             burst: None,
             actor: None,
             reason: None,
-            time_zone: None,
+            time_zone: cycle.map(|(zone, _)| zone).filter(|zone| *zone != "UTC").map(String::from),
             on_failure: None,
             overage_rate: overage.map(|o| o.0),
             overage_window: overage.map(|o| o.1),
             violation: None,
             window_seconds: rolling.then_some(version.rolling_seconds),
-            cycle_anchor: None,
+            cycle_anchor: cycle.map(|(_, anchor)| at(anchor)),
         }));
     }
     events
@@ -876,7 +981,7 @@ fn window_bounds(kind: Window, t: Timestamp) -> (Timestamp, Timestamp) {
         Window::DAY => fixed(DAY_MICROS),
         Window::CONCURRENT => unreachable!("the model draws no CONCURRENT policy: it judges windows"),
         Window::ROLLING => unreachable!("a ROLLING window is the instant's, by its length: see `rolling_in_force`"),
-        Window::BILLING_CYCLE => unreachable!("the model draws no BILLING_CYCLE policy"),
+        Window::BILLING_CYCLE => unreachable!("a BILLING_CYCLE window is its policy_id's: see `cycle_bounds`"),
         Window::MONTH => {
             let d = Utc.timestamp_micros(t.micros()).unwrap();
             let first = |y: i32, m: u32| Timestamp(Utc.with_ymd_and_hms(y, m, 1, 0, 0, 0).unwrap().timestamp_micros());
@@ -884,6 +989,66 @@ fn window_bounds(kind: Window, t: Timestamp) -> (Timestamp, Timestamp) {
             (first(d.year(), d.month()), next)
         }
     }
+}
+
+/// The first instant `zone`'s clock shows `local` (its first occurrence when a fall-back repeats it), or, for a local
+/// time a spring-forward skips, the first instant after the gap: stepped forward a minute at a time (the anchors are
+/// whole minutes, and so are the clock changes).
+fn local_instant(zone: Tz, local: NaiveDateTime) -> Timestamp {
+    let mut local = local;
+    loop {
+        if let Some(at) = zone.from_local_datetime(&local).earliest() {
+            return Timestamp(at.timestamp_micros());
+        }
+        local += chrono::Duration::minutes(1);
+    }
+}
+
+/// Every start of the cycles of a BILLING_CYCLE version's anchor from May 2026 to March 2027 (around every instant
+/// of the model), in order (contract §5 "Billing cycles"): each month on the anchor's day of month on `zone`'s clock
+/// (the month's last day when it is shorter) at the anchor's local time of day.
+fn cycle_starts(policy: &PolicyEvent) -> Vec<Timestamp> {
+    let zone: Tz = policy.time_zone.as_deref().unwrap_or("UTC").parse().unwrap();
+    let anchor = policy.cycle_anchor.expect("a BILLING_CYCLE version has its anchor");
+    let local = Utc.timestamp_micros(anchor.micros()).unwrap().with_timezone(&zone).naive_local();
+    let mut starts = Vec::new();
+    for (year, month) in (5..=12).map(|m| (2026, m)).chain((1..=3).map(|m| (2027, m))) {
+        let last_day = (28..=31).filter(|d| NaiveDate::from_ymd_opt(year, month, *d).is_some()).max().unwrap();
+        let day = NaiveDate::from_ymd_opt(year, month, local.day().min(last_day)).unwrap();
+        starts.push(local_instant(zone, day.and_time(local.time())));
+    }
+    starts
+}
+
+/// The cycle boundaries of one policy_id (contract §5 "Billing cycles"), naively: walking its BILLING_CYCLE versions
+/// in order of (effective_from, version), the first one's starts (running back before the model's instants), then
+/// each later one keeps the boundaries before the next boundary at or after its effective_from, that boundary, and
+/// its own starts after it (a version with the cycles in force changes nothing). Versions effective at one instant
+/// apply in order of version, as the contract orders them, whatever order the ledger recorded them in: the first
+/// one's cycles run back, and a later one with another anchor takes effect at the next boundary of the cycles in force.
+fn cycle_boundaries(versions: &[&PolicyEvent]) -> Vec<Timestamp> {
+    let mut cycles: Vec<&PolicyEvent> =
+        versions.iter().copied().filter(|p| p.window == Window::BILLING_CYCLE).collect();
+    cycles.sort_by_key(|p| (p.effective_from, p.version));
+    let mut boundaries: Vec<Timestamp> = Vec::new();
+    for (n, p) in cycles.into_iter().enumerate() {
+        if n == 0 {
+            boundaries = cycle_starts(p);
+            continue;
+        }
+        let next = *boundaries.iter().find(|b| **b >= p.effective_from).expect("the boundaries run past the model");
+        boundaries.retain(|b| *b < next);
+        boundaries.push(next);
+        boundaries.extend(cycle_starts(p).into_iter().filter(|s| *s > next));
+    }
+    boundaries
+}
+
+/// `[start, end)` of the cycle of a policy_id containing `t`, from its boundaries ([`cycle_boundaries`]).
+fn cycle_bounds(boundaries: &[Timestamp], t: Timestamp) -> (Timestamp, Timestamp) {
+    let start = boundaries.iter().copied().filter(|b| *b <= t).max().expect("a boundary before every instant");
+    let end = boundaries.iter().copied().filter(|b| *b > t).min().expect("a boundary after every instant");
+    (start, end)
 }
 
 /// The reservation state machine, naively.
@@ -1157,6 +1322,18 @@ impl Model {
                         }
                     }
                     found.extend(best.filter(|p| p.window == kind).map(|p| (p.clone(), start, end)));
+                }
+                // contract §5 "Billing cycles": the cycle containing `t` of the schedule the id's BILLING_CYCLE
+                // versions make is the policy's when the version in force for it (effective before its end) is one.
+                if versions.iter().any(|p| p.window == Window::BILLING_CYCLE) {
+                    let (start, end) = cycle_bounds(&cycle_boundaries(&versions), t);
+                    let mut best: Option<&PolicyEvent> = None;
+                    for p in versions.iter().filter(|p| p.effective_from < end) {
+                        if best.is_none_or(|b| (p.effective_from, p.version) > (b.effective_from, b.version)) {
+                            best = Some(p);
+                        }
+                    }
+                    found.extend(best.filter(|p| p.window == Window::BILLING_CYCLE).map(|p| (p.clone(), start, end)));
                 }
             }
             found

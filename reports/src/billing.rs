@@ -11,7 +11,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use chrono::Datelike;
 use ledger::{CloseSnapshot, Ledger, MetricTotal, Period, PeriodClose, PeriodExportRow};
-use rules::cycle::{Anchor, Schedule};
 use rules::overshoot;
 use rules::policy::PolicyIndex;
 use schemas::*;
@@ -99,11 +98,7 @@ pub fn cycles_billed(index: &PolicyIndex, tenant: &str, metric: &str, period: Pe
     let month = (period.start().to_datetime().map(|d| (d.year(), d.month()))).expect("a period's start is in range");
     let middle = Timestamp(period.start().micros() + (period.end().micros() - period.start().micros()) / 2);
     for ((_, _), versions) in cycle_groups(index, tenant, metric) {
-        let changes: Vec<(Timestamp, Anchor)> = versions
-            .iter()
-            .filter_map(|p| p.cycle_anchor.map(|at| (p.effective_from, Anchor { at, zone: p.zone() })))
-            .collect();
-        let Some(schedule) = Schedule::new(&changes) else { continue };
+        let Some(schedule) = rules::policy::cycle_schedule(versions.iter().copied()) else { continue };
         for zone in versions.iter().filter(|p| p.cycle_anchor.is_some()).map(|p| p.zone()) {
             let (from, until) = rules::window::bounds_in(Window::MONTH, zone, middle);
             for cycle in schedule.ending_within(from, until) {

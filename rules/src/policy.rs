@@ -106,11 +106,7 @@ pub fn in_force<'a>(versions: &[&'a PolicyEvent], at: Timestamp) -> Vec<Applicab
 /// under the version in force for that cycle (effective before its end), as for any window. A version that changes
 /// only the limit governs the whole cycle it falls in, as a mid-month upgrade governs the month.
 fn cycle_window<'a>(versions: impl Iterator<Item = &'a PolicyEvent> + Clone, at: Timestamp) -> Option<Applicable<'a>> {
-    let changes: Vec<(Timestamp, cycle::Anchor)> = versions
-        .clone()
-        .filter_map(|p| p.cycle_anchor.map(|anchor| (p.effective_from, cycle::Anchor { at: anchor, zone: p.zone() })))
-        .collect();
-    let (window_start, window_end) = cycle::Schedule::new(&changes)?.bounds(at);
+    let (window_start, window_end) = cycle_schedule(versions.clone())?.bounds(at);
     let governing = versions.filter(|p| p.effective_from < window_end).max_by_key(|p| (p.effective_from, p.version));
     let policy = governing.filter(|p| p.window == Window::BILLING_CYCLE && !p.is_gauge())?;
     Some(Applicable { policy, window_start, window_end, plan_default: false })
@@ -122,6 +118,18 @@ fn rolling_window(p: &PolicyEvent, at: Timestamp) -> Option<Applicable<'_>> {
     let length = p.rolling_micros().filter(|_| !p.is_gauge())?;
     let (window_start, window_end) = window::rolling(length, at);
     Some(Applicable { policy: p, window_start, window_end, plan_default: false })
+}
+
+/// The schedule of billing cycles of one policy_id's `versions` (contract §5 "Billing cycles"): its BILLING_CYCLE
+/// versions' anchors in order of (`effective_from`, `version`), whatever order they were recorded in. None without one.
+pub fn cycle_schedule<'a>(versions: impl Iterator<Item = &'a PolicyEvent>) -> Option<cycle::Schedule> {
+    let mut anchored: Vec<&PolicyEvent> = versions.filter(|p| p.cycle_anchor.is_some()).collect();
+    anchored.sort_by_key(|p| (p.effective_from, p.version));
+    let changes: Vec<(Timestamp, cycle::Anchor)> = anchored
+        .iter()
+        .filter_map(|p| p.cycle_anchor.map(|anchor| (p.effective_from, cycle::Anchor { at: anchor, zone: p.zone() })))
+        .collect();
+    cycle::Schedule::new(&changes)
 }
 
 /// Whether a tenant's own policy `own` covers the plan default `default` of the same metric (contract §3: "no policy
@@ -201,6 +209,28 @@ mod tests {
     }
 
     // contract §5 "Policy in force": a version effective mid-window governs the whole window; one effective after it does not.
+    // Proves a policy's billing cycles follow its versions in order of (effective_from, version), whatever order they
+    // were recorded in: of two versions effective at the same instant, version 1's anchor (the 1st, New York) runs
+    // back and version 2's (the 4th, Sydney) takes effect at version 1's next boundary.
+    #[test]
+    fn cycles_follow_the_versions_order_not_the_ledgers() {
+        let cycle = |version: i32, anchor: &str, zone: &str| PolicyEvent {
+            cycle_anchor: Some(at(anchor)),
+            time_zone: Some(zone.into()),
+            ..policy("org-b", "p", version, 5, Window::BILLING_CYCLE, "2026-09-14T10:00:00Z")
+        };
+        let v1 = cycle(1, "2026-10-01T04:00:00Z", "America/New_York");
+        let v2 = cycle(2, "2026-09-03T14:00:00Z", "Australia/Sydney");
+        for recorded in [vec![&v1, &v2], vec![&v2, &v1]] {
+            let found = in_force(&recorded, at("2026-09-20T00:00:00Z"));
+            let window = found.iter().map(|a| (a.policy.version, a.window_start, a.window_end)).collect::<Vec<_>>();
+            assert_eq!(window, [(2, at("2026-09-01T04:00:00Z"), at("2026-10-01T04:00:00Z"))], "New York's cycle");
+            let after = in_force(&recorded, at("2026-10-02T00:00:00Z"));
+            let window = after.iter().map(|a| (a.window_start, a.window_end)).collect::<Vec<_>>();
+            assert_eq!(window, [(at("2026-10-01T04:00:00Z"), at("2026-10-03T14:00:00Z"))], "then Sydney's, short");
+        }
+    }
+
     #[test]
     fn the_version_effective_before_the_window_end_governs_it() {
         let policies = [

@@ -40,8 +40,9 @@ pub struct IngestArgs {
     /// never split the partitions between them.
     #[arg(long, env = "QUOTA_LEDGER_GROUP")]
     group: Option<String>,
-    /// Topics to consume as KIND=TOPIC (KIND: usage, decisions, reservations, grants, policies); default the
-    /// five of docs/contract.md §2 (quota.usage, quota.decisions, quota.reservations, quota.grants, quota.policies).
+    /// Topics to consume as KIND=TOPIC (KIND: usage, decisions, reservations, grants, policies, alerts); default the
+    /// six of docs/contract.md §2 (quota.usage, quota.decisions, quota.reservations, quota.grants, quota.policies,
+    /// quota.alerts).
     #[arg(long, value_delimiter = ',')]
     topics: Vec<String>,
     /// Exit 0 once the ledger reached the end of every partition of every topic (for nightly jobs); exit 2 naming

@@ -25,7 +25,7 @@ pub struct ProduceArgs {
     topic: Option<String>,
     /// The input topics under other names, as KIND=TOPIC (KIND: usage, decisions, reservations, grants,
     /// policies), as `ingest --topics` takes them: those the brokers have must share the topic's partition count
-    /// (docs/contract.md §9.4). Default the five of docs/contract.md §2.
+    /// (docs/contract.md §9.4). Default the six of docs/contract.md §2.
     #[arg(long, value_delimiter = ',')]
     topics: Vec<String>,
     #[command(flatten)]

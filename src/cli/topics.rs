@@ -10,7 +10,7 @@ use super::kafka_args::KafkaConnection;
 
 #[derive(Debug, Subcommand)]
 pub enum TopicsCommand {
-    /// Create the five input topics, quota.adjustments, quota.alerts, quota.checkpoints and quota.routing (existing ones are left as
+    /// Create the six input topics (quota.alerts among them), quota.adjustments, quota.checkpoints and quota.routing (existing ones are left as
     /// they are).
     Create {
         #[command(flatten)]
@@ -19,7 +19,7 @@ pub enum TopicsCommand {
         #[arg(long, default_value_t = 3)]
         partitions: i32,
         /// Input topics under other names, as KIND=TOPIC (KIND: usage, decisions, reservations, grants,
-        /// policies), as `ingest --topics` takes them; default the five of docs/contract.md §2.
+        /// policies), as `ingest --topics` takes them; default the six of docs/contract.md §2.
         #[arg(long, value_delimiter = ',')]
         topics: Vec<String>,
         /// The topic reconcile publishes adjustments to.
@@ -33,8 +33,6 @@ pub fn run(command: TopicsCommand) -> anyhow::Result<ExitCode> {
     let inputs = if topics.is_empty() { Topics::defaults() } else { Topics::parse(&topics)? };
     let mut names = inputs.names();
     names.push(&adjustments_topic);
-    // Where the hook's alerts are published (issue 37 item 4).
-    names.push(schemas::EventType::AlertEvent.default_topic());
     // Where ingest and serve publish the ledger's checkpoints (contract §9.3).
     names.push(kafka::checkpoints::CHECKPOINTS_TOPIC);
     // The routing catalog of a cluster's nodes (one partition, compacted).
