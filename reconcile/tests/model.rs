@@ -304,6 +304,20 @@ fn policy_draw() -> impl Strategy<Value = PolicyDraw> {
     prop_oneof![3 => drawn, 1 => switching_draw(), 1 => cycle_draw()]
 }
 
+/// Usage of the drawn `(who, tens, quantity)`, tens of minutes after `ANCHORS[anchor]`, of the policy owner's tenant
+/// (any tenant for the plan's) and its metric.
+fn usage_near(owner: usize, metric: usize, anchor: usize, usage: Vec<(Who, i64, i64)>) -> Vec<UsageDraw> {
+    usage
+        .into_iter()
+        .map(|(who, tens, quantity)| UsageDraw {
+            who: Who { tenant: owner.checked_sub(1).unwrap_or(who.tenant), metric, ..who },
+            occurred_at: at(ANCHORS[anchor]).micros() + tens * 10 * MINUTE_MICROS,
+            quantity,
+            other_metric: None,
+        })
+        .collect()
+}
+
 /// A policy whose versions switch between billing cycles of two anchors and MONTH or DAY windows (contract §5
 /// "Billing cycles"): versions effective from the start or around one anchor of [`ANCHORS`] (where a few cycle starts
 /// lie, see [`CYCLE_ANCHORS`]), mostly of one scope and HARD or SHADOW, each BILLING_CYCLE one anchored at one of the
@@ -330,15 +344,7 @@ fn cycle_draw() -> impl Strategy<Value = PolicyDraw> {
     let anchors = (any::<prop::sample::Index>(), 0..CYCLE_ANCHORS.len());
     (0..OWNERS.len(), 0..METRICS.len(), 0..ANCHORS.len(), scope, vec(version, 2..=4), (usage, anchors)).prop_map(
         |(owner, metric, anchor, scope, versions, (usage, anchors))| {
-            let usage = usage
-                .into_iter()
-                .map(|(who, tens, quantity)| UsageDraw {
-                    who: Who { tenant: owner.checked_sub(1).unwrap_or(who.tenant), metric, ..who },
-                    occurred_at: at(ANCHORS[anchor]).micros() + tens * 10 * MINUTE_MICROS,
-                    quantity,
-                    other_metric: None,
-                })
-                .collect();
+            let usage = usage_near(owner, metric, anchor, usage);
             let versions = versions
                 .into_iter()
                 .map(|(version, window, k, enforcement, second)| VersionDraw {
@@ -380,16 +386,7 @@ fn switching_draw() -> impl Strategy<Value = PolicyDraw> {
     let usage = vec((who(), 0i64..15, 0i64..20), 0..=4);
     (0..OWNERS.len(), 0..METRICS.len(), 0..ANCHORS.len(), scope, vec(version, 2..=4), usage).prop_map(
         |(owner, metric, anchor, scope, versions, usage)| {
-            let usage = usage
-                .into_iter()
-                .map(|(who, tens, quantity)| UsageDraw {
-                    // The owner's tenant, or any for the plan's.
-                    who: Who { tenant: owner.checked_sub(1).unwrap_or(who.tenant), metric, ..who },
-                    occurred_at: at(ANCHORS[anchor]).micros() + tens * 10 * MINUTE_MICROS,
-                    quantity,
-                    other_metric: None,
-                })
-                .collect();
+            let usage = usage_near(owner, metric, anchor, usage);
             let versions = versions
                 .into_iter()
                 .map(|(version, window, k, enforcement)| VersionDraw {

@@ -172,16 +172,7 @@ pub fn expected_rows(ledger: &Path, period: (&str, i64, i64), watermark: u64) ->
     keys.retain(|(tenant, metric)| {
         !gauges.contains(&(tenant.clone(), metric.clone())) && !gauges.contains(&("*".into(), metric.clone()))
     });
-    let grants = |tenant: &str, metric: &str| -> i64 {
-        conn.query_row(
-            "SELECT COALESCE(SUM(g.amount), 0) FROM grant_events g JOIN entries e ON e.seq = g.seq
-             WHERE e.status = 'recorded' AND e.tenant = ? AND e.metric = ? AND e.subject IS NULL
-               AND e.project IS NULL AND e.api_key IS NULL AND g.valid_from < ? AND g.valid_until > ?",
-            rusqlite::params![tenant, metric, end, start],
-            |r| r.get(0),
-        )
-        .unwrap()
-    };
+    let grants = |tenant: &str, metric: &str| grants_between(&conn, tenant, metric, (start, end));
     let month_bounds = format!("{},{}", Timestamp(start), Timestamp(end));
     let cycle_policies = cycle_policies(&conn, end);
     keys.extend(cycle_policies.keys().cloned());
@@ -341,6 +332,7 @@ fn usage_between(conn: &Connection, tenant: &str, metric: &str, (start, end): (i
     usage + commits
 }
 
+/// The grants without a subject, project or API key of `tenant`'s `metric` that overlap `[start, end)`, summed.
 fn grants_between(conn: &Connection, tenant: &str, metric: &str, (start, end): (i64, i64)) -> i64 {
     conn.query_row(
         "SELECT COALESCE(SUM(g.amount), 0) FROM grant_events g JOIN entries e ON e.seq = g.seq
