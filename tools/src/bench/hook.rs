@@ -247,6 +247,18 @@ fn rolling_policy_event() -> Event {
     Event::Policy(policy)
 }
 
+/// The benchmark's policy as a quota per billing cycle (issue 37, item 2), from the 17th at midnight in New York,
+/// beside the monthly one: each decision sums the cycle so far (up to a month) from the timeline.
+fn cycle_policy_event() -> Event {
+    let Event::Policy(mut policy) = policy_event() else { unreachable!("a policy") };
+    policy.header.event_id = "bench-policy-cycle".into();
+    policy.policy_id = "bench-cycle".into();
+    policy.window = Window::BILLING_CYCLE;
+    policy.cycle_anchor = Some(Timestamp::parse_rfc3339("2026-01-17T05:00:00Z").expect("an instant"));
+    policy.time_zone = Some("America/New_York".into());
+    Event::Policy(policy)
+}
+
 /// An open reservation of another tenant, expiring in an hour.
 fn hold_event(i: usize) -> Event {
     let now = Timestamp::now();
@@ -387,18 +399,24 @@ fn in_process_leases(driver: &Driver, dir: &Path, run: usize, clients: usize) ->
     driver.measure("hook in-process (Normal, leases)", clients)
 }
 
-/// The hook in-process under a ROLLING day beside the monthly quota (issue 37, item 1).
-fn in_process_rolling(driver: &Driver, dir: &Path, run: usize, clients: usize) -> anyhow::Result<Figures> {
+/// The hook in-process under `policy` beside the monthly quota: a ROLLING day (issue 37, item 1) or a billing cycle
+/// (item 2), both summed from the timelines.
+fn in_process_beside(
+    driver: &Driver,
+    dir: &Path,
+    (run, clients): (usize, usize),
+    policy: Event,
+    label: &str,
+) -> anyhow::Result<Figures> {
     let path = dir.join(format!("hook-{run}.db"));
     fresh_ledger(&path, 0)?;
-    let incoming =
-        Incoming { event: rolling_policy_event(), origin: Origin::Local { name: "bench".into() }, raw: None };
+    let incoming = Incoming { event: policy, origin: Origin::Local { name: "bench".into() }, raw: None };
     Ledger::open(&path)?.append(&Batch { events: vec![incoming], ..Batch::default() })?;
     let settings = HookSettings { durability: Durability::Normal, ..HookSettings::default() };
     let hook = Arc::new(Hook::start(&path, settings)?);
     let clients =
         (0..clients).map(|client| InProcess { hook: Arc::clone(&hook), run, client, random_ids: false }).collect();
-    driver.measure("hook in-process (Normal, rolling day)", clients)
+    driver.measure(label, clients)
 }
 
 /// The hook in-process answering requests of two metrics at once (issue 36, item 2): two decisions and two usage
@@ -734,7 +752,11 @@ pub fn run(
         run += 1;
         figures.push(in_process_leases(&driver, dir.path(), run, clients)?);
         run += 1;
-        figures.push(in_process_rolling(&driver, dir.path(), run, clients)?);
+        let rolling = (rolling_policy_event(), "hook in-process (Normal, rolling day)");
+        figures.push(in_process_beside(&driver, dir.path(), (run, clients), rolling.0, rolling.1)?);
+        run += 1;
+        let cycle = (cycle_policy_event(), "hook in-process (Normal, billing cycle)");
+        figures.push(in_process_beside(&driver, dir.path(), (run, clients), cycle.0, cycle.1)?);
         run += 1;
         figures.push(in_process(&driver, dir.path(), run, clients, Durability::Normal, OPEN_HOLDS, random_ids)?);
         for (durability, brokers) in [("full", None), ("normal", None), ("normal", Some(brokers.as_str()))] {
