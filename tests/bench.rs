@@ -83,6 +83,7 @@ fn bench_hook_measures_every_peer_beside_redis() {
         "hook in-process (Normal, 2 metrics)",
         "hook in-process (Normal, leases)",
         "hook in-process (Normal, rolling day)",
+        "hook in-process (Normal, billing cycle)",
         "hook in-process (Normal, 10000 holds)",
         "hook over HTTP (full)",
         "hook over HTTP (normal)",
