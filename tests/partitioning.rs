@@ -161,8 +161,8 @@ fn mismatched_cluster() -> rdkafka::mocking::MockCluster<'static, rdkafka::produ
 }
 
 const MISMATCH: &str = "the input topics must have one partition count (a tenant's partition is murmur2(tenant) % P \
-                        on every topic), but quota.decisions has 6, quota.grants has 4, quota.policies has 6, \
-                        quota.reservations has 6, quota.usage has 6";
+                        on every topic), but quota.alerts has 6, quota.decisions has 6, quota.grants has 4, \
+                        quota.policies has 6, quota.reservations has 6, quota.usage has 6";
 
 // Proves that `produce`, `ingest --brokers` and `serve --brokers` refuse to start when the input topics' partition
 // counts differ (a tenant would hash to different partitions, so shards, on each), naming every topic with its
