@@ -878,10 +878,10 @@ fn consumed(hook: &Hook, metric: &str) -> i64 {
 
 // Issue 36 item 2: one request of several metrics is allowed on all of them or on none. Every policy of every metric
 // is evaluated first; a denial names the metric and policy that denied, the metric that had room says DENIED
-// WITHIN_LIMIT, and nothing is consumed on either.
+// WITHIN_LIMIT, and nothing is consumed on either. An allowed one writes the alerts of each metric's windows.
 #[test]
 fn several_metrics_in_one_request_are_all_or_nothing() {
-    let (_dir, hook) = hook_with(vec![
+    let (dir, hook) = hook_with(vec![
         policy("tokens-month", 1_000, Window::MONTH, Enforcement::HARD, None),
         of_metric(policy("requests-month", 3, Window::MONTH, Enforcement::HARD, None), "requests"),
     ]);
@@ -907,8 +907,13 @@ fn several_metrics_in_one_request_are_all_or_nothing() {
     );
     assert_eq!((consumed(&hook, "requests"), consumed(&hook, "tokens")), (1, 600), "a denial consumes nothing");
 
-    // The other way round: requests run out first.
+    assert_eq!(alerts_recorded(&dir), [], "60% at most, and a denial alerts nothing");
+
+    // The other way round: requests run out first. The request that fills both windows alerts each of them at
+    // every threshold (issue 37 item 4), as a request of one metric would.
     assert!(hook.check_amounts(amounts("k-3", 2, 400)).unwrap().allowed());
+    let thresholds: Vec<i64> = alerts_recorded(&dir).iter().map(|(threshold, ..)| *threshold).collect();
+    assert_eq!(thresholds, [80, 90, 100, 80, 90, 100]);
     let denied = hook.check_amounts(amounts("k-4", 1, 0)).unwrap();
     assert_eq!((denied.deciding().metric.as_str(), denied.deciding().reason), ("requests", Reason::QUOTA_EXCEEDED));
     assert_eq!((consumed(&hook, "requests"), consumed(&hook, "tokens")), (3, 1_000));

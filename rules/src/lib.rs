@@ -5,6 +5,7 @@
 //!
 //! - [`window`]: calendar-aligned windows (MINUTE, HOUR, DAY, MONTH), in UTC or a policy's time zone, and their
 //!   overlaps.
+//! - [`alert`]: alert ids and threshold levels, shared by the hook and reconcile.
 //! - [`cycle`]: billing cycles anchored on a day of the month and a local time in a tenant's zone, and anchor changes.
 //! - [`policy`]: the policy version in force for a window, with `*` plan defaults.
 //! - [`reservation`]: the life of a reservation decided by event time (valid close, refused transition, expiry).
@@ -28,6 +29,7 @@
 
 #![deny(missing_docs)]
 
+pub mod alert;
 pub mod cycle;
 pub mod overshoot;
 pub mod policy;

@@ -379,11 +379,19 @@ impl Writer {
             if allowed {
                 self.take_throttles(ask, &evaluated, now);
             }
+            let state = &self.state;
+            let reached = alerts::reached(&evaluated, ask, now, &request_id, |id| state.is_alerted(id));
             let mut verdict = decide::decide(evaluated);
             if !allowed {
                 verdict.outcome = Outcome::DENIED;
             }
             let (mut decision, header) = record_decision(&verdict, ask, &asked, now, events);
+            if allowed {
+                for alert in reached {
+                    self.state.note_alert(&alert);
+                    events.push(Event::Alert(alert));
+                }
+            }
             match ttl_ms {
                 Some(ttl_ms) if allowed => {
                     let reservation_id = ids::reservation_id(&metric_hash, self.partition);
