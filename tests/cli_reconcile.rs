@@ -6,7 +6,7 @@ mod support;
 use std::collections::BTreeSet;
 
 use schemas::*;
-use serde_json::Value;
+use serde_json::{Value, json};
 use support::brokers::{Broker, event_ids_on_topic};
 use support::*;
 
@@ -258,18 +258,20 @@ fn a_closed_stdout_keeps_the_exit_code() {
 }
 
 // The outbox: with no broker reachable the adjustments are recorded and wait; a later run with the broker publishes each exactly once.
+// The run's alerts (the day's window went past 80, 90 and 100% through usage no hook saw) wait and go with them.
 #[test]
 fn adjustments_reach_kafka_through_the_outbox_after_an_outage() {
     let test = ledger_with_overshoot();
     let unreachable = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
     let outage = reconcile_json(&test, &["--brokers", &unreachable, "--publish-timeout-ms", "1500"], 1);
     assert_eq!(outage["outbox"]["published"], 0, "{outage}");
-    assert_eq!(outage["outbox"]["pending"], 2, "{outage}");
+    assert_eq!((&outage["outbox"]["pending"], &outage["alerts_written"]), (&json!(5), &json!(3)), "{outage}");
     let written: BTreeSet<String> =
         adjustments(&outage).iter().map(|a| a["adjustment_id"].as_str().unwrap().to_string()).collect();
     let broker = Broker::mock();
     let later = reconcile_json(&test, &["--brokers", &broker.bootstrap], 0);
-    assert_eq!((later["outbox"]["published"].as_u64(), later["outbox"]["pending"].as_u64()), (Some(2), Some(0)));
+    assert_eq!((later["outbox"]["published"].as_u64(), later["outbox"]["pending"].as_u64()), (Some(5), Some(0)));
+    assert_eq!(event_ids_on_topic(&broker.bootstrap, "quota.alerts", 3).len(), 3, "each alert once");
     let on_topic = event_ids_on_topic(&broker.bootstrap, "quota.adjustments", written.len());
     assert_eq!(on_topic.len(), written.len(), "each adjustment once: {on_topic:?}");
     assert_eq!(on_topic.into_iter().collect::<BTreeSet<_>>(), written);
@@ -292,12 +294,12 @@ fn a_run_leaves_the_outbox_to_the_process_publishing_it() {
     let first = run.json();
     assert_eq!(adjustments(&first).len(), 2, "recorded: {first}");
     assert!(first["outbox"].is_null(), "nothing published by the run: {first}");
-    assert_eq!(test.status()["outbox_pending"], 2);
+    assert_eq!(test.status()["outbox_pending"], 5, "2 adjustments and 3 alerts");
     drop(serving);
     args.truncate(4);
     args.extend(["--brokers", broker.bootstrap.as_str()]);
     let later = test.run(&args).expect_code(0).json();
-    assert_eq!((later["outbox"]["published"].as_u64(), later["outbox"]["pending"].as_u64()), (Some(2), Some(0)));
+    assert_eq!((later["outbox"]["published"].as_u64(), later["outbox"]["pending"].as_u64()), (Some(5), Some(0)));
 }
 
 // Contract §9.5: a grant and a policy raise for October recorded after October was closed never change its bill;

@@ -34,6 +34,7 @@
 
 #![deny(missing_docs)]
 
+mod alert_reads;
 mod append;
 pub mod append_hook;
 mod audit_reads;
@@ -72,6 +73,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags};
 use schemas::{Catalog, EventType};
 
+pub use alert_reads::DecisionTally;
 pub use audit_reads::{AdjustmentRecord, DayUsage, DecisionRecord, UsageRecord};
 pub use batch::*;
 pub use billing_reads::{MetricTotal, ProjectTotal};

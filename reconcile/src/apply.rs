@@ -1,5 +1,5 @@
 //! Recording a plan: its adjustments in transactions of at most [`ADJUSTMENTS_PER_TRANSACTION`], each also put
-//! into the outbox for `quota.adjustments`.
+//! into the outbox for `quota.adjustments`; then its alerts, put into the outbox for `quota.alerts`.
 
 use ledger::{AppendOutcome, AppendReport, Batch, Incoming, Ledger, Origin};
 use schemas::Event;
@@ -14,7 +14,7 @@ use crate::plan::{ADJUSTMENT_SOURCE, Plan};
 /// before it, and a rerun with the same `--as-of` writes exactly the rest, under the same ids.
 pub const ADJUSTMENTS_PER_TRANSACTION: usize = 10_000;
 
-/// Appends the plan's adjustments, [`ADJUSTMENTS_PER_TRANSACTION`] at a time. Refuses a plan computed before another
+/// Appends the plan's adjustments, [`ADJUSTMENTS_PER_TRANSACTION`] at a time, then its alerts. Refuses a plan computed before another
 /// run recorded adjustments (its deltas would count twice).
 pub fn apply(ledger: &mut Ledger, plan: &Plan) -> Result<AppendReport, ReconcileError> {
     // Before the write: ids are unique and every adjustment belongs to this run. Two concerns that are one for the
@@ -57,5 +57,23 @@ pub fn apply(ledger: &mut Ledger, plan: &Plan) -> Result<AppendReport, Reconcile
         report.outcomes
     );
     assert_eq!(ledger.adjustments_recorded()?, found + plan.adjustments.len() as u64, "the ledger holds the plan");
+    // The alerts after the adjustments: an alert a hook recorded since the plan read the ledger is met as a copy of
+    // its id (recorded or conflicting, the ledger keeps the first), never counted twice.
+    for chunk in plan.alerts.chunks(ADJUSTMENTS_PER_TRANSACTION) {
+        let events = chunk
+            .iter()
+            .map(|a| Incoming {
+                event: Event::Alert(a.clone()),
+                origin: Origin::Local { name: ADJUSTMENT_SOURCE.to_string() },
+                raw: None,
+            })
+            .collect();
+        let appended = ledger.append(&Batch { events, outbox: true, ..Batch::default() }).map_err(|source| {
+            ReconcileError::Append { recorded: plan.adjustments.len(), planned: plan.adjustments.len(), source }
+        })?;
+        report.outcomes.extend(appended.outcomes);
+        report.quarantined += appended.quarantined;
+        report.watermark = appended.watermark;
+    }
     Ok(report)
 }

@@ -3,10 +3,11 @@
 //! The ledger provides them from one read snapshot ([`crate::plan()`]); a test provides them from vectors
 //! ([`crate::plan_from()`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use ledger::{
-    AdjustmentSummary, AllowedOpen, ConflictingCopy, Ledger, PeriodClose, ReadError, SequencedReservation, UsageRow,
+    AdjustmentSummary, AllowedOpen, ConflictingCopy, DecisionTally, Ledger, PeriodClose, ReadError,
+    SequencedReservation, UsageRow,
 };
 use rustc_hash::FxHashMap;
 use schemas::{AlertEvent, GrantEvent, PolicyEvent, Timestamp};
@@ -50,6 +51,19 @@ pub trait PlanInputs {
 
     /// The alerts hooks wrote that occurred in `[from, to)`, in ledger order (issue 37 item 4).
     fn alerts_between(&self, from: Timestamp, to: Timestamp) -> Result<Vec<AlertEvent>, ReadError>;
+
+    /// The ids of every recorded alert.
+    fn alert_ids(&self) -> Result<HashSet<String>, ReadError>;
+
+    /// Per tenant with some, the decisions of `metric` of `tenant` (every tenant for `None`) in `[from, to)`, and how
+    /// many of them `version` of `policy_id` denied ([`Ledger::decision_tallies`]).
+    fn decision_tallies(
+        &self,
+        tenant: Option<&str>,
+        metric: &str,
+        span: (Timestamp, Timestamp),
+        version: (&str, i32),
+    ) -> Result<Vec<(String, DecisionTally)>, ReadError>;
 }
 
 /// The ledger's typed reads; [`crate::plan()`] holds one read snapshot across them.
@@ -96,5 +110,19 @@ impl PlanInputs for Ledger {
 
     fn alerts_between(&self, from: Timestamp, to: Timestamp) -> Result<Vec<AlertEvent>, ReadError> {
         Ok(Ledger::alerts_between(self, (from, to))?.into_iter().map(|(_, alert)| alert).collect())
+    }
+
+    fn alert_ids(&self) -> Result<HashSet<String>, ReadError> {
+        Ledger::alert_ids(self)
+    }
+
+    fn decision_tallies(
+        &self,
+        tenant: Option<&str>,
+        metric: &str,
+        span: (Timestamp, Timestamp),
+        version: (&str, i32),
+    ) -> Result<Vec<(String, DecisionTally)>, ReadError> {
+        Ledger::decision_tallies(self, tenant, metric, span, version)
     }
 }

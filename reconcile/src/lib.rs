@@ -33,6 +33,7 @@
 #![deny(missing_docs)]
 
 pub mod after_close;
+pub mod alerts;
 pub mod apply;
 pub mod concern;
 pub mod error;

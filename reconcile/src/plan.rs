@@ -10,6 +10,7 @@ use schemas::*;
 use serde::Serialize;
 
 use crate::after_close::{AfterClose, after_close};
+use crate::alerts;
 use crate::concern::{self, Concern, Members, Recorded, Truth};
 use crate::error::ReconcileError;
 use crate::gauge::{self, GaugeOverLimit, Reading};
@@ -63,9 +64,9 @@ pub struct PlanCounts {
     /// What hooks allowed while their ledger refused writes (decisions of reason FAIL_OPEN, issue 36 item 5), before
     /// `as_of`, per tenant and metric: its consumption counts like any other, this says how much of it there was.
     pub allowed_open: Vec<ledger::AllowedOpen>,
-    /// The alerts hooks wrote in the day before `as_of`, `[as_of - 24 h, as_of)`, in ledger order (issue 37 item 4):
-    /// the windows that reached a threshold of their limit since the last nightly run. A report only: the run stays
-    /// clean.
+    /// The alerts recorded in the day before `as_of`, `[as_of - 24 h, as_of)`, in ledger order, then those the run
+    /// writes (issue 37 item 4): what reached a threshold, a share, an age or a deny rate since the last nightly run.
+    /// A report: the run stays clean.
     pub alerts: Vec<schemas::AlertEvent>,
     /// COMMITs counted as consumption.
     pub valid_commits: u64,
@@ -93,6 +94,9 @@ pub struct Plan {
     pub watermark: u64,
     /// Sorted by kind, then what they are about.
     pub adjustments: Vec<AdjustmentEvent>,
+    /// The alerts the run found that no writer recorded yet ([`crate::alerts`]), by alert_id: `apply` records them
+    /// after the adjustments. They leave the run clean: an alert warns, it corrects nothing.
+    pub alerts: Vec<AlertEvent>,
     /// What the run read and judged.
     pub counts: PlanCounts,
     /// Policies and grants recorded after the close of a month they would change, for finance to settle by hand
@@ -107,6 +111,11 @@ impl Plan {
     /// must be clean.
     pub fn is_clean(&self) -> bool {
         self.adjustments.is_empty()
+    }
+
+    /// Whether `apply` has nothing to record: no adjustment and no alert.
+    pub fn records_nothing(&self) -> bool {
+        self.adjustments.is_empty() && self.alerts.is_empty()
     }
 }
 
@@ -238,6 +247,15 @@ struct Run<'p> {
     /// a level holds until the next reading by event time and the stream is in ledger order. Gauge readings are a
     /// tenant's periodic report of a level, few beside its usage, and 24 bytes each here.
     readings: FxHashMap<(u32, u32), Vec<Reading>>,
+    /// The consumption before `as_of` of each window alerted ([`crate::alerts`]): of a policy whose windows are
+    /// alerted, ending after [`alerts::WINDOWS_ALERTED_MICROS`] before `as_of`.
+    alert_windows: FxHashMap<WindowKey, (i64, &'p PolicyEvent)>,
+    /// The windows of policies with `alert_subject_share` an event fell in, reused for each event.
+    alert_keys: Vec<(WindowKey, &'p PolicyEvent)>,
+    /// Each subject's consumption in those of [`Run::alert_windows`] whose policy sets `alert_subject_share`.
+    shares: FxHashMap<(WindowKey, u32), i64>,
+    /// The alerts found, recorded or not.
+    alerts: Vec<AlertEvent>,
     /// Truths that write an adjustment (and windows whose refs are still to be named).
     truths: Vec<Truth>,
     /// Window and late-usage concerns judged this run that have recorded adjustments.
@@ -281,6 +299,10 @@ pub fn plan_from(
         late: FxHashMap::default(),
         levels: FxHashMap::default(),
         readings: FxHashMap::default(),
+        alert_windows: FxHashMap::default(),
+        alert_keys: Vec::new(),
+        shares: FxHashMap::default(),
+        alerts: Vec::new(),
         truths: Vec::new(),
         judged: HashSet::new(),
         counts: PlanCounts {
@@ -311,6 +333,11 @@ pub fn plan_from(
     step(&mut run, "judge windows and late usage");
     run.name_crossers(inputs, &commits, &flagged, progress)?;
     step(&mut run, "name the events that crossed limits");
+    run.judge_alert_windows();
+    run.judge_deny_rates(inputs)?;
+    let recorded_alerts = inputs.alert_ids()?;
+    run.alerts.retain(|a| !recorded_alerts.contains(&a.alert_id));
+    step(&mut run, "judge alerts");
     let run_id = format!("reconcile-{as_of}-w{watermark}");
     Ok(run.into_plan(run_id, watermark))
 }
@@ -349,6 +376,7 @@ impl<'p> Run<'p> {
         let events: Vec<(u64, &ReservationEvent)> = group.iter().map(|(seq, e)| (*seq, e)).collect();
         let verdict = reservation::judge(&events, self.as_of);
         self.collect_commits(group, &events, &verdict, commits);
+        self.alerts.extend(alerts::open_too_long(group, &verdict, self.as_of));
         // Not judged yet (contract §5 "What a run covers"): nothing new is reported of it, but what earlier runs
         // reported of its events follows the current verdict. A late RESERVE that makes a refused COMMIT valid
         // takes the REFUSED_TRANSITION back in the run that starts counting the COMMIT, not once the new RESERVE
@@ -517,11 +545,20 @@ impl<'p> Run<'p> {
     /// Adds one consumption to the windows it falls in and to its closed period.
     fn add(&mut self, c: &Consumption<'_>, keys: &mut Vec<(WindowKey, &'p PolicyEvent)>) {
         if c.counted_now {
-            self.window_keys(c, keys);
+            let mut alerted = std::mem::take(&mut self.alert_keys);
+            self.window_keys(c, keys, &mut alerted);
             for (key, policy) in keys.drain(..) {
                 let entry = self.windows.entry(key).or_insert((0, policy));
                 entry.0 = entry.0.checked_add(c.quantity).expect("consumption fits in i64");
             }
+            for (key, policy) in alerted.drain(..) {
+                let entry = self.alert_windows.entry(key).or_insert((0, policy));
+                entry.0 = entry.0.checked_add(c.quantity).expect("consumption fits in i64");
+                if let Some(subject) = c.subject.filter(|_| alerts::subject_share(policy).is_some()) {
+                    *self.shares.entry((key, subject)).or_default() += c.quantity;
+                }
+            }
+            self.alert_keys = alerted;
             if c.occurred_at < self.as_of {
                 self.add_rolling(c);
             }
@@ -541,8 +578,14 @@ impl<'p> Run<'p> {
         }
     }
 
-    /// The judged windows (ended by `as_of`, HARD or SHADOW) a consumption falls in, with the policy in force.
-    fn window_keys(&mut self, c: &Consumption<'_>, keys: &mut Vec<(WindowKey, &'p PolicyEvent)>) {
+    /// The judged windows (ended by `as_of`, HARD or SHADOW) a consumption falls in, with the policy in force; and in
+    /// `alerted` the windows it falls in that alerts judge ([`Run::alert_windows`]).
+    fn window_keys(
+        &mut self,
+        c: &Consumption<'_>,
+        keys: &mut Vec<(WindowKey, &'p PolicyEvent)>,
+        alerted: &mut Vec<(WindowKey, &'p PolicyEvent)>,
+    ) {
         if c.occurred_at >= self.as_of {
             return;
         }
@@ -555,7 +598,20 @@ impl<'p> Run<'p> {
         if candidates.is_empty() {
             return;
         }
+        let alerted_after = self.as_of.micros() - alerts::WINDOWS_ALERTED_MICROS;
         for a in candidates.applicable(c.occurred_at) {
+            if a.window_end.micros() > alerted_after && rules::alert::alerts_windows(a.policy) {
+                let key = WindowKey {
+                    tenant: c.tenant,
+                    metric: c.metric,
+                    policy_id: self.names.id(&a.policy.policy_id),
+                    scope: a.policy.scope,
+                    member: c.member(a.policy.scope),
+                    start: a.window_start.micros(),
+                    end: a.window_end.micros(),
+                };
+                alerted.push((key, a.policy));
+            }
             // A ROLLING window ends at every instant: judged from the events ([`Run::judge_rolling`]).
             if a.window_end > self.as_of
                 || overshoot::excess_kind(a.policy.enforcement).is_none()
@@ -668,6 +724,114 @@ impl<'p> Run<'p> {
                     truth.refs = inputs.event_ids(&seqs, &commit_ids)?;
                 }
                 self.keep(truth);
+            }
+        }
+        Ok(())
+    }
+
+    /// THRESHOLD and SUBJECT_SHARE alerts of the windows alerts judge, as of the last instant the run read
+    /// (`as_of` less a microsecond: the next night's report starts after it). A THRESHOLD alert's `observed` is the
+    /// window's consumption (the hook's counts holds too); a SUBJECT_SHARE alert's is the subject's, its `limit` the
+    /// tenant's, its `threshold_percent` the share set.
+    fn judge_alert_windows(&mut self) {
+        let found_at = Timestamp(self.as_of.micros() - 1);
+        let mut windows: Vec<_> = std::mem::take(&mut self.alert_windows).into_iter().collect();
+        windows.sort_by_key(|(key, _)| *key);
+        for (key, (consumption, policy)) in &windows {
+            let (tenant, metric) = (self.names.name(key.tenant), self.names.name(key.metric));
+            let member = self.member_name(key.member);
+            let grants = self.grants.get(&(tenant.to_string(), metric.to_string())).map_or(&[][..], Vec::as_slice);
+            let window = (Timestamp(key.start), Timestamp(key.end));
+            let limit =
+                overshoot::effective_limit(policy.limit, key.scope, member.as_deref(), grants, window.0, window.1);
+            let header = alerts::header_of(tenant, metric, key.scope, member.as_deref());
+            for &threshold in alerts::thresholds(policy) {
+                if i128::from(*consumption) < rules::alert::level(limit, threshold) {
+                    continue;
+                }
+                let id = rules::alert::alert_id(
+                    AlertKind::THRESHOLD,
+                    tenant,
+                    &policy.policy_id,
+                    (key.scope, member.as_deref()),
+                    window,
+                    threshold,
+                );
+                self.alerts.push(AlertEvent {
+                    policy_id: Some(policy.policy_id.clone()),
+                    policy_version: Some(policy.version),
+                    scope: Some(key.scope),
+                    window_start: Some(window.0),
+                    window_end: Some(window.1),
+                    threshold_percent: threshold,
+                    limit: Some(limit),
+                    observed: *consumption,
+                    ..alerts::alert(&header, found_at, id, AlertKind::THRESHOLD)
+                });
+            }
+        }
+        let mut shares: Vec<_> = std::mem::take(&mut self.shares).into_iter().collect();
+        shares.sort_by_key(|(key, _)| *key);
+        for subjects in shares.chunk_by(|(a, _), (b, _)| a.0 == b.0) {
+            let key = subjects[0].0.0;
+            let Some((consumption, policy)) =
+                windows.binary_search_by_key(&key, |(k, _)| *k).ok().map(|i| windows[i].1)
+            else {
+                continue;
+            };
+            let Some(share) = alerts::subject_share(policy).filter(|_| subjects.len() >= 2) else { continue };
+            let (tenant, metric) = (self.names.name(key.tenant), self.names.name(key.metric));
+            let window = (Timestamp(key.start), Timestamp(key.end));
+            for ((_, subject), used) in subjects {
+                if i128::from(*used) * 100 <= i128::from(share) * i128::from(consumption) {
+                    continue;
+                }
+                let subject = self.names.name(*subject);
+                let id = rules::alert::alert_id(
+                    AlertKind::SUBJECT_SHARE,
+                    tenant,
+                    &policy.policy_id,
+                    (Scope::SUBJECT, Some(subject)),
+                    window,
+                    share,
+                );
+                let header = alerts::header_of(tenant, metric, Scope::SUBJECT, Some(subject));
+                self.alerts.push(AlertEvent {
+                    policy_id: Some(policy.policy_id.clone()),
+                    policy_version: Some(policy.version),
+                    scope: Some(policy.scope),
+                    window_start: Some(window.0),
+                    window_end: Some(window.1),
+                    threshold_percent: share,
+                    limit: Some(consumption),
+                    observed: *used,
+                    ..alerts::alert(&header, found_at, id, AlertKind::SUBJECT_SHARE)
+                });
+            }
+        }
+    }
+
+    /// DENY_RATE alerts of the version changes whose first hour ended in the week before `as_of`.
+    fn judge_deny_rates(&mut self, inputs: &impl PlanInputs) -> Result<(), ReconcileError> {
+        for change in alerts::version_changes(self.policies.policies(), self.as_of) {
+            let (first, before) = alerts::deny_rate_spans(&change);
+            let v = change.version;
+            let tenant = Some(v.header.tenant.as_str()).filter(|t| *t != rules::policy::PLAN_DEFAULT_TENANT);
+            let metric = &v.header.metric;
+            let now = inputs.decision_tallies(tenant, metric, first, (&v.policy_id, v.version))?;
+            let then: HashMap<String, ledger::DecisionTally> = inputs
+                .decision_tallies(tenant, metric, before, (&change.previous.policy_id, change.previous.version))?
+                .into_iter()
+                .collect();
+            for (tenant, tally) in now {
+                let earlier = then.get(&tenant).copied().unwrap_or_default();
+                let found = alerts::deny_rate(
+                    &change,
+                    &tenant,
+                    (tally.decisions, tally.denied),
+                    (earlier.decisions, earlier.denied),
+                );
+                self.alerts.extend(found);
             }
         }
         Ok(())
@@ -913,12 +1077,13 @@ impl<'p> Run<'p> {
     ) -> Result<FxHashMap<WindowKey, Vec<Consumed>>, ReconcileError> {
         let mut consumed: FxHashMap<WindowKey, Vec<Consumed>> = FxHashMap::default();
         let pairs: FxHashSet<(u32, u32)> = windows.iter().map(|k| (k.tenant, k.metric)).collect();
-        let mut keys = Vec::new();
+        let (mut keys, mut alerted) = (Vec::new(), Vec::new());
         let mut collect = |run: &mut Run<'p>, c: &Consumption<'_>| {
             if !c.counted_now || !pairs.contains(&(c.tenant, c.metric)) {
                 return;
             }
-            run.window_keys(c, &mut keys);
+            run.window_keys(c, &mut keys, &mut alerted);
+            alerted.clear();
             for (key, _) in keys.drain(..) {
                 if windows.contains(&key) {
                     consumed.entry(key).or_default().push(Consumed {
@@ -954,7 +1119,12 @@ impl<'p> Run<'p> {
                 adjustments.push(adjustment(truth, recorded, delta, self.as_of, &run_id));
             }
         }
-        Plan { run_id, as_of: self.as_of, watermark, adjustments, counts: self.counts, after_close: Vec::new() }
+        let mut alerts = self.alerts;
+        alerts.sort_by(|a, b| a.alert_id.cmp(&b.alert_id));
+        alerts.dedup_by(|a, b| a.alert_id == b.alert_id);
+        let mut counts = self.counts;
+        counts.alerts.extend(alerts.iter().cloned());
+        Plan { run_id, as_of: self.as_of, watermark, adjustments, alerts, counts, after_close: Vec::new() }
     }
 }
 

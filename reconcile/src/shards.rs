@@ -15,11 +15,13 @@ pub fn union(as_of: Timestamp, watermark: u64, plans: Vec<Plan>) -> Plan {
         as_of,
         watermark,
         adjustments: Vec::new(),
+        alerts: Vec::new(),
         counts: PlanCounts::default(),
         after_close: Vec::new(),
     };
     for plan in plans {
         union.adjustments.extend(plan.adjustments);
+        union.alerts.extend(plan.alerts);
         let (sum, add) = (&mut union.counts, &plan.counts);
         sum.usage_events += add.usage_events;
         sum.reservation_events += add.reservation_events;

@@ -277,7 +277,8 @@ pub struct AdjustmentEvent {
 }
 
 /// `AlertEvent` (topic `quota.alerts`): a warning before anyone hits a wall (issue 37 item 4), written by the
-/// enforcement hook as a request reaches a threshold of a window's effective limit.
+/// enforcement hook as a request reaches a threshold of a window's effective limit, and by reconcile from the ledger
+/// (contract §3 says what each field holds for each kind).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AlertEvent {
     /// The fields every event starts with; the member of the policy's scope in `subject`, `project` or `api_key`.
@@ -302,14 +303,17 @@ pub struct AlertEvent {
     /// Its end (exclusive).
     #[serde(default)]
     pub window_end: Option<Timestamp>,
-    /// The threshold reached, in percent.
+    /// The threshold reached, in percent (THRESHOLD: of the effective limit; SUBJECT_SHARE: the share set;
+    /// OPEN_TOO_LONG: 100; DENY_RATE: the deny rate the first hour had to reach).
     pub threshold_percent: i32,
-    /// The window's effective limit when it was reached.
+    /// What it was measured against (THRESHOLD: the window's effective limit; SUBJECT_SHARE: the tenant's consumption;
+    /// OPEN_TOO_LONG: the age in seconds; DENY_RATE: the previous version's deny rate in percent).
     #[serde(default)]
     pub limit: Option<i64>,
-    /// What was observed then (THRESHOLD: consumption and holds, the request included).
+    /// What was observed then (THRESHOLD: consumption, and holds with the request when the hook found it;
+    /// SUBJECT_SHARE: the subject's consumption; OPEN_TOO_LONG: seconds held; DENY_RATE: the first hour's deny rate).
     pub observed: i64,
-    /// The request that reached it.
+    /// The request that reached it (OPEN_TOO_LONG: the reservation's id).
     #[serde(default)]
     pub request_id: Option<String>,
 }
@@ -496,8 +500,10 @@ avro_enum!(
     AdjustmentKind { CONFLICTING_DUPLICATE, RESERVATION_EXPIRED, REFUSED_TRANSITION, OVERSHOOT, SHADOW_OVER_LIMIT, LATE_USAGE }
 );
 avro_enum!(
-    /// What an alert found: THRESHOLD (a window reached a share of its limit; the one the hook writes), SUBJECT_SHARE,
-    /// OPEN_TOO_LONG and DENY_RATE (named by the schema for the producers to come).
+    /// What an alert found: THRESHOLD (a window reached a share of its limit: the hook, and reconcile for windows no
+    /// request reached), and what reconcile finds in the ledger: SUBJECT_SHARE (a subject took more than a set share of
+    /// its tenant's consumption), OPEN_TOO_LONG (a reservation or lease held past an hour) and DENY_RATE (a policy
+    /// version denying far more in its first hour than the version before).
     AlertKind { THRESHOLD, SUBJECT_SHARE, OPEN_TOO_LONG, DENY_RATE }
 );
 

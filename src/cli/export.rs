@@ -329,7 +329,8 @@ fn record_late_usage(ledger: &mut Ledger, period: Period) -> anyhow::Result<()> 
         return Ok(());
     }
     let recorded = late.len();
-    let plan = reconcile::Plan { run_id, adjustments: late, ..plan };
+    // The close records late usage only: the alerts are the nightly run's.
+    let plan = reconcile::Plan { run_id, adjustments: late, alerts: Vec::new(), ..plan };
     reconcile::apply(ledger, &plan).context("cannot record late usage")?;
     eprintln!("late usage of closed periods: {recorded} LATE_USAGE adjustments recorded for this close to carry");
     Ok(())

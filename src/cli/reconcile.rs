@@ -81,6 +81,8 @@ pub(crate) struct RunJson {
     adjustments_written: u64,
     adjustments_by_kind: BTreeMap<String, u64>,
     adjustments: Vec<serde_json::Value>,
+    /// The alerts this run recorded (issue 37 item 4); `read.alerts` lists them with those of the day before.
+    alerts_written: u64,
     read: reconcile::PlanCounts,
     outbox: Option<PublishReport>,
     /// Policies and grants recorded after the close of a month they would change (docs/contract.md §9.5).
@@ -247,8 +249,8 @@ fn reconcile_one(
         })
     })
     .context("reconcile failed, nothing recorded")?;
-    if !args.dry_run && !plan.is_clean() {
-        spinner.set_message(format!("recording {} adjustments", plan.adjustments.len()));
+    if !args.dry_run && !plan.records_nothing() {
+        spinner.set_message(format!("recording {} adjustments, {} alerts", plan.adjustments.len(), plan.alerts.len()));
         // The error says what was recorded: the adjustments go in transactions of 10,000.
         reconcile::apply(&mut ledger, &plan).context("reconcile failed")?;
     }
@@ -324,6 +326,7 @@ pub(crate) fn run_json(plan: &Plan, dry_run: bool, outbox: Option<PublishReport>
         watermark: plan.watermark,
         dry_run,
         adjustments_written: if dry_run { 0 } else { plan.adjustments.len() as u64 },
+        alerts_written: if dry_run { 0 } else { plan.alerts.len() as u64 },
         adjustments_by_kind: by_kind(&plan.adjustments),
         adjustments: plan.adjustments.iter().map(|a| Event::Adjustment(a.clone()).to_json()).collect(),
         read: plan.counts.clone(),
@@ -383,29 +386,59 @@ pub(crate) fn write_report(
     Ok(())
 }
 
-/// The alerts of the day before `--as-of`: a line per window and policy, the thresholds it reached.
+/// The alerts of the day before `--as-of` and those the run wrote: a line per window and policy for the thresholds
+/// it reached, a line for each alert of another kind.
 fn print_alerts(out: &mut dyn Write, alerts: &[schemas::AlertEvent]) -> anyhow::Result<()> {
+    use schemas::AlertKind;
     if alerts.is_empty() {
         return Ok(());
     }
     // (tenant, metric, policy, member) -> (thresholds reached, limit, most observed)
     type Reached = (Vec<i32>, Option<i64>, i64);
     let mut windows: BTreeMap<(&str, &str, &str, Option<&str>), Reached> = BTreeMap::new();
+    let mut others = Vec::new();
     for a in alerts {
         let h = &a.header;
         let member = h.subject.as_deref().or(h.project.as_deref()).or(h.api_key.as_deref());
-        let key = (h.tenant.as_str(), h.metric.as_str(), a.policy_id.as_deref().unwrap_or("-"), member);
-        let row = windows.entry(key).or_default();
-        row.0.push(a.threshold_percent);
-        row.1 = a.limit;
-        row.2 = row.2.max(a.observed);
+        let policy = a.policy_id.as_deref().unwrap_or("-");
+        let of = member.map_or(String::new(), |m| format!(" ({m})"));
+        let (tenant, metric) = (&h.tenant, &h.metric);
+        match a.kind {
+            AlertKind::THRESHOLD => {
+                let row = windows.entry((tenant, metric, policy, member)).or_default();
+                row.0.push(a.threshold_percent);
+                row.1 = a.limit;
+                row.2 = row.2.max(a.observed);
+            }
+            AlertKind::SUBJECT_SHARE => others.push(format!(
+                "  {tenant}{of} {metric} {policy}: {} of the tenant's {}, more than {}% (SUBJECT_SHARE)",
+                a.observed,
+                a.limit.unwrap_or(0),
+                a.threshold_percent
+            )),
+            AlertKind::OPEN_TOO_LONG => others.push(format!(
+                "  {tenant}{of} {metric} reservation {}: held {} s, past {} s (OPEN_TOO_LONG)",
+                a.request_id.as_deref().unwrap_or("-"),
+                a.observed,
+                a.limit.unwrap_or(0)
+            )),
+            AlertKind::DENY_RATE => others.push(format!(
+                "  {tenant} {metric} {policy} v{}: denied {}% in its first hour, against {}% before (DENY_RATE)",
+                a.policy_version.unwrap_or(0),
+                a.observed,
+                a.limit.unwrap_or(0)
+            )),
+        }
     }
-    writeln!(out, "alerts in the day before --as-of: {} (windows reaching a share of their limit)", alerts.len())?;
+    writeln!(out, "alerts in the day before --as-of and written by this run: {}", alerts.len())?;
     for ((tenant, metric, policy, member), (thresholds, limit, observed)) in windows {
         let percents: Vec<String> = thresholds.iter().map(|t| format!("{t}%")).collect();
         let of = member.map_or(String::new(), |m| format!(" ({m})"));
         let limit = limit.map_or(String::new(), |l| format!(" of {l}"));
         writeln!(out, "  {tenant}{of} {metric} {policy}: {} reached, {observed}{limit} used", percents.join(", "))?;
+    }
+    for line in others {
+        writeln!(out, "{line}")?;
     }
     Ok(())
 }

@@ -99,10 +99,13 @@ impl Memory {
         seq
     }
 
-    /// What a run records: its adjustments, as new entries.
+    /// What a run records: its adjustments, then its alerts, as new entries.
     fn apply(&mut self, plan: &Plan) {
         for adjustment in &plan.adjustments {
             self.record(Event::Adjustment(adjustment.clone()));
+        }
+        for alert in &plan.alerts {
+            self.record(Event::Alert(alert.clone()));
         }
     }
 
@@ -235,6 +238,37 @@ impl PlanInputs for Memory {
         let in_range = |a: &&AlertEvent| a.header.occurred_at >= from && a.header.occurred_at < to;
         let alerts = self.recorded().filter_map(|(_, e)| if let Event::Alert(a) = e { Some(a) } else { None });
         Ok(alerts.filter(in_range).cloned().collect())
+    }
+
+    fn alert_ids(&self) -> Result<std::collections::HashSet<String>, ReadError> {
+        let alerts = self.recorded().filter_map(|(_, e)| if let Event::Alert(a) = e { Some(a) } else { None });
+        Ok(alerts.map(|a| a.alert_id.clone()).collect())
+    }
+
+    fn decision_tallies(
+        &self,
+        tenant: Option<&str>,
+        metric: &str,
+        (from, to): (Timestamp, Timestamp),
+        (policy_id, version): (&str, i32),
+    ) -> Result<Vec<(String, ledger::DecisionTally)>, ReadError> {
+        let mut tallies: BTreeMap<String, ledger::DecisionTally> = BTreeMap::new();
+        for (_, event) in self.recorded() {
+            if let Event::Decision(d) = event
+                && tenant.is_none_or(|t| t == d.header.tenant)
+                && d.header.metric == metric
+                && d.header.occurred_at >= from
+                && d.header.occurred_at < to
+            {
+                let tally = tallies.entry(d.header.tenant.clone()).or_default();
+                tally.decisions += 1;
+                let by_it = d.policy_id.as_deref() == Some(policy_id) && d.policy_version == Some(version);
+                if by_it && (d.outcome == Outcome::DENIED || d.reason == Reason::SHADOW_DENIED) {
+                    tally.denied += 1;
+                }
+            }
+        }
+        Ok(tallies.into_iter().collect())
     }
 }
 
@@ -423,4 +457,151 @@ fn gauge_readings_are_levels_reported_over_their_limit_never_an_overshoot() {
     assert_eq!(over, expected);
     assert_eq!(plan.counts.usage_events, 4);
     assert_eq!(plan.counts.windows_judged, 0, "no window sums a level");
+}
+
+/// (kind, threshold_percent, observed, window_start) of each alert a plan writes, in its order.
+fn alerts(plan: &Plan) -> Vec<(AlertKind, i32, i64, Option<Timestamp>)> {
+    plan.alerts.iter().map(|a| (a.kind, a.threshold_percent, a.observed, a.window_start)).collect()
+}
+
+// Proves issue 37 item 4: a window whose usage came only through ingest (no request the hook allowed reached its
+// thresholds) is alerted by the run, at each threshold reached, once: a rerun writes none, one the hook recorded is
+// not written again, and the next threshold reached is written alone. Windows ended more than a day before `as_of`
+// (October's) are history, not alerted.
+#[test]
+fn thresholds_no_request_reached_are_alerted_once_by_the_run() {
+    let mut memory = Memory::default();
+    memory.record(hard_daily_limit(10));
+    memory.record(usage("u-old", "2026-10-03T09:00:00Z", 10));
+    memory.record(usage("u-1", "2026-11-14T09:00:00Z", 9));
+    let day = (at("2026-11-14T00:00:00Z"), at("2026-11-15T00:00:00Z"));
+    let hook_alert = {
+        let id = rules::alert::alert_id(AlertKind::THRESHOLD, TENANT, "p-1", (Scope::TENANT, None), day, 90);
+        AlertEvent {
+            header: Header { source: "hook".into(), ..header(&id, "2026-11-14T09:30:00Z") },
+            alert_id: id,
+            kind: AlertKind::THRESHOLD,
+            policy_id: Some("p-1".into()),
+            policy_version: Some(1),
+            scope: Some(Scope::TENANT),
+            window_start: Some(day.0),
+            window_end: Some(day.1),
+            threshold_percent: 90,
+            limit: Some(10),
+            observed: 9,
+            request_id: Some("req-1".into()),
+        }
+    };
+    memory.record(Event::Alert(hook_alert));
+    let first = plan(&memory);
+    assert_eq!(alerts(&first), [(AlertKind::THRESHOLD, 80, 9, Some(day.0))], "90% was the hook's");
+    assert!(first.is_clean(), "an alert is no adjustment");
+    let written = &first.alerts[0];
+    assert_eq!(
+        (written.header.occurred_at, written.header.source.as_str()),
+        (at("2026-11-14T23:59:59.999999Z"), "reconcile")
+    );
+    assert_eq!(first.counts.alerts.len(), 2, "the hook's of the day, and the run's");
+    memory.apply(&first);
+    assert_eq!(alerts(&plan(&memory)), [], "a rerun writes none");
+    memory.record(usage("u-2", "2026-11-14T10:00:00Z", 2));
+    assert_eq!(alerts(&plan(&memory)), [(AlertKind::THRESHOLD, 100, 11, Some(day.0))]);
+}
+
+// Proves issue 37 item 4's OPEN_TOO_LONG: a reservation held two hours before its COMMIT and a lease renewed for ever
+// are alerted once each, when they had been held an hour; one committed in half an hour is not.
+#[test]
+fn reservations_and_leases_held_past_an_hour_are_alerted_once() {
+    let mut memory = Memory::default();
+    memory.record(hard_daily_limit(1_000));
+    let held = |id: &str, event_id: &str, action, occurred_at: &str, expires_at: Option<&str>, token| {
+        Event::Reservation(ReservationEvent {
+            reservation_id: id.into(),
+            expires_at: expires_at.map(at),
+            fencing_token: token,
+            ..reservation(event_id, action, occurred_at, 1)
+        })
+    };
+    use ReservationAction::{COMMIT, RENEW, RESERVE};
+    memory.record(held("slow", "slow-r", RESERVE, "2026-11-14T10:00:00Z", Some("2026-11-14T13:00:00Z"), None));
+    memory.record(held("slow", "slow-c", COMMIT, "2026-11-14T12:00:00Z", None, None));
+    memory.record(held("quick", "quick-r", RESERVE, "2026-11-14T10:00:00Z", Some("2026-11-14T13:00:00Z"), None));
+    memory.record(held("quick", "quick-c", COMMIT, "2026-11-14T10:30:00Z", None, None));
+    memory.record(held("job", "job-r", RESERVE, "2026-11-14T20:00:00Z", Some("2026-11-14T20:01:00Z"), Some(1)));
+    memory.record(held("job", "job-renew", RENEW, "2026-11-14T20:00:30Z", Some("2099-01-01T00:00:00Z"), Some(1)));
+    let first = plan(&memory);
+    let mut open: Vec<_> =
+        first.alerts.iter().map(|a| (a.request_id.as_deref(), a.observed, a.header.occurred_at)).collect();
+    open.sort();
+    let held_for = |hours: i64| hours * 3_600;
+    assert_eq!(
+        open,
+        [
+            (Some("job"), held_for(4), at("2026-11-14T21:00:00Z")),
+            (Some("slow"), held_for(2), at("2026-11-14T11:00:00Z"))
+        ]
+    );
+    assert!(first.alerts.iter().all(|a| a.kind == AlertKind::OPEN_TOO_LONG && a.limit == Some(3_600)));
+    memory.apply(&first);
+    assert_eq!(alerts(&plan(&memory)), [], "a rerun writes none");
+}
+
+// Proves issue 37 item 4's DENY_RATE: version 2 of a policy, effective at 10:00, denied 20 of the tenant's 30 requests
+// in its first hour (66%), against 1 of 30 under version 1 in the hour before (3%): one alert, once. A version whose
+// first hour saw fewer than 20 decisions says nothing.
+#[test]
+fn a_version_that_denies_far_more_in_its_first_hour_is_alerted_once() {
+    let mut memory = Memory::default();
+    memory.record(hard_daily_limit(1_000));
+    let Event::Policy(v1) = hard_daily_limit(1_000) else { unreachable!("a policy") };
+    let v2 = PolicyEvent {
+        header: header("p-1-v2", "2026-11-14T09:59:00Z"),
+        version: 2,
+        limit: 5,
+        effective_from: at("2026-11-14T10:00:00Z"),
+        ..v1
+    };
+    memory.record(Event::Policy(v2));
+    let decide = |n: usize, hour: u32, version: i32, denied: usize| {
+        (0..n).map(move |i| {
+            let (outcome, reason) = if i < denied {
+                (Outcome::DENIED, Reason::QUOTA_EXCEEDED)
+            } else {
+                (Outcome::ALLOWED, Reason::WITHIN_LIMIT)
+            };
+            Event::Decision(DecisionEvent {
+                header: header(&format!("d-{hour}-{i}"), &format!("2026-11-14T{hour:02}:{:02}:00Z", i)),
+                request_id: format!("req-{hour}-{i}"),
+                idempotency_key: format!("key-{hour}-{i}"),
+                amount: 1,
+                outcome,
+                reason,
+                policy_id: Some("p-1".into()),
+                policy_version: Some(version),
+                window_start: None,
+                window_end: None,
+                limit: None,
+                used_before: None,
+                remaining: None,
+                retry_after_ms: None,
+                token_name: None,
+            })
+        })
+    };
+    for event in decide(30, 9, 1, 1).chain(decide(30, 10, 2, 20)) {
+        memory.record(event);
+    }
+    let first = plan(&memory);
+    assert_eq!(alerts(&first), [(AlertKind::DENY_RATE, 13, 66, Some(at("2026-11-14T10:00:00Z")))], "3% + 10 needed");
+    assert_eq!((first.alerts[0].policy_version, first.alerts[0].limit), (Some(2), Some(3)));
+    memory.apply(&first);
+    assert_eq!(alerts(&plan(&memory)), [], "a rerun writes none");
+
+    let mut few = Memory::default();
+    few.record(hard_daily_limit(1_000));
+    few.entries.push((2, memory.entries[1].1.clone(), false));
+    for event in decide(30, 9, 1, 1).chain(decide(19, 10, 2, 19)) {
+        few.record(event);
+    }
+    assert_eq!(alerts(&plan(&few)), [], "19 decisions are too few to say");
 }

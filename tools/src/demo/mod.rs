@@ -461,7 +461,7 @@ impl<'a> Demo<'a> {
             let show = self.show;
             show(Shown::Progress(Progress::Begin { step: format!("reconciling as of {as_of}"), total: None }));
             let plan = reconcile::plan(&ledger, as_of, &mut |_| {})?;
-            if !plan.is_clean() {
+            if !plan.records_nothing() {
                 reconcile::apply(&mut ledger, &plan)?;
             }
             show(Shown::Progress(Progress::End));

@@ -1,0 +1,186 @@
+//! The alerts a run writes (issue 37 item 4), beside the THRESHOLD alerts the hook writes as requests reach them:
+//! what only the ledger's history shows. Each is found from the events, named by what it is about
+//! ([`rules::alert::alert_id`]), and left out when an alert of that id is recorded, so a rerun, or a run after the
+//! hook alerted the same window, writes none twice.
+//!
+//! - THRESHOLD, of the windows (calendar or billing cycle, current or ended within [`WINDOWS_ALERTED_MICROS`])
+//!   whose consumption reached a threshold without a request the hook allowed reaching it: usage only ingest saw.
+//! - SUBJECT_SHARE: in a window of a TENANT policy with `alert_subject_share`, one subject's consumption above that
+//!   share of the tenant's, two subjects or more consuming.
+//! - OPEN_TOO_LONG: a reservation or a lease held past [`OPEN_TOO_LONG_MICROS`] (a worker that hangs holding a slot,
+//!   a job renewing its lease for ever).
+//! - DENY_RATE: a policy version that in its first hour denied (or, SHADOW, would have denied) a tenant's requests
+//!   at least [`DENY_RATE_FACTOR`] times as often as the version before it in its last hour, and at least
+//!   [`DENY_RATE_MIN_POINTS`] percentage points more, over [`DENY_RATE_MIN_DECISIONS`] decisions or more: a plan
+//!   change that walled off customers.
+
+use schemas::{AlertEvent, AlertKind, Header, PolicyEvent, Scope, Timestamp};
+
+use ledger::SequencedReservation;
+use rules::alert::{alert_id, percent};
+use rules::reservation::Verdict;
+
+use crate::plan::ADJUSTMENT_SOURCE;
+
+/// How long a reservation or a lease may stay open before it is alerted: an hour.
+pub const OPEN_TOO_LONG_MICROS: i64 = HOUR_MICROS;
+/// How far back a run looks for what it alerts once (a version's first hour, a reservation's crossing of the age):
+/// a week, so that nights a run missed are alerted by the next, and a first run on an old ledger does not alert
+/// its whole history.
+pub const LOOKBACK_MICROS: i64 = 7 * 24 * HOUR_MICROS;
+/// The windows a run judges thresholds and shares in: those that end after a day before `as_of` (the current
+/// windows, and those the last nightly run saw unfinished).
+pub const WINDOWS_ALERTED_MICROS: i64 = 24 * HOUR_MICROS;
+/// How many times the previous version's deny rate a version's first hour must reach.
+pub const DENY_RATE_FACTOR: i64 = 2;
+/// How many percentage points above the previous version's deny rate a version's first hour must reach.
+pub const DENY_RATE_MIN_POINTS: i64 = 10;
+/// How many decisions a tenant's first hour under a version needs before its deny rate says anything.
+pub const DENY_RATE_MIN_DECISIONS: u64 = 20;
+
+const HOUR_MICROS: i64 = 3_600 * 1_000_000;
+
+/// An alert reconcile writes, at `occurred_at`, about what `header` names (its event_id and source replaced).
+pub(crate) fn alert(header: &Header, occurred_at: Timestamp, id: String, kind: AlertKind) -> AlertEvent {
+    AlertEvent {
+        header: Header { event_id: id.clone(), occurred_at, source: ADJUSTMENT_SOURCE.to_string(), ..header.clone() },
+        alert_id: id,
+        kind,
+        policy_id: None,
+        policy_version: None,
+        scope: None,
+        window_start: None,
+        window_end: None,
+        threshold_percent: 0,
+        limit: None,
+        observed: 0,
+        request_id: None,
+    }
+}
+
+/// The header of an alert about `member` of `scope` of `tenant`'s `metric`.
+pub(crate) fn header_of(tenant: &str, metric: &str, scope: Scope, member: Option<&str>) -> Header {
+    let of_member = |s: Scope| member.filter(|_| scope == s).map(String::from);
+    Header {
+        event_id: String::new(),
+        occurred_at: Timestamp(0),
+        tenant: tenant.to_string(),
+        subject: of_member(Scope::SUBJECT),
+        project: of_member(Scope::PROJECT),
+        api_key: of_member(Scope::API_KEY),
+        metric: metric.to_string(),
+        source: ADJUSTMENT_SOURCE.to_string(),
+    }
+}
+
+/// The OPEN_TOO_LONG alert of a reservation (`group`, judged as `verdict` as of `as_of`), when it was held past
+/// [`OPEN_TOO_LONG_MICROS`] at an instant within [`LOOKBACK_MICROS`] before `as_of`: held from its RESERVE until its
+/// valid close, or until it expired (as a lease's renewals moved its expiry). `window_start` is when it was reserved,
+/// `window_end` and `occurred_at` when it had been held the age; `limit` is the age and `observed` how long it was
+/// held as of the run, in seconds; `request_id` is the reservation's id.
+pub(crate) fn open_too_long(group: &[SequencedReservation], verdict: &Verdict, as_of: Timestamp) -> Option<AlertEvent> {
+    let event_at = |seq: u64| group.iter().find(|(s, _)| *s == seq).map(|(_, e)| e);
+    let reserve = event_at(verdict.reserve?)?;
+    let reserved_at = reserve.header.occurred_at;
+    let closed_at = verdict.close.and_then(|(seq, _, _)| event_at(seq)).map(|e| e.header.occurred_at);
+    let held_until = closed_at.or(verdict.expires_at).unwrap_or(as_of).min(as_of);
+    let crossed = Timestamp(reserved_at.micros().saturating_add(OPEN_TOO_LONG_MICROS));
+    if held_until <= crossed || crossed >= as_of || crossed.micros() < as_of.micros() - LOOKBACK_MICROS {
+        return None;
+    }
+    let id = alert_id(
+        AlertKind::OPEN_TOO_LONG,
+        &reserve.header.tenant,
+        &reserve.reservation_id,
+        (Scope::TENANT, None),
+        (reserved_at, crossed),
+        100,
+    );
+    Some(AlertEvent {
+        window_start: Some(reserved_at),
+        window_end: Some(crossed),
+        threshold_percent: 100,
+        limit: Some(OPEN_TOO_LONG_MICROS / 1_000_000),
+        observed: (held_until.micros() - reserved_at.micros()) / 1_000_000,
+        request_id: Some(reserve.reservation_id.clone()),
+        ..alert(&reserve.header, crossed, id, AlertKind::OPEN_TOO_LONG)
+    })
+}
+
+/// A version of a policy and the one before it, by (effective_from, version), for [`deny_rate`].
+pub(crate) struct VersionChange<'p> {
+    pub(crate) version: &'p PolicyEvent,
+    pub(crate) previous: &'p PolicyEvent,
+}
+
+/// The version changes whose first hour ended by `as_of` and within [`LOOKBACK_MICROS`] before it.
+pub(crate) fn version_changes(policies: &[PolicyEvent], as_of: Timestamp) -> Vec<VersionChange<'_>> {
+    let mut ordered: Vec<&PolicyEvent> = policies.iter().collect();
+    ordered.sort_by(|a, b| {
+        let [ka, kb] = [a, b].map(|p| (&p.header.tenant, &p.header.metric, &p.policy_id, p.effective_from, p.version));
+        ka.cmp(&kb)
+    });
+    let same = |a: &PolicyEvent, b: &PolicyEvent| {
+        (&a.header.tenant, &a.header.metric, &a.policy_id) == (&b.header.tenant, &b.header.metric, &b.policy_id)
+    };
+    ordered
+        .windows(2)
+        .filter(|pair| same(pair[0], pair[1]))
+        .map(|pair| VersionChange { previous: pair[0], version: pair[1] })
+        .filter(|c| {
+            let first_hour_end = c.version.effective_from.micros().saturating_add(HOUR_MICROS);
+            first_hour_end <= as_of.micros() && first_hour_end > as_of.micros() - LOOKBACK_MICROS
+        })
+        .collect()
+}
+
+/// The spans a version change is judged over: the new version's first hour, and the previous version's last (from
+/// its own start when it governed less than an hour).
+pub(crate) fn deny_rate_spans(change: &VersionChange<'_>) -> ((Timestamp, Timestamp), (Timestamp, Timestamp)) {
+    let from = change.version.effective_from;
+    let first = (from, Timestamp(from.micros().saturating_add(HOUR_MICROS)));
+    let before = (Timestamp((from.micros() - HOUR_MICROS).max(change.previous.effective_from.micros())), from);
+    (first, before)
+}
+
+/// The DENY_RATE alert of `tenant` under `change`, when its first hour's deny rate (`denied` of `decisions`) is far
+/// above the previous version's (`denied_before` of `decisions_before`). `window` is the first hour, `occurred_at` its
+/// end; in whole percent, `observed` is the first hour's deny rate, `limit` the previous version's, and
+/// `threshold_percent` the rate the first hour had to reach ([`DENY_RATE_FACTOR`] times the previous one, and
+/// [`DENY_RATE_MIN_POINTS`] more).
+pub(crate) fn deny_rate(
+    change: &VersionChange<'_>,
+    tenant: &str,
+    (decisions, denied): (u64, u64),
+    (decisions_before, denied_before): (u64, u64),
+) -> Option<AlertEvent> {
+    let (first, _) = deny_rate_spans(change);
+    let (now, before) = (percent(denied, decisions), percent(denied_before, decisions_before));
+    let bar = (DENY_RATE_FACTOR * before).max(before + DENY_RATE_MIN_POINTS);
+    if decisions < DENY_RATE_MIN_DECISIONS || now < bar {
+        return None;
+    }
+    let v = change.version;
+    let id = alert_id(AlertKind::DENY_RATE, tenant, &v.policy_id, (v.scope, None), first, v.version);
+    Some(AlertEvent {
+        policy_id: Some(v.policy_id.clone()),
+        policy_version: Some(v.version),
+        scope: Some(v.scope),
+        window_start: Some(first.0),
+        window_end: Some(first.1),
+        threshold_percent: i32::try_from(bar).unwrap_or(i32::MAX),
+        limit: Some(before),
+        observed: now,
+        ..alert(&header_of(tenant, &v.header.metric, Scope::TENANT, None), first.1, id, AlertKind::DENY_RATE)
+    })
+}
+
+/// The thresholds a policy's windows are alerted at, in percent of the effective limit.
+pub(crate) fn thresholds(_policy: &PolicyEvent) -> &'static [i32] {
+    &[80, 90, 100]
+}
+
+/// The share of its tenant's consumption above which a subject is alerted in a window of `policy`, in percent.
+pub(crate) fn subject_share(_policy: &PolicyEvent) -> Option<i32> {
+    None
+}
