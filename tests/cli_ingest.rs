@@ -265,6 +265,8 @@ fn one_file_per_other_type() -> Vec<Vec<Event>> {
             violation: None,
             window_seconds: None,
             cycle_anchor: None,
+            alert_thresholds: None,
+            alert_subject_share: None,
         })
     };
     let adjustment = |event_id: &str, kind, amount| {

@@ -16,8 +16,8 @@ fn list_json_names_twenty_five_schemas_one_current_per_type() {
     let listed = listed.as_array().unwrap_or_else(|| panic!("schemas list --json is not an array: {listed}"));
     assert_eq!(
         listed.len(),
-        27,
-        "seven current schemas; v1 and v2 but AlertEvent's; PolicyEvent v3 to v10: {listed:?}"
+        28,
+        "seven current schemas; v1 and v2 but AlertEvent's; PolicyEvent v3 to v11: {listed:?}"
     );
 
     let catalog = Catalog::builtin();
@@ -45,8 +45,8 @@ fn list_json_names_twenty_five_schemas_one_current_per_type() {
     assert_eq!(fingerprints.len(), listed.len(), "fingerprints are distinct");
 }
 
-/// One event of each record type in JSON, every optional field set (but a throttled overage, a HARD quota's, which
-/// this SOFT throttle cannot carry), in the form `schemas decode` prints.
+/// One event of each record type in JSON, every optional field set (but a throttled overage, a HARD quota's, and alert
+/// settings, a quota's, which this SOFT throttle cannot carry), in the form `schemas decode` prints.
 fn one_event_per_type() -> Vec<(EventType, Value)> {
     let header = |event_id: &str| {
         json!({
@@ -112,7 +112,7 @@ fn one_event_per_type() -> Vec<(EventType, Value)> {
                     "enforcement": "SOFT", "effective_from": "2026-11-01T00:00:00Z", "burst": 500,
                     "actor": "alice@finance", "reason": "upgrade to pro", "time_zone": "America/New_York",
                     "on_failure": "OPEN", "overage_rate": null, "overage_window": null, "violation": null,
-                    "window_seconds": null, "cycle_anchor": null
+                    "window_seconds": null, "cycle_anchor": null, "alert_thresholds": null, "alert_subject_share": null
                 }),
             ),
         ),

@@ -751,3 +751,74 @@ fn a_billing_cycle_is_set_with_its_anchor_and_enforced_per_cycle() {
     let why = ledger.run(&["audit", "why", "k-2"]).success().stdout_text();
     assert!(why.contains("per billing cycle (monthly from 2026-01-17T05:00:00Z in America/New_York)"), "{why}");
 }
+
+// Issue 37 item 4 through the real binary: `policy set --alert-thresholds 50,100` records a policy's own thresholds,
+// `policy list` shows them (an `alerts` column, and both fields in --json); thresholds out of order and a subject
+// share of a SUBJECT policy are refused naming the field, nothing written, as by the admin API (400); serve then writes
+// a THRESHOLD alert at 50% of the limit and none at 80% or 90%, and `--alert-thresholds none` silences the next version.
+#[test]
+fn a_policy_sets_its_own_alert_thresholds_and_serve_alerts_at_them() {
+    use serde_json::json;
+    let ledger = TestLedger::new();
+    let line = policy_set(&ledger, "org-1", "10", &["--alert-thresholds", "50,100"]).success().stdout_text();
+    assert!(line.contains("alerts at 50,100%"), "{line}");
+    let refusals: [(&[&str], &str); 2] = [
+        (&["--alert-thresholds", "90,80"], "alert_thresholds: 90 then 80: thresholds are strictly increasing"),
+        (
+            &["--scope", "SUBJECT", "--alert-subject-share", "40"],
+            "alert_subject_share: a subject's share is of a TENANT policy's consumption",
+        ),
+    ];
+    for (extra, message) in refusals {
+        let refused = policy_set(&ledger, "org-1", "10", extra).expect_code(2).stderr;
+        assert!(refused.contains("policy not changed") && refused.contains(message), "{extra:?}: {refused}");
+    }
+    assert_eq!(recorded(&ledger), 1, "nothing written by a refused change");
+    let listed = ledger.run(&["policy", "list", "--json"]).success().json();
+    assert_eq!(
+        (&listed[0]["alert_thresholds"], &listed[0]["alert_subject_share"]),
+        (&json!([50, 100]), &Value::Null),
+        "{listed}"
+    );
+    let table = ledger.run(&["policy", "list"]).success().stdout_text();
+    assert!(table.lines().next().is_some_and(|header| header.trim_end().ends_with("alerts")), "{table}");
+    assert!(table.contains("at 50,100%"), "{table}");
+
+    let stderr = ledger.file("serve.err");
+    let server = hook_http::Server::start_with_tokens(&ledger.path, ledger.dir.path(), &[], &stderr, ADMIN_TOKENS);
+    let unordered = json!({"tenant": "org-2", "metric": "tokens", "limit": 10, "window": "DAY", "enforcement": "HARD",
+                           "alert_thresholds": [90, 80], "reason": "alerts"});
+    let (status, body) = server.post("/v1/admin/policies", "admin-secret-org-0123", &unordered);
+    assert_eq!(
+        (status, body["message"].as_str()),
+        (400, Some("nothing recorded: alert_thresholds: 90 then 80: thresholds are strictly increasing"))
+    );
+    let shared = json!({"tenant": "org-2", "metric": "tokens", "limit": 10, "window": "DAY", "enforcement": "HARD",
+                        "alert_thresholds": [], "alert_subject_share": 40, "reason": "alerts"});
+    let (status, body) = server.post("/v1/admin/policies", "admin-secret-org-0123", &shared);
+    assert_eq!(status, 201, "{body}");
+    assert_eq!((&body["event"]["alert_thresholds"], &body["event"]["alert_subject_share"]), (&json!([]), &json!(40)));
+
+    let thresholds = || -> Vec<i64> {
+        let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY;
+        let conn = rusqlite::Connection::open_with_flags(&ledger.path, flags).unwrap();
+        let mut statement = conn.prepare("SELECT threshold_percent FROM alert_events ORDER BY seq").unwrap();
+        statement.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
+    };
+    assert_eq!(server.check("org-1", 4, "k-1").decided().map(|(status, _)| status), Some(200));
+    assert_eq!(thresholds(), Vec::<i64>::new(), "40%: below the policy's first threshold");
+    assert_eq!(server.check("org-1", 1, "k-2").decided().map(|(status, _)| status), Some(200));
+    assert_eq!(thresholds(), [50], "50%: the policy's first threshold");
+    assert_eq!(server.check("org-1", 4, "k-3").decided().map(|(status, _)| status), Some(200));
+    assert_eq!(thresholds(), [50], "90%: no default threshold of 80 or 90");
+    assert_eq!(server.check("org-2", 10, "k-4").decided().map(|(status, _)| status), Some(200));
+    assert_eq!(thresholds(), [50], "an empty list: no THRESHOLD alert at 100%");
+    policy_set(&ledger, "org-1", "10", &["--alert-thresholds", "none"]).success();
+    assert_eq!(server.check("org-1", 1, "k-5").decided().map(|(status, _)| status), Some(200));
+    assert_eq!(thresholds(), [50], "version 2 sets none: no alert at 100%");
+    drop(server);
+    // `audit why` reads the policy back as it was recorded; verify compares its columns with the events.
+    let why = ledger.run(&["audit", "why", "k-2", "--json"]).success().json();
+    assert_eq!(why["policy"]["version"].as_i64(), Some(1), "{why}");
+    ledger.assert_verifies();
+}

@@ -62,6 +62,8 @@ fn policy(tenant: &str, metric: &str, limit: i64) -> Event {
         violation: None,
         window_seconds: None,
         cycle_anchor: None,
+        alert_thresholds: None,
+        alert_subject_share: None,
     })
 }
 

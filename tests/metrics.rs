@@ -93,6 +93,8 @@ fn hard_policy() -> Event {
         violation: None,
         window_seconds: None,
         cycle_anchor: None,
+        alert_thresholds: None,
+        alert_subject_share: None,
     })
 }
 

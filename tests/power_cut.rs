@@ -122,6 +122,8 @@ fn policy(tenant: &str, limit: i64, window: Window) -> Event {
         violation: None,
         window_seconds: None,
         cycle_anchor: None,
+        alert_thresholds: None,
+        alert_subject_share: None,
     })
 }
 

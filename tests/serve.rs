@@ -123,6 +123,8 @@ fn hard_policy(limit: i64, window: Window) -> Event {
         violation: None,
         window_seconds: None,
         cycle_anchor: None,
+        alert_thresholds: None,
+        alert_subject_share: None,
     })
 }
 
@@ -711,6 +713,8 @@ fn remaining_quota_is_read_without_consuming() {
         violation: None,
         window_seconds: None,
         cycle_anchor: None,
+        alert_thresholds: None,
+        alert_subject_share: None,
     });
     let grant = Event::Grant(GrantEvent {
         header: header("grant-1", "2026-01-01T00:00:00Z", "org-1", "tokens"),
@@ -1442,12 +1446,14 @@ fn alerts_reach_quota_alerts_once_across_a_restart_of_serve_and_reruns_of_reconc
 }
 
 // Issue 37 item 4, the kinds reconcile finds, through the real binary. Version 5 of org-1's monthly quota cuts it from
-// 1,000 to 5 a minute ago; serve, restarted halfway, denies most of what then asks. A reservation of 3 hours is held.
-// Two hours on, `reconcile --brokers` writes a DENY_RATE alert (the version's first hour denied 80% of the tenant's
-// requests, none before it) and an OPEN_TOO_LONG alert (the reservation was held past an hour), publishes them to
-// quota.alerts once, and writes no THRESHOLD alert of the month, which serve alerted; a rerun writes none.
+// 1,000 to 5 a minute ago and alerts a subject's share above 50%; serve, restarted halfway, denies most of what then
+// asks. A reservation of 3 hours is held; alice consumes 3 of the 4 units consumed, bob 1. Two hours on,
+// `reconcile --brokers` writes a DENY_RATE alert (the version's first hour denied 80% of the tenant's requests, none
+// before it), an OPEN_TOO_LONG alert (the reservation was held past an hour) and a SUBJECT_SHARE alert (alice's 3 of
+// 4), publishes them to quota.alerts once, and writes no THRESHOLD alert of the month, which serve alerted; a rerun
+// writes none.
 #[test]
-fn reconcile_alerts_a_walling_version_and_a_long_held_reservation_once_across_restarts_and_reruns() {
+fn reconcile_alerts_each_kind_once_across_restarts_of_serve_and_reruns() {
     let test = ledger_with(hard_policy(1_000, Window::MONTH));
     let now = Timestamp::now();
     let minute_ago = Timestamp(now.micros() - 60_000_000).to_string();
@@ -1457,6 +1463,7 @@ fn reconcile_alerts_a_walling_version_and_a_long_held_reservation_once_across_re
         version: 5,
         limit: 5,
         effective_from: at(&minute_ago),
+        alert_subject_share: Some(50),
         ..v4
     };
     write_container(&test.file("v5.avro"), &[Event::Policy(v5)]);
@@ -1469,13 +1476,19 @@ fn reconcile_alerts_a_walling_version_and_a_long_held_reservation_once_across_re
     assert_eq!(status, 200, "{reserved}");
     let reservation = reserved["reservation_id"].as_str().unwrap().to_string();
     let statuses = |server: &Server, keys: std::ops::Range<usize>| {
-        keys.map(|k| server.check(&format!("k-{k}"), 1).0).collect::<Vec<u16>>()
+        let ask = |k: usize| {
+            let subject = if k == 2 { "bob" } else { "alice" };
+            let body = json!({"tenant": "org-1", "subject": subject, "metric": "tokens", "amount": 1,
+                "idempotency_key": format!("k-{k}")});
+            server.post("/v1/check", Some(SECRET), &body).0
+        };
+        keys.map(ask).collect::<Vec<u16>>()
     };
     let mut answered = statuses(&server, 0..12);
     drop(server);
     let server = Server::start(&test, &["--brokers", &broker.bootstrap]);
     answered.extend(statuses(&server, 12..25));
-    assert_eq!(answered.iter().filter(|s| **s == 200).count(), 4, "1 held and 4 consumed of 5: {answered:?}");
+    assert_eq!(answered[..5], [200, 200, 200, 200, 429], "1 held and 4 consumed of 5: {answered:?}");
     let hook_alerts = sql_i64(&test, "SELECT COUNT(*) FROM alert_events");
     assert_eq!(hook_alerts, 3, "serve alerted 80, 90 and 100% of the month, holds included");
     drop(server);
@@ -1483,20 +1496,23 @@ fn reconcile_alerts_a_walling_version_and_a_long_held_reservation_once_across_re
     let as_of = Timestamp(now.micros() + 2 * 3_600_000_000).to_string();
     let reconcile = || test.run(&["reconcile", "--as-of", &as_of, "--json", "--brokers", &broker.bootstrap]);
     let first = reconcile().success().json();
-    assert_eq!(first["alerts_written"], json!(2), "{first}");
+    assert_eq!(first["alerts_written"], json!(3), "{first}");
     let written: Vec<&Value> =
         first["read"]["alerts"].as_array().unwrap().iter().filter(|a| a["source"] == json!("reconcile")).collect();
     let kinds: Vec<&str> = written.iter().map(|a| a["kind"].as_str().unwrap()).collect();
-    assert_eq!(kinds.len(), 2, "{first}");
+    assert_eq!(kinds.len(), 3, "{first}");
     let deny = written.iter().find(|a| a["kind"] == json!("DENY_RATE")).expect("a DENY_RATE alert");
     let rates = [&deny["policy_version"], &deny["observed"], &deny["limit"], &deny["threshold_percent"]];
     assert_eq!(rates, [&json!(5), &json!(80), &json!(0), &json!(10)], "v5: 80% against 0%, 10% needed: {deny}");
     let open = written.iter().find(|a| a["kind"] == json!("OPEN_TOO_LONG")).expect("an OPEN_TOO_LONG alert");
     assert_eq!((open["request_id"].as_str(), &open["limit"]), (Some(reservation.as_str()), &json!(3_600)), "{open}");
+    let share = written.iter().find(|a| a["kind"] == json!("SUBJECT_SHARE")).expect("a SUBJECT_SHARE alert");
+    let of_alice = [&share["subject"], &share["observed"], &share["limit"], &share["threshold_percent"]];
+    assert_eq!(of_alice, [&json!("alice"), &json!(3), &json!(4), &json!(50)], "{share}");
     let second = reconcile().success().json();
     assert_eq!(second["alerts_written"], json!(0), "a rerun writes none: {second}");
-    assert_eq!(sql_i64(&test, "SELECT COUNT(*) FROM alert_events"), hook_alerts + 2);
-    let mut on_topic = event_ids_on_topic(&broker.bootstrap, "quota.alerts", 5);
+    assert_eq!(sql_i64(&test, "SELECT COUNT(*) FROM alert_events"), hook_alerts + 3);
+    let mut on_topic = event_ids_on_topic(&broker.bootstrap, "quota.alerts", 6);
     on_topic.sort();
     let mut expected: Vec<String> = {
         let conn = read_only(&test.path);
@@ -1507,6 +1523,10 @@ fn reconcile_alerts_a_walling_version_and_a_long_held_reservation_once_across_re
     assert_eq!(on_topic, expected, "each alert on quota.alerts exactly once");
     let words = test.run(&["reconcile", "--as-of", &as_of]).success().stdout_text();
     assert!(words.contains("quota v5: denied 80% in its first hour, against 0% before (DENY_RATE)"), "{words}");
+    assert!(
+        words.contains("org-1 (alice) tokens quota: 3 of the tenant's 4, more than 50% (SUBJECT_SHARE)"),
+        "{words}"
+    );
     let open_line = words.lines().find(|l| l.contains(&format!("reservation {reservation}: held "))).unwrap_or("");
     assert!(open_line.ends_with("s, past 3600 s (OPEN_TOO_LONG)"), "{words}");
 }

@@ -47,6 +47,12 @@ pub struct PolicyChange {
     /// it otherwise, and its absence with BILLING_CYCLE). Its day and time of day on the clock of `time_zone` start
     /// every cycle.
     pub cycle_anchor: Option<Timestamp>,
+    /// The percents of a window's effective limit at which a THRESHOLD alert is written, strictly increasing; none is
+    /// the default 80, 90 and 100, an empty list no THRESHOLD alert.
+    pub alert_thresholds: Option<Vec<i32>>,
+    /// Of a TENANT policy: the percent of the tenant's consumption in a window above which one subject's calls for a
+    /// SUBJECT_SHARE alert; none for no such alert.
+    pub alert_subject_share: Option<i32>,
     /// Who makes the change.
     pub actor: String,
     /// Why, for people.
@@ -183,6 +189,8 @@ pub fn policy_event(change: &PolicyChange, recorded: &Recorded, now: Timestamp) 
         violation: change.violation,
         window_seconds: change.window_seconds,
         cycle_anchor: change.cycle_anchor,
+        alert_thresholds: change.alert_thresholds.clone(),
+        alert_subject_share: change.alert_subject_share,
     };
     let event = Event::Policy(event);
     schemas::validate(&event)?;
@@ -289,6 +297,8 @@ mod tests {
             violation: None,
             window_seconds: None,
             cycle_anchor: None,
+            alert_thresholds: None,
+            alert_subject_share: None,
             actor: "alice".into(),
             reason: "why".into(),
             source: "test".into(),
@@ -330,6 +340,31 @@ mod tests {
             "window_seconds: window_seconds is for ROLLING windows only"
         );
         assert!(refused(rolling(Window::ROLLING, Some(0))).starts_with("window_seconds is 0, must be at least 1"));
+    }
+
+    // Proves a policy's own alert settings are recorded as given, and that thresholds out of order or a subject share
+    // of a SUBJECT policy are refused naming the field.
+    #[test]
+    fn alert_settings_are_recorded_or_refused() {
+        let now = at("2026-12-04T10:00:00Z");
+        let alerted = |scope: Scope, thresholds: Option<Vec<i32>>, share: Option<i32>| PolicyChange {
+            scope,
+            alert_thresholds: thresholds,
+            alert_subject_share: share,
+            ..change(None)
+        };
+        let event = policy_event(&alerted(Scope::TENANT, Some(vec![50, 100]), Some(40)), &Recorded::default(), now);
+        let event = event.unwrap();
+        assert_eq!((event.alert_thresholds(), event.alert_subject_share), (&[50, 100][..], Some(40)));
+        let refused = |change: PolicyChange| policy_event(&change, &Recorded::default(), now).unwrap_err().to_string();
+        assert_eq!(
+            refused(alerted(Scope::TENANT, Some(vec![90, 80]), None)),
+            "alert_thresholds: 90 then 80: thresholds are strictly increasing"
+        );
+        assert_eq!(
+            refused(alerted(Scope::SUBJECT, None, Some(40))),
+            "alert_subject_share: a subject's share is of a TENANT policy's consumption"
+        );
     }
 
     // Proves the version follows the last one recorded for the same owner, metric and policy id, that a version given

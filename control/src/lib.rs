@@ -27,6 +27,8 @@
 //!     violation: None,
 //!     window_seconds: None,
 //!     cycle_anchor: None,
+//!     alert_thresholds: None,
+//!     alert_subject_share: None,
 //!     actor: "alice".into(),
 //!     reason: "upgrade to pro".into(),
 //!     source: "doc-test".into(),

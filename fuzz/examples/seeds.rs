@@ -55,7 +55,7 @@ fn sample_events() -> Vec<Event> {
         (
             EventType::PolicyEvent,
             format!(
-                r#"{{"event_id":"p-1",{header},"policy_id":"p-1","version":2,"scope":"TENANT","limit":100,"window":"MONTH","enforcement":"HARD","effective_from":"2026-11-01T00:00:00Z","burst":null}}"#
+                r#"{{"event_id":"p-1",{header},"policy_id":"p-1","version":2,"scope":"TENANT","limit":100,"window":"MONTH","enforcement":"HARD","effective_from":"2026-11-01T00:00:00Z","burst":null,"alert_thresholds":[50,100]}}"#
             ),
         ),
         (

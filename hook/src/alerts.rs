@@ -1,6 +1,7 @@
 //! Alerts before anyone hits a wall (issue 37 item 4): as a request the hook allows brings a window's consumption and
-//! holds to a threshold of its effective limit (80, 90 and 100 percent), an AlertEvent, once per window, policy,
-//! member and threshold.
+//! holds to a threshold of its effective limit, an AlertEvent, once per window, policy, member and threshold. The
+//! thresholds are the policy's own (`alert_thresholds`, PolicyEvent v12: none at all when it sets an empty list), or
+//! 80, 90 and 100 percent ([`schemas::DEFAULT_ALERT_THRESHOLDS`]) when it sets none.
 //!
 //! Once: an alert's id is derived from what it is about ([`alert_id`]), and the state remembers the alerts of its
 //! windows, its own and those folded from the ledger ([`crate::state::State::alerted`]), so a restart, which folds
@@ -16,12 +17,10 @@ use schemas::{AlertEvent, AlertKind, Header, Scope, Timestamp};
 
 use crate::decide::{Ask, Evaluated};
 
-/// The thresholds, in percent of a window's effective limit, an alert is written at.
-pub const THRESHOLDS_PERCENT: [i32; 3] = [80, 90, 100];
-
-/// The THRESHOLD alerts a request of `ask` at `now` reaches if allowed: of each quota `evaluated` for it, each
-/// threshold its window's consumption and holds (the request included) are at or above, and that `alerted` does not
-/// know yet.
+/// The THRESHOLD alerts a request of `ask` at `now` reaches if allowed: of each quota `evaluated` for it, each of its
+/// policy's thresholds its window's consumption and holds (the request included) are at or above, and that `alerted`
+/// does not know yet. The thresholds are in increasing order (validation refuses any other), so the first one above
+/// the consumption ends the policy's.
 pub fn reached(
     evaluated: &[Evaluated],
     ask: &Ask<'_>,
@@ -35,7 +34,7 @@ pub fn reached(
         let scope = e.policy.scope;
         let member = ask.member(scope);
         let window = (e.window_start, e.window_end);
-        for threshold in THRESHOLDS_PERCENT {
+        for &threshold in e.policy.alert_thresholds() {
             if after < level(e.limit, threshold) {
                 break;
             }
@@ -76,4 +75,70 @@ pub fn reached(
 /// Whether a policy's windows are alerted: a quota of consumption over a calendar window or a billing cycle.
 fn alerts_for(e: &Evaluated) -> bool {
     rules::alert::alerts_windows(&e.policy) && e.window_end > e.window_start
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn evaluated(policy_id: &str, thresholds: Option<Vec<i32>>, used_before: i64) -> Evaluated {
+        let at = |s: &str| Timestamp::parse_rfc3339(s).unwrap();
+        let policy = schemas::PolicyEvent {
+            header: Header {
+                event_id: format!("{policy_id}-v1"),
+                occurred_at: at("2026-11-01T00:00:00Z"),
+                tenant: "org-1".into(),
+                subject: None,
+                project: None,
+                api_key: None,
+                metric: "tokens".into(),
+                source: "test".into(),
+            },
+            policy_id: policy_id.into(),
+            version: 1,
+            scope: Scope::TENANT,
+            limit: 100,
+            window: schemas::Window::MONTH,
+            enforcement: schemas::Enforcement::HARD,
+            effective_from: at("2026-11-01T00:00:00Z"),
+            burst: None,
+            actor: None,
+            reason: None,
+            time_zone: None,
+            on_failure: None,
+            overage_rate: None,
+            overage_window: None,
+            violation: None,
+            window_seconds: None,
+            cycle_anchor: None,
+            alert_thresholds: thresholds,
+            alert_subject_share: None,
+        };
+        Evaluated {
+            policy,
+            window_start: at("2026-11-01T00:00:00Z"),
+            window_end: at("2026-12-01T00:00:00Z"),
+            limit: 100,
+            used_before,
+            fits: true,
+            retry_after_ms: None,
+            overage: None,
+        }
+    }
+
+    // Proves a policy's own thresholds replace the default ones: one of [50] alerts at 50% only, one of [] never,
+    // and one that sets none at 80, 90 and 100%.
+    #[test]
+    fn a_policy_alerts_at_its_own_thresholds() {
+        let now = Timestamp::parse_rfc3339("2026-11-10T00:00:00Z").unwrap();
+        let ask = Ask::new("org-1", None, "tokens", 10);
+        let thresholds = |e: Evaluated| -> Vec<i32> {
+            reached(&[e], &ask, now, "r-1", |_| false).iter().map(|a| a.threshold_percent).collect()
+        };
+        assert_eq!(thresholds(evaluated("own", Some(vec![50]), 50)), [50]);
+        assert_eq!(thresholds(evaluated("own", Some(vec![50]), 95)), [50]);
+        assert_eq!(thresholds(evaluated("silent", Some(vec![]), 95)), Vec::<i32>::new());
+        assert_eq!(thresholds(evaluated("default", None, 50)), Vec::<i32>::new());
+        assert_eq!(thresholds(evaluated("default", None, 95)), [80, 90, 100]);
+    }
 }

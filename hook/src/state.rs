@@ -1298,6 +1298,8 @@ mod tests {
                 violation: None,
                 window_seconds: None,
                 cycle_anchor: None,
+                alert_thresholds: None,
+                alert_subject_share: None,
             })
         };
         state.fold(3, &policy("daily-ny", "America/New_York"), at("2026-11-17T06:00:00Z"));

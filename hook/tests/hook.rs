@@ -38,6 +38,8 @@ fn policy(id: &str, limit: i64, window: Window, enforcement: Enforcement, burst:
         violation: None,
         window_seconds: None,
         cycle_anchor: None,
+        alert_thresholds: None,
+        alert_subject_share: None,
     })
 }
 

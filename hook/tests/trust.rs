@@ -44,6 +44,8 @@ fn hard_policy(metric: &str, limit: i64) -> Event {
         violation: None,
         window_seconds: None,
         cycle_anchor: None,
+        alert_thresholds: None,
+        alert_subject_share: None,
     })
 }
 

@@ -165,6 +165,8 @@ impl Ledger {
                 violation: optional_symbol(r, 21, Violation::from_symbol)?,
                 window_seconds: r.get(22)?,
                 cycle_anchor: r.get::<_, Option<i64>>(23)?.map(Timestamp),
+                alert_thresholds: crate::read::alert_thresholds(r, 24)?,
+                alert_subject_share: r.get(25)?,
             };
             Ok((r.get::<_, i64>(0)? as u64, policy))
         })?;

@@ -56,6 +56,8 @@ pub fn columns(event_type: EventType) -> &'static [&'static str] {
             "violation",
             "window_seconds",
             "cycle_anchor",
+            "alert_thresholds",
+            "alert_subject_share",
         ],
         EventType::AdjustmentEvent => {
             &["adjustment_id", "kind", "policy_id", "window_start", "window_end", "amount", "refs", "run_id", "scope"]
@@ -108,6 +110,19 @@ fn opt_time(t: Option<Timestamp>) -> Value {
     opt_integer(t.map(Timestamp::micros))
 }
 
+/// A policy's alert thresholds as `policy_events.alert_thresholds` keeps them: comma-separated, '' for an empty list.
+pub(crate) fn thresholds_text(thresholds: &[i32]) -> String {
+    thresholds.iter().map(i32::to_string).collect::<Vec<_>>().join(",")
+}
+
+/// [`thresholds_text`] read back; `None` for text it never writes.
+pub(crate) fn thresholds_of(text: &str) -> Option<Vec<i32>> {
+    if text.is_empty() {
+        return Some(Vec::new());
+    }
+    text.split(',').map(|n| n.parse().ok()).collect()
+}
+
 fn json(value: impl serde::Serialize) -> Value {
     Value::Text(serde_json::to_string(&value).expect("maps and lists of strings always serialize"))
 }
@@ -158,6 +173,8 @@ pub fn values(event: &Event) -> Vec<Value> {
             e.violation.map_or(Value::Null, |v| text(v.symbol())),
             opt_integer(e.window_seconds),
             opt_integer(e.cycle_anchor.map(Timestamp::micros)),
+            e.alert_thresholds.as_deref().map_or(Value::Null, |t| Value::Text(thresholds_text(t))),
+            opt_integer(e.alert_subject_share.map(i64::from)),
         ],
         Event::Adjustment(e) => vec![
             text(&e.adjustment_id),

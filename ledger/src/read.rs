@@ -62,6 +62,18 @@ pub(crate) fn symbol<T>(row: &Row<'_>, index: usize, parse: fn(&str) -> Option<T
     })
 }
 
+/// A policy's `alert_thresholds` column (PolicyEvent v12), parsed: comma-separated percents, '' for an empty list.
+pub(crate) fn alert_thresholds(row: &Row<'_>, index: usize) -> rusqlite::Result<Option<Vec<i32>>> {
+    let Some(text) = row.get::<_, Option<String>>(index)? else { return Ok(None) };
+    crate::details::thresholds_of(&text).map(Some).ok_or_else(|| {
+        rusqlite::Error::FromSqlConversionFailure(
+            index,
+            rusqlite::types::Type::Text,
+            format!("alert thresholds {text:?} are not comma-separated percents").into(),
+        )
+    })
+}
+
 /// A nullable symbol column, parsed.
 pub(crate) fn optional_symbol<T>(
     row: &Row<'_>,
@@ -78,7 +90,8 @@ pub(crate) fn optional_symbol<T>(
 fn policies_through(conn: &Connection, watermark: u64) -> rusqlite::Result<Vec<PolicyEvent>> {
     let sql = format!(
         "SELECT {HEADER_COLUMNS}, p.policy_id, p.version, p.scope, p.\"limit\", p.window, p.enforcement, p.effective_from,
-                p.burst, p.actor, p.reason, p.time_zone, p.on_failure, p.overage_rate, p.overage_window, p.violation, p.window_seconds, p.cycle_anchor, {SCOPE_COLUMNS}
+                p.burst, p.actor, p.reason, p.time_zone, p.on_failure, p.overage_rate, p.overage_window, p.violation, p.window_seconds, p.cycle_anchor, p.alert_thresholds,
+                p.alert_subject_share, {SCOPE_COLUMNS}
          FROM policy_events p CROSS JOIN entries e ON e.seq = p.seq
          WHERE e.status = 'recorded' AND p.seq <= ?1 ORDER BY e.seq"
     );
@@ -103,6 +116,8 @@ fn policies_through(conn: &Connection, watermark: u64) -> rusqlite::Result<Vec<P
             violation: optional_symbol(r, 20, Violation::from_symbol)?,
             window_seconds: r.get(21)?,
             cycle_anchor: r.get::<_, Option<i64>>(22)?.map(Timestamp),
+            alert_thresholds: alert_thresholds(r, 23)?,
+            alert_subject_share: r.get(24)?,
         })
     })?;
     rows.collect()

@@ -202,6 +202,10 @@ pub const TABLES: &[Table] = &[
             col("window_seconds", "d.window_seconds", Int64, true),
             // A BILLING_CYCLE window's anchor (PolicyEvent v11), microseconds since the epoch; null for every other window.
             col("cycle_anchor", "d.cycle_anchor", Timestamp, true),
+            // A policy's own alert thresholds (PolicyEvent v12), percents comma-separated, '' for none; null is 80,90,100.
+            col("alert_thresholds", "d.alert_thresholds", Text, true),
+            // The subject share above which a SUBJECT_SHARE alert is due (PolicyEvent v12), in percent; null for none.
+            col("alert_subject_share", "d.alert_subject_share", Int32, true),
         ],
     },
     Table {

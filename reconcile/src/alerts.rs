@@ -176,11 +176,12 @@ pub(crate) fn deny_rate(
 }
 
 /// The thresholds a policy's windows are alerted at, in percent of the effective limit.
-pub(crate) fn thresholds(_policy: &PolicyEvent) -> &'static [i32] {
-    &[80, 90, 100]
+pub(crate) fn thresholds(policy: &PolicyEvent) -> &[i32] {
+    policy.alert_thresholds()
 }
 
-/// The share of its tenant's consumption above which a subject is alerted in a window of `policy`, in percent.
-pub(crate) fn subject_share(_policy: &PolicyEvent) -> Option<i32> {
-    None
+/// The share of its tenant's consumption above which a subject is alerted in a window of `policy`, in percent: set on
+/// TENANT policies only (validation refuses it elsewhere; one read from elsewhere is ignored).
+pub(crate) fn subject_share(policy: &PolicyEvent) -> Option<i32> {
+    policy.alert_subject_share.filter(|_| policy.scope == Scope::TENANT)
 }

@@ -238,6 +238,8 @@ mod tests {
             violation: Some(Violation::NO_INSERTS),
             window_seconds: None,
             cycle_anchor: None,
+            alert_thresholds: None,
+            alert_subject_share: None,
         }
     }
 

@@ -250,7 +250,7 @@ struct Run<'p> {
     /// The consumption before `as_of` of each window alerted ([`crate::alerts`]): of a policy whose windows are
     /// alerted, ending after [`alerts::WINDOWS_ALERTED_MICROS`] before `as_of`.
     alert_windows: FxHashMap<WindowKey, (i64, &'p PolicyEvent)>,
-    /// The windows of policies with `alert_subject_share` an event fell in, reused for each event.
+    /// The windows alerts judge that an event falls in: a buffer reused for each event.
     alert_keys: Vec<(WindowKey, &'p PolicyEvent)>,
     /// Each subject's consumption in those of [`Run::alert_windows`] whose policy sets `alert_subject_share`.
     shares: FxHashMap<(WindowKey, u32), i64>,

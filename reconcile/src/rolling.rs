@@ -131,6 +131,8 @@ mod tests {
             violation: None,
             window_seconds: Some(seconds),
             cycle_anchor: None,
+            alert_thresholds: None,
+            alert_subject_share: None,
         }
     }
 

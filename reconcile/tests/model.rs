@@ -549,6 +549,8 @@ fn policy_events(i: usize, p: &PolicyDraw) -> Vec<Event> {
             violation: None,
             window_seconds: rolling.then_some(version.rolling_seconds),
             cycle_anchor: cycle.map(|(_, anchor)| at(anchor)),
+            alert_thresholds: None,
+            alert_subject_share: None,
         }));
     }
     events
@@ -587,6 +589,8 @@ fn gauge_events(i: usize, g: &GaugeDraw) -> Vec<Event> {
             violation: version.violation,
             window_seconds: None,
             cycle_anchor: None,
+            alert_thresholds: None,
+            alert_subject_share: None,
         }));
     }
     events

@@ -91,6 +91,8 @@ fn policy(policy_id: &str, limit: i64) -> PolicyEvent {
         violation: None,
         window_seconds: None,
         cycle_anchor: None,
+        alert_thresholds: None,
+        alert_subject_share: None,
     }
 }
 

@@ -200,6 +200,8 @@ mod tests {
             violation: None,
             window_seconds: None,
             cycle_anchor: None,
+            alert_thresholds: None,
+            alert_subject_share: None,
             overage_rate: None,
         }
     }

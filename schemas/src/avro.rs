@@ -51,6 +51,13 @@ fn opt_int(v: Option<i32>) -> Value {
     }
 }
 
+fn opt_ints(v: &Option<Vec<i32>>) -> Value {
+    match v {
+        None => union_null(),
+        Some(items) => Value::Union(1, Box::new(Value::Array(items.iter().map(|&n| Value::Int(n)).collect()))),
+    }
+}
+
 fn timestamp(t: Timestamp) -> Value {
     Value::TimestampMicros(t.0)
 }
@@ -146,6 +153,8 @@ pub fn to_value(event: &Event) -> Value {
             ("violation", e.violation.map_or_else(union_null, |v| Value::Union(1, Box::new(enum_value!(v))))),
             ("window_seconds", opt_long(e.window_seconds)),
             ("cycle_anchor", opt_timestamp(e.cycle_anchor)),
+            ("alert_thresholds", opt_ints(&e.alert_thresholds)),
+            ("alert_subject_share", opt_int(e.alert_subject_share)),
         ],
         Event::Adjustment(e) => vec![
             ("adjustment_id", string(&e.adjustment_id)),
@@ -230,6 +239,14 @@ impl<'a> Fields<'a> {
 
     fn opt_timestamp(&self, name: &str) -> Result<Option<Timestamp>, ShapeError> {
         self.optional(name)?.map(|v| as_timestamp(name, v)).transpose()
+    }
+
+    fn opt_ints(&self, name: &str) -> Result<Option<Vec<i32>>, ShapeError> {
+        match self.optional(name)? {
+            None => Ok(None),
+            Some(Value::Array(items)) => items.iter().map(|v| as_int(name, v)).collect::<Result<_, _>>().map(Some),
+            Some(other) => Err(shape(name, "an array of ints", other)),
+        }
     }
 
     fn opt_symbol(&self, name: &str) -> Result<Option<&'a str>, ShapeError> {
@@ -387,6 +404,8 @@ pub fn from_value(event_type: EventType, value: &Value) -> Result<Event, ShapeEr
                 .transpose()?,
             window_seconds: f.opt_long("window_seconds")?,
             cycle_anchor: f.opt_timestamp("cycle_anchor")?,
+            alert_thresholds: f.opt_ints("alert_thresholds")?,
+            alert_subject_share: f.opt_int("alert_subject_share")?,
         }),
         EventType::AdjustmentEvent => Event::Adjustment(AdjustmentEvent {
             header,
@@ -523,6 +542,8 @@ pub fn write_body(out: &mut Vec<u8>, event: &Event) {
             write_opt_long(out, e.violation.map(|v| v.index() as i64));
             write_opt_long(out, e.window_seconds);
             write_opt_long(out, e.cycle_anchor.map(Timestamp::micros));
+            write_opt_ints(out, e.alert_thresholds.as_deref());
+            write_opt_long(out, e.alert_subject_share.map(i64::from));
         }
         Event::Adjustment(e) => write_adjustment(out, e),
         Event::Alert(e) => {
@@ -583,6 +604,24 @@ fn write_opt_string(out: &mut Vec<u8>, value: &Option<String>) {
         Some(s) => {
             write_long(out, 1);
             write_string(out, s);
+        }
+    }
+}
+
+/// `["null", {"type": "array", "items": "int"}]`: branch 1 is the array, its items in one block (none for an empty
+/// one) and the 0 that ends the blocks.
+fn write_opt_ints(out: &mut Vec<u8>, value: Option<&[i32]>) {
+    match value {
+        None => write_long(out, 0),
+        Some(items) => {
+            write_long(out, 1);
+            if !items.is_empty() {
+                write_long(out, i64::try_from(items.len()).expect("a list held in memory has fewer than 2^63 items"));
+                for &item in items {
+                    write_long(out, i64::from(item));
+                }
+            }
+            out.push(0);
         }
     }
 }

@@ -57,6 +57,12 @@ const SCHEMA_FILES: &[(&str, EventType, bool, &str)] = &[
         false,
         include_str!("../avro/history/PolicyEvent.v10.avsc"),
     ),
+    (
+        "history/PolicyEvent.v11.avsc",
+        EventType::PolicyEvent,
+        false,
+        include_str!("../avro/history/PolicyEvent.v11.avsc"),
+    ),
     ("history/UsageEvent.v2.avsc", EventType::UsageEvent, false, include_str!("../avro/history/UsageEvent.v2.avsc")),
     (
         "history/DecisionEvent.v2.avsc",

@@ -208,7 +208,22 @@ pub struct PolicyEvent {
     /// takes it with window BILLING_CYCLE only.
     #[serde(default)]
     pub cycle_anchor: Option<Timestamp>,
+    /// The percents of a window's effective limit at which the hook writes a THRESHOLD alert (schema v12; absent
+    /// before): none is [`DEFAULT_ALERT_THRESHOLDS`], an empty list no THRESHOLD alert (issue 37 item 4, "a policy may
+    /// set its own"). Validation takes at most 10, each 1 to 1,000, strictly increasing, on quotas whose windows are
+    /// alerted only. [`PolicyEvent::alert_thresholds`] reads it with its default.
+    #[serde(default)]
+    pub alert_thresholds: Option<Vec<i32>>,
+    /// In percent, 1 to 99: one subject's consumption in a window of this policy above this share of the tenant's
+    /// consumption in that window calls for a SUBJECT_SHARE alert (schema v12; absent before); none calls for none.
+    /// Validation takes it on TENANT policies whose windows are alerted only.
+    #[serde(default)]
+    pub alert_subject_share: Option<i32>,
 }
+
+/// The percents of a window's effective limit at which a THRESHOLD alert is written for a policy that sets none of its
+/// own (issue 37 item 4: "default 80%, 90% and 100% of the effective limit").
+pub const DEFAULT_ALERT_THRESHOLDS: [i32; 3] = [80, 90, 100];
 
 impl PolicyEvent {
     /// A throttle limits a rate, not an allowance: a bucket of `burst` lets up to `burst` plus `limit` through in
@@ -236,6 +251,12 @@ impl PolicyEvent {
             Window::ROLLING => self.window_seconds.map(|s| s.saturating_mul(1_000_000)),
             _ => None,
         }
+    }
+
+    /// The percents of its windows' effective limit at which a THRESHOLD alert is written, in increasing order: its
+    /// `alert_thresholds`, [`DEFAULT_ALERT_THRESHOLDS`] when it sets none.
+    pub fn alert_thresholds(&self) -> &[i32] {
+        self.alert_thresholds.as_deref().unwrap_or(&DEFAULT_ALERT_THRESHOLDS)
     }
 
     /// The time zone of its calendar windows: `time_zone`, UTC when it has none. A name the IANA database does not

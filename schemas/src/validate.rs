@@ -250,6 +250,7 @@ fn validate_policy(e: &PolicyEvent) -> Result<(), Invalid> {
     check_gauge(e)?;
     check_rolling(e)?;
     check_cycle(e)?;
+    check_alerts(e)?;
     opt_actor(&e.actor)
 }
 
@@ -303,6 +304,70 @@ fn check_cycle(e: &PolicyEvent) -> Result<(), Invalid> {
         }
         (_, Some(_)) => Err(inconsistent("cycle_anchor is for BILLING_CYCLE windows only")),
         (_, None) => Ok(()),
+    }
+}
+
+/// The most thresholds a policy sets (PolicyEvent v12): a handful of levels a support desk acts on, not a curve.
+pub const ALERT_THRESHOLDS_MAX: usize = 10;
+/// The highest threshold, in percent, as an AlertEvent's `threshold_percent`: a SOFT window may go far past its limit.
+pub const ALERT_THRESHOLD_PERCENT_MAX: i32 = 1_000;
+/// The highest subject share, in percent: a share of 100 or more no subject can exceed.
+pub const ALERT_SUBJECT_SHARE_MAX: i32 = 99;
+
+/// A policy's own alert settings (PolicyEvent v12): at most [`ALERT_THRESHOLDS_MAX`] thresholds, each 1 to
+/// [`ALERT_THRESHOLD_PERCENT_MAX`], strictly increasing (the hook stops at the first one a window is below); a subject
+/// share of 1 to [`ALERT_SUBJECT_SHARE_MAX`], of a TENANT policy (a SUBJECT one has no tenant's consumption to share).
+/// Both only on quotas whose windows the hook alerts: a throttle limits a rate, a gauge a level, a CONCURRENT policy
+/// leases held at once, and a ROLLING window has no window to alert once in.
+fn check_alerts(e: &PolicyEvent) -> Result<(), Invalid> {
+    if e.alert_thresholds.is_none() && e.alert_subject_share.is_none() {
+        return Ok(());
+    }
+    let field = if e.alert_thresholds.is_some() { "alert_thresholds" } else { "alert_subject_share" };
+    let inconsistent = |field, message: &str| Invalid::Inconsistent { field, message: message.to_string() };
+    if e.burst.is_some() || e.violation.is_some() || matches!(e.window, Window::CONCURRENT | Window::ROLLING) {
+        return Err(inconsistent(
+            field,
+            "alerts are set on quotas of calendar windows and billing cycles, not throttles, gauges, CONCURRENT or \
+             ROLLING policies",
+        ));
+    }
+    if let Some(thresholds) = &e.alert_thresholds {
+        check_thresholds(thresholds)?;
+    }
+    if let Some(share) = e.alert_subject_share {
+        at_least("alert_subject_share", i64::from(share), 1)?;
+        if share > ALERT_SUBJECT_SHARE_MAX {
+            let (value, maximum) = (i64::from(share), i64::from(ALERT_SUBJECT_SHARE_MAX));
+            return Err(Invalid::TooLarge { field: "alert_subject_share", value, maximum });
+        }
+        if e.scope != Scope::TENANT {
+            return Err(inconsistent("alert_subject_share", "a subject's share is of a TENANT policy's consumption"));
+        }
+    }
+    Ok(())
+}
+
+fn check_thresholds(thresholds: &[i32]) -> Result<(), Invalid> {
+    if thresholds.len() > ALERT_THRESHOLDS_MAX {
+        return Err(Invalid::Inconsistent {
+            field: "alert_thresholds",
+            message: format!("{} thresholds, at most {ALERT_THRESHOLDS_MAX}", thresholds.len()),
+        });
+    }
+    for &threshold in thresholds {
+        at_least("alert_thresholds", i64::from(threshold), 1)?;
+        if threshold > ALERT_THRESHOLD_PERCENT_MAX {
+            let (value, maximum) = (i64::from(threshold), i64::from(ALERT_THRESHOLD_PERCENT_MAX));
+            return Err(Invalid::TooLarge { field: "alert_thresholds", value, maximum });
+        }
+    }
+    match thresholds.windows(2).find(|pair| pair[0] >= pair[1]) {
+        Some(pair) => Err(Invalid::Inconsistent {
+            field: "alert_thresholds",
+            message: format!("{} then {}: thresholds are strictly increasing", pair[0], pair[1]),
+        }),
+        None => Ok(()),
     }
 }
 
@@ -387,11 +452,11 @@ fn validate_alert(e: &AlertEvent) -> Result<(), Invalid> {
         });
     }
     at_least("threshold_percent", i64::from(e.threshold_percent), 1)?;
-    if e.threshold_percent > 1_000 {
+    if e.threshold_percent > ALERT_THRESHOLD_PERCENT_MAX {
         return Err(Invalid::TooLarge {
             field: "threshold_percent",
             value: i64::from(e.threshold_percent),
-            maximum: 1_000,
+            maximum: i64::from(ALERT_THRESHOLD_PERCENT_MAX),
         });
     }
     at_least("observed", e.observed, 0)?;

@@ -20,13 +20,14 @@ use schemas::{Catalog, Event, EventType, Header, Timestamp, UsageEvent};
 /// also gave v7 as listed before; the versions with `project` and `api_key` (and the PROJECT and API_KEY scopes) with
 /// the same, which also gave every other as listed before; PolicyEvent v10 (ROLLING, `window_seconds`) with fastavro
 /// 1.12.1, which also gave v9 as listed before; PolicyEvent v11 (BILLING_CYCLE, `cycle_anchor`) with fastavro 1.12.1,
-/// which also gave v10 as listed before; AlertEvent v1 with fastavro 1.12.1.
-const PUBLISHED: [(&str, u64); 27] = [
+/// which also gave v10 as listed before; AlertEvent v1 with fastavro 1.12.1; PolicyEvent v12 (`alert_thresholds`,
+/// `alert_subject_share`) with fastavro 1.12.1, which also gave v11 as listed before.
+const PUBLISHED: [(&str, u64); 28] = [
     ("UsageEvent.avsc", 0xb6c7e0b43b42b4c7),
     ("DecisionEvent.avsc", 0xe750629d4dedb980),
     ("ReservationEvent.avsc", 0x0c583b0ffbfe3737),
     ("GrantEvent.avsc", 0x17853b4b6a4bca7f),
-    ("PolicyEvent.avsc", 0xb1562df39e204212),
+    ("PolicyEvent.avsc", 0xb11b4ea9cab23166),
     ("AdjustmentEvent.avsc", 0x394c8fc01ce3ae33),
     ("AlertEvent.avsc", 0x1be25095f4c7395f),
     ("history/UsageEvent.v1.avsc", 0x8860840d2e402f4b),
@@ -46,6 +47,7 @@ const PUBLISHED: [(&str, u64); 27] = [
     ("history/PolicyEvent.v8.avsc", 0x1502546fb0c9e0e6),
     ("history/PolicyEvent.v9.avsc", 0x26ba3acd74510f06),
     ("history/PolicyEvent.v10.avsc", 0x6d71b015e8a987cf),
+    ("history/PolicyEvent.v11.avsc", 0xb1562df39e204212),
     ("history/ReservationEvent.v1.avsc", 0x77c5cb05e89c39c6),
     ("history/GrantEvent.v1.avsc", 0x37b6d2cc1e5b52f5),
     ("history/AdjustmentEvent.v1.avsc", 0x67c71f7cf397d05e),

@@ -244,6 +244,8 @@ fn policy_v1_single_object_decodes_to_a_quota() {
         violation: None,
         window_seconds: None,
         cycle_anchor: None,
+        alert_thresholds: None,
+        alert_subject_share: None,
     };
     assert_eq!(decoded, Decoded { event: Event::Policy(expected), writer_fingerprint: v1.fingerprint });
 }
@@ -393,6 +395,8 @@ fn policy_v2_and_grant_v1_decode_with_no_actor() {
         violation: None,
         window_seconds: None,
         cycle_anchor: None,
+        alert_thresholds: None,
+        alert_subject_share: None,
     };
     assert_eq!(decoded.event, Event::Policy(expected));
     let grant = message(
@@ -482,6 +486,8 @@ fn policy_v3_decodes_with_no_time_zone() {
         violation: None,
         window_seconds: None,
         cycle_anchor: None,
+        alert_thresholds: None,
+        alert_subject_share: None,
     });
     let decoded = catalog.decode_single_object(&message, Some(EventType::PolicyEvent)).expect("v3 decodes");
     assert_eq!(decoded, Decoded { event: expected.clone(), writer_fingerprint: v3.fingerprint });
@@ -538,4 +544,88 @@ fn reservation_v1_decodes_with_no_fencing_token() {
     });
     let decoded = catalog.decode_single_object(&message, None).expect("a v1 reservation decodes");
     assert_eq!(decoded, Decoded { event: expected, writer_fingerprint: v1.fingerprint });
+}
+
+// Proves that a PolicyEvent from a producer still on v11 (no alert settings) decodes, as a message and as a ledger
+// entry, to the current event with `alert_thresholds` and `alert_subject_share` null: its windows alert at the default
+// 80, 90 and 100 percent, as before v12.
+#[test]
+fn policy_v11_decodes_with_the_default_alerts() {
+    use schemas::{Enforcement, PolicyEvent, Scope, Window};
+    let catalog = Catalog::builtin();
+    let v11 = catalog.schemas().iter().find(|s| s.file == "history/PolicyEvent.v11.avsc").expect("v11 kept");
+    assert!(!v11.current);
+    let schema = Schema::parse_str(include_str!("../avro/history/PolicyEvent.v11.avsc")).expect("v11 parses");
+    assert_eq!(schemas::fingerprint(&schema), v11.fingerprint);
+    let micros = |text: &str| Value::TimestampMicros(at(text).micros());
+    let null = || Value::Union(0, Box::new(Value::Null));
+    let fields = vec![
+        ("event_id", Value::String("p-v11".into())),
+        ("occurred_at", micros("2026-11-01T00:00:00Z")),
+        ("tenant", Value::String("org-1".into())),
+        ("subject", null()),
+        ("project", null()),
+        ("api_key", null()),
+        ("metric", Value::String("tokens".into())),
+        ("source", Value::String("admin".into())),
+        ("policy_id", Value::String("cycle".into())),
+        ("version", Value::Int(1)),
+        ("scope", Value::Enum(0, "TENANT".into())),
+        ("limit", Value::Long(1_000)),
+        ("window", Value::Enum(6, "BILLING_CYCLE".into())),
+        ("enforcement", Value::Enum(1, "SOFT".into())),
+        ("effective_from", micros("2026-11-01T00:00:00Z")),
+        ("burst", null()),
+        ("actor", null()),
+        ("reason", null()),
+        ("time_zone", null()),
+        ("on_failure", null()),
+        ("overage_rate", null()),
+        ("overage_window", null()),
+        ("violation", null()),
+        ("window_seconds", null()),
+        ("cycle_anchor", Value::Union(1, Box::new(micros("2026-01-17T05:00:00Z")))),
+    ];
+    let value = Value::Record(fields.into_iter().map(|(k, v)| (k.to_string(), v)).collect());
+    let body = GenericDatumWriter::builder(&schema).build().unwrap().write_value_to_vec(value).expect("a value");
+    let mut message = vec![0xC3, 0x01];
+    message.extend_from_slice(&v11.fingerprint.to_le_bytes());
+    message.extend_from_slice(&body);
+    let expected = Event::Policy(PolicyEvent {
+        header: Header {
+            event_id: "p-v11".into(),
+            occurred_at: at("2026-11-01T00:00:00Z"),
+            tenant: "org-1".into(),
+            subject: None,
+            metric: "tokens".into(),
+            source: "admin".into(),
+            api_key: None,
+            project: None,
+        },
+        policy_id: "cycle".into(),
+        version: 1,
+        scope: Scope::TENANT,
+        limit: 1_000,
+        window: Window::BILLING_CYCLE,
+        enforcement: Enforcement::SOFT,
+        effective_from: at("2026-11-01T00:00:00Z"),
+        burst: None,
+        actor: None,
+        reason: None,
+        time_zone: None,
+        on_failure: None,
+        overage_rate: None,
+        overage_window: None,
+        violation: None,
+        window_seconds: None,
+        cycle_anchor: Some(at("2026-01-17T05:00:00Z")),
+        alert_thresholds: None,
+        alert_subject_share: None,
+    });
+    let decoded = catalog.decode_single_object(&message, Some(EventType::PolicyEvent)).expect("v11 decodes");
+    assert_eq!(decoded, Decoded { event: expected.clone(), writer_fingerprint: v11.fingerprint });
+    let Event::Policy(policy) = &decoded.event else { unreachable!() };
+    assert_eq!(policy.alert_thresholds(), schemas::DEFAULT_ALERT_THRESHOLDS);
+    let stored = catalog.decode_payload(v11.fingerprint, &body).expect("a ledger entry written before v12");
+    assert_eq!(stored, expected);
 }

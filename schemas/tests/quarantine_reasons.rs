@@ -100,6 +100,8 @@ fn samples() -> Vec<Event> {
             violation: None,
             window_seconds: None,
             cycle_anchor: None,
+            alert_thresholds: None,
+            alert_subject_share: None,
         }),
         Event::Adjustment(AdjustmentEvent {
             header: header("a-1"),
@@ -645,4 +647,62 @@ fn a_billing_cycle_has_its_anchor_and_is_a_quota() {
     };
     let e = schemas::validate::validate(&Event::Policy(overage_per_cycle)).unwrap_err();
     assert_eq!(e.code(), "inconsistent_fields", "an overage per BILLING_CYCLE: {e}");
+}
+
+// Proves a policy's own alert settings (PolicyEvent v12) are quarantined with their reason when out of range, out of
+// order, too many, a subject share of a SUBJECT policy, or set on a throttle, a gauge, a CONCURRENT or a ROLLING
+// policy, and that an empty list (no THRESHOLD alert) and settings on a BILLING_CYCLE quota are valid.
+#[test]
+fn alert_settings_are_on_alerted_quotas_and_in_range() {
+    let Event::Policy(quota) = samples().remove(4) else { unreachable!("the fifth sample is the policy") };
+    let valid = PolicyEvent {
+        overage_rate: None,
+        overage_window: None,
+        alert_thresholds: Some(vec![50, 75, 100, 1_000]),
+        alert_subject_share: Some(40),
+        ..quota
+    };
+    assert!(schemas::validate::validate(&Event::Policy(valid.clone())).is_ok());
+    type Change = fn(&mut PolicyEvent);
+    let accepted: [(&str, Change); 3] = [
+        ("an empty list", |p| p.alert_thresholds = Some(vec![])),
+        ("ten thresholds", |p| p.alert_thresholds = Some((1..=10).collect())),
+        ("a BILLING_CYCLE", |p| (p.window, p.cycle_anchor) = (Window::BILLING_CYCLE, Some(at("2026-01-17T05:00:00Z")))),
+    ];
+    for (what, change) in accepted {
+        let mut policy = valid.clone();
+        change(&mut policy);
+        assert_eq!(schemas::validate::validate(&Event::Policy(policy)), Ok(()), "{what}");
+    }
+    let refusals: [(&str, &str, Change); 13] = [
+        ("a threshold of 0", "negative_quantity", |p| p.alert_thresholds = Some(vec![0, 50])),
+        ("a threshold of 1001", "quantity_too_large", |p| p.alert_thresholds = Some(vec![50, 1_001])),
+        ("thresholds out of order", "inconsistent_fields", |p| p.alert_thresholds = Some(vec![90, 80])),
+        ("a threshold twice", "inconsistent_fields", |p| p.alert_thresholds = Some(vec![80, 80])),
+        ("eleven thresholds", "inconsistent_fields", |p| p.alert_thresholds = Some((1..=11).collect())),
+        ("a share of 0", "negative_quantity", |p| p.alert_subject_share = Some(0)),
+        ("a share of 100", "quantity_too_large", |p| p.alert_subject_share = Some(100)),
+        ("a share of a SUBJECT policy", "inconsistent_fields", |p| {
+            (p.scope, p.alert_thresholds) = (Scope::SUBJECT, None)
+        }),
+        ("thresholds of a throttle", "inconsistent_fields", |p| (p.burst, p.alert_subject_share) = (Some(5), None)),
+        ("a share of a gauge", "inconsistent_fields", |p| {
+            (p.violation, p.alert_thresholds) = (Some(Violation::NO_WRITES), None)
+        }),
+        ("thresholds of a CONCURRENT policy", "inconsistent_fields", |p| {
+            (p.window, p.alert_subject_share) = (Window::CONCURRENT, None)
+        }),
+        ("thresholds of a ROLLING window", "inconsistent_fields", |p| {
+            (p.window, p.window_seconds, p.alert_subject_share) = (Window::ROLLING, Some(3_600), None)
+        }),
+        ("a share of a ROLLING window", "inconsistent_fields", |p| {
+            (p.window, p.window_seconds, p.alert_thresholds) = (Window::ROLLING, Some(3_600), None)
+        }),
+    ];
+    for (what, code, change) in refusals {
+        let mut policy = valid.clone();
+        change(&mut policy);
+        let e = schemas::validate::validate(&Event::Policy(policy)).unwrap_err();
+        assert_eq!(e.code(), code, "{what}: {e}");
+    }
 }

@@ -156,6 +156,8 @@ fn policy() -> impl Strategy<Value = Event> {
             proptest::option::of(symbol_of(Violation::SYMBOLS, Violation::from_symbol)),
             1..=schemas::validate::ROLLING_SECONDS_MAX,
             timestamp(),
+            proptest::option::of(proptest::collection::btree_set(1..=1_000i32, 0..=10)),
+            proptest::option::of(1..=99i32),
         ),
     )
         .prop_map(
@@ -171,7 +173,7 @@ fn policy() -> impl Strategy<Value = Event> {
                 burst,
                 zone,
                 on_failure,
-                (overage, violation, seconds, anchor),
+                (overage, violation, seconds, anchor, thresholds, share),
             )| {
                 // A ROLLING window (v10) has its length, a BILLING_CYCLE (v11) its anchor, and both are quotas: no
                 // burst, overage or violation.
@@ -190,6 +192,11 @@ fn policy() -> impl Strategy<Value = Event> {
                     && overage.is_none()
                     && !matches!(window, Window::CONCURRENT | Window::ROLLING | Window::BILLING_CYCLE);
                 let violation = violation.filter(|_| gauge);
+                // Alert settings (v12) on the quotas whose windows are alerted; a subject's share of a TENANT one.
+                let alerted =
+                    burst.is_none() && violation.is_none() && !matches!(window, Window::CONCURRENT | Window::ROLLING);
+                let thresholds = thresholds.filter(|_| alerted).map(|set| set.into_iter().collect());
+                let share = share.filter(|_| alerted && scope == Scope::TENANT);
                 Event::Policy(PolicyEvent {
                     header,
                     policy_id,
@@ -209,6 +216,8 @@ fn policy() -> impl Strategy<Value = Event> {
                     violation,
                     window_seconds: Some(seconds).filter(|_| rolling),
                     cycle_anchor: Some(anchor).filter(|_| cycle),
+                    alert_thresholds: thresholds,
+                    alert_subject_share: share,
                 })
             },
         )
@@ -441,8 +450,8 @@ fn catalog_fingerprints_are_distinct_crc64_avro() {
     let schemas = catalog.schemas();
     assert_eq!(
         schemas.len(),
-        27,
-        "seven current schemas; every type's v1 and v2 but AlertEvent's; PolicyEvent v3 to v10"
+        28,
+        "seven current schemas; every type's v1 and v2 but AlertEvent's; PolicyEvent v3 to v11"
     );
     let mut seen = BTreeMap::new();
     for s in schemas {

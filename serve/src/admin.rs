@@ -141,6 +141,12 @@ pub(crate) struct PolicyBody {
     window_seconds: Option<i64>,
     /// The billing anchor of a BILLING_CYCLE window (RFC 3339): with window BILLING_CYCLE only, and always with it.
     cycle_anchor: Option<Timestamp>,
+    /// The percents of a window's effective limit at which a THRESHOLD alert is written: at most 10, each 1 to 1,000,
+    /// strictly increasing; none is 80, 90 and 100, `[]` no THRESHOLD alert.
+    alert_thresholds: Option<Vec<i32>>,
+    /// Of a TENANT policy, 1 to 99: the percent of the tenant's consumption in a window above which one subject's
+    /// calls for a SUBJECT_SHARE alert; none for no such alert.
+    alert_subject_share: Option<i32>,
     reason: String,
 }
 
@@ -250,6 +256,8 @@ pub(crate) async fn policies(
         violation: body.violation,
         window_seconds: body.window_seconds,
         cycle_anchor: body.cycle_anchor,
+        alert_thresholds: body.alert_thresholds,
+        alert_subject_share: body.alert_subject_share,
         actor,
         reason: body.reason,
         source: "serve /v1/admin/policies".into(),

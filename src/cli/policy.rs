@@ -92,6 +92,15 @@ pub struct PolicyArgs {
     /// (all). HARD or SHADOW, TENANT scope.
     #[arg(long, value_parser = parse_symbol::<Violation>)]
     violation: Option<Violation>,
+    /// The percents of a window's effective limit at which a THRESHOLD alert is written to quota.alerts,
+    /// comma-separated and increasing, at most 10, each 1 to 1000 (e.g. 50,75,100); `none` for no THRESHOLD alert.
+    /// Default 80,90,100. Not for throttles, gauges, CONCURRENT or ROLLING policies.
+    #[arg(long, value_name = "PERCENTS", value_parser = parse_thresholds)]
+    alert_thresholds: Option<Thresholds>,
+    /// Of a TENANT policy, 1 to 99: one subject's consumption in a window above this percent of the tenant's calls for
+    /// a SUBJECT_SHARE alert (e.g. 40). Default: none.
+    #[arg(long, value_name = "PERCENT", allow_negative_numbers = true)]
+    alert_subject_share: Option<i32>,
     /// HARD (deny), SOFT (bill the excess) or SHADOW (only report).
     #[arg(long, value_parser = parse_symbol::<Enforcement>)]
     enforcement: Enforcement,
@@ -145,6 +154,22 @@ fn parse_overage(text: &str) -> Result<(i64, Window), String> {
     let (rate, window) = text.split_once('/').ok_or_else(|| format!("{text:?} is not RATE/WINDOW, e.g. 10/MINUTE"))?;
     let rate = rate.trim().parse::<i64>().map_err(|e| format!("the rate {rate:?} of {text:?}: {e}"))?;
     Ok((rate, parse_symbol::<Window>(window.trim())?))
+}
+
+/// The percents of `--alert-thresholds`, one value of the flag (a bare `Vec` would be a flag given many times).
+#[derive(Debug, Clone)]
+struct Thresholds(Vec<i32>);
+
+/// `--alert-thresholds`: percents comma-separated (`50,75,100`), or `none` for an empty list. Their range and order
+/// are judged with the rest of the policy, by the contract's validation.
+fn parse_thresholds(text: &str) -> Result<Thresholds, String> {
+    if text.trim().eq_ignore_ascii_case("none") {
+        return Ok(Thresholds(Vec::new()));
+    }
+    text.split(',')
+        .map(|n| n.trim().parse::<i32>().map_err(|e| format!("{n:?} of {text:?} is not a percent: {e}")))
+        .collect::<Result<_, _>>()
+        .map(Thresholds)
 }
 
 pub fn parse_time(text: &str) -> Result<Timestamp, String> {
@@ -205,6 +230,8 @@ fn set(store: &super::Store, tenant: String, args: PolicyArgs, source: &str) -> 
         violation: args.violation,
         window_seconds: args.window_seconds,
         cycle_anchor: args.cycle_anchor,
+        alert_thresholds: args.alert_thresholds.map(|t| t.0),
+        alert_subject_share: args.alert_subject_share,
         actor: args.actor,
         reason: args.reason,
         source: source.into(),
@@ -231,6 +258,10 @@ fn set(store: &super::Store, tenant: String, args: PolicyArgs, source: &str) -> 
         };
         let overage = match event.cycle_anchor {
             Some(anchor) => format!("{overage}, cycles anchored at {anchor}"),
+            None => overage,
+        };
+        let overage = match alerts_label(&event) {
+            Some(alerts) => format!("{overage}, alerts {alerts}"),
             None => overage,
         };
         writeln!(
@@ -292,6 +323,14 @@ struct PolicyRow<'a> {
     window_seconds: Option<i64>,
     /// A BILLING_CYCLE window's anchor (the policy's `cycle_anchor`); null for every other window.
     cycle_anchor: Option<String>,
+    /// The percents of the limit a THRESHOLD alert is written at: the policy's `alert_thresholds`, or the default
+    /// 80, 90 and 100 when it sets none; empty for none.
+    alert_thresholds: &'a [i32],
+    /// The subject share above which a SUBJECT_SHARE alert is due, in percent (the policy's `alert_subject_share`).
+    alert_subject_share: Option<i32>,
+    /// The tables' `alerts` cell: the policy's own alert settings, none when it sets neither.
+    #[serde(skip)]
+    alerts: Option<String>,
     /// The zone of its calendar windows: the policy's `time_zone`, UTC when it names none.
     time_zone: &'a str,
     enforcement: &'static str,
@@ -320,6 +359,9 @@ impl<'a> From<&'a PolicyEvent> for PolicyRow<'a> {
             window: p.window,
             window_seconds: p.window_seconds,
             cycle_anchor: p.cycle_anchor.map(|t| t.to_string()),
+            alert_thresholds: p.alert_thresholds(),
+            alert_subject_share: p.alert_subject_share,
+            alerts: alerts_label(p),
             time_zone: p.time_zone.as_deref().unwrap_or("UTC"),
             enforcement: p.enforcement.symbol(),
             on_failure: p.on_failure.unwrap_or(OnFailure::CLOSED).symbol(),
@@ -331,6 +373,21 @@ impl<'a> From<&'a PolicyEvent> for PolicyRow<'a> {
             reason: p.reason.as_deref(),
             source: &p.header.source,
         }
+    }
+}
+
+/// A policy's own alert settings as people read them (`at 50,100%`, `none`, `subject share over 40%`); none when it
+/// sets neither and its alerts are the defaults.
+fn alerts_label(p: &PolicyEvent) -> Option<String> {
+    let thresholds = p.alert_thresholds.as_deref().map(|t| match t {
+        [] => "none".to_string(),
+        t => format!("at {}%", t.iter().map(i32::to_string).collect::<Vec<_>>().join(",")),
+    });
+    let share = p.alert_subject_share.map(|share| format!("subject share over {share}%"));
+    match (thresholds, share) {
+        (None, None) => None,
+        (Some(t), Some(s)) => Some(format!("{t}, {s}")),
+        (t, s) => t.or(s),
     }
 }
 
@@ -356,7 +413,7 @@ fn list(store: &super::Store, tenant: Option<&str>, json: bool) -> anyhow::Resul
         return Ok(ExitCode::SUCCESS);
     }
     // Columns are added, never renamed (contract §7): the newest last.
-    let header = [
+    let mut header = vec![
         "tenant",
         "metric",
         "policy_id",
@@ -385,6 +442,7 @@ fn list(store: &super::Store, tenant: Option<&str>, json: bool) -> anyhow::Resul
             text.into_iter().chain(more).chain(last).collect()
         })
         .collect();
+    let table = with_alerts(&mut header, &rows, table);
     super::print_table(&header, &table)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -401,7 +459,7 @@ fn history(store: &super::Store, policy_id: &str, json: bool) -> anyhow::Result<
         super::print_json(&rows)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let header = [
+    let mut header = vec![
         "version",
         "tenant",
         "limit",
@@ -422,8 +480,22 @@ fn history(store: &super::Store, policy_id: &str, json: bool) -> anyhow::Result<
             first.into_iter().chain(when).chain(who).collect()
         })
         .collect();
+    let table = with_alerts(&mut header, &rows, table);
     super::print_table(&header, &table)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The table with an `alerts` column last when a policy of `rows` sets its own alerts: tables of policies that set
+/// none read as they always did.
+fn with_alerts(header: &mut Vec<&str>, rows: &[PolicyRow], mut table: Vec<Vec<String>>) -> Vec<Vec<String>> {
+    if rows.iter().all(|r| r.alerts.is_none()) {
+        return table;
+    }
+    header.push("alerts");
+    for (cells, row) in table.iter_mut().zip(rows) {
+        cells.push(row.alerts.clone().unwrap_or_else(|| "-".into()));
+    }
+    table
 }
 
 /// The ledgers of `store` for a read: a missing ledger file is an error, as for every other read.

@@ -347,6 +347,8 @@ pub fn hard_daily(event_id: &str, tenant: &str, limit: i64) -> PolicyEvent {
         violation: None,
         window_seconds: None,
         cycle_anchor: None,
+        alert_thresholds: None,
+        alert_subject_share: None,
     }
 }
 
@@ -456,6 +458,8 @@ pub fn sample_event(event_type: EventType, event_id: &str) -> Event {
             violation: None,
             window_seconds: None,
             cycle_anchor: None,
+            alert_thresholds: None,
+            alert_subject_share: None,
         }),
         EventType::AdjustmentEvent | EventType::AlertEvent => {
             unreachable!("adjustments and alerts are not input topics")

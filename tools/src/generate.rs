@@ -299,6 +299,8 @@ impl Generator {
             violation: None,
             window_seconds: None,
             cycle_anchor: None,
+            alert_thresholds: None,
+            alert_subject_share: None,
         })
     }
 

@@ -73,6 +73,8 @@ fn hard_daily_limit(limit: i64) -> Event {
         violation: None,
         window_seconds: None,
         cycle_anchor: None,
+        alert_thresholds: None,
+        alert_subject_share: None,
     })
 }
 
@@ -428,6 +430,8 @@ fn gauge_readings_are_levels_reported_over_their_limit_never_an_overshoot() {
         violation: Some(Violation::NO_WRITES),
         window_seconds: None,
         cycle_anchor: None,
+        alert_thresholds: None,
+        alert_subject_share: None,
         ..quota.clone()
     };
     memory
@@ -604,4 +608,38 @@ fn a_version_that_denies_far_more_in_its_first_hour_is_alerted_once() {
         few.record(event);
     }
     assert_eq!(alerts(&plan(&few)), [], "19 decisions are too few to say");
+}
+
+// Proves issue 37 item 4's SUBJECT_SHARE: in a window of a TENANT policy that sets a share of 50%, alice's 7 of the
+// tenant's 10 is alerted, once; bob's 2 is not, nor usage naming no subject. A window where alice consumed alone is no
+// share.
+#[test]
+fn a_subject_above_its_policys_share_of_the_tenant_is_alerted_once() {
+    let mut memory = Memory::default();
+    let Event::Policy(mut policy) = hard_daily_limit(1_000) else { unreachable!("a policy") };
+    policy.alert_subject_share = Some(50);
+    memory.record(Event::Policy(policy));
+    let of = |subject: Option<&str>, event_id: &str, occurred_at: &str, quantity| {
+        let Event::Usage(mut u) = usage(event_id, occurred_at, quantity) else { unreachable!("usage") };
+        u.header.subject = subject.map(String::from);
+        Event::Usage(u)
+    };
+    memory.record(of(Some("alice"), "u-1", "2026-11-14T09:00:00Z", 7));
+    memory.record(of(Some("bob"), "u-2", "2026-11-14T10:00:00Z", 2));
+    memory.record(of(None, "u-3", "2026-11-14T11:00:00Z", 1));
+    let first = plan(&memory);
+    let day = at("2026-11-14T00:00:00Z");
+    assert_eq!(alerts(&first), [(AlertKind::SUBJECT_SHARE, 50, 7, Some(day))]);
+    let alert = &first.alerts[0];
+    assert_eq!(
+        (alert.header.subject.as_deref(), alert.limit, alert.scope),
+        (Some("alice"), Some(10), Some(Scope::TENANT))
+    );
+    memory.apply(&first);
+    assert_eq!(alerts(&plan(&memory)), [], "a rerun writes none");
+
+    let mut alone = Memory::default();
+    alone.record(memory.entries[0].1.clone());
+    alone.record(of(Some("alice"), "u-1", "2026-11-14T09:00:00Z", 7));
+    assert_eq!(alerts(&plan(&alone)), [], "one subject");
 }

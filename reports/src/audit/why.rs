@@ -803,6 +803,8 @@ mod tests {
             violation: None,
             window_seconds: None,
             cycle_anchor: None,
+            alert_thresholds: None,
+            alert_subject_share: None,
         }
     }
 

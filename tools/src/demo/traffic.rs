@@ -170,6 +170,8 @@ fn demo_policy(month: Period, tenant: &str, metric: &str, id: &str, rule: (i64, 
         violation: None,
         window_seconds: None,
         cycle_anchor: None,
+        alert_thresholds: None,
+        alert_subject_share: None,
     })
 }
 
