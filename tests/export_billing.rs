@@ -163,6 +163,8 @@ fn soft_monthly(tenant: &str, limit: i64) -> Event {
         violation: None,
         window_seconds: None,
         cycle_anchor: None,
+        alert_thresholds: None,
+        alert_subject_share: None,
     })
 }
 
@@ -640,13 +642,24 @@ fn soft_cycle(tenant: &str, version: i32, anchor: &str, zone: &str, effective_fr
 // cycle_start and cycle_end, and February's equals the independent computation. Late usage of a closed cycle is
 // carried into the next cycle's row; an anchor moved mid-cycle (to the 17th) takes effect at the next boundary, and
 // April bills the short cycle it makes. org-switch moves from calendar months to cycles on the 17th (UTC) in March:
-// its first cycle's row bills from March 1, where February's month row stopped, so no day is billed twice.
+// its first cycle's row bills from March 1, where February's month row stopped, so no day is billed twice. org-back
+// moves the other way, from cycles on the 17th back to calendar months on March 1: March's month row bills from
+// February 17, where its last cycle ended, so no day goes unbilled.
 #[test]
 fn billing_cycles_bill_each_tenant_its_own_cycles_in_its_time_zone() {
     let test = TestLedger::new();
     let Event::Policy(monthly) = soft_monthly("org-switch", 100) else { unreachable!("a policy") };
     let from_january = PolicyEvent { effective_from: at("2026-01-01T00:00:00Z"), ..monthly };
+    let Event::Policy(monthly) = soft_monthly("org-back", 100) else { unreachable!("a policy") };
+    let back_to_months = PolicyEvent {
+        header: header("org-back-tokens-v2", "2026-02-25T00:00:00Z", "org-back", "tokens"),
+        version: 2,
+        effective_from: at("2026-03-01T00:00:00Z"),
+        ..monthly
+    };
     let policies = [
+        soft_cycle("org-back", 1, "2026-01-17T00:00:00Z", "UTC", "2026-01-01T00:00:00Z"),
+        Event::Policy(back_to_months),
         soft_cycle("org-ny", 1, "2026-01-31T05:00:00Z", "America/New_York", "2026-01-01T00:00:00Z"),
         Event::Policy(from_january),
         soft_cycle("org-switch", 2, "2026-01-17T00:00:00Z", "UTC", "2026-03-05T00:00:00Z"),
@@ -663,6 +676,9 @@ fn billing_cycles_bill_each_tenant_its_own_cycles_in_its_time_zone() {
         tokens("s-1", "2026-02-20T00:00:00Z", "org-switch", 10),
         tokens("s-2", "2026-03-10T00:00:00Z", "org-switch", 20),
         tokens("s-3", "2026-03-20T00:00:00Z", "org-switch", 40),
+        tokens("b-1", "2026-02-10T00:00:00Z", "org-back", 10),
+        tokens("b-2", "2026-02-20T00:00:00Z", "org-back", 20),
+        tokens("b-3", "2026-03-10T00:00:00Z", "org-back", 40),
     ];
     ingest_events(&test, "usage.avro", &usage);
     let watermark = count(&test.status(), "watermark");
@@ -672,6 +688,10 @@ fn billing_cycles_bill_each_tenant_its_own_cycles_in_its_time_zone() {
     assert_eq!(
         february[1..],
         [
+            format!(
+                "org-back,tokens,2026-02,10,org-back-tokens,1,100,0,100,0,,0,{watermark},,2026-01-17T00:00:00Z,\
+                 2026-02-17T00:00:00Z"
+            ),
             format!(
                 "org-ny,tokens,2026-02,110,org-ny-tokens,1,100,0,100,10,,0,{watermark},,2026-01-31T05:00:00Z,\
                  2026-02-28T05:00:00Z"
@@ -693,6 +713,10 @@ fn billing_cycles_bill_each_tenant_its_own_cycles_in_its_time_zone() {
         march[1..],
         [
             format!(
+                "org-back,tokens,2026-03,60,org-back-tokens,2,100,0,100,0,,0,{now},,2026-02-17T00:00:00Z,\
+                 2026-04-01T00:00:00Z"
+            ),
+            format!(
                 "org-ny,tokens,2026-03,50,org-ny-tokens,2,100,0,100,0,,7,{now},,2026-02-28T05:00:00Z,\
                  2026-03-31T04:00:00Z"
             ),
@@ -701,12 +725,17 @@ fn billing_cycles_bill_each_tenant_its_own_cycles_in_its_time_zone() {
                  2026-03-17T00:00:00Z"
             ),
         ],
-        "the cycle across the spring-forward, with February's late usage; org-switch's first cycle from March 1"
+        "org-back's month from its last cycle's end; the cycle across the spring-forward, with February's late usage; \
+         org-switch's first cycle from March 1"
     );
     let april = csv_lines(&export(&test, "2026-04", "csv", &[]));
     assert_eq!(
         april[1..],
         [
+            format!(
+                "org-back,tokens,2026-04,0,org-back-tokens,2,100,0,100,0,,0,{now},,2026-04-01T00:00:00Z,\
+                 2026-05-01T00:00:00Z"
+            ),
             format!(
                 "org-ny,tokens,2026-04,5,org-ny-tokens,2,100,0,100,0,,0,{now},,2026-03-31T04:00:00Z,\
                  2026-04-17T04:00:00Z"

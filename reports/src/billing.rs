@@ -37,10 +37,11 @@ pub struct BillingInputs {
     pub cycles: BTreeMap<Key, Vec<CycleUse>>,
 }
 
-/// One billing cycle of a (tenant, metric) that a period bills, as measured at the export's watermark.
+/// One billing cycle of a (tenant, metric) that a period bills, as measured at the export's watermark; or the month
+/// of a tenant that moved from cycles back to calendar months, billed from where its last cycle ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CycleUse {
-    /// `[start, end)` of the cycle.
+    /// `[start, end)` of the cycle (of the period, for a month billed from a cycle's end).
     pub cycle: (Timestamp, Timestamp),
     /// Where the row bills from: the cycle's start, or the end of what an earlier export billed of it (a tenant moved
     /// from calendar months to cycles). The row's `cycle_start`.
@@ -71,7 +72,9 @@ pub enum UsageSource {
 ///
 /// A (tenant, metric) with cycles in `inputs.cycles` is billed by cycle instead: a row per cycle, in order, priced
 /// by the BILLING_CYCLE quota in force for it ([`cycle_policy`]), with the cycle's bounds, the first carrying the
-/// key's late usage. Its LATE_USAGE adjustments (of UTC months) are not carried: the cycle's own late usage is.
+/// key's late usage. Its LATE_USAGE adjustments (of UTC months) are not carried: the cycle's own late usage is. A
+/// "cycle" that is the period itself is the month of a tenant back on calendar months, billed from its last cycle's
+/// end and priced by the month's quota.
 pub fn rows(period: Period, inputs: &BillingInputs) -> Vec<PeriodExportRow> {
     let index = PolicyIndex::new(inputs.policies.clone());
     let mut keys: BTreeSet<Key> =
@@ -82,7 +85,7 @@ pub fn rows(period: Period, inputs: &BillingInputs) -> Vec<PeriodExportRow> {
     let mut rows = Vec::new();
     for key in keys {
         match inputs.cycles.get(&key).filter(|cycles| !cycles.is_empty()) {
-            Some(cycles) => rows.extend(cycles.iter().map(|used| cycle_row(&index, inputs, &key, used))),
+            Some(cycles) => rows.extend(cycles.iter().map(|used| cycle_row(period, &index, inputs, &key, used))),
             None => rows.push(row(period, &index, inputs, key)),
         }
     }
@@ -159,11 +162,22 @@ fn cycle_metrics<'a>(index: &'a PolicyIndex, tenant: &str) -> BTreeSet<&'a str> 
 }
 
 /// The row of one billing cycle of `key`.
-fn cycle_row(index: &PolicyIndex, inputs: &BillingInputs, key: &Key, used: &CycleUse) -> PeriodExportRow {
+fn cycle_row(
+    period: Period,
+    index: &PolicyIndex,
+    inputs: &BillingInputs,
+    key: &Key,
+    used: &CycleUse,
+) -> PeriodExportRow {
     let (tenant, metric) = (key.0.clone(), key.1.clone());
     let mut row =
         PeriodExportRow::unpriced(tenant, metric, used.consumption, used.late, (used.billed_from, used.cycle.1));
-    let Some(policy) = cycle_policy(index, &key.0, &key.1, used.cycle) else { return row };
+    let month = || month_policy(index, &key.0, &key.1, period).map(|(policy, _)| policy);
+    let Some(policy) = cycle_policy(index, &key.0, &key.1, used.cycle)
+        .or_else(|| month().filter(|_| used.cycle == (period.start(), period.end())))
+    else {
+        return row;
+    };
     let grants = inputs.grants.get(key).map_or(&[][..], Vec::as_slice);
     let (start, end) = used.cycle;
     let effective = overshoot::effective_limit(policy.limit, Scope::TENANT, None, grants, start, end);
@@ -338,14 +352,23 @@ fn measure_cycles(
         if !cycle_metrics(&index, &key.0).contains(key.1.as_str()) {
             continue;
         }
-        let cycles = cycles_billed(&index, &key.0, &key.1, period);
+        let through = billed_through.get(&key).copied();
+        let mut cycles = cycles_billed(&index, &key.0, &key.1, period);
+        // Back on calendar months after a cycle that ended in the month before: the month bills from that end, so
+        // the days between it and the month's start are billed (they are in no cycle and in no month billed).
+        let previous = period.previous();
+        if cycles.is_empty() && through.is_some_and(|t| t > previous.start() && t < period.start()) {
+            cycles.push((period.start(), period.end()));
+        }
         if cycles.is_empty() {
             continue;
         }
-        let through = billed_through.get(&key).copied();
         let mut uses: Vec<CycleUse> = Vec::new();
         for cycle in cycles {
-            let from = through.map_or(cycle.0, |t| t.max(cycle.0)).min(cycle.1);
+            let from = match through {
+                Some(t) if cycle == (period.start(), period.end()) && t < cycle.0 => t,
+                through => through.map_or(cycle.0, |t| t.max(cycle.0)).min(cycle.1),
+            };
             let names = (key.0.as_str(), key.1.as_str());
             let consumption = ledger.usage_of_key_between(names, (from, cycle.1), 0, snapshot.watermark)?;
             let late = match uses.is_empty() {
@@ -554,6 +577,8 @@ mod tests {
             violation: None,
             window_seconds: None,
             cycle_anchor: None,
+            alert_thresholds: None,
+            alert_subject_share: None,
         }
     }
 
