@@ -106,7 +106,16 @@ pub fn in_force<'a>(versions: &[&'a PolicyEvent], at: Timestamp) -> Vec<Applicab
 /// under the version in force for that cycle (effective before its end), as for any window. A version that changes
 /// only the limit governs the whole cycle it falls in, as a mid-month upgrade governs the month.
 fn cycle_window<'a>(versions: impl Iterator<Item = &'a PolicyEvent> + Clone, at: Timestamp) -> Option<Applicable<'a>> {
-    let (window_start, window_end) = cycle_schedule(versions.clone())?.bounds(at);
+    cycle_window_of(&cycle_schedule(versions.clone())?, versions, at)
+}
+
+/// [`cycle_window`] with the versions' schedule made already.
+fn cycle_window_of<'a>(
+    schedule: &cycle::Schedule,
+    versions: impl Iterator<Item = &'a PolicyEvent>,
+    at: Timestamp,
+) -> Option<Applicable<'a>> {
+    let (window_start, window_end) = schedule.bounds(at);
     let governing = versions.filter(|p| p.effective_from < window_end).max_by_key(|p| (p.effective_from, p.version));
     let policy = governing.filter(|p| p.window == Window::BILLING_CYCLE && !p.is_gauge())?;
     Some(Applicable { policy, window_start, window_end, plan_default: false })
@@ -543,6 +552,9 @@ pub struct PolicyIndex {
     /// owner -> the groups of `groups` with a gauge version among them, of every metric: what [`PolicyIndex::gauges`]
     /// reads for every request, empty for almost every tenant.
     gauge_groups: std::collections::HashMap<String, Vec<Vec<usize>>>,
+    /// The billing cycle schedule of each group with a BILLING_CYCLE version, by the group's first version: made once,
+    /// not for every request of a tenant on cycles.
+    schedules: std::collections::HashMap<usize, cycle::Schedule>,
 }
 
 /// The policy groups that may apply to one tenant's metric: looked up once, asked at every instant.
@@ -552,6 +564,7 @@ pub struct Candidates<'a> {
     zones: &'a [Tz],
     own: &'a [Vec<usize>],
     defaults: &'a [Vec<usize>],
+    schedules: &'a std::collections::HashMap<usize, cycle::Schedule>,
 }
 
 impl PolicyIndex {
@@ -571,7 +584,12 @@ impl PolicyIndex {
             groups.entry((owner, metric)).or_default().push(versions);
         }
         let zones = policies.iter().map(PolicyEvent::zone).collect();
-        PolicyIndex { policies, zones, groups, gauge_groups }
+        let schedules = groups
+            .values()
+            .flatten()
+            .filter_map(|versions| Some((versions[0], cycle_schedule(versions.iter().map(|i| &policies[*i]))?)))
+            .collect();
+        PolicyIndex { policies, zones, groups, gauge_groups, schedules }
     }
 
     /// Every version indexed, in the order given.
@@ -597,7 +615,13 @@ impl PolicyIndex {
     /// The groups that may apply to `tenant`'s consumption of `metric`: its own, and the plan defaults.
     pub fn candidates(&self, tenant: &str, metric: &str) -> Candidates<'_> {
         let of = |owner: &str| self.groups.get(&(owner.to_string(), metric.to_string())).map_or(&[][..], Vec::as_slice);
-        Candidates { policies: &self.policies, zones: &self.zones, own: of(tenant), defaults: of(PLAN_DEFAULT_TENANT) }
+        Candidates {
+            policies: &self.policies,
+            zones: &self.zones,
+            own: of(tenant),
+            defaults: of(PLAN_DEFAULT_TENANT),
+            schedules: &self.schedules,
+        }
     }
 
     /// Every policy version that applies to `tenant`'s consumption of `metric` at `at`, as [`applicable`].
@@ -720,8 +744,10 @@ impl<'a> Candidates<'a> {
             }
             found.extend(best.and_then(|p| rolling_window(p, at)));
         }
-        if kinds & kind_bit(Window::BILLING_CYCLE) != 0 {
-            found.extend(cycle_window(policies().map(|(p, _)| p), at));
+        if let Some(schedule) =
+            self.schedules.get(&versions[0]).filter(|_| kinds & kind_bit(Window::BILLING_CYCLE) != 0)
+        {
+            found.extend(cycle_window_of(schedule, policies().map(|(p, _)| p), at));
         }
     }
 
