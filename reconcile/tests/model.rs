@@ -1669,8 +1669,9 @@ fn run_and_check(ledger: &mut Ledger, model: &mut Model, as_of: Timestamp) {
     let before = ledger.adjustments().unwrap();
     let plan = reconcile::plan(ledger, as_of, &mut |_| {}).unwrap();
     let report = reconcile::apply(ledger, &plan).unwrap();
-    model.watermark += plan.adjustments.len() as u64;
-    assert_eq!(report.watermark, model.watermark, "adjustments are entries of the ledger");
+    // The run's alerts (issue 37 item 4) are entries too; the model judges adjustments, and that none is written twice.
+    model.watermark += (plan.adjustments.len() + plan.alerts.len()) as u64;
+    assert_eq!(report.watermark, model.watermark, "adjustments and alerts are entries of the ledger");
 
     let truths = model.truths(as_of);
     assert_eq!(plan.counts.leases_expired, truths.leases_expired, "as of {as_of}: leases expired unreleased");
@@ -1728,6 +1729,7 @@ fn run_and_check(ledger: &mut Ledger, model: &mut Model, as_of: Timestamp) {
 
     let rerun = reconcile::plan(ledger, as_of, &mut |_| {}).unwrap();
     assert!(rerun.is_clean(), "a rerun with the same --as-of {as_of} writes nothing: {:#?}", rerun.adjustments);
+    assert!(rerun.alerts.is_empty(), "nor an alert again: {:#?}", rerun.alerts);
 }
 
 fn check(history: &History) {
