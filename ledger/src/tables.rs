@@ -228,7 +228,7 @@ pub const TABLES: &[Table] = &[
     },
     Table {
         name: "alert_events",
-        description: "AlertEvents written by the enforcement hook (a window reaching a share of its limit), with their entry fields",
+        description: "AlertEvents written by the enforcement hook (a window reaching a share of its limit) and by reconcile (SUBJECT_SHARE, OPEN_TOO_LONG, DENY_RATE, thresholds no request reached), with their entry fields",
         from: "alert_events d JOIN entries e ON e.seq = d.seq",
         seq: Some("d.seq"),
         columns: entry_columns![

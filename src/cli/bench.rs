@@ -243,7 +243,7 @@ fn print_reconcile(figures: &ReconcileFigures) -> anyhow::Result<()> {
     )?;
     writeln!(
         out,
-        "reconcile --as-of {AS_OF}   {:7.2} s  peak memory {:7.1} MiB  {} adjustments written",
+        "reconcile --as-of {AS_OF}   {:7.2} s  peak memory {:7.1} MiB  {} adjustments and alerts written",
         figures.first_run_seconds, figures.first_run_peak_memory_mib, figures.adjustments_written
     )?;
     writeln!(

@@ -431,7 +431,9 @@ fn print_alerts(out: &mut dyn Write, alerts: &[schemas::AlertEvent]) -> anyhow::
         }
     }
     writeln!(out, "alerts in the day before --as-of and written by this run: {}", alerts.len())?;
-    for ((tenant, metric, policy, member), (thresholds, limit, observed)) in windows {
+    for ((tenant, metric, policy, member), (mut thresholds, limit, observed)) in windows {
+        // The hook's and the run's of one window, in order.
+        thresholds.sort_unstable();
         let percents: Vec<String> = thresholds.iter().map(|t| format!("{t}%")).collect();
         let of = member.map_or(String::new(), |m| format!(" ({m})"));
         let limit = limit.map_or(String::new(), |l| format!(" of {l}"));

@@ -44,7 +44,7 @@ pub struct ReconcileFigures {
     pub first_run_seconds: f64,
     /// Peak resident memory of the first run, in MiB.
     pub first_run_peak_memory_mib: f64,
-    /// Adjustments the first run wrote.
+    /// Entries the first run put in the outbox: its adjustments and its alerts.
     pub adjustments_written: u64,
     /// Seconds of the rerun (clean: it writes nothing).
     pub rerun_seconds: f64,

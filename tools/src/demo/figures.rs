@@ -110,22 +110,39 @@ pub(super) fn largest_overshoots(session: &LedgerSession) -> anyhow::Result<Vec<
         .collect())
 }
 
-/// The alerts the hook wrote (issue 37 item 4), as the page's table rows: tenant, metric, policy, window, threshold,
-/// what was used of the effective limit, by tenant, metric, policy and threshold.
+/// The alerts the hook and reconcile wrote (issue 37 item 4), as the page's table rows: tenant, metric, kind, policy,
+/// window, threshold, what was found, and who wrote it; the kinds reconcile finds first (few beside the thresholds),
+/// then by tenant, metric, policy and threshold.
 pub(super) fn alerts(session: &LedgerSession) -> anyhow::Result<Vec<Vec<String>>> {
     let sql = format!(
-        "SELECT tenant, metric, policy_id, CAST(window_start AS BIGINT) AS start_micros, \
-         CAST(window_end AS BIGINT) AS end_micros, threshold_percent, observed, \"limit\" FROM alert_events \
-         ORDER BY tenant, metric, policy_id, start_micros, threshold_percent LIMIT {}",
+        "SELECT tenant, metric, kind, policy_id, CAST(window_start AS BIGINT) AS start_micros, \
+         CAST(window_end AS BIGINT) AS end_micros, threshold_percent, observed, \"limit\", subject, request_id, \
+         policy_version, source, CASE WHEN kind = 'THRESHOLD' THEN 1 ELSE 0 END AS threshold_last FROM alert_events \
+         ORDER BY threshold_last, tenant, metric, policy_id, start_micros, threshold_percent LIMIT {}",
         page::ALERTS_SHOWN
     );
     Ok(query_cells(session, &sql)?
         .into_iter()
         .map(|row| {
-            let window = window_label(Timestamp(number(&row[3])), Timestamp(number(&row[4])));
-            let threshold = format!("{}%", row[5]);
-            let used = format!("{} of {}", row[6], row[7]);
-            vec![row[0].clone(), row[1].clone(), row[2].clone(), window, threshold, used]
+            let window = window_label(Timestamp(number(&row[4])), Timestamp(number(&row[5])));
+            let (observed, limit) = (&row[7], &row[8]);
+            let found = match row[2].as_str() {
+                "SUBJECT_SHARE" => format!("{}: {observed} of the tenant's {limit}", row[9]),
+                "OPEN_TOO_LONG" => format!("{} held {observed} s", row[10]),
+                "DENY_RATE" => format!("v{} denied {observed}%, {limit}% before", row[11]),
+                _ => format!("{observed} of {limit}"),
+            };
+            let threshold = format!("{}%", row[6]);
+            vec![
+                row[0].clone(),
+                row[1].clone(),
+                row[2].clone(),
+                row[3].clone(),
+                window,
+                threshold,
+                found,
+                row[12].clone(),
+            ]
         })
         .collect())
 }

@@ -85,7 +85,7 @@ pub struct Page {
     pub audit_why: String,
     /// The billing export's header and rows, as CSV cells.
     pub billing: Vec<Vec<String>>,
-    /// The alerts the hook wrote: tenant, metric, policy, window, threshold, used of the limit.
+    /// The alerts written: tenant, metric, kind, policy, window, threshold, what was found, who wrote it.
     pub alerts: Vec<Vec<String>>,
     /// Commands to paste against the demo's ledger.
     pub commands: Vec<String>,
@@ -123,7 +123,8 @@ pub fn render(page: &Page) -> anyhow::Result<String> {
     section(&mut html, "Largest overshoots", OVERSHOOTS_NOTE, &overshoots);
     section(&mut html, "Why was a request denied? (audit why)", "", &format!("<pre>{}</pre>", escape(&page.audit_why)));
     section(&mut html, "Billing export", BILLING_NOTE, &billing_table(&page.billing));
-    let alerts = table(&["tenant", "metric", "policy", "window", "threshold", "used of the limit"], &page.alerts, 5);
+    let columns = ["tenant", "metric", "kind", "policy", "window", "threshold", "found", "written by"];
+    let alerts = table(&columns, &page.alerts, 5);
     section(&mut html, "Alerts (quota.alerts)", ALERTS_NOTE, &alerts);
     let commands: Vec<String> = page.commands.iter().map(|c| escape(c)).collect();
     section(&mut html, "Try it yourself", "", &format!("<pre>{}</pre>", commands.join("\n")));
@@ -144,8 +145,10 @@ const ADJUSTMENTS_NOTE: &str = "What reconciliation recorded, all runs together 
 the table below the chart).";
 const OVERSHOOTS_NOTE: &str = "Windows of HARD policies whose consumption passed the effective limit.";
 const ALERTS_NOTE: &str = "What the enforcement hook wrote to the ledger and its outbox published to quota.alerts as \
-an allowed request brought a window to 80, 90 or 100 % of its effective limit: once per window, policy and \
-threshold. Here, the first checks of the month's last day find the busiest tenants past their thresholds.";
+an allowed request brought a window to 80, 90 or 100 % of its effective limit, and what the nightly reconcile found \
+in the ledger: thresholds that usage sent through Kafka reached, reservations held past an hour, a subject's share, \
+a new version's deny rate. Once per window, policy and threshold. Here, the first checks of the month's last day find \
+the busiest tenants past their thresholds.";
 /// Alerts listed on the page at most.
 pub const ALERTS_SHOWN: usize = 40;
 const BILLING_NOTE: &str = "The closed month, as finance receives it (the same rows are in the CSV and Parquet files).";
