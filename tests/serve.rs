@@ -1511,6 +1511,10 @@ fn reconcile_alerts_each_kind_once_across_restarts_of_serve_and_reruns() {
     assert_eq!(of_alice, [&json!("alice"), &json!(3), &json!(4), &json!(50)], "{share}");
     let second = reconcile().success().json();
     assert_eq!(second["alerts_written"], json!(0), "a rerun writes none: {second}");
+    let sooner = test.run(&["reconcile", "--as-of", &as_of, "--json", "--open-alert-after", "60"]).success().json();
+    assert_eq!(sooner["alerts_written"], json!(0), "another age alerts no reservation twice: {sooner}");
+    let refused = test.run(&["reconcile", "--as-of", &as_of, "--open-alert-after", "0"]).expect_code(2);
+    assert!(refused.stderr.contains("--open-alert-after"), "{}", refused.stderr);
     assert_eq!(sql_i64(&test, "SELECT COUNT(*) FROM alert_events"), hook_alerts + 3);
     let mut on_topic = event_ids_on_topic(&broker.bootstrap, "quota.alerts", 6);
     on_topic.sort();

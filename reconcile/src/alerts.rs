@@ -7,8 +7,8 @@
 //!   whose consumption reached a threshold without a request the hook allowed reaching it: usage only ingest saw.
 //! - SUBJECT_SHARE: in a window of a TENANT policy with `alert_subject_share`, one subject's consumption above that
 //!   share of the tenant's, two subjects or more consuming.
-//! - OPEN_TOO_LONG: a reservation or a lease held past [`OPEN_TOO_LONG_MICROS`] (a worker that hangs holding a slot,
-//!   a job renewing its lease for ever).
+//! - OPEN_TOO_LONG: a reservation or a lease held past [`OPEN_TOO_LONG_MICROS`] or the age the run is given
+//!   ([`AlertSettings`]): a worker that hangs holding a slot, a job renewing its lease for ever.
 //! - DENY_RATE: a policy version that in its first hour denied (or, SHADOW, would have denied) a tenant's requests
 //!   at least [`DENY_RATE_FACTOR`] times as often as the version before it in its last hour, and at least
 //!   [`DENY_RATE_MIN_POINTS`] percentage points more, over [`DENY_RATE_MIN_DECISIONS`] decisions or more: a plan
@@ -22,8 +22,22 @@ use rules::reservation::Verdict;
 
 use crate::plan::ADJUSTMENT_SOURCE;
 
-/// How long a reservation or a lease may stay open before it is alerted: an hour.
+/// How long a reservation or a lease may stay open before it is alerted, unless the run is told otherwise
+/// ([`AlertSettings`]): an hour.
 pub const OPEN_TOO_LONG_MICROS: i64 = HOUR_MICROS;
+
+/// What an operator sets of the alerts a run writes (`reconcile --open-alert-after`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AlertSettings {
+    /// How long a reservation or lease may be held before an OPEN_TOO_LONG alert, in microseconds (at least 1 s).
+    pub open_too_long_micros: i64,
+}
+
+impl Default for AlertSettings {
+    fn default() -> AlertSettings {
+        AlertSettings { open_too_long_micros: OPEN_TOO_LONG_MICROS }
+    }
+}
 /// How far back a run looks for what it alerts once (a version's first hour, a reservation's crossing of the age):
 /// a week, so that nights a run missed are alerted by the next, and a first run on an old ledger does not alert
 /// its whole history.
@@ -73,18 +87,24 @@ pub(crate) fn header_of(tenant: &str, metric: &str, scope: Scope, member: Option
     }
 }
 
-/// The OPEN_TOO_LONG alert of a reservation (`group`, judged as `verdict` as of `as_of`), when it was held past
-/// [`OPEN_TOO_LONG_MICROS`] at an instant within [`LOOKBACK_MICROS`] before `as_of`: held from its RESERVE until its
-/// valid close, or until it expired (as a lease's renewals moved its expiry). `window_start` is when it was reserved,
+/// The OPEN_TOO_LONG alert of a reservation (`group`, judged as `verdict` as of `as_of`), when it was held past `age`
+/// (microseconds) at an instant within [`LOOKBACK_MICROS`] before `as_of`: held from its RESERVE until its valid
+/// close, or until it expired (as a lease's renewals moved its expiry). `window_start` is when it was reserved,
 /// `window_end` and `occurred_at` when it had been held the age; `limit` is the age and `observed` how long it was
-/// held as of the run, in seconds; `request_id` is the reservation's id.
-pub(crate) fn open_too_long(group: &[SequencedReservation], verdict: &Verdict, as_of: Timestamp) -> Option<AlertEvent> {
+/// held as of the run, in seconds; `request_id` is the reservation's id. Its id names the reservation, not the age: a
+/// run with another age alerts no reservation twice.
+pub(crate) fn open_too_long(
+    group: &[SequencedReservation],
+    verdict: &Verdict,
+    as_of: Timestamp,
+    age: i64,
+) -> Option<AlertEvent> {
     let event_at = |seq: u64| group.iter().find(|(s, _)| *s == seq).map(|(_, e)| e);
     let reserve = event_at(verdict.reserve?)?;
     let reserved_at = reserve.header.occurred_at;
     let closed_at = verdict.close.and_then(|(seq, _, _)| event_at(seq)).map(|e| e.header.occurred_at);
     let held_until = closed_at.or(verdict.expires_at).unwrap_or(as_of).min(as_of);
-    let crossed = Timestamp(reserved_at.micros().saturating_add(OPEN_TOO_LONG_MICROS));
+    let crossed = Timestamp(reserved_at.micros().saturating_add(age));
     if held_until <= crossed || crossed >= as_of || crossed.micros() < as_of.micros() - LOOKBACK_MICROS {
         return None;
     }
@@ -93,14 +113,14 @@ pub(crate) fn open_too_long(group: &[SequencedReservation], verdict: &Verdict, a
         &reserve.header.tenant,
         &reserve.reservation_id,
         (Scope::TENANT, None),
-        (reserved_at, crossed),
+        (reserved_at, reserved_at),
         100,
     );
     Some(AlertEvent {
         window_start: Some(reserved_at),
         window_end: Some(crossed),
         threshold_percent: 100,
-        limit: Some(OPEN_TOO_LONG_MICROS / 1_000_000),
+        limit: Some(age / 1_000_000),
         observed: (held_until.micros() - reserved_at.micros()) / 1_000_000,
         request_id: Some(reserve.reservation_id.clone()),
         ..alert(&reserve.header, crossed, id, AlertKind::OPEN_TOO_LONG)

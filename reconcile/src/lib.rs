@@ -43,8 +43,9 @@ pub mod plan;
 mod rolling;
 pub mod shards;
 
+pub use alerts::AlertSettings;
 pub use apply::{ADJUSTMENTS_PER_TRANSACTION, apply};
 pub use error::ReconcileError;
 pub use gauge::GaugeOverLimit;
 pub use inputs::PlanInputs;
-pub use plan::{Plan, PlanCounts, Progress, plan, plan_from};
+pub use plan::{Plan, PlanCounts, Progress, plan, plan_from, plan_from_with, plan_with};

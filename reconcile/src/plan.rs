@@ -223,6 +223,7 @@ struct Commit {
 /// Everything the run holds in memory: small tables, and one number per window.
 struct Run<'p> {
     as_of: Timestamp,
+    settings: alerts::AlertSettings,
     policies: &'p PolicyIndex,
     grants: HashMap<(String, String), Vec<GrantEvent>>,
     closes: Vec<PeriodClose>,
@@ -265,8 +266,18 @@ struct Run<'p> {
 
 /// Computes the plan of `reconcile --as-of as_of` over everything the ledger holds, in one read snapshot.
 pub fn plan(ledger: &Ledger, as_of: Timestamp, progress: &mut dyn FnMut(Progress)) -> Result<Plan, ReconcileError> {
+    plan_with(ledger, as_of, alerts::AlertSettings::default(), progress)
+}
+
+/// [`plan()`] with the alert settings an operator gave.
+pub fn plan_with(
+    ledger: &Ledger,
+    as_of: Timestamp,
+    settings: alerts::AlertSettings,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Plan, ReconcileError> {
     let snapshot = ledger.read_snapshot()?;
-    let mut plan = plan_from(ledger, as_of, progress)?;
+    let mut plan = plan_from_with(ledger, as_of, settings, progress)?;
     plan.after_close = after_close(ledger)?;
     snapshot.finish()?;
     Ok(plan)
@@ -279,6 +290,16 @@ pub fn plan_from(
     as_of: Timestamp,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Plan, ReconcileError> {
+    plan_from_with(inputs, as_of, alerts::AlertSettings::default(), progress)
+}
+
+/// [`plan_from`] with the alert settings an operator gave.
+pub fn plan_from_with(
+    inputs: &impl PlanInputs,
+    as_of: Timestamp,
+    settings: alerts::AlertSettings,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Plan, ReconcileError> {
     let watermark = inputs.watermark()?;
     let policies = PolicyIndex::new(inputs.policies()?);
     let mut clock = std::time::Instant::now();
@@ -286,6 +307,7 @@ pub fn plan_from(
         concern::recorded(inputs, &|tenant, metric, policy_id| policies.scope_of(tenant, metric, policy_id))?;
     let mut run = Run {
         as_of,
+        settings,
         policies: &policies,
         grants: inputs.grants()?,
         closes: inputs.period_closes()?,
@@ -376,7 +398,7 @@ impl<'p> Run<'p> {
         let events: Vec<(u64, &ReservationEvent)> = group.iter().map(|(seq, e)| (*seq, e)).collect();
         let verdict = reservation::judge(&events, self.as_of);
         self.collect_commits(group, &events, &verdict, commits);
-        self.alerts.extend(alerts::open_too_long(group, &verdict, self.as_of));
+        self.alerts.extend(alerts::open_too_long(group, &verdict, self.as_of, self.settings.open_too_long_micros));
         // Not judged yet (contract §5 "What a run covers"): nothing new is reported of it, but what earlier runs
         // reported of its events follows the current verdict. A late RESERVE that makes a refused COMMIT valid
         // takes the REFUSED_TRANSITION back in the run that starts counting the COMMIT, not once the new RESERVE

@@ -523,7 +523,7 @@ avro_enum!(
 avro_enum!(
     /// What an alert found: THRESHOLD (a window reached a share of its limit: the hook, and reconcile for windows no
     /// request reached), and what reconcile finds in the ledger: SUBJECT_SHARE (a subject took more than a set share of
-    /// its tenant's consumption), OPEN_TOO_LONG (a reservation or lease held past an hour) and DENY_RATE (a policy
+    /// its tenant's consumption), OPEN_TOO_LONG (a reservation or lease held past a set age) and DENY_RATE (a policy
     /// version denying far more in its first hour than the version before).
     AlertKind { THRESHOLD, SUBJECT_SHARE, OPEN_TOO_LONG, DENY_RATE }
 );

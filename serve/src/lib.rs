@@ -150,10 +150,16 @@ pub trait Reports: Send + Sync + std::fmt::Debug {
         partition: Option<u32>,
         period: ledger::Period,
     ) -> Result<serde_json::Value, String>;
-    /// `reconcile --as-of AS_OF [--dry-run]` of the shard at `path`, as `reconcile --data` runs it on each shard (its
-    /// adjustments recorded in it, and published when the server knows brokers): `{"run", "words", "clean"}`, the
-    /// run's `--json`, its report in words, and whether it found nothing to adjust.
-    fn reconcile(&self, path: &Path, as_of: schemas::Timestamp, dry_run: bool) -> Result<serde_json::Value, String>;
+    /// `reconcile --as-of AS_OF [--dry-run] [--open-alert-after S]` of the shard at `path`, as `reconcile --data` runs
+    /// it on each shard (its adjustments recorded in it, and published when the server knows brokers): `{"run",
+    /// "words", "clean"}`, the run's `--json`, its report in words, and whether it found nothing to adjust.
+    fn reconcile(
+        &self,
+        path: &Path,
+        as_of: schemas::Timestamp,
+        dry_run: bool,
+        open_alert_after_s: u64,
+    ) -> Result<serde_json::Value, String>;
     /// `audit why REQUEST_ID` in `ledger`: `{"why", "words"}` (the answer and its words) when it holds the request,
     /// else `{"nearest"}`, the nearest request ids it holds.
     fn why(&self, ledger: &Ledger, request_id: &str) -> Result<serde_json::Value, String>;

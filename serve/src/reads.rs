@@ -47,13 +47,22 @@ pub(crate) struct BackupQuery {
     partition: Option<u32>,
 }
 
-/// `POST /v1/admin/reconcile`'s body: the instant every shard is reconciled as of, and whether to record nothing.
+/// `POST /v1/admin/reconcile`'s body: the instant every shard is reconciled as of, whether to record nothing, and
+/// after how many seconds a held reservation is alerted (`reconcile --open-alert-after`, 3,600 when absent).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ReconcileBody {
     as_of: String,
     #[serde(default)]
     dry_run: bool,
+    // A number when given: null is no number, and the OpenAPI document says so.
+    #[serde(default = "an_hour")]
+    open_alert_after_s: u64,
+}
+
+/// The age of an OPEN_TOO_LONG alert a reconcile takes when its body names none.
+fn an_hour() -> u64 {
+    3_600
 }
 
 /// `GET /v1/admin/audit/why`'s query.
@@ -173,8 +182,12 @@ pub(crate) async fn reconcile(
         }
     };
     let dry_run = body.dry_run;
+    let open_alert_after_s = match body.open_alert_after_s {
+        seconds @ 1..=31_622_400 => seconds,
+        _ => return error(StatusCode::BAD_REQUEST, "bad_request", "open_alert_after_s: from 1 to 31622400 (366 days)"),
+    };
     let answer = serde_json::json!({"as_of": as_of.to_string(), "dry_run": dry_run});
-    let read: Read = Box::new(move |path, _, reports| reports.reconcile(path, as_of, dry_run));
+    let read: Read = Box::new(move |path, _, reports| reports.reconcile(path, as_of, dry_run, open_alert_after_s));
     every_shard(&app, answer, read).await
 }
 

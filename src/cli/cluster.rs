@@ -206,9 +206,15 @@ pub(crate) struct ShardReports {
 }
 
 impl serve::Reports for ShardReports {
-    fn reconcile(&self, path: &std::path::Path, as_of: Timestamp, dry_run: bool) -> Result<serde_json::Value, String> {
+    fn reconcile(
+        &self,
+        path: &std::path::Path,
+        as_of: Timestamp,
+        dry_run: bool,
+        open_alert_after_s: u64,
+    ) -> Result<serde_json::Value, String> {
         let brokers = self.brokers.as_ref().map(|(b, settings)| (b.as_str(), settings.as_slice()));
-        super::reconcile::of_shard(path, as_of, dry_run, brokers).map_err(|e| format!("{e:#}"))
+        super::reconcile::of_shard(path, (as_of, open_alert_after_s), dry_run, brokers).map_err(|e| format!("{e:#}"))
     }
 
     fn bill(&self, ledger: &Ledger, partition: Option<u32>, period: Period) -> Result<serde_json::Value, String> {

@@ -34,6 +34,9 @@ pub struct ReconcileArgs {
     /// Print the run as JSON (docs/contract.md §7).
     #[arg(long)]
     json: bool,
+    /// Alert a reservation or lease held longer than this many seconds (OPEN_TOO_LONG, contract §6).
+    #[arg(long, value_name = "SECONDS", default_value_t = 3_600, value_parser = clap::value_parser!(u64).range(1..=31_622_400))]
+    open_alert_after: u64,
     /// Compute and print the plan, record nothing.
     #[arg(long)]
     dry_run: bool,
@@ -159,7 +162,11 @@ fn reconcile_shards(
 /// does not answer fails the command naming its shards: the shards the others reconciled stay reconciled, and a rerun
 /// with the same `--as-of` writes nothing more to them.
 fn of_cluster(brokers: &str, token: &str, args: &ReconcileArgs) -> anyhow::Result<ExitCode> {
-    let body = serde_json::json!({"as_of": args.as_of.to_string(), "dry_run": args.dry_run});
+    let body = serde_json::json!({
+        "as_of": args.as_of.to_string(),
+        "dry_run": args.dry_run,
+        "open_alert_after_s": args.open_alert_after,
+    });
     let ask = super::cluster::Ask::Post(&body, CLUSTER_RECONCILE_TIMEOUT);
     let answered = super::cluster::ask_owners_to(brokers, token, "/v1/admin/reconcile", ask)?;
     let count = answered.shards.len();
@@ -207,13 +214,14 @@ fn of_cluster(brokers: &str, token: &str, args: &ReconcileArgs) -> anyhow::Resul
 /// "clean"}`: the run's `--json`, its report in words, and whether it found nothing to adjust.
 pub(crate) fn of_shard(
     path: &std::path::Path,
-    as_of: Timestamp,
+    (as_of, open_alert_after): (Timestamp, u64),
     dry_run: bool,
     brokers: Option<(&str, &[(String, String)])>,
 ) -> anyhow::Result<serde_json::Value> {
     let args = ReconcileArgs {
         as_of,
         json: true,
+        open_alert_after,
         dry_run,
         brokers: brokers.map(|(b, _)| b.to_string()),
         settings: brokers.map(|(_, settings)| settings.to_vec()).unwrap_or_default(),
@@ -241,7 +249,8 @@ fn reconcile_one(
     let _lock = ProcessLock::acquire(ledger_path, "reconcile")?;
     let mut ledger = Ledger::open(ledger_path)?;
     spinner.set_message("reading policies, grants and adjustments");
-    let plan = reconcile::plan(&ledger, args.as_of, &mut |p| {
+    let settings = reconcile::AlertSettings { open_too_long_micros: (args.open_alert_after * 1_000_000) as i64 };
+    let plan = reconcile::plan_with(&ledger, args.as_of, settings, &mut |p| {
         spinner.set_message(match p {
             Progress::Reservations { events } => format!("judging reservations: {events} events"),
             Progress::Usage { events } => format!("summing consumption per window: {events} usage events"),

@@ -513,7 +513,8 @@ fn thresholds_no_request_reached_are_alerted_once_by_the_run() {
 }
 
 // Proves issue 37 item 4's OPEN_TOO_LONG: a reservation held two hours before its COMMIT and a lease renewed for ever
-// are alerted once each, when they had been held an hour; one committed in half an hour is not.
+// are alerted once each, when they had been held an hour; one committed in half an hour is not, until a run is set to
+// alert after 20 minutes, which alerts it alone.
 #[test]
 fn reservations_and_leases_held_past_an_hour_are_alerted_once() {
     let mut memory = Memory::default();
@@ -548,6 +549,14 @@ fn reservations_and_leases_held_past_an_hour_are_alerted_once() {
     assert!(first.alerts.iter().all(|a| a.kind == AlertKind::OPEN_TOO_LONG && a.limit == Some(3_600)));
     memory.apply(&first);
     assert_eq!(alerts(&plan(&memory)), [], "a rerun writes none");
+    let shorter = crate::AlertSettings { open_too_long_micros: 20 * 60 * 1_000_000 };
+    let with = |memory: &Memory| crate::plan_from_with(memory, at(AS_OF), shorter, &mut |_| {}).unwrap();
+    let quick: Vec<_> = with(&memory).alerts.iter().map(|a| (a.request_id.clone(), a.limit)).collect();
+    assert_eq!(
+        quick,
+        [(Some("quick".to_string()), Some(1_200))],
+        "held 30 minutes, past 20: alerted; the others not again"
+    );
 }
 
 // Proves issue 37 item 4's DENY_RATE: version 2 of a policy, effective at 10:00, denied 20 of the tenant's 30 requests
