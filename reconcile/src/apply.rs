@@ -35,20 +35,13 @@ pub fn apply(ledger: &mut Ledger, plan: &Plan) -> Result<AppendReport, Reconcile
         if n > 0 {
             std::thread::sleep(ledger::STEP_PAUSE);
         }
-        let events = chunk
-            .iter()
-            .map(|a| Incoming {
-                event: Event::Adjustment(a.clone()),
-                origin: Origin::Local { name: ADJUSTMENT_SOURCE.to_string() },
-                raw: None,
-            })
-            .collect();
-        let appended = ledger.append(&Batch { events, outbox: true, ..Batch::default() }).map_err(|source| {
-            ReconcileError::Append { recorded: report.outcomes.len(), planned: plan.adjustments.len(), source }
+        let recorded = report.outcomes.len();
+        let events = chunk.iter().map(|a| Event::Adjustment(a.clone()));
+        append_outboxed(ledger, events, &mut report).map_err(|source| ReconcileError::Append {
+            recorded,
+            planned: plan.adjustments.len(),
+            source,
         })?;
-        report.outcomes.extend(appended.outcomes);
-        report.quarantined += appended.quarantined;
-        report.watermark = appended.watermark;
     }
     // After: every adjustment is a new entry (a deterministic id met again would be a bug in the delta rule).
     assert!(
@@ -60,20 +53,28 @@ pub fn apply(ledger: &mut Ledger, plan: &Plan) -> Result<AppendReport, Reconcile
     // The alerts after the adjustments: an alert a hook recorded since the plan read the ledger is met as a copy of
     // its id (recorded or conflicting, the ledger keeps the first), never counted twice.
     for chunk in plan.alerts.chunks(ADJUSTMENTS_PER_TRANSACTION) {
-        let events = chunk
-            .iter()
-            .map(|a| Incoming {
-                event: Event::Alert(a.clone()),
-                origin: Origin::Local { name: ADJUSTMENT_SOURCE.to_string() },
-                raw: None,
-            })
-            .collect();
-        let appended = ledger.append(&Batch { events, outbox: true, ..Batch::default() }).map_err(|source| {
-            ReconcileError::Append { recorded: plan.adjustments.len(), planned: plan.adjustments.len(), source }
+        let events = chunk.iter().map(|a| Event::Alert(a.clone()));
+        append_outboxed(ledger, events, &mut report).map_err(|source| ReconcileError::Append {
+            recorded: plan.adjustments.len(),
+            planned: plan.adjustments.len(),
+            source,
         })?;
-        report.outcomes.extend(appended.outcomes);
-        report.quarantined += appended.quarantined;
-        report.watermark = appended.watermark;
     }
     Ok(report)
+}
+
+/// Appends `events` as reconcile's, each into the outbox, in one transaction, adding what happened to `report`.
+fn append_outboxed(
+    ledger: &mut Ledger,
+    events: impl Iterator<Item = Event>,
+    report: &mut AppendReport,
+) -> Result<(), ledger::AppendError> {
+    let events = events
+        .map(|event| Incoming { event, origin: Origin::Local { name: ADJUSTMENT_SOURCE.to_string() }, raw: None })
+        .collect();
+    let appended = ledger.append(&Batch { events, outbox: true, ..Batch::default() })?;
+    report.outcomes.extend(appended.outcomes);
+    report.quarantined += appended.quarantined;
+    report.watermark = appended.watermark;
+    Ok(())
 }

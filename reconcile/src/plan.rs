@@ -622,24 +622,13 @@ impl<'p> Run<'p> {
         }
         let alerted_after = self.as_of.micros() - alerts::WINDOWS_ALERTED_MICROS;
         for a in candidates.applicable(c.occurred_at) {
-            if a.window_end.micros() > alerted_after && rules::alert::alerts_windows(a.policy) {
-                let key = WindowKey {
-                    tenant: c.tenant,
-                    metric: c.metric,
-                    policy_id: self.names.id(&a.policy.policy_id),
-                    scope: a.policy.scope,
-                    member: c.member(a.policy.scope),
-                    start: a.window_start.micros(),
-                    end: a.window_end.micros(),
-                };
-                alerted.push((key, a.policy));
-            }
+            let is_alerted = a.window_end.micros() > alerted_after && rules::alert::alerts_windows(a.policy);
             // A ROLLING window ends at every instant: judged from the events ([`Run::judge_rolling`]).
-            if a.window_end > self.as_of
-                || overshoot::excess_kind(a.policy.enforcement).is_none()
-                || a.policy.is_throttle()
-                || a.policy.window == Window::ROLLING
-            {
+            let is_judged = a.window_end <= self.as_of
+                && overshoot::excess_kind(a.policy.enforcement).is_some()
+                && !a.policy.is_throttle()
+                && a.policy.window != Window::ROLLING;
+            if !is_alerted && !is_judged {
                 continue;
             }
             let key = WindowKey {
@@ -651,7 +640,12 @@ impl<'p> Run<'p> {
                 start: a.window_start.micros(),
                 end: a.window_end.micros(),
             };
-            keys.push((key, a.policy));
+            if is_alerted {
+                alerted.push((key, a.policy));
+            }
+            if is_judged {
+                keys.push((key, a.policy));
+            }
         }
     }
 
