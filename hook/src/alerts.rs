@@ -12,8 +12,8 @@
 //! Quotas of calendar windows and billing cycles only: a throttle limits a rate, a CONCURRENT policy leases held at
 //! once, a gauge a level, and a ROLLING window has no window to alert once in.
 
-use rules::alert::{alert_id, level};
-use schemas::{AlertEvent, AlertKind, Header, Scope, Timestamp};
+use rules::alert::{alert_id, header, level};
+use schemas::{AlertEvent, AlertKind, Timestamp};
 
 use crate::decide::{Ask, Evaluated};
 
@@ -43,18 +43,8 @@ pub fn reached(
             if alerted(&id) {
                 continue;
             }
-            let of_member = |s: Scope| member.filter(|_| scope == s).map(String::from);
             found.push(AlertEvent {
-                header: Header {
-                    event_id: id.clone(),
-                    occurred_at: now,
-                    tenant: ask.tenant.to_string(),
-                    subject: of_member(Scope::SUBJECT),
-                    project: of_member(Scope::PROJECT),
-                    api_key: of_member(Scope::API_KEY),
-                    metric: ask.metric.to_string(),
-                    source: crate::SOURCE.to_string(),
-                },
+                header: header(&id, now, (ask.tenant, ask.metric), (scope, member), crate::SOURCE),
                 alert_id: id,
                 kind: AlertKind::THRESHOLD,
                 policy_id: Some(e.policy.policy_id.clone()),
@@ -84,7 +74,7 @@ mod tests {
     fn evaluated(policy_id: &str, thresholds: Option<Vec<i32>>, used_before: i64) -> Evaluated {
         let at = |s: &str| Timestamp::parse_rfc3339(s).unwrap();
         let policy = schemas::PolicyEvent {
-            header: Header {
+            header: schemas::Header {
                 event_id: format!("{policy_id}-v1"),
                 occurred_at: at("2026-11-01T00:00:00Z"),
                 tenant: "org-1".into(),
@@ -96,7 +86,7 @@ mod tests {
             },
             policy_id: policy_id.into(),
             version: 1,
-            scope: Scope::TENANT,
+            scope: schemas::Scope::TENANT,
             limit: 100,
             window: schemas::Window::MONTH,
             enforcement: schemas::Enforcement::HARD,

@@ -54,10 +54,17 @@ pub const DENY_RATE_MIN_DECISIONS: u64 = 20;
 
 const HOUR_MICROS: i64 = 3_600 * 1_000_000;
 
-/// An alert reconcile writes, at `occurred_at`, about what `header` names (its event_id and source replaced).
-pub(crate) fn alert(header: &Header, occurred_at: Timestamp, id: String, kind: AlertKind) -> AlertEvent {
+/// An alert of `kind` reconcile writes, found at `occurred_at`, about `member` of `scope` of `tenant`'s `metric`; the
+/// fields of its kind are set by the caller.
+pub(crate) fn alert(
+    id: String,
+    kind: AlertKind,
+    occurred_at: Timestamp,
+    names: (&str, &str),
+    member: (Scope, Option<&str>),
+) -> AlertEvent {
     AlertEvent {
-        header: Header { event_id: id.clone(), occurred_at, source: ADJUSTMENT_SOURCE.to_string(), ..header.clone() },
+        header: rules::alert::header(&id, occurred_at, names, member, ADJUSTMENT_SOURCE),
         alert_id: id,
         kind,
         policy_id: None,
@@ -69,21 +76,6 @@ pub(crate) fn alert(header: &Header, occurred_at: Timestamp, id: String, kind: A
         limit: None,
         observed: 0,
         request_id: None,
-    }
-}
-
-/// The header of an alert about `member` of `scope` of `tenant`'s `metric`.
-pub(crate) fn header_of(tenant: &str, metric: &str, scope: Scope, member: Option<&str>) -> Header {
-    let of_member = |s: Scope| member.filter(|_| scope == s).map(String::from);
-    Header {
-        event_id: String::new(),
-        occurred_at: Timestamp(0),
-        tenant: tenant.to_string(),
-        subject: of_member(Scope::SUBJECT),
-        project: of_member(Scope::PROJECT),
-        api_key: of_member(Scope::API_KEY),
-        metric: metric.to_string(),
-        source: ADJUSTMENT_SOURCE.to_string(),
     }
 }
 
@@ -108,9 +100,10 @@ pub(crate) fn open_too_long(
     if held_until <= crossed || crossed >= as_of || crossed.micros() < as_of.micros() - LOOKBACK_MICROS {
         return None;
     }
+    let tenant = &reserve.header.tenant;
     let id = alert_id(
         AlertKind::OPEN_TOO_LONG,
-        &reserve.header.tenant,
+        tenant,
         &reserve.reservation_id,
         (Scope::TENANT, None),
         (reserved_at, reserved_at),
@@ -123,7 +116,14 @@ pub(crate) fn open_too_long(
         limit: Some(age / 1_000_000),
         observed: (held_until.micros() - reserved_at.micros()) / 1_000_000,
         request_id: Some(reserve.reservation_id.clone()),
-        ..alert(&reserve.header, crossed, id, AlertKind::OPEN_TOO_LONG)
+        // Who holds it: the reservation's subject, project and API key.
+        header: Header {
+            event_id: id.clone(),
+            occurred_at: crossed,
+            source: ADJUSTMENT_SOURCE.into(),
+            ..reserve.header.clone()
+        },
+        ..alert(id, AlertKind::OPEN_TOO_LONG, crossed, (tenant, &reserve.header.metric), (Scope::TENANT, None))
     })
 }
 
@@ -191,13 +191,8 @@ pub(crate) fn deny_rate(
         threshold_percent: i32::try_from(bar).unwrap_or(i32::MAX),
         limit: Some(before),
         observed: now,
-        ..alert(&header_of(tenant, &v.header.metric, Scope::TENANT, None), first.1, id, AlertKind::DENY_RATE)
+        ..alert(id, AlertKind::DENY_RATE, first.1, (tenant, &v.header.metric), (Scope::TENANT, None))
     })
-}
-
-/// The thresholds a policy's windows are alerted at, in percent of the effective limit.
-pub(crate) fn thresholds(policy: &PolicyEvent) -> &[i32] {
-    policy.alert_thresholds()
 }
 
 /// The share of its tenant's consumption above which a subject is alerted in a window of `policy`, in percent: set on

@@ -760,8 +760,7 @@ impl<'p> Run<'p> {
             let window = (Timestamp(key.start), Timestamp(key.end));
             let limit =
                 overshoot::effective_limit(policy.limit, key.scope, member.as_deref(), grants, window.0, window.1);
-            let header = alerts::header_of(tenant, metric, key.scope, member.as_deref());
-            for &threshold in alerts::thresholds(policy) {
+            for &threshold in policy.alert_thresholds() {
                 if i128::from(*consumption) < rules::alert::level(limit, threshold) {
                     continue;
                 }
@@ -782,7 +781,13 @@ impl<'p> Run<'p> {
                     threshold_percent: threshold,
                     limit: Some(limit),
                     observed: *consumption,
-                    ..alerts::alert(&header, found_at, id, AlertKind::THRESHOLD)
+                    ..alerts::alert(
+                        id,
+                        AlertKind::THRESHOLD,
+                        found_at,
+                        (tenant, metric),
+                        (key.scope, member.as_deref()),
+                    )
                 });
             }
         }
@@ -811,7 +816,6 @@ impl<'p> Run<'p> {
                     window,
                     share,
                 );
-                let header = alerts::header_of(tenant, metric, Scope::SUBJECT, Some(subject));
                 self.alerts.push(AlertEvent {
                     policy_id: Some(policy.policy_id.clone()),
                     policy_version: Some(policy.version),
@@ -821,7 +825,13 @@ impl<'p> Run<'p> {
                     threshold_percent: share,
                     limit: Some(consumption),
                     observed: *used,
-                    ..alerts::alert(&header, found_at, id, AlertKind::SUBJECT_SHARE)
+                    ..alerts::alert(
+                        id,
+                        AlertKind::SUBJECT_SHARE,
+                        found_at,
+                        (tenant, metric),
+                        (Scope::SUBJECT, Some(subject)),
+                    )
                 });
             }
         }

@@ -76,17 +76,21 @@ pub enum UsageSource {
 /// "cycle" that is the period itself is the month of a tenant back on calendar months, billed from its last cycle's
 /// end and priced by the month's quota.
 pub fn rows(period: Period, inputs: &BillingInputs) -> Vec<PeriodExportRow> {
-    let index = PolicyIndex::new(inputs.policies.clone());
+    rows_of(period, &PolicyIndex::new(inputs.policies.clone()), inputs)
+}
+
+/// [`rows`] with the index of `inputs.policies` made already.
+fn rows_of(period: Period, index: &PolicyIndex, inputs: &BillingInputs) -> Vec<PeriodExportRow> {
     let mut keys: BTreeSet<Key> =
         inputs.usage.keys().chain(inputs.commits.keys()).chain(inputs.late.keys()).cloned().collect();
-    keys.extend(own_month_policy_keys(&index, period));
+    keys.extend(own_month_policy_keys(index, period));
     keys.extend(inputs.cycles.keys().cloned());
     keys.retain(|(tenant, metric)| !index.gauge_metrics(tenant).contains(metric.as_str()));
     let mut rows = Vec::new();
     for key in keys {
         match inputs.cycles.get(&key).filter(|cycles| !cycles.is_empty()) {
-            Some(cycles) => rows.extend(cycles.iter().map(|used| cycle_row(period, &index, inputs, &key, used))),
-            None => rows.push(row(period, &index, inputs, key)),
+            Some(cycles) => rows.extend(cycles.iter().map(|used| cycle_row(period, index, inputs, &key, used))),
+            None => rows.push(row(period, index, inputs, key)),
         }
     }
     rows
@@ -321,7 +325,9 @@ pub fn compute(
             UsageSource::Scan => ledger.usage_of_period(period.previous(), snapshot.watermark)?,
         };
         let touched: BTreeSet<Key> = inputs.usage.keys().cloned().chain(by_key(previous).into_keys()).collect();
-        inputs.cycles = measure_cycles(ledger, period, snapshot, &inputs.policies, touched)?;
+        let index = PolicyIndex::new(inputs.policies.clone());
+        inputs.cycles = measure_cycles(ledger, period, snapshot, &index, touched)?;
+        return Ok(rows_of(period, &index, &inputs));
     }
     Ok(rows(period, &inputs))
 }
@@ -333,12 +339,12 @@ fn measure_cycles(
     ledger: &Ledger,
     period: Period,
     snapshot: CloseSnapshot,
-    policies: &[PolicyEvent],
+    index: &PolicyIndex,
     mut touched: BTreeSet<Key>,
 ) -> Result<BTreeMap<Key, Vec<CycleUse>>, ReportError> {
-    let index = PolicyIndex::new(policies.to_vec());
     touched.extend(
-        policies
+        index
+            .policies()
             .iter()
             .filter(|p| p.window == Window::BILLING_CYCLE && p.header.tenant != rules::policy::PLAN_DEFAULT_TENANT)
             .map(|p| (p.header.tenant.clone(), p.header.metric.clone())),
@@ -349,11 +355,11 @@ fn measure_cycles(
     // bills from (late usage is what was recorded since the last close before that).
     let mut measured: BTreeMap<Key, Vec<CycleUse>> = BTreeMap::new();
     for key in touched {
-        if !cycle_metrics(&index, &key.0).contains(key.1.as_str()) {
+        if !cycle_metrics(index, &key.0).contains(key.1.as_str()) {
             continue;
         }
         let through = billed_through.get(&key).copied();
-        let mut cycles = cycles_billed(&index, &key.0, &key.1, period);
+        let mut cycles = cycles_billed(index, &key.0, &key.1, period);
         // Back on calendar months after a cycle that ended in the month before: the month bills from that end, so
         // the days between it and the month's start are billed (they are in no cycle and in no month billed).
         let previous = period.previous();

@@ -4,7 +4,7 @@
 //! thresholds of windows no request reached and the kinds judged from the ledger (SUBJECT_SHARE, OPEN_TOO_LONG,
 //! DENY_RATE).
 
-use schemas::{AlertKind, PolicyEvent, Scope, Timestamp, Window};
+use schemas::{AlertKind, Header, PolicyEvent, Scope, Timestamp, Window};
 use sha2::{Digest, Sha256};
 
 /// What an alert's id begins with.
@@ -41,6 +41,28 @@ pub fn alert_id(
         id.push_str(&format!("{b:02x}"));
     }
     id
+}
+
+/// The header of alert `id`, found at `occurred_at` by `source`, about `member` of `scope` of `tenant`'s `metric`: the
+/// member in the header's `subject`, `project` or `api_key`, as the scope counts it.
+pub fn header(
+    id: &str,
+    occurred_at: Timestamp,
+    (tenant, metric): (&str, &str),
+    (scope, member): (Scope, Option<&str>),
+    source: &str,
+) -> Header {
+    let of_member = |s: Scope| member.filter(|_| scope == s).map(String::from);
+    Header {
+        event_id: id.to_string(),
+        occurred_at,
+        tenant: tenant.to_string(),
+        subject: of_member(Scope::SUBJECT),
+        project: of_member(Scope::PROJECT),
+        api_key: of_member(Scope::API_KEY),
+        metric: metric.to_string(),
+        source: source.to_string(),
+    }
 }
 
 /// Where `threshold` percent of `limit` lies: the least consumption at or above it (at least 1, so that a limit of

@@ -282,12 +282,18 @@ impl Writer {
         }
         let (decision, header) = record_decision(&verdict, ask, asked, now, events);
         if verdict.outcome == Outcome::ALLOWED {
-            for alert in reached {
-                self.state.note_alert(&alert);
-                events.push(Event::Alert(alert));
-            }
+            self.record_alerts(reached, events);
         }
         (decision, header, fails_open)
+    }
+
+    /// Records the alerts an allowed request reached beside its decision, and remembers them, so that the next request
+    /// in their windows does not write them again.
+    fn record_alerts(&mut self, reached: Vec<AlertEvent>, events: &mut Vec<Event>) {
+        for alert in reached {
+            self.state.note_alert(&alert);
+            events.push(Event::Alert(alert));
+        }
     }
 
     /// Takes an allowed ask's tokens from its throttles' buckets. Only from buckets that had the tokens: a SHADOW (or
@@ -387,10 +393,7 @@ impl Writer {
             }
             let (mut decision, header) = record_decision(&verdict, ask, &asked, now, events);
             if allowed {
-                for alert in reached {
-                    self.state.note_alert(&alert);
-                    events.push(Event::Alert(alert));
-                }
+                self.record_alerts(reached, events);
             }
             match ttl_ms {
                 Some(ttl_ms) if allowed => {
