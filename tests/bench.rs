@@ -65,14 +65,8 @@ fn bench_reconcile_times_a_first_run_and_a_rerun() {
 // `.ci/run` installs; `QUOTA_LEDGER_SKIP_REDIS=1` skips this test explicitly).
 #[test]
 fn bench_hook_measures_every_peer_beside_redis() {
-    if std::env::var("QUOTA_LEDGER_SKIP_REDIS").is_ok_and(|v| v == "1") {
-        eprintln!("QUOTA_LEDGER_SKIP_REDIS=1: skipping bench hook");
+    if !redis("bench hook") {
         return;
-    }
-    if let Err(error) = Command::new("redis-server").arg("--version").output() {
-        panic!(
-            "bench hook needs redis-server on PATH ({error}): apt-get install redis-server (or QUOTA_LEDGER_SKIP_REDIS=1)"
-        );
     }
     let figures = bench_json(&["hook", "--concurrency", "1,2", "--seconds", "0.3"]);
     let figures = figures.as_array().expect("an array of measurements");
@@ -168,8 +162,7 @@ fn bench_hook_without_redis_fails_before_measuring_anything() {
 // the 2-shard figure with its speedup over 1 shard and every sharded one with its ratio to Redis+Lua (per node).
 #[test]
 fn bench_hook_shards_measures_one_shard_against_many() {
-    if std::env::var("QUOTA_LEDGER_SKIP_REDIS").is_ok_and(|v| v == "1") {
-        eprintln!("QUOTA_LEDGER_SKIP_REDIS=1: skipping bench hook --shards");
+    if !redis("bench hook --shards") {
         return;
     }
     let figures = bench_json(&["hook", "--concurrency", "4", "--seconds", "0.3", "--shards", "2"]);
@@ -194,4 +187,10 @@ fn bench_hook_shards_measures_one_shard_against_many() {
             assert!((ratio - positive(f, "decisions_per_second") / redis).abs() < 1e-9, "{f}");
         }
     }
+}
+
+/// Whether `redis-server`, the peer of `bench hook`, is there for `part`: false when QUOTA_LEDGER_SKIP_REDIS=1 skips it
+/// (never in CI); missing otherwise fails with the command that installs it.
+fn redis(part: &str) -> bool {
+    testkit::tool("redis-server", "QUOTA_LEDGER_SKIP_REDIS", "apt-get install -y redis-server", part)
 }

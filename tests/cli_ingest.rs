@@ -443,9 +443,7 @@ fn a_broker_address_from_the_environment_does_not_stop_a_file_ingest() {
 fn a_reader_who_cannot_write_beside_the_ledger_is_told_why() {
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
-    // SAFETY: getuid(2) has no preconditions.
-    if unsafe { libc::getuid() } != 0 {
-        eprintln!("not root: skipping the run as another user");
+    if !testkit::root("a_reader_who_cannot_write_beside_the_ledger_is_told_why (runs the binary as nobody)") {
         return;
     }
     let test = TestLedger::new();

@@ -24,15 +24,13 @@ const MARGIN_BYTES: u64 = 1 << 20;
 /// What SQLite says of ENOSPC (SQLITE_FULL), which every failure must carry to the operator.
 const DISK_FULL: &str = "database or disk is full";
 
-/// A tmpfs for the test, or `None` after printing why there is none (not root, mounting refused).
+/// A tmpfs for the test, or `None` when the test is not root and QUOTA_LEDGER_SKIP_ROOT=1 skips it (never in CI);
+/// not root otherwise, or a refused mount, fails the test.
 fn small_filesystem(test: &str) -> Option<Tmpfs> {
-    match Tmpfs::mount(FILESYSTEM_MIB) {
-        Ok(fs) => Some(fs),
-        Err(reason) => {
-            println!("{test}: skipped: {reason}");
-            None
-        }
+    if !testkit::root(&format!("{test} (mounts a size-limited tmpfs)")) {
+        return None;
     }
+    Some(Tmpfs::mount(FILESYSTEM_MIB).unwrap_or_else(|reason| panic!("{test}: no small filesystem: {reason}")))
 }
 
 /// Runs the binary on `ledger` (anywhere, not in a [`TestLedger`]'s directory).

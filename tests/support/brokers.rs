@@ -9,8 +9,6 @@ use std::time::{Duration, Instant};
 
 use super::{BIN, ChildGuard};
 
-/// The version of Tansu `.ci/run` installs and these tests were written against.
-pub const TANSU_VERSION: &str = "0.6.0";
 /// How long a broker may take to accept connections.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -100,19 +98,9 @@ impl Broker {
     }
 
     fn tansu_without_topics(storage: &str, port: Option<u16>, dir: Option<&Path>) -> Option<Broker> {
-        if std::env::var("QUOTA_LEDGER_SKIP_TANSU").is_ok_and(|v| v == "1") {
-            eprintln!("QUOTA_LEDGER_SKIP_TANSU=1: skipping the real-broker part of this test");
+        if !testkit::tansu() {
             return None;
         }
-        let version = Command::new("tansu").arg("--version").output().unwrap_or_else(|e| {
-            panic!(
-                "the real-broker tests need Tansu {TANSU_VERSION} on PATH ({e}): \
-                 cargo install tansu --version {TANSU_VERSION} --locked --features dynostore,libsql \
-                 (or QUOTA_LEDGER_SKIP_TANSU=1 to skip them)"
-            )
-        });
-        let version = String::from_utf8_lossy(&version.stdout).to_string();
-        assert!(version.contains(TANSU_VERSION), "tansu --version says {version:?}, expected {TANSU_VERSION}");
         let port = port.unwrap_or_else(free_port);
         let url = format!("tcp://127.0.0.1:{port}");
         let mut command = Command::new("tansu");

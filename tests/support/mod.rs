@@ -467,15 +467,9 @@ pub fn sample_event(event_type: EventType, event_id: &str) -> Event {
     }
 }
 
-/// Whether a test may use `program`: true when it runs; false, saying so, when `skip_var=1` skips the test; otherwise
-/// a missing program fails the test with how to install it (`.ci/run` installs every one).
+/// Whether a test may use `program`: true when it runs; false when `skip_var=1` skips the test (recorded, and refused
+/// in CI); otherwise a missing program fails the test with how to install it (`.ci/test` installs every one).
 pub fn tool_available(program: &str, skip_var: &str, install: &str) -> bool {
-    if std::env::var(skip_var).is_ok_and(|v| v == "1") {
-        eprintln!("{skip_var}=1: skipping the test that needs {program}");
-        return false;
-    }
-    if let Err(error) = Command::new(program).arg("--version").output() {
-        panic!("this test needs {program} on PATH ({error}): {install} (or {skip_var}=1 to skip it)");
-    }
-    true
+    let test = std::thread::current().name().unwrap_or("a test").to_string();
+    testkit::tool(program, skip_var, install, &format!("{test} (needs {program})"))
 }

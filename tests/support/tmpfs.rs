@@ -14,7 +14,7 @@ pub struct Tmpfs {
 
 impl Tmpfs {
     /// Mounts a tmpfs of `size_mib` MiB, or says why it cannot (not root, no permission to mount): the caller
-    /// prints that and skips.
+    /// fails with it (`testkit::root` first decides whether a test that is not root skips).
     pub fn mount(size_mib: u64) -> Result<Tmpfs, String> {
         // SAFETY: geteuid has no preconditions and cannot fail.
         if unsafe { libc::geteuid() } != 0 {

@@ -7,8 +7,6 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The version of Tansu these tests were written against (the workspace's `tests/support/brokers.rs` says the same).
-const TANSU_VERSION: &str = "0.6.0";
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A Tansu process in a temporary directory, killed when dropped.
@@ -29,18 +27,9 @@ impl Tansu {
     /// Tansu on `sqlite://tansu.db` in a temporary directory with `topics` created (`partitions` each), or `None`
     /// when `QUOTA_LEDGER_SKIP_TANSU=1`.
     pub fn start(topics: &[&str], partitions: i32) -> Option<Tansu> {
-        if std::env::var("QUOTA_LEDGER_SKIP_TANSU").is_ok_and(|v| v == "1") {
-            eprintln!("QUOTA_LEDGER_SKIP_TANSU=1: skipping the real-broker part of this test");
+        if !testkit::tansu() {
             return None;
         }
-        let version = Command::new("tansu").arg("--version").output().unwrap_or_else(|e| {
-            panic!(
-                "the real-broker tests need Tansu {TANSU_VERSION} on PATH ({e}): cargo install tansu --version \
-                 {TANSU_VERSION} --locked --features dynostore,libsql (or QUOTA_LEDGER_SKIP_TANSU=1 to skip them)"
-            )
-        });
-        let version = String::from_utf8_lossy(&version.stdout).to_string();
-        assert!(version.contains(TANSU_VERSION), "tansu --version says {version:?}, expected {TANSU_VERSION}");
         let dir = tempfile::tempdir().expect("a temporary directory");
         let port = TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("an address").port();
         let url = format!("tcp://127.0.0.1:{port}");
