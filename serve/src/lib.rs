@@ -176,9 +176,11 @@ pub trait Reports: Send + Sync + std::fmt::Debug {
 
 /// The routes `serve` answers over `hook` for the callers of `tokens`, without a listener: the same handlers, body
 /// limits and token checks as [`run`]'s server ([`READ_TIMEOUT_MS`] for a body, no brokers), for a caller that drives
-/// requests in its own process (the fuzz target of the request bodies).
-pub fn router(hook: Hook, tokens: Tokens) -> axum::Router {
-    let admin = admin::Admin::new(admin::AdminLedgers::None);
+/// requests in its own process (the fuzz targets of the request bodies). The admin endpoints record changes in
+/// `changes`, the ledger file the hook decides on, as `serve --ledger` does; with `None` they answer that there is no
+/// ledger to record in.
+pub fn router(hook: Hook, tokens: Tokens, changes: Option<std::path::PathBuf>) -> axum::Router {
+    let admin = admin::Admin::new(changes.map_or(admin::AdminLedgers::None, admin::AdminLedgers::File));
     let app = App {
         hook: Hooks::One(hook),
         tokens,
