@@ -243,3 +243,40 @@ fn init_logging(format: LogFormat, level: tracing::level_filters::LevelFilter) {
         LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).with_span_list(false).try_init(),
     };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every flag of `command` and its subcommands, with the path of commands that has it.
+    fn flags(command: &clap::Command, path: &str, out: &mut Vec<(String, clap::Arg)>) {
+        for arg in command.get_arguments() {
+            out.push((path.to_string(), arg.clone()));
+        }
+        for sub in command.get_subcommands() {
+            flags(sub, &format!("{path} {}", sub.get_name()), out);
+        }
+    }
+
+    // `config check` masks a flag's value when the flag declares a secret (`hide_env_values`): a flag named for a bearer
+    // token or a password that forgot to would be printed in clear.
+    #[test]
+    fn every_flag_named_for_a_secret_declares_it() {
+        let mut all = Vec::new();
+        flags(&Cli::command(), "quota-ledger", &mut all);
+        let named_secret = |long: &str| {
+            let words: Vec<&str> = long.split('-').collect();
+            words.iter().any(|w| ["token", "password", "secret", "credential", "credentials"].contains(w))
+        };
+        let secrets: Vec<_> =
+            all.iter().filter(|(_, arg)| arg.get_long().is_some_and(named_secret)).collect();
+        assert!(!secrets.is_empty(), "the cluster token at least is a secret flag");
+        for (path, arg) in secrets {
+            assert!(
+                arg.is_hide_env_values_set(),
+                "{path} --{} carries a secret and must set hide_env_values = true",
+                arg.get_long().unwrap_or_default()
+            );
+        }
+    }
+}

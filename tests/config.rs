@@ -108,6 +108,20 @@ fn config_check_masks_secrets() {
     let settings = json.json()["settings"].as_array().unwrap().clone();
     let ledger = settings.iter().find(|s| s["key"] == "ledger").unwrap();
     assert!(ledger["source"].as_str().unwrap().contains("QUOTA_LEDGER_PATH"), "{ledger}");
+    // The cluster's bearer token is a flag's value, not a key named for a secret: masked all the same, from the file
+    // and with the environment variable over it, as text and as JSON.
+    let token = "tok-cluster-0123456789abcdef";
+    std::fs::write(dir.path().join("q.toml"), format!("[status]\ncluster = \"k:9092\"\ntoken = \"{token}\"\n")).unwrap();
+    for env in [&[][..], &[("QUOTA_LEDGER_TOKEN", "tok-from-the-environment")][..]] {
+        for json in [false, true] {
+            let mut args = vec!["--config", "q.toml", "config", "check"];
+            args.extend(json.then_some("--json"));
+            let check = run_in_env(dir.path(), &args, b"", env).success();
+            let printed = format!("{}{}", check.stdout_text(), check.stderr);
+            assert!(!printed.contains("tok-"), "{printed}");
+            assert!(printed.contains("status.token") && printed.contains("********"), "{printed}");
+        }
+    }
     // A file that does not parse names the line, never the text on it.
     std::fs::write(dir.path().join("q.toml"), format!("[kafka]\n\"sasl.password\" = \"{secret}\n")).unwrap();
     let invalid = run_in(dir.path(), &["--config", "q.toml", "config", "check"], b"").expect_code(2);

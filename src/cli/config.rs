@@ -280,11 +280,18 @@ pub fn is_secret(key: &str) -> bool {
     ["password", "secret", "jaas", "credential"].iter().any(|word| key.contains(word)) || key.ends_with(".key.pem")
 }
 
+/// Whether a flag carries a secret (a bearer token, a password), whatever it is called: its declaration says so by
+/// hiding its environment variable's value from `--help` (`hide_env_values`), which every such flag must set
+/// (`every_flag_named_for_a_secret_declares_it` holds the binary's flags to it); a key named for a secret counts too.
+fn carries_secret(arg: &Arg, key: &str) -> bool {
+    arg.is_hide_env_values_set() || is_secret(key)
+}
+
 /// A value as `config check` prints it: a secret's masked whole, and the password of a URL's credentials
 /// (`registry-url = "http://user:secret@host"`) masked.
-fn shown(key: &str, value: &toml::Value) -> String {
+fn shown(secret: bool, value: &toml::Value) -> String {
     const MASK: &str = "********";
-    if is_secret(key) {
+    if secret {
         return MASK.to_string();
     }
     kafka::schema_registry::mask_password(&scalar(value), MASK)
@@ -328,7 +335,7 @@ fn collect(command: &clap::Command, table: &toml::Table, path: &mut Vec<String>,
         let dotted = path.iter().cloned().chain([key.clone()]).collect::<Vec<_>>().join(".");
         if path.is_empty() && key == KAFKA_TABLE {
             for (setting, value) in value.as_table().into_iter().flatten() {
-                let shown = shown(setting, value);
+                let shown = shown(is_secret(setting), value);
                 out.push(Setting { key: format!("{KAFKA_TABLE}.{setting}"), value: shown, source: "file (-X)".into() });
             }
             continue;
@@ -344,7 +351,7 @@ fn collect(command: &clap::Command, table: &toml::Table, path: &mut Vec<String>,
             Some(var) => format!("environment {} (over the file)", var.to_string_lossy()),
             None => "file".into(),
         };
-        out.push(Setting { key: dotted, value: shown(key, value), source });
+        out.push(Setting { key: dotted, value: shown(carries_secret(arg, key), value), source });
     }
 }
 
@@ -435,9 +442,9 @@ mod tests {
     #[test]
     fn a_urls_password_is_masked() {
         let url = toml::Value::String("http://team:s3cret@registry:8081".into());
-        assert_eq!(shown("registry-url", &url), "http://team:********@registry:8081");
+        assert_eq!(shown(false, &url), "http://team:********@registry:8081");
         let plain = toml::Value::String("http://registry:8081".into());
-        assert_eq!(shown("registry-url", &plain), "http://registry:8081");
+        assert_eq!(shown(false, &plain), "http://registry:8081");
     }
 
     #[test]
@@ -450,5 +457,15 @@ mod tests {
         for plain in ["security.protocol", "sasl.username", "ssl.ca.location", "tokens"] {
             assert!(!is_secret(plain), "{plain}");
         }
+    }
+
+    #[test]
+    fn a_flag_that_declares_a_secret_is_masked_whatever_its_name() {
+        let bearer = Arg::new("status_token").long("status-token").env("QUOTA_LEDGER_TOKEN").hide_env_values(true);
+        assert!(carries_secret(&bearer, "status-token"));
+        let token = toml::Value::String("t-0123456789".into());
+        assert_eq!(shown(carries_secret(&bearer, "status-token"), &token), "********");
+        let path = Arg::new("tokens").long("tokens");
+        assert!(!carries_secret(&path, "tokens"));
     }
 }
