@@ -175,6 +175,24 @@ struct Figures {
     failure_seen: bool,
 }
 
+/// Whether the journal records a sync the shim failed.
+fn sync_failed(journal: &Path) -> bool {
+    read_journal(journal).iter().any(|r| matches!(r, Record::SyncFailed { .. }))
+}
+
+/// Over every seed of a scenario, the faults it claims to inject fired: some cuts lost unsynced writes, and some
+/// lost writes a failed sync should have covered (each seed told to fail a sync was checked to have failed one).
+fn assert_faults_fired(scenario: &str, figures: &[Figures]) {
+    let cuts_that_lost = figures.iter().filter(|f| f.cut.lost > 0).count();
+    assert!(cuts_that_lost * 10 >= figures.len(), "{scenario}: only {cuts_that_lost} cuts lost an unsynced write");
+    let failed = figures.iter().filter(|f| f.intercepted.failed_syncs > 0).count();
+    assert!(failed > 0, "{scenario}: no seed failed a sync");
+    let dropped: u64 = figures.iter().map(|f| f.cut.dropped_by_failed_sync).sum();
+    assert!(dropped > 0, "{scenario}: no write was dropped by a failed sync in {failed} seeds that failed one");
+    let seen = figures.iter().filter(|f| f.failure_seen).count();
+    assert!(seen > 0, "{scenario}: no run showed its failed sync to its user");
+}
+
 fn summary(scenario: &str, figures: &[Figures], started: Instant) {
     if figures.is_empty() {
         return;
@@ -214,6 +232,9 @@ fn serve_loses_no_answered_decision_to_a_power_cut() {
     let (started, shim, template) = (Instant::now(), Shim::build(), policy_ledger());
     let figures: Vec<Figures> = seeds.iter().map(|&seed| serve_seed(seed, &shim, &template.path)).collect();
     summary("serve", &figures, started);
+    if figures.len() == SERVE_SEEDS.count() {
+        assert_faults_fired("serve", &figures);
+    }
 }
 
 fn serve_seed(seed: u64, shim: &Shim, template: &Path) -> Figures {
@@ -236,8 +257,19 @@ fn serve_seed(seed: u64, shim: &Shim, template: &Path) -> Figures {
     let load = Arc::new(Load { faulty: fail_sync.is_some(), ..Load::default() });
     let clients = load.start(&server, seed, &mut random);
     eventually(20, "a first answer", || (!load.sent.lock().unwrap().is_empty()).then_some(()));
+    if fail_sync.is_some() {
+        // The cut comes after the injected failure, or this seed proves nothing about failed syncs.
+        eventually(30, "the injected sync failure", || sync_failed(&journal).then_some(()));
+    }
     std::thread::sleep(Duration::from_millis(splitmix(&mut random) % SERVE_KILL_WITHIN_MS));
-    let log = std::fs::read_to_string(scratch.path().join("serve.err")).unwrap_or_default();
+    let read_log = || std::fs::read_to_string(scratch.path().join("serve.err")).unwrap_or_default();
+    if fail_sync.is_some_and(|(_, call)| call == SyncCall::Fdatasync) {
+        // The hook's own sync failed: serve says so.
+        eventually(10, "serve's word that the log could not be synced", || {
+            read_log().contains("could not be synced").then_some(())
+        });
+    }
+    let log = read_log();
     if fail_sync.is_some() && log.contains("could not be synced") {
         load.not_durable.store(true, Ordering::Relaxed);
         // The failed sync is final: /healthz says so (the one case where a probe should restart serve).
@@ -256,6 +288,7 @@ fn serve_seed(seed: u64, shim: &Shim, template: &Path) -> Figures {
 
     let (intercepted, cut) = cut_power(dir.path(), scratch.path(), &journal, &mut random);
     assert!(intercepted.writes > 0 && intercepted.syncs > 0, "the shim intercepted nothing: {intercepted:?}");
+    assert_eq!(intercepted.failed_syncs, u64::from(fail_sync.is_some()), "the failures injected: {intercepted:?}");
 
     assert_verifies(&ledger, scratch.path());
     let view = LedgerView::read(&ledger);
@@ -529,6 +562,9 @@ fn ingest_loses_no_committed_batch_to_a_power_cut() {
     let figures: Vec<Figures> =
         seeds.iter().map(|&seed| ingest_seed(seed, &shim, &template.path, &input, &events)).collect();
     summary("ingest", &figures, started);
+    if figures.len() == INGEST_SEEDS.count() {
+        assert_faults_fired("ingest", &figures);
+    }
 }
 
 fn ingest_seed(seed: u64, shim: &Shim, template: &Path, input: &Path, events: &[Event]) -> Figures {
@@ -539,8 +575,9 @@ fn ingest_seed(seed: u64, shim: &Shim, template: &Path, input: &Path, events: &[
     // One seed in three lets ingest create the ledger under the shim; the others append to the policy ledger.
     let base = if seed.is_multiple_of(3) { 0 } else { std::fs::copy(template, &ledger).map(|_| 2).expect("copied") };
     let journal = scratch.path().join("journal");
+    // One of the first dozen syncs: a run of 200-record batches makes only a few dozen in all.
     let fail_sync =
-        (seed.is_multiple_of(INGEST_FAILED_SYNC_EVERY)).then(|| (1 + splitmix(&mut random) % 30, SyncCall::Fsync));
+        (seed.is_multiple_of(INGEST_FAILED_SYNC_EVERY)).then(|| (1 + splitmix(&mut random) % 12, SyncCall::Fsync));
     let batch = ["20", "50", "200"][(splitmix(&mut random) % 3) as usize];
     let args = ["ingest", "--file", input.to_str().unwrap(), "--batch-max-events", batch, "--json"];
     let mut child = ChildGuard::new(
@@ -556,14 +593,17 @@ fn ingest_seed(seed: u64, shim: &Shim, template: &Path, input: &Path, events: &[
             .expect("ingest starts"),
     );
     // The kill lands once a reader has seen a seeded number of records committed, a few milliseconds later (or,
-    // one seed in eight, at a seeded instant from the start: while the ledger is opened or made).
+    // one seed in eight, at a seeded instant from the start: while the ledger is opened or made). A seed told to
+    // fail a sync is killed only once it did.
     let (mut watcher, started) = (Watcher::default(), Instant::now());
     let (target, early) = (splitmix(&mut random) % INGEST_RECORDS, splitmix(&mut random).is_multiple_of(8));
+    let early = early && fail_sync.is_none();
     let kill_at = Duration::from_millis(splitmix(&mut random) % INGEST_EARLY_KILL_WITHIN_MS);
     let exited = loop {
         watcher.look(&ledger);
         let exited = child.try_wait().expect("wait for ingest");
         let due = if early { started.elapsed() >= kill_at } else { watcher.seen >= target };
+        let due = due && (fail_sync.is_none() || sync_failed(&journal));
         if exited.is_some() || due || started.elapsed() > Duration::from_secs(30) {
             break exited;
         }
@@ -579,6 +619,7 @@ fn ingest_seed(seed: u64, shim: &Shim, template: &Path, input: &Path, events: &[
     drop(watcher);
 
     let (intercepted, cut) = cut_power(dir.path(), scratch.path(), &journal, &mut random);
+    assert_eq!(intercepted.failed_syncs, u64::from(fail_sync.is_some()), "the failures injected: {intercepted:?}");
     if seen > 0 || exited.is_some() {
         // It committed something: its writes and syncs went through the shim.
         assert!(intercepted.writes > 0 && intercepted.syncs > 0, "the shim intercepted nothing: {intercepted:?}");
