@@ -10,10 +10,15 @@ use schemas::*;
 use serde_json::Value;
 use support::*;
 
-/// `tests/golden/NAME`; with `UPDATE_GOLDEN=1` the file is rewritten from `found` instead.
+/// `tests/golden/NAME`; with `UPDATE_GOLDEN=1` (exactly, and never in CI) the file is rewritten from `found` instead.
 fn assert_golden(name: &str, found: &str) {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+    let update = std::env::var("UPDATE_GOLDEN").ok();
+    assert!(
+        update.is_none() || !testkit::in_ci(),
+        "UPDATE_GOLDEN is set in CI, where a golden file is compared, never rewritten"
+    );
+    if update.as_deref() == Some("1") {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, found).unwrap();
     }

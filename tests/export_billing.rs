@@ -219,6 +219,18 @@ fn a_closed_period_reexports_byte_for_byte_and_late_usage_moves_to_the_next_clos
             ),
         ]
     );
+    // Finance's independent computation carries the same late adjustments, and none into a month after the next.
+    let month = |name: &str, start: &str, end: &str| (name.to_string(), at(start).micros(), at(end).micros());
+    let (name, start, end) = month("2026-10", "2026-10-01T00:00:00Z", "2026-11-01T00:00:00Z");
+    // The oracle's rows are the ledger's values; the CSV neutralises a cell that starts with `=`.
+    let neutralised = |rows: Vec<String>| -> Vec<String> {
+        rows.into_iter().map(|row| if row.starts_with('=') { format!("'{row}") } else { row }).collect()
+    };
+    assert_eq!(october_open[1..], neutralised(expected_rows(&test.path, (&name, start, end), now))[..], "the oracle");
+    let (name, start, end) = month("2026-12", "2026-12-01T00:00:00Z", "2027-01-01T00:00:00Z");
+    let december = neutralised(expected_rows(&test.path, (&name, start, end), now));
+    assert!(december.iter().all(|row| row.split(',').nth(11) == Some("0")), "{december:?}");
+    assert_eq!(csv_lines(&export(&test, "2026-12", "csv", &[]))[1..], december[..]);
     assert_eq!(csv_lines(&export(&test, "2026-10", "csv", &["--final"])), october_open, "closing carries them");
     let november = csv_lines(&export(&test, "2026-11", "csv", &[]));
     assert_eq!(

@@ -174,6 +174,10 @@ pub fn expected_rows(ledger: &Path, period: (&str, i64, i64), watermark: u64) ->
     });
     let grants = |tenant: &str, metric: &str| grants_between(&conn, tenant, metric, (start, end));
     let month_bounds = format!("{},{}", Timestamp(start), Timestamp(end));
+    let carried_after = carried_after(&conn, name, watermark);
+    let late = late_usage_adjustments(&conn, carried_after, watermark);
+    keys.extend(late.keys().filter(|(_, metric)| !gauges.contains(&("*".into(), metric.clone()))).cloned());
+    let gaps = gaps_of_open_period(&conn, name, start);
     let cycle_policies = cycle_policies(&conn, end);
     keys.extend(cycle_policies.keys().cloned());
     let (cycle_keys, keys): (BTreeSet<_>, BTreeSet<_>) =
@@ -181,9 +185,28 @@ pub fn expected_rows(ledger: &Path, period: (&str, i64, i64), watermark: u64) ->
     let mut cycle_rows = BTreeMap::new();
     for (tenant, metric) in &cycle_keys {
         let policy = &cycle_policies[&(tenant.clone(), metric.clone())];
-        let rows = cycles_billed(policy, name)
+        // How far final exports of earlier months billed it: a cycle they reach into is not computed here.
+        let billed_through: Option<i64> = conn
+            .query_row(
+                "SELECT MAX(COALESCE(x.cycle_end, c.period_end)) FROM period_exports x
+                 JOIN period_closes c ON c.period = x.period WHERE x.period < ? AND x.tenant = ? AND x.metric = ?",
+                [name, tenant.as_str(), metric.as_str()],
+                |r| r.get(0),
+            )
+            .unwrap();
+        let cycles = cycles_billed(policy, name);
+        if let (Some(through), Some((first, _))) = (billed_through, cycles.first()) {
+            assert!(through <= *first, "{tenant} {metric}: a cycle billed in part already is not computed here");
+        }
+        let rows = cycles
             .into_iter()
-            .map(|(cycle_start, cycle_end)| {
+            .enumerate()
+            .map(|(n, (cycle_start, cycle_end))| {
+                // The first row of the month carries what was recorded late for before it (contract §5).
+                let late = match n {
+                    0 => usage_recorded_between(&conn, (tenant, metric), cycle_start, (carried_after, watermark)),
+                    _ => 0,
+                };
                 let used = usage_between(&conn, tenant, metric, (cycle_start, cycle_end));
                 let g = grants_between(&conn, tenant, metric, (cycle_start, cycle_end));
                 let excess = (used - (policy.limit + g)).max(0);
@@ -193,7 +216,7 @@ pub fn expected_rows(ledger: &Path, period: (&str, i64, i64), watermark: u64) ->
                     _ => (String::new(), String::new()),
                 };
                 format!(
-                    "{tenant},{metric},{name},{used},{},{},{},{g},{},{overage},{overshoot},0,{watermark},,{},{}",
+                    "{tenant},{metric},{name},{used},{},{},{},{g},{},{overage},{overshoot},{late},{watermark},{gaps},{},{}",
                     policy.id,
                     policy.version,
                     policy.limit,
@@ -222,7 +245,8 @@ pub fn expected_rows(ledger: &Path, period: (&str, i64, i64), watermark: u64) ->
                     format!("{id},{version},{limit},{g},{},{overage},{overshoot}", limit + g)
                 }
             };
-            let row = format!("{tenant},{metric},{name},{used},{policy},0,{watermark},,{month_bounds}");
+            let late = late.get(&(tenant.clone(), metric.clone())).copied().unwrap_or(0);
+            let row = format!("{tenant},{metric},{name},{used},{policy},{late},{watermark},{gaps},{month_bounds}");
             ((tenant.clone(), metric.clone()), vec![row])
         })
         .collect::<BTreeMap<_, _>>();
@@ -330,6 +354,94 @@ fn usage_between(conn: &Connection, tenant: &str, metric: &str, (start, end): (i
         .map(|c| c.amount)
         .sum();
     usage + commits
+}
+
+/// contract §5, written again from the text: an export carries what was recorded late after the close before it. A
+/// closed month's, what came after the close before its own; an open month's, what came after the last close if it
+/// is the month right after it (the next to close), and nothing otherwise (a later month will not carry it).
+fn carried_after(conn: &Connection, name: &str, watermark: u64) -> i64 {
+    let closes: Vec<(String, i64)> = conn
+        .prepare("SELECT period, watermark FROM period_closes ORDER BY period")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    if let Some((_, own)) = closes.iter().find(|(period, _)| period == name) {
+        return closes.iter().map(|(_, w)| *w).filter(|w| w < own).max().unwrap_or(0);
+    }
+    match closes.last() {
+        None => 0,
+        Some((last, at)) if next_month(last) == name => *at,
+        Some(_) => watermark as i64,
+    }
+}
+
+/// The month after `name` (YYYY-MM).
+fn next_month(name: &str) -> String {
+    let (year, month): (i32, u32) = (name[..4].parse().unwrap(), name[5..].parse().unwrap());
+    if month == 12 { format!("{}-01", year + 1) } else { format!("{year}-{:02}", month + 1) }
+}
+
+/// The LATE_USAGE adjustments recorded after `after` up to `watermark`, summed per (tenant, metric): what an export
+/// at `watermark` carries (contract §5).
+fn late_usage_adjustments(conn: &Connection, after: i64, watermark: u64) -> BTreeMap<(String, String), i64> {
+    let mut statement = conn
+        .prepare(
+            "SELECT e.tenant, e.metric, a.amount FROM adjustment_events a JOIN entries e ON e.seq = a.seq
+             WHERE e.status = 'recorded' AND a.kind = 'LATE_USAGE' AND a.seq > ? AND a.seq <= ?",
+        )
+        .unwrap();
+    let mut late = BTreeMap::new();
+    let rows = statement.query_map(rusqlite::params![after, watermark as i64], |r| {
+        Ok(((r.get::<_, String>(0)?, r.get::<_, String>(1)?), r.get::<_, i64>(2)?))
+    });
+    for row in rows.unwrap() {
+        let (key, amount) = row.unwrap();
+        *late.entry(key).or_default() += amount;
+    }
+    late
+}
+
+/// Usage and valid COMMITs of a key recorded after `after` up to `watermark` whose event time is before `before`:
+/// what a billing cycle's first row carries, recorded late for what was billed before it.
+fn usage_recorded_between(conn: &Connection, (tenant, metric): (&str, &str), before: i64, (after, watermark): (i64, u64)) -> i64 {
+    let usage: i64 = conn
+        .query_row(
+            "SELECT COALESCE(SUM(u.quantity), 0) FROM usage_events u JOIN entries e ON e.seq = u.seq
+             WHERE e.status = 'recorded' AND e.tenant = ? AND e.metric = ? AND e.occurred_at < ?
+               AND e.seq > ? AND e.seq <= ?",
+            rusqlite::params![tenant, metric, before, after, watermark as i64],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let commits: i64 = reservations(conn)
+        .values()
+        .filter_map(|events| valid_commit(events))
+        .filter(|c| c.tenant == tenant && c.metric == metric && c.occurred_at < before)
+        .filter(|c| c.seq > after && c.seq <= watermark as i64)
+        .map(|c| c.amount)
+        .sum();
+    usage + commits
+}
+
+/// The gaps an export of the open period `name` names: every offset gap accepted since the period began, as
+/// `TOPIC:PARTITION:FROM-TO` separated by `;` (contract §7). A closed period's are not computed here.
+fn gaps_of_open_period(conn: &Connection, name: &str, start: i64) -> String {
+    let closed: bool =
+        conn.query_row("SELECT COUNT(*) > 0 FROM period_closes WHERE period = ?", [name], |r| r.get(0)).unwrap();
+    let mut statement = conn
+        .prepare("SELECT topic, partition, from_offset, to_offset FROM offset_gaps WHERE accepted_at >= ? ORDER BY id")
+        .unwrap();
+    let gaps: Vec<String> = statement
+        .query_map([start], |r| {
+            Ok(format!("{}:{}:{}-{}", r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert!(!closed || gaps.is_empty(), "{name} is closed: its gaps are those of its close, not computed here");
+    gaps.join(";")
 }
 
 /// The grants without a subject, project or API key of `tenant`'s `metric` that overlap `[start, end)`, summed.
