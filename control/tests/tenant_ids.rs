@@ -1,5 +1,5 @@
 //! The ids of changes against a real ledger file: one tenant's change never takes the event id another tenant's
-//! change is derived to (names and ids may hold `/`).
+//! change is derived to (names and ids may hold `/`), and a change the ledger refuses records nothing.
 
 use control::{GrantChange, PolicyChange, RecordError, Recorded, grant_event, policy_event, record};
 use ledger::Ledger;
@@ -125,4 +125,26 @@ fn versions(ledger: &Ledger) -> Vec<(String, String, i32, i64)> {
 
 fn owner(tenant: &str, policy_id: &str, limit: i64) -> (String, String, i32, i64) {
     (tenant.to_string(), policy_id.to_string(), 1, limit)
+}
+
+// Proves a change the ledger refuses records nothing: a grant and a policy version judged before another writer
+// recorded the same ones (a `grant add` racing the admin endpoint) are refused as conflicting, and the ledger holds
+// no copy of them.
+#[test]
+fn a_change_refused_as_conflicting_records_nothing() {
+    let (_dir, mut ledger) = ledger();
+    let before_either = Recorded::read([&ledger]).unwrap();
+    let now = at("2026-12-04T10:00:00Z");
+    add_grant(&mut ledger, &grant("iso/b", "credit-7", 10)).expect("the first writer's grant");
+    set_policy(&mut ledger, &policy("iso/b", "tokens", None, 100)).expect("the first writer's version");
+    let watermark = ledger.watermark().unwrap();
+
+    let late_grant = grant_event(&grant("iso/b", "credit-7", 20), &before_either, now).unwrap();
+    let refused = record(std::slice::from_mut(&mut ledger), &Event::Grant(late_grant)).unwrap_err();
+    assert!(matches!(refused, RecordError::Conflicting { .. }), "{refused:?}");
+    let late_version = policy_event(&policy("iso/b", "tokens", None, 200), &before_either, now).unwrap();
+    let refused = record(std::slice::from_mut(&mut ledger), &Event::Policy(late_version)).unwrap_err();
+    assert!(matches!(refused, RecordError::Conflicting { .. }), "{refused:?}");
+
+    assert_eq!((ledger.watermark().unwrap(), conflicts(&ledger)), (watermark, 0), "nothing recorded");
 }
