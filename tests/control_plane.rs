@@ -262,6 +262,40 @@ fn admin_endpoints_change_policies_and_grants_for_admin_tokens_only() {
     assert_eq!((grants[0]["grant_id"].as_str(), grants[0]["actor"].as_str()), (Some("g-http"), Some("ops-all")));
 }
 
+// Proves over HTTP that one tenant's admin cannot block another's changes with names holding `/`: tenant iso's grant
+// b/credit-7 and policy of metric b leave tenant iso/b's grant credit-7 and default policy answered 201 (not 409), and
+// the ledger holds no conflicting copy.
+#[test]
+fn a_tenants_admin_cannot_take_the_ids_of_another_tenants_changes() {
+    use serde_json::json;
+    let ledger = TestLedger::new();
+    policy_set(&ledger, "org-1", "5", &[]).success();
+    let stderr = ledger.file("serve.err");
+    let tokens = concat!(
+        "[[token]]\nname = \"ops-iso\"\nsecret = \"admin-secret-iso-0123\"\ntenants = [\"iso\"]\nadmin = true\n",
+        "[[token]]\nname = \"ops-iso-b\"\nsecret = \"admin-secret-isob-0123\"\ntenants = [\"iso/b\"]\nadmin = true\n",
+    );
+    let server = hook_http::Server::start_with_tokens(&ledger.path, ledger.dir.path(), &[], &stderr, tokens);
+    let grant = |tenant: &str, grant_id: &str| {
+        json!({"tenant": tenant, "metric": "tokens", "amount": 10, "valid_from": "2026-12-01T00:00:00Z",
+               "valid_until": "2027-01-01T00:00:00Z", "grant_id": grant_id, "reason": "credit"})
+    };
+    let (status, body) = server.post("/v1/admin/grants", "admin-secret-iso-0123", &grant("iso", "b/credit-7"));
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = server.post("/v1/admin/grants", "admin-secret-isob-0123", &grant("iso/b", "credit-7"));
+    assert_eq!(status, 201, "{body}");
+    let squat = json!({"tenant": "iso", "metric": "b", "limit": 0, "window": "DAY", "enforcement": "HARD",
+                       "policy_id": "tokens/iso/b:tokens:tenant:day", "reason": "squat"});
+    let (status, body) = server.post("/v1/admin/policies", "admin-secret-iso-0123", &squat);
+    assert_eq!(status, 201, "{body}");
+    let own = json!({"tenant": "iso/b", "metric": "tokens", "limit": 100, "window": "DAY", "enforcement": "HARD",
+                     "reason": "plan"});
+    let (status, body) = server.post("/v1/admin/policies", "admin-secret-isob-0123", &own);
+    assert_eq!((status, body["event"]["version"].as_i64()), (201, Some(1)), "{body}");
+    let status = ledger.status();
+    assert_eq!((count(&status, "events_recorded"), count(&status, "conflicts")), (5, 0), "org-1's policy, 4 changes");
+}
+
 // Measures (prints, asserts nothing about time) how long after a policy change reaches the ledger a running `serve`
 // decides under it: the limit toggles between 0 and a million by `policy set` (its process has exited, so the
 // append committed), while a client checks without pause; the figure is from the commit to the first answer under

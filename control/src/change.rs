@@ -208,7 +208,7 @@ pub fn grant_event(change: &GrantChange, recorded: &Recorded, now: Timestamp) ->
     }
     recorded.check_after_close("valid_from", change.valid_from)?;
     let header = Header {
-        event_id: format!("grant/{}/{}", change.tenant, grant_id),
+        event_id: event_id_of_grant(&change.tenant, &grant_id),
         occurred_at: now,
         tenant: change.tenant.clone(),
         subject: change.subject.clone(),
@@ -232,9 +232,18 @@ pub fn grant_event(change: &GrantChange, recorded: &Recorded, now: Timestamp) ->
 }
 
 /// Deterministic, so that the ledger's deduplication refuses a second, different copy of one version of one policy
-/// (two changes racing for the same version: the later is kept as a conflicting duplicate, never counted).
+/// (two changes racing for the same version: the later is refused, nothing of it recorded). Its parts joined by
+/// [`schemas::ids::join`], so that no owner's names spell another owner's version (tenant `iso`'s metric `b` and
+/// tenant `iso/b`'s metric are two ids).
 fn event_id_of_policy(tenant: &str, metric: &str, policy_id: &str, version: i32) -> String {
-    format!("policy/{tenant}/{metric}/{policy_id}/v{version}")
+    schemas::ids::join(&["policy", tenant, metric, policy_id, &format!("v{version}")])
+}
+
+/// Deterministic, so that a grant recorded twice is one grant; its parts joined by [`schemas::ids::join`], so that a
+/// tenant's grant id never spells another tenant's grant (tenant `iso`'s `b/credit-7` and tenant `iso/b`'s
+/// `credit-7` are two ids).
+fn event_id_of_grant(tenant: &str, grant_id: &str) -> String {
+    schemas::ids::join(&["grant", tenant, grant_id])
 }
 
 fn header(event_id: String, change: &PolicyChange, now: Timestamp) -> Header {
@@ -390,6 +399,35 @@ mod tests {
             refused.to_string(),
             "version 1 of policy org-1:tokens:subject:hour is not above the last recorded, 1"
         );
+    }
+
+    // Proves the event ids of plain names are spelled as ledgers recorded them, and that a `/` or `%` in a part is
+    // escaped, so that one tenant's names never spell another's id.
+    #[test]
+    fn event_ids_escape_the_separator_in_their_parts() {
+        let now = at("2026-12-04T10:00:00Z");
+        let grant = |tenant: &str, grant_id: &str| GrantChange {
+            tenant: tenant.into(),
+            subject: None,
+            project: None,
+            api_key: None,
+            metric: "tokens".into(),
+            amount: 5,
+            valid_from: at("2026-12-01T00:00:00Z"),
+            valid_until: at("2027-01-01T00:00:00Z"),
+            grant_id: Some(grant_id.into()),
+            actor: "alice".into(),
+            reason: "why".into(),
+            source: "test".into(),
+        };
+        let id = |tenant: &str, grant_id: &str| grant_event(&grant(tenant, grant_id), &Recorded::default(), now);
+        assert_eq!(id("org-1", "g-1").unwrap().header.event_id, "grant/org-1/g-1");
+        assert_eq!(id("iso", "b/credit-7").unwrap().header.event_id, "grant/iso/b%2Fcredit-7");
+        assert_eq!(id("iso/b", "credit-7").unwrap().header.event_id, "grant/iso%2Fb/credit-7");
+        assert_eq!(id("iso/b", "100%").unwrap().header.event_id, "grant/iso%2Fb/100%25");
+        let tenant = |tenant: &str| PolicyChange { tenant: tenant.into(), ..change(None) };
+        let policy = policy_event(&tenant("iso/b"), &Recorded::default(), now).unwrap();
+        assert_eq!(policy.header.event_id, "policy/iso%2Fb/tokens/iso%2Fb:tokens:subject:hour/v1");
     }
 
     // Proves who and why are required and bounded: an empty actor, a reason with a newline (a forged line in `audit`)

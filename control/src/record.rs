@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use ledger::{AppendOutcome, Batch, Incoming, Ledger, Origin, ReadError};
+use ledger::{AppendError, AppendOutcome, Batch, Incoming, Ledger, Origin, ReadError};
 use schemas::{Event, GrantEvent, PolicyEvent, Timestamp, Window};
 
 use crate::change::Refused;
@@ -164,7 +164,8 @@ pub enum RecordError {
         /// The failure.
         source: ledger::AppendError,
     },
-    /// The ledger holds another event of that id (a change racing this one for the same version).
+    /// The ledger holds another event of that id (a change racing this one for the same version): nothing of this
+    /// change was recorded in that ledger.
     #[error("{event_id} is not recorded in {path}: the ledger holds another event of that id (entry {of})")]
     Conflicting {
         /// The event.
@@ -198,16 +199,16 @@ pub fn record(ledgers: &mut [Ledger], event: &Event) -> Result<Vec<u64>, RecordE
         let incoming = Incoming { event: event.clone(), origin: Origin::Local { name: ORIGIN_NAME.into() }, raw: None };
         let event_id = event.header().event_id.clone();
         let path = ledger.path().display().to_string();
-        let report = ledger
-            .append(&Batch { events: vec![incoming], ..Batch::default() })
-            .map_err(|source| RecordError::Append { event_id: event_id.clone(), path: path.clone(), source })?;
+        // Refused in the append's transaction, not kept as a conflicting copy: a refused change records nothing.
+        let report = match ledger.append_unless_conflicting(&Batch { events: vec![incoming], ..Batch::default() }) {
+            Ok(report) => report,
+            Err(AppendError::Conflicting { of, .. }) => return Err(RecordError::Conflicting { event_id, path, of }),
+            Err(source) => return Err(RecordError::Append { event_id, path, source }),
+        };
         match report.outcomes.first() {
             Some(AppendOutcome::Recorded { seq }) => seqs.push(*seq),
             Some(AppendOutcome::Duplicate { of }) => seqs.push(*of),
-            Some(AppendOutcome::ConflictingDuplicate { of, .. }) => {
-                return Err(RecordError::Conflicting { event_id, path, of: *of });
-            }
-            other => unreachable!("one policy or grant appended answers one outcome of the three, not {other:?}"),
+            other => unreachable!("one policy or grant appended without conflict is recorded or a copy, not {other:?}"),
         }
     }
     if seqs.is_empty() {

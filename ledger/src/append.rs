@@ -26,10 +26,33 @@ struct Written {
     quarantined: u64,
 }
 
+/// What an append does with an event whose event_id a recorded event with another payload holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OnConflict {
+    /// Keeps it as a conflicting duplicate, for audit: what arrives from producers is never dropped.
+    Keep,
+    /// Refuses the whole batch, writing nothing.
+    Refuse,
+}
+
 impl Ledger {
     /// Records a batch in one transaction: its events (each recorded, duplicate or conflicting duplicate), its
     /// rejected messages (quarantined) and the offsets it covers. Either all of it is recorded or none.
     pub fn append(&mut self, batch: &Batch) -> Result<AppendReport, AppendError> {
+        self.append_with(batch, OnConflict::Keep)
+    }
+
+    /// Records a batch as [`Ledger::append`] does, unless an event of it has the event_id of a recorded event with
+    /// another payload: then nothing of the batch is recorded, not even the conflicting copy `append` would keep,
+    /// and [`AppendError::Conflicting`] names the event and the entry. For a writer whose refused change must leave
+    /// nothing behind (the control plane: a refused change records nothing, contract §7); the refusal is judged in
+    /// the append's own transaction, so a writer racing this one in another process cannot slip between a check
+    /// and the write.
+    pub fn append_unless_conflicting(&mut self, batch: &Batch) -> Result<AppendReport, AppendError> {
+        self.append_with(batch, OnConflict::Refuse)
+    }
+
+    fn append_with(&mut self, batch: &Batch, on_conflict: OnConflict) -> Result<AppendReport, AppendError> {
         // Before the write: the batch is well-formed.
         assert!(
             batch.replayed_from.is_empty() || batch.replayed_from.len() == batch.events.len(),
@@ -88,6 +111,11 @@ impl Ledger {
                     AppendOutcome::Quarantined { reason_code: TOTAL_OVERFLOW }
                 }
             };
+            if let (OnConflict::Refuse, AppendOutcome::ConflictingDuplicate { of, .. }) = (on_conflict, &outcome) {
+                // Returning drops the transaction uncommitted: SQLite rolls back all of the batch. The key filter
+                // may keep the event's key, a false positive that costs one probe later.
+                return Err(AppendError::Conflicting { event_id: incoming.event.event_id().to_string(), of: *of });
+            }
             outcomes.push(outcome);
         }
         drop(inserts);

@@ -161,6 +161,16 @@ pub enum AppendError {
         /// The batch's.
         batch: i64,
     },
+    /// An event of the batch has the event_id of a recorded event with another payload, and the batch was to be
+    /// recorded only without such copies ([`crate::Ledger::append_unless_conflicting`]): nothing of the batch is
+    /// appended.
+    #[error("event {event_id:?} of the batch has the id of entry {of}, another event; nothing appended")]
+    Conflicting {
+        /// Its event_id.
+        event_id: String,
+        /// The recorded entry holding that event_id.
+        of: u64,
+    },
     /// SQLite failed; the transaction rolled back.
     #[error("ledger write failed, nothing appended")]
     Sqlite(#[from] rusqlite::Error),

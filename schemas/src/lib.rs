@@ -25,6 +25,7 @@ pub mod catalog;
 pub mod confluent;
 pub mod error;
 pub mod event;
+pub mod ids;
 pub mod partition;
 pub mod timestamp;
 pub mod validate;
