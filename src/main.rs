@@ -268,8 +268,7 @@ mod tests {
             let words: Vec<&str> = long.split('-').collect();
             words.iter().any(|w| ["token", "password", "secret", "credential", "credentials"].contains(w))
         };
-        let secrets: Vec<_> =
-            all.iter().filter(|(_, arg)| arg.get_long().is_some_and(named_secret)).collect();
+        let secrets: Vec<_> = all.iter().filter(|(_, arg)| arg.get_long().is_some_and(named_secret)).collect();
         assert!(!secrets.is_empty(), "the cluster token at least is a secret flag");
         for (path, arg) in secrets {
             assert!(

@@ -111,7 +111,8 @@ fn config_check_masks_secrets() {
     // The cluster's bearer token is a flag's value, not a key named for a secret: masked all the same, from the file
     // and with the environment variable over it, as text and as JSON.
     let token = "tok-cluster-0123456789abcdef";
-    std::fs::write(dir.path().join("q.toml"), format!("[status]\ncluster = \"k:9092\"\ntoken = \"{token}\"\n")).unwrap();
+    std::fs::write(dir.path().join("q.toml"), format!("[status]\ncluster = \"k:9092\"\ntoken = \"{token}\"\n"))
+        .unwrap();
     for env in [&[][..], &[("QUOTA_LEDGER_TOKEN", "tok-from-the-environment")][..]] {
         for json in [false, true] {
             let mut args = vec!["--config", "q.toml", "config", "check"];

@@ -199,10 +199,15 @@ fn coverage(dir: &Path) {
 
 fn report(target: &str, reached: &BTreeSet<String>, all: &BTreeSet<String>) {
     let missing: Vec<&String> = all.difference(reached).collect();
-    println!("{target}: {} of {} shapes reached{}", all.len() - missing.len(), all.len(), match missing.is_empty() {
-        true => String::new(),
-        false => format!("; missing: {missing:?}"),
-    });
+    println!(
+        "{target}: {} of {} shapes reached{}",
+        all.len() - missing.len(),
+        all.len(),
+        match missing.is_empty() {
+            true => String::new(),
+            false => format!("; missing: {missing:?}"),
+        }
+    );
 }
 
 /// The files of a corpus directory (none when it does not exist).
@@ -269,11 +274,9 @@ fn shapes(event: &Event) -> Vec<String> {
             }
         }
         Event::Policy(e) => {
-            for symbol in [
-                format!("window={}", e.window),
-                format!("scope={}", e.scope),
-                format!("enforcement={}", e.enforcement),
-            ] {
+            for symbol in
+                [format!("window={}", e.window), format!("scope={}", e.scope), format!("enforcement={}", e.enforcement)]
+            {
                 found.push(format!("{kind} {symbol}"));
             }
             found.extend(e.on_failure.map(|s| format!("{kind} on_failure={s}")));
@@ -346,7 +349,10 @@ fn sample_events() -> Vec<Event> {
             r#""event_id":"{id}","occurred_at":"2026-11-02T10:00:00Z","tenant":"org-42","subject":"user-7","metric":"requests","source":"api"{extra}"#
         )
     };
-    add(EventType::UsageEvent, format!(r#"{{{},"quantity":3,"request_id":"req-1","attributes":{{"model":"small"}}}}"#, header("u-1", "")));
+    add(
+        EventType::UsageEvent,
+        format!(r#"{{{},"quantity":3,"request_id":"req-1","attributes":{{"model":"small"}}}}"#, header("u-1", "")),
+    );
     add(
         EventType::UsageEvent,
         format!(r#"{{{},"quantity":2,"attributes":{{}}}}"#, header("u-2", r#","project":"proj-1","api_key":"key-1""#)),
@@ -402,10 +408,16 @@ fn sample_events() -> Vec<Event> {
     }
     // Policies: each window, scope, enforcement, failure mode, violation and optional part at least once.
     let policies = [
-        (r#""scope":"TENANT","window":"MONTH","enforcement":"HARD","alert_thresholds":[50,100],"alert_subject_share":60"#, ""),
+        (
+            r#""scope":"TENANT","window":"MONTH","enforcement":"HARD","alert_thresholds":[50,100],"alert_subject_share":60"#,
+            "",
+        ),
         (r#""scope":"SUBJECT","window":"MINUTE","enforcement":"HARD","burst":20"#, ""),
         (r#""scope":"PROJECT","window":"HOUR","enforcement":"SOFT","on_failure":"OPEN""#, r#","project":"proj-1""#),
-        (r#""scope":"API_KEY","window":"DAY","enforcement":"SHADOW","time_zone":"Europe/Paris","on_failure":"CLOSED""#, r#","api_key":"key-1""#),
+        (
+            r#""scope":"API_KEY","window":"DAY","enforcement":"SHADOW","time_zone":"Europe/Paris","on_failure":"CLOSED""#,
+            r#","api_key":"key-1""#,
+        ),
         (r#""scope":"TENANT","window":"CONCURRENT","enforcement":"HARD""#, ""),
         (r#""scope":"TENANT","window":"ROLLING","window_seconds":86400,"enforcement":"HARD""#, ""),
         (r#""scope":"TENANT","window":"BILLING_CYCLE","cycle_anchor":"2026-01-17T00:00:00Z","enforcement":"SOFT""#, ""),

@@ -405,7 +405,12 @@ fn late_usage_adjustments(conn: &Connection, after: i64, watermark: u64) -> BTre
 
 /// Usage and valid COMMITs of a key recorded after `after` up to `watermark` whose event time is before `before`:
 /// what a billing cycle's first row carries, recorded late for what was billed before it.
-fn usage_recorded_between(conn: &Connection, (tenant, metric): (&str, &str), before: i64, (after, watermark): (i64, u64)) -> i64 {
+fn usage_recorded_between(
+    conn: &Connection,
+    (tenant, metric): (&str, &str),
+    before: i64,
+    (after, watermark): (i64, u64),
+) -> i64 {
     let usage: i64 = conn
         .query_row(
             "SELECT COALESCE(SUM(u.quantity), 0) FROM usage_events u JOIN entries e ON e.seq = u.seq
@@ -435,7 +440,13 @@ fn gaps_of_open_period(conn: &Connection, name: &str, start: i64) -> String {
         .unwrap();
     let gaps: Vec<String> = statement
         .query_map([start], |r| {
-            Ok(format!("{}:{}:{}-{}", r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?, r.get::<_, i64>(3)?))
+            Ok(format!(
+                "{}:{}:{}-{}",
+                r.get::<_, String>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, i64>(3)?
+            ))
         })
         .unwrap()
         .map(Result::unwrap)
