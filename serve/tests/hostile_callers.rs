@@ -1,0 +1,107 @@
+//! What a tenant with a valid token, but no admin rights, can make `serve` do: the routes are `serve`'s own
+//! (`serve::router`) over a hook on a real ledger in a temporary directory, asked in this process.
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use hook::{Hook, HookSettings};
+use ledger::{Batch, Durability, Incoming, Ledger, Origin};
+use schemas::{Event, EventType};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+/// A token of every tenant without `admin = true`: a service that decides, as a hostile tenant's could be.
+const SERVICE_SECRET: &str = "service-secret-0123456789";
+/// An operator's token: every tenant, `admin = true`.
+const ADMIN_SECRET: &str = "admin-secret-0123456789";
+
+struct Server {
+    runtime: tokio::runtime::Runtime,
+    router: axum::Router,
+    _dir: tempfile::TempDir,
+}
+
+/// A policy of org-1's `tokens` (a month of a million) and a CONCURRENT policy of org-1's `jobs` (two slots).
+const POLICIES: [&str; 2] = [
+    r#"{"event_id":"p-tokens","occurred_at":"2026-01-01T00:00:00Z","tenant":"org-1","metric":"tokens",
+        "source":"test","policy_id":"tokens-month","version":1,"scope":"TENANT","limit":1000000,"window":"MONTH",
+        "enforcement":"HARD","effective_from":"2026-01-01T00:00:00Z","burst":null}"#,
+    r#"{"event_id":"p-jobs","occurred_at":"2026-01-01T00:00:00Z","tenant":"org-1","metric":"jobs",
+        "source":"test","policy_id":"jobs-slots","version":1,"scope":"TENANT","limit":2,"window":"CONCURRENT",
+        "enforcement":"HARD","effective_from":"2026-01-01T00:00:00Z","burst":null}"#,
+];
+
+impl Server {
+    fn start() -> Server {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("ledger.db");
+        let events = POLICIES.iter().map(|json| Incoming {
+            event: Event::from_json(EventType::PolicyEvent, json).expect("a valid policy"),
+            origin: Origin::Local { name: "test".into() },
+            raw: None,
+        });
+        let mut ledger = Ledger::open(&path).expect("a new ledger");
+        ledger.append(&Batch { events: events.collect(), ..Batch::default() }).expect("the policies append");
+        drop(ledger);
+        let settings = HookSettings { durability: Durability::Normal, ..HookSettings::default() };
+        let hook = Hook::start(&path, settings).expect("the hook starts");
+        let tokens_path = dir.path().join("tokens.toml");
+        let tokens = format!(
+            "[[token]]\nname = \"service\"\nsecret = \"{SERVICE_SECRET}\"\ntenants = [\"*\"]\n\n[[token]]\nname = \
+             \"operator\"\nsecret = \"{ADMIN_SECRET}\"\ntenants = [\"*\"]\nadmin = true\n"
+        );
+        serve::tokens::write_private(&tokens_path, &tokens).expect("the token file");
+        let tokens = serve::tokens::Tokens::read(&tokens_path).expect("the token file reads");
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        Server { runtime, router: serve::router(hook, tokens), _dir: dir }
+    }
+
+    /// The status and body of `method path` with `secret`'s token and `body` (JSON, or none).
+    fn ask(&self, method: &str, path: &str, secret: &str, body: Option<Value>) -> (StatusCode, String) {
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("authorization", format!("Bearer {secret}"))
+            .header("content-type", "application/json");
+        let body = body.map_or_else(Body::empty, |b| Body::from(b.to_string()));
+        let response =
+            self.runtime.block_on(self.router.clone().oneshot(request.body(body).unwrap())).expect("an answer");
+        let status = response.status();
+        let bytes = self.runtime.block_on(axum::body::to_bytes(response.into_body(), usize::MAX)).expect("a body");
+        (status, String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    fn json(&self, method: &str, path: &str, secret: &str, body: Option<Value>) -> (StatusCode, Value) {
+        let (status, text) = self.ask(method, path, secret, body);
+        (status, serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: not JSON ({e}): {text}")))
+    }
+}
+
+// Proves every `/v1/admin/*` route refuses a token of every tenant without `admin = true` with the admin routes' 403
+// (a ledger copy, bills and audits name every tenant), before reading anything, and lets an admin token past it.
+#[test]
+fn admin_routes_refuse_a_token_without_admin() {
+    let server = Server::start();
+    let routes: [(&str, &str, Option<Value>); 9] = [
+        ("GET", "/v1/admin/backup", None),
+        ("GET", "/v1/admin/backup?partition=0", None),
+        ("GET", "/v1/admin/billing?period=2026-11", None),
+        ("GET", "/v1/admin/status", None),
+        ("GET", "/v1/admin/verify", None),
+        ("GET", "/v1/admin/audit/why?request_id=r-1", None),
+        ("GET", "/v1/admin/audit/tenant?tenant=org-1&from=2026-11-01T00:00:00Z&to=2026-12-01T00:00:00Z", None),
+        ("POST", "/v1/admin/reconcile", Some(json!({"as_of": "2026-12-01T00:00:00Z", "dry_run": true}))),
+        (
+            "POST",
+            "/v1/admin/grants",
+            Some(json!({"tenant": "org-1", "metric": "tokens", "amount": 5, "valid_from": "2026-11-01T00:00:00Z",
+                        "valid_until": "2026-12-01T00:00:00Z", "reason": "r"})),
+        ),
+    ];
+    let refused = json!({"error": "forbidden", "message": "this token is not an admin token (admin = true)"});
+    for (method, path, body) in routes {
+        let (status, answer) = server.json(method, path, SERVICE_SECRET, body.clone());
+        assert_eq!((status, &answer), (StatusCode::FORBIDDEN, &refused), "{method} {path}");
+        let (status, answer) = server.ask(method, path, ADMIN_SECRET, body);
+        assert_ne!(status, StatusCode::FORBIDDEN, "{method} {path} with an admin token: {answer}");
+    }
+}
