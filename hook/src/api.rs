@@ -381,17 +381,17 @@ pub enum Refusal {
         reservation_id: String,
     },
     /// A renewal or release of a lease presenting another fencing token than the lease's: its holder lost the slot.
+    /// The lease's own token is not said: a stale holder (or a caller guessing ids) must learn nothing it could
+    /// present next, and the holder of the lease knows it already.
     #[error(
-        "lease {reservation_id:?} is held under fencing token {current}, not {presented}: a stale holder renews and \
-         releases nothing"
+        "lease {reservation_id:?} is not held under fencing token {presented}: a stale holder renews and releases \
+         nothing"
     )]
     StaleToken {
         /// The id asked for.
         reservation_id: String,
         /// The token presented.
         presented: i64,
-        /// The lease's.
-        current: i64,
     },
     /// A lease closed as a reservation (a commit, or a release without its token), or a reservation renewed.
     #[error("{reservation_id:?} is {what}")]

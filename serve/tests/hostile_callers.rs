@@ -105,3 +105,28 @@ fn admin_routes_refuse_a_token_without_admin() {
         assert_ne!(status, StatusCode::FORBIDDEN, "{method} {path} with an admin token: {answer}");
     }
 }
+
+// Proves a lease renewed or released under an old fencing token is refused 409 `stale_token` without the token the
+// lease holds now: a stale holder learns nothing it could present next.
+#[test]
+fn a_stale_fencing_token_learns_nothing() {
+    let server = Server::start();
+    let acquire = json!({"tenant": "org-1", "metric": "jobs", "ttl_ms": 60_000, "idempotency_key": "l-1"});
+    let (status, lease) = server.json("POST", "/v1/leases", SERVICE_SECRET, Some(acquire));
+    assert_eq!(status, StatusCode::OK, "{lease}");
+    let (id, token) = (lease["lease_id"].as_str().unwrap(), lease["fencing_token"].as_i64().unwrap());
+    let stale = token - 1;
+    let asks = [
+        (format!("/v1/leases/{id}/renew"), json!({"fencing_token": stale, "ttl_ms": 60_000})),
+        (format!("/v1/leases/{id}/release"), json!({"fencing_token": stale})),
+    ];
+    for (path, body) in asks {
+        let (status, answer) = server.json("POST", &path, SERVICE_SECRET, Some(body));
+        assert_eq!((status, answer["refused"].as_str()), (StatusCode::CONFLICT, Some("stale_token")), "{answer}");
+        let fields: Vec<&str> = answer.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(fields, ["refused", "reservation_id", "presented", "error", "message"], "{answer}");
+        let message =
+            format!("lease {id:?} is not held under fencing token {stale}: a stale holder renews and releases nothing");
+        assert_eq!(answer["message"], json!(message), "a clear message, naming only what the caller sent");
+    }
+}
