@@ -278,6 +278,11 @@ pub struct Decision {
     /// A gauge quota decided: what it refuses while its level is above the limit (`used_before` is the level).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub violation: Option<Violation>,
+    /// Whether a policy the hook holds (of any tenant or the plan, any version) names `metric`, as the writer answered:
+    /// a figure labelled by metric may name it then, while a name no policy has came from the caller alone, and
+    /// labelling by it would let a caller mint series without end. Not a field of the contract's decision.
+    #[serde(skip)]
+    pub metric_named: bool,
 }
 
 impl Decision {
@@ -318,6 +323,8 @@ impl Decision {
             replayed,
             amounts: BTreeMap::new(),
             violation,
+            // The writer says, from its policies, as it answers.
+            metric_named: false,
         }
     }
 }

@@ -74,6 +74,11 @@ impl Server {
         let (status, text) = self.ask(method, path, secret, body);
         (status, serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: not JSON ({e}): {text}")))
     }
+
+    fn check(&self, tenant: &str, metric: &str, key: &str) -> StatusCode {
+        let body = json!({"tenant": tenant, "metric": metric, "amount": 1, "idempotency_key": key});
+        self.ask("POST", "/v1/check", SERVICE_SECRET, Some(body)).0
+    }
 }
 
 // Proves every `/v1/admin/*` route refuses a token of every tenant without `admin = true` with the admin routes' 403
@@ -129,4 +134,29 @@ fn a_stale_fencing_token_learns_nothing() {
             format!("lease {id:?} is not held under fencing token {stale}: a stale holder renews and releases nothing");
         assert_eq!(answer["message"], json!(message), "a clear message, naming only what the caller sent");
     }
+}
+
+// Proves a caller inventing metric names mints no series: checks of 200 metrics no policy names are counted under
+// the one metric `other`, while a metric a policy names keeps its own series, whoever asks it.
+#[test]
+fn invented_metrics_share_one_series() {
+    let server = Server::start();
+    for i in 0..200 {
+        assert_eq!(server.check("org-1", &format!("invented-{i}"), &format!("k-{i}")), StatusCode::OK);
+    }
+    assert_eq!(server.check("org-1", "tokens", "k-tokens"), StatusCode::OK);
+    assert_eq!(server.check("org-2", "tokens", "k-tokens"), StatusCode::OK, "no policy of org-2's: NO_POLICY");
+    let (status, text) = server.ask("GET", "/metrics", SERVICE_SECRET, None);
+    assert_eq!(status, StatusCode::OK);
+    let mut series: Vec<&str> = text.lines().filter(|l| l.starts_with("quota_ledger_decisions_total{")).collect();
+    series.sort();
+    assert_eq!(
+        series,
+        [
+            r#"quota_ledger_decisions_total{code="OK",metric="other",policy_version=""} 200"#,
+            r#"quota_ledger_decisions_total{code="OK",metric="tokens",policy_version=""} 1"#,
+            r#"quota_ledger_decisions_total{code="OK",metric="tokens",policy_version="1"} 1"#,
+        ],
+        "{text}"
+    );
 }
