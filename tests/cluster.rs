@@ -174,7 +174,7 @@ fn a_cluster_survives_a_kill_and_fences_a_paused_node() {
     // never past the limit.
     let period = schemas::Timestamp::now().to_string()[..7].to_string();
     let args = ["export", "billing", "--period", &period, "--format", "csv", "--cluster", &broker.bootstrap];
-    let of_cluster = run(&[&args[..], &["--token", SECRET]].concat(), b"").success().stdout_text();
+    let of_cluster = run(&[&args[..], &["--token", ADMIN_SECRET]].concat(), b"").success().stdout_text();
     // Tansu answers the committed end of a partition as the start of the transaction a fence keeps open, so
     // `--until-caught-up` would stop there: a plain ingest runs until the single ledger's bill is the cluster's.
     let single = dir.path().join("single.db");
@@ -201,7 +201,7 @@ fn a_cluster_survives_a_kill_and_fences_a_paused_node() {
         let export = ["export", "billing", "--period", "2026-11", "--format", "csv"];
         run(&[store, &export[..]].concat(), b"").success().stdout_text()
     };
-    let november = run(&[&args[..3], &["2026-11"], &args[4..], &["--token", SECRET]].concat(), b"").success();
+    let november = run(&[&args[..3], &["2026-11"], &args[4..], &["--token", ADMIN_SECRET]].concat(), b"").success();
     let november = november.stdout_text();
     assert_eq!(november, of_november(&["--ledger", single]), "the generated month's bill is the topics'");
     let rows: Vec<&str> = november.lines().collect();

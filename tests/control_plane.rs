@@ -447,10 +447,10 @@ fn a_throttled_overage_lets_its_rate_through_beyond_the_limit() {
 }
 
 // Proves `GET /v1/admin/billing` (what `export billing --cluster` asks each owner) on `serve --ledger`: one part, the
-// ledger's, whose rows and watermark are those `export billing` prints; only a token for every tenant reads it, and
-// a period that is not a month is a 400.
+// ledger's, whose rows and watermark are those `export billing` prints; only an admin token for every tenant reads
+// it, and a period that is not a month is a 400.
 #[test]
-fn serve_answers_the_billing_export_of_its_ledger_to_a_token_of_every_tenant() {
+fn serve_answers_the_billing_export_of_its_ledger_to_an_admin_token_of_every_tenant() {
     let ledger = TestLedger::new();
     policy_set(&ledger, "org-1", "5", &[]).success();
     let stderr = ledger.file("serve.err");
@@ -465,8 +465,10 @@ fn serve_answers_the_billing_export_of_its_ledger_to_a_token_of_every_tenant() {
     };
     let (status, body) = ask(&period, "admin-secret-org-0123");
     assert_eq!((status, body["error"].as_str()), (403, Some("forbidden")), "{body}");
-    assert_eq!(ask("2026-13", hook_http::SECRET).0, 400);
     let (status, body) = ask(&period, hook_http::SECRET);
+    assert_eq!((status, body["error"].as_str()), (403, Some("forbidden")), "not an admin token: {body}");
+    assert_eq!(ask("2026-13", "admin-secret-all-0123").0, 400);
+    let (status, body) = ask(&period, "admin-secret-all-0123");
     assert_eq!(status, 200, "{body}");
     let shards = body["shards"].as_array().expect("shards");
     assert_eq!(shards.len(), 1, "{body}");

@@ -274,7 +274,7 @@ fn the_shipped_dashboard_queries_only_series_that_exist() {
     ingest.observe(&ingest::KafkaIngestProgress { messages: 1, ..Default::default() });
     ingest::LagListener::lag(&*ingest, "quota.usage", 0, 1, 1);
     let hook = telemetry::HookMetrics::register(&mut registry);
-    hook.decided("OK", "requests", None);
+    hook.decided("OK", Some("requests"), None);
     hook.stage("queue_wait", std::time::Duration::from_micros(50));
     let mut exposed = telemetry::encode(&registry);
     let ledger = TestLedger::new();

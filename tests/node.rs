@@ -62,12 +62,15 @@ fn two_nodes_share_the_partitions_and_one_takes_over() {
         run(&["--ledger", single, "export", "billing", "--period", &period, "--format", "csv"], b"").success();
     assert_eq!(of_cluster, of_single.stdout_text(), "the cluster's bill is the topics', byte for byte");
     assert_eq!(of_cluster.lines().count(), tenants.len() + 1, "a row per tenant: {of_cluster}");
-    let (status, body) = get(&format!("{url_a}/v1/admin/billing?period={period}")).expect("node a answers");
+    let bill = format!("{url_a}/v1/admin/billing?period={period}");
+    let (status, body) = get(&bill).expect("node a answers");
+    assert_eq!((status, &body["error"]), (403, &json!("forbidden")), "a service's token reads no bill: {body}");
+    let (status, body) = get_as(&bill, ADMIN_SECRET).expect("node a answers");
     assert_eq!(status, 200, "{body}");
     assert!(body["shards"].as_array().is_some_and(|s| !s.is_empty()), "node a holds shards: {body}");
 
-    // Support and the on-call read the running cluster as they read a directory of shards.
-    let cluster = ["--cluster", &broker.bootstrap, "--token", SECRET];
+    // Support and the on-call read the running cluster as they read a directory of shards, with an admin token.
+    let cluster = ["--cluster", &broker.bootstrap, "--token", ADMIN_SECRET];
     let status = run(&[&["status", "--json"][..], &cluster].concat(), b"").success().json();
     let partitions: Vec<u64> =
         status["shards"].as_array().unwrap().iter().map(|s| s["partition"].as_u64().unwrap()).collect();
@@ -132,7 +135,7 @@ fn two_nodes_share_the_partitions_and_one_takes_over() {
     allowed.insert(reserved.body["decisionId"].as_str().unwrap().to_string());
     let nightly = ["reconcile", "--as-of", "2099-01-01T00:00:00Z", "--json", "--cluster", &broker.bootstrap];
     let refused = run(&[&nightly[..], &["--token", SECRET]].concat(), b"").expect_code(2);
-    assert!(refused.stderr.contains("answered 403: a reconcile writes adjustments"), "{}", refused.stderr);
+    assert!(refused.stderr.contains("answered 403: this token is not an admin token"), "{}", refused.stderr);
     let admin = ["--token", ADMIN_SECRET];
     let reconciled = run(&[&nightly[..], &admin].concat(), b"").expect_code(1).json();
     assert_eq!(reconciled["adjustments_written"], json!(1), "{reconciled}");
@@ -149,7 +152,7 @@ fn two_nodes_share_the_partitions_and_one_takes_over() {
     // The catalog names a until its session times out (10 s): a read of the bill now fails naming a's shards, rather
     // than answer a bill without their tenants.
     let args = ["export", "billing", "--period", &period, "--format", "csv", "--cluster", &broker.bootstrap];
-    let refused = run(&[&args[..], &["--token", SECRET]].concat(), b"").expect_code(2);
+    let refused = run(&[&args[..], &["--token", ADMIN_SECRET]].concat(), b"").expect_code(2);
     let of_a: Vec<u64> = owners.iter().filter(|(_, url)| **url == url_a).map(|(p, _)| *p).collect();
     assert!(
         refused.stderr.contains(&format!("shards {of_a:?}: their owner {url_a} did not answer")),
@@ -158,7 +161,7 @@ fn two_nodes_share_the_partitions_and_one_takes_over() {
     );
     assert!(refused.stdout.is_empty(), "no partial bill");
     let partial = dir.path().join("partial-copies");
-    let args = ["backup", "--to", partial.to_str().unwrap(), "--cluster", &broker.bootstrap, "--token", SECRET];
+    let args = ["backup", "--to", partial.to_str().unwrap(), "--cluster", &broker.bootstrap, "--token", ADMIN_SECRET];
     let refused = run(&args, b"").expect_code(2);
     assert!(
         refused.stderr.contains(&format!("shard {}: its owner {url_a} did not send its copy", of_a[0])),
@@ -297,9 +300,10 @@ fn a_standby_keeps_a_warm_copy_and_takes_over_from_it() {
     assert_eq!(standby_lag(&b), [], "b owns every partition now: no copy, no lag series left at its last value");
 }
 
-/// `export billing --period P --format csv --cluster BROKERS` with the cluster's token.
+/// `export billing --period P --format csv --cluster BROKERS` with the cluster's admin token.
 fn cluster_billing(brokers: &str, period: &str) -> String {
-    let args = ["export", "billing", "--period", period, "--format", "csv", "--cluster", brokers, "--token", SECRET];
+    let args =
+        ["export", "billing", "--period", period, "--format", "csv", "--cluster", brokers, "--token", ADMIN_SECRET];
     let run = run(&args, b"").success();
     assert!(run.stderr.contains("over the 3 shards of the cluster"), "{}", run.stderr);
     run.stdout_text()

@@ -81,6 +81,18 @@ impl Answer {
         }
     }
 
+    /// Says of each decision whether a policy of `policies` names its metric ([`Decision::metric_named`]).
+    pub(crate) fn name_metrics(&mut self, policies: &rules::policy::PolicyIndex) {
+        let decisions = match self {
+            Answer::Decision(_, Ok(decision)) => std::slice::from_mut(decision),
+            Answer::Decisions(_, Ok(decisions)) => decisions.decisions.as_mut_slice(),
+            _ => return,
+        };
+        for decision in decisions {
+            decision.metric_named = policies.names_metric(&decision.metric);
+        }
+    }
+
     pub(crate) fn send(self) {
         // A caller that stopped waiting (a closed HTTP connection) just misses its answer.
         match self {

@@ -278,6 +278,11 @@ pub struct Decision {
     /// A gauge quota decided: what it refuses while its level is above the limit (`used_before` is the level).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub violation: Option<Violation>,
+    /// Whether a policy the hook holds (of any tenant or the plan, any version) names `metric`, as the writer answered:
+    /// a figure labelled by metric may name it then, while a name no policy has came from the caller alone, and
+    /// labelling by it would let a caller mint series without end. Not a field of the contract's decision.
+    #[serde(skip)]
+    pub metric_named: bool,
 }
 
 impl Decision {
@@ -318,6 +323,8 @@ impl Decision {
             replayed,
             amounts: BTreeMap::new(),
             violation,
+            // The writer says, from its policies, as it answers.
+            metric_named: false,
         }
     }
 }
@@ -381,17 +388,17 @@ pub enum Refusal {
         reservation_id: String,
     },
     /// A renewal or release of a lease presenting another fencing token than the lease's: its holder lost the slot.
+    /// The lease's own token is not said: a stale holder (or a caller guessing ids) must learn nothing it could
+    /// present next, and the holder of the lease knows it already.
     #[error(
-        "lease {reservation_id:?} is held under fencing token {current}, not {presented}: a stale holder renews and \
-         releases nothing"
+        "lease {reservation_id:?} is not held under fencing token {presented}: a stale holder renews and releases \
+         nothing"
     )]
     StaleToken {
         /// The id asked for.
         reservation_id: String,
         /// The token presented.
         presented: i64,
-        /// The lease's.
-        current: i64,
     },
     /// A lease closed as a reservation (a commit, or a release without its token), or a reservation renewed.
     #[error("{reservation_id:?} is {what}")]

@@ -9,13 +9,13 @@
 //! through than an uninterrupted process would have: reconcile then holds the window to its limit, plus one bucket,
 //! plus the rate from the first consumption beyond the limit to the window's end.
 
-use std::collections::HashMap;
-
+use hashlink::LruCache;
 use rules::window;
 use schemas::{PolicyEvent, Timestamp, Window};
 
-/// Buckets ever created are kept at most this many; the least recently used is dropped (it refills to full,
-/// which only lets a burst through early).
+/// Buckets ever created are kept at most this many; the least recently taken from is dropped (it refills to full,
+/// which only lets a burst through early). A million buckets of about 100 bytes each: 100 MB at most, where every
+/// tenant's subjects of a throttled metric each have one.
 pub const BUCKETS_MAX: usize = 1_000_000;
 /// The longest wait a bucket names: the longest window, a month of 31 days.
 pub const RETRY_AFTER_MAX_MS: i64 = 31 * 24 * 3_600 * 1_000;
@@ -77,10 +77,13 @@ pub struct Taken {
     before: Option<Bucket>,
 }
 
-/// Every bucket of the process.
+/// Every bucket of the process, in the order they were last taken from: when full, a new bucket drops the least
+/// recently taken one, in constant time (a scan of a million buckets for the oldest, on every take once full, made
+/// each request of a full process pay for all of them). A look changes no order: reading a bucket (a check that
+/// is denied, `GET /v1/quotas`) consumes nothing from it.
 #[derive(Debug)]
 pub struct Buckets {
-    buckets: HashMap<BucketKey, Bucket>,
+    buckets: LruCache<BucketKey, Bucket>,
     /// When the process (or the shard) started: overage buckets fill from then.
     started: Timestamp,
 }
@@ -100,7 +103,12 @@ fn key(policy: &PolicyEvent, meter: &Meter, tenant: &str, subject: Option<&str>)
 impl Buckets {
     /// No bucket yet, the process (or shard) starting at `started`.
     pub fn new(started: Timestamp) -> Buckets {
-        Buckets { buckets: HashMap::new(), started }
+        Buckets::keeping(started, BUCKETS_MAX)
+    }
+
+    /// No bucket yet, keeping `buckets_max` at most.
+    fn keeping(started: Timestamp, buckets_max: usize) -> Buckets {
+        Buckets { buckets: LruCache::new(buckets_max), started }
     }
 
     fn refilled(
@@ -112,7 +120,7 @@ impl Buckets {
         now: Timestamp,
     ) -> f64 {
         let capacity = meter.capacity as f64;
-        let (tokens, since) = match self.buckets.get(&key(policy, meter, tenant, subject)) {
+        let (tokens, since) = match self.buckets.peek(&key(policy, meter, tenant, subject)) {
             None if !meter.overage => return capacity,
             None => (0.0, self.started),
             Some(b) => (b.tokens, b.at),
@@ -158,13 +166,9 @@ impl Buckets {
     ) -> Taken {
         let meter = Meter::of(of, policy);
         let tokens = self.refilled(policy, &meter, tenant, subject, now) - amount as f64;
-        if self.buckets.len() >= BUCKETS_MAX {
-            let oldest = self.buckets.iter().min_by_key(|(_, b)| b.at).map(|(k, _)| k.clone());
-            if let Some(oldest) = oldest {
-                self.buckets.remove(&oldest);
-            }
-        }
         let key = key(policy, &meter, tenant, subject);
+        // A kept key is replaced and becomes the most recent, evicting nothing; a new one past the bound drops the
+        // least recently taken.
         let before = self.buckets.insert(key.clone(), Bucket { tokens, at: now });
         Taken { key, before }
     }
@@ -178,5 +182,53 @@ impl Buckets {
                 None => self.buckets.remove(&key),
             };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn throttle(id: &str) -> PolicyEvent {
+        let json = format!(
+            r#"{{"event_id":"p-{id}","occurred_at":"2026-01-01T00:00:00Z","tenant":"org-1","metric":"tokens",
+                "source":"test","policy_id":"{id}","version":1,"scope":"TENANT","limit":60,"window":"MINUTE",
+                "enforcement":"HARD","effective_from":"2026-01-01T00:00:00Z","burst":10}}"#
+        );
+        match schemas::Event::from_json(schemas::EventType::PolicyEvent, &json).unwrap() {
+            schemas::Event::Policy(policy) => policy,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn at(second: i64) -> Timestamp {
+        Timestamp(Timestamp::parse_rfc3339("2026-11-01T00:00:00Z").unwrap().micros() + second * 1_000_000)
+    }
+
+    fn held(buckets: &Buckets, policies: &[&PolicyEvent]) -> Vec<String> {
+        let meter = |p: &PolicyEvent| Meter::of(BucketOf::Throttle, p);
+        let kept = |p: &&&PolicyEvent| buckets.buckets.contains_key(&key(p, &meter(p), "org-1", None));
+        policies.iter().filter(kept).map(|p| p.policy_id.clone()).collect()
+    }
+
+    // Proves the buckets hold their bound, that taking from a bucket already kept evicts nothing (and a failed group
+    // puts it back as it was), and that the least recently taken bucket is the one dropped for a new one.
+    #[test]
+    fn buckets_keep_their_bound_and_drop_the_least_recently_used() {
+        let (a, b, c) = (throttle("a"), throttle("b"), throttle("c"));
+        let mut buckets = Buckets::keeping(at(0), 2);
+        buckets.take(BucketOf::Throttle, &b, "org-1", None, 1, at(1));
+        buckets.take(BucketOf::Throttle, &a, "org-1", None, 1, at(2));
+        // At the bound, a take from a kept bucket (b is the older) makes no room: nothing goes.
+        let again = buckets.take(BucketOf::Throttle, &a, "org-1", None, 5, at(3));
+        assert_eq!(held(&buckets, &[&a, &b, &c]), ["a", "b"], "a kept key evicts nothing");
+        buckets.put_back(vec![again]);
+        let tokens = buckets.look(BucketOf::Throttle, &a, "org-1", None, 1, at(2)).0;
+        assert_eq!(tokens, 9, "a failed take puts the bucket back as it was, its one token taken");
+        // b is taken from now, then a new bucket needs room: a, the least recently taken, goes.
+        buckets.take(BucketOf::Throttle, &b, "org-1", None, 1, at(4));
+        buckets.take(BucketOf::Throttle, &c, "org-1", None, 1, at(5));
+        assert_eq!(held(&buckets, &[&a, &b, &c]), ["b", "c"]);
+        assert_eq!(buckets.buckets.len(), 2, "the bound holds");
     }
 }

@@ -555,6 +555,8 @@ pub struct PolicyIndex {
     /// The billing cycle schedule of each group with a BILLING_CYCLE version, by the group's first version: made once,
     /// not for every request of a tenant on cycles.
     schedules: std::collections::HashMap<usize, cycle::Schedule>,
+    /// Every metric a version names, of any owner.
+    metrics: std::collections::HashSet<String>,
 }
 
 /// The policy groups that may apply to one tenant's metric: looked up once, asked at every instant.
@@ -589,7 +591,14 @@ impl PolicyIndex {
             .flatten()
             .filter_map(|versions| Some((versions[0], cycle_schedule(versions.iter().map(|i| &policies[*i]))?)))
             .collect();
-        PolicyIndex { policies, zones, groups, gauge_groups, schedules }
+        let metrics = policies.iter().map(|p| p.header.metric.clone()).collect();
+        PolicyIndex { policies, zones, groups, gauge_groups, schedules, metrics }
+    }
+
+    /// Whether a version indexed, of any tenant or the plan, names `metric`: the metrics operators configured, as
+    /// opposed to any name a caller sends.
+    pub fn names_metric(&self, metric: &str) -> bool {
+        self.metrics.contains(metric)
     }
 
     /// Every version indexed, in the order given.

@@ -188,10 +188,11 @@ fn time(field: &str, text: &str) -> Result<Timestamp, Box<Response>> {
     })
 }
 
-/// The caller's name when its token is an admin token: 401 without a known token, 403 without `admin = true`, asked
-/// before the body is read, as every route asks the token first. The actor recorded is the token's name, from the
-/// token file: a body cannot claim to be another.
-fn admin_of(app: &App, headers: &HeaderMap) -> Result<Caller, Box<Response>> {
+/// The caller when its token is an admin token: 401 without a known token, 403 without `admin = true`, asked before
+/// the body is read, as every route asks the token first. Every `/v1/admin/*` route asks it: changes, and the reads
+/// of every tenant (a copy of the ledger, bills, audits) that only an operator makes. The actor recorded is the
+/// token's name, from the token file: a body cannot claim to be another.
+pub(crate) fn admin_of(app: &App, headers: &HeaderMap) -> Result<Caller, Box<Response>> {
     let caller = app.tokens.caller(headers).map_err(|u| Box::new(u.into_response()))?;
     if !caller.admin {
         let message = "this token is not an admin token (admin = true)";

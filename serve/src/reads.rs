@@ -1,9 +1,11 @@
 //! What an operator reads of every shard this server holds, one part per shard, the parts a command joins:
 //! `GET /v1/admin/billing?period=YYYY-MM` (`export billing --cluster`), `GET /v1/admin/status` (`status --cluster`),
 //! `POST /v1/admin/reconcile` (`reconcile --cluster`), `GET /v1/admin/verify` (`verify --cluster`), `GET /v1/admin/audit/why?request_id=R` (`audit why --cluster`) and `GET /v1/admin/audit/tenant?tenant=T&from=&to=`
-//! (`audit tenant --cluster`). The command finds each shard's owner in the routing catalog and asks it, so support
-//! and finance read a running cluster without a copy of its shards. These answers name every tenant: only a token for
-//! every tenant (`tenants = ["*"]`) may read them.
+//! (`audit tenant --cluster`), and `GET /v1/admin/backup` (`backup --cluster`). The command finds each shard's owner in
+//! the routing catalog and asks it, so support and finance read a running cluster without a copy of its shards. These
+//! answers name every tenant, and a backup is the whole ledger: only an admin token (`admin = true`) of every tenant
+//! (`tenants = ["*"]`) may read them, as only an admin token may change policies. A service's token, which decides,
+//! reads none of them.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -151,21 +153,15 @@ pub(crate) async fn verify(
 }
 
 /// `POST /v1/admin/reconcile` (`reconcile --cluster`): `reconcile --as-of` of every shard this server holds, as the
-/// command runs it on a directory of shards (its adjustments recorded and published where the shard is). It writes, so
-/// it takes an admin token of every tenant.
+/// command runs it on a directory of shards (its adjustments recorded and published where the shard is), for an admin
+/// token of every tenant as every read here.
 pub(crate) async fn reconcile(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
     body: Result<Json<ReconcileBody>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
-    let caller = match app.tokens.caller(&headers) {
-        Ok(caller) => caller,
-        Err(unauthorized) => return unauthorized.into_response(),
-    };
-    if !caller.admin || !matches!(caller.scope, TenantScope::All) {
-        let message =
-            "a reconcile writes adjustments of every tenant: it takes an admin token (admin = true) of them all";
-        return error(StatusCode::FORBIDDEN, "forbidden", message);
+    if let Err(refused) = of_every_tenant(&app, &headers) {
+        return *refused;
     }
     let body = match body {
         Ok(Json(body)) => body,
@@ -323,21 +319,26 @@ fn ascii_json(json: &str) -> String {
     out
 }
 
-/// The query of a caller whose token covers every tenant, or the answer refusing them (boxed: an answer is large).
+/// The query of a caller with an admin token of every tenant, or the answer refusing them (boxed: an answer is
+/// large).
 fn admitted<Q: DeserializeOwned>(
     app: &App,
     headers: &HeaderMap,
     query: Result<Query<Q>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Q, Box<Response>> {
-    let caller = app.tokens.caller(headers).map_err(|unauthorized| Box::new(unauthorized.into_response()))?;
-    if !matches!(caller.scope, TenantScope::All) {
-        return Err(Box::new(error(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            "this answer names every tenant: this token does not cover them all",
-        )));
-    }
+    of_every_tenant(app, headers)?;
     query.map(|Query(query)| query).map_err(|r| Box::new(error(StatusCode::BAD_REQUEST, "bad_request", r.body_text())))
+}
+
+/// Nothing when the caller's token is an admin token (401 without a known token, 403 without `admin = true`, as the
+/// admin changes answer) covering every tenant (403 otherwise): these routes read or write every tenant's entries.
+fn of_every_tenant(app: &App, headers: &HeaderMap) -> Result<(), Box<Response>> {
+    let caller = crate::admin::admin_of(app, headers)?;
+    if !matches!(caller.scope, TenantScope::All) {
+        let message = "this answer names every tenant: this token does not cover them all";
+        return Err(Box::new(error(StatusCode::FORBIDDEN, "forbidden", message)));
+    }
+    Ok(())
 }
 
 /// The ledgers a read of every tenant answers from, with their partition: the file of `serve --ledger` (none), each

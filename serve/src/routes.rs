@@ -76,8 +76,7 @@ impl App {
     fn decided_for(&self, partition: Option<u32>, result: Result<Decision, HookError>) -> Response {
         match result {
             Ok(decision) => {
-                let code = format!("{:?}", decision.code);
-                self.metrics.hook.decided(&code, &decision.metric, decision.policy_version);
+                self.count(&decision);
                 decision_response(decision)
             }
             Err(e) => self.refused(partition, e),
@@ -89,13 +88,20 @@ impl App {
         match result {
             Ok(decisions) => {
                 for decision in &decisions.decisions {
-                    let code = format!("{:?}", decision.code);
-                    self.metrics.hook.decided(&code, &decision.metric, decision.policy_version);
+                    self.count(decision);
                 }
                 decisions_response(decisions)
             }
             Err(e) => self.refused(partition, e),
         }
+    }
+
+    /// Counts `decision` in `/metrics`, its metric named only when a policy names it: the label's values are then the
+    /// operators' metrics, not any name a caller sends.
+    fn count(&self, decision: &Decision) {
+        let code = format!("{:?}", decision.code);
+        let metric = decision.metric_named.then_some(decision.metric.as_str());
+        self.metrics.hook.decided(&code, metric, decision.policy_version);
     }
 
     fn refused(&self, partition: Option<u32>, e: HookError) -> Response {

@@ -15,9 +15,9 @@ use schemas::Timestamp;
 /// How long an owner may take to answer for its shards.
 const READ_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// The token a read of a cluster asks with: one for every tenant (`tenants = ["*"]`).
+/// The token a read of a cluster asks with: an admin one (`admin = true`) for every tenant (`tenants = ["*"]`).
 pub(crate) fn token(token: Option<&str>) -> anyhow::Result<&str> {
-    token.context("--cluster needs --token (or QUOTA_LEDGER_TOKEN), one for every tenant")
+    token.context("--cluster needs --token (or QUOTA_LEDGER_TOKEN), an admin token (admin = true) of every tenant")
 }
 
 /// `--cluster BROKERS [--token T]` of a command that reads every shard.

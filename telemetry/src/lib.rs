@@ -10,9 +10,11 @@
 //! ```
 //! let mut registry = telemetry::registry();
 //! let hook = telemetry::HookMetrics::register(&mut registry);
-//! hook.decided("OK", "requests", Some(3));
+//! hook.decided("OK", Some("requests"), Some(3));
+//! hook.decided("OK", None, None); // a metric no policy names
 //! let text = telemetry::encode(&registry);
 //! assert!(text.contains(r#"quota_ledger_decisions_total{code="OK",metric="requests",policy_version="3"} 1"#));
+//! assert!(text.contains(r#"quota_ledger_decisions_total{code="OK",metric="other",policy_version=""} 1"#));
 //! ```
 
 #![deny(missing_docs)]
@@ -187,14 +189,20 @@ impl ingest::LagListener for StandbyMetrics {
     }
 }
 
-/// A decision's code, metric and the version of the policy that decided.
+/// The `metric` label of a decision of a metric no policy names: one series for every such name, whatever callers
+/// send.
+pub const OTHER_METRIC: &str = "other";
+
+/// A decision's code, metric and the version of the policy that decided. Every value is bounded by what operators
+/// configure, never by what callers send: a label value is a series for as long as the process runs.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DecisionLabels {
-    /// `OK`, `QUOTA_EXCEEDED`, `RATE_LIMITED`, `CONCURRENCY_LIMITED` (contract §6).
+    /// `OK`, `QUOTA_EXCEEDED`, `RATE_LIMITED`, `CONCURRENCY_LIMITED`, `FAIL_OPEN` (contract §6).
     pub code: String,
-    /// The metric asked for.
+    /// The metric asked for when a policy names it; [`OTHER_METRIC`] otherwise.
     pub metric: String,
-    /// The deciding policy's version; empty when no policy applied.
+    /// The deciding policy's version (a version the hook's policies hold); empty when no policy applied, and for
+    /// [`OTHER_METRIC`].
     pub policy_version: String,
 }
 
@@ -254,7 +262,8 @@ impl HookMetrics {
         };
         registry.register(
             "decisions",
-            "Decisions answered (checks and reservations; replays included), by code, metric and policy version",
+            "Decisions answered (checks and reservations; replays included), by code, metric (other: every metric no \
+             policy names) and policy version",
             metrics.decisions.clone(),
         );
         registry.register(
@@ -322,13 +331,18 @@ impl HookMetrics {
         Arc::new(metrics)
     }
 
-    /// A decision answered `code` for `metric` under `policy_version`.
-    pub fn decided(&self, code: &str, metric: &str, policy_version: Option<i32>) {
-        let labels = DecisionLabels {
-            code: code.to_string(),
-            metric: metric.to_string(),
-            policy_version: policy_version.map(|v| v.to_string()).unwrap_or_default(),
+    /// A decision answered `code` for `metric` (`None`: a metric no policy names, counted under [`OTHER_METRIC`])
+    /// under `policy_version`. A caller may send any metric name, and each name made a label would be a series kept
+    /// until the process ends: callers could grow the server's memory and every scrape's size without end. The names
+    /// policies give are the operators' to bound, and a deciding policy's version is one of theirs too.
+    pub fn decided(&self, code: &str, metric: Option<&str>, policy_version: Option<i32>) {
+        let (metric, policy_version) = match metric {
+            Some(metric) => (metric, policy_version.map(|v| v.to_string()).unwrap_or_default()),
+            // A gauge quota refuses requests of any metric: its version beside `other` would split `other` by version
+            // for no reader's use.
+            None => (OTHER_METRIC, String::new()),
         };
+        let labels = DecisionLabels { code: code.to_string(), metric: metric.to_string(), policy_version };
         self.decisions.get_or_create(&labels).inc();
     }
 

@@ -128,7 +128,13 @@ fn agent() -> ureq::Agent {
 
 /// `GET url` with the token: status and JSON body, or `None` when nothing answered.
 pub fn get(url: &str) -> Option<(u16, Value)> {
-    let mut response = agent().get(url).header("Authorization", format!("Bearer {SECRET}")).call().ok()?;
+    get_as(url, SECRET)
+}
+
+/// `GET url` with the token of `secret` (the admin token for `/v1/admin/...`): status and JSON body, or `None` when
+/// nothing answered.
+pub fn get_as(url: &str, secret: &str) -> Option<(u16, Value)> {
+    let mut response = agent().get(url).header("Authorization", format!("Bearer {secret}")).call().ok()?;
     let status = response.status().as_u16();
     Some((status, serde_json::from_str(&response.body_mut().read_to_string().ok()?).ok()?))
 }

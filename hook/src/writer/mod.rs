@@ -258,7 +258,7 @@ impl Writer {
         let mut events = Vec::new();
         let mut answers = Vec::with_capacity(group.len());
         for work in group {
-            let answer = match work {
+            let mut answer = match work {
                 Work::Check(request, token_name, reply) => {
                     Answer::Decision(reply, self.check(&request, token_name.as_deref(), now, &mut events))
                 }
@@ -295,6 +295,8 @@ impl Writer {
                     continue;
                 }
             };
+            // Replays too: a policy recorded since may name the metric now.
+            answer.name_metrics(&self.state.policies);
             answers.push(answer);
         }
         (events, answers)

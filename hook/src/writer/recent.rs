@@ -108,6 +108,7 @@ mod tests {
             violation: None,
             api_key: None,
             project: None,
+            metric_named: false,
         }
     }
 

@@ -527,7 +527,7 @@ impl Writer {
         match (hold.fencing_token, lease) {
             (Some(current), Some(step)) if step.fencing_token != current => {
                 let presented = step.fencing_token;
-                return Ok(Err(Refusal::StaleToken { reservation_id: id, presented, current }));
+                return Ok(Err(Refusal::StaleToken { reservation_id: id, presented }));
             }
             (Some(_), None) => {
                 let what = "a lease: it is renewed or released presenting its fencing_token, never committed".into();
@@ -653,7 +653,7 @@ impl Writer {
                     && step.fencing_token != current
                 {
                     let presented = step.fencing_token;
-                    return Ok(Err(Refusal::StaleToken { reservation_id: id, presented, current }));
+                    return Ok(Err(Refusal::StaleToken { reservation_id: id, presented }));
                 }
                 if (by, closed) == (action, amount)
                     && let Some(event_id) =
