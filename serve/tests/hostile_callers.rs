@@ -52,7 +52,7 @@ impl Server {
         serve::tokens::write_private(&tokens_path, &tokens).expect("the token file");
         let tokens = serve::tokens::Tokens::read(&tokens_path).expect("the token file reads");
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
-        Server { runtime, router: serve::router(hook, tokens), _dir: dir }
+        Server { runtime, router: serve::router(hook, tokens, None), _dir: dir }
     }
 
     /// The status and body of `method path` with `secret`'s token and `body` (JSON, or none).
