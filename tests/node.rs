@@ -15,7 +15,8 @@ use support::*;
 
 // Proves two nodes share the partitions (one owner each in the catalog), that a node answers 421 naming the owner for
 // a tenant it does not serve, that the routing client reaches every tenant, and that after one node dies the other
-// serves every partition, its shards rebuilt from the topics: every allowed decision is recorded exactly once.
+// serves every partition, its shards rebuilt from the topics: every allowed decision is recorded exactly once. A plan
+// default sent to one partition reaches every node's shards.
 #[test]
 fn two_nodes_share_the_partitions_and_one_takes_over() {
     let broker = Broker::mock();
@@ -69,9 +70,16 @@ fn two_nodes_share_the_partitions_and_one_takes_over() {
     assert_eq!(status, 200, "{body}");
     assert!(body["shards"].as_array().is_some_and(|s| !s.is_empty()), "node a holds shards: {body}");
 
-    // Support and the on-call read the running cluster as they read a directory of shards, with an admin token.
+    // Support and the on-call read the running cluster as they read a directory of shards, with an admin token. A plan default sent the
+    // way Kafka clients send everything, keyed `*` into the one partition Kafka's default partitioner picks, reaches
+    // every shard: the node that reads it forwards it to the other partitions.
+    send_plan_default_to_one_partition(&broker.bootstrap);
     let cluster = ["--cluster", &broker.bootstrap, "--token", ADMIN_SECRET];
-    let status = run(&[&["status", "--json"][..], &cluster].concat(), b"").success().json();
+    let status = eventually(60, "every shard of the cluster holds the plan default", || {
+        let status = run(&[&["status", "--json"][..], &cluster].concat(), b"").success().json();
+        status["shards"].as_array()?.iter().all(|s| s["plan_defaults"] == json!(1)).then_some(status)
+    });
+    assert_eq!(status["plan_defaults_lacking"], json!([]), "{status}");
     let partitions: Vec<u64> =
         status["shards"].as_array().unwrap().iter().map(|s| s["partition"].as_u64().unwrap()).collect();
     assert_eq!(partitions, [0, 1, 2], "{status}");
@@ -209,6 +217,24 @@ fn two_nodes_share_the_partitions_and_one_takes_over() {
     for id in &allowed {
         assert!(distinct.contains(id), "allowed decision {id} is recorded");
     }
+}
+
+/// Sends a plan default of `tokens` (a metric no request of these tests uses, so that no decision or bill changes) to
+/// the partition of the key `*` alone, as a producer with Kafka's default partitioner does.
+fn send_plan_default_to_one_partition(bootstrap: &str) {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let plan = schemas::PolicyEvent {
+        header: header("plan-tokens-v1", "2026-10-01T00:00:00Z", "*", "tokens"),
+        policy_id: "plan-tokens".into(),
+        ..hard_daily("plan-tokens-v1", "*", 1_000_000)
+    };
+    let payload = schemas::Catalog::builtin().encode_single_object(&schemas::Event::Policy(plan));
+    let producer: BaseProducer =
+        rdkafka::ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("a producer");
+    let partition = schemas::partition::partition_of("*", 3) as i32;
+    let record = BaseRecord::to("quota.policies").key("*").payload(&payload).partition(partition);
+    producer.send(record).map_err(|(e, _)| e).expect("queued");
+    producer.flush(std::time::Duration::from_secs(30)).expect("acknowledged");
 }
 
 // Proves `--standby 1`: each node keeps a copy of the other's shards, up to date while the other owns them and never

@@ -2,7 +2,7 @@
 
 use kafka::topics::Topics;
 use ledger::{Incoming, Origin, Rejected};
-use rdkafka::message::Message;
+use rdkafka::message::{Headers, Message};
 use schemas::{Catalog, DecodeError};
 
 /// A message as read from Kafka, not decoded yet: where it was read, its key and its bytes. The consumer only
@@ -19,6 +19,9 @@ pub struct Consumed {
     pub key: Option<Vec<u8>>,
     /// Its bytes as produced (single-object Avro).
     pub payload: Vec<u8>,
+    /// Whether it carries [`kafka::producer::PLAN_DEFAULT_HEADER`]: a plan default sent to every partition already
+    /// (by its producer, or forwarded by a shard), which a shard records without forwarding it again.
+    pub plan_default_copy: bool,
 }
 
 impl Consumed {
@@ -30,6 +33,9 @@ impl Consumed {
             offset: message.offset(),
             key: message.key().map(<[u8]>::to_vec),
             payload: message.payload().unwrap_or_default().to_vec(),
+            plan_default_copy: message
+                .headers()
+                .is_some_and(|headers| headers.iter().any(|h| h.key == kafka::producer::PLAN_DEFAULT_HEADER)),
         }
     }
 }

@@ -542,6 +542,9 @@ pub struct KafkaIngestProgress {
     pub rejoins: u64,
     /// Events read in another tenant's partition and forwarded to their tenant's (shards only, contract §9.4).
     pub forwarded: u64,
+    /// Plan defaults (tenant `*`) a producer sent to one partition, recorded and forwarded to every other partition
+    /// (shards only, contract §9.4).
+    pub plan_defaults_forwarded: u64,
     /// Per assigned partition: `(topic, partition)` -> messages behind the high watermark, when known.
     #[serde(skip)]
     pub lag: BTreeMap<(String, i32), i64>,
@@ -848,6 +851,7 @@ impl Target<'_> {
                 progress.quarantined += appended.quarantined;
                 add_reasons(progress, appended.quarantined_by_reason);
                 progress.forwarded += appended.forwarded;
+                progress.plan_defaults_forwarded += appended.plan_defaults_forwarded;
                 progress.batches += appended.batches;
                 watermarks.extend(appended.watermarks);
                 progress.watermark = watermarks.values().sum();
@@ -921,8 +925,9 @@ pub fn ingest_kafka(
 /// As [`ingest_kafka`], into the shards of `shards` (contract §9.4): partition p of every input topic into shard p,
 /// opened when the group assigns p and closed when it revokes it, each appended by a writer thread of its own
 /// ([`ShardWriters`]). The input topics must share one partition count P. An event read in a partition other than
-/// its tenant's is re-published to its tenant's partition and recorded as forwarded. Each shard publishes its own
-/// checkpoints with `publish_checkpoints`.
+/// its tenant's is re-published to its tenant's partition and recorded as forwarded; a plan default read without the
+/// mark of a copy is recorded and re-published to every other partition, so that every shard holds it whichever
+/// partition its producer chose. Each shard publishes its own checkpoints with `publish_checkpoints`.
 pub fn ingest_kafka_shards(
     shards: &ShardDir,
     settings: &KafkaIngestSettings,
@@ -954,6 +959,7 @@ pub fn ingest_kafka_shards(
     progress.quarantined += last.quarantined;
     add_reasons(&mut progress, last.quarantined_by_reason);
     progress.forwarded += last.forwarded;
+    progress.plan_defaults_forwarded += last.plan_defaults_forwarded;
     progress.batches += last.batches;
     Ok(progress)
 }
@@ -1120,11 +1126,11 @@ fn consume(
     // Partitions whose accepted gap runs past their end: asked again from the ledger's offset now and then.
     let mut past_end: BTreeMap<(String, i32), Instant> = BTreeMap::new();
     while !stop.load(Ordering::Relaxed) {
-        let forwarded = progress.forwarded;
+        let forwarded = (progress.forwarded, progress.plan_defaults_forwarded);
         if target.collect(consumer, shared, &mut progress)? {
             on_progress(&progress);
         }
-        if progress.forwarded > forwarded {
+        if (progress.forwarded, progress.plan_defaults_forwarded) != forwarded {
             // Copies now at the end of their tenant's partitions: caught up includes them.
             progress_until.forget_targets();
         }

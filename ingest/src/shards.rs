@@ -5,8 +5,9 @@
 //! the group gives it partition p (and answers the offsets stored in it, where the consumer seeks),
 //! [`ShardWriters::send`] queues consumed messages for it, and [`ShardWriters::revoke`] closes it once what was
 //! queued is appended, before the partition may go to another member. Each writer decodes its messages, forwards
-//! the events read in another tenant's partition to their tenant's ([`WriterSettings::forward_brokers`]), and appends
-//! the rest with the offsets they cover in one transaction, as a single ledger's ingest does.
+//! the events read in another tenant's partition to their tenant's ([`WriterSettings::forward_brokers`]) and a plan
+//! default (tenant `*`) a producer sent to its partition alone to every other partition, and appends the rest with the
+//! offsets they cover in one transaction, as a single ledger's ingest does.
 //!
 //! ```
 //! use ingest::shards::{ShardWriters, WriterSettings};
@@ -44,8 +45,9 @@ const IDLE_ASK_MS: u64 = 5;
 pub struct WriterSettings {
     /// The input topics and the record type of each.
     pub topics: Topics,
-    /// The brokers to re-publish misrouted events to (the brokers consumed from). Without them, an event read in
-    /// another tenant's partition stops its writer: it cannot be recorded in the wrong shard.
+    /// The brokers to re-publish misrouted events and plan defaults to (the brokers consumed from). Without them, an
+    /// event read in another tenant's partition stops its writer (it cannot be recorded in the wrong shard), and a
+    /// plan default is recorded in the shard it was read in only (a benchmark, whose messages never leave it).
     pub forward_brokers: Option<String>,
     /// librdkafka settings (`-X`) for the forwarding producer and the checkpoints.
     pub overrides: Vec<(String, String)>,
@@ -104,12 +106,16 @@ pub enum ShardWriterError {
         /// Why.
         source: AppendError,
     },
-    /// Misrouted events could not be re-published to their tenant's partition; nothing of the batch is recorded.
-    #[error("shard {partition} could not forward {events} events to their tenant's partition")]
+    /// Misrouted events could not be re-published to their tenant's partition, or plan defaults to every other
+    /// partition; nothing of the batch is recorded.
+    #[error(
+        "shard {partition} could not forward {events} copies (of events read in another tenant's partition, or of \
+         plan defaults for every other partition)"
+    )]
     Forward {
         /// The partition.
         partition: u32,
-        /// How many events the batch had to forward.
+        /// How many copies the batch had to send.
         events: usize,
         /// The producer's reason.
         source: ProduceError,
@@ -162,6 +168,8 @@ pub struct Appended {
     pub quarantined_by_reason: BTreeMap<String, u64>,
     /// Events forwarded to their tenant's partition.
     pub forwarded: u64,
+    /// Plan defaults (tenant `*`) read without the mark of a copy, recorded and forwarded to every other partition.
+    pub plan_defaults_forwarded: u64,
     /// Appends.
     pub batches: u64,
     /// The next offset per `(topic, partition)` each shard now stores.
@@ -180,6 +188,7 @@ impl Appended {
             *self.quarantined_by_reason.entry(reason).or_insert(0) += n;
         }
         self.forwarded += other.forwarded;
+        self.plan_defaults_forwarded += other.plan_defaults_forwarded;
         self.batches += other.batches;
         for (key, next) in other.offsets {
             let stored = self.offsets.entry(key).or_insert(next);
@@ -371,7 +380,7 @@ struct WriterState {
     ledger: Ledger,
     shard: Shard,
     settings: WriterSettings,
-    /// Made at the first misrouted event.
+    /// Made at the first event to forward.
     forwarder: Option<KafkaProducer>,
     checkpoints: Option<CheckpointPublisher>,
     _lock: ProcessLock,
@@ -417,27 +426,36 @@ impl WriterState {
         }
     }
 
-    /// One batch: decoded; its misrouted events re-published to their tenant's partition and acknowledged; then
-    /// the rest, the forwarded events' record and the offsets of all of them in one append.
+    /// One batch: decoded; its misrouted events re-published to their tenant's partition and its plan defaults sent
+    /// here alone to every other partition, all acknowledged; then the rest (the plan defaults with them), the
+    /// forwarded copies' record and the offsets of all of them in one append.
     fn write(&mut self, messages: Vec<Consumed>) -> Result<Appended, ShardWriterError> {
         let partition = self.shard.partition;
         let catalog = Catalog::builtin();
         let mut next: BTreeMap<(String, i32), i64> = BTreeMap::new();
         let mut batch = Batch::default();
         let mut forwards: Vec<(Consumed, Forwarded)> = Vec::new();
+        let (mut misrouted, mut plan_defaults) = (0, 0);
         for message in messages {
             let entry = next.entry((message.topic.clone(), message.partition)).or_insert(message.offset + 1);
             *entry = (*entry).max(message.offset + 1);
-            let key = message.key.clone();
+            let (key, plan_default_copy) = (message.key.clone(), message.plan_default_copy);
             match decode(catalog, &self.settings.topics, message) {
                 Pending::Event(incoming) if !self.shard.holds_tenant(&incoming.event.header().tenant) => {
                     forwards.push(self.misrouted(incoming, key));
+                    misrouted += 1;
+                }
+                Pending::Event(incoming) if self.forwards_plan_default(&incoming, plan_default_copy) => {
+                    let copies = self.plan_default_copies(&incoming, key);
+                    plan_defaults += u64::from(!copies.is_empty());
+                    forwards.extend(copies);
+                    batch.events.push(incoming);
                 }
                 Pending::Event(incoming) => batch.events.push(incoming),
                 Pending::Rejected(rejected) => batch.rejected.push(rejected),
             }
         }
-        self.forward(&forwards)?;
+        self.forward(&forwards, misrouted, plan_defaults)?;
         batch.forwarded = forwards.into_iter().map(|(_, forwarded)| forwarded).collect();
         batch.offsets = next
             .iter()
@@ -455,7 +473,8 @@ impl WriterState {
             conflicts: report.conflicts() as u64,
             quarantined: report.quarantined,
             quarantined_by_reason: crate::consumed::by_reason(&batch.rejected),
-            forwarded: batch.forwarded.len() as u64,
+            forwarded: misrouted,
+            plan_defaults_forwarded: plan_defaults,
             batches: 1,
             offsets: next,
             watermarks: BTreeMap::from([(partition, report.watermark)]),
@@ -477,14 +496,61 @@ impl WriterState {
             tenant,
             to_partition,
         };
-        let copy = Consumed { topic, partition: to_partition, offset, key, payload: incoming.raw.unwrap_or_default() };
+        let payload = incoming.raw.unwrap_or_default();
+        let copy = Consumed { topic, partition: to_partition, offset, key, payload, plan_default_copy: false };
         (copy, forwarded)
     }
 
-    /// Publishes every copy to its tenant's partition and waits for the brokers to acknowledge them all (acks=all,
+    /// Whether `incoming` is a plan default this shard must send to every other partition: read without the mark of
+    /// a copy ([`kafka::producer::PLAN_DEFAULT_HEADER`]), so its producer may have sent it here alone (Kafka's
+    /// default partitioner puts the key `*` in one partition), and with brokers to send it to. A copy is never
+    /// forwarded again: forwarding ends after one round whoever sent what.
+    fn forwards_plan_default(&self, incoming: &ledger::Incoming, plan_default_copy: bool) -> bool {
+        incoming.event.header().tenant == "*" && !plan_default_copy && self.settings.forward_brokers.is_some()
+    }
+
+    /// The copies of plan default `incoming` for every partition but this one, same key and bytes, each marked as a
+    /// copy, and their record.
+    fn plan_default_copies(&self, incoming: &ledger::Incoming, key: Option<Vec<u8>>) -> Vec<(Consumed, Forwarded)> {
+        let Origin::Kafka { topic, partition, offset } = &incoming.origin else {
+            unreachable!("consumed messages have a Kafka origin")
+        };
+        let payload = incoming.raw.clone().unwrap_or_default();
+        let others = (0..self.shard.partitions).filter(|p| *p != self.shard.partition);
+        others
+            .map(|to| {
+                let to_partition = i32::try_from(to).expect("Kafka numbers partitions in an i32");
+                let forwarded = Forwarded {
+                    topic: topic.clone(),
+                    partition: *partition,
+                    offset: *offset,
+                    event_id: incoming.event.event_id().to_string(),
+                    tenant: "*".to_string(),
+                    to_partition,
+                };
+                let copy = Consumed {
+                    topic: topic.clone(),
+                    partition: to_partition,
+                    offset: *offset,
+                    key: key.clone(),
+                    payload: payload.clone(),
+                    plan_default_copy: true,
+                };
+                (copy, forwarded)
+            })
+            .collect()
+    }
+
+    /// Publishes every copy to its partition and waits for the brokers to acknowledge them all (acks=all,
     /// idempotent): only then may the batch record them as forwarded and store the offsets past them. A crash after
-    /// the acknowledgement and before the commit publishes them again, one event_id counted once by the right shard.
-    fn forward(&mut self, forwards: &[(Consumed, Forwarded)]) -> Result<(), ShardWriterError> {
+    /// the acknowledgement and before the commit publishes them again, one event_id counted once by each shard.
+    /// `misrouted` and `plan_defaults` say how many events the copies are of, for the log.
+    fn forward(
+        &mut self,
+        forwards: &[(Consumed, Forwarded)],
+        misrouted: u64,
+        plan_defaults: u64,
+    ) -> Result<(), ShardWriterError> {
         let Some((_, first)) = forwards.first() else { return Ok(()) };
         let partition = self.shard.partition;
         let Some(brokers) = self.settings.forward_brokers.as_deref() else {
@@ -503,13 +569,22 @@ impl WriterState {
             self.forwarder = Some(KafkaProducer::new(brokers, &self.settings.overrides).map_err(failed)?);
         }
         let producer = self.forwarder.as_mut().expect("made above");
+        let mark = format!("forwarded from partition {partition}");
         for (copy, _) in forwards {
+            let plan_default = copy.plan_default_copy.then_some(mark.as_str());
             producer
-                .send_to_partition(&copy.topic, copy.partition, copy.key.as_deref(), &copy.payload)
+                .send_to_partition(&copy.topic, copy.partition, copy.key.as_deref(), &copy.payload, plan_default)
                 .map_err(failed)?;
         }
         producer.wait_acknowledged().map_err(failed)?;
-        tracing::info!("ingest: shard {partition} forwarded {events} events read in another tenant's partition");
+        if misrouted > 0 {
+            tracing::info!("ingest: shard {partition} forwarded {misrouted} events read in another tenant's partition");
+        }
+        if plan_defaults > 0 {
+            tracing::info!(
+                "ingest: shard {partition} forwarded {plan_defaults} plan defaults to every other partition"
+            );
+        }
         Ok(())
     }
 }

@@ -1,8 +1,8 @@
 //! Producing messages to Kafka through an idempotent producer: the callers send single-object Avro on the record
 //! type's topic, the tenant as key (contract §2), to the tenant's partition by Kafka's default partitioner
 //! ([`crate::config::PARTITIONER`], contract §9.4); a plan default (tenant `*`) to every partition of its topic
-//! ([`KafkaProducer::send_to_every_partition`]). Used by `produce` (JSON lines), `generate --to-kafka`, the demo and
-//! the tests.
+//! ([`KafkaProducer::send_to_every_partition`], each copy marked with [`PLAN_DEFAULT_HEADER`]). Used by `produce` (JSON
+//! lines), `generate --to-kafka`, the demo and the tests.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,11 +11,20 @@ use std::time::{Duration, Instant};
 use rdkafka::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use serde::Serialize;
 
 use crate::config::DELIVERY_TIMEOUT_MS;
 use crate::topics::PartitionCountError;
+
+/// The header that marks a plan default (tenant `*`) as one of copies already on every partition of its topic
+/// (contract §9.4): a shard that reads a plan default without it forwards the message to every other partition, one
+/// with it only records it, so a copy is never forwarded again and forwarding ends after one round. Its value says
+/// who sent the copies ([`SENT_TO_EVERY_PARTITION`], or `forwarded from partition N`), for people reading the topic.
+pub const PLAN_DEFAULT_HEADER: &str = "quota-ledger-plan-default";
+/// The value of [`PLAN_DEFAULT_HEADER`] on the copies [`KafkaProducer::send_to_every_partition`] sends.
+pub const SENT_TO_EVERY_PARTITION: &str = "sent to every partition";
 
 /// Producing failed.
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +74,11 @@ pub enum ProduceError {
         /// librdkafka's reason.
         source: KafkaError,
     },
+}
+
+/// The headers of a plan default's copy: [`PLAN_DEFAULT_HEADER`] with `value`.
+fn plan_default_header(value: &str) -> OwnedHeaders {
+    OwnedHeaders::new().insert(Header { key: PLAN_DEFAULT_HEADER, value: Some(value) })
 }
 
 /// Counts acknowledgements.
@@ -149,6 +163,8 @@ impl KafkaProducer {
     /// Queues the same message, same key and bytes, for every partition of `topic`: a plan default (tenant `*`,
     /// contract §9.4) belongs to every shard, and a shard holds exactly one partition of each topic. Answers the
     /// partitions sent to. A ledger that holds every partition sees the copies as exact duplicates, counted once.
+    /// Each copy carries [`PLAN_DEFAULT_HEADER`], so that no shard forwards it again: sent to every partition
+    /// already, forwarding would only add P - 1 duplicates per shard.
     pub fn send_to_every_partition(&mut self, topic: &str, key: &str, payload: &[u8]) -> Result<u32, ProduceError> {
         let partitions = match self.partitions.get(topic) {
             Some(count) => *count,
@@ -162,7 +178,8 @@ impl KafkaProducer {
         };
         for partition in 0..partitions {
             let partition = i32::try_from(partition).expect("Kafka numbers partitions in an i32");
-            self.send_record(BaseRecord::to(topic).key(key).payload(payload).partition(partition))?;
+            let record = BaseRecord::to(topic).key(key).payload(payload).partition(partition);
+            self.send_record(record.headers(plan_default_header(SENT_TO_EVERY_PARTITION)))?;
         }
         Ok(partitions)
     }
@@ -186,17 +203,23 @@ impl KafkaProducer {
     }
 
     /// Queues one message for partition `partition` of `topic`, whatever the partitioner would choose: ingest
-    /// forwarding an event read in another tenant's partition to its tenant's (contract §9.4).
+    /// forwarding an event read in another tenant's partition to its tenant's, or a plan default to every other
+    /// partition (contract §9.4). `plan_default`, when given, is the value of the [`PLAN_DEFAULT_HEADER`] the copy
+    /// carries.
     pub fn send_to_partition(
         &mut self,
         topic: &str,
         partition: i32,
         key: Option<&[u8]>,
         payload: &[u8],
+        plan_default: Option<&str>,
     ) -> Result<(), ProduceError> {
         let mut record: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic).partition(partition).payload(payload);
         if let Some(key) = key {
             record = record.key(key);
+        }
+        if let Some(value) = plan_default {
+            record = record.headers(plan_default_header(value));
         }
         loop {
             match self.producer.send(record) {

@@ -251,6 +251,45 @@ pub struct ShardStatus {
     pub status: crate::Status,
 }
 
+/// Whether the shards of a set hold the same plan defaults (contract §9.4: each must hold every one, or its tenants are
+/// billed and enforced without it), judged by the count and digest each shard's status gives
+/// ([`crate::Status::plan_defaults_digest`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PlanDefaultsAgreement {
+    /// The most plan defaults a shard records.
+    pub most: u64,
+    /// The shards holding `most` with one digest (the most of them, on a tie the first): what the others are
+    /// compared with.
+    pub fullest: Vec<u32>,
+    /// The shards whose plan defaults are not those of `fullest`: fewer, others, or another payload of one. Empty
+    /// when every shard holds the same.
+    pub lacking: Vec<u32>,
+}
+
+impl PlanDefaultsAgreement {
+    /// The agreement of `statuses`, one per shard. A status without a digest (an owner of an older version, which
+    /// does not count them) is left out of the comparison.
+    pub fn of(statuses: &[ShardStatus]) -> PlanDefaultsAgreement {
+        let known: Vec<&ShardStatus> = statuses.iter().filter(|s| !s.status.plan_defaults_digest.is_empty()).collect();
+        let most = known.iter().map(|s| s.status.plan_defaults).max().unwrap_or(0);
+        let mut by_digest: Vec<(&str, Vec<u32>)> = Vec::new();
+        for shard in known.iter().filter(|s| s.status.plan_defaults == most) {
+            let digest = shard.status.plan_defaults_digest.as_str();
+            match by_digest.iter_mut().find(|(d, _)| *d == digest) {
+                Some((_, shards)) => shards.push(shard.partition),
+                None => by_digest.push((digest, vec![shard.partition])),
+            }
+        }
+        // The most shards; on a tie the first found, since `max_by_key` would take the last.
+        let chosen = by_digest.iter().rev().max_by_key(|(_, shards)| shards.len());
+        let Some((digest, fullest)) = chosen else {
+            return PlanDefaultsAgreement { most, fullest: Vec::new(), lacking: Vec::new() };
+        };
+        let lacking = known.iter().filter(|s| s.status.plan_defaults_digest != *digest).map(|s| s.partition).collect();
+        PlanDefaultsAgreement { most, fullest: fullest.clone(), lacking }
+    }
+}
+
 impl Ledger {
     /// The entry of smallest seq whose tenant is not of `shard` ([`Shard::holds_tenant`]): read per tenant, from the
     /// tenant index.
@@ -473,6 +512,41 @@ mod tests {
         std::fs::remove_file(shards.path_of(1)).unwrap();
         let reopened = shards.open_set(None).unwrap();
         assert_eq!(reopened[1].shard().unwrap(), Some(Shard { partition: 1, partitions: 3 }));
+    }
+
+    /// A shard's status holding `plan_defaults` plan defaults with `digest`.
+    fn with_plan_defaults(partition: u32, plan_defaults: u64, digest: &str) -> ShardStatus {
+        let dir = tempfile::tempdir().unwrap();
+        let mut status = Ledger::open(dir.path().join("l.db")).unwrap().status().unwrap();
+        status.plan_defaults = plan_defaults;
+        status.plan_defaults_digest = digest.to_string();
+        ShardStatus { partition, partitions: 4, status }
+    }
+
+    #[test]
+    fn shards_lacking_plan_defaults_are_named() {
+        let agree = [with_plan_defaults(0, 2, "a"), with_plan_defaults(1, 2, "a")];
+        assert_eq!(
+            PlanDefaultsAgreement::of(&agree),
+            PlanDefaultsAgreement { most: 2, fullest: vec![0, 1], lacking: vec![] }
+        );
+        let one_short = [
+            with_plan_defaults(0, 1, "b"),
+            with_plan_defaults(1, 2, "a"),
+            with_plan_defaults(2, 2, "a"),
+            with_plan_defaults(3, 0, "c"),
+        ];
+        assert_eq!(
+            PlanDefaultsAgreement::of(&one_short),
+            PlanDefaultsAgreement { most: 2, fullest: vec![1, 2], lacking: vec![0, 3] }
+        );
+        // As many, not the same: every shard of the other digest is named.
+        let other_payload =
+            [with_plan_defaults(0, 2, "a"), with_plan_defaults(1, 2, "d"), with_plan_defaults(2, 2, "d")];
+        assert_eq!(PlanDefaultsAgreement::of(&other_payload).lacking, [0]);
+        // An owner too old to say is not counted as lacking.
+        let old_owner = [with_plan_defaults(0, 2, "a"), with_plan_defaults(1, 0, "")];
+        assert!(PlanDefaultsAgreement::of(&old_owner).lacking.is_empty());
     }
 
     #[test]

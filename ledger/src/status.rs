@@ -2,6 +2,7 @@
 
 use rusqlite::{Connection, OptionalExtension};
 use serde::Serialize;
+use sha2::{Digest, Sha256};
 
 use crate::Ledger;
 use crate::batch::{AppendReport, FileProgress, SourceOffset};
@@ -83,6 +84,36 @@ pub struct Status {
     /// Per topic, the events a shard read in another tenant's partition and forwarded to their tenant's partition
     /// (contract §9.4); only topics with any. Always empty for a ledger of every partition, which forwards nothing.
     pub misrouted: std::collections::BTreeMap<String, u64>,
+    /// The plan defaults (PolicyEvents of tenant `*`) this shard read in its partition without the mark of a copy
+    /// and forwarded to every other partition (contract §9.4). Always 0 for a ledger of every partition.
+    #[serde(default)]
+    pub plan_defaults_forwarded: u64,
+    /// The plan defaults recorded: every shard of a set must hold each of them (contract §9.4).
+    #[serde(default)]
+    pub plan_defaults: u64,
+    /// What tells two ledgers' plan defaults apart without listing them: SHA-256, in hexadecimal, over each recorded
+    /// plan default's event_id (its length, then its bytes) and payload hash, in event_id order. Equal digests: the
+    /// same plan defaults, with the same payloads.
+    #[serde(default)]
+    pub plan_defaults_digest: String,
+}
+
+/// The SQL of [`Ledger::plan_defaults`].
+const PLAN_DEFAULTS_RECORDED: &str = include_str!("../queries/plan_defaults_recorded.sql");
+/// The SQL of the count [`Status::plan_defaults_forwarded`].
+const PLAN_DEFAULTS_FORWARDED: &str = include_str!("../queries/plan_defaults_forwarded.sql");
+
+/// The digest [`Status::plan_defaults_digest`] of plan defaults given as (event_id, SHA-256 of the payload counted),
+/// sorted by event_id: each event_id's length (8 bytes, little-endian) and bytes, then the payload hash, so that no
+/// two lists hash the same bytes. Over none, SHA-256 of nothing.
+fn plan_defaults_digest(recorded: &[(String, Vec<u8>)]) -> String {
+    let mut hasher = Sha256::new();
+    for (event_id, payload_hash) in recorded {
+        hasher.update((event_id.len() as u64).to_le_bytes());
+        hasher.update(event_id.as_bytes());
+        hasher.update(payload_hash);
+    }
+    hasher.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// One quarantined message (`quarantine list`).
@@ -138,6 +169,7 @@ impl Ledger {
         let totals = read_totals(&self.conn)?;
         let batches: i64 = self.conn.query_row("SELECT COUNT(*) FROM batches", [], |r| r.get(0))?;
         let head = crate::links::read_head(&self.conn)?;
+        let plan_defaults = self.plan_defaults()?;
         let status = Status {
             events_recorded: totals.events_recorded,
             duplicates: totals.duplicates,
@@ -159,14 +191,28 @@ impl Ledger {
             head_hash: head.hash_hex(),
             gaps: self.offset_gaps()?,
             misrouted: self.misrouted()?,
+            plan_defaults_forwarded: self.conn.query_row(PLAN_DEFAULTS_FORWARDED, [], |r| r.get::<_, i64>(0))? as u64,
+            plan_defaults: plan_defaults.len() as u64,
+            plan_defaults_digest: plan_defaults_digest(&plan_defaults),
         };
         snapshot.finish()?;
         Ok(status)
     }
 
-    /// Per topic, how many events this shard forwarded to their tenant's partition (`forwarded`).
+    /// The plan defaults recorded (PolicyEvents of tenant `*`), by event_id, each with the SHA-256 of the payload
+    /// counted.
+    pub fn plan_defaults(&self) -> Result<Vec<(String, Vec<u8>)>, ReadError> {
+        let mut statement = self.conn.prepare_cached(PLAN_DEFAULTS_RECORDED)?;
+        let rows = statement.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Per topic, how many events this shard forwarded to their tenant's partition (`forwarded`); the plan defaults
+    /// it forwarded to every partition are not misrouted ([`Status::plan_defaults_forwarded`]).
     pub fn misrouted(&self) -> Result<std::collections::BTreeMap<String, u64>, ReadError> {
-        let mut statement = self.conn.prepare("SELECT topic, COUNT(*) FROM forwarded GROUP BY topic ORDER BY topic")?;
+        let mut statement = self
+            .conn
+            .prepare("SELECT topic, COUNT(*) FROM forwarded WHERE tenant <> '*' GROUP BY topic ORDER BY topic")?;
         let rows = statement.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64)))?;
         Ok(rows.collect::<Result<_, _>>()?)
     }

@@ -344,10 +344,13 @@ fn print_report(report: &KafkaIngestProgress, json: bool) -> anyhow::Result<()> 
     if json {
         return super::print_json(report);
     }
-    let forwarded = match report.forwarded {
+    let mut forwarded = match report.forwarded {
         0 => String::new(),
         n => format!(", {n} forwarded to their tenant's partition"),
     };
+    if report.plan_defaults_forwarded > 0 {
+        forwarded += &format!(", {} plan defaults forwarded to every partition", report.plan_defaults_forwarded);
+    }
     writeln!(
         super::stdout(),
         "{} messages: {} recorded, {} duplicates, {} conflicting duplicates, {} quarantined{forwarded}; watermark {}",

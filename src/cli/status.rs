@@ -5,11 +5,13 @@ use std::process::ExitCode;
 
 use clap::Args;
 use ledger::Ledger;
+use ledger::shards::{PlanDefaultsAgreement, ShardStatus};
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
     /// Print JSON: events_recorded, duplicates, conflicts, quarantined, watermark, offsets, ledger_id, head_seq,
-    /// head_hash, gaps, misrouted.
+    /// head_hash, gaps, misrouted, plan_defaults, plan_defaults_digest, plan_defaults_forwarded; of shards, also
+    /// plan_defaults_lacking.
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -55,6 +57,14 @@ pub fn run(store: &super::Store, args: StatusArgs) -> anyhow::Result<ExitCode> {
     for (topic, count) in &status.misrouted {
         writeln!(out, "misrouted        {count} of {topic} (read in another tenant's partition, forwarded to theirs)")?;
     }
+    writeln!(out, "plan defaults    {}", status.plan_defaults)?;
+    if status.plan_defaults_forwarded > 0 {
+        writeln!(
+            out,
+            "plan defaults forwarded {} (sent to this partition alone, forwarded to every other)",
+            status.plan_defaults_forwarded
+        )?;
+    }
     if !status.gaps.is_empty() {
         writeln!(out)?;
         let rows: Vec<Vec<String>> = status
@@ -84,16 +94,18 @@ pub fn run(store: &super::Store, args: StatusArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `status --data DIR` or `--cluster`: the sums over the shards of `at` (a plan default counted in every shard that
-/// records it), then a line per shard, with its owner's URL for a cluster (`owners`); `--json`: `partitions` and
-/// `shards`, each shard's status with its `partition` (and `owner`).
+/// records it), whether the shards hold the same plan defaults, then a line per shard, with its owner's URL for a
+/// cluster (`owners`); `--json`: `partitions`, `plan_defaults_lacking` (the shards that do not hold the plan defaults
+/// the fullest shards hold) and `shards`, each shard's status with its `partition` (and `owner`).
 fn print_shards(
     at: &str,
-    statuses: &[ledger::shards::ShardStatus],
+    statuses: &[ShardStatus],
     owners: Option<&std::collections::BTreeMap<u32, String>>,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let partitions = statuses[0].partitions;
     let owner = |partition: u32| owners.and_then(|o| o.get(&partition)).cloned().unwrap_or_default();
+    let agreement = PlanDefaultsAgreement::of(statuses);
     if json {
         let mut shards = serde_json::to_value(statuses)?;
         for shard in shards.as_array_mut().into_iter().flatten() {
@@ -102,7 +114,10 @@ fn print_shards(
                 object.insert("owner".into(), owner(partition).into());
             }
         }
-        super::print_json(&serde_json::json!({ "partitions": partitions, "shards": shards }))?;
+        let lacking = agreement.lacking;
+        super::print_json(
+            &serde_json::json!({ "partitions": partitions, "plan_defaults_lacking": lacking, "shards": shards }),
+        )?;
         return Ok(ExitCode::SUCCESS);
     }
     let mut out = super::stdout();
@@ -112,6 +127,7 @@ fn print_shards(
     writeln!(out, "duplicates       {}", sum(&|s| s.duplicates))?;
     writeln!(out, "conflicts        {}", sum(&|s| s.conflicts))?;
     writeln!(out, "quarantined      {} ({} not replayed)", sum(&|s| s.quarantined), sum(&|s| s.quarantine_pending))?;
+    write_plan_defaults(&mut out, statuses, &agreement)?;
     writeln!(out)?;
     let rows: Vec<Vec<String>> = statuses
         .iter()
@@ -161,4 +177,35 @@ fn print_shards(
         super::write_table(&mut out, &["SHARD", "TOPIC", "PARTITION", "NEXT OFFSET"], &offsets)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The plan defaults line of a set of shards: how many each holds, or a warning naming the shards that do not hold
+/// those of the fullest shards (contract §9.4: their tenants are billed and enforced without the ones they lack).
+fn write_plan_defaults(
+    out: &mut impl Write,
+    statuses: &[ShardStatus],
+    agreement: &PlanDefaultsAgreement,
+) -> std::io::Result<()> {
+    if agreement.lacking.is_empty() {
+        return writeln!(out, "plan defaults    {} in every shard", agreement.most);
+    }
+    let names = |partitions: &[u32]| {
+        let listed = partitions.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+        format!("{} {listed}", if partitions.len() == 1 { "shard" } else { "shards" })
+    };
+    let held: Vec<String> = statuses
+        .iter()
+        .filter(|s| agreement.lacking.contains(&s.partition))
+        .map(|s| format!("{} in shard {}", s.status.plan_defaults, s.partition))
+        .collect();
+    let (verb, whose) = if agreement.lacking.len() == 1 { ("does", "its") } else { ("do", "their") };
+    writeln!(
+        out,
+        "plan defaults    WARNING: {} ({}) {verb} not hold the {} plan defaults of {}: {whose} tenants are billed \
+         and enforced without the ones missing (docs/operators.md, \"Plan defaults in every shard\")",
+        names(&agreement.lacking),
+        held.join(", "),
+        agreement.most,
+        names(&agreement.fullest),
+    )
 }

@@ -170,6 +170,7 @@ fn partitioned(month: &[Produced], shards: u32) -> Vec<Consumed> {
                 offset: *offset - 1,
                 key: Some(m.key.clone().into_bytes()),
                 payload: m.payload.clone(),
+                plan_default_copy: false,
             }
         })
         .collect()
