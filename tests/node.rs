@@ -326,6 +326,75 @@ fn a_standby_keeps_a_warm_copy_and_takes_over_from_it() {
     assert_eq!(standby_lag(&b), [], "b owns every partition now: no copy, no lag series left at its last value");
 }
 
+// Proves a cluster whose nodes serve TLS is read and routed over HTTPS: each node records its https:// URL in the
+// routing catalog (one that would record http:// is refused); the routing client, `status --cluster` and `export
+// billing --cluster` trusting the test's certificate authority (--ca-file or QUOTA_LEDGER_CA_FILE) reach every
+// shard's owner, while the same trusting only the system's roots fail at once, naming the certificate and --ca-file.
+#[test]
+fn a_cluster_serving_tls_is_read_and_routed_over_https() {
+    let broker = Broker::mock();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = tokens(dir.path());
+    let (ca, cert, key) = tls::certificates(dir.path());
+    let served = ["--tls-cert", cert.to_str().unwrap(), "--tls-key", key.to_str().unwrap()];
+    let a = Node::start_with(&broker.bootstrap, &dir.path().join("a"), &tokens, "127.0.0.1", "a", &served);
+    let b = Node::start_with(&broker.bootstrap, &dir.path().join("b"), &tokens, "127.0.0.1", "b", &served);
+    let urls = [a.url.clone(), b.url.clone()];
+    assert!(urls.iter().all(|url| url.starts_with("https://127.0.0.1:")), "{urls:?}");
+    let owners = eventually(90, "every partition has an owner among the TLS nodes in the catalog", || {
+        let topics = kafka::topics::Topics::defaults();
+        let (partitions, table) = kafka::routing::owners(&broker.bootstrap, &[], topics.names()).ok()?;
+        let owners: Vec<String> =
+            (0..partitions).map(|p| table.owner(p).map(|o| o.url.clone())).collect::<Option<_>>()?;
+        owners.iter().all(|url| urls.contains(url)).then_some(owners)
+    });
+    assert_eq!(owners.len(), 3, "{owners:?}");
+
+    // The routing client trusting the authority reaches each tenant's owner over HTTPS; trusting the system's roots
+    // alone, it says the certificate is not trusted rather than taking the nodes for down.
+    let trusted = trust::Trust::ca_file(&ca).unwrap();
+    let client = client::Client::with_trust(&[&urls[0]], SECRET, &trusted).unwrap();
+    let tenants: Vec<String> = (0..30).map(|n| format!("org-{n}")).collect();
+    for tenant in &tenants {
+        let answer = client.check(tenant, &ask(tenant, &format!("{tenant}-tls"))).unwrap();
+        assert_eq!(answer.status, 200, "{tenant}: {}", answer.body);
+        assert!(answer.url.starts_with("https://"), "{}", answer.url);
+    }
+    let refused = client::Client::new(&[&urls[0]], SECRET).err().expect("the system's roots do not trust the nodes");
+    assert!(refused.to_string().contains("certificate is not trusted"), "{refused}");
+
+    let ca = ca.to_str().unwrap();
+    let cluster = ["--cluster", &broker.bootstrap, "--token", ADMIN_SECRET];
+    let status =
+        run_in_env(dir.path(), &[&["status", "--json"][..], &cluster].concat(), b"", &[("QUOTA_LEDGER_CA_FILE", ca)]);
+    let status = status.success().json();
+    for shard in status["shards"].as_array().unwrap() {
+        let partition = shard["partition"].as_u64().unwrap() as usize;
+        assert_eq!(shard["owner"], json!(owners[partition]), "each shard read from its owner over HTTPS: {shard}");
+    }
+    let period = schemas::Timestamp::now().to_string()[..7].to_string();
+    let billing = ["export", "billing", "--period", &period, "--format", "csv"];
+    let bill = run(&[&billing[..], &cluster, &["--ca-file", ca]].concat(), b"").success();
+    assert!(bill.stderr.contains("over the 3 shards of the cluster"), "{}", bill.stderr);
+    assert_eq!(bill.stdout_text().lines().count(), tenants.len() + 1, "a row per tenant: {}", bill.stdout_text());
+
+    // Trusting only the system's roots, the nodes' certificate is refused and said to be, with the way out.
+    let untrusted = run(&[&["status"][..], &cluster].concat(), b"").expect_code(2);
+    let said = &untrusted.stderr;
+    assert!(said.contains("could not be reached over TLS: the server's certificate is not trusted"), "{said}");
+    assert!(said.contains("--ca-file FILE (or QUOTA_LEDGER_CA_FILE)"), "{said}");
+    assert!(untrusted.stdout.is_empty(), "nothing read: {}", untrusted.stdout_text());
+
+    // A node serving TLS that would record an http:// URL does not start: clients following the catalog would send
+    // it their tokens in clear.
+    let (cert, key, tokens) = (cert.to_str().unwrap(), key.to_str().unwrap(), tokens.to_str().unwrap());
+    let data = dir.path().join("c");
+    let node = ["--data", data.to_str().unwrap(), "node", "--brokers", &broker.bootstrap, "--cluster", "test"];
+    let listen = ["--listen", "127.0.0.1:0", "--advertise", "http://127.0.0.1:1", "--tokens", tokens];
+    let in_clear = run(&[&node[..], &listen, &["--tls-cert", cert, "--tls-key", key]].concat(), b"").expect_code(2);
+    assert!(in_clear.stderr.contains("--advertise http://127.0.0.1:1 is not an https:// URL"), "{}", in_clear.stderr);
+}
+
 /// `export billing --period P --format csv --cluster BROKERS` with the cluster's admin token.
 fn cluster_billing(brokers: &str, period: &str) -> String {
     let args =

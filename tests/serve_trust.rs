@@ -9,7 +9,7 @@ mod support;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -561,48 +561,6 @@ fn idle_connections_neither_starve_a_new_client_nor_stop_serve() {
     assert!(stderr.contains("--connections-max 100000 needs 100256 open files") && stderr.contains("1024"), "{stderr}");
 }
 
-/// A certificate authority and a certificate of `localhost` and 127.0.0.1 signed by it, made with the openssl
-/// command: `(ca.pem, cert.pem, key.pem)` in `dir`.
-fn certificates(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
-    let openssl = |args: &[&str]| {
-        let out = Command::new("openssl").args(args).current_dir(dir).output().expect("the openssl command");
-        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    };
-    let p256 = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
-    openssl(
-        &[
-            &["req", "-x509"],
-            &p256[..],
-            &["-subj", "/CN=quota-ledger tests", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2"],
-        ]
-        .concat(),
-    );
-    openssl(&[&["req", "-subj", "/CN=localhost"], &p256[..], &["-keyout", "key.pem", "-out", "cert.csr"]].concat());
-    std::fs::write(
-        dir.join("cert.ext"),
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=critical,CA:FALSE\nextendedKeyUsage=serverAuth\n",
-    )
-    .unwrap();
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "cert.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-days",
-        "2",
-        "-extfile",
-        "cert.ext",
-        "-out",
-        "cert.pem",
-    ]);
-    (dir.join("ca.pem"), dir.join("cert.pem"), dir.join("key.pem"))
-}
-
 /// One HTTP/1.1 request over TLS to 127.0.0.1:`port`, trusting only the certificate authority `ca`: the status and
 /// the body, or why the TLS connection failed.
 fn https(port: u16, ca: &Path, request: &str) -> Result<(u16, String), String> {
@@ -654,7 +612,7 @@ fn a_network_address_gets_tls_or_serve_refuses_to_start() {
     let insecure = Server::spawn(&test, &["--listen", "0.0.0.0:0", "--insecure-listen"], Start::default());
     assert!(insecure.unwrap_or_else(|e| panic!("{e:?}")).base.starts_with("http://0.0.0.0:"));
 
-    let (ca, cert, key) = certificates(test.dir.path());
+    let (ca, cert, key) = tls::certificates(test.dir.path());
     let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
     let tls = ["--listen", "0.0.0.0:0", "--tls-cert", cert, "--tls-key", key, "--header-timeout-ms", "1000"];
     let server = Server::spawn(&test, &tls, Start::default()).unwrap_or_else(|e| panic!("serve with TLS: {e:?}"));

@@ -5,8 +5,14 @@
 //! answers `421 Misdirected Request` names the owner in its body (used at once), and a node that refuses the connection
 //! makes the client read the table again from any live node; either is retried at most [`MAX_REROUTES`] times.
 //!
+//! Nodes serving TLS are reached at their `https://` URLs, trusting the system's roots or the authorities of a CA
+//! file ([`trust::Trust`]); a certificate that is not trusted is said to be ([`ClientError::Tls`]), never taken for
+//! a node that is down.
+//!
 //! ```no_run
-//! let client = client::Client::new(&["http://127.0.0.2:8080", "http://127.0.0.3:8080"], "secret-token").unwrap();
+//! let trust = trust::Trust::of(Some(std::path::Path::new("/etc/quota-ledger/ca.pem"))).unwrap();
+//! let seeds = ["https://10.0.0.5:8080", "https://10.0.0.6:8080"];
+//! let client = client::Client::with_trust(&seeds, "secret-token", &trust).unwrap();
 //! let body = serde_json::json!({"tenant": "org-42", "subject": "u", "metric": "tokens", "amount": 5,
 //!                               "idempotency_key": "k-1"});
 //! let answer = client.check("org-42", &body).unwrap();
@@ -111,6 +117,15 @@ pub enum ClientError {
         /// The failure.
         source: std::io::Error,
     },
+    /// TLS with a node failed: its certificate is not trusted (the roots trusted and the way to trust another
+    /// authority are named), or the handshake failed. Nothing was sent.
+    #[error("{url}: {reason}")]
+    Tls {
+        /// The node's URL.
+        url: String,
+        /// Why, from [`trust::Trust::explain`].
+        reason: String,
+    },
     /// The exchange with a node failed after the request may have reached it (a reset, a timeout): not retried,
     /// as the node may have decided it (the caller retries with the same idempotency key).
     #[error("{url}: {source}")]
@@ -122,18 +137,40 @@ pub enum ClientError {
     },
 }
 
-/// `GET url?query` (each pair percent-encoded) with `token` as bearer, waiting at most `timeout`: the status and the
-/// JSON answered (`Null` when the body is not JSON). What a read across a cluster asks each shard's owner with
-/// (`export billing --cluster`, `audit why --cluster`).
-pub fn get_json(url: &str, query: &[(&str, &str)], token: &str, timeout: Duration) -> Result<Answer, ClientError> {
-    let agent: ureq::Agent =
-        ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(timeout)).build().into();
-    let response = agent
+/// An agent trusting `trust`, statuses answered rather than errors, every exchange bounded by `timeout`.
+fn agent(trust: &trust::Trust, timeout: Duration) -> ureq::Agent {
+    let config = ureq::Agent::config_builder()
+        .tls_config(trust.tls_config())
+        .http_status_as_error(false)
+        .timeout_global(Some(timeout))
+        .build();
+    config.into()
+}
+
+/// `source`, an error of an exchange with `url`, as the client's: TLS's said as such.
+fn error_of(url: &str, trust: &trust::Trust, source: ureq::Error) -> ClientError {
+    match trust.explain(&source) {
+        Some(reason) => ClientError::Tls { url: url.to_string(), reason },
+        None => ClientError::Http { url: url.to_string(), source },
+    }
+}
+
+/// `GET url?query` (each pair percent-encoded) with `token` as bearer, trusting `trust` for an `https://` URL,
+/// waiting at most `timeout`: the status and the JSON answered (`Null` when the body is not JSON). What a read across
+/// a cluster asks each shard's owner with (`export billing --cluster`, `audit why --cluster`).
+pub fn get_json(
+    url: &str,
+    query: &[(&str, &str)],
+    token: &str,
+    trust: &trust::Trust,
+    timeout: Duration,
+) -> Result<Answer, ClientError> {
+    let response = agent(trust, timeout)
         .get(url)
         .query_pairs(query.iter().copied())
         .header("authorization", format!("Bearer {token}"))
         .call()
-        .map_err(|source| ClientError::Http { url: url.to_string(), source })?;
+        .map_err(|source| error_of(url, trust, source))?;
     answer_of(url, response)
 }
 
@@ -146,16 +183,20 @@ fn answer_of(url: &str, mut response: ureq::http::Response<ureq::Body>) -> Resul
     Ok(Answer { status, body, url: url.to_string() })
 }
 
-/// `POST url` of the JSON `body` with `token` as bearer, waiting at most `timeout`: the status and the JSON answered.
-/// What `reconcile --cluster` asks each shard's owner with.
-pub fn post_json(url: &str, body: &serde_json::Value, token: &str, timeout: Duration) -> Result<Answer, ClientError> {
-    let agent: ureq::Agent =
-        ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(timeout)).build().into();
-    let response = agent
+/// `POST url` of the JSON `body` with `token` as bearer, trusting `trust` for an `https://` URL, waiting at most
+/// `timeout`: the status and the JSON answered. What `reconcile --cluster` asks each shard's owner with.
+pub fn post_json(
+    url: &str,
+    body: &serde_json::Value,
+    token: &str,
+    trust: &trust::Trust,
+    timeout: Duration,
+) -> Result<Answer, ClientError> {
+    let response = agent(trust, timeout)
         .post(url)
         .header("authorization", format!("Bearer {token}"))
         .send_json(body)
-        .map_err(|source| ClientError::Http { url: url.to_string(), source })?;
+        .map_err(|source| error_of(url, trust, source))?;
     answer_of(url, response)
 }
 
@@ -172,20 +213,25 @@ pub struct Downloaded {
     pub refusal: serde_json::Value,
 }
 
-/// `GET url?query` with `token` as bearer, a 200's body written to `out` as it arrives (a shard's copy, too large to
-/// hold in memory) with the value of `header`; another status's JSON body kept instead. `wait` bounds the wait for the
-/// answer to start (the node takes the copy first), not the transfer.
+/// `GET url?query` with `token` as bearer, trusting `trust` for an `https://` URL, a 200's body written to `out` as it
+/// arrives (a shard's copy, too large to hold in memory) with the value of `header`; another status's JSON body kept
+/// instead. `wait` bounds the wait for the answer to start (the node takes the copy first), not the transfer.
 pub fn download(
     url: &str,
     query: &[(&str, &str)],
     token: &str,
+    trust: &trust::Trust,
     header: &str,
     wait: Duration,
     out: &mut dyn std::io::Write,
 ) -> Result<Downloaded, ClientError> {
-    let agent: ureq::Agent =
-        ureq::Agent::config_builder().http_status_as_error(false).timeout_recv_response(Some(wait)).build().into();
-    let http = |source| ClientError::Http { url: url.to_string(), source };
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .tls_config(trust.tls_config())
+        .http_status_as_error(false)
+        .timeout_recv_response(Some(wait))
+        .build()
+        .into();
+    let http = |source| error_of(url, trust, source);
     let mut response = agent
         .get(url)
         .query_pairs(query.iter().copied())
@@ -223,22 +269,26 @@ enum Sent {
 pub struct Client {
     seeds: Vec<String>,
     token: String,
+    trust: trust::Trust,
     agent: ureq::Agent,
     routes: Mutex<Routes>,
 }
 
 impl Client {
-    /// A client that knows the nodes `seed_urls` (`http://host:port`) and sends `token` as bearer; reads the routing
-    /// table from the first seed that answers.
+    /// A client that knows the nodes `seed_urls` (`http://host:port` or `https://host:port`) and sends `token` as
+    /// bearer, trusting the system's roots for nodes serving TLS; reads the routing table from the first seed that
+    /// answers.
     pub fn new(seed_urls: &[&str], token: &str) -> Result<Client, ClientError> {
-        let config = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_millis(REQUEST_TIMEOUT_MS)))
-            .build();
+        Client::with_trust(seed_urls, token, &trust::Trust::system())
+    }
+
+    /// [`Client::new`] trusting `trust` (a cluster's own certificate authority, say) for nodes serving TLS.
+    pub fn with_trust(seed_urls: &[&str], token: &str, trust: &trust::Trust) -> Result<Client, ClientError> {
         let client = Client {
             seeds: seed_urls.iter().map(|url| url.trim_end_matches('/').to_string()).collect(),
             token: token.to_string(),
-            agent: config.into(),
+            trust: trust.clone(),
+            agent: agent(trust, Duration::from_millis(REQUEST_TIMEOUT_MS)),
             routes: Mutex::default(),
         };
         client.refresh()?;
@@ -339,7 +389,7 @@ impl Client {
         let mut response = match response {
             Ok(response) => response,
             Err(error) if refused(&error) => return Ok(Sent::Refused(error.to_string())),
-            Err(source) => return Err(ClientError::Http { url: url.to_string(), source }),
+            Err(source) => return Err(error_of(url, &self.trust, source)),
         };
         let status = response.status().as_u16();
         let text = response.body_mut().read_to_string().unwrap_or_default();
@@ -357,7 +407,7 @@ impl Client {
             .get(format!("{url}/v1/routing"))
             .header("authorization", format!("Bearer {}", self.token))
             .call()
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| self.trust.explain(&e).unwrap_or_else(|| e.to_string()))?;
         if response.status() != 200 {
             return Err(format!("answered {}", response.status()));
         }

@@ -7,7 +7,8 @@
 //!
 //! Where the registry's topic is out of reach (another cluster, no read ACL on it, a managed registry), its REST API
 //! answers the same ids: [`RegistryUrl`] asks `GET {url}/schemas/ids/{id}`, the endpoint Confluent Schema Registry and
-//! Karapace document, and [`install_url`] resolves ids through it instead of the topic.
+//! Karapace document, and [`install_url`] resolves ids through it instead of the topic. An `https://` registry is
+//! asked over TLS, trusting the system's roots or a CA file ([`trust::Trust`]).
 
 use serde::Deserialize;
 
@@ -162,8 +163,8 @@ fn load(brokers: &str, overrides: &[(String, String)], topic: &str) -> Result<In
 /// How long one request to the registry's REST API may take.
 pub const HTTP_TIMEOUT_MS: u64 = 10_000;
 
-/// A schema registry's REST API (`--registry-url`): `http://host:8081`, with credentials for HTTP basic
-/// authentication in the URL if the registry asks for them (`http://user:secret@host:8081`, Confluent's
+/// A schema registry's REST API (`--registry-url`): `http://host:8081` or `https://host:8081`, with credentials for
+/// HTTP basic authentication in the URL if the registry asks for them (`https://user:secret@host:8081`, Confluent's
 /// `basic.auth.user.info`).
 #[derive(Clone)]
 pub struct RegistryUrl {
@@ -171,6 +172,7 @@ pub struct RegistryUrl {
     base: String,
     /// `Basic ...`, from the URL's credentials.
     authorization: Option<String>,
+    trust: trust::Trust,
     agent: ureq::Agent,
 }
 
@@ -184,8 +186,8 @@ impl std::fmt::Debug for RegistryUrl {
 /// Why a schema could not be asked of the registry's REST API.
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryUrlError {
-    /// The URL is not an `http://` URL.
-    #[error("the schema registry URL {url:?} is not an http:// URL (https needs a TLS client this build lacks)")]
+    /// The URL is neither an `http://` nor an `https://` URL.
+    #[error("the schema registry URL {url:?} is not an http:// or https:// URL")]
     Scheme {
         /// The URL given, credentials masked.
         url: String,
@@ -211,9 +213,9 @@ struct ById {
 }
 
 impl RegistryUrl {
-    /// The registry at `url` (`http://[user:secret@]host:port[/path]`).
-    pub fn parse(url: &str) -> Result<RegistryUrl, RegistryUrlError> {
-        let Some(rest) = url.strip_prefix("http://") else {
+    /// The registry at `url` (`http[s]://[user:secret@]host:port[/path]`), trusting `trust` when it is `https://`.
+    pub fn parse(url: &str, trust: &trust::Trust) -> Result<RegistryUrl, RegistryUrlError> {
+        let Some((scheme, rest)) = ["http://", "https://"].iter().find_map(|s| Some((*s, url.strip_prefix(s)?))) else {
             return Err(RegistryUrlError::Scheme { url: mask(url) });
         };
         let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
@@ -228,11 +230,12 @@ impl RegistryUrl {
             format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(decoded))
         });
         let config = ureq::Agent::config_builder()
+            .tls_config(trust.tls_config())
             .http_status_as_error(false)
             .timeout_global(Some(std::time::Duration::from_millis(HTTP_TIMEOUT_MS)))
             .build();
-        let base = format!("http://{host}{}", path.trim_end_matches('/'));
-        Ok(RegistryUrl { base, authorization, agent: config.into() })
+        let base = format!("{scheme}{host}{}", path.trim_end_matches('/'));
+        Ok(RegistryUrl { base, authorization, trust: trust.clone(), agent: config.into() })
     }
 
     /// The registry's URL, without credentials.
@@ -251,7 +254,8 @@ impl RegistryUrl {
         if let Some(authorization) = &self.authorization {
             request = request.header("authorization", authorization);
         }
-        let mut response = request.call().map_err(|e| failed(e.to_string()))?;
+        let mut response =
+            request.call().map_err(|e| failed(self.trust.explain(&e).unwrap_or_else(|| e.to_string())))?;
         let status = response.status().as_u16();
         let text = response.body_mut().read_to_string().map_err(|e| failed(e.to_string()))?;
         match status {
@@ -327,13 +331,16 @@ mod tests {
 
     #[test]
     fn credentials_become_basic_authentication_and_are_never_shown() {
-        let url = RegistryUrl::parse("http://team%40corp:s3cr%3At@registry:8081/").unwrap();
+        let trust = trust::Trust::system();
+        let url = RegistryUrl::parse("http://team%40corp:s3cr%3At@registry:8081/", &trust).unwrap();
         assert_eq!(url.base(), "http://registry:8081");
         // base64("team@corp:s3cr:t")
         assert_eq!(url.authorization.as_deref(), Some("Basic dGVhbUBjb3JwOnMzY3I6dA=="));
         assert!(!format!("{url:?}").contains("s3cr"));
-        assert_eq!(RegistryUrl::parse("http://registry:8081/api/").unwrap().base(), "http://registry:8081/api");
-        let refused = RegistryUrl::parse("https://user:secret@registry").unwrap_err().to_string();
-        assert!(refused.contains("https://user:***@registry") && !refused.contains("secret"), "{refused}");
+        assert_eq!(RegistryUrl::parse("http://registry:8081/api/", &trust).unwrap().base(), "http://registry:8081/api");
+        let tls = RegistryUrl::parse("https://user:secret@registry:8081", &trust).unwrap();
+        assert_eq!(tls.base(), "https://registry:8081");
+        let refused = RegistryUrl::parse("ftp://user:secret@registry", &trust).unwrap_err().to_string();
+        assert!(refused.contains("ftp://user:***@registry") && !refused.contains("secret"), "{refused}");
     }
 }

@@ -42,7 +42,7 @@ pub struct NodeSettings {
     pub cluster: Option<String>,
     /// This node's id in the routing catalog.
     pub node_id: String,
-    /// The URL clients reach this node at (`--advertise`).
+    /// The URL clients reach this node at (`--advertise`): `https://` when the node serves TLS.
     pub advertise: String,
     /// Listening, tokens, TLS and the hook's settings: as `serve`'s.
     pub serve: ServeSettings,
@@ -89,6 +89,15 @@ pub enum NodeError {
     /// The HTTP server stopped on an error.
     #[error(transparent)]
     Serve(#[from] ServeError),
+    /// The node serves TLS but would advertise a plain `http://` URL.
+    #[error(
+        "--advertise {url} is not an https:// URL, but this node serves TLS (--tls-cert): clients following the routing \
+         catalog would speak plain HTTP to it"
+    )]
+    AdvertisedInClear {
+        /// The URL given.
+        url: String,
+    },
 }
 
 /// The consumer group of cluster `cluster`.
@@ -98,6 +107,12 @@ pub fn group_of(cluster: &str) -> String {
 
 /// Runs the node until SIGTERM or Ctrl-C (or an error): `listening` is told where it listens.
 pub fn run(settings: NodeSettings, listening: impl FnOnce(Listening) -> std::io::Result<()>) -> Result<(), NodeError> {
+    // The catalog is how clients find a node: a node serving TLS recorded at an http:// URL would be sent plain
+    // requests (bearer tokens in clear) that it refuses. A plain node advertised at https:// is left alone: a
+    // TLS-terminating proxy in front of it is what --insecure-listen is for.
+    if settings.serve.tls.is_some() && !settings.advertise.starts_with("https://") {
+        return Err(NodeError::AdvertisedInClear { url: settings.advertise.clone() });
+    }
     let brokers = settings.brokers.clone();
     let overrides = settings.overrides.clone();
     let partitions =

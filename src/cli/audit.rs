@@ -48,14 +48,14 @@ fn parse_instant(text: &str) -> Result<Timestamp, String> {
 pub fn run(store: &super::Store, command: AuditCommand) -> anyhow::Result<ExitCode> {
     match &command {
         AuditCommand::Why { request_id, json, cluster } => {
-            if let Some((brokers, token)) = cluster.asked()? {
-                return why_of_cluster(brokers, token, request_id, *json);
+            if let Some(cluster) = cluster.asked()? {
+                return why_of_cluster(&cluster, request_id, *json);
             }
         }
         AuditCommand::Tenant { tenant, from, to, json, cluster } => {
-            if let Some((brokers, token)) = cluster.asked()? {
+            if let Some(cluster) = cluster.asked()? {
                 anyhow::ensure!(from < to, "--from {from} must be before --to {to}");
-                return tenant_of_cluster(brokers, token, tenant, (*from, *to), *json);
+                return tenant_of_cluster(&cluster, tenant, (*from, *to), *json);
             }
         }
     }
@@ -117,8 +117,8 @@ pub fn run(store: &super::Store, command: AuditCommand) -> anyhow::Result<ExitCo
 
 /// `audit why --cluster`: every owner looks for the request in the shards it holds (a request's decisions are its
 /// tenant's, in one shard); the shard holding it answers, else the nearest request ids of every shard.
-fn why_of_cluster(brokers: &str, token: &str, request_id: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let answered = super::cluster::ask_owners(brokers, token, "/v1/admin/audit/why", &[("request_id", request_id)])?;
+fn why_of_cluster(cluster: &super::cluster::Cluster<'_>, request_id: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let answered = super::cluster::ask_owners(cluster, "/v1/admin/audit/why", &[("request_id", request_id)])?;
     if let Some((partition, part)) = answered.shards.iter().find(|(_, part)| part.get("why").is_some()) {
         eprintln!("audit: request {request_id} is recorded in shard {partition} of {}", answered.shards.len());
         return print_part(part, "why", json);
@@ -148,15 +148,14 @@ fn print_part(part: &serde_json::Value, key: &str, json: bool) -> anyhow::Result
 /// `audit tenant --cluster`: the timeline from the tenant's shard, which holds all of its events; a tenant unknown there
 /// gets the nearest tenants of every shard (a mistyped tenant hashes to another shard).
 fn tenant_of_cluster(
-    brokers: &str,
-    token: &str,
+    cluster: &super::cluster::Cluster<'_>,
     tenant: &str,
     (from, to): (Timestamp, Timestamp),
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let (from_text, to_text) = (from.to_string(), to.to_string());
     let query = [("tenant", tenant), ("from", from_text.as_str()), ("to", to_text.as_str())];
-    let answered = super::cluster::ask_owners(brokers, token, "/v1/admin/audit/tenant", &query)?;
+    let answered = super::cluster::ask_owners(cluster, "/v1/admin/audit/tenant", &query)?;
     let partitions = u32::try_from(answered.shards.len()).context("more shards than partitions")?;
     let own = &answered.shards[&schemas::partition::partition_of(tenant, partitions)];
     if own.get("nearest").is_none() {

@@ -40,8 +40,8 @@ pub struct RestoreArgs {
 pub fn backup(store: &super::Store, args: BackupArgs) -> anyhow::Result<ExitCode> {
     let manifests = match store {
         _ if args.cluster.cluster.is_some() => {
-            let (brokers, token) = args.cluster.asked()?.expect("--cluster is given");
-            super::cluster::backup(brokers, token, &args.to)?
+            let cluster = args.cluster.asked()?.expect("--cluster is given");
+            super::cluster::backup(&cluster, &args.to)?
         }
         super::Store::File(path) => {
             let ledger = Ledger::open_read_only(path)?;

@@ -1,7 +1,8 @@
 //! Reading a running cluster (`--cluster BROKERS`, contract §9.4): the routing catalog names each shard's owner, each
 //! owner answers for the shards it holds (`/v1/admin/...`), and the command joins the parts as `--data` joins a
 //! directory's. Every shard must be answered by the owner the catalog names, else the command fails naming the shard:
-//! never a partial answer. Also what a server answers those reads with ([`ShardReports`]).
+//! never a partial answer. Owners serving TLS are asked at their `https://` URLs, trusting the system's roots or
+//! `--ca-file`. Also what a server answers those reads with ([`ShardReports`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -20,24 +21,48 @@ pub(crate) fn token(token: Option<&str>) -> anyhow::Result<&str> {
     token.context("--cluster needs --token (or QUOTA_LEDGER_TOKEN), an admin token (admin = true) of every tenant")
 }
 
-/// `--cluster BROKERS [--token T]` of a command that reads every shard.
+/// `--cluster BROKERS [--token T] [--ca-file FILE]` of a command that reads every shard.
 #[derive(Debug, Args)]
 pub struct ClusterArgs {
     /// Read the running cluster at these brokers instead of local ledgers: each shard's owner, found in the routing
-    /// catalog, answers for its shards over HTTP (`/v1/admin/...`), joined as `--data` joins a directory's. An owner
-    /// that does not answer fails the command naming its shards.
+    /// catalog, answers for its shards over HTTP(S) (`/v1/admin/...`), joined as `--data` joins a directory's. An
+    /// owner that does not answer fails the command naming its shards.
     #[arg(long, value_name = "BROKERS")]
     pub cluster: Option<String>,
     /// With --cluster: the token to ask the nodes with, one for every tenant (`tenants = ["*"]`).
     #[arg(long, env = "QUOTA_LEDGER_TOKEN", hide_env_values = true, requires = "cluster")]
     pub token: Option<String>,
+    #[command(flatten)]
+    pub ca_file: super::trust_args::CaFileArg,
+}
+
+/// A running cluster a command reads: where its routing catalog is, the token its nodes are asked with, and the roots
+/// trusted for nodes serving TLS.
+pub(crate) struct Cluster<'a> {
+    /// Kafka bootstrap servers.
+    pub(crate) brokers: &'a str,
+    /// The bearer token.
+    pub(crate) token: &'a str,
+    /// The roots trusted.
+    pub(crate) trust: trust::Trust,
+}
+
+impl Cluster<'_> {
+    /// The cluster at `brokers`, asked with `token`, trusting the roots of `ca_file`.
+    pub(crate) fn of<'a>(
+        brokers: &'a str,
+        token: Option<&'a str>,
+        ca_file: &super::trust_args::CaFileArg,
+    ) -> anyhow::Result<Cluster<'a>> {
+        Ok(Cluster { brokers, token: self::token(token)?, trust: ca_file.trust()? })
+    }
 }
 
 impl ClusterArgs {
-    /// The brokers and token when the command reads a cluster.
-    pub(crate) fn asked(&self) -> anyhow::Result<Option<(&str, &str)>> {
+    /// The cluster when the command reads one.
+    pub(crate) fn asked(&self) -> anyhow::Result<Option<Cluster<'_>>> {
         match &self.cluster {
-            Some(brokers) => Ok(Some((brokers, token(self.token.as_deref())?))),
+            Some(brokers) => Ok(Some(Cluster::of(brokers, self.token.as_deref(), &self.ca_file)?)),
             None => Ok(None),
         }
     }
@@ -74,14 +99,15 @@ pub(crate) enum Ask<'a> {
     Post(&'a serde_json::Value, Duration),
 }
 
-/// Each shard's part of `GET path?query`, asked of its owner in the routing catalog at `brokers` with `token`: the
-/// owner's answer holds `shards`, one part per shard it holds, each with its `partition`.
-pub(crate) fn ask_owners(brokers: &str, token: &str, path: &str, query: &[(&str, &str)]) -> anyhow::Result<Answered> {
-    ask_owners_to(brokers, token, path, Ask::Get(query))
+/// Each shard's part of `GET path?query`, asked of its owner in the routing catalog of `cluster`: the owner's answer
+/// holds `shards`, one part per shard it holds, each with its `partition`.
+pub(crate) fn ask_owners(cluster: &Cluster<'_>, path: &str, query: &[(&str, &str)]) -> anyhow::Result<Answered> {
+    ask_owners_to(cluster, path, Ask::Get(query))
 }
 
 /// [`ask_owners`] with a GET or a POST.
-pub(crate) fn ask_owners_to(brokers: &str, token: &str, path: &str, ask: Ask<'_>) -> anyhow::Result<Answered> {
+pub(crate) fn ask_owners_to(cluster: &Cluster<'_>, path: &str, ask: Ask<'_>) -> anyhow::Result<Answered> {
+    let Cluster { brokers, token, trust } = cluster;
     let owners: BTreeMap<u32, String> = owners(brokers)?.into_iter().collect();
     let mut by_url: BTreeMap<String, Vec<u32>> = BTreeMap::new();
     for (partition, url) in &owners {
@@ -92,11 +118,11 @@ pub(crate) fn ask_owners_to(brokers: &str, token: &str, path: &str, ask: Ask<'_>
         let about = |what: String| format!("shards {owned:?}: their owner {url} {what}");
         let asked = format!("{url}{path}");
         let answered = match ask {
-            Ask::Get(query) => client::get_json(&asked, query, token, READ_TIMEOUT),
-            Ask::Post(body, timeout) => client::post_json(&asked, body, token, timeout),
+            Ask::Get(query) => client::get_json(&asked, query, token, trust, READ_TIMEOUT),
+            Ask::Post(body, timeout) => client::post_json(&asked, body, token, trust, timeout),
         };
         let client::Answer { status, body, .. } =
-            answered.map_err(|e| anyhow::anyhow!(about(format!("did not answer: {e}"))))?;
+            answered.map_err(|e| anyhow::anyhow!(about(failed(&e, "did not answer"))))?;
         if status != 200 {
             anyhow::bail!(about(format!("answered {status}: {}", body["message"].as_str().unwrap_or_default())));
         }
@@ -109,6 +135,15 @@ pub(crate) fn ask_owners_to(brokers: &str, token: &str, path: &str, ask: Ask<'_>
         }
     }
     Ok(Answered { shards, nodes: by_url.len(), owners })
+}
+
+/// How an owner's failure is said: `did_not` do what it was asked, or, when TLS failed (a certificate not trusted),
+/// that, since the owner may well be up.
+fn failed(error: &client::ClientError, did_not: &str) -> String {
+    match error {
+        client::ClientError::Tls { reason, .. } => format!("could not be reached over TLS: {reason}"),
+        _ => format!("{did_not}: {error}"),
+    }
 }
 
 /// The owner's URL of every partition of the cluster at `brokers`, from its routing catalog read to its end; a
@@ -127,15 +162,15 @@ pub(crate) fn owners(brokers: &str) -> anyhow::Result<Vec<(u32, String)>> {
         .collect()
 }
 
-/// `backup --cluster --to DIR`: a copy of each shard of the running cluster, taken by its owner (`GET
+/// `backup --cluster --to DIR`: a copy of each shard of `cluster`, taken by its owner (`GET
 /// /v1/admin/backup`) and written into `to` as `backup --data` writes a directory's, its manifest beside it; each copy
 /// is checked as `restore` checks it (size, digest, chain) before it is kept. An owner that does not answer, or a copy
 /// that does not hold, fails the command naming the shard; the copies taken before it stay.
 pub(crate) fn backup(
-    brokers: &str,
-    token: &str,
+    cluster: &Cluster<'_>,
     to: &std::path::Path,
 ) -> anyhow::Result<Vec<ledger::backup::BackupManifest>> {
+    let Cluster { brokers, token, trust } = cluster;
     let owners = owners(brokers)?;
     std::fs::create_dir_all(to).with_context(|| format!("cannot create {}", to.display()))?;
     let into = ledger::shards::ShardDir::new(to);
@@ -155,11 +190,12 @@ pub(crate) fn backup(
             &asked,
             &[("partition", &p)],
             token,
+            trust,
             serve::BACKUP_MANIFEST_HEADER,
             READ_TIMEOUT,
             &mut file,
         )
-        .map_err(|e| anyhow::anyhow!(about(format!("did not send its copy: {e}"))));
+        .map_err(|e| anyhow::anyhow!(about(failed(&e, "did not send its copy"))));
         let got = match got {
             Ok(got) if got.status == 200 => got,
             Ok(got) => {

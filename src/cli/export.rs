@@ -50,6 +50,8 @@ pub struct BillingArgs {
     /// With --cluster: the token to ask the nodes with, one for every tenant (`tenants = ["*"]`).
     #[arg(long, env = "QUOTA_LEDGER_TOKEN", hide_env_values = true, requires = "cluster")]
     token: Option<String>,
+    #[command(flatten)]
+    ca_file: super::trust_args::CaFileArg,
     /// Follow each row with its consumption per project: a row per project its consumption names, then one with
     /// `project` empty for the consumption naming none, each with tenant, metric, period, consumption, watermark and
     /// gaps only, in a column `project` added last (empty in the bill's rows). The bill's rows are unchanged. Not with
@@ -86,8 +88,8 @@ pub fn run(store: &super::Store, command: ExportCommand) -> anyhow::Result<ExitC
     let by_project = args.by == Some(ByArg::Project);
     let (export, note, projects) = match (&args.cluster, store) {
         (Some(brokers), _) => {
-            let token = super::cluster::token(args.token.as_deref())?;
-            let (export, note) = of_cluster(brokers, token, args.period)?;
+            let cluster = super::cluster::Cluster::of(brokers, args.token.as_deref(), &args.ca_file)?;
+            let (export, note) = of_cluster(&cluster, args.period)?;
             (export, note, None)
         }
         (None, super::Store::File(ledger_path)) => {
@@ -219,9 +221,9 @@ fn projects_of(ledger: &Ledger, export: &BillingExport) -> anyhow::Result<ByProj
 /// The export of a running cluster (`--cluster`): each shard's owner answers its shards' exports (`GET
 /// /v1/admin/billing`, [`super::cluster::ask_owners`]), and their union is the export, as `--data` joins a
 /// directory's: never a bill missing a shard's tenants.
-fn of_cluster(brokers: &str, token: &str, period: Period) -> anyhow::Result<(BillingExport, String)> {
-    let period_text = period.to_string();
-    let answered = super::cluster::ask_owners(brokers, token, "/v1/admin/billing", &[("period", &period_text)])?;
+fn of_cluster(cluster: &super::cluster::Cluster<'_>, period: Period) -> anyhow::Result<(BillingExport, String)> {
+    let (brokers, period_text) = (cluster.brokers, period.to_string());
+    let answered = super::cluster::ask_owners(cluster, "/v1/admin/billing", &[("period", &period_text)])?;
     let partitions = answered.shards.len();
     let mut parts: std::collections::BTreeMap<u32, reports::export::ShardBilling> = std::collections::BTreeMap::new();
     for (partition, part) in answered.shards {

@@ -85,6 +85,8 @@ pub struct IngestArgs {
     /// writer schemas of messages in the Confluent wire format instead of reading --registry-topic.
     #[arg(long, value_name = "URL", env = "QUOTA_LEDGER_REGISTRY_URL")]
     registry_url: Option<String>,
+    #[command(flatten)]
+    ca_file: super::trust_args::CaFileArg,
 }
 
 pub fn run(store: &super::Store, args: IngestArgs) -> anyhow::Result<ExitCode> {
@@ -303,7 +305,13 @@ fn run_kafka_shards(shards: &ShardDir, brokers: &str, args: &IngestArgs) -> anyh
     }
     let metrics = start_metrics(args, &mut settings)?;
     let url = args.registry_url.as_deref();
-    super::kafka_args::resolve_schema_ids(Some(brokers), &settings.overrides, &args.registry_topic, url)?;
+    super::kafka_args::resolve_schema_ids(
+        Some(brokers),
+        &settings.overrides,
+        &args.registry_topic,
+        url,
+        &args.ca_file,
+    )?;
     let mut display = Display::new();
     let report = ingest_kafka_shards(shards, &settings, &stop, |progress| {
         display.show(progress);
@@ -328,7 +336,13 @@ fn run_kafka(ledger_path: &Path, brokers: &str, args: &IngestArgs) -> anyhow::Re
     }
     let metrics = start_metrics(args, &mut settings)?;
     let url = args.registry_url.as_deref();
-    super::kafka_args::resolve_schema_ids(Some(brokers), &settings.overrides, &args.registry_topic, url)?;
+    super::kafka_args::resolve_schema_ids(
+        Some(brokers),
+        &settings.overrides,
+        &args.registry_topic,
+        url,
+        &args.ca_file,
+    )?;
     let mut display = Display::new();
     let report = ingest_kafka(&mut ledger, &settings, &stop, |progress| {
         display.show(progress);

@@ -4,16 +4,18 @@ use clap::Args;
 use kafka::topics::{ClientRole, PartitionCountError, Topics};
 
 /// Resolves the schema ids of messages in the Confluent wire format: through the schema registry's REST API at `url`
-/// when given, else from its storage topic `topic` on `brokers` (read with `overrides`), else not at all.
+/// when given (trusting `ca_file`'s roots when it is `https://`), else from its storage topic `topic` on `brokers`
+/// (read with `overrides`), else not at all.
 pub fn resolve_schema_ids(
     brokers: Option<&str>,
     overrides: &[(String, String)],
     topic: &str,
     url: Option<&str>,
+    ca_file: &super::trust_args::CaFileArg,
 ) -> anyhow::Result<()> {
     use kafka::schema_registry::{self, RegistryUrl};
     match (url, brokers) {
-        (Some(url), _) => schema_registry::install_url(RegistryUrl::parse(url)?),
+        (Some(url), _) => schema_registry::install_url(RegistryUrl::parse(url, &ca_file.trust()?)?),
         (None, Some(brokers)) => schema_registry::install(brokers, overrides, topic),
         (None, None) => {}
     }

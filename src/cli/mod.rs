@@ -24,6 +24,7 @@ pub mod serve;
 pub mod sql;
 pub mod status;
 pub mod topics;
+pub mod trust_args;
 pub mod verify;
 
 use std::io::Write;

@@ -22,7 +22,8 @@ pub struct NodeArgs {
     /// --insecure-listen.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
-    /// The URL clients reach this node at, recorded in the routing catalog (`http://10.0.0.5:8080`).
+    /// The URL clients reach this node at, recorded in the routing catalog (`https://10.0.0.5:8080`; `https://` when
+    /// the node serves TLS).
     #[arg(long)]
     advertise: String,
     /// TOML file of `[[token]]` tables (as `serve --tokens`).
@@ -65,6 +66,8 @@ pub struct NodeArgs {
     /// writer schemas of messages in the Confluent wire format instead of reading --registry-topic.
     #[arg(long, value_name = "URL", env = "QUOTA_LEDGER_REGISTRY_URL")]
     registry_url: Option<String>,
+    #[command(flatten)]
+    ca_file: super::trust_args::CaFileArg,
 }
 
 pub fn run(store: &super::Store, args: NodeArgs) -> anyhow::Result<ExitCode> {
@@ -72,7 +75,13 @@ pub fn run(store: &super::Store, args: NodeArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("node keeps its shards in a directory: give it --data DIR");
     };
     let url = args.registry_url.as_deref();
-    super::kafka_args::resolve_schema_ids(Some(&args.brokers), &args.settings, &args.registry_topic, url)?;
+    super::kafka_args::resolve_schema_ids(
+        Some(&args.brokers),
+        &args.settings,
+        &args.registry_topic,
+        url,
+        &args.ca_file,
+    )?;
     let hook = HookSettings {
         group_max_requests: args.group_max_requests.max(1),
         // Replicated: the topics are the durable copy; the shard commits to the operating system's cache.

@@ -37,6 +37,8 @@ pub enum QuarantineCommand {
         /// quarantined as `unknown_schema_id` instead of reading --registry-topic.
         #[arg(long, value_name = "URL", env = "QUOTA_LEDGER_REGISTRY_URL")]
         registry_url: Option<String>,
+        #[command(flatten)]
+        ca_file: super::trust_args::CaFileArg,
         /// A librdkafka setting for --brokers (SASL, TLS), repeatable.
         #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = super::kafka_args::parse_setting)]
         settings: Vec<(String, String)>,
@@ -50,9 +52,9 @@ pub fn run(store: &super::Store, command: QuarantineCommand) -> anyhow::Result<E
     let ledger_path = store.file("quarantine")?;
     match command {
         QuarantineCommand::List { json } => list(ledger_path, json),
-        QuarantineCommand::Replay { ids, topics, brokers, registry_topic, registry_url, settings, json } => {
+        QuarantineCommand::Replay { ids, topics, brokers, registry_topic, registry_url, ca_file, settings, json } => {
             let url = registry_url.as_deref();
-            super::kafka_args::resolve_schema_ids(brokers.as_deref(), &settings, &registry_topic, url)?;
+            super::kafka_args::resolve_schema_ids(brokers.as_deref(), &settings, &registry_topic, url, &ca_file)?;
             replay(ledger_path, &ids, &topics, json)
         }
     }

@@ -93,13 +93,13 @@ pub(crate) struct RunJson {
 }
 
 pub fn run(store: &super::Store, args: ReconcileArgs) -> anyhow::Result<ExitCode> {
-    if let Some((brokers, token)) = args.cluster.asked()? {
+    if let Some(cluster) = args.cluster.asked()? {
         anyhow::ensure!(
             args.brokers.is_none() && args.metrics_file.is_none(),
             "with --cluster each owner publishes its shards' adjustments with its own brokers, and its figures are its \
              own: not with --brokers or --metrics-file"
         );
-        return of_cluster(brokers, token, &args);
+        return of_cluster(&cluster, &args);
     }
     let started = std::time::Instant::now();
     let spinner = super::spinner();
@@ -161,14 +161,14 @@ fn reconcile_shards(
 /// in its one shard) and publishes their adjustments; the report is each shard's, in partition order. An owner that
 /// does not answer fails the command naming its shards: the shards the others reconciled stay reconciled, and a rerun
 /// with the same `--as-of` writes nothing more to them.
-fn of_cluster(brokers: &str, token: &str, args: &ReconcileArgs) -> anyhow::Result<ExitCode> {
+fn of_cluster(cluster: &super::cluster::Cluster<'_>, args: &ReconcileArgs) -> anyhow::Result<ExitCode> {
     let body = serde_json::json!({
         "as_of": args.as_of.to_string(),
         "dry_run": args.dry_run,
         "open_alert_after_s": args.open_alert_after,
     });
     let ask = super::cluster::Ask::Post(&body, CLUSTER_RECONCILE_TIMEOUT);
-    let answered = super::cluster::ask_owners_to(brokers, token, "/v1/admin/reconcile", ask)?;
+    let answered = super::cluster::ask_owners_to(cluster, "/v1/admin/reconcile", ask)?;
     let count = answered.shards.len();
     let clean = answered.shards.values().all(|part| part["clean"] == serde_json::json!(true));
     if args.json {
@@ -202,8 +202,8 @@ fn of_cluster(brokers: &str, token: &str, args: &ReconcileArgs) -> anyhow::Resul
         let state = if clean { "clean" } else { "adjusted" };
         writeln!(
             out,
-            "{count} shards of the cluster at {brokers} ({} nodes) reconciled as of {}: {state}",
-            answered.nodes, args.as_of
+            "{count} shards of the cluster at {} ({} nodes) reconciled as of {}: {state}",
+            cluster.brokers, answered.nodes, args.as_of
         )?;
     }
     Ok(if clean { ExitCode::SUCCESS } else { ExitCode::from(super::EXIT_DISCREPANCIES) })
@@ -228,7 +228,7 @@ pub(crate) fn of_shard(
         adjustments_topic: EventType::AdjustmentEvent.default_topic().to_string(),
         publish_timeout_ms: outbox::PUBLISH_TIMEOUT_MS,
         metrics_file: None,
-        cluster: super::cluster::ClusterArgs { cluster: None, token: None },
+        cluster: super::cluster::ClusterArgs { cluster: None, token: None, ca_file: Default::default() },
     };
     let (plan, outbox, pending) = reconcile_one(path, &args, &indicatif::ProgressBar::hidden())?;
     let mut words = Vec::new();

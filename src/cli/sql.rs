@@ -46,14 +46,15 @@ pub fn run(store: &super::Store, args: SqlArgs) -> anyhow::Result<ExitCode> {
     // `_copies`, the copies of a cluster's shards, are kept until the query has run.
     let (session, _copies) = match store {
         _ if args.cluster.cluster.is_some() => {
-            let (brokers, token) = args.cluster.asked()?.expect("--cluster is given");
+            let cluster = args.cluster.asked()?.expect("--cluster is given");
             let dir = tempfile::Builder::new().prefix("quota-ledger-sql-").tempdir()?;
             let to = dir.path().join("shards");
-            let manifests = super::cluster::backup(brokers, token, &to)?;
+            let manifests = super::cluster::backup(&cluster, &to)?;
             let bytes: u64 = manifests.iter().map(|m| m.bytes).sum();
             eprintln!(
-                "sql: over a copy of the {} shards of the cluster at {brokers} ({} MB in {})",
+                "sql: over a copy of the {} shards of the cluster at {} ({} MB in {})",
                 manifests.len(),
+                cluster.brokers,
                 bytes / 1_000_000,
                 dir.path().display()
             );

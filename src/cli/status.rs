@@ -19,10 +19,10 @@ pub struct StatusArgs {
 }
 
 pub fn run(store: &super::Store, args: StatusArgs) -> anyhow::Result<ExitCode> {
-    if let Some((brokers, token)) = args.cluster.asked()? {
-        let answered = super::cluster::ask_owners(brokers, token, "/v1/admin/status", &[])?;
+    if let Some(cluster) = args.cluster.asked()? {
+        let answered = super::cluster::ask_owners(&cluster, "/v1/admin/status", &[])?;
         let statuses = answered.parts("a status")?;
-        let at = format!("the cluster at {brokers} ({} nodes)", answered.nodes);
+        let at = format!("the cluster at {} ({} nodes)", cluster.brokers, answered.nodes);
         return print_shards(&at, &statuses, Some(&answered.owners), args.json);
     }
     let ledger_path = match store {

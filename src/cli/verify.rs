@@ -32,9 +32,9 @@ pub struct VerifyArgs {
 
 pub fn run(store: &super::Store, args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let one_chain = args.expect_head.is_empty() && args.checkpoints_from.is_none();
-    if let Some((brokers, token)) = args.cluster.asked()? {
+    if let Some(cluster) = args.cluster.asked()? {
         anyhow::ensure!(one_chain, "--expect-head and --checkpoints-from check one chain: not with --cluster");
-        let answered = super::cluster::ask_owners(brokers, token, "/v1/admin/verify", &[])?;
+        let answered = super::cluster::ask_owners(&cluster, "/v1/admin/verify", &[])?;
         let reports = answered.parts("a report")?;
         return print_shards(&reports, args.json);
     }

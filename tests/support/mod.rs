@@ -13,6 +13,7 @@ use std::process::{Child, Command, Stdio};
 pub mod billing;
 pub mod brokers;
 pub mod nodes;
+pub mod tls;
 
 use apache_avro::{Codec, Writer};
 use schemas::*;
@@ -79,6 +80,7 @@ pub fn run_in_env(dir: &Path, args: &[&str], stdin: &[u8], env: &[(&str, &str)])
         .env_remove("QUOTA_LEDGER_BROKERS")
         .env_remove("QUOTA_LEDGER_GROUP")
         .env_remove("QUOTA_LEDGER_CONFIG")
+        .env_remove("QUOTA_LEDGER_CA_FILE")
         .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

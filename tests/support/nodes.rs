@@ -53,12 +53,14 @@ impl Node {
         Node::start_with(brokers, data, tokens, host, id, &[])
     }
 
-    /// As [`Node::start`], with `more` arguments of `node` (`--standby 1`).
+    /// As [`Node::start`], with `more` arguments of `node` (`--standby 1`); a node given `--tls-cert` advertises its
+    /// `https://` URL.
     pub fn start_with(brokers: &str, data: &Path, tokens: &Path, host: &str, id: &str, more: &[&str]) -> Node {
         let port = free_port(host);
+        let scheme = if more.contains(&"--tls-cert") { "https" } else { "http" };
         let mut node = Node {
             child: ChildGuard::new(Command::new("true").spawn().unwrap()),
-            url: format!("http://{host}:{port}"),
+            url: format!("{scheme}://{host}:{port}"),
             data: data.to_path_buf(),
             id: id.to_string(),
             host: host.to_string(),

@@ -2,7 +2,8 @@
 Confluent wire format: GET /schemas/ids/{id} answers {"schema": "<the schema's JSON>"} (200), or
 {"error_code": 40403, "message": ...} (404) for an id it does not hold, behind HTTP basic authentication. Its schemas
 are the files DIR/{id}.avsc, read at each request, so a test registers one by writing its file. Usage:
-schema_registry.py DIR USER:PASSWORD; prints the port it listens on (loopback), then serves until killed."""
+schema_registry.py DIR USER:PASSWORD [CERT.pem KEY.pem]; prints the port it listens on (loopback), then serves until
+killed, over TLS with the certificate and key when given."""
 
 import base64
 import json
@@ -41,5 +42,12 @@ class Registry(BaseHTTPRequestHandler):
 
 
 server = ThreadingHTTPServer(("127.0.0.1", 0), Registry)
+if len(sys.argv) > 3:
+    import ssl
+
+    # A client that refuses the certificate fails the handshake in accept(), an OSError the server ignores.
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(sys.argv[3], sys.argv[4])
+    server.socket = context.wrap_socket(server.socket, server_side=True)
 print(server.server_address[1], flush=True)
 server.serve_forever()
