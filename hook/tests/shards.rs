@@ -95,7 +95,7 @@ fn tenants_of_each_partition(count: usize) -> Vec<Vec<String>> {
 
 fn decision_in(dir: &ShardDir, partition: u32, tenant: &str, key: &str) -> bool {
     let ledger = Ledger::open_read_only(dir.path_of(partition)).unwrap();
-    ledger.recorded_event(&ids::decision_id(&ids::key_hash(tenant, key))).unwrap().is_some()
+    ledger.recorded_event(&hook::ids::decision_id(&hook::ids::key_hash(tenant, key))).unwrap().is_some()
 }
 
 // Proves that each tenant's decisions land in its own partition's shard and nowhere else, and that a replayed key is
@@ -149,7 +149,7 @@ fn reservations_close_in_their_shard() {
     for (partition, tenants) in tenants_of_each_partition(2).iter().enumerate() {
         let reserved = shards.reserve(reserve(&tenants[0], "r-1", 40)).unwrap();
         let id = reserved.reservation_id.unwrap();
-        assert_eq!(ids::partition_of_reservation(&id, P), Some(partition as u32), "{id}");
+        assert_eq!(hook::ids::partition_of_reservation(&id, P), Some(partition as u32), "{id}");
         let committed = shards.commit(&id, 50).unwrap().unwrap();
         assert_eq!((committed.reserved, committed.charged_above_reserved), (40, 10));
         assert!(shards.commit(&id, 50).unwrap().unwrap().replayed);

@@ -219,7 +219,7 @@ fn a_key_answers_only_its_own_request() {
     let forged = DecisionEvent {
         header: Header {
             source: "someone-else".into(),
-            ..header(&ids::decision_id(&ids::key_hash("org-1", "taken")), "org-2", "tokens", at)
+            ..header(&hook::ids::decision_id(&hook::ids::key_hash("org-1", "taken")), "org-2", "tokens", at)
         },
         request_id: "theirs".into(),
         idempotency_key: "taken".into(),
