@@ -505,17 +505,29 @@ fn idle_connections(port: u16, n: usize) -> Vec<TcpStream> {
         .collect()
 }
 
-/// A check of `key` on a connection of its own: its status, and how long the answer took.
-fn timed_check(server: &Server, key: &str) -> (Result<u16, String>, Duration) {
+/// A check of `key` on a connection of its own: its status, answered within a generous bound (a liveness bound, not a
+/// figure: how fast is for `bench`).
+fn bounded_check(server: &Server, key: &str) -> Result<u16, String> {
     let config =
-        ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(20))).build();
+        ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(60))).build();
     let agent = ureq::Agent::new_with_config(config);
-    let started = Instant::now();
     let sent = agent
         .post(format!("{}/v1/check", server.base))
         .header("Authorization", format!("Bearer {ADMIN}"))
         .send_json(ask("org-1", "tokens", 1, key));
-    (sent.map(|r| r.status().as_u16()).map_err(|e| e.to_string()), started.elapsed())
+    sent.map(|r| r.status().as_u16()).map_err(|e| e.to_string())
+}
+
+/// Whether the server closed `stream` (end of stream, or a reset) rather than leaving it open until this side's read
+/// gives up.
+fn closed_by_server(stream: &mut TcpStream) -> bool {
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut byte = [0u8; 1];
+    match stream.read(&mut byte) {
+        Ok(0) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        Ok(_) => false,
+    }
 }
 
 // Point 3: hundreds of idle connections (a client that opens them and sends nothing) neither starve a new client nor
@@ -529,25 +541,19 @@ fn idle_connections_neither_starve_a_new_client_nor_stop_serve() {
     let start = Start { soft_files: Some(128), ..Start::default() };
     let server = Server::spawn(&test, &[], start).unwrap_or_else(|e| panic!("serve: {e:?}"));
     let idle = idle_connections(server.port(), 300);
-    let (status, took) = timed_check(&server, "past-the-soft-limit");
-    assert_eq!(status, Ok(200), "took {took:?}; stderr:\n{}", stderr_of(&test));
-    assert!(took < Duration::from_secs(5), "a new client waited {took:?} behind 300 idle connections");
+    let status = bounded_check(&server, "past-the-soft-limit");
+    assert_eq!(status, Ok(200), "a new client behind 300 idle connections; stderr:\n{}", stderr_of(&test));
     drop((idle, server));
 
     // A bound of 16 connections, idle ones closed after a second: 40 idle connections take the places and fill the
     // backlog; a new client waits for two rounds of them to time out, then is answered.
-    let header_timeout = Duration::from_secs(1);
+    // That the bound held the new client back is what serve says (below), not how long it waited.
     let flags = ["--connections-max", "16", "--header-timeout-ms", "1000"];
     let mut server = Server::spawn(&test, &flags, Start::default()).unwrap_or_else(|e| panic!("serve: {e:?}"));
-    let idle = idle_connections(server.port(), 40);
-    let (status, took) = timed_check(&server, "past-the-bound");
-    assert_eq!(status, Ok(200), "took {took:?}; stderr:\n{}", stderr_of(&test));
-    assert!(took < header_timeout * 6, "waited {took:?}: more than three rounds of the header timeout");
-    assert!(took >= header_timeout, "answered in {took:?}: the bound did not hold the new connection back");
-    let mut idle_read = [0u8; 1];
-    let mut first = &idle[0];
-    first.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    assert!(matches!(first.read(&mut idle_read), Ok(0) | Err(_)), "an idle connection is closed");
+    let mut idle = idle_connections(server.port(), 40);
+    let status = bounded_check(&server, "past-the-bound");
+    assert_eq!(status, Ok(200), "stderr:\n{}", stderr_of(&test));
+    assert!(closed_by_server(&mut idle[0]), "an idle connection is closed by the server");
     assert_eq!(server.health().0, 200);
     assert!(server.child.try_wait().unwrap().is_none(), "serve still runs");
     let stderr = stderr_of(&test);
@@ -639,11 +645,7 @@ fn a_network_address_gets_tls_or_serve_refuses_to_start() {
         Err(error) => panic!("plain HTTP to the TLS port is answered 400, not {error}"),
     }
     let mut silent = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    silent.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let started = Instant::now();
-    let mut byte = [0u8; 1];
-    assert!(matches!(silent.read(&mut byte), Ok(0) | Err(_)), "a connection with no handshake is closed");
-    assert!(started.elapsed() < Duration::from_secs(5), "closed after {:?}", started.elapsed());
+    assert!(closed_by_server(&mut silent), "a connection with no handshake is closed by the server");
     assert_eq!(sql_i64(&test, "SELECT COUNT(*) FROM decision_events"), 1, "only the check over TLS was decided");
 }
 

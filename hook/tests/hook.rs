@@ -310,14 +310,20 @@ fn a_write_lock_held_past_the_busy_timeout_delays_decisions_without_failing_them
     let (dir, hook) = hook_with(vec![policy("daily", 100, Window::DAY, Enforcement::HARD, None)]);
     let other = rusqlite::Connection::open(dir.path().join("ledger.db")).unwrap();
     other.execute_batch("BEGIN IMMEDIATE").unwrap();
-    let releases = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_secs(12));
-        other.execute_batch("ROLLBACK").unwrap();
+    // The lock is let go only after the busy timeout has passed; the flag says when, so that the check's return is
+    // ordered after it by what happened, not by a clock.
+    let released = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let releases = std::thread::spawn({
+        let released = released.clone();
+        move || {
+            std::thread::sleep(Duration::from_millis(ledger::BUSY_TIMEOUT_MS + 2_000));
+            released.store(true, std::sync::atomic::Ordering::SeqCst);
+            other.execute_batch("ROLLBACK").unwrap();
+        }
     });
-    let started = std::time::Instant::now();
     let decision = hook.check(ask("held-up", 30)).unwrap();
     assert!(decision.allowed(), "{decision:?}");
-    assert!(started.elapsed() >= Duration::from_secs(10), "it waited for the lock: {:?}", started.elapsed());
+    assert!(released.load(std::sync::atomic::Ordering::SeqCst), "recorded while another held the write lock");
     releases.join().unwrap();
     assert!(!hook.check(ask("after", 71)).unwrap().allowed(), "the 30 are counted: 30 + 71 > 100");
     assert_eq!(sql_i64(&dir, "SELECT COUNT(*) FROM entries WHERE event_type = 'UsageEvent'"), 1);
