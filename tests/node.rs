@@ -352,9 +352,14 @@ fn a_cluster_serving_tls_is_read_and_routed_over_https() {
 
     // The routing client trusting the authority reaches each tenant's owner over HTTPS; trusting the system's roots
     // alone, it says the certificate is not trusted rather than taking the nodes for down.
+    // Node a follows the catalog on its own: its view, which the client reads, names every owner a moment after the
+    // topic does.
     let trusted = trust::Trust::ca_file(&ca).unwrap();
-    let client = client::Client::with_trust(&[&urls[0]], SECRET, &trusted).unwrap();
     let tenants: Vec<String> = (0..30).map(|n| format!("org-{n}")).collect();
+    let client = eventually(60, "node a's view of the catalog names every partition's owner", || {
+        let client = client::Client::with_trust(&[&urls[0]], SECRET, &trusted).ok()?;
+        tenants.iter().all(|tenant| client.owner_of(tenant).1.is_some()).then_some(client)
+    });
     for tenant in &tenants {
         let answer = client.check(tenant, &ask(tenant, &format!("{tenant}-tls"))).unwrap();
         assert_eq!(answer.status, 200, "{tenant}: {}", answer.body);
