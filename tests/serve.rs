@@ -1091,10 +1091,13 @@ fn ingest_sees_the_hooks_own_events_as_duplicates() {
 fn a_killed_server_keeps_every_answered_decision_and_retries_consume_nothing_twice() {
     const CLIENTS: usize = 8;
     let test = ledger_with(hard_policy(1_000_000, Window::MONTH));
+    /// Answers the clients get before the kill: load, not a figure.
+    const ANSWERED_BEFORE_KILL: usize = 200;
     let server = Arc::new(Server::start(&test, &[]));
+    let answered_so_far = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let clients: Vec<_> = (0..CLIENTS)
         .map(|c| {
-            let server = Arc::clone(&server);
+            let (server, answered_so_far) = (Arc::clone(&server), Arc::clone(&answered_so_far));
             // Until the kill: each key sent, and the decision of those answered.
             std::thread::spawn(move || {
                 let mut sent = Vec::new();
@@ -1111,17 +1114,21 @@ fn a_killed_server_keeps_every_answered_decision_and_retries_consume_nothing_twi
                     let answer: Value = serde_json::from_str(&text).unwrap();
                     assert_eq!(response.status().as_u16(), 200, "{answer}");
                     sent.last_mut().unwrap().1 = Some(answer["decisionId"].as_str().unwrap().to_string());
+                    answered_so_far.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 }
                 unreachable!()
             })
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(1_500));
+    // The kill lands under load: once the clients have been answered that many times, while they go on sending.
+    eventually(120, "the clients' answers before the kill", || {
+        (answered_so_far.load(std::sync::atomic::Ordering::SeqCst) >= ANSWERED_BEFORE_KILL).then_some(())
+    });
     // SIGKILL: no shutdown of any kind, what the kernel holds of the ledger file is what a restart finds.
     unsafe { libc::kill(server.child.id() as i32, libc::SIGKILL) };
     let sent: Vec<(String, Option<String>)> = clients.into_iter().flat_map(|c| c.join().unwrap()).collect();
     let answered: Vec<&(String, Option<String>)> = sent.iter().filter(|(_, d)| d.is_some()).collect();
-    assert!(answered.len() > 100, "the clients were answered before the kill: {}", answered.len());
+    assert!(answered.len() >= ANSWERED_BEFORE_KILL, "answered before the kill: {}", answered.len());
 
     let recorded: std::collections::HashSet<String> = {
         let conn = read_only(&test.path);
