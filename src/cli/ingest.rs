@@ -304,14 +304,7 @@ fn run_kafka_shards(shards: &ShardDir, brokers: &str, args: &IngestArgs) -> anyh
             .with_context(|| format!("cannot name the consumer group of {}", shards.dir().display()))?;
     }
     let metrics = start_metrics(args, &mut settings)?;
-    let url = args.registry_url.as_deref();
-    super::kafka_args::resolve_schema_ids(
-        Some(brokers),
-        &settings.overrides,
-        &args.registry_topic,
-        url,
-        &args.ca_file,
-    )?;
+    resolve_schema_ids(brokers, &settings, args)?;
     let mut display = Display::new();
     let report = ingest_kafka_shards(shards, &settings, &stop, |progress| {
         display.show(progress);
@@ -321,6 +314,12 @@ fn run_kafka_shards(shards: &ShardDir, brokers: &str, args: &IngestArgs) -> anyh
     display.finish();
     print_report(&report, args.json)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The producers' schema ids of the registry (its `_schemas` topic, or its REST API), known before the first message.
+fn resolve_schema_ids(brokers: &str, settings: &KafkaIngestSettings, args: &IngestArgs) -> anyhow::Result<()> {
+    let url = args.registry_url.as_deref();
+    super::kafka_args::resolve_schema_ids(Some(brokers), &settings.overrides, &args.registry_topic, url, &args.ca_file)
 }
 
 fn run_kafka(ledger_path: &Path, brokers: &str, args: &IngestArgs) -> anyhow::Result<ExitCode> {
@@ -335,14 +334,7 @@ fn run_kafka(ledger_path: &Path, brokers: &str, args: &IngestArgs) -> anyhow::Re
         settings.group = default_group(&ledger.ledger_id()?);
     }
     let metrics = start_metrics(args, &mut settings)?;
-    let url = args.registry_url.as_deref();
-    super::kafka_args::resolve_schema_ids(
-        Some(brokers),
-        &settings.overrides,
-        &args.registry_topic,
-        url,
-        &args.ca_file,
-    )?;
+    resolve_schema_ids(brokers, &settings, args)?;
     let mut display = Display::new();
     let report = ingest_kafka(&mut ledger, &settings, &stop, |progress| {
         display.show(progress);
