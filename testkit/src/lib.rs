@@ -57,10 +57,12 @@ pub const TANSU_VERSION: &str = "0.6.0";
 pub fn tansu() -> bool {
     let part = format!("the real-broker part of {}", std::thread::current().name().unwrap_or("a test"));
     let install = format!("cargo install tansu --version {TANSU_VERSION} --locked --features dynostore,libsql");
-    if !tool("tansu", "QUOTA_LEDGER_SKIP_TANSU", &install, &part) {
+    if skip_requested("QUOTA_LEDGER_SKIP_TANSU", &part, &install) {
         return false;
     }
-    let output = Command::new("tansu").arg("--version").output().expect("tansu answered --version just now");
+    let output = Command::new("tansu").arg("--version").output().unwrap_or_else(|error| {
+        panic!("{part} needs tansu on PATH ({error}): {install} (or QUOTA_LEDGER_SKIP_TANSU=1 to skip it outside CI)")
+    });
     let version = String::from_utf8_lossy(&output.stdout);
     assert!(version.contains(TANSU_VERSION), "tansu --version says {version:?}, expected {TANSU_VERSION}: {install}");
     true
