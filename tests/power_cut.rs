@@ -608,11 +608,16 @@ fn ingest_seed(seed: u64, shim: &Shim, template: &Path, input: &Path, events: &[
     let (target, early) = (splitmix(&mut random) % INGEST_RECORDS, splitmix(&mut random).is_multiple_of(8));
     let early = early && fail_sync.is_none();
     let kill_at = Duration::from_millis(splitmix(&mut random) % INGEST_EARLY_KILL_WITHIN_MS);
+    // Whether the injected failure fired: read from the journal (megabytes) every 50th turn once the kill is
+    // otherwise due, not at every turn, and remembered.
+    let (mut failed, mut turn) = (fail_sync.is_none(), 0u64);
     let exited = loop {
         watcher.look(&ledger);
         let exited = child.try_wait().expect("wait for ingest");
         let due = if early { started.elapsed() >= kill_at } else { watcher.seen >= target };
-        let due = due && (fail_sync.is_none() || sync_failed(&journal));
+        turn += 1;
+        failed = failed || (due && turn.is_multiple_of(50) && sync_failed(&journal));
+        let due = due && failed;
         if exited.is_some() || due || started.elapsed() > Duration::from_secs(30) {
             break exited;
         }
