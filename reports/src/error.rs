@@ -1,4 +1,4 @@
-//! Errors of the reports: reading the ledger, querying it, writing an export.
+//! Errors of the reports: reading the ledger, writing an export.
 
 /// A report could not be computed or written.
 #[derive(Debug, thiserror::Error)]
@@ -16,9 +16,6 @@ pub enum ReportError {
     /// The export of an open period could not be computed.
     #[error("cannot compute the export")]
     Preview(#[from] ledger::PreviewError),
-    /// A DataFusion query failed.
-    #[error("query failed")]
-    Query(#[from] datafusion::error::DataFusionError),
     /// An Arrow batch could not be built.
     #[error("cannot build the Arrow batch")]
     Arrow(#[from] arrow::error::ArrowError),
@@ -41,7 +38,4 @@ pub enum ReportError {
         /// The row's consumption.
         consumption: i64,
     },
-    /// DataFusion's runtime could not start.
-    #[error("cannot start the query runtime")]
-    Runtime(#[source] std::io::Error),
 }

@@ -4,9 +4,8 @@
 //! this crate answers finance ("what does each tenant owe for November?", [`billing`] and [`export`]) and
 //! support ("why was this request denied?", [`audit`]). It never writes SQL: the ledger owns its tables, their
 //! queries and its derived totals, and this crate applies the rules (`rules`: policy in force, effective limit,
-//! reservation verdicts) to what it reads. The tables the ledger shows to SQL are registered in DataFusion through
-//! a streaming, read-only [`provider`] over the ledger's scans ([`session`]), so `quota-ledger sql` can ask
-//! anything else.
+//! reservation verdicts) to what it reads. SQL over the ledger's tables is the `sql` crate's, so that these reports
+//! do not link the query engine.
 //!
 //! ```
 //! use ledger::{Ledger, Period};
@@ -29,9 +28,6 @@ pub mod audit;
 pub mod billing;
 pub mod error;
 pub mod export;
-pub mod provider;
-pub mod session;
 pub mod text;
 
 pub use error::ReportError;
-pub use session::LedgerSession;

@@ -1,10 +1,12 @@
-//! Producers' text made safe to show: in a spreadsheet ([`csv_text`]) and on a terminal or in a log ([`printable`]).
+//! Producers' text made safe to show: in a spreadsheet ([`csv_text`]) and on a terminal or in a log ([`printable`]),
+//! and tables of it aligned for people ([`TableWriter`]).
 //! Names and ids the contract bounds (tenant, subject, metric, request_id, idempotency_key) never hold a control
 //! character, since ingest quarantines them; event ids, sources, reasons, attributes and whatever an older ledger
 //! recorded may, and a newline in them would forge a line of `status`, `audit` or a table, an escape sequence would
 //! drive the reader's terminal.
 
 use std::borrow::Cow;
+use std::io::Write;
 
 /// A text cell, safe to open in a spreadsheet (OWASP "CSV injection"): one that starts with `=`, `+`, `-`,
 /// `@`, a tab or a carriage return is prefixed with `'`, so that it is shown as text and never run as a
@@ -36,6 +38,87 @@ pub fn printable(text: &str) -> Cow<'_, str> {
         }
     }
     Cow::Owned(shown)
+}
+
+/// Writes rows as a table whose columns are aligned, the header first.
+pub fn write_table(out: &mut dyn Write, header: &[&str], rows: &[Vec<String>]) -> std::io::Result<()> {
+    let mut table = TableWriter::new(header);
+    for row in rows {
+        table.push(out, row.clone())?;
+    }
+    table.finish(out)
+}
+
+/// Rows a [`TableWriter`] holds before it prints them: a table of any length prints as it goes, in bounded memory.
+pub const TABLE_CHUNK_ROWS: usize = 10_000;
+
+/// A table written as its rows come, in chunks of [`TABLE_CHUNK_ROWS`]: each chunk is aligned on the widest cell of
+/// every row so far (columns only ever move right), the header on the first chunk's. A table of at most one chunk
+/// is aligned on all of its rows, as if printed at once.
+pub struct TableWriter {
+    header: Vec<String>,
+    widths: Vec<usize>,
+    pending: Vec<Vec<String>>,
+    header_written: bool,
+}
+
+impl TableWriter {
+    /// A table of these columns.
+    pub fn new(header: &[&str]) -> TableWriter {
+        TableWriter {
+            header: header.iter().map(|h| h.to_string()).collect(),
+            widths: header.iter().map(|h| h.chars().count()).collect(),
+            pending: Vec::new(),
+            header_written: false,
+        }
+    }
+
+    /// Adds a row, its control characters escaped (a producer's newline would forge a row of the table).
+    pub fn push(&mut self, out: &mut dyn Write, row: Vec<String>) -> std::io::Result<()> {
+        let row = row
+            .into_iter()
+            .map(|cell| match printable(&cell) {
+                std::borrow::Cow::Borrowed(_) => cell,
+                std::borrow::Cow::Owned(shown) => shown,
+            })
+            .collect();
+        self.pending.push(row);
+        if self.pending.len() >= TABLE_CHUNK_ROWS { self.flush(out) } else { Ok(()) }
+    }
+
+    /// Prints what is pending, and the header when no row came.
+    pub fn finish(mut self, out: &mut dyn Write) -> std::io::Result<()> {
+        self.flush(out)
+    }
+
+    fn flush(&mut self, out: &mut dyn Write) -> std::io::Result<()> {
+        for row in &self.pending {
+            for (width, cell) in self.widths.iter_mut().zip(row) {
+                *width = (*width).max(cell.chars().count());
+            }
+        }
+        let widths = &self.widths;
+        let line = |cells: &mut dyn Iterator<Item = &str>| -> String {
+            let mut line = String::new();
+            for (column, (cell, width)) in cells.zip(widths).enumerate() {
+                if column > 0 {
+                    line.push_str("  ");
+                }
+                line.push_str(cell);
+                // Padded by hand: a format width (`{cell:<width$}`) is a u16, and `sql` prints cells of any length.
+                line.extend(std::iter::repeat_n(' ', width.saturating_sub(cell.chars().count())));
+            }
+            line.trim_end().to_string()
+        };
+        if !self.header_written {
+            writeln!(out, "{}", line(&mut self.header.iter().map(String::as_str)))?;
+            self.header_written = true;
+        }
+        for row in self.pending.drain(..) {
+            writeln!(out, "{}", line(&mut row.iter().map(String::as_str)))?;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

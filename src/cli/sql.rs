@@ -10,8 +10,8 @@ use arrow::array::RecordBatch;
 use arrow::util::display::{ArrayFormatter, FormatOptions};
 use clap::{Args, ValueEnum};
 use ledger::tables::{Kind, TABLES};
-use reports::LedgerSession;
-use reports::provider::SHARD_COLUMN;
+use sql::LedgerSession;
+use sql::provider::SHARD_COLUMN;
 
 #[derive(Debug, Args)]
 pub struct SqlArgs {
@@ -49,7 +49,7 @@ pub fn run(store: &super::Store, args: SqlArgs) -> anyhow::Result<ExitCode> {
             let cluster = args.cluster.asked()?.expect("--cluster is given");
             let dir = tempfile::Builder::new().prefix("quota-ledger-sql-").tempdir()?;
             let to = dir.path().join("shards");
-            let manifests = super::cluster::backup(&cluster, &to)?;
+            let manifests = usecases::cluster::backup(&cluster, &to)?;
             let bytes: u64 = manifests.iter().map(|m| m.bytes).sum();
             eprintln!(
                 "sql: over a copy of the {} shards of the cluster at {} ({} MB in {})",
@@ -66,10 +66,10 @@ pub fn run(store: &super::Store, args: SqlArgs) -> anyhow::Result<ExitCode> {
     match args.format {
         SqlFormat::Table => {
             let mut out = super::stdout();
-            let mut table: Option<super::TableWriter> = None;
+            let mut table: Option<reports::text::TableWriter> = None;
             let mut failed: Option<std::io::Error> = None;
             let schema = session.for_each_batch_while(&query, Vec::new(), |batch| {
-                let table = table.get_or_insert_with(|| super::TableWriter::new(&names(&batch.schema())));
+                let table = table.get_or_insert_with(|| reports::text::TableWriter::new(&names(&batch.schema())));
                 for row in rows_of(batch)? {
                     if let Err(e) = table.push(&mut out, row) {
                         failed = Some(e);
@@ -81,7 +81,7 @@ pub fn run(store: &super::Store, args: SqlArgs) -> anyhow::Result<ExitCode> {
             if let Some(e) = failed {
                 return Err(e.into());
             }
-            table.unwrap_or_else(|| super::TableWriter::new(&names(&schema))).finish(&mut out)?;
+            table.unwrap_or_else(|| reports::text::TableWriter::new(&names(&schema))).finish(&mut out)?;
         }
         SqlFormat::Csv => {
             let mut out = super::stdout();

@@ -250,12 +250,12 @@ fn write_consumption_parquet(ledger_path: &Path, out: &Path) -> anyhow::Result<u
     ]));
     let file = std::fs::File::create(out)?;
     let mut writer = parquet::arrow::ArrowWriter::try_new(file, Arc::clone(&schema), None)?;
-    let session = reports::LedgerSession::open(ledger_path, None)?;
+    let session = sql::LedgerSession::open(ledger_path, None)?;
     let mut rows = 0u64;
     let sql = "SELECT tenant, metric, occurred_at, quantity FROM usage_events WHERE status = 'recorded'";
     session.for_each_batch_with(sql, Vec::new(), |batch| {
         rows += batch.num_rows() as u64;
-        writer.write(batch).map_err(reports::ReportError::from)
+        writer.write(batch).map_err(|e| sql::SqlError::Batch(Box::new(e)))
     })?;
     let ledger = Ledger::open_read_only(ledger_path)?;
     let mut commits: Vec<(String, String, i64, i64)> = Vec::new();

@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 
 use ledger::{Period, PeriodExportRow};
-use reports::LedgerSession;
 use reports::export::{BillingExport, Format};
 use schemas::Timestamp;
+use sql::LedgerSession;
 
 use super::{DAY_MICROS, page};
 

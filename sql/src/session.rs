@@ -12,7 +12,7 @@ use datafusion::execution::context::{SQLOptions, SessionConfig, SessionContext};
 use futures::TryStreamExt;
 use ledger::tables::TABLES;
 
-use crate::error::ReportError;
+use crate::SqlError;
 use crate::provider::{LedgerTable, Source};
 
 /// A read-only DataFusion session over a ledger.
@@ -25,7 +25,7 @@ pub struct LedgerSession {
 
 impl LedgerSession {
     /// A session showing the ledger's entries up to `watermark` (its current watermark when `None`).
-    pub fn open(path: &Path, watermark: Option<u64>) -> Result<LedgerSession, ReportError> {
+    pub fn open(path: &Path, watermark: Option<u64>) -> Result<LedgerSession, SqlError> {
         let watermark = match watermark {
             Some(w) => w,
             None => ledger::Ledger::open_read_only(path)?.status()?.watermark,
@@ -36,14 +36,14 @@ impl LedgerSession {
         for table in TABLES {
             context.register_table(table.name, Arc::new(LedgerTable::new(path.to_path_buf(), table, watermark)))?;
         }
-        let runtime = tokio::runtime::Builder::new_current_thread().build().map_err(ReportError::Runtime)?;
+        let runtime = tokio::runtime::Builder::new_current_thread().build().map_err(SqlError::Runtime)?;
         Ok(LedgerSession { context, runtime, watermark, path: path.to_path_buf() })
     }
 
     /// A session over every shard of a set (contract §9.4), each at its current watermark: every table is the union
     /// of the shards' tables, its `shard` column saying which a row is from. [`LedgerSession::watermark`] is the sum
     /// of the shards' and [`LedgerSession::path`] the first shard's.
-    pub fn open_shards(shards: &[(ledger::shards::Shard, ledger::Ledger)]) -> Result<LedgerSession, ReportError> {
+    pub fn open_shards(shards: &[(ledger::shards::Shard, ledger::Ledger)]) -> Result<LedgerSession, SqlError> {
         let mut sources = Vec::with_capacity(shards.len());
         for (shard, ledger) in shards {
             let watermark = ledger.status()?.watermark;
@@ -54,7 +54,7 @@ impl LedgerSession {
         for table in TABLES {
             context.register_table(table.name, Arc::new(LedgerTable::over(sources.clone(), table)))?;
         }
-        let runtime = tokio::runtime::Builder::new_current_thread().build().map_err(ReportError::Runtime)?;
+        let runtime = tokio::runtime::Builder::new_current_thread().build().map_err(SqlError::Runtime)?;
         let watermark = sources.iter().map(|s| s.watermark).sum();
         let path = sources.first().map(|s| s.path.clone()).unwrap_or_default();
         Ok(LedgerSession { context, runtime, watermark, path })
@@ -76,7 +76,7 @@ impl LedgerSession {
     }
 
     /// Runs one read-only SQL query with positional parameters (`$1`, `$2`, ...) and collects its batches.
-    pub fn query(&self, sql: &str, params: Vec<ScalarValue>) -> Result<Vec<RecordBatch>, ReportError> {
+    pub fn query(&self, sql: &str, params: Vec<ScalarValue>) -> Result<Vec<RecordBatch>, SqlError> {
         self.runtime.block_on(async {
             let mut frame = self.context.sql_with_options(sql, read_only()).await?;
             if !params.is_empty() {
@@ -92,8 +92,8 @@ impl LedgerSession {
         &self,
         sql: &str,
         params: Vec<ScalarValue>,
-        mut each: impl FnMut(&RecordBatch) -> Result<(), ReportError>,
-    ) -> Result<arrow::datatypes::SchemaRef, ReportError> {
+        mut each: impl FnMut(&RecordBatch) -> Result<(), SqlError>,
+    ) -> Result<arrow::datatypes::SchemaRef, SqlError> {
         self.for_each_batch_while(sql, params, |batch| each(batch).map(ControlFlow::Continue))
     }
 
@@ -103,8 +103,8 @@ impl LedgerSession {
         &self,
         sql: &str,
         params: Vec<ScalarValue>,
-        mut each: impl FnMut(&RecordBatch) -> Result<ControlFlow<()>, ReportError>,
-    ) -> Result<arrow::datatypes::SchemaRef, ReportError> {
+        mut each: impl FnMut(&RecordBatch) -> Result<ControlFlow<()>, SqlError>,
+    ) -> Result<arrow::datatypes::SchemaRef, SqlError> {
         self.runtime.block_on(async {
             let mut frame = self.context.sql_with_options(sql, read_only()).await?;
             if !params.is_empty() {
