@@ -60,7 +60,7 @@ use crate::tls::{TlsError, TlsFiles};
 use crate::tokens::{TokenFileError, Tokens};
 
 pub use crate::limits::{CONNECTIONS_MAX_DEFAULT, FILES_RESERVED, FILES_RESERVED_MIN};
-pub use crate::reads::BACKUP_MANIFEST_HEADER;
+pub use usecases::cluster::BACKUP_MANIFEST_HEADER;
 
 /// Largest request body accepted: a check is about 200 bytes.
 pub const BODY_LIMIT_BYTES: usize = 16 * 1024;
@@ -113,8 +113,6 @@ pub struct ServeSettings {
     /// Listen without TLS on an address other machines can reach (behind a TLS-terminating proxy, say): refused
     /// otherwise, since every request carries a bearer secret.
     pub insecure_listen: bool,
-    /// How `/v1/admin/billing` and `/v1/admin/audit/...` read a shard; without it they answer 501.
-    pub reports: Option<Arc<dyn Reports>>,
 }
 
 impl ServeSettings {
@@ -132,46 +130,8 @@ impl ServeSettings {
             connections_max: None,
             tls: None,
             insecure_listen: false,
-            reports: None,
         }
     }
-}
-
-/// The reads of a shard that need the reports (the billing export, `audit why`, `audit tenant`), handed in by the
-/// binary: the server answers `/v1/admin/billing` and `/v1/admin/audit/...` with them without linking the query
-/// engine the reports are built on, which would make every binary that serves (the fuzz targets' among them) build
-/// and link DataFusion. Each answers JSON, or why it could not, with its causes.
-pub trait Reports: Send + Sync + std::fmt::Debug {
-    /// The billing export of `period` as `export billing` without `--final` computes it, of `ledger`, the shard of
-    /// `partition` (none for a ledger of every partition): `reports::export::ShardBilling`.
-    fn bill(
-        &self,
-        ledger: &Ledger,
-        partition: Option<u32>,
-        period: ledger::Period,
-    ) -> Result<serde_json::Value, String>;
-    /// `reconcile --as-of AS_OF [--dry-run] [--open-alert-after S]` of the shard at `path`, as `reconcile --data` runs
-    /// it on each shard (its adjustments recorded in it, and published when the server knows brokers): `{"run",
-    /// "words", "clean"}`, the run's `--json`, its report in words, and whether it found nothing to adjust.
-    fn reconcile(
-        &self,
-        path: &Path,
-        as_of: schemas::Timestamp,
-        dry_run: bool,
-        open_alert_after_s: u64,
-    ) -> Result<serde_json::Value, String>;
-    /// `audit why REQUEST_ID` in `ledger`: `{"why", "words"}` (the answer and its words) when it holds the request,
-    /// else `{"nearest"}`, the nearest request ids it holds.
-    fn why(&self, ledger: &Ledger, request_id: &str) -> Result<serde_json::Value, String>;
-    /// `audit tenant TENANT --from --to` in `ledger`: `{"timeline", "words"}`, with `"nearest"` (the nearest tenants it
-    /// holds) when it holds no event of the tenant at all.
-    fn timeline(
-        &self,
-        ledger: &Ledger,
-        tenant: &str,
-        from: schemas::Timestamp,
-        to: schemas::Timestamp,
-    ) -> Result<serde_json::Value, String>;
 }
 
 /// The routes `serve` answers over `hook` for the callers of `tokens`, without a listener: the same handlers, body
@@ -188,9 +148,15 @@ pub fn router(hook: Hook, tokens: Tokens, changes: Option<std::path::PathBuf>) -
         routing: None,
         metrics: routes::Metrics::new(),
         admin,
-        reports: None,
+        publish: None,
     };
     routes::router(Arc::new(app), Duration::from_millis(READ_TIMEOUT_MS))
+}
+
+/// Where a reconcile of a shard this server holds publishes its adjustments (`POST /v1/admin/reconcile`): the server's
+/// own brokers, as its outbox publisher does; without them they wait in the shard's outbox.
+fn publish_of(settings: &ServeSettings) -> Option<usecases::run::Publish> {
+    settings.brokers.as_deref().map(|brokers| usecases::run::Publish::to(brokers, &settings.overrides))
 }
 
 /// Where the server listens, as the first line of `serve` says it: `http://ADDR` or `https://ADDR`.
@@ -313,15 +279,8 @@ pub fn run(
     };
     let outbox = publisher.as_ref().map(|p| Outboxes::One(p.health()));
     let admin = admin::Admin::new(admin::AdminLedgers::File(ledger_path.to_path_buf()));
-    let app = App {
-        hook: Hooks::One(hook),
-        tokens,
-        outbox,
-        routing: None,
-        metrics,
-        admin,
-        reports: settings.reports.clone(),
-    };
+    let app =
+        App { hook: Hooks::One(hook), tokens, outbox, routing: None, metrics, admin, publish: publish_of(&settings) };
     serve(app, writers, publisher.into_iter().collect(), prepared, &settings, listening, None)
 }
 
@@ -361,7 +320,7 @@ pub fn run_shards(
         routing: None,
         metrics,
         admin,
-        reports: settings.reports.clone(),
+        publish: publish_of(&settings),
     };
     let publishers = publishers.into_iter().map(|(_, publisher)| publisher).collect();
     serve(app, writers, publishers, prepared, &settings, listening, None)
@@ -404,7 +363,7 @@ pub fn run_node(
         routing: Some(routing),
         metrics: routes::Metrics::registered(registry, hook_metrics),
         admin: admin::Admin::new(admin::AdminLedgers::None),
-        reports: settings.reports.clone(),
+        publish: publish_of(&settings),
     };
     serve(app, Vec::new(), Vec::new(), prepared, &settings, listening, Some(stop))
 }

@@ -19,8 +19,8 @@ use ledger::{Ledger, Period};
 use schemas::Timestamp;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use usecases::cluster::BACKUP_MANIFEST_HEADER;
 
-use crate::Reports;
 use crate::answer::error;
 use crate::hooks::Hooks;
 use crate::routes::App;
@@ -85,7 +85,12 @@ pub(crate) struct TenantQuery {
 
 /// A read of one shard: its file and partition (none for a single ledger of every partition), answered as JSON or
 /// refused with why.
-type Read = Box<dyn Fn(&Path, Option<u32>, &dyn Reports) -> Result<serde_json::Value, String> + Send>;
+type Read = Box<dyn Fn(&Path, Option<u32>) -> Result<serde_json::Value, String> + Send>;
+
+/// A use case's answer as JSON, or its failure with its causes.
+fn answered<T: serde::Serialize>(answer: usecases::Result<T>) -> Result<serde_json::Value, String> {
+    serde_json::to_value(answer.map_err(|e| ledger::causes(&e))?).map_err(|e| e.to_string())
+}
 
 /// The ledger at `path`, read-only unless `write`.
 fn open(path: &Path, write: bool) -> Result<Ledger, String> {
@@ -107,7 +112,8 @@ pub(crate) async fn billing(
         Err(e) => return error(StatusCode::BAD_REQUEST, "bad_request", format!("period: {e}")),
     };
     // A preview brings a shard's commit totals to its watermark, as the command does: it opens the shard to write.
-    let read: Read = Box::new(move |path, partition, reports| reports.bill(&open(path, true)?, partition, period));
+    let read: Read =
+        Box::new(move |path, partition| answered(usecases::shard::bill(&open(path, true)?, partition, period)));
     let answer = serde_json::json!({"period": period.to_string()});
     every_shard(&app, answer, read).await
 }
@@ -121,14 +127,7 @@ pub(crate) async fn status(
         return *refused;
     }
     // A shard knows its partition; a ledger of every partition answers the plain status.
-    let read: Read = Box::new(|path, _, _| {
-        let ledger = open(path, false)?;
-        let status = match ledger.shard().map_err(|e| ledger::causes(&e))? {
-            Some(shard) => serde_json::to_value(ledger.shard_status(shard).map_err(|e| ledger::causes(&e))?),
-            None => serde_json::to_value(ledger.status().map_err(|e| ledger::causes(&e))?),
-        };
-        status.map_err(|e| e.to_string())
-    });
+    let read: Read = Box::new(|path, _| answered(usecases::shard::status(&open(path, false)?)));
     every_shard(&app, serde_json::json!({}), read).await
 }
 
@@ -141,14 +140,7 @@ pub(crate) async fn verify(
         return *refused;
     }
     // A shard's chain and the partition of its entries; a ledger of every partition, its chain.
-    let read: Read = Box::new(|path, _, _| {
-        let ledger = open(path, false)?;
-        let report = match ledger.shard().map_err(|e| ledger::causes(&e))? {
-            Some(shard) => serde_json::to_value(ledger.verify_shard(shard).map_err(|e| ledger::causes(&e))?),
-            None => serde_json::to_value(ledger.verify_against(&[]).map_err(|e| ledger::causes(&e))?),
-        };
-        report.map_err(|e| e.to_string())
-    });
+    let read: Read = Box::new(|path, _| answered(usecases::shard::verify(&open(path, false)?)));
     every_shard(&app, serde_json::json!({}), read).await
 }
 
@@ -183,7 +175,8 @@ pub(crate) async fn reconcile(
         _ => return error(StatusCode::BAD_REQUEST, "bad_request", "open_alert_after_s: from 1 to 31622400 (366 days)"),
     };
     let answer = serde_json::json!({"as_of": as_of.to_string(), "dry_run": dry_run});
-    let read: Read = Box::new(move |path, _, reports| reports.reconcile(path, as_of, dry_run, open_alert_after_s));
+    let settings = usecases::run::RunSettings { as_of, open_alert_after_s, dry_run, publish: app.publish.clone() };
+    let read: Read = Box::new(move |path, _| answered(usecases::shard::reconcile(path, &settings)));
     every_shard(&app, answer, read).await
 }
 
@@ -198,7 +191,7 @@ pub(crate) async fn why(
     };
     let request_id = query.request_id;
     let answer = serde_json::json!({"request_id": request_id});
-    let read: Read = Box::new(move |path, _, reports| reports.why(&open(path, false)?, &request_id));
+    let read: Read = Box::new(move |path, _| answered(usecases::shard::why(&open(path, false)?, &request_id)));
     every_shard(&app, answer, read).await
 }
 
@@ -223,12 +216,11 @@ pub(crate) async fn tenant(
     };
     let tenant = query.tenant;
     let answer = serde_json::json!({"tenant": tenant});
-    let read: Read = Box::new(move |path, _, reports| reports.timeline(&open(path, false)?, &tenant, from, to));
+    let read: Read =
+        Box::new(move |path, _| answered(usecases::shard::timeline(&open(path, false)?, &tenant, from, to)));
     every_shard(&app, answer, read).await
 }
 
-/// The header of `GET /v1/admin/backup` carrying the copy's manifest (`ledger::backup::BackupManifest`), JSON in ASCII.
-pub const BACKUP_MANIFEST_HEADER: &str = "x-quota-ledger-manifest";
 /// Bytes of a copy read and sent at a time.
 const BACKUP_CHUNK_BYTES: usize = 1 << 20;
 
@@ -353,9 +345,6 @@ fn ledgers(app: &App) -> Vec<(Option<u32>, PathBuf)> {
 /// `answer` with `shards`: `read` of each shard held, each with its `partition`, off the async workers (a read of a
 /// month takes a while); the first shard that fails fails the answer, naming it.
 async fn every_shard(app: &Arc<App>, mut answer: serde_json::Value, read: Read) -> Response {
-    let Some(reports) = app.reports.clone() else {
-        return error(StatusCode::NOT_IMPLEMENTED, "not_implemented", "this server reads no reports");
-    };
     let ledgers = ledgers(app);
     let computed = tokio::task::spawn_blocking(move || {
         ledgers
@@ -365,7 +354,7 @@ async fn every_shard(app: &Arc<App>, mut answer: serde_json::Value, read: Read) 
                     Some(p) => format!("shard {p} ({}): {cause}", path.display()),
                     None => format!("{}: {cause}", path.display()),
                 };
-                let mut part = read(&path, partition, reports.as_ref()).map_err(named)?;
+                let mut part = read(&path, partition).map_err(named)?;
                 if let Some(object) = part.as_object_mut() {
                     object.insert("partition".into(), serde_json::json!(partition));
                 }

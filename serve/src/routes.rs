@@ -38,8 +38,8 @@ pub(crate) struct App {
     pub(crate) metrics: Metrics,
     /// Where `POST /v1/admin/...` records changes.
     pub(crate) admin: crate::admin::Admin,
-    /// How `/v1/admin/billing` and `/v1/admin/audit/...` read a shard.
-    pub(crate) reports: Option<Arc<dyn crate::Reports>>,
+    /// Where `POST /v1/admin/reconcile` publishes a shard's adjustments: the server's brokers.
+    pub(crate) publish: Option<usecases::run::Publish>,
 }
 
 /// The server's figures (`GET /metrics`, docs/operations.md "What to monitor").

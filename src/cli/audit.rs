@@ -117,13 +117,13 @@ pub fn run(store: &super::Store, command: AuditCommand) -> anyhow::Result<ExitCo
 
 /// `audit why --cluster`: every owner looks for the request in the shards it holds (a request's decisions are its
 /// tenant's, in one shard); the shard holding it answers, else the nearest request ids of every shard.
-fn why_of_cluster(cluster: &super::cluster::Cluster<'_>, request_id: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let answered = super::cluster::ask_owners(cluster, "/v1/admin/audit/why", &[("request_id", request_id)])?;
+fn why_of_cluster(cluster: &usecases::cluster::Cluster, request_id: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let answered = cluster.ask_owners("/v1/admin/audit/why", &[("request_id", request_id)])?;
     if let Some((partition, part)) = answered.shards.iter().find(|(_, part)| part.get("why").is_some()) {
         eprintln!("audit: request {request_id} is recorded in shard {partition} of {}", answered.shards.len());
         return print_part(part, "why", json);
     }
-    let nearest = super::cluster::nearest_of(request_id, &answered.shards);
+    let nearest = usecases::cluster::nearest_of(request_id, &answered.shards);
     if json {
         super::print_json(&serde_json::json!({
             "error": "unknown_request_id",
@@ -148,20 +148,20 @@ fn print_part(part: &serde_json::Value, key: &str, json: bool) -> anyhow::Result
 /// `audit tenant --cluster`: the timeline from the tenant's shard, which holds all of its events; a tenant unknown there
 /// gets the nearest tenants of every shard (a mistyped tenant hashes to another shard).
 fn tenant_of_cluster(
-    cluster: &super::cluster::Cluster<'_>,
+    cluster: &usecases::cluster::Cluster,
     tenant: &str,
     (from, to): (Timestamp, Timestamp),
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let (from_text, to_text) = (from.to_string(), to.to_string());
     let query = [("tenant", tenant), ("from", from_text.as_str()), ("to", to_text.as_str())];
-    let answered = super::cluster::ask_owners(cluster, "/v1/admin/audit/tenant", &query)?;
+    let answered = cluster.ask_owners("/v1/admin/audit/tenant", &query)?;
     let partitions = u32::try_from(answered.shards.len()).context("more shards than partitions")?;
     let own = &answered.shards[&schemas::partition::partition_of(tenant, partitions)];
     if own.get("nearest").is_none() {
         return print_part(own, "timeline", json);
     }
-    let nearest = super::cluster::nearest_of(tenant, &answered.shards);
+    let nearest = usecases::cluster::nearest_of(tenant, &answered.shards);
     if json {
         // The empty timeline's keys, as for a known tenant (add, never rename), and why.
         let mut answer = own["timeline"].clone();

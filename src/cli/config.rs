@@ -324,7 +324,7 @@ pub fn run(command: &clap::Command, config: Option<&Path>, check: CheckArgs) -> 
     let mut out = super::stdout();
     writeln!(out, "{}: {} settings, every key known", path.display(), settings.len())?;
     let rows: Vec<Vec<String>> = settings.into_iter().map(|s| vec![s.key, s.value, s.source]).collect();
-    super::write_table(&mut out, &["KEY", "VALUE", "SOURCE"], &rows)?;
+    reports::text::write_table(&mut out, &["KEY", "VALUE", "SOURCE"], &rows)?;
     Ok(ExitCode::SUCCESS)
 }
 

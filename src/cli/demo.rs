@@ -3,14 +3,12 @@
 //! end.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use ledger::{Ledger, Period};
-use outbox::PublishReport;
-use reports::export::BillingExport;
-use tools::demo::{Commands, DEFAULT_EVENTS, DEFAULT_HOOK_REQUESTS, DEFAULT_TENANTS, DemoSettings, Shown};
+use ledger::Period;
+use tools::demo::{DEFAULT_EVENTS, DEFAULT_HOOK_REQUESTS, DEFAULT_TENANTS, DemoSettings, Shown};
 
 /// Progress bars of the demo's long steps.
 const BAR_TEMPLATE: &str = "{msg:<10} [{bar:40}] {pos}/{len} ({per_sec}, {eta} left)";
@@ -52,7 +50,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     };
     let display = super::ProgressDisplay::new(BAR_TEMPLATE).with_chars("=> ");
     // A line that cannot be printed does not stop the demo: its files are what it leaves.
-    let played = tools::demo::run(settings, &TheCommands, &|shown| match shown {
+    let played = tools::demo::run(settings, &|shown| match shown {
         Shown::Playing { month, tenants, out } => {
             let _ = writeln!(super::stdout(), "quota-ledger demo: {month}, {tenants} tenants, into {}", out.display());
         }
@@ -69,28 +67,4 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         writeln!(out, "  {command}")?;
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The commands whose logic the demo borrows: `export billing` and `reconcile`'s report.
-struct TheCommands;
-
-impl Commands for TheCommands {
-    fn close_period(&self, ledger: &mut Ledger, period: Period) -> anyhow::Result<(BillingExport, String)> {
-        super::export::close(ledger, period)
-    }
-
-    fn current_export(&self, ledger: &Ledger, period: Period) -> anyhow::Result<(BillingExport, String)> {
-        Ok(reports::export::current(ledger, period)?)
-    }
-
-    fn reconcile_report(&self, plan: &reconcile::Plan, outbox: &PublishReport) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
-        let mut text = Vec::new();
-        super::reconcile::write_report(&mut text, plan, false, Some(outbox), outbox.pending)?;
-        let json = serde_json::to_vec_pretty(&super::reconcile::run_json(plan, false, Some(outbox.clone())))?;
-        Ok((text, json))
-    }
-
-    fn write_file(&self, path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-        super::export::write_atomically(path, bytes)
-    }
 }

@@ -235,7 +235,7 @@ fn run_file_shards(shards: &ledger::shards::ShardDir, file: &Path, args: &Ingest
                 ]
             })
             .collect();
-        super::write_table(
+        reports::text::write_table(
             &mut out,
             &["SHARD", "RECORDS", "RECORDED", "DUPLICATES", "QUARANTINED", "WATERMARK", "RESUMED"],
             &rows,

@@ -100,34 +100,8 @@ impl Write for Stdout {
     }
 }
 
-/// Where the ledger is: one file holding every partition (`--ledger`), or a directory of shards (`--data`).
-pub enum Store {
-    /// One ledger file.
-    File(std::path::PathBuf),
-    /// A directory of shards, one ledger per partition.
-    Shards(ledger::shards::ShardDir),
-}
-
-impl Store {
-    /// The ledger file, for a command that reads or writes one ledger: `command` refuses a directory of shards.
-    pub fn file(&self, command: &str) -> anyhow::Result<&std::path::Path> {
-        match self {
-            Store::File(path) => Ok(path),
-            Store::Shards(shards) => anyhow::bail!(
-                "{command} does not take a directory of shards (--data {}) yet: give it one ledger file with --ledger",
-                shards.dir().display()
-            ),
-        }
-    }
-}
-
-/// Opens a ledger for appending, with the reports' commit totals kept inside every append's transaction (an
-/// export then judges only reservations touched since; without the hook the next export catches up).
-pub fn open_for_append(path: &std::path::Path) -> anyhow::Result<ledger::Ledger> {
-    let mut ledger = ledger::Ledger::open(path)?;
-    ledger.keep_commit_totals();
-    Ok(ledger)
-}
+pub use usecases::Store;
+pub use usecases::store::open_for_append;
 
 /// A spinner with a message and the elapsed time, for long work on a terminal.
 pub fn spinner() -> indicatif::ProgressBar {
@@ -197,85 +171,5 @@ pub fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
 
 /// Prints rows as a table whose columns are aligned, the header first.
 pub fn print_table(header: &[&str], rows: &[Vec<String>]) -> anyhow::Result<()> {
-    write_table(&mut stdout(), header, rows)
-}
-
-/// Writes rows as a table whose columns are aligned, the header first.
-pub fn write_table(out: &mut dyn Write, header: &[&str], rows: &[Vec<String>]) -> anyhow::Result<()> {
-    let mut table = TableWriter::new(header);
-    for row in rows {
-        table.push(out, row.clone())?;
-    }
-    table.finish(out)
-}
-
-/// Rows a [`TableWriter`] holds before it prints them: a table of any length prints as it goes, in bounded memory.
-pub const TABLE_CHUNK_ROWS: usize = 10_000;
-
-/// A table written as its rows come, in chunks of [`TABLE_CHUNK_ROWS`]: each chunk is aligned on the widest cell of
-/// every row so far (columns only ever move right), the header on the first chunk's. A table of at most one chunk
-/// is aligned on all of its rows, as if printed at once.
-pub struct TableWriter {
-    header: Vec<String>,
-    widths: Vec<usize>,
-    pending: Vec<Vec<String>>,
-    header_written: bool,
-}
-
-impl TableWriter {
-    pub fn new(header: &[&str]) -> TableWriter {
-        TableWriter {
-            header: header.iter().map(|h| h.to_string()).collect(),
-            widths: header.iter().map(|h| h.chars().count()).collect(),
-            pending: Vec::new(),
-            header_written: false,
-        }
-    }
-
-    /// Adds a row, its control characters escaped (a producer's newline would forge a row of the table).
-    pub fn push(&mut self, out: &mut dyn Write, row: Vec<String>) -> std::io::Result<()> {
-        let row = row
-            .into_iter()
-            .map(|cell| match reports::text::printable(&cell) {
-                std::borrow::Cow::Borrowed(_) => cell,
-                std::borrow::Cow::Owned(shown) => shown,
-            })
-            .collect();
-        self.pending.push(row);
-        if self.pending.len() >= TABLE_CHUNK_ROWS { self.flush(out) } else { Ok(()) }
-    }
-
-    /// Prints what is pending, and the header when no row came.
-    pub fn finish(mut self, out: &mut dyn Write) -> anyhow::Result<()> {
-        Ok(self.flush(out)?)
-    }
-
-    fn flush(&mut self, out: &mut dyn Write) -> std::io::Result<()> {
-        for row in &self.pending {
-            for (width, cell) in self.widths.iter_mut().zip(row) {
-                *width = (*width).max(cell.chars().count());
-            }
-        }
-        let widths = &self.widths;
-        let line = |cells: &mut dyn Iterator<Item = &str>| -> String {
-            let mut line = String::new();
-            for (column, (cell, width)) in cells.zip(widths).enumerate() {
-                if column > 0 {
-                    line.push_str("  ");
-                }
-                line.push_str(cell);
-                // Padded by hand: a format width (`{cell:<width$}`) is a u16, and `sql` prints cells of any length.
-                line.extend(std::iter::repeat_n(' ', width.saturating_sub(cell.chars().count())));
-            }
-            line.trim_end().to_string()
-        };
-        if !self.header_written {
-            writeln!(out, "{}", line(&mut self.header.iter().map(String::as_str)))?;
-            self.header_written = true;
-        }
-        for row in self.pending.drain(..) {
-            writeln!(out, "{}", line(&mut row.iter().map(String::as_str)))?;
-        }
-        Ok(())
-    }
+    Ok(reports::text::write_table(&mut stdout(), header, rows)?)
 }

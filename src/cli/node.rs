@@ -92,9 +92,6 @@ pub fn run(store: &super::Store, args: NodeArgs) -> anyhow::Result<ExitCode> {
         hook,
         tls: args.tls_cert.zip(args.tls_key).map(|(certificate, key)| serve::tls::TlsFiles { certificate, key }),
         insecure_listen: args.insecure_listen,
-        reports: Some(std::sync::Arc::new(super::cluster::ShardReports {
-            brokers: Some((args.brokers.clone(), args.settings.clone())),
-        })),
         ..serve::ServeSettings::new(args.listen, args.tokens)
     };
     let settings = node::NodeSettings {

@@ -104,7 +104,6 @@ pub fn run(store: &super::Store, args: ServeArgs) -> anyhow::Result<ExitCode> {
             &inputs,
         )?;
     }
-    let reports = super::cluster::ShardReports { brokers: args.brokers.clone().map(|b| (b, args.settings.clone())) };
     let settings = serve::ServeSettings {
         hook,
         brokers: args.brokers,
@@ -115,7 +114,6 @@ pub fn run(store: &super::Store, args: ServeArgs) -> anyhow::Result<ExitCode> {
         // clap requires both or neither.
         tls: args.tls_cert.zip(args.tls_key).map(|(certificate, key)| serve::tls::TlsFiles { certificate, key }),
         insecure_listen: args.insecure_listen,
-        reports: Some(std::sync::Arc::new(reports)),
         ..serve::ServeSettings::new(args.listen, args.tokens)
     };
     // The first line says where it listens (port 0 picks one), for scripts and tests.

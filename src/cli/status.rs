@@ -20,7 +20,7 @@ pub struct StatusArgs {
 
 pub fn run(store: &super::Store, args: StatusArgs) -> anyhow::Result<ExitCode> {
     if let Some(cluster) = args.cluster.asked()? {
-        let answered = super::cluster::ask_owners(&cluster, "/v1/admin/status", &[])?;
+        let answered = cluster.ask_owners("/v1/admin/status", &[])?;
         let statuses = answered.parts("a status")?;
         let at = format!("the cluster at {} ({} nodes)", cluster.brokers, answered.nodes);
         return print_shards(&at, &statuses, Some(&answered.owners), args.json);
@@ -79,7 +79,7 @@ pub fn run(store: &super::Store, args: StatusArgs) -> anyhow::Result<ExitCode> {
                 ]
             })
             .collect();
-        super::write_table(&mut out, &["GAP TOPIC", "PARTITION", "OFFSETS NEVER READ", "ACCEPTED AT"], &rows)?;
+        reports::text::write_table(&mut out, &["GAP TOPIC", "PARTITION", "OFFSETS NEVER READ", "ACCEPTED AT"], &rows)?;
     }
     if !status.offsets.is_empty() {
         writeln!(out)?;
@@ -88,7 +88,7 @@ pub fn run(store: &super::Store, args: StatusArgs) -> anyhow::Result<ExitCode> {
             .iter()
             .map(|o| vec![o.topic.clone(), o.partition.to_string(), o.next_offset.to_string()])
             .collect();
-        super::write_table(&mut out, &["TOPIC", "PARTITION", "NEXT OFFSET"], &rows)?;
+        reports::text::write_table(&mut out, &["TOPIC", "PARTITION", "NEXT OFFSET"], &rows)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -150,7 +150,7 @@ fn print_shards(
             ]
         })
         .collect();
-    super::write_table(
+    reports::text::write_table(
         &mut out,
         &[
             "SHARD",
@@ -174,7 +174,7 @@ fn print_shards(
         .collect();
     if !offsets.is_empty() {
         writeln!(out)?;
-        super::write_table(&mut out, &["SHARD", "TOPIC", "PARTITION", "NEXT OFFSET"], &offsets)?;
+        reports::text::write_table(&mut out, &["SHARD", "TOPIC", "PARTITION", "NEXT OFFSET"], &offsets)?;
     }
     Ok(ExitCode::SUCCESS)
 }

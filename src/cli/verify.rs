@@ -4,9 +4,9 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::Args;
-use ledger::{ExpectedHead, Head, Ledger};
+use ledger::Head;
+use usecases::verify::{Verified, VerifyAsked};
 
 use super::kafka_args::parse_setting;
 
@@ -34,61 +34,23 @@ pub fn run(store: &super::Store, args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let one_chain = args.expect_head.is_empty() && args.checkpoints_from.is_none();
     if let Some(cluster) = args.cluster.asked()? {
         anyhow::ensure!(one_chain, "--expect-head and --checkpoints-from check one chain: not with --cluster");
-        let answered = super::cluster::ask_owners(&cluster, "/v1/admin/verify", &[])?;
+        let answered = cluster.ask_owners("/v1/admin/verify", &[])?;
         let reports = answered.parts("a report")?;
         return print_shards(&reports, args.json);
     }
-    if let super::Store::Shards(shards) = store {
-        anyhow::ensure!(
-            one_chain,
-            "--expect-head and --checkpoints-from check one chain: give them one shard's file with --ledger"
-        );
-        let mut reports = Vec::new();
-        for (shard, ledger) in shards.open_all_read_only()? {
-            reports.push(ledger.verify_shard(shard)?);
+    let asked = VerifyAsked {
+        expect_heads: args.expect_head.clone(),
+        checkpoints_from: args.checkpoints_from.clone().map(|brokers| (brokers, args.settings.clone())),
+    };
+    let report = match usecases::verify::verify(store, &asked)? {
+        Verified::Shards(reports) => return print_shards(&reports, args.json),
+        Verified::One { report, warnings } => {
+            for warning in warnings {
+                eprintln!("verify: warning: {warning}");
+            }
+            *report
         }
-        return print_shards(&reports, args.json);
-    }
-    let ledger_path = store.file("verify")?;
-    let ledger = Ledger::open_read_only(ledger_path)?;
-    let mut expected: Vec<ExpectedHead> =
-        args.expect_head.iter().map(|head| ExpectedHead { head: *head, at: None }).collect();
-    let mut none_published = None;
-    if let Some(brokers) = &args.checkpoints_from {
-        let ledger_id = ledger.ledger_id()?;
-        let found = kafka::checkpoints::read_checkpoints(brokers, &args.settings, &ledger_id)
-            .with_context(|| format!("cannot read the checkpoints of ledger {ledger_id}"))?;
-        if found.unreadable > 0 {
-            eprintln!(
-                "verify: warning: {} messages under this ledger's key are not checkpoints; skipped",
-                found.unreadable
-            );
-        }
-        if found.checkpoints.is_empty() {
-            none_published = Some(format!(
-                "no checkpoint of ledger {ledger_id} on {} at {brokers} ({} of other ledgers): nothing outside the file \
-                 vouches for its chain (a ledger that never published one, or whose id was changed)",
-                kafka::checkpoints::CHECKPOINTS_TOPIC,
-                found.others
-            ));
-        }
-        for checkpoint in found.checkpoints {
-            let hash = ledger::links::parse_hash(&checkpoint.head_hash);
-            let Some(hash) = hash else {
-                eprintln!(
-                    "verify: warning: checkpoint at {} has no hash ({:?}); skipped",
-                    checkpoint.at, checkpoint.head_hash
-                );
-                continue;
-            };
-            expected.push(ExpectedHead { head: Head { seq: checkpoint.head_seq, hash }, at: Some(checkpoint.at) });
-        }
-    }
-    let mut report = ledger.verify_against(&expected)?;
-    if let (None, Some(problem)) = (&report.first_bad_checkpoint, none_published) {
-        report.first_bad_checkpoint =
-            Some(ledger::BadCheckpoint { head_seq: 0, head_hash: String::new(), at: None, problem });
-    }
+    };
     if args.json {
         super::print_json(&report)?;
     }

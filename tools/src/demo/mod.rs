@@ -2,9 +2,8 @@
 //! generated traffic and each tenant's own monthly plan go through Kafka into a fresh ledger; services ask the
 //! enforcement hook (the library) on the month's last day; the nightly reconciliation runs; the month is closed and
 //! exported for billing; a few late events arrive and are carried into the next month; support asks why a request was
-//! denied; and `report.html` shows it all. Every step calls the same library code as the command that does
-//! it alone; what only the binary's commands do yet (closing a period, the reconcile report) the binary lends through
-//! [`Commands`].
+//! denied; and `report.html` shows it all. Every step calls the same use case (`usecases`) as the command that does
+//! it alone.
 
 mod figures;
 mod page;
@@ -22,9 +21,9 @@ use kafka::admin::EmbeddedBroker;
 use kafka::producer::KafkaProducer;
 use ledger::{Durability, Ledger, Period, PeriodExportRow, ProcessLock};
 use outbox::{OutboxTopics, PublishReport};
-use reports::LedgerSession;
 use reports::export::{BillingExport, Format};
 use schemas::*;
+use sql::LedgerSession;
 
 use crate::Progress;
 use crate::generate::{GenerateSettings, Generated, send_generated};
@@ -71,19 +70,6 @@ pub struct DemoSettings {
     pub out: PathBuf,
 }
 
-/// What the demo runs of the binary's commands: their logic lives there, and the demo must do exactly what they do.
-pub trait Commands {
-    /// `export billing --period P --final`: closes `period` (or finds it closed); its export, and a note that says
-    /// what was closed.
-    fn close_period(&self, ledger: &mut Ledger, period: Period) -> anyhow::Result<(BillingExport, String)>;
-    /// `export billing --period P`: the stored export of a closed period, else the open period now; and a note.
-    fn current_export(&self, ledger: &Ledger, period: Period) -> anyhow::Result<(BillingExport, String)>;
-    /// `reconcile`'s report of a run whose adjustments went through the outbox, as text and as `--json`.
-    fn reconcile_report(&self, plan: &reconcile::Plan, outbox: &PublishReport) -> anyhow::Result<(Vec<u8>, Vec<u8>)>;
-    /// Writes `bytes` to `path` whole or not at all, as `export --out` does.
-    fn write_file(&self, path: &Path, bytes: &[u8]) -> anyhow::Result<()>;
-}
-
 /// What the demo has to show while it plays.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -127,7 +113,6 @@ fn hook_clock() -> Timestamp {
 /// What the steps found that later steps and the page need.
 struct Demo<'a> {
     settings: DemoSettings,
-    commands: &'a dyn Commands,
     show: &'a dyn Fn(Shown),
     month: Period,
     ledger_path: PathBuf,
@@ -138,9 +123,8 @@ struct Demo<'a> {
     ingest_passes: u32,
 }
 
-/// Plays the demo into `settings.out`: `commands` runs what the binary's commands do, `show` is told the steps as
-/// they end and how far the one at work is.
-pub fn run(settings: DemoSettings, commands: &dyn Commands, show: &dyn Fn(Shown)) -> anyhow::Result<Played> {
+/// Plays the demo into `settings.out`: `show` is told the steps as they end and how far the one at work is.
+pub fn run(settings: DemoSettings, show: &dyn Fn(Shown)) -> anyhow::Result<Played> {
     let month = settings.month.unwrap_or_else(|| Period::containing(Timestamp::now()).previous());
     anyhow::ensure!(
         month.end() <= Timestamp::now(),
@@ -158,7 +142,6 @@ pub fn run(settings: DemoSettings, commands: &dyn Commands, show: &dyn Fn(Shown)
         ledger_path: settings.out.join(LEDGER_FILE),
         brokers: broker.bootstrap_servers(),
         settings,
-        commands,
         show,
         month,
         steps: Vec::new(),
@@ -221,7 +204,7 @@ impl<'a> Demo<'a> {
 
     /// Writes `file` in the output directory, whole or not at all.
     fn write(&self, file: &str, bytes: &[u8]) -> anyhow::Result<()> {
-        self.commands.write_file(&self.out(file), bytes)
+        Ok(usecases::files::write_atomically(&self.out(file), bytes)?)
     }
 
     fn play(&mut self) -> anyhow::Result<()> {
@@ -455,20 +438,26 @@ impl<'a> Demo<'a> {
     /// The nightly job as of the month's end: plan, apply, publish, and its report in `<name>.txt` and `.json`.
     fn reconcile(&mut self, name: &str) -> anyhow::Result<String> {
         let as_of = self.month.end();
-        let plan = {
-            let _lock = ProcessLock::acquire(&self.ledger_path, "reconcile")?;
-            let mut ledger = Ledger::open(&self.ledger_path)?;
-            let show = self.show;
-            show(Shown::Progress(Progress::Begin { step: format!("reconciling as of {as_of}"), total: None }));
-            let plan = reconcile::plan(&ledger, as_of, &mut |_| {})?;
-            if !plan.records_nothing() {
-                reconcile::apply(&mut ledger, &plan)?;
-            }
-            show(Shown::Progress(Progress::End));
-            plan
+        let settings = usecases::run::RunSettings {
+            as_of,
+            open_alert_after_s: (reconcile::AlertSettings::default().open_too_long_micros / 1_000_000) as u64,
+            dry_run: false,
+            publish: Some(usecases::run::Publish::to(&self.brokers, &[])),
         };
-        let outbox = self.publish_outbox()?;
-        let (text, json) = self.commands.reconcile_report(&plan, &outbox)?;
+        let show = self.show;
+        show(Shown::Progress(Progress::Begin { step: format!("reconciling as of {as_of}"), total: None }));
+        let run = usecases::run::of_ledger(&self.ledger_path, &settings, &mut |_| {})?;
+        show(Shown::Progress(Progress::End));
+        let published = run.outbox.as_ref().context("the run published")?;
+        anyhow::ensure!(
+            published.pending == 0,
+            "the mock broker left {} outbox entries unacknowledged",
+            published.pending
+        );
+        let mut text = Vec::new();
+        usecases::run::write_report(&mut text, &run, false)?;
+        let json = serde_json::to_vec_pretty(&usecases::run::run_json(&run, false))?;
+        let plan = &run.plan;
         self.write(&format!("{name}.txt"), &text)?;
         self.write(&format!("{name}.json"), &json)?;
         let mut by_kind: BTreeMap<String, u64> = BTreeMap::new();
@@ -486,7 +475,7 @@ impl<'a> Demo<'a> {
     /// `export billing --period M --final` as CSV and Parquet.
     fn close_month(&mut self) -> anyhow::Result<String> {
         let mut ledger = Ledger::open(&self.ledger_path)?;
-        let (export, note) = self.commands.close_period(&mut ledger, self.month)?;
+        let usecases::close::Closed { export, note, .. } = usecases::close::close(&mut ledger, self.month)?;
         let csv = format!("billing-{}.csv", self.month);
         self.write(&csv, &export.to_bytes(Format::Csv)?)?;
         self.write(&format!("billing-{}.parquet", self.month), &export.to_bytes(Format::Parquet)?)?;
@@ -527,11 +516,11 @@ impl<'a> Demo<'a> {
     fn next_month(&mut self) -> anyhow::Result<String> {
         let next = self.month.next();
         let ledger = Ledger::open(&self.ledger_path)?;
-        let (export, note) = self.commands.current_export(&ledger, next)?;
+        let (export, note) = reports::export::current(&ledger, next)?;
         let csv = format!("billing-{next}.csv");
         self.write(&csv, &export.to_bytes(Format::Csv)?)?;
         let late: i64 = export.rows.iter().map(|r| r.late_adjustments).sum();
-        let (again, _) = self.commands.current_export(&ledger, self.month)?;
+        let (again, _) = reports::export::current(&ledger, self.month)?;
         let closed = self.closed.as_ref().context("the month was closed")?;
         let same = again.to_bytes(Format::Csv)? == closed.to_bytes(Format::Csv)?;
         anyhow::ensure!(same, "the export of the closed month {} changed after late events", self.month);
