@@ -869,7 +869,7 @@ fn audit_answers_show_control_characters_escaped() {
     assert!(!timeline.lines().any(|line| line.starts_with("Request req-81f3")), "{timeline}");
 }
 
-// Issue 36 item 4: a denial by a gauge quota (storage_bytes, NO_INSERTS) of a request of another metric is explained
+// A denial by a gauge quota (storage_bytes, NO_INSERTS) of a request of another metric is explained
 // by the gauge: its policy found under its own metric, the level against the limit, what the violation refuses, and
 // no window consumption or reset time that would mislead.
 #[test]
@@ -919,7 +919,7 @@ fn why_explains_a_gauge_quota_denial() {
     assert!(!words.contains("The window resets at"), "{words}");
 }
 
-// Issue 36 item 3: under a PROJECT-scope policy a decision is explained by its project's window alone: the usage of
+// Under a PROJECT-scope policy a decision is explained by its project's window alone: the usage of
 // that project counts (not another project's, nor that of requests naming none), the grants of that project raise its
 // limit (not another project's, nor the tenant's), only that project's adjustments are listed (another project's
 // OVERSHOOT, and that of the requests naming none, would read as this one's), and the words name the project. The same
@@ -1012,7 +1012,7 @@ fn why_counts_only_the_decisions_project() {
     }
 }
 
-// Issue 37 item 1: a denial by a ROLLING quota (10,000 requests in any 24 hours) is explained as support would say it:
+// A denial by a ROLLING quota (10,000 requests in any 24 hours) is explained as support would say it:
 // the limit over any 24 hours, what the 24 hours before the decision held (not the usage that had aged out), and when
 // enough of it ages out, in place of a calendar window's reset.
 #[test]

@@ -61,7 +61,7 @@ fn bench_reconcile_times_a_first_run_and_a_rerun() {
     positive(&figures, "adjustments_written");
 }
 
-// Issue 6's benchmark: every peer at every concurrency, Redis+Lua included (Debian's redis-server, which
+// The hook's benchmark: every peer at every concurrency, Redis+Lua included (Debian's redis-server, which
 // `.ci/run` installs; `QUOTA_LEDGER_SKIP_REDIS=1` skips this test explicitly).
 #[test]
 fn bench_hook_measures_every_peer_beside_redis() {
@@ -158,7 +158,7 @@ fn bench_hook_without_redis_fails_before_measuring_anything() {
     assert!(output.stdout.is_empty(), "nothing measured: {}", String::from_utf8_lossy(&output.stdout));
 }
 
-// Issue 35's benchmark: `--shards 2` measures the hook over 1 shard and over 2 in one run, at both durabilities,
+// The shards' benchmark: `--shards 2` measures the hook over 1 shard and over 2 in one run, at both durabilities,
 // the 2-shard figure with its speedup over 1 shard and every sharded one with its ratio to Redis+Lua (per node).
 #[test]
 fn bench_hook_shards_measures_one_shard_against_many() {

@@ -350,7 +350,7 @@ fn policies_and_grants_recorded_after_a_close_are_listed_for_finance() {
     assert!(text.contains("goodwill") && text.contains("daily v2"), "{text}");
 }
 
-// issue 36 item 4: a gauge quota's level above its limit is reported per window, in words and in `--json`
+// A gauge quota's level above its limit is reported per window, in words and in `--json`
 // (`read.gauges_over_limit`), and leaves the run clean (exit 0): it is the hook enforcing, nothing to adjust; the
 // readings are no consumption, so the month's bill has no row of the metric.
 #[test]

@@ -388,7 +388,7 @@ fn with_shards_a_plan_default_goes_to_every_shard_and_a_tenant_to_its_own() {
     assert_eq!(listed.as_array().map(Vec::len), Some(2), "each version once: {listed}");
 }
 
-// Proves issue 36 item 6 through the binary: `policy set --overage-throttle 600/MINUTE` on a HARD daily quota of 5,
+// Proves throttled overage through the binary: `policy set --overage-throttle 600/MINUTE` on a HARD daily quota of 5,
 // listed as THROTTLE; refused on a SOFT one. `serve` then allows beyond the limit what the overage bucket holds
 // (it fills at 10 a second from serve's start), answers 429 RATE_LIMITED with a retry when the bucket lacks the
 // tokens and QUOTA_EXCEEDED when an ask is larger than the whole bucket; `audit why` tells each apart, and reconcile
@@ -501,7 +501,7 @@ fn report_level(ledger: &TestLedger, event_id: &str, bytes: i64) {
     assert_eq!(count(&ledger.ingest(&file), "recorded"), 1);
 }
 
-// Issue 36 item 4 through the real binary: `policy set --violation` makes a gauge quota (a SOFT one is refused), a
+// Gauge quotas through the real binary: `policy set --violation` makes a gauge quota (a SOFT one is refused), a
 // level reported above its limit makes serve refuse org-1's inserts of another metric with 429 QUOTA_EXCEEDED naming
 // the violation, while reads pass, until a lower level is reported; a check of the gauge's own metric is a 400.
 #[test]
@@ -553,10 +553,10 @@ fn a_gauge_quota_refuses_inserts_over_http_until_its_level_drops() {
     assert!(why.contains("Level of storage_bytes at decision time: 1500, above the limit of 1000."), "{why}");
 }
 
-// Issue 36 item 3 through the real binary: `policy set --scope PROJECT` and `--scope API_KEY`, a grant to one project
-// (`grant add --project`), serve checking each request against the tenant's, its project's and its key's policies and
-// naming the level that denied, `quota show --project` reading the same counters from the ledger, and the month's
-// bill broken down per project.
+// Project and API-key scopes through the real binary: `policy set --scope PROJECT` and `--scope API_KEY`, a grant to
+// one project (`grant add --project`), serve checking each request against the tenant's, its project's and its key's
+// policies and naming the level that denied, `quota show --project` reading the same counters from the ledger, and
+// the month's bill broken down per project.
 #[test]
 fn projects_and_api_keys_are_limited_on_their_own() {
     let ledger = TestLedger::new();
@@ -605,7 +605,7 @@ fn projects_and_api_keys_are_limited_on_their_own() {
     assert_eq!(tokens, [(None, 22), (Some("p-1"), 10), (Some("p-big"), 12)], "{rows:?}");
 }
 
-// Issue 37 item 1 through the real binary: `policy set --window ROLLING --window-seconds N` and `plan set` record a
+// Rolling windows through the real binary: `policy set --window ROLLING --window-seconds N` and `plan set` record a
 // rolling quota; the two flags given apart, a length out of range or a rolling throttled overage are refused naming
 // window_seconds, nothing written; `policy list` and `policy history` show the length; serve refuses past the limit
 // of the 24 hours ending now, and `audit why` explains that denial in words support can paste.
@@ -734,7 +734,7 @@ fn the_admin_api_sets_a_rolling_window_only_with_its_length() {
     assert!(listed.contains("ROLLING 3600s"), "{listed}");
 }
 
-// Issue 37 item 2 through the real binary: `policy set --window BILLING_CYCLE --cycle-anchor T --time-zone Z` records
+// Billing cycles through the real binary: `policy set --window BILLING_CYCLE --cycle-anchor T --time-zone Z` records
 // a quota of the tenant's billing cycle; an anchor without BILLING_CYCLE, or BILLING_CYCLE without one, is refused
 // naming cycle_anchor, nothing written; `policy list --json` shows the anchor; serve counts the cycle the anchor
 // makes (from the 17th at local midnight in New York) and `audit why` says which cycle refused.
@@ -788,7 +788,7 @@ fn a_billing_cycle_is_set_with_its_anchor_and_enforced_per_cycle() {
     assert!(why.contains("per billing cycle (monthly from 2026-01-17T05:00:00Z in America/New_York)"), "{why}");
 }
 
-// Issue 37 item 4 through the real binary: `policy set --alert-thresholds 50,100` records a policy's own thresholds,
+// Alert thresholds through the real binary: `policy set --alert-thresholds 50,100` records a policy's own thresholds,
 // `policy list` shows them (an `alerts` column, and both fields in --json); thresholds out of order and a subject
 // share of a SUBJECT policy are refused naming the field, nothing written, as by the admin API (400); serve then writes
 // a THRESHOLD alert at 50% of the limit and none at 80% or 90%, and `--alert-thresholds none` silences the next version.

@@ -312,7 +312,7 @@ fn checks(server: &Server, tenant: &str, prefix: &str, n: usize, sent: &mut Vec<
         .collect()
 }
 
-// Issue 36 item 5 on a real full disk: while the ledger refuses writes, checks of a tenant whose policy is
+// Failing open on a real full disk: while the ledger refuses writes, checks of a tenant whose policy is
 // `on_failure: OPEN` are allowed and answered FAIL_OPEN, those of a CLOSED one answer 500; once space is freed the
 // decisions made open are recorded by the running serve without a restart, and those made open before a SIGKILL by
 // the next start; every one exactly once, saying FAIL_OPEN, with its usage counted.

@@ -75,7 +75,7 @@ fn a_generated_month_matches_an_independent_computation() {
     assert_eq!(rows, expected.len());
 }
 
-// issue 36 item 4: a metric a gauge quota names is a level, billed to nobody it names: org-1's own gauge of `bytes`
+// A metric a gauge quota names is a level, billed to nobody it names: org-1's own gauge of `bytes`
 // takes its generated `bytes` row out, the plan's gauge of `storage_bytes` every tenant's readings of it; the export
 // still equals the independent computation row by row, which leaves them out by its own reading of the tables.
 #[test]
@@ -532,7 +532,7 @@ fn projects_ledger() -> TestLedger {
     test
 }
 
-// Issue 36 item 3, `export billing --by project`: each bill row, unchanged but for an empty `project` added last, is
+// `export billing --by project`: each bill row, unchanged but for an empty `project` added last, is
 // followed by its consumption per project (by name, then the consumption naming none), which adds up to the row's
 // and equals an independent computation from the ledger's tables (usage plus valid COMMITs, an expired reservation's
 // COMMIT not counted, a gauge metric left out); a row without consumption has none. The same holds after --final, and
@@ -648,7 +648,7 @@ fn soft_cycle(tenant: &str, version: i32, anchor: &str, zone: &str, effective_fr
     })
 }
 
-// Issue 37 item 2: `export billing` bills a tenant on a billing cycle by its cycles, in its time zone. org-ny's cycles
+// `export billing` bills a tenant on a billing cycle by its cycles, in its time zone. org-ny's cycles
 // start on the 31st at midnight in New York: on Feb 28 in February (the 31st clamped), on Mar 31 at 04:00 UTC after
 // the clocks sprang forward. Each month's export lists the cycles that end in it (by the tenant's clock), with
 // cycle_start and cycle_end, and February's equals the independent computation. Late usage of a closed cycle is

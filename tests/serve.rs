@@ -212,7 +212,7 @@ fn hard_policy_of(metric: &str, limit: i64) -> Event {
     Event::Policy(policy)
 }
 
-// Issue 36 item 2 for reservations over HTTP: a reserve of two metrics answers a reservation per metric, each closed
+// Several metrics for reservations over HTTP: a reserve of two metrics answers a reservation per metric, each closed
 // on its own; one that does not fit holds neither; both body forms at once are refused as for a check.
 #[test]
 fn a_reservation_of_two_metrics_holds_both_or_neither_over_http() {
@@ -268,7 +268,7 @@ fn a_reservation_of_two_metrics_holds_both_or_neither_over_http() {
     assert_eq!((status, refused["field"].as_str()), (400, Some("amounts")), "{refused}");
 }
 
-// Issue 36 item 2 under contention: 64 HTTP clients each asking for 1 request and a random 1..500 tokens in one
+// Several metrics under contention: 64 HTTP clients each asking for 1 request and a random 1..500 tokens in one
 // check, against HARD limits on both metrics. Neither limit is exceeded, every request is allowed or denied on both
 // metrics together, and no request is charged on one metric without the other (read from the ledger file).
 #[test]
@@ -685,7 +685,7 @@ fn retries_of_one_key_over_http_consume_once() {
     assert_eq!(sql_i64(&test, "SELECT COALESCE(SUM(quantity), 0) FROM usage_events"), 9);
 }
 
-// Issue 36 item 7: a service asks how much quota is left without consuming any. Over HTTP and from `quota show`,
+// A service asks how much quota is left without consuming any. Over HTTP and from `quota show`,
 // per policy that applies (the tenant's own and the plan default it has none of its own for): the window, limit,
 // grant, effective limit, consumption, what an open reservation holds, and what remains, as the checks count it;
 // the ledger holds no more entries after the reads, and checks afterwards decide exactly as the numbers said.
@@ -794,7 +794,7 @@ fn remaining_quota_is_read_without_consuming() {
     );
 }
 
-// Issue 37 item 1: a ROLLING quota's remaining is read over the window ending now, not a calendar one. Of a 24-hour
+// A ROLLING quota's remaining is read over the window ending now, not a calendar one. Of a 24-hour
 // window, usage 25 hours ago has aged out and usage 2 hours ago has not: GET /v1/quotas counts only the latter, names
 // the length and spans exactly the 24 hours up to now; a check past what remains is denied until that usage ages
 // out, which resetsAt says; `quota show` reads the same window from the ledger.
@@ -1231,7 +1231,7 @@ fn a_connection_that_never_finishes_its_request_is_closed() {
     assert_eq!(recorded, 1, "only the answered check is recorded");
 }
 
-// issue 36 item 1: 32 worker processes take, renew and release leases of a CONCURRENT policy of 8 over HTTP while four
+// 32 worker processes take, renew and release leases of a CONCURRENT policy of 8 over HTTP while four
 // of them, holding a lease, are SIGKILLed: their leases expire and free their slots without any call, at no instant
 // were more than 8 leases active by the ledger's own record of acquisitions, renewals, releases and expiries, and a
 // killed worker's release, sent after its lease expired, is refused.
@@ -1347,7 +1347,7 @@ fn thirty_two_workers_never_hold_more_than_eight_leases() {
     }
 }
 
-// issue 37 item 1: 64 clients for several lengths of a ROLLING window of 2 s with a limit of 300: no interval of 2 s
+// 64 clients for several lengths of a ROLLING window of 2 s with a limit of 300: no interval of 2 s
 // ending at any instant holds more than the limit (checked from the ledger's usage, event by event), usage that aged
 // out was allowed again (more than the limit passed over the run), and a denial says when enough ages out.
 #[test]
@@ -1394,7 +1394,7 @@ fn sixty_four_clients_never_exceed_a_rolling_limit_in_any_interval() {
     }
 }
 
-// Issue 37 item 4 through the real binary: as org-1's HARD monthly quota of 10 reaches 80%, 90% and 100% over HTTP,
+// Alert thresholds through the real binary: as org-1's HARD monthly quota of 10 reaches 80%, 90% and 100% over HTTP,
 // serve writes one AlertEvent per threshold, across a restart of serve between them (the second process writes only
 // the one the first did not), none for the request denied past the limit; its outbox publishes each to quota.alerts
 // once; `reconcile` reports them and a rerun reports the same, writing none; `audit tenant` lists them.
@@ -1449,7 +1449,7 @@ fn alerts_reach_quota_alerts_once_across_a_restart_of_serve_and_reruns_of_reconc
     assert!(timeline.contains("THRESHOLD 100%"), "{timeline}");
 }
 
-// Issue 37 item 4, the kinds reconcile finds, through the real binary. Version 5 of org-1's monthly quota cuts it from
+// Alerts of the kinds reconcile finds, through the real binary. Version 5 of org-1's monthly quota cuts it from
 // 1,000 to 5 a minute ago and alerts a subject's share above 50%; serve, restarted halfway, denies most of what then
 // asks. A reservation of 3 hours is held; alice consumes 3 of the 4 units consumed, bob 1. Two hours on,
 // `reconcile --brokers` writes a DENY_RATE alert (the version's first hour denied 80% of the tenant's requests, none

@@ -197,8 +197,8 @@ fn each_tenant_is_decided_and_recorded_in_its_own_shard() {
     }
 }
 
-// Issue 36 items 2 and 7 over shards: a check of several metrics and a read of remaining quota go to the tenant's
-// shard, and `quota show --data` reads the same numbers from it.
+// Proves that a check of several metrics and a read of remaining quota go to the tenant's shard, and that `quota
+// show --data` reads the same numbers from it.
 #[test]
 fn several_metrics_and_remaining_quota_are_each_tenants_shards() {
     let dir = shards_with_plan_default(10);

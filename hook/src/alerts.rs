@@ -1,4 +1,4 @@
-//! Alerts before anyone hits a wall (issue 37 item 4): as a request the hook allows brings a window's consumption and
+//! Alerts before anyone hits a wall: as a request the hook allows brings a window's consumption and
 //! holds to a threshold of its effective limit, an AlertEvent, once per window, policy, member and threshold. The
 //! thresholds are the policy's own (`alert_thresholds`, PolicyEvent v12: none at all when it sets an empty list), or
 //! 80, 90 and 100 percent ([`schemas::DEFAULT_ALERT_THRESHOLDS`]) when it sets none.

@@ -30,7 +30,7 @@ pub struct CheckRequest {
     pub api_key: Option<String>,
 }
 
-/// `check` of several metrics at once (issue 36, item 2): every policy of every metric is evaluated before any is
+/// `check` of several metrics at once: every policy of every metric is evaluated before any is
 /// consumed, and the request is allowed on all of them or on none.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -89,7 +89,7 @@ impl Decisions {
     }
 }
 
-/// `reserve` of several metrics at once (issue 36, item 2): every policy of every metric is evaluated before any is
+/// `reserve` of several metrics at once: every policy of every metric is evaluated before any is
 /// held, and each metric is reserved (a reservation of its own, committed or released on its own) or none is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -160,7 +160,7 @@ pub struct ReserveRequest {
     pub api_key: Option<String>,
 }
 
-/// `acquire(tenant, subject, metric, ttl, idempotency_key)` of a lease (issue 36 item 1): one slot of every CONCURRENT
+/// `acquire(tenant, subject, metric, ttl, idempotency_key)` of a lease: one slot of every CONCURRENT
 /// policy of the metric that applies, held until it is released or `ttl_ms` after it was acquired or last renewed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -3,7 +3,7 @@
 //! policy, tenant (and subject, for SUBJECT scope) per server, as HBase keeps one per quota per region server:
 //! they are not in the ledger and start full when the process starts.
 //!
-//! A HARD quota with a throttled overage (PolicyEvent v7 `overage_rate` per `overage_window`, issue 36 item 6) has
+//! A HARD quota with a throttled overage (PolicyEvent v7 `overage_rate` per `overage_window`) has
 //! a bucket of its own for what goes beyond its limit: `overage_rate` tokens refilling per `overage_window`. That
 //! bucket does not start full when the process starts but fills from that instant, so a restart never lets more
 //! through than an uninterrupted process would have: reconcile then holds the window to its limit, plus one bucket,

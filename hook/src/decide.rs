@@ -8,12 +8,12 @@
 //! is recorded as SHADOW_DENIED and allows. SOFT limits never deny (their excess is billed). The policy
 //! reported with an allowed request is the one with the least room left.
 //!
-//! A HARD quota with a throttled overage (PolicyEvent v7, issue 36 item 6) is a wall no more: what goes beyond its
+//! A HARD quota with a throttled overage (PolicyEvent v7) is a wall no more: what goes beyond its
 //! effective limit takes tokens from its overage bucket (`crate::buckets`), and when the bucket lacks them the quota
 //! waits as a throttle does (RATE_LIMITED, retry when they refill). Only an ask larger than the whole bucket is
 //! QUOTA_EXCEEDED: no wait lets it through before the window resets.
 //!
-//! A gauge quota (PolicyEvent v8, issue 36 item 4) judges no consumption: while its tenant's level of its metric is
+//! A gauge quota (PolicyEvent v8) judges no consumption: while its tenant's level of its metric is
 //! above its effective limit, it refuses every request of the tenant, of any metric, whose operation its violation
 //! covers (QUOTA_EXCEEDED; a SHADOW gauge only says SHADOW_DENIED). It is never the policy reported with an allowed
 //! request: its room is a level's, not the request's metric's.
@@ -224,7 +224,7 @@ fn evaluate_one(state: &State, buckets: &Buckets, ask: &Ask<'_>, a: &Applicable<
     }
 }
 
-/// Evaluates every CONCURRENT policy that limits the ask's leases at `now` (issue 36 item 1): a lease fits while the
+/// Evaluates every CONCURRENT policy that limits the ask's leases at `now`: a lease fits while the
 /// leases active of the policy's tenant (or subject) are fewer than its limit plus the grants valid now; one that does
 /// not fit may retry when the first of them expires (`window_end` then says when). `state` has expired the leases that
 /// ended before `now`.

@@ -532,7 +532,7 @@ impl Hook {
         self.call_async(|reply| Work::Reserve(request, token_name, reply)).await
     }
 
-    /// A tenant's remaining quota per policy that applies now, as this hook's checks count it (issue 36, item 7):
+    /// A tenant's remaining quota per policy that applies now, as this hook's checks count it:
     /// nothing is consumed or recorded. Answered after what was decided before it is recorded.
     pub fn quotas(&self, query: QuotaQuery) -> Result<Quotas, HookError> {
         self.serves(&query.tenant)?;
@@ -586,7 +586,7 @@ impl Hook {
     }
 
     /// `acquire`, waiting for the answer: a lease of one slot of every CONCURRENT policy of the metric, or a denial
-    /// (CONCURRENCY_LIMITED, `retry_after_ms` until the first lease holding a slot expires) (issue 36 item 1).
+    /// (CONCURRENCY_LIMITED, `retry_after_ms` until the first lease holding a slot expires).
     pub fn acquire(&self, request: AcquireRequest) -> Result<Decision, HookError> {
         self.serves(&request.tenant)?;
         self.call(|reply| Work::Acquire(request, None, reply))

@@ -1,4 +1,4 @@
-//! Remaining quota without consuming (issue 36, item 7): for a tenant (and a metric, a subject), every policy that
+//! Remaining quota without consuming: for a tenant (and a metric, a subject), every policy that
 //! applies now, its own and the `*` plan defaults it has none of its own covering (contract §3), with its window,
 //! limit, grants, effective limit, consumption, what open reservations hold and what remains; for a CONCURRENT policy,
 //! the leases active and the slots free. The numbers are

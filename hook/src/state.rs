@@ -62,10 +62,10 @@ pub struct Counters {
     pub consumed: FxHashMap<(i64, i64), i64>,
     /// What open reservations hold now: the sum of their amounts.
     pub held: i128,
-    /// The leases active now (issue 36 item 1), by expiry (microseconds): how many expire at each instant. A lease
+    /// The leases active now, by expiry (microseconds): how many expire at each instant. A lease
     /// holds a slot of a CONCURRENT policy, never an amount of a window.
     pub leases: std::collections::BTreeMap<i64, u32>,
-    /// Consumption by instant (microseconds), kept once a ROLLING policy is recorded (issue 37 item 1): a rolling
+    /// Consumption by instant (microseconds), kept once a ROLLING policy is recorded: a rolling
     /// window is any interval ending now, so it is summed exactly from the instants it holds, not from buckets.
     pub timeline: Timeline,
 }
@@ -1167,7 +1167,7 @@ mod tests {
         }
     }
 
-    // issue 36 item 1: a lease counts among the leases of its tenant and subject, never in what reservations hold; a
+    // A lease counts among the leases of its tenant and subject, never in what reservations hold; a
     // RENEW moves its expiry so it outlives its first; a stale holder's RELEASE frees nothing; the greatest token
     // granted is kept after the lease is gone.
     #[test]

@@ -884,7 +884,7 @@ fn consumed(hook: &Hook, metric: &str) -> i64 {
     hook.quotas(query).unwrap().quotas[0].consumed.unwrap()
 }
 
-// Issue 36 item 2: one request of several metrics is allowed on all of them or on none. Every policy of every metric
+// One request of several metrics is allowed on all of them or on none. Every policy of every metric
 // is evaluated first; a denial names the metric and policy that denied, the metric that had room says DENIED
 // WITHIN_LIMIT, and nothing is consumed on either. An allowed one writes the alerts of each metric's windows.
 #[test]
@@ -918,7 +918,7 @@ fn several_metrics_in_one_request_are_all_or_nothing() {
     assert_eq!(alerts_recorded(&dir), [], "60% at most, and a denial alerts nothing");
 
     // The other way round: requests run out first. The request that fills both windows alerts each of them at
-    // every threshold (issue 37 item 4), as a request of one metric would.
+    // every threshold, as a request of one metric would.
     assert!(hook.check_amounts(amounts("k-3", 2, 400)).unwrap().allowed());
     let thresholds: Vec<i64> = alerts_recorded(&dir).iter().map(|(threshold, ..)| *threshold).collect();
     assert_eq!(thresholds, [80, 90, 100, 80, 90, 100]);
@@ -951,7 +951,7 @@ fn held(hook: &Hook, metric: &str) -> i64 {
     hook.quotas(query).unwrap().quotas[0].held.unwrap()
 }
 
-// Issue 36 item 2, reservations: a reserve of several metrics holds each under a reservation of its own, or holds
+// Reservations of several metrics: a reserve of several metrics holds each under a reservation of its own, or holds
 // none; each is committed or released on its own; the key replays the same reservations, before and after a restart,
 // and a check with that key is refused as another kind of request.
 #[test]
@@ -1080,7 +1080,7 @@ fn acquire(key: &str, ttl_ms: i64) -> AcquireRequest {
     }
 }
 
-// issue 36 item 1: a CONCURRENT policy grants at most `limit` leases at once, each under a greater fencing token (a
+// A CONCURRENT policy grants at most `limit` leases at once, each under a greater fencing token (a
 // restart included); a full policy answers CONCURRENCY_LIMITED with the wait until the first lease expires; a stale
 // holder's renew or release is refused and frees nothing; a release frees its slot at once and an expiry without any
 // call; a retried acquire answers its lease again; a lease neither counts against windows nor is committed.
@@ -1145,7 +1145,7 @@ fn overage_clock() -> Timestamp {
     Timestamp(OVERAGE_CLOCK_MICROS.load(Ordering::Relaxed))
 }
 
-// Issue 36 item 6: a HARD quota of 10 a day whose overage is throttled at 2 a minute. Within the limit it allows as
+// A HARD quota of 10 a day whose overage is throttled at 2 a minute. Within the limit it allows as
 // any quota; beyond it, what the bucket has (filling from the hook's start, so a restart lets nothing extra through)
 // and RATE_LIMITED with the wait for a token past it; an ask larger than the whole bucket is QUOTA_EXCEEDED until the
 // day resets; an ask that starts within the limit takes from the bucket only what goes beyond it.
@@ -1193,7 +1193,7 @@ fn open(policy: Event) -> Event {
     Event::Policy(PolicyEvent { on_failure: Some(OnFailure::OPEN), ..policy })
 }
 
-// Issue 36 item 5 for several metrics: while the ledger refuses every group, a check of several metrics whose every
+// Failing open for several metrics: while the ledger refuses every group, a check of several metrics whose every
 // policy is OPEN is allowed FAIL_OPEN on each metric (one token of the emergency rate), counted at once, and recorded
 // once the ledger takes writes again; a reserve of the same fails closed (its commit needs the ledger too), and so
 // does a check with a CLOSED policy among its metrics'.
@@ -1256,7 +1256,7 @@ fn doing(request: CheckRequest, operation: Option<Operation>) -> CheckRequest {
     CheckRequest { operation, ..request }
 }
 
-// Issue 36 item 4: a gauge quota (storage_bytes, NO_INSERTS) over its limit refuses the tenant's inserts of every
+// A gauge quota (storage_bytes, NO_INSERTS) over its limit refuses the tenant's inserts of every
 // metric, and requests that name no operation, until its level drops back; reads, updates and deletes pass. The level is
 // the latest report by event time (a late report of an earlier level changes nothing), a gauge's own metric is not
 // checked, and a restart knows levels reported longer ago than the fold reaches.
@@ -1326,7 +1326,7 @@ fn of_project(request: CheckRequest, project: Option<&str>, api_key: Option<&str
     CheckRequest { project: project.map(String::from), api_key: api_key.map(String::from), ..request }
 }
 
-// Issue 36 item 3: one request is checked against every level that has a policy, the tenant's, its project's and its
+// One request is checked against every level that has a policy, the tenant's, its project's and its
 // API key's, all or nothing, each denial naming the level (the policy's scope) that denied. Each project and each key
 // has its own windows, what names none counts together, a grant naming a project raises that project's windows only,
 // and a restart counts them again from the ledger.
@@ -1428,7 +1428,7 @@ fn rolling_clock() -> Timestamp {
     Timestamp(ROLLING_CLOCK_MICROS.load(Ordering::Relaxed))
 }
 
-// issue 37 item 1: a ROLLING limit of 10 in any hour (PolicyEvent v10) holds over the hour ending at each decision,
+// A ROLLING limit of 10 in any hour (PolicyEvent v10) holds over the hour ending at each decision,
 // across the UTC hour and day boundaries a calendar window would reset at; a denial says when enough usage ages out
 // for the request to fit; a restart rebuilds the timeline from the ledger; and usage recorded before a ROLLING policy
 // was (the hook rebuilding its state when the first one arrives) counts in its window.
@@ -1479,7 +1479,7 @@ fn cycle_clock() -> Timestamp {
     Timestamp(CYCLE_CLOCK_MICROS.load(Ordering::Relaxed))
 }
 
-// issue 37 item 2: a BILLING_CYCLE limit (PolicyEvent v11) anchored on the 31st at midnight in New York resets at
+// A BILLING_CYCLE limit (PolicyEvent v11) anchored on the 31st at midnight in New York resets at
 // the local midnight that starts each cycle: on Feb 28 (the 31st falls on the month's last day), then on Mar 31 after
 // the clocks sprang forward (04:00 UTC, not 05:00). A restart reads the cycle's usage back, and a new anchor recorded
 // mid-cycle takes effect at the next boundary, the cycle between them short.
@@ -1555,7 +1555,7 @@ fn alerts_recorded(dir: &tempfile::TempDir) -> Vec<(i64, i64, Option<String>, i6
     statement.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))).unwrap().map(Result::unwrap).collect()
 }
 
-// issue 37 item 4: as allowed requests bring a SOFT monthly quota of 10 to 80%, 90% and 100% of its limit, the hook
+// As allowed requests bring a SOFT monthly quota of 10 to 80%, 90% and 100% of its limit, the hook
 // writes one AlertEvent per threshold (two at once when one request passes both), each once: nothing more as usage
 // goes on, nothing again after a restart (the alerts are folded back). In December's window the thresholds alert
 // anew; usage another writer recorded reaches 90% without an alert, and the next request the hook allows writes the

@@ -1,4 +1,4 @@
-//! The reads reconcile judges alerts by (issue 37 item 4): which alerts are recorded, so that each is written once
+//! The reads reconcile judges alerts by: which alerts are recorded, so that each is written once
 //! whichever writer finds it first, and how many decisions a policy version denied, for its deny rate.
 
 use std::collections::HashSet;

@@ -1,4 +1,4 @@
-//! The alerts a run writes (issue 37 item 4), beside the THRESHOLD alerts the hook writes as requests reach them:
+//! The alerts a run writes, beside the THRESHOLD alerts the hook writes as requests reach them:
 //! what only the ledger's history shows. Each is found from the events, named by what it is about
 //! ([`rules::alert::alert_id`]), and left out when an alert of that id is recorded, so a rerun, or a run after the
 //! hook alerted the same window, writes none twice.

@@ -1,4 +1,4 @@
-//! Gauge quotas over their limit (PolicyEvent v8 `violation`, issue 36 item 4): how long a tenant's level of a gauge
+//! Gauge quotas over their limit (PolicyEvent v8 `violation`): how long a tenant's level of a gauge
 //! metric stood above a gauge quota's effective limit, per window of the quota. A report, not an adjustment: while it
 //! lasted the hook refused what the violation covers, and nothing was consumed that a bill or an adjustment would
 //! correct.

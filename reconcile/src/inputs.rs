@@ -49,7 +49,7 @@ pub trait PlanInputs {
     /// before `as_of`, per tenant and metric.
     fn allowed_open(&self, as_of: Timestamp) -> Result<Vec<AllowedOpen>, ReadError>;
 
-    /// The alerts hooks wrote that occurred in `[from, to)`, in ledger order (issue 37 item 4).
+    /// The alerts hooks wrote that occurred in `[from, to)`, in ledger order.
     fn alerts_between(&self, from: Timestamp, to: Timestamp) -> Result<Vec<AlertEvent>, ReadError>;
 
     /// The ids of every recorded alert.

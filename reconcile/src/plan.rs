@@ -54,18 +54,18 @@ pub struct PlanCounts {
     pub reservation_events: u64,
     /// Reservations judged this run (contract §5 "What a run covers": its RESERVE expired before `as_of`).
     pub reservations_judged: u64,
-    /// Leases that expired unreleased by `as_of`, per tenant (issue 36 item 1): workers that died or hung holding a
+    /// Leases that expired unreleased by `as_of`, per tenant: workers that died or hung holding a
     /// slot. Each is also a RESERVATION_EXPIRED adjustment of amount 1.
     pub leases_expired: std::collections::BTreeMap<String, u64>,
     /// The windows of gauge quotas in which a tenant's level stood above the effective limit for some time, up to
-    /// `as_of` (issue 36 item 4; [`crate::gauge`]), sorted by tenant, metric, policy_id and window: how long the hook
+    /// `as_of` ([`crate::gauge`]), sorted by tenant, metric, policy_id and window: how long the hook
     /// refused what each violation covers. A report only: no adjustment, and the run stays clean.
     pub gauges_over_limit: Vec<GaugeOverLimit>,
-    /// What hooks allowed while their ledger refused writes (decisions of reason FAIL_OPEN, issue 36 item 5), before
+    /// What hooks allowed while their ledger refused writes (decisions of reason FAIL_OPEN), before
     /// `as_of`, per tenant and metric: its consumption counts like any other, this says how much of it there was.
     pub allowed_open: Vec<ledger::AllowedOpen>,
     /// The alerts recorded in the day before `as_of`, `[as_of - 24 h, as_of)`, in ledger order, then those the run
-    /// writes (issue 37 item 4): what reached a threshold, a share, an age or a deny rate since the last nightly run.
+    /// writes: what reached a threshold, a share, an age or a deny rate since the last nightly run.
     /// A report: the run stays clean.
     pub alerts: Vec<schemas::AlertEvent>,
     /// COMMITs counted as consumption.
@@ -969,8 +969,8 @@ impl<'p> Run<'p> {
         self.keep(truth);
     }
 
-    /// Truths of the windows of HARD quotas with a throttled overage that went beyond their effective limit
-    /// (issue 36 item 6): beyond it the hook let the overage rate through on purpose, so the enforcement miss is
+    /// Truths of the windows of HARD quotas with a throttled overage that went beyond their effective limit:
+    /// beyond it the hook let the overage rate through on purpose, so the enforcement miss is
     /// only what passed the limit plus the allowance of [`overshoot::throttled_allowance`] from the first event
     /// beyond the limit. A window whose adjustment is written joins `flagged`, with that sum as its limit, so the
     /// events named are those beyond what the throttle allowed.

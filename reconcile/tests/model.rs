@@ -50,7 +50,7 @@ const TENANTS: [&str; 2] = ["org-a", "org-b"];
 /// Policy owners: `*` is the plan default.
 const OWNERS: [&str; 3] = ["*", "org-a", "org-b"];
 const METRICS: [&str; 2] = ["requests", "tokens"];
-/// The metric of gauge quotas (issue 36 item 4): its usage events are readings of a level.
+/// The metric of gauge quotas: its usage events are readings of a level.
 const GAUGE_METRIC: &str = "storage_bytes";
 const SUBJECTS: [Option<&str>; 3] = [None, Some("alice"), Some("bob")];
 /// A project may share a subject's name: the windows of the two scopes must still be apart.
@@ -118,7 +118,7 @@ struct VersionDraw {
     effective_from: i64,
     scope: Scope,
     enforcement: Enforcement,
-    /// A throttled overage (rate per window), kept when the version is HARD (issue 36 item 6) and not ROLLING.
+    /// A throttled overage (rate per window), kept when the version is HARD and not ROLLING.
     overage: Option<(i64, Window)>,
     /// Its `window_seconds` when its window is ROLLING (PolicyEvent v10): a few lengths, short beside the 150 minutes
     /// of events after each anchor, so that usage ages out within a day and versions of one policy_id change length.
@@ -177,7 +177,7 @@ struct UsageDraw {
     who: Who,
     occurred_at: i64,
     quantity: i64,
-    /// A request of both metrics at once (issue 36 item 2), as the hook records one: a UsageEvent per metric, under
+    /// A request of both metrics at once, as the hook records one: a UsageEvent per metric, under
     /// one request_id, the other metric's quantity this.
     other_metric: Option<i64>,
 }
@@ -1669,7 +1669,7 @@ fn run_and_check(ledger: &mut Ledger, model: &mut Model, as_of: Timestamp) {
     let before = ledger.adjustments().unwrap();
     let plan = reconcile::plan(ledger, as_of, &mut |_| {}).unwrap();
     let report = reconcile::apply(ledger, &plan).unwrap();
-    // The run's alerts (issue 37 item 4) are entries too; the model judges adjustments, and that none is written twice.
+    // The run's alerts are entries too; the model judges adjustments, and that none is written twice.
     model.watermark += (plan.adjustments.len() + plan.alerts.len()) as u64;
     assert_eq!(report.watermark, model.watermark, "adjustments and alerts are entries of the ledger");
 

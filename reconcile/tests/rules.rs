@@ -353,7 +353,7 @@ fn late_valid_close_takes_the_expiry_back() {
     assert_eq!(f.run(AS_OF), []);
 }
 
-// contract §5 "Reservations" (issue 36: leases): a RENEW that happened before the lease's expiry but arrives after a run
+// contract §5 "Reservations" (leases): a RENEW that happened before the lease's expiry but arrives after a run
 // reported it expired moves the expiry; the expiry is taken back until the new one passes, then reported again.
 #[test]
 fn a_late_renew_takes_a_leases_expiry_back_until_the_new_expiry_passes() {

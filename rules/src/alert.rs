@@ -1,4 +1,4 @@
-//! What an alert is about, as the hook and reconcile both name it (issue 37 item 4): its id, derived from what it is
+//! What an alert is about, as the hook and reconcile both name it: its id, derived from what it is
 //! about so that the same alert found twice, by one writer or by both, is one alert; and the consumption at which a
 //! threshold of a limit is reached. The hook writes THRESHOLD alerts as requests reach them; reconcile writes the
 //! thresholds of windows no request reached and the kinds judged from the ledger (SUBJECT_SHARE, OPEN_TOO_LONG,

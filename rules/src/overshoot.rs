@@ -166,7 +166,7 @@ mod tests {
         assert_eq!(effective_limit(100, Scope::SUBJECT, Some("bob"), &grants, day_start, day_end), 100);
     }
 
-    // issue 36 item 3: a grant naming a project (an API key) raises that project's PROJECT (that key's API_KEY) windows
+    // A grant naming a project (an API key) raises that project's PROJECT (that key's API_KEY) windows
     // only, never the tenant's nor a subject's, and a subject's never a project's of the same name.
     #[test]
     fn a_grant_raises_the_windows_of_the_one_member_it_names() {
@@ -233,7 +233,7 @@ mod tests {
         assert_eq!(excess(70, 80), 0);
     }
 
-    // Issue 36 item 6: beyond its limit a throttled overage may take one bucket plus the rate from the first event
+    // Beyond its limit a throttled overage may take one bucket plus the rate from the first event
     // beyond the limit to the window's end, rounded up; nothing before that instant counts.
     #[test]
     fn a_throttled_overage_allows_a_bucket_and_the_rate_from_the_first_event_beyond_the_limit() {

@@ -440,7 +440,7 @@ mod tests {
         check("org-2", "2026-11-15T22:00:00Z", vec![(2, "2026-11-15T00:00:00Z", "2026-11-16T00:00:00Z")]);
     }
 
-    // issue 36 item 1: CONCURRENT policies limit leases only: windows never see them, a version that makes a policy
+    // CONCURRENT policies limit leases only: windows never see them, a version that makes a policy
     // CONCURRENT ends its windows, and a tenant's own CONCURRENT policy covers the plan's.
     #[test]
     fn concurrent_policies_are_apart_from_windows() {
@@ -464,7 +464,7 @@ mod tests {
         assert_eq!(index.concurrent("org-2", "requests", after)[0].window_start, after);
     }
 
-    // issue 36 item 4: a gauge quota limits a level: windows of consumption never see it (a version that makes a policy a
+    // A gauge quota limits a level: windows of consumption never see it (a version that makes a policy a
     // gauge ends its windows), it is found for the tenant whatever metric a request names, and a tenant's own gauge of
     // a metric covers the plan's gauge of that metric only.
     #[test]

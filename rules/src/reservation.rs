@@ -11,7 +11,7 @@
 //! before the run's `as_of`. (Choice where the contract is silent: a second RESERVE of the same reservation_id is a
 //! refused transition too; ties in event time go to the earlier ledger sequence.)
 //!
-//! A lease (issue 36: a slot of a CONCURRENT policy) is a reservation whose RESERVE carries a fencing token. A RENEW
+//! A lease (a slot of a CONCURRENT policy) is a reservation whose RESERVE carries a fencing token. A RENEW
 //! dated at or before the lease's expiry, as renewals before it moved it, sets a new expiry; a RELEASE closes it. A
 //! RENEW or RELEASE whose token is not the lease's is refused as stale (a holder that lost its slot must never free or
 //! extend the slot of the one that took it over); so is a COMMIT of a lease (a lease consumes nothing) and a RENEW of a
@@ -290,7 +290,7 @@ mod tests {
         assert_eq!((verdict.reserve, verdict.refused.clone()), (Some(1), vec![(2, Refused::SecondReserve)]));
     }
 
-    // issue 36 item 1: a renewal moves a lease's expiry, so a release after the first expiry but before the renewed one
+    // A renewal moves a lease's expiry, so a release after the first expiry but before the renewed one
     // is valid; an unrenewed lease expires at its first.
     #[test]
     fn a_renewed_lease_is_released_after_its_first_expiry() {
@@ -304,7 +304,7 @@ mod tests {
         assert_eq!((verdict.refused, verdict.expired), (vec![(3, Refused::AfterExpiry)], Some(1)));
     }
 
-    // issue 36 item 1: a renewal after the lease expired revives nothing; the lease stays expired.
+    // A renewal after the lease expired revives nothing; the lease stays expired.
     #[test]
     fn a_renewal_after_expiry_is_refused() {
         let acquire = lease(ReservationAction::RESERVE, 7, "2026-11-01T10:00:00Z", EXPIRY);
@@ -314,7 +314,7 @@ mod tests {
         assert_eq!(verdict.expires_at, EXPIRY.map(at));
     }
 
-    // issue 36 item 1: a holder presenting another token than its lease's neither frees nor extends it.
+    // A holder presenting another token than its lease's neither frees nor extends it.
     #[test]
     fn stale_tokens_and_closes_of_the_wrong_kind_are_refused() {
         let acquire = lease(ReservationAction::RESERVE, 8, "2026-11-01T10:00:00Z", EXPIRY);

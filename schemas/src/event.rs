@@ -194,23 +194,23 @@ pub struct PolicyEvent {
     pub overage_window: Option<Window>,
     /// Set, the policy is a gauge quota (schema v8; absent before): its metric's usage events carry the tenant's
     /// current level, the latest by event time, and while the level is above the effective limit the hook refuses
-    /// what the violation covers of the tenant's requests, of every metric (issue 36 item 4, after HBase's space
+    /// what the violation covers of the tenant's requests, of every metric (after HBase's space
     /// quotas). Validation takes it on HARD or SHADOW policies of TENANT scope with a window of consumption.
     #[serde(default)]
     pub violation: Option<Violation>,
     /// The length of a ROLLING window in seconds (schema v10; absent before): the limit holds over every interval
-    /// of this length ending at any instant (issue 37 item 1). Validation takes it with window ROLLING only, from 1 s
+    /// of this length ending at any instant. Validation takes it with window ROLLING only, from 1 s
     /// to 31 days (what the hook folds at start covers).
     #[serde(default)]
     pub window_seconds: Option<i64>,
     /// The billing anchor of a BILLING_CYCLE window (schema v11; absent before): cycles start every month on its day
-    /// and time of day on the clock of `time_zone`, on the last day of shorter months (issue 37 item 2). Validation
+    /// and time of day on the clock of `time_zone`, on the last day of shorter months. Validation
     /// takes it with window BILLING_CYCLE only.
     #[serde(default)]
     pub cycle_anchor: Option<Timestamp>,
     /// The percents of a window's effective limit at which the hook writes a THRESHOLD alert (schema v12; absent
-    /// before): none is [`DEFAULT_ALERT_THRESHOLDS`], an empty list no THRESHOLD alert (issue 37 item 4, "a policy may
-    /// set its own"). Validation takes at most 10, each 1 to 1,000, strictly increasing, on quotas whose windows are
+    /// before): none is [`DEFAULT_ALERT_THRESHOLDS`], an empty list no THRESHOLD alert (a policy may
+    /// set its own). Validation takes at most 10, each 1 to 1,000, strictly increasing, on quotas whose windows are
     /// alerted only. [`PolicyEvent::alert_thresholds`] reads it with its default.
     #[serde(default)]
     pub alert_thresholds: Option<Vec<i32>>,
@@ -222,7 +222,7 @@ pub struct PolicyEvent {
 }
 
 /// The percents of a window's effective limit at which a THRESHOLD alert is written for a policy that sets none of its
-/// own (issue 37 item 4: "default 80%, 90% and 100% of the effective limit").
+/// own (the contract's default: 80%, 90% and 100% of the effective limit).
 pub const DEFAULT_ALERT_THRESHOLDS: [i32; 3] = [80, 90, 100];
 
 impl PolicyEvent {
@@ -234,7 +234,7 @@ impl PolicyEvent {
     }
 
     /// Its overage throttle, (units, per window), when overage beyond its limit is throttled rather than refused
-    /// (issue 36 item 6, the design's `overage_policy: throttle`).
+    /// (the design's `overage_policy: throttle`).
     pub fn overage_throttle(&self) -> Option<(i64, Window)> {
         self.overage_rate.zip(self.overage_window)
     }
@@ -297,7 +297,7 @@ pub struct AdjustmentEvent {
     pub scope: Option<Scope>,
 }
 
-/// `AlertEvent` (topic `quota.alerts`): a warning before anyone hits a wall (issue 37 item 4), written by the
+/// `AlertEvent` (topic `quota.alerts`): a warning before anyone hits a wall, written by the
 /// enforcement hook as a request reaches a threshold of a window's effective limit, and by reconcile from the ledger
 /// (contract §3 says what each field holds for each kind).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -440,7 +440,7 @@ fn validate_adjustment(e: &AdjustmentEvent) -> Result<(), Invalid> {
     Ok(())
 }
 
-/// An alert (issue 37 item 4): its id is its event_id, as an adjustment's; a threshold from 1 to 1,000 percent (a
+/// An alert: its id is its event_id, as an adjustment's; a threshold from 1 to 1,000 percent (a
 /// window may be far past its limit, a SOFT one above all); what it observed at least 0; the window's instants in
 /// range, its end after its start.
 fn validate_alert(e: &AlertEvent) -> Result<(), Invalid> {

@@ -160,7 +160,7 @@ pub fn expected_rows(ledger: &Path, period: (&str, i64, i64), watermark: u64) ->
     let mut keys: BTreeSet<(String, String)> = consumption.keys().cloned().collect();
     keys.extend(versions.keys().filter(|(t, _, _)| t != "*").map(|(t, m, _)| (t.clone(), m.clone())));
     // A metric a gauge quota names (any version with a violation, the tenant's own or the plan's) is a level, not
-    // consumption: no row (issue 36 item 4).
+    // consumption: no row.
     let mut gauges = conn
         .prepare(
             "SELECT DISTINCT e.tenant, e.metric FROM policy_events p JOIN entries e ON e.seq = p.seq

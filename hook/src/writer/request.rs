@@ -215,7 +215,7 @@ impl Writer {
         Ok(decision)
     }
 
-    /// `acquire` of a lease (issue 36 item 1): decided against the CONCURRENT policies of the metric alone (a lease
+    /// `acquire` of a lease: decided against the CONCURRENT policies of the metric alone (a lease
     /// consumes nothing, so windows have no say), and when allowed granted one slot until `ttl_ms` from now under a
     /// fencing token greater than every one granted before for the tenant and metric (a RESERVE carrying it).
     pub(super) fn acquire(
@@ -311,7 +311,7 @@ impl Writer {
         }
     }
 
-    /// `check` of several metrics (issue 36, item 2): every policy of every metric evaluated against the state before
+    /// `check` of several metrics: every policy of every metric evaluated against the state before
     /// anything is consumed, then all consumed or none. Each metric records its DecisionEvent and, when allowed, its
     /// UsageEvent, all under the request's one request_id, their ids derived from the key and the metric
     /// ([`ids::metric_hash`]). A metric whose own policies had room records DENIED with its own reason

@@ -304,7 +304,7 @@ fn a_window_over_its_hard_limit_is_an_overshoot_naming_the_crosser() {
     assert_eq!(plan.watermark, 4);
 }
 
-// Proves issue 36 item 6: a HARD quota of 10 a day with its overage throttled at 2 a minute is no overshoot for what
+// Proves that a HARD quota of 10 a day with its overage throttled at 2 a minute is no overshoot for what
 // went beyond the limit at that rate (a bucket of 2 plus 2 a minute from the first event beyond it, 23:57, to the
 // day's end: 8); only what passed that is, naming the events beyond it. A late event that passes it adds the delta.
 #[test]
@@ -347,7 +347,7 @@ fn a_reservation_never_closed_in_time_expires() {
     assert_eq!((plan.counts.reservation_events, plan.counts.valid_commits), (2, 0));
 }
 
-// issue 36 item 1: a lease that expired unreleased (as its renewal moved it) is reported per tenant and adjusted as an
+// A lease that expired unreleased (as its renewal moved it) is reported per tenant and adjusted as an
 // expired reservation of its one slot; one released in time, and one whose renewal outlives `as_of`, are not; a stale
 // holder's release is a refused transition.
 #[test]
@@ -415,7 +415,7 @@ fn a_rerun_writes_nothing_and_a_later_event_only_its_delta() {
     assert_eq!(adjustments(&plan(&memory)), [(AdjustmentKind::OVERSHOOT, 3, vec!["u-1", "u-2"])]);
 }
 
-// issue 36 item 4: a gauge metric's usage events are levels, not consumption. The tenant's gauge of `tokens` reports
+// A gauge metric's usage events are levels, not consumption. The tenant's gauge of `tokens` reports
 // the hours its level stood above the limit, as a count and no adjustment (the run stays clean); the plan's HARD quota
 // of the same metric, which the gauge does not cover, sums none of the readings (it would be 300 over 10), and nothing
 // of the metric counts as late usage of a closed month either.
@@ -468,7 +468,7 @@ fn alerts(plan: &Plan) -> Vec<(AlertKind, i32, i64, Option<Timestamp>)> {
     plan.alerts.iter().map(|a| (a.kind, a.threshold_percent, a.observed, a.window_start)).collect()
 }
 
-// Proves issue 37 item 4: a window whose usage came only through ingest (no request the hook allowed reached its
+// Proves that a window whose usage came only through ingest (no request the hook allowed reached its
 // thresholds) is alerted by the run, at each threshold reached, once: a rerun writes none, one the hook recorded is
 // not written again, and the next threshold reached is written alone. Windows ended more than a day before `as_of`
 // (October's) are history, not alerted.
@@ -512,7 +512,7 @@ fn thresholds_no_request_reached_are_alerted_once_by_the_run() {
     assert_eq!(alerts(&plan(&memory)), [(AlertKind::THRESHOLD, 100, 11, Some(day.0))]);
 }
 
-// Proves issue 37 item 4's OPEN_TOO_LONG: a reservation held two hours before its COMMIT and a lease renewed for ever
+// Proves OPEN_TOO_LONG: a reservation held two hours before its COMMIT and a lease renewed for ever
 // are alerted once each, when they had been held an hour; one committed in half an hour is not, until a run is set to
 // alert after 20 minutes, which alerts it alone.
 #[test]
@@ -559,7 +559,7 @@ fn reservations_and_leases_held_past_an_hour_are_alerted_once() {
     );
 }
 
-// Proves issue 37 item 4's DENY_RATE: version 2 of a policy, effective at 10:00, denied 20 of the tenant's 30 requests
+// Proves DENY_RATE: version 2 of a policy, effective at 10:00, denied 20 of the tenant's 30 requests
 // in its first hour (66%), against 1 of 30 under version 1 in the hour before (3%): one alert, once. A version whose
 // first hour saw fewer than 20 decisions says nothing.
 #[test]
@@ -619,7 +619,7 @@ fn a_version_that_denies_far_more_in_its_first_hour_is_alerted_once() {
     assert_eq!(alerts(&plan(&few)), [], "19 decisions are too few to say");
 }
 
-// Proves issue 37 item 4's SUBJECT_SHARE: in a window of a TENANT policy that sets a share of 50%, alice's 7 of the
+// Proves SUBJECT_SHARE: in a window of a TENANT policy that sets a share of 50%, alice's 7 of the
 // tenant's 10 is alerted, once; bob's 2 is not, nor usage naming no subject. A window where alice consumed alone is no
 // share.
 #[test]
