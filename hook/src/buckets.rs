@@ -1,4 +1,4 @@
-//! Throttles (issue "enforcement hook"; HBase's throttle quotas): a policy with a `burst` is a token bucket of
+//! Throttles (HBase's throttle quotas): a policy with a `burst` is a token bucket of
 //! that capacity refilling `limit` tokens per window, continuously. Buckets live in the serving process, one per
 //! policy, tenant (and subject, for SUBJECT scope) per server, as HBase keeps one per quota per region server:
 //! they are not in the ledger and start full when the process starts.

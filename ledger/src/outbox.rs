@@ -1,4 +1,4 @@
-//! The outbox: entries this process wrote that must also reach Kafka (contract §6, issue "reconcile": adjustments
+//! The outbox: entries this process wrote that must also reach Kafka (contract §6; reconcile's adjustments
 //! to `quota.adjustments`). An entry joins the outbox in the transaction that records it; a publisher reads the
 //! pending ones in ledger order, sends them, and records each acknowledgement. A broker outage only delays.
 //!

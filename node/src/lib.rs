@@ -1,4 +1,4 @@
-//! A node of a quota-ledger cluster (docs/contract.md §9.4; docs/operators.md, "A cluster of nodes"): one process that
+//! A node of a quota-ledger cluster (docs/contract.md §9.4; docs/operations.md, "A cluster of nodes: `node`"): one process that
 //! joins the cluster's consumer group and, for each partition Kafka assigns it, keeps shard p in its own `--data`
 //! directory up to date from partition p of every input topic and serves the hook for the tenants of p; it answers
 //! the others 421 naming their owner from the routing catalog (`quota.routing`). Kafka is the whole distributed

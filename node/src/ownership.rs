@@ -1,5 +1,5 @@
-//! What a node does when Kafka gives it a partition, and when Kafka takes it back (issue "past one machine";
-//! docs/architecture.md, "Nodes").
+//! What a node does when Kafka gives it a partition, and when Kafka takes it back (docs/decisions.md,
+//! "Nodes").
 //!
 //! Given partition p: acquire the shard's fence (durability replicated: the previous owner's publishes are refused
 //! by the brokers from now on), note the input topics' ends *after* that, let ingest bring shard p up to them (what

@@ -66,8 +66,8 @@ pub enum UsageSource {
 
 /// The rows of `period`'s export from its inputs: sorted by tenant then metric; a row for every (tenant,
 /// metric) with consumption in the period, an own TENANT-scope MONTH-window policy in force for it, or late
-/// adjustments carried into it, except the metrics a gauge quota of the tenant or the plan names in any version
-/// (issue 36 item 4): their usage events report a level, and a level of 100 reported daily is not 3,000 consumed in
+/// adjustments carried into it, except the metrics a gauge quota of the tenant or the plan names in any version:
+/// their usage events report a level, and a level of 100 reported daily is not 3,000 consumed in
 /// the month. Reconcile keeps them out of windows and late usage by the same test.
 ///
 /// A (tenant, metric) with cycles in `inputs.cycles` is billed by cycle instead: a row per cycle, in order, priced
@@ -200,7 +200,7 @@ fn price(row: &mut PeriodExportRow, policy: &PolicyEvent, effective: i64) {
     row.effective_limit = Some(effective);
     match policy.enforcement {
         Enforcement::SOFT => row.overage = Some(excess),
-        // A throttled overage (issue 36 item 6) let the excess through at its rate on purpose: not billed, and not
+        // A throttled overage let the excess through at its rate on purpose: not billed, and not
         // a miss either, which only its events can tell (reconcile's OVERSHOOT, beyond the throttle's allowance).
         Enforcement::HARD if policy.overage_throttle().is_some() => {}
         Enforcement::HARD => row.overshoot = Some(excess),
@@ -773,7 +773,7 @@ mod tests {
         assert_eq!(cells(&rows(period, &inputs)), ["org-t,requests,30,plan,1,10,0,10,20,,0"]);
     }
 
-    // Issue 36 item 6: a HARD monthly quota whose overage is throttled let its excess through on purpose: the row
+    // A HARD monthly quota whose overage is throttled let its excess through on purpose: the row
     // shows the consumption over the effective limit with neither overage (not billed) nor overshoot (no miss by
     // itself; reconcile judges the throttle's allowance from the events), beside a plain HARD quota's overshoot.
     #[test]
@@ -799,7 +799,7 @@ mod tests {
         );
     }
 
-    // Issue 36 item 4: a metric a gauge quota names, the tenant's own or the plan's, is a level: its readings summed
+    // A metric a gauge quota names, the tenant's own or the plan's, is a level: its readings summed
     // over the month are no consumption, so it has no row, not even for the tenant's own MONTH quota of it or late
     // adjustments of it; a version that stopped being a gauge still marks the metric. The tenant's other metrics,
     // and another tenant's same metric when no plan gauge names it, are billed as ever.

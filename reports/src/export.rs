@@ -17,7 +17,7 @@ use crate::billing::ByProject;
 use crate::error::ReportError;
 
 /// contract §7: the columns, in order; then `gaps` (the trust issue, point 5), and `cycle_start` and `cycle_end` (the
-/// billing cycle a row bills, issue 37 item 2), added at the end as contract §7 allows.
+/// billing cycle a row bills), added at the end as contract §7 allows.
 pub const COLUMNS: [&str; 16] = [
     "tenant",
     "metric",

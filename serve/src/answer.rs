@@ -97,7 +97,7 @@ struct DecisionBody {
     /// contract §7's spelling (`-> {reservation_id, ...}`), which the commit and release answers use too.
     #[serde(rename = "reservation_id", skip_serializing_if = "Option::is_none")]
     reservation_id_spec: Option<String>,
-    /// An acquire's lease (issue 36 item 1), in the spelling of its renew and release answers.
+    /// An acquire's lease, in the spelling of its renew and release answers.
     #[serde(rename = "lease_id", skip_serializing_if = "Option::is_none")]
     lease_id: Option<String>,
     #[serde(rename = "fencing_token", skip_serializing_if = "Option::is_none")]

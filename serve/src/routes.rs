@@ -335,8 +335,7 @@ fn admit<T>(
     Ok((caller, request))
 }
 
-/// `POST /v1/check`'s body: one metric (`metric` and `amount`, contract §7) or several at once (`amounts`, issue 36
-/// item 2), never both.
+/// `POST /v1/check`'s body: one metric (`metric` and `amount`, contract §7) or several at once (`amounts`), never both.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CheckBody {
@@ -472,7 +471,7 @@ async fn quotas(
 }
 
 /// `POST /v1/reservations`' body: one metric (`metric` and `amount`, contract §7) or several at once (`amounts`,
-/// issue 36 item 2, a reservation per metric), never both.
+/// a reservation per metric), never both.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ReserveBody {
@@ -613,7 +612,7 @@ fn scope_and_body<T>(
     Ok((scope, body))
 }
 
-/// `POST /v1/leases`' body (issue 36 item 1): a slot of every CONCURRENT policy of `metric`, for `ttl_ms`.
+/// `POST /v1/leases`' body: a slot of every CONCURRENT policy of `metric`, for `ttl_ms`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct AcquireBody {

@@ -202,7 +202,7 @@ fn write_plan_defaults(
     writeln!(
         out,
         "plan defaults    WARNING: {} ({}) {verb} not hold the {} plan defaults of {}: {whose} tenants are billed \
-         and enforced without the ones missing (docs/operators.md, \"Plan defaults in every shard\")",
+         and enforced without the ones missing (docs/operations.md, \"Plan defaults in every shard\")",
         names(&agreement.lacking),
         held.join(", "),
         agreement.most,

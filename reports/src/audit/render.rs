@@ -423,7 +423,7 @@ fn counter_paragraph(w: &Why, out: &mut String) {
     out.push('\n');
 }
 
-/// What a HARD quota's throttled overage (issue 36 item 6) did with the part of a request beyond its limit.
+/// What a HARD quota's throttled overage did with the part of a request beyond its limit.
 fn overage_sentence(w: &Why, beyond: i64, rate: i64, per: &str, out: &mut String) {
     let d = &w.decision;
     let bucket = "the overage bucket of the serving process";

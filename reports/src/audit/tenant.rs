@@ -34,7 +34,7 @@ pub struct Timeline {
     /// Changes to its limits recorded in the range (event time): versions of its own policies and of the plan
     /// defaults, and its grants, with who made them and why.
     pub changes: Vec<ChangeLine>,
-    /// The alerts written in the range (issue 37 item 4): a window reaching a threshold of its limit, in ledger order.
+    /// The alerts written in the range: a window reaching a threshold of its limit, in ledger order.
     pub alerts: Vec<AlertLine>,
 }
 

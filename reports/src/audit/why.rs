@@ -40,7 +40,7 @@ pub struct Why {
     pub resets_at: Option<Timestamp>,
     /// Every adjustment recorded for this tenant and metric whose window overlaps the decision's.
     pub adjustments: Vec<AdjustmentFacts>,
-    /// A request of several metrics (issue 36, item 2): every metric's decision, decided together (all allowed or
+    /// A request of several metrics: every metric's decision, decided together (all allowed or
     /// all denied); the decision explained is the one that denied, if any. Empty for a request of one metric.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub metrics: Vec<MetricOfRequest>,

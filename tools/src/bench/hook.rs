@@ -238,7 +238,7 @@ fn leases_policy_event() -> Event {
     Event::Policy(policy)
 }
 
-/// The benchmark's policy as a ROLLING quota of a day (issue 37, item 1), beside the monthly one: each decision sums
+/// The benchmark's policy as a ROLLING quota of a day, beside the monthly one: each decision sums
 /// the day ending now from the timeline, whose instants the run keeps adding.
 fn rolling_policy_event() -> Event {
     let Event::Policy(mut policy) = policy_event() else { unreachable!("a policy") };
@@ -249,7 +249,7 @@ fn rolling_policy_event() -> Event {
     Event::Policy(policy)
 }
 
-/// The benchmark's policy as a quota per billing cycle (issue 37, item 2), from the 17th at midnight in New York,
+/// The benchmark's policy as a quota per billing cycle, from the 17th at midnight in New York,
 /// beside the monthly one: each decision sums the cycle so far (up to a month) from the timeline.
 fn cycle_policy_event() -> Event {
     let Event::Policy(mut policy) = policy_event() else { unreachable!("a policy") };
@@ -391,7 +391,7 @@ impl Client for InProcessLease {
     }
 }
 
-/// The hook in-process granting and releasing leases (issue 36, item 1): two groups of the writer per request.
+/// The hook in-process granting and releasing leases: two groups of the writer per request.
 fn in_process_leases(driver: &Driver, dir: &Path, run: usize, clients: usize) -> anyhow::Result<Figures> {
     let path = dir.join(format!("hook-{run}.db"));
     fresh_ledger(&path, 0)?;
@@ -401,8 +401,8 @@ fn in_process_leases(driver: &Driver, dir: &Path, run: usize, clients: usize) ->
     driver.measure("hook in-process (Normal, leases)", clients)
 }
 
-/// The hook in-process under `policy` beside the monthly quota: a ROLLING day (issue 37, item 1) or a billing cycle
-/// (item 2), both summed from the timelines.
+/// The hook in-process under `policy` beside the monthly quota: a ROLLING day or a billing cycle, both
+/// summed from the timelines.
 fn in_process_beside(
     driver: &Driver,
     dir: &Path,
@@ -421,7 +421,7 @@ fn in_process_beside(
     driver.measure(label, clients)
 }
 
-/// The hook in-process answering requests of two metrics at once (issue 36, item 2): two decisions and two usage
+/// The hook in-process answering requests of two metrics at once: two decisions and two usage
 /// events each.
 fn in_process_two_metrics(
     driver: &Driver,

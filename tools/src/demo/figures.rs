@@ -110,7 +110,7 @@ pub(super) fn largest_overshoots(session: &LedgerSession) -> anyhow::Result<Vec<
         .collect())
 }
 
-/// The alerts the hook and reconcile wrote (issue 37 item 4), as the page's table rows: tenant, metric, kind, policy,
+/// The alerts the hook and reconcile wrote, as the page's table rows: tenant, metric, kind, policy,
 /// window, threshold, what was found, and who wrote it; the kinds reconcile finds first (few beside the thresholds),
 /// then by tenant, metric, policy and threshold.
 pub(super) fn alerts(session: &LedgerSession) -> anyhow::Result<Vec<Vec<String>>> {

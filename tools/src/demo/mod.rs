@@ -365,8 +365,8 @@ impl<'a> Demo<'a> {
         ))
     }
 
-    /// Workers of [`LEASE_TENANT`] take leases of its [`LEASE_SLOTS`] job slots at noon of the last day (issue 36 item
-    /// 1): the first ones get a slot and a fencing token, the rest wait (CONCURRENCY_LIMITED); one finishes and
+    /// Workers of [`LEASE_TENANT`] take leases of its [`LEASE_SLOTS`] job slots at noon of the last day: the
+    /// first ones get a slot and a fencing token, the rest wait (CONCURRENCY_LIMITED); one finishes and
     /// releases, so the next gets its slot; a worker that comes back with an older token is refused; the others never
     /// release, so their leases expire, and reconcile reports them as leaked.
     fn leases(&self, hook: &Hook, day_start: i64) -> anyhow::Result<String> {

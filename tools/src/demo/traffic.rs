@@ -80,7 +80,7 @@ pub(super) fn tenant_policies(month: Period, consumption: &BTreeMap<(String, Str
     policies
 }
 
-/// The tenant with a ROLLING limit in the demo (issue 37 item 1), of this metric: "so many requests in any 24 hours".
+/// The tenant with a ROLLING limit in the demo, of this metric: "so many requests in any 24 hours".
 const ROLLING_TENANT: &str = "org-2";
 const ROLLING_METRIC: &str = "requests";
 
@@ -100,7 +100,7 @@ pub(super) fn rolling_policy(month: Period, consumption: &BTreeMap<(String, Stri
     Some(Event::Policy(PolicyEvent { header, window_seconds: Some(86_400), ..policy }))
 }
 
-/// The tenant billed by its own cycle in the demo (issue 37 item 2): from the 17th at midnight in Tokyo.
+/// The tenant billed by its own cycle in the demo: from the 17th at midnight in Tokyo.
 const CYCLE_TENANT: &str = "org-3";
 const CYCLE_METRIC: &str = "tokens";
 const CYCLE_ZONE: &str = "Asia/Tokyo";
@@ -133,7 +133,7 @@ pub(super) const LEASE_TENANT: &str = "org-1";
 pub(super) const LEASE_METRIC: &str = "jobs";
 pub(super) const LEASE_SLOTS: i64 = 3;
 
-/// org-1's concurrency limit: at most [`LEASE_SLOTS`] jobs at once (a CONCURRENT policy, issue 36 item 1).
+/// org-1's concurrency limit: at most [`LEASE_SLOTS`] jobs at once (a CONCURRENT policy).
 pub(super) fn lease_policy(month: Period) -> Event {
     let id = format!("{LEASE_TENANT}-{LEASE_METRIC}-concurrent");
     demo_policy(month, LEASE_TENANT, LEASE_METRIC, &id, (LEASE_SLOTS, Window::CONCURRENT, Enforcement::HARD))
