@@ -26,6 +26,7 @@ pub mod admin;
 pub mod checkpoints;
 pub mod config;
 pub mod fence;
+pub mod produce;
 pub mod producer;
 pub mod routing;
 pub mod schema_registry;

@@ -32,8 +32,7 @@ use schemas::{PolicyEvent, Scope, Timestamp, Tz, Window};
 
 use crate::{cycle, window};
 
-/// The tenant of plan defaults.
-pub const PLAN_DEFAULT_TENANT: &str = "*";
+pub use schemas::partition::PLAN_DEFAULT_TENANT;
 
 /// A policy version that applies, with the window it applies to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

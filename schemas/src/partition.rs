@@ -9,6 +9,9 @@
 //! assert_eq!(schemas::partition::partition_of("org-42", 6), 3);
 //! ```
 
+/// The tenant of plan defaults: every partition holds them, since a producer sends them to each (contract §9.4).
+pub const PLAN_DEFAULT_TENANT: &str = "*";
+
 /// Kafka's murmur2 (MurmurHash2, seed `0x9747b28c`) of `data`, as the Java client's `Utils.murmur2` returns it: a
 /// signed 32-bit integer.
 pub fn murmur2(data: &[u8]) -> i32 {

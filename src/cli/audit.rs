@@ -7,7 +7,6 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Subcommand;
-use ledger::Ledger;
 use reports::audit::{render, tenant, why};
 use schemas::Timestamp;
 
@@ -60,9 +59,9 @@ pub fn run(store: &super::Store, command: AuditCommand) -> anyhow::Result<ExitCo
         }
     }
     // A set of shards answers as one ledger would: the request from the shard holding it, the tenant from its own.
-    let (ledger, set) = match store {
-        super::Store::File(path) => (Some(Ledger::open_read_only(path)?), Vec::new()),
-        super::Store::Shards(dir) => (None, dir.open_all_read_only()?),
+    let (ledger, set) = match store.open_read()? {
+        usecases::store::Opened::File(ledger) => (Some(*ledger), Vec::new()),
+        usecases::store::Opened::Shards(set) => (None, set),
     };
     match command {
         AuditCommand::Why { request_id, json, .. } => match match &ledger {

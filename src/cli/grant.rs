@@ -3,10 +3,10 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::{Args, Subcommand};
-use control::{GrantChange, Recorded};
-use schemas::{Event, GrantEvent, Timestamp};
+use control::GrantChange;
+use schemas::{GrantEvent, Timestamp};
+use usecases::change::Changed;
 
 use super::policy::{Target, parse_time};
 
@@ -86,12 +86,7 @@ fn add(store: &super::Store, args: AddArgs) -> anyhow::Result<ExitCode> {
         reason: args.reason,
         source: "quota-ledger grant add".into(),
     };
-    let event = {
-        let ledgers = super::policy::open_existing(store, &args.target, true)?;
-        let recorded = Recorded::read(&ledgers)?;
-        control::grant_event(&change, &recorded, Timestamp::now()).context("grant not added")?
-    };
-    let written = super::policy::write(store, Event::Grant(event.clone()), &args.target)?;
+    let Changed { event, written } = usecases::change::add_grant(store, &change, &args.target.destination())?;
     if args.target.json {
         super::print_json(&event)?;
     } else {
@@ -127,8 +122,7 @@ struct GrantRow<'a> {
 }
 
 fn list(store: &super::Store, tenant: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
-    let ledgers = super::policy::read_store(store)?;
-    let recorded = Recorded::read(&ledgers)?;
+    let recorded = usecases::change::recorded(store)?;
     let rows: Vec<GrantRow> = recorded
         .grants()
         .iter()

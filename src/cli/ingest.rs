@@ -12,13 +12,8 @@ use anyhow::Context;
 use clap::Args;
 use indicatif::ProgressBar;
 use ingest::BatchBounds;
-use ingest::consumer::{
-    BATCH_WAIT_MS, KafkaIngestProgress, KafkaIngestSettings, default_group, default_shards_group, ingest_kafka,
-    ingest_kafka_shards,
-};
-use ingest::file::ContainerFile;
+use ingest::consumer::{BATCH_WAIT_MS, KafkaIngestProgress, KafkaIngestSettings, default_group, default_shards_group};
 use kafka::topics::{ClientRole, Topics};
-use ledger::ProcessLock;
 use ledger::shards::ShardDir;
 
 use super::kafka_args::parse_setting;
@@ -123,17 +118,11 @@ fn batch_bounds(defaults: BatchBounds, args: &IngestArgs) -> anyhow::Result<Batc
 
 fn run_file(ledger_path: &Path, file: &Path, args: &IngestArgs) -> anyhow::Result<ExitCode> {
     let bounds = batch_bounds(BatchBounds::file(), args)?;
-    let stopped = || format!("ingest of {} stopped", file.display());
-    // The input first: a file that cannot be read must not leave a new, empty ledger behind.
-    let container = ContainerFile::open(file).with_context(stopped)?;
-    let mut ledger = super::open_for_append(ledger_path)?;
     let progress = super::spinner();
-    let report = container
-        .ingest(&mut ledger, bounds, |so_far| {
-            progress.set_message(format!("{} records read, {} recorded", so_far.records, so_far.recorded));
-            progress.tick();
-        })
-        .with_context(stopped)?;
+    let report = usecases::ingest::file(ledger_path, file, bounds, |so_far| {
+        progress.set_message(format!("{} records read, {} recorded", so_far.records, so_far.recorded));
+        progress.tick();
+    })?;
     progress.finish_and_clear();
     if args.json {
         super::print_json(&report)?;
@@ -182,19 +171,11 @@ fn run_file(ledger_path: &Path, file: &Path, args: &IngestArgs) -> anyhow::Resul
 /// `ingest --file F --data DIR`: each record into its tenant's shard (contract §9.4).
 fn run_file_shards(shards: &ledger::shards::ShardDir, file: &Path, args: &IngestArgs) -> anyhow::Result<ExitCode> {
     let bounds = batch_bounds(BatchBounds::file(), args)?;
-    let stopped = || format!("ingest of {} stopped", file.display());
-    let container = ContainerFile::open(file).with_context(stopped)?;
-    let mut ledgers = shards.open_set(args.partitions)?;
-    for ledger in &mut ledgers {
-        ledger.keep_commit_totals();
-    }
     let progress = super::spinner();
-    let report = container
-        .ingest_shards(&mut ledgers, bounds, |so_far| {
-            progress.set_message(format!("{} records read, {} recorded", so_far.records, so_far.recorded));
-            progress.tick();
-        })
-        .with_context(stopped)?;
+    let report = usecases::ingest::file_into_shards(shards, args.partitions, file, bounds, |so_far| {
+        progress.set_message(format!("{} records read, {} recorded", so_far.records, so_far.recorded));
+        progress.tick();
+    })?;
     progress.finish_and_clear();
     if args.json {
         super::print_json(&report)?;
@@ -306,11 +287,10 @@ fn run_kafka_shards(shards: &ShardDir, brokers: &str, args: &IngestArgs) -> anyh
     let metrics = start_metrics(args, &mut settings)?;
     resolve_schema_ids(brokers, &settings, args)?;
     let mut display = Display::new();
-    let report = ingest_kafka_shards(shards, &settings, &stop, |progress| {
+    let report = usecases::ingest::kafka_into_shards(shards, &settings, &stop, |progress| {
         display.show(progress);
         metrics.iter().for_each(|m| m.observe(progress));
-    })
-    .with_context(|| format!("ingest from {brokers} into {} stopped", shards.dir().display()))?;
+    })?;
     display.finish();
     print_report(&report, args.json)?;
     Ok(ExitCode::SUCCESS)
@@ -326,21 +306,17 @@ fn run_kafka(ledger_path: &Path, brokers: &str, args: &IngestArgs) -> anyhow::Re
     let mut settings = kafka_settings(brokers, args)?;
     let stop = stop_on_signals()?;
     super::kafka_args::check_partition_count(brokers, &settings.overrides, ClientRole::Consumer, &settings.topics)?;
-    let _lock = ProcessLock::acquire(ledger_path, "ingest")?;
-    let mut ledger = super::open_for_append(ledger_path)?;
-    // A consumer runs for long and most of what it reads is new: the filter spares those the dedup probes.
-    ledger.keep_key_filter().context("cannot read the dedup keys into the key filter")?;
+    let mut consumer = usecases::ingest::Consumer::open(ledger_path)?;
     if args.group.is_none() {
-        settings.group = default_group(&ledger.ledger_id()?);
+        settings.group = default_group(&consumer.ledger_id()?);
     }
     let metrics = start_metrics(args, &mut settings)?;
     resolve_schema_ids(brokers, &settings, args)?;
     let mut display = Display::new();
-    let report = ingest_kafka(&mut ledger, &settings, &stop, |progress| {
+    let report = consumer.run(&settings, &stop, |progress| {
         display.show(progress);
         metrics.iter().for_each(|m| m.observe(progress));
-    })
-    .with_context(|| format!("ingest from {brokers} stopped"))?;
+    })?;
     display.finish();
     print_report(&report, args.json)?;
     Ok(ExitCode::SUCCESS)

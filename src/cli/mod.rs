@@ -101,7 +101,6 @@ impl Write for Stdout {
 }
 
 pub use usecases::Store;
-pub use usecases::store::open_for_append;
 
 /// A spinner with a message and the elapsed time, for long work on a terminal.
 pub fn spinner() -> indicatif::ProgressBar {

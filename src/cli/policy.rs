@@ -1,14 +1,13 @@
 //! `policy set|list|history` and `plan set`: the control plane's policies (docs/contract.md §7). The change is judged
-//! by the `control` crate against what the ledger holds; this module parses, dispatches and prints.
+//! by the `control` crate against what the ledger holds (`usecases::change`); this module parses, dispatches and prints.
 
 use std::io::Write;
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::{Args, Subcommand};
-use control::{PolicyChange, Recorded};
-use ledger::Ledger;
-use schemas::{Enforcement, Event, OnFailure, PolicyEvent, Scope, Timestamp, Violation, Window};
+use control::PolicyChange;
+use schemas::{Enforcement, OnFailure, PolicyEvent, Scope, Timestamp, Violation, Window};
+use usecases::change::{Changed, Destination};
 
 #[derive(Debug, Subcommand)]
 pub enum PolicyCommand {
@@ -236,12 +235,7 @@ fn set(store: &super::Store, tenant: String, args: PolicyArgs, source: &str) -> 
         reason: args.reason,
         source: source.into(),
     };
-    let event = {
-        let ledgers = open_existing(store, &args.target, change.version.is_some())?;
-        let recorded = Recorded::read(&ledgers)?;
-        control::policy_event(&change, &recorded, Timestamp::now()).context("policy not changed")?
-    };
-    let written = write(store, Event::Policy(event.clone()), &args.target)?;
+    let Changed { event, written } = usecases::change::set_policy(store, &change, &args.target.destination())?;
     if args.target.json {
         super::print_json(&event)?;
     } else {
@@ -275,38 +269,18 @@ fn set(store: &super::Store, tenant: String, args: PolicyArgs, source: &str) -> 
     Ok(ExitCode::SUCCESS)
 }
 
-/// The ledgers of `store` as they are now, for reading: a change is judged against what they hold. A ledger file
-/// not created yet holds nothing, unless the change goes to Kafka with no version given: its version would then
-/// restart at 1 whatever the ledger that ingest fills holds.
-pub fn open_existing(store: &super::Store, target: &Target, version_given: bool) -> anyhow::Result<Vec<Ledger>> {
-    match store {
-        super::Store::File(path) if !path.exists() && target.brokers.is_some() && !version_given => anyhow::bail!(
-            "no ledger at {}: the next version is read from the ledger that ingest records the topic into (give it \
-             with --ledger or --data, or give --version)",
-            path.display()
-        ),
-        super::Store::File(path) if !path.exists() => Ok(vec![]),
-        super::Store::File(path) => Ok(vec![Ledger::open_read_only(path)?]),
-        super::Store::Shards(dir) => Ok(dir.open_all_read_only()?.into_iter().map(|(_, ledger)| ledger).collect()),
+impl Target {
+    /// Where the change goes.
+    pub fn destination(&self) -> Destination {
+        match &self.brokers {
+            Some(brokers) => Destination::Kafka {
+                brokers: brokers.clone(),
+                settings: self.settings.clone(),
+                topic: self.topic.clone(),
+            },
+            None => Destination::Ledger,
+        }
     }
-}
-
-/// Appends `event` into the ledger (the shards that hold its tenant), or produces it to Kafka; says which.
-pub fn write(store: &super::Store, event: Event, target: &Target) -> anyhow::Result<String> {
-    let event_type = event.event_type();
-    if let Some(brokers) = &target.brokers {
-        let inputs = kafka::topics::Topics::defaults();
-        let topic = target.topic.clone().unwrap_or_else(|| event_type.default_topic().to_string());
-        tools::produce::produce_events(brokers, &target.settings, &inputs, &topic, &[event])?;
-        return Ok(format!("produced to {topic} and acknowledged"));
-    }
-    let mut ledgers = match store {
-        super::Store::File(path) => vec![super::open_for_append(path)?],
-        super::Store::Shards(dir) => dir.open_all()?.into_iter().map(|(_, ledger)| ledger).collect(),
-    };
-    let seqs = control::record(&mut ledgers, &event)?;
-    let seqs: Vec<String> = seqs.iter().map(u64::to_string).collect();
-    Ok(format!("recorded at ledger seq {}", seqs.join(", ")))
 }
 
 /// One row of `policy list` and `policy history`.
@@ -405,8 +379,7 @@ fn overage_policy(p: &PolicyEvent) -> String {
 }
 
 fn list(store: &super::Store, tenant: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
-    let ledgers = read_store(store)?;
-    let recorded = Recorded::read(&ledgers)?;
+    let recorded = usecases::change::recorded(store)?;
     let rows: Vec<PolicyRow> = recorded.in_force(tenant, Timestamp::now()).into_iter().map(PolicyRow::from).collect();
     if json {
         super::print_json(&rows)?;
@@ -448,8 +421,7 @@ fn list(store: &super::Store, tenant: Option<&str>, json: bool) -> anyhow::Resul
 }
 
 fn history(store: &super::Store, policy_id: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let ledgers = read_store(store)?;
-    let recorded = Recorded::read(&ledgers)?;
+    let recorded = usecases::change::recorded(store)?;
     let versions = recorded.history(policy_id);
     if versions.is_empty() {
         anyhow::bail!("no policy {policy_id:?} is recorded");
@@ -496,12 +468,4 @@ fn with_alerts(header: &mut Vec<&str>, rows: &[PolicyRow], mut table: Vec<Vec<St
         cells.push(row.alerts.clone().unwrap_or_else(|| "-".into()));
     }
     table
-}
-
-/// The ledgers of `store` for a read: a missing ledger file is an error, as for every other read.
-pub fn read_store(store: &super::Store) -> anyhow::Result<Vec<Ledger>> {
-    match store {
-        super::Store::File(path) => Ok(vec![Ledger::open_read_only(path)?]),
-        super::Store::Shards(dir) => Ok(dir.open_all_read_only()?.into_iter().map(|(_, ledger)| ledger).collect()),
-    }
 }

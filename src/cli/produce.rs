@@ -51,8 +51,8 @@ pub fn run(args: ProduceArgs) -> anyhow::Result<ExitCode> {
         let file = std::fs::File::open(&args.file).with_context(|| format!("cannot read {}", args.file.display()))?;
         Box::new(BufReader::new(file))
     };
-    let events = tools::produce::read_events(input, event_type, &args.file.display().to_string())?;
-    let report = tools::produce::produce_events(&args.kafka.brokers, &args.kafka.settings, &inputs, &topic, &events)?;
+    let events = kafka::produce::read_events(input, event_type, &args.file.display().to_string())?;
+    let report = kafka::produce::produce_events(&args.kafka.brokers, &args.kafka.settings, &inputs, &topic, &events)?;
     if args.json {
         super::print_json(&report)?;
     } else {

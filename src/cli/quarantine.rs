@@ -6,7 +6,6 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 use kafka::topics::Topics;
-use ledger::{Ledger, Origin, ProcessLock};
 
 #[derive(Debug, Subcommand)]
 pub enum QuarantineCommand {
@@ -62,21 +61,7 @@ pub fn run(store: &super::Store, command: QuarantineCommand) -> anyhow::Result<E
 
 fn replay(ledger_path: &Path, ids: &[i64], topics: &[String], json: bool) -> anyhow::Result<ExitCode> {
     let topics = if topics.is_empty() { Topics::defaults() } else { Topics::parse(topics)? };
-    if !ledger_path.exists() {
-        Ledger::open_read_only(ledger_path)?;
-    }
-    // One replay at a time: two read the same candidates, and the second's append was refused by the
-    // append-only trigger of quarantine_replays, in words that read like tampering (nothing was lost).
-    let _lock = ProcessLock::acquire(ledger_path, "replay")?;
-    let mut ledger = super::open_for_append(ledger_path)?;
-    // A topic carries one record type (contract §2): a message of another is not recorded by a replay either.
-    let expected = |origin: &Origin| match origin {
-        Origin::Kafka { topic, .. } => topics.event_type(topic).map(Some).ok_or_else(|| {
-            format!("topic {topic:?} is not among the input topics {topics}; pass the --topics that ingest used")
-        }),
-        Origin::File { .. } | Origin::Local { .. } => Ok(None),
-    };
-    let report = ledger.replay_quarantined(ids, expected)?;
+    let report = usecases::quarantine::replay(ledger_path, ids, &topics)?;
     if json {
         super::print_json(&report)?;
         return Ok(ExitCode::SUCCESS);
@@ -100,8 +85,7 @@ fn replay(ledger_path: &Path, ids: &[i64], topics: &[String], json: bool) -> any
 }
 
 fn list(ledger_path: &Path, json: bool) -> anyhow::Result<ExitCode> {
-    let ledger = Ledger::open_read_only(ledger_path)?;
-    let messages = ledger.quarantined()?;
+    let messages = usecases::quarantine::list(ledger_path)?;
     if json {
         super::print_json(&messages)?;
         return Ok(ExitCode::SUCCESS);

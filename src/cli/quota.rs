@@ -4,10 +4,8 @@
 
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::{Args, Subcommand};
 use hook::{QuotaQuery, Quotas};
-use ledger::Ledger;
 use schemas::Timestamp;
 
 #[derive(Debug, Subcommand)]
@@ -47,7 +45,7 @@ pub fn run(store: &super::Store, command: QuotaCommand) -> anyhow::Result<ExitCo
         project: args.project,
         api_key: args.api_key,
     };
-    let ledger = open(store, &query.tenant)?;
+    let ledger = store.tenant_ledger(&query.tenant)?;
     let quotas = hook::quotas::from_ledger(&ledger, &query, Timestamp::now())?;
     if args.json {
         super::print_json(&quotas)?;
@@ -55,19 +53,6 @@ pub fn run(store: &super::Store, command: QuotaCommand) -> anyhow::Result<ExitCo
         print(&quotas)?;
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The ledger holding `tenant`'s events: the file, or the shard of its partition.
-fn open(store: &super::Store, tenant: &str) -> anyhow::Result<Ledger> {
-    match store {
-        super::Store::File(path) => Ok(Ledger::open_read_only(path)?),
-        super::Store::Shards(dir) => dir
-            .open_all_read_only()?
-            .into_iter()
-            .find(|(shard, _)| shard.holds_tenant(tenant))
-            .map(|(_, ledger)| ledger)
-            .with_context(|| format!("no shard in {} holds tenant {tenant:?}", dir.dir().display())),
-    }
 }
 
 fn print(quotas: &Quotas) -> anyhow::Result<()> {

@@ -4,7 +4,6 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Args;
-use ledger::Ledger;
 use ledger::shards::{PlanDefaultsAgreement, ShardStatus};
 
 #[derive(Debug, Args)]
@@ -25,18 +24,16 @@ pub fn run(store: &super::Store, args: StatusArgs) -> anyhow::Result<ExitCode> {
         let at = format!("the cluster at {} ({} nodes)", cluster.brokers, answered.nodes);
         return print_shards(&at, &statuses, Some(&answered.owners), args.json);
     }
-    let ledger_path = match store {
-        super::Store::File(path) => path,
-        super::Store::Shards(shards) => {
-            let mut statuses = Vec::new();
-            for (shard, ledger) in shards.open_all_read_only()? {
-                statuses.push(ledger.shard_status(shard)?);
-            }
-            return print_shards(&shards.dir().display().to_string(), &statuses, None, args.json);
+    let status = match usecases::status::status(store)? {
+        usecases::status::Statuses::One(status) => *status,
+        usecases::status::Statuses::Shards(statuses) => {
+            let dir = match store {
+                super::Store::Shards(shards) => shards.dir().display().to_string(),
+                super::Store::File(path) => path.display().to_string(),
+            };
+            return print_shards(&dir, &statuses, None, args.json);
         }
     };
-    let ledger = Ledger::open_read_only(ledger_path)?;
-    let status = ledger.status()?;
     if args.json {
         super::print_json(&status)?;
         return Ok(ExitCode::SUCCESS);

@@ -566,7 +566,7 @@ pub fn to_kafka(
 }
 
 /// Sends one generated message to its type's default topic (contract §2), the tenant as key, a plan default to
-/// every partition ([`crate::produce::send_event`]); garbage as it is. Answers the messages sent: more than one
+/// every partition ([`kafka::produce::send_event`]); garbage as it is. Answers the messages sent: more than one
 /// for a plan default.
 pub fn send_generated(
     producer: &mut KafkaProducer,
@@ -575,7 +575,7 @@ pub fn send_generated(
 ) -> Result<u64, ProduceError> {
     match generated {
         Generated::Event(event) | Generated::Invalid(event) => {
-            crate::produce::send_event(producer, catalog, event.event_type().default_topic(), &event).map(u64::from)
+            kafka::produce::send_event(producer, catalog, event.event_type().default_topic(), &event).map(u64::from)
         }
         Generated::Garbage { event_type, key, bytes } => {
             producer.send(event_type.default_topic(), &key, &bytes).map(|()| 1)

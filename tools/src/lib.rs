@@ -1,5 +1,5 @@
 //! Tools: what developers, testers and a first-time reader run around the pipeline, not the pipeline itself. A
-//! realistic synthetic month of traffic ([`generate`]), events from JSON lines to Kafka ([`produce`]), the
+//! realistic synthetic month of traffic ([`generate`]), the
 //! benchmarks that measure each stage against a floor or a peer on this machine ([`bench`](mod@bench)), and the demo that
 //! plays the whole pipeline on an embedded broker and draws `report.html` ([`demo`]).
 //!
@@ -9,8 +9,8 @@
 //!
 //! The benchmarks and the demo answer `anyhow::Result`: each is the body of a developer's command, its errors only
 //! ever end on the binary's error line, and they come from a dozen crates with the context of the step that failed;
-//! a typed enum per runner would restate them without a caller that tells them apart. The generator and `produce`,
-//! which other code calls, have typed errors.
+//! a typed enum per runner would restate them without a caller that tells them apart. The generator, which other code
+//! calls, has typed errors.
 //!
 //! ```
 //! use tools::generate::{GenerateSettings, Generated, Generator};
@@ -27,7 +27,6 @@
 pub mod bench;
 pub mod demo;
 pub mod generate;
-pub mod produce;
 
 use std::path::Path;
 

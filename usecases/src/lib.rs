@@ -8,19 +8,27 @@
 //!   catch-up) and [`billing`]: a period's export of a store or a cluster, with what a partly closed set means.
 //! - [`run`]: the nightly reconcile run (lock, plan, apply, publisher lock, publish, the shards' union) and its
 //!   report in words, JSON and figures.
+//! - [`change`]: a policy or grant changed, judged against what the ledgers hold, recorded or produced.
+//! - [`status`]: what a store holds.
 //! - [`verify`], [`backup`]: the chain checked, with checkpoints and heads; copies taken and restored.
 //! - [`shard`]: what a server answers for each shard it holds, the parts a cluster read joins.
+//! - [`ingest`]: a container file loaded into a ledger or a directory of shards; the Kafka consumer of a ledger.
+//! - [`quarantine`]: quarantined messages listed and replayed.
 //! - [`files`]: an output written whole or not at all.
 
 #![deny(missing_docs)]
 
 pub mod backup;
 pub mod billing;
+pub mod change;
 pub mod close;
 pub mod cluster;
 pub mod files;
+pub mod ingest;
+pub mod quarantine;
 pub mod run;
 pub mod shard;
+pub mod status;
 pub mod store;
 pub mod verify;
 
@@ -118,6 +126,10 @@ from_stages!(
     ledger::AppendError,
     ledger::ReadError,
     ledger::CloseError,
+    ledger::ReplayError,
+    kafka::topics::TopicsError,
+    ::ingest::file::FileIngestError,
+    ::ingest::consumer::KafkaIngestError,
     ledger::OutboxError,
     ledger::LockError,
     ledger::TotalsError,
@@ -125,6 +137,9 @@ from_stages!(
     ledger::shards::ShardError,
     reconcile::ReconcileError,
     reports::ReportError,
+    control::Refused,
+    control::RecordError,
+    kafka::produce::ProduceEventsError,
     outbox::OutboxPublishError,
     kafka::checkpoints::CheckpointReadError,
     kafka::routing::RoutingError,

@@ -1,12 +1,12 @@
-//! `produce`: JSON lines (the form `schemas encode` reads) to single-object Avro on Kafka, the tenant as key. Every
+//! Producing events (`quota-ledger produce`, a change sent with `--brokers`): JSON lines (the form `schemas encode` reads) to single-object Avro on Kafka, the tenant as key. Every
 //! line is read and checked before the first is sent: a bad line stops the whole file, naming it. A tenant's
 //! events go to its partition by Kafka's default partitioner, a plan default (tenant `*`) to every partition of
 //! its topic (contract §9.4), and nothing is sent unless the input topics share one partition count.
 
 use std::io::BufRead;
 
-use kafka::producer::{KafkaProducer, ProduceError, ProduceReport};
-use kafka::topics::{PartitionCountError, Topics};
+use crate::producer::{KafkaProducer, ProduceError, ProduceReport};
+use crate::topics::{PartitionCountError, Topics};
 use schemas::{Catalog, Event, EventType};
 
 /// How many times `produce` asks the brokers for their topics before it gives up.
@@ -18,7 +18,7 @@ const METADATA_ASKS: u32 = 5;
 pub enum ProduceEventsError {
     /// The topic to produce to is not on the brokers (a broker that does not create topics on first use would
     /// otherwise let every message time out, as in an outage).
-    #[error("{}", kafka::topics::missing_topics_message(&std::iter::once(topic.clone()).collect(), brokers))]
+    #[error("{}", crate::topics::missing_topics_message(&std::iter::once(topic.clone()).collect(), brokers))]
     MissingTopic {
         /// The topic.
         topic: String,
@@ -124,7 +124,7 @@ pub fn produce_events(
     let missing =
         (0..METADATA_ASKS).find_map(|_| producer.missing_topics(checked.iter().copied())).ok_or_else(|| {
             refused(PartitionCountError::Unanswered {
-                timeout_ms: kafka::topics::METADATA_WAIT_MS * u64::from(METADATA_ASKS),
+                timeout_ms: crate::topics::METADATA_WAIT_MS * u64::from(METADATA_ASKS),
             })
         })?;
     if missing.contains(topic) {
@@ -148,7 +148,7 @@ pub fn send_event(
 ) -> Result<u32, ProduceError> {
     let tenant = &event.header().tenant;
     let bytes = catalog.encode_single_object(event);
-    if tenant == rules::policy::PLAN_DEFAULT_TENANT {
+    if tenant == schemas::partition::PLAN_DEFAULT_TENANT {
         producer.send_to_every_partition(topic, tenant, &bytes)
     } else {
         producer.send(topic, tenant, &bytes).map(|()| 1)
