@@ -270,10 +270,10 @@ fn reconcile_and_export_write_their_figures_for_the_textfile_collector() {
 #[test]
 fn the_shipped_dashboard_queries_only_series_that_exist() {
     let mut registry = telemetry::registry();
-    let ingest = telemetry::IngestMetrics::register(&mut registry);
+    let ingest = ingest::metrics::IngestMetrics::register(&mut registry);
     ingest.observe(&ingest::KafkaIngestProgress { messages: 1, ..Default::default() });
     ingest::LagListener::lag(&*ingest, "quota.usage", 0, 1, 1);
-    let hook = telemetry::HookMetrics::register(&mut registry);
+    let hook = serve::metrics::HookMetrics::register(&mut registry);
     hook.decided("OK", Some("requests"), None);
     hook.stage("queue_wait", std::time::Duration::from_micros(50));
     let mut exposed = telemetry::encode(&registry);

@@ -20,6 +20,7 @@
 pub mod consumed;
 pub mod consumer;
 pub mod file;
+pub mod metrics;
 pub mod shards;
 
 pub use consumer::{KafkaIngestError, KafkaIngestProgress, KafkaIngestSettings, ingest_kafka_shards};

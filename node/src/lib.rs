@@ -131,7 +131,7 @@ pub fn run(settings: NodeSettings, listening: impl FnOnce(Listening) -> std::io:
     );
     // The node's figures: its server's, with the stages of its shards' decisions, beside its ingest's.
     let mut registry = telemetry::registry();
-    let hook_metrics = telemetry::HookMetrics::register(&mut registry);
+    let hook_metrics = serve::metrics::HookMetrics::register(&mut registry);
     let hook_settings = HookSettings { stages: Some(serve::stage_timer(&hook_metrics)), ..settings.serve.hook.clone() };
     let shards = Arc::new(Shards::new(settings.data.clone(), partitions, hook_settings));
     let catalog = Arc::new(RoutingCatalog::follow(&brokers, &overrides)?);
@@ -151,7 +151,7 @@ pub fn run(settings: NodeSettings, listening: impl FnOnce(Listening) -> std::io:
     );
 
     let standby = (settings.standby > 0).then(|| {
-        let metrics = telemetry::StandbyMetrics::register(&mut registry);
+        let metrics = ingest::metrics::StandbyMetrics::register(&mut registry);
         let catalog = Arc::clone(&catalog);
         Arc::new(Standby::new(&settings.node_id, settings.standby, catalog, metrics, &settings.topics))
     });
@@ -162,7 +162,7 @@ pub fn run(settings: NodeSettings, listening: impl FnOnce(Listening) -> std::io:
     let mut standby_ingest = ingest.clone();
     ingest.listener =
         Some(Arc::new(ownership::Listener { ownership: Arc::clone(&ownership), standby: standby.clone() }));
-    let ingest_metrics = telemetry::IngestMetrics::register(&mut registry);
+    let ingest_metrics = ingest::metrics::IngestMetrics::register(&mut registry);
     ingest.lag_listener = Some(ingest_metrics.clone());
     let stop_ingest = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<String>();

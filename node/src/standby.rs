@@ -28,7 +28,7 @@ pub struct Standby {
     copies: usize,
     catalog: Arc<RoutingCatalog>,
     /// The copies' lag, and the input topics whose series a copy let go takes with it.
-    metrics: Arc<telemetry::StandbyMetrics>,
+    metrics: Arc<ingest::metrics::StandbyMetrics>,
     topics: Vec<String>,
     state: Mutex<State>,
     changed: Condvar,
@@ -55,7 +55,7 @@ impl Standby {
         node_id: &str,
         copies: usize,
         catalog: Arc<RoutingCatalog>,
-        metrics: Arc<telemetry::StandbyMetrics>,
+        metrics: Arc<ingest::metrics::StandbyMetrics>,
         topics: &kafka::topics::Topics,
     ) -> Standby {
         Standby {
@@ -74,7 +74,7 @@ impl Standby {
     }
 
     /// The copies' lag, for the standby's ingest to report.
-    pub fn metrics(&self) -> Arc<telemetry::StandbyMetrics> {
+    pub fn metrics(&self) -> Arc<ingest::metrics::StandbyMetrics> {
         Arc::clone(&self.metrics)
     }
 

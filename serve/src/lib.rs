@@ -38,6 +38,7 @@ mod connections;
 mod hook_outbox;
 mod hooks;
 mod limits;
+pub mod metrics;
 mod reads;
 mod routes;
 pub mod tls;
@@ -341,7 +342,7 @@ pub type StopAsked = std::pin::Pin<Box<dyn std::future::Future<Output = String> 
 /// [`run_shards`] for a node of a cluster: the router `shards` holds the partitions Kafka gives the node and changes
 /// while it serves (the node adds and removes them); `routing` names the owners of the others; `registry` holds the
 /// node's other figures (its ingest's), which `/metrics` answers beside the server's, and `hook_metrics` there
-/// (registered by [`telemetry::HookMetrics::register`] before the shards' hooks start, whose stages
+/// (registered by [`crate::metrics::HookMetrics::register`] before the shards' hooks start, whose stages
 /// [`stage_timer`] times into them). Serves until SIGTERM or
 /// Ctrl-C, a writer stopped on a panic, or `stop` answers. Waiting for the shards' writers to close is the node's.
 pub fn run_node(
@@ -351,7 +352,7 @@ pub fn run_node(
     listening: impl FnOnce(Listening) -> std::io::Result<()>,
     stop: StopAsked,
     registry: telemetry::Registry,
-    hook_metrics: Arc<telemetry::HookMetrics>,
+    hook_metrics: Arc<crate::metrics::HookMetrics>,
 ) -> Result<(), ServeError> {
     let prepared = prepare(&settings)?;
     let tokens = Tokens::read(&settings.tokens)?;
@@ -369,7 +370,7 @@ pub fn run_node(
 }
 
 /// Times the stages of a hook's decisions (`hook::Stage`) into `metrics`' `hook_stage_duration_seconds`.
-pub fn stage_timer(metrics: &Arc<telemetry::HookMetrics>) -> hook::StageTimer {
+pub fn stage_timer(metrics: &Arc<crate::metrics::HookMetrics>) -> hook::StageTimer {
     let metrics = Arc::clone(metrics);
     hook::StageTimer::new(move |stage, took| metrics.stage(stage.name(), took))
 }

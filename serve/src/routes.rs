@@ -45,7 +45,7 @@ pub(crate) struct App {
 /// The server's figures (`GET /metrics`, docs/operations.md "What to monitor").
 pub(crate) struct Metrics {
     registry: telemetry::Registry,
-    hook: Arc<telemetry::HookMetrics>,
+    hook: Arc<crate::metrics::HookMetrics>,
 }
 
 impl Metrics {
@@ -55,12 +55,12 @@ impl Metrics {
 
     /// The server's figures registered beside those `registry` holds.
     pub(crate) fn with(mut registry: telemetry::Registry) -> Metrics {
-        let hook = telemetry::HookMetrics::register(&mut registry);
+        let hook = crate::metrics::HookMetrics::register(&mut registry);
         Metrics { registry, hook }
     }
 
     /// The figures of `registry`, where the hook's (`hook`) are registered already.
-    pub(crate) fn registered(registry: telemetry::Registry, hook: Arc<telemetry::HookMetrics>) -> Metrics {
+    pub(crate) fn registered(registry: telemetry::Registry, hook: Arc<crate::metrics::HookMetrics>) -> Metrics {
         Metrics { registry, hook }
     }
 

@@ -255,10 +255,10 @@ fn kafka_settings(brokers: &str, args: &IngestArgs) -> anyhow::Result<KafkaInges
 fn start_metrics(
     args: &IngestArgs,
     settings: &mut KafkaIngestSettings,
-) -> anyhow::Result<Option<Arc<telemetry::IngestMetrics>>> {
+) -> anyhow::Result<Option<Arc<ingest::metrics::IngestMetrics>>> {
     let Some(listen) = &args.metrics_listen else { return Ok(None) };
     let mut registry = telemetry::registry();
-    let metrics = telemetry::IngestMetrics::register(&mut registry);
+    let metrics = ingest::metrics::IngestMetrics::register(&mut registry);
     let server = telemetry::MetricsServer::start(listen, Arc::new(std::sync::Mutex::new(registry)))?;
     tracing::info!(metrics = %server.address, "ingest: metrics on http://{}/metrics", server.address);
     settings.lag_listener = Some(metrics.clone());
