@@ -41,6 +41,8 @@
 
 mod change;
 mod record;
+mod refused;
 
-pub use change::{GrantChange, PolicyChange, REASON_BYTES_MAX, Refused, default_policy_id, grant_event, policy_event};
+pub use change::{GrantChange, PolicyChange, REASON_BYTES_MAX, default_policy_id, grant_event, policy_event};
 pub use record::{RecordError, Recorded, record};
+pub use refused::Refused;

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use ledger::{AppendError, AppendOutcome, Batch, Incoming, Ledger, Origin, ReadError};
 use schemas::{Event, GrantEvent, PolicyEvent, Timestamp, Window};
 
-use crate::change::Refused;
+use crate::refused::Refused;
 
 /// The origin name of the entries the control plane appends (`entries.origin_stream`).
 pub const ORIGIN_NAME: &str = "control";

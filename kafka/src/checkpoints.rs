@@ -20,9 +20,7 @@ use serde::{Deserialize, Serialize};
 
 /// The topic checkpoints are published to (contract §9.3).
 pub const CHECKPOINTS_TOPIC: &str = "quota.checkpoints";
-/// Longest time between two checkpoints while the head moves: the contract's "at least every 10 s while the ledger
-/// grows". What a rewrite of the file can take back unseen is at most this much of the ledger's latest history.
-pub const CHECKPOINT_EVERY_MS: u64 = 10_000;
+pub use crate::config::CHECKPOINT_EVERY_MS;
 /// How long a publisher that stops waits for its last checkpoints to be acknowledged.
 pub const FINISH_WAIT_MS: u64 = 5_000;
 /// How long [`read_checkpoints`] may take to read the whole topic.

@@ -88,6 +88,13 @@ pub fn consumer(brokers: &str, group: &str, overrides: &[(String, String)]) -> C
     overrides_last(config, overrides)
 }
 
+/// Longest time between two checkpoints while the head moves: the contract's "at least every 10 s while the ledger
+/// grows". What a rewrite of the file can take back unseen is at most this much of the ledger's latest history.
+pub const CHECKPOINT_EVERY_MS: u64 = 10_000;
+
+/// How long a publish to the routing catalog waits for the brokers' acknowledgement.
+pub const ROUTING_PUBLISH_TIMEOUT_MS: u64 = 10_000;
+
 /// The producer of the ledger's checkpoints ([`crate::checkpoints`]): acknowledged by every in-sync replica, and
 /// given up within a checkpoint interval or three, so that a broker away costs one failed checkpoint at a time, never
 /// a queue of stale ones. Not idempotent: a checkpoint sent twice is the same fact twice.
@@ -98,7 +105,7 @@ pub fn checkpoint_producer(brokers: &str, overrides: &[(String, String)]) -> Cli
         .set("client.id", "quota-ledger-checkpoints")
         .set("acks", "all")
         .set("enable.idempotence", "false")
-        .set("message.timeout.ms", (3 * crate::checkpoints::CHECKPOINT_EVERY_MS).to_string())
+        .set("message.timeout.ms", (3 * CHECKPOINT_EVERY_MS).to_string())
         .set("linger.ms", "0");
     with_partitioner(overrides_last(config, overrides))
 }
@@ -166,7 +173,7 @@ pub fn routing_producer(brokers: &str, overrides: &[(String, String)]) -> Client
         .set("client.id", "quota-ledger-routing")
         .set("enable.idempotence", "true")
         .set("acks", "all")
-        .set("message.timeout.ms", crate::routing::PUBLISH_TIMEOUT_MS.to_string())
+        .set("message.timeout.ms", ROUTING_PUBLISH_TIMEOUT_MS.to_string())
         .set("linger.ms", "0");
     overrides_last(config, overrides)
 }

@@ -32,8 +32,7 @@ use serde::{Deserialize, Serialize};
 
 /// The catalog's topic, compacted where the brokers support it (one entry per partition is what matters).
 pub const ROUTING_TOPIC: &str = "quota.routing";
-/// How long a publish waits for the brokers' acknowledgement.
-pub const PUBLISH_TIMEOUT_MS: u64 = 10_000;
+pub use crate::config::ROUTING_PUBLISH_TIMEOUT_MS as PUBLISH_TIMEOUT_MS;
 /// How long [`read_routing`] may take to read the topic to its end.
 pub const READ_TIMEOUT_MS: u64 = 30_000;
 /// How long the brokers may take to list the topic's partitions and their ends.

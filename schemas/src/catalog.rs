@@ -478,16 +478,13 @@ impl Catalog {
         bytes
     }
 
-    /// Decodes and validates a single-object encoded message, or one in the Confluent wire format (a zero byte, then
-    /// the schema registry's 4-byte id of the writer schema: [`crate::confluent`]). `expected`, when given, is the
-    /// record type the message's topic carries.
-    pub fn decode_single_object(&self, bytes: &[u8], expected: Option<EventType>) -> Result<Decoded, DecodeError> {
-        if bytes.len() > MAX_MESSAGE_BYTES {
-            return Err(DecodeError::Oversize { size: bytes.len(), limit: MAX_MESSAGE_BYTES });
-        }
-        if bytes.first() == Some(&crate::confluent::MAGIC) {
-            return crate::confluent::decode(bytes, expected);
-        }
+    /// Decodes and validates a single-object encoded message of at most `MAX_MESSAGE_BYTES` (the size checked by
+    /// [`Catalog::decode_single_object`], which also reads the Confluent wire format).
+    pub(crate) fn decode_single_object_framing(
+        &self,
+        bytes: &[u8],
+        expected: Option<EventType>,
+    ) -> Result<Decoded, DecodeError> {
         if bytes.len() < SINGLE_OBJECT_HEADER_BYTES {
             return Err(DecodeError::TruncatedHeader { size: bytes.len() });
         }

@@ -26,6 +26,7 @@ pub mod confluent;
 pub mod error;
 pub mod event;
 pub mod ids;
+mod message;
 pub mod partition;
 pub mod timestamp;
 pub mod validate;
