@@ -11,6 +11,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Message};
 
 use crate::consumed::Consumed;
+use crate::listeners::Standing;
 
 use super::batch::{Gathered, Target, drop_revoked};
 use super::brokers::{Waiting, ask_for_topics, consume_error};
@@ -80,7 +81,7 @@ fn subscribe(
 }
 
 /// A standing whose partitions are held by assignment, and the partition count of the topics.
-type Stand = (Arc<dyn crate::Standing>, u32);
+type Stand = (Arc<dyn Standing>, u32);
 
 /// What the loop keeps between turns.
 struct Consuming<'a, 't> {

@@ -39,6 +39,7 @@ use ledger::Ledger;
 use ledger::shards::ShardDir;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
+pub use crate::bounds::BATCH_MAX_EVENTS;
 use crate::shards::{ShardWriters, WriterSettings};
 
 use batch::Target;
@@ -50,8 +51,8 @@ pub use progress::KafkaIngestProgress;
 use progress::add_reasons;
 use rebalance::{IngestContext, Shared, make_consumer, refresh_offsets};
 pub use settings::{
-    ASSIGNMENT_WAIT_MS, BATCH_MAX_EVENTS, BATCH_WAIT_MS, BROKERS_WAIT_MS, KafkaIngestSettings, LAG_EVERY_MS,
-    STANDING_ASK_MS, UNASSIGNED_WAIT_MS, default_group, default_shards_group,
+    ASSIGNMENT_WAIT_MS, BATCH_WAIT_MS, BROKERS_WAIT_MS, KafkaIngestSettings, LAG_EVERY_MS, STANDING_ASK_MS,
+    UNASSIGNED_WAIT_MS, default_group, default_shards_group,
 };
 
 /// Consumes until `stop` is set (or, with `until_caught_up`, until the ledger reached the end of every partition

@@ -12,6 +12,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
+use crate::listeners::{LagListener, PartitionListener, Standing};
 use crate::shards::{ShardWriterError, ShardWriters};
 
 use super::error::KafkaIngestError;
@@ -34,8 +35,8 @@ pub(super) struct Shared {
 pub(super) struct IngestContext {
     shared: Arc<Mutex<Shared>>,
     writers: Option<Arc<ShardWriters>>,
-    listener: Option<Arc<dyn crate::PartitionListener>>,
-    lag_listener: Option<Arc<dyn crate::LagListener>>,
+    listener: Option<Arc<dyn PartitionListener>>,
+    lag_listener: Option<Arc<dyn LagListener>>,
 }
 
 impl ClientContext for IngestContext {
@@ -109,7 +110,7 @@ impl IngestContext {
     pub(super) fn stand(
         &self,
         consumer: &BaseConsumer<Self>,
-        standing: &dyn crate::Standing,
+        standing: &dyn Standing,
         topics: &Topics,
         partitions: u32,
     ) -> Result<(), KafkaIngestError> {

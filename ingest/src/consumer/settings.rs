@@ -6,11 +6,8 @@ use std::sync::Arc;
 use kafka::topics::Topics;
 use ledger::GapRange;
 
-use crate::BatchBounds;
-
-/// Most messages in one ledger append. A batch of this size is a few MB of decoded events and amortises the
-/// commit's fsync; larger batches gain little (see `bench append`).
-pub const BATCH_MAX_EVENTS: usize = 5_000;
+use crate::bounds::BatchBounds;
+use crate::listeners::{LagListener, PartitionListener, Standing};
 
 /// Longest a message waits in a partial batch before it is appended: bounds the delay a quiet topic adds.
 pub const BATCH_WAIT_MS: u64 = 500;
@@ -51,12 +48,12 @@ pub struct KafkaIngestSettings {
     pub publish_checkpoints: bool,
     /// Told when a shard's partition is assigned (its shard open) and before it is revoked (its shard still open): a
     /// `node` starts and stops serving the partition. Shards only.
-    pub listener: Option<Arc<dyn crate::PartitionListener>>,
+    pub listener: Option<Arc<dyn PartitionListener>>,
     /// Told each assigned partition's lag every [`LAG_EVERY_MS`] (librdkafka's statistics, turned on for it).
-    pub lag_listener: Option<Arc<dyn crate::LagListener>>,
+    pub lag_listener: Option<Arc<dyn LagListener>>,
     /// Consume the partitions this names, by assignment, without joining the group (a node's standby shards). Shards
     /// only.
-    pub standing: Option<Arc<dyn crate::Standing>>,
+    pub standing: Option<Arc<dyn Standing>>,
 }
 
 /// How often an ingest with [`KafkaIngestSettings::standing`] asks which partitions to hold.
