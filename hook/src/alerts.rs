@@ -4,7 +4,7 @@
 //! 80, 90 and 100 percent ([`schemas::DEFAULT_ALERT_THRESHOLDS`]) when it sets none.
 //!
 //! Once: an alert's id is derived from what it is about ([`alert_id`]), and the state remembers the alerts of its
-//! windows, its own and those folded from the ledger ([`crate::state::State::alerted`]), so a restart, which folds
+//! windows, its own and those folded from the ledger ([`crate::state::State::is_alerted`]), so a restart, which folds
 //! them back, writes none twice. A threshold that usage recorded by another writer (ingest) reached first is alerted
 //! by the next request the hook allows in that window: the rule is "at or above the threshold and not alerted yet",
 //! not "crossed by this request".
@@ -44,7 +44,7 @@ pub fn reached(
                 continue;
             }
             found.push(AlertEvent {
-                header: header(&id, now, (ask.tenant, ask.metric), (scope, member), crate::SOURCE),
+                header: header(&id, now, (ask.tenant, ask.metric), (scope, member), crate::api::SOURCE),
                 alert_id: id,
                 kind: AlertKind::THRESHOLD,
                 policy_id: Some(e.policy.policy_id.clone()),

@@ -62,6 +62,30 @@ pub struct CheckAmountsRequest {
 /// services meter a handful per call (requests, tokens in, tokens out, images).
 pub const AMOUNTS_MAX: usize = 16;
 
+/// The `source` of every event the hook records.
+pub const SOURCE: &str = "hook";
+/// Longest reservation: a day. Longer holds would keep quota away from everyone else for too long.
+pub const TTL_MS_MAX: i64 = 24 * 3_600 * 1_000;
+
+/// Which tenants a caller may act for (a token's `tenants`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TenantScope {
+    /// Every tenant (an operator's token).
+    All,
+    /// Only these.
+    Only(Vec<String>),
+}
+
+impl TenantScope {
+    /// Whether the caller may act for `tenant`.
+    pub fn covers(&self, tenant: &str) -> bool {
+        match self {
+            TenantScope::All => true,
+            TenantScope::Only(tenants) => tenants.iter().any(|t| t == tenant),
+        }
+    }
+}
+
 /// The answer to a [`CheckAmountsRequest`]: a decision per metric, sorted by metric, all allowed or all denied.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Decisions {

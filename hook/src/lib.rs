@@ -40,14 +40,17 @@ pub mod error;
 pub mod figures;
 pub mod health;
 pub mod ids;
+mod load;
 mod queue;
 pub mod quotas;
 pub mod replicate;
+mod settings;
 pub mod shards;
 pub mod spill;
 pub mod stages;
 pub mod state;
 mod sync;
+mod threads;
 pub mod timeline;
 mod writer;
 
@@ -63,82 +66,17 @@ use ledger::{Durability, Ledger, ProcessLock};
 use queue::{Queued, Work};
 pub use quotas::{QuotaQuery, Quotas};
 pub use replicate::{Replicate, ReplicateError};
-use schemas::{ReservationAction, Timestamp};
+use schemas::ReservationAction;
+pub use settings::{COUNTERS_PER_TENANT_MAX, HookSettings};
 pub use shards::{Shards, ShardsHealth};
 pub use stages::{Stage, StageTimer};
+use threads::{panic_message, poll_for};
 use tokio::sync::oneshot;
 use writer::Writer;
 
-/// The `source` of every event the hook records.
-pub const SOURCE: &str = "hook";
-/// Longest reservation: a day. Longer holds would keep quota away from everyone else for too long.
-pub const TTL_MS_MAX: i64 = 24 * 3_600 * 1_000;
-/// Default of [`HookSettings::counters_per_tenant_max`]. A metric or subject costs a few hundred bytes of counters
-/// (a month's, a day's, an hour's and the last day's minutes it was used in): a million is a few hundred MB for one
-/// tenant at most, while the largest tenants seen have tens of thousands of API keys and users in a month.
-pub const COUNTERS_PER_TENANT_MAX: usize = 1_000_000;
 /// How long a caller whose answer was dropped waits for the writer to say it stopped (it unwinds a panic), so that
 /// health says so before the caller answers: its next `/healthz` must not say ok.
 const STOPPED_SAY_WAIT: Duration = Duration::from_secs(1);
-
-/// How the writer groups requests, and its clock.
-// Not PartialEq: comparing function pointers (`clock`) is not meaningful.
-#[derive(Debug, Clone)]
-pub struct HookSettings {
-    /// Requests decided in one ledger transaction at most.
-    pub group_max_requests: usize,
-    /// How long the writer waits for more requests after the first of a group; 0 takes only what is queued
-    /// (while one group commits, the next one queues: group commit without added latency).
-    pub group_wait_us: u64,
-    /// Requests waiting at most; beyond, `check_async` answers Overloaded at once and `check` waits.
-    pub queue_max_requests: usize,
-    /// Whether a commit waits for the disk before its answers leave (full) or only for the write-ahead log's
-    /// write (normal: a power loss may lose the last decisions answered).
-    pub durability: Durability,
-    /// How long a caller of the blocking API waiting alone polls for its answer before it sleeps, and how long
-    /// the writer, after that caller's request, polls its queue for the next (0: both sleep at once).
-    pub poll_us: u64,
-    /// What "now" is for windows, expiries, throttles and the time stamped on what the hook records: the wall
-    /// clock (`Timestamp::now`) unless a caller replays a past month (the `demo` decides inside the month it
-    /// generates, which must be over to be closed). A plain function keeps the settings `Copy`.
-    pub clock: fn() -> Timestamp,
-    /// Distinct metrics, and subjects of each metric, that one tenant may have counters for in memory before its
-    /// requests for another are refused (400 naming `metric` or `subject`): a caller inventing a subject per
-    /// request would otherwise grow the writer's memory without end. Counters live while a window they count is
-    /// current or ended less than a day ago, or while they hold a reservation: a metric or subject used once
-    /// counts until a day after its month ends, then ages out and frees its place. What other writers (ingest)
-    /// record is counted but never refused.
-    pub counters_per_tenant_max: usize,
-    /// Told how long each stage of a decision took (queue wait, replicate, group commit, sync), for `/metrics`.
-    pub stages: Option<StageTimer>,
-    /// The emergency rate: checks per second, at most, this hook allows FAIL_OPEN (every policy that applies is
-    /// `on_failure: OPEN`) while the ledger refuses its groups; beyond it they fail as CLOSED ones do. 0: none.
-    pub fail_open_per_second: u32,
-    /// The size of the spill (`LEDGER.spill`) that keeps the decisions made open until the ledger takes them,
-    /// written whole once a policy is OPEN so that a full disk cannot refuse it.
-    pub spill_bytes: u64,
-}
-
-/// Defaults: 512 requests per group (about 1,000 events, the ledger's best batch size measured in
-/// `bench append`), no added wait, 8,192 queued (16 groups), fsync on every commit, 200 us of polling (longer
-/// than a group of one takes at durability normal), 100 checks a second made open at most, kept in a spill of
-/// 16 MiB (about 25,000 of them: four minutes of the emergency rate).
-impl Default for HookSettings {
-    fn default() -> HookSettings {
-        HookSettings {
-            group_max_requests: 512,
-            group_wait_us: 0,
-            queue_max_requests: 8_192,
-            durability: Durability::Full,
-            poll_us: 200,
-            clock: Timestamp::now,
-            counters_per_tenant_max: COUNTERS_PER_TENANT_MAX,
-            stages: None,
-            fail_open_per_second: 100,
-            spill_bytes: 16 << 20,
-        }
-    }
-}
 
 /// The writer's answer if it has come (the reply dropped unanswered: the hook stopped).
 fn try_answer<T>(answer: &mut oneshot::Receiver<T>) -> Option<Result<T, ()>> {
@@ -170,24 +108,6 @@ impl Drop for Waiting<'_> {
     }
 }
 
-/// Polls `ready` until it answers or `time` has passed, yielding the core between polls to any other thread
-/// ready to run on it.
-pub(crate) fn poll_for<T>(time: Duration, mut ready: impl FnMut() -> Option<T>) -> Option<T> {
-    if time.is_zero() {
-        return ready();
-    }
-    let until = Instant::now() + time;
-    loop {
-        if let Some(value) = ready() {
-            return Some(value);
-        }
-        if Instant::now() >= until {
-            return None;
-        }
-        std::thread::yield_now();
-    }
-}
-
 /// The hook lock of the ledger at `path`; held by this process, waited for a moment (a hook stopping).
 fn acquire_lock(path: &Path) -> Result<ProcessLock, ledger::LockError> {
     let started = Instant::now();
@@ -200,34 +120,6 @@ fn acquire_lock(path: &Path) -> Result<ProcessLock, ledger::LockError> {
                 std::thread::sleep(Duration::from_millis(5));
             }
             taken => return taken,
-        }
-    }
-}
-
-/// What a panic said, for the log and `/healthz`.
-pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
-    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
-        (Some(message), _) => message,
-        (_, Some(message)) => message,
-        _ => "(no message)",
-    }
-}
-
-/// Which tenants a caller may act for (a token's `tenants`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TenantScope {
-    /// Every tenant (an operator's token).
-    All,
-    /// Only these.
-    Only(Vec<String>),
-}
-
-impl TenantScope {
-    /// Whether the caller may act for `tenant`.
-    pub fn covers(&self, tenant: &str) -> bool {
-        match self {
-            TenantScope::All => true,
-            TenantScope::Only(tenants) => tenants.iter().any(|t| t == tenant),
         }
     }
 }

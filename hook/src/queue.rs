@@ -4,10 +4,9 @@
 use schemas::ReservationAction;
 use tokio::sync::oneshot;
 
-use crate::TenantScope;
 use crate::api::{
     AcquireRequest, CheckAmountsRequest, CheckRequest, Closed, Decision, Decisions, LeaseStep, Refusal,
-    ReserveAmountsRequest, ReserveRequest,
+    ReserveAmountsRequest, ReserveRequest, TenantScope,
 };
 use crate::error::HookError;
 use crate::quotas::{QuotaQuery, Quotas};

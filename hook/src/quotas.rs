@@ -13,9 +13,9 @@ use ledger::Ledger;
 use schemas::{Enforcement, Scope, Timestamp, Window};
 use serde::{Deserialize, Serialize};
 
-use crate::HookError;
 use crate::buckets::{BucketOf, Buckets};
 use crate::decide::{self, Ask, Usage};
+use crate::error::HookError;
 use crate::state::{State, Whose};
 
 /// What a caller asks: a tenant's quotas, of one metric or all, for one subject or none.
@@ -213,7 +213,7 @@ pub fn of_state(state: &State, buckets: Option<&Buckets>, query: &QuotaQuery, no
 /// buckets live in the serving process). Reads only.
 pub fn from_ledger(ledger: &Ledger, query: &QuotaQuery, now: Timestamp) -> Result<Quotas, HookError> {
     validate(query)?;
-    let mut state = crate::writer::load(ledger, now).map_err(|e| HookError::Ledger(ledger::causes(&e)))?;
+    let mut state = crate::load::load(ledger, now).map_err(|e| HookError::Ledger(ledger::causes(&e)))?;
     state.expire(now);
     Ok(of_state(&state, None, query, now))
 }

@@ -39,11 +39,19 @@ use schemas::ReservationAction;
 use schemas::partition::partition_of;
 use serde::Serialize;
 
-use crate::health::{Failure, HealthReport};
-use crate::{
-    CheckRequest, Closed, Decision, Hook, HookError, HookSettings, Refusal, Replicate, ReserveRequest, StartError,
-    Stopped, TenantScope, ids,
+use crate::api::{
+    AcquireRequest, CheckAmountsRequest, CheckRequest, Closed, Decision, Decisions, LeaseStep, Refusal,
+    ReserveAmountsRequest, ReserveRequest, TenantScope,
 };
+use crate::error::{HookError, StartError};
+use crate::figures::Figures;
+use crate::health::{Failure, HealthReport};
+use crate::ids;
+use crate::quotas::{QuotaQuery, Quotas};
+use crate::replicate::Replicate;
+use crate::settings::HookSettings;
+// A router over hooks: the one module above the crate root's `Hook`, which nothing below depends on.
+use crate::{Hook, Stopped};
 
 /// A router over the shards of one directory: a hook per partition held (see the module).
 pub struct Shards {
@@ -198,35 +206,35 @@ impl Shards {
     }
 
     /// [`Hook::check_amounts`] in the tenant's shard.
-    pub fn check_amounts(&self, request: crate::CheckAmountsRequest) -> Result<crate::Decisions, HookError> {
+    pub fn check_amounts(&self, request: CheckAmountsRequest) -> Result<Decisions, HookError> {
         self.route(&request.tenant)?.check_amounts(request)
     }
 
     /// [`Hook::check_amounts_async`] in the tenant's shard.
     pub async fn check_amounts_async(
         &self,
-        request: crate::CheckAmountsRequest,
+        request: CheckAmountsRequest,
         token_name: Option<&str>,
-    ) -> Result<crate::Decisions, HookError> {
+    ) -> Result<Decisions, HookError> {
         self.route(&request.tenant)?.check_amounts_async(request, token_name).await
     }
 
     /// [`Hook::reserve_amounts`] in the tenant's shard.
-    pub fn reserve_amounts(&self, request: crate::ReserveAmountsRequest) -> Result<crate::Decisions, HookError> {
+    pub fn reserve_amounts(&self, request: ReserveAmountsRequest) -> Result<Decisions, HookError> {
         self.route(&request.tenant)?.reserve_amounts(request)
     }
 
     /// [`Hook::reserve_amounts_async`] in the tenant's shard.
     pub async fn reserve_amounts_async(
         &self,
-        request: crate::ReserveAmountsRequest,
+        request: ReserveAmountsRequest,
         token_name: Option<&str>,
-    ) -> Result<crate::Decisions, HookError> {
+    ) -> Result<Decisions, HookError> {
         self.route(&request.tenant)?.reserve_amounts_async(request, token_name).await
     }
 
     /// [`Hook::quotas`] of the tenant's shard.
-    pub async fn quotas_async(&self, query: crate::QuotaQuery) -> Result<crate::Quotas, HookError> {
+    pub async fn quotas_async(&self, query: QuotaQuery) -> Result<Quotas, HookError> {
         self.route(&query.tenant)?.quotas_async(query).await
     }
 
@@ -248,7 +256,7 @@ impl Shards {
     /// `acquire` of a lease in the tenant's shard ([`Hook::acquire_async`]).
     pub async fn acquire_async(
         &self,
-        request: crate::AcquireRequest,
+        request: AcquireRequest,
         token_name: Option<&str>,
     ) -> Result<Decision, HookError> {
         self.route(&request.tenant)?.acquire_async(request, token_name).await
@@ -259,7 +267,7 @@ impl Shards {
         &self,
         lease_id: &str,
         action: ReservationAction,
-        step: crate::LeaseStep,
+        step: LeaseStep,
         tenants: TenantScope,
     ) -> Result<Result<Closed, Refusal>, HookError> {
         let scope = tenants.clone();
@@ -343,9 +351,9 @@ impl Shards {
         Ok(Err(forbidden.unwrap_or(Refusal::NotFound { reservation_id })))
     }
 
-    /// Every shard's figures held now, as one ([`crate::figures::Figures::add`]).
-    pub async fn figures_async(&self) -> Result<crate::figures::Figures, HookError> {
-        let mut figures = crate::figures::Figures::default();
+    /// Every shard's figures held now, as one ([`Figures::add`]).
+    pub async fn figures_async(&self) -> Result<Figures, HookError> {
+        let mut figures = Figures::default();
         for partition in self.held() {
             let Some(hook) = self.get(partition) else { continue };
             figures.add(&hook.figures_async().await?);

@@ -64,8 +64,10 @@ impl Syncer {
                 // health says the hook stopped, as for the writer itself.
                 let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| stage.run(&committed)));
                 if let Err(panic) = ran {
-                    let message =
-                        format!("the hook's sync thread stopped on a panic: {}", crate::panic_message(&*panic));
+                    let message = format!(
+                        "the hook's sync thread stopped on a panic: {}",
+                        crate::threads::panic_message(&*panic)
+                    );
                     tracing::error!("hook: {message}; every request fails until the hook restarts");
                     let _ = stage.failed.set(message.clone());
                     stage.health.writer_stopped(&message);

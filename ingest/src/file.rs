@@ -10,11 +10,8 @@ use schemas::{DecodeError, EventType};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::BatchBounds;
-
-/// Records per append. Large enough that the per-transaction fsync is amortised (about 1 ms on this disk
-/// against about 5 µs per event), small enough that a batch's memory stays around a few MB.
-pub const FILE_BATCH_EVENTS: usize = 5_000;
+use crate::bounds::BatchBounds;
+pub use crate::bounds::FILE_BATCH_EVENTS;
 
 /// Ingesting a file failed. What was appended before the failure stays appended.
 #[derive(Debug, thiserror::Error)]

@@ -14,13 +14,20 @@
 //!   [`DENY_RATE_MIN_POINTS`] percentage points more, over [`DENY_RATE_MIN_DECISIONS`] decisions or more: a plan
 //!   change that walled off customers.
 
-use schemas::{AlertEvent, AlertKind, Header, PolicyEvent, Scope, Timestamp};
+use std::collections::HashMap;
+
+use schemas::{AlertEvent, AlertKind, GrantEvent, Header, PolicyEvent, Scope, Timestamp};
 
 use ledger::SequencedReservation;
 use rules::alert::{alert_id, percent};
+use rules::overshoot;
 use rules::reservation::Verdict;
+use rustc_hash::FxHashMap;
 
-use crate::plan::ADJUSTMENT_SOURCE;
+use crate::concern::ADJUSTMENT_SOURCE;
+use crate::error::ReconcileError;
+use crate::inputs::PlanInputs;
+use crate::names::{Interner, WindowKey};
 
 /// How long a reservation or a lease may stay open before it is alerted, unless the run is told otherwise
 /// ([`AlertSettings`]): an hour.
@@ -199,4 +206,119 @@ pub(crate) fn deny_rate(
 /// TENANT policies only (validation refuses it elsewhere; one read from elsewhere is ignored).
 pub(crate) fn subject_share(policy: &PolicyEvent) -> Option<i32> {
     policy.alert_subject_share.filter(|_| policy.scope == Scope::TENANT)
+}
+
+/// THRESHOLD and SUBJECT_SHARE alerts of the windows alerts judge (`alert_windows`, with their consumption and policy;
+/// `shares`, each subject's consumption in those whose policy sets `alert_subject_share`), as of the last instant the
+/// run read (`as_of` less a microsecond: the next night's report starts after it). A THRESHOLD alert's `observed` is
+/// the window's consumption (the hook's counts holds too); a SUBJECT_SHARE alert's is the subject's, its `limit` the
+/// tenant's, its `threshold_percent` the share set.
+pub(crate) fn judge_windows(
+    alert_windows: FxHashMap<WindowKey, (i64, &PolicyEvent)>,
+    shares: FxHashMap<(WindowKey, u32), i64>,
+    names: &Interner,
+    grants: &HashMap<(String, String), Vec<GrantEvent>>,
+    as_of: Timestamp,
+) -> Vec<AlertEvent> {
+    let mut alerts = Vec::new();
+    let found_at = Timestamp(as_of.micros() - 1);
+    let mut windows: Vec<_> = alert_windows.into_iter().collect();
+    windows.sort_by_key(|(key, _)| *key);
+    for (key, (consumption, policy)) in &windows {
+        let (tenant, metric) = (names.name(key.tenant), names.name(key.metric));
+        let member = names.member(key.member);
+        let grants = grants.get(&(tenant.to_string(), metric.to_string())).map_or(&[][..], Vec::as_slice);
+        let window = (Timestamp(key.start), Timestamp(key.end));
+        let limit = overshoot::effective_limit(policy.limit, key.scope, member.as_deref(), grants, window.0, window.1);
+        for &threshold in policy.alert_thresholds() {
+            if i128::from(*consumption) < rules::alert::level(limit, threshold) {
+                continue;
+            }
+            let id = rules::alert::alert_id(
+                AlertKind::THRESHOLD,
+                tenant,
+                &policy.policy_id,
+                (key.scope, member.as_deref()),
+                window,
+                threshold,
+            );
+            alerts.push(AlertEvent {
+                policy_id: Some(policy.policy_id.clone()),
+                policy_version: Some(policy.version),
+                scope: Some(key.scope),
+                window_start: Some(window.0),
+                window_end: Some(window.1),
+                threshold_percent: threshold,
+                limit: Some(limit),
+                observed: *consumption,
+                ..alert(id, AlertKind::THRESHOLD, found_at, (tenant, metric), (key.scope, member.as_deref()))
+            });
+        }
+    }
+    let mut shares: Vec<_> = shares.into_iter().collect();
+    shares.sort_by_key(|(key, _)| *key);
+    for subjects in shares.chunk_by(|(a, _), (b, _)| a.0 == b.0) {
+        let key = subjects[0].0.0;
+        let Some((consumption, policy)) = windows.binary_search_by_key(&key, |(k, _)| *k).ok().map(|i| windows[i].1)
+        else {
+            continue;
+        };
+        let Some(share) = subject_share(policy).filter(|_| subjects.len() >= 2) else { continue };
+        let (tenant, metric) = (names.name(key.tenant), names.name(key.metric));
+        let window = (Timestamp(key.start), Timestamp(key.end));
+        for ((_, subject), used) in subjects {
+            if i128::from(*used) * 100 <= i128::from(share) * i128::from(consumption) {
+                continue;
+            }
+            let subject = names.name(*subject);
+            let id = rules::alert::alert_id(
+                AlertKind::SUBJECT_SHARE,
+                tenant,
+                &policy.policy_id,
+                (Scope::SUBJECT, Some(subject)),
+                window,
+                share,
+            );
+            alerts.push(AlertEvent {
+                policy_id: Some(policy.policy_id.clone()),
+                policy_version: Some(policy.version),
+                scope: Some(policy.scope),
+                window_start: Some(window.0),
+                window_end: Some(window.1),
+                threshold_percent: share,
+                limit: Some(consumption),
+                observed: *used,
+                ..alert(id, AlertKind::SUBJECT_SHARE, found_at, (tenant, metric), (Scope::SUBJECT, Some(subject)))
+            });
+        }
+    }
+    alerts
+}
+
+/// DENY_RATE alerts of the version changes of `policies` whose first hour ended in the week before `as_of`, from the
+/// decisions `inputs` tally.
+pub(crate) fn judge_deny_rates(
+    inputs: &impl PlanInputs,
+    policies: &[PolicyEvent],
+    as_of: Timestamp,
+) -> Result<Vec<AlertEvent>, ReconcileError> {
+    let mut alerts = Vec::new();
+    for change in version_changes(policies, as_of) {
+        let (first, before) = deny_rate_spans(&change);
+        let v = change.version;
+        let tenant = Some(v.header.tenant.as_str()).filter(|t| *t != rules::policy::PLAN_DEFAULT_TENANT);
+        let metric = &v.header.metric;
+        let now = inputs.decision_tallies(tenant, metric, first, (&v.policy_id, v.version))?;
+        let then: HashMap<String, ledger::DecisionTally> = inputs
+            .decision_tallies(tenant, metric, before, (&change.previous.policy_id, change.previous.version))?
+            .into_iter()
+            .collect();
+        for (tenant, tally) in now {
+            let earlier = then.get(&tenant).copied().unwrap_or_default();
+            let found =
+                deny_rate(&change, &tenant, (tally.decisions, tally.denied), (earlier.decisions, earlier.denied));
+            alerts.extend(found);
+        }
+    }
+    Ok(alerts)
 }

@@ -15,6 +15,9 @@ use sha2::{Digest, Sha256};
 
 use crate::inputs::PlanInputs;
 
+/// The `source` of every adjustment reconcile writes.
+pub const ADJUSTMENT_SOURCE: &str = "reconcile";
+
 /// The thing one adjustment is about: its identity across runs.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Concern {

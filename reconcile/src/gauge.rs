@@ -10,12 +10,15 @@
 //! of that quota containing it, against the quota's limit raised by the tenant's grants of the metric overlapping
 //! that window: the effective limit a window of consumption has ([`overshoot::effective_limit`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use rules::overshoot;
 use rules::policy::{Applicable, PolicyIndex};
+use rustc_hash::FxHashMap;
 use schemas::{Enforcement, GrantEvent, Scope, Timestamp, Violation};
 use serde::Serialize;
+
+use crate::names::Interner;
 
 /// One UsageEvent of a gauge metric: the tenant's level at an instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -189,6 +192,26 @@ impl Gauge<'_> {
             held.over_micros += micros;
         }
     }
+}
+
+/// The windows of gauge quotas each level of `readings` (by interned tenant and metric) stood above the effective
+/// limit in ([`over_limit`]), in report order. `grants` are every tenant's, by (tenant, metric).
+pub(crate) fn judge(
+    readings: FxHashMap<(u32, u32), Vec<Reading>>,
+    names: &Interner,
+    index: &PolicyIndex,
+    grants: &HashMap<(String, String), Vec<GrantEvent>>,
+    as_of: Timestamp,
+) -> Vec<GaugeOverLimit> {
+    let mut over = Vec::new();
+    for ((tenant, metric), mut readings) in readings {
+        let (tenant, metric) = (names.name(tenant), names.name(metric));
+        let key = (tenant.to_string(), metric.to_string());
+        let grants = grants.get(&key).map_or(&[][..], Vec::as_slice);
+        over.extend(over_limit(index, grants, (tenant, metric), &mut readings, as_of));
+    }
+    over.sort_by(|a, b| a.order().cmp(&b.order()));
+    over
 }
 
 #[cfg(test)]

@@ -39,6 +39,7 @@ pub mod concern;
 pub mod error;
 pub mod gauge;
 pub mod inputs;
+mod names;
 pub mod plan;
 mod rolling;
 pub mod shards;

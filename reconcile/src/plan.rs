@@ -9,19 +9,20 @@ use ledger::{Ledger, Period, PeriodClose, SequencedReservation, UsageRow};
 use schemas::*;
 use serde::Serialize;
 
+pub use crate::concern::ADJUSTMENT_SOURCE;
+
 use crate::after_close::{AfterClose, after_close};
 use crate::alerts;
 use crate::concern::{self, Concern, Members, Recorded, Truth};
 use crate::error::ReconcileError;
 use crate::gauge::{self, GaugeOverLimit, Reading};
 use crate::inputs::PlanInputs;
+use crate::names::{Interner, NAMES_NONE, WindowKey};
 use crate::rolling;
 use rules::overshoot::{self, Consumed};
 use rules::policy::{Candidates, PolicyIndex};
 use rules::reservation::{self, Verdict};
 
-/// The `source` of every adjustment reconcile writes.
-pub const ADJUSTMENT_SOURCE: &str = "reconcile";
 /// Rows read between two progress reports.
 pub const PROGRESS_EVERY_ROWS: u64 = 100_000;
 
@@ -118,47 +119,6 @@ impl Plan {
         self.adjustments.is_empty() && self.alerts.is_empty()
     }
 }
-
-/// Interned strings: the consumption stream keys windows by small integers instead of owned strings.
-#[derive(Default)]
-struct Interner {
-    ids: FxHashMap<Box<str>, u32>,
-    names: Vec<Box<str>>,
-}
-
-impl Interner {
-    fn id(&mut self, name: &str) -> u32 {
-        if let Some(id) = self.ids.get(name) {
-            return *id;
-        }
-        let id = u32::try_from(self.names.len()).expect("fewer than 2^32 distinct names");
-        self.ids.insert(name.into(), id);
-        self.names.push(name.into());
-        id
-    }
-    fn name(&self, id: u32) -> &str {
-        &self.names[id as usize]
-    }
-}
-
-/// One window of a policy for a tenant (and a member of the policy's scope), by interned names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-struct WindowKey {
-    tenant: u32,
-    metric: u32,
-    policy_id: u32,
-    /// The policy's scope: members of different scopes share the interner (a subject and a project may have the same
-    /// name, and so the same id), and policies of different scopes may share a policy_id.
-    scope: Scope,
-    /// None for TENANT scope; else the member's interned name, [`NAMES_NONE`] for what names no member.
-    member: Option<u32>,
-    start: i64,
-    end: i64,
-}
-
-/// The member of a window of what names no member of its scope (contract §5: it counts as one more member). No
-/// interned name has this id: the interner stops before 2^32 names.
-const NAMES_NONE: u32 = u32::MAX;
 
 /// One closed period's consumption for a tenant and metric, by interned names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -551,17 +511,10 @@ impl<'p> Run<'p> {
         }
     }
 
-    /// The windows of gauge quotas each level stood above the effective limit in ([`gauge::over_limit`]).
+    /// The windows of gauge quotas each level stood above the effective limit in ([`gauge::judge`]).
     fn judge_gauges(&mut self) {
-        let mut over = Vec::new();
-        for ((tenant, metric), mut readings) in std::mem::take(&mut self.readings) {
-            let (tenant, metric) = (self.names.name(tenant), self.names.name(metric));
-            let key = (tenant.to_string(), metric.to_string());
-            let grants = self.grants.get(&key).map_or(&[][..], Vec::as_slice);
-            over.extend(gauge::over_limit(self.policies, grants, (tenant, metric), &mut readings, self.as_of));
-        }
-        over.sort_by(|a, b| a.order().cmp(&b.order()));
-        self.counts.gauges_over_limit = over;
+        let readings = std::mem::take(&mut self.readings);
+        self.counts.gauges_over_limit = gauge::judge(readings, &self.names, self.policies, &self.grants, self.as_of);
     }
 
     /// Adds one consumption to the windows it falls in and to its closed period.
@@ -674,193 +627,51 @@ impl<'p> Run<'p> {
         }
     }
 
-    /// Truths of the days of ROLLING policies ([`rolling`]): per member, the greatest excess of each day ended by
-    /// `as_of`, naming the events that carried that interval past its limit. A day that is also the policy's UTC DAY
-    /// window (a version change between DAY and ROLLING that day) is judged as that window.
+    /// Truths of the days of ROLLING policies ([`rolling::judge`]).
     fn judge_rolling(&mut self, inputs: &impl PlanInputs, commits: &[Commit]) -> Result<(), ReconcileError> {
         if self.rolling.is_empty() {
             return Ok(());
         }
         let commit_ids: FxHashMap<u64, &str> = commits.iter().map(|c| (c.seq, c.event_id.as_str())).collect();
-        let mut streams: Vec<_> = std::mem::take(&mut self.rolling).into_iter().collect();
-        streams.sort_by_key(|(key, _)| *key);
-        for ((tenant_id, metric_id, scope, member_id), mut items) in streams {
-            let candidates = self.candidates[&(tenant_id, metric_id)];
-            let (tenant, metric) = (self.names.name(tenant_id).to_string(), self.names.name(metric_id).to_string());
-            let member = self.member_name(member_id);
-            let grants = self.grants.get(&(tenant.clone(), metric.clone())).map_or(&[][..], Vec::as_slice);
-            let days = rolling::judge_member(&mut items, self.as_of, |t| {
-                candidates
-                    .applicable(t)
-                    .into_iter()
-                    .filter(|a| {
-                        a.policy.window == Window::ROLLING && a.policy.scope == scope && !a.policy.is_throttle()
-                    })
-                    .map(|a| {
-                        let limit = overshoot::effective_limit(
-                            a.policy.limit,
-                            scope,
-                            member.as_deref(),
-                            grants,
-                            a.window_start,
-                            a.window_end,
-                        );
-                        (a, limit)
-                    })
-                    .collect()
-            });
-            for day in days {
-                let key = WindowKey {
-                    tenant: tenant_id,
-                    metric: metric_id,
-                    policy_id: self.names.id(&day.policy.policy_id),
-                    scope,
-                    member: member_id,
-                    start: day.day.0.micros(),
-                    end: day.day.1.micros(),
-                };
-                if self.windows.contains_key(&key) {
-                    continue;
-                }
-                self.counts.windows_judged += 1;
-                let concern = self.window_concern(&key, day.kind);
-                let recorded = self.recorded.get(&concern).copied().unwrap_or_default();
-                let mut truth = Truth {
-                    concern,
-                    amount: day.excess,
-                    present: day.excess > 0,
-                    tenant: tenant.clone(),
-                    members: Members::of_window(scope, member.clone()),
-                    metric: metric.clone(),
-                    policy_id: Some(day.policy.policy_id.clone()),
-                    refs: Vec::new(),
-                };
-                if day.excess > 0 && concern::delta(&truth, recorded).is_some() {
-                    let seqs = rolling::crossers(&items, day.interval, day.limit);
-                    truth.refs = inputs.event_ids(&seqs, &commit_ids)?;
-                }
-                self.keep(truth);
-            }
+        let streams = std::mem::take(&mut self.rolling);
+        let judging = rolling::Judging {
+            as_of: self.as_of,
+            names: &mut self.names,
+            candidates: &self.candidates,
+            grants: &self.grants,
+            windows: &self.windows,
+            recorded: &self.recorded,
+        };
+        let truths = rolling::judge(streams, judging, inputs, &commit_ids)?;
+        self.counts.windows_judged += truths.len() as u64;
+        for truth in truths {
+            self.keep(truth);
         }
         Ok(())
     }
 
-    /// THRESHOLD and SUBJECT_SHARE alerts of the windows alerts judge, as of the last instant the run read
-    /// (`as_of` less a microsecond: the next night's report starts after it). A THRESHOLD alert's `observed` is the
-    /// window's consumption (the hook's counts holds too); a SUBJECT_SHARE alert's is the subject's, its `limit` the
-    /// tenant's, its `threshold_percent` the share set.
+    /// THRESHOLD and SUBJECT_SHARE alerts of the windows alerts judge ([`alerts::judge_windows`]).
     fn judge_alert_windows(&mut self) {
-        let found_at = Timestamp(self.as_of.micros() - 1);
-        let mut windows: Vec<_> = std::mem::take(&mut self.alert_windows).into_iter().collect();
-        windows.sort_by_key(|(key, _)| *key);
-        for (key, (consumption, policy)) in &windows {
-            let (tenant, metric) = (self.names.name(key.tenant), self.names.name(key.metric));
-            let member = self.member_name(key.member);
-            let grants = self.grants.get(&(tenant.to_string(), metric.to_string())).map_or(&[][..], Vec::as_slice);
-            let window = (Timestamp(key.start), Timestamp(key.end));
-            let limit =
-                overshoot::effective_limit(policy.limit, key.scope, member.as_deref(), grants, window.0, window.1);
-            for &threshold in policy.alert_thresholds() {
-                if i128::from(*consumption) < rules::alert::level(limit, threshold) {
-                    continue;
-                }
-                let id = rules::alert::alert_id(
-                    AlertKind::THRESHOLD,
-                    tenant,
-                    &policy.policy_id,
-                    (key.scope, member.as_deref()),
-                    window,
-                    threshold,
-                );
-                self.alerts.push(AlertEvent {
-                    policy_id: Some(policy.policy_id.clone()),
-                    policy_version: Some(policy.version),
-                    scope: Some(key.scope),
-                    window_start: Some(window.0),
-                    window_end: Some(window.1),
-                    threshold_percent: threshold,
-                    limit: Some(limit),
-                    observed: *consumption,
-                    ..alerts::alert(
-                        id,
-                        AlertKind::THRESHOLD,
-                        found_at,
-                        (tenant, metric),
-                        (key.scope, member.as_deref()),
-                    )
-                });
-            }
-        }
-        let mut shares: Vec<_> = std::mem::take(&mut self.shares).into_iter().collect();
-        shares.sort_by_key(|(key, _)| *key);
-        for subjects in shares.chunk_by(|(a, _), (b, _)| a.0 == b.0) {
-            let key = subjects[0].0.0;
-            let Some((consumption, policy)) =
-                windows.binary_search_by_key(&key, |(k, _)| *k).ok().map(|i| windows[i].1)
-            else {
-                continue;
-            };
-            let Some(share) = alerts::subject_share(policy).filter(|_| subjects.len() >= 2) else { continue };
-            let (tenant, metric) = (self.names.name(key.tenant), self.names.name(key.metric));
-            let window = (Timestamp(key.start), Timestamp(key.end));
-            for ((_, subject), used) in subjects {
-                if i128::from(*used) * 100 <= i128::from(share) * i128::from(consumption) {
-                    continue;
-                }
-                let subject = self.names.name(*subject);
-                let id = rules::alert::alert_id(
-                    AlertKind::SUBJECT_SHARE,
-                    tenant,
-                    &policy.policy_id,
-                    (Scope::SUBJECT, Some(subject)),
-                    window,
-                    share,
-                );
-                self.alerts.push(AlertEvent {
-                    policy_id: Some(policy.policy_id.clone()),
-                    policy_version: Some(policy.version),
-                    scope: Some(policy.scope),
-                    window_start: Some(window.0),
-                    window_end: Some(window.1),
-                    threshold_percent: share,
-                    limit: Some(consumption),
-                    observed: *used,
-                    ..alerts::alert(
-                        id,
-                        AlertKind::SUBJECT_SHARE,
-                        found_at,
-                        (tenant, metric),
-                        (Scope::SUBJECT, Some(subject)),
-                    )
-                });
-            }
-        }
+        let (windows, shares) = (std::mem::take(&mut self.alert_windows), std::mem::take(&mut self.shares));
+        let found = alerts::judge_windows(windows, shares, &self.names, &self.grants, self.as_of);
+        self.alerts.extend(found);
     }
 
-    /// DENY_RATE alerts of the version changes whose first hour ended in the week before `as_of`.
+    /// DENY_RATE alerts of the version changes whose first hour ended in the week before `as_of`
+    /// ([`alerts::judge_deny_rates`]).
     fn judge_deny_rates(&mut self, inputs: &impl PlanInputs) -> Result<(), ReconcileError> {
-        for change in alerts::version_changes(self.policies.policies(), self.as_of) {
-            let (first, before) = alerts::deny_rate_spans(&change);
-            let v = change.version;
-            let tenant = Some(v.header.tenant.as_str()).filter(|t| *t != rules::policy::PLAN_DEFAULT_TENANT);
-            let metric = &v.header.metric;
-            let now = inputs.decision_tallies(tenant, metric, first, (&v.policy_id, v.version))?;
-            let then: HashMap<String, ledger::DecisionTally> = inputs
-                .decision_tallies(tenant, metric, before, (&change.previous.policy_id, change.previous.version))?
-                .into_iter()
-                .collect();
-            for (tenant, tally) in now {
-                let earlier = then.get(&tenant).copied().unwrap_or_default();
-                let found = alerts::deny_rate(
-                    &change,
-                    &tenant,
-                    (tally.decisions, tally.denied),
-                    (earlier.decisions, earlier.denied),
-                );
-                self.alerts.extend(found);
-            }
-        }
+        let found = alerts::judge_deny_rates(inputs, self.policies.policies(), self.as_of)?;
+        self.alerts.extend(found);
         Ok(())
+    }
+
+    /// A window key's member by name: none for TENANT and for what names no member.
+    fn member_name(&self, member: Option<u32>) -> Option<String> {
+        self.names.member(member)
+    }
+
+    fn window_concern(&self, key: &WindowKey, kind: AdjustmentKind) -> Concern {
+        key.concern(&self.names, kind)
     }
 
     fn consumption_of_usage<'r>(&mut self, row: &UsageRow<'r>, counted_at_close: bool) -> Consumption<'r> {
@@ -886,24 +697,6 @@ impl<'p> Run<'p> {
         let project = project.filter(|_| projects).map(|p| self.names.id(p));
         let api_key = api_key.filter(|_| api_keys).map(|k| self.names.id(k));
         (project, api_key)
-    }
-
-    /// A window key's member by name: none for TENANT and for what names no member.
-    fn member_name(&self, member: Option<u32>) -> Option<String> {
-        member.filter(|m| *m != NAMES_NONE).map(|m| self.names.name(m).to_string())
-    }
-
-    fn window_concern(&self, key: &WindowKey, kind: AdjustmentKind) -> Concern {
-        Concern::Window {
-            kind,
-            policy_id: self.names.name(key.policy_id).to_string(),
-            scope: key.scope,
-            tenant: self.names.name(key.tenant).to_string(),
-            member: self.member_name(key.member),
-            metric: self.names.name(key.metric).to_string(),
-            window_start: Timestamp(key.start),
-            window_end: Timestamp(key.end),
-        }
     }
 
     /// Truths of every window with consumption; returns the windows whose adjustment needs the events that

@@ -8,12 +8,18 @@
 //! The consumption of an interval ending at each instant is a difference of prefix sums over the member's events in
 //! event-time order: a member's whole history is judged in one pass, whatever the length.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use rules::overshoot::{self, Consumed};
-use rules::policy::Applicable;
+use rules::policy::{Applicable, Candidates};
 use rules::window;
-use schemas::{AdjustmentKind, PolicyEvent, Timestamp, Window};
+use rustc_hash::FxHashMap;
+use schemas::{AdjustmentKind, GrantEvent, PolicyEvent, Scope, Timestamp, Window};
+
+use crate::concern::{self, Concern, Members, Recorded, Truth};
+use crate::error::ReconcileError;
+use crate::inputs::PlanInputs;
+use crate::names::{Interner, WindowKey};
 
 /// The greatest excess of one day of a ROLLING policy for one member.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,6 +92,90 @@ pub(crate) fn crossers(items: &[Consumed], interval: (Timestamp, Timestamp), lim
     let from = items.partition_point(|c| c.occurred_at < interval.0);
     let to = items.partition_point(|c| c.occurred_at < interval.1);
     overshoot::crossing_seqs(&mut items[from..to].to_vec(), limit)
+}
+
+/// What judging the ROLLING days reads of the run: names interned, the policy groups of each (tenant, metric), the
+/// grants, the calendar windows summed (a day that is one of them is judged as that window), and the adjustments
+/// recorded.
+pub(crate) struct Judging<'a, 'p> {
+    pub(crate) as_of: Timestamp,
+    pub(crate) names: &'a mut Interner,
+    pub(crate) candidates: &'a FxHashMap<(u32, u32), Candidates<'p>>,
+    pub(crate) grants: &'a HashMap<(String, String), Vec<GrantEvent>>,
+    pub(crate) windows: &'a FxHashMap<WindowKey, (i64, &'p PolicyEvent)>,
+    pub(crate) recorded: &'a HashMap<Concern, Recorded>,
+}
+
+/// Truths of the days of ROLLING policies, of each member's stream of consumption in `streams` (by tenant, metric,
+/// scope and member): per member, the greatest excess of each day ended by `as_of`, naming the events that carried
+/// that interval past its limit ([`crossers`], by `commit_ids` for COMMITs). A day that is also the policy's UTC DAY
+/// window (a version change between DAY and ROLLING that day) is judged as that window.
+pub(crate) fn judge(
+    streams: FxHashMap<(u32, u32, Scope, Option<u32>), Vec<Consumed>>,
+    judging: Judging<'_, '_>,
+    inputs: &impl PlanInputs,
+    commit_ids: &FxHashMap<u64, &str>,
+) -> Result<Vec<Truth>, ReconcileError> {
+    let Judging { as_of, names, candidates, grants, windows, recorded: recorded_all } = judging;
+    let mut truths = Vec::new();
+    let mut streams: Vec<_> = streams.into_iter().collect();
+    streams.sort_by_key(|(key, _)| *key);
+    for ((tenant_id, metric_id, scope, member_id), mut items) in streams {
+        let candidates = candidates[&(tenant_id, metric_id)];
+        let (tenant, metric) = (names.name(tenant_id).to_string(), names.name(metric_id).to_string());
+        let member = names.member(member_id);
+        let grants = grants.get(&(tenant.clone(), metric.clone())).map_or(&[][..], Vec::as_slice);
+        let days = judge_member(&mut items, as_of, |t| {
+            candidates
+                .applicable(t)
+                .into_iter()
+                .filter(|a| a.policy.window == Window::ROLLING && a.policy.scope == scope && !a.policy.is_throttle())
+                .map(|a| {
+                    let limit = overshoot::effective_limit(
+                        a.policy.limit,
+                        scope,
+                        member.as_deref(),
+                        grants,
+                        a.window_start,
+                        a.window_end,
+                    );
+                    (a, limit)
+                })
+                .collect()
+        });
+        for day in days {
+            let key = WindowKey {
+                tenant: tenant_id,
+                metric: metric_id,
+                policy_id: names.id(&day.policy.policy_id),
+                scope,
+                member: member_id,
+                start: day.day.0.micros(),
+                end: day.day.1.micros(),
+            };
+            if windows.contains_key(&key) {
+                continue;
+            }
+            let concern = key.concern(names, day.kind);
+            let recorded = recorded_all.get(&concern).copied().unwrap_or_default();
+            let mut truth = Truth {
+                concern,
+                amount: day.excess,
+                present: day.excess > 0,
+                tenant: tenant.clone(),
+                members: Members::of_window(scope, member.clone()),
+                metric: metric.clone(),
+                policy_id: Some(day.policy.policy_id.clone()),
+                refs: Vec::new(),
+            };
+            if day.excess > 0 && concern::delta(&truth, recorded).is_some() {
+                let seqs = crossers(&items, day.interval, day.limit);
+                truth.refs = inputs.event_ids(&seqs, commit_ids)?;
+            }
+            truths.push(truth);
+        }
+    }
+    Ok(truths)
 }
 
 #[cfg(test)]

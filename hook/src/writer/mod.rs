@@ -27,17 +27,19 @@ use ledger::{AppendOutcome, AppendReport, Batch, Durability, Incoming, Ledger, O
 use schemas::{DecisionEvent, Event, OnFailure, Reason, Timestamp};
 
 use crate::answer::Answer;
+use crate::api::SOURCE;
 use crate::buckets::{Buckets, Taken};
 use crate::error::{HookError, StartError};
 use crate::health::Health;
+use crate::load::load;
 use crate::queue::{Queued, Work};
+use crate::replicate::{Replicate, ReplicateError};
+use crate::settings::HookSettings;
 use crate::spill::Spill;
 use crate::stages::{self, Stage};
 use crate::state::{self, State};
 use crate::sync::Syncer;
-use crate::{HookSettings, SOURCE};
 use reads::catch_up;
-pub(crate) use reads::load;
 use recent::Recent;
 
 /// Why a group fails before anything of it is decided: the error each of its requests is answered, made from the
@@ -74,7 +76,7 @@ pub struct Writer {
     /// Checkpoints the ledger's log off this thread, so that no group waits for one (stopped with the writer).
     _checkpointer: ledger::Checkpointer,
     /// At durability replicated: publishes each group's events before they are recorded.
-    replicate: Option<Box<dyn crate::Replicate>>,
+    replicate: Option<Box<dyn Replicate>>,
     /// Set, for good, once the publisher was fenced: another node owns the shard, this writer decides nothing more.
     fenced: Option<String>,
     /// The partition of the ledger's shard (`None`: a ledger of every partition), which its reservation ids name.
@@ -97,7 +99,7 @@ impl Writer {
         mut ledger: Ledger,
         settings: HookSettings,
         health: Arc<Health>,
-        replicate: Option<Box<dyn crate::Replicate>>,
+        replicate: Option<Box<dyn Replicate>>,
     ) -> Result<Writer, StartError> {
         ledger.keep_key_filter()?;
         let partition = ledger.shard()?.map(|shard| shard.partition);
@@ -152,7 +154,7 @@ impl Writer {
         // (polling after groups of one from HTTP callers, which cannot poll, cost about 5% of the throughput at 8
         // HTTP clients, durability full).
         let next = |poll: Duration| {
-            crate::poll_for(poll, || match queue.try_recv() {
+            crate::threads::poll_for(poll, || match queue.try_recv() {
                 Ok(queued) => Some(Some(queued)),
                 Err(TryRecvError::Empty) => None,
                 Err(TryRecvError::Disconnected) => Some(None),
@@ -313,14 +315,12 @@ impl Writer {
         let batch = Batch { events: incoming, outbox: self.replicate.is_none(), ..Batch::default() };
         if let Err(failed) = self.replicate(&batch.events) {
             let (error, message) = match failed {
-                crate::ReplicateError::Fenced(message) => {
+                ReplicateError::Fenced(message) => {
                     tracing::error!("hook: another node owns this shard now ({message}); it answers nothing more here");
                     self.fenced = Some(message.clone());
                     (HookError::Fenced as fn(String) -> HookError, message)
                 }
-                crate::ReplicateError::Unavailable(message) => {
-                    (HookError::NotReplicated as fn(String) -> HookError, message)
-                }
+                ReplicateError::Unavailable(message) => (HookError::NotReplicated as fn(String) -> HookError, message),
             };
             self.health.failed(&message, answers.len(), now);
             let taken_back = self.take_back(&batch.events, now, &HashSet::new());
@@ -373,7 +373,7 @@ impl Writer {
     /// Publishes a group's events before they are recorded (durability replicated): Kafka holds what the caller is
     /// told, and the shard is rebuilt from it wherever it goes next. A group published but then refused by the shard
     /// reaches the shard anyway through ingest (its events carry their ids): it counts, as a retried request would.
-    fn replicate(&mut self, events: &[Incoming]) -> Result<(), crate::ReplicateError> {
+    fn replicate(&mut self, events: &[Incoming]) -> Result<(), ReplicateError> {
         let Some(replicate) = self.replicate.as_mut() else { return Ok(()) };
         let events: Vec<Event> = events.iter().map(|incoming| incoming.event.clone()).collect();
         let started = Instant::now();

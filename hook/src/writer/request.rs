@@ -19,7 +19,7 @@ use crate::buckets::BucketOf;
 use crate::decide::{self, Ask, Evaluated, Verdict};
 use crate::error::HookError;
 use crate::state::{self, Adding, Hold};
-use crate::{SOURCE, TenantScope, alerts, ids};
+use crate::{alerts, ids};
 
 /// A valid ask: new (with its idempotency key's hash), or a repeated key (with the original decision).
 enum Admitted {
@@ -764,18 +764,18 @@ fn deciding_of(decisions: &[Decision]) -> usize {
 
 /// The asks of a request of several metrics, in metric order, each checked as a check's (contract §9.2); a fault of
 /// one names `amounts` and the metric.
-/// A reservation's time to live: more than 0, at most [`crate::TTL_MS_MAX`].
+/// A reservation's time to live: more than 0, at most [`TTL_MS_MAX`].
 fn validate_ttl(ttl_ms: i64) -> Result<(), HookError> {
-    if ttl_ms <= 0 || ttl_ms > crate::TTL_MS_MAX {
-        let message = format!("{ttl_ms} is outside (0, {}]", crate::TTL_MS_MAX);
+    if ttl_ms <= 0 || ttl_ms > TTL_MS_MAX {
+        let message = format!("{ttl_ms} is outside (0, {}]", TTL_MS_MAX);
         return Err(HookError::BadRequest { field: "ttl_ms", message });
     }
     Ok(())
 }
 
 fn validate_amounts(request: &CheckAmountsRequest) -> Result<Vec<Ask<'_>>, HookError> {
-    if request.amounts.is_empty() || request.amounts.len() > crate::AMOUNTS_MAX {
-        let message = format!("names {} metrics; 1 to {} are accepted", request.amounts.len(), crate::AMOUNTS_MAX);
+    if request.amounts.is_empty() || request.amounts.len() > AMOUNTS_MAX {
+        let message = format!("names {} metrics; 1 to {} are accepted", request.amounts.len(), AMOUNTS_MAX);
         return Err(HookError::BadRequest { field: "amounts", message });
     }
     let subject = request.subject.as_deref();

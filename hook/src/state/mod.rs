@@ -1,0 +1,336 @@
+//! What the hook knows when it decides: consumption per window, open reservations, grants and policies,
+//! folded from the ledger's entries in ledger order. The writer folds every entry another writer (ingest)
+//! appended since its last look before each group of decisions, and applies its own decisions directly, so
+//! the state always equals a fold of the whole ledger up to its watermark.
+//!
+//! A decision asks, per applicable policy, two numbers: the consumption of the window containing now and what
+//! open reservations hold. Both are kept as running totals per tenant (and subject) and metric, updated when
+//! a reservation opens, closes or expires, so that a decision costs a few hash lookups whatever the number of
+//! open reservations or of tenants. Lookups take `&str`: nothing is allocated to ask.
+//!
+//! Windows that ended are dropped as time passes: the hook only ever asks about the windows containing now.
+//!
+//! Consumption is counted per window, a window being its instants `[start, end)`: the minute, and the hour, day
+//! and month in the calendar of UTC and of every time zone a policy names (PolicyEvent v4), each once when zones
+//! agree (New York's minutes are UTC's). A policy naming a zone the counters did not keep leaves them short of the
+//! consumption folded before it: the state says so ([`State::is_missing_zones`]) and the writer rebuilds it from
+//! the ledger, which a start does knowing every zone first.
+//!
+//! Reservations are judged as reconcile judges them (`rules::reservation::judge`: by event time, whatever
+//! order their events arrive in): the hook keeps what judging needs of each reservation's events while a late
+//! event could still change what it holds or consumes, and applies the difference each new event makes to the
+//! verdict. So a close that arrives before its RESERVE counts, a second RESERVE of a closed reservation opens
+//! nothing, and of two closes the earlier by event time is the one that counts, in the hook as in reconcile.
+//!
+//! Each concern keeps its own fields: the window counters (`windows`), reservation lives (`reservations`), gauge
+//! levels (`gauges`), fencing tokens (`fencing`) and alert dedup (`alerts`); the fold composes them.
+
+mod alerts;
+mod fencing;
+mod gauges;
+mod reservations;
+mod windows;
+
+use std::collections::HashMap;
+
+use rules::policy::PolicyIndex;
+use schemas::*;
+
+use alerts::Alerted;
+use fencing::FencingTokens;
+use gauges::Gauges;
+use reservations::Reservations;
+pub(crate) use reservations::key_of;
+pub use reservations::{Hold, Key, PROVISIONAL_SEQ, RESTING_MAX};
+use windows::Windows;
+pub(crate) use windows::timeline_micros;
+pub use windows::{Adding, Counters, Named, NoRoom, Whose};
+
+/// The fold.
+#[derive(Debug)]
+pub struct State {
+    /// Last ledger sequence number folded.
+    pub watermark: u64,
+    /// Every policy version folded.
+    pub policies: PolicyIndex,
+    /// Every grant folded, by (tenant, metric).
+    pub grants: HashMap<(String, String), Vec<GrantEvent>>,
+    /// The greatest fencing token of a lease's RESERVE, by (tenant, metric): the next lease gets a greater one.
+    fencing_tokens: FencingTokens,
+    /// The window counters of every tenant, and which zones and scopes they keep.
+    windows: Windows,
+    /// Open reservations, and those that hold nothing kept for a late event.
+    reservations: Reservations,
+    /// Whether a policy folded named a zone the counters did not hold: the consumption folded before it is in none of
+    /// that zone's windows, so the state must be rebuilt from the ledger. Also set when a policy makes a metric a
+    /// gauge that no gauge named before (the levels of that metric folded before it were not kept), asks for a longer
+    /// timeline, or is the first of a scope whose members were not counted.
+    missing_zones: bool,
+    /// The gauge metrics and their levels.
+    gauges: Gauges,
+    /// The alerts of windows not pruned yet ([`crate::alerts`]), own and folded: what makes each written once.
+    alerted: Alerted,
+}
+
+impl Default for State {
+    fn default() -> State {
+        State {
+            watermark: 0,
+            policies: PolicyIndex::new(Vec::new()),
+            grants: HashMap::new(),
+            fencing_tokens: FencingTokens::default(),
+            windows: Windows::default(),
+            reservations: Reservations::default(),
+            missing_zones: false,
+            gauges: Gauges::default(),
+            alerted: Alerted::default(),
+        }
+    }
+}
+
+impl State {
+    /// An empty state that counts windows in UTC and in each of `zones` (the zones recorded policies name), and keeps
+    /// the levels of `gauge_metrics` (the metrics recorded gauge quotas name).
+    pub fn with_zones(zones: impl IntoIterator<Item = Tz>, gauge_metrics: impl IntoIterator<Item = String>) -> State {
+        State { windows: Windows::with_zones(zones), gauges: Gauges::of(gauge_metrics), ..State::default() }
+    }
+
+    /// The same state, keeping the counters of the members of `scopes` (PROJECT, API_KEY; others are always kept).
+    pub fn counting_scopes(mut self, scopes: impl IntoIterator<Item = Scope>) -> State {
+        self.windows.count_scopes(scopes);
+        self
+    }
+
+    /// The same state, keeping timelines for ROLLING windows as long as the longest of `policies`' (recorded policies).
+    pub fn keeping_rolling<'p>(mut self, policies: impl IntoIterator<Item = &'p PolicyEvent>) -> State {
+        self.windows.keep_rolling(policies);
+        self
+    }
+
+    /// The scopes whose members' counters are kept beside the tenant's and the subjects'.
+    pub fn scopes_counted(&self) -> Vec<Scope> {
+        self.windows.scopes_counted()
+    }
+
+    /// The time zones whose windows are counted: UTC, then those of the policies folded.
+    pub fn zones(&self) -> &[Tz] {
+        self.windows.zones()
+    }
+
+    /// Whether a policy folded names a zone whose windows were not counted from the start: the state's counters lack
+    /// the consumption folded before it, and it must be rebuilt ([`State::with_zones`], then the fold again).
+    pub fn is_missing_zones(&self) -> bool {
+        self.missing_zones
+    }
+
+    /// Folds one recorded entry.
+    pub fn fold(&mut self, seq: u64, event: &Event, now: Timestamp) {
+        debug_assert!(seq > self.watermark, "entries are folded in ledger order");
+        self.watermark = seq;
+        match event {
+            Event::Usage(u) if self.gauges.is_level(&self.policies, &u.header) => {
+                self.note_level(&u.header.tenant, &u.header.metric, u.header.occurred_at, u.quantity)
+            }
+            Event::Usage(u) => self.consume(&u.header, u.quantity),
+            Event::Reservation(r) => self.fold_reservation(seq, r, false, now),
+            Event::Grant(g) => {
+                self.grants.entry((g.header.tenant.clone(), g.header.metric.clone())).or_default().push(g.clone())
+            }
+            Event::Policy(p) => {
+                // Each concern starts counting what the policy needs; any that did misses what was folded before.
+                let counted_anew = self.windows.note_policy(p);
+                let gauge_anew = self.gauges.note_policy(p);
+                if counted_anew || gauge_anew {
+                    self.missing_zones = true;
+                }
+                let mut policies = self.policies.policies().to_vec();
+                policies.push(p.clone());
+                self.policies = PolicyIndex::new(policies);
+            }
+            Event::Alert(a) => self.note_alert(a),
+            Event::Decision(_) | Event::Adjustment(_) => {}
+        }
+    }
+
+    /// Applies a reservation event this writer decided, numbered `PROVISIONAL_SEQ + n` (its place in the group's
+    /// events) until the ledger numbers it.
+    pub fn fold_own(&mut self, provisional: u64, r: &ReservationEvent, now: Timestamp) {
+        debug_assert!(provisional >= PROVISIONAL_SEQ);
+        self.fold_reservation(provisional, r, true, now);
+    }
+
+    /// Puts the ledger's sequence number in place of an own event's provisional one, or, when the ledger did not
+    /// record it as an event that counts (a copy of one it holds), takes the event back out of the verdict.
+    pub fn number_own(&mut self, key: &Key, provisional: u64, recorded: Option<u64>, now: Timestamp) {
+        self.reservations.number_own(&mut self.windows, key, provisional, recorded, now);
+    }
+
+    /// Takes an own event the ledger did not record back out of the state: its consumption, or its step of a
+    /// reservation (applied as `provisional`, judged again without it), in any order.
+    pub fn take_back(&mut self, provisional: u64, event: &Event, now: Timestamp) {
+        match event {
+            Event::Usage(u) => self.consume(&u.header, -u.quantity),
+            Event::Reservation(r) => self.number_own(&key_of(r), provisional, None, now),
+            Event::Alert(a) => self.alerted.forget(&a.alert_id),
+            Event::Decision(_) | Event::Grant(_) | Event::Policy(_) | Event::Adjustment(_) => {}
+        }
+    }
+
+    /// Remembers an alert, own or folded, until its window is pruned.
+    pub fn note_alert(&mut self, alert: &AlertEvent) {
+        self.alerted.note(alert);
+    }
+
+    /// Whether the alert of this id was written (by this hook or another writer whose entries it folded).
+    pub fn is_alerted(&self, alert_id: &str) -> bool {
+        self.alerted.contains(alert_id)
+    }
+
+    fn fold_reservation(&mut self, seq: u64, r: &ReservationEvent, own: bool, now: Timestamp) {
+        if let (ReservationAction::RESERVE, Some(token)) = (r.action, r.fencing_token) {
+            self.note_fencing_token(&r.header.tenant, &r.header.metric, token);
+        }
+        self.reservations.fold(&mut self.windows, seq, r, own, now);
+    }
+
+    /// How many metrics, and subjects of each metric, `tenant` has counters for.
+    pub fn counters_of(&self, tenant: &str) -> usize {
+        self.windows.counters_of(tenant)
+    }
+
+    /// How many counters (a metric's, a subject's, a project's, an API key's) a request of `tenant` for `metric`
+    /// naming `named` would add.
+    pub fn new_counters(&self, tenant: &str, named: Named<'_>, metric: &str) -> usize {
+        self.windows.new_counters(tenant, named, metric)
+    }
+
+    /// Whether `amount` more of what `adding` says fits in every sum a request of `tenant` (and `subject`) for
+    /// `metric` would change: the tenant's and the subject's (or the subjectless') consumption in each window
+    /// still counted that contains the instant, or what they hold. Those sums are recorded as `long`s (the
+    /// DecisionEvent's `used_before`, the ledger's totals) and must stay within i64.
+    pub fn room(
+        &self,
+        tenant: &str,
+        named: Named<'_>,
+        metric: &str,
+        adding: Adding,
+        amount: i64,
+    ) -> Result<(), NoRoom> {
+        self.windows.room(tenant, named, metric, adding, amount)
+    }
+
+    /// The counters of a tenant's metric, of one subject, or of what carries no subject, if any.
+    pub fn counters(&self, tenant: &str, whose: Whose<'_>, metric: &str) -> Option<&Counters> {
+        self.windows.counters(tenant, whose, metric)
+    }
+
+    /// Adds consumption to the windows of every kind containing its event time, for the tenant and, when it
+    /// has one, its subject.
+    pub fn consume(&mut self, header: &Header, quantity: i64) {
+        self.windows.consume_at(&header.tenant, Named::of(header), &header.metric, header.occurred_at, quantity);
+    }
+
+    /// Consumption of the window `[start, end)`: a window of a kind in a zone whose windows are counted (UTC, or a zone
+    /// a policy folded names).
+    pub fn consumed(&self, tenant: &str, whose: Whose<'_>, metric: &str, window: (Timestamp, Timestamp)) -> i64 {
+        self.windows.consumed(tenant, whose, metric, window)
+    }
+
+    /// Consumption of the ROLLING window `[start, end)`, from the timelines (kept once a ROLLING policy is folded).
+    pub fn consumed_rolling(
+        &self,
+        tenant: &str,
+        whose: Whose<'_>,
+        metric: &str,
+        window: (Timestamp, Timestamp),
+    ) -> i64 {
+        self.windows.consumed_rolling(tenant, whose, metric, window)
+    }
+
+    /// What open reservations hold now against a tenant's, a subject's, or the subjectless' limits. `now` is the
+    /// instant of the last [`State::expire`]: holds that expired before it were taken out of the totals then.
+    pub fn held(&self, tenant: &str, whose: Whose<'_>, metric: &str, now: Timestamp) -> i128 {
+        debug_assert!(
+            self.reservations.first_expiry().is_none_or(|expires_at| expires_at >= now.micros()),
+            "expire(now) ran before asking what is held at {now:?}"
+        );
+        self.counters(tenant, whose, metric).map_or(0, |c| c.held)
+    }
+
+    /// The metrics whose usage events are levels (a gauge quota names them), whose levels are kept.
+    pub fn gauge_metrics(&self) -> impl Iterator<Item = &String> {
+        self.gauges.gauge_metrics()
+    }
+
+    /// Notes a report of `tenant`'s level of the gauge `metric` at `at`: it is the level unless a later one is known.
+    pub fn note_level(&mut self, tenant: &str, metric: &str, at: Timestamp, level: i64) {
+        self.gauges.note_level(tenant, metric, at, level);
+    }
+
+    /// `tenant`'s level of the gauge `metric`, and when it was reported: none before any report.
+    pub fn level(&self, tenant: &str, metric: &str) -> Option<(Timestamp, i64)> {
+        self.gauges.level(tenant, metric)
+    }
+
+    /// The greatest fencing token a lease of `tenant`'s `metric` was granted with (0 when none was).
+    pub fn fencing_token(&self, tenant: &str, metric: &str) -> i64 {
+        self.fencing_tokens.greatest(tenant, metric)
+    }
+
+    /// Notes that a lease of `tenant`'s `metric` was granted `token`: the next one gets a greater one. The fold notes
+    /// every lease it reads; a start notes the greatest the ledger holds, of leases too old to be folded.
+    pub fn note_fencing_token(&mut self, tenant: &str, metric: &str, token: i64) {
+        self.fencing_tokens.note(tenant, metric, token);
+    }
+
+    /// The open reservations of id `reservation_id`: one per tenant holding it (almost always one, or none).
+    pub fn holds_of(&self, reservation_id: &str) -> &[Hold] {
+        self.reservations.holds_of(reservation_id)
+    }
+
+    /// Open reservations.
+    pub fn holds(&self) -> impl Iterator<Item = &Hold> {
+        self.reservations.holds()
+    }
+
+    /// The tenants that have consumed or hold anything the state counts.
+    pub fn tenants(&self) -> impl Iterator<Item = &str> {
+        self.windows.tenants()
+    }
+
+    /// Whether every event of the reservation is this writer's own (it issued it, and nobody else wrote to it).
+    pub fn is_own(&self, tenant: &str, reservation_id: &str) -> bool {
+        self.reservations.is_own(tenant, reservation_id)
+    }
+
+    /// Closes the reservations that expired before `now`: from now on they hold nothing, and only a late close
+    /// with an event time before their expiry can still close them.
+    pub fn expire(&mut self, now: Timestamp) {
+        self.reservations.expire(&mut self.windows, now);
+    }
+
+    /// Drops windows that ended before `now` minus a day (at most once a minute): bounded memory.
+    pub fn prune(&mut self, now: Timestamp) {
+        let Some(horizon) = self.windows.prune(now) else { return };
+        self.reservations.prune(&self.windows);
+        self.alerted.prune(horizon);
+    }
+}
+
+#[cfg(test)]
+impl State {
+    /// Panics unless the reservation bookkeeping agrees with itself: every hold has its reservation and its place
+    /// in the expiry order, and every reservation kept that holds nothing is resting, and only those; and each
+    /// tenant's count of counters is what it keeps.
+    fn check_bookkeeping(&self) {
+        self.reservations.check_bookkeeping();
+        self.windows.check_bookkeeping();
+    }
+
+    fn is_open(&self, key: &Key) -> bool {
+        self.reservations.is_open(key)
+    }
+}
+
+#[cfg(test)]
+mod tests;
