@@ -49,4 +49,4 @@ pub use apply::{ADJUSTMENTS_PER_TRANSACTION, apply};
 pub use error::ReconcileError;
 pub use gauge::GaugeOverLimit;
 pub use inputs::PlanInputs;
-pub use plan::{Plan, PlanCounts, Progress, plan, plan_from, plan_from_with, plan_with};
+pub use plan::{Plan, PlanCounts, Progress, late_usage, plan, plan_from, plan_from_with, plan_with};

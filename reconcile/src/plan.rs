@@ -260,6 +260,36 @@ pub fn plan_from_with(
     settings: alerts::AlertSettings,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Plan, ReconcileError> {
+    plan_judging(inputs, as_of, settings, Judged::Everything, progress)
+}
+
+/// The LATE_USAGE adjustments a run as of `as_of` would make, and nothing else (what a close records of the months
+/// closed before it): the reservations judged and the consumption summed as a run does, without judging windows,
+/// gauges, rolling limits or alerts, and without the second read that names the events crossing a limit. Its
+/// adjustments are exactly the LATE_USAGE ones of [`plan()`] as of the same instant.
+pub fn late_usage(ledger: &Ledger, as_of: Timestamp) -> Result<Plan, ReconcileError> {
+    let snapshot = ledger.read_snapshot()?;
+    let plan = plan_judging(ledger, as_of, alerts::AlertSettings::default(), Judged::LateUsage, &mut |_| {})?;
+    snapshot.finish()?;
+    Ok(plan)
+}
+
+/// What a plan judges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Judged {
+    /// Everything a nightly run judges.
+    Everything,
+    /// The late usage of closed periods alone.
+    LateUsage,
+}
+
+fn plan_judging(
+    inputs: &impl PlanInputs,
+    as_of: Timestamp,
+    settings: alerts::AlertSettings,
+    judged: Judged,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Plan, ReconcileError> {
     let watermark = inputs.watermark()?;
     let policies = PolicyIndex::new(inputs.policies()?);
     let mut clock = std::time::Instant::now();
@@ -301,6 +331,17 @@ pub fn plan_from_with(
     step(&mut run, "read policies, grants, adjustments");
     let commits = run.judge_reservations(inputs, progress)?;
     step(&mut run, "judge reservations");
+    if judged == Judged::LateUsage {
+        run.sum_consumption(inputs, &commits, progress)?;
+        run.judge_late_usage();
+        run.take_back_vanished(|concern| matches!(concern, Concern::LateUsage { .. }));
+        // What judging the reservations found of them (expiries, refused transitions) and their age's alerts are
+        // the nightly run's.
+        run.truths.retain(|truth| matches!(truth.concern, Concern::LateUsage { .. }));
+        run.alerts.clear();
+        step(&mut run, "judge late usage");
+        return Ok(run.into_plan(format!("reconcile-{as_of}-w{watermark}"), watermark));
+    }
     run.judge_conflicts(inputs)?;
     step(&mut run, "judge conflicting duplicates");
     run.sum_consumption(inputs, &commits, progress)?;
@@ -311,7 +352,7 @@ pub fn plan_from_with(
     run.judge_throttled(inputs, &commits, throttled, &mut flagged, progress)?;
     run.judge_rolling(inputs, &commits)?;
     run.judge_late_usage();
-    run.take_back_vanished();
+    run.take_back_vanished(|_| true);
     step(&mut run, "judge windows and late usage");
     run.name_crossers(inputs, &commits, &flagged, progress)?;
     step(&mut run, "name the events that crossed limits");
@@ -824,10 +865,10 @@ impl<'p> Run<'p> {
     }
 
     /// Windows and periods with recorded adjustments but no consumption left (a COMMIT invalidated by a late
-    /// close): their truth is 0, so their adjustments are taken back.
-    fn take_back_vanished(&mut self) {
+    /// close), of the concerns `of` judges: their truth is 0, so their adjustments are taken back.
+    fn take_back_vanished(&mut self, of: impl Fn(&Concern) -> bool) {
         let mut vanished: Vec<Truth> = Vec::new();
-        for concern in self.recorded.keys().filter(|c| !self.judged.contains(*c)) {
+        for concern in self.recorded.keys().filter(|c| !self.judged.contains(*c) && of(c)) {
             let (tenant, members, metric, policy_id, end) = match concern {
                 Concern::Window { tenant, scope, member, metric, policy_id, window_end, .. } => {
                     (tenant, Members::of_window(*scope, member.clone()), metric, Some(policy_id.clone()), *window_end)

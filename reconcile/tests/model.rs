@@ -1668,6 +1668,12 @@ impl Model {
 fn run_and_check(ledger: &mut Ledger, model: &mut Model, as_of: Timestamp) {
     let before = ledger.adjustments().unwrap();
     let plan = reconcile::plan(ledger, as_of, &mut |_| {}).unwrap();
+    // What a close records of the months closed before: the run's LATE_USAGE adjustments, judged alone.
+    let late = reconcile::late_usage(ledger, as_of).unwrap();
+    let late_of_run: Vec<&AdjustmentEvent> =
+        plan.adjustments.iter().filter(|a| a.kind == AdjustmentKind::LATE_USAGE).collect();
+    assert_eq!(late.adjustments.iter().collect::<Vec<_>>(), late_of_run, "as of {as_of}: late usage judged alone");
+    assert!(late.alerts.is_empty(), "a close's judgement of late usage alerts nothing");
     let report = reconcile::apply(ledger, &plan).unwrap();
     // The run's alerts are entries too; the model judges adjustments, and that none is written twice.
     model.watermark += (plan.adjustments.len() + plan.alerts.len()) as u64;

@@ -78,8 +78,8 @@ fn refuse_unended_cycles(ledger: &Ledger, period: Period) -> Result<()> {
     Ok(())
 }
 
-/// Records the late usage of the months closed before, as `reconcile` would (its LATE_USAGE adjustments only, the
-/// same concerns and ids): a close carries every late event recorded before it, whether or not a reconcile ran since
+/// Records the late usage of the months closed before, as `reconcile` would (its LATE_USAGE adjustments, the same
+/// concerns and ids, judged without the rest of a run: [`reconcile::late_usage`]): a close carries every late event recorded before it, whether or not a reconcile ran since
 /// it arrived (not only those a reconcile had recorded, leaving the rest to wait for the next close). The reconcile
 /// lock keeps it from running beside a reconcile, whose plan it would make stale. Answers how many it recorded.
 fn record_late_usage(ledger: &mut Ledger, period: Period) -> Result<usize> {
@@ -95,7 +95,7 @@ fn record_late_usage(ledger: &mut Ledger, period: Period) -> Result<usize> {
         ),
         other => other.into(),
     })?;
-    let plan = reconcile::plan(ledger, Timestamp::now(), &mut |_| {}).context("cannot judge late usage")?;
+    let plan = reconcile::late_usage(ledger, Timestamp::now()).context("cannot judge late usage")?;
     // The run says it was the close's: `close-2026-10-reconcile-<as_of>-w<watermark>`.
     let run_id = format!("close-{period}-{}", plan.run_id);
     let late: Vec<_> = plan
