@@ -177,7 +177,7 @@ impl Connection {
 /// How long, and how many bytes at most, the rest of a plain HTTP request is read and dropped after its 400: a
 /// socket closed with unread bytes sends a reset, which may destroy the answer before the client reads it.
 const LINGER: Duration = Duration::from_secs(1);
-const LINGER_BYTES_MAX: usize = crate::BODY_LIMIT_BYTES * 2;
+const LINGER_BYTES_MAX: usize = crate::limits::BODY_LIMIT_BYTES * 2;
 
 /// Answers a plain HTTP request sent to the TLS port with 400 and closes the connection.
 async fn refuse_plain_http(mut stream: TcpStream) {

@@ -34,6 +34,8 @@
 
 mod admin;
 mod answer;
+mod app;
+mod changes;
 mod connections;
 mod hook_outbox;
 mod hooks;
@@ -54,17 +56,17 @@ use ledger::Ledger;
 use ledger::shards::ShardDir;
 use outbox::PublisherThread;
 
+use crate::app::{App, Outboxes};
 use crate::hook_outbox::HookOutbox;
 use crate::hooks::Hooks;
-use crate::routes::{App, Outboxes};
 use crate::tls::{TlsError, TlsFiles};
 use crate::tokens::{TokenFileError, Tokens};
 
-pub use crate::limits::{CONNECTIONS_MAX_DEFAULT, FILES_RESERVED, FILES_RESERVED_MIN};
+pub use crate::app::Routing;
+pub use crate::limits::{BODY_LIMIT_BYTES, CONNECTIONS_MAX_DEFAULT, FILES_RESERVED, FILES_RESERVED_MIN};
+pub use crate::metrics::stage_timer;
 pub use usecases::cluster::BACKUP_MANIFEST_HEADER;
 
-/// Largest request body accepted: a check is about 200 bytes.
-pub const BODY_LIMIT_BYTES: usize = 16 * 1024;
 /// How long a client may take to send a request's body once its header arrived (Go's `http.Server.ReadTimeout` counts
 /// the same way): hyper's default for a header, kept for the body, which an ordinary client sends with its header.
 pub const READ_TIMEOUT_MS: u64 = 30_000;
@@ -141,13 +143,15 @@ impl ServeSettings {
 /// `changes`, the ledger file the hook decides on, as `serve --ledger` does; with `None` they answer that there is no
 /// ledger to record in.
 pub fn router(hook: Hook, tokens: Tokens, changes: Option<std::path::PathBuf>) -> axum::Router {
-    let admin = admin::Admin::new(changes.map_or(admin::AdminLedgers::None, admin::AdminLedgers::File));
+    let admin = crate::changes::Admin::new(
+        changes.map_or(crate::changes::AdminLedgers::None, crate::changes::AdminLedgers::File),
+    );
     let app = App {
         hook: Hooks::One(hook),
         tokens,
         outbox: None,
         routing: None,
-        metrics: routes::Metrics::new(),
+        metrics: app::Metrics::new(),
         admin,
         publish: None,
     };
@@ -271,7 +275,7 @@ pub fn run(
     }
     let tokens = Tokens::read(&settings.tokens)?;
     let prepared = Prepared { tls: settings.tls.as_ref().map(tls::acceptor).transpose()?, ..prepared };
-    let metrics = routes::Metrics::new();
+    let metrics = app::Metrics::new();
     let hook = Hook::start(ledger_path, metrics.timing(&settings.hook)).map_err(ServeError::Hook)?;
     let writers = vec![hook.stopped()];
     let publisher = match &settings.brokers {
@@ -279,7 +283,7 @@ pub fn run(
         None => None,
     };
     let outbox = publisher.as_ref().map(|p| Outboxes::One(p.health()));
-    let admin = admin::Admin::new(admin::AdminLedgers::File(ledger_path.to_path_buf()));
+    let admin = changes::Admin::new(changes::AdminLedgers::File(ledger_path.to_path_buf()));
     let app =
         App { hook: Hooks::One(hook), tokens, outbox, routing: None, metrics, admin, publish: publish_of(&settings) };
     serve(app, writers, publisher.into_iter().collect(), prepared, &settings, listening, None)
@@ -297,7 +301,7 @@ pub fn run_shards(
     let prepared = prepare(&settings)?;
     let tokens = Tokens::read(&settings.tokens)?;
     let prepared = Prepared { tls: settings.tls.as_ref().map(tls::acceptor).transpose()?, ..prepared };
-    let metrics = routes::Metrics::new();
+    let metrics = app::Metrics::new();
     let shards = Shards::start_all(dir.clone(), partitions, metrics.timing(&settings.hook))
         .map_err(|e| ServeError::Shards { dir: dir.dir().to_path_buf(), source: Box::new(e) })?;
     let held: Vec<(u32, Hook)> = shards.held().into_iter().filter_map(|p| Some((p, shards.hook(p)?))).collect();
@@ -313,7 +317,7 @@ pub fn run_shards(
     drop(held);
     let outbox = (!publishers.is_empty())
         .then(|| Outboxes::Shards(publishers.iter().map(|(p, publisher)| (*p, publisher.health())).collect()));
-    let admin = admin::Admin::new(admin::AdminLedgers::Shards(dir.clone()));
+    let admin = changes::Admin::new(changes::AdminLedgers::Shards(dir.clone()));
     let app = App {
         hook: Hooks::Shards(Arc::new(shards)),
         tokens,
@@ -325,15 +329,6 @@ pub fn run_shards(
     };
     let publishers = publishers.into_iter().map(|(_, publisher)| publisher).collect();
     serve(app, writers, publishers, prepared, &settings, listening, None)
-}
-
-/// Who owns each partition of a cluster, as a `node` knows it from the routing catalog: what `GET /v1/routing`
-/// answers and the owner a 421 names.
-pub trait Routing: Send + Sync {
-    /// The URL of `partition`'s owner, if the catalog names one.
-    fn owner_url(&self, partition: u32) -> Option<String>;
-    /// The body of `GET /v1/routing`: `{partitions, owners: [{partition, node_id, url, epoch}]}`.
-    fn table(&self) -> serde_json::Value;
 }
 
 /// Why a `node` asks its server to stop (its consumer failed, say): said in [`ServeError::Stopped`].
@@ -362,17 +357,11 @@ pub fn run_node(
         tokens,
         outbox: None,
         routing: Some(routing),
-        metrics: routes::Metrics::registered(registry, hook_metrics),
-        admin: admin::Admin::new(admin::AdminLedgers::None),
+        metrics: app::Metrics::registered(registry, hook_metrics),
+        admin: changes::Admin::new(changes::AdminLedgers::None),
         publish: publish_of(&settings),
     };
     serve(app, Vec::new(), Vec::new(), prepared, &settings, listening, Some(stop))
-}
-
-/// Times the stages of a hook's decisions (`hook::Stage`) into `metrics`' `hook_stage_duration_seconds`.
-pub fn stage_timer(metrics: &Arc<crate::metrics::HookMetrics>) -> hook::StageTimer {
-    let metrics = Arc::clone(metrics);
-    hook::StageTimer::new(move |stage, took| metrics.stage(stage.name(), took))
 }
 
 /// What is checked and made before a hook starts: the listening address allowed, the bound of connections, and

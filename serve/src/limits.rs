@@ -3,6 +3,9 @@
 
 use crate::ServeError;
 
+/// Largest request body accepted: a check is about 200 bytes.
+pub const BODY_LIMIT_BYTES: usize = 16 * 1024;
+
 /// Most descriptors kept for everything but connections: the ledger's files (database, write-ahead log, shared
 /// memory, lock) for the writer, the publisher and the reads at start, librdkafka's socket to each broker and its
 /// wake-up pipes, the runtime's and the signal handlers'. 19 without brokers (counted in /proc), about 40 with a

@@ -218,3 +218,9 @@ impl HookMetrics {
         self.outbox_oldest_age.set(oldest_age_seconds);
     }
 }
+
+/// Times the stages of a hook's decisions (`hook::Stage`) into `metrics`' `hook_stage_duration_seconds`.
+pub fn stage_timer(metrics: &Arc<HookMetrics>) -> hook::StageTimer {
+    let metrics = Arc::clone(metrics);
+    hook::StageTimer::new(move |stage, took| metrics.stage(stage.name(), took))
+}

@@ -22,8 +22,8 @@ use serde::de::DeserializeOwned;
 use usecases::cluster::BACKUP_MANIFEST_HEADER;
 
 use crate::answer::error;
+use crate::app::App;
 use crate::hooks::Hooks;
-use crate::routes::App;
 
 /// `GET /v1/admin/billing`'s query.
 #[derive(Debug, Deserialize)]
