@@ -219,7 +219,11 @@ fn serve_onto_a_full_disk_answers_500_loses_no_answered_decision_and_recovers_on
     eventually(60, "the disk fills and /healthz says recording fails", || {
         (server.health().1["hook"]["recording"] == "failing").then_some(())
     });
-    std::thread::sleep(Duration::from_millis(300));
+    // The clients meet the full disk a while: several of them were answered a failed group.
+    eventually(60, "the clients were answered 500 for failed groups", || {
+        let failed = sent.lock().unwrap().iter().filter(|s| is_failed_group(&s.reply)).count();
+        (failed >= 8).then_some(())
+    });
     let (status, health) = server.health();
     stop.store(true, Ordering::Relaxed);
     clients.into_iter().for_each(|c| c.join().unwrap());

@@ -240,7 +240,9 @@ fn a_running_ingest_rides_out_a_broker_restart() {
     let mut ingest = ledger.spawn_ingest(&bootstrap, &[]);
     wait_recorded(&ledger, count(&before, "unique_events"), "ingest recorded what came before the outage");
     drop(broker);
-    std::thread::sleep(Duration::from_secs(4));
+    let waiting = format!("ingest: waiting for the brokers at {bootstrap}");
+    let stderr = || std::fs::read_to_string(ledger.file("ingest.err")).unwrap_or_default();
+    eventually(60, "ingest said it waits for the brokers", || stderr().contains(&waiting).then_some(()));
     assert!(ingest.try_wait().expect("ingest's status").is_none(), "ingest still runs while the broker is away");
     let broker = Broker::tansu_sqlite(&data.path().join("tansu.db"), Some(port)).expect("Tansu restarts");
     let after = generate_to(&broker, 5, 500, 22);
@@ -310,7 +312,9 @@ fn a_nightly_ingest_waits_for_its_broker() {
     drop(broker);
     let ledger = TestLedger::new();
     let mut ingest = ledger.spawn_ingest(&bootstrap, &["--until-caught-up"]);
-    std::thread::sleep(Duration::from_secs(4));
+    let waiting = format!("ingest: waiting for the brokers at {bootstrap}");
+    let stderr = || std::fs::read_to_string(ledger.file("ingest.err")).unwrap_or_default();
+    eventually(60, "ingest said it waits for the brokers", || stderr().contains(&waiting).then_some(()));
     assert!(ingest.try_wait().expect("ingest's status").is_none(), "ingest waits while the broker is away");
     let _broker = Broker::tansu_sqlite(&data.path().join("tansu.db"), Some(port)).expect("Tansu restarts");
     let status =

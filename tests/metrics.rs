@@ -17,8 +17,15 @@ use support::*;
 
 const LIMIT: i64 = 30;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+/// The address a process listening on port 0 wrote to `log` after `before` (up to the next space, quote or `/`),
+/// once it has: the port is the one it bound and kept, not one a test found free and let go of.
+fn logged_address(log: &std::path::Path, before: &str) -> String {
+    eventually(60, &format!("{} names its address after {before:?}", log.display()), || {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let (_, after) = text.split_once(before)?;
+        let address: String = after.chars().take_while(|c| !matches!(c, ' ' | '"' | '/' | '\n')).collect();
+        address.contains(':').then_some(address)
+    })
 }
 
 /// `prometheus` on loopback scraping `targets` every second, its data in `dir`: the process and its API's base URL.
@@ -34,18 +41,21 @@ fn prometheus(dir: &std::path::Path, targets: &[String]) -> (ChildGuard, String)
         ),
     )
     .unwrap();
-    let address = format!("127.0.0.1:{}", free_port());
-    let stderr = std::fs::File::create(dir.join("prometheus.err")).unwrap();
+    let log = dir.join("prometheus.err");
+    let stderr = std::fs::File::create(&log).unwrap();
     let child = Command::new("prometheus")
         .arg(format!("--config.file={}", config.display()))
         .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
-        .arg(format!("--web.listen-address={address}"))
+        .arg("--web.listen-address=127.0.0.1:0")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(stderr)
         .spawn()
         .expect("prometheus starts");
-    (ChildGuard::new(child), format!("http://{address}"))
+    let child = ChildGuard::new(child);
+    // Prometheus logs the address it was given, then the one it bound: `msg="Listening on" address=127.0.0.1:N`.
+    let address = logged_address(&log, "msg=\"Listening on\" address=");
+    (child, format!("http://{address}"))
 }
 
 /// The value of an instant query's single series, once Prometheus answers one.
@@ -107,8 +117,8 @@ fn prometheus_scrapes_ingest_and_serve_and_the_numbers_match_what_was_sent() {
         return;
     }
     let report = generate_to(&broker, 20, 4_000, 5);
-    let metrics_address = format!("127.0.0.1:{}", free_port());
-    let _ingest = ingested.spawn_ingest(&broker.bootstrap, &["--metrics-listen", &metrics_address]);
+    let _ingest = ingested.spawn_ingest(&broker.bootstrap, &["--metrics-listen", "127.0.0.1:0"]);
+    let metrics_address = logged_address(&ingested.file("ingest.err"), "metrics on http://");
 
     // The hook: a HARD limit of 30 tokens, asked 50 times for 1.
     let served = TestLedger::new();

@@ -336,8 +336,10 @@ fn after_a_failed_sync_of_the_log_no_checkpoint_copies_it_into_the_database_file
         }
     }
     assert!(matches!(sent.last().map(|s| &s.reply), Some(Reply::Refused { status: 500, .. })), "{sent:?}");
-    // The background thread checkpoints every 250 ms, and a second after a checkpoint that failed.
-    std::thread::sleep(Duration::from_millis(2_000));
+    // The background thread checkpoints every 250 ms until it sees the failed sync: killed once it has stopped, so
+    // that every checkpoint it would make has been made (a thread that went on checkpointing fails here).
+    let pid = server.child.id();
+    eventually(30, "serve's checkpoint thread stopped after the failed sync", || (!checkpointing(pid)).then_some(()));
     server.kill();
 
     let records = read_journal(&journal);
@@ -695,21 +697,21 @@ fn after_a_failed_sync_inside_a_checkpoint_no_checkpoint_copies_the_log() {
     let server = Server::start(&ledger, scratch.path(), &env, &scratch.path().join("serve.err"));
     let mut sent = Vec::new();
     let started = std::time::Instant::now();
-    let mut failed_at = None;
-    // Checks until the checkpoint's sync has failed and 5 s more (the thread checkpoints again a second after a
-    // checkpoint that failed, once the log holds enough to copy).
+    let mut failed = false;
+    // Checks until the checkpoint's sync has failed and the checkpoint thread has stopped for it (before, it
+    // checkpointed again a second after a checkpoint that failed, once the log held enough to copy): a thread that
+    // went on checkpointing runs the 30 s out, and its copies fail the test below.
     for i in 0.. {
         let key = format!("through-a-checkpoint-{i}");
         let reply = server.check(FREE, 1, &key);
         sent.push(Sent { tenant: FREE.into(), key, amount: 1, reply });
-        if failed_at.is_none()
-            && i % 50 == 0
-            && read_journal(&journal).iter().any(|r| matches!(r, Record::SyncFailed { .. }))
-        {
-            failed_at = Some(std::time::Instant::now());
+        if i % 50 == 0 {
+            failed = failed || read_journal(&journal).iter().any(|r| matches!(r, Record::SyncFailed { .. }));
+            if failed && !checkpointing(server.child.id()) {
+                break;
+            }
         }
-        let done = failed_at.is_some_and(|at| at.elapsed() > Duration::from_millis(5_000));
-        if done || started.elapsed() > Duration::from_secs(30) {
+        if started.elapsed() > Duration::from_secs(30) {
             break;
         }
     }
@@ -732,4 +734,13 @@ fn after_a_failed_sync_inside_a_checkpoint_no_checkpoint_copies_the_log() {
     remove_shared_memory(&ledger);
     assert_verifies(&ledger, scratch.path());
     LedgerView::read(&ledger).assert_holds(&sent, |_| false);
+}
+
+/// Whether process `pid` runs the ledger's background checkpoint thread (named `ledger-checkpoint`, which Linux
+/// keeps as its first 15 bytes): the thread stops for good once a sync failed.
+fn checkpointing(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    tasks.filter_map(Result::ok).any(|task| {
+        std::fs::read_to_string(task.path().join("comm")).is_ok_and(|name| name.trim() == &"ledger-checkpoint"[..15])
+    })
 }

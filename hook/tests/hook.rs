@@ -192,10 +192,21 @@ fn one_key_sent_concurrently_consumes_once() {
     assert_eq!(usage_recorded(&dir), 7);
 }
 
+/// The reservation lifecycle test's clock, moved by the test only (as the throttle test's): a reservation expires
+/// when the test says its time-to-live has passed, not after a sleep a slow machine might not have slept long enough.
+static LIFECYCLE_CLOCK_MICROS: AtomicI64 = AtomicI64::new(0);
+
+fn lifecycle_clock() -> Timestamp {
+    Timestamp(LIFECYCLE_CLOCK_MICROS.load(Ordering::Relaxed))
+}
+
 // contract §5-6: reserve, commit more than reserved (charged), release, double commit and commit after expiry refused.
 #[test]
 fn the_reservation_lifecycle() {
-    let (dir, hook) = hook_with(vec![policy("daily", 150, Window::DAY, Enforcement::HARD, None)]);
+    let start = Timestamp::parse_rfc3339("2026-06-01T12:00:00Z").unwrap();
+    LIFECYCLE_CLOCK_MICROS.store(start.micros(), Ordering::Relaxed);
+    let settings = HookSettings { clock: lifecycle_clock, ..HookSettings::default() };
+    let (dir, hook) = hook_with_settings(vec![policy("daily", 150, Window::DAY, Enforcement::HARD, None)], settings);
     let reserve = |key: &str, amount: i64, ttl_ms: i64| {
         hook.reserve(ReserveRequest {
             tenant: "org-1".into(),
@@ -222,7 +233,7 @@ fn the_reservation_lifecycle() {
     let released = reserve("r-2", 0, 60_000).reservation_id.unwrap();
     assert_eq!(hook.release(&released).unwrap().unwrap().amount, 0);
     let short = reserve("r-3", 0, 50).reservation_id.unwrap();
-    std::thread::sleep(Duration::from_millis(120));
+    LIFECYCLE_CLOCK_MICROS.fetch_add(51_000, Ordering::Relaxed);
     assert!(matches!(hook.commit(&short, 0).unwrap(), Err(Refusal::Expired { .. })), "commit after expiry");
     assert!(matches!(hook.commit("rsv-unknown", 1).unwrap(), Err(Refusal::NotFound { .. })));
     assert_eq!(usage_recorded(&dir), 20, "usage rows: only c-3; the commit is a ReservationEvent");
@@ -304,19 +315,31 @@ fn a_restart_keeps_counters_and_idempotency() {
 
 // Another process holding the ledger's write lock past the busy timeout (10 s; a long transaction of an older
 // reconcile or export) delays the decisions it holds up instead of failing them (their callers would get an error
-// for what a moment's wait records). Here the lock is held 12 s: the check waits and is recorded.
+// for what a moment's wait records). Here the lock is held until the hook's first try to record the check gave up on
+// it: the check waits and is recorded.
 #[test]
 fn a_write_lock_held_past_the_busy_timeout_delays_decisions_without_failing_them() {
-    let (dir, hook) = hook_with(vec![policy("daily", 100, Window::DAY, Enforcement::HARD, None)]);
+    // Each try of a group's transaction, as the writer times it: the first ends when the busy timeout has passed.
+    let (tried, tries) = std::sync::mpsc::sync_channel(8);
+    let stages = StageTimer::new(move |stage, _| {
+        if stage == Stage::GroupCommit {
+            let _ = tried.try_send(());
+        }
+    });
+    let settings = HookSettings { stages: Some(stages), ..HookSettings::default() };
+    let (dir, hook) = hook_with_settings(vec![policy("daily", 100, Window::DAY, Enforcement::HARD, None)], settings);
     let other = rusqlite::Connection::open(dir.path().join("ledger.db")).unwrap();
     other.execute_batch("BEGIN IMMEDIATE").unwrap();
-    // The lock is let go only after the busy timeout has passed; the flag says when, so that the check's return is
-    // ordered after it by what happened, not by a clock.
+    // Only tries made while the lock is held count.
+    while tries.try_recv().is_ok() {}
+    // The lock is let go only once a try has met the busy timeout (said by the writer, not guessed by a sleep); the
+    // flag says when, so that the check's return is ordered after it by what happened, not by a clock.
     let released = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let releases = std::thread::spawn({
         let released = released.clone();
         move || {
-            std::thread::sleep(Duration::from_millis(ledger::BUSY_TIMEOUT_MS + 2_000));
+            let limit = Duration::from_millis(6 * ledger::BUSY_TIMEOUT_MS);
+            tries.recv_timeout(limit).expect("the hook tried to record the check, and met the busy timeout");
             released.store(true, std::sync::atomic::Ordering::SeqCst);
             other.execute_batch("ROLLBACK").unwrap();
         }
@@ -1067,6 +1090,14 @@ fn a_throttle_denying_one_metric_is_the_code_of_every_metric() {
     assert_eq!(again.decisions.iter().map(|d| d.code).collect::<Vec<_>>(), [Code::RATE_LIMITED; 2]);
 }
 
+/// The lease test's clock, moved by the test only (as the throttle test's): a lease expires when the test says its
+/// time-to-live has passed.
+static LEASE_CLOCK_MICROS: AtomicI64 = AtomicI64::new(0);
+
+fn lease_clock() -> Timestamp {
+    Timestamp(LEASE_CLOCK_MICROS.load(Ordering::Relaxed))
+}
+
 fn acquire(key: &str, ttl_ms: i64) -> AcquireRequest {
     AcquireRequest {
         tenant: "org-1".into(),
@@ -1086,10 +1117,14 @@ fn acquire(key: &str, ttl_ms: i64) -> AcquireRequest {
 // call; a retried acquire answers its lease again; a lease neither counts against windows nor is committed.
 #[test]
 fn leases_hold_slots_of_a_concurrent_policy() {
-    let (dir, hook) = hook_with(vec![
+    let start = Timestamp::parse_rfc3339("2026-06-01T12:00:00Z").unwrap();
+    LEASE_CLOCK_MICROS.store(start.micros(), Ordering::Relaxed);
+    let settings = HookSettings { clock: lease_clock, ..HookSettings::default() };
+    let policies = vec![
         policy("jobs", 2, Window::CONCURRENT, Enforcement::HARD, None),
         policy("daily", 1, Window::DAY, Enforcement::HARD, None),
-    ]);
+    ];
+    let (dir, hook) = hook_with_settings(policies, settings.clone());
     let first = hook.acquire(acquire("l-1", 60_000)).unwrap();
     let first_lease = first.lease.clone().expect("an allowed acquire is granted a lease");
     let second = hook.acquire(acquire("l-2", 300)).unwrap().lease.expect("a second slot");
@@ -1122,7 +1157,7 @@ fn leases_hold_slots_of_a_concurrent_policy() {
     let renewed = hook.renew(&first_lease.lease_id, first_lease.fencing_token, 120_000).unwrap().unwrap();
     assert!(renewed.expires_at.unwrap() > first_lease.expires_at);
     assert!(!hook.acquire(acquire("l-4", 60_000)).unwrap().allowed(), "the stale release freed nothing");
-    std::thread::sleep(Duration::from_millis(400));
+    LEASE_CLOCK_MICROS.fetch_add(301_000, Ordering::Relaxed);
     let third = hook.acquire(acquire("l-5", 60_000)).unwrap().lease.expect("the 300 ms lease expired");
     assert!(third.fencing_token > second.fencing_token);
     let late = hook.renew(&second.lease_id, second.fencing_token, 60_000).unwrap();
@@ -1132,7 +1167,7 @@ fn leases_hold_slots_of_a_concurrent_policy() {
     assert!(again.replayed, "a retried release answers the original");
     let path = dir.path().join("ledger.db");
     drop(hook);
-    let hook = Hook::start(&path, HookSettings::default()).unwrap();
+    let hook = Hook::start(&path, settings).unwrap();
     let after = hook.acquire(acquire("l-6", 60_000)).unwrap().lease.expect("l-1 holds one of two slots");
     assert!(after.fencing_token > third.fencing_token, "tokens keep growing across a restart");
     assert!(!hook.acquire(acquire("l-7", 60_000)).unwrap().allowed(), "l-1 (renewed) and l-6 hold both slots");

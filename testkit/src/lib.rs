@@ -14,9 +14,13 @@
 //! // No skip variable set: the tool is looked for and, here, found.
 //! assert!(testkit::tool("sh", "QUOTA_LEDGER_SKIP_EXAMPLE", "apt-get install dash", "the example"));
 //! ```
+//!
+//! Beside it, [`ports`]: how a test starts a server that must be told its port, without losing it to another process.
 
 use std::io::Write;
 use std::process::Command;
+
+pub mod ports;
 
 /// The variable naming the file each skip is appended to (one line a skip), set by `.ci/test`.
 pub const SKIP_LOG: &str = "QUOTA_LEDGER_SKIPPED_LOG";

@@ -2,7 +2,7 @@
 //! its own) and Tansu, a real Kafka-compatible broker process, both on loopback.
 
 use std::io::{BufRead, BufReader};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -19,15 +19,14 @@ pub struct Broker {
     pub kind: &'static str,
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("a free loopback port").local_addr().expect("an address").port()
-}
-
-fn wait_for_port(address: &str, child: &mut Child, what: &str) {
+/// Waits until `child` accepts connections on `address`: true, or false when it exited first.
+fn wait_for_port(address: &str, child: &mut Child, what: &str) -> bool {
     let started = Instant::now();
-    while TcpStream::connect(address).is_err() {
+    let port: u16 = address.rsplit(':').next().and_then(|p| p.parse().ok()).expect("host:port");
+    while TcpStream::connect(address).is_err() || !testkit::ports::listens(child.id(), port) {
         if let Some(status) = child.try_wait().expect("the broker's status") {
-            panic!("{what} exited with {status} before accepting connections on {address}");
+            eprintln!("{what} exited with {status} before accepting connections on {address}");
+            return false;
         }
         assert!(
             started.elapsed() < START_TIMEOUT,
@@ -35,6 +34,7 @@ fn wait_for_port(address: &str, child: &mut Child, what: &str) {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    true
 }
 
 impl Broker {
@@ -60,7 +60,8 @@ impl Broker {
             .expect("the broker prints its address");
         let bootstrap = line.trim().to_string();
         assert!(!bootstrap.is_empty(), "broker mock printed no address");
-        wait_for_port(bootstrap.split(',').next().expect("an address"), &mut child, "broker mock");
+        let address = bootstrap.split(',').next().expect("an address");
+        assert!(wait_for_port(address, &mut child, "broker mock"), "broker mock exited: see above");
         Broker { _child: child, bootstrap, kind: "mock" }
     }
 
@@ -101,31 +102,39 @@ impl Broker {
         if !testkit::tansu() {
             return None;
         }
-        let port = port.unwrap_or_else(free_port);
-        let url = format!("tcp://127.0.0.1:{port}");
-        let mut command = Command::new("tansu");
-        if let Some(dir) = dir {
-            command.current_dir(dir);
+        // Tansu advertises the address it is given, so it cannot bind port 0 (`testkit::ports`). A port given is the
+        // one a restarted broker must come back on; a port picked here was free a moment ago, and another is tried
+        // when something else took it first (Tansu exits).
+        let tries = if port.is_some() { 1 } else { testkit::ports::TRIES };
+        for _ in 0..tries {
+            let port = port.unwrap_or_else(|| testkit::ports::free_a_moment_ago("127.0.0.1"));
+            let url = format!("tcp://127.0.0.1:{port}");
+            let mut command = Command::new("tansu");
+            if let Some(dir) = dir {
+                command.current_dir(dir);
+            }
+            let mut child = ChildGuard::new(
+                command
+                    .args([
+                        "broker",
+                        "--listener-url",
+                        &url,
+                        "--advertised-listener-url",
+                        &url,
+                        "--storage-engine",
+                        storage,
+                    ])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("tansu starts"),
+            );
+            let bootstrap = format!("127.0.0.1:{port}");
+            if wait_for_port(&bootstrap, &mut child, "tansu") {
+                return Some(Broker { _child: child, bootstrap, kind: "tansu" });
+            }
         }
-        let mut child = ChildGuard::new(
-            command
-                .args([
-                    "broker",
-                    "--listener-url",
-                    &url,
-                    "--advertised-listener-url",
-                    &url,
-                    "--storage-engine",
-                    storage,
-                ])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("tansu starts"),
-        );
-        let bootstrap = format!("127.0.0.1:{port}");
-        wait_for_port(&bootstrap, &mut child, "tansu");
-        Some(Broker { _child: child, bootstrap, kind: "tansu" })
+        panic!("tansu did not start on any of {tries} ports (see above)");
     }
 
     /// Tansu keeping its data in a SQLite file, so that a restart on the same port finds it again. Tansu 0.6.0

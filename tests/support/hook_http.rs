@@ -83,6 +83,18 @@ impl Server {
         (status, response.body_mut().read_json().unwrap_or(Value::Null))
     }
 
+    /// `GET base+path` with `Authorization: Bearer secret`: the status and the JSON answered.
+    pub fn get(&self, path: &str, secret: &str) -> (u16, Value) {
+        let mut response = self
+            .agent
+            .get(format!("{}{path}", self.base))
+            .header("Authorization", format!("Bearer {secret}"))
+            .call()
+            .expect("an answer");
+        let status = response.status().as_u16();
+        (status, response.body_mut().read_json().unwrap_or(Value::Null))
+    }
+
     /// An agent of its own for a client thread (one kept-alive connection each).
     pub fn client(&self) -> Client {
         let config = ureq::Agent::config_builder()

@@ -31,11 +31,6 @@ pub struct Node {
     more: Vec<String>,
 }
 
-/// A free port on `host`.
-pub fn free_port(host: &str) -> u16 {
-    std::net::TcpListener::bind((host, 0)).unwrap().local_addr().unwrap().port()
-}
-
 /// A token file in `dir` covering every tenant.
 pub fn tokens(dir: &Path) -> PathBuf {
     let path = dir.join("tokens.toml");
@@ -56,24 +51,43 @@ impl Node {
     /// As [`Node::start`], with `more` arguments of `node` (`--standby 1`); a node given `--tls-cert` advertises its
     /// `https://` URL.
     pub fn start_with(brokers: &str, data: &Path, tokens: &Path, host: &str, id: &str, more: &[&str]) -> Node {
-        let port = free_port(host);
         let scheme = if more.contains(&"--tls-cert") { "https" } else { "http" };
-        let mut node = Node {
-            child: ChildGuard::new(Command::new("true").spawn().unwrap()),
-            url: format!("{scheme}://{host}:{port}"),
-            data: data.to_path_buf(),
-            id: id.to_string(),
-            host: host.to_string(),
-            port,
-            brokers: brokers.to_string(),
-            tokens: tokens.to_path_buf(),
-            more: more.iter().map(|a| a.to_string()).collect(),
-        };
-        node.spawn();
-        node
+        // The node records the URL it is given, so it cannot bind port 0: a port free a moment ago, and another when
+        // the node lost it to another process (it prints its address only once it bound it).
+        for _ in 0..testkit::ports::TRIES {
+            let port = testkit::ports::free_a_moment_ago(host);
+            let mut node = Node {
+                child: ChildGuard::new(Command::new("true").spawn().unwrap()),
+                url: format!("{scheme}://{host}:{port}"),
+                data: data.to_path_buf(),
+                id: id.to_string(),
+                host: host.to_string(),
+                port,
+                brokers: brokers.to_string(),
+                tokens: tokens.to_path_buf(),
+                more: more.iter().map(|a| a.to_string()).collect(),
+            };
+            match node.try_spawn() {
+                Ok(()) => return node,
+                // Another process took the port between its choice and the node's bind: another one.
+                Err(log) if log.contains("Address already in use") => eprintln!("node {id}: {host}:{port} was taken"),
+                Err(log) => panic!("node {id} did not start; its log:\n{log}"),
+            }
+        }
+        panic!("node {id} found no free port on {host} in {} tries", testkit::ports::TRIES)
     }
 
+    /// Starts the process on the node's address; panics unless it listens.
     fn spawn(&mut self) {
+        if let Err(log) = self.try_spawn() {
+            panic!("node {} did not listen on {}:{}; its log:\n{log}", self.id, self.host, self.port);
+        }
+    }
+
+    /// Starts the process on the node's address: its log, when it did not say it listens (it printed its address
+    /// once it bound it).
+    fn try_spawn(&mut self) -> Result<(), String> {
+        let logged_before = self.log().len();
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.data.with_extension("log")).unwrap();
         let mut child = ChildGuard::new(
             Command::new(BIN)
@@ -92,8 +106,12 @@ impl Node {
         );
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).expect("node prints its address");
-        assert!(line.starts_with("listening on"), "node {}: {line:?}; its log:\n{}", self.id, self.log());
         self.child = child;
+        if line.starts_with("listening on") {
+            Ok(())
+        } else {
+            Err(format!("{line:?}\n{}", &self.log()[logged_before..]))
+        }
     }
 
     /// What the node logged.

@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -30,8 +30,22 @@ impl Tansu {
         if !testkit::tansu() {
             return None;
         }
+        let tansu = (0..testkit::ports::TRIES)
+            .find_map(|_| Tansu::listening())
+            .unwrap_or_else(|| panic!("tansu lost each of {} ports to another process", testkit::ports::TRIES));
+        let started = Instant::now();
+        while let Err(error) = kafka::admin::create_topics(&tansu.bootstrap, topics, partitions, &[]) {
+            assert!(started.elapsed() < START_TIMEOUT, "creating {topics:?} on {} failed: {error}", tansu.bootstrap);
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Some(tansu)
+    }
+
+    /// Tansu on a port that was free a moment ago (it advertises the address it is given, so it cannot bind port 0),
+    /// once it listens there; `None` when another process took the port first and Tansu exited.
+    fn listening() -> Option<Tansu> {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let port = TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("an address").port();
+        let port = testkit::ports::free_a_moment_ago("127.0.0.1");
         let url = format!("tcp://127.0.0.1:{port}");
         let child = Command::new("tansu")
             // Tansu 0.6.0 reads the path after `sqlite://` relative to its working directory.
@@ -42,15 +56,14 @@ impl Tansu {
             .stderr(Stdio::null())
             .spawn()
             .expect("tansu starts");
-        let tansu = Tansu { child, _dir: dir, bootstrap: format!("127.0.0.1:{port}") };
+        let mut tansu = Tansu { child, _dir: dir, bootstrap: format!("127.0.0.1:{port}") };
         let started = Instant::now();
-        while TcpStream::connect(&tansu.bootstrap).is_err() {
+        while TcpStream::connect(&tansu.bootstrap).is_err() || !testkit::ports::listens(tansu.child.id(), port) {
+            if tansu.child.try_wait().expect("tansu's status").is_some() {
+                return None;
+            }
             assert!(started.elapsed() < START_TIMEOUT, "tansu did not listen on {}", tansu.bootstrap);
             std::thread::sleep(Duration::from_millis(50));
-        }
-        while let Err(error) = kafka::admin::create_topics(&tansu.bootstrap, topics, partitions, &[]) {
-            assert!(started.elapsed() < START_TIMEOUT, "creating {topics:?} on {} failed: {error}", tansu.bootstrap);
-            std::thread::sleep(Duration::from_millis(200));
         }
         Some(tansu)
     }
