@@ -119,10 +119,10 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let args = match cli::config::with_config(&Cli::command(), std::env::args_os().collect()) {
+    let args = match flagfile::with_config(&Cli::command(), std::env::args_os().collect()) {
         Ok(args) => args,
         Err(error) => {
-            eprintln!("quota-ledger: error: {}", cli::error_line(&error));
+            eprintln!("quota-ledger: error: {}", cli::error_line(&error.into()));
             return ExitCode::from(cli::EXIT_ERROR);
         }
     };

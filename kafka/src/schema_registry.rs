@@ -327,6 +327,13 @@ pub fn install_url(url: RegistryUrl) {
 
 #[cfg(test)]
 mod tests {
+    // Proves the password of a URL's credentials is masked, and a URL without one is left as it is.
+    #[test]
+    fn a_urls_password_is_masked() {
+        assert_eq!(mask_password("http://team:s3cret@registry:8081", "****"), "http://team:****@registry:8081");
+        assert_eq!(mask_password("http://registry:8081", "****"), "http://registry:8081");
+    }
+
     use super::*;
 
     #[test]
