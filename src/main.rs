@@ -204,7 +204,7 @@ fn say_error(format: LogFormat, line: &str) {
 
 /// The workspace's library crates: their log lines are the operator's messages (`ingest: waiting for the brokers
 /// at ...`, `serve: outbox: ...`), shown from level info and printed as they are, each saying who speaks.
-const WORKSPACE_CRATES: [&str; 16] = [
+const WORKSPACE_CRATES: [&str; 18] = [
     "schemas",
     "rules",
     "ledger",
@@ -216,7 +216,9 @@ const WORKSPACE_CRATES: [&str; 16] = [
     "control",
     "hook",
     "serve",
-    "tools",
+    "generate",
+    "bench",
+    "demo",
     "node",
     "client",
     "telemetry",

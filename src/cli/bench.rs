@@ -1,4 +1,4 @@
-//! `bench append|hook|reconcile|export|ingest`: the benchmarks of the `tools` crate, their figures printed as aligned lines
+//! `bench append|hook|reconcile|export|ingest`: the benchmarks of the `bench` crate, their figures printed as aligned lines
 //! or, with `--json`, as JSON.
 
 use std::io::Write;
@@ -6,12 +6,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use bench::append::{AppendFigures, AppendSettings};
+use bench::export::{ExportBenchSettings, ExportFigures, PERIOD};
+use bench::hook::{Figures, HookBenchSettings};
+use bench::ingest::{IngestBenchSettings, IngestFigures};
+use bench::reconcile::{AS_OF, ReconcileBenchSettings, ReconcileFigures};
 use clap::Subcommand;
-use tools::bench::append::{AppendFigures, AppendSettings};
-use tools::bench::export::{ExportBenchSettings, ExportFigures, PERIOD};
-use tools::bench::hook::{Figures, HookBenchSettings};
-use tools::bench::ingest::{IngestBenchSettings, IngestFigures};
-use tools::bench::reconcile::{AS_OF, ReconcileBenchSettings, ReconcileFigures};
 
 /// Progress bars of the benchmarks' long steps.
 const BAR_TEMPLATE: &str = "{msg:16} {bar:40} {pos}/{len} [{elapsed}]";
@@ -118,18 +118,18 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
     let progress = |p| display.show(p);
     match command {
         BenchCommand::Append { events, batch_events, dir, json } => {
-            let figures = tools::bench::append::run(&AppendSettings { events, batch_events, dir }, &progress)?;
+            let figures = bench::append::run(&AppendSettings { events, batch_events, dir }, &progress)?;
             print(&figures, json, print_append)
         }
         BenchCommand::Ingest { events, tenants, batch_events, shards, rounds, dir, json } => {
             let settings = IngestBenchSettings { events, tenants, batch_events, shards, rounds, dir };
-            print(&tools::bench::ingest::run(&settings, &progress)?, json, print_ingest)
+            print(&bench::ingest::run(&settings, &progress)?, json, print_ingest)
         }
         BenchCommand::Hook { concurrency, seconds, random_request_ids, shards, json } => {
             let settings = HookBenchSettings { concurrency, seconds, random_request_ids, binary: binary()?, shards };
             // Each concurrency's lines as they come: a run at the defaults takes minutes.
             let figures =
-                tools::bench::hook::run(&settings, &mut |measured| if json { Ok(()) } else { print_hook(measured) })?;
+                bench::hook::run(&settings, &mut |measured| if json { Ok(()) } else { print_hook(measured) })?;
             if json {
                 super::print_json(&figures)?;
             }
@@ -137,11 +137,11 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
         }
         BenchCommand::Reconcile { events, tenants, dir, json } => {
             let settings = ReconcileBenchSettings { events, tenants, dir, binary: binary()? };
-            print(&tools::bench::reconcile::run(&settings, &progress)?, json, print_reconcile)
+            print(&bench::reconcile::run(&settings, &progress)?, json, print_reconcile)
         }
         BenchCommand::Export { events, tenants, dir, json } => {
             let settings = ExportBenchSettings { events, tenants, dir, binary: binary()? };
-            print(&tools::bench::export::run(&settings, &progress)?, json, print_export)
+            print(&bench::export::run(&settings, &progress)?, json, print_export)
         }
     }
 }

@@ -1,5 +1,5 @@
 //! `demo [--tenants N] [--events M] [--month YYYY-MM] [--out DIR]`: the whole product in one command, on
-//! librdkafka's in-process mock cluster (nothing to install): the `tools` crate's demo, its steps printed as they
+//! librdkafka's in-process mock cluster (nothing to install): the `demo` crate's demo, its steps printed as they
 //! end.
 
 use std::io::Write;
@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
+use demo::{DEFAULT_EVENTS, DEFAULT_HOOK_REQUESTS, DEFAULT_TENANTS, DemoSettings, Shown};
 use ledger::Period;
-use tools::demo::{DEFAULT_EVENTS, DEFAULT_HOOK_REQUESTS, DEFAULT_TENANTS, DemoSettings, Shown};
 
 /// Progress bars of the demo's long steps.
 const BAR_TEMPLATE: &str = "{msg:<10} [{bar:40}] {pos}/{len} ({per_sec}, {eta} left)";
@@ -50,7 +50,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     };
     let display = super::ProgressDisplay::new(BAR_TEMPLATE).with_chars("=> ");
     // A line that cannot be printed does not stop the demo: its files are what it leaves.
-    let played = tools::demo::run(settings, &|shown| match shown {
+    let played = demo::run(settings, &|shown| match shown {
         Shown::Playing { month, tenants, out } => {
             let _ = writeln!(super::stdout(), "quota-ledger demo: {month}, {tenants} tenants, into {}", out.display());
         }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use tools::generate::{self, GenerateSettings, Generator};
+use generate::{self, GenerateSettings, Generator};
 
 use super::kafka_args::parse_setting;
 

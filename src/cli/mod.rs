@@ -108,8 +108,9 @@ pub fn spinner() -> indicatif::ProgressBar {
     indicatif::ProgressBar::new_spinner().with_style(style)
 }
 
-/// Shows the [`tools::Progress`] of a tool's long steps on stderr: a bar in `bar_style` for a step of known length,
-/// a spinner otherwise (indicatif draws nothing when stderr is not a terminal); notes as lines.
+/// Shows the [`Progress`](::generate::Progress) of a benchmark's or the demo's long steps on stderr: a bar in
+/// `bar_style` for a step of known length, a spinner otherwise (indicatif draws nothing when stderr is not a
+/// terminal); notes as lines.
 pub struct ProgressDisplay {
     bar_style: indicatif::ProgressStyle,
     shown: std::cell::RefCell<Option<indicatif::ProgressBar>>,
@@ -129,8 +130,8 @@ impl ProgressDisplay {
     }
 
     /// Shows one report of a step's progress.
-    pub fn show(&self, progress: tools::Progress) {
-        use tools::Progress;
+    pub fn show(&self, progress: ::generate::Progress) {
+        use ::generate::Progress;
         let mut shown = self.shown.borrow_mut();
         match progress {
             Progress::Begin { step, total: Some(total) } => {

@@ -6,6 +6,22 @@
 //! expiry), decisions (allowed and denied), exact duplicates, conflicting duplicates and malformed messages,
 //! and counts each so that a test can compare the ledger with what was produced. [`to_kafka`] produces the stream
 //! to contract §2's topics; [`to_files`] writes it as Avro object container files, one per record type.
+//!
+//! It also holds [`Progress`], how far a long step is: the benchmarks (`bench`) and the demo (`demo`) report it and
+//! the binary draws it. Both build on the generator, so the type lives in the one crate below them both rather than
+//! in a crate of its own; the generator itself reports none, since it is an iterator its caller drives.
+//!
+//! ```
+//! use generate::{GenerateSettings, Generated, Generator};
+//!
+//! let mut generator = Generator::new(GenerateSettings::new(10, 1_000, 7));
+//! let events = generator.by_ref().filter(|g| matches!(g, Generated::Event(_))).count() as u64;
+//! let report = generator.report();
+//! assert_eq!(report.messages, 1_000);
+//! assert_eq!(events, report.unique_events + report.duplicates + report.conflicts);
+//! ```
+
+#![deny(missing_docs)]
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fs::File;
@@ -624,4 +640,25 @@ fn container_writer(
 
 fn write_error(path: &Path, source: apache_avro::Error) -> GenerateFilesError {
     GenerateFilesError::Write { path: path.into(), source: Box::new(source) }
+}
+
+/// How far a long step of a benchmark or the demo is, for the binary to show (a bar, or a spinner, on a terminal).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Progress {
+    /// A step of `total` units begins (`None`: of unknown length).
+    Begin {
+        /// What the step does, in a word or two.
+        step: String,
+        /// Units of work in all, when known.
+        total: Option<u64>,
+    },
+    /// The step is this many units in.
+    At(u64),
+    /// What the step does now, in words.
+    Doing(String),
+    /// The step ended: whatever showed it goes.
+    End,
+    /// A line to say between steps ("copying the ledger ...").
+    Note(String),
 }

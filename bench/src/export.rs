@@ -23,7 +23,7 @@ use ledger::{Ledger, Period};
 use serde::Serialize;
 
 use super::ChildRun;
-use crate::Progress;
+use generate::Progress;
 
 /// The month the generator writes.
 pub const PERIOD: &str = "2026-11";

@@ -15,7 +15,7 @@ use schemas::{Catalog, Event, Header, Timestamp, UsageEvent};
 use serde::Serialize;
 
 use super::mix;
-use crate::Progress;
+use generate::Progress;
 
 /// What to append.
 #[derive(Debug, Clone)]

@@ -11,8 +11,7 @@ use anyhow::Context;
 use ledger::{Batch, Incoming, Ledger, Origin};
 use serde::Serialize;
 
-use crate::Progress;
-use crate::generate::{GenerateSettings, Generated, Generator};
+use generate::{GenerateSettings, Generated, Generator, Progress};
 
 /// Events per append while building the benchmark ledger.
 const BUILD_BATCH_EVENTS: usize = 10_000;

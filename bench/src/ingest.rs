@@ -20,8 +20,7 @@ use ledger::shards::ShardDir;
 use schemas::Catalog;
 use serde::Serialize;
 
-use crate::Progress;
-use crate::generate::{GenerateSettings, Generated, Generator};
+use generate::{GenerateSettings, Generated, Generator, Progress};
 
 /// What to ingest, into how many shards.
 #[derive(Debug, Clone)]

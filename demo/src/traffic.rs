@@ -10,7 +10,7 @@ use ledger::Period;
 use schemas::*;
 
 use super::HOUR_MICROS;
-use crate::generate::{GenerateReport, GenerateSettings, Generated, Generator, send_generated};
+use generate::{GenerateReport, GenerateSettings, Generated, Generator, send_generated};
 
 /// A tenant's own monthly limit is its generated consumption times one of these, in turn: a factor below 1 is a
 /// tenant that uses more than its plan (HARD: overshoot and denials; SOFT: billed overage).

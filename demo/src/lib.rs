@@ -4,6 +4,13 @@
 //! exported for billing; a few late events arrive and are carried into the next month; support asks why a request was
 //! denied; and `report.html` shows it all. Every step calls the same use case (`usecases`) as the command that does
 //! it alone.
+//!
+//! It draws on no terminal: long steps report [`Progress`], and what it shows comes back as data ([`Shown`]) for
+//! the binary to print. It answers `anyhow::Result`: it is the body of a developer's command, its errors only ever
+//! end on the binary's error line, and they come from a dozen crates with the context of the step that failed; a
+//! typed enum would restate them without a caller that tells them apart.
+
+#![deny(missing_docs)]
 
 mod figures;
 mod page;
@@ -25,9 +32,8 @@ use reports::export::{BillingExport, Format};
 use schemas::*;
 use sql::LedgerSession;
 
-use crate::Progress;
-use crate::generate::{GenerateSettings, Generated, send_generated};
 use figures::*;
+use generate::{GenerateSettings, Generated, Progress, send_generated};
 use traffic::*;
 
 pub use page::Step;
@@ -327,7 +333,7 @@ impl<'a> Demo<'a> {
         on_progress: impl FnMut(&KafkaIngestProgress),
     ) -> anyhow::Result<KafkaIngestProgress> {
         let _lock = ProcessLock::acquire(&self.ledger_path, "ingest")?;
-        let mut ledger = crate::open_for_append(&self.ledger_path)?;
+        let mut ledger = usecases::store::open_for_append(&self.ledger_path)?;
         Ok(ingest_kafka(&mut ledger, settings, stop, on_progress)?)
     }
 
@@ -629,4 +635,14 @@ fn ingest_summary(p: &KafkaIngestProgress) -> String {
         "{} messages: {} recorded, {} duplicates, {} conflicting duplicates, {} quarantined; watermark {}",
         p.messages, p.recorded, p.duplicates, p.conflicts, p.quarantined, p.watermark
     )
+}
+
+/// Writes a token file for `serve`, which refuses one that group or others may read or write: the owner's only,
+/// an existing file included.
+pub(crate) fn write_token_file(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    // The mode above applies to a new file only.
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    std::io::Write::write_all(&mut &file, text.as_bytes())
 }
