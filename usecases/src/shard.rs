@@ -88,9 +88,13 @@ pub struct ReconcilePart {
 }
 
 /// A reconcile of the shard at `path` for its server, as a directory's shards are each reconciled, its adjustments
-/// published with `publish` when given (else they wait in its outbox).
+/// published with `publish` when given (else they wait in its outbox). What an operator should know beside the report
+/// (another process publishes the outbox) goes to the server's log.
 pub fn reconcile(path: &Path, settings: &crate::run::RunSettings) -> Result<ReconcilePart> {
     let run = crate::run::of_ledger(path, settings, &mut |_| {})?;
+    for note in &run.notes {
+        tracing::warn!(shard = %path.display(), "reconcile: {note}");
+    }
     let mut words = Vec::new();
     crate::run::write_report(&mut words, &run, settings.dry_run)?;
     Ok(ReconcilePart {
