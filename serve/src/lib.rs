@@ -43,6 +43,7 @@ mod limits;
 pub mod metrics;
 mod reads;
 mod routes;
+mod systemd;
 pub mod tls;
 pub mod tokens;
 
@@ -410,6 +411,7 @@ fn serve(
             Listening { address: listener.local_addr().map_err(ServeError::Announce)?, tls: accepting.tls.is_some() };
         let signals = connections::Signals::listen().map_err(ServeError::Runtime)?;
         listening(at).map_err(ServeError::Announce)?;
+        systemd::ready(&watched);
         let writer_stopped = async move {
             watched.writer_stopped().await;
             tracing::error!(
@@ -432,6 +434,7 @@ fn serve(
         };
         let router = routes::router(Arc::clone(&app), read_timeout);
         let stopped = connections::serve_connections(listener, router, accepting, signals, asked).await;
+        systemd::stopping();
         Ok::<_, ServeError>((stopped, app.hook.last_failure()))
     });
     let (stopped, last_failure) = served?;
