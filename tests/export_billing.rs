@@ -71,8 +71,18 @@ fn a_generated_month_matches_an_independent_computation() {
         .unwrap()
         .build()
         .unwrap();
-    let rows: usize = reader.map(|b| b.unwrap().num_rows()).sum();
-    assert_eq!(rows, expected.len());
+    let batches: Vec<_> = reader.map(Result::unwrap).collect();
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), expected.len());
+    // The cycle's columns are instants: UTC timestamps (microseconds, as the ledger keeps time), equal to the CSV's.
+    let utc = arrow::datatypes::DataType::Timestamp(arrow::datatypes::TimeUnit::Microsecond, Some("+00:00".into()));
+    let index = HEADER.split(',').position(|c| c == "cycle_start").unwrap();
+    for (column, offset) in [("cycle_start", 0), ("cycle_end", 1)] {
+        let cycle = batches[0].column_by_name(column).expect(column);
+        assert_eq!(cycle.data_type(), &utc, "{column} in Parquet");
+        let micros = cycle.as_any().downcast_ref::<arrow::array::TimestampMicrosecondArray>().unwrap().value(0);
+        let in_csv = expected[0].split(',').nth(index + offset).unwrap();
+        assert_eq!(micros, at(in_csv).micros(), "{column} of the first row, in Parquet and in CSV");
+    }
 }
 
 // A metric a gauge quota names is a level, billed to nobody it names: org-1's own gauge of `bytes`

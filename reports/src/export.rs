@@ -5,8 +5,8 @@
 use crate::text::csv_text;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray};
-use arrow::datatypes::{DataType, Field, Schema};
+use arrow::array::{ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
+use arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use ledger::{Ledger, Period, PeriodExportRow};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::Compression;
@@ -296,7 +296,8 @@ impl BillingExport {
         jsonl_of(&COLUMNS, self.rows.iter().map(|row| self.cells(row, &period).to_vec()))
     }
 
-    /// The export as one Arrow batch: strings, 64-bit integers (`policy_version` 32-bit, as in the event).
+    /// The export as one Arrow batch: strings, 64-bit integers (`policy_version` 32-bit, as in the event), the cycle's
+    /// instants as UTC timestamps in microseconds.
     pub fn to_record_batch(&self) -> Result<RecordBatch, ReportError> {
         let text = |f: &dyn Fn(&PeriodExportRow) -> Option<String>| -> ArrayRef {
             Arc::new(self.rows.iter().map(f).collect::<StringArray>())
@@ -320,8 +321,8 @@ impl BillingExport {
             int(&|r| Some(r.late_adjustments)),
             int(&|_| Some(self.watermark as i64)),
             text(&|_| Some(self.gaps.clone()).filter(|g| !g.is_empty())),
-            text(&|r| Some(r.cycle_start.to_string())),
-            text(&|r| Some(r.cycle_end.to_string())),
+            instant(self.rows.iter().map(|r| Some(r.cycle_start))),
+            instant(self.rows.iter().map(|r| Some(r.cycle_end))),
         ];
         Ok(RecordBatch::try_new(schema(), columns)?)
     }
@@ -373,7 +374,8 @@ fn jsonl_of<'a>(columns: &[&str], lines: impl IntoIterator<Item = Vec<Cell<'a>>>
     out
 }
 
-/// One Arrow batch of `lines`, each column typed by `schema` (strings, `Int32`, `Int64`); an empty cell is null.
+/// One Arrow batch of `lines`, each column typed by `schema` (strings, `Int32`, `Int64`, UTC timestamps); an empty
+/// cell is null.
 fn batch_of(schema: Arc<Schema>, lines: &[Vec<Cell<'_>>]) -> Result<RecordBatch, ReportError> {
     let columns: Vec<ArrayRef> = schema
         .fields()
@@ -386,8 +388,10 @@ fn batch_of(schema: Arc<Schema>, lines: &[Vec<Cell<'_>>]) -> Result<RecordBatch,
                 _ => None,
             };
             let int = |c: &Cell<'_>| if let Cell::Integer(n) = c { Some(*n) } else { None };
+            let at = |c: &Cell<'_>| if let Cell::Instant(t) = c { Some(*t) } else { None };
             match field.data_type() {
                 DataType::Utf8 => Arc::new(lines.iter().map(|l| text(&l[i])).collect::<StringArray>()),
+                DataType::Timestamp(..) => instant(lines.iter().map(|l| at(&l[i]))),
                 // `policy_version`, an `int` in the event: its values fit.
                 DataType::Int32 => Arc::new(lines.iter().map(|l| int(&l[i]).map(|n| n as i32)).collect::<Int32Array>()),
                 _ => Arc::new(lines.iter().map(|l| int(&l[i])).collect::<Int64Array>()),
@@ -395,6 +399,18 @@ fn batch_of(schema: Arc<Schema>, lines: &[Vec<Cell<'_>>]) -> Result<RecordBatch,
         })
         .collect();
     Ok(RecordBatch::try_new(schema, columns)?)
+}
+
+/// A column of instants: Arrow's timestamp in microseconds (the ledger's own resolution) at offset `+00:00`, which
+/// Parquet writes as adjusted to UTC (a zone's name would need Arrow's time-zone database to be read back).
+fn instant(instants: impl Iterator<Item = Option<Timestamp>>) -> ArrayRef {
+    let micros: TimestampMicrosecondArray = instants.map(|t| t.map(|t| t.micros())).collect();
+    Arc::new(micros.with_timezone("+00:00"))
+}
+
+/// The type of the cycle's columns: [`instant`]'s.
+fn instant_type() -> DataType {
+    DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into()))
 }
 
 /// Parquet of one batch, snappy-compressed, one row group.
@@ -438,8 +454,8 @@ pub fn schema() -> Arc<Schema> {
         field("late_adjustments", DataType::Int64, false),
         field("watermark", DataType::Int64, false),
         field("gaps", DataType::Utf8, true),
-        field("cycle_start", DataType::Utf8, false),
-        field("cycle_end", DataType::Utf8, false),
+        field("cycle_start", instant_type(), false),
+        field("cycle_end", instant_type(), false),
     ]))
 }
 
