@@ -8,6 +8,8 @@
 use std::borrow::Cow;
 use std::io::Write;
 
+use unicode_width::UnicodeWidthStr;
+
 /// A text cell, safe to open in a spreadsheet (OWASP "CSV injection"): one that starts with `=`, `+`, `-`,
 /// `@`, a tab or a carriage return is prefixed with `'`, so that it is shown as text and never run as a
 /// formula; then quoted (RFC 4180) when it holds a comma, a quote or a line break.
@@ -54,7 +56,9 @@ pub const TABLE_CHUNK_ROWS: usize = 10_000;
 
 /// A table written as its rows come, in chunks of [`TABLE_CHUNK_ROWS`]: each chunk is aligned on the widest cell of
 /// every row so far (columns only ever move right), the header on the first chunk's. A table of at most one chunk
-/// is aligned on all of its rows, as if printed at once.
+/// is aligned on all of its rows, as if printed at once. Widths are what a terminal shows (a CJK character or an
+/// emoji takes two columns, a combining accent none): a count of characters would push the columns after a Japanese
+/// tenant's name askew.
 pub struct TableWriter {
     header: Vec<String>,
     widths: Vec<usize>,
@@ -67,7 +71,7 @@ impl TableWriter {
     pub fn new(header: &[&str]) -> TableWriter {
         TableWriter {
             header: header.iter().map(|h| h.to_string()).collect(),
-            widths: header.iter().map(|h| h.chars().count()).collect(),
+            widths: header.iter().map(|h| h.width()).collect(),
             pending: Vec::new(),
             header_written: false,
         }
@@ -94,7 +98,7 @@ impl TableWriter {
     fn flush(&mut self, out: &mut dyn Write) -> std::io::Result<()> {
         for row in &self.pending {
             for (width, cell) in self.widths.iter_mut().zip(row) {
-                *width = (*width).max(cell.chars().count());
+                *width = (*width).max(cell.width());
             }
         }
         let widths = &self.widths;
@@ -106,7 +110,7 @@ impl TableWriter {
                 }
                 line.push_str(cell);
                 // Padded by hand: a format width (`{cell:<width$}`) is a u16, and `sql` prints cells of any length.
-                line.extend(std::iter::repeat_n(' ', width.saturating_sub(cell.chars().count())));
+                line.extend(std::iter::repeat_n(' ', width.saturating_sub(cell.width())));
             }
             line.trim_end().to_string()
         };
@@ -130,5 +134,21 @@ mod tests {
         assert!(matches!(printable("org-42 requests"), Cow::Borrowed(_)));
         assert_eq!(printable("a\nTOTAL 0"), "a\\nTOTAL 0");
         assert_eq!(printable("\u{1b}[2Jx\t\r\u{7f}"), "\\u{1b}[2Jx\\t\\r\\u{7f}");
+    }
+
+    // Proves the columns line up on a terminal: a tenant named in Japanese (two columns a character) and one with a
+    // combining accent (none for the accent) pad the next column to where an ASCII name puts it.
+    #[test]
+    fn wide_and_combining_characters_align_on_what_a_terminal_shows() {
+        let rows = vec![
+            vec!["org-1".to_string(), "7".to_string()],
+            vec!["株式会社".to_string(), "8".to_string()],
+            vec!["cafe\u{301}".to_string(), "9".to_string()],
+        ];
+        let mut out = Vec::new();
+        write_table(&mut out, &["tenant", "n"], &rows).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let columns: Vec<usize> = text.lines().map(|line| line[..line.rfind(' ').unwrap() + 1].width()).collect();
+        assert_eq!(columns, [10, 10, 10, 10], "the second column starts at column 10 on every line:\n{text}");
     }
 }
