@@ -116,6 +116,10 @@ enum Command {
     /// The config file (--config): check it and print what it resolves to, secrets masked.
     #[command(subcommand)]
     Config(cli::config::ConfigCommand),
+    /// The completion script of a shell (bash, zsh, fish, elvish, powershell), on stdout.
+    Completions(cli::manual::CompletionsArgs),
+    /// The man pages of every command, written into a directory.
+    Man(cli::manual::ManArgs),
 }
 
 fn main() -> ExitCode {
@@ -177,6 +181,8 @@ fn main() -> ExitCode {
         Command::Config(cli::config::ConfigCommand::Check(args)) => {
             cli::config::run(&Cli::command(), cli.config.as_deref(), args)
         }
+        Command::Completions(args) => cli::manual::completions(Cli::command(), args),
+        Command::Man(args) => cli::manual::man(Cli::command(), args),
     };
     match result {
         Ok(code) => code,

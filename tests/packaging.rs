@@ -15,15 +15,29 @@ use support::{BIN, TestLedger, tool_available};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
-/// `systemd-analyze verify` on a copy of the unit naming this build's binary: exit 0 and nothing said (it warns on
-/// stderr and still exits 0, for a misspelled setting, say).
+/// `quota-ledger man --out DIR/man1`: the pages, in a directory `man` finds through `MANPATH=DIR`.
+fn man_pages() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("man1");
+    let written = Command::new(BIN).arg("man").arg("--out").arg(&out).output().unwrap();
+    assert!(written.status.success(), "{}", String::from_utf8_lossy(&written.stderr));
+    dir
+}
+
+/// `systemd-analyze verify` on a copy of the unit naming this build's binary, with this build's man pages installed:
+/// exit 0 and nothing said (it warns on stderr and still exits 0, for a misspelled setting, say).
 fn verify_unit(unit_text: &str) -> (bool, String) {
     let dir = tempfile::tempdir().unwrap();
     let unit = dir.path().join("quota-ledger.service");
     std::fs::write(&unit, unit_text.replace("/usr/local/bin/quota-ledger", BIN)).unwrap();
-    // The unit's `man:` page is installed with the binary (`quota-ledger man`), not here.
-    let verified =
-        Command::new("systemd-analyze").args(["verify", "--man=no"]).arg(&unit).output().expect("systemd-analyze runs");
+    let man = man_pages();
+    // `Documentation=man:quota-ledger-serve(1)` is checked by running `man`, which finds the page through MANPATH.
+    let verified = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&unit)
+        .env("MANPATH", man.path())
+        .output()
+        .expect("systemd-analyze runs");
     let said = format!("{}{}", String::from_utf8_lossy(&verified.stdout), String::from_utf8_lossy(&verified.stderr));
     (verified.status.success() && said.trim().is_empty(), said)
 }
@@ -43,6 +57,53 @@ fn the_systemd_unit_verifies() {
     // The check sees a mistake: a misspelled service type is reported.
     let (clean, said) = verify_unit(&unit.replace("Type=notify", "Type=notfy"));
     assert!(!clean && said.contains("notfy"), "a misspelled Type= went unnoticed: {said:?}");
+    // And a documentation page that no command has.
+    let (clean, said) = verify_unit(&unit.replace("quota-ledger-serve(1)", "quota-ledger-serv(1)"));
+    assert!(!clean && said.contains("quota-ledger-serv(1)"), "a missing man page went unnoticed: {said:?}");
+}
+
+// Proves `man --out` writes a page per command that `man` renders with the command's flags, and that the bash
+// completion, sourced into bash, completes subcommands and each subcommand's own flags.
+#[test]
+fn man_pages_and_completions_come_from_the_flags() {
+    let man = man_pages();
+    let help = Command::new(BIN).arg("--help").output().unwrap();
+    let commands: Vec<String> = String::from_utf8_lossy(&help.stdout)
+        .lines()
+        .skip_while(|line| *line != "Commands:")
+        .skip(1)
+        .take_while(|line| !line.is_empty())
+        .filter_map(|line| line.split_whitespace().next().map(str::to_string))
+        .filter(|command| command != "help")
+        .collect();
+    assert!(commands.len() >= 25 && commands.contains(&"serve".to_string()), "{commands:?}");
+    for command in &commands {
+        let page = man.path().join(format!("man1/quota-ledger-{command}.1"));
+        assert!(page.exists(), "no man page for {command}");
+    }
+    if tool_available("man", "QUOTA_LEDGER_SKIP_PACKAGING", "apt-get install man-db") {
+        let mut rendered = Command::new("man");
+        let rendered = rendered.args(["-P", "cat", "quota-ledger-serve"]).env("MANPATH", man.path()).output().unwrap();
+        let rendered = String::from_utf8_lossy(&rendered.stdout).into_owned();
+        assert!(rendered.contains("NAME") && rendered.contains("--tokens"), "man quota-ledger-serve:\n{rendered}");
+    }
+
+    let complete = |words: &[&str]| -> String {
+        let script = format!(
+            "source <({BIN} completions bash); COMP_WORDS=({}); COMP_CWORD={}; _quota__ledger quota-ledger {} {}; \
+             echo \"${{COMPREPLY[*]}}\"",
+            words.join(" "),
+            words.len() - 1,
+            words[words.len() - 1],
+            words[words.len() - 2],
+        );
+        let completed = Command::new("bash").arg("-c").arg(script).output().unwrap();
+        assert!(completed.status.success(), "{}", String::from_utf8_lossy(&completed.stderr));
+        String::from_utf8_lossy(&completed.stdout).trim().to_string()
+    };
+    assert_eq!(complete(&["quota-ledger", "ser"]), "serve");
+    assert_eq!(complete(&["quota-ledger", "serve", "--tls"]), "--tls-cert --tls-key", "a subcommand's own flags");
+    assert_eq!(complete(&["quota-ledger", "policy", "set", "--win"]), "--window --window-seconds");
 }
 
 #[test]

@@ -12,6 +12,7 @@ pub mod generate;
 pub mod grant;
 pub mod ingest;
 pub mod kafka_args;
+pub mod manual;
 pub mod node;
 pub mod policy;
 pub mod produce;
