@@ -559,7 +559,7 @@ fn over_http(
     let path = dir.join(format!("hook-{run}.db"));
     fresh_ledger(&path, 0)?;
     let tokens = dir.join("tokens.toml");
-    crate::write_token_file(
+    serve::tokens::write_private(
         &tokens,
         &format!("[[token]]\nname = \"bench\"\nsecret = \"{TOKEN}\"\ntenants = [\"*\"]\n"),
     )?;

@@ -108,7 +108,7 @@ pub(super) fn built_ledger(
 
 /// Appends the generator's valid events (malformed ones left out: they only reach the quarantine).
 fn build(path: &Path, events: u64, tenants: u32, progress: &dyn Fn(Progress)) -> anyhow::Result<()> {
-    let mut ledger = crate::open_for_append(path)?;
+    let mut ledger = usecases::store::open_for_append(path)?;
     let mut settings = GenerateSettings::new(tenants, events, 1);
     settings.raw_malformed = false;
     progress(Progress::Begin { step: "building ledger".into(), total: Some(events) });

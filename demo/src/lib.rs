@@ -582,7 +582,7 @@ impl<'a> Demo<'a> {
             commands: self.commands(),
         };
         let tokens = format!("[[token]]\nname = \"demo\"\nsecret = \"{DEMO_TOKEN}\"\ntenants = [\"*\"]\n");
-        crate::write_token_file(&self.out("tokens.toml"), &tokens)?;
+        serve::tokens::write_private(&self.out("tokens.toml"), &tokens)?;
         self.write("report.html", page::render(&page)?.as_bytes())?;
         Ok(format!("{} (open it in a browser; it needs no network)", self.out("report.html").display()))
     }
@@ -635,14 +635,4 @@ fn ingest_summary(p: &KafkaIngestProgress) -> String {
         "{} messages: {} recorded, {} duplicates, {} conflicting duplicates, {} quarantined; watermark {}",
         p.messages, p.recorded, p.duplicates, p.conflicts, p.quarantined, p.watermark
     )
-}
-
-/// Writes a token file for `serve`, which refuses one that group or others may read or write: the owner's only,
-/// an existing file included.
-pub(crate) fn write_token_file(path: &Path, text: &str) -> std::io::Result<()> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
-    // The mode above applies to a new file only.
-    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    std::io::Write::write_all(&mut &file, text.as_bytes())
 }
