@@ -7,10 +7,11 @@
 //! The runs of a command (`reconcile`, `export billing`, `serve`) are child processes of the real binary, named in
 //! each benchmark's settings: their peak memory is then their own.
 //!
-//! None draws on a terminal: long steps report [`Progress`](generate::Progress), and results come back as data for
-//! the binary to print. The benchmarks answer `anyhow::Result`: each is the body of a developer's command, its errors
-//! only ever end on the binary's error line, and they come from a dozen crates with the context of the step that
-//! failed; a typed enum per benchmark would restate them without a caller that tells them apart.
+//! None draws on a terminal: long steps report [`Progress`](generate::Progress), and results come back as data whose
+//! JSON is their serialization and whose lines for people are their `Display`, so that the binary only prints them.
+//! The benchmarks answer `anyhow::Result`: each is the body of a developer's command, its errors only ever end on the
+//! binary's error line, and they come from a dozen crates with the context of the step that failed; a typed enum per
+//! benchmark would restate them without a caller that tells them apart.
 
 #![deny(missing_docs)]
 
