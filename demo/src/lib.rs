@@ -218,7 +218,7 @@ impl<'a> Demo<'a> {
         self.step("hook", Demo::hook_checks)?;
         self.step("ingest", |d| {
             let p = d.ingest("outbox")?;
-            Ok(format!("{}: what the hook published comes back as exact duplicates, counted once", ingest_summary(&p)))
+            Ok(format!("{p}: what the hook published comes back as exact duplicates, counted once"))
         })?;
         self.step("reconcile", |d| d.reconcile("reconcile"))?;
         self.step("close", Demo::close_month)?;
@@ -291,7 +291,7 @@ impl<'a> Demo<'a> {
              at once for {LEASE_TENANT}) and ingested as they arrived: {}",
             generated_summary(&report),
             policies.len(),
-            ingest_summary(&ingested)
+            ingested
         ))
     }
 
@@ -512,8 +512,7 @@ impl<'a> Demo<'a> {
         let report = self.ingest("late events")?;
         Ok(format!(
             "{LATE_EVENTS} usage events of {} ({quantity} requests) produced after the close: {}",
-            self.month,
-            ingest_summary(&report)
+            self.month, report
         ))
     }
 
@@ -628,11 +627,4 @@ impl<'a> Demo<'a> {
         let i: i64 = id.rsplit('-').next()?.parse().ok()?;
         Some(self.check_request(i).tenant)
     }
-}
-
-fn ingest_summary(p: &KafkaIngestProgress) -> String {
-    format!(
-        "{} messages: {} recorded, {} duplicates, {} conflicting duplicates, {} quarantined; watermark {}",
-        p.messages, p.recorded, p.duplicates, p.conflicts, p.quarantined, p.watermark
-    )
 }
