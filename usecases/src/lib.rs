@@ -8,7 +8,8 @@
 //!   catch-up) and [`billing`]: a period's export of a store or a cluster, with what a partly closed set means.
 //! - [`run`]: the nightly reconcile run (lock, plan, apply, publisher lock, publish, the shards' union) and its
 //!   report in words, JSON and figures.
-//! - [`change`]: a policy or grant changed, judged against what the ledgers hold, recorded or produced.
+//! - [`change`]: a policy or grant changed, judged against what the ledgers hold, recorded or produced; the policies
+//!   and grants recorded, in the rows `policy list`, `policy history` and `grant list` show.
 //! - [`status`]: what a store holds.
 //! - [`verify`], [`backup`]: the chain checked, with checkpoints and heads; copies taken and restored.
 //! - [`shard`]: what a server answers for each shard it holds, the parts a cluster read joins.
