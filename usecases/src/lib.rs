@@ -15,6 +15,7 @@
 //! - [`shard`]: what a server answers for each shard it holds, the parts a cluster read joins.
 //! - [`ingest`]: a container file loaded into a ledger or a directory of shards; the Kafka consumer of a ledger.
 //! - [`quarantine`]: quarantined messages listed and replayed.
+//! - [`quota`]: a tenant's remaining quota per policy, as the hook counts it.
 //! - [`files`]: an output written whole or not at all.
 
 #![deny(missing_docs)]
@@ -27,6 +28,7 @@ pub mod cluster;
 pub mod files;
 pub mod ingest;
 pub mod quarantine;
+pub mod quota;
 pub mod run;
 pub mod shard;
 pub mod status;
@@ -129,6 +131,7 @@ from_stages!(
     ledger::CloseError,
     ledger::ReplayError,
     kafka::topics::TopicsError,
+    hook::HookError,
     ::ingest::file::FileIngestError,
     ::ingest::consumer::KafkaIngestError,
     ledger::OutboxError,
