@@ -11,6 +11,7 @@
 //! - [`change`]: a policy or grant changed, judged against what the ledgers hold, recorded or produced; the policies
 //!   and grants recorded, in the rows `policy list`, `policy history` and `grant list` show.
 //! - [`status`]: what a store holds.
+//! - [`audit`]: support's answers, why a request was decided so and a tenant's timeline.
 //! - [`verify`], [`backup`]: the chain checked, with checkpoints and heads; copies taken and restored.
 //! - [`shard`]: what a server answers for each shard it holds, the parts a cluster read joins.
 //! - [`ingest`]: a container file loaded into a ledger or a directory of shards; the Kafka consumer of a ledger.
@@ -20,6 +21,7 @@
 
 #![deny(missing_docs)]
 
+pub mod audit;
 pub mod backup;
 pub mod billing;
 pub mod change;
