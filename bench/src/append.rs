@@ -50,6 +50,18 @@ pub struct AppendFigures {
     pub dir: PathBuf,
 }
 
+/// The figures as lines for people: both rates and their ratio.
+impl std::fmt::Display for AppendFigures {
+    fn fmt(&self, out: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(out, "events {}, {} per batch, files in {}", self.events, self.batch_events, self.dir.display())?;
+        let (seconds, rate) = (self.ledger_seconds, self.ledger_events_per_second);
+        writeln!(out, "ledger append  {seconds:8.2} s  {rate:>10.0} events/s")?;
+        let (seconds, rate) = (self.bare_insert_seconds, self.bare_insert_events_per_second);
+        writeln!(out, "bare insert    {seconds:8.2} s  {rate:>10.0} events/s")?;
+        writeln!(out, "ratio          {:8.3}  (ledger / bare insert)", self.ratio)
+    }
+}
+
 /// Appends `settings.events` UsageEvents to a new ledger, then bare-inserts the same rows into a new database.
 pub fn run(settings: &AppendSettings, progress: &dyn Fn(Progress)) -> anyhow::Result<AppendFigures> {
     let AppendSettings { events, batch_events, .. } = *settings;

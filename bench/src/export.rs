@@ -87,6 +87,43 @@ pub struct ExportFigures {
     pub ratio_csv: f64,
 }
 
+/// The figures as lines for people: the ledger, each export, DuckDB, and the ratios against the goal.
+impl std::fmt::Display for ExportFigures {
+    fn fmt(&self, out: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let f = self;
+        writeln!(
+            out,
+            "ledger ({:.0} MiB): {} events, {} tenants; migration {:.2} s; commit totals {:.2} s ({} reservations judged)",
+            f.ledger_file_mib,
+            f.events_recorded,
+            f.tenants,
+            f.migration_seconds,
+            f.commit_totals_seconds,
+            f.reservations_judged
+        )?;
+        writeln!(
+            out,
+            "export billing --period {PERIOD} --format csv      {:7.3} s  peak memory {:7.1} MiB  {} rows",
+            f.csv_seconds, f.csv_peak_memory_mib, f.rows
+        )?;
+        writeln!(
+            out,
+            "export billing --period {PERIOD} --format parquet  {:7.3} s  peak memory {:7.1} MiB",
+            f.parquet_seconds, f.parquet_peak_memory_mib
+        )?;
+        writeln!(
+            out,
+            "duckdb: sum of {} consumption rows by tenant, metric  {:7.3} s query ({:.3} s process)  peak memory {:7.1} MiB",
+            f.consumption_parquet_rows, f.duckdb_query_seconds, f.duckdb_process_seconds, f.duckdb_peak_memory_mib
+        )?;
+        writeln!(
+            out,
+            "ratio: parquet export / duckdb {:.2}, csv export / duckdb {:.2} (goal: at most 1.5)",
+            f.ratio_parquet, f.ratio_csv
+        )
+    }
+}
+
 /// Copies the month's ledger (built first when it is not kept yet), times its billing export as CSV and as Parquet,
 /// and DuckDB's sums of the same consumption, which must equal the export's. Fails at once, before building
 /// anything, without DuckDB.

@@ -106,6 +106,22 @@ pub struct Figures {
     pub ratio_to_redis_fsync_always: Option<f64>,
 }
 
+/// The measurement as a line for people, aligned with the other peers' lines.
+impl std::fmt::Display for Figures {
+    fn fmt(&self, out: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let caught_up =
+            self.outbox_caught_up_ms.map_or_else(String::new, |ms| format!("  outbox published {ms} ms after"));
+        let speedup = self.speedup_over_one_shard.map_or_else(String::new, |x| format!("  {x:.2}x one shard"));
+        let per_node =
+            self.ratio_to_redis_fsync_always.map_or_else(String::new, |x| format!("  {x:.2}x redis (always)"));
+        writeln!(
+            out,
+            "{:42} c={:<3} {:>8} req  {:>9.0} decisions/s  p50 {:>8.0} us  p99 {:>8.0} us{caught_up}{speedup}{per_node}",
+            self.peer, self.concurrency, self.requests, self.decisions_per_second, self.p50_us, self.p99_us
+        )
+    }
+}
+
 /// One client of a measurement: a kept-alive connection (or the hook's handle) sending one request at a time.
 trait Client {
     /// Sends request `i` and waits for its answer.
@@ -559,7 +575,7 @@ fn over_http(
     let path = dir.join(format!("hook-{run}.db"));
     fresh_ledger(&path, 0)?;
     let tokens = dir.join("tokens.toml");
-    crate::write_token_file(
+    serve::tokens::write_private(
         &tokens,
         &format!("[[token]]\nname = \"bench\"\nsecret = \"{TOKEN}\"\ntenants = [\"*\"]\n"),
     )?;

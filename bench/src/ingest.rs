@@ -84,6 +84,31 @@ pub struct IngestFigures {
     pub speedup: BTreeMap<u32, f64>,
 }
 
+/// The figures as lines for people: each run with its shards' shares, then each shard count's median and speedup.
+impl std::fmt::Display for IngestFigures {
+    fn fmt(&self, out: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            out,
+            "{} messages, {} tenants, {} per append; decoding them all on one thread: {:.2} s",
+            self.messages, self.tenants, self.batch_events, self.decode_seconds
+        )?;
+        for run in &self.runs {
+            let shares: Vec<String> =
+                run.per_shard.iter().map(|s| format!("shard {} {:.0}/s", s.partition, s.messages_per_second)).collect();
+            let (round, shards, seconds, rate) = (run.round, run.shards, run.seconds, run.messages_per_second);
+            writeln!(
+                out,
+                "round {round} {shards:2} shards {seconds:8.2} s {rate:>10.0} messages/s  ({})",
+                shares.join(", ")
+            )?;
+        }
+        for (shards, rate) in &self.median_messages_per_second {
+            writeln!(out, "median {shards:2} shards {rate:>10.0} messages/s  speedup {:.2}", self.speedup[shards])?;
+        }
+        Ok(())
+    }
+}
+
 /// Generates the month, then appends it into each shard count of `settings`, `rounds` times.
 pub fn run(settings: &IngestBenchSettings, progress: &dyn Fn(Progress)) -> anyhow::Result<IngestFigures> {
     anyhow::ensure!(settings.batch_events > 0, "--batch-events must be at least 1");

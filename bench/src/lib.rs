@@ -7,10 +7,11 @@
 //! The runs of a command (`reconcile`, `export billing`, `serve`) are child processes of the real binary, named in
 //! each benchmark's settings: their peak memory is then their own.
 //!
-//! None draws on a terminal: long steps report [`Progress`](generate::Progress), and results come back as data for
-//! the binary to print. The benchmarks answer `anyhow::Result`: each is the body of a developer's command, its errors
-//! only ever end on the binary's error line, and they come from a dozen crates with the context of the step that
-//! failed; a typed enum per benchmark would restate them without a caller that tells them apart.
+//! None draws on a terminal: long steps report [`Progress`](generate::Progress), and results come back as data whose
+//! JSON is their serialization and whose lines for people are their `Display`, so that the binary only prints them.
+//! The benchmarks answer `anyhow::Result`: each is the body of a developer's command, its errors only ever end on the
+//! binary's error line, and they come from a dozen crates with the context of the step that failed; a typed enum per
+//! benchmark would restate them without a caller that tells them apart.
 
 #![deny(missing_docs)]
 
@@ -21,7 +22,6 @@ pub mod hook;
 pub mod ingest;
 pub mod reconcile;
 
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -74,22 +74,4 @@ pub(crate) fn timed_child(mut command: Command, keep_stdout: bool) -> anyhow::Re
     let exit_code = if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { -1 };
     // Linux reports ru_maxrss in KiB.
     Ok(ChildRun { elapsed, peak_memory_mib: usage.ru_maxrss as f64 / 1024.0, exit_code, stdout: text })
-}
-
-/// Writes a token file for `serve`, which refuses one that group or others may read or write: the owner's only,
-/// an existing file included.
-pub(crate) fn write_token_file(path: &Path, text: &str) -> std::io::Result<()> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
-    // The mode above applies to a new file only.
-    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    std::io::Write::write_all(&mut &file, text.as_bytes())
-}
-
-/// Opens a ledger for appending as the binary's `ingest` does: with the commit totals kept inside every append's
-/// transaction, so that an export later judges only the reservations touched since.
-pub(crate) fn open_for_append(path: &Path) -> Result<ledger::Ledger, ledger::OpenError> {
-    let mut ledger = ledger::Ledger::open(path)?;
-    ledger.keep_commit_totals();
-    Ok(ledger)
 }

@@ -56,6 +56,25 @@ pub struct ReconcileFigures {
     pub ledger: PathBuf,
 }
 
+/// The figures as lines for people: the ledger, then the first run and the rerun.
+impl std::fmt::Display for ReconcileFigures {
+    fn fmt(&self, out: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (events_recorded, tenants) = (self.events_recorded, self.tenants);
+        let (ledger, mib) = (self.ledger.display(), self.ledger_file_mib);
+        writeln!(out, "ledger {ledger} ({mib:.0} MiB): {events_recorded} events, {tenants} tenants")?;
+        writeln!(
+            out,
+            "reconcile --as-of {AS_OF}   {:7.2} s  peak memory {:7.1} MiB  {} adjustments and alerts written",
+            self.first_run_seconds, self.first_run_peak_memory_mib, self.adjustments_written
+        )?;
+        writeln!(
+            out,
+            "rerun (clean)                              {:7.2} s  peak memory {:7.1} MiB",
+            self.rerun_seconds, self.rerun_peak_memory_mib
+        )
+    }
+}
+
 /// Builds the month's ledger when it is not kept yet, copies it, and times `reconcile --as-of` [`AS_OF`] on the copy
 /// twice: the first run and a clean rerun.
 pub fn run(settings: &ReconcileBenchSettings, progress: &dyn Fn(Progress)) -> anyhow::Result<ReconcileFigures> {
@@ -108,7 +127,7 @@ pub(super) fn built_ledger(
 
 /// Appends the generator's valid events (malformed ones left out: they only reach the quarantine).
 fn build(path: &Path, events: u64, tenants: u32, progress: &dyn Fn(Progress)) -> anyhow::Result<()> {
-    let mut ledger = crate::open_for_append(path)?;
+    let mut ledger = usecases::store::open_for_append(path)?;
     let mut settings = GenerateSettings::new(tenants, events, 1);
     settings.raw_malformed = false;
     progress(Progress::Begin { step: "building ledger".into(), total: Some(events) });

@@ -218,7 +218,7 @@ impl<'a> Demo<'a> {
         self.step("hook", Demo::hook_checks)?;
         self.step("ingest", |d| {
             let p = d.ingest("outbox")?;
-            Ok(format!("{}: what the hook published comes back as exact duplicates, counted once", ingest_summary(&p)))
+            Ok(format!("{p}: what the hook published comes back as exact duplicates, counted once"))
         })?;
         self.step("reconcile", |d| d.reconcile("reconcile"))?;
         self.step("close", Demo::close_month)?;
@@ -291,7 +291,7 @@ impl<'a> Demo<'a> {
              at once for {LEASE_TENANT}) and ingested as they arrived: {}",
             generated_summary(&report),
             policies.len(),
-            ingest_summary(&ingested)
+            ingested
         ))
     }
 
@@ -512,8 +512,7 @@ impl<'a> Demo<'a> {
         let report = self.ingest("late events")?;
         Ok(format!(
             "{LATE_EVENTS} usage events of {} ({quantity} requests) produced after the close: {}",
-            self.month,
-            ingest_summary(&report)
+            self.month, report
         ))
     }
 
@@ -582,7 +581,7 @@ impl<'a> Demo<'a> {
             commands: self.commands(),
         };
         let tokens = format!("[[token]]\nname = \"demo\"\nsecret = \"{DEMO_TOKEN}\"\ntenants = [\"*\"]\n");
-        crate::write_token_file(&self.out("tokens.toml"), &tokens)?;
+        serve::tokens::write_private(&self.out("tokens.toml"), &tokens)?;
         self.write("report.html", page::render(&page)?.as_bytes())?;
         Ok(format!("{} (open it in a browser; it needs no network)", self.out("report.html").display()))
     }
@@ -628,21 +627,4 @@ impl<'a> Demo<'a> {
         let i: i64 = id.rsplit('-').next()?.parse().ok()?;
         Some(self.check_request(i).tenant)
     }
-}
-
-fn ingest_summary(p: &KafkaIngestProgress) -> String {
-    format!(
-        "{} messages: {} recorded, {} duplicates, {} conflicting duplicates, {} quarantined; watermark {}",
-        p.messages, p.recorded, p.duplicates, p.conflicts, p.quarantined, p.watermark
-    )
-}
-
-/// Writes a token file for `serve`, which refuses one that group or others may read or write: the owner's only,
-/// an existing file included.
-pub(crate) fn write_token_file(path: &Path, text: &str) -> std::io::Result<()> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
-    // The mode above applies to a new file only.
-    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    std::io::Write::write_all(&mut &file, text.as_bytes())
 }

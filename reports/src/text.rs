@@ -1,5 +1,6 @@
 //! Producers' text made safe to show: in a spreadsheet ([`csv_text`]) and on a terminal or in a log ([`printable`]),
-//! and tables of it aligned for people ([`TableWriter`]).
+//! and tables of it aligned for people ([`TableWriter`]); the rows of Arrow batches (`sql`'s answers) as such text and
+//! as CSV.
 //! Names and ids the contract bounds (tenant, subject, metric, request_id, idempotency_key) never hold a control
 //! character, since ingest quarantines them; event ids, sources, reasons, attributes and whatever an older ledger
 //! recorded may, and a newline in them would forge a line of `status`, `audit` or a table, an escape sequence would
@@ -8,6 +9,10 @@
 use std::borrow::Cow;
 use std::io::Write;
 
+use arrow::array::RecordBatch;
+use arrow::datatypes::{DataType, Schema};
+use arrow::error::ArrowError;
+use arrow::util::display::{ArrayFormatter, FormatOptions};
 use unicode_width::UnicodeWidthStr;
 
 /// A text cell, safe to open in a spreadsheet (OWASP "CSV injection"): one that starts with `=`, `+`, `-`,
@@ -123,6 +128,44 @@ impl TableWriter {
         }
         Ok(())
     }
+}
+
+/// The names of a batch's columns, in order.
+pub fn column_names(schema: &Schema) -> Vec<&str> {
+    schema.fields().iter().map(|f| f.name().as_str()).collect()
+}
+
+/// A batch's rows as text, a cell per column, nulls empty.
+pub fn batch_rows(batch: &RecordBatch) -> Result<Vec<Vec<String>>, ArrowError> {
+    let options = FormatOptions::default().with_null("");
+    let formatters: Vec<ArrayFormatter<'_>> =
+        batch.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &options)).collect::<Result<_, _>>()?;
+    Ok((0..batch.num_rows()).map(|row| formatters.iter().map(|f| f.value(row).to_string()).collect()).collect())
+}
+
+/// The CSV header of a batch's columns: their names, each a safe CSV text cell.
+pub fn write_csv_header(out: &mut dyn Write, schema: &Schema) -> std::io::Result<()> {
+    let names: Vec<String> = column_names(schema).into_iter().map(csv_text).collect();
+    writeln!(out, "{}", names.join(","))
+}
+
+/// A batch's rows as CSV, as the billing export writes it: text cells made safe with [`csv_text`], numbers as
+/// numbers, nulls empty. The outer error is Arrow's, the inner one the output's.
+pub fn write_csv_rows(out: &mut dyn Write, batch: &RecordBatch) -> Result<std::io::Result<()>, ArrowError> {
+    let is_text: Vec<bool> = batch
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| matches!(f.data_type(), DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View))
+        .collect();
+    for row in batch_rows(batch)? {
+        let cells: Vec<String> =
+            row.into_iter().zip(&is_text).map(|(cell, text)| if *text { csv_text(&cell) } else { cell }).collect();
+        if let Err(e) = writeln!(out, "{}", cells.join(",")) {
+            return Ok(Err(e));
+        }
+    }
+    Ok(Ok(()))
 }
 
 #[cfg(test)]

@@ -38,6 +38,29 @@ pub const CHANNEL_BATCHES: usize = 2;
 /// from, NULL for a ledger of every partition (`--ledger FILE`).
 pub const SHARD_COLUMN: &str = "shard";
 
+/// The tables as `sql --tables` lists them: each with its description, then its columns with their SQL types, the
+/// [`SHARD_COLUMN`] last (every table is the union over the shards of a directory, contract §9.4).
+pub fn write_tables(out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    for table in ledger::tables::TABLES {
+        writeln!(out, "{}: {}", table.name, table.description)?;
+        for column in table.columns {
+            let kind = match column.kind {
+                Kind::Int64 => "BIGINT",
+                Kind::Int32 => "INT",
+                Kind::Text => "VARCHAR",
+                Kind::Timestamp => "TIMESTAMP (UTC, microseconds)",
+            };
+            let null = if column.nullable { ", nullable" } else { "" };
+            writeln!(out, "  {} {kind}{null}", column.name)?;
+        }
+        writeln!(
+            out,
+            "  {SHARD_COLUMN} INT, nullable (the partition of the shard the row is from; null for --ledger)"
+        )?;
+    }
+    Ok(())
+}
+
 /// One ledger file a table is read from, as of a watermark.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Source {

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Subcommand;
-use reports::audit::{render, tenant, why};
+use reports::audit::{render, why};
 use schemas::Timestamp;
 
 #[derive(Debug, Subcommand)]
@@ -45,73 +45,50 @@ fn parse_instant(text: &str) -> Result<Timestamp, String> {
 }
 
 pub fn run(store: &super::Store, command: AuditCommand) -> anyhow::Result<ExitCode> {
-    match &command {
+    match command {
         AuditCommand::Why { request_id, json, cluster } => {
             if let Some(cluster) = cluster.asked()? {
-                return why_of_cluster(&cluster, request_id, *json);
+                return why_of_cluster(&cluster, &request_id, json);
+            }
+            let (answer, shard) = usecases::audit::why(store, &request_id)?;
+            if let Some(shard) = shard {
+                eprintln!("audit: request {request_id} is recorded in {shard}");
+            }
+            match answer {
+                Ok(answer) => super::print(&answer, json, |out, answer| out.write_all(render::why(answer).as_bytes())),
+                Err(unknown) if json => {
+                    unknown_json(usecases::audit::unknown_request_json(&request_id, &unknown.nearest))
+                }
+                Err(unknown) => unknown_words(&render::unknown(&unknown)),
             }
         }
         AuditCommand::Tenant { tenant, from, to, json, cluster } => {
             if let Some(cluster) = cluster.asked()? {
                 anyhow::ensure!(from < to, "--from {from} must be before --to {to}");
-                return tenant_of_cluster(&cluster, tenant, (*from, *to), *json);
+                return tenant_of_cluster(&cluster, &tenant, (from, to), json);
+            }
+            match usecases::audit::timeline(store, &tenant, from, to)? {
+                Ok(timeline) => super::print(&timeline, json, |out, t| out.write_all(render::timeline(t).as_bytes())),
+                Err(unknown) if json => {
+                    let timeline = serde_json::to_value(&unknown.timeline)?;
+                    unknown_json(usecases::audit::unknown_tenant_json(timeline, &unknown.nearest))
+                }
+                Err(unknown) => unknown_words(&render::unknown_tenant(&unknown)),
             }
         }
     }
-    // A set of shards answers as one ledger would: the request from the shard holding it, the tenant from its own.
-    let (ledger, set) = match store.open_read()? {
-        usecases::store::Opened::File(ledger) => (Some(*ledger), Vec::new()),
-        usecases::store::Opened::Shards(set) => (None, set),
-    };
-    match command {
-        AuditCommand::Why { request_id, json, .. } => match match &ledger {
-            Some(ledger) => why::why(ledger, &request_id)?,
-            None => why::why_in(&set, &request_id)?.map(|(shard, answer)| {
-                eprintln!("audit: request {request_id} is recorded in {shard}");
-                answer
-            }),
-        } {
-            Ok(answer) if json => super::print_json(&answer).map(|()| ExitCode::SUCCESS),
-            Ok(answer) => print(&render::why(&answer)).map(|()| ExitCode::SUCCESS),
-            Err(unknown) => {
-                if json {
-                    super::print_json(&serde_json::json!({
-                        "error": "unknown_request_id",
-                        "request_id": unknown.request_id,
-                        "nearest": unknown.nearest,
-                    }))?;
-                } else {
-                    print(&render::unknown(&unknown))?;
-                }
-                Ok(ExitCode::from(super::EXIT_DISCREPANCIES))
-            }
-        },
-        AuditCommand::Tenant { tenant, from, to, json, .. } => {
-            anyhow::ensure!(from < to, "--from {from} must be before --to {to}");
-            let answer = match &ledger {
-                Some(ledger) => tenant::timeline(ledger, &tenant, from, to)?,
-                None => tenant::timeline_in(&set, &tenant, from, to)?,
-            };
-            match answer {
-                Ok(timeline) if json => super::print_json(&timeline).map(|()| ExitCode::SUCCESS),
-                Ok(timeline) => print(&render::timeline(&timeline)).map(|()| ExitCode::SUCCESS),
-                Err(unknown) => {
-                    if json {
-                        // The empty timeline's keys, as for a known tenant (add, never rename), and why.
-                        let mut answer = serde_json::to_value(&unknown.timeline)?;
-                        if let Some(object) = answer.as_object_mut() {
-                            object.insert("error".into(), "unknown_tenant".into());
-                            object.insert("nearest".into(), serde_json::json!(unknown.nearest));
-                        }
-                        super::print_json(&answer)?;
-                    } else {
-                        print(&render::unknown_tenant(&unknown))?;
-                    }
-                    Ok(ExitCode::from(super::EXIT_DISCREPANCIES))
-                }
-            }
-        }
-    }
+}
+
+/// What no ledger holds, as JSON: exit 1.
+fn unknown_json(answer: serde_json::Value) -> anyhow::Result<ExitCode> {
+    super::print_json(&answer)?;
+    Ok(ExitCode::from(super::EXIT_DISCREPANCIES))
+}
+
+/// What no ledger holds, in words: exit 1.
+fn unknown_words(text: &str) -> anyhow::Result<ExitCode> {
+    print(text)?;
+    Ok(ExitCode::from(super::EXIT_DISCREPANCIES))
 }
 
 /// `audit why --cluster`: every owner looks for the request in the shards it holds (a request's decisions are its
@@ -123,16 +100,10 @@ fn why_of_cluster(cluster: &usecases::cluster::Cluster, request_id: &str, json: 
         return print_part(part, "why", json);
     }
     let nearest = usecases::cluster::nearest_of(request_id, &answered.shards);
-    if json {
-        super::print_json(&serde_json::json!({
-            "error": "unknown_request_id",
-            "request_id": request_id,
-            "nearest": nearest,
-        }))?;
-    } else {
-        print(&render::unknown(&why::Unknown { request_id: request_id.to_string(), nearest }))?;
+    match json {
+        true => unknown_json(usecases::audit::unknown_request_json(request_id, &nearest)),
+        false => unknown_words(&render::unknown(&why::Unknown { request_id: request_id.to_string(), nearest })),
     }
-    Ok(ExitCode::from(super::EXIT_DISCREPANCIES))
 }
 
 /// A shard's answer as the local command prints it: its `key` as JSON, or the words its owner rendered.
@@ -161,18 +132,10 @@ fn tenant_of_cluster(
         return print_part(own, "timeline", json);
     }
     let nearest = usecases::cluster::nearest_of(tenant, &answered.shards);
-    if json {
-        // The empty timeline's keys, as for a known tenant (add, never rename), and why.
-        let mut answer = own["timeline"].clone();
-        if let Some(object) = answer.as_object_mut() {
-            object.insert("error".into(), "unknown_tenant".into());
-            object.insert("nearest".into(), serde_json::json!(nearest));
-        }
-        super::print_json(&answer)?;
-    } else {
-        print(&render::unknown_tenant_named(tenant, &nearest))?;
+    match json {
+        true => unknown_json(usecases::audit::unknown_tenant_json(own["timeline"].clone(), &nearest)),
+        false => unknown_words(&render::unknown_tenant_named(tenant, &nearest)),
     }
-    Ok(ExitCode::from(super::EXIT_DISCREPANCIES))
 }
 
 fn print(text: &str) -> anyhow::Result<()> {

@@ -1,12 +1,10 @@
 //! `backup --to PATH` and `restore --from PATH`: a consistent copy of a running ledger (or of every shard of a
 //! `--data` directory) with a manifest of the chain head it covers, and its return, verified before use.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use ledger::backup::BackupManifest;
 
 #[derive(Debug, Args)]
 pub struct BackupArgs {
@@ -39,51 +37,9 @@ pub fn backup(store: &super::Store, args: BackupArgs) -> anyhow::Result<ExitCode
         Some(cluster) => usecases::cluster::backup(&cluster, &args.to)?,
         None => usecases::backup::backup(store, &args.to)?,
     };
-    if args.json {
-        super::print_json(&manifests)?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    let mut out = super::stdout();
-    for manifest in &manifests {
-        writeln!(
-            out,
-            "backed up {} (ledger {}, {} events) at head {}:{}",
-            manifest.source, manifest.ledger_id, manifest.events_recorded, manifest.head_seq, manifest.head_hash
-        )?;
-    }
-    writeln!(
-        out,
-        "into {} (manifests beside each copy: <copy>{})",
-        args.to.display(),
-        ledger::backup::MANIFEST_SUFFIX
-    )?;
-    Ok(ExitCode::SUCCESS)
+    super::print(&manifests[..], args.json, |out, m| usecases::backup::write_backups(out, m, &args.to))
 }
 
 pub fn restore(store: &super::Store, args: RestoreArgs) -> anyhow::Result<ExitCode> {
-    let reports = usecases::backup::restore(&args.from, store)?;
-    if args.json {
-        super::print_json(&reports)?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    let mut out = super::stdout();
-    for report in &reports {
-        let m: &BackupManifest = &report.manifest;
-        writeln!(
-            out,
-            "restored {} from a backup taken at {} (ledger {}, {} events, head {}:{}; {} entries verified)",
-            report.ledger,
-            m.taken_at,
-            m.ledger_id,
-            m.events_recorded,
-            m.head_seq,
-            m.head_hash,
-            report.verify.entries_checked
-        )?;
-    }
-    writeln!(
-        out,
-        "ingest resumes from the Kafka offsets the backup stored: what came after it is read again, counted once"
-    )?;
-    Ok(ExitCode::SUCCESS)
+    super::print(&usecases::backup::restore(&args.from, store)?[..], args.json, usecases::backup::write_restored)
 }

@@ -6,11 +6,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use bench::append::{AppendFigures, AppendSettings};
-use bench::export::{ExportBenchSettings, ExportFigures, PERIOD};
-use bench::hook::{Figures, HookBenchSettings};
-use bench::ingest::{IngestBenchSettings, IngestFigures};
-use bench::reconcile::{AS_OF, ReconcileBenchSettings, ReconcileFigures};
+use bench::append::AppendSettings;
+use bench::export::ExportBenchSettings;
+use bench::hook::HookBenchSettings;
+use bench::ingest::IngestBenchSettings;
+use bench::reconcile::ReconcileBenchSettings;
 use clap::Subcommand;
 
 /// Progress bars of the benchmarks' long steps.
@@ -118,18 +118,19 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
     let progress = |p| display.show(p);
     match command {
         BenchCommand::Append { events, batch_events, dir, json } => {
-            let figures = bench::append::run(&AppendSettings { events, batch_events, dir }, &progress)?;
-            print(&figures, json, print_append)
+            print(&bench::append::run(&AppendSettings { events, batch_events, dir }, &progress)?, json)
         }
         BenchCommand::Ingest { events, tenants, batch_events, shards, rounds, dir, json } => {
             let settings = IngestBenchSettings { events, tenants, batch_events, shards, rounds, dir };
-            print(&bench::ingest::run(&settings, &progress)?, json, print_ingest)
+            print(&bench::ingest::run(&settings, &progress)?, json)
         }
         BenchCommand::Hook { concurrency, seconds, random_request_ids, shards, json } => {
             let settings = HookBenchSettings { concurrency, seconds, random_request_ids, binary: binary()?, shards };
             // Each concurrency's lines as they come: a run at the defaults takes minutes.
-            let figures =
-                bench::hook::run(&settings, &mut |measured| if json { Ok(()) } else { print_hook(measured) })?;
+            let figures = bench::hook::run(&settings, &mut |measured| match json {
+                true => Ok(()),
+                false => Ok(measured.iter().try_for_each(|f| write!(super::stdout(), "{f}"))?),
+            })?;
             if json {
                 super::print_json(&figures)?;
             }
@@ -137,11 +138,11 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
         }
         BenchCommand::Reconcile { events, tenants, dir, json } => {
             let settings = ReconcileBenchSettings { events, tenants, dir, binary: binary()? };
-            print(&bench::reconcile::run(&settings, &progress)?, json, print_reconcile)
+            print(&bench::reconcile::run(&settings, &progress)?, json)
         }
         BenchCommand::Export { events, tenants, dir, json } => {
             let settings = ExportBenchSettings { events, tenants, dir, binary: binary()? };
-            print(&bench::export::run(&settings, &progress)?, json, print_export)
+            print(&bench::export::run(&settings, &progress)?, json)
         }
     }
 }
@@ -151,140 +152,7 @@ fn binary() -> anyhow::Result<PathBuf> {
     std::env::current_exe().context("cannot find the quota-ledger binary")
 }
 
-/// Figures as JSON, or as lines for people.
-fn print<F: serde::Serialize>(
-    figures: &F,
-    json: bool,
-    for_people: fn(&F) -> anyhow::Result<()>,
-) -> anyhow::Result<ExitCode> {
-    if json {
-        super::print_json(figures)?
-    } else {
-        for_people(figures)?
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-fn print_append(figures: &AppendFigures) -> anyhow::Result<()> {
-    let mut out = super::stdout();
-    let (events, batch_events) = (figures.events, figures.batch_events);
-    writeln!(out, "events {events}, {batch_events} per batch, files in {}", figures.dir.display())?;
-    writeln!(
-        out,
-        "ledger append  {:8.2} s  {:>10.0} events/s",
-        figures.ledger_seconds, figures.ledger_events_per_second
-    )?;
-    writeln!(
-        out,
-        "bare insert    {:8.2} s  {:>10.0} events/s",
-        figures.bare_insert_seconds, figures.bare_insert_events_per_second
-    )?;
-    writeln!(out, "ratio          {:8.3}  (ledger / bare insert)", figures.ratio)?;
-    Ok(())
-}
-
-fn print_ingest(f: &IngestFigures) -> anyhow::Result<()> {
-    let mut out = super::stdout();
-    writeln!(
-        out,
-        "{} messages, {} tenants, {} per append; decoding them all on one thread: {:.2} s",
-        f.messages, f.tenants, f.batch_events, f.decode_seconds
-    )?;
-    for run in &f.runs {
-        let shares: Vec<String> =
-            run.per_shard.iter().map(|s| format!("shard {} {:.0}/s", s.partition, s.messages_per_second)).collect();
-        writeln!(
-            out,
-            "round {} {:2} shards {:8.2} s {:>10.0} messages/s  ({})",
-            run.round,
-            run.shards,
-            run.seconds,
-            run.messages_per_second,
-            shares.join(", ")
-        )?;
-    }
-    for (shards, rate) in &f.median_messages_per_second {
-        writeln!(out, "median {shards:2} shards {rate:>10.0} messages/s  speedup {:.2}", f.speedup[shards])?;
-    }
-    Ok(())
-}
-
-fn print_hook(measured: &[Figures]) -> anyhow::Result<()> {
-    for f in measured {
-        let caught_up = match f.outbox_caught_up_ms {
-            Some(ms) => format!("  outbox published {ms} ms after"),
-            None => String::new(),
-        };
-        let speedup = f.speedup_over_one_shard.map_or_else(String::new, |x| format!("  {x:.2}x one shard"));
-        let per_node = f.ratio_to_redis_fsync_always.map_or_else(String::new, |x| format!("  {x:.2}x redis (always)"));
-        let caught_up = format!("{caught_up}{speedup}{per_node}");
-        writeln!(
-            super::stdout(),
-            "{:42} c={:<3} {:>8} req  {:>9.0} decisions/s  p50 {:>8.0} us  p99 {:>8.0} us{caught_up}",
-            f.peer,
-            f.concurrency,
-            f.requests,
-            f.decisions_per_second,
-            f.p50_us,
-            f.p99_us
-        )?;
-    }
-    Ok(())
-}
-
-fn print_reconcile(figures: &ReconcileFigures) -> anyhow::Result<()> {
-    let mut out = super::stdout();
-    let (events_recorded, tenants) = (figures.events_recorded, figures.tenants);
-    writeln!(
-        out,
-        "ledger {} ({:.0} MiB): {events_recorded} events, {tenants} tenants",
-        figures.ledger.display(),
-        figures.ledger_file_mib
-    )?;
-    writeln!(
-        out,
-        "reconcile --as-of {AS_OF}   {:7.2} s  peak memory {:7.1} MiB  {} adjustments and alerts written",
-        figures.first_run_seconds, figures.first_run_peak_memory_mib, figures.adjustments_written
-    )?;
-    writeln!(
-        out,
-        "rerun (clean)                              {:7.2} s  peak memory {:7.1} MiB",
-        figures.rerun_seconds, figures.rerun_peak_memory_mib
-    )?;
-    Ok(())
-}
-
-fn print_export(f: &ExportFigures) -> anyhow::Result<()> {
-    let mut out = super::stdout();
-    writeln!(
-        out,
-        "ledger ({:.0} MiB): {} events, {} tenants; migration {:.2} s; commit totals {:.2} s ({} reservations judged)",
-        f.ledger_file_mib,
-        f.events_recorded,
-        f.tenants,
-        f.migration_seconds,
-        f.commit_totals_seconds,
-        f.reservations_judged
-    )?;
-    writeln!(
-        out,
-        "export billing --period {PERIOD} --format csv      {:7.3} s  peak memory {:7.1} MiB  {} rows",
-        f.csv_seconds, f.csv_peak_memory_mib, f.rows
-    )?;
-    writeln!(
-        out,
-        "export billing --period {PERIOD} --format parquet  {:7.3} s  peak memory {:7.1} MiB",
-        f.parquet_seconds, f.parquet_peak_memory_mib
-    )?;
-    writeln!(
-        out,
-        "duckdb: sum of {} consumption rows by tenant, metric  {:7.3} s query ({:.3} s process)  peak memory {:7.1} MiB",
-        f.consumption_parquet_rows, f.duckdb_query_seconds, f.duckdb_process_seconds, f.duckdb_peak_memory_mib
-    )?;
-    writeln!(
-        out,
-        "ratio: parquet export / duckdb {:.2}, csv export / duckdb {:.2} (goal: at most 1.5)",
-        f.ratio_parquet, f.ratio_csv
-    )?;
-    Ok(())
+/// Figures as JSON, or as the benchmark's lines for people.
+fn print(figures: &(impl serde::Serialize + std::fmt::Display), json: bool) -> anyhow::Result<ExitCode> {
+    super::print(figures, json, |out, figures| write!(out, "{figures}"))
 }

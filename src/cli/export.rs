@@ -120,27 +120,7 @@ pub fn run(store: &super::Store, command: ExportCommand) -> anyhow::Result<ExitC
     }
     eprintln!("{note}: {} rows", export.rows.len());
     if let Some(path) = &args.metrics_file {
-        let mut figures = telemetry::Textfile::default();
-        let period = export.period.to_string();
-        let of_period = |value: f64| [(period.clone(), value)];
-        figures.gauges(
-            "export_last_success_timestamp_seconds",
-            "When the period's billing export last succeeded",
-            "period",
-            &of_period(telemetry::now_seconds()),
-        );
-        let took = started.elapsed().as_secs_f64();
-        figures.gauges("export_duration_seconds", "How long the export took", "period", &of_period(took));
-        figures.gauges(
-            "export_rows",
-            "Rows of the export (tenant and metric)",
-            "period",
-            &of_period(export.rows.len() as f64),
-        );
-        let tenants = export.rows.iter().map(|r| r.tenant.as_str()).collect::<std::collections::BTreeSet<_>>().len();
-        figures.gauges("export_tenants", "Tenants billed in the export", "period", &of_period(tenants as f64));
-        let closed = f64::from(u8::from(args.final_));
-        figures.gauges("export_final", "1 when the export closed the period (--final)", "period", &of_period(closed));
+        let figures = usecases::billing::figures(&export, args.final_, started.elapsed());
         figures.write(path).with_context(|| format!("cannot write the metrics file {}", path.display()))?;
     }
     Ok(ExitCode::SUCCESS)

@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use control::GrantChange;
-use schemas::{GrantEvent, Timestamp};
-use usecases::change::Changed;
+use schemas::Timestamp;
+use usecases::change::GrantRow;
 
 use super::policy::{Target, parse_time};
 
@@ -86,76 +86,17 @@ fn add(store: &super::Store, args: AddArgs) -> anyhow::Result<ExitCode> {
         reason: args.reason,
         source: "quota-ledger grant add".into(),
     };
-    let Changed { event, written } = usecases::change::add_grant(store, &change, &args.target.destination())?;
-    if args.target.json {
-        super::print_json(&event)?;
-    } else {
-        let GrantEvent { grant_id, amount, valid_from, valid_until, .. } = &event;
-        let (tenant, metric) = (&event.header.tenant, &event.header.metric);
-        writeln!(
-            super::stdout(),
-            "grant {grant_id} of {tenant}: {amount} {metric} from {valid_from} until {valid_until}; {written}"
-        )?;
+    let changed = usecases::change::add_grant(store, &change, &args.target.destination())?;
+    match args.target.json {
+        true => super::print_json(&changed.event)?,
+        false => writeln!(super::stdout(), "{changed}")?,
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// One row of `grant list`.
-#[derive(Debug, serde::Serialize)]
-struct GrantRow<'a> {
-    tenant: &'a str,
-    subject: Option<&'a str>,
-    metric: &'a str,
-    grant_id: &'a str,
-    amount: i64,
-    valid_from: String,
-    valid_until: String,
-    recorded_at: String,
-    actor: Option<&'a str>,
-    reason: &'a str,
-    source: &'a str,
-    /// The project (API key) whose PROJECT (API_KEY) windows it raises: added last, as columns are.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    project: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    api_key: Option<&'a str>,
 }
 
 fn list(store: &super::Store, tenant: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
     let recorded = usecases::change::recorded(store)?;
-    let rows: Vec<GrantRow> = recorded
-        .grants()
-        .iter()
-        .filter(|g| tenant.is_none_or(|t| g.header.tenant == t))
-        .map(|g| GrantRow {
-            tenant: &g.header.tenant,
-            subject: g.header.subject.as_deref(),
-            metric: &g.header.metric,
-            grant_id: &g.grant_id,
-            amount: g.amount,
-            valid_from: g.valid_from.to_string(),
-            valid_until: g.valid_until.to_string(),
-            recorded_at: g.header.occurred_at.to_string(),
-            actor: g.actor.as_deref(),
-            reason: &g.reason,
-            source: &g.header.source,
-            project: g.header.project.as_deref(),
-            api_key: g.header.api_key.as_deref(),
-        })
-        .collect();
-    if json {
-        super::print_json(&rows)?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    let header = ["tenant", "metric", "grant_id", "amount", "valid_from", "valid_until", "actor", "reason"];
-    let table: Vec<Vec<String>> = rows
-        .iter()
-        .map(|r| {
-            let names = [r.tenant, r.metric, r.grant_id].map(str::to_string);
-            let validity = [r.amount.to_string(), r.valid_from.clone(), r.valid_until.clone()];
-            names.into_iter().chain(validity).chain([r.actor.unwrap_or("-").into(), r.reason.into()]).collect()
-        })
-        .collect();
-    super::print_table(&header, &table)?;
-    Ok(ExitCode::SUCCESS)
+    let grants = recorded.grants().iter().filter(|g| tenant.is_none_or(|t| g.header.tenant == t));
+    let rows: Vec<GrantRow> = grants.map(GrantRow::from).collect();
+    super::print(&rows[..], json, usecases::change::write_grant_list)
 }

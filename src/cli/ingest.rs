@@ -119,122 +119,46 @@ fn batch_bounds(defaults: BatchBounds, args: &IngestArgs) -> anyhow::Result<Batc
 fn run_file(ledger_path: &Path, file: &Path, args: &IngestArgs) -> anyhow::Result<ExitCode> {
     let bounds = batch_bounds(BatchBounds::file(), args)?;
     let progress = super::spinner();
-    let report = usecases::ingest::file(ledger_path, file, bounds, |so_far| {
-        progress.set_message(format!("{} records read, {} recorded", so_far.records, so_far.recorded));
-        progress.tick();
-    })?;
+    let report =
+        usecases::ingest::file(ledger_path, file, bounds, |so_far| tick(&progress, so_far.records, so_far.recorded))?;
     progress.finish_and_clear();
-    if args.json {
-        super::print_json(&report)?;
-    } else {
-        writeln!(
-            super::stdout(),
-            "{}: {} {} records: {} recorded, {} duplicates, {} conflicting duplicates, {} quarantined{}; watermark {}",
-            report.file,
-            report.records,
-            report.record_type,
-            report.recorded,
-            report.duplicates,
-            report.conflicts,
-            report.quarantined,
-            match report.already_quarantined {
-                0 => String::new(),
-                n => format!(" ({n} more quarantined already, by an earlier ingest of this file)"),
-            },
-            report.watermark
-        )?;
-        if report.resumed_after > 0 {
-            writeln!(
-                super::stdout(),
-                "resumed after record {}: an earlier ingest of this file appended the records before it",
-                report.resumed_after
-            )?;
-        }
-    }
-    if let Some(refused) = &report.resume_refused {
-        eprintln!("warning: {}: {refused}", report.file);
-    }
-    // Recorded is recorded; the rest of a damaged file was never read, which the caller must hear (exit 2), not
-    // find out from a record count: an exit of 0 would hide the damage from a job that checks the status.
-    if let Some(damage) = &report.damaged {
-        eprintln!(
-            "error: {} is damaged: it cannot be read past record {} ({}); the records before it are recorded, \
-             the rest was not read. Repair the file (or get it again) and ingest it again: it resumes at record \
-             {} if the file still begins with what is recorded (otherwise what is recorded counts as duplicates).",
-            report.file, damage.record, damage.message, damage.record
-        );
-        return Ok(ExitCode::from(2));
-    }
-    Ok(ExitCode::SUCCESS)
+    print_file(&report, usecases::ingest::words_of_file(&report), args.json)
 }
 
 /// `ingest --file F --data DIR`: each record into its tenant's shard (contract §9.4).
-fn run_file_shards(shards: &ledger::shards::ShardDir, file: &Path, args: &IngestArgs) -> anyhow::Result<ExitCode> {
+fn run_file_shards(shards: &ShardDir, file: &Path, args: &IngestArgs) -> anyhow::Result<ExitCode> {
     let bounds = batch_bounds(BatchBounds::file(), args)?;
     let progress = super::spinner();
     let report = usecases::ingest::file_into_shards(shards, args.partitions, file, bounds, |so_far| {
-        progress.set_message(format!("{} records read, {} recorded", so_far.records, so_far.recorded));
-        progress.tick();
+        tick(&progress, so_far.records, so_far.recorded)
     })?;
     progress.finish_and_clear();
-    if args.json {
-        super::print_json(&report)?;
-    } else {
-        let mut out = super::stdout();
-        writeln!(
-            out,
-            "{}: {} {} records into {} shards: {} recorded, {} duplicates, {} conflicting duplicates, {} quarantined{}",
-            report.file,
-            report.records,
-            report.record_type,
-            report.shards.len(),
-            report.recorded,
-            report.duplicates,
-            report.conflicts,
-            report.quarantined,
-            match report.already_quarantined {
-                0 => String::new(),
-                n => format!(" ({n} more quarantined already, by an earlier ingest of this file)"),
-            },
-        )?;
-        let rows: Vec<Vec<String>> = report
-            .shards
-            .iter()
-            .map(|s| {
-                let resumed = match s.resumed_after {
-                    0 => String::new(),
-                    n => format!("after record {n}"),
-                };
-                vec![
-                    shards.path_of(s.partition).display().to_string(),
-                    s.records.to_string(),
-                    s.recorded.to_string(),
-                    s.duplicates.to_string(),
-                    s.quarantined.to_string(),
-                    s.watermark.to_string(),
-                    resumed,
-                ]
-            })
-            .collect();
-        reports::text::write_table(
-            &mut out,
-            &["SHARD", "RECORDS", "RECORDED", "DUPLICATES", "QUARANTINED", "WATERMARK", "RESUMED"],
-            &rows,
-        )?;
+    print_file(&report, usecases::ingest::words_of_shards(&report, shards), args.json)
+}
+
+fn tick(progress: &ProgressBar, records: u64, recorded: u64) {
+    progress.set_message(format!("{records} records read, {recorded} recorded"));
+    progress.tick();
+}
+
+/// A file's report as JSON or in words, its warnings and its damage on stderr; a damaged file exits 2.
+fn print_file(
+    report: &impl serde::Serialize,
+    words: usecases::ingest::FileWords,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    match json {
+        true => super::print_json(report)?,
+        false => super::stdout().write_all(words.summary.as_bytes())?,
     }
-    for refused in &report.resume_refused {
-        eprintln!("warning: {}: {refused}", report.file);
+    words.warnings.iter().for_each(|warning| eprintln!("warning: {warning}"));
+    match words.damaged {
+        Some(damage) => {
+            eprintln!("error: {damage}");
+            Ok(ExitCode::from(super::EXIT_ERROR))
+        }
+        None => Ok(ExitCode::SUCCESS),
     }
-    if let Some(damage) = &report.damaged {
-        eprintln!(
-            "error: {} is damaged: it cannot be read past record {} ({}); the records before it are recorded in their \
-             shards, the rest was not read. Repair the file (or get it again) and ingest it again: each shard resumes \
-             where it got to if the file still begins with what it recorded.",
-            report.file, damage.record, damage.message
-        );
-        return Ok(ExitCode::from(2));
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// The settings of `ingest --brokers`, the group aside.
@@ -323,27 +247,10 @@ fn run_kafka(ledger_path: &Path, brokers: &str, args: &IngestArgs) -> anyhow::Re
 }
 
 fn print_report(report: &KafkaIngestProgress, json: bool) -> anyhow::Result<()> {
-    if json {
-        return super::print_json(report);
+    match json {
+        true => super::print_json(report),
+        false => Ok(writeln!(super::stdout(), "{report}")?),
     }
-    let mut forwarded = match report.forwarded {
-        0 => String::new(),
-        n => format!(", {n} forwarded to their tenant's partition"),
-    };
-    if report.plan_defaults_forwarded > 0 {
-        forwarded += &format!(", {} plan defaults forwarded to every partition", report.plan_defaults_forwarded);
-    }
-    writeln!(
-        super::stdout(),
-        "{} messages: {} recorded, {} duplicates, {} conflicting duplicates, {} quarantined{forwarded}; watermark {}",
-        report.messages,
-        report.recorded,
-        report.duplicates,
-        report.conflicts,
-        report.quarantined,
-        report.watermark
-    )?;
-    Ok(())
 }
 
 /// Events per second, lag and quarantined count: a live line on a terminal, a log line every few seconds
@@ -361,26 +268,7 @@ impl Display {
     }
 
     fn line(&self, progress: &KafkaIngestProgress) -> String {
-        let rate = progress.messages as f64 / self.started.elapsed().as_secs_f64().max(0.001);
-        let lag: i64 = progress.lag.values().sum();
-        let lag = if progress.lag.is_empty() {
-            String::new()
-        } else {
-            let parts: Vec<String> = progress.lag.iter().map(|((t, p), l)| format!("{t}[{p}]={l}")).collect();
-            format!(", lag {lag} ({})", parts.join(" "))
-        };
-        let gaps = match progress.offset_gaps {
-            0 => String::new(),
-            n => format!(", {n} offset gaps"),
-        };
-        let rejoins = match progress.rejoins {
-            0 => String::new(),
-            n => format!(", {n} rejoins"),
-        };
-        format!(
-            "{} messages ({rate:.0}/s), {} recorded, {} duplicates, {} conflicts, {} quarantined{gaps}{rejoins}{lag}",
-            progress.messages, progress.recorded, progress.duplicates, progress.conflicts, progress.quarantined
-        )
+        progress.live_line(progress.messages as f64 / self.started.elapsed().as_secs_f64().max(0.001))
     }
 
     fn show(&mut self, progress: &KafkaIngestProgress) {

@@ -29,6 +29,7 @@ pub mod trust_args;
 pub mod verify;
 
 use std::io::Write;
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context;
@@ -161,8 +162,21 @@ fn replace(shown: &mut Option<indicatif::ProgressBar>, bar: indicatif::ProgressB
     }
 }
 
+/// Prints a value as pretty JSON on stdout (`--json`), or in the words `write` puts it in; exit 0.
+pub fn print<T: serde::Serialize + ?Sized>(
+    value: &T,
+    json: bool,
+    write: impl FnOnce(&mut dyn Write, &T) -> std::io::Result<()>,
+) -> anyhow::Result<ExitCode> {
+    match json {
+        true => print_json(value)?,
+        false => write(&mut stdout(), value)?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Prints a value as pretty JSON on stdout.
-pub fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+pub fn print_json(value: &(impl serde::Serialize + ?Sized)) -> anyhow::Result<()> {
     // Serialized first, written second: a value that cannot be serialized prints nothing rather than half.
     let mut text = serde_json::to_vec_pretty(value).context("cannot serialize JSON")?;
     text.push(b'\n');

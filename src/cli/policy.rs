@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use control::PolicyChange;
 use schemas::{Enforcement, OnFailure, PolicyEvent, Scope, Timestamp, Violation, Window};
-use usecases::change::{Changed, Destination};
+use usecases::change::{Destination, PolicyRow};
 
 #[derive(Debug, Subcommand)]
 pub enum PolicyCommand {
@@ -235,36 +235,10 @@ fn set(store: &super::Store, tenant: String, args: PolicyArgs, source: &str) -> 
         reason: args.reason,
         source: source.into(),
     };
-    let Changed { event, written } = usecases::change::set_policy(store, &change, &args.target.destination())?;
-    if args.target.json {
-        super::print_json(&event)?;
-    } else {
-        let PolicyEvent { policy_id, version, limit, enforcement, effective_from, .. } = &event;
-        let tenant = &event.header.tenant;
-        // The zone only when one is named: a UTC policy reads as it always did.
-        let zone = event.time_zone.as_deref().map(|zone| format!(" in {zone}")).unwrap_or_default();
-        let overage = event.overage_throttle().map_or(String::new(), |(rate, per)| {
-            format!(", beyond it {rate} per {} (throttled overage)", per.symbol())
-        });
-        let overage = match event.violation {
-            Some(violation) => format!("{overage}, a gauge: over it {}", violation.symbol()),
-            None => overage,
-        };
-        let overage = match event.cycle_anchor {
-            Some(anchor) => format!("{overage}, cycles anchored at {anchor}"),
-            None => overage,
-        };
-        let overage = match alerts_label(&event) {
-            Some(alerts) => format!("{overage}, alerts {alerts}"),
-            None => overage,
-        };
-        writeln!(
-            super::stdout(),
-            "policy {policy_id} version {version} of {tenant}: {limit} {} per {}{zone} ({}{overage}), effective from {effective_from}; {written}",
-            event.header.metric,
-            event.window.label(event.window_seconds),
-            enforcement.symbol()
-        )?;
+    let changed = usecases::change::set_policy(store, &change, &args.target.destination())?;
+    match args.target.json {
+        true => super::print_json(&changed.event)?,
+        false => writeln!(super::stdout(), "{changed}")?,
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -283,141 +257,9 @@ impl Target {
     }
 }
 
-/// One row of `policy list` and `policy history`.
-#[derive(Debug, serde::Serialize)]
-struct PolicyRow<'a> {
-    tenant: &'a str,
-    metric: &'a str,
-    policy_id: &'a str,
-    version: i32,
-    scope: &'static str,
-    limit: i64,
-    window: Window,
-    /// A ROLLING window's length in seconds (the policy's `window_seconds`); null for every other window.
-    window_seconds: Option<i64>,
-    /// A BILLING_CYCLE window's anchor (the policy's `cycle_anchor`); null for every other window.
-    cycle_anchor: Option<String>,
-    /// The percents of the limit a THRESHOLD alert is written at: the policy's `alert_thresholds`, or the default
-    /// 80, 90 and 100 when it sets none; empty for none.
-    alert_thresholds: &'a [i32],
-    /// The subject share above which a SUBJECT_SHARE alert is due, in percent (the policy's `alert_subject_share`).
-    alert_subject_share: Option<i32>,
-    /// The tables' `alerts` cell: the policy's own alert settings, none when it sets neither.
-    #[serde(skip)]
-    alerts: Option<String>,
-    /// The zone of its calendar windows: the policy's `time_zone`, UTC when it names none.
-    time_zone: &'a str,
-    enforcement: &'static str,
-    /// What the hook answers when the ledger cannot record: the policy's `on_failure`, CLOSED when it names none.
-    on_failure: &'static str,
-    /// What is done beyond the limit (the design's `overage_policy`): REJECT (HARD), BILL (SOFT), REPORT (SHADOW) or
-    /// THROTTLE RATE/WINDOW.
-    overage: String,
-    burst: Option<i64>,
-    effective_from: String,
-    recorded_at: String,
-    actor: Option<&'a str>,
-    reason: Option<&'a str>,
-    source: &'a str,
-}
-
-impl<'a> From<&'a PolicyEvent> for PolicyRow<'a> {
-    fn from(p: &'a PolicyEvent) -> PolicyRow<'a> {
-        PolicyRow {
-            tenant: &p.header.tenant,
-            metric: &p.header.metric,
-            policy_id: &p.policy_id,
-            version: p.version,
-            scope: p.scope.symbol(),
-            limit: p.limit,
-            window: p.window,
-            window_seconds: p.window_seconds,
-            cycle_anchor: p.cycle_anchor.map(|t| t.to_string()),
-            alert_thresholds: p.alert_thresholds(),
-            alert_subject_share: p.alert_subject_share,
-            alerts: alerts_label(p),
-            time_zone: p.time_zone.as_deref().unwrap_or("UTC"),
-            enforcement: p.enforcement.symbol(),
-            on_failure: p.on_failure.unwrap_or(OnFailure::CLOSED).symbol(),
-            overage: overage_policy(p),
-            burst: p.burst,
-            effective_from: p.effective_from.to_string(),
-            recorded_at: p.header.occurred_at.to_string(),
-            actor: p.actor.as_deref(),
-            reason: p.reason.as_deref(),
-            source: &p.header.source,
-        }
-    }
-}
-
-/// A policy's own alert settings as people read them (`at 50,100%`, `none`, `subject share over 40%`); none when it
-/// sets neither and its alerts are the defaults.
-fn alerts_label(p: &PolicyEvent) -> Option<String> {
-    let thresholds = p.alert_thresholds.as_deref().map(|t| match t {
-        [] => "none".to_string(),
-        t => format!("at {}%", t.iter().map(i32::to_string).collect::<Vec<_>>().join(",")),
-    });
-    let share = p.alert_subject_share.map(|share| format!("subject share over {share}%"));
-    match (thresholds, share) {
-        (None, None) => None,
-        (Some(t), Some(s)) => Some(format!("{t}, {s}")),
-        (t, s) => t.or(s),
-    }
-}
-
-/// A policy's overage handling in the design's words: what happens to consumption beyond the limit.
-fn overage_policy(p: &PolicyEvent) -> String {
-    if let Some(violation) = p.violation {
-        return format!("GAUGE {}", violation.symbol());
-    }
-    match (p.overage_throttle(), p.enforcement) {
-        (Some((rate, window)), _) => format!("THROTTLE {rate}/{}", window.symbol()),
-        (None, Enforcement::HARD) => "REJECT".into(),
-        (None, Enforcement::SOFT) => "BILL".into(),
-        (None, Enforcement::SHADOW) => "REPORT".into(),
-    }
-}
-
 fn list(store: &super::Store, tenant: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
     let recorded = usecases::change::recorded(store)?;
-    let rows: Vec<PolicyRow> = recorded.in_force(tenant, Timestamp::now()).into_iter().map(PolicyRow::from).collect();
-    if json {
-        super::print_json(&rows)?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    // Columns are added, never renamed (contract §7): the newest last.
-    let mut header = vec![
-        "tenant",
-        "metric",
-        "policy_id",
-        "version",
-        "scope",
-        "limit",
-        "window",
-        "enforcement",
-        "effective_from",
-        "time_zone",
-        "on_failure",
-        "overage",
-    ];
-    let table: Vec<Vec<String>> = rows
-        .iter()
-        .map(|r| {
-            let text = [r.tenant, r.metric, r.policy_id].map(str::to_string);
-            let more = [r.version.to_string(), r.scope.into(), r.limit.to_string(), r.window.label(r.window_seconds)];
-            let last = [
-                r.enforcement.into(),
-                r.effective_from.clone(),
-                r.time_zone.into(),
-                r.on_failure.into(),
-                r.overage.clone(),
-            ];
-            text.into_iter().chain(more).chain(last).collect()
-        })
-        .collect();
-    let table = with_alerts(&mut header, &rows, table);
-    super::print_table(&header, &table)?;
-    Ok(ExitCode::SUCCESS)
+    print(recorded.in_force(tenant, Timestamp::now()), json, usecases::change::write_policy_list)
 }
 
 fn history(store: &super::Store, policy_id: &str, json: bool) -> anyhow::Result<ExitCode> {
@@ -426,46 +268,15 @@ fn history(store: &super::Store, policy_id: &str, json: bool) -> anyhow::Result<
     if versions.is_empty() {
         anyhow::bail!("no policy {policy_id:?} is recorded");
     }
-    let rows: Vec<PolicyRow> = versions.into_iter().map(PolicyRow::from).collect();
-    if json {
-        super::print_json(&rows)?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    let mut header = vec![
-        "version",
-        "tenant",
-        "limit",
-        "window",
-        "enforcement",
-        "effective_from",
-        "recorded_at",
-        "actor",
-        "reason",
-        "time_zone",
-    ];
-    let table: Vec<Vec<String>> = rows
-        .iter()
-        .map(|r| {
-            let first = [r.version.to_string(), r.tenant.into(), r.limit.to_string(), r.window.label(r.window_seconds)];
-            let when = [r.enforcement.into(), r.effective_from.clone(), r.recorded_at.clone()];
-            let who = [r.actor.unwrap_or("-").into(), r.reason.unwrap_or("-").into(), r.time_zone.into()];
-            first.into_iter().chain(when).chain(who).collect()
-        })
-        .collect();
-    let table = with_alerts(&mut header, &rows, table);
-    super::print_table(&header, &table)?;
-    Ok(ExitCode::SUCCESS)
+    print(versions, json, usecases::change::write_policy_history)
 }
 
-/// The table with an `alerts` column last when a policy of `rows` sets its own alerts: tables of policies that set
-/// none read as they always did.
-fn with_alerts(header: &mut Vec<&str>, rows: &[PolicyRow], mut table: Vec<Vec<String>>) -> Vec<Vec<String>> {
-    if rows.iter().all(|r| r.alerts.is_none()) {
-        return table;
-    }
-    header.push("alerts");
-    for (cells, row) in table.iter_mut().zip(rows) {
-        cells.push(row.alerts.clone().unwrap_or_else(|| "-".into()));
-    }
-    table
+/// Policies as JSON, or as the table `write` makes of them.
+fn print(
+    policies: Vec<&PolicyEvent>,
+    json: bool,
+    write: fn(&mut dyn Write, &[PolicyRow]) -> std::io::Result<()>,
+) -> anyhow::Result<ExitCode> {
+    let rows: Vec<PolicyRow> = policies.into_iter().map(PolicyRow::from).collect();
+    super::print(&rows[..], json, write)
 }

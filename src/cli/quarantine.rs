@@ -1,6 +1,5 @@
 //! `quarantine list [--json]` and `quarantine replay`.
 
-use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -62,54 +61,9 @@ pub fn run(store: &super::Store, command: QuarantineCommand) -> anyhow::Result<E
 fn replay(ledger_path: &Path, ids: &[i64], topics: &[String], json: bool) -> anyhow::Result<ExitCode> {
     let topics = if topics.is_empty() { Topics::defaults() } else { Topics::parse(topics)? };
     let report = usecases::quarantine::replay(ledger_path, ids, &topics)?;
-    if json {
-        super::print_json(&report)?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    let mut out = super::stdout();
-    writeln!(
-        out,
-        "{} quarantined messages replayed: {} recorded, {} duplicates, {} conflicting duplicates, {} still quarantined; \
-         watermark {}",
-        report.examined,
-        report.recorded,
-        report.duplicates,
-        report.conflicts,
-        report.still_quarantined.len(),
-        report.watermark
-    )?;
-    for still in &report.still_quarantined {
-        writeln!(out, "  {}  {}  {}", still.id, still.reason_code, reports::text::printable(&still.reason))?;
-    }
-    Ok(ExitCode::SUCCESS)
+    super::print(&report, json, usecases::quarantine::write_replay)
 }
 
 fn list(ledger_path: &Path, json: bool) -> anyhow::Result<ExitCode> {
-    let messages = usecases::quarantine::list(ledger_path)?;
-    if json {
-        super::print_json(&messages)?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    let optional = |v: &Option<i64>| v.map(|n| n.to_string()).unwrap_or_default();
-    let rows: Vec<Vec<String>> = messages
-        .iter()
-        .map(|m| {
-            vec![
-                m.id.to_string(),
-                m.quarantined_at.clone(),
-                m.topic.clone().unwrap_or_default(),
-                optional(&m.partition),
-                optional(&m.offset),
-                m.raw_bytes.to_string(),
-                m.reason_code.clone(),
-                m.replayed.as_ref().map_or_else(String::new, |r| format!("{} (entry {})", r.outcome, r.seq)),
-                m.reason.clone(),
-            ]
-        })
-        .collect();
-    super::print_table(
-        &["ID", "QUARANTINED AT", "TOPIC/FILE", "PARTITION", "OFFSET", "BYTES", "CODE", "REPLAYED", "REASON"],
-        &rows,
-    )?;
-    Ok(ExitCode::SUCCESS)
+    super::print(&usecases::quarantine::list(ledger_path)?[..], json, usecases::quarantine::write_list)
 }

@@ -5,8 +5,7 @@
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use hook::{QuotaQuery, Quotas};
-use schemas::Timestamp;
+use hook::QuotaQuery;
 
 #[derive(Debug, Subcommand)]
 pub enum QuotaCommand {
@@ -45,69 +44,5 @@ pub fn run(store: &super::Store, command: QuotaCommand) -> anyhow::Result<ExitCo
         project: args.project,
         api_key: args.api_key,
     };
-    let ledger = store.tenant_ledger(&query.tenant)?;
-    let quotas = hook::quotas::from_ledger(&ledger, &query, Timestamp::now())?;
-    if args.json {
-        super::print_json(&quotas)?;
-    } else {
-        print(&quotas)?;
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-fn print(quotas: &Quotas) -> anyhow::Result<()> {
-    let header = [
-        "metric",
-        "policy_id",
-        "version",
-        "scope",
-        "enforcement",
-        "window_start",
-        "window_end",
-        "limit",
-        "grants",
-        "effective_limit",
-        "consumed",
-        "held",
-        "leases",
-        "remaining",
-        "time_zone",
-        "overage",
-        "window",
-    ];
-    let cell = |value: Option<i64>| value.map_or(String::new(), |v| v.to_string());
-    let rows: Vec<Vec<String>> = quotas
-        .quotas
-        .iter()
-        .map(|q| {
-            let policy = if q.plan_default { format!("{} (plan)", q.policy_id) } else { q.policy_id.clone() };
-            let enforcement =
-                if q.throttle { format!("{:?} throttle", q.enforcement) } else { format!("{:?}", q.enforcement) };
-            vec![
-                q.metric.clone(),
-                policy,
-                q.policy_version.to_string(),
-                format!("{:?}", q.scope),
-                enforcement,
-                q.window_start.to_string(),
-                q.window_end.to_string(),
-                q.limit.to_string(),
-                cell(q.grants),
-                cell(q.effective_limit),
-                cell(q.consumed),
-                cell(q.held),
-                cell(q.leases),
-                cell(q.remaining),
-                q.time_zone.clone(),
-                // A throttled overage: its rate, and the tokens the serving process holds (none read from a ledger).
-                match (q.overage_rate, q.overage_window) {
-                    (Some(rate), Some(window)) => format!("{rate}/{}", window.symbol()),
-                    _ => String::new(),
-                },
-                // The kind, and a ROLLING window's length: its window_start..window_end is the one ending now.
-                q.window.label(q.window_seconds),
-            ]
-        })
-        .collect();
-    super::print_table(&header, &rows)
+    super::print(&usecases::quota::show(store, &query)?, args.json, usecases::quota::write_quotas)
 }

@@ -6,12 +6,9 @@ use std::io::Write;
 use std::ops::ControlFlow;
 use std::process::ExitCode;
 
-use arrow::array::RecordBatch;
-use arrow::util::display::{ArrayFormatter, FormatOptions};
 use clap::{Args, ValueEnum};
-use ledger::tables::{Kind, TABLES};
+use reports::text::{batch_rows, column_names, write_csv_header, write_csv_rows};
 use sql::LedgerSession;
-use sql::provider::SHARD_COLUMN;
 
 #[derive(Debug, Args)]
 pub struct SqlArgs {
@@ -39,7 +36,7 @@ enum SqlFormat {
 
 pub fn run(store: &super::Store, args: SqlArgs) -> anyhow::Result<ExitCode> {
     if args.tables {
-        print_tables()?;
+        sql::provider::write_tables(&mut super::stdout())?;
         return Ok(ExitCode::SUCCESS);
     }
     let query = args.query.expect("clap requires a query without --tables");
@@ -69,8 +66,9 @@ pub fn run(store: &super::Store, args: SqlArgs) -> anyhow::Result<ExitCode> {
             let mut table: Option<reports::text::TableWriter> = None;
             let mut failed: Option<std::io::Error> = None;
             let schema = session.for_each_batch_while(&query, Vec::new(), |batch| {
-                let table = table.get_or_insert_with(|| reports::text::TableWriter::new(&names(&batch.schema())));
-                for row in rows_of(batch)? {
+                let table =
+                    table.get_or_insert_with(|| reports::text::TableWriter::new(&column_names(&batch.schema())));
+                for row in batch_rows(batch)? {
                     if let Err(e) = table.push(&mut out, row) {
                         failed = Some(e);
                         return Ok(ControlFlow::Break(()));
@@ -81,7 +79,7 @@ pub fn run(store: &super::Store, args: SqlArgs) -> anyhow::Result<ExitCode> {
             if let Some(e) = failed {
                 return Err(e.into());
             }
-            table.unwrap_or_else(|| reports::text::TableWriter::new(&names(&schema))).finish(&mut out)?;
+            table.unwrap_or_else(|| reports::text::TableWriter::new(&column_names(&schema))).finish(&mut out)?;
         }
         SqlFormat::Csv => {
             let mut out = super::stdout();
@@ -127,70 +125,4 @@ pub fn run(store: &super::Store, args: SqlArgs) -> anyhow::Result<ExitCode> {
 /// written from then on is dropped.
 fn while_read() -> ControlFlow<()> {
     if super::stdout_closed() { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
-}
-
-/// A batch's rows as text (nulls empty).
-fn rows_of(batch: &RecordBatch) -> Result<Vec<Vec<String>>, arrow::error::ArrowError> {
-    let options = FormatOptions::default().with_null("");
-    let formatters: Vec<ArrayFormatter<'_>> =
-        batch.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &options)).collect::<Result<_, _>>()?;
-    Ok((0..batch.num_rows()).map(|row| formatters.iter().map(|f| f.value(row).to_string()).collect()).collect())
-}
-
-/// The CSV header: the column names, each a safe CSV text cell.
-fn write_csv_header(out: &mut dyn Write, schema: &arrow::datatypes::Schema) -> std::io::Result<()> {
-    let names: Vec<String> = names(schema).into_iter().map(reports::text::csv_text).collect();
-    writeln!(out, "{}", names.join(","))
-}
-
-/// A batch's rows as CSV, as the billing export writes it: text cells neutralised for spreadsheets (a cell
-/// starting with `=`, `+`, `-` or `@` is never run as a formula) and quoted when they must be, numbers as numbers,
-/// nulls empty. The outer error is Arrow's, the inner one the output's.
-fn write_csv_rows(out: &mut dyn Write, batch: &RecordBatch) -> Result<std::io::Result<()>, arrow::error::ArrowError> {
-    use arrow::datatypes::DataType;
-    let is_text: Vec<bool> = batch
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| matches!(f.data_type(), DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View))
-        .collect();
-    for row in rows_of(batch)? {
-        let cells: Vec<String> = row
-            .into_iter()
-            .zip(&is_text)
-            .map(|(cell, text)| if *text { reports::text::csv_text(&cell) } else { cell })
-            .collect();
-        if let Err(e) = writeln!(out, "{}", cells.join(",")) {
-            return Ok(Err(e));
-        }
-    }
-    Ok(Ok(()))
-}
-
-fn names(schema: &arrow::datatypes::Schema) -> Vec<&str> {
-    schema.fields().iter().map(|f| f.name().as_str()).collect()
-}
-
-fn print_tables() -> anyhow::Result<()> {
-    let mut out = super::stdout();
-    for table in TABLES {
-        writeln!(out, "{}: {}", table.name, table.description)?;
-        for column in table.columns {
-            let kind = match column.kind {
-                Kind::Int64 => "BIGINT",
-                Kind::Int32 => "INT",
-                Kind::Text => "VARCHAR",
-                Kind::Timestamp => "TIMESTAMP (UTC, microseconds)",
-            };
-            let null = if column.nullable { ", nullable" } else { "" };
-            writeln!(out, "  {} {kind}{null}", column.name)?;
-        }
-        // Every table is the union over the shards of a --data directory (contract §9.4).
-        writeln!(
-            out,
-            "  {} INT, nullable (the partition of the shard the row is from; null for --ledger)",
-            SHARD_COLUMN
-        )?;
-    }
-    Ok(())
 }

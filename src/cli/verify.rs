@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use ledger::Head;
-use usecases::verify::{Verified, VerifyAsked};
+use usecases::verify::{Verified, VerifyAsked, VerifyWords};
 
 use super::kafka_args::parse_setting;
 
@@ -42,88 +42,31 @@ pub fn run(store: &super::Store, args: VerifyArgs) -> anyhow::Result<ExitCode> {
         expect_heads: args.expect_head.clone(),
         checkpoints_from: args.checkpoints_from.clone().map(|brokers| (brokers, args.settings.clone())),
     };
-    let report = match usecases::verify::verify(store, &asked)? {
-        Verified::Shards(reports) => return print_shards(&reports, args.json),
+    match usecases::verify::verify(store, &asked)? {
+        Verified::Shards(reports) => print_shards(&reports, args.json),
         Verified::One { report, warnings } => {
             for warning in warnings {
                 eprintln!("verify: warning: {warning}");
             }
-            *report
+            print(&report, usecases::verify::words_of_one(&report), args.json)
         }
-    };
-    if args.json {
-        super::print_json(&report)?;
     }
-    let mut found = false;
-    if let Some(bad) = &report.first_bad {
-        let event = if bad.event_id.is_empty() { String::new() } else { format!(" (event_id {})", bad.event_id) };
-        eprintln!("verify: entry {}{event} does not hold: {}", bad.seq, bad.problem);
-        eprintln!("verify: {} entries before it hold", report.entries_checked);
-        found = true;
-    }
-    if let Some(bad) = &report.first_bad_checkpoint {
-        match (&bad.at, bad.head_seq) {
-            (_, 0) => eprintln!("verify: {}", bad.problem),
-            (Some(at), _) => eprintln!(
-                "verify: checkpoint {}:{} published at {at} does not hold: {}",
-                bad.head_seq, bad.head_hash, bad.problem
-            ),
-            (None, _) => eprintln!("verify: head {}:{} does not hold: {}", bad.head_seq, bad.head_hash, bad.problem),
-        }
-        found = true;
-    }
-    if found {
-        return Ok(ExitCode::from(super::EXIT_DISCREPANCIES));
-    }
-    if !args.json {
-        let checked = match report.checkpoints_checked {
-            0 => String::new(),
-            n => format!(", and holds the {n} heads given or published"),
-        };
-        writeln!(
-            super::stdout(),
-            "ok: {} entries, chain holds up to watermark {}; head {}:{}{checked}",
-            report.entries_checked,
-            report.watermark,
-            report.head_seq,
-            report.head_hash
-        )?;
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
-/// `verify --data DIR` or `--cluster`: every shard's chain, and that every entry of a shard is of its partition
-/// (contract §9.4); exit 1 naming each shard that does not hold and its first bad entry.
+/// `verify --data DIR` or `--cluster`: every shard's chain, and that every entry of a shard is of its partition.
 fn print_shards(reports: &[ledger::shards::ShardVerifyReport], json: bool) -> anyhow::Result<ExitCode> {
+    let words = usecases::verify::words_of_shards(reports);
+    print(&serde_json::json!({ "shards": reports }), words, json)
+}
+
+/// The report as JSON or, when every chain holds, the lines that say so; what does not hold on stderr (exit 1).
+fn print(report: &impl serde::Serialize, words: VerifyWords, json: bool) -> anyhow::Result<ExitCode> {
     if json {
-        super::print_json(&serde_json::json!({ "shards": reports }))?;
+        super::print_json(report)?;
     }
-    let mut found = false;
-    for report in reports {
-        let shard = format!("shard {} of {} ({})", report.partition, report.partitions, report.path);
-        if let Some(bad) = &report.chain.first_bad {
-            let event = if bad.event_id.is_empty() { String::new() } else { format!(" (event_id {})", bad.event_id) };
-            eprintln!("verify: {shard}: entry {}{event} does not hold: {}", bad.seq, bad.problem);
-            found = true;
-        }
-        if let Some(bad) = &report.first_misplaced {
-            eprintln!(
-                "verify: {shard}: entry {} (event_id {}) is of tenant {:?}, whose events belong to shard {} \
-                 (docs/contract.md §9.4)",
-                bad.seq, bad.event_id, bad.tenant, bad.belongs_to
-            );
-            found = true;
-        }
-        if !json && report.holds() {
-            writeln!(
-                super::stdout(),
-                "ok: {shard}: {} entries, chain holds up to watermark {}, every entry of its partition; head {}:{}",
-                report.chain.entries_checked,
-                report.chain.watermark,
-                report.chain.head_seq,
-                report.chain.head_hash
-            )?;
-        }
+    words.findings.iter().for_each(|finding| eprintln!("verify: {finding}"));
+    if !json {
+        words.holds.iter().try_for_each(|line| writeln!(super::stdout(), "{line}"))?;
     }
-    Ok(if found { ExitCode::from(super::EXIT_DISCREPANCIES) } else { ExitCode::SUCCESS })
+    Ok(if words.findings.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(super::EXIT_DISCREPANCIES) })
 }

@@ -1,7 +1,8 @@
 //! Backups (contract §4): a consistent copy of a running ledger, or of every shard of a directory, each with a
 //! manifest of the chain head it covers; and their return, verified against the manifest before use. A cluster's are
-//! taken by each shard's owner ([`crate::cluster::backup`]).
+//! taken by each shard's owner ([`crate::cluster::backup`]). Both in the words the commands print.
 
+use std::io::Write;
 use std::path::Path;
 
 use ledger::Ledger;
@@ -82,4 +83,40 @@ fn restore_shards(from: &Path, shards: &ShardDir) -> Result<Vec<RestoreReport>> 
         reports.push(report);
     }
     Ok(reports)
+}
+
+/// The copies taken, as `backup` prints them: each copy's source and head, then where they are.
+pub fn write_backups(out: &mut dyn Write, manifests: &[BackupManifest], to: &Path) -> std::io::Result<()> {
+    for m in manifests {
+        let (source, ledger_id, events) = (&m.source, &m.ledger_id, m.events_recorded);
+        writeln!(
+            out,
+            "backed up {source} (ledger {ledger_id}, {events} events) at head {}:{}",
+            m.head_seq, m.head_hash
+        )?;
+    }
+    let suffix = ledger::backup::MANIFEST_SUFFIX;
+    writeln!(out, "into {} (manifests beside each copy: <copy>{suffix})", to.display())
+}
+
+/// The copies restored, as `restore` prints them: each with the backup it came from, then where ingest resumes.
+pub fn write_restored(out: &mut dyn Write, reports: &[RestoreReport]) -> std::io::Result<()> {
+    for report in reports {
+        let m = &report.manifest;
+        writeln!(
+            out,
+            "restored {} from a backup taken at {} (ledger {}, {} events, head {}:{}; {} entries verified)",
+            report.ledger,
+            m.taken_at,
+            m.ledger_id,
+            m.events_recorded,
+            m.head_seq,
+            m.head_hash,
+            report.verify.entries_checked
+        )?;
+    }
+    writeln!(
+        out,
+        "ingest resumes from the Kafka offsets the backup stored: what came after it is read again, counted once"
+    )
 }

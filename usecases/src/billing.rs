@@ -1,8 +1,10 @@
 //! A period's billing export (contract §5, §7) of one ledger, a directory of shards or a running cluster: open
 //! periods computed at the watermark, closed ones read back from their stored rows, a close run in every shard, and a
-//! set closed in some shards only refused, since its preview would mix final rows and open ones.
+//! set closed in some shards only refused, since its preview would mix final rows and open ones; and its figures for
+//! monitoring.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use ledger::shards::ShardDir;
 use ledger::{Ledger, Period};
@@ -150,4 +152,28 @@ pub fn of_cluster(cluster: &Cluster, period: Period) -> Result<Billed> {
         cluster.brokers, answered.nodes, export.watermark
     );
     Ok(Billed { export, note, shard_notes: Vec::new(), projects: None, late_usage_recorded: 0 })
+}
+
+/// An export's figures for the node exporter's textfile collector, by period: when it last succeeded, how long it took
+/// (`took`), its rows and tenants, and whether it closed the period (`closed`).
+pub fn figures(export: &BillingExport, closed: bool, took: Duration) -> telemetry::Textfile {
+    let mut figures = telemetry::Textfile::default();
+    let period = export.period.to_string();
+    let of_period = |value: f64| [(period.clone(), value)];
+    let success = of_period(telemetry::now_seconds());
+    figures.gauges(
+        "export_last_success_timestamp_seconds",
+        "When the period's billing export last succeeded",
+        "period",
+        &success,
+    );
+    let took = of_period(took.as_secs_f64());
+    figures.gauges("export_duration_seconds", "How long the export took", "period", &took);
+    let rows = of_period(export.rows.len() as f64);
+    figures.gauges("export_rows", "Rows of the export (tenant and metric)", "period", &rows);
+    let tenants = export.rows.iter().map(|r| r.tenant.as_str()).collect::<std::collections::BTreeSet<_>>().len();
+    figures.gauges("export_tenants", "Tenants billed in the export", "period", &of_period(tenants as f64));
+    let closed = of_period(f64::from(u8::from(closed)));
+    figures.gauges("export_final", "1 when the export closed the period (--final)", "period", &closed);
+    figures
 }

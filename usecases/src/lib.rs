@@ -8,16 +8,20 @@
 //!   catch-up) and [`billing`]: a period's export of a store or a cluster, with what a partly closed set means.
 //! - [`run`]: the nightly reconcile run (lock, plan, apply, publisher lock, publish, the shards' union) and its
 //!   report in words, JSON and figures.
-//! - [`change`]: a policy or grant changed, judged against what the ledgers hold, recorded or produced.
+//! - [`change`]: a policy or grant changed, judged against what the ledgers hold, recorded or produced; the policies
+//!   and grants recorded, in the rows `policy list`, `policy history` and `grant list` show.
 //! - [`status`]: what a store holds.
+//! - [`audit`]: support's answers, why a request was decided so and a tenant's timeline.
 //! - [`verify`], [`backup`]: the chain checked, with checkpoints and heads; copies taken and restored.
 //! - [`shard`]: what a server answers for each shard it holds, the parts a cluster read joins.
 //! - [`ingest`]: a container file loaded into a ledger or a directory of shards; the Kafka consumer of a ledger.
 //! - [`quarantine`]: quarantined messages listed and replayed.
+//! - [`quota`]: a tenant's remaining quota per policy, as the hook counts it.
 //! - [`files`]: an output written whole or not at all.
 
 #![deny(missing_docs)]
 
+pub mod audit;
 pub mod backup;
 pub mod billing;
 pub mod change;
@@ -26,6 +30,7 @@ pub mod cluster;
 pub mod files;
 pub mod ingest;
 pub mod quarantine;
+pub mod quota;
 pub mod run;
 pub mod shard;
 pub mod status;
@@ -128,6 +133,7 @@ from_stages!(
     ledger::CloseError,
     ledger::ReplayError,
     kafka::topics::TopicsError,
+    hook::HookError,
     ::ingest::file::FileIngestError,
     ::ingest::consumer::KafkaIngestError,
     ledger::OutboxError,

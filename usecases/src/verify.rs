@@ -78,3 +78,74 @@ pub fn verify(store: &Store, asked: &VerifyAsked) -> Result<Verified> {
     }
     Ok(Verified::One { report: Box::new(report), warnings })
 }
+
+/// What a verify says in words: its findings, each a line for stderr naming what does not hold (the command then
+/// exits 1), and the lines for stdout that say which chains hold.
+#[derive(Debug, Default)]
+pub struct VerifyWords {
+    /// What does not hold.
+    pub findings: Vec<String>,
+    /// What holds: nothing of one ledger with a finding.
+    pub holds: Vec<String>,
+}
+
+/// The words of one ledger's verify.
+pub fn words_of_one(report: &VerifyReport) -> VerifyWords {
+    let mut words = VerifyWords::default();
+    if let Some(bad) = &report.first_bad {
+        words.findings.push(format!("entry {}{} does not hold: {}", bad.seq, event_of(bad), bad.problem));
+        words.findings.push(format!("{} entries before it hold", report.entries_checked));
+    }
+    if let Some(bad) = &report.first_bad_checkpoint {
+        words.findings.push(match (&bad.at, bad.head_seq) {
+            (_, 0) => bad.problem.clone(),
+            (Some(at), _) => format!(
+                "checkpoint {}:{} published at {at} does not hold: {}",
+                bad.head_seq, bad.head_hash, bad.problem
+            ),
+            (None, _) => format!("head {}:{} does not hold: {}", bad.head_seq, bad.head_hash, bad.problem),
+        });
+    }
+    if words.findings.is_empty() {
+        let checked = match report.checkpoints_checked {
+            0 => String::new(),
+            n => format!(", and holds the {n} heads given or published"),
+        };
+        words.holds.push(format!(
+            "ok: {} entries, chain holds up to watermark {}; head {}:{}{checked}",
+            report.entries_checked, report.watermark, report.head_seq, report.head_hash
+        ));
+    }
+    words
+}
+
+/// The words of every shard's verify: its chain, and that every entry of a shard is of its partition (contract §9.4).
+pub fn words_of_shards(reports: &[ShardVerifyReport]) -> VerifyWords {
+    let mut words = VerifyWords::default();
+    for report in reports {
+        let shard = format!("shard {} of {} ({})", report.partition, report.partitions, report.path);
+        if let Some(bad) = &report.chain.first_bad {
+            words.findings.push(format!("{shard}: entry {}{} does not hold: {}", bad.seq, event_of(bad), bad.problem));
+        }
+        if let Some(bad) = &report.first_misplaced {
+            words.findings.push(format!(
+                "{shard}: entry {} (event_id {}) is of tenant {:?}, whose events belong to shard {} (docs/contract.md \
+                 §9.4)",
+                bad.seq, bad.event_id, bad.tenant, bad.belongs_to
+            ));
+        }
+        if report.holds() {
+            let chain = &report.chain;
+            words.holds.push(format!(
+                "ok: {shard}: {} entries, chain holds up to watermark {}, every entry of its partition; head {}:{}",
+                chain.entries_checked, chain.watermark, chain.head_seq, chain.head_hash
+            ));
+        }
+    }
+    words
+}
+
+/// ` (event_id ID)` of a bad entry that has one.
+fn event_of(bad: &ledger::BadEntry) -> String {
+    if bad.event_id.is_empty() { String::new() } else { format!(" (event_id {})", bad.event_id) }
+}

@@ -39,6 +39,53 @@ pub struct KafkaIngestProgress {
     pub lag: BTreeMap<(String, i32), i64>,
 }
 
+/// The final report of an ingest as its one line for people: the counts, what was forwarded to other partitions
+/// (shards only) and the watermark.
+impl std::fmt::Display for KafkaIngestProgress {
+    fn fmt(&self, out: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let forwarded = match self.forwarded {
+            0 => String::new(),
+            n => format!(", {n} forwarded to their tenant's partition"),
+        };
+        let plan_defaults = match self.plan_defaults_forwarded {
+            0 => String::new(),
+            n => format!(", {n} plan defaults forwarded to every partition"),
+        };
+        write!(
+            out,
+            "{} messages: {} recorded, {} duplicates, {} conflicting duplicates, {} quarantined{forwarded}{plan_defaults}; \
+             watermark {}",
+            self.messages, self.recorded, self.duplicates, self.conflicts, self.quarantined, self.watermark
+        )
+    }
+}
+
+impl KafkaIngestProgress {
+    /// The progress of a running ingest as a line for people, at `messages_per_second`: the counts, offset gaps and
+    /// rejoins when there were any, and each assigned partition's lag when known.
+    pub fn live_line(&self, messages_per_second: f64) -> String {
+        let lag = if self.lag.is_empty() {
+            String::new()
+        } else {
+            let parts: Vec<String> = self.lag.iter().map(|((t, p), l)| format!("{t}[{p}]={l}")).collect();
+            format!(", lag {} ({})", self.lag.values().sum::<i64>(), parts.join(" "))
+        };
+        let gaps = match self.offset_gaps {
+            0 => String::new(),
+            n => format!(", {n} offset gaps"),
+        };
+        let rejoins = match self.rejoins {
+            0 => String::new(),
+            n => format!(", {n} rejoins"),
+        };
+        format!(
+            "{} messages ({messages_per_second:.0}/s), {} recorded, {} duplicates, {} conflicts, {} quarantined{gaps}\
+             {rejoins}{lag}",
+            self.messages, self.recorded, self.duplicates, self.conflicts, self.quarantined
+        )
+    }
+}
+
 pub(super) fn add_reasons(progress: &mut KafkaIngestProgress, reasons: BTreeMap<String, u64>) {
     for (reason, n) in reasons {
         *progress.quarantined_by_reason.entry(reason).or_insert(0) += n;
