@@ -132,7 +132,11 @@ fn main() -> ExitCode {
     };
     let cli = Cli::parse_from(args);
     let log_format = cli.log_format;
-    init_logging(log_format, cli.log_level);
+    let format = match log_format {
+        LogFormat::Text => telemetry::logs::Format::Text,
+        LogFormat::Json => telemetry::logs::Format::Json,
+    };
+    telemetry::logs::init(format, cli.log_level);
     if let Some(dir) = &cli.schemas {
         match schemas::Catalog::install_with(dir) {
             Ok(added) => added.iter().for_each(|schema| {
@@ -206,50 +210,6 @@ fn say_error(format: LogFormat, line: &str) {
             eprintln!("{object}");
         }
     }
-}
-
-/// The workspace's library crates: their log lines are the operator's messages (`ingest: waiting for the brokers
-/// at ...`, `serve: outbox: ...`), shown from level info and printed as they are, each saying who speaks.
-const WORKSPACE_CRATES: [&str; 18] = [
-    "schemas",
-    "rules",
-    "ledger",
-    "kafka",
-    "ingest",
-    "outbox",
-    "reconcile",
-    "reports",
-    "control",
-    "hook",
-    "serve",
-    "generate",
-    "bench",
-    "demo",
-    "node",
-    "client",
-    "telemetry",
-    "quota_ledger",
-];
-
-/// Log lines on stderr: the workspace crates' from `level` (info by default), and librdkafka's warnings and errors,
-/// named after the client that wrote them (`outbox: librdkafka FAIL: ...`); rdkafka's own (its "Global error" lines
-/// repeat librdkafka's) and every other crate's are off. As text, a line is the message and its fields, as an operator
-/// reads it (each message says who speaks); as JSON, an object with the time, level and target besides. The `log`
-/// records of librdkafka's bridge go through the same subscriber. `QUOTA_LEDGER_LOG` takes `RUST_LOG`'s syntax for
-/// more, e.g. `librdkafka=debug` with `-X debug=broker,protocol` (the log level of the Kafka clients follows it), or
-/// `rdkafka=warn`; or less, e.g. `ingest=warn`.
-fn init_logging(format: LogFormat, level: tracing::level_filters::LevelFilter) {
-    let mut directives = vec!["off".to_string(), "librdkafka=warn".to_string()];
-    directives.extend(WORKSPACE_CRATES.iter().map(|name| format!("{name}={level}")));
-    if let Ok(more) = std::env::var("QUOTA_LEDGER_LOG") {
-        directives.extend(more.split(',').filter(|d| !d.trim().is_empty()).map(str::to_string));
-    }
-    let filter = tracing_subscriber::EnvFilter::builder().parse_lossy(directives.join(","));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Text => builder.without_time().with_level(false).with_target(false).try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).with_span_list(false).try_init(),
-    };
 }
 
 #[cfg(test)]

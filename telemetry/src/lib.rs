@@ -1,5 +1,6 @@
-//! What operators scrape, and how: the Prometheus text format (OpenMetrics) by the Prometheus project's Rust client,
-//! `prometheus-client`, for every process. Each stage owns its families (`ingest::metrics`, `serve::metrics`) and
+//! What operators read and scrape, and how. Logs: [`logs::init`], text or JSON lines on stderr. Metrics: the
+//! Prometheus text format (OpenMetrics) by the Prometheus project's Rust client, `prometheus-client`, for every
+//! process. Each stage owns its families (`ingest::metrics`, `serve::metrics`) and
 //! registers them into the process's one [`Registry`]; [`encode`] renders it for `GET /metrics`, on `serve`'s own
 //! listener or on a listener of its own ([`MetricsServer`]) for `ingest --metrics-listen`; and a job's run writes its
 //! figures for the node exporter's textfile collector ([`Textfile`]). A leaf: it knows no stage. Every name starts
@@ -18,6 +19,8 @@
 //! ```
 
 #![deny(missing_docs)]
+
+pub mod logs;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
