@@ -73,8 +73,10 @@ pub enum ReframeError {
 
 /// The fingerprint in the header of single-object message `message` (outbox entry `seq`).
 pub fn fingerprint_of(seq: u64, message: &[u8]) -> Result<u64, ReframeError> {
-    match message {
-        [0xC3, 0x01, f @ ..] if f.len() >= 8 => Ok(u64::from_le_bytes(f[..8].try_into().expect("8 bytes"))),
+    match message.split_at_checked(SINGLE_OBJECT_HEADER_BYTES) {
+        Some((header, _)) if header[..2] == SINGLE_OBJECT_MAGIC => {
+            Ok(u64::from_le_bytes(header[2..].try_into().expect("the 8 bytes after the magic")))
+        }
         _ => Err(ReframeError::NotSingleObject { seq, start: message.iter().take(4).copied().collect() }),
     }
 }
@@ -83,7 +85,6 @@ pub fn fingerprint_of(seq: u64, message: &[u8]) -> Result<u64, ReframeError> {
 /// registry gave `registered`: refused unless the message's writer schema is that one (its fingerprint, or the
 /// fingerprint earlier versions of the catalog wrote for it).
 pub fn reframe(seq: u64, message: &[u8], registered: &CatalogSchema, id: u32) -> Result<Vec<u8>, ReframeError> {
-    debug_assert_eq!(SINGLE_OBJECT_MAGIC, [0xC3, 0x01]);
     let found = fingerprint_of(seq, message)?;
     if found != registered.fingerprint && found != registered.legacy_fingerprint {
         return Err(ReframeError::NotTheRegisteredSchema { seq, found, registered: registered.fingerprint, id });
