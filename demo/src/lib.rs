@@ -436,7 +436,8 @@ impl<'a> Demo<'a> {
     fn publish_outbox(&self) -> anyhow::Result<PublishReport> {
         let mut ledger = Ledger::open(&self.ledger_path)?;
         let timeout = Duration::from_millis(outbox::PUBLISH_TIMEOUT_MS);
-        let report = outbox::publish(&mut ledger, &self.brokers, &[], &OutboxTopics::defaults(), timeout)?;
+        let format = outbox::OutboxFormat::SingleObject;
+        let report = outbox::publish(&mut ledger, &self.brokers, &[], &OutboxTopics::defaults(), &format, timeout)?;
         anyhow::ensure!(report.pending == 0, "the mock broker left {} outbox entries unacknowledged", report.pending);
         Ok(report)
     }
@@ -448,7 +449,7 @@ impl<'a> Demo<'a> {
             as_of,
             open_alert_after_s: (reconcile::AlertSettings::default().open_too_long_micros / 1_000_000) as u64,
             dry_run: false,
-            publish: Some(usecases::run::Publish::to(&self.brokers, &[])),
+            publish: Some(usecases::run::Publish::to(&self.brokers, &[], outbox::OutboxFormat::SingleObject)),
         };
         let show = self.show;
         show(Shown::Progress(Progress::Begin { step: format!("reconciling as of {as_of}"), total: None }));

@@ -9,6 +9,9 @@
 //! answers the same ids: [`RegistryUrl`] asks `GET {url}/schemas/ids/{id}`, the endpoint Confluent Schema Registry and
 //! Karapace document, and [`install_url`] resolves ids through it instead of the topic. An `https://` registry is
 //! asked over TLS, trusting the system's roots or a CA file ([`trust::Trust`]).
+//!
+//! The outbox writes the other way round (`--outbox-format confluent`): [`RegistryUrl::register`] registers a schema
+//! under a subject, `POST {url}/subjects/{subject}/versions`, and is answered its id.
 
 use serde::Deserialize;
 
@@ -183,8 +186,9 @@ impl std::fmt::Debug for RegistryUrl {
     }
 }
 
-/// Why a schema could not be asked of the registry's REST API.
+/// Why a schema could not be asked of, or registered with, the registry's REST API.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RegistryUrlError {
     /// The URL is neither an `http://` nor an `https://` URL.
     #[error("the schema registry URL {url:?} is not an http:// or https:// URL")]
@@ -202,6 +206,39 @@ pub enum RegistryUrlError {
         /// Why.
         reason: String,
     },
+    /// The registry did not register a schema: it refused it (an incompatible schema, 409; an invalid one, 422; no
+    /// right to, 401 or 403; its own failure, 5xx), or it could not be reached, or its answer was not the documented
+    /// one.
+    #[error("the schema registry at {url} did not register the schema of subject {subject}: {reason}")]
+    Register {
+        /// The registry.
+        url: String,
+        /// The subject the schema was to be registered under.
+        subject: String,
+        /// The HTTP status it answered; `None` when it could not be reached (no connection, TLS refused, timeout).
+        status: Option<u16>,
+        /// Why: the registry's own message, or the connection's failure.
+        reason: String,
+    },
+}
+
+impl RegistryUrlError {
+    /// Whether the registry was not reached at all: asking it again for another schema at once fails the same way.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, RegistryUrlError::Register { status: None, .. })
+    }
+}
+
+/// The characters of a subject written as they are in a URL path; any other is percent-encoded. Kafka's topic names
+/// (`[a-zA-Z0-9._-]`), and so the subjects of the TopicNameStrategy, need none.
+const SUBJECT_IN_PATH: &percent_encoding::AsciiSet =
+    &percent_encoding::NON_ALPHANUMERIC.remove(b'.').remove(b'_').remove(b'-');
+
+/// The body of `POST /subjects/{subject}/versions`: the id of the schema registered (or already registered, which the
+/// registry answers the same way).
+#[derive(Deserialize)]
+struct Registered {
+    id: u32,
 }
 
 /// The body of `GET /schemas/ids/{id}`: the schema's text, and its type (absent for Avro).
@@ -269,6 +306,39 @@ impl RegistryUrl {
             }
             404 => Ok(None),
             _ => Err(failed(format!("HTTP {status}: {text}"))),
+        }
+    }
+
+    /// Registers the Avro schema `text` (its JSON) under `subject`, `POST {url}/subjects/{subject}/versions` as
+    /// Confluent Schema Registry and Karapace document it: its id. A schema the subject already holds is answered its
+    /// id again, so registering at every start is harmless. Any answer other than 200 with `{"id": N}` is an error
+    /// quoting the registry's message (Confluent's `{"error_code": 409, "message": ...}` for an incompatible schema).
+    pub fn register(&self, subject: &str, text: &str) -> Result<u32, RegistryUrlError> {
+        let failed = |status: Option<u16>, reason: String| RegistryUrlError::Register {
+            url: self.base.clone(),
+            subject: subject.to_string(),
+            status,
+            reason,
+        };
+        let path = percent_encoding::utf8_percent_encode(subject, SUBJECT_IN_PATH);
+        let mut request = self
+            .agent
+            .post(format!("{}/subjects/{path}/versions", self.base))
+            .header("content-type", "application/vnd.schemaregistry.v1+json")
+            .header("accept", "application/vnd.schemaregistry.v1+json, application/json");
+        if let Some(authorization) = &self.authorization {
+            request = request.header("authorization", authorization);
+        }
+        let body = serde_json::json!({ "schema": text }).to_string();
+        let mut response =
+            request.send(body).map_err(|e| failed(None, self.trust.explain(&e).unwrap_or_else(|| e.to_string())))?;
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string().map_err(|e| failed(None, e.to_string()))?;
+        match status {
+            200 => serde_json::from_str::<Registered>(&text)
+                .map(|registered| registered.id)
+                .map_err(|e| failed(Some(status), format!("not the documented {{\"id\": ...}} body ({e}): {text}"))),
+            _ => Err(failed(Some(status), format!("HTTP {status}: {text}"))),
         }
     }
 }
@@ -349,5 +419,77 @@ mod tests {
         assert_eq!(tls.base(), "https://registry:8081");
         let refused = RegistryUrl::parse("ftp://user:secret@registry", &trust).unwrap_err().to_string();
         assert!(refused.contains("ftp://user:***@registry") && !refused.contains("secret"), "{refused}");
+    }
+
+    /// One request a [`answer_once`] registry read: its request line, its headers (names in lower case) and its body.
+    struct Asked {
+        line: String,
+        headers: Vec<(String, String)>,
+        body: String,
+    }
+
+    /// A registry on loopback that answers one request with `status` and `body`: its URL, and what it was asked.
+    fn answer_once(status: u16, body: &'static str) -> (String, std::thread::JoinHandle<Asked>) {
+        use std::io::{BufRead, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://team:s3cret@{}/api", listener.local_addr().unwrap());
+        let asked = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            let mut headers = Vec::new();
+            loop {
+                let mut header = String::new();
+                reader.read_line(&mut header).unwrap();
+                let Some((name, value)) = header.trim_end().split_once(": ") else { break };
+                headers.push((name.to_ascii_lowercase(), value.to_string()));
+            }
+            let length = headers.iter().find(|(n, _)| n == "content-length").map_or(0, |(_, v)| v.parse().unwrap());
+            let mut bytes = vec![0; length];
+            reader.read_exact(&mut bytes).unwrap();
+            let answer =
+                format!("HTTP/1.1 {status} X\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+            (&stream).write_all(answer.as_bytes()).unwrap();
+            Asked { line: line.trim_end().to_string(), headers, body: String::from_utf8(bytes).unwrap() }
+        });
+        (url, asked)
+    }
+
+    // Proves a schema is registered as the registry's REST API documents it (the subject's versions POSTed, its JSON
+    // as a string in `schema`, the registry's content type, basic authentication) and its id read from the answer.
+    #[test]
+    fn a_schema_is_registered_under_its_subject_and_its_id_read() {
+        let (url, asked) = answer_once(200, r#"{"id": 7}"#);
+        let registry = RegistryUrl::parse(&url, &trust::Trust::system()).unwrap();
+        let text = r#"{"type":"record","name":"quota.v1.Thing","fields":[{"name":"n","type":"long"}]}"#;
+        assert_eq!(registry.register("quota.decisions-value", text).unwrap(), 7);
+        let asked = asked.join().unwrap();
+        assert_eq!(asked.line, "POST /api/subjects/quota.decisions-value/versions HTTP/1.1");
+        let header = |name: &str| asked.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
+        assert_eq!(header("content-type"), Some("application/vnd.schemaregistry.v1+json"));
+        assert_eq!(header("authorization"), Some("Basic dGVhbTpzM2NyZXQ="), "base64(team:s3cret)");
+        let body: serde_json::Value = serde_json::from_str(&asked.body).unwrap();
+        assert_eq!(body, serde_json::json!({ "schema": text }));
+    }
+
+    // Proves a refusal is an error that quotes the registry's status and message, and that a registry nobody
+    // listens for is said to be unreachable.
+    #[test]
+    fn a_refusal_quotes_the_registry_and_an_absent_one_is_unreachable() {
+        let message = r#"{"error_code": 409, "message": "Schema being registered is incompatible"}"#;
+        let (url, asked) = answer_once(409, message);
+        let registry = RegistryUrl::parse(&url, &trust::Trust::system()).unwrap();
+        let refused = registry.register("quota.usage-value", "{}").unwrap_err();
+        asked.join().unwrap();
+        assert!(matches!(refused, RegistryUrlError::Register { status: Some(409), .. }), "{refused:?}");
+        assert!(!refused.is_unreachable());
+        let said = refused.to_string();
+        assert!(said.contains("quota.usage-value") && said.contains("incompatible"), "{said}");
+        assert!(!said.contains("s3cret"), "{said}");
+
+        let nobody = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let registry = RegistryUrl::parse(&format!("http://{nobody}"), &trust::Trust::system()).unwrap();
+        assert!(registry.register("quota.usage-value", "{}").unwrap_err().is_unreachable());
     }
 }

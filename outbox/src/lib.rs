@@ -1,17 +1,17 @@
 //! The outbox: what the ledger records for others reaches Kafka. Reconcile's adjustments and the enforcement hook's
 //! decisions and usage are written to the ledger's outbox in the transaction that records them (contract §6); this crate
 //! publishes them: pending entries in ledger order, single-object Avro on their type's topic with the tenant as
-//! key, through an idempotent producer; each acknowledgement is recorded in the ledger. Unacknowledged entries stay
-//! pending and are sent again by the next publish, so a broker outage delays them and never loses one. An entry
-//! acknowledged but not yet recorded when the process dies is sent twice: consumers deduplicate by event_id
-//! (contract §4.3).
+//! key (or the Confluent wire format, [`OutboxFormat::Confluent`], [`confluent`]), through an idempotent producer;
+//! each acknowledgement is recorded in the ledger. Unacknowledged entries stay pending and are sent again by the next
+//! publish, so a broker outage delays them and never loses one. An entry acknowledged but not yet recorded when the
+//! process dies is sent twice: consumers deduplicate by event_id (contract §4.3).
 //!
 //! A command publishes now and then with [`publish`] (`reconcile --brokers`, the demo); a server keeps a
 //! [`PublisherThread`] that publishes every [`PUBLISH_INTERVAL_MS`] (`serve --brokers`).
 //!
 //! ```
 //! use std::time::Duration;
-//! use outbox::OutboxTopics;
+//! use outbox::{OutboxFormat, OutboxTopics};
 //!
 //! # let dir = tempfile::tempdir().unwrap();
 //! # let path = dir.path().join("ledger.db");
@@ -26,15 +26,19 @@
 //! let broker = kafka::admin::EmbeddedBroker::start(1).unwrap();
 //! let mut ledger = ledger::Ledger::open(&path).unwrap();
 //! let topics = OutboxTopics::defaults();
-//! let report = outbox::publish(&mut ledger, &broker.bootstrap_servers(), &[], &topics, Duration::from_secs(10))
-//!     .unwrap();
+//! let format = OutboxFormat::SingleObject;
+//! let report =
+//!     outbox::publish(&mut ledger, &broker.bootstrap_servers(), &[], &topics, &format, Duration::from_secs(10))
+//!         .unwrap();
 //! assert_eq!((report.published, report.pending), (2, 0), "the decision and its usage");
 //! ```
 
 #![deny(missing_docs)]
 
+pub mod confluent;
 mod thread;
 
+pub use confluent::OutboxFormat;
 pub use thread::{HealthWatch, OutboxHealth, PUBLISH_INTERVAL_MS, PublisherThread, StartError};
 
 use std::collections::{BTreeSet, HashSet};
@@ -164,8 +168,11 @@ pub struct PublishReport {
     pub pending: u64,
     /// Chunks sent, first attempts and retries.
     pub attempts: u64,
-    /// The last delivery error seen, if any.
+    /// The last delivery error seen, if any; with entries held for the schema registry, why they were first.
     pub last_error: Option<String>,
+    /// Entries not sent in the Confluent wire format because the schema registry gave their schema no id (it refused
+    /// it, or could not be reached): pending, sent by a later publish once it does. 0 in single-object encoding.
+    pub awaiting_registry: u64,
 }
 
 /// Records which sequence numbers the broker acknowledged.
@@ -200,9 +207,10 @@ pub fn publish(
     brokers: &str,
     overrides: &[(String, String)],
     topics: &OutboxTopics,
+    format: &OutboxFormat,
     timeout: Duration,
 ) -> Result<PublishReport, OutboxPublishError> {
-    Publisher::new(brokers, overrides, timeout)?.publish(outbox, topics, timeout)
+    Publisher::new(brokers, overrides, format.clone(), timeout)?.publish(outbox, topics, timeout)
 }
 
 /// An idempotent producer kept from one publish to the next (`serve` publishes every second). A producer per
@@ -228,13 +236,17 @@ pub struct Publisher {
     /// after it: a backlog that grows while a topic is missing is not read again, payloads and all, at every
     /// publish. Forgotten as soon as a missing topic appears.
     skipped_through: Option<u64>,
+    /// How entries are written on their topics, and the schema ids the registry gave.
+    framing: confluent::Framing,
 }
 
 impl Publisher {
-    /// A producer whose attempts last at most `attempt`: an outage ends the attempt, not the entries.
+    /// A producer whose attempts last at most `attempt`: an outage ends the attempt, not the entries. Entries go out
+    /// in `format`.
     pub fn new(
         brokers: &str,
         overrides: &[(String, String)],
+        format: OutboxFormat,
         attempt: Duration,
     ) -> Result<Publisher, OutboxPublishError> {
         let requested_ms = u64::try_from(attempt.as_millis()).unwrap_or(u64::MAX);
@@ -248,12 +260,14 @@ impl Publisher {
             attempt_ms,
             missing: BTreeSet::new(),
             skipped_through: None,
+            framing: confluent::Framing::new(format),
         })
     }
 
     /// Publishes every pending outbox entry, retrying until all are acknowledged or `timeout` has passed. Entries
     /// for a topic the brokers do not have are left pending, and the pass reads on past them: the rest is published
-    /// whatever waits ahead of it, and the pass ends once only such entries are left.
+    /// whatever waits ahead of it, and the pass ends once only such entries are left. So are the entries of a topic
+    /// whose schema the registry gave no id in the Confluent wire format (asked again at the next publish).
     pub fn publish(
         &mut self,
         outbox: &mut impl Outbox,
@@ -262,6 +276,7 @@ impl Publisher {
     ) -> Result<PublishReport, OutboxPublishError> {
         let started = Instant::now();
         let mut report = PublishReport::default();
+        self.framing.begin_pass();
         if !self.missing.is_empty() {
             // Created since the last pass? Asked once per pass, not for every entry that waits.
             let client = self.producer.client();
@@ -274,11 +289,16 @@ impl Publisher {
         }
         // The last entry read in this pass: the next chunk starts after it, past the entries left pending.
         let mut after = self.skipped_through;
+        let pass_from = self.skipped_through;
         loop {
             let read = outbox.pending(after, OUTBOX_CHUNK_ENTRIES)?;
             let Some(last) = read.last() else {
-                // Every entry up to `after` was published or waits for a missing topic.
-                self.skipped_through = after.filter(|_| !self.missing.is_empty());
+                // Every entry up to `after` was published or waits for a missing topic, unless some waited for the
+                // schema registry: then the next pass starts where this one did, to send them.
+                self.skipped_through = match self.framing.held_entries() {
+                    0 => after.filter(|_| !self.missing.is_empty()),
+                    _ => pass_from,
+                };
                 break;
             };
             let chunk_from = after;
@@ -287,6 +307,7 @@ impl Publisher {
                 .into_iter()
                 .filter(|e| topics.topic_of(e.event_type).is_none_or(|t| !self.missing.contains(t)))
                 .collect();
+            let pending = self.framing.frame(pending, topics);
             if pending.is_empty() {
                 continue;
             }
@@ -332,6 +353,13 @@ impl Publisher {
         report.pending = outbox.pending_count()?;
         if report.pending > 0 && !self.missing.is_empty() {
             report.last_error = Some(missing_topics_message(&self.missing, &self.brokers));
+        }
+        report.awaiting_registry = self.framing.held_entries();
+        if let Some(held) = self.framing.held_reason() {
+            report.last_error = Some(match report.last_error.take() {
+                Some(other) => format!("{held}; {other}"),
+                None => held,
+            });
         }
         Ok(report)
     }

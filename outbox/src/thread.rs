@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::{Outbox, OutboxPublishError, OutboxTopics, Publisher};
+use crate::{Outbox, OutboxFormat, OutboxPublishError, OutboxTopics, Publisher};
 
 /// How often the thread publishes the outbox.
 pub const PUBLISH_INTERVAL_MS: u64 = 1_000;
@@ -28,7 +28,8 @@ pub struct OutboxHealth {
     pub pending: u64,
     /// When they were counted (RFC 3339, UTC).
     pub as_of: String,
-    /// Why entries wait: what the broker or librdkafka said in that pass; null when it published all it sent.
+    /// Why entries wait: what the broker or librdkafka said in that pass, or the schema registry in the Confluent wire
+    /// format; null when it published all it sent.
     pub last_error: Option<String>,
     /// When the oldest entry still waiting was recorded (RFC 3339, UTC); null when none waits.
     pub oldest_pending_at: Option<String>,
@@ -91,19 +92,20 @@ pub struct PublisherThread {
 }
 
 impl PublisherThread {
-    /// Starts publishing `outbox` (pending entries read and acknowledgements recorded through it) to `brokers`
-    /// every [`PUBLISH_INTERVAL_MS`], on contract §2's default topics. One publisher per ledger (a `reconcile --brokers`
-    /// publishes the outbox too): a pass is skipped while another process holds the ledger's publisher lock, and the
-    /// lock is kept once taken. Its log lines start with `name`.
+    /// Starts publishing `outbox` (pending entries read and acknowledgements recorded through it) to `brokers` in
+    /// `format` every [`PUBLISH_INTERVAL_MS`], on contract §2's default topics. One publisher per ledger (a
+    /// `reconcile --brokers` publishes the outbox too): a pass is skipped while another process holds the ledger's
+    /// publisher lock, and the lock is kept once taken. Its log lines start with `name`.
     pub fn spawn(
         name: &str,
         ledger_path: PathBuf,
         brokers: &str,
         overrides: &[(String, String)],
+        format: OutboxFormat,
         outbox: impl Outbox + Send + 'static,
     ) -> Result<PublisherThread, StartError> {
         let timeout = Duration::from_millis(PASS_TIMEOUT_MS);
-        let publisher = Publisher::new(brokers, overrides, timeout)?;
+        let publisher = Publisher::new(brokers, overrides, format, timeout)?;
         let pending = outbox.pending_count().map_err(OutboxPublishError::Read)?;
         let health = HealthWatch(Arc::new(Mutex::new(OutboxHealth::now(pending, None))));
         let (stop, stopping) = mpsc::channel::<()>();
@@ -230,14 +232,16 @@ impl<O: Outbox> Passes<O> {
         }
     }
 
-    /// One publish; says on stderr when entries start to wait (and why, when the reason changes, once a minute
-    /// while it holds) and when they are published again.
+    /// One publish; says on stderr when entries start to wait for the broker (and why, when the reason changes, once
+    /// a minute while it holds) and when they are published again. Entries held for the schema registry are said by
+    /// the publisher itself, topic by topic.
     fn pass(&mut self, topics: &OutboxTopics, said: &mut kafka::Said) -> OutboxHealth {
         let name = &self.name;
         match self.publisher.publish(&mut self.outbox, topics, self.timeout) {
             Ok(report) => {
                 let last_error = report.last_error.filter(|_| report.pending > 0);
                 match &last_error {
+                    Some(_) if report.awaiting_registry > 0 => {}
                     Some(error) if said.again(error) => {
                         tracing::warn!("{name}: outbox: {} entries wait for the broker: {error}", report.pending);
                     }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use kafka::admin::EmbeddedBroker;
 use ledger::{OutboxEntry, ReadError};
-use outbox::{Outbox, OutboxTopics};
+use outbox::{Outbox, OutboxFormat, OutboxTopics};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use schemas::EventType;
@@ -63,8 +63,9 @@ fn outbox_entries_land_in_their_tenants_partition() {
         })
         .collect();
     let mut entries = Entries { pending };
-    let report = outbox::publish(&mut entries, &bootstrap, &[], &OutboxTopics::defaults(), Duration::from_secs(30))
-        .expect("published");
+    let (topics, format) = (OutboxTopics::defaults(), OutboxFormat::SingleObject);
+    let report =
+        outbox::publish(&mut entries, &bootstrap, &[], &topics, &format, Duration::from_secs(30)).expect("published");
     assert_eq!((report.published, report.pending), (tenants.len() as u64, 0), "{report:?}");
 
     let consumer: BaseConsumer = ClientConfig::new()

@@ -101,6 +101,8 @@ pub struct ServeSettings {
     pub brokers: Option<String>,
     /// librdkafka settings of the outbox producer (`-X key=value`).
     pub overrides: Vec<(String, String)>,
+    /// How the outbox's entries are written on their topics (single-object encoding, or the Confluent wire format).
+    pub outbox_format: outbox::OutboxFormat,
     /// Milliseconds a client may take to send a request's body once its header arrived; then it is answered 408 and
     /// the connection is closed. At least 1.
     pub read_timeout_ms: u64,
@@ -129,6 +131,7 @@ impl ServeSettings {
             hook: HookSettings::default(),
             brokers: None,
             overrides: Vec::new(),
+            outbox_format: outbox::OutboxFormat::SingleObject,
             read_timeout_ms: READ_TIMEOUT_MS,
             header_timeout_ms: HEADER_TIMEOUT_MS,
             connections_max: None,
@@ -162,7 +165,8 @@ pub fn router(hook: Hook, tokens: Tokens, changes: Option<std::path::PathBuf>) -
 /// Where a reconcile of a shard this server holds publishes its adjustments (`POST /v1/admin/reconcile`): the server's
 /// own brokers, as its outbox publisher does; without them they wait in the shard's outbox.
 fn publish_of(settings: &ServeSettings) -> Option<usecases::run::Publish> {
-    settings.brokers.as_deref().map(|brokers| usecases::run::Publish::to(brokers, &settings.overrides))
+    let format = &settings.outbox_format;
+    settings.brokers.as_deref().map(|brokers| usecases::run::Publish::to(brokers, &settings.overrides, format.clone()))
 }
 
 /// Where the server listens, as the first line of `serve` says it: `http://ADDR` or `https://ADDR`.
@@ -280,7 +284,7 @@ pub fn run(
     let hook = Hook::start(ledger_path, metrics.timing(&settings.hook)).map_err(ServeError::Hook)?;
     let writers = vec![hook.stopped()];
     let publisher = match &settings.brokers {
-        Some(brokers) => Some(start_publisher("serve", ledger_path, &hook, brokers, &settings.overrides)?),
+        Some(brokers) => Some(start_publisher("serve", ledger_path, &hook, brokers, &settings)?),
         None => None,
     };
     let outbox = publisher.as_ref().map(|p| Outboxes::One(p.health()));
@@ -312,7 +316,7 @@ pub fn run_shards(
         for (partition, hook) in &held {
             let name = format!("serve shard {partition}");
             let path = dir.path_of(*partition);
-            publishers.push((*partition, start_publisher(&name, &path, hook, brokers, &settings.overrides)?));
+            publishers.push((*partition, start_publisher(&name, &path, hook, brokers, &settings)?));
         }
     }
     drop(held);
@@ -466,14 +470,15 @@ fn serve(
 }
 
 /// The outbox's publisher thread: the outbox read through a connection of its own, the acknowledgements recorded
-/// by the hook's writer ([`HookOutbox`]).
+/// by the hook's writer ([`HookOutbox`]); published to `brokers` with the producer settings and format of `settings`.
 fn start_publisher(
     name: &str,
     ledger_path: &Path,
     hook: &Hook,
     brokers: &str,
-    overrides: &[(String, String)],
+    settings: &ServeSettings,
 ) -> Result<PublisherThread, ServeError> {
     let outbox = HookOutbox { reader: Ledger::open(ledger_path)?, hook: hook.clone() };
-    Ok(PublisherThread::spawn(name, ledger_path.to_path_buf(), brokers, overrides, outbox)?)
+    let (overrides, format) = (&settings.overrides, settings.outbox_format.clone());
+    Ok(PublisherThread::spawn(name, ledger_path.to_path_buf(), brokers, overrides, format, outbox)?)
 }

@@ -22,6 +22,44 @@ pub fn resolve_schema_ids(
     Ok(())
 }
 
+/// `--outbox-format` and `--outbox-registry-url` of a command that publishes the outbox (`serve`, `reconcile`).
+#[derive(Debug, Clone, Args)]
+pub struct OutboxFormatArgs {
+    /// How the outbox is written on its topics: `single-object` (Avro single-object encoding, as the ledger keeps
+    /// it) or `confluent` (the Confluent wire format, for Kafka Connect, ksqlDB or Flink with a Confluent
+    /// deserializer; its schemas registered with --outbox-registry-url).
+    #[arg(
+        long,
+        env = "QUOTA_LEDGER_OUTBOX_FORMAT",
+        default_value = "single-object",
+        value_parser = ["single-object", "confluent"]
+    )]
+    pub outbox_format: String,
+    /// With --outbox-format confluent: the schema registry's REST API (`http[s]://[user:secret@]host:8081`) that
+    /// registers the outbox's schemas, each under its topic's subject `{topic}-value`. `https://` trusts --ca-file.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "QUOTA_LEDGER_OUTBOX_REGISTRY_URL",
+        required_if_eq("outbox_format", "confluent")
+    )]
+    pub outbox_registry_url: Option<String>,
+}
+
+impl OutboxFormatArgs {
+    /// The format asked, its registry trusting `ca_file`'s roots when it is `https://`.
+    pub fn format(&self, ca_file: &super::trust_args::CaFileArg) -> anyhow::Result<outbox::OutboxFormat> {
+        use kafka::schema_registry::RegistryUrl;
+        match (self.outbox_format.as_str(), &self.outbox_registry_url) {
+            ("confluent", Some(url)) => {
+                Ok(outbox::OutboxFormat::Confluent(RegistryUrl::parse(url, &ca_file.trust()?)?))
+            }
+            (_, Some(_)) => anyhow::bail!("--outbox-registry-url is only used with --outbox-format confluent"),
+            _ => Ok(outbox::OutboxFormat::SingleObject),
+        }
+    }
+}
+
 /// `-X key=value`: a librdkafka setting, as kcat takes them.
 pub fn parse_setting(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {

@@ -40,6 +40,9 @@ pub struct ReconcileArgs {
     /// How long to keep retrying unacknowledged adjustments before leaving them pending.
     #[arg(long, default_value_t = outbox::PUBLISH_TIMEOUT_MS)]
     publish_timeout_ms: u64,
+    // An `https://` --outbox-registry-url trusts the --ca-file of the cluster's flags.
+    #[command(flatten)]
+    outbox: super::kafka_args::OutboxFormatArgs,
     /// Write the run's figures to this file for the node exporter's textfile collector (Prometheus text format):
     /// the last success, its duration, adjustments and their amounts by kind, windows judged, outbox pending.
     #[arg(long, value_name = "FILE")]
@@ -72,6 +75,7 @@ pub fn run(store: &super::Store, args: ReconcileArgs) -> anyhow::Result<ExitCode
         return of_cluster(&cluster, &args);
     }
     let started = std::time::Instant::now();
+    let format = args.outbox.format(&args.cluster.ca_file)?;
     let settings = RunSettings {
         as_of: args.as_of,
         open_alert_after_s: args.open_alert_after,
@@ -81,6 +85,7 @@ pub fn run(store: &super::Store, args: ReconcileArgs) -> anyhow::Result<ExitCode
             settings: args.settings.clone(),
             adjustments_topic: args.adjustments_topic.clone(),
             timeout: Duration::from_millis(args.publish_timeout_ms),
+            format,
         }),
     };
     let spinner = super::spinner();

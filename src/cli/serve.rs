@@ -54,6 +54,10 @@ pub struct ServeArgs {
     /// A librdkafka setting for the outbox producer, repeatable.
     #[arg(short = 'X', value_name = "KEY=VALUE", value_parser = parse_setting)]
     settings: Vec<(String, String)>,
+    #[command(flatten)]
+    outbox: super::kafka_args::OutboxFormatArgs,
+    #[command(flatten)]
+    ca_file: super::trust_args::CaFileArg,
     /// Milliseconds a client may take to send a request's body once its header arrived; then it is answered 408
     /// and the connection is closed.
     #[arg(long, default_value_t = serve::READ_TIMEOUT_MS)]
@@ -106,6 +110,7 @@ pub fn run(store: &super::Store, args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     let settings = serve::ServeSettings {
         hook,
+        outbox_format: args.outbox.format(&args.ca_file)?,
         brokers: args.brokers,
         overrides: args.settings,
         read_timeout_ms: args.read_timeout_ms,

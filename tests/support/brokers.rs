@@ -172,6 +172,19 @@ impl Broker {
 /// Event ids of every message on `topic`, read from the beginning until `expected` arrived (or 30 s passed),
 /// then half a second more: anything beyond `expected` is a message published twice.
 pub fn event_ids_on_topic(bootstrap: &str, topic: &str, expected: usize) -> Vec<String> {
+    let catalog = schemas::Catalog::builtin();
+    payloads_on_topic(bootstrap, topic, expected)
+        .iter()
+        .map(|payload| {
+            let decoded = catalog.decode_single_object(payload, None).expect("a single-object event");
+            decoded.event.event_id().to_string()
+        })
+        .collect()
+}
+
+/// The payload of every message on `topic`, every partition read from the beginning until `expected` arrived (or
+/// 30 s passed), then half a second more: anything beyond `expected` is a message published twice.
+pub fn payloads_on_topic(bootstrap: &str, topic: &str, expected: usize) -> Vec<Vec<u8>> {
     use rdkafka::consumer::{BaseConsumer, Consumer};
     use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
     let consumer: BaseConsumer = ClientConfig::new()
@@ -186,21 +199,17 @@ pub fn event_ids_on_topic(bootstrap: &str, topic: &str, expected: usize) -> Vec<
         assignment.add_partition_offset(topic, partition.id(), Offset::Beginning).expect("an offset");
     }
     consumer.assign(&assignment).expect("assigned");
-    let catalog = schemas::Catalog::builtin();
-    let mut ids = Vec::new();
+    let mut payloads = Vec::new();
     let started = Instant::now();
     let mut quiet_since = None;
     loop {
         match consumer.poll(Duration::from_millis(100)) {
             Some(message) => {
                 let message = message.expect("a message");
-                let decoded = catalog
-                    .decode_single_object(message.payload().expect("a payload"), None)
-                    .expect("a single-object event");
-                ids.push(decoded.event.event_id().to_string());
+                payloads.push(message.payload().expect("a payload").to_vec());
                 quiet_since = None;
             }
-            None if ids.len() >= expected => {
+            None if payloads.len() >= expected => {
                 let since = *quiet_since.get_or_insert_with(Instant::now);
                 if since.elapsed() > Duration::from_millis(500) {
                     break;
@@ -210,5 +219,5 @@ pub fn event_ids_on_topic(bootstrap: &str, topic: &str, expected: usize) -> Vec<
             None => {}
         }
     }
-    ids
+    payloads
 }

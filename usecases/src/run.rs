@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use ledger::{Ledger, ProcessLock};
-use outbox::{OutboxTopics, PublishReport};
+use outbox::{OutboxFormat, OutboxTopics, PublishReport};
 use reconcile::{Plan, Progress};
 use schemas::{AdjustmentEvent, AdjustmentKind, Event, EventType, Timestamp};
 use serde::Serialize;
@@ -49,16 +49,19 @@ pub struct Publish {
     pub adjustments_topic: String,
     /// How long to keep retrying unacknowledged adjustments before leaving them pending.
     pub timeout: Duration,
+    /// How the outbox's entries are written on their topics.
+    pub format: OutboxFormat,
 }
 
 impl Publish {
-    /// Publishing to `brokers` with `settings`, the default topic and timeout.
-    pub fn to(brokers: &str, settings: &[(String, String)]) -> Publish {
+    /// Publishing to `brokers` with `settings` in `format`, the default topic and timeout.
+    pub fn to(brokers: &str, settings: &[(String, String)], format: OutboxFormat) -> Publish {
         Publish {
             brokers: brokers.to_string(),
             settings: settings.to_vec(),
             adjustments_topic: EventType::AdjustmentEvent.default_topic().to_string(),
             timeout: Duration::from_millis(outbox::PUBLISH_TIMEOUT_MS),
+            format,
         }
     }
 }
@@ -132,6 +135,7 @@ fn of_shards(
             sum.published += report.published;
             sum.pending += report.pending;
             sum.attempts += report.attempts;
+            sum.awaiting_registry += report.awaiting_registry;
             sum.last_error = report.last_error.or(sum.last_error.take());
         }
         plans.push(run.plan);
@@ -168,7 +172,8 @@ pub fn of_ledger(path: &Path, settings: &RunSettings, progress: &mut dyn FnMut(S
                 progress("publishing adjustments to Kafka".to_string());
                 let mut topics = OutboxTopics::defaults();
                 topics.set(EventType::AdjustmentEvent, &publish.adjustments_topic);
-                Some(outbox::publish(&mut ledger, &publish.brokers, &publish.settings, &topics, publish.timeout)?)
+                let (brokers, settings) = (&publish.brokers, &publish.settings);
+                Some(outbox::publish(&mut ledger, brokers, settings, &topics, &publish.format, publish.timeout)?)
             }
             Err(ledger::LockError::Held { holder, .. }) => {
                 notes.push(format!(
@@ -278,9 +283,10 @@ pub fn write_report(out: &mut dyn Write, run: &Run, dry_run: bool) -> std::io::R
     match outbox {
         Some(report) if report.pending > 0 => writeln!(
             out,
-            "outbox: {} published, {} still pending (broker: {}); the next run or `reconcile --brokers` sends them",
+            "outbox: {} published, {} still pending ({}: {}); the next run or `reconcile --brokers` sends them",
             report.published,
             report.pending,
+            if report.awaiting_registry > 0 { "schema registry" } else { "broker" },
             report.last_error.as_deref().unwrap_or("no acknowledgement")
         ),
         Some(report) => writeln!(out, "outbox: {} published to Kafka, none pending", report.published),
