@@ -27,6 +27,38 @@ pub enum OutboxFormat {
     Confluent(RegistryUrl),
 }
 
+impl OutboxFormat {
+    /// The format named `name` (`single-object`, `confluent`), its schemas registered with `registry`, which it
+    /// needs (a registry given with `single-object` is refused rather than silently unused); an `https://` registry
+    /// trusts `trust`.
+    pub fn named(name: &str, registry: Option<&str>, trust: &trust::Trust) -> Result<OutboxFormat, FormatError> {
+        match (name, registry) {
+            ("confluent", Some(url)) => Ok(OutboxFormat::Confluent(RegistryUrl::parse(url, trust)?)),
+            ("single-object", None) => Ok(OutboxFormat::SingleObject),
+            ("single-object", Some(_)) => Err(FormatError::RegistryUnused),
+            ("confluent", None) => Err(FormatError::RegistryMissing),
+            (other, _) => Err(FormatError::Unknown(other.to_string())),
+        }
+    }
+}
+
+/// Why an outbox format cannot be used as asked.
+#[derive(Debug, thiserror::Error)]
+pub enum FormatError {
+    /// A registry was given for the single-object format, which registers nothing.
+    #[error("a schema registry is only used by the confluent outbox format")]
+    RegistryUnused,
+    /// The Confluent wire format needs a registry to number its schemas.
+    #[error("the confluent outbox format needs a schema registry to register its schemas with")]
+    RegistryMissing,
+    /// Neither `single-object` nor `confluent`.
+    #[error("no outbox format is named {0:?}: single-object or confluent")]
+    Unknown(String),
+    /// The registry's URL is not one.
+    #[error(transparent)]
+    Registry(#[from] RegistryUrlError),
+}
+
 /// The subject a topic's value schemas are registered under: the TopicNameStrategy of Confluent's serializers.
 pub fn subject_of(topic: &str) -> String {
     format!("{topic}-value")

@@ -49,14 +49,8 @@ pub struct OutboxFormatArgs {
 impl OutboxFormatArgs {
     /// The format asked, its registry trusting `ca_file`'s roots when it is `https://`.
     pub fn format(&self, ca_file: &super::trust_args::CaFileArg) -> anyhow::Result<outbox::OutboxFormat> {
-        use kafka::schema_registry::RegistryUrl;
-        match (self.outbox_format.as_str(), &self.outbox_registry_url) {
-            ("confluent", Some(url)) => {
-                Ok(outbox::OutboxFormat::Confluent(RegistryUrl::parse(url, &ca_file.trust()?)?))
-            }
-            (_, Some(_)) => anyhow::bail!("--outbox-registry-url is only used with --outbox-format confluent"),
-            _ => Ok(outbox::OutboxFormat::SingleObject),
-        }
+        let registry = self.outbox_registry_url.as_deref();
+        Ok(outbox::OutboxFormat::named(&self.outbox_format, registry, &ca_file.trust()?)?)
     }
 }
 
