@@ -237,10 +237,7 @@ fn check_why(actor: &str, reason: &str) -> Result<(), Invalid> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn at(text: &str) -> Timestamp {
-        Timestamp::parse_rfc3339(text).unwrap()
-    }
+    use testkit::fixtures::at;
 
     fn change(version: Option<i32>) -> PolicyChange {
         PolicyChange {

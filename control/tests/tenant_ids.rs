@@ -3,11 +3,8 @@
 
 use control::{GrantChange, PolicyChange, RecordError, Recorded, grant_event, policy_event, record};
 use ledger::Ledger;
-use schemas::{Enforcement, Event, Scope, Timestamp, Window};
-
-fn at(text: &str) -> Timestamp {
-    Timestamp::parse_rfc3339(text).unwrap()
-}
+use schemas::{Enforcement, Event, Scope, Window};
+use testkit::fixtures::at;
 
 fn grant(tenant: &str, grant_id: &str, amount: i64) -> GrantChange {
     GrantChange {

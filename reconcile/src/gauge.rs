@@ -219,13 +219,10 @@ mod tests {
     use schemas::{Header, PolicyEvent, Window};
 
     use super::*;
+    use testkit::fixtures::at;
 
     const TENANT: &str = "org-1";
     const METRIC: &str = "storage_bytes";
-
-    fn at(text: &str) -> Timestamp {
-        Timestamp::parse_rfc3339(text).unwrap()
-    }
 
     fn header(tenant: &str, event_id: &str, occurred_at: &str) -> Header {
         Header {

@@ -183,10 +183,7 @@ mod tests {
     use schemas::{Enforcement, Header, Scope};
 
     use super::*;
-
-    fn at(text: &str) -> Timestamp {
-        Timestamp::parse_rfc3339(text).unwrap()
-    }
+    use testkit::fixtures::at;
 
     fn consumed(seq: u64, time: &str, quantity: i64) -> Consumed {
         Consumed { occurred_at: at(time), seq, quantity, event_id: String::new() }

@@ -18,6 +18,7 @@ use schemas::{
     AdjustmentEvent, AdjustmentKind, Enforcement, Event, GrantEvent, Header, PolicyEvent, ReservationAction,
     ReservationEvent, Scope, Timestamp, Tz, UsageEvent, Violation, Window,
 };
+use testkit::fixtures::at;
 
 const MINUTE_MICROS: i64 = 60_000_000;
 const HOUR_MICROS: i64 = 60 * MINUTE_MICROS;
@@ -92,10 +93,6 @@ const CYCLE_ANCHORS: [(&str, &str); 11] = [
 ];
 /// For each of [`ANCHORS`], the [`CYCLE_ANCHORS`] with a cycle start within the 150 minutes of events after it.
 const STARTS_AFTER: [&[usize]; 5] = [&[0, 1, 6], &[2, 3, 7], &[10], &[9], &[2, 3, 7]];
-
-fn at(text: &str) -> Timestamp {
-    Timestamp::parse_rfc3339(text).unwrap()
-}
 
 // ---------------------------------------------------------------------------------------------------------------
 // Generation

@@ -6,18 +6,15 @@ use std::collections::BTreeMap;
 use ledger::{Batch, Incoming, Ledger, Origin, Period};
 use schemas::{
     AdjustmentEvent, AdjustmentKind, Enforcement, Event, GrantEvent, Header, PolicyEvent, ReservationAction,
-    ReservationEvent, Scope, Timestamp, UsageEvent, Window,
+    ReservationEvent, Scope, UsageEvent, Window,
 };
+use testkit::fixtures::at;
 
 const TENANT: &str = "org-1";
 const METRIC: &str = "tokens";
 /// Late enough that every window and reservation of these histories is judged.
 const AS_OF: &str = "2026-11-15T00:00:00Z";
 const OCT_3: (&str, &str) = ("2026-10-03T00:00:00Z", "2026-10-04T00:00:00Z");
-
-fn at(text: &str) -> Timestamp {
-    Timestamp::parse_rfc3339(text).unwrap()
-}
 
 fn header(event_id: &str, tenant: &str, subject: Option<&str>, occurred_at: &str) -> Header {
     Header {

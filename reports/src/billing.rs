@@ -545,10 +545,7 @@ pub fn by_project(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn at(text: &str) -> Timestamp {
-        Timestamp::parse_rfc3339(text).unwrap()
-    }
+    use testkit::fixtures::at;
 
     fn header(tenant: &str, metric: &str, t: &str) -> Header {
         Header {

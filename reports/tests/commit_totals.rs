@@ -7,10 +7,7 @@ use std::collections::BTreeMap;
 use ledger::{Batch, CATCH_UP_STEP_ENTRIES, Incoming, Ledger, Origin, Period};
 use reports::billing;
 use schemas::*;
-
-fn at(text: &str) -> Timestamp {
-    Timestamp::parse_rfc3339(text).unwrap()
-}
+use testkit::fixtures::at;
 
 fn november() -> Period {
     "2026-11".parse::<Period>().unwrap()

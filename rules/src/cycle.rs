@@ -221,12 +221,9 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use testkit::fixtures::at;
 
     const DAY_MICROS: i64 = 24 * 60 * 60 * 1_000_000;
-
-    fn at(text: &str) -> Timestamp {
-        Timestamp::parse_rfc3339(text).unwrap()
-    }
 
     fn zone(name: &str) -> Tz {
         name.parse().unwrap()

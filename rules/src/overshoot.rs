@@ -124,10 +124,7 @@ mod tests {
     use schemas::Header;
 
     use super::*;
-
-    fn at(text: &str) -> Timestamp {
-        Timestamp::parse_rfc3339(text).unwrap()
-    }
+    use testkit::fixtures::at;
 
     fn grant(subject: Option<&str>, amount: i64, from: &str, until: &str) -> GrantEvent {
         GrantEvent {

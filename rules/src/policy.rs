@@ -175,10 +175,7 @@ mod tests {
     use schemas::{Enforcement, Header, Scope, Violation, Window};
 
     use super::*;
-
-    fn at(text: &str) -> Timestamp {
-        Timestamp::parse_rfc3339(text).unwrap()
-    }
+    use testkit::fixtures::at;
 
     fn policy(tenant: &str, id: &str, version: i32, limit: i64, window: Window, effective_from: &str) -> PolicyEvent {
         PolicyEvent {

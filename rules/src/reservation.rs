@@ -194,10 +194,7 @@ mod tests {
     use schemas::Header;
 
     use super::*;
-
-    fn at(text: &str) -> Timestamp {
-        Timestamp::parse_rfc3339(text).unwrap()
-    }
+    use testkit::fixtures::at;
 
     fn event(action: ReservationAction, amount: i64, occurred_at: &str, expires_at: Option<&str>) -> ReservationEvent {
         ReservationEvent {

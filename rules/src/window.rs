@@ -167,10 +167,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-
-    fn at(text: &str) -> Timestamp {
-        Timestamp::parse_rfc3339(text).unwrap()
-    }
+    use testkit::fixtures::at;
 
     fn window(kind: Window, t: &str) -> (String, String) {
         let (start, end) = bounds(kind, at(t));

@@ -15,11 +15,13 @@
 //! assert!(testkit::tool("sh", "QUOTA_LEDGER_SKIP_EXAMPLE", "apt-get install dash", "the example"));
 //! ```
 //!
-//! Beside it, [`ports`]: how a test starts a server that must be told its port, without losing it to another process.
+//! Beside it, [`ports`]: how a test starts a server that must be told its port, without losing it to another process;
+//! and [`fixtures`]: the instants and headers tests build events from.
 
 use std::io::Write;
 use std::process::Command;
 
+pub mod fixtures;
 pub mod ports;
 
 /// The variable naming the file each skip is appended to (one line a skip), set by `.ci/test`.

@@ -308,23 +308,11 @@ impl Counts {
     }
 }
 
-/// An RFC 3339 literal as a timestamp.
-pub fn at(rfc3339: &str) -> Timestamp {
-    Timestamp::parse_rfc3339(rfc3339).unwrap_or_else(|e| panic!("{rfc3339:?} is not RFC 3339: {e}"))
-}
+pub use testkit::fixtures::at;
 
 /// The common fields, with source `e2e` and no subject.
 pub fn header(event_id: &str, occurred_at: &str, tenant: &str, metric: &str) -> Header {
-    Header {
-        event_id: event_id.to_string(),
-        occurred_at: at(occurred_at),
-        tenant: tenant.to_string(),
-        subject: None,
-        project: None,
-        api_key: None,
-        metric: metric.to_string(),
-        source: "e2e".to_string(),
-    }
+    Header { source: "e2e".to_string(), ..testkit::fixtures::header(event_id, occurred_at, tenant, metric) }
 }
 
 /// Version 1 of policy `daily` of `tenant`: a HARD limit of `limit` requests per UTC DAY for the tenant as a whole,

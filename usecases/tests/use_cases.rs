@@ -6,14 +6,11 @@ use control::PolicyChange;
 use ledger::shards::ShardDir;
 use ledger::{Batch, Incoming, Ledger, Origin, Period};
 use schemas::*;
+use testkit::fixtures::at;
 use usecases::Store;
 use usecases::billing::BillingAsked;
 use usecases::change::Destination;
 use usecases::run::RunSettings;
-
-fn at(text: &str) -> Timestamp {
-    Timestamp::parse_rfc3339(text).unwrap()
-}
 
 fn month(text: &str) -> Period {
     text.parse().unwrap()
