@@ -169,46 +169,58 @@ impl Broker {
     }
 }
 
-/// Event ids of every message on `topic`, read from the beginning until `expected` arrived (or 30 s passed),
-/// then half a second more: anything beyond `expected` is a message published twice.
-pub fn event_ids_on_topic(bootstrap: &str, topic: &str, expected: usize) -> Vec<String> {
+/// The (low, high) watermarks of each partition of `topic`, in partition order.
+pub fn watermarks(bootstrap: &str, topic: &str) -> Vec<(i64, i64)> {
     use rdkafka::consumer::{BaseConsumer, Consumer};
-    use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "e2e-topic-reader")
-        .set("enable.auto.commit", "false")
-        .create()
-        .expect("a consumer");
-    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).expect("topic metadata");
-    let mut assignment = TopicPartitionList::new();
-    for partition in metadata.topics()[0].partitions() {
-        assignment.add_partition_offset(topic, partition.id(), Offset::Beginning).expect("an offset");
-    }
-    consumer.assign(&assignment).expect("assigned");
-    let catalog = schemas::Catalog::builtin();
-    let mut ids = Vec::new();
+    let consumer: BaseConsumer =
+        rdkafka::ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("a consumer");
+    let timeout = Duration::from_secs(10);
+    let metadata = consumer.fetch_metadata(Some(topic), timeout).expect("topic metadata");
+    let mut partitions: Vec<i32> = metadata.topics()[0].partitions().iter().map(|p| p.id()).collect();
+    partitions.sort();
+    partitions
+        .into_iter()
+        .map(|partition| consumer.fetch_watermarks(topic, partition, timeout).expect("the watermarks"))
+        .collect()
+}
+
+/// How many records `topic` holds: each partition's high watermark less its low one.
+pub fn records_on(bootstrap: &str, topic: &str) -> i64 {
+    watermarks(bootstrap, topic).iter().map(|(low, high)| high - low).sum()
+}
+
+/// How long reading a topic to its end may take.
+const READ_WHOLE_MS: u64 = 60_000;
+
+/// Every message on `topic` as (partition, key, payload), read from the start of each partition to the high watermark
+/// it had when the read began (`kafka::whole_topic`): exact once the producers the test waited for are done.
+pub fn messages_on(bootstrap: &str, topic: &str) -> Vec<(u32, Option<Vec<u8>>, Vec<u8>)> {
+    let mut config = rdkafka::ClientConfig::new();
+    config.set("bootstrap.servers", bootstrap).set("group.id", "e2e-topic-reader").set("enable.auto.commit", "false");
+    let mut messages = Vec::new();
+    kafka::whole_topic::read(&config, bootstrap, topic, READ_WHOLE_MS, |record| {
+        let partition = u32::try_from(record.partition).expect("a partition number");
+        messages.push((partition, record.key.map(<[u8]>::to_vec), record.payload.expect("a payload").to_vec()));
+    })
+    .unwrap_or_else(|e| panic!("{topic} was not read to its end: {}", ledger::causes(&*e)));
+    messages
+}
+
+/// Event ids of every message on `topic` once it holds `expected` records (or 30 s passed: the caller's assertion
+/// then says which are missing), read to the high watermarks it then had ([`messages_on`]): anything beyond
+/// `expected` is a message published twice.
+pub fn event_ids_on_topic(bootstrap: &str, topic: &str, expected: usize) -> Vec<String> {
+    let expected = i64::try_from(expected).expect("a count of records");
     let started = Instant::now();
-    let mut quiet_since = None;
-    loop {
-        match consumer.poll(Duration::from_millis(100)) {
-            Some(message) => {
-                let message = message.expect("a message");
-                let decoded = catalog
-                    .decode_single_object(message.payload().expect("a payload"), None)
-                    .expect("a single-object event");
-                ids.push(decoded.event.event_id().to_string());
-                quiet_since = None;
-            }
-            None if ids.len() >= expected => {
-                let since = *quiet_since.get_or_insert_with(Instant::now);
-                if since.elapsed() > Duration::from_millis(500) {
-                    break;
-                }
-            }
-            None if started.elapsed() > Duration::from_secs(30) => break,
-            None => {}
-        }
+    while records_on(bootstrap, topic) < expected && started.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(100));
     }
-    ids
+    let catalog = schemas::Catalog::builtin();
+    messages_on(bootstrap, topic)
+        .into_iter()
+        .map(|(_, _, payload)| {
+            let decoded = catalog.decode_single_object(&payload, None).expect("a single-object event");
+            decoded.event.event_id().to_string()
+        })
+        .collect()
 }
