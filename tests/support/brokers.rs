@@ -169,6 +169,64 @@ impl Broker {
     }
 }
 
+/// librdkafka's mock cluster in the test's own process, with the topics `broker mock` makes (contract §2's and
+/// `quota.checkpoints` of 3 partitions, `quota.routing` of one), keeping every request its broker receives: what a test
+/// waits on when the only sign of what a client did is a request it sent. A consumer whose application cannot poll
+/// leaves its group with a LeaveGroup request; librdkafka's log line saying so waits for the next poll.
+pub struct TrackedMock {
+    /// The client the mock cluster belongs to: the cluster lives as long as it does.
+    holder: rdkafka::producer::BaseProducer,
+    pub bootstrap: String,
+}
+
+impl TrackedMock {
+    pub fn start() -> TrackedMock {
+        let holder: rdkafka::producer::BaseProducer =
+            rdkafka::ClientConfig::new().set("test.mock.num.brokers", "1").create().expect("a mock cluster");
+        let bootstrap = {
+            use rdkafka::producer::Producer;
+            let cluster = holder.client().mock_cluster().expect("the client's mock cluster");
+            let checkpoints = [kafka::checkpoints::CHECKPOINTS_TOPIC];
+            for name in kafka::topics::all_default_topic_names().into_iter().chain(checkpoints) {
+                cluster.create_topic(name, 3, 1).expect("a topic of the mock cluster");
+            }
+            cluster.create_topic(kafka::routing::ROUTING_TOPIC, 1, 1).expect("the routing topic");
+            cluster.bootstrap_servers()
+        };
+        let mock = TrackedMock { holder, bootstrap };
+        // SAFETY: the mock cluster of a client that lives as long as `mock`.
+        unsafe { rdkafka::bindings::rd_kafka_mock_start_request_tracking(mock.cluster()) };
+        mock
+    }
+
+    fn cluster(&self) -> *mut rdkafka::bindings::rd_kafka_mock_cluster_t {
+        use rdkafka::producer::Producer;
+        // SAFETY: the client is alive, and was made with `test.mock.num.brokers`: its mock cluster is not null.
+        let cluster = unsafe { rdkafka::bindings::rd_kafka_handle_mock_cluster(self.holder.client().native_ptr()) };
+        assert!(!cluster.is_null(), "the client has a mock cluster");
+        cluster
+    }
+
+    /// How many `api` requests the broker has received since it started.
+    pub fn requests(&self, api: rdkafka::types::RDKafkaApiKey) -> usize {
+        use rdkafka::bindings::*;
+        let mut count = 0;
+        // SAFETY: the array and the requests in it are copies this call owns; each is read, then all destroyed.
+        unsafe {
+            let requests = rd_kafka_mock_get_requests(self.cluster(), &mut count);
+            if requests.is_null() {
+                return 0;
+            }
+            let of_api = std::slice::from_raw_parts(requests, count)
+                .iter()
+                .filter(|request| rd_kafka_mock_request_api_key(**request) == api as i16)
+                .count();
+            rd_kafka_mock_request_destroy_array(requests, count);
+            of_api
+        }
+    }
+}
+
 /// The (low, high) watermarks of each partition of `topic`, in partition order.
 pub fn watermarks(bootstrap: &str, topic: &str) -> Vec<(i64, i64)> {
     use rdkafka::consumer::{BaseConsumer, Consumer};
