@@ -7,8 +7,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use kafka::producer::KafkaProducer;
+use rdkafka::types::RDKafkaApiKey;
 use serde_json::Value;
-use support::brokers::Broker;
+use support::brokers::{Broker, TrackedMock, records_on};
 use support::*;
 
 fn ingest_until_caught_up(ledger: &TestLedger, broker: &Broker) -> Value {
@@ -261,29 +262,32 @@ fn a_running_ingest_rides_out_a_broker_restart() {
 }
 
 // For the on-call engineer: an append that outlasts `max.poll.interval.ms` (here another writer holds the ledger
-// for 6.5 s, against an interval of 3 s; the mock cluster's join needs 3 s) makes librdkafka leave the group.
-// Ingest does not stop there with "Kafka consumer failed": it says why, rejoins, and records what was produced
-// before, during and after the stall, each event once.
+// against an interval of 3 s) makes librdkafka leave the group. Ingest does not stop there with "Kafka consumer
+// failed": it says why, rejoins, and records what was produced before, during and after the stall, each event once.
 #[test]
 fn an_append_that_outlasts_the_poll_interval_rejoins_the_group() {
-    let broker = Broker::mock();
+    let broker = TrackedMock::start();
     let ledger = TestLedger::new();
-    let before = generate_to(&broker, 5, 500, 31);
+    let before = generate_into(&broker.bootstrap, 5, 500, 31);
     let overrides = ["max.poll.interval.ms=3000", "session.timeout.ms=3000", "heartbeat.interval.ms=500"];
     let args: Vec<&str> = overrides.iter().flat_map(|o| ["-X", *o]).collect();
     let mut ingest = ledger.spawn_ingest(&broker.bootstrap, &args);
     wait_recorded(&ledger, count(&before, "unique_events"), "ingest recorded what came before the stall");
     let writer = rusqlite::Connection::open(&ledger.path).expect("the ledger opens");
     writer.execute_batch("BEGIN IMMEDIATE").expect("another writer takes the ledger");
-    let held_since = Instant::now();
-    let during = generate_to(&broker, 5, 500, 32);
-    // Held 6.5 s from the start, however long producing took: the append, which waits from the first message on,
-    // outlasts the 3 s interval (librdkafka checks it once a second), and gives up only after the ledger's 10 s busy
-    // timeout. librdkafka's "leaving group" line reaches stderr only once the append is over, so it cannot say when.
-    std::thread::sleep(Duration::from_millis(6_500).saturating_sub(held_since.elapsed()));
+    let left = || broker.requests(RDKafkaApiKey::LeaveGroup);
+    assert_eq!(left(), 0, "ingest's consumer is in its group before the stall");
+    let during = generate_into(&broker.bootstrap, 5, 500, 32);
+    // Held until librdkafka, its poll interval outlasted by the append that waits for the ledger, has left the group:
+    // the broker received its LeaveGroup (librdkafka's own line saying so waits for ingest's next poll). Before the
+    // ledger's busy timeout, after which the append would give up.
+    let busy_secs = ledger::BUSY_TIMEOUT_MS / 1_000;
+    eventually(busy_secs, "ingest's consumer left its group while its append waited for the ledger", || {
+        (left() > 0).then_some(())
+    });
     writer.execute_batch("COMMIT").expect("the other writer lets go");
     drop(writer);
-    let after = generate_to(&broker, 5, 500, 33);
+    let after = generate_into(&broker.bootstrap, 5, 500, 33);
     let reports = [&before, &during, &after];
     let total: u64 = reports.iter().map(|r| count(r, "unique_events")).sum();
     let stderr = || std::fs::read_to_string(ledger.file("ingest.err")).expect("ingest's stderr");
@@ -333,6 +337,7 @@ fn a_nightly_ingest_ends_while_producers_keep_producing() {
     let broker = Broker::mock();
     let ledger = TestLedger::new();
     let before = generate_to(&broker, 5, 1_000, 31);
+    let generated_on_usage = records_on(&broker.bootstrap, "quota.usage");
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let producing = std::thread::spawn({
         let (bootstrap, stop) = (broker.bootstrap.clone(), stop.clone());
@@ -350,7 +355,10 @@ fn a_nightly_ingest_ends_while_producers_keep_producing() {
             sent
         }
     });
-    std::thread::sleep(Duration::from_secs(1));
+    // Ingest starts once the producer's messages are on the topic: the end it first asks for holds some of them.
+    eventually(30, "the producer's first messages reached quota.usage", || {
+        (records_on(&broker.bootstrap, "quota.usage") > generated_on_usage).then_some(())
+    });
     let mut ingest = ledger.spawn_ingest(&broker.bootstrap, &["--until-caught-up"]);
     let started = Instant::now();
     let status = loop {

@@ -7,54 +7,26 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use kafka::admin::EmbeddedBroker;
+use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use schemas::partition::partition_of;
 use schemas::*;
 use support::*;
 
 const PARTITIONS: u32 = 6;
 
-/// Every message on `topic` as (partition, key, payload), read from the beginning of each partition until
-/// `expected` arrived (or 30 s passed), then half a second more.
-fn messages_on(bootstrap: &str, topic: &str, expected: usize) -> Vec<(u32, String, Vec<u8>)> {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "e2e-partitions-reader")
-        .set("enable.auto.commit", "false")
-        .create()
-        .expect("a consumer");
-    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).expect("topic metadata");
-    let mut assignment = TopicPartitionList::new();
-    for partition in metadata.topics()[0].partitions() {
-        assignment.add_partition_offset(topic, partition.id(), Offset::Beginning).expect("an offset");
-    }
-    consumer.assign(&assignment).expect("assigned");
-    let mut messages = Vec::new();
-    let started = Instant::now();
-    let mut quiet_since = None;
-    loop {
-        match consumer.poll(Duration::from_millis(100)) {
-            Some(message) => {
-                let message = message.expect("a message");
-                let key = String::from_utf8(message.key().expect("a key").to_vec()).expect("a UTF-8 key");
-                let partition = u32::try_from(message.partition()).expect("a partition number");
-                messages.push((partition, key, message.payload().expect("a payload").to_vec()));
-                quiet_since = None;
-            }
-            None if messages.len() >= expected
-                && quiet_since.get_or_insert_with(Instant::now).elapsed() > Duration::from_millis(500) =>
-            {
-                return messages;
-            }
-            None if messages.len() >= expected => {}
-            None if started.elapsed() > Duration::from_secs(30) => return messages,
-            None => {}
-        }
-    }
+/// Every message on `topic` as (partition, key, payload), read to the high watermark each partition had when the read
+/// began: `produce` exited, so every message it sent is there.
+fn messages_on(bootstrap: &str, topic: &str) -> Vec<(u32, String, Vec<u8>)> {
+    brokers::messages_on(bootstrap, topic)
+        .into_iter()
+        .map(|(partition, key, payload)| {
+            let key = String::from_utf8(key.expect("a key")).expect("a UTF-8 key");
+            (partition, key, payload)
+        })
+        .collect()
 }
 
 /// The event a message carries.
@@ -101,7 +73,7 @@ fn produce_puts_every_tenant_in_its_partition() {
     let file = json_lines(&test, "usage.jsonl", &events);
     test.run(&["produce", "--type", "UsageEvent", "--file", &file, "--brokers", &bootstrap]).success();
 
-    let messages = messages_on(&bootstrap, "quota.usage", events.len());
+    let messages = messages_on(&bootstrap, "quota.usage");
     assert_eq!(messages.len(), events.len(), "every event once");
     let mut used = BTreeMap::<u32, usize>::new();
     for (partition, key, payload) in &messages {
@@ -128,7 +100,7 @@ fn a_plan_default_goes_to_every_partition() {
         .json();
     assert_eq!(count(&report, "delivered"), u64::from(PARTITIONS) + 1, "{report}");
 
-    let messages = messages_on(&bootstrap, "quota.policies", PARTITIONS as usize + 1);
+    let messages = messages_on(&bootstrap, "quota.policies");
     let default_bytes = Catalog::builtin().encode_single_object(&events[0]);
     let mut defaults: Vec<u32> = messages
         .iter()
@@ -177,7 +149,7 @@ fn input_topics_of_different_partition_counts_are_refused_by_name() {
     let produced = test.run(&["produce", "--type", "UsageEvent", "--file", &file, "--brokers", &bootstrap]);
     let produced = produced.expect_code(2);
     assert!(produced.stderr.contains(MISMATCH), "{}", produced.stderr);
-    assert!(messages_on(&bootstrap, "quota.usage", 0).is_empty(), "nothing produced");
+    assert!(messages_on(&bootstrap, "quota.usage").is_empty(), "nothing produced");
 
     let ingested = test.run(&["ingest", "--brokers", &bootstrap, "--until-caught-up"]).expect_code(2);
     assert!(ingested.stderr.contains(MISMATCH), "{}", ingested.stderr);

@@ -56,6 +56,10 @@ pub fn outbox_attempt_ms(requested_ms: u64) -> u64 {
     requested_ms.clamp(*OUTBOX_ATTEMPT_MS.start(), *OUTBOX_ATTEMPT_MS.end())
 }
 
+/// The consumer group session of `ingest` and of every node ([`consumer`]'s `session.timeout.ms`): a dead member's
+/// partitions move to the others within it, instead of librdkafka's 45 s.
+pub const SESSION_TIMEOUT_MS: u64 = 10_000;
+
 /// `ingest`'s consumer in group `group`: the ledger owns the offsets, librdkafka never commits or stores them.
 pub fn consumer(brokers: &str, group: &str, overrides: &[(String, String)]) -> ClientConfig {
     let mut config = ClientConfig::new();
@@ -76,8 +80,7 @@ pub fn consumer(brokers: &str, group: &str, overrides: &[(String, String)]) -> C
         .set("partition.assignment.strategy", "range,roundrobin")
         // Producers of ours are idempotent, not transactional; read what is committed to the log.
         .set("isolation.level", "read_committed")
-        // A dead ingest's partitions move to the others within 10 s instead of librdkafka's 45 s.
-        .set("session.timeout.ms", "10000")
+        .set("session.timeout.ms", SESSION_TIMEOUT_MS.to_string())
         .set("heartbeat.interval.ms", "1000")
         // The loop polls every 100 ms and an append takes well under a second; a consumer silent for 30 s is
         // stuck. It is also how long a coordinator may wait for a dead member during a rebalance (300 s by

@@ -169,8 +169,104 @@ impl Broker {
     }
 }
 
-/// Event ids of every message on `topic`, read from the beginning until `expected` arrived (or 30 s passed),
-/// then half a second more: anything beyond `expected` is a message published twice.
+/// librdkafka's mock cluster in the test's own process, with the topics `broker mock` makes (contract §2's and
+/// `quota.checkpoints` of 3 partitions, `quota.routing` of one), keeping every request its broker receives: what a test
+/// waits on when the only sign of what a client did is a request it sent. A consumer whose application cannot poll
+/// leaves its group with a LeaveGroup request; librdkafka's log line saying so waits for the next poll.
+pub struct TrackedMock {
+    /// The client the mock cluster belongs to: the cluster lives as long as it does.
+    holder: rdkafka::producer::BaseProducer,
+    pub bootstrap: String,
+}
+
+impl TrackedMock {
+    pub fn start() -> TrackedMock {
+        let holder: rdkafka::producer::BaseProducer =
+            rdkafka::ClientConfig::new().set("test.mock.num.brokers", "1").create().expect("a mock cluster");
+        let bootstrap = {
+            use rdkafka::producer::Producer;
+            let cluster = holder.client().mock_cluster().expect("the client's mock cluster");
+            let checkpoints = [kafka::checkpoints::CHECKPOINTS_TOPIC];
+            for name in kafka::topics::all_default_topic_names().into_iter().chain(checkpoints) {
+                cluster.create_topic(name, 3, 1).expect("a topic of the mock cluster");
+            }
+            cluster.create_topic(kafka::routing::ROUTING_TOPIC, 1, 1).expect("the routing topic");
+            cluster.bootstrap_servers()
+        };
+        let mock = TrackedMock { holder, bootstrap };
+        // SAFETY: the mock cluster of a client that lives as long as `mock`.
+        unsafe { rdkafka::bindings::rd_kafka_mock_start_request_tracking(mock.cluster()) };
+        mock
+    }
+
+    fn cluster(&self) -> *mut rdkafka::bindings::rd_kafka_mock_cluster_t {
+        use rdkafka::producer::Producer;
+        // SAFETY: the client is alive, and was made with `test.mock.num.brokers`: its mock cluster is not null.
+        let cluster = unsafe { rdkafka::bindings::rd_kafka_handle_mock_cluster(self.holder.client().native_ptr()) };
+        assert!(!cluster.is_null(), "the client has a mock cluster");
+        cluster
+    }
+
+    /// How many `api` requests the broker has received since it started.
+    pub fn requests(&self, api: rdkafka::types::RDKafkaApiKey) -> usize {
+        use rdkafka::bindings::*;
+        let mut count = 0;
+        // SAFETY: the array and the requests in it are copies this call owns; each is read, then all destroyed.
+        unsafe {
+            let requests = rd_kafka_mock_get_requests(self.cluster(), &mut count);
+            if requests.is_null() {
+                return 0;
+            }
+            let of_api = std::slice::from_raw_parts(requests, count)
+                .iter()
+                .filter(|request| rd_kafka_mock_request_api_key(**request) == api as i16)
+                .count();
+            rd_kafka_mock_request_destroy_array(requests, count);
+            of_api
+        }
+    }
+}
+
+/// The (low, high) watermarks of each partition of `topic`, in partition order.
+pub fn watermarks(bootstrap: &str, topic: &str) -> Vec<(i64, i64)> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer =
+        rdkafka::ClientConfig::new().set("bootstrap.servers", bootstrap).create().expect("a consumer");
+    let timeout = Duration::from_secs(10);
+    let metadata = consumer.fetch_metadata(Some(topic), timeout).expect("topic metadata");
+    let mut partitions: Vec<i32> = metadata.topics()[0].partitions().iter().map(|p| p.id()).collect();
+    partitions.sort();
+    partitions
+        .into_iter()
+        .map(|partition| consumer.fetch_watermarks(topic, partition, timeout).expect("the watermarks"))
+        .collect()
+}
+
+/// How many records `topic` holds: each partition's high watermark less its low one.
+pub fn records_on(bootstrap: &str, topic: &str) -> i64 {
+    watermarks(bootstrap, topic).iter().map(|(low, high)| high - low).sum()
+}
+
+/// How long reading a topic to its end may take.
+const READ_WHOLE_MS: u64 = 60_000;
+
+/// Every message on `topic` as (partition, key, payload), read from the start of each partition to the high watermark
+/// it had when the read began (`kafka::whole_topic`): exact once the producers the test waited for are done.
+pub fn messages_on(bootstrap: &str, topic: &str) -> Vec<(u32, Option<Vec<u8>>, Vec<u8>)> {
+    let mut config = rdkafka::ClientConfig::new();
+    config.set("bootstrap.servers", bootstrap).set("group.id", "e2e-topic-reader").set("enable.auto.commit", "false");
+    let mut messages = Vec::new();
+    kafka::whole_topic::read(&config, bootstrap, topic, READ_WHOLE_MS, |record| {
+        let partition = u32::try_from(record.partition).expect("a partition number");
+        messages.push((partition, record.key.map(<[u8]>::to_vec), record.payload.expect("a payload").to_vec()));
+    })
+    .unwrap_or_else(|e| panic!("{topic} was not read to its end: {}", ledger::causes(&*e)));
+    messages
+}
+
+/// Event ids of every message on `topic` once it holds `expected` records (or 30 s passed: the caller's assertion
+/// then says which are missing), read to the high watermarks it then had ([`messages_on`]): anything beyond
+/// `expected` is a message published twice.
 pub fn event_ids_on_topic(bootstrap: &str, topic: &str, expected: usize) -> Vec<String> {
     let catalog = schemas::Catalog::builtin();
     payloads_on_topic(bootstrap, topic, expected)
@@ -182,42 +278,13 @@ pub fn event_ids_on_topic(bootstrap: &str, topic: &str, expected: usize) -> Vec<
         .collect()
 }
 
-/// The payload of every message on `topic`, every partition read from the beginning until `expected` arrived (or
-/// 30 s passed), then half a second more: anything beyond `expected` is a message published twice.
+/// The payload of every message on `topic` once it holds `expected` records (or 30 s passed), read to the high
+/// watermarks it then had ([`messages_on`]).
 pub fn payloads_on_topic(bootstrap: &str, topic: &str, expected: usize) -> Vec<Vec<u8>> {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap)
-        .set("group.id", "e2e-topic-reader")
-        .set("enable.auto.commit", "false")
-        .create()
-        .expect("a consumer");
-    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).expect("topic metadata");
-    let mut assignment = TopicPartitionList::new();
-    for partition in metadata.topics()[0].partitions() {
-        assignment.add_partition_offset(topic, partition.id(), Offset::Beginning).expect("an offset");
-    }
-    consumer.assign(&assignment).expect("assigned");
-    let mut payloads = Vec::new();
+    let expected = i64::try_from(expected).expect("a count of records");
     let started = Instant::now();
-    let mut quiet_since = None;
-    loop {
-        match consumer.poll(Duration::from_millis(100)) {
-            Some(message) => {
-                let message = message.expect("a message");
-                payloads.push(message.payload().expect("a payload").to_vec());
-                quiet_since = None;
-            }
-            None if payloads.len() >= expected => {
-                let since = *quiet_since.get_or_insert_with(Instant::now);
-                if since.elapsed() > Duration::from_millis(500) {
-                    break;
-                }
-            }
-            None if started.elapsed() > Duration::from_secs(30) => break,
-            None => {}
-        }
+    while records_on(bootstrap, topic) < expected && started.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(100));
     }
-    payloads
+    messages_on(bootstrap, topic).into_iter().map(|(_, _, payload)| payload).collect()
 }

@@ -263,9 +263,13 @@ pub fn count(report: &Value, field: &str) -> u64 {
 
 /// `generate --to-kafka`: the report of what was produced.
 pub fn generate_to(broker: &brokers::Broker, tenants: u32, events: u64, seed: u64) -> Value {
+    generate_into(&broker.bootstrap, tenants, events, seed)
+}
+
+/// `generate --to-kafka BOOTSTRAP`: the report of what was produced.
+pub fn generate_into(bootstrap: &str, tenants: u32, events: u64, seed: u64) -> Value {
     let (tenants, events, seed) = (tenants.to_string(), events.to_string(), seed.to_string());
-    let args =
-        ["generate", "--tenants", &tenants, "--events", &events, "--seed", &seed, "--to-kafka", &broker.bootstrap];
+    let args = ["generate", "--tenants", &tenants, "--events", &events, "--seed", &seed, "--to-kafka", bootstrap];
     run(&args, b"").success().json()
 }
 
