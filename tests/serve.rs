@@ -97,6 +97,16 @@ impl Server {
         serde_json::from_str(&response.body_mut().read_to_string().expect("a body")).expect("JSON")
     }
 
+    /// A restart's first half, as a supervisor or an operator does it: SIGTERM, and the clean exit waited for (its
+    /// outbox records what it published; dropping the server instead is a crash, after which an entry whose
+    /// acknowledgement was lost is published again, as the contract allows).
+    fn stop(mut self) {
+        // SAFETY: kill(2) on our own child, not reaped yet (the guard reaps it).
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let status = eventually(60, "serve exits after SIGTERM", || self.child.try_wait().expect("wait for serve"));
+        assert!(status.success(), "SIGTERM stops serve cleanly: {status}");
+    }
+
     fn check(&self, key: &str, amount: i64) -> (u16, ureq::http::HeaderMap, Value) {
         let body = json!({"tenant": "org-1", "metric": "tokens", "amount": amount, "idempotency_key": key});
         self.post("/v1/check", Some(SECRET), &body)
@@ -1432,7 +1442,7 @@ fn alerts_reach_quota_alerts_once_across_a_restart_of_serve_and_reruns_of_reconc
     let server = Server::start(&test, &["--brokers", &broker.bootstrap]);
     assert_eq!(server.check("k-1", 8).0, 200, "80%");
     assert_eq!(server.check("k-2", 1).0, 200, "90%");
-    drop(server);
+    server.stop();
     let alerts = || sql_i64(&test, "SELECT COUNT(*) FROM alert_events");
     assert_eq!(alerts(), 2);
     let server = Server::start(&test, &["--brokers", &broker.bootstrap]);
@@ -1452,7 +1462,7 @@ fn alerts_reach_quota_alerts_once_across_a_restart_of_serve_and_reruns_of_reconc
     assert_eq!(thresholds, [80, 90, 100]);
     // Every entry the two processes recorded: 4 decisions, 3 usage events and 3 alerts.
     wait_published(&test, 10, 30, "the outbox published the alerts");
-    drop(server);
+    server.stop();
     let mut on_topic = event_ids_on_topic(&broker.bootstrap, "quota.alerts", expected.len());
     on_topic.sort();
     let mut sorted = expected.clone();
@@ -1516,13 +1526,13 @@ fn reconcile_alerts_each_kind_once_across_restarts_of_serve_and_reruns() {
         keys.map(ask).collect::<Vec<u16>>()
     };
     let mut answered = statuses(&server, 0..12);
-    drop(server);
+    server.stop();
     let server = Server::start(&test, &["--brokers", &broker.bootstrap]);
     answered.extend(statuses(&server, 12..25));
     assert_eq!(answered[..5], [200, 200, 200, 200, 429], "1 held and 4 consumed of 5: {answered:?}");
     let hook_alerts = sql_i64(&test, "SELECT COUNT(*) FROM alert_events");
     assert_eq!(hook_alerts, 3, "serve alerted 80, 90 and 100% of the month, holds included");
-    drop(server);
+    server.stop();
 
     let as_of = Timestamp(now.micros() + 2 * 3_600_000_000).to_string();
     let reconcile = || test.run(&["reconcile", "--as-of", &as_of, "--json", "--brokers", &broker.bootstrap]);
