@@ -18,9 +18,9 @@ use support::*;
 /// Kills that must land while ingest is running.
 const KILLS: u32 = 10;
 /// How long after a kill ingest is restarted, as a supervisor's restart delay would: just past the consumer's
-/// `session.timeout.ms` (10 s). Tansu 0.6.0 drops a dead member only when a join arrives after its session
-/// expired; a join before that leaves the group without an assignment (seen: more than 180 s).
-const RESTART_DELAY: Duration = Duration::from_millis(11_000);
+/// `session.timeout.ms` (`kafka::config::SESSION_TIMEOUT_MS`, 10 s). Tansu 0.6.0 drops a dead member only when a join
+/// arrives after its session expired; a join before that leaves the group without an assignment (seen: more than 180 s).
+const RESTART_DELAY: Duration = Duration::from_millis(kafka::config::SESSION_TIMEOUT_MS + 1_000);
 /// Messages generated before each restart, so that every kill lands in the middle of work.
 const MESSAGES_PER_ROUND: u64 = 3_000;
 
