@@ -6,14 +6,10 @@ use schemas::{AdjustmentEvent, AdjustmentKind, Event, Header, Scope, Timestamp, 
 
 fn header(event_id: &str, project: Option<&str>, api_key: Option<&str>) -> Header {
     Header {
-        event_id: event_id.into(),
-        occurred_at: Timestamp::parse_rfc3339("2026-11-02T10:00:00Z").unwrap(),
-        tenant: "org-1".into(),
         subject: Some("user-1".into()),
         project: project.map(String::from),
         api_key: api_key.map(String::from),
-        metric: "requests".into(),
-        source: "api".into(),
+        ..testkit::fixtures::header(event_id, "2026-11-02T10:00:00Z", "org-1", "requests")
     }
 }
 

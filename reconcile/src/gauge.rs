@@ -225,16 +225,7 @@ mod tests {
     const METRIC: &str = "storage_bytes";
 
     fn header(tenant: &str, event_id: &str, occurred_at: &str) -> Header {
-        Header {
-            event_id: event_id.into(),
-            occurred_at: at(occurred_at),
-            tenant: tenant.into(),
-            subject: None,
-            metric: METRIC.into(),
-            source: "test".into(),
-            api_key: None,
-            project: None,
-        }
+        testkit::fixtures::header(event_id, occurred_at, tenant, METRIC)
     }
 
     /// A HARD DAY gauge of `METRIC` refusing inserts over `limit`.

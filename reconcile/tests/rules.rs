@@ -17,16 +17,7 @@ const AS_OF: &str = "2026-11-15T00:00:00Z";
 const OCT_3: (&str, &str) = ("2026-10-03T00:00:00Z", "2026-10-04T00:00:00Z");
 
 fn header(event_id: &str, tenant: &str, subject: Option<&str>, occurred_at: &str) -> Header {
-    Header {
-        event_id: event_id.into(),
-        occurred_at: at(occurred_at),
-        tenant: tenant.into(),
-        subject: subject.map(String::from),
-        project: None,
-        api_key: None,
-        metric: METRIC.into(),
-        source: "rules".into(),
-    }
+    Header { subject: subject.map(String::from), ..testkit::fixtures::header(event_id, occurred_at, tenant, METRIC) }
 }
 
 /// Usage of org-1, no subject.

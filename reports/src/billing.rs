@@ -548,16 +548,7 @@ mod tests {
     use testkit::fixtures::at;
 
     fn header(tenant: &str, metric: &str, t: &str) -> Header {
-        Header {
-            event_id: format!("{tenant}-{metric}-{t}"),
-            occurred_at: at(t),
-            tenant: tenant.into(),
-            subject: None,
-            metric: metric.into(),
-            source: "test".into(),
-            api_key: None,
-            project: None,
-        }
+        testkit::fixtures::header(&format!("{tenant}-{metric}-{t}"), t, tenant, metric)
     }
 
     fn policy(tenant: &str, id: &str, version: i32, metric: &str, limit: i64, enforcement: Enforcement) -> PolicyEvent {
