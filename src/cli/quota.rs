@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use hook::{QuotaQuery, Quotas};
-use schemas::Timestamp;
+use schemas::{Timestamp, Who};
 
 #[derive(Debug, Subcommand)]
 pub enum QuotaCommand {
@@ -38,14 +38,9 @@ pub struct ShowArgs {
 
 pub fn run(store: &super::Store, command: QuotaCommand) -> anyhow::Result<ExitCode> {
     let QuotaCommand::Show(args) = command;
-    let query = QuotaQuery {
-        tenant: args.tenant,
-        metric: args.metric,
-        subject: args.subject,
-        project: args.project,
-        api_key: args.api_key,
-    };
-    let ledger = store.tenant_ledger(&query.tenant)?;
+    let who = Who { tenant: args.tenant, subject: args.subject, project: args.project, api_key: args.api_key };
+    let query = QuotaQuery { who, metric: args.metric };
+    let ledger = store.tenant_ledger(&query.who.tenant)?;
     let quotas = hook::quotas::from_ledger(&ledger, &query, Timestamp::now())?;
     if args.json {
         super::print_json(&quotas)?;
