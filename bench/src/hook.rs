@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use hook::{AcquireRequest, CheckAmountsRequest, CheckRequest, Hook, HookSettings, LeaseStep, Shards, TenantScope};
+use hook::{AcquireRequest, Hook, HookSettings, LeaseStep, Request, Shards, TenantScope};
 use kafka::admin::EmbeddedBroker;
 use ledger::shards::{Shard, ShardDir};
 use ledger::{Batch, Durability, Incoming, Ledger, Origin};
@@ -312,18 +312,9 @@ fn fresh_ledger(path: &Path, open_holds: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn request(run: usize, c: usize, i: usize, random_ids: bool) -> CheckRequest {
-    CheckRequest {
-        tenant: "org-bench".into(),
-        subject: None,
-        project: None,
-        api_key: None,
-        metric: "tokens".into(),
-        amount: 1,
-        idempotency_key: format!("r{run}-c{c}-i{i}"),
-        request_id: random_ids.then(|| random_request_id(run, c, i)),
-        operation: None,
-    }
+fn request(run: usize, c: usize, i: usize, random_ids: bool) -> Request {
+    let request_id = random_ids.then(|| random_request_id(run, c, i));
+    Request { request_id, ..Request::one(Who::tenant("org-bench"), "tokens", 1, format!("r{run}-c{c}-i{i}")) }
 }
 
 /// A request_id as random as a UUID's 32 hex digits (where the ledger's indexes see random keys), the same for
@@ -360,16 +351,8 @@ struct InProcessAmounts {
 impl Client for InProcessAmounts {
     async fn call(&mut self, i: usize) -> anyhow::Result<()> {
         let one = request(self.run, self.client, i, false);
-        let request = CheckAmountsRequest {
-            tenant: one.tenant,
-            subject: None,
-            project: None,
-            api_key: None,
-            amounts: [("requests".to_string(), 1), ("tokens".to_string(), 1)].into(),
-            idempotency_key: one.idempotency_key,
-            request_id: None,
-            operation: None,
-        };
+        let amounts = [("requests".to_string(), 1), ("tokens".to_string(), 1)].into();
+        let request = Request::several(one.who, amounts, one.idempotency_key);
         let decisions = self.hook.check_amounts_async(request, None).await?;
         anyhow::ensure!(decisions.allowed(), "every benchmark check is allowed");
         Ok(())
@@ -388,10 +371,7 @@ impl Client for InProcessLease {
     async fn call(&mut self, i: usize) -> anyhow::Result<()> {
         let one = request(self.run, self.client, i, false);
         let request = AcquireRequest {
-            tenant: one.tenant,
-            subject: None,
-            project: None,
-            api_key: None,
+            who: one.who,
             metric: "workers".into(),
             ttl_ms: 60_000,
             idempotency_key: one.idempotency_key,
@@ -506,7 +486,8 @@ struct Sharded {
 
 impl Client for Sharded {
     async fn call(&mut self, i: usize) -> anyhow::Result<()> {
-        let ask = CheckRequest { tenant: self.tenant.clone(), ..request(self.run, self.client, i, false) };
+        let mut ask = request(self.run, self.client, i, false);
+        ask.who.tenant = self.tenant.clone();
         let decision = self.shards.check_async(ask).await?;
         anyhow::ensure!(decision.allowed(), "every benchmark check is allowed");
         Ok(())

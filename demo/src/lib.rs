@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use hook::{AcquireRequest, CheckRequest, Hook, HookSettings};
+use hook::{AcquireRequest, Hook, HookSettings, Request};
 use ingest::consumer::{KafkaIngestProgress, KafkaIngestSettings, ingest_kafka};
 use kafka::admin::EmbeddedBroker;
 use kafka::producer::KafkaProducer;
@@ -380,10 +380,7 @@ impl<'a> Demo<'a> {
         HOOK_CLOCK_MICROS.store(noon, Ordering::Relaxed);
         let acquire = |worker: i64| {
             hook.acquire(AcquireRequest {
-                tenant: LEASE_TENANT.into(),
-                subject: Some(format!("worker-{worker}")),
-                project: None,
-                api_key: None,
+                who: Who { subject: Some(format!("worker-{worker}")), ..Who::tenant(LEASE_TENANT) },
                 metric: LEASE_METRIC.into(),
                 ttl_ms: 10 * 60 * 1_000,
                 idempotency_key: format!("demo-{}-lease-{worker}", self.settings.seed),
@@ -418,19 +415,13 @@ impl<'a> Demo<'a> {
     }
 
     /// The i-th check: tenants in turn (a stride so that neighbours differ), a few API keys, 1 to 5 requests.
-    fn check_request(&self, i: i64) -> CheckRequest {
+    fn check_request(&self, i: i64) -> Request {
         let tenants = i64::from(self.settings.tenants.max(1));
-        CheckRequest {
-            tenant: format!("org-{}", (i * 7) % tenants + 1),
-            subject: Some(format!("key-{}", i % 5)),
-            project: None,
-            api_key: None,
-            metric: "requests".into(),
-            amount: 1 + i % 5,
-            idempotency_key: format!("demo-{}-{i}", self.settings.seed),
-            request_id: Some(format!("req-demo-{}-{i}", self.settings.seed)),
-            operation: None,
-        }
+        let who =
+            Who { subject: Some(format!("key-{}", i % 5)), ..Who::tenant(format!("org-{}", (i * 7) % tenants + 1)) };
+        let key = format!("demo-{}-{i}", self.settings.seed);
+        let request_id = Some(format!("req-demo-{}-{i}", self.settings.seed));
+        Request { request_id, ..Request::one(who, "requests", 1 + i % 5, key) }
     }
 
     fn publish_outbox(&self) -> anyhow::Result<PublishReport> {
@@ -626,6 +617,6 @@ impl<'a> Demo<'a> {
     fn denied_tenant(&self) -> Option<String> {
         let id = self.denied_request.as_deref()?;
         let i: i64 = id.rsplit('-').next()?.parse().ok()?;
-        Some(self.check_request(i).tenant)
+        Some(self.check_request(i).who.tenant)
     }
 }

@@ -39,12 +39,12 @@ pub fn reached(
                 break;
             }
             let id =
-                alert_id(AlertKind::THRESHOLD, ask.tenant, &e.policy.policy_id, (scope, member), window, threshold);
+                alert_id(AlertKind::THRESHOLD, ask.tenant(), &e.policy.policy_id, (scope, member), window, threshold);
             if alerted(&id) {
                 continue;
             }
             found.push(AlertEvent {
-                header: header(&id, now, (ask.tenant, ask.metric), (scope, member), crate::api::SOURCE),
+                header: header(&id, now, (ask.tenant(), ask.metric), (scope, member), crate::api::SOURCE),
                 alert_id: id,
                 kind: AlertKind::THRESHOLD,
                 policy_id: Some(e.policy.policy_id.clone()),
@@ -121,7 +121,8 @@ mod tests {
     #[test]
     fn a_policy_alerts_at_its_own_thresholds() {
         let now = Timestamp::parse_rfc3339("2026-11-10T00:00:00Z").unwrap();
-        let ask = Ask::new("org-1", None, "tokens", 10);
+        let who = schemas::Who::tenant("org-1");
+        let ask = Ask::new(&who, "tokens", 10);
         let thresholds = |e: Evaluated| -> Vec<i32> {
             reached(&[e], &ask, now, "r-1", |_| false).iter().map(|a| a.threshold_percent).collect()
         };

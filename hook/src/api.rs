@@ -2,60 +2,147 @@
 
 use std::collections::BTreeMap;
 
-use schemas::{DecisionEvent, Operation, Outcome, PolicyEvent, Reason, ReservationAction, Scope, Timestamp, Violation};
+use schemas::{
+    DecisionEvent, Operation, Outcome, PolicyEvent, Reason, ReservationAction, Scope, Timestamp, Violation, Who,
+};
 use serde::{Deserialize, Serialize};
 
-/// `check(tenant, subject, metric, amount, idempotency_key, request_id)`.
+use crate::error::HookError;
+
+/// What a check or a reservation asks (contract §6), of one metric or of several: whose it is, what of which metrics,
+/// for how long it holds, under which idempotency key. `POST /v1/check` and `POST /v1/reservations` take it as their
+/// body (contract §7), field for field. One metric is `metric` and `amount`, several are `amounts`, never both; a
+/// reservation holds for `ttl_ms`, a check names none. Each operation checks that its request says it so
+/// ([`Request::asked`]) and answers a 400 naming the field otherwise, as it does for every other field. The fields are
+/// kept as sent, not as an enum of one metric or several: deserializing into an enum, a body that says it both ways
+/// would fail as a serde error, which names no field, and callers read `field` to know what to fix.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-#[allow(missing_docs)] // contract §6 `check`'s arguments, by their names.
-pub struct CheckRequest {
-    pub tenant: String,
-    #[serde(default)]
-    pub subject: Option<String>,
-    pub metric: String,
-    pub amount: i64,
+pub struct Request {
+    /// The tenant, and the subject, project and API key it names: what each scope's policies count by.
+    #[serde(flatten)]
+    pub who: Who,
+    /// One metric: the metric, of `amount`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metric: Option<String>,
+    /// One metric: how much of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amount: Option<i64>,
+    /// Several metrics: each one's amount (1 to [`AMOUNTS_MAX`] metrics), every policy of every metric evaluated
+    /// before any is consumed or held, all or nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amounts: Option<BTreeMap<String, i64>>,
+    /// A reservation: how long it holds, in milliseconds (the contract's `ttl`). A check holds nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<i64>,
+    /// The idempotency key of the whole request.
     pub idempotency_key: String,
+    /// The request id every event of the request shares (the key without it; a reservation's id for a reservation of
+    /// one metric).
     #[serde(default)]
     pub request_id: Option<String>,
     /// What the request does (`insert`, `update`, `delete`, `read`): what a gauge quota over its limit refuses by.
     /// None is refused by every violation, as a write.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operation: Option<Operation>,
-    /// The project the request is of: what PROJECT policies count by.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub project: Option<String>,
-    /// The API key (its name or id, never a secret) the request is of: what API_KEY policies count by.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub api_key: Option<String>,
 }
 
-/// `check` of several metrics at once: every policy of every metric is evaluated before any is
-/// consumed, and the request is allowed on all of them or on none.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CheckAmountsRequest {
-    /// The tenant.
-    pub tenant: String,
-    /// The subject, if any: the same for every metric.
-    #[serde(default)]
-    pub subject: Option<String>,
-    /// The amount of each metric (1 to [`AMOUNTS_MAX`] metrics).
-    pub amounts: BTreeMap<String, i64>,
-    /// The idempotency key of the whole request.
-    pub idempotency_key: String,
-    /// The request id every DecisionEvent and UsageEvent of the request shares (the key without it).
-    #[serde(default)]
-    pub request_id: Option<String>,
-    /// What the request does, as [`CheckRequest::operation`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub operation: Option<Operation>,
-    /// The project the request is of: what PROJECT policies count by.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub project: Option<String>,
-    /// The API key (its name or id, never a secret) the request is of: what API_KEY policies count by.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub api_key: Option<String>,
+/// What a [`Request`] asks of which metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asked<'a> {
+    /// `amount` of one `metric`.
+    One {
+        /// The metric.
+        metric: &'a str,
+        /// How much of it.
+        amount: i64,
+    },
+    /// Each metric's amount.
+    Several(&'a BTreeMap<String, i64>),
+}
+
+impl Request {
+    /// A request of `amount` of one `metric` for `who`, under `idempotency_key`: a check, or with `ttl_ms` a
+    /// reservation.
+    pub fn one(who: Who, metric: impl Into<String>, amount: i64, idempotency_key: impl Into<String>) -> Request {
+        Request { metric: Some(metric.into()), amount: Some(amount), ..Request::bare(who, idempotency_key.into()) }
+    }
+
+    /// A request of several metrics at once for `who`, under `idempotency_key`.
+    pub fn several(who: Who, amounts: BTreeMap<String, i64>, idempotency_key: impl Into<String>) -> Request {
+        Request { amounts: Some(amounts), ..Request::bare(who, idempotency_key.into()) }
+    }
+
+    fn bare(who: Who, idempotency_key: String) -> Request {
+        Request {
+            who,
+            metric: None,
+            amount: None,
+            amounts: None,
+            ttl_ms: None,
+            idempotency_key,
+            request_id: None,
+            operation: None,
+        }
+    }
+
+    /// What it asks, one metric or several, or the 400 naming the field at fault: both forms given, or neither
+    /// whole.
+    pub fn asked(&self) -> Result<Asked<'_>, HookError> {
+        let bad = |field, message: &str| HookError::BadRequest { field, message: message.to_string() };
+        match (&self.amounts, &self.metric, self.amount) {
+            (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
+                Err(bad("amounts", "give either `amounts` (several metrics) or `metric` and `amount` (one), not both"))
+            }
+            (Some(amounts), None, None) => Ok(Asked::Several(amounts)),
+            (None, None, _) => Err(bad("metric", "missing (or give `amounts` for several metrics)")),
+            (None, Some(_), None) => Err(bad("amount", "missing")),
+            (None, Some(metric), Some(amount)) => Ok(Asked::One { metric, amount }),
+        }
+    }
+
+    /// The metric and amount of a request of one, or the 400 of one that is not.
+    pub(crate) fn one_metric(&self) -> Result<(&str, i64), HookError> {
+        match self.asked()? {
+            Asked::One { metric, amount } => Ok((metric, amount)),
+            Asked::Several(_) => Err(HookError::BadRequest {
+                field: "amounts",
+                message: "several metrics are asked of `check_amounts` and `reserve_amounts`, which decide them all \
+                          or none"
+                    .into(),
+            }),
+        }
+    }
+
+    /// The amounts of a request of several metrics, or the 400 of one that is not.
+    pub(crate) fn several_metrics(&self) -> Result<&BTreeMap<String, i64>, HookError> {
+        match self.asked()? {
+            Asked::Several(amounts) => Ok(amounts),
+            Asked::One { .. } => Err(HookError::BadRequest {
+                field: "metric",
+                message: "one metric is asked of `check` and `reserve`; `amounts` names several".into(),
+            }),
+        }
+    }
+
+    /// How long a reservation holds, or the 400 of a reservation that does not say.
+    pub(crate) fn held_ms(&self) -> Result<i64, HookError> {
+        self.ttl_ms.ok_or_else(|| HookError::BadRequest {
+            field: "ttl_ms",
+            message: "missing: a reservation holds its amount for `ttl_ms` milliseconds".into(),
+        })
+    }
+
+    /// The 400 of a check that names how long it holds: it holds nothing.
+    pub(crate) fn holds_nothing(&self) -> Result<(), HookError> {
+        match self.ttl_ms {
+            Some(ttl_ms) => Err(HookError::BadRequest {
+                field: "ttl_ms",
+                message: format!("{ttl_ms} given to a check, which holds nothing: a reservation holds for a time"),
+            }),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Metrics one request may name at most: each costs a decision and a usage event in the group's transaction, and
@@ -86,7 +173,7 @@ impl TenantScope {
     }
 }
 
-/// The answer to a [`CheckAmountsRequest`]: a decision per metric, sorted by metric, all allowed or all denied.
+/// The answer to a [`Request`] of several metrics: a decision per metric, sorted by metric, all allowed or all denied.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Decisions {
     /// One per metric, sorted by metric.
@@ -113,97 +200,21 @@ impl Decisions {
     }
 }
 
-/// `reserve` of several metrics at once: every policy of every metric is evaluated before any is
-/// held, and each metric is reserved (a reservation of its own, committed or released on its own) or none is.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ReserveAmountsRequest {
-    /// The tenant.
-    pub tenant: String,
-    /// The subject, if any: the same for every metric.
-    #[serde(default)]
-    pub subject: Option<String>,
-    /// The amount each metric holds (1 to [`AMOUNTS_MAX`] metrics).
-    pub amounts: BTreeMap<String, i64>,
-    /// How long each reservation holds, in milliseconds.
-    pub ttl_ms: i64,
-    /// The idempotency key of the whole request.
-    pub idempotency_key: String,
-    /// The request id every DecisionEvent and ReservationEvent of the request shares (the key without it).
-    #[serde(default)]
-    pub request_id: Option<String>,
-    /// What the request does, as [`CheckRequest::operation`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub operation: Option<Operation>,
-    /// The project the request is of: what PROJECT policies count by.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub project: Option<String>,
-    /// The API key (its name or id, never a secret) the request is of: what API_KEY policies count by.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub api_key: Option<String>,
-}
-
-impl ReserveAmountsRequest {
-    /// The metrics and amounts asked, as a check of them would ask them.
-    pub(crate) fn asked(&self) -> CheckAmountsRequest {
-        CheckAmountsRequest {
-            tenant: self.tenant.clone(),
-            subject: self.subject.clone(),
-            amounts: self.amounts.clone(),
-            idempotency_key: self.idempotency_key.clone(),
-            request_id: self.request_id.clone(),
-            operation: self.operation,
-            project: self.project.clone(),
-            api_key: self.api_key.clone(),
-        }
-    }
-}
-
-/// `reserve(tenant, subject, metric, amount, ttl, idempotency_key)`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-#[allow(missing_docs)] // contract §6 `reserve`'s arguments, by their names (`ttl_ms`: the contract's `ttl`, in milliseconds).
-pub struct ReserveRequest {
-    pub tenant: String,
-    #[serde(default)]
-    pub subject: Option<String>,
-    pub metric: String,
-    pub amount: i64,
-    pub ttl_ms: i64,
-    pub idempotency_key: String,
-    #[serde(default)]
-    pub request_id: Option<String>,
-    /// What the request does, as [`CheckRequest::operation`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub operation: Option<Operation>,
-    /// The project the request is of: what PROJECT policies count by.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub project: Option<String>,
-    /// The API key (its name or id, never a secret) the request is of: what API_KEY policies count by.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub api_key: Option<String>,
-}
-
 /// `acquire(tenant, subject, metric, ttl, idempotency_key)` of a lease: one slot of every CONCURRENT
 /// policy of the metric that applies, held until it is released or `ttl_ms` after it was acquired or last renewed.
+/// `POST /v1/leases` takes it as its body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-#[allow(missing_docs)] // As `reserve`'s arguments, without an amount: a lease is one slot.
+#[allow(missing_docs)] // As a reservation's request, of one metric without an amount: a lease is one slot.
 pub struct AcquireRequest {
-    pub tenant: String,
-    #[serde(default)]
-    pub subject: Option<String>,
+    /// The tenant, and the subject, project and API key it names: what each scope's policies count by.
+    #[serde(flatten)]
+    pub who: Who,
     pub metric: String,
     pub ttl_ms: i64,
     pub idempotency_key: String,
     #[serde(default)]
     pub request_id: Option<String>,
-    /// The project the request is of: what PROJECT policies count by.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub project: Option<String>,
-    /// The API key (its name or id, never a secret) the request is of: what API_KEY policies count by.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub api_key: Option<String>,
 }
 
 /// A lease granted: what its holder presents to renew or release it, and to the resource the slot guards (which
@@ -269,12 +280,9 @@ pub struct Decision {
     pub outcome: Outcome,
     pub reason: Reason,
     pub code: Code,
-    pub tenant: String,
-    pub subject: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub project: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub api_key: Option<String>,
+    /// Whose request it decided.
+    #[serde(flatten)]
+    pub who: Who,
     pub metric: String,
     pub amount: i64,
     pub scope: Option<Scope>,
@@ -296,7 +304,7 @@ pub struct Decision {
     /// Whether this answer repeats the original decision of the same idempotency key (nothing consumed).
     pub replayed: bool,
     /// The amounts of every metric of the request this decision is one of, when it named several
-    /// ([`CheckAmountsRequest`]); empty for a request of one metric.
+    /// ([`Request::amounts`]); empty for a request of one metric.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub amounts: BTreeMap<String, i64>,
     /// A gauge quota decided: what it refuses while its level is above the limit (`used_before` is the level).
@@ -326,10 +334,7 @@ impl Decision {
             outcome: event.outcome,
             reason: event.reason,
             code: Code::of(event.outcome, event.reason),
-            tenant: event.header.tenant.clone(),
-            subject: event.header.subject.clone(),
-            project: event.header.project.clone(),
-            api_key: event.header.api_key.clone(),
+            who: event.header.who(),
             metric: event.header.metric.clone(),
             amount: event.amount,
             scope: deciding.map(|p| p.scope),

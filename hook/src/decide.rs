@@ -27,39 +27,36 @@ use crate::state::{Named, State, Whose};
 
 /// What a service asked.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[allow(missing_docs)] // contract §6 `check`'s arguments, by their names.
 pub struct Ask<'a> {
-    pub tenant: &'a str,
-    pub subject: Option<&'a str>,
+    /// The tenant, and the subject, project and API key it names.
+    pub who: &'a Who,
+    /// The metric asked.
     pub metric: &'a str,
+    /// How much of it.
     pub amount: i64,
     /// What the request does, when the service says: what a gauge's violation refuses by.
     pub operation: Option<Operation>,
-    /// The project it is of, when it names one: what PROJECT policies count by.
-    pub project: Option<&'a str>,
-    /// The API key it is of, when it names one: what API_KEY policies count by.
-    pub api_key: Option<&'a str>,
 }
 
 impl<'a> Ask<'a> {
-    /// An ask of `amount` of `metric` for `tenant` (and `subject`), naming no operation, project nor API key.
-    pub fn new(tenant: &'a str, subject: Option<&'a str>, metric: &'a str, amount: i64) -> Ask<'a> {
-        Ask { tenant, subject, metric, amount, operation: None, project: None, api_key: None }
+    /// An ask of `amount` of `metric` for `who`, naming no operation.
+    pub fn new(who: &'a Who, metric: &'a str, amount: i64) -> Ask<'a> {
+        Ask { who, metric, amount, operation: None }
     }
 
-    /// The same ask, of `project` and `api_key`.
-    pub fn of_members(self, project: Option<&'a str>, api_key: Option<&'a str>) -> Ask<'a> {
-        Ask { project, api_key, ..self }
+    /// The tenant.
+    pub fn tenant(&self) -> &'a str {
+        &self.who.tenant
     }
 
     /// The members it names, of every scope.
     pub fn named(&self) -> Named<'a> {
-        Named { subject: self.subject, project: self.project, api_key: self.api_key }
+        Named::of_who(self.who)
     }
 
     /// The member of `scope` it counts for (none for TENANT).
     pub fn member(&self, scope: Scope) -> Option<&'a str> {
-        self.named().member(scope)
+        self.who.member(scope)
     }
 
     /// The same ask, doing `operation`.
@@ -131,7 +128,7 @@ pub struct Verdict {
 
 /// Evaluates every policy applicable to the ask at `now`, and every gauge quota of its tenant.
 pub fn evaluate(state: &State, buckets: &Buckets, ask: &Ask<'_>, now: Timestamp) -> Vec<Evaluated> {
-    let applicable = state.policies.applicable(ask.tenant, ask.metric, now);
+    let applicable = state.policies.applicable(ask.tenant(), ask.metric, now);
     let mut evaluated: Vec<Evaluated> = applicable.iter().map(|a| evaluate_one(state, buckets, ask, a, now)).collect();
     evaluated.extend(evaluate_gauges(state, ask, now));
     evaluated
@@ -144,7 +141,7 @@ fn rolling_wait(state: &State, ask: &Ask<'_>, a: &Applicable<'_>, length: i64, e
     let now = a.window_end.micros() - 1;
     let excess = i64::try_from(excess).unwrap_or(i64::MAX);
     let whose = Whose::of(a.policy.scope, ask.member(a.policy.scope));
-    let counters = state.counters(ask.tenant, whose, ask.metric);
+    let counters = state.counters(ask.tenant(), whose, ask.metric);
     let fits_at = counters.and_then(|c| c.room_by_aging((a.window_start, a.window_end), length, excess));
     let micros = fits_at.map_or(length, |at| at.micros() - now);
     (micros + 999) / 1_000
@@ -154,15 +151,15 @@ fn rolling_wait(state: &State, ask: &Ask<'_>, a: &Applicable<'_>, length: i64, e
 /// metric is above its effective limit (its limit plus the grants of that metric overlapping its window) and its
 /// violation refuses the ask's operation. A level never reported is 0.
 pub fn evaluate_gauges(state: &State, ask: &Ask<'_>, now: Timestamp) -> Vec<Evaluated> {
-    let gauges = state.policies.gauges(ask.tenant, now);
+    let gauges = state.policies.gauges(ask.tenant(), now);
     gauges
         .iter()
         .map(|g| {
             let metric = &g.policy.header.metric;
-            let grants = state.grants.get(&(ask.tenant.to_string(), metric.clone())).map_or(&[][..], Vec::as_slice);
+            let grants = state.grants.get(&(ask.tenant().to_string(), metric.clone())).map_or(&[][..], Vec::as_slice);
             let limit =
                 overshoot::effective_limit(g.policy.limit, Scope::TENANT, None, grants, g.window_start, g.window_end);
-            let level = state.level(ask.tenant, metric).map_or(0, |(_, level)| level);
+            let level = state.level(ask.tenant(), metric).map_or(0, |(_, level)| level);
             let refuses = g.policy.violation.is_some_and(|v| v.refuses(ask.operation));
             Evaluated {
                 policy: g.policy.clone(),
@@ -200,7 +197,7 @@ fn evaluate_one(state: &State, buckets: &Buckets, ask: &Ask<'_>, a: &Applicable<
         let beyond = (used_before + i128::from(ask.amount) - i128::from(limit)).min(i128::from(ask.amount));
         let beyond = i64::try_from(beyond).unwrap_or(i64::MAX);
         let member = ask.member(a.policy.scope);
-        let (_, wait) = buckets.look(BucketOf::Overage, a.policy, ask.tenant, member, beyond, now);
+        let (_, wait) = buckets.look(BucketOf::Overage, a.policy, ask.tenant(), member, beyond, now);
         let whole = a.policy.overage_rate.unwrap_or(0);
         fits = wait.is_none();
         // An ask beyond the whole bucket never fits before the window resets: a quota's denial, no retry.
@@ -229,17 +226,17 @@ fn evaluate_one(state: &State, buckets: &Buckets, ask: &Ask<'_>, a: &Applicable<
 /// not fit may retry when the first of them expires (`window_end` then says when). `state` has expired the leases that
 /// ended before `now`.
 pub fn evaluate_leases(state: &State, ask: &Ask<'_>, now: Timestamp) -> Vec<Evaluated> {
-    let concurrent = state.policies.concurrent(ask.tenant, ask.metric, now);
+    let concurrent = state.policies.concurrent(ask.tenant(), ask.metric, now);
     concurrent
         .iter()
         .map(|a| {
             let member = ask.member(a.policy.scope);
             let grants =
-                state.grants.get(&(ask.tenant.to_string(), ask.metric.to_string())).map_or(&[][..], Vec::as_slice);
+                state.grants.get(&(ask.tenant().to_string(), ask.metric.to_string())).map_or(&[][..], Vec::as_slice);
             let instant = (now, Timestamp(now.micros() + 1));
             let limit =
                 overshoot::effective_limit(a.policy.limit, a.policy.scope, member, grants, instant.0, instant.1);
-            let counters = state.counters(ask.tenant, Whose::of(a.policy.scope, member), ask.metric);
+            let counters = state.counters(ask.tenant(), Whose::of(a.policy.scope, member), ask.metric);
             let active = counters.map_or(0, |c| c.active_leases());
             let fits = i128::from(active) + i128::from(ask.amount) <= i128::from(limit);
             let frees_at = counters.and_then(|c| c.first_lease_expiry()).filter(|_| !fits);
@@ -303,21 +300,21 @@ pub fn standing(
 ) -> Standing {
     let member = ask.member(a.policy.scope);
     if let Some(burst) = a.policy.burst {
-        let looked = buckets.map(|b| b.look(BucketOf::Throttle, a.policy, ask.tenant, member, ask.amount, now));
+        let looked = buckets.map(|b| b.look(BucketOf::Throttle, a.policy, ask.tenant(), member, ask.amount, now));
         let usage = Usage::Bucket { tokens: looked.map(|l| l.0), retry_after_ms: looked.and_then(|l| l.1) };
         return Standing { limit: burst, usage };
     }
-    let grants = state.grants.get(&(ask.tenant.to_string(), ask.metric.to_string())).map_or(&[][..], Vec::as_slice);
+    let grants = state.grants.get(&(ask.tenant().to_string(), ask.metric.to_string())).map_or(&[][..], Vec::as_slice);
     let effective_limit =
         overshoot::effective_limit(a.policy.limit, a.policy.scope, member, grants, a.window_start, a.window_end);
     let whose = Whose::of(a.policy.scope, member);
     // A ROLLING window ends at every instant and a BILLING_CYCLE's bounds follow its anchor: neither is a window the
     // counters keep, and both are summed from the timelines.
     let consumed = match crate::state::timeline_micros(a.policy) {
-        Some(_) => state.consumed_rolling(ask.tenant, whose, ask.metric, (a.window_start, a.window_end)),
-        None => state.consumed(ask.tenant, whose, ask.metric, (a.window_start, a.window_end)),
+        Some(_) => state.consumed_rolling(ask.tenant(), whose, ask.metric, (a.window_start, a.window_end)),
+        None => state.consumed(ask.tenant(), whose, ask.metric, (a.window_start, a.window_end)),
     };
-    let held = state.held(ask.tenant, whose, ask.metric, now);
+    let held = state.held(ask.tenant(), whose, ask.metric, now);
     let grants = effective_limit.saturating_sub(a.policy.limit);
     Standing { limit: a.policy.limit, usage: Usage::Quota { grants, effective_limit, consumed, held } }
 }

@@ -58,8 +58,7 @@ pub fn of(state: &State, now: Timestamp) -> Figures {
         *oldest = Some(oldest.map_or(hold.reserved_at, |at| at.min(hold.reserved_at)));
     }
     for tenant in state.tenants() {
-        let query =
-            QuotaQuery { tenant: tenant.to_string(), metric: None, subject: None, api_key: None, project: None };
+        let query = QuotaQuery { who: schemas::Who::tenant(tenant), metric: None };
         let most = of_state(state, None, &query, now)
             .quotas
             .iter()

@@ -34,7 +34,7 @@ pub fn usage_id(hash: &str) -> String {
     format!("use-{hash}")
 }
 
-/// The key hash the ids of `metric` derive from in a request of several metrics ([`crate::CheckAmountsRequest`]):
+/// The key hash the ids of `metric` derive from in a request of several metrics ([`crate::Request::amounts`]):
 /// the first metric (in order) takes the key's own `hash`, so that every request of the key is found by the key
 /// alone (its `dec-HASH`) whichever form it took, and a request of one metric in `amounts` records exactly what a
 /// check of `metric` and `amount` does; each other metric `HASH-` and 16 hex digits of SHA-256 over the key hash

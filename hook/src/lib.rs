@@ -8,22 +8,19 @@
 //! would take a sum past i64, or its tenant past [`HookSettings::counters_per_tenant_max`], is refused. A writer
 //! that stops on a panic (a bug, a broken invariant of the ledger) says so in [`Hook::health`] at once.
 //!
-//! [`Hook::check_amounts`] checks several metrics in one request, all or nothing ([`CheckAmountsRequest`]), and
-//! [`Hook::reserve_amounts`] reserves them so ([`ReserveAmountsRequest`]);
+//! A [`Request`] names one metric or several: [`Hook::check_amounts`] checks several in one request, all or nothing,
+//! and [`Hook::reserve_amounts`] reserves them so;
 //! [`Hook::quotas`] answers a tenant's remaining quota per policy without consuming ([`quotas`]).
 //!
 //! One writer thread owns the ledger connection and an in-memory fold of it ([`state`]); concurrent requests
 //! are grouped into one transaction each (the writer's group commit).
 //!
 //! ```
-//! use hook::{CheckRequest, Hook, HookSettings};
+//! use hook::{Hook, HookSettings, Request};
+//! use schemas::Who;
 //! # let dir = tempfile::tempdir().unwrap();
 //! let hook = Hook::start(dir.path().join("ledger.db"), HookSettings::default()).unwrap();
-//! let ask = CheckRequest {
-//!     tenant: "org-42".into(), subject: None, metric: "requests".into(), amount: 1,
-//!     idempotency_key: "k-1".into(), request_id: Some("req-1".into()),
-//!     operation: None, project: None, api_key: None,
-//! };
+//! let ask = Request { request_id: Some("req-1".into()), ..Request::one(Who::tenant("org-42"), "requests", 1, "k-1") };
 //! let first = hook.check(ask.clone()).unwrap();
 //! assert!(first.allowed());
 //! assert!(hook.check(ask).unwrap().replayed, "the same key answers the original decision");
@@ -341,15 +338,16 @@ impl Hook {
         }
     }
 
-    /// `check`, waiting for the answer (and for room in the queue).
-    pub fn check(&self, request: CheckRequest) -> Result<Decision, HookError> {
-        self.serves(&request.tenant)?;
+    /// `check` of one metric (a [`Request`] naming `metric` and `amount`), waiting for the answer (and for room in the
+    /// queue).
+    pub fn check(&self, request: Request) -> Result<Decision, HookError> {
+        self.serves(&request.who.tenant)?;
         self.call(|reply| Work::Check(request, None, reply))
     }
 
     /// `check` from async code: never blocks a runtime thread; a full queue answers Overloaded.
-    pub async fn check_async(&self, request: CheckRequest) -> Result<Decision, HookError> {
-        self.serves(&request.tenant)?;
+    pub async fn check_async(&self, request: Request) -> Result<Decision, HookError> {
+        self.serves(&request.who.tenant)?;
         self.call_async(|reply| Work::Check(request, None, reply)).await
     }
 
@@ -358,16 +356,16 @@ impl Hook {
     /// server's to give, never the caller's to claim; it is checked as a tenant's name is (1 to 128 bytes, no
     /// control character: 400 naming `token_name` otherwise). A replay answers the original decision, which names
     /// the token that asked first.
-    pub async fn check_async_as(&self, request: CheckRequest, token_name: &str) -> Result<Decision, HookError> {
-        self.serves(&request.tenant)?;
+    pub async fn check_async_as(&self, request: Request, token_name: &str) -> Result<Decision, HookError> {
+        self.serves(&request.who.tenant)?;
         let token_name = Some(token_name.to_string());
         self.call_async(|reply| Work::Check(request, token_name, reply)).await
     }
 
     /// `check` of several metrics at once, waiting for the answer: every policy of every metric evaluated before any
-    /// is consumed, all or nothing ([`CheckAmountsRequest`]).
-    pub fn check_amounts(&self, request: CheckAmountsRequest) -> Result<Decisions, HookError> {
-        self.serves(&request.tenant)?;
+    /// is consumed, all or nothing (a [`Request`] naming `amounts`).
+    pub fn check_amounts(&self, request: Request) -> Result<Decisions, HookError> {
+        self.serves(&request.who.tenant)?;
         self.call(|reply| Work::CheckAmounts(request, None, reply))
     }
 
@@ -376,18 +374,19 @@ impl Hook {
     /// caller.
     pub async fn check_amounts_async(
         &self,
-        request: CheckAmountsRequest,
+        request: Request,
         token_name: Option<&str>,
     ) -> Result<Decisions, HookError> {
-        self.serves(&request.tenant)?;
+        self.serves(&request.who.tenant)?;
         let token_name = token_name.map(String::from);
         self.call_async(|reply| Work::CheckAmounts(request, token_name, reply)).await
     }
 
     /// `reserve` of several metrics, waiting for the answer: every policy of every metric is evaluated before any is
-    /// held, and each metric is reserved under a reservation of its own, or none is ([`ReserveAmountsRequest`]).
-    pub fn reserve_amounts(&self, request: ReserveAmountsRequest) -> Result<Decisions, HookError> {
-        self.serves(&request.tenant)?;
+    /// held, and each metric is reserved under a reservation of its own, or none is (a [`Request`] naming `amounts`
+    /// and `ttl_ms`).
+    pub fn reserve_amounts(&self, request: Request) -> Result<Decisions, HookError> {
+        self.serves(&request.who.tenant)?;
         self.call(|reply| Work::ReserveAmounts(request, None, reply))
     }
 
@@ -395,31 +394,31 @@ impl Hook {
     /// `token_name` (recorded on every DecisionEvent of the request); `None`: a library caller.
     pub async fn reserve_amounts_async(
         &self,
-        request: ReserveAmountsRequest,
+        request: Request,
         token_name: Option<&str>,
     ) -> Result<Decisions, HookError> {
-        self.serves(&request.tenant)?;
+        self.serves(&request.who.tenant)?;
         let token_name = token_name.map(String::from);
         self.call_async(|reply| Work::ReserveAmounts(request, token_name, reply)).await
     }
 
-    /// `reserve`, waiting for the answer (and for room in the queue): an allowed decision holds its amount until
-    /// `ttl_ms` from now, under the reservation_id it answers.
-    pub fn reserve(&self, request: ReserveRequest) -> Result<Decision, HookError> {
-        self.serves(&request.tenant)?;
+    /// `reserve` of one metric, waiting for the answer (and for room in the queue): an allowed decision holds its
+    /// amount until the request's `ttl_ms` from now, under the reservation_id it answers.
+    pub fn reserve(&self, request: Request) -> Result<Decision, HookError> {
+        self.serves(&request.who.tenant)?;
         self.call(|reply| Work::Reserve(request, None, reply))
     }
 
     /// `reserve` from async code: never blocks a runtime thread; a full queue answers Overloaded.
-    pub async fn reserve_async(&self, request: ReserveRequest) -> Result<Decision, HookError> {
-        self.serves(&request.tenant)?;
+    pub async fn reserve_async(&self, request: Request) -> Result<Decision, HookError> {
+        self.serves(&request.who.tenant)?;
         self.call_async(|reply| Work::Reserve(request, None, reply)).await
     }
 
     /// [`Hook::reserve_async`] for a caller a server authenticated with the token named `token_name`, recorded on
     /// the reservation's DecisionEvent as [`Hook::check_async_as`] records it.
-    pub async fn reserve_async_as(&self, request: ReserveRequest, token_name: &str) -> Result<Decision, HookError> {
-        self.serves(&request.tenant)?;
+    pub async fn reserve_async_as(&self, request: Request, token_name: &str) -> Result<Decision, HookError> {
+        self.serves(&request.who.tenant)?;
         let token_name = Some(token_name.to_string());
         self.call_async(|reply| Work::Reserve(request, token_name, reply)).await
     }
@@ -427,7 +426,7 @@ impl Hook {
     /// A tenant's remaining quota per policy that applies now, as this hook's checks count it:
     /// nothing is consumed or recorded. Answered after what was decided before it is recorded.
     pub fn quotas(&self, query: QuotaQuery) -> Result<Quotas, HookError> {
-        self.serves(&query.tenant)?;
+        self.serves(&query.who.tenant)?;
         self.call(|reply| Work::Quotas(query, reply))
     }
 
@@ -439,7 +438,7 @@ impl Hook {
 
     /// [`Hook::quotas`] from async code: never blocks a runtime thread; a full queue answers Overloaded.
     pub async fn quotas_async(&self, query: QuotaQuery) -> Result<Quotas, HookError> {
-        self.serves(&query.tenant)?;
+        self.serves(&query.who.tenant)?;
         self.call_async(|reply| Work::Quotas(query, reply)).await
     }
 
@@ -480,7 +479,7 @@ impl Hook {
     /// `acquire`, waiting for the answer: a lease of one slot of every CONCURRENT policy of the metric, or a denial
     /// (CONCURRENCY_LIMITED, `retry_after_ms` until the first lease holding a slot expires).
     pub fn acquire(&self, request: AcquireRequest) -> Result<Decision, HookError> {
-        self.serves(&request.tenant)?;
+        self.serves(&request.who.tenant)?;
         self.call(|reply| Work::Acquire(request, None, reply))
     }
 
@@ -491,7 +490,7 @@ impl Hook {
         request: AcquireRequest,
         token_name: Option<&str>,
     ) -> Result<Decision, HookError> {
-        self.serves(&request.tenant)?;
+        self.serves(&request.who.tenant)?;
         let token_name = token_name.map(String::from);
         self.call_async(|reply| Work::Acquire(request, token_name, reply)).await
     }
@@ -576,17 +575,7 @@ mod tests {
     fn a_caller_stops_waiting_however_its_call_ended() {
         let dir = tempfile::tempdir().unwrap();
         let hook = Hook::start(dir.path().join("ledger.db"), HookSettings::default()).unwrap();
-        let ask = |amount| CheckRequest {
-            tenant: "org-1".into(),
-            subject: None,
-            metric: "requests".into(),
-            amount,
-            idempotency_key: format!("k-{amount}"),
-            request_id: None,
-            operation: None,
-            api_key: None,
-            project: None,
-        };
+        let ask = |amount| Request::one(schemas::Who::tenant("org-1"), "requests", amount, format!("k-{amount}"));
         assert!(hook.check(ask(1)).unwrap().allowed());
         assert_eq!(hook.waiting.load(Ordering::Relaxed), 0);
         assert!(matches!(hook.check(ask(-1)), Err(HookError::BadRequest { field: "amount", .. })));
@@ -615,17 +604,7 @@ mod tests {
         let hook = Hook::start(dir.path().join("ledger.db"), settings).unwrap();
         let started = std::time::Instant::now();
         for n in 0..3 {
-            let request = CheckRequest {
-                tenant: "org-1".into(),
-                subject: None,
-                metric: "requests".into(),
-                amount: 1,
-                idempotency_key: format!("k-{n}"),
-                request_id: None,
-                operation: None,
-                api_key: None,
-                project: None,
-            };
+            let request = Request::one(schemas::Who::tenant("org-1"), "requests", 1, format!("k-{n}"));
             assert!(hook.check(request).unwrap().allowed());
         }
         let took = started.elapsed();

@@ -4,20 +4,17 @@
 use schemas::ReservationAction;
 use tokio::sync::oneshot;
 
-use crate::api::{
-    AcquireRequest, CheckAmountsRequest, CheckRequest, Closed, Decision, Decisions, LeaseStep, Refusal,
-    ReserveAmountsRequest, ReserveRequest, TenantScope,
-};
+use crate::api::{AcquireRequest, Closed, Decision, Decisions, LeaseStep, Refusal, Request, TenantScope};
 use crate::error::HookError;
 use crate::quotas::{QuotaQuery, Quotas};
 
 /// One request and where its answer goes. A check's or reserve's middle field is the name of the token its caller
 /// authenticated with (`serve`), recorded on its DecisionEvent; none for a library caller.
 pub enum Work {
-    Check(CheckRequest, Option<String>, oneshot::Sender<Result<Decision, HookError>>),
-    CheckAmounts(CheckAmountsRequest, Option<String>, oneshot::Sender<Result<Decisions, HookError>>),
-    Reserve(ReserveRequest, Option<String>, oneshot::Sender<Result<Decision, HookError>>),
-    ReserveAmounts(ReserveAmountsRequest, Option<String>, oneshot::Sender<Result<Decisions, HookError>>),
+    Check(Request, Option<String>, oneshot::Sender<Result<Decision, HookError>>),
+    CheckAmounts(Request, Option<String>, oneshot::Sender<Result<Decisions, HookError>>),
+    Reserve(Request, Option<String>, oneshot::Sender<Result<Decision, HookError>>),
+    ReserveAmounts(Request, Option<String>, oneshot::Sender<Result<Decisions, HookError>>),
     Acquire(AcquireRequest, Option<String>, oneshot::Sender<Result<Decision, HookError>>),
     /// A commit or release of a reservation, or a renewal or release of a lease (`lease`: what its holder presents).
     Close {

@@ -10,7 +10,7 @@
 use std::collections::BTreeSet;
 
 use ledger::Ledger;
-use schemas::{Enforcement, Scope, Timestamp, Window};
+use schemas::{Enforcement, Scope, Timestamp, Who, Window};
 use serde::{Deserialize, Serialize};
 
 use crate::buckets::{BucketOf, Buckets};
@@ -22,21 +22,13 @@ use crate::state::{State, Whose};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QuotaQuery {
-    /// The tenant (never `*`).
-    pub tenant: String,
+    /// The tenant (never `*`), and the subject, project and API key the policies of those scopes are counted for:
+    /// without one, what a request naming none is judged against, as a check naming none would be.
+    #[serde(flatten)]
+    pub who: Who,
     /// Only this metric's policies; every metric with a policy for the tenant (or `*`) without it.
     #[serde(default)]
     pub metric: Option<String>,
-    /// The subject SUBJECT-scope policies are counted for; without it, what a request without a subject is judged
-    /// against (the counters of what carries no subject), as a check without one would be.
-    #[serde(default)]
-    pub subject: Option<String>,
-    /// The project PROJECT-scope policies are counted for, as `subject` for SUBJECT ones.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub project: Option<String>,
-    /// The API key API_KEY-scope policies are counted for, as `subject` for SUBJECT ones.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub api_key: Option<String>,
 }
 
 /// The remaining quota of one policy that applies now.
@@ -115,15 +107,14 @@ pub fn of_state(state: &State, buckets: Option<&Buckets>, query: &QuotaQuery, no
             .policies
             .policies()
             .iter()
-            .filter(|p| p.header.tenant == query.tenant || p.header.tenant == rules::policy::PLAN_DEFAULT_TENANT)
+            .filter(|p| p.header.tenant == query.who.tenant || p.header.tenant == rules::policy::PLAN_DEFAULT_TENANT)
             .map(|p| p.header.metric.as_str())
             .collect(),
     };
     let mut quotas = Vec::new();
     for metric in metrics {
-        let ask = Ask::new(&query.tenant, query.subject.as_deref(), metric, 0)
-            .of_members(query.project.as_deref(), query.api_key.as_deref());
-        for a in state.policies.applicable(&query.tenant, metric, now) {
+        let ask = Ask::new(&query.who, metric, 0);
+        for a in state.policies.applicable(&query.who.tenant, metric, now) {
             let standing = decide::standing(state, buckets, &ask, &a, now);
             let mut quota = Quota {
                 metric: metric.to_string(),
@@ -152,7 +143,7 @@ pub fn of_state(state: &State, buckets: Option<&Buckets>, query: &QuotaQuery, no
             if a.policy.overage_throttle().is_some() {
                 let member = ask.member(a.policy.scope);
                 quota.overage_tokens =
-                    buckets.map(|b| b.look(BucketOf::Overage, a.policy, &query.tenant, member, 0, now).0);
+                    buckets.map(|b| b.look(BucketOf::Overage, a.policy, &query.who.tenant, member, 0, now).0);
             }
             match standing.usage {
                 Usage::Bucket { tokens, .. } => quota.remaining = tokens,
@@ -169,12 +160,13 @@ pub fn of_state(state: &State, buckets: Option<&Buckets>, query: &QuotaQuery, no
             }
             quotas.push(quota);
         }
-        for a in state.policies.concurrent(&query.tenant, metric, now) {
+        for a in state.policies.concurrent(&query.who.tenant, metric, now) {
             let p = a.policy;
             let member = ask.member(p.scope);
-            let counters = state.counters(&query.tenant, Whose::of(p.scope, member), metric);
+            let counters = state.counters(&query.who.tenant, Whose::of(p.scope, member), metric);
             let leases = counters.map_or(0, |c| c.active_leases());
-            let grants = state.grants.get(&(query.tenant.clone(), metric.to_string())).map_or(&[][..], Vec::as_slice);
+            let grants =
+                state.grants.get(&(query.who.tenant.clone(), metric.to_string())).map_or(&[][..], Vec::as_slice);
             let instant = Timestamp(now.micros() + 1);
             let effective_limit = rules::overshoot::effective_limit(p.limit, p.scope, member, grants, now, instant);
             quotas.push(Quota {
@@ -206,7 +198,8 @@ pub fn of_state(state: &State, buckets: Option<&Buckets>, query: &QuotaQuery, no
     }
     // Windows and CONCURRENT policies of a metric together, by policy_id, as the doc of `Quotas` says.
     quotas.sort_by(|a, b| (&a.metric, &a.policy_id).cmp(&(&b.metric, &b.policy_id)));
-    Quotas { tenant: query.tenant.clone(), subject: query.subject.clone(), at: now, watermark: state.watermark, quotas }
+    let Who { tenant, subject, .. } = query.who.clone();
+    Quotas { tenant, subject, at: now, watermark: state.watermark, quotas }
 }
 
 /// The tenant's quotas in the ledger at `now`, folded as a hook starting on it folds it (throttles without tokens:
@@ -228,21 +221,22 @@ pub(crate) fn validate(query: &QuotaQuery) -> Result<(), HookError> {
             HookError::BadRequest { field, message }
         })
     };
-    named("tenant", &query.tenant)?;
-    if query.tenant == rules::policy::PLAN_DEFAULT_TENANT {
+    let who = &query.who;
+    named("tenant", &who.tenant)?;
+    if who.tenant == rules::policy::PLAN_DEFAULT_TENANT {
         let message = "\"*\" names plan defaults, not a tenant".to_string();
         return Err(HookError::BadRequest { field: "tenant", message });
     }
     if let Some(metric) = &query.metric {
         named("metric", metric)?;
     }
-    if let Some(subject) = &query.subject {
+    if let Some(subject) = &who.subject {
         named("subject", subject)?;
     }
-    if let Some(project) = &query.project {
+    if let Some(project) = &who.project {
         named("project", project)?;
     }
-    if let Some(api_key) = &query.api_key {
+    if let Some(api_key) = &who.api_key {
         named("api_key", api_key)?;
     }
     Ok(())

@@ -14,15 +14,12 @@
 //! first that knows it.
 //!
 //! ```
-//! use hook::{CheckRequest, HookSettings, Shards};
+//! use hook::{HookSettings, Request, Shards};
 //! use ledger::shards::ShardDir;
+//! use schemas::Who;
 //! # let dir = tempfile::tempdir().unwrap();
 //! let shards = Shards::start_all(ShardDir::new(dir.path()), Some(2), HookSettings::default()).unwrap();
-//! let ask = |tenant: &str| CheckRequest {
-//!     tenant: tenant.into(), subject: None, metric: "requests".into(), amount: 1,
-//!     idempotency_key: "k-1".into(), request_id: None,
-//!     operation: None, project: None, api_key: None,
-//! };
+//! let ask = |tenant: &str| Request::one(Who::tenant(tenant), "requests", 1, "k-1");
 //! assert!(shards.check(ask("org-1")).unwrap().allowed());
 //! assert!(shards.check(ask("org-2")).unwrap().allowed());
 //! assert_eq!(shards.held(), [0, 1]);
@@ -39,10 +36,7 @@ use schemas::ReservationAction;
 use schemas::partition::partition_of;
 use serde::Serialize;
 
-use crate::api::{
-    AcquireRequest, CheckAmountsRequest, CheckRequest, Closed, Decision, Decisions, LeaseStep, Refusal,
-    ReserveAmountsRequest, ReserveRequest, TenantScope,
-};
+use crate::api::{AcquireRequest, Closed, Decision, Decisions, LeaseStep, Refusal, Request, TenantScope};
 use crate::error::{HookError, StartError};
 use crate::figures::Figures;
 use crate::health::{Failure, HealthReport};
@@ -191,66 +185,66 @@ impl Shards {
     }
 
     /// `check` in the tenant's shard, waiting for the answer ([`Hook::check`]).
-    pub fn check(&self, request: CheckRequest) -> Result<Decision, HookError> {
-        self.route(&request.tenant)?.check(request)
+    pub fn check(&self, request: Request) -> Result<Decision, HookError> {
+        self.route(&request.who.tenant)?.check(request)
     }
 
     /// `check` in the tenant's shard from async code ([`Hook::check_async`]).
-    pub async fn check_async(&self, request: CheckRequest) -> Result<Decision, HookError> {
-        self.route(&request.tenant)?.check_async(request).await
+    pub async fn check_async(&self, request: Request) -> Result<Decision, HookError> {
+        self.route(&request.who.tenant)?.check_async(request).await
     }
 
     /// `check` in the tenant's shard for the caller of token `token_name` ([`Hook::check_async_as`]).
-    pub async fn check_async_as(&self, request: CheckRequest, token_name: &str) -> Result<Decision, HookError> {
-        self.route(&request.tenant)?.check_async_as(request, token_name).await
+    pub async fn check_async_as(&self, request: Request, token_name: &str) -> Result<Decision, HookError> {
+        self.route(&request.who.tenant)?.check_async_as(request, token_name).await
     }
 
     /// [`Hook::check_amounts`] in the tenant's shard.
-    pub fn check_amounts(&self, request: CheckAmountsRequest) -> Result<Decisions, HookError> {
-        self.route(&request.tenant)?.check_amounts(request)
+    pub fn check_amounts(&self, request: Request) -> Result<Decisions, HookError> {
+        self.route(&request.who.tenant)?.check_amounts(request)
     }
 
     /// [`Hook::check_amounts_async`] in the tenant's shard.
     pub async fn check_amounts_async(
         &self,
-        request: CheckAmountsRequest,
+        request: Request,
         token_name: Option<&str>,
     ) -> Result<Decisions, HookError> {
-        self.route(&request.tenant)?.check_amounts_async(request, token_name).await
+        self.route(&request.who.tenant)?.check_amounts_async(request, token_name).await
     }
 
     /// [`Hook::reserve_amounts`] in the tenant's shard.
-    pub fn reserve_amounts(&self, request: ReserveAmountsRequest) -> Result<Decisions, HookError> {
-        self.route(&request.tenant)?.reserve_amounts(request)
+    pub fn reserve_amounts(&self, request: Request) -> Result<Decisions, HookError> {
+        self.route(&request.who.tenant)?.reserve_amounts(request)
     }
 
     /// [`Hook::reserve_amounts_async`] in the tenant's shard.
     pub async fn reserve_amounts_async(
         &self,
-        request: ReserveAmountsRequest,
+        request: Request,
         token_name: Option<&str>,
     ) -> Result<Decisions, HookError> {
-        self.route(&request.tenant)?.reserve_amounts_async(request, token_name).await
+        self.route(&request.who.tenant)?.reserve_amounts_async(request, token_name).await
     }
 
     /// [`Hook::quotas`] of the tenant's shard.
     pub async fn quotas_async(&self, query: QuotaQuery) -> Result<Quotas, HookError> {
-        self.route(&query.tenant)?.quotas_async(query).await
+        self.route(&query.who.tenant)?.quotas_async(query).await
     }
 
     /// `reserve` in the tenant's shard, waiting for the answer ([`Hook::reserve`]).
-    pub fn reserve(&self, request: ReserveRequest) -> Result<Decision, HookError> {
-        self.route(&request.tenant)?.reserve(request)
+    pub fn reserve(&self, request: Request) -> Result<Decision, HookError> {
+        self.route(&request.who.tenant)?.reserve(request)
     }
 
     /// `reserve` in the tenant's shard from async code ([`Hook::reserve_async`]).
-    pub async fn reserve_async(&self, request: ReserveRequest) -> Result<Decision, HookError> {
-        self.route(&request.tenant)?.reserve_async(request).await
+    pub async fn reserve_async(&self, request: Request) -> Result<Decision, HookError> {
+        self.route(&request.who.tenant)?.reserve_async(request).await
     }
 
     /// `reserve` in the tenant's shard for the caller of token `token_name` ([`Hook::reserve_async_as`]).
-    pub async fn reserve_async_as(&self, request: ReserveRequest, token_name: &str) -> Result<Decision, HookError> {
-        self.route(&request.tenant)?.reserve_async_as(request, token_name).await
+    pub async fn reserve_async_as(&self, request: Request, token_name: &str) -> Result<Decision, HookError> {
+        self.route(&request.who.tenant)?.reserve_async_as(request, token_name).await
     }
 
     /// `acquire` of a lease in the tenant's shard ([`Hook::acquire_async`]).
@@ -259,7 +253,7 @@ impl Shards {
         request: AcquireRequest,
         token_name: Option<&str>,
     ) -> Result<Decision, HookError> {
-        self.route(&request.tenant)?.acquire_async(request, token_name).await
+        self.route(&request.who.tenant)?.acquire_async(request, token_name).await
     }
 
     /// A renewal or release of a lease in the shard that holds it ([`Hook::lease_step_async`]).

@@ -66,18 +66,13 @@ fn hook_with_settings(policies: Vec<Event>, settings: HookSettings) -> (tempfile
     (dir, hook)
 }
 
-fn ask(key: &str, amount: i64) -> CheckRequest {
-    CheckRequest {
-        tenant: "org-1".into(),
-        subject: None,
-        metric: "tokens".into(),
-        amount,
-        idempotency_key: key.into(),
-        request_id: Some(format!("req-{key}")),
-        operation: None,
-        api_key: None,
-        project: None,
-    }
+fn ask(key: &str, amount: i64) -> Request {
+    Request { request_id: Some(format!("req-{key}")), ..Request::one(Who::tenant("org-1"), "tokens", amount, key) }
+}
+
+/// A reservation of `amount` tokens for `ttl_ms`.
+fn reservation(key: &str, amount: i64, ttl_ms: i64) -> Request {
+    Request { ttl_ms: Some(ttl_ms), ..Request::one(Who::tenant("org-1"), "tokens", amount, key) }
 }
 
 /// A ReservationEvent of org-1's tokens from another enforcer (it reaches the ledger through ingest).
@@ -207,21 +202,7 @@ fn the_reservation_lifecycle() {
     LIFECYCLE_CLOCK_MICROS.store(start.micros(), Ordering::Relaxed);
     let settings = HookSettings { clock: lifecycle_clock, ..HookSettings::default() };
     let (dir, hook) = hook_with_settings(vec![policy("daily", 150, Window::DAY, Enforcement::HARD, None)], settings);
-    let reserve = |key: &str, amount: i64, ttl_ms: i64| {
-        hook.reserve(ReserveRequest {
-            tenant: "org-1".into(),
-            subject: None,
-            metric: "tokens".into(),
-            amount,
-            ttl_ms,
-            idempotency_key: key.into(),
-            request_id: None,
-            operation: None,
-            api_key: None,
-            project: None,
-        })
-        .unwrap()
-    };
+    let reserve = |key: &str, amount: i64, ttl_ms: i64| hook.reserve(reservation(key, amount, ttl_ms)).unwrap();
     let held = reserve("r-1", 100, 60_000);
     let id = held.reservation_id.clone().expect("an allowed RESERVE names its reservation");
     assert!(!hook.check(ask("c-1", 60)).unwrap().allowed(), "the open reservation holds 100 of 150");
@@ -362,20 +343,7 @@ fn a_group_the_ledger_refuses_is_taken_back() {
         // A throttle of 100 tokens that refills one a day: what the failed requests took would still be missing.
         policy("rate", 1, Window::DAY, Enforcement::HARD, Some(100)),
     ]);
-    let reserve = |key: &str, amount: i64| {
-        hook.reserve(ReserveRequest {
-            tenant: "org-1".into(),
-            subject: None,
-            metric: "tokens".into(),
-            amount,
-            ttl_ms: 600_000,
-            idempotency_key: key.into(),
-            request_id: None,
-            operation: None,
-            api_key: None,
-            project: None,
-        })
-    };
+    let reserve = |key: &str, amount: i64| hook.reserve(reservation(key, amount, 600_000));
     assert!(hook.check(ask("k-1", 30)).unwrap().allowed());
     let held = reserve("r-1", 20).unwrap().reservation_id.expect("an allowed RESERVE names its reservation");
     let other = rusqlite::Connection::open(dir.path().join("ledger.db")).unwrap();
@@ -534,7 +502,9 @@ fn a_subject_policy_counts_requests_without_a_subject_apart() {
     per_subject.scope = Scope::SUBJECT;
     let (_dir, hook) = hook_with(vec![Event::Policy(per_subject)]);
     let of = |subject: Option<&str>, key: &str, amount: i64| {
-        hook.check(CheckRequest { subject: subject.map(String::from), ..ask(key, amount) }).unwrap()
+        let mut request = ask(key, amount);
+        request.who.subject = subject.map(String::from);
+        hook.check(request).unwrap()
     };
     assert!(of(Some("alice"), "a-1", 5).allowed(), "alice's whole limit");
     assert!(!of(Some("alice"), "a-2", 1).allowed(), "alice is out");
@@ -636,20 +606,7 @@ fn closes_in_one_group_after_the_first_answer_it_again() {
     let (_dir, hook) = hook_with_settings(vec![policy("daily", 1_000, Window::DAY, Enforcement::HARD, None)], settings);
     let hook = Arc::new(hook);
     for round in 0..5 {
-        let reserved = hook
-            .reserve(ReserveRequest {
-                tenant: "org-1".into(),
-                subject: None,
-                metric: "tokens".into(),
-                amount: 1,
-                ttl_ms: 600_000,
-                idempotency_key: format!("r-{round}"),
-                request_id: None,
-                operation: None,
-                api_key: None,
-                project: None,
-            })
-            .unwrap();
+        let reserved = hook.reserve(reservation(&format!("r-{round}"), 1, 600_000)).unwrap();
         let id = reserved.reservation_id.unwrap();
         let barrier = Arc::new(std::sync::Barrier::new(4));
         let closes: Vec<_> = (0..4)
@@ -887,24 +844,19 @@ fn of_metric(policy: Event, metric: &str) -> Event {
     Event::Policy(policy)
 }
 
-fn amounts(key: &str, requests: i64, tokens: i64) -> CheckAmountsRequest {
-    CheckAmountsRequest {
-        tenant: "org-1".into(),
-        subject: None,
-        amounts: [("requests".to_string(), requests), ("tokens".to_string(), tokens)].into(),
-        idempotency_key: key.into(),
-        request_id: Some(format!("req-{key}")),
-        operation: None,
-        api_key: None,
-        project: None,
-    }
+fn amounts(key: &str, requests: i64, tokens: i64) -> Request {
+    let amounts = [("requests".to_string(), requests), ("tokens".to_string(), tokens)].into();
+    Request { request_id: Some(format!("req-{key}")), ..Request::several(Who::tenant("org-1"), amounts, key) }
+}
+
+/// The query of org-1's quotas of `metric`.
+fn quotas_of(metric: &str) -> QuotaQuery {
+    QuotaQuery { who: Who::tenant("org-1"), metric: Some(metric.into()) }
 }
 
 /// What the hook counts as consumed of org-1's `metric` under its one policy, read without consuming.
 fn consumed(hook: &Hook, metric: &str) -> i64 {
-    let query =
-        QuotaQuery { tenant: "org-1".into(), metric: Some(metric.into()), subject: None, api_key: None, project: None };
-    hook.quotas(query).unwrap().quotas[0].consumed.unwrap()
+    hook.quotas(quotas_of(metric)).unwrap().quotas[0].consumed.unwrap()
 }
 
 // One request of several metrics is allowed on all of them or on none. Every policy of every metric
@@ -950,28 +902,13 @@ fn several_metrics_in_one_request_are_all_or_nothing() {
     assert_eq!((consumed(&hook, "requests"), consumed(&hook, "tokens")), (3, 1_000));
 }
 
-fn reserve_amounts(key: &str, requests: i64, tokens: i64) -> ReserveAmountsRequest {
-    let asked = amounts(key, requests, tokens);
-    let CheckAmountsRequest { tenant, subject, amounts, idempotency_key, request_id, operation, project, api_key } =
-        asked;
-    ReserveAmountsRequest {
-        tenant,
-        subject,
-        amounts,
-        ttl_ms: 60_000,
-        idempotency_key,
-        request_id,
-        operation,
-        project,
-        api_key,
-    }
+fn reserve_amounts(key: &str, requests: i64, tokens: i64) -> Request {
+    Request { ttl_ms: Some(60_000), ..amounts(key, requests, tokens) }
 }
 
 /// What the hook counts as held by open reservations of org-1's `metric` under its one policy.
 fn held(hook: &Hook, metric: &str) -> i64 {
-    let query =
-        QuotaQuery { tenant: "org-1".into(), metric: Some(metric.into()), subject: None, api_key: None, project: None };
-    hook.quotas(query).unwrap().quotas[0].held.unwrap()
+    hook.quotas(quotas_of(metric)).unwrap().quotas[0].held.unwrap()
 }
 
 // Reservations of several metrics: a reserve of several metrics holds each under a reservation of its own, or holds
@@ -1013,7 +950,7 @@ fn several_metrics_reserved_at_once_are_all_or_nothing() {
         Err(HookError::IdempotencyKeyReused { field: "kind", .. }) => {}
         other => panic!("a check with a reserve's key: {other:?}"),
     }
-    let ttl = ReserveAmountsRequest { ttl_ms: 0, ..reserve_amounts("r-3", 1, 1) };
+    let ttl = Request { ttl_ms: Some(0), ..reserve_amounts("r-3", 1, 1) };
     assert!(matches!(hook.reserve_amounts(ttl), Err(HookError::BadRequest { field: "ttl_ms", .. })));
 
     drop(hook);
@@ -1040,11 +977,11 @@ fn several_metrics_replay_under_one_key() {
         other => panic!("not refused as reused: {other:?}"),
     };
     assert_eq!(reused(hook.check_amounts(amounts("k-1", 1, 601))), "amounts");
-    match hook.check(CheckRequest { metric: "requests".into(), ..ask("k-1", 1) }) {
+    match hook.check(Request { metric: Some("requests".into()), ..ask("k-1", 1) }) {
         Err(HookError::IdempotencyKeyReused { field: "amounts", .. }) => {}
         other => panic!("a check of one of its metrics is not the request: {other:?}"),
     }
-    let one = CheckAmountsRequest { amounts: [("tokens".to_string(), 5)].into(), ..amounts("k-2", 0, 0) };
+    let one = Request { amounts: Some([("tokens".to_string(), 5)].into()), ..amounts("k-2", 0, 0) };
     let single = hook.check(ask("k-2", 5)).unwrap();
     let as_amounts = hook.check_amounts(one).unwrap();
     assert!(as_amounts.replayed());
@@ -1057,7 +994,7 @@ fn several_metrics_replay_under_one_key() {
     assert!(after.replayed());
     assert_eq!(ids(&after), ids(&first));
     assert_eq!(reused(hook.check_amounts(amounts("k-1", 2, 600))), "amounts");
-    match hook.check(CheckRequest { metric: "requests".into(), ..ask("k-1", 1) }) {
+    match hook.check(Request { metric: Some("requests".into()), ..ask("k-1", 1) }) {
         Err(HookError::IdempotencyKeyReused { field: "amounts", .. }) => {}
         other => panic!("after a restart too: {other:?}"),
     }
@@ -1072,8 +1009,8 @@ fn a_throttle_denying_one_metric_is_the_code_of_every_metric() {
         policy("tokens-month", 1_000, Window::MONTH, Enforcement::HARD, None),
         of_metric(policy("images-bucket", 1, Window::HOUR, Enforcement::HARD, Some(1)), "images"),
     ]);
-    let ask = |key: &str| CheckAmountsRequest {
-        amounts: [("images".to_string(), 1), ("tokens".to_string(), 1)].into(),
+    let ask = |key: &str| Request {
+        amounts: Some([("images".to_string(), 1), ("tokens".to_string(), 1)].into()),
         ..amounts(key, 0, 0)
     };
     assert!(hook.check_amounts(ask("k-1")).unwrap().allowed());
@@ -1099,16 +1036,8 @@ fn lease_clock() -> Timestamp {
 }
 
 fn acquire(key: &str, ttl_ms: i64) -> AcquireRequest {
-    AcquireRequest {
-        tenant: "org-1".into(),
-        subject: None,
-        metric: "tokens".into(),
-        ttl_ms,
-        idempotency_key: key.into(),
-        request_id: None,
-        api_key: None,
-        project: None,
-    }
+    let who = Who::tenant("org-1");
+    AcquireRequest { who, metric: "tokens".into(), ttl_ms, idempotency_key: key.into(), request_id: None }
 }
 
 // A CONCURRENT policy grants at most `limit` leases at once, each under a greater fencing token (a
@@ -1138,14 +1067,7 @@ fn leases_hold_slots_of_a_concurrent_policy() {
     let wait = full.retry_after_ms.expect("a full policy says when a slot frees");
     assert!((1..=301).contains(&wait), "the first lease to expire frees a slot in at most 300 ms: {wait}");
     assert!(hook.check(ask("c-1", 1)).unwrap().allowed(), "leases hold nothing against the daily window");
-    let query = QuotaQuery {
-        tenant: "org-1".into(),
-        metric: Some("tokens".into()),
-        subject: None,
-        api_key: None,
-        project: None,
-    };
-    let quotas = hook.quotas(query).unwrap().quotas;
+    let quotas = hook.quotas(quotas_of("tokens")).unwrap().quotas;
     let jobs = quotas.iter().find(|q| q.policy_id == "jobs").expect("the CONCURRENT policy is listed");
     assert_eq!((jobs.window, jobs.leases, jobs.remaining, jobs.consumed), (Window::CONCURRENT, Some(2), Some(0), None));
     assert_eq!(jobs.window_end, second.expires_at, "the first slot frees when the 300 ms lease expires");
@@ -1256,7 +1178,7 @@ fn a_check_of_several_metrics_fails_open_when_every_policy_is_open() {
     };
     failed(hook.reserve_amounts(reserve_amounts("k-3", 1, 1)));
     let mut with_closed = amounts("k-4", 1, 1);
-    with_closed.amounts.insert("bytes".into(), 1);
+    with_closed.amounts.as_mut().expect("several metrics").insert("bytes".into(), 1);
     failed(hook.check_amounts(with_closed));
     other.execute_batch("DROP TRIGGER injected").unwrap();
 
@@ -1287,8 +1209,8 @@ fn level(event_id: &str, tenant: &str, at: Timestamp, bytes: i64) -> Event {
     })
 }
 
-fn doing(request: CheckRequest, operation: Option<Operation>) -> CheckRequest {
-    CheckRequest { operation, ..request }
+fn doing(request: Request, operation: Option<Operation>) -> Request {
+    Request { operation, ..request }
 }
 
 // A gauge quota (storage_bytes, NO_INSERTS) over its limit refuses the tenant's inserts of every
@@ -1326,7 +1248,7 @@ fn a_gauge_over_its_limit_refuses_what_its_violation_covers() {
         assert_eq!(allowed.policy_id.as_deref(), Some("tokens-day"), "an allowed request names its own metric's quota");
     }
     // Several metrics at once: refused as one, naming the gauge.
-    let several = hook.check_amounts(CheckAmountsRequest { operation: insert, ..amounts("g-4", 1, 1) }).unwrap();
+    let several = hook.check_amounts(Request { operation: insert, ..amounts("g-4", 1, 1) }).unwrap();
     assert!(!several.allowed());
     assert_eq!(several.deciding().policy_id.as_deref(), Some("storage"));
     // A late report of an earlier level is not the level.
@@ -1335,14 +1257,15 @@ fn a_gauge_over_its_limit_refuses_what_its_violation_covers() {
     append_as_ingest(&dir, vec![level("level-2", "org-1", Timestamp(now.micros() + 1), 900)]);
     assert!(hook.check(doing(ask("g-6", 1), insert)).unwrap().allowed(), "back under its limit");
     // The gauge's metric is reported, not checked.
-    let refused = hook.check(CheckRequest { metric: "storage_bytes".into(), ..ask("g-7", 1) }).unwrap_err();
+    let refused = hook.check(Request { metric: Some("storage_bytes".into()), ..ask("g-7", 1) }).unwrap_err();
     assert!(matches!(refused, HookError::BadRequest { field: "metric", .. }), "{refused:?}");
     // org-2 reported its level 40 days ago, beyond the month and a day a start folds: a restart still knows it.
     let long_ago = Timestamp(now.micros() - 40 * 24 * 3_600 * 1_000_000);
     append_as_ingest(&dir, vec![level("level-org-2", "org-2", long_ago, 5_000)]);
     drop(hook);
     let hook = Hook::start(dir.path().join("ledger.db"), HookSettings::default()).unwrap();
-    let org_2 = CheckRequest { tenant: "org-2".into(), ..doing(ask("g-8", 1), insert) };
+    let mut org_2 = doing(ask("g-8", 1), insert);
+    org_2.who.tenant = "org-2".into();
     let denied = hook.check(org_2).unwrap();
     assert_eq!((denied.outcome, denied.used_before), (Outcome::DENIED, Some(5_000)));
     assert!(
@@ -1357,8 +1280,9 @@ fn scoped(policy: Event, scope: Scope) -> Event {
     Event::Policy(PolicyEvent { scope, ..policy })
 }
 
-fn of_project(request: CheckRequest, project: Option<&str>, api_key: Option<&str>) -> CheckRequest {
-    CheckRequest { project: project.map(String::from), api_key: api_key.map(String::from), ..request }
+fn of_project(request: Request, project: Option<&str>, api_key: Option<&str>) -> Request {
+    let who = Who { project: project.map(String::from), api_key: api_key.map(String::from), ..request.who.clone() };
+    Request { who, ..request }
 }
 
 // One request is checked against every level that has a policy, the tenant's, its project's and its

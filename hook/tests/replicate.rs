@@ -3,8 +3,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use hook::{CheckRequest, Hook, HookError, HookSettings, Replicate, ReplicateError, Stage, StageTimer};
-use schemas::Event;
+use hook::{Hook, HookError, HookSettings, Replicate, ReplicateError, Request, Stage, StageTimer};
+use schemas::{Event, Who};
 
 /// Publishes into a shared list, or fails as told.
 struct Publisher {
@@ -22,18 +22,8 @@ impl Replicate for Publisher {
     }
 }
 
-fn ask(key: &str) -> CheckRequest {
-    CheckRequest {
-        tenant: "org-42".into(),
-        subject: None,
-        metric: "requests".into(),
-        amount: 1,
-        idempotency_key: key.into(),
-        request_id: None,
-        operation: None,
-        api_key: None,
-        project: None,
-    }
+fn ask(key: &str) -> Request {
+    Request::one(Who::tenant("org-42"), "requests", 1, key)
 }
 
 // Proves the events answered are the events published, that an unavailable broker fails the group without recording

@@ -12,33 +12,12 @@ use schemas::*;
 
 const P: u32 = 2;
 
-fn ask(tenant: &str, key: &str, amount: i64) -> CheckRequest {
-    CheckRequest {
-        tenant: tenant.into(),
-        subject: None,
-        metric: "tokens".into(),
-        amount,
-        idempotency_key: key.into(),
-        request_id: None,
-        operation: None,
-        api_key: None,
-        project: None,
-    }
+fn ask(tenant: &str, key: &str, amount: i64) -> Request {
+    Request::one(Who::tenant(tenant), "tokens", amount, key)
 }
 
-fn reserve(tenant: &str, key: &str, amount: i64) -> ReserveRequest {
-    ReserveRequest {
-        tenant: tenant.into(),
-        subject: None,
-        metric: "tokens".into(),
-        amount,
-        ttl_ms: 60_000,
-        idempotency_key: key.into(),
-        request_id: None,
-        operation: None,
-        api_key: None,
-        project: None,
-    }
+fn reserve(tenant: &str, key: &str, amount: i64) -> Request {
+    Request { ttl_ms: Some(60_000), ..ask(tenant, key, amount) }
 }
 
 /// A monthly HARD plan default (tenant `*`) of `limit` tokens.

@@ -64,33 +64,13 @@ fn hook_with(events: Vec<Event>, settings: HookSettings) -> (tempfile::TempDir, 
     (dir, hook)
 }
 
-fn ask(metric: &str, subject: Option<&str>, key: &str, amount: i64) -> CheckRequest {
-    CheckRequest {
-        tenant: "org-1".into(),
-        subject: subject.map(String::from),
-        metric: metric.into(),
-        amount,
-        idempotency_key: key.into(),
-        request_id: None,
-        operation: None,
-        api_key: None,
-        project: None,
-    }
+fn ask(metric: &str, subject: Option<&str>, key: &str, amount: i64) -> Request {
+    let who = Who { subject: subject.map(String::from), ..Who::tenant("org-1") };
+    Request::one(who, metric, amount, key)
 }
 
-fn reserve(metric: &str, key: &str, amount: i64) -> ReserveRequest {
-    ReserveRequest {
-        tenant: "org-1".into(),
-        subject: None,
-        metric: metric.into(),
-        amount,
-        ttl_ms: 600_000,
-        idempotency_key: key.into(),
-        request_id: None,
-        operation: None,
-        api_key: None,
-        project: None,
-    }
+fn reserve(metric: &str, key: &str, amount: i64) -> Request {
+    Request { ttl_ms: Some(600_000), ..Request::one(Who::tenant("org-1"), metric, amount, key) }
 }
 
 fn refused_field<T: std::fmt::Debug>(answer: Result<T, HookError>) -> &'static str {
@@ -139,28 +119,55 @@ fn sums_past_i64_are_refused_and_others_holds_folded() {
 #[test]
 fn fields_past_their_bounds_are_refused_naming_them() {
     let (_dir, hook) = hook_with(vec![hard_policy("tokens", 10)], HookSettings::default());
-    let with = |change: &dyn Fn(&mut CheckRequest)| {
+    let with = |change: &dyn Fn(&mut Request)| {
         let mut request = ask("tokens", Some("alice"), "k", 1);
         change(&mut request);
         hook.check(request)
     };
-    assert_eq!(refused_field(with(&|r| r.tenant = "t".repeat(129))), "tenant");
-    assert_eq!(refused_field(with(&|r| r.tenant = "org\u{1b}[31m".into())), "tenant");
-    assert_eq!(refused_field(with(&|r| r.subject = Some(String::new()))), "subject");
-    assert_eq!(refused_field(with(&|r| r.subject = Some("a\nb".into()))), "subject");
-    assert_eq!(refused_field(with(&|r| r.metric = "m".repeat(129))), "metric");
+    assert_eq!(refused_field(with(&|r| r.who.tenant = "t".repeat(129))), "tenant");
+    assert_eq!(refused_field(with(&|r| r.who.tenant = "org\u{1b}[31m".into())), "tenant");
+    assert_eq!(refused_field(with(&|r| r.who.subject = Some(String::new()))), "subject");
+    assert_eq!(refused_field(with(&|r| r.who.subject = Some("a\nb".into()))), "subject");
+    assert_eq!(refused_field(with(&|r| r.metric = Some("m".repeat(129)))), "metric");
     assert_eq!(refused_field(with(&|r| r.idempotency_key = "k".repeat(257))), "idempotency_key");
     assert_eq!(refused_field(with(&|r| r.request_id = Some("r".repeat(257)))), "request_id");
     assert_eq!(refused_field(with(&|r| r.request_id = Some(String::new()))), "request_id");
     let at_the_bounds = with(&|r| {
-        r.tenant = "t".repeat(128);
-        r.metric = "m".repeat(128);
-        r.subject = Some("s".repeat(128));
+        r.who.tenant = "t".repeat(128);
+        r.metric = Some("m".repeat(128));
+        r.who.subject = Some("s".repeat(128));
         r.idempotency_key = "k".repeat(256);
         r.request_id = Some("r".repeat(256));
     });
     assert!(at_the_bounds.unwrap().allowed(), "no policy for that tenant");
     assert_eq!(hook.health().failed_groups, 0);
+}
+
+// Proves that a request that does not say what its operation needs (one metric or several, held or not) is refused
+// naming the field, and decides nothing: the same words `serve` answers a body with.
+#[test]
+fn a_request_of_the_wrong_shape_for_its_operation_is_refused_naming_the_field() {
+    let (_dir, hook) = hook_with(vec![hard_policy("tokens", 10)], HookSettings::default());
+    let several = Request::several(Who::tenant("org-1"), [("tokens".to_string(), 1)].into(), "k-s");
+    let refused = |answer: Result<Decision, HookError>| match answer {
+        Err(e @ HookError::BadRequest { .. }) => e.to_string(),
+        other => panic!("not a bad request: {other:?}"),
+    };
+    let both = Request { metric: Some("tokens".into()), ..several.clone() };
+    let words = "amounts: give either `amounts` (several metrics) or `metric` and `amount` (one), not both";
+    assert_eq!(refused(hook.check(both)), words);
+    let neither = Request { amounts: None, ..several.clone() };
+    assert_eq!(refused(hook.check(neither)), "metric: missing (or give `amounts` for several metrics)");
+    let no_amount = Request { amount: None, ..ask("tokens", None, "k-a", 1) };
+    assert_eq!(refused(hook.check(no_amount)), "amount: missing");
+    assert_eq!(refused_field(hook.check(several.clone())), "amounts", "several metrics are check_amounts'");
+    assert_eq!(refused_field(hook.check_amounts(ask("tokens", None, "k-1", 1))), "metric");
+    assert_eq!(refused_field(hook.check(reserve("tokens", "k-2", 1))), "ttl_ms", "a check holds nothing");
+    assert_eq!(refused_field(hook.check_amounts(Request { ttl_ms: Some(1_000), ..several.clone() })), "ttl_ms");
+    assert_eq!(refused_field(hook.reserve(ask("tokens", None, "k-3", 1))), "ttl_ms", "a reservation says how long");
+    assert_eq!(refused_field(hook.reserve_amounts(several)), "ttl_ms");
+    let quotas = hook.quotas(QuotaQuery { who: Who::tenant("org-1"), metric: None }).unwrap();
+    assert_eq!((quotas.quotas[0].consumed, quotas.quotas[0].held), (Some(0), Some(0)), "nothing decided");
 }
 
 static CLOCK_MICROS: AtomicI64 = AtomicI64::new(0);
@@ -209,7 +216,7 @@ fn a_key_answers_only_its_own_request() {
     assert_eq!(reused_field(hook.check(ask("tokens", None, "k", 5))), "subject");
     assert_eq!(reused_field(hook.check(ask("requests", Some("alice"), "k", 5))), "metric");
     let mut as_reserve = reserve("tokens", "k", 5);
-    as_reserve.subject = Some("alice".into());
+    as_reserve.who.subject = Some("alice".into());
     assert_eq!(reused_field(hook.reserve(as_reserve)), "kind");
     let reserved = hook.reserve(reserve("tokens", "r", 5)).unwrap();
     assert_eq!(reused_field(hook.check(ask("tokens", None, "r", 5))), "kind");

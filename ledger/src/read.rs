@@ -185,14 +185,9 @@ const ADJUSTMENTS_RECORDED: &str =
 /// decoding the whole adjustment, whose refs may name thousands of events.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdjustmentSummary {
-    /// The tenant it is about.
-    pub tenant: String,
-    /// The subject of a SUBJECT window, else none.
-    pub subject: Option<String>,
-    /// The project of a PROJECT window, else none.
-    pub project: Option<String>,
-    /// The API key of an API_KEY window, else none.
-    pub api_key: Option<String>,
+    /// The tenant it is about, and the subject of a SUBJECT window, the project of a PROJECT window, the API key of an
+    /// API_KEY window (the other members none).
+    pub who: Who,
     /// The metric it is about.
     pub metric: String,
     /// What kind of discrepancy it records.
@@ -223,8 +218,7 @@ fn adjustment_summaries(conn: &Connection, mut each: impl FnMut(AdjustmentSummar
     while let Some(r) = rows.next()? {
         count += 1;
         each(AdjustmentSummary {
-            tenant: r.get(0)?,
-            subject: r.get(1)?,
+            who: Who { tenant: r.get(0)?, subject: r.get(1)?, project: r.get(10)?, api_key: r.get(11)? },
             metric: r.get(2)?,
             kind: symbol(r, 3, AdjustmentKind::from_symbol)?,
             policy_id: r.get(4)?,
@@ -233,8 +227,6 @@ fn adjustment_summaries(conn: &Connection, mut each: impl FnMut(AdjustmentSummar
             amount: r.get(7)?,
             first_ref: r.get(8)?,
             scope: optional_symbol(r, 9, Scope::from_symbol)?,
-            project: r.get(10)?,
-            api_key: r.get(11)?,
         });
     }
     Ok(count)

@@ -65,9 +65,9 @@ fn usage_rows_and_adjustment_summaries_name_project_and_api_key() {
     let mut summaries = Vec::new();
     ledger.adjustment_summaries(|s| summaries.push(s)).unwrap();
     assert_eq!(summaries.len(), 1);
-    let summary = &summaries[0];
+    let (summary, who) = (&summaries[0], &summaries[0].who);
     assert_eq!(
-        (summary.scope, summary.subject.as_deref(), summary.project.as_deref(), summary.api_key.as_deref()),
+        (summary.scope, who.subject.as_deref(), who.project.as_deref(), who.api_key.as_deref()),
         (Some(Scope::PROJECT), None, Some("p-1"), None)
     );
 }

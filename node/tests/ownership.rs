@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use hook::{CheckRequest, Code, HookError, HookSettings, Shards};
+use hook::{Code, HookError, HookSettings, Request, Shards};
 use ingest::{KafkaIngestSettings, PartitionListener};
 use kafka::admin::EmbeddedBroker;
 use kafka::producer::KafkaProducer;
@@ -17,7 +17,7 @@ use kafka::topics::Topics;
 use ledger::Durability;
 use ledger::shards::ShardDir;
 use node::{Identity, Ownership};
-use schemas::{Event, EventType};
+use schemas::{Event, EventType, Who};
 
 /// The partition count of the test's topics.
 const PARTITIONS: u32 = 3;
@@ -105,18 +105,8 @@ fn owned_by(broker: &EmbeddedBroker, node_id: &str) -> Vec<u32> {
 }
 
 /// org-1's check of `amount` tokens under key `key`.
-fn check(key: &str, amount: i64) -> CheckRequest {
-    CheckRequest {
-        tenant: "org-1".into(),
-        subject: None,
-        metric: "tokens".into(),
-        amount,
-        idempotency_key: key.into(),
-        request_id: None,
-        operation: None,
-        project: None,
-        api_key: None,
-    }
+fn check(key: &str, amount: i64) -> Request {
+    Request::one(Who::tenant("org-1"), "tokens", amount, key)
 }
 
 // Proves a node given every partition by the group comes to own them all: the catalog on the brokers names it the

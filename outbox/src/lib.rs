@@ -16,11 +16,7 @@
 //! # let dir = tempfile::tempdir().unwrap();
 //! # let path = dir.path().join("ledger.db");
 //! let hook = hook::Hook::start(&path, hook::HookSettings::default()).unwrap();
-//! let ask = hook::CheckRequest {
-//!     tenant: "org-42".into(), subject: None, metric: "requests".into(), amount: 1,
-//!     idempotency_key: "k-1".into(), request_id: None,
-//!     operation: None, project: None, api_key: None,
-//! };
+//! let ask = hook::Request::one(schemas::Who::tenant("org-42"), "requests", 1, "k-1");
 //! assert!(hook.check(ask).unwrap().allowed());
 //! drop(hook);
 //! let broker = kafka::admin::EmbeddedBroker::start(1).unwrap();

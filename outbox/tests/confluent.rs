@@ -101,17 +101,7 @@ fn registry_stub() -> (String, Arc<Mutex<Registry>>) {
 fn checks(path: &std::path::Path, tenants: &[&str]) {
     let hook = hook::Hook::start(path, hook::HookSettings::default()).unwrap();
     for tenant in tenants {
-        let ask = hook::CheckRequest {
-            tenant: tenant.to_string(),
-            subject: None,
-            metric: "requests".into(),
-            amount: 1,
-            idempotency_key: format!("k-{tenant}"),
-            request_id: None,
-            operation: None,
-            project: None,
-            api_key: None,
-        };
+        let ask = hook::Request::one(schemas::Who::tenant(*tenant), "requests", 1, format!("k-{tenant}"));
         assert!(hook.check(ask).unwrap().allowed());
     }
 }

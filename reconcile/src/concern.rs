@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 
 use ledger::{AdjustmentSummary, ReadError};
-use schemas::{AdjustmentKind, Header, Scope, Timestamp};
+use schemas::{AdjustmentKind, Header, Scope, Timestamp, Who};
 use sha2::{Digest, Sha256};
 
 use crate::inputs::PlanInputs;
@@ -215,10 +215,7 @@ fn concern_of(
     conflict_ordinals: &mut HashMap<String, u32>,
 ) -> Option<Concern> {
     let AdjustmentSummary {
-        tenant,
-        subject,
-        project,
-        api_key,
+        who: Who { tenant, subject, project, api_key },
         metric,
         kind,
         policy_id,

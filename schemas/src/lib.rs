@@ -30,6 +30,7 @@ mod message;
 pub mod partition;
 pub mod timestamp;
 pub mod validate;
+pub mod who;
 
 pub use catalog::{Catalog, CatalogSchema, ContainerRecord, Decoded, SchemaDirError, fingerprint};
 /// An IANA time zone, as policies name them (`PolicyEvent::time_zone`).
@@ -38,6 +39,7 @@ pub use error::DecodeError;
 pub use event::*;
 pub use timestamp::Timestamp;
 pub use validate::{Invalid, MAX_MESSAGE_BYTES, validate};
+pub use who::Who;
 
 /// The Avro namespace of every record.
 pub const NAMESPACE: &str = "quota.v1";

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use hook::{CheckRequest, Closed, Decision, Hook, HookError, Refusal, ReserveRequest, Shards, TenantScope};
+use hook::{Closed, Decision, Hook, HookError, Refusal, Request, Shards, TenantScope};
 use schemas::ReservationAction;
 
 /// The hook `serve` answers through.
@@ -16,14 +16,14 @@ pub(crate) enum Hooks {
 }
 
 impl Hooks {
-    pub(crate) async fn check_async_as(&self, request: CheckRequest, token: &str) -> Result<Decision, HookError> {
+    pub(crate) async fn check_async_as(&self, request: Request, token: &str) -> Result<Decision, HookError> {
         match self {
             Hooks::One(hook) => hook.check_async_as(request, token).await,
             Hooks::Shards(shards) => shards.check_async_as(request, token).await,
         }
     }
 
-    pub(crate) async fn reserve_async_as(&self, request: ReserveRequest, token: &str) -> Result<Decision, HookError> {
+    pub(crate) async fn reserve_async_as(&self, request: Request, token: &str) -> Result<Decision, HookError> {
         match self {
             Hooks::One(hook) => hook.reserve_async_as(request, token).await,
             Hooks::Shards(shards) => shards.reserve_async_as(request, token).await,
@@ -32,7 +32,7 @@ impl Hooks {
 
     pub(crate) async fn check_amounts_async(
         &self,
-        request: hook::CheckAmountsRequest,
+        request: Request,
         token: &str,
     ) -> Result<hook::Decisions, HookError> {
         match self {
@@ -43,7 +43,7 @@ impl Hooks {
 
     pub(crate) async fn reserve_amounts_async(
         &self,
-        request: hook::ReserveAmountsRequest,
+        request: Request,
         token: &str,
     ) -> Result<hook::Decisions, HookError> {
         match self {

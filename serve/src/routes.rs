@@ -1,7 +1,6 @@
 //! The HTTP layer of the hook: the routes of contract §7, each request's body read within its deadline and its size
 //! limit, the caller's token checked, then the hook asked.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,11 +12,11 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use hook::{AcquireRequest, CheckAmountsRequest, CheckRequest, LeaseStep, ReserveAmountsRequest, ReserveRequest};
-use schemas::{Operation, ReservationAction};
+use hook::{AcquireRequest, Asked, LeaseStep};
+use schemas::ReservationAction;
 use serde::Deserialize;
 
-use crate::answer::{close_response, error};
+use crate::answer::{close_response, error, hook_error};
 use crate::app::{App, Outboxes};
 use crate::limits::BODY_LIMIT_BYTES;
 use crate::tokens::Caller;
@@ -195,113 +194,24 @@ fn admit<T>(
     Ok((caller, request))
 }
 
-/// `POST /v1/check`'s body: one metric (`metric` and `amount`, contract §7) or several at once (`amounts`), never both.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CheckBody {
-    tenant: String,
-    #[serde(default)]
-    subject: Option<String>,
-    #[serde(default)]
-    metric: Option<String>,
-    #[serde(default)]
-    amount: Option<i64>,
-    #[serde(default)]
-    amounts: Option<BTreeMap<String, i64>>,
-    idempotency_key: String,
-    #[serde(default)]
-    request_id: Option<String>,
-    /// What the request does: `insert`, `update`, `delete` or `read` (what a gauge quota over its limit refuses by).
-    #[serde(default)]
-    operation: Option<Operation>,
-    /// The project it is of (PROJECT policies), and the API key (API_KEY policies).
-    #[serde(default)]
-    project: Option<String>,
-    #[serde(default)]
-    api_key: Option<String>,
-}
-
-/// What a check body asks.
-enum CheckAsked {
-    One(CheckRequest),
-    Several(CheckAmountsRequest),
-}
-
-impl CheckBody {
-    /// The request it makes, or the 400 naming the fields at fault.
-    fn asked(self) -> Result<CheckAsked, Box<Response>> {
-        let CheckBody {
-            tenant,
-            subject,
-            metric,
-            amount,
-            amounts,
-            idempotency_key,
-            request_id,
-            operation,
-            project,
-            api_key,
-        } = self;
-        let bad = |field: &str, message: &str| {
-            let body = serde_json::json!({"error": "bad_request", "message": message, "field": field});
-            Box::new((StatusCode::BAD_REQUEST, Json(body)).into_response())
-        };
-        match (amounts, metric, amount) {
-            (Some(_), Some(_), _) | (Some(_), _, Some(_)) => Err(bad(
-                "amounts",
-                "amounts: give either `amounts` (several metrics) or `metric` and `amount` (one), not both",
-            )),
-            (Some(amounts), None, None) => {
-                let request = CheckAmountsRequest {
-                    tenant,
-                    subject,
-                    amounts,
-                    idempotency_key,
-                    request_id,
-                    operation,
-                    project,
-                    api_key,
-                };
-                Ok(CheckAsked::Several(request))
-            }
-            (None, None, _) => Err(bad("metric", "metric: missing (or give `amounts` for several metrics)")),
-            (None, Some(_), None) => Err(bad("amount", "amount: missing")),
-            (None, Some(metric), Some(amount)) => {
-                let request = CheckRequest {
-                    tenant,
-                    subject,
-                    metric,
-                    amount,
-                    idempotency_key,
-                    request_id,
-                    operation,
-                    project,
-                    api_key,
-                };
-                Ok(CheckAsked::One(request))
-            }
-        }
-    }
-}
-
+/// `POST /v1/check`: the body a [`hook::Request`], of one metric (`metric` and `amount`, contract §7) or of several
+/// (`amounts`), never both.
 async fn check(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
-    body: Result<Json<CheckBody>, JsonRejection>,
+    body: Result<Json<hook::Request>, JsonRejection>,
 ) -> Response {
-    let (caller, body) = match admit(&app, &headers, body, |r: &CheckBody| &r.tenant) {
+    let (caller, request) = match admit(&app, &headers, body, |r: &hook::Request| &r.who.tenant) {
         Ok(admitted) => admitted,
         Err(refused) => return *refused,
     };
-    let partition = app.partition_of(&body.tenant);
-    match body.asked() {
-        Ok(CheckAsked::One(request)) => {
-            app.decided_for(partition, app.hook.check_async_as(request, &caller.name).await)
-        }
-        Ok(CheckAsked::Several(request)) => {
+    let partition = app.partition_of(&request.who.tenant);
+    match request.asked() {
+        Ok(Asked::One { .. }) => app.decided_for(partition, app.hook.check_async_as(request, &caller.name).await),
+        Ok(Asked::Several(_)) => {
             app.several_decided(partition, app.hook.check_amounts_async(request, &caller.name).await)
         }
-        Err(refused) => *refused,
+        Err(refused) => hook_error(refused),
     }
 }
 
@@ -320,110 +230,34 @@ async fn quotas(
         Ok(query) => query,
         Err(rejection) => return error(StatusCode::BAD_REQUEST, "bad_request", rejection.body_text()),
     };
-    if !caller.scope.covers(&query.tenant) {
-        return forbidden(&query.tenant);
+    if !caller.scope.covers(&query.who.tenant) {
+        return forbidden(&query.who.tenant);
     }
-    let partition = app.partition_of(&query.tenant);
+    let partition = app.partition_of(&query.who.tenant);
     match app.hook.quotas_async(query).await {
         Ok(quotas) => (StatusCode::OK, Json(quotas)).into_response(),
         Err(e) => app.refused(partition, e),
     }
 }
 
-/// `POST /v1/reservations`' body: one metric (`metric` and `amount`, contract §7) or several at once (`amounts`,
-/// a reservation per metric), never both.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ReserveBody {
-    tenant: String,
-    #[serde(default)]
-    subject: Option<String>,
-    #[serde(default)]
-    metric: Option<String>,
-    #[serde(default)]
-    amount: Option<i64>,
-    #[serde(default)]
-    amounts: Option<BTreeMap<String, i64>>,
-    ttl_ms: i64,
-    idempotency_key: String,
-    #[serde(default)]
-    request_id: Option<String>,
-    /// As a check's.
-    #[serde(default)]
-    operation: Option<Operation>,
-    #[serde(default)]
-    project: Option<String>,
-    #[serde(default)]
-    api_key: Option<String>,
-}
-
+/// `POST /v1/reservations`: the body a [`hook::Request`] with `ttl_ms`, of one metric (`metric` and `amount`, contract §7)
+/// or of several at once (`amounts`, a reservation per metric), never both.
 async fn reserve(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
-    body: Result<Json<ReserveBody>, JsonRejection>,
+    body: Result<Json<hook::Request>, JsonRejection>,
 ) -> Response {
-    let (caller, body) = match admit(&app, &headers, body, |r: &ReserveBody| &r.tenant) {
+    let (caller, request) = match admit(&app, &headers, body, |r: &hook::Request| &r.who.tenant) {
         Ok(admitted) => admitted,
         Err(refused) => return *refused,
     };
-    let partition = app.partition_of(&body.tenant);
-    let ReserveBody {
-        tenant,
-        subject,
-        metric,
-        amount,
-        amounts,
-        ttl_ms,
-        idempotency_key,
-        request_id,
-        operation,
-        project,
-        api_key,
-    } = body;
-    // The same rules as a check's body: the check's own parse says which fields are wrong.
-    let check = CheckBody {
-        tenant,
-        subject,
-        metric,
-        amount,
-        amounts,
-        idempotency_key,
-        request_id,
-        operation,
-        project,
-        api_key,
-    };
-    match check.asked() {
-        Ok(CheckAsked::One(c)) => {
-            let request = ReserveRequest {
-                tenant: c.tenant,
-                subject: c.subject,
-                metric: c.metric,
-                amount: c.amount,
-                ttl_ms,
-                idempotency_key: c.idempotency_key,
-                request_id: c.request_id,
-                operation: c.operation,
-                project: c.project,
-                api_key: c.api_key,
-            };
-            app.decided_for(partition, app.hook.reserve_async_as(request, &caller.name).await)
-        }
-        Ok(CheckAsked::Several(c)) => {
-            let request = ReserveAmountsRequest {
-                tenant: c.tenant,
-                subject: c.subject,
-                amounts: c.amounts,
-                ttl_ms,
-                idempotency_key: c.idempotency_key,
-                request_id: c.request_id,
-                operation: c.operation,
-                project: c.project,
-                api_key: c.api_key,
-            };
+    let partition = app.partition_of(&request.who.tenant);
+    match request.asked() {
+        Ok(Asked::One { .. }) => app.decided_for(partition, app.hook.reserve_async_as(request, &caller.name).await),
+        Ok(Asked::Several(_)) => {
             app.several_decided(partition, app.hook.reserve_amounts_async(request, &caller.name).await)
         }
-        Err(refused) => *refused,
+        Err(refused) => hook_error(refused),
     }
 }
 
@@ -472,33 +306,17 @@ fn scope_and_body<T>(
     Ok((scope, body))
 }
 
-/// `POST /v1/leases`' body: a slot of every CONCURRENT policy of `metric`, for `ttl_ms`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AcquireBody {
-    tenant: String,
-    #[serde(default)]
-    subject: Option<String>,
-    metric: String,
-    ttl_ms: i64,
-    idempotency_key: String,
-    #[serde(default)]
-    request_id: Option<String>,
-}
-
+/// `POST /v1/leases`: the body an [`AcquireRequest`], a slot of every CONCURRENT policy of `metric` for `ttl_ms`.
 async fn acquire(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
-    body: Result<Json<AcquireBody>, JsonRejection>,
+    body: Result<Json<AcquireRequest>, JsonRejection>,
 ) -> Response {
-    let (caller, body) = match admit(&app, &headers, body, |r: &AcquireBody| &r.tenant) {
+    let (caller, request) = match admit(&app, &headers, body, |r: &AcquireRequest| &r.who.tenant) {
         Ok(admitted) => admitted,
         Err(refused) => return *refused,
     };
-    let partition = app.partition_of(&body.tenant);
-    let AcquireBody { tenant, subject, metric, ttl_ms, idempotency_key, request_id } = body;
-    let request =
-        AcquireRequest { tenant, subject, metric, ttl_ms, idempotency_key, request_id, api_key: None, project: None };
+    let partition = app.partition_of(&request.who.tenant);
     app.decided_for(partition, app.hook.acquire_async(request, Some(&caller.name)).await)
 }
 

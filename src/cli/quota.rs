@@ -37,12 +37,7 @@ pub struct ShowArgs {
 
 pub fn run(store: &super::Store, command: QuotaCommand) -> anyhow::Result<ExitCode> {
     let QuotaCommand::Show(args) = command;
-    let query = QuotaQuery {
-        tenant: args.tenant,
-        metric: args.metric,
-        subject: args.subject,
-        project: args.project,
-        api_key: args.api_key,
-    };
+    let who = schemas::Who { tenant: args.tenant, subject: args.subject, project: args.project, api_key: args.api_key };
+    let query = QuotaQuery { who, metric: args.metric };
     super::print(&usecases::quota::show(store, &query)?, args.json, usecases::quota::write_quotas)
 }

@@ -10,7 +10,7 @@ use crate::{Result, Store};
 
 /// The quotas of `query`'s tenant, counted now in the ledger of `store` that holds its events.
 pub fn show(store: &Store, query: &QuotaQuery) -> Result<Quotas> {
-    let ledger = store.tenant_ledger(&query.tenant)?;
+    let ledger = store.tenant_ledger(&query.who.tenant)?;
     Ok(hook::quotas::from_ledger(&ledger, query, Timestamp::now())?)
 }
 

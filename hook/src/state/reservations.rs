@@ -23,10 +23,8 @@ pub const PROVISIONAL_SEQ: u64 = u64::MAX / 2;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[allow(missing_docs)] // The RESERVE's own fields, by their contract §3 names.
 pub struct Hold {
-    pub tenant: String,
-    pub subject: Option<String>,
-    pub project: Option<String>,
-    pub api_key: Option<String>,
+    /// Whose the RESERVE is.
+    pub who: Who,
     pub metric: String,
     pub amount: i64,
     pub expires_at: Timestamp,
@@ -40,41 +38,24 @@ pub struct Hold {
 impl Hold {
     /// The members it holds for.
     pub fn named(&self) -> Named<'_> {
-        Named { subject: self.subject.as_deref(), project: self.project.as_deref(), api_key: self.api_key.as_deref() }
+        Named::of_who(&self.who)
     }
 }
 
-/// Whose a reservation event is: the counters its hold or its COMMIT's consumption go to.
+/// Whose a reservation event is, of which metric: the counters its hold or its COMMIT's consumption go to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Owner {
-    tenant: String,
-    subject: Option<String>,
-    project: Option<String>,
-    api_key: Option<String>,
+    who: Who,
     metric: String,
 }
 
 impl Owner {
     fn of(header: &Header) -> Owner {
-        Owner {
-            tenant: header.tenant.clone(),
-            subject: header.subject.clone(),
-            project: header.project.clone(),
-            api_key: header.api_key.clone(),
-            metric: header.metric.clone(),
-        }
+        Owner { who: header.who(), metric: header.metric.clone() }
     }
 
     fn is(&self, header: &Header) -> bool {
-        self.tenant == header.tenant
-            && self.subject == header.subject
-            && self.project == header.project
-            && self.api_key == header.api_key
-            && self.metric == header.metric
-    }
-
-    fn named(&self) -> Named<'_> {
-        Named { subject: self.subject.as_deref(), project: self.project.as_deref(), api_key: self.api_key.as_deref() }
+        self.who.is_of(header) && self.metric == header.metric
     }
 }
 
@@ -231,7 +212,7 @@ impl Reservations {
             };
             for (owner, occurred_at, amount) in [change(life.committed, -1), change(committed, 1)].into_iter().flatten()
             {
-                windows.consume_at(&owner.tenant, owner.named(), &owner.metric, occurred_at, amount);
+                windows.consume_at(&owner.who.tenant, Named::of_who(&owner.who), &owner.metric, occurred_at, amount);
             }
             life.committed = committed;
         }
@@ -243,10 +224,7 @@ impl Reservations {
                 let expires_at = until.unwrap_or(step.facts.occurred_at);
                 if expires_at >= now {
                     let hold = Hold {
-                        tenant: owner.tenant.clone(),
-                        subject: owner.subject.clone(),
-                        project: owner.project.clone(),
-                        api_key: owner.api_key.clone(),
+                        who: owner.who.clone(),
                         metric: owner.metric.clone(),
                         amount: step.facts.amount,
                         expires_at,
@@ -307,7 +285,7 @@ impl Reservations {
     }
 
     pub(super) fn is_open(&self, (tenant, reservation_id): &Key) -> bool {
-        self.holds_of(reservation_id).iter().any(|h| &h.tenant == tenant)
+        self.holds_of(reservation_id).iter().any(|h| &h.who.tenant == tenant)
     }
 
     /// When the first open reservation expires (microseconds), if any.
@@ -318,12 +296,12 @@ impl Reservations {
     /// Opens a reservation: its amount counts against its tenant's and subject's limits until it closes or
     /// expires. An open reservation of the same key is replaced.
     fn open_hold(&mut self, windows: &mut Windows, key: &Key, hold: Hold) {
-        debug_assert_eq!(hold.tenant, key.0);
+        debug_assert_eq!(hold.who.tenant, key.0);
         self.close_hold(windows, key);
         let amount = i128::from(hold.amount);
         let (lease, expiry) = (hold.fencing_token.is_some(), hold.expires_at.micros());
         // Exact in i128: 2^127 is more than any number of events of at most 2^63 each.
-        windows.update(&hold.tenant, hold.named(), &hold.metric, |c| match lease {
+        windows.update(&hold.who.tenant, hold.named(), &hold.metric, |c| match lease {
             true => *c.leases.entry(expiry).or_insert(0) += 1,
             false => c.held += amount,
         });
@@ -336,7 +314,7 @@ impl Reservations {
     fn close_hold(&mut self, windows: &mut Windows, key: &Key) -> Option<Hold> {
         let (tenant, reservation_id) = key;
         let holds = self.holds.get_mut(reservation_id)?;
-        let hold = holds.swap_remove(holds.iter().position(|h| &h.tenant == tenant)?);
+        let hold = holds.swap_remove(holds.iter().position(|h| &h.who.tenant == tenant)?);
         if holds.is_empty() {
             self.holds.remove(reservation_id);
         }
@@ -344,7 +322,7 @@ impl Reservations {
         assert!(removed, "an open reservation is in the expiry order");
         let amount = i128::from(hold.amount);
         let (lease, expiry) = (hold.fencing_token.is_some(), hold.expires_at.micros());
-        windows.update(&hold.tenant, hold.named(), &hold.metric, |c| {
+        windows.update(&hold.who.tenant, hold.named(), &hold.metric, |c| {
             if !lease {
                 c.held -= amount;
             } else if let Some(n) = c.leases.get_mut(&expiry) {
@@ -398,7 +376,7 @@ impl Reservations {
         let holds: Vec<&Hold> = self.holds().collect();
         assert_eq!(holds.len(), self.expiries.len(), "one expiry per hold");
         for (expires_at, key) in &self.expiries {
-            let hold = self.holds_of(&key.1).iter().find(|h| h.tenant == key.0).expect("an expiry of a hold");
+            let hold = self.holds_of(&key.1).iter().find(|h| h.who.tenant == key.0).expect("an expiry of a hold");
             assert_eq!(hold.expires_at.micros(), *expires_at);
             let life = self.lives.get(key).expect("a hold's reservation is kept");
             assert!(life.holding.is_some() && life.resting_until.is_none(), "{key:?} holds");

@@ -52,10 +52,10 @@ struct Model {
 
 impl Model {
     fn held(&self, tenant: &str, whose: Whose<'_>, metric: &str, now: Timestamp) -> i128 {
-        let matches = |h: &Hold| h.tenant == tenant && h.metric == metric && h.expires_at >= now;
+        let matches = |h: &Hold| h.who.tenant == tenant && h.metric == metric && h.expires_at >= now;
         let of_subject = |h: &Hold| match whose {
             Whose::Tenant => true,
-            Whose::Subject(subject) => h.subject.as_deref() == subject,
+            Whose::Subject(subject) => h.who.subject.as_deref() == subject,
             Whose::Project(_) | Whose::ApiKey(_) => unreachable!("the model has no project or API key"),
         };
         self.holds.values().filter(|h| matches(h) && of_subject(h)).map(|h| i128::from(h.amount)).sum()
@@ -313,15 +313,12 @@ proptest! {
                         continue;
                     }
                     model.holds.entry(reservation_id).or_insert_with(|| Hold {
-                        tenant: tenant.into(),
-                        subject: subject.map(String::from),
+                        who: Who { subject: subject.map(String::from), ..Who::tenant(tenant) },
                         metric: metric.into(),
                         amount,
                         expires_at,
                         reserved_at: now,
                         fencing_token: None,
-                        api_key: None,
-                        project: None,
                     });
                 }
                 Op::Close { id, commit, amount } => {
@@ -343,7 +340,7 @@ proptest! {
                     let amount = if commit { amount } else { 0 };
                     seq += 1;
                     let event = Event::Reservation(ReservationEvent {
-                        header: header(&hold.tenant, hold.subject.as_deref(), &hold.metric, at, format!("e{seq}")),
+                        header: header(&hold.who.tenant, hold.who.subject.as_deref(), &hold.metric, at, format!("e{seq}")),
                         reservation_id,
                         action,
                         amount,
@@ -352,7 +349,7 @@ proptest! {
                     });
                     state.fold(seq, &event, now);
                     let day = window::bounds(Window::DAY, at).0.micros();
-                    *model.committed.entry((hold.tenant, hold.subject, hold.metric, day)).or_default() += amount;
+                    *model.committed.entry((hold.who.tenant, hold.who.subject, hold.metric, day)).or_default() += amount;
                 }
                 Op::Advance { seconds } => {
                     now = Timestamp(now.micros() + seconds * 1_000_000);

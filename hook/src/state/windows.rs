@@ -123,6 +123,11 @@ pub struct Named<'a> {
 }
 
 impl<'a> Named<'a> {
+    /// What a request (or a hold) names.
+    pub fn of_who(who: &'a Who) -> Named<'a> {
+        Named { subject: who.subject.as_deref(), project: who.project.as_deref(), api_key: who.api_key.as_deref() }
+    }
+
     /// What an event's header names.
     pub fn of(header: &'a Header) -> Named<'a> {
         Named {

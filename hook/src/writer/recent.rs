@@ -87,8 +87,7 @@ mod tests {
             outcome: Outcome::ALLOWED,
             reason: Reason::WITHIN_LIMIT,
             code: Code::of(Outcome::ALLOWED, Reason::WITHIN_LIMIT),
-            tenant: "org-1".into(),
-            subject: None,
+            who: schemas::Who::tenant("org-1"),
             metric: "requests".into(),
             amount: n as i64,
             scope: None,
@@ -106,8 +105,6 @@ mod tests {
             amounts: Default::default(),
             lease: None,
             violation: None,
-            api_key: None,
-            project: None,
             metric_named: false,
         }
     }

@@ -79,9 +79,9 @@ impl Writer {
         now: Timestamp,
     ) -> Result<Admitted, HookError> {
         validate_ask(ask, idempotency_key, request_id)?;
-        let hash = ids::key_hash(ask.tenant, idempotency_key);
+        let hash = ids::key_hash(ask.tenant(), idempotency_key);
         let decision_id = ids::decision_id(&hash);
-        match self.replayed(&decision_id, ask.tenant, idempotency_key)? {
+        match self.replayed(&decision_id, ask.tenant(), idempotency_key)? {
             Some(Recorded::Own(decision)) => {
                 same_request(&decision, ask, idempotency_key, kind)?;
                 return Ok(Admitted::Replayed(decision));
@@ -101,24 +101,25 @@ impl Writer {
     /// Refuses to decide consumption of a gauge's metric (a gauge quota of the tenant names it): its usage events
     /// are levels, and the usage a check records would set the level to the amount asked.
     fn not_a_gauge(&self, ask: &Ask<'_>, now: Timestamp) -> Result<(), HookError> {
-        if !self.state.policies.is_gauge(ask.tenant, ask.metric, now) {
+        if !self.state.policies.is_gauge(ask.tenant(), ask.metric, now) {
             return Ok(());
         }
         let message = format!(
             "{:?} is a gauge of tenant {:?} (a gauge quota limits its level): its level is reported as a usage event \
              carrying the current value, not checked; check the request's own metric with its operation",
-            ask.metric, ask.tenant
+            ask.metric,
+            ask.tenant()
         );
         Err(HookError::BadRequest { field: "metric", message })
     }
 
     /// Whether a new request of `ask` fits: in the tenant's bound of counters, and in every sum it adds to.
     fn has_room(&self, ask: &Ask<'_>, adding: Adding) -> Result<(), HookError> {
-        let new = self.state.new_counters(ask.tenant, ask.named(), ask.metric);
-        let held = self.state.counters_of(ask.tenant);
+        let new = self.state.new_counters(ask.tenant(), ask.named(), ask.metric);
+        let held = self.state.counters_of(ask.tenant());
         let bound = self.settings.counters_per_tenant_max;
         if new > 0 && held.saturating_add(new) > bound {
-            let (field, value) = match (new, ask.subject) {
+            let (field, value) = match (new, ask.who.subject.as_deref()) {
                 (1, Some(subject)) => ("subject", subject),
                 _ => ("metric", ask.metric),
             };
@@ -128,27 +129,27 @@ impl Writer {
                     "{value:?} would be a new {field} of tenant {:?}, which has counters for {held} metrics and \
                      subjects in memory, its bound ({bound}): nothing was decided; they age out a day after the \
                      month they were last used in",
-                    ask.tenant
+                    ask.tenant()
                 ),
             });
         }
         self.state
-            .room(ask.tenant, ask.named(), ask.metric, adding, ask.amount)
+            .room(ask.tenant(), ask.named(), ask.metric, adding, ask.amount)
             .map_err(|no_room| too_much(ask.amount, no_room))
     }
 
     /// `check`: decides the ask and, when allowed, consumes it (a UsageEvent).
     pub(super) fn check(
         &mut self,
-        request: &CheckRequest,
+        request: &Request,
         token_name: Option<&str>,
         now: Timestamp,
         events: &mut Vec<Event>,
     ) -> Result<Decision, HookError> {
         validate_token_name(token_name)?;
-        let ask = Ask::new(&request.tenant, request.subject.as_deref(), &request.metric, request.amount)
-            .doing(request.operation)
-            .of_members(request.project.as_deref(), request.api_key.as_deref());
+        request.holds_nothing()?;
+        let (metric, amount) = request.one_metric()?;
+        let ask = Ask::new(&request.who, metric, amount).doing(request.operation);
         let hash = match self.admit(&ask, &request.idempotency_key, request.request_id.as_deref(), Kind::Check, now)? {
             Admitted::New { hash } => hash,
             Admitted::Replayed(decision) => return Ok(*decision),
@@ -163,7 +164,7 @@ impl Writer {
         if decision.allowed() {
             let usage = UsageEvent {
                 header: Header { event_id: ids::usage_id(&hash), ..header.clone() },
-                quantity: request.amount,
+                quantity: amount,
                 request_id: Some(request_id),
                 attributes: Default::default(),
             };
@@ -177,16 +178,16 @@ impl Writer {
     /// `reserve`: decides the ask and, when allowed, holds it until `ttl_ms` from now (a RESERVE).
     pub(super) fn reserve(
         &mut self,
-        request: &ReserveRequest,
+        request: &Request,
         token_name: Option<&str>,
         now: Timestamp,
         events: &mut Vec<Event>,
     ) -> Result<Decision, HookError> {
         validate_token_name(token_name)?;
-        validate_ttl(request.ttl_ms)?;
-        let ask = Ask::new(&request.tenant, request.subject.as_deref(), &request.metric, request.amount)
-            .doing(request.operation)
-            .of_members(request.project.as_deref(), request.api_key.as_deref());
+        let ttl_ms = request.held_ms()?;
+        validate_ttl(ttl_ms)?;
+        let (metric, amount) = request.one_metric()?;
+        let ask = Ask::new(&request.who, metric, amount).doing(request.operation);
         let hash =
             match self.admit(&ask, &request.idempotency_key, request.request_id.as_deref(), Kind::Reserve, now)? {
                 Admitted::New { hash } => hash,
@@ -198,12 +199,12 @@ impl Writer {
             Asked { hash: &hash, request_id: &request_id, idempotency_key: &request.idempotency_key, token_name };
         let (mut decision, header, _) = self.decide(&ask, &asked, now, events);
         if decision.allowed() {
-            let expires_at = Timestamp(now.micros() + request.ttl_ms * 1_000);
+            let expires_at = Timestamp(now.micros() + ttl_ms * 1_000);
             let reserve = ReservationEvent {
                 header: Header { event_id: ids::reserve_event_id(&reservation_id), ..header },
                 reservation_id: reservation_id.clone(),
                 action: ReservationAction::RESERVE,
-                amount: request.amount,
+                amount,
                 expires_at: Some(expires_at),
                 fencing_token: None,
             };
@@ -227,8 +228,7 @@ impl Writer {
     ) -> Result<Decision, HookError> {
         validate_token_name(token_name)?;
         validate_ttl(request.ttl_ms)?;
-        let ask = Ask::new(&request.tenant, request.subject.as_deref(), &request.metric, 1)
-            .of_members(request.project.as_deref(), request.api_key.as_deref());
+        let ask = Ask::new(&request.who, &request.metric, 1);
         let hash = match self.admit(&ask, &request.idempotency_key, request.request_id.as_deref(), Kind::Lease, now)? {
             Admitted::New { hash } => hash,
             Admitted::Replayed(decision) => return Ok(*decision),
@@ -240,7 +240,7 @@ impl Writer {
         let verdict = decide::decide(decide::evaluate_leases(&self.state, &ask, now));
         let (mut decision, header) = record_decision(&verdict, &ask, &asked, now, events);
         if decision.allowed() {
-            let fencing_token = self.state.fencing_token(ask.tenant, ask.metric).saturating_add(1);
+            let fencing_token = self.state.fencing_token(&ask.who.tenant, ask.metric).saturating_add(1);
             let expires_at = Timestamp(now.micros() + request.ttl_ms * 1_000);
             let reserve = ReservationEvent {
                 header: Header { event_id: ids::reserve_event_id(&lease_id), ..header },
@@ -307,7 +307,7 @@ impl Writer {
                 (false, Some(beyond)) => (BucketOf::Overage, beyond),
                 (false, None) => continue,
             };
-            self.taken.push(self.buckets.take(of, &t.policy, ask.tenant, member, amount, now));
+            self.taken.push(self.buckets.take(of, &t.policy, ask.tenant(), member, amount, now));
         }
     }
 
@@ -318,11 +318,12 @@ impl Writer {
     /// (WITHIN_LIMIT) when another metric denied: the decision that denied is the one that names a denying reason.
     pub(super) fn check_amounts(
         &mut self,
-        request: &CheckAmountsRequest,
+        request: &Request,
         token_name: Option<&str>,
         now: Timestamp,
         events: &mut Vec<Event>,
     ) -> Result<Decisions, HookError> {
+        request.holds_nothing()?;
         self.decide_amounts(request, None, token_name, now, events)
     }
 
@@ -331,29 +332,31 @@ impl Writer {
     /// decision's), committed or released on its own.
     pub(super) fn reserve_amounts(
         &mut self,
-        request: &ReserveAmountsRequest,
+        request: &Request,
         token_name: Option<&str>,
         now: Timestamp,
         events: &mut Vec<Event>,
     ) -> Result<Decisions, HookError> {
-        validate_ttl(request.ttl_ms)?;
-        self.decide_amounts(&request.asked(), Some(request.ttl_ms), token_name, now, events)
+        let ttl_ms = request.held_ms()?;
+        validate_ttl(ttl_ms)?;
+        self.decide_amounts(request, Some(ttl_ms), token_name, now, events)
     }
 
     /// A check (`ttl_ms` none) or a reserve (held for `ttl_ms`) of several metrics.
     fn decide_amounts(
         &mut self,
-        request: &CheckAmountsRequest,
+        request: &Request,
         ttl_ms: Option<i64>,
         token_name: Option<&str>,
         now: Timestamp,
         events: &mut Vec<Event>,
     ) -> Result<Decisions, HookError> {
         validate_token_name(token_name)?;
-        let asks = validate_amounts(request)?;
-        let hash = ids::key_hash(&request.tenant, &request.idempotency_key);
+        let amounts = request.several_metrics()?;
+        let asks = validate_amounts(request, amounts)?;
+        let hash = ids::key_hash(&request.who.tenant, &request.idempotency_key);
         let kind = if ttl_ms.is_some() { Kind::Reserve } else { Kind::Check };
-        if let Some(replayed) = self.replay_amounts(request, &hash, kind)? {
+        if let Some(replayed) = self.replay_amounts(request, amounts, &hash, kind)? {
             return Ok(replayed);
         }
         for ask in &asks {
@@ -423,7 +426,7 @@ impl Writer {
                 _ => {}
             }
             if asks.len() > 1 {
-                decision.amounts = request.amounts.clone();
+                decision.amounts = amounts.clone();
             }
             if allowed && fails_open {
                 self.group_open.insert(decision.decision_id.clone());
@@ -439,13 +442,14 @@ impl Writer {
     /// whichever form the original took.
     fn replay_amounts(
         &self,
-        request: &CheckAmountsRequest,
+        request: &Request,
+        amounts: &BTreeMap<String, i64>,
         hash: &str,
         kind: Kind,
     ) -> Result<Option<Decisions>, HookError> {
         let key = &request.idempotency_key;
         let anchor_id = ids::decision_id(hash);
-        let anchor = match self.replayed(&anchor_id, &request.tenant, key)? {
+        let anchor = match self.replayed(&anchor_id, &request.who.tenant, key)? {
             None => return Ok(None),
             Some(Recorded::Foreign) => return Err(foreign(key, anchor_id)),
             Some(Recorded::Own(anchor)) => anchor,
@@ -462,17 +466,18 @@ impl Writer {
             ),
             decision_id: anchor_id.clone(),
         };
-        if anchor.subject != request.subject {
-            return Err(differs("subject", format!("{:?}", anchor.subject), format!("{:?}", request.subject)));
+        let (first, now) = (&anchor.who, &request.who);
+        if first.subject != now.subject {
+            return Err(differs("subject", format!("{:?}", first.subject), format!("{:?}", now.subject)));
         }
-        if anchor.project != request.project {
-            return Err(differs("project", format!("{:?}", anchor.project), format!("{:?}", request.project)));
+        if first.project != now.project {
+            return Err(differs("project", format!("{:?}", first.project), format!("{:?}", now.project)));
         }
-        if anchor.api_key != request.api_key {
-            return Err(differs("api_key", format!("{:?}", anchor.api_key), format!("{:?}", request.api_key)));
+        if first.api_key != now.api_key {
+            return Err(differs("api_key", format!("{:?}", first.api_key), format!("{:?}", now.api_key)));
         }
-        if original != request.amounts {
-            return Err(differs("amounts", format!("{original:?}"), format!("{:?}", request.amounts)));
+        if original != *amounts {
+            return Err(differs("amounts", format!("{original:?}"), format!("{amounts:?}")));
         }
         // A denied check and a denied reserve record the same decisions; allowed ones say which they were.
         match (kind, anchor.allowed(), anchor.reservation_id.is_some()) {
@@ -481,9 +486,9 @@ impl Writer {
             _ => {}
         }
         let mut decisions = vec![*anchor];
-        for metric in request.amounts.keys().skip(1) {
+        for metric in amounts.keys().skip(1) {
             let id = ids::decision_id(&ids::metric_hash(hash, metric, false));
-            match self.replayed(&id, &request.tenant, key)? {
+            match self.replayed(&id, &request.who.tenant, key)? {
                 Some(Recorded::Own(decision)) => decisions.push(*decision),
                 _ => {
                     let message = format!("decision {id} of metric {metric:?} of key {key:?} is not recorded");
@@ -544,10 +549,10 @@ impl Writer {
         }
         if action == ReservationAction::COMMIT {
             let consumption = Adding::Consumption(now);
-            let room = self.state.room(&hold.tenant, hold.named(), &hold.metric, consumption, amount);
+            let room = self.state.room(&hold.who.tenant, hold.named(), &hold.metric, consumption, amount);
             room.map_err(|no_room| too_much(amount, no_room))?;
         }
-        let event_id = ids::close_event_id(&hold.tenant, reservation_id, action, own);
+        let event_id = ids::close_event_id(&hold.who.tenant, reservation_id, action, own);
         let header = Header {
             // Each renewal is an event of its own: its id names the expiry it sets.
             event_id: match renewal {
@@ -555,10 +560,10 @@ impl Writer {
                 None => event_id,
             },
             occurred_at: now,
-            tenant: hold.tenant.clone(),
-            subject: hold.subject.clone(),
-            project: hold.project.clone(),
-            api_key: hold.api_key.clone(),
+            tenant: hold.who.tenant.clone(),
+            subject: hold.who.subject.clone(),
+            project: hold.who.project.clone(),
+            api_key: hold.who.api_key.clone(),
             metric: hold.metric.clone(),
             source: SOURCE.to_string(),
         };
@@ -590,15 +595,15 @@ impl Writer {
         let holds = self.state.holds_of(reservation_id);
         // Other enforcers' reservations of two tenants may share an id, and a close names no tenant: of those the
         // caller may close, this hook's own, or the only one; never a guess.
-        let covered: Vec<&Hold> = holds.iter().filter(|h| tenants.covers(&h.tenant)).collect();
+        let covered: Vec<&Hold> = holds.iter().filter(|h| tenants.covers(&h.who.tenant)).collect();
         let own: Vec<&Hold> =
-            covered.iter().copied().filter(|h| self.state.is_own(&h.tenant, reservation_id)).collect();
+            covered.iter().copied().filter(|h| self.state.is_own(&h.who.tenant, reservation_id)).collect();
         match (own.as_slice(), covered.as_slice()) {
             ([hold], _) => Ok(Some(Chosen { hold: (*hold).clone(), own: true })),
             ([], [hold]) => Ok(Some(Chosen { hold: (*hold).clone(), own: false })),
             (_, []) => Ok(None),
             _ => {
-                let tenants: Vec<&str> = covered.iter().map(|h| h.tenant.as_str()).collect();
+                let tenants: Vec<&str> = covered.iter().map(|h| h.who.tenant.as_str()).collect();
                 Err(HookError::BadRequest {
                     field: "reservation_id",
                     message: format!(
@@ -702,10 +707,10 @@ fn record_decision(
     let header = Header {
         event_id: ids::decision_id(asked.hash),
         occurred_at: now,
-        tenant: ask.tenant.to_string(),
-        subject: ask.subject.map(String::from),
-        project: ask.project.map(String::from),
-        api_key: ask.api_key.map(String::from),
+        tenant: ask.who.tenant.clone(),
+        subject: ask.who.subject.clone(),
+        project: ask.who.project.clone(),
+        api_key: ask.who.api_key.clone(),
         metric: ask.metric.to_string(),
         source: SOURCE.to_string(),
     };
@@ -773,20 +778,15 @@ fn validate_ttl(ttl_ms: i64) -> Result<(), HookError> {
     Ok(())
 }
 
-fn validate_amounts(request: &CheckAmountsRequest) -> Result<Vec<Ask<'_>>, HookError> {
-    if request.amounts.is_empty() || request.amounts.len() > AMOUNTS_MAX {
-        let message = format!("names {} metrics; 1 to {} are accepted", request.amounts.len(), AMOUNTS_MAX);
+/// The ask of each metric of a request of several, each valid, or the 400 naming `amounts` (and the metric).
+fn validate_amounts<'a>(request: &'a Request, amounts: &'a BTreeMap<String, i64>) -> Result<Vec<Ask<'a>>, HookError> {
+    if amounts.is_empty() || amounts.len() > AMOUNTS_MAX {
+        let message = format!("names {} metrics; 1 to {} are accepted", amounts.len(), AMOUNTS_MAX);
         return Err(HookError::BadRequest { field: "amounts", message });
     }
-    let subject = request.subject.as_deref();
-    let asks: Vec<Ask<'_>> = request
-        .amounts
+    let asks: Vec<Ask<'_>> = amounts
         .iter()
-        .map(|(metric, amount)| {
-            Ask::new(&request.tenant, subject, metric, *amount)
-                .doing(request.operation)
-                .of_members(request.project.as_deref(), request.api_key.as_deref())
-        })
+        .map(|(metric, amount)| Ask::new(&request.who, metric, *amount).doing(request.operation))
         .collect();
     for ask in &asks {
         validate_ask(ask, &request.idempotency_key, request.request_id.as_deref()).map_err(|e| match e {
@@ -813,17 +813,18 @@ fn same_request(original: &Decision, ask: &Ask<'_>, idempotency_key: &str, kind:
         ),
         decision_id: original.decision_id.clone(),
     };
-    if original.tenant != ask.tenant {
-        return Err(differs("tenant", format!("{:?}", original.tenant), format!("{:?}", ask.tenant)));
+    let (first, now) = (&original.who, ask.who);
+    if first.tenant != now.tenant {
+        return Err(differs("tenant", format!("{:?}", first.tenant), format!("{:?}", now.tenant)));
     }
-    if original.subject.as_deref() != ask.subject {
-        return Err(differs("subject", format!("{:?}", original.subject), format!("{:?}", ask.subject)));
+    if first.subject != now.subject {
+        return Err(differs("subject", format!("{:?}", first.subject), format!("{:?}", now.subject)));
     }
-    if original.project.as_deref() != ask.project {
-        return Err(differs("project", format!("{:?}", original.project), format!("{:?}", ask.project)));
+    if first.project != now.project {
+        return Err(differs("project", format!("{:?}", first.project), format!("{:?}", now.project)));
     }
-    if original.api_key.as_deref() != ask.api_key {
-        return Err(differs("api_key", format!("{:?}", original.api_key), format!("{:?}", ask.api_key)));
+    if first.api_key != now.api_key {
+        return Err(differs("api_key", format!("{:?}", first.api_key), format!("{:?}", now.api_key)));
     }
     if original.metric != ask.metric {
         return Err(differs("metric", format!("{:?}", original.metric), format!("{:?}", ask.metric)));
@@ -883,18 +884,18 @@ fn validate_ask(ask: &Ask<'_>, idempotency_key: &str, request_id: Option<&str>) 
         let message = message.strip_prefix(field).map_or(message.clone(), |m| m.trim_start().to_string());
         HookError::BadRequest { field, message }
     };
-    schemas::validate::check_name("tenant", ask.tenant).map_err(invalid)?;
-    if ask.tenant == rules::policy::PLAN_DEFAULT_TENANT {
+    schemas::validate::check_name("tenant", ask.tenant()).map_err(invalid)?;
+    if ask.tenant() == rules::policy::PLAN_DEFAULT_TENANT {
         let message = "\"*\" names plan defaults, not a tenant".to_string();
         return Err(HookError::BadRequest { field: "tenant", message });
     }
-    if let Some(subject) = ask.subject {
+    if let Some(subject) = &ask.who.subject {
         schemas::validate::check_name("subject", subject).map_err(invalid)?;
     }
-    if let Some(project) = ask.project {
+    if let Some(project) = &ask.who.project {
         schemas::validate::check_name("project", project).map_err(invalid)?;
     }
-    if let Some(api_key) = ask.api_key {
+    if let Some(api_key) = &ask.who.api_key {
         schemas::validate::check_name("api_key", api_key).map_err(invalid)?;
     }
     schemas::validate::check_name("metric", ask.metric).map_err(invalid)?;

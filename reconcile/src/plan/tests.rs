@@ -145,10 +145,7 @@ impl PlanInputs for Memory {
             if let Event::Adjustment(a) = event {
                 count += 1;
                 each(AdjustmentSummary {
-                    tenant: a.header.tenant.clone(),
-                    subject: a.header.subject.clone(),
-                    project: a.header.project.clone(),
-                    api_key: a.header.api_key.clone(),
+                    who: a.header.who(),
                     metric: a.header.metric.clone(),
                     kind: a.kind,
                     policy_id: a.policy_id.clone(),

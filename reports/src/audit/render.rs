@@ -48,11 +48,13 @@ fn printable_why(w: &Why) -> Why {
     let mut w = w.clone();
     escape(&mut w.request_id);
     let d = &mut w.decision;
-    for text in [&mut d.event_id, &mut d.tenant, &mut d.metric, &mut d.source, &mut d.outcome, &mut d.reason] {
+    for text in [&mut d.event_id, &mut d.who.tenant, &mut d.metric, &mut d.source, &mut d.outcome, &mut d.reason] {
         escape(text);
     }
-    for text in
-        [&mut d.subject, &mut d.project, &mut d.api_key, &mut d.policy_id, &mut d.token_name].into_iter().flatten()
+    let who = &mut d.who;
+    for text in [&mut who.subject, &mut who.project, &mut who.api_key, &mut d.policy_id, &mut d.token_name]
+        .into_iter()
+        .flatten()
     {
         escape(text);
     }
@@ -80,7 +82,9 @@ pub fn why(w: &Why) -> String {
     let mut out = String::new();
     let named =
         |noun: &str, member: &Option<String>| member.as_deref().map_or(String::new(), |m| format!(", {noun} {m}"));
-    let subject = [named("subject", &d.subject), named("project", &d.project), named("API key", &d.api_key)].concat();
+    let who = &d.who;
+    let subject =
+        [named("subject", &who.subject), named("project", &who.project), named("API key", &who.api_key)].concat();
     writeln!(out, "Request {} was {}: {}.", w.request_id, d.outcome, d.reason).unwrap();
     if let Some(words) = rolling_denial(w) {
         writeln!(out, "{words}").unwrap();
@@ -90,7 +94,7 @@ pub fn why(w: &Why) -> String {
     writeln!(
         out,
         "Decided at {} by {} for tenant {}{subject}, metric {}, asking for {}.",
-        d.occurred_at, d.source, d.tenant, d.metric, d.amount
+        d.occurred_at, d.source, who.tenant, d.metric, d.amount
     )
     .unwrap();
     // Only for decisions that name their token (DecisionEvent v2, through `serve`): older ones read as before.
@@ -302,9 +306,9 @@ fn policy_paragraph(w: &Why, out: &mut String) {
 /// windows are apart (`, for project "p-1"`), those of what names none together; nothing for TENANT scope.
 fn counted_for(scope: &str, d: &super::why::Decision) -> String {
     let (noun, member) = match scope {
-        "SUBJECT" => ("subject", &d.subject),
-        "PROJECT" => ("project", &d.project),
-        "API_KEY" => ("API key", &d.api_key),
+        "SUBJECT" => ("subject", &d.who.subject),
+        "PROJECT" => ("project", &d.who.project),
+        "API_KEY" => ("API key", &d.who.api_key),
         _ => return String::new(),
     };
     match member {

@@ -3,7 +3,7 @@
 
 use ledger::{DecisionRecord, Ledger};
 use rules::window;
-use schemas::{Header, PolicyEvent, Reason, ReservationAction, ReservationEvent, Scope, Timestamp};
+use schemas::{Header, PolicyEvent, Reason, ReservationAction, ReservationEvent, Scope, Timestamp, Who};
 use serde::Serialize;
 
 use crate::error::ReportError;
@@ -72,8 +72,8 @@ fn explained(decisions: &[Decision]) -> Option<(Decision, Vec<MetricOfRequest>)>
     let request: Vec<&Decision> = decisions
         .iter()
         .filter(|d| {
-            (d.occurred_at, &d.tenant, &d.idempotency_key)
-                == (latest.occurred_at, &latest.tenant, &latest.idempotency_key)
+            (d.occurred_at, &d.who.tenant, &d.idempotency_key)
+                == (latest.occurred_at, &latest.who.tenant, &latest.idempotency_key)
         })
         .filter(|d| d.source == latest.source)
         .collect();
@@ -109,14 +109,10 @@ pub struct Decision {
     pub seq: u64,
     pub event_id: String,
     pub occurred_at: Timestamp,
-    pub tenant: String,
-    pub subject: Option<String>,
-    /// The project the request named, what PROJECT policies count by; left out of `--json` when none.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub project: Option<String>,
-    /// The API key the request named, what API_KEY policies count by; left out of `--json` when none.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub api_key: Option<String>,
+    /// The tenant, and the subject, project and API key the request named (`project` and `api_key` left out of
+    /// `--json` when none).
+    #[serde(flatten)]
+    pub who: Who,
     pub metric: String,
     pub source: String,
     pub idempotency_key: String,
@@ -441,13 +437,10 @@ impl ScopeMember {
 /// the tenant counts) and for a scope this version does not know.
 fn member_of_scope(policy: Option<&PolicyFacts>, decision: &Decision) -> Option<ScopeMember> {
     let scope = Scope::from_symbol(&policy?.scope)?;
-    let member = match scope {
-        Scope::TENANT => return None,
-        Scope::SUBJECT => decision.subject.clone(),
-        Scope::PROJECT => decision.project.clone(),
-        Scope::API_KEY => decision.api_key.clone(),
-    };
-    Some(ScopeMember { scope, member })
+    if scope == Scope::TENANT {
+        return None;
+    }
+    Some(ScopeMember { scope, member: decision.who.member(scope).map(String::from) })
 }
 
 /// Whether an event names no member of any scope: a grant of the tenant's (TENANT) windows.
@@ -463,14 +456,12 @@ pub(super) struct At<'l> {
 
 impl From<DecisionRecord> for Decision {
     fn from(d: DecisionRecord) -> Decision {
+        let who = d.header.who();
         Decision {
             seq: d.seq,
             event_id: d.header.event_id,
             occurred_at: d.header.occurred_at,
-            tenant: d.header.tenant,
-            subject: d.header.subject,
-            project: d.header.project,
-            api_key: d.header.api_key,
+            who,
             metric: d.header.metric,
             source: d.header.source,
             idempotency_key: d.idempotency_key,
@@ -517,7 +508,7 @@ pub(super) struct Named<'a> {
 impl Decision {
     fn named(&self) -> Named<'_> {
         Named {
-            tenant: &self.tenant,
+            tenant: &self.who.tenant,
             metric: &self.metric,
             occurred_at: self.occurred_at,
             version: self.policy_version,
@@ -541,11 +532,11 @@ pub(super) fn policy_versions(
 
 fn policy(at: &At<'_>, decision: &Decision) -> Result<Option<PolicyFacts>, ReportError> {
     let (Some(policy_id), Some(_)) = (&decision.policy_id, decision.policy_version) else { return Ok(None) };
-    let (mut versions, mut seqs) = policy_versions(at, policy_id, Some(&decision.metric), &decision.tenant)?;
+    let (mut versions, mut seqs) = policy_versions(at, policy_id, Some(&decision.metric), &decision.who.tenant)?;
     let mut index = copy_applied(&versions, &decision.named());
     if index.is_none() {
         // A gauge quota decides requests of every metric: its versions are of its own metric.
-        (versions, seqs) = policy_versions(at, policy_id, None, &decision.tenant)?;
+        (versions, seqs) = policy_versions(at, policy_id, None, &decision.who.tenant)?;
         index = gauge_applied(&versions, decision);
     }
     let Some(index) = index else { return Ok(None) };
@@ -579,7 +570,7 @@ fn policy(at: &At<'_>, decision: &Decision) -> Result<Option<PolicyFacts>, Repor
 /// tenant's own before the plan's, the last recorded of them (as `rules::policy::PolicyIndex::gauges` answers).
 fn gauge_applied(versions: &[PolicyEvent], decision: &Decision) -> Option<usize> {
     let decided = |p: &PolicyEvent| p.is_gauge() && Some(i64::from(p.version)) == decision.policy_version;
-    let own = versions.iter().rposition(|p| decided(p) && p.header.tenant == decision.tenant);
+    let own = versions.iter().rposition(|p| decided(p) && p.header.tenant == decision.who.tenant);
     own.or_else(|| versions.iter().rposition(decided))
 }
 
@@ -629,7 +620,7 @@ fn grants(
         return Ok(Vec::new());
     };
     let mut found = Vec::new();
-    for grant in at.ledger.grants_of(&decision.tenant, metric, at.watermark)? {
+    for grant in at.ledger.grants_of(&decision.who.tenant, metric, at.watermark)? {
         // contract §5: a grant naming a subject (a project, an API key) raises that member's windows of that scope,
         // one naming none the TENANT windows (`rules::overshoot::effective_limit`).
         let applies = match scope_member {
@@ -664,7 +655,7 @@ fn consumption(
     let counts = |header: &Header| scope_member.is_none_or(|m| m.counts(header));
     let mut all: Vec<Consumed> = Vec::new();
     let window = (start, decision.occurred_at);
-    at.ledger.for_each_usage_between(&decision.tenant, &decision.metric, window, at.watermark, |usage| {
+    at.ledger.for_each_usage_between(&decision.who.tenant, &decision.metric, window, at.watermark, |usage| {
         let (seq, occurred_at) = (usage.seq, usage.header.occurred_at);
         // The usage this decision allowed is not "before" it: the hook appends it after the decision at the same
         // instant (`is_after` leaves it out), another enforcement point's may reach the ledger first. Usage of the
@@ -677,7 +668,7 @@ fn consumption(
         }
     })?;
     let mut open: (u64, i64) = (0, 0);
-    at.ledger.for_each_reservation_of(&decision.tenant, Some(&decision.metric), at.watermark, |group| {
+    at.ledger.for_each_reservation_of(&decision.who.tenant, Some(&decision.metric), at.watermark, |group| {
         let before: Vec<(u64, &ReservationEvent)> = group
             .iter()
             .filter(|(seq, e)| decision.is_after(e.header.occurred_at, *seq))
@@ -737,7 +728,7 @@ fn adjustments(
 ) -> Result<Vec<AdjustmentFacts>, ReportError> {
     let (Some(start), Some(end)) = (decision.window_start, decision.window_end) else { return Ok(Vec::new()) };
     let mut found = Vec::new();
-    for a in at.ledger.window_adjustments(&decision.tenant, &decision.metric, (start, end), at.watermark)? {
+    for a in at.ledger.window_adjustments(&decision.who.tenant, &decision.metric, (start, end), at.watermark)? {
         if scope_member.is_some_and(|m| !m.lists(&a)) {
             continue;
         }
@@ -813,10 +804,7 @@ mod tests {
             seq: 100,
             event_id: "d".into(),
             occurred_at: at(occurred_at),
-            tenant: "org-1".into(),
-            subject: None,
-            project: None,
-            api_key: None,
+            who: Who::tenant("org-1"),
             metric: "requests".into(),
             source: "test".into(),
             idempotency_key: "k".into(),
