@@ -198,7 +198,7 @@ pub fn of_state(state: &State, buckets: Option<&Buckets>, query: &QuotaQuery, no
     }
     // Windows and CONCURRENT policies of a metric together, by policy_id, as the doc of `Quotas` says.
     quotas.sort_by(|a, b| (&a.metric, &a.policy_id).cmp(&(&b.metric, &b.policy_id)));
-    let Who { tenant, subject, .. } = query.who.clone();
+    let (tenant, subject) = (query.who.tenant.clone(), query.who.subject.clone());
     Quotas { tenant, subject, at: now, watermark: state.watermark, quotas }
 }
 

@@ -12,7 +12,7 @@ use axum::extract::rejection::JsonRejection;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use control::{GrantChange, PolicyChange};
-use schemas::{Enforcement, Event, OnFailure, Scope, Timestamp, Violation, Window};
+use schemas::{Enforcement, Event, OnFailure, Scope, Timestamp, Violation, Who, Window};
 use serde::Deserialize;
 
 use crate::answer::error;
@@ -72,11 +72,10 @@ fn tenant_scope() -> Scope {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct GrantBody {
-    tenant: String,
-    subject: Option<String>,
-    /// The project (the API key) whose PROJECT (API_KEY) windows it raises; at most one of subject, project, api_key.
-    project: Option<String>,
-    api_key: Option<String>,
+    /// The tenant, and the subject (project, API key) whose SUBJECT (PROJECT, API_KEY) windows it raises: at most one
+    /// of subject, project, api_key.
+    #[serde(flatten)]
+    who: Who,
     metric: String,
     amount: i64,
     /// RFC 3339.
@@ -181,7 +180,7 @@ pub(crate) async fn grants(
     headers: HeaderMap,
     body: Result<Json<GrantBody>, JsonRejection>,
 ) -> Response {
-    let admitted = admin_of(&app, &headers).and_then(|caller| admitted(caller, body, |b: &GrantBody| &b.tenant));
+    let admitted = admin_of(&app, &headers).and_then(|caller| admitted(caller, body, |b: &GrantBody| &b.who.tenant));
     let (actor, body) = match admitted {
         Ok(admitted) => admitted,
         Err(refused) => return *refused,
@@ -192,11 +191,12 @@ pub(crate) async fn grants(
         Ok(validity) => validity,
         Err(refused) => return *refused,
     };
+    let Who { tenant, subject, project, api_key } = body.who;
     let change = GrantChange {
-        tenant: body.tenant,
-        subject: body.subject,
-        project: body.project,
-        api_key: body.api_key,
+        tenant,
+        subject,
+        project,
+        api_key,
         metric: body.metric,
         amount: body.amount,
         valid_from,

@@ -242,6 +242,31 @@ fn callers_without_a_valid_token_or_tenant_or_body_are_refused() {
     assert_eq!(server.quota(), (Some(0), Some(0), Some(10)), "nothing consumed by any refusal");
 }
 
+// Proves the check, reservation and lease bodies are the hook's requests: a reservation without `ttl_ms` and a check
+// with one are refused naming `ttl_ms`, a member of the wrong type is refused naming its field, and a lease names a
+// project and an API key as a check does. Nothing is consumed by a refusal.
+#[test]
+fn bodies_are_the_hook_s_requests_and_are_refused_naming_the_field() {
+    let server = Server::start();
+    let refused = |path: &str, body: Value| {
+        let answer = server.ask("POST", path, Some(SECRET), Some(body));
+        assert_eq!(answer.status, StatusCode::BAD_REQUEST, "{}", answer.body);
+        answer.body
+    };
+    let reserve = json!({"tenant": "org-1", "metric": "tokens", "amount": 1, "idempotency_key": "r-1"});
+    assert_eq!(refused("/v1/reservations", reserve)["field"], "ttl_ms");
+    let check = json!({"tenant": "org-1", "metric": "tokens", "amount": 1, "ttl_ms": 60_000, "idempotency_key": "c-1"});
+    assert_eq!(refused("/v1/check", check)["field"], "ttl_ms");
+    let typed = json!({"tenant": "org-1", "subject": 5, "metric": "tokens", "amount": 1, "idempotency_key": "c-2"});
+    let said = refused("/v1/check", typed);
+    assert!(said["message"].as_str().unwrap().contains("subject: invalid type: integer `5`"), "{said}");
+    let lease = json!({"tenant": "org-1", "project": "p-1", "api_key": "k-1", "metric": "jobs", "ttl_ms": 60_000,
+                       "idempotency_key": "l-1"});
+    let leased = server.ask("POST", "/v1/leases", Some(SECRET), Some(lease));
+    assert_eq!((leased.status, leased.body["code"].as_str()), (StatusCode::OK, Some("OK")), "{}", leased.body);
+    assert_eq!(server.quota(), (Some(0), Some(0), Some(10)), "nothing consumed by any refusal");
+}
+
 // Proves a policy changed through `POST /v1/admin/policies` is recorded (201, the next version, the admin token's
 // name as its actor) and decides the very next check: a check refused under the old limit is allowed under the new.
 #[test]
