@@ -261,7 +261,7 @@ fn a_cluster_survives_a_kill_and_fences_a_paused_node() {
     let copied = run(&["--data", copies.to_str().unwrap(), "verify"], b"").success().stdout_text();
     assert_eq!(copied.matches("ok: shard").count(), P as usize, "{copied}");
     let standing: Vec<&str> =
-        nodes.iter().filter(|n| n.log().contains("ingest: standing by for")).map(|n| n.id.as_str()).collect();
+        nodes.iter().filter(|n| n.log().contains("ingest: standing by ")).map(|n| n.id.as_str()).collect();
     assert!(standing.len() >= 2, "the nodes keep standby copies on the real broker: {standing:?}");
     for node in &nodes {
         node.signal(libc::SIGTERM);

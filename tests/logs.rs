@@ -35,8 +35,21 @@ fn ingest_logs_assignment_and_quarantine_as_json_lines_without_secrets() {
     // As text: the same events, in words.
     let again = TestLedger::new();
     let run = again.run(&["ingest", "--brokers", &broker.bootstrap, "--until-caught-up"]).success();
-    assert!(run.stderr.lines().any(|l| l.starts_with("ingest: assigned quota.")), "{}", run.stderr);
-    assert!(run.stderr.contains("messages quarantined ("), "{}", run.stderr);
+    let assigned = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("ingest: partitions assigned"))
+        .unwrap_or_else(|| panic!("{}", run.stderr));
+    assert!(assigned.contains("assigned=quota."), "the data is a field: {assigned}");
+    let quarantined: u64 = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains("ingest: messages quarantined"))
+        .filter_map(|l| l.split_whitespace().find_map(|word| word.strip_prefix("quarantined=")?.parse::<u64>().ok()))
+        .sum();
+    assert_eq!(quarantined, count(&report, "malformed"), "{}", run.stderr);
+    let level_and_time = assigned.split_whitespace().take(2).collect::<Vec<_>>();
+    assert!(level_and_time[0].ends_with('Z') && level_and_time[1] == "INFO", "time and level first: {assigned}");
 }
 
 // Proves a command's last word, its error, is a JSON line too under --log-format json: a collector parses every line.

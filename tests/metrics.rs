@@ -118,7 +118,7 @@ fn prometheus_scrapes_ingest_and_serve_and_the_numbers_match_what_was_sent() {
     }
     let report = generate_to(&broker, 20, 4_000, 5);
     let _ingest = ingested.spawn_ingest(&broker.bootstrap, &["--metrics-listen", "127.0.0.1:0"]);
-    let metrics_address = logged_address(&ingested.file("ingest.err"), "metrics on http://");
+    let metrics_address = logged_address(&ingested.file("ingest.err"), "metrics=http://");
 
     // The hook: a HARD limit of 30 tokens, asked 50 times for 1.
     let served = TestLedger::new();

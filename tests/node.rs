@@ -319,10 +319,11 @@ fn a_standby_keeps_a_warm_copy_and_takes_over_from_it() {
             after[partition]["ledger_id"], copies_before[partition]["ledger_id"],
             "shard {partition} is b's standby copy, continued"
         );
-        let caught_up = log.lines().find(|l| l.contains(&format!("serving partition {partition} (caught up in")));
+        let serving = format!("partition={partition}");
+        let caught_up = log.lines().find(|l| l.contains("node: serving a partition") && l.contains(&serving));
         eprintln!("takeover from the standby copy: {}", caught_up.expect("b serves a's partition"));
     }
-    assert!(log.contains("standing by for"), "{log}");
+    assert!(log.contains("ingest: standing by"), "{log}");
     assert_eq!(standby_lag(&b), [], "b owns every partition now: no copy, no lag series left at its last value");
 }
 

@@ -347,7 +347,7 @@ impl Client {
             match self.send(&url, path, body)? {
                 Sent::Answered(answer) => return Ok(answer),
                 Sent::Misdirected { owner: Some(owner), answer } if owner.trim_end_matches('/') != url => {
-                    tracing::debug!("client: {url} does not serve partition {partition}; it names {owner}");
+                    tracing::debug!(%url, partition, %owner, "client: a node does not serve the partition; it names the owner");
                     self.lock().owners.insert(partition, owner.trim_end_matches('/').to_string());
                     last = answer;
                 }
@@ -356,7 +356,7 @@ impl Client {
                     self.forget_and_refresh(partition, &url);
                 }
                 Sent::Refused(reason) => {
-                    tracing::debug!("client: {url} refused the connection ({reason}); reading the routing table again");
+                    tracing::debug!(%url, %reason, "client: a node refused the connection; reading the routing table again");
                     last = format!("{url}: {reason}");
                     self.forget_and_refresh(partition, &url);
                 }
@@ -376,7 +376,7 @@ impl Client {
             }
         }
         if let Err(error) = self.refresh() {
-            tracing::debug!("client: {error}");
+            tracing::debug!(%error, "client: a request failed");
         }
     }
 

@@ -205,7 +205,7 @@ impl Hook {
             let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| writer.run(receiver, &counter)));
             if let Err(panic) = ran {
                 let message = format!("the hook's writer stopped on a panic: {}", panic_message(&*panic));
-                tracing::error!("hook: {message}; every request fails until the hook restarts");
+                tracing::error!(error = %message, "hook: the writer stopped; every request fails until the hook restarts");
                 said.writer_stopped(&message);
             }
             drop(lock);

@@ -146,7 +146,7 @@ impl Shards {
         let shard = Shard { partition, partitions: self.partitions };
         drop(self.dir.open(shard).map_err(|e| StartError::Shard(Box::new(e)))?);
         let hook = Hook::start_replicated(self.dir.path_of(partition), self.settings.clone(), replicate)?;
-        tracing::info!("hook: serving partition {partition} of {}", self.partitions);
+        tracing::info!(partition, partitions = self.partitions, "hook: serving a partition");
         let mut held = self.held.write().unwrap_or_else(|e| e.into_inner());
         held[partition as usize].get_or_insert(Arc::new(hook));
         Ok(())
@@ -160,7 +160,7 @@ impl Shards {
         let mut held = self.held.write().unwrap_or_else(|e| e.into_inner());
         let hook = held.get_mut(partition as usize)?.take()?;
         drop(held);
-        tracing::info!("hook: no longer serving partition {partition} of {}", self.partitions);
+        tracing::info!(partition, partitions = self.partitions, "hook: no longer serving a partition");
         Some(hook.stopped())
     }
 

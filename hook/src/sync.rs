@@ -68,7 +68,7 @@ impl Syncer {
                         "the hook's sync thread stopped on a panic: {}",
                         crate::threads::panic_message(&*panic)
                     );
-                    tracing::error!("hook: {message}; every request fails until the hook restarts");
+                    tracing::error!(error = %message, "hook: the writer stopped; every request fails until the hook restarts");
                     let _ = stage.failed.set(message.clone());
                     stage.health.writer_stopped(&message);
                 }

@@ -300,7 +300,9 @@ impl ShardWriters {
         let started = ledger.ledger_id().map_err(|e| e.to_string()).and_then(|id| {
             CheckpointPublisher::new("ingest", brokers, &self.settings.overrides, &id).map_err(|e| e.to_string())
         });
-        started.map_err(|error| tracing::warn!("ingest: shard {partition} publishes no checkpoints: {error}")).ok()
+        started
+            .map_err(|error| tracing::warn!(shard = partition, %error, "ingest: a shard publishes no checkpoints"))
+            .ok()
     }
 
     /// Queues `messages` (all of partition `partition` of the input topics) for shard `partition`'s writer: one
@@ -401,7 +403,7 @@ impl WriterState {
                     self.offer_head();
                 }
                 Err(error) => {
-                    tracing::error!("ingest: shard {} stopped: {error}", self.shard.partition);
+                    tracing::error!(shard = self.shard.partition, %error, "ingest: a shard stopped");
                     shared.failed.get_or_insert(error);
                     // What is still queued will never be appended.
                     shared.queued -= queue.try_iter().count();
@@ -412,7 +414,9 @@ impl WriterState {
         if let Some(checkpoints) = self.checkpoints.take() {
             match self.ledger.head() {
                 Ok(head) => checkpoints.finish(head.seq, &head.hash_hex()),
-                Err(error) => tracing::warn!("ingest: cannot read the head of shard {}: {error}", self.shard.partition),
+                Err(error) => {
+                    tracing::warn!(shard = self.shard.partition, %error, "ingest: cannot read a shard's head")
+                }
             }
         }
     }
@@ -421,7 +425,9 @@ impl WriterState {
         if let Some(checkpoints) = self.checkpoints.as_mut() {
             match self.ledger.head() {
                 Ok(head) => checkpoints.offer(head.seq, &head.hash_hex()),
-                Err(error) => tracing::warn!("ingest: cannot read the head of shard {}: {error}", self.shard.partition),
+                Err(error) => {
+                    tracing::warn!(shard = self.shard.partition, %error, "ingest: cannot read a shard's head")
+                }
             }
         }
     }
@@ -578,11 +584,17 @@ impl WriterState {
         }
         producer.wait_acknowledged().map_err(failed)?;
         if misrouted > 0 {
-            tracing::info!("ingest: shard {partition} forwarded {misrouted} events read in another tenant's partition");
+            tracing::info!(
+                shard = partition,
+                events = misrouted,
+                "ingest: events read in another tenant's partition forwarded"
+            );
         }
         if plan_defaults > 0 {
             tracing::info!(
-                "ingest: shard {partition} forwarded {plan_defaults} plan defaults to every other partition"
+                shard = partition,
+                plan_defaults,
+                "ingest: plan defaults forwarded to every other partition"
             );
         }
         Ok(())

@@ -59,15 +59,17 @@ impl ProducerContext for CheckpointContext {
         match result {
             Ok(_) => {
                 if said.over() {
-                    tracing::info!("{}: checkpoints are published again to {CHECKPOINTS_TOPIC}", self.client);
+                    tracing::info!(topic = CHECKPOINTS_TOPIC, "{}: checkpoints are published again", self.client);
                 }
             }
             Err((error, _)) => {
                 let reason = error.to_string();
                 if said.again(&reason) {
                     tracing::warn!(
-                        "{}: a checkpoint was not published to {CHECKPOINTS_TOPIC}: {reason} (the ledger goes on; \
-                         `quota-ledger topics create` creates the topic on brokers that do not create topics)",
+                        topic = CHECKPOINTS_TOPIC,
+                        %reason,
+                        "{}: a checkpoint was not published (the ledger goes on; `quota-ledger topics create` creates \
+                         the topic on brokers that do not create topics)",
                         self.client
                     );
                 }
@@ -120,7 +122,10 @@ impl CheckpointPublisher {
         }
         if let Err(error) = self.producer.flush(Duration::from_millis(FINISH_WAIT_MS)) {
             tracing::warn!(
-                "{}: the last checkpoint ({head_seq}:{head_hash}) was not acknowledged within {FINISH_WAIT_MS} ms: {error}",
+                checkpoint = %format_args!("{head_seq}:{head_hash}"),
+                wait_ms = FINISH_WAIT_MS,
+                %error,
+                "{}: the last checkpoint was not acknowledged in time",
                 self.producer.context().client
             );
         }
@@ -137,7 +142,9 @@ impl CheckpointPublisher {
         let record = BaseRecord::to(CHECKPOINTS_TOPIC).key(&self.ledger_id).payload(&body);
         if let Err((error, _)) = self.producer.send(record) {
             tracing::warn!(
-                "{}: cannot queue checkpoint {head_seq}:{head_hash}: {error}",
+                checkpoint = %format_args!("{head_seq}:{head_hash}"),
+                %error,
+                "{}: cannot queue a checkpoint",
                 self.producer.context().client
             );
         }

@@ -208,8 +208,10 @@ pub fn admin(brokers: &str, overrides: &[(String, String)]) -> ClientConfig {
 fn with_partitioner(mut config: ClientConfig) -> ClientConfig {
     if let Some(asked) = config.get("partitioner").filter(|asked| *asked != PARTITIONER) {
         tracing::warn!(
-            "-X partitioner={asked} ignored: every producer partitions by Kafka's default partitioner over the tenant \
-             ({PARTITIONER}, docs/contract.md §9.4)"
+            asked = %asked,
+            used = PARTITIONER,
+            "-X partitioner ignored: every producer partitions by Kafka's default partitioner over the tenant \
+             (docs/contract.md §9.4)"
         );
     }
     config.set("partitioner", PARTITIONER);

@@ -224,9 +224,9 @@ impl ShardFence {
             return Err(fence.named(classify(&error)));
         }
         tracing::info!(
-            "shard: acquired {} (the previous owner, if any, is fenced), fence mode {}",
-            fence.transactional_id,
-            mode.name()
+            transactional_id = %fence.transactional_id,
+            mode = mode.name(),
+            "shard: fence acquired (the previous owner, if any, is fenced)"
         );
         Ok(fence)
     }
@@ -263,7 +263,7 @@ impl ShardFence {
             (_, failure) => self.named(failure),
         };
         if !matches!(error, FenceError::Unavailable { .. }) {
-            tracing::error!("shard: {error}");
+            tracing::error!(%error, "shard: fencing failed");
             self.failed = Some(error.clone());
         }
         Err(error)

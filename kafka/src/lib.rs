@@ -71,13 +71,13 @@ impl Said {
 pub fn log_librdkafka(client: &str, level: RDKafkaLogLevel, facility: &str, message: &str) {
     match level {
         RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error => {
-            tracing::error!(target: "librdkafka", "{client}: librdkafka {facility}: {message}")
+            tracing::error!(target: "librdkafka", facility, "{client}: librdkafka: {message}")
         }
-        RDKafkaLogLevel::Warning => tracing::warn!(target: "librdkafka", "{client}: librdkafka {facility}: {message}"),
+        RDKafkaLogLevel::Warning => tracing::warn!(target: "librdkafka", facility, "{client}: librdkafka: {message}"),
         RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
-            tracing::info!(target: "librdkafka", "{client}: librdkafka {facility}: {message}")
+            tracing::info!(target: "librdkafka", facility, "{client}: librdkafka: {message}")
         }
-        RDKafkaLogLevel::Debug => tracing::debug!(target: "librdkafka", "{client}: librdkafka {facility}: {message}"),
+        RDKafkaLogLevel::Debug => tracing::debug!(target: "librdkafka", facility, "{client}: librdkafka: {message}"),
     }
 }
 

@@ -115,7 +115,7 @@ impl RoutingTable {
             Some(Ok(entry)) if key == Some(entry.partition.to_string().as_bytes()) => {
                 self.apply(entry, offset);
             }
-            _ => tracing::warn!("routing: the message at offset {offset} of {ROUTING_TOPIC} is not a routing entry"),
+            _ => tracing::warn!(offset, topic = ROUTING_TOPIC, "routing: a message is not a routing entry"),
         }
     }
 }
@@ -206,11 +206,11 @@ impl RoutingWriter {
         self.producer.send(BaseRecord::to(ROUTING_TOPIC).key(&key).payload(&body)).map_err(|(e, _)| failed(e))?;
         self.producer.flush(Duration::from_millis(PUBLISH_TIMEOUT_MS)).map_err(failed)?;
         tracing::info!(
-            "routing: partition {} is owned by {} at {} (epoch {})",
-            entry.partition,
-            entry.node_id,
-            entry.url,
-            entry.epoch
+            partition = entry.partition,
+            node = %entry.node_id,
+            url = %entry.url,
+            epoch = entry.epoch,
+            "routing: a partition has an owner"
         );
         Ok(())
     }
@@ -357,7 +357,7 @@ fn follow(consumer: &BaseConsumer, table: &RwLock<RoutingTable>, stop: &AtomicBo
             Some(Err(error)) => {
                 let reason = error.to_string();
                 if said.again(&reason) {
-                    tracing::warn!("routing: reading {ROUTING_TOPIC} failed ({reason}); the table may be behind");
+                    tracing::warn!(topic = ROUTING_TOPIC, %reason, "routing: reading the catalog failed; the table may be behind");
                 }
             }
         }

@@ -128,19 +128,22 @@ pub fn install(brokers: &str, overrides: &[(String, String)], topic: &str) {
         match load(&brokers, &overrides, &topic) {
             Ok(found) => {
                 tracing::info!(
-                    "schemas: {} schemas of {topic} registered for the Confluent wire format",
-                    found.registered.len()
+                    schemas = found.registered.len(),
+                    %topic,
+                    "schemas: registry schemas registered for the Confluent wire format"
                 );
                 for (refused, why) in &found.refused {
-                    tracing::warn!("schemas: schema id {refused} of {topic} is refused: {why}");
+                    tracing::warn!(schema_id = refused, %topic, %why, "schemas: a registry schema is refused");
                 }
                 if !schemas::confluent::is_registered(id) {
                     tracing::warn!(
-                        "schemas: schema id {id} is not in {topic}; its messages are quarantined as unknown_schema_id"
+                        schema_id = id,
+                        %topic,
+                        "schemas: a schema id is not in the registry; its messages are quarantined as unknown_schema_id"
                     );
                 }
             }
-            Err(error) => tracing::warn!("schemas: cannot read {topic} for schema id {id}: {error}"),
+            Err(error) => tracing::warn!(%topic, schema_id = id, %error, "schemas: cannot read the registry"),
         }
     });
 }
@@ -374,22 +377,24 @@ pub fn install_url(url: RegistryUrl) {
             Ok(Some(text)) => match schemas::confluent::register(id, &text) {
                 Ok(event_type) => {
                     missed.remove(&id);
-                    tracing::info!("schemas: schema id {id} of {base} registered for {event_type}");
+                    tracing::info!(schema_id = id, registry = %base, %event_type, "schemas: a registry schema registered");
                 }
                 Err(why) => {
                     missed.insert(id, std::time::Instant::now());
-                    tracing::warn!("schemas: schema id {id} of {base} is refused: {why}");
+                    tracing::warn!(schema_id = id, registry = %base, %why, "schemas: a registry schema is refused");
                 }
             },
             Ok(None) => {
                 missed.insert(id, std::time::Instant::now());
                 tracing::warn!(
-                    "schemas: schema id {id} is not in {base}; its messages are quarantined as unknown_schema_id"
+                    schema_id = id,
+                    registry = %base,
+                    "schemas: a schema id is not in the registry; its messages are quarantined as unknown_schema_id"
                 );
             }
             Err(error) => {
                 missed.insert(id, std::time::Instant::now());
-                tracing::warn!("schemas: {error}; its messages are quarantined as unknown_schema_id");
+                tracing::warn!(%error, "schemas: the registry was not read; the messages are quarantined as unknown_schema_id");
             }
         }
     });

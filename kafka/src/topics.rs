@@ -211,7 +211,7 @@ struct CheckContext;
 
 impl ClientContext for CheckContext {
     fn log(&self, _: rdkafka::config::RDKafkaLogLevel, facility: &str, message: &str) {
-        tracing::debug!(target: "librdkafka", "partition check: librdkafka {facility}: {message}");
+        tracing::debug!(target: "librdkafka", facility, "partition check: librdkafka: {message}");
     }
 }
 

@@ -86,7 +86,7 @@ impl Ledger {
                     // Before the checkpoint: its reads must not hold a snapshot while the writer's asked one runs.
                     if let Err(error) = warm_next_moves(&conn, &mut warmed_through) {
                         // Nothing is lost: the writer's moves read what they need themselves.
-                        tracing::warn!("ledger: warming the next moves between key tiers: {error}");
+                        tracing::warn!(%error, "ledger: warming the next moves between key tiers failed");
                     }
                     if let Err(error) = catch_up(&conn, &asked) {
                         // A busy or interrupted checkpoint loses nothing: the pages stay in the log for the next. A
@@ -95,7 +95,7 @@ impl Ledger {
                         if is_io_failure(&error) {
                             log_sync_failed.store(true, Ordering::Relaxed);
                         }
-                        tracing::warn!("ledger: background checkpoint: {error}");
+                        tracing::warn!(%error, "ledger: a background checkpoint failed");
                         std::thread::sleep(Duration::from_secs(1));
                     }
                 }
@@ -206,7 +206,7 @@ impl Ledger {
             if !self.autocheckpoint_off.replace(true)
                 && let Err(error) = self.conn.pragma_update(None, "wal_autocheckpoint", 0)
             {
-                tracing::error!("ledger: turning the automatic checkpoint off after a failed sync: {error}");
+                tracing::error!(%error, "ledger: turning the automatic checkpoint off after a failed sync");
             }
             return;
         }
@@ -217,7 +217,7 @@ impl Ledger {
                 if is_io_failure(&error) {
                     self.log_sync_failed.store(true, Ordering::Relaxed);
                 }
-                tracing::warn!("ledger: checkpoint after a commit: {error}");
+                tracing::warn!(%error, "ledger: a checkpoint after a commit failed");
             }
         }
     }

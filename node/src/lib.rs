@@ -124,10 +124,13 @@ pub fn run(settings: NodeSettings, listening: impl FnOnce(Listening) -> std::io:
     };
     let group = group_of(&cluster);
     tracing::info!(
-        "node {}: cluster {cluster} (group {group}), {partitions} partitions, shards in {}, durability {}",
-        settings.node_id,
-        settings.data.dir().display(),
-        if settings.replicated { "replicated" } else { "local" }
+        node = %settings.node_id,
+        %cluster,
+        %group,
+        partitions,
+        shards = %settings.data.dir().display(),
+        durability = if settings.replicated { "replicated" } else { "local" },
+        "node: starting"
     );
     // The node's figures: its server's, with the stages of its shards' decisions, beside its ingest's.
     let mut registry = telemetry::registry();
@@ -220,8 +223,9 @@ fn keep_standby(dir: &ShardDir, settings: &KafkaIngestSettings, standby: &Standb
         standby.stopped();
         if let Err(error) = ran {
             tracing::warn!(
-                "node: the standby stopped ({}); starting it again in {STANDBY_RESTART_MS} ms",
-                ledger::causes(&error)
+                error = %ledger::causes(&error),
+                restart_ms = STANDBY_RESTART_MS,
+                "node: the standby stopped; starting it again"
             );
             let until = std::time::Instant::now() + std::time::Duration::from_millis(STANDBY_RESTART_MS);
             while !stop.load(Ordering::Relaxed) && std::time::Instant::now() < until {

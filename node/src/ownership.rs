@@ -111,9 +111,7 @@ impl Ownership {
             ) {
                 Ok(fence) => Some(Box::new(FencedPublisher::new(fence, OutboxTopics::defaults()))),
                 Err(error) => {
-                    tracing::error!(
-                        "node: partition {partition}: cannot acquire its shard's fence ({error}); not serving it"
-                    );
+                    tracing::error!(partition, %error, "node: cannot acquire a shard's fence; not serving it");
                     return;
                 }
             }
@@ -125,7 +123,7 @@ impl Ownership {
             .name(format!("catch-up-{partition}"))
             .spawn(move || ownership.catch_up_then_serve(partition, number, publisher));
         if let Err(error) = spawned {
-            tracing::error!("node: partition {partition}: cannot start its catch-up ({error}); not serving it");
+            tracing::error!(partition, %error, "node: cannot start a shard's catch-up; not serving it");
         }
     }
 
@@ -136,7 +134,7 @@ impl Ownership {
         if let Some(stopped) = self.shards.remove(partition)
             && !stopped.wait(Duration::from_millis(CLOSE_WAIT_MS))
         {
-            tracing::warn!("node: partition {partition}: its hook had not closed the shard after {CLOSE_WAIT_MS} ms");
+            tracing::warn!(partition, wait_ms = CLOSE_WAIT_MS, "node: a shard's hook had not closed it in time");
         }
     }
 
@@ -158,7 +156,7 @@ impl Ownership {
         let ends = match self.ends(partition) {
             Ok(ends) => ends,
             Err(error) => {
-                tracing::error!("node: partition {partition}: cannot read the topics' ends ({error}); not serving it");
+                tracing::error!(partition, %error, "node: cannot read the topics' ends; not serving the shard");
                 return;
             }
         };
@@ -181,12 +179,12 @@ impl Ownership {
                     }
                     _ => last = Some((stored, Instant::now())),
                 },
-                Err(error) => tracing::warn!("node: partition {partition}: reading its shard's offsets: {error}"),
+                Err(error) => tracing::warn!(partition, %error, "node: reading a shard's offsets failed"),
             }
             std::thread::sleep(Duration::from_millis(CATCH_UP_LOOK_MS));
         }
         if let Err(error) = self.shards.add_replicated(partition, publisher) {
-            tracing::error!("node: partition {partition}: cannot start its hook ({error}); not serving it");
+            tracing::error!(partition, %error, "node: cannot start a shard's hook; not serving it");
             return;
         }
         if !self.still_assigned(partition, number) {
@@ -196,11 +194,13 @@ impl Ownership {
         let epoch = self.catalog.table().owner(partition).map_or(1, |owner| owner.epoch + 1);
         let entry = RoutingEntry::now(partition, &self.identity.node_id, &self.identity.url, epoch);
         if let Err(error) = self.writer.lock().unwrap_or_else(|e| e.into_inner()).publish(&entry) {
-            tracing::error!("node: partition {partition}: recording the ownership in the catalog failed: {error}");
+            tracing::error!(partition, %error, "node: recording a shard's ownership in the catalog failed");
         }
         tracing::info!(
-            "node: serving partition {partition} (caught up in {} ms, epoch {epoch})",
-            started.elapsed().as_millis()
+            partition,
+            caught_up_ms = started.elapsed().as_millis() as u64,
+            epoch,
+            "node: serving a partition"
         );
     }
 

@@ -87,7 +87,11 @@ impl Standby {
         while state.holding.contains(&partition) {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                tracing::warn!("node: the standby copy of shard {partition} was not closed in {RELEASE_WAIT_MS} ms");
+                tracing::warn!(
+                    partition,
+                    wait_ms = RELEASE_WAIT_MS,
+                    "node: a shard's standby copy was not closed in time"
+                );
                 return;
             }
             state = self.changed.wait_timeout(state, left).unwrap_or_else(|e| e.into_inner()).0;

@@ -246,13 +246,14 @@ impl Framing {
             None => {
                 let id = self.register(registry, topic, schema)?;
                 if self.said.remove(topic).is_some() {
-                    tracing::info!("outbox: {topic}: the schema registry answered; its entries are sent again");
+                    tracing::info!(%topic, "outbox: the schema registry answered; the topic's entries are sent again");
                 }
                 tracing::info!(
-                    "outbox: {} registered as schema id {id} of subject {} at {}",
-                    schema.file,
-                    subject_of(topic),
-                    registry.base()
+                    schema = schema.file,
+                    schema_id = id,
+                    subject = %subject_of(topic),
+                    registry = %registry.base(),
+                    "outbox: schema registered"
                 );
                 self.ids.insert(key, id);
                 id
@@ -283,7 +284,7 @@ impl Framing {
     fn hold(&mut self, topic: &str, seq: u64, why: String) {
         if !self.held.topics.contains_key(topic) {
             if self.said.entry(topic.to_string()).or_default().again(&why) {
-                tracing::error!("outbox: {topic}: entries stay pending, not sent in the Confluent wire format: {why}");
+                tracing::error!(%topic, %why, "outbox: entries stay pending, not sent in the Confluent wire format");
             }
             self.held.topics.insert(topic.to_string(), why);
         }

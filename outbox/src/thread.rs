@@ -171,7 +171,7 @@ impl Checkpoints {
                 .map_err(|e| e.to_string())?;
             Ok(Checkpoints { reader, publisher })
         });
-        started.map_err(|error| tracing::warn!("{name}: no checkpoints will be published: {error}")).ok()
+        started.map_err(|error| tracing::warn!(%error, "{name}: no checkpoints will be published")).ok()
     }
 
     /// Offers the head now; a head that cannot be read is skipped (the next pass tries again).
@@ -243,11 +243,11 @@ impl<O: Outbox> Passes<O> {
                 match &last_error {
                     Some(_) if report.awaiting_registry > 0 => {}
                     Some(error) if said.again(error) => {
-                        tracing::warn!("{name}: outbox: {} entries wait for the broker: {error}", report.pending);
+                        tracing::warn!(pending = report.pending, %error, "{name}: outbox: entries wait for the broker");
                     }
                     Some(_) => {}
                     None if said.over() => {
-                        tracing::info!("{name}: outbox: publishing again, {} entries pending", report.pending);
+                        tracing::info!(pending = report.pending, "{name}: outbox: publishing again");
                     }
                     None => {}
                 }
@@ -255,7 +255,7 @@ impl<O: Outbox> Passes<O> {
             }
             Err(error) => {
                 let error = error_line(&error);
-                tracing::error!("{name}: outbox: {error}");
+                tracing::error!(%error, "{name}: outbox: publishing failed");
                 let pending = self.outbox.pending_count().unwrap_or_else(|_| self.health.latest().pending);
                 OutboxHealth::now(pending, Some(error))
             }

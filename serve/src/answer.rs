@@ -63,7 +63,7 @@ static ERRORS_ANSWERED: AtomicU64 = AtomicU64::new(0);
 fn internal(code: &str, e: &HookError) -> Response {
     let n = ERRORS_ANSWERED.fetch_add(1, Ordering::Relaxed);
     let error_id = format!("e-{:x}-{n}", Timestamp::now().micros());
-    tracing::error!("serve: error {error_id}: {e}");
+    tracing::error!(%error_id, error = %e, "serve: a request failed");
     let message = format!(
         "the request could not be decided or recorded (error id {error_id}, in the server's log); retry with the \
          same idempotency key"

@@ -79,8 +79,8 @@ pub(crate) async fn serve_connections(
             Err(_) => {
                 if full.again("full") {
                     tracing::warn!(
-                        "serve: {} connections open, the bound (--connections-max): new ones wait until one closes",
-                        accepting.connections_max
+                        connections = accepting.connections_max,
+                        "serve: connections at the bound (--connections-max): new ones wait until one closes"
                     );
                 }
                 tokio::select! {
@@ -96,7 +96,7 @@ pub(crate) async fn serve_connections(
                     // Out of file descriptors, or a connection reset before it was accepted: the next may work.
                     let error = error.to_string();
                     if said.again(&error) {
-                        tracing::warn!("serve: cannot accept a connection: {error}");
+                        tracing::warn!(%error, "serve: cannot accept a connection");
                     }
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
@@ -109,7 +109,7 @@ pub(crate) async fn serve_connections(
         }
         // Answers leave at once: without TCP_NODELAY a small answer may wait for the client's delayed ACK.
         if let Err(error) = stream.set_nodelay(true) {
-            tracing::warn!("serve: cannot set TCP_NODELAY on a connection: {error}");
+            tracing::warn!(%error, "serve: cannot set TCP_NODELAY on a connection");
         }
         let connection = Connection {
             builder: builder.clone(),
@@ -128,7 +128,7 @@ pub(crate) async fn serve_connections(
         });
     };
     if tokio::time::timeout(Duration::from_millis(SHUTDOWN_WAIT_MS), graceful.shutdown()).await.is_err() {
-        tracing::warn!("serve: requests still in flight after {SHUTDOWN_WAIT_MS} ms; exiting without them");
+        tracing::warn!(wait_ms = SHUTDOWN_WAIT_MS, "serve: requests still in flight; exiting without them");
     }
     stopped
 }

@@ -419,8 +419,9 @@ fn serve(
         let writer_stopped = async move {
             watched.writer_stopped().await;
             tracing::error!(
-                "serve: the hook's writer stopped: every request fails and /healthz answers 503; stopping in \
-                 {WRITER_STOPPED_EXIT_MS} ms, to be restarted"
+                exit_in_ms = WRITER_STOPPED_EXIT_MS,
+                "serve: the hook's writer stopped: every request fails and /healthz answers 503; stopping, to be \
+                 restarted"
             );
             tokio::time::sleep(Duration::from_millis(WRITER_STOPPED_EXIT_MS)).await;
         };
@@ -453,7 +454,10 @@ fn serve(
     let until = std::time::Instant::now() + Duration::from_millis(SHUTDOWN_WAIT_MS);
     for writer in writers {
         if !writer.wait(until.saturating_duration_since(std::time::Instant::now())) {
-            tracing::warn!("serve: a hook's writer had not stopped after {SHUTDOWN_WAIT_MS} ms; exiting without it");
+            tracing::warn!(
+                wait_ms = SHUTDOWN_WAIT_MS,
+                "serve: a hook's writer had not stopped in time; exiting without it"
+            );
             break;
         }
     }

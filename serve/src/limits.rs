@@ -28,7 +28,7 @@ pub(crate) fn raise_open_files() -> u64 {
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit writes the struct it is given, which lives on this stack frame.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        tracing::warn!("serve: cannot read the open-file limit: {}", std::io::Error::last_os_error());
+        tracing::warn!(error = %std::io::Error::last_os_error(), "serve: cannot read the open-file limit");
         return FILES_RESERVED * 4;
     }
     if limit.rlim_cur < limit.rlim_max {
@@ -38,10 +38,10 @@ pub(crate) fn raise_open_files() -> u64 {
             limit.rlim_cur = limit.rlim_max;
         } else {
             tracing::warn!(
-                "serve: cannot raise the open-file limit from {} to {}: {}",
-                limit.rlim_cur,
-                limit.rlim_max,
-                std::io::Error::last_os_error()
+                from = limit.rlim_cur,
+                to = limit.rlim_max,
+                error = %std::io::Error::last_os_error(),
+                "serve: cannot raise the open-file limit"
             );
         }
     }

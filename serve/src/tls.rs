@@ -86,10 +86,9 @@ fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
         && metadata.permissions().mode() & 0o077 != 0
     {
         tracing::warn!(
-            "serve: the TLS key {} may be read or written by group or others (mode {:03o}); run `chmod 600 {}`",
-            path.display(),
-            metadata.permissions().mode() & 0o777,
-            path.display()
+            key = %path.display(),
+            mode = %format_args!("{:03o}", metadata.permissions().mode() & 0o777),
+            "serve: the TLS key may be read or written by group or others; run `chmod 600` on it"
         );
     }
     // The error never quotes the file: it is a private key.

@@ -184,7 +184,7 @@ fn start_metrics(
     let mut registry = telemetry::registry();
     let metrics = ingest::metrics::IngestMetrics::register(&mut registry);
     let server = telemetry::MetricsServer::start(listen, Arc::new(std::sync::Mutex::new(registry)))?;
-    tracing::info!(metrics = %server.address, "ingest: metrics on http://{}/metrics", server.address);
+    tracing::info!(metrics = %format_args!("http://{}/metrics", server.address), "ingest: metrics served");
     settings.lag_listener = Some(metrics.clone());
     Ok(Some(metrics))
 }

@@ -84,11 +84,11 @@ pub fn check_partition_count(
     match kafka::topics::common_partition_count_at(brokers, overrides, role, topics) {
         Err(error @ PartitionCountError::Mismatch(_)) => Err(anyhow::Error::new(error)),
         Err(error) => {
-            tracing::info!("partition counts of {topics} on {brokers} not checked at start: {error}");
+            tracing::info!(%topics, %brokers, %error, "partition counts not checked at start");
             Ok(())
         }
         Ok(partitions) => {
-            tracing::info!("{topics} on {brokers}: {partitions} partitions each");
+            tracing::info!(%topics, %brokers, partitions, "partition counts checked");
             Ok(())
         }
     }

@@ -76,7 +76,7 @@ impl MetricsServer {
                 runtime.block_on(async move {
                     let listener = match tokio::net::TcpListener::from_std(listener) {
                         Ok(listener) => listener,
-                        Err(error) => return tracing::error!("metrics: cannot listen: {error}"),
+                        Err(error) => return tracing::error!(%error, "metrics: cannot listen"),
                     };
                     let app = axum::Router::new().route(
                         "/metrics",
@@ -89,7 +89,7 @@ impl MetricsServer {
                         }),
                     );
                     if let Err(error) = axum::serve(listener, app).await {
-                        tracing::error!("metrics: the listener stopped: {error}");
+                        tracing::error!(%error, "metrics: the listener stopped");
                     }
                 })
             })

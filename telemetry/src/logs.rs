@@ -4,7 +4,7 @@
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
-    /// The message, then its fields as `key=value`.
+    /// The time (UTC), the level, the message, then its fields as `key=value`.
     Text,
     /// One JSON object per line: timestamp, level, target, message, fields.
     Json,
@@ -40,8 +40,8 @@ pub const WORKSPACE_CRATES: [&str; 22] = [
 
 /// Installs the process's subscriber: the workspace crates' lines from `level`, and librdkafka's warnings and errors,
 /// named after the client that wrote them (`outbox: librdkafka FAIL: ...`); rdkafka's own (its "Global error" lines
-/// repeat librdkafka's) and every other crate's are off. As text, a line is the message and its fields, as an
-/// operator reads it; as JSON, an object with the time, level and target besides. The `log` records of librdkafka's
+/// repeat librdkafka's) and every other crate's are off. As text, a line is the time, the level, the message and
+/// its fields (`key=value`), as an operator reads it; as JSON, an object with the target besides. The `log` records of librdkafka's
 /// bridge go through the same subscriber. `QUOTA_LEDGER_LOG` takes `RUST_LOG`'s syntax for more, e.g.
 /// `librdkafka=debug` with `-X debug=broker,protocol` (the log level of the Kafka clients follows it), or
 /// `rdkafka=warn`; or less, e.g. `ingest=warn`. A second call changes nothing.
@@ -54,7 +54,7 @@ pub fn init(format: Format, level: tracing::level_filters::LevelFilter) {
     let filter = tracing_subscriber::EnvFilter::builder().parse_lossy(directives.join(","));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _ = match format {
-        Format::Text => builder.without_time().with_level(false).with_target(false).try_init(),
+        Format::Text => builder.with_target(false).try_init(),
         Format::Json => builder.json().flatten_event(true).with_current_span(false).with_span_list(false).try_init(),
     };
 }

@@ -244,6 +244,11 @@ impl TestLedger {
     }
 }
 
+/// Whether a log line of `log` says `message` with `field` (`name=value`, as the text format writes a field).
+pub fn said(log: &str, message: &str, field: &str) -> bool {
+    log.lines().any(|line| line.contains(message) && line.split_whitespace().any(|word| word == field))
+}
+
 /// Asks `probe` every 100 ms until it answers, for `limit_secs` at most; then fails, saying `what` did not happen.
 pub fn eventually<T>(limit_secs: u64, what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
     let started = std::time::Instant::now();

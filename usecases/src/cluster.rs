@@ -113,7 +113,7 @@ fn ask_owners_within(cluster: &Cluster, path: &str, ask: &Ask<'_>, patience: Dur
         if started.elapsed() + pause > patience {
             return Err(Error::new(moved_away(*partition, url, patience)));
         }
-        tracing::info!("shards {moved:?} moved since the catalog was read: reading it again in {pause:?}");
+        tracing::info!(shards = ?moved, pause = ?pause, "cluster: shards moved since the catalog was read: reading it again");
         std::thread::sleep(pause);
         pause = (pause * 2).min(MOVED_PAUSE_MAX);
         for (partition, url) in owners(&cluster.brokers)? {

@@ -316,7 +316,7 @@ impl Writer {
         if let Err(failed) = self.replicate(&batch.events) {
             let (error, message) = match failed {
                 ReplicateError::Fenced(message) => {
-                    tracing::error!("hook: another node owns this shard now ({message}); it answers nothing more here");
+                    tracing::error!(reason = %message, "hook: another node owns this shard now; it answers nothing more here");
                     self.fenced = Some(message.clone());
                     (HookError::Fenced as fn(String) -> HookError, message)
                 }
@@ -332,10 +332,10 @@ impl Writer {
                 if let Err(error) = self.follow(&batch.events, &report, now) {
                     // Recorded: the answers stand. The state is what may be wrong now.
                     tracing::error!(
-                        "hook: a group of {} requests is recorded, but folding what other writers appended failed \
-                         ({}): the state is rebuilt from the ledger before the next group",
-                        answers.len(),
-                        ledger::causes(&error)
+                        requests = answers.len(),
+                        error = %ledger::causes(&error),
+                        "hook: a group of requests is recorded, but folding what other writers appended failed: the \
+                         state is rebuilt from the ledger before the next group"
                     );
                     self.rebuild = true;
                 }
@@ -397,9 +397,9 @@ impl Writer {
             match appended {
                 Err(error) if waits < BUSY_WAITS && ledger::is_busy(&error) => {
                     tracing::warn!(
-                        "hook: another process has held the ledger's write lock for {} s; a group of {} events waits for it",
-                        waiting_since.elapsed().as_secs(),
-                        batch.events.len()
+                        seconds = waiting_since.elapsed().as_secs(),
+                        events = batch.events.len(),
+                        "hook: another process holds the ledger's write lock; a group of events waits for it"
                     );
                     waits += 1;
                 }
@@ -434,9 +434,9 @@ impl Writer {
                 // full since the state last looked): the state follows the ledger, which counts it nowhere.
                 Event::Usage(u) if recorded.is_none() => {
                     tracing::warn!(
-                        "hook: the ledger did not count usage {} of an allowed request ({:?}): not counted here either",
-                        u.header.event_id,
-                        report.outcomes[n]
+                        event_id = %u.header.event_id,
+                        outcome = ?report.outcomes[n],
+                        "hook: the ledger did not count the usage of an allowed request: not counted here either"
                     );
                     self.state.consume(&u.header, -u.quantity);
                 }
@@ -538,15 +538,14 @@ impl Writer {
         match spill.push(&spilled) {
             Ok(()) => {
                 tracing::warn!(
-                    "hook: {} decisions allowed FAIL_OPEN while the ledger refuses writes; {} bytes of the spill hold \
-                     decisions made open",
-                    open.len() / 2,
-                    spill.used()
+                    decisions = open.len() / 2,
+                    spill_bytes = spill.used(),
+                    "hook: decisions allowed FAIL_OPEN while the ledger refuses writes, kept in the spill"
                 );
                 open
             }
             Err(error) => {
-                tracing::error!("hook: checks whose policies fail open fail closed: {error}");
+                tracing::error!(%error, "hook: checks whose policies fail open fail closed");
                 HashSet::new()
             }
         }
@@ -568,7 +567,7 @@ impl Writer {
         let path = Spill::path_of(self.ledger.path());
         match Spill::open(&path, self.settings.spill_bytes) {
             Ok(spill) => self.spill = Some(spill),
-            Err(error) => tracing::error!("hook: a policy fails open, but its spill cannot be made: {error}"),
+            Err(error) => tracing::error!(%error, "hook: a policy fails open, but its spill cannot be made"),
         }
     }
 
@@ -581,28 +580,35 @@ impl Writer {
             Ok(report) => report,
             Err(error) => {
                 let message = failure(&error, "recording the decisions made open for", batch.events.len() / 2);
-                tracing::warn!("hook: the spill still waits: {message}");
+                tracing::warn!(reason = %message, "hook: the spill still waits");
                 return;
             }
         };
         let spill = self.spill.as_mut().expect("a spill with pending events");
         match self.ledger.sync_log() {
             Ok(()) => {
-                tracing::info!("hook: {} events made open are recorded; the spill is empty", batch.events.len());
+                tracing::info!(
+                    events = batch.events.len(),
+                    "hook: the events made open are recorded; the spill is empty"
+                );
                 if let Err(error) = spill.clear() {
                     tracing::error!(
-                        "hook: the spill's events are recorded, but it was not emptied ({error}): the next start appends them again, and the ledger keeps each once"
+                        %error,
+                        "hook: the spill's events are recorded, but it was not emptied: the next start appends them \
+                         again, and the ledger keeps each once"
                     );
                 }
             }
             Err(error) => tracing::error!(
-                "hook: the spill's events are recorded but the ledger's log was not synced ({error}); the spill keeps them for the next start"
+                %error,
+                "hook: the spill's events are recorded but the ledger's log was not synced; the spill keeps them for \
+                 the next start"
             ),
         }
         if let Err(error) = self.follow(&batch.events, &report, now) {
             tracing::error!(
-                "hook: folding after the spill was recorded failed ({}): rebuilding the state",
-                ledger::causes(&error)
+                error = %ledger::causes(&error),
+                "hook: folding after the spill was recorded failed: rebuilding the state"
             );
             self.rebuild = true;
         }
@@ -624,7 +630,7 @@ impl Writer {
         self.state = load(&self.ledger, now)?;
         self.seen_version = None;
         self.rebuild = false;
-        tracing::warn!("hook: the state is rebuilt from the ledger (up to entry {})", self.state.watermark);
+        tracing::warn!(watermark = self.state.watermark, "hook: the state is rebuilt from the ledger");
         Ok(())
     }
 }
@@ -652,7 +658,7 @@ fn failure(error: &(dyn std::error::Error + 'static), doing: &str, requests: usi
             ledger::BUSY_TIMEOUT_MS / 1_000
         ));
     }
-    tracing::error!("hook: {doing} a group of {requests} requests failed, nothing of it recorded: {message}");
+    tracing::error!(doing, requests, error = %message, "hook: a group of requests failed, nothing of it recorded");
     message
 }
 
@@ -684,7 +690,7 @@ fn take_spilled(ledger: &mut Ledger, path: &std::path::Path, bytes: u64, outbox:
     })?;
     ledger.sync_log().map_err(|e| StartError::Spill(format!("syncing the ledger's log after taking them: {e}")))?;
     spill.clear().map_err(spill_error)?;
-    tracing::info!("hook: {pending} events of decisions made open, kept in {}, are recorded", path.display());
+    tracing::info!(events = pending, spill = %path.display(), "hook: the events of decisions made open are recorded");
     Ok(spill)
 }
 

@@ -256,7 +256,7 @@ fn store_offsets(consumer: &BaseConsumer<IngestContext>, shared: &Mutex<Shared>,
     }
     // For lag tools only: the ledger already holds these offsets, so a failed commit loses nothing.
     if let Err(e) = consumer.commit(&tpl, CommitMode::Async) {
-        tracing::warn!("ingest: committing offsets to Kafka failed (the ledger holds them): {e}");
+        tracing::warn!(error = %e, "ingest: committing offsets to Kafka failed (the ledger holds them)");
     }
 }
 

@@ -105,12 +105,11 @@ impl Waiting {
     pub(super) fn saw(&mut self, brokers: &str, reason: String) {
         let since = *self.since.get_or_insert_with(Instant::now);
         if self.said.again(brokers) {
-            let so_far = match since.elapsed().as_secs() {
-                0 => String::new(),
-                seconds => format!(" ({seconds} s so far)"),
-            };
             tracing::warn!(
-                "ingest: waiting for the brokers at {brokers}{so_far}: {reason}; librdkafka reconnects on its own"
+                %brokers,
+                seconds = since.elapsed().as_secs(),
+                %reason,
+                "ingest: waiting for the brokers; librdkafka reconnects on its own"
             );
         }
         self.reason = reason;
@@ -122,8 +121,9 @@ impl Waiting {
             && self.said.over()
         {
             tracing::info!(
-                "ingest: the brokers at {brokers} answer again, after {:.1} s",
-                since.elapsed().as_secs_f64()
+                %brokers,
+                seconds = %format_args!("{:.1}", since.elapsed().as_secs_f64()),
+                "ingest: the brokers answer again"
             );
         }
     }

@@ -160,9 +160,9 @@ impl Consuming<'_, '_> {
             // lost or recorded twice: no reason to stop ingest.
             Some(Err(KafkaError::MessageConsumption(RDKafkaErrorCode::PollExceeded))) => {
                 tracing::warn!(
+                    group = %settings.group,
                     "ingest: an append kept the consumer from polling for longer than max.poll.interval.ms, so it \
-                     left group {}; rejoining, each partition resumes at the ledger's offset",
-                    settings.group
+                     left the group; rejoining, each partition resumes at the ledger's offset"
                 );
                 self.progress.rejoins += 1;
             }

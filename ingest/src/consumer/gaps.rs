@@ -45,8 +45,12 @@ pub(super) fn accept_gaps(
             Some(missing) if missing.range == *asked => {
                 ledger.accept_gap(asked)?;
                 tracing::warn!(
-                    "ingest: recorded {} offsets of {topic}[{partition}] as never read (gap {asked}): {missing}",
-                    asked.len()
+                    offsets = asked.len(),
+                    %topic,
+                    partition,
+                    gap = %asked,
+                    missing = %missing,
+                    "ingest: offsets recorded as never read"
                 );
             }
             _ => {
@@ -101,12 +105,13 @@ pub(super) fn check_gap(
     if let Some(want) = want.filter(|w| message.offset() > *w) {
         progress.offset_gaps += 1;
         tracing::warn!(
-            "ingest: warning: {}[{}] jumped from offset {want} to {}: the broker returned no message for {} \
-             offsets (expected only on compacted or transactional topics)",
-            key.0,
-            key.1,
-            message.offset(),
-            message.offset() - want
+            topic = %key.0,
+            partition = key.1,
+            from = want,
+            to = message.offset(),
+            skipped = message.offset() - want,
+            "ingest: the broker returned no message for some offsets (expected only on compacted or transactional \
+             topics)"
         );
     }
     expected.insert(key, message.offset() + 1);
@@ -180,6 +185,6 @@ pub(super) fn ask_past_end_again(
 
 fn seek(consumer: &BaseConsumer<IngestContext>, topic: &str, partition: i32, next: i64) {
     if let Err(error) = consumer.seek(topic, partition, Offset::Offset(next), Duration::from_millis(1_000)) {
-        tracing::warn!("ingest: cannot ask {topic}[{partition}] again from offset {next}: {error}");
+        tracing::warn!(%topic, partition, offset = next, %error, "ingest: cannot ask a partition again from an offset");
     }
 }

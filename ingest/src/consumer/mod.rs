@@ -80,7 +80,7 @@ pub fn ingest_kafka(
     if let Some(checkpoints) = checkpoints {
         match ledger.head() {
             Ok(head) => checkpoints.finish(head.seq, &head.hash_hex()),
-            Err(error) => tracing::warn!("ingest: cannot read the ledger's head for its last checkpoint: {error}"),
+            Err(error) => tracing::warn!(%error, "ingest: cannot read the ledger's head for its last checkpoint"),
         }
     }
     result
@@ -162,5 +162,5 @@ fn start_checkpoints(ledger: &Ledger, settings: &KafkaIngestSettings) -> Option<
     let started = ledger.ledger_id().map_err(|e| e.to_string()).and_then(|id| {
         CheckpointPublisher::new("ingest", &settings.brokers, &settings.overrides, &id).map_err(|e| e.to_string())
     });
-    started.map_err(|error| tracing::warn!("ingest: no checkpoints will be published: {error}")).ok()
+    started.map_err(|error| tracing::warn!(%error, "ingest: no checkpoints will be published")).ok()
 }

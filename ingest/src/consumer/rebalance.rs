@@ -83,7 +83,7 @@ impl IngestContext {
                 Ok(Err(error)) => {
                     shared.shard_failure.get_or_insert(error);
                 }
-                Err(_) => tracing::error!("ingest: partition {partition} is negative"),
+                Err(_) => tracing::error!(partition, "ingest: a partition is negative"),
             }
         }
     }
@@ -134,7 +134,7 @@ impl IngestContext {
             }
             self.close_shards(&mut shared, &gone);
             consumer.incremental_unassign(&list_of(&gone, |_| Offset::Invalid)).map_err(KafkaIngestError::Standing)?;
-            tracing::info!("ingest: no longer standing by for {}", list(&gone));
+            tracing::info!(partitions = %list(&gone), "ingest: no longer standing by");
         }
         let new = of(&wanted.difference(&held).copied().collect());
         if !new.is_empty() {
@@ -142,7 +142,7 @@ impl IngestContext {
             let offsets = &shared.ledger_offsets;
             let assignment = list_of(&new, |key| Offset::Offset(offsets.get(key).copied().unwrap_or(0)));
             consumer.incremental_assign(&assignment).map_err(KafkaIngestError::Standing)?;
-            tracing::info!("ingest: standing by for {}", list(&new));
+            tracing::info!(partitions = %list(&new), "ingest: standing by");
             shared.assigned.extend(new);
         }
         let holding = shared.assigned.iter().filter_map(|(_, p)| u32::try_from(*p).ok()).collect();
@@ -178,9 +178,9 @@ impl ConsumerContext for IngestContext {
                     let _ = tpl.set_partition_offset(topic, *partition, offset);
                 }
                 if let Err(e) = consumer.assign(tpl) {
-                    tracing::error!("ingest: assigning {partitions:?} failed: {e}");
+                    tracing::error!(partitions = ?partitions, error = %e, "ingest: assigning failed");
                 }
-                tracing::info!(assigned = %list(&partitions), "ingest: assigned {}", list(&partitions));
+                tracing::info!(assigned = %list(&partitions), "ingest: partitions assigned");
                 shared.assigned.extend(partitions);
             }
             _ => {
@@ -191,9 +191,9 @@ impl ConsumerContext for IngestContext {
                 // Before the partitions may go to another member: what was queued for their shards is appended,
                 // so that the next owner finds its offsets stored.
                 self.close_shards(&mut shared, &partitions);
-                tracing::info!(revoked = %list(&partitions), "ingest: revoked {}", list(&partitions));
+                tracing::info!(revoked = %list(&partitions), "ingest: partitions revoked");
                 if let Err(e) = consumer.unassign() {
-                    tracing::error!("ingest: unassigning failed: {e}");
+                    tracing::error!(error = %e, "ingest: unassigning failed");
                 }
             }
         }
