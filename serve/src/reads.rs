@@ -1,5 +1,6 @@
 //! What an operator reads of every shard this server holds, one part per shard, the parts a command joins:
-//! `GET /v1/admin/billing?period=YYYY-MM` (`export billing --cluster`), `GET /v1/admin/status` (`status --cluster`),
+//! `GET /v1/admin/billing?period=YYYY-MM[&by_project=true]` (`export billing --cluster`), `GET
+//! /v1/admin/billing/prepare` and `POST /v1/admin/billing/close` (`export billing --final --cluster`, its two phases), `GET /v1/admin/status` (`status --cluster`),
 //! `POST /v1/admin/reconcile` (`reconcile --cluster`), `GET /v1/admin/verify` (`verify --cluster`), `GET /v1/admin/audit/why?request_id=R` (`audit why --cluster`) and `GET /v1/admin/audit/tenant?tenant=T&from=&to=`
 //! (`audit tenant --cluster`), and `GET /v1/admin/backup` (`backup --cluster`). The command finds each shard's owner in
 //! the routing catalog and asks it, so support and finance read a running cluster without a copy of its shards. These
@@ -30,6 +31,27 @@ use crate::hooks::Hooks;
 #[serde(deny_unknown_fields)]
 pub(crate) struct BillingQuery {
     period: String,
+    /// Each shard's rows' consumption by project too (`export billing --by project --cluster`).
+    #[serde(default)]
+    by_project: bool,
+}
+
+/// `GET /v1/admin/billing/prepare`'s query.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PrepareQuery {
+    period: String,
+}
+
+/// `POST /v1/admin/billing/close`'s body: the period, the watermark each shard was prepared at by partition (its key
+/// the partition in decimal, as JSON keys are text), and whether to answer each shard's consumption by project.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CloseBody {
+    period: String,
+    watermarks: std::collections::BTreeMap<u32, u64>,
+    #[serde(default)]
+    by_project: bool,
 }
 
 /// `GET /v1/admin/status` takes no query.
@@ -111,11 +133,69 @@ pub(crate) async fn billing(
         Ok(period) => period,
         Err(e) => return error(StatusCode::BAD_REQUEST, "bad_request", format!("period: {e}")),
     };
+    let by_project = query.by_project;
     // A preview brings a shard's commit totals to its watermark, as the command does: it opens the shard to write.
-    let read: Read =
-        Box::new(move |path, partition| answered(usecases::shard::bill(&open(path, true)?, partition, period)));
+    let read: Read = Box::new(move |path, partition| {
+        answered(usecases::shard::bill(&open(path, true)?, partition, period, by_project))
+    });
     let answer = serde_json::json!({"period": period.to_string()});
     every_shard(&app, answer, read).await
+}
+
+/// `GET /v1/admin/billing/prepare?period=YYYY-MM` (`export billing --final --cluster`, first phase): whether each
+/// shard this server holds can close the period now, and the watermark it would close at. Stores nothing: a shard
+/// that cannot close answers why, and the command closes no shard anywhere.
+pub(crate) async fn prepare(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    query: Result<Query<PrepareQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let query = match admitted(&app, &headers, query) {
+        Ok(query) => query,
+        Err(refused) => return *refused,
+    };
+    let period: Period = match query.period.parse() {
+        Ok(period) => period,
+        Err(e) => return error(StatusCode::BAD_REQUEST, "bad_request", format!("period: {e}")),
+    };
+    let read: Read = Box::new(move |path, partition| {
+        answered(usecases::shard::prepare_close(&open(path, false)?, partition, period))
+    });
+    let answer = serde_json::json!({"period": period.to_string()});
+    every_shard(&app, answer, read).await
+}
+
+/// `POST /v1/admin/billing/close` (`export billing --final --cluster`, second phase, once every shard of the cluster
+/// prepared): closes the period in each shard the body names that this server holds, at the watermark it was prepared
+/// at ([`usecases::shard::close_at`]), and answers their stored exports; the shards it holds that the body does not
+/// name are left as they are and out of the answer, and a shard named that it does not hold is missing from it (the
+/// command says it moved). A shard that fails fails the answer naming it; the shards closed before it stay closed, and
+/// the command run again completes the close.
+pub(crate) async fn close(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Result<Json<CloseBody>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    if let Err(refused) = of_every_tenant(&app, &headers) {
+        return *refused;
+    }
+    let body = match body {
+        Ok(Json(body)) => body,
+        Err(rejection) => return error(StatusCode::BAD_REQUEST, "bad_request", rejection.body_text()),
+    };
+    let period: Period = match body.period.parse() {
+        Ok(period) => period,
+        Err(e) => return error(StatusCode::BAD_REQUEST, "bad_request", format!("period: {e}")),
+    };
+    // A ledger of every partition is named 0, the one shard of its set.
+    let named: std::collections::BTreeSet<u32> = body.watermarks.keys().copied().collect();
+    let (watermarks, by_project) = (body.watermarks, body.by_project);
+    let read: Read = Box::new(move |path, partition| {
+        let prepared = watermarks[&partition.unwrap_or(0)];
+        answered(usecases::shard::close_at(&mut open(path, true)?, partition, period, prepared, by_project))
+    });
+    let answer = serde_json::json!({"period": period.to_string()});
+    every_shard_of(&app, answer, read, move |partition| named.contains(&partition.unwrap_or(0))).await
 }
 
 pub(crate) async fn status(
@@ -344,8 +424,18 @@ fn ledgers(app: &App) -> Vec<(Option<u32>, PathBuf)> {
 
 /// `answer` with `shards`: `read` of each shard held, each with its `partition`, off the async workers (a read of a
 /// month takes a while); the first shard that fails fails the answer, naming it.
-async fn every_shard(app: &Arc<App>, mut answer: serde_json::Value, read: Read) -> Response {
-    let ledgers = ledgers(app);
+async fn every_shard(app: &Arc<App>, answer: serde_json::Value, read: Read) -> Response {
+    every_shard_of(app, answer, read, |_| true).await
+}
+
+/// [`every_shard`] of the shards held that `named` keeps (by partition), the others left out of the answer.
+async fn every_shard_of(
+    app: &Arc<App>,
+    mut answer: serde_json::Value,
+    read: Read,
+    named: impl Fn(Option<u32>) -> bool,
+) -> Response {
+    let ledgers: Vec<_> = ledgers(app).into_iter().filter(|(partition, _)| named(*partition)).collect();
     let computed = tokio::task::spawn_blocking(move || {
         ledgers
             .into_iter()

@@ -38,6 +38,8 @@ pub(crate) fn router(app: Arc<App>, read_timeout: Duration) -> Router {
         .route("/v1/admin/policies", post(crate::admin::policies))
         .route("/v1/admin/grants", post(crate::admin::grants))
         .route("/v1/admin/billing", get(crate::reads::billing))
+        .route("/v1/admin/billing/prepare", get(crate::reads::prepare))
+        .route("/v1/admin/billing/close", post(crate::reads::close))
         .route("/v1/admin/status", get(crate::reads::status))
         .route("/v1/admin/verify", get(crate::reads::verify))
         .route("/v1/admin/reconcile", post(crate::reads::reconcile))

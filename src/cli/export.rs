@@ -42,8 +42,10 @@ pub struct BillingArgs {
     metrics_file: Option<PathBuf>,
     /// Read the running cluster at these brokers instead of local ledgers: each shard's owner, found in the routing
     /// catalog, is asked over HTTP (`GET /v1/admin/billing`) and the shards' exports are joined. An owner that does
-    /// not answer fails the command naming its shard. Not with --final: a close runs where the shards are.
-    #[arg(long, value_name = "BROKERS", conflicts_with = "final_")]
+    /// not answer fails the command naming its shard. With --final, the period is closed in every shard or in none:
+    /// every owner first says whether each of its shards can close it (a shard that cannot refuses the close, named,
+    /// and nothing is closed), then each closes its shards at the watermarks it answered.
+    #[arg(long, value_name = "BROKERS")]
     cluster: Option<String>,
     /// With --cluster: the token to ask the nodes with, one for every tenant (`tenants = ["*"]`).
     #[arg(long, env = "QUOTA_LEDGER_TOKEN", hide_env_values = true, requires = "cluster")]
@@ -52,9 +54,9 @@ pub struct BillingArgs {
     ca_file: super::trust_args::CaFileArg,
     /// Follow each row with its consumption per project: a row per project its consumption names, then one with
     /// `project` empty for the consumption naming none, each with tenant, metric, period, consumption, watermark and
-    /// gaps only, in a column `project` added last (empty in the bill's rows). The bill's rows are unchanged. Not with
-    /// --cluster: the nodes answer bills, not their events.
-    #[arg(long, value_enum, value_name = "SCOPE", conflicts_with = "cluster")]
+    /// gaps only, in a column `project` added last (empty in the bill's rows). The bill's rows are unchanged. With
+    /// --cluster, each owner splits its shards' rows.
+    #[arg(long, value_enum, value_name = "SCOPE")]
     by: Option<ByArg>,
 }
 
@@ -85,10 +87,9 @@ pub fn run(store: &super::Store, command: ExportCommand) -> anyhow::Result<ExitC
     }
     let asked = BillingAsked { period: args.period, close: args.final_, by_project: args.by == Some(ByArg::Project) };
     let billed = match &args.cluster {
-        Some(brokers) => usecases::billing::of_cluster(
-            &super::cluster::of(brokers, args.token.as_deref(), &args.ca_file)?,
-            args.period,
-        )?,
+        Some(brokers) => {
+            usecases::billing::of_cluster(&super::cluster::of(brokers, args.token.as_deref(), &args.ca_file)?, asked)?
+        }
         None => usecases::billing::export(store, asked)?,
     };
     for note in &billed.shard_notes {

@@ -9,9 +9,10 @@ use std::time::Duration;
 use ledger::shards::ShardDir;
 use ledger::{Ledger, Period};
 use reports::billing::{self, ByProject};
-use reports::export::{BillingExport, ShardBilling, ShardExport};
+use reports::export::{BillingExport, ShardExport};
 
-use crate::cluster::Cluster;
+use crate::cluster::{Ask, Cluster};
+use crate::shard::ShardBill;
 use crate::{Context, Result, Store, refuse};
 
 /// What a billing export is asked for.
@@ -62,10 +63,12 @@ pub fn export(store: &Store, asked: BillingAsked) -> Result<Billed> {
 }
 
 /// The export of a directory of shards: each shard's, as of a single ledger, then their union
-/// ([`BillingExport::union`]). A close closes the period in every shard, one after the other: a shard that fails
-/// stops it naming the shard; the shards closed before it stay closed, and the same close run again closes the rest
-/// (closing a closed shard answers its stored export). Without a close, a period closed in some shards only (such a
-/// stopped close) is refused: its preview would mix final rows and open ones.
+/// ([`BillingExport::union`]). A close first checks that every shard open can close the period ([`prepare`]): one
+/// that cannot refuses the whole close, naming each shard and why, and nothing is closed. Then it closes the period in
+/// every shard, one after the other: a shard that fails then (a disk full, the process killed) stops it naming the
+/// shard; the shards closed before it stay closed, and the same close run again closes the rest (closing a closed
+/// shard answers its stored export). Without a close, a period closed in some shards only (such a stopped close) is
+/// refused: its preview would mix final rows and open ones.
 fn of_shards(shards: &ShardDir, asked: BillingAsked) -> Result<Billed> {
     let BillingAsked { period, close, by_project } = asked;
     let mut ledgers = shards.open_all()?;
@@ -81,6 +84,13 @@ fn of_shards(shards: &ShardDir, asked: BillingAsked) -> Result<Billed> {
             "period {period} is closed in shards {closed:?} of {count} and open in the others: a close stopped part \
              way; run export billing --period {period} --final again to close it in every shard"
         );
+    }
+    if close {
+        let prepared = ledgers
+            .iter()
+            .map(|(shard, ledger)| crate::shard::prepare_close(ledger, Some(shard.partition), period))
+            .collect::<Result<Vec<_>>>()?;
+        refuse_unless_all_prepared(period, &prepared, |partition| format!("shard {partition}"))?;
     }
     let (mut parts, mut projects, mut shard_notes) = (Vec::with_capacity(count), Vec::new(), Vec::new());
     let mut late_usage_recorded = 0;
@@ -129,29 +139,109 @@ fn projects_of(ledger: &Ledger, export: &BillingExport) -> Result<ByProject> {
         .with_context(|| format!("cannot split period {}'s consumption by project", export.period))
 }
 
+/// Refuses a close of `period` unless every shard `prepared` it: the refusal names every shard that cannot close it
+/// (`named`: how a shard is named, by partition) and why, and says that nothing was closed.
+fn refuse_unless_all_prepared(
+    period: Period,
+    prepared: &[crate::shard::Prepared],
+    named: impl Fn(u32) -> String,
+) -> Result<()> {
+    let refusals: Vec<String> = prepared
+        .iter()
+        .filter_map(|p| p.refused.as_ref().map(|why| format!("{}: {why}", named(p.partition.unwrap_or(0)))))
+        .collect();
+    if !refusals.is_empty() {
+        refuse!(
+            "period {period} closed in no shard: {} of {} shards cannot close it, and a set closes in every shard or \
+             none: {}",
+            refusals.len(),
+            prepared.len(),
+            refusals.join("; ")
+        );
+    }
+    Ok(())
+}
+
+/// How long an owner may take to close its shards: a close catches up each shard's commit totals and computes its
+/// month, as a local `--final` does, several shards one after the other (a read's two minutes, each of a few shards).
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(600);
+
 /// The export of a running cluster: each shard's owner answers its shards' exports (`GET /v1/admin/billing`,
 /// [`crate::shard::bill`]), and their union is the export, as a directory's is joined: never a bill missing a shard's
-/// tenants. A close runs where the shards are, not through a cluster read.
-pub fn of_cluster(cluster: &Cluster, period: Period) -> Result<Billed> {
+/// tenants. With `asked.close`, the period is closed in every shard or in none, in two phases over the same admin API:
+/// each owner first says, for each shard it holds, whether it can close the period and at which watermark (`GET
+/// /v1/admin/billing/prepare`, [`crate::shard::prepare_close`], storing nothing); a shard that cannot refuses the whole
+/// close, naming it and why, and nothing is closed. Only then is each owner asked to close its shards at the
+/// watermarks prepared (`POST /v1/admin/billing/close`, [`crate::shard::close_at`]). A failure in that second phase (an
+/// owner dying mid-close, a shard that moved) leaves the shards closed before it closed: the same command run again
+/// completes the close, since closing a closed shard answers its stored export.
+pub fn of_cluster(cluster: &Cluster, asked: BillingAsked) -> Result<Billed> {
+    let BillingAsked { period, close, by_project } = asked;
     let period_text = period.to_string();
-    let answered = cluster.ask_owners("/v1/admin/billing", &[("period", &period_text)])?;
+    let answered = match close {
+        false => {
+            let mut query = vec![("period", period_text.as_str())];
+            if by_project {
+                query.push(("by_project", "true"));
+            }
+            cluster.ask_owners("/v1/admin/billing", &query)?
+        }
+        true => close_cluster(cluster, period, by_project)?,
+    };
     let partitions = answered.shards.len();
-    let parts: BTreeMap<u32, ShardBilling> =
-        answered.shards.keys().copied().zip(answered.parts::<ShardBilling>("an export")?).collect();
-    let closed: Vec<u32> = parts.iter().filter(|(_, s)| s.closed).map(|(p, _)| *p).collect();
+    let parts: BTreeMap<u32, ShardBill> =
+        answered.shards.keys().copied().zip(answered.parts::<ShardBill>("an export")?).collect();
+    let closed: Vec<u32> = parts.iter().filter(|(_, s)| s.billing.closed).map(|(p, _)| *p).collect();
     if !closed.is_empty() && closed.len() < parts.len() {
         refuse!(
             "period {period} is closed in shards {closed:?} of {partitions} and open in the others: a close stopped \
-             part way; close it in every shard"
+             part way; run export billing --period {period} --final --cluster again to close it in every shard"
         );
     }
-    let export = BillingExport::union(period, parts.into_values().map(|s| s.into_part(period)).collect());
-    let state = if closed.is_empty() { "open: computed now, not final" } else { "closed: its final export" };
+    let projects = match by_project {
+        true => Some(ByProject::union(
+            parts
+                .iter()
+                .map(|(p, s)| s.by_project().with_context(|| format!("shard {p}: no projects answered")))
+                .collect::<Result<Vec<_>>>()?,
+        )),
+        false => None,
+    };
+    let export = BillingExport::union(period, parts.into_values().map(|s| s.billing.into_part(period)).collect());
+    let state = match (close, closed.is_empty()) {
+        (true, _) => "closed in every shard",
+        (false, true) => "open: computed now, not final",
+        (false, false) => "closed: its final export",
+    };
     let note = format!(
         "period {period} is {state}, over the {partitions} shards of the cluster at {} ({} nodes), set watermark {}",
         cluster.brokers, answered.nodes, export.watermark
     );
-    Ok(Billed { export, note, shard_notes: Vec::new(), projects: None, late_usage_recorded: 0 })
+    Ok(Billed { export, note, shard_notes: Vec::new(), projects, late_usage_recorded: 0 })
+}
+
+/// The two phases of a cluster's close ([`of_cluster`]): every shard prepared, else nothing closed; then each owner
+/// closes its shards at their prepared watermarks and answers their stored exports.
+fn close_cluster(cluster: &Cluster, period: Period, by_project: bool) -> Result<crate::cluster::Answered> {
+    let period_text = period.to_string();
+    let prepared = cluster.ask_owners("/v1/admin/billing/prepare", &[("period", &period_text)])?;
+    let owners = prepared.owners.clone();
+    let parts = prepared.parts::<crate::shard::Prepared>("a prepare")?;
+    let named = |partition: u32| match owners.get(&partition) {
+        Some(url) => format!("shard {partition} (owner {url})"),
+        None => format!("shard {partition}"),
+    };
+    refuse_unless_all_prepared(period, &parts, named)?;
+    let watermarks: BTreeMap<String, u64> =
+        prepared.shards.keys().zip(&parts).map(|(partition, p)| (partition.to_string(), p.watermark)).collect();
+    let body = serde_json::json!({"period": period_text, "watermarks": watermarks, "by_project": by_project});
+    cluster.ask_owners_to("/v1/admin/billing/close", Ask::Post(&body, CLOSE_TIMEOUT)).with_context(|| {
+        format!(
+            "period {period}: every shard prepared its close, but the close stopped part way (the shards closed \
+             before this failure stay closed): run the same command again to close the rest (closing a closed shard \
+             answers its stored export)"
+        )
+    })
 }
 
 /// An export's figures for the node exporter's textfile collector, by period: when it last succeeded, how long it took

@@ -29,8 +29,7 @@ pub fn close(ledger: &mut Ledger, period: Period) -> Result<Closed> {
     let mut late_usage_recorded = 0;
     if ledger.period_export(period)?.is_none() {
         // A close refused records nothing, the late usage included.
-        ledger.refuse_close(period).with_context(|| format!("cannot close period {period}"))?;
-        refuse_unended_cycles(ledger, period)?;
+        check(ledger, period)?;
         late_usage_recorded = record_late_usage(ledger, period)?;
         // Most of the commit totals' catch-up before the close's own transaction, in short ones: the hook and ingest
         // wait for the close meanwhile.
@@ -58,6 +57,14 @@ pub fn close(ledger: &mut Ledger, period: Period) -> Result<Closed> {
         ));
     }
     Ok(Closed { export, note, late_usage_recorded })
+}
+
+/// Refuses a close of `period` (open in `ledger`) that [`close`] would refuse now: the period not over, out of order
+/// with the closes before it, or a billing cycle it bills not ended. Records nothing: it is the first phase of a close
+/// of a set of shards, all or none ([`crate::billing`]), as it is the first step of [`close`].
+pub fn check(ledger: &Ledger, period: Period) -> Result<()> {
+    ledger.refuse_close(period).with_context(|| format!("cannot close period {period}"))?;
+    refuse_unended_cycles(ledger, period)
 }
 
 /// Refuses to close `period` while a billing cycle it bills (PolicyEvent v11) has not ended: a cycle ending at local

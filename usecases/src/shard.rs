@@ -6,15 +6,133 @@ use std::path::Path;
 
 use ledger::{Ledger, Period};
 use reports::audit::{render, tenant, why};
+use reports::billing::ByProject;
 use schemas::Timestamp;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::Result;
 
+/// One shard's export of a period as a server answers it (`GET /v1/admin/billing`, `POST /v1/admin/billing/close`):
+/// its [`reports::export::ShardBilling`], and the consumption of its rows by project when asked (`by_project`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ShardBill {
+    /// The shard's export.
+    #[serde(flatten)]
+    pub billing: reports::export::ShardBilling,
+    /// Its rows' consumption by project, when asked ([`reports::billing::ByProject`]), a line per (tenant, metric,
+    /// project) in export order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub projects: Option<Vec<ProjectConsumption>>,
+}
+
+/// A row's consumption of one project (`project` none: the consumption naming no project).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProjectConsumption {
+    /// The row's tenant.
+    pub tenant: String,
+    /// The row's metric.
+    pub metric: String,
+    /// The project; none for the consumption naming none.
+    pub project: Option<String>,
+    /// Its consumption.
+    pub consumption: i64,
+}
+
+impl ShardBill {
+    /// Its consumption by project as a [`ByProject`], when it was asked for.
+    pub fn by_project(&self) -> Option<ByProject> {
+        let mut by = ByProject::default();
+        for line in self.projects.as_ref()? {
+            let key = (line.tenant.clone(), line.metric.clone());
+            by.0.entry(key).or_default().push((line.project.clone(), line.consumption));
+        }
+        Some(by)
+    }
+}
+
 /// The export of `period` of `ledger`, the shard of `partition` (none for a ledger of every partition), as an open
-/// period's preview or a closed one's stored rows ([`reports::export::ShardBilling`]).
-pub fn bill(ledger: &Ledger, partition: Option<u32>, period: Period) -> Result<reports::export::ShardBilling> {
-    Ok(reports::export::ShardBilling::of(ledger, partition, period)?)
+/// period's preview or a closed one's stored rows ([`reports::export::ShardBilling`]), split by project when
+/// `by_project`.
+pub fn bill(ledger: &Ledger, partition: Option<u32>, period: Period, by_project: bool) -> Result<ShardBill> {
+    let billing = reports::export::ShardBilling::of(ledger, partition, period)?;
+    let projects = match by_project {
+        true => Some(projects_of(ledger, period, &billing)?),
+        false => None,
+    };
+    Ok(ShardBill { billing, projects })
+}
+
+/// The lines of [`ShardBill::projects`] of `billing`, computed from `ledger` at its watermark.
+fn projects_of(
+    ledger: &Ledger,
+    period: Period,
+    billing: &reports::export::ShardBilling,
+) -> Result<Vec<ProjectConsumption>> {
+    let split = reports::billing::by_project(ledger, period, billing.watermark, &billing.rows)?;
+    Ok(split
+        .0
+        .into_iter()
+        .flat_map(|((tenant, metric), projects)| {
+            projects.into_iter().map(move |(project, consumption)| ProjectConsumption {
+                tenant: tenant.clone(),
+                metric: metric.clone(),
+                project,
+                consumption,
+            })
+        })
+        .collect())
+}
+
+/// A shard's answer to the first phase of a close of a set of shards (`GET /v1/admin/billing/prepare`): whether it
+/// can close the period now, and the watermark it would close at; nothing is stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Prepared {
+    /// The shard's partition; none for a ledger of every partition.
+    pub partition: Option<u32>,
+    /// Whether the period is closed in it already (a close stopped part way): closing it again answers its export.
+    pub closed: bool,
+    /// The watermark it would close at now (its close's, when closed).
+    pub watermark: u64,
+    /// Why it cannot close the period, when it cannot ([`crate::close::check`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+}
+
+/// Whether `ledger`, the shard of `partition`, can close `period` now, and at which watermark ([`Prepared`]).
+pub fn prepare_close(ledger: &Ledger, partition: Option<u32>, period: Period) -> Result<Prepared> {
+    if let Some(closed) = ledger.period_export(period)? {
+        return Ok(Prepared { partition, closed: true, watermark: closed.close.watermark, refused: None });
+    }
+    let watermark = ledger.watermark()?;
+    let refused = crate::close::check(ledger, period).err().map(|e| ledger::causes(&e));
+    Ok(Prepared { partition, closed: false, watermark, refused })
+}
+
+/// The second phase of a close of a set of shards (`POST /v1/admin/billing/close`): closes `period` in `ledger`, the
+/// shard of `partition`, prepared at `prepared` ([`prepare_close`]), and answers its stored export. A shard closed
+/// already answers its stored export (a close run again after one stopped part way). A shard whose watermark is below
+/// the prepared one is not the copy that was prepared (it moved to a node whose copy is behind, or was restored):
+/// refused, for the command to be run again. The close itself runs at the shard's watermark when it closes, which is
+/// the prepared one unless entries arrived since (the hook's decisions, ingest's usage and the late usage the close
+/// records for the months before): those are the period's entries as of the close, as a local close has them.
+pub fn close_at(
+    ledger: &mut Ledger,
+    partition: Option<u32>,
+    period: Period,
+    prepared: u64,
+    by_project: bool,
+) -> Result<ShardBill> {
+    if ledger.period_export(period)?.is_none() {
+        let watermark = ledger.watermark()?;
+        if watermark < prepared {
+            crate::refuse!(
+                "period {period} not closed: the shard is at watermark {watermark}, below the {prepared} it was \
+                 prepared at (it is not the copy that was prepared: it moved or was restored); run the close again"
+            );
+        }
+        crate::close::close(ledger, period)?;
+    }
+    bill(ledger, partition, period, by_project)
 }
 
 /// A shard's status: a shard's own (partition, plan defaults), else a ledger of every partition's.
