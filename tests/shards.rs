@@ -135,6 +135,23 @@ fn a_close_stopped_part_way_is_finished_by_a_rerun() {
     assert_same_exports(&month, &shards, &["--final"], "the close finished");
 }
 
+// Proves a directory's --final checks every shard before closing any: one shard that cannot close the month (its
+// September closed alone, so November would skip October) refuses the close naming it and why, and no shard is closed.
+#[test]
+fn a_close_one_shard_refuses_closes_none() {
+    let month = Month::generate("20", "2000");
+    let shards = month.shards(2);
+    let shard1 = shards.shard(1);
+    let september = ["export", "billing", "--period", "2026-09", "--format", "csv", "--final"];
+    run_in(shards.dir.path(), &[&["--ledger", shard1.to_str().unwrap()][..], &september].concat(), b"").success();
+    let refused = shards.run(&["export", "billing", "--period", PERIOD, "--format", "csv", "--final"]).expect_code(2);
+    assert!(refused.stderr.contains("closed in no shard: 1 of 2 shards cannot close it"), "{}", refused.stderr);
+    assert!(refused.stderr.contains("shard 1: cannot close period 2026-11"), "{}", refused.stderr);
+    assert!(refused.stderr.contains("cannot be closed before 2026-10"), "{}", refused.stderr);
+    let closes = shards.run(&["sql", "SELECT shard, period FROM period_closes ORDER BY shard", "--format", "csv"]);
+    assert_eq!(closes.success().stdout_text(), "shard,period\n1,2026-09\n", "shard 0 closed nothing");
+}
+
 // Proves ingest --data routes each record to its tenant's shard (verify checks every entry is of its partition),
 // refuses another partition count, and that each shard resumes the file from its own progress: a shard lost and
 // recreated takes the whole file again while the others append nothing.
