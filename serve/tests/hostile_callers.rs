@@ -86,10 +86,13 @@ impl Server {
 #[test]
 fn admin_routes_refuse_a_token_without_admin() {
     let server = Server::start();
-    let routes: [(&str, &str, Option<Value>); 9] = [
+    let routes: [(&str, &str, Option<Value>); 11] = [
         ("GET", "/v1/admin/backup", None),
         ("GET", "/v1/admin/backup?partition=0", None),
         ("GET", "/v1/admin/billing?period=2026-11", None),
+        ("GET", "/v1/admin/billing/prepare?period=2026-11", None),
+        // A close naming no shard: past the token, it closes nothing.
+        ("POST", "/v1/admin/billing/close", Some(json!({"period": "2026-11", "watermarks": {}}))),
         ("GET", "/v1/admin/status", None),
         ("GET", "/v1/admin/verify", None),
         ("GET", "/v1/admin/audit/why?request_id=r-1", None),
