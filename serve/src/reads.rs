@@ -169,8 +169,8 @@ pub(crate) async fn prepare(
 /// prepared): closes the period in each shard the body names that this server holds, at the watermark it was prepared
 /// at ([`usecases::shard::close_at`]), and answers their stored exports; the shards it holds that the body does not
 /// name are left as they are and out of the answer, and a shard named that it does not hold is missing from it (the
-/// command says it moved). A shard that fails fails the answer naming it; the shards closed before it stay closed, and
-/// the command run again completes the close.
+/// command says it moved). A shard that fails fails the answer (409 `not_closed`) naming it; the shards closed before
+/// it stay closed, and the command run again completes the close.
 pub(crate) async fn close(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
@@ -195,7 +195,10 @@ pub(crate) async fn close(
         answered(usecases::shard::close_at(&mut open(path, true)?, partition, period, prepared, by_project))
     });
     let answer = serde_json::json!({"period": period.to_string()});
-    every_shard_of(&app, answer, read, move |partition| named.contains(&partition.unwrap_or(0))).await
+    // A close refused (the shard behind its prepared watermark, the period not over) or failed is the caller's to
+    // finish by running the command again, not a server fault: 409, naming the shard.
+    let named = move |partition: Option<u32>| named.contains(&partition.unwrap_or(0));
+    every_shard_of(&app, answer, read, named, (StatusCode::CONFLICT, "not_closed")).await
 }
 
 pub(crate) async fn status(
@@ -425,15 +428,17 @@ fn ledgers(app: &App) -> Vec<(Option<u32>, PathBuf)> {
 /// `answer` with `shards`: `read` of each shard held, each with its `partition`, off the async workers (a read of a
 /// month takes a while); the first shard that fails fails the answer, naming it.
 async fn every_shard(app: &Arc<App>, answer: serde_json::Value, read: Read) -> Response {
-    every_shard_of(app, answer, read, |_| true).await
+    every_shard_of(app, answer, read, |_| true, (StatusCode::INTERNAL_SERVER_ERROR, "ledger_error")).await
 }
 
-/// [`every_shard`] of the shards held that `named` keeps (by partition), the others left out of the answer.
+/// [`every_shard`] of the shards held that `named` keeps (by partition), the others left out of the answer; a shard
+/// that fails answers `failed` (status and error).
 async fn every_shard_of(
     app: &Arc<App>,
     mut answer: serde_json::Value,
     read: Read,
     named: impl Fn(Option<u32>) -> bool,
+    failed: (StatusCode, &'static str),
 ) -> Response {
     let ledgers: Vec<_> = ledgers(app).into_iter().filter(|(partition, _)| named(*partition)).collect();
     let computed = tokio::task::spawn_blocking(move || {
@@ -458,8 +463,8 @@ async fn every_shard_of(
             answer["shards"] = serde_json::Value::Array(shards);
             (StatusCode::OK, Json(answer)).into_response()
         }
-        Ok(Err(message)) => error(StatusCode::INTERNAL_SERVER_ERROR, "ledger_error", message),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, "ledger_error", format!("the read stopped: {e}")),
+        Ok(Err(message)) => error(failed.0, failed.1, message),
+        Err(e) => error(failed.0, failed.1, format!("the read stopped: {e}")),
     }
 }
 
