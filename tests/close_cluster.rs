@@ -88,6 +88,12 @@ fn is_bill_row(row: &BTreeMap<String, String>) -> bool {
     !row["late_adjustments"].is_empty()
 }
 
+/// A `--by project` export's project rows as (tenant, project) to consumption.
+fn split_of(csv: &str) -> BTreeMap<(String, String), i64> {
+    let projects = rows_of(csv).into_iter().filter(|row| !is_bill_row(row));
+    projects.map(|row| ((row["tenant"].clone(), row["project"].clone()), row["consumption"].parse().unwrap())).collect()
+}
+
 /// Whether each shard of the cluster holds `period` closed, by partition, as each owner answers it.
 fn closed_by_shard(urls: &[&str], period: &str) -> BTreeMap<u64, bool> {
     let mut closed = BTreeMap::new();
@@ -139,12 +145,7 @@ fn a_cluster_close_is_all_or_none_and_names_the_shard_that_refused() {
 
     // By project across the cluster: each owner splits its shards' rows, joined as a directory's are.
     let split = read(&["--by", "project"]).success().stdout_text();
-    let mut by_project = BTreeMap::new();
-    for row in rows_of(&split).iter().filter(|row| !is_bill_row(row)) {
-        let key = (row["tenant"].clone(), row["project"].clone());
-        by_project.insert(key, row["consumption"].parse::<i64>().unwrap());
-    }
-    assert_eq!(by_project, sent.by_project(), "{split}");
+    assert_eq!(split_of(&split), sent.by_project(), "{split}");
     assert_eq!(consumption_of(&split), sent.by_tenant(), "the bill's rows unchanged beside their split: {split}");
 
     // One shard's September is closed on its own (its owner asked directly, as the first phase then the second):
@@ -184,4 +185,6 @@ fn a_cluster_close_is_all_or_none_and_names_the_shard_that_refused() {
     assert_eq!(closed_by_shard(&urls, "2026-11"), (0..P as u64).map(|p| (p, true)).collect(), "all closed");
     assert_eq!(read(&["--final"]).success().stdout_text(), closed.stdout_text(), "a close run again answers the same");
     assert_eq!(read(&[]).success().stdout_text(), closed.stdout_text(), "the final export read back");
+    let final_split = read(&["--final", "--by", "project"]).success().stdout_text();
+    assert_eq!(split_of(&final_split), sent.by_project(), "the closed month split by project: {final_split}");
 }
