@@ -1,7 +1,8 @@
 //! Finance closes a month of a running cluster (`export billing --final --cluster`), two nodes on the embedded broker
 //! sharing three partitions: a close one shard cannot make is refused naming that shard and its reason, and closes
-//! nothing anywhere; once that shard's month before is closed, the close goes through in every shard, its bill the
-//! consumption the test sent; `--by project --cluster` splits each row as the test's own sums do.
+//! nothing anywhere; a second phase asked of a shard below its prepared watermark is refused; a close stopped part way
+//! (one shard closed) is finished by the same command run again, its bill the consumption the test sent, and closing
+//! again answers the same bytes; `--by project --cluster`, open and closed, splits each row as the test's sums do.
 
 mod support;
 
@@ -174,10 +175,27 @@ fn a_cluster_close_is_all_or_none_and_names_the_shard_that_refused() {
     assert!(after.stderr.contains("is open"), "{}", after.stderr);
     assert_eq!(consumption_of(&after.stdout_text()), sent.by_tenant());
 
-    // October closed across the cluster (that shard's next month, the others' first close), then November closes in
-    // every shard: its final bill is the test's sums, and closing again answers the same bytes.
+    // October closed across the cluster (that shard's next month, the others' first close).
     let october = ["export", "billing", "--period", "2026-10", "--format", "csv", "--final"];
     run(&[&october[..], &cluster].concat(), b"").success();
+    // A second phase asked at a watermark the shard is below (not the copy that was prepared) is refused, 409.
+    let close_url = format!("{owner}/v1/admin/billing/close");
+    let ahead = json!({"period": "2026-11", "watermarks": {refusing.to_string(): 1_000_000_000u64}});
+    let (status, answer) = post_admin(&close_url, &ahead);
+    assert_eq!((status, &answer["error"]), (409, &json!("not_closed")), "{answer}");
+    let message = answer["message"].as_str().unwrap();
+    assert!(message.contains(&format!("shard {refusing} (")) && message.contains("below the 1000000000"), "{message}");
+    assert!(!closed_by_shard(&urls, "2026-11")[&refusing], "a refused close closes nothing");
+    // A close stopped part way, as a node dying mid-close leaves it: November closed in that shard only. A preview is
+    // refused until it is closed everywhere, and the same command run again closes the rest.
+    let (_, prepared) = get_as(&format!("{owner}/v1/admin/billing/prepare?period=2026-11"), ADMIN_SECRET).unwrap();
+    let shard = prepared["shards"].as_array().unwrap().iter().find(|s| s["partition"] == json!(refusing)).unwrap();
+    assert_eq!(shard.get("refused"), None, "{prepared}");
+    let body = json!({"period": "2026-11", "watermarks": {refusing.to_string(): shard["watermark"]}});
+    assert_eq!(post_admin(&close_url, &body).0, 200);
+    let partial = read(&[]).expect_code(2);
+    assert!(partial.stderr.contains(&format!("closed in shards [{refusing}] of 3")), "{}", partial.stderr);
+    // November closes in every shard: its final bill is the test's sums, and closing again answers the same bytes.
     let closed = read(&["--final"]).success();
     eprintln!("the close said: {}", closed.stderr);
     assert!(closed.stderr.contains("closed in every shard"), "{}", closed.stderr);
