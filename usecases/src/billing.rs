@@ -1,7 +1,7 @@
 //! A period's billing export (contract §5, §7) of one ledger, a directory of shards or a running cluster: open
-//! periods computed at the watermark, closed ones read back from their stored rows, a close run in every shard, and a
-//! set closed in some shards only refused, since its preview would mix final rows and open ones; and its figures for
-//! monitoring.
+//! periods computed at the watermark, closed ones read back from their stored rows, a close in every shard or in none
+//! (every shard checked before any closes), and a set closed in some shards only refused, since its preview would mix
+//! final rows and open ones; and its figures for monitoring.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -221,3 +221,63 @@ pub fn reconcile(path: &Path, settings: &crate::run::RunSettings) -> Result<Reco
         clean: run.plan.is_clean(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ledger() -> (tempfile::TempDir, Ledger) {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::open(&dir.path().join("shard.db")).unwrap();
+        (dir, ledger)
+    }
+
+    // Proves the first phase stores nothing and says why a shard cannot close (a month not over), and that the second
+    // refuses a shard below its prepared watermark, closing nothing, then closes at it and answers the same export when
+    // asked again, the prepare then answering the shard closed.
+    #[test]
+    fn a_shard_prepares_then_closes_at_its_watermark() {
+        let (_dir, mut ledger) = ledger();
+        let future: Period = "2099-12".parse().unwrap();
+        let refused = prepare_close(&ledger, Some(2), future).unwrap();
+        assert!(refused.refused.as_deref().is_some_and(|why| why.contains("not over")), "{refused:?}");
+        let october: Period = "2026-10".parse().unwrap();
+        let prepared = prepare_close(&ledger, Some(2), october).unwrap();
+        let watermark = ledger.watermark().unwrap();
+        assert_eq!(prepared, Prepared { partition: Some(2), closed: false, watermark, refused: None });
+        assert!(ledger.period_export(october).unwrap().is_none(), "a prepare stores nothing");
+        let behind = close_at(&mut ledger, Some(2), october, watermark + 1, false).unwrap_err();
+        assert!(ledger::causes(&behind).contains("below the"), "{}", ledger::causes(&behind));
+        assert!(ledger.period_export(october).unwrap().is_none(), "a refused close closes nothing");
+        let closed = close_at(&mut ledger, Some(2), october, watermark, true).unwrap();
+        assert!(closed.billing.closed && closed.projects.is_some(), "{closed:?}");
+        let again = close_at(&mut ledger, Some(2), october, watermark, true).unwrap();
+        assert_eq!(again.billing, closed.billing, "closing a closed shard answers its stored export");
+        assert!(prepare_close(&ledger, Some(2), october).unwrap().closed);
+    }
+
+    // Proves a shard's bill with its projects reads back as sent (the flattened export and the split), and its split
+    // becomes the by-project breakdown the command joins.
+    #[test]
+    fn a_shard_bill_with_projects_reads_back() {
+        let billing = reports::export::ShardBilling {
+            partition: Some(1),
+            closed: false,
+            watermark: 9,
+            plan_default_entries: 0,
+            gaps: String::new(),
+            rows: Vec::new(),
+        };
+        let line = |project: Option<&str>, consumption| ProjectConsumption {
+            tenant: "org-1".into(),
+            metric: "tokens".into(),
+            project: project.map(String::from),
+            consumption,
+        };
+        let bill = ShardBill { billing, projects: Some(vec![line(Some("alpha"), 5), line(None, 2)]) };
+        let back: ShardBill = serde_json::from_value(serde_json::to_value(&bill).unwrap()).unwrap();
+        assert_eq!((&back.billing, &back.projects), (&bill.billing, &bill.projects));
+        let by = back.by_project().unwrap();
+        assert_eq!(by.of("org-1", "tokens"), [(Some("alpha".to_string()), 5), (None, 2)]);
+    }
+}
