@@ -228,7 +228,7 @@ mod tests {
 
     fn ledger() -> (tempfile::TempDir, Ledger) {
         let dir = tempfile::tempdir().unwrap();
-        let ledger = Ledger::open(&dir.path().join("shard.db")).unwrap();
+        let ledger = Ledger::open(dir.path().join("shard.db")).unwrap();
         (dir, ledger)
     }
 
