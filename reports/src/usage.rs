@@ -251,18 +251,26 @@ fn windows_of(
             Box::new(move |t| schedule.bounds(t))
         }
     };
+    Ok(tiled((query.from, query.to), bounds))
+}
+
+/// The windows `bounds` tiles `[from, to)` with, at most [`WINDOWS_MAX`].
+fn tiled(
+    (from, to): (Timestamp, Timestamp),
+    bounds: impl Fn(Timestamp) -> (Timestamp, Timestamp),
+) -> Result<Windows, Unanswerable> {
     let mut starts = Vec::new();
-    let mut t = query.from;
-    while t < query.to {
+    let mut t = from;
+    while t < to {
         if starts.len() == WINDOWS_MAX {
             let message = format!("the range spans more than {WINDOWS_MAX} windows: a shorter range or wider windows");
-            return Ok(Err(Unanswerable { field: "granularity", message }));
+            return Err(Unanswerable { field: "granularity", message });
         }
         let (start, end) = bounds(t);
         starts.push(start);
         t = end;
     }
-    Ok(Ok(Windows { starts, end: t }))
+    Ok(Windows { starts, end: t })
 }
 
 /// The billing cycles of `tenant`'s `metric`: those of its own BILLING_CYCLE quota, else the plan's.
@@ -298,5 +306,20 @@ mod tests {
         assert_eq!(w.index_of(at("2026-11-02T00:00:00Z")), Some(1));
         assert_eq!(w.index_of(at("2026-11-02T23:59:59Z")), Some(1));
         assert_eq!(w.index_of(at("2026-11-03T00:00:00Z")), None);
+    }
+
+    // Proves days of a zone's calendar follow its clock changes: Berlin's 25 October 2026 is 25 hours long (the
+    // clocks go back at 03:00 CEST), and its days start at 22:00 UTC before it and 23:00 UTC after.
+    #[test]
+    fn days_of_a_zone_follow_its_clock_changes() {
+        let zone: Tz = "Europe/Berlin".parse().unwrap();
+        let day = |t| rules::window::bounds_in(Window::DAY, zone, t);
+        let w = tiled((at("2026-10-24T12:00:00Z"), at("2026-10-26T12:00:00Z")), day).unwrap();
+        let starts: Vec<String> = w.starts.iter().map(Timestamp::to_string).collect();
+        assert_eq!(starts, ["2026-10-23T22:00:00Z", "2026-10-24T22:00:00Z", "2026-10-25T23:00:00Z"]);
+        assert_eq!(w.end, at("2026-10-26T23:00:00Z"));
+        let hours = |t| rules::window::bounds_in(Window::HOUR, zone, t);
+        let too_many = tiled((at("2026-01-01T00:00:00Z"), at("2026-03-01T00:00:00Z")), hours);
+        assert_eq!(too_many.err().map(|e| e.field), Some("granularity"), "1,416 hours");
     }
 }
