@@ -192,6 +192,11 @@ fn two_nodes_share_the_partitions_and_one_takes_over() {
     let scraped = ureq::get(format!("{url_b}/metrics")).call().unwrap().body_mut().read_to_string().unwrap();
     let lag_series = scraped.lines().filter(|l| l.starts_with("quota_ledger_ingest_lag_messages{")).count();
     assert_eq!(lag_series, 18, "{scraped}");
+    // Every partition b took over is serving, none in transition.
+    assert!(scraped.contains("\nquota_ledger_shards_in_transition 0\n"), "{scraped}");
+    let serving = scraped.lines().filter(|l| l.starts_with("quota_ledger_shard_state_seconds{")).collect::<Vec<_>>();
+    assert_eq!(serving.len(), 3, "{scraped}");
+    assert!(serving.iter().all(|l| l.contains("state=\"serving\"")), "{serving:?}");
     let ok: f64 = scraped
         .lines()
         .filter(|l| l.starts_with("quota_ledger_decisions_total{code=\"OK\""))

@@ -14,6 +14,7 @@
 mod ownership;
 mod publisher;
 pub mod standby;
+pub mod transitions;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -148,8 +149,10 @@ pub fn run(settings: NodeSettings, listening: impl FnOnce(Listening) -> std::io:
         topics: settings.topics.clone(),
         replicated: settings.replicated,
     };
+    let transitions = Arc::new(transitions::Transitions::default());
+    registry.register_collector(Box::new(Arc::clone(&transitions)));
     let ownership = Arc::new(
-        Ownership::new(identity, settings.data.clone(), Arc::clone(&shards), Arc::clone(&catalog), writer)
+        Ownership::new(identity, settings.data.clone(), Arc::clone(&shards), Arc::clone(&catalog), writer, transitions)
             .map_err(|e| NodeError::Client { brokers: brokers.clone(), reason: e.to_string() })?,
     );
 
