@@ -80,6 +80,7 @@ fn two_nodes_share_the_partitions_and_one_takes_over() {
         status["shards"].as_array()?.iter().all(|s| s["plan_defaults"] == json!(1)).then_some(status)
     });
     assert_eq!(status["plan_defaults_lacking"], json!([]), "{status}");
+    assert_eq!(status["in_transition"], json!([]), "every shard is served: {status}");
     let partitions: Vec<u64> =
         status["shards"].as_array().unwrap().iter().map(|s| s["partition"].as_u64().unwrap()).collect();
     assert_eq!(partitions, [0, 1, 2], "{status}");
@@ -93,6 +94,7 @@ fn two_nodes_share_the_partitions_and_one_takes_over() {
     assert!(decisions >= 2 * tenants.len() as u64, "each tenant's decision and usage: {status}");
     let words = run(&[&["status"][..], &cluster].concat(), b"").success().stdout_text();
     assert!(words.contains(&format!("the cluster at {} (2 nodes) (3 partitions)", broker.bootstrap)), "{words}");
+    assert!(words.contains("in transition    none: every shard is served"), "{words}");
     let verified = run(&[&["verify"][..], &cluster].concat(), b"").success().stdout_text();
     for partition in 0..3 {
         assert!(verified.contains(&format!("ok: shard {partition} of 3 (")), "every shard's chain holds: {verified}");
