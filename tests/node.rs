@@ -80,6 +80,7 @@ fn two_nodes_share_the_partitions_and_one_takes_over() {
         status["shards"].as_array()?.iter().all(|s| s["plan_defaults"] == json!(1)).then_some(status)
     });
     assert_eq!(status["plan_defaults_lacking"], json!([]), "{status}");
+    assert_eq!(status["in_transition"], json!([]), "every shard is served: {status}");
     let partitions: Vec<u64> =
         status["shards"].as_array().unwrap().iter().map(|s| s["partition"].as_u64().unwrap()).collect();
     assert_eq!(partitions, [0, 1, 2], "{status}");
@@ -93,6 +94,7 @@ fn two_nodes_share_the_partitions_and_one_takes_over() {
     assert!(decisions >= 2 * tenants.len() as u64, "each tenant's decision and usage: {status}");
     let words = run(&[&["status"][..], &cluster].concat(), b"").success().stdout_text();
     assert!(words.contains(&format!("the cluster at {} (2 nodes) (3 partitions)", broker.bootstrap)), "{words}");
+    assert!(words.contains("in transition    none: every shard is served"), "{words}");
     let verified = run(&[&["verify"][..], &cluster].concat(), b"").success().stdout_text();
     for partition in 0..3 {
         assert!(verified.contains(&format!("ok: shard {partition} of 3 (")), "every shard's chain holds: {verified}");
@@ -192,6 +194,11 @@ fn two_nodes_share_the_partitions_and_one_takes_over() {
     let scraped = ureq::get(format!("{url_b}/metrics")).call().unwrap().body_mut().read_to_string().unwrap();
     let lag_series = scraped.lines().filter(|l| l.starts_with("quota_ledger_ingest_lag_messages{")).count();
     assert_eq!(lag_series, 18, "{scraped}");
+    // Every partition b took over is serving, none in transition.
+    assert!(scraped.contains("\nquota_ledger_shards_in_transition 0\n"), "{scraped}");
+    let serving = scraped.lines().filter(|l| l.starts_with("quota_ledger_shard_state_seconds{")).collect::<Vec<_>>();
+    assert_eq!(serving.len(), 3, "{scraped}");
+    assert!(serving.iter().all(|l| l.contains("state=\"serving\"")), "{serving:?}");
     let ok: f64 = scraped
         .lines()
         .filter(|l| l.starts_with("quota_ledger_decisions_total{code=\"OK\""))

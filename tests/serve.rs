@@ -1575,3 +1575,141 @@ fn reconcile_alerts_each_kind_once_across_restarts_of_serve_and_reruns() {
     let open_line = words.lines().find(|l| l.contains(&format!("reservation {reservation}: held "))).unwrap_or("");
     assert!(open_line.ends_with("s, past 3600 s (OPEN_TOO_LONG)"), "{words}");
 }
+
+// A customer's dashboard reads its consumption per window (`GET /v1/usage`): per hour, day, month or billing cycle,
+// days of a time zone's calendar, narrowed to a project, grouped by subject, commits counted beside usage as billing
+// counts them, with the quota in force beside it; another tenant's usage is not the token's to read. Every figure
+// below is summed by hand from the events written here, not by the product.
+#[test]
+fn a_dashboard_reads_usage_per_window() {
+    let test = TestLedger::new();
+    let spent = |id: &str, when: &str, tenant: &str, quantity: i64, subject: &str, project: Option<&str>| {
+        Event::Usage(UsageEvent {
+            header: Header {
+                subject: Some(subject.into()),
+                project: project.map(str::to_string),
+                ..header(id, when, tenant, "requests")
+            },
+            quantity,
+            request_id: None,
+            attributes: Default::default(),
+        })
+    };
+    let cycle = PolicyEvent {
+        policy_id: "cycle".into(),
+        window: Window::BILLING_CYCLE,
+        cycle_anchor: Some(at("2026-10-15T12:00:00Z")),
+        ..hard_daily("policy-cycle-v1", "org-1", 1_000)
+    };
+    write_container(
+        &test.file("policies.avro"),
+        &[Event::Policy(hard_daily("policy-daily-v1", "org-1", 1_000)), Event::Policy(cycle)],
+    );
+    test.ingest(&test.file("policies.avro"));
+    let events = [
+        spent("u-1", "2026-11-14T22:30:00Z", "org-1", 5, "u1", Some("p1")),
+        spent("u-2", "2026-11-14T23:10:00Z", "org-1", 7, "u2", Some("p1")),
+        spent("u-3", "2026-11-15T00:20:00Z", "org-1", 11, "u1", Some("p2")),
+        spent("u-4", "2026-11-15T13:59:59Z", "org-1", 13, "u1", None),
+        spent("u-5", "2026-11-16T01:00:00Z", "org-1", 17, "u2", Some("p1")),
+        spent("u-6", "2026-11-15T01:00:00Z", "org-2", 100, "u1", Some("p1")),
+    ];
+    write_container(&test.file("events.avro"), &events);
+    test.ingest(&test.file("events.avro"));
+    let server = Server::start(&test, &[]);
+    let range = "tenant=org-1&from=2026-11-14T22:00:00Z&to=2026-11-16T02:00:00Z";
+    let windows = |query: &str| {
+        let (status, body) = server.get(&format!("/v1/usage?{range}&{query}"), Some(SECRET));
+        assert_eq!(status, 200, "{query}: {body}");
+        let rows = body["data"].as_array().unwrap_or_else(|| panic!("{body}"));
+        rows.iter()
+            .map(|r| {
+                let group = r.get("group").map(|g| g.as_str().unwrap_or("(none)").to_string());
+                let start = r["windowStart"].as_str().unwrap().to_string();
+                (start, r["windowEnd"].as_str().unwrap().to_string(), group, r["value"].as_i64().unwrap())
+            })
+            .collect::<Vec<_>>()
+    };
+    let row = |start: &str, end: &str, value: i64| (start.to_string(), end.to_string(), None, value);
+    assert_eq!(
+        windows("granularity=day"),
+        [
+            row("2026-11-14T22:00:00Z", "2026-11-15T00:00:00Z", 5 + 7),
+            row("2026-11-15T00:00:00Z", "2026-11-16T00:00:00Z", 11 + 13),
+            row("2026-11-16T00:00:00Z", "2026-11-16T02:00:00Z", 17),
+        ],
+        "UTC days, the first and last clipped to the range"
+    );
+    assert_eq!(
+        windows("granularity=day&time_zone=Europe/Berlin"),
+        [
+            row("2026-11-14T22:00:00Z", "2026-11-14T23:00:00Z", 5),
+            row("2026-11-14T23:00:00Z", "2026-11-15T23:00:00Z", 7 + 11 + 13),
+            row("2026-11-15T23:00:00Z", "2026-11-16T02:00:00Z", 17),
+        ],
+        "days of Berlin's calendar (UTC+1 in November)"
+    );
+    assert_eq!(
+        windows("granularity=hour&project=p1"),
+        [
+            row("2026-11-14T22:00:00Z", "2026-11-14T23:00:00Z", 5),
+            row("2026-11-14T23:00:00Z", "2026-11-15T00:00:00Z", 7),
+            row("2026-11-16T01:00:00Z", "2026-11-16T02:00:00Z", 17),
+        ],
+        "project p1's hours; hours without consumption are left out"
+    );
+    let grouped = |subject: &str, value: i64| {
+        ("2026-11-14T22:00:00Z".to_string(), "2026-11-16T02:00:00Z".to_string(), Some(subject.to_string()), value)
+    };
+    assert_eq!(windows("granularity=month&group_by=subject"), [grouped("u1", 5 + 11 + 13), grouped("u2", 7 + 17)]);
+    assert_eq!(
+        windows("granularity=cycle&metric=requests"),
+        [
+            row("2026-11-14T22:00:00Z", "2026-11-15T12:00:00Z", 5 + 7 + 11),
+            row("2026-11-15T12:00:00Z", "2026-11-16T02:00:00Z", 13 + 17),
+        ],
+        "the cycles anchored on the 15th at 12:00 UTC"
+    );
+
+    // A check consumes 2 now; a reservation of 4 committed at 3 consumes 3: both are the day's consumption.
+    let (status, _, _) = server.post(
+        "/v1/check",
+        Some(SECRET),
+        &json!({"tenant": "org-1", "metric": "requests", "amount": 2, "idempotency_key": "c-1"}),
+    );
+    assert_eq!(status, 200);
+    let body =
+        json!({"tenant": "org-1", "metric": "requests", "amount": 4, "ttl_ms": 60_000, "idempotency_key": "r-1"});
+    let (status, _, reserved) = server.post("/v1/reservations", Some(SECRET), &body);
+    assert_eq!(status, 200, "{reserved}");
+    let id = reserved["reservation_id"].as_str().unwrap();
+    let (status, _, _) = server.post(&format!("/v1/reservations/{id}/commit"), Some(SECRET), &json!({"amount": 3}));
+    assert_eq!(status, 200);
+    let now = Timestamp::now().micros();
+    let day = 86_400_000_000;
+    let (from, to) = (Timestamp(now - day).to_string(), Timestamp(now + day).to_string());
+    let (status, body) =
+        server.get(&format!("/v1/usage?tenant=org-1&metric=requests&from={from}&to={to}"), Some(SECRET));
+    assert_eq!(status, 200, "{body}");
+    let sum = |field: &str| body["data"].as_array().unwrap().iter().map(|r| r[field].as_i64().unwrap()).sum::<i64>();
+    assert_eq!((sum("usage"), sum("commits"), sum("value")), (2, 3, 5), "{body}");
+    let daily = body["quotas"].as_array().unwrap().iter().find(|q| q["policy_id"] == "daily");
+    let daily = daily.unwrap_or_else(|| panic!("the daily quota beside the usage: {body}"));
+    assert_eq!(daily["limit"], 1_000, "{daily}");
+
+    // Refusals name what is wrong; another tenant's usage is not this token's.
+    let refused = |query: &str| server.get(&format!("/v1/usage?{query}"), Some(SECRET));
+    let (status, body) = refused("tenant=org-2&from=2026-11-14T22:00:00Z&to=2026-11-16T02:00:00Z");
+    assert_eq!((status, body["error"].as_str()), (403, Some("forbidden")), "{body}");
+    for (query, field) in [
+        (format!("{range}&granularity=week"), "granularity"),
+        (format!("{range}&granularity=cycle"), "metric"),
+        (format!("{range}&time_zone=Mars/Olympus"), "time_zone"),
+        ("tenant=org-1&from=2026-11-16T00:00:00Z&to=2026-11-15T00:00:00Z".to_string(), "to"),
+        ("tenant=org-1&from=yesterday&to=2026-11-15T00:00:00Z".to_string(), "from"),
+        ("tenant=org-1&from=2026-01-01T00:00:00Z&to=2026-12-01T00:00:00Z&granularity=hour".to_string(), "granularity"),
+    ] {
+        let (status, body) = refused(&query);
+        assert_eq!((status, body["field"].as_str()), (400, Some(field)), "{query}: {body}");
+    }
+}

@@ -28,6 +28,7 @@ const WINDOW_ADJUSTMENTS: &str = include_str!("../queries/window_adjustments.sql
 const RESERVATION_EVENTS_OF_TENANT: &str = include_str!("../queries/reservation_events_of_tenant.sql");
 const TENANT_DECISIONS: &str = include_str!("../queries/tenant_decisions.sql");
 const TENANT_USAGE_PER_DAY: &str = include_str!("../queries/tenant_usage_per_day.sql");
+const TENANT_USAGE_EVENTS: &str = include_str!("../queries/tenant_usage_events.sql");
 const TENANT_ADJUSTMENTS: &str = include_str!("../queries/tenant_adjustments.sql");
 const TENANT_ALERTS: &str = include_str!("../queries/tenant_alerts.sql");
 const ALERTS_BETWEEN: &str = include_str!("../queries/alerts_between.sql");
@@ -104,6 +105,23 @@ pub struct DayUsage {
     pub quantity: i64,
     /// How many usage events.
     pub events: u64,
+}
+
+/// One counted usage event of a tenant, as a usage query sums it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantUsage {
+    /// When it occurred.
+    pub occurred_at: Timestamp,
+    /// The metric.
+    pub metric: String,
+    /// The subject, project and API key it names, each when it names one.
+    pub subject: Option<String>,
+    /// The project.
+    pub project: Option<String>,
+    /// The API key.
+    pub api_key: Option<String>,
+    /// Its quantity.
+    pub quantity: i64,
 }
 
 impl Ledger {
@@ -301,6 +319,40 @@ impl Ledger {
             })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Calls `each` with every counted usage event of `tenant` (of `metric` only, when given) that occurred in
+    /// `[from, to)`, recorded up to `watermark`, in no promised order; answers how many there were.
+    pub fn for_each_usage_of(
+        &self,
+        tenant: &str,
+        metric: Option<&str>,
+        (from, to): (Timestamp, Timestamp),
+        watermark: u64,
+        mut each: impl FnMut(TenantUsage),
+    ) -> Result<u64, ReadError> {
+        let mut statement = self.conn.prepare_cached(TENANT_USAGE_EVENTS)?;
+        let params = named_params! {
+            ":tenant": tenant,
+            ":metric": metric,
+            ":from": from.micros(),
+            ":to": to.micros(),
+            ":watermark": watermark_param(watermark),
+        };
+        let mut rows = statement.query(params)?;
+        let mut count = 0;
+        while let Some(r) = rows.next()? {
+            each(TenantUsage {
+                occurred_at: Timestamp(r.get(0)?),
+                metric: r.get(1)?,
+                subject: r.get(2)?,
+                project: r.get(3)?,
+                api_key: r.get(4)?,
+                quantity: r.get(5)?,
+            });
+            count += 1;
+        }
+        Ok(count)
     }
 
     /// The adjustments of `tenant` recorded up to `watermark` whose window overlaps `[from, to)`, and all of those

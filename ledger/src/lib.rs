@@ -74,7 +74,7 @@ use rusqlite::{Connection, OpenFlags};
 use schemas::{Catalog, EventType};
 
 pub use alert_reads::DecisionTally;
-pub use audit_reads::{AdjustmentRecord, DayUsage, DecisionRecord, UsageRecord};
+pub use audit_reads::{AdjustmentRecord, DayUsage, DecisionRecord, TenantUsage, UsageRecord};
 pub use batch::*;
 pub use billing_reads::{MetricTotal, ProjectTotal};
 pub use checkpoint::{

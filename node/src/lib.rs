@@ -14,6 +14,7 @@
 mod ownership;
 mod publisher;
 pub mod standby;
+pub mod transitions;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -148,9 +149,18 @@ pub fn run(settings: NodeSettings, listening: impl FnOnce(Listening) -> std::io:
         topics: settings.topics.clone(),
         replicated: settings.replicated,
     };
+    let transitions = Arc::new(transitions::Transitions::default());
+    registry.register_collector(Box::new(Arc::clone(&transitions)));
     let ownership = Arc::new(
-        Ownership::new(identity, settings.data.clone(), Arc::clone(&shards), Arc::clone(&catalog), writer)
-            .map_err(|e| NodeError::Client { brokers: brokers.clone(), reason: e.to_string() })?,
+        Ownership::new(
+            identity,
+            settings.data.clone(),
+            Arc::clone(&shards),
+            Arc::clone(&catalog),
+            writer,
+            Arc::clone(&transitions),
+        )
+        .map_err(|e| NodeError::Client { brokers: brokers.clone(), reason: e.to_string() })?,
     );
 
     let standby = (settings.standby > 0).then(|| {
@@ -202,7 +212,7 @@ pub fn run(settings: NodeSettings, listening: impl FnOnce(Listening) -> std::io:
         }
     };
     let stop: serve::StopAsked = Box::pin(async move { ended_rx.await.unwrap_or_else(|_| "ingest ended".into()) });
-    let routing = Arc::new(CatalogView { catalog: Arc::clone(&catalog), partitions });
+    let routing = Arc::new(CatalogView { catalog: Arc::clone(&catalog), partitions, transitions });
     let served =
         serve::run_node(Arc::clone(&shards), routing, settings.serve.clone(), listening, stop, registry, hook_metrics);
     ownership.stop();
@@ -251,9 +261,14 @@ fn cluster_id(brokers: &str, overrides: &[(String, String)]) -> Result<String, N
 struct CatalogView {
     catalog: Arc<RoutingCatalog>,
     partitions: u32,
+    transitions: Arc<transitions::Transitions>,
 }
 
 impl serve::Routing for CatalogView {
+    fn shard_states(&self) -> serde_json::Value {
+        serde_json::to_value(self.transitions.now()).unwrap_or_default()
+    }
+
     fn owner_url(&self, partition: u32) -> Option<String> {
         self.catalog.table().owner(partition).map(|owner| owner.url.clone())
     }

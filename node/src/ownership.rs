@@ -22,6 +22,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use crate::publisher::FencedPublisher;
 use crate::standby::Standby;
+use crate::transitions::{ShardState, Transitions};
 
 /// How often a partition being caught up compares its shard's offsets with the topics' ends.
 const CATCH_UP_LOOK_MS: u64 = 50;
@@ -66,6 +67,8 @@ pub struct Ownership {
     /// The ends of the input topics are asked through this client (no group).
     watermarks: BaseConsumer,
     stopping: AtomicBool,
+    /// Each shard's state and since when.
+    transitions: Arc<Transitions>,
 }
 
 impl Ownership {
@@ -76,6 +79,7 @@ impl Ownership {
         shards: Arc<Shards>,
         catalog: Arc<RoutingCatalog>,
         writer: RoutingWriter,
+        transitions: Arc<Transitions>,
     ) -> Result<Ownership, rdkafka::error::KafkaError> {
         // The log's true end, not the last stable offset: a broker that fences by the epoch alone keeps the owner's
         // transaction open, and its last stable offset stays at that transaction's first record.
@@ -92,6 +96,7 @@ impl Ownership {
             current: Mutex::new(BTreeMap::new()),
             watermarks,
             stopping: AtomicBool::new(false),
+            transitions,
         })
     }
 
@@ -103,6 +108,7 @@ impl Ownership {
         // Acquired here, in the rebalance, before the topics' ends are read: whatever the previous owner published
         // before it was fenced is below those ends, and nothing after.
         let publisher: Option<Box<dyn Replicate>> = if self.identity.replicated {
+            self.transitions.enter(partition, ShardState::Fencing);
             match ShardFence::acquire(
                 &self.identity.brokers,
                 &self.identity.cluster,
@@ -112,18 +118,21 @@ impl Ownership {
                 Ok(fence) => Some(Box::new(FencedPublisher::new(fence, OutboxTopics::defaults()))),
                 Err(error) => {
                     tracing::error!(partition, %error, "node: cannot acquire a shard's fence; not serving it");
+                    self.transitions.enter(partition, ShardState::FailedOpen);
                     return;
                 }
             }
         } else {
             None
         };
+        self.transitions.enter(partition, ShardState::CatchingUp);
         let ownership = Arc::clone(self);
         let spawned = std::thread::Builder::new()
             .name(format!("catch-up-{partition}"))
             .spawn(move || ownership.catch_up_then_serve(partition, number, publisher));
         if let Err(error) = spawned {
             tracing::error!(partition, %error, "node: cannot start a shard's catch-up; not serving it");
+            self.transitions.enter(partition, ShardState::FailedOpen);
         }
     }
 
@@ -131,11 +140,13 @@ impl Ownership {
     /// the shard before ingest closes it.
     pub fn revoked(&self, partition: u32) {
         self.current.lock().unwrap_or_else(|e| e.into_inner()).remove(&partition);
+        self.transitions.enter(partition, ShardState::Closing);
         if let Some(stopped) = self.shards.remove(partition)
             && !stopped.wait(Duration::from_millis(CLOSE_WAIT_MS))
         {
             tracing::warn!(partition, wait_ms = CLOSE_WAIT_MS, "node: a shard's hook had not closed it in time");
         }
+        self.transitions.leave(partition);
     }
 
     /// Stops every partition (the node is stopping).
@@ -151,12 +162,22 @@ impl Ownership {
             && self.current.lock().unwrap_or_else(|e| e.into_inner()).get(&partition) == Some(&number)
     }
 
+    /// `partition` is in `state` from now, if assignment `number` still holds it: a state entered after the partition
+    /// was revoked would stay behind as a transition that never ends.
+    fn enter_if_current(&self, partition: u32, number: u64, state: ShardState) {
+        let current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.stopping.load(Ordering::Relaxed) && current.get(&partition) == Some(&number) {
+            self.transitions.enter(partition, state);
+        }
+    }
+
     fn catch_up_then_serve(&self, partition: u32, number: u64, publisher: Option<Box<dyn Replicate>>) {
         let started = Instant::now();
         let ends = match self.ends(partition) {
             Ok(ends) => ends,
             Err(error) => {
                 tracing::error!(partition, %error, "node: cannot read the topics' ends; not serving the shard");
+                self.enter_if_current(partition, number, ShardState::FailedOpen);
                 return;
             }
         };
@@ -183,14 +204,18 @@ impl Ownership {
             }
             std::thread::sleep(Duration::from_millis(CATCH_UP_LOOK_MS));
         }
+        self.enter_if_current(partition, number, ShardState::Opening);
         if let Err(error) = self.shards.add_replicated(partition, publisher) {
             tracing::error!(partition, %error, "node: cannot start a shard's hook; not serving it");
+            self.enter_if_current(partition, number, ShardState::FailedOpen);
             return;
         }
         if !self.still_assigned(partition, number) {
             self.shards.remove(partition);
             return;
         }
+        // Its hook answers from here; the catalog tells clients next.
+        self.enter_if_current(partition, number, ShardState::Serving);
         let epoch = self.catalog.table().owner(partition).map_or(1, |owner| owner.epoch + 1);
         let entry = RoutingEntry::now(partition, &self.identity.node_id, &self.identity.url, epoch);
         if let Err(error) = self.writer.lock().unwrap_or_else(|e| e.into_inner()).publish(&entry) {

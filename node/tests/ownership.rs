@@ -16,6 +16,7 @@ use kafka::routing::{RoutingCatalog, RoutingWriter};
 use kafka::topics::Topics;
 use ledger::Durability;
 use ledger::shards::ShardDir;
+use node::transitions::{ShardState, Transitions};
 use node::{Identity, Ownership};
 use schemas::{Event, EventType, Who};
 
@@ -56,6 +57,7 @@ impl PartitionListener for Told {
 struct Node {
     shards: Arc<Shards>,
     ownership: Arc<Ownership>,
+    transitions: Arc<Transitions>,
     stop: Arc<AtomicBool>,
     ingest: std::thread::JoinHandle<Result<ingest::KafkaIngestProgress, ingest::KafkaIngestError>>,
 }
@@ -77,7 +79,9 @@ impl Node {
             topics: Topics::defaults(),
             replicated: true,
         };
-        let ownership = Ownership::new(identity, data.clone(), Arc::clone(&shards), catalog, writer);
+        let transitions = Arc::new(Transitions::default());
+        let ownership =
+            Ownership::new(identity, data.clone(), Arc::clone(&shards), catalog, writer, Arc::clone(&transitions));
         let ownership = Arc::new(ownership.expect("the node's ownership"));
         let mut settings = KafkaIngestSettings::new(brokers, node::group_of("ownership-test"));
         settings.publish_checkpoints = false;
@@ -85,7 +89,7 @@ impl Node {
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = Arc::clone(&stop);
         let ingest = std::thread::spawn(move || ingest::ingest_kafka_shards(&data, &settings, &stopped, |_| {}));
-        Node { shards, ownership, stop, ingest }
+        Node { shards, ownership, transitions, stop, ingest }
     }
 
     /// Stops as `node::run` stops: every partition given up, then ingest.
@@ -135,6 +139,8 @@ fn a_node_owns_every_partition_and_decides_on_its_shards() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(node.shards.held(), every, "the catalog names it the owner of what it serves");
+    let states: Vec<(u32, ShardState)> = node.transitions.now().iter().map(|s| (s.partition, s.state)).collect();
+    assert_eq!(states, every.iter().map(|p| (*p, ShardState::Serving)).collect::<Vec<_>>(), "none in transition");
 
     let allowed = node.shards.check(check("k-1", 8)).expect("the node decides");
     assert_eq!((allowed.code, allowed.remaining, allowed.policy_version), (Code::OK, Some(2), Some(1)), "{allowed:?}");
@@ -142,7 +148,9 @@ fn a_node_owns_every_partition_and_decides_on_its_shards() {
     assert_eq!(refused.code, Code::QUOTA_EXCEEDED, "{refused:?}");
 
     let shards = Arc::clone(&node.shards);
+    let transitions = Arc::clone(&node.transitions);
     node.stop();
+    assert_eq!(transitions.now(), [], "a stopped node has no shard left, none stuck closing");
     assert_eq!(shards.held(), Vec::<u32>::new(), "a stopped node serves no partition");
     match shards.check(check("k-3", 1)) {
         Err(HookError::NotServing { partition, partitions }) => {

@@ -29,5 +29,6 @@ pub mod billing;
 pub mod error;
 pub mod export;
 pub mod text;
+pub mod usage;
 
 pub use error::ReportError;

@@ -16,6 +16,12 @@ pub(crate) fn error(status: StatusCode, code: &str, message: impl Into<String>) 
     (status, Json(serde_json::json!({"error": code, "message": message.into()}))).into_response()
 }
 
+/// A 400 naming the request field at fault: `{error: "bad_request", message: "field: why", field}`.
+pub(crate) fn bad_field(field: &str, message: impl std::fmt::Display) -> Response {
+    let body = serde_json::json!({"error": "bad_request", "message": format!("{field}: {message}"), "field": field});
+    (StatusCode::BAD_REQUEST, Json(body)).into_response()
+}
+
 /// The hook's error as an answer: 400 for a malformed request (naming the field), 409 for an idempotency key used
 /// before with another request, 503 (retry in a second) when its queue is full, 500 when the ledger fails.
 pub(crate) fn hook_error(e: HookError) -> Response {

@@ -20,6 +20,11 @@ pub trait Routing: Send + Sync {
     fn owner_url(&self, partition: u32) -> Option<String>;
     /// The body of `GET /v1/routing`: `{partitions, owners: [{partition, node_id, url, epoch}]}`.
     fn table(&self) -> serde_json::Value;
+    /// This node's shards and the state each is in (`[{partition, state, since, seconds}]`), for `GET
+    /// /v1/admin/status`: the ones in transition are what `status --cluster` shows an operator.
+    fn shard_states(&self) -> serde_json::Value {
+        serde_json::Value::Array(Vec::new())
+    }
 }
 
 /// What every handler shares.

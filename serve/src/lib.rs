@@ -46,6 +46,7 @@ mod routes;
 mod systemd;
 pub mod tls;
 pub mod tokens;
+mod usage;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

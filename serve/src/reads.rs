@@ -211,7 +211,12 @@ pub(crate) async fn status(
     }
     // A shard knows its partition; a ledger of every partition answers the plain status.
     let read: Read = Box::new(|path, _| answered(usecases::shard::status(&open(path, false)?)));
-    every_shard(&app, serde_json::json!({}), read).await
+    // A node says too which of its shards are in transition: those it holds no hook for yet (or any more).
+    let answer = match &app.routing {
+        Some(routing) => serde_json::json!({"shard_states": routing.shard_states()}),
+        None => serde_json::json!({}),
+    };
+    every_shard(&app, answer, read).await
 }
 
 pub(crate) async fn verify(

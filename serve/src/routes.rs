@@ -29,6 +29,7 @@ pub(crate) fn router(app: Arc<App>, read_timeout: Duration) -> Router {
         .route("/v1/routing", get(routing))
         .route("/v1/check", post(check))
         .route("/v1/quotas", get(quotas))
+        .route("/v1/usage", get(crate::usage::usage))
         .route("/v1/reservations", post(reserve))
         .route("/v1/reservations/{id}/commit", post(commit))
         .route("/v1/reservations/{id}/release", post(release))

@@ -32,6 +32,8 @@ pub struct Answered {
     pub nodes: usize,
     /// The URL of each shard's owner, by partition.
     pub owners: BTreeMap<u32, String>,
+    /// What each owner answered besides its shards' parts (a node's `shard_states`), by URL.
+    pub said: BTreeMap<String, serde_json::Value>,
 }
 
 impl Answered {
@@ -101,6 +103,7 @@ fn ask_owners_within(cluster: &Cluster, path: &str, ask: &Ask<'_>, patience: Dur
     let started = std::time::Instant::now();
     let mut owner_of: BTreeMap<u32, String> = owners(&cluster.brokers)?.into_iter().collect();
     let mut shards = BTreeMap::new();
+    let mut said = BTreeMap::new();
     let mut pause = MOVED_PAUSE_FIRST;
     loop {
         let unanswered: Vec<(u32, &str)> = owner_of
@@ -108,7 +111,7 @@ fn ask_owners_within(cluster: &Cluster, path: &str, ask: &Ask<'_>, patience: Dur
             .filter(|(partition, _)| !shards.contains_key(*partition))
             .map(|(partition, url)| (*partition, url.as_str()))
             .collect();
-        let moved = ask_each_owner(cluster, path, ask, &unanswered, &mut shards)?;
+        let moved = ask_each_owner(cluster, path, ask, &unanswered, (&mut shards, &mut said))?;
         let Some((partition, url)) = moved.first() else { break };
         if started.elapsed() + pause > patience {
             return Err(Error::new(moved_away(*partition, url, patience)));
@@ -123,10 +126,11 @@ fn ask_owners_within(cluster: &Cluster, path: &str, ask: &Ask<'_>, patience: Dur
         }
     }
     let nodes = owner_of.values().collect::<std::collections::BTreeSet<_>>().len();
-    Ok(Answered { shards, nodes, owners: owner_of })
+    Ok(Answered { shards, nodes, owners: owner_of, said })
 }
 
-/// Asks each owner of `unanswered` (partition, owner URL) once, keeping in `shards` the parts it holds: the shards
+/// Asks each owner of `unanswered` (partition, owner URL) once, keeping in `shards` the parts it holds (and in `said`
+/// the rest of its answer, by URL): the shards
 /// an owner answered without (they moved since the catalog was read), with the owner that was asked. An owner that does
 /// not answer, or refuses, fails the read naming its shards.
 fn ask_each_owner(
@@ -134,7 +138,7 @@ fn ask_each_owner(
     path: &str,
     ask: &Ask<'_>,
     unanswered: &[(u32, &str)],
-    shards: &mut BTreeMap<u32, serde_json::Value>,
+    (shards, said): (&mut BTreeMap<u32, serde_json::Value>, &mut BTreeMap<String, serde_json::Value>),
 ) -> Result<Vec<(u32, String)>> {
     let Cluster { token, trust, .. } = cluster;
     let mut by_url: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
@@ -149,7 +153,7 @@ fn ask_each_owner(
             Ask::Get(query) => client::get_json(&asked, query, token, trust, READ_TIMEOUT),
             Ask::Post(body, timeout) => client::post_json(&asked, body, token, trust, *timeout),
         };
-        let client::Answer { status, body, .. } =
+        let client::Answer { status, mut body, .. } =
             answered.map_err(|e| Error::new(about(failed(&e, "did not answer"))))?;
         if status != 200 {
             return Err(Error::new(about(format!(
@@ -157,7 +161,9 @@ fn ask_each_owner(
                 body["message"].as_str().unwrap_or_default()
             ))));
         }
-        let parts = body["shards"].as_array().cloned().unwrap_or_default();
+        let parts = body.as_object_mut().and_then(|o| o.remove("shards"));
+        let parts = parts.and_then(|p| p.as_array().cloned()).unwrap_or_default();
+        said.insert(url.to_string(), body);
         for partition in owned {
             match parts.iter().find(|s| s["partition"] == serde_json::json!(partition)) {
                 Some(part) => {

@@ -35,6 +35,7 @@ pub mod run;
 pub mod shard;
 pub mod status;
 pub mod store;
+pub mod usage;
 pub mod verify;
 
 pub use store::Store;

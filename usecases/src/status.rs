@@ -7,6 +7,7 @@ use std::io::Write;
 use ledger::Status;
 use ledger::shards::{PlanDefaultsAgreement, ShardStatus};
 use reports::text::write_table;
+use serde::Deserialize;
 
 use crate::store::Opened;
 use crate::{Result, Store};
@@ -85,6 +86,55 @@ pub fn write_status(out: &mut dyn Write, status: &Status) -> std::io::Result<()>
 
 /// The owner of each partition of a running cluster, by partition: the URL its shard was asked at.
 pub type Owners = BTreeMap<u32, String>;
+
+/// A shard a node of a cluster holds in a state other than serving (fencing, catching up, opening, closing, or
+/// failed to open), as the node answered it: what `status --cluster` shows beside the shards' statuses.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct InTransition {
+    /// The node's URL.
+    #[serde(default)]
+    pub node: String,
+    /// The shard's partition.
+    pub partition: u32,
+    /// Its state.
+    pub state: String,
+    /// Since when (RFC 3339).
+    pub since: String,
+    /// For how many seconds.
+    pub seconds: f64,
+}
+
+/// The shards in transition on the nodes of `answered` (a cluster's `GET /v1/admin/status`), by node then
+/// partition; a node that says nothing of its shards (an older one) has none.
+pub fn in_transition(answered: &crate::cluster::Answered) -> Vec<InTransition> {
+    let mut found = Vec::new();
+    for (url, said) in &answered.said {
+        for state in said["shard_states"].as_array().into_iter().flatten() {
+            if let Ok(shard) = InTransition::deserialize(state)
+                && shard.state != "serving"
+            {
+                found.push(InTransition { node: url.clone(), ..shard });
+            }
+        }
+    }
+    found
+}
+
+/// The shards in transition as `status --cluster` says them: a line each, or that there are none.
+pub fn write_transitions(out: &mut dyn Write, moving: &[InTransition]) -> std::io::Result<()> {
+    if moving.is_empty() {
+        return writeln!(out, "in transition    none: every shard is served");
+    }
+    writeln!(
+        out,
+        "in transition    {} shards (a takeover or a close under way; long ones are incidents)",
+        moving.len()
+    )?;
+    for m in moving {
+        writeln!(out, "  shard {} on {}: {} for {:.1} s (since {})", m.partition, m.node, m.state, m.seconds, m.since)?;
+    }
+    Ok(())
+}
 
 /// The statuses of a set of shards as `status --json` prints them: `partitions`, `plan_defaults_lacking` (the shards
 /// that do not hold the plan defaults the fullest shards hold) and `shards`, each shard's status with its `partition`
@@ -185,4 +235,41 @@ fn write_plan_defaults(
         agreement.most,
         names(&agreement.fullest),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Proves the shards a node holds in transition are found in its answer and said with their node and state; a
+    // serving shard and a node that says nothing of its shards add none.
+    #[test]
+    fn shards_in_transition_are_named_with_their_node() {
+        let said = |states: serde_json::Value| serde_json::json!({"shard_states": states});
+        let answered = crate::cluster::Answered {
+            shards: BTreeMap::new(),
+            nodes: 3,
+            owners: BTreeMap::new(),
+            said: BTreeMap::from([
+                (
+                    "http://a".to_string(),
+                    said(serde_json::json!([
+                        {"partition": 0, "state": "serving", "since": "2026-12-07T10:00:00Z", "seconds": 50.0},
+                        {"partition": 2, "state": "catching_up", "since": "2026-12-07T10:00:30Z", "seconds": 20.5},
+                    ])),
+                ),
+                ("http://b".to_string(), serde_json::json!({})),
+            ]),
+        };
+        let moving = in_transition(&answered);
+        assert_eq!(moving.len(), 1, "{moving:?}");
+        assert_eq!(
+            (moving[0].node.as_str(), moving[0].partition, moving[0].state.as_str()),
+            ("http://a", 2, "catching_up")
+        );
+        let mut words = Vec::new();
+        write_transitions(&mut words, &moving).unwrap();
+        let words = String::from_utf8(words).unwrap();
+        assert!(words.contains("shard 2 on http://a: catching_up for 20.5 s (since 2026-12-07T10:00:30Z)"), "{words}");
+    }
 }
