@@ -87,7 +87,9 @@ fn keyed<T: DeserializeOwned>(
         }
         // Of another type: `T` says so below, naming the field.
         Some(_) => {}
-        None => drop(members.insert(FIELD.into(), key.into())),
+        None => {
+            members.insert(FIELD.into(), key.into());
+        }
     }
     // Read as the body of a client without the header is, so that every refusal reads the same.
     let bytes = serde_json::to_vec(&members).expect("a JSON object serializes");

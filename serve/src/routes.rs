@@ -57,15 +57,15 @@ pub(crate) fn router(app: Arc<App>, read_timeout: Duration) -> Router {
 /// `http.Server.ReadTimeout` counts the same way), else 408 and the connection is closed. A deadline between
 /// reads only (nginx's `client_body_timeout`) would let a client that sends a byte now and then hold the
 /// connection for days. Above [`BODY_LIMIT_BYTES`], 413. The body arrives with its header in one packet from
-/// every ordinary client: then nothing waits and no timer is set.
+/// every ordinary client: then nothing waits and no timer is set. The body's and the query's camelCase members are
+/// renamed here ([`crate::casing`]), before any route reads them.
 async fn read_body(deadline: Duration, request: Request, next: Next) -> Response {
     let (mut parts, body) = request.into_parts();
     match tokio::time::timeout(deadline, axum::body::to_bytes(body, BODY_LIMIT_BYTES)).await {
         Ok(Ok(bytes)) => {
-            let renamed = crate::casing::body(bytes).and_then(|b| Ok((b, crate::casing::query(&parts.uri)?)));
-            let (bytes, uri) = match renamed {
-                Ok(renamed) => renamed,
-                Err(refused) => return refused,
+            let (bytes, uri) = match (crate::casing::body(bytes), crate::casing::query(&parts.uri)) {
+                (Ok(bytes), Ok(uri)) => (bytes, uri),
+                (Err(refused), _) | (_, Err(refused)) => return refused,
             };
             if let Some(uri) = uri {
                 parts.uri = uri;
