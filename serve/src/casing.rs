@@ -30,7 +30,7 @@ pub(crate) fn snake_case(name: &str) -> Option<String> {
 
 /// A JSON body with its top-level camelCase members renamed, or as it is when it has none (or is not a JSON object:
 /// the route says what is wrong with it); the 400 of a member given in both spellings.
-pub(crate) fn body(bytes: axum::body::Bytes) -> Result<axum::body::Bytes, Response> {
+pub(crate) fn body(bytes: axum::body::Bytes) -> Result<axum::body::Bytes, Box<Response>> {
     // Most bodies are today's clients', in snake_case: a body without a capital letter is passed as it came.
     if !bytes.iter().any(u8::is_ascii_uppercase) {
         return Ok(bytes);
@@ -56,7 +56,7 @@ pub(crate) fn body(bytes: axum::body::Bytes) -> Result<axum::body::Bytes, Respon
 }
 
 /// A URI with its query's camelCase parameters renamed; the 400 of a parameter given in both spellings.
-pub(crate) fn query(uri: &Uri) -> Result<Option<Uri>, Response> {
+pub(crate) fn query(uri: &Uri) -> Result<Option<Uri>, Box<Response>> {
     let Some(query) = uri.query() else { return Ok(None) };
     if !query.split('&').any(|pair| snake_case(pair.split('=').next().unwrap_or_default()).is_some()) {
         return Ok(None);
@@ -84,11 +84,11 @@ pub(crate) fn query(uri: &Uri) -> Result<Option<Uri>, Response> {
 
 /// The 400 of a member given twice: in snake_case and in camelCase (`sent`), or twice alike (which the route would
 /// refuse as a duplicate).
-fn twice(name: &str, sent: Option<String>) -> Response {
+fn twice(name: &str, sent: Option<String>) -> Box<Response> {
     let camel = sent.unwrap_or_else(|| name.to_string());
     let message = format!("given twice, as `{name}` and as `{camel}`: give it once, in either spelling");
     let body = serde_json::json!({"error": "bad_request", "message": format!("{name}: {message}"), "field": name});
-    (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
+    Box::new((StatusCode::BAD_REQUEST, axum::Json(body)).into_response())
 }
 
 #[cfg(test)]

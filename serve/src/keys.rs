@@ -57,7 +57,7 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequest<S> for Keyed<T> {
     async fn from_request(request: Request, state: &S) -> Result<Keyed<T>, Self::Rejection> {
         let header = match header_key(request.headers()) {
             Ok(header) => header,
-            Err(refused) => return Ok(Keyed(Err(refused))),
+            Err(refused) => return Ok(Keyed(Err(*refused))),
         };
         let Some(key) = header else {
             // Today's clients: the body read exactly as before the header existed.
@@ -68,7 +68,7 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequest<S> for Keyed<T> {
             Ok(Json(members)) => members,
             Err(rejection) => return Ok(Keyed(Err(bad_json(rejection)))),
         };
-        Ok(Keyed(keyed(members, key)))
+        Ok(Keyed(keyed(members, key).map_err(|refused| *refused)))
     }
 }
 
@@ -76,7 +76,7 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequest<S> for Keyed<T> {
 fn keyed<T: DeserializeOwned>(
     mut members: serde_json::Map<String, serde_json::Value>,
     key: String,
-) -> Result<(T, KeyFrom), Response> {
+) -> Result<(T, KeyFrom), Box<Response>> {
     match members.get(FIELD) {
         Some(serde_json::Value::String(given)) if *given != key => {
             let message = format!(
@@ -93,11 +93,11 @@ fn keyed<T: DeserializeOwned>(
     }
     // Read as the body of a client without the header is, so that every refusal reads the same.
     let bytes = serde_json::to_vec(&members).expect("a JSON object serializes");
-    Json::<T>::from_bytes(&bytes).map(|Json(body)| (body, KeyFrom::Header)).map_err(bad_json)
+    Json::<T>::from_bytes(&bytes).map(|Json(body)| (body, KeyFrom::Header)).map_err(|r| Box::new(bad_json(r)))
 }
 
 /// The key of the `Idempotency-Key` header, none without one, or the 400 of a header that says none well.
-fn header_key(headers: &HeaderMap) -> Result<Option<String>, Response> {
+fn header_key(headers: &HeaderMap) -> Result<Option<String>, Box<Response>> {
     let mut values = headers.get_all(IDEMPOTENCY_KEY).iter();
     let Some(value) = values.next() else { return Ok(None) };
     if values.next().is_some() {
@@ -144,9 +144,9 @@ pub(crate) fn sf_string(value: &[u8]) -> Result<String, String> {
 }
 
 /// A 400 naming `field`.
-fn bad_request(field: &str, message: String) -> Response {
+fn bad_request(field: &str, message: String) -> Box<Response> {
     let body = serde_json::json!({"error": "bad_request", "message": message, "field": field});
-    (StatusCode::BAD_REQUEST, Json(body)).into_response()
+    Box::new((StatusCode::BAD_REQUEST, Json(body)).into_response())
 }
 
 #[cfg(test)]

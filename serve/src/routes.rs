@@ -65,7 +65,7 @@ async fn read_body(deadline: Duration, request: Request, next: Next) -> Response
         Ok(Ok(bytes)) => {
             let (bytes, uri) = match (crate::casing::body(bytes), crate::casing::query(&parts.uri)) {
                 (Ok(bytes), Ok(uri)) => (bytes, uri),
-                (Err(refused), _) | (_, Err(refused)) => return refused,
+                (Err(refused), _) | (_, Err(refused)) => return *refused,
             };
             if let Some(uri) = uri {
                 parts.uri = uri;

@@ -403,7 +403,7 @@ fn every_error_answer_is_a_problem_document() {
     let mut huge = ask.clone();
     huge["request_id"] = json!("x".repeat(serve::BODY_LIMIT_BYTES));
     let json = [("content-type", "application/json")];
-    let cases: Vec<(&str, &str, Option<&str>, &[(&str, &str)], String, StatusCode, &str)> = vec![
+    let cases: Vec<ErrorCase> = vec![
         ("POST", "/v1/check", Some(SECRET), &json, r#"{"tenant": 1}"#.into(), StatusCode::BAD_REQUEST, "bad_request"),
         ("POST", "/v1/check", None, &json, ask.to_string(), StatusCode::UNAUTHORIZED, "unauthorized"),
         (
@@ -449,6 +449,9 @@ fn every_error_answer_is_a_problem_document() {
     }
     assert_eq!(server.quota(), (Some(0), Some(0), Some(10)), "nothing consumed by any refusal");
 }
+
+/// A request that is refused: method, path, token, headers, body; and the status and error code it is answered.
+type ErrorCase<'a> = (&'a str, &'a str, Option<&'a str>, &'a [(&'a str, &'a str)], String, StatusCode, &'a str);
 
 /// The content type of an answer.
 fn text_of(headers: &HeaderMap) -> Option<&str> {
