@@ -16,7 +16,8 @@ use support::*;
 /// Checks left out, each for a reason documented in docs/services.md ("The OpenAPI contract"):
 /// - `positive_data_acceptance`: the document bounds names to 128 characters; the server bounds them to 128 *bytes*
 ///   of UTF-8 and refuses control characters (contract §9.2), which JSON Schema cannot say, so some schema-valid
-///   strings are rightly refused with 400; and an idempotency key reused with another body is rightly 409.
+///   strings are rightly refused with 400; an idempotency key reused with another body is rightly 409 (422 under the
+///   `Idempotency-Key` header); and a body's key other than the header's is rightly 400.
 const EXCLUDED_CHECKS: &str = "positive_data_acceptance";
 
 const ADMIN_SECRET: &str = "openapi-admin-secret-0123";

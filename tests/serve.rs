@@ -111,6 +111,59 @@ impl Server {
         let body = json!({"tenant": "org-1", "metric": "tokens", "amount": amount, "idempotency_key": key});
         self.post("/v1/check", Some(SECRET), &body)
     }
+
+    /// POSTs `body` with org-1's token and the `Idempotency-Key` header `key`: status, headers, JSON body.
+    fn post_keyed(&self, path: &str, key: &str, body: &Value) -> (u16, ureq::http::HeaderMap, Value) {
+        let request =
+            self.agent.post(format!("{}{path}", self.base)).header("Authorization", format!("Bearer {SECRET}"));
+        let mut response = request.header("Idempotency-Key", key).send_json(body).expect("an HTTP answer");
+        let (status, headers) = (response.status().as_u16(), response.headers().clone());
+        let text = response.body_mut().read_to_string().expect("a body");
+        (status, headers, serde_json::from_str(&text).unwrap_or_else(|e| panic!("{status} {text:?}: {e}")))
+    }
+}
+
+// Proves the real server answers a client written before the HTTP conventions as it did (a snake_case body keyed in
+// it: 200, then 409 `idempotency_key_reused` for the key with another amount, its members where they were) and one
+// written to them alongside (the Idempotency-Key header and camelCase members: 200 with the RateLimit draft's fields,
+// then the draft's 422), every error a problem document.
+#[test]
+fn old_and_new_clients_are_answered_each_in_its_conventions() {
+    let test = ledger_with(hard_policy(10, Window::DAY));
+    let server = Server::start(&test, &[]);
+    let (status, headers, first) = server.check("old-1", 2);
+    assert_eq!((status, first["code"].as_str()), (200, Some("OK")), "{first}");
+    assert_eq!(
+        (headers["ratelimit-limit"].as_bytes(), headers["ratelimit-remaining"].as_bytes()),
+        (&b"10"[..], &b"8"[..])
+    );
+    let (status, headers, reused) = server.check("old-1", 3);
+    assert_eq!(
+        (status, reused["error"].as_str(), reused["code"].as_str()),
+        (409, Some("idempotency_key_reused"), Some("IDEMPOTENCY_KEY_REUSED")),
+        "{reused}"
+    );
+    assert_eq!((reused["field"].as_str(), &reused["decisionId"]), (Some("amount"), &first["decisionId"]));
+    assert_eq!(headers["content-type"], "application/problem+json");
+    assert_eq!((reused["status"].as_u64(), &reused["detail"]), (Some(409), &reused["message"]), "{reused}");
+
+    let camel = json!({"tenant": "org-1", "metric": "tokens", "amount": 3, "requestId": "new-req-1"});
+    let (status, headers, decided) = server.post_keyed("/v1/check", r#""new-1""#, &camel);
+    assert_eq!((status, decided["requestId"].as_str()), (200, Some("new-req-1")), "{decided}");
+    let reset = headers["ratelimit-reset"].to_str().unwrap();
+    let policy = headers["ratelimit-policy"].to_str().unwrap();
+    assert!(policy.ends_with(";q=10;w=86400"), "{policy}");
+    let name = policy.split(';').next().unwrap();
+    assert_eq!(headers["ratelimit"], format!("{name};r=5;t={reset}").as_str());
+    let (status, _, reused) = server.post_keyed(
+        "/v1/check",
+        r#""new-1""#,
+        &json!({"tenant": "org-1",
+                                                 "metric": "tokens", "amount": 4}),
+    );
+    assert_eq!((status, reused["type"].as_str()), (422, Some("urn:quota-ledger:problem:idempotency_key_reused")));
+    let (_, _, remaining) = server.check("old-2", 0);
+    assert_eq!(remaining["remaining"].as_i64(), Some(5), "each request consumed once: {remaining}");
 }
 
 fn hard_policy(limit: i64, window: Window) -> Event {

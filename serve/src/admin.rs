@@ -15,7 +15,7 @@ use control::{GrantChange, PolicyChange};
 use schemas::{Enforcement, Event, OnFailure, Scope, Timestamp, Violation, Who, Window};
 use serde::Deserialize;
 
-use crate::answer::error;
+use crate::answer::{bad_json, error};
 use crate::app::App;
 use crate::changes::Answer;
 use crate::tokens::Caller;
@@ -113,8 +113,7 @@ fn admitted<T>(
     body: Result<Json<T>, JsonRejection>,
     tenant: impl Fn(&T) -> &str,
 ) -> Result<(String, T), Box<Response>> {
-    let Json(body) =
-        body.map_err(|rejection| Box::new(error(StatusCode::BAD_REQUEST, "bad_request", rejection.body_text())))?;
+    let Json(body) = body.map_err(|rejection| Box::new(bad_json(rejection)))?;
     let covers = match tenant(&body) {
         "*" => caller.scope == hook::TenantScope::All,
         tenant => caller.scope.covers(tenant),

@@ -1,17 +1,23 @@
-//! The answers of the HTTP layer: a decision as contract §6 spells it (status, `Retry-After` and `RateLimit-*`
-//! headers, the JSON body), a reservation's close, and errors as `{error, message}`.
+//! The answers of the HTTP layer: a decision as contract §6 spells it (status, `Retry-After`, `RateLimit-*` and the
+//! draft's `RateLimit-Policy` and `RateLimit` headers, the JSON body), a reservation's close, and errors: built as
+//! `{error, message, ...}` where they happen, and made RFC 9457 problem documents by one layer, [`problems`], so that
+//! every error answer of every route is one, whoever wrote the route.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::Json;
+use axum::body::Body;
+use axum::extract::Request;
+use axum::extract::rejection::JsonRejection;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use hook::{Closed, Decision, HookError, Refusal};
 use schemas::{Reason, Timestamp};
 use serde::Serialize;
 
-/// An error answer: a status and `{error, message}`.
+/// An error answer: a status and `{error, message}`, which [`problems`] answers as a problem document.
 pub(crate) fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
     (status, Json(serde_json::json!({"error": code, "message": message.into()}))).into_response()
 }
@@ -22,6 +28,133 @@ pub(crate) fn bad_field(field: &str, message: impl std::fmt::Display) -> Respons
     (StatusCode::BAD_REQUEST, Json(body)).into_response()
 }
 
+/// A body that could not be read as JSON of the route's type: 415 without a JSON content type, else 400 with the
+/// extractor's words (which name the field of a member of the wrong type).
+pub(crate) fn bad_json(rejection: JsonRejection) -> Response {
+    let status = match rejection {
+        JsonRejection::MissingJsonContentType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        _ => StatusCode::BAD_REQUEST,
+    };
+    let code = match status {
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        _ => "bad_request",
+    };
+    error(status, code, rejection.body_text())
+}
+
+/// The media type of an RFC 9457 problem document.
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// The prefix of every problem `type` this server answers, followed by the `error` code
+/// (`urn:quota-ledger:problem:bad_request`). An identifier, not a locator: the project has no site of its own to
+/// point at, and RFC 9457 has consumers compare the URI, never fetch it. docs/contract.md lists the codes.
+pub const PROBLEM_TYPE_PREFIX: &str = "urn:quota-ledger:problem:";
+
+/// Longest error body [`problems`] reads back: every error this server builds is a few hundred bytes.
+const ERROR_BODY_BYTES_MAX: usize = 64 * 1024;
+
+/// The one place every error answer (a status of 400 or above) becomes an RFC 9457 problem document
+/// (`application/problem+json`): `type` from its `error` code ([`PROBLEM_TYPE_PREFIX`]), `title` the code's fixed
+/// summary, `status` the answer's, `detail` its `message`; every member it had (`error`, `message`, `field`,
+/// `decisionId`, `error_id`, ...) kept as an extension member, so a client written to them reads them as before. An
+/// answer without a JSON `{error}` body (axum's own 404 of an unknown route, 405 of a wrong method, a rejection's
+/// text) gets the code of its status and its text as `message`. A JSON answer of another shape is no error document and
+/// stays as it is: a denial (429, a decision) and an unhealthy `/healthz` (503) are answers, not problems.
+pub(crate) async fn problems(request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    let status = response.status();
+    let is_problem =
+        response.headers().get(header::CONTENT_TYPE).is_some_and(|t| t.as_bytes() == PROBLEM_JSON.as_bytes());
+    if !(status.is_client_error() || status.is_server_error()) || is_problem {
+        return response;
+    }
+    let json = response.headers().get(header::CONTENT_TYPE).is_some_and(|t| t.as_bytes() == b"application/json");
+    let (mut parts, body) = response.into_parts();
+    let bytes = axum::body::to_bytes(body, ERROR_BODY_BYTES_MAX).await.unwrap_or_default();
+    let members = match serde_json::from_slice::<serde_json::Value>(&bytes) {
+        Ok(serde_json::Value::Object(members)) if members.get("error").is_some_and(serde_json::Value::is_string) => {
+            members
+        }
+        _ if json => return Response::from_parts(parts, Body::from(bytes)),
+        _ => {
+            let text = String::from_utf8_lossy(&bytes).trim().to_string();
+            let message = match text.is_empty() {
+                true => status.canonical_reason().unwrap_or("error").to_lowercase(),
+                false => text,
+            };
+            let mut members = serde_json::Map::new();
+            members.insert("error".into(), code_of_status(status).into());
+            members.insert("message".into(), message.into());
+            members
+        }
+    };
+    let document = problem(status, members);
+    parts.headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, Body::from(document.to_string()))
+}
+
+/// The problem document of an error body `{error, message, ...}` answered with `status`: `type`, `title`, `status` and
+/// `detail` first, then every member of the body.
+pub fn problem(status: StatusCode, members: serde_json::Map<String, serde_json::Value>) -> serde_json::Value {
+    let code = members.get("error").and_then(serde_json::Value::as_str).unwrap_or("error").to_string();
+    let mut document = serde_json::Map::new();
+    document.insert("type".into(), format!("{PROBLEM_TYPE_PREFIX}{code}").into());
+    let title =
+        title_of(&code).map_or_else(|| status.canonical_reason().unwrap_or("Error").to_string(), str::to_string);
+    document.insert("title".into(), title.into());
+    document.insert("status".into(), status.as_u16().into());
+    if let Some(message) = members.get("message") {
+        document.insert("detail".into(), message.clone());
+    }
+    for (name, value) in members {
+        // A member named as one of RFC 9457's would contradict it: the standard's own win.
+        document.entry(name).or_insert(value);
+    }
+    serde_json::Value::Object(document)
+}
+
+/// The `error` code of an answer that has none of its own (axum's, or a rejection's): by its status.
+fn code_of_status(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::PAYLOAD_TOO_LARGE => "too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::REQUEST_TIMEOUT => "request_timeout",
+        StatusCode::UNAUTHORIZED => "unauthorized",
+        StatusCode::FORBIDDEN => "forbidden",
+        s if s.is_server_error() => "internal",
+        _ => "bad_request",
+    }
+}
+
+/// Each `error` code's `title`: what kind of problem it is, the same for every occurrence (RFC 9457: the `detail`
+/// says what happened this time). A code not listed here takes its status's reason phrase.
+fn title_of(code: &str) -> Option<&'static str> {
+    Some(match code {
+        "bad_request" => "The request is malformed",
+        "unauthorized" => "No valid token",
+        "forbidden" => "The token does not allow this",
+        "not_found" => "Not found",
+        "method_not_allowed" => "Method not allowed",
+        "request_timeout" => "The request body did not arrive in time",
+        "too_large" => "The request body is too large",
+        "unsupported_media_type" => "The request body is not JSON",
+        "idempotency_key_reused" => "The idempotency key was used for another request",
+        "refused" => "The close was refused",
+        "overloaded" => "The hook is overloaded",
+        "not_serving" => "This server does not serve the request's partition",
+        "not_replicated" => "The decisions could not be replicated",
+        "not_held" => "This server does not hold the shard",
+        "invalid_change" => "The change is invalid",
+        "refused_change" => "The ledger refuses the change",
+        "ledger" | "ledger_error" => "The ledger failed",
+        "internal" => "Internal error",
+        _ => return None,
+    })
+}
+
 /// The hook's error as an answer: 400 for a malformed request (naming the field), 409 for an idempotency key used
 /// before with another request, 503 (retry in a second) when its queue is full, 500 when the ledger fails.
 pub(crate) fn hook_error(e: HookError) -> Response {
@@ -30,16 +163,7 @@ pub(crate) fn hook_error(e: HookError) -> Response {
             let body = serde_json::json!({"error": "bad_request", "message": e.to_string(), "field": field});
             (StatusCode::BAD_REQUEST, Json(body)).into_response()
         }
-        HookError::IdempotencyKeyReused { field, ref decision_id, ref message } => {
-            let body = serde_json::json!({
-                "error": "idempotency_key_reused",
-                "code": "IDEMPOTENCY_KEY_REUSED",
-                "message": message,
-                "field": field,
-                "decisionId": decision_id,
-            });
-            (StatusCode::CONFLICT, Json(body)).into_response()
-        }
+        HookError::IdempotencyKeyReused { .. } => key_reused(e, StatusCode::CONFLICT),
         HookError::Overloaded { .. } => {
             let mut response = error(StatusCode::SERVICE_UNAVAILABLE, "overloaded", e.to_string());
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
@@ -58,6 +182,23 @@ pub(crate) fn hook_error(e: HookError) -> Response {
         HookError::Stopped | HookError::Ledger(_) | HookError::NotDurable(_) => internal("ledger", &e),
         _ => internal("internal", &e),
     }
+}
+
+/// An idempotency key used before for another request, answered with `status`: today's 409 when the key came in the
+/// body, the Idempotency-Key draft's 422 when it came in the header ([`crate::keys`]).
+pub(crate) fn key_reused(e: HookError, status: StatusCode) -> Response {
+    let (field, decision_id, message) = match e {
+        HookError::IdempotencyKeyReused { field, decision_id, message } => (field, decision_id, message),
+        other => return hook_error(other),
+    };
+    let body = serde_json::json!({
+        "error": "idempotency_key_reused",
+        "code": "IDEMPOTENCY_KEY_REUSED",
+        "message": message,
+        "field": field,
+        "decisionId": decision_id,
+    });
+    (status, Json(body)).into_response()
 }
 
 /// Error ids of this process: one per 500 answered.
@@ -213,6 +354,7 @@ fn respond(
         set("ratelimit-limit", decision.limit);
         set("ratelimit-remaining", decision.remaining);
         set("ratelimit-reset", reset_seconds);
+        draft_ratelimit(&mut headers, &decision, reset_seconds);
     }
     let body = DecisionBody {
         code: decision.code,
@@ -239,6 +381,39 @@ fn respond(
         violation: decision.violation,
     };
     (status, headers, Json(body)).into_response()
+}
+
+/// The fields of draft-ietf-httpapi-ratelimit-headers (its -10, the latest), beside the `RateLimit-Limit`,
+/// `-Remaining` and `-Reset` of its earlier versions that today's clients read: the deciding policy as
+/// `RateLimit-Policy: "tokens-day";q=10;w=86400` (its quota and, when the window's start and end are known, its length
+/// in seconds) and its state as `RateLimit: "tokens-day";r=4;t=3600` (what remains, and the seconds until the window
+/// resets). The policy is named by its id, an sf-string; an id that is not printable ASCII (an sf-string cannot hold
+/// it) is named `"quota"`. A decision without a limit (no policy applied) carries neither.
+fn draft_ratelimit(headers: &mut HeaderMap, decision: &Decision, reset_seconds: Option<i64>) {
+    let (Some(limit), Some(remaining)) = (decision.limit, decision.remaining) else { return };
+    let name =
+        decision.policy_id.as_deref().filter(|id| !id.is_empty() && id.bytes().all(|b| (0x20..=0x7e).contains(&b)));
+    let name = sf_string(name.unwrap_or("quota"));
+    // The draft's quota and remaining are non-negative: a SOFT policy beyond its limit has none left.
+    let mut policy = format!("{name};q={}", limit.max(0));
+    let window_seconds =
+        decision.window_start.zip(decision.resets_at).map(|(s, e)| (e.micros() - s.micros()) / 1_000_000);
+    if let Some(seconds) = window_seconds.filter(|s| *s > 0) {
+        policy.push_str(&format!(";w={seconds}"));
+    }
+    let mut state = format!("{name};r={}", remaining.max(0));
+    if let Some(seconds) = reset_seconds {
+        state.push_str(&format!(";t={seconds}"));
+    }
+    for (header, value) in [("ratelimit-policy", policy), ("ratelimit", state)] {
+        let value = HeaderValue::try_from(value).expect("an sf-string and numbers are a header value");
+        headers.insert(HeaderName::from_static(header), value);
+    }
+}
+
+/// `text` as an sf-string: quoted, `"` and `\` escaped (RFC 9651 §4.1.6); `text` is printable ASCII.
+fn sf_string(text: &str) -> String {
+    format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
 /// A reservation's commit or release: 200 with what was closed, or why not (404, 409, 410, 403).

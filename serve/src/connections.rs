@@ -182,10 +182,15 @@ const LINGER_BYTES_MAX: usize = crate::limits::BODY_LIMIT_BYTES * 2;
 /// Answers a plain HTTP request sent to the TLS port with 400 and closes the connection.
 async fn refuse_plain_http(mut stream: TcpStream) {
     use tokio::io::AsyncReadExt;
-    let body = r#"{"error":"bad_request","message":"this port speaks HTTPS: send the request over TLS (https://)"}"#;
+    let message = "this port speaks HTTPS: send the request over TLS (https://)";
+    let members =
+        serde_json::Map::from_iter([("error".into(), "bad_request".into()), ("message".into(), message.into())]);
+    // Written by hand, below the router and its layers: a problem document as every other error.
+    let body = crate::answer::problem(axum::http::StatusCode::BAD_REQUEST, members).to_string();
     let answer = format!(
-        "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n\
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: {}\r\nconnection: close\r\ncontent-length: {}\r\n\r\n\
          {body}",
+        crate::answer::PROBLEM_JSON,
         body.len()
     );
     // The client may be gone already: nothing to do about it.

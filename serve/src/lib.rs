@@ -35,10 +35,12 @@
 mod admin;
 mod answer;
 mod app;
+mod casing;
 mod changes;
 mod connections;
 mod hook_outbox;
 mod hooks;
+mod keys;
 mod limits;
 pub mod metrics;
 mod reads;

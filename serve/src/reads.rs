@@ -22,7 +22,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use usecases::cluster::BACKUP_MANIFEST_HEADER;
 
-use crate::answer::error;
+use crate::answer::{bad_json, error};
 use crate::app::App;
 use crate::hooks::Hooks;
 
@@ -245,7 +245,7 @@ pub(crate) async fn reconcile(
     }
     let body = match body {
         Ok(Json(body)) => body,
-        Err(rejection) => return error(StatusCode::BAD_REQUEST, "bad_request", rejection.body_text()),
+        Err(rejection) => return bad_json(rejection),
     };
     let as_of = match Timestamp::parse_rfc3339(&body.as_of) {
         Ok(t) if (schemas::validate::TIMESTAMP_MIN..schemas::validate::TIMESTAMP_MAX).contains(&t) => t,

@@ -1,5 +1,6 @@
 //! The HTTP layer of the hook: the routes of contract §7, each request's body read within its deadline and its size
-//! limit, the caller's token checked, then the hook asked.
+//! limit (its camelCase members renamed, [`crate::casing`]), the caller's token checked, then the hook asked; every
+//! error answer made a problem document by [`crate::answer::problems`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,8 +17,9 @@ use hook::{AcquireRequest, Asked, LeaseStep};
 use schemas::ReservationAction;
 use serde::Deserialize;
 
-use crate::answer::{close_response, error, hook_error};
+use crate::answer::{bad_json, close_response, error, hook_error};
 use crate::app::{App, Outboxes};
+use crate::keys::{KeyFrom, Keyed};
 use crate::limits::BODY_LIMIT_BYTES;
 use crate::tokens::Caller;
 
@@ -49,6 +51,8 @@ pub(crate) fn router(app: Arc<App>, read_timeout: Duration) -> Router {
         .route("/v1/admin/audit/tenant", get(crate::reads::tenant))
         .layer(axum::middleware::from_fn_with_state(app.clone(), timed))
         .layer(axum::middleware::from_fn(move |request, next| read_body(read_timeout, request, next)))
+        // Outermost: every error answer, the layers' own (408, 413) and axum's (404, 405) among them.
+        .layer(axum::middleware::from_fn(crate::answer::problems))
         .with_state(app)
 }
 
@@ -56,11 +60,21 @@ pub(crate) fn router(app: Arc<App>, read_timeout: Duration) -> Router {
 /// `http.Server.ReadTimeout` counts the same way), else 408 and the connection is closed. A deadline between
 /// reads only (nginx's `client_body_timeout`) would let a client that sends a byte now and then hold the
 /// connection for days. Above [`BODY_LIMIT_BYTES`], 413. The body arrives with its header in one packet from
-/// every ordinary client: then nothing waits and no timer is set.
+/// every ordinary client: then nothing waits and no timer is set. The body's and the query's camelCase members are
+/// renamed here ([`crate::casing`]), before any route reads them.
 async fn read_body(deadline: Duration, request: Request, next: Next) -> Response {
-    let (parts, body) = request.into_parts();
+    let (mut parts, body) = request.into_parts();
     match tokio::time::timeout(deadline, axum::body::to_bytes(body, BODY_LIMIT_BYTES)).await {
-        Ok(Ok(bytes)) => next.run(Request::from_parts(parts, Body::from(bytes))).await,
+        Ok(Ok(bytes)) => {
+            let (bytes, uri) = match (crate::casing::body(bytes), crate::casing::query(&parts.uri)) {
+                (Ok(bytes), Ok(uri)) => (bytes, uri),
+                (Err(refused), _) | (_, Err(refused)) => return *refused,
+            };
+            if let Some(uri) = uri {
+                parts.uri = uri;
+            }
+            next.run(Request::from_parts(parts, Body::from(bytes))).await
+        }
         Ok(Err(e)) if too_large(&e) => error(
             StatusCode::PAYLOAD_TOO_LARGE,
             "bad_request",
@@ -176,43 +190,39 @@ fn forbidden(tenant: &str) -> Response {
     error(StatusCode::FORBIDDEN, "forbidden", format!("this token does not cover tenant {tenant:?}"))
 }
 
-fn bad_json(rejection: JsonRejection) -> Response {
-    error(StatusCode::BAD_REQUEST, "bad_request", rejection.body_text())
-}
-
 /// Who may ask, and what: the caller's token, a well-formed body, a tenant the token covers. Nothing reaches the
 /// hook (nothing is consumed or recorded) otherwise. The caller's token name comes from the token file, never from
 /// the body (whose unknown fields are refused): a caller cannot claim to be another token.
 fn admit<T>(
     app: &App,
     headers: &HeaderMap,
-    body: Result<Json<T>, JsonRejection>,
+    body: Result<(T, KeyFrom), Response>,
     tenant: impl Fn(&T) -> &str,
-) -> Result<(Caller, T), Box<Response>> {
+) -> Result<(Caller, T, KeyFrom), Box<Response>> {
     let caller = app.tokens.caller(headers).map_err(|u| Box::new(u.into_response()))?;
-    let Json(request) = body.map_err(|r| Box::new(bad_json(r)))?;
+    let (request, key_from) = body.map_err(Box::new)?;
     if !caller.scope.covers(tenant(&request)) {
         return Err(Box::new(forbidden(tenant(&request))));
     }
-    Ok((caller, request))
+    Ok((caller, request, key_from))
 }
 
 /// `POST /v1/check`: the body a [`hook::Request`], of one metric (`metric` and `amount`, contract §7) or of several
 /// (`amounts`), never both.
-async fn check(
-    State(app): State<Arc<App>>,
-    headers: HeaderMap,
-    body: Result<Json<hook::Request>, JsonRejection>,
-) -> Response {
-    let (caller, request) = match admit(&app, &headers, body, |r: &hook::Request| &r.who.tenant) {
+async fn check(State(app): State<Arc<App>>, headers: HeaderMap, Keyed(body): Keyed<hook::Request>) -> Response {
+    let (caller, request, key_from) = match admit(&app, &headers, body, |r: &hook::Request| &r.who.tenant) {
         Ok(admitted) => admitted,
         Err(refused) => return *refused,
     };
     let partition = app.partition_of(&request.who.tenant);
     match request.asked() {
-        Ok(Asked::One { .. }) => app.decided_for(partition, app.hook.check_async_as(request, &caller.name).await),
+        Ok(Asked::One { .. }) => {
+            let decided = app.hook.check_async_as(request, &caller.name).await;
+            key_from.answer(decided, |decided| app.decided_for(partition, decided))
+        }
         Ok(Asked::Several(_)) => {
-            app.several_decided(partition, app.hook.check_amounts_async(request, &caller.name).await)
+            let decided = app.hook.check_amounts_async(request, &caller.name).await;
+            key_from.answer(decided, |decided| app.several_decided(partition, decided))
         }
         Err(refused) => hook_error(refused),
     }
@@ -245,20 +255,20 @@ async fn quotas(
 
 /// `POST /v1/reservations`: the body a [`hook::Request`] with `ttl_ms`, of one metric (`metric` and `amount`, contract §7)
 /// or of several at once (`amounts`, a reservation per metric), never both.
-async fn reserve(
-    State(app): State<Arc<App>>,
-    headers: HeaderMap,
-    body: Result<Json<hook::Request>, JsonRejection>,
-) -> Response {
-    let (caller, request) = match admit(&app, &headers, body, |r: &hook::Request| &r.who.tenant) {
+async fn reserve(State(app): State<Arc<App>>, headers: HeaderMap, Keyed(body): Keyed<hook::Request>) -> Response {
+    let (caller, request, key_from) = match admit(&app, &headers, body, |r: &hook::Request| &r.who.tenant) {
         Ok(admitted) => admitted,
         Err(refused) => return *refused,
     };
     let partition = app.partition_of(&request.who.tenant);
     match request.asked() {
-        Ok(Asked::One { .. }) => app.decided_for(partition, app.hook.reserve_async_as(request, &caller.name).await),
+        Ok(Asked::One { .. }) => {
+            let decided = app.hook.reserve_async_as(request, &caller.name).await;
+            key_from.answer(decided, |decided| app.decided_for(partition, decided))
+        }
         Ok(Asked::Several(_)) => {
-            app.several_decided(partition, app.hook.reserve_amounts_async(request, &caller.name).await)
+            let decided = app.hook.reserve_amounts_async(request, &caller.name).await;
+            key_from.answer(decided, |decided| app.several_decided(partition, decided))
         }
         Err(refused) => hook_error(refused),
     }
@@ -310,17 +320,14 @@ fn scope_and_body<T>(
 }
 
 /// `POST /v1/leases`: the body an [`AcquireRequest`], a slot of every CONCURRENT policy of `metric` for `ttl_ms`.
-async fn acquire(
-    State(app): State<Arc<App>>,
-    headers: HeaderMap,
-    body: Result<Json<AcquireRequest>, JsonRejection>,
-) -> Response {
-    let (caller, request) = match admit(&app, &headers, body, |r: &AcquireRequest| &r.who.tenant) {
+async fn acquire(State(app): State<Arc<App>>, headers: HeaderMap, Keyed(body): Keyed<AcquireRequest>) -> Response {
+    let (caller, request, key_from) = match admit(&app, &headers, body, |r: &AcquireRequest| &r.who.tenant) {
         Ok(admitted) => admitted,
         Err(refused) => return *refused,
     };
     let partition = app.partition_of(&request.who.tenant);
-    app.decided_for(partition, app.hook.acquire_async(request, Some(&caller.name)).await)
+    let decided = app.hook.acquire_async(request, Some(&caller.name)).await;
+    key_from.answer(decided, |decided| app.decided_for(partition, decided))
 }
 
 /// `POST /v1/leases/{id}/renew`' body: the lease's fencing token and how long it holds from now.

@@ -61,7 +61,22 @@ impl Server {
 
     /// `method path` with `secret`'s token (none: no Authorization header) and `body` as it is sent.
     fn send(&self, method: &str, path: &str, secret: Option<&str>, body: Body) -> (StatusCode, HeaderMap, String) {
-        let mut request = Request::builder().method(method).uri(path).header("content-type", "application/json");
+        self.send_with(method, path, secret, &[("content-type", "application/json")], body)
+    }
+
+    /// [`Server::send`] with `headers` (and no content type unless they give one).
+    fn send_with(
+        &self,
+        method: &str,
+        path: &str,
+        secret: Option<&str>,
+        headers: &[(&str, &str)],
+        body: Body,
+    ) -> (StatusCode, HeaderMap, String) {
+        let mut request = Request::builder().method(method).uri(path);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
         if let Some(secret) = secret {
             request = request.header("authorization", format!("Bearer {secret}"));
         }
@@ -76,6 +91,16 @@ impl Server {
     fn ask(&self, method: &str, path: &str, secret: Option<&str>, body: Option<Value>) -> Answer {
         let body = body.map_or_else(Body::empty, |b| Body::from(b.to_string()));
         let (status, headers, text) = self.send(method, path, secret, body);
+        let body =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{method} {path}: {status} not JSON ({e}): {text}"));
+        Answer { status, headers, body }
+    }
+
+    /// `method path` with a JSON body and `headers` beside its content type, answered in JSON.
+    fn ask_with(&self, method: &str, path: &str, headers: &[(&str, &str)], body: Value) -> Answer {
+        let headers = [&[("content-type", "application/json")], headers].concat();
+        let (status, headers, text) =
+            self.send_with(method, path, Some(SECRET), &headers, Body::from(body.to_string()));
         let body =
             serde_json::from_str(&text).unwrap_or_else(|e| panic!("{method} {path}: {status} not JSON ({e}): {text}"));
         Answer { status, headers, body }
@@ -105,6 +130,20 @@ impl Server {
         let quota = &answer.body["quotas"][0];
         (quota["consumed"].as_i64(), quota["held"].as_i64(), quota["remaining"].as_i64())
     }
+}
+
+/// An error answer as a client written before problem documents reads it: without RFC 9457's members.
+fn today_s(body: &Value) -> Value {
+    let mut body = body.clone();
+    for member in ["type", "title", "status", "detail"] {
+        body.as_object_mut().expect("an object").remove(member);
+    }
+    body
+}
+
+/// A header's value as text.
+fn text<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).map(|v| v.to_str().expect("an ASCII header"))
 }
 
 /// A header's value as a number.
@@ -227,7 +266,7 @@ fn callers_without_a_valid_token_or_tenant_or_body_are_refused() {
     let other = json!({"tenant": "org-2", "metric": "tokens", "amount": 1, "idempotency_key": "k"});
     let forbidden = server.ask("POST", "/v1/check", Some(SECRET), Some(other));
     assert_eq!(
-        (forbidden.status, forbidden.body),
+        (forbidden.status, today_s(&forbidden.body)),
         (StatusCode::FORBIDDEN, json!({"error": "forbidden", "message": "this token does not cover tenant \"org-2\""}))
     );
 
@@ -236,7 +275,7 @@ fn callers_without_a_valid_token_or_tenant_or_body_are_refused() {
     let too_large = server.ask("POST", "/v1/check", Some(SECRET), Some(huge));
     let message = format!("the request body is larger than {} bytes", serve::BODY_LIMIT_BYTES);
     assert_eq!(
-        (too_large.status, too_large.body),
+        (too_large.status, today_s(&too_large.body)),
         (StatusCode::PAYLOAD_TOO_LARGE, json!({"error": "bad_request", "message": message}))
     );
     assert_eq!(server.quota(), (Some(0), Some(0), Some(10)), "nothing consumed by any refusal");
@@ -319,4 +358,188 @@ fn metrics_count_the_decisions() {
         ],
         "{text}"
     );
+}
+
+// Proves a client written before problem documents, the Idempotency-Key header, camelCase members and the draft's
+// RateLimit fields gets today's answers: snake_case bodies with the key in the body and no new header are allowed,
+// replayed and refused as before (409 `IDEMPOTENCY_KEY_REUSED` for a reused key, 400 naming the field), every member
+// it reads still there with its value, and the RateLimit-Limit, -Remaining and -Reset headers as before.
+#[test]
+fn an_old_client_gets_today_s_answers() {
+    let server = Server::start();
+    let first = server.check("old-1", 3);
+    assert_eq!((first.status, first.body["code"].as_str()), (StatusCode::OK, Some("OK")), "{}", first.body);
+    assert_eq!(text(&first.headers, "content-type"), Some("application/json"));
+    for member in ["metric", "scope", "limit", "remaining", "resetsAt", "policyId", "policyVersion", "decisionId"] {
+        assert!(first.body.get(member).is_some_and(|v| !v.is_null()), "{member}: {}", first.body);
+    }
+    assert_eq!(["ratelimit-limit", "ratelimit-remaining"].map(|h| number(&first.headers, h)), [Some(10), Some(7)]);
+    assert!(number(&first.headers, "ratelimit-reset").is_some_and(|r| (1..=86_400).contains(&r)));
+    assert_eq!(server.check("old-1", 3).body["replayed"].as_bool(), Some(true));
+
+    let reused = server.check("old-1", 4);
+    assert_eq!(reused.status, StatusCode::CONFLICT, "{}", reused.body);
+    let message = reused.body["message"].as_str().expect("a message").to_string();
+    assert_eq!(
+        today_s(&reused.body),
+        json!({"error": "idempotency_key_reused", "code": "IDEMPOTENCY_KEY_REUSED", "message": message,
+               "field": "amount", "decisionId": first.body["decisionId"]})
+    );
+    let reserve = json!({"tenant": "org-1", "metric": "tokens", "amount": 1, "idempotency_key": "old-2"});
+    let refused = server.ask("POST", "/v1/reservations", Some(SECRET), Some(reserve));
+    assert_eq!((refused.status, refused.body["error"].as_str()), (StatusCode::BAD_REQUEST, Some("bad_request")));
+    assert_eq!(refused.body["field"], "ttl_ms", "{}", refused.body);
+    assert_eq!(server.quota(), (Some(3), Some(0), Some(7)), "consumed once");
+}
+
+// Proves every error answer is an RFC 9457 problem document (`application/problem+json`, `type` from the error code,
+// `title`, `status` the answer's, `detail` the message) keeping today's members: a bad body (400), no token (401), a
+// tenant not covered (403), an unknown route (404), a wrong method (405), a close refused (404 `refused`), a body too
+// large (413) and one not sent as JSON (415).
+#[test]
+fn every_error_answer_is_a_problem_document() {
+    let server = Server::start();
+    let ask = json!({"tenant": "org-1", "metric": "tokens", "amount": 1, "idempotency_key": "p-1"});
+    let mut huge = ask.clone();
+    huge["request_id"] = json!("x".repeat(serve::BODY_LIMIT_BYTES));
+    let json = [("content-type", "application/json")];
+    let cases: Vec<ErrorCase> = vec![
+        ("POST", "/v1/check", Some(SECRET), &json, r#"{"tenant": 1}"#.into(), StatusCode::BAD_REQUEST, "bad_request"),
+        ("POST", "/v1/check", None, &json, ask.to_string(), StatusCode::UNAUTHORIZED, "unauthorized"),
+        (
+            "POST",
+            "/v1/check",
+            Some(SECRET),
+            &json,
+            ask.to_string().replace("org-1", "org-2"),
+            StatusCode::FORBIDDEN,
+            "forbidden",
+        ),
+        ("GET", "/v1/nowhere", Some(SECRET), &[], String::new(), StatusCode::NOT_FOUND, "not_found"),
+        ("GET", "/v1/check", Some(SECRET), &[], String::new(), StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+        (
+            "POST",
+            "/v1/reservations/rsv-none/commit",
+            Some(SECRET),
+            &json,
+            r#"{"amount": 1}"#.into(),
+            StatusCode::NOT_FOUND,
+            "refused",
+        ),
+        ("POST", "/v1/check", Some(SECRET), &json, huge.to_string(), StatusCode::PAYLOAD_TOO_LARGE, "bad_request"),
+        (
+            "POST",
+            "/v1/check",
+            Some(SECRET),
+            &[],
+            ask.to_string(),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+        ),
+    ];
+    for (method, path, secret, headers, body, status, code) in cases {
+        let (answered, headers, text) = server.send_with(method, path, secret, headers, Body::from(body));
+        let body: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{method} {path}: {e}: {text}"));
+        assert_eq!(answered, status, "{method} {path}: {body}");
+        assert_eq!(text_of(&headers), Some("application/problem+json"), "{method} {path}");
+        assert_eq!(body["type"], format!("urn:quota-ledger:problem:{code}"), "{method} {path}: {body}");
+        assert_eq!(body["status"], status.as_u16(), "{method} {path}: {body}");
+        assert_eq!((body["error"].as_str(), body["detail"].as_str()), (Some(code), body["message"].as_str()));
+        assert!(body["title"].as_str().is_some_and(|t| !t.is_empty()), "{method} {path}: {body}");
+    }
+    assert_eq!(server.quota(), (Some(0), Some(0), Some(10)), "nothing consumed by any refusal");
+}
+
+/// A request that is refused: method, path, token, headers, body; and the status and error code it is answered.
+type ErrorCase<'a> = (&'a str, &'a str, Option<&'a str>, &'a [(&'a str, &'a str)], String, StatusCode, &'a str);
+
+/// The content type of an answer.
+fn text_of(headers: &HeaderMap) -> Option<&str> {
+    text(headers, "content-type")
+}
+
+// Proves the Idempotency-Key header (an sf-string, or a bare key) stands for the body's `idempotency_key`: a request
+// keyed by the header alone is decided and its retry replayed, also when the body repeats the same key; a body naming
+// another key is refused 400 naming `idempotency_key`; a malformed header 400 naming it; and a key reused with another
+// request under the header is the draft's 422 (today's 409 under the body field).
+#[test]
+fn the_idempotency_key_header_stands_for_the_body_field() {
+    let server = Server::start();
+    let ask = json!({"tenant": "org-1", "metric": "tokens", "amount": 2});
+    let keyed = [("idempotency-key", r#""h-1""#)];
+    let first = server.ask_with("POST", "/v1/check", &keyed, ask.clone());
+    assert_eq!((first.status, first.body["replayed"].as_bool()), (StatusCode::OK, Some(false)), "{}", first.body);
+    let mut same = ask.clone();
+    same["idempotency_key"] = json!("h-1");
+    let retry = server.ask_with("POST", "/v1/check", &keyed, same.clone());
+    assert_eq!((retry.body["replayed"].as_bool(), &retry.body["decisionId"]), (Some(true), &first.body["decisionId"]));
+    let body_only = server.ask("POST", "/v1/check", Some(SECRET), Some(same));
+    assert_eq!(body_only.body["decisionId"], first.body["decisionId"], "the same key, however it is given");
+    let bare = server.ask_with("POST", "/v1/check", &[("idempotency-key", "h-1")], ask.clone());
+    assert_eq!(bare.body["decisionId"], first.body["decisionId"], "a bare key is the same key");
+
+    let mut other = ask.clone();
+    other["idempotency_key"] = json!("h-2");
+    let differs = server.ask_with("POST", "/v1/check", &keyed, other);
+    assert_eq!((differs.status, differs.body["field"].as_str()), (StatusCode::BAD_REQUEST, Some("idempotency_key")));
+    let malformed = server.ask_with("POST", "/v1/check", &[("idempotency-key", r#""open"#)], ask.clone());
+    assert_eq!(
+        (malformed.status, malformed.body["field"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("Idempotency-Key")),
+        "{}",
+        malformed.body
+    );
+
+    let mut more = ask.clone();
+    more["amount"] = json!(3);
+    let reused = server.ask_with("POST", "/v1/check", &keyed, more);
+    assert_eq!(reused.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", reused.body);
+    assert_eq!(
+        (reused.body["type"].as_str(), reused.body["field"].as_str(), &reused.body["decisionId"]),
+        (Some("urn:quota-ledger:problem:idempotency_key_reused"), Some("amount"), &first.body["decisionId"])
+    );
+    let lease = json!({"tenant": "org-1", "metric": "jobs", "ttl_ms": 60_000});
+    let leased = server.ask_with("POST", "/v1/leases", &[("idempotency-key", r#""l-1""#)], lease);
+    assert_eq!(leased.status, StatusCode::OK, "{}", leased.body);
+    assert_eq!(server.quota(), (Some(2), Some(0), Some(8)), "consumed once, by the first");
+}
+
+// Proves request members and query parameters may be spelled in camelCase as the answers are: a reservation of
+// `ttlMs` under `idempotencyKey` is held, a quota read by `apiKey` answers, and a member given in both spellings is
+// refused 400 naming it, consuming nothing.
+#[test]
+fn camel_case_request_members_are_accepted_and_both_spellings_refused() {
+    let server = Server::start();
+    let camel = json!({"tenant": "org-1", "metric": "tokens", "amount": 4, "ttlMs": 60_000, "idempotencyKey": "c-1",
+                       "requestId": "req-c-1"});
+    let held = server.ask("POST", "/v1/reservations", Some(SECRET), Some(camel));
+    assert_eq!((held.status, held.body["code"].as_str()), (StatusCode::OK, Some("OK")), "{}", held.body);
+    assert_eq!(held.body["requestId"], "req-c-1", "{}", held.body);
+    assert_eq!(server.quota(), (Some(0), Some(4), Some(6)), "4 held");
+    let read = server.ask("GET", "/v1/quotas?tenant=org-1&apiKey=k-1", Some(SECRET), None);
+    assert_eq!(read.status, StatusCode::OK, "{}", read.body);
+
+    let both = json!({"tenant": "org-1", "metric": "tokens", "amount": 1, "ttl_ms": 60_000, "ttlMs": 1_000,
+                      "idempotency_key": "c-2"});
+    let refused = server.ask("POST", "/v1/reservations", Some(SECRET), Some(both));
+    assert_eq!((refused.status, refused.body["field"].as_str()), (StatusCode::BAD_REQUEST, Some("ttl_ms")));
+    let query = server.ask("GET", "/v1/quotas?tenant=org-1&api_key=a&apiKey=b", Some(SECRET), None);
+    assert_eq!((query.status, query.body["field"].as_str()), (StatusCode::BAD_REQUEST, Some("api_key")));
+    assert_eq!(server.quota(), (Some(0), Some(4), Some(6)), "nothing more held");
+}
+
+// Proves a decision carries the RateLimit draft's fields beside today's headers, saying the same: `RateLimit-Policy`
+// names the deciding policy with its quota and its window in seconds, `RateLimit` what remains and the seconds until
+// the window resets (RateLimit-Remaining's and RateLimit-Reset's numbers), allowed and denied.
+#[test]
+fn the_draft_ratelimit_fields_stand_beside_today_s() {
+    let server = Server::start();
+    for (key, amount, remaining) in [("rl-1", 6, 4), ("rl-2", 5, 4)] {
+        let answer = server.check(key, amount);
+        assert_eq!(text(&answer.headers, "ratelimit-policy"), Some(r#""tokens-day";q=10;w=86400"#));
+        let reset = number(&answer.headers, "ratelimit-reset").expect("RateLimit-Reset");
+        assert_eq!(number(&answer.headers, "ratelimit-remaining"), Some(remaining));
+        let state = format!(r#""tokens-day";r={remaining};t={reset}"#);
+        assert_eq!(text(&answer.headers, "ratelimit"), Some(state.as_str()), "{}", answer.body);
+    }
 }
