@@ -36,6 +36,9 @@ pub(crate) enum Stop {
 pub(crate) struct Accepting {
     /// Connections open at once at most; more wait in the backlog.
     pub(crate) connections_max: usize,
+    /// The places of that bound, shared by every listener of the server: each connection holds a file descriptor,
+    /// and the bound is sized to the open-file limit.
+    pub(crate) places: Arc<Semaphore>,
     /// How long a client may take to finish its TLS handshake, then each request header (or leave a kept-alive
     /// connection idle: hyper times both the same way).
     pub(crate) header_timeout: Duration,
@@ -122,7 +125,7 @@ pub(crate) async fn serve_connections(
 ) -> Stop {
     let builder = Builder::of(protocol, accepting.header_timeout);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let places = Arc::new(Semaphore::new(accepting.connections_max));
+    let places = Arc::clone(&accepting.places);
     let mut stop = std::pin::pin!(stop.stopped());
     // Out of file descriptors, accept fails ten times a second until one is closed: said once, not each time.
     let mut said = kafka::Said::default();

@@ -435,6 +435,7 @@ fn serve(
     let read_timeout = Duration::from_millis(settings.read_timeout_ms.max(1));
     let accepting = connections::Accepting {
         connections_max: prepared.connections_max,
+        places: Arc::new(tokio::sync::Semaphore::new(prepared.connections_max)),
         header_timeout: Duration::from_millis(settings.header_timeout_ms.max(1)),
         tls: prepared.tls,
     };
