@@ -123,7 +123,7 @@ impl std::fmt::Display for Figures {
 }
 
 /// One client of a measurement: a kept-alive connection (or the hook's handle) sending one request at a time.
-trait Client {
+pub(crate) trait Client {
     /// Sends request `i` and waits for its answer.
     async fn call(&mut self, i: usize) -> anyhow::Result<()>;
 }
@@ -132,13 +132,13 @@ trait Client {
 /// `redis-benchmark` do, for the same `seconds` per measurement. A thread per client, each blocking on its socket
 /// and woken for every answer, would take the cores (two on the machines measured) the servers need
 /// (docs/benchmarks.md compares the two).
-struct Driver {
-    runtime: tokio::runtime::Runtime,
+pub(crate) struct Driver {
+    pub(crate) runtime: tokio::runtime::Runtime,
     seconds: f64,
 }
 
 impl Driver {
-    fn new(seconds: f64) -> anyhow::Result<Driver> {
+    pub(crate) fn new(seconds: f64) -> anyhow::Result<Driver> {
         Ok(Driver { runtime: tokio::runtime::Builder::new_current_thread().enable_all().build()?, seconds })
     }
 
@@ -147,7 +147,7 @@ impl Driver {
     /// fixed count, so that fast and slow peers are measured over the same time, long enough that a stall or a
     /// checkpoint shows in their figures (a fixed 20,000 requests would measure a fast peer over a fifth of a
     /// second).
-    fn measure<C: Client + 'static>(&self, peer: &str, clients: Vec<C>) -> anyhow::Result<Figures> {
+    pub(crate) fn measure<C: Client + 'static>(&self, peer: &str, clients: Vec<C>) -> anyhow::Result<Figures> {
         let (runtime, seconds) = (&self.runtime, self.seconds);
         let concurrency = clients.len();
         let window = Duration::from_secs_f64(seconds);
@@ -300,7 +300,7 @@ fn hold_event(i: usize) -> Event {
 }
 
 /// A new ledger holding the benchmark's policy and `open_holds` open reservations.
-fn fresh_ledger(path: &Path, open_holds: usize) -> anyhow::Result<()> {
+pub(crate) fn fresh_ledger(path: &Path, open_holds: usize) -> anyhow::Result<()> {
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }
@@ -529,7 +529,7 @@ fn sharded(
 }
 
 /// A child process stopped when dropped.
-struct ChildGuard(Child);
+pub(crate) struct ChildGuard(pub(crate) Child);
 
 impl Drop for ChildGuard {
     fn drop(&mut self) {
@@ -538,7 +538,7 @@ impl Drop for ChildGuard {
     }
 }
 
-fn free_port() -> anyhow::Result<u16> {
+pub(crate) fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
@@ -612,14 +612,14 @@ fn outbox_caught_up(path: &Path) -> anyhow::Result<Duration> {
 }
 
 /// The bearer token of the benchmark's `serve`.
-const TOKEN: &str = "bench-secret-0123456789";
+pub(crate) const TOKEN: &str = "bench-secret-0123456789";
 
 /// One client's checks over HTTP.
-struct HttpCheck {
-    connection: Connection,
-    run: usize,
-    client: usize,
-    random_ids: bool,
+pub(crate) struct HttpCheck {
+    pub(crate) connection: Connection,
+    pub(crate) run: usize,
+    pub(crate) client: usize,
+    pub(crate) random_ids: bool,
 }
 
 impl Client for HttpCheck {
@@ -661,7 +661,7 @@ impl Client for RedisCheck {
     }
 }
 
-fn wait_for(port: u16) -> anyhow::Result<()> {
+pub(crate) fn wait_for(port: u16) -> anyhow::Result<()> {
     let started = Instant::now();
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         anyhow::ensure!(started.elapsed() < Duration::from_secs(20), "nothing listens on port {port}");

@@ -21,6 +21,7 @@ pub mod export;
 pub mod hook;
 pub mod ingest;
 pub mod reconcile;
+pub mod rls;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

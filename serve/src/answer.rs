@@ -327,34 +327,16 @@ fn respond(
     amounts: Option<BTreeMap<String, i64>>,
     decisions: Option<Vec<MetricDecisionBody>>,
 ) -> Response {
-    // A replay answers now: its waits count from now, not from when it was first decided.
-    let at = match decision.replayed {
-        true => Timestamp::now().max(decision.decided_at),
-        false => decision.decided_at,
-    };
-    let since_ms = (at.micros() - decision.decided_at.micros()) / 1_000;
-    // Saturating: a producer's recorded decision, replayed, may carry any retry.
-    let retry_after_seconds =
-        decision.retry_after_ms.map(|ms| ms.saturating_sub(since_ms).max(0).saturating_add(999) / 1_000);
-    let reset_seconds =
-        decision.resets_at.map(|r| r.micros().saturating_sub(at.micros()).max(0).saturating_add(999_999) / 1_000_000);
+    let waits = waits(&decision);
+    let retry_after_seconds = waits.0;
     let status = if decision.allowed() { StatusCode::OK } else { StatusCode::TOO_MANY_REQUESTS };
     let mut headers = HeaderMap::new();
-    let mut set = |name: &'static str, value: Option<i64>| {
-        if let Some(value) = value {
-            headers.insert(HeaderName::from_static(name), HeaderValue::from(value));
-        }
-    };
-    if !decision.allowed() {
-        set("retry-after", retry_after_seconds);
+    for (name, value) in rate_limit_headers(&decision, waits) {
+        headers.insert(HeaderName::from_static(name), HeaderValue::from(value));
     }
-    // A SHADOW policy limits nobody: its numbers are in the body, as in the DecisionEvent, but not in the headers
-    // that client libraries act on (a client read `RateLimit-Remaining: 0` of a dry run and backed off).
+    // The draft's fields, beside: not for a SHADOW policy either (see rate_limit_headers).
     if decision.reason != Reason::SHADOW_DENIED {
-        set("ratelimit-limit", decision.limit);
-        set("ratelimit-remaining", decision.remaining);
-        set("ratelimit-reset", reset_seconds);
-        draft_ratelimit(&mut headers, &decision, reset_seconds);
+        draft_ratelimit(&mut headers, &decision, waits.1);
     }
     let body = DecisionBody {
         code: decision.code,
@@ -414,6 +396,46 @@ fn draft_ratelimit(headers: &mut HeaderMap, decision: &Decision, reset_seconds: 
 /// `text` as an sf-string: quoted, `"` and `\` escaped (RFC 9651 §4.1.6); `text` is printable ASCII.
 fn sf_string(text: &str) -> String {
     format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// Seconds until a denied request may be retried, and until the deciding window resets, counted from now for a
+/// replay (its waits count from when it is answered, not from when it was first decided).
+pub(crate) fn waits(decision: &Decision) -> (Option<i64>, Option<i64>) {
+    let at = match decision.replayed {
+        true => Timestamp::now().max(decision.decided_at),
+        false => decision.decided_at,
+    };
+    let since_ms = (at.micros() - decision.decided_at.micros()) / 1_000;
+    // Saturating: a producer's recorded decision, replayed, may carry any retry.
+    let retry_after_seconds =
+        decision.retry_after_ms.map(|ms| ms.saturating_sub(since_ms).max(0).saturating_add(999) / 1_000);
+    let reset_seconds =
+        decision.resets_at.map(|r| r.micros().saturating_sub(at.micros()).max(0).saturating_add(999_999) / 1_000_000);
+    (retry_after_seconds, reset_seconds)
+}
+
+/// The headers a decision is answered with (contract §6), lower-case: `retry-after` when denied, and the
+/// `ratelimit-*` figures; the same over HTTP and over Envoy's rate limit service (its headers to add).
+/// `waits` are the decision's [`waits`].
+pub(crate) fn rate_limit_headers(decision: &Decision, waits: (Option<i64>, Option<i64>)) -> Vec<(&'static str, i64)> {
+    let (retry_after_seconds, reset_seconds) = waits;
+    let mut headers = Vec::with_capacity(4);
+    let mut set = |name: &'static str, value: Option<i64>| {
+        if let Some(value) = value {
+            headers.push((name, value));
+        }
+    };
+    if !decision.allowed() {
+        set("retry-after", retry_after_seconds);
+    }
+    // A SHADOW policy limits nobody: its numbers are in the body, as in the DecisionEvent, but not in the headers
+    // that client libraries act on (a client read `RateLimit-Remaining: 0` of a dry run and backed off).
+    if decision.reason != Reason::SHADOW_DENIED {
+        set("ratelimit-limit", decision.limit);
+        set("ratelimit-remaining", decision.remaining);
+        set("ratelimit-reset", reset_seconds);
+    }
+    headers
 }
 
 /// A reservation's commit or release: 200 with what was closed, or why not (404, 409, 410, 403).

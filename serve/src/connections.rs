@@ -1,6 +1,6 @@
-//! The accept loop: HTTP/1 connections, over TLS when a certificate is given, at most a bound of them at once, each
-//! with a timer on its TLS handshake and on each request header, until SIGTERM or Ctrl-C (or until the hook's
-//! writer stopped), then a graceful stop.
+//! The accept loop: HTTP/1 connections (HTTP/2 for the gRPC of `--rls-listen`), over TLS when a certificate is given,
+//! at most a bound of them at once, each with a timer on its TLS handshake and on each HTTP/1 request header, until
+//! SIGTERM or Ctrl-C (or until the hook's writer stopped), then a graceful stop.
 //!
 //! Beyond the bound, new connections wait: the loop accepts no more until one closes, and the kernel holds the new
 //! ones in the listening socket's backlog, in the order they came. Not 503: answering one takes what the bound
@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
@@ -32,9 +32,13 @@ pub(crate) enum Stop {
 }
 
 /// How connections are accepted and held.
+#[derive(Clone)]
 pub(crate) struct Accepting {
     /// Connections open at once at most; more wait in the backlog.
     pub(crate) connections_max: usize,
+    /// The places of that bound, shared by every listener of the server: each connection holds a file descriptor,
+    /// and the bound is sized to the open-file limit.
+    pub(crate) places: Arc<Semaphore>,
     /// How long a client may take to finish its TLS handshake, then each request header (or leave a kept-alive
     /// connection idle: hyper times both the same way).
     pub(crate) header_timeout: Duration,
@@ -42,29 +46,87 @@ pub(crate) struct Accepting {
     pub(crate) tls: Option<TlsAcceptor>,
 }
 
+/// The HTTP a listener speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Protocol {
+    /// The JSON API.
+    Http1,
+    /// gRPC (`--rls-listen`): HTTP/2 alone, as gRPC clients open it (with prior knowledge, or ALPN `h2` over TLS).
+    Http2,
+}
+
+/// A connection's HTTP, configured.
+#[derive(Clone)]
+enum Builder {
+    Http1(hyper::server::conn::http1::Builder),
+    Http2(hyper::server::conn::http2::Builder<TokioExecutor>),
+}
+
+impl Builder {
+    fn of(protocol: Protocol, header_timeout: Duration) -> Builder {
+        match protocol {
+            Protocol::Http1 => {
+                let mut builder = hyper::server::conn::http1::Builder::new();
+                builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
+                Builder::Http1(builder)
+            }
+            // No header timer in HTTP/2: a client holds one connection for all its calls (Envoy one per worker), and
+            // its place in the bound is what a connection costs. A ping every header timeout closes one whose peer
+            // went away without a word.
+            Protocol::Http2 => {
+                let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+                builder.timer(TokioTimer::new()).keep_alive_interval(Some(header_timeout));
+                Builder::Http2(builder)
+            }
+        }
+    }
+}
+
 /// The first byte of a TLS connection: a handshake record (RFC 8446, 5.1).
 const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 
-/// Accepts and serves HTTP/1 connections until SIGTERM or Ctrl-C, or until `also_stop` answers, then lets the
+/// Answers, to every listener, once SIGTERM or Ctrl-C came or `also_stop` answered.
+pub(crate) fn stop_watch(signals: Signals, also_stop: impl Future<Output = ()> + Send + 'static) -> StopWatch {
+    let (sender, receiver) = tokio::sync::watch::channel(None);
+    tokio::spawn(async move {
+        let stop = tokio::select! {
+            _ = signals.stop() => Stop::Signal,
+            _ = also_stop => Stop::Asked,
+        };
+        // The listeners may be gone already: nothing then waits for it.
+        let _ = sender.send(Some(stop));
+    });
+    StopWatch(receiver)
+}
+
+/// Why the listeners stop, once they do ([`stop_watch`]).
+#[derive(Clone)]
+pub(crate) struct StopWatch(tokio::sync::watch::Receiver<Option<Stop>>);
+
+impl StopWatch {
+    async fn stopped(mut self) -> Stop {
+        match self.0.wait_for(Option::is_some).await {
+            Ok(stop) => stop.unwrap_or(Stop::Signal),
+            // The sender went with its task: the runtime is stopping.
+            Err(_) => Stop::Signal,
+        }
+    }
+}
+
+/// Accepts and serves connections until SIGTERM or Ctrl-C, or until `also_stop` answers (`stop`), then lets the
 /// requests in flight finish (for [`SHUTDOWN_WAIT_MS`] at most). What `axum::serve` does, plus a timeout on the
 /// request header (which needs a timer that `axum::serve` does not give hyper), TLS, and a bound on connections.
 pub(crate) async fn serve_connections(
     listener: tokio::net::TcpListener,
     router: Router,
     accepting: Accepting,
-    signals: Signals,
-    also_stop: impl Future<Output = ()>,
+    protocol: Protocol,
+    stop: StopWatch,
 ) -> Stop {
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder.timer(TokioTimer::new()).header_read_timeout(accepting.header_timeout);
+    let builder = Builder::of(protocol, accepting.header_timeout);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let places = Arc::new(Semaphore::new(accepting.connections_max));
-    let mut stop = std::pin::pin!(async {
-        tokio::select! {
-            _ = signals.stop() => Stop::Signal,
-            _ = also_stop => Stop::Asked,
-        }
-    });
+    let places = Arc::clone(&accepting.places);
+    let mut stop = std::pin::pin!(stop.stopped());
     // Out of file descriptors, accept fails ten times a second until one is closed: said once, not each time.
     let mut said = kafka::Said::default();
     let mut full = kafka::Said::default();
@@ -135,19 +197,21 @@ pub(crate) async fn serve_connections(
 
 /// What serving one accepted connection needs.
 struct Connection {
-    builder: hyper::server::conn::http1::Builder,
+    builder: Builder,
     router: Router,
     watcher: hyper_util::server::graceful::Watcher,
     header_timeout: Duration,
 }
 
 impl Connection {
-    /// HTTP/1 on `io` until the client goes, times out, or the server stops.
+    /// HTTP on `io` until the client goes, times out, or the server stops.
     async fn serve(self, io: impl AsyncRead + AsyncWrite + Unpin + Send + 'static) {
         let service = hyper_util::service::TowerToHyperService::new(self.router);
-        let connection = self.builder.serve_connection(TokioIo::new(io), service);
         // A client that goes away or times out ends its connection; nothing to tell the operator.
-        let _ = self.watcher.watch(connection).await;
+        let _ = match self.builder {
+            Builder::Http1(builder) => self.watcher.watch(builder.serve_connection(TokioIo::new(io), service)).await,
+            Builder::Http2(builder) => self.watcher.watch(builder.serve_connection(TokioIo::new(io), service)).await,
+        };
     }
 
     /// HTTP/1 over TLS. The handshake has the header timeout to finish: a client that connects and sends nothing

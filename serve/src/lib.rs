@@ -44,6 +44,7 @@ mod keys;
 mod limits;
 pub mod metrics;
 mod reads;
+pub mod rls;
 mod routes;
 mod systemd;
 pub mod tls;
@@ -122,6 +123,18 @@ pub struct ServeSettings {
     /// Listen without TLS on an address other machines can reach (behind a TLS-terminating proxy, say): refused
     /// otherwise, since every request carries a bearer secret.
     pub insecure_listen: bool,
+    /// Also serve Envoy's rate limit service (gRPC) on a listener of its own ([`rls`]).
+    pub rls: Option<RlsSettings>,
+}
+
+/// Where Envoy's rate limit service listens, and how its descriptors map to the hook's requests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RlsSettings {
+    /// Address of its listener (port 0 picks one: [`Listening::rls`] says which). Same TLS, tokens and rule on
+    /// plain listening as the HTTP listener's.
+    pub listen: SocketAddr,
+    /// The mapping file ([`rls::config::RlsConfig::read`]).
+    pub config: PathBuf,
 }
 
 impl ServeSettings {
@@ -140,6 +153,7 @@ impl ServeSettings {
             connections_max: None,
             tls: None,
             insecure_listen: false,
+            rls: None,
         }
     }
 }
@@ -179,6 +193,8 @@ pub struct Listening {
     pub address: SocketAddr,
     /// Whether it speaks TLS.
     pub tls: bool,
+    /// Where Envoy's rate limit service listens, with `--rls-listen` (its TLS is the same).
+    pub rls: Option<SocketAddr>,
 }
 
 impl std::fmt::Display for Listening {
@@ -211,6 +227,9 @@ pub enum ServeError {
     /// The certificate or key cannot be used.
     #[error(transparent)]
     Tls(#[from] TlsError),
+    /// The rate limit service's mapping file cannot be used.
+    #[error(transparent)]
+    RlsConfig(#[from] rls::config::RlsConfigError),
     /// More connections asked for than the open-file limit allows.
     #[error(
         "--connections-max {asked} needs {needed} open files (a descriptor per connection and {reserved} for the \
@@ -377,15 +396,27 @@ pub fn run_node(
 struct Prepared {
     connections_max: usize,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    /// With `--rls-listen`: its mapping, and its TLS acceptor (ALPN `h2`).
+    rls: Option<(rls::config::RlsConfig, Option<tokio_rustls::TlsAcceptor>)>,
 }
 
 fn prepare(settings: &ServeSettings) -> Result<Prepared, ServeError> {
-    if settings.tls.is_none() && !settings.insecure_listen && !tls::is_loopback(&settings.listen) {
-        return Err(ServeError::InsecureListen { address: settings.listen });
+    let listens = std::iter::once(settings.listen).chain(settings.rls.as_ref().map(|rls| rls.listen));
+    for address in listens {
+        if settings.tls.is_none() && !settings.insecure_listen && !tls::is_loopback(&address) {
+            return Err(ServeError::InsecureListen { address });
+        }
     }
     let files_limit = limits::raise_open_files();
     let connections_max = limits::connections_max(settings.connections_max, files_limit)?;
-    Ok(Prepared { connections_max, tls: None })
+    let rls = match &settings.rls {
+        Some(rls) => {
+            let grpc_tls = settings.tls.as_ref().map(tls::grpc_acceptor).transpose()?;
+            Some((rls::config::RlsConfig::read(&rls.config)?, grpc_tls))
+        }
+        None => None,
+    };
+    Ok(Prepared { connections_max, tls: None, rls })
 }
 
 /// Serves `app` until SIGTERM or Ctrl-C (or a writer stopped on a panic), then stops the publishers and waits for
@@ -407,15 +438,28 @@ fn serve(
     let read_timeout = Duration::from_millis(settings.read_timeout_ms.max(1));
     let accepting = connections::Accepting {
         connections_max: prepared.connections_max,
+        places: Arc::new(tokio::sync::Semaphore::new(prepared.connections_max)),
         header_timeout: Duration::from_millis(settings.header_timeout_ms.max(1)),
         tls: prepared.tls,
     };
     let address = settings.listen;
+    let rls_address = settings.rls.as_ref().map(|rls| rls.listen);
     let served = runtime.block_on(async move {
         let listener =
             tokio::net::TcpListener::bind(address).await.map_err(|source| ServeError::Listen { address, source })?;
-        let at =
-            Listening { address: listener.local_addr().map_err(ServeError::Announce)?, tls: accepting.tls.is_some() };
+        let rls_listener = match rls_address {
+            Some(address) => Some(
+                tokio::net::TcpListener::bind(address)
+                    .await
+                    .map_err(|source| ServeError::Listen { address, source })?,
+            ),
+            None => None,
+        };
+        let at = Listening {
+            address: listener.local_addr().map_err(ServeError::Announce)?,
+            tls: accepting.tls.is_some(),
+            rls: rls_listener.as_ref().map(|l| l.local_addr()).transpose().map_err(ServeError::Announce)?,
+        };
         let signals = connections::Signals::listen().map_err(ServeError::Runtime)?;
         listening(at).map_err(ServeError::Announce)?;
         systemd::ready(&watched);
@@ -440,8 +484,29 @@ fn serve(
                 why = stop => *said.lock().unwrap_or_else(|e| e.into_inner()) = Some(why),
             }
         };
+        let stop = connections::stop_watch(signals, asked);
+        let rls_served = match (rls_listener, prepared.rls) {
+            (Some(listener), Some((config, tls))) => {
+                let router = rls::router(Arc::new(rls::Rls { app: Arc::clone(&app), config }));
+                let accepting = connections::Accepting { tls, ..accepting.clone() };
+                let serving = connections::serve_connections(
+                    listener,
+                    router,
+                    accepting,
+                    connections::Protocol::Http2,
+                    stop.clone(),
+                );
+                Some(tokio::spawn(serving))
+            }
+            _ => None,
+        };
         let router = routes::router(Arc::clone(&app), read_timeout);
-        let stopped = connections::serve_connections(listener, router, accepting, signals, asked).await;
+        let stopped =
+            connections::serve_connections(listener, router, accepting, connections::Protocol::Http1, stop).await;
+        if let Some(rls_served) = rls_served {
+            // It stops on the same signal, its requests in flight answered within the same wait.
+            let _ = rls_served.await;
+        }
         systemd::stopping();
         Ok::<_, ServeError>((stopped, app.hook.last_failure()))
     });

@@ -53,6 +53,16 @@ pub fn is_loopback(address: &SocketAddr) -> bool {
 /// The acceptor of TLS connections for `files`: TLS 1.3 and 1.2, HTTP/1.1 announced by ALPN (a client asking for
 /// HTTP/2 alone is refused in the handshake rather than after it).
 pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {
+    acceptor_speaking(files, b"http/1.1")
+}
+
+/// The acceptor of `--rls-listen`'s TLS connections: as [`acceptor`]'s, HTTP/2 announced by ALPN (`h2`), which gRPC
+/// clients require.
+pub fn grpc_acceptor(files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {
+    acceptor_speaking(files, b"h2")
+}
+
+fn acceptor_speaking(files: &TlsFiles, protocol: &[u8]) -> Result<TlsAcceptor, TlsError> {
     let certificates = read_certificates(&files.certificate)?;
     let key = read_key(&files.key)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -63,7 +73,7 @@ pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, TlsError> {
         .with_no_client_auth()
         .with_single_cert(certificates, key)
         .map_err(refused)?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = vec![protocol.to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 

@@ -296,13 +296,19 @@ pub(crate) enum Unauthorized {
     Unknown,
 }
 
-impl IntoResponse for Unauthorized {
-    fn into_response(self) -> Response {
-        let message = match self {
+impl Unauthorized {
+    /// What the caller is told, over HTTP and gRPC alike.
+    pub(crate) fn message(self) -> &'static str {
+        match self {
             Unauthorized::Missing => "send Authorization: Bearer SECRET",
             Unauthorized::Unknown => "unknown token",
-        };
-        let mut response = crate::answer::error(StatusCode::UNAUTHORIZED, "unauthorized", message);
+        }
+    }
+}
+
+impl IntoResponse for Unauthorized {
+    fn into_response(self) -> Response {
+        let mut response = crate::answer::error(StatusCode::UNAUTHORIZED, "unauthorized", self.message());
         response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         response
     }

@@ -78,6 +78,19 @@ pub enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Decisions per second and p50/p99 latency of one `serve` asked through Envoy's rate limit service (gRPC) and
+    /// through `POST /v1/check` (HTTP), at each concurrency.
+    Rls {
+        /// Client connections, one measurement of each way each.
+        #[arg(long, value_delimiter = ',', default_value = "1,64")]
+        concurrency: Vec<usize>,
+        /// Seconds each measurement counts, after half a second of warm-up.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+        /// The served ledger's durability.
+        #[arg(long, default_value = "full", value_parser = ["full", "normal"])]
+        durability: String,
+    },
     /// Generate a month of traffic into a ledger (kept for reuse), then time `reconcile` on it as a child
     /// process: seconds and peak memory of the first run and of a clean rerun.
     Reconcile {
@@ -134,6 +147,13 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             if json {
                 super::print_json(&figures)?;
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchCommand::Rls { concurrency, seconds, durability } => {
+            let settings = bench::rls::RlsBenchSettings { concurrency, seconds, durability, binary: binary()? };
+            bench::rls::run(&settings, &mut |measured| {
+                Ok(measured.iter().try_for_each(|f| write!(super::stdout(), "{f}"))?)
+            })?;
             Ok(ExitCode::SUCCESS)
         }
         BenchCommand::Reconcile { events, tenants, dir, json } => {

@@ -2,7 +2,6 @@
 //! (docs/contract.md §9.4): the partitions Kafka assigns it ingested into their shards in `--data` and served by the
 //! hook; the others answered 421 naming their owner. The `node` crate's work.
 
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -68,6 +67,8 @@ pub struct NodeArgs {
     registry_url: Option<String>,
     #[command(flatten)]
     ca_file: super::trust_args::CaFileArg,
+    #[command(flatten)]
+    rls: super::serve::RlsArgs,
 }
 
 pub fn run(store: &super::Store, args: NodeArgs) -> anyhow::Result<ExitCode> {
@@ -92,6 +93,7 @@ pub fn run(store: &super::Store, args: NodeArgs) -> anyhow::Result<ExitCode> {
         hook,
         tls: args.tls_cert.zip(args.tls_key).map(|(certificate, key)| serve::tls::TlsFiles { certificate, key }),
         insecure_listen: args.insecure_listen,
+        rls: args.rls.settings(),
         ..serve::ServeSettings::new(args.listen, args.tokens)
     };
     let settings = node::NodeSettings {
@@ -106,7 +108,6 @@ pub fn run(store: &super::Store, args: NodeArgs) -> anyhow::Result<ExitCode> {
         overrides: args.settings,
         standby: args.standby,
     };
-    let listening = |at| writeln!(super::stdout(), "listening on {at}");
-    node::run(settings, listening)?;
+    node::run(settings, super::serve::announce)?;
     Ok(ExitCode::SUCCESS)
 }

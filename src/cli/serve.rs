@@ -82,6 +82,32 @@ pub struct ServeArgs {
     /// created. Without it, the directory's shards must all be there already.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     partitions: Option<u32>,
+    #[command(flatten)]
+    rls: RlsArgs,
+}
+
+/// Envoy's rate limit service (gRPC) beside the HTTP API, with the same tokens and TLS (docs/services.md).
+#[derive(Debug, Args)]
+pub struct RlsArgs {
+    /// Also serve Envoy's rate limit service (`ShouldRateLimit`, gRPC) on this address.
+    #[arg(long, value_name = "ADDR", requires = "rls_config")]
+    rls_listen: Option<SocketAddr>,
+    /// TOML file mapping each domain's descriptors to the tenant, metric, subject, project, API key and amount checked.
+    #[arg(long, value_name = "FILE", requires = "rls_listen")]
+    rls_config: Option<PathBuf>,
+}
+
+impl RlsArgs {
+    pub fn settings(self) -> Option<serve::RlsSettings> {
+        self.rls_listen.zip(self.rls_config).map(|(listen, config)| serve::RlsSettings { listen, config })
+    }
+}
+
+/// The first lines say where it listens (port 0 picks one), for scripts and tests.
+pub fn announce(at: serve::Listening) -> std::io::Result<()> {
+    writeln!(super::stdout(), "listening on {at}")?;
+    let scheme = if at.tls { "https" } else { "http" };
+    at.rls.map_or(Ok(()), |rls| writeln!(super::stdout(), "rls listening on {scheme}://{rls}"))
 }
 
 pub fn run(store: &super::Store, args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -119,13 +145,12 @@ pub fn run(store: &super::Store, args: ServeArgs) -> anyhow::Result<ExitCode> {
         // clap requires both or neither.
         tls: args.tls_cert.zip(args.tls_key).map(|(certificate, key)| serve::tls::TlsFiles { certificate, key }),
         insecure_listen: args.insecure_listen,
+        rls: args.rls.settings(),
         ..serve::ServeSettings::new(args.listen, args.tokens)
     };
-    // The first line says where it listens (port 0 picks one), for scripts and tests.
-    let listening = |at| writeln!(super::stdout(), "listening on {at}");
     match store {
-        super::Store::File(ledger_path) => serve::run(ledger_path, settings, listening)?,
-        super::Store::Shards(dir) => serve::run_shards(dir, partitions, settings, listening)?,
+        super::Store::File(ledger_path) => serve::run(ledger_path, settings, announce)?,
+        super::Store::Shards(dir) => serve::run_shards(dir, partitions, settings, announce)?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,0 +1,193 @@
+//! Envoy's rate limit service (`serve --rls-listen`) called by a third-party client: grpcio with envoy-data-plane's
+//! messages (Envoy's published protos, from PyPI), not the server's own structs. Descriptors mapped by the mapping
+//! file, OK then OVER_LIMIT at the limit, a replay of the same request id consuming once, the decisions in the ledger
+//! and found by `audit why`, and the token checked as over HTTP.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use schemas::*;
+use serde_json::{Value, json};
+use support::*;
+
+const SECRET: &str = "rls-tests-secret-0123456789";
+const OTHER_SECRET: &str = "rls-tests-other-secret-0123";
+const TOKENS: &str = "[[token]]\nname = \"envoy\"\nsecret = \"rls-tests-secret-0123456789\"\ntenants = [\"org-rls\"]\n\
+                      [[token]]\nname = \"other\"\nsecret = \"rls-tests-other-secret-0123\"\ntenants = [\"org-other\"]\n";
+/// Envoy's rate limit actions as the mapping reads them: the tenant from a `request_headers` action's entry, the
+/// metric a constant, Envoy's `x-request-id` in an entry of its own.
+const MAPPING: &str = "[[domain]]\nname = \"edge\"\n\n[[domain.descriptor]]\ntenant = { key = \"tenant\" }\n\
+                       metric = { value = \"requests\" }\nrequest_id = \"x-request-id\"\n";
+const LIMIT: i64 = 3;
+
+/// Whether grpcio and envoy-data-plane can be imported; `QUOTA_LEDGER_SKIP_ENVOY_CLIENT=1` skips the test (never in
+/// CI), and without it a missing package fails the test with how to install it (`.ci/install` does).
+fn envoy_client_available() -> bool {
+    let install = "pip install grpcio==1.85.1 envoy-data-plane==2.2.0";
+    if testkit::skip_requested("QUOTA_LEDGER_SKIP_ENVOY_CLIENT", "the rate limit service test with grpcio", install) {
+        return false;
+    }
+    let found = Command::new("python3")
+        .args(["-c", "import grpc, envoy_data_plane.envoy.service.ratelimit.v3"])
+        .current_dir(std::env::temp_dir())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(found, "this test needs grpcio and envoy-data-plane: {install} (or QUOTA_LEDGER_SKIP_ENVOY_CLIENT=1)");
+    true
+}
+
+/// `serve` with the rate limit service on free ports: its HTTP base URL and the RLS listener's `host:port`.
+fn start(ledger: &TestLedger) -> (ChildGuard, String, String) {
+    let tokens = ledger.file("tokens.toml");
+    serve::tokens::write_private(&tokens, TOKENS).unwrap();
+    std::fs::write(ledger.file("rls.toml"), MAPPING).unwrap();
+    let stderr = std::fs::File::create(ledger.file("serve.err")).unwrap();
+    let mut child = ChildGuard::new(
+        Command::new(BIN)
+            .arg("--ledger")
+            .arg(&ledger.path)
+            .args(["serve", "--listen", "127.0.0.1:0", "--rls-listen", "127.0.0.1:0", "--tokens"])
+            .arg(&tokens)
+            .arg("--rls-config")
+            .arg(ledger.file("rls.toml"))
+            .env_remove("QUOTA_LEDGER_PATH")
+            .env_remove("QUOTA_LEDGER_BROKERS")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(stderr))
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut line = || lines.next().and_then(Result::ok).unwrap_or_default();
+    let (http, rls) = (line(), line());
+    let err = || std::fs::read_to_string(ledger.file("serve.err")).unwrap_or_default();
+    let base = http.strip_prefix("listening on ").unwrap_or_else(|| panic!("{http:?}; {}", err())).to_string();
+    let rls = rls.strip_prefix("rls listening on http://").unwrap_or_else(|| panic!("{rls:?}; {}", err())).to_string();
+    (child, base, rls)
+}
+
+/// Each call's answer from the third-party client.
+fn call(target: &str, secret: &str, calls: &[Value]) -> Vec<Value> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/rls_client.py");
+    let mut child = Command::new("python3")
+        .arg(script)
+        .current_dir(std::env::temp_dir())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let asked = json!({"target": target, "secret": secret, "calls": calls});
+    child.stdin.take().unwrap().write_all(asked.to_string().as_bytes()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "the client: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout).unwrap().lines().map(|line| serde_json::from_str(line).unwrap()).collect()
+}
+
+fn descriptor(tenant: &str, request_id: &str, hits_addend: u32) -> Value {
+    json!({"domain": "edge", "descriptors": [[["tenant", tenant], ["x-request-id", request_id]]], "hits_addend": hits_addend})
+}
+
+fn decisions_of(ledger: &Path, request_id: &str) -> Value {
+    let query =
+        format!("SELECT outcome, amount, idempotency_key FROM decision_events WHERE request_id = '{request_id}'");
+    run(&["--ledger", ledger.to_str().unwrap(), "sql", "--format", "json", &query], b"").success().json()
+}
+
+// Proves a mapped descriptor is checked as /v1/check checks it: OK under the limit with its figures, a replay of the
+// same request id answering the first decision and consuming once, OVER_LIMIT at the limit with the headers to add,
+// each decision recorded under Envoy's request id and explained by `audit why`.
+#[test]
+fn envoy_descriptors_are_decided_recorded_and_audited() {
+    if !envoy_client_available() {
+        return;
+    }
+    let ledger = TestLedger::new();
+    write_container(&ledger.file("policy.avro"), &[Event::Policy(hard_daily("policy-rls", "org-rls", LIMIT))]);
+    ledger.ingest(&ledger.file("policy.avro"));
+    let (_server, _base, rls) = start(&ledger);
+
+    let calls = [
+        descriptor("org-rls", "req-1", 2),
+        descriptor("org-rls", "req-1", 2),
+        descriptor("org-rls", "req-2", 0),
+        descriptor("org-rls", "req-3", 1),
+    ];
+    let answers = call(&rls, SECRET, &calls);
+    let first = &answers[0];
+    assert_eq!(first["overall_code"], "OK", "{first}");
+    let status = &first["statuses"][0];
+    assert_eq!(status["limit"], json!({"name": "daily", "requests_per_unit": LIMIT, "unit": "DAY"}), "{first}");
+    assert_eq!(status["limit_remaining"], 1, "{first}");
+    assert!(status["reset_seconds"].as_f64().is_some_and(|s| s > 0.0 && s <= 86_400.0), "{first}");
+    assert_eq!(first["headers"]["ratelimit-remaining"], "1", "{first}");
+    assert_eq!(
+        answers[1]["statuses"][0]["limit_remaining"], 1,
+        "the replay answers the first decision: {}",
+        answers[1]
+    );
+    assert_eq!(answers[2]["statuses"][0]["limit_remaining"], 0, "hits_addend 0 is 1, and req-1 counted once");
+    let denied = &answers[3];
+    assert_eq!(denied["overall_code"], "OVER_LIMIT", "{denied}");
+    assert_eq!(denied["statuses"][0]["code"], "OVER_LIMIT", "{denied}");
+    assert!(denied["headers"]["retry-after"].as_str().is_some(), "{denied}");
+
+    assert_eq!(
+        decisions_of(&ledger.path, "req-1"),
+        json!([{"outcome": "ALLOWED", "amount": 2, "idempotency_key": "rls/edge/0/req-1"}]),
+        "the replay recorded nothing"
+    );
+    let why = ledger.run(&["audit", "why", "req-3", "--json"]).success().json();
+    assert_eq!(
+        (why["decision"]["outcome"].as_str(), why["decision"]["reason"].as_str()),
+        (Some("DENIED"), Some("QUOTA_EXCEEDED"))
+    );
+    assert_eq!(why["policy"]["policy_id"], "daily");
+    assert_eq!(why["counter"]["used_before"], LIMIT);
+    ledger.assert_verifies();
+}
+
+// Proves what is not checked: an unknown domain or a descriptor no mapping reads is not limited (OK, nothing
+// recorded, as Limitador answers), a request without a domain is UNKNOWN; a bad token is UNAUTHENTICATED and a tenant
+// the token does not cover PERMISSION_DENIED, nothing consumed.
+#[test]
+fn unmapped_descriptors_pass_and_tokens_are_checked() {
+    if !envoy_client_available() {
+        return;
+    }
+    let ledger = TestLedger::new();
+    write_container(&ledger.file("policy.avro"), &[Event::Policy(hard_daily("policy-rls", "org-rls", LIMIT))]);
+    ledger.ingest(&ledger.file("policy.avro"));
+    let (_server, _base, rls) = start(&ledger);
+    let unknown_domain = json!({"domain": "elsewhere", "descriptors": [[["tenant", "org-rls"]]]});
+    let unmapped = json!({"domain": "edge", "descriptors": [[["tenant", "org-rls"], ["path", "/a"]]]});
+    let no_domain = json!({"domain": "", "descriptors": [[["tenant", "org-rls"]]]});
+    let answers = call(&rls, SECRET, &[unknown_domain, unmapped, no_domain, descriptor("org-other", "req-x", 1)]);
+    assert_eq!(
+        answers[0],
+        json!({"overall_code": "OK", "statuses": [{"code": "OK", "limit": null, "limit_remaining": 0, "reset_seconds": null}], "headers": {}})
+    );
+    assert_eq!(answers[1]["overall_code"], "OK", "{}", answers[1]);
+    assert_eq!(answers[2]["overall_code"], "UNKNOWN", "{}", answers[2]);
+    assert_eq!(answers[3]["error"], "PERMISSION_DENIED", "{}", answers[3]);
+    let refused = call(&rls, "not-a-token-of-the-file", &[descriptor("org-rls", "req-y", 1)]);
+    assert_eq!(refused[0]["error"], "UNAUTHENTICATED", "{}", refused[0]);
+    let other = call(&rls, OTHER_SECRET, &[descriptor("org-rls", "req-z", 1)]);
+    assert_eq!(other[0]["error"], "PERMISSION_DENIED", "{}", other[0]);
+    let recorded = run(
+        &[
+            "--ledger",
+            ledger.path.to_str().unwrap(),
+            "sql",
+            "--format",
+            "json",
+            "SELECT count(*) AS n FROM decision_events",
+        ],
+        b"",
+    );
+    assert_eq!(recorded.success().json()[0]["n"], 0, "nothing checked, nothing recorded");
+}
