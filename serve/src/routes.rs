@@ -18,7 +18,7 @@ use serde::Deserialize;
 
 use crate::answer::{close_response, error, hook_error};
 use crate::app::{App, Outboxes};
-use crate::limits::BODY_LIMIT_BYTES;
+use crate::limits::{BODY_LIMIT_BYTES, EVENTS_BODY_LIMIT_BYTES};
 use crate::tokens::Caller;
 
 /// The routes, every body read first by [`read_body`].
@@ -35,6 +35,7 @@ pub(crate) fn router(app: Arc<App>, read_timeout: Duration) -> Router {
         .route("/v1/leases", post(acquire))
         .route("/v1/leases/{id}/renew", post(renew))
         .route("/v1/leases/{id}/release", post(release_lease))
+        .route("/v1/events", post(crate::events::ingest))
         .route("/v1/admin/policies", post(crate::admin::policies))
         .route("/v1/admin/grants", post(crate::admin::grants))
         .route("/v1/admin/billing", get(crate::reads::billing))
@@ -52,16 +53,17 @@ pub(crate) fn router(app: Arc<App>, read_timeout: Duration) -> Router {
 /// Reads a request's body before its handler runs: all of it within `deadline` of the header (Go's
 /// `http.Server.ReadTimeout` counts the same way), else 408 and the connection is closed. A deadline between
 /// reads only (nginx's `client_body_timeout`) would let a client that sends a byte now and then hold the
-/// connection for days. Above [`BODY_LIMIT_BYTES`], 413. The body arrives with its header in one packet from
+/// connection for days. Above [`BODY_LIMIT_BYTES`] ([`EVENTS_BODY_LIMIT_BYTES`] for a batch of usage), 413. The body arrives with its header in one packet from
 /// every ordinary client: then nothing waits and no timer is set.
 async fn read_body(deadline: Duration, request: Request, next: Next) -> Response {
     let (parts, body) = request.into_parts();
-    match tokio::time::timeout(deadline, axum::body::to_bytes(body, BODY_LIMIT_BYTES)).await {
+    let limit = if parts.uri.path() == "/v1/events" { EVENTS_BODY_LIMIT_BYTES } else { BODY_LIMIT_BYTES };
+    match tokio::time::timeout(deadline, axum::body::to_bytes(body, limit)).await {
         Ok(Ok(bytes)) => next.run(Request::from_parts(parts, Body::from(bytes))).await,
         Ok(Err(e)) if too_large(&e) => error(
             StatusCode::PAYLOAD_TOO_LARGE,
             "bad_request",
-            format!("the request body is larger than {BODY_LIMIT_BYTES} bytes"),
+            format!("the request body is larger than {limit} bytes"),
         ),
         Ok(Err(e)) => error(StatusCode::BAD_REQUEST, "bad_request", format!("cannot read the request body: {e}")),
         Err(_) => {
