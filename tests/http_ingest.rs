@@ -45,6 +45,17 @@ fn post(base: &str, secret: Option<&str>, content_type: &str, body: &Value) -> (
     (status, response.body_mut().read_json().unwrap_or(Value::Null))
 }
 
+/// Keeps `events`, answered 204, in `accepted` by event id (a resent id is the same event): the number of messages.
+fn accept(events: &[Value], accepted: &mut BTreeMap<String, (String, String, i64)>) -> i64 {
+    for e in events {
+        let data = &e["data"];
+        let (tenant, metric) = (data["tenant"].as_str().unwrap(), data["metric"].as_str().unwrap());
+        let kept = (tenant.to_string(), metric.to_string(), data["quantity"].as_i64().unwrap());
+        accepted.insert(e["id"].as_str().unwrap().to_string(), kept);
+    }
+    events.len() as i64
+}
+
 /// The (index, error) of each event a refusal names.
 fn refused(answer: &Value) -> Vec<(u64, String)> {
     let errors = answer["errors"].as_array().unwrap_or_else(|| panic!("no errors listed: {answer}"));
@@ -90,14 +101,6 @@ fn usage_posted_as_cloud_events_is_billed_once_each() {
     // What the test was answered 204 for, by event id (a resent id is the same event), and every message sent.
     let mut accepted: BTreeMap<String, (String, String, i64)> = BTreeMap::new();
     let mut messages = 0;
-    let mut accept = |events: &[Value], accepted: &mut BTreeMap<String, (String, String, i64)>| {
-        for e in events {
-            let data = &e["data"];
-            let key = (data["tenant"].as_str().unwrap().to_string(), data["metric"].as_str().unwrap().to_string());
-            accepted.insert(e["id"].as_str().unwrap().to_string(), (key.0, key.1, data["quantity"].as_i64().unwrap()));
-            messages += 1;
-        }
-    };
 
     // A valid batch of two tenants and two metrics.
     let first: Vec<Value> = (0..6)
@@ -107,7 +110,7 @@ fn usage_posted_as_cloud_events_is_billed_once_each() {
         })
         .collect();
     assert_eq!(post(&base, Some(CHECKOUT_SECRET), BATCH, &json!(first)), (204, Value::Null));
-    accept(&first, &mut accepted);
+    messages += accept(&first, &mut accepted);
     // Acknowledged before answered: every message is on the topic now, each in its tenant's partition.
     assert_eq!(records_on(&broker.bootstrap, "quota.usage"), messages, "on the topic when answered");
     // One event, as structured mode, and one as plain JSON.
@@ -115,11 +118,11 @@ fn usage_posted_as_cloud_events_is_billed_once_each() {
     assert_eq!(post(&base, Some(CHECKOUT_SECRET), SINGLE, &single).0, 204);
     let plain = event("e-plain", "org-b", "tokens", 5);
     assert_eq!(post(&base, Some(CHECKOUT_SECRET), "application/json", &plain).0, 204);
-    accept(&[single, plain], &mut accepted);
+    messages += accept(&[single, plain], &mut accepted);
     // A batch resending two events (a retry) with a new one: sent, and counted once at ingest.
     let resent = vec![first[0].clone(), first[1].clone(), event("e-new", "org-a", "requests", 3)];
     assert_eq!(post(&base, Some(CHECKOUT_SECRET), BATCH, &json!(resent)).0, 204);
-    accept(&resent, &mut accepted);
+    messages += accept(&resent, &mut accepted);
 
     // A batch with invalid events: refused whole, each invalid one named by its index and reason.
     let mut wrong_type = event("e-bad-type", "org-a", "requests", 1);
