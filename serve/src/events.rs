@@ -170,7 +170,7 @@ fn usage_of(index: usize, value: serde_json::Value) -> Result<UsageEvent, Refuse
 
 /// The events of a request's body by its media type: a single event, or a batch (an array) of 1 to
 /// [`EVENTS_PER_REQUEST_MAX`]; each element still to be checked. A body that is neither is refused whole.
-fn elements(content_type: Option<&str>, body: &[u8]) -> Result<Vec<serde_json::Value>, Response> {
+fn elements(content_type: Option<&str>, body: &[u8]) -> Result<Vec<serde_json::Value>, Box<Response>> {
     // Parameters (`; charset=utf-8`) say nothing JSON does not already: UTF-8 is JSON's encoding.
     let media = content_type.map(|t| t.split(';').next().unwrap_or_default().trim().to_ascii_lowercase());
     let media = media.as_deref();
@@ -179,10 +179,10 @@ fn elements(content_type: Option<&str>, body: &[u8]) -> Result<Vec<serde_json::V
             "Content-Type {:?}: events are sent as {SINGLE} (one), {BATCH} (an array) or {JSON} (either)",
             media.unwrap_or("")
         );
-        return Err(error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", message));
+        return Err(Box::new(error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", message)));
     }
-    let value: serde_json::Value = serde_json::from_slice(body)
-        .map_err(|e| error(StatusCode::BAD_REQUEST, "bad_request", format!("the body is not JSON: {e}")))?;
+    let value: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| bad_request(format!("the body is not JSON: {e}")))?;
     let elements = match (media, value) {
         (Some(SINGLE | JSON), value @ serde_json::Value::Object(_)) => vec![value],
         (Some(BATCH | JSON), serde_json::Value::Array(elements)) => elements,
@@ -196,13 +196,13 @@ fn elements(content_type: Option<&str>, body: &[u8]) -> Result<Vec<serde_json::V
     if elements.len() > EVENTS_PER_REQUEST_MAX {
         let message =
             format!("the batch holds {} events, more than the {EVENTS_PER_REQUEST_MAX} allowed", elements.len());
-        return Err(error(StatusCode::BAD_REQUEST, "too_many_events", message));
+        return Err(Box::new(error(StatusCode::BAD_REQUEST, "too_many_events", message)));
     }
     Ok(elements)
 }
 
-fn bad_request(message: String) -> Response {
-    error(StatusCode::BAD_REQUEST, "bad_request", message)
+fn bad_request(message: String) -> Box<Response> {
+    Box::new(error(StatusCode::BAD_REQUEST, "bad_request", message))
 }
 
 /// Every event of `elements` as a UsageEvent the caller may send, or every refusal: 403 when an event names a tenant
@@ -237,7 +237,7 @@ pub(crate) async fn ingest(State(app): State<Arc<App>>, headers: HeaderMap, body
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|t| t.to_str().ok());
     let elements = match elements(content_type, &body) {
         Ok(elements) => elements,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let events = match admitted(&caller, elements) {
         Ok(events) => events,
