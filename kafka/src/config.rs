@@ -39,6 +39,21 @@ pub fn producer(brokers: &str, overrides: &[(String, String)]) -> ClientConfig {
     with_partitioner(overrides_last(config, overrides))
 }
 
+/// How long [`events_producer`] tries to have a message acknowledged: an HTTP producer of usage
+/// (`POST /v1/events`) waits for it before its answer, so it is an HTTP client's patience (curl, Go's and Python's
+/// clients wait 30 s and more), not [`DELIVERY_TIMEOUT_MS`]'s two minutes; a broker away longer answers 503 and the
+/// caller resends, which the event ids make safe.
+pub const EVENTS_DELIVERY_TIMEOUT_MS: u64 = 10_000;
+
+/// The producer of usage sent over HTTP ([`crate::acknowledged`]): [`producer`]'s settings (idempotent, every in-sync
+/// replica, [`PARTITIONER`]), an attempt of [`EVENTS_DELIVERY_TIMEOUT_MS`] and its own `client.id`, both after the
+/// overrides: the HTTP answer waits on the attempt.
+pub fn events_producer(brokers: &str, overrides: &[(String, String)]) -> ClientConfig {
+    let mut config = producer(brokers, overrides);
+    config.set("delivery.timeout.ms", EVENTS_DELIVERY_TIMEOUT_MS.to_string()).set("client.id", "quota-ledger-events");
+    config
+}
+
 /// The outbox's producer: [`producer`]'s settings, but an attempt lasts [`outbox_attempt_ms`] of `attempt_ms` so
 /// that an outage ends the attempt, not the entries; and its own `client.id`. These two are set after the
 /// overrides: the publisher's retries count on the attempt's length.
@@ -249,6 +264,7 @@ mod tests {
             producer("b:9092", &overrides),
             outbox_producer("b:9092", &overrides, 5_000),
             checkpoint_producer("b:9092", &overrides),
+            events_producer("b:9092", &overrides),
         ] {
             assert_eq!(config.get("partitioner"), Some(PARTITIONER));
         }

@@ -22,6 +22,7 @@
 
 #![deny(missing_docs)]
 
+pub mod acknowledged;
 pub mod admin;
 pub mod checkpoints;
 pub mod config;

@@ -25,6 +25,7 @@ use kafka::routing::{RoutingCatalog, RoutingError, RoutingWriter};
 use kafka::topics::{ClientRole, PartitionCountError, Topics};
 use ledger::shards::ShardDir;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use schemas::EventType;
 use serve::{Listening, ServeError, ServeSettings};
 
 pub use ownership::{Identity, Ownership};
@@ -213,8 +214,13 @@ pub fn run(settings: NodeSettings, listening: impl FnOnce(Listening) -> std::io:
     };
     let stop: serve::StopAsked = Box::pin(async move { ended_rx.await.unwrap_or_else(|_| "ingest ended".into()) });
     let routing = Arc::new(CatalogView { catalog: Arc::clone(&catalog), partitions, transitions });
-    let served =
-        serve::run_node(Arc::clone(&shards), routing, settings.serve.clone(), listening, stop, registry, hook_metrics);
+    // `POST /v1/events` sends to the usage topic this cluster ingests, from any node: the partitioner, not the node
+    // that takes the request, decides which shard records it.
+    let topic = settings.topics.topic_of(EventType::UsageEvent).unwrap_or(EventType::UsageEvent.default_topic());
+    let events_to =
+        serve::EventsTo { brokers: brokers.clone(), overrides: overrides.clone(), topic: topic.to_string() };
+    let serve_settings = ServeSettings { events_to: Some(events_to), ..settings.serve.clone() };
+    let served = serve::run_node(Arc::clone(&shards), routing, serve_settings, listening, stop, registry, hook_metrics);
     ownership.stop();
     stop_ingest.store(true, std::sync::atomic::Ordering::Relaxed);
     let ingested = ingest_thread.join().unwrap_or_else(|_| Ok(Default::default()));

@@ -42,6 +42,8 @@ pub(crate) struct App {
     pub(crate) admin: crate::changes::Admin,
     /// Where `POST /v1/admin/reconcile` publishes a shard's adjustments: the server's brokers.
     pub(crate) publish: Option<usecases::run::Publish>,
+    /// What `POST /v1/events` sends usage with, when the server has brokers.
+    pub(crate) events: Option<crate::events::EventsSender>,
 }
 
 /// The server's figures (`GET /metrics`, docs/operations.md "What to monitor").

@@ -38,6 +38,7 @@ mod app;
 mod casing;
 mod changes;
 mod connections;
+mod events;
 mod hook_outbox;
 mod hooks;
 mod keys;
@@ -68,7 +69,10 @@ use crate::tls::{TlsError, TlsFiles};
 use crate::tokens::{TokenFileError, Tokens};
 
 pub use crate::app::Routing;
-pub use crate::limits::{BODY_LIMIT_BYTES, CONNECTIONS_MAX_DEFAULT, FILES_RESERVED, FILES_RESERVED_MIN};
+pub use crate::events::{EVENTS_PER_REQUEST_MAX, EventsTo};
+pub use crate::limits::{
+    BODY_LIMIT_BYTES, CONNECTIONS_MAX_DEFAULT, EVENTS_BODY_LIMIT_BYTES, FILES_RESERVED, FILES_RESERVED_MIN,
+};
 pub use crate::metrics::stage_timer;
 pub use usecases::cluster::BACKUP_MANIFEST_HEADER;
 
@@ -105,6 +109,9 @@ pub struct ServeSettings {
     pub brokers: Option<String>,
     /// librdkafka settings of the outbox producer (`-X key=value`).
     pub overrides: Vec<(String, String)>,
+    /// Where `POST /v1/events` sends the usage it takes (`serve --brokers`, a node's brokers); without it the route
+    /// answers 503, saying so.
+    pub events_to: Option<EventsTo>,
     /// How the outbox's entries are written on their topics (single-object encoding, or the Confluent wire format).
     pub outbox_format: outbox::OutboxFormat,
     /// Milliseconds a client may take to send a request's body once its header arrived; then it is answered 408 and
@@ -147,6 +154,7 @@ impl ServeSettings {
             hook: HookSettings::default(),
             brokers: None,
             overrides: Vec::new(),
+            events_to: None,
             outbox_format: outbox::OutboxFormat::SingleObject,
             read_timeout_ms: READ_TIMEOUT_MS,
             header_timeout_ms: HEADER_TIMEOUT_MS,
@@ -175,6 +183,7 @@ pub fn router(hook: Hook, tokens: Tokens, changes: Option<std::path::PathBuf>) -
         metrics: app::Metrics::new(),
         admin,
         publish: None,
+        events: None,
     };
     routes::router(Arc::new(app), Duration::from_millis(READ_TIMEOUT_MS))
 }
@@ -184,6 +193,11 @@ pub fn router(hook: Hook, tokens: Tokens, changes: Option<std::path::PathBuf>) -
 fn publish_of(settings: &ServeSettings) -> Option<usecases::run::Publish> {
     let format = &settings.outbox_format;
     settings.brokers.as_deref().map(|brokers| usecases::run::Publish::to(brokers, &settings.overrides, format.clone()))
+}
+
+/// The producer of `POST /v1/events`, when the settings say where it sends.
+fn events_sender(settings: &ServeSettings) -> Result<Option<events::EventsSender>, ServeError> {
+    settings.events_to.as_ref().map(events::EventsSender::new).transpose().map_err(ServeError::Events)
 }
 
 /// Where the server listens, as the first line of `serve` says it: `http://ADDR` or `https://ADDR`.
@@ -260,6 +274,9 @@ pub enum ServeError {
     /// The outbox's publisher did not start.
     #[error(transparent)]
     Outbox(#[from] outbox::StartError),
+    /// The producer of `POST /v1/events` could not be made (a bad `-X` setting, say).
+    #[error("cannot make the producer of POST /v1/events")]
+    Events(#[source] kafka::producer::ProduceError),
     /// The server's threads did not start.
     #[error("cannot start the server's runtime")]
     Runtime(#[source] std::io::Error),
@@ -311,8 +328,16 @@ pub fn run(
     };
     let outbox = publisher.as_ref().map(|p| Outboxes::One(p.health()));
     let admin = changes::Admin::new(changes::AdminLedgers::File(ledger_path.to_path_buf()));
-    let app =
-        App { hook: Hooks::One(hook), tokens, outbox, routing: None, metrics, admin, publish: publish_of(&settings) };
+    let app = App {
+        hook: Hooks::One(hook),
+        tokens,
+        outbox,
+        routing: None,
+        metrics,
+        admin,
+        publish: publish_of(&settings),
+        events: events_sender(&settings)?,
+    };
     serve(app, writers, publisher.into_iter().collect(), prepared, &settings, listening, None)
 }
 
@@ -353,6 +378,7 @@ pub fn run_shards(
         metrics,
         admin,
         publish: publish_of(&settings),
+        events: events_sender(&settings)?,
     };
     let publishers = publishers.into_iter().map(|(_, publisher)| publisher).collect();
     serve(app, writers, publishers, prepared, &settings, listening, None)
@@ -387,6 +413,7 @@ pub fn run_node(
         metrics: app::Metrics::registered(registry, hook_metrics),
         admin: changes::Admin::new(changes::AdminLedgers::None),
         publish: publish_of(&settings),
+        events: events_sender(&settings)?,
     };
     serve(app, Vec::new(), Vec::new(), prepared, &settings, listening, Some(stop))
 }

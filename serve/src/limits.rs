@@ -5,6 +5,10 @@ use crate::ServeError;
 
 /// Largest request body accepted: a check is about 200 bytes.
 pub const BODY_LIMIT_BYTES: usize = 16 * 1024;
+/// Largest body of `POST /v1/events`: room for [`crate::EVENTS_PER_REQUEST_MAX`] events of 1.3 KB each, where one
+/// with a few attributes is about 300 bytes. Only that route's bodies may be this large, so the bound of memory the
+/// connections hold ([`CONNECTIONS_MAX_DEFAULT`]) counts on [`BODY_LIMIT_BYTES`] for all the others.
+pub const EVENTS_BODY_LIMIT_BYTES: usize = 128 * 1024;
 
 /// Most descriptors kept for everything but connections: the ledger's files (database, write-ahead log, shared
 /// memory, lock) for the writer, the publisher and the reads at start, librdkafka's socket to each broker and its

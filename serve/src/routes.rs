@@ -20,7 +20,7 @@ use serde::Deserialize;
 use crate::answer::{bad_json, close_response, error, hook_error};
 use crate::app::{App, Outboxes};
 use crate::keys::{KeyFrom, Keyed};
-use crate::limits::BODY_LIMIT_BYTES;
+use crate::limits::{BODY_LIMIT_BYTES, EVENTS_BODY_LIMIT_BYTES};
 use crate::tokens::Caller;
 
 /// The routes, every body read first by [`read_body`].
@@ -38,6 +38,7 @@ pub(crate) fn router(app: Arc<App>, read_timeout: Duration) -> Router {
         .route("/v1/leases", post(acquire))
         .route("/v1/leases/{id}/renew", post(renew))
         .route("/v1/leases/{id}/release", post(release_lease))
+        .route("/v1/events", post(crate::events::ingest))
         .route("/v1/admin/policies", post(crate::admin::policies))
         .route("/v1/admin/grants", post(crate::admin::grants))
         .route("/v1/admin/billing", get(crate::reads::billing))
@@ -59,12 +60,13 @@ pub(crate) fn router(app: Arc<App>, read_timeout: Duration) -> Router {
 /// Reads a request's body before its handler runs: all of it within `deadline` of the header (Go's
 /// `http.Server.ReadTimeout` counts the same way), else 408 and the connection is closed. A deadline between
 /// reads only (nginx's `client_body_timeout`) would let a client that sends a byte now and then hold the
-/// connection for days. Above [`BODY_LIMIT_BYTES`], 413. The body arrives with its header in one packet from
-/// every ordinary client: then nothing waits and no timer is set. The body's and the query's camelCase members are
-/// renamed here ([`crate::casing`]), before any route reads them.
+/// connection for days. Above [`BODY_LIMIT_BYTES`] ([`EVENTS_BODY_LIMIT_BYTES`] for a batch of usage), 413. The body
+/// arrives with its header in one packet from every ordinary client: then nothing waits and no timer is set. The
+/// body's and the query's camelCase members are renamed here ([`crate::casing`]), before any route reads them.
 async fn read_body(deadline: Duration, request: Request, next: Next) -> Response {
     let (mut parts, body) = request.into_parts();
-    match tokio::time::timeout(deadline, axum::body::to_bytes(body, BODY_LIMIT_BYTES)).await {
+    let limit = if parts.uri.path() == "/v1/events" { EVENTS_BODY_LIMIT_BYTES } else { BODY_LIMIT_BYTES };
+    match tokio::time::timeout(deadline, axum::body::to_bytes(body, limit)).await {
         Ok(Ok(bytes)) => {
             let (bytes, uri) = match (crate::casing::body(bytes), crate::casing::query(&parts.uri)) {
                 (Ok(bytes), Ok(uri)) => (bytes, uri),
@@ -78,7 +80,7 @@ async fn read_body(deadline: Duration, request: Request, next: Next) -> Response
         Ok(Err(e)) if too_large(&e) => error(
             StatusCode::PAYLOAD_TOO_LARGE,
             "bad_request",
-            format!("the request body is larger than {BODY_LIMIT_BYTES} bytes"),
+            format!("the request body is larger than {limit} bytes"),
         ),
         Ok(Err(e)) => error(StatusCode::BAD_REQUEST, "bad_request", format!("cannot read the request body: {e}")),
         Err(_) => {

@@ -137,6 +137,8 @@ pub fn run(store: &super::Store, args: ServeArgs) -> anyhow::Result<ExitCode> {
     let settings = serve::ServeSettings {
         hook,
         outbox_format: args.outbox.format(&args.ca_file)?,
+        // `POST /v1/events` sends to the usage topic of the brokers the outbox publishes to.
+        events_to: args.brokers.as_deref().map(|brokers| serve::EventsTo::usage(brokers, &args.settings)),
         brokers: args.brokers,
         overrides: args.settings,
         read_timeout_ms: args.read_timeout_ms,

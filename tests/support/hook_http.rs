@@ -40,6 +40,18 @@ impl Server {
         stderr: &Path,
         more: &str,
     ) -> Server {
+        Server::start_with_args(ledger, scratch, env, stderr, more, &[])
+    }
+
+    /// [`Server::start_with_tokens`] with more arguments of `serve` (`--brokers B`, say).
+    pub fn start_with_args(
+        ledger: &Path,
+        scratch: &Path,
+        env: &[(&'static str, OsString)],
+        stderr: &Path,
+        more: &str,
+        args: &[&str],
+    ) -> Server {
         let tokens = scratch.join("tokens.toml");
         let text = format!("[[token]]\nname = \"fault-tests\"\nsecret = \"{SECRET}\"\ntenants = [\"*\"]\n{more}");
         serve::tokens::write_private(&tokens, &text).expect("tokens");
@@ -50,6 +62,7 @@ impl Server {
                 .arg(ledger)
                 .args(["serve", "--durability", "full", "--listen", "127.0.0.1:0", "--tokens"])
                 .arg(&tokens)
+                .args(args)
                 .envs(env.iter().map(|(k, v)| (k, v)))
                 .env_remove("QUOTA_LEDGER_PATH")
                 .env_remove("QUOTA_LEDGER_BROKERS")
