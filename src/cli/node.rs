@@ -38,15 +38,8 @@ pub struct NodeArgs {
     /// through the shard's fenced producer) before they are answered, so a node may die with its disk.
     #[arg(long, default_value = "replicated", value_parser = ["replicated"])]
     durability: String,
-    /// PEM file of the server's certificate chain: serve HTTPS.
-    #[arg(long, value_name = "FILE", requires = "tls_key")]
-    tls_cert: Option<PathBuf>,
-    /// PEM file of the certificate's private key.
-    #[arg(long, value_name = "FILE", requires = "tls_cert")]
-    tls_key: Option<PathBuf>,
-    /// Serve plain HTTP on an address other machines can reach.
-    #[arg(long, conflicts_with = "tls_cert")]
-    insecure_listen: bool,
+    #[command(flatten)]
+    tls: super::serve::TlsArgs,
     /// Warm copies of each partition's shard to keep on other nodes: this node keeps, beside its own shards, those of
     /// the partitions of the N nodes before it in the routing catalog's ring, so that taking one over reads seconds of
     /// the topics, not all of them.
@@ -91,8 +84,8 @@ pub fn run(store: &super::Store, args: NodeArgs) -> anyhow::Result<ExitCode> {
     };
     let serve = serve::ServeSettings {
         hook,
-        tls: args.tls_cert.zip(args.tls_key).map(|(certificate, key)| serve::tls::TlsFiles { certificate, key }),
-        insecure_listen: args.insecure_listen,
+        tls: args.tls.files(),
+        insecure_listen: args.tls.insecure_listen,
         rls: args.rls.settings(),
         ..serve::ServeSettings::new(args.listen, args.tokens)
     };

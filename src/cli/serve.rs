@@ -24,16 +24,8 @@ pub struct ServeArgs {
     /// owner may read it (chmod 600).
     #[arg(long)]
     tokens: PathBuf,
-    /// PEM file of the server's certificate chain (its own certificate first): serve HTTPS.
-    #[arg(long, value_name = "FILE", requires = "tls_key")]
-    tls_cert: Option<PathBuf>,
-    /// PEM file of the certificate's private key.
-    #[arg(long, value_name = "FILE", requires = "tls_cert")]
-    tls_key: Option<PathBuf>,
-    /// Serve plain HTTP on an address other machines can reach (behind a TLS-terminating proxy, say): bearer
-    /// secrets then cross the network in clear.
-    #[arg(long, conflicts_with = "tls_cert")]
-    insecure_listen: bool,
+    #[command(flatten)]
+    tls: TlsArgs,
     /// Connections open at once at most; beyond, new ones wait until one closes. Default: the open-file limit
     /// (raised to its hard limit at start) less a quarter of it (64 to 256), at most 10,000.
     #[arg(long)]
@@ -84,6 +76,28 @@ pub struct ServeArgs {
     partitions: Option<u32>,
     #[command(flatten)]
     rls: RlsArgs,
+}
+
+/// HTTPS, or plain HTTP beyond loopback (`serve`, `node`).
+#[derive(Debug, Args)]
+pub struct TlsArgs {
+    /// PEM file of the server's certificate chain (its own certificate first): serve HTTPS.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM file of the certificate's private key.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Serve plain HTTP on an address other machines can reach (behind a TLS-terminating proxy, say): bearer
+    /// secrets then cross the network in clear.
+    #[arg(long, conflicts_with = "tls_cert")]
+    pub insecure_listen: bool,
+}
+
+impl TlsArgs {
+    /// The certificate and key files (clap requires both or neither).
+    pub fn files(&self) -> Option<serve::tls::TlsFiles> {
+        Some(serve::tls::TlsFiles { certificate: self.tls_cert.clone()?, key: self.tls_key.clone()? })
+    }
 }
 
 /// Envoy's rate limit service (gRPC) beside the HTTP API, with the same tokens and TLS (docs/services.md).
@@ -144,9 +158,8 @@ pub fn run(store: &super::Store, args: ServeArgs) -> anyhow::Result<ExitCode> {
         read_timeout_ms: args.read_timeout_ms,
         header_timeout_ms: args.header_timeout_ms,
         connections_max: args.connections_max,
-        // clap requires both or neither.
-        tls: args.tls_cert.zip(args.tls_key).map(|(certificate, key)| serve::tls::TlsFiles { certificate, key }),
-        insecure_listen: args.insecure_listen,
+        tls: args.tls.files(),
+        insecure_listen: args.tls.insecure_listen,
         rls: args.rls.settings(),
         ..serve::ServeSettings::new(args.listen, args.tokens)
     };

@@ -22,14 +22,11 @@ pub fn run(store: &super::Store, args: StatusArgs) -> anyhow::Result<ExitCode> {
         let answered = cluster.ask_owners("/v1/admin/status", &[])?;
         let statuses = answered.parts("a status")?;
         let at = format!("the cluster at {} ({} nodes)", cluster.brokers, answered.nodes);
-        let moving = usecases::status::in_transition(&answered);
         if args.json {
-            let mut json = usecases::status::shards_json(&statuses, Some(&answered.owners))?;
-            json["in_transition"] = serde_json::to_value(&moving)?;
-            return super::print_json(&json).map(|()| ExitCode::SUCCESS);
+            return super::print_json(&usecases::status::cluster_json(&statuses, &answered)?)
+                .map(|()| ExitCode::SUCCESS);
         }
-        print_shards(&at, &statuses, Some(&answered.owners), false)?;
-        return super::print(&moving, false, |out, moving| usecases::status::write_transitions(out, moving));
+        return super::print(&statuses, false, |out, s| usecases::status::write_cluster(out, &at, s, &answered));
     }
     match (usecases::status::status(store)?, store) {
         (Statuses::One(status), _) => super::print(&*status, args.json, usecases::status::write_status),

@@ -136,6 +136,26 @@ pub fn write_transitions(out: &mut dyn Write, moving: &[InTransition]) -> std::i
     Ok(())
 }
 
+/// A running cluster's shards as `status --cluster --json` prints them: [`shards_json`] with each shard's owner, and
+/// `in_transition`, the shards its nodes hold in transition ([`in_transition`]).
+pub fn cluster_json(statuses: &[ShardStatus], answered: &crate::cluster::Answered) -> Result<serde_json::Value> {
+    let mut json = shards_json(statuses, Some(&answered.owners))?;
+    json["in_transition"] = serde_json::to_value(in_transition(answered))?;
+    Ok(json)
+}
+
+/// A running cluster's shards as `status --cluster` prints them: [`write_shards`] with each shard's owner, then the
+/// shards its nodes hold in transition ([`write_transitions`]).
+pub fn write_cluster(
+    out: &mut dyn Write,
+    at: &str,
+    statuses: &[ShardStatus],
+    answered: &crate::cluster::Answered,
+) -> std::io::Result<()> {
+    write_shards(out, at, statuses, Some(&answered.owners))?;
+    write_transitions(out, &in_transition(answered))
+}
+
 /// The statuses of a set of shards as `status --json` prints them: `partitions`, `plan_defaults_lacking` (the shards
 /// that do not hold the plan defaults the fullest shards hold) and `shards`, each shard's status with its `partition`
 /// (and, of a cluster's, its `owner`).
