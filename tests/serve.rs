@@ -1047,15 +1047,18 @@ fn one_producer_publishes_pass_after_pass() {
     let data = tempfile::tempdir().unwrap();
     let Some(broker) = Broker::tansu_sqlite(&data.path().join("tansu.db"), None) else { return };
     let server = Server::start(&test, &["--brokers", &broker.bootstrap]);
+    // The broker's producer ids: the outbox's, and the one `POST /v1/events` sends usage with.
+    let producers = || {
+        let path = data.path().join("tansu.db");
+        let tansu = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        tansu.query_row("SELECT COUNT(*) FROM producer", [], |r| r.get::<_, i64>(0)).unwrap()
+    };
     for i in 0..8 {
         assert_eq!(server.check(&format!("k-{i}"), 1).0, 200);
         wait_published(&test, 2 * (i + 1), 30, &format!("the outbox published check {i}"));
     }
-    let tansu =
-        rusqlite::Connection::open_with_flags(data.path().join("tansu.db"), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .unwrap();
-    let producers: i64 = tansu.query_row("SELECT COUNT(*) FROM producer", [], |r| r.get(0)).unwrap();
-    assert_eq!(producers, 1, "eight passes published through one producer id");
+    // A producer per pass would have asked for eight.
+    assert!(producers() <= 2, "eight passes published through one producer id: {} ids", producers());
 }
 
 // contract §6 outbox, for the on-call engineer: on a broker that does not create topics, an outbox topic that is
