@@ -189,16 +189,20 @@ impl Sums<'_> {
         }
         let Some(index) = self.windows.index_of(t) else { return };
         let group = query.group_by.map(|member| member.of(members).clone());
-        let (window_start, window_end) = self.windows.clipped(index, query);
-        let row = self.rows.entry((metric.to_string(), index, group.clone())).or_insert_with(|| UsageRow {
-            metric: metric.to_string(),
-            window_start,
-            window_end,
-            group,
-            value: 0,
-            usage: 0,
-            commits: 0,
-            events: 0,
+        let windows = &self.windows;
+        let row = self.rows.entry((metric.to_string(), index, group.clone())).or_insert_with(|| {
+            // The window's bounds are clipped once, when its row is made, not for every event counted in it.
+            let (window_start, window_end) = windows.clipped(index, query);
+            UsageRow {
+                metric: metric.to_string(),
+                window_start,
+                window_end,
+                group,
+                value: 0,
+                usage: 0,
+                commits: 0,
+                events: 0,
+            }
         });
         row.usage = row.usage.saturating_add(usage);
         row.commits = row.commits.saturating_add(commits);
