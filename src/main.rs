@@ -70,6 +70,10 @@ enum Command {
     Topics(cli::topics::TopicsCommand),
     /// A tenant's partition and its owner in the routing catalog (quota.routing).
     Route(cli::route::RouteArgs),
+    /// The routing catalog read whole and checked against the nodes; repaired with --repair.
+    Catalog(cli::catalog::CatalogArgs),
+    /// A node's partitions moved to the other nodes now (it leaves the consumer group), before maintenance.
+    Drain(cli::catalog::DrainArgs),
     /// What the ledger holds: counts, watermark, Kafka offsets.
     Status(cli::status::StatusArgs),
     /// Recompute the hash chain; exit 1 naming the first bad entry.
@@ -165,6 +169,8 @@ fn main() -> ExitCode {
         Command::Topics(command) => cli::topics::run(command),
         Command::Broker(command) => cli::broker::run(command),
         Command::Route(args) => cli::route::run(args),
+        Command::Catalog(args) => cli::catalog::run(args),
+        Command::Drain(args) => cli::catalog::drain(args),
         Command::Status(args) => cli::status::run(&store, args),
         Command::Verify(args) => cli::verify::run(&store, args),
         Command::Backup(args) => cli::backup::backup(&store, args),

@@ -419,3 +419,97 @@ fn cluster_billing(brokers: &str, period: &str) -> String {
     assert!(run.stderr.contains("over the 3 shards of the cluster"), "{}", run.stderr);
     run.stdout_text()
 }
+
+// Proves the operator's catalog check (HBCK2's part): a healthy cluster's catalog is consistent; an entry naming a node
+// that does not answer and an entry of a partition the cluster does not have are found, each with its repair; the
+// repair makes the serving node record itself again and removes the stray entry, after which the catalog, the nodes'
+// views and `route` name the node that serves the partition.
+#[test]
+fn an_operator_inspects_and_repairs_the_routing_catalog() {
+    let broker = Broker::mock();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = tokens(dir.path());
+    let a = Node::start(&broker.bootstrap, &dir.path().join("a"), &tokens, "127.0.0.1", "a");
+    let b = Node::start(&broker.bootstrap, &dir.path().join("b"), &tokens, "127.0.0.1", "b");
+    let owners = routing_of_all(&a.url, 3, &[&a.url, &b.url], 90);
+    let catalog = ["catalog", "--cluster", &broker.bootstrap, "--token", ADMIN_SECRET];
+    let healthy = run(&[&catalog[..], &["--json"]].concat(), b"").success().json();
+    assert_eq!(healthy["inspection"]["findings"], json!([]), "{healthy}");
+    assert_eq!(healthy["inspection"]["entries"].as_array().unwrap().len(), 3, "{healthy}");
+
+    // A ghost owner of partition 0, newer than its real entry, and an entry of a partition the cluster lacks.
+    let epoch = healthy["inspection"]["entries"][0]["epoch"].as_i64().unwrap();
+    let ghost = "http://127.0.0.1:9";
+    let mut writer = kafka::routing::RoutingWriter::new(&broker.bootstrap, &[]).unwrap();
+    writer.publish(&kafka::routing::RoutingEntry::now(0, "ghost", ghost, epoch + 10)).unwrap();
+    writer.publish(&kafka::routing::RoutingEntry::now(7, "ghost", ghost, 1)).unwrap();
+    let broken = run(&[&catalog[..], &["--json"]].concat(), b"").expect_code(1).json();
+    let findings = &broken["inspection"]["findings"];
+    let found: Vec<(u64, &str)> = findings
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["partition"].as_u64().unwrap(), f["problem"].as_str().unwrap()))
+        .collect();
+    assert_eq!(found, [(0, "owner_unreachable"), (7, "not_a_partition")], "{broken}");
+    assert_eq!(findings[0]["repair"], json!({"action": "claim", "url": owners[&0]}), "{broken}");
+    assert_eq!(findings[1]["repair"], json!({"action": "remove"}), "{broken}");
+    let lines = run(&catalog, b"").expect_code(1).stdout_text();
+    assert!(lines.contains("partition 0: owner_unreachable: the entry names ghost at http://127.0.0.1:9"), "{lines}");
+
+    let repaired = run(&[&catalog[..], &["--repair", "--json"]].concat(), b"").success().json();
+    assert_eq!(repaired["after_repair"]["findings"], json!([]), "{repaired}");
+    let done = &repaired["inspection"]["findings"];
+    assert!(done[0]["repaired"].as_str().unwrap().contains("recorded itself at epoch"), "{repaired}");
+    assert_eq!(done[1]["repaired"], json!("removed the entry"), "{repaired}");
+    let entries = repaired["after_repair"]["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 3, "the stray entry is gone: {repaired}");
+    assert!(entries[0]["epoch"].as_i64().unwrap() > epoch + 10, "above the ghost's epoch: {repaired}");
+    // The nodes follow the catalog: both name partition 0's real owner again, and clients are sent there.
+    assert_eq!(routing_of_all(&b.url, 3, &[&a.url, &b.url], 60), owners, "b's view is repaired");
+    let tenant = (0..).map(|n| format!("org-{n}")).find(|t| schemas::partition::partition_of(t, 3) == 0).unwrap();
+    let route = run(&["route", &tenant, "--brokers", &broker.bootstrap, "--json"], b"").success().json();
+    assert_eq!(route["owner"]["url"], json!(owners[&0]), "{route}");
+}
+
+// Proves a drain moves a live node's partitions at once: the drained node leaves the consumer group while it keeps
+// running (so no session timeout could have moved them), the other node serves every partition, the catalog names it,
+// the drained node holds no shard and answers 421 naming the new owner, and every tenant is answered through the
+// routing client.
+#[test]
+fn a_drained_node_hands_its_partitions_over_while_it_runs() {
+    let broker = Broker::mock();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = tokens(dir.path());
+    let a = Node::start(&broker.bootstrap, &dir.path().join("a"), &tokens, "127.0.0.1", "a");
+    let b = Node::start(&broker.bootstrap, &dir.path().join("b"), &tokens, "127.0.0.1", "b");
+    let owners = routing_of_all(&a.url, 3, &[&a.url, &b.url], 90);
+    let of_a: Vec<u64> = owners.iter().filter(|(_, url)| **url == a.url).map(|(p, _)| *p).collect();
+    assert!(!of_a.is_empty(), "a owns partitions: {owners:?}");
+
+    let cluster = ["--cluster", &broker.bootstrap, "--token", ADMIN_SECRET];
+    let drained = run(&[&["drain", &a.url, "--json"][..], &cluster].concat(), b"").success().json();
+    let moved: Vec<(u64, &str)> = drained["moved"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["partition"].as_u64().unwrap(), m["url"].as_str().unwrap()))
+        .collect();
+    assert_eq!(moved, of_a.iter().map(|p| (*p, b.url.as_str())).collect::<Vec<_>>(), "{drained}");
+    assert!(a.log().contains("ingest: left the consumer group, as asked"), "{}", a.log());
+    let (status, body) = get_as(&format!("{}/v1/admin/status", a.url), ADMIN_SECRET).unwrap();
+    assert_eq!((status, &body["shard_states"], &body["draining"]), (200, &json!([]), &json!(true)), "{body}");
+    assert_eq!(routing_of_all(&a.url, 3, &[&b.url], 30).len(), 3, "a's view names b for every partition");
+
+    let tenant = (0..)
+        .map(|n| format!("org-{n}"))
+        .find(|t| of_a.contains(&u64::from(schemas::partition::partition_of(t, 3))))
+        .unwrap();
+    let (status, body) = post(&format!("{}/v1/check", a.url), &ask(&tenant, "drained-1")).unwrap();
+    assert_eq!((status, &body["owner"]), (421, &json!(b.url)), "{body}");
+    let client = client::Client::new(&[&a.url, &b.url], SECRET).unwrap();
+    let answer = client.check(&tenant, &ask(&tenant, "drained-2")).unwrap();
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let catalog = run(&[&["catalog"][..], &cluster].concat(), b"").success().stdout_text();
+    assert!(catalog.contains("consistent"), "{catalog}");
+}

@@ -99,6 +99,11 @@ impl RoutingTable {
         self.owners.values().map(|(entry, _)| entry)
     }
 
+    /// Forgets `partition`'s entry (a tombstone read): answers whether one was held.
+    pub fn remove(&mut self, partition: u32) -> bool {
+        self.owners.remove(&partition).is_some()
+    }
+
     /// How many partitions have an owner recorded.
     pub fn len(&self) -> usize {
         self.owners.len()
@@ -109,11 +114,24 @@ impl RoutingTable {
         self.owners.is_empty()
     }
 
-    /// Takes one message of the topic; one that is not an entry (foreign, or a tombstone) is skipped and said.
+    /// Takes one message of the topic: an entry, or a tombstone (a partition's key without a value, which `catalog
+    /// --repair` writes for an entry of no partition of the cluster) that forgets the partition's entry. Anything else
+    /// (a foreign message) is skipped and said.
     fn apply_message(&mut self, key: Option<&[u8]>, payload: Option<&[u8]>, offset: i64) {
-        match payload.map(serde_json::from_slice::<RoutingEntry>) {
-            Some(Ok(entry)) if key == Some(entry.partition.to_string().as_bytes()) => {
+        let partition = key.and_then(|key| std::str::from_utf8(key).ok()).and_then(|key| key.parse::<u32>().ok());
+        match (partition, payload.map(serde_json::from_slice::<RoutingEntry>)) {
+            (Some(partition), Some(Ok(entry))) if entry.partition == partition => {
                 self.apply(entry, offset);
+            }
+            (Some(partition), None) => {
+                if self.remove(partition) {
+                    tracing::info!(
+                        partition,
+                        offset,
+                        topic = ROUTING_TOPIC,
+                        "routing: a partition's entry was removed"
+                    );
+                }
             }
             _ => tracing::warn!(offset, topic = ROUTING_TOPIC, "routing: a message is not a routing entry"),
         }
@@ -212,6 +230,18 @@ impl RoutingWriter {
             epoch = entry.epoch,
             "routing: a partition has an owner"
         );
+        Ok(())
+    }
+
+    /// Publishes a tombstone for `partition` (its key, no value) and waits until the brokers acknowledged it: every
+    /// reader forgets the partition's entry, and compaction drops it. Only for an entry no node will ever replace (a
+    /// partition the cluster does not have); a partition's owner replaces its entry by publishing a newer one.
+    pub fn remove(&mut self, partition: u32) -> Result<(), RoutingError> {
+        let failed = |source| RoutingError::Publish { brokers: self.brokers.clone(), partition, source };
+        let key = partition.to_string();
+        self.producer.send(BaseRecord::<String, [u8]>::to(ROUTING_TOPIC).key(&key)).map_err(|(e, _)| failed(e))?;
+        self.producer.flush(Duration::from_millis(PUBLISH_TIMEOUT_MS)).map_err(failed)?;
+        tracing::info!(partition, "routing: a partition's entry removed");
         Ok(())
     }
 }
@@ -384,5 +414,20 @@ mod tests {
         assert_eq!(table.owner(0).unwrap().node_id, "e");
         assert_eq!(table.entries().map(|e| e.partition).collect::<Vec<_>>(), [0, 1]);
         assert!(table.owner(2).is_none());
+    }
+
+    #[test]
+    fn a_tombstone_forgets_its_partition_and_foreign_messages_change_nothing() {
+        let mut table = RoutingTable::default();
+        let body = serde_json::to_vec(&entry(7, "a", 3)).unwrap();
+        table.apply_message(Some(b"7".as_slice()), Some(body.as_slice()), 0);
+        table.apply_message(Some(b"8".as_slice()), Some(body.as_slice()), 1);
+        table.apply_message(Some(b"x".as_slice()), None, 2);
+        assert_eq!(table.owner(7).unwrap().node_id, "a");
+        assert!(table.owner(8).is_none(), "an entry under another partition's key is foreign");
+        table.apply_message(Some(b"7".as_slice()), None, 3);
+        assert!(table.is_empty());
+        table.apply_message(Some(b"7".as_slice()), Some(body.as_slice()), 4);
+        assert_eq!(table.owner(7).unwrap().epoch, 3, "an entry after the tombstone is taken, whatever its epoch");
     }
 }

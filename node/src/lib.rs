@@ -174,6 +174,10 @@ pub fn run(settings: NodeSettings, listening: impl FnOnce(Listening) -> std::io:
     ingest.overrides = overrides.clone();
     ingest.publish_checkpoints = false;
     let mut standby_ingest = ingest.clone();
+    // `POST /v1/admin/drain`: the group consumer leaves the group (the standby's is in none), and the node runs on
+    // answering 421 until it is stopped.
+    let drain = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    ingest.leave_group = Some(Arc::clone(&drain));
     ingest.listener =
         Some(Arc::new(ownership::Listener { ownership: Arc::clone(&ownership), standby: standby.clone() }));
     let ingest_metrics = ingest::metrics::IngestMetrics::register(&mut registry);
@@ -213,7 +217,13 @@ pub fn run(settings: NodeSettings, listening: impl FnOnce(Listening) -> std::io:
         }
     };
     let stop: serve::StopAsked = Box::pin(async move { ended_rx.await.unwrap_or_else(|_| "ingest ended".into()) });
-    let routing = Arc::new(CatalogView { catalog: Arc::clone(&catalog), partitions, transitions });
+    let routing = Arc::new(CatalogView {
+        catalog: Arc::clone(&catalog),
+        partitions,
+        transitions,
+        ownership: Arc::clone(&ownership),
+        drain,
+    });
     // `POST /v1/events` sends to the usage topic this cluster ingests, from any node: the partitioner, not the node
     // that takes the request, decides which shard records it.
     let topic = settings.topics.topic_of(EventType::UsageEvent).unwrap_or(EventType::UsageEvent.default_topic());
@@ -268,11 +278,30 @@ struct CatalogView {
     catalog: Arc<RoutingCatalog>,
     partitions: u32,
     transitions: Arc<transitions::Transitions>,
+    ownership: Arc<Ownership>,
+    /// Set by `POST /v1/admin/drain`: ingest leaves the consumer group.
+    drain: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl serve::Routing for CatalogView {
     fn shard_states(&self) -> serde_json::Value {
         serde_json::to_value(self.transitions.now()).unwrap_or_default()
+    }
+
+    fn drain(&self) -> bool {
+        let already = self.drain.swap(true, std::sync::atomic::Ordering::Relaxed);
+        if !already {
+            tracing::info!("node: draining: leaving the consumer group, as asked");
+        }
+        true
+    }
+
+    fn draining(&self) -> bool {
+        self.drain.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn claim(&self, partition: u32) -> Result<i64, serve::ClaimRefused> {
+        self.ownership.claim(partition)
     }
 
     fn owner_url(&self, partition: u32) -> Option<String> {

@@ -216,17 +216,41 @@ impl Ownership {
         }
         // Its hook answers from here; the catalog tells clients next.
         self.enter_if_current(partition, number, ShardState::Serving);
-        let epoch = self.catalog.table().owner(partition).map_or(1, |owner| owner.epoch + 1);
-        let entry = RoutingEntry::now(partition, &self.identity.node_id, &self.identity.url, epoch);
-        if let Err(error) = self.writer.lock().unwrap_or_else(|e| e.into_inner()).publish(&entry) {
-            tracing::error!(partition, %error, "node: recording a shard's ownership in the catalog failed");
-        }
+        let epoch = match self.record_owner(partition) {
+            Ok(epoch) => epoch,
+            Err(error) => {
+                tracing::error!(partition, %error, "node: recording a shard's ownership in the catalog failed");
+                0
+            }
+        };
         tracing::info!(
             partition,
             caught_up_ms = started.elapsed().as_millis() as u64,
             epoch,
             "node: serving a partition"
         );
+    }
+
+    /// Records in the catalog that this node owns `partition`, at an epoch above the entry it holds now: answers the
+    /// epoch.
+    fn record_owner(&self, partition: u32) -> Result<i64, kafka::routing::RoutingError> {
+        let epoch = self.catalog.table().owner(partition).map_or(1, |owner| owner.epoch + 1);
+        let entry = RoutingEntry::now(partition, &self.identity.node_id, &self.identity.url, epoch);
+        self.writer.lock().unwrap_or_else(|e| e.into_inner()).publish(&entry)?;
+        Ok(epoch)
+    }
+
+    /// Records `partition` in the catalog again if this node serves it (`catalog --repair`, for an entry that names
+    /// another node or none): the epoch published, or why not.
+    pub fn claim(&self, partition: u32) -> Result<i64, serve::ClaimRefused> {
+        let serving = self.transitions.now().iter().any(|s| s.partition == partition && s.state == ShardState::Serving);
+        if !serving {
+            let reason = format!("node {} does not serve partition {partition}", self.identity.node_id);
+            return Err(serve::ClaimRefused::NotServing(reason));
+        }
+        let epoch = self.record_owner(partition).map_err(|e| serve::ClaimRefused::Failed(e.to_string()))?;
+        tracing::info!(partition, epoch, "node: a partition's ownership recorded again, as asked");
+        Ok(epoch)
     }
 
     /// The end (high watermark) of `partition` of every input topic.

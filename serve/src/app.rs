@@ -25,6 +25,29 @@ pub trait Routing: Send + Sync {
     fn shard_states(&self) -> serde_json::Value {
         serde_json::Value::Array(Vec::new())
     }
+    /// Leaves the consumer group (`POST /v1/admin/drain`): the group gives this node's partitions to the others now.
+    /// Answers whether this server can (a node can; a `serve` is in no group).
+    fn drain(&self) -> bool {
+        false
+    }
+    /// Whether [`Routing::drain`] was asked.
+    fn draining(&self) -> bool {
+        false
+    }
+    /// Records `partition` in the catalog again, naming this node, if it serves it (`POST
+    /// /v1/admin/routing/claim`, which `catalog --repair` asks): the epoch published, or why not.
+    fn claim(&self, partition: u32) -> Result<i64, ClaimRefused> {
+        Err(ClaimRefused::NotServing(format!("this server does not serve partition {partition}")))
+    }
+}
+
+/// Why a node did not record a partition again ([`Routing::claim`]).
+#[derive(Debug)]
+pub enum ClaimRefused {
+    /// It does not serve the partition: the reason.
+    NotServing(String),
+    /// Publishing the entry failed: the reason.
+    Failed(String),
 }
 
 /// What every handler shares.

@@ -68,7 +68,7 @@ use crate::hooks::Hooks;
 use crate::tls::{TlsError, TlsFiles};
 use crate::tokens::{TokenFileError, Tokens};
 
-pub use crate::app::Routing;
+pub use crate::app::{ClaimRefused, Routing};
 pub use crate::events::{EVENTS_PER_REQUEST_MAX, EventsTo};
 pub use crate::limits::{
     BODY_LIMIT_BYTES, CONNECTIONS_MAX_DEFAULT, EVENTS_BODY_LIMIT_BYTES, FILES_RESERVED, FILES_RESERVED_MIN,

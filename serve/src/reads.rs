@@ -23,7 +23,7 @@ use serde::de::DeserializeOwned;
 use usecases::cluster::BACKUP_MANIFEST_HEADER;
 
 use crate::answer::{bad_json, error};
-use crate::app::App;
+use crate::app::{App, ClaimRefused};
 use crate::hooks::Hooks;
 
 /// `GET /v1/admin/billing`'s query.
@@ -52,6 +52,13 @@ pub(crate) struct CloseBody {
     watermarks: std::collections::BTreeMap<u32, u64>,
     #[serde(default)]
     by_project: bool,
+}
+
+/// The body of `POST /v1/admin/routing/claim`: the partition whose catalog entry should name this node.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ClaimBody {
+    partition: u32,
 }
 
 /// `GET /v1/admin/status` takes no query.
@@ -213,10 +220,51 @@ pub(crate) async fn status(
     let read: Read = Box::new(|path, _| answered(usecases::shard::status(&open(path, false)?)));
     // A node says too which of its shards are in transition: those it holds no hook for yet (or any more).
     let answer = match &app.routing {
-        Some(routing) => serde_json::json!({"shard_states": routing.shard_states()}),
+        Some(routing) => serde_json::json!({"shard_states": routing.shard_states(), "draining": routing.draining()}),
         None => serde_json::json!({}),
     };
     every_shard(&app, answer, read).await
+}
+
+/// `POST /v1/admin/routing/claim` (`catalog --repair`): a node records again in the routing catalog that it owns a
+/// partition it serves, at an epoch above the entry there; 409 `not_serving` when it does not serve it, 404 on a
+/// server that is not a node.
+pub(crate) async fn claim(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Result<Json<ClaimBody>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    if let Err(refused) = of_every_tenant(&app, &headers) {
+        return *refused;
+    }
+    let partition = match body {
+        Ok(Json(body)) => body.partition,
+        Err(rejection) => return error(StatusCode::BAD_REQUEST, "bad_request", rejection.body_text()),
+    };
+    let Some(routing) = app.routing.clone() else {
+        return error(StatusCode::NOT_FOUND, "not_found", "this server is not a node of a cluster: it has no routing");
+    };
+    // Publishing waits for the brokers' acknowledgement: off the async workers.
+    match tokio::task::spawn_blocking(move || routing.claim(partition)).await {
+        Ok(Ok(epoch)) => Json(serde_json::json!({"partition": partition, "epoch": epoch})).into_response(),
+        Ok(Err(ClaimRefused::NotServing(reason))) => error(StatusCode::CONFLICT, "not_serving", reason),
+        Ok(Err(ClaimRefused::Failed(reason))) => error(StatusCode::SERVICE_UNAVAILABLE, "not_published", reason),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, "internal", format!("the claim failed: {e}")),
+    }
+}
+
+/// `POST /v1/admin/drain` (`drain`): a node leaves the consumer group, which gives its partitions to the other nodes
+/// at once; it answers 421 naming their new owners until it is stopped. 202, or 404 on a server that is not a node.
+pub(crate) async fn drain(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    if let Err(refused) = of_every_tenant(&app, &headers) {
+        return *refused;
+    }
+    match &app.routing {
+        Some(routing) if routing.drain() => {
+            (StatusCode::ACCEPTED, Json(serde_json::json!({"draining": true}))).into_response()
+        }
+        _ => error(StatusCode::NOT_FOUND, "not_found", "this server is not a node of a cluster: it is in no group"),
+    }
 }
 
 pub(crate) async fn verify(

@@ -4,6 +4,7 @@ pub mod audit;
 pub mod backup;
 pub mod bench;
 pub mod broker;
+pub mod catalog;
 pub mod cluster;
 pub mod config;
 pub mod demo;

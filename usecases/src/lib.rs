@@ -24,6 +24,7 @@
 pub mod audit;
 pub mod backup;
 pub mod billing;
+pub mod catalog;
 pub mod change;
 pub mod close;
 pub mod cluster;

@@ -50,6 +50,7 @@ pub(super) fn consume(
         waiting: Waiting::default(),
         progress_until: UntilCaughtUp::new(),
         past_end: BTreeMap::new(),
+        left: false,
     };
     while !stop.load(Ordering::Relaxed) {
         if consuming.turn(&mut on_progress)? {
@@ -100,12 +101,17 @@ struct Consuming<'a, 't> {
     progress_until: UntilCaughtUp,
     /// Partitions whose accepted gap runs past their end: asked again from the ledger's offset now and then.
     past_end: BTreeMap<(String, i32), Instant>,
+    /// Whether the consumer left the group as [`KafkaIngestSettings::leave_group`] asked.
+    left: bool,
 }
 
 impl Consuming<'_, '_> {
     /// One turn of the loop: `true` once a run `until_caught_up` is caught up.
     fn turn(&mut self, on_progress: &mut impl FnMut(&KafkaIngestProgress)) -> Result<bool, KafkaIngestError> {
         let (consumer, settings, shared) = (self.consumer, self.settings, self.shared);
+        if !self.left && settings.leave_group.as_ref().is_some_and(|leave| leave.load(Ordering::Relaxed)) {
+            self.leave_group()?;
+        }
         let forwarded = (self.progress.forwarded, self.progress.plan_defaults_forwarded);
         if self.target.collect(consumer, shared, &mut self.progress)? {
             on_progress(&self.progress);
@@ -142,6 +148,16 @@ impl Consuming<'_, '_> {
             return Ok(false);
         }
         self.is_caught_up(idle, on_progress)
+    }
+
+    /// Appends what is gathered, then leaves the group: librdkafka revokes every partition (the listener closes their
+    /// shards) and tells the coordinator, which rebalances the others now.
+    fn leave_group(&mut self) -> Result<(), KafkaIngestError> {
+        self.flush()?;
+        self.consumer.unsubscribe();
+        self.left = true;
+        tracing::info!(group = %self.settings.group, "ingest: left the consumer group, as asked");
+        Ok(())
     }
 
     /// Takes what a poll returned: a message gathered, or an error ridden out, waited for or stopped at.

@@ -2,6 +2,7 @@
 //! consumer group a ledger or a directory of shards gets when given none.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use kafka::topics::Topics;
 use ledger::GapRange;
@@ -54,6 +55,10 @@ pub struct KafkaIngestSettings {
     /// Consume the partitions this names, by assignment, without joining the group (a node's standby shards). Shards
     /// only.
     pub standing: Option<Arc<dyn Standing>>,
+    /// Once set, the consumer leaves the group at its next turn and stays out, holding no partition (a node drained
+    /// before maintenance): the group gives its partitions to the other members at once, with no session timeout to
+    /// wait, and ingest runs on without them until stopped.
+    pub leave_group: Option<Arc<AtomicBool>>,
 }
 
 /// How often an ingest with [`KafkaIngestSettings::standing`] asks which partitions to hold.
@@ -97,6 +102,7 @@ impl KafkaIngestSettings {
             listener: None,
             lag_listener: None,
             standing: None,
+            leave_group: None,
         }
     }
 }
