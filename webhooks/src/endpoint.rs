@@ -322,15 +322,15 @@ mod tests {
             recorded_at: schemas::Timestamp(0),
         };
         assert!(matches!(
-            registration(&asked("https://example.com/"), &[recorded.clone()]),
+            registration(&asked("https://example.com/"), std::slice::from_ref(&recorded)),
             Err(Refused::Exists { .. })
         ));
         let remove =
             Removal { tenant: "org-1".into(), endpoint_id: "desk".into(), actor: "bob".into(), reason: "x".into() };
-        let removed = removal(&remove, &[recorded.clone()]).unwrap();
+        let removed = removal(&remove, std::slice::from_ref(&recorded)).unwrap();
         assert!(!removed.enabled && removed.actor == "bob" && removed.url == recorded.url);
         let gone = Endpoint { enabled: false, ..recorded };
-        assert!(matches!(removal(&remove, &[gone.clone()]), Err(Refused::Unknown { .. })));
+        assert!(matches!(removal(&remove, std::slice::from_ref(&gone)), Err(Refused::Unknown { .. })));
         assert!(registration(&asked("https://example.com/"), &[gone]).is_ok());
     }
 }
