@@ -180,6 +180,13 @@ async fn read(
         Ok(Query(query)) => query,
         Err(rejection) => return error(StatusCode::BAD_REQUEST, "bad_request", rejection.body_text()),
     };
+    // A name no registration could hold is a mistake to say, not a filter that matches nothing.
+    let names = [("tenant", &query.tenant), ("endpoint_id", &query.endpoint_id)];
+    for (field, value) in names.into_iter().filter_map(|(field, value)| Some((field, value.as_deref()?))) {
+        if let Err(invalid) = schemas::validate::check_name(field, value) {
+            return error(StatusCode::BAD_REQUEST, "bad_request", invalid.to_string());
+        }
+    }
     if let Err(refused) = covering(&app, &headers, query.tenant.as_deref()) {
         return *refused;
     }
