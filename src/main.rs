@@ -104,6 +104,9 @@ enum Command {
     /// Grants: add one (validated, who and why recorded), list them.
     #[command(subcommand)]
     Grant(cli::grant::GrantCommand),
+    /// Webhooks: register an endpoint for a tenant's alerts (signed, retried), list, remove, the delivery log.
+    #[command(subcommand)]
+    Webhook(cli::webhook::WebhookCommand),
     /// The enforcement hook over HTTP: check, reserve, commit, release (docs/contract.md §6).
     Serve(cli::serve::ServeArgs),
     /// A node of a cluster: the partitions Kafka assigns it, ingested into their shards (--data) and served.
@@ -183,6 +186,7 @@ fn main() -> ExitCode {
         Command::Policy(command) => cli::policy::run(&store, command),
         Command::Plan(command) => cli::policy::run_plan(&store, command),
         Command::Grant(command) => cli::grant::run(&store, command),
+        Command::Webhook(command) => cli::webhook::run(&store, command),
         Command::Serve(args) => cli::serve::run(&store, args),
         Command::Node(args) => cli::node::run(&store, args),
         Command::Quarantine(command) => cli::quarantine::run(&store, command),

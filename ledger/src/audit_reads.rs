@@ -472,7 +472,7 @@ fn adjustment_record(r: &Row<'_>) -> Result<AdjustmentRecord, ReadError> {
 }
 
 /// An alert from a row of `seq`, the header columns, the alert's own, then `project` and `api_key`.
-fn alert_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<(u64, AlertEvent)> {
+pub(crate) fn alert_record(r: &rusqlite::Row<'_>) -> rusqlite::Result<(u64, AlertEvent)> {
     let alert = AlertEvent {
         header: header(r, 1)?,
         alert_id: r.get(7)?,

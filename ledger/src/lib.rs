@@ -66,6 +66,7 @@ mod status;
 pub mod tables;
 mod usage_totals;
 mod verify;
+pub mod webhooks;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

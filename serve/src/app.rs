@@ -73,6 +73,8 @@ pub(crate) struct App {
 pub(crate) struct Metrics {
     pub(crate) registry: telemetry::Registry,
     pub(crate) hook: Arc<crate::metrics::HookMetrics>,
+    /// The webhooks' deliverers' attempts, by outcome.
+    pub(crate) webhooks: Arc<webhooks::metrics::WebhookMetrics>,
 }
 
 impl Metrics {
@@ -83,12 +85,14 @@ impl Metrics {
     /// The server's figures registered beside those `registry` holds.
     pub(crate) fn with(mut registry: telemetry::Registry) -> Metrics {
         let hook = crate::metrics::HookMetrics::register(&mut registry);
-        Metrics { registry, hook }
+        let webhooks = webhooks::metrics::WebhookMetrics::register(&mut registry);
+        Metrics { registry, hook, webhooks }
     }
 
     /// The figures of `registry`, where the hook's (`hook`) are registered already.
-    pub(crate) fn registered(registry: telemetry::Registry, hook: Arc<crate::metrics::HookMetrics>) -> Metrics {
-        Metrics { registry, hook }
+    pub(crate) fn registered(mut registry: telemetry::Registry, hook: Arc<crate::metrics::HookMetrics>) -> Metrics {
+        let webhooks = webhooks::metrics::WebhookMetrics::register(&mut registry);
+        Metrics { registry, hook, webhooks }
     }
 
     /// The hook's settings with the stages of its decisions timed into these figures.

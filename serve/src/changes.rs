@@ -68,8 +68,48 @@ impl Admin {
     }
 }
 
+impl Admin {
+    /// Judges and records a change of one of `tenant`'s webhook endpoints in the ledger that holds the tenant (the
+    /// file, or its shard), one change at a time as every admin change.
+    pub(crate) fn webhook(
+        &self,
+        tenant: &str,
+        judge: impl FnOnce(&[ledger::webhooks::Endpoint]) -> Result<ledger::webhooks::EndpointChange, webhooks::Refused>,
+    ) -> Result<usecases::webhook::Changed, Answer> {
+        let _one = self.one_at_a_time.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut ledger = match &self.ledgers {
+            AdminLedgers::File(path) => Ledger::open(path).map_err(Answer::ledger)?,
+            AdminLedgers::Shards(dir) => dir
+                .open_all()
+                .map_err(Answer::ledger)?
+                .into_iter()
+                .find(|(shard, _)| shard.holds_tenant(tenant))
+                .map(|(_, ledger)| ledger)
+                .ok_or_else(|| Answer::Ledger(format!("no shard holds tenant {tenant:?}")))?,
+            AdminLedgers::None => return Err(Answer::NotHere),
+        };
+        usecases::webhook::change(&mut ledger, judge).map_err(|e| match e {
+            usecases::webhook::ChangeError::Refused(refused) => Answer::Webhook(refused),
+            other => Answer::ledger(other),
+        })
+    }
+
+    /// Every ledger changes are recorded in, for a read.
+    pub(crate) fn read_all(&self) -> Result<Vec<Ledger>, Answer> {
+        match &self.ledgers {
+            AdminLedgers::File(path) => Ok(vec![Ledger::open_read_only(path).map_err(Answer::ledger)?]),
+            AdminLedgers::Shards(dir) => {
+                Ok(dir.open_all_read_only().map_err(Answer::ledger)?.into_iter().map(|(_, ledger)| ledger).collect())
+            }
+            AdminLedgers::None => Err(Answer::NotHere),
+        }
+    }
+}
+
 /// Why a change was not recorded.
 pub(crate) enum Answer {
+    /// A webhook endpoint's change would be invalid, or names an endpoint registered already or not at all.
+    Webhook(webhooks::Refused),
     /// The change would be invalid.
     Refused(Refused),
     /// Another writer recorded the same version first.
@@ -81,7 +121,7 @@ pub(crate) enum Answer {
 }
 
 impl Answer {
-    fn ledger(e: impl std::error::Error + 'static) -> Answer {
+    pub(crate) fn ledger(e: impl std::error::Error + 'static) -> Answer {
         Answer::Ledger(ledger::causes(&e))
     }
 
@@ -97,6 +137,12 @@ impl Answer {
                 error(StatusCode::CONFLICT, "refused_change", format!("nothing recorded: {refused}"))
             }
             Answer::Conflict(message) => error(StatusCode::CONFLICT, "refused_change", message),
+            Answer::Webhook(refused @ (webhooks::Refused::Exists { .. } | webhooks::Refused::Unknown { .. })) => {
+                error(StatusCode::CONFLICT, "refused_change", format!("nothing recorded: {refused}"))
+            }
+            Answer::Webhook(refused) => {
+                error(StatusCode::BAD_REQUEST, "invalid_change", format!("nothing recorded: {refused}"))
+            }
             Answer::Ledger(message) => error(StatusCode::INTERNAL_SERVER_ERROR, "ledger_error", message),
             Answer::NotHere => {
                 error(StatusCode::NOT_FOUND, "not_found", "a node of a cluster records no change: use the command line")

@@ -51,6 +51,7 @@ mod systemd;
 pub mod tls;
 pub mod tokens;
 mod usage;
+mod webhook_routes;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -132,6 +133,8 @@ pub struct ServeSettings {
     pub insecure_listen: bool,
     /// Also serve Envoy's rate limit service (gRPC) on a listener of its own ([`rls`]).
     pub rls: Option<RlsSettings>,
+    /// How the alerts are delivered to the webhooks tenants register: a deliverer per ledger ([`webhooks::Deliverer`]).
+    pub webhooks: webhooks::DeliverySettings,
 }
 
 /// Where Envoy's rate limit service listens, and how its descriptors map to the hook's requests.
@@ -162,6 +165,7 @@ impl ServeSettings {
             tls: None,
             insecure_listen: false,
             rls: None,
+            webhooks: webhooks::DeliverySettings::default(),
         }
     }
 }
@@ -274,6 +278,9 @@ pub enum ServeError {
     /// The outbox's publisher did not start.
     #[error(transparent)]
     Outbox(#[from] outbox::StartError),
+    /// The webhooks' deliverer did not start.
+    #[error("cannot start the webhooks' deliverer")]
+    Webhooks(#[source] webhooks::StartError),
     /// The producer of `POST /v1/events` could not be made (a bad `-X` setting, say).
     #[error("cannot make the producer of POST /v1/events")]
     Events(#[source] kafka::producer::ProduceError),
@@ -327,6 +334,7 @@ pub fn run(
         None => None,
     };
     let outbox = publisher.as_ref().map(|p| Outboxes::One(p.health()));
+    let deliverer = start_deliverer("serve", ledger_path, &settings, &metrics)?;
     let admin = changes::Admin::new(changes::AdminLedgers::File(ledger_path.to_path_buf()));
     let app = App {
         hook: Hooks::One(hook),
@@ -338,7 +346,8 @@ pub fn run(
         publish: publish_of(&settings),
         events: events_sender(&settings)?,
     };
-    serve(app, writers, publisher.into_iter().collect(), prepared, &settings, listening, None)
+    let background = Background { publishers: publisher.into_iter().collect(), deliverers: vec![deliverer] };
+    serve(app, writers, background, prepared, &settings, listening, None)
 }
 
 /// [`run`] over every shard of `dir` (contract §9.4), each request in its tenant's shard ([`hook::Shards`]):
@@ -366,6 +375,11 @@ pub fn run_shards(
             publishers.push((*partition, start_publisher(&name, &path, hook, brokers, &settings)?));
         }
     }
+    let mut deliverers = Vec::new();
+    for (partition, _) in &held {
+        let name = format!("serve shard {partition}");
+        deliverers.push(start_deliverer(&name, &dir.path_of(*partition), &settings, &metrics)?);
+    }
     drop(held);
     let outbox = (!publishers.is_empty())
         .then(|| Outboxes::Shards(publishers.iter().map(|(p, publisher)| (*p, publisher.health())).collect()));
@@ -381,7 +395,7 @@ pub fn run_shards(
         events: events_sender(&settings)?,
     };
     let publishers = publishers.into_iter().map(|(_, publisher)| publisher).collect();
-    serve(app, writers, publishers, prepared, &settings, listening, None)
+    serve(app, writers, Background { publishers, deliverers }, prepared, &settings, listening, None)
 }
 
 /// Why a `node` asks its server to stop (its consumer failed, say): said in [`ServeError::Stopped`].
@@ -415,7 +429,7 @@ pub fn run_node(
         publish: publish_of(&settings),
         events: events_sender(&settings)?,
     };
-    serve(app, Vec::new(), Vec::new(), prepared, &settings, listening, Some(stop))
+    serve(app, Vec::new(), Background::default(), prepared, &settings, listening, Some(stop))
 }
 
 /// What is checked and made before a hook starts: the listening address allowed, the bound of connections, and
@@ -446,12 +460,19 @@ fn prepare(settings: &ServeSettings) -> Result<Prepared, ServeError> {
     Ok(Prepared { connections_max, tls: None, rls })
 }
 
-/// Serves `app` until SIGTERM or Ctrl-C (or a writer stopped on a panic), then stops the publishers and waits for
-/// the `writers` to close their ledgers.
+/// The threads a server runs beside the hook: the outboxes' publishers and the webhooks' deliverers.
+#[derive(Default)]
+struct Background {
+    publishers: Vec<PublisherThread>,
+    deliverers: Vec<webhooks::Deliverer>,
+}
+
+/// Serves `app` until SIGTERM or Ctrl-C (or a writer stopped on a panic), then stops the publishers and deliverers
+/// and waits for the `writers` to close their ledgers.
 fn serve(
     app: App,
     writers: Vec<Stopped>,
-    publishers: Vec<PublisherThread>,
+    background: Background,
     prepared: Prepared,
     settings: &ServeSettings,
     listening: impl FnOnce(Listening) -> std::io::Result<()>,
@@ -543,8 +564,11 @@ fn serve(
     // ledger file and removes it: the file alone then holds every decision (a backup copying only it loses none).
     // Exiting without waiting left the log beside it, about 70 MB under load.
     drop(runtime);
-    for publisher in publishers {
+    for publisher in background.publishers {
         publisher.stop();
+    }
+    for deliverer in background.deliverers {
+        deliverer.stop();
     }
     let until = std::time::Instant::now() + Duration::from_millis(SHUTDOWN_WAIT_MS);
     for writer in writers {
@@ -566,6 +590,18 @@ fn serve(
             Err(ServeError::WriterStopped(why))
         }
     }
+}
+
+/// The webhooks' deliverer of the ledger at `ledger_path`: its connection its own, its attempts counted in the
+/// server's figures.
+fn start_deliverer(
+    name: &str,
+    ledger_path: &Path,
+    settings: &ServeSettings,
+    metrics: &app::Metrics,
+) -> Result<webhooks::Deliverer, ServeError> {
+    let (settings, figures) = (settings.webhooks, Arc::clone(&metrics.webhooks));
+    webhooks::Deliverer::spawn(name, ledger_path.to_path_buf(), settings, figures).map_err(ServeError::Webhooks)
 }
 
 /// The outbox's publisher thread: the outbox read through a connection of its own, the acknowledgements recorded

@@ -28,6 +28,7 @@ pub mod status;
 pub mod topics;
 pub mod trust_args;
 pub mod verify;
+pub mod webhook;
 
 use std::io::Write;
 use std::process::ExitCode;

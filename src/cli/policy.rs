@@ -193,7 +193,7 @@ macro_rules! symbol_of {
         }
     )+};
 }
-symbol_of!(Window, Enforcement, Scope, OnFailure, Violation);
+symbol_of!(Window, Enforcement, Scope, OnFailure, Violation, schemas::AlertKind);
 
 pub fn run(store: &super::Store, command: PolicyCommand) -> anyhow::Result<ExitCode> {
     match command {

@@ -76,6 +76,10 @@ pub struct ServeArgs {
     partitions: Option<u32>,
     #[command(flatten)]
     rls: RlsArgs,
+    /// Milliseconds before the first retry of a webhook delivery that failed; each next retry waits twice as long,
+    /// at most an hour, and the 18th failed attempt gives the delivery up.
+    #[arg(long, default_value_t = webhooks::RETRY_BASE_MS, value_parser = clap::value_parser!(u64).range(1..))]
+    webhook_retry_base_ms: u64,
 }
 
 /// HTTPS, or plain HTTP beyond loopback (`serve`, `node`).
@@ -161,6 +165,7 @@ pub fn run(store: &super::Store, args: ServeArgs) -> anyhow::Result<ExitCode> {
         tls: args.tls.files(),
         insecure_listen: args.tls.insecure_listen,
         rls: args.rls.settings(),
+        webhooks: webhooks::DeliverySettings { retry_base_ms: args.webhook_retry_base_ms },
         ..serve::ServeSettings::new(args.listen, args.tokens)
     };
     match store {

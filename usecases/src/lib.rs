@@ -18,6 +18,7 @@
 //! - [`quarantine`]: quarantined messages listed and replayed.
 //! - [`quota`]: a tenant's remaining quota per policy, as the hook counts it.
 //! - [`files`]: an output written whole or not at all.
+//! - [`webhook`]: the endpoints a tenant's alerts are delivered to, registered, removed and listed; the delivery log.
 
 #![deny(missing_docs)]
 
@@ -38,6 +39,7 @@ pub mod status;
 pub mod store;
 pub mod usage;
 pub mod verify;
+pub mod webhook;
 
 pub use store::Store;
 
