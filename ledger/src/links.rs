@@ -644,10 +644,10 @@ pub(crate) mod tests {
 
     /// SQL that takes a ledger back to before migration 019, as a ledger made by an older binary is: no id, no
     /// links, no gaps.
-    /// Undoes migrations 019 to 035 (020, 021 and 034 have nothing to undo but their tables, 022 to 033 and 035 their
-    /// columns and indexes).
+    /// Undoes migrations 019 to 037 (020, 021, 034 and 037 have nothing to undo but their tables, 022 to 033 and 035
+    /// their columns and indexes).
     pub(crate) const UNDO_019: &str =
-        "ALTER TABLE policy_events DROP COLUMN alert_subject_share; ALTER TABLE policy_events DROP COLUMN alert_thresholds; DROP TABLE alert_events; ALTER TABLE period_exports DROP COLUMN cycle_end; ALTER TABLE period_exports DROP COLUMN cycle_start; ALTER TABLE policy_events DROP COLUMN cycle_anchor; ALTER TABLE policy_events DROP COLUMN window_seconds; ALTER TABLE entries DROP COLUMN api_key; ALTER TABLE entries DROP COLUMN project; ALTER TABLE policy_events DROP COLUMN violation; ALTER TABLE policy_events DROP COLUMN overage_window; ALTER TABLE policy_events DROP COLUMN overage_rate; DROP INDEX decision_events_made_open; ALTER TABLE policy_events DROP COLUMN on_failure; DROP INDEX reservation_events_of_leases; ALTER TABLE reservation_events DROP COLUMN fencing_token; ALTER TABLE policy_events DROP COLUMN time_zone; ALTER TABLE policy_events DROP COLUMN actor; ALTER TABLE policy_events DROP COLUMN reason;
+        "DROP TABLE usage_corrections; DROP TABLE correction_events; ALTER TABLE policy_events DROP COLUMN alert_subject_share; ALTER TABLE policy_events DROP COLUMN alert_thresholds; DROP TABLE alert_events; ALTER TABLE period_exports DROP COLUMN cycle_end; ALTER TABLE period_exports DROP COLUMN cycle_start; ALTER TABLE policy_events DROP COLUMN cycle_anchor; ALTER TABLE policy_events DROP COLUMN window_seconds; ALTER TABLE entries DROP COLUMN api_key; ALTER TABLE entries DROP COLUMN project; ALTER TABLE policy_events DROP COLUMN violation; ALTER TABLE policy_events DROP COLUMN overage_window; ALTER TABLE policy_events DROP COLUMN overage_rate; DROP INDEX decision_events_made_open; ALTER TABLE policy_events DROP COLUMN on_failure; DROP INDEX reservation_events_of_leases; ALTER TABLE reservation_events DROP COLUMN fencing_token; ALTER TABLE policy_events DROP COLUMN time_zone; ALTER TABLE policy_events DROP COLUMN actor; ALTER TABLE policy_events DROP COLUMN reason;
         ALTER TABLE grant_events DROP COLUMN actor; DROP TABLE forwarded; DROP TABLE shard_identity; DROP TABLE chain_links; DROP TABLE ledger_identity; DROP TABLE offset_gaps;
         DROP INDEX quarantine_replays_by_link; ALTER TABLE quarantine_replays DROP COLUMN link;";
 
