@@ -41,6 +41,7 @@ pub(crate) fn router(app: Arc<App>, read_timeout: Duration) -> Router {
         .route("/v1/events", post(crate::events::ingest))
         .route("/v1/admin/policies", post(crate::admin::policies))
         .route("/v1/admin/grants", post(crate::admin::grants))
+        .route("/v1/admin/corrections", post(crate::admin::corrections))
         .route("/v1/admin/billing", get(crate::reads::billing))
         .route("/v1/admin/billing/prepare", get(crate::reads::prepare))
         .route("/v1/admin/billing/close", post(crate::reads::close))

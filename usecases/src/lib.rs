@@ -27,6 +27,7 @@ pub mod billing;
 pub mod change;
 pub mod close;
 pub mod cluster;
+pub mod correction;
 pub mod files;
 pub mod ingest;
 pub mod quarantine;
