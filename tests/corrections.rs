@@ -244,9 +244,8 @@ fn the_admin_route_corrects_usage_as_the_command_does() {
     use serde_json::json;
     let test = ledger_with_usage();
     let stderr = test.file("serve.err");
-    let tokens = concat!(
-        "[[token]]\nname = \"ops-org-1\"\nsecret = \"admin-secret-org1-0123\"\ntenants = [\"org-1\"]\nadmin = true\n",
-    );
+    let tokens =
+        "[[token]]\nname = \"ops-org-1\"\nsecret = \"admin-secret-org1-0123\"\ntenants = [\"org-1\"]\nadmin = true\n";
     let server = hook_http::Server::start_with_tokens(&test.path, test.dir.path(), &[], &stderr, tokens);
     let secret = "admin-secret-org1-0123";
     let void = json!({"tenant": "org-1", "original_event_id": "u-2", "action": "VOID", "reason": "test traffic"});

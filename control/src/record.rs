@@ -207,7 +207,7 @@ pub fn record(ledgers: &mut [Ledger], event: &Event) -> Result<Vec<u64>, RecordE
         let report = match ledger.append_unless_conflicting(&Batch { events: vec![incoming], ..Batch::default() }) {
             Ok(report) => report,
             Err(AppendError::Conflicting { of, .. }) => return Err(RecordError::Conflicting { event_id, path, of }),
-            Err(AppendError::CorrectionRefused { refusal, .. }) => return Err(RecordError::Refused(refusal)),
+            Err(AppendError::CorrectionRefused { refusal, .. }) => return Err(RecordError::Refused(*refusal)),
             Err(source) => return Err(RecordError::Append { event_id, path, source }),
         };
         match report.outcomes.first() {

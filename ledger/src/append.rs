@@ -115,7 +115,7 @@ impl Ledger {
                         // As a conflicting copy: the control plane's refused correction leaves nothing behind.
                         return Err(AppendError::CorrectionRefused {
                             event_id: incoming.event.event_id().to_string(),
-                            refusal,
+                            refusal: Box::new(refusal),
                         });
                     }
                     let rejected = Rejected {

@@ -177,8 +177,8 @@ pub enum AppendError {
     CorrectionRefused {
         /// The correction's event_id.
         event_id: String,
-        /// Why.
-        refusal: rules::correction::Refusal,
+        /// Why (boxed: a refusal quotes names, and every append answers this error type).
+        refusal: Box<rules::correction::Refusal>,
     },
     /// SQLite failed; the transaction rolled back.
     #[error("ledger write failed, nothing appended")]

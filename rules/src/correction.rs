@@ -56,20 +56,10 @@ pub enum Refusal {
         /// Its type.
         event_type: &'static str,
     },
-    /// The correction's tenant or metric is not the original's.
-    #[error(
-        "the correction names tenant {found_tenant:?} and metric {found_metric:?}, the original {tenant:?} and {metric:?}"
-    )]
-    OtherOwner {
-        /// The original's tenant.
-        tenant: String,
-        /// The original's metric.
-        metric: String,
-        /// The correction's tenant.
-        found_tenant: String,
-        /// The correction's metric.
-        found_metric: String,
-    },
+    /// The correction's tenant or metric is not the original's: the names, in words (one string, so that a refusal
+    /// stays small beside the errors that carry it).
+    #[error("{0}")]
+    OtherOwner(String),
     /// The original was voided already: a VOID is final.
     #[error("the usage event was voided already by {0:?}: a void is final")]
     AlreadyVoided(String),
@@ -85,7 +75,7 @@ impl Refusal {
             Refusal::UnknownOriginal(_) => "unknown_original",
             Refusal::CorrectionOfCorrection(_) => "correction_of_correction",
             Refusal::NotUsage { .. } => "not_usage",
-            Refusal::OtherOwner { .. } => "inconsistent_fields",
+            Refusal::OtherOwner(_) => "inconsistent_fields",
             Refusal::AlreadyVoided(_) => "already_voided",
             Refusal::Unchanged(_) => "unchanged",
         }
@@ -119,12 +109,10 @@ pub fn judge(
         other => return Err(Refusal::NotUsage { id: original_event_id.to_string(), event_type: other.name() }),
     }
     if original.tenant != tenant || original.metric != metric {
-        return Err(Refusal::OtherOwner {
-            tenant: original.tenant.to_string(),
-            metric: original.metric.to_string(),
-            found_tenant: tenant.to_string(),
-            found_metric: metric.to_string(),
-        });
+        return Err(Refusal::OtherOwner(format!(
+            "the correction names tenant {tenant:?} and metric {metric:?}, the original {:?} and {:?}",
+            original.tenant, original.metric
+        )));
     }
     if let Some(void) = original.voided_by {
         return Err(Refusal::AlreadyVoided(void.to_string()));
