@@ -107,6 +107,9 @@ enum Command {
     /// Webhooks: register an endpoint for a tenant's alerts (signed, retried), list, remove, the delivery log.
     #[command(subcommand)]
     Webhook(cli::webhook::WebhookCommand),
+    /// Usage corrections: void a recorded usage event, or amend its amount (who and why recorded; never an edit).
+    #[command(subcommand)]
+    Usage(cli::usage::UsageCommand),
     /// The enforcement hook over HTTP: check, reserve, commit, release (docs/contract.md §6).
     Serve(cli::serve::ServeArgs),
     /// A node of a cluster: the partitions Kafka assigns it, ingested into their shards (--data) and served.
@@ -187,6 +190,7 @@ fn main() -> ExitCode {
         Command::Plan(command) => cli::policy::run_plan(&store, command),
         Command::Grant(command) => cli::grant::run(&store, command),
         Command::Webhook(command) => cli::webhook::run(&store, command),
+        Command::Usage(command) => cli::usage::run(&store, command),
         Command::Serve(args) => cli::serve::run(&store, args),
         Command::Node(args) => cli::node::run(&store, args),
         Command::Quarantine(command) => cli::quarantine::run(&store, command),

@@ -16,8 +16,8 @@ fn list_json_names_twenty_five_schemas_one_current_per_type() {
     let listed = listed.as_array().unwrap_or_else(|| panic!("schemas list --json is not an array: {listed}"));
     assert_eq!(
         listed.len(),
-        28,
-        "seven current schemas; v1 and v2 but AlertEvent's; PolicyEvent v3 to v11: {listed:?}"
+        29,
+        "eight current schemas; v1 and v2 but AlertEvent's and CorrectionEvent's; PolicyEvent v3 to v11: {listed:?}"
     );
 
     let catalog = Catalog::builtin();
@@ -135,6 +135,16 @@ fn one_event_per_type() -> Vec<(EventType, Value)> {
                     "alert_id": "alert-1", "kind": "THRESHOLD", "policy_id": "p-1", "policy_version": 3,
                     "scope": "SUBJECT", "window_start": "2026-11-01T00:00:00Z", "window_end": "2026-12-01T00:00:00Z",
                     "threshold_percent": 80, "limit": 1000, "observed": 812, "request_id": "req-9"
+                }),
+            ),
+        ),
+        (
+            EventType::CorrectionEvent,
+            with(
+                "c-1",
+                json!({
+                    "original_event_id": "u-1", "action": "AMEND", "quantity": 1200, "actor": "carol@finance",
+                    "reason": "the producer double-counted"
                 }),
             ),
         ),

@@ -40,9 +40,14 @@
 //! ```
 
 mod change;
+mod correction;
 mod record;
 mod refused;
 
 pub use change::{GrantChange, PolicyChange, REASON_BYTES_MAX, default_policy_id, grant_event, policy_event};
+pub use correction::{
+    CorrectError, Corrected, CorrectionChange, correct, correction_event, default_correction_id, is_same_correction,
+};
 pub use record::{RecordError, Recorded, record};
 pub use refused::Refused;
+pub use rules::correction::Refusal;

@@ -154,6 +154,10 @@ impl Recorded {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RecordError {
+    /// A correction the ledger judged, in the append's transaction, not to apply (the original voided already, an
+    /// amend to what it counts): nothing was recorded.
+    #[error("{0}")]
+    Refused(rules::correction::Refusal),
     /// The append failed; nothing was recorded in that ledger.
     #[error("cannot append {event_id} to {path}")]
     Append {
@@ -203,6 +207,7 @@ pub fn record(ledgers: &mut [Ledger], event: &Event) -> Result<Vec<u64>, RecordE
         let report = match ledger.append_unless_conflicting(&Batch { events: vec![incoming], ..Batch::default() }) {
             Ok(report) => report,
             Err(AppendError::Conflicting { of, .. }) => return Err(RecordError::Conflicting { event_id, path, of }),
+            Err(AppendError::CorrectionRefused { refusal, .. }) => return Err(RecordError::Refused(*refusal)),
             Err(source) => return Err(RecordError::Append { event_id, path, source }),
         };
         match report.outcomes.first() {

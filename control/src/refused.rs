@@ -40,6 +40,9 @@ pub enum Refused {
         /// Its end.
         closed_until: Timestamp,
     },
+    /// A usage correction that cannot apply to the event it names (contract §7, `usage void|amend`).
+    #[error("{0}")]
+    Correction(#[from] rules::correction::Refusal),
     /// A grant of that id is recorded already: grants are never changed, another one is added.
     #[error("grant {grant_id} of {tenant} is recorded already: a grant never changes, add another")]
     GrantExists {

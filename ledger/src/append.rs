@@ -10,7 +10,7 @@ use crate::key_filter::KeyFilter;
 use crate::status::{Totals, read_totals};
 use crate::usage_totals::UsageTotals;
 use crate::{Ledger, now_micros};
-use crate::{dedup, details};
+use crate::{corrections, dedup, details};
 
 /// The end of the chain: the last entry's sequence number and hash.
 struct Tip {
@@ -109,6 +109,23 @@ impl Ledger {
                     };
                     count_quarantined(quarantine(&tx, &rejected, recorded_at)?);
                     AppendOutcome::Quarantined { reason_code: TOTAL_OVERFLOW }
+                }
+                Placed::Refused(refusal) => {
+                    if on_conflict == OnConflict::Refuse {
+                        // As a conflicting copy: the control plane's refused correction leaves nothing behind.
+                        return Err(AppendError::CorrectionRefused {
+                            event_id: incoming.event.event_id().to_string(),
+                            refusal: Box::new(refusal),
+                        });
+                    }
+                    let rejected = Rejected {
+                        origin: incoming.origin.clone(),
+                        raw: raw_of(self.catalog, incoming),
+                        reason_code: refusal.code().to_string(),
+                        reason: refusal.to_string(),
+                    };
+                    count_quarantined(quarantine(&tx, &rejected, recorded_at)?);
+                    AppendOutcome::Quarantined { reason_code: refusal.code() }
                 }
             };
             if let (OnConflict::Refuse, AppendOutcome::ConflictingDuplicate { of, .. }) = (on_conflict, &outcome) {
@@ -282,6 +299,8 @@ enum Placed {
     Outcome(AppendOutcome),
     /// Its usage total would pass 2^63 - 1: nothing of it is written.
     TotalOverflow(String),
+    /// A correction that cannot apply to the event it names: nothing of it is written.
+    Refused(rules::correction::Refusal),
 }
 
 // One argument more than clippy's limit: each is a part of the append this event joins.
@@ -320,6 +339,14 @@ fn append_event<'tx, 'b>(
     {
         return Ok(Placed::TotalOverflow(reason));
     }
+    // A correction that counts is judged against its original and the corrections before it, in this transaction.
+    let correction = match (event, duplicate_of) {
+        (Event::Correction(correction), None) => match corrections::judge_in(tx, correction)? {
+            Ok(judged) => Some((correction, judged)),
+            Err(refusal) => return Ok(Placed::Refused(refusal)),
+        },
+        _ => None,
+    };
     let raw = incoming.raw.as_deref().filter(|raw| !is_single_object_of(raw, fingerprint, &payload));
     let (origin, origin_stream, origin_partition, origin_offset) = incoming.origin.columns();
     let seq = tip.seq + 1;
@@ -370,6 +397,9 @@ fn append_event<'tx, 'b>(
     inserts.key.execute(params![key, seq as i64])?;
     if let Event::Decision(decision) = event {
         inserts.request_key.execute(params![dedup::request_key(&decision.request_id), seq as i64])?;
+    }
+    if let Some((correction, judged)) = &correction {
+        corrections::record(tx, seq, correction, judged)?;
     }
     if let Some(filter) = key_filter {
         filter.insert(key);

@@ -31,6 +31,7 @@ const TENANT_USAGE_PER_DAY: &str = include_str!("../queries/tenant_usage_per_day
 const TENANT_USAGE_EVENTS: &str = include_str!("../queries/tenant_usage_events.sql");
 const TENANT_ADJUSTMENTS: &str = include_str!("../queries/tenant_adjustments.sql");
 const TENANT_ALERTS: &str = include_str!("../queries/tenant_alerts.sql");
+const USAGE_CORRECTIONS: &str = include_str!("../queries/usage_corrections.sql");
 const ALERTS_BETWEEN: &str = include_str!("../queries/alerts_between.sql");
 const TENANT_CONFLICTING_COPIES: &str = include_str!("../queries/tenant_conflicting_copies.sql");
 const TENANT_KNOWN: &str = include_str!("../queries/tenant_known.sql");
@@ -400,6 +401,58 @@ impl Ledger {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
+    /// The corrections of `tenant`'s usage recorded up to `watermark` whose original happened or which were made in
+    /// `[from, to)`, in ledger order (`audit tenant`).
+    pub fn tenant_corrections(
+        &self,
+        tenant: &str,
+        (from, to): (Timestamp, Timestamp),
+        watermark: u64,
+    ) -> Result<Vec<CorrectionRecord>, ReadError> {
+        self.corrections_where(Some(tenant), None, Some((from, to)), watermark)
+    }
+
+    /// The corrections of the usage events of `request_id` recorded up to `watermark`, in ledger order (`audit why`).
+    pub fn request_corrections(&self, request_id: &str, watermark: u64) -> Result<Vec<CorrectionRecord>, ReadError> {
+        self.corrections_where(None, Some(request_id), None, watermark)
+    }
+
+    fn corrections_where(
+        &self,
+        tenant: Option<&str>,
+        request_id: Option<&str>,
+        range: Option<(Timestamp, Timestamp)>,
+        watermark: u64,
+    ) -> Result<Vec<CorrectionRecord>, ReadError> {
+        let mut statement = self.conn.prepare_cached(USAGE_CORRECTIONS)?;
+        let params = named_params! {
+            ":tenant": tenant,
+            ":request_id": request_id,
+            ":from": range.map(|(from, _)| from.micros()),
+            ":to": range.map(|(_, to)| to.micros()),
+            ":watermark": watermark_param(watermark),
+        };
+        let rows = statement.query_map(params, |r| {
+            Ok(CorrectionRecord {
+                seq: r.get::<_, i64>(0)? as u64,
+                event_id: r.get(1)?,
+                corrected_at: Timestamp(r.get(2)?),
+                original_event_id: r.get(3)?,
+                original_occurred_at: Timestamp(r.get(4)?),
+                tenant: r.get(5)?,
+                metric: r.get(6)?,
+                action: r.get(7)?,
+                quantity_before: r.get(8)?,
+                quantity_after: r.get(9)?,
+                delta: r.get(10)?,
+                actor: r.get(11)?,
+                reason: r.get(12)?,
+                request_id: r.get(13)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
     /// The conflicting copies of `tenant`'s events recorded up to `watermark`, in ledger order.
     pub fn conflicting_copies_of(&self, tenant: &str, watermark: u64) -> Result<Vec<ConflictingCopy>, ReadError> {
         let mut statement = self.conn.prepare_cached(TENANT_CONFLICTING_COPIES)?;
@@ -469,6 +522,31 @@ fn adjustment_record(r: &Row<'_>) -> Result<AdjustmentRecord, ReadError> {
         run_id: r.get(14)?,
         scope: r.get(15)?,
     })
+}
+
+/// A recorded correction of a usage event, with what it changed (`usage_corrections`) and who made it and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(missing_docs)] // The CorrectionEvent's own fields and usage_corrections' columns, by their names.
+pub struct CorrectionRecord {
+    pub seq: u64,
+    /// The correction's own event_id.
+    pub event_id: String,
+    /// When the correction was made (its occurred_at).
+    pub corrected_at: Timestamp,
+    pub original_event_id: String,
+    /// The original's event time: where the change counts.
+    pub original_occurred_at: Timestamp,
+    pub tenant: String,
+    pub metric: String,
+    /// VOID or AMEND.
+    pub action: String,
+    pub quantity_before: i64,
+    pub quantity_after: i64,
+    pub delta: i64,
+    pub actor: String,
+    pub reason: String,
+    /// The original's request, when it names one.
+    pub request_id: Option<String>,
 }
 
 /// An alert from a row of `seq`, the header columns, the alert's own, then `project` and `api_key`.

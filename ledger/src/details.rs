@@ -14,6 +14,7 @@ pub fn table(event_type: EventType) -> &'static str {
         EventType::PolicyEvent => "policy_events",
         EventType::AdjustmentEvent => "adjustment_events",
         EventType::AlertEvent => "alert_events",
+        EventType::CorrectionEvent => "correction_events",
     }
 }
 
@@ -75,6 +76,7 @@ pub fn columns(event_type: EventType) -> &'static [&'static str] {
             "observed",
             "request_id",
         ],
+        EventType::CorrectionEvent => &["original_event_id", "action", "quantity", "actor", "reason"],
     }
 }
 
@@ -199,6 +201,13 @@ pub fn values(event: &Event) -> Vec<Value> {
             opt_integer(e.limit),
             Value::Integer(e.observed),
             opt_text(&e.request_id),
+        ],
+        Event::Correction(e) => vec![
+            text(&e.original_event_id),
+            text(e.action.symbol()),
+            opt_integer(e.quantity),
+            text(&e.actor),
+            text(&e.reason),
         ],
     }
 }

@@ -171,6 +171,15 @@ pub enum AppendError {
         /// The recorded entry holding that event_id.
         of: u64,
     },
+    /// A correction of the batch cannot apply to the event it names, and the batch must be recorded only whole
+    /// ([`crate::Ledger::append_unless_conflicting`]): nothing of the batch is appended.
+    #[error("correction {event_id:?} refused ({code}): {refusal}; nothing appended", code = .refusal.code())]
+    CorrectionRefused {
+        /// The correction's event_id.
+        event_id: String,
+        /// Why (boxed: a refusal quotes names, and every append answers this error type).
+        refusal: Box<rules::correction::Refusal>,
+    },
     /// SQLite failed; the transaction rolled back.
     #[error("ledger write failed, nothing appended")]
     Sqlite(#[from] rusqlite::Error),

@@ -44,6 +44,7 @@ mod billing_reads;
 pub mod chain;
 mod checkpoint;
 mod commit_totals;
+mod corrections;
 pub mod dedup;
 pub mod details;
 pub mod error;
@@ -75,7 +76,7 @@ use rusqlite::{Connection, OpenFlags};
 use schemas::{Catalog, EventType};
 
 pub use alert_reads::DecisionTally;
-pub use audit_reads::{AdjustmentRecord, DayUsage, DecisionRecord, TenantUsage, UsageRecord};
+pub use audit_reads::{AdjustmentRecord, CorrectionRecord, DayUsage, DecisionRecord, TenantUsage, UsageRecord};
 pub use batch::*;
 pub use billing_reads::{MetricTotal, ProjectTotal};
 pub use checkpoint::{

@@ -54,6 +54,11 @@ impl Ledger {
     /// The event recorded under `event_id` (the first entry holding it; later ones are conflicting copies), if
     /// any. An id the key filter (when kept) has never seen is answered at once, without a probe.
     pub fn recorded_event(&self, event_id: &str) -> Result<Option<Event>, ReadError> {
+        Ok(self.recorded_entry(event_id)?.map(|(_, event)| event))
+    }
+
+    /// [`Ledger::recorded_event`] with the sequence number of its entry.
+    pub fn recorded_entry(&self, event_id: &str) -> Result<Option<(u64, Event)>, ReadError> {
         if !self.may_hold(event_id) {
             return Ok(None);
         }
@@ -64,7 +69,7 @@ impl Ledger {
             .catalog
             .decode_payload(fingerprint as u64, &payload)
             .map_err(|e| ReadError::Corrupt { seq, message: e.to_string() })?;
-        Ok(Some(event))
+        Ok(Some((seq, event)))
     }
 
     /// Whether the ledger stores any event of `reservation_id` (recorded or a conflicting copy, of any tenant).

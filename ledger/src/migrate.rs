@@ -46,6 +46,7 @@ pub const MIGRATIONS: &[Migration] = &[
     ("034-alert-events.sql", include_str!("../ddl/034-alert-events.sql"), None),
     ("035-policy-alert-settings.sql", include_str!("../ddl/035-policy-alert-settings.sql"), None),
     ("036-webhooks.sql", include_str!("../ddl/036-webhooks.sql"), None),
+    ("037-usage-corrections.sql", include_str!("../ddl/037-usage-corrections.sql"), None),
 ];
 
 /// The schema version of a ledger all of whose migrations ran.

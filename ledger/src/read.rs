@@ -307,9 +307,64 @@ pub struct UsageRow<'r> {
     pub occurred_at: Timestamp,
     pub quantity: i64,
     pub event_id: &'r str,
+    /// A correction of a usage event (CorrectionEvent): its own seq and event_id, the original's tenant, members,
+    /// metric and event time, and the delta it adds to the original's count as `quantity` (negative for a VOID).
+    pub correction: bool,
 }
 
-/// Calls `each` with every counted UsageEvent, in ledger order. Two scans in sequence order, merged here: the
+/// A recorded correction as the consumption stream gives it ([`UsageRow::correction`]).
+struct CorrectionRow {
+    seq: u64,
+    tenant: String,
+    subject: Option<String>,
+    project: Option<String>,
+    api_key: Option<String>,
+    metric: String,
+    occurred_at: Timestamp,
+    delta: i64,
+    event_id: String,
+}
+
+impl CorrectionRow {
+    fn row(&self) -> UsageRow<'_> {
+        UsageRow {
+            seq: self.seq,
+            tenant: &self.tenant,
+            subject: self.subject.as_deref(),
+            project: self.project.as_deref(),
+            api_key: self.api_key.as_deref(),
+            metric: &self.metric,
+            occurred_at: self.occurred_at,
+            quantity: self.delta,
+            event_id: &self.event_id,
+            correction: true,
+        }
+    }
+}
+
+/// Every recorded correction, in ledger order: few beside the usage, so read whole.
+fn corrections(conn: &Connection) -> rusqlite::Result<Vec<CorrectionRow>> {
+    let mut statement = conn.prepare(
+        "SELECT c.seq, c.tenant, c.subject, c.project, c.api_key, c.metric, c.occurred_at, c.delta, e.event_id
+         FROM usage_corrections c JOIN entries e ON e.seq = c.seq ORDER BY c.seq",
+    )?;
+    let rows = statement.query_map([], |r| {
+        Ok(CorrectionRow {
+            seq: r.get::<_, i64>(0)? as u64,
+            tenant: r.get(1)?,
+            subject: r.get(2)?,
+            project: r.get(3)?,
+            api_key: r.get(4)?,
+            metric: r.get(5)?,
+            occurred_at: Timestamp(r.get(6)?),
+            delta: r.get(7)?,
+            event_id: r.get(8)?,
+        })
+    })?;
+    rows.collect()
+}
+
+/// Calls `each` with every counted UsageEvent, and every correction of one, in ledger order. Two scans in sequence order, merged here: the
 /// usage rows and the recorded UsageEvent entries. A join would probe one table once per row of the other
 /// (measured: 10 million B-tree searches on a 10M-event ledger).
 fn for_each_usage(conn: &Connection, mut each: impl FnMut(UsageRow<'_>)) -> rusqlite::Result<u64> {
@@ -320,10 +375,16 @@ fn for_each_usage(conn: &Connection, mut each: impl FnMut(UsageRow<'_>)) -> rusq
          WHERE event_type = 'UsageEvent' AND status = 'recorded' ORDER BY seq",
     )?;
     let mut entries = entries.query([])?;
+    let corrections = corrections(conn)?;
+    let mut corrections = corrections.iter().peekable();
     let mut count = 0;
     let mut quantity_row: Option<(i64, i64)> = None;
     while let Some(e) = entries.next()? {
         let seq: i64 = e.get(0)?;
+        while let Some(correction) = corrections.next_if(|c| c.seq < seq as u64) {
+            each(correction.row());
+            count += 1;
+        }
         // Skip the usage rows of conflicting duplicates (entries not recorded): their seqs are below.
         while quantity_row.is_none_or(|(s, _)| s < seq) {
             match quantities.next()? {
@@ -345,7 +406,12 @@ fn for_each_usage(conn: &Connection, mut each: impl FnMut(UsageRow<'_>)) -> rusq
             event_id: e.get_ref(5)?.as_str()?,
             project: e.get_ref(6)?.as_str_or_null()?,
             api_key: e.get_ref(7)?.as_str_or_null()?,
+            correction: false,
         });
+        count += 1;
+    }
+    for correction in corrections {
+        each(correction.row());
         count += 1;
     }
     Ok(count)

@@ -519,7 +519,11 @@ impl<'p> Run<'p> {
             let counted_at_close = self.close_of(row.occurred_at).is_some_and(|c| row.seq <= c.watermark);
             let c = self.consumption_of_usage(&row, counted_at_close);
             if self.is_level(c.tenant, c.metric) {
-                self.read_level(&c);
+                // A correction of a reading is no reading: a level is billed by no period, and a gauge judged by the
+                // levels its producers report.
+                if !row.correction {
+                    self.read_level(&c);
+                }
             } else {
                 self.add(&c, &mut keys);
             }

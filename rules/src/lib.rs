@@ -6,6 +6,7 @@
 //! - [`window`]: calendar-aligned windows (MINUTE, HOUR, DAY, MONTH), in UTC or a policy's time zone, and their
 //!   overlaps.
 //! - [`alert`]: alert ids and threshold levels, shared by the hook and reconcile.
+//! - [`correction`]: whether a usage correction applies to the event it names, and the delta it adds.
 //! - [`cycle`]: billing cycles anchored on a day of the month and a local time in a tenant's zone, and anchor changes.
 //! - [`policy`]: the policy version in force for a window, with `*` plan defaults.
 //! - [`reservation`]: the life of a reservation decided by event time (valid close, refused transition, expiry).
@@ -30,6 +31,7 @@
 #![deny(missing_docs)]
 
 pub mod alert;
+pub mod correction;
 pub mod cycle;
 pub mod overshoot;
 pub mod policy;

@@ -295,6 +295,7 @@ fn shapes(event: &Event) -> Vec<String> {
         }
         Event::Adjustment(e) => found.push(format!("{kind} kind={}", e.kind)),
         Event::Alert(e) => found.push(format!("{kind} kind={}", e.kind)),
+        Event::Correction(e) => found.push(format!("{kind} action={}", e.action)),
     }
     found
 }
@@ -327,6 +328,7 @@ fn expected_shapes() -> BTreeSet<String> {
     }
     all.extend(symbols(EventType::AdjustmentEvent, "kind", AdjustmentKind::SYMBOLS));
     all.extend(symbols(EventType::AlertEvent, "kind", AlertKind::SYMBOLS));
+    all.extend(symbols(EventType::CorrectionEvent, "action", CorrectionAction::SYMBOLS));
     all
 }
 
@@ -456,6 +458,16 @@ fn sample_events() -> Vec<Event> {
             format!(
                 r#"{{{},"alert_id":"al-{n}","kind":"{kind}","policy_id":"p-1","policy_version":2,"scope":"TENANT","window_start":"2026-11-01T00:00:00Z","window_end":"2026-12-01T00:00:00Z"{extra}}}"#,
                 header(&format!("al-{n}"), if n == 0 { MEMBER } else { "" })
+            ),
+        );
+    }
+    let corrections = [("VOID", ""), ("AMEND", r#","quantity":2"#)];
+    for (n, (action, extra)) in corrections.iter().enumerate() {
+        add(
+            EventType::CorrectionEvent,
+            format!(
+                r#"{{{},"original_event_id":"u-1","action":"{action}"{extra},"actor":"carol@finance","reason":"the producer double-counted"}}"#,
+                header(&format!("c-{n}"), if n == 0 { MEMBER } else { "" })
             ),
         );
     }

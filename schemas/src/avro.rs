@@ -180,6 +180,13 @@ pub fn to_value(event: &Event) -> Value {
             ("observed", Value::Long(e.observed)),
             ("request_id", opt_string(&e.request_id)),
         ],
+        Event::Correction(e) => vec![
+            ("original_event_id", string(&e.original_event_id)),
+            ("action", enum_value!(e.action)),
+            ("quantity", opt_long(e.quantity)),
+            ("actor", string(&e.actor)),
+            ("reason", string(&e.reason)),
+        ],
     };
     fields.extend(rest.into_iter().map(|(name, value)| (name.to_string(), value)));
     Value::Record(fields)
@@ -433,6 +440,14 @@ pub fn from_value(event_type: EventType, value: &Value) -> Result<Event, ShapeEr
             observed: f.long("observed")?,
             request_id: f.opt_string("request_id")?,
         }),
+        EventType::CorrectionEvent => Event::Correction(CorrectionEvent {
+            header,
+            original_event_id: f.string("original_event_id")?,
+            action: parse_enum!(CorrectionAction, f, "action"),
+            quantity: f.opt_long("quantity")?,
+            actor: f.string("actor")?,
+            reason: f.string("reason")?,
+        }),
     })
 }
 
@@ -558,6 +573,13 @@ pub fn write_body(out: &mut Vec<u8>, event: &Event) {
             write_opt_long(out, e.limit);
             write_long(out, e.observed);
             write_opt_string(out, &e.request_id);
+        }
+        Event::Correction(e) => {
+            write_string(out, &e.original_event_id);
+            write_long(out, e.action.index() as i64);
+            write_opt_long(out, e.quantity);
+            write_string(out, &e.actor);
+            write_string(out, &e.reason);
         }
     }
 }

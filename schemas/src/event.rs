@@ -339,6 +339,39 @@ pub struct AlertEvent {
     pub request_id: Option<String>,
 }
 
+/// `CorrectionEvent` (topic `quota.corrections`): a correction of a recorded usage event, a new entry that references
+/// it (TigerBeetle's correcting transfers, Stripe's meter event adjustments): VOID counts the original 0 from now on,
+/// AMEND counts it `quantity` instead. The original stays recorded; its tenant, subject, project, API key, metric and
+/// event time stay the ones counted, and the header repeats them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CorrectionEvent {
+    /// The fields every event starts with: its own event_id (the idempotency key of the correction), when it was
+    /// made, and the original's tenant, subject, project, API key and metric.
+    #[serde(flatten)]
+    pub header: Header,
+    /// The event_id of the UsageEvent corrected.
+    pub original_event_id: String,
+    /// VOID or AMEND.
+    pub action: CorrectionAction,
+    /// AMEND: what the original counts from now on; none on a VOID.
+    #[serde(default)]
+    pub quantity: Option<i64>,
+    /// Who made it.
+    pub actor: String,
+    /// Why, for people.
+    pub reason: String,
+}
+
+impl CorrectionEvent {
+    /// What the original counts once this correction holds: 0 for a VOID, `quantity` for an AMEND.
+    pub fn corrected_quantity(&self) -> i64 {
+        match self.action {
+            CorrectionAction::VOID => 0,
+            CorrectionAction::AMEND => self.quantity.unwrap_or(0),
+        }
+    }
+}
+
 /// Generates an Avro enum as a Rust enum with its symbols in schema order.
 macro_rules! avro_enum {
     ($(#[$doc:meta])* $name:ident { $($symbol:ident),+ $(,)? }) => {
@@ -527,6 +560,10 @@ avro_enum!(
     /// version denying far more in its first hour than the version before).
     AlertKind { THRESHOLD, SUBJECT_SHARE, OPEN_TOO_LONG, DENY_RATE }
 );
+avro_enum!(
+    /// What a correction does to the usage event it references.
+    CorrectionAction { VOID, AMEND }
+);
 
 /// The record types of contract §3, in the order of the topics there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -539,11 +576,12 @@ pub enum EventType {
     PolicyEvent,
     AdjustmentEvent,
     AlertEvent,
+    CorrectionEvent,
 }
 
 impl EventType {
     /// Every record type, in the order of their topics.
-    pub const ALL: [EventType; 7] = [
+    pub const ALL: [EventType; 8] = [
         EventType::UsageEvent,
         EventType::DecisionEvent,
         EventType::ReservationEvent,
@@ -551,6 +589,7 @@ impl EventType {
         EventType::PolicyEvent,
         EventType::AdjustmentEvent,
         EventType::AlertEvent,
+        EventType::CorrectionEvent,
     ];
 
     /// The record name, as in the schema (`UsageEvent`).
@@ -563,6 +602,7 @@ impl EventType {
             EventType::PolicyEvent => "PolicyEvent",
             EventType::AdjustmentEvent => "AdjustmentEvent",
             EventType::AlertEvent => "AlertEvent",
+            EventType::CorrectionEvent => "CorrectionEvent",
         }
     }
 
@@ -581,6 +621,7 @@ impl EventType {
             EventType::PolicyEvent => "quota.policies",
             EventType::AdjustmentEvent => "quota.adjustments",
             EventType::AlertEvent => "quota.alerts",
+            EventType::CorrectionEvent => "quota.corrections",
         }
     }
 
@@ -608,6 +649,7 @@ pub enum Event {
     Policy(PolicyEvent),
     Adjustment(AdjustmentEvent),
     Alert(AlertEvent),
+    Correction(CorrectionEvent),
 }
 
 impl Event {
@@ -621,6 +663,7 @@ impl Event {
             Event::Policy(_) => EventType::PolicyEvent,
             Event::Adjustment(_) => EventType::AdjustmentEvent,
             Event::Alert(_) => EventType::AlertEvent,
+            Event::Correction(_) => EventType::CorrectionEvent,
         }
     }
 
@@ -634,6 +677,7 @@ impl Event {
             Event::Policy(e) => &e.header,
             Event::Adjustment(e) => &e.header,
             Event::Alert(e) => &e.header,
+            Event::Correction(e) => &e.header,
         }
     }
 
@@ -652,6 +696,7 @@ impl Event {
             EventType::PolicyEvent => Event::Policy(serde_json::from_str(json)?),
             EventType::AdjustmentEvent => Event::Adjustment(serde_json::from_str(json)?),
             EventType::AlertEvent => Event::Alert(serde_json::from_str(json)?),
+            EventType::CorrectionEvent => Event::Correction(serde_json::from_str(json)?),
         })
     }
 
@@ -665,6 +710,7 @@ impl Event {
             Event::Policy(e) => serde_json::to_value(e),
             Event::Adjustment(e) => serde_json::to_value(e),
             Event::Alert(e) => serde_json::to_value(e),
+            Event::Correction(e) => serde_json::to_value(e),
         };
         value.expect("events hold only strings, integers and string maps, which always serialize")
     }

@@ -27,6 +27,9 @@ pub const NAME_BYTES_MAX: usize = 128;
 /// signed token, not for a payload.
 pub const ID_BYTES_MAX: usize = 256;
 
+/// The longest reason a correction may carry, in bytes of UTF-8: what the control plane takes for a policy's reason.
+pub const REASON_BYTES_MAX: usize = 1_024;
+
 /// An event that decodes but breaks a rule of contract §3.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -152,6 +155,7 @@ pub fn validate(event: &Event) -> Result<(), Invalid> {
         Event::Policy(e) => validate_policy(e),
         Event::Adjustment(e) => validate_adjustment(e),
         Event::Alert(e) => validate_alert(e),
+        Event::Correction(e) => validate_correction(e),
     }
 }
 
@@ -474,4 +478,34 @@ fn validate_alert(e: &AlertEvent) -> Result<(), Invalid> {
         check_id("request_id", request_id)?;
     }
     Ok(())
+}
+
+/// A correction: the original's id is an id (it may be any usage event's); who and why are said, bounded, and free of
+/// control characters (they are printed by `audit`); a VOID carries no quantity, an AMEND the amount the original
+/// counts from now on. Whether the original exists and may be corrected is the ledger's to judge, in its append.
+fn validate_correction(e: &CorrectionEvent) -> Result<(), Invalid> {
+    non_empty("original_event_id", &e.original_event_id)?;
+    check_id("original_event_id", &e.original_event_id)?;
+    if e.original_event_id == e.header.event_id {
+        return Err(Invalid::Inconsistent {
+            field: "original_event_id",
+            message: format!("{:?} is the correction's own event_id", e.original_event_id),
+        });
+    }
+    non_empty("actor", &e.actor)?;
+    check_name("actor", &e.actor)?;
+    non_empty("reason", &e.reason)?;
+    bounded("reason", &e.reason, REASON_BYTES_MAX)?;
+    match (e.action, e.quantity) {
+        (CorrectionAction::VOID, Some(quantity)) => Err(Invalid::Inconsistent {
+            field: "quantity",
+            message: format!("a VOID carries no quantity, found {quantity}"),
+        }),
+        (CorrectionAction::AMEND, None) => Err(Invalid::Inconsistent {
+            field: "quantity",
+            message: "an AMEND carries the amount the original counts from now on".into(),
+        }),
+        (CorrectionAction::AMEND, Some(quantity)) => at_least("quantity", quantity, 0),
+        (CorrectionAction::VOID, None) => Ok(()),
+    }
 }

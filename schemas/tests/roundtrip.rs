@@ -1,4 +1,4 @@
-// Proves that every valid event of the seven record types survives single-object encoding and JSON unchanged,
+// Proves that every valid event of the eight record types survives single-object encoding and JSON unchanged,
 // that its encoding is deterministic, and that the catalog's fingerprints are the CRC-64-AVRO of the Avro spec.
 
 use std::collections::BTreeMap;
@@ -7,9 +7,9 @@ use proptest::prelude::*;
 use proptest::sample::select;
 use schemas::validate::{AMOUNT_MAX, TIMESTAMP_MAX, TIMESTAMP_MIN};
 use schemas::{
-    AdjustmentEvent, AdjustmentKind, AlertEvent, AlertKind, Catalog, DecisionEvent, DecodeError, Decoded, Enforcement,
-    Event, GrantEvent, Header, OnFailure, Outcome, PolicyEvent, Reason, ReservationAction, ReservationEvent, Scope,
-    Timestamp, UsageEvent, Violation, Window,
+    AdjustmentEvent, AdjustmentKind, AlertEvent, AlertKind, Catalog, CorrectionAction, CorrectionEvent, DecisionEvent,
+    DecodeError, Decoded, Enforcement, Event, GrantEvent, Header, OnFailure, Outcome, PolicyEvent, Reason,
+    ReservationAction, ReservationEvent, Scope, Timestamp, UsageEvent, Violation, Window,
 };
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -281,9 +281,21 @@ fn alert() -> impl Strategy<Value = Event> {
         })
 }
 
-/// A valid event of any of the seven record types.
+fn correction() -> impl Strategy<Value = Event> {
+    let action = symbol_of(CorrectionAction::SYMBOLS, CorrectionAction::from_symbol);
+    (header(), id(), action, 0..=AMOUNT_MAX, "[a-z@.]{1,32}", "\\PC{1,64}").prop_map(
+        |(header, original, action, quantity, actor, reason)| {
+            // A correction names another event than itself; a VOID carries no quantity, an AMEND one.
+            let original_event_id = format!("{original}-original");
+            let quantity = (action == CorrectionAction::AMEND).then_some(quantity);
+            Event::Correction(CorrectionEvent { header, original_event_id, action, quantity, actor, reason })
+        },
+    )
+}
+
+/// A valid event of any of the eight record types.
 fn event() -> impl Strategy<Value = Event> {
-    prop_oneof![usage(), decision(), reservation(), grant(), policy(), adjustment(), alert()]
+    prop_oneof![usage(), decision(), reservation(), grant(), policy(), adjustment(), alert(), correction()]
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -450,8 +462,8 @@ fn catalog_fingerprints_are_distinct_crc64_avro() {
     let schemas = catalog.schemas();
     assert_eq!(
         schemas.len(),
-        28,
-        "seven current schemas; every type's v1 and v2 but AlertEvent's; PolicyEvent v3 to v11"
+        29,
+        "eight current schemas; every type's v1 and v2 but AlertEvent's and CorrectionEvent's; PolicyEvent v3 to v11"
     );
     let mut seen = BTreeMap::new();
     for s in schemas {
@@ -499,6 +511,9 @@ fn minimal_json(event_type: schemas::EventType) -> String {
             r#""adjustment_id":"e-1","kind":"OVERSHOOT","amount":3,"refs":["u-1"],"run_id":"run-1""#
         }
         schemas::EventType::AlertEvent => r#""alert_id":"e-1","kind":"THRESHOLD","threshold_percent":80,"observed":8"#,
+        schemas::EventType::CorrectionEvent => {
+            r#""original_event_id":"u-1","action":"AMEND","quantity":3,"actor":"alice","reason":"wrong count""#
+        }
     };
     format!("{{{header},{rest}}}")
 }

@@ -1,4 +1,4 @@
-//! `POST /v1/admin/policies` and `POST /v1/admin/grants`: the control plane over HTTP, for tokens with
+//! `POST /v1/admin/policies`, `POST /v1/admin/grants` and `POST /v1/admin/corrections`: the control plane over HTTP, for tokens with
 //! `admin = true` that cover the tenant (docs/services.md). A change is judged and recorded by the `control` crate,
 //! as `policy set` and `grant add` do it, through a ledger connection of its own, one change at a time: changes are
 //! rare (people change plans), and the hook's writer learns of them as of any other writer's append, by the ledger's
@@ -12,7 +12,7 @@ use axum::extract::rejection::JsonRejection;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use control::{GrantChange, PolicyChange};
-use schemas::{Enforcement, Event, OnFailure, Scope, Timestamp, Violation, Who, Window};
+use schemas::{CorrectionAction, Enforcement, Event, OnFailure, Scope, Timestamp, Violation, Who, Window};
 use serde::Deserialize;
 
 use crate::answer::{bad_json, error};
@@ -66,6 +66,23 @@ pub(crate) struct OverageThrottle {
 
 fn tenant_scope() -> Scope {
     Scope::TENANT
+}
+
+/// `POST /v1/admin/corrections`: a correction of a recorded usage event of `tenant`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CorrectionBody {
+    /// The tenant of the usage event: the token must cover it.
+    tenant: String,
+    /// The event_id of the usage event corrected.
+    original_event_id: String,
+    /// VOID or AMEND.
+    action: CorrectionAction,
+    /// AMEND: what the event counts from now on; none on a VOID.
+    quantity: Option<i64>,
+    /// The correction's own event_id; none: derived from the event and the change.
+    correction_id: Option<String>,
+    reason: String,
 }
 
 /// `POST /v1/admin/grants`.
@@ -210,6 +227,41 @@ pub(crate) async fn grants(
         admin.admin.change(|recorded, now| control::grant_event(&change, recorded, now).map(Event::Grant))
     });
     answer(done.await)
+}
+
+/// `POST /v1/admin/corrections`: 201 with the correction recorded, 200 with the one recorded already under its
+/// event_id (a retry); 404 `unknown_original`, 409 with the refusal's code, 400 for a field out of bounds.
+pub(crate) async fn corrections(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Result<Json<CorrectionBody>, JsonRejection>,
+) -> Response {
+    let admitted = admin_of(&app, &headers).and_then(|caller| admitted(caller, body, |b: &CorrectionBody| &b.tenant));
+    let (actor, body) = match admitted {
+        Ok(admitted) => admitted,
+        Err(refused) => return *refused,
+    };
+    let change = control::CorrectionChange {
+        original_event_id: body.original_event_id,
+        tenant: Some(body.tenant),
+        action: body.action,
+        quantity: body.quantity,
+        correction_id: body.correction_id,
+        actor,
+        reason: body.reason,
+        source: "serve /v1/admin/corrections".into(),
+    };
+    let admin = app.clone();
+    match tokio::task::spawn_blocking(move || admin.admin.correct(&change)).await {
+        Ok(Ok(corrected)) => {
+            let status = if corrected.replayed { StatusCode::OK } else { StatusCode::CREATED };
+            let event = Event::Correction(corrected.event).to_json();
+            let body = serde_json::json!({"event": event, "seqs": corrected.seqs, "replayed": corrected.replayed});
+            (status, Json(body)).into_response()
+        }
+        Ok(Err(refused)) => refused.into_response(),
+        Err(panicked) => error(StatusCode::INTERNAL_SERVER_ERROR, "ledger_error", panicked.to_string()),
+    }
 }
 
 fn answer(done: Result<Result<(Event, Vec<u64>), Answer>, tokio::task::JoinError>) -> Response {

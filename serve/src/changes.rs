@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use axum::http::StatusCode;
 use axum::response::Response;
-use control::{Recorded, Refused};
+use control::{Recorded, Refusal, Refused};
 use ledger::Ledger;
 use ledger::shards::ShardDir;
 use schemas::{Event, Timestamp};
@@ -104,6 +104,23 @@ impl Admin {
             AdminLedgers::None => Err(Answer::NotHere),
         }
     }
+    /// Records a usage correction into the ledger (the shard) holding its original, one change at a time: the
+    /// correction, and whether it was recorded already (a retry).
+    pub(crate) fn correct(&self, change: &control::CorrectionChange) -> Result<control::Corrected, Answer> {
+        let _one = self.one_at_a_time.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut ledgers = match &self.ledgers {
+            AdminLedgers::File(path) => vec![Ledger::open(path).map_err(Answer::ledger)?],
+            AdminLedgers::Shards(dir) => {
+                dir.open_all().map_err(Answer::ledger)?.into_iter().map(|(_, ledger)| ledger).collect()
+            }
+            AdminLedgers::None => return Err(Answer::NotHere),
+        };
+        control::correct(&mut ledgers, change, Timestamp::now()).map_err(|e| match e {
+            control::CorrectError::Refused(refused) => Answer::Refused(refused),
+            taken @ control::CorrectError::IdTaken { .. } => Answer::Conflict(taken.to_string()),
+            other => Answer::ledger(other),
+        })
+    }
 }
 
 /// Why a change was not recorded.
@@ -132,6 +149,14 @@ impl Answer {
         match self {
             Answer::Refused(refused @ Refused::Invalid(_)) => {
                 error(StatusCode::BAD_REQUEST, "invalid_change", format!("nothing recorded: {refused}"))
+            }
+            // A correction of an event the ledger does not hold: 404, as a resource that is not there; the other
+            // refusals of a correction are the ledger's state refusing it (409), each with its own code.
+            Answer::Refused(Refused::Correction(refusal @ Refusal::UnknownOriginal(_))) => {
+                error(StatusCode::NOT_FOUND, refusal.code(), format!("nothing recorded: {refusal}"))
+            }
+            Answer::Refused(Refused::Correction(refusal)) => {
+                error(StatusCode::CONFLICT, refusal.code(), format!("nothing recorded: {refusal}"))
             }
             Answer::Refused(refused) => {
                 error(StatusCode::CONFLICT, "refused_change", format!("nothing recorded: {refused}"))

@@ -27,6 +27,7 @@ pub mod sql;
 pub mod status;
 pub mod topics;
 pub mod trust_args;
+pub mod usage;
 pub mod verify;
 pub mod webhook;
 

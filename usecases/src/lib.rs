@@ -29,6 +29,7 @@ pub mod catalog;
 pub mod change;
 pub mod close;
 pub mod cluster;
+pub mod correction;
 pub mod files;
 pub mod ingest;
 pub mod quarantine;

@@ -148,7 +148,9 @@ impl State {
                 self.policies = PolicyIndex::new(policies);
             }
             Event::Alert(a) => self.note_alert(a),
-            Event::Decision(_) | Event::Adjustment(_) => {}
+            // A correction changes what is billed and audited, not what was enforced: the hook's counters stay as the
+            // requests found them (docs/decisions.md, "A correction gives no capacity back").
+            Event::Decision(_) | Event::Adjustment(_) | Event::Correction(_) => {}
         }
     }
 
@@ -172,7 +174,7 @@ impl State {
             Event::Usage(u) => self.consume(&u.header, -u.quantity),
             Event::Reservation(r) => self.number_own(&key_of(r), provisional, None, now),
             Event::Alert(a) => self.alerted.forget(&a.alert_id),
-            Event::Decision(_) | Event::Grant(_) | Event::Policy(_) | Event::Adjustment(_) => {}
+            Event::Decision(_) | Event::Grant(_) | Event::Policy(_) | Event::Adjustment(_) | Event::Correction(_) => {}
         }
     }
 

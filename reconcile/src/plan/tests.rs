@@ -200,6 +200,7 @@ impl PlanInputs for Memory {
                     occurred_at: u.header.occurred_at,
                     quantity: u.quantity,
                     event_id: &u.header.event_id,
+                    correction: false,
                 });
             }
         }

@@ -5,7 +5,60 @@ pub mod render;
 pub mod tenant;
 pub mod why;
 
+use ledger::CorrectionRecord;
+use schemas::Timestamp;
+use serde::Serialize;
+
 use crate::error::ReportError;
+
+/// A correction of a usage event (contract §3 `CorrectionEvent`), as `audit why` and `audit tenant` show it: what it
+/// changed, who made it and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CorrectionLine {
+    /// Its ledger sequence number.
+    pub seq: u64,
+    /// Its own event_id.
+    pub event_id: String,
+    /// When it was made.
+    pub corrected_at: Timestamp,
+    /// The usage event it corrects.
+    pub original_event_id: String,
+    /// The original's event time: the month and windows the change counts in.
+    pub original_occurred_at: Timestamp,
+    /// The original's metric.
+    pub metric: String,
+    /// VOID or AMEND.
+    pub action: String,
+    /// What the original counted before it, and after.
+    pub quantity_before: i64,
+    /// See `quantity_before`.
+    pub quantity_after: i64,
+    /// The difference, added where the original counts.
+    pub delta: i64,
+    /// Who made it.
+    pub actor: String,
+    /// Why.
+    pub reason: String,
+}
+
+impl From<CorrectionRecord> for CorrectionLine {
+    fn from(c: CorrectionRecord) -> CorrectionLine {
+        CorrectionLine {
+            seq: c.seq,
+            event_id: c.event_id,
+            corrected_at: c.corrected_at,
+            original_event_id: c.original_event_id,
+            original_occurred_at: c.original_occurred_at,
+            metric: c.metric,
+            action: c.action,
+            quantity_before: c.quantity_before,
+            quantity_after: c.quantity_after,
+            delta: c.delta,
+            actor: c.actor,
+            reason: c.reason,
+        }
+    }
+}
 
 /// Nearest names (request ids, tenants) offered for an unknown one.
 pub const NEAREST_SHOWN: usize = 5;

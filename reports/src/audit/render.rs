@@ -119,7 +119,32 @@ pub fn why(w: &Why) -> String {
     consumption_paragraph(w, &mut out);
     retry_paragraph(w, &mut out);
     adjustments_paragraph(w, &mut out);
+    if !w.corrections.is_empty() {
+        writeln!(out, "Corrections of this request's usage: {}.", w.corrections.len()).unwrap();
+        corrections_table(&w.corrections, &mut out);
+    }
     out
+}
+
+/// Corrections of usage, a row each: when, which event, what it counted before and after, who and why.
+fn corrections_table(corrections: &[super::CorrectionLine], out: &mut String) {
+    let rows: Vec<Vec<String>> = corrections
+        .iter()
+        .map(|c| {
+            vec![
+                c.corrected_at.to_string(),
+                c.original_event_id.clone(),
+                c.original_occurred_at.to_string(),
+                c.metric.clone(),
+                c.action.clone(),
+                format!("{} -> {}", c.quantity_before, c.quantity_after),
+                c.actor.clone(),
+                c.reason.clone(),
+            ]
+        })
+        .collect();
+    let header = ["corrected at", "usage event", "event at", "metric", "action", "counted", "actor", "reason"];
+    out.push_str(&table(&header, &rows));
 }
 
 /// A request of several metrics: what it asked, that they were decided together, and which metric and policy denied.
@@ -813,6 +838,10 @@ pub fn timeline(t: &Timeline) -> String {
     }
     alerts_paragraph(t, &mut out);
     changes_paragraph(t, &mut out);
+    if !t.corrections.is_empty() {
+        writeln!(out, "\nCorrections of its usage: {}.", t.corrections.len()).unwrap();
+        corrections_table(&t.corrections, &mut out);
+    }
     out
 }
 

@@ -36,6 +36,10 @@ pub struct Timeline {
     pub changes: Vec<ChangeLine>,
     /// The alerts written in the range: a window reaching a threshold of its limit, in ledger order.
     pub alerts: Vec<AlertLine>,
+    /// The corrections of its usage whose original happened or which were made in the range, in ledger order, with
+    /// who made them and why (absent from the JSON when there are none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub corrections: Vec<super::CorrectionLine>,
 }
 
 /// One alert of the timeline (contract §3 `AlertEvent`), with its ledger sequence number.
@@ -74,6 +78,7 @@ impl Timeline {
             && self.reservations.is_empty()
             && self.adjustments.is_empty()
             && self.alerts.is_empty()
+            && self.corrections.is_empty()
     }
 }
 
@@ -317,6 +322,12 @@ fn read_timeline(at: &At<'_>, tenant: &str, from: Timestamp, to: Timestamp) -> R
                 observed: a.observed,
                 request_id: a.request_id,
             })
+            .collect(),
+        corrections: at
+            .ledger
+            .tenant_corrections(tenant, (from, to), at.watermark)?
+            .into_iter()
+            .map(super::CorrectionLine::from)
             .collect(),
     })
 }

@@ -40,6 +40,10 @@ pub struct Why {
     pub resets_at: Option<Timestamp>,
     /// Every adjustment recorded for this tenant and metric whose window overlaps the decision's.
     pub adjustments: Vec<AdjustmentFacts>,
+    /// The corrections of the request's usage events (voids and amends), with who made them and why (absent from the
+    /// JSON when there are none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub corrections: Vec<super::CorrectionLine>,
     /// A request of several metrics: every metric's decision, decided together (all allowed or
     /// all denied); the decision explained is the one that denied, if any. Empty for a request of one metric.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -390,6 +394,11 @@ pub fn why(ledger: &Ledger, request_id: &str) -> Result<Result<Why, Unknown>, Re
             None => decision.window_end,
         },
         adjustments: adjustments(&at, &decision, scope_member.as_ref())?,
+        corrections: ledger
+            .request_corrections(request_id, watermark)?
+            .into_iter()
+            .map(super::CorrectionLine::from)
+            .collect(),
         metrics,
         decision,
     }))
