@@ -49,7 +49,7 @@ fn bench_ingest_measures_one_shard_and_two() {
 }
 
 #[test]
-fn bench_reconcile_times_a_first_run_and_a_rerun() {
+fn bench_reconcile_times_a_first_run_a_rerun_and_runs_after_new_events() {
     let figures = bench_json(&["reconcile", "--events", "20000", "--tenants", "10"]);
     assert_eq!(figures["tenants"], 10, "{figures}");
     // The generated month holds duplicates, which are not recorded as new events.
@@ -59,6 +59,22 @@ fn bench_reconcile_times_a_first_run_and_a_rerun() {
         positive(&figures, field);
     }
     positive(&figures, "adjustments_written");
+    // The rerun starts from the first run and reads nothing again; 1% new events of one tenant of ten are read
+    // alone; new events of every tenant are read with the whole ledger.
+    assert_eq!(figures["rerun_coverage"], "incremental (0 tenants)", "{figures}");
+    positive(&figures, "full_rerun_seconds");
+    let few = &figures["new_events_of_few_tenants"];
+    assert_eq!(
+        (few["tenants"].as_u64(), few["coverage"].as_str()),
+        (Some(1), Some("incremental (1 tenants)")),
+        "{few}"
+    );
+    let every = &figures["new_events_of_every_tenant"];
+    assert_eq!(every["coverage"], "full (many_tenants)", "{every}");
+    for run in [few, every] {
+        positive(run, "events_appended");
+        positive(run, "seconds");
+    }
 }
 
 // The hook's benchmark: every peer at every concurrency, Redis+Lua included (Debian's redis-server, which

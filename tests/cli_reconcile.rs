@@ -394,3 +394,36 @@ fn a_gauge_over_its_limit_is_reported_per_window_and_leaves_the_run_clean() {
     let bill = test.run(&["export", "billing", "--period", "2026-11", "--format", "csv"]).success().stdout_text();
     assert_eq!(bill.lines().count(), 1, "the header alone: {bill}");
 }
+
+// contract §5 "What a run covers": a rerun as of the same instant reads nothing again; after a late event of org-1 it
+// reads org-1 alone and writes exactly what a run reading everything (`--full`) would; another --as-of reads everything.
+#[test]
+fn a_rerun_reads_only_the_tenants_touched_since_and_writes_what_a_full_run_would() {
+    let test = ledger_with_overshoot();
+    let first = reconcile_json(&test, &[], 1);
+    assert_eq!(first["coverage"], json!({"mode": "full", "reason": "no_checkpoint"}), "{first}");
+    let rerun = reconcile_json(&test, &[], 0);
+    let since = first["watermark"].clone();
+    assert_eq!(rerun["coverage"], json!({"mode": "incremental", "since": since, "tenants": []}), "{rerun}");
+    assert_eq!(rerun["read"]["usage_events"], 0, "nothing read again: {rerun}");
+
+    let late = [usage("u-3", "2026-11-02T12:00:00Z", "org-1", 5), usage("u-4", "2026-11-02T12:00:00Z", "org-2", 1)];
+    write_container(&test.file("late.avro"), &late[..1]);
+    test.ingest(&test.file("late.avro"));
+    let full = reconcile_json(&test, &["--full", "--dry-run"], 1);
+    assert_eq!(full["coverage"], json!({"mode": "full", "reason": "asked"}), "{full}");
+    let incremental = reconcile_json(&test, &[], 1);
+    let since = rerun["watermark"].clone();
+    assert_eq!(incremental["coverage"], json!({"mode": "incremental", "since": since, "tenants": ["org-1"]}));
+    assert_eq!(adjustments(&incremental), adjustments(&full), "the same adjustments, ids and run as a full run's");
+    let found: Vec<(&Value, &Value)> = adjustments(&incremental).iter().map(|a| (&a["kind"], &a["amount"])).collect();
+    assert_eq!(found, [(&json!("OVERSHOOT"), &json!(5))], "5 more over the day's 100: {incremental}");
+
+    write_container(&test.file("other.avro"), &late[1..]);
+    test.ingest(&test.file("other.avro"));
+    let other = reconcile_json(&test, &[], 0);
+    assert_eq!(other["coverage"]["tenants"], json!(["org-2"]), "org-1 is not read again: {other}");
+    let tomorrow = test.run(&["reconcile", "--as-of", "2026-11-04T00:00:00Z", "--json"]).expect_code(0).json();
+    assert_eq!(tomorrow["coverage"], json!({"mode": "full", "reason": "other_as_of"}), "{tomorrow}");
+    test.assert_verifies();
+}

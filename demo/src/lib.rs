@@ -440,6 +440,7 @@ impl<'a> Demo<'a> {
             as_of,
             open_alert_after_s: (reconcile::AlertSettings::default().open_too_long_micros / 1_000_000) as u64,
             dry_run: false,
+            full: false,
             publish: Some(usecases::run::Publish::to(&self.brokers, &[], outbox::OutboxFormat::SingleObject)),
         };
         let show = self.show;

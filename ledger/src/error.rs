@@ -315,3 +315,12 @@ pub enum GapError {
     #[error("ledger write failed, gap not accepted")]
     Sqlite(#[from] rusqlite::Error),
 }
+
+/// Recording what a reconcile run concluded failed; nothing of it was recorded, and the next run reconciles in full.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunCheckpointError {
+    /// SQLite failed.
+    #[error("cannot record the reconcile checkpoint")]
+    Sqlite(#[from] rusqlite::Error),
+}

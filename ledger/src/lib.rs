@@ -61,6 +61,7 @@ mod period_exports;
 mod periods;
 mod read;
 mod replay;
+mod run_checkpoint;
 pub mod scan;
 pub mod shards;
 mod status;
@@ -96,6 +97,7 @@ pub use period_exports::{CloseSnapshot, ComputeResult, PeriodExport, PeriodExpor
 pub use periods::{Period, PeriodClose, PeriodParseError, covering_close};
 pub use read::{AdjustmentSummary, AllowedOpen, ConflictingCopy, ReadSnapshot, SequencedReservation, UsageRow};
 pub use replay::{REPLAYED_PER_TRANSACTION, ReplayReport, StillQuarantined};
+pub use run_checkpoint::RunCheckpoint;
 pub use scan::ScanError;
 pub use status::{QuarantinedMessage, Status};
 pub use verify::{BadCheckpoint, BadEntry, ExpectedHead, VerifyReport};

@@ -47,6 +47,7 @@ pub const MIGRATIONS: &[Migration] = &[
     ("035-policy-alert-settings.sql", include_str!("../ddl/035-policy-alert-settings.sql"), None),
     ("036-webhooks.sql", include_str!("../ddl/036-webhooks.sql"), None),
     ("037-usage-corrections.sql", include_str!("../ddl/037-usage-corrections.sql"), None),
+    ("038-reconcile-checkpoint.sql", include_str!("../ddl/038-reconcile-checkpoint.sql"), None),
 ];
 
 /// The schema version of a ledger all of whose migrations ran.

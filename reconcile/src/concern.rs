@@ -88,6 +88,14 @@ impl Concern {
         }
     }
 
+    /// The tenant of a window's or a closed period's concern; none for the concerns named by an event.
+    pub fn tenant(&self) -> Option<&str> {
+        match self {
+            Concern::Window { tenant, .. } | Concern::LateUsage { tenant, .. } => Some(tenant),
+            _ => None,
+        }
+    }
+
     /// The window an adjustment of this concern names (`window_start`, `window_end` of contract §3).
     pub fn window(&self) -> Option<(Timestamp, Timestamp)> {
         match self {

@@ -31,6 +31,9 @@ pub enum ReconcileError {
         /// Adjustments recorded now.
         found: u64,
     },
+    /// Recording where the run got to failed, after its plan was recorded: the next run reads everything.
+    #[error("the adjustments are recorded, but not where the run got to: the next run reads the whole ledger")]
+    Checkpoint(#[from] ledger::RunCheckpointError),
     /// Two adjustments of the plan share an id: a bug in telling concerns apart.
     #[error(
         "two adjustments of this run have the id {adjustment_id}: two concerns are not told apart (a bug; please report it with the ledger)"

@@ -16,7 +16,7 @@ use rules::overshoot;
 use rules::policy::{Applicable, PolicyIndex};
 use rustc_hash::FxHashMap;
 use schemas::{Enforcement, GrantEvent, Scope, Timestamp, Violation};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::names::Interner;
 
@@ -32,7 +32,7 @@ pub struct Reading {
 }
 
 /// A window of a gauge quota in which the tenant's level stood above the effective limit for some time.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GaugeOverLimit {
     /// The tenant.
     pub tenant: String,

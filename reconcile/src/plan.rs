@@ -1,7 +1,7 @@
 //! The plan of a reconciliation run: every adjustment to write, computed from the ledger's reads by the pure
 //! rules of this crate, before anything is written. The report prints it; `apply` records it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -16,6 +16,7 @@ use crate::alerts;
 use crate::concern::{self, Concern, Members, Recorded, Truth};
 use crate::error::ReconcileError;
 use crate::gauge::{self, GaugeOverLimit, Reading};
+use crate::incremental::Coverage;
 use crate::inputs::PlanInputs;
 use crate::names::{Interner, NAMES_NONE, WindowKey};
 use crate::rolling;
@@ -75,6 +76,9 @@ pub struct PlanCounts {
     pub windows_judged: u64,
     /// Conflicting duplicates read.
     pub conflicting_copies: u64,
+    /// Tenants whose usage the run read: every tenant with usage for a full run, those touched since the last run for
+    /// an incremental one.
+    pub tenants_read: u64,
     /// Adjustments recorded before this run: `apply` refuses the plan if another run recorded some since.
     pub adjustments_before: u64,
     /// Milliseconds spent in each step, for the benchmark and for an operator wondering where a night went.
@@ -103,6 +107,8 @@ pub struct Plan {
     /// Policies and grants recorded after the close of a month they would change, for finance to settle by hand
     /// (`--json`: `after_close`); read by [`plan()`], empty from [`plan_from`].
     pub after_close: Vec<AfterClose>,
+    /// What the run read: every event, or the tenants touched since the last run ([`crate::incremental`]).
+    pub coverage: Coverage,
 }
 
 impl Plan {
@@ -221,6 +227,8 @@ struct Run<'p> {
     truths: Vec<Truth>,
     /// Window and late-usage concerns judged this run that have recorded adjustments.
     judged: HashSet<Concern>,
+    /// The tenants whose usage the run read.
+    tenants_read: FxHashSet<u32>,
     counts: PlanCounts,
 }
 
@@ -263,6 +271,20 @@ pub fn plan_from_with(
     plan_judging(inputs, as_of, settings, Judged::Everything, progress)
 }
 
+/// [`plan_from_with`] over the tenants `tenants` alone, whose events `inputs` hold: the adjustments and alerts of a
+/// full run that concern them. Only their windows and periods with recorded adjustments are taken back when nothing
+/// is consumed in them any more; conflicting copies, deny rates and what the counts report of the whole ledger are
+/// judged whole.
+pub(crate) fn plan_of_tenants(
+    inputs: &impl PlanInputs,
+    as_of: Timestamp,
+    settings: alerts::AlertSettings,
+    tenants: &BTreeSet<String>,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Plan, ReconcileError> {
+    plan_judging(inputs, as_of, settings, Judged::Tenants(tenants), progress)
+}
+
 /// The LATE_USAGE adjustments a run as of `as_of` would make, and nothing else (what a close records of the months
 /// closed before it): the reservations judged and the consumption summed as a run does, without judging windows,
 /// gauges, rolling limits or alerts, and without the second read that names the events crossing a limit. Its
@@ -276,9 +298,11 @@ pub fn late_usage(ledger: &Ledger, as_of: Timestamp) -> Result<Plan, ReconcileEr
 
 /// What a plan judges.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Judged {
+enum Judged<'t> {
     /// Everything a nightly run judges.
     Everything,
+    /// Everything a nightly run judges of these tenants, whose events alone the inputs hold.
+    Tenants(&'t BTreeSet<String>),
     /// The late usage of closed periods alone.
     LateUsage,
 }
@@ -287,7 +311,7 @@ fn plan_judging(
     inputs: &impl PlanInputs,
     as_of: Timestamp,
     settings: alerts::AlertSettings,
-    judged: Judged,
+    judged: Judged<'_>,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Plan, ReconcileError> {
     let watermark = inputs.watermark()?;
@@ -317,6 +341,7 @@ fn plan_judging(
         alerts: Vec::new(),
         truths: Vec::new(),
         judged: HashSet::new(),
+        tenants_read: FxHashSet::default(),
         counts: PlanCounts {
             adjustments_before,
             allowed_open: inputs.allowed_open(as_of)?,
@@ -340,7 +365,7 @@ fn plan_judging(
         run.truths.retain(|truth| matches!(truth.concern, Concern::LateUsage { .. }));
         run.alerts.clear();
         step(&mut run, "judge late usage");
-        return Ok(run.into_plan(format!("reconcile-{as_of}-w{watermark}"), watermark));
+        return Ok(run.into_plan(run_id(as_of, watermark), watermark));
     }
     run.judge_conflicts(inputs)?;
     step(&mut run, "judge conflicting duplicates");
@@ -352,7 +377,12 @@ fn plan_judging(
     run.judge_throttled(inputs, &commits, throttled, &mut flagged, progress)?;
     run.judge_rolling(inputs, &commits)?;
     run.judge_late_usage();
-    run.take_back_vanished(|_| true);
+    match judged {
+        Judged::Tenants(tenants) => {
+            run.take_back_vanished(|concern| concern.tenant().is_some_and(|t| tenants.contains(t)))
+        }
+        _ => run.take_back_vanished(|_| true),
+    }
     step(&mut run, "judge windows and late usage");
     run.name_crossers(inputs, &commits, &flagged, progress)?;
     step(&mut run, "name the events that crossed limits");
@@ -361,8 +391,12 @@ fn plan_judging(
     let recorded_alerts = inputs.alert_ids()?;
     run.alerts.retain(|a| !recorded_alerts.contains(&a.alert_id));
     step(&mut run, "judge alerts");
-    let run_id = format!("reconcile-{as_of}-w{watermark}");
-    Ok(run.into_plan(run_id, watermark))
+    Ok(run.into_plan(run_id(as_of, watermark), watermark))
+}
+
+/// `reconcile-<as_of>-w<watermark>`: the same ledger and `--as-of` give the same run.
+pub(crate) fn run_id(as_of: Timestamp, watermark: u64) -> String {
+    format!("reconcile-{as_of}-w{watermark}")
 }
 
 impl<'p> Run<'p> {
@@ -518,6 +552,7 @@ impl<'p> Run<'p> {
             }
             let counted_at_close = self.close_of(row.occurred_at).is_some_and(|c| row.seq <= c.watermark);
             let c = self.consumption_of_usage(&row, counted_at_close);
+            self.tenants_read.insert(c.tenant);
             if self.is_level(c.tenant, c.metric) {
                 // A correction of a reading is no reading: a level is billed by no period, and a gauge judged by the
                 // levels its producers report.
@@ -533,6 +568,7 @@ impl<'p> Run<'p> {
                 self.add(&consumption_of_commit(commit), &mut keys);
             }
         }
+        self.counts.tenants_read = self.tenants_read.len() as u64;
         Ok(())
     }
 
@@ -988,7 +1024,8 @@ impl<'p> Run<'p> {
         alerts.dedup_by(|a, b| a.alert_id == b.alert_id);
         let mut counts = self.counts;
         counts.alerts.extend(alerts.iter().cloned());
-        Plan { run_id, as_of: self.as_of, watermark, adjustments, alerts, counts, after_close: Vec::new() }
+        let coverage = Coverage::Full { reason: crate::incremental::FullReason::Asked };
+        Plan { run_id, as_of: self.as_of, watermark, adjustments, alerts, counts, after_close: Vec::new(), coverage }
     }
 }
 

@@ -3,12 +3,13 @@
 
 use schemas::Timestamp;
 
+use crate::incremental::Coverage;
 use crate::{Plan, PlanCounts};
 
 /// The plans of every shard of a set, in partition order, as one: `watermark` is the set's (its entries counted
 /// once), the run id the one a single ledger of those entries would have, the adjustments each shard's (by kind,
 /// then shard, then as each shard sorted them), the counts summed, and the policies and grants after a close once
-/// each (a plan default is in every shard).
+/// each (a plan default is in every shard); read in full when a shard was (the first such shard's reason).
 pub fn union(as_of: Timestamp, watermark: u64, plans: Vec<Plan>) -> Plan {
     let mut union = Plan {
         run_id: format!("reconcile-{as_of}-w{watermark}"),
@@ -18,6 +19,7 @@ pub fn union(as_of: Timestamp, watermark: u64, plans: Vec<Plan>) -> Plan {
         alerts: Vec::new(),
         counts: PlanCounts::default(),
         after_close: Vec::new(),
+        coverage: Coverage::Incremental { since: 0, tenants: Vec::new() },
     };
     for plan in plans {
         union.adjustments.extend(plan.adjustments);
@@ -40,6 +42,17 @@ pub fn union(as_of: Timestamp, watermark: u64, plans: Vec<Plan>) -> Plan {
         sum.windows_judged += add.windows_judged;
         sum.conflicting_copies += add.conflicting_copies;
         sum.adjustments_before += add.adjustments_before;
+        sum.tenants_read += add.tenants_read;
+        union.coverage = match (union.coverage, plan.coverage) {
+            (full @ Coverage::Full { .. }, _) | (_, full @ Coverage::Full { .. }) => full,
+            (
+                Coverage::Incremental { since, mut tenants },
+                Coverage::Incremental { since: shard_since, tenants: shard_tenants },
+            ) => {
+                tenants.extend(shard_tenants);
+                Coverage::Incremental { since: since + shard_since, tenants }
+            }
+        };
         for (step, ms) in &add.step_ms {
             match sum.step_ms.iter_mut().find(|(s, _)| s == step) {
                 Some((_, total)) => *total += ms,

@@ -4,7 +4,8 @@
 //! an API key or none, usage naming some of each, requests of two metrics, reservations, leases with renewals and
 //! stale tokens, gauge quotas and readings of their level, duplicates, out-of-order batches, period closes, runs at
 //! rising `--as-of`) reconciled by `reconcile::plan` + `apply` agree with a deliberately naive in-memory model of
-//! contract §5 written here, concern by concern, and on the gauges over their limit, after every run.
+//! contract §5 written here, concern by concern, and on the gauges over their limit, after every run; and a run that
+//! starts from the last one (`reconcile::plan_incremental`) finds what a full run finds, after every batch appended.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -1662,9 +1663,32 @@ impl Model {
 // ---------------------------------------------------------------------------------------------------------------
 
 /// Runs `reconcile --as-of as_of` and checks the ledger against the model.
+/// An incremental run as of `as_of` (from the last run that recorded its plan, when it can) finds what a full one
+/// finds: the same adjustments, alerts and outcome, and the same per-tenant reports. Answers the full run's plan.
+fn incremental_is_full(ledger: &Ledger, as_of: Timestamp) -> reconcile::Plan {
+    let settings = reconcile::AlertSettings::default();
+    // Every tenant touched read apart, however many: the model has two.
+    let apart = reconcile::Reading::Since { tenants_apart_percent: 100 };
+    let incremental = reconcile::plan_incremental(ledger, as_of, settings, apart, &mut |_| {}).unwrap();
+    let full = reconcile::plan_incremental(ledger, as_of, settings, reconcile::Reading::Full, &mut |_| {}).unwrap();
+    assert_eq!(full.coverage, reconcile::Coverage::Full { reason: reconcile::FullReason::Asked });
+    let how = &incremental.coverage;
+    assert_eq!(incremental.adjustments, full.adjustments, "as of {as_of}, read {how:?}: the adjustments");
+    assert_eq!(incremental.alerts, full.alerts, "as of {as_of}, read {how:?}: the alerts");
+    assert_eq!(incremental.is_clean(), full.is_clean(), "as of {as_of}, read {how:?}: the outcome");
+    assert_eq!(incremental.run_id, full.run_id, "as of {as_of}, read {how:?}: the run");
+    let (i, f) = (&incremental.counts, &full.counts);
+    assert_eq!(i.leases_expired, f.leases_expired, "as of {as_of}, read {how:?}: leases expired");
+    assert_eq!(i.gauges_over_limit, f.gauges_over_limit, "as of {as_of}, read {how:?}: gauges over their limit");
+    assert_eq!(i.alerts, f.alerts, "as of {as_of}, read {how:?}: the alerts reported");
+    assert_eq!(i.adjustments_before, f.adjustments_before, "as of {as_of}, read {how:?}: adjustments before");
+    assert_eq!(incremental.after_close, full.after_close, "as of {as_of}, read {how:?}: after a close");
+    full
+}
+
 fn run_and_check(ledger: &mut Ledger, model: &mut Model, as_of: Timestamp) {
     let before = ledger.adjustments().unwrap();
-    let plan = reconcile::plan(ledger, as_of, &mut |_| {}).unwrap();
+    let plan = incremental_is_full(ledger, as_of);
     // What a close records of the months closed before: the run's LATE_USAGE adjustments, judged alone.
     let late = reconcile::late_usage(ledger, as_of).unwrap();
     let late_of_run: Vec<&AdjustmentEvent> =
@@ -1672,6 +1696,7 @@ fn run_and_check(ledger: &mut Ledger, model: &mut Model, as_of: Timestamp) {
     assert_eq!(late.adjustments.iter().collect::<Vec<_>>(), late_of_run, "as of {as_of}: late usage judged alone");
     assert!(late.alerts.is_empty(), "a close's judgement of late usage alerts nothing");
     let report = reconcile::apply(ledger, &plan).unwrap();
+    reconcile::remember(ledger, &plan, reconcile::AlertSettings::default()).unwrap();
     // The run's alerts are entries too; the model judges adjustments, and that none is written twice.
     model.watermark += (plan.adjustments.len() + plan.alerts.len()) as u64;
     assert_eq!(report.watermark, model.watermark, "adjustments and alerts are entries of the ledger");
@@ -1730,15 +1755,22 @@ fn run_and_check(ledger: &mut Ledger, model: &mut Model, as_of: Timestamp) {
         }
     }
 
-    let rerun = reconcile::plan(ledger, as_of, &mut |_| {}).unwrap();
+    let rerun = incremental_is_full(ledger, as_of);
     assert!(rerun.is_clean(), "a rerun with the same --as-of {as_of} writes nothing: {:#?}", rerun.adjustments);
     assert!(rerun.alerts.is_empty(), "nor an alert again: {:#?}", rerun.alerts);
+    // And knows it without reading any tenant again: the run's own adjustments and alerts touch none.
+    let settings = reconcile::AlertSettings::default();
+    let rerun =
+        reconcile::plan_incremental(ledger, as_of, settings, reconcile::Reading::default(), &mut |_| {}).unwrap();
+    let nothing_new = reconcile::Coverage::Incremental { since: plan.watermark, tenants: Vec::new() };
+    assert_eq!(rerun.coverage, nothing_new, "a rerun with the same --as-of {as_of} reads nothing again");
 }
 
 fn check(history: &History) {
     let dir = tempfile::tempdir().unwrap();
     let mut ledger = Ledger::open(dir.path().join("ledger.db")).unwrap();
     let mut model = Model::default();
+    let mut last_run = None;
     for (batch, step) in history.batches.iter().zip(&history.steps) {
         if !batch.is_empty() {
             let events = batch
@@ -1759,8 +1791,13 @@ fn check(history: &History) {
                 model.closes.push((close.period.start(), close.period.end(), close.watermark));
             }
         }
+        // Whatever the batch and close brought, a run as of the last run's instant finds what a full one finds.
+        if let Some(as_of) = last_run {
+            incremental_is_full(&ledger, at(AS_OFS[as_of]));
+        }
         if let Some(as_of) = step.run {
             run_and_check(&mut ledger, &mut model, at(AS_OFS[as_of]));
+            last_run = Some(as_of);
         }
     }
     run_and_check(&mut ledger, &mut model, at(FINAL_AS_OF));

@@ -311,7 +311,8 @@ pub(crate) async fn reconcile(
         _ => return error(StatusCode::BAD_REQUEST, "bad_request", "open_alert_after_s: from 1 to 31622400 (366 days)"),
     };
     let answer = serde_json::json!({"as_of": as_of.to_string(), "dry_run": dry_run});
-    let settings = usecases::run::RunSettings { as_of, open_alert_after_s, dry_run, publish: app.publish.clone() };
+    let settings =
+        usecases::run::RunSettings { as_of, open_alert_after_s, dry_run, full: false, publish: app.publish.clone() };
     let read: Read = Box::new(move |path, _| answered(usecases::shard::reconcile(path, &settings)));
     every_shard(&app, answer, read).await
 }

@@ -28,6 +28,10 @@ pub struct ReconcileArgs {
     /// Compute and print the plan, record nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Read every event, even when the last run as of the same instant lets this one read only the tenants touched
+    /// since (the same adjustments either way).
+    #[arg(long)]
+    full: bool,
     /// Kafka bootstrap servers to publish the adjustments to; without them they wait in the outbox.
     #[arg(long, env = "QUOTA_LEDGER_BROKERS")]
     brokers: Option<String>,
@@ -80,6 +84,7 @@ pub fn run(store: &super::Store, args: ReconcileArgs) -> anyhow::Result<ExitCode
         as_of: args.as_of,
         open_alert_after_s: args.open_alert_after,
         dry_run: args.dry_run,
+        full: args.full,
         publish: args.brokers.as_ref().map(|brokers| Publish {
             brokers: brokers.clone(),
             settings: args.settings.clone(),

@@ -34,6 +34,9 @@ pub struct RunSettings {
     pub open_alert_after_s: u64,
     /// Compute the plan, record nothing.
     pub dry_run: bool,
+    /// Read every event, even when the last run as of the same instant lets this one read only what came since
+    /// (`--full`).
+    pub full: bool,
     /// Where to publish the adjustments; without it they wait in the outbox.
     pub publish: Option<Publish>,
 }
@@ -92,6 +95,8 @@ pub struct RunJson {
     /// The alerts this run recorded; `read.alerts` lists them with those of the day before.
     alerts_written: u64,
     read: reconcile::PlanCounts,
+    /// Every event read, and why; or the tenants touched since the last run as of the same instant.
+    coverage: reconcile::Coverage,
     outbox: Option<PublishReport>,
     /// Policies and grants recorded after the close of a month they would change (docs/contract.md §9.5).
     after_close: Vec<reconcile::after_close::AfterClose>,
@@ -150,7 +155,8 @@ pub fn of_ledger(path: &Path, settings: &RunSettings, progress: &mut dyn FnMut(S
     let mut ledger = Ledger::open(path)?;
     progress("reading policies, grants and adjustments".to_string());
     let alerts = reconcile::AlertSettings { open_too_long_micros: (settings.open_alert_after_s * 1_000_000) as i64 };
-    let plan = reconcile::plan_with(&ledger, settings.as_of, alerts, &mut |p| {
+    let reading = if settings.full { reconcile::Reading::Full } else { reconcile::Reading::default() };
+    let plan = reconcile::plan_incremental(&ledger, settings.as_of, alerts, reading, &mut |p| {
         progress(match p {
             Progress::Reservations { events } => format!("judging reservations: {events} events"),
             Progress::Usage { events } => format!("summing consumption per window: {events} usage events"),
@@ -162,6 +168,11 @@ pub fn of_ledger(path: &Path, settings: &RunSettings, progress: &mut dyn FnMut(S
         progress(format!("recording {} adjustments, {} alerts", plan.adjustments.len(), plan.alerts.len()));
         // The error says what was recorded: the adjustments go in transactions of 10,000.
         reconcile::apply(&mut ledger, &plan).context("reconcile failed")?;
+    }
+    if !settings.dry_run {
+        // Only once the ledger holds the plan: a run stopped before leaves the last checkpoint, which no longer
+        // matches the adjustments recorded, and the next run reads everything.
+        reconcile::remember(&mut ledger, &plan, alerts).context("reconcile failed")?;
     }
     let mut notes = Vec::new();
     let outbox = match (&settings.publish, settings.dry_run) {
@@ -244,6 +255,7 @@ pub fn run_json(run: &Run, dry_run: bool) -> RunJson {
         adjustments_by_kind: by_kind(&plan.adjustments),
         adjustments: plan.adjustments.iter().map(|a| Event::Adjustment(a.clone()).to_json()).collect(),
         read: plan.counts.clone(),
+        coverage: plan.coverage.clone(),
         outbox,
         after_close: plan.after_close.clone(),
     }
@@ -266,6 +278,7 @@ pub fn write_report(out: &mut dyn Write, run: &Run, dry_run: bool) -> std::io::R
         c.windows_judged,
         c.adjustments_before
     )?;
+    write_coverage(out, &plan.coverage)?;
     if plan.is_clean() {
         writeln!(out, "clean: nothing to adjust")?;
     } else {
@@ -294,6 +307,35 @@ pub fn write_report(out: &mut dyn Write, run: &Run, dry_run: bool) -> std::io::R
         None => Ok(()),
     }?;
     Ok(())
+}
+
+/// What the run read: everything and why, or the tenants touched since the last run as of the same instant.
+fn write_coverage(out: &mut dyn Write, coverage: &reconcile::Coverage) -> std::io::Result<()> {
+    use reconcile::{Coverage, FullReason};
+    let why = match coverage {
+        Coverage::Incremental { since, tenants } if tenants.is_empty() => {
+            return writeln!(
+                out,
+                "nothing new since the last run as of this instant (watermark {since}): read nothing again"
+            );
+        }
+        Coverage::Incremental { since, tenants } => {
+            return writeln!(
+                out,
+                "read only the {} tenants touched since the last run as of this instant (watermark {since})",
+                tenants.len()
+            );
+        }
+        Coverage::Full { reason: FullReason::Asked } => "as asked (--full)",
+        Coverage::Full { reason: FullReason::NoCheckpoint } => "no run recorded its plan before",
+        Coverage::Full { reason: FullReason::OtherAsOf } => "the last run was as of another instant",
+        Coverage::Full { reason: FullReason::OtherSettings } => "the last run had another --open-alert-after-s",
+        Coverage::Full { reason: FullReason::AdjustmentsSince } => "adjustments were recorded since the last run",
+        Coverage::Full { reason: FullReason::CloseSince } => "a period was closed since the last run",
+        Coverage::Full { reason: FullReason::PlanDefaultSince } => "a plan default was recorded since the last run",
+        Coverage::Full { reason: FullReason::ManyTenants } => "many tenants were touched since the last run",
+    };
+    writeln!(out, "read the whole ledger: {why}")
 }
 
 /// The alerts of the day before `--as-of` and those the run wrote: a line per window and policy for the thresholds

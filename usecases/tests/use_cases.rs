@@ -62,7 +62,7 @@ fn hard(tenant: &str, limit: i64) -> PolicyChange {
 }
 
 fn run_as_of(store: &Store, as_of: &str, dry_run: bool) -> usecases::run::Run {
-    let settings = RunSettings { as_of: at(as_of), open_alert_after_s: 3_600, dry_run, publish: None };
+    let settings = RunSettings { as_of: at(as_of), open_alert_after_s: 3_600, dry_run, full: false, publish: None };
     usecases::run::run(store, &settings, &mut |_| {}).unwrap()
 }
 
