@@ -313,8 +313,8 @@ pub struct UsageRow<'r> {
 }
 
 /// A recorded correction as the consumption stream gives it ([`UsageRow::correction`]).
-struct CorrectionRow {
-    seq: u64,
+pub(crate) struct CorrectionRow {
+    pub(crate) seq: u64,
     tenant: String,
     subject: Option<String>,
     project: Option<String>,
@@ -326,7 +326,7 @@ struct CorrectionRow {
 }
 
 impl CorrectionRow {
-    fn row(&self) -> UsageRow<'_> {
+    pub(crate) fn row(&self) -> UsageRow<'_> {
         UsageRow {
             seq: self.seq,
             tenant: &self.tenant,
@@ -344,11 +344,16 @@ impl CorrectionRow {
 
 /// Every recorded correction, in ledger order: few beside the usage, so read whole.
 fn corrections(conn: &Connection) -> rusqlite::Result<Vec<CorrectionRow>> {
-    let mut statement = conn.prepare(
+    corrections_of(conn, None)
+}
+
+/// The recorded corrections of `tenant` (every tenant's with none), in ledger order.
+pub(crate) fn corrections_of(conn: &Connection, tenant: Option<&str>) -> rusqlite::Result<Vec<CorrectionRow>> {
+    let mut statement = conn.prepare_cached(
         "SELECT c.seq, c.tenant, c.subject, c.project, c.api_key, c.metric, c.occurred_at, c.delta, e.event_id
-         FROM usage_corrections c JOIN entries e ON e.seq = c.seq ORDER BY c.seq",
+         FROM usage_corrections c JOIN entries e ON e.seq = c.seq WHERE ?1 IS NULL OR c.tenant = ?1 ORDER BY c.seq",
     )?;
-    let rows = statement.query_map([], |r| {
+    let rows = statement.query_map([tenant], |r| {
         Ok(CorrectionRow {
             seq: r.get::<_, i64>(0)? as u64,
             tenant: r.get(1)?,

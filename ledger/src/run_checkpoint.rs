@@ -88,7 +88,8 @@ impl Ledger {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
-    /// Calls `each` with every counted UsageEvent of `tenant`, in ledger order; answers how many there were.
+    /// Calls `each` with every counted UsageEvent of `tenant`, and every correction of one, in ledger order (as
+    /// [`Ledger::for_each_usage`] does for every tenant); answers how many there were.
     pub fn for_each_usage_of_tenant(&self, tenant: &str, each: impl FnMut(UsageRow<'_>)) -> Result<u64, ReadError> {
         Ok(usage_of_tenant(&self.conn, tenant, each)?)
     }
@@ -99,12 +100,19 @@ fn usage_of_tenant(
     tenant: &str,
     mut each: impl FnMut(UsageRow<'_>),
 ) -> rusqlite::Result<u64> {
+    let corrections = crate::read::corrections_of(conn, Some(tenant))?;
+    let mut corrections = corrections.iter().peekable();
     let mut statement = conn.prepare_cached(TENANT_USAGE_STREAM)?;
     let mut rows = statement.query(named_params! { ":tenant": tenant })?;
     let mut count = 0;
     while let Some(r) = rows.next()? {
+        let seq = r.get::<_, i64>(0)? as u64;
+        while let Some(correction) = corrections.next_if(|c| c.seq < seq) {
+            each(correction.row());
+            count += 1;
+        }
         each(UsageRow {
-            seq: r.get::<_, i64>(0)? as u64,
+            seq,
             tenant: r.get_ref(1)?.as_str()?,
             subject: r.get_ref(2)?.as_str_or_null()?,
             metric: r.get_ref(3)?.as_str()?,
@@ -113,7 +121,12 @@ fn usage_of_tenant(
             project: r.get_ref(6)?.as_str_or_null()?,
             api_key: r.get_ref(7)?.as_str_or_null()?,
             quantity: r.get(8)?,
+            correction: false,
         });
+        count += 1;
+    }
+    for correction in corrections {
+        each(correction.row());
         count += 1;
     }
     Ok(count)
