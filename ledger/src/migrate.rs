@@ -45,6 +45,7 @@ pub const MIGRATIONS: &[Migration] = &[
     ("033-export-cycles.sql", include_str!("../ddl/033-export-cycles.sql"), None),
     ("034-alert-events.sql", include_str!("../ddl/034-alert-events.sql"), None),
     ("035-policy-alert-settings.sql", include_str!("../ddl/035-policy-alert-settings.sql"), None),
+    ("038-hook-snapshots.sql", include_str!("../ddl/038-hook-snapshots.sql"), None),
 ];
 
 /// The schema version of a ledger all of whose migrations ran.
