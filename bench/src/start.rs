@@ -2,8 +2,9 @@
 //! (the lead's release measurement: 10,000,000 events): started from the ledger's snapshot of the hook's state, and,
 //! as its peer in the same run, folding the ledger's last month (`serve --full-fold`).
 //!
-//! The month generated is the one the last 16 days fall in, so that a start's fold (a month and a day back from the
-//! wall clock) reads it. The ledger is built once and kept in `--dir` (`bench-start-<events>-<tenants>-<month>.db`).
+//! The month generated is the 30 days that end within the current hour, so that a start's fold (a month and a day back
+//! from the wall clock) reads all of it and its windows are those of now. The ledger is built once and kept in `--dir`
+//! for the hour (`bench-start-<events>-<tenants>-<first hour>.db`).
 //! Each start is a child process of the real binary: the time is from its spawn to the first answer of
 //! `POST /v1/check` (200 or 429), the peak memory its `VmHWM` read from `/proc` right after that answer.
 
@@ -37,7 +38,7 @@ pub struct StartBenchSettings {
     pub events: u64,
     /// Tenants of the generated month.
     pub tenants: u32,
-    /// Where the ledger is built and kept; a temporary directory when absent.
+    /// Where the ledger is built and kept (reused within the hour); a temporary directory when absent.
     pub dir: Option<PathBuf>,
     /// The `quota-ledger` binary whose `serve` is started.
     pub binary: PathBuf,
@@ -98,8 +99,9 @@ pub fn run(settings: &StartBenchSettings, progress: &dyn Fn(Progress)) -> anyhow
     let temporary = tempfile::tempdir().context("cannot create a temporary directory")?;
     let dir = settings.dir.clone().unwrap_or_else(|| temporary.path().to_path_buf());
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let month_start =
-        rules::window::bounds(Window::MONTH, Timestamp(Timestamp::now().micros() - 16 * 86_400_000_000)).0;
+    // The generator's month is 30 days from its start: these end within the hour.
+    let hour = rules::window::bounds(Window::HOUR, Timestamp::now()).0;
+    let month_start = Timestamp(hour.micros() - 30 * 86_400_000_000 + 3_600_000_000);
     let path = built_ledger(&dir, settings, month_start, progress)?;
     let events_recorded = Ledger::open(&path)?.status()?.events_recorded;
     let started = Instant::now();
@@ -131,7 +133,7 @@ fn built_ledger(
     month_start: Timestamp,
     progress: &dyn Fn(Progress),
 ) -> anyhow::Result<PathBuf> {
-    let month = &month_start.to_string()[..7];
+    let month = &month_start.to_string()[..13];
     let path = dir.join(format!("bench-start-{}-{}-{month}.db", settings.events, settings.tenants));
     let built = path.with_extension("built");
     if !built.exists() {

@@ -117,7 +117,7 @@ pub enum BenchCommand {
         /// Tenants of the generated month.
         #[arg(long, default_value_t = 1_000)]
         tenants: u32,
-        /// Where the ledger is built and kept; a temporary directory when absent.
+        /// Where the ledger is built and kept (reused within the hour); a temporary directory when absent.
         #[arg(long)]
         dir: Option<PathBuf>,
         /// Print the figures as JSON.
