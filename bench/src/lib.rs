@@ -2,7 +2,8 @@
 //! answers its figures for the binary to print. [`append`]: the ledger's append against bare SQLite inserts;
 //! [`hook`]: the enforcement hook's decisions in-process and over HTTP against Redis with Lua; [`reconcile`]: the
 //! nightly job on a generated month; [`export`]: the billing export against DuckDB; [`ingest`]: a generated month
-//! into 1 shard and into more, a writer per shard.
+//! into 1 shard and into more, a writer per shard; [`start`]: how soon a starting `serve` decides, from the ledger's
+//! snapshot of the hook's state and folding the ledger.
 //!
 //! The runs of a command (`reconcile`, `export billing`, `serve`) are child processes of the real binary, named in
 //! each benchmark's settings: their peak memory is then their own.
@@ -22,6 +23,7 @@ pub mod hook;
 pub mod ingest;
 pub mod reconcile;
 pub mod rls;
+pub mod start;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

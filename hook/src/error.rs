@@ -99,3 +99,18 @@ pub enum StartError {
     #[error("cannot record the decisions made open that wait in the spill: {0}")]
     Spill(String),
 }
+
+/// A snapshot of the hook's state could not be taken ([`crate::snapshot::take`]); nothing of it was written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SnapshotFailed {
+    /// The state could not be loaded from the ledger.
+    #[error(transparent)]
+    Load(#[from] StartError),
+    /// The state could not be encoded.
+    #[error("cannot encode the hook's state: {0}")]
+    Encode(String),
+    /// The ledger did not record it.
+    #[error(transparent)]
+    Record(#[from] ledger::SnapshotError),
+}

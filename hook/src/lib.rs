@@ -43,6 +43,7 @@ pub mod quotas;
 pub mod replicate;
 mod settings;
 pub mod shards;
+pub mod snapshot;
 pub mod spill;
 pub mod stages;
 pub mod state;
@@ -58,7 +59,7 @@ use std::sync::mpsc::{SyncSender, TrySendError};
 use std::time::{Duration, Instant};
 
 pub use api::*;
-pub use error::{HookError, StartError};
+pub use error::{HookError, SnapshotFailed, StartError};
 use ledger::{Durability, Ledger, ProcessLock};
 use queue::{Queued, Work};
 pub use quotas::{QuotaQuery, Quotas};

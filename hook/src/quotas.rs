@@ -206,7 +206,7 @@ pub fn of_state(state: &State, buckets: Option<&Buckets>, query: &QuotaQuery, no
 /// buckets live in the serving process). Reads only.
 pub fn from_ledger(ledger: &Ledger, query: &QuotaQuery, now: Timestamp) -> Result<Quotas, HookError> {
     validate(query)?;
-    let mut state = crate::load::load(ledger, now).map_err(|e| HookError::Ledger(ledger::causes(&e)))?;
+    let mut state = crate::load::load(ledger, now, true).map_err(|e| HookError::Ledger(ledger::causes(&e)))?;
     state.expire(now);
     Ok(of_state(&state, None, query, now))
 }

@@ -46,12 +46,22 @@ pub struct HookSettings {
     /// The size of the spill (`LEDGER.spill`) that keeps the decisions made open until the ledger takes them,
     /// written whole once a policy is OPEN so that a full disk cannot refuse it.
     pub spill_bytes: u64,
+    /// Whether a start reads the ledger's snapshot of the state ([`crate::snapshot`]) and folds only the entries
+    /// after it; false folds the ledger's last month, as a start without a snapshot does.
+    pub start_from_snapshot: bool,
+    /// Entries appended after the last snapshot of the state past which the snapshot thread takes the next
+    /// ([`crate::snapshot::SNAPSHOT_EVERY_ENTRIES`]); 0 takes none.
+    pub snapshot_every_entries: u64,
+    /// How often, in milliseconds, the snapshot thread looks whether a snapshot is due
+    /// ([`crate::snapshot::SNAPSHOT_CHECK_MS`]).
+    pub snapshot_check_ms: u64,
 }
 
 /// Defaults: 512 requests per group (about 1,000 events, the ledger's best batch size measured in
 /// `bench append`), no added wait, 8,192 queued (16 groups), fsync on every commit, 200 us of polling (longer
 /// than a group of one takes at durability normal), 100 checks a second made open at most, kept in a spill of
-/// 16 MiB (about 25,000 of them: four minutes of the emergency rate).
+/// 16 MiB (about 25,000 of them: four minutes of the emergency rate); a start from the ledger's snapshot of the
+/// state, a snapshot every 100,000 entries looked for every 10 s.
 impl Default for HookSettings {
     fn default() -> HookSettings {
         HookSettings {
@@ -65,6 +75,9 @@ impl Default for HookSettings {
             stages: None,
             fail_open_per_second: 100,
             spill_bytes: 16 << 20,
+            start_from_snapshot: true,
+            snapshot_every_entries: crate::snapshot::SNAPSHOT_EVERY_ENTRIES,
+            snapshot_check_ms: crate::snapshot::SNAPSHOT_CHECK_MS,
         }
     }
 }

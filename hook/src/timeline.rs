@@ -11,12 +11,13 @@
 use std::collections::BTreeMap;
 
 use schemas::Timestamp;
+use serde::{Deserialize, Serialize};
 
 /// The bucket lengths, longest first, each a whole number of the next: hour, minute, second, 10 ms, 100 µs.
 const LENGTHS: [i64; 5] = [3_600_000_000, 60_000_000, 1_000_000, 10_000, 100];
 
 /// Consumption by instant (microseconds), and by bucket of each of [`LENGTHS`] (by their first instant).
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Timeline {
     instants: BTreeMap<i64, i64>,
     buckets: [BTreeMap<i64, i64>; LENGTHS.len()],

@@ -185,6 +185,24 @@ pub enum AppendError {
     Sqlite(#[from] rusqlite::Error),
 }
 
+/// Recording a snapshot of the hook's state failed; nothing of it was written.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SnapshotError {
+    /// Its watermark is past the ledger's last entry: it cannot be tied to an entry.
+    #[error("a snapshot at watermark {watermark} is past the ledger's last entry")]
+    PastLastEntry {
+        /// The snapshot's watermark.
+        watermark: u64,
+    },
+    /// Reading the ledger's id failed.
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// SQLite failed to write.
+    #[error("recording a snapshot of the hook's state failed")]
+    Sqlite(#[from] rusqlite::Error),
+}
+
 /// Reading the ledger failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -30,6 +30,9 @@ const ENTRIES_AT_START: &str = "SELECT seq, event_type, payload_fingerprint, pay
                     WHERE action IN ('RESERVE', 'RENEW') AND expires_at >= ?2))))
      ORDER BY seq";
 
+/// The reservation events up to a watermark that a fold from a snapshot at it reads before the entries after it.
+const RESERVATION_ENTRIES_BEFORE_TAIL: &str = include_str!("../queries/reservation_entries_before_tail.sql");
+
 /// Which entries after a watermark a fold reads ([`Ledger::for_each_entry_after`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fold {
@@ -93,6 +96,26 @@ impl Ledger {
             let fingerprint = row.get::<_, i64>(2)? as u64;
             let payload = row.get_ref(3)?.as_blob().map_err(rusqlite::Error::from)?;
             each(FoldEntry { seq, event_type, fingerprint, payload, ledger: self })?;
+        }
+        Ok(())
+    }
+
+    /// Calls `each` with the recorded reservation events up to `watermark` of the reservation ids that an entry after
+    /// it names, of those a fold of the state since `horizon` reads, in ledger order: what a fold started from a
+    /// snapshot at `watermark` reads of the reservations the entries after it go on with.
+    pub fn for_each_reservation_entry_before_tail(
+        &self,
+        watermark: u64,
+        horizon: Timestamp,
+        mut each: impl FnMut(FoldEntry<'_>) -> Result<(), ReadError>,
+    ) -> Result<(), ReadError> {
+        let mut statement = self.conn.prepare_cached(RESERVATION_ENTRIES_BEFORE_TAIL)?;
+        let mut rows = statement.query(rusqlite::params![watermark_param(watermark), horizon.micros()])?;
+        while let Some(row) = rows.next()? {
+            let seq = row.get::<_, i64>(0)? as u64;
+            let fingerprint = row.get::<_, i64>(2)? as u64;
+            let payload = row.get_ref(3)?.as_blob().map_err(rusqlite::Error::from)?;
+            each(FoldEntry { seq, event_type: EventType::ReservationEvent, fingerprint, payload, ledger: self })?;
         }
         Ok(())
     }

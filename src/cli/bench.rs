@@ -1,4 +1,4 @@
-//! `bench append|hook|reconcile|export|ingest`: the benchmarks of the `bench` crate, their figures printed as aligned lines
+//! `bench append|hook|reconcile|export|ingest|start`: the benchmarks of the `bench` crate, their figures printed as aligned lines
 //! or, with `--json`, as JSON.
 
 use std::io::Write;
@@ -108,6 +108,22 @@ pub enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Seconds to the first decision and peak memory of `serve` started on a generated month: from the ledger's
+    /// snapshot of the hook's state, and folding the ledger (`--full-fold`).
+    Start {
+        /// Generated messages of the month.
+        #[arg(long, default_value_t = 10_000_000)]
+        events: u64,
+        /// Tenants of the generated month.
+        #[arg(long, default_value_t = 1_000)]
+        tenants: u32,
+        /// Where the ledger is built and kept (reused within the hour); a temporary directory when absent.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Print the figures as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Billing export of a generated month (the `bench reconcile` ledger, copied) as CSV and Parquet, against
     /// DuckDB summing the same consumption from Parquet: seconds, ratio and peak memory.
     Export {
@@ -159,6 +175,10 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Reconcile { events, tenants, dir, json } => {
             let settings = ReconcileBenchSettings { events, tenants, dir, binary: binary()? };
             print(&bench::reconcile::run(&settings, &progress)?, json)
+        }
+        BenchCommand::Start { events, tenants, dir, json } => {
+            let settings = bench::start::StartBenchSettings { events, tenants, dir, binary: binary()? };
+            print(&bench::start::run(&settings, &progress)?, json)
         }
         BenchCommand::Export { events, tenants, dir, json } => {
             let settings = ExportBenchSettings { events, tenants, dir, binary: binary()? };

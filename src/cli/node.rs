@@ -62,6 +62,8 @@ pub struct NodeArgs {
     ca_file: super::trust_args::CaFileArg,
     #[command(flatten)]
     rls: super::serve::RlsArgs,
+    #[command(flatten)]
+    snapshots: super::serve::SnapshotArgs,
 }
 
 pub fn run(store: &super::Store, args: NodeArgs) -> anyhow::Result<ExitCode> {
@@ -76,12 +78,12 @@ pub fn run(store: &super::Store, args: NodeArgs) -> anyhow::Result<ExitCode> {
         url,
         &args.ca_file,
     )?;
-    let hook = HookSettings {
+    let hook = args.snapshots.apply(HookSettings {
         group_max_requests: args.group_max_requests.max(1),
         // Replicated: the topics are the durable copy; the shard commits to the operating system's cache.
         durability: Durability::Normal,
         ..HookSettings::default()
-    };
+    });
     let serve = serve::ServeSettings {
         hook,
         tls: args.tls.files(),

@@ -80,6 +80,34 @@ pub struct ServeArgs {
     /// at most an hour, and the 18th failed attempt gives the delivery up.
     #[arg(long, default_value_t = webhooks::RETRY_BASE_MS, value_parser = clap::value_parser!(u64).range(1..))]
     webhook_retry_base_ms: u64,
+    #[command(flatten)]
+    snapshots: SnapshotArgs,
+}
+
+/// How the hook starts from, and keeps, its snapshot of the state in the ledger (`serve`, `node`).
+#[derive(Debug, Args)]
+pub struct SnapshotArgs {
+    /// Fold the ledger's last month at start rather than start from its snapshot of the hook's state.
+    #[arg(long)]
+    full_fold: bool,
+    /// Entries appended after the last snapshot of the hook's state past which the next is taken (0: none).
+    #[arg(long, default_value_t = HookSettings::default().snapshot_every_entries)]
+    snapshot_every_entries: u64,
+    /// Milliseconds between looks whether a snapshot of the hook's state is due.
+    #[arg(long, default_value_t = HookSettings::default().snapshot_check_ms)]
+    snapshot_check_ms: u64,
+}
+
+impl SnapshotArgs {
+    pub fn apply(&self, hook: HookSettings) -> HookSettings {
+        let (every, check_ms) = (self.snapshot_every_entries, self.snapshot_check_ms.max(1));
+        HookSettings {
+            start_from_snapshot: !self.full_fold,
+            snapshot_every_entries: every,
+            snapshot_check_ms: check_ms,
+            ..hook
+        }
+    }
 }
 
 /// HTTPS, or plain HTTP beyond loopback (`serve`, `node`).
@@ -133,7 +161,7 @@ pub fn run(store: &super::Store, args: ServeArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("--partitions is for a directory of shards (--data DIR); a --ledger file holds every partition");
     }
     let partitions = args.partitions;
-    let hook = HookSettings {
+    let hook = args.snapshots.apply(HookSettings {
         group_max_requests: args.group_max_requests.max(1),
         group_wait_us: args.group_wait_us,
         durability: if args.durability == "normal" { Durability::Normal } else { Durability::Full },
@@ -141,7 +169,7 @@ pub fn run(store: &super::Store, args: ServeArgs) -> anyhow::Result<ExitCode> {
         fail_open_per_second: args.fail_open_rate,
         spill_bytes: args.spill_bytes,
         ..HookSettings::default()
-    };
+    });
     if let Some(brokers) = &args.brokers {
         // The outbox publishes to the input topics: their partition counts must agree (docs/contract.md §9.4).
         let inputs = kafka::topics::Topics::defaults();

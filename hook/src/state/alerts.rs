@@ -4,9 +4,10 @@
 use std::collections::HashMap;
 
 use schemas::{AlertEvent, Timestamp};
+use serde::{Deserialize, Serialize};
 
 /// The alerts written, by alert_id, with their window's end.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub(super) struct Alerted {
     alerted: HashMap<String, i64>,
 }

@@ -3,8 +3,10 @@
 
 use std::collections::HashMap;
 
+use serde::{Deserialize, Serialize};
+
 /// The greatest fencing token of a lease's RESERVE, by (tenant, metric).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub(super) struct FencingTokens {
     greatest: HashMap<(String, String), i64>,
 }

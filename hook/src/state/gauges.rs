@@ -5,14 +5,16 @@ use std::collections::{BTreeSet, HashMap};
 
 use rules::policy::PolicyIndex;
 use schemas::{Header, PolicyEvent, Timestamp};
+use serde::{Deserialize, Serialize};
 
 /// The gauge metrics and their levels.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub(super) struct Gauges {
     /// The metrics a gauge quota names (of any tenant): their usage events are levels, kept in `levels`.
     gauge_metrics: BTreeSet<String>,
     /// The level of each gauge metric per (tenant, metric): the quantity of its latest usage event by event time, and
     /// that time. Of two at the same instant, the one folded later.
+    #[serde(with = "super::serial::levels")]
     levels: HashMap<(String, String), (Timestamp, i64)>,
 }
 

@@ -29,12 +29,14 @@ mod alerts;
 mod fencing;
 mod gauges;
 mod reservations;
+mod serial;
 mod windows;
 
 use std::collections::HashMap;
 
 use rules::policy::PolicyIndex;
 use schemas::*;
+use serde::{Deserialize, Serialize};
 
 use alerts::Alerted;
 use fencing::FencingTokens;
@@ -46,14 +48,31 @@ use windows::Windows;
 pub(crate) use windows::timeline_micros;
 pub use windows::{Adding, Counters, Named, NoRoom, Whose};
 
-/// The fold.
-#[derive(Debug)]
+/// What a state's counters keep, which the recorded policies decide: the time zones whose windows are counted, the
+/// gauge metrics whose levels are kept, the scopes whose members are counted and how far back the timelines reach.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counting {
+    /// IANA names, sorted (UTC among them).
+    pub zones: Vec<String>,
+    /// Sorted.
+    pub gauge_metrics: Vec<String>,
+    /// PROJECT, API_KEY, those counted.
+    pub scopes: Vec<String>,
+    /// The longest ROLLING window or billing cycle kept (microseconds; 0: none).
+    pub rolling_micros: i64,
+}
+
+/// The fold. Serialized whole in a snapshot ([`crate::snapshot`]): a field added here is written there too, and
+/// changes the snapshot format ([`crate::snapshot::FORMAT_VERSION`]).
+#[derive(Debug, Serialize, Deserialize)]
 pub struct State {
     /// Last ledger sequence number folded.
     pub watermark: u64,
     /// Every policy version folded.
+    #[serde(with = "serial::policies")]
     pub policies: PolicyIndex,
     /// Every grant folded, by (tenant, metric).
+    #[serde(with = "serial::grants")]
     pub grants: HashMap<(String, String), Vec<GrantEvent>>,
     /// The greatest fencing token of a lease's RESERVE, by (tenant, metric): the next lease gets a greater one.
     fencing_tokens: FencingTokens,
@@ -115,6 +134,18 @@ impl State {
     /// The time zones whose windows are counted: UTC, then those of the policies folded.
     pub fn zones(&self) -> &[Tz] {
         self.windows.zones()
+    }
+
+    /// What the counters keep, whatever order the policies that asked for it came in: what a snapshot was built for.
+    pub fn counting(&self) -> Counting {
+        let mut zones: Vec<String> = self.zones().iter().map(|zone| zone.name().to_string()).collect();
+        zones.sort();
+        Counting {
+            zones,
+            gauge_metrics: self.gauge_metrics().cloned().collect(),
+            scopes: self.scopes_counted().iter().map(|scope| scope.symbol().to_string()).collect(),
+            rolling_micros: self.windows.rolling_micros(),
+        }
     }
 
     /// Whether a policy folded names a zone whose windows were not counted from the start: the state's counters lack
@@ -186,6 +217,18 @@ impl State {
     /// Whether the alert of this id was written (by this hook or another writer whose entries it folded).
     pub fn is_alerted(&self, alert_id: &str) -> bool {
         self.alerted.contains(alert_id)
+    }
+
+    /// Whether the reservation of `key` is kept (open, or resting for a late event).
+    pub fn keeps_reservation(&self, key: &Key) -> bool {
+        self.reservations.keeps(key)
+    }
+
+    /// Puts back a reservation not kept, from its `earlier` events (before the watermark, in ledger order), as
+    /// their verdict left it without counting it again: a start from a snapshot does so before it folds an event
+    /// after the snapshot that goes on with it ([`reservations`]: `restore`).
+    pub fn restore_reservation(&mut self, key: &Key, earlier: &[(u64, ReservationEvent)], now: Timestamp) {
+        self.reservations.restore(key, earlier, now);
     }
 
     fn fold_reservation(&mut self, seq: u64, r: &ReservationEvent, own: bool, now: Timestamp) {
@@ -314,6 +357,21 @@ impl State {
     /// Drops windows that ended before `now` minus a day (at most once a minute): bounded memory.
     pub fn prune(&mut self, now: Timestamp) {
         let Some(horizon) = self.windows.prune(now) else { return };
+        self.reservations.prune(&self.windows);
+        self.alerted.prune(horizon);
+    }
+
+    /// Counts windows, and keeps reservations that hold nothing, however long ago they ended, until the next prune:
+    /// a start folds a snapshot's tail as a fold from nothing folds every entry (pruning only after the last), so
+    /// that an entry of the tail is counted and judged with what a fold from nothing would still hold then.
+    pub fn unprune(&mut self) {
+        self.windows.unprune();
+    }
+
+    /// Drops windows that ended before `now` minus a day, however recently it was done: a start prunes a snapshot's
+    /// state as it prunes a fold from nothing.
+    pub fn prune_at_start(&mut self, now: Timestamp) {
+        let Some(horizon) = self.windows.prune_at_start(now) else { return };
         self.reservations.prune(&self.windows);
         self.alerted.prune(horizon);
     }

@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use rules::reservation::{self, Facts};
 use rustc_hash::FxHashMap;
 use schemas::*;
+use serde::{Deserialize, Serialize};
 
 use super::windows::{Named, Windows};
 
@@ -20,15 +21,18 @@ pub const RESTING_MAX: usize = 500_000;
 pub const PROVISIONAL_SEQ: u64 = u64::MAX / 2;
 
 /// committed, released or expires.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[allow(missing_docs)] // The RESERVE's own fields, by their contract §3 names.
 pub struct Hold {
     /// Whose the RESERVE is.
+    #[serde(with = "super::serial::who")]
     pub who: Who,
     pub metric: String,
     pub amount: i64,
+    #[serde(with = "super::serial::micros")]
     pub expires_at: Timestamp,
     /// When the RESERVE was made (its event time): how long it has been open.
+    #[serde(with = "super::serial::micros")]
     pub reserved_at: Timestamp,
     /// A lease's fencing token: set when the reservation is a lease (a slot of a CONCURRENT policy), whose amount
     /// counts among the leases, not what reservations hold.
@@ -43,8 +47,9 @@ impl Hold {
 }
 
 /// Whose a reservation event is, of which metric: the counters its hold or its COMMIT's consumption go to.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Owner {
+    #[serde(with = "super::serial::who")]
     who: Who,
     metric: String,
 }
@@ -60,9 +65,10 @@ impl Owner {
 }
 
 /// What the hook keeps of one reservation event: what judging it needs, and whose it is.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Step {
     seq: u64,
+    #[serde(with = "super::serial::FactsDef")]
     facts: Facts,
     /// Set only when the event's tenant, subject or metric differ from its reservation's first event's.
     owner: Option<Box<Owner>>,
@@ -78,7 +84,7 @@ pub(crate) fn key_of(r: &ReservationEvent) -> Key {
 }
 
 /// The events of one reservation folded so far, and what their verdict put in the counters.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 struct Life {
     /// Whose its first event folded is: almost always every event's.
     owner: Owner,
@@ -86,6 +92,7 @@ struct Life {
     /// The RESERVE whose amount the verdict holds (no valid close; held until it expires), by sequence number.
     holding: Option<u64>,
     /// Until when it holds: the RESERVE's expiry, as a lease's valid RENEWs moved it.
+    #[serde(with = "super::serial::micros_option")]
     holding_until: Option<Timestamp>,
     /// The valid COMMIT, whose amount is consumption, by sequence number.
     committed: Option<u64>,
@@ -116,7 +123,7 @@ impl Life {
 }
 
 /// Every reservation kept: those that hold now, and those that hold nothing kept for a late event.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub(super) struct Reservations {
     /// Open reservations by reservation_id: one per tenant holding that id (almost always one).
     holds: FxHashMap<String, Vec<Hold>>,
@@ -258,6 +265,43 @@ impl Reservations {
             let (_, first) = self.resting.pop_first().expect("more than none");
             self.lives.remove(&first);
         }
+    }
+
+    /// Whether the reservation is kept (open, or resting for a late event).
+    pub(super) fn keeps(&self, key: &Key) -> bool {
+        self.lives.contains_key(key)
+    }
+
+    /// Puts back a reservation that is not kept, from its earlier events (ledger order), as the verdict they make
+    /// left it, without counting that verdict again: its consumption is in the counters already, or in windows
+    /// gone. What a start from a snapshot does before an event after the snapshot goes on with a reservation the
+    /// snapshot no longer kept (or whose events the snapshot's fold did not read), as a fold of the whole ledger
+    /// judges them together. Nothing when it is kept, or when those events would hold now (then they were never
+    /// counted as holding: the event after them is judged alone, as the writer judges it).
+    pub(super) fn restore(&mut self, key: &Key, earlier: &[(u64, ReservationEvent)], now: Timestamp) {
+        let Some((_, first)) = earlier.first() else { return };
+        if self.lives.contains_key(key) {
+            return;
+        }
+        let owner = Owner::of(&first.header);
+        let steps = earlier
+            .iter()
+            .map(|(seq, r)| Step {
+                seq: *seq,
+                facts: Facts::of(r),
+                owner: (!owner.is(&r.header)).then(|| Box::new(Owner::of(&r.header))),
+            })
+            .collect::<Vec<_>>();
+        let events: Vec<(u64, &Facts)> = steps.iter().map(|s| (s.seq, &s.facts)).collect();
+        let verdict = reservation::judge(&events, now);
+        let holding = verdict.reserve.filter(|_| verdict.close.is_none());
+        let holding_until = holding.and(verdict.expires_at);
+        if holding_until.is_some_and(|until| until >= now) {
+            return;
+        }
+        let committed = verdict.close.filter(|(_, action, _)| *action == ReservationAction::COMMIT).map(|c| c.0);
+        let life = Life { owner, steps, holding, holding_until, committed, own: false, resting_until: None };
+        self.lives.insert(key.clone(), Box::new(life));
     }
 
     /// Takes a reservation out of those kept, to change it.

@@ -6,6 +6,7 @@
 use rules::window;
 use rustc_hash::FxHashMap;
 use schemas::*;
+use serde::{Deserialize, Serialize};
 
 use crate::timeline::Timeline;
 
@@ -25,7 +26,7 @@ const PRUNE_EVERY_MICROS: i64 = 60 * 1_000_000;
 /// saturates at `i64::MAX` (more than a thousand of the largest events in one window: above every limit either
 /// way); what open reservations hold is summed in i128, exactly, since holds come and go and a saturated sum would
 /// be wrong once they close.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counters {
     /// Consumption by window: its start and end (microseconds), whatever kind and zone it is of.
     pub consumed: FxHashMap<(i64, i64), i64>,
@@ -70,7 +71,7 @@ impl Counters {
 
 /// One tenant's metric: the tenant's counters, each subject's, and those of what carries no subject; each project's
 /// and API key's likewise, kept only once a policy of that scope was recorded ([`super::State::counting_scopes`]).
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Usage {
     tenant: Counters,
     subjects: FxHashMap<String, Counters>,
@@ -80,7 +81,7 @@ struct Usage {
 }
 
 /// The counters of one scope's members (projects, or API keys): each one's, and those of what names none.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Members {
     named: FxHashMap<String, Counters>,
     unnamed: Counters,
@@ -150,7 +151,7 @@ impl<'a> Named<'a> {
 
 /// One tenant's metrics, and how many metrics and subjects (of each metric) it has counters for: what the bound
 /// on a tenant's own requests counts ([`super::State::new_counters`]).
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct TenantUsage {
     metrics: FxHashMap<String, Usage>,
     /// `metrics.len()` plus every metric's named subjects, projects and API keys.
@@ -232,13 +233,14 @@ fn entry_of<'m, V: Default>(map: &'m mut FxHashMap<String, V>, key: &str) -> &'m
 }
 
 /// The counters of every tenant, and which windows, zones and scopes they keep.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub(super) struct Windows {
     /// Tenant -> metric -> counters.
     usage: FxHashMap<String, TenantUsage>,
     /// The earliest window end still counted: windows ending before it are gone.
     pruned_before: i64,
     /// The time zones whose calendars the counters keep windows of: UTC first, then every zone a policy named.
+    #[serde(with = "super::serial::zones")]
     zones: Vec<Tz>,
     /// Whether the counters of projects and of API keys are kept: once a PROJECT (API_KEY) policy is recorded. Until
     /// then a request's project and API key add nothing to count, so that tenants without such policies pay nothing
@@ -298,6 +300,11 @@ impl Windows {
             .filter(|(on, _)| *on)
             .map(|(_, s)| s)
             .collect()
+    }
+
+    /// The longest timeline kept (microseconds; 0: none).
+    pub(super) fn rolling_micros(&self) -> i64 {
+        self.rolling_micros
     }
 
     /// The time zones whose windows are counted: UTC, then those of the policies folded.
@@ -529,6 +536,23 @@ impl Windows {
         if horizon < self.pruned_before.saturating_add(PRUNE_EVERY_MICROS) {
             return None;
         }
+        Some(self.prune_to(horizon))
+    }
+
+    /// Counts windows however long ago they ended, as counters that were never pruned do, until the next prune.
+    pub(super) fn unprune(&mut self) {
+        self.pruned_before = i64::MIN;
+    }
+
+    /// Drops windows that ended before `now` minus a day, however recently they were looked for: a start from a
+    /// snapshot prunes as a fold from nothing does. The instant before which windows are dropped, when it moved.
+    pub(super) fn prune_at_start(&mut self, now: Timestamp) -> Option<i64> {
+        let horizon = now.micros() - PRUNE_AFTER_MICROS;
+        (horizon >= self.pruned_before).then(|| self.prune_to(horizon))
+    }
+
+    /// Drops windows that ended before `horizon`, and timelines' instants no ROLLING window ending after it holds.
+    fn prune_to(&mut self, horizon: i64) -> i64 {
         self.pruned_before = horizon;
         let aged = horizon.saturating_sub(self.rolling_micros);
         let live = |counters: &mut Counters| {
@@ -549,7 +573,7 @@ impl Windows {
             tenant.recount();
             !tenant.metrics.is_empty()
         });
-        Some(horizon)
+        horizon
     }
 }
 

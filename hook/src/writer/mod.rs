@@ -35,6 +35,7 @@ use crate::load::load;
 use crate::queue::{Queued, Work};
 use crate::replicate::{Replicate, ReplicateError};
 use crate::settings::HookSettings;
+use crate::snapshot::Snapshotter;
 use crate::spill::Spill;
 use crate::stages::{self, Stage};
 use crate::state::{self, State};
@@ -75,6 +76,9 @@ pub struct Writer {
     health: Arc<Health>,
     /// Checkpoints the ledger's log off this thread, so that no group waits for one (stopped with the writer).
     _checkpointer: ledger::Checkpointer,
+    /// Takes snapshots of the state into the ledger off this thread, so that a start folds only what came after
+    /// the last (stopped with the writer; none when the settings take none).
+    _snapshotter: Option<Snapshotter>,
     /// At durability replicated: publishes each group's events before they are recorded.
     replicate: Option<Box<dyn Replicate>>,
     /// Set, for good, once the publisher was fenced: another node owns the shard, this writer decides nothing more.
@@ -109,8 +113,14 @@ impl Writer {
             true => Some(take_spilled(&mut ledger, &spill_path, settings.spill_bytes, replicate.is_none())?),
             false => None,
         };
-        let state = load(&ledger, (settings.clock)())?;
+        let state = load(&ledger, (settings.clock)(), settings.start_from_snapshot)?;
         let checkpointer = ledger.checkpoint_in_background()?;
+        let snapshotter = Snapshotter::start(
+            ledger.path(),
+            settings.clock,
+            settings.snapshot_every_entries,
+            settings.snapshot_check_ms,
+        )?;
         // The connection's durability is set here only: at full its commits write the log and the syncer syncs it.
         let syncer = match settings.durability {
             Durability::Full => {
@@ -135,6 +145,7 @@ impl Writer {
             rebuild: false,
             health,
             _checkpointer: checkpointer,
+            _snapshotter: snapshotter,
             replicate,
             fenced: None,
             partition,
@@ -627,7 +638,7 @@ impl Writer {
 
     /// Rebuilds the state from the ledger, as a start does. The recent decisions stay: every one is recorded.
     fn reload(&mut self, now: Timestamp) -> Result<(), StartError> {
-        self.state = load(&self.ledger, now)?;
+        self.state = load(&self.ledger, now, self.settings.start_from_snapshot)?;
         self.seen_version = None;
         self.rebuild = false;
         tracing::warn!(watermark = self.state.watermark, "hook: the state is rebuilt from the ledger");
