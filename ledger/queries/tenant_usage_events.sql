@@ -13,4 +13,4 @@ SELECT occurred_at, metric, subject, project, api_key, quantity FROM (
     WHERE tenant = :tenant AND occurred_at >= :from AND occurred_at < :to
       AND (:metric IS NULL OR metric = :metric) AND seq <= :watermark
 )
-ORDER BY 1, 7
+ORDER BY occurred_at, seq
