@@ -13,7 +13,7 @@ pub enum Format {
 /// The workspace's crates (`-` written `_`, as a tracing target spells it): their log lines are the operator's
 /// messages (`ingest: waiting for the brokers at ...`, `serve: outbox: ...`), each saying who speaks. A crate missing
 /// here is silent: the test below holds it to the workspace's members.
-pub const WORKSPACE_CRATES: [&str; 22] = [
+pub const WORKSPACE_CRATES: [&str; 23] = [
     "schemas",
     "rules",
     "ledger",
@@ -33,6 +33,7 @@ pub const WORKSPACE_CRATES: [&str; 22] = [
     "telemetry",
     "trust",
     "usecases",
+    "webhooks",
     "sql",
     "flagfile",
     "quota_ledger",
