@@ -301,3 +301,67 @@ fn a_changed_final_bill_is_named_by_verify_and_caught_against_a_noted_head() {
     assert!(bad["problem"].as_str().unwrap_or_default().contains("history up to it was rewritten"), "{bad}");
     assert!(run.stderr.contains(&format!("head {head} does not hold")), "{}", run.stderr);
 }
+
+/// The head a verify printed, as `--since` and `--expect-head` take it.
+fn head_of(report: &Value) -> String {
+    format!("{}:{}", report["head_seq"], report["head_hash"].as_str().expect("verify --json has head_hash"))
+}
+
+/// `ledger_of_five`, verified, then three more usage events (u-6..u-8, in November too): the head the first verify
+/// printed.
+fn ledger_of_eight_verified_at_five() -> (TestLedger, String) {
+    let ledger = ledger_of_five();
+    let head = head_of(&ledger.verify().success().json());
+    let file = ledger.file("more.avro");
+    let events: Vec<_> =
+        (6..=8).map(|n| usage(&format!("u-{n}"), &format!("2026-11-0{n}T12:00:00Z"), "org-1", 10 * n)).collect();
+    write_container(&file, &events);
+    assert_eq!(ledger.ingest(&file)["recorded"], 3);
+    (ledger, head)
+}
+
+// Proves `verify --since HEAD` walks only what was appended after the head an earlier verify printed, and finds there
+// what a full verify finds: a changed entry and a raised total of a month it appended to. It starts only from a head
+// that still holds: once every link is recomputed after a covered row changed, the head is refused. What the head covers is not
+// walked again (the trust it rests on): a change there without recomputing the hashes is found by the full verify.
+#[test]
+fn verify_since_a_head_walks_only_what_was_appended_after_it() {
+    let (ledger, head) = ledger_of_eight_verified_at_five();
+    let said = ledger.run(&["verify", "--since", &head]).success().stdout_text();
+    assert!(said.contains("ok: 8 entries, chain holds up to watermark 8 (walked after entry 5"), "{said}");
+    let report = ledger.run(&["verify", "--json", "--since", &head]).success().json();
+    assert_eq!((report["walked_from"].as_u64(), report["entries_checked"].as_u64()), (Some(5), Some(8)), "{report}");
+
+    sqlite3_ok(&ledger, "DROP TRIGGER usage_events_refuse_update; UPDATE usage_events SET quantity = 71 WHERE seq = 7");
+    let run = ledger.run(&["verify", "--json", "--since", &head]).expect_code(1);
+    assert_eq!(run.json()["first_bad"]["seq"], 7, "{}", run.stdout_text());
+    assert!(run.stderr.contains("verify: entry 7 (event_id u-7) does not hold"), "{}", run.stderr);
+
+    let (raised, head) = ledger_of_eight_verified_at_five();
+    sqlite3_ok(&raised, "UPDATE usage_totals SET quantity = quantity + 1000 WHERE period = '2026-11'");
+    let report = raised.run(&["verify", "--json", "--since", &head]).expect_code(1).json();
+    let problem = report["first_bad"]["problem"].as_str().unwrap_or_default().to_string();
+    assert!(problem.contains("usage_totals holds a total of 1360 for org-1 requests 2026-11"), "{report}");
+    assert!(problem.contains("sum to 360"), "{report}");
+
+    let (covered, head) = ledger_of_eight_verified_at_five();
+    sqlite3_ok(
+        &covered,
+        "DROP TRIGGER entries_refuse_update; UPDATE entries SET recorded_at = recorded_at + 1 WHERE seq = 2",
+    );
+    covered.run(&["verify", "--since", &head]).success();
+    assert_eq!(covered.verify().expect_code(1).json()["first_bad"]["seq"], 2, "the full verify walks it");
+
+    let (rewritten, head) = ledger_of_eight_verified_at_five();
+    sqlite3_ok(
+        &rewritten,
+        "DROP TRIGGER batches_refuse_update; UPDATE batches SET committed_at = committed_at + 1 WHERE id = 1",
+    );
+    let conn = rusqlite::Connection::open(&rewritten.path).expect("the ledger, behind its back");
+    ledger::links::rehash_links_as_an_attacker(&conn, 1).expect("every link recomputed");
+    drop(conn);
+    let run = rewritten.run(&["verify", "--json", "--since", &head]).expect_code(1);
+    let bad = run.json()["first_bad_checkpoint"].clone();
+    assert!(bad["problem"].as_str().unwrap_or_default().contains("history up to it was rewritten"), "{bad}");
+    assert!(run.stderr.contains(&format!("head {head} does not hold")), "{}", run.stderr);
+}

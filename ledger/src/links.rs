@@ -460,13 +460,18 @@ pub(crate) enum LinksVerdict {
 /// each link's rows and hash recomputed from the tables; then that the last link covers the ledger's watermark,
 /// every row of the covered tables, and the offsets as they are. `watermark`: the entries the walk of the entries
 /// found to hold.
-pub(crate) fn verify_links(conn: &Connection, watermark: u64) -> rusqlite::Result<LinksVerdict> {
+/// From `since` on, when given: the links after it only.
+pub(crate) fn verify_links(
+    conn: &Connection,
+    watermark: u64,
+    since: Option<&Verified>,
+) -> rusqlite::Result<LinksVerdict> {
     let broken = |link: u64, problem: String| Ok(LinksVerdict::Broken { link, problem });
     let ledger_id = read_ledger_id(conn).optional()?;
     let Some(ledger_id) = ledger_id else { return broken(0, "the ledger has no id (ledger_identity is empty)".into()) };
-    let mut statement = conn.prepare(&format!("SELECT {LINK_COLUMNS} FROM chain_links ORDER BY seq"))?;
-    let mut rows = statement.query([])?;
-    let mut previous: Option<Link> = None;
+    let mut statement = conn.prepare(&format!("SELECT {LINK_COLUMNS} FROM chain_links WHERE seq > ?1 ORDER BY seq"))?;
+    let mut rows = statement.query([since.map_or(0, |s| s.link.seq as i64)])?;
+    let mut previous: Option<Link> = since.map(|s| s.link.clone());
     while let Some(row) = rows.next()? {
         let link = Link::read(row)?;
         if let Err(problem) = check_link(conn, &link, previous.as_ref(), &ledger_id, watermark)? {
@@ -562,6 +567,68 @@ fn check_after_last(conn: &Connection, last: &Link, watermark: u64) -> rusqlite:
         return Ok(Some(format!("offsets differ from what the last link ({}) recorded", last.seq)));
     }
     Ok(None)
+}
+
+/// A head an earlier verify found to hold, as an incremental verify starts from it: its link, and the entry hash the
+/// link covers (the hash the walk of the entries after it chains from).
+#[derive(Debug, Clone)]
+pub(crate) struct Verified {
+    link: Link,
+    /// The entries the link covers: 1 to this one.
+    pub(crate) entries_through: u64,
+    /// The entry hash at `entries_through`, which the link's hash covers.
+    pub(crate) entry_hash: Hash,
+}
+
+impl Verified {
+    /// The greatest batch id the link covers: the batch whose totals were the ledger's then.
+    pub(crate) fn batches_through(&self) -> i64 {
+        self.link.through.batches
+    }
+
+    /// The greatest duplicate and quarantine ids the link covers.
+    pub(crate) fn duplicates_and_quarantine_through(&self) -> (i64, i64) {
+        (self.link.through.duplicates, self.link.through.quarantine)
+    }
+}
+
+/// The start of an incremental verify from `head`: the link must be in the chain with that hash, and its hash must
+/// still be what its columns, the link before it, the ledger id and the entry hash it covers give. Then everything it
+/// covers is as it was when the head was verified, unless rewritten without recomputing the hashes, which only a
+/// full verify sees. `Err`: why the walk cannot start there.
+pub(crate) fn verified_at(conn: &Connection, head: &Head) -> rusqlite::Result<Result<Verified, String>> {
+    if let Some(problem) = check_head(conn, head)? {
+        return Ok(Err(problem));
+    }
+    let link = conn
+        .prepare_cached(&format!("SELECT {LINK_COLUMNS} FROM chain_links WHERE seq = ?1"))?
+        .query_row([head.seq as i64], Link::read)?;
+    let previous = match head.seq {
+        1 => GENESIS.to_vec(),
+        seq => conn
+            .prepare_cached("SELECT link_hash FROM chain_links WHERE seq = ?1")?
+            .query_row([seq as i64 - 1], |r| r.get(0))
+            .optional()?
+            .unwrap_or_default(),
+    };
+    let ledger_id = read_ledger_id(conn)?;
+    let Some(entry_hash) = entry_hash_at(conn, link.entries_through)? else {
+        return Ok(Err(format!(
+            "link {} covers entry {}, which the ledger does not hold",
+            link.seq, link.entries_through
+        )));
+    };
+    if link.hash(&previous, &ledger_id, &entry_hash)[..] != link.link_hash[..] {
+        return Ok(Err(format!(
+            "link {} no longer hashes to its link_hash (a link column, the ledger id or the entry hash it covers was \
+             changed)",
+            link.seq
+        )));
+    }
+    let Ok(entry_hash) = Hash::try_from(entry_hash.as_slice()) else {
+        return Ok(Err(format!("entry {} has no 32-byte entry_hash", link.entries_through)));
+    };
+    Ok(Ok(Verified { entries_through: link.entries_through, entry_hash, link }))
 }
 
 /// Whether `expected` is a link of the chain with that hash: `None` when it is; otherwise why not.

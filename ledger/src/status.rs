@@ -19,6 +19,17 @@ pub(crate) struct Totals {
 }
 
 impl Totals {
+    /// A row of `batches`: watermark, then the four totals.
+    fn read(r: &rusqlite::Row<'_>) -> rusqlite::Result<Totals> {
+        Ok(Totals {
+            watermark: r.get::<_, i64>(0)? as u64,
+            events_recorded: r.get::<_, i64>(1)? as u64,
+            duplicates: r.get::<_, i64>(2)? as u64,
+            conflicts: r.get::<_, i64>(3)? as u64,
+            quarantined: r.get::<_, i64>(4)? as u64,
+        })
+    }
+
     pub fn after(&self, report: &AppendReport) -> Totals {
         Totals {
             watermark: report.watermark,
@@ -36,15 +47,19 @@ pub(crate) fn read_totals(conn: &Connection) -> rusqlite::Result<Totals> {
             "SELECT watermark, events_recorded_total, duplicates_total, conflicts_total, quarantined_total
              FROM batches ORDER BY id DESC LIMIT 1",
         )?
-        .query_row([], |r| {
-            Ok(Totals {
-                watermark: r.get::<_, i64>(0)? as u64,
-                events_recorded: r.get::<_, i64>(1)? as u64,
-                duplicates: r.get::<_, i64>(2)? as u64,
-                conflicts: r.get::<_, i64>(3)? as u64,
-                quarantined: r.get::<_, i64>(4)? as u64,
-            })
-        })
+        .query_row([], Totals::read)
+        .optional()?;
+    Ok(totals.unwrap_or_default())
+}
+
+/// The totals as batch `id` left them (none before the first batch).
+pub(crate) fn totals_of_batch(conn: &Connection, id: i64) -> rusqlite::Result<Totals> {
+    let totals = conn
+        .prepare_cached(
+            "SELECT watermark, events_recorded_total, duplicates_total, conflicts_total, quarantined_total
+             FROM batches WHERE id = ?1",
+        )?
+        .query_row([id], Totals::read)
         .optional()?;
     Ok(totals.unwrap_or_default())
 }

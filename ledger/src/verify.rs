@@ -46,6 +46,10 @@ pub struct VerifyReport {
     pub checkpoints_checked: u64,
     /// The first of them that is not a link of the chain with its hash; `None` when all are (or none was given).
     pub first_bad_checkpoint: Option<BadCheckpoint>,
+    /// The entries an earlier verify had found to hold and this one did not walk again (`verify --since HEAD`): 1 to
+    /// this one. 0 for a full walk.
+    #[serde(default)]
+    pub walked_from: u64,
 }
 
 /// A head the chain must hold: given by the operator (`verify --expect-head`) or published as a checkpoint.
@@ -159,6 +163,7 @@ impl VerifyReport {
             head_hash: String::new(),
             checkpoints_checked: 0,
             first_bad_checkpoint: None,
+            walked_from: 0,
         }
     }
 }
@@ -177,8 +182,34 @@ impl Ledger {
     /// chain with its hash is `first_bad_checkpoint`. Then the links (`links.rs`): each one's rows and hash recomputed,
     /// and the last one covering the watermark, every row of the tables they cover and the offsets.
     pub fn verify_against(&self, expected: &[ExpectedHead]) -> Result<VerifyReport, ReadError> {
+        self.verify_from(None, expected)
+    }
+
+    /// [`Ledger::verify_against`] in time proportional to what was appended after `since`, a head an earlier verify
+    /// found to hold: that link must still be in the chain with its hash and hash to it; then the entries and links
+    /// after it are walked, and the tables beside them checked over what was added since. What `since` covers is taken
+    /// as verified then: a row under it changed without recomputing the hashes is seen by a full verify only.
+    pub fn verify_since(&self, since: &Head, expected: &[ExpectedHead]) -> Result<VerifyReport, ReadError> {
+        self.verify_from(Some(since), expected)
+    }
+
+    fn verify_from(&self, since: Option<&Head>, expected: &[ExpectedHead]) -> Result<VerifyReport, ReadError> {
         let tx = self.conn.unchecked_transaction()?;
-        let mut report = self.walk(&tx)?;
+        let start = match since {
+            None => None,
+            Some(head) => match links::verified_at(&tx, head)? {
+                Ok(verified) => Some(verified),
+                Err(problem) => {
+                    let watermark = read_totals(&tx)?.watermark;
+                    let mut report = VerifyReport::walked(0, watermark, 0, None);
+                    report.first_bad_checkpoint =
+                        Some(BadCheckpoint { head_seq: head.seq, head_hash: head.hash_hex(), at: None, problem });
+                    return Ok(report);
+                }
+            },
+        };
+        let mut report = self.walk(&tx, start.as_ref())?;
+        report.walked_from = start.as_ref().map_or(0, |s| s.entries_through);
         report.ledger_id = links::read_ledger_id(&tx).unwrap_or_default();
         let head = links::read_head(&tx)?;
         (report.head_seq, report.head_hash) = (head.seq, head.hash_hex());
@@ -197,20 +228,20 @@ impl Ledger {
         Ok(report)
     }
 
-    /// The walk of [`Ledger::verify`], in the read transaction `tx`.
-    fn walk(&self, tx: &rusqlite::Transaction<'_>) -> Result<VerifyReport, ReadError> {
+    /// The walk of [`Ledger::verify`], in the read transaction `tx`: of the entries after `since`, when given.
+    fn walk(&self, tx: &rusqlite::Transaction<'_>, since: Option<&links::Verified>) -> Result<VerifyReport, ReadError> {
         let mut statement = tx.prepare(
             "SELECT seq, event_id, event_type, status, duplicate_of, tenant, subject, metric, source, occurred_at,
                     origin, origin_stream, origin_partition, origin_offset, recorded_at, payload_fingerprint,
                     payload, raw, payload_hash, entry_hash, project, api_key
-             FROM entries ORDER BY seq",
+             FROM entries WHERE seq > ?1 ORDER BY seq",
         )?;
         // Read before the walk (the same snapshot), but a row of totals that does not read must not hide the
         // first bad entry: it is reported after the walk, as before.
         let totals = read_totals(tx);
-        let mut rows = statement.query([])?;
-        let mut previous: Hash = GENESIS;
-        let mut checked = 0u64;
+        let mut checked = since.map_or(0, |s| s.entries_through);
+        let mut rows = statement.query([checked as i64])?;
+        let mut previous: Hash = since.map_or(GENESIS, |s| s.entry_hash);
         while let Some(row) = rows.next()? {
             let entry = StoredEntry::read(row)?;
             if let Err(problem) = self.check_entry(&entry, checked + 1, &previous) {
@@ -230,13 +261,13 @@ impl Ledger {
         }
         // The tables beside the entries, in order; the links last, as they cover all of them.
         let checks: [&dyn Fn() -> rusqlite::Result<Option<String>>; 6] = [
-            &|| self.check_totals(tx, totals),
+            &|| check_totals(tx, totals, since),
             &|| check_references(tx, checked),
             &|| check_outbox_cursor(tx),
-            &|| check_detail_counts(tx),
-            &|| check_usage_totals(tx),
+            &|| check_detail_counts(tx, since.map_or(0, |s| s.entries_through)),
+            &|| check_usage_totals(tx, since.map_or(0, |s| s.entries_through)),
             &|| {
-                Ok(match links::verify_links(tx, checked)? {
+                Ok(match links::verify_links(tx, checked, since)? {
                     LinksVerdict::Hold(_) => None,
                     LinksVerdict::Broken { problem, .. } => Some(problem),
                 })
@@ -320,29 +351,48 @@ impl Ledger {
         }
         Ok(())
     }
+}
 
-    /// The last batch's totals against the rows they count.
-    fn check_totals(
-        &self,
-        conn: &rusqlite::Connection,
-        totals: crate::status::Totals,
-    ) -> rusqlite::Result<Option<String>> {
-        let count = |sql: &str| conn.query_row(sql, [], |r| r.get::<_, i64>(0).map(|n| n as u64));
-        let found = [
-            (
-                "events_recorded",
-                totals.events_recorded,
-                count("SELECT COUNT(*) FROM entries WHERE status = 'recorded'")?,
-            ),
-            ("conflicts", totals.conflicts, count("SELECT COUNT(*) FROM entries WHERE status <> 'recorded'")?),
-            ("duplicates", totals.duplicates, count("SELECT COUNT(*) FROM duplicates")?),
-            ("quarantined", totals.quarantined, count("SELECT COUNT(*) FROM quarantine")?),
-        ];
-        Ok(found
-            .iter()
-            .find(|(_, total, rows)| total != rows)
-            .map(|(name, total, rows)| format!("the last batch counts {total} {name} but the ledger holds {rows}")))
-    }
+/// The last batch's totals against the rows they count; after `since`, what they grew by since its batch against the
+/// rows added since.
+fn check_totals(
+    conn: &rusqlite::Connection,
+    totals: crate::status::Totals,
+    since: Option<&links::Verified>,
+) -> rusqlite::Result<Option<String>> {
+    let (from_seq, (from_duplicate, from_quarantined)) =
+        since.map_or((0, (0, 0)), |s| (s.entries_through as i64, s.duplicates_and_quarantine_through()));
+    let before = match since {
+        None => crate::status::Totals::default(),
+        Some(s) => crate::status::totals_of_batch(conn, s.batches_through())?,
+    };
+    let count = |sql: &str, from: i64| conn.query_row(sql, [from], |r| r.get::<_, i64>(0).map(|n| n as u64));
+    let found = [
+        (
+            "events_recorded",
+            totals.events_recorded.saturating_sub(before.events_recorded),
+            count("SELECT COUNT(*) FROM entries WHERE seq > ?1 AND status = 'recorded'", from_seq)?,
+        ),
+        (
+            "conflicts",
+            totals.conflicts.saturating_sub(before.conflicts),
+            count("SELECT COUNT(*) FROM entries WHERE seq > ?1 AND status <> 'recorded'", from_seq)?,
+        ),
+        (
+            "duplicates",
+            totals.duplicates.saturating_sub(before.duplicates),
+            count("SELECT COUNT(*) FROM duplicates WHERE id > ?1", from_duplicate)?,
+        ),
+        (
+            "quarantined",
+            totals.quarantined.saturating_sub(before.quarantined),
+            count("SELECT COUNT(*) FROM quarantine WHERE id > ?1", from_quarantined)?,
+        ),
+    ];
+    let since_words = if since.is_some() { " since the head verified" } else { "" };
+    Ok(found.iter().find(|(_, total, rows)| total != rows).map(|(name, total, rows)| {
+        format!("the last batch counts {total} {name}{since_words} but the ledger holds {rows}")
+    }))
 }
 
 /// Every row referring to another (the schema's `REFERENCES`, which SQLite does not check at insert: see
@@ -404,13 +454,17 @@ fn check_outbox_cursor(conn: &rusqlite::Connection) -> rusqlite::Result<Option<S
 
 /// Every detail table holds exactly one row per entry of its type: the walk found each entry's row, so a count
 /// above it is a row added under an entry of another type (counted as usage by every report reading the table;
-/// no trigger refuses an INSERT, so only this check sees one).
-fn check_detail_counts(conn: &rusqlite::Connection) -> rusqlite::Result<Option<String>> {
+/// no trigger refuses an INSERT, so only this check sees one). Of the entries after `after` (0: all).
+fn check_detail_counts(conn: &rusqlite::Connection, after: u64) -> rusqlite::Result<Option<String>> {
     for event_type in schemas::EventType::ALL {
         let table = crate::details::table(event_type);
-        let rows: i64 = conn.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))?;
-        let entries: i64 =
-            conn.query_row("SELECT COUNT(*) FROM entries WHERE event_type = ?1", [event_type.name()], |r| r.get(0))?;
+        let rows: i64 =
+            conn.query_row(&format!("SELECT COUNT(*) FROM {table} WHERE seq > ?1"), [after as i64], |r| r.get(0))?;
+        let entries: i64 = conn.query_row(
+            "SELECT COUNT(*) FROM entries WHERE seq > ?1 AND event_type = ?2",
+            rusqlite::params![after as i64, event_type.name()],
+            |r| r.get(0),
+        )?;
         if rows != entries {
             return Ok(Some(format!(
                 "{table} holds {rows} rows, but the ledger has {entries} {} entries",
@@ -423,25 +477,13 @@ fn check_detail_counts(conn: &rusqlite::Connection) -> rusqlite::Result<Option<S
 
 /// `usage_totals` is the sum of the recorded usage of each tenant, metric and month: the billing export reads it,
 /// so a total raised by hand (its trigger lets it grow) would bill what no event says. One pass over the usage
-/// entries.
-fn check_usage_totals(conn: &rusqlite::Connection) -> rusqlite::Result<Option<String>> {
-    let mut statement = conn.prepare(
-        "WITH summed AS (
-             SELECT e.tenant, e.metric, strftime('%Y-%m', e.occurred_at / 1000000, 'unixepoch') AS period,
-                    SUM(u.quantity) AS quantity
-             FROM usage_events u JOIN entries e ON e.seq = u.seq WHERE e.status = 'recorded'
-             GROUP BY 1, 2, 3)
-         SELECT t.tenant, t.metric, t.period, t.quantity, s.quantity FROM usage_totals t
-         LEFT JOIN summed s ON s.tenant = t.tenant AND s.metric = t.metric AND s.period = t.period
-         WHERE s.quantity IS NOT t.quantity
-         UNION ALL
-         SELECT s.tenant, s.metric, s.period, NULL, s.quantity FROM summed s
-         WHERE NOT EXISTS (SELECT 1 FROM usage_totals t WHERE t.tenant = s.tenant AND t.metric = s.metric
-                           AND t.period = s.period)
-         LIMIT 1",
-    )?;
-    let found = statement
-        .query_row([], |r| {
+/// entries; after `after` (not 0), the totals of each tenant, metric and month that a usage entry after it counts in,
+/// each summed again from the tenant's entries of that month.
+fn check_usage_totals(conn: &rusqlite::Connection, after: u64) -> rusqlite::Result<Option<String>> {
+    let (sql, after) = if after == 0 { (ALL_USAGE_TOTALS, None) } else { (USAGE_TOTALS_TOUCHED, Some(after as i64)) };
+    let found = conn
+        .prepare(sql)?
+        .query_row(rusqlite::params_from_iter(after), |r| {
             Ok((
                 r.get::<_, String>(0)?,
                 r.get::<_, String>(1)?,
@@ -463,3 +505,35 @@ fn check_usage_totals(conn: &rusqlite::Connection) -> rusqlite::Result<Option<St
         )
     }))
 }
+
+/// Every usage total against the sum of its entries, and every sum against its total.
+const ALL_USAGE_TOTALS: &str = "WITH summed AS (
+             SELECT e.tenant, e.metric, strftime('%Y-%m', e.occurred_at / 1000000, 'unixepoch') AS period,
+                    SUM(u.quantity) AS quantity
+             FROM usage_events u JOIN entries e ON e.seq = u.seq WHERE e.status = 'recorded'
+             GROUP BY 1, 2, 3)
+         SELECT t.tenant, t.metric, t.period, t.quantity, s.quantity FROM usage_totals t
+         LEFT JOIN summed s ON s.tenant = t.tenant AND s.metric = t.metric AND s.period = t.period
+         WHERE s.quantity IS NOT t.quantity
+         UNION ALL
+         SELECT s.tenant, s.metric, s.period, NULL, s.quantity FROM summed s
+         WHERE NOT EXISTS (SELECT 1 FROM usage_totals t WHERE t.tenant = s.tenant AND t.metric = s.metric
+                           AND t.period = s.period)
+         LIMIT 1";
+
+/// The totals a usage entry after `?1` counts in, each against its entries of that month found by the tenant's index.
+const USAGE_TOTALS_TOUCHED: &str = "WITH touched AS (
+         SELECT DISTINCT tenant, metric, strftime('%Y-%m', occurred_at / 1000000, 'unixepoch') AS period
+         FROM entries WHERE seq > ?1 AND event_type = 'UsageEvent' AND status = 'recorded'),
+     summed AS (
+         SELECT t.tenant, t.metric, t.period,
+                (SELECT SUM(u.quantity) FROM entries e JOIN usage_events u ON u.seq = e.seq
+                 WHERE e.tenant = t.tenant
+                   AND e.occurred_at >= unixepoch(t.period || '-01') * 1000000
+                   AND e.occurred_at < unixepoch(t.period || '-01', '+1 month') * 1000000
+                   AND e.event_type = 'UsageEvent' AND e.metric = t.metric AND e.status = 'recorded') AS quantity
+         FROM touched t)
+     SELECT s.tenant, s.metric, s.period, t.quantity, s.quantity FROM summed s
+     LEFT JOIN usage_totals t ON t.tenant = s.tenant AND t.metric = s.metric AND t.period = s.period
+     WHERE t.quantity IS NOT s.quantity
+     LIMIT 1";

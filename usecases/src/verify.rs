@@ -14,6 +14,8 @@ pub struct VerifyAsked {
     /// Kafka bootstrap servers and settings to read `quota.checkpoints` from: every checkpoint this ledger published is
     /// checked against the chain, and none published is itself a finding.
     pub checkpoints_from: Option<(String, Vec<(String, String)>)>,
+    /// A head an earlier verify found to hold: only what was appended after it is walked.
+    pub since: Option<Head>,
 }
 
 /// What a verify found.
@@ -33,8 +35,10 @@ pub enum Verified {
 /// Verifies `store`: one ledger against the heads asked, or every shard (heads check one chain: refused there).
 pub fn verify(store: &Store, asked: &VerifyAsked) -> Result<Verified> {
     if let Store::Shards(shards) = store {
-        if !asked.expect_heads.is_empty() || asked.checkpoints_from.is_some() {
-            refuse!("--expect-head and --checkpoints-from check one chain: give them one shard's file with --ledger");
+        if !asked.expect_heads.is_empty() || asked.checkpoints_from.is_some() || asked.since.is_some() {
+            refuse!(
+                "--since, --expect-head and --checkpoints-from check one chain: give them one shard's file with --ledger"
+            );
         }
         let mut reports = Vec::new();
         for (shard, ledger) in shards.open_all_read_only()? {
@@ -71,7 +75,10 @@ pub fn verify(store: &Store, asked: &VerifyAsked) -> Result<Verified> {
             expected.push(ExpectedHead { head: Head { seq: checkpoint.head_seq, hash }, at: Some(checkpoint.at) });
         }
     }
-    let mut report = ledger.verify_against(&expected)?;
+    let mut report = match &asked.since {
+        Some(since) => ledger.verify_since(since, &expected)?,
+        None => ledger.verify_against(&expected)?,
+    };
     if let (None, Some(problem)) = (&report.first_bad_checkpoint, none_published) {
         report.first_bad_checkpoint =
             Some(ledger::BadCheckpoint { head_seq: 0, head_hash: String::new(), at: None, problem });
@@ -111,8 +118,12 @@ pub fn words_of_one(report: &VerifyReport) -> VerifyWords {
             0 => String::new(),
             n => format!(", and holds the {n} heads given or published"),
         };
+        let walked = match report.walked_from {
+            0 => String::new(),
+            from => format!(" (walked after entry {from}, verified before)"),
+        };
         words.holds.push(format!(
-            "ok: {} entries, chain holds up to watermark {}; head {}:{}{checked}",
+            "ok: {} entries, chain holds up to watermark {}{walked}; head {}:{}{checked}",
             report.entries_checked, report.watermark, report.head_seq, report.head_hash
         ));
     }
