@@ -88,26 +88,15 @@ fn decision(request_id: &str, occurred_at: &str, amount: i64, denied: bool) -> E
 
 fn daily_policy(version: i32, limit: i64) -> Event {
     Event::Policy(PolicyEvent {
-        header: header(&format!("org-9-daily-v{version}"), "2026-10-01T00:00:00Z", "org-9", "requests"),
-        policy_id: "org-9-daily".into(),
         version,
-        scope: Scope::TENANT,
-        limit,
-        window: Window::DAY,
-        enforcement: Enforcement::HARD,
-        effective_from: at("2026-10-01T00:00:00Z"),
-        burst: None,
-        actor: None,
-        reason: None,
-        time_zone: None,
-        on_failure: None,
-        overage_rate: None,
-        overage_window: None,
-        violation: None,
-        window_seconds: None,
-        cycle_anchor: None,
-        alert_thresholds: None,
-        alert_subject_share: None,
+        ..PolicyEvent::new(
+            header(&format!("org-9-daily-v{version}"), "2026-10-01T00:00:00Z", "org-9", "requests"),
+            "org-9-daily",
+            limit,
+            Window::DAY,
+            Enforcement::HARD,
+            at("2026-10-01T00:00:00Z"),
+        )
     })
 }
 
@@ -330,28 +319,14 @@ fn ingest_in_order(test: &TestLedger, events: Vec<Event>) {
 /// RESERVE at the same instant), then check 40 (recorded with `used_before` 50: consumed 0 + held 50).
 fn reserved_then_checked() -> TestLedger {
     let test = TestLedger::new();
-    let policy = Event::Policy(PolicyEvent {
-        header: header("org-s-requests-v1", "2026-11-01T00:00:00Z", "org-s", "requests"),
-        policy_id: "org-s-requests".into(),
-        version: 1,
-        scope: Scope::TENANT,
-        limit: 100,
-        window: Window::MONTH,
-        enforcement: Enforcement::HARD,
-        effective_from: at("2026-11-01T00:00:00Z"),
-        burst: None,
-        actor: None,
-        reason: None,
-        time_zone: None,
-        on_failure: None,
-        overage_rate: None,
-        overage_window: None,
-        violation: None,
-        window_seconds: None,
-        cycle_anchor: None,
-        alert_thresholds: None,
-        alert_subject_share: None,
-    });
+    let policy = Event::Policy(PolicyEvent::new(
+        header("org-s-requests-v1", "2026-11-01T00:00:00Z", "org-s", "requests"),
+        "org-s-requests",
+        100,
+        Window::MONTH,
+        Enforcement::HARD,
+        at("2026-11-01T00:00:00Z"),
+    ));
     let allowed = |request_id: &str, occurred_at: &str, amount: i64, used_before: i64| {
         Event::Decision(DecisionEvent {
             header: header(&format!("dec-{request_id}"), occurred_at, "org-s", "requests"),
@@ -567,26 +542,15 @@ fn decision_of_org_1(event_id: &str, request_id: &str, occurred_at: &str, amount
 fn quota_v1(event_id: &str, owner: &str, metric: &str, limit: i64, shape: (Scope, Window, Enforcement)) -> Event {
     let (scope, window, enforcement) = shape;
     Event::Policy(PolicyEvent {
-        header: header(event_id, "2026-01-01T00:00:00Z", owner, metric),
-        policy_id: "quota".into(),
-        version: 1,
         scope,
-        limit,
-        window,
-        enforcement,
-        effective_from: at("2026-01-01T00:00:00Z"),
-        burst: None,
-        actor: None,
-        reason: None,
-        time_zone: None,
-        on_failure: None,
-        overage_rate: None,
-        overage_window: None,
-        violation: None,
-        window_seconds: None,
-        cycle_anchor: None,
-        alert_thresholds: None,
-        alert_subject_share: None,
+        ..PolicyEvent::new(
+            header(event_id, "2026-01-01T00:00:00Z", owner, metric),
+            "quota",
+            limit,
+            window,
+            enforcement,
+            at("2026-01-01T00:00:00Z"),
+        )
     })
 }
 

@@ -247,26 +247,15 @@ fn one_file_per_other_type() -> Vec<Vec<Event>> {
     };
     let policy = |event_id: &str, tenant: &str, version, enforcement| {
         Event::Policy(PolicyEvent {
-            header: header(event_id, "2026-10-31T00:00:00Z", tenant, "tokens"),
-            policy_id: format!("p-tokens-{tenant}"),
             version,
-            scope: Scope::TENANT,
-            limit: 1_000_000,
-            window: Window::MONTH,
-            enforcement,
-            effective_from: at("2026-11-01T00:00:00Z"),
-            burst: None,
-            actor: None,
-            reason: None,
-            time_zone: None,
-            on_failure: None,
-            overage_rate: None,
-            overage_window: None,
-            violation: None,
-            window_seconds: None,
-            cycle_anchor: None,
-            alert_thresholds: None,
-            alert_subject_share: None,
+            ..PolicyEvent::new(
+                header(event_id, "2026-10-31T00:00:00Z", tenant, "tokens"),
+                format!("p-tokens-{tenant}"),
+                1_000_000,
+                Window::MONTH,
+                enforcement,
+                at("2026-11-01T00:00:00Z"),
+            )
         })
     };
     let adjustment = |event_id: &str, kind, amount| {

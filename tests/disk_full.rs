@@ -41,28 +41,14 @@ fn on(ledger: &Path, scratch: &Path, args: &[&str]) -> Run {
 }
 
 fn policy(tenant: &str, metric: &str, limit: i64) -> Event {
-    Event::Policy(PolicyEvent {
-        header: header(&format!("policy-{tenant}"), "2026-01-01T00:00:00Z", tenant, metric),
-        policy_id: format!("quota-{tenant}"),
-        version: 1,
-        scope: Scope::TENANT,
+    Event::Policy(PolicyEvent::new(
+        header(&format!("policy-{tenant}"), "2026-01-01T00:00:00Z", tenant, metric),
+        format!("quota-{tenant}"),
         limit,
-        window: Window::MONTH,
-        enforcement: Enforcement::HARD,
-        effective_from: at("2026-01-01T00:00:00Z"),
-        burst: None,
-        actor: None,
-        reason: None,
-        time_zone: None,
-        on_failure: None,
-        overage_rate: None,
-        overage_window: None,
-        violation: None,
-        window_seconds: None,
-        cycle_anchor: None,
-        alert_thresholds: None,
-        alert_subject_share: None,
-    })
+        Window::MONTH,
+        Enforcement::HARD,
+        at("2026-01-01T00:00:00Z"),
+    ))
 }
 
 /// A ledger made on `fs` by ingesting one policy.

@@ -154,28 +154,14 @@ fn tokens(event_id: &str, occurred_at: &str, tenant: &str, quantity: i64) -> Eve
 }
 
 fn soft_monthly(tenant: &str, limit: i64) -> Event {
-    Event::Policy(PolicyEvent {
-        header: header(&format!("{tenant}-tokens-v1"), "2026-08-01T00:00:00Z", tenant, "tokens"),
-        policy_id: format!("{tenant}-tokens"),
-        version: 1,
-        scope: Scope::TENANT,
+    Event::Policy(PolicyEvent::new(
+        header(&format!("{tenant}-tokens-v1"), "2026-08-01T00:00:00Z", tenant, "tokens"),
+        format!("{tenant}-tokens"),
         limit,
-        window: Window::MONTH,
-        enforcement: Enforcement::SOFT,
-        effective_from: at("2026-08-01T00:00:00Z"),
-        burst: None,
-        actor: None,
-        reason: None,
-        time_zone: None,
-        on_failure: None,
-        overage_rate: None,
-        overage_window: None,
-        violation: None,
-        window_seconds: None,
-        cycle_anchor: None,
-        alert_thresholds: None,
-        alert_subject_share: None,
-    })
+        Window::MONTH,
+        Enforcement::SOFT,
+        at("2026-08-01T00:00:00Z"),
+    ))
 }
 
 fn ingest_events(test: &TestLedger, name: &str, events: &[Event]) {

@@ -69,28 +69,14 @@ fn usage_posted_as_cloud_events_is_billed_once_each() {
     let broker = Broker::mock();
     let served = TestLedger::new();
     // serve refuses a ledger that is not there: one policy makes it.
-    let policy = Event::Policy(PolicyEvent {
-        header: header("policy-requests-v1", "2026-01-01T00:00:00Z", "*", "requests"),
-        policy_id: "plan-requests".into(),
-        version: 1,
-        scope: Scope::TENANT,
-        limit: 1_000,
-        window: Window::MONTH,
-        enforcement: Enforcement::SOFT,
-        effective_from: at("2026-01-01T00:00:00Z"),
-        burst: None,
-        actor: None,
-        reason: None,
-        time_zone: None,
-        on_failure: None,
-        overage_rate: None,
-        overage_window: None,
-        violation: None,
-        window_seconds: None,
-        cycle_anchor: None,
-        alert_thresholds: None,
-        alert_subject_share: None,
-    });
+    let policy = Event::Policy(PolicyEvent::new(
+        header("policy-requests-v1", "2026-01-01T00:00:00Z", "*", "requests"),
+        "plan-requests",
+        1_000,
+        Window::MONTH,
+        Enforcement::SOFT,
+        at("2026-01-01T00:00:00Z"),
+    ));
     write_container(&served.file("policy.avro"), &[policy]);
     served.ingest(&served.file("policy.avro"));
     let args = ["--brokers", &broker.bootstrap];

@@ -85,26 +85,15 @@ fn eventually_equals(prometheus: &str, promql: &str, expected: f64) {
 
 fn hard_policy() -> Event {
     Event::Policy(PolicyEvent {
-        header: header("policy-tokens-v7", "2026-01-01T00:00:00Z", "org-1", "tokens"),
-        policy_id: "tokens".into(),
         version: 7,
-        scope: Scope::TENANT,
-        limit: LIMIT,
-        window: Window::MONTH,
-        enforcement: Enforcement::HARD,
-        effective_from: at("2026-01-01T00:00:00Z"),
-        burst: None,
-        actor: None,
-        reason: None,
-        time_zone: None,
-        on_failure: None,
-        overage_rate: None,
-        overage_window: None,
-        violation: None,
-        window_seconds: None,
-        cycle_anchor: None,
-        alert_thresholds: None,
-        alert_subject_share: None,
+        ..PolicyEvent::new(
+            header("policy-tokens-v7", "2026-01-01T00:00:00Z", "org-1", "tokens"),
+            "tokens",
+            LIMIT,
+            Window::MONTH,
+            Enforcement::HARD,
+            at("2026-01-01T00:00:00Z"),
+        )
     })
 }
 

@@ -25,28 +25,14 @@ const ADMIN: &str =
     "[[token]]\nname = \"openapi-admin\"\nsecret = \"openapi-admin-secret-0123\"\ntenants = [\"*\"]\nadmin = true\n";
 
 fn policy() -> Event {
-    Event::Policy(PolicyEvent {
-        header: header("policy-requests-v1", "2026-01-01T00:00:00Z", "*", "requests"),
-        policy_id: "plan-requests".into(),
-        version: 1,
-        scope: Scope::TENANT,
-        limit: 1_000,
-        window: Window::DAY,
-        enforcement: Enforcement::HARD,
-        effective_from: at("2026-01-01T00:00:00Z"),
-        burst: None,
-        actor: None,
-        reason: None,
-        time_zone: None,
-        on_failure: None,
-        overage_rate: None,
-        overage_window: None,
-        violation: None,
-        window_seconds: None,
-        cycle_anchor: None,
-        alert_thresholds: None,
-        alert_subject_share: None,
-    })
+    Event::Policy(PolicyEvent::new(
+        header("policy-requests-v1", "2026-01-01T00:00:00Z", "*", "requests"),
+        "plan-requests",
+        1_000,
+        Window::DAY,
+        Enforcement::HARD,
+        at("2026-01-01T00:00:00Z"),
+    ))
 }
 
 /// Runs schemathesis against `server` with `secret` as the bearer token, its JUnit report written to `report`; fails

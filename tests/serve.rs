@@ -168,26 +168,15 @@ fn old_and_new_clients_are_answered_each_in_its_conventions() {
 
 fn hard_policy(limit: i64, window: Window) -> Event {
     Event::Policy(PolicyEvent {
-        header: header("policy-quota-v1", "2026-01-01T00:00:00Z", "org-1", "tokens"),
-        policy_id: "quota".into(),
         version: 4,
-        scope: Scope::TENANT,
-        limit,
-        window,
-        enforcement: Enforcement::HARD,
-        effective_from: at("2026-01-01T00:00:00Z"),
-        burst: None,
-        actor: None,
-        reason: None,
-        time_zone: None,
-        on_failure: None,
-        overage_rate: None,
-        overage_window: None,
-        violation: None,
-        window_seconds: None,
-        cycle_anchor: None,
-        alert_thresholds: None,
-        alert_subject_share: None,
+        ..PolicyEvent::new(
+            header("policy-quota-v1", "2026-01-01T00:00:00Z", "org-1", "tokens"),
+            "quota",
+            limit,
+            window,
+            Enforcement::HARD,
+            at("2026-01-01T00:00:00Z"),
+        )
     })
 }
 
@@ -761,28 +750,14 @@ fn remaining_quota_is_read_without_consuming() {
     let test = TestLedger::new();
     let now = Timestamp::now();
     let hour = 3_600 * 1_000_000;
-    let plan = Event::Policy(PolicyEvent {
-        header: header("policy-plan-v1", "2026-01-01T00:00:00Z", "*", "requests"),
-        policy_id: "plan-requests".into(),
-        version: 1,
-        scope: Scope::TENANT,
-        limit: 50,
-        window: Window::MONTH,
-        enforcement: Enforcement::SOFT,
-        effective_from: at("2026-01-01T00:00:00Z"),
-        burst: None,
-        actor: None,
-        reason: None,
-        time_zone: None,
-        on_failure: None,
-        overage_rate: None,
-        overage_window: None,
-        violation: None,
-        window_seconds: None,
-        cycle_anchor: None,
-        alert_thresholds: None,
-        alert_subject_share: None,
-    });
+    let plan = Event::Policy(PolicyEvent::new(
+        header("policy-plan-v1", "2026-01-01T00:00:00Z", "*", "requests"),
+        "plan-requests",
+        50,
+        Window::MONTH,
+        Enforcement::SOFT,
+        at("2026-01-01T00:00:00Z"),
+    ));
     let grant = Event::Grant(GrantEvent {
         header: header("grant-1", "2026-01-01T00:00:00Z", "org-1", "tokens"),
         grant_id: "grant-1".into(),

@@ -97,28 +97,14 @@ impl Server {
 
 /// A monthly HARD plan default (tenant `*`) of `limit` tokens.
 fn plan_default(limit: i64) -> Event {
-    Event::Policy(PolicyEvent {
-        header: header("plan-tokens-v1", "2026-01-01T00:00:00Z", "*", "tokens"),
-        policy_id: "plan-tokens".into(),
-        version: 1,
-        scope: Scope::TENANT,
+    Event::Policy(PolicyEvent::new(
+        header("plan-tokens-v1", "2026-01-01T00:00:00Z", "*", "tokens"),
+        "plan-tokens",
         limit,
-        window: Window::MONTH,
-        enforcement: Enforcement::HARD,
-        effective_from: at("2026-01-01T00:00:00Z"),
-        burst: None,
-        actor: None,
-        reason: None,
-        time_zone: None,
-        on_failure: None,
-        overage_rate: None,
-        overage_window: None,
-        violation: None,
-        window_seconds: None,
-        cycle_anchor: None,
-        alert_thresholds: None,
-        alert_subject_share: None,
-    })
+        Window::MONTH,
+        Enforcement::HARD,
+        at("2026-01-01T00:00:00Z"),
+    ))
 }
 
 /// A directory of `P` shards, the plan default ingested into each as producers write it: to every partition.

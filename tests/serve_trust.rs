@@ -156,28 +156,14 @@ fn stderr_of(test: &TestLedger) -> String {
 }
 
 fn policy(tenant: &str, metric: &str, limit: i64, window: Window) -> Event {
-    Event::Policy(PolicyEvent {
-        header: header(&format!("policy-{tenant}-{metric}"), "2026-01-01T00:00:00Z", tenant, metric),
-        policy_id: format!("quota-{metric}"),
-        version: 1,
-        scope: Scope::TENANT,
+    Event::Policy(PolicyEvent::new(
+        header(&format!("policy-{tenant}-{metric}"), "2026-01-01T00:00:00Z", tenant, metric),
+        format!("quota-{metric}"),
         limit,
         window,
-        enforcement: Enforcement::HARD,
-        effective_from: at("2026-01-01T00:00:00Z"),
-        burst: None,
-        actor: None,
-        reason: None,
-        time_zone: None,
-        on_failure: None,
-        overage_rate: None,
-        overage_window: None,
-        violation: None,
-        window_seconds: None,
-        cycle_anchor: None,
-        alert_thresholds: None,
-        alert_subject_share: None,
-    })
+        Enforcement::HARD,
+        at("2026-01-01T00:00:00Z"),
+    ))
 }
 
 /// A ledger holding `events` (of one type), ingested from a container file.

@@ -22,28 +22,14 @@ const MONTHLY: (&str, i64) = ("org-2", 900);
 const ROUNDS: u64 = 4;
 
 fn policy(tenant: &str, limit: i64, window: Window) -> Event {
-    Event::Policy(PolicyEvent {
-        header: header(&format!("policy-{tenant}"), "2026-01-01T00:00:00Z", tenant, "tokens"),
-        policy_id: format!("quota-{tenant}"),
-        version: 1,
-        scope: Scope::TENANT,
+    Event::Policy(PolicyEvent::new(
+        header(&format!("policy-{tenant}"), "2026-01-01T00:00:00Z", tenant, "tokens"),
+        format!("quota-{tenant}"),
         limit,
         window,
-        enforcement: Enforcement::HARD,
-        effective_from: at("2026-01-01T00:00:00Z"),
-        burst: None,
-        actor: None,
-        reason: None,
-        time_zone: None,
-        on_failure: None,
-        overage_rate: None,
-        overage_window: None,
-        violation: None,
-        window_seconds: None,
-        cycle_anchor: None,
-        alert_thresholds: None,
-        alert_subject_share: None,
-    })
+        Enforcement::HARD,
+        at("2026-01-01T00:00:00Z"),
+    ))
 }
 
 /// The quotas `server` answers for `tenant`, without the instant asked at.

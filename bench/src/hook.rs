@@ -201,8 +201,8 @@ impl Driver {
 
 fn policy_event() -> Event {
     let start = Timestamp::parse_rfc3339("2026-01-01T00:00:00Z").expect("a valid timestamp");
-    Event::Policy(PolicyEvent {
-        header: Header {
+    Event::Policy(PolicyEvent::new(
+        Header {
             event_id: "bench-policy".into(),
             occurred_at: start,
             tenant: "org-bench".into(),
@@ -212,26 +212,12 @@ fn policy_event() -> Event {
             metric: "tokens".into(),
             source: "bench".into(),
         },
-        policy_id: "bench-monthly".into(),
-        version: 1,
-        scope: Scope::TENANT,
-        limit: LIMIT,
-        window: Window::MONTH,
-        enforcement: Enforcement::HARD,
-        effective_from: start,
-        burst: None,
-        actor: None,
-        reason: None,
-        time_zone: None,
-        on_failure: None,
-        overage_rate: None,
-        overage_window: None,
-        violation: None,
-        window_seconds: None,
-        cycle_anchor: None,
-        alert_thresholds: None,
-        alert_subject_share: None,
-    })
+        "bench-monthly",
+        LIMIT,
+        Window::MONTH,
+        Enforcement::HARD,
+        start,
+    ))
 }
 
 /// The benchmark's policy of `requests`, for the requests of two metrics: a limit no run reaches either.

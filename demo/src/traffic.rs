@@ -142,8 +142,8 @@ pub(super) fn lease_policy(month: Period) -> Event {
 /// Version 1 of a TENANT-scope policy of the demo, effective (and recorded) from the month's start.
 fn demo_policy(month: Period, tenant: &str, metric: &str, id: &str, rule: (i64, Window, Enforcement)) -> Event {
     let (limit, window, enforcement) = rule;
-    Event::Policy(PolicyEvent {
-        header: Header {
+    Event::Policy(PolicyEvent::new(
+        Header {
             event_id: format!("demo-policy-{tenant}-{metric}"),
             occurred_at: month.start(),
             tenant: tenant.into(),
@@ -153,26 +153,12 @@ fn demo_policy(month: Period, tenant: &str, metric: &str, id: &str, rule: (i64, 
             metric: metric.into(),
             source: "demo".into(),
         },
-        policy_id: id.into(),
-        version: 1,
-        scope: Scope::TENANT,
+        id,
         limit,
         window,
         enforcement,
-        effective_from: month.start(),
-        burst: None,
-        actor: None,
-        reason: None,
-        time_zone: None,
-        on_failure: None,
-        overage_rate: None,
-        overage_window: None,
-        violation: None,
-        window_seconds: None,
-        cycle_anchor: None,
-        alert_thresholds: None,
-        alert_subject_share: None,
-    })
+        month.start(),
+    ))
 }
 
 /// A limit as a plan would state it: two significant digits, at least 10.

@@ -297,26 +297,9 @@ impl Generator {
         let mut header = self.header("pol", tenant.to_string(), metric, effective_from);
         header.subject = None;
         Event::Policy(PolicyEvent {
-            header,
-            policy_id: policy_id.into(),
             version,
             scope,
-            limit,
-            window,
-            enforcement,
-            effective_from,
-            burst: None,
-            actor: None,
-            reason: None,
-            time_zone: None,
-            on_failure: None,
-            overage_rate: None,
-            overage_window: None,
-            violation: None,
-            window_seconds: None,
-            cycle_anchor: None,
-            alert_thresholds: None,
-            alert_subject_share: None,
+            ..PolicyEvent::new(header, policy_id, limit, window, enforcement, effective_from)
         })
     }
 

@@ -74,35 +74,24 @@ mod tests {
     fn evaluated(policy_id: &str, thresholds: Option<Vec<i32>>, used_before: i64) -> Evaluated {
         let at = |s: &str| Timestamp::parse_rfc3339(s).unwrap();
         let policy = schemas::PolicyEvent {
-            header: schemas::Header {
-                event_id: format!("{policy_id}-v1"),
-                occurred_at: at("2026-11-01T00:00:00Z"),
-                tenant: "org-1".into(),
-                subject: None,
-                project: None,
-                api_key: None,
-                metric: "tokens".into(),
-                source: "test".into(),
-            },
-            policy_id: policy_id.into(),
-            version: 1,
-            scope: schemas::Scope::TENANT,
-            limit: 100,
-            window: schemas::Window::MONTH,
-            enforcement: schemas::Enforcement::HARD,
-            effective_from: at("2026-11-01T00:00:00Z"),
-            burst: None,
-            actor: None,
-            reason: None,
-            time_zone: None,
-            on_failure: None,
-            overage_rate: None,
-            overage_window: None,
-            violation: None,
-            window_seconds: None,
-            cycle_anchor: None,
             alert_thresholds: thresholds,
-            alert_subject_share: None,
+            ..schemas::PolicyEvent::new(
+                schemas::Header {
+                    event_id: format!("{policy_id}-v1"),
+                    occurred_at: at("2026-11-01T00:00:00Z"),
+                    tenant: "org-1".into(),
+                    subject: None,
+                    project: None,
+                    api_key: None,
+                    metric: "tokens".into(),
+                    source: "test".into(),
+                },
+                policy_id,
+                100,
+                schemas::Window::MONTH,
+                schemas::Enforcement::HARD,
+                at("2026-11-01T00:00:00Z"),
+            )
         };
         Evaluated {
             policy,

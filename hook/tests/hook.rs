@@ -11,35 +11,24 @@ use schemas::*;
 
 fn policy(id: &str, limit: i64, window: Window, enforcement: Enforcement, burst: Option<i64>) -> Event {
     Event::Policy(PolicyEvent {
-        header: Header {
-            event_id: format!("policy-{id}"),
-            occurred_at: Timestamp::parse_rfc3339("2026-01-01T00:00:00Z").unwrap(),
-            tenant: "org-1".into(),
-            subject: None,
-            metric: "tokens".into(),
-            source: "admin".into(),
-            api_key: None,
-            project: None,
-        },
-        policy_id: id.into(),
-        version: 1,
-        scope: Scope::TENANT,
-        limit,
-        window,
-        enforcement,
-        effective_from: Timestamp::parse_rfc3339("2026-01-01T00:00:00Z").unwrap(),
         burst,
-        actor: None,
-        reason: None,
-        time_zone: None,
-        on_failure: None,
-        overage_rate: None,
-        overage_window: None,
-        violation: None,
-        window_seconds: None,
-        cycle_anchor: None,
-        alert_thresholds: None,
-        alert_subject_share: None,
+        ..PolicyEvent::new(
+            Header {
+                event_id: format!("policy-{id}"),
+                occurred_at: Timestamp::parse_rfc3339("2026-01-01T00:00:00Z").unwrap(),
+                tenant: "org-1".into(),
+                subject: None,
+                metric: "tokens".into(),
+                source: "admin".into(),
+                api_key: None,
+                project: None,
+            },
+            id,
+            limit,
+            window,
+            enforcement,
+            Timestamp::parse_rfc3339("2026-01-01T00:00:00Z").unwrap(),
+        )
     })
 }
 

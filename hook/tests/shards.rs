@@ -23,8 +23,8 @@ fn reserve(tenant: &str, key: &str, amount: i64) -> Request {
 /// A monthly HARD plan default (tenant `*`) of `limit` tokens.
 fn plan_default(limit: i64) -> Event {
     let start = Timestamp::parse_rfc3339("2026-01-01T00:00:00Z").unwrap();
-    Event::Policy(PolicyEvent {
-        header: Header {
+    Event::Policy(PolicyEvent::new(
+        Header {
             event_id: "plan-monthly".into(),
             occurred_at: start,
             tenant: "*".into(),
@@ -34,26 +34,12 @@ fn plan_default(limit: i64) -> Event {
             api_key: None,
             project: None,
         },
-        policy_id: "plan-monthly".into(),
-        version: 1,
-        scope: Scope::TENANT,
+        "plan-monthly",
         limit,
-        window: Window::MONTH,
-        enforcement: Enforcement::HARD,
-        effective_from: start,
-        burst: None,
-        actor: None,
-        reason: None,
-        time_zone: None,
-        on_failure: None,
-        overage_rate: None,
-        overage_window: None,
-        violation: None,
-        window_seconds: None,
-        cycle_anchor: None,
-        alert_thresholds: None,
-        alert_subject_share: None,
-    })
+        Window::MONTH,
+        Enforcement::HARD,
+        start,
+    ))
 }
 
 /// `count` tenants of each partition.

@@ -25,28 +25,14 @@ fn header(event_id: &str, tenant: &str, metric: &str, at: Timestamp) -> Header {
 
 fn hard_policy(metric: &str, limit: i64) -> Event {
     let at = Timestamp::parse_rfc3339("2026-01-01T00:00:00Z").unwrap();
-    Event::Policy(PolicyEvent {
-        header: header(&format!("policy-{metric}"), "org-1", metric, at),
-        policy_id: format!("quota-{metric}"),
-        version: 1,
-        scope: Scope::TENANT,
+    Event::Policy(PolicyEvent::new(
+        header(&format!("policy-{metric}"), "org-1", metric, at),
+        format!("quota-{metric}"),
         limit,
-        window: Window::MONTH,
-        enforcement: Enforcement::HARD,
-        effective_from: at,
-        burst: None,
-        actor: None,
-        reason: None,
-        time_zone: None,
-        on_failure: None,
-        overage_rate: None,
-        overage_window: None,
-        violation: None,
-        window_seconds: None,
-        cycle_anchor: None,
-        alert_thresholds: None,
-        alert_subject_share: None,
-    })
+        Window::MONTH,
+        Enforcement::HARD,
+        at,
+    ))
 }
 
 fn append(path: &std::path::Path, events: Vec<Event>) {

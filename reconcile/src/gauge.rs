@@ -231,26 +231,16 @@ mod tests {
     /// A HARD DAY gauge of `METRIC` refusing inserts over `limit`.
     fn gauge(tenant: &str, id: &str, version: i32, limit: i64, effective_from: &str) -> PolicyEvent {
         PolicyEvent {
-            header: header(tenant, &format!("{id}-v{version}"), effective_from),
-            policy_id: id.into(),
             version,
-            scope: Scope::TENANT,
-            limit,
-            window: Window::DAY,
-            enforcement: Enforcement::HARD,
-            effective_from: at(effective_from),
-            burst: None,
-            actor: None,
-            reason: None,
-            time_zone: None,
-            on_failure: None,
-            overage_rate: None,
-            overage_window: None,
             violation: Some(Violation::NO_INSERTS),
-            window_seconds: None,
-            cycle_anchor: None,
-            alert_thresholds: None,
-            alert_subject_share: None,
+            ..PolicyEvent::new(
+                header(tenant, &format!("{id}-v{version}"), effective_from),
+                id,
+                limit,
+                Window::DAY,
+                Enforcement::HARD,
+                at(effective_from),
+            )
         }
     }
 

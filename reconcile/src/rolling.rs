@@ -180,7 +180,7 @@ pub(crate) fn judge(
 
 #[cfg(test)]
 mod tests {
-    use schemas::{Enforcement, Header, Scope};
+    use schemas::{Enforcement, Header};
 
     use super::*;
     use testkit::fixtures::at;
@@ -191,35 +191,24 @@ mod tests {
 
     fn rolling(seconds: i64, limit: i64, enforcement: Enforcement) -> PolicyEvent {
         PolicyEvent {
-            header: Header {
-                event_id: "p-v1".into(),
-                occurred_at: at("2026-11-01T00:00:00Z"),
-                tenant: "org-1".into(),
-                subject: None,
-                project: None,
-                api_key: None,
-                metric: "requests".into(),
-                source: "test".into(),
-            },
-            policy_id: "p".into(),
-            version: 1,
-            scope: Scope::TENANT,
-            limit,
-            window: Window::ROLLING,
-            enforcement,
-            effective_from: at("2026-11-01T00:00:00Z"),
-            burst: None,
-            actor: None,
-            reason: None,
-            time_zone: None,
-            on_failure: None,
-            overage_rate: None,
-            overage_window: None,
-            violation: None,
             window_seconds: Some(seconds),
-            cycle_anchor: None,
-            alert_thresholds: None,
-            alert_subject_share: None,
+            ..PolicyEvent::new(
+                Header {
+                    event_id: "p-v1".into(),
+                    occurred_at: at("2026-11-01T00:00:00Z"),
+                    tenant: "org-1".into(),
+                    subject: None,
+                    project: None,
+                    api_key: None,
+                    metric: "requests".into(),
+                    source: "test".into(),
+                },
+                "p",
+                limit,
+                Window::ROLLING,
+                enforcement,
+                at("2026-11-01T00:00:00Z"),
+            )
         }
     }
 

@@ -569,26 +569,16 @@ fn gauge_events(i: usize, g: &GaugeDraw) -> Vec<Event> {
             source: "model".into(),
         };
         events.push(Event::Policy(PolicyEvent {
-            header,
-            policy_id: format!("gauge{i}"),
             version: number,
-            scope: Scope::TENANT,
-            limit: version.limit,
-            window: version.window,
-            enforcement: version.enforcement,
-            effective_from: Timestamp(version.effective_from),
-            burst: None,
-            actor: None,
-            reason: None,
-            time_zone: None,
-            on_failure: None,
-            overage_rate: None,
-            overage_window: None,
             violation: version.violation,
-            window_seconds: None,
-            cycle_anchor: None,
-            alert_thresholds: None,
-            alert_subject_share: None,
+            ..PolicyEvent::new(
+                header,
+                format!("gauge{i}"),
+                version.limit,
+                version.window,
+                version.enforcement,
+                Timestamp(version.effective_from),
+            )
         }));
     }
     events

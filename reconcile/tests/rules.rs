@@ -60,28 +60,14 @@ fn release(event_id: &str, id: &str, occurred_at: &str) -> Event {
 
 /// Version 1 of an org-1 TENANT-scope HARD DAY policy, effective since September; vary it with `..`.
 fn policy(policy_id: &str, limit: i64) -> PolicyEvent {
-    PolicyEvent {
-        header: header(&format!("{policy_id}-v1"), TENANT, None, "2026-09-01T00:00:00Z"),
-        policy_id: policy_id.into(),
-        version: 1,
-        scope: Scope::TENANT,
+    PolicyEvent::new(
+        header(&format!("{policy_id}-v1"), TENANT, None, "2026-09-01T00:00:00Z"),
+        policy_id,
         limit,
-        window: Window::DAY,
-        enforcement: Enforcement::HARD,
-        effective_from: at("2026-09-01T00:00:00Z"),
-        burst: None,
-        actor: None,
-        reason: None,
-        time_zone: None,
-        on_failure: None,
-        overage_rate: None,
-        overage_window: None,
-        violation: None,
-        window_seconds: None,
-        cycle_anchor: None,
-        alert_thresholds: None,
-        alert_subject_share: None,
-    }
+        Window::DAY,
+        Enforcement::HARD,
+        at("2026-09-01T00:00:00Z"),
+    )
 }
 
 /// `policy` as another version, effective from `effective_from`.

@@ -553,26 +553,15 @@ mod tests {
 
     fn policy(tenant: &str, id: &str, version: i32, metric: &str, limit: i64, enforcement: Enforcement) -> PolicyEvent {
         PolicyEvent {
-            header: header(tenant, metric, "2026-10-01T00:00:00Z"),
-            policy_id: id.into(),
             version,
-            scope: Scope::TENANT,
-            limit,
-            window: Window::MONTH,
-            enforcement,
-            effective_from: at("2026-10-01T00:00:00Z"),
-            burst: None,
-            actor: None,
-            reason: None,
-            time_zone: None,
-            on_failure: None,
-            overage_rate: None,
-            overage_window: None,
-            violation: None,
-            window_seconds: None,
-            cycle_anchor: None,
-            alert_thresholds: None,
-            alert_subject_share: None,
+            ..PolicyEvent::new(
+                header(tenant, metric, "2026-10-01T00:00:00Z"),
+                id,
+                limit,
+                Window::MONTH,
+                enforcement,
+                at("2026-10-01T00:00:00Z"),
+            )
         }
     }
 

@@ -172,42 +172,31 @@ pub fn applicable<'a>(policies: &'a [PolicyEvent], tenant: &str, metric: &str, a
 
 #[cfg(test)]
 mod tests {
-    use schemas::{Enforcement, Header, Scope, Violation, Window};
+    use schemas::{Enforcement, Header, Violation, Window};
 
     use super::*;
     use testkit::fixtures::at;
 
     fn policy(tenant: &str, id: &str, version: i32, limit: i64, window: Window, effective_from: &str) -> PolicyEvent {
         PolicyEvent {
-            header: Header {
-                event_id: format!("{id}-v{version}"),
-                occurred_at: at(effective_from),
-                tenant: tenant.into(),
-                subject: None,
-                metric: "requests".into(),
-                source: "test".into(),
-                api_key: None,
-                project: None,
-            },
-            policy_id: id.into(),
             version,
-            scope: Scope::TENANT,
-            limit,
-            window,
-            enforcement: Enforcement::HARD,
-            effective_from: at(effective_from),
-            burst: None,
-            actor: None,
-            reason: None,
-            time_zone: None,
-            on_failure: None,
-            overage_window: None,
-            violation: None,
-            window_seconds: None,
-            cycle_anchor: None,
-            alert_thresholds: None,
-            alert_subject_share: None,
-            overage_rate: None,
+            ..PolicyEvent::new(
+                Header {
+                    event_id: format!("{id}-v{version}"),
+                    occurred_at: at(effective_from),
+                    tenant: tenant.into(),
+                    subject: None,
+                    metric: "requests".into(),
+                    source: "test".into(),
+                    api_key: None,
+                    project: None,
+                },
+                id,
+                limit,
+                window,
+                Enforcement::HARD,
+                at(effective_from),
+            )
         }
     }
 

@@ -226,6 +226,41 @@ pub struct PolicyEvent {
 pub const DEFAULT_ALERT_THRESHOLDS: [i32; 3] = [80, 90, 100];
 
 impl PolicyEvent {
+    /// Version 1 of a TENANT-scope policy with every optional setting absent, which is what each absence means in the
+    /// contract (no burst, no actor, UTC, fail CLOSED, no overage throttle, no gauge, the default alert thresholds...).
+    /// A caller sets what differs with struct update syntax: `PolicyEvent { burst: Some(50), ..PolicyEvent::new(..) }`.
+    pub fn new(
+        header: Header,
+        policy_id: impl Into<String>,
+        limit: i64,
+        window: Window,
+        enforcement: Enforcement,
+        effective_from: Timestamp,
+    ) -> Self {
+        Self {
+            header,
+            policy_id: policy_id.into(),
+            version: 1,
+            scope: Scope::TENANT,
+            limit,
+            window,
+            enforcement,
+            effective_from,
+            burst: None,
+            actor: None,
+            reason: None,
+            time_zone: None,
+            on_failure: None,
+            overage_rate: None,
+            overage_window: None,
+            violation: None,
+            window_seconds: None,
+            cycle_anchor: None,
+            alert_thresholds: None,
+            alert_subject_share: None,
+        }
+    }
+
     /// A throttle limits a rate, not an allowance: a bucket of `burst` lets up to `burst` plus `limit` through in
     /// one window by design, so its window's total is no limit. Reconcile judges no throttle's windows, and
     /// billing takes no throttle for a tenant's monthly quota; the hook keeps its buckets.

@@ -186,7 +186,7 @@ fn usage_v1_single_object_decodes_to_current_usage_event() {
 // quota (`burst` null), so that adding throttles broke no policy producer.
 #[test]
 fn policy_v1_single_object_decodes_to_a_quota() {
-    use schemas::{Enforcement, PolicyEvent, Scope, Window};
+    use schemas::{Enforcement, PolicyEvent, Window};
     let catalog = Catalog::builtin();
     let v1 = catalog
         .schemas()
@@ -217,35 +217,24 @@ fn policy_v1_single_object_decodes_to_a_quota() {
     message.extend_from_slice(&body);
     let decoded = catalog.decode_single_object(&message, Some(EventType::PolicyEvent)).expect("v1 decodes");
     let expected = PolicyEvent {
-        header: Header {
-            event_id: "pol-v1".into(),
-            occurred_at: at("2026-11-01T00:00:00Z"),
-            tenant: "org-1".into(),
-            subject: None,
-            metric: "requests".into(),
-            source: "admin".into(),
-            api_key: None,
-            project: None,
-        },
-        policy_id: "daily".into(),
         version: 3,
-        scope: Scope::TENANT,
-        limit: 1_000,
-        window: Window::DAY,
-        enforcement: Enforcement::HARD,
-        effective_from: at("2026-11-01T00:00:00Z"),
-        burst: None,
-        actor: None,
-        reason: None,
-        time_zone: None,
-        on_failure: None,
-        overage_rate: None,
-        overage_window: None,
-        violation: None,
-        window_seconds: None,
-        cycle_anchor: None,
-        alert_thresholds: None,
-        alert_subject_share: None,
+        ..PolicyEvent::new(
+            Header {
+                event_id: "pol-v1".into(),
+                occurred_at: at("2026-11-01T00:00:00Z"),
+                tenant: "org-1".into(),
+                subject: None,
+                metric: "requests".into(),
+                source: "admin".into(),
+                api_key: None,
+                project: None,
+            },
+            "daily",
+            1_000,
+            Window::DAY,
+            Enforcement::HARD,
+            at("2026-11-01T00:00:00Z"),
+        )
     };
     assert_eq!(decoded, Decoded { event: Event::Policy(expected), writer_fingerprint: v1.fingerprint });
 }
@@ -328,7 +317,7 @@ fn decision_v1_decodes_with_no_token_name() {
 // producer.
 #[test]
 fn policy_v2_and_grant_v1_decode_with_no_actor() {
-    use schemas::{Enforcement, GrantEvent, PolicyEvent, Scope, Window};
+    use schemas::{Enforcement, GrantEvent, PolicyEvent, Window};
     let catalog = Catalog::builtin();
     let message = |file: &str, text: &str, fields: Vec<(&str, Value)>| {
         let old = catalog.schemas().iter().find(|s| s.file == file).expect("the catalog keeps the old version");
@@ -377,26 +366,9 @@ fn policy_v2_and_grant_v1_decode_with_no_actor() {
     );
     let decoded = catalog.decode_single_object(&policy, Some(EventType::PolicyEvent)).expect("v2 decodes");
     let expected = PolicyEvent {
-        header: header.clone(),
-        policy_id: "daily".into(),
         version: 2,
-        scope: Scope::TENANT,
-        limit: 1_000,
-        window: Window::DAY,
-        enforcement: Enforcement::HARD,
-        effective_from: at("2026-11-01T00:00:00Z"),
         burst: Some(50),
-        actor: None,
-        reason: None,
-        time_zone: None,
-        on_failure: None,
-        overage_rate: None,
-        overage_window: None,
-        violation: None,
-        window_seconds: None,
-        cycle_anchor: None,
-        alert_thresholds: None,
-        alert_subject_share: None,
+        ..PolicyEvent::new(header.clone(), "daily", 1_000, Window::DAY, Enforcement::HARD, at("2026-11-01T00:00:00Z"))
     };
     assert_eq!(decoded.event, Event::Policy(expected));
     let grant = message(
@@ -428,7 +400,7 @@ fn policy_v2_and_grant_v1_decode_with_no_actor() {
 // time zone broke no producer and changed no recorded policy.
 #[test]
 fn policy_v3_decodes_with_no_time_zone() {
-    use schemas::{Enforcement, PolicyEvent, Scope, Window};
+    use schemas::{Enforcement, PolicyEvent, Window};
     let catalog = Catalog::builtin();
     let v3 = catalog.schemas().iter().find(|s| s.file == "history/PolicyEvent.v3.avsc").expect("v3 kept");
     assert!(!v3.current);
@@ -459,35 +431,26 @@ fn policy_v3_decodes_with_no_time_zone() {
     message.extend_from_slice(&v3.fingerprint.to_le_bytes());
     message.extend_from_slice(&body);
     let expected = Event::Policy(PolicyEvent {
-        header: Header {
-            event_id: "p-v3".into(),
-            occurred_at: at("2026-11-01T00:00:00Z"),
-            tenant: "org-1".into(),
-            subject: None,
-            metric: "requests".into(),
-            source: "admin".into(),
-            api_key: None,
-            project: None,
-        },
-        policy_id: "daily".into(),
         version: 3,
-        scope: Scope::TENANT,
-        limit: 1_000,
-        window: Window::DAY,
-        enforcement: Enforcement::HARD,
-        effective_from: at("2026-11-01T00:00:00Z"),
-        burst: None,
         actor: Some("alice".into()),
         reason: Some("upgrade".into()),
-        time_zone: None,
-        on_failure: None,
-        overage_rate: None,
-        overage_window: None,
-        violation: None,
-        window_seconds: None,
-        cycle_anchor: None,
-        alert_thresholds: None,
-        alert_subject_share: None,
+        ..PolicyEvent::new(
+            Header {
+                event_id: "p-v3".into(),
+                occurred_at: at("2026-11-01T00:00:00Z"),
+                tenant: "org-1".into(),
+                subject: None,
+                metric: "requests".into(),
+                source: "admin".into(),
+                api_key: None,
+                project: None,
+            },
+            "daily",
+            1_000,
+            Window::DAY,
+            Enforcement::HARD,
+            at("2026-11-01T00:00:00Z"),
+        )
     });
     let decoded = catalog.decode_single_object(&message, Some(EventType::PolicyEvent)).expect("v3 decodes");
     assert_eq!(decoded, Decoded { event: expected.clone(), writer_fingerprint: v3.fingerprint });
@@ -551,7 +514,7 @@ fn reservation_v1_decodes_with_no_fencing_token() {
 // 80, 90 and 100 percent, as before v12.
 #[test]
 fn policy_v11_decodes_with_the_default_alerts() {
-    use schemas::{Enforcement, PolicyEvent, Scope, Window};
+    use schemas::{Enforcement, PolicyEvent, Window};
     let catalog = Catalog::builtin();
     let v11 = catalog.schemas().iter().find(|s| s.file == "history/PolicyEvent.v11.avsc").expect("v11 kept");
     assert!(!v11.current);
@@ -592,35 +555,24 @@ fn policy_v11_decodes_with_the_default_alerts() {
     message.extend_from_slice(&v11.fingerprint.to_le_bytes());
     message.extend_from_slice(&body);
     let expected = Event::Policy(PolicyEvent {
-        header: Header {
-            event_id: "p-v11".into(),
-            occurred_at: at("2026-11-01T00:00:00Z"),
-            tenant: "org-1".into(),
-            subject: None,
-            metric: "tokens".into(),
-            source: "admin".into(),
-            api_key: None,
-            project: None,
-        },
-        policy_id: "cycle".into(),
-        version: 1,
-        scope: Scope::TENANT,
-        limit: 1_000,
-        window: Window::BILLING_CYCLE,
-        enforcement: Enforcement::SOFT,
-        effective_from: at("2026-11-01T00:00:00Z"),
-        burst: None,
-        actor: None,
-        reason: None,
-        time_zone: None,
-        on_failure: None,
-        overage_rate: None,
-        overage_window: None,
-        violation: None,
-        window_seconds: None,
         cycle_anchor: Some(at("2026-01-17T05:00:00Z")),
-        alert_thresholds: None,
-        alert_subject_share: None,
+        ..PolicyEvent::new(
+            Header {
+                event_id: "p-v11".into(),
+                occurred_at: at("2026-11-01T00:00:00Z"),
+                tenant: "org-1".into(),
+                subject: None,
+                metric: "tokens".into(),
+                source: "admin".into(),
+                api_key: None,
+                project: None,
+            },
+            "cycle",
+            1_000,
+            Window::BILLING_CYCLE,
+            Enforcement::SOFT,
+            at("2026-11-01T00:00:00Z"),
+        )
     });
     let decoded = catalog.decode_single_object(&message, Some(EventType::PolicyEvent)).expect("v11 decodes");
     assert_eq!(decoded, Decoded { event: expected.clone(), writer_fingerprint: v11.fingerprint });

@@ -327,28 +327,14 @@ pub fn header(event_id: &str, occurred_at: &str, tenant: &str, metric: &str) -> 
 /// Version 1 of policy `daily` of `tenant`: a HARD limit of `limit` requests per UTC DAY for the tenant as a whole,
 /// effective since October 2026. Tests change what they need with struct update syntax (a time zone, say).
 pub fn hard_daily(event_id: &str, tenant: &str, limit: i64) -> PolicyEvent {
-    PolicyEvent {
-        header: header(event_id, "2026-10-01T00:00:00Z", tenant, "requests"),
-        policy_id: "daily".into(),
-        version: 1,
-        scope: Scope::TENANT,
+    PolicyEvent::new(
+        header(event_id, "2026-10-01T00:00:00Z", tenant, "requests"),
+        "daily",
         limit,
-        window: Window::DAY,
-        enforcement: Enforcement::HARD,
-        effective_from: at("2026-10-01T00:00:00Z"),
-        burst: None,
-        actor: None,
-        reason: None,
-        time_zone: None,
-        on_failure: None,
-        overage_rate: None,
-        overage_window: None,
-        violation: None,
-        window_seconds: None,
-        cycle_anchor: None,
-        alert_thresholds: None,
-        alert_subject_share: None,
-    }
+        Window::DAY,
+        Enforcement::HARD,
+        at("2026-10-01T00:00:00Z"),
+    )
 }
 
 /// A UsageEvent of `requests` with no request_id and no attributes.
@@ -438,28 +424,9 @@ pub fn sample_event(event_type: EventType, event_id: &str) -> Event {
             reason: "test".into(),
             actor: None,
         }),
-        EventType::PolicyEvent => Event::Policy(PolicyEvent {
-            header,
-            policy_id: format!("pol-{event_id}"),
-            version: 1,
-            scope: Scope::TENANT,
-            limit: 100,
-            window: Window::DAY,
-            enforcement: Enforcement::HARD,
-            effective_from: t,
-            burst: None,
-            actor: None,
-            reason: None,
-            time_zone: None,
-            on_failure: None,
-            overage_rate: None,
-            overage_window: None,
-            violation: None,
-            window_seconds: None,
-            cycle_anchor: None,
-            alert_thresholds: None,
-            alert_subject_share: None,
-        }),
+        EventType::PolicyEvent => {
+            Event::Policy(PolicyEvent::new(header, format!("pol-{event_id}"), 100, Window::DAY, Enforcement::HARD, t))
+        }
         EventType::AdjustmentEvent | EventType::AlertEvent | EventType::CorrectionEvent => {
             unreachable!("adjustments, alerts and corrections are not input topics")
         }

@@ -70,28 +70,14 @@ fn header(n: u64, tenant: &str, metric: &str, at: Timestamp) -> Header {
 
 /// The policy of `kind`: each asks counted something the others do not (a zone, a gauge, a scope, a timeline).
 fn policy(n: u64, kind: u8, at: Timestamp) -> PolicyEvent {
-    let mut p = PolicyEvent {
-        header: header(n, TENANTS[usize::from(kind) % 2], METRICS[0], at),
-        policy_id: format!("policy-{n}"),
-        version: 1,
-        scope: Scope::TENANT,
-        limit: 1_000,
-        window: Window::DAY,
-        enforcement: Enforcement::HARD,
-        effective_from: at,
-        burst: None,
-        actor: None,
-        reason: None,
-        time_zone: None,
-        on_failure: None,
-        overage_rate: None,
-        overage_window: None,
-        violation: None,
-        window_seconds: None,
-        cycle_anchor: None,
-        alert_thresholds: None,
-        alert_subject_share: None,
-    };
+    let mut p = PolicyEvent::new(
+        header(n, TENANTS[usize::from(kind) % 2], METRICS[0], at),
+        format!("policy-{n}"),
+        1_000,
+        Window::DAY,
+        Enforcement::HARD,
+        at,
+    );
     match kind {
         1 => p.time_zone = Some("America/New_York".into()),
         2 => (p.time_zone, p.window) = (Some("Asia/Kolkata".into()), Window::MONTH),

@@ -186,26 +186,15 @@ fn consumption_is_counted_in_each_zones_windows() {
     assert!(!state.is_missing_zones());
     let policy = |id: &str, zone: &str| {
         Event::Policy(PolicyEvent {
-            header: header("org-1", None, "tokens", at("2026-11-17T06:00:00Z"), id.into()),
-            policy_id: id.into(),
-            version: 1,
-            scope: Scope::TENANT,
-            limit: 100,
-            window: Window::DAY,
-            enforcement: Enforcement::HARD,
-            effective_from: at("2026-11-01T00:00:00Z"),
-            burst: None,
-            actor: None,
-            reason: None,
             time_zone: Some(zone.into()),
-            on_failure: None,
-            overage_rate: None,
-            overage_window: None,
-            violation: None,
-            window_seconds: None,
-            cycle_anchor: None,
-            alert_thresholds: None,
-            alert_subject_share: None,
+            ..PolicyEvent::new(
+                header("org-1", None, "tokens", at("2026-11-17T06:00:00Z"), id.into()),
+                id,
+                100,
+                Window::DAY,
+                Enforcement::HARD,
+                at("2026-11-01T00:00:00Z"),
+            )
         })
     };
     state.fold(3, &policy("daily-ny", "America/New_York"), at("2026-11-17T06:00:00Z"));

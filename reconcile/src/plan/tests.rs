@@ -54,28 +54,14 @@ fn reservation(event_id: &str, action: ReservationAction, occurred_at: &str, amo
 
 /// Version 1 of a TENANT-scope HARD DAY policy, effective since September.
 fn hard_daily_limit(limit: i64) -> Event {
-    Event::Policy(PolicyEvent {
-        header: header("p-1-v1", "2026-09-01T00:00:00Z"),
-        policy_id: "p-1".into(),
-        version: 1,
-        scope: Scope::TENANT,
+    Event::Policy(PolicyEvent::new(
+        header("p-1-v1", "2026-09-01T00:00:00Z"),
+        "p-1",
         limit,
-        window: Window::DAY,
-        enforcement: Enforcement::HARD,
-        effective_from: at("2026-09-01T00:00:00Z"),
-        burst: None,
-        actor: None,
-        reason: None,
-        time_zone: None,
-        on_failure: None,
-        overage_rate: None,
-        overage_window: None,
-        violation: None,
-        window_seconds: None,
-        cycle_anchor: None,
-        alert_thresholds: None,
-        alert_subject_share: None,
-    })
+        Window::DAY,
+        Enforcement::HARD,
+        at("2026-09-01T00:00:00Z"),
+    ))
 }
 
 /// A ledger's entries in memory: each event with its sequence number (its place, from 1), and whether it is a

@@ -775,8 +775,8 @@ mod tests {
     }
 
     fn copy(owner: &str, limit: i64, effective_from: &str) -> PolicyEvent {
-        PolicyEvent {
-            header: Header {
+        PolicyEvent::new(
+            Header {
                 event_id: format!("{owner}-{limit}"),
                 occurred_at: at(effective_from),
                 tenant: owner.into(),
@@ -786,26 +786,12 @@ mod tests {
                 api_key: None,
                 project: None,
             },
-            policy_id: "quota".into(),
-            version: 1,
-            scope: Scope::TENANT,
+            "quota",
             limit,
-            window: Window::MONTH,
-            enforcement: Enforcement::HARD,
-            effective_from: at(effective_from),
-            burst: None,
-            actor: None,
-            reason: None,
-            time_zone: None,
-            on_failure: None,
-            overage_rate: None,
-            overage_window: None,
-            violation: None,
-            window_seconds: None,
-            cycle_anchor: None,
-            alert_thresholds: None,
-            alert_subject_share: None,
-        }
+            Window::MONTH,
+            Enforcement::HARD,
+            at(effective_from),
+        )
     }
 
     fn decided_at(occurred_at: &str) -> Decision {
