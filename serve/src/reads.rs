@@ -253,6 +253,22 @@ pub(crate) async fn claim(
     }
 }
 
+/// `GET /v1/admin/shards` (`catalog`, `drain`): the shards a node holds and the state of each, from memory (no ledger
+/// is opened, unlike `status`): what the catalog check asks every node, and a drain as often as it looks. 404 on a
+/// server that is not a node.
+pub(crate) async fn shards(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    if let Err(refused) = of_every_tenant(&app, &headers) {
+        return *refused;
+    }
+    match &app.routing {
+        Some(routing) => {
+            Json(serde_json::json!({"shard_states": routing.shard_states(), "draining": routing.draining()}))
+                .into_response()
+        }
+        None => error(StatusCode::NOT_FOUND, "not_found", "this server is not a node of a cluster: it has no shards"),
+    }
+}
+
 /// `POST /v1/admin/drain` (`drain`): a node leaves the consumer group, which gives its partitions to the other nodes
 /// at once; it answers 421 naming their new owners until it is stopped. 202, or 404 on a server that is not a node.
 pub(crate) async fn drain(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {

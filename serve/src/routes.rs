@@ -52,6 +52,7 @@ pub(crate) fn router(app: Arc<App>, read_timeout: Duration) -> Router {
         .route("/v1/admin/verify", get(crate::reads::verify))
         .route("/v1/admin/routing/claim", post(crate::reads::claim))
         .route("/v1/admin/drain", post(crate::reads::drain))
+        .route("/v1/admin/shards", get(crate::reads::shards))
         .route("/v1/admin/reconcile", post(crate::reads::reconcile))
         .route("/v1/admin/backup", get(crate::reads::backup))
         .route("/v1/admin/audit/why", get(crate::reads::why))

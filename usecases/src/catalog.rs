@@ -162,7 +162,7 @@ fn trimmed(url: &str) -> String {
 
 /// What the node at `url` says it holds.
 fn ask_node(cluster: &Cluster, url: String) -> NodeSeen {
-    let asked = format!("{url}/v1/admin/status");
+    let asked = format!("{url}/v1/admin/shards");
     let answer = match client::get_json(&asked, &[], &cluster.token, &cluster.trust, ASK_TIMEOUT) {
         Ok(client::Answer { status: 200, body, .. }) => {
             let shards = body["shard_states"].as_array().into_iter().flatten();
@@ -308,6 +308,10 @@ fn claim(cluster: &Cluster, url: &str, partition: u32) -> String {
 /// How often a drain looks whether the node's partitions have moved.
 const DRAIN_LOOK: Duration = Duration::from_millis(500);
 
+/// A shard in transition longer than this is stuck, as far as a drain waits for it: the catalog check's default. A
+/// drain gives up at its patience anyway; a stuck shard only names why in its message.
+const STUCK_WHILE_DRAINING: Duration = Duration::from_secs(300);
+
 /// A node drained: where each partition the catalog named it for went, and how long it took.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Drained {
@@ -336,7 +340,7 @@ pub struct Moved {
 pub fn drain(cluster: &Cluster, url: &str, patience: Duration) -> Result<Drained> {
     let node = trimmed(url);
     let started = std::time::Instant::now();
-    let before = inspect(cluster, std::slice::from_ref(&node), patience)?;
+    let before = inspect(cluster, std::slice::from_ref(&node), STUCK_WHILE_DRAINING)?;
     let owned: Vec<u32> = before.entries.iter().filter(|e| trimmed(&e.url) == node).map(|e| e.partition).collect();
     let asked = format!("{node}/v1/admin/drain");
     match client::post_json(&asked, &serde_json::json!({}), &cluster.token, &cluster.trust, CLAIM_TIMEOUT) {
@@ -348,7 +352,7 @@ pub fn drain(cluster: &Cluster, url: &str, patience: Duration) -> Result<Drained
     }
     tracing::info!(node = %node, partitions = ?owned, "catalog: draining a node");
     loop {
-        let now = inspect(cluster, std::slice::from_ref(&node), patience)?;
+        let now = inspect(cluster, std::slice::from_ref(&node), STUCK_WHILE_DRAINING)?;
         if let Some(moved) = drained(&now, &node, &owned) {
             return Ok(Drained { node, moved, seconds: started.elapsed().as_secs_f64() });
         }
