@@ -238,7 +238,8 @@ fn a_correction_ingested_before_its_original_waits_in_the_quarantine() {
 
 // Proves `POST /v1/admin/corrections` records a correction with the token's name as its actor (201), answers a retry
 // with the one recorded (200, nothing written), and refuses an unknown event (404), another tenant's event (404, as
-// if unknown), a second void (409 `already_voided`) and a token of another tenant (403), with problem documents.
+// if unknown), a second void (409 `already_voided`) and a token of another tenant (403), with problem documents; and
+// that a customer's dashboard (`GET /v1/usage`) then counts the corrected amounts, day by day.
 #[test]
 fn the_admin_route_corrects_usage_as_the_command_does() {
     use serde_json::json;
@@ -286,4 +287,23 @@ fn the_admin_route_corrects_usage_as_the_command_does() {
     assert_eq!(watermark(&test), mark, "nothing written by a retry or a refusal");
     let consumption = column(&export(&test, "2026-10", &[]), "consumption");
     assert_eq!(consumption[&("org-1".into(), "requests".into())], "130", "100 + 30, u-2 voided");
+
+    let amend =
+        json!({"tenant": "org-1", "original_event_id": "u-3", "action": "AMEND", "quantity": 12, "reason": "r"});
+    assert_eq!(server.post("/v1/admin/corrections", secret, &amend).0, 201);
+    let (status, body) = server.get(
+        "/v1/usage?tenant=org-1&metric=requests&from=2026-10-03T00:00:00Z&to=2026-10-06T00:00:00Z&granularity=day",
+        secret,
+    );
+    assert_eq!(status, 200, "{body}");
+    let days: Vec<(&str, i64)> = body["data"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{body}"))
+        .iter()
+        .map(|row| (row["windowStart"].as_str().unwrap_or_default(), row["value"].as_i64().unwrap_or(-1)))
+        .collect();
+    let counted = [("2026-10-03T00:00:00Z", 100), ("2026-10-04T00:00:00Z", 0), ("2026-10-05T00:00:00Z", 12)];
+    let days_with_usage: Vec<(&str, i64)> = days.iter().copied().filter(|(_, value)| *value != 0).collect();
+    let expected: Vec<(&str, i64)> = counted.into_iter().filter(|(_, value)| *value != 0).collect();
+    assert_eq!(days_with_usage, expected, "the dashboard counts u-2 voided and u-3 amended to 12: {body}");
 }
