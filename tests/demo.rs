@@ -140,10 +140,21 @@ fn demo_leaves_every_artefact_and_each_agrees_with_the_ledger() {
     let parquet_rows: usize = reader.map(|batch| batch.unwrap().num_rows()).sum();
     assert_eq!(parquet_rows, rows.len(), "Parquet and CSV hold the same rows");
 
-    // The late events are carried into the next month, once.
+    // The late events are carried into the next month, once, and so is the usage event finance voided after the
+    // close: less what it had counted.
+    let (voided, action): (i64, String) = ledger
+        .query_row(
+            "SELECT u.quantity, c.action FROM correction_events c JOIN entries o ON o.event_id = c.original_event_id \
+             JOIN usage_events u ON u.seq = o.seq",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .expect("the demo voided one usage event");
+    assert_eq!(action, "VOID");
+    assert!(played.stdout.contains(" voided by finance@demo"), "{}", played.stdout);
     let next = csv_rows(&out.join(format!("billing-{NEXT}.csv")));
     let late: i64 = next.iter().map(|r| cell(r, "late_adjustments")).sum();
-    assert_eq!(late, LATE_QUANTITY, "the next month carries the late usage: {next:?}");
+    assert_eq!(late, LATE_QUANTITY - voided, "the next month carries the late usage and the void: {next:?}");
     let late_run: serde_json::Value = serde_json::from_str(&read(&out.join("reconcile-late.json"))).unwrap();
     assert!(late_run["adjustments_by_kind"]["LATE_USAGE"].as_u64().unwrap_or(0) > 0, "{late_run}");
     // org-1's workers leased its 3 job slots; 3 leases were never released, and the nightly job says so. The ledger

@@ -55,6 +55,16 @@ pub(super) fn first_denial(session: &LedgerSession) -> anyhow::Result<Option<Str
     Ok(query_cells(session, sql)?.into_iter().next().and_then(|row| row.into_iter().next()))
 }
 
+/// The event_id of the largest usage event of requests in `month` recorded up to entry `through` (the first of them
+/// by ledger order).
+pub(super) fn largest_usage(session: &LedgerSession, month: Period, through: u64) -> anyhow::Result<Option<String>> {
+    let sql = format!(
+        "SELECT event_id FROM usage_events WHERE status = 'recorded' AND metric = 'requests' AND seq <= {through} \
+         AND CAST(CAST(occurred_at AS DATE) AS VARCHAR) LIKE '{month}-%' ORDER BY quantity DESC, seq LIMIT 1"
+    );
+    Ok(query_cells(session, &sql)?.into_iter().next().and_then(|row| row.into_iter().next()))
+}
+
 pub(super) fn decisions_by_day(session: &LedgerSession, month: Period) -> anyhow::Result<Vec<page::DayDecisions>> {
     let sql = "SELECT CAST(CAST(occurred_at AS DATE) AS VARCHAR) AS day, outcome, count(*) AS decisions \
                FROM decision_events WHERE status = 'recorded' GROUP BY 1, 2 ORDER BY 1, 2";

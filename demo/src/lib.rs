@@ -223,6 +223,7 @@ impl<'a> Demo<'a> {
         self.step("reconcile", |d| d.reconcile("reconcile"))?;
         self.step("close", Demo::close_month)?;
         self.step("late events", Demo::late_events)?;
+        self.step("correction", Demo::correction)?;
         self.step("reconcile", |d| d.reconcile("reconcile-late"))?;
         self.step("next month", Demo::next_month)?;
         self.step("audit why", Demo::audit_why)?;
@@ -507,6 +508,27 @@ impl<'a> Demo<'a> {
             "{LATE_EVENTS} usage events of {} ({quantity} requests) produced after the close: {}",
             self.month, report
         ))
+    }
+
+    /// Finance voids the largest usage event the closed month billed (a customer refunded for an incident), as `usage void`
+    /// does: the closed export stays as it was, and the next reconcile carries the correction as a late adjustment.
+    fn correction(&mut self) -> anyhow::Result<String> {
+        let session = LedgerSession::open(&self.ledger_path, None)?;
+        let closed_at = self.closed.as_ref().context("the month was closed")?.watermark;
+        let event_id =
+            largest_usage(&session, self.month, closed_at)?.context("no usage event in the closed month to void")?;
+        let change = control::CorrectionChange {
+            original_event_id: event_id,
+            tenant: None,
+            action: CorrectionAction::VOID,
+            quantity: None,
+            correction_id: None,
+            actor: "finance@demo".into(),
+            reason: "refunded for an incident".into(),
+            source: "demo".into(),
+        };
+        let store = usecases::Store::File(self.ledger_path.clone());
+        Ok(usecases::correction::words_of(&usecases::correction::correct(&store, &change)?))
     }
 
     /// The next month's export (not over yet: not final) carries the late adjustments; the closed month's
