@@ -1,7 +1,7 @@
 //! Envoy's rate limit service (`serve --rls-listen`) called by a third-party client: grpcio with envoy-data-plane's
 //! messages (Envoy's published protos, from PyPI), not the server's own structs. Descriptors mapped by the mapping
 //! file, OK then OVER_LIMIT at the limit, a replay of the same request id consuming once, the decisions in the ledger
-//! and found by `audit why`, and the token checked as over HTTP.
+//! and found by `audit why`, the token checked as over HTTP, and TLS when `serve` serves HTTPS.
 
 mod support;
 
@@ -41,6 +41,13 @@ fn envoy_client_available() -> bool {
 
 /// `serve` with the rate limit service on free ports: its HTTP base URL and the RLS listener's `host:port`.
 fn start(ledger: &TestLedger) -> (ChildGuard, String, String) {
+    let (child, base, rls) = start_with(ledger, &[]);
+    let rls = rls.strip_prefix("http://").unwrap_or_else(|| panic!("plain gRPC: {rls}")).to_string();
+    (child, base, rls)
+}
+
+/// `serve` with the rate limit service and `extra` flags: its base URL and the RLS listener's URL, as announced.
+fn start_with(ledger: &TestLedger, extra: &[&str]) -> (ChildGuard, String, String) {
     let tokens = ledger.file("tokens.toml");
     serve::tokens::write_private(&tokens, TOKENS).unwrap();
     std::fs::write(ledger.file("rls.toml"), MAPPING).unwrap();
@@ -53,6 +60,7 @@ fn start(ledger: &TestLedger) -> (ChildGuard, String, String) {
             .arg(&tokens)
             .arg("--rls-config")
             .arg(ledger.file("rls.toml"))
+            .args(extra)
             .env_remove("QUOTA_LEDGER_PATH")
             .env_remove("QUOTA_LEDGER_BROKERS")
             .stdin(Stdio::null())
@@ -66,12 +74,17 @@ fn start(ledger: &TestLedger) -> (ChildGuard, String, String) {
     let (http, rls) = (line(), line());
     let err = || std::fs::read_to_string(ledger.file("serve.err")).unwrap_or_default();
     let base = http.strip_prefix("listening on ").unwrap_or_else(|| panic!("{http:?}; {}", err())).to_string();
-    let rls = rls.strip_prefix("rls listening on http://").unwrap_or_else(|| panic!("{rls:?}; {}", err())).to_string();
+    let rls = rls.strip_prefix("rls listening on ").unwrap_or_else(|| panic!("{rls:?}; {}", err())).to_string();
     (child, base, rls)
 }
 
-/// Each call's answer from the third-party client.
+/// Each call's answer from the third-party client, over plain gRPC.
 fn call(target: &str, secret: &str, calls: &[Value]) -> Vec<Value> {
+    call_trusting(target, secret, None, calls)
+}
+
+/// Each call's answer from the third-party client, over TLS trusting `root_ca` when given.
+fn call_trusting(target: &str, secret: &str, root_ca: Option<&Path>, calls: &[Value]) -> Vec<Value> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/rls_client.py");
     let mut child = Command::new("python3")
         .arg(script)
@@ -81,7 +94,7 @@ fn call(target: &str, secret: &str, calls: &[Value]) -> Vec<Value> {
         .stderr(Stdio::piped())
         .spawn()
         .expect("python3 runs");
-    let asked = json!({"target": target, "secret": secret, "calls": calls});
+    let asked = json!({"target": target, "secret": secret, "root_ca": root_ca, "calls": calls});
     child.stdin.take().unwrap().write_all(asked.to_string().as_bytes()).unwrap();
     let output = child.wait_with_output().unwrap();
     assert!(output.status.success(), "the client: {}", String::from_utf8_lossy(&output.stderr));
@@ -190,4 +203,30 @@ fn unmapped_descriptors_pass_and_tokens_are_checked() {
         b"",
     );
     assert_eq!(recorded.success().json()[0]["n"], 0, "nothing checked, nothing recorded");
+}
+
+// Proves the rate limit service speaks TLS when `serve` does (--tls-cert and --tls-key, the HTTP API's certificate):
+// a client trusting the test's certificate authority is answered over it and its decision recorded, and one speaking
+// plain gRPC to the same port is not answered at all, nothing recorded.
+#[test]
+fn the_rate_limit_service_is_served_over_tls_as_the_http_api_is() {
+    if !envoy_client_available() {
+        return;
+    }
+    let ledger = TestLedger::new();
+    write_container(&ledger.file("policy.avro"), &[Event::Policy(hard_daily("policy-rls", "org-rls", LIMIT))]);
+    ledger.ingest(&ledger.file("policy.avro"));
+    let (ca, cert, key) = tls::certificates(ledger.dir.path());
+    let served = ["--tls-cert", cert.to_str().unwrap(), "--tls-key", key.to_str().unwrap()];
+    let (_server, base, rls) = start_with(&ledger, &served);
+    assert!(base.starts_with("https://"), "{base}");
+    let target = rls.strip_prefix("https://").unwrap_or_else(|| panic!("announced over TLS: {rls}"));
+
+    let answers = call_trusting(target, SECRET, Some(&ca), &[descriptor("org-rls", "req-tls", 1)]);
+    assert_eq!(answers[0]["overall_code"], "OK", "{}", answers[0]);
+    assert_eq!(answers[0]["statuses"][0]["limit_remaining"], LIMIT - 1, "{}", answers[0]);
+    let plain = call(target, SECRET, &[descriptor("org-rls", "req-plain", 1)]);
+    assert_eq!(plain[0]["error"], "UNAVAILABLE", "plain gRPC to the TLS port: {}", plain[0]);
+    assert_eq!(decisions_of(&ledger.path, "req-tls").as_array().map(Vec::len), Some(1));
+    assert_eq!(decisions_of(&ledger.path, "req-plain"), json!([]), "nothing recorded of the plain call");
 }
