@@ -230,3 +230,47 @@ fn the_rate_limit_service_is_served_over_tls_as_the_http_api_is() {
     assert_eq!(decisions_of(&ledger.path, "req-tls").as_array().map(Vec::len), Some(1));
     assert_eq!(decisions_of(&ledger.path, "req-plain"), json!([]), "nothing recorded of the plain call");
 }
+
+// Proves a node serves Envoy's rate limit service for the partitions it owns (`node --rls-listen`): a descriptor of
+// its tenant is decided, recorded in its shard and found by `audit why --cluster`; one of a tenant another node owns
+// is UNAVAILABLE naming the partition (Envoy's failure mode decides, as for any error of this side), and its owner's
+// listener decides it.
+#[test]
+fn a_node_answers_the_rate_limit_service_for_the_partitions_it_owns() {
+    use support::brokers::Broker;
+    use support::nodes::{self, Node};
+    if !envoy_client_available() {
+        return;
+    }
+    let broker = Broker::mock();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = nodes::tokens(dir.path());
+    let config = dir.path().join("rls.toml");
+    std::fs::write(&config, MAPPING).unwrap();
+    let start = |id: &str| {
+        let rls = format!("127.0.0.1:{}", testkit::ports::free_a_moment_ago("127.0.0.1"));
+        let more = ["--rls-listen", &rls, "--rls-config", config.to_str().unwrap()];
+        (Node::start_with(&broker.bootstrap, &dir.path().join(id), &tokens, "127.0.0.1", id, &more), rls)
+    };
+    let ((a, rls_a), (b, rls_b)) = (start("a"), start("b"));
+    let owners = nodes::routing_of_all(&a.url, 3, &[&a.url, &b.url], 90);
+    let tenant_owned_by = |url: &str| {
+        (0..200)
+            .map(|n| format!("org-{n}"))
+            .find(|t| owners[&u64::from(schemas::partition::partition_of(t, 3))] == url)
+            .unwrap_or_else(|| panic!("no tenant of {url}: {owners:?}"))
+    };
+    let (of_a, of_b) = (tenant_owned_by(&a.url), tenant_owned_by(&b.url));
+
+    let answers =
+        call(&rls_a, nodes::SECRET, &[descriptor(&of_a, "req-node-1", 1), descriptor(&of_b, "req-node-2", 1)]);
+    assert_eq!(answers[0]["overall_code"], "OK", "{}", answers[0]);
+    assert_eq!(answers[1]["error"], "UNAVAILABLE", "{}", answers[1]);
+    assert!(answers[1]["details"].as_str().is_some_and(|d| d.contains("partition")), "{}", answers[1]);
+    let cluster = ["--cluster", &broker.bootstrap, "--token", nodes::ADMIN_SECRET];
+    let why = run(&[&["audit", "why", "req-node-1", "--json"][..], &cluster].concat(), b"").success().json();
+    assert_eq!(why["decision"]["outcome"], "ALLOWED", "{why}");
+    assert_eq!(why["decision"]["tenant"], json!(of_a), "{why}");
+    let answers = call(&rls_b, nodes::SECRET, &[descriptor(&of_b, "req-node-2", 1)]);
+    assert_eq!(answers[0]["overall_code"], "OK", "its owner decides it: {}", answers[0]);
+}
