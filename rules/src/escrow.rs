@@ -7,7 +7,8 @@
 //! ([`Lease::take`]) only while its clock is before the expiry minus [`CLOCK_SKEW_MARGIN_MS`]; the allocator expires a
 //! lease only once its own clock is past the expiry plus the margin ([`allocator_may_expire`]). With every clock within
 //! the margin of true time, a holder's last use of a lease comes before its units can be taken back, so a HARD escrow
-//! policy's allowed consumption never passes its limit ([`Overshoot`]).
+//! policy's allowed consumption never passes its limit ([`Overshoot`]). [`steps`] folds a window's recorded lease steps
+//! into each lease's state and the window's accounts.
 //!
 //! ```
 //! use rules::escrow::{Book, Lease, Settings};
@@ -26,6 +27,8 @@
 //! ```
 
 use schemas::Timestamp;
+
+pub mod steps;
 
 /// How far any clock of a cluster may be from true time for the stated overshoot to hold: a holder stops using a lease
 /// this long before its expiry, and the allocator takes it back only this long after. NTP keeps a healthy host within

@@ -8,8 +8,9 @@
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
+use rules::escrow::steps::{Step as Recorded, Steps};
 use rules::escrow::{self, Book, CLOCK_SKEW_MARGIN_MS, Lease, Settings};
-use schemas::Timestamp;
+use schemas::{CapacityLeaseAction, Timestamp};
 
 const MARGIN_MICROS: i64 = CLOCK_SKEW_MARGIN_MS * 1_000;
 const HOLDERS: usize = 3;
@@ -55,6 +56,8 @@ struct Holder {
     lease: Option<Lease>,
     /// Units it used under its previous lease (its demand).
     used_previous: Option<i64>,
+    /// Leases it was granted, the last its current one's id.
+    granted: usize,
     dead: bool,
 }
 
@@ -73,6 +76,8 @@ struct World {
     /// Units the owner allowed itself, and units used under leases that closed, counted by the test.
     owner_allowed: i64,
     used_closed: i64,
+    /// The steps the allocator recorded, in order: (lease id, action, holder, units, used, expiry).
+    recorded: Vec<(String, CapacityLeaseAction, String, i64, Option<i64>, Option<Timestamp>)>,
 }
 
 impl World {
@@ -82,6 +87,14 @@ impl World {
 
     fn holder_now(&self, holder: usize) -> Timestamp {
         Timestamp(self.now + self.holders[holder].skew)
+    }
+
+    fn record(&mut self, holder: usize, action: CapacityLeaseAction, units: i64, used: Option<i64>) {
+        let lease = format!("h{holder}-{}", self.holders[holder].granted);
+        let expires_at = self.holders[holder].lease.and_then(|l| {
+            matches!(action, CapacityLeaseAction::GRANT | CapacityLeaseAction::RENEW).then_some(l.expires_at)
+        });
+        self.recorded.push((lease, action, format!("shard-{holder}"), units, used, expires_at));
     }
 
     fn apply(&mut self, step: &Step) {
@@ -99,7 +112,7 @@ impl World {
             Step::Renew { holder, asked } => self.renew(holder, asked),
             Step::Return { holder } => {
                 if !self.holders[holder].dead {
-                    self.close(holder);
+                    self.close(holder, CapacityLeaseAction::RETURN);
                 }
             }
             Step::Die { holder } => self.holders[holder].dead = true,
@@ -118,6 +131,8 @@ impl World {
         self.granted += units;
         let lease = Lease::granted(units, self.allocator_now(), &self.settings);
         self.holders[holder].lease = Some(lease);
+        self.holders[holder].granted += 1;
+        self.record(holder, CapacityLeaseAction::GRANT, units, None);
     }
 
     fn use_lease(&mut self, holder: usize, amount: i64) {
@@ -146,11 +161,14 @@ impl World {
         self.book = self.book.granted(added).expect("units added of grant_size fit the book");
         self.granted += added;
         self.holders[holder].lease = Some(lease.renewed(added, allocator_now, &self.settings));
+        self.record(holder, CapacityLeaseAction::RENEW, added, Some(lease.used));
     }
 
     /// The holder's lease closes (returned, or reclaimed once expired): its unused units come back.
-    fn close(&mut self, holder: usize) {
-        let Some(lease) = self.holders[holder].lease.take() else { return };
+    fn close(&mut self, holder: usize, action: CapacityLeaseAction) {
+        let Some(lease) = self.holders[holder].lease else { return };
+        self.record(holder, action, lease.left(), Some(lease.used));
+        self.holders[holder].lease = None;
         self.book = self.book.closed(lease.units, lease.used).expect("an open lease closes into the book");
         self.came_back += lease.left();
         self.used_closed += lease.used;
@@ -171,7 +189,8 @@ impl World {
                 "holder {holder} may still use a lease the allocator reclaims: true time {}, {lease:?}",
                 self.now
             );
-            self.close(holder);
+            self.record(holder, CapacityLeaseAction::EXPIRE, 0, None);
+            self.close(holder, CapacityLeaseAction::RECLAIM);
         }
     }
 
@@ -192,6 +211,17 @@ impl World {
         for lease in open {
             assert!(0 <= lease.used && lease.used <= lease.units, "{lease:?}");
         }
+        // The recorded steps, folded, say what the test counted: the allocator's book can be rebuilt from its ledger.
+        let mut steps = Steps::default();
+        for (lease, action, holder, units, used, expires_at) in &self.recorded {
+            let step = Recorded { lease, action: *action, holder, units: *units, used: *used, expires_at: *expires_at };
+            steps.apply(&step).unwrap_or_else(|refused| panic!("the allocator recorded a step it refuses: {refused}"));
+        }
+        let accounts = steps.accounts();
+        assert_eq!(accounts.out, self.book.outstanding, "units out, from the steps");
+        assert_eq!(accounts.granted, self.granted, "units granted, from the steps");
+        assert_eq!(accounts.used, self.used_closed, "units used under closed leases, from the steps");
+        assert_eq!(accounts.returned + accounts.reclaimed, self.came_back, "units back, from the steps");
     }
 }
 
@@ -214,6 +244,7 @@ fn run(limit: i64, skews: &[i64], steps: &[Step]) {
         came_back: 0,
         owner_allowed: 0,
         used_closed: 0,
+        recorded: Vec::new(),
     };
     for step in steps {
         world.apply(step);
