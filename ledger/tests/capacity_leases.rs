@@ -4,6 +4,9 @@
 use ledger::{Batch, Incoming, Ledger, Origin};
 use schemas::{CapacityLeaseAction, CapacityLeaseEvent, Event, Header, Timestamp};
 
+/// A row of `capacity_lease_events`: lease, action, units, used, expiry.
+type Row = (String, String, i64, Option<i64>, Option<i64>);
+
 fn at(t: &str) -> Timestamp {
     Timestamp::parse_rfc3339(t).unwrap()
 }
@@ -45,7 +48,7 @@ fn lease_steps_are_recorded_chained_and_never_changed() {
     drop(ledger);
 
     let conn = rusqlite::Connection::open(&path).unwrap();
-    let rows: Vec<(String, String, i64, Option<i64>, Option<i64>)> = conn
+    let rows: Vec<Row> = conn
         .prepare("SELECT capacity_lease_id, action, units, used, expires_at FROM capacity_lease_events ORDER BY seq")
         .unwrap()
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))

@@ -76,8 +76,18 @@ struct World {
     /// Units the owner allowed itself, and units used under leases that closed, counted by the test.
     owner_allowed: i64,
     used_closed: i64,
-    /// The steps the allocator recorded, in order: (lease id, action, holder, units, used, expiry).
-    recorded: Vec<(String, CapacityLeaseAction, String, i64, Option<i64>, Option<Timestamp>)>,
+    /// The steps the allocator recorded, in order.
+    recorded: Vec<Owned>,
+}
+
+/// A recorded step, owning its names.
+struct Owned {
+    lease: String,
+    action: CapacityLeaseAction,
+    holder: String,
+    units: i64,
+    used: Option<i64>,
+    expires_at: Option<Timestamp>,
 }
 
 impl World {
@@ -94,7 +104,7 @@ impl World {
         let expires_at = self.holders[holder].lease.and_then(|l| {
             matches!(action, CapacityLeaseAction::GRANT | CapacityLeaseAction::RENEW).then_some(l.expires_at)
         });
-        self.recorded.push((lease, action, format!("shard-{holder}"), units, used, expires_at));
+        self.recorded.push(Owned { lease, action, holder: format!("shard-{holder}"), units, used, expires_at });
     }
 
     fn apply(&mut self, step: &Step) {
@@ -213,8 +223,10 @@ impl World {
         }
         // The recorded steps, folded, say what the test counted: the allocator's book can be rebuilt from its ledger.
         let mut steps = Steps::default();
-        for (lease, action, holder, units, used, expires_at) in &self.recorded {
-            let step = Recorded { lease, action: *action, holder, units: *units, used: *used, expires_at: *expires_at };
+        for r in &self.recorded {
+            let (lease, holder) = (r.lease.as_str(), r.holder.as_str());
+            let step =
+                Recorded { lease, action: r.action, holder, units: r.units, used: r.used, expires_at: r.expires_at };
             steps.apply(&step).unwrap_or_else(|refused| panic!("the allocator recorded a step it refuses: {refused}"));
         }
         let accounts = steps.accounts();
