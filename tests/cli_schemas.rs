@@ -16,8 +16,9 @@ fn list_json_names_twenty_five_schemas_one_current_per_type() {
     let listed = listed.as_array().unwrap_or_else(|| panic!("schemas list --json is not an array: {listed}"));
     assert_eq!(
         listed.len(),
-        29,
-        "eight current schemas; v1 and v2 but AlertEvent's and CorrectionEvent's; PolicyEvent v3 to v11: {listed:?}"
+        30,
+        "nine current schemas; v1 and v2 but AlertEvent's, CorrectionEvent's and CapacityLeaseEvent's; PolicyEvent v3 \
+         to v11: {listed:?}"
     );
 
     let catalog = Catalog::builtin();
@@ -145,6 +146,18 @@ fn one_event_per_type() -> Vec<(EventType, Value)> {
                 json!({
                     "original_event_id": "u-1", "action": "AMEND", "quantity": 1200, "actor": "carol@finance",
                     "reason": "the producer double-counted"
+                }),
+            ),
+        ),
+        (
+            EventType::CapacityLeaseEvent,
+            with(
+                "cl-1-grant",
+                json!({
+                    "capacity_lease_id": "cl-1", "action": "GRANT", "holder": "shard-0001", "policy_id": "p-1",
+                    "policy_version": 1, "window_start": "2026-11-01T00:00:00Z",
+                    "window_end": "2026-12-01T00:00:00Z", "units": 5, "used": null,
+                    "expires_at": "2026-11-02T10:00:10Z"
                 }),
             ),
         ),

@@ -15,6 +15,7 @@ pub fn table(event_type: EventType) -> &'static str {
         EventType::AdjustmentEvent => "adjustment_events",
         EventType::AlertEvent => "alert_events",
         EventType::CorrectionEvent => "correction_events",
+        EventType::CapacityLeaseEvent => "capacity_lease_events",
     }
 }
 
@@ -77,6 +78,18 @@ pub fn columns(event_type: EventType) -> &'static [&'static str] {
             "request_id",
         ],
         EventType::CorrectionEvent => &["original_event_id", "action", "quantity", "actor", "reason"],
+        EventType::CapacityLeaseEvent => &[
+            "capacity_lease_id",
+            "action",
+            "holder",
+            "policy_id",
+            "policy_version",
+            "window_start",
+            "window_end",
+            "units",
+            "used",
+            "expires_at",
+        ],
     }
 }
 
@@ -208,6 +221,18 @@ pub fn values(event: &Event) -> Vec<Value> {
             opt_integer(e.quantity),
             text(&e.actor),
             text(&e.reason),
+        ],
+        Event::CapacityLease(e) => vec![
+            text(&e.capacity_lease_id),
+            text(e.action.symbol()),
+            text(&e.holder),
+            text(&e.policy_id),
+            Value::Integer(i64::from(e.policy_version)),
+            time(e.window_start),
+            time(e.window_end),
+            Value::Integer(e.units),
+            opt_integer(e.used),
+            opt_time(e.expires_at),
         ],
     }
 }

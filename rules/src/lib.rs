@@ -5,6 +5,8 @@
 //!
 //! - [`window`]: calendar-aligned windows (MINUTE, HOUR, DAY, MONTH), in UTC or a policy's time zone, and their
 //!   overlaps.
+//! - [`escrow`]: capacity leases: the allocator's book of a window, a grant's size, expiry judged with a clock-skew
+//!   margin on both sides.
 //! - [`alert`]: alert ids and threshold levels, shared by the hook and reconcile.
 //! - [`correction`]: whether a usage correction applies to the event it names, and the delta it adds.
 //! - [`cycle`]: billing cycles anchored on a day of the month and a local time in a tenant's zone, and anchor changes.
@@ -33,6 +35,7 @@
 pub mod alert;
 pub mod correction;
 pub mod cycle;
+pub mod escrow;
 pub mod overshoot;
 pub mod policy;
 pub mod reservation;

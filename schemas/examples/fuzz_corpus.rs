@@ -296,6 +296,7 @@ fn shapes(event: &Event) -> Vec<String> {
         Event::Adjustment(e) => found.push(format!("{kind} kind={}", e.kind)),
         Event::Alert(e) => found.push(format!("{kind} kind={}", e.kind)),
         Event::Correction(e) => found.push(format!("{kind} action={}", e.action)),
+        Event::CapacityLease(e) => found.push(format!("{kind} action={}", e.action)),
     }
     found
 }
@@ -329,6 +330,7 @@ fn expected_shapes() -> BTreeSet<String> {
     all.extend(symbols(EventType::AdjustmentEvent, "kind", AdjustmentKind::SYMBOLS));
     all.extend(symbols(EventType::AlertEvent, "kind", AlertKind::SYMBOLS));
     all.extend(symbols(EventType::CorrectionEvent, "action", CorrectionAction::SYMBOLS));
+    all.extend(symbols(EventType::CapacityLeaseEvent, "action", CapacityLeaseAction::SYMBOLS));
     all
 }
 
@@ -468,6 +470,22 @@ fn sample_events() -> Vec<Event> {
             format!(
                 r#"{{{},"original_event_id":"u-1","action":"{action}"{extra},"actor":"carol@finance","reason":"the producer double-counted"}}"#,
                 header(&format!("c-{n}"), if n == 0 { MEMBER } else { "" })
+            ),
+        );
+    }
+    let leases = [
+        ("GRANT", r#","units":5,"expires_at":"2026-11-02T10:00:10Z""#),
+        ("RENEW", r#","units":2,"used":3,"expires_at":"2026-11-02T10:00:20Z""#),
+        ("RETURN", r#","units":4,"used":3"#),
+        ("EXPIRE", r#","units":0"#),
+        ("RECLAIM", r#","units":4,"used":3"#),
+    ];
+    for (n, (action, extra)) in leases.iter().enumerate() {
+        add(
+            EventType::CapacityLeaseEvent,
+            format!(
+                r#"{{{},"capacity_lease_id":"cl-1","action":"{action}","holder":"shard-0001","policy_id":"p-1","policy_version":1,"window_start":"2026-11-01T00:00:00Z","window_end":"2026-12-01T00:00:00Z"{extra}}}"#,
+                header(&format!("cl-{n}"), if n == 0 { MEMBER } else { "" })
             ),
         );
     }

@@ -187,6 +187,18 @@ pub fn to_value(event: &Event) -> Value {
             ("actor", string(&e.actor)),
             ("reason", string(&e.reason)),
         ],
+        Event::CapacityLease(e) => vec![
+            ("capacity_lease_id", string(&e.capacity_lease_id)),
+            ("action", enum_value!(e.action)),
+            ("holder", string(&e.holder)),
+            ("policy_id", string(&e.policy_id)),
+            ("policy_version", Value::Int(e.policy_version)),
+            ("window_start", timestamp(e.window_start)),
+            ("window_end", timestamp(e.window_end)),
+            ("units", Value::Long(e.units)),
+            ("used", opt_long(e.used)),
+            ("expires_at", opt_timestamp(e.expires_at)),
+        ],
     };
     fields.extend(rest.into_iter().map(|(name, value)| (name.to_string(), value)));
     Value::Record(fields)
@@ -448,6 +460,19 @@ pub fn from_value(event_type: EventType, value: &Value) -> Result<Event, ShapeEr
             actor: f.string("actor")?,
             reason: f.string("reason")?,
         }),
+        EventType::CapacityLeaseEvent => Event::CapacityLease(CapacityLeaseEvent {
+            header,
+            capacity_lease_id: f.string("capacity_lease_id")?,
+            action: parse_enum!(CapacityLeaseAction, f, "action"),
+            holder: f.string("holder")?,
+            policy_id: f.string("policy_id")?,
+            policy_version: f.int("policy_version")?,
+            window_start: f.timestamp("window_start")?,
+            window_end: f.timestamp("window_end")?,
+            units: f.long("units")?,
+            used: f.opt_long("used")?,
+            expires_at: f.opt_timestamp("expires_at")?,
+        }),
     })
 }
 
@@ -580,6 +605,18 @@ pub fn write_body(out: &mut Vec<u8>, event: &Event) {
             write_opt_long(out, e.quantity);
             write_string(out, &e.actor);
             write_string(out, &e.reason);
+        }
+        Event::CapacityLease(e) => {
+            write_string(out, &e.capacity_lease_id);
+            write_long(out, e.action.index() as i64);
+            write_string(out, &e.holder);
+            write_string(out, &e.policy_id);
+            write_long(out, i64::from(e.policy_version));
+            write_long(out, e.window_start.micros());
+            write_long(out, e.window_end.micros());
+            write_long(out, e.units);
+            write_opt_long(out, e.used);
+            write_opt_long(out, e.expires_at.map(Timestamp::micros));
         }
     }
 }

@@ -407,6 +407,38 @@ impl CorrectionEvent {
     }
 }
 
+/// `CapacityLeaseEvent` (topic `quota.capacity_leases`): a step in the life of a capacity lease, units of one window of
+/// an ESCROW policy that the tenant's owner shard (the allocator) lent to a holder (contract §9.6). Recorded by the
+/// allocator; the header names the tenant and the policy's metric.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CapacityLeaseEvent {
+    /// The fields every event starts with.
+    #[serde(flatten)]
+    pub header: Header,
+    /// The lease: every event of its life names it.
+    pub capacity_lease_id: String,
+    /// GRANT, RENEW, RETURN, EXPIRE or RECLAIM.
+    pub action: CapacityLeaseAction,
+    /// Who holds it: `shard-NNNN` in one process, a node's id in a cluster.
+    pub holder: String,
+    /// The ESCROW policy whose window the units are of.
+    pub policy_id: String,
+    /// Its version in force at the grant.
+    pub policy_version: i32,
+    /// The window the units are of.
+    pub window_start: Timestamp,
+    /// Its end (exclusive).
+    pub window_end: Timestamp,
+    /// GRANT: units put out (>= 1); RENEW: units added; RETURN and RECLAIM: units that came back; EXPIRE: 0.
+    pub units: i64,
+    /// RENEW: units used under it so far; RETURN and RECLAIM: in all. None on GRANT and EXPIRE.
+    #[serde(default)]
+    pub used: Option<i64>,
+    /// GRANT and RENEW: when it expires, by the allocator's clock. None otherwise.
+    #[serde(default)]
+    pub expires_at: Option<Timestamp>,
+}
+
 /// Generates an Avro enum as a Rust enum with its symbols in schema order.
 macro_rules! avro_enum {
     ($(#[$doc:meta])* $name:ident { $($symbol:ident),+ $(,)? }) => {
@@ -599,6 +631,10 @@ avro_enum!(
     /// What a correction does to the usage event it references.
     CorrectionAction { VOID, AMEND }
 );
+avro_enum!(
+    /// A step in a capacity lease's life (contract §9.6).
+    CapacityLeaseAction { GRANT, RENEW, RETURN, EXPIRE, RECLAIM }
+);
 
 /// The record types of contract §3, in the order of the topics there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -612,11 +648,12 @@ pub enum EventType {
     AdjustmentEvent,
     AlertEvent,
     CorrectionEvent,
+    CapacityLeaseEvent,
 }
 
 impl EventType {
     /// Every record type, in the order of their topics.
-    pub const ALL: [EventType; 8] = [
+    pub const ALL: [EventType; 9] = [
         EventType::UsageEvent,
         EventType::DecisionEvent,
         EventType::ReservationEvent,
@@ -625,6 +662,7 @@ impl EventType {
         EventType::AdjustmentEvent,
         EventType::AlertEvent,
         EventType::CorrectionEvent,
+        EventType::CapacityLeaseEvent,
     ];
 
     /// The record name, as in the schema (`UsageEvent`).
@@ -638,6 +676,7 @@ impl EventType {
             EventType::AdjustmentEvent => "AdjustmentEvent",
             EventType::AlertEvent => "AlertEvent",
             EventType::CorrectionEvent => "CorrectionEvent",
+            EventType::CapacityLeaseEvent => "CapacityLeaseEvent",
         }
     }
 
@@ -657,6 +696,7 @@ impl EventType {
             EventType::AdjustmentEvent => "quota.adjustments",
             EventType::AlertEvent => "quota.alerts",
             EventType::CorrectionEvent => "quota.corrections",
+            EventType::CapacityLeaseEvent => "quota.capacity_leases",
         }
     }
 
@@ -685,6 +725,7 @@ pub enum Event {
     Adjustment(AdjustmentEvent),
     Alert(AlertEvent),
     Correction(CorrectionEvent),
+    CapacityLease(CapacityLeaseEvent),
 }
 
 impl Event {
@@ -699,6 +740,7 @@ impl Event {
             Event::Adjustment(_) => EventType::AdjustmentEvent,
             Event::Alert(_) => EventType::AlertEvent,
             Event::Correction(_) => EventType::CorrectionEvent,
+            Event::CapacityLease(_) => EventType::CapacityLeaseEvent,
         }
     }
 
@@ -713,6 +755,7 @@ impl Event {
             Event::Adjustment(e) => &e.header,
             Event::Alert(e) => &e.header,
             Event::Correction(e) => &e.header,
+            Event::CapacityLease(e) => &e.header,
         }
     }
 
@@ -732,6 +775,7 @@ impl Event {
             EventType::AdjustmentEvent => Event::Adjustment(serde_json::from_str(json)?),
             EventType::AlertEvent => Event::Alert(serde_json::from_str(json)?),
             EventType::CorrectionEvent => Event::Correction(serde_json::from_str(json)?),
+            EventType::CapacityLeaseEvent => Event::CapacityLease(serde_json::from_str(json)?),
         })
     }
 
@@ -746,6 +790,7 @@ impl Event {
             Event::Adjustment(e) => serde_json::to_value(e),
             Event::Alert(e) => serde_json::to_value(e),
             Event::Correction(e) => serde_json::to_value(e),
+            Event::CapacityLease(e) => serde_json::to_value(e),
         };
         value.expect("events hold only strings, integers and string maps, which always serialize")
     }

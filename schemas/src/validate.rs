@@ -156,6 +156,7 @@ pub fn validate(event: &Event) -> Result<(), Invalid> {
         Event::Adjustment(e) => validate_adjustment(e),
         Event::Alert(e) => validate_alert(e),
         Event::Correction(e) => validate_correction(e),
+        Event::CapacityLease(e) => validate_capacity_lease(e),
     }
 }
 
@@ -478,6 +479,53 @@ fn validate_alert(e: &AlertEvent) -> Result<(), Invalid> {
         check_id("request_id", request_id)?;
     }
     Ok(())
+}
+
+/// A capacity lease's step: ids and the holder are ids, the window is not empty, and each action carries what it needs
+/// and nothing it cannot (contract §9.6): units out on a GRANT, an expiry after the event on a GRANT or RENEW, what was
+/// used on a RETURN or RECLAIM, nothing coming back on an EXPIRE.
+fn validate_capacity_lease(e: &CapacityLeaseEvent) -> Result<(), Invalid> {
+    non_empty("capacity_lease_id", &e.capacity_lease_id)?;
+    check_id("capacity_lease_id", &e.capacity_lease_id)?;
+    non_empty("holder", &e.holder)?;
+    check_name("holder", &e.holder)?;
+    non_empty("policy_id", &e.policy_id)?;
+    at_least("policy_version", i64::from(e.policy_version), 1)?;
+    at_least("units", e.units, 0)?;
+    if e.window_end <= e.window_start {
+        return Err(inconsistent(
+            "window_end",
+            format!("{} is not after window_start {}", e.window_end, e.window_start),
+        ));
+    }
+    let expiry = matches!(e.action, CapacityLeaseAction::GRANT | CapacityLeaseAction::RENEW);
+    match (expiry, e.expires_at) {
+        (true, None) => return Err(inconsistent("expires_at", format!("a {} carries its expiry", e.action))),
+        (true, Some(at)) if at <= e.header.occurred_at => {
+            return Err(inconsistent("expires_at", format!("{at} is not after occurred_at {}", e.header.occurred_at)));
+        }
+        (false, Some(at)) => {
+            return Err(inconsistent("expires_at", format!("a {} carries no expiry, found {at}", e.action)));
+        }
+        _ => {}
+    }
+    match (e.action, e.used) {
+        (CapacityLeaseAction::GRANT | CapacityLeaseAction::EXPIRE, Some(used)) => {
+            Err(inconsistent("used", format!("a {} carries no units used, found {used}", e.action)))
+        }
+        (CapacityLeaseAction::RETURN | CapacityLeaseAction::RECLAIM, None) => {
+            Err(inconsistent("used", format!("a {} says the units used under the lease", e.action)))
+        }
+        (CapacityLeaseAction::GRANT, None) => at_least("units", e.units, 1),
+        (CapacityLeaseAction::EXPIRE, None) if e.units != 0 => {
+            Err(inconsistent("units", format!("an EXPIRE gives nothing back (its RECLAIM does), found {}", e.units)))
+        }
+        (_, used) => used.map_or(Ok(()), |used| at_least("used", used, 0)),
+    }
+}
+
+fn inconsistent(field: &'static str, message: String) -> Invalid {
+    Invalid::Inconsistent { field, message }
 }
 
 /// A correction: the original's id is an id (it may be any usage event's); who and why are said, bounded, and free of

@@ -690,3 +690,49 @@ fn alert_settings_are_on_alerted_quotas_and_in_range() {
         assert_eq!(e.code(), code, "{what}: {e}");
     }
 }
+
+// Proves a capacity lease's step carries what its action needs and nothing it cannot, each miss refused with its field.
+#[test]
+fn capacity_lease_steps_carry_what_their_action_needs() {
+    use schemas::{CapacityLeaseAction::*, CapacityLeaseEvent};
+    let grant = CapacityLeaseEvent {
+        header: Header { subject: None, ..header("cl-1-grant") },
+        capacity_lease_id: "cl-1".into(),
+        action: GRANT,
+        holder: "shard-0001".into(),
+        policy_id: "hot".into(),
+        policy_version: 1,
+        window_start: at("2026-11-02T10:00:00Z"),
+        window_end: at("2026-11-02T10:01:00Z"),
+        units: 40,
+        used: None,
+        expires_at: Some(at("2026-11-02T10:00:10Z")),
+    };
+    let judged = |e: CapacityLeaseEvent| schemas::validate::validate(&Event::CapacityLease(e));
+    assert!(judged(grant.clone()).is_ok());
+    let returned = CapacityLeaseEvent { action: RETURN, units: 15, used: Some(25), expires_at: None, ..grant.clone() };
+    assert!(judged(returned.clone()).is_ok());
+    let expired = CapacityLeaseEvent { action: EXPIRE, units: 0, used: None, expires_at: None, ..grant.clone() };
+    assert!(judged(expired.clone()).is_ok());
+    let refused = [
+        (CapacityLeaseEvent { units: 0, ..grant.clone() }, "units", "negative_quantity"),
+        (CapacityLeaseEvent { expires_at: None, ..grant.clone() }, "expires_at", "inconsistent_fields"),
+        (
+            CapacityLeaseEvent { expires_at: Some(at("2026-11-02T10:00:00Z")), ..grant.clone() },
+            "expires_at",
+            "inconsistent_fields",
+        ),
+        (CapacityLeaseEvent { used: Some(1), ..grant.clone() }, "used", "inconsistent_fields"),
+        (CapacityLeaseEvent { window_end: grant.window_start, ..grant.clone() }, "window_end", "inconsistent_fields"),
+        (CapacityLeaseEvent { used: None, ..returned.clone() }, "used", "inconsistent_fields"),
+        (CapacityLeaseEvent { expires_at: grant.expires_at, ..returned.clone() }, "expires_at", "inconsistent_fields"),
+        (CapacityLeaseEvent { units: 3, ..expired }, "units", "inconsistent_fields"),
+        (CapacityLeaseEvent { used: Some(-1), ..returned }, "used", "negative_quantity"),
+        (CapacityLeaseEvent { capacity_lease_id: String::new(), ..grant.clone() }, "capacity_lease_id", "empty_field"),
+        (CapacityLeaseEvent { holder: "shard\n1".into(), ..grant }, "holder", "control_character"),
+    ];
+    for (event, field, code) in refused {
+        let e = judged(event.clone()).unwrap_err();
+        assert_eq!((e.code(), e.to_string().contains(field)), (code, true), "{event:?}: {e}");
+    }
+}

@@ -7,9 +7,10 @@ use proptest::prelude::*;
 use proptest::sample::select;
 use schemas::validate::{AMOUNT_MAX, TIMESTAMP_MAX, TIMESTAMP_MIN};
 use schemas::{
-    AdjustmentEvent, AdjustmentKind, AlertEvent, AlertKind, Catalog, CorrectionAction, CorrectionEvent, DecisionEvent,
-    DecodeError, Decoded, Enforcement, Event, GrantEvent, Header, OnFailure, Outcome, PolicyEvent, Reason,
-    ReservationAction, ReservationEvent, Scope, Timestamp, UsageEvent, Violation, Window,
+    AdjustmentEvent, AdjustmentKind, AlertEvent, AlertKind, CapacityLeaseAction, CapacityLeaseEvent, Catalog,
+    CorrectionAction, CorrectionEvent, DecisionEvent, DecodeError, Decoded, Enforcement, Event, GrantEvent, Header,
+    OnFailure, Outcome, PolicyEvent, Reason, ReservationAction, ReservationEvent, Scope, Timestamp, UsageEvent,
+    Violation, Window,
 };
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -293,9 +294,57 @@ fn correction() -> impl Strategy<Value = Event> {
     )
 }
 
-/// A valid event of any of the eight record types.
+fn capacity_lease() -> impl Strategy<Value = Event> {
+    let action = symbol_of(CapacityLeaseAction::SYMBOLS, CapacityLeaseAction::from_symbol);
+    (
+        header(),
+        id(),
+        action,
+        "[a-z0-9-]{1,32}",
+        id(),
+        1..=i32::MAX,
+        1..=AMOUNT_MAX,
+        0..=AMOUNT_MAX,
+        1..=86_400_000_000i64,
+    )
+        .prop_map(|(header, lease, action, holder, policy_id, policy_version, units, used, length)| {
+            // Each action carries what it needs: an expiry after the event on GRANT and RENEW, units used on RENEW,
+            // RETURN and RECLAIM, nothing back on an EXPIRE.
+            let expiry = matches!(action, CapacityLeaseAction::GRANT | CapacityLeaseAction::RENEW);
+            let expires_at = expiry.then(|| Timestamp(header.occurred_at.micros() + length));
+            let used = (!matches!(action, CapacityLeaseAction::GRANT | CapacityLeaseAction::EXPIRE)).then_some(used);
+            let units = if action == CapacityLeaseAction::EXPIRE { 0 } else { units };
+            let window_start = header.occurred_at;
+            let window_end = Timestamp(window_start.micros() + length);
+            Event::CapacityLease(CapacityLeaseEvent {
+                header,
+                capacity_lease_id: lease,
+                action,
+                holder,
+                policy_id,
+                policy_version,
+                window_start,
+                window_end,
+                units,
+                used,
+                expires_at,
+            })
+        })
+}
+
+/// A valid event of any of the nine record types.
 fn event() -> impl Strategy<Value = Event> {
-    prop_oneof![usage(), decision(), reservation(), grant(), policy(), adjustment(), alert(), correction()]
+    prop_oneof![
+        usage(),
+        decision(),
+        reservation(),
+        grant(),
+        policy(),
+        adjustment(),
+        alert(),
+        correction(),
+        capacity_lease()
+    ]
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -462,8 +511,9 @@ fn catalog_fingerprints_are_distinct_crc64_avro() {
     let schemas = catalog.schemas();
     assert_eq!(
         schemas.len(),
-        29,
-        "eight current schemas; every type's v1 and v2 but AlertEvent's and CorrectionEvent's; PolicyEvent v3 to v11"
+        30,
+        "nine current schemas; every type's v1 and v2 but AlertEvent's, CorrectionEvent's and CapacityLeaseEvent's; \
+         PolicyEvent v3 to v11"
     );
     let mut seen = BTreeMap::new();
     for s in schemas {
@@ -513,6 +563,11 @@ fn minimal_json(event_type: schemas::EventType) -> String {
         schemas::EventType::AlertEvent => r#""alert_id":"e-1","kind":"THRESHOLD","threshold_percent":80,"observed":8"#,
         schemas::EventType::CorrectionEvent => {
             r#""original_event_id":"u-1","action":"AMEND","quantity":3,"actor":"alice","reason":"wrong count""#
+        }
+        schemas::EventType::CapacityLeaseEvent => {
+            r#""capacity_lease_id":"cl-1","action":"GRANT","holder":"shard-0001","policy_id":"p","policy_version":1,
+               "window_start":"2026-11-01T00:00:00Z","window_end":"2026-12-01T00:00:00Z","units":5,
+               "expires_at":"2026-11-02T10:00:10Z""#
         }
     };
     format!("{{{header},{rest}}}")

@@ -427,8 +427,11 @@ pub fn sample_event(event_type: EventType, event_id: &str) -> Event {
         EventType::PolicyEvent => {
             Event::Policy(PolicyEvent::new(header, format!("pol-{event_id}"), 100, Window::DAY, Enforcement::HARD, t))
         }
-        EventType::AdjustmentEvent | EventType::AlertEvent | EventType::CorrectionEvent => {
-            unreachable!("adjustments, alerts and corrections are not input topics")
+        EventType::AdjustmentEvent
+        | EventType::AlertEvent
+        | EventType::CorrectionEvent
+        | EventType::CapacityLeaseEvent => {
+            unreachable!("adjustments, alerts, corrections and capacity leases are not input topics")
         }
     }
 }

@@ -180,8 +180,9 @@ impl State {
             }
             Event::Alert(a) => self.note_alert(a),
             // A correction changes what is billed and audited, not what was enforced: the hook's counters stay as the
-            // requests found them (docs/decisions.md, "A correction gives no capacity back").
-            Event::Decision(_) | Event::Adjustment(_) | Event::Correction(_) => {}
+            // requests found them (docs/decisions.md, "A correction gives no capacity back"). A capacity lease's step is
+            // the allocator's book of a window; what holders allowed under it counts through their decisions' usage.
+            Event::Decision(_) | Event::Adjustment(_) | Event::Correction(_) | Event::CapacityLease(_) => {}
         }
     }
 
@@ -205,7 +206,12 @@ impl State {
             Event::Usage(u) => self.consume(&u.header, -u.quantity),
             Event::Reservation(r) => self.number_own(&key_of(r), provisional, None, now),
             Event::Alert(a) => self.alerted.forget(&a.alert_id),
-            Event::Decision(_) | Event::Grant(_) | Event::Policy(_) | Event::Adjustment(_) | Event::Correction(_) => {}
+            Event::Decision(_)
+            | Event::Grant(_)
+            | Event::Policy(_)
+            | Event::Adjustment(_)
+            | Event::Correction(_)
+            | Event::CapacityLease(_) => {}
         }
     }
 
