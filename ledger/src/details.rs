@@ -15,6 +15,7 @@ pub fn table(event_type: EventType) -> &'static str {
         EventType::AdjustmentEvent => "adjustment_events",
         EventType::AlertEvent => "alert_events",
         EventType::CorrectionEvent => "correction_events",
+        EventType::PlanAssignmentEvent => "plan_assignment_events",
     }
 }
 
@@ -77,6 +78,7 @@ pub fn columns(event_type: EventType) -> &'static [&'static str] {
             "request_id",
         ],
         EventType::CorrectionEvent => &["original_event_id", "action", "quantity", "actor", "reason"],
+        EventType::PlanAssignmentEvent => &["plan", "effective_from", "actor", "reason"],
     }
 }
 
@@ -209,5 +211,8 @@ pub fn values(event: &Event) -> Vec<Value> {
             text(&e.actor),
             text(&e.reason),
         ],
+        Event::PlanAssignment(e) => {
+            vec![opt_text(&e.plan), time(e.effective_from), text(&e.actor), text(&e.reason)]
+        }
     }
 }

@@ -17,8 +17,8 @@ use crate::billing::ByProject;
 use crate::error::ReportError;
 
 /// contract §7: the columns, in order; then `gaps` (the trust issue, point 5), and `cycle_start` and `cycle_end` (the
-/// billing cycle a row bills), added at the end as contract §7 allows.
-pub const COLUMNS: [&str; 16] = [
+/// billing cycle a row bills), and `plan` (the named plan it was billed under), added at the end as contract §7 allows.
+pub const COLUMNS: [&str; 17] = [
     "tenant",
     "metric",
     "period",
@@ -35,11 +35,12 @@ pub const COLUMNS: [&str; 16] = [
     "gaps",
     "cycle_start",
     "cycle_end",
+    "plan",
 ];
 
-/// `export billing --by project`'s columns: [`COLUMNS`] up to `gaps`, then `project`, then the cycle's (contract §7:
+/// `export billing --by project`'s columns: [`COLUMNS`] up to `gaps`, then `project`, then the cycle's and the plan (contract §7:
 /// columns are added at the end, in the order they were added).
-pub const COLUMNS_BY_PROJECT: [&str; 17] = [
+pub const COLUMNS_BY_PROJECT: [&str; 18] = [
     "tenant",
     "metric",
     "period",
@@ -57,6 +58,7 @@ pub const COLUMNS_BY_PROJECT: [&str; 17] = [
     "project",
     "cycle_start",
     "cycle_end",
+    "plan",
 ];
 
 /// The file formats of `export billing`.
@@ -209,7 +211,7 @@ impl BillingExport {
         export
     }
 
-    fn cells<'a>(&'a self, row: &'a PeriodExportRow, period: &'a str) -> [Cell<'a>; 16] {
+    fn cells<'a>(&'a self, row: &'a PeriodExportRow, period: &'a str) -> [Cell<'a>; 17] {
         let text = |s: Option<&'a String>| s.map_or(Cell::Empty, |s| Cell::Text(s));
         let int = |n: Option<i64>| n.map_or(Cell::Empty, Cell::Integer);
         [
@@ -229,6 +231,7 @@ impl BillingExport {
             if self.gaps.is_empty() { Cell::Empty } else { Cell::Text(&self.gaps) },
             Cell::Instant(row.cycle_start),
             Cell::Instant(row.cycle_end),
+            text(row.plan.as_ref()),
         ]
     }
 
@@ -243,7 +246,7 @@ impl BillingExport {
         let mut lines = Vec::new();
         for row in &self.rows {
             let mut bill = self.cells(row, period).to_vec();
-            bill.insert(COLUMNS.len() - 2, Cell::Empty);
+            bill.insert(COLUMNS.len() - 3, Cell::Empty);
             lines.push(bill);
             for (project, consumption) in by.of(&row.tenant, &row.metric) {
                 let mut line = vec![
@@ -256,7 +259,7 @@ impl BillingExport {
                 line.push(Cell::Integer(self.watermark as i64));
                 line.push(if self.gaps.is_empty() { Cell::Empty } else { Cell::Text(&self.gaps) });
                 line.push(Cell::Text(project.as_deref().unwrap_or("")));
-                line.extend([Cell::Instant(row.cycle_start), Cell::Instant(row.cycle_end)]);
+                line.extend([Cell::Instant(row.cycle_start), Cell::Instant(row.cycle_end), Cell::Empty]);
                 lines.push(line);
             }
         }
@@ -323,6 +326,7 @@ impl BillingExport {
             text(&|_| Some(self.gaps.clone()).filter(|g| !g.is_empty())),
             instant(self.rows.iter().map(|r| Some(r.cycle_start))),
             instant(self.rows.iter().map(|r| Some(r.cycle_end))),
+            text(&|r| r.plan.clone()),
         ];
         Ok(RecordBatch::try_new(schema(), columns)?)
     }
@@ -432,7 +436,7 @@ pub fn schema_by_project() -> Arc<Schema> {
             *field = field.clone().with_nullable(true);
         }
     }
-    fields.insert(COLUMNS.len() - 2, Field::new("project", DataType::Utf8, true));
+    fields.insert(COLUMNS.len() - 3, Field::new("project", DataType::Utf8, true));
     Arc::new(Schema::new(fields))
 }
 
@@ -456,6 +460,7 @@ pub fn schema() -> Arc<Schema> {
         field("gaps", DataType::Utf8, true),
         field("cycle_start", instant_type(), false),
         field("cycle_end", instant_type(), false),
+        field("plan", DataType::Utf8, true),
     ]))
 }
 

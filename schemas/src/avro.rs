@@ -187,6 +187,12 @@ pub fn to_value(event: &Event) -> Value {
             ("actor", string(&e.actor)),
             ("reason", string(&e.reason)),
         ],
+        Event::PlanAssignment(e) => vec![
+            ("plan", opt_string(&e.plan)),
+            ("effective_from", timestamp(e.effective_from)),
+            ("actor", string(&e.actor)),
+            ("reason", string(&e.reason)),
+        ],
     };
     fields.extend(rest.into_iter().map(|(name, value)| (name.to_string(), value)));
     Value::Record(fields)
@@ -448,6 +454,13 @@ pub fn from_value(event_type: EventType, value: &Value) -> Result<Event, ShapeEr
             actor: f.string("actor")?,
             reason: f.string("reason")?,
         }),
+        EventType::PlanAssignmentEvent => Event::PlanAssignment(PlanAssignmentEvent {
+            header,
+            plan: f.opt_string("plan")?,
+            effective_from: f.timestamp("effective_from")?,
+            actor: f.string("actor")?,
+            reason: f.string("reason")?,
+        }),
     })
 }
 
@@ -578,6 +591,12 @@ pub fn write_body(out: &mut Vec<u8>, event: &Event) {
             write_string(out, &e.original_event_id);
             write_long(out, e.action.index() as i64);
             write_opt_long(out, e.quantity);
+            write_string(out, &e.actor);
+            write_string(out, &e.reason);
+        }
+        Event::PlanAssignment(e) => {
+            write_opt_string(out, &e.plan);
+            write_long(out, e.effective_from.micros());
             write_string(out, &e.actor);
             write_string(out, &e.reason);
         }

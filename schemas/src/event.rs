@@ -372,6 +372,25 @@ impl CorrectionEvent {
     }
 }
 
+/// `PlanAssignmentEvent` (topic `quota.plans`): a tenant assigned to a named plan from `effective_from`, until its next
+/// assignment in effect. A plan's policies are PolicyEvents whose tenant is `*` followed by the plan's name
+/// ([`crate::partition::plan_owner`]); a tenant's own policies cover its plan's, and its plan's the plan defaults.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanAssignmentEvent {
+    /// The fields every event starts with: the tenant assigned, its metric `*` (every metric), no members.
+    #[serde(flatten)]
+    pub header: Header,
+    /// The plan's name; none: back to the plan defaults alone.
+    #[serde(default)]
+    pub plan: Option<String>,
+    /// From when.
+    pub effective_from: Timestamp,
+    /// Who assigned it.
+    pub actor: String,
+    /// Why, for people.
+    pub reason: String,
+}
+
 /// Generates an Avro enum as a Rust enum with its symbols in schema order.
 macro_rules! avro_enum {
     ($(#[$doc:meta])* $name:ident { $($symbol:ident),+ $(,)? }) => {
@@ -577,11 +596,12 @@ pub enum EventType {
     AdjustmentEvent,
     AlertEvent,
     CorrectionEvent,
+    PlanAssignmentEvent,
 }
 
 impl EventType {
     /// Every record type, in the order of their topics.
-    pub const ALL: [EventType; 8] = [
+    pub const ALL: [EventType; 9] = [
         EventType::UsageEvent,
         EventType::DecisionEvent,
         EventType::ReservationEvent,
@@ -590,6 +610,7 @@ impl EventType {
         EventType::AdjustmentEvent,
         EventType::AlertEvent,
         EventType::CorrectionEvent,
+        EventType::PlanAssignmentEvent,
     ];
 
     /// The record name, as in the schema (`UsageEvent`).
@@ -603,6 +624,7 @@ impl EventType {
             EventType::AdjustmentEvent => "AdjustmentEvent",
             EventType::AlertEvent => "AlertEvent",
             EventType::CorrectionEvent => "CorrectionEvent",
+            EventType::PlanAssignmentEvent => "PlanAssignmentEvent",
         }
     }
 
@@ -622,6 +644,7 @@ impl EventType {
             EventType::AdjustmentEvent => "quota.adjustments",
             EventType::AlertEvent => "quota.alerts",
             EventType::CorrectionEvent => "quota.corrections",
+            EventType::PlanAssignmentEvent => "quota.plans",
         }
     }
 
@@ -650,6 +673,7 @@ pub enum Event {
     Adjustment(AdjustmentEvent),
     Alert(AlertEvent),
     Correction(CorrectionEvent),
+    PlanAssignment(PlanAssignmentEvent),
 }
 
 impl Event {
@@ -664,6 +688,7 @@ impl Event {
             Event::Adjustment(_) => EventType::AdjustmentEvent,
             Event::Alert(_) => EventType::AlertEvent,
             Event::Correction(_) => EventType::CorrectionEvent,
+            Event::PlanAssignment(_) => EventType::PlanAssignmentEvent,
         }
     }
 
@@ -678,6 +703,7 @@ impl Event {
             Event::Adjustment(e) => &e.header,
             Event::Alert(e) => &e.header,
             Event::Correction(e) => &e.header,
+            Event::PlanAssignment(e) => &e.header,
         }
     }
 
@@ -697,6 +723,7 @@ impl Event {
             EventType::AdjustmentEvent => Event::Adjustment(serde_json::from_str(json)?),
             EventType::AlertEvent => Event::Alert(serde_json::from_str(json)?),
             EventType::CorrectionEvent => Event::Correction(serde_json::from_str(json)?),
+            EventType::PlanAssignmentEvent => Event::PlanAssignment(serde_json::from_str(json)?),
         })
     }
 
@@ -711,6 +738,7 @@ impl Event {
             Event::Adjustment(e) => serde_json::to_value(e),
             Event::Alert(e) => serde_json::to_value(e),
             Event::Correction(e) => serde_json::to_value(e),
+            Event::PlanAssignment(e) => serde_json::to_value(e),
         };
         value.expect("events hold only strings, integers and string maps, which always serialize")
     }

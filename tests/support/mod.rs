@@ -460,8 +460,11 @@ pub fn sample_event(event_type: EventType, event_id: &str) -> Event {
             alert_thresholds: None,
             alert_subject_share: None,
         }),
-        EventType::AdjustmentEvent | EventType::AlertEvent | EventType::CorrectionEvent => {
-            unreachable!("adjustments, alerts and corrections are not input topics")
+        EventType::AdjustmentEvent
+        | EventType::AlertEvent
+        | EventType::CorrectionEvent
+        | EventType::PlanAssignmentEvent => {
+            unreachable!("adjustments, alerts, corrections and plan assignments are not input topics")
         }
     }
 }

@@ -176,7 +176,13 @@ impl State {
                 }
                 let mut policies = self.policies.policies().to_vec();
                 policies.push(p.clone());
-                self.policies = PolicyIndex::new(policies);
+                self.policies = PolicyIndex::new(policies).with_assignments(self.policies.assignments());
+            }
+            Event::PlanAssignment(a) => {
+                let mut assignments = self.policies.assignments().to_vec();
+                assignments.push(a.clone());
+                let policies = self.policies.policies().to_vec();
+                self.policies = PolicyIndex::new(policies).with_assignments(&assignments);
             }
             Event::Alert(a) => self.note_alert(a),
             // A correction changes what is billed and audited, not what was enforced: the hook's counters stay as the
@@ -205,7 +211,12 @@ impl State {
             Event::Usage(u) => self.consume(&u.header, -u.quantity),
             Event::Reservation(r) => self.number_own(&key_of(r), provisional, None, now),
             Event::Alert(a) => self.alerted.forget(&a.alert_id),
-            Event::Decision(_) | Event::Grant(_) | Event::Policy(_) | Event::Adjustment(_) | Event::Correction(_) => {}
+            Event::Decision(_)
+            | Event::Grant(_)
+            | Event::Policy(_)
+            | Event::Adjustment(_)
+            | Event::Correction(_)
+            | Event::PlanAssignment(_) => {}
         }
     }
 
