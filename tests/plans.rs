@@ -158,6 +158,23 @@ fn a_plan_change_mid_cycle_bills_each_plan_for_its_part_of_the_cycle() {
              late_adjustments,watermark,gaps,cycle_start,cycle_end,plan"
         )
     );
+    // Support asks why a request of the new cycle was denied: the words name the plan, its version and who assigned it.
+    let decision = serde_json::json!({
+        "event_id": "d-1", "occurred_at": "2026-11-25T10:00:00Z", "tenant": "org-1", "metric": "requests",
+        "source": "gateway", "request_id": "req-pro-1", "idempotency_key": "k-1", "amount": 10, "outcome": "DENIED",
+        "reason": "QUOTA_EXCEEDED", "policy_id": "*pro:requests:tenant:billing_cycle", "policy_version": 1,
+        "window_start": UPGRADE, "window_end": end, "limit": PRO_LIMIT, "used_before": PRO_LIMIT, "remaining": 0
+    });
+    let decision = Event::from_json(schemas::EventType::DecisionEvent, &decision.to_string()).unwrap();
+    let file = test.file("decision.avro");
+    write_container(&file, &[decision]);
+    test.ingest(&file);
+    let why = test.run(&["audit", "why", "req-pro-1"]).success().stdout_text();
+    let named = "plan pro v1, assigned 2026-11-20 by sales@example.com: \"signed the order form\"";
+    assert!(why.contains(named), "{why}");
+    let why = test.run(&["audit", "why", "req-pro-1", "--json"]).success().json();
+    assert_eq!(why["policy"]["plan"]["assigned_from"], UPGRADE, "{why}");
+
     let listed = test.run(&["plan", "assignments", "--tenant", "org-1", "--json"]).success().json();
     let plans: Vec<(&str, &str, &str)> = listed
         .as_array()

@@ -483,6 +483,7 @@ mod tests {
             late_adjustments: late,
             cycle_start: Timestamp::parse_rfc3339("2026-11-01T00:00:00Z").unwrap(),
             cycle_end: Timestamp::parse_rfc3339("2026-12-01T00:00:00Z").unwrap(),
+            plan: (late == 0).then(|| "pro".to_string()),
         };
         BillingExport {
             period: "2026-11".parse().unwrap(),
@@ -498,9 +499,9 @@ mod tests {
         let csv = String::from_utf8(export().to_csv()).unwrap();
         assert_eq!(
             csv,
-            "tenant,metric,period,consumption,policy_id,policy_version,limit,grants,effective_limit,overage,overshoot,late_adjustments,watermark,gaps,cycle_start,cycle_end\n\
-             \"'=HYPERLINK(\"\"x\"\")\",tokens,2026-11,5,plan,2,100,0,100,0,,-3,42,,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z\n\
-             \"org,2\",tokens,2026-11,7,plan,2,100,0,100,0,,0,42,,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z\n"
+            "tenant,metric,period,consumption,policy_id,policy_version,limit,grants,effective_limit,overage,overshoot,late_adjustments,watermark,gaps,cycle_start,cycle_end,plan\n\
+             \"'=HYPERLINK(\"\"x\"\")\",tokens,2026-11,5,plan,2,100,0,100,0,,-3,42,,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z,\n\
+             \"org,2\",tokens,2026-11,7,plan,2,100,0,100,0,,0,42,,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z,pro\n"
         );
         for (text, safe) in
             [("@SUM(A1)", "'@SUM(A1)"), ("+1", "'+1"), ("-1", "'-1"), ("\tx", "'\tx"), ("org-1", "org-1")]
@@ -517,7 +518,7 @@ mod tests {
         let first = jsonl.lines().next().unwrap();
         assert_eq!(
             first,
-            r#"{"tenant":"=HYPERLINK(\"x\")","metric":"tokens","period":"2026-11","consumption":5,"policy_id":"plan","policy_version":2,"limit":100,"grants":0,"effective_limit":100,"overage":0,"overshoot":null,"late_adjustments":-3,"watermark":42,"gaps":null,"cycle_start":"2026-11-01T00:00:00Z","cycle_end":"2026-12-01T00:00:00Z"}"#
+            r#"{"tenant":"=HYPERLINK(\"x\")","metric":"tokens","period":"2026-11","consumption":5,"policy_id":"plan","policy_version":2,"limit":100,"grants":0,"effective_limit":100,"overage":0,"overshoot":null,"late_adjustments":-3,"watermark":42,"gaps":null,"cycle_start":"2026-11-01T00:00:00Z","cycle_end":"2026-12-01T00:00:00Z","plan":null}"#
         );
     }
 
@@ -532,11 +533,11 @@ mod tests {
         let csv = String::from_utf8(export.to_bytes_by_project(Format::Csv, &by).unwrap()).unwrap();
         assert_eq!(
             csv,
-            "tenant,metric,period,consumption,policy_id,policy_version,limit,grants,effective_limit,overage,overshoot,late_adjustments,watermark,gaps,project,cycle_start,cycle_end\n\
-             \"'=HYPERLINK(\"\"x\"\")\",tokens,2026-11,5,plan,2,100,0,100,0,,-3,42,,,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z\n\
-             \"org,2\",tokens,2026-11,7,plan,2,100,0,100,0,,0,42,,,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z\n\
-             \"org,2\",tokens,2026-11,4,,,,,,,,,42,,p-1,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z\n\
-             \"org,2\",tokens,2026-11,3,,,,,,,,,42,,,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z\n"
+            "tenant,metric,period,consumption,policy_id,policy_version,limit,grants,effective_limit,overage,overshoot,late_adjustments,watermark,gaps,project,cycle_start,cycle_end,plan\n\
+             \"'=HYPERLINK(\"\"x\"\")\",tokens,2026-11,5,plan,2,100,0,100,0,,-3,42,,,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z,\n\
+             \"org,2\",tokens,2026-11,7,plan,2,100,0,100,0,,0,42,,,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z,pro\n\
+             \"org,2\",tokens,2026-11,4,,,,,,,,,42,,p-1,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z,\n\
+             \"org,2\",tokens,2026-11,3,,,,,,,,,42,,,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z,\n"
         );
         let jsonl = String::from_utf8(export.to_bytes_by_project(Format::Jsonl, &by).unwrap()).unwrap();
         let lines: Vec<serde_json::Value> = jsonl.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -568,12 +569,12 @@ mod tests {
         assert_eq!(batches[0].schema(), schema());
         let shown = arrow::util::pretty::pretty_format_batches(&batches).unwrap().to_string();
         let expected = [
-            "+-----------------+--------+---------+-------------+-----------+----------------+-------+--------+-----------------+---------+-----------+------------------+-----------+-------------------+----------------------+----------------------+",
-            "| tenant          | metric | period  | consumption | policy_id | policy_version | limit | grants | effective_limit | overage | overshoot | late_adjustments | watermark | gaps              | cycle_start          | cycle_end            |",
-            "+-----------------+--------+---------+-------------+-----------+----------------+-------+--------+-----------------+---------+-----------+------------------+-----------+-------------------+----------------------+----------------------+",
-            "| =HYPERLINK(\"x\") | tokens | 2026-11 | 5           | plan      | 2              | 100   | 0      | 100             | 0       |           | -3               | 42        | quota.usage:0:3-4 | 2026-11-01T00:00:00Z | 2026-12-01T00:00:00Z |",
-            "| org,2           | tokens | 2026-11 | 7           | plan      | 2              | 100   | 0      | 100             | 0       |           | 0                | 42        | quota.usage:0:3-4 | 2026-11-01T00:00:00Z | 2026-12-01T00:00:00Z |",
-            "+-----------------+--------+---------+-------------+-----------+----------------+-------+--------+-----------------+---------+-----------+------------------+-----------+-------------------+----------------------+----------------------+",
+            "+-----------------+--------+---------+-------------+-----------+----------------+-------+--------+-----------------+---------+-----------+------------------+-----------+-------------------+----------------------+----------------------+------+",
+            "| tenant          | metric | period  | consumption | policy_id | policy_version | limit | grants | effective_limit | overage | overshoot | late_adjustments | watermark | gaps              | cycle_start          | cycle_end            | plan |",
+            "+-----------------+--------+---------+-------------+-----------+----------------+-------+--------+-----------------+---------+-----------+------------------+-----------+-------------------+----------------------+----------------------+------+",
+            "| =HYPERLINK(\"x\") | tokens | 2026-11 | 5           | plan      | 2              | 100   | 0      | 100             | 0       |           | -3               | 42        | quota.usage:0:3-4 | 2026-11-01T00:00:00Z | 2026-12-01T00:00:00Z |      |",
+            "| org,2           | tokens | 2026-11 | 7           | plan      | 2              | 100   | 0      | 100             | 0       |           | 0                | 42        | quota.usage:0:3-4 | 2026-11-01T00:00:00Z | 2026-12-01T00:00:00Z | pro  |",
+            "+-----------------+--------+---------+-------------+-----------+----------------+-------+--------+-----------------+---------+-----------+------------------+-----------+-------------------+----------------------+----------------------+------+",
         ];
         assert_eq!(shown.lines().collect::<Vec<_>>(), expected);
     }

@@ -296,6 +296,7 @@ fn shapes(event: &Event) -> Vec<String> {
         Event::Adjustment(e) => found.push(format!("{kind} kind={}", e.kind)),
         Event::Alert(e) => found.push(format!("{kind} kind={}", e.kind)),
         Event::Correction(e) => found.push(format!("{kind} action={}", e.action)),
+        Event::PlanAssignment(e) => found.push(format!("{kind} plan={}", e.plan.is_some())),
     }
     found
 }
@@ -307,6 +308,10 @@ fn expected_shapes() -> BTreeSet<String> {
     let mut all = BTreeSet::new();
     for kind in EventType::ALL {
         all.insert(kind.to_string());
+        // A plan is assigned to a whole tenant: an assignment names no member.
+        if kind == EventType::PlanAssignmentEvent {
+            continue;
+        }
         for part in ["project", "api_key", "subject"] {
             all.insert(format!("{kind} {part}"));
         }
@@ -329,6 +334,7 @@ fn expected_shapes() -> BTreeSet<String> {
     all.extend(symbols(EventType::AdjustmentEvent, "kind", AdjustmentKind::SYMBOLS));
     all.extend(symbols(EventType::AlertEvent, "kind", AlertKind::SYMBOLS));
     all.extend(symbols(EventType::CorrectionEvent, "action", CorrectionAction::SYMBOLS));
+    all.extend(symbols(EventType::PlanAssignmentEvent, "plan", &["true", "false"]));
     all
 }
 
@@ -468,6 +474,14 @@ fn sample_events() -> Vec<Event> {
             format!(
                 r#"{{{},"original_event_id":"u-1","action":"{action}"{extra},"actor":"carol@finance","reason":"the producer double-counted"}}"#,
                 header(&format!("c-{n}"), if n == 0 { MEMBER } else { "" })
+            ),
+        );
+    }
+    for (n, plan) in [r#""pro""#, "null"].iter().enumerate() {
+        add(
+            EventType::PlanAssignmentEvent,
+            format!(
+                r#"{{"event_id":"pa-{n}","occurred_at":"2026-11-02T10:00:00Z","tenant":"org-42","metric":"*","source":"api","plan":{plan},"effective_from":"2026-11-14T00:00:00Z","actor":"sales@example","reason":"upgraded"}}"#
             ),
         );
     }

@@ -1,4 +1,4 @@
-// Proves that every valid event of the eight record types survives single-object encoding and JSON unchanged,
+// Proves that every valid event of the nine record types survives single-object encoding and JSON unchanged,
 // that its encoding is deterministic, and that the catalog's fingerprints are the CRC-64-AVRO of the Avro spec.
 
 use std::collections::BTreeMap;
@@ -8,8 +8,8 @@ use proptest::sample::select;
 use schemas::validate::{AMOUNT_MAX, TIMESTAMP_MAX, TIMESTAMP_MIN};
 use schemas::{
     AdjustmentEvent, AdjustmentKind, AlertEvent, AlertKind, Catalog, CorrectionAction, CorrectionEvent, DecisionEvent,
-    DecodeError, Decoded, Enforcement, Event, GrantEvent, Header, OnFailure, Outcome, PolicyEvent, Reason,
-    ReservationAction, ReservationEvent, Scope, Timestamp, UsageEvent, Violation, Window,
+    DecodeError, Decoded, Enforcement, Event, GrantEvent, Header, OnFailure, Outcome, PlanAssignmentEvent, PolicyEvent,
+    Reason, ReservationAction, ReservationEvent, Scope, Timestamp, UsageEvent, Violation, Window,
 };
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -39,8 +39,9 @@ fn symbol_of<T: Clone + std::fmt::Debug + 'static>(
 }
 
 fn header() -> impl Strategy<Value = Header> {
-    // Any tenant but `*`, the plan defaults' name, which only a PolicyEvent may carry.
-    let tenant = id().prop_filter("* names the plan defaults", |t| t != "*");
+    // Any tenant not starting with `*`: the plan defaults' name (`*`) and the named plans' (`*pro`), which only a
+    // PolicyEvent may carry.
+    let tenant = id().prop_filter("* names the plans", |t| !t.starts_with('*'));
     (id(), timestamp(), tenant, proptest::option::of(id()), id(), text()).prop_map(
         |(event_id, occurred_at, tenant, subject, metric, source)| Header {
             event_id,
@@ -293,9 +294,30 @@ fn correction() -> impl Strategy<Value = Event> {
     )
 }
 
-/// A valid event of any of the eight record types.
+fn plan_assignment() -> impl Strategy<Value = Event> {
+    let plan = proptest::option::of("[a-z][a-z0-9-]{0,15}");
+    (header(), plan, timestamp(), "[a-z@.]{1,32}", "\\PC{1,64}").prop_map(
+        |(header, plan, effective_from, actor, reason)| {
+            // Of a whole tenant, every metric: no member, metric `*`.
+            let header = Header { metric: "*".into(), subject: None, project: None, api_key: None, ..header };
+            Event::PlanAssignment(PlanAssignmentEvent { header, plan, effective_from, actor, reason })
+        },
+    )
+}
+
+/// A valid event of any of the nine record types.
 fn event() -> impl Strategy<Value = Event> {
-    prop_oneof![usage(), decision(), reservation(), grant(), policy(), adjustment(), alert(), correction()]
+    prop_oneof![
+        usage(),
+        decision(),
+        reservation(),
+        grant(),
+        policy(),
+        adjustment(),
+        alert(),
+        correction(),
+        plan_assignment()
+    ]
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -462,8 +484,9 @@ fn catalog_fingerprints_are_distinct_crc64_avro() {
     let schemas = catalog.schemas();
     assert_eq!(
         schemas.len(),
-        29,
-        "eight current schemas; every type's v1 and v2 but AlertEvent's and CorrectionEvent's; PolicyEvent v3 to v11"
+        30,
+        "nine current schemas; every type's v1 and v2 but AlertEvent's, CorrectionEvent's and PlanAssignmentEvent's; \
+         PolicyEvent v3 to v11"
     );
     let mut seen = BTreeMap::new();
     for s in schemas {
@@ -513,6 +536,9 @@ fn minimal_json(event_type: schemas::EventType) -> String {
         schemas::EventType::AlertEvent => r#""alert_id":"e-1","kind":"THRESHOLD","threshold_percent":80,"observed":8"#,
         schemas::EventType::CorrectionEvent => {
             r#""original_event_id":"u-1","action":"AMEND","quantity":3,"actor":"alice","reason":"wrong count""#
+        }
+        schemas::EventType::PlanAssignmentEvent => {
+            r#""plan":"pro","effective_from":"2026-11-14T00:00:00Z","actor":"alice","reason":"upgraded""#
         }
     };
     format!("{{{header},{rest}}}")
