@@ -15,7 +15,7 @@ use crate::read::watermark_param;
 /// before they are decoded.
 const ENTRIES_AFTER: &str = "SELECT seq, event_type, payload_fingerprint, payload FROM entries
      WHERE seq > ?1 AND status = 'recorded'
-       AND (occurred_at >= ?2 OR event_type IN ('PolicyEvent', 'GrantEvent', 'ReservationEvent'))
+       AND (occurred_at >= ?2 OR event_type IN ('PolicyEvent', 'GrantEvent', 'ReservationEvent', 'PlanAssignmentEvent'))
      ORDER BY seq";
 
 /// The same at start, when every entry is after the watermark: of the reservations, only the events of those
