@@ -148,15 +148,15 @@ fn one_event_per_type() -> Vec<(EventType, Value)> {
                     "reason": "the producer double-counted"
                 }),
             ),
-            (
-                EventType::PlanAssignmentEvent,
-                json!({
-                    "event_id": "pa-1", "occurred_at": "2026-11-02T10:00:00.123456Z", "tenant": "org-42",
-                    "subject": null, "project": null, "api_key": null, "metric": "*", "source": "quota-ledger plan assign",
-                    "plan": "pro", "effective_from": "2026-11-14T00:00:00Z", "actor": "sales@example.com",
-                    "reason": "signed the order form"
-                }),
-            ),
+        ),
+        (
+            EventType::PlanAssignmentEvent,
+            json!({
+                "event_id": "pa-1", "occurred_at": "2026-11-02T10:00:00.123456Z", "tenant": "org-42",
+                "subject": null, "metric": "*", "source": "quota-ledger plan assign",
+                "plan": "pro", "effective_from": "2026-11-14T00:00:00Z", "actor": "sales@example.com",
+                "reason": "signed the order form"
+            }),
         ),
     ]
 }
