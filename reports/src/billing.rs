@@ -418,13 +418,12 @@ fn rows_by_plan(
     Ok(split)
 }
 
-/// `[from, until)` cut where `tenant`'s plan changes, each part with the plan it held (none: no assignment in effect,
-/// or one of no plan). Outer none: the tenant was never assigned a plan over it.
-fn plan_parts(
-    index: &PolicyIndex,
-    tenant: &str,
-    (from, until): (Timestamp, Timestamp),
-) -> Vec<Option<(Option<String>, (Timestamp, Timestamp))>> {
+/// A part of a row's span and the plan its tenant held over it (none: no assignment in effect, or one of no plan).
+type PlanPart = (Option<String>, (Timestamp, Timestamp));
+
+/// `[from, until)` cut where `tenant`'s plan changes, each part with the plan it held. A single none: the tenant was
+/// never assigned a plan over it.
+fn plan_parts(index: &PolicyIndex, tenant: &str, (from, until): (Timestamp, Timestamp)) -> Vec<Option<PlanPart>> {
     let spans = index.plan_spans(tenant);
     if !spans.iter().any(|span| span.from < until && span.until > from) {
         return vec![None];

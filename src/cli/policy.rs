@@ -36,7 +36,7 @@ pub enum PolicyCommand {
 pub enum PlanCommand {
     /// Record a new version of a policy of the named plan --plan (owner `*PLAN`), or without it of the plan defaults
     /// (tenant `*`): what every tenant without a policy of its own for the same metric, scope and window gets.
-    Set(PlanSetArgs),
+    Set(Box<PlanSetArgs>),
     /// Assign a tenant to a named plan from --effective-from (default now) until its next assignment.
     Assign(AssignArgs),
     /// Every plan assignment recorded, in ledger order.
@@ -250,7 +250,8 @@ pub fn run(store: &super::Store, command: PolicyCommand) -> anyhow::Result<ExitC
 
 pub fn run_plan(store: &super::Store, command: PlanCommand) -> anyhow::Result<ExitCode> {
     match command {
-        PlanCommand::Set(PlanSetArgs { plan, policy }) => {
+        PlanCommand::Set(args) => {
+            let PlanSetArgs { plan, policy } = *args;
             let owner = plan.as_deref().map_or("*".into(), schemas::partition::plan_owner);
             set(store, owner, policy, "quota-ledger plan set")
         }
