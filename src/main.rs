@@ -98,7 +98,7 @@ enum Command {
     /// A tenant's policies: set a new version (validated, who and why recorded), list those in force, history.
     #[command(subcommand)]
     Policy(cli::policy::PolicyCommand),
-    /// The plan defaults (tenant `*`): set a new version, as `policy set`.
+    /// Named plans and the plan defaults (tenant `*`): set a policy version, as `policy set`; assign a tenant to a plan.
     #[command(subcommand)]
     Plan(cli::policy::PlanCommand),
     /// Grants: add one (validated, who and why recorded), list them.

@@ -16,8 +16,8 @@ fn list_json_names_twenty_five_schemas_one_current_per_type() {
     let listed = listed.as_array().unwrap_or_else(|| panic!("schemas list --json is not an array: {listed}"));
     assert_eq!(
         listed.len(),
-        30,
-        "nine current schemas; v1 and v2 but AlertEvent's, CorrectionEvent's and CapacityLeaseEvent's; PolicyEvent v3 \
+        31,
+        "ten current schemas; v1 and v2 but AlertEvent's, CorrectionEvent's, CapacityLeaseEvent's and PlanAssignmentEvent's; PolicyEvent v3 \
          to v11: {listed:?}"
     );
 
@@ -160,6 +160,15 @@ fn one_event_per_type() -> Vec<(EventType, Value)> {
                     "expires_at": "2026-11-02T10:00:10Z"
                 }),
             ),
+        ),
+        (
+            EventType::PlanAssignmentEvent,
+            json!({
+                "event_id": "pa-1", "occurred_at": "2026-11-02T10:00:00.123456Z", "tenant": "org-42",
+                "subject": null, "metric": "*", "source": "quota-ledger plan assign",
+                "plan": "pro", "effective_from": "2026-11-14T00:00:00Z", "actor": "sales@example.com",
+                "reason": "signed the order form"
+            }),
         ),
     ]
 }

@@ -13,7 +13,7 @@ const MONTH: &str = "2026-10";
 const NEXT: &str = "2026-11";
 /// The contract §7 header of a billing CSV.
 const HEADER: &str = "tenant,metric,period,consumption,policy_id,policy_version,limit,grants,effective_limit,overage,\
-overshoot,late_adjustments,watermark,gaps,cycle_start,cycle_end";
+overshoot,late_adjustments,watermark,gaps,cycle_start,cycle_end,plan";
 /// What the demo's five late events add up to (10, 20, 30, 40 and 50 requests).
 const LATE_QUANTITY: i64 = 150;
 /// Longest a Chromium screenshot may take before the test gives up on it.

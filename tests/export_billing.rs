@@ -187,9 +187,9 @@ fn a_closed_period_reexports_byte_for_byte_and_late_usage_moves_to_the_next_clos
         csv_lines(&closed_csv),
         [
             HEADER.to_string(),
-            format!("'=org-2,tokens,2026-09,5,,,,,,,,0,{watermark},,2026-09-01T00:00:00Z,2026-10-01T00:00:00Z"),
+            format!("'=org-2,tokens,2026-09,5,,,,,,,,0,{watermark},,2026-09-01T00:00:00Z,2026-10-01T00:00:00Z,"),
             format!(
-                "org-1,tokens,2026-09,130,org-1-tokens,1,100,0,100,30,,0,{watermark},,2026-09-01T00:00:00Z,2026-10-01T00:00:00Z"
+                "org-1,tokens,2026-09,130,org-1-tokens,1,100,0,100,30,,0,{watermark},,2026-09-01T00:00:00Z,2026-10-01T00:00:00Z,"
             ),
         ]
     );
@@ -209,9 +209,9 @@ fn a_closed_period_reexports_byte_for_byte_and_late_usage_moves_to_the_next_clos
     assert_eq!(
         october_open[1..],
         [
-            format!("'=org-2,tokens,2026-10,0,,,,,,,,3,{now},,2026-10-01T00:00:00Z,2026-11-01T00:00:00Z"),
+            format!("'=org-2,tokens,2026-10,0,,,,,,,,3,{now},,2026-10-01T00:00:00Z,2026-11-01T00:00:00Z,"),
             format!(
-                "org-1,tokens,2026-10,10,org-1-tokens,1,100,0,100,0,,7,{now},,2026-10-01T00:00:00Z,2026-11-01T00:00:00Z"
+                "org-1,tokens,2026-10,10,org-1-tokens,1,100,0,100,0,,7,{now},,2026-10-01T00:00:00Z,2026-11-01T00:00:00Z,"
             ),
         ]
     );
@@ -232,7 +232,7 @@ fn a_closed_period_reexports_byte_for_byte_and_late_usage_moves_to_the_next_clos
     assert_eq!(
         november[1..],
         [format!(
-            "org-1,tokens,2026-11,0,org-1-tokens,1,100,0,100,0,,0,{now},,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z"
+            "org-1,tokens,2026-11,0,org-1-tokens,1,100,0,100,0,,0,{now},,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z,"
         )],
         "carried once"
     );
@@ -299,8 +299,8 @@ fn a_reservation_id_shared_by_two_tenants_bills_each_tenant_its_own_commit() {
     let watermark = count(&test.status(), "watermark");
     let expected = [
         HEADER.to_string(),
-        format!("org-a,tokens,2026-11,90,,,,,,,,0,{watermark},,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z"),
-        format!("org-b,tokens,2026-11,40,,,,,,,,0,{watermark},,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z"),
+        format!("org-a,tokens,2026-11,90,,,,,,,,0,{watermark},,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z,"),
+        format!("org-b,tokens,2026-11,40,,,,,,,,0,{watermark},,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z,"),
     ];
     assert_eq!(csv_lines(&export(&test, "2026-11", "csv", &[])), expected);
     assert_eq!(csv_lines(&export(&test, "2026-11", "csv", &["--final"])), expected);
@@ -450,7 +450,7 @@ fn months_before_the_first_close_are_closed_with_it_and_their_late_usage_is_carr
     assert_eq!(
         csv_lines(&august)[1..],
         [format!(
-            "org-1,tokens,2026-08,40,org-1-tokens,1,100,0,100,0,,0,{watermark},,2026-08-01T00:00:00Z,2026-09-01T00:00:00Z"
+            "org-1,tokens,2026-08,40,org-1-tokens,1,100,0,100,0,,0,{watermark},,2026-08-01T00:00:00Z,2026-09-01T00:00:00Z,"
         )],
         "computed at the first close's watermark"
     );
@@ -546,9 +546,11 @@ fn a_bill_by_project_adds_up_to_its_rows_and_matches_an_independent_computation(
     let mut lines = by[1..].iter().peekable();
     let mut found: BTreeMap<(String, String), BTreeMap<String, i64>> = BTreeMap::new();
     for bill in &plain[1..] {
-        let mut last = bill.rsplitn(3, ',');
-        let (end, start, front) = (last.next().unwrap(), last.next().unwrap(), last.next().unwrap());
-        assert_eq!(lines.next(), Some(&format!("{front},,{start},{end}")), "the bill's row, an empty project added");
+        let mut last = bill.rsplitn(4, ',');
+        let (plan, end, start) = (last.next().unwrap(), last.next().unwrap(), last.next().unwrap());
+        let front = last.next().unwrap();
+        let row = format!("{front},,{start},{end},{plan}");
+        assert_eq!(lines.next(), Some(&row), "the bill's row, an empty project added");
         let cells: Vec<&str> = bill.split(',').collect();
         let (tenant, metric, consumption) = (cells[0], cells[1], cells[3].parse::<i64>().unwrap());
         let mut sum = 0;
@@ -698,15 +700,15 @@ fn billing_cycles_bill_each_tenant_its_own_cycles_in_its_time_zone() {
         [
             format!(
                 "org-back,tokens,2026-02,10,org-back-tokens,1,100,0,100,0,,0,{watermark},,2026-01-17T00:00:00Z,\
-                 2026-02-17T00:00:00Z"
+                 2026-02-17T00:00:00Z,"
             ),
             format!(
                 "org-ny,tokens,2026-02,110,org-ny-tokens,1,100,0,100,10,,0,{watermark},,2026-01-31T05:00:00Z,\
-                 2026-02-28T05:00:00Z"
+                 2026-02-28T05:00:00Z,"
             ),
             format!(
                 "org-switch,tokens,2026-02,10,org-switch-tokens,1,100,0,100,0,,0,{watermark},,2026-02-01T00:00:00Z,\
-                 2026-03-01T00:00:00Z"
+                 2026-03-01T00:00:00Z,"
             ),
         ]
     );
@@ -722,15 +724,15 @@ fn billing_cycles_bill_each_tenant_its_own_cycles_in_its_time_zone() {
         [
             format!(
                 "org-back,tokens,2026-03,60,org-back-tokens,2,100,0,100,0,,0,{now},,2026-02-17T00:00:00Z,\
-                 2026-04-01T00:00:00Z"
+                 2026-04-01T00:00:00Z,"
             ),
             format!(
                 "org-ny,tokens,2026-03,50,org-ny-tokens,2,100,0,100,0,,7,{now},,2026-02-28T05:00:00Z,\
-                 2026-03-31T04:00:00Z"
+                 2026-03-31T04:00:00Z,"
             ),
             format!(
                 "org-switch,tokens,2026-03,20,org-switch-tokens,2,100,0,100,0,,0,{now},,2026-03-01T00:00:00Z,\
-                 2026-03-17T00:00:00Z"
+                 2026-03-17T00:00:00Z,"
             ),
         ],
         "org-back's month from its last cycle's end; the cycle across the spring-forward, with February's late usage; \
@@ -742,15 +744,15 @@ fn billing_cycles_bill_each_tenant_its_own_cycles_in_its_time_zone() {
         [
             format!(
                 "org-back,tokens,2026-04,0,org-back-tokens,2,100,0,100,0,,0,{now},,2026-04-01T00:00:00Z,\
-                 2026-05-01T00:00:00Z"
+                 2026-05-01T00:00:00Z,"
             ),
             format!(
                 "org-ny,tokens,2026-04,5,org-ny-tokens,2,100,0,100,0,,0,{now},,2026-03-31T04:00:00Z,\
-                 2026-04-17T04:00:00Z"
+                 2026-04-17T04:00:00Z,"
             ),
             format!(
                 "org-switch,tokens,2026-04,40,org-switch-tokens,2,100,0,100,0,,0,{now},,2026-03-17T00:00:00Z,\
-                 2026-04-17T00:00:00Z"
+                 2026-04-17T00:00:00Z,"
             ),
         ],
         "the short cycle the anchor change makes, to the new anchor's first start"

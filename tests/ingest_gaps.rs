@@ -101,8 +101,8 @@ fn offsets_removed_before_they_were_read_stop_ingest_until_accepted() {
     // November's bill may lack the messages never read: its export says which, in every format.
     let csv = ledger.run(&["export", "billing", "--period", "2026-11", "--format", "csv"]).success().stdout_text();
     let lines: Vec<&str> = csv.lines().collect();
-    assert!(lines[0].ends_with(",late_adjustments,watermark,gaps,cycle_start,cycle_end"), "{csv}");
-    assert_eq!(lines[1].rsplit(',').nth(2), Some(gap.as_str()), "{csv}");
+    assert!(lines[0].ends_with(",late_adjustments,watermark,gaps,cycle_start,cycle_end,plan"), "{csv}");
+    assert_eq!(lines[1].rsplit(',').nth(3), Some(gap.as_str()), "{csv}");
     assert!(lines[1].starts_with("org-gap,requests,2026-11,25,"), "{csv}");
     let jsonl = ledger.run(&["export", "billing", "--period", "2026-11", "--format", "jsonl"]).success().stdout_text();
     let row: Value = serde_json::from_str(jsonl.lines().next().expect("a row")).unwrap();

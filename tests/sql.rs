@@ -121,6 +121,8 @@ fn the_tables_are_listed_with_their_columns() {
         "decision_events: ",
         "  retry_after_ms BIGINT, nullable",
         "period_exports: ",
+        "plan_assignment_events: ",
+        "  effective_from TIMESTAMP",
         "offset_gaps: ",
         "  to_offset BIGINT",
     ] {

@@ -43,6 +43,12 @@ pub enum Refused {
     /// A usage correction that cannot apply to the event it names (contract §7, `usage void|amend`).
     #[error("{0}")]
     Correction(#[from] rules::correction::Refusal),
+    /// A plan assigned that no policy is recorded of.
+    #[error("plan {plan:?} has no policy recorded: set one first with `plan set --plan {plan} ...`")]
+    UnknownPlan {
+        /// The plan's name.
+        plan: String,
+    },
     /// A grant of that id is recorded already: grants are never changed, another one is added.
     #[error("grant {grant_id} of {tenant} is recorded already: a grant never changes, add another")]
     GrantExists {

@@ -101,13 +101,18 @@ pub struct Quotas {
 
 /// The tenant's quotas in `state` at `now` (`buckets`: the serving process's throttles, if known).
 pub fn of_state(state: &State, buckets: Option<&Buckets>, query: &QuotaQuery, now: Timestamp) -> Quotas {
+    // The plan the tenant holds now names metrics too.
+    let plan = state.policies.plan_at(&query.who.tenant, now).and_then(|span| span.owner.as_deref());
     let metrics: BTreeSet<&str> = match &query.metric {
         Some(metric) => BTreeSet::from([metric.as_str()]),
         None => state
             .policies
             .policies()
             .iter()
-            .filter(|p| p.header.tenant == query.who.tenant || p.header.tenant == rules::policy::PLAN_DEFAULT_TENANT)
+            .filter(|p| {
+                let owner = p.header.tenant.as_str();
+                owner == query.who.tenant || owner == rules::policy::PLAN_DEFAULT_TENANT || Some(owner) == plan
+            })
             .map(|p| p.header.metric.as_str())
             .collect(),
     };

@@ -16,6 +16,7 @@ pub fn table(event_type: EventType) -> &'static str {
         EventType::AlertEvent => "alert_events",
         EventType::CorrectionEvent => "correction_events",
         EventType::CapacityLeaseEvent => "capacity_lease_events",
+        EventType::PlanAssignmentEvent => "plan_assignment_events",
     }
 }
 
@@ -90,6 +91,7 @@ pub fn columns(event_type: EventType) -> &'static [&'static str] {
             "used",
             "expires_at",
         ],
+        EventType::PlanAssignmentEvent => &["plan", "effective_from", "actor", "reason"],
     }
 }
 
@@ -234,5 +236,8 @@ pub fn values(event: &Event) -> Vec<Value> {
             opt_integer(e.used),
             opt_time(e.expires_at),
         ],
+        Event::PlanAssignment(e) => {
+            vec![opt_text(&e.plan), time(e.effective_from), text(&e.actor), text(&e.reason)]
+        }
     }
 }

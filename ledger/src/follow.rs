@@ -15,7 +15,7 @@ use crate::read::watermark_param;
 /// before they are decoded.
 const ENTRIES_AFTER: &str = "SELECT seq, event_type, payload_fingerprint, payload FROM entries
      WHERE seq > ?1 AND status = 'recorded'
-       AND (occurred_at >= ?2 OR event_type IN ('PolicyEvent', 'GrantEvent', 'ReservationEvent'))
+       AND (occurred_at >= ?2 OR event_type IN ('PolicyEvent', 'GrantEvent', 'ReservationEvent', 'PlanAssignmentEvent'))
      ORDER BY seq";
 
 /// The same at start, when every entry is after the watermark: of the reservations, only the events of those
@@ -23,7 +23,7 @@ const ENTRIES_AFTER: &str = "SELECT seq, event_type, payload_fingerprint, payloa
 /// it, which keeps the fold of a large ledger from reading every reservation it ever held.
 const ENTRIES_AT_START: &str = "SELECT seq, event_type, payload_fingerprint, payload FROM entries
      WHERE seq > ?1 AND status = 'recorded'
-       AND (occurred_at >= ?2 OR event_type IN ('PolicyEvent', 'GrantEvent')
+       AND (occurred_at >= ?2 OR event_type IN ('PolicyEvent', 'GrantEvent', 'PlanAssignmentEvent')
             OR (event_type = 'ReservationEvent' AND seq IN (
                 SELECT seq FROM reservation_events WHERE reservation_id IN (
                     SELECT reservation_id FROM reservation_events

@@ -293,6 +293,10 @@ const EXPORTS: &str = "SELECT x.period, x.row_index, x.tenant, x.metric, x.consu
 const EXPORT_CYCLES: &str = "SELECT x.period, x.row_index, x.cycle_start, x.cycle_end
     FROM period_closes c JOIN period_exports x ON x.period = c.period
     WHERE c.rowid > ?1 AND c.rowid <= ?2 AND x.cycle_start IS NOT NULL ORDER BY c.rowid, x.row_index";
+/// The plans of the stored rows billed under one (named plans): hashed only when a link's closes have some, as cycles.
+const EXPORT_PLANS: &str = "SELECT x.period, x.row_index, x.plan
+    FROM period_closes c JOIN period_exports x ON x.period = c.period
+    WHERE c.rowid > ?1 AND c.rowid <= ?2 AND x.plan IS NOT NULL ORDER BY c.rowid, x.row_index";
 const GAPS: &str = "SELECT id, topic, partition, from_offset, to_offset, accepted_at FROM offset_gaps
     WHERE id > ?1 AND id <= ?2 ORDER BY id";
 
@@ -323,8 +327,19 @@ fn rows_hash(conn: &Connection, from: &Through, to: &Through, replays: Option<i6
     if cycles {
         put_rows(&mut hasher, conn, "period_export_cycles", EXPORT_CYCLES, [from.closes, to.closes])?;
     }
+    if from.closes != to.closes && has_rows(conn, "plan", EXPORT_PLANS, [from.closes, to.closes])? {
+        put_rows(&mut hasher, conn, "period_export_plans", EXPORT_PLANS, [from.closes, to.closes])?;
+    }
     put_rows(&mut hasher, conn, "offset_gaps", GAPS, [from.gaps, to.gaps])?;
     Ok(hasher.finalize().into())
+}
+
+/// Whether `period_exports` has the column `column` (migrations add them after links began) and `query` finds a row.
+fn has_rows(conn: &Connection, column: &str, query: &str, range: [i64; 2]) -> rusqlite::Result<bool> {
+    let exists: bool = conn
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM pragma_table_info('period_exports') WHERE name = ?1)")?
+        .query_row([column], |r| r.get(0))?;
+    Ok(exists && conn.prepare_cached(&format!("SELECT EXISTS ({query})"))?.query_row(range, |r| r.get(0))?)
 }
 
 /// The SHA-256 over the whole offsets table (a few rows: one per partition the ledger reads).
@@ -711,10 +726,10 @@ pub(crate) mod tests {
 
     /// SQL that takes a ledger back to before migration 019, as a ledger made by an older binary is: no id, no
     /// links, no gaps.
-    /// Undoes migrations 019 to 042 (020, 021, 034, 036 to 039 and 042 have nothing to undo but their tables, 022 to 033 and 035
-    /// their columns and indexes).
+    /// Undoes migrations 019 to 042 (020, 021, 034, 036 to 039 and 042 have nothing to undo but their tables, 022 to 033,
+    /// 035 and 040 their columns and indexes).
     pub(crate) const UNDO_019: &str =
-        "DROP TABLE capacity_lease_events; DROP TABLE hook_snapshots; DROP TABLE reconcile_checkpoint; DROP TABLE usage_corrections; DROP TABLE correction_events; DROP TABLE webhook_attempts; DROP TABLE webhook_endpoints; ALTER TABLE policy_events DROP COLUMN alert_subject_share; ALTER TABLE policy_events DROP COLUMN alert_thresholds; DROP TABLE alert_events; ALTER TABLE period_exports DROP COLUMN cycle_end; ALTER TABLE period_exports DROP COLUMN cycle_start; ALTER TABLE policy_events DROP COLUMN cycle_anchor; ALTER TABLE policy_events DROP COLUMN window_seconds; ALTER TABLE entries DROP COLUMN api_key; ALTER TABLE entries DROP COLUMN project; ALTER TABLE policy_events DROP COLUMN violation; ALTER TABLE policy_events DROP COLUMN overage_window; ALTER TABLE policy_events DROP COLUMN overage_rate; DROP INDEX decision_events_made_open; ALTER TABLE policy_events DROP COLUMN on_failure; DROP INDEX reservation_events_of_leases; ALTER TABLE reservation_events DROP COLUMN fencing_token; ALTER TABLE policy_events DROP COLUMN time_zone; ALTER TABLE policy_events DROP COLUMN actor; ALTER TABLE policy_events DROP COLUMN reason;
+        "DROP TABLE capacity_lease_events; ALTER TABLE period_exports DROP COLUMN plan; DROP TABLE plan_assignment_events; DROP TABLE hook_snapshots; DROP TABLE reconcile_checkpoint; DROP TABLE usage_corrections; DROP TABLE correction_events; DROP TABLE webhook_attempts; DROP TABLE webhook_endpoints; ALTER TABLE policy_events DROP COLUMN alert_subject_share; ALTER TABLE policy_events DROP COLUMN alert_thresholds; DROP TABLE alert_events; ALTER TABLE period_exports DROP COLUMN cycle_end; ALTER TABLE period_exports DROP COLUMN cycle_start; ALTER TABLE policy_events DROP COLUMN cycle_anchor; ALTER TABLE policy_events DROP COLUMN window_seconds; ALTER TABLE entries DROP COLUMN api_key; ALTER TABLE entries DROP COLUMN project; ALTER TABLE policy_events DROP COLUMN violation; ALTER TABLE policy_events DROP COLUMN overage_window; ALTER TABLE policy_events DROP COLUMN overage_rate; DROP INDEX decision_events_made_open; ALTER TABLE policy_events DROP COLUMN on_failure; DROP INDEX reservation_events_of_leases; ALTER TABLE reservation_events DROP COLUMN fencing_token; ALTER TABLE policy_events DROP COLUMN time_zone; ALTER TABLE policy_events DROP COLUMN actor; ALTER TABLE policy_events DROP COLUMN reason;
         ALTER TABLE grant_events DROP COLUMN actor; DROP TABLE forwarded; DROP TABLE shard_identity; DROP TABLE chain_links; DROP TABLE ledger_identity; DROP TABLE offset_gaps;
         DROP INDEX quarantine_replays_by_link; ALTER TABLE quarantine_replays DROP COLUMN link;";
 

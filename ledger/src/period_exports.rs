@@ -30,6 +30,9 @@ pub struct PeriodExportRow {
     /// month, a tenant's cycle for a row of a BILLING_CYCLE policy (PolicyEvent v11).
     pub cycle_start: Timestamp,
     pub cycle_end: Timestamp,
+    /// The named plan its tenant held over `[cycle_start, cycle_end)` (a row per plan when it changed within it);
+    /// none without one.
+    pub plan: Option<String>,
 }
 
 impl PeriodExportRow {
@@ -56,6 +59,7 @@ impl PeriodExportRow {
             late_adjustments,
             cycle_start,
             cycle_end,
+            plan: None,
         }
     }
 }
@@ -239,8 +243,8 @@ fn insert_row(conn: &Connection, period: Period, index: usize, row: &PeriodExpor
     };
     conn.prepare_cached(
         "INSERT INTO period_exports (period, row_index, tenant, metric, consumption, policy_id, policy_version,
-             \"limit\", grants, effective_limit, overage, overshoot, late_adjustments, cycle_start, cycle_end)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             \"limit\", grants, effective_limit, overage, overshoot, late_adjustments, cycle_start, cycle_end, plan)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )?
     .execute(params![
         period.to_string(),
@@ -257,7 +261,8 @@ fn insert_row(conn: &Connection, period: Period, index: usize, row: &PeriodExpor
         row.overshoot,
         row.late_adjustments,
         cycle_start,
-        cycle_end
+        cycle_end,
+        row.plan
     ])?;
     Ok(())
 }
@@ -265,7 +270,7 @@ fn insert_row(conn: &Connection, period: Period, index: usize, row: &PeriodExpor
 fn read_rows(conn: &Connection, period: Period) -> rusqlite::Result<Vec<PeriodExportRow>> {
     let mut statement = conn.prepare_cached(
         "SELECT tenant, metric, consumption, policy_id, policy_version, \"limit\", grants, effective_limit, overage,
-                overshoot, late_adjustments, cycle_start, cycle_end
+                overshoot, late_adjustments, cycle_start, cycle_end, plan
          FROM period_exports WHERE period = ? ORDER BY row_index",
     )?;
     let rows = statement.query_map([period.to_string()], |r| {
@@ -283,6 +288,7 @@ fn read_rows(conn: &Connection, period: Period) -> rusqlite::Result<Vec<PeriodEx
             late_adjustments: r.get(10)?,
             cycle_start: r.get::<_, Option<i64>>(11)?.map_or(period.start(), Timestamp),
             cycle_end: r.get::<_, Option<i64>>(12)?.map_or(period.end(), Timestamp),
+            plan: r.get(13)?,
         })
     })?;
     rows.collect()

@@ -123,6 +123,26 @@ fn policies_through(conn: &Connection, watermark: u64) -> rusqlite::Result<Vec<P
     rows.collect()
 }
 
+/// Every plan assignment recorded up to a watermark (a report's snapshot), in ledger order.
+fn plan_assignments_through(conn: &Connection, watermark: u64) -> rusqlite::Result<Vec<PlanAssignmentEvent>> {
+    let sql = format!(
+        "SELECT {HEADER_COLUMNS}, a.plan, a.effective_from, a.actor, a.reason, {SCOPE_COLUMNS}
+         FROM plan_assignment_events a CROSS JOIN entries e ON e.seq = a.seq
+         WHERE e.status = 'recorded' AND a.seq <= ?1 ORDER BY e.seq"
+    );
+    let mut statement = conn.prepare(&sql)?;
+    let rows = statement.query_map([watermark_param(watermark)], |r| {
+        Ok(PlanAssignmentEvent {
+            header: header(r, 0)?,
+            plan: r.get(6)?,
+            effective_from: Timestamp(r.get(7)?),
+            actor: r.get(8)?,
+            reason: r.get(9)?,
+        })
+    })?;
+    rows.collect()
+}
+
 /// Every recorded grant up to a watermark (a report's snapshot), by (tenant, metric), in ledger order.
 fn grants_through(conn: &Connection, watermark: u64) -> rusqlite::Result<HashMap<(String, String), Vec<GrantEvent>>> {
     let sql = format!(
@@ -475,6 +495,11 @@ impl Ledger {
     /// Every policy version recorded up to `watermark` (a report's snapshot), in ledger order.
     pub fn policies_through(&self, watermark: u64) -> Result<Vec<PolicyEvent>, ReadError> {
         Ok(policies_through(&self.conn, watermark)?)
+    }
+
+    /// Every plan assignment recorded up to `watermark` (`u64::MAX`: all), in ledger order.
+    pub fn plan_assignments_through(&self, watermark: u64) -> Result<Vec<PlanAssignmentEvent>, ReadError> {
+        Ok(plan_assignments_through(&self.conn, watermark)?)
     }
 
     /// Every recorded grant, by (tenant, metric), in ledger order.

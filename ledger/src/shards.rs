@@ -34,7 +34,7 @@ impl Shard {
     /// Whether `tenant` belongs to this shard: its partition ([`schemas::partition::partition_of`]) is this one. The
     /// plan defaults (tenant `*`) belong to every shard.
     pub fn holds_tenant(&self, tenant: &str) -> bool {
-        tenant == "*" || schemas::partition::partition_of(tenant, self.partitions) == self.partition
+        tenant.starts_with('*') || schemas::partition::partition_of(tenant, self.partitions) == self.partition
     }
 }
 

@@ -283,6 +283,18 @@ pub const TABLES: &[Table] = &[
         ],
     },
     Table {
+        name: "plan_assignment_events",
+        description: "PlanAssignmentEvents (a tenant assigned to a named plan from an instant) with their entry fields",
+        from: "plan_assignment_events d JOIN entries e ON e.seq = d.seq",
+        seq: Some("d.seq"),
+        columns: entry_columns![
+            col("plan", "d.plan", Text, true),
+            col("effective_from", "d.effective_from", Timestamp, false),
+            col("actor", "d.actor", Text, false),
+            col("reason", "d.reason", Text, false),
+        ],
+    },
+    Table {
         name: "usage_totals",
         description: "counted usage per tenant, metric and period, maintained by every append",
         from: "usage_totals t",
@@ -329,6 +341,8 @@ pub const TABLES: &[Table] = &[
             // The billing cycle the row bills (PolicyEvent v11); null for a row of the period's month itself.
             col("cycle_start", "x.cycle_start", Timestamp, true),
             col("cycle_end", "x.cycle_end", Timestamp, true),
+            // The named plan the row was billed under; null for none.
+            col("plan", "x.plan", Text, true),
         ],
     },
     Table {

@@ -208,7 +208,8 @@ fn start(
         .tenants_touched_after(checkpoint.watermark, &checkpoint.run_id, ADJUSTMENT_SOURCE)?
         .into_iter()
         .collect();
-    if tenants.contains(rules::policy::PLAN_DEFAULT_TENANT) {
+    // A plan default, or a named plan's policy (`*pro`): every tenant the plan covers is touched.
+    if tenants.iter().any(|t| t.starts_with(rules::policy::PLAN_DEFAULT_TENANT)) {
         return Ok(Start::Full(FullReason::PlanDefaultSince));
     }
     if tenants.len() as u64 * 100 > reports.tenants.max(1) * tenants_apart_percent && tenants.len() > 1 {

@@ -315,7 +315,7 @@ fn plan_judging(
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Plan, ReconcileError> {
     let watermark = inputs.watermark()?;
-    let policies = PolicyIndex::new(inputs.policies()?);
+    let policies = PolicyIndex::new(inputs.policies()?).with_assignments(&inputs.plan_assignments()?);
     let mut clock = std::time::Instant::now();
     let (recorded, adjustments_before) =
         concern::recorded(inputs, &|tenant, metric, policy_id| policies.scope_of(tenant, metric, policy_id))?;

@@ -29,6 +29,8 @@ pub struct BillingInputs {
     pub commits: BTreeMap<Key, i64>,
     /// Every policy version recorded up to the export's watermark.
     pub policies: Vec<PolicyEvent>,
+    /// Every plan assignment recorded up to the export's watermark, in ledger order.
+    pub assignments: Vec<PlanAssignmentEvent>,
     /// The tenant's grants per (tenant, metric).
     pub grants: HashMap<Key, Vec<GrantEvent>>,
     /// LATE_USAGE adjustments carried into this export.
@@ -76,7 +78,7 @@ pub enum UsageSource {
 /// "cycle" that is the period itself is the month of a tenant back on calendar months, billed from its last cycle's
 /// end and priced by the month's quota.
 pub fn rows(period: Period, inputs: &BillingInputs) -> Vec<PeriodExportRow> {
-    rows_of(period, &PolicyIndex::new(inputs.policies.clone()), inputs)
+    rows_of(period, &PolicyIndex::new(inputs.policies.clone()).with_assignments(&inputs.assignments), inputs)
 }
 
 /// [`rows`] with the index of `inputs.policies` made already.
@@ -127,9 +129,10 @@ fn cycle_groups<'a>(
     metric: &str,
 ) -> BTreeMap<(&'a str, &'a str), Vec<&'a PolicyEvent>> {
     let mut groups: BTreeMap<(&str, &str), Vec<&PolicyEvent>> = BTreeMap::new();
+    let plans = plan_owners(index, tenant);
     for p in index.policies() {
         let owner = p.header.tenant.as_str();
-        if p.header.metric == metric && (owner == tenant || owner == rules::policy::PLAN_DEFAULT_TENANT) {
+        if p.header.metric == metric && (owner == tenant || plans.contains(owner)) {
             groups.entry((owner, p.policy_id.as_str())).or_default().push(p);
         }
     }
@@ -137,8 +140,16 @@ fn cycle_groups<'a>(
     groups
 }
 
+/// The owners of policies that may price `tenant`'s rows besides its own: the plan defaults (`*`) and every named plan
+/// it was ever assigned (`*pro`).
+fn plan_owners(index: &PolicyIndex, tenant: &str) -> BTreeSet<String> {
+    let named = index.plan_spans(tenant).iter().filter_map(|span| span.owner.clone());
+    std::iter::once(rules::policy::PLAN_DEFAULT_TENANT.to_string()).chain(named).collect()
+}
+
 /// The TENANT-scope BILLING_CYCLE quota in force for `cycle` of `tenant`'s `metric`, whose cycle it is; of several,
-/// as [`month_policy`] chooses.
+/// as [`month_policy`] chooses. A named plan's window is its cycle clipped to the plan's span: it ends with the cycle
+/// and starts within it when the plan was assigned mid-cycle.
 pub fn cycle_policy<'a>(
     index: &'a PolicyIndex,
     tenant: &str,
@@ -149,18 +160,25 @@ pub fn cycle_policy<'a>(
         .applicable(tenant, metric, Timestamp(end.micros() - 1))
         .into_iter()
         .filter(|a| a.policy.window == Window::BILLING_CYCLE && a.policy.scope == Scope::TENANT)
-        .filter(|a| !a.policy.is_throttle() && (a.window_start, a.window_end) == (start, end))
+        .filter(|a| !a.policy.is_throttle() && a.window_end == end)
+        .filter(|a| a.window_start == start || (is_named_plan(a.policy) && a.window_start > start))
         .min_by_key(|a| (billing_rank(a.policy.enforcement), a.policy.policy_id.as_str()))
         .map(|a| a.policy)
 }
 
-/// The metrics of a BILLING_CYCLE policy of `tenant` (its own or the plan's): the keys a period may bill by cycle.
+/// Whether `policy` is a named plan's (its owner `*` and the plan's name).
+fn is_named_plan(policy: &PolicyEvent) -> bool {
+    schemas::partition::plan_of_owner(&policy.header.tenant).is_some()
+}
+
+/// The metrics of a BILLING_CYCLE policy of `tenant` (its own or a plan's): the keys a period may bill by cycle.
 fn cycle_metrics<'a>(index: &'a PolicyIndex, tenant: &str) -> BTreeSet<&'a str> {
+    let plans = plan_owners(index, tenant);
     index
         .policies()
         .iter()
         .filter(|p| p.window == Window::BILLING_CYCLE)
-        .filter(|p| p.header.tenant == tenant || p.header.tenant == rules::policy::PLAN_DEFAULT_TENANT)
+        .filter(|p| p.header.tenant == tenant || plans.contains(&p.header.tenant))
         .map(|p| p.header.metric.as_str())
         .collect()
 }
@@ -315,21 +333,144 @@ pub fn compute(
         usage,
         commits,
         policies: ledger.policies_through(snapshot.watermark)?,
+        assignments: ledger.plan_assignments_through(snapshot.watermark)?,
         grants: ledger.grants_through(snapshot.watermark)?,
         late: by_key(ledger.late_usage_carried(snapshot)?),
         cycles: BTreeMap::new(),
     };
+    let rows = compute_rows(ledger, period, snapshot, &mut inputs, source)?;
+    if inputs.assignments.is_empty() {
+        return Ok(rows);
+    }
+    let index = PolicyIndex::new(inputs.policies.clone()).with_assignments(&inputs.assignments);
+    rows_by_plan(ledger, period, snapshot.watermark, &index, &inputs, rows)
+}
+
+/// The rows of [`compute`] before they are split by plan.
+fn compute_rows(
+    ledger: &Ledger,
+    period: Period,
+    snapshot: CloseSnapshot,
+    inputs: &mut BillingInputs,
+    source: UsageSource,
+) -> Result<Vec<PeriodExportRow>, ReportError> {
     if inputs.policies.iter().any(|p| p.window == Window::BILLING_CYCLE) {
         let previous = match source {
             UsageSource::Totals => ledger.usage_totals_of_period(period.previous())?,
             UsageSource::Scan => ledger.usage_of_period(period.previous(), snapshot.watermark)?,
         };
         let touched: BTreeSet<Key> = inputs.usage.keys().cloned().chain(by_key(previous).into_keys()).collect();
-        let index = PolicyIndex::new(inputs.policies.clone());
+        let index = PolicyIndex::new(inputs.policies.clone()).with_assignments(&inputs.assignments);
         inputs.cycles = measure_cycles(ledger, period, snapshot, &index, touched)?;
-        return Ok(rows_of(period, &index, &inputs));
+        return Ok(rows_of(period, &index, inputs));
     }
-    Ok(rows(period, &inputs))
+    Ok(rows(period, inputs))
+}
+
+/// Each row with the named plan its tenant held over what it bills; a row over which the tenant's plan changed split
+/// into a row per plan in force, in time order (contract §5 "Named plans"): each part bills its own consumption
+/// (usage and valid COMMITs between its bounds, as `cycle_start` and `cycle_end` say), priced by the quota in force at
+/// its last instant (the plan's then, its window clipped to the part), with the grants overlapping it; the first part
+/// carries the row's late usage. The parts' consumptions add up to the row's, or the export fails.
+fn rows_by_plan(
+    ledger: &Ledger,
+    period: Period,
+    watermark: u64,
+    index: &PolicyIndex,
+    inputs: &BillingInputs,
+    rows: Vec<PeriodExportRow>,
+) -> Result<Vec<PeriodExportRow>, ReportError> {
+    let mut split = Vec::with_capacity(rows.len());
+    for mut row in rows {
+        let parts = plan_parts(index, &row.tenant, (row.cycle_start, row.cycle_end));
+        if parts.len() < 2 {
+            row.plan = parts.into_iter().next().flatten().and_then(|(plan, _)| plan);
+            split.push(row);
+            continue;
+        }
+        let key = (row.tenant.clone(), row.metric.clone());
+        let mut total: i64 = 0;
+        for (n, part) in parts.into_iter().enumerate() {
+            let (plan, (from, until)) = part.expect("a part of a split row is of a span");
+            let names = (key.0.as_str(), key.1.as_str());
+            let usage = ledger.usage_of_key_between(names, (from, until), 0, watermark)?;
+            let commits = commits_of_key_between(ledger, &key, (from, until), period, watermark)?;
+            let consumption = usage.checked_add(commits).expect("consumption fits in i64");
+            total = total.checked_add(consumption).expect("consumption fits in i64");
+            let late = if n == 0 { row.late_adjustments } else { 0 };
+            let mut part_row =
+                PeriodExportRow::unpriced(key.0.clone(), key.1.clone(), consumption, late, (from, until));
+            if let Some(policy) = part_policy(index, &key, until) {
+                let grants = inputs.grants.get(&key).map_or(&[][..], Vec::as_slice);
+                price(
+                    &mut part_row,
+                    policy,
+                    overshoot::effective_limit(policy.limit, Scope::TENANT, None, grants, from, until),
+                );
+            }
+            part_row.plan = plan;
+            split.push(part_row);
+        }
+        if total != row.consumption {
+            return Err(ReportError::PlanSplit { tenant: key.0, metric: key.1, row: row.consumption, parts: total });
+        }
+    }
+    Ok(split)
+}
+
+/// A part of a row's span and the plan its tenant held over it (none: no assignment in effect, or one of no plan).
+type PlanPart = (Option<String>, (Timestamp, Timestamp));
+
+/// `[from, until)` cut where `tenant`'s plan changes, each part with the plan it held. A single none: the tenant was
+/// never assigned a plan over it.
+fn plan_parts(index: &PolicyIndex, tenant: &str, (from, until): (Timestamp, Timestamp)) -> Vec<Option<PlanPart>> {
+    let spans = index.plan_spans(tenant);
+    if !spans.iter().any(|span| span.from < until && span.until > from) {
+        return vec![None];
+    }
+    let mut cuts: Vec<Timestamp> = spans.iter().map(|span| span.from).filter(|t| *t > from && *t < until).collect();
+    cuts.insert(0, from);
+    cuts.push(until);
+    cuts.windows(2)
+        .map(|bounds| {
+            let plan = index.plan_at(tenant, bounds[0]).and_then(|span| span.assignment.plan.clone());
+            Some((plan, (bounds[0], bounds[1])))
+        })
+        .collect()
+}
+
+/// The TENANT-scope MONTH or BILLING_CYCLE quota in force for `key` at the last instant before `until`, chosen among
+/// several as [`month_policy`] chooses.
+fn part_policy<'a>(index: &'a PolicyIndex, key: &Key, until: Timestamp) -> Option<&'a PolicyEvent> {
+    index
+        .applicable(&key.0, &key.1, Timestamp(until.micros() - 1))
+        .into_iter()
+        .filter(|a| a.policy.scope == Scope::TENANT && !a.policy.is_throttle())
+        .filter(|a| matches!(a.policy.window, Window::MONTH | Window::BILLING_CYCLE))
+        .min_by_key(|a| (billing_rank(a.policy.enforcement), a.policy.policy_id.as_str()))
+        .map(|a| a.policy)
+}
+
+/// The valid COMMITs of `key` (judged as the period's are) whose event time is in `[from, until)`.
+fn commits_of_key_between(
+    ledger: &Ledger,
+    key: &Key,
+    (from, until): (Timestamp, Timestamp),
+    period: Period,
+    watermark: u64,
+) -> Result<i64, ReportError> {
+    let mut sum: i64 = 0;
+    ledger.for_each_reservation_through(watermark, |group| {
+        let events: Vec<(u64, &ReservationEvent)> = group.iter().map(|(seq, e)| (*seq, e)).collect();
+        let verdict = rules::reservation::judge(&events, period.end());
+        let Some((seq, ReservationAction::COMMIT, amount)) = verdict.close else { return };
+        let (_, commit) = group.iter().find(|(s, _)| *s == seq).expect("the close is one of the group");
+        let at = commit.header.occurred_at;
+        if (&commit.header.tenant, &commit.header.metric) == (&key.0, &key.1) && at >= from && at < until {
+            sum = sum.checked_add(amount).expect("committed amounts fit in i64");
+        }
+    })?;
+    Ok(sum)
 }
 
 /// The cycles `period` bills of every (tenant, metric) that may be billed by cycle (`touched`: those with usage in the

@@ -38,4 +38,17 @@ pub enum ReportError {
         /// The row's consumption.
         consumption: i64,
     },
+    /// A row split by the plans its tenant held does not add up to the row (`export billing`): a bug, reported rather
+    /// than exported.
+    #[error("the rows of {tenant}'s {metric} by plan add up to {parts}, the whole row says {row}: not exported")]
+    PlanSplit {
+        /// The row's tenant.
+        tenant: String,
+        /// The row's metric.
+        metric: String,
+        /// The whole row's consumption.
+        row: i64,
+        /// What its parts add up to.
+        parts: i64,
+    },
 }

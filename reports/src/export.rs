@@ -17,8 +17,8 @@ use crate::billing::ByProject;
 use crate::error::ReportError;
 
 /// contract §7: the columns, in order; then `gaps` (the trust issue, point 5), and `cycle_start` and `cycle_end` (the
-/// billing cycle a row bills), added at the end as contract §7 allows.
-pub const COLUMNS: [&str; 16] = [
+/// billing cycle a row bills), and `plan` (the named plan it was billed under), added at the end as contract §7 allows.
+pub const COLUMNS: [&str; 17] = [
     "tenant",
     "metric",
     "period",
@@ -35,11 +35,12 @@ pub const COLUMNS: [&str; 16] = [
     "gaps",
     "cycle_start",
     "cycle_end",
+    "plan",
 ];
 
-/// `export billing --by project`'s columns: [`COLUMNS`] up to `gaps`, then `project`, then the cycle's (contract §7:
+/// `export billing --by project`'s columns: [`COLUMNS`] up to `gaps`, then `project`, then the cycle's and the plan (contract §7:
 /// columns are added at the end, in the order they were added).
-pub const COLUMNS_BY_PROJECT: [&str; 17] = [
+pub const COLUMNS_BY_PROJECT: [&str; 18] = [
     "tenant",
     "metric",
     "period",
@@ -57,6 +58,7 @@ pub const COLUMNS_BY_PROJECT: [&str; 17] = [
     "project",
     "cycle_start",
     "cycle_end",
+    "plan",
 ];
 
 /// The file formats of `export billing`.
@@ -209,7 +211,7 @@ impl BillingExport {
         export
     }
 
-    fn cells<'a>(&'a self, row: &'a PeriodExportRow, period: &'a str) -> [Cell<'a>; 16] {
+    fn cells<'a>(&'a self, row: &'a PeriodExportRow, period: &'a str) -> [Cell<'a>; 17] {
         let text = |s: Option<&'a String>| s.map_or(Cell::Empty, |s| Cell::Text(s));
         let int = |n: Option<i64>| n.map_or(Cell::Empty, Cell::Integer);
         [
@@ -229,6 +231,7 @@ impl BillingExport {
             if self.gaps.is_empty() { Cell::Empty } else { Cell::Text(&self.gaps) },
             Cell::Instant(row.cycle_start),
             Cell::Instant(row.cycle_end),
+            text(row.plan.as_ref()),
         ]
     }
 
@@ -243,7 +246,7 @@ impl BillingExport {
         let mut lines = Vec::new();
         for row in &self.rows {
             let mut bill = self.cells(row, period).to_vec();
-            bill.insert(COLUMNS.len() - 2, Cell::Empty);
+            bill.insert(COLUMNS.len() - 3, Cell::Empty);
             lines.push(bill);
             for (project, consumption) in by.of(&row.tenant, &row.metric) {
                 let mut line = vec![
@@ -256,7 +259,7 @@ impl BillingExport {
                 line.push(Cell::Integer(self.watermark as i64));
                 line.push(if self.gaps.is_empty() { Cell::Empty } else { Cell::Text(&self.gaps) });
                 line.push(Cell::Text(project.as_deref().unwrap_or("")));
-                line.extend([Cell::Instant(row.cycle_start), Cell::Instant(row.cycle_end)]);
+                line.extend([Cell::Instant(row.cycle_start), Cell::Instant(row.cycle_end), Cell::Empty]);
                 lines.push(line);
             }
         }
@@ -323,6 +326,7 @@ impl BillingExport {
             text(&|_| Some(self.gaps.clone()).filter(|g| !g.is_empty())),
             instant(self.rows.iter().map(|r| Some(r.cycle_start))),
             instant(self.rows.iter().map(|r| Some(r.cycle_end))),
+            text(&|r| r.plan.clone()),
         ];
         Ok(RecordBatch::try_new(schema(), columns)?)
     }
@@ -432,7 +436,7 @@ pub fn schema_by_project() -> Arc<Schema> {
             *field = field.clone().with_nullable(true);
         }
     }
-    fields.insert(COLUMNS.len() - 2, Field::new("project", DataType::Utf8, true));
+    fields.insert(COLUMNS.len() - 3, Field::new("project", DataType::Utf8, true));
     Arc::new(Schema::new(fields))
 }
 
@@ -456,6 +460,7 @@ pub fn schema() -> Arc<Schema> {
         field("gaps", DataType::Utf8, true),
         field("cycle_start", instant_type(), false),
         field("cycle_end", instant_type(), false),
+        field("plan", DataType::Utf8, true),
     ]))
 }
 
@@ -478,6 +483,7 @@ mod tests {
             late_adjustments: late,
             cycle_start: Timestamp::parse_rfc3339("2026-11-01T00:00:00Z").unwrap(),
             cycle_end: Timestamp::parse_rfc3339("2026-12-01T00:00:00Z").unwrap(),
+            plan: (late == 0).then(|| "pro".to_string()),
         };
         BillingExport {
             period: "2026-11".parse().unwrap(),
@@ -493,9 +499,9 @@ mod tests {
         let csv = String::from_utf8(export().to_csv()).unwrap();
         assert_eq!(
             csv,
-            "tenant,metric,period,consumption,policy_id,policy_version,limit,grants,effective_limit,overage,overshoot,late_adjustments,watermark,gaps,cycle_start,cycle_end\n\
-             \"'=HYPERLINK(\"\"x\"\")\",tokens,2026-11,5,plan,2,100,0,100,0,,-3,42,,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z\n\
-             \"org,2\",tokens,2026-11,7,plan,2,100,0,100,0,,0,42,,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z\n"
+            "tenant,metric,period,consumption,policy_id,policy_version,limit,grants,effective_limit,overage,overshoot,late_adjustments,watermark,gaps,cycle_start,cycle_end,plan\n\
+             \"'=HYPERLINK(\"\"x\"\")\",tokens,2026-11,5,plan,2,100,0,100,0,,-3,42,,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z,\n\
+             \"org,2\",tokens,2026-11,7,plan,2,100,0,100,0,,0,42,,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z,pro\n"
         );
         for (text, safe) in
             [("@SUM(A1)", "'@SUM(A1)"), ("+1", "'+1"), ("-1", "'-1"), ("\tx", "'\tx"), ("org-1", "org-1")]
@@ -512,7 +518,7 @@ mod tests {
         let first = jsonl.lines().next().unwrap();
         assert_eq!(
             first,
-            r#"{"tenant":"=HYPERLINK(\"x\")","metric":"tokens","period":"2026-11","consumption":5,"policy_id":"plan","policy_version":2,"limit":100,"grants":0,"effective_limit":100,"overage":0,"overshoot":null,"late_adjustments":-3,"watermark":42,"gaps":null,"cycle_start":"2026-11-01T00:00:00Z","cycle_end":"2026-12-01T00:00:00Z"}"#
+            r#"{"tenant":"=HYPERLINK(\"x\")","metric":"tokens","period":"2026-11","consumption":5,"policy_id":"plan","policy_version":2,"limit":100,"grants":0,"effective_limit":100,"overage":0,"overshoot":null,"late_adjustments":-3,"watermark":42,"gaps":null,"cycle_start":"2026-11-01T00:00:00Z","cycle_end":"2026-12-01T00:00:00Z","plan":null}"#
         );
     }
 
@@ -527,11 +533,11 @@ mod tests {
         let csv = String::from_utf8(export.to_bytes_by_project(Format::Csv, &by).unwrap()).unwrap();
         assert_eq!(
             csv,
-            "tenant,metric,period,consumption,policy_id,policy_version,limit,grants,effective_limit,overage,overshoot,late_adjustments,watermark,gaps,project,cycle_start,cycle_end\n\
-             \"'=HYPERLINK(\"\"x\"\")\",tokens,2026-11,5,plan,2,100,0,100,0,,-3,42,,,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z\n\
-             \"org,2\",tokens,2026-11,7,plan,2,100,0,100,0,,0,42,,,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z\n\
-             \"org,2\",tokens,2026-11,4,,,,,,,,,42,,p-1,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z\n\
-             \"org,2\",tokens,2026-11,3,,,,,,,,,42,,,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z\n"
+            "tenant,metric,period,consumption,policy_id,policy_version,limit,grants,effective_limit,overage,overshoot,late_adjustments,watermark,gaps,project,cycle_start,cycle_end,plan\n\
+             \"'=HYPERLINK(\"\"x\"\")\",tokens,2026-11,5,plan,2,100,0,100,0,,-3,42,,,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z,\n\
+             \"org,2\",tokens,2026-11,7,plan,2,100,0,100,0,,0,42,,,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z,pro\n\
+             \"org,2\",tokens,2026-11,4,,,,,,,,,42,,p-1,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z,\n\
+             \"org,2\",tokens,2026-11,3,,,,,,,,,42,,,2026-11-01T00:00:00Z,2026-12-01T00:00:00Z,\n"
         );
         let jsonl = String::from_utf8(export.to_bytes_by_project(Format::Jsonl, &by).unwrap()).unwrap();
         let lines: Vec<serde_json::Value> = jsonl.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -563,12 +569,12 @@ mod tests {
         assert_eq!(batches[0].schema(), schema());
         let shown = arrow::util::pretty::pretty_format_batches(&batches).unwrap().to_string();
         let expected = [
-            "+-----------------+--------+---------+-------------+-----------+----------------+-------+--------+-----------------+---------+-----------+------------------+-----------+-------------------+----------------------+----------------------+",
-            "| tenant          | metric | period  | consumption | policy_id | policy_version | limit | grants | effective_limit | overage | overshoot | late_adjustments | watermark | gaps              | cycle_start          | cycle_end            |",
-            "+-----------------+--------+---------+-------------+-----------+----------------+-------+--------+-----------------+---------+-----------+------------------+-----------+-------------------+----------------------+----------------------+",
-            "| =HYPERLINK(\"x\") | tokens | 2026-11 | 5           | plan      | 2              | 100   | 0      | 100             | 0       |           | -3               | 42        | quota.usage:0:3-4 | 2026-11-01T00:00:00Z | 2026-12-01T00:00:00Z |",
-            "| org,2           | tokens | 2026-11 | 7           | plan      | 2              | 100   | 0      | 100             | 0       |           | 0                | 42        | quota.usage:0:3-4 | 2026-11-01T00:00:00Z | 2026-12-01T00:00:00Z |",
-            "+-----------------+--------+---------+-------------+-----------+----------------+-------+--------+-----------------+---------+-----------+------------------+-----------+-------------------+----------------------+----------------------+",
+            "+-----------------+--------+---------+-------------+-----------+----------------+-------+--------+-----------------+---------+-----------+------------------+-----------+-------------------+----------------------+----------------------+------+",
+            "| tenant          | metric | period  | consumption | policy_id | policy_version | limit | grants | effective_limit | overage | overshoot | late_adjustments | watermark | gaps              | cycle_start          | cycle_end            | plan |",
+            "+-----------------+--------+---------+-------------+-----------+----------------+-------+--------+-----------------+---------+-----------+------------------+-----------+-------------------+----------------------+----------------------+------+",
+            "| =HYPERLINK(\"x\") | tokens | 2026-11 | 5           | plan      | 2              | 100   | 0      | 100             | 0       |           | -3               | 42        | quota.usage:0:3-4 | 2026-11-01T00:00:00Z | 2026-12-01T00:00:00Z |      |",
+            "| org,2           | tokens | 2026-11 | 7           | plan      | 2              | 100   | 0      | 100             | 0       |           | 0                | 42        | quota.usage:0:3-4 | 2026-11-01T00:00:00Z | 2026-12-01T00:00:00Z | pro  |",
+            "+-----------------+--------+---------+-------------+-----------+----------------+-------+--------+-----------------+---------+-----------+------------------+-----------+-------------------+----------------------+----------------------+------+",
         ];
         assert_eq!(shown.lines().collect::<Vec<_>>(), expected);
     }

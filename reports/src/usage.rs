@@ -247,7 +247,8 @@ fn windows_of(
             let Some(metric) = &query.metric else {
                 return Ok(Err(Unanswerable { field: "metric", message: "granularity cycle needs a metric".into() }));
             };
-            let index = PolicyIndex::new(ledger.policies_through(watermark)?);
+            let assignments = ledger.plan_assignments_through(watermark)?;
+            let index = PolicyIndex::new(ledger.policies_through(watermark)?).with_assignments(&assignments);
             let Some(schedule) = cycle_schedule(&index, &query.tenant, metric) else {
                 let message = format!("{} has no BILLING_CYCLE quota of {metric}, own or of the plan", query.tenant);
                 return Ok(Err(Unanswerable { field: "granularity", message }));

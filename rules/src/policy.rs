@@ -28,7 +28,7 @@
 
 use std::collections::BTreeMap;
 
-use schemas::{PolicyEvent, Scope, Timestamp, Tz, Window};
+use schemas::{PlanAssignmentEvent, PolicyEvent, Scope, Timestamp, Tz, Window};
 
 use crate::{cycle, window};
 
@@ -44,7 +44,8 @@ pub struct Applicable<'a> {
     pub window_start: Timestamp,
     /// Its end (exclusive).
     pub window_end: Timestamp,
-    /// Whether it applies as the plan default (`*`).
+    /// Whether it applies as a plan's, not the tenant's own: the plan defaults' (`*`), or the named plan's the tenant
+    /// is assigned (its policy's tenant, `*pro`, says which).
     pub plan_default: bool,
 }
 
@@ -198,6 +199,77 @@ mod tests {
                 at(effective_from),
             )
         }
+    }
+
+    fn assignment(tenant: &str, plan: Option<&str>, effective_from: &str, n: u32) -> PlanAssignmentEvent {
+        PlanAssignmentEvent {
+            header: Header {
+                event_id: format!("assign-{tenant}-{n}"),
+                occurred_at: at(effective_from),
+                tenant: tenant.into(),
+                subject: None,
+                metric: "*".into(),
+                source: "test".into(),
+                api_key: None,
+                project: None,
+            },
+            plan: plan.map(str::to_string),
+            effective_from: at(effective_from),
+            actor: "ops".into(),
+            reason: "test".into(),
+        }
+    }
+
+    // Named plans: a tenant moved from free to pro on Nov 20 is under free's monthly quota from Nov 1 to Nov 20 and under
+    // pro's from Nov 20 to Dec 1, each window clipped to the plan's span; a tenant's own quota covers its plan's, and
+    // its plan's the plan default's; a tenant with no assignment, or assigned none, keeps the plan default.
+    #[test]
+    fn a_plan_applies_from_its_assignment_until_the_next() {
+        let policies = vec![
+            policy("*", "default", 1, 10, Window::MONTH, "2026-01-01T00:00:00Z"),
+            policy("*free", "free:requests", 1, 100, Window::MONTH, "2026-01-01T00:00:00Z"),
+            policy("*pro", "pro:requests", 1, 1_000, Window::MONTH, "2026-01-01T00:00:00Z"),
+            policy("*pro", "pro:requests:day", 1, 50, Window::DAY, "2026-01-01T00:00:00Z"),
+            policy("org-own", "own", 1, 5, Window::MONTH, "2026-01-01T00:00:00Z"),
+        ];
+        let assignments = [
+            assignment("org-1", Some("free"), "2026-11-01T00:00:00Z", 1),
+            assignment("org-1", Some("pro"), "2026-11-20T12:00:00Z", 2),
+            assignment("org-own", Some("pro"), "2026-11-01T00:00:00Z", 1),
+            assignment("org-none", Some("pro"), "2026-10-01T00:00:00Z", 1),
+            assignment("org-none", None, "2026-11-01T00:00:00Z", 2),
+        ];
+        let index = PolicyIndex::new(policies).with_assignments(&assignments);
+        let found = |tenant: &str, t: &str| {
+            index
+                .applicable(tenant, "requests", at(t))
+                .iter()
+                .map(|a| (a.policy.policy_id.clone(), a.window_start, a.window_end))
+                .collect::<Vec<_>>()
+        };
+        let (nov, change, dec) = (at("2026-11-01T00:00:00Z"), at("2026-11-20T12:00:00Z"), at("2026-12-01T00:00:00Z"));
+        assert_eq!(found("org-1", "2026-11-10T00:00:00Z"), [("free:requests".to_string(), nov, change)]);
+        assert_eq!(
+            found("org-1", "2026-11-20T13:00:00Z"),
+            [
+                ("pro:requests".to_string(), change, dec),
+                ("pro:requests:day".to_string(), change, at("2026-11-21T00:00:00Z")),
+            ]
+        );
+        assert_eq!(found("org-1", "2026-10-10T00:00:00Z"), [("default".to_string(), at("2026-10-01T00:00:00Z"), nov)]);
+        assert_eq!(
+            found("org-own", "2026-11-10T00:00:00Z"),
+            [
+                ("own".to_string(), nov, dec),
+                ("pro:requests:day".to_string(), at("2026-11-10T00:00:00Z"), at("2026-11-11T00:00:00Z"))
+            ]
+        );
+        assert_eq!(found("org-none", "2026-11-10T00:00:00Z"), [("default".to_string(), nov, dec)]);
+        assert_eq!(found("org-2", "2026-11-10T00:00:00Z"), [("default".to_string(), nov, dec)]);
+        assert_eq!(
+            index.plan_at("org-1", at("2026-11-25T00:00:00Z")).and_then(|s| s.assignment.plan.clone()),
+            Some("pro".into())
+        );
     }
 
     fn limits(applicable: &[Applicable<'_>]) -> Vec<(String, i64, bool)> {
@@ -542,6 +614,46 @@ pub struct PolicyIndex {
     schedules: std::collections::HashMap<usize, cycle::Schedule>,
     /// Every metric a version names, of any owner.
     metrics: std::collections::HashSet<String>,
+    /// Tenant -> the spans of its plan assignments, in time order ([`PolicyIndex::with_assignments`]).
+    plans: std::collections::HashMap<String, Vec<PlanSpan>>,
+    /// Every assignment indexed, in the order given (ledger order).
+    assignments: Vec<PlanAssignmentEvent>,
+}
+
+/// A span of time over which one assignment is a tenant's plan: `[from, until)`, until its next assignment in effect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanSpan {
+    /// The assignment in effect over the span.
+    pub assignment: PlanAssignmentEvent,
+    /// Its owner of policies (`*` and the plan's name), none when it assigns no plan.
+    pub owner: Option<String>,
+    /// Where the span starts: the assignment's `effective_from`.
+    pub from: Timestamp,
+    /// Where it ends: the next assignment's `effective_from` (`i64::MAX` microseconds for the last).
+    pub until: Timestamp,
+}
+
+/// The spans of one tenant's `assignments` (in ledger order): each effective from its `effective_from` until the next
+/// one's; of several effective at one instant, the last recorded holds (as of policy versions, the later wins a tie).
+pub fn plan_spans(assignments: &[&PlanAssignmentEvent]) -> Vec<PlanSpan> {
+    let mut ordered: Vec<(usize, &PlanAssignmentEvent)> = assignments.iter().copied().enumerate().collect();
+    ordered.sort_by_key(|(n, a)| (a.effective_from, *n));
+    let mut spans: Vec<PlanSpan> = Vec::new();
+    for (_, a) in ordered {
+        if spans.last().is_some_and(|last| last.from == a.effective_from) {
+            spans.pop();
+        }
+        if let Some(last) = spans.last_mut() {
+            last.until = a.effective_from;
+        }
+        spans.push(PlanSpan {
+            assignment: a.clone(),
+            owner: a.plan.as_deref().map(schemas::partition::plan_owner),
+            from: a.effective_from,
+            until: Timestamp(i64::MAX),
+        });
+    }
+    spans
 }
 
 /// The policy groups that may apply to one tenant's metric: looked up once, asked at every instant.
@@ -552,6 +664,15 @@ pub struct Candidates<'a> {
     own: &'a [Vec<usize>],
     defaults: &'a [Vec<usize>],
     schedules: &'a std::collections::HashMap<usize, cycle::Schedule>,
+    /// The tenant's plan spans, and the metric as the index holds it (none: no version names it).
+    spans: &'a [PlanSpan],
+    metric: Option<&'a str>,
+    groups: &'a std::collections::HashMap<(String, String), Vec<Vec<usize>>>,
+}
+
+/// The span of `spans` (in time order) containing `at`.
+fn span_at(spans: &[PlanSpan], at: Timestamp) -> Option<&PlanSpan> {
+    spans.iter().rev().find(|span| span.from <= at).filter(|span| at < span.until)
 }
 
 impl PolicyIndex {
@@ -577,7 +698,39 @@ impl PolicyIndex {
             .filter_map(|versions| Some((versions[0], cycle_schedule(versions.iter().map(|i| &policies[*i]))?)))
             .collect();
         let metrics = policies.iter().map(|p| p.header.metric.clone()).collect();
-        PolicyIndex { policies, zones, groups, gauge_groups, schedules, metrics }
+        let (plans, assignments) = Default::default();
+        PolicyIndex { policies, zones, groups, gauge_groups, schedules, metrics, plans, assignments }
+    }
+
+    /// The same index, resolving each tenant's policies through the plans `assignments` (in ledger order) assign it:
+    /// its own policies cover its plan's, and its plan's the plan defaults (contract §5 "Named plans").
+    pub fn with_assignments<'a>(
+        mut self,
+        assignments: impl IntoIterator<Item = &'a PlanAssignmentEvent>,
+    ) -> PolicyIndex {
+        self.assignments = assignments.into_iter().cloned().collect();
+        let mut by_tenant: BTreeMap<&str, Vec<&PlanAssignmentEvent>> = BTreeMap::new();
+        for a in &self.assignments {
+            by_tenant.entry(a.header.tenant.as_str()).or_default().push(a);
+        }
+        let plans = by_tenant.into_iter().map(|(tenant, list)| (tenant.to_string(), plan_spans(&list))).collect();
+        self.plans = plans;
+        self
+    }
+
+    /// The spans of `tenant`'s plan assignments, in time order (none when it was never assigned one).
+    pub fn plan_spans(&self, tenant: &str) -> &[PlanSpan] {
+        self.plans.get(tenant).map_or(&[][..], Vec::as_slice)
+    }
+
+    /// `tenant`'s plan span in effect at `at`, if an assignment is in effect then.
+    pub fn plan_at(&self, tenant: &str, at: Timestamp) -> Option<&PlanSpan> {
+        span_at(self.plan_spans(tenant), at)
+    }
+
+    /// Every assignment indexed, in the order given (ledger order).
+    pub fn assignments(&self) -> &[PlanAssignmentEvent] {
+        &self.assignments
     }
 
     /// Whether a version indexed, of any tenant or the plan, names `metric`: the metrics operators configured, as
@@ -615,6 +768,9 @@ impl PolicyIndex {
             own: of(tenant),
             defaults: of(PLAN_DEFAULT_TENANT),
             schedules: &self.schedules,
+            spans: self.plan_spans(tenant),
+            metric: self.metrics.get(metric).map(String::as_str),
+            groups: &self.groups,
         }
     }
 
@@ -693,7 +849,7 @@ impl PolicyIndex {
 impl<'a> Candidates<'a> {
     /// Whether no policy at all may apply.
     pub fn is_empty(&self) -> bool {
-        self.own.is_empty() && self.defaults.is_empty()
+        self.own.is_empty() && self.defaults.is_empty() && (self.spans.is_empty() || self.metric.is_none())
     }
 
     /// The versions of one group in force at `at`, pushed onto `found` (as [`in_force`], without allocating).
@@ -745,6 +901,30 @@ impl<'a> Candidates<'a> {
         }
     }
 
+    /// The policies of the tenant's plan in force at `at` that none of its own (the first `own` of `found`) covers,
+    /// pushed onto `found`: each window clipped to the plan's span, since a plan applies from its assignment's instant
+    /// to the next one's, and its consumption is what the tenant used while it held the plan.
+    fn plan_in_force(&self, at: Timestamp, own: usize, found: &mut Vec<Applicable<'a>>) {
+        let Some(span) = span_at(self.spans, at) else { return };
+        let (Some(owner), Some(metric)) = (&span.owner, self.metric) else { return };
+        let Some(groups) = self.groups.get(&(owner.clone(), metric.to_string())) else { return };
+        for group in groups {
+            let mut n = found.len();
+            self.in_force(group, at, found);
+            while n < found.len() {
+                if found[..own].iter().any(|o| covers(o.policy, found[n].policy)) {
+                    found.remove(n);
+                } else {
+                    let a = &mut found[n];
+                    a.plan_default = true;
+                    a.window_start = a.window_start.max(span.from);
+                    a.window_end = a.window_end.min(span.until);
+                    n += 1;
+                }
+            }
+        }
+    }
+
     /// The CONCURRENT policy versions that limit leases at `at`: of each policy_id, the version with the greatest
     /// (`effective_from`, `version`) in effect by `at`, when it is CONCURRENT; own ones, then the plan defaults the
     /// tenant has none of its own covering. Each answers the instant `at` as its window. Sorted by policy_id.
@@ -774,6 +954,8 @@ impl<'a> Candidates<'a> {
         for group in self.own {
             self.in_force(group, at, &mut all);
         }
+        let own_count = all.len();
+        self.plan_in_force(at, own_count, &mut all);
         let own = all.len();
         for group in self.defaults {
             let mut n = all.len();
@@ -787,7 +969,7 @@ impl<'a> Candidates<'a> {
                 }
             }
         }
-        if own > 0 && all.len() > own {
+        if own_count > 0 && all.len() > own_count {
             all.sort_by(|a, b| a.policy.policy_id.cmp(&b.policy.policy_id));
         }
         all

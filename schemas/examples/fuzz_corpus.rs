@@ -297,6 +297,7 @@ fn shapes(event: &Event) -> Vec<String> {
         Event::Alert(e) => found.push(format!("{kind} kind={}", e.kind)),
         Event::Correction(e) => found.push(format!("{kind} action={}", e.action)),
         Event::CapacityLease(e) => found.push(format!("{kind} action={}", e.action)),
+        Event::PlanAssignment(e) => found.push(format!("{kind} plan={}", e.plan.is_some())),
     }
     found
 }
@@ -308,6 +309,10 @@ fn expected_shapes() -> BTreeSet<String> {
     let mut all = BTreeSet::new();
     for kind in EventType::ALL {
         all.insert(kind.to_string());
+        // A plan is assigned to a whole tenant: an assignment names no member.
+        if kind == EventType::PlanAssignmentEvent {
+            continue;
+        }
         for part in ["project", "api_key", "subject"] {
             all.insert(format!("{kind} {part}"));
         }
@@ -331,6 +336,7 @@ fn expected_shapes() -> BTreeSet<String> {
     all.extend(symbols(EventType::AlertEvent, "kind", AlertKind::SYMBOLS));
     all.extend(symbols(EventType::CorrectionEvent, "action", CorrectionAction::SYMBOLS));
     all.extend(symbols(EventType::CapacityLeaseEvent, "action", CapacityLeaseAction::SYMBOLS));
+    all.extend(symbols(EventType::PlanAssignmentEvent, "plan", &["true", "false"]));
     all
 }
 
@@ -486,6 +492,14 @@ fn sample_events() -> Vec<Event> {
             format!(
                 r#"{{{},"capacity_lease_id":"cl-1","action":"{action}","holder":"shard-0001","policy_id":"p-1","policy_version":1,"window_start":"2026-11-01T00:00:00Z","window_end":"2026-12-01T00:00:00Z"{extra}}}"#,
                 header(&format!("cl-{n}"), if n == 0 { MEMBER } else { "" })
+            ),
+        );
+    }
+    for (n, plan) in [r#""pro""#, "null"].iter().enumerate() {
+        add(
+            EventType::PlanAssignmentEvent,
+            format!(
+                r#"{{"event_id":"pa-{n}","occurred_at":"2026-11-02T10:00:00Z","tenant":"org-42","metric":"*","source":"api","plan":{plan},"effective_from":"2026-11-14T00:00:00Z","actor":"sales@example","reason":"upgraded"}}"#
             ),
         );
     }

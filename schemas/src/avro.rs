@@ -199,6 +199,12 @@ pub fn to_value(event: &Event) -> Value {
             ("used", opt_long(e.used)),
             ("expires_at", opt_timestamp(e.expires_at)),
         ],
+        Event::PlanAssignment(e) => vec![
+            ("plan", opt_string(&e.plan)),
+            ("effective_from", timestamp(e.effective_from)),
+            ("actor", string(&e.actor)),
+            ("reason", string(&e.reason)),
+        ],
     };
     fields.extend(rest.into_iter().map(|(name, value)| (name.to_string(), value)));
     Value::Record(fields)
@@ -473,6 +479,13 @@ pub fn from_value(event_type: EventType, value: &Value) -> Result<Event, ShapeEr
             used: f.opt_long("used")?,
             expires_at: f.opt_timestamp("expires_at")?,
         }),
+        EventType::PlanAssignmentEvent => Event::PlanAssignment(PlanAssignmentEvent {
+            header,
+            plan: f.opt_string("plan")?,
+            effective_from: f.timestamp("effective_from")?,
+            actor: f.string("actor")?,
+            reason: f.string("reason")?,
+        }),
     })
 }
 
@@ -617,6 +630,12 @@ pub fn write_body(out: &mut Vec<u8>, event: &Event) {
             write_long(out, e.units);
             write_opt_long(out, e.used);
             write_opt_long(out, e.expires_at.map(Timestamp::micros));
+        }
+        Event::PlanAssignment(e) => {
+            write_opt_string(out, &e.plan);
+            write_long(out, e.effective_from.micros());
+            write_string(out, &e.actor);
+            write_string(out, &e.reason);
         }
     }
 }

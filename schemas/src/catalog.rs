@@ -37,6 +37,12 @@ const SCHEMA_FILES: &[(&str, EventType, bool, &str)] = &[
     ("AlertEvent.avsc", EventType::AlertEvent, true, include_str!("../avro/AlertEvent.avsc")),
     ("CorrectionEvent.avsc", EventType::CorrectionEvent, true, include_str!("../avro/CorrectionEvent.avsc")),
     ("CapacityLeaseEvent.avsc", EventType::CapacityLeaseEvent, true, include_str!("../avro/CapacityLeaseEvent.avsc")),
+    (
+        "PlanAssignmentEvent.avsc",
+        EventType::PlanAssignmentEvent,
+        true,
+        include_str!("../avro/PlanAssignmentEvent.avsc"),
+    ),
     ("history/UsageEvent.v1.avsc", EventType::UsageEvent, false, include_str!("../avro/history/UsageEvent.v1.avsc")),
     (
         "history/DecisionEvent.v1.avsc",

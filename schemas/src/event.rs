@@ -439,6 +439,25 @@ pub struct CapacityLeaseEvent {
     pub expires_at: Option<Timestamp>,
 }
 
+/// `PlanAssignmentEvent` (topic `quota.plans`): a tenant assigned to a named plan from `effective_from`, until its next
+/// assignment in effect. A plan's policies are PolicyEvents whose tenant is `*` followed by the plan's name
+/// ([`crate::partition::plan_owner`]); a tenant's own policies cover its plan's, and its plan's the plan defaults.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanAssignmentEvent {
+    /// The fields every event starts with: the tenant assigned, its metric `*` (every metric), no members.
+    #[serde(flatten)]
+    pub header: Header,
+    /// The plan's name; none: back to the plan defaults alone.
+    #[serde(default)]
+    pub plan: Option<String>,
+    /// From when.
+    pub effective_from: Timestamp,
+    /// Who assigned it.
+    pub actor: String,
+    /// Why, for people.
+    pub reason: String,
+}
+
 /// Generates an Avro enum as a Rust enum with its symbols in schema order.
 macro_rules! avro_enum {
     ($(#[$doc:meta])* $name:ident { $($symbol:ident),+ $(,)? }) => {
@@ -649,11 +668,12 @@ pub enum EventType {
     AlertEvent,
     CorrectionEvent,
     CapacityLeaseEvent,
+    PlanAssignmentEvent,
 }
 
 impl EventType {
     /// Every record type, in the order of their topics.
-    pub const ALL: [EventType; 9] = [
+    pub const ALL: [EventType; 10] = [
         EventType::UsageEvent,
         EventType::DecisionEvent,
         EventType::ReservationEvent,
@@ -663,6 +683,7 @@ impl EventType {
         EventType::AlertEvent,
         EventType::CorrectionEvent,
         EventType::CapacityLeaseEvent,
+        EventType::PlanAssignmentEvent,
     ];
 
     /// The record name, as in the schema (`UsageEvent`).
@@ -677,6 +698,7 @@ impl EventType {
             EventType::AlertEvent => "AlertEvent",
             EventType::CorrectionEvent => "CorrectionEvent",
             EventType::CapacityLeaseEvent => "CapacityLeaseEvent",
+            EventType::PlanAssignmentEvent => "PlanAssignmentEvent",
         }
     }
 
@@ -697,6 +719,7 @@ impl EventType {
             EventType::AlertEvent => "quota.alerts",
             EventType::CorrectionEvent => "quota.corrections",
             EventType::CapacityLeaseEvent => "quota.capacity_leases",
+            EventType::PlanAssignmentEvent => "quota.plans",
         }
     }
 
@@ -726,6 +749,7 @@ pub enum Event {
     Alert(AlertEvent),
     Correction(CorrectionEvent),
     CapacityLease(CapacityLeaseEvent),
+    PlanAssignment(PlanAssignmentEvent),
 }
 
 impl Event {
@@ -741,6 +765,7 @@ impl Event {
             Event::Alert(_) => EventType::AlertEvent,
             Event::Correction(_) => EventType::CorrectionEvent,
             Event::CapacityLease(_) => EventType::CapacityLeaseEvent,
+            Event::PlanAssignment(_) => EventType::PlanAssignmentEvent,
         }
     }
 
@@ -756,6 +781,7 @@ impl Event {
             Event::Alert(e) => &e.header,
             Event::Correction(e) => &e.header,
             Event::CapacityLease(e) => &e.header,
+            Event::PlanAssignment(e) => &e.header,
         }
     }
 
@@ -776,6 +802,7 @@ impl Event {
             EventType::AlertEvent => Event::Alert(serde_json::from_str(json)?),
             EventType::CorrectionEvent => Event::Correction(serde_json::from_str(json)?),
             EventType::CapacityLeaseEvent => Event::CapacityLease(serde_json::from_str(json)?),
+            EventType::PlanAssignmentEvent => Event::PlanAssignment(serde_json::from_str(json)?),
         })
     }
 
@@ -791,6 +818,7 @@ impl Event {
             Event::Alert(e) => serde_json::to_value(e),
             Event::Correction(e) => serde_json::to_value(e),
             Event::CapacityLease(e) => serde_json::to_value(e),
+            Event::PlanAssignment(e) => serde_json::to_value(e),
         };
         value.expect("events hold only strings, integers and string maps, which always serialize")
     }

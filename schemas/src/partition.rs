@@ -12,6 +12,17 @@
 /// The tenant of plan defaults: every partition holds them, since a producer sends them to each (contract §9.4).
 pub const PLAN_DEFAULT_TENANT: &str = "*";
 
+/// The owner of a named plan's policies: `*` followed by the plan's name (`*pro`). No tenant may be named so (a
+/// tenant starting with `*` is refused wherever a tenant is named), so a plan's policies are never a tenant's own.
+pub fn plan_owner(plan: &str) -> String {
+    format!("{PLAN_DEFAULT_TENANT}{plan}")
+}
+
+/// The name of the plan whose policies `owner` holds: `pro` for `*pro`; none for a tenant or the plan defaults (`*`).
+pub fn plan_of_owner(owner: &str) -> Option<&str> {
+    owner.strip_prefix(PLAN_DEFAULT_TENANT).filter(|plan| !plan.is_empty())
+}
+
 /// Kafka's murmur2 (MurmurHash2, seed `0x9747b28c`) of `data`, as the Java client's `Utils.murmur2` returns it: a
 /// signed 32-bit integer.
 pub fn murmur2(data: &[u8]) -> i32 {

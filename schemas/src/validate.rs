@@ -141,10 +141,12 @@ pub fn validate(event: &Event) -> Result<(), Invalid> {
     // `*` names the plan defaults (contract §3, PolicyEvent). Usage, a decision, a reservation or a grant of "tenant *"
     // was billed as a tenant of its own, under the plan default as if that were its own policy, and a grant to `*`
     // raised nobody's limit; the hook refuses `*` as a tenant too.
-    if header.tenant == "*" && !matches!(event, Event::Policy(_) | Event::Adjustment(_)) {
+    // So does `*` followed by a name: a named plan's policies (`*pro`), never a tenant's.
+    if header.tenant.starts_with('*') && !matches!(event, Event::Policy(_) | Event::Adjustment(_)) {
+        let names = if header.tenant == "*" { "the plan defaults" } else { "a named plan's policies" };
         return Err(Invalid::Inconsistent {
             field: "tenant",
-            message: "\"*\" names the plan defaults, which only a PolicyEvent may carry: not a tenant".into(),
+            message: format!("{:?} names {names}, which only a PolicyEvent may carry: not a tenant", header.tenant),
         });
     }
     match event {
@@ -157,6 +159,7 @@ pub fn validate(event: &Event) -> Result<(), Invalid> {
         Event::Alert(e) => validate_alert(e),
         Event::Correction(e) => validate_correction(e),
         Event::CapacityLease(e) => validate_capacity_lease(e),
+        Event::PlanAssignment(e) => validate_plan_assignment(e),
     }
 }
 
@@ -526,6 +529,38 @@ fn validate_capacity_lease(e: &CapacityLeaseEvent) -> Result<(), Invalid> {
 
 fn inconsistent(field: &'static str, message: String) -> Invalid {
     Invalid::Inconsistent { field, message }
+}
+
+/// A plan assignment: of a tenant (never `*` nor a plan's owner), to every metric (`*`), of no member; the plan a name
+/// as a tenant's is, without a leading `*` (its owner is `*` followed by it); who and why said, bounded, printable.
+fn validate_plan_assignment(e: &PlanAssignmentEvent) -> Result<(), Invalid> {
+    if e.header.metric != "*" {
+        return Err(Invalid::Inconsistent {
+            field: "metric",
+            message: format!("an assignment is of every metric, \"*\", found {:?}", e.header.metric),
+        });
+    }
+    if e.header.subject.is_some() || e.header.project.is_some() || e.header.api_key.is_some() {
+        return Err(Invalid::Inconsistent {
+            field: "subject",
+            message: "a plan is assigned to a whole tenant: no subject, project nor API key".into(),
+        });
+    }
+    if let Some(plan) = &e.plan {
+        non_empty("plan", plan)?;
+        check_name("plan", plan)?;
+        if plan.starts_with('*') {
+            return Err(Invalid::Inconsistent {
+                field: "plan",
+                message: format!("{plan:?}: a plan's name does not start with \"*\" (its owner does)"),
+            });
+        }
+    }
+    in_range("effective_from", e.effective_from)?;
+    non_empty("actor", &e.actor)?;
+    check_name("actor", &e.actor)?;
+    non_empty("reason", &e.reason)?;
+    bounded("reason", &e.reason, REASON_BYTES_MAX)
 }
 
 /// A correction: the original's id is an id (it may be any usage event's); who and why are said, bounded, and free of

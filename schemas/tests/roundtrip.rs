@@ -1,4 +1,4 @@
-// Proves that every valid event of the eight record types survives single-object encoding and JSON unchanged,
+// Proves that every valid event of the nine record types survives single-object encoding and JSON unchanged,
 // that its encoding is deterministic, and that the catalog's fingerprints are the CRC-64-AVRO of the Avro spec.
 
 use std::collections::BTreeMap;
@@ -9,8 +9,8 @@ use schemas::validate::{AMOUNT_MAX, TIMESTAMP_MAX, TIMESTAMP_MIN};
 use schemas::{
     AdjustmentEvent, AdjustmentKind, AlertEvent, AlertKind, CapacityLeaseAction, CapacityLeaseEvent, Catalog,
     CorrectionAction, CorrectionEvent, DecisionEvent, DecodeError, Decoded, Enforcement, Event, GrantEvent, Header,
-    OnFailure, Outcome, PolicyEvent, Reason, ReservationAction, ReservationEvent, Scope, Timestamp, UsageEvent,
-    Violation, Window,
+    OnFailure, Outcome, PlanAssignmentEvent, PolicyEvent, Reason, ReservationAction, ReservationEvent, Scope, Timestamp,
+    UsageEvent, Violation, Window,
 };
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -40,8 +40,9 @@ fn symbol_of<T: Clone + std::fmt::Debug + 'static>(
 }
 
 fn header() -> impl Strategy<Value = Header> {
-    // Any tenant but `*`, the plan defaults' name, which only a PolicyEvent may carry.
-    let tenant = id().prop_filter("* names the plan defaults", |t| t != "*");
+    // Any tenant not starting with `*`: the plan defaults' name (`*`) and the named plans' (`*pro`), which only a
+    // PolicyEvent may carry.
+    let tenant = id().prop_filter("* names the plans", |t| !t.starts_with('*'));
     (id(), timestamp(), tenant, proptest::option::of(id()), id(), text()).prop_map(
         |(event_id, occurred_at, tenant, subject, metric, source)| Header {
             event_id,
@@ -332,6 +333,17 @@ fn capacity_lease() -> impl Strategy<Value = Event> {
         })
 }
 
+fn plan_assignment() -> impl Strategy<Value = Event> {
+    let plan = proptest::option::of("[a-z][a-z0-9-]{0,15}");
+    (header(), plan, timestamp(), "[a-z@.]{1,32}", "\\PC{1,64}").prop_map(
+        |(header, plan, effective_from, actor, reason)| {
+            // Of a whole tenant, every metric: no member, metric `*`.
+            let header = Header { metric: "*".into(), subject: None, project: None, api_key: None, ..header };
+            Event::PlanAssignment(PlanAssignmentEvent { header, plan, effective_from, actor, reason })
+        },
+    )
+}
+
 /// A valid event of any of the nine record types.
 fn event() -> impl Strategy<Value = Event> {
     prop_oneof![
@@ -343,7 +355,8 @@ fn event() -> impl Strategy<Value = Event> {
         adjustment(),
         alert(),
         correction(),
-        capacity_lease()
+        capacity_lease(),
+        plan_assignment()
     ]
 }
 
@@ -511,8 +524,8 @@ fn catalog_fingerprints_are_distinct_crc64_avro() {
     let schemas = catalog.schemas();
     assert_eq!(
         schemas.len(),
-        30,
-        "nine current schemas; every type's v1 and v2 but AlertEvent's, CorrectionEvent's and CapacityLeaseEvent's; \
+        31,
+        "ten current schemas; every type's v1 and v2 but AlertEvent's, CorrectionEvent's, CapacityLeaseEvent's and PlanAssignmentEvent's; \
          PolicyEvent v3 to v11"
     );
     let mut seen = BTreeMap::new();
@@ -568,6 +581,9 @@ fn minimal_json(event_type: schemas::EventType) -> String {
             r#""capacity_lease_id":"cl-1","action":"GRANT","holder":"shard-0001","policy_id":"p","policy_version":1,
                "window_start":"2026-11-01T00:00:00Z","window_end":"2026-12-01T00:00:00Z","units":5,
                "expires_at":"2026-11-02T10:00:10Z""#
+        }
+        schemas::EventType::PlanAssignmentEvent => {
+            r#""plan":"pro","effective_from":"2026-11-14T00:00:00Z","actor":"alice","reason":"upgraded""#
         }
     };
     format!("{{{header},{rest}}}")

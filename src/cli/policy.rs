@@ -1,4 +1,4 @@
-//! `policy set|list|history` and `plan set`: the control plane's policies (docs/contract.md §7). The change is judged
+//! `policy set|list|history` and `plan set|assign|assignments`: the control plane's policies (docs/contract.md §7). The change is judged
 //! by the `control` crate against what the ledger holds (`usecases::change`); this module parses, dispatches and prints.
 
 use std::io::Write;
@@ -34,9 +34,51 @@ pub enum PolicyCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum PlanCommand {
-    /// Record a new version of a plan default (tenant `*`): what every tenant without a policy of its own for the
-    /// same metric, scope and window gets.
-    Set(PolicyArgs),
+    /// Record a new version of a policy of the named plan --plan (owner `*PLAN`), or without it of the plan defaults
+    /// (tenant `*`): what every tenant without a policy of its own for the same metric, scope and window gets.
+    Set(Box<PlanSetArgs>),
+    /// Assign a tenant to a named plan from --effective-from (default now) until its next assignment.
+    Assign(AssignArgs),
+    /// Every plan assignment recorded, in ledger order.
+    Assignments {
+        /// Only this tenant's.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct PlanSetArgs {
+    /// The named plan (free, pro, ...); without it, the plan defaults.
+    #[arg(long)]
+    plan: Option<String>,
+    #[command(flatten)]
+    policy: PolicyArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct AssignArgs {
+    /// The tenant.
+    #[arg(long)]
+    tenant: String,
+    /// The plan's name (it must have a policy recorded); `none`: back to the plan defaults alone.
+    #[arg(long)]
+    plan: String,
+    /// From when, RFC 3339 (default now).
+    #[arg(long, value_parser = parse_time)]
+    effective_from: Option<Timestamp>,
+    /// Who assigns it (recorded in the event).
+    #[arg(long, env = "QUOTA_LEDGER_ACTOR")]
+    actor: String,
+    /// Why (recorded in the event).
+    #[arg(long)]
+    reason: String,
+    /// Print the recorded event as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -208,7 +250,33 @@ pub fn run(store: &super::Store, command: PolicyCommand) -> anyhow::Result<ExitC
 
 pub fn run_plan(store: &super::Store, command: PlanCommand) -> anyhow::Result<ExitCode> {
     match command {
-        PlanCommand::Set(args) => set(store, "*".into(), args, "quota-ledger plan set"),
+        PlanCommand::Set(args) => {
+            let PlanSetArgs { plan, policy } = *args;
+            let owner = plan.as_deref().map_or("*".into(), schemas::partition::plan_owner);
+            set(store, owner, policy, "quota-ledger plan set")
+        }
+        PlanCommand::Assign(args) => {
+            let plan = Some(args.plan).filter(|p| p != "none");
+            let (actor, reason, source) = (args.actor, args.reason, "quota-ledger plan assign".into());
+            let change = control::PlanAssignment {
+                tenant: args.tenant,
+                plan,
+                effective_from: args.effective_from,
+                actor,
+                reason,
+                source,
+            };
+            let assigned = usecases::plans::assign_plan(store, &change)?;
+            match args.json {
+                true => super::print_json(&assigned.event)?,
+                false => writeln!(super::stdout(), "{assigned}")?,
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        PlanCommand::Assignments { tenant, json } => {
+            let rows = usecases::plans::assignments(store, tenant.as_deref())?;
+            super::print(&rows[..], json, usecases::plans::write_assignments)
+        }
     }
 }
 

@@ -9,7 +9,7 @@ use rusqlite::Connection;
 use schemas::{Timestamp, Tz};
 
 /// The CSV header of `export billing`.
-pub const HEADER: &str = "tenant,metric,period,consumption,policy_id,policy_version,limit,grants,effective_limit,overage,overshoot,late_adjustments,watermark,gaps,cycle_start,cycle_end";
+pub const HEADER: &str = "tenant,metric,period,consumption,policy_id,policy_version,limit,grants,effective_limit,overage,overshoot,late_adjustments,watermark,gaps,cycle_start,cycle_end,plan";
 
 /// One reservation event as the independent computation reads it.
 struct Reservation {
@@ -216,7 +216,7 @@ pub fn expected_rows(ledger: &Path, period: (&str, i64, i64), watermark: u64) ->
                     _ => (String::new(), String::new()),
                 };
                 format!(
-                    "{tenant},{metric},{name},{used},{},{},{},{g},{},{overage},{overshoot},{late},{watermark},{gaps},{},{}",
+                    "{tenant},{metric},{name},{used},{},{},{},{g},{},{overage},{overshoot},{late},{watermark},{gaps},{},{},",
                     policy.id,
                     policy.version,
                     policy.limit,
@@ -246,7 +246,8 @@ pub fn expected_rows(ledger: &Path, period: (&str, i64, i64), watermark: u64) ->
                 }
             };
             let late = late.get(&(tenant.clone(), metric.clone())).copied().unwrap_or(0);
-            let row = format!("{tenant},{metric},{name},{used},{policy},{late},{watermark},{gaps},{month_bounds}");
+            // No plan is assigned in these ledgers: the `plan` cell is empty.
+            let row = format!("{tenant},{metric},{name},{used},{policy},{late},{watermark},{gaps},{month_bounds},");
             ((tenant.clone(), metric.clone()), vec![row])
         })
         .collect::<BTreeMap<_, _>>();

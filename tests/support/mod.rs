@@ -430,8 +430,9 @@ pub fn sample_event(event_type: EventType, event_id: &str) -> Event {
         EventType::AdjustmentEvent
         | EventType::AlertEvent
         | EventType::CorrectionEvent
-        | EventType::CapacityLeaseEvent => {
-            unreachable!("adjustments, alerts, corrections and capacity leases are not input topics")
+        | EventType::CapacityLeaseEvent
+        | EventType::PlanAssignmentEvent => {
+            unreachable!("adjustments, alerts, corrections, capacity leases and plan assignments are not input topics")
         }
     }
 }

@@ -79,7 +79,7 @@ fn open_existing(store: &Store, to: &Destination, version_given: bool) -> Result
 }
 
 /// Appends `event` into the ledger (the shards that hold its tenant), or produces it to Kafka; says which.
-fn write(store: &Store, event: Event, to: &Destination) -> Result<String> {
+pub(crate) fn write(store: &Store, event: Event, to: &Destination) -> Result<String> {
     if let Destination::Kafka { brokers, settings, topic } = to {
         let inputs = kafka::topics::Topics::defaults();
         let topic = topic.clone().unwrap_or_else(|| event.event_type().default_topic().to_string());

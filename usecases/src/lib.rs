@@ -32,6 +32,7 @@ pub mod cluster;
 pub mod correction;
 pub mod files;
 pub mod ingest;
+pub mod plans;
 pub mod quarantine;
 pub mod quota;
 pub mod run;

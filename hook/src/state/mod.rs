@@ -176,7 +176,13 @@ impl State {
                 }
                 let mut policies = self.policies.policies().to_vec();
                 policies.push(p.clone());
-                self.policies = PolicyIndex::new(policies);
+                self.policies = PolicyIndex::new(policies).with_assignments(self.policies.assignments());
+            }
+            Event::PlanAssignment(a) => {
+                let mut assignments = self.policies.assignments().to_vec();
+                assignments.push(a.clone());
+                let policies = self.policies.policies().to_vec();
+                self.policies = PolicyIndex::new(policies).with_assignments(&assignments);
             }
             Event::Alert(a) => self.note_alert(a),
             // A correction changes what is billed and audited, not what was enforced: the hook's counters stay as the
@@ -211,7 +217,8 @@ impl State {
             | Event::Policy(_)
             | Event::Adjustment(_)
             | Event::Correction(_)
-            | Event::CapacityLease(_) => {}
+            | Event::CapacityLease(_)
+            | Event::PlanAssignment(_) => {}
         }
     }
 

@@ -69,19 +69,24 @@ pub(super) mod zones {
     }
 }
 
-/// Every policy version folded, as their JSON, in the order folded.
+/// Every policy version and plan assignment folded, as their JSON, each in the order folded.
 pub(super) mod policies {
     use super::*;
 
     pub(crate) fn serialize<S: Serializer>(index: &PolicyIndex, s: S) -> Result<S::Ok, S::Error> {
-        let texts: Result<Vec<String>, _> = index.policies().iter().map(serde_json::to_string).collect();
-        texts.map_err(serde::ser::Error::custom)?.serialize(s)
+        let policies: Result<Vec<String>, _> = index.policies().iter().map(serde_json::to_string).collect();
+        let assignments: Result<Vec<String>, _> = index.assignments().iter().map(serde_json::to_string).collect();
+        let error = serde::ser::Error::custom;
+        (policies.map_err(error)?, assignments.map_err(error)?).serialize(s)
     }
 
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<PolicyIndex, D::Error> {
-        let texts = Vec::<String>::deserialize(d)?;
-        let policies: Result<Vec<PolicyEvent>, _> = texts.iter().map(|text| serde_json::from_str(text)).collect();
-        Ok(PolicyIndex::new(policies.map_err(D::Error::custom)?))
+        let (policies, assignments) = <(Vec<String>, Vec<String>)>::deserialize(d)?;
+        let policies: Result<Vec<PolicyEvent>, _> = policies.iter().map(|text| serde_json::from_str(text)).collect();
+        let assignments: Result<Vec<schemas::PlanAssignmentEvent>, _> =
+            assignments.iter().map(|text| serde_json::from_str(text)).collect();
+        let assignments = assignments.map_err(D::Error::custom)?;
+        Ok(PolicyIndex::new(policies.map_err(D::Error::custom)?).with_assignments(&assignments))
     }
 }
 

@@ -217,9 +217,13 @@ const CYCLE_LONGEST_MICROS: i64 = (31 * 24 + 1) * 3_600 * 1_000_000;
 
 /// How far back the timelines must reach for `p`'s windows, when its windows are not ones the counters keep: a ROLLING
 /// window's length, a BILLING_CYCLE's longest cycle. None for calendar windows.
+/// A named plan's policy too, of any window: its windows are clipped to the spans its tenants held the plan (a plan
+/// assigned mid-month counts from its instant), so they are not ones the counters keep either.
 pub(crate) fn timeline_micros(p: &PolicyEvent) -> Option<i64> {
+    let plan = schemas::partition::plan_of_owner(&p.header.tenant).is_some();
     match p.window {
         Window::BILLING_CYCLE => Some(CYCLE_LONGEST_MICROS),
+        _ if plan => Some(p.rolling_micros().unwrap_or(0).max(CYCLE_LONGEST_MICROS)),
         _ => p.rolling_micros(),
     }
 }

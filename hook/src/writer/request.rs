@@ -885,8 +885,8 @@ fn validate_ask(ask: &Ask<'_>, idempotency_key: &str, request_id: Option<&str>) 
         HookError::BadRequest { field, message }
     };
     schemas::validate::check_name("tenant", ask.tenant()).map_err(invalid)?;
-    if ask.tenant() == rules::policy::PLAN_DEFAULT_TENANT {
-        let message = "\"*\" names plan defaults, not a tenant".to_string();
+    if ask.tenant().starts_with(rules::policy::PLAN_DEFAULT_TENANT) {
+        let message = format!("{:?} names plan defaults or a plan's policies, not a tenant", ask.tenant());
         return Err(HookError::BadRequest { field: "tenant", message });
     }
     if let Some(subject) = &ask.who.subject {

@@ -71,6 +71,11 @@ fn printable_why(w: &Why) -> Why {
         for text in [&mut p.actor, &mut p.change_reason].into_iter().flatten() {
             escape(text);
         }
+        if let Some(plan) = &mut p.plan {
+            for text in [&mut plan.name, &mut plan.actor, &mut plan.reason] {
+                escape(text);
+            }
+        }
     }
     w
 }
@@ -197,10 +202,18 @@ fn policy_paragraph(w: &Why, out: &mut String) {
     let d = &w.decision;
     match (&w.policy, &d.policy_id) {
         (Some(p), _) => {
-            let owner = if p.owner == "*" {
-                "the plan default (tenant *)".to_string()
-            } else {
-                format!("tenant {}'s own", p.owner)
+            let owner = match &p.plan {
+                _ if p.owner == "*" => "the plan default (tenant *)".to_string(),
+                Some(plan) if plan.actor.is_empty() => format!("plan {} v{}", plan.name, p.version),
+                Some(plan) => format!(
+                    "plan {} v{}, assigned {} by {}: \"{}\"",
+                    plan.name,
+                    p.version,
+                    plan.assigned_from.to_string().get(..10).unwrap_or_default(),
+                    plan.actor,
+                    plan.reason
+                ),
+                None => format!("tenant {}'s own", p.owner),
             };
             // A ROLLING window has no calendar period: the interval of its length up to any instant.
             let per = match w.rolling_seconds() {

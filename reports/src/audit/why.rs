@@ -188,6 +188,23 @@ pub struct PolicyFacts {
     pub seq: u64,
     /// How many copies of this version (same owner) the ledger holds: more than 1 when it was published again.
     pub copies: u64,
+    /// The named plan it is of, with the tenant's assignment to it in effect at the decision; left out of `--json`
+    /// for a policy of the tenant's own or of the plan defaults.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan: Option<PlanFacts>,
+}
+
+/// The named plan a deciding policy is of, and the tenant's assignment that made it the tenant's then.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PlanFacts {
+    /// The plan's name.
+    pub name: String,
+    /// From when the assignment in effect at the decision made it the tenant's.
+    pub assigned_from: Timestamp,
+    /// Who assigned it.
+    pub actor: String,
+    /// Why.
+    pub reason: String,
 }
 
 impl PolicyFacts {
@@ -572,6 +589,24 @@ fn policy(at: &At<'_>, decision: &Decision) -> Result<Option<PolicyFacts>, Repor
         gauge_metric: chosen.is_gauge().then(|| chosen.header.metric.clone()),
         seq: seqs[index],
         copies: copies.count() as u64,
+        plan: plan_facts(at, decision, &chosen.header.tenant)?,
+    }))
+}
+
+/// The plan `owner` names (`*pro`: pro), with the decision's tenant's assignment to it in effect at the decision.
+fn plan_facts(at: &At<'_>, decision: &Decision, owner: &str) -> Result<Option<PlanFacts>, ReportError> {
+    let Some(name) = schemas::partition::plan_of_owner(owner) else { return Ok(None) };
+    let mut assignments = at.ledger.plan_assignments_through(at.watermark)?;
+    assignments.retain(|a| a.header.tenant == decision.who.tenant);
+    let refs: Vec<&schemas::PlanAssignmentEvent> = assignments.iter().collect();
+    let spans = rules::policy::plan_spans(&refs);
+    let span = spans.iter().rev().find(|s| s.from <= decision.occurred_at && decision.occurred_at < s.until);
+    let assignment = span.map(|s| &s.assignment).filter(|a| a.plan.as_deref() == Some(name));
+    Ok(Some(PlanFacts {
+        name: name.to_string(),
+        assigned_from: assignment.map_or(decision.occurred_at, |a| a.effective_from),
+        actor: assignment.map_or_else(String::new, |a| a.actor.clone()),
+        reason: assignment.map_or_else(String::new, |a| a.reason.clone()),
     }))
 }
 
@@ -615,7 +650,12 @@ pub(super) fn copy_applied(versions: &[PolicyEvent], decision: &Named<'_>) -> Op
         found.first().and_then(|a| position(&copies, a.policy))
     };
     let latest = copies.iter().map(|p| p.effective_from).max()?;
-    applied(decision.occurred_at).or_else(|| applied(latest)).map(|i| indices[i])
+    // A named plan's policy applies through the tenant's assignment, which these versions do not hold: its id is
+    // the plan's own (`*pro:...`), so the decided version of the plan is the one.
+    let of_plan = || {
+        indices.iter().rev().copied().find(|i| schemas::partition::plan_of_owner(&versions[*i].header.tenant).is_some())
+    };
+    applied(decision.occurred_at).or_else(|| applied(latest)).map(|i| indices[i]).or_else(of_plan)
 }
 
 fn grants(
