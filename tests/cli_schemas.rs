@@ -16,8 +16,9 @@ fn list_json_names_twenty_five_schemas_one_current_per_type() {
     let listed = listed.as_array().unwrap_or_else(|| panic!("schemas list --json is not an array: {listed}"));
     assert_eq!(
         listed.len(),
-        29,
-        "eight current schemas; v1 and v2 but AlertEvent's and CorrectionEvent's; PolicyEvent v3 to v11: {listed:?}"
+        30,
+        "nine current schemas; v1 and v2 but AlertEvent's, CorrectionEvent's and MeterEvent's; PolicyEvent v3 to v11: \
+         {listed:?}"
     );
 
     let catalog = Catalog::builtin();
@@ -148,6 +149,20 @@ fn one_event_per_type() -> Vec<(EventType, Value)> {
                 }),
             ),
         ),
+        (EventType::MeterEvent, {
+            // A meter is of a tenant's metric: it names no member.
+            let mut meter = with(
+                "m-1",
+                json!({
+                    "version": 1, "aggregation": "UNIQUE_COUNT", "field": "SUBJECT",
+                    "effective_from": "2026-11-01T00:00:00Z", "actor": "carol@finance", "reason": "seats are billed"
+                }),
+            );
+            for member in ["subject", "project", "api_key"] {
+                meter[member] = Value::Null;
+            }
+            meter
+        }),
     ]
 }
 

@@ -296,6 +296,7 @@ fn shapes(event: &Event) -> Vec<String> {
         Event::Adjustment(e) => found.push(format!("{kind} kind={}", e.kind)),
         Event::Alert(e) => found.push(format!("{kind} kind={}", e.kind)),
         Event::Correction(e) => found.push(format!("{kind} action={}", e.action)),
+        Event::Meter(e) => found.push(format!("{kind} aggregation={}", e.aggregation)),
     }
     found
 }
@@ -329,6 +330,7 @@ fn expected_shapes() -> BTreeSet<String> {
     all.extend(symbols(EventType::AdjustmentEvent, "kind", AdjustmentKind::SYMBOLS));
     all.extend(symbols(EventType::AlertEvent, "kind", AlertKind::SYMBOLS));
     all.extend(symbols(EventType::CorrectionEvent, "action", CorrectionAction::SYMBOLS));
+    all.extend(symbols(EventType::MeterEvent, "aggregation", Aggregation::SYMBOLS));
     all
 }
 
@@ -468,6 +470,16 @@ fn sample_events() -> Vec<Event> {
             format!(
                 r#"{{{},"original_event_id":"u-1","action":"{action}"{extra},"actor":"carol@finance","reason":"the producer double-counted"}}"#,
                 header(&format!("c-{n}"), if n == 0 { MEMBER } else { "" })
+            ),
+        );
+    }
+    for (n, aggregation) in schemas::Aggregation::SYMBOLS.iter().enumerate() {
+        let field = if *aggregation == "UNIQUE_COUNT" { r#","field":"SUBJECT""# } else { "" };
+        add(
+            EventType::MeterEvent,
+            format!(
+                r#"{{{},"version":1,"aggregation":"{aggregation}"{field},"effective_from":"2026-11-01T00:00:00Z","actor":"carol@finance","reason":"seats"}}"#,
+                header(&format!("m-{n}"), "").replace(r#","subject":"user-7""#, "")
             ),
         );
     }

@@ -36,6 +36,7 @@ const SCHEMA_FILES: &[(&str, EventType, bool, &str)] = &[
     ("AdjustmentEvent.avsc", EventType::AdjustmentEvent, true, include_str!("../avro/AdjustmentEvent.avsc")),
     ("AlertEvent.avsc", EventType::AlertEvent, true, include_str!("../avro/AlertEvent.avsc")),
     ("CorrectionEvent.avsc", EventType::CorrectionEvent, true, include_str!("../avro/CorrectionEvent.avsc")),
+    ("MeterEvent.avsc", EventType::MeterEvent, true, include_str!("../avro/MeterEvent.avsc")),
     ("history/UsageEvent.v1.avsc", EventType::UsageEvent, false, include_str!("../avro/history/UsageEvent.v1.avsc")),
     (
         "history/DecisionEvent.v1.avsc",

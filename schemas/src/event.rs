@@ -372,6 +372,29 @@ impl CorrectionEvent {
     }
 }
 
+/// `MeterEvent` (topic `quota.meters`): one version of a meter, how a metric's usage events aggregate into the quantity
+/// a window counts and a bill charges (OpenMeter's meters, Lago's billable metrics). A metric without a meter sums its
+/// usage; the tenant `*` declares the meter of every tenant that has none of its own for the metric.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MeterEvent {
+    /// The fields every event starts with: the tenant (or `*`) and the metric the meter aggregates.
+    #[serde(flatten)]
+    pub header: Header,
+    /// The version, growing per tenant and metric.
+    pub version: i32,
+    /// How the usage events of a window aggregate.
+    pub aggregation: Aggregation,
+    /// UNIQUE_COUNT: the header field whose distinct values are counted; none for the other aggregations.
+    #[serde(default)]
+    pub field: Option<MeterField>,
+    /// The version aggregates every window starting at or after this instant, until a later version's.
+    pub effective_from: Timestamp,
+    /// Who made it.
+    pub actor: String,
+    /// Why, for people.
+    pub reason: String,
+}
+
 /// Generates an Avro enum as a Rust enum with its symbols in schema order.
 macro_rules! avro_enum {
     ($(#[$doc:meta])* $name:ident { $($symbol:ident),+ $(,)? }) => {
@@ -564,6 +587,16 @@ avro_enum!(
     /// What a correction does to the usage event it references.
     CorrectionAction { VOID, AMEND }
 );
+avro_enum!(
+    /// How a meter aggregates a window's usage events: SUM of quantities, COUNT of events, UNIQUE_COUNT of a field's
+    /// distinct values, MAX and LATEST of a gauge's levels, the integral of a gauge's level over the window in
+    /// unit-hours (TIME_WEIGHTED_SUM) and that integral divided by the window's length (TIME_WEIGHTED_AVERAGE).
+    Aggregation { SUM, COUNT, UNIQUE_COUNT, MAX, LATEST, TIME_WEIGHTED_SUM, TIME_WEIGHTED_AVERAGE }
+);
+avro_enum!(
+    /// The header field whose distinct values a UNIQUE_COUNT meter counts.
+    MeterField { SUBJECT, PROJECT, API_KEY }
+);
 
 /// The record types of contract §3, in the order of the topics there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -577,11 +610,12 @@ pub enum EventType {
     AdjustmentEvent,
     AlertEvent,
     CorrectionEvent,
+    MeterEvent,
 }
 
 impl EventType {
     /// Every record type, in the order of their topics.
-    pub const ALL: [EventType; 8] = [
+    pub const ALL: [EventType; 9] = [
         EventType::UsageEvent,
         EventType::DecisionEvent,
         EventType::ReservationEvent,
@@ -590,6 +624,7 @@ impl EventType {
         EventType::AdjustmentEvent,
         EventType::AlertEvent,
         EventType::CorrectionEvent,
+        EventType::MeterEvent,
     ];
 
     /// The record name, as in the schema (`UsageEvent`).
@@ -603,6 +638,7 @@ impl EventType {
             EventType::AdjustmentEvent => "AdjustmentEvent",
             EventType::AlertEvent => "AlertEvent",
             EventType::CorrectionEvent => "CorrectionEvent",
+            EventType::MeterEvent => "MeterEvent",
         }
     }
 
@@ -622,6 +658,7 @@ impl EventType {
             EventType::AdjustmentEvent => "quota.adjustments",
             EventType::AlertEvent => "quota.alerts",
             EventType::CorrectionEvent => "quota.corrections",
+            EventType::MeterEvent => "quota.meters",
         }
     }
 
@@ -650,6 +687,7 @@ pub enum Event {
     Adjustment(AdjustmentEvent),
     Alert(AlertEvent),
     Correction(CorrectionEvent),
+    Meter(MeterEvent),
 }
 
 impl Event {
@@ -664,6 +702,7 @@ impl Event {
             Event::Adjustment(_) => EventType::AdjustmentEvent,
             Event::Alert(_) => EventType::AlertEvent,
             Event::Correction(_) => EventType::CorrectionEvent,
+            Event::Meter(_) => EventType::MeterEvent,
         }
     }
 
@@ -678,6 +717,7 @@ impl Event {
             Event::Adjustment(e) => &e.header,
             Event::Alert(e) => &e.header,
             Event::Correction(e) => &e.header,
+            Event::Meter(e) => &e.header,
         }
     }
 
@@ -697,6 +737,7 @@ impl Event {
             EventType::AdjustmentEvent => Event::Adjustment(serde_json::from_str(json)?),
             EventType::AlertEvent => Event::Alert(serde_json::from_str(json)?),
             EventType::CorrectionEvent => Event::Correction(serde_json::from_str(json)?),
+            EventType::MeterEvent => Event::Meter(serde_json::from_str(json)?),
         })
     }
 
@@ -711,6 +752,7 @@ impl Event {
             Event::Adjustment(e) => serde_json::to_value(e),
             Event::Alert(e) => serde_json::to_value(e),
             Event::Correction(e) => serde_json::to_value(e),
+            Event::Meter(e) => serde_json::to_value(e),
         };
         value.expect("events hold only strings, integers and string maps, which always serialize")
     }

@@ -1,4 +1,4 @@
-// Proves that every valid event of the eight record types survives single-object encoding and JSON unchanged,
+// Proves that every valid event of the nine record types survives single-object encoding and JSON unchanged,
 // that its encoding is deterministic, and that the catalog's fingerprints are the CRC-64-AVRO of the Avro spec.
 
 use std::collections::BTreeMap;
@@ -7,9 +7,9 @@ use proptest::prelude::*;
 use proptest::sample::select;
 use schemas::validate::{AMOUNT_MAX, TIMESTAMP_MAX, TIMESTAMP_MIN};
 use schemas::{
-    AdjustmentEvent, AdjustmentKind, AlertEvent, AlertKind, Catalog, CorrectionAction, CorrectionEvent, DecisionEvent,
-    DecodeError, Decoded, Enforcement, Event, GrantEvent, Header, OnFailure, Outcome, PolicyEvent, Reason,
-    ReservationAction, ReservationEvent, Scope, Timestamp, UsageEvent, Violation, Window,
+    AdjustmentEvent, AdjustmentKind, Aggregation, AlertEvent, AlertKind, Catalog, CorrectionAction, CorrectionEvent,
+    DecisionEvent, DecodeError, Decoded, Enforcement, Event, GrantEvent, Header, MeterEvent, MeterField, OnFailure,
+    Outcome, PolicyEvent, Reason, ReservationAction, ReservationEvent, Scope, Timestamp, UsageEvent, Violation, Window,
 };
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -293,9 +293,22 @@ fn correction() -> impl Strategy<Value = Event> {
     )
 }
 
-/// A valid event of any of the eight record types.
+fn meter() -> impl Strategy<Value = Event> {
+    let aggregation = symbol_of(Aggregation::SYMBOLS, Aggregation::from_symbol);
+    let field = symbol_of(MeterField::SYMBOLS, MeterField::from_symbol);
+    (header(), 0..=i32::MAX, aggregation, field, timestamp(), "[a-z@.]{1,32}", "\\PC{1,64}").prop_map(
+        |(mut header, version, aggregation, field, effective_from, actor, reason)| {
+            // A meter is a tenant's metric's, never a member's; only a UNIQUE_COUNT names a field.
+            (header.subject, header.project, header.api_key) = (None, None, None);
+            let field = (aggregation == Aggregation::UNIQUE_COUNT).then_some(field);
+            Event::Meter(MeterEvent { header, version, aggregation, field, effective_from, actor, reason })
+        },
+    )
+}
+
+/// A valid event of any of the nine record types.
 fn event() -> impl Strategy<Value = Event> {
-    prop_oneof![usage(), decision(), reservation(), grant(), policy(), adjustment(), alert(), correction()]
+    prop_oneof![usage(), decision(), reservation(), grant(), policy(), adjustment(), alert(), correction(), meter()]
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -462,8 +475,9 @@ fn catalog_fingerprints_are_distinct_crc64_avro() {
     let schemas = catalog.schemas();
     assert_eq!(
         schemas.len(),
-        29,
-        "eight current schemas; every type's v1 and v2 but AlertEvent's and CorrectionEvent's; PolicyEvent v3 to v11"
+        30,
+        "nine current schemas; every type's v1 and v2 but AlertEvent's, CorrectionEvent's and MeterEvent's; PolicyEvent \
+         v3 to v11"
     );
     let mut seen = BTreeMap::new();
     for s in schemas {
@@ -513,6 +527,9 @@ fn minimal_json(event_type: schemas::EventType) -> String {
         schemas::EventType::AlertEvent => r#""alert_id":"e-1","kind":"THRESHOLD","threshold_percent":80,"observed":8"#,
         schemas::EventType::CorrectionEvent => {
             r#""original_event_id":"u-1","action":"AMEND","quantity":3,"actor":"alice","reason":"wrong count""#
+        }
+        schemas::EventType::MeterEvent => {
+            r#""version":1,"aggregation":"UNIQUE_COUNT","field":"SUBJECT","effective_from":"2026-11-01T00:00:00Z","actor":"alice","reason":"seats""#
         }
     };
     format!("{{{header},{rest}}}")

@@ -460,8 +460,8 @@ pub fn sample_event(event_type: EventType, event_id: &str) -> Event {
             alert_thresholds: None,
             alert_subject_share: None,
         }),
-        EventType::AdjustmentEvent | EventType::AlertEvent | EventType::CorrectionEvent => {
-            unreachable!("adjustments, alerts and corrections are not input topics")
+        EventType::AdjustmentEvent | EventType::AlertEvent | EventType::CorrectionEvent | EventType::MeterEvent => {
+            unreachable!("adjustments, alerts, corrections and meters are not input topics")
         }
     }
 }
