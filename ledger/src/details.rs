@@ -15,6 +15,7 @@ pub fn table(event_type: EventType) -> &'static str {
         EventType::AdjustmentEvent => "adjustment_events",
         EventType::AlertEvent => "alert_events",
         EventType::CorrectionEvent => "correction_events",
+        EventType::MeterEvent => "meter_events",
     }
 }
 
@@ -77,6 +78,7 @@ pub fn columns(event_type: EventType) -> &'static [&'static str] {
             "request_id",
         ],
         EventType::CorrectionEvent => &["original_event_id", "action", "quantity", "actor", "reason"],
+        EventType::MeterEvent => &["version", "aggregation", "field", "effective_from", "actor", "reason"],
     }
 }
 
@@ -206,6 +208,14 @@ pub fn values(event: &Event) -> Vec<Value> {
             text(&e.original_event_id),
             text(e.action.symbol()),
             opt_integer(e.quantity),
+            text(&e.actor),
+            text(&e.reason),
+        ],
+        Event::Meter(e) => vec![
+            Value::Integer(i64::from(e.version)),
+            text(e.aggregation.symbol()),
+            e.field.map_or(Value::Null, |field| text(field.symbol())),
+            time(e.effective_from),
             text(&e.actor),
             text(&e.reason),
         ],

@@ -49,6 +49,7 @@ pub const MIGRATIONS: &[Migration] = &[
     ("037-usage-corrections.sql", include_str!("../ddl/037-usage-corrections.sql"), None),
     ("038-reconcile-checkpoint.sql", include_str!("../ddl/038-reconcile-checkpoint.sql"), None),
     ("039-hook-snapshots.sql", include_str!("../ddl/039-hook-snapshots.sql"), None),
+    ("041-meter-events.sql", include_str!("../ddl/041-meter-events.sql"), None),
 ];
 
 /// The schema version of a ledger all of whose migrations ran.
