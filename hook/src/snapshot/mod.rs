@@ -32,7 +32,7 @@ use crate::state::{Counting, State};
 /// The version of the body's format: the state's fields as serde writes them. Raised whenever a field of the state
 /// (or of anything it holds) is added, removed or changes type: a snapshot of another version is not read, and the
 /// start folds the ledger.
-pub const FORMAT_VERSION: i64 = 1;
+pub const FORMAT_VERSION: i64 = 2;
 
 /// A snapshot is taken once this many entries were appended after the last one. A start folds at most about this
 /// many plus what [`SNAPSHOT_CHECK_MS`] of traffic appends: a fold reads about 200,000 entries a second (a
