@@ -10,7 +10,7 @@ use ledger::{
     SequencedReservation, UsageRow,
 };
 use rustc_hash::FxHashMap;
-use schemas::{AlertEvent, GrantEvent, PolicyEvent, Timestamp};
+use schemas::{AlertEvent, GrantEvent, MeterEvent, PolicyEvent, Timestamp};
 
 /// Everything [`crate::plan_from()`] reads, in the order and grouping the rules need.
 pub trait PlanInputs {
@@ -19,6 +19,11 @@ pub trait PlanInputs {
 
     /// Every recorded policy version, in ledger order.
     fn policies(&self) -> Result<Vec<PolicyEvent>, ReadError>;
+
+    /// Every recorded meter version, in ledger order (none by default: every metric sums).
+    fn meters(&self) -> Result<Vec<MeterEvent>, ReadError> {
+        Ok(Vec::new())
+    }
 
     /// Every recorded grant, by (tenant, metric), in ledger order.
     fn grants(&self) -> Result<HashMap<(String, String), Vec<GrantEvent>>, ReadError>;
@@ -74,6 +79,10 @@ impl PlanInputs for Ledger {
 
     fn policies(&self) -> Result<Vec<PolicyEvent>, ReadError> {
         Ledger::policies(self)
+    }
+
+    fn meters(&self) -> Result<Vec<MeterEvent>, ReadError> {
+        Ledger::meters(self)
     }
 
     fn grants(&self) -> Result<HashMap<(String, String), Vec<GrantEvent>>, ReadError> {
@@ -144,6 +153,10 @@ impl PlanInputs for TenantsOf<'_> {
 
     fn policies(&self) -> Result<Vec<PolicyEvent>, ReadError> {
         self.ledger.policies()
+    }
+
+    fn meters(&self) -> Result<Vec<MeterEvent>, ReadError> {
+        self.ledger.meters()
     }
 
     fn grants(&self) -> Result<HashMap<(String, String), Vec<GrantEvent>>, ReadError> {

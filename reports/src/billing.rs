@@ -35,6 +35,9 @@ pub struct BillingInputs {
     pub late: BTreeMap<Key, i64>,
     /// The billing cycles the period bills, per (tenant, metric) billed by cycle ([`cycles_billed`]), measured.
     pub cycles: BTreeMap<Key, Vec<CycleUse>>,
+    /// The (tenant, metric)s billed by a meter other than SUM, their quantity in `usage` ([`crate::metered`]): billed
+    /// by calendar month, a gauge's metric too, without COMMITs nor late usage (both sums).
+    pub metered: BTreeSet<Key>,
 }
 
 /// One billing cycle of a (tenant, metric) that a period bills, as measured at the export's watermark; or the month
@@ -85,7 +88,7 @@ fn rows_of(period: Period, index: &PolicyIndex, inputs: &BillingInputs) -> Vec<P
         inputs.usage.keys().chain(inputs.commits.keys()).chain(inputs.late.keys()).cloned().collect();
     keys.extend(own_month_policy_keys(index, period));
     keys.extend(inputs.cycles.keys().cloned());
-    keys.retain(|(tenant, metric)| !index.gauge_metrics(tenant).contains(metric.as_str()));
+    keys.retain(|key| inputs.metered.contains(key) || !index.gauge_metrics(&key.0).contains(key.1.as_str()));
     let mut rows = Vec::new();
     for key in keys {
         match inputs.cycles.get(&key).filter(|cycles| !cycles.is_empty()) {
@@ -318,7 +321,9 @@ pub fn compute(
         grants: ledger.grants_through(snapshot.watermark)?,
         late: by_key(ledger.late_usage_carried(snapshot)?),
         cycles: BTreeMap::new(),
+        metered: BTreeSet::new(),
     };
+    let meters = ledger.meters_through(snapshot.watermark)?;
     if inputs.policies.iter().any(|p| p.window == Window::BILLING_CYCLE) {
         let previous = match source {
             UsageSource::Totals => ledger.usage_totals_of_period(period.previous())?,
@@ -327,9 +332,23 @@ pub fn compute(
         let touched: BTreeSet<Key> = inputs.usage.keys().cloned().chain(by_key(previous).into_keys()).collect();
         let index = PolicyIndex::new(inputs.policies.clone());
         inputs.cycles = measure_cycles(ledger, period, snapshot, &index, touched)?;
+        meter_inputs(&mut inputs, crate::metered::quantities(ledger, period, snapshot, &meters)?);
         return Ok(rows_of(period, &index, &inputs));
     }
+    meter_inputs(&mut inputs, crate::metered::quantities(ledger, period, snapshot, &meters)?);
     Ok(rows(period, &inputs))
+}
+
+/// Puts the metered keys' quantities in place of their sums: their usage is their meter's aggregate, and neither
+/// COMMITs, late usage nor cycles (sums of amounts) apply to them.
+fn meter_inputs(inputs: &mut BillingInputs, metered: BTreeMap<Key, i64>) {
+    for (key, quantity) in metered {
+        inputs.commits.remove(&key);
+        inputs.late.remove(&key);
+        inputs.cycles.remove(&key);
+        inputs.usage.insert(key.clone(), quantity);
+        inputs.metered.insert(key);
+    }
 }
 
 /// The cycles `period` bills of every (tenant, metric) that may be billed by cycle (`touched`: those with usage in the
