@@ -181,7 +181,7 @@ fn the_export_bills_each_meter_as_counted_by_hand() {
     expected.insert("peak_gb", november.iter().map(|(.., q)| *q).max().unwrap());
     // LATEST: the last by event time; of two at one instant, the one recorded later (the later in the file).
     let last_at = november.iter().map(|(_, at, _)| *at).max().unwrap();
-    expected.insert("plan_gb", november.iter().filter(|(_, at, _)| *at == last_at).last().unwrap().2);
+    expected.insert("plan_gb", november.iter().rfind(|(_, at, _)| *at == last_at).unwrap().2);
     ingest_events(&test, "usage.avro", &events);
     meter_set(&test, "api_calls", "COUNT", None);
     meter_set(&test, "active_users", "UNIQUE_COUNT", Some("SUBJECT"));

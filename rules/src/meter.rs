@@ -116,7 +116,7 @@ pub fn aggregate(
             i64::try_from(members.len()).map_err(|_| too_large)
         }
         Aggregation::MAX => Ok(inside().map(|r| r.quantity).max().unwrap_or(0)),
-        Aggregation::LATEST => Ok(inside().last().map_or(0, |r| r.quantity)),
+        Aggregation::LATEST => Ok(inside().next_back().map_or(0, |r| r.quantity)),
         Aggregation::TIME_WEIGHTED_SUM => {
             let integral = integral_micros(readings, before, (start, end));
             i64::try_from(integral / MICROS_PER_HOUR).map_err(|_| too_large)

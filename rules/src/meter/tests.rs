@@ -10,7 +10,7 @@ const SECOND: i64 = 1_000_000;
 /// The level at second `s` as a person reads a gauge's reports: the last report at or before it (of two at one instant
 /// the later in the list), else the level held before the window.
 fn level_at(readings: &[(i64, i64, Option<u8>)], before: i64, s: i64) -> i64 {
-    readings.iter().filter(|(at, _, _)| *at <= s).last().map_or(before, |(_, quantity, _)| *quantity)
+    readings.iter().rfind(|(at, _, _)| *at <= s).map_or(before, |(_, quantity, _)| *quantity)
 }
 
 /// The aggregate computed the slow, obvious way: every second of the window sampled for the integral.
@@ -48,7 +48,7 @@ proptest! {
             .map(|(r, name)| Reading { at: Timestamp(r.0 * SECOND), quantity: r.1, member: r.2.map(|_| name.as_str()) })
             .collect();
         // The level before the window is the last report before its start, else `before`.
-        let held = raw.iter().filter(|r| r.0 < start).last().map_or(before, |r| r.1);
+        let held = raw.iter().rfind(|r| r.0 < start).map_or(before, |r| r.1);
         let window = (Timestamp(start * SECOND), Timestamp((start + length) * SECOND));
         let got = aggregate(aggregation, &readings, Some(held), window).unwrap();
         prop_assert_eq!(got, naive(aggregation, &raw, before, start, start + length), "{}", aggregation);
