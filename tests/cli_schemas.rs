@@ -158,8 +158,9 @@ fn one_event_per_type() -> Vec<(EventType, Value)> {
                     "effective_from": "2026-11-01T00:00:00Z", "actor": "carol@finance", "reason": "seats are billed"
                 }),
             );
-            for member in ["subject", "project", "api_key"] {
-                meter[member] = Value::Null;
+            meter["subject"] = Value::Null;
+            for member in ["project", "api_key"] {
+                meter.as_object_mut().unwrap().remove(member);
             }
             meter
         }),
