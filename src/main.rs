@@ -107,6 +107,9 @@ enum Command {
     /// Webhooks: register an endpoint for a tenant's alerts (signed, retried), list, remove, the delivery log.
     #[command(subcommand)]
     Webhook(cli::webhook::WebhookCommand),
+    /// Meters: how a metric's usage aggregates (COUNT, UNIQUE_COUNT, MAX, LATEST, a gauge's integral; SUM by default).
+    #[command(subcommand)]
+    Meter(cli::meter::MeterCommand),
     /// Usage corrections: void a recorded usage event, or amend its amount (who and why recorded; never an edit).
     #[command(subcommand)]
     Usage(cli::usage::UsageCommand),
@@ -191,6 +194,7 @@ fn main() -> ExitCode {
         Command::Grant(command) => cli::grant::run(&store, command),
         Command::Webhook(command) => cli::webhook::run(&store, command),
         Command::Usage(command) => cli::usage::run(&store, command),
+        Command::Meter(command) => cli::meter::run(&store, command),
         Command::Serve(args) => cli::serve::run(&store, args),
         Command::Node(args) => cli::node::run(&store, args),
         Command::Quarantine(command) => cli::quarantine::run(&store, command),

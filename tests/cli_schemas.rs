@@ -16,8 +16,8 @@ fn list_json_names_twenty_five_schemas_one_current_per_type() {
     let listed = listed.as_array().unwrap_or_else(|| panic!("schemas list --json is not an array: {listed}"));
     assert_eq!(
         listed.len(),
-        31,
-        "ten current schemas; v1 and v2 but AlertEvent's, CorrectionEvent's, CapacityLeaseEvent's and PlanAssignmentEvent's; PolicyEvent v3 \
+        32,
+        "eleven current schemas; v1 and v2 but AlertEvent's, CorrectionEvent's, CapacityLeaseEvent's, PlanAssignmentEvent's and MeterEvent's; PolicyEvent v3 \
          to v11: {listed:?}"
     );
 
@@ -170,6 +170,21 @@ fn one_event_per_type() -> Vec<(EventType, Value)> {
                 "reason": "signed the order form"
             }),
         ),
+        (EventType::MeterEvent, {
+            // A meter is of a tenant's metric: it names no member.
+            let mut meter = with(
+                "m-1",
+                json!({
+                    "version": 1, "aggregation": "UNIQUE_COUNT", "field": "SUBJECT",
+                    "effective_from": "2026-11-01T00:00:00Z", "actor": "carol@finance", "reason": "seats are billed"
+                }),
+            );
+            meter["subject"] = Value::Null;
+            for member in ["project", "api_key"] {
+                meter.as_object_mut().unwrap().remove(member);
+            }
+            meter
+        }),
     ]
 }
 

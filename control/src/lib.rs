@@ -41,6 +41,7 @@
 
 mod change;
 mod correction;
+mod meter;
 mod plan;
 mod record;
 mod refused;
@@ -49,6 +50,7 @@ pub use change::{GrantChange, PolicyChange, REASON_BYTES_MAX, default_policy_id,
 pub use correction::{
     CorrectError, Corrected, CorrectionChange, correct, correction_event, default_correction_id, is_same_correction,
 };
+pub use meter::{MeterChange, meter_event};
 pub use plan::{PlanAssignment, plan_assignment_event};
 pub use record::{RecordError, Recorded, record};
 pub use refused::Refused;

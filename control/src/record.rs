@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use ledger::{AppendError, AppendOutcome, Batch, Incoming, Ledger, Origin, ReadError};
-use schemas::{Event, GrantEvent, PolicyEvent, Timestamp, Window};
+use schemas::{Event, GrantEvent, MeterEvent, PolicyEvent, Timestamp, Window};
 
 use crate::refused::Refused;
 
@@ -16,6 +16,7 @@ pub const ORIGIN_NAME: &str = "control";
 pub struct Recorded {
     policies: Vec<PolicyEvent>,
     grants: Vec<GrantEvent>,
+    meters: Vec<MeterEvent>,
     /// The last closed period (`YYYY-MM`) and its end: every earlier period is closed too.
     closed: Option<(String, Timestamp)>,
 }
@@ -29,6 +30,11 @@ impl Recorded {
             for policy in ledger.policies()? {
                 if seen.insert(policy.header.event_id.clone()) {
                     recorded.policies.push(policy);
+                }
+            }
+            for meter in ledger.meters()? {
+                if seen.insert(meter.header.event_id.clone()) {
+                    recorded.meters.push(meter);
                 }
             }
             for grant in ledger.grants()?.into_values().flatten() {
@@ -50,6 +56,21 @@ impl Recorded {
     /// What a ledger holding only `policies` holds (tests, and callers that read policies themselves).
     pub fn from_policies(policies: Vec<PolicyEvent>) -> Recorded {
         Recorded { policies, ..Recorded::default() }
+    }
+
+    /// The same, holding `meters` too (tests).
+    pub fn with_meters(self, meters: Vec<MeterEvent>) -> Recorded {
+        Recorded { meters, ..self }
+    }
+
+    /// Every meter version, in ledger order (of the first shard holding it).
+    pub fn meters(&self) -> &[MeterEvent] {
+        &self.meters
+    }
+
+    /// The last meter version recorded for `tenant` (or `*`) and `metric`.
+    pub fn last_meter_version(&self, tenant: &str, metric: &str) -> Option<i32> {
+        self.meters.iter().filter(|m| m.header.tenant == tenant && m.header.metric == metric).map(|m| m.version).max()
     }
 
     /// Every policy version, in ledger order (of the first shard holding it).
@@ -213,7 +234,9 @@ pub fn record(ledgers: &mut [Ledger], event: &Event) -> Result<Vec<u64>, RecordE
         match report.outcomes.first() {
             Some(AppendOutcome::Recorded { seq }) => seqs.push(*seq),
             Some(AppendOutcome::Duplicate { of }) => seqs.push(*of),
-            other => unreachable!("one policy or grant appended without conflict is recorded or a copy, not {other:?}"),
+            other => unreachable!(
+                "one policy, grant or meter appended without conflict is recorded or a copy, not {other:?}"
+            ),
         }
     }
     if seqs.is_empty() {

@@ -30,7 +30,7 @@ pub fn reached(
 ) -> Vec<AlertEvent> {
     let mut found = Vec::new();
     for e in evaluated.iter().filter(|e| alerts_for(e)) {
-        let after = i128::from(e.used_before) + i128::from(ask.amount);
+        let after = i128::from(e.used_before) + i128::from(e.cost);
         let scope = e.policy.scope;
         let member = ask.member(scope);
         let window = (e.window_start, e.window_end);
@@ -99,6 +99,7 @@ mod tests {
             window_end: at("2026-12-01T00:00:00Z"),
             limit: 100,
             used_before,
+            cost: 10, // The ask of 10 tokens below, a summed metric.
             fits: true,
             retry_after_ms: None,
             overage: None,

@@ -78,6 +78,9 @@ pub struct Evaluated {
     pub limit: i64,
     /// Consumed in the window plus held by open reservations (for a throttle: capacity minus tokens left).
     pub used_before: i64,
+    /// What the ask adds to this policy's window, by the metric's meter: its amount (a sum), 1 (COUNT), 1 or nothing
+    /// (UNIQUE_COUNT: a member not counted yet, or one counted); a lease's and a gauge's, the amount.
+    pub cost: i64,
     /// Whether the request fits.
     pub fits: bool,
     /// For a throttle that does not fit: milliseconds until enough tokens refill.
@@ -167,6 +170,7 @@ pub fn evaluate_gauges(state: &State, ask: &Ask<'_>, now: Timestamp) -> Vec<Eval
                 window_end: g.window_end,
                 limit,
                 used_before: level,
+                cost: ask.amount,
                 fits: level <= limit || !refuses,
                 retry_after_ms: None,
                 overage: None,
@@ -187,9 +191,11 @@ fn evaluate_one(state: &State, buckets: &Buckets, ask: &Ask<'_>, a: &Applicable<
             (effective_limit, i128::from(consumed) + held, None)
         }
     };
+    // What the ask adds to this policy's window by the metric's meter: its amount, 1 event, or 1 member not seen yet.
+    let cost = state.cost((ask.tenant(), ask.metric), ask.named(), ask.amount, (a.window_start, a.window_end));
     let mut fits = match standing.usage {
         Usage::Bucket { .. } => retry_after_ms.is_none(),
-        Usage::Quota { .. } => used_before + i128::from(ask.amount) <= i128::from(limit),
+        Usage::Quota { .. } => used_before + i128::from(cost) <= i128::from(limit),
     };
     let (mut retry_after_ms, mut overage) = (retry_after_ms, None);
     if !fits && a.policy.overage_throttle().is_some() {
@@ -215,6 +221,7 @@ fn evaluate_one(state: &State, buckets: &Buckets, ask: &Ask<'_>, a: &Applicable<
         limit,
         // A `long` in the DecisionEvent: past i64 it says i64::MAX, which is above every limit as the truth is.
         used_before: i64::try_from(used_before).unwrap_or(i64::MAX),
+        cost,
         fits,
         retry_after_ms,
         overage,
@@ -248,6 +255,7 @@ pub fn evaluate_leases(state: &State, ask: &Ask<'_>, now: Timestamp) -> Vec<Eval
                 window_end: frees_at.unwrap_or(now),
                 limit,
                 used_before: active,
+                cost: ask.amount,
                 fits,
                 retry_after_ms: if fits { None } else { Some(retry_after_ms.unwrap_or(1_000)) },
                 overage: None,

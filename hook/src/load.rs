@@ -108,7 +108,7 @@ fn counting_all(policies: &[PolicyEvent]) -> State {
 /// usage folded before its policy counts in that policy's windows too); then the fold of the entries after it.
 pub(crate) fn load(ledger: &Ledger, now: Timestamp, from_snapshot: bool) -> Result<State, StartError> {
     let started = std::time::Instant::now();
-    let fresh = counting_all(&ledger.policies()?);
+    let fresh = counting_all(&ledger.policies()?).knowing_meters(ledger.meters()?);
     let restored = match from_snapshot {
         true => snapshot::restore(ledger, &fresh.counting(), now)?,
         false => Err(Unused::Disabled),
@@ -159,7 +159,8 @@ fn fold_from(ledger: &Ledger, state: State, now: Timestamp, from_snapshot: bool)
         let gauges = state.gauge_metrics().cloned().collect::<Vec<_>>();
         let fresh = State::with_zones(state.zones().to_vec(), gauges)
             .counting_scopes(state.scopes_counted())
-            .keeping_rolling(state.policies.policies());
+            .keeping_rolling(state.policies.policies())
+            .knowing_meters(state.meters().to_vec());
         state = load_levels(ledger, fresh)?;
         fold_after(ledger, &mut state, now, &[], Fold::AtStart)?;
     }

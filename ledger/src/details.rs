@@ -17,6 +17,7 @@ pub fn table(event_type: EventType) -> &'static str {
         EventType::CorrectionEvent => "correction_events",
         EventType::CapacityLeaseEvent => "capacity_lease_events",
         EventType::PlanAssignmentEvent => "plan_assignment_events",
+        EventType::MeterEvent => "meter_events",
     }
 }
 
@@ -92,6 +93,7 @@ pub fn columns(event_type: EventType) -> &'static [&'static str] {
             "expires_at",
         ],
         EventType::PlanAssignmentEvent => &["plan", "effective_from", "actor", "reason"],
+        EventType::MeterEvent => &["version", "aggregation", "field", "effective_from", "actor", "reason"],
     }
 }
 
@@ -239,5 +241,13 @@ pub fn values(event: &Event) -> Vec<Value> {
         Event::PlanAssignment(e) => {
             vec![opt_text(&e.plan), time(e.effective_from), text(&e.actor), text(&e.reason)]
         }
+        Event::Meter(e) => vec![
+            Value::Integer(i64::from(e.version)),
+            text(e.aggregation.symbol()),
+            e.field.map_or(Value::Null, |field| text(field.symbol())),
+            time(e.effective_from),
+            text(&e.actor),
+            text(&e.reason),
+        ],
     }
 }

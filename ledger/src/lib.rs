@@ -97,7 +97,9 @@ pub use lookup::ReservationFacts;
 pub use outbox::{OutboxEntry, OutboxStatus};
 pub use period_exports::{CloseSnapshot, ComputeResult, PeriodExport, PeriodExportRow, PreviewError};
 pub use periods::{Period, PeriodClose, PeriodParseError, covering_close};
-pub use read::{AdjustmentSummary, AllowedOpen, ConflictingCopy, ReadSnapshot, SequencedReservation, UsageRow};
+pub use read::{
+    AdjustmentSummary, AllowedOpen, ConflictingCopy, MeterReading, ReadSnapshot, SequencedReservation, UsageRow,
+};
 pub use replay::{REPLAYED_PER_TRANSACTION, ReplayReport, StillQuarantined};
 pub use run_checkpoint::RunCheckpoint;
 pub use scan::ScanError;

@@ -50,6 +50,7 @@ pub const MIGRATIONS: &[Migration] = &[
     ("038-reconcile-checkpoint.sql", include_str!("../ddl/038-reconcile-checkpoint.sql"), None),
     ("039-hook-snapshots.sql", include_str!("../ddl/039-hook-snapshots.sql"), None),
     ("040-plans.sql", include_str!("../ddl/040-plans.sql"), None),
+    ("041-meter-events.sql", include_str!("../ddl/041-meter-events.sql"), None),
     ("042-capacity-leases.sql", include_str!("../ddl/042-capacity-leases.sql"), None),
 ];
 

@@ -143,6 +143,51 @@ fn plan_assignments_through(conn: &Connection, watermark: u64) -> rusqlite::Resu
     rows.collect()
 }
 
+/// A usage event as a meter reads it ([`Ledger::meter_readings`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MeterReading {
+    /// Its event time.
+    pub at: Timestamp,
+    /// Its ledger sequence number: of two at one instant, the later entry is the later reading.
+    pub seq: u64,
+    /// The subject it names.
+    pub subject: Option<String>,
+    /// The project it names.
+    pub project: Option<String>,
+    /// The API key it names.
+    pub api_key: Option<String>,
+    /// What it counts after its corrections.
+    pub quantity: i64,
+}
+
+/// Every recorded meter version up to a watermark (a report's snapshot), in ledger order.
+fn meters_through(conn: &Connection, watermark: u64) -> rusqlite::Result<Vec<MeterEvent>> {
+    let sql = format!(
+        "SELECT {HEADER_COLUMNS}, m.version, m.aggregation, m.field, m.effective_from, m.actor, m.reason, {SCOPE_COLUMNS}
+         FROM meter_events m CROSS JOIN entries e ON e.seq = m.seq
+         WHERE e.status = 'recorded' AND m.seq <= ?1 ORDER BY e.seq"
+    );
+    let mut statement = conn.prepare(&sql)?;
+    let rows = statement.query_map([watermark_param(watermark)], |r| {
+        Ok(MeterEvent {
+            header: header(r, 0)?,
+            version: r.get(6)?,
+            aggregation: symbol(r, 7, Aggregation::from_symbol)?,
+            field: optional_symbol(r, 8, MeterField::from_symbol)?,
+            effective_from: Timestamp(r.get(9)?),
+            actor: r.get(10)?,
+            reason: r.get(11)?,
+        })
+    })?;
+    rows.collect()
+}
+
+/// The SQL of [`Ledger::metric_tenants`].
+const METRIC_TENANTS: &str = include_str!("../queries/metric_tenants.sql");
+
+/// The SQL of [`Ledger::meter_readings`].
+const METER_READINGS: &str = include_str!("../queries/meter_readings.sql");
+
 /// Every recorded grant up to a watermark (a report's snapshot), by (tenant, metric), in ledger order.
 fn grants_through(conn: &Connection, watermark: u64) -> rusqlite::Result<HashMap<(String, String), Vec<GrantEvent>>> {
     let sql = format!(
@@ -500,6 +545,53 @@ impl Ledger {
     /// Every plan assignment recorded up to `watermark` (`u64::MAX`: all), in ledger order.
     pub fn plan_assignments_through(&self, watermark: u64) -> Result<Vec<PlanAssignmentEvent>, ReadError> {
         Ok(plan_assignments_through(&self.conn, watermark)?)
+    }
+
+    /// Every recorded meter version, in ledger order.
+    pub fn meters(&self) -> Result<Vec<MeterEvent>, ReadError> {
+        self.meters_through(u64::MAX)
+    }
+
+    /// Every meter version recorded up to `watermark` (a report's snapshot), in ledger order.
+    pub fn meters_through(&self, watermark: u64) -> Result<Vec<MeterEvent>, ReadError> {
+        Ok(meters_through(&self.conn, watermark)?)
+    }
+
+    /// The usage events of `tenant`'s `metric` with occurred_at in `[from, until)` recorded up to `watermark`, as a
+    /// meter reads them: in event time then ledger order, each with what it counts after its corrections, those a VOID
+    /// ended left out.
+    pub fn meter_readings(
+        &self,
+        (tenant, metric): (&str, &str),
+        (from, until): (Timestamp, Timestamp),
+        watermark: u64,
+    ) -> Result<Vec<MeterReading>, ReadError> {
+        let mut statement = self.conn.prepare_cached(METER_READINGS)?;
+        let params = rusqlite::named_params! {
+            ":tenant": tenant, ":metric": metric, ":from": from.micros(), ":until": until.micros(),
+            ":watermark": watermark_param(watermark),
+        };
+        let rows = statement.query_map(params, |r| {
+            Ok(MeterReading {
+                at: Timestamp(r.get(0)?),
+                seq: r.get(1)?,
+                subject: r.get(2)?,
+                project: r.get(3)?,
+                api_key: r.get(4)?,
+                quantity: r.get(5)?,
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// The tenants with a counted usage event of `metric` before `until`, recorded up to `watermark`, sorted.
+    pub fn metric_tenants(&self, metric: &str, until: Timestamp, watermark: u64) -> Result<Vec<String>, ReadError> {
+        let mut statement = self.conn.prepare_cached(METRIC_TENANTS)?;
+        let params = rusqlite::named_params! {
+            ":metric": metric, ":until": until.micros(), ":watermark": watermark_param(watermark),
+        };
+        let rows = statement.query_map(params, |r| r.get(0))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
     /// Every recorded grant, by (tenant, metric), in ledger order.

@@ -295,6 +295,20 @@ pub const TABLES: &[Table] = &[
         ],
     },
     Table {
+        name: "meter_events",
+        description: "MeterEvents: each version of a metric's meter (how its usage aggregates: SUM, COUNT, UNIQUE_COUNT of a field, MAX, LATEST, TIME_WEIGHTED_SUM, TIME_WEIGHTED_AVERAGE) with its entry fields",
+        from: "meter_events d JOIN entries e ON e.seq = d.seq",
+        seq: Some("d.seq"),
+        columns: entry_columns![
+            col("version", "d.version", Int32, false),
+            col("aggregation", "d.aggregation", Text, false),
+            col("field", "d.field", Text, true),
+            col("effective_from", "d.effective_from", Timestamp, false),
+            col("actor", "d.actor", Text, false),
+            col("reason", "d.reason", Text, false),
+        ],
+    },
+    Table {
         name: "usage_totals",
         description: "counted usage per tenant, metric and period, maintained by every append",
         from: "usage_totals t",

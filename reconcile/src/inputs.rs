@@ -10,7 +10,7 @@ use ledger::{
     SequencedReservation, UsageRow,
 };
 use rustc_hash::FxHashMap;
-use schemas::{AlertEvent, GrantEvent, PlanAssignmentEvent, PolicyEvent, Timestamp};
+use schemas::{AlertEvent, GrantEvent, MeterEvent, PlanAssignmentEvent, PolicyEvent, Timestamp};
 
 /// Everything [`crate::plan_from()`] reads, in the order and grouping the rules need.
 pub trait PlanInputs {
@@ -22,6 +22,11 @@ pub trait PlanInputs {
 
     /// Every recorded plan assignment, in ledger order (none by default: inputs without named plans).
     fn plan_assignments(&self) -> Result<Vec<PlanAssignmentEvent>, ReadError> {
+        Ok(Vec::new())
+    }
+
+    /// Every recorded meter version, in ledger order (none by default: every metric sums).
+    fn meters(&self) -> Result<Vec<MeterEvent>, ReadError> {
         Ok(Vec::new())
     }
 
@@ -83,6 +88,10 @@ impl PlanInputs for Ledger {
 
     fn plan_assignments(&self) -> Result<Vec<PlanAssignmentEvent>, ReadError> {
         Ledger::plan_assignments_through(self, u64::MAX)
+    }
+
+    fn meters(&self) -> Result<Vec<MeterEvent>, ReadError> {
+        Ledger::meters(self)
     }
 
     fn grants(&self) -> Result<HashMap<(String, String), Vec<GrantEvent>>, ReadError> {
@@ -157,6 +166,10 @@ impl PlanInputs for TenantsOf<'_> {
 
     fn plan_assignments(&self) -> Result<Vec<PlanAssignmentEvent>, ReadError> {
         self.ledger.plan_assignments_through(u64::MAX)
+    }
+
+    fn meters(&self) -> Result<Vec<MeterEvent>, ReadError> {
+        self.ledger.meters()
     }
 
     fn grants(&self) -> Result<HashMap<(String, String), Vec<GrantEvent>>, ReadError> {

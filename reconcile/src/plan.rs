@@ -210,6 +210,10 @@ struct Run<'p> {
     late: FxHashMap<LateKey, LateSums>,
     /// Whether each (tenant, metric) is a level (a gauge quota of the tenant or the plan names it), looked up once.
     levels: FxHashMap<(u32, u32), bool>,
+    /// Every meter version other than SUM ([`Run::is_metered`]).
+    meters: Vec<MeterEvent>,
+    /// Whether each (tenant, metric) is metered ([`Run::is_metered`]), looked up once.
+    metered: FxHashMap<(u32, u32), bool>,
     /// The readings before `as_of` of each (tenant, metric) that is a level: held until the stream is read, since
     /// a level holds until the next reading by event time and the stream is in ledger order. Gauge readings are a
     /// tenant's periodic report of a level, few beside its usage, and 24 bytes each here.
@@ -334,6 +338,8 @@ fn plan_judging(
         rolling: FxHashMap::default(),
         late: FxHashMap::default(),
         levels: FxHashMap::default(),
+        meters: inputs.meters()?.into_iter().filter(|m| m.aggregation != Aggregation::SUM).collect(),
+        metered: FxHashMap::default(),
         readings: FxHashMap::default(),
         alert_windows: FxHashMap::default(),
         alert_keys: Vec::new(),
@@ -559,12 +565,12 @@ impl<'p> Run<'p> {
                 if !row.correction {
                     self.read_level(&c);
                 }
-            } else {
+            } else if !self.is_metered(c.tenant, c.metric) {
                 self.add(&c, &mut keys);
             }
         })?;
         for commit in commits {
-            if !self.is_level(commit.tenant, commit.metric) {
+            if !self.is_level(commit.tenant, commit.metric) && !self.is_metered(commit.tenant, commit.metric) {
                 self.add(&consumption_of_commit(commit), &mut keys);
             }
         }
@@ -582,6 +588,20 @@ impl<'p> Run<'p> {
             .levels
             .entry((tenant, metric))
             .or_insert_with(|| policies.gauge_metrics(names.name(tenant)).contains(names.name(metric)))
+    }
+
+    /// Whether `tenant`'s `metric` is metered (a meter other than SUM of the tenant or of `*` names it, in any
+    /// version): its windows count events or members, which the hook enforces and the bill aggregates, not the sum of
+    /// amounts a window adds up here; it is left out of windows and late usage, as the bill leaves it out of late usage.
+    fn is_metered(&mut self, tenant: u32, metric: u32) -> bool {
+        let (names, meters) = (&self.names, &self.meters);
+        *self.metered.entry((tenant, metric)).or_insert_with(|| {
+            let (tenant, metric) = (names.name(tenant), names.name(metric));
+            meters.iter().any(|m| {
+                m.header.metric == metric
+                    && (m.header.tenant == tenant || m.header.tenant == rules::policy::PLAN_DEFAULT_TENANT)
+            })
+        })
     }
 
     /// Keeps a reading of a level, when it is before `as_of`.

@@ -37,6 +37,9 @@ pub struct BillingInputs {
     pub late: BTreeMap<Key, i64>,
     /// The billing cycles the period bills, per (tenant, metric) billed by cycle ([`cycles_billed`]), measured.
     pub cycles: BTreeMap<Key, Vec<CycleUse>>,
+    /// The (tenant, metric)s billed by a meter other than SUM, their quantity in `usage` ([`crate::metered`]): billed
+    /// by calendar month, a gauge's metric too, without COMMITs nor late usage (both sums).
+    pub metered: BTreeSet<Key>,
 }
 
 /// One billing cycle of a (tenant, metric) that a period bills, as measured at the export's watermark; or the month
@@ -87,7 +90,7 @@ fn rows_of(period: Period, index: &PolicyIndex, inputs: &BillingInputs) -> Vec<P
         inputs.usage.keys().chain(inputs.commits.keys()).chain(inputs.late.keys()).cloned().collect();
     keys.extend(own_month_policy_keys(index, period));
     keys.extend(inputs.cycles.keys().cloned());
-    keys.retain(|(tenant, metric)| !index.gauge_metrics(tenant).contains(metric.as_str()));
+    keys.retain(|key| inputs.metered.contains(key) || !index.gauge_metrics(&key.0).contains(key.1.as_str()));
     let mut rows = Vec::new();
     for key in keys {
         match inputs.cycles.get(&key).filter(|cycles| !cycles.is_empty()) {
@@ -337,8 +340,10 @@ pub fn compute(
         grants: ledger.grants_through(snapshot.watermark)?,
         late: by_key(ledger.late_usage_carried(snapshot)?),
         cycles: BTreeMap::new(),
+        metered: BTreeSet::new(),
     };
-    let rows = compute_rows(ledger, period, snapshot, &mut inputs, source)?;
+    let meters = ledger.meters_through(snapshot.watermark)?;
+    let rows = compute_rows(ledger, period, snapshot, &mut inputs, (source, &meters))?;
     if inputs.assignments.is_empty() {
         return Ok(rows);
     }
@@ -352,7 +357,7 @@ fn compute_rows(
     period: Period,
     snapshot: CloseSnapshot,
     inputs: &mut BillingInputs,
-    source: UsageSource,
+    (source, meters): (UsageSource, &[MeterEvent]),
 ) -> Result<Vec<PeriodExportRow>, ReportError> {
     if inputs.policies.iter().any(|p| p.window == Window::BILLING_CYCLE) {
         let previous = match source {
@@ -362,8 +367,10 @@ fn compute_rows(
         let touched: BTreeSet<Key> = inputs.usage.keys().cloned().chain(by_key(previous).into_keys()).collect();
         let index = PolicyIndex::new(inputs.policies.clone()).with_assignments(&inputs.assignments);
         inputs.cycles = measure_cycles(ledger, period, snapshot, &index, touched)?;
+        meter_inputs(inputs, crate::metered::quantities(ledger, period, snapshot, meters)?);
         return Ok(rows_of(period, &index, inputs));
     }
+    meter_inputs(inputs, crate::metered::quantities(ledger, period, snapshot, meters)?);
     Ok(rows(period, inputs))
 }
 
@@ -383,8 +390,11 @@ fn rows_by_plan(
     let mut split = Vec::with_capacity(rows.len());
     for mut row in rows {
         let parts = plan_parts(index, &row.tenant, (row.cycle_start, row.cycle_end));
-        if parts.len() < 2 {
-            row.plan = parts.into_iter().next().flatten().and_then(|(plan, _)| plan);
+        // A metered row's quantity is its meter's over the whole month, not a sum that parts add up to: it is not
+        // split, and names the plan held at its end.
+        let metered = inputs.metered.contains(&(row.tenant.clone(), row.metric.clone()));
+        if parts.len() < 2 || metered {
+            row.plan = parts.into_iter().next_back().flatten().and_then(|(plan, _)| plan);
             split.push(row);
             continue;
         }
@@ -471,6 +481,18 @@ fn commits_of_key_between(
         }
     })?;
     Ok(sum)
+}
+
+/// Puts the metered keys' quantities in place of their sums: their usage is their meter's aggregate, and neither
+/// COMMITs, late usage nor cycles (sums of amounts) apply to them.
+fn meter_inputs(inputs: &mut BillingInputs, metered: BTreeMap<Key, i64>) {
+    for (key, quantity) in metered {
+        inputs.commits.remove(&key);
+        inputs.late.remove(&key);
+        inputs.cycles.remove(&key);
+        inputs.usage.insert(key.clone(), quantity);
+        inputs.metered.insert(key);
+    }
 }
 
 /// The cycles `period` bills of every (tenant, metric) that may be billed by cycle (`touched`: those with usage in the

@@ -22,6 +22,9 @@ pub enum ReportError {
     /// Parquet could not be written.
     #[error("cannot write Parquet")]
     Parquet(#[from] parquet::errors::ParquetError),
+    /// A metered metric's aggregate of the month is beyond a `long`.
+    #[error("cannot aggregate a metered metric's month")]
+    Metered(#[from] rules::meter::TooLarge),
     /// A bill's consumption by project does not add up to its row's consumption (`export billing --by project`): a
     /// bug, reported rather than exported.
     #[error(

@@ -28,6 +28,7 @@ pub mod audit;
 pub mod billing;
 pub mod error;
 pub mod export;
+pub mod metered;
 pub mod text;
 pub mod usage;
 

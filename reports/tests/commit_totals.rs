@@ -136,7 +136,7 @@ fn totals_kept_by_reservation_id_alone_are_rebuilt_by_the_migration() {
     rusqlite::Connection::open(&path)
         .unwrap()
         .execute_batch(
-            "DROP TABLE capacity_lease_events; ALTER TABLE period_exports DROP COLUMN plan; DROP TABLE plan_assignment_events; DROP TABLE hook_snapshots; DROP TABLE reconcile_checkpoint; DROP TABLE usage_corrections; DROP TABLE correction_events; DROP TABLE webhook_attempts; DROP TABLE webhook_endpoints; ALTER TABLE policy_events DROP COLUMN alert_subject_share; ALTER TABLE policy_events DROP COLUMN alert_thresholds;
+            "DROP TABLE capacity_lease_events; DROP TABLE meter_events; ALTER TABLE period_exports DROP COLUMN plan; DROP TABLE plan_assignment_events; DROP TABLE hook_snapshots; DROP TABLE reconcile_checkpoint; DROP TABLE usage_corrections; DROP TABLE correction_events; DROP TABLE webhook_attempts; DROP TABLE webhook_endpoints; ALTER TABLE policy_events DROP COLUMN alert_subject_share; ALTER TABLE policy_events DROP COLUMN alert_thresholds;
              DROP TABLE alert_events; ALTER TABLE period_exports DROP COLUMN cycle_end; ALTER TABLE period_exports DROP COLUMN cycle_start;
              ALTER TABLE policy_events DROP COLUMN cycle_anchor; ALTER TABLE policy_events DROP COLUMN window_seconds; ALTER TABLE entries DROP COLUMN api_key; ALTER TABLE entries DROP COLUMN project;
              ALTER TABLE policy_events DROP COLUMN violation; ALTER TABLE policy_events DROP COLUMN overage_window; ALTER TABLE policy_events DROP COLUMN overage_rate; DROP INDEX decision_events_made_open; ALTER TABLE policy_events DROP COLUMN on_failure;

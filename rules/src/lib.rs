@@ -10,6 +10,8 @@
 //! - [`alert`]: alert ids and threshold levels, shared by the hook and reconcile.
 //! - [`correction`]: whether a usage correction applies to the event it names, and the delta it adds.
 //! - [`cycle`]: billing cycles anchored on a day of the month and a local time in a tenant's zone, and anchor changes.
+//! - [`meter`]: how a metric's usage aggregates (SUM, COUNT, UNIQUE_COUNT, MAX, LATEST, a gauge's integral or
+//!   time-weighted average) and the meter in force for a window.
 //! - [`policy`]: the policy version in force for a window, with `*` plan defaults.
 //! - [`reservation`]: the life of a reservation decided by event time (valid close, refused transition, expiry).
 //! - [`overshoot`]: effective limits (limit plus grants), the excess over them and the events that crossed.
@@ -36,6 +38,7 @@ pub mod alert;
 pub mod correction;
 pub mod cycle;
 pub mod escrow;
+pub mod meter;
 pub mod overshoot;
 pub mod policy;
 pub mod reservation;

@@ -298,6 +298,7 @@ fn shapes(event: &Event) -> Vec<String> {
         Event::Correction(e) => found.push(format!("{kind} action={}", e.action)),
         Event::CapacityLease(e) => found.push(format!("{kind} action={}", e.action)),
         Event::PlanAssignment(e) => found.push(format!("{kind} plan={}", e.plan.is_some())),
+        Event::Meter(e) => found.push(format!("{kind} aggregation={}", e.aggregation)),
     }
     found
 }
@@ -337,6 +338,7 @@ fn expected_shapes() -> BTreeSet<String> {
     all.extend(symbols(EventType::CorrectionEvent, "action", CorrectionAction::SYMBOLS));
     all.extend(symbols(EventType::CapacityLeaseEvent, "action", CapacityLeaseAction::SYMBOLS));
     all.extend(symbols(EventType::PlanAssignmentEvent, "plan", &["true", "false"]));
+    all.extend(symbols(EventType::MeterEvent, "aggregation", Aggregation::SYMBOLS));
     all
 }
 
@@ -500,6 +502,16 @@ fn sample_events() -> Vec<Event> {
             EventType::PlanAssignmentEvent,
             format!(
                 r#"{{"event_id":"pa-{n}","occurred_at":"2026-11-02T10:00:00Z","tenant":"org-42","metric":"*","source":"api","plan":{plan},"effective_from":"2026-11-14T00:00:00Z","actor":"sales@example","reason":"upgraded"}}"#
+            ),
+        );
+    }
+    for (n, aggregation) in schemas::Aggregation::SYMBOLS.iter().enumerate() {
+        let field = if *aggregation == "UNIQUE_COUNT" { r#","field":"SUBJECT""# } else { "" };
+        add(
+            EventType::MeterEvent,
+            format!(
+                r#"{{{},"version":1,"aggregation":"{aggregation}"{field},"effective_from":"2026-11-01T00:00:00Z","actor":"carol@finance","reason":"seats"}}"#,
+                header(&format!("m-{n}"), "").replace(r#","subject":"user-7""#, "")
             ),
         );
     }

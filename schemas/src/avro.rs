@@ -205,6 +205,14 @@ pub fn to_value(event: &Event) -> Value {
             ("actor", string(&e.actor)),
             ("reason", string(&e.reason)),
         ],
+        Event::Meter(e) => vec![
+            ("version", Value::Int(e.version)),
+            ("aggregation", enum_value!(e.aggregation)),
+            ("field", e.field.map_or_else(union_null, |v| Value::Union(1, Box::new(enum_value!(v))))),
+            ("effective_from", timestamp(e.effective_from)),
+            ("actor", string(&e.actor)),
+            ("reason", string(&e.reason)),
+        ],
     };
     fields.extend(rest.into_iter().map(|(name, value)| (name.to_string(), value)));
     Value::Record(fields)
@@ -486,6 +494,18 @@ pub fn from_value(event_type: EventType, value: &Value) -> Result<Event, ShapeEr
             actor: f.string("actor")?,
             reason: f.string("reason")?,
         }),
+        EventType::MeterEvent => Event::Meter(MeterEvent {
+            header,
+            version: f.int("version")?,
+            aggregation: parse_enum!(Aggregation, f, "aggregation"),
+            field: f
+                .opt_symbol("field")?
+                .map(|s| parse_symbol("field", "MeterField", s, MeterField::from_symbol))
+                .transpose()?,
+            effective_from: f.timestamp("effective_from")?,
+            actor: f.string("actor")?,
+            reason: f.string("reason")?,
+        }),
     })
 }
 
@@ -633,6 +653,14 @@ pub fn write_body(out: &mut Vec<u8>, event: &Event) {
         }
         Event::PlanAssignment(e) => {
             write_opt_string(out, &e.plan);
+            write_long(out, e.effective_from.micros());
+            write_string(out, &e.actor);
+            write_string(out, &e.reason);
+        }
+        Event::Meter(e) => {
+            write_long(out, i64::from(e.version));
+            write_long(out, e.aggregation.index() as i64);
+            write_opt_long(out, e.field.map(|v| v.index() as i64));
             write_long(out, e.effective_from.micros());
             write_string(out, &e.actor);
             write_string(out, &e.reason);

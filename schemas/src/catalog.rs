@@ -43,6 +43,7 @@ const SCHEMA_FILES: &[(&str, EventType, bool, &str)] = &[
         true,
         include_str!("../avro/PlanAssignmentEvent.avsc"),
     ),
+    ("MeterEvent.avsc", EventType::MeterEvent, true, include_str!("../avro/MeterEvent.avsc")),
     ("history/UsageEvent.v1.avsc", EventType::UsageEvent, false, include_str!("../avro/history/UsageEvent.v1.avsc")),
     (
         "history/DecisionEvent.v1.avsc",

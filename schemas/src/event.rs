@@ -458,6 +458,29 @@ pub struct PlanAssignmentEvent {
     pub reason: String,
 }
 
+/// `MeterEvent` (topic `quota.meters`): one version of a meter, how a metric's usage events aggregate into the quantity
+/// a window counts and a bill charges (OpenMeter's meters, Lago's billable metrics). A metric without a meter sums its
+/// usage; the tenant `*` declares the meter of every tenant that has none of its own for the metric.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MeterEvent {
+    /// The fields every event starts with: the tenant (or `*`) and the metric the meter aggregates.
+    #[serde(flatten)]
+    pub header: Header,
+    /// The version, growing per tenant and metric.
+    pub version: i32,
+    /// How the usage events of a window aggregate.
+    pub aggregation: Aggregation,
+    /// UNIQUE_COUNT: the header field whose distinct values are counted; none for the other aggregations.
+    #[serde(default)]
+    pub field: Option<MeterField>,
+    /// The version aggregates every window starting at or after this instant, until a later version's.
+    pub effective_from: Timestamp,
+    /// Who made it.
+    pub actor: String,
+    /// Why, for people.
+    pub reason: String,
+}
+
 /// Generates an Avro enum as a Rust enum with its symbols in schema order.
 macro_rules! avro_enum {
     ($(#[$doc:meta])* $name:ident { $($symbol:ident),+ $(,)? }) => {
@@ -654,6 +677,16 @@ avro_enum!(
     /// A step in a capacity lease's life (contract §9.6).
     CapacityLeaseAction { GRANT, RENEW, RETURN, EXPIRE, RECLAIM }
 );
+avro_enum!(
+    /// How a meter aggregates a window's usage events: SUM of quantities, COUNT of events, UNIQUE_COUNT of a field's
+    /// distinct values, MAX and LATEST of a gauge's levels, the integral of a gauge's level over the window in
+    /// unit-hours (TIME_WEIGHTED_SUM) and that integral divided by the window's length (TIME_WEIGHTED_AVERAGE).
+    Aggregation { SUM, COUNT, UNIQUE_COUNT, MAX, LATEST, TIME_WEIGHTED_SUM, TIME_WEIGHTED_AVERAGE }
+);
+avro_enum!(
+    /// The header field whose distinct values a UNIQUE_COUNT meter counts.
+    MeterField { SUBJECT, PROJECT, API_KEY }
+);
 
 /// The record types of contract §3, in the order of the topics there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -669,11 +702,12 @@ pub enum EventType {
     CorrectionEvent,
     CapacityLeaseEvent,
     PlanAssignmentEvent,
+    MeterEvent,
 }
 
 impl EventType {
     /// Every record type, in the order of their topics.
-    pub const ALL: [EventType; 10] = [
+    pub const ALL: [EventType; 11] = [
         EventType::UsageEvent,
         EventType::DecisionEvent,
         EventType::ReservationEvent,
@@ -684,6 +718,7 @@ impl EventType {
         EventType::CorrectionEvent,
         EventType::CapacityLeaseEvent,
         EventType::PlanAssignmentEvent,
+        EventType::MeterEvent,
     ];
 
     /// The record name, as in the schema (`UsageEvent`).
@@ -699,6 +734,7 @@ impl EventType {
             EventType::CorrectionEvent => "CorrectionEvent",
             EventType::CapacityLeaseEvent => "CapacityLeaseEvent",
             EventType::PlanAssignmentEvent => "PlanAssignmentEvent",
+            EventType::MeterEvent => "MeterEvent",
         }
     }
 
@@ -720,6 +756,7 @@ impl EventType {
             EventType::CorrectionEvent => "quota.corrections",
             EventType::CapacityLeaseEvent => "quota.capacity_leases",
             EventType::PlanAssignmentEvent => "quota.plans",
+            EventType::MeterEvent => "quota.meters",
         }
     }
 
@@ -750,6 +787,7 @@ pub enum Event {
     Correction(CorrectionEvent),
     CapacityLease(CapacityLeaseEvent),
     PlanAssignment(PlanAssignmentEvent),
+    Meter(MeterEvent),
 }
 
 impl Event {
@@ -766,6 +804,7 @@ impl Event {
             Event::Correction(_) => EventType::CorrectionEvent,
             Event::CapacityLease(_) => EventType::CapacityLeaseEvent,
             Event::PlanAssignment(_) => EventType::PlanAssignmentEvent,
+            Event::Meter(_) => EventType::MeterEvent,
         }
     }
 
@@ -782,6 +821,7 @@ impl Event {
             Event::Correction(e) => &e.header,
             Event::CapacityLease(e) => &e.header,
             Event::PlanAssignment(e) => &e.header,
+            Event::Meter(e) => &e.header,
         }
     }
 
@@ -803,6 +843,7 @@ impl Event {
             EventType::CorrectionEvent => Event::Correction(serde_json::from_str(json)?),
             EventType::CapacityLeaseEvent => Event::CapacityLease(serde_json::from_str(json)?),
             EventType::PlanAssignmentEvent => Event::PlanAssignment(serde_json::from_str(json)?),
+            EventType::MeterEvent => Event::Meter(serde_json::from_str(json)?),
         })
     }
 
@@ -819,6 +860,7 @@ impl Event {
             Event::Correction(e) => serde_json::to_value(e),
             Event::CapacityLease(e) => serde_json::to_value(e),
             Event::PlanAssignment(e) => serde_json::to_value(e),
+            Event::Meter(e) => serde_json::to_value(e),
         };
         value.expect("events hold only strings, integers and string maps, which always serialize")
     }

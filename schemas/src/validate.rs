@@ -141,12 +141,21 @@ pub fn validate(event: &Event) -> Result<(), Invalid> {
     // `*` names the plan defaults (contract §3, PolicyEvent). Usage, a decision, a reservation or a grant of "tenant *"
     // was billed as a tenant of its own, under the plan default as if that were its own policy, and a grant to `*`
     // raised nobody's limit; the hook refuses `*` as a tenant too.
-    // So does `*` followed by a name: a named plan's policies (`*pro`), never a tenant's.
-    if header.tenant.starts_with('*') && !matches!(event, Event::Policy(_) | Event::Adjustment(_)) {
+    // So does `*` followed by a name: a named plan's policies (`*pro`), never a tenant's. A meter may be the plan
+    // defaults' (`*`), not a named plan's.
+    let carried = match event {
+        Event::Policy(_) | Event::Adjustment(_) => true,
+        Event::Meter(_) => header.tenant == "*",
+        _ => false,
+    };
+    if header.tenant.starts_with('*') && !carried {
         let names = if header.tenant == "*" { "the plan defaults" } else { "a named plan's policies" };
         return Err(Invalid::Inconsistent {
             field: "tenant",
-            message: format!("{:?} names {names}, which only a PolicyEvent may carry: not a tenant", header.tenant),
+            message: format!(
+                "{:?} names {names}, which only a PolicyEvent (and, for \"*\", a MeterEvent) may carry: not a tenant",
+                header.tenant
+            ),
         });
     }
     match event {
@@ -160,6 +169,7 @@ pub fn validate(event: &Event) -> Result<(), Invalid> {
         Event::Correction(e) => validate_correction(e),
         Event::CapacityLease(e) => validate_capacity_lease(e),
         Event::PlanAssignment(e) => validate_plan_assignment(e),
+        Event::Meter(e) => validate_meter(e),
     }
 }
 
@@ -590,5 +600,39 @@ fn validate_correction(e: &CorrectionEvent) -> Result<(), Invalid> {
         }),
         (CorrectionAction::AMEND, Some(quantity)) => at_least("quantity", quantity, 0),
         (CorrectionAction::VOID, None) => Ok(()),
+    }
+}
+
+/// A meter version: who and why are said, bounded and printable; a UNIQUE_COUNT names the field whose distinct values
+/// it counts and no other aggregation names one; a meter is of a metric, for a tenant (or `*`), never of a member.
+fn validate_meter(e: &MeterEvent) -> Result<(), Invalid> {
+    at_least("version", i64::from(e.version), 0)?;
+    in_range("effective_from", e.effective_from)?;
+    non_empty("actor", &e.actor)?;
+    check_name("actor", &e.actor)?;
+    non_empty("reason", &e.reason)?;
+    bounded("reason", &e.reason, REASON_BYTES_MAX)?;
+    let h = &e.header;
+    if let Some(field) = [("subject", &h.subject), ("project", &h.project), ("api_key", &h.api_key)]
+        .into_iter()
+        .find_map(|(name, value)| value.as_ref().map(|_| name))
+    {
+        return Err(Invalid::Inconsistent {
+            field,
+            message: format!("a meter aggregates a tenant's metric, not one {field}'s: {field} must be null"),
+        });
+    }
+    match (e.aggregation, e.field) {
+        (Aggregation::UNIQUE_COUNT, None) => Err(Invalid::Inconsistent {
+            field: "field",
+            message:
+                "a UNIQUE_COUNT meter names the field whose distinct values it counts: SUBJECT, PROJECT or API_KEY"
+                    .into(),
+        }),
+        (Aggregation::UNIQUE_COUNT, Some(_)) | (_, None) => Ok(()),
+        (aggregation, Some(field)) => Err(Invalid::Inconsistent {
+            field: "field",
+            message: format!("only a UNIQUE_COUNT meter names a field, found {field} on {aggregation}"),
+        }),
     }
 }

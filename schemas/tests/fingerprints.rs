@@ -22,9 +22,9 @@ use schemas::{Catalog, Event, EventType, Header, Timestamp, UsageEvent};
 /// 1.12.1, which also gave v9 as listed before; PolicyEvent v11 (BILLING_CYCLE, `cycle_anchor`) with fastavro 1.12.1,
 /// which also gave v10 as listed before; AlertEvent v1 with fastavro 1.12.1; PolicyEvent v12 (`alert_thresholds`,
 /// `alert_subject_share`) with fastavro 1.12.1, which also gave v11 as listed before; CorrectionEvent v1 with fastavro
-/// 1.12.1 (`fingerprint(to_parsing_canonical_form(schema), "CRC-64-AVRO")`); CapacityLeaseEvent v1 and
-/// PlanAssignmentEvent v1 with fastavro 1.12.1 the same way, which also gave CorrectionEvent v1 as listed.
-const PUBLISHED: [(&str, u64); 31] = [
+/// 1.12.1 (`fingerprint(to_parsing_canonical_form(schema), "CRC-64-AVRO")`); CapacityLeaseEvent v1, PlanAssignmentEvent
+/// v1 and MeterEvent v1 with fastavro 1.12.1 the same way, which also gave CorrectionEvent v1 as listed.
+const PUBLISHED: [(&str, u64); 32] = [
     ("UsageEvent.avsc", 0xb6c7e0b43b42b4c7),
     ("DecisionEvent.avsc", 0xe750629d4dedb980),
     ("ReservationEvent.avsc", 0x0c583b0ffbfe3737),
@@ -35,6 +35,7 @@ const PUBLISHED: [(&str, u64); 31] = [
     ("CorrectionEvent.avsc", 0x580a3b4e51fc5484),
     ("CapacityLeaseEvent.avsc", 0x6310edf4ed6ff98a),
     ("PlanAssignmentEvent.avsc", 0x0d73235eeb87baf3),
+    ("MeterEvent.avsc", 0x9289a02e2ce4676c),
     ("history/UsageEvent.v1.avsc", 0x8860840d2e402f4b),
     ("history/UsageEvent.v2.avsc", 0xa81167332c60b12c),
     ("history/DecisionEvent.v2.avsc", 0x35d1d46f0f097cef),

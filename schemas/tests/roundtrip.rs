@@ -7,10 +7,10 @@ use proptest::prelude::*;
 use proptest::sample::select;
 use schemas::validate::{AMOUNT_MAX, TIMESTAMP_MAX, TIMESTAMP_MIN};
 use schemas::{
-    AdjustmentEvent, AdjustmentKind, AlertEvent, AlertKind, CapacityLeaseAction, CapacityLeaseEvent, Catalog,
-    CorrectionAction, CorrectionEvent, DecisionEvent, DecodeError, Decoded, Enforcement, Event, GrantEvent, Header,
-    OnFailure, Outcome, PlanAssignmentEvent, PolicyEvent, Reason, ReservationAction, ReservationEvent, Scope, Timestamp,
-    UsageEvent, Violation, Window,
+    AdjustmentEvent, AdjustmentKind, Aggregation, AlertEvent, AlertKind, CapacityLeaseAction, CapacityLeaseEvent,
+    Catalog, CorrectionAction, CorrectionEvent, DecisionEvent, DecodeError, Decoded, Enforcement, Event, GrantEvent,
+    Header, MeterEvent, MeterField, OnFailure, Outcome, PlanAssignmentEvent, PolicyEvent, Reason, ReservationAction,
+    ReservationEvent, Scope, Timestamp, UsageEvent, Violation, Window,
 };
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -344,6 +344,19 @@ fn plan_assignment() -> impl Strategy<Value = Event> {
     )
 }
 
+fn meter() -> impl Strategy<Value = Event> {
+    let aggregation = symbol_of(Aggregation::SYMBOLS, Aggregation::from_symbol);
+    let field = symbol_of(MeterField::SYMBOLS, MeterField::from_symbol);
+    (header(), 0..=i32::MAX, aggregation, field, timestamp(), "[a-z@.]{1,32}", "\\PC{1,64}").prop_map(
+        |(mut header, version, aggregation, field, effective_from, actor, reason)| {
+            // A meter is a tenant's metric's, never a member's; only a UNIQUE_COUNT names a field.
+            (header.subject, header.project, header.api_key) = (None, None, None);
+            let field = (aggregation == Aggregation::UNIQUE_COUNT).then_some(field);
+            Event::Meter(MeterEvent { header, version, aggregation, field, effective_from, actor, reason })
+        },
+    )
+}
+
 /// A valid event of any of the nine record types.
 fn event() -> impl Strategy<Value = Event> {
     prop_oneof![
@@ -356,7 +369,8 @@ fn event() -> impl Strategy<Value = Event> {
         alert(),
         correction(),
         capacity_lease(),
-        plan_assignment()
+        plan_assignment(),
+        meter()
     ]
 }
 
@@ -524,8 +538,8 @@ fn catalog_fingerprints_are_distinct_crc64_avro() {
     let schemas = catalog.schemas();
     assert_eq!(
         schemas.len(),
-        31,
-        "ten current schemas; every type's v1 and v2 but AlertEvent's, CorrectionEvent's, CapacityLeaseEvent's and PlanAssignmentEvent's; \
+        32,
+        "eleven current schemas; every type's v1 and v2 but AlertEvent's, CorrectionEvent's, CapacityLeaseEvent's, PlanAssignmentEvent's and MeterEvent's; \
          PolicyEvent v3 to v11"
     );
     let mut seen = BTreeMap::new();
@@ -584,6 +598,9 @@ fn minimal_json(event_type: schemas::EventType) -> String {
         }
         schemas::EventType::PlanAssignmentEvent => {
             r#""plan":"pro","effective_from":"2026-11-14T00:00:00Z","actor":"alice","reason":"upgraded""#
+        }
+        schemas::EventType::MeterEvent => {
+            r#""version":1,"aggregation":"UNIQUE_COUNT","field":"SUBJECT","effective_from":"2026-11-01T00:00:00Z","actor":"alice","reason":"seats""#
         }
     };
     format!("{{{header},{rest}}}")

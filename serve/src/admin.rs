@@ -1,4 +1,5 @@
-//! `POST /v1/admin/policies`, `POST /v1/admin/grants` and `POST /v1/admin/corrections`: the control plane over HTTP, for tokens with
+//! `POST /v1/admin/policies`, `POST /v1/admin/grants`, `POST /v1/admin/meters` and `POST /v1/admin/corrections`: the
+//! control plane over HTTP, for tokens with
 //! `admin = true` that cover the tenant (docs/services.md). A change is judged and recorded by the `control` crate,
 //! as `policy set` and `grant add` do it, through a ledger connection of its own, one change at a time: changes are
 //! rare (people change plans), and the hook's writer learns of them as of any other writer's append, by the ledger's
@@ -11,8 +12,10 @@ use axum::extract::State;
 use axum::extract::rejection::JsonRejection;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use control::{GrantChange, PolicyChange};
-use schemas::{CorrectionAction, Enforcement, Event, OnFailure, Scope, Timestamp, Violation, Who, Window};
+use control::{GrantChange, MeterChange, PolicyChange};
+use schemas::{
+    Aggregation, CorrectionAction, Enforcement, Event, MeterField, OnFailure, Scope, Timestamp, Violation, Who, Window,
+};
 use serde::Deserialize;
 
 use crate::answer::{bad_json, error};
@@ -82,6 +85,22 @@ pub(crate) struct CorrectionBody {
     quantity: Option<i64>,
     /// The correction's own event_id; none: derived from the event and the change.
     correction_id: Option<String>,
+    reason: String,
+}
+
+/// `POST /v1/admin/meters`: a new version of how a tenant's (tenant `*`: every tenant's) metric aggregates.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct MeterBody {
+    tenant: String,
+    metric: String,
+    /// SUM, COUNT, UNIQUE_COUNT, MAX, LATEST, TIME_WEIGHTED_SUM or TIME_WEIGHTED_AVERAGE.
+    aggregation: Aggregation,
+    /// UNIQUE_COUNT: SUBJECT, PROJECT or API_KEY; none for the others.
+    field: Option<MeterField>,
+    version: Option<i32>,
+    /// RFC 3339: windows starting at or after it aggregate so; none is now.
+    effective_from: Option<String>,
     reason: String,
 }
 
@@ -225,6 +244,40 @@ pub(crate) async fn grants(
     let admin = app.clone();
     let done = tokio::task::spawn_blocking(move || {
         admin.admin.change(|recorded, now| control::grant_event(&change, recorded, now).map(Event::Grant))
+    });
+    answer(done.await)
+}
+
+/// `POST /v1/admin/meters`: 201 with the meter version recorded; 409 for a version not above the last or a closed
+/// period, 400 for a field out of bounds (a UNIQUE_COUNT without its field).
+pub(crate) async fn meters(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    body: Result<Json<MeterBody>, JsonRejection>,
+) -> Response {
+    let admitted = admin_of(&app, &headers).and_then(|caller| admitted(caller, body, |b: &MeterBody| &b.tenant));
+    let (actor, body) = match admitted {
+        Ok(admitted) => admitted,
+        Err(refused) => return *refused,
+    };
+    let effective_from = match body.effective_from.as_deref().map(|t| time("effective_from", t)).transpose() {
+        Ok(effective_from) => effective_from,
+        Err(refused) => return *refused,
+    };
+    let change = MeterChange {
+        tenant: body.tenant,
+        metric: body.metric,
+        aggregation: body.aggregation,
+        field: body.field,
+        version: body.version,
+        effective_from,
+        actor,
+        reason: body.reason,
+        source: "serve /v1/admin/meters".into(),
+    };
+    let admin = app.clone();
+    let done = tokio::task::spawn_blocking(move || {
+        admin.admin.change(|recorded, now| control::meter_event(&change, recorded, now).map(Event::Meter))
     });
     answer(done.await)
 }

@@ -45,6 +45,7 @@ pub(crate) fn router(app: Arc<App>, read_timeout: Duration) -> Router {
         .route("/v1/admin/webhooks/deliveries", get(crate::webhook_routes::deliveries))
         .route("/v1/admin/webhooks/{endpoint_id}/remove", post(crate::webhook_routes::remove))
         .route("/v1/admin/corrections", post(crate::admin::corrections))
+        .route("/v1/admin/meters", post(crate::admin::meters))
         .route("/v1/admin/billing", get(crate::reads::billing))
         .route("/v1/admin/billing/prepare", get(crate::reads::prepare))
         .route("/v1/admin/billing/close", post(crate::reads::close))

@@ -14,6 +14,7 @@ pub mod grant;
 pub mod ingest;
 pub mod kafka_args;
 pub mod manual;
+pub mod meter;
 pub mod node;
 pub mod policy;
 pub mod produce;

@@ -236,6 +236,7 @@ macro_rules! symbol_of {
     )+};
 }
 symbol_of!(Window, Enforcement, Scope, OnFailure, Violation, schemas::AlertKind);
+symbol_of!(schemas::Aggregation, schemas::MeterField);
 
 pub fn run(store: &super::Store, command: PolicyCommand) -> anyhow::Result<ExitCode> {
     match command {

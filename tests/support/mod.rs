@@ -431,8 +431,9 @@ pub fn sample_event(event_type: EventType, event_id: &str) -> Event {
         | EventType::AlertEvent
         | EventType::CorrectionEvent
         | EventType::CapacityLeaseEvent
-        | EventType::PlanAssignmentEvent => {
-            unreachable!("adjustments, alerts, corrections, capacity leases and plan assignments are not input topics")
+        | EventType::PlanAssignmentEvent
+        | EventType::MeterEvent => {
+            unreachable!("adjustments, alerts, corrections, capacity leases, plan assignments and meters are not input topics")
         }
     }
 }

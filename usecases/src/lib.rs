@@ -18,6 +18,7 @@
 //! - [`quarantine`]: quarantined messages listed and replayed.
 //! - [`quota`]: a tenant's remaining quota per policy, as the hook counts it.
 //! - [`files`]: an output written whole or not at all.
+//! - [`meter`]: a meter version (how a metric aggregates) judged and recorded.
 //! - [`webhook`]: the endpoints a tenant's alerts are delivered to, registered, removed and listed; the delivery log.
 
 #![deny(missing_docs)]
@@ -32,6 +33,7 @@ pub mod cluster;
 pub mod correction;
 pub mod files;
 pub mod ingest;
+pub mod meter;
 pub mod plans;
 pub mod quarantine;
 pub mod quota;

@@ -28,6 +28,7 @@
 mod alerts;
 mod fencing;
 mod gauges;
+mod meters;
 mod reservations;
 mod serial;
 mod windows;
@@ -41,6 +42,7 @@ use serde::{Deserialize, Serialize};
 use alerts::Alerted;
 use fencing::FencingTokens;
 use gauges::Gauges;
+use meters::Meters;
 use reservations::Reservations;
 pub(crate) use reservations::key_of;
 pub use reservations::{Hold, Key, PROVISIONAL_SEQ, RESTING_MAX};
@@ -89,6 +91,8 @@ pub struct State {
     gauges: Gauges,
     /// The alerts of windows not pruned yet ([`crate::alerts`]), own and folded: what makes each written once.
     alerted: Alerted,
+    /// The meters folded, and the members each UNIQUE_COUNT window has seen.
+    meters: Meters,
 }
 
 impl Default for State {
@@ -103,6 +107,7 @@ impl Default for State {
             missing_zones: false,
             gauges: Gauges::default(),
             alerted: Alerted::default(),
+            meters: Meters::default(),
         }
     }
 }
@@ -124,6 +129,31 @@ impl State {
     pub fn keeping_rolling<'p>(mut self, policies: impl IntoIterator<Item = &'p PolicyEvent>) -> State {
         self.windows.keep_rolling(policies);
         self
+    }
+
+    /// The same state, knowing `meters` (every recorded meter version) before it folds usage: read first, as policies
+    /// are, so that usage folded before a meter's entry counts by it too.
+    pub fn knowing_meters(mut self, meters: Vec<MeterEvent>) -> State {
+        self.meters = Meters::of(meters);
+        self
+    }
+
+    /// Every meter version the state knows.
+    pub fn meters(&self) -> &[MeterEvent] {
+        self.meters.versions()
+    }
+
+    /// What a request of `amount` naming `named` adds to the window `[start, end)` of `tenant`'s `metric`, by the meter
+    /// in force at its start: its amount (no meter, SUM), 1 (COUNT), 1 for a member the window has not seen and
+    /// nothing for one it has (UNIQUE_COUNT), nothing for a gauge's aggregation.
+    pub fn cost(
+        &self,
+        (tenant, metric): (&str, &str),
+        named: Named<'_>,
+        amount: i64,
+        window: (Timestamp, Timestamp),
+    ) -> i64 {
+        self.meters.cost((tenant, metric), named, amount, (window.0.micros(), window.1.micros()))
     }
 
     /// The scopes whose members' counters are kept beside the tenant's and the subjects'.
@@ -185,6 +215,12 @@ impl State {
                 self.policies = PolicyIndex::new(policies).with_assignments(&assignments);
             }
             Event::Alert(a) => self.note_alert(a),
+            // Usage folded before a meter it did not know may count otherwise by it: rebuilt, knowing it.
+            Event::Meter(m) => {
+                if self.meters.note(m) {
+                    self.missing_zones = true;
+                }
+            }
             // A correction changes what is billed and audited, not what was enforced: the hook's counters stay as the
             // requests found them (docs/decisions.md, "A correction gives no capacity back"). A capacity lease's step is
             // the allocator's book of a window; what holders allowed under it counts through their decisions' usage.
@@ -209,7 +245,7 @@ impl State {
     /// reservation (applied as `provisional`, judged again without it), in any order.
     pub fn take_back(&mut self, provisional: u64, event: &Event, now: Timestamp) {
         match event {
-            Event::Usage(u) => self.consume(&u.header, -u.quantity),
+            Event::Usage(u) => self.take_back_usage(&u.header, u.quantity),
             Event::Reservation(r) => self.number_own(&key_of(r), provisional, None, now),
             Event::Alert(a) => self.alerted.forget(&a.alert_id),
             Event::Decision(_)
@@ -218,7 +254,8 @@ impl State {
             | Event::Adjustment(_)
             | Event::Correction(_)
             | Event::CapacityLease(_)
-            | Event::PlanAssignment(_) => {}
+            | Event::PlanAssignment(_)
+            | Event::Meter(_) => {}
         }
     }
 
@@ -285,7 +322,35 @@ impl State {
     /// Adds consumption to the windows of every kind containing its event time, for the tenant and, when it
     /// has one, its subject.
     pub fn consume(&mut self, header: &Header, quantity: i64) {
-        self.windows.consume_at(&header.tenant, Named::of(header), &header.metric, header.occurred_at, quantity);
+        self.count_usage(header, quantity, false);
+    }
+
+    /// Takes back what [`State::consume`] added for a usage event the ledger did not record.
+    pub fn take_back_usage(&mut self, header: &Header, quantity: i64) {
+        self.count_usage(header, quantity, true);
+    }
+
+    /// A metric without a meter adds its quantity to every window; a metered one what its meter counts in each.
+    fn count_usage(&mut self, header: &Header, quantity: i64, back: bool) {
+        let (tenant, metric, at) = (&header.tenant, &header.metric, header.occurred_at);
+        if !self.meters.is_metered(tenant, metric) {
+            let signed = if back { -quantity } else { quantity };
+            self.windows.consume_at(tenant, Named::of(header), metric, at, signed);
+            return;
+        }
+        let windows = self.windows.counted_windows_at(at);
+        let deltas: Vec<((i64, i64), i64)> =
+            windows.into_iter().map(|w| (w, self.meters.delta(header, quantity, back, w))).collect();
+        // The timelines (ROLLING windows, billing cycles) count a metered metric's events by the meter in force at the
+        // event: its quantity, 1 for a COUNT, and nothing for a UNIQUE_COUNT or a gauge (a timeline sums; it cannot
+        // tell a member seen already, docs/decisions.md).
+        let sign = if back { -1 } else { 1 };
+        let timeline = match self.meters.in_force(tenant, metric, at.micros()).map(|m| m.aggregation) {
+            None | Some(Aggregation::SUM) => sign * quantity,
+            Some(Aggregation::COUNT) => sign,
+            Some(_) => 0,
+        };
+        self.windows.consume_windows((tenant, metric), Named::of(header), at, &deltas, timeline);
     }
 
     /// Consumption of the window `[start, end)`: a window of a kind in a zone whose windows are counted (UTC, or a zone
@@ -372,6 +437,7 @@ impl State {
         let Some(horizon) = self.windows.prune(now) else { return };
         self.reservations.prune(&self.windows);
         self.alerted.prune(horizon);
+        self.meters.prune(horizon);
     }
 
     /// Counts windows, and keeps reservations that hold nothing, however long ago they ended, until the next prune:
@@ -387,6 +453,7 @@ impl State {
         let Some(horizon) = self.windows.prune_at_start(now) else { return };
         self.reservations.prune(&self.windows);
         self.alerted.prune(horizon);
+        self.meters.prune(horizon);
     }
 }
 

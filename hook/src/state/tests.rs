@@ -515,3 +515,64 @@ proptest! {
         }
     }
 }
+
+/// A UsageEvent of `metric` for `subject` of org-1, at `at`.
+fn usage_at(n: u32, subject: Option<&str>, metric: &str, at: Timestamp, quantity: i64) -> Event {
+    let header = header("org-1", subject, metric, at, format!("u-{n}"));
+    Event::Usage(UsageEvent { header, quantity, request_id: None, attributes: Default::default() })
+}
+
+/// A meter of org-1's `metric`, effective since 2026.
+fn meter_of(metric: &str, aggregation: Aggregation, field: Option<MeterField>) -> MeterEvent {
+    let from = Timestamp::parse_rfc3339("2026-01-01T00:00:00Z").unwrap();
+    MeterEvent {
+        header: header("org-1", None, metric, from, format!("meter-{metric}")),
+        version: 1,
+        aggregation,
+        field,
+        effective_from: from,
+        actor: "carol".into(),
+        reason: "billed so".into(),
+    }
+}
+
+// Proves a UNIQUE_COUNT window counts each subject once (the next events of a subject cost nothing, an event naming
+// none adds none), a COUNT window counts events whatever their amounts, and taking back an own event takes back its
+// member only when it was the member's last event in the window.
+#[test]
+fn metered_windows_count_members_and_events_and_take_them_back() {
+    let at = Timestamp::parse_rfc3339("2026-11-17T10:00:00Z").unwrap();
+    let month = window::bounds(Window::MONTH, at);
+    let mut state = State::default().knowing_meters(vec![
+        meter_of("seats", Aggregation::UNIQUE_COUNT, Some(MeterField::SUBJECT)),
+        meter_of("calls", Aggregation::COUNT, None),
+    ]);
+    let events = [
+        usage_at(1, Some("alice"), "seats", at, 5),
+        usage_at(2, Some("alice"), "seats", at, 7),
+        usage_at(3, Some("bob"), "seats", at, 1),
+        usage_at(4, None, "seats", at, 9),
+        usage_at(5, Some("alice"), "calls", at, 40),
+        usage_at(6, None, "calls", at, 0),
+    ];
+    for (seq, event) in events.iter().enumerate() {
+        state.fold(seq as u64 + 1, event, at);
+    }
+    assert!(!state.is_missing_zones(), "the meters were known before the usage");
+    assert_eq!(state.consumed("org-1", Whose::Tenant, "seats", month), 2, "alice and bob");
+    assert_eq!(state.consumed("org-1", Whose::Tenant, "calls", month), 2, "two events");
+    let named = |subject| Named { subject, project: None, api_key: None };
+    assert_eq!(state.cost(("org-1", "seats"), named(Some("alice")), 50, month), 0, "alice is counted");
+    assert_eq!(state.cost(("org-1", "seats"), named(Some("carol")), 50, month), 1, "carol would be new");
+    assert_eq!(state.cost(("org-1", "calls"), named(None), 50, month), 1);
+    assert_eq!(state.cost(("org-1", "tokens"), named(None), 50, month), 50, "a metric without a meter sums");
+    let Event::Usage(second_alice) = &events[1] else { unreachable!() };
+    state.take_back_usage(&second_alice.header, second_alice.quantity);
+    assert_eq!(state.consumed("org-1", Whose::Tenant, "seats", month), 2, "alice's first event still counts her");
+    let Event::Usage(bob) = &events[2] else { unreachable!() };
+    state.take_back_usage(&bob.header, bob.quantity);
+    assert_eq!(state.consumed("org-1", Whose::Tenant, "seats", month), 1, "bob's only event taken back");
+    let later = meter_of("tokens", Aggregation::COUNT, None);
+    state.fold(7, &Event::Meter(later), at);
+    assert!(state.is_missing_zones(), "a meter folded after usage it may count otherwise rebuilds the state");
+}

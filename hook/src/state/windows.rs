@@ -481,6 +481,37 @@ impl Windows {
         }
     }
 
+    /// The windows an event at `at` counts in: of every kind and zone counted, not pruned.
+    pub(super) fn counted_windows_at(&self, at: Timestamp) -> Vec<(i64, i64)> {
+        let mut windows = self.windows_at(at);
+        windows.retain(|(_, end)| *end >= self.pruned_before);
+        windows
+    }
+
+    /// Adds to each window its own amount (a metered metric's: each window counted by the meter in force at its
+    /// start), and `timeline` to the timelines.
+    pub(super) fn consume_windows(
+        &mut self,
+        (tenant, metric): (&str, &str),
+        named: Named<'_>,
+        at: Timestamp,
+        deltas: &[((i64, i64), i64)],
+        timeline: i64,
+    ) {
+        let timeline = (self.rolling_micros > 0
+            && at.micros() >= self.pruned_before.saturating_sub(self.rolling_micros))
+        .then_some(timeline);
+        self.update(tenant, named, metric, |counters| {
+            for (key, delta) in deltas {
+                let counter = counters.consumed.entry(*key).or_insert(0);
+                *counter = counter.saturating_add(*delta);
+            }
+            if let Some(quantity) = timeline {
+                counters.timeline.add(at, quantity);
+            }
+        });
+    }
+
     pub(super) fn consume_at(&mut self, tenant: &str, named: Named<'_>, metric: &str, at: Timestamp, quantity: i64) {
         let mut windows = self.windows_at(at);
         windows.retain(|(_, end)| *end >= self.pruned_before);

@@ -449,7 +449,7 @@ impl Writer {
                         outcome = ?report.outcomes[n],
                         "hook: the ledger did not count the usage of an allowed request: not counted here either"
                     );
-                    self.state.consume(&u.header, -u.quantity);
+                    self.state.take_back_usage(&u.header, u.quantity);
                 }
                 _ => {}
             }

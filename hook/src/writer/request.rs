@@ -944,7 +944,7 @@ fn decision_event(verdict: &Verdict, header: &Header, asked: &Asked<'_>, amount:
     let allowed = verdict.outcome == Outcome::ALLOWED;
     // Saturating: a SHADOW policy that would deny allows with its used_before above its limit, perhaps far above.
     let remaining = e.map(|e| {
-        if allowed { e.limit.saturating_sub(e.used_before).saturating_sub(amount) } else { e.remaining_before() }
+        if allowed { e.limit.saturating_sub(e.used_before).saturating_sub(e.cost) } else { e.remaining_before() }
     });
     let retry_after_ms = match verdict.reason {
         // Until the denial lifts: a calendar window's end, a ROLLING one's wait for enough usage to age out.

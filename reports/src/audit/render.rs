@@ -34,6 +34,11 @@ fn or_empty<T: ToString>(value: &Option<T>) -> String {
     value.as_ref().map_or(String::new(), T::to_string)
 }
 
+/// `text` in its [`printable`] form.
+fn escaped(text: &str) -> String {
+    printable(text).into_owned()
+}
+
 /// Sets `text` to its [`printable`] form.
 fn escape(text: &mut String) {
     if let Cow::Owned(shown) = printable(text) {
@@ -120,6 +125,7 @@ pub fn why(w: &Why) -> String {
     }
     out.push('\n');
     policy_paragraph(w, &mut out);
+    meter_paragraph(w, &mut out);
     counter_paragraph(w, &mut out);
     consumption_paragraph(w, &mut out);
     retry_paragraph(w, &mut out);
@@ -417,6 +423,32 @@ fn gauge_paragraph(w: &Why, out: &mut String) {
     )
     .unwrap();
     out.push('\n');
+}
+
+/// The meter the window was counted by, when not a sum: what the counter's figures are.
+fn meter_paragraph(w: &Why, out: &mut String) {
+    let Some(m) = &w.meter else { return };
+    let what = match (m.aggregation.as_str(), m.field.as_deref()) {
+        ("COUNT", _) => "usage events, whatever their amounts; this request counts 1".to_string(),
+        ("UNIQUE_COUNT", Some(field)) => {
+            let field = field.to_lowercase().replace('_', " ");
+            let member = m.member.as_deref().map_or("none".to_string(), escaped);
+            format!(
+                "distinct {field}s, not amounts; this request's {field} is {member} (one counted already costs nothing)"
+            )
+        }
+        _ => "a gauge's level, which no request consumes".to_string(),
+    };
+    writeln!(
+        out,
+        "Meter: {} (version {} of {}, by {}: {}): the counter counts {what}.",
+        m.aggregation,
+        m.version,
+        escaped(&m.owner),
+        escaped(&m.actor),
+        escaped(&m.reason)
+    )
+    .unwrap();
 }
 
 fn counter_paragraph(w: &Why, out: &mut String) {

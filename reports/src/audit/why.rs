@@ -3,7 +3,9 @@
 
 use ledger::{DecisionRecord, Ledger};
 use rules::window;
-use schemas::{Header, PolicyEvent, Reason, ReservationAction, ReservationEvent, Scope, Timestamp, Who};
+use schemas::{
+    Aggregation, Header, MeterField, PolicyEvent, Reason, ReservationAction, ReservationEvent, Scope, Timestamp, Who,
+};
 use serde::Serialize;
 
 use crate::error::ReportError;
@@ -44,10 +46,33 @@ pub struct Why {
     /// JSON when there are none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub corrections: Vec<super::CorrectionLine>,
+    /// The meter the decision's window was counted by (the metric's, in force at the window's start), when it is not
+    /// a sum: the counter is in its terms (events, distinct members). Absent from the JSON for a summed metric.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub meter: Option<MeterFacts>,
     /// A request of several metrics: every metric's decision, decided together (all allowed or
     /// all denied); the decision explained is the one that denied, if any. Empty for a request of one metric.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub metrics: Vec<MetricOfRequest>,
+}
+
+/// The meter of a decision's metric, as the ledger holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MeterFacts {
+    /// Its owner: the tenant, or `*`.
+    pub owner: String,
+    /// Its version.
+    pub version: i32,
+    /// COUNT, UNIQUE_COUNT, ...
+    pub aggregation: String,
+    /// UNIQUE_COUNT: SUBJECT, PROJECT or API_KEY.
+    pub field: Option<String>,
+    /// The member of that field the request named (UNIQUE_COUNT), if any.
+    pub member: Option<String>,
+    /// Who made the version, and why.
+    pub actor: String,
+    /// Why.
+    pub reason: String,
 }
 
 /// One metric of a request of several metrics, as its decision recorded it.
@@ -416,8 +441,34 @@ pub fn why(ledger: &Ledger, request_id: &str) -> Result<Result<Why, Unknown>, Re
             .into_iter()
             .map(super::CorrectionLine::from)
             .collect(),
+        meter: meter_of(&at, &decision)?,
         metrics,
         decision,
+    }))
+}
+
+/// The meter, other than SUM, that counted the decision's window (in force at its start).
+fn meter_of(at: &At<'_>, d: &Decision) -> Result<Option<MeterFacts>, ReportError> {
+    let Some(start) = d.window_start else { return Ok(None) };
+    let meters = at.ledger.meters_through(at.watermark)?;
+    let Some(m) = rules::meter::in_force(&meters, &d.who.tenant, &d.metric, start) else { return Ok(None) };
+    if m.aggregation == Aggregation::SUM {
+        return Ok(None);
+    }
+    let member = match m.field {
+        Some(MeterField::SUBJECT) => d.who.subject.clone(),
+        Some(MeterField::PROJECT) => d.who.project.clone(),
+        Some(MeterField::API_KEY) => d.who.api_key.clone(),
+        None => None,
+    };
+    Ok(Some(MeterFacts {
+        owner: m.header.tenant.clone(),
+        version: m.version,
+        aggregation: m.aggregation.symbol().to_string(),
+        field: m.field.map(|f| f.symbol().to_string()),
+        member,
+        actor: m.actor.clone(),
+        reason: m.reason.clone(),
     }))
 }
 
