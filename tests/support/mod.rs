@@ -433,7 +433,9 @@ pub fn sample_event(event_type: EventType, event_id: &str) -> Event {
         | EventType::CapacityLeaseEvent
         | EventType::PlanAssignmentEvent
         | EventType::MeterEvent => {
-            unreachable!("adjustments, alerts, corrections, capacity leases, plan assignments and meters are not input topics")
+            unreachable!(
+                "adjustments, alerts, corrections, capacity leases, plan assignments and meters are not input topics"
+            )
         }
     }
 }
