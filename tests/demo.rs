@@ -112,6 +112,21 @@ fn demo_leaves_every_artefact_and_each_agrees_with_the_ledger() {
             .iter()
             .find(|r| r["tenant"] == *tenant && r["metric"] == *metric)
             .unwrap_or_else(|| panic!("a billing row for {tenant} {metric}"));
+        if metric == "seats" {
+            // org-2's seats are metered (UNIQUE_COUNT of the subject, HARD 5): the bill counts the distinct users,
+            // not their asks, which the usage adds up.
+            let users: i64 = ledger
+                .query_row(
+                    "SELECT COUNT(DISTINCT e.subject) FROM entries e JOIN usage_events u ON u.seq = e.seq \
+                     WHERE e.status = 'recorded' AND e.tenant = ?1 AND e.metric = 'seats'",
+                    [tenant],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            assert_eq!((tenant.as_str(), users, *quantity), ("org-2", 5, 10), "5 users seated, each asked twice");
+            assert_eq!(cell(row, "consumption"), users, "the bill counts seats: {row:?}");
+            continue;
+        }
         // org-3 is billed by its own cycle (from the 17th at midnight in Tokyo): the month's bill holds the cycle
         // that ends on the 17th, and of the month's usage only what came before.
         let quantity = &match row["cycle_start"] == month_start {
@@ -151,6 +166,16 @@ fn demo_leaves_every_artefact_and_each_agrees_with_the_ledger() {
         )
         .expect("the demo voided one usage event");
     assert_eq!(action, "VOID");
+    let refused_seats: i64 = ledger
+        .query_row(
+            "SELECT COUNT(*) FROM decision_events d JOIN entries e ON e.seq = d.seq \
+             WHERE e.metric = 'seats' AND d.outcome = 'DENIED'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(refused_seats, 6, "the 3 users past the 5 seats are refused, each time they ask");
+    assert!(played.stdout.contains("10 asks allowed"), "{}", played.stdout);
     assert!(played.stdout.contains(" voided by finance@demo"), "{}", played.stdout);
     let next = csv_rows(&out.join(format!("billing-{NEXT}.csv")));
     let late: i64 = next.iter().map(|r| cell(r, "late_adjustments")).sum();

@@ -49,6 +49,11 @@ pub const DEFAULT_HOOK_REQUESTS: u32 = 2_000;
 pub const EVENTS_MIN: u64 = 1_000;
 /// Usage events that arrive after the month is closed.
 const LATE_EVENTS: i64 = 5;
+/// The tenant whose seats the demo meters, its metric, how many seats it has and how many users ask for one.
+const SEAT_TENANT: &str = "org-2";
+const SEAT_METRIC: &str = "seats";
+const SEATS: i64 = 5;
+const SEAT_USERS: i64 = 8;
 /// Partitions per topic on the mock cluster (`broker mock`'s default).
 const PARTITIONS: i32 = 3;
 /// The ledger file inside the output directory.
@@ -216,6 +221,7 @@ impl<'a> Demo<'a> {
     fn play(&mut self) -> anyhow::Result<()> {
         self.step("stream", Demo::stream_month)?;
         self.step("hook", Demo::hook_checks)?;
+        self.step("seats", Demo::seats)?;
         self.step("ingest", |d| {
             let p = d.ingest("outbox")?;
             Ok(format!("{p}: what the hook published comes back as exact duplicates, counted once"))
@@ -368,6 +374,71 @@ impl<'a> Demo<'a> {
              published via the outbox",
             Timestamp(day_start).to_string().get(..10).unwrap_or_default(),
             outcomes.join(", "),
+            published.published
+        ))
+    }
+
+    /// A seat meter: [`SEAT_TENANT`]'s `seats` count the distinct users of the month (UNIQUE_COUNT of the subject),
+    /// at most [`SEATS`] (HARD). On the month's last day [`SEAT_USERS`] users ask for a seat, each twice: the first
+    /// [`SEATS`] users get theirs, asking again costs nothing, the others are refused; the bill counts seats, not asks.
+    fn seats(&mut self) -> anyhow::Result<String> {
+        let store = usecases::Store::File(self.ledger_path.clone());
+        let (actor, reason, source) = ("finance@demo".to_string(), "seats are billed per user".to_string(), "demo");
+        let meter = control::MeterChange {
+            tenant: SEAT_TENANT.into(),
+            metric: SEAT_METRIC.into(),
+            aggregation: Aggregation::UNIQUE_COUNT,
+            field: Some(MeterField::SUBJECT),
+            version: None,
+            effective_from: Some(self.month.start()),
+            actor: actor.clone(),
+            reason: reason.clone(),
+            source: source.into(),
+        };
+        usecases::meter::set_meter(&store, &meter)?;
+        let policy = control::PolicyChange {
+            tenant: SEAT_TENANT.into(),
+            metric: SEAT_METRIC.into(),
+            limit: SEATS,
+            window: Window::MONTH,
+            enforcement: Enforcement::HARD,
+            scope: Scope::TENANT,
+            policy_id: Some(format!("{SEAT_TENANT}-{SEAT_METRIC}")),
+            version: None,
+            effective_from: Some(self.month.start()),
+            time_zone: None,
+            on_failure: None,
+            overage: None,
+            violation: None,
+            window_seconds: None,
+            cycle_anchor: None,
+            alert_thresholds: None,
+            alert_subject_share: None,
+            actor,
+            reason,
+            source: source.into(),
+        };
+        usecases::change::set_policy(&store, &policy, &usecases::change::Destination::Ledger)?;
+        let day_start = self.month.end().micros() - DAY_MICROS;
+        HOOK_CLOCK_MICROS.store(day_start + DAY_MICROS / 4, Ordering::Relaxed);
+        let settings = HookSettings { durability: Durability::Normal, clock: hook_clock, ..HookSettings::default() };
+        let hook = Hook::start(&self.ledger_path, settings)?;
+        let (mut allowed, mut refused) = (0, 0);
+        for round in 0..2 {
+            for user in 0..SEAT_USERS {
+                let who = Who { subject: Some(format!("user-{user}")), ..Who::tenant(SEAT_TENANT) };
+                let key = format!("demo-{}-seat-{user}-{round}", self.settings.seed);
+                let mut request = Request::one(who, SEAT_METRIC, 1, key.clone());
+                request.request_id = Some(format!("req-{key}"));
+                if hook.check(request)?.allowed() { allowed += 1 } else { refused += 1 }
+            }
+        }
+        drop(hook);
+        let published = self.publish_outbox()?;
+        Ok(format!(
+            "{SEAT_TENANT}'s {SEAT_METRIC} metered as UNIQUE_COUNT of the subject, HARD {SEATS}: {SEAT_USERS} users \
+             asked twice, {allowed} asks allowed (a user counted already costs nothing), {refused} refused; {} \
+             decisions published",
             published.published
         ))
     }

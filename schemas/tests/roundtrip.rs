@@ -1,4 +1,4 @@
-// Proves that every valid event of the nine record types survives single-object encoding and JSON unchanged,
+// Proves that every valid event of the eleven record types survives single-object encoding and JSON unchanged,
 // that its encoding is deterministic, and that the catalog's fingerprints are the CRC-64-AVRO of the Avro spec.
 
 use std::collections::BTreeMap;
@@ -357,7 +357,7 @@ fn meter() -> impl Strategy<Value = Event> {
     )
 }
 
-/// A valid event of any of the nine record types.
+/// A valid event of any of the eleven record types.
 fn event() -> impl Strategy<Value = Event> {
     prop_oneof![
         usage(),
