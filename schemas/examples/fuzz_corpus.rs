@@ -310,8 +310,8 @@ fn expected_shapes() -> BTreeSet<String> {
     let mut all = BTreeSet::new();
     for kind in EventType::ALL {
         all.insert(kind.to_string());
-        // A plan is assigned to a whole tenant: an assignment names no member.
-        if kind == EventType::PlanAssignmentEvent {
+        // A plan is assigned to a whole tenant, and a meter is of a tenant's metric: neither names a member.
+        if matches!(kind, EventType::PlanAssignmentEvent | EventType::MeterEvent) {
             continue;
         }
         for part in ["project", "api_key", "subject"] {
