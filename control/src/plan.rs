@@ -83,28 +83,14 @@ mod tests {
     // Proves an assignment names a plan that has policies, never a tenant starting with `*`, and may assign none.
     #[test]
     fn an_assignment_names_a_recorded_plan() {
-        let pro = PolicyEvent {
-            header: header("p-1", "2026-11-01T00:00:00Z", "*pro", "requests"),
-            policy_id: "pro:requests".into(),
-            version: 1,
-            scope: schemas::Scope::TENANT,
-            limit: 100,
-            window: Window::MONTH,
-            enforcement: Enforcement::SOFT,
-            effective_from: at("2026-01-01T00:00:00Z"),
-            burst: None,
-            actor: None,
-            reason: None,
-            time_zone: None,
-            on_failure: None,
-            overage_rate: None,
-            overage_window: None,
-            violation: None,
-            window_seconds: None,
-            cycle_anchor: None,
-            alert_thresholds: None,
-            alert_subject_share: None,
-        };
+        let pro = PolicyEvent::new(
+            header("p-1", "2026-11-01T00:00:00Z", "*pro", "requests"),
+            "pro:requests",
+            100,
+            Window::MONTH,
+            Enforcement::SOFT,
+            at("2026-01-01T00:00:00Z"),
+        );
         let recorded = Recorded::from_policies(vec![pro]);
         let now = at("2026-11-10T00:00:00Z");
         let event = plan_assignment_event(&change(Some("pro")), &recorded, now).unwrap();
